@@ -1,0 +1,206 @@
+"""The stub model's HTTP app: an OpenAI-compatible server that answers like vLLM.
+
+Endpoints (shapes as vLLM's OpenAI server):
+``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /tokenize``, ``GET /health``, ``GET /``.
+
+vLLM fields honoured on chat completions: ``logprobs``/``top_logprobs`` (``choices[].logprobs.
+content[]``), ``return_tokens_as_token_ids`` (tokens spelled ``token_id:<id>``), ``return_token_ids``
+(top-level ``prompt_token_ids`` and ``choices[].token_ids``), ``max_tokens`` (cut -> finish_reason
+``length``), ``n``, ``seed``, ``temperature`` (0 = greedy). A prompt longer than ``max_model_len``
+(or prompt + ``max_tokens`` over it) gets vLLM's 400 "maximum context length" error.
+
+Sampling is seeded: the generator of a request is derived from the server seed, the prompt
+(messages + tools) and how many times that prompt was seen before (or the request's ``seed``),
+so k samples of one prompt differ, and a run is reproducible for a given seed and request order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from gym_runtime.stub_model.policy import generate, read_directives
+from gym_runtime.stub_model.tokenizer import render_chat, render_tool_call, tokenize
+
+
+@dataclass(frozen=True)
+class StubSettings:
+    """Behaviour of one stub server.
+
+    ``seed``: base seed; ``model``: the served model name; ``p_correct``: probability of a correct
+    answer; ``max_model_len``: context length in tokens; ``reasoning``: also return
+    ``reasoning_content`` (as vLLM with a reasoning parser); ``api_key``: when set, require
+    ``Authorization: Bearer <key>``.
+    """
+
+    seed: int = 0
+    model: str = "stub-model"
+    p_correct: float = 0.5
+    max_model_len: int = 32768
+    reasoning: bool = False
+    api_key: str | None = None
+
+
+def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
+    return JSONResponse(
+        status_code=status,
+        content={"error": {"message": message, "type": kind, "param": None, "code": status}},
+    )
+
+
+class _Sampler:
+    """Derives one ``random.Random`` per request from seed, prompt and occurrence count."""
+
+    def __init__(self, seed: int) -> None:
+        self._seed = seed
+        self._seen: Counter[str] = Counter()
+
+    def rng(self, prompt_key: str, request_seed: int | None) -> random.Random:
+        if request_seed is None:
+            occurrence = self._seen[prompt_key]
+            self._seen[prompt_key] += 1
+            material = f"{self._seed}|{prompt_key}|{occurrence}"
+        else:
+            material = f"{self._seed}|{prompt_key}|seed={request_seed}"
+        return random.Random(hashlib.sha256(material.encode()).hexdigest())
+
+
+def _choice(index: int, turn, rng: random.Random, body: dict, limit: int, reasoning: bool) -> tuple[dict, list[int]]:
+    raw = turn.content or ""
+    calls = []
+    for call in turn.tool_calls:
+        raw += render_tool_call(call["name"], call["arguments"])
+        calls.append(
+            {"id": f"chatcmpl-tool-{rng.getrandbits(64):016x}", "type": "function",
+             "function": {"name": call["name"], "arguments": call["arguments"]}}
+        )
+    if reasoning and turn.reasoning:
+        raw = f"<think>{turn.reasoning}</think>" + raw
+    ids, pieces = tokenize(raw)
+    finish = "tool_calls" if calls else "stop"
+    message = {"role": "assistant", "content": turn.content, "refusal": None, "annotations": None,
+               "audio": None, "function_call": None, "tool_calls": calls,
+               "reasoning_content": turn.reasoning if reasoning else None}
+    if len(ids) > limit:
+        ids, pieces = ids[:limit], pieces[:limit]
+        text = "".join(pieces)
+        message.update(content=text.split("</think>")[-1] if "</think>" in text else "", tool_calls=[],
+                       reasoning_content=None)
+        finish = "length"
+    message["reasoning"] = message["reasoning_content"]
+    greedy = body.get("temperature") == 0
+    logprobs = [0.0 if greedy else -round(rng.random() * 2, 4) for _ in ids]
+    choice = {"index": index, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+    if body.get("logprobs"):
+        as_ids = body.get("return_tokens_as_token_ids")
+        choice["logprobs"] = {"content": [
+            {"token": f"token_id:{i}" if as_ids else piece, "logprob": lp,
+             "bytes": list(piece.encode()), "top_logprobs": []}
+            for i, piece, lp in zip(ids, pieces, logprobs)
+        ]}
+    if body.get("return_token_ids"):
+        choice["token_ids"] = ids
+    return choice, ids
+
+
+def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
+    """The stub's FastAPI app; ``options`` are the other :class:`StubSettings` fields."""
+    settings = StubSettings(seed=seed, model=model, **options)
+    sampler = _Sampler(seed)
+    app = FastAPI(title="gym-runtime stub model")
+    app.state.settings = settings
+
+    @app.middleware("http")
+    async def check_api_key(request: Request, call_next):
+        open_paths = ("/", "/health")
+        if settings.api_key and request.url.path not in open_paths:
+            if request.headers.get("authorization") != f"Bearer {settings.api_key}":
+                return JSONResponse(status_code=401, content={"error": "Unauthorized"})
+        return await call_next(request)
+
+    @app.get("/")
+    async def root() -> dict:
+        return {"status": "ok", "model": settings.model}
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        card = {"id": settings.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+                "root": settings.model, "parent": None, "max_model_len": settings.max_model_len}
+        return {"object": "list", "data": [card]}
+
+    @app.post("/tokenize")
+    async def tokenize_route(request: Request):
+        body = await request.json()
+        if "messages" in body:
+            text = render_chat(body["messages"], body.get("tools"), body.get("add_generation_prompt", True))
+        else:
+            text = body.get("prompt", "")
+        ids, pieces = tokenize(text)
+        return {"count": len(ids), "max_model_len": settings.max_model_len, "tokens": ids,
+                "token_strs": pieces if body.get("return_token_strs") else None}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        try:
+            body = await request.json()
+        except json.JSONDecodeError as exc:
+            return _error(400, f"Invalid JSON body: {exc}")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "'messages' must be a non-empty list")
+        if body.get("stream"):
+            return _error(400, "the stub model does not stream")
+        requested_model = body.get("model")
+        if requested_model not in (None, settings.model):
+            return _error(404, f"The model `{requested_model}` does not exist.", "NotFoundError")
+        directives = read_directives(messages)
+        if directives.error_status:
+            return _error(directives.error_status, "stub error requested by [stub:error]", "InternalServerError")
+        tools = body.get("tools") or None
+        if body.get("tool_choice") == "none":
+            tools = None
+        prompt_ids, _ = tokenize(render_chat(messages, tools))
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        if len(prompt_ids) >= settings.max_model_len:
+            return _error(400, f"This model's maximum context length is {settings.max_model_len} tokens. "
+                               f"However, your request has {len(prompt_ids)} input tokens. "
+                               "Please reduce the length of the input messages.")
+        if max_tokens is not None and len(prompt_ids) + max_tokens > settings.max_model_len:
+            return _error(400, f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. "
+                               f"This model's maximum context length is {settings.max_model_len} tokens and "
+                               f"your request has {len(prompt_ids)} input tokens "
+                               f"({max_tokens} > {settings.max_model_len} - {len(prompt_ids)}).")
+        limit = max_tokens if max_tokens is not None else settings.max_model_len - len(prompt_ids)
+        prompt_key = hashlib.sha256(json.dumps([messages, tools], sort_keys=True).encode()).hexdigest()
+        rng = sampler.rng(prompt_key, body.get("seed"))
+        greedy = body.get("temperature") == 0
+        choices, completion_tokens = [], 0
+        for index in range(int(body.get("n") or 1)):
+            turn = generate(messages, tools, rng, settings.p_correct, greedy)
+            choice, ids = _choice(index, turn, rng, body, limit, settings.reasoning)
+            choices.append(choice)
+            completion_tokens += len(ids)
+        result = {
+            "id": f"chatcmpl-{uuid.UUID(int=rng.getrandbits(128)).hex}", "object": "chat.completion",
+            "created": int(time.time()), "model": settings.model, "choices": choices,
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": completion_tokens,
+                      "total_tokens": len(prompt_ids) + completion_tokens, "prompt_tokens_details": None},
+            "prompt_logprobs": None, "kv_transfer_params": None,
+        }
+        if body.get("return_token_ids"):
+            result["prompt_token_ids"] = prompt_ids
+        return result
+
+    return app

@@ -1,0 +1,1 @@
+"""Sub-commands of the gym-runtime CLI (one module each)."""

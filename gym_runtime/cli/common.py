@@ -1,0 +1,40 @@
+"""Arguments shared by several sub-commands: the package, overrides, the job's policy values."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from gym_runtime.config.merge import PolicyValues
+from gym_runtime.errors import SettingsError
+from gym_runtime.settings import policy_from_environ
+
+
+def add_package_args(p: argparse.ArgumentParser, overrides: bool = True) -> None:
+    p.add_argument("package", metavar="PKG", help="environment package directory (holds nemo-environment.yaml)")
+    if overrides:
+        p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (OmegaConf dotlist)")
+
+
+def add_policy_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("policy model (the job's values; also GYM_RUNTIME_POLICY_* variables)")
+    g.add_argument("--policy-base-url", action="append", metavar="URL",
+                   help="OpenAI-compatible /v1 endpoint of the policy model; repeat for replicas")
+    g.add_argument("--policy-model-name", metavar="NAME", help="served model name")
+    g.add_argument("--policy-api-key-env", metavar="VAR",
+                   help="name of the environment variable holding the API key (keys never go on a command line)")
+
+
+def policy_from_args(args: argparse.Namespace) -> PolicyValues:
+    """Flags win over ``GYM_RUNTIME_POLICY_*``; raises :class:`SettingsError` for an unset key variable."""
+    env = policy_from_environ()
+    urls = args.policy_base_url
+    base: str | list[str] | None = (urls[0] if len(urls) == 1 else list(urls)) if urls else env.base_url
+    key = env.api_key
+    if args.policy_api_key_env:
+        key = os.environ.get(args.policy_api_key_env)
+        if key is None:
+            raise SettingsError(f"--policy-api-key-env names {args.policy_api_key_env}, which is not set",
+                                hint=f"export {args.policy_api_key_env}=<key> first")
+    origin = "flags" if (urls or args.policy_model_name or args.policy_api_key_env) else "environment"
+    return PolicyValues(base, key, args.policy_model_name or env.model_name, origin=origin)

@@ -1,0 +1,35 @@
+"""``gym-runtime config PKG [KEY=VALUE ...]``: the merged, resolved configuration with secrets masked."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
+from gym_runtime.config import build_config
+from gym_runtime.package import load_package
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("config", help="print the merged configuration (secrets masked)")
+    add_package_args(p)
+    add_policy_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON: config, server instances, masked keys")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    pkg = load_package(args.package)
+    merged = build_config(pkg, args.overrides, policy_from_args(args))
+    masked: list[str] = []
+    data = merged.redacted(masked)
+    if args.json:
+        servers = [{"name": i.name, "server_type": i.server_type, "implementation": i.implementation,
+                    "server_dir": str(i.server_dir.path), "origin": i.server_dir.origin, "source": i.source}
+                   for i in merged.instances.values()]
+        print(json.dumps({"config": data, "servers": servers, "masked": masked}, indent=2))
+    else:
+        print(merged.to_yaml(), end="")
+        if masked:
+            print("# masked secrets: " + ", ".join(masked))
+    return 0

@@ -1,0 +1,59 @@
+"""``gym-runtime`` command line: argument parsing, dispatch, and the one place errors are printed.
+
+Each sub-command lives in its own module under ``gym_runtime/cli/`` exposing
+``register(subparsers)``; the parser it adds sets ``func(args) -> int``. User errors
+(:class:`~gym_runtime.errors.GymRuntimeError`) are printed as one block on stderr, never with a
+traceback; the exit code is the error's ``exit_code`` (README: 0 ok, 1 invalid input, 2 usage,
+3 runtime failure). ``--json`` commands print the error as JSON on stdout as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from gym_runtime.cli import config_cmd, validate
+from gym_runtime.errors import EXIT_RUNTIME, EXIT_USAGE, GymRuntimeError
+
+COMMANDS = [validate, config_cmd]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's usage errors: exit 2 with our shape
+        self.print_usage(sys.stderr)
+        print(f"error[GR-USAGE]: {message}\nhint: run `{self.prog} --help`", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gym-runtime", description="Bring up NeMo Gym reward environments: validate, "
+                     "config, build, up, dry-run.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for mod in COMMANDS:
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except GymRuntimeError as e:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": e.to_dict()}, indent=2))
+        print(e.render(), file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_RUNTIME
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""``gym-runtime validate PKG``: every package rule, one line per violation, machine-readable with --json.
+
+Beyond the layout (DESIGN.md §3) it checks what no packager validator does: wheel tags against
+a target (``--platform linux/amd64 --python 3.13``), and the configuration (merge, server
+instances, references). Policy values the job supplies at start (``policy_base_url`` etc.) are
+filled with placeholders when neither the package nor the flags give them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
+from gym_runtime.config import build_config
+from gym_runtime.errors import EXIT_INVALID, EXIT_OK, GymRuntimeError, PackageInvalidError, UsageError, Violation
+from gym_runtime.package import check_package, parse_target
+
+PLACEHOLDERS = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "placeholder",
+                "policy_model_name": "placeholder"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="check an environment package against every rule")
+    add_package_args(p)
+    add_policy_args(p)
+    p.add_argument("--platform", choices=["linux/amd64", "linux/arm64"],
+                   help="also check every vendored wheel installs on this platform")
+    p.add_argument("--python", default="3.13", help="target Python for --platform (default 3.13)")
+    p.add_argument("--glibc", default=None, help="target glibc for --platform (default 2.36, the runtime image)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
+    """Run every check; return the summary fields and all violations (never raises for bad input)."""
+    target = None
+    if args.platform:
+        try:
+            target = parse_target(args.platform, args.python, args.glibc)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    pkg, violations = check_package(args.package, target)
+    summary: dict = {"format": pkg.format if pkg else None, "name": pkg.name if pkg else None}
+    if pkg is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
+        try:
+            merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS)
+            summary["servers"] = {n: f"{i.server_type}/{i.implementation}" for n, i in merged.instances.items()}
+        except GymRuntimeError as e:
+            violations += e.violations or [Violation(e.code, e.message, hint=e.hint)]
+    return summary, violations
+
+
+def run(args: argparse.Namespace) -> int:
+    summary, violations = collect(args)
+    if not violations:
+        out = {"valid": True, "format": summary["format"], "name": summary["name"]}
+        print(json.dumps(out) if not args.json else json.dumps({**out, "servers": summary.get("servers", {})},
+                                                                 indent=2))
+        return EXIT_OK
+    err = PackageInvalidError(f"environment package {args.package} is invalid", violations=violations,
+                              hint="fix each problem, then run `gym-runtime validate` again")
+    if args.json:
+        print(json.dumps({"valid": False, **summary, "errors": [v.to_dict() for v in violations]}, indent=2))
+    print(err.render(), file=sys.stderr)
+    return EXIT_INVALID

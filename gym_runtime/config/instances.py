@@ -1,0 +1,161 @@
+"""Find server instances in the merged config and check their shape (DESIGN.md §4).
+
+A server instance is a top-level key ``<instance>: {<server_type>: {<implementation>: {entrypoint, ...}}}``
+(Gym's ``config_types.py``). Rules checked here, each a violation naming the instance and file:
+one server type and one implementation per instance (case C03b names both implementations and
+their files), instance names matching ``[A-Za-z0-9_-]+`` (case C22: ``.`` is OmegaConf's path
+separator), a relative ``entrypoint`` inside the server dir, a resources server ``domain`` from
+Gym's closed set, the implementation directory found in the package or the built-in ``servers/``,
+and no two instances with the same explicit port (case C04).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gym_runtime.config.merge import Sources
+from gym_runtime.errors import Violation
+from gym_runtime.package.layout import SERVER_TYPES, ServerDir
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+DOMAINS = ("math", "coding", "agent", "knowledge", "instruction_following", "long_context", "safety", "games",
+           "translation", "e2e", "rlhf", "other")
+# Reserved top-level keys of Gym's global config (reference/nemo_gym_runtime.md §1.4): never instances.
+RESERVED = {"config_paths", "entrypoint", "default_host", "head_server", "disallowed_ports", "head_server_deps",
+            "python_version", "ray_head_node_address", "port_range_low", "port_range_high", "policy_base_url",
+            "policy_api_key", "policy_model_name"}
+
+
+@dataclass(frozen=True)
+class ServerInstance:
+    """One configured server: ``name`` (instance), ``server_type``, ``implementation``, its inner
+    config mapping (resolved), the server directory and the file that defined it."""
+
+    name: str
+    server_type: str
+    implementation: str
+    entrypoint: str
+    server_dir: ServerDir
+    config: dict[str, Any] = field(hash=False)
+    source: str | None = None
+
+    @property
+    def port(self) -> int | None:
+        p = self.config.get("port")
+        return p if isinstance(p, int) else None
+
+    @property
+    def host(self) -> str | None:
+        h = self.config.get("host")
+        return h if isinstance(h, str) else None
+
+
+@dataclass(frozen=True)
+class Declared:
+    """An instance as declared in the config, before its server directory is looked up."""
+
+    name: str
+    server_type: str
+    implementation: str
+    config: dict[str, Any] = field(hash=False)
+
+
+def _is_candidate(value: Any) -> bool:
+    return isinstance(value, dict) and any(k in SERVER_TYPES for k in value)
+
+
+def find_instances(raw: dict[str, Any], sources: Sources) -> list[Violation]:
+    """Shape checks that need no resolution (run before interpolations are resolved): names and
+    one type / one implementation per instance."""
+    out: list[Violation] = []
+    for name, value in raw.items():
+        if name in RESERVED or not _is_candidate(value):
+            continue
+        file = sources.of(name)
+        if not NAME_RE.match(name):
+            fixed = re.sub(r"[^A-Za-z0-9_-]", "_", name)
+            out.append(Violation("GR-CONFIG-INSTANCE-NAME", f"instance name {name!r} may only use letters, digits, "
+                                 "'_' and '-' ('.' is the config path separator, so references and "
+                                 "interpolations cannot reach it)", file=file, key=name,
+                                 hint=f"rename it, e.g. {fixed!r}, and update every reference to it"))
+        types = [k for k in value if k in SERVER_TYPES]
+        if len(types) > 1 or len(value) > 1:
+            out.append(Violation("GR-CONFIG-INSTANCE-SHAPE", f"instance {name!r} must hold exactly one server type "
+                                 f"key, has {sorted(map(str, value))}", file=file, key=name))
+            continue
+        impls = value[types[0]]
+        if not isinstance(impls, dict) or not impls:
+            out.append(Violation("GR-CONFIG-INSTANCE-SHAPE", f"instance {name!r}: {types[0]} must map an "
+                                 "implementation name to its config", file=file, key=f"{name}.{types[0]}"))
+        elif len(impls) > 1:
+            parts = [f"{impl} from {sources.of(f'{name}.{types[0]}.{impl}') or '?'}" for impl in impls]
+            out.append(Violation("GR-CONFIG-TWO-IMPLEMENTATIONS", f"instance {name} has {len(impls)} "
+                                 f"implementations ({', '.join(parts)}); exactly one allowed", file=file,
+                                 key=f"{name}.{types[0]}", hint="configs were deep-merged by instance name: "
+                                 "remove one of them, or give one of the instances another name"))
+    return out
+
+
+def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: dict[tuple[str, str], ServerDir],
+                    builtin_dirs: dict[tuple[str, str], ServerDir]
+                    ) -> tuple[dict[str, ServerInstance], dict[str, Declared], list[Violation]]:
+    """Build :class:`ServerInstance` objects from the resolved config (shape already checked).
+
+    The implementation directory is looked up in the package first, then in the built-ins.
+    Returns the instances, every declared instance (also those with problems) and violations.
+    """
+    instances: dict[str, ServerInstance] = {}
+    declared: dict[str, Declared] = {}
+    out: list[Violation] = []
+    ports: dict[int, str] = {}
+    for name, value in resolved.items():
+        if name in RESERVED or not _is_candidate(value):
+            continue
+        stype = next(iter(value))
+        impl, inner = next(iter(value[stype].items()))
+        key = f"{name}.{stype}.{impl}"
+        file = sources.of(key)
+        if not isinstance(inner, dict):
+            out.append(Violation("GR-CONFIG-INSTANCE-SHAPE", "implementation config must be a mapping",
+                                 file=file, key=key))
+            continue
+        declared[name] = Declared(name, stype, impl, inner)
+        entry = inner.get("entrypoint")
+        if not isinstance(entry, str) or not entry or entry.startswith("/") or ".." in Path(entry).parts:
+            out.append(Violation("GR-CONFIG-ENTRYPOINT", f"entrypoint must be a relative path inside the server "
+                                 f"directory, got {entry!r}", file=file, key=f"{key}.entrypoint",
+                                 hint="Gym servers use `entrypoint: app.py`"))
+            continue
+        sdir = package_dirs.get((stype, impl)) or builtin_dirs.get((stype, impl))
+        if sdir is None:
+            known = sorted(i for (t, i) in {**builtin_dirs, **package_dirs} if t == stype)
+            out.append(Violation("GR-CONFIG-IMPLEMENTATION", f"implementation {impl!r} of instance {name!r} is "
+                                 f"neither a directory {stype}/{impl}/ in the package nor a built-in server",
+                                 file=file, key=key, hint="implementations known for "
+                                 f"{stype}: {', '.join(known) or '(none)'}; a server directory needs app.py and "
+                                 "requirements.txt or pyproject.toml"))
+            continue
+        if not (sdir.path / entry).is_file():
+            out.append(Violation("GR-CONFIG-ENTRYPOINT", f"entrypoint {entry!r} does not exist in "
+                                 f"{stype}/{impl}/ ({sdir.origin})", file=file, key=f"{key}.entrypoint"))
+        if stype == "resources_servers" and inner.get("domain") not in DOMAINS:
+            got = inner.get("domain")
+            out.append(Violation("GR-CONFIG-DOMAIN", f"resources server {name!r} needs a domain from Gym's closed "
+                                 f"set, got {got!r}", file=file, key=f"{key}.domain",
+                                 hint=f"use one of: {', '.join(DOMAINS)}"))
+        port = inner.get("port")
+        if port is not None:
+            if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+                out.append(Violation("GR-CONFIG-PORT", f"port must be an integer 1-65535, got {port!r}",
+                                     file=file, key=f"{key}.port"))
+            elif port in ports:
+                out.append(Violation("GR-CONFIG-PORT-DUPLICATE", f"port {port} is used by both {ports[port]!r} "
+                                     f"and {name!r}", file=file, key=f"{key}.port",
+                                     hint="give one of them another port, or remove `port` to have one assigned"))
+            else:
+                ports[port] = name
+        instances[name] = ServerInstance(name, stype, impl, entry, sdir, inner, file)
+    return instances, declared, out

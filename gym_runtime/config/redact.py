@@ -1,0 +1,43 @@
+"""Mask secrets in config dumps, logs and API answers (DESIGN.md §4).
+
+A key is secret when its name contains ``api_key``, ``apikey``, ``token``, ``password``,
+``secret`` or ``authorization`` — except flags that merely mention tokens, such as Gym's
+``return_token_id_information`` or ``max_tokens`` (Gym's own ``hide_secrets`` masks those too,
+reference/nemo_gym_runtime.md §1.7; we do not).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "****"
+_SECRET = re.compile(r"(api_?key|token|password|passwd|secret|authorization|credential)", re.I)
+_NOT_SECRET = re.compile(r"(token_id|token_ids|max_tokens|_tokens$|tokenizer|num_tokens|token_count|tokens_)", re.I)
+
+
+def is_secret_key(key: str) -> bool:
+    """True when a config key's value must never be shown."""
+    return bool(_SECRET.search(key)) and not _NOT_SECRET.search(key)
+
+
+def redact(node: Any, path: str = "", masked: list[str] | None = None) -> Any:
+    """A deep copy of ``node`` with secret values replaced by ``****``.
+
+    ``masked`` (when given) receives the dotted key path of every masked value. Empty and
+    ``None`` values are left as they are (nothing to hide, and it shows they are unset).
+    """
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            p = f"{path}.{k}" if path else str(k)
+            if is_secret_key(str(k)) and v not in (None, "") and not isinstance(v, (dict, list, bool)):
+                out[k] = MASK
+                if masked is not None:
+                    masked.append(p)
+            else:
+                out[k] = redact(v, p, masked)
+        return out
+    if isinstance(node, list):
+        return [redact(v, f"{path}[{i}]", masked) for i, v in enumerate(node)]
+    return node

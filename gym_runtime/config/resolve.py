@@ -1,0 +1,127 @@
+"""Resolve the merged config, reporting every missing value and unresolvable ``${...}`` at once.
+
+Cases C02 and C20: OmegaConf raises on the first bad interpolation, names no file, and never
+treats ``${oc.env:VAR,???}`` as missing (2.3 returns the literal ``'???'``, 2.4 raises for the
+first key only). So every leaf is resolved on its own, every failure is collected with its key
+path and source file, and a final scan rejects any leaf that is still ``'???'``.
+
+Documented rule for empty values: an ``${oc.env:VAR...}`` interpolation whose variable is set
+but empty counts as missing (an empty URL or API key is never what a job meant).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import (
+    InterpolationKeyError,
+    InterpolationResolutionError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+)
+
+from gym_runtime.config.merge import POLICY_KEYS, Sources
+from gym_runtime.errors import MissingValuesError, Violation
+
+_INTERP = re.compile(r"\$\{([^${}]+)\}")
+_ENV_FOR_POLICY = {k: "GYM_RUNTIME_" + k.upper() for k in POLICY_KEYS}
+
+
+def value_sources_hint(key: str) -> str:
+    """Where a value for top-level ``key`` can come from, as one sentence."""
+    if key in POLICY_KEYS:
+        flag = "--" + key.replace("_", "-")
+        return (f"pass {flag} (or set {_ENV_FOR_POLICY[key]}), add `{key}: ...` to a config in config_paths, "
+                f"or give the override {key}=VALUE")
+    return f"set it in a config listed in config_paths, or give the override {key}=VALUE"
+
+
+def _refs(raw: str) -> list[str]:
+    return [m.group(1).strip() for m in _INTERP.finditer(raw)]
+
+
+def _env_var(ref: str) -> str | None:
+    if ref.startswith("oc.env:"):
+        return ref[len("oc.env:"):].split(",", 1)[0].strip()
+    return None
+
+
+def _problem(key: str, raw: Any, err: Exception | None, sources: Sources, resolved: Any = None) -> Violation:
+    file = sources.of(key)
+    text = raw if isinstance(raw, str) else ""
+    refs = _refs(text)
+    env_vars = [e for e in (_env_var(r) for r in refs) if e]
+    if env_vars:
+        var = env_vars[0]
+        state = "is set but empty" if os.environ.get(var) == "" else "is not set"
+        return Violation("GR-CONFIG-MISSING", f"value comes from environment variable {var}, which {state} "
+                         f"(interpolation {text!r})", file=file, key=key,
+                         hint=f"export {var}=<value> before starting, or override {key}=VALUE")
+    if isinstance(err, MissingMandatoryValue) or (err is None and resolved == "???" and not refs):
+        return Violation("GR-CONFIG-MISSING", "required value is unset ('???')", file=file, key=key,
+                         hint=f"give the override {key}=VALUE or set it in a config in config_paths")
+    if refs:
+        plain = [r for r in refs if ":" not in r]
+        target = plain[0] if plain else refs[0]
+        why = "which is not set after merging" if isinstance(err, (InterpolationKeyError, type(None))) or \
+            "not found" in str(err) else f"which cannot be resolved: {_first_line(err)}"
+        if err is None:
+            why = "which resolves to the unset marker '???'"
+        top = target.split(".")[0].split("[")[0]
+        return Violation("GR-CONFIG-INTERPOLATION", f"references {target!r}, {why}", file=file, key=key,
+                         hint=value_sources_hint(top) if top == target else
+                         f"define {target} in a config in config_paths, or give the override {target}=VALUE")
+    return Violation("GR-CONFIG-INTERPOLATION", f"cannot be resolved: {_first_line(err)}", file=file, key=key)
+
+
+def _first_line(err: Exception | None) -> str:
+    return str(err).strip().splitlines()[0] if err else ""
+
+
+def _walk(node: DictConfig | ListConfig, prefix: str, sources: Sources, out: list[Violation]) -> None:
+    keys = list(node.keys()) if isinstance(node, DictConfig) else list(range(len(node)))
+    for k in keys:
+        path = (f"{prefix}.{k}" if prefix else str(k)) if isinstance(node, DictConfig) else f"{prefix}[{k}]"
+        child = node._get_node(k)  # type: ignore[union-attr]
+        raw = child._value() if child is not None else None  # type: ignore[union-attr]
+        if isinstance(child, (DictConfig, ListConfig)) and not OmegaConf.is_interpolation(node, k):
+            if OmegaConf.is_missing(node, k):
+                out.append(_problem(path, "???", MissingMandatoryValue("???"), sources))
+            else:
+                _walk(child, path, sources, out)
+            continue
+        try:
+            value = node[k]
+        except OmegaConfBaseException as e:
+            out.append(_problem(path, raw, e, sources))
+            continue
+        if isinstance(value, str) and (value == "???" or (value == "" and _env_var_in(raw))):
+            out.append(_problem(path, raw, None, sources, resolved=value))
+        elif isinstance(value, (DictConfig, ListConfig)):
+            _walk(value, path, sources, out)
+
+
+def _env_var_in(raw: Any) -> bool:
+    return isinstance(raw, str) and any(_env_var(r) for r in _refs(raw))
+
+
+def resolve_config(cfg: DictConfig, sources: Sources) -> dict[str, Any]:
+    """Resolve every interpolation; return a plain dict.
+
+    Raises :class:`MissingValuesError` listing each unset ``???``, each unresolvable
+    ``${...}`` and each value still ``'???'`` after resolution, with key path and source file.
+    """
+    problems: list[Violation] = []
+    _walk(cfg, "", sources, problems)
+    if problems:
+        n = len(problems)
+        raise MissingValuesError(
+            f"{n} config value{'s are' if n != 1 else ' is'} missing or cannot be resolved",
+            violations=problems, hint="nothing was built or started; give the values and run again")
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
+    except (InterpolationResolutionError, OmegaConfBaseException) as e:  # pragma: no cover - walk covers these
+        raise MissingValuesError(f"config cannot be resolved: {_first_line(e)}") from None

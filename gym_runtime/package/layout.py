@@ -1,0 +1,112 @@
+"""Package layout rules that need the filesystem (DESIGN.md §3).
+
+- every ``config_paths`` entry exists, is a regular file, is not (and is not reached through) a
+  symlink, and stays inside the package after resolution;
+- no ``.jsonl`` anywhere (datasets are a separate input);
+- each ``{server_type}/{implementation}/`` directory holds exactly one of ``requirements.txt`` /
+  ``pyproject.toml`` — a directory with neither is reported, since a built-in of the same name
+  would otherwise silently shadow it (reference/nmp_env_packages.md §1.4).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gym_runtime.errors import Violation
+
+SERVER_TYPES = ("responses_api_models", "responses_api_agents", "resources_servers")
+INSTALL_FILES = ("requirements.txt", "pyproject.toml")
+_SKIP_DIRS = {".git", ".venv", "__pycache__", ".gym-runtime"}
+
+
+@dataclass(frozen=True)
+class ServerDir:
+    """A Gym server tree ``{server_type}/{implementation}/`` with its install file.
+
+    ``origin`` is ``"package"`` or ``"builtin"`` (the runtime's ``servers/``).
+    """
+
+    server_type: str
+    implementation: str
+    path: Path
+    install_file: Path
+    origin: str
+
+
+def check_config_paths(root: Path, config_paths: list[str]) -> tuple[list[Path], list[Violation]]:
+    """Resolve each manifest ``config_paths`` entry under ``root``; return the files and violations."""
+    files, v = [], []
+    real_root = root.resolve()
+    for i, rel in enumerate(config_paths):
+        key = f"config_paths[{i}]"
+        p = root / rel
+        chain = [root / "/".join(rel.split("/")[: n + 1]) for n in range(len(rel.split("/")))]
+        if any(c.is_symlink() for c in chain):
+            v.append(Violation("GR-PKG-CONFIG-SYMLINK", f"config symlinks are not allowed: {rel}",
+                               file="nemo-environment.yaml", key=key, hint="copy the file into the package"))
+            continue
+        if not p.resolve().is_relative_to(real_root):
+            v.append(Violation("GR-PKG-CONFIG-ESCAPE", f"config path escapes the package root: {rel}",
+                               file="nemo-environment.yaml", key=key))
+            continue
+        if not p.is_file():
+            v.append(Violation("GR-PKG-CONFIG-MISSING", f"config_paths references a file that is not in the "
+                               f"package: {rel}", file="nemo-environment.yaml", key=key,
+                               hint="fix the path (relative to the package root) or add the file"))
+            continue
+        files.append(p)
+    return files, v
+
+
+def find_jsonl(root: Path) -> list[Violation]:
+    """One violation per ``.jsonl`` file anywhere in the package."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for f in sorted(filenames):
+            if f.lower().endswith(".jsonl"):
+                rel = (Path(dirpath) / f).relative_to(root).as_posix()
+                out.append(Violation("GR-PKG-JSONL", "JSONL files must not live in an environment package",
+                                     file=rel, hint="move dataset rows out of the package and pass them with "
+                                     "--dataset (dry-run) or as a separate dataset"))
+    return out
+
+
+def find_server_dirs(root: Path, origin: str = "package") -> tuple[dict[tuple[str, str], ServerDir], list[Violation]]:
+    """Find ``{server_type}/{implementation}/`` trees under ``root``.
+
+    Returns the server dirs keyed by ``(server_type, implementation)`` and a violation for each
+    directory with both install files or neither.
+    """
+    found: dict[tuple[str, str], ServerDir] = {}
+    v: list[Violation] = []
+    for st in SERVER_TYPES:
+        base = root / st
+        if not base.is_dir():
+            continue
+        for d in sorted(base.iterdir()):
+            if not d.is_dir() or d.name.startswith((".", "_")) or d.name in _SKIP_DIRS:
+                continue
+            present = [f for f in INSTALL_FILES if (d / f).is_file()]
+            rel = d.relative_to(root).as_posix()
+            if len(present) == 2:
+                v.append(Violation("GR-PKG-SERVER-BOTH", "server directory has both requirements.txt and "
+                                   "pyproject.toml", file=rel + "/", hint="keep exactly one of them"))
+            elif not present:
+                if _only_configs(d):
+                    continue  # a configs-only directory (native-v1 configs for a built-in server)
+                v.append(Violation("GR-PKG-SERVER-NO-INSTALL", "server directory has neither requirements.txt "
+                                   "nor pyproject.toml, so it is not a server and a built-in of the same name "
+                                   "would silently shadow it", file=rel + "/",
+                                   hint="add a requirements.txt (a comment line is fine) or rename the directory"))
+            else:
+                found[(st, d.name)] = ServerDir(st, d.name, d, d / present[0], origin)
+    return found, v
+
+
+def _only_configs(d: Path) -> bool:
+    """True for a directory that holds nothing but ``configs/`` (and docs): it configures a built-in."""
+    names = {p.name for p in d.iterdir()}
+    return bool(names) and names <= {"configs", "README.md"} and (d / "configs").is_dir()

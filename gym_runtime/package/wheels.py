@@ -1,0 +1,146 @@
+"""Wheel files of a wheelhouse: names, versions, tags, and compatibility with a target.
+
+All parsing is ``packaging``'s (``parse_wheel_filename``, ``canonicalize_name``, ``tags``).
+The target tag set follows pip/uv: CPython ``cpXY`` / ``abi3`` (for ``cp3N <= XY``) / ``none``
+ABIs, ``manylinux_2_N`` for every glibc minor from 17 up to the target's, the legacy aliases
+(``manylinux2014`` = 2.17, ``manylinux2010`` = 2.12, ``manylinux1`` = 2.5 on x86_64) and
+``linux_<arch>``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from gym_runtime.errors import Violation
+
+ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+DEFAULT_GLIBC = (2, 36)  # Debian 12, the runtime images' base (Dockerfile.*)
+
+
+@dataclass(frozen=True)
+class WheelFile:
+    """One ``.whl`` in ``wheels/``: its path, normalised distribution name, version and tags."""
+
+    path: Path
+    name: NormalizedName
+    version: Version
+    tags: frozenset[Tag]
+
+    @property
+    def filename(self) -> str:
+        return self.path.name
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where wheels must install: ``platform`` (``linux/amd64``|``linux/arm64``), Python ``(3, 13)``, glibc."""
+
+    platform: str
+    python: tuple[int, int]
+    glibc: tuple[int, int] = DEFAULT_GLIBC
+
+    @property
+    def arch(self) -> str:
+        return ARCHES[self.platform]
+
+    def platform_tags(self) -> list[str]:
+        """Platform tags this target accepts, most specific first."""
+        arch, (_, gminor) = self.arch, self.glibc
+        tags = [f"manylinux_2_{m}_{arch}" for m in range(gminor, 16, -1)]
+        tags.append(f"manylinux2014_{arch}")
+        if arch == "x86_64":
+            tags += [f"manylinux_2_{m}_{arch}" for m in (12, 5)] + [f"manylinux2010_{arch}", f"manylinux1_{arch}"]
+        return tags + [f"linux_{arch}"]
+
+    def supported_tags(self) -> frozenset[Tag]:
+        """Every (interpreter, abi, platform) tag a CPython of this version on this platform installs."""
+        plats = self.platform_tags()
+        cp = list(cpython_tags(self.python, platforms=plats))
+        rest = list(compatible_tags(self.python, f"cp{self.python[0]}{self.python[1]}", plats))
+        return frozenset(cp + rest)
+
+    def describe(self) -> str:
+        return f"CPython {self.python[0]}.{self.python[1]} {self.platform} (glibc {self.glibc[0]}.{self.glibc[1]})"
+
+
+def parse_target(platform: str, python: str, glibc: str | None = None) -> Target:
+    """Build a :class:`Target` from CLI strings; raises ``ValueError`` with a readable message."""
+    if platform not in ARCHES:
+        raise ValueError(f"--platform must be one of {', '.join(ARCHES)}, got {platform!r}")
+    try:
+        major, minor = (int(x) for x in python.split(".")[:2])
+    except ValueError:
+        raise ValueError(f"--python must look like 3.13, got {python!r}") from None
+    g = DEFAULT_GLIBC
+    if glibc:
+        try:
+            g = tuple(int(x) for x in glibc.split(".")[:2])  # type: ignore[assignment]
+        except ValueError:
+            raise ValueError(f"--glibc must look like 2.36, got {glibc!r}") from None
+    return Target(platform, (major, minor), g)  # type: ignore[arg-type]
+
+
+def read_wheelhouse(wheels_dir: Path, rel_to: Path) -> tuple[list[WheelFile], list[Violation]]:
+    """List and check ``wheels_dir``: flat, non-empty, only parseable ``.whl`` files, no symlinks,
+    one version per normalised distribution name. Returns the wheels and every violation found."""
+    v: list[Violation] = []
+    rel = wheels_dir.relative_to(rel_to).as_posix()
+    if wheels_dir.is_symlink():
+        return [], [Violation("GR-PKG-WHEELS-SYMLINK", "wheelhouse symlinks are not allowed", file=rel)]
+    if not wheels_dir.is_dir():
+        return [], [Violation("GR-PKG-WHEELS-MISSING", "this format installs its dependencies offline, so the "
+                              "package must carry a non-empty wheels/ directory", file=rel,
+                              hint="run `gym-runtime vendor PKG --platform linux/amd64 --python 3.13`")]
+    wheels: list[WheelFile] = []
+    entries = sorted(wheels_dir.iterdir())
+    if not entries:
+        v.append(Violation("GR-PKG-WHEELS-EMPTY", "wheels/ is empty", file=rel,
+                           hint="run `gym-runtime vendor PKG --platform linux/amd64 --python 3.13`"))
+    for p in entries:
+        prel = p.relative_to(rel_to).as_posix()
+        if p.is_symlink():
+            v.append(Violation("GR-PKG-WHEELS-SYMLINK", "wheel symlinks are not allowed", file=prel))
+        elif p.is_dir():
+            v.append(Violation("GR-PKG-WHEELS-NESTED", "wheels/ must be flat; nested entries are not supported",
+                               file=prel))
+        elif not p.name.endswith(".whl"):
+            v.append(Violation("GR-PKG-WHEELS-NON-WHEEL", "non-wheel file in wheels/", file=prel,
+                               hint="sdists cannot be installed offline without a build backend; build a wheel"))
+        else:
+            try:
+                name, version, _build, tags = parse_wheel_filename(p.name)
+            except InvalidWheelFilename as e:
+                v.append(Violation("GR-PKG-WHEELS-BAD-NAME", f"not a valid wheel file name: {e}", file=prel))
+                continue
+            wheels.append(WheelFile(p, name, version, frozenset(tags)))
+    by_name: dict[str, set[str]] = defaultdict(set)
+    for w in wheels:
+        by_name[w.name].add(str(w.version))
+    for name, versions in sorted(by_name.items()):
+        if len(versions) > 1:
+            vs = ", ".join(sorted(versions, key=Version))
+            v.append(Violation("GR-PKG-WHEELS-DUPLICATE",
+                               f"vendors multiple versions of {name} ({vs})", file=rel,
+                               hint="regenerate wheels/ with one resolved version per distribution"))
+    return wheels, v
+
+
+def incompatible_wheels(wheels: list[WheelFile], target: Target, rel_to: Path) -> list[Violation]:
+    """One violation per wheel none of whose tags the target supports, naming the tags it has."""
+    ok = target.supported_tags()
+    out = []
+    for w in wheels:
+        if w.tags & ok:
+            continue
+        have = ", ".join(sorted(str(t) for t in w.tags))
+        out.append(Violation("GR-PKG-WHEEL-TAG",
+                             f"not installable on {target.describe()}; its tags: {have}",
+                             file=w.path.relative_to(rel_to).as_posix(),
+                             hint=f"vendor a wheel built for {target.describe()} (or a py3-none-any wheel)"))
+    return out

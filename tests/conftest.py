@@ -1,0 +1,31 @@
+"""Shared pytest fixtures.
+
+``pypi_available`` tells whether the package registry answers; tests marked ``pypi`` skip
+cleanly when it does not (the check runs once per session and only contacts the registry).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.helpers.registry import registry_reachable
+
+
+@pytest.fixture(scope="session")
+def pypi_available() -> bool:
+    return registry_reachable()
+
+
+@pytest.fixture(autouse=True)
+def _skip_pypi_when_offline(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("pypi") and not request.getfixturevalue("pypi_available"):
+        pytest.skip("PyPI cannot be reached from here (test marked pypi)")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_runtime_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets its own GYM_RUNTIME_HOME unless it sets one; the uv cache stays shared."""
+    if "GYM_RUNTIME_HOME" not in os.environ:
+        monkeypatch.setenv("GYM_RUNTIME_HOME", str(tmp_path_factory.mktemp("gym-runtime-home")))

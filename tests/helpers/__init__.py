@@ -1,0 +1,1 @@
+"""Helpers shared by the test suite (tiny wheels, loopback indexes, case fixtures)."""

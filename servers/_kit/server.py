@@ -1,0 +1,126 @@
+"""The skeleton every built-in server shares: context, FastAPI app, sessions, errors, uvicorn.
+
+- ``GET /`` answers ``{"status": "ok"}`` (readiness: any HTTP answer, DESIGN.md §7).
+- Session: a cookie ``gym_session_<instance>`` holding a random id, set when absent and readable
+  as ``request.state.session_id`` (Gym keeps one per caller in a signed cookie; agents carry all
+  cookies along, so any name works across implementations).
+- Errors: an :class:`~_kit.peers.UpstreamError` becomes HTTP 502 ``{"error": {...}}`` naming the
+  upstream; any other uncaught exception becomes HTTP 500 ``{"error": {...}}`` naming this server.
+- :func:`main` turns a :class:`~_kit.config.StartupError` into one line on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from omegaconf import DictConfig
+from pydantic import BaseModel, ValidationError
+
+from _kit.config import StartupError, find_instance, instance_name, load_global_config, peer_address, resolved
+from _kit.peers import UpstreamError
+
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
+@dataclass
+class ServerContext:
+    """Who this process is: instance ``name``, ``server_type``, ``impl`` and its resolved ``config``."""
+
+    name: str
+    server_type: str
+    impl: str
+    config: dict[str, Any]
+    global_config: DictConfig
+
+    def parse(self, model: type[ConfigT]) -> ConfigT:
+        """Validate ``config`` with ``model``; a failure is a :class:`StartupError` listing each key."""
+        try:
+            return model.model_validate(self.config)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+            )
+            raise StartupError(f"invalid config for '{self.name}' ({self.server_type}/{self.impl}): {problems}") from exc
+
+    def peer(self, ref: Any, server_type: str) -> str:
+        """Base URL of the instance a reference ``{type, name}`` points to (checked against ``server_type``)."""
+        name = ref.get("name") if isinstance(ref, dict) else getattr(ref, "name", None)
+        kind = ref.get("type") if isinstance(ref, dict) else getattr(ref, "type", None)
+        if kind != server_type or not name:
+            raise StartupError(f"'{self.name}': expected a reference {{type: {server_type}, name: ...}}, got {ref!r}")
+        return peer_address(self.global_config, name, server_type)
+
+
+def load_context(server_type: str) -> ServerContext:
+    """Read this process's identity and config from the environment (DESIGN.md §7)."""
+    global_config = load_global_config()
+    name = instance_name()
+    kind, impl, _ = find_instance(global_config, name)
+    if kind != server_type:
+        raise StartupError(f"'{name}' is configured as {kind}, but this entrypoint serves {server_type}")
+    return ServerContext(name, kind, impl, resolved(global_config, name), global_config)
+
+
+def error_body(kind: str, message: str, **extra: Any) -> dict:
+    """The JSON error shape of the built-in servers: ``{"error": {"type", "message", ...}}``."""
+    return {"error": {"type": kind, "message": message, **extra}}
+
+
+def build_app(ctx: ServerContext, title: str) -> FastAPI:
+    """A FastAPI app with liveness, the session cookie and the error mapping installed."""
+    app = FastAPI(title=f"{title} ({ctx.name})")
+    cookie = f"gym_session_{ctx.name}"
+
+    @app.middleware("http")
+    async def session(request: Request, call_next):
+        session_id = request.cookies.get(cookie) or uuid.uuid4().hex
+        request.state.session_id = session_id
+        try:
+            response = await call_next(request)
+        except UpstreamError as exc:
+            response = JSONResponse(status_code=502, content=error_body("upstream_error", str(exc), **exc.details()))
+        except Exception as exc:  # noqa: BLE001 - every failure must answer, naming this server
+            message = f"{ctx.name} ({ctx.server_type}/{ctx.impl}) failed: {type(exc).__name__}: {exc}"
+            print(message, file=sys.stderr, flush=True)
+            response = JSONResponse(status_code=500, content=error_body("server_error", message, server=ctx.name))
+        if request.cookies.get(cookie) != session_id:
+            response.set_cookie(cookie, session_id, httponly=True)
+        return response
+
+    @app.get("/")
+    async def liveness() -> dict:
+        return {"status": "ok"}
+
+    return app
+
+
+def serve(app: FastAPI, ctx: ServerContext) -> None:
+    """Run ``app`` with uvicorn on this instance's ``host``/``port`` (Gym's uvicorn settings)."""
+    port = ctx.config.get("port")
+    if port is None:
+        raise StartupError(f"'{ctx.name}' has no port assigned")
+    uvicorn.run(app, host=ctx.config.get("host") or "127.0.0.1", port=int(port), log_level="warning",
+                timeout_graceful_shutdown=0.5, timeout_keep_alive=30)
+
+
+def main(start: Callable[[], None]) -> None:
+    """Call ``start``; a :class:`StartupError` prints ``error: <message>`` to stderr and exits 1."""
+    try:
+        start()
+    except StartupError as exc:
+        name = _safe_name()
+        print(f"error: [{name}] {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def _safe_name() -> str:
+    try:
+        return instance_name()
+    except StartupError:
+        return "unnamed server"

@@ -1,0 +1,197 @@
+"""``responses_api_models/vllm_model``: the policy model server (DESIGN.md §8; nemo_gym_runtime.md §5).
+
+Endpoints: ``POST /v1/responses`` (Responses API -> upstream ``/chat/completions`` -> Responses),
+``POST /v1/chat/completions`` (pass-through with the same pre/post-processing), ``GET /``.
+Config keys: ``base_url`` (string or list of replicas; a session sticks to one replica by
+sha256(session id) % n), ``api_key``, ``model``, ``return_token_id_information``,
+``uses_reasoning_parser``, ``request_prompt_and_generation_token_ids``, ``sampling_overrides``,
+``extra_body``, ``chat_template_kwargs``, ``replace_developer_role_with_system``,
+``request_timeout_seconds``.
+An upstream 400 about the context length / ``max_tokens`` becomes an empty completion with
+``finish_reason: length``; any other upstream failure is HTTP 502 naming the upstream URL.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fastapi import Request  # noqa: E402
+from fastapi.responses import JSONResponse  # noqa: E402
+from pydantic import BaseModel, ConfigDict, field_validator  # noqa: E402
+
+from _kit.config import StartupError  # noqa: E402
+from _kit.peers import Peers, UpstreamError  # noqa: E402
+from _kit.responses import TOKEN_FIELDS, split_think, to_chat_request, to_response  # noqa: E402
+from _kit.server import ServerContext, build_app, error_body, load_context, main, serve  # noqa: E402
+
+
+class VLLMModelConfig(BaseModel):
+    """The instance config (Gym's ``VLLMModelConfig`` keys that matter here; others are allowed)."""
+
+    model_config = ConfigDict(extra="allow")
+    base_url: list[str]
+    api_key: str = "EMPTY"
+    model: str
+    return_token_id_information: bool = False
+    uses_reasoning_parser: bool = False
+    request_prompt_and_generation_token_ids: bool = False
+    replace_developer_role_with_system: bool = False
+    sampling_overrides: dict[str, Any] | None = None
+    extra_body: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    request_timeout_seconds: float | None = None
+
+    @field_validator("base_url", mode="before")
+    @classmethod
+    def _as_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+def _is_context_length_error(status: int | None, body: Any) -> bool:
+    return status == 400 and ("context length" in str(body) or "max_tokens" in str(body))
+
+
+class VLLMModel:
+    """Talks to the upstream replicas; one instance per server process."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.config = ctx.parse(VLLMModelConfig)
+        if not self.config.base_url:
+            raise StartupError(f"'{ctx.name}': base_url is empty (set policy_base_url)")
+        self.replicas = [url.rstrip("/") for url in self.config.base_url]
+        self.peers = Peers(self.config.request_timeout_seconds,
+                           headers={"authorization": f"Bearer {self.config.api_key}"})
+
+    def replica(self, session_id: str) -> str:
+        """The replica base URL of a session (stable: sha256 of the session id modulo n)."""
+        digest = hashlib.sha256(session_id.encode()).digest()
+        return self.replicas[int.from_bytes(digest[:8], "big") % len(self.replicas)]
+
+    def prepare(self, body: dict) -> dict:
+        """The upstream body: model, token-id fields, reasoning split, extra body, sampling pins."""
+        body = copy.deepcopy(body)
+        body["model"] = self.config.model
+        body.pop("stream", None)
+        for message in body.get("messages", []):
+            if self.config.replace_developer_role_with_system and message.get("role") == "developer":
+                message["role"] = "system"
+            if self.config.uses_reasoning_parser and message.get("role") == "assistant":
+                if isinstance(message.get("content"), str):
+                    thoughts, rest = split_think(message["content"])
+                    message["content"] = rest
+                    if thoughts:
+                        message["reasoning_content"] = message["reasoning"] = thoughts[0]
+        if self.config.chat_template_kwargs:
+            body["chat_template_kwargs"] = {**self.config.chat_template_kwargs, **body.get("chat_template_kwargs", {})}
+        if self.config.return_token_id_information:
+            body.update(logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True)
+            if self.config.request_prompt_and_generation_token_ids:
+                body["return_token_ids"] = True
+            if body.get("n") not in (None, 1):
+                raise ValueError("n must be 1 when return_token_id_information is true")
+        if body.get("top_logprobs", 0) is None:
+            body.pop("top_logprobs")
+        if self.config.extra_body:
+            body = {**self.config.extra_body, **body}
+        body.update(self.config.sampling_overrides or {})
+        return body
+
+    async def chat(self, body: dict, session_id: str) -> dict:
+        """One upstream chat completion, post-processed as Gym's vllm_model does."""
+        upstream_body = self.prepare(body)
+        base = self.replica(session_id)
+        url = f"{base}/chat/completions"
+        try:
+            completion = await self.peers.json(f"model endpoint {base}", url, upstream_body)
+        except UpstreamError as exc:
+            if _is_context_length_error(exc.status, exc.body):
+                return self.empty_completion("length")
+            raise
+        choice = completion["choices"][0]
+        message = choice["message"]
+        thought = message.pop("reasoning_content", None) or message.pop("reasoning", None)
+        message.pop("reasoning", None)
+        if thought:
+            if not self.config.uses_reasoning_parser:
+                raise UpstreamError(f"model endpoint {base}", url, "returned reasoning content, but this server has "
+                                    "uses_reasoning_parser: false; enable it or drop the endpoint's reasoning parser")
+            message["content"] = f"<think>{thought}</think>" + (message.get("content") or "")
+        if self.config.return_token_id_information:
+            await self.attach_tokens(completion, upstream_body, base)
+        return completion
+
+    async def attach_tokens(self, completion: dict, upstream_body: dict, base: str) -> None:
+        """Put ``prompt_token_ids`` / ``generation_token_ids`` / ``generation_log_probs`` on the message."""
+        choice = completion["choices"][0]
+        message = choice["message"]
+        if all(message.get(f) is not None for f in TOKEN_FIELDS):
+            return
+        entries = (choice.get("logprobs") or {}).get("content")
+        if not isinstance(entries, list):
+            raise UpstreamError(f"model endpoint {base}", f"{base}/chat/completions",
+                                "returned no per-token logprobs although logprobs were requested")
+        generation_ids = [int(str(e["token"]).removeprefix("token_id:")) for e in entries]
+        prompt_ids = completion.pop("prompt_token_ids", None)
+        if prompt_ids is None:
+            tokenize_body = {k: upstream_body[k] for k in ("model", "messages", "tools", "chat_template_kwargs")
+                             if k in upstream_body}
+            tokenized = await self.peers.json(f"model endpoint {base}", f"{base.removesuffix('/v1')}/tokenize",
+                                              tokenize_body)
+            prompt_ids = tokenized["tokens"]
+        message.update(prompt_token_ids=prompt_ids, generation_token_ids=generation_ids,
+                       generation_log_probs=[float(e["logprob"]) for e in entries])
+        choice.pop("logprobs", None)
+        choice.pop("token_ids", None)
+
+    def empty_completion(self, finish_reason: str) -> dict:
+        """Gym's stand-in for a completion the upstream refused (context length)."""
+        return {"id": "chtcmpl-empty", "object": "chat.completion", "created": int(time.time()),
+                "model": self.config.model, "usage": None,
+                "choices": [{"index": 0, "finish_reason": finish_reason,
+                             "message": {"role": "assistant", "content": None, "tool_calls": None}}]}
+
+
+def create_app(ctx: ServerContext):
+    """The FastAPI app of this server."""
+    model = VLLMModel(ctx)
+    app = build_app(ctx, "vllm_model")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        body = await request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return JSONResponse(status_code=422, content=error_body("invalid_request", "'messages' must be a list"))
+        return await model.chat(body, request.state.session_id)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request):
+        body = await request.json()
+        if not isinstance(body, dict) or "input" not in body:
+            return JSONResponse(status_code=422, content=error_body("invalid_request", "'input' is required"))
+        try:
+            chat_body = to_chat_request(body, model.config.return_token_id_information)
+        except ValueError as exc:
+            return JSONResponse(status_code=422, content=error_body("invalid_request", str(exc)))
+        completion = await model.chat(chat_body, request.state.session_id)
+        return to_response({**body, "model": model.config.model}, completion,
+                           model.config.uses_reasoning_parser, model.config.return_token_id_information)
+
+    return app
+
+
+def start() -> None:
+    """Load the config, build the app, serve."""
+    ctx = load_context("responses_api_models")
+    serve(create_app(ctx), ctx)
+
+
+if __name__ == "__main__":
+    main(start)

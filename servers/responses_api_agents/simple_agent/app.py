@@ -1,0 +1,177 @@
+"""``responses_api_agents/simple_agent``: the tool-calling loop (DESIGN.md §8; nemo_gym_runtime.md §6.2).
+
+``POST /run``: ``/seed_session`` on the resources server -> model <-> tools loop -> ``/verify``;
+returns the verify answer (the run request, ``response`` and ``reward``). ``POST /v1/responses``:
+the loop alone. ``POST /aggregate_metrics``: proxied to the resources server. ``GET /``.
+Loop: call the model's ``/v1/responses`` with ``input`` + outputs so far; stop on
+``incomplete_details``, when an assistant message comes without function calls, or after
+``max_steps`` model calls; each function call goes to ``POST /<name>`` on the resources server
+with the parsed JSON arguments; invalid JSON arguments are fed back as the tool output
+``{"error": "Invalid tool call arguments: ..."}`` and a tool's error answer is fed back as is.
+Cookies from each upstream are carried along and set on the reply.
+Config keys: ``resources_server`` and ``model_server`` (references ``{type, name}``),
+``max_steps`` (null: no limit), ``skip_verification``, ``skip_verification_reward``,
+``request_timeout_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fastapi import Request, Response  # noqa: E402
+from pydantic import BaseModel, ConfigDict  # noqa: E402
+
+from _kit.peers import CookieJar, Peers, UpstreamError  # noqa: E402
+from _kit.resources import AggregateRequest  # noqa: E402
+from _kit.server import ServerContext, build_app, load_context, main, serve  # noqa: E402
+
+
+class Ref(BaseModel):
+    """A server reference ``{type, name}``."""
+
+    type: str
+    name: str
+
+
+class SimpleAgentConfig(BaseModel):
+    """Instance config."""
+
+    model_config = ConfigDict(extra="allow")
+    resources_server: Ref
+    model_server: Ref
+    max_steps: int | None = None
+    skip_verification: bool = False
+    skip_verification_reward: float = 0.0
+    request_timeout_seconds: float | None = None
+
+
+class RunRequest(BaseModel):
+    """A dataset row: ``responses_create_params`` plus any other fields (forwarded as is)."""
+
+    model_config = ConfigDict(extra="allow")
+    responses_create_params: dict[str, Any]
+
+
+class SimpleAgent:
+    """The loop; ``model_url`` and ``resources_url`` are resolved from the references at start."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.config = ctx.parse(SimpleAgentConfig)
+        self.model_name = self.config.model_server.name
+        self.resources_name = self.config.resources_server.name
+        self.model_url = ctx.peer(self.config.model_server.model_dump(), "responses_api_models")
+        self.resources_url = ctx.peer(self.config.resources_server.model_dump(), "resources_servers")
+        self.peers = Peers(self.config.request_timeout_seconds)
+
+    async def tool(self, call: dict, jar: CookieJar) -> str:
+        """The tool output fed back to the model for one function call."""
+        try:
+            arguments = json.loads(call.get("arguments") or "")
+        except (json.JSONDecodeError, TypeError) as exc:
+            return json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
+        response = await self.peers.post(self.resources_name, f"{self.resources_url}/{call['name']}", arguments,
+                                         jar, check=False)
+        return response.text
+
+    async def episode(self, params: dict, resources: CookieJar, model: CookieJar) -> dict:
+        """Run the model <-> tools loop; returns the last model response with every output appended."""
+        base_input = params.get("input", [])
+        if isinstance(base_input, str):
+            base_input = [{"type": "message", "role": "user", "content": base_input}]
+        outputs: list[dict] = []
+        usage: dict[str, Any] | None = None
+        step = 0
+        while True:
+            step += 1
+            url = f"{self.model_url}/v1/responses"
+            reply = await self.peers.json(self.model_name, url, {**params, "input": base_input + outputs}, model)
+            if not isinstance(reply, dict) or not isinstance(reply.get("output"), list):
+                raise UpstreamError(self.model_name, url, f"answered a body that is not a Responses object: "
+                                    f"{json.dumps(reply)[:300]}")
+            outputs.extend(reply["output"])
+            usage = _add_usage(usage, reply.get("usage"))
+            if reply.get("incomplete_details"):
+                break
+            calls = [o for o in reply["output"] if o.get("type") == "function_call"]
+            said = any(o.get("type") == "message" and o.get("role") == "assistant" for o in reply["output"])
+            if not calls and said:
+                break
+            for call in calls:
+                outputs.append({"type": "function_call_output", "call_id": call["call_id"],
+                                "output": await self.tool(call, resources)})
+            if self.config.max_steps and step >= self.config.max_steps:
+                break
+        return {**reply, "output": outputs, "usage": usage}
+
+    async def run(self, body: RunRequest, cookies: dict[str, str]) -> tuple[dict, CookieJar, CookieJar]:
+        """seed_session -> episode -> verify; returns the verify answer and the cookie jars."""
+        resources, model = CookieJar(cookies), CookieJar(cookies)
+        row = body.model_dump()
+        await self.peers.post(self.resources_name, f"{self.resources_url}/seed_session", row, resources)
+        response = await self.episode(body.responses_create_params, resources, model)
+        if self.config.skip_verification:
+            return ({**row, "response": response, "reward": float(self.config.skip_verification_reward),
+                     "verification_skipped": True}, resources, model)
+        verified = await self.peers.json(self.resources_name, f"{self.resources_url}/verify",
+                                         {**row, "response": response}, resources)
+        return verified, resources, model
+
+
+def _add_usage(total: dict | None, usage: dict | None) -> dict | None:
+    if not usage:
+        return total
+    if not total:
+        return json.loads(json.dumps(usage))
+    out = dict(total)
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        out[key] = (out.get(key) or 0) + (usage.get(key) or 0)
+    for group, field in (("input_tokens_details", "cached_tokens"), ("output_tokens_details", "reasoning_tokens")):
+        out[group] = {field: ((out.get(group) or {}).get(field) or 0) + ((usage.get(group) or {}).get(field) or 0)}
+    return out
+
+
+def _set_cookies(response: Response, *jars: CookieJar) -> None:
+    for jar in jars:
+        for name, value in jar.values.items():
+            response.set_cookie(name, value)
+
+
+def create_app(ctx: ServerContext):
+    """The FastAPI app of this server."""
+    agent = SimpleAgent(ctx)
+    app = build_app(ctx, "simple_agent")
+
+    @app.post("/run")
+    async def run(body: RunRequest, request: Request, response: Response) -> dict:
+        result, resources, model = await agent.run(body, dict(request.cookies))
+        _set_cookies(response, resources, model)
+        return result
+
+    @app.post("/v1/responses")
+    async def responses(body: dict[str, Any], request: Request, response: Response) -> dict:
+        resources, model = CookieJar(dict(request.cookies)), CookieJar(dict(request.cookies))
+        result = await agent.episode(body, resources, model)
+        _set_cookies(response, resources, model)
+        return result
+
+    @app.post("/aggregate_metrics")
+    async def aggregate_metrics(body: AggregateRequest) -> dict:
+        return await agent.peers.json(agent.resources_name, f"{agent.resources_url}/aggregate_metrics",
+                                      body.model_dump())
+
+    return app
+
+
+def start() -> None:
+    """Load the config, build the app, serve."""
+    ctx = load_context("responses_api_agents")
+    serve(create_app(ctx), ctx)
+
+
+if __name__ == "__main__":
+    main(start)

@@ -1,0 +1,65 @@
+"""Sandboxed server processes with an enforced egress allowlist (DESIGN.md §6, issue 4).
+
+Stable API (the daemon calls exactly this)::
+
+    from sandbox import (EgressPolicy, IsolationLevel, probe_isolation, Sandbox, ProcessSpec,
+                         ResourceLimits, SandboxedProcess)
+
+    policy = EgressPolicy.from_environ(os.environ, policy_endpoints=["http://127.0.0.1:8000/v1"])
+    policy.decide(host, port, resolved=None) -> Decision(allowed, rule)
+    policy.describe() -> dict                      # print at start, serve from the head server
+    report = probe_isolation() -> IsolationReport(level, reasons, details)   # cached; .warning, .to_dict()
+
+    sb = await Sandbox.start(policy, work_dir, require_full=False, level=None, resolver=None)
+    sb.level, sb.report                             # chosen level and why (report.warning when < full)
+    port = sb.allocate_port()                       # for a server inside the sandbox network
+    proc = sb.spawn(ProcessSpec(name, argv, cwd, env, read_only_paths, writable_paths,
+                                stdout_fd, stderr_fd, limits=ResourceLimits(memory_mb, pids, nofile)))
+    host, hport = await sb.publish(port)            # daemon-side address of 127.0.0.1:port inside
+    addr = await sb.expose_host_service(inside_port, host, port)  # e.g. the head server, inside
+    sb.denials, sb.denial_count                     # [{server, host, port, rule, time}]
+    await sb.close()
+
+    proc.pid, proc.pidfd, proc.app_pid(), proc.poll(), proc.returncode, await proc.wait(),
+    await proc.stop(grace_s) -> ExitInfo(returncode, reason, detail), proc.exit_info(), proc.memory_rss()
+
+Rules for the caller:
+
+* ``Sandbox.start`` and ``spawn`` run on the event-loop thread: PR_SET_PDEATHSIG follows the
+  *thread* that forked, so a server spawned from a short-lived worker thread is killed when that
+  thread ends. ``spawn`` is synchronous; the process is started when it returns.
+* ``ProcessSpec.env`` is the complete environment; the sandbox adds only ``HTTP(S)_PROXY`` /
+  ``http(s)_proxy`` (a per-server proxy listener, so denials name the server) and
+  ``NO_PROXY``/``no_proxy`` (localhost, 127.0.0.1, ::1, policy endpoint hosts and their aliases).
+* Policy endpoints keep their original URLs: at full/partial each (host, port) is served by an
+  in-namespace forward (a hostname is mapped to 127.0.1.N in the sandbox ``/etc/hosts``; an IP
+  literal is added to the namespace's ``lo``). Servers talk to each other over 127.0.0.1 at ports
+  from ``allocate_port()``. Give them the address ``expose_host_service`` returns for the head server.
+* Exit: ``loop.add_reader(proc.pidfd, cb)`` (then ``proc.poll()``/``proc.exit_info()``) or
+  ``await proc.wait()``; a crash is seen at once. A server over its memory limit is killed and its
+  ``exit_info().reason`` is ``memory-limit`` (cgroup OOM or the psutil watcher).
+* ``Sandbox.start`` sets PR_SET_CHILD_SUBREAPER on the daemon so orphans are reparented to it.
+* Errors: ``gym_runtime.errors.SettingsError`` (bad operator variables), ``IsolationError``
+  (``require_full`` not satisfiable), ``StartError`` (spawn failed).
+"""
+
+from .launch import ProcessSpec
+from .limits import ResourceLimits
+from .policy import AllowEntry, Decision, EgressPolicy
+from .probe import IsolationLevel, IsolationReport, probe_isolation
+from .process import ExitInfo, SandboxedProcess
+from .core import Sandbox
+
+__all__ = [
+    "AllowEntry",
+    "Decision",
+    "EgressPolicy",
+    "ExitInfo",
+    "IsolationLevel",
+    "IsolationReport",
+    "ProcessSpec",
+    "ResourceLimits",
+    "Sandbox",
+    "SandboxedProcess",
+    "probe_isolation",
+]

@@ -1,0 +1,283 @@
+"""The per-environment sandbox: network namespace + proxy + forwards + sandboxed processes (DESIGN.md §6)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from gym_runtime.errors import IsolationError, StartError
+
+from .launch import ProcessSpec, bwrap_argv, make_preexec
+from .limits import CgroupSlot
+from .netns import NetnsHolder, set_child_subreaper
+from .policy import EgressPolicy, normalize_host, parse_ip_literal
+from .probe import IsolationLevel, IsolationReport, find_bwrap, interpreter_roots, probe_isolation
+from .process import SandboxedProcess
+from .proxy import EgressProxy, Resolver, host_dial, serve_forward, system_resolve
+
+log = logging.getLogger("sandbox")
+PORT_RANGE = range(20000, 32768)  # below Linux's ephemeral range, so client sockets never collide
+_HINT = ("run where unprivileged user namespaces are allowed (user.max_user_namespaces > 0, no AppArmor/seccomp "
+         "block), with an unmasked /proc (Kubernetes: procMount: Unmasked) and bubblewrap available")
+
+
+class Sandbox:
+    """One environment's sandbox. Create with ``await Sandbox.start(...)``; see the package docstring."""
+
+    def __init__(self, policy: EgressPolicy, work_dir: Path, report: IsolationReport, level: IsolationLevel,
+                 resolver: Resolver | None) -> None:
+        self.policy = policy
+        self.work_dir = Path(work_dir)
+        self.report = report
+        self.level = level
+        self.resolver = resolver
+        self.denials: list[dict] = []
+        self.processes: list[SandboxedProcess] = []
+        self.holder: NetnsHolder | None = None
+        self.bwrap: str | None = None
+        self.proc_mode = "mount"
+        self._servers: list[asyncio.AbstractServer] = []
+        self._published: dict[int, tuple[str, int]] = {}
+        self._reserved: set[int] = set()
+        self._next_port = PORT_RANGE.start
+        self._endpoint_addrs: dict[str, str] = {}
+        self._proxy = EgressProxy(policy, self._on_deny, resolver, self._loopback_dial)
+        self._watch: asyncio.Task | None = None
+        self._pending: list[asyncio.Task] = []
+        self._state = Path(tempfile.mkdtemp(prefix="sandbox-", dir=self.work_dir))
+
+    # ---------------------------------------------------------------- start / stop
+    @classmethod
+    async def start(cls, policy: EgressPolicy, work_dir: Path, require_full: bool = False,
+                    level: IsolationLevel | None = None, resolver: Resolver | None = None) -> Sandbox:
+        """Probe (cached), pick the level (``level`` forces a lower one), start the namespace holder
+        and the endpoint forwards. Call from the event-loop thread. Raises IsolationError when
+        ``require_full`` and the level is below full, or when ``level`` is above what the host allows."""
+        report = await asyncio.to_thread(probe_isolation)
+        chosen = report.level if level is None else IsolationLevel(level)
+        if chosen.rank > report.level.rank:
+            raise IsolationError(f"isolation level {chosen.value!r} requested but this host allows only "
+                                 f"{report.level.value!r}", cause="; ".join(report.reasons), hint=_HINT)
+        if require_full and chosen != IsolationLevel.FULL:
+            why = "; ".join(report.reasons) or f"level forced to {chosen.value}"
+            raise IsolationError(f"full isolation required (--require-isolation) but only {chosen.value!r} "
+                                 "is available", cause=why, hint=_HINT)
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
+        sb = cls(policy, Path(work_dir), report, chosen, resolver)
+        if chosen != report.level:
+            sb.report = IsolationReport(chosen, report.reasons + [f"level forced to {chosen.value}"], report.details)
+        if sb.report.warning:
+            log.warning(sb.report.warning)
+        set_child_subreaper()
+        try:
+            await sb._setup()
+        except BaseException:
+            await sb.close()
+            raise
+        return sb
+
+    async def _setup(self) -> None:
+        if self.level == IsolationLevel.NONE:
+            return
+        self.holder = NetnsHolder.start()
+        if self.level == IsolationLevel.FULL or (self.report.details.get("bwrap") and self.report.details.get("proc")):
+            self.bwrap = self.report.details.get("bwrap") or find_bwrap()
+            self.proc_mode = "mount" if self.level == IsolationLevel.FULL else self.report.details.get("proc", "bind")
+        hosts = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+        for i, (host, port) in enumerate(self.policy.endpoints):
+            if parse_ip_literal(host) is not None:
+                addr = host
+                if not (addr.startswith("127.") or addr == "::1"):
+                    self.holder.add_address(addr)
+            else:
+                addr = self._endpoint_addrs.setdefault(host, f"127.0.1.{len(self._endpoint_addrs) + 1}")
+                hosts.append(f"{addr} {host}")
+            await self._forward_into(addr, port, host, port)
+            self._reserved.add(port)
+        (self._state / "hosts").write_text("\n".join(hosts) + "\n")
+        (self._state / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+
+    async def close(self) -> None:
+        """Stop every process (KILL, no grace), the forwards, the proxy and the holder. Idempotent."""
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        for p in self.processes:
+            if p.poll() is None:
+                p.kill_now()
+                await p.wait()
+            if p.cgroup is not None:
+                p.cgroup.remove()
+        for t in self._pending:
+            try:
+                self._servers.append(await t)
+            except Exception:
+                pass
+        self._pending.clear()
+        for s in self._servers:
+            s.close()
+        self._servers.clear()
+        if self.holder is not None:
+            self.holder.close()
+            self.holder = None
+
+    # ---------------------------------------------------------------- networking
+    def _on_deny(self, event: dict) -> None:
+        event["time"] = time.time()
+        self.denials.append(event)
+
+    @property
+    def denial_count(self) -> int:
+        """How many connections the proxy refused (403) so far."""
+        return len(self.denials)
+
+    async def _loopback_dial(self, ip: str, port: int) -> socket.socket:
+        if self.holder is None:
+            return await host_dial(ip, port)
+        s = self.holder.socket(6 if ":" in ip else 4)
+        try:
+            await asyncio.get_running_loop().sock_connect(s, (ip, port))
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    async def _forward_into(self, inside_ip: str, inside_port: int, host: str, port: int) -> None:
+        """Listen at inside_ip:inside_port in the netns; splice each connection to host:port (daemon side)."""
+        assert self.holder is not None
+        sock = self.holder.listen(inside_ip, inside_port)
+
+        async def dial() -> socket.socket:
+            literal = parse_ip_literal(host)
+            if literal is not None:
+                return await host_dial(str(literal), port)
+            out = self.resolver(host) if self.resolver is not None else await system_resolve(host)
+            addrs = list(await out) if asyncio.iscoroutine(out) else list(out)
+            return await host_dial(addrs[0], port)
+
+        self._servers.append(await serve_forward(sock, dial))
+
+    def allocate_port(self) -> int:
+        """A free port for a server inside the sandbox network: sequential from 20000 (below the
+        ephemeral range), checked bindable in the netns, never a forward or an earlier allocation.
+        At level none: a host port from the kernel (bind-0; a small race remains)."""
+        if self.holder is None:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            self._reserved.add(port)
+            return port
+        while self._next_port < PORT_RANGE.stop:
+            port, self._next_port = self._next_port, self._next_port + 1
+            if port not in self._reserved and self.holder.port_free(port):
+                self._reserved.add(port)
+                return port
+        raise StartError("no free port left in the sandbox network (20000-32767)")
+
+    async def publish(self, port: int) -> tuple[str, int]:
+        """Host-side address reaching 127.0.0.1:port inside (cached per port; identity at level none)."""
+        if self.holder is None:
+            return ("127.0.0.1", port)
+        if port not in self._published:
+            lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            lsock.bind(("127.0.0.1", 0))
+            lsock.listen(512)
+            lsock.setblocking(False)
+            self._servers.append(await serve_forward(lsock, lambda: self._loopback_dial("127.0.0.1", port)))
+            self._published[port] = lsock.getsockname()[:2]
+        return self._published[port]
+
+    async def expose_host_service(self, inside_port: int, host: str, port: int) -> tuple[str, int]:
+        """Make host:port (a daemon-side service, e.g. the head server) reachable inside at
+        127.0.0.1:inside_port. Returns the address servers must use: ``("127.0.0.1", inside_port)``
+        at full/partial, ``(host, port)`` unchanged at none."""
+        if self.holder is None:
+            return (host, port)
+        await self._forward_into("127.0.0.1", inside_port, host, port)
+        self._reserved.add(inside_port)
+        return ("127.0.0.1", inside_port)
+
+    def proxy_env(self, proxy_port: int) -> dict[str, str]:
+        """The variables the sandbox adds: HTTP(S)_PROXY both cases, NO_PROXY listing peers explicitly."""
+        url = f"http://127.0.0.1:{proxy_port}"
+        peers = ["localhost", "127.0.0.1", "::1"]
+        for host, _ in self.policy.endpoints:
+            peers.append(host)
+        peers += list(self._endpoint_addrs.values()) if self.holder is not None else []
+        no_proxy = ",".join(dict.fromkeys(peers))
+        return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
+                "NO_PROXY": no_proxy, "no_proxy": no_proxy}
+
+    # ---------------------------------------------------------------- processes
+    def _spawn_sync(self, spec: ProcessSpec, proxy_port: int) -> SandboxedProcess:
+        env = {**spec.env, **self.proxy_env(proxy_port)}
+        cg = CgroupSlot(spec.name, spec.limits)
+        join = self.holder.preexec_join if self.holder is not None else None
+        ro = [*spec.read_only_paths, *interpreter_roots(spec.argv[0])]
+        if self.bwrap is not None:
+            argv = bwrap_argv(self.bwrap, spec, env, self.proc_mode, ro, self._state / "hosts", self._state / "resolv.conf")
+            popen_env: dict[str, str] | None = {}
+        else:
+            argv, popen_env = list(spec.argv), dict(env)
+        try:
+            popen = subprocess.Popen(
+                argv, cwd=str(spec.cwd), env=popen_env, stdin=subprocess.DEVNULL, stdout=spec.stdout_fd,
+                stderr=spec.stderr_fd, close_fds=True, start_new_session=self.bwrap is None,
+                preexec_fn=make_preexec(spec.limits, cg.procs_files, join, os.getpid()),
+            )
+        except (OSError, subprocess.SubprocessError) as e:
+            cg.remove()
+            raise StartError(f"server {spec.name!r} could not be started in the sandbox: {e}",
+                             hint=f"argv[0]={spec.argv[0]!r} must be an absolute interpreter path") from e
+        proc = SandboxedProcess(spec.name, popen, spec.limits, cg, self.bwrap is not None)
+        self.processes.append(proc)
+        if (spec.limits.memory_mb and not cg.enforces_memory) or (spec.limits.pids and not cg.enforces_pids):
+            self._ensure_watcher()
+        return proc
+
+    def spawn(self, spec: ProcessSpec) -> SandboxedProcess:
+        """Start one server. Must run on the event-loop thread (PDEATHSIG follows the thread).
+        Raises StartError when the process cannot be started."""
+        loop = asyncio.get_running_loop()
+        sock_port = self._proxy_port_sync(spec.name, loop)
+        return self._spawn_sync(spec, sock_port)
+
+    def _proxy_port_sync(self, name: str, loop: asyncio.AbstractEventLoop) -> int:
+        # start_server(sock=...) only registers the socket; do it synchronously via the loop's API.
+        if self.holder is not None:
+            sock = self.holder.listen("127.0.0.1", 0)
+        else:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(512)
+            sock.setblocking(False)
+        port = sock.getsockname()[1]
+        self._reserved.add(port)
+        self._pending.append(loop.create_task(self._proxy.serve(sock, name)))
+        return port
+
+    def _ensure_watcher(self) -> None:
+        if self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(self._watch_limits())
+
+    async def _watch_limits(self, every_s: float = 1.0) -> None:
+        """psutil watcher for limits the cgroups do not enforce: kill the tree and mark the reason."""
+        while True:
+            await asyncio.sleep(every_s)
+            for p in self.processes:
+                if p.poll() is not None:
+                    continue
+                lim, cg = p.limits, p.cgroup
+                if lim.memory_mb and not (cg and cg.enforces_memory) and p.memory_rss() > lim.memory_mb << 20:
+                    p.mark("memory-limit", f"tree RSS over {lim.memory_mb} MB")
+                    p.kill_now()
+                elif lim.pids and not (cg and cg.enforces_pids) and len(p.tree()) > lim.pids:
+                    p.mark("pids-limit", f"more than {lim.pids} processes")
+                    p.kill_now()

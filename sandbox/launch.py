@@ -1,0 +1,99 @@
+"""How one server process is launched at each level: the bubblewrap command and the pre-exec steps.
+
+Order inside the forked child (preexec_fn, single-threaded): rlimits, cgroup join, then join the
+holder's user + network namespace, then PR_SET_PDEATHSIG(SIGKILL) (after the credential change,
+so it sticks) and a parent check. bubblewrap then adds: its own user/pid/ipc/uts/mount
+namespaces, ``--die-with-parent``, ``--new-session``, ``--clearenv`` + the explicit env,
+``--cap-drop ALL``, ``--disable-userns``, a tmpfs ``/tmp`` *before* any bind (a bind under /tmp
+would otherwise be hidden), read-only system dirs, venv, interpreter and package, writable dirs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .limits import ResourceLimits, apply_rlimits, join_cgroups
+from .netns import set_pdeathsig
+
+# Harmless system files a Python server may need; never all of /etc (as mapped root, /etc/shadow would be readable).
+ETC_FILES = ("/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
+             "/etc/localtime", "/etc/mime.types", "/etc/ld.so.cache", "/etc/alternatives")
+
+
+@dataclass
+class ProcessSpec:
+    """One server to start. ``argv[0]``: absolute interpreter path (inside a venv). ``env``: the
+    COMPLETE environment (the sandbox adds only the proxy variables). ``read_only_paths``: venv,
+    package, server dir...; ``writable_paths``: work dir etc. ``stdout_fd``/``stderr_fd``: open
+    fds (or None = inherit). The interpreter's base install is bound read-only automatically."""
+
+    name: str
+    argv: Sequence[str]
+    cwd: Path | str
+    env: Mapping[str, str]
+    read_only_paths: Sequence[Path | str] = ()
+    writable_paths: Sequence[Path | str] = ()
+    stdout_fd: int | None = None
+    stderr_fd: int | None = None
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+
+
+def base_bwrap_args(proc_mode: str = "mount") -> list[str]:
+    """Namespace, capability and system-directory flags shared by the probe and every server.
+
+    ``proc_mode``: ``mount`` (private /proc for the pid namespace) or ``bind`` (masked-/proc fallback).
+    """
+    args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL", "--disable-userns",
+            "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for f in ETC_FILES:
+        if os.path.exists(f):
+            args += ["--ro-bind", f, f]
+    args += ["--proc", "/proc"] if proc_mode == "mount" else ["--ro-bind", "/proc", "/proc"]
+    args += ["--dev", "/dev"]
+    return args
+
+
+def bwrap_argv(bwrap: str, spec: ProcessSpec, env: Mapping[str, str], proc_mode: str, ro: Sequence[Path],
+               hosts_file: Path | None, resolv_file: Path | None) -> list[str]:
+    """The full bubblewrap command for ``spec`` (binds sorted parent-first so nested rw-in-ro works)."""
+    args = [bwrap, *base_bwrap_args(proc_mode)]
+    if hosts_file is not None:
+        args += ["--ro-bind", str(hosts_file), "/etc/hosts"]
+    if resolv_file is not None:
+        args += ["--ro-bind", str(resolv_file), "/etc/resolv.conf"]
+    binds = [(Path(p).resolve(), "--ro-bind") for p in ro] + [(Path(p).resolve(), "--bind") for p in spec.writable_paths]
+    seen: set[Path] = set()
+    for path, flag in sorted(binds, key=lambda b: (len(b[0].parts), b[1] == "--bind")):
+        if path in seen or not path.exists():
+            continue
+        seen.add(path)
+        args += [flag, str(path), str(path)]
+    for k, v in env.items():
+        args += ["--setenv", k, v]
+    args += ["--chdir", str(Path(spec.cwd).resolve()), "--", *spec.argv]
+    return args
+
+
+def make_preexec(limits: ResourceLimits, procs_files: list[str], join: Callable[[], None] | None,
+                 parent_pid: int) -> Callable[[], None]:
+    """The preexec_fn for one server (see module doc for the order)."""
+
+    def preexec() -> None:
+        apply_rlimits(limits)
+        join_cgroups(procs_files)
+        if join is not None:
+            join()
+        set_pdeathsig()
+        if os.getppid() != parent_pid:
+            os._exit(111)
+
+    return preexec

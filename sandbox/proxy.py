@@ -1,0 +1,213 @@
+"""The allowlisting HTTP proxy and the plain TCP forwards, both asyncio (reference/sandbox_tech.md §2.4).
+
+Proxy: ``CONNECT host:port`` and absolute-URI requests (``GET http://host:port/path``). Host and
+port come from the authority / URI, never from ``Host:``. The policy decides on the name the
+client sent; for a name, the proxy resolves it itself (injected ``resolver`` or the system's),
+checks *every* resolved address and connects to a checked one (no second lookup). A denial is a
+``403`` with ``X-Sandbox-Deny: <rule>``, is logged and handed to ``on_deny``. Absolute-URI
+requests are forwarded in origin-form with ``Proxy-*`` headers stripped and ``Connection: close``
+(one request per connection). Every socket gets TCP_NODELAY (Nagle + delayed ACK cost 43 ms here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+from .policy import EgressPolicy, parse_ip_literal
+
+log = logging.getLogger("sandbox.egress")
+Resolver = Callable[[str], "list[str] | Awaitable[list[str]]"]
+# (ip, port) -> connected non-blocking socket; used for loopback peers (inside the sandbox netns).
+Dialer = Callable[[str, int], Awaitable[socket.socket]]
+MAX_HEAD = 64 * 1024
+_HOP = {"proxy-connection", "proxy-authorization", "proxy-authenticate", "connection", "keep-alive"}
+
+
+def nodelay(sock: socket.socket | None) -> None:
+    """Set TCP_NODELAY when ``sock`` is a TCP socket (no-op otherwise)."""
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+
+async def host_dial(ip: str, port: int) -> socket.socket:
+    """Connect from the daemon's own network namespace; returns a connected non-blocking socket."""
+    fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    s.setblocking(False)
+    nodelay(s)
+    try:
+        await asyncio.get_running_loop().sock_connect(s, (ip, port))
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+async def system_resolve(host: str) -> list[str]:
+    """Addresses for ``host`` from the system resolver (daemon side), de-duplicated, in order."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(i[4][0]) for i in infos))
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        try:
+            if writer.can_write_eof():
+                writer.write_eof()
+        except (OSError, RuntimeError):
+            pass
+
+
+async def splice(a: tuple[asyncio.StreamReader, asyncio.StreamWriter], b: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+    """Copy both ways until both sides are done, then close both writers."""
+    try:
+        await asyncio.gather(_pump(a[0], b[1]), _pump(b[0], a[1]))
+    finally:
+        for w in (a[1], b[1]):
+            w.close()
+
+
+async def open_streams(sock: socket.socket) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """asyncio streams over an already connected socket (TCP_NODELAY set)."""
+    nodelay(sock)
+    return await asyncio.open_connection(sock=sock)
+
+
+class EgressProxy:
+    """Per-sandbox proxy handler; ``serve(sock, server)`` starts it on a listening socket.
+
+    ``server`` names which sandboxed server owns that listener (one listener per server), so
+    denials carry the server. ``loopback_dial`` connects to loopback peers (inside the netns).
+    """
+
+    def __init__(self, policy: EgressPolicy, on_deny: Callable[[dict], None], resolver: Resolver | None = None,
+                 loopback_dial: Dialer = host_dial) -> None:
+        self.policy = policy
+        self.on_deny = on_deny
+        self.resolver = resolver
+        self.loopback_dial = loopback_dial
+        self.connections = 0
+
+    async def serve(self, sock: socket.socket, server: str | None) -> asyncio.AbstractServer:
+        """Start serving on ``sock`` (listening, any namespace); returns the asyncio server."""
+        return await asyncio.start_server(lambda r, w: self._handle(r, w, server), sock=sock)
+
+    async def _resolve(self, host: str) -> list[str]:
+        if self.resolver is None:
+            return await system_resolve(host)
+        out = self.resolver(host)
+        return list(await out) if inspect.isawaitable(out) else list(out)
+
+    async def _deny(self, writer: asyncio.StreamWriter, server: str | None, host: str, port: int, rule: str,
+                    status: str = "403 Forbidden") -> None:
+        log.warning("egress DENY server=%s host=%s port=%s rule=%s", server, host, port, rule)
+        if status.startswith("403"):
+            self.on_deny({"server": server, "host": host, "port": port, "rule": rule})
+        body = f"egress denied by sandbox policy: {host}:{port} ({rule})\n".encode()
+        writer.write(
+            f"HTTP/1.1 {status}\r\nX-Sandbox-Deny: {rule}\r\nContent-Type: text/plain\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+        )
+        try:
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        writer.close()
+
+    async def _connect(self, host: str, port: int, server: str | None, writer: asyncio.StreamWriter) -> socket.socket | None:
+        """Decide, resolve, re-check and connect; on refusal answer the client and return None."""
+        decision = self.policy.decide(host, port)
+        if not decision.allowed:
+            await self._deny(writer, server, host, port, decision.rule)
+            return None
+        literal = parse_ip_literal(host)
+        try:
+            if decision.rule == "loopback-peer":
+                return await self.loopback_dial("127.0.0.1" if host.lower() == "localhost" else str(literal), port)
+            addrs = [str(literal)] if literal is not None else await self._resolve(host.strip("[]").rstrip("."))
+            if not addrs:
+                raise OSError(f"no address for {host}")
+            if decision.rule != "policy-endpoint":
+                decision = self.policy.decide(host, port, addrs)
+                if not decision.allowed:
+                    await self._deny(writer, server, host, port, decision.rule)
+                    return None
+            last: Exception | None = None
+            for ip in addrs:
+                try:
+                    return await asyncio.wait_for(host_dial(ip, port), 10)
+                except (OSError, asyncio.TimeoutError) as e:
+                    last = e
+            raise OSError(f"connect {host}:{port} failed: {last}")
+        except OSError as e:
+            log.info("egress upstream failure server=%s host=%s port=%s: %s", server, host, port, e)
+            await self._deny(writer, server, host, port, f"upstream-error: {e}", "502 Bad Gateway")
+            return None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: str | None) -> None:
+        self.connections += 1
+        nodelay(writer.get_extra_info("socket"))
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            writer.close()
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            await self._deny(writer, server, "?", 0, "bad-request", "400 Bad Request")
+            return
+        method, target, version = parts
+        if method == "CONNECT":
+            url = urlsplit(f"//{target}")
+            host, port = url.hostname or "", url.port or 443
+        else:
+            url = urlsplit(target)
+            if url.scheme != "http" or not url.hostname:
+                await self._deny(writer, server, target[:100], 0, "not-absolute-http-uri", "400 Bad Request")
+                return
+            host, port = url.hostname, url.port or 80
+        sock = await self._connect(host, port, server, writer)
+        if sock is None:
+            return
+        log.debug("egress ALLOW server=%s host=%s port=%s", server, host, port)
+        up = await open_streams(sock)
+        if method == "CONNECT":
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        else:
+            path = url.path or "/"
+            if url.query:
+                path += "?" + url.query
+            keep = [ln for ln in lines[1:] if ln and ln.split(":", 1)[0].strip().lower() not in _HOP]
+            up[1].write(("\r\n".join([f"{method} {path} {version}", *keep, "Connection: close"]) + "\r\n\r\n").encode("latin-1"))
+        await splice((reader, writer), up)
+
+
+async def serve_forward(sock: socket.socket, dial: Callable[[], Awaitable[socket.socket]]) -> asyncio.AbstractServer:
+    """A plain TCP forward: every connection accepted on ``sock`` is spliced to ``dial()``."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nodelay(writer.get_extra_info("socket"))
+        try:
+            up = await open_streams(await dial())
+        except OSError as e:
+            log.warning("forward to upstream failed: %s", e)
+            writer.close()
+            return
+        await splice((reader, writer), up)
+
+    return await asyncio.start_server(handle, sock=sock)

@@ -1,0 +1,227 @@
+"""Dataset rows (the dry-run input): read a JSONL file and check every row before anything starts.
+
+Contract: DESIGN.md §9 and reference/nmp_env_packages.md §1.5-§1.6 (NMP's ``GymDatasetRow`` /
+``GymVerifiersDatasetRow``, Gym's ``verifiers_agent`` run request). One JSON object per line:
+
+- required: ``responses_create_params`` (a mapping whose ``input`` is a non-empty string or a
+  list of Responses API items) and ``agent_ref: {type: responses_api_agents, name: <instance>}``
+  naming a configured agent instance;
+- optional, type-checked: ``task_idx`` (int), ``question`` / ``answer`` / ``task`` (str),
+  ``example_id`` (int or str), ``info`` (mapping), ``vf_env_id`` (str);
+- rows for a ``verifiers_agent`` need an int ``task_idx`` and a ``vf_env_id`` (on the row or in
+  the agent config); a row's ``vf_env_id`` must equal the agent's ``vf_env_id`` (else the
+  manifest's ``metadata.vf_env_id``) when one is configured;
+- every other key is forwarded to the agent untouched. Blank lines are skipped.
+
+Every problem becomes a :class:`~gym_runtime.errors.Violation` whose ``file`` is
+``<path>:<line>`` and whose ``key`` is the field, all reported in one
+:class:`~gym_runtime.errors.DatasetError`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from gym_runtime.errors import DatasetError, Violation
+
+AGENT_TYPE = "responses_api_agents"
+VERIFIERS_AGENT = "verifiers_agent"
+MAX_REPORTED = 50
+_MISSING = object()
+_OPTIONAL_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "task_idx": ((int,), "an integer"),
+    "question": ((str,), "a string"),
+    "answer": ((str,), "a string"),
+    "task": ((str,), "a string"),
+    "example_id": ((int, str), "an integer or a string"),
+    "info": ((dict,), "a mapping"),
+    "vf_env_id": ((str,), "a string"),
+}
+
+
+class AgentSpec(Protocol):
+    """What row checks need to know about an agent instance (a ``ServerInstance`` fits)."""
+
+    implementation: str
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DatasetRow:
+    """One checked row: ``index`` (0-based among rows), ``line`` (1-based in the file), the
+    agent instance it goes to, and the row object exactly as read (sent to ``/run`` as is)."""
+
+    index: int
+    line: int
+    agent: str
+    data: dict[str, Any] = field(hash=False)
+
+
+def _type_name(v: Any) -> str:
+    return "null" if v is None else type(v).__name__
+
+
+def _is(v: Any, types: tuple[type, ...]) -> bool:
+    return isinstance(v, types) and not isinstance(v, bool)
+
+
+class _RowChecker:
+    """Checks one row object against the agents and the manifest's ``vf_env_id``."""
+
+    def __init__(self, where: str, agents: Mapping[str, AgentSpec], manifest_vf_env_id: str | None) -> None:
+        self.where, self.agents, self.manifest_vf = where, agents, manifest_vf_env_id
+
+    def check(self, line: int, row: Any) -> list[Violation]:
+        file = f"{self.where}:{line}"
+        if not isinstance(row, dict):
+            return [Violation("GR-DATASET-ROW", f"a row must be a JSON object, got {_type_name(row)}", file=file,
+                              hint="write one JSON object per line")]
+        out = self._params(file, row.get("responses_create_params", _MISSING))
+        for key, (types, what) in _OPTIONAL_TYPES.items():
+            if key in row and not _is(row[key], types):
+                out.append(Violation("GR-DATASET-FIELD", f"must be {what}, got {_type_name(row[key])}",
+                                     file=file, key=key))
+        agent, ref_violations = self._agent_ref(file, row.get("agent_ref", _MISSING))
+        out += ref_violations
+        if agent is not None:
+            out += self._vf_env(file, row, agent)
+        return out
+
+    def _params(self, file: str, params: Any) -> list[Violation]:
+        if params is _MISSING:
+            return [Violation("GR-DATASET-MISSING-FIELD", "required field is missing", file=file,
+                              key="responses_create_params",
+                              hint='add {"responses_create_params": {"input": [{"role": "user", "content": "..."}]}}')]
+        if not isinstance(params, dict):
+            return [Violation("GR-DATASET-FIELD", f"must be a mapping, got {_type_name(params)}", file=file,
+                              key="responses_create_params")]
+        key = "responses_create_params.input"
+        if "input" not in params:
+            return [Violation("GR-DATASET-MISSING-FIELD", "required field is missing (the prompt, Responses API "
+                              "shape)", file=file, key=key)]
+        value = params["input"]
+        if isinstance(value, str):
+            return [] if value.strip() else [Violation("GR-DATASET-FIELD", "must not be empty", file=file, key=key)]
+        if not isinstance(value, list) or not value:
+            return [Violation("GR-DATASET-FIELD", "must be a non-empty string or a non-empty list of input items, "
+                              f"got {_type_name(value) if value != [] else 'an empty list'}", file=file, key=key)]
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, dict) or not ("role" in item or "type" in item):
+                out.append(Violation("GR-DATASET-FIELD", "each input item must be an object with `role` and "
+                                     "`content` (a message) or a `type`", file=file, key=f"{key}[{i}]"))
+        return out
+
+    def _agent_ref(self, file: str, ref: Any) -> tuple[str | None, list[Violation]]:
+        known = ", ".join(sorted(self.agents)) or "(none)"
+        if ref is _MISSING:
+            return None, [Violation("GR-DATASET-MISSING-FIELD", "required field is missing", file=file,
+                                    key="agent_ref", hint=f'add "agent_ref": {{"type": "{AGENT_TYPE}", "name": '
+                                    f'"<agent>"}}; configured agents: {known}')]
+        if not isinstance(ref, dict):
+            return None, [Violation("GR-DATASET-FIELD", f"must be a mapping {{type, name}}, got {_type_name(ref)}",
+                                    file=file, key="agent_ref")]
+        out = []
+        if ref.get("type") != AGENT_TYPE:
+            out.append(Violation("GR-DATASET-AGENT-REF", f"type must be {AGENT_TYPE!r}, got {ref.get('type')!r}",
+                                 file=file, key="agent_ref.type"))
+        name = ref.get("name")
+        if not isinstance(name, str) or not name:
+            out.append(Violation("GR-DATASET-MISSING-FIELD" if name is None else "GR-DATASET-FIELD",
+                                 "must name an agent instance", file=file, key="agent_ref.name",
+                                 hint=f"configured agents: {known}"))
+            return None, out
+        if name not in self.agents:
+            close = difflib.get_close_matches(name, list(self.agents), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            out.append(Violation("GR-DATASET-AGENT-REF", f"agent {name!r} is not a configured "
+                                 f"{AGENT_TYPE} instance", file=file, key="agent_ref.name",
+                                 hint=f"{hint}configured agents: {known} (use the instance name, not the "
+                                 "implementation folder)"))
+            return None, out
+        return name, out
+
+    def _vf_env(self, file: str, row: dict[str, Any], agent: str) -> list[Violation]:
+        spec = self.agents[agent]
+        agent_vf = spec.config.get("vf_env_id") or None
+        expected = agent_vf or self.manifest_vf
+        got = row.get("vf_env_id")
+        out = []
+        if isinstance(got, str) and expected and got != expected:
+            origin = f"agent {agent!r}" if agent_vf else "the manifest's metadata.vf_env_id"
+            out.append(Violation("GR-DATASET-VF-ENV-ID", f"vf_env_id {got!r} != expected {expected!r} "
+                                 f"(from {origin})", file=file, key="vf_env_id",
+                                 hint="fix the row, or regenerate the dataset for this environment"))
+        if spec.implementation == VERIFIERS_AGENT:
+            if "task_idx" not in row:
+                out.append(Violation("GR-DATASET-MISSING-FIELD", f"required for rows sent to {VERIFIERS_AGENT} "
+                                     f"(agent {agent!r})", file=file, key="task_idx",
+                                     hint="task_idx is the index of the example in the verifiers dataset"))
+            if not got and not agent_vf:
+                out.append(Violation("GR-DATASET-MISSING-FIELD", f"required: agent {agent!r} has no vf_env_id in "
+                                     "its config, so the row must name the environment", file=file,
+                                     key="vf_env_id"))
+        return out
+
+
+
+def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
+               manifest_vf_env_id: str | None = None) -> list[DatasetRow]:
+    """Parse and check JSONL ``text``; ``where`` names the file in messages.
+
+    ``agents`` maps agent instance names to their spec (implementation, resolved config).
+    Returns the rows in file order. Raises :class:`DatasetError` listing every problem (the
+    first :data:`MAX_REPORTED`), or when the file holds no row at all.
+    """
+    checker = _RowChecker(where, agents, manifest_vf_env_id)
+    rows: list[DatasetRow] = []
+    problems: list[Violation] = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            problems.append(Violation("GR-DATASET-JSON", f"not valid JSON at column {e.colno}: {e.msg}",
+                                      file=f"{where}:{line_no}", hint="one JSON object per line (JSONL)"))
+            continue
+        found = checker.check(line_no, obj)
+        problems += found
+        if not found:
+            rows.append(DatasetRow(len(rows), line_no, obj["agent_ref"]["name"], obj))
+    if problems:
+        shown = problems[:MAX_REPORTED]
+        more = len(problems) - len(shown)
+        lines = len({v.file for v in problems})
+        raise DatasetError(f"dataset {where} has {len(problems)} problem{'s' if len(problems) != 1 else ''} "
+                           f"on {lines} line{'s' if lines != 1 else ''}" + (f" (first {len(shown)} shown)"
+                                                                           if more else ""),
+                           violations=shown, hint="fix the rows; nothing was started")
+    if not rows:
+        raise DatasetError(f"dataset {where} holds no rows", hint="one JSON object per line, see DESIGN.md §9")
+    return rows
+
+
+def load_rows(path: str | Path, agents: Mapping[str, AgentSpec],
+              manifest_vf_env_id: str | None = None) -> list[DatasetRow]:
+    """Read and check the JSONL file at ``path`` (see :func:`parse_rows`).
+
+    Raises :class:`DatasetError` for a missing/unreadable/non-UTF-8 file or bad rows.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DatasetError(f"dataset file not found: {p}", hint="pass --dataset ROWS.jsonl") from None
+    except IsADirectoryError:
+        raise DatasetError(f"dataset path is a directory: {p}", hint="pass the .jsonl file itself") from None
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"dataset {p} is not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise DatasetError(f"dataset {p} cannot be read: {e.strerror}") from None
+    return parse_rows(text, str(p), agents, manifest_vf_env_id)

@@ -1,0 +1,65 @@
+"""Group statistics: per-row mean/std/min/max/failures and the "no GRPO signal" flag (DESIGN.md §9)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from rich.console import Console
+
+from gym_runtime.rollouts.report import print_report, report_dict
+from gym_runtime.rollouts.stats import NO_SIGNAL, RolloutResult, coerce_reward, row_stats, summarize
+
+
+def res(row: int, sample: int, reward: float | None, code: str | None = None) -> RolloutResult:
+    err = {"code": code, "message": "boom"} if code else None
+    return RolloutResult(row, sample, row + 1, "agent", reward, 0.1, err)
+
+
+RESULTS = [res(0, 0, 1.0), res(0, 1, 0.0), res(0, 2, 1.0), res(0, 3, 0.0),
+           res(1, 0, 0.5), res(1, 1, 0.5), res(1, 2, 0.5), res(1, 3, None, "GR-ROLLOUT-HTTP"),
+           res(2, 0, None, "GR-ROLLOUT-HTTP"), res(2, 1, None, "GR-ROLLOUT-TIMEOUT"), res(2, 2, 1.0), res(2, 3, None,
+                                                                                                   "GR-ROLLOUT-HTTP")]
+
+
+def test_row_stats() -> None:
+    s0, s1, s2 = row_stats(reversed(RESULTS))
+    assert (s0.mean, s0.std, s0.min, s0.max, s0.failures, s0.signal, s0.flag) == (0.5, 0.5, 0.0, 1.0, 0, True, None)
+    assert (s1.mean, s1.std, s1.failures, s1.signal, s1.flag) == (0.5, 0.0, 1, False, NO_SIGNAL)
+    assert (s2.samples, s2.rewards, s2.failures, s2.signal) == (4, [1.0], 3, None)
+
+
+def test_all_failed_row_has_no_numbers() -> None:
+    [s] = row_stats([res(0, 0, None, "X"), res(0, 1, None, "X")])
+    assert (s.mean, s.std, s.min, s.max, s.signal) == (None, None, None, None, None)
+
+
+def test_float_noise_is_equal() -> None:
+    [s] = row_stats([res(0, 0, 0.1 + 0.2), res(0, 1, 0.3)])
+    assert s.signal is False
+
+
+def test_summary() -> None:
+    stats = row_stats(RESULTS)
+    s = summarize(stats, RESULTS, wall_s=2.0)
+    assert (s.rows, s.rollouts, s.succeeded, s.failures) == (3, 12, 8, 4)
+    assert (s.signal_rows, s.no_signal_rows, s.unknown_signal_rows, s.signal_share) == (1, 1, 1, 0.5)
+    assert s.failures_by_code == {"GR-ROLLOUT-HTTP": 3, "GR-ROLLOUT-TIMEOUT": 1}
+    assert s.rollouts_per_s == 6.0 and math.isclose(s.reward_mean, 4.5 / 8)
+
+
+def test_table_and_json() -> None:
+    stats = row_stats(RESULTS)
+    summary = summarize(stats, RESULTS, 2.0)
+    console = Console(record=True, width=140, color_system=None)
+    print_report(console, stats, summary)
+    text = console.export_text()
+    assert NO_SIGNAL in text and "rows with GRPO signal: 1/2 (50%)" in text
+    assert "GR-ROLLOUT-HTTP: 3" in text and "unknown (<2 rewards)" in text
+    obj = json.loads(json.dumps(report_dict(stats, summary, package="p")))
+    assert obj["package"] == "p" and obj["rows"][1]["flag"] == NO_SIGNAL and obj["summary"]["rollouts"] == 12
+
+
+def test_coerce_reward() -> None:
+    assert coerce_reward(1) == 1.0 and coerce_reward(0.25) == 0.25
+    assert coerce_reward(True) is None and coerce_reward("1") is None and coerce_reward(float("nan")) is None

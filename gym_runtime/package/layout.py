@@ -43,13 +43,15 @@ def check_config_paths(root: Path, config_paths: list[str]) -> tuple[list[Path],
         key = f"config_paths[{i}]"
         p = root / rel
         chain = [root / "/".join(rel.split("/")[: n + 1]) for n in range(len(rel.split("/")))]
-        if any(c.is_symlink() for c in chain):
-            v.append(Violation("GR-PKG-CONFIG-SYMLINK", f"config symlinks are not allowed: {rel}",
-                               file="nemo-environment.yaml", key=key, hint="copy the file into the package"))
-            continue
-        if not p.resolve().is_relative_to(real_root):
-            v.append(Violation("GR-PKG-CONFIG-ESCAPE", f"config path escapes the package root: {rel}",
-                               file="nemo-environment.yaml", key=key))
+        links = [c for c in chain if c.is_symlink()]
+        if links:
+            v.append(Violation("GR-PKG-CONFIG-SYMLINK", f"config symlinks are not allowed: {rel} (symlink: "
+                               f"{links[0].relative_to(root).as_posix()})", file="nemo-environment.yaml", key=key,
+                               hint="copy the file into the package"))
+        if not _inside(p, real_root):
+            v.append(Violation("GR-PKG-CONFIG-ESCAPE", f"config path escapes the package root after resolving "
+                               f"symlinks: {rel}", file="nemo-environment.yaml", key=key))
+        if links:
             continue
         if not p.is_file():
             v.append(Violation("GR-PKG-CONFIG-MISSING", f"config_paths references a file that is not in the "
@@ -58,6 +60,13 @@ def check_config_paths(root: Path, config_paths: list[str]) -> tuple[list[Path],
             continue
         files.append(p)
     return files, v
+
+
+def _inside(p: Path, real_root: Path) -> bool:
+    try:
+        return p.resolve().is_relative_to(real_root)
+    except (OSError, RuntimeError, ValueError):  # symlink loops, NUL bytes
+        return False
 
 
 def find_jsonl(root: Path) -> list[Violation]:
@@ -91,6 +100,10 @@ def find_server_dirs(root: Path, origin: str = "package") -> tuple[dict[tuple[st
                 continue
             present = [f for f in INSTALL_FILES if (d / f).is_file()]
             rel = d.relative_to(root).as_posix()
+            if d.is_symlink() and not _inside(d, root.resolve()):
+                v.append(Violation("GR-PKG-ESCAPE", "server directory is a symlink to outside the package",
+                                   file=rel, hint="copy the server into the package"))
+                continue
             if len(present) == 2:
                 v.append(Violation("GR-PKG-SERVER-BOTH", "server directory has both requirements.txt and "
                                    "pyproject.toml", file=rel + "/", hint="keep exactly one of them"))

@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from gym_runtime.errors import Violation
+from gym_runtime.package.yamlfile import YamlProblem, load_yaml_file
 
 MANIFEST_NAME = "nemo-environment.yaml"
 NATIVE_PREFIXES = ("responses_api_agents/", "resources_servers/", "responses_api_models/")
@@ -56,145 +57,191 @@ class Adapter(_Closed):
 
 def _check_path_text(p: str) -> str:
     if not p or p != p.strip():
-        raise ValueError("config paths must be non-empty and cannot have surrounding whitespace")
+        raise PydanticCustomError("gr_config_path", "config paths must be non-empty and cannot have surrounding "
+                                  "whitespace: '{p}'", {"p": p})
     if "\\" in p:
-        raise ValueError(f"config paths must use POSIX '/' separators: {p!r}")
+        raise PydanticCustomError("gr_config_path", "config paths must use POSIX '/' separators: '{p}'", {"p": p})
     if p.startswith("/"):
-        raise ValueError(f"config paths must be relative to the package root: {p!r}")
+        raise PydanticCustomError("gr_config_path", "config paths must be relative to the package root: '{p}'",
+                                  {"p": p})
     if any(seg in (".", "..", "") for seg in p.split("/")):
-        raise ValueError(f"config paths cannot contain '.', '..' or empty segments: {p!r}")
+        raise PydanticCustomError("gr_config_path", "config paths cannot contain '.', '..' or empty segments: "
+                                  "'{p}'", {"p": p})
     return p
 
 
-ConfigPath = Annotated[str, Field(min_length=1)]
+def _prefix_rule(fmt: str, prefixes: tuple[str, ...]) -> AfterValidator:
+    def check(p: str) -> str:
+        if not p.startswith(prefixes):
+            raise PydanticCustomError("gr_config_prefix", "{fmt} config_paths must be under {where}: '{p}'",
+                                      {"fmt": fmt, "where": " or ".join(prefixes), "p": p})
+        return p
+    return AfterValidator(check)
 
 
-class _ManifestBase(_Closed):
-    config_paths: list[ConfigPath]
-    metadata: Metadata
+ConfigPath = Annotated[str, AfterValidator(_check_path_text)]
+NativePath = Annotated[ConfigPath, _prefix_rule("native-v1", NATIVE_PREFIXES)]
+AdapterPath = Annotated[ConfigPath, _prefix_rule("adapter-wheels-v1", (ADAPTER_PREFIX,))]
 
-    @field_validator("config_paths")
-    @classmethod
-    def _paths(cls, v: list[str]) -> list[str]:
-        for p in v:
-            _check_path_text(p)
-        dupes = sorted({p for p in v if v.count(p) > 1})
-        if dupes:
-            raise ValueError(f"config_paths cannot contain duplicates: {', '.join(dupes)}")
+
+def _no_duplicates(v: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    for i, p in enumerate(v):
+        if p in seen:
+            raise PydanticCustomError("gr_config_duplicate", "config_paths cannot contain duplicates: '{p}' is "
+                                      "listed as entry {first} and entry {i}", {"p": p, "first": seen[p], "i": i})
+        seen[p] = i
+    return v
+
+
+def _non_empty(fmt: str) -> AfterValidator:
+    def check(v: list[str]) -> list[str]:
+        if not v:
+            raise PydanticCustomError("gr_config_path", "{fmt} config_paths must name at least one config",
+                                      {"fmt": fmt})
         return v
+    return AfterValidator(check)
 
 
-class NativeManifest(_ManifestBase):
+class NativeManifest(_Closed):
     """``native-v1``: Gym server trees only, configs under a server type directory."""
 
     format: Literal["native-v1"]
-
-    @field_validator("config_paths")
-    @classmethod
-    def _native(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("native-v1 config_paths must name at least one config")
-        bad = [p for p in v if not p.startswith(NATIVE_PREFIXES)]
-        if bad:
-            raise ValueError(f"native-v1 config_paths must be under {NATIVE_PREFIXES}: {', '.join(bad)}")
-        return v
+    config_paths: Annotated[list[NativePath], AfterValidator(_no_duplicates), _non_empty("native-v1")]
+    metadata: Metadata
 
 
-class WheelsManifest(_ManifestBase):
-    """``wheels-v1``: server trees plus a vendored ``wheels/`` closure; configs anywhere."""
+class WheelsManifest(_Closed):
+    """``wheels-v1``: server trees plus a vendored ``wheels/`` closure; configs anywhere, maybe none
+    (the package then only adds wheels to built-in servers)."""
 
     format: Literal["wheels-v1"]
+    config_paths: Annotated[list[ConfigPath], AfterValidator(_no_duplicates)]
+    metadata: Metadata
 
 
-class AdapterManifest(_ManifestBase):
+class AdapterManifest(_Closed):
     """``adapter-wheels-v1``: a built-in adapter agent runs environments shipped as wheels."""
 
     format: Literal["adapter-wheels-v1"]
+    config_paths: Annotated[list[AdapterPath], AfterValidator(_no_duplicates), _non_empty("adapter-wheels-v1")]
+    metadata: Metadata
     adapter: Adapter
 
-    @field_validator("config_paths")
-    @classmethod
-    def _adapter(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("adapter-wheels-v1 config_paths must name at least one config")
-        bad = [p for p in v if not p.startswith(ADAPTER_PREFIX)]
-        if bad:
-            raise ValueError(f"adapter-wheels-v1 config_paths must be under configs/: {', '.join(bad)}")
-        return v
+
+class _AnyFormat(_Closed):
+    """What every format shares: validated when ``format`` itself is bad, to report the rest too."""
+
+    format: Any = None
+    config_paths: Annotated[list[ConfigPath], AfterValidator(_no_duplicates)]
+    metadata: Metadata
+    adapter: Adapter | None = None
 
 
 Manifest = Annotated[Union[NativeManifest, WheelsManifest, AdapterManifest], Field(discriminator="format")]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Manifest)
 FORMATS = ("native-v1", "wheels-v1", "adapter-wheels-v1")
+_CUSTOM_CODES = {"gr_config_path": "GR-PKG-CONFIG-PATH", "gr_config_prefix": "GR-PKG-CONFIG-PREFIX",
+                 "gr_config_duplicate": "GR-PKG-CONFIG-DUPLICATE"}
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in FORMATS or part in ("function-after", "literal_error"):
+    for i, part in enumerate(loc):
+        if i == 0 and part in FORMATS:
             continue  # pydantic's union tag, not a key of the file
+        if isinstance(part, int) and out:
+            out += f"[{part}]"
         else:
             out += ("." if out else "") + str(part)
     return out
 
 
-def _pydantic_violations(err: ValidationError) -> list[Violation]:
-    out = []
-    for e in err.errors():
-        key = _loc(e["loc"]) or None
-        msg = e["msg"].removeprefix("Value error, ")
-        code, hint = "GR-PKG-MANIFEST", None
-        if e["type"] == "extra_forbidden":
-            code, msg = "GR-PKG-MANIFEST-UNKNOWN-KEY", "unknown key (the manifest schema is closed)"
-            hint = "remove it; runtime settings such as egress are operator settings, never manifest keys"
-            if key == "adapter":
-                code = "GR-PKG-ADAPTER"
-                msg = "adapter is only allowed for format adapter-wheels-v1"
-                hint = "remove the adapter block, or use format: adapter-wheels-v1"
-        elif e["type"] == "missing":
-            code, msg = "GR-PKG-MANIFEST-MISSING-KEY", "required key is missing"
-            if key == "adapter":
-                code, hint = "GR-PKG-ADAPTER", "add adapter: {agent: verifiers_agent, agent_type: responses_api_agents}"
-        elif e["type"] == "union_tag_invalid" or e["type"] == "union_tag_not_found":
-            code, key = "GR-PKG-FORMAT", "format"
-            msg = f"format must be one of {', '.join(FORMATS)}"
-        elif key and key.startswith("config_paths"):
-            code = "GR-PKG-CONFIG-PATH"
-        elif key and key.startswith("adapter"):
-            code = "GR-PKG-ADAPTER"
-        elif key and key.startswith("metadata"):
-            code = "GR-PKG-METADATA"
-        out.append(Violation(code, msg, file=MANIFEST_NAME, key=key, hint=hint))
-    return out
+def _violation(e: dict[str, Any], fmt: Any) -> Violation:
+    key = _loc(e["loc"]) or None
+    msg = e["msg"].removeprefix("Value error, ")
+    code, hint, kind = "GR-PKG-MANIFEST", None, e["type"]
+    if kind in _CUSTOM_CODES:
+        code = _CUSTOM_CODES[kind]
+        if kind == "gr_config_duplicate":
+            key = f"config_paths[{e['ctx']['i']}]"
+        if kind == "gr_config_prefix":
+            hint = "move the config under one of those directories and update config_paths"
+    elif kind == "extra_forbidden" and key == "adapter":
+        code = "GR-PKG-ADAPTER"
+        msg = f"adapter is only allowed for format adapter-wheels-v1 (this manifest is {fmt})"
+        hint = "remove the adapter block, or use format: adapter-wheels-v1"
+    elif kind == "extra_forbidden" or kind == "invalid_key":
+        code, msg = "GR-PKG-MANIFEST-UNKNOWN-KEY", f"unknown key {key!r} (the manifest schema is closed)"
+        hint = "remove it; runtime settings such as egress are operator settings, never manifest keys"
+    elif key == "adapter" and kind == "missing":
+        code, msg = "GR-PKG-ADAPTER", "adapter is required for format adapter-wheels-v1"
+        hint = "add adapter: {agent: verifiers_agent, agent_type: responses_api_agents}"
+    elif key and key.split(".")[0].split("[")[0] in ("config_paths", "metadata", "adapter"):
+        code = {"config_paths": "GR-PKG-CONFIG-PATH", "metadata": "GR-PKG-METADATA",
+                "adapter": "GR-PKG-ADAPTER"}[key.split(".")[0].split("[")[0]]
+        if kind == "missing":
+            msg = f"required key {key!r} is missing"
+    elif kind == "missing":
+        code, msg = "GR-PKG-MANIFEST-MISSING-KEY", f"required key {key!r} is missing"
+    return Violation(code, msg, file=MANIFEST_NAME, key=key, hint=hint)
+
+
+def _format_violation(data: dict[Any, Any]) -> Violation:
+    fmt = data.get("format")
+    got = "is missing" if "format" not in data else f"{fmt!r} is not a known format"
+    return Violation("GR-PKG-FORMAT", f"format {got}; it must be one of {', '.join(FORMATS)}", file=MANIFEST_NAME,
+                     key="format", hint="native-v1 for Gym server trees, wheels-v1 when wheels/ vendors the "
+                     "dependencies, adapter-wheels-v1 for a built-in adapter agent")
+
+
+def validate_manifest(data: dict[Any, Any]) -> tuple[NativeManifest | WheelsManifest | AdapterManifest | None,
+                                                     list[Violation]]:
+    """Validate a parsed manifest mapping; returns the model or every violation.
+
+    When ``format`` is missing or unknown, the rest is still checked against the rules all
+    formats share, so one run reports every problem.
+    """
+    fmt = data.get("format")
+    if not isinstance(fmt, str) or fmt not in FORMATS:
+        out = [_format_violation(data)]
+        try:
+            _AnyFormat.model_validate(data)
+        except ValidationError as e:
+            out += [_violation(x, fmt) for x in e.errors()]
+        return None, out
+    try:
+        return _ADAPTER.validate_python(data), []
+    except ValidationError as e:
+        return None, [_violation(x, fmt) for x in e.errors()]
 
 
 def parse_manifest(root: Path) -> tuple[NativeManifest | WheelsManifest | AdapterManifest | None, list[Violation]]:
     """Read ``root/nemo-environment.yaml`` into a manifest model.
 
     Returns ``(manifest, [])`` or ``(None, violations)``; never raises for bad input.
-    Violations: missing/not-a-file manifest, malformed YAML (with line/column), a non-mapping,
-    and every schema error with its key path.
+    Violations: missing / symlinked / not-a-file manifest, non-UTF-8 or malformed YAML (with
+    line/column), an empty file or a non-mapping, and every schema error with its key path.
     """
     path = root / MANIFEST_NAME
-    if path.is_symlink() or not path.is_file():
+    hint = "an environment package is a directory with nemo-environment.yaml at its root"
+    if path.is_symlink():
+        return None, [Violation("GR-PKG-MANIFEST-SYMLINK", f"{MANIFEST_NAME} must be a regular file, not a symlink",
+                                file=MANIFEST_NAME, hint="copy the file into the package")]
+    if not path.exists():
         return None, [Violation("GR-PKG-NO-MANIFEST", f"missing {MANIFEST_NAME} at the package root ({root})",
-                                file=MANIFEST_NAME,
-                                hint="an environment package is a directory with nemo-environment.yaml at its root")]
+                                file=MANIFEST_NAME, hint=hint)]
+    if not path.is_file():
+        return None, [Violation("GR-PKG-NO-MANIFEST", f"{MANIFEST_NAME} is not a file", file=MANIFEST_NAME,
+                                hint=hint)]
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        return None, [Violation("GR-PKG-MANIFEST-YAML", "is not UTF-8 text", file=MANIFEST_NAME)]
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        return None, [Violation("GR-PKG-MANIFEST-YAML", f"is not valid YAML{where}: {problem}", file=MANIFEST_NAME)]
+        data = load_yaml_file(path)
+    except (YamlProblem, OSError) as e:
+        return None, [Violation("GR-PKG-MANIFEST-YAML", str(e), file=MANIFEST_NAME)]
+    if data is None:
+        return None, [Violation("GR-PKG-MANIFEST-YAML", "is empty; it must be a mapping with format, config_paths "
+                                "and metadata", file=MANIFEST_NAME, hint="see DESIGN.md §3 for the keys")]
     if not isinstance(data, dict):
-        return None, [Violation("GR-PKG-MANIFEST-YAML", f"must be a mapping, got {type(data).__name__}",
+        return None, [Violation("GR-PKG-MANIFEST-YAML", f"must be a mapping, got a {type(data).__name__}",
                                 file=MANIFEST_NAME, hint="see DESIGN.md §3 for the keys")]
-    try:
-        return _ADAPTER.validate_python(data), []
-    except ValidationError as e:
-        return None, _pydantic_violations(e)
+    return validate_manifest(data)

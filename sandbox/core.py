@@ -18,7 +18,7 @@ from .launch import ProcessSpec, bwrap_argv, make_preexec
 from .limits import CgroupSlot
 from .netns import NetnsHolder, set_child_subreaper
 from .policy import EgressPolicy, normalize_host, parse_ip_literal
-from .probe import IsolationLevel, IsolationReport, find_bwrap, interpreter_roots, probe_isolation
+from .probe import IsolationLevel, IsolationReport, interpreter_roots, probe_isolation
 from .process import SandboxedProcess
 from .proxy import EgressProxy, Resolver, host_dial, serve_forward, system_resolve
 
@@ -87,9 +87,10 @@ class Sandbox:
         if self.level == IsolationLevel.NONE:
             return
         self.holder = NetnsHolder.start()
-        if self.level == IsolationLevel.FULL or (self.report.details.get("bwrap") and self.report.details.get("proc")):
-            self.bwrap = self.report.details.get("bwrap") or find_bwrap()
-            self.proc_mode = "mount" if self.level == IsolationLevel.FULL else self.report.details.get("proc", "bind")
+        if self.report.details.get("bwrap") and self.report.details.get("proc"):
+            # partial (probed or forced) = the masked-/proc fallback: pid ns kept, host /proc bound read-only
+            self.bwrap = self.report.details["bwrap"]
+            self.proc_mode = "mount" if self.level == IsolationLevel.FULL else "bind"
         hosts = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
         for i, (host, port) in enumerate(self.policy.endpoints):
             if parse_ip_literal(host) is not None:
@@ -209,8 +210,10 @@ class Sandbox:
         url = f"http://127.0.0.1:{proxy_port}"
         peers = ["localhost", "127.0.0.1", "::1"]
         for host, _ in self.policy.endpoints:
-            peers.append(host)
-        peers += list(self._endpoint_addrs.values()) if self.holder is not None else []
+            # at level none a hostname endpoint goes through the proxy (which resolves it), never local DNS
+            if self.holder is not None or parse_ip_literal(host) is not None:
+                peers.append(host)
+        peers += list(self._endpoint_addrs.values())
         no_proxy = ",".join(dict.fromkeys(peers))
         return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
                 "NO_PROXY": no_proxy, "no_proxy": no_proxy}

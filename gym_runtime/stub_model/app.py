@@ -1,7 +1,8 @@
 """The stub model's HTTP app: an OpenAI-compatible server that answers like vLLM.
 
 Endpoints (shapes as vLLM's OpenAI server):
-``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /tokenize``, ``GET /health``, ``GET /``.
+``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /tokenize``, ``GET /health``, ``GET /``,
+and ``GET /stub/stats`` (``{"chat_completions": n}`` served so far, to observe replica choice).
 
 vLLM fields honoured on chat completions: ``logprobs``/``top_logprobs`` (``choices[].logprobs.
 content[]``), ``return_tokens_as_token_ids`` (tokens spelled ``token_id:<id>``), ``return_token_ids``
@@ -62,8 +63,10 @@ class _Sampler:
     def __init__(self, seed: int) -> None:
         self._seed = seed
         self._seen: Counter[str] = Counter()
+        self.served = 0
 
     def rng(self, prompt_key: str, request_seed: int | None) -> random.Random:
+        self.served += 1
         if request_seed is None:
             occurrence = self._seen[prompt_key]
             self._seen[prompt_key] += 1
@@ -133,6 +136,10 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
     @app.get("/health")
     async def health() -> dict:
         return {}
+
+    @app.get("/stub/stats")
+    async def stats() -> dict:
+        return {"chat_completions": sampler.served}
 
     @app.get("/v1/models")
     async def models() -> dict:

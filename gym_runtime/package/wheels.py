@@ -61,7 +61,7 @@ class Target:
     def supported_tags(self) -> frozenset[Tag]:
         """Every (interpreter, abi, platform) tag a CPython of this version on this platform installs."""
         plats = self.platform_tags()
-        cp = list(cpython_tags(self.python, platforms=plats))
+        cp = list(cpython_tags(self.python, abis=[f"cp{self.python[0]}{self.python[1]}"], platforms=plats))
         rest = list(compatible_tags(self.python, f"cp{self.python[0]}{self.python[1]}", plats))
         return frozenset(cp + rest)
 
@@ -69,21 +69,28 @@ class Target:
         return f"CPython {self.python[0]}.{self.python[1]} {self.platform} (glibc {self.glibc[0]}.{self.glibc[1]})"
 
 
+def _version_pair(text: str, flag: str, example: str) -> tuple[int, int]:
+    parts = text.strip().split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        raise ValueError(f"{flag} must look like {example}, got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
 def parse_target(platform: str, python: str, glibc: str | None = None) -> Target:
-    """Build a :class:`Target` from CLI strings; raises ``ValueError`` with a readable message."""
+    """Build a :class:`Target` from CLI strings (``linux/amd64``, ``3.13``, ``2.36``).
+
+    Raises ``ValueError`` with a readable message for an unknown platform, a Python that is not
+    CPython 3.8+ or a glibc older than 2.17 (manylinux2014, the oldest tag the runtime supports).
+    """
     if platform not in ARCHES:
         raise ValueError(f"--platform must be one of {', '.join(ARCHES)}, got {platform!r}")
-    try:
-        major, minor = (int(x) for x in python.split(".")[:2])
-    except ValueError:
-        raise ValueError(f"--python must look like 3.13, got {python!r}") from None
-    g = DEFAULT_GLIBC
-    if glibc:
-        try:
-            g = tuple(int(x) for x in glibc.split(".")[:2])  # type: ignore[assignment]
-        except ValueError:
-            raise ValueError(f"--glibc must look like 2.36, got {glibc!r}") from None
-    return Target(platform, (major, minor), g)  # type: ignore[arg-type]
+    py = _version_pair(python, "--python", "3.13")
+    if py[0] != 3 or py[1] < 8:
+        raise ValueError(f"--python must be CPython 3.8 or newer, got {python!r}")
+    g = _version_pair(glibc, "--glibc", "2.36") if glibc else DEFAULT_GLIBC
+    if g[0] != 2 or g[1] < 17:
+        raise ValueError(f"--glibc must be 2.17 or newer, got {glibc!r}")
+    return Target(platform, py, g)
 
 
 def read_wheelhouse(wheels_dir: Path, rel_to: Path) -> tuple[list[WheelFile], list[Violation]]:
@@ -125,10 +132,30 @@ def read_wheelhouse(wheels_dir: Path, rel_to: Path) -> tuple[list[WheelFile], li
     for name, versions in sorted(by_name.items()):
         if len(versions) > 1:
             vs = ", ".join(sorted(versions, key=Version))
+            files = ", ".join(sorted(w.filename for w in wheels if w.name == name))
             v.append(Violation("GR-PKG-WHEELS-DUPLICATE",
-                               f"vendors multiple versions of {name} ({vs})", file=rel,
+                               f"vendors multiple versions of {name} ({vs}): {files}", file=rel,
                                hint="regenerate wheels/ with one resolved version per distribution"))
     return wheels, v
+
+
+def _reason(w: WheelFile, target: Target) -> str:
+    """Why none of ``w``'s tags fits ``target``, in words (first failing dimension)."""
+    arch, py = target.arch, f"{target.python[0]}{target.python[1]}"
+    plats = {t.platform for t in w.tags}
+    if not any(p == "any" or p.endswith("_" + arch) for p in plats):
+        return f"built for another platform ({', '.join(sorted(plats))}), the target is {arch}"
+    if all(p.startswith("musllinux") for p in plats if p != "any"):
+        return "built for musl libc (musllinux); the target uses glibc"
+    glibc = [tuple(int(x) for x in p.split("_")[1:3]) for p in plats if p.startswith("manylinux_")]
+    ok_plats = set(target.platform_tags()) | {"any"}
+    if glibc and not plats & ok_plats:
+        return (f"needs glibc {min(glibc)[0]}.{min(glibc)[1]}, the target has glibc "
+                f"{target.glibc[0]}.{target.glibc[1]}")
+    if not plats & ok_plats:
+        return f"platform tags {', '.join(sorted(plats))} are not supported on {target.describe()}"
+    interp = sorted({f"{t.interpreter}-{t.abi}" for t in w.tags})
+    return f"built for {', '.join(interp)}, not CPython {target.python[0]}.{target.python[1]} (cp{py})"
 
 
 def incompatible_wheels(wheels: list[WheelFile], target: Target, rel_to: Path) -> list[Violation]:
@@ -140,7 +167,7 @@ def incompatible_wheels(wheels: list[WheelFile], target: Target, rel_to: Path) -
             continue
         have = ", ".join(sorted(str(t) for t in w.tags))
         out.append(Violation("GR-PKG-WHEEL-TAG",
-                             f"not installable on {target.describe()}; its tags: {have}",
+                             f"not installable on {target.describe()}: {_reason(w, target)} (tags: {have})",
                              file=w.path.relative_to(rel_to).as_posix(),
                              hint=f"vendor a wheel built for {target.describe()} (or a py3-none-any wheel)"))
     return out

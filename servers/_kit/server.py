@@ -54,7 +54,10 @@ class ServerContext:
         kind = ref.get("type") if isinstance(ref, dict) else getattr(ref, "type", None)
         if kind != server_type or not name:
             raise StartupError(f"'{self.name}': expected a reference {{type: {server_type}, name: ...}}, got {ref!r}")
-        return peer_address(self.global_config, name, server_type)
+        try:
+            return peer_address(self.global_config, name, server_type)
+        except StartupError as exc:
+            raise StartupError(f"'{self.name}' references {server_type} '{name}': {exc}") from exc
 
 
 def load_context(server_type: str) -> ServerContext:

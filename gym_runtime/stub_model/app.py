@@ -95,8 +95,8 @@ def _choice(index: int, turn, rng: random.Random, body: dict, limit: int, reason
     if len(ids) > limit:
         ids, pieces = ids[:limit], pieces[:limit]
         text = "".join(pieces)
-        message.update(content=text.split("</think>")[-1] if "</think>" in text else "", tool_calls=[],
-                       reasoning_content=None)
+        visible = text.split("</think>")[-1] if "</think>" in text else ("" if text.startswith("<think>") else text)
+        message.update(content=visible, tool_calls=[], reasoning_content=None)
         finish = "length"
     message["reasoning"] = message["reasoning_content"]
     greedy = body.get("temperature") == 0

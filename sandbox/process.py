@@ -123,7 +123,8 @@ class SandboxedProcess:
         targets = {p.pid for p in self.tree()}
         if app is not None:
             try:
-                os.killpg(os.getpgid(app), sig)  # the app's own session/process group
+                if os.getpgid(app) == app:  # the app leads its own group: signal all of it
+                    os.killpg(app, sig)
             except OSError:
                 pass
         if sig == signal.SIGKILL:

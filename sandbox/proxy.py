@@ -205,7 +205,7 @@ async def serve_forward(sock: socket.socket, dial: Callable[[], Awaitable[socket
         try:
             up = await open_streams(await dial())
         except OSError as e:
-            log.warning("forward to upstream failed: %s", e)
+            log.info("forward to upstream failed: %s", e)
             writer.close()
             return
         await splice((reader, writer), up)

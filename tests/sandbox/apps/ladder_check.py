@@ -1,0 +1,41 @@
+"""Daemon stand-in for the ladder tests (project interpreter): start a Sandbox at the best level
+this environment allows, run a probe process inside, print one JSON line."""
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from sandbox import EgressPolicy, ProcessSpec, Sandbox
+
+INSIDE = """
+import json, os, socket, urllib.request
+out = {"pids": len([p for p in os.listdir('/proc') if p.isdigit()])}
+s = socket.socket(); s.settimeout(5)
+try:
+    s.connect(("127.0.0.1", %d)); out["raw"] = "connected"
+except OSError as e:
+    out["raw"] = e.strerror
+try:
+    urllib.request.urlopen("http://evil.example.net/", timeout=10); out["fetch"] = "ok"
+except Exception as e:
+    out["fetch"] = str(e)
+print(json.dumps(out))
+"""
+
+
+async def main():
+    work, py, port = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    sb = await Sandbox.start(EgressPolicy.from_environ({}), work)
+    r, w = os.pipe()
+    proc = sb.spawn(ProcessSpec("probe", [str(py), "-c", INSIDE % port], work, {"PATH": "/usr/bin"},
+                                read_only_paths=[py.parent.parent], writable_paths=[work], stdout_fd=w))
+    os.close(w)
+    await proc.wait()
+    inside = json.loads(os.read(r, 65536).decode())
+    print(json.dumps({"level": sb.level.value, "warning": sb.report.warning, "reasons": sb.report.reasons,
+                      "inside": inside, "denials": sb.denials}))
+    await sb.close()
+
+
+asyncio.run(main())

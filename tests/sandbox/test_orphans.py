@@ -1,0 +1,59 @@
+"""SIGKILL of the daemon leaves no sandboxed process behind (issue 4; reference/sandbox_tech.md §4):
+PDEATHSIG on the outer process + bubblewrap's pid namespace with --die-with-parent catch even a
+double-forked setsid grandchild."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sandbox import IsolationLevel
+
+APP = Path(__file__).parent / "apps" / "daemon_like.py"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run_and_kill(tmp_path: Path, level: str, python: Path, wait_s: float = 5) -> tuple[dict, list[psutil.Process], float, list[psutil.Process]]:
+    daemon = subprocess.Popen([sys.executable, str(APP), str(tmp_path / "work"), level, str(python)],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        line = daemon.stdout.readline()
+        assert line.startswith("READY "), line
+        info = json.loads(line[6:])
+        victims = psutil.Process(daemon.pid).children(recursive=True)
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait()
+        t0 = time.monotonic()
+        gone, alive = psutil.wait_procs(victims, timeout=wait_s)
+        return info, [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], time.monotonic() - t0, victims
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+
+
+def test_sigkill_of_daemon_leaves_nothing(tmp_path, plain_python, full_available):
+    if not full_available:
+        pytest.skip("full isolation is not available on this host")
+    info, alive, took, victims = _run_and_kill(tmp_path, "auto", plain_python)
+    assert info["level"] == "full"
+    assert len(victims) >= 6  # holder, bwrap x2, forker, its child, the setsid grandchild
+    assert alive == [], [(p.pid, p.name()) for p in alive]
+    assert took < 3
+
+
+def test_level_none_still_reaps_direct_children(tmp_path, plain_python):
+    """Without a pid namespace only PDEATHSIG acts: the direct child dies; the warning says so."""
+    info, alive, _, victims = _run_and_kill(tmp_path, IsolationLevel.NONE.value, plain_python, wait_s=1)
+    assert info["level"] == "none" and info["warning"].startswith("EGRESS NOT ENFORCED")
+    direct = [p for p in victims if p.pid not in {a.pid for a in alive}]
+    assert direct, "the PDEATHSIG'd server process must be gone"
+    for p in alive:  # grandchildren of a none-level server may survive: clean up after ourselves
+        p.kill()

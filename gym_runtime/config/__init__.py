@@ -81,13 +81,13 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     refs, ref_violations = check_refs(declared, sources)
     if ref_violations:
         n = len(ref_violations)
-        raise ServerRefNotFoundError(f"ServerRefNotFoundError: {n} server reference{'s' if n > 1 else ''} "
-                                     "name no defined instance", violations=ref_violations,
+        raise ServerRefNotFoundError(f"ServerRefNotFoundError: {n} server reference{'s name' if n > 1 else ' names'} "
+                                     "no defined instance", violations=ref_violations,
                                      hint="define the missing instance (e.g. add its config to config_paths) "
                                      "or fix the name")
     ViolationList(inst_violations).raise_if_any(ConfigError, "server instances are invalid")
     if not instances:
-        raise ConfigError("no server instances are configured, so there is nothing to run",
+        raise ConfigError("no server instances are configured, so there is nothing to run", code="GR-CONFIG-NO-INSTANCES",
                           hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
                           "{entrypoint: app.py}}}` block")
     return MergedConfig(package, data, instances, refs, sources)

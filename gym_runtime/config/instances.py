@@ -77,10 +77,11 @@ def find_instances(raw: dict[str, Any], sources: Sources) -> list[Violation]:
         file = sources.of(name)
         if not NAME_RE.match(name):
             fixed = re.sub(r"[^A-Za-z0-9_-]", "_", name)
-            out.append(Violation("GR-CONFIG-INSTANCE-NAME", f"instance name {name!r} may only use letters, digits, "
-                                 "'_' and '-' ('.' is the config path separator, so references and "
-                                 "interpolations cannot reach it)", file=file, key=name,
-                                 hint=f"rename it, e.g. {fixed!r}, and update every reference to it"))
+            why = ("contains '.', which config paths and ${...} references treat as a separator"
+                   if "." in name else "may only use letters, digits, '_' and '-'")
+            out.append(Violation("GR-CONFIG-INSTANCE-NAME", f"server instance name {name!r} ({file}) {why}",
+                                 file=file, key=name,
+                                 hint=f"rename it (e.g. {fixed!r}) and update every reference to it"))
         types = [k for k in value if k in SERVER_TYPES]
         if len(types) > 1 or len(value) > 1:
             out.append(Violation("GR-CONFIG-INSTANCE-SHAPE", f"instance {name!r} must hold exactly one server type "
@@ -91,9 +92,10 @@ def find_instances(raw: dict[str, Any], sources: Sources) -> list[Violation]:
             out.append(Violation("GR-CONFIG-INSTANCE-SHAPE", f"instance {name!r}: {types[0]} must map an "
                                  "implementation name to its config", file=file, key=f"{name}.{types[0]}"))
         elif len(impls) > 1:
-            parts = [f"{impl} from {sources.of(f'{name}.{types[0]}.{impl}') or '?'}" for impl in impls]
-            out.append(Violation("GR-CONFIG-TWO-IMPLEMENTATIONS", f"instance {name} has {len(impls)} "
-                                 f"implementations ({', '.join(parts)}); exactly one allowed", file=file,
+            parts = [f"{impl} ({sources.of(f'{name}.{types[0]}.{impl}') or '?'})" for impl in impls]
+            out.append(Violation("GR-CONFIG-TWO-IMPLEMENTATIONS", f"server instance {name} has {len(impls)} "
+                                 f"implementations under {types[0]}: {', '.join(parts)}; exactly one is allowed",
+                                 file=file,
                                  key=f"{name}.{types[0]}", hint="configs were deep-merged by instance name: "
                                  "remove one of them, or give one of the instances another name"))
     return out
@@ -110,7 +112,7 @@ def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: di
     instances: dict[str, ServerInstance] = {}
     declared: dict[str, Declared] = {}
     out: list[Violation] = []
-    ports: dict[int, str] = {}
+    ports: dict[int, tuple[str, str | None]] = {}
     for name, value in resolved.items():
         if name in RESERVED or not _is_candidate(value):
             continue
@@ -123,12 +125,9 @@ def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: di
                                  file=file, key=key))
             continue
         declared[name] = Declared(name, stype, impl, inner)
+        problems = _inner_problems(name, stype, inner, key, file, ports, sources)
+        out += problems
         entry = inner.get("entrypoint")
-        if not isinstance(entry, str) or not entry or entry.startswith("/") or ".." in Path(entry).parts:
-            out.append(Violation("GR-CONFIG-ENTRYPOINT", f"entrypoint must be a relative path inside the server "
-                                 f"directory, got {entry!r}", file=file, key=f"{key}.entrypoint",
-                                 hint="Gym servers use `entrypoint: app.py`"))
-            continue
         sdir = package_dirs.get((stype, impl)) or builtin_dirs.get((stype, impl))
         if sdir is None:
             known = sorted(i for (t, i) in {**builtin_dirs, **package_dirs} if t == stype)
@@ -138,24 +137,45 @@ def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: di
                                  f"{stype}: {', '.join(known) or '(none)'}; a server directory needs app.py and "
                                  "requirements.txt or pyproject.toml"))
             continue
-        if not (sdir.path / entry).is_file():
+        if _good_entry(entry) and not (sdir.path / entry).is_file():
             out.append(Violation("GR-CONFIG-ENTRYPOINT", f"entrypoint {entry!r} does not exist in "
                                  f"{stype}/{impl}/ ({sdir.origin})", file=file, key=f"{key}.entrypoint"))
-        if stype == "resources_servers" and inner.get("domain") not in DOMAINS:
-            got = inner.get("domain")
-            out.append(Violation("GR-CONFIG-DOMAIN", f"resources server {name!r} needs a domain from Gym's closed "
-                                 f"set, got {got!r}", file=file, key=f"{key}.domain",
-                                 hint=f"use one of: {', '.join(DOMAINS)}"))
-        port = inner.get("port")
-        if port is not None:
-            if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-                out.append(Violation("GR-CONFIG-PORT", f"port must be an integer 1-65535, got {port!r}",
-                                     file=file, key=f"{key}.port"))
-            elif port in ports:
-                out.append(Violation("GR-CONFIG-PORT-DUPLICATE", f"port {port} is used by both {ports[port]!r} "
-                                     f"and {name!r}", file=file, key=f"{key}.port",
-                                     hint="give one of them another port, or remove `port` to have one assigned"))
-            else:
-                ports[port] = name
-        instances[name] = ServerInstance(name, stype, impl, entry, sdir, inner, file)
+            continue
+        if not problems:
+            instances[name] = ServerInstance(name, stype, impl, entry, sdir, inner, file)
     return instances, declared, out
+
+
+def _good_entry(entry: Any) -> bool:
+    return isinstance(entry, str) and bool(entry) and not entry.startswith("/") and ".." not in Path(entry).parts
+
+
+def _inner_problems(name: str, stype: str, inner: dict[str, Any], key: str, file: str | None,
+                    ports: dict[int, tuple[str, str | None]], sources: Sources) -> list[Violation]:
+    """Checks that need no server directory: entrypoint shape, domain, port (``ports`` is updated)."""
+    out: list[Violation] = []
+    entry = inner.get("entrypoint")
+    if not _good_entry(entry):
+        out.append(Violation("GR-CONFIG-ENTRYPOINT", f"entrypoint must be a relative path inside the server "
+                             f"directory, got {entry!r}", file=file, key=f"{key}.entrypoint",
+                             hint="Gym servers use `entrypoint: app.py`"))
+    if stype == "resources_servers" and inner.get("domain") not in DOMAINS:
+        got = inner.get("domain")
+        out.append(Violation("GR-CONFIG-DOMAIN", f"resources server {name!r} needs a domain from Gym's closed "
+                             f"set, got {got!r}" if "domain" in inner else f"resources server {name!r} has no "
+                             "domain (Gym would report it as an almost-server and abort)", file=file,
+                             key=f"{key}.domain", hint=f"use one of: {', '.join(DOMAINS)}"))
+    port = inner.get("port")
+    if port is not None:
+        pfile = sources.of(f"{key}.port")
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            out.append(Violation("GR-CONFIG-PORT", f"port must be an integer 1-65535, got {port!r}",
+                                 file=pfile, key=f"{key}.port"))
+        elif port in ports:
+            other, ofile = ports[port]
+            out.append(Violation("GR-CONFIG-PORT-DUPLICATE", f"port {port} is used by both {other!r} ({ofile}) "
+                                 f"and {name!r} ({pfile})", file=pfile, key=f"{key}.port",
+                                 hint="give one of them another port, or remove `port` to have one assigned"))
+        else:
+            ports[port] = (name, pfile)
+    return out

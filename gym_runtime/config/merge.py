@@ -8,6 +8,7 @@ here: ``Sources.of("a.b.c")`` names the file (relative to the package) or flag t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gym_runtime.errors import ConfigError, Violation, ViolationList
+from gym_runtime.package.yamlfile import YamlProblem, check_structure, load_yaml_file
 
 POLICY_KEYS = ("policy_base_url", "policy_api_key", "policy_model_name")
 
@@ -77,42 +79,71 @@ class Sources:
 
 def _load_file(path: Path, rel: str, v: ViolationList) -> dict[str, Any] | None:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        v.add("GR-CONFIG-YAML", f"is not valid YAML{where}: {getattr(e, 'problem', None) or e}", file=rel)
+        data = load_yaml_file(path, plain=True)
+    except YamlProblem as e:
+        v.add("GR-CONFIG-YAML", str(e), file=rel)
         return None
-    except (OSError, UnicodeDecodeError) as e:
-        v.add("GR-CONFIG-YAML", f"cannot be read: {e}", file=rel)
+    except OSError as e:
+        v.add("GR-CONFIG-YAML", f"cannot be read: {e.strerror or e}", file=rel)
         return None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        v.add("GR-CONFIG-YAML", f"must be a mapping at the top level, got {type(data).__name__}", file=rel)
+        v.add("GR-CONFIG-YAML", f"must be a mapping at the top level, got a {type(data).__name__}", file=rel)
         return None
     bad = [k for k in data if not isinstance(k, str)]
     if bad:
-        v.add("GR-CONFIG-YAML", f"top-level keys must be strings, got {bad!r}", file=rel)
+        v.add("GR-CONFIG-YAML", f"top-level keys must be strings (instance or setting names), got {bad[0]!r}",
+              file=rel, hint="quote the key")
         return None
     return data
 
 
+_OVERRIDE_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+|\[[0-9]+\])*")
+
+
 def parse_overrides(overrides: list[str]) -> tuple[dict[str, Any], list[Violation]]:
-    """Parse ``key=value`` dotlist overrides (Gym's ``+key=`` / ``++key=`` prefixes accepted)."""
+    """Parse ``key=value`` dotlist overrides (Gym's ``+key=`` / ``++key=`` prefixes accepted).
+
+    Values are YAML (OmegaConf's dotlist rules). Returns the nested overrides and one violation
+    per override that is not ``dotted.key=value`` or whose value cannot be parsed.
+    """
     out: DictConfig = OmegaConf.create({})
     v: list[Violation] = []
+    hint = "write overrides as dotted.key=value, e.g. policy_model_name=my-model"
     for item in overrides:
         text = item.lstrip("+")
-        if "=" not in text or not text.split("=", 1)[0].strip():
-            v.append(Violation("GR-CONFIG-OVERRIDE", f"override {item!r} is not KEY=VALUE",
-                               hint="write overrides as dotted.key=value, e.g. policy_model_name=my-model"))
+        key = text.split("=", 1)[0].strip()
+        if "=" not in text or not _OVERRIDE_KEY.fullmatch(key):
+            v.append(Violation("GR-CONFIG-OVERRIDE", f"override {item!r} is not KEY=VALUE with a dotted key of "
+                               "letters, digits, '_' and '-'", hint=hint))
             continue
         try:
-            out = OmegaConf.merge(out, OmegaConf.from_dotlist([text]))  # type: ignore[assignment]
-        except OmegaConfBaseException as e:
-            v.append(Violation("GR-CONFIG-OVERRIDE", f"override {item!r} cannot be applied: {e}"))
+            one = OmegaConf.from_dotlist([text])
+            check_structure(OmegaConf.to_container(one, resolve=False), plain=True)
+            out = OmegaConf.merge(out, one)  # type: ignore[assignment]
+        except (OmegaConfBaseException, yaml.YAMLError, YamlProblem, ValueError, TypeError) as e:
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            v.append(Violation("GR-CONFIG-OVERRIDE", f"override {item!r} cannot be applied: {why}", hint=hint))
     return OmegaConf.to_container(out, resolve=False), v  # type: ignore[return-value]
+
+
+def _kind(x: Any) -> str:
+    return "mapping" if isinstance(x, dict) else "list" if isinstance(x, list) else "value"
+
+
+def _conflict(base: Any, new: Any, path: str = "") -> tuple[str, str, str] | None:
+    """The first key where ``new`` cannot merge into ``base``: ``(path, base kind, new kind)``."""
+    if isinstance(base, dict) and isinstance(new, dict):
+        for k, v in new.items():
+            if k in base:
+                c = _conflict(base[k], v, f"{path}.{k}" if path else str(k))
+                if c:
+                    return c
+        return None
+    if isinstance(base, dict) != isinstance(new, dict) and base is not None and new is not None:
+        return path, _kind(base), _kind(new)
+    return None
 
 
 def merge_sources(files: list[tuple[Path, str]], overrides: list[str], policy: PolicyValues,
@@ -121,40 +152,40 @@ def merge_sources(files: list[tuple[Path, str]], overrides: list[str], policy: P
     in order), overrides, then policy values.
 
     Returns the merged, **unresolved** config and its provenance. Raises :class:`ConfigError`
-    listing every unreadable file and bad override.
+    listing every unreadable file and bad override, or one naming both sides of a key that is a
+    mapping in one source and a value or list in another (``GR-CONFIG-MERGE``).
     """
     v = ViolationList()
-    sources = Sources()
-    layers: list[DictConfig] = []
+    layers: list[tuple[dict[str, Any], str]] = []
     if defaults:
-        layers.append(OmegaConf.create(defaults))
-        sources.record(defaults, "default")
+        layers.append((defaults, "default"))
     for path, label in files:
         data = _load_file(path, label, v)
-        if data is None:
-            continue
-        try:
-            layers.append(OmegaConf.create(data))
-        except OmegaConfBaseException as e:
-            v.add("GR-CONFIG-YAML", f"is not a valid OmegaConf config: {e}", file=label)
-            continue
-        sources.record(data, label)
+        if data is not None:
+            layers.append((data, label))
     ov, ov_violations = parse_overrides(overrides)
     v.extend(ov_violations)
     if ov:
-        layers.append(OmegaConf.create(ov))
-        for k, val in ov.items():
-            sources.record({k: val}, "override")
-    pol = policy.as_dict()
-    if pol:
-        layers.append(OmegaConf.create(pol))
-        for k, val in pol.items():
-            sources.record({k: val}, f"--{k.replace('_', '-')} ({policy.origin})")
+        layers.append((ov, "override"))
+    for k, val in policy.as_dict().items():
+        layers.append(({k: val}, f"--{k.replace('_', '-')} ({policy.origin})"))
     v.raise_if_any(ConfigError, "configuration files cannot be merged")
-    try:
-        merged = OmegaConf.merge(*layers) if layers else OmegaConf.create({})
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"configuration files cannot be merged: {e}",
-                          hint="a key is a mapping in one file and a value in another") from None
+    sources = Sources()
+    merged: DictConfig = OmegaConf.create({})
+    for data, label in layers:
+        try:
+            merged = OmegaConf.merge(merged, OmegaConf.create(data))  # type: ignore[assignment]
+        except (OmegaConfBaseException, TypeError, ValueError) as e:
+            c = _conflict(OmegaConf.to_container(merged, resolve=False), data)
+            if c is None:
+                raise ConfigError(f"{label} cannot be merged: {str(e).strip().splitlines()[0]}",
+                                  code="GR-CONFIG-MERGE") from None
+            key, was, now = c
+            raise ConfigError(f"key {key} is a {now} in {label} but a {was} in {sources.of(key)}",
+                              code="GR-CONFIG-MERGE", violations=[Violation("GR-CONFIG-MERGE", f"is a {now} here, "
+                              f"a {was} in {sources.of(key)}", file=label, key=key)],
+                              hint="a later config can replace values but not turn a mapping into a value or "
+                              "list (or back); rename one of the keys") from None
+        sources.record(data, label)
     assert not isinstance(merged, ListConfig)
     return merged, sources

@@ -21,23 +21,24 @@ def is_secret_key(key: str) -> bool:
     return bool(_SECRET.search(key)) and not _NOT_SECRET.search(key)
 
 
-def redact(node: Any, path: str = "", masked: list[str] | None = None) -> Any:
+def redact(node: Any, path: str = "", masked: list[str] | None = None, secret: bool = False) -> Any:
     """A deep copy of ``node`` with secret values replaced by ``****``.
 
-    ``masked`` (when given) receives the dotted key path of every masked value. Empty and
-    ``None`` values are left as they are (nothing to hide, and it shows they are unset).
+    A value is secret when its own key or any enclosing key is secret (``api_keys: [a, b]``,
+    ``secrets: {openai: ...}``). ``masked`` (when given) receives the dotted key path of every
+    masked value. Empty, ``None`` and boolean values are left as they are (nothing to hide, and
+    it shows they are unset or switched).
     """
     if isinstance(node, dict):
         out = {}
         for k, v in node.items():
             p = f"{path}.{k}" if path else str(k)
-            if is_secret_key(str(k)) and v not in (None, "") and not isinstance(v, (dict, list, bool)):
-                out[k] = MASK
-                if masked is not None:
-                    masked.append(p)
-            else:
-                out[k] = redact(v, p, masked)
+            out[k] = redact(v, p, masked, secret or is_secret_key(str(k)))
         return out
     if isinstance(node, list):
-        return [redact(v, f"{path}[{i}]", masked) for i, v in enumerate(node)]
+        return [redact(v, f"{path}[{i}]", masked, secret) for i, v in enumerate(node)]
+    if secret and node not in (None, "") and not isinstance(node, bool):
+        if masked is not None:
+            masked.append(path)
+        return MASK
     return node

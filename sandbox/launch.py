@@ -27,7 +27,7 @@ ETC_FILES = ("/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/passwd", "/et
 class ProcessSpec:
     """One server to start. ``argv[0]``: absolute interpreter path (inside a venv). ``env``: the
     COMPLETE environment (the sandbox adds only the proxy variables). ``read_only_paths``: venv,
-    package, server dir...; ``writable_paths``: work dir etc. ``stdout_fd``/``stderr_fd``: open
+    package, server dir...; ``writable_paths``: work dir etc. (``cwd`` is bound read-only when not inside either). ``stdout_fd``/``stderr_fd``: open
     fds (or None = inherit). The interpreter's base install is bound read-only automatically."""
 
     name: str
@@ -71,6 +71,9 @@ def bwrap_argv(bwrap: str, spec: ProcessSpec, env: Mapping[str, str], proc_mode:
     if resolv_file is not None:
         args += ["--ro-bind", str(resolv_file), "/etc/resolv.conf"]
     binds = [(Path(p).resolve(), "--ro-bind") for p in ro] + [(Path(p).resolve(), "--bind") for p in spec.writable_paths]
+    cwd = Path(spec.cwd).resolve()
+    if not any(cwd == b or b in cwd.parents for b, _ in binds):
+        binds.append((cwd, "--ro-bind"))  # the working directory is always visible (read-only unless listed)
     seen: set[Path] = set()
     for path, flag in sorted(binds, key=lambda b: (len(b[0].parts), b[1] == "--bind")):
         if path in seen or not path.exists():
@@ -79,7 +82,7 @@ def bwrap_argv(bwrap: str, spec: ProcessSpec, env: Mapping[str, str], proc_mode:
         args += [flag, str(path), str(path)]
     for k, v in env.items():
         args += ["--setenv", k, v]
-    args += ["--chdir", str(Path(spec.cwd).resolve()), "--", *spec.argv]
+    args += ["--chdir", str(cwd), "--", *spec.argv]
     return args
 
 

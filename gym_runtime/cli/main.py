@@ -15,9 +15,11 @@ import sys
 from collections.abc import Sequence
 
 from gym_runtime.cli import config_cmd, validate
+from gym_runtime.cli import doctor, logs, status, up
 from gym_runtime.errors import EXIT_RUNTIME, EXIT_USAGE, GymRuntimeError
 
 COMMANDS = [validate, config_cmd]
+COMMANDS += [up, status, logs, doctor]
 
 
 class _Parser(argparse.ArgumentParser):

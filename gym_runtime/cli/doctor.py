@@ -1,0 +1,118 @@
+"""``gym-runtime doctor [--json]``: what this host can give before anything starts (issue 5).
+
+Reports: the isolation level available and why (sandbox probe), the Pythons found, uv's version,
+the venv and uv cache directories (writable?), the index uv would use, Ray (the target ``up``
+would choose and whether it answers), and the egress policy in force. Exit 0 unless a check is
+``error`` (e.g. a directory that cannot be written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from gym_runtime.errors import EXIT_RUNTIME, GymRuntimeError
+from gym_runtime.settings import RuntimeSettings, load_settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="check what this host offers: isolation, Pythons, uv, dirs, index, Ray, egress")
+    p.add_argument("--ray-address", metavar="ADDR", help="check this Ray address instead of RAY_ADDRESS")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def _writable(path: Path) -> dict[str, Any]:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    ok = os.access(probe, os.W_OK)
+    return {"path": str(path), "exists": path.exists(), "writable": ok, "status": "ok" if ok else "error"}
+
+
+def _uv(settings: RuntimeSettings) -> dict[str, Any]:
+    import uv
+
+    exe = uv.find_uv_bin()
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+    cache = settings.uv_cache_dir
+    if cache is None:
+        res = subprocess.run([exe, "cache", "dir"], capture_output=True, text=True, timeout=10)
+        cache = Path(res.stdout.strip()) if res.returncode == 0 else None
+    env = settings.environ
+    index = env.get("UV_DEFAULT_INDEX") or env.get("UV_INDEX_URL") or "https://pypi.org/simple (uv default)"
+    return {"binary": exe, "version": out.stdout.strip(), "cache_dir": _writable(cache) if cache else None,
+            "index": index, "extra_index": env.get("UV_EXTRA_INDEX_URL") or env.get("UV_INDEX"),
+            "offline": env.get("UV_OFFLINE") not in (None, "", "0", "false")}
+
+
+def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
+    from gym_runtime.ray_target import choose, wait_reachable
+
+    try:
+        target = choose(flag, None, settings.environ, [])
+    except GymRuntimeError as e:
+        return {"status": "error", "error": e.to_dict()}
+    out: dict[str, Any] = {"status": "ok", **target.to_dict(), "summary": target.describe()}
+    if target.mode == "join":
+        try:
+            wait_reachable(target.address, target.source, 3.0)
+            out["reachable"] = True
+        except GymRuntimeError as e:
+            out.update(status="error", reachable=False, error=e.to_dict())
+    return out
+
+
+def collect(args: argparse.Namespace) -> dict[str, Any]:
+    """Every check as a JSON-ready dict."""
+    from sandbox import EgressPolicy, probe_isolation
+
+    from gym_runtime.venvs.pythons import list_pythons
+
+    settings = load_settings()
+    report = probe_isolation()
+    isolation = {"level": report.level.value, "reasons": list(report.reasons), **report.to_dict()}
+    try:
+        egress: dict[str, Any] = EgressPolicy.from_environ(settings.environ, policy_endpoints=[]).describe()
+    except GymRuntimeError as e:
+        egress = {"status": "error", "error": e.to_dict()}
+    return {
+        "isolation": isolation,
+        "pythons": [{"version": i.version, "path": str(i.path), "source": i.source} for i in
+                    list_pythons(settings.environ)],
+        "uv": _uv(settings),
+        "venv_dir": _writable(settings.venv_dir),
+        "home": _writable(settings.home),
+        "ray": _ray(args.ray_address, settings),
+        "egress": egress,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    out = collect(args)
+    bad = [k for k, v in out.items() if isinstance(v, dict) and v.get("status") == "error"]
+    cache = out["uv"].get("cache_dir")
+    if cache and cache["status"] == "error":
+        bad.append("uv.cache_dir")
+    if args.json:
+        print(json.dumps({**out, "problems": bad}, indent=2, default=str))
+        return EXIT_RUNTIME if bad else 0
+    iso = out["isolation"]
+    print(f"isolation: {iso['level']}" + (f" ({'; '.join(iso['reasons'])})" if iso["reasons"] else ""))
+    print("pythons:   " + (", ".join(f"{p['version']} {p['path']} [{p['source']}]" for p in out["pythons"]) or "none"))
+    uv = out["uv"]
+    print(f"uv:        {uv['version']} ({uv['binary']}); index {uv['index']}" + (" [offline]" if uv["offline"] else ""))
+    for key, d in (("venv dir", out["venv_dir"]), ("uv cache", cache), ("home", out["home"])):
+        if d:
+            print(f"{key + ':':<10} {d['path']} ({'writable' if d['writable'] else 'NOT writable'})")
+    ray = out["ray"]
+    print("ray:       " + (ray.get("summary") or ray.get("error", {}).get("message", "?"))
+          + ("" if ray.get("reachable", True) else f" -- {ray['error']['message']}"))
+    print("egress:    " + json.dumps(out["egress"], default=str))
+    if bad:
+        print("problems:  " + ", ".join(bad))
+    return EXIT_RUNTIME if bad else 0

@@ -1,0 +1,68 @@
+"""``gym-runtime status [--head URL] [--json]``: ask a running daemon's head server how it is doing.
+
+Prints ``/health`` and ``/server_instances`` (a table, or JSON with ``--json``). Exit 0 when the
+environment is ready, 3 when it is starting or failed or the head server cannot be reached.
+``--head`` defaults to the head server of the daemon that last became ready on this host
+(``$GYM_RUNTIME_HOME/daemon.json``, written by ``up`` and removed when it stops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import httpx
+
+from gym_runtime.errors import EXIT_RUNTIME, StartError, UserError
+from gym_runtime.settings import load_settings
+
+
+def add_head_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--head", metavar="URL", help="head server URL (default: the running daemon's, from "
+                   "$GYM_RUNTIME_HOME/daemon.json); `up` prints it in its ready line")
+
+
+def head_url(args: argparse.Namespace) -> str:
+    """``--head`` or the running daemon's head URL; raises :class:`UserError` when neither exists."""
+    if args.head:
+        return args.head.rstrip("/")
+    state = load_settings().home / "daemon.json"
+    try:
+        return json.loads(state.read_text())["head_server"].rstrip("/")
+    except (OSError, ValueError, KeyError):
+        raise UserError(f"no --head given and no running daemon recorded in {state}", code="GR-HEAD-UNKNOWN",
+                        hint="pass --head http://host:port (the head_server of `up`'s ready line)") from None
+
+
+def get(url: str, timeout: float = 5.0) -> httpx.Response:
+    """GET on the head server; raises :class:`StartError` ``GR-HEAD-UNREACHABLE`` when it does not answer."""
+    try:
+        return httpx.get(url, timeout=timeout, trust_env=False)
+    except httpx.HTTPError as e:
+        raise StartError(f"cannot reach the head server at {url}: {e}", code="GR-HEAD-UNREACHABLE",
+                         hint="is `gym-runtime up` running? pass the head_server URL from its ready line "
+                         "with --head") from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="show a running environment's health and servers")
+    add_head_arg(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    base = head_url(args)
+    health = get(base + "/health")
+    servers = get(base + "/server_instances").json()
+    body = health.json()
+    if args.json:
+        print(json.dumps({"head_server": base, "health": body, "servers": servers}, indent=2))
+    else:
+        print(f"head server {base}: {body.get('status')}" + (f" ({body.get('phase')})" if "phase" in body else ""))
+        for s in servers:
+            up = s.get("uptime_seconds")
+            print(f"  {s['name']:<24} {s.get('status', '?'):<10} {s.get('url') or '-':<28} pid {s.get('pid') or '-':<8}"
+                  f" restarts {s.get('restarts', 0)}" + (f" up {up:.0f}s" if up else "")
+                  + (f"  error: {s['error']}" if s.get("error") else ""))
+    return 0 if health.status_code == 200 else EXIT_RUNTIME

@@ -1,0 +1,115 @@
+"""``gym-runtime up PKG``: start, supervise and serve an environment until SIGTERM/SIGINT (issue 5).
+
+stdout gets exactly ONE JSON line once every server answers (``{"status": "ready", "head_server",
+"servers", "isolation", "startup_s", ...}``); human progress goes to stderr. Exit codes: 0 after a
+requested stop, 1 bad input, 3 a start failure or a server that failed for good (unless
+``--keep-going``), 130 interrupted during start-up. A second SIGINT/SIGTERM skips the grace period.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
+from gym_runtime.settings import load_settings
+from gym_runtime.supervise.bringup import Environment, UpRequest
+from gym_runtime.supervise.options import SuperviseOptions
+
+D = SuperviseOptions()
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("up", help="start, supervise and serve an environment (prints one JSON line when ready)")
+    add_package_args(p)
+    add_policy_args(p)
+    p.add_argument("--head-host", default="127.0.0.1", help="head server address (default 127.0.0.1)")
+    p.add_argument("--head-port", type=int, default=None, help="head server port (default: a free port)")
+    p.add_argument("--ray-address", metavar="ADDR", help="Ray cluster: host:port (GCS), 'auto' or 'local'")
+    p.add_argument("--work-dir", metavar="DIR", help="run directory: logs, server homes (default "
+                   "$GYM_RUNTIME_HOME/runs/<time>)")
+    p.add_argument("--require-isolation", action="store_true", help="fail unless full isolation is available")
+    p.add_argument("--isolation", choices=["full", "partial", "none"], help="force a lower isolation level")
+    p.add_argument("--python", help="interpreter for server venvs (version or path)")
+    p.add_argument("--stub-seed", type=int, default=0, help="seed of the built-in stub model")
+    g = p.add_argument_group("supervision")
+    g.add_argument("--ready-timeout", type=float, default=D.server_ready_timeout_s, help="per-server seconds")
+    g.add_argument("--startup-timeout", type=float, default=D.startup_timeout_s, help="whole start-up, seconds")
+    g.add_argument("--model-endpoint-timeout", type=float, default=D.model_endpoint_timeout_s,
+                   help="policy endpoint /models deadline, seconds (0 skips the check)")
+    g.add_argument("--max-restarts", type=int, default=D.max_restarts, help="restarts per server before failing")
+    g.add_argument("--shutdown-grace", type=float, default=D.shutdown_grace_s, help="TERM -> KILL seconds")
+    g.add_argument("--keep-going", action="store_true", help="keep the other servers up when one fails for good")
+    p.set_defaults(func=run)
+
+
+def request_from_args(args: argparse.Namespace) -> UpRequest:
+    opts = SuperviseOptions(server_ready_timeout_s=args.ready_timeout, startup_timeout_s=args.startup_timeout,
+                            model_endpoint_timeout_s=args.model_endpoint_timeout, max_restarts=args.max_restarts,
+                            shutdown_grace_s=args.shutdown_grace, keep_going=args.keep_going)
+    return UpRequest(args.package, list(args.overrides), policy_from_args(args), args.head_host, args.head_port,
+                     args.ray_address, Path(args.work_dir) if args.work_dir else None, args.require_isolation,
+                     args.isolation, args.python, args.stub_seed, opts)
+
+
+def _progress(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+async def serve(req: UpRequest) -> int:
+    """Run the daemon on this loop until stopped; returns the exit code."""
+    env = Environment(req, load_settings(), _progress)
+    loop = asyncio.get_running_loop()
+    signals: list[int] = []
+    stops: list[asyncio.Task] = []
+
+    def on_signal(sig: int) -> None:
+        signals.append(sig)
+        _progress(f"{signal.Signals(sig).name}: stopping" + (" now (second signal)" if len(signals) > 1 else ""))
+        stops.append(loop.create_task(env.stop(fast=len(signals) > 1)))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        start = loop.create_task(env.start())
+        try:
+            info = await start
+        except BaseException as e:
+            await env.stop()
+            if signals:
+                _progress(f"stopped during start-up (phase: {env.phase})")
+                return 130
+            raise e from None
+        print(json.dumps(info), flush=True)
+        state = env.settings.home / "daemon.json"
+        state.parent.mkdir(parents=True, exist_ok=True)
+        state.write_text(json.dumps({"pid": os.getpid(), **info}))
+        _progress(f"ready in {info['startup_s']:.2f}s; head server {info['head_server']}; supervising "
+                  "(SIGTERM/SIGINT to stop)")
+        await env.supervisor.wait_stopped()
+        code = await env.stop()
+        return code
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        _forget(env.settings.home / "daemon.json")
+
+
+def _forget(state: Path) -> None:
+    """Remove the daemon record if it is ours."""
+    try:
+        if json.loads(state.read_text()).get("pid") == os.getpid():
+            state.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def run(args: argparse.Namespace) -> int:
+    req = request_from_args(args)
+    return asyncio.run(serve(req))

@@ -1,0 +1,109 @@
+"""The head server (FastAPI, served inside the daemon's event loop): Gym's head endpoints plus ours.
+
+Endpoints (DESIGN.md §7, issue 5; Gym's originals in reference/nemo_gym_runtime.md §3.4):
+
+=================================  ========================================================================
+``GET /``                          ``{"status": "ok"}`` (liveness)
+``GET /global_config_dict_yaml``   JSON *string* holding the merged YAML as seen from the host (every
+                                   instance's reachable host/port, ``head_server``), secrets masked
+``GET /server_instances``          list: name, server_type, implementation, host, port, url, pid, status,
+                                   restarts, uptime_seconds (+ last_exit, error, log_file)
+``GET /health``                    200 ``{"status": "ready"}`` or 503 ``{"status": "starting"|"failed", ...}``
+``GET /servers/{name}/logs``       ``?tail=N`` (default 100): ``{"name", "log_file", "lines"}``; 404 unknown
+``POST /rollouts/run``             ``{"examples": [rows]}`` -> ``{"results": [...]}`` (see below)
+``GET /docs``                      OpenAPI UI
+=================================  ========================================================================
+
+``/rollouts/run`` sends each row to its ``agent_ref`` agent's ``/run`` (bounded concurrency, results in
+row order, per-row ``{"error": {"code", "message"}}``, a batch deadline) and, while the batch runs,
+streams one space every ``heartbeat_s`` (15 s) before the JSON body so a proxy never drops the request
+(leading whitespace is valid JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Query
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
+
+from gym_runtime.rollouts.dispatch import run_rows
+
+
+@dataclass(frozen=True)
+class HeadBackend:
+    """What the head server reads (all callables, evaluated per request, on the daemon's loop).
+
+    ``config_yaml() -> str`` (masked); ``instances() -> list[dict]``; ``health() -> (status, body)``;
+    ``logs(name, n) -> dict | None``; ``agents() -> {agent instance: base url}``.
+    """
+
+    config_yaml: Callable[[], str]
+    instances: Callable[[], list[dict[str, Any]]]
+    health: Callable[[], tuple[int, dict[str, Any]]]
+    logs: Callable[[str, int], dict[str, Any] | None]
+    agents: Callable[[], dict[str, str]]
+    rollout_concurrency: int = 32
+    rollout_deadline_s: float | None = 3600.0
+    heartbeat_s: float = 15.0
+
+
+class RolloutBatch(BaseModel):
+    """Body of ``POST /rollouts/run``: dataset rows (DESIGN.md §9), each with an ``agent_ref``."""
+
+    examples: list[dict[str, Any]]
+
+
+def create_app(backend: HeadBackend) -> FastAPI:
+    """The head server's FastAPI app over ``backend``."""
+    app = FastAPI(title="gym-runtime head server", description=__doc__)
+
+    @app.get("/")
+    async def root() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/global_config_dict_yaml")
+    async def global_config_dict_yaml() -> str:
+        return backend.config_yaml()
+
+    @app.get("/server_instances")
+    async def server_instances() -> list[dict[str, Any]]:
+        return backend.instances()
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        status, body = backend.health()
+        return JSONResponse(body, status_code=status)
+
+    @app.get("/servers/{name}/logs")
+    async def server_logs(name: str, tail: int = Query(100, ge=0, le=100_000)) -> dict[str, Any]:
+        out = backend.logs(name, tail)
+        if out is None:
+            raise HTTPException(404, f"no server instance named {name!r}")
+        return out
+
+    @app.post("/rollouts/run")
+    async def rollouts_run(batch: RolloutBatch) -> StreamingResponse:
+        task = asyncio.create_task(run_rows(batch.examples, backend.agents(),
+                                            concurrency=backend.rollout_concurrency,
+                                            deadline_s=backend.rollout_deadline_s))
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                while True:
+                    done, _ = await asyncio.wait({task}, timeout=backend.heartbeat_s)
+                    if done:
+                        break
+                    yield b" "
+                yield json.dumps({"results": task.result()}).encode()
+            finally:
+                task.cancel()
+
+        return StreamingResponse(body(), media_type="application/json")
+
+    return app

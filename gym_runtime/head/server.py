@@ -1,0 +1,61 @@
+"""Serve the head app with uvicorn on the daemon's own event loop, on a socket the daemon bound.
+
+The socket is bound before anything starts (no probe-then-release race; a taken port is reported
+with its owner, case C04). uvicorn's signal handling is disabled: the daemon owns SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+from fastapi import FastAPI
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:  # the daemon handles signals itself
+        yield
+
+    def install_signal_handlers(self) -> None:  # older uvicorn
+        return None
+
+
+class HeadServer:
+    """``await start()`` serves ``app`` on ``sock``; ``await stop()`` closes it (idempotent)."""
+
+    def __init__(self, app: FastAPI, sock: socket.socket) -> None:
+        self.sock = sock
+        host, port = sock.getsockname()[:2]
+        self.host, self.port = host, port
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=1, timeout_keep_alive=30)
+        self._server = _Server(config)
+        self._task: asyncio.Task | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[self.sock]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+                return
+            await asyncio.sleep(0.005)
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        self._server.should_exit = True
+        self._server.force_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._task, 3)
+        self._task = None
+        with contextlib.suppress(OSError):
+            self.sock.close()

@@ -1,0 +1,122 @@
+"""Choose the Ray cluster servers use, explicitly and once (case C26, issue 5 "Ray").
+
+Sources, first wins: ``--ray-address`` flag, the config's ``ray_head_node_address``, the
+``RAY_ADDRESS`` variable of the daemon's environment. Values: ``host:port`` (a GCS address: join
+it), ``auto`` (join the one running local cluster: Ray's address file, then its running GCS
+processes; none found is an error, never a new cluster), ``local`` (start a private cluster).
+With no value, a private cluster is started only when a server needs Ray (``ray_enabled: true`` in
+its config, or a Gym SDK server, whose ``run_webserver`` always calls ``ray.init`` and would
+otherwise start one cluster *per server*); otherwise Ray is not used at all.
+
+Rules: a dashboard/jobs URL (``http://...:8265``) is rejected with a hint; joining checks that the
+GCS port accepts a TCP connection within ``connect_timeout_s`` and names the address's source on
+failure; the daemon stops only a cluster it started. ``RAY_ADDRESS`` is never passed to servers:
+they get the chosen address as ``ray_head_node_address`` in ``NEMO_GYM_CONFIG_DICT``.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gym_runtime.errors import SettingsError, StartError
+
+
+@dataclass(frozen=True)
+class RayTarget:
+    """The decision: ``mode`` ``none`` | ``join`` | ``local``; ``address`` (join: ``host:port``);
+    ``source`` (``--ray-address``, ``config ray_head_node_address``, ``RAY_ADDRESS``, ``auto``,
+    ``needed by <servers>``); ``needed_by``: servers that need Ray."""
+
+    mode: str
+    address: str | None = None
+    source: str = ""
+    needed_by: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One log line: ``ray: connected to H:P (from RAY_ADDRESS)`` and the like."""
+        if self.mode == "join":
+            return f"ray: joining the cluster at {self.address} (from {self.source})"
+        if self.mode == "local":
+            return f"ray: starting a private local instance ({self.source})"
+        return "ray: not used (no address given and no server needs it)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "address": self.address, "source": self.source,
+                "needed_by": list(self.needed_by)}
+
+
+def _split(address: str, source: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise SettingsError(f"{source}={address!r} is not a Ray GCS address host:port, 'auto' or 'local'",
+                            code="GR-RAY-ADDRESS", hint="use the head node's GCS address, e.g. 10.0.0.5:6379")
+    return host.strip("[]"), int(port)
+
+
+def check_address(address: str, source: str) -> None:
+    """Reject dashboard / Ray Client URLs (C26 case 1); raises :class:`SettingsError`."""
+    low = address.lower()
+    if low.startswith(("http://", "https://")):
+        raise SettingsError(f"{source}={address} looks like a dashboard URL; ray.init needs the GCS "
+                            "address (host:6379) or 'auto'", code="GR-RAY-DASHBOARD-URL",
+                            hint=f"set {source} to the head node's GCS address host:port (`ray status` shows it)")
+    if low.startswith("ray://"):
+        raise SettingsError(f"{source}={address} is a Ray Client address; servers join with the GCS address",
+                            code="GR-RAY-CLIENT-URL", hint="use host:port of the head node's GCS (default 6379)")
+    if low not in ("auto", "local"):
+        _split(address, source)
+
+
+def find_running_cluster() -> str | None:
+    """The GCS address of a running local cluster (Ray's own discovery: address file, then
+    running ``gcs_server`` processes), or None. Imports Ray only when called."""
+    try:
+        from ray._private import services
+    except ImportError:
+        return None
+    latest = services.find_bootstrap_address(None)
+    if latest:
+        return latest
+    found = sorted(services.find_gcs_addresses())
+    return found[0] if found else None
+
+
+def wait_reachable(address: str, source: str, timeout_s: float) -> None:
+    """TCP-connect to the GCS port within ``timeout_s`` (C26 case 2); raises :class:`StartError`."""
+    host, port = _split(address, source)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return
+    except OSError as e:
+        raise StartError(f"ray: cannot reach the cluster at {address} (from {source}) within {timeout_s:g}s: "
+                         f"{e.strerror or e}", code="GR-RAY-UNREACHABLE",
+                         hint=f"start that cluster, fix {source}, or unset it to let gym-runtime decide") from None
+
+
+def choose(flag: str | None, config_value: Any, environ: Mapping[str, str], needed_by: list[str]) -> RayTarget:
+    """Decide the target (no I/O except ``auto`` discovery); raises :class:`SettingsError`."""
+    needs = tuple(needed_by)
+    for value, source in ((flag, "--ray-address"), (config_value, "config ray_head_node_address"),
+                          (environ.get("RAY_ADDRESS"), "RAY_ADDRESS")):
+        if value in (None, ""):
+            continue
+        value = str(value).strip()
+        check_address(value, source)
+        if value == "local":
+            return RayTarget("local", None, f"{source}=local", needs)
+        if value == "auto":
+            found = find_running_cluster()
+            if found is None:
+                raise SettingsError(f"{source}=auto but no running Ray cluster was found on this host "
+                                    "(no address file, no gcs_server process)", code="GR-RAY-AUTO",
+                                    hint="start the cluster first, give its GCS address host:port, or use "
+                                    "'local' for a private instance; gym-runtime never starts a second cluster "
+                                    "silently")
+            return RayTarget("join", found, f"{source}=auto (found running cluster)", needs)
+        return RayTarget("join", value, source, needs)
+    if needs:
+        return RayTarget("local", None, "needed by " + ", ".join(needs), needs)
+    return RayTarget("none")

@@ -1,0 +1,90 @@
+"""Send dataset rows to their agents' ``/run`` with bounded concurrency (head ``/rollouts/run``, dry-run).
+
+A row names its agent with ``agent_ref: {type: responses_api_agents, name: <instance>}`` (DESIGN.md
+§9); the whole row is POSTed as JSON to ``<agent url>/run``, as Gym's rollout collection does.
+Results keep the row's index; a row that fails gets ``{"error": {"code", "message"}}`` instead of
+stopping the batch. Codes: ``GR-ROLLOUT-AGENT-REF`` (no or unknown agent), ``GR-ROLLOUT-HTTP``
+(the agent answered an error status), ``GR-ROLLOUT-CONNECT`` (no answer), ``GR-ROLLOUT-BAD-JSON``,
+``GR-ROLLOUT-DEADLINE`` (the batch deadline passed first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+
+AGENT_TYPE = "responses_api_agents"
+
+
+def row_error(code: str, message: str) -> dict[str, Any]:
+    """The per-row error shape ``{"error": {"code", "message"}}``."""
+    return {"error": {"code": code, "message": message}}
+
+
+def agent_name(row: Any) -> str | None:
+    """The agent instance a row names, or None when ``agent_ref`` is missing or malformed."""
+    ref = row.get("agent_ref") if isinstance(row, dict) else None
+    if isinstance(ref, dict) and ref.get("type", AGENT_TYPE) == AGENT_TYPE and isinstance(ref.get("name"), str):
+        return ref["name"]
+    return None
+
+
+async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any,
+                  timeout_s: float | None = None) -> dict[str, Any]:
+    """POST one row to its agent's ``/run``; the agent's JSON object, or a row error (never raises)."""
+    name = agent_name(row)
+    if name is None:
+        return row_error("GR-ROLLOUT-AGENT-REF", "row has no agent_ref {type: responses_api_agents, name: ...}")
+    base = agents.get(name)
+    if base is None:
+        known = ", ".join(sorted(agents)) or "(none)"
+        return row_error("GR-ROLLOUT-AGENT-REF", f"agent_ref names {name!r}, which is not a running agent "
+                         f"(available responses_api_agents: {known})")
+    url = base.rstrip("/") + "/run"
+    try:
+        r = await client.post(url, json=row, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return row_error("GR-ROLLOUT-CONNECT", f"{name}: POST {url} failed: {type(e).__name__}: {e}")
+    if r.status_code >= 400:
+        return row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {r.text[:500]}")
+    try:
+        body = r.json()
+    except ValueError:
+        return row_error("GR-ROLLOUT-BAD-JSON", f"{name}: POST {url} answered non-JSON: {r.text[:200]!r}")
+    return body if isinstance(body, dict) else {"result": body}
+
+
+async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Mapping[str, str]], *,
+                   concurrency: int = 32, deadline_s: float | None = None,
+                   client: httpx.AsyncClient | None = None) -> list[dict[str, Any]]:
+    """Run every row (at most ``concurrency`` at once); result ``i`` belongs to row ``i``.
+
+    ``agents`` maps agent instance names to base URLs (``http://host:port``). ``deadline_s`` bounds
+    the whole batch: rows still running then are cancelled and get ``GR-ROLLOUT-DEADLINE``.
+    """
+    table = agents() if callable(agents) else agents
+    sem = asyncio.Semaphore(max(1, concurrency))
+    results: list[dict[str, Any] | None] = [None] * len(rows)
+    own = client is None
+    http = client or httpx.AsyncClient(trust_env=False, timeout=None,
+                                       limits=httpx.Limits(max_connections=max(concurrency, 10)))
+
+    async def one(i: int, row: Any) -> None:
+        async with sem:
+            results[i] = await run_row(http, table, row)
+
+    tasks = [asyncio.create_task(one(i, row)) for i, row in enumerate(rows)]
+    try:
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=deadline_s)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+    finally:
+        if own:
+            await http.aclose()
+    return [r if r is not None else row_error("GR-ROLLOUT-DEADLINE", f"the batch deadline of {deadline_s:g}s "
+                                              "passed before this row finished") for r in results]

@@ -1,0 +1,295 @@
+"""Bring an environment up and down on the running event loop: the stages of ``gym-runtime up``.
+
+Data flows one way (DESIGN.md §2): Package -> MergedConfig -> venvs -> Sandbox + ports -> members
+(stub model, private Ray, servers) -> Supervisor + head server. :class:`Environment` keeps what
+each stage returned; :meth:`Environment.stop` undoes them in reverse, from any phase (a stop while
+venvs build cancels the build).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gym_runtime.config import MergedConfig, PolicyValues, build_config
+from gym_runtime.config.redact import redact
+from gym_runtime.errors import StartError
+from gym_runtime.package import load_package
+from gym_runtime.ray_target import RayTarget, choose, wait_reachable
+from gym_runtime.settings import RuntimeSettings
+from gym_runtime.supervise import contract
+from gym_runtime.supervise.logs import LogSink
+from gym_runtime.supervise.member import Member
+from gym_runtime.supervise.options import SuperviseOptions
+from gym_runtime.supervise.ports import bind_listener, check_free, free_port
+from gym_runtime.supervise.readiness import model_base_urls
+from gym_runtime.supervise.supervisor import Supervisor
+
+STUB_MODEL_NAME = "stub-model"
+
+
+@dataclass
+class UpRequest:
+    """Everything ``up`` was asked for (CLI flags or :class:`gym_runtime.Runtime` arguments)."""
+
+    package: str | Path
+    overrides: list[str] = field(default_factory=list)
+    policy: PolicyValues = field(default_factory=PolicyValues)
+    head_host: str = "127.0.0.1"
+    head_port: int | None = None
+    ray_address: str | None = None
+    work_dir: Path | None = None
+    require_isolation: bool = False
+    isolation: str | None = None
+    python: str | None = None
+    stub_seed: int = 0
+    options: SuperviseOptions = field(default_factory=SuperviseOptions)
+
+
+class Environment:
+    """One running environment. ``await start()`` -> the ready info dict (raises a
+    :class:`~gym_runtime.errors.GymRuntimeError`); ``await stop(fast)``; ``await wait()`` -> exit code."""
+
+    def __init__(self, req: UpRequest, settings: RuntimeSettings, progress=None) -> None:
+        self.req, self.settings = req, settings
+        self.progress = progress or (lambda msg: None)
+        self.phase = "config"
+        self.merged: MergedConfig | None = None
+        self.ray = RayTarget("none")
+        self.stub_url: str | None = None
+        self.sandbox: Any = None
+        self.host_launcher: Any = None
+        self.supervisor = Supervisor(req.options, self._say)
+        self.head: Any = None
+        self.outside: dict[str, Any] = {}
+        self.ready_info: dict[str, Any] | None = None
+        self.cancel = threading.Event()
+        self._stopping = asyncio.Event()
+        self._start_task: asyncio.Task | None = None
+        self._stopped: asyncio.Future | None = None
+        self._t0 = time.monotonic()
+        self.run_id = time.strftime("%Y%m%d-%H%M%S")
+        self.work_dir = Path(req.work_dir or settings.home / "runs" / self.run_id).resolve()
+        self.logs_dir = self.work_dir / "logs"
+
+    def _say(self, msg: str) -> None:
+        self.progress(msg)
+
+    def _check_stop(self) -> None:
+        if self._stopping.is_set():
+            raise StartError(f"start-up was interrupted during phase {self.phase!r}", code="GR-START-INTERRUPTED")
+
+    # ------------------------------------------------------------------ start
+    async def start(self) -> dict[str, Any]:
+        self._start_task = asyncio.current_task()
+        policy = self.req.policy
+        head_sock = bind_listener(self.req.head_host, self.req.head_port or 0, "head server")
+        self.head_addr = head_sock.getsockname()[:2]
+        if policy.base_url is None:
+            port = free_port(avoid={self.head_addr[1]})
+            self.stub_url = f"http://127.0.0.1:{port}/v1"
+            policy = PolicyValues(self.stub_url, policy.api_key or "stub-key", policy.model_name or STUB_MODEL_NAME,
+                                  origin="built-in stub model")
+            self._say(f"no --policy-base-url: starting the built-in stub model at {self.stub_url} "
+                      f"(model {policy.model_name!r}) and pointing policy_model at it")
+        pkg = await asyncio.to_thread(load_package, self.req.package)
+        self.merged = merged = await asyncio.to_thread(build_config, pkg, self.req.overrides, policy)
+        self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
+        self._check_stop()
+        self.phase = "building venvs"
+        venvs = await self._build_venvs(merged)
+        self._check_stop()
+        self.phase = "starting sandbox"
+        pythons = {n: Path(venvs.for_instance(n).python) for n in merged.instances}
+        gym_sdk = [n for n, p in pythons.items() if merged.instances[n].config.get("ray_enabled") is not False
+                   and (merged.instances[n].config.get("ray_enabled") or contract.gym_sdk_venv(p))]
+        self.ray = choose(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ,
+                          gym_sdk)
+        self._say(self.ray.describe())
+        if self.ray.mode == "join":
+            await asyncio.to_thread(wait_reachable, self.ray.address, self.ray.source, 30.0)
+        await self._start_sandboxes(merged)
+        self._check_stop()
+        self.phase = "starting servers"
+        addresses, head_inside = await self._assign_ports(merged)
+        ray_inside = self._add_ray_member() if self.ray.mode == "local" else self.ray.address
+        inside = contract.config_view(merged.data, addresses, head_inside, ray_inside)
+        inside_yaml = contract.to_yaml(inside)
+        for name, inst in merged.instances.items():
+            self._add_server(name, inst, pythons[name], inside_yaml, addresses[name])
+        if self.stub_url:
+            self._add_stub_member(int(self.stub_url.rsplit(":", 1)[1].split("/")[0]))
+        await self._publish()
+        public = {n: m.public for n, m in self.supervisor.members.items() if m.kind == "server"}
+        self.outside = contract.config_view(merged.data, public, self.head_addr, ray_inside)
+        await self._start_head(head_sock)
+        self._say(f"head server at {self.head.url}; starting {len(merged.instances)} server(s) "
+                  f"(isolation: {self.sandbox.level.value})")
+        self.supervisor.phase = "waiting for servers to answer GET /"
+        self._check_stop()
+        await self.supervisor.start(model_base_urls(merged.data))
+        self.phase = "ready"
+        self.ready_info = {
+            "status": "ready", "head_server": self.head.url,
+            "servers": {n: m.url for n, m in self.supervisor.members.items() if m.kind == "server"},
+            "isolation": self.sandbox.level.value, "startup_s": round(time.monotonic() - self._t0, 3),
+            "policy_model": {"base_url": merged.data.get("policy_base_url"), "stub": self.stub_url is not None},
+            "ray": self.ray.to_dict(), "logs_dir": str(self.logs_dir)}
+        return self.ready_info
+
+    async def _build_venvs(self, merged: MergedConfig) -> Any:
+        from gym_runtime.venvs import build_venvs, plan_venvs
+
+        plan = await asyncio.to_thread(plan_venvs, merged, self.settings, self.req.python)
+        return await asyncio.to_thread(build_venvs, plan, self.settings, progress=self._say, cancel=self.cancel)
+
+    async def _start_sandboxes(self, merged: MergedConfig) -> None:
+        from sandbox import EgressPolicy, Sandbox
+
+        urls = model_base_urls(merged.data)
+        policy = EgressPolicy.from_environ(self.settings.environ, policy_endpoints=urls)
+        self.sandbox = await Sandbox.start(policy, self.work_dir / "sandbox", require_full=self.req.require_isolation,
+                                           level=self.req.isolation)
+        if self.sandbox.report.warning:
+            self._say("WARNING: " + self.sandbox.report.warning)
+        if self.stub_url:
+            self.host_launcher = await Sandbox.start(policy, self.work_dir / "host", level="none")
+
+    async def _assign_ports(self, merged: MergedConfig) -> tuple[dict[str, tuple[str, int]], tuple[str, int]]:
+        explicit = {n: i.port for n, i in merged.instances.items() if i.port}
+        none_level = self.sandbox.level.value == "none"
+        taken = {self.head_addr[1], *explicit.values()}
+        if self.stub_url:
+            taken.add(int(self.stub_url.rsplit(":", 1)[1].split("/")[0]))
+        if none_level:  # servers share the host network: a taken explicit port fails now (C04)
+            for n, p in explicit.items():
+                check_free(merged.instances[n].host or "127.0.0.1", p, n)
+
+        def fresh() -> int:
+            while (p := self.sandbox.allocate_port()) in taken:
+                pass
+            taken.add(p)
+            return p
+
+        out = {n: (i.host or "127.0.0.1", explicit.get(n) or fresh()) for n, i in merged.instances.items()}
+        head_inside = await self.sandbox.expose_host_service(fresh() if not none_level else self.head_addr[1],
+                                                             *self.head_addr)
+        return out, tuple(head_inside)
+
+    def _member(self, name: str, kind: str, spec: Any, launcher: Any, port: int | None, **kw: Any) -> Member:
+        log = LogSink(self.logs_dir / f"{name}.log", self.req.options.log_tail_lines, self.req.options.log_max_bytes)
+        m = Member(name, kind, spec, launcher, log, port=port, **kw)
+        self.supervisor.add(m)
+        return m
+
+    def _add_server(self, name: str, inst: Any, python: Path, config_yaml: str, addr: tuple[str, int]) -> None:
+        from sandbox import ProcessSpec
+
+        wd = self.work_dir / "servers" / name
+        wd.mkdir(parents=True, exist_ok=True)
+        sdir = Path(inst.server_dir.path)
+        env = contract.server_env(name, sdir, python, config_yaml, wd, self.settings.environ)
+        spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, env,
+                           read_only_paths=[sdir.parent.parent, python.parent.parent],
+                           writable_paths=[wd] + ([self.work_dir / "ray"] if self.ray.mode == "local" else []))
+        self._member(name, "server", spec, self.sandbox, addr[1], host=addr[0],
+                     info={"server_type": inst.server_type, "implementation": inst.implementation,
+                           "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
+
+    def _add_stub_member(self, port: int) -> None:
+        from sandbox import ProcessSpec
+
+        root = str(Path(__file__).resolve().parents[2])
+        argv = [sys.executable, "-m", "gym_runtime.stub_model", "--host", "127.0.0.1", "--port", str(port),
+                "--seed", str(self.req.stub_seed), "--model", STUB_MODEL_NAME]
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": root, "PYTHONUNBUFFERED": "1",
+               "HOME": str(self.work_dir), "LANG": "C.UTF-8"}
+        m = self._member("stub_model", "model", ProcessSpec("stub_model", argv, self.work_dir, env),
+                         self.host_launcher, port, probe_path="/v1/models", wave=0,
+                         info={"server_type": "stub_model", "implementation": "gym_runtime.stub_model"})
+        m.public = ("127.0.0.1", port)
+
+    def _add_ray_member(self) -> str:
+        """A private Ray head inside the sandbox network (servers reach it on loopback)."""
+        from sandbox import ProcessSpec
+
+        port = self.sandbox.allocate_port()
+        tmp = self.work_dir / "ray"
+        tmp.mkdir(parents=True, exist_ok=True)
+        ray_bin = Path(sys.executable).with_name("ray")
+        argv = [str(ray_bin), "start", "--head", "--block", "--port", str(port), "--node-ip-address", "127.0.0.1",
+                "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(tmp)]
+        env = {"PATH": f"{ray_bin.parent}:/usr/bin:/bin", "HOME": str(tmp), "LANG": "C.UTF-8",
+               "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+        self._member("ray_head", "ray", ProcessSpec("ray_head", argv, tmp, env, writable_paths=[tmp]),
+                     self.sandbox, port, probe_path="tcp", wave=0, info={"server_type": "ray", "implementation": "ray"})
+        return f"127.0.0.1:{port}"
+
+    async def _publish(self) -> None:
+        for m in self.supervisor.members.values():
+            if m.public is None and m.port is not None:
+                m.public = tuple(await self.sandbox.publish(m.port))
+
+    async def _start_head(self, sock: Any) -> None:
+        from gym_runtime.head.app import HeadBackend, create_app
+        from gym_runtime.head.server import HeadServer
+
+        backend = HeadBackend(config_yaml=lambda: contract.to_yaml(redact(self.outside)),
+                              instances=lambda: [m.snapshot() for m in self.supervisor.members.values()],
+                              health=self.supervisor.health, logs=self._logs,
+                              agents=lambda: {n: m.url for n, m in self.supervisor.members.items()
+                                              if m.info.get("server_type") == "responses_api_agents" and m.url})
+        self.head = HeadServer(create_app(backend), sock)
+        await self.head.start()
+
+    def _logs(self, name: str, n: int) -> dict[str, Any] | None:
+        m = self.supervisor.members.get(name)
+        if m is None:
+            return None
+        m.log.drain_now()
+        return {"name": name, "log_file": str(m.log.path), "lines": m.log.tail(n)}
+
+    # ------------------------------------------------------------------ stop
+    async def stop(self, fast: bool = False) -> int:
+        """Stop everything started so far, from any phase (TERM, grace, KILL, reap); returns the
+        exit code. Safe to call again (waits for the first stop); ``fast`` KILLs every process
+        group at once, also while an earlier stop is waiting out the grace period."""
+        sup = self.supervisor
+        if self._stopped is not None:
+            if fast and sup._loop_task is not None:
+                sup.request_stop(fast=True)
+            return await asyncio.shield(self._stopped)
+        self._stopped = asyncio.get_running_loop().create_future()
+        try:
+            code = await self._teardown(fast)
+        except BaseException as e:
+            self._stopped.set_exception(e)
+            raise
+        self._stopped.set_result(code)
+        return code
+
+    async def _teardown(self, fast: bool) -> int:
+        sup = self.supervisor
+        self._stopping.set()
+        self.cancel.set()
+        task = self._start_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        code = 0
+        if sup._loop_task is not None:
+            sup.request_stop(fast)
+            code = await sup.wait_stopped()
+        if self.head is not None:
+            await self.head.stop()
+        for sb in (self.sandbox, self.host_launcher):
+            if sb is not None:
+                await sb.close()
+        for m in sup.members.values():
+            m.log.close()
+        return code

@@ -1,0 +1,91 @@
+"""Gym's server-process contract (DESIGN.md §7; reference/nemo_gym_runtime.md §3.1, §3.9, §11.1).
+
+* cwd = the server directory; argv = ``<venv>/bin/python <entrypoint>`` (no shell, no secrets);
+* env ``NEMO_GYM_CONFIG_DICT`` = the merged YAML with ``host``/``port`` set for every instance,
+  ``head_server: {host, port}``, ``ray_head_node_address`` when Ray is used, and the defaults a
+  Gym parse would add that children read (``dry_run: false``, port range, disallowed ports);
+  ``NEMO_GYM_CONFIG_PATH`` = the instance name; ``PYTHONPATH`` = the server directory;
+* the rest of the environment is an explicit allowlist (never the daemon's ``RAY_ADDRESS``,
+  ``UV_*`` or credentials).
+
+Two views of one config: ``inside`` (addresses servers use inside the sandbox network, sent to
+servers) and ``outside`` (addresses reachable from the host, served by the head server).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Variables copied from the daemon's environment into a server's (when set).
+ENV_ALLOW = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+             "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+def config_view(data: dict[str, Any], addresses: Mapping[str, tuple[str, int]], head: tuple[str, int],
+                ray_address: str | None) -> dict[str, Any]:
+    """A copy of the resolved config with each instance's ``host``/``port`` from ``addresses``
+    (instance name -> (host, port)), ``head_server`` and, if given, ``ray_head_node_address``."""
+    out = copy.deepcopy(data)
+    for name, (host, port) in addresses.items():
+        inner = _inner(out, name)
+        if inner is not None:
+            inner["host"], inner["port"] = host, port
+    out["head_server"] = {"host": head[0], "port": head[1]}
+    if ray_address:
+        out["ray_head_node_address"] = ray_address
+    else:
+        out.pop("ray_head_node_address", None)
+    out.setdefault("dry_run", False)
+    out.setdefault("port_range_low", 10001)
+    out.setdefault("port_range_high", 20000)
+    out["disallowed_ports"] = sorted({head[1], *(p for _, p in addresses.values())})
+    return out
+
+
+def _inner(data: dict[str, Any], name: str) -> dict[str, Any] | None:
+    value = data.get(name)
+    if not isinstance(value, dict) or not value:
+        return None
+    impls = next(iter(value.values()))
+    if not isinstance(impls, dict) or not impls:
+        return None
+    inner = next(iter(impls.values()))
+    return inner if isinstance(inner, dict) else None
+
+
+def to_yaml(view: dict[str, Any]) -> str:
+    """The YAML text Gym children parse with ``OmegaConf.create``."""
+    return yaml.safe_dump(view, sort_keys=False)
+
+
+def server_env(instance: str, server_dir: Path, venv_python: Path, config_yaml: str, work_dir: Path,
+               environ: Mapping[str, str]) -> dict[str, str]:
+    """The complete environment of one server process (see module doc)."""
+    venv_bin = venv_python.parent
+    env = {k: environ[k] for k in ENV_ALLOW if k in environ}
+    env.update({
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "VIRTUAL_ENV": str(venv_bin.parent),
+        "HOME": str(work_dir),
+        "TMPDIR": "/tmp",
+        "PYTHONPATH": str(server_dir),
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HOME": str(work_dir / "huggingface"),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "NEMO_GYM_CONFIG_DICT": config_yaml,
+        "NEMO_GYM_CONFIG_PATH": instance,
+    })
+    env.setdefault("LANG", "C.UTF-8")
+    return env
+
+
+def gym_sdk_venv(venv_python: Path) -> bool:
+    """True when the venv holds the ``nemo_gym`` package (its servers call ``ray.init`` at start)."""
+    lib = venv_python.parent.parent / "lib"
+    return any(lib.glob("python*/site-packages/nemo_gym/__init__.py"))

@@ -1,0 +1,107 @@
+"""Per-server logs: a pipe drained continuously by the event loop into a file plus an in-memory tail.
+
+Case C25: a server's stdout and stderr go to one pipe that the loop reads as soon as it is
+readable (``loop.add_reader``), so a chatty server never blocks on a full pipe. Every byte goes to
+``<logs_dir>/<instance>.log`` (appended across restarts and daemon runs, rotated to ``.log.1``
+past ``max_bytes``); the last ``tail_lines`` lines stay in memory for failure reports and the head
+server's ``/servers/{name}/logs``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import time
+from pathlib import Path
+
+
+class LogSink:
+    """One server's log. ``path``: the file; ``tail(n)``: last lines (str, no newline)."""
+
+    def __init__(self, path: Path, tail_lines: int = 40, max_bytes: int = 50 * 1024 * 1024) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self._tail: collections.deque[str] = collections.deque(maxlen=max(tail_lines, 200))
+        self._partial = b""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the sink
+        self._fd: int | None = None
+        self.bytes_written = 0
+
+    def note(self, text: str) -> None:
+        """A line from the daemon itself (start, exit, restart), marked ``[gym-runtime]``."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self._write(f"[gym-runtime {stamp}] {text}\n".encode())
+
+    def open_pipe(self) -> int:
+        """A new pipe for the next child: returns the write fd (give it as stdout and stderr, then
+        close it in the parent); the read end is drained by :meth:`attach`."""
+        self.detach()
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        self._fd = r
+        return w
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start draining the current pipe on ``loop`` (call from the loop's thread)."""
+        if self._fd is not None:
+            loop.add_reader(self._fd, self._drain)
+
+    def _drain(self) -> None:
+        fd = self._fd
+        if fd is None:
+            return
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:  # EOF: every writer (the child and its helpers) closed it
+                self.detach()
+                return
+            self._write(chunk)
+
+    def drain_now(self) -> None:
+        """Read whatever is buffered in the pipe right now (before a failure report)."""
+        self._drain()
+
+    def detach(self) -> None:
+        """Stop draining and close the read end (flushes a trailing partial line to the tail)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                asyncio.get_running_loop().remove_reader(fd)
+            except RuntimeError:
+                pass
+            os.close(fd)
+        if self._partial:
+            self._tail.append(self._partial.decode(errors="replace"))
+            self._partial = b""
+
+    def _write(self, data: bytes) -> None:
+        self._file.write(data)
+        self.bytes_written += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        self._tail.extend(line.decode(errors="replace").rstrip("\r") for line in lines)
+        if self._file.tell() > self.max_bytes:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        self._file.close()
+        os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115
+
+    def tail(self, n: int = 40) -> list[str]:
+        """The last ``n`` complete lines (plus a pending partial line), oldest first."""
+        lines = list(self._tail)[-n:] if n > 0 else []
+        if self._partial and n > 0:
+            lines = [*lines, self._partial.decode(errors="replace")][-n:]
+        return lines
+
+    def close(self) -> None:
+        self.detach()
+        self._file.close()

@@ -1,0 +1,74 @@
+"""One supervised process as the supervisor sees it: its spec, address, log, current handle and state.
+
+Only the supervisor's event loop changes a :class:`Member` (STYLE.md, honcho); everyone else reads
+:meth:`Member.snapshot`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gym_runtime.supervise.logs import LogSink
+
+# Status values, in the order a healthy server goes through them.
+PENDING, STARTING, READY, RESTARTING, FAILED, STOPPING, STOPPED = (
+    "pending", "starting", "ready", "restarting", "failed", "stopping", "stopped")
+
+
+@dataclass
+class Member:
+    """A supervised process.
+
+    ``kind``: ``server`` (a Gym server in the sandbox), ``model`` (the built-in stub model) or
+    ``ray`` (a private Ray head). ``port``: where it listens inside its network; ``public``: the
+    daemon-side ``(host, port)`` reaching it; ``probe_path``: readiness URL path (None = no HTTP
+    probe, ready once spawned; ``"tcp"`` = a TCP connect). ``wave``: lower waves are spawned and
+    ready before higher ones start (a private Ray head is wave 0). ``spec``: the sandbox ``ProcessSpec`` (fds filled per start);
+    ``launcher``: the :class:`sandbox.Sandbox` that spawns it. ``info``: static facts served by the
+    head server (server type, implementation...).
+    """
+
+    name: str
+    kind: str
+    spec: Any
+    launcher: Any
+    log: LogSink
+    host: str = "127.0.0.1"
+    port: int | None = None
+    public: tuple[str, int] | None = None
+    probe_path: str | None = "/"
+    wave: int = 1
+    info: dict[str, Any] = field(default_factory=dict)
+    proc: Any = None
+    status: str = PENDING
+    restarts: int = 0
+    started_wall: float | None = None
+    spawned_at: float | None = None
+    ready_s: float | None = None
+    last_exit: dict[str, Any] | None = None
+    error: str | None = None
+    escalated: bool = False
+    pidfd: int | None = None
+
+    @property
+    def url(self) -> str | None:
+        """Daemon-side base URL (``http://host:port``), None before it has an address."""
+        if self.public is None:
+            return None
+        host = f"[{self.public[0]}]" if ":" in self.public[0] else self.public[0]
+        return f"http://{host}:{self.public[1]}"
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-ready state for ``/server_instances`` and ``gym-runtime status``."""
+        pid = None
+        if self.proc is not None and self.proc.poll() is None:
+            pid = self.proc.app_pid() or self.proc.pid
+        up = time.time() - self.started_wall if (self.started_wall and self.status == READY) else None
+        return {"name": self.name, "kind": self.kind, **self.info, "host": self.public[0] if self.public else None,
+                "port": self.public[1] if self.public else None, "url": self.url, "pid": pid,
+                "status": self.status, "restarts": self.restarts,
+                "uptime_seconds": round(up, 3) if up is not None else None,
+                "ready_after_s": round(self.ready_s, 3) if self.ready_s is not None else None,
+                "last_exit": self.last_exit, "error": self.error, "log_file": str(self.log.path)}

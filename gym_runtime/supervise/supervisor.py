@@ -1,0 +1,423 @@
+"""The supervisor: ONE event loop that owns every state change of every supervised process.
+
+Shape taken from honcho's ``manager.py`` (STYLE.md): watchers and probes only *post* typed events
+(``spawn``, ``exited``, ``ready``, ``not_ready``, ``endpoint``, ``stop``, ``stopped``) to one
+queue; :meth:`Supervisor._loop` decides (record, restart with backoff, fail, shut down). Signals
+only call :meth:`Supervisor.request_stop`.
+
+Contract (DESIGN.md §7, issue 5): a child's exit is seen at once (its pidfd is watched by the
+loop); any exit the daemon did not ask for is a failure even with status 0 (case C24) and is
+restarted after ``backoff`` up to ``max_restarts``, then the environment is failed; start-up has a
+per-server and an overall deadline whose report names the phase and the last log lines; shutdown
+sends TERM to every process group, waits ``shutdown_grace_s``, KILLs and reaps (case C05); a second
+stop request skips the grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psutil
+
+from gym_runtime.errors import StartError
+from gym_runtime.supervise import readiness
+from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
+                                          Member)
+from gym_runtime.supervise.options import SuperviseOptions
+
+log = logging.getLogger("gym_runtime.supervise")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened: ``kind`` plus the member name, the process handle it concerns
+    (stale events about an earlier process are ignored) and a payload."""
+
+    kind: str
+    name: str = ""
+    proc: Any = None
+    data: Any = None
+
+
+class Supervisor:
+    """Start, watch, restart and stop a set of :class:`Member` processes on the running loop.
+
+    Use: ``add(member)`` for each, ``await start(endpoints)`` (raises :class:`StartError`),
+    ``await wait_stopped()`` -> exit code, ``request_stop(fast=False)`` from anywhere on the loop.
+    ``state`` is ``starting`` | ``ready`` | ``failed`` | ``stopping`` | ``stopped``.
+    """
+
+    def __init__(self, options: SuperviseOptions, progress=None) -> None:
+        self.options = options
+        self.members: dict[str, Member] = {}
+        self.state = "starting"
+        self.phase = "starting servers"
+        self.failure: StartError | None = None
+        self.exit_code = 0
+        self.endpoints: dict[str, str] = {}  # model base URL -> pending | ready | failed
+        self._progress = progress or (lambda msg: None)
+        self._q: asyncio.Queue[Event] = asyncio.Queue()
+        self._tasks: set[asyncio.Task] = set()
+        self._startup: asyncio.Future | None = None
+        self._done: asyncio.Future | None = None
+        self._loop_task: asyncio.Task | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._stop_started = False
+        self._pgids: set[int] = set()
+
+    # ------------------------------------------------------------------ public API
+    def add(self, member: Member) -> None:
+        self.members[member.name] = member
+
+    async def start(self, endpoints: list[str] = ()) -> None:
+        """Spawn every member and wait until all answer and every model endpoint answers.
+
+        Raises :class:`StartError` (``GR-START-CRASH``, ``GR-START-TIMEOUT``...) with the phase
+        reached and the last log lines of each server not ready; the caller then stops the rest.
+        """
+        loop = asyncio.get_running_loop()
+        self._startup, self._done = loop.create_future(), loop.create_future()
+        self._client = httpx.AsyncClient(trust_env=False)
+        self._loop_task = loop.create_task(self._loop())
+        for url in endpoints:
+            self.endpoints[url] = "pending"
+            self._spawn_task(self._probe_endpoint(url))
+        self._spawn_wave()
+        overall = self.options.startup_timeout_s
+        try:
+            await asyncio.wait_for(asyncio.shield(self._startup), overall)
+        except asyncio.TimeoutError:
+            err = self._timeout_error(f"the environment was not ready within {overall:g}s")
+            if not self._startup.done():
+                self._startup.set_exception(err)
+            raise err from None
+
+    def post(self, event: Event) -> None:
+        """Queue an event for the loop (call on the loop thread)."""
+        self._q.put_nowait(event)
+
+    def request_stop(self, fast: bool = False) -> None:
+        """Begin shutdown (idempotent); a second request, or ``fast``, KILLs without grace."""
+        self.post(Event("stop", data=fast or self._stop_started))
+
+    async def wait_stopped(self) -> int:
+        """Wait until every member is stopped and reaped; returns the daemon's exit code."""
+        assert self._done is not None
+        await asyncio.shield(self._done)
+        return self.exit_code
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """``(200, {"status": "ready"})`` or ``(503, {"status": "starting"|"failed"|..., ...})``."""
+        if self.state == "ready":
+            return 200, {"status": "ready"}
+        body: dict[str, Any] = {"status": self.state, "phase": self.phase}
+        waiting = [m.name for m in self.members.values() if m.status != READY]
+        if waiting:
+            body["not_ready"] = waiting
+        if self.failure is not None:
+            body["error"] = self.failure.to_dict()
+        return 503, body
+
+    # ------------------------------------------------------------------ the loop
+    async def _loop(self) -> None:
+        while True:
+            ev = await self._q.get()
+            try:
+                getattr(self, f"_on_{ev.kind}")(ev)
+            except Exception as e:  # a bug in a handler must not leave processes unsupervised
+                log.exception("supervisor event %s failed", ev.kind)
+                self._fail(ev.name or "supervisor", f"internal error handling {ev.kind}: {e!r}")
+            if ev.kind == "stopped":
+                return
+
+    def _on_spawn(self, ev: Event) -> None:
+        m = self.members[ev.name]
+        if self._stop_started or m.status in (FAILED, STOPPING, STOPPED, READY):
+            return
+        w = m.log.open_pipe()
+        m.spec.stdout_fd = m.spec.stderr_fd = w
+        m.log.note(f"start #{m.restarts + 1}: {' '.join(map(str, m.spec.argv))} (cwd {m.spec.cwd})")
+        try:
+            proc = m.launcher.spawn(m.spec)
+        except StartError as e:
+            os.close(w)
+            m.log.detach()
+            m.status = FAILED
+            self._fail(m.name, e.message)
+            return
+        finally:
+            m.spec.stdout_fd = m.spec.stderr_fd = None
+        os.close(w)
+        m.log.attach(asyncio.get_running_loop())
+        m.proc, m.status, m.spawned_at, m.started_wall = proc, STARTING, time.monotonic(), time.time()
+        self._watch_exit(m, proc)
+        try:
+            pgid = os.getpgid(proc.app_pid() or proc.pid)
+            if pgid != os.getpgrp():
+                self._pgids.add(pgid)
+        except OSError:
+            pass
+        if m.probe_path is None:
+            self.post(Event("ready", m.name, proc))
+        else:
+            self._spawn_task(self._probe(m, proc))
+
+    def _on_exited(self, ev: Event) -> None:
+        m = self.members[ev.name]
+        if ev.proc is not m.proc:
+            return
+        m.log.drain_now()
+        info = ev.proc.exit_info()
+        m.last_exit = {"returncode": info.returncode, "reason": info.reason, "detail": info.detail,
+                       "at": time.time()}
+        m.log.note(f"exited: status {info.returncode} ({info.reason}{': ' + info.detail if info.detail else ''})")
+        if m.status in (STOPPING, STOPPED) or self._stop_started:
+            return
+        what = f"exited with status {info.returncode}" + (" although nobody asked it to stop" if info.returncode
+                                                            == 0 else "") + f" ({info.reason})"
+        if m.restarts < self.options.max_restarts:
+            delay = self.options.backoff(m.restarts)
+            m.restarts += 1
+            m.status, m.error = RESTARTING, what
+            self._progress(f"{m.name}: {what}; restart {m.restarts}/{self.options.max_restarts} in {delay:g}s")
+            asyncio.get_running_loop().call_later(delay, self.post, Event("spawn", m.name))
+        else:
+            m.status = FAILED
+            tries = f" after {m.restarts} restart{'s' if m.restarts != 1 else ''}" if m.restarts else ""
+            self._fail(m.name, f"{m.kind} {m.name!r} {what}{tries}")
+
+    def _on_ready(self, ev: Event) -> None:
+        m = self.members[ev.name]
+        if ev.proc is not m.proc or m.status != STARTING:
+            return
+        m.status, m.error, m.ready_s = READY, None, time.monotonic() - (m.spawned_at or time.monotonic())
+        self._progress(f"{m.name}: ready in {m.ready_s:.2f}s" + (f" at {m.url}" if m.url else ""))
+        self._check_all_ready()
+
+    def _on_not_ready(self, ev: Event) -> None:
+        m = self.members[ev.name]
+        if ev.proc is not m.proc or m.status != STARTING:
+            return
+        m.status = FAILED
+        m.proc.mark("killed", "not ready in time")
+        self._spawn_task(m.proc.stop(0.5))
+        self._fail(m.name, f"{m.kind} {m.name!r} did not answer GET {m.probe_path} at {m.url} within "
+                   f"{self.options.server_ready_timeout_s:g}s", code="GR-START-TIMEOUT")
+
+    def _on_endpoint(self, ev: Event) -> None:
+        self.endpoints[ev.name] = ev.data
+        if ev.data == "failed":
+            self._fail("policy model", f"model endpoint {ev.name} never answered GET "
+                       f"{readiness.model_probe_url(ev.name)} within {self.options.model_endpoint_timeout_s:g}s",
+                       code="GR-START-MODEL-ENDPOINT",
+                       hint="check --policy-base-url and that the model server is up; raise "
+                       "--model-endpoint-timeout to wait longer, or set it to 0 to skip this check")
+        else:
+            self._check_all_ready()
+
+    def _on_stop(self, ev: Event) -> None:
+        fast = bool(ev.data)
+        if not self._stop_started:
+            self._stop_started = True
+            self.state, self.phase = "stopping", "shutting down"
+            if self._startup is not None and not self._startup.done():
+                self._startup.set_exception(StartError("start-up was interrupted by a stop request",
+                                                       code="GR-START-INTERRUPTED"))
+            self._spawn_task(self._shutdown(0.0 if fast else self.options.shutdown_grace_s))
+        elif fast:
+            self._progress("second stop request: killing every process group now")
+            for m in self.members.values():
+                if m.proc is not None and m.proc.poll() is None:
+                    m.escalated = True
+                    m.proc.kill_now()
+
+    def _on_stopped(self, ev: Event) -> None:
+        self.state, self.phase = "stopped", "stopped"
+        for t in list(self._tasks):
+            t.cancel()
+        if self._done is not None and not self._done.done():
+            self._done.set_result(self.exit_code)
+
+    # ------------------------------------------------------------------ decisions
+    def _spawn_wave(self) -> bool:
+        """Spawn the lowest ``wave`` with members never started (e.g. Ray before the servers that
+        join it); True when one was spawned."""
+        pending = [m for m in self.members.values() if m.status == PENDING]
+        if not pending:
+            return False
+        wave = min(m.wave for m in pending)
+        for m in pending:
+            if m.wave == wave:
+                m.status = STARTING
+                self.post(Event("spawn", m.name))
+        return True
+
+    def _check_all_ready(self) -> None:
+        if self.state != "starting" or self._startup is None or self._startup.done():
+            return
+        started = [m for m in self.members.values() if m.status != PENDING]
+        if started and all(m.status == READY for m in started) and self._spawn_wave():
+            return
+        if all(m.status == READY for m in self.members.values()) and all(
+                s == "ready" for s in self.endpoints.values()):
+            self.state, self.phase = "ready", "ready"
+            self._startup.set_result(None)
+
+    def _fail(self, name: str, message: str, code: str = "GR-START-CRASH", hint: str | None = None) -> None:
+        m = self.members.get(name)
+        if m is not None:
+            m.error = message
+        starting = self._startup is not None and not self._startup.done()
+        err = self._report(message, code, hint, [name] if m is not None else [])
+        if self.failure is None:
+            self.failure = err
+        self._progress(err.render())
+        if starting:
+            self.state = "failed"
+            self._startup.set_exception(err)
+            self._startup.exception()  # retrieved: start() re-raises it
+        elif not self._stop_started:
+            self.state, self.phase = "failed", f"failed: {message}"
+            if not self.options.keep_going:
+                self.exit_code = err.exit_code
+                self.request_stop()
+
+    def _report(self, message: str, code: str, hint: str | None, names: list[str]) -> StartError:
+        """A StartError naming the phase and carrying the last log lines of ``names`` (else of
+        every member not ready)."""
+        pick = names or [n for n, m in self.members.items() if m.status != READY]
+        tails: dict[str, list[str]] = {}
+        for n in pick:
+            mem = self.members[n]
+            mem.log.drain_now()
+            tails[n] = mem.log.tail(self.options.log_tail_lines)
+        cause = "\n".join(f"--- last {len(t)} log lines of {n} ({self.members[n].log.path}):\n" + "\n".join(t)
+                          for n, t in tails.items() if t) or None
+        ready = sum(m.status == READY for m in self.members.values())
+        extra = {"phase": self.phase, "servers_ready": f"{ready}/{len(self.members)}", "log_tails": tails}
+        logs = [str(self.members[n].log.path) for n in pick]
+        return StartError(f"{message} (phase: {self.phase}, {ready}/{len(self.members)} ready)", code=code,
+                          cause=cause, hint=hint or "read the log lines above; fix the server or its config, "
+                          "then start again", log=", ".join(logs) or None, extra=extra)
+
+    def _timeout_error(self, message: str) -> StartError:
+        return self._report(message, "GR-START-TIMEOUT", "raise --startup-timeout / --ready-timeout if the "
+                            "servers are merely slow", [])
+
+    # ------------------------------------------------------------------ watchers (post events only)
+    def _spawn_task(self, coro) -> asyncio.Task:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+        return t
+
+    def _watch_exit(self, m: Member, proc: Any) -> None:
+        """Post ``exited`` the moment ``proc`` ends: a pidfd of our own read by the loop."""
+        loop = asyncio.get_running_loop()
+        try:
+            fd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self._spawn_task(self._poll_exit(m, proc))
+            return
+
+        def fired() -> None:
+            loop.remove_reader(fd)
+            os.close(fd)
+            proc.poll()
+            self.post(Event("exited", m.name, proc))
+
+        loop.add_reader(fd, fired)
+
+    async def _poll_exit(self, m: Member, proc: Any) -> None:
+        while proc.poll() is None:
+            await asyncio.sleep(0.1)
+        self.post(Event("exited", m.name, proc))
+
+    async def _probe(self, m: Member, proc: Any) -> None:
+        assert self._client is not None and m.url is not None
+        deadline = time.monotonic() + self.options.server_ready_timeout_s
+        ok = False
+        while not ok and proc.poll() is None and time.monotonic() < deadline:
+            until = min(deadline, time.monotonic() + 1)
+            if m.probe_path == "tcp":
+                ok = await readiness.wait_tcp(m.public[0], m.public[1], until)
+            else:
+                ok = await readiness.wait_http(self._client, m.url + m.probe_path, until)
+        if proc.poll() is None:
+            self.post(Event("ready" if ok else "not_ready", m.name, proc))
+
+    async def _probe_endpoint(self, url: str) -> None:
+        assert self._client is not None
+        t = self.options.model_endpoint_timeout_s
+        ok = t <= 0 or await readiness.wait_http(self._client, readiness.model_probe_url(url), time.monotonic() + t)
+        self.post(Event("endpoint", url, data="ready" if ok else "failed"))
+
+    async def _shutdown(self, grace: float) -> None:
+        """TERM every process group, wait ``grace``, KILL, reap; then post ``stopped``."""
+        t0 = time.monotonic()
+
+        async def stop_one(m: Member) -> None:
+            proc = m.proc
+            if proc is None:
+                m.status = STOPPED
+                return
+            m.status = STOPPING
+            info = await proc.stop(grace)
+            if info.reason == "killed":
+                m.escalated = True
+                m.log.note(f"did not exit within {grace:g}s of SIGTERM: killed (SIGKILL to its process group)")
+                self._progress(f"{m.name}: ignored SIGTERM for {grace:g}s, killed")
+            m.status = STOPPED
+
+        running = [m for m in self.members.values() if m.status != PENDING]
+        await asyncio.gather(*(stop_one(m) for m in running), return_exceptions=True)
+        for m in self.members.values():
+            m.status = STOPPED
+            m.log.detach()
+        await reap_orphans(self._pgids)
+        if self._client is not None:
+            await self._client.aclose()
+        self._progress(f"all processes stopped in {time.monotonic() - t0:.2f}s")
+        self.post(Event("stopped"))
+
+
+async def reap_orphans(pgids: set[int], timeout_s: float = 1.0) -> None:
+    """Reap zombies reparented to this (subreaper) daemon and KILL live ones from our servers'
+    process groups ``pgids`` (e.g. a helper whose server was killed, case C05).
+
+    Only children no ``subprocess.Popen`` of ours waits for are touched, so Popen exit codes stay.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stray = []
+        for k in _adopted():
+            try:
+                if k.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(k.pid, os.WNOHANG)
+                elif os.getpgid(k.pid) in pgids:
+                    k.kill()
+                    stray.append(k)
+            except (psutil.Error, OSError):
+                pass
+        if not stray or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(0.02)
+
+
+def _adopted() -> list[psutil.Process]:
+    """Children of this process that no live ``subprocess.Popen`` object tracks (orphans adopted
+    because the sandbox made the daemon a child subreaper)."""
+    import gc
+    import subprocess
+
+    tracked = {o.pid for o in gc.get_objects() if isinstance(o, subprocess.Popen) and o.returncode is None}
+    try:
+        return [c for c in psutil.Process().children() if c.pid not in tracked]
+    except psutil.Error:
+        return []

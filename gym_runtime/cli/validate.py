@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also check every vendored wheel installs on this platform")
     p.add_argument("--python", default="3.13", help="target Python for --platform (default 3.13)")
     p.add_argument("--glibc", default=None, help="target glibc for --platform (default 2.36, the runtime image)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--json", action="store_true", help="print failures as JSON too (success always prints "
+                   '{"valid": true, "format": ..., "name": ...})')
     p.set_defaults(func=run)
 
 
@@ -45,8 +46,7 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     summary: dict = {"format": pkg.format if pkg else None, "name": pkg.name if pkg else None}
     if pkg is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
         try:
-            merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS)
-            summary["servers"] = {n: f"{i.server_type}/{i.implementation}" for n, i in merged.instances.items()}
+            build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS)
         except GymRuntimeError as e:
             violations += e.violations or [Violation(e.code, e.message, hint=e.hint)]
     return summary, violations
@@ -55,9 +55,7 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
 def run(args: argparse.Namespace) -> int:
     summary, violations = collect(args)
     if not violations:
-        out = {"valid": True, "format": summary["format"], "name": summary["name"]}
-        print(json.dumps(out) if not args.json else json.dumps({**out, "servers": summary.get("servers", {})},
-                                                                 indent=2))
+        print(json.dumps({"valid": True, "format": summary["format"], "name": summary["name"]}))
         return EXIT_OK
     err = PackageInvalidError(f"environment package {args.package} is invalid", violations=violations,
                               hint="fix each problem, then run `gym-runtime validate` again")

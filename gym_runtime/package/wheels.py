@@ -21,6 +21,9 @@ from gym_runtime.errors import Violation
 
 ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 DEFAULT_GLIBC = (2, 36)  # Debian 12, the runtime images' base (Dockerfile.*)
+_VENDOR_HINT = ("download the closure as wheels into wheels/, e.g. `pip download --only-binary=:all: "
+                "--python-version 3.13 --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 "
+                "-r requirements.txt pip -d wheels/` (reference/nmp_env_packages.md §1.6)")
 
 
 @dataclass(frozen=True)
@@ -103,12 +106,12 @@ def read_wheelhouse(wheels_dir: Path, rel_to: Path) -> tuple[list[WheelFile], li
     if not wheels_dir.is_dir():
         return [], [Violation("GR-PKG-WHEELS-MISSING", "this format installs its dependencies offline, so the "
                               "package must carry a non-empty wheels/ directory", file=rel,
-                              hint="run `gym-runtime vendor PKG --platform linux/amd64 --python 3.13`")]
+                              hint=_VENDOR_HINT)]
     wheels: list[WheelFile] = []
     entries = sorted(wheels_dir.iterdir())
     if not entries:
         v.append(Violation("GR-PKG-WHEELS-EMPTY", "wheels/ is empty", file=rel,
-                           hint="run `gym-runtime vendor PKG --platform linux/amd64 --python 3.13`"))
+                           hint=_VENDOR_HINT))
     for p in entries:
         prel = p.relative_to(rel_to).as_posix()
         if p.is_symlink():

@@ -38,7 +38,10 @@ Rules for the caller:
 * Exit: ``loop.add_reader(proc.pidfd, cb)`` (then ``proc.poll()``/``proc.exit_info()``) or
   ``await proc.wait()``; a crash is seen at once. A server over its memory limit is killed and its
   ``exit_info().reason`` is ``memory-limit`` (cgroup OOM or the psutil watcher).
-* ``Sandbox.start`` sets PR_SET_CHILD_SUBREAPER on the daemon so orphans are reparented to it.
+* Orphans: at full/partial every descendant of a server lives in the sandbox's pid namespace (or
+  process group) and dies with it. ``set_child_subreaper()`` is exported for a daemon that runs as
+  PID 1 in a container or wants level-none orphans reparented to itself; it must then reap them
+  (the sandbox does not call ``waitpid(-1)``, which would steal other children's exit codes).
 * Errors: ``gym_runtime.errors.SettingsError`` (bad operator variables), ``IsolationError``
   (``require_full`` not satisfiable), ``StartError`` (spawn failed).
 """
@@ -49,6 +52,7 @@ from .policy import AllowEntry, Decision, EgressPolicy
 from .probe import IsolationLevel, IsolationReport, probe_isolation
 from .process import ExitInfo, SandboxedProcess
 from .core import Sandbox
+from .netns import set_child_subreaper
 
 __all__ = [
     "AllowEntry",
@@ -62,4 +66,5 @@ __all__ = [
     "Sandbox",
     "SandboxedProcess",
     "probe_isolation",
+    "set_child_subreaper",
 ]

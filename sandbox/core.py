@@ -16,7 +16,7 @@ from gym_runtime.errors import IsolationError, StartError
 
 from .launch import ProcessSpec, bwrap_argv, make_preexec
 from .limits import CgroupSlot
-from .netns import NetnsHolder, set_child_subreaper
+from .netns import NetnsHolder
 from .policy import EgressPolicy, normalize_host, parse_ip_literal
 from .probe import IsolationLevel, IsolationReport, interpreter_roots, probe_isolation
 from .process import SandboxedProcess
@@ -75,7 +75,6 @@ class Sandbox:
             sb.report = IsolationReport(chosen, report.reasons + [f"level forced to {chosen.value}"], report.details)
         if sb.report.warning:
             log.warning(sb.report.warning)
-        set_child_subreaper()
         try:
             await sb._setup()
         except BaseException:

@@ -73,3 +73,35 @@ def test_simple_agent_runs_gyms_example_single_tool_call(gym_venv, tmp_path):
             output = result["response"]["output"]
             assert [o["type"] for o in output] == ["function_call", "function_call_output", "message"]
             assert output[0]["name"] == "get_weather" and "weather_description" in output[1]["output"]
+
+
+def test_gyms_simple_agent_runs_our_model_and_resources_servers(gym_venv, tmp_path):
+    python = gym_venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    agent_dir = Path(site) / "responses_api_agents" / "simple_agent"
+    tools = [{"type": "function", "name": "get_code", "strict": True, "parameters": {
+        "type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"], "additionalProperties": False}}]
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "Code for 'kappa'? [stub:p=1]"}],
+                                       "tools": tools}, "key": "kappa"}
+    with start_stub(tmp_path, "--seed", "1") as stub, contextlib.ExitStack() as stack:
+        cfg = GymConfig()
+        cfg.extra = {"dry_run": False}
+        cfg.add("policy_model", "responses_api_models", "vllm_model", base_url=stub.url + "/v1", api_key="EMPTY",
+                model="stub-model", return_token_id_information=True, uses_reasoning_parser=False)
+        cfg.add("lookup", "resources_servers", "example_code_lookup", domain="agent")
+        agent_port = cfg.add("gym_agent", "responses_api_agents", "simple_agent", max_steps=4,
+                             resources_server={"type": "resources_servers", "name": "lookup"},
+                             model_server={"type": "responses_api_models", "name": "policy_model"})
+        stack.enter_context(start_server(cfg, "policy_model", tmp_path))
+        stack.enter_context(start_server(cfg, "lookup", tmp_path))
+        env = {**server_env(cfg.yaml(), "gym_agent", agent_dir), "HOME": str(tmp_path)}
+        stack.enter_context(spawn([str(python), "app.py"], agent_dir, env, f"http://127.0.0.1:{agent_port}",
+                                  tmp_path / "gym_agent.log", timeout=300))
+        reply = httpx.post(f"http://127.0.0.1:{agent_port}/run", json=row, timeout=120, trust_env=False)
+        assert reply.status_code == 200, reply.text
+        result = reply.json()
+        assert result["reward"] == 1.0 and result["called_tool"] is True
+        output = result["response"]["output"]
+        assert [o["type"] for o in output] == ["function_call", "function_call_output", "message"]
+        assert output[2]["generation_token_ids"] and output[2]["prompt_token_ids"]

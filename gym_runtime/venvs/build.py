@@ -1,0 +1,218 @@
+"""Build the planned venvs: reuse by digest, lock, build in a temp dir, mark, rename (DESIGN.md §5).
+
+Per venv: if ``<venv>/.gym-runtime-ready`` holds the digest, it is reused without any uv call.
+Otherwise, under the per-venv file lock (another builder may have finished meanwhile), leftover
+temp builds are removed, the steps of :mod:`gym_runtime.venvs.stages` run in a fresh temp dir
+while holding a shared lock on the uv cache, the marker is written last, and the directory is
+renamed into place. Any failure or cancel removes the temp dir, so nothing half-built ever looks
+ready (case C01). A cache read error (case C18) is retried once with ``--refresh-package``.
+
+Builds run in a bounded thread pool (default: CPU count), each uv call in its own process group;
+setting ``cancel`` (or Ctrl-C in the calling thread) kills them within about two seconds.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import re
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gym_runtime.errors import BuildError, Violation
+from gym_runtime.settings import RuntimeSettings
+from gym_runtime.venvs import stages
+from gym_runtime.venvs.diagnose import diagnose
+from gym_runtime.venvs.plan import InstallPlan, VenvPlan
+from gym_runtime.venvs.progress import Reporter, make_reporter
+from gym_runtime.venvs.stages import StageContext, StepFailure
+from gym_runtime.venvs.store import cache_lock, install, is_ready, remove_stale, tmp_dir, venv_lock, write_marker
+from gym_runtime.venvs.uvrun import Cancelled
+
+_CACHE_ERR = re.compile(r"(failed to (read|open) (file|directory)|No such file or directory).*"
+                        r"(archive-v\d|wheels-v\d|sdists-v\d|\.dist-info)", re.I)
+
+
+@dataclass(frozen=True)
+class Venv:
+    """A ready venv: ``path``, its interpreter ``python`` (``<venv>/bin/python``), ``digest``,
+    whether it was ``reused``, the servers using it, warnings from the build, seconds spent."""
+
+    path: Path
+    python: Path
+    digest: str
+    reused: bool
+    instances: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "python": str(self.python), "digest": self.digest, "reused": self.reused,
+                "servers": list(self.instances), "warnings": list(self.warnings), "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class VenvSet:
+    """The venvs of a plan, looked up by server instance name."""
+
+    venvs: tuple[Venv, ...]
+    by_instance: dict[str, str] = field(default_factory=dict)
+
+    def for_instance(self, name: str) -> Venv:
+        """The venv of server instance ``name``; raises ``KeyError`` for an unknown name."""
+        digest = self.by_instance[name]
+        return next(v for v in self.venvs if v.digest == digest)
+
+    @property
+    def built(self) -> int:
+        return sum(not v.reused for v in self.venvs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"venvs": [v.to_dict() for v in self.venvs], "built": self.built,
+                "reused": len(self.venvs) - self.built}
+
+
+def _cache_retry_names(output: str) -> tuple[str, ...]:
+    names = re.findall(r"/([A-Za-z0-9_.]+?)-\d[^/\s]*\.dist-info", output)
+    return tuple(dict.fromkeys(n.replace("_", "-").lower() for n in names))
+
+
+def _run_step(step: Any, vp: VenvPlan, tmp: Path, ctx: StageContext) -> Any:
+    """Run an install step; on a uv cache read error, retry once with ``--refresh-package`` (C18)."""
+    try:
+        return step(vp, tmp, ctx)
+    except StepFailure as e:
+        if not _CACHE_ERR.search(e.result.output):
+            raise
+        names = _cache_retry_names(e.result.output) or tuple(sorted(vp.source.names)) or ("pip",)
+        with open(e.result.log, "a") as fh:
+            fh.write(f"[gym-runtime] uv cache read error; retrying once with --refresh-package {' '.join(names)}\n")
+        return step(vp, tmp, ctx, refresh=names)
+
+
+def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, reporter: Reporter,
+              honoured: dict[str, str]) -> Venv:
+    """Make ``vp`` ready (or find it ready); raises :class:`BuildError` or :class:`Cancelled`."""
+    t0 = time.monotonic()
+    label = ", ".join(vp.instances)
+    root = settings.venv_dir
+    if is_ready(vp.path, vp.digest):
+        return Venv(vp.path, vp.path / "bin" / "python", vp.digest, True, vp.instances)
+    with venv_lock(root, vp.digest, ctx.cancel, on_wait=lambda: reporter.stage(vp.digest, label, "waiting for lock")):
+        if is_ready(vp.path, vp.digest):
+            return Venv(vp.path, vp.path / "bin" / "python", vp.digest, True, vp.instances)
+        remove_stale(root, vp.digest)
+        for stage in ("venv", "stage1", "stage2", "verify"):
+            ctx.log(vp, stage).unlink(missing_ok=True)
+        tmp = tmp_dir(root, vp.digest)
+        warnings: list[str] = []
+        try:
+            with cache_lock(settings.uv_cache_dir):
+                reporter.stage(vp.digest, label, "venv")
+                stages.create_venv(vp, tmp, ctx)
+                before: dict[str, str] = {}
+                if stages.has_stage1(vp):
+                    reporter.stage(vp.digest, label, "stage 1")
+                    res = _run_step(stages.stage1, vp, tmp, ctx)
+                    warnings += stages.uv_warnings(res.output)
+                    before = stages.installed(vp, tmp, ctx, "verify")
+                    warnings += stages.pool_bypassed(vp, before)
+                if vp.stage2:
+                    reporter.stage(vp.digest, label, "stage 2 (offline)")
+                    res = _run_step(stages.stage2, vp, tmp, ctx)
+                    warnings += stages.uv_warnings(res.output)
+            reporter.stage(vp.digest, label, "verify")
+            have = stages.installed(vp, tmp, ctx, "verify")
+            warnings += stages.overridden(before, have) if vp.stage2 else []
+            missing = stages.missing_after_install(vp, have)
+            if missing:
+                raise BuildError(f"venv build failed for {label} at verify ({vp.rel_file}): "
+                                 f"{', '.join(missing)} not installed inside the venv", code="GR-BUILD-VERIFY",
+                                 cause=f"installed under {tmp}: {', '.join(sorted(have)) or '(nothing)'}",
+                                 hint="an inherited setting redirected the install; see the scrubbed variables "
+                                 "at the top of the venv log", log=ctx.log(vp, "venv"),
+                                 extra={"server": vp.instances[0], "servers": list(vp.instances),
+                                        "stage": "verify", "file": vp.rel_file})
+            write_marker(tmp, {"digest": vp.digest, "servers": list(vp.instances), "python": vp.python.version,
+                               "python_path": str(vp.python.path), "uv": ctx.uv_env.describe().splitlines()[0],
+                               "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "installed": have,
+                               "warnings": warnings, "plan": vp.to_dict()})
+            install(tmp, vp.path)
+        except StepFailure as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise diagnose(vp, e, honoured) from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return Venv(vp.path, vp.path / "bin" / "python", vp.digest, False, vp.instances, tuple(warnings),
+                time.monotonic() - t0)
+
+
+def _combine(errors: list[BuildError]) -> BuildError:
+    if len(errors) == 1:
+        return errors[0]
+    return BuildError(f"{len(errors)} venv builds failed", code="GR-BUILD-MANY",
+                      violations=[Violation(e.code, e.message, file=e.extra.get("file"), hint=e.hint)
+                                  for e in errors],
+                      cause=errors[0].cause, log=errors[0].log, hint="fix each failure; logs are listed per failure",
+                      extra={"failures": [e.to_dict() for e in errors]})
+
+
+def build_venvs(plan: InstallPlan, settings: RuntimeSettings, *, progress: bool | Reporter = False,
+                cancel: threading.Event | None = None, max_workers: int | None = None,
+                fail_fast: bool = False) -> VenvSet:
+    """Build (or reuse) every venv of ``plan``; return them by server instance.
+
+    ``max_workers`` bounds parallel builds (default: CPU count). ``fail_fast`` cancels the other
+    builds after the first failure. Raises :class:`BuildError` (one block per failure, several
+    combined as ``GR-BUILD-MANY``), or ``GR-BUILD-CANCELLED`` when ``cancel`` was set; a
+    ``KeyboardInterrupt`` in the calling thread cancels the builds and is re-raised.
+    """
+    cancel = cancel or threading.Event()
+    reporter = make_reporter(progress)
+    ctx = StageContext(plan.uv_env, settings.logs_dir / "build", cancel, settings.venv_dir / ".tmp")
+    ctx.cwd.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Venv] = {}
+    errors: list[BuildError] = []
+    todo = list(plan.venvs)
+    workers = max(1, min(max_workers or os.cpu_count() or 1, len(todo) or 1))
+    reporter.start()
+    try:
+        with cf.ThreadPoolExecutor(workers, thread_name_prefix="venv-build") as pool:
+            futs = {pool.submit(build_one, vp, settings, ctx, reporter, plan.uv_env.index_settings()): vp
+                    for vp in todo}
+            pending = set(futs)
+            try:
+                while pending:
+                    done, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)
+                    for f in done:
+                        vp = futs[f]
+                        label = ", ".join(vp.instances)
+                        try:
+                            v = f.result()
+                            results[vp.digest] = v
+                            reporter.done(vp.digest, label, "reused" if v.reused else "built", v.seconds)
+                        except BuildError as e:
+                            errors.append(e)
+                            reporter.done(vp.digest, label, f"FAILED [{e.code}]", 0.0)
+                            if fail_fast:
+                                cancel.set()
+                        except Cancelled:
+                            reporter.done(vp.digest, label, "cancelled", 0.0)
+            except KeyboardInterrupt:
+                cancel.set()
+                cf.wait(pending)
+                raise
+    finally:
+        reporter.stop()
+    if errors:
+        raise _combine(errors)
+    if len(results) < len(todo):
+        raise BuildError("venv builds were cancelled; nothing half-built was kept", code="GR-BUILD-CANCELLED",
+                         hint="run the build again; finished venvs are reused")
+    by_instance = dict(plan.by_instance)
+    return VenvSet(tuple(results[vp.digest] for vp in todo), by_instance)

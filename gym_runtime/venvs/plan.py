@@ -1,0 +1,274 @@
+"""The install plan: one :class:`VenvPlan` per distinct set of inputs (DESIGN.md §5).
+
+For each server instance: its install file (parsed, Gym's SDK line replaced), the image pins in
+the configured mode, the interpreter, the wheel pool (``wheels/``) and whether stage 2 (offline
+closure install) runs. Pin modes (runtime setting ``pin_mode``):
+
+- ``gym``: every pin is installed into every venv (Gym's contract, reference/nemo_gym_runtime.md §1.8);
+- ``auto`` (default): the full set for servers that reference the Gym SDK, the pins only as
+  constraints elsewhere (a server that installs ray or openai gets the pinned version);
+- ``none``: no pins.
+
+Injected pins are written to their own file (``gym-runtime-pins.txt`` or
+``gym-runtime-constraints.txt``), logged, and attributed in errors with their origin (cases C07,
+C09). Instances whose inputs digest the same share one venv.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+
+from gym_runtime.config import MergedConfig, ServerInstance
+from gym_runtime.settings import RuntimeSettings
+from gym_runtime.venvs.digest import HashCache, plan_digest, tree_digest
+from gym_runtime.venvs.pythons import Interpreter, find_python
+from gym_runtime.venvs.requirements import SDK_NAME, InstallSource, read_install_source
+from gym_runtime.venvs.uvrun import UvEnv, make_env, uv_version
+
+STAGE2_TYPES = ("responses_api_agents", "resources_servers")
+PIN_ENV = {"nemo-gym": "GYM_RUNTIME_PIN_NEMO_GYM", "ray[default]": "GYM_RUNTIME_PIN_RAY",
+           "openai": "GYM_RUNTIME_PIN_OPENAI"}
+
+
+@dataclass(frozen=True)
+class Pin:
+    """An injected pin: ``requirement`` (``ray[default]==2.60.0``), canonical ``name``, ``version``,
+    where it came from (``origin``) and whether it is only a constraint."""
+
+    requirement: str
+    name: str
+    version: str
+    origin: str
+    as_constraint: bool
+
+    @property
+    def constraint(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class PoolFile:
+    """A file of the wheel pool: path, canonical name, version, sha256, and whether it is a wheel."""
+
+    path: Path
+    name: str
+    version: str
+    sha256: str
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.path.name.endswith(".whl")
+
+
+@dataclass(frozen=True)
+class VenvPlan:
+    """Everything one venv is built from. ``instances``: servers sharing it (config order);
+    ``path``: where the ready venv lives; ``closure``: stage-2 ``name==version`` pins (empty =
+    no stage 2); ``notes``: what the planner changed, for the plan printout."""
+
+    digest: str
+    path: Path
+    instances: tuple[str, ...]
+    server_type: str
+    server_dir: Path
+    source: InstallSource
+    rel_file: str
+    pins: tuple[Pin, ...]
+    pin_mode: str
+    python: Interpreter
+    python_origin: str
+    wheels_dir: Path | None
+    pool: tuple[PoolFile, ...]
+    closure: tuple[str, ...]
+    hash_mode: bool
+    sdk_replacement: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """A readable label: the first server using it."""
+        return self.instances[0]
+
+    @property
+    def stage2(self) -> bool:
+        return bool(self.closure)
+
+    def pool_of(self, name: str) -> list[PoolFile]:
+        n = canonicalize_name(name)
+        return [f for f in self.pool if f.name == n]
+
+    def pin_of(self, name: str) -> Pin | None:
+        n = canonicalize_name(name)
+        return next((p for p in self.pins if p.name == n), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"digest": self.digest, "path": str(self.path), "servers": list(self.instances),
+                "install_file": self.rel_file, "python": self.python.version, "python_path": str(self.python.path),
+                "python_origin": self.python_origin, "pin_mode": self.pin_mode,
+                "pins": [{"requirement": p.requirement, "as_constraint": p.as_constraint, "origin": p.origin}
+                         for p in self.pins],
+                "wheels_dir": str(self.wheels_dir) if self.wheels_dir else None, "wheel_pool": len(self.pool),
+                "stage2": self.stage2, "hash_mode": self.hash_mode, "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    """Distinct venv plans and the mapping instance name -> digest."""
+
+    venvs: tuple[VenvPlan, ...]
+    by_instance: dict[str, str]
+    pin_mode: str
+    uv_version: str
+    uv_env: UvEnv = field(repr=False)
+    package_root: Path | None = None
+
+    def for_instance(self, name: str) -> VenvPlan:
+        digest = self.by_instance[name]
+        return next(v for v in self.venvs if v.digest == digest)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pin_mode": self.pin_mode, "uv": self.uv_version, "venvs": [v.to_dict() for v in self.venvs],
+                "servers": dict(self.by_instance)}
+
+
+def pins_for(settings: RuntimeSettings, mode: str, source: InstallSource) -> tuple[Pin, ...]:
+    """The injected pins for one install source in ``mode`` (see module doc)."""
+    if mode == "none":
+        return ()
+    as_constraint = mode == "auto" and not source.uses_gym_sdk
+    env = settings.environ
+    out = []
+    for req, version in settings.pins.items():
+        var = PIN_ENV.get(req)
+        if var and env.get(var) == version:
+            origin = f"set by {var}"
+        elif var:
+            origin = f"the runtime's default (the version of {Requirement(req).name} it runs with)"
+        else:
+            origin = "the runtime's pin settings"
+        name = canonicalize_name(Requirement(req).name)
+        out.append(Pin(f"{req}=={version}", name, version, f"added by gym-runtime: {origin}", as_constraint))
+    return tuple(out)
+
+
+def read_pool(wheels_dir: Path | None, cache: HashCache) -> tuple[PoolFile, ...]:
+    """Every wheel and sdist in ``wheels_dir`` with its sha256 (other files are ignored)."""
+    if wheels_dir is None or not wheels_dir.is_dir():
+        return ()
+    out = []
+    for p in sorted(wheels_dir.iterdir()):
+        try:
+            if p.name.endswith(".whl"):
+                name, version, _, _ = parse_wheel_filename(p.name)
+            elif p.name.endswith((".tar.gz", ".zip")):
+                name, version = parse_sdist_filename(p.name)
+            else:
+                continue
+        except ValueError:
+            continue
+        out.append(PoolFile(p, str(name), str(version), cache.sha256(p)))
+    return tuple(out)
+
+
+def _python_request(inst: ServerInstance, merged: MergedConfig, python: str | None,
+                    settings: RuntimeSettings) -> tuple[str, str]:
+    key = f"{inst.name}.{inst.server_type}.{inst.implementation}.python_version"
+    if inst.config.get("python_version") is not None:
+        return str(inst.config["python_version"]), f"{merged.sources.of(key) or 'the config'} ({key})"
+    if python:
+        return python, "the job's --python"
+    if merged.data.get("python_version") is not None:
+        return str(merged.data["python_version"]), f"{merged.sources.of('python_version') or 'the config'}"
+    if settings.environ.get("GYM_RUNTIME_PYTHON"):
+        return settings.python, "GYM_RUNTIME_PYTHON"
+    return settings.python, "the runtime's own Python version"
+
+
+def _local_inputs(source: InstallSource, cache: HashCache) -> dict[str, str]:
+    """Digests of local files/directories the install file points at (includes, paths)."""
+    out = {}
+    for ln in source.lines:
+        if ln.gym_sdk or ln.kind not in ("include", "path", "editable") or not ln.target:
+            continue
+        if ln.target.startswith(("git+", "http")):
+            continue
+        p = Path(ln.target.removeprefix("file://").removeprefix("file:"))
+        p = p if p.is_absolute() else (source.file.parent / p).resolve()
+        out[str(p)] = tree_digest(p, cache) if p.exists() else "missing"
+    return out
+
+
+def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeSettings, python: str | None,
+                  uv_env: UvEnv, cache: HashCache) -> VenvPlan:
+    """The plan of one instance (its digest decides sharing)."""
+    sdir = inst.server_dir
+    source = read_install_source(sdir.install_file, server=inst.name)
+    mode = settings.pin_mode
+    pins = pins_for(settings, mode, source)
+    request, origin = _python_request(inst, merged, python, settings)
+    interp = find_python(request, settings.environ or os.environ, server=inst.name, origin=origin)
+    pkg = merged.package
+    wheels_dir = pkg.wheels_dir if pkg.wheels_dir and pkg.wheels_dir.is_dir() else None
+    pool = read_pool(wheels_dir, cache)
+    closure: tuple[str, ...] = ()
+    if wheels_dir and inst.server_type in STAGE2_TYPES:
+        closure = tuple(sorted({f"{f.name}=={f.version}" for f in pool}))
+    sdk_pin = settings.pins.get(SDK_NAME)
+    sdk_replacement = f"{SDK_NAME}=={sdk_pin}" if sdk_pin and mode != "none" else SDK_NAME
+    rel_file = pkg.rel(sdir.install_file) if sdir.origin == "package" else \
+        f"servers/{sdir.server_type}/{sdir.implementation}/{sdir.install_file.name} (built-in)"
+    notes = []
+    for ln in source.lines:
+        if ln.gym_sdk:
+            notes.append(f"{source.where(ln)}: `{ln.text}` replaced by `{sdk_replacement}` "
+                         "(Gym's editable checkout line; the runtime installs the pinned SDK)")
+    if pins:
+        how = "constraints only" if pins[0].as_constraint else "installed"
+        notes.append(f"pins ({mode} mode, {how}): " + ", ".join(p.requirement for p in pins))
+    hash_mode = source.has_hashes
+    rendered = source.render(sdk_replacement)
+    inputs = {
+        "install_kind": source.kind, "install": rendered, "local": _local_inputs(source, cache),
+        "pins": [[p.requirement, p.as_constraint] for p in pins], "hash_mode": hash_mode,
+        "python": [str(interp.path), interp.implementation, interp.version], "uv": uv_version(),
+        "pool": [[f.path.name, f.sha256] for f in pool], "closure": list(closure),
+        "index": uv_env.index_settings(),
+    }
+    digest = plan_digest(inputs)
+    return VenvPlan(digest, settings.venv_dir / digest[:24], (inst.name,), inst.server_type, sdir.path, source,
+                    rel_file, pins, mode, interp, origin, wheels_dir, pool, closure, hash_mode, sdk_replacement,
+                    tuple(notes))
+
+
+def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | None = None) -> InstallPlan:
+    """Plan one venv per distinct set of inputs for every server instance of ``merged``.
+
+    ``python`` overrides the interpreter for the job (a version like ``3.13`` or a path); a
+    server's own ``python_version`` config key wins over it. Raises
+    :class:`~gym_runtime.errors.BuildError` before anything is installed: ``GR-BUILD-PYTHON``
+    (interpreter not found, case C17), ``GR-BUILD-INSTALL-FILE``, and the preflight checks of
+    :mod:`gym_runtime.venvs.preflight` (cases C10, C11, C16, two vendored versions).
+    """
+    from gym_runtime.venvs.preflight import preflight
+
+    cache = HashCache(settings.venv_dir / ".cache" / "sha256.json")
+    uv_env = make_env(settings.environ, settings.uv_cache_dir)
+    plans: dict[str, VenvPlan] = {}
+    by_instance: dict[str, str] = {}
+    for inst in merged.instances.values():
+        vp = plan_instance(inst, merged, settings, python, uv_env, cache)
+        if vp.digest in plans:
+            prev = plans[vp.digest]
+            vp = VenvPlan(**{**prev.__dict__, "instances": prev.instances + (inst.name,)})
+        plans[vp.digest] = vp
+        by_instance[inst.name] = vp.digest
+    cache.save()
+    preflight(list(plans.values()), merged.package.format)
+    return InstallPlan(tuple(plans.values()), by_instance, settings.pin_mode, uv_version(), uv_env,
+                       merged.package.root)

@@ -1,0 +1,161 @@
+"""Checks that run before any install, so an offline stage fails at once instead of hanging.
+
+For venvs that get stage 2 (agents and resources servers of a wheels-format package, whose
+``wheels/`` promises an offline-installable closure):
+
+- two versions of one distribution vendored (``GR-BUILD-WHEELS-DUPLICATE``);
+- a git or direct-URL requirement line (``GR-BUILD-NEEDS-NETWORK``, case C11), naming the line and
+  the wheel in ``wheels/`` to use instead;
+- an sdist in ``wheels/`` or a local path / editable requirement whose ``build-system.requires``
+  has no wheel in ``wheels/`` (``GR-BUILD-SDIST-BACKEND``, case C10).
+
+For every venv: a requirements file with ``--hash`` turns on hash mode (case C16); then each
+installed pin needs a file in ``wheels/`` to hash (``GR-BUILD-HASH-PIN``), and URL / path /
+editable lines are refused (``GR-BUILD-HASH-LINE``). All problems are raised together as one
+:class:`~gym_runtime.errors.BuildError` with a violation per problem.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import tomllib
+import zipfile
+from collections import defaultdict
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from gym_runtime.errors import BuildError, Violation
+from gym_runtime.venvs.plan import PoolFile, VenvPlan
+
+DEFAULT_BACKEND = ["setuptools>=40.8.0"]  # pip/uv's assumption for a project without [build-system]
+
+
+def _servers(vp: VenvPlan) -> str:
+    return ", ".join(vp.instances)
+
+
+def build_requires_of(path: Path) -> list[str] | None:
+    """``build-system.requires`` of an sdist archive or a project directory (``None``: unreadable)."""
+    text: str | None = None
+    try:
+        if path.is_dir():
+            f = path / "pyproject.toml"
+            text = f.read_text() if f.is_file() else ""
+        elif path.name.endswith(".tar.gz"):
+            with tarfile.open(path) as tf:
+                m = next((m for m in tf.getmembers() if m.name.count("/") == 1 and
+                          m.name.endswith("/pyproject.toml")), None)
+                text = tf.extractfile(m).read().decode() if m else ""  # type: ignore[union-attr]
+        elif path.name.endswith(".zip"):
+            with zipfile.ZipFile(path) as zf:
+                n = next((n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/pyproject.toml")), None)
+                text = zf.read(n).decode() if n else ""
+    except (OSError, tarfile.TarError, zipfile.BadZipFile, UnicodeDecodeError):
+        return None
+    if text is None:
+        return None
+    try:
+        data = tomllib.loads(text) if text else {}
+    except tomllib.TOMLDecodeError:
+        return None
+    return list(data.get("build-system", {}).get("requires", DEFAULT_BACKEND))
+
+
+def missing_backend(requires: list[str], pool: tuple[PoolFile, ...]) -> list[str]:
+    """The build requirements no wheel in ``pool`` satisfies."""
+    missing = []
+    for r in requires:
+        try:
+            req = Requirement(r)
+        except InvalidRequirement:
+            missing.append(r)
+            continue
+        name = canonicalize_name(req.name)
+        if not any(f.is_wheel and f.name == name and req.specifier.contains(Version(f.version), prereleases=True)
+                   for f in pool):
+            missing.append(r)
+    return missing
+
+
+def _offline_checks(vp: VenvPlan) -> list[Violation]:
+    out: list[Violation] = []
+    versions: dict[str, set[str]] = defaultdict(set)
+    for f in vp.pool:
+        versions[f.name].add(f.version)
+    for name, vs in sorted(versions.items()):
+        if len(vs) > 1:
+            files = ", ".join(f.path.name for f in vp.pool_of(name))
+            out.append(Violation("GR-BUILD-WHEELS-DUPLICATE", f"wheels/ vendors {len(vs)} versions of {name} "
+                                 f"({files}); the offline stage would install conflicting pins",
+                                 file="wheels/", hint="keep one resolved version per distribution "
+                                 "(`gym-runtime vendor` writes exactly one)"))
+    for ln in vp.source.lines:
+        if ln.kind in ("url", "vcs"):
+            have = vp.pool_of(ln.name) if ln.name else []
+            use = f"wheels/ has {have[0].path.name}: use `{ln.name}=={have[0].version}`" if have else \
+                f"vendor a wheel for {ln.name or 'it'} into wheels/ and require it by version"
+            out.append(Violation("GR-BUILD-NEEDS-NETWORK", f"`{ln.text}` needs network ({ln.kind} requirement), "
+                                 "but this package installs offline from wheels/", file=vp.rel_file,
+                                 key=f"line {ln.lineno}", hint=use))
+    sources: list[tuple[str, Path, str, str | None]] = []
+    for f in vp.pool:
+        if not f.is_wheel:
+            sources.append((f"wheels/{f.path.name} is a source distribution", f.path, "wheels/", f.name))
+    for ln in vp.source.lines:
+        if ln.kind in ("path", "editable") and ln.target and not ln.gym_sdk:
+            p = Path(ln.target.removeprefix("file://").removeprefix("file:"))
+            p = p if p.is_absolute() else (vp.source.file.parent / p).resolve()
+            sources.append((f"`{ln.text}` ({vp.source.where(ln)}) is a local project", p, vp.rel_file, ln.name))
+    for what, path, file, name in sources:
+        requires = build_requires_of(path)
+        if requires is None:
+            continue
+        missing = missing_backend(requires, vp.pool)
+        if missing:
+            out.append(Violation("GR-BUILD-SDIST-BACKEND", f"{what}; building it offline needs "
+                                 f"{', '.join(missing)}, which is not in wheels/", file=file,
+                                 hint=f"ship a wheel for {name or path.name} in wheels/, or add the build "
+                                 "backend's wheel (" + ", ".join(missing) + ") to wheels/"))
+    return out
+
+
+def _hash_checks(vp: VenvPlan) -> list[Violation]:
+    out: list[Violation] = []
+    for p in vp.pins:
+        if p.as_constraint:
+            continue
+        if not any(f.version == p.version for f in vp.pool_of(p.name)):
+            out.append(Violation("GR-BUILD-HASH-PIN", f"{vp.rel_file} uses --hash, so every installed "
+                                 f"requirement needs a hash, but the injected pin {p.requirement} ({p.origin}) "
+                                 "has no file in wheels/ to hash", file=vp.rel_file,
+                                 hint=f"ship {p.name}=={p.version} in wheels/, or set GYM_RUNTIME_PIN_MODE=none"))
+    for ln in vp.source.lines:
+        if ln.kind in ("url", "vcs", "path", "editable") and not ln.gym_sdk:
+            out.append(Violation("GR-BUILD-HASH-LINE", f"`{ln.text}` cannot be hash-checked ({ln.kind} "
+                                 "requirement), and the file uses --hash (require-hashes mode)",
+                                 file=vp.rel_file, key=f"line {ln.lineno}",
+                                 hint="require it by name==version with a --hash, from an index or wheels/"))
+    return out
+
+
+def preflight(plans: list[VenvPlan], package_format: str) -> None:
+    """Run every check on every plan; raise one :class:`BuildError` listing all problems."""
+    problems: list[tuple[VenvPlan, Violation]] = []
+    for vp in plans:
+        found = (_offline_checks(vp) if vp.stage2 else []) + (_hash_checks(vp) if vp.hash_mode else [])
+        problems += [(vp, v) for v in found]
+    if not problems:
+        return
+    vp, first = problems[0]
+    violations = [Violation(v.code, f"{_servers(p)}: {v.message}", file=v.file, key=v.key, hint=v.hint)
+                  for p, v in problems]
+    msg = f"{_servers(vp)}: {first.message}" if len(problems) == 1 else \
+        f"{len(problems)} problems would make the venv builds fail ({package_format} package)"
+    raise BuildError(msg, violations=violations if len(problems) > 1 else None,
+                     hint=first.hint if len(problems) == 1 else "fix each problem above",
+                     code=first.code if len(problems) == 1 else "GR-BUILD-PREFLIGHT",
+                     extra={"server": vp.instances[0], "servers": list(vp.instances), "stage": "preflight",
+                            "file": first.file})

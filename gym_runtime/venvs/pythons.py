@@ -1,0 +1,153 @@
+"""Find the interpreter a server venv is built from; never download one (case C17).
+
+A request is a version (``3.13``, ``3.13.0``) or a path to an interpreter. Candidates, in order:
+the runtime's own base interpreter, ``pythonX.Y`` / ``python3`` / ``python`` on ``PATH`` (pyenv
+shims skipped: they follow ``.python-version`` files), ``$(pyenv root)/versions/*/bin``, and
+uv-managed interpreters (``uv python dir``). Each candidate's exact version is read by running
+it once; results are cached per resolved path, size and mtime for the life of the process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gym_runtime.errors import BuildError
+
+_PROBE = "import sys,platform;print(platform.python_implementation(), '.'.join(map(str, sys.version_info[:3])))"
+_CACHE: dict[tuple[str, int, int], tuple[str, str] | None] = {}
+_VERSION_RE = re.compile(r"^\d+(\.\d+){1,2}$")
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """A usable interpreter: resolved ``path``, ``implementation`` (``CPython``), exact ``version``
+    (``3.13.0``) and ``source`` (``runtime`` | ``PATH`` | ``pyenv`` | ``uv-managed`` | ``path``)."""
+
+    path: Path
+    implementation: str
+    version: str
+    source: str
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+    def describe(self) -> str:
+        return f"{self.implementation} {self.version} at {self.path} ({self.source})"
+
+
+def probe(path: Path, source: str) -> Interpreter | None:
+    """Run ``path`` once to read its implementation and version; ``None`` when it does not run."""
+    try:
+        real = path.resolve(strict=True)
+        st = real.stat()
+    except OSError:
+        return None
+    key = (str(real), st.st_size, st.st_mtime_ns)
+    if key not in _CACHE:
+        try:
+            out = subprocess.run([str(real), "-I", "-c", _PROBE], capture_output=True, text=True, timeout=20,
+                                 env={"PATH": "/usr/bin:/bin"})
+            parts = out.stdout.split()
+            _CACHE[key] = (parts[0], parts[1]) if out.returncode == 0 and len(parts) == 2 else None
+        except (OSError, subprocess.SubprocessError):
+            _CACHE[key] = None
+    got = _CACHE[key]
+    return Interpreter(real, got[0], got[1], source) if got else None
+
+
+def _pyenv_roots(environ: Mapping[str, str]) -> list[Path]:
+    roots = [environ.get("PYENV_ROOT"), str(Path(environ.get("HOME") or Path.home()) / ".pyenv")]
+    return [Path(r) for r in dict.fromkeys(r for r in roots if r)]
+
+
+def _uv_python_dir(environ: Mapping[str, str]) -> Path | None:
+    if environ.get("UV_PYTHON_INSTALL_DIR"):
+        return Path(environ["UV_PYTHON_INSTALL_DIR"])
+    data = environ.get("XDG_DATA_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".local" / "share")
+    return Path(data) / "uv" / "python"
+
+
+def candidates(environ: Mapping[str, str], minor: str | None = None) -> list[tuple[Path, str]]:
+    """Possible interpreters as ``(path, source)``, best first; ``minor`` (``3.13``) narrows by name."""
+    out: list[tuple[Path, str]] = []
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    if minor is None or f"{sys.version_info[0]}.{sys.version_info[1]}" == minor:
+        out.append((base, "runtime"))
+    names = [f"python{minor}"] if minor else []
+    names += ["python3", "python"] if minor is None else []
+    for d in (environ.get("PATH") or "").split(os.pathsep):
+        if not d or "/shims" in d or "/.pyenv/shims" in d:
+            continue
+        for n in names:
+            out.append((Path(d) / n, "PATH"))
+    for root in _pyenv_roots(environ):
+        vdir = root / "versions"
+        if vdir.is_dir():
+            for v in sorted(vdir.iterdir(), reverse=True):
+                if minor is None or v.name == minor or v.name.startswith(minor + "."):
+                    exe = next((v / "bin" / n for n in (f"python{minor}" if minor else "python3", "python3")
+                                if (v / "bin" / n).exists()), None)
+                    if exe:
+                        out.append((exe, "pyenv"))
+    udir = _uv_python_dir(environ)
+    if udir and udir.is_dir():
+        for v in sorted(udir.iterdir(), reverse=True):
+            if minor is None or f"-{minor}." in v.name:
+                exe = v / "bin" / "python3"
+                if exe.exists():
+                    out.append((exe, "uv-managed"))
+    return out
+
+
+def list_pythons(environ: Mapping[str, str]) -> list[Interpreter]:
+    """Every distinct interpreter found (by resolved path), for error messages and ``doctor``."""
+    seen: dict[Path, Interpreter] = {}
+    for path, source in candidates(environ):
+        it = probe(path, source)
+        if it and it.path not in seen:
+            seen[it.path] = it
+    return sorted(seen.values(), key=lambda i: tuple(int(x) for x in i.version.split(".")))
+
+
+def _matches(version: str, request: str) -> bool:
+    return version == request or version.startswith(request + ".")
+
+
+def find_python(request: str, environ: Mapping[str, str], *, server: str = "", origin: str = "") -> Interpreter:
+    """The interpreter for ``request`` (version or path).
+
+    Raises :class:`BuildError` ``GR-BUILD-PYTHON`` naming the server, the request, where it was
+    set (``origin``) and every interpreter found on this host (case C17).
+    """
+    req = request.strip()
+    if not _VERSION_RE.match(req):
+        p = Path(req).expanduser()
+        it = probe(p, "path") if p.exists() else None
+        if it:
+            return it
+        _raise(server, req, origin, environ, f"{req} is not a runnable Python interpreter")
+    minor = ".".join(req.split(".")[:2])
+    for path, source in candidates(environ, minor):
+        it = probe(path, source)
+        if it and _matches(it.version, req):
+            return it
+    _raise(server, req, origin, environ, f"Python {req} is not available on this host")
+    raise AssertionError  # unreachable
+
+
+def _raise(server: str, req: str, origin: str, environ: Mapping[str, str], what: str) -> None:
+    found = list_pythons(environ)
+    listing = ", ".join(f"{i.version} ({i.path})" for i in found) or "(none)"
+    where = f" (set in {origin})" if origin else ""
+    raise BuildError(f"{server + ': ' if server else ''}python {req}{where}: {what}; found {listing}",
+                     hint="use one of the versions found, or install the interpreter on the host "
+                     "(gym-runtime never downloads Python)", code="GR-BUILD-PYTHON",
+                     extra={"server": server, "stage": "python", "requested": req,
+                            "found": [i.version for i in found]})

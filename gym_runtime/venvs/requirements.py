@@ -1,0 +1,210 @@
+"""What a server asks to install: its ``requirements.txt`` or ``pyproject.toml``, line by line.
+
+Every line is classified (plain requirement, URL, VCS, local path, editable, include, option) with
+its 1-based line number, so errors can name ``requirements.txt`` line N (cases C01, C07, C11,
+C16). :meth:`InstallSource.render` writes the file uv installs: the same number of lines (line N
+stays line N), relative paths made absolute against the server directory (uv runs from a neutral
+directory so a package's ``uv.toml`` cannot redirect the install), and Gym's
+``-e nemo-gym[dev] @ ../../`` line replaced by the pinned ``nemo-gym`` (reference/nemo_gym_runtime.md
+§2.2, the non-editable variant). ``pyproject.toml`` servers install ``[project].dependencies``
+(never the server directory itself: it is on ``PYTHONPATH`` at run time).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from gym_runtime.errors import BuildError
+
+SDK_NAME = "nemo-gym"
+_INCLUDE = ("-r", "--requirement", "-c", "--constraint")
+_EDITABLE = ("-e", "--editable")
+_VCS = ("git+", "hg+", "svn+", "bzr+")
+_PATHLIKE = re.compile(r"^(\.{1,2}(/|$)|/|~|file:)")
+_ARCHIVE = (".whl", ".tar.gz", ".zip", ".tar.bz2")
+
+
+@dataclass(frozen=True)
+class ReqLine:
+    """One logical line. ``kind``: ``requirement`` | ``url`` | ``vcs`` | ``path`` | ``editable`` |
+    ``include`` | ``option``; ``name``: canonical distribution name when known; ``target``: the URL or
+    path for url/vcs/path/editable/include lines; ``gym_sdk``: Gym's ``nemo-gym @ ../../`` line."""
+
+    lineno: int
+    text: str
+    kind: str
+    name: str | None = None
+    target: str | None = None
+    hashes: tuple[str, ...] = ()
+    gym_sdk: bool = False
+
+    @property
+    def needs_network_or_build(self) -> bool:
+        return self.kind in ("url", "vcs", "path", "editable")
+
+
+@dataclass(frozen=True)
+class InstallSource:
+    """A server's install file, parsed. ``kind`` is ``requirements`` or ``pyproject``."""
+
+    file: Path
+    kind: str
+    lines: tuple[ReqLine, ...]
+    n_lines: int
+
+    @property
+    def uses_gym_sdk(self) -> bool:
+        """True when the server references the Gym SDK (``nemo-gym`` or Gym's editable line)."""
+        return any(ln.gym_sdk or ln.name == SDK_NAME for ln in self.lines)
+
+    @property
+    def has_hashes(self) -> bool:
+        return any(ln.hashes for ln in self.lines)
+
+    @property
+    def names(self) -> set[str]:
+        return {ln.name for ln in self.lines if ln.name}
+
+    def line_of(self, name: str) -> ReqLine | None:
+        """The line that requests distribution ``name`` (canonicalised), if any."""
+        n = canonicalize_name(name)
+        return next((ln for ln in self.lines if ln.name == n), None)
+
+    def where(self, line: ReqLine) -> str:
+        return f"{self.file.name} line {line.lineno}" if self.kind == "requirements" else \
+            f"{self.file.name} [project].dependencies[{line.lineno - 1}]"
+
+    def render(self, sdk_replacement: str) -> str:
+        """The text uv installs (same line numbers); ``sdk_replacement`` replaces Gym's SDK line."""
+        out = [""] * self.n_lines
+        base = self.file.parent
+        for ln in self.lines:
+            out[ln.lineno - 1] = _render_line(ln, base, sdk_replacement)
+        return "\n".join(out) + "\n"
+
+
+def _abs(target: str, base: Path) -> str:
+    if target.startswith("file:") or target.startswith("/"):
+        return target
+    return str((base / Path(target).expanduser()).resolve())
+
+
+def _render_line(ln: ReqLine, base: Path, sdk: str) -> str:
+    if ln.gym_sdk:
+        return sdk
+    if ln.kind == "include":
+        flag = ln.text.split(None, 1)[0].split("=", 1)[0]
+        return f"{flag} {shlex.quote(_abs(ln.target or '', base))}"
+    if ln.kind in ("path", "editable") and ln.target and not ln.target.startswith(_VCS):
+        return ln.text.replace(ln.target, _abs(ln.target, base), 1)
+    return ln.text
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """``(lineno, text)`` with comments stripped and ``\\`` continuations joined (pip's rules)."""
+    out: list[tuple[int, str]] = []
+    buf, start = "", 0
+    for i, raw in enumerate(text.splitlines(), 1):
+        line = re.sub(r"(^|\s)#.*$", "", raw).rstrip()
+        if not buf:
+            start = i
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        if buf.strip():
+            out.append((start, buf.strip()))
+        buf = ""
+    if buf.strip():
+        out.append((start, buf.strip()))
+    return out
+
+
+def _is_sdk(name: str | None, target: str | None) -> bool:
+    return name == SDK_NAME and bool(target) and not str(target).startswith(_VCS + ("http:", "https:"))
+
+
+def classify(lineno: int, text: str) -> ReqLine:
+    """Classify one logical requirements line (see :class:`ReqLine`)."""
+    first, _, rest = text.partition(" ")
+    flag = first.split("=", 1)[0]
+    if flag in _INCLUDE:
+        target = first.split("=", 1)[1] if "=" in first else rest.strip()
+        return ReqLine(lineno, text, "include", target=target)
+    if flag in _EDITABLE:
+        spec = first.split("=", 1)[1] if "=" in first else rest.strip()
+        name, target = _name_and_target(spec)
+        kind = "vcs" if (target or "").startswith(_VCS) else "editable"
+        return ReqLine(lineno, text, kind, name, target, gym_sdk=_is_sdk(name, target))
+    if text.startswith("-"):
+        return ReqLine(lineno, text, "option")
+    parts = text.split(" --hash")
+    spec = parts[0].strip()
+    hashes = tuple(h.lstrip("=: ").strip() for h in parts[1:])
+    name, target = _name_and_target(spec)
+    if target is None:
+        kind = "requirement"
+    elif target.startswith(_VCS):
+        kind = "vcs"
+    elif target.startswith(("http://", "https://")):
+        kind = "url"
+    else:
+        kind = "path"
+    return ReqLine(lineno, text, kind, name, target, hashes, gym_sdk=_is_sdk(name, target))
+
+
+def _name_and_target(spec: str) -> tuple[str | None, str | None]:
+    """``(canonical name | None, url-or-path | None)`` of a requirement spec."""
+    if _PATHLIKE.match(spec) or (spec.endswith(_ARCHIVE) and "@" not in spec and "==" not in spec):
+        return _name_from_path(spec), spec
+    if "@" in spec and _PATHLIKE.match(spec.split("@", 1)[1].strip()):
+        # Gym's `nemo-gym[dev] @ ../../` is not PEP 508 (a relative path is not a URL)
+        head, target = spec.split("@", 1)
+        name = re.sub(r"\[.*\]", "", head).strip()
+        return canonicalize_name(name) if name else None, target.strip()
+    try:
+        req = Requirement(spec)
+    except InvalidRequirement:
+        return None, spec if "://" in spec else None
+    return canonicalize_name(req.name), req.url
+
+
+def _name_from_path(spec: str) -> str | None:
+    base = spec.rstrip("/").rsplit("/", 1)[-1]
+    m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._]*?)-\d", base)
+    if m:
+        return canonicalize_name(m.group(1))
+    return None
+
+
+def read_install_source(path: Path, *, server: str) -> InstallSource:
+    """Parse a server's ``requirements.txt`` or ``pyproject.toml``; raises :class:`BuildError`
+    (code ``GR-BUILD-INSTALL-FILE``) for an unreadable file or a pyproject without static
+    ``[project].dependencies``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BuildError(f"{server}: cannot read {path}", cause=str(e), code="GR-BUILD-INSTALL-FILE") from None
+    if path.name == "pyproject.toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise BuildError(f"{server}: {path} is not valid TOML", cause=str(e),
+                             code="GR-BUILD-INSTALL-FILE") from None
+        project = data.get("project", {})
+        if "dependencies" in project.get("dynamic", []):
+            raise BuildError(f"{server}: {path} declares dynamic dependencies, which need a build to read",
+                             hint="list the dependencies statically under [project].dependencies",
+                             code="GR-BUILD-INSTALL-FILE")
+        deps = [str(d) for d in project.get("dependencies", [])]
+        lines = tuple(classify(i, d) for i, d in enumerate(deps, 1))
+        return InstallSource(path, "pyproject", lines, len(deps))
+    lines = tuple(classify(n, t) for n, t in _logical_lines(text))
+    return InstallSource(path, "requirements", lines, max(len(text.splitlines()), 1))

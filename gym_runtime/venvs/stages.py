@@ -1,0 +1,168 @@
+"""The steps of one venv build, each one uv call with its own log (DESIGN.md §5).
+
+1. ``venv``: ``uv venv --relocatable`` from the planned interpreter (never downloaded).
+2. ``stage1``: ``uv pip install`` of the rendered install file plus the injected pins (their own
+   file, ``-r`` or ``-c``), ``wheels/`` offered as ``--find-links``, the index enabled with uv's
+   honoured settings; ``--require-hashes`` in hash mode (case C16).
+3. ``stage2`` (agents and resources servers of wheels packages): the vendored closure as exact
+   ``name==version`` pins with ``--no-index --offline --no-config --find-links wheels/``.
+4. ``verify``: the venv's own interpreter lists what is installed under its prefix and every
+   requested distribution must be there (case C08).
+
+The last install step compiles bytecode (servers run from a read-only venv). The inputs uv
+reads are kept in ``<venv>/.gym-runtime/`` for operators.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from gym_runtime.venvs.plan import VenvPlan
+from gym_runtime.venvs.tags import rejection
+from gym_runtime.venvs.uvrun import UvEnv, UvResult, run_command, run_uv
+
+INPUTS_DIR = ".gym-runtime"
+_LIST = r"""
+import json, os, re, sys
+import importlib.metadata as md
+prefix = os.path.realpath(sys.prefix)
+out = {}
+for d in md.distributions():
+    loc = os.path.realpath(str(d.locate_file("")))
+    if loc == prefix or loc.startswith(prefix + os.sep):
+        out[re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower()] = d.version
+print(json.dumps({"prefix": sys.prefix, "executable": sys.executable, "installed": out}))
+"""
+
+
+@dataclass
+class StageContext:
+    """What every step needs: the uv environment, the log directory, the cancel event."""
+
+    uv_env: UvEnv
+    log_dir: Path
+    cancel: threading.Event | None
+    cwd: Path
+
+    def log(self, vp: VenvPlan, stage: str) -> Path:
+        return self.log_dir / f"{vp.name}-{vp.digest[:12]}.{stage}.log"
+
+
+class StepFailure(Exception):
+    """A step failed: which stage, and uv's result (output and log)."""
+
+    def __init__(self, stage: str, result: UvResult) -> None:
+        super().__init__(f"{stage} failed with exit status {result.returncode}")
+        self.stage = stage
+        self.result = result
+
+
+def _check(stage: str, result: UvResult) -> UvResult:
+    if result.returncode != 0:
+        raise StepFailure(stage, result)
+    return result
+
+
+def write_inputs(vp: VenvPlan, venv: Path) -> tuple[Path, Path | None]:
+    """Write the rendered install file and the pins file into ``<venv>/.gym-runtime/``."""
+    d = venv / INPUTS_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    req = d / "requirements.txt"
+    req.write_text(vp.source.render(vp.sdk_replacement))
+    if not vp.pins:
+        return req, None
+    constraint = vp.pins[0].as_constraint
+    pins = d / ("gym-runtime-constraints.txt" if constraint else "gym-runtime-pins.txt")
+    lines = ["# injected by gym-runtime (pin mode " + vp.pin_mode + "); not part of the server's requirements"]
+    for p in vp.pins:
+        hashes = [f" --hash=sha256:{f.sha256}" for f in vp.pool_of(p.name) if f.version == p.version] \
+            if vp.hash_mode else []
+        lines.append(f"{p.constraint if constraint else p.requirement}{''.join(hashes)}    # {p.origin}")
+    pins.write_text("\n".join(lines) + "\n")
+    return req, pins
+
+
+def create_venv(vp: VenvPlan, venv: Path, ctx: StageContext) -> UvResult:
+    header = ctx.uv_env.describe() + f"\nservers: {', '.join(vp.instances)}\ndigest: {vp.digest}\n" \
+        f"python: {vp.python.describe()} (requested by {vp.python_origin})\n"
+    args = ["venv", "--relocatable", "--no-config", "--no-python-downloads", "--python", str(vp.python.path),
+            str(venv)]
+    return _check("venv", run_uv(args, env=ctx.uv_env.env, log=ctx.log(vp, "venv"), cwd=ctx.cwd,
+                                 cancel=ctx.cancel, header=header))
+
+
+def has_stage1(vp: VenvPlan) -> bool:
+    installs = [ln for ln in vp.source.lines if ln.kind != "option"]
+    return bool(installs) or any(not p.as_constraint for p in vp.pins)
+
+
+def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = ()) -> UvResult:
+    req, pins = write_inputs(vp, venv)
+    args = ["pip", "install", "--python", str(venv / "bin" / "python"), "--no-python-downloads", "-r", str(req)]
+    if pins is not None:
+        args += ["-c" if vp.pins[0].as_constraint else "-r", str(pins)]
+    if vp.wheels_dir is not None:
+        args += ["--find-links", str(vp.wheels_dir)]
+    if vp.hash_mode:
+        args.append("--require-hashes")
+    if not vp.stage2:
+        args.append("--compile-bytecode")
+    for name in refresh:
+        args += ["--refresh-package", name]
+    shown = "".join(f"--- {p.name}\n{p.read_text()}" for p in (req, pins) if p is not None)
+    return _check("stage1", run_uv(args, env=ctx.uv_env.env, log=ctx.log(vp, "stage1"), cwd=ctx.cwd,
+                                   cancel=ctx.cancel, header=shown))
+
+
+def stage2(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = ()) -> UvResult:
+    env = {k: v for k, v in ctx.uv_env.env.items() if k != "UV_FIND_LINKS"}
+    args = ["pip", "install", "--python", str(venv / "bin" / "python"), "--no-python-downloads", "--no-index",
+            "--offline", "--no-config", "--find-links", str(vp.wheels_dir), "--compile-bytecode", *vp.closure]
+    for name in refresh:
+        args += ["--refresh-package", name]
+    return _check("stage2", run_uv(args, env=env, log=ctx.log(vp, "stage2"), cwd=ctx.cwd, cancel=ctx.cancel,
+                                   header="offline: only wheels/ is consulted; nothing may reach the network\n"))
+
+
+def installed(vp: VenvPlan, venv: Path, ctx: StageContext, stage: str) -> dict[str, str]:
+    """``{name: version}`` of every distribution installed under the venv's prefix."""
+    res = _check(stage, run_command([str(venv / "bin" / "python"), "-I", "-c", _LIST], env={"PATH": "/usr/bin:/bin"},
+                                    log=ctx.log(vp, "verify"), cwd=ctx.cwd, cancel=ctx.cancel))
+    line = [ln for ln in res.output.splitlines() if ln.startswith("{")][-1]
+    return dict(json.loads(line)["installed"])
+
+
+def missing_after_install(vp: VenvPlan, have: dict[str, str]) -> list[str]:
+    """Requested distributions that are not installed inside the venv (case C08)."""
+    wanted = {ln.name for ln in vp.source.lines if ln.name and not ln.gym_sdk}
+    wanted |= {p.name for p in vp.pins if not p.as_constraint}
+    wanted |= {c.split("==")[0] for c in vp.closure}
+    return sorted(n for n in wanted if n not in have)
+
+
+def pool_bypassed(vp: VenvPlan, have: dict[str, str]) -> list[str]:
+    """Warnings for distributions stage 1 took elsewhere although wheels/ has them (cases C12, C15)."""
+    out = []
+    for name, version in sorted(have.items()):
+        files = vp.pool_of(name)
+        if not files or any(f.version == version for f in files):
+            continue
+        versions = ", ".join(sorted({f.version for f in files}))
+        why = [f"{f.path.name}: {r}" for f in files if (r := rejection(f.path.name, vp.python))]
+        out.append(f"wheels/ has {name} {versions} but stage 1 installed {name} {version} from the index"
+                   + (" (" + "; ".join(why) + ")" if why else ""))
+    return out
+
+
+def overridden(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """Warnings for stage-1 choices the stage-2 closure replaced (cases C12, C15)."""
+    return [f"stage 2 replaced {n} {before[n]} (chosen in stage 1) by {after[n]} from wheels/"
+            for n in sorted(before) if n in after and after[n] != before[n]]
+
+
+def uv_warnings(output: str) -> list[str]:
+    """uv's ``warning:`` lines (e.g. a yanked release, case C15), kept for the build report."""
+    return [ln.strip() for ln in output.splitlines() if ln.strip().startswith("warning:")]

@@ -1,0 +1,88 @@
+"""``gym-runtime config``: merged, resolved config with secrets masked; policy flags and variables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gym_runtime.cli.main import main
+from tests.helpers.packages import make_package
+
+INNER = ("policy_model", "responses_api_models", "policy_stub")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def _clean_policy_env(monkeypatch) -> None:
+    for k in ("GYM_RUNTIME_POLICY_BASE_URL", "GYM_RUNTIME_POLICY_API_KEY", "GYM_RUNTIME_POLICY_MODEL_NAME"):
+        monkeypatch.delenv(k, raising=False)
+
+
+def _inner(data: dict) -> dict:
+    return data[INNER[0]][INNER[1]][INNER[2]]
+
+
+def test_flags_fill_policy_values_and_key_is_masked(tmp_path: Path, capsys, monkeypatch) -> None:
+    root = make_package(tmp_path / "p", "native-v1")
+    monkeypatch.setenv("MY_KEY", "sk-very-secret")
+    rc, out, err = run(capsys, "config", str(root), "--json", "--policy-base-url", "http://127.0.0.1:8000/v1",
+                       "--policy-base-url", "http://127.0.0.1:8001/v1", "--policy-model-name", "m1",
+                       "--policy-api-key-env", "MY_KEY")
+    assert rc == 0 and err == ""
+    doc = json.loads(out)
+    assert "sk-very-secret" not in out
+    inner = _inner(doc["config"])
+    assert inner["base_url"] == ["http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1"]
+    assert inner["model"] == "m1" and inner["api_key"] == "****" and inner["return_token_id_information"] is True
+    assert sorted(doc["masked"]) == ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"]
+    assert {s["name"] for s in doc["servers"]} == {"policy_model", "acme_math", "acme_math_agent"}
+
+
+def test_environment_variables_and_yaml_dump(tmp_path: Path, capsys, monkeypatch) -> None:
+    root = make_package(tmp_path / "p", "wheels-v1")
+    monkeypatch.setenv("GYM_RUNTIME_POLICY_BASE_URL", "http://127.0.0.1:9000/v1,http://127.0.0.1:9001/v1")
+    monkeypatch.setenv("GYM_RUNTIME_POLICY_API_KEY", "sk-env-secret")
+    monkeypatch.setenv("GYM_RUNTIME_POLICY_MODEL_NAME", "envmodel")
+    rc, out, _ = run(capsys, "config", str(root), "acme_math.resources_servers.acme_math.port=9300")
+    assert rc == 0 and "sk-env-secret" not in out
+    body, _, comment = out.rpartition("# masked secrets: ")
+    data = yaml.safe_load(body)
+    assert _inner(data)["base_url"] == ["http://127.0.0.1:9000/v1", "http://127.0.0.1:9001/v1"]
+    assert data["acme_math"]["resources_servers"]["acme_math"]["port"] == 9300
+    assert sorted(comment.strip().split(", ")) == ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"]
+
+
+def test_missing_policy_values_listed_with_sources(tmp_path: Path, capsys) -> None:
+    root = make_package(tmp_path / "p", "native-v1")
+    rc, out, err = run(capsys, "config", str(root), "--json")
+    assert rc == 1
+    doc = json.loads(out)["error"]
+    assert doc["code"] == "GR-CONFIG-MISSING" and len(doc["violations"]) == 3
+    assert all(v["file"] == "responses_api_models/policy_stub/configs/policy_model.yaml" for v in doc["violations"])
+    assert "--policy-api-key-env" in err and "GYM_RUNTIME_POLICY_API_KEY" in err
+
+
+def test_api_key_env_unset(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("NOT_SET_KEY_VAR", raising=False)
+    root = make_package(tmp_path / "p", "native-v1")
+    rc, _, err = run(capsys, "config", str(root), "--policy-api-key-env", "NOT_SET_KEY_VAR")
+    assert rc == 1 and "NOT_SET_KEY_VAR" in err and "GR-SETTINGS" in err
+
+
+def test_invalid_package_and_bad_override(tmp_path: Path, capsys) -> None:
+    root = make_package(tmp_path / "p", "native-v1")
+    (root / "x.jsonl").write_text("{}")
+    rc, _, err = run(capsys, "config", str(root))
+    assert rc == 1 and "GR-PKG-JSONL" in err
+    (root / "x.jsonl").unlink()
+    rc, _, err = run(capsys, "config", str(root), "not-an-override", "--policy-base-url", "http://127.0.0.1:1/v1")
+    assert rc == 1 and "GR-CONFIG-OVERRIDE" in err and "'not-an-override'" in err

@@ -367,18 +367,19 @@ class Supervisor:
             if proc is None:
                 m.status = STOPPED
                 return
+            failed = m.status == FAILED
             m.status = STOPPING
             info = await proc.stop(grace)
             if info.reason == "killed":
                 m.escalated = True
                 m.log.note(f"did not exit within {grace:g}s of SIGTERM: killed (SIGKILL to its process group)")
                 self._progress(f"{m.name}: ignored SIGTERM for {grace:g}s, killed")
-            m.status = STOPPED
+            m.status = FAILED if failed else STOPPED
 
         running = [m for m in self.members.values() if m.status != PENDING]
         await asyncio.gather(*(stop_one(m) for m in running), return_exceptions=True)
         for m in self.members.values():
-            m.status = STOPPED
+            m.status = FAILED if m.status == FAILED else STOPPED
             m.log.detach()
         await reap_orphans(self._pgids)
         if self._client is not None:

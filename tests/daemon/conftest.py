@@ -1,0 +1,46 @@
+"""Fixtures for daemon tests: a real sandbox (best level this host offers) and member factories."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from gym_runtime.supervise import LogSink, Member, SuperviseOptions, Supervisor
+
+
+@pytest.fixture
+def run():
+    """Run a coroutine on a fresh event loop (the supervisor's one loop)."""
+    return lambda coro: asyncio.run(coro)
+
+
+async def start_sandbox(work: Path, level: str | None = None):
+    from sandbox import EgressPolicy, Sandbox
+
+    return await Sandbox.start(EgressPolicy.from_environ({}, policy_endpoints=[]), work, level=level)
+
+
+async def add_member(sup: Supervisor, sb, name: str, argv: list[str], cwd: Path, logs: Path,
+                     port: int | None = None, probe_path: str | None = "/", env: dict | None = None) -> Member:
+    """A member running ``argv`` (``{port}`` substituted) with the daemon's own interpreter."""
+    from sandbox import ProcessSpec
+
+    port = port or sb.allocate_port()
+    argv = [a.replace("{port}", str(port)) for a in argv]
+    spec = ProcessSpec(name, argv, cwd, {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": str(cwd),
+                                         **(env or {})},
+                       read_only_paths=[cwd, Path(sys.prefix)])
+    m = Member(name, "server", spec, sb, LogSink(logs / f"{name}.log"), port=port, probe_path=probe_path)
+    m.public = tuple(await sb.publish(port))
+    sup.add(m)
+    return m
+
+
+def fast_options(**kw) -> SuperviseOptions:
+    base = dict(server_ready_timeout_s=20, startup_timeout_s=60, backoff_s=0.1, backoff_max_s=0.4,
+                shutdown_grace_s=2, max_restarts=2)
+    base.update(kw)
+    return SuperviseOptions(**base)

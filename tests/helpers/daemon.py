@@ -1,0 +1,154 @@
+"""Environment packages of stdlib-only, Gym-shaped fixture servers for daemon tests (no PyPI).
+
+``FIXTURE_APP`` honours Gym's process contract the way a real server does: it reads
+``NEMO_GYM_CONFIG_DICT`` (the merged YAML; a tiny line parser, since the venv has no PyYAML) and
+``NEMO_GYM_CONFIG_PATH``, binds its instance's host/port, answers ``GET /`` with
+``{"status":"ok"}`` and ``POST /run`` with ``{"reward": 1.0, "instance", "row"}``; it also dumps
+its environment and argv to ``$HOME/contract.json`` for contract checks. Behaviour switches come
+from the instance config: ``fixture_exit: N`` (exit with status N at start), ``fixture_sleep: S``
+(sleep S seconds before binding), ``fixture_fail_row: true`` (``/run`` answers 500).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+FIXTURE_APP = r'''# test fixture: a Gym-shaped stdlib server (see tests/helpers/daemon.py)
+import json, os, sys, time
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+
+name = os.environ["NEMO_GYM_CONFIG_PATH"]
+text = os.environ["NEMO_GYM_CONFIG_DICT"]
+mine, cfg = False, {}
+for line in text.splitlines():
+    if not line.startswith(" "):
+        mine = line == name + ":"
+    elif mine and line.startswith("      ") and not line.startswith("       ") and ": " in line:
+        k, v = line.strip().split(": ", 1)
+        cfg[k] = v.strip("'\"")
+with open(os.path.join(os.environ["HOME"], "contract.json"), "w") as f:
+    json.dump({"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "cfg": cfg}, f)
+if "fixture_exit" in cfg:
+    print("fixture: exiting with", cfg["fixture_exit"], file=sys.stderr, flush=True)
+    sys.exit(int(cfg["fixture_exit"]))
+time.sleep(float(cfg.get("fixture_sleep", 0)))
+
+class H(BaseHTTPRequestHandler):
+    def _send(self, code, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(code); self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_GET(self):
+        self._send(200, {"status": "ok"})
+    def do_POST(self):
+        row = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if cfg.get("fixture_fail_row") == "true":
+            return self._send(500, {"detail": "fixture failure"})
+        time.sleep(float(row.get("sleep", 0)))
+        self._send(200, {"reward": 1.0, "instance": name, "row": row})
+    def log_message(self, *a):
+        pass
+
+print("fixture", name, "listening on", cfg["host"], cfg["port"], flush=True)
+ThreadingHTTPServer((cfg["host"], int(cfg["port"])), H).serve_forever()
+'''
+
+
+def write_fixture_package(root: Path, instances: dict[str, dict], apps: dict[str, str] | None = None,
+                          name: str = "acme-daemon-env") -> Path:
+    """A native-v1 package: ``instances`` maps instance name -> ``{server_type: {impl: cfg}}``
+    (``entrypoint: app.py`` is added); every implementation gets ``FIXTURE_APP`` (or
+    ``apps[impl]``) and a comment-only requirements.txt. One config file per server type dir."""
+    root.mkdir(parents=True, exist_ok=True)
+    by_dir: dict[Path, dict] = {}
+    for inst, body in instances.items():
+        stype, impls = next(iter(body.items()))
+        impl, cfg = next(iter(impls.items()))
+        d = root / stype / impl
+        (d / "configs").mkdir(parents=True, exist_ok=True)
+        (d / "app.py").write_text((apps or {}).get(impl, FIXTURE_APP))
+        (d / "requirements.txt").write_text("# stdlib only\n")
+        by_dir.setdefault(d / "configs" / f"{impl}.yaml", {})[inst] = {stype: {impl: {"entrypoint": "app.py", **cfg}}}
+    paths = []
+    for path, data in by_dir.items():
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        paths.append(path.relative_to(root).as_posix())
+    manifest = {"format": "native-v1", "config_paths": paths, "metadata": {"name": name}}
+    (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return root
+
+
+def simple_env(root: Path, **resource_cfg: object) -> Path:
+    """A resources server ``acme_math`` plus an agent ``acme_agent`` referring to it."""
+    return write_fixture_package(root, {
+        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", **resource_cfg}}},
+        "acme_agent": {"responses_api_agents": {"acme_agent": {
+            "resources_server": {"type": "resources_servers", "name": "acme_math"}}}},
+    })
+
+
+def up_process(pkg: Path, tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``gym-runtime up PKG ...`` as a real subprocess (own session), stdout/stderr piped."""
+    e = {**os.environ, **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir",
+                             str(tmp / "run"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=e, start_new_session=True)
+
+
+def read_ready_line(proc: subprocess.Popen, timeout: float = 120.0) -> str:
+    """The first stdout line of ``up`` (the ready JSON); raises AssertionError with stderr on exit."""
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    if not sel.select(timeout):
+        proc.kill()
+        raise AssertionError("no ready line in time; stderr:\n" + proc.stderr.read())
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(10)
+        raise AssertionError(f"up exited {proc.returncode} without a ready line; stderr:\n" + proc.stderr.read())
+    return line
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    """Every live descendant of ``pid`` (empty when it is gone)."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def alive(pids: list[int]) -> list[int]:
+    """The pids of ``pids`` still running (zombies count as gone only once reaped)."""
+    out = []
+    for p in pids:
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(p).is_running():
+                out.append(p)
+    return out
+
+
+def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
+    """Wait until none of ``pids`` exists; returns the survivors."""
+    deadline = time.monotonic() + timeout
+    while (left := alive(pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """Cleanup for a failed test: SIGKILL the daemon's whole session."""
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.wait(5)

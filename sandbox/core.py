@@ -23,6 +23,7 @@ from .process import SandboxedProcess
 from .proxy import EgressProxy, Resolver, host_dial, serve_forward, system_resolve
 
 log = logging.getLogger("sandbox")
+MAX_DENIALS = 1000
 PORT_RANGE = range(20000, 32768)  # below Linux's ephemeral range, so client sockets never collide
 _HINT = ("run where unprivileged user namespaces are allowed (user.max_user_namespaces > 0, no AppArmor/seccomp "
          "block), with an unmasked /proc (Kubernetes: procMount: Unmasked) and bubblewrap available")
@@ -38,7 +39,9 @@ class Sandbox:
         self.report = report
         self.level = level
         self.resolver = resolver
-        self.denials: list[dict] = []
+        self.denials: list[dict] = []  # the most recent MAX_DENIALS; denial_count counts all
+        self._denial_count = 0
+        self._proxy_ports: dict[str, int] = {}
         self.processes: list[SandboxedProcess] = []
         self.holder: NetnsHolder | None = None
         self.bwrap: str | None = None
@@ -131,12 +134,15 @@ class Sandbox:
     # ---------------------------------------------------------------- networking
     def _on_deny(self, event: dict) -> None:
         event["time"] = time.time()
+        self._denial_count += 1
         self.denials.append(event)
+        if len(self.denials) > MAX_DENIALS:
+            del self.denials[: len(self.denials) - MAX_DENIALS]
 
     @property
     def denial_count(self) -> int:
         """How many connections the proxy refused (403) so far."""
-        return len(self.denials)
+        return self._denial_count
 
     async def _loopback_dial(self, ip: str, port: int) -> socket.socket:
         if self.holder is None:
@@ -248,8 +254,9 @@ class Sandbox:
         """Start one server. Must run on the event-loop thread (PDEATHSIG follows the thread).
         Raises StartError when the process cannot be started."""
         loop = asyncio.get_running_loop()
-        sock_port = self._proxy_port_sync(spec.name, loop)
-        return self._spawn_sync(spec, sock_port)
+        if spec.name not in self._proxy_ports:  # one proxy listener per server name, kept across restarts
+            self._proxy_ports[spec.name] = self._proxy_port_sync(spec.name, loop)
+        return self._spawn_sync(spec, self._proxy_ports[spec.name])
 
     def _proxy_port_sync(self, name: str, loop: asyncio.AbstractEventLoop) -> int:
         # start_server(sock=...) only registers the socket; do it synchronously via the loop's API.

@@ -9,6 +9,7 @@ inside a bubblewrap sandbox that takes one capability away, for real:
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,24 @@ def test_missing_bubblewrap_gives_partial_netns_only(tmp_path, plain_python):
     assert out["level"] == "partial" and "bubblewrap not found" in out["warning"]
     assert out["inside"]["raw"] == "Connection refused"
     assert "403" in out["inside"]["fetch"]
+
+
+def test_root_without_sys_admin_stays_full(tmp_path, plain_python, full_available):
+    """The Kubernetes default capability set (no CAP_SYS_ADMIN / CAP_NET_ADMIN): the unprivileged
+    user-namespace path still gives full isolation (reference/sandbox_tech.md §6, column B)."""
+    import shlex
+    import shutil
+
+    if not full_available or shutil.which("capsh") is None or os.geteuid() != 0:
+        pytest.skip("needs root, capsh and full isolation")
+    target = plain_server("127.0.0.1")
+    try:
+        cmd = shlex.join([sys.executable, str(APP), str(tmp_path / "w"), str(plain_python), str(target.server_address[1])])
+        r = subprocess.run(["capsh", "--drop=cap_sys_admin,cap_net_admin,cap_sys_ptrace", "--", "-c", f"exec {cmd}"],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert r.returncode == 0, r.stderr[-3000:]
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    finally:
+        target.shutdown()
+    assert out["level"] == "full" and out["warning"] is None
+    assert out["inside"]["raw"] == "Connection refused" and out["inside"]["pids"] <= 3

@@ -1,0 +1,57 @@
+"""The namespace holder / socket factory (sandbox/netns.py): sockets made inside stay inside."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from sandbox.netns import HolderError, NetnsHolder
+
+
+@pytest.fixture
+def holder(full_available):
+    if not full_available:
+        pytest.skip("no user+network namespaces here")
+    h = NetnsHolder.start()
+    yield h
+    h.close()
+
+
+def test_listen_and_dial_inside_only(holder):
+    lsock = holder.listen("127.0.0.1", 0)
+    lsock.setblocking(True)
+    port = lsock.getsockname()[1]
+    assert not holder.port_free(port) and holder.port_free(20000)
+    inside = holder.socket()
+    inside.setblocking(True)
+    inside.connect(("127.0.0.1", port))  # an unconnected socket from the factory dials inside the namespace
+    conn, _ = lsock.accept()
+    assert inside.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    for s in (conn, inside, lsock):
+        s.close()
+
+
+def test_ip_literal_endpoint_address_lives_on_namespace_lo(holder):
+    holder.add_address("10.200.0.1")  # only on the namespace's lo: no packet can leave it
+    lsock = holder.listen("10.200.0.1", 9000)
+    c = holder.socket()
+    c.setblocking(True)
+    c.settimeout(2)
+    c.connect(("10.200.0.1", 9000))
+    c.close()
+    lsock.close()
+
+
+def test_holder_gone_after_close(full_available):
+    if not full_available:
+        pytest.skip("no user+network namespaces here")
+    h = NetnsHolder.start()
+    pid = h.pid
+    h.close()
+    assert h.proc.returncode is not None
+    with pytest.raises((HolderError, OSError)):
+        h.port_free(20000)
+    import psutil
+
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

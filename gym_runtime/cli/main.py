@@ -14,12 +14,14 @@ import json
 import sys
 from collections.abc import Sequence
 
-from gym_runtime.cli import config_cmd, validate
+from gym_runtime.cli import build, config_cmd, validate
 from gym_runtime.cli import doctor, logs, status, up
+from gym_runtime.cli import dry_run
 from gym_runtime.errors import EXIT_RUNTIME, EXIT_USAGE, GymRuntimeError
 
-COMMANDS = [validate, config_cmd]
+COMMANDS = [validate, config_cmd, build]
 COMMANDS += [up, status, logs, doctor]
+COMMANDS += [dry_run]
 
 
 class _Parser(argparse.ArgumentParser):

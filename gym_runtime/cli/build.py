@@ -1,0 +1,83 @@
+"""``gym-runtime build PKG [KEY=VALUE ...] [--python X] [--json]``: plan and build every server venv.
+
+Prints the plan notes (pins, replaced Gym SDK lines), then one line per server: built or reused,
+seconds, venv path, Python, and any warning (e.g. wheels/ bypassed by stage 1). Rich progress
+bars on a TTY, plain lines otherwise. SIGTERM/SIGINT cancel the builds (uv process groups are
+killed; nothing half-built is kept). Exit 3 with one error block on a failed build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from typing import Any
+
+from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
+from gym_runtime.cli.validate import PLACEHOLDERS
+from gym_runtime.config import build_config
+from gym_runtime.errors import BuildError
+from gym_runtime.package import load_package
+from gym_runtime.settings import PIN_MODES, load_settings
+from gym_runtime.venvs import build_venvs, plan_venvs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("build", help="build (or reuse) one venv per server")
+    add_package_args(p)
+    add_policy_args(p)
+    p.add_argument("--python", help="interpreter for the server venvs: a version (3.13) or a path "
+                   "(a server's own python_version wins)")
+    p.add_argument("--pin-mode", choices=PIN_MODES, help="how image pins are applied (default: "
+                   "GYM_RUNTIME_PIN_MODE or auto)")
+    p.add_argument("--jobs", type=int, default=None, help="parallel builds (default: CPU count)")
+    p.add_argument("--json", action="store_true", help="print the plan and results as JSON")
+    p.set_defaults(func=run)
+
+
+def _signals(cancel: threading.Event) -> dict[int, Any]:
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, lambda *_: cancel.set())
+    return old
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    if args.pin_mode:
+        settings = settings.with_overrides(pin_mode=args.pin_mode)
+    pkg = load_package(args.package)
+    merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS)
+    plan = plan_venvs(merged, settings, python=args.python)
+    if not args.json:
+        print(f"plan: {len(plan.venvs)} venv(s) for {len(plan.by_instance)} server(s); pin mode {plan.pin_mode}; "
+              f"uv {plan.uv_version}", file=sys.stderr)
+        for vp in plan.venvs:
+            for note in vp.notes:
+                print(f"  {', '.join(vp.instances)}: {note}", file=sys.stderr)
+    cancel = threading.Event()
+    old = _signals(cancel)
+    try:
+        venvs = build_venvs(plan, settings, progress=not args.json, cancel=cancel, max_workers=args.jobs)
+    except BuildError:
+        raise
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if args.json:
+        out = {"plan": plan.to_dict(), **venvs.to_dict(),
+               "servers": {n: venvs.for_instance(n).to_dict() for n in plan.by_instance}}
+        print(json.dumps(out, indent=2))
+        return 0
+    for name in plan.by_instance:
+        v = venvs.for_instance(name)
+        vp = plan.for_instance(name)
+        status = "reused" if v.reused else f"built in {v.seconds:.1f}s"
+        print(f"{name}: {status}  {v.path}  (Python {vp.python.version})")
+        for w in v.warnings:
+            print(f"  warning: {w}")
+    print(f"{venvs.built} built, {len(venvs.venvs) - venvs.built} reused")
+    return 0

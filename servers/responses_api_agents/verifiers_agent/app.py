@@ -26,7 +26,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fastapi import Request  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
 from _kit.config import StartupError  # noqa: E402
@@ -200,7 +199,7 @@ def create_app(ctx: ServerContext):
         return await agent.respond(body)
 
     @app.post("/run")
-    async def run(body: VerifiersRunRequest, request: Request) -> dict:
+    async def run(body: VerifiersRunRequest) -> dict:
         response = await agent.respond(body)
         return {"responses_create_params": body.responses_create_params, "response": response,
                 "reward": response["reward"]}

@@ -1,0 +1,99 @@
+"""``gym-runtime dry-run PKG --dataset ROWS.jsonl``: rollouts against a stub or real model, reward spread per row.
+
+Every row is checked before anything starts (DESIGN.md §9). The environment is brought up with
+:class:`gym_runtime.Runtime` (the built-in stub model unless ``--policy-base-url`` is given), each
+row is sent ``--samples`` times to its agent's ``/run``, every result goes to ``--out``, and the
+environment is shut down. stdout: the reward table (or one JSON object with ``--json``); stderr:
+start-up progress and a progress bar. Exit 0 when every rollout ran, 3 when any failed, 1 for a bad
+package / config / row (nothing started), 2 for bad flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
+from gym_runtime.errors import EXIT_OK, EXIT_RUNTIME, RolloutError
+from gym_runtime.rollouts.dryrun import DryRunRequest, DryRunResult, run_dry_run
+from gym_runtime.rollouts.report import print_report, report_dict
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("dry-run", help="run dataset rows k times against the environment and report reward spread")
+    add_package_args(p)
+    p.add_argument("--dataset", required=True, metavar="ROWS.jsonl", help="dataset rows, one JSON object per line")
+    p.add_argument("--samples", "-k", type=int, default=4, metavar="K", help="rollouts per row (default 4)")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N rows (all rows are still checked)")
+    p.add_argument("--concurrency", type=int, default=8, metavar="C", help="rollouts in flight (default 8)")
+    p.add_argument("--rollout-timeout", type=float, metavar="S", help="seconds per rollout (default: no limit)")
+    p.add_argument("--out", type=Path, metavar="results.jsonl", help="write every rollout (row, sample, reward, "
+                   "latency, error) as JSONL")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
+    add_policy_args(p)
+    g = p.add_argument_group("environment")
+    g.add_argument("--stub-seed", type=int, default=0, help="seed of the built-in stub model (default 0)")
+    g.add_argument("--python", help="interpreter for server venvs (version or path)")
+    g.add_argument("--isolation", choices=["full", "partial", "none"], help="force a lower isolation level")
+    g.add_argument("--work-dir", type=Path, metavar="DIR", help="run directory for logs (default "
+                   "$GYM_RUNTIME_HOME/runs/<time>)")
+    p.set_defaults(func=run)
+
+
+def request_from_args(args: argparse.Namespace) -> DryRunRequest:
+    runtime = {k: v for k, v in (("python", args.python), ("isolation", args.isolation),
+                                 ("work_dir", args.work_dir)) if v is not None}
+    return DryRunRequest(args.package, args.dataset, list(args.overrides), policy_from_args(args), args.samples,
+                         args.limit, args.concurrency, args.rollout_timeout, args.out, args.stub_seed, runtime)
+
+
+def run(args: argparse.Namespace) -> int:
+    req = request_from_args(args)
+    err = Console(stderr=True)
+    progress = Progress(TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=err, transient=True, disable=not err.is_terminal)
+    task = progress.add_task("rollouts", total=None)
+
+    def say(msg: str) -> None:
+        err.print(f"[dim][{time.strftime('%H:%M:%S')}][/dim] {msg}", markup=True, highlight=False, soft_wrap=True)
+
+    def on_start(total: int) -> None:
+        say(f"environment ready; running {total} rollout(s)")
+        progress.update(task, total=total)
+        progress.start()
+
+    try:
+        result = asyncio.run(run_dry_run(req, say, on_start, lambda r: progress.advance(task)))
+    finally:
+        progress.stop()
+    return report(result, args, err)
+
+
+def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
+    """Print the table (or JSON) and turn failed rollouts into exit 3."""
+    extra = {"package": result.package, "dataset": str(args.dataset), "samples": args.samples,
+             "startup_s": result.ready.get("startup_s"), "isolation": result.ready.get("isolation"),
+             "policy_model": result.ready.get("policy_model")}
+    if args.out:
+        extra["out"] = str(args.out)
+    if args.json:
+        print(json.dumps(report_dict(result.stats, result.summary, **extra), indent=2))
+    else:
+        title = (f"dry-run: {result.package} · {len(result.rows)} row(s) × {args.samples} sample(s) · "
+                 f"startup {extra['startup_s']} s")
+        print_report(Console(), result.stats, result.summary, title)
+    if result.ok:
+        return EXIT_OK
+    codes = ", ".join(f"{c}: {n}" for c, n in result.summary.failures_by_code.items())
+    e = RolloutError(f"{result.summary.failures} of {result.summary.rollouts} rollouts failed ({codes})",
+                     hint="see the error of each rollout in --out, and the server logs under "
+                     f"{result.ready.get('logs_dir')}")
+    err.print(e.render(), markup=False, highlight=False)
+    return EXIT_RUNTIME

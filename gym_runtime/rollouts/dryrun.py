@@ -1,0 +1,138 @@
+"""A dry-run: check rows, bring the environment up, sample every row k times, shut down, report.
+
+Order (issue 7): the package, its configuration and EVERY dataset row are checked before anything
+starts (a bad row costs no venv build); then :class:`gym_runtime.Runtime` brings the environment
+up (the built-in stub model unless a policy URL is given), each row goes k times to its agent's
+``/run`` (:func:`gym_runtime.rollouts.sampler.sample_rows`), every result is appended to the
+``--out`` file as it finishes, and the environment is stopped whatever happened.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from gym_runtime.config import PolicyValues, build_config
+from gym_runtime.errors import UsageError
+from gym_runtime.package import load_package
+from gym_runtime.rollouts.rows import DatasetRow, load_rows
+from gym_runtime.rollouts.sampler import sample_rows
+from gym_runtime.rollouts.stats import RolloutResult, RowStats, Summary, row_stats, summarize
+
+# Policy values used only to check the configuration before start (the stub or the job fills them).
+PLACEHOLDERS = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "placeholder",
+                "policy_model_name": "placeholder"}
+
+
+@dataclass(frozen=True)
+class DryRunRequest:
+    """What to run: ``samples`` per row, the first ``limit`` rows (None: all), at most
+    ``concurrency`` rollouts at once, ``rollout_timeout_s`` per rollout (None: unbounded),
+    ``out`` a JSONL file for every result; ``runtime_kwargs`` go to :class:`gym_runtime.Runtime`
+    (policy, head, isolation, python, work_dir...)."""
+
+    package: str | Path
+    dataset: str | Path
+    overrides: list[str] = field(default_factory=list)
+    policy: PolicyValues = field(default_factory=PolicyValues)
+    samples: int = 4
+    limit: int | None = None
+    concurrency: int = 8
+    rollout_timeout_s: float | None = None
+    out: Path | None = None
+    stub_seed: int = 0
+    runtime_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Raises :class:`UsageError` for a non-positive ``samples``/``limit``/``concurrency``."""
+        for name in ("samples", "concurrency"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.limit is not None and self.limit < 1:
+            raise UsageError(f"--limit must be at least 1, got {self.limit}")
+
+
+@dataclass(frozen=True)
+class DryRunResult:
+    """The outcome: every rollout, per-row statistics, the summary, and the ready info of the
+    environment (``startup_s``, ``isolation``, ``policy_model``...)."""
+
+    package: str
+    rows: list[DatasetRow]
+    results: list[RolloutResult]
+    stats: list[RowStats]
+    summary: Summary
+    ready: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.summary.failures == 0
+
+
+def prepare(req: DryRunRequest) -> tuple[str, list[DatasetRow]]:
+    """Check the package, its configuration and every row; nothing is started.
+
+    Returns the package name and the rows to run (the first ``limit``). Raises
+    :class:`~gym_runtime.errors.PackageInvalidError`, a ``ConfigError`` or
+    :class:`~gym_runtime.errors.DatasetError` (every bad row, with line and field).
+    """
+    req.check()
+    pkg = load_package(req.package)
+    merged = build_config(pkg, req.overrides, req.policy, defaults=PLACEHOLDERS)
+    agents = {i.name: i for i in merged.of_type("responses_api_agents")}
+    rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id)
+    return pkg.name, rows[: req.limit] if req.limit else rows
+
+
+def _runtime(req: DryRunRequest, progress: Callable[[str], None] | None):
+    from gym_runtime.runtime import Runtime
+
+    p = req.policy
+    rt = Runtime(req.package, overrides=req.overrides, policy_base_url=p.base_url, policy_api_key=p.api_key,
+                 policy_model_name=p.model_name, progress=progress, **req.runtime_kwargs)
+    rt.request.stub_seed = req.stub_seed
+    return rt
+
+
+async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None = None,
+                      on_start: Callable[[int], None] | None = None,
+                      on_result: Callable[[RolloutResult], None] | None = None) -> DryRunResult:
+    """Run the whole dry-run on the current event loop.
+
+    ``progress`` receives human start-up lines; ``on_start(total_rollouts)`` is called once the
+    environment is ready, ``on_result`` after each rollout. Raises what :func:`prepare` raises,
+    and the start errors of :class:`gym_runtime.Runtime` (``BuildError``, ``StartError``...);
+    rollout failures are results, not exceptions. The environment is always stopped.
+    """
+    name, rows = prepare(req)
+    out: IO[str] | None = None
+    rt = _runtime(req, progress)
+    try:
+        ready = await rt.start()
+        agents = {n: url for n, url in rt.servers.items() if url}
+        if req.out is not None:
+            req.out.parent.mkdir(parents=True, exist_ok=True)
+            out = req.out.open("w", encoding="utf-8")
+
+        def record(result: RolloutResult) -> None:
+            if out is not None:
+                out.write(json.dumps(result.to_dict()) + "\n")
+                out.flush()
+            if on_result is not None:
+                on_result(result)
+
+        if on_start is not None:
+            on_start(len(rows) * req.samples)
+        t0 = time.perf_counter()
+        results = await sample_rows(rows, agents, req.samples, req.concurrency, record, req.rollout_timeout_s)
+        wall = time.perf_counter() - t0
+    finally:
+        if out is not None:
+            out.close()
+        await rt.stop()
+    stats = row_stats(results)
+    return DryRunResult(name, rows, results, stats, summarize(stats, results, wall), ready)

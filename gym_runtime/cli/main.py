@@ -17,12 +17,10 @@ from collections.abc import Sequence
 from gym_runtime.cli import build, config_cmd, validate
 from gym_runtime.cli import doctor, logs, status, up
 from gym_runtime.cli import dry_run
-from gym_runtime.cli import dry_run
 from gym_runtime.errors import EXIT_RUNTIME, EXIT_USAGE, GymRuntimeError
 
 COMMANDS = [validate, config_cmd, build]
 COMMANDS += [up, status, logs, doctor]
-COMMANDS += [dry_run]
 COMMANDS += [dry_run]
 
 

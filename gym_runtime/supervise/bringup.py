@@ -9,6 +9,7 @@ venvs build cancels the build).
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 import time
@@ -71,6 +72,7 @@ class Environment:
         self.cancel = threading.Event()
         self._stopping = asyncio.Event()
         self._start_task: asyncio.Task | None = None
+        self._head_sock: Any = None
         self._stopped: asyncio.Future | None = None
         self._t0 = time.monotonic()
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
@@ -88,10 +90,8 @@ class Environment:
     async def start(self) -> dict[str, Any]:
         self._start_task = asyncio.current_task()
         policy = self.req.policy
-        head_sock = bind_listener(self.req.head_host, self.req.head_port or 0, "head server")
-        self.head_addr = head_sock.getsockname()[:2]
         if policy.base_url is None:
-            port = free_port(avoid={self.head_addr[1]})
+            port = free_port()
             self.stub_url = f"http://127.0.0.1:{port}/v1"
             policy = PolicyValues(self.stub_url, policy.api_key or "stub-key", policy.model_name or STUB_MODEL_NAME,
                                   origin="built-in stub model")
@@ -100,6 +100,11 @@ class Environment:
         pkg = await asyncio.to_thread(load_package, self.req.package)
         self.merged = merged = await asyncio.to_thread(build_config, pkg, self.req.overrides, policy)
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
+        cfg_head = merged.data.get("head_server") if isinstance(merged.data.get("head_server"), dict) else {}
+        head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)
+        head_sock = bind_listener(self.req.head_host, int(head_port or 0), "head server")
+        self._head_sock = head_sock
+        self.head_addr = head_sock.getsockname()[:2]
         self._check_stop()
         self.phase = "building venvs"
         venvs = await self._build_venvs(merged)
@@ -144,9 +149,16 @@ class Environment:
 
     async def _build_venvs(self, merged: MergedConfig) -> Any:
         from gym_runtime.venvs import build_venvs, plan_venvs
+        from gym_runtime.venvs.progress import Reporter
+
+        say = self._say
+
+        class _Progress(Reporter):
+            def done(self, key: str, label: str, status: str, seconds: float) -> None:
+                say(f"venv {label}: {status} in {seconds:.2f}s")
 
         plan = await asyncio.to_thread(plan_venvs, merged, self.settings, self.req.python)
-        return await asyncio.to_thread(build_venvs, plan, self.settings, progress=self._say, cancel=self.cancel)
+        return await asyncio.to_thread(build_venvs, plan, self.settings, progress=_Progress(), cancel=self.cancel)
 
     async def _start_sandboxes(self, merged: MergedConfig) -> None:
         from sandbox import EgressPolicy, Sandbox
@@ -157,8 +169,13 @@ class Environment:
                                            level=self.req.isolation)
         if self.sandbox.report.warning:
             self._say("WARNING: " + self.sandbox.report.warning)
-        if self.stub_url:
-            self.host_launcher = await Sandbox.start(policy, self.work_dir / "host", level="none")
+        if self.stub_url:  # the stub stands for an outside endpoint: a plain supervised process
+            quiet = logging.getLogger("sandbox")
+            was, quiet.disabled = quiet.disabled, True  # not a server: its "not enforced" warning would mislead
+            try:
+                self.host_launcher = await Sandbox.start(policy, self.work_dir / "host", level="none")
+            finally:
+                quiet.disabled = was
 
     async def _assign_ports(self, merged: MergedConfig) -> tuple[dict[str, tuple[str, int]], tuple[str, int]]:
         explicit = {n: i.port for n, i in merged.instances.items() if i.port}
@@ -287,6 +304,8 @@ class Environment:
             code = await sup.wait_stopped()
         if self.head is not None:
             await self.head.stop()
+        elif self._head_sock is not None:
+            self._head_sock.close()
         for sb in (self.sandbox, self.host_launcher):
             if sb is not None:
                 await sb.close()

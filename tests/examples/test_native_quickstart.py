@@ -1,0 +1,70 @@
+"""examples/native-quickstart (native-v1, built-in servers): the README's default dry-run.
+
+Server venvs resolve their requirements from the package index (stage 1), hence ``pypi``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.examples.conftest import EXAMPLES, dry_run, rows_by_line
+
+PKG = EXAMPLES / "native-quickstart"
+ROWS = EXAMPLES / "native-quickstart.jsonl"
+ZERO_SPREAD_LINE = 6  # the Roman-numeral row: the stub has nothing to compute, so every reward is 0
+
+
+@pytest.mark.pypi
+def test_dry_run_json_flags_the_zero_spread_row(tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    run = dry_run(PKG, ROWS, "--json", "--out", str(out))
+    assert run.code == 0, run.stderr
+    report = run.json()
+    assert report["package"] == "native-quickstart" and report["policy_model"]["stub"] is True
+    rows = rows_by_line(report)
+    assert sorted(rows) == [1, 2, 3, 4, 5, 6]
+    flagged = [line for line, r in rows.items() if r["flag"] == "no GRPO signal"]
+    assert flagged == [ZERO_SPREAD_LINE]
+    zero = rows[ZERO_SPREAD_LINE]
+    assert (zero["std"], zero["min"], zero["max"], zero["samples"], zero["failures"]) == (0.0, 0.0, 0.0, 4, 0)
+    assert all(r["std"] > 0 and r["signal"] is True for line, r in rows.items() if line != ZERO_SPREAD_LINE)
+    summary = report["summary"]
+    assert (summary["rows"], summary["rollouts"], summary["failures"], summary["no_signal_rows"]) == (6, 24, 0, 1)
+    assert summary["signal_share"] == pytest.approx(5 / 6) and summary["rollouts_per_s"] > 0
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["row"], r["sample"]) for r in results) == [(i, k) for i in range(6) for k in range(4)]
+    assert all(r["error"] is None and r["latency_s"] > 0 for r in results)
+    runs = Path(os.environ["GYM_RUNTIME_HOME"]) / "runs"
+    assert "all processes stopped" in run.stderr and runs.is_dir()
+
+
+@pytest.mark.pypi
+def test_dry_run_table_with_limit_and_samples() -> None:
+    run = dry_run(PKG, ROWS, "--samples", "3", "--limit", "2", "--concurrency", "2")
+    assert run.code == 0, run.stderr
+    assert "native-quickstart · 2 row(s) × 3 sample(s)" in run.stdout
+    assert "rows: 2  rollouts: 6  succeeded: 6  failed: 0" in run.stdout
+    assert "code_lookup_agent" in run.stdout and "arithmetic_agent" not in run.stdout
+
+
+def test_bad_rows_fail_before_anything_starts(tmp_path: Path) -> None:
+    bad = tmp_path / "rows.jsonl"
+    good = ROWS.read_text().splitlines()
+    bad.write_text("\n".join([good[0], good[1].replace('"code_lookup_agent"', '"code_lookup_agnet"'), "{oops"]) + "\n")
+    run = dry_run(PKG, bad, "--json")
+    assert run.code == 1
+    err = run.json()["error"]
+    assert err["code"] == "GR-DATASET"
+    where = {(v["file"], v.get("key")) for v in err["violations"]}
+    assert where == {(f"{bad}:2", "agent_ref.name"), (f"{bad}:3", None)}
+    assert "did you mean 'code_lookup_agent'?" in run.stderr
+    assert not (Path(os.environ["GYM_RUNTIME_HOME"]) / "runs").exists(), "nothing may start for bad rows"
+
+
+def test_usage_errors() -> None:
+    run = dry_run(PKG, ROWS, "--samples", "0")
+    assert run.code == 2 and "--samples must be at least 1" in run.stderr

@@ -99,8 +99,10 @@ def simple_env(root: Path, **resource_cfg: object) -> Path:
 def up_process(pkg: Path, tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """``gym-runtime up PKG ...`` as a real subprocess (own session), stdout/stderr piped."""
     e = {**os.environ, **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir",
-                             str(tmp / "run"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]  # KEY=VALUE right after PKG
+    flags = [a for a in args if a not in overrides]
+    return subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), *overrides,
+                             "--work-dir", str(tmp / "run"), *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=e, start_new_session=True)
 
 

@@ -11,7 +11,7 @@ import re
 import verifiers as vf
 
 QUESTIONS = [("What is 6 * 7?", "42"), ("What is 120 / 8?", "15"), ("What is 19 + 23?", "42"),
-             ("What is 1000 - 1?", "999"), ("What is (3 + 4) * 5?", "35")]
+             ("What is 1000 - 1?", "999"), ("What is 7 * 8?", "56")]
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
-from gym_runtime.errors import EXIT_OK, EXIT_RUNTIME, RolloutError
+from gym_runtime.errors import EXIT_OK, EXIT_RUNTIME, RolloutError, UsageError
 from gym_runtime.rollouts.dryrun import DryRunRequest, DryRunResult, run_dry_run
 from gym_runtime.rollouts.report import print_report, report_dict
 
@@ -29,7 +29,8 @@ from gym_runtime.rollouts.report import print_report, report_dict
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dry-run", help="run dataset rows k times against the environment and report reward spread")
     add_package_args(p)
-    p.add_argument("--dataset", required=True, metavar="ROWS.jsonl", help="dataset rows, one JSON object per line")
+    p.add_argument("--dataset", type=Path, metavar="ROWS.jsonl", help="dataset rows, one JSON object per line "
+                   "(default: PKG.jsonl next to the package directory, the layout of examples/)")
     p.add_argument("--samples", "-k", type=int, default=4, metavar="K", help="rollouts per row (default 4)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N rows (all rows are still checked)")
     p.add_argument("--concurrency", type=int, default=8, metavar="C", help="rollouts in flight (default 8)")
@@ -47,7 +48,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def default_dataset(package: str) -> Path:
+    """``<package dir>.jsonl`` beside the package; :class:`UsageError` when there is none."""
+    candidate = Path(package).resolve().with_name(Path(package).resolve().name + ".jsonl")
+    if not candidate.is_file():
+        raise UsageError(f"--dataset is required: no {candidate.name} next to the package",
+                         hint="pass --dataset ROWS.jsonl (dataset rows never live inside a package)")
+    return candidate
+
+
 def request_from_args(args: argparse.Namespace) -> DryRunRequest:
+    if args.dataset is None:
+        args.dataset = default_dataset(args.package)
     runtime = {k: v for k, v in (("python", args.python), ("isolation", args.isolation),
                                  ("work_dir", args.work_dir)) if v is not None}
     return DryRunRequest(args.package, args.dataset, list(args.overrides), policy_from_args(args), args.samples,

@@ -27,6 +27,7 @@ from gym_runtime.errors import BuildError, Violation
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs import stages
 from gym_runtime.venvs.diagnose import diagnose
+from gym_runtime.venvs.maintenance import network_fs_warning
 from gym_runtime.venvs.plan import InstallPlan, VenvPlan
 from gym_runtime.venvs.progress import Reporter, make_reporter
 from gym_runtime.venvs.stages import StageContext, StepFailure
@@ -86,7 +87,7 @@ def _run_step(step: Any, vp: VenvPlan, tmp: Path, ctx: StageContext) -> Any:
     try:
         return step(vp, tmp, ctx)
     except StepFailure as e:
-        if not _CACHE_ERR.search(e.result.output):
+        if not _CACHE_ERR.search(e.result.output) or step is stages.stage2:  # uv: no --refresh offline
             raise
         names = _cache_retry_names(e.result.output) or tuple(sorted(vp.source.names)) or ("pip",)
         with open(e.result.log, "a") as fh:
@@ -144,7 +145,11 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
             install(tmp, vp.path)
         except StepFailure as e:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise diagnose(vp, e, honoured) from None
+            err = diagnose(vp, e, honoured)
+            if warnings:  # e.g. stage 1 bypassed wheels/ before stage 2 failed (case C12)
+                err.cause = (err.cause or "") + "\nearlier in this build:\n" + "\n".join(f"  {w}" for w in warnings)
+                err.extra["warnings"] = warnings
+            raise err from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -174,7 +179,9 @@ def build_venvs(plan: InstallPlan, settings: RuntimeSettings, *, progress: bool 
     """
     cancel = cancel or threading.Event()
     reporter = make_reporter(progress)
-    ctx = StageContext(plan.uv_env, settings.logs_dir / "build", cancel, settings.venv_dir / ".tmp")
+    fs_warning = network_fs_warning(settings.uv_cache_dir)
+    ctx = StageContext(plan.uv_env, settings.logs_dir / "build", cancel, settings.venv_dir / ".tmp",
+                       notes=f"WARNING: {fs_warning}\n" if fs_warning else "")
     ctx.cwd.mkdir(parents=True, exist_ok=True)
     results: dict[str, Venv] = {}
     errors: list[BuildError] = []

@@ -153,7 +153,7 @@ def diagnose(vp: VenvPlan, failure: StepFailure, honoured: Mapping[str, str] | N
             found = ("GR-BUILD-SDIST-BACKEND", "a source distribution or local project needs a build backend "
                      "that cannot be installed here", "ship a wheel instead of the sdist, or add the backend's "
                      "wheel to wheels/")
-        if found is None and re.search(r"network connectivity is disabled|--offline", block):
+        if found is None and re.search(r"network connectivity is disabled", block):
             found = ("GR-BUILD-NEEDS-NETWORK", "the offline stage needed the network", "replace URL/git "
                      "requirements with name==version from wheels/")
         found = found or _missing(vp, block, stage)

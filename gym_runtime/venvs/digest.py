@@ -43,7 +43,7 @@ class HashCache:
         stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
         with self._lock:
             hit = self._data.get(key)
-            if hit and hit[:3] == stamp:
+            if isinstance(hit, list) and hit[:3] == stamp:
                 return str(hit[3])
         h = hashlib.sha256()
         with open(path, "rb") as fh:
@@ -54,6 +54,17 @@ class HashCache:
             self._data[key] = [*stamp, digest]
             self._dirty = True
         return digest
+
+    def changed_since_seen(self, filename: str, sha256: str) -> bool:
+        """Record that ``filename`` has ``sha256``; True when a different sha256 was seen before
+        under the same file name (a rebuilt wheel: uv's cache would hand out the old contents)."""
+        with self._lock:
+            seen = self._data.setdefault("#names", {})  # type: ignore[arg-type]
+            before = seen.get(filename)  # type: ignore[union-attr]
+            if before != sha256:
+                seen[filename] = sha256  # type: ignore[index]
+                self._dirty = True
+        return before is not None and before != sha256
 
     def save(self) -> None:
         """Write the cache back (atomically) when it changed; errors are ignored (it is a cache)."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.version import Version
 
 from gym_runtime.config import MergedConfig, ServerInstance
 from gym_runtime.settings import RuntimeSettings
@@ -89,6 +90,7 @@ class VenvPlan:
     hash_mode: bool
     sdk_replacement: str
     notes: tuple[str, ...] = ()
+    refresh: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -218,7 +220,11 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     pool = read_pool(wheels_dir, cache)
     closure: tuple[str, ...] = ()
     if wheels_dir and inst.server_type in STAGE2_TYPES:
-        closure = tuple(sorted({f"{f.name}=={f.version}" for f in pool}))
+        versions: dict[str, set[str]] = {}
+        for f in pool:
+            versions.setdefault(f.name, set()).add(f.version)
+        # several versions are a packaging error (preflight); pin the newest so uv explains its tags
+        closure = tuple(sorted(f"{n}=={max(vs, key=Version)}" for n, vs in versions.items()))
     sdk_pin = settings.pins.get(SDK_NAME)
     sdk_replacement = f"{SDK_NAME}=={sdk_pin}" if sdk_pin and mode != "none" else SDK_NAME
     rel_file = pkg.rel(sdir.install_file) if sdir.origin == "package" else \
@@ -241,9 +247,11 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
         "index": uv_env.index_settings(),
     }
     digest = plan_digest(inputs)
+    # a wheel rebuilt under the same file name: make uv re-read it instead of using its cached copy
+    refresh = tuple(sorted({f.name for f in pool if cache.changed_since_seen(f.path.name, f.sha256)}))
     return VenvPlan(digest, settings.venv_dir / digest[:24], (inst.name,), inst.server_type, sdir.path, source,
                     rel_file, pins, mode, interp, origin, wheels_dir, pool, closure, hash_mode, sdk_replacement,
-                    tuple(notes))
+                    tuple(notes), refresh)
 
 
 def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | None = None) -> InstallPlan:

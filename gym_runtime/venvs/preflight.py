@@ -3,20 +3,24 @@
 For venvs that get stage 2 (agents and resources servers of a wheels-format package, whose
 ``wheels/`` promises an offline-installable closure):
 
-- two versions of one distribution vendored (``GR-BUILD-WHEELS-DUPLICATE``);
+- two versions of one distribution vendored (``GR-BUILD-WHEELS-DUPLICATE``; when no file of it fits
+  the interpreter at all, uv's tag diagnosis in stage 2 is the better report, case C12);
 - a git or direct-URL requirement line (``GR-BUILD-NEEDS-NETWORK``, case C11), naming the line and
   the wheel in ``wheels/`` to use instead;
 - an sdist in ``wheels/`` or a local path / editable requirement whose ``build-system.requires``
   has no wheel in ``wheels/`` (``GR-BUILD-SDIST-BACKEND``, case C10).
 
 For every venv: a requirements file with ``--hash`` turns on hash mode (case C16); then each
-installed pin needs a file in ``wheels/`` to hash (``GR-BUILD-HASH-PIN``), and URL / path /
+installed pin needs a file in ``wheels/`` to hash (``GR-BUILD-HASH-PIN``), a hashed ``name==version``
+line whose file in ``wheels/`` has another sha256 fails here (``GR-BUILD-HASH``: uv may serve a rebuilt
+wheel's old bytes from its cache and never notice), and URL / path /
 editable lines are refused (``GR-BUILD-HASH-LINE``). All problems are raised together as one
 :class:`~gym_runtime.errors.BuildError` with a violation per problem.
 """
 
 from __future__ import annotations
 
+import re
 import tarfile
 import tomllib
 import zipfile
@@ -29,6 +33,7 @@ from packaging.version import Version
 
 from gym_runtime.errors import BuildError, Violation
 from gym_runtime.venvs.plan import PoolFile, VenvPlan
+from gym_runtime.venvs.tags import fits
 
 DEFAULT_BACKEND = ["setuptools>=40.8.0"]  # pip/uv's assumption for a project without [build-system]
 
@@ -86,7 +91,7 @@ def _offline_checks(vp: VenvPlan) -> list[Violation]:
     for f in vp.pool:
         versions[f.name].add(f.version)
     for name, vs in sorted(versions.items()):
-        if len(vs) > 1:
+        if len(vs) > 1 and any(fits(f.path.name, vp.python) for f in vp.pool_of(name)):
             files = ", ".join(f.path.name for f in vp.pool_of(name))
             out.append(Violation("GR-BUILD-WHEELS-DUPLICATE", f"wheels/ vendors {len(vs)} versions of {name} "
                                  f"({files}); the offline stage would install conflicting pins",
@@ -133,6 +138,14 @@ def _hash_checks(vp: VenvPlan) -> list[Violation]:
                                  "has no file in wheels/ to hash", file=vp.rel_file,
                                  hint=f"ship {p.name}=={p.version} in wheels/, or set GYM_RUNTIME_PIN_MODE=none"))
     for ln in vp.source.lines:
+        m = re.match(r"^[^=<>!~;\s]+\s*==\s*([^\s;,]+)", ln.text)
+        files = [f for f in vp.pool_of(ln.name) if m and f.version == m.group(1)] if ln.name and ln.hashes else []
+        if files and not any(h.removeprefix("sha256:") == f.sha256 for f in files for h in ln.hashes):
+            got = ", ".join(f"wheels/{f.path.name} (computed sha256:{f.sha256})" for f in files)
+            out.append(Violation("GR-BUILD-HASH", f"hash mismatch for {ln.name}: {got} does not match "
+                                 f"{vp.source.where(ln)} (expected {', '.join(ln.hashes)})", file=vp.rel_file,
+                                 key=f"line {ln.lineno}", hint="the file was rebuilt or replaced: update the "
+                                 f"--hash in {vp.rel_file}, or restore the original file"))
         if ln.kind in ("url", "vcs", "path", "editable") and not ln.gym_sdk:
             out.append(Violation("GR-BUILD-HASH-LINE", f"`{ln.text}` cannot be hash-checked ({ln.kind} "
                                  "requirement), and the file uses --hash (require-hashes mode)",

@@ -46,6 +46,7 @@ class StageContext:
     log_dir: Path
     cancel: threading.Event | None
     cwd: Path
+    notes: str = ""
 
     def log(self, vp: VenvPlan, stage: str) -> Path:
         return self.log_dir / f"{vp.name}-{vp.digest[:12]}.{stage}.log"
@@ -86,7 +87,7 @@ def write_inputs(vp: VenvPlan, venv: Path) -> tuple[Path, Path | None]:
 
 
 def create_venv(vp: VenvPlan, venv: Path, ctx: StageContext) -> UvResult:
-    header = ctx.uv_env.describe() + f"\nservers: {', '.join(vp.instances)}\ndigest: {vp.digest}\n" \
+    header = ctx.notes + ctx.uv_env.describe() + f"\nservers: {', '.join(vp.instances)}\ndigest: {vp.digest}\n" \
         f"python: {vp.python.describe()} (requested by {vp.python_origin})\n"
     args = ["venv", "--relocatable", "--no-config", "--no-python-downloads", "--python", str(vp.python.path),
             str(venv)]
@@ -110,19 +111,18 @@ def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...]
         args.append("--require-hashes")
     if not vp.stage2:
         args.append("--compile-bytecode")
-    for name in refresh:
+    for name in dict.fromkeys(vp.refresh + refresh):
         args += ["--refresh-package", name]
     shown = "".join(f"--- {p.name}\n{p.read_text()}" for p in (req, pins) if p is not None)
     return _check("stage1", run_uv(args, env=ctx.uv_env.env, log=ctx.log(vp, "stage1"), cwd=ctx.cwd,
                                    cancel=ctx.cancel, header=shown))
 
 
-def stage2(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = ()) -> UvResult:
+def stage2(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = ()) -> UvResult:  # noqa: ARG001
     env = {k: v for k, v in ctx.uv_env.env.items() if k != "UV_FIND_LINKS"}
     args = ["pip", "install", "--python", str(venv / "bin" / "python"), "--no-python-downloads", "--no-index",
             "--offline", "--no-config", "--find-links", str(vp.wheels_dir), "--compile-bytecode", *vp.closure]
-    for name in refresh:
-        args += ["--refresh-package", name]
+    # uv refuses --refresh with --offline; stage 1 (run first) already refreshed rebuilt wheels
     return _check("stage2", run_uv(args, env=env, log=ctx.log(vp, "stage2"), cwd=ctx.cwd, cancel=ctx.cancel,
                                    header="offline: only wheels/ is consulted; nothing may reach the network\n"))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import html
 import threading
+import time
 from collections import defaultdict
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -89,12 +90,13 @@ class SimpleIndex:
 
     ``url`` is the index URL (``.../simple``); files are served under ``/files/``. Pages are
     rendered per request, so files added to ``files_dir`` later show up. ``requests`` records
-    every requested path.
+    every requested path. ``delay_s`` delays each file download (to interrupt a build mid-way).
     """
 
-    def __init__(self, files_dir: Path, yanked: dict[str, str] | None = None) -> None:
+    def __init__(self, files_dir: Path, yanked: dict[str, str] | None = None, delay_s: float = 0.0) -> None:
         self.files_dir = Path(files_dir)
         self.yanked = dict(yanked or {})
+        self.delay_s = delay_s
         self.requests: list[str] = []
         owner = self
 
@@ -106,6 +108,7 @@ class SimpleIndex:
                 owner.requests.append(self.path)
                 path = self.path.split("?", 1)[0]
                 if path.startswith("/files/"):
+                    time.sleep(owner.delay_s)
                     f = owner.files_dir / path.removeprefix("/files/")
                     return self._send(f.read_bytes(), "application/octet-stream") if f.is_file() else \
                         self.send_error(404)

@@ -127,7 +127,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 def build_backend_wheel(out_dir: Path, name: str = "tinybackend", version: str = "1.0.0") -> Path:
     """A wheel holding a working PEP 517 backend module ``tinybackend`` (use
     ``build_backend="tinybackend"``, ``build_requires=["tinybackend"]`` in :func:`build_sdist`)."""
-    return build_wheel(out_dir, name, version, files={"tinybackend.py": _BACKEND_SRC})
+    return build_wheel(out_dir, name, version, files={"tinybackend/__init__.py": _BACKEND_SRC})
 
 
 def build_sdist(out_dir: Path, name: str, version: str, *, build_requires: Iterable[str] = ("tinybackend",),

@@ -68,6 +68,9 @@ def _finish(root: Path, wheels: list[Path] | None, requirements: dict[str, str] 
     for rel, text in (requirements or {}).items():
         (root / rel).mkdir(parents=True, exist_ok=True)
         (root / rel / "requirements.txt").write_text(text)
+    for req in [*root.glob("*/*/requirements.txt"), *root.glob("*/*/pyproject.toml")]:
+        if not (req.parent / "app.py").exists():
+            (req.parent / "app.py").write_text("# test fixture\n")
     for rel in yaml.safe_load((root / "nemo-environment.yaml").read_text())["config_paths"]:
         _patch_domains(root / rel)
     return root

@@ -80,6 +80,7 @@ def test_changed_inputs_rebuild_and_wheel_rebuilt_same_version(tmp_path: Path, m
     build_wheel(pkg / "wheels", "acme-env", "1.0.0", salt="rebuilt")
     second = build_venvs(plan_venvs(merged_config(pkg), settings), settings).for_instance("acme")
     assert second.digest != first.digest and not second.reused
+    assert "rebuilt" in next(second.path.rglob("acme_env/__init__.py")).read_text(), "uv must not serve old bytes"
     # a comment in requirements.txt changes the rendered file -> rebuild too
     (pkg / "resources_servers/acme/requirements.txt").write_text("acme-env  # now with a comment\n")
     third = plan_venvs(merged_config(pkg), settings).for_instance("acme")

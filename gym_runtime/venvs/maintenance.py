@@ -1,0 +1,58 @@
+"""uv cache maintenance that never races a build, and the local-filesystem check (case C18).
+
+Builds hold a shared ``flock`` on the cache (:func:`gym_runtime.venvs.store.cache_lock`);
+:func:`prune_cache` takes it exclusively, so it waits for running builds (or gives up after
+``wait_s`` and says so). A cache on a network filesystem (NFS, CIFS, ...) gets a warning: uv's
+cache locking is not reliable there.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from gym_runtime.settings import RuntimeSettings
+from gym_runtime.venvs.store import cache_lock, cache_lock_path
+from gym_runtime.venvs.uvrun import make_env, run_uv
+
+NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "lustre", "gpfs", "ceph", "glusterfs"}
+
+
+def filesystem_type(path: Path, mounts: str = "/proc/mounts") -> str | None:
+    """The filesystem type of the mount holding ``path`` (longest mount-point prefix)."""
+    try:
+        lines = Path(mounts).read_text().splitlines()
+    except OSError:
+        return None
+    target = str(path.resolve())
+    best, kind = "", None
+    for ln in lines:
+        parts = ln.split()
+        if len(parts) >= 3:
+            mp = parts[1].replace("\\040", " ")
+            if (target == mp or target.startswith(mp.rstrip("/") + "/")) and len(mp) >= len(best):
+                best, kind = mp, parts[2]
+    return kind
+
+
+def network_fs_warning(cache_dir: Path | None) -> str | None:
+    """A warning when the uv cache lives on a network filesystem, else ``None``."""
+    base = cache_lock_path(cache_dir).parent
+    probe = base if base.exists() else base.parent
+    kind = filesystem_type(probe)
+    if kind in NETWORK_FS:
+        return (f"the uv cache {base} is on a network filesystem ({kind}); parallel builds may corrupt it. "
+                "Set GYM_RUNTIME_UV_CACHE_DIR to a local disk")
+    return None
+
+
+def prune_cache(settings: RuntimeSettings, wait_s: float | None = None,
+                cancel: threading.Event | None = None) -> bool:
+    """Run ``uv cache prune`` holding the cache exclusively; ``False`` when skipped after ``wait_s``."""
+    with cache_lock(settings.uv_cache_dir, exclusive=True, timeout_s=wait_s) as got:
+        if not got:
+            return False
+        env = make_env(settings.environ, settings.uv_cache_dir)
+        log = settings.logs_dir / "build" / "cache-maintenance.log"
+        res = run_uv(["cache", "prune"], env=env.env, log=log, cwd=settings.logs_dir, cancel=cancel)
+        return res.returncode == 0

@@ -18,7 +18,7 @@ from typing import Any
 
 from gym_runtime.config.merge import Sources
 from gym_runtime.errors import Violation
-from gym_runtime.package.layout import SERVER_TYPES, ServerDir
+from gym_runtime.package.layout import SERVER_TYPES, ServerDir, is_regular_file
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 DOMAINS = ("math", "coding", "agent", "knowledge", "instruction_following", "long_context", "safety", "games",
@@ -137,7 +137,7 @@ def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: di
                                  f"{stype}: {', '.join(known) or '(none)'}; a server directory needs app.py and "
                                  "requirements.txt or pyproject.toml"))
             continue
-        if _good_entry(entry) and not (sdir.path / entry).is_file():
+        if _good_entry(entry) and not is_regular_file(sdir.path / entry):
             out.append(Violation("GR-CONFIG-ENTRYPOINT", f"entrypoint {entry!r} does not exist in "
                                  f"{stype}/{impl}/ ({sdir.origin})", file=file, key=f"{key}.entrypoint"))
             continue

@@ -43,7 +43,7 @@ def check_config_paths(root: Path, config_paths: list[str]) -> tuple[list[Path],
         key = f"config_paths[{i}]"
         p = root / rel
         chain = [root / "/".join(rel.split("/")[: n + 1]) for n in range(len(rel.split("/")))]
-        links = [c for c in chain if c.is_symlink()]
+        links = [c for c in chain if is_link(c)]
         if links:
             v.append(Violation("GR-PKG-CONFIG-SYMLINK", f"config symlinks are not allowed: {rel} (symlink: "
                                f"{links[0].relative_to(root).as_posix()})", file="nemo-environment.yaml", key=key,
@@ -53,7 +53,7 @@ def check_config_paths(root: Path, config_paths: list[str]) -> tuple[list[Path],
                                f"symlinks: {rel}", file="nemo-environment.yaml", key=key))
         if links:
             continue
-        if not p.is_file():
+        if not is_regular_file(p):
             v.append(Violation("GR-PKG-CONFIG-MISSING", f"config_paths references a file that is not in the "
                                f"package: {rel}", file="nemo-environment.yaml", key=key,
                                hint="fix the path (relative to the package root) or add the file"))
@@ -63,9 +63,27 @@ def check_config_paths(root: Path, config_paths: list[str]) -> tuple[list[Path],
 
 
 def _inside(p: Path, real_root: Path) -> bool:
+    """False only when ``p`` resolves outside ``real_root``; a path that cannot be resolved at all
+    (a symlink loop, a name too long) does not escape."""
     try:
         return p.resolve().is_relative_to(real_root)
-    except (OSError, RuntimeError, ValueError):  # symlink loops, NUL bytes
+    except (OSError, RuntimeError, ValueError):
+        return True
+
+
+def is_link(p: Path) -> bool:
+    """``Path.is_symlink`` that answers False instead of raising (name too long, NUL byte, ...)."""
+    try:
+        return p.is_symlink()
+    except (OSError, ValueError):
+        return False
+
+
+def is_regular_file(p: Path) -> bool:
+    """``Path.is_file`` that answers False instead of raising (name too long, symlink loop, ...)."""
+    try:
+        return p.is_file()
+    except (OSError, ValueError):
         return False
 
 

@@ -63,10 +63,16 @@ def check_package(path: str | Path, target: Target | None = None) -> tuple[Packa
     ``target`` additionally checks every vendored wheel's tags against that platform/Python.
     """
     root = Path(path)
-    if not root.exists():
-        return None, [Violation("GR-PKG-NOT-FOUND", f"package path does not exist: {root}",
+    try:
+        exists, is_dir = root.exists(), root.is_dir()
+    except (OSError, ValueError) as e:
+        return None, [Violation("GR-PKG-NOT-FOUND", f"package path cannot be read: {str(path)!r}: "
+                                f"{getattr(e, 'strerror', None) or e}")]
+    if not exists:
+        shown = str(root) if str(root).isprintable() else ascii(str(root))
+        return None, [Violation("GR-PKG-NOT-FOUND", f"package path does not exist: {shown}",
                                 hint="pass the directory that holds nemo-environment.yaml")]
-    if not root.is_dir():
+    if not is_dir:
         return None, [Violation("GR-PKG-NOT-A-DIR", f"package path is a file, not a directory: {root}",
                                 hint="pass the directory that holds nemo-environment.yaml, not the file itself")]
     root = root.resolve()

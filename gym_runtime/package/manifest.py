@@ -59,6 +59,9 @@ def _check_path_text(p: str) -> str:
     if not p or p != p.strip():
         raise PydanticCustomError("gr_config_path", "config paths must be non-empty and cannot have surrounding "
                                   "whitespace: '{p}'", {"p": p})
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in p) or len(p) > 1024:
+        raise PydanticCustomError("gr_config_path", "config paths cannot contain control characters or be longer "
+                                  "than 1024 characters: {p}", {"p": ascii(p)[:80]})
     if "\\" in p:
         raise PydanticCustomError("gr_config_path", "config paths must use POSIX '/' separators: '{p}'", {"p": p})
     if p.startswith("/"):

@@ -128,3 +128,16 @@ def test_non_utf8_file_names_do_not_crash(tmp_path: Path) -> None:
     (root / "data\udcff.jsonl").write_text("{}")
     h = _only(check_package(root)[1], "GR-PKG-JSONL")
     assert len(h) == 1
+
+
+def test_unresolvable_paths_are_violations_not_crashes(tmp_path: Path) -> None:
+    root = make_package(tmp_path / "p", "wheels-v1")
+    os.symlink("loop2.yaml", root / "configs/loop.yaml")
+    os.symlink("loop.yaml", root / "configs/loop2.yaml")
+    v = _with_paths(root, "wheels-v1", ["configs/" + "a" * 300 + ".yaml", "configs/loop.yaml", "configs/a\x00.yaml"])
+    assert [(x.code, x.key) for x in v] == [("GR-PKG-CONFIG-PATH", "config_paths[2]")]
+    v = _with_paths(root, "wheels-v1", ["configs/" + "a" * 300 + ".yaml", "configs/loop.yaml"])
+    assert [(x.code, x.key) for x in v] == [("GR-PKG-CONFIG-MISSING", "config_paths[0]"),
+                                            ("GR-PKG-CONFIG-SYMLINK", "config_paths[1]")]
+    assert check_package("x" * 5000)[1][0].code == "GR-PKG-NOT-FOUND"
+    assert check_package("a\x00b")[1][0].code == "GR-PKG-NOT-FOUND"

@@ -76,6 +76,8 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     v = ViolationList(find_instances(raw, sources))
     v.raise_if_any(ConfigError, "server instances are malformed")
     data = resolve_config(cfg, sources)
+    # an interpolation can copy a whole instance block (`x.y: ${acme_math}`): check the resolved shape too
+    ViolationList(find_instances(data, sources)).raise_if_any(ConfigError, "server instances are malformed")
     builtin = builtin_server_dirs(builtin_root or builtin_servers_dir())
     instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin)
     refs, ref_violations = check_refs(declared, sources)

@@ -183,3 +183,20 @@ def test_no_instances(pkg_with, build) -> None:
     with pytest.raises(ConfigError) as e:
         build(pkg_with({"configs/a.yaml": {"x": 1}}, []))
     assert e.value.code == "GR-CONFIG-NO-INSTANCES"
+
+
+def test_instance_copied_by_interpolation_is_checked_too(pkg_with, build) -> None:
+    cfg = base()
+    cfg["copy.v2"] = "${res}"
+    with pytest.raises(ConfigError) as e:
+        build(pkg_with({"configs/a.yaml": cfg}, [MODEL, RS, AG]))
+    (v,) = e.value.violations
+    assert v.code == "GR-CONFIG-INSTANCE-NAME" and v.key == "copy.v2"
+
+
+def test_interpolation_cycle_reported(pkg_with, build) -> None:
+    cfg = {**base(), "a": "${b}", "b": "${a}"}
+    with pytest.raises(ConfigError) as e:
+        build(pkg_with({"configs/a.yaml": cfg}, [MODEL, RS, AG]))
+    assert {v.key for v in e.value.violations} == {"a", "b"}
+    assert all("Recursive interpolation" in v.message for v in e.value.violations)

@@ -65,6 +65,19 @@ def test_bad_rows_fail_before_anything_starts(tmp_path: Path) -> None:
     assert not (Path(os.environ["GYM_RUNTIME_HOME"]) / "runs").exists(), "nothing may start for bad rows"
 
 
-def test_usage_errors() -> None:
+def test_usage_errors(tmp_path: Path) -> None:
     run = dry_run(PKG, ROWS, "--samples", "0")
     assert run.code == 2 and "--samples must be at least 1" in run.stderr
+    lonely = tmp_path / "pkg"
+    lonely.mkdir()
+    run = dry_run(lonely, ROWS, "--json")
+    assert run.code == 1 and run.json()["error"]["code"] == "GR-PKG-INVALID"
+
+
+def test_dataset_defaults_to_the_file_beside_the_package(tmp_path: Path) -> None:
+    from gym_runtime.cli.dry_run import default_dataset
+    from gym_runtime.errors import UsageError
+
+    assert default_dataset(str(PKG)) == ROWS
+    with pytest.raises(UsageError, match="no pkg.jsonl next to the package"):
+        default_dataset(str(tmp_path / "pkg"))

@@ -9,7 +9,8 @@
 4. ``verify``: the venv's own interpreter lists what is installed under its prefix and every
    requested distribution must be there (case C08).
 
-The last install step compiles bytecode (servers run from a read-only venv). The inputs uv
+Both install steps compile bytecode (servers run from a read-only venv; uv compiles only when
+it installs something). The inputs uv
 reads are kept in ``<venv>/.gym-runtime/`` for operators.
 """
 
@@ -109,8 +110,7 @@ def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...]
         args += ["--find-links", str(vp.wheels_dir)]
     if vp.hash_mode:
         args.append("--require-hashes")
-    if not vp.stage2:
-        args.append("--compile-bytecode")
+    args.append("--compile-bytecode")  # stage 2 may install nothing new, and then compiles nothing
     for name in dict.fromkeys(vp.refresh + refresh):
         args += ["--refresh-package", name]
     shown = "".join(f"--- {p.name}\n{p.read_text()}" for p in (req, pins) if p is not None)

@@ -14,14 +14,10 @@ import json
 import sys
 from collections.abc import Sequence
 
-from gym_runtime.cli import build, config_cmd, validate
-from gym_runtime.cli import doctor, logs, status, up
-from gym_runtime.cli import dry_run
+from gym_runtime.cli import build, config_cmd, doctor, dry_run, logs, status, up, validate
 from gym_runtime.errors import EXIT_RUNTIME, EXIT_USAGE, GymRuntimeError
 
-COMMANDS = [validate, config_cmd, build]
-COMMANDS += [up, status, logs, doctor]
-COMMANDS += [dry_run]
+COMMANDS = [validate, config_cmd, build, up, status, logs, doctor, dry_run]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,10 +37,22 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; ``KEY=VALUE`` overrides may stand anywhere after the package, also
+    after flags (``up PKG --flag X key=value``), for the commands that take overrides."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        strays = [a for a in extra if a.startswith("-") or "=" not in a]
+        if strays or not hasattr(args, "overrides"):
+            parser.error(f"unrecognized arguments: {' '.join(strays or extra)}")
+        args.overrides = list(args.overrides or []) + extra
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     parser = make_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     try:
         return int(args.func(args) or 0)
     except GymRuntimeError as e:

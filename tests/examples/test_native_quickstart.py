@@ -81,3 +81,27 @@ def test_dataset_defaults_to_the_file_beside_the_package(tmp_path: Path) -> None
     assert default_dataset(str(PKG)) == ROWS
     with pytest.raises(UsageError, match="no pkg.jsonl next to the package"):
         default_dataset(str(tmp_path / "pkg"))
+
+
+@pytest.mark.pypi
+def test_external_endpoint_and_failed_rollouts_exit_3(tmp_path: Path) -> None:
+    from tests.helpers.gym_servers import start_stub
+
+    rows = tmp_path / "rows.jsonl"
+    lines = ROWS.read_text().splitlines()
+    failing = lines[2].replace("What is 17 * 23?", "[stub:error=503] What is 17 * 23?")
+    rows.write_text("\n".join([lines[2], failing]) + "\n")
+    out = tmp_path / "out.jsonl"
+    with start_stub(tmp_path, "--api-key", "sekret", "--model", "served", "--p-correct", "1.0") as stub:
+        run = dry_run(PKG, rows, "--json", "--samples", "2", "--out", str(out),
+                      "--policy-base-url", f"{stub.url}/v1", "--policy-model-name", "served",
+                      "--policy-api-key-env", "STUB_KEY", env={"STUB_KEY": "sekret"})
+    assert run.code == 3, run.stderr
+    report = run.json()
+    assert report["policy_model"]["stub"] is False and "sekret" not in run.stdout + run.stderr
+    ok, bad = report["rows"]
+    assert (ok["mean"], ok["failures"], ok["flag"]) == (1.0, 0, "no GRPO signal")  # p=1: always right
+    assert (bad["failures"], bad["mean"], bad["signal"]) == (2, None, None)
+    assert set(report["summary"]["failures_by_code"]) == {"GR-ROLLOUT-HTTP"}
+    assert "error[GR-ROLLOUT]: 2 of 4 rollouts failed" in run.stderr
+    assert len(out.read_text().splitlines()) == 4

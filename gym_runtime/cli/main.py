@@ -14,10 +14,10 @@ import json
 import sys
 from collections.abc import Sequence
 
-from gym_runtime.cli import build, config_cmd, doctor, dry_run, logs, status, up, validate
+from gym_runtime.cli import build, config_cmd, doctor, dry_run, logs, status, up, validate, vendor
 from gym_runtime.errors import EXIT_RUNTIME, EXIT_USAGE, GymRuntimeError
 
-COMMANDS = [validate, config_cmd, build, up, status, logs, doctor, dry_run]
+COMMANDS = [validate, config_cmd, build, vendor, up, status, logs, doctor, dry_run]
 
 
 class _Parser(argparse.ArgumentParser):

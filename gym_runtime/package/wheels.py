@@ -21,9 +21,8 @@ from gym_runtime.errors import Violation
 
 ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 DEFAULT_GLIBC = (2, 36)  # Debian 12, the runtime images' base (Dockerfile.*)
-_VENDOR_HINT = ("download the closure as wheels into wheels/, e.g. `pip download --only-binary=:all: "
-                "--python-version 3.13 --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 "
-                "-r requirements.txt pip -d wheels/` (reference/nmp_env_packages.md §1.6)")
+_VENDOR_HINT = ("run `gym-runtime vendor PKG --platform linux/amd64 --python 3.13` (it resolves the servers' "
+                "requirements and downloads the closure as wheels into wheels/)")
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,17 @@ def add_policy_args(p: argparse.ArgumentParser) -> None:
 
 
 def policy_from_args(args: argparse.Namespace) -> PolicyValues:
-    """Flags win over ``GYM_RUNTIME_POLICY_*``; raises :class:`SettingsError` for an unset key variable."""
+    """Flags win over ``GYM_RUNTIME_POLICY_*``; raises :class:`SettingsError` when the variable named by
+    ``--policy-api-key-env`` is unset or empty."""
     env = policy_from_environ()
     urls = args.policy_base_url
     base: str | list[str] | None = (urls[0] if len(urls) == 1 else list(urls)) if urls else env.base_url
     key = env.api_key
     if args.policy_api_key_env:
         key = os.environ.get(args.policy_api_key_env)
-        if key is None:
-            raise SettingsError(f"--policy-api-key-env names {args.policy_api_key_env}, which is not set",
+        if not key:  # an empty key is never what a job meant (same rule as ${oc.env:...}, config/resolve.py)
+            state = "is not set" if key is None else "is set but empty"
+            raise SettingsError(f"--policy-api-key-env names {args.policy_api_key_env}, which {state}",
                                 hint=f"export {args.policy_api_key_env}=<key> first")
     origin = "flags" if (urls or args.policy_model_name or args.policy_api_key_env) else "environment"
     return PolicyValues(base, key, args.policy_model_name or env.model_name, origin=origin)

@@ -75,7 +75,10 @@ def test_api_key_env_unset(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.delenv("NOT_SET_KEY_VAR", raising=False)
     root = make_package(tmp_path / "p", "native-v1")
     rc, _, err = run(capsys, "config", str(root), "--policy-api-key-env", "NOT_SET_KEY_VAR")
-    assert rc == 1 and "NOT_SET_KEY_VAR" in err and "GR-SETTINGS" in err
+    assert rc == 1 and "NOT_SET_KEY_VAR, which is not set" in err and "GR-SETTINGS" in err
+    monkeypatch.setenv("NOT_SET_KEY_VAR", "")
+    rc, _, err = run(capsys, "config", str(root), "--policy-api-key-env", "NOT_SET_KEY_VAR")
+    assert rc == 1 and "NOT_SET_KEY_VAR, which is set but empty" in err
 
 
 def test_invalid_package_and_bad_override(tmp_path: Path, capsys) -> None:

@@ -45,6 +45,7 @@ def test_vendored_package_starts_from_an_empty_index(tmp_path: Path) -> None:
         empty = {"UV_DEFAULT_INDEX": index.url, "UV_INDEX_URL": index.url, "UV_CACHE_DIR": str(tmp_path / "uv-cache")}
         run = dry_run(pkg, ROWS, "--json", "--python", PYTHON, env=empty)
     assert run.code == 0, run.stderr
+    assert index.requests, "stage 1 must have been pointed at the (empty) index"
     report = run.json()
     assert report["summary"]["failures"] == 0 and report["summary"]["rollouts"] == 20
     rows = rows_by_line(report)

@@ -227,7 +227,10 @@ class Sandbox:
     def _spawn_sync(self, spec: ProcessSpec, proxy_port: int) -> SandboxedProcess:
         env = {**spec.env, **self.proxy_env(proxy_port)}
         cg = CgroupSlot(spec.name, spec.limits)
-        join = self.holder.preexec_join if self.holder is not None else None
+        join = None
+        if self.holder is not None:
+            files = {str(self._state / "hosts"): "/etc/hosts", str(self._state / "resolv.conf"): "/etc/resolv.conf"}
+            join = self.holder.preexec_join if self.bwrap else lambda: self.holder.preexec_join_bare(files)
         ro = [*spec.read_only_paths, *interpreter_roots(spec.argv[0])]
         if self.bwrap is not None:
             argv = bwrap_argv(self.bwrap, spec, env, self.proc_mode, ro, self._state / "hosts", self._state / "resolv.conf")

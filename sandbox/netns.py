@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 HOLDER_SCRIPT = Path(__file__).with_name("_holder.py")
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS = 0x10000000, 0x40000000, 0x00020000
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_CAPBSET_DROP = 1, 36, 24
+MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -140,6 +141,19 @@ class NetnsHolder:
         """In a forked child (preexec_fn): join the user then the network namespace."""
         setns(self.user_fd, CLONE_NEWUSER)
         setns(self.net_fd, CLONE_NEWNET)
+
+    def preexec_join_bare(self, binds: dict[str, str]) -> None:
+        """preexec_fn for servers without bubblewrap (level partial): join the namespaces, bind the
+        sandbox's own files (e.g. ``/etc/hosts``) in a private mount namespace, then empty the
+        capability bounding set so the exec'd server (uid 0 in the namespace) keeps no capability."""
+        self.preexec_join()
+        if _libc.unshare(CLONE_NEWNS) != 0 or _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            raise OSError(ctypes.get_errno(), "private mount namespace")
+        for src, dst in binds.items():
+            if _libc.mount(src.encode(), dst.encode(), None, MS_BIND, None) != 0:
+                raise OSError(ctypes.get_errno(), f"bind {src} on {dst}")
+        for cap in range(64):
+            _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
 
     def close(self) -> None:
         """Close the control socket (the holder exits, the namespace goes) and reap the holder."""

@@ -51,6 +51,7 @@ def test_no_user_namespaces_gives_none_with_loud_warning(tmp_path, plain_python)
 def test_masked_proc_gives_partial_with_netns_enforced(tmp_path, plain_python):
     out = _simulate(tmp_path, plain_python, ["--ro-bind", "/dev/null", "/proc/keys"])
     assert out["level"] == "partial" and "cannot mount a private /proc" in out["warning"]
+    assert out["inside"]["cap"] == "0000000000000000"
     assert out["inside"]["raw"] == "Connection refused"  # the netns still blocks direct connections
     assert out["inside"]["pids"] > 3  # the documented loss: host processes are visible
     assert "403" in out["inside"]["fetch"] and out["denials"][0]["server"] == "probe"
@@ -63,6 +64,8 @@ def test_missing_bubblewrap_gives_partial_netns_only(tmp_path, plain_python):
     out = _simulate(tmp_path, plain_python, ["--tmpfs", str(Path(bwrap).parent)], env_path="/nonexistent")
     assert out["level"] == "partial" and "bubblewrap not found" in out["warning"]
     assert out["inside"]["raw"] == "Connection refused"
+    assert out["inside"]["cap"] == "0000000000000000"  # bounding set emptied before exec
+    assert out["inside"]["hosts"].startswith("127.0.0.1 localhost")  # the sandbox's own /etc/hosts
     assert "403" in out["inside"]["fetch"]
 
 

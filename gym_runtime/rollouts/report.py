@@ -66,7 +66,7 @@ def print_report(console: Console, stats: list[RowStats], summary: Summary, titl
     """Print the table and the summary to ``console``."""
     console.print(build_table(stats, title))
     for line in summary_lines(summary):
-        console.print(line)
+        console.print(line, highlight=False)
 
 
 def report_dict(stats: list[RowStats], summary: Summary, **extra: Any) -> dict[str, Any]:

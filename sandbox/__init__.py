@@ -38,8 +38,17 @@ Rules for the caller:
 * Exit: ``loop.add_reader(proc.pidfd, cb)`` (then ``proc.poll()``/``proc.exit_info()``) or
   ``await proc.wait()``; a crash is seen at once. A server over its memory limit is killed and its
   ``exit_info().reason`` is ``memory-limit`` (cgroup OOM or the psutil watcher).
+* ``ExitInfo.reason``: ``exited``, ``signal``, ``terminated`` (our TERM), ``killed`` (KILL after the
+  grace), ``memory-limit``, ``pids-limit``. uvicorn re-raises SIGTERM after a clean shutdown, so a
+  terminated uvicorn reports returncode 143 with reason ``terminated``.
+* Level none: ``allocate_port`` binds port 0 on the host and releases it (small race);
+  ``publish`` is the identity; hostname policy endpoints go through the proxy (never local DNS).
+  Level partial without bubblewrap: servers keep uid 0 mapped to the daemon's uid and can write
+  wherever that uid can (the report says "no filesystem or pid isolation").
+* Cost: ``Sandbox.start`` ~20-60 ms (the first call also probes, ~60 ms; the holder start blocks the
+  loop ~20 ms); ``spawn`` adds ~10-20 ms per server at full (bench/egress.py).
 * Orphans: at full/partial every descendant of a server lives in the sandbox's pid namespace (or
-  process group) and dies with it. ``set_child_subreaper()`` is exported for a daemon that runs as
+  process group) and dies with it, also when the daemon is SIGKILLed. ``set_child_subreaper()`` is exported for a daemon that runs as
   PID 1 in a container or wants level-none orphans reparented to itself; it must then reap them
   (the sandbox does not call ``waitpid(-1)``, which would steal other children's exit codes).
 * Errors: ``gym_runtime.errors.SettingsError`` (bad operator variables), ``IsolationError``

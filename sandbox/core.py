@@ -233,10 +233,10 @@ class Sandbox:
             join = self.holder.preexec_join if self.bwrap else lambda: self.holder.preexec_join_bare(files)
         ro = [*spec.read_only_paths, *interpreter_roots(spec.argv[0])]
         if self.bwrap is not None:
-            argv = bwrap_argv(self.bwrap, spec, env, self.proc_mode, ro, self._state / "hosts", self._state / "resolv.conf")
-            popen_env: dict[str, str] | None = {}
+            argv = bwrap_argv(self.bwrap, spec, self.proc_mode, ro, self._state / "hosts", self._state / "resolv.conf")
         else:
-            argv, popen_env = list(spec.argv), dict(env)
+            argv = list(spec.argv)
+        popen_env = dict(env)  # the complete env: never on a command line (see sandbox/launch.py)
         try:
             popen = subprocess.Popen(
                 argv, cwd=str(spec.cwd), env=popen_env, stdin=subprocess.DEVNULL, stdout=spec.stdout_fd,

@@ -3,9 +3,12 @@
 Order inside the forked child (preexec_fn, single-threaded): rlimits, cgroup join, then join the
 holder's user + network namespace, then PR_SET_PDEATHSIG(SIGKILL) (after the credential change,
 so it sticks) and a parent check. bubblewrap then adds: its own user/pid/ipc/uts/mount
-namespaces, ``--die-with-parent``, ``--new-session``, ``--clearenv`` + the explicit env,
-``--cap-drop ALL``, ``--disable-userns``, a tmpfs ``/tmp`` *before* any bind (a bind under /tmp
+namespaces, ``--die-with-parent``, ``--new-session``, ``--cap-drop ALL``, ``--disable-userns``, a tmpfs ``/tmp`` *before* any bind (a bind under /tmp
 would otherwise be hidden), read-only system dirs, venv, interpreter and package, writable dirs.
+
+The environment is NOT passed as ``--setenv`` arguments: those would put secrets (the API key
+inside ``NEMO_GYM_CONFIG_DICT``) on bubblewrap's command line for every local user to read in
+``ps``. bubblewrap is started with exactly the server's environment instead, which it hands on.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def base_bwrap_args(proc_mode: str = "mount") -> list[str]:
     ``proc_mode``: ``mount`` (private /proc for the pid namespace) or ``bind`` (masked-/proc fallback).
     """
     args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL", "--disable-userns",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--disable-userns",
             "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
@@ -62,9 +65,11 @@ def base_bwrap_args(proc_mode: str = "mount") -> list[str]:
     return args
 
 
-def bwrap_argv(bwrap: str, spec: ProcessSpec, env: Mapping[str, str], proc_mode: str, ro: Sequence[Path],
+def bwrap_argv(bwrap: str, spec: ProcessSpec, proc_mode: str, ro: Sequence[Path],
                hosts_file: Path | None, resolv_file: Path | None) -> list[str]:
-    """The full bubblewrap command for ``spec`` (binds sorted parent-first so nested rw-in-ro works)."""
+    """The full bubblewrap command for ``spec`` (binds sorted parent-first so nested rw-in-ro works).
+
+    It holds no environment values: start bubblewrap with the server's complete environment."""
     args = [bwrap, *base_bwrap_args(proc_mode)]
     if hosts_file is not None:
         args += ["--ro-bind", str(hosts_file), "/etc/hosts"]
@@ -80,8 +85,6 @@ def bwrap_argv(bwrap: str, spec: ProcessSpec, env: Mapping[str, str], proc_mode:
             continue
         seen.add(path)
         args += [flag, str(path), str(path)]
-    for k, v in env.items():
-        args += ["--setenv", k, v]
     args += ["--chdir", str(cwd), "--", *spec.argv]
     return args
 

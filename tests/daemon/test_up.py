@@ -54,8 +54,6 @@ def test_ready_line_and_contract(daemon) -> None:
     assert set(cfg["head_server"]) == {"host", "port"} and cfg["dry_run"] is False
 
 
-@pytest.mark.xfail(reason="sandbox passes the environment to bubblewrap as --setenv arguments (argv)",
-                   strict=False)
 def test_secret_never_on_a_command_line(daemon) -> None:
     proc, _, _ = daemon
     for p in [psutil.Process(proc.pid), *descendants(proc.pid)]:

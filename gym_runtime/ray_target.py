@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gym_runtime.errors import SettingsError, StartError
+from gym_runtime.errors import IsolationError, SettingsError, StartError
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,24 @@ def choose(flag: str | None, config_value: Any, environ: Mapping[str, str], need
     if needs:
         return RayTarget("local", None, "needed by " + ", ".join(needs), needs)
     return RayTarget("none")
+
+
+def ray_level(target: RayTarget, requested: str | None, require_full: bool) -> str | None:
+    """The isolation level for an environment whose servers use Ray: ``partial`` instead of
+    ``full`` (the only change), since a Ray driver must see its node's raylet in the process table
+    (see :mod:`gym_runtime.supervise.ray_head`). ``requested`` is the forced level or None (best).
+    Raises :class:`IsolationError` when full isolation is required."""
+    if target.mode == "none" or not target.needed_by:
+        return requested
+    from sandbox import probe_isolation
+
+    if (requested or probe_isolation().level.value) != "full":
+        return requested
+    if require_full:
+        raise IsolationError(f"full isolation required (--require-isolation) but {', '.join(target.needed_by)} "
+                             "use Ray, whose drivers find their raylet by scanning the process table, which a "
+                             "private pid namespace hides", code="GR-SANDBOX-RAY",
+                             hint="drop --require-isolation (Ray servers then run at 'partial': own network "
+                             "namespace and filesystem view, host /proc read-only), or set ray_enabled: false on "
+                             "servers that never call Ray")
+    return "partial"

@@ -21,9 +21,9 @@ from gym_runtime.config import MergedConfig, PolicyValues, build_config
 from gym_runtime.config.redact import redact
 from gym_runtime.errors import StartError
 from gym_runtime.package import load_package
-from gym_runtime.ray_target import RayTarget, choose, wait_reachable
+from gym_runtime.ray_target import RayTarget, choose, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract
+from gym_runtime.supervise import contract, ray_head
 from gym_runtime.supervise.logs import LogSink
 from gym_runtime.supervise.member import Member
 from gym_runtime.supervise.options import SuperviseOptions
@@ -62,6 +62,7 @@ class Environment:
         self.phase = "config"
         self.merged: MergedConfig | None = None
         self.ray = RayTarget("none")
+        self.ray_tmp: Path | None = None
         self.stub_url: str | None = None
         self.sandbox: Any = None
         self.host_launcher: Any = None
@@ -122,7 +123,7 @@ class Environment:
         self._check_stop()
         self.phase = "starting servers"
         addresses, head_inside = await self._assign_ports(merged)
-        ray_inside = self._add_ray_member() if self.ray.mode == "local" else self.ray.address
+        ray_inside = self._add_ray_member(pythons) if self.ray.mode == "local" else self.ray.address
         inside = contract.config_view(merged.data, addresses, head_inside, ray_inside)
         inside_yaml = contract.to_yaml(inside)
         for name, inst in merged.instances.items():
@@ -165,8 +166,12 @@ class Environment:
 
         urls = model_base_urls(merged.data)
         policy = EgressPolicy.from_environ(self.settings.environ, policy_endpoints=urls)
+        level = await asyncio.to_thread(ray_level, self.ray, self.req.isolation, self.req.require_isolation)
+        if level != self.req.isolation:
+            self._say(f"isolation: {level} for this environment: {', '.join(self.ray.needed_by)} use Ray, whose "
+                      "drivers find their raylet by scanning the process table (a private /proc hides it)")
         self.sandbox = await Sandbox.start(policy, self.work_dir / "sandbox", require_full=self.req.require_isolation,
-                                           level=self.req.isolation)
+                                           level=level)
         if self.sandbox.report.warning:
             self._say("WARNING: " + self.sandbox.report.warning)
         if self.stub_url:  # the stub stands for an outside endpoint: a plain supervised process
@@ -213,7 +218,7 @@ class Environment:
         env = contract.server_env(name, sdir, python, config_yaml, wd, self.settings.environ)
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent],
-                           writable_paths=[wd] + ([self.work_dir / "ray"] if self.ray.mode == "local" else []))
+                           writable_paths=[wd, *self._ray_dirs()])
         self._member(name, "server", spec, self.sandbox, addr[1], host=addr[0],
                      info={"server_type": inst.server_type, "implementation": inst.implementation,
                            "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
@@ -231,21 +236,28 @@ class Environment:
                          info={"server_type": "stub_model", "implementation": "gym_runtime.stub_model"})
         m.public = ("127.0.0.1", port)
 
-    def _add_ray_member(self) -> str:
-        """A private Ray head inside the sandbox network (servers reach it on loopback)."""
+    def _add_ray_member(self, pythons: dict[str, Path]) -> str:
+        """ONE private Ray head inside the sandbox network (servers reach it on loopback); see
+        :mod:`gym_runtime.supervise.ray_head`. Returns the GCS address servers get."""
         from sandbox import ProcessSpec
 
         port = self.sandbox.allocate_port()
-        tmp = self.work_dir / "ray"
-        tmp.mkdir(parents=True, exist_ok=True)
-        ray_bin = Path(sys.executable).with_name("ray")
-        argv = [str(ray_bin), "start", "--head", "--block", "--port", str(port), "--node-ip-address", "127.0.0.1",
-                "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(tmp)]
-        env = {"PATH": f"{ray_bin.parent}:/usr/bin:/bin", "HOME": str(tmp), "LANG": "C.UTF-8",
-               "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
-        self._member("ray_head", "ray", ProcessSpec("ray_head", argv, tmp, env, writable_paths=[tmp]),
-                     self.sandbox, port, probe_path="tcp", wave=0, info={"server_type": "ray", "implementation": "ray"})
+        self.ray_tmp = tmp = ray_head.make_temp_dir()
+        ray_bin = ray_head.ray_binary(pythons[n] for n in self.ray.needed_by)
+        venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers may run server venvs' Pythons
+        spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp), tmp, ray_head.head_env(ray_bin, tmp),
+                           read_only_paths=[ray_bin.parent.parent, *venvs], writable_paths=[tmp])
+        self._member("ray_head", "ray", spec, self.sandbox, port, probe_path="log:" + ray_head.READY_TEXT,
+                     info={"server_type": "ray", "implementation": f"ray ({ray_bin})"})
         return f"127.0.0.1:{port}"
+
+    def _ray_dirs(self) -> list[Path]:
+        """Ray's session dirs servers must reach (raylet sockets): ours, or a joined local cluster's."""
+        if self.ray_tmp is not None:
+            return [self.ray_tmp]
+        if self.ray.mode == "join" and ray_head.DEFAULT_TEMP_DIR.is_dir():
+            return [ray_head.DEFAULT_TEMP_DIR]
+        return []
 
     async def _publish(self) -> None:
         for m in self.supervisor.members.values():
@@ -311,4 +323,5 @@ class Environment:
                 await sb.close()
         for m in sup.members.values():
             m.log.close()
+        ray_head.remove_temp_dir(self.ray_tmp)
         return code

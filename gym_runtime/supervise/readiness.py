@@ -51,6 +51,21 @@ async def wait_tcp(host: str, port: int, deadline: float) -> bool:
             await asyncio.sleep(0.1)
 
 
+async def wait_log(log: Any, text: str, deadline: float) -> bool:
+    """Poll a :class:`~gym_runtime.supervise.logs.LogSink` until a line containing ``text`` was
+    written since the member's last start note, or ``deadline`` (monotonic). Only for processes
+    that announce readiness this way and serve no HTTP (the Ray head)."""
+    while True:
+        log.drain_now()
+        lines = log.tail(200)
+        starts = [i for i, line in enumerate(lines) if line.startswith("[gym-runtime") and "] start #" in line]
+        if any(text in line for line in lines[(starts[-1] if starts else 0):]):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.1)
+
+
 def model_base_urls(data: dict[str, Any]) -> list[str]:
     """Every ``*base_url`` (string or list) under ``responses_api_models`` instances, deduplicated
     without the trailing ``/`` (Gym's ``wait_for_model_endpoints``)."""

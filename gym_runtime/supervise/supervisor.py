@@ -207,8 +207,10 @@ class Supervisor:
         m.status = FAILED
         m.proc.mark("killed", "not ready in time")
         self._spawn_task(m.proc.stop(0.5))
-        self._fail(m.name, f"{m.kind} {m.name!r} did not answer GET {m.probe_path} at {m.url} within "
-                   f"{self.options.server_ready_timeout_s:g}s", code="GR-START-TIMEOUT")
+        what = (f"did not print {m.probe_path[4:]!r}" if m.probe_path.startswith("log:")
+                else f"did not answer GET {m.probe_path} at {m.url}")
+        self._fail(m.name, f"{m.kind} {m.name!r} {what} within {self.options.server_ready_timeout_s:g}s",
+                   code="GR-START-TIMEOUT")
 
     def _on_endpoint(self, ev: Event) -> None:
         self.endpoints[ev.name] = ev.data
@@ -345,7 +347,9 @@ class Supervisor:
         ok = False
         while not ok and proc.poll() is None and time.monotonic() < deadline:
             until = min(deadline, time.monotonic() + 1)
-            if m.probe_path == "tcp":
+            if m.probe_path.startswith("log:"):
+                ok = await readiness.wait_log(m.log, m.probe_path[4:], until)
+            elif m.probe_path == "tcp":
                 ok = await readiness.wait_tcp(m.public[0], m.public[1], until)
             else:
                 ok = await readiness.wait_http(self._client, m.url + m.probe_path, until)

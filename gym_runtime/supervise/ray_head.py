@@ -1,0 +1,61 @@
+"""The private Ray head the daemon starts when servers need Ray and no cluster was given (case C26).
+
+ONE head per environment, started as a supervised sandboxed process (``ray start --head --block``)
+in the sandbox network namespace, so servers reach its GCS at ``127.0.0.1:<port>`` and nothing
+outside the sandbox can. It runs from a server venv's own ``bin/ray`` when one has Ray: a Ray
+driver refuses a cluster started by another Ray or Python version, and Gym's venvs pin
+``ray[default]`` to one version (reference/nemo_gym_runtime.md §4). Its temp dir is short (unix
+socket paths are limited to 107 bytes) and shared read-write with the servers, whose drivers
+connect to the raylet's sockets there; it is removed when the environment stops.
+
+Why Ray servers run at ``partial`` isolation (host ``/proc`` bound read-only, own pid namespace,
+network namespace and filesystem view kept): a Ray driver (``ray.init(address=...)``, called by
+every Gym SDK server at start-up) finds its node's raylet by scanning the process table for a
+``raylet --node_id=...`` command line (``ray/_private/services.py`` ``find_node_ids``); in a
+private pid namespace it never sees one and fails after 60 s with "No node info found matching
+attributes". Ray Client (``ray://``) would avoid the scan but adds one driver process per server on
+the head and is not how Gym servers join a cluster.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+READY_TEXT = "Ray runtime started"
+DEFAULT_TEMP_DIR = Path("/tmp/ray")  # where a cluster started without --temp-dir keeps its sockets
+
+
+def ray_binary(pythons: Iterable[Path]) -> Path:
+    """``bin/ray`` of the first server venv that has one, else the daemon's own (dev dependency)."""
+    for py in pythons:
+        candidate = Path(py).parent / "ray"
+        if candidate.exists():
+            return candidate
+    return Path(sys.executable).with_name("ray")
+
+
+def make_temp_dir() -> Path:
+    """A fresh short directory for the head's sessions and sockets."""
+    return Path(tempfile.mkdtemp(prefix="gr-ray-", dir="/tmp"))
+
+
+def remove_temp_dir(path: Path | None) -> None:
+    """Delete a temp dir made by :func:`make_temp_dir` (never anything else)."""
+    if path is not None and path.name.startswith("gr-ray-") and path.parent == Path("/tmp"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def head_argv(ray_bin: Path, gcs_port: int, temp_dir: Path) -> list[str]:
+    """``ray start --head --block`` on loopback, no dashboard, no usage stats."""
+    return [str(ray_bin), "start", "--head", "--block", "--port", str(gcs_port), "--node-ip-address", "127.0.0.1",
+            "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(temp_dir)]
+
+
+def head_env(ray_bin: Path, temp_dir: Path) -> dict[str, str]:
+    """The head's complete environment (no ``RAY_ADDRESS``, nothing from the daemon's shell)."""
+    return {"PATH": f"{ray_bin.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(temp_dir), "LANG": "C.UTF-8",
+            "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}

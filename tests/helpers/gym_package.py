@@ -1,0 +1,75 @@
+"""A real NeMo Gym environment as a native-v1 package: three server trees from the ``nemo-gym``
+0.4.0 wheel on PyPI, unchanged (issue 5, "Real input").
+
+``gym_wheel()`` downloads the wheel once (pip, Python >= 3.12 from pyenv, ``--no-deps``) into
+``$XDG_CACHE_HOME/gym-runtime-tests/wheels`` and reuses it afterwards. ``assemble_gym_package``
+copies ``resources_servers/example_single_tool_call``, ``responses_api_agents/simple_agent`` and
+``responses_api_models/vllm_model`` out of it byte for byte, leaving out only what a package may
+not hold (``.jsonl`` datasets, DESIGN.md §3) and the trees' ``tests/``; the rows of
+``data/example.jsonl`` are returned for the caller to send. The manifest lists Gym's own config
+files, policy model first; the agent's config is the example's ``example_single_tool_call_simple_agent``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import yaml
+
+GYM_VERSION = "0.4.0"
+TREES = ("responses_api_models/vllm_model", "resources_servers/example_single_tool_call",
+         "responses_api_agents/simple_agent")
+CONFIGS = ("responses_api_models/vllm_model/configs/vllm_model.yaml",
+           "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml")
+DATASET = "resources_servers/example_single_tool_call/data/example.jsonl"
+
+
+def python_312_plus() -> str | None:
+    """A CPython 3.12 or 3.13 interpreter from pyenv (nemo-gym 0.4.0 needs >= 3.12), or None."""
+    pyenv = shutil.which("pyenv")
+    root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip() if pyenv else ""
+    found = sorted(glob.glob(f"{root}/versions/3.1[23].*/bin/python3")) if root else []
+    return found[0] if found else None
+
+
+def cache_dir() -> Path:
+    """Where downloaded test inputs are kept between runs."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gym-runtime-tests"
+
+
+def gym_wheel(python: str) -> Path:
+    """The ``nemo_gym-0.4.0`` wheel, downloaded with ``python -m pip download`` on first use."""
+    dest = cache_dir() / "wheels"
+    found = sorted(dest.glob(f"nemo_gym-{GYM_VERSION}-*.whl"))
+    if not found:
+        dest.mkdir(parents=True, exist_ok=True)
+        subprocess.run([python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                        "--dest", str(dest), f"nemo-gym=={GYM_VERSION}"], check=True, timeout=600)
+        found = sorted(dest.glob(f"nemo_gym-{GYM_VERSION}-*.whl"))
+    return found[0]
+
+
+def assemble_gym_package(wheel: Path, root: Path) -> tuple[Path, list[dict]]:
+    """Write the package under ``root``; returns ``(root, dataset rows)``."""
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if not name.startswith(TREES) or name.endswith("/"):
+                continue
+            rel = Path(name)
+            if name.endswith(".jsonl") or "tests" in rel.parts:
+                continue
+            out = root / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(z.read(name))
+        rows = [json.loads(line) for line in z.read(DATASET).decode().splitlines() if line.strip()]
+    manifest = {"format": "native-v1", "config_paths": list(CONFIGS),
+                "metadata": {"name": "gym-example-single-tool-call",
+                             "description": f"NeMo Gym {GYM_VERSION} example_single_tool_call, unchanged"}}
+    (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return root, rows

@@ -10,8 +10,6 @@
 set -euo pipefail
 PLATFORM="${1:-linux/amd64}"
 PYTHON="${2:-3.13}"
-# nemo-gym 0.4.0 (the image pin) requires openai<=2.7.2; the runtime's own openai may be newer.
-export GYM_RUNTIME_PIN_OPENAI="${GYM_RUNTIME_PIN_OPENAI:-2.7.2}"
 PKG="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/wheels-arithmetic"
 gym-runtime vendor "$PKG" --platform "$PLATFORM" --python "$PYTHON"
 gym-runtime validate "$PKG" --platform "$PLATFORM" --python "$PYTHON"

@@ -12,8 +12,10 @@ Variables (all optional):
 ``GYM_RUNTIME_UV_CACHE_DIR``        uv cache (default: uv's own default cache)
 ``GYM_RUNTIME_PIN_MODE``            ``gym`` | ``auto`` (default) | ``none`` (DESIGN.md §5)
 ``GYM_RUNTIME_PIN_NEMO_GYM``        image pin for ``nemo-gym`` (default 0.4.0)
-``GYM_RUNTIME_PIN_RAY``             image pin for ``ray[default]`` (default: this runtime's ray, else 2.60.0)
-``GYM_RUNTIME_PIN_OPENAI``          image pin for ``openai`` (default: this runtime's openai)
+``GYM_RUNTIME_PIN_RAY``             image pin for ``ray[default]`` (default: this runtime's ray, else 2.60.0;
+                                    servers join the runtime's Ray cluster, so versions must match)
+``GYM_RUNTIME_PIN_OPENAI``          image pin for ``openai`` (default 2.7.2: nemo-gym 0.4.0 requires
+                                    ``openai<=2.7.2``, so the runtime's own openai is no valid default, case C07)
 ``GYM_RUNTIME_PYTHON``              default interpreter for server venvs (version or path;
                                     default: the runtime's own ``X.Y``)
 ``GYM_RUNTIME_POLICY_BASE_URL``     the job's policy endpoint(s), comma-separated for replicas
@@ -35,6 +37,8 @@ from gym_runtime.config.merge import PolicyValues
 from gym_runtime.errors import SettingsError
 
 PIN_MODES = ("gym", "auto", "none")
+PIN_VARS = {"nemo-gym": "GYM_RUNTIME_PIN_NEMO_GYM", "ray[default]": "GYM_RUNTIME_PIN_RAY",
+            "openai": "GYM_RUNTIME_PIN_OPENAI"}
 
 
 def builtin_servers_dir() -> Path:
@@ -52,8 +56,9 @@ def _installed(dist: str, default: str) -> str:
 @dataclass(frozen=True)
 class RuntimeSettings:
     """Settings for one run. ``pins`` maps requirement names (``nemo-gym``, ``ray[default]``,
-    ``openai``) to exact versions; ``environ`` is the environment snapshot the run started with
-    (handed to the sandbox policy and scrubbed before any uv call)."""
+    ``openai``) to exact versions and ``pin_origins`` says where each came from (for errors,
+    case C07); ``environ`` is the environment snapshot the run started with (handed to the
+    sandbox policy and scrubbed before any uv call)."""
 
     home: Path
     venv_dir: Path
@@ -62,6 +67,7 @@ class RuntimeSettings:
     pins: dict[str, str]
     python: str
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
+    pin_origins: dict[str, str] = field(default_factory=dict)
 
     @property
     def logs_dir(self) -> Path:
@@ -80,11 +86,18 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     if mode not in PIN_MODES:
         raise SettingsError(f"GYM_RUNTIME_PIN_MODE={mode!r} is not one of {', '.join(PIN_MODES)}",
                             hint="unset it for the default (auto)")
-    pins = {
-        "nemo-gym": env.get("GYM_RUNTIME_PIN_NEMO_GYM", "0.4.0"),
-        "ray[default]": env.get("GYM_RUNTIME_PIN_RAY") or _installed("ray", "2.60.0"),
-        "openai": env.get("GYM_RUNTIME_PIN_OPENAI") or _installed("openai", "2.7.2"),
+    defaults = {
+        "nemo-gym": ("0.4.0", "the runtime's default nemo-gym pin"),
+        "ray[default]": (_installed("ray", "2.60.0"), "the runtime's default (the ray version it runs with, "
+                         "so servers can join its cluster)"),
+        "openai": ("2.7.2", "the runtime's default (the newest openai nemo-gym 0.4.0 accepts)"),
     }
+    pins, origins = {}, {}
+    for req, var in PIN_VARS.items():
+        if env.get(var):
+            pins[req], origins[req] = env[var], f"set by {var}"
+        else:
+            pins[req], origins[req] = defaults[req]
     cache = env.get("GYM_RUNTIME_UV_CACHE_DIR")
     return RuntimeSettings(
         home=home,
@@ -92,6 +105,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         uv_cache_dir=Path(cache).expanduser() if cache else None,
         pin_mode=mode,
         pins=pins,
+        pin_origins=origins,
         python=env.get("GYM_RUNTIME_PYTHON") or f"{sys.version_info[0]}.{sys.version_info[1]}",
         environ=env,
     )

@@ -33,8 +33,6 @@ from gym_runtime.venvs.requirements import SDK_NAME, InstallSource, read_install
 from gym_runtime.venvs.uvrun import UvEnv, make_env, uv_version
 
 STAGE2_TYPES = ("responses_api_agents", "resources_servers")
-PIN_ENV = {"nemo-gym": "GYM_RUNTIME_PIN_NEMO_GYM", "ray[default]": "GYM_RUNTIME_PIN_RAY",
-           "openai": "GYM_RUNTIME_PIN_OPENAI"}
 
 
 @dataclass(frozen=True)
@@ -144,16 +142,9 @@ def pins_for(settings: RuntimeSettings, mode: str, source: InstallSource) -> tup
     if mode == "none":
         return ()
     as_constraint = mode == "auto" and not source.uses_gym_sdk
-    env = settings.environ
     out = []
     for req, version in settings.pins.items():
-        var = PIN_ENV.get(req)
-        if var and env.get(var) == version:
-            origin = f"set by {var}"
-        elif var:
-            origin = f"the runtime's default (the version of {Requirement(req).name} it runs with)"
-        else:
-            origin = "the runtime's pin settings"
+        origin = settings.pin_origins.get(req, "the runtime's pin settings")
         name = canonicalize_name(Requirement(req).name)
         out.append(Pin(f"{req}=={version}", name, version, f"added by gym-runtime: {origin}", as_constraint))
     return tuple(out)

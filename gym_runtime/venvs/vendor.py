@@ -52,17 +52,22 @@ def _rank(filename: str, order: dict[str, int]) -> int | None:
     return min(ranks) if ranks else None
 
 
-def requirement_lines(merged: MergedConfig, settings: RuntimeSettings) -> list[str]:
-    """Every server's install lines (SDK line replaced), the image pins and ``pip``."""
+def requirement_lines(merged: MergedConfig, settings: RuntimeSettings) -> tuple[list[str], list[str]]:
+    """Every server's install lines (SDK line replaced) and ``pip``, plus the image pins as the
+    venvs will get them: installed in full (mode ``gym``, or ``auto`` when some server uses the
+    Gym SDK) or only as constraints (``auto`` otherwise: nothing drags nemo-gym, ray and openai
+    into a closure whose servers never import them). Returns ``(requirements, constraints)``."""
     sdk = f"{SDK_NAME}=={settings.pins[SDK_NAME]}" if SDK_NAME in settings.pins else SDK_NAME
     lines: list[str] = []
     seen: set[Path] = set()
+    uses_sdk = False
     for inst in merged.instances.values():
         f = inst.server_dir.install_file
         if f in seen:
             continue
         seen.add(f)
         src = read_install_source(f, server=inst.name)
+        uses_sdk = uses_sdk or src.uses_gym_sdk
         for ln in src.lines:
             if ln.kind in ("url", "vcs", "path", "editable") and not ln.gym_sdk:
                 raise BuildError(f"{inst.name}: `{ln.text}` ({src.where(ln)}) cannot be vendored as a wheel from "
@@ -70,8 +75,10 @@ def requirement_lines(merged: MergedConfig, settings: RuntimeSettings) -> list[s
             if ln.kind != "option":
                 text = sdk if ln.gym_sdk else ln.text.split(" --hash")[0]
                 lines.append(text if ln.kind != "include" else src.render(sdk).splitlines()[ln.lineno - 1])
-    lines += [f"{req}=={v}" for req, v in settings.pins.items()] + ["pip"]
-    return lines
+    pins = [] if settings.pin_mode == "none" else [f"{req}=={v}" for req, v in settings.pins.items()]
+    if settings.pin_mode == "gym" or uses_sdk:
+        return lines + pins + ["pip"], []
+    return lines + ["pip"], [p.replace("[default]", "") for p in pins]
 
 
 def vendor(merged: MergedConfig, settings: RuntimeSettings, target: Target, *,
@@ -92,17 +99,21 @@ def vendor(merged: MergedConfig, settings: RuntimeSettings, target: Target, *,
         if out_dir.is_dir():
             for f in out_dir.glob("*.whl"):
                 shutil.copy2(f, old / f.name)
-        (tmp / "all.txt").write_text("\n".join(requirement_lines(merged, settings)) + "\n")
+        reqs, constraints = requirement_lines(merged, settings)
+        (tmp / "all.txt").write_text("\n".join(reqs) + "\n")
+        (tmp / "constraints.txt").write_text("\n".join(constraints) + "\n")
         platform = f"{target.arch}-manylinux_{target.glibc[0]}_{target.glibc[1]}"
         log = settings.logs_dir / "vendor.log"
         res = run_uv(["pip", "compile", "--no-header", "--no-annotate", "--no-python-downloads",
                       "--python-version", f"{target.python[0]}.{target.python[1]}", "--python-platform", platform,
-                      "--only-binary", ":all:", "--find-links", str(old), str(tmp / "all.txt"),
+                      "--only-binary", ":all:", "--find-links", str(old), "--constraint", str(tmp / "constraints.txt"),
+                      str(tmp / "all.txt"),
                       "-o", str(tmp / "resolved.txt")], env=uv_env.env, log=log, cwd=tmp)
         if res.returncode != 0:
             raise BuildError(f"cannot resolve the closure for {target.describe()}", code="GR-VENDOR-RESOLVE",
-                             cause=res.output.strip().splitlines()[-1] if res.output.strip() else None, log=log,
-                             hint="see the log for uv's explanation")
+                             cause="\n".join(res.output.strip().splitlines()[-25:]) or None, log=log,
+                             hint="the image pins (GYM_RUNTIME_PIN_*) and the servers' requirements must be "
+                             "satisfiable together for the target Python")
         pins = [ln.split(";")[0].strip() for ln in (tmp / "resolved.txt").read_text().splitlines()
                 if "==" in ln and not ln.lstrip().startswith("#")]
         staged = tmp / "new"

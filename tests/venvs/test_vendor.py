@@ -40,3 +40,24 @@ def test_vendor_then_build_offline_against_an_empty_index(tmp_path: Path, make_s
     plan = plan_venvs(merged_config(pkg), offline, python="3.13")
     v = build_venvs(plan, offline).for_instance("agent")
     assert read_marker(v.path)["installed"]["nemo-gym"] == "0.4.0"
+
+
+def test_auto_mode_keeps_image_pins_out_of_a_closure_whose_servers_do_not_use_the_sdk(tmp_path: Path,
+                                                                                       make_settings) -> None:
+    """Bug: every closure vendored nemo-gym, ray and openai (344 MB), and stage 2 then put them in
+    every venv, so the daemon started Ray for servers that never use it."""
+    files = tmp_path / "files"
+    build_wheel(files, "judgekit", "1.0.0", requires=["openai"])
+    for n, v in (("nemo-gym", "0.4.0"), ("ray", "2.60.0"), ("openai", "2.7.2"), ("openai", "3.0.0"),
+                 ("pip", "25.0")):
+        build_wheel(files, n, v)
+    pkg = synthetic_pkg(tmp_path / "pkg", {"acme": ("resources_servers", "judgekit\n")},
+                        wheels=[build_wheel(tmp_path / "old", "judgekit", "1.0.0", requires=["openai"])])
+    with SimpleIndex(files) as idx:
+        vendor(merged_config(pkg), make_settings(idx.url), parse_target("linux/amd64", "3.13"))
+        names = sorted(p.name for p in (pkg / "wheels").iterdir())
+        assert not any(n.startswith(("nemo_gym-", "ray-")) for n in names), names
+        assert "openai-2.7.2-py3-none-any.whl" in names  # the pin still applies, as a constraint
+        vendor(merged_config(pkg), make_settings(idx.url, pin_mode="gym"), parse_target("linux/amd64", "3.13"))
+        names = sorted(p.name for p in (pkg / "wheels").iterdir())
+    assert {"nemo_gym-0.4.0-py3-none-any.whl", "ray-2.60.0-py3-none-any.whl"} <= set(names)

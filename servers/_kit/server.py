@@ -112,10 +112,13 @@ def serve(app: FastAPI, ctx: ServerContext) -> None:
                 timeout_graceful_shutdown=0.5, timeout_keep_alive=30)
 
 
-def main(start: Callable[[], None]) -> None:
-    """Call ``start``; a :class:`StartupError` prints ``error: <message>`` to stderr and exits 1."""
+def run_server(server_type: str, create_app: Callable[[ServerContext], FastAPI]) -> None:
+    """A server's ``__main__``: load this instance's config (Gym's process contract), build the app
+    with ``create_app(ctx)`` and serve it. A :class:`StartupError` prints ``error: [<instance>]
+    <message>`` to stderr and exits 1, without a traceback."""
     try:
-        start()
+        ctx = load_context(server_type)
+        serve(create_app(ctx), ctx)
     except StartupError as exc:
         name = _safe_name()
         print(f"error: [{name}] {exc}", file=sys.stderr, flush=True)

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from pydantic import BaseModel, ConfigDict  # noqa: E402
 
 from _kit.resources import VerifyRequest, add_resources_routes, final_text, last_user_text  # noqa: E402
-from _kit.server import ServerContext, build_app, load_context, main, serve  # noqa: E402
+from _kit.server import ServerContext, build_app, run_server  # noqa: E402
 
 _NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
 _EXPR_RE = re.compile(r"[\d(][\d\s.+\-*/()]*[\d)]")
@@ -87,11 +87,5 @@ def create_app(ctx: ServerContext):
     return app
 
 
-def start() -> None:
-    """Load the config, build the app, serve."""
-    ctx = load_context("resources_servers")
-    serve(create_app(ctx), ctx)
-
-
 if __name__ == "__main__":
-    main(start)
+    run_server("resources_servers", create_app)

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict  # noqa: E402
 
 from _kit.peers import CookieJar, Peers, UpstreamError  # noqa: E402
 from _kit.resources import AggregateRequest  # noqa: E402
-from _kit.server import ServerContext, build_app, load_context, main, serve  # noqa: E402
+from _kit.server import ServerContext, build_app, run_server  # noqa: E402
 
 
 class Ref(BaseModel):
@@ -167,11 +167,5 @@ def create_app(ctx: ServerContext):
     return app
 
 
-def start() -> None:
-    """Load the config, build the app, serve."""
-    ctx = load_context("responses_api_agents")
-    serve(create_app(ctx), ctx)
-
-
 if __name__ == "__main__":
-    main(start)
+    run_server("responses_api_agents", create_app)

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
 from _kit.config import StartupError  # noqa: E402
 from _kit.responses import message_to_items, text_of  # noqa: E402
-from _kit.server import ServerContext, build_app, load_context, main, serve  # noqa: E402
+from _kit.server import ServerContext, build_app, run_server  # noqa: E402
 
 
 class Ref(BaseModel):
@@ -207,11 +207,5 @@ def create_app(ctx: ServerContext):
     return app
 
 
-def start() -> None:
-    """Load the config and the environment, build the app, serve."""
-    ctx = load_context("responses_api_agents")
-    serve(create_app(ctx), ctx)
-
-
 if __name__ == "__main__":
-    main(start)
+    run_server("responses_api_agents", create_app)

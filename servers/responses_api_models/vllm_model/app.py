@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, field_validator  # noqa: E402
 from _kit.config import StartupError  # noqa: E402
 from _kit.peers import Peers, UpstreamError  # noqa: E402
 from _kit.responses import TOKEN_FIELDS, split_think, to_chat_request, to_response  # noqa: E402
-from _kit.server import ServerContext, build_app, error_body, load_context, main, serve  # noqa: E402
+from _kit.server import ServerContext, build_app, error_body, run_server  # noqa: E402
 
 
 class VLLMModelConfig(BaseModel):
@@ -187,11 +187,5 @@ def create_app(ctx: ServerContext):
     return app
 
 
-def start() -> None:
-    """Load the config, build the app, serve."""
-    ctx = load_context("responses_api_models")
-    serve(create_app(ctx), ctx)
-
-
 if __name__ == "__main__":
-    main(start)
+    run_server("responses_api_models", create_app)

@@ -2,8 +2,8 @@
 
 Sources, first wins: ``--ray-address`` flag, the config's ``ray_head_node_address``, the
 ``RAY_ADDRESS`` variable of the daemon's environment. Values: ``host:port`` (a GCS address: join
-it), ``auto`` (join the one running local cluster: Ray's address file, then its running GCS
-processes; none found is an error, never a new cluster), ``local`` (start a private cluster).
+it), ``auto`` (join the one running local cluster, found from its processes; none found is an
+error, never a new cluster), ``local`` (start a private cluster).
 With no value, a private cluster is started only when a server needs Ray (``ray_enabled: true`` in
 its config, or a Gym SDK server, whose ``run_webserver`` always calls ``ray.init`` and would
 otherwise start one cluster *per server*); otherwise Ray is not used at all.
@@ -20,6 +20,8 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import psutil
 
 from gym_runtime.errors import IsolationError, SettingsError, StartError
 
@@ -71,17 +73,34 @@ def check_address(address: str, source: str) -> None:
 
 
 def find_running_cluster() -> str | None:
-    """The GCS address of a running local cluster (Ray's own discovery: address file, then
-    running ``gcs_server`` processes), or None. Imports Ray only when called."""
+    """The GCS address of the one running local cluster, or None. Running clusters are found from
+    their processes' command lines (Ray's ``find_gcs_addresses``); Ray's address file
+    (``/tmp/ray/ray_current_cluster``) only breaks a tie, since it can be missing (``ray start
+    --block``, ray PR #32961) or name a cluster that is gone. Raises :class:`SettingsError` when
+    several clusters run and the file names none of them. Imports Ray only when called."""
     try:
         from ray._private import services
     except ImportError:
         return None
+    running = sorted({_over_loopback(a) for a in services.find_gcs_addresses()})
+    if len(running) <= 1:
+        return running[0] if running else None
     latest = services.find_bootstrap_address(None)
-    if latest:
-        return latest
-    found = sorted(services.find_gcs_addresses())
-    return found[0] if found else None
+    if latest and _over_loopback(latest) in running:
+        return _over_loopback(latest)
+    raise SettingsError(f"ray address 'auto' is ambiguous: {len(running)} clusters run here ({', '.join(running)})",
+                        code="GR-RAY-AUTO", hint="give the GCS address host:port of the one to join")
+
+
+def _over_loopback(address: str) -> str:
+    """``127.0.0.1:port`` for a GCS address on one of this host's own interfaces (Ray records the
+    node IP, not loopback, even for ``--node-ip-address 127.0.0.1``; the GCS listens on all)."""
+    host, _, port = address.rpartition(":")
+    try:
+        mine = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
+    except (OSError, psutil.Error):
+        return address
+    return f"127.0.0.1:{port}" if host.strip("[]") in mine else address
 
 
 def wait_reachable(address: str, source: str, timeout_s: float) -> None:
@@ -96,48 +115,59 @@ def wait_reachable(address: str, source: str, timeout_s: float) -> None:
                          hint=f"start that cluster, fix {source}, or unset it to let gym-runtime decide") from None
 
 
+def given(flag: str | None, config_value: Any, environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """The address that decides, as ``(value, source)``, checked (a dashboard URL raises
+    :class:`SettingsError` before anything is built); None when no source gives one."""
+    for value, source in ((flag, "--ray-address"), (config_value, "config ray_head_node_address"),
+                          (environ.get("RAY_ADDRESS"), "RAY_ADDRESS")):
+        if value not in (None, ""):
+            value = str(value).strip()
+            check_address(value, source)
+            return value, source
+    return None
+
+
 def choose(flag: str | None, config_value: Any, environ: Mapping[str, str], needed_by: list[str]) -> RayTarget:
     """Decide the target (no I/O except ``auto`` discovery); raises :class:`SettingsError`."""
     needs = tuple(needed_by)
-    for value, source in ((flag, "--ray-address"), (config_value, "config ray_head_node_address"),
-                          (environ.get("RAY_ADDRESS"), "RAY_ADDRESS")):
-        if value in (None, ""):
-            continue
-        value = str(value).strip()
-        check_address(value, source)
-        if value == "local":
-            return RayTarget("local", None, f"{source}=local", needs)
-        if value == "auto":
-            found = find_running_cluster()
-            if found is None:
-                raise SettingsError(f"{source}=auto but no running Ray cluster was found on this host "
-                                    "(no address file, no gcs_server process)", code="GR-RAY-AUTO",
-                                    hint="start the cluster first, give its GCS address host:port, or use "
-                                    "'local' for a private instance; gym-runtime never starts a second cluster "
-                                    "silently")
-            return RayTarget("join", found, f"{source}=auto (found running cluster)", needs)
+    chosen = given(flag, config_value, environ)
+    if chosen is None:
+        return RayTarget("local", None, "needed by " + ", ".join(needs), needs) if needs else RayTarget("none")
+    value, source = chosen
+    if value == "local":
+        return RayTarget("local", None, f"{source}=local", needs)
+    if value != "auto":
         return RayTarget("join", value, source, needs)
-    if needs:
-        return RayTarget("local", None, "needed by " + ", ".join(needs), needs)
-    return RayTarget("none")
+    found = find_running_cluster()
+    if found is None:
+        raise SettingsError(f"{source}=auto but no running Ray cluster was found on this host (no gcs_server "
+                            "process)", code="GR-RAY-AUTO",
+                            hint="start the cluster first, give its GCS address host:port, or use 'local' for a "
+                            "private instance; gym-runtime never starts a second cluster silently")
+    return RayTarget("join", found, f"{source}=auto (found running cluster)", needs)
 
 
 def ray_level(target: RayTarget, requested: str | None, require_full: bool) -> str | None:
-    """The isolation level for an environment whose servers use Ray: ``partial`` instead of
-    ``full`` (the only change), since a Ray driver must see its node's raylet in the process table
-    (see :mod:`gym_runtime.supervise.ray_head`). ``requested`` is the forced level or None (best).
+    """The isolation level for an environment whose servers use Ray. A Ray driver must see its
+    node's raylet in the process table (see :mod:`gym_runtime.supervise.ray_head`), so with our
+    private head servers run at ``partial`` (host ``/proc`` read-only, own network namespace);
+    joining a cluster outside the sandbox needs the host network and its raylet's sockets, so
+    ``none``. ``requested`` is the forced level or None (best available); a lower request is kept.
     Raises :class:`IsolationError` when full isolation is required."""
     if target.mode == "none" or not target.needed_by:
         return requested
     from sandbox import probe_isolation
 
-    if (requested or probe_isolation().level.value) != "full":
+    best = requested or probe_isolation().level.value
+    want = "none" if target.mode == "join" else "partial"
+    if best == "none" or best == want:
         return requested
     if require_full:
         raise IsolationError(f"full isolation required (--require-isolation) but {', '.join(target.needed_by)} "
                              "use Ray, whose drivers find their raylet by scanning the process table, which a "
-                             "private pid namespace hides", code="GR-SANDBOX-RAY",
+                             "private pid namespace hides" + (" (and a cluster outside the sandbox is only "
+                             "reachable on the host network)" if want == "none" else ""), code="GR-SANDBOX-RAY",
                              hint="drop --require-isolation (Ray servers then run at 'partial': own network "
                              "namespace and filesystem view, host /proc read-only), or set ray_enabled: false on "
                              "servers that never call Ray")
-    return "partial"
+    return want

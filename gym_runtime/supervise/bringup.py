@@ -21,7 +21,7 @@ from gym_runtime.config import MergedConfig, PolicyValues, build_config
 from gym_runtime.config.redact import redact
 from gym_runtime.errors import StartError
 from gym_runtime.package import load_package
-from gym_runtime.ray_target import RayTarget, choose, ray_level, wait_reachable
+from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.supervise import contract, ray_head
 from gym_runtime.supervise.logs import LogSink
@@ -101,6 +101,7 @@ class Environment:
         pkg = await asyncio.to_thread(load_package, self.req.package)
         self.merged = merged = await asyncio.to_thread(build_config, pkg, self.req.overrides, policy)
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
+        given(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ)
         cfg_head = merged.data.get("head_server") if isinstance(merged.data.get("head_server"), dict) else {}
         head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)
         head_sock = bind_listener(self.req.head_host, int(head_port or 0), "head server")

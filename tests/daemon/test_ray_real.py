@@ -1,0 +1,144 @@
+"""Case C26 with real Ray (dev dependency) and ``gym-runtime up`` as a subprocess.
+
+Read from the case folder: ``env_cases.txt`` (1 dashboard URL, 2 stale address, 3 a cluster
+started with ``ray start --head --block`` and no address file + ``auto``, 4 ``local``). One outside
+cluster is shared by the tests that need it (a Ray start is ~8 s here); it is started with its own
+``--temp-dir``, so Ray's default address file never names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gym_runtime.ray_target import choose, find_running_cluster
+from tests.helpers.cases import case_dir
+from tests.helpers.daemon import descendants, kill_tree, read_ready_line, simple_env, up_process, wait_gone
+
+pytestmark = pytest.mark.slow
+
+
+def env_case(n: int) -> str:
+    """The text of ``case n:`` in env_cases.txt (continuation lines included)."""
+    text = (case_dir("C26") / "env_cases.txt").read_text()
+    return text.split(f"case {n}:")[1].split(f"case {n + 1}:")[0]
+
+
+def gcs_pids(procs: list[psutil.Process]) -> list[int]:
+    return [p.pid for p in procs if p.name().startswith("gcs_server")]
+
+
+def run_up(tmp: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, float]:
+    t0 = time.monotonic()
+    proc = up_process(simple_env(tmp / "pkg"), tmp, *args, env=env)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_tree(proc)
+    assert out == ""
+    return proc.returncode, err, time.monotonic() - t0
+
+
+def test_case1_dashboard_url_rejected_before_anything_is_built(tmp_path: Path) -> None:
+    url = env_case(1).split("RAY_ADDRESS=")[1].split()[0]
+    code, err, _ = run_up(tmp_path, env={"RAY_ADDRESS": url})
+    assert code == 1 and "GR-RAY-DASHBOARD-URL" in err
+    assert f"RAY_ADDRESS={url} looks like a dashboard URL" in err and "host:6379" in err
+    assert "venv" not in err  # rejected at the config stage
+
+
+def test_case2_stale_address_fails_in_bounded_time_naming_its_source(tmp_path: Path) -> None:
+    assert "stale address" in env_case(2)
+    with socket.socket() as s:  # a loopback port nobody listens on: the cluster that no longer exists
+        s.bind(("127.0.0.1", 0))
+        stale = f"127.0.0.1:{s.getsockname()[1]}"
+    code, err, took = run_up(tmp_path, env={"RAY_ADDRESS": stale})
+    assert code == 3 and "GR-RAY-UNREACHABLE" in err and f"{stale} (from RAY_ADDRESS)" in err
+    assert took < 30
+
+
+def test_case3_auto_without_a_cluster_never_starts_one(tmp_path: Path) -> None:
+    if find_running_cluster() is not None:
+        pytest.skip("a Ray cluster already runs on this host")
+    code, err, _ = run_up(tmp_path, "--ray-address", "auto")
+    assert code == 1 and "GR-RAY-AUTO" in err and "never starts a second cluster" in err
+    assert find_running_cluster() is None
+
+
+@pytest.fixture(scope="module")
+def outside_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A cluster started like case 3 (``ray start --head --block``, own temp dir, no address file)."""
+    if find_running_cluster() is not None:
+        pytest.skip("a Ray cluster already runs on this host")
+    tmp = Path(f"/tmp/gr-test-ray-{os.getpid()}")
+    tmp.mkdir(exist_ok=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray = Path(sys.executable).with_name("ray")
+    proc = subprocess.Popen([str(ray), "start", "--head", "--block", "--port", str(port), "--node-ip-address",
+                             "127.0.0.1", "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir",
+                             str(tmp)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "HOME": str(tmp), "RAY_USAGE_STATS_ENABLED": "0"},
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while find_running_cluster() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert find_running_cluster() == f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", gcs_pids(descendants(proc.pid))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+
+
+def test_case3_auto_joins_the_running_cluster(outside_cluster, tmp_path: Path) -> None:
+    address, outside_gcs = outside_cluster
+    assert outside_gcs and "ray start --head --block" in env_case(3)
+    t = choose(None, None, {"RAY_ADDRESS": "auto"}, [])
+    assert (t.mode, t.address) == ("join", address)
+    proc = up_process(simple_env(tmp_path / "pkg"), tmp_path, env={"RAY_ADDRESS": "auto"})
+    try:
+        info = json.loads(read_ready_line(proc))
+        assert info["ray"]["mode"] == "join" and info["ray"]["address"] == address
+        assert info["ray"]["source"] == "RAY_ADDRESS=auto (found running cluster)"
+        assert gcs_pids(descendants(proc.pid)) == []  # no second cluster
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(20) == 0
+        assert f"ray: joining the cluster at {address} (from RAY_ADDRESS=auto" in proc.stderr.read()
+        assert all(psutil.pid_exists(p) for p in outside_gcs)  # not ours: never stopped
+    finally:
+        kill_tree(proc)
+
+
+def test_case4_local_starts_one_private_cluster_and_stops_only_it(outside_cluster, tmp_path: Path) -> None:
+    _, outside_gcs = outside_cluster
+    assert "ray.address: local" in env_case(4)
+    proc = up_process(simple_env(tmp_path / "pkg"), tmp_path, "--ray-address", "local",
+                      env={"RAY_ADDRESS": "10.0.0.5:6379"})  # the flag wins over the inherited variable
+    try:
+        info = json.loads(read_ready_line(proc, timeout=120))
+        assert info["ray"]["mode"] == "local" and info["ray"]["source"] == "--ray-address=local"
+        tree = descendants(proc.pid)
+        ours = gcs_pids(tree)
+        assert len(ours) == 1 and not set(ours) & set(outside_gcs)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(20) == 0
+        assert wait_gone([p.pid for p in tree], 5.0) == []
+        assert all(psutil.pid_exists(p) for p in outside_gcs)
+        assert "ray: starting a private local instance (--ray-address=local)" in proc.stderr.read()
+    finally:
+        kill_tree(proc)

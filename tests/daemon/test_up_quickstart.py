@@ -1,0 +1,39 @@
+"""``gym-runtime up examples/native-quickstart``: the built-in FastAPI servers in venvs from PyPI,
+the stub model as policy; ready line, rewards through ``/rollouts/run``, SIGTERM leaves nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers.daemon import descendants, kill_tree, read_ready_line, up_process, wait_gone
+from tests.helpers.gym_package import cache_dir
+
+pytestmark = [pytest.mark.pypi, pytest.mark.slow]
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_up_native_quickstart(tmp_path: Path) -> None:
+    rows = [json.loads(line) for line in (EXAMPLES / "native-quickstart.jsonl").read_text().splitlines()]
+    proc = up_process(EXAMPLES / "native-quickstart", tmp_path,
+                      env={"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")})
+    try:
+        info = json.loads(read_ready_line(proc, timeout=600))
+        assert set(info["servers"]) == {"policy_model", "code_lookup", "code_lookup_agent", "arithmetic",
+                                        "arithmetic_agent"}
+        assert info["policy_model"]["stub"] is True and info["ray"]["mode"] == "none"
+        r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": rows}, timeout=120, trust_env=False)
+        results = json.loads(r.text)["results"]
+        assert len(results) == len(rows) and all("error" not in x for x in results), results
+        assert all(x["reward"] in (0.0, 1.0) for x in results) and any(x["reward"] == 1.0 for x in results)
+        tree = [p.pid for p in descendants(proc.pid)]
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert wait_gone(tree, 2.0) == []
+    finally:
+        kill_tree(proc)

@@ -27,6 +27,7 @@ from gym_runtime.supervise import contract, ray_head
 from gym_runtime.supervise.logs import LogSink
 from gym_runtime.supervise.member import Member
 from gym_runtime.supervise.options import SuperviseOptions
+from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import bind_listener, check_free, free_port
 from gym_runtime.supervise.readiness import model_base_urls
 from gym_runtime.supervise.supervisor import Supervisor
@@ -175,6 +176,8 @@ class Environment:
                                            level=level)
         if self.sandbox.report.warning:
             self._say("WARNING: " + self.sandbox.report.warning)
+        if self.sandbox.level.value == "none" or self.stub_url:  # no pid namespace takes helpers down
+            self.supervisor.watchdog = Watchdog.start()
         if self.stub_url:  # the stub stands for an outside endpoint: a plain supervised process
             quiet = logging.getLogger("sandbox")
             was, quiet.disabled = quiet.disabled, True  # not a server: its "not enforced" warning would mislead
@@ -322,6 +325,9 @@ class Environment:
         for sb in (self.sandbox, self.host_launcher):
             if sb is not None:
                 await sb.close()
+        if sup.watchdog is not None:
+            sup.watchdog.close()
+            sup.watchdog = None
         for m in sup.members.values():
             m.log.close()
         ray_head.remove_temp_dir(self.ray_tmp)

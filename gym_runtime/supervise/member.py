@@ -51,6 +51,7 @@ class Member:
     error: str | None = None
     escalated: bool = False
     pidfd: int | None = None
+    pgid: int | None = None
 
     @property
     def url(self) -> str | None:

@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import psutil
-
 from gym_runtime.errors import StartError
 from gym_runtime.supervise import readiness
 from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
                                           Member)
+from gym_runtime.supervise.orphans import group_empty, reap_orphans
 from gym_runtime.supervise.options import SuperviseOptions
 
 log = logging.getLogger("gym_runtime.supervise")
@@ -70,6 +69,7 @@ class Supervisor:
         self._client: httpx.AsyncClient | None = None
         self._stop_started = False
         self._pgids: set[int] = set()
+        self.watchdog = None  # an orphans.Watchdog when some member runs without a pid namespace
 
     # ------------------------------------------------------------------ public API
     def add(self, member: Member) -> None:
@@ -158,11 +158,13 @@ class Supervisor:
         m.proc, m.status, m.spawned_at, m.started_wall = proc, STARTING, time.monotonic(), time.time()
         self._watch_exit(m, proc)
         try:
-            pgid = os.getpgid(proc.app_pid() or proc.pid)
-            if pgid != os.getpgrp():
-                self._pgids.add(pgid)
+            m.pgid = os.getpgid(proc.app_pid() or proc.pid)
         except OSError:
-            pass
+            m.pgid = None
+        if m.pgid is not None and m.pgid != os.getpgrp():
+            self._pgids.add(m.pgid)
+            if self.watchdog is not None:
+                self.watchdog.watch(m.pgid)
         if m.probe_path is None:
             self.post(Event("ready", m.name, proc))
         else:
@@ -177,6 +179,8 @@ class Supervisor:
         m.last_exit = {"returncode": info.returncode, "reason": info.reason, "detail": info.detail,
                        "at": time.time()}
         m.log.note(f"exited: status {info.returncode} ({info.reason}{': ' + info.detail if info.detail else ''})")
+        if self.watchdog is not None and m.pgid in self._pgids and group_empty(m.pgid):
+            self.watchdog.forget(m.pgid)  # an empty group's id may be reused by an unrelated process
         if m.status in (STOPPING, STOPPED) or self._stop_started:
             return
         what = f"exited with status {info.returncode}" + (" although nobody asked it to stop" if info.returncode
@@ -391,38 +395,3 @@ class Supervisor:
         self._progress(f"all processes stopped in {time.monotonic() - t0:.2f}s")
         self.post(Event("stopped"))
 
-
-async def reap_orphans(pgids: set[int], timeout_s: float = 1.0) -> None:
-    """Reap zombies reparented to this (subreaper) daemon and KILL live ones from our servers'
-    process groups ``pgids`` (e.g. a helper whose server was killed, case C05).
-
-    Only children no ``subprocess.Popen`` of ours waits for are touched, so Popen exit codes stay.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        stray = []
-        for k in _adopted():
-            try:
-                if k.status() == psutil.STATUS_ZOMBIE:
-                    os.waitpid(k.pid, os.WNOHANG)
-                elif os.getpgid(k.pid) in pgids:
-                    k.kill()
-                    stray.append(k)
-            except (psutil.Error, OSError):
-                pass
-        if not stray or time.monotonic() >= deadline:
-            return
-        await asyncio.sleep(0.02)
-
-
-def _adopted() -> list[psutil.Process]:
-    """Children of this process that no live ``subprocess.Popen`` object tracks (orphans adopted
-    because the sandbox made the daemon a child subreaper)."""
-    import gc
-    import subprocess
-
-    tracked = {o.pid for o in gc.get_objects() if isinstance(o, subprocess.Popen) and o.returncode is None}
-    try:
-        return [c for c in psutil.Process().children() if c.pid not in tracked]
-    except psutil.Error:
-        return []

@@ -1,0 +1,119 @@
+"""No server process outlives the daemon (DESIGN.md §7, case C05).
+
+* :class:`Watchdog`: a tiny separate process (:mod:`gym_runtime.supervise.watchdog`) told about
+  each server process group; if the daemon dies without saying ``exit`` (SIGKILL), it SIGKILLs
+  every group. Needed at isolation ``none``, where a server's helpers are not in a pid namespace
+  and ``PR_SET_PDEATHSIG`` reaches only the direct child.
+* :func:`reap_orphans`: at the end of a shutdown, SIGKILL whatever is left in our servers' groups
+  and reap zombies adopted by this process (when it is a child subreaper).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+SCRIPT = Path(__file__).with_name("watchdog.py")
+
+
+class Watchdog:
+    """Client side: ``Watchdog.start()``; ``watch(pgid)`` / ``forget(pgid)``; ``close()`` on a
+    clean stop (the watchdog exits without killing anything). Call from one thread (the loop)."""
+
+    def __init__(self, proc: subprocess.Popen, fd: int) -> None:
+        self.proc, self._fd = proc, fd
+
+    @classmethod
+    def start(cls) -> Watchdog:
+        r, w = os.pipe()  # both ends non-inheritable: servers never hold the write end
+        try:
+            proc = subprocess.Popen([sys.executable, "-I", "-S", str(SCRIPT), str(os.getpid())], stdin=r,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                    close_fds=True)
+        finally:
+            os.close(r)
+        return cls(proc, w)
+
+    def _send(self, line: str) -> None:
+        if self._fd is not None:
+            try:
+                os.write(self._fd, line.encode() + b"\n")
+            except OSError:
+                pass
+
+    def watch(self, pgid: int) -> None:
+        self._send(f"+{pgid}")
+
+    def forget(self, pgid: int) -> None:
+        self._send(f"-{pgid}")
+
+    def close(self) -> None:
+        """Clean stop: tell the watchdog to exit without killing, and reap it."""
+        self._send("exit")
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        try:
+            self.proc.wait(2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def group_empty(pgid: int) -> bool:
+    """True when no process is left in process group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+async def reap_orphans(pgids: set[int], timeout_s: float = 1.0) -> None:
+    """SIGKILL what is left in our servers' process groups ``pgids`` (e.g. a helper whose server
+    was killed, case C05) and reap zombies this process adopted as a child subreaper.
+
+    Only children no ``subprocess.Popen`` of ours waits for are reaped, so Popen exit codes stay.
+    """
+    for pgid in pgids:
+        if not group_empty(pgid):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stray = []
+        for k in _adopted():
+            try:
+                if k.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(k.pid, os.WNOHANG)
+                elif os.getpgid(k.pid) in pgids:
+                    k.kill()
+                    stray.append(k)
+            except (psutil.Error, OSError):
+                pass
+        if not stray or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(0.02)
+
+
+def _adopted() -> list[psutil.Process]:
+    """Children of this process that no live ``subprocess.Popen`` object tracks (orphans adopted
+    when the daemon is a child subreaper)."""
+    import gc
+
+    tracked = {o.pid for o in gc.get_objects() if isinstance(o, subprocess.Popen) and o.returncode is None}
+    try:
+        return [c for c in psutil.Process().children() if c.pid not in tracked]
+    except psutil.Error:
+        return []

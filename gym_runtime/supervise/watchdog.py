@@ -1,0 +1,40 @@
+"""The watchdog process: kills every server process group once the daemon is gone (issue 5, C05).
+
+Run as a plain script (``python -I -S watchdog.py DAEMON_PID``, no imports beyond the stdlib) in
+its own session, so a signal to the daemon's process group does not reach it. It reads lines from
+stdin, a pipe whose only write end the daemon holds: ``+PGID`` (a server's process group was
+started), ``-PGID`` (that group is empty now), ``exit`` (clean stop: nothing to do). End of file
+without ``exit`` means the daemon died (SIGKILL, OOM): every registered group gets SIGKILL, which
+reaches the helpers a server spawned as well, at isolation ``none`` where no pid namespace does it.
+"""
+
+import os
+import signal
+import sys
+
+
+def main() -> None:
+    for sig in (signal.SIGINT, signal.SIGHUP):  # terminal signals are for the daemon, not for us
+        signal.signal(sig, signal.SIG_IGN)
+    groups: set[int] = set()
+    pending = b""
+    while True:
+        chunk = os.read(0, 4096)
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line == b"exit":
+                return
+            if line[:1] in (b"+", b"-") and line[1:].isdigit():
+                (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    main()

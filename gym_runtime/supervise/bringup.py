@@ -64,6 +64,10 @@ class Environment:
         self.merged: MergedConfig | None = None
         self.ray = RayTarget("none")
         self.ray_tmp: Path | None = None
+        self.addresses: dict[str, tuple[str, int]] = {}
+        self.head_inside: tuple[str, int] | None = None
+        self.ray_inside: str | None = None
+        self._taken: set[int] = set()
         self.stub_url: str | None = None
         self.sandbox: Any = None
         self.host_launcher: Any = None
@@ -124,8 +128,9 @@ class Environment:
         await self._start_sandboxes(merged)
         self._check_stop()
         self.phase = "starting servers"
-        addresses, head_inside = await self._assign_ports(merged)
-        ray_inside = self._add_ray_member(pythons) if self.ray.mode == "local" else self.ray.address
+        self.addresses, self.head_inside = addresses, head_inside = await self._assign_ports(merged)
+        self.ray_inside = ray_inside = self._add_ray_member(pythons) if self.ray.mode == "local" else self.ray.address
+        self.supervisor.rebind = self._rebind
         inside = contract.config_view(merged.data, addresses, head_inside, ray_inside)
         inside_yaml = contract.to_yaml(inside)
         for name, inst in merged.instances.items():
@@ -196,16 +201,33 @@ class Environment:
             for n, p in explicit.items():
                 check_free(merged.instances[n].host or "127.0.0.1", p, n)
 
-        def fresh() -> int:
-            while (p := self.sandbox.allocate_port()) in taken:
-                pass
-            taken.add(p)
-            return p
-
-        out = {n: (i.host or "127.0.0.1", explicit.get(n) or fresh()) for n, i in merged.instances.items()}
-        head_inside = await self.sandbox.expose_host_service(fresh() if not none_level else self.head_addr[1],
+        self._taken = taken
+        out = {n: (i.host or "127.0.0.1", explicit.get(n) or self._fresh()) for n, i in merged.instances.items()}
+        head_inside = await self.sandbox.expose_host_service(self._fresh() if not none_level else self.head_addr[1],
                                                              *self.head_addr)
         return out, tuple(head_inside)
+
+    def _fresh(self) -> int:
+        """A new automatic port in the servers' network, never one assigned in this run."""
+        while (p := self.sandbox.allocate_port()) in self._taken:
+            pass
+        self._taken.add(p)
+        return p
+
+    def _rebind(self, name: str) -> None:
+        """Give server ``name`` a new automatic port and refresh every server's config (rebind.py;
+        only at isolation none, where the inside address is the public one)."""
+        m = self.supervisor.members[name]
+        m.port = self._fresh()
+        m.public = (m.host, m.port)
+        self.addresses[name] = (self.addresses[name][0], m.port)
+        text = contract.to_yaml(contract.config_view(self.merged.data, self.addresses, self.head_inside,
+                                                     self.ray_inside))
+        for s in self.supervisor.members.values():
+            if s.kind == "server":
+                s.spec.env = {**s.spec.env, "NEMO_GYM_CONFIG_DICT": text}
+        public = {n: s.public for n, s in self.supervisor.members.items() if s.kind == "server"}
+        self.outside = contract.config_view(self.merged.data, public, self.head_addr, self.ray_inside)
 
     def _member(self, name: str, kind: str, spec: Any, launcher: Any, port: int | None, **kw: Any) -> Member:
         log = LogSink(self.logs_dir / f"{name}.log", self.req.options.log_tail_lines, self.req.options.log_max_bytes)
@@ -223,7 +245,7 @@ class Environment:
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent],
                            writable_paths=[wd, *self._ray_dirs()])
-        self._member(name, "server", spec, self.sandbox, addr[1], host=addr[0],
+        self._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                      info={"server_type": inst.server_type, "implementation": inst.implementation,
                            "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
 

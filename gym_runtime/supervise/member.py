@@ -52,6 +52,8 @@ class Member:
     escalated: bool = False
     pidfd: int | None = None
     pgid: int | None = None
+    auto_port: bool = False
+    rebinds: int = 0
 
     @property
     def url(self) -> str | None:

@@ -28,6 +28,7 @@ from gym_runtime.supervise import readiness
 from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
                                           Member)
 from gym_runtime.supervise.orphans import group_empty, reap_orphans
+from gym_runtime.supervise.rebind import handle_bind_race
 from gym_runtime.supervise.options import SuperviseOptions
 
 log = logging.getLogger("gym_runtime.supervise")
@@ -70,6 +71,7 @@ class Supervisor:
         self._stop_started = False
         self._pgids: set[int] = set()
         self.watchdog = None  # an orphans.Watchdog when some member runs without a pid namespace
+        self.rebind = None  # callable(name): a new automatic port for that server (rebind.py)
 
     # ------------------------------------------------------------------ public API
     def add(self, member: Member) -> None:
@@ -181,7 +183,7 @@ class Supervisor:
         m.log.note(f"exited: status {info.returncode} ({info.reason}{': ' + info.detail if info.detail else ''})")
         if self.watchdog is not None and m.pgid in self._pgids and group_empty(m.pgid):
             self.watchdog.forget(m.pgid)  # an empty group's id may be reused by an unrelated process
-        if m.status in (STOPPING, STOPPED) or self._stop_started:
+        if m.status in (STOPPING, STOPPED) or self._stop_started or handle_bind_race(self, m):
             return
         what = f"exited with status {info.returncode}" + (" although nobody asked it to stop" if info.returncode
                                                             == 0 else "") + f" ({info.reason})"

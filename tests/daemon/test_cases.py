@@ -10,13 +10,15 @@ import socket
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
 from gym_runtime.errors import GymRuntimeError
 from gym_runtime.ray_target import choose, wait_reachable
 from tests.helpers.cases import case_dir, case_package
-from tests.helpers.daemon import FIXTURE_APP, descendants, kill_tree, read_ready_line, up_process, wait_gone
+from tests.helpers.daemon import (FIXTURE_APP, descendants, kill_tree, read_ready_line, simple_env, up_process,
+                                  wait_gone)
 
 C04_DOMAINS = [f"{n}.resources_servers.{n}.domain=math" for n in ("acme_math", "acme_judge", "acme_tools")]
 
@@ -180,3 +182,35 @@ def test_c26_case4_local_and_explicit_choice() -> None:
     assert t.mode == "local" and "acme_math" in t.describe()
     t = choose(None, "127.0.0.1:6379", {"RAY_ADDRESS": "127.0.0.1:1"}, [])
     assert t.address == "127.0.0.1:6379" and t.source == "config ray_head_node_address"
+
+
+def test_c04_automatic_port_taken_before_bind_gets_a_new_one(tmp_path: Path) -> None:
+    """"retried on a bind race": the port is taken between the daemon's choice and the server's bind."""
+    assert "bind race" in (case_dir("C04") / "README.md").read_text()
+    pkg = simple_env(tmp_path / "pkg", fixture_sleep=1.5)  # acme_math binds 1.5 s after it starts
+    proc = up_process(pkg, tmp_path, "--isolation", "none")
+    contract = tmp_path / "run/servers/acme_math/contract.json"
+    thief = socket.socket()
+    try:
+        deadline = time.monotonic() + 60
+        while not contract.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        lost = int(json.loads(contract.read_text())["cfg"]["port"])
+        thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        thief.bind(("127.0.0.1", lost))
+        thief.listen()
+        info = json.loads(read_ready_line(proc))
+        port = int(info["servers"]["acme_math"].rsplit(":", 1)[1])
+        assert port != lost
+        agent_cfg = json.loads((tmp_path / "run/servers/acme_agent/contract.json").read_text())["env"]
+        assert f"port: {port}" in agent_cfg["NEMO_GYM_CONFIG_DICT"]  # the agent restarted with the new address
+        rows = {s["name"]: s for s in httpx.get(info["head_server"] + "/server_instances", trust_env=False).json()}
+        assert rows["acme_math"]["restarts"] == 0 and rows["acme_math"]["port"] == port  # not a crash
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(20) == 0
+        err = proc.stderr.read()
+        assert f"acme_math: 127.0.0.1:{lost} is already in use by pid {os.getpid()}" in err
+        assert "taken between choice and bind" in err
+    finally:
+        thief.close()
+        kill_tree(proc)

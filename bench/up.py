@@ -1,22 +1,27 @@
 """Bench ``gym-runtime up`` (issue 5): prints figures, asserts nothing.
 
-    python3 -m uv run python bench/up.py [PKG]      # default: examples/native-quickstart
+    python3 -m uv run python bench/up.py [PKG] [--skip-gym]    # default: examples/native-quickstart
 
-Figures: time-to-ready with venvs cached (the first run builds or reuses them; uv cache warm),
-memory (RSS) of the whole process tree at ready, daemon RSS and idle CPU over 5 s, crash
-detection latency (SIGKILL a server's app, time until the head server reports it), shutdown
-time after SIGTERM once ready and in the middle of start-up, and processes left afterwards.
-Targets: cached start < 3 s, crash seen < 1 s, shutdown < 1.5 s with nothing left, idle CPU < 1 %,
-daemon RSS < 150 MB.
+Figures for the bundled example: time-to-ready with venvs cached (the first run builds or reuses
+them) and with NO venvs (an empty venv dir; uv cache warm), memory (RSS) of the whole process tree
+at ready, daemon RSS and idle CPU over 5 s, crash detection latency (SIGKILL a server's app, time
+until the head server reports it), shutdown time after SIGTERM once ready and in the middle of
+start-up, and processes left afterwards. Then the same start figures for the real NeMo Gym 0.4.0
+package (three server trees from the PyPI wheel, unchanged; tests/helpers/gym_package.py), whose
+servers use Ray: one private Ray head is started for them.
+Targets: bundled cached start < 3 s; real Gym package cached start <= 16 s; crash seen < 1 s;
+shutdown < 1.5 s with nothing left; idle CPU < 1 %; daemon RSS < 150 MB.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,9 +31,35 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def launch(pkg: Path, work: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+def launch(pkg: Path, work: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work),
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True, env={**os.environ, **(env or {})})
+
+
+def ready(pkg: Path, work: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+          ) -> tuple[subprocess.Popen, dict, float]:
+    """Start ``up`` and wait for its ready line: (process, ready info, wall seconds)."""
+    t0 = time.monotonic()
+    proc = launch(pkg, work, env, args)
+    line = proc.stdout.readline()
+    wall = time.monotonic() - t0
+    if not line:
+        proc.wait()
+        raise SystemExit(f"up exited {proc.returncode} without a ready line (logs: {work / 'logs'})")
+    return proc, json.loads(line), wall
+
+
+def start_figure(label: str, pkg: Path, work: Path, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> tuple[subprocess.Popen, dict]:
+    """Print one time-to-ready line (and the tree's memory); returns the running daemon."""
+    proc, info, wall = ready(pkg, work, env, args)
+    procs = tree(proc.pid)
+    rss = sum(p.memory_info().rss for p in procs if p.is_running())
+    print(f"time-to-ready, {label}: {info['startup_s']:.2f} s in the daemon, {wall:.2f} s wall "
+          f"(isolation {info['isolation']}, ray {info['ray']['mode']}); tree {len(procs)} processes, "
+          f"{rss / 2**20:.0f} MB RSS")
+    return proc, info
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -50,23 +81,40 @@ def stop(proc: subprocess.Popen) -> tuple[float, int]:
     return took, sum(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
 
 
-def main() -> None:
-    pkg = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "examples/native-quickstart").resolve()
-    work = Path("/tmp/gym-runtime-bench")
-    print(f"package: {pkg}")
-    warm = launch(pkg, work / "warm")  # builds or reuses the venvs
-    warm.stdout.readline()
-    stop(warm)
+def gym_figures(work: Path) -> None:
+    """The real NeMo Gym 0.4.0 package: start with no venvs, then cached (best of 3)."""
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers.gym_package import assemble_gym_package, gym_wheel, python_312_plus
 
-    t0 = time.monotonic()
-    proc = launch(pkg, work / "run")
-    info = json.loads(proc.stdout.readline())
-    wall = time.monotonic() - t0
-    print(f"time-to-ready, venvs cached: {info['startup_s']:.2f} s in the daemon, {wall:.2f} s wall "
-          f"(isolation {info['isolation']})")
-    procs = tree(proc.pid)
-    rss = sum(p.memory_info().rss for p in procs if p.is_running())
-    print(f"process tree at ready: {len(procs)} processes, {rss / 2**20:.0f} MB RSS")
+    python = python_312_plus()
+    if python is None:
+        print("real Gym package: skipped (no Python >= 3.12 under pyenv)")
+        return
+    pkg, _ = assemble_gym_package(gym_wheel(python), work / "gym-pkg")
+    env = {"GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0", "GYM_RUNTIME_PIN_OPENAI": "2.7.2", "GYM_RUNTIME_PIN_MODE": "gym",
+           "GYM_RUNTIME_VENV_DIR": str(work / "gym-venvs")}
+    print(f"real Gym package (nemo-gym 0.4.0: vllm_model, example_single_tool_call, simple_agent; {python})")
+    proc, _ = start_figure("no venvs (uv cache warm)", pkg, work / "gym-cold", env, ("--python", python))
+    stop(proc)
+    best = None
+    for i in range(3):
+        proc, info, wall = ready(pkg, work / f"gym-cached{i}", env, ("--python", python))
+        best = min(best or info["startup_s"], info["startup_s"])
+        took, left = stop(proc)
+        print(f"time-to-ready, venvs cached, run {i + 1}: {info['startup_s']:.2f} s in the daemon, {wall:.2f} s "
+              f"wall; shutdown {took:.2f} s, processes left: {left}")
+    print(f"real Gym package cached start (best of 3): {best:.2f} s (target <= 16 s)")
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    pkg = Path(args[0] if args else ROOT / "examples/native-quickstart").resolve()
+    work = Path(tempfile.mkdtemp(prefix="gym-runtime-bench-"))
+    print(f"package: {pkg}")
+    cached = {"GYM_RUNTIME_VENV_DIR": str(work / "venvs")}
+    proc, _ = start_figure("no venvs (uv cache warm)", pkg, work / "cold", cached)
+    stop(proc)
+    proc, info = start_figure("venvs cached", pkg, work / "run", cached)
     daemon = psutil.Process(proc.pid)
     daemon.cpu_percent(None)
     time.sleep(5)
@@ -84,11 +132,16 @@ def main() -> None:
     took, left = stop(proc)
     print(f"shutdown after SIGTERM once ready: {took:.2f} s, processes left: {left}")
 
-    for delay, phase in ((0.4, "config / venv check"), (1.2, "servers starting")):
-        proc = launch(pkg, work / f"mid{delay}")
+    phases = ((0.4, "config / venv check", cached), (1.0, "venvs building", {"GYM_RUNTIME_VENV_DIR": str(work / "v2")}),
+              (1.2, "servers starting", cached))
+    for delay, phase, env in phases:
+        proc = launch(pkg, work / f"mid{delay}", env)
         time.sleep(delay)
         took, left = stop(proc)
         print(f"shutdown after SIGTERM {delay:.1f} s into start-up ({phase}): {took:.2f} s, processes left: {left}")
+    if "--skip-gym" not in sys.argv:
+        gym_figures(work)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -274,6 +274,7 @@ class Environment:
         spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp), tmp, ray_head.head_env(ray_bin, tmp),
                            read_only_paths=[ray_bin.parent.parent, *venvs], writable_paths=[tmp])
         self._member("ray_head", "ray", spec, self.sandbox, port, probe_path="log:" + ray_head.READY_TEXT,
+                     kill_on_stop=True,
                      info={"server_type": "ray", "implementation": f"ray ({ray_bin})"})
         return f"127.0.0.1:{port}"
 

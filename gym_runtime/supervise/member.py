@@ -23,9 +23,12 @@ class Member:
 
     ``kind``: ``server`` (a Gym server in the sandbox), ``model`` (the built-in stub model) or
     ``ray`` (a private Ray head). ``port``: where it listens inside its network; ``public``: the
-    daemon-side ``(host, port)`` reaching it; ``probe_path``: readiness URL path (None = no HTTP
-    probe, ready once spawned; ``"tcp"`` = a TCP connect). ``wave``: lower waves are spawned and
-    ready before higher ones start (a private Ray head is wave 0). ``spec``: the sandbox ``ProcessSpec`` (fds filled per start);
+    daemon-side ``(host, port)`` reaching it; ``auto_port``: the daemon chose the port (it may
+    choose again after a bind race, rebind.py). ``probe_path``: readiness URL path (None = ready
+    once spawned; ``"tcp"`` = a TCP connect; ``"log:TEXT"`` = TEXT printed since the last start).
+    ``wave``: lower waves are spawned and ready before higher ones start. ``kill_on_stop``: KILLed at
+    once on shutdown, no grace (a private Ray head: its drain takes seconds, and nothing in it
+    outlives the servers that used it). ``spec``: the sandbox ``ProcessSpec`` (fds filled per start);
     ``launcher``: the :class:`sandbox.Sandbox` that spawns it. ``info``: static facts served by the
     head server (server type, implementation...).
     """
@@ -53,6 +56,7 @@ class Member:
     pidfd: int | None = None
     pgid: int | None = None
     auto_port: bool = False
+    kill_on_stop: bool = False
     rebinds: int = 0
 
     @property

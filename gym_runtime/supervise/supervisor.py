@@ -379,11 +379,14 @@ class Supervisor:
                 return
             failed = m.status == FAILED
             m.status = STOPPING
-            info = await proc.stop(grace)
-            if info.reason == "killed":
-                m.escalated = True
-                m.log.note(f"did not exit within {grace:g}s of SIGTERM: killed (SIGKILL to its process group)")
-                self._progress(f"{m.name}: ignored SIGTERM for {grace:g}s, killed")
+            if m.kill_on_stop:  # our private Ray head: its graceful drain takes seconds and saves nothing
+                info = await proc.stop(0.0)
+            else:
+                info = await proc.stop(grace)
+                if info.reason == "killed":
+                    m.escalated = True
+                    m.log.note(f"did not exit within {grace:g}s of SIGTERM: killed (SIGKILL to its process group)")
+                    self._progress(f"{m.name}: ignored SIGTERM for {grace:g}s, killed")
             m.status = FAILED if failed else STOPPED
 
         running = [m for m in self.members.values() if m.status != PENDING]

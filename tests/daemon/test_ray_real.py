@@ -37,9 +37,10 @@ def gcs_pids(procs: list[psutil.Process]) -> list[int]:
     return [p.pid for p in procs if p.name().startswith("gcs_server")]
 
 
-def run_up(tmp: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, float]:
+def run_up(tmp: Path, *args: str, env: dict[str, str] | None = None, pkg: Path | None = None
+           ) -> tuple[int, str, float]:
     t0 = time.monotonic()
-    proc = up_process(simple_env(tmp / "pkg"), tmp, *args, env=env)
+    proc = up_process(pkg or simple_env(tmp / "pkg"), tmp, *args, env=env)
     try:
         out, err = proc.communicate(timeout=60)
     finally:
@@ -142,3 +143,28 @@ def test_case4_local_starts_one_private_cluster_and_stops_only_it(outside_cluste
         assert "ray: starting a private local instance (--ray-address=local)" in proc.stderr.read()
     finally:
         kill_tree(proc)
+
+
+def test_ray_servers_isolation_level(tmp_path: Path) -> None:
+    """Servers that use Ray: partial with our private head, none with an outside cluster, and a
+    clear error (before any Ray start) when full isolation is required."""
+    from sandbox import probe_isolation
+
+    from gym_runtime.errors import IsolationError
+    from gym_runtime.ray_target import RayTarget, ray_level
+
+    best = probe_isolation().level.value
+    local, join = RayTarget("local", None, "needed by a", ("a",)), RayTarget("join", "127.0.0.1:1", "x", ("a",))
+    assert ray_level(RayTarget("none"), None, True) is None and ray_level(local, "none", False) == "none"
+    if best == "none":
+        pytest.skip("this host offers isolation none only")
+    assert ray_level(local, None, False) == ("partial" if best == "full" else None)
+    assert ray_level(join, None, False) == "none"
+    with pytest.raises(IsolationError) as e:
+        ray_level(join, None, True)
+    assert e.value.code == "GR-SANDBOX-RAY" and "host network" in e.value.message
+    pkg = simple_env(tmp_path / "pkg", ray_enabled=True)  # acme_math declares it needs Ray
+    code, err, _ = run_up(tmp_path, "--require-isolation", pkg=pkg)
+    if best == "full":
+        assert code == 3 and "GR-SANDBOX-RAY" in err and "acme_math use Ray" in err
+        assert "drop --require-isolation" in err and "ray_head" not in err

@@ -37,7 +37,11 @@ def abi_tag(interp: Interpreter) -> str:
 
 
 def highest_platform() -> str:
-    return host_platforms()[0] if host_platforms() else "unknown"
+    """The most capable platform tag this host installs, as uv names it in its hints: the highest
+    ``manylinux_2_N_<arch>`` (packaging >= 26 lists the plain ``linux_<arch>`` first, which no
+    vendored wheel uses), else the first tag (macOS, musl), else ``unknown``."""
+    plats = host_platforms()
+    return next((p for p in plats if p.startswith("manylinux_")), plats[0] if plats else "unknown")
 
 
 def fits(filename: str, interp: Interpreter) -> bool:

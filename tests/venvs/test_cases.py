@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
 import shutil
 import subprocess
 import threading
@@ -196,6 +198,11 @@ def test_c12_wrong_abi_and_too_new_manylinux(tmp_path, make_settings) -> None:
     assert "cp313" in e.message
     assert "fastcodec-1.4.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl: Python/ABI tag" in e.message
     assert "fastcodec-1.5.0-cp313-cp313-manylinux_2_39_x86_64.whl: platform tag mismatch" in e.message
+    # the host's highest manylinux tag, from its glibc (not packaging's plain linux_<arch> tag), as uv says it
+    glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[1].split(".")
+    highest = f"manylinux_{glibc[0]}_{glibc[1]}_{platform.machine()}"
+    assert f"up to {highest}" in e.message and f"supports up to {highest};" in e.message
+    assert highest in e.cause
     assert "hint:" in e.cause  # uv's full cause and hint lines
     # stage 1 quietly took 1.3.0 from the index: reported
     assert "wheels/ has fastcodec 1.4.0, 1.5.0 but stage 1 installed fastcodec 1.3.0 from the index" in e.cause

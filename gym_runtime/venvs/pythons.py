@@ -5,6 +5,10 @@ the runtime's own base interpreter, ``pythonX.Y`` / ``python3`` / ``python`` on 
 shims skipped: they follow ``.python-version`` files), ``$(pyenv root)/versions/*/bin``, and
 uv-managed interpreters (``uv python dir``). Each candidate's exact version is read by running
 it once; results are cached per resolved path, size and mtime for the life of the process.
+
+Errors (code ``GR-BUILD-PYTHON``, stage ``python``): a request that is neither a version nor a
+runnable interpreter path is invalid input (:class:`PythonRequestError`, exit 1); a well-formed
+version this host does not have (case C17) is a :class:`~gym_runtime.errors.BuildError` (exit 3).
 """
 
 from __future__ import annotations
@@ -17,11 +21,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gym_runtime.errors import BuildError
+from gym_runtime.errors import EXIT_INVALID, BuildError, UserError
 
 _PROBE = "import sys,platform;print(platform.python_implementation(), '.'.join(map(str, sys.version_info[:3])))"
 _CACHE: dict[tuple[str, int, int], tuple[str, str] | None] = {}
 _VERSION_RE = re.compile(r"^\d+(\.\d+){1,2}$")
+
+
+class PythonRequestError(BuildError, UserError):
+    """A Python request (``--python``, ``python_version``) that is a malformed version, a path that
+    does not exist, or a file that is not a runnable interpreter: invalid input (exit 1)."""
+
+    code = "GR-BUILD-PYTHON"
+    exit_code = EXIT_INVALID
 
 
 @dataclass(frozen=True)
@@ -120,34 +132,47 @@ def _matches(version: str, request: str) -> bool:
     return version == request or version.startswith(request + ".")
 
 
+def _looks_like_path(req: str) -> bool:
+    return "/" in req or req.startswith(("~", "."))
+
+
 def find_python(request: str, environ: Mapping[str, str], *, server: str = "", origin: str = "") -> Interpreter:
     """The interpreter for ``request`` (version or path).
 
-    Raises :class:`BuildError` ``GR-BUILD-PYTHON`` naming the server, the request, where it was
-    set (``origin``) and every interpreter found on this host (case C17).
+    Raises ``GR-BUILD-PYTHON`` naming the server, the request, where it was set (``origin``) and
+    every interpreter found on this host: :class:`PythonRequestError` (exit 1) for a malformed
+    version, a missing path or a file that is no interpreter; :class:`BuildError` (exit 3) for a
+    version this host does not have (case C17).
     """
     req = request.strip()
     if not _VERSION_RE.match(req):
         p = Path(req).expanduser()
-        it = probe(p, "path") if p.exists() else None
+        if not _looks_like_path(req) and not p.exists():
+            _raise(server, req, origin, environ, f"{req!r} is neither a Python version (like 3.13) nor a path "
+                   "to an interpreter", PythonRequestError)
+        if not p.exists():
+            _raise(server, req, origin, environ, f"{req} does not exist", PythonRequestError)
+        it = probe(p, "path")
         if it:
             return it
-        _raise(server, req, origin, environ, f"{req} is not a runnable Python interpreter")
+        _raise(server, req, origin, environ, f"{req} is not a runnable Python interpreter", PythonRequestError)
     minor = ".".join(req.split(".")[:2])
     for path, source in candidates(environ, minor):
         it = probe(path, source)
         if it and _matches(it.version, req):
             return it
-    _raise(server, req, origin, environ, f"Python {req} is not available on this host")
+    _raise(server, req, origin, environ, f"Python {req} is not available on this host", BuildError)
     raise AssertionError  # unreachable
 
 
-def _raise(server: str, req: str, origin: str, environ: Mapping[str, str], what: str) -> None:
+def _raise(server: str, req: str, origin: str, environ: Mapping[str, str], what: str,
+           error: type[BuildError]) -> None:
     found = list_pythons(environ)
     listing = ", ".join(f"{i.version} ({i.path})" for i in found) or "(none)"
     where = f" (set in {origin})" if origin else ""
-    raise BuildError(f"{server + ': ' if server else ''}python {req}{where}: {what}; found {listing}",
-                     hint="use one of the versions found, or install the interpreter on the host "
-                     "(gym-runtime never downloads Python)", code="GR-BUILD-PYTHON",
-                     extra={"server": server, "stage": "python", "requested": req,
-                            "found": [i.version for i in found]})
+    hint = ("give a version such as 3.13, or the path of a python executable; " if error is PythonRequestError
+            else "") + "use one of the versions found, or install the interpreter on the host " \
+        "(gym-runtime never downloads Python)"
+    raise error(f"{server + ': ' if server else ''}python {req}{where}: {what}; found {listing}", hint=hint,
+                code="GR-BUILD-PYTHON", extra={"server": server, "stage": "python", "requested": req,
+                                               "found": [i.version for i in found]})

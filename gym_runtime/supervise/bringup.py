@@ -33,6 +33,7 @@ from gym_runtime.supervise.readiness import model_base_urls
 from gym_runtime.supervise.supervisor import Supervisor
 
 STUB_MODEL_NAME = "stub-model"
+KEYLESS_API_KEY = "EMPTY"  # what OpenAI clients send to a vLLM endpoint started without --api-key
 
 
 @dataclass
@@ -103,8 +104,15 @@ class Environment:
                                   origin="built-in stub model")
             self._say(f"no --policy-base-url: starting the built-in stub model at {self.stub_url} "
                       f"(model {policy.model_name!r}) and pointing policy_model at it")
+        # a given endpoint with no key: "EMPTY", the OpenAI-client convention for a keyless vLLM
+        # endpoint; beneath every config file and override, so a key set there still wins
+        defaults = {"policy_api_key": KEYLESS_API_KEY} if policy.base_url is not None and not policy.api_key else None
         pkg = await asyncio.to_thread(load_package, self.req.package)
-        self.merged = merged = await asyncio.to_thread(build_config, pkg, self.req.overrides, policy)
+        self.merged = merged = await asyncio.to_thread(build_config, pkg, self.req.overrides, policy,
+                                                       defaults=defaults)
+        if defaults and merged.sources.of("policy_api_key") == "default":
+            self._say(f"no policy API key given (--policy-api-key-env VAR or GYM_RUNTIME_POLICY_API_KEY): "
+                      f"using {KEYLESS_API_KEY!r}, the OpenAI-client convention for a keyless endpoint such as vLLM")
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
         given(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ)
         cfg_head = merged.data.get("head_server") if isinstance(merged.data.get("head_server"), dict) else {}

@@ -44,3 +44,35 @@ def fast_options(**kw) -> SuperviseOptions:
                 shutdown_grace_s=2, max_restarts=2)
     base.update(kw)
     return SuperviseOptions(**base)
+
+
+@pytest.fixture
+def stub_endpoint(tmp_path: Path):
+    """The built-in stub model as an outside policy endpoint: ``(base_url, served model name)``."""
+    import socket
+    import subprocess
+    import time
+
+    import httpx
+
+    from tests.helpers.daemon import kill_tree
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.stub_model", "--port", str(port), "--model",
+                             "acme-policy-7b"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url + "/models", trust_env=False, timeout=1)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline and proc.poll() is None, "stub model did not start"
+                time.sleep(0.05)
+        yield url, "acme-policy-7b"
+    finally:
+        kill_tree(proc)

@@ -37,3 +37,19 @@ def test_up_native_quickstart(tmp_path: Path) -> None:
         assert wait_gone(tree, 2.0) == []
     finally:
         kill_tree(proc)
+
+
+def test_training_pod_command_without_an_api_key(tmp_path: Path, stub_endpoint) -> None:
+    """The documented training-pod command: a keyless policy endpoint and a model name, no key."""
+    url, served = stub_endpoint
+    env = {"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"), "GYM_RUNTIME_POLICY_API_KEY": ""}
+    proc = up_process(EXAMPLES / "native-quickstart", tmp_path, "--policy-base-url", url,
+                      "--policy-model-name", served, env=env)
+    try:
+        info = json.loads(read_ready_line(proc, timeout=600))
+        assert info["policy_model"] == {"base_url": url, "stub": False}
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert "using 'EMPTY'" in proc.stderr.read()
+    finally:
+        kill_tree(proc)

@@ -1,0 +1,66 @@
+"""The job's policy values at ``up``: a keyless endpoint gets the key ``EMPTY`` (real stub model on
+loopback as the endpoint)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
+
+POLICY_MODEL = {"policy_model": {"responses_api_models": {"acme_model": {
+    "base_url": "${policy_base_url}", "api_key": "${policy_api_key}", "model": "${policy_model_name}"}}}}
+
+
+def policy_package(root: Path) -> Path:
+    """A policy_model instance using the three job values (as examples/native-quickstart does) and a
+    resources server."""
+    return write_fixture_package(root, {**POLICY_MODEL, "acme_math": {"resources_servers": {"acme_math": {
+        "domain": "math"}}}})
+
+
+def test_base_url_without_key_uses_empty(tmp_path: Path, stub_endpoint) -> None:
+    url, served = stub_endpoint
+    pkg = policy_package(tmp_path / "pkg")
+    proc = up_process(pkg, tmp_path, "--policy-base-url", url, "--policy-model-name", served,
+                      env={"GYM_RUNTIME_POLICY_API_KEY": ""})
+    try:
+        info = json.loads(read_ready_line(proc))
+        assert info["status"] == "ready" and info["policy_model"]["stub"] is False
+        seen = json.loads((tmp_path / "run/servers/policy_model/contract.json").read_text())
+        assert seen["cfg"]["api_key"] == "EMPTY" and seen["cfg"]["model"] == served
+    finally:
+        kill_tree(proc)
+        err = proc.stderr.read()
+    assert "no policy API key given" in err and "'EMPTY'" in err
+
+
+def test_key_from_the_environment_is_kept_and_never_printed(tmp_path: Path, stub_endpoint) -> None:
+    url, served = stub_endpoint
+    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", url,
+                      "--policy-model-name", served, env={"GYM_RUNTIME_POLICY_API_KEY": "sk-real-key-42"})
+    try:
+        read_ready_line(proc)
+        seen = json.loads((tmp_path / "run/servers/policy_model/contract.json").read_text())
+        assert seen["cfg"]["api_key"] == "sk-real-key-42"
+    finally:
+        kill_tree(proc)
+        err = proc.stderr.read()
+    assert "sk-real-key-42" not in err and "EMPTY" not in err
+
+
+def test_config_without_policy_values_still_fails_like_c02(tmp_path: Path) -> None:
+    pkg = policy_package(tmp_path / "pkg")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_RUNTIME_POLICY_")}
+    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "config", str(pkg)], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.returncode == 1 and "GR-CONFIG-MISSING" in r.stderr
+    for key in ("policy_base_url", "policy_api_key", "policy_model_name"):
+        assert key in r.stderr
+    assert "EMPTY" not in r.stderr
+

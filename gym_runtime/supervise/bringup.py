@@ -29,7 +29,7 @@ from gym_runtime.supervise.member import Member
 from gym_runtime.supervise.options import SuperviseOptions
 from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import bind_listener, check_free, free_port
-from gym_runtime.supervise.readiness import model_base_urls
+from gym_runtime.supervise.readiness import model_base_urls, policy_models
 from gym_runtime.supervise.supervisor import Supervisor
 
 STUB_MODEL_NAME = "stub-model"
@@ -153,7 +153,7 @@ class Environment:
                   f"(isolation: {self.sandbox.level.value})")
         self.supervisor.phase = "waiting for servers to answer GET /"
         self._check_stop()
-        await self.supervisor.start(model_base_urls(merged.data))
+        await self.supervisor.start(model_base_urls(merged.data), policy_models(merged.data))
         self.phase = "ready"
         self.ready_info = {
             "status": "ready", "head_server": self.head.url,
@@ -261,8 +261,9 @@ class Environment:
         from sandbox import ProcessSpec
 
         root = str(Path(__file__).resolve().parents[2])
+        served = self.merged.data.get("policy_model_name") or STUB_MODEL_NAME  # the name servers will ask for
         argv = [sys.executable, "-m", "gym_runtime.stub_model", "--host", "127.0.0.1", "--port", str(port),
-                "--seed", str(self.req.stub_seed), "--model", STUB_MODEL_NAME]
+                "--seed", str(self.req.stub_seed), "--model", served]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": root, "PYTHONUNBUFFERED": "1",
                "HOME": str(self.work_dir), "LANG": "C.UTF-8"}
         m = self._member("stub_model", "model", ProcessSpec("stub_model", argv, self.work_dir, env),

@@ -3,7 +3,8 @@
 A server is ready when ``GET http://host:port/`` gets *any* HTTP answer (never from a log line,
 case C24). A model endpoint is ready when ``GET <base_url>/models`` (URL ending in ``/v1``) or
 ``GET <base_url>`` answers with any status; a refused connection is retried, a name that does
-not resolve is reported at once.
+not resolve is reported at once. When a ``/v1`` endpoint answers with an OpenAI model list
+(``{"data": [{"id": ...}]}``), the policy model name must be in it (:func:`served_models`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,33 @@ def model_base_urls(data: dict[str, Any]) -> list[str]:
         if isinstance(value, dict) and "responses_api_models" in value:
             walk(value["responses_api_models"])
     return found
+
+
+def policy_models(data: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
+    """Policy endpoint base URL (no trailing ``/``) -> ``(policy_model_name, policy_api_key)``
+    from the merged config's top-level policy values; empty when there is no model name."""
+    urls, name, key = data.get("policy_base_url"), data.get("policy_model_name"), data.get("policy_api_key")
+    if not isinstance(name, str) or not name:
+        return {}
+    return {u.rstrip("/"): (name, key if isinstance(key, str) else None)
+            for u in (urls if isinstance(urls, list) else [urls]) if isinstance(u, str)}
+
+
+async def served_models(client: httpx.AsyncClient, base_url: str, api_key: str | None = None) -> list[str] | None:
+    """The model ids a ``/v1`` endpoint lists at ``GET <base>/models`` (OpenAI shape), or None when
+    the URL is not a ``/v1`` one or the answer is not a model list (an error status, another shape)."""
+    if not base_url.rstrip("/").endswith("/v1"):
+        return None
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = await client.get(model_probe_url(base_url), headers=headers, timeout=PROBE_TIMEOUT_S)
+        body = r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    items = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not all(isinstance(i, dict) and isinstance(i.get("id"), str) for i in items):
+        return None
+    return [i["id"] for i in items]
 
 
 def model_probe_url(base_url: str) -> str:

@@ -77,8 +77,10 @@ class Supervisor:
     def add(self, member: Member) -> None:
         self.members[member.name] = member
 
-    async def start(self, endpoints: list[str] = ()) -> None:
-        """Spawn every member and wait until all answer and every model endpoint answers.
+    async def start(self, endpoints: list[str] = (), models: dict[str, tuple[str, str | None]] | None = None) -> None:
+        """Spawn every member and wait until all answer and every model endpoint answers (and,
+        for an endpoint in ``models`` = {base URL: (model name, api key)}, lists that model when
+        it answers with a model list).
 
         Raises :class:`StartError` (``GR-START-CRASH``, ``GR-START-TIMEOUT``...) with the phase
         reached and the last log lines of each server not ready; the caller then stops the rest.
@@ -89,7 +91,7 @@ class Supervisor:
         self._loop_task = loop.create_task(self._loop())
         for url in endpoints:
             self.endpoints[url] = "pending"
-            self._spawn_task(self._probe_endpoint(url))
+            self._spawn_task(self._probe_endpoint(url, (models or {}).get(url)))
         self._spawn_wave()
         overall = self.options.startup_timeout_s
         try:
@@ -219,8 +221,16 @@ class Supervisor:
                    code="GR-START-TIMEOUT")
 
     def _on_endpoint(self, ev: Event) -> None:
-        self.endpoints[ev.name] = ev.data
-        if ev.data == "failed":
+        self.endpoints[ev.name] = ev.data if isinstance(ev.data, str) else "failed"
+        if isinstance(ev.data, tuple):  # ("wrong-model", name given, names served)
+            _, name, served = ev.data
+            self._fail("policy model", f"model endpoint {ev.name} does not serve the model {name!r} "
+                       f"(policy_model_name); it serves: {', '.join(map(repr, served)) or '(none)'}",
+                       code="GR-START-MODEL-NAME",
+                       hint="pass --policy-model-name with a name the endpoint serves (vLLM: its "
+                       "--served-model-name), or point --policy-base-url at the endpoint serving "
+                       f"{name!r}")
+        elif ev.data == "failed":
             self._fail("policy model", f"model endpoint {ev.name} never answered GET "
                        f"{readiness.model_probe_url(ev.name)} within {self.options.model_endpoint_timeout_s:g}s",
                        code="GR-START-MODEL-ENDPOINT",
@@ -362,11 +372,15 @@ class Supervisor:
         if proc.poll() is None:
             self.post(Event("ready" if ok else "not_ready", m.name, proc))
 
-    async def _probe_endpoint(self, url: str) -> None:
+    async def _probe_endpoint(self, url: str, model: tuple[str, str | None] | None) -> None:
         assert self._client is not None
         t = self.options.model_endpoint_timeout_s
         ok = t <= 0 or await readiness.wait_http(self._client, readiness.model_probe_url(url), time.monotonic() + t)
-        self.post(Event("endpoint", url, data="ready" if ok else "failed"))
+        served = await readiness.served_models(self._client, url, model[1]) if ok and t > 0 and model else None
+        if served is not None and model[0] not in served:
+            self.post(Event("endpoint", url, data=("wrong-model", model[0], served)))
+        else:
+            self.post(Event("endpoint", url, data="ready" if ok else "failed"))
 
     async def _shutdown(self, grace: float) -> None:
         """TERM every process group, wait ``grace``, KILL, reap; then post ``stopped``."""

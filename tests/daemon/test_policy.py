@@ -1,5 +1,5 @@
-"""The job's policy values at ``up``: a keyless endpoint gets the key ``EMPTY`` (real stub model on
-loopback as the endpoint)."""
+"""The job's policy values at ``up``: a keyless endpoint gets the key ``EMPTY``; the model name is
+checked against the endpoint's ``/models`` list (real stub model on loopback as the endpoint)."""
 
 from __future__ import annotations
 
@@ -64,3 +64,35 @@ def test_config_without_policy_values_still_fails_like_c02(tmp_path: Path) -> No
         assert key in r.stderr
     assert "EMPTY" not in r.stderr
 
+
+def test_model_name_not_served_fails_the_start(tmp_path: Path, stub_endpoint) -> None:
+    url, served = stub_endpoint
+    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", url,
+                      "--policy-model-name", "acme-policy-70b")
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 3 and out == ""
+    assert "GR-START-MODEL-NAME" in err and url in err
+    assert "'acme-policy-70b'" in err and f"'{served}'" in err and "--policy-model-name" in err
+
+
+def test_unreachable_endpoint_keeps_waiting_and_times_out(tmp_path: Path) -> None:
+    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", "http://127.0.0.1:9/v1",
+                      "--policy-model-name", "m", "--model-endpoint-timeout", "1")
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 3 and "GR-START-MODEL-ENDPOINT" in err and "GR-START-MODEL-NAME" not in err
+
+
+def test_stub_serves_the_model_name_given(tmp_path: Path) -> None:
+    """No policy URL but a model name: the built-in stub serves that name, so the check passes."""
+    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-model-name", "acme-policy-70b")
+    try:
+        info = json.loads(read_ready_line(proc))
+        assert info["policy_model"]["stub"] is True
+    finally:
+        kill_tree(proc)

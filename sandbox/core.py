@@ -237,10 +237,12 @@ class Sandbox:
         else:
             argv = list(spec.argv)
         popen_env = dict(env)  # the complete env: never on a command line (see sandbox/launch.py)
+        # every level gets its own session and process group, so a terminal's SIGINT (sent to the
+        # daemon's foreground group) reaches the daemon only, which then stops its servers in order
         try:
             popen = subprocess.Popen(
                 argv, cwd=str(spec.cwd), env=popen_env, stdin=subprocess.DEVNULL, stdout=spec.stdout_fd,
-                stderr=spec.stderr_fd, close_fds=True, start_new_session=self.bwrap is None,
+                stderr=spec.stderr_fd, close_fds=True, start_new_session=True,
                 preexec_fn=make_preexec(spec.limits, cg.procs_files, join, os.getpid()),
             )
         except (OSError, subprocess.SubprocessError) as e:

@@ -158,3 +158,34 @@ def test_failed_server_fails_the_daemon(tmp_path: Path) -> None:
         assert "fixture: exiting with 0" in err  # the log tail is in the report
     finally:
         kill_tree(proc)
+
+
+def _group(pgid: int) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid:
+                out.append(p)
+        except (OSError, psutil.Error):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("level", ["best", "none"])
+def test_terminal_ctrl_c_stops_cleanly(tmp_path: Path, level: str) -> None:
+    """Ctrl-C in a terminal = SIGINT to the whole foreground process group: only the daemon gets it
+    (every server has its own group at every level), so the stop is clean: exit 0, no restart,
+    nothing left."""
+    proc = up_process(simple_env(tmp_path / "pkg"), tmp_path, *(["--isolation", level] if level != "best" else []))
+    try:
+        read_ready_line(proc)
+        kids = [p.pid for p in descendants(proc.pid)]
+        assert [p.pid for p in _group(proc.pid)] == [proc.pid]  # the servers are not in the terminal's group
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(10)
+        err = proc.stderr.read()
+        assert code == 0, err
+        assert "restart" not in err and "signal" not in err.replace("SIGINT: stopping", "")
+        assert wait_gone(kids, 2.0) == []
+    finally:
+        kill_tree(proc)

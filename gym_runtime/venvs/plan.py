@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
@@ -33,6 +34,9 @@ from gym_runtime.venvs.requirements import SDK_NAME, InstallSource, read_install
 from gym_runtime.venvs.uvrun import UvEnv, make_env, uv_version
 
 STAGE2_TYPES = ("responses_api_agents", "resources_servers")
+# The built-in servers run the runtime's own code (servers/_kit: pydantic models with `X | None`),
+# so they need what gym-runtime needs: pyproject.toml's requires-python (a test keeps them equal).
+BUILTIN_REQUIRES_PYTHON = ">=3.11"
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,18 @@ def _python_request(inst: ServerInstance, merged: MergedConfig, python: str | No
     return settings.python, "the runtime's own Python version"
 
 
+def _python_requirement(inst: ServerInstance, source: InstallSource,
+                        rel_file: str) -> tuple[SpecifierSet | None, str]:
+    """The Python versions ``inst`` can run on and who says so: a built-in server needs the
+    runtime's own minimum, a pyproject server its ``requires-python`` (``None``: no limit)."""
+    spec, who = source.requires_python, f"{rel_file} ([project].requires-python)"
+    if inst.server_dir.origin == "builtin":
+        builtin = SpecifierSet(BUILTIN_REQUIRES_PYTHON)
+        spec = builtin & spec if spec is not None else builtin
+        who = f"the built-in server {inst.server_type}/{inst.implementation} (it runs gym-runtime's server kit)"
+    return spec, who
+
+
 def _local_inputs(source: InstallSource, cache: HashCache) -> dict[str, str]:
     """Digests of local files/directories the install file points at (includes, paths)."""
     out = {}
@@ -205,8 +221,12 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     mode = settings.pin_mode
     pins = pins_for(settings, mode, source)
     request, origin = _python_request(inst, merged, python, settings)
-    interp = find_python(request, settings.environ or os.environ, server=inst.name, origin=origin)
     pkg = merged.package
+    rel_file = pkg.rel(sdir.install_file) if sdir.origin == "package" else \
+        f"servers/{sdir.server_type}/{sdir.implementation}/{sdir.install_file.name} (built-in)"
+    requires, requires_why = _python_requirement(inst, source, rel_file)
+    interp = find_python(request, settings.environ or os.environ, server=inst.name, origin=origin,
+                         requires=requires, requires_why=requires_why)
     wheels_dir = pkg.wheels_dir if pkg.wheels_dir and pkg.wheels_dir.is_dir() else None
     pool = read_pool(wheels_dir, cache)
     closure: tuple[str, ...] = ()
@@ -218,8 +238,6 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
         closure = tuple(sorted(f"{n}=={max(vs, key=Version)}" for n, vs in versions.items()))
     sdk_pin = settings.pins.get(SDK_NAME)
     sdk_replacement = f"{SDK_NAME}=={sdk_pin}" if sdk_pin and mode != "none" else SDK_NAME
-    rel_file = pkg.rel(sdir.install_file) if sdir.origin == "package" else \
-        f"servers/{sdir.server_type}/{sdir.implementation}/{sdir.install_file.name} (built-in)"
     notes = []
     for ln in source.lines:
         if ln.gym_sdk:

@@ -8,7 +8,10 @@ it once; results are cached per resolved path, size and mtime for the life of th
 
 Errors (code ``GR-BUILD-PYTHON``, stage ``python``): a request that is neither a version nor a
 runnable interpreter path is invalid input (:class:`PythonRequestError`, exit 1); a well-formed
-version this host does not have (case C17) is a :class:`~gym_runtime.errors.BuildError` (exit 3).
+version this host does not have (case C17) is a :class:`~gym_runtime.errors.BuildError` (exit 3),
+and so is an interpreter outside what the server needs (``requires``: the built-in servers' minimum,
+a package server's ``requires-python``). When a minimum applies, the interpreters an error lists
+as found are only those that satisfy it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
 
 from gym_runtime.errors import EXIT_INVALID, BuildError, UserError
 
@@ -136,43 +141,55 @@ def _looks_like_path(req: str) -> bool:
     return "/" in req or req.startswith(("~", "."))
 
 
-def find_python(request: str, environ: Mapping[str, str], *, server: str = "", origin: str = "") -> Interpreter:
-    """The interpreter for ``request`` (version or path).
+def find_python(request: str, environ: Mapping[str, str], *, server: str = "", origin: str = "",
+                requires: SpecifierSet | None = None, requires_why: str = "") -> Interpreter:
+    """The interpreter for ``request`` (version or path), which must satisfy ``requires`` (the
+    Python versions the server runs on; ``requires_why`` says who needs them, for the message).
 
     Raises ``GR-BUILD-PYTHON`` naming the server, the request, where it was set (``origin``) and
-    every interpreter found on this host: :class:`PythonRequestError` (exit 1) for a malformed
-    version, a missing path or a file that is no interpreter; :class:`BuildError` (exit 3) for a
-    version this host does not have (case C17).
+    the interpreters found on this host that would work: :class:`PythonRequestError` (exit 1) for
+    a malformed version, a missing path or a file that is no interpreter; :class:`BuildError`
+    (exit 3) for a version this host does not have (case C17) or one outside ``requires``.
     """
     req = request.strip()
+    need = (requires, requires_why)
+    it: Interpreter | None = None
     if not _VERSION_RE.match(req):
         p = Path(req).expanduser()
         if not _looks_like_path(req) and not p.exists():
             _raise(server, req, origin, environ, f"{req!r} is neither a Python version (like 3.13) nor a path "
-                   "to an interpreter", PythonRequestError)
+                   "to an interpreter", PythonRequestError, need)
         if not p.exists():
-            _raise(server, req, origin, environ, f"{req} does not exist", PythonRequestError)
+            _raise(server, req, origin, environ, f"{req} does not exist", PythonRequestError, need)
         it = probe(p, "path")
-        if it:
-            return it
-        _raise(server, req, origin, environ, f"{req} is not a runnable Python interpreter", PythonRequestError)
-    minor = ".".join(req.split(".")[:2])
-    for path, source in candidates(environ, minor):
-        it = probe(path, source)
-        if it and _matches(it.version, req):
-            return it
-    _raise(server, req, origin, environ, f"Python {req} is not available on this host", BuildError)
-    raise AssertionError  # unreachable
+        if it is None:
+            _raise(server, req, origin, environ, f"{req} is not a runnable Python interpreter", PythonRequestError,
+                   need)
+    else:
+        minor = ".".join(req.split(".")[:2])
+        it = next((i for path, source in candidates(environ, minor)
+                   if (i := probe(path, source)) and _matches(i.version, req)), None)
+        if it is None:
+            _raise(server, req, origin, environ, f"Python {req} is not available on this host", BuildError, need)
+    assert it is not None
+    if requires is not None and not requires.contains(it.version, prereleases=True):
+        _raise(server, req, origin, environ, f"that is {it.implementation} {it.version}, but {requires_why} "
+               f"needs Python {requires}", BuildError, need)
+    return it
 
 
 def _raise(server: str, req: str, origin: str, environ: Mapping[str, str], what: str,
-           error: type[BuildError]) -> None:
-    found = list_pythons(environ)
+           error: type[BuildError], need: tuple[SpecifierSet | None, str]) -> None:
+    requires, why = need
+    found = [i for i in list_pythons(environ) if requires is None or requires.contains(i.version, prereleases=True)]
     listing = ", ".join(f"{i.version} ({i.path})" for i in found) or "(none)"
     where = f" (set in {origin})" if origin else ""
-    hint = ("give a version such as 3.13, or the path of a python executable; " if error is PythonRequestError
+    found_what = "found" if requires is None else f"found that would work (Python {requires}):"
+    hint = ("give a version such as 3.13 or the path of a Python executable; " if error is PythonRequestError
             else "") + "use one of the versions found, or install the interpreter on the host " \
         "(gym-runtime never downloads Python)"
-    raise error(f"{server + ': ' if server else ''}python {req}{where}: {what}; found {listing}", hint=hint,
-                code="GR-BUILD-PYTHON", extra={"server": server, "stage": "python", "requested": req,
-                                               "found": [i.version for i in found]})
+    extra = {"server": server, "stage": "python", "requested": req, "found": [i.version for i in found]}
+    if requires is not None:
+        extra["requires_python"] = str(requires)
+    raise error(f"{server + ': ' if server else ''}python {req}{where}: {what}; {found_what} {listing}",
+                hint=hint, code="GR-BUILD-PYTHON", extra=extra)

@@ -7,7 +7,8 @@ stays line N), relative paths made absolute against the server directory (uv run
 directory so a package's ``uv.toml`` cannot redirect the install), and Gym's
 ``-e nemo-gym[dev] @ ../../`` line replaced by the pinned ``nemo-gym`` (reference/nemo_gym_runtime.md
 §2.2, the non-editable variant). ``pyproject.toml`` servers install ``[project].dependencies``
-(never the server directory itself: it is on ``PYTHONPATH`` at run time).
+(never the server directory itself: it is on ``PYTHONPATH`` at run time); their
+``[project].requires-python`` limits the interpreter the venv is built from.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from gym_runtime.errors import BuildError
@@ -52,12 +54,14 @@ class ReqLine:
 
 @dataclass(frozen=True)
 class InstallSource:
-    """A server's install file, parsed. ``kind`` is ``requirements`` or ``pyproject``."""
+    """A server's install file, parsed. ``kind`` is ``requirements`` or ``pyproject``;
+    ``requires_python``: a pyproject's ``[project].requires-python`` (``None``: not declared)."""
 
     file: Path
     kind: str
     lines: tuple[ReqLine, ...]
     n_lines: int
+    requires_python: SpecifierSet | None = None
 
     @property
     def uses_gym_sdk(self) -> bool:
@@ -184,10 +188,21 @@ def _name_from_path(spec: str) -> str | None:
     return None
 
 
+def _requires_python(project: dict, path: Path, server: str) -> SpecifierSet | None:
+    text = project.get("requires-python")
+    if text is None:
+        return None
+    try:
+        return SpecifierSet(str(text))
+    except InvalidSpecifier as e:
+        raise BuildError(f"{server}: {path} [project].requires-python {text!r} is not a version specifier",
+                         cause=str(e), hint="write it like `>=3.11`", code="GR-BUILD-INSTALL-FILE") from None
+
+
 def read_install_source(path: Path, *, server: str) -> InstallSource:
     """Parse a server's ``requirements.txt`` or ``pyproject.toml``; raises :class:`BuildError`
-    (code ``GR-BUILD-INSTALL-FILE``) for an unreadable file or a pyproject without static
-    ``[project].dependencies``."""
+    (code ``GR-BUILD-INSTALL-FILE``) for an unreadable file, a pyproject without static
+    ``[project].dependencies`` or with a malformed ``requires-python``."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -205,6 +220,6 @@ def read_install_source(path: Path, *, server: str) -> InstallSource:
                              code="GR-BUILD-INSTALL-FILE")
         deps = [str(d) for d in project.get("dependencies", [])]
         lines = tuple(classify(i, d) for i, d in enumerate(deps, 1))
-        return InstallSource(path, "pyproject", lines, len(deps))
+        return InstallSource(path, "pyproject", lines, len(deps), _requires_python(project, path, server))
     lines = tuple(classify(n, t) for n, t in _logical_lines(text))
     return InstallSource(path, "requirements", lines, max(len(text.splitlines()), 1))

@@ -1,9 +1,8 @@
 """``gym-runtime up PKG``: start, supervise and serve an environment until SIGTERM/SIGINT (issue 5).
 
 stdout gets exactly ONE JSON line once every server answers (``{"status": "ready", "head_server",
-"servers", "isolation", "startup_s", ...}``); human progress goes to stderr. Exit codes: 0 after a
-requested stop, 1 bad input, 3 a start failure or a server that failed for good (unless
-``--keep-going``), 130 interrupted during start-up. A second SIGINT/SIGTERM skips the grace period.
+"servers", "isolation", "startup_s", ...}``); human progress goes to stderr. Exit codes: see
+:data:`EXIT_CODES` (also in ``up --help``). A second SIGINT/SIGTERM skips the grace period.
 """
 
 from __future__ import annotations
@@ -23,10 +22,21 @@ from gym_runtime.supervise.bringup import Environment, UpRequest
 from gym_runtime.supervise.options import SuperviseOptions
 
 D = SuperviseOptions()
+EXIT_CODES = """exit codes:
+  0    stopped on request (SIGTERM or SIGINT) after the ready line: a pod's normal end
+  1    invalid input: package, config, flag or setting values
+  2    usage: unknown or conflicting flags, missing arguments
+  3    runtime failure: a venv build, a server that does not start or fails for good after
+       ready (unless --keep-going), an unreachable policy endpoint, another daemon running
+  130  stopped by SIGTERM or SIGINT before the ready line (config, venv builds, server start),
+       a cancelled venv build included; everything started is stopped first"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("up", help="start, supervise and serve an environment (prints one JSON line when ready)")
+    p = sub.add_parser("up", help="start, supervise and serve an environment (prints one JSON line when ready)",
+                       description="Start, supervise and serve an environment until SIGTERM/SIGINT. stdout gets "
+                       "one JSON line when every server is ready; progress goes to stderr.",
+                       epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_package_args(p)
     add_policy_args(p)
     p.add_argument("--head-host", default="127.0.0.1", help="head server address (default 127.0.0.1)")

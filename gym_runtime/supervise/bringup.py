@@ -19,11 +19,12 @@ from typing import Any
 
 from gym_runtime.config import MergedConfig, PolicyValues, build_config
 from gym_runtime.config.redact import redact
-from gym_runtime.errors import StartError
+from gym_runtime.errors import GymRuntimeError
 from gym_runtime.package import load_package
 from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.supervise import contract, ray_head
+from gym_runtime.supervise.interrupted import StartInterrupted, as_interrupted
 from gym_runtime.supervise.logs import LogSink
 from gym_runtime.supervise.member import Member
 from gym_runtime.supervise.options import SuperviseOptions
@@ -91,7 +92,7 @@ class Environment:
 
     def _check_stop(self) -> None:
         if self._stopping.is_set():
-            raise StartError(f"start-up was interrupted during phase {self.phase!r}", code="GR-START-INTERRUPTED")
+            raise StartInterrupted(f"start-up was interrupted during phase {self.phase!r}")
 
     # ------------------------------------------------------------------ start
     async def start(self) -> dict[str, Any]:
@@ -174,7 +175,10 @@ class Environment:
                 say(f"venv {label}: {status} in {seconds:.2f}s")
 
         plan = await asyncio.to_thread(plan_venvs, merged, self.settings, self.req.python)
-        return await asyncio.to_thread(build_venvs, plan, self.settings, progress=_Progress(), cancel=self.cancel)
+        try:
+            return await asyncio.to_thread(build_venvs, plan, self.settings, progress=_Progress(), cancel=self.cancel)
+        except GymRuntimeError as e:
+            raise as_interrupted(e, self.phase) from None
 
     async def _start_sandboxes(self, merged: MergedConfig) -> None:
         from sandbox import EgressPolicy, Sandbox

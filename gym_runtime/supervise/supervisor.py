@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 from gym_runtime.errors import StartError
 from gym_runtime.supervise import readiness
+from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
                                           Member)
 from gym_runtime.supervise.orphans import group_empty, reap_orphans
@@ -245,8 +246,7 @@ class Supervisor:
             self._stop_started = True
             self.state, self.phase = "stopping", "shutting down"
             if self._startup is not None and not self._startup.done():
-                self._startup.set_exception(StartError("start-up was interrupted by a stop request",
-                                                       code="GR-START-INTERRUPTED"))
+                self._startup.set_exception(StartInterrupted("start-up was interrupted by a stop request"))
             self._spawn_task(self._shutdown(0.0 if fast else self.options.shutdown_grace_s))
         elif fast:
             self._progress("second stop request: killing every process group now")

@@ -2,8 +2,8 @@
 
 Prints ``/health`` and ``/server_instances`` (a table, or JSON with ``--json``). Exit 0 when the
 environment is ready, 3 when it is starting or failed or the head server cannot be reached.
-``--head`` defaults to the head server of the daemon that last became ready on this host
-(``$GYM_RUNTIME_HOME/daemon.json``, written by ``up`` and removed when it stops).
+``--head`` defaults to the head server of the daemon running on this ``$GYM_RUNTIME_HOME``
+(``daemon.json``, held by ``up`` while it runs; see :mod:`gym_runtime.supervise.daemon_record`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import httpx
 
 from gym_runtime.errors import EXIT_RUNTIME, StartError, UserError
 from gym_runtime.settings import load_settings
+from gym_runtime.supervise.daemon_record import RECORD, running
 
 
 def add_head_arg(p: argparse.ArgumentParser) -> None:
@@ -26,12 +27,15 @@ def head_url(args: argparse.Namespace) -> str:
     """``--head`` or the running daemon's head URL; raises :class:`UserError` when neither exists."""
     if args.head:
         return args.head.rstrip("/")
-    state = load_settings().home / "daemon.json"
-    try:
-        return json.loads(state.read_text())["head_server"].rstrip("/")
-    except (OSError, ValueError, KeyError):
-        raise UserError(f"no --head given and no running daemon recorded in {state}", code="GR-HEAD-UNKNOWN",
-                        hint="pass --head http://host:port (the head_server of `up`'s ready line)") from None
+    home = load_settings().home
+    record = running(home)
+    if record is None:
+        raise UserError(f"no --head given and no running daemon recorded in {home / RECORD}", code="GR-HEAD-UNKNOWN",
+                        hint="pass --head http://host:port (the head_server of `up`'s ready line)")
+    if not record.get("head_server"):
+        raise StartError(f"the daemon (pid {record.get('pid')}) is still starting: its head server is known once "
+                         "it prints its ready line", code="GR-HEAD-STARTING", hint="try again in a moment")
+    return str(record["head_server"]).rstrip("/")
 
 
 def get(url: str, timeout: float = 5.0) -> httpx.Response:

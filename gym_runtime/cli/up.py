@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
 from gym_runtime.settings import load_settings
 from gym_runtime.supervise.bringup import Environment, UpRequest
+from gym_runtime.supervise.daemon_record import DaemonRecord
 from gym_runtime.supervise.options import SuperviseOptions
 
 D = SuperviseOptions()
@@ -73,8 +73,12 @@ def _progress(msg: str) -> None:
 
 
 async def serve(req: UpRequest) -> int:
-    """Run the daemon on this loop until stopped; returns the exit code."""
+    """Run the daemon on this loop until stopped; returns the exit code. Raises
+    :class:`~gym_runtime.errors.StartError` ``GR-DAEMON-RUNNING`` when another daemon holds the
+    state directory (see :mod:`gym_runtime.supervise.daemon_record`)."""
     env = Environment(req, load_settings(), _progress)
+    record = DaemonRecord(env.settings.home, env.work_dir, req.work_dir is not None, _progress)
+    record.claim()
     loop = asyncio.get_running_loop()
     signals: list[int] = []
     stops: list[asyncio.Task] = []
@@ -97,9 +101,7 @@ async def serve(req: UpRequest) -> int:
                 return 130
             raise e from None
         print(json.dumps(info), flush=True)
-        state = env.settings.home / "daemon.json"
-        state.parent.mkdir(parents=True, exist_ok=True)
-        state.write_text(json.dumps({"pid": os.getpid(), **info}))
+        record.ready(info)
         _progress(f"ready in {info['startup_s']:.2f}s; head server {info['head_server']}; supervising "
                   "(SIGTERM/SIGINT to stop)")
         await env.supervisor.wait_stopped()
@@ -108,16 +110,7 @@ async def serve(req: UpRequest) -> int:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        _forget(env.settings.home / "daemon.json")
-
-
-def _forget(state: Path) -> None:
-    """Remove the daemon record if it is ours."""
-    try:
-        if json.loads(state.read_text()).get("pid") == os.getpid():
-            state.unlink()
-    except (OSError, ValueError):
-        pass
+        record.release()
 
 
 def run(args: argparse.Namespace) -> int:

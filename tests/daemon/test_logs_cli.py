@@ -1,0 +1,62 @@
+"""``gym-runtime logs``: ``--follow`` ends when the daemon stops (after its last lines); with no
+daemon running it prints the last run's log and lists the instance's log files."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_process
+
+
+def _logs(home: Path, *args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "logs", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "GYM_RUNTIME_HOME": str(home)}, **kw)
+
+
+def _read_until(proc: subprocess.Popen, text: str, timeout: float = 30.0) -> str:
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    seen, deadline = "", time.monotonic() + timeout
+    while text not in seen:
+        assert time.monotonic() < deadline and sel.select(max(deadline - time.monotonic(), 0)), seen
+        line = proc.stdout.readline()
+        assert line, f"logs exited early: {proc.wait(5)} {proc.stderr.read()}"
+        seen += line
+    return seen
+
+
+def test_follow_ends_with_the_daemon_and_files_remain_readable(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    daemon = up_process(simple_env(tmp_path / "pkg"), tmp_path, env={"GYM_RUNTIME_HOME": str(home)})
+    follow = None
+    try:
+        read_ready_line(daemon)
+        follow = _logs(home, "acme_math", "--follow", "--tail", "5")
+        _read_until(follow, "fixture acme_math listening")
+        os.kill(daemon.pid, signal.SIGTERM)
+        assert daemon.wait(10) == 0
+        out, err = follow.communicate(timeout=10)
+        assert follow.returncode == 0
+        assert "exited: status" in out  # the daemon's last note about the server, printed before leaving
+        assert "the daemon is gone" in err
+    finally:
+        kill_tree(daemon)
+        if follow is not None:
+            follow.kill()
+
+    after = _logs(home, "acme_math")
+    out, err = after.communicate(timeout=30)
+    assert after.returncode == 0 and "fixture acme_math listening" in out
+    assert "no running daemon" in err and str(tmp_path / "run/logs/acme_math.log") in err
+    build_logs = list((home / "logs/build").glob("acme_math-*.log"))
+    assert build_logs and all(str(p) in err for p in build_logs)
+
+    none = _logs(home, "nope")
+    out, err = none.communicate(timeout=30)
+    assert none.returncode == 1 and "GR-LOGS-NO-DAEMON" in err

@@ -23,7 +23,7 @@ from gym_runtime.errors import GymRuntimeError
 from gym_runtime.package import load_package
 from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract, ray_head
+from gym_runtime.supervise import contract, preflight, ray_head
 from gym_runtime.supervise.interrupted import StartInterrupted, as_interrupted
 from gym_runtime.supervise.logs import LogSink
 from gym_runtime.supervise.member import Member
@@ -66,6 +66,7 @@ class Environment:
         self.merged: MergedConfig | None = None
         self.ray = RayTarget("none")
         self.ray_tmp: Path | None = None
+        self.egress: Any = None  # sandbox.EgressPolicy, read before any venv build (preflight.py)
         self.addresses: dict[str, tuple[str, int]] = {}
         self.head_inside: tuple[str, int] | None = None
         self.ray_inside: str | None = None
@@ -97,6 +98,7 @@ class Environment:
     # ------------------------------------------------------------------ start
     async def start(self) -> dict[str, Any]:
         self._start_task = asyncio.current_task()
+        preflight.check_flags(self.req.require_isolation, self.req.isolation)
         policy = self.req.policy
         if policy.base_url is None:
             port = free_port()
@@ -121,6 +123,8 @@ class Environment:
         head_sock = bind_listener(self.req.head_host, int(head_port or 0), "head server")
         self._head_sock = head_sock
         self.head_addr = head_sock.getsockname()[:2]
+        self.egress = await preflight.check_host(self.settings.environ, model_base_urls(merged.data),
+                                                 self.req.require_isolation, self.req.isolation)
         self._check_stop()
         self.phase = "building venvs"
         venvs = await self._build_venvs(merged)
@@ -134,7 +138,7 @@ class Environment:
         self._say(self.ray.describe())
         if self.ray.mode == "join":
             await asyncio.to_thread(wait_reachable, self.ray.address, self.ray.source, 30.0)
-        await self._start_sandboxes(merged)
+        await self._start_sandboxes()
         self._check_stop()
         self.phase = "starting servers"
         self.addresses, self.head_inside = addresses, head_inside = await self._assign_ports(merged)
@@ -180,11 +184,10 @@ class Environment:
         except GymRuntimeError as e:
             raise as_interrupted(e, self.phase) from None
 
-    async def _start_sandboxes(self, merged: MergedConfig) -> None:
-        from sandbox import EgressPolicy, Sandbox
+    async def _start_sandboxes(self) -> None:
+        from sandbox import Sandbox
 
-        urls = model_base_urls(merged.data)
-        policy = EgressPolicy.from_environ(self.settings.environ, policy_endpoints=urls)
+        policy = self.egress
         level = await asyncio.to_thread(ray_level, self.ray, self.req.isolation, self.req.require_isolation)
         if level != self.req.isolation:
             self._say(f"isolation: {level} for this environment: {', '.join(self.ray.needed_by)} use Ray, whose "

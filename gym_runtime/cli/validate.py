@@ -1,9 +1,12 @@
 """``gym-runtime validate PKG``: every package rule, one line per violation, machine-readable with --json.
 
 Beyond the layout (DESIGN.md §3) it checks what no packager validator does: wheel tags against
-a target (``--platform linux/amd64 --python 3.13``), and the configuration (merge, server
-instances, references). Policy values the job supplies at start (``policy_base_url`` etc.) are
-filled with placeholders when neither the package nor the flags give them.
+a target (``--platform linux/amd64 --python 3.13``), the configuration (merge, server
+instances, references), and what the venv builder's preflight knows statically about each
+server's install file (:func:`gym_runtime.venvs.preflight.package_checks`: unparseable files and
+lines; in a wheels format, URL / git lines and local projects that cannot install offline, cases
+C10b, C11). Nothing is resolved, downloaded or hashed. Policy values the job supplies at start
+(``policy_base_url`` etc.) are filled with placeholders when neither the package nor the flags give them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from gym_runtime.cli.common import add_package_args, add_policy_args, policy_fro
 from gym_runtime.config import build_config
 from gym_runtime.errors import EXIT_INVALID, EXIT_OK, GymRuntimeError, PackageInvalidError, UsageError, Violation
 from gym_runtime.package import check_package, parse_target
+from gym_runtime.venvs.preflight import package_checks
 
 PLACEHOLDERS = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "placeholder",
                 "policy_model_name": "placeholder"}
@@ -44,6 +48,8 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
             raise UsageError(str(e)) from None
     pkg, violations = check_package(args.package, target)
     summary: dict = {"format": pkg.format if pkg else None, "name": pkg.name if pkg else None}
+    if pkg is not None:
+        violations += package_checks(pkg)
     if pkg is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
         try:
             build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS)

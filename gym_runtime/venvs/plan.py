@@ -56,17 +56,23 @@ class Pin:
 
 
 @dataclass(frozen=True)
-class PoolFile:
-    """A file of the wheel pool: path, canonical name, version, sha256, and whether it is a wheel."""
+class PoolEntry:
+    """A file of the wheel pool by name: path, canonical name, version, and whether it is a wheel."""
 
     path: Path
     name: str
     version: str
-    sha256: str
 
     @property
     def is_wheel(self) -> bool:
         return self.path.name.endswith(".whl")
+
+
+@dataclass(frozen=True)
+class PoolFile(PoolEntry):
+    """A file of the wheel pool with its content's ``sha256`` (for digests and hash checks)."""
+
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -154,8 +160,8 @@ def pins_for(settings: RuntimeSettings, mode: str, source: InstallSource) -> tup
     return tuple(out)
 
 
-def read_pool(wheels_dir: Path | None, cache: HashCache) -> tuple[PoolFile, ...]:
-    """Every wheel and sdist in ``wheels_dir`` with its sha256 (other files are ignored)."""
+def read_pool_entries(wheels_dir: Path | None) -> tuple[PoolEntry, ...]:
+    """Every wheel and sdist in ``wheels_dir`` by file name (other files are ignored); no file is read."""
     if wheels_dir is None or not wheels_dir.is_dir():
         return ()
     out = []
@@ -169,8 +175,13 @@ def read_pool(wheels_dir: Path | None, cache: HashCache) -> tuple[PoolFile, ...]
                 continue
         except ValueError:
             continue
-        out.append(PoolFile(p, str(name), str(version), cache.sha256(p)))
+        out.append(PoolEntry(p, str(name), str(version)))
     return tuple(out)
+
+
+def read_pool(wheels_dir: Path | None, cache: HashCache) -> tuple[PoolFile, ...]:
+    """Every wheel and sdist in ``wheels_dir`` with its sha256 (other files are ignored)."""
+    return tuple(PoolFile(e.path, e.name, e.version, cache.sha256(e.path)) for e in read_pool_entries(wheels_dir))
 
 
 def _python_request(inst: ServerInstance, merged: MergedConfig, python: str | None,

@@ -10,7 +10,11 @@ For venvs that get stage 2 (agents and resources servers of a wheels-format pack
 - an sdist in ``wheels/`` or a local path / editable requirement whose ``build-system.requires``
   has no wheel in ``wheels/`` (``GR-BUILD-SDIST-BACKEND``, case C10).
 
-For every venv: a requirements file with ``--hash`` turns on hash mode (case C16); then each
+For every venv: a line that is not a valid requirement (``GR-BUILD-REQUIREMENT``). The checks of
+one install file (:func:`source_checks`) are also what ``gym-runtime validate`` reports for each
+server of a package (:func:`package_checks`), so a package that cannot build offline is invalid.
+
+Hash mode: a requirements file with ``--hash`` turns it on (case C16); then each
 installed pin needs a file in ``wheels/`` to hash (``GR-BUILD-HASH-PIN``), a hashed ``name==version``
 line whose file in ``wheels/`` has another sha256 fails here (``GR-BUILD-HASH``: uv may serve a rebuilt
 wheel's old bytes from its cache and never notice), and URL / path /
@@ -25,6 +29,7 @@ import tarfile
 import tomllib
 import zipfile
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -32,7 +37,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from gym_runtime.errors import BuildError, Violation
-from gym_runtime.venvs.plan import PoolFile, VenvPlan
+from gym_runtime.package import Package
+from gym_runtime.venvs.plan import STAGE2_TYPES, PoolEntry, VenvPlan, read_pool_entries
+from gym_runtime.venvs.requirements import InstallSource, read_install_source
 from gym_runtime.venvs.tags import fits
 
 DEFAULT_BACKEND = ["setuptools>=40.8.0"]  # pip/uv's assumption for a project without [build-system]
@@ -69,7 +76,7 @@ def build_requires_of(path: Path) -> list[str] | None:
     return list(data.get("build-system", {}).get("requires", DEFAULT_BACKEND))
 
 
-def missing_backend(requires: list[str], pool: tuple[PoolFile, ...]) -> list[str]:
+def missing_backend(requires: list[str], pool: Sequence[PoolEntry]) -> list[str]:
     """The build requirements no wheel in ``pool`` satisfies."""
     missing = []
     for r in requires:
@@ -85,6 +92,52 @@ def missing_backend(requires: list[str], pool: tuple[PoolFile, ...]) -> list[str
     return missing
 
 
+def source_checks(source: InstallSource, rel_file: str, pool: Sequence[PoolEntry], *,
+                  offline: bool) -> list[Violation]:
+    """What an install file's text and the pool's file names tell without installing anything.
+
+    Always: lines that are not valid requirements (``GR-BUILD-REQUIREMENT``). When the server
+    installs offline from ``wheels/`` (``offline``): git / direct-URL lines (``GR-BUILD-NEEDS-NETWORK``,
+    case C11) and local path / editable projects whose ``build-system.requires`` has no wheel in
+    ``pool`` (``GR-BUILD-SDIST-BACKEND``, case C10 variant b). Shared by the build's preflight and
+    ``gym-runtime validate`` (:func:`package_checks`); ``rel_file`` names the file in violations.
+    """
+    out: list[Violation] = []
+    for ln in source.lines:
+        if ln.error:
+            out.append(Violation("GR-BUILD-REQUIREMENT", f"`{ln.text}` is not a valid requirement: {ln.error}",
+                                 file=rel_file, key=f"line {ln.lineno}", hint="write a PEP 508 requirement "
+                                 "(`name[extras]>=version`, `name @ URL`), a local path, or a pip option line"))
+    if not offline:
+        return out
+    for ln in source.lines:
+        if ln.kind in ("url", "vcs"):
+            have = [f for f in pool if ln.name and f.name == ln.name]
+            use = f"wheels/ has {have[0].path.name}: use `{ln.name}=={have[0].version}`" if have else \
+                f"vendor a wheel for {ln.name or 'it'} into wheels/ and require it by version"
+            out.append(Violation("GR-BUILD-NEEDS-NETWORK", f"`{ln.text}` needs network ({ln.kind} requirement), "
+                                 "but this package installs offline from wheels/", file=rel_file,
+                                 key=f"line {ln.lineno}", hint=use))
+    for ln in source.lines:
+        if ln.kind in ("path", "editable") and ln.target and not ln.gym_sdk:
+            p = Path(ln.target.removeprefix("file://").removeprefix("file:"))
+            p = p if p.is_absolute() else (source.file.parent / p).resolve()
+            out += _backend_check(f"`{ln.text}` ({source.where(ln)}) is a local project", p, rel_file, ln.name, pool,
+                                  key=f"line {ln.lineno}")
+    return out
+
+
+def _backend_check(what: str, path: Path, file: str, name: str | None, pool: Sequence[PoolEntry],
+                   key: str | None = None) -> list[Violation]:
+    requires = build_requires_of(path)
+    missing = missing_backend(requires, pool) if requires is not None else []
+    if not missing:
+        return []
+    return [Violation("GR-BUILD-SDIST-BACKEND", f"{what}; building it offline needs {', '.join(missing)}, which "
+                      "is not in wheels/", file=file, key=key, hint=f"ship a wheel for {name or path.name} in wheels/, or "
+                      "add the build backend's wheel (" + ", ".join(missing) + ") to wheels/")]
+
+
 def _offline_checks(vp: VenvPlan) -> list[Violation]:
     out: list[Violation] = []
     versions: dict[str, set[str]] = defaultdict(set)
@@ -97,33 +150,27 @@ def _offline_checks(vp: VenvPlan) -> list[Violation]:
                                  f"({files}); the offline stage would install conflicting pins",
                                  file="wheels/", hint="keep one resolved version per distribution "
                                  "(`gym-runtime vendor` writes exactly one)"))
-    for ln in vp.source.lines:
-        if ln.kind in ("url", "vcs"):
-            have = vp.pool_of(ln.name) if ln.name else []
-            use = f"wheels/ has {have[0].path.name}: use `{ln.name}=={have[0].version}`" if have else \
-                f"vendor a wheel for {ln.name or 'it'} into wheels/ and require it by version"
-            out.append(Violation("GR-BUILD-NEEDS-NETWORK", f"`{ln.text}` needs network ({ln.kind} requirement), "
-                                 "but this package installs offline from wheels/", file=vp.rel_file,
-                                 key=f"line {ln.lineno}", hint=use))
-    sources: list[tuple[str, Path, str, str | None]] = []
     for f in vp.pool:
         if not f.is_wheel:
-            sources.append((f"wheels/{f.path.name} is a source distribution", f.path, "wheels/", f.name))
-    for ln in vp.source.lines:
-        if ln.kind in ("path", "editable") and ln.target and not ln.gym_sdk:
-            p = Path(ln.target.removeprefix("file://").removeprefix("file:"))
-            p = p if p.is_absolute() else (vp.source.file.parent / p).resolve()
-            sources.append((f"`{ln.text}` ({vp.source.where(ln)}) is a local project", p, vp.rel_file, ln.name))
-    for what, path, file, name in sources:
-        requires = build_requires_of(path)
-        if requires is None:
+            out += _backend_check(f"wheels/{f.path.name} is a source distribution", f.path, "wheels/", f.name, vp.pool)
+    return out
+
+
+def package_checks(package: Package) -> list[Violation]:
+    """:func:`source_checks` for every server directory of ``package``, for ``gym-runtime validate``:
+    fast and offline (install files and ``wheels/`` file names are read, nothing is resolved or
+    hashed). Agents and resources servers of a wheels format install offline (DESIGN.md §5, stage 2).
+    An install file that cannot be read or parsed is a ``GR-BUILD-INSTALL-FILE`` violation."""
+    out: list[Violation] = []
+    pool = read_pool_entries(package.wheels_dir)
+    for (stype, impl), sdir in sorted(package.server_dirs.items()):
+        rel = package.rel(sdir.install_file)
+        try:
+            source = read_install_source(sdir.install_file, server=f"{stype}/{impl}")
+        except BuildError as e:
+            out.append(Violation(e.code, e.message + (f": {e.cause}" if e.cause else ""), file=rel, hint=e.hint))
             continue
-        missing = missing_backend(requires, vp.pool)
-        if missing:
-            out.append(Violation("GR-BUILD-SDIST-BACKEND", f"{what}; building it offline needs "
-                                 f"{', '.join(missing)}, which is not in wheels/", file=file,
-                                 hint=f"ship a wheel for {name or path.name} in wheels/, or add the build "
-                                 "backend's wheel (" + ", ".join(missing) + ") to wheels/"))
+        out += source_checks(source, rel, pool, offline=package.wheels_dir is not None and stype in STAGE2_TYPES)
     return out
 
 
@@ -158,17 +205,20 @@ def preflight(plans: list[VenvPlan], package_format: str) -> None:
     """Run every check on every plan; raise one :class:`BuildError` listing all problems."""
     problems: list[tuple[VenvPlan, Violation]] = []
     for vp in plans:
-        found = (_offline_checks(vp) if vp.stage2 else []) + (_hash_checks(vp) if vp.hash_mode else [])
+        found = (_offline_checks(vp) if vp.stage2 else []) + source_checks(vp.source, vp.rel_file, vp.pool,
+                                                                           offline=vp.stage2)
+        found += _hash_checks(vp) if vp.hash_mode else []
         problems += [(vp, v) for v in found]
     if not problems:
         return
     vp, first = problems[0]
     violations = [Violation(v.code, f"{_servers(p)}: {v.message}", file=v.file, key=v.key, hint=v.hint)
                   for p, v in problems]
-    msg = f"{_servers(vp)}: {first.message}" if len(problems) == 1 else \
+    line = f"{first.file} {first.key}: " if first.key else ""
+    msg = f"{_servers(vp)}: {line}{first.message}" if len(problems) == 1 else \
         f"{len(problems)} problems would make the venv builds fail ({package_format} package)"
     raise BuildError(msg, violations=violations if len(problems) > 1 else None,
                      hint=first.hint if len(problems) == 1 else "fix each problem above",
                      code=first.code if len(problems) == 1 else "GR-BUILD-PREFLIGHT",
                      extra={"server": vp.instances[0], "servers": list(vp.instances), "stage": "preflight",
-                            "file": first.file})
+                            "file": first.file, "key": first.key})

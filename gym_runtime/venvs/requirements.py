@@ -37,7 +37,8 @@ _ARCHIVE = (".whl", ".tar.gz", ".zip", ".tar.bz2")
 class ReqLine:
     """One logical line. ``kind``: ``requirement`` | ``url`` | ``vcs`` | ``path`` | ``editable`` |
     ``include`` | ``option``; ``name``: canonical distribution name when known; ``target``: the URL or
-    path for url/vcs/path/editable/include lines; ``gym_sdk``: Gym's ``nemo-gym @ ../../`` line."""
+    path for url/vcs/path/editable/include lines; ``gym_sdk``: Gym's ``nemo-gym @ ../../`` line;
+    ``error``: why the line is not a valid requirement (``None``: it is)."""
 
     lineno: int
     text: str
@@ -46,6 +47,7 @@ class ReqLine:
     target: str | None = None
     hashes: tuple[str, ...] = ()
     gym_sdk: bool = False
+    error: str | None = None
 
     @property
     def needs_network_or_build(self) -> bool:
@@ -144,15 +146,15 @@ def classify(lineno: int, text: str) -> ReqLine:
         return ReqLine(lineno, text, "include", target=target)
     if flag in _EDITABLE:
         spec = first.split("=", 1)[1] if "=" in first else rest.strip()
-        name, target = _name_and_target(spec)
+        name, target, error = _name_and_target(spec)
         kind = "vcs" if (target or "").startswith(_VCS) else "editable"
-        return ReqLine(lineno, text, kind, name, target, gym_sdk=_is_sdk(name, target))
+        return ReqLine(lineno, text, kind, name, target, gym_sdk=_is_sdk(name, target), error=error)
     if text.startswith("-"):
         return ReqLine(lineno, text, "option")
     parts = text.split(" --hash")
-    spec = parts[0].strip()
+    spec = parts[0].split(" --", 1)[0].strip()  # per-requirement options (--config-settings ...) follow it
     hashes = tuple(h.lstrip("=: ").strip() for h in parts[1:])
-    name, target = _name_and_target(spec)
+    name, target, error = _name_and_target(spec)
     if target is None:
         kind = "requirement"
     elif target.startswith(_VCS):
@@ -161,23 +163,25 @@ def classify(lineno: int, text: str) -> ReqLine:
         kind = "url"
     else:
         kind = "path"
-    return ReqLine(lineno, text, kind, name, target, hashes, gym_sdk=_is_sdk(name, target))
+    return ReqLine(lineno, text, kind, name, target, hashes, gym_sdk=_is_sdk(name, target), error=error)
 
 
-def _name_and_target(spec: str) -> tuple[str | None, str | None]:
-    """``(canonical name | None, url-or-path | None)`` of a requirement spec."""
+def _name_and_target(spec: str) -> tuple[str | None, str | None, str | None]:
+    """``(canonical name | None, url-or-path | None, parse error | None)`` of a requirement spec."""
     if _PATHLIKE.match(spec) or (spec.endswith(_ARCHIVE) and "@" not in spec and "==" not in spec):
-        return _name_from_path(spec), spec
+        return _name_from_path(spec), spec, None
     if "@" in spec and _PATHLIKE.match(spec.split("@", 1)[1].strip()):
         # Gym's `nemo-gym[dev] @ ../../` is not PEP 508 (a relative path is not a URL)
         head, target = spec.split("@", 1)
         name = re.sub(r"\[.*\]", "", head).strip()
-        return canonicalize_name(name) if name else None, target.strip()
+        return canonicalize_name(name) if name else None, target.strip(), None
     try:
         req = Requirement(spec)
-    except InvalidRequirement:
-        return None, spec if "://" in spec else None
-    return canonicalize_name(req.name), req.url
+    except InvalidRequirement as e:
+        if "://" in spec:
+            return None, spec, None
+        return None, None, str(e).splitlines()[0]
+    return canonicalize_name(req.name), req.url, None
 
 
 def _name_from_path(spec: str) -> str | None:

@@ -4,13 +4,15 @@ A server instance is a top-level key ``<instance>: {<server_type>: {<implementat
 (Gym's ``config_types.py``). Rules checked here, each a violation naming the instance and file:
 one server type and one implementation per instance (case C03b names both implementations and
 their files), instance names matching ``[A-Za-z0-9_-]+`` (case C22: ``.`` is OmegaConf's path
-separator), a relative ``entrypoint`` inside the server dir, a resources server ``domain`` from
+separator), an ``entrypoint`` (a missing one names a misspelt key, by difflib) that is relative and
+inside the server dir, a resources server ``domain`` from
 Gym's closed set, the implementation directory found in the package or the built-in ``servers/``,
 and no two instances with the same explicit port (case C04).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,7 +157,13 @@ def _inner_problems(name: str, stype: str, inner: dict[str, Any], key: str, file
     """Checks that need no server directory: entrypoint shape, domain, port (``ports`` is updated)."""
     out: list[Violation] = []
     entry = inner.get("entrypoint")
-    if not _good_entry(entry):
+    if "entrypoint" not in inner:
+        near = difflib.get_close_matches("entrypoint", [str(k) for k in inner], n=1, cutoff=0.75)
+        out.append(Violation("GR-CONFIG-ENTRYPOINT", f"instance {name!r} has no `entrypoint`" +
+                             (f" (it has an unknown key `{near[0]}`)" if near else ""), file=file,
+                             key=f"{key}.entrypoint", hint=f"did you mean `entrypoint` instead of `{near[0]}`?"
+                             if near else "Gym servers use `entrypoint: app.py`"))
+    elif not _good_entry(entry):
         out.append(Violation("GR-CONFIG-ENTRYPOINT", f"entrypoint must be a relative path inside the server "
                              f"directory, got {entry!r}", file=file, key=f"{key}.entrypoint",
                              hint="Gym servers use `entrypoint: app.py`"))

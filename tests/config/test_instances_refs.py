@@ -134,6 +134,24 @@ def test_bad_entrypoint(pkg_with, build, entry) -> None:
     assert _v(e.value, "GR-CONFIG-ENTRYPOINT")[0].key == "res.resources_servers.r.entrypoint"
 
 
+@pytest.mark.parametrize("typo", ["entrypiont", "entry_point", None])
+def test_missing_entrypoint_names_the_key_and_a_close_typo(pkg_with, build, typo) -> None:
+    cfg = base()
+    inner = cfg["res"]["resources_servers"]["r"]
+    entry = inner.pop("entrypoint")
+    if typo:
+        inner[typo] = entry
+    with pytest.raises(ConfigError) as e:
+        build(pkg_with({"configs/a.yaml": cfg}, [MODEL, RS, AG]))
+    (v,) = _v(e.value, "GR-CONFIG-ENTRYPOINT")
+    assert v.file == "configs/a.yaml" and v.key == "res.resources_servers.r.entrypoint"
+    assert v.message.startswith("instance 'res' has no `entrypoint`") and "None" not in v.message
+    if typo:
+        assert f"unknown key `{typo}`" in v.message and v.hint == f"did you mean `entrypoint` instead of `{typo}`?"
+    else:
+        assert v.hint == "Gym servers use `entrypoint: app.py`"
+
+
 def test_ref_not_found_with_did_you_mean(pkg_with, build) -> None:
     cfg = base()
     cfg["agent"]["responses_api_agents"]["a"]["resources_server"]["name"] = "ress"

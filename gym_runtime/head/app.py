@@ -14,7 +14,8 @@ Endpoints (DESIGN.md §7, issue 5; Gym's originals in reference/nemo_gym_runtime
 ``GET /docs``                      OpenAPI UI
 =================================  ========================================================================
 
-``/rollouts/run`` sends each row to its ``agent_ref`` agent's ``/run`` (bounded concurrency, results in
+``/rollouts/run`` answers a body that is not ``{"examples": [rows]}`` with 400 and our error envelope
+``{"error": {"code": "GR-ROLLOUT-BAD-REQUEST", "message"}}`` (not FastAPI's raw 422). It sends each row to its ``agent_ref`` agent's ``/run`` (bounded concurrency, results in
 row order, per-row ``{"error": {"code", "message"}}``, a batch deadline) and, while the batch runs,
 streams one space every ``heartbeat_s`` (15 s) before the JSON body so a proxy never drops the request
 (leading whitespace is valid JSON).
@@ -28,7 +29,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
@@ -59,9 +62,24 @@ class RolloutBatch(BaseModel):
     examples: list[dict[str, Any]]
 
 
+def bad_batch_message(exc: RequestValidationError) -> str:
+    """One sentence naming the expected body and what was wrong (pydantic's locations and messages)."""
+    problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
+                         for e in exc.errors()[:5])
+    return ('expected a JSON object {"examples": [rows]} (a list of dataset rows, each a JSON object with an '
+            f"agent_ref): {problems}")
+
+
 def create_app(backend: HeadBackend) -> FastAPI:
     """The head server's FastAPI app over ``backend``."""
     app = FastAPI(title="gym-runtime head server", description=__doc__)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if request.url.path != "/rollouts/run":
+            return await request_validation_exception_handler(request, exc)
+        return JSONResponse({"error": {"code": "GR-ROLLOUT-BAD-REQUEST", "message": bad_batch_message(exc)}},
+                            status_code=400)
 
     @app.get("/")
     async def root() -> dict[str, str]:

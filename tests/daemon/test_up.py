@@ -189,3 +189,18 @@ def test_terminal_ctrl_c_stops_cleanly(tmp_path: Path, level: str) -> None:
         assert wait_gone(kids, 2.0) == []
     finally:
         kill_tree(proc)
+
+
+def test_rollouts_bad_body_gets_our_envelope(daemon) -> None:
+    _, info, _ = daemon
+    url = info["head_server"] + "/rollouts/run"
+    for body in ({"rows": []}, {"examples": "nope"}, [1, 2]):
+        r = httpx.post(url, json=body, timeout=10, trust_env=False)
+        assert r.status_code == 400 and set(r.json()) == {"error"}, r.text
+        err = r.json()["error"]
+        assert err["code"] == "GR-ROLLOUT-BAD-REQUEST" and '{"examples": [rows]}' in err["message"]
+    r = httpx.post(url, content=b"{not json", headers={"content-type": "application/json"}, timeout=10,
+                   trust_env=False)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "GR-ROLLOUT-BAD-REQUEST"
+    assert httpx.get(info["head_server"] + "/servers/x/logs", params={"tail": -1}, trust_env=False).status_code == 422
+

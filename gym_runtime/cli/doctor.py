@@ -92,6 +92,27 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def egress_lines(d: dict[str, Any]) -> list[str]:
+    """The egress policy (``EgressPolicy.describe()``, or an error) as short human lines."""
+    if d.get("status") == "error":
+        err = d.get("error", {})
+        return [f"ERROR {err.get('message', '?')}", *([f"hint: {err['hint']}"] if err.get("hint") else [])]
+    internet = d.get("allow_internet")
+    lines = [f"{d.get('default', 'deny')} by default; internet {'ALLOWED' if internet else 'off'} "
+             "(NMP_RL_SANDBOX_ALLOW_INTERNET)",
+             "always allowed: " + ", ".join(d.get("always_allowed", []))]
+    if internet:
+        ports = ", ".join(str(p) for p in d.get("default_ports", []))
+        lines.append("allowed names: " + (", ".join(d.get("allowed_names", [])) or "none") + f" (ports {ports})")
+    if d.get("operator_list"):
+        lines.append("operator list (NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW): " + ", ".join(d["operator_list"])
+                     + ("" if d.get("operator_list_active") else " -- inactive while internet is off"))
+    ranges = d.get("denied_ranges", [])
+    lines.append(f"never: {len(ranges)} private/link-local/metadata ranges ({', '.join(ranges[:3])}, ...) "
+                 "unless a policy endpoint")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     out = collect(args)
     bad = [k for k, v in out.items() if isinstance(v, dict) and v.get("status") == "error"]
@@ -112,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     ray = out["ray"]
     print("ray:       " + (ray.get("summary") or ray.get("error", {}).get("message", "?"))
           + ("" if ray.get("reachable", True) else f" -- {ray['error']['message']}"))
-    print("egress:    " + json.dumps(out["egress"], default=str))
+    for i, line in enumerate(egress_lines(out["egress"])):
+        print(("egress:    " if i == 0 else " " * 11) + line)
     if bad:
         print("problems:  " + ", ".join(bad))
     return EXIT_RUNTIME if bad else 0

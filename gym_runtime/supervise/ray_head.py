@@ -15,6 +15,13 @@ every Gym SDK server at start-up) finds its node's raylet by scanning the proces
 private pid namespace it never sees one and fails after 60 s with "No node info found matching
 attributes". Ray Client (``ray://``) would avoid the scan but adds one driver process per server on
 the head and is not how Gym servers join a cluster.
+
+Quiet start: with the dashboard off, Ray still loads its usage-stats module, which asks three cloud
+metadata services (169.254.169.254, metadata.google.internal) unless ``~/ray_bootstrap_config.yaml``
+exists, and posts a "usage stats disabled" report to usage-stats.ray.io even when
+``RAY_USAGE_STATS_ENABLED=0`` (ray 2.60 ``dashboard/modules/usage_stats/usage_stats_head.py``).
+Each would be an ``egress DENY`` line. So the head's HOME (its temp dir) holds an empty bootstrap
+config, and ``RAY_USAGE_STATS_REPORT_URL`` points at a closed loopback port.
 """
 
 from __future__ import annotations
@@ -39,8 +46,11 @@ def ray_binary(pythons: Iterable[Path]) -> Path:
 
 
 def make_temp_dir() -> Path:
-    """A fresh short directory for the head's sessions and sockets."""
-    return Path(tempfile.mkdtemp(prefix="gr-ray-", dir="/tmp"))
+    """A fresh short directory for the head's sessions and sockets (and its HOME, holding an empty
+    ``ray_bootstrap_config.yaml``: see the module doc)."""
+    path = Path(tempfile.mkdtemp(prefix="gr-ray-", dir="/tmp"))
+    (path / "ray_bootstrap_config.yaml").write_text("{}\n")
+    return path
 
 
 def remove_temp_dir(path: Path | None) -> None:
@@ -56,6 +66,8 @@ def head_argv(ray_bin: Path, gcs_port: int, temp_dir: Path) -> list[str]:
 
 
 def head_env(ray_bin: Path, temp_dir: Path) -> dict[str, str]:
-    """The head's complete environment (no ``RAY_ADDRESS``, nothing from the daemon's shell)."""
+    """The head's complete environment (no ``RAY_ADDRESS``, nothing from the daemon's shell; usage
+    stats off and their report sent nowhere, see the module doc)."""
     return {"PATH": f"{ray_bin.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(temp_dir), "LANG": "C.UTF-8",
-            "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+            "RAY_USAGE_STATS_ENABLED": "0", "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
+            "RAY_USAGE_STATS_PROMPT_ENABLED": "0", "PYTHONUNBUFFERED": "1"}

@@ -9,32 +9,32 @@ venvs build cancels the build).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gym_runtime.config import MergedConfig, PolicyValues, build_config
+from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.config.redact import redact
 from gym_runtime.errors import GymRuntimeError
-from gym_runtime.package import load_package
 from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.supervise import contract, preflight, ray_head
+from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted, as_interrupted
 from gym_runtime.supervise.logs import LogSink
 from gym_runtime.supervise.member import Member
 from gym_runtime.supervise.options import SuperviseOptions
 from gym_runtime.supervise.orphans import Watchdog
-from gym_runtime.supervise.ports import bind_listener, check_free, free_port
+from gym_runtime.supervise.ports import bind_listener, check_free
 from gym_runtime.supervise.readiness import model_base_urls, policy_models
 from gym_runtime.supervise.supervisor import Supervisor
 
-STUB_MODEL_NAME = "stub-model"
-KEYLESS_API_KEY = "EMPTY"  # what OpenAI clients send to a vLLM endpoint started without --api-key
 
 
 @dataclass
@@ -53,6 +53,16 @@ class UpRequest:
     python: str | None = None
     stub_seed: int = 0
     options: SuperviseOptions = field(default_factory=SuperviseOptions)
+
+
+@contextlib.contextmanager
+def _quiet_sandbox_log() -> Iterator[None]:
+    quiet = logging.getLogger("sandbox")
+    was, quiet.disabled = quiet.disabled, True
+    try:
+        yield
+    finally:
+        quiet.disabled = was
 
 
 class Environment:
@@ -99,23 +109,9 @@ class Environment:
     async def start(self) -> dict[str, Any]:
         self._start_task = asyncio.current_task()
         preflight.check_flags(self.req.require_isolation, self.req.isolation)
-        policy = self.req.policy
-        if policy.base_url is None:
-            port = free_port()
-            self.stub_url = f"http://127.0.0.1:{port}/v1"
-            policy = PolicyValues(self.stub_url, policy.api_key or "stub-key", policy.model_name or STUB_MODEL_NAME,
-                                  origin="built-in stub model")
-            self._say(f"no --policy-base-url: starting the built-in stub model at {self.stub_url} "
-                      f"(model {policy.model_name!r}) and pointing policy_model at it")
-        # a given endpoint with no key: "EMPTY", the OpenAI-client convention for a keyless vLLM
-        # endpoint; beneath every config file and override, so a key set there still wins
-        defaults = {"policy_api_key": KEYLESS_API_KEY} if policy.base_url is not None and not policy.api_key else None
-        pkg = await asyncio.to_thread(load_package, self.req.package)
-        self.merged = merged = await asyncio.to_thread(build_config, pkg, self.req.overrides, policy,
-                                                       defaults=defaults)
-        if defaults and merged.sources.of("policy_api_key") == "default":
-            self._say(f"no policy API key given (--policy-api-key-env VAR or GYM_RUNTIME_POLICY_API_KEY): "
-                      f"using {KEYLESS_API_KEY!r}, the OpenAI-client convention for a keyless endpoint such as vLLM")
+        merged, self.stub_url = await job_policy.configure(self.req.package, self.req.overrides, self.req.policy,
+                                                           self._say)
+        self.merged = merged
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
         given(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ)
         cfg_head = merged.data.get("head_server") if isinstance(merged.data.get("head_server"), dict) else {}
@@ -192,19 +188,16 @@ class Environment:
         if level != self.req.isolation:
             self._say(f"isolation: {level} for this environment: {', '.join(self.ray.needed_by)} use Ray, whose "
                       "drivers find their raylet by scanning the process table (a private /proc hides it)")
-        self.sandbox = await Sandbox.start(policy, self.work_dir / "sandbox", require_full=self.req.require_isolation,
-                                           level=level)
+        with _quiet_sandbox_log():  # its level warning is said once, below, with our progress lines
+            self.sandbox = await Sandbox.start(policy, self.work_dir / "sandbox",
+                                               require_full=self.req.require_isolation, level=level)
         if self.sandbox.report.warning:
             self._say("WARNING: " + self.sandbox.report.warning)
         if self.sandbox.level.value == "none" or self.stub_url:  # no pid namespace takes helpers down
             self.supervisor.watchdog = Watchdog.start()
         if self.stub_url:  # the stub stands for an outside endpoint: a plain supervised process
-            quiet = logging.getLogger("sandbox")
-            was, quiet.disabled = quiet.disabled, True  # not a server: its "not enforced" warning would mislead
-            try:
+            with _quiet_sandbox_log():  # not a server: its "not enforced" warning would mislead
                 self.host_launcher = await Sandbox.start(policy, self.work_dir / "host", level="none")
-            finally:
-                quiet.disabled = was
 
     async def _assign_ports(self, merged: MergedConfig) -> tuple[dict[str, tuple[str, int]], tuple[str, int]]:
         explicit = {n: i.port for n, i in merged.instances.items() if i.port}
@@ -268,7 +261,7 @@ class Environment:
         from sandbox import ProcessSpec
 
         root = str(Path(__file__).resolve().parents[2])
-        served = self.merged.data.get("policy_model_name") or STUB_MODEL_NAME  # the name servers will ask for
+        served = self.merged.data.get("policy_model_name") or job_policy.STUB_MODEL_NAME  # what servers ask for
         argv = [sys.executable, "-m", "gym_runtime.stub_model", "--host", "127.0.0.1", "--port", str(port),
                 "--seed", str(self.req.stub_seed), "--model", served]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": root, "PYTHONUNBUFFERED": "1",

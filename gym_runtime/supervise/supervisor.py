@@ -295,12 +295,12 @@ class Supervisor:
         err = self._report(message, code, hint, [name] if m is not None else [])
         if self.failure is None:
             self.failure = err
-        self._progress(err.render())
-        if starting:
+        if starting:  # start() raises it: the caller reports it once
             self.state = "failed"
             self._startup.set_exception(err)
             self._startup.exception()  # retrieved: start() re-raises it
         elif not self._stop_started:
+            self._progress(err.render())  # after ready this is the only report
             self.state, self.phase = "failed", f"failed: {message}"
             if not self.options.keep_going:
                 self.exit_code = err.exit_code

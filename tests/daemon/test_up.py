@@ -156,6 +156,7 @@ def test_failed_server_fails_the_daemon(tmp_path: Path) -> None:
         assert proc.returncode == 3 and out == ""
         assert "GR-START-CRASH" in err and "acme_math" in err and "status 0" in err
         assert "fixture: exiting with 0" in err  # the log tail is in the report
+        assert err.count("error[GR-START-CRASH]") == 1  # the error block once, not also as a progress line
     finally:
         kill_tree(proc)
 
@@ -204,3 +205,20 @@ def test_rollouts_bad_body_gets_our_envelope(daemon) -> None:
     assert r.status_code == 400 and r.json()["error"]["code"] == "GR-ROLLOUT-BAD-REQUEST"
     assert httpx.get(info["head_server"] + "/servers/x/logs", params={"tail": -1}, trust_env=False).status_code == 422
 
+
+def test_no_policy_model_no_stub_and_one_warning(tmp_path: Path) -> None:
+    """A package with no policy_model instance (and no reference to one) gets no stub model; the
+    level-none warning is printed once."""
+    proc = up_process(simple_env(tmp_path / "pkg"), tmp_path, "--isolation", "none")
+    try:
+        info = json.loads(read_ready_line(proc))
+        assert info["policy_model"] == {"base_url": None, "stub": False}
+        names = [s["name"] for s in httpx.get(info["head_server"] + "/server_instances", trust_env=False).json()]
+        assert sorted(names) == ["acme_agent", "acme_math"]
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(10) == 0
+        err = proc.stderr.read()
+    finally:
+        kill_tree(proc)
+    assert "the built-in stub model is not started" in err and "starting the built-in stub model" not in err
+    assert err.count("EGRESS NOT ENFORCED") == 1

@@ -5,6 +5,9 @@ treats ``${oc.env:VAR,???}`` as missing (2.3 returns the literal ``'???'``, 2.4 
 first key only). So every leaf is resolved on its own, every failure is collected with its key
 path and source file, and a final scan rejects any leaf that is still ``'???'``.
 
+Hints say where a value can come from; for a secret key (:func:`~gym_runtime.config.redact.is_secret_key`)
+only an environment variable or a config file, never a command-line override.
+
 Documented rule for empty values: an ``${oc.env:VAR...}`` interpolation whose variable is set
 but empty counts as missing (an empty URL or API key is never what a job meant).
 """
@@ -25,6 +28,7 @@ from omegaconf.errors import (
 )
 
 from gym_runtime.config.merge import POLICY_KEYS, Sources
+from gym_runtime.config.redact import is_secret_key
 from gym_runtime.errors import MissingValuesError, Violation
 
 _INTERP = re.compile(r"\$\{([^${}]+)\}")
@@ -33,13 +37,20 @@ _FLAG_FOR_POLICY = {"policy_base_url": "--policy-base-url URL", "policy_model_na
                     "policy_api_key": "--policy-api-key-env VAR (the name of a variable holding the key)"}
 
 
+def _override(key: str) -> str:
+    """``, or give the override KEY=VALUE`` — empty for a secret key: API keys never go on a
+    command line (DESIGN.md §4), so only variables and config files are suggested for them."""
+    return "" if is_secret_key(key) else f", or give the override {key}=VALUE"
+
+
 def value_sources_hint(key: str) -> str:
-    """Where a value for top-level ``key`` can come from, as one sentence."""
+    """Where a value for top-level ``key`` can come from, as one sentence (never a command line
+    for a secret key)."""
     if key in POLICY_KEYS:
         flag = _FLAG_FOR_POLICY[key]
-        return (f"pass {flag} (or set {_ENV_FOR_POLICY[key]}), add `{key}: ...` to a config in config_paths, "
-                f"or give the override {key}=VALUE")
-    return f"set it in a config listed in config_paths, or give the override {key}=VALUE"
+        return f"pass {flag} (or set {_ENV_FOR_POLICY[key]}), or add `{key}: ...` to a config in config_paths" + \
+            _override(key)
+    return "set it in a config listed in config_paths" + _override(key)
 
 
 def _refs(raw: str) -> list[str]:
@@ -60,9 +71,10 @@ def _problem(key: str, raw: Any, err: Exception | None, sources: Sources, resolv
     if env_vars:
         var = env_vars[0]
         state = "is set but empty" if os.environ.get(var) == "" else "is not set"
+        where = ", or set it in a config in config_paths" if is_secret_key(key) else f", or override {key}=VALUE"
         return Violation("GR-CONFIG-MISSING", f"value comes from environment variable {var}, which {state} "
                          f"(interpolation {text!r})", file=file, key=key,
-                         hint=f"export {var}=<value> before starting, or override {key}=VALUE")
+                         hint=f"export {var}=<value> before starting{where}")
     if isinstance(err, MissingMandatoryValue) or (err is None and resolved == "???" and not refs):
         return Violation("GR-CONFIG-MISSING", "required value is unset ('???')", file=file, key=key,
                          hint=value_sources_hint(key))
@@ -76,7 +88,7 @@ def _problem(key: str, raw: Any, err: Exception | None, sources: Sources, resolv
         top = target.split(".")[0].split("[")[0]
         return Violation("GR-CONFIG-INTERPOLATION", f"references {target!r}, {why}", file=file, key=key,
                          hint=value_sources_hint(top) if top == target else
-                         f"define {target} in a config in config_paths, or give the override {target}=VALUE")
+                         f"define {target} in a config in config_paths" + _override(target))
     return Violation("GR-CONFIG-INTERPOLATION", f"cannot be resolved: {_first_line(err)}", file=file, key=key)
 
 

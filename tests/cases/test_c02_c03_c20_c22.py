@@ -46,8 +46,10 @@ def test_c02_all_three_interpolations_in_one_error(tmp_path: Path, no_builtins: 
                for v in vs)
     text = e.value.render()
     for var in ("policy_base_url", "policy_api_key", "policy_model_name"):
-        assert f"references {var!r}" in text and f"{var}=VALUE" in text
-    assert "--policy-base-url" in text and "config_paths" in text
+        assert f"references {var!r}" in text
+    assert "policy_base_url=VALUE" in text and "policy_model_name=VALUE" in text
+    assert "policy_api_key=VALUE" not in text  # API keys never go on a command line: flag naming a variable
+    assert "--policy-base-url" in text and "--policy-api-key-env VAR" in text and "config_paths" in text
 
     code, out, err = cli(capsys, "config", str(cp.root))
     assert code == 1 and out == "" and err.count("[GR-CONFIG-INTERPOLATION]") == 3
@@ -130,9 +132,15 @@ def test_c20_case1_both_unset(tmp_path: Path, no_builtins: Path, monkeypatch, ca
     for key, var in KEYS.items():
         assert var in got[key].message and "is not set" in got[key].message
         assert got[key].file == cp.moved["configs/policy_model.yaml"]
+    # API keys never go on a command line: the secret's hint offers the variable and a config file only
+    secret = got["policy_model.responses_api_models.openai_model.openai_api_key"]
+    assert secret.hint == "export POLICY_API_KEY=<value> before starting, or set it in a config in config_paths"
+    url = got["policy_model.responses_api_models.openai_model.openai_base_url"]
+    assert url.hint.endswith("or override policy_model.responses_api_models.openai_model.openai_base_url=VALUE")
     code, out, err = cli(capsys, "config", str(cp.root), "--json")
     assert code == 1 and "???" not in out.replace("'${oc.env:POLICY_BASE_URL,???}'", "").replace(
         "'${oc.env:POLICY_API_KEY,???}'", "")
+    assert "openai_api_key=" not in out + err and "openai_base_url=VALUE" in err
 
 
 def test_c20_case2_set_but_empty_counts_as_missing(tmp_path: Path, no_builtins: Path, monkeypatch) -> None:

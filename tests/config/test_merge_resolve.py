@@ -57,6 +57,21 @@ def test_top_level_missing_policy_key_hint_names_flag(pkg_with, build) -> None:
         build(root, policy=None)
     (v,) = e.value.violations
     assert v.key == "policy_api_key" and "--policy-api-key-env" in v.hint
+    assert "=VALUE" not in v.hint and "override" not in v.hint  # API keys never go on a command line
+
+
+def test_secret_hints_never_suggest_a_command_line(pkg_with, build) -> None:
+    root = pkg_with({"configs/a.yaml": {**policy_cfg(api_key="???", auth_token="${vault_token}", judge="???",
+                                                      other="${nowhere}")}}, [MODEL])
+    with pytest.raises(MissingValuesError) as e:
+        build(root, policy=None)
+    pre = "policy_model.responses_api_models.m."
+    by_key = {v.key: v for v in e.value.violations}
+    for secret in ("api_key", "auth_token"):
+        hint = by_key[pre + secret].hint
+        assert "config" in hint and "=VALUE" not in hint and "override" not in hint, hint
+    assert by_key[pre + "judge"].hint.endswith(f"or give the override {pre}judge=VALUE")
+    assert by_key[pre + "other"].hint.endswith("or give the override nowhere=VALUE")
 
 
 def test_missing_value_inside_list_and_resolver_default(pkg_with, build, monkeypatch) -> None:

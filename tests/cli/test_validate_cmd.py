@@ -218,3 +218,14 @@ def test_builtin_implementation_counts(tmp_path: Path, capsys) -> None:
 
 def test_server_dir_written_by_helper_is_valid(tmp_path: Path) -> None:
     assert (write_server(tmp_path, "resources_servers", "x") / "app.py").is_file()
+
+
+@pytest.mark.parametrize("command", ["validate", "build", "vendor"])
+def test_missing_package_names_only_pkg_as_required(capsys, command: str) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([command])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    line = next(ln for ln in err.splitlines() if ln.startswith("error[GR-USAGE]"))
+    assert line.startswith("error[GR-USAGE]: the following arguments are required: PKG")
+    assert "KEY=VALUE" not in line  # overrides are optional

@@ -158,12 +158,15 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
 
 
 def _combine(errors: list[BuildError]) -> BuildError:
+    """One error for several failed builds: a violation per failure, each with its fix and its own
+    log (on a line under the hint); the full blocks (uv's causes) are in ``extra["failures"]``."""
     if len(errors) == 1:
         return errors[0]
-    return BuildError(f"{len(errors)} venv builds failed", code="GR-BUILD-MANY",
-                      violations=[Violation(e.code, e.message, file=e.extra.get("file"), hint=e.hint)
-                                  for e in errors],
-                      cause=errors[0].cause, log=errors[0].log, hint="fix each failure; logs are listed per failure",
+    violations = [Violation(e.code, e.message, file=e.extra.get("file"),
+                            hint="\n    ".join([*([e.hint] if e.hint else []), *([f"log: {e.log}"] if e.log else [])])
+                            or None) for e in errors]
+    return BuildError(f"{len(errors)} venv builds failed", code="GR-BUILD-MANY", violations=violations,
+                      hint="fix each failure; its log (uv's full output) is listed under it",
                       extra={"failures": [e.to_dict() for e in errors]})
 
 
@@ -217,7 +220,8 @@ def build_venvs(plan: InstallPlan, settings: RuntimeSettings, *, progress: bool 
     finally:
         reporter.stop()
     if errors:
-        raise _combine(errors)
+        order = {vp.instances[0]: i for i, vp in enumerate(todo)}  # plan order, not completion order
+        raise _combine(sorted(errors, key=lambda e: order.get(e.extra.get("server", ""), len(order))))
     if len(results) < len(todo):
         raise BuildError("venv builds were cancelled; nothing half-built was kept", code="GR-BUILD-CANCELLED",
                          hint="run the build again; finished venvs are reused")

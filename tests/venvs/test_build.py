@@ -151,3 +151,25 @@ def test_auto_mode_pins_only_constrain_non_sdk_servers(tmp_path: Path, make_sett
     none = make_settings(write_simple_index(files, tmp_path / "idx2"), pin_mode="none")
     free = build_venvs(plan_venvs(merged_config(pkg), none), none).for_instance("oai")
     assert json.loads((free.path / MARKER).read_text())["installed"]["openai"] == "2.9.0"
+
+
+def test_several_failures_each_list_their_own_log(tmp_path: Path, make_settings) -> None:
+    pkg = synthetic_pkg(tmp_path / "pkg", {"alpha": ("resources_servers", "nosuch-alpha==1.0\n"),
+                                           "beta": ("resources_servers", "nosuch-beta==1.0\n")})
+    settings = make_settings()  # an empty index: both stage-1 installs fail
+    with pytest.raises(BuildError) as ei:
+        build_venvs(plan_venvs(merged_config(pkg), settings), settings)
+    e = ei.value
+    assert e.code == "GR-BUILD-MANY" and len(e.violations) == 2 and e.log is None
+    logs = {}
+    for v, failure in zip(e.violations, e.extra["failures"]):
+        server = failure["server"]
+        assert v.code == "GR-BUILD-MISSING" and f"nosuch-{server}" in v.message
+        assert v.hint.endswith(f"\n    log: {failure['log']}")
+        assert f"nosuch-{server}" in Path(failure["log"]).read_text()
+        logs[server] = failure["log"]
+    assert list(logs) == ["alpha", "beta"] and logs["alpha"] != logs["beta"]  # in plan order
+    text = e.render()
+    for server, log in logs.items():
+        assert f"      log: {log}" in text
+        assert text.index(f"nosuch-{server}") < text.index(log)  # under its own failure

@@ -134,8 +134,9 @@ def _backend_check(what: str, path: Path, file: str, name: str | None, pool: Seq
     if not missing:
         return []
     return [Violation("GR-BUILD-SDIST-BACKEND", f"{what}; building it offline needs {', '.join(missing)}, which "
-                      "is not in wheels/", file=file, key=key, hint=f"ship a wheel for {name or path.name} in wheels/, or "
-                      "add the build backend's wheel (" + ", ".join(missing) + ") to wheels/")]
+                      "is not in wheels/", file=file, key=key,
+                      hint=f"ship a wheel for {name or path.name} in wheels/, or add the build backend's wheel "
+                      f"({', '.join(missing)}) to wheels/")]
 
 
 def _offline_checks(vp: VenvPlan) -> list[Violation]:

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
+from gym_runtime.config.instances import python_version_problems
 from gym_runtime.config.instances import ServerInstance, build_instances, find_instances
 from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources, merge_sources
 from gym_runtime.config.redact import redact
@@ -80,6 +81,8 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     ViolationList(find_instances(data, sources)).raise_if_any(ConfigError, "server instances are malformed")
     builtin = builtin_server_dirs(builtin_root or builtin_servers_dir())
     instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin)
+    inst_violations += python_version_problems(data.get("python_version"), "python_version",
+                                               sources.of("python_version"))
     refs, ref_violations = check_refs(declared, sources)
     if ref_violations:
         n = len(ref_violations)

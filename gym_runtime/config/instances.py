@@ -148,6 +148,18 @@ def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: di
     return instances, declared, out
 
 
+def python_version_problems(value: Any, key: str, file: str | None) -> list[Violation]:
+    """``python_version`` must be a string: YAML reads an unquoted ``3.10`` as the number 3.1."""
+    if value is None or isinstance(value, str):
+        return []
+    shown = f"{value!r}"
+    hint = 'write it as a string, e.g. python_version: "3.10"'
+    if isinstance(value, float):
+        shown += " (YAML reads an unquoted 3.10 as the number 3.1)"
+    return [Violation("GR-CONFIG-PYTHON-VERSION", f"python_version must be a string, got {shown}", file=file,
+                      key=key, hint=hint)]
+
+
 def _good_entry(entry: Any) -> bool:
     return isinstance(entry, str) and bool(entry) and not entry.startswith("/") and ".." not in Path(entry).parts
 
@@ -173,6 +185,8 @@ def _inner_problems(name: str, stype: str, inner: dict[str, Any], key: str, file
                              f"set, got {got!r}" if "domain" in inner else f"resources server {name!r} has no "
                              "domain (Gym would report it as an almost-server and abort)", file=file,
                              key=f"{key}.domain", hint=f"use one of: {', '.join(DOMAINS)}"))
+    out += python_version_problems(inner.get("python_version"), f"{key}.python_version",
+                                   sources.of(f"{key}.python_version"))
     port = inner.get("port")
     if port is not None:
         pfile = sources.of(f"{key}.port")

@@ -15,8 +15,9 @@ Endpoints (DESIGN.md §7, issue 5; Gym's originals in reference/nemo_gym_runtime
 =================================  ========================================================================
 
 ``/rollouts/run`` answers a body that is not ``{"examples": [rows]}`` with 400 and our error envelope
-``{"error": {"code": "GR-ROLLOUT-BAD-REQUEST", "message"}}`` (not FastAPI's raw 422). It sends each row to its ``agent_ref`` agent's ``/run`` (bounded concurrency, results in
-row order, per-row ``{"error": {"code", "message"}}``, a batch deadline) and, while the batch runs,
+``{"error": {"code": "GR-ROLLOUT-BAD-REQUEST", "message"}}`` (not FastAPI's raw 422). It sends each
+row to its ``agent_ref`` agent's ``/run`` (bounded concurrency, results in row order, per-row
+``{"error": {"code", "message"}}``, a batch deadline) and, while the batch runs,
 streams one space every ``heartbeat_s`` (15 s) before the JSON body so a proxy never drops the request
 (leading whitespace is valid JSON).
 """

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 from gym_runtime.errors import StartError
 from gym_runtime.supervise import readiness
+from gym_runtime.supervise.failure import endpoint_failure, failure_report
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
                                           Member)
@@ -223,22 +224,11 @@ class Supervisor:
 
     def _on_endpoint(self, ev: Event) -> None:
         self.endpoints[ev.name] = ev.data if isinstance(ev.data, str) else "failed"
-        if isinstance(ev.data, tuple):  # ("wrong-model", name given, names served)
-            _, name, served = ev.data
-            self._fail("policy model", f"model endpoint {ev.name} does not serve the model {name!r} "
-                       f"(policy_model_name); it serves: {', '.join(map(repr, served)) or '(none)'}",
-                       code="GR-START-MODEL-NAME",
-                       hint="pass --policy-model-name with a name the endpoint serves (vLLM: its "
-                       "--served-model-name), or point --policy-base-url at the endpoint serving "
-                       f"{name!r}")
-        elif ev.data == "failed":
-            self._fail("policy model", f"model endpoint {ev.name} never answered GET "
-                       f"{readiness.model_probe_url(ev.name)} within {self.options.model_endpoint_timeout_s:g}s",
-                       code="GR-START-MODEL-ENDPOINT",
-                       hint="check --policy-base-url and that the model server is up; raise "
-                       "--model-endpoint-timeout to wait longer, or set it to 0 to skip this check")
-        else:
+        if ev.data == "ready":
             self._check_all_ready()
+        else:  # "failed" or ("wrong-model", name given, names served)
+            message, code, hint = endpoint_failure(ev.name, ev.data, self.options.model_endpoint_timeout_s)
+            self._fail("policy model", message, code=code, hint=hint)
 
     def _on_stop(self, ev: Event) -> None:
         fast = bool(ev.data)
@@ -307,22 +297,7 @@ class Supervisor:
                 self.request_stop()
 
     def _report(self, message: str, code: str, hint: str | None, names: list[str]) -> StartError:
-        """A StartError naming the phase and carrying the last log lines of ``names`` (else of
-        every member not ready)."""
-        pick = names or [n for n, m in self.members.items() if m.status != READY]
-        tails: dict[str, list[str]] = {}
-        for n in pick:
-            mem = self.members[n]
-            mem.log.drain_now()
-            tails[n] = mem.log.tail(self.options.log_tail_lines)
-        cause = "\n".join(f"--- last {len(t)} log lines of {n} ({self.members[n].log.path}):\n" + "\n".join(t)
-                          for n, t in tails.items() if t) or None
-        ready = sum(m.status == READY for m in self.members.values())
-        extra = {"phase": self.phase, "servers_ready": f"{ready}/{len(self.members)}", "log_tails": tails}
-        logs = [str(self.members[n].log.path) for n in pick]
-        return StartError(f"{message} (phase: {self.phase}, {ready}/{len(self.members)} ready)", code=code,
-                          cause=cause, hint=hint or "read the log lines above; fix the server or its config, "
-                          "then start again", log=", ".join(logs) or None, extra=extra)
+        return failure_report(self.members, self.phase, self.options.log_tail_lines, message, code, hint, names)
 
     def _timeout_error(self, message: str) -> StartError:
         return self._report(message, "GR-START-TIMEOUT", "raise --startup-timeout / --ready-timeout if the "

@@ -68,8 +68,8 @@ def test_async_context_manager(tmp_path: Path) -> None:
 
 def test_sync_context_manager_with_the_stub_model(tmp_path: Path) -> None:
     lines: list[str] = []
-    with Runtime(simple_env(tmp_path / "pkg"), work_dir=tmp_path / "run", progress=lines.append,
-                 options=fast_options()) as rt:
+    pkg = simple_env(tmp_path / "pkg", judge_base_url="${policy_base_url}")  # uses the policy: a stub is started
+    with Runtime(pkg, work_dir=tmp_path / "run", progress=lines.append, options=fast_options()) as rt:
         check_running(rt, rt.ready_info)
         assert rt.ready_info["policy_model"]["stub"] is True
         pids = tree_pids(rt)

@@ -1,0 +1,42 @@
+"""What the supervisor says when the environment fails: the phase, the servers ready, the last log
+lines of the servers concerned (DESIGN.md §7: "log tail in the report"), and the model-endpoint
+failures found at readiness (unreachable, or not serving the policy model name)."""
+
+from __future__ import annotations
+
+from gym_runtime.errors import StartError
+from gym_runtime.supervise import readiness
+from gym_runtime.supervise.member import READY, Member
+
+
+def failure_report(members: dict[str, Member], phase: str, tail_lines: int, message: str, code: str,
+                   hint: str | None, names: list[str]) -> StartError:
+    """A StartError naming ``phase`` and carrying the last ``tail_lines`` log lines of ``names``
+    (else of every member not ready); ``extra`` holds ``phase``, ``servers_ready``, ``log_tails``."""
+    pick = names or [n for n, m in members.items() if m.status != READY]
+    tails: dict[str, list[str]] = {}
+    for n in pick:
+        members[n].log.drain_now()
+        tails[n] = members[n].log.tail(tail_lines)
+    cause = "\n".join(f"--- last {len(t)} log lines of {n} ({members[n].log.path}):\n" + "\n".join(t)
+                      for n, t in tails.items() if t) or None
+    ready = sum(m.status == READY for m in members.values())
+    extra = {"phase": phase, "servers_ready": f"{ready}/{len(members)}", "log_tails": tails}
+    logs = [str(members[n].log.path) for n in pick]
+    return StartError(f"{message} (phase: {phase}, {ready}/{len(members)} ready)", code=code, cause=cause,
+                      hint=hint or "read the log lines above; fix the server or its config, then start again",
+                      log=", ".join(logs) or None, extra=extra)
+
+
+def endpoint_failure(url: str, outcome: str | tuple, timeout_s: float) -> tuple[str, str, str]:
+    """``(message, code, hint)`` for a model endpoint that failed its readiness probe: ``outcome``
+    is ``"failed"`` (never answered) or ``("wrong-model", name given, names served)``."""
+    if isinstance(outcome, tuple):
+        _, name, served = outcome
+        return (f"model endpoint {url} does not serve the model {name!r} (policy_model_name); it serves: "
+                f"{', '.join(map(repr, served)) or '(none)'}", "GR-START-MODEL-NAME",
+                "pass --policy-model-name with a name the endpoint serves (vLLM: its --served-model-name), or "
+                f"point --policy-base-url at the endpoint serving {name!r}")
+    return (f"model endpoint {url} never answered GET {readiness.model_probe_url(url)} within {timeout_s:g}s",
+            "GR-START-MODEL-ENDPOINT", "check --policy-base-url and that the model server is up; raise "
+            "--model-endpoint-timeout to wait longer, or set it to 0 to skip this check")

@@ -82,7 +82,11 @@ class DaemonRecord:
 
     def claim(self) -> None:
         for slot in self.slots:
-            fd = _lock(slot)
+            try:
+                fd = _lock(slot)
+            except OSError as e:
+                raise StartError(f"cannot record the daemon in {slot}: {e.strerror or e}", code="GR-DAEMON-RECORD",
+                                 hint="make it writable, or choose another GYM_RUNTIME_HOME / --work-dir") from None
             if fd is None:
                 other = running(slot) or {}
                 if slot == self.required:

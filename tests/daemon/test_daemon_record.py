@@ -65,3 +65,11 @@ def test_second_daemon_on_one_home(tmp_path: Path) -> None:
     finally:
         for p in procs:
             kill_tree(p)
+
+
+def test_unwritable_home_is_a_clear_error(tmp_path: Path) -> None:
+    home = tmp_path / "file-not-dir"
+    home.write_text("")
+    proc = _up(simple_env(tmp_path / "pkg"), home)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3 and "GR-DAEMON-RECORD" in err and "Traceback" not in err

@@ -12,6 +12,7 @@ Exit codes (documented in the README):
 1     invalid input: package, manifest, config, dataset rows, flag values
 2     usage: unknown command or flag, missing argument
 3     runtime failure: a venv build, a server start, a rollout, the host
+130   interrupted: SIGINT/SIGTERM before the work was done (e.g. a cancelled build)
 ====  =====================================================================
 
 A package or config check that finds several problems raises one error carrying every
@@ -28,6 +29,7 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_RUNTIME = 3
+EXIT_INTERRUPTED = 130
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,13 @@ class BuildError(GymRuntimeError):
     """A venv build failed (exit 3): names server, stage, file, cause, fix and log."""
 
     code = "GR-BUILD"
+
+
+class BuildCancelledError(BuildError):
+    """Venv builds were cancelled by a stop request (SIGINT/SIGTERM); nothing half-built was kept."""
+
+    code = "GR-BUILD-CANCELLED"
+    exit_code = EXIT_INTERRUPTED
 
 
 class StartError(GymRuntimeError):

@@ -15,8 +15,8 @@ import sys
 import threading
 from typing import Any
 
-from gym_runtime.cli.common import add_policy_args, policy_from_args
-from gym_runtime.cli.validate import PLACEHOLDERS, add_package_and_overrides
+from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
+from gym_runtime.cli.validate import PLACEHOLDERS
 from gym_runtime.config import build_config
 from gym_runtime.errors import BuildError
 from gym_runtime.package import load_package
@@ -26,7 +26,7 @@ from gym_runtime.venvs import build_venvs, plan_venvs
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build", help="build (or reuse) one venv per server")
-    add_package_and_overrides(p)
+    add_package_args(p)
     add_policy_args(p)
     p.add_argument("--python", help="interpreter for the server venvs: a version (3.13) or a path "
                    "(a server's own python_version wins)")

@@ -13,7 +13,10 @@ from gym_runtime.settings import policy_from_environ
 def add_package_args(p: argparse.ArgumentParser, overrides: bool = True) -> None:
     p.add_argument("package", metavar="PKG", help="environment package directory (holds nemo-environment.yaml)")
     if overrides:
-        p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (OmegaConf dotlist)")
+        # default=[]: argparse counts a ``*`` positional without a default as required, so a
+        # missing PKG was reported as "required: PKG, KEY=VALUE"
+        p.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                       help="config overrides (OmegaConf dotlist), optional")
 
 
 def add_policy_args(p: argparse.ArgumentParser) -> None:

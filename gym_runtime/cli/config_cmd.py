@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     pkg = load_package(args.package)
-    merged = build_config(pkg, args.overrides, policy_from_args(args))
+    policy = policy_from_args(args)  # a base URL without a key gets `EMPTY`, as at `up`
+    merged = build_config(pkg, args.overrides, policy, defaults=policy.keyless_defaults())
     masked: list[str] = []
     data = merged.redacted(masked)
     if args.json:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -81,11 +82,17 @@ def run(args: argparse.Namespace) -> int:
         progress.update(task, total=total)
         progress.start()
 
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops like Ctrl-C: everything shut down, exit 130
     try:
         result = asyncio.run(run_dry_run(req, say, on_start, lambda r: progress.advance(task)))
     finally:
         progress.stop()
+        signal.signal(signal.SIGTERM, previous)
     return report(result, args, err)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:

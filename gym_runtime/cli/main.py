@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from gym_runtime.cli import build, config_cmd, doctor, dry_run, logs, status, up, validate, vendor
-from gym_runtime.errors import EXIT_RUNTIME, EXIT_USAGE, GymRuntimeError
+from gym_runtime.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, GymRuntimeError
 
 COMMANDS = [validate, config_cmd, build, vendor, up, status, logs, doctor, dry_run]
 
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_RUNTIME
 

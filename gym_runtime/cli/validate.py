@@ -25,17 +25,9 @@ PLACEHOLDERS = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key":
                 "policy_model_name": "placeholder"}
 
 
-def add_package_and_overrides(p: argparse.ArgumentParser) -> None:
-    """``PKG [KEY=VALUE ...]`` with the overrides optional: argparse counts a ``*`` positional
-    without a default as required, so a missing PKG was reported as "required: PKG, KEY=VALUE"."""
-    add_package_args(p, overrides=False)
-    p.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="config overrides (OmegaConf dotlist), optional")
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check an environment package against every rule")
-    add_package_and_overrides(p)
+    add_package_args(p)
     add_policy_args(p)
     p.add_argument("--platform", choices=["linux/amd64", "linux/arm64"],
                    help="also check every vendored wheel installs on this platform")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from gym_runtime.cli.validate import PLACEHOLDERS, add_package_and_overrides
+from gym_runtime.cli.common import add_package_args
+from gym_runtime.cli.validate import PLACEHOLDERS
 from gym_runtime.config import PolicyValues, build_config
 from gym_runtime.errors import UsageError
 from gym_runtime.package import check_package, parse_target
@@ -20,7 +21,7 @@ from gym_runtime.venvs.vendor import vendor
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("vendor", help="build a complete wheels/ closure for a target platform")
-    add_package_and_overrides(p)
+    add_package_args(p)
     p.add_argument("--platform", required=True, choices=["linux/amd64", "linux/arm64"])
     p.add_argument("--python", default="3.13", help="target Python (default 3.13)")
     p.add_argument("--glibc", default=None, help="target glibc (default 2.36, the runtime image)")

@@ -149,15 +149,13 @@ def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: di
 
 
 def python_version_problems(value: Any, key: str, file: str | None) -> list[Violation]:
-    """``python_version`` must be a string: YAML reads an unquoted ``3.10`` as the number 3.1."""
-    if value is None or isinstance(value, str):
-        return []
-    shown = f"{value!r}"
-    hint = 'write it as a string, e.g. python_version: "3.10"'
-    if isinstance(value, float):
-        shown += " (YAML reads an unquoted 3.10 as the number 3.1)"
-    return [Violation("GR-CONFIG-PYTHON-VERSION", f"python_version must be a string, got {shown}", file=file,
-                      key=key, hint=hint)]
+    """An unquoted ``python_version: 3.10`` is the YAML number 3.1: refuse the numbers that
+    lost a trailing zero (3.1, 3.2); other numbers (3.12, 3.13) mean what they say."""
+    if isinstance(value, float) and str(value).split(".")[1] in ("1", "2"):
+        return [Violation("GR-CONFIG-PYTHON-VERSION", f"python_version is the number {value!r}: YAML reads an "
+                          f"unquoted {value}0 as {value}", file=file, key=key,
+                          hint=f'write it as a string, e.g. python_version: "{value}0"')]
+    return []
 
 
 def _good_entry(entry: Any) -> bool:

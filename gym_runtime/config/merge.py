@@ -21,6 +21,7 @@ from gym_runtime.errors import ConfigError, Violation, ViolationList
 from gym_runtime.package.yamlfile import YamlProblem, check_structure, load_yaml_file
 
 POLICY_KEYS = ("policy_base_url", "policy_api_key", "policy_model_name")
+KEYLESS_API_KEY = "EMPTY"  # what OpenAI clients send to a vLLM endpoint started without --api-key
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,11 @@ class PolicyValues:
     api_key: str | None = None
     model_name: str | None = None
     origin: str = "flags"
+
+    def keyless_defaults(self) -> dict[str, Any] | None:
+        """Config defaults for a base URL given without an API key: ``policy_api_key: EMPTY``
+        (merged beneath every file and override, so a key set there still wins); else None."""
+        return {"policy_api_key": KEYLESS_API_KEY} if self.base_url and not self.api_key else None
 
     def as_dict(self) -> dict[str, Any]:
         vals = dict(zip(POLICY_KEYS, (self.base_url, self.api_key, self.model_name)))

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 from gym_runtime.config import MergedConfig, PolicyValues, build_config
+from gym_runtime.config.merge import KEYLESS_API_KEY
 from gym_runtime.errors import ConfigError
 from gym_runtime.package import load_package
 from gym_runtime.supervise.ports import free_port
 
 STUB_MODEL_NAME = "stub-model"
-KEYLESS_API_KEY = "EMPTY"  # what OpenAI clients send to a vLLM endpoint started without --api-key
 
 
 def uses_policy(merged: MergedConfig, url: str) -> bool:
@@ -62,7 +62,7 @@ async def configure(package: Any, overrides: list[str], given: PolicyValues,
         say("no --policy-base-url, and no policy_model instance or reference to one: the built-in stub model "
             "is not started")
         return merged, None
-    defaults = None if given.api_key else {"policy_api_key": KEYLESS_API_KEY}
+    defaults = given.keyless_defaults()
     merged = await asyncio.to_thread(build_config, pkg, overrides, given, defaults=defaults)
     if defaults and merged.sources.of("policy_api_key") == "default":
         say(f"no policy API key given (--policy-api-key-env VAR or GYM_RUNTIME_POLICY_API_KEY): using "

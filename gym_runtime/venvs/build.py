@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gym_runtime.errors import BuildError, Violation
+from gym_runtime.errors import BuildCancelledError, BuildError, Violation
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs import stages
 from gym_runtime.venvs.diagnose import diagnose
@@ -223,7 +223,7 @@ def build_venvs(plan: InstallPlan, settings: RuntimeSettings, *, progress: bool 
         order = {vp.instances[0]: i for i, vp in enumerate(todo)}  # plan order, not completion order
         raise _combine(sorted(errors, key=lambda e: order.get(e.extra.get("server", ""), len(order))))
     if len(results) < len(todo):
-        raise BuildError("venv builds were cancelled; nothing half-built was kept", code="GR-BUILD-CANCELLED",
-                         hint="run the build again; finished venvs are reused")
+        raise BuildCancelledError("venv builds were cancelled; nothing half-built was kept",
+                                  hint="run the build again; finished venvs are reused")
     by_instance = dict(plan.by_instance)
     return VenvSet(tuple(results[vp.digest] for vp in todo), by_instance)

@@ -89,3 +89,20 @@ def test_invalid_package_and_bad_override(tmp_path: Path, capsys) -> None:
     (root / "x.jsonl").unlink()
     rc, _, err = run(capsys, "config", str(root), "not-an-override", "--policy-base-url", "http://127.0.0.1:1/v1")
     assert rc == 1 and "GR-CONFIG-OVERRIDE" in err and "'not-an-override'" in err
+
+
+def test_base_url_without_a_key_uses_the_keyless_convention_as_up_does(tmp_path, capsys, monkeypatch):
+    """Bug: `config PKG --policy-base-url URL` failed on the unset policy_api_key while `up` used EMPTY."""
+    import json as _json
+    from pathlib import Path as _Path
+
+    from gym_runtime.cli.main import main as _main
+
+    monkeypatch.delenv("GYM_RUNTIME_POLICY_API_KEY", raising=False)
+    example = str(_Path(__file__).resolve().parents[2] / "examples" / "native-quickstart")
+    rc = _main(["config", example, "--policy-base-url", "http://127.0.0.1:9/v1", "--policy-model-name", "m",
+                "--json"])
+    out = _json.loads(capsys.readouterr().out)
+    assert rc == 0 and "policy_api_key" in out["masked"]
+    rc = _main(["config", example])  # no policy values at all: still the C02 error
+    assert rc == 1 and "policy_base_url" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from .netns import NetnsHolder
 from .policy import EgressPolicy, normalize_host, parse_ip_literal
 from .probe import IsolationLevel, IsolationReport, interpreter_roots, probe_isolation
 from .process import SandboxedProcess
-from .proxy import EgressProxy, Resolver, host_dial, serve_forward, system_resolve
+from .proxy import EgressProxy, Resolver, connect_or_close, host_dial, serve_forward, system_resolve
 
 log = logging.getLogger("sandbox")
 MAX_DENIALS = 1000
@@ -147,13 +147,7 @@ class Sandbox:
     async def _loopback_dial(self, ip: str, port: int) -> socket.socket:
         if self.holder is None:
             return await host_dial(ip, port)
-        s = self.holder.socket(6 if ":" in ip else 4)
-        try:
-            await asyncio.get_running_loop().sock_connect(s, (ip, port))
-        except BaseException:
-            s.close()
-            raise
-        return s
+        return await connect_or_close(self.holder.socket(6 if ":" in ip else 4), ip, port)
 
     async def _forward_into(self, inside_ip: str, inside_port: int, host: str, port: int) -> None:
         """Listen at inside_ip:inside_port in the netns; splice each connection to host:port (daemon side)."""

@@ -44,6 +44,11 @@ async def host_dial(ip: str, port: int) -> socket.socket:
     s = socket.socket(fam, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     s.setblocking(False)
     nodelay(s)
+    return await connect_or_close(s, ip, port)
+
+
+async def connect_or_close(s: socket.socket, ip: str, port: int) -> socket.socket:
+    """Connect the non-blocking socket ``s`` to ``ip:port``; close it if that fails or is cancelled."""
     try:
         await asyncio.get_running_loop().sock_connect(s, (ip, port))
     except BaseException:

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel
 from omegaconf.errors import OmegaConfBaseException
 
 CONFIG_DICT_VAR = "NEMO_GYM_CONFIG_DICT"
@@ -92,3 +93,10 @@ def peer_address(global_config: DictConfig, name: str, server_type: str | None =
     if ":" in str(host) and not str(host).startswith("["):
         host = f"[{host}]"
     return f"http://{host}:{port}"
+
+
+class Ref(BaseModel):
+    """A server reference ``{type, name}`` (Gym's ``ModelServerRef`` / ``ResourcesServerRef``)."""
+
+    type: str
+    name: str

@@ -26,16 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fastapi import Request, Response  # noqa: E402
 from pydantic import BaseModel, ConfigDict  # noqa: E402
 
+from _kit.config import Ref  # noqa: E402
 from _kit.peers import CookieJar, Peers, UpstreamError  # noqa: E402
 from _kit.resources import AggregateRequest  # noqa: E402
 from _kit.server import ServerContext, build_app, run_server  # noqa: E402
-
-
-class Ref(BaseModel):
-    """A server reference ``{type, name}``."""
-
-    type: str
-    name: str
 
 
 class SimpleAgentConfig(BaseModel):

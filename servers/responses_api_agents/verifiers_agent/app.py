@@ -28,16 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
-from _kit.config import StartupError  # noqa: E402
+from _kit.config import Ref, StartupError  # noqa: E402
 from _kit.responses import message_to_items, text_of  # noqa: E402
 from _kit.server import ServerContext, build_app, run_server  # noqa: E402
-
-
-class Ref(BaseModel):
-    """A server reference ``{type, name}``."""
-
-    type: str
-    name: str
 
 
 class VerifiersAgentConfig(BaseModel):

@@ -30,7 +30,13 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
 
 def endpoint_failure(url: str, outcome: str | tuple, timeout_s: float) -> tuple[str, str, str]:
     """``(message, code, hint)`` for a model endpoint that failed its readiness probe: ``outcome``
-    is ``"failed"`` (never answered) or ``("wrong-model", name given, names served)``."""
+    is ``"failed"`` (never answered), ``("auth", status)`` (the policy key was refused) or
+    ``("wrong-model", name given, names served)``."""
+    if isinstance(outcome, tuple) and outcome[0] == "auth":
+        return (f"model endpoint {url} refused the policy API key: GET {readiness.model_probe_url(url)} answered "
+                f"HTTP {outcome[1]}", "GR-START-MODEL-AUTH",
+                "pass the endpoint's key with --policy-api-key-env VAR (or GYM_RUNTIME_POLICY_API_KEY); a keyless "
+                "vLLM needs none")
     if isinstance(outcome, tuple):
         _, name, served = outcome
         return (f"model endpoint {url} does not serve the model {name!r} (policy_model_name); it serves: "

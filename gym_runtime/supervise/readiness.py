@@ -101,21 +101,25 @@ def policy_models(data: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
             for u in (urls if isinstance(urls, list) else [urls]) if isinstance(u, str)}
 
 
-async def served_models(client: httpx.AsyncClient, base_url: str, api_key: str | None = None) -> list[str] | None:
-    """The model ids a ``/v1`` endpoint lists at ``GET <base>/models`` (OpenAI shape), or None when
-    the URL is not a ``/v1`` one or the answer is not a model list (an error status, another shape)."""
+async def served_models(client: httpx.AsyncClient, base_url: str, api_key: str | None = None
+                        ) -> tuple[int | None, list[str] | None]:
+    """``(status, ids)`` of ``GET <base>/models`` on a ``/v1`` endpoint, sent with the policy key:
+    the HTTP status (None when the URL is not a ``/v1`` one or nothing answered) and the model ids
+    listed (OpenAI shape), or None when the answer is not a model list (an error status, another shape)."""
     if not base_url.rstrip("/").endswith("/v1"):
-        return None
+        return None, None
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         r = await client.get(model_probe_url(base_url), headers=headers, timeout=PROBE_TIMEOUT_S)
         body = r.json() if r.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
+    except httpx.HTTPError:
+        return None, None
+    except ValueError:
+        return r.status_code, None
     items = body.get("data") if isinstance(body, dict) else None
     if not isinstance(items, list) or not all(isinstance(i, dict) and isinstance(i.get("id"), str) for i in items):
-        return None
-    return [i["id"] for i in items]
+        return r.status_code, None
+    return r.status_code, [i["id"] for i in items]
 
 
 def model_probe_url(base_url: str) -> str:

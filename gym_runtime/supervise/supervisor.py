@@ -226,7 +226,7 @@ class Supervisor:
         self.endpoints[ev.name] = ev.data if isinstance(ev.data, str) else "failed"
         if ev.data == "ready":
             self._check_all_ready()
-        else:  # "failed" or ("wrong-model", name given, names served)
+        else:  # "failed", ("auth", status) or ("wrong-model", name given, names served)
             message, code, hint = endpoint_failure(ev.name, ev.data, self.options.model_endpoint_timeout_s)
             self._fail("policy model", message, code=code, hint=hint)
 
@@ -351,8 +351,11 @@ class Supervisor:
         assert self._client is not None
         t = self.options.model_endpoint_timeout_s
         ok = t <= 0 or await readiness.wait_http(self._client, readiness.model_probe_url(url), time.monotonic() + t)
-        served = await readiness.served_models(self._client, url, model[1]) if ok and t > 0 and model else None
-        if served is not None and model[0] not in served:
+        status, served = await readiness.served_models(self._client, url, model[1]) if ok and t > 0 and model \
+            else (None, None)
+        if status in (401, 403):  # the policy key is refused: every rollout would fail
+            self.post(Event("endpoint", url, data=("auth", status)))
+        elif served is not None and model[0] not in served:
             self.post(Event("endpoint", url, data=("wrong-model", model[0], served)))
         else:
             self.post(Event("endpoint", url, data="ready" if ok else "failed"))

@@ -96,3 +96,40 @@ def test_stub_serves_the_model_name_given(tmp_path: Path) -> None:
         assert info["policy_model"]["stub"] is True
     finally:
         kill_tree(proc)
+
+
+def test_refused_api_key_fails_the_start(tmp_path: Path) -> None:
+    """Bug: a key the endpoint refuses (401 on /models) passed start-up; `up` said ready and every
+    rollout then failed with a nested 502."""
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    stub = subprocess.Popen([sys.executable, "-m", "gym_runtime.stub_model", "--port", str(port), "--model", "m",
+                             "--api-key", "sk-right"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url + "/models", timeout=1, trust_env=False)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", url,
+                          "--policy-model-name", "m", env={"GYM_RUNTIME_POLICY_API_KEY": "sk-wrong-key"})
+        try:
+            out, err = proc.communicate(timeout=60)
+        finally:
+            kill_tree(proc)
+    finally:
+        kill_tree(stub)
+    assert proc.returncode == 3 and out == ""
+    assert "GR-START-MODEL-AUTH" in err and "HTTP 401" in err and "--policy-api-key-env" in err
+    assert "sk-wrong-key" not in err

@@ -16,7 +16,9 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -82,17 +84,26 @@ def run(args: argparse.Namespace) -> int:
         progress.update(task, total=total)
         progress.start()
 
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops like Ctrl-C: everything shut down, exit 130
     try:
-        result = asyncio.run(run_dry_run(req, say, on_start, lambda r: progress.advance(task)))
+        result = asyncio.run(_stoppable(run_dry_run(req, say, on_start, lambda r: progress.advance(task))))
+    except asyncio.CancelledError:  # SIGTERM: stopped like Ctrl-C (main() turns this into exit 130)
+        raise KeyboardInterrupt("SIGTERM") from None
     finally:
         progress.stop()
-        signal.signal(signal.SIGTERM, previous)
     return report(result, args, err)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+async def _stoppable(work: Coroutine[Any, Any, DryRunResult]) -> DryRunResult:
+    """Run ``work`` so that SIGTERM cancels it the way asyncio's own Ctrl-C handling does: the
+    environment is brought down by the cancellation, then ``CancelledError`` reaches the caller.
+    (Raising from a plain signal handler instead could strike inside the event loop and hang it.)"""
+    loop, me = asyncio.get_running_loop(), asyncio.current_task()
+    assert me is not None
+    loop.add_signal_handler(signal.SIGTERM, me.cancel)
+    try:
+        return await work
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:

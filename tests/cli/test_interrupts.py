@@ -72,3 +72,34 @@ def test_sigterm_during_dry_run_stops_everything_and_exits_130(tmp_path: Path) -
     assert code == 130, err
     assert "Traceback" not in err
     assert wait_gone(kids, 2.0) == []
+
+
+def test_sigterm_while_rollouts_run_stops_everything_and_exits_130(tmp_path: Path) -> None:
+    """Bug: SIGTERM raised KeyboardInterrupt from a plain signal handler inside the event loop and
+    the dry-run hung for good with rollouts in flight."""
+    pkg = simple_env(tmp_path / "pkg")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"responses_create_params": {"input": "hi"}, "agent_ref": {"type": "responses_api_agents", '
+                    '"name": "acme_agent"}, "sleep": 60}\n')
+    env = {**os.environ, "GYM_RUNTIME_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(pkg), "--dataset",
+                             str(rows), "--samples", "4", "--work-dir", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            start_new_session=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while not any("running 4 rollout(s)" in ln for ln in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            lines.append(proc.stderr.readline())
+        time.sleep(0.5)  # the rollouts are in flight (each sleeps 60 s in the agent)
+        kids = [p.pid for p in descendants(proc.pid)]
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 130, err
+    assert took < 10 and "Traceback" not in err
+    assert wait_gone(kids, 2.0) == []

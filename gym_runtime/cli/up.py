@@ -68,6 +68,12 @@ def request_from_args(args: argparse.Namespace) -> UpRequest:
                      args.isolation, args.python, args.stub_seed, opts)
 
 
+# A second stop signal within this many seconds of the first is the same request delivered twice:
+# a terminal's Ctrl-C reaches the whole process group, and `uv run` forwards it to us as well (a
+# person pressing Ctrl-C again takes longer).
+DUPLICATE_SIGNAL_S = 0.25
+
+
 def _progress(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -80,11 +86,14 @@ async def serve(req: UpRequest) -> int:
     record = DaemonRecord(env.settings.home, env.work_dir, req.work_dir is not None, _progress)
     record.claim()
     loop = asyncio.get_running_loop()
-    signals: list[int] = []
+    signals: list[float] = []  # when each stop signal arrived (monotonic)
     stops: list[asyncio.Task] = []
 
     def on_signal(sig: int) -> None:
-        signals.append(sig)
+        now = time.monotonic()
+        if signals and now - signals[0] < DUPLICATE_SIGNAL_S:
+            return  # the same Ctrl-C delivered twice (terminal -> process group, and `uv run` forwarding it)
+        signals.append(now)
         _progress(f"{signal.Signals(sig).name}: stopping" + (" now (second signal)" if len(signals) > 1 else ""))
         stops.append(loop.create_task(env.stop(fast=len(signals) > 1)))
 

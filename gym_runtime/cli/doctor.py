@@ -57,7 +57,7 @@ def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
         target = choose(flag, None, settings.environ, [])
     except GymRuntimeError as e:
         return {"status": "error", "error": e.to_dict()}
-    out: dict[str, Any] = {"status": "ok", **target.to_dict(), "summary": target.describe()}
+    out: dict[str, Any] = {"status": "ok", **target.to_dict(), "summary": target.describe().removeprefix("ray: ")}
     if target.mode == "join":
         try:
             wait_reachable(target.address, target.source, 3.0)

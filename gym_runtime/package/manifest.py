@@ -243,8 +243,8 @@ def parse_manifest(root: Path) -> tuple[NativeManifest | WheelsManifest | Adapte
         return None, [Violation("GR-PKG-MANIFEST-YAML", str(e), file=MANIFEST_NAME)]
     if data is None:
         return None, [Violation("GR-PKG-MANIFEST-YAML", "is empty; it must be a mapping with format, config_paths "
-                                "and metadata", file=MANIFEST_NAME, hint="see DESIGN.md §3 for the keys")]
+                                "and metadata", file=MANIFEST_NAME, hint="see docs/environment-packages.md for the keys")]
     if not isinstance(data, dict):
         return None, [Violation("GR-PKG-MANIFEST-YAML", f"must be a mapping, got a {type(data).__name__}",
-                                file=MANIFEST_NAME, hint="see DESIGN.md §3 for the keys")]
+                                file=MANIFEST_NAME, hint="see docs/environment-packages.md for the keys")]
     return validate_manifest(data)

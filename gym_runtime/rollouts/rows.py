@@ -203,7 +203,7 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
                                                                            if more else ""),
                            violations=shown, hint="fix the rows; nothing was started")
     if not rows:
-        raise DatasetError(f"dataset {where} holds no rows", hint="one JSON object per line, see DESIGN.md §9")
+        raise DatasetError(f"dataset {where} holds no rows", hint="one JSON object per line, see docs/environment-packages.md (Dataset rows)")
     return rows
 
 

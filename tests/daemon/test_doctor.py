@@ -29,3 +29,13 @@ def test_egress_error_and_json() -> None:
     assert r.returncode == 3 and "egress:    ERROR NMP_RL_SANDBOX_ALLOW_INTERNET='maybe'" in r.stdout
     data = json.loads(_doctor("--json").stdout)
     assert data["egress"]["default"] == "deny" and isinstance(data["egress"]["denied_ranges"], list)
+
+
+def test_ray_line_is_not_doubled(capsys) -> None:
+    """Bug: doctor printed `ray:       ray: not used ...`."""
+    from gym_runtime.cli.main import main
+
+    main(["doctor"])
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("ray:")]
+    assert lines and all("ray: ray:" not in ln.replace("  ", " ").replace("  ", " ") for ln in lines)
+    assert not any(ln.split(":", 1)[1].strip().startswith("ray:") for ln in lines)

@@ -19,22 +19,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.config.redact import redact
-from gym_runtime.errors import GymRuntimeError
+from gym_runtime.errors import GymRuntimeError, StartError
 from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract, preflight, ray_head
+from gym_runtime.supervise import contract, preflight, ray_head, readiness
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted, as_interrupted
 from gym_runtime.supervise.logs import LogSink
-from gym_runtime.supervise.member import Member
+from gym_runtime.supervise.member import READY, Member
 from gym_runtime.supervise.options import SuperviseOptions
 from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import bind_listener, check_free
 from gym_runtime.supervise.readiness import model_base_urls, policy_models
 from gym_runtime.supervise.supervisor import Supervisor
-
 
 
 @dataclass
@@ -154,7 +155,7 @@ class Environment:
                   f"(isolation: {self.sandbox.level.value})")
         self.supervisor.phase = "waiting for servers to answer GET /"
         self._check_stop()
-        await self.supervisor.start(model_base_urls(merged.data), policy_models(merged.data))
+        await self._supervise(merged)
         self.phase = "ready"
         self.ready_info = {
             "status": "ready", "head_server": self.head.url,
@@ -163,6 +164,35 @@ class Environment:
             "policy_model": {"base_url": merged.data.get("policy_base_url"), "stub": self.stub_url is not None},
             "ray": self.ray.to_dict(), "logs_dir": str(self.logs_dir)}
         return self.ready_info
+
+    async def _supervise(self, merged: MergedConfig) -> None:
+        """``supervisor.start`` while reporting a wait for the policy model endpoint(s): once every
+        server is ready and an endpoint is not, the phase is :data:`readiness.ENDPOINT_PHASE` with a
+        progress line at once and then every 15 s (URL and last probe result); a
+        ``GR-START-MODEL-ENDPOINT`` error gets that probe result as its ``cause``."""
+        sup, last = self.supervisor, {}
+
+        def waiting() -> list[str]:
+            urls = [u for u, s in sup.endpoints.items() if s == "pending"]
+            if not urls or sup.state != "starting" or any(m.status != READY for m in sup.members.values()):
+                return []
+            sup.phase = self.phase = readiness.ENDPOINT_PHASE
+            return urls
+
+        async with httpx.AsyncClient(trust_env=False) as client:
+            watch = asyncio.create_task(readiness.report_endpoint_wait(client, waiting, self._say, last))
+            try:
+                await sup.start(model_base_urls(merged.data), policy_models(merged.data))
+            except StartError as e:
+                if e.code == "GR-START-MODEL-ENDPOINT":
+                    urls = {u: readiness.model_probe_url(u) for u, s in sup.endpoints.items() if s == "failed"}
+                    lines = [f"last probe: GET {p}: {await readiness.probe(client, p) or last.get(u) or 'answered'}"
+                             for u, p in urls.items()]
+                    e.cause = "\n".join(lines + ([e.cause] if e.cause else [])) or None
+                raise
+            finally:
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
 
     async def _build_venvs(self, merged: MergedConfig) -> Any:
         from gym_runtime.venvs import build_venvs, plan_venvs

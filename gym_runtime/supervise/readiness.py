@@ -10,21 +10,76 @@ not resolve is reported at once. When a ``/v1`` endpoint answers with an OpenAI 
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 PROBE_TIMEOUT_S = 2.0
+REPORT_EVERY_S = 15.0
+ENDPOINT_PHASE = "waiting for the policy model endpoint(s)"
 
 
 async def answers(client: httpx.AsyncClient, url: str) -> bool:
     """True when ``url`` gives any HTTP response within the probe timeout."""
+    return await probe(client, url) is None
+
+
+async def probe(client: httpx.AsyncClient, url: str) -> str | None:
+    """One ``GET url``: None when it gets any HTTP response within the probe timeout, else a short
+    reason for the user (``"connection refused"``, ``"name does not resolve"``, ``"no answer
+    within 2s"``, or the error's own text)."""
     try:
         await client.get(url, timeout=PROBE_TIMEOUT_S)
-        return True
-    except httpx.HTTPError:
-        return False
+        return None
+    except httpx.TimeoutException:
+        return f"no answer within {PROBE_TIMEOUT_S:g}s"
+    except httpx.HTTPError as e:
+        return _reason(e)
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost OS-level cause of ``exc`` in words, else its text (or its class name)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, socket.gaierror):
+            return "name does not resolve"
+        if isinstance(seen, ConnectionRefusedError) or getattr(seen, "errno", None) == errno.ECONNREFUSED:
+            return "connection refused"
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror[0].lower() + seen.strerror[1:]
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    if "connection refused" in text.lower():
+        return "connection refused"
+    return text or type(exc).__name__
+
+
+async def report_endpoint_wait(client: httpx.AsyncClient, waiting: Callable[[], list[str]],
+                               say: Callable[[str], None], last: dict[str, str],
+                               every_s: float = REPORT_EVERY_S) -> None:
+    """Report a wait for model endpoints (run as a task; cancel it when the start-up ends).
+
+    While ``waiting()`` (the base URLs the start-up waits for now, empty while it waits for
+    something else) is not empty, probes each URL (:func:`model_probe_url`) about every second,
+    keeps its last failed probe's reason in ``last`` (URL -> reason), and calls ``say`` with one
+    line naming the URLs and their reasons at the start of the wait and then every ``every_s`` s. An endpoint that answers
+    is not reported (the supervisor's own probe marks it ready)."""
+    said_at: float | None = None
+    while True:
+        urls = waiting()
+        failed = {}
+        for url in urls:
+            reason = await probe(client, model_probe_url(url))
+            if reason is not None:
+                failed[url] = last[url] = reason
+        if failed and (said_at is None or time.monotonic() - said_at >= every_s):
+            said_at = time.monotonic()
+            say(f"{ENDPOINT_PHASE}: " + "; ".join(f"GET {model_probe_url(u)}: {r}" for u, r in failed.items()))
+        await asyncio.sleep(1.0 if urls else 0.1)
 
 
 async def wait_http(client: httpx.AsyncClient, url: str, deadline: float) -> bool:

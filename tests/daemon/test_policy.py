@@ -133,3 +133,68 @@ def test_refused_api_key_fails_the_start(tmp_path: Path) -> None:
     assert proc.returncode == 3 and out == ""
     assert "GR-START-MODEL-AUTH" in err and "HTTP 401" in err and "--policy-api-key-env" in err
     assert "sk-wrong-key" not in err
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_endpoint_wait_is_reported_with_its_own_phase(tmp_path: Path) -> None:
+    """Servers ready, endpoint refused: a progress line names the URL and the probe result, /health
+    says the phase, and the final error carries the last probe result as its cause."""
+    import httpx
+
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", url,
+                      "--policy-model-name", "m", "--model-endpoint-timeout", "8")
+    seen, head, health = [], None, None
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "head server at " in line:
+                head = line.split("head server at ", 1)[1].split(";", 1)[0]
+            if "waiting for the policy model endpoint(s)" in line:
+                health = httpx.get(head + "/health", trust_env=False, timeout=5).json()
+                break
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_tree(proc)
+    err = "".join(seen) + err
+    assert health is not None, err
+    assert health["phase"] == "waiting for the policy model endpoint(s)" and "not_ready" not in health
+    assert f"GET {url}/models: connection refused" in seen[-1]
+    assert proc.returncode == 3 and "GR-START-MODEL-ENDPOINT" in err
+    assert "(phase: waiting for the policy model endpoint(s)" in err
+    assert f"cause: last probe: GET {url}/models: connection refused" in err
+
+
+def test_endpoint_wait_report_repeats_with_the_last_probe_result() -> None:
+    """The report repeats every ``every_s`` while the endpoint stays refused, and stops when the
+    start-up no longer waits for it (real probes on loopback)."""
+    import asyncio
+
+    import httpx
+
+    from gym_runtime.supervise.readiness import report_endpoint_wait
+
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    lines, last, pending = [], {}, [url]
+
+    async def main() -> None:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            task = asyncio.create_task(report_endpoint_wait(client, lambda: list(pending), lines.append, last,
+                                                            every_s=0.5))
+            await asyncio.sleep(2.6)
+            pending.clear()
+            count = len(lines)
+            await asyncio.sleep(1.2)
+            assert len(lines) == count  # nothing more once nothing is waited for
+            task.cancel()
+
+    asyncio.run(main())
+    assert len(lines) >= 2 and all(f"GET {url}/models: connection refused" in x for x in lines)
+    assert last == {url: "connection refused"}

@@ -19,7 +19,9 @@ Endpoints (DESIGN.md §7, issue 5; Gym's originals in reference/nemo_gym_runtime
 row to its ``agent_ref`` agent's ``/run`` (bounded concurrency, results in row order, per-row
 ``{"error": {"code", "message"}}``, a batch deadline) and, while the batch runs,
 streams one space every ``heartbeat_s`` (15 s) before the JSON body so a proxy never drops the request
-(leading whitespace is valid JSON).
+(leading whitespace is valid JSON). When the daemon shuts down while a batch runs (:func:`begin_close`),
+the batch is cancelled and the answer (already ``200``) ends with the JSON body
+``{"error": {"code": "GR-ROLLOUT-SHUTDOWN", "message"}}`` instead of the results.
 """
 
 from __future__ import annotations
@@ -71,9 +73,28 @@ def bad_batch_message(exc: RequestValidationError) -> str:
             f"agent_ref): {problems}")
 
 
+def shutdown_body(rows: int) -> bytes:
+    """The last JSON body of a ``/rollouts/run`` answer cut short by the daemon's shutdown."""
+    return json.dumps({"error": {"code": "GR-ROLLOUT-SHUTDOWN", "message": (
+        f"the daemon is shutting down: the batch of {rows} row(s) was cancelled before it finished and no "
+        "results are returned; send it again to a running daemon")}}).encode()
+
+
+def begin_close(app: FastAPI) -> None:
+    """Tell running ``/rollouts/run`` batches that the daemon is shutting down (they end at once
+    with :func:`shutdown_body`); :func:`open_batches` then falls to 0."""
+    app.state.closing.set()
+
+
+def open_batches(app: FastAPI) -> int:
+    """How many ``/rollouts/run`` answers are still streaming."""
+    return app.state.open_batches
+
+
 def create_app(backend: HeadBackend) -> FastAPI:
     """The head server's FastAPI app over ``backend``."""
     app = FastAPI(title="gym-runtime head server", description=__doc__)
+    app.state.closing, app.state.open_batches = asyncio.Event(), 0
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -113,15 +134,23 @@ def create_app(backend: HeadBackend) -> FastAPI:
                                             deadline_s=backend.rollout_deadline_s))
 
         async def body() -> AsyncIterator[bytes]:
+            closing = asyncio.create_task(app.state.closing.wait())
+            app.state.open_batches += 1
             try:
-                while True:
-                    done, _ = await asyncio.wait({task}, timeout=backend.heartbeat_s)
-                    if done:
-                        break
-                    yield b" "
+                while not task.done():
+                    done, _ = await asyncio.wait({task, closing}, timeout=backend.heartbeat_s,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    if closing in done and task not in done:
+                        task.cancel()
+                        yield shutdown_body(len(batch.examples))
+                        return
+                    if not done:
+                        yield b" "
                 yield json.dumps({"results": task.result()}).encode()
             finally:
+                app.state.open_batches -= 1
                 task.cancel()
+                closing.cancel()
 
         return StreamingResponse(body(), media_type="application/json")
 

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import uvicorn
 from fastapi import FastAPI
 
+from gym_runtime.head.app import begin_close, open_batches
+
 
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
@@ -25,7 +27,8 @@ class _Server(uvicorn.Server):
 
 
 class HeadServer:
-    """``await start()`` serves ``app`` on ``sock``; ``await stop()`` closes it (idempotent)."""
+    """``await start()`` serves ``app`` (:func:`gym_runtime.head.app.create_app`) on ``sock``;
+    ``await stop()`` ends running rollout batches (:meth:`close_batches`), then closes it (idempotent)."""
 
     def __init__(self, app: FastAPI, sock: socket.socket) -> None:
         self.sock = sock
@@ -34,6 +37,7 @@ class HeadServer:
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=1, timeout_keep_alive=30)
         self._server = _Server(config)
+        self._app = app
         self._task: asyncio.Task | None = None
 
     @property
@@ -49,9 +53,18 @@ class HeadServer:
                 return
             await asyncio.sleep(0.005)
 
+    async def close_batches(self, wait_s: float = 3.0) -> None:
+        """End running ``/rollouts/run`` batches with the shutdown error body (app.py) and wait up
+        to ``wait_s`` seconds for their answers to finish; the server keeps serving."""
+        begin_close(self._app)
+        until = asyncio.get_running_loop().time() + wait_s
+        while open_batches(self._app) and asyncio.get_running_loop().time() < until:
+            await asyncio.sleep(0.01)
+
     async def stop(self) -> None:
         if self._task is None:
             return
+        await self.close_batches()
         self._server.should_exit = True
         self._server.force_exit = True
         with contextlib.suppress(Exception):

@@ -377,6 +377,8 @@ class Environment:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         code = 0
+        if self.head is not None:  # batches end with GR-ROLLOUT-SHUTDOWN, not with their agents' deaths
+            await self.head.close_batches()
         if sup._loop_task is not None:
             sup.request_stop(fast)
             code = await sup.wait_stopped()

@@ -4,9 +4,11 @@ With a running daemon: asks the head server's ``/servers/{name}/logs`` for the l
 log file; ``--follow`` then keeps printing what is appended to that file (same host) and exits
 (status 0) once the daemon is gone, after printing what it wrote last. With no running daemon (and
 no ``--head``): prints the last lines of the instance's log from the last run on this
-``$GYM_RUNTIME_HOME`` (``last_run.json``, else the newest ``runs/*/logs/INSTANCE.log``) and lists
-the files that exist for it on stderr, its venv build logs (``$GYM_RUNTIME_HOME/logs/build/``)
-included; exit 1 when there is none.
+``$GYM_RUNTIME_HOME`` (``last_run.json``); when that run failed building the instance's venv (its
+run dir was never created), the tail of the failing build log (uv's error); else the newest
+``runs/*/logs/INSTANCE.log``, saying which older run it is and when it was written. It lists the
+files that exist for the instance on stderr, its venv build logs (``$GYM_RUNTIME_HOME/logs/build/``)
+included, and never a run dir that does not exist; exit 1 when there is no log at all.
 """
 
 from __future__ import annotations
@@ -94,29 +96,67 @@ def _follow(path: Path, base: str) -> None:
 
 
 def _from_files(instance: str, tail: int, home: Path) -> int:
-    """No running daemon: the last run's log of ``instance`` and its build logs (module doc)."""
-    runs = []
-    last = read_json(home / LAST_RUN)
-    if last and last.get("logs_dir"):
-        runs.append(Path(last["logs_dir"]) / f"{instance}.log")
-    runs += sorted((home / "runs").glob(f"*/logs/{instance}.log"), key=_mtime, reverse=True)
-    server_log = next((p for p in runs if p.is_file()), None)
+    """No running daemon: the last run's log of ``instance`` (else its failing venv build log when
+    that run failed building it, else an older run's log, named as such) and its build logs
+    (module doc)."""
+    last = read_json(home / LAST_RUN) or {}
+    last_log = Path(last["logs_dir"]) / f"{instance}.log" if last.get("logs_dir") else None
+    older = sorted((p for p in (home / "runs").glob(f"*/logs/{instance}.log") if p != last_log),
+                   key=_mtime, reverse=True)
     build = sorted((home / "logs" / "build").glob(f"{instance}-*.log"), key=_mtime, reverse=True)
-    found = ([server_log] if server_log else []) + build
-    if not found:
+    since = float(last.get("started_at") or 0) - 1
+    failed = next((p for p in build if _mtime(p) >= since and _build_failed(p)), None) if last else None
+    shown, what = _pick(last_log, failed, older)
+    if shown is None and not build:
         raise UserError(f"no running daemon (GYM_RUNTIME_HOME={home}) and no log file for {instance!r}",
                         code="GR-LOGS-NO-DAEMON", hint="start it with `gym-runtime up PKG`, or pass --head URL "
                         f"of a running daemon; looked in {home / 'runs'}/*/logs and {home / 'logs' / 'build'}")
-    print(f"no running daemon (GYM_RUNTIME_HOME={home}); log files for {instance!r}:", file=sys.stderr)
-    for p in found:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(_mtime(p)))
-        print(f"  {p}  ({'last run' if p == server_log else 'venv build'}, modified {stamp})", file=sys.stderr)
-    if server_log is not None:
-        print(f"last {tail} lines of {server_log}:", file=sys.stderr)
-        with open(server_log, encoding="utf-8", errors="replace") as f:
-            for line in deque(f, maxlen=tail) if tail > 0 else ():
-                print(line, end="")
+    err = sys.stderr
+    print(f"no running daemon (GYM_RUNTIME_HOME={home}); log files for {instance!r}:", file=err)
+    for p in ([shown] if shown is not None and shown not in build else []) + build:
+        label = "venv build, failed" if p == failed else "venv build" if p in build else what
+        print(f"  {p}  ({label}, modified {_stamp(_mtime(p))})", file=err)
+    if what == "last run":
+        print(f"last {tail} lines of {shown}:", file=err)
+    elif last:
+        never = last.get("work_dir") and not Path(last["work_dir"]).is_dir()
+        note = (f"the last run (pid {last.get('pid', '?')}, started {_stamp(last.get('started_at'))}) left no log "
+                f"for {instance!r}" + (" (it stopped before creating its run directory)" if never else ""))
+        if what == "failed build":
+            note += f"; it failed building the venv of {instance!r}.\nlast {tail} lines of the build log {shown}:"
+        elif what == "older run":
+            note += (f".\nshowing the log of an older run, {shown.parent.parent} (last written "
+                     f"{_stamp(_mtime(shown))}):")
+        print(note, file=err)
+    elif what == "older run":
+        print(f"showing the log of the run {shown.parent.parent} (last written {_stamp(_mtime(shown))}):", file=err)
+    if shown is None:
+        return 0
+    with open(shown, encoding="utf-8", errors="replace") as f:
+        for line in deque(f, maxlen=tail) if tail > 0 else ():
+            print(line, end="")
     return 0
+
+
+def _pick(last_log: Path | None, failed: Path | None, older: list[Path]) -> tuple[Path | None, str]:
+    """The log to show and what it is: ``last run`` | ``failed build`` | ``older run`` (or None)."""
+    if last_log is not None and last_log.is_file():
+        return last_log, "last run"
+    if failed is not None:
+        return failed, "failed build"
+    return (older[0], "older run") if older else (None, "")
+
+
+def _build_failed(log: Path) -> bool:
+    """True when the last uv command recorded in a build log (``[exit status N after Xs]``,
+    venvs/uvrun.py) exited non-zero or was cancelled."""
+    with open(log, encoding="utf-8", errors="replace") as f:
+        ends = [ln for ln in deque(f, maxlen=400) if ln.startswith("[exit status ")]
+    return bool(ends) and not ends[-1].startswith("[exit status 0 ")
+
+
+def _stamp(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "at an unknown time"
 
 
 def _mtime(p: Path) -> float:

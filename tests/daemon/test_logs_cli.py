@@ -61,3 +61,46 @@ def test_follow_ends_with_the_daemon_and_files_remain_readable(tmp_path: Path) -
     none = _logs(home, "nope")
     out, err = none.communicate(timeout=30)
     assert none.returncode == 1 and "GR-LOGS-NO-DAEMON" in err
+
+
+def _up_in_home(pkg: Path, home: Path, index: str) -> subprocess.CompletedProcess:
+    """``up PKG`` with its run dir under ``home/runs`` (no --work-dir), stopped by SIGTERM once ready."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("UV_")}, "GYM_RUNTIME_HOME": str(home),
+           "UV_INDEX_URL": index}
+    proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        if proc.stdout.readline():  # ready: stop it
+            os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_after_a_failed_build_logs_shows_the_build_error_and_names_older_runs(tmp_path: Path) -> None:
+    import json
+
+    from tests.helpers.index import write_simple_index
+
+    (tmp_path / "no-files").mkdir()
+    index = write_simple_index(tmp_path / "no-files", tmp_path / "index")  # empty: any install fails
+    home, pkg = tmp_path / "home", simple_env(tmp_path / "pkg")
+    assert _up_in_home(pkg, home, index).returncode == 0  # an older, good run
+    (older,) = (home / "runs").iterdir()
+    (pkg / "resources_servers/acme_math/requirements.txt").write_text("nosuch-acme-dep==1.0\n")
+    failed = _up_in_home(pkg, home, index)
+    assert failed.returncode == 3 and "nosuch-acme-dep" in failed.stderr
+    last = json.loads((home / "last_run.json").read_text())
+    assert not Path(last["work_dir"]).exists()  # the build failed before the run dir was made
+
+    r = _logs(home, "acme_math")
+    out, err = r.communicate(timeout=30)
+    assert r.returncode == 0 and "nosuch-acme-dep" in out  # uv's error, from the failing build log
+    assert "failed building the venv of 'acme_math'" in err and "before creating its run directory" in err
+    assert last["work_dir"] not in err and str(older) not in err  # neither the missing dir nor a stale run
+
+    r = _logs(home, "acme_agent")  # its build was fine: the older run's log, named as such
+    out, err = r.communicate(timeout=30)
+    assert r.returncode == 0 and "fixture acme_agent listening" in out
+    assert f"showing the log of an older run, {older} (last written " in err and last["work_dir"] not in err

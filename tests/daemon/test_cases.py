@@ -127,7 +127,7 @@ def test_c05_zombies_are_reaped(tmp_path: Path) -> None:
     proc, kids, _ = _c05(tmp_path)
     try:
         os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(20)
+        proc.communicate(timeout=30)  # drains stdout/stderr: a full pipe must not stall the daemon
         zombies = [p for p in psutil.process_iter(["ppid", "status"]) if p.info["status"] == psutil.STATUS_ZOMBIE
                    and p.info["ppid"] == proc.pid]
         assert zombies == []

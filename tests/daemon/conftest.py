@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import asyncio
 import sys
 from pathlib import Path
@@ -46,9 +49,10 @@ def fast_options(**kw) -> SuperviseOptions:
     return SuperviseOptions(**base)
 
 
-@pytest.fixture
-def stub_endpoint(tmp_path: Path):
-    """The built-in stub model as an outside policy endpoint: ``(base_url, served model name)``."""
+@contextlib.contextmanager
+def running_stub(model: str = "acme-policy-7b", *extra: str) -> Iterator[str]:
+    """The built-in stub model as an outside policy endpoint (``extra``: more CLI flags, e.g.
+    ``--api-key K``); yields its ``/v1`` base URL and stops it afterwards."""
     import socket
     import subprocess
     import time
@@ -61,7 +65,7 @@ def stub_endpoint(tmp_path: Path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.stub_model", "--port", str(port), "--model",
-                             "acme-policy-7b"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             model, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}/v1"
     try:
@@ -73,6 +77,13 @@ def stub_endpoint(tmp_path: Path):
             except httpx.HTTPError:
                 assert time.monotonic() < deadline and proc.poll() is None, "stub model did not start"
                 time.sleep(0.05)
-        yield url, "acme-policy-7b"
+        yield url
     finally:
         kill_tree(proc)
+
+
+@pytest.fixture
+def stub_endpoint(tmp_path: Path):
+    """The built-in stub model as an outside policy endpoint: ``(base_url, served model name)``."""
+    with running_stub("acme-policy-7b") as url:
+        yield url, "acme-policy-7b"

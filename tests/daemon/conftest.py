@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import asyncio
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest

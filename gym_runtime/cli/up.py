@@ -49,12 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", help="interpreter for server venvs (version or path)")
     p.add_argument("--stub-seed", type=int, default=0, help="seed of the built-in stub model")
     g = p.add_argument_group("supervision")
-    g.add_argument("--ready-timeout", type=float, default=D.server_ready_timeout_s, help="per-server seconds")
-    g.add_argument("--startup-timeout", type=float, default=D.startup_timeout_s, help="whole start-up, seconds")
+    g.add_argument("--ready-timeout", type=float, default=D.server_ready_timeout_s, help="per-server seconds (default %(default)s)")
+    g.add_argument("--startup-timeout", type=float, default=D.startup_timeout_s, help="whole start-up, seconds (default %(default)s)")
     g.add_argument("--model-endpoint-timeout", type=float, default=D.model_endpoint_timeout_s,
-                   help="policy endpoint /models deadline, seconds (0 skips the check)")
-    g.add_argument("--max-restarts", type=int, default=D.max_restarts, help="restarts per server before failing")
-    g.add_argument("--shutdown-grace", type=float, default=D.shutdown_grace_s, help="TERM -> KILL seconds")
+                   help="policy endpoint /models deadline, seconds; 0 skips the check (default %(default)s)")
+    g.add_argument("--max-restarts", type=int, default=D.max_restarts, help="restarts per server before failing (default %(default)s)")
+    g.add_argument("--shutdown-grace", type=float, default=D.shutdown_grace_s, help="TERM -> KILL seconds (default %(default)s)")
     g.add_argument("--keep-going", action="store_true", help="keep the other servers up when one fails for good")
     p.set_defaults(func=run)
 

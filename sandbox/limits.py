@@ -116,27 +116,23 @@ class CgroupSlot:
 
     def oom_killed(self) -> bool:
         """True when the kernel OOM-killed something in this group (memory limit hit)."""
-        for d in self.dirs:
-            for fname in ("memory.events", "memory.oom_control"):
-                try:
-                    for line in (d / fname).read_text().splitlines():
-                        k, _, v = line.partition(" ")
-                        if k == "oom_kill" and int(v) > 0:
-                            return True
-                except (OSError, ValueError):
-                    continue
-        return False
+        return self._counted(("memory.events", "memory.oom_control"), "oom_kill")
 
     def pids_limited(self) -> bool:
         """True when a fork in this group hit ``pids.max``."""
+        return self._counted(("pids.events",), "max")
+
+    def _counted(self, fnames: tuple[str, ...], key: str) -> bool:
+        """True when ``key N`` with N > 0 stands in one of the ``fnames`` event files of a group dir."""
         for d in self.dirs:
-            try:
-                for line in (d / "pids.events").read_text().splitlines():
-                    k, _, v = line.partition(" ")
-                    if k == "max" and int(v) > 0:
-                        return True
-            except (OSError, ValueError):
-                continue
+            for fname in fnames:
+                try:
+                    for line in (d / fname).read_text().splitlines():
+                        k, _, v = line.partition(" ")
+                        if k == key and int(v) > 0:
+                            return True
+                except (OSError, ValueError):
+                    continue
         return False
 
     def remove(self) -> None:

@@ -13,48 +13,15 @@ import time
 from pathlib import Path
 
 from gym_runtime.venvs.store import read_marker
-from tests.helpers.daemon import descendants, kill_tree, simple_env, wait_gone
-from tests.helpers.index import SimpleIndex
-from tests.helpers.wheels import build_wheel
+from tests.helpers.daemon import (descendants, interrupt_during_slow_build, kill_tree, simple_env,
+                                  slow_build_package, wait_gone)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _slow_build_package(tmp_path: Path) -> Path:
-    pkg = simple_env(tmp_path / "pkg")
-    (pkg / "resources_servers/acme_math/requirements.txt").write_text("slowpkg\n")
-    return pkg
-
-
-def _env(tmp_path: Path, index_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
-    env.update({"UV_INDEX_URL": index_url, "GYM_RUNTIME_HOME": str(tmp_path / "home"),
-                "GYM_RUNTIME_UV_CACHE_DIR": str(tmp_path / "uv-cache"), "GYM_RUNTIME_PIN_MODE": "none"})
-    return env
-
-
-def _interrupt_once_the_index_is_asked(tmp_path: Path, argv: list[str], sig: int) -> tuple[int, str, list[int]]:
-    build_wheel(tmp_path / "files", "slowpkg", "1.0")
-    with SimpleIndex(tmp_path / "files", delay_s=30) as idx:
-        proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", *argv], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=_env(tmp_path, idx.url), cwd=ROOT,
-                                start_new_session=True)
-        try:
-            deadline = time.monotonic() + 60
-            while not any(r.startswith("/files/") for r in idx.requests):
-                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
-                time.sleep(0.05)
-            kids = [p.pid for p in descendants(proc.pid)]
-            os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
-            _, err = proc.communicate(timeout=20)
-        finally:
-            kill_tree(proc)
-    return proc.returncode, err, kids
-
-
 def test_ctrl_c_during_build_exits_130_and_keeps_nothing(tmp_path: Path) -> None:
-    pkg = _slow_build_package(tmp_path)
-    code, err, kids = _interrupt_once_the_index_is_asked(tmp_path, ["build", str(pkg)], signal.SIGINT)
+    pkg = slow_build_package(tmp_path / "pkg")
+    code, _, err, kids = interrupt_during_slow_build(tmp_path, ["build", str(pkg)], signal.SIGINT)
     assert code == 130, err
     assert "GR-BUILD-CANCELLED" in err and "Traceback" not in err
     assert wait_gone(kids, 2.0) == []
@@ -63,11 +30,11 @@ def test_ctrl_c_during_build_exits_130_and_keeps_nothing(tmp_path: Path) -> None
 
 
 def test_sigterm_during_dry_run_stops_everything_and_exits_130(tmp_path: Path) -> None:
-    pkg = _slow_build_package(tmp_path)
+    pkg = slow_build_package(tmp_path / "pkg")
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"responses_create_params": {"input": "hi"}, "agent_ref": {"type": "responses_api_agents", '
                     '"name": "acme_agent"}}\n')
-    code, err, kids = _interrupt_once_the_index_is_asked(
+    code, _, err, kids = interrupt_during_slow_build(
         tmp_path, ["dry-run", str(pkg), "--dataset", str(rows), "--work-dir", str(tmp_path / "run")], signal.SIGTERM)
     assert code == 130, err
     assert "Traceback" not in err

@@ -3,42 +3,19 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from tests.helpers.daemon import descendants, kill_tree, up_process, wait_gone, write_fixture_package
-from tests.helpers.index import SimpleIndex
-from tests.helpers.wheels import build_wheel
+from tests.helpers.daemon import interrupt_during_slow_build, slow_build_package, wait_gone
 
 
 def test_ctrl_c_during_a_venv_build_exits_130(tmp_path: Path) -> None:
-    files = tmp_path / "files"
-    build_wheel(files, "slowpkg", "1.0")
-    pkg = write_fixture_package(tmp_path / "pkg", {"acme_math": {"resources_servers": {"acme_math": {
-        "domain": "math"}}}})
-    (pkg / "resources_servers/acme_math/requirements.txt").write_text("slowpkg\n")
-    with SimpleIndex(files, delay_s=30) as idx:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
-        env.update({"UV_INDEX_URL": idx.url, "GYM_RUNTIME_HOME": str(tmp_path / "home"),
-                    "GYM_RUNTIME_UV_CACHE_DIR": str(tmp_path / "uv-cache"), "GYM_RUNTIME_PIN_MODE": "none"})
-        proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir",
-                                 str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 60
-            while not any(r.startswith("/files/") for r in idx.requests):
-                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
-                time.sleep(0.05)
-            kids = [p.pid for p in descendants(proc.pid)]
-            os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C
-            out, err = proc.communicate(timeout=15)
-        finally:
-            kill_tree(proc)
-    assert proc.returncode == 130 and out == "", err
+    pkg = slow_build_package(tmp_path / "pkg")
+    code, out, err, kids = interrupt_during_slow_build(  # a terminal's Ctrl-C
+        tmp_path, ["up", str(pkg), "--work-dir", str(tmp_path / "run")], signal.SIGINT)
+    assert code == 130 and out == "", err
     assert "stopped during start-up (phase: building venvs)" in err and "error[" not in err
     assert wait_gone(kids, 2.0) == []
 

@@ -154,3 +154,39 @@ def kill_tree(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         proc.wait(5)
+
+
+def slow_build_package(root: Path) -> Path:
+    """:func:`simple_env` whose resources server requires ``slowpkg``: with the index of
+    :func:`interrupt_during_slow_build` its venv build hangs until the process is signalled."""
+    pkg = simple_env(root)
+    (pkg / "resources_servers/acme_math/requirements.txt").write_text("slowpkg\n")
+    return pkg
+
+
+def interrupt_during_slow_build(tmp: Path, argv: list[str], sig: int) -> tuple[int, str, str, list[int]]:
+    """Run ``gym-runtime *argv`` (own session) against a loopback index that answers ``slowpkg``'s
+    file after 30 s; once the build asks for it, send ``sig`` (SIGINT to the process group, as a
+    terminal's Ctrl-C does; other signals to the process). Returns ``(exit code, stdout, stderr,
+    pids of its descendants at the moment of the signal)``."""
+    from tests.helpers.index import SimpleIndex
+    from tests.helpers.wheels import build_wheel
+
+    build_wheel(tmp / "files", "slowpkg", "1.0")
+    with SimpleIndex(tmp / "files", delay_s=30) as idx:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
+        env.update({"UV_INDEX_URL": idx.url, "GYM_RUNTIME_HOME": str(tmp / "home"),
+                    "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache"), "GYM_RUNTIME_PIN_MODE": "none"})
+        proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not any(r.startswith("/files/") for r in idx.requests):
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+                time.sleep(0.05)
+            kids = [p.pid for p in descendants(proc.pid)]
+            os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            kill_tree(proc)
+    return proc.returncode, out, err, kids

@@ -1,4 +1,4 @@
-"""Cases C02, C03 (a, b), C20 and C22 from /work/shared/cases, each built from the case's own files.
+"""Cases C02, C03 (a, b), C20 and C22 from ``tests/cases/data``, each built from the case's own files.
 
 The sketches become real native-v1 packages (tests/helpers/cases.py): each config moves under
 the server directory of its first instance, so file names are asserted by their tail.

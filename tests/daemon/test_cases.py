@@ -1,5 +1,5 @@
 """Cases C04 (ports), C05 (stubborn server + helper, grace, second signal) and C26 (Ray target),
-each read from its case folder (/work/shared/cases)."""
+each read from its case folder (``tests/cases/data``)."""
 
 from __future__ import annotations
 

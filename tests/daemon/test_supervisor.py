@@ -16,8 +16,8 @@ import pytest
 from gym_runtime.errors import StartError
 from gym_runtime.supervise import Supervisor
 from tests.daemon.conftest import add_member, fast_options, start_sandbox
+from tests.helpers.cases import CASES
 
-CASES = Path(os.environ.get("GYM_RUNTIME_CASES", "/work/shared/cases"))
 
 SERVE = """import sys, time
 from http.server import HTTPServer, BaseHTTPRequestHandler

@@ -1,6 +1,6 @@
-"""Turn a failure case folder (/work/shared/cases/CNN) into a real environment package.
+"""Turn a failure case folder (``tests/cases/data/CNN``) into a real environment package.
 
-The cases' ``nemo-environment.yaml`` files are sketches (cases/README.md "Conventions"):
+The cases' ``nemo-environment.yaml`` files are sketches (``tests/cases/data/README.md``, "Conventions"):
 ``name`` stands for ``metadata.name`` and ``format`` is left out. A case with a
 ``wheels_listing.txt`` becomes ``wheels-v1`` (configs stay where they are, each listed wheel is
 written as a tiny real wheel); any other case becomes ``native-v1`` with each config file moved
@@ -12,7 +12,6 @@ the package unless the case ships its own, so the package needs no built-in ``se
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,8 @@ import yaml
 
 from tests.helpers.packages import write_server, write_wheel
 
-CASES = Path(os.environ.get("GYM_RUNTIME_CASES", "/work/shared/cases"))
+# The real-world failure cases: each folder holds its inputs and a README with the behaviour owed.
+CASES = Path(__file__).resolve().parents[1] / "cases" / "data"
 SERVER_TYPES = ("responses_api_models", "responses_api_agents", "resources_servers")
 RUNTIME_BLOCKS = ("options", "sandbox", "ray")
 

@@ -70,6 +70,29 @@ def test_uvw_without_uv_or_pip_says_what_to_install(tmp_path: Path) -> None:
     assert sorted(p.name for p in checkout.iterdir()) == ["uvw"]
 
 
+def test_uvw_failed_fetch_leaves_nothing(tmp_path: Path) -> None:
+    """A fetch of uv that fails (here: an index nobody answers) exits non-zero and leaves no
+    bootstrap directory, complete or partial, so the next run fetches again."""
+    if any((Path(d) / "uv").exists() for d in SYSTEM_PATH):
+        pytest.skip("uv is installed in a system directory here")
+    front = tmp_path / "bin"
+    front.mkdir()
+    (front / "python3").symlink_to(_base_python())
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "uvw").write_bytes((ROOT / "uvw").read_bytes())
+    (checkout / "uvw").chmod(0o755)
+    env = {k: v for k, v in _newcomer_env(tmp_path / "home", [str(front), *SYSTEM_PATH]).items()
+           if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:1/simple", PIP_RETRIES="0",
+               PIP_TIMEOUT="5")
+    done = subprocess.run(["./uvw", "--version"], cwd=checkout, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0
+    assert "fetching uv from PyPI" in done.stderr
+    assert sorted(p.name for p in checkout.iterdir()) == ["uvw"], done.stderr
+
+
 @dataclass
 class Machine:
     python: Path | None  # the python3 put first on PATH; None: the system directories' own

@@ -2,7 +2,7 @@
 # Fill examples/wheels-arithmetic/wheels/ with the complete wheel closure of its servers (and the
 # runtime's pins), so the package starts with no package index at all.
 #
-#   python3 -m uv run bash examples/vendor_wheels_arithmetic.sh [PLATFORM] [PYTHON]
+#   ./uvw run bash examples/vendor_wheels_arithmetic.sh [PLATFORM] [PYTHON]
 #
 # PLATFORM: linux/amd64 (default) or linux/arm64, the training nodes' arch; PYTHON: the server
 # venvs' Python (default 3.13, the runtime image's). The wheels are downloaded from the package

@@ -20,7 +20,7 @@ Stable API (the daemon calls exactly this)::
     sb.denials, sb.denial_count                     # [{server, host, port, rule, time}]
     await sb.close()
 
-    proc.pid, proc.pidfd, proc.app_pid(), proc.poll(), proc.returncode, await proc.wait(),
+    proc.pid, proc.app_pid(), proc.poll(), proc.returncode, await proc.wait(),
     await proc.stop(grace_s) -> ExitInfo(returncode, reason, detail), proc.exit_info(), proc.memory_rss()
 
 Rules for the caller:
@@ -35,8 +35,9 @@ Rules for the caller:
   in-namespace forward (a hostname is mapped to 127.0.1.N in the sandbox ``/etc/hosts``; an IP
   literal is added to the namespace's ``lo``). Servers talk to each other over 127.0.0.1 at ports
   from ``allocate_port()``. Give them the address ``expose_host_service`` returns for the head server.
-* Exit: ``loop.add_reader(proc.pidfd, cb)`` (then ``proc.poll()``/``proc.exit_info()``) or
-  ``await proc.wait()``; a crash is seen at once. A server over its memory limit is killed and its
+* Exit: ``await proc.wait()`` (any number of waiters; then ``proc.exit_info()``); a crash is seen
+  at once. Never watch the process by a pidfd of your own: the first watcher to reap it would
+  leave the others waiting. A server over its memory limit is killed and its
   ``exit_info().reason`` is ``memory-limit`` (cgroup OOM or the psutil watcher).
 * ``ExitInfo.reason``: ``exited``, ``signal``, ``terminated`` (our TERM), ``killed`` (KILL after the
   grace), ``memory-limit``, ``pids-limit``. uvicorn re-raises SIGTERM after a clean shutdown, so a

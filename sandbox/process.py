@@ -18,7 +18,8 @@ from .limits import CgroupSlot, ResourceLimits
 class ExitInfo:
     """How a process ended. ``reason``: ``exited`` (returned by itself), ``terminated`` (our TERM),
     ``killed`` (our KILL after the grace), ``memory-limit`` / ``pids-limit`` (stopped for going over
-    its limit), ``signal`` (killed by a signal we did not send). ``returncode`` as Popen reports it
+    its limit), ``signal`` (killed by a signal we did not send), ``stuck`` (still present after our
+    KILL, returncode None). ``returncode`` as Popen reports it
     for the outer process (bubblewrap passes the app's exit code through; a signal N becomes 128+N)."""
 
     returncode: int | None
@@ -29,9 +30,10 @@ class ExitInfo:
 class SandboxedProcess:
     """Handle for one sandboxed server.
 
-    ``pid``: the outer process (bubblewrap at full, the app itself otherwise). ``pidfd``: an fd
-    that becomes readable when the outer process exits (``loop.add_reader(proc.pidfd, cb)`` or
-    ``await proc.wait()``); None where pidfd_open is unavailable. ``name``, ``limits``, ``level``.
+    ``pid``: the outer process (bubblewrap at full, the app itself otherwise). ``await wait()``
+    returns when it exits (any number of waiters); ``pidfd`` is the handle's own exit watch (None
+    once reaped or where pidfd_open is unavailable): never register it elsewhere, since a second
+    watcher that reaps first would leave the others waiting. ``name``, ``limits``, ``level``.
     """
 
     def __init__(self, name: str, popen: subprocess.Popen, limits: ResourceLimits, cgroup: CgroupSlot | None,
@@ -49,6 +51,8 @@ class SandboxedProcess:
             self.pidfd: int | None = os.pidfd_open(self.pid)
         except (AttributeError, OSError):
             self.pidfd = None
+        self._exited: asyncio.Future | None = None  # resolved by whoever reaps the process (poll)
+        self._reader_loop: asyncio.AbstractEventLoop | None = None  # the loop watching ``pidfd``
         try:
             self._ps = psutil.Process(self.pid)
         except psutil.Error:
@@ -61,10 +65,13 @@ class SandboxedProcess:
         return self.popen.returncode
 
     def poll(self) -> int | None:
-        """Reap if exited; the return code or None."""
+        """Reap if exited; the return code or None. Whoever reaps first (this call, the exit
+        watcher, a limit check) wakes every :meth:`wait`: no waiter can miss the exit."""
         rc = self.popen.poll()
         if rc is not None:
             self._close_pidfd()
+            if self._exited is not None and not self._exited.done():
+                self._exited.set_result(rc)
         return rc
 
     def exit_info(self) -> ExitInfo | None:
@@ -144,25 +151,37 @@ class SandboxedProcess:
         self._signal_tree(signal.SIGKILL)
 
     async def wait(self) -> int:
-        """Wait for exit without busy polling (pidfd readability; 50 ms polling only without pidfd)."""
+        """Wait for exit without busy polling; returns the exit code. Any number of callers may
+        wait at once. One watcher per process (its pidfd's readability; 50 ms polling where
+        pidfd_open is unavailable) reaps it, and :meth:`poll` wakes every waiter, so an exit reaped
+        by another caller in between is never missed."""
+        rc = self.poll()
+        if rc is not None:
+            return rc
         loop = asyncio.get_running_loop()
-        while (rc := self.poll()) is None:
+        if self._exited is not None and self._exited.get_loop() is not loop:  # an earlier loop's watch
+            if self._reader_loop is not None and self.pidfd is not None and not self._reader_loop.is_closed():
+                self._reader_loop.remove_reader(self.pidfd)
+            self._exited = self._reader_loop = None
+        if self._exited is None:
+            self._exited = loop.create_future()
             if self.pidfd is not None:
-                fut = loop.create_future()
-                loop.add_reader(self.pidfd, lambda: fut.done() or fut.set_result(None))
-                try:
-                    await fut
-                finally:
-                    if self.pidfd is not None:
-                        loop.remove_reader(self.pidfd)
+                self._reader_loop = loop
+                loop.add_reader(self.pidfd, self._check_exit)
             else:
-                await asyncio.sleep(0.05)
-        return rc
+                loop.call_later(0.05, self._check_exit)
+        return await asyncio.shield(self._exited)
 
-    async def stop(self, grace_s: float = 5.0) -> ExitInfo:
+    def _check_exit(self) -> None:
+        """The exit watcher: reap (``poll`` resolves the waiters) or look again in 50 ms."""
+        if self.poll() is None and self.pidfd is None:
+            asyncio.get_running_loop().call_later(0.05, self._check_exit)
+
+    async def stop(self, grace_s: float = 5.0, kill_wait_s: float = 5.0) -> ExitInfo:
         """TERM the app's process group, wait ``grace_s``, then KILL the tree (whole pid namespace
         at full) and reap. Returns the :class:`ExitInfo` (``terminated`` or ``killed`` unless it
-        had already ended or been marked)."""
+        had already ended or been marked). A process still present ``kill_wait_s`` after the KILL
+        (uninterruptible sleep) is not waited for: reason ``stuck``, returncode None."""
         if self.poll() is None:
             self.mark("terminated")
             self._signal_tree(signal.SIGTERM)
@@ -171,7 +190,15 @@ class SandboxedProcess:
             except asyncio.TimeoutError:
                 self._reason = "killed" if self._reason == "terminated" else self._reason
                 self._signal_tree(signal.SIGKILL)
-                await self.wait()
+                try:
+                    await asyncio.wait_for(self.wait(), kill_wait_s)
+                except asyncio.TimeoutError:
+                    try:
+                        state = self._ps.status() if self._ps is not None else "unknown"
+                    except psutil.Error:
+                        state = "gone"
+                    return ExitInfo(None, "stuck", f"pid {self.pid} still present {kill_wait_s:g}s after SIGKILL "
+                                                   f"(state {state}); not waited for")
         leftovers = [p for p in self.tree()[1:] if p.is_running()]
         for p in leftovers:
             try:
@@ -187,8 +214,7 @@ class SandboxedProcess:
     def _close_pidfd(self) -> None:
         if self.pidfd is not None:
             fd, self.pidfd = self.pidfd, None
-            try:
-                asyncio.get_running_loop().remove_reader(fd)
-            except (RuntimeError, ValueError):
-                pass
+            if self._reader_loop is not None and not self._reader_loop.is_closed():
+                self._reader_loop.remove_reader(fd)  # before close: a reused fd number is not ours
+            self._reader_loop = None
             os.close(fd)

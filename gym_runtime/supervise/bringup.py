@@ -36,6 +36,7 @@ from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import bind_listener, check_free
 from gym_runtime.supervise.readiness import model_base_urls, policy_models
 from gym_runtime.supervise.supervisor import Supervisor
+from gym_runtime.supervise.teardown import UNCLEAN_EXIT_CODE, Teardown
 
 
 @dataclass
@@ -369,30 +370,41 @@ class Environment:
         return code
 
     async def _teardown(self, fast: bool) -> int:
-        sup = self.supervisor
+        """Undo every stage in reverse, each a bounded, named step (teardown.py): an overrun is
+        said with what it waited on, the later steps still run, and the exit code becomes 3."""
+        sup, grace = self.supervisor, self.req.options.shutdown_grace_s
+        td = Teardown(self._say, lambda: set(sup._pgids))
+        td.arm()
         self._stopping.set()
         self.cancel.set()
-        task = self._start_task
-        if task is not None and not task.done() and task is not asyncio.current_task():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
         code = 0
-        if self.head is not None:  # batches end with GR-ROLLOUT-SHUTDOWN, not with their agents' deaths
-            await self.head.close_batches()
-        if sup._loop_task is not None:
-            sup.request_stop(fast)
-            code = await sup.wait_stopped()
-        if self.head is not None:
-            await self.head.stop()
-        elif self._head_sock is not None:
-            self._head_sock.close()
-        for sb in (self.sandbox, self.host_launcher):
-            if sb is not None:
-                await sb.close()
-        if sup.watchdog is not None:
-            sup.watchdog.close()
-            sup.watchdog = None
-        for m in sup.members.values():
-            m.log.close()
-        ray_head.remove_temp_dir(self.ray_tmp)
-        return code
+        try:
+            task = self._start_task
+            if task is not None and not task.done() and task is not asyncio.current_task():
+                task.cancel()
+                await td.step("start-up", asyncio.gather(task, return_exceptions=True), 10.0,
+                              lambda: f"phase {self.phase!r}")
+            if self.head is not None:  # batches end with GR-ROLLOUT-SHUTDOWN, not with their agents' deaths
+                await td.step("rollout batches", self.head.close_batches(), 4.0, lambda: "open /rollouts/run answers")
+            if sup._loop_task is not None:
+                sup.request_stop(fast)
+                code = await td.step("servers", sup.wait_stopped(), (0 if fast else grace) + 8.0, sup.running)
+            if self.head is not None:
+                await td.step("head server", self.head.stop(), 5.0, lambda: "uvicorn's open connections")
+            elif self._head_sock is not None:
+                self._head_sock.close()
+            for name, sb in (("sandbox (forwards, proxy, netns holder)", self.sandbox),
+                             ("stub model launcher", self.host_launcher)):
+                if sb is not None:
+                    await td.step(name, sb.close(), 5.0, lambda sb=sb: f"{len(sb.processes)} process handle(s)")
+            if sup.watchdog is not None:
+                await td.step("watchdog", asyncio.to_thread(sup.watchdog.close), 4.0, lambda: "the watchdog's exit")
+                sup.watchdog = None
+            for m in sup.members.values():
+                m.log.close()
+            ray_head.remove_temp_dir(self.ray_tmp)
+        finally:
+            td.disarm()
+        if not td.clean:
+            self._say("unclean stop: " + "; ".join(f"{o.step} ({o.waiting_on})" for o in td.overruns))
+        return (code or 0) if td.clean else (code or UNCLEAN_EXIT_CODE)

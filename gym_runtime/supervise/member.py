@@ -53,7 +53,6 @@ class Member:
     last_exit: dict[str, Any] | None = None
     error: str | None = None
     escalated: bool = False
-    pidfd: int | None = None
     pgid: int | None = None
     auto_port: bool = False
     kill_on_stop: bool = False

@@ -311,26 +311,14 @@ class Supervisor:
         return t
 
     def _watch_exit(self, m: Member, proc: Any) -> None:
-        """Post ``exited`` the moment ``proc`` ends: a pidfd of our own read by the loop."""
-        loop = asyncio.get_running_loop()
-        try:
-            fd = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):
-            self._spawn_task(self._poll_exit(m, proc))
-            return
+        """Post ``exited`` the moment ``proc`` ends (the process handle's own exit watch: one per
+        process, so a reap by any other caller cannot hide the exit)."""
 
-        def fired() -> None:
-            loop.remove_reader(fd)
-            os.close(fd)
-            proc.poll()
+        async def watch() -> None:
+            await proc.wait()
             self.post(Event("exited", m.name, proc))
 
-        loop.add_reader(fd, fired)
-
-    async def _poll_exit(self, m: Member, proc: Any) -> None:
-        while proc.poll() is None:
-            await asyncio.sleep(0.1)
-        self.post(Event("exited", m.name, proc))
+        self._spawn_task(watch())
 
     async def _probe(self, m: Member, proc: Any) -> None:
         assert self._client is not None and m.url is not None
@@ -360,8 +348,17 @@ class Supervisor:
         else:
             self.post(Event("endpoint", url, data="ready" if ok else "failed"))
 
+    def running(self) -> str:
+        """What a stop is still waiting on: ``name (pid N, status)`` of every member not yet
+        reaped, or ``""``."""
+        left = [f"{m.name} (pid {m.proc.pid}, {m.status})" for m in self.members.values()
+                if m.proc is not None and m.proc.poll() is None]
+        return ", ".join(left)
+
     async def _shutdown(self, grace: float) -> None:
-        """TERM every process group, wait ``grace``, KILL, reap; then post ``stopped``."""
+        """Stop members in waves, highest first (servers before the Ray head and the stub model
+        they use: a Ray driver hangs in its own shutdown when the head is gone first): TERM each
+        process group, wait ``grace``, KILL, reap; then the orphans; then post ``stopped``."""
         t0 = time.monotonic()
 
         async def stop_one(m: Member) -> None:
@@ -371,18 +368,22 @@ class Supervisor:
                 return
             failed = m.status == FAILED
             m.status = STOPPING
-            if m.kill_on_stop:  # our private Ray head: its graceful drain takes seconds and saves nothing
-                info = await proc.stop(0.0)
-            else:
-                info = await proc.stop(grace)
-                if info.reason == "killed":
-                    m.escalated = True
-                    m.log.note(f"did not exit within {grace:g}s of SIGTERM: killed (SIGKILL to its process group)")
-                    self._progress(f"{m.name}: ignored SIGTERM for {grace:g}s, killed")
+            t = time.monotonic()
+            info = await proc.stop(0.0 if m.kill_on_stop else grace)  # kill_on_stop: a private Ray head's
+            if info.reason == "killed" and not m.kill_on_stop:        # drain takes seconds, saves nothing
+                m.escalated = True
+                m.log.note(f"did not exit within {grace:g}s of SIGTERM: killed (SIGKILL to its process group)")
+                self._progress(f"{m.name}: ignored SIGTERM for {grace:g}s, killed; stopped in "
+                               f"{time.monotonic() - t:.2f}s")
+            elif info.reason == "stuck":
+                self.exit_code = self.exit_code or 3
+                m.log.note(f"stop: {info.detail}")
+                self._progress(f"{m.name}: {info.detail}")
             m.status = FAILED if failed else STOPPED
 
         running = [m for m in self.members.values() if m.status != PENDING]
-        await asyncio.gather(*(stop_one(m) for m in running), return_exceptions=True)
+        for wave in sorted({m.wave for m in running}, reverse=True):
+            await asyncio.gather(*(stop_one(m) for m in running if m.wave == wave), return_exceptions=True)
         for m in self.members.values():
             m.status = FAILED if m.status == FAILED else STOPPED
             m.log.detach()
@@ -391,4 +392,3 @@ class Supervisor:
             await self._client.aclose()
         self._progress(f"all processes stopped in {time.monotonic() - t0:.2f}s")
         self.post(Event("stopped"))
-

@@ -176,7 +176,7 @@ def test_c26_case3_auto_never_starts_a_second_cluster(monkeypatch: pytest.Monkey
 
 
 def test_c26_case4_local_and_explicit_choice() -> None:
-    assert choose("local", None, {"RAY_ADDRESS": "10.0.0.5:6379"}, []).mode == "local"  # the flag wins
+    assert choose("local", None, {"RAY_ADDRESS": "127.0.0.1:1"}, []).mode == "local"  # the flag wins
     assert choose(None, None, {}, []).mode == "none"  # nobody needs Ray: no cluster at all
     t = choose(None, None, {}, ["acme_math"])
     assert t.mode == "local" and "acme_math" in t.describe()

@@ -22,7 +22,8 @@ import pytest
 
 from gym_runtime.ray_target import choose, find_running_cluster
 from tests.helpers.cases import case_dir
-from tests.helpers.daemon import descendants, kill_tree, read_ready_line, simple_env, up_process, wait_gone
+from tests.helpers.daemon import (FIXTURE_APP, descendants, kill_tree, read_ready_line, simple_env, up_process,
+                                  wait_gone, write_fixture_package)
 
 pytestmark = pytest.mark.slow
 
@@ -128,8 +129,10 @@ def test_case3_auto_joins_the_running_cluster(outside_cluster, tmp_path: Path) -
 def test_case4_local_starts_one_private_cluster_and_stops_only_it(outside_cluster, tmp_path: Path) -> None:
     _, outside_gcs = outside_cluster
     assert "ray.address: local" in env_case(4)
+    ignored = socket.create_server(("127.0.0.1", 0))  # RAY_ADDRESS names it; nothing may dial it
+    ignored.setblocking(False)
     proc = up_process(simple_env(tmp_path / "pkg"), tmp_path, "--ray-address", "local",
-                      env={"RAY_ADDRESS": "10.0.0.5:6379"})  # the flag wins over the inherited variable
+                      env={"RAY_ADDRESS": "127.0.0.1:%d" % ignored.getsockname()[1]})  # the flag wins
     try:
         info = json.loads(read_ready_line(proc, timeout=120))
         assert info["ray"]["mode"] == "local" and info["ray"]["source"] == "--ray-address=local"
@@ -143,8 +146,11 @@ def test_case4_local_starts_one_private_cluster_and_stops_only_it(outside_cluste
         err = proc.stderr.read()
         assert "ray: starting a private local instance (--ray-address=local)" in err
         assert "egress DENY" not in err  # Ray's usage-stats module asks no cloud metadata service (ray_head.py)
+        with pytest.raises(BlockingIOError):
+            ignored.accept()  # no connection was ever made to the ignored address
     finally:
         kill_tree(proc)
+        ignored.close()
 
 
 def test_ray_servers_isolation_level(tmp_path: Path) -> None:
@@ -170,3 +176,40 @@ def test_ray_servers_isolation_level(tmp_path: Path) -> None:
     if best == "full":
         assert code == 3 and "GR-SANDBOX-RAY" in err and "acme_math use Ray" in err
         assert "drop --require-isolation" in err and "ray_head" not in err
+
+
+RAY_CLIENT_APP = FIXTURE_APP.replace("print(\"fixture\", name,", '''import signal, socket
+ray_addr = next(ln.split(": ", 1)[1].strip("'\\"") for ln in text.splitlines()
+                if ln.startswith("ray_head_node_address: "))
+
+def on_term(*_):  # a Ray driver's shutdown needs its head: is it still there when we are told to stop?
+    host, port = ray_addr.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+        print("at SIGTERM: ray head answered", flush=True)
+    except OSError as e:
+        print("at SIGTERM: ray head gone:", e, flush=True)
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, on_term)
+print("fixture", name,''')
+
+
+def test_servers_stop_before_the_ray_head_they_use(tmp_path: Path) -> None:
+    """Stop order: servers first, the private Ray head after them (a Ray driver hangs in its own
+    shutdown when the head is gone first, and the stop then waits out the whole grace)."""
+    pkg = write_fixture_package(tmp_path / "pkg", {
+        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "ray_enabled": True}}}},
+        apps={"acme_math": RAY_CLIENT_APP})
+    proc = up_process(pkg, tmp_path, "--ray-address", "local")
+    try:
+        info = json.loads(read_ready_line(proc, timeout=120))
+        assert info["ray"]["mode"] == "local"
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(20) == 0
+        assert time.monotonic() - t0 < 10  # a hang detector, not a speed target
+        log = (tmp_path / "run" / "logs" / "acme_math.log").read_text()
+        assert "at SIGTERM: ray head answered" in log, log[-2000:]
+    finally:
+        kill_tree(proc)

@@ -36,7 +36,7 @@ from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import bind_listener, check_free
 from gym_runtime.supervise.readiness import model_base_urls, policy_models
 from gym_runtime.supervise.supervisor import Supervisor
-from gym_runtime.supervise.teardown import UNCLEAN_EXIT_CODE, Teardown
+from gym_runtime.supervise.teardown import HARD_DEADLINE_S, UNCLEAN_EXIT_CODE, Teardown
 
 
 @dataclass
@@ -373,7 +373,7 @@ class Environment:
         """Undo every stage in reverse, each a bounded, named step (teardown.py): an overrun is
         said with what it waited on, the later steps still run, and the exit code becomes 3."""
         sup, grace = self.supervisor, self.req.options.shutdown_grace_s
-        td = Teardown(self._say, lambda: set(sup._pgids))
+        td = Teardown(self._say, lambda: set(sup._pgids), max(HARD_DEADLINE_S, grace + 10.0))
         td.arm()
         self._stopping.set()
         self.cancel.set()

@@ -5,7 +5,7 @@ forwards and proxy, netns holder, watchdog, log sinks). A step that overruns its
 reported by name with what it was waiting on, left behind (cancelled, never awaited again), and
 the remaining steps still run; the stop then counts as unclean (:attr:`Teardown.clean` False, exit
 code 3). A backstop thread bounds the whole stop even when the event loop itself is stuck: at
-``hard_deadline_s`` it writes every thread's stack to stderr, SIGKILLs the process groups it was
+``hard_deadline_s`` (25 s, or the shutdown grace + 10 s when an operator set a longer grace) it writes every thread's stack to stderr, SIGKILLs the process groups it was
 given and ends the process with exit code 3, well inside a pod's default
 ``terminationGracePeriodSeconds`` of 30 s (docs/architecture.md §7, "Shutdown").
 """

@@ -27,7 +27,8 @@ EXIT_CODES = """exit codes:
   1    invalid input: package, config, flag or setting values
   2    usage: unknown or conflicting flags, missing arguments
   3    runtime failure: a venv build, a server that does not start or fails for good after
-       ready (unless --keep-going), an unreachable policy endpoint, another daemon running
+       ready (unless --keep-going), an unreachable policy endpoint, another daemon running,
+       an unclean stop (a teardown step overran its deadline; the step is named)
   130  stopped by SIGTERM or SIGINT before the ready line (config, venv builds, server start),
        a cancelled venv build included; everything started is stopped first"""
 

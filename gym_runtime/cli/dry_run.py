@@ -113,6 +113,8 @@ def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
              "policy_model": result.ready.get("policy_model")}
     if args.out:
         extra["out"] = str(args.out)
+    if result.notes:
+        extra["notes"] = result.notes
     if args.json:
         print(json.dumps(report_dict(result.stats, result.summary, **extra), indent=2))
     else:

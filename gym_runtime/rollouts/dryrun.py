@@ -67,16 +67,18 @@ class DryRunResult:
     stats: list[RowStats]
     summary: Summary
     ready: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.summary.failures == 0
 
 
-def prepare(req: DryRunRequest) -> tuple[str, list[DatasetRow]]:
+def prepare(req: DryRunRequest, notes: list[str] | None = None) -> tuple[str, list[DatasetRow]]:
     """Check the package, its configuration and every row; nothing is started.
 
-    Returns the package name and the rows to run (the first ``limit``). Raises
+    Returns the package name and the rows to run (the first ``limit``); sentences about inputs
+    accepted with a remark (a dataset's byte order mark) are appended to ``notes``. Raises
     :class:`~gym_runtime.errors.PackageInvalidError`, a ``ConfigError`` or
     :class:`~gym_runtime.errors.DatasetError` (every bad row, with line and field).
     """
@@ -84,7 +86,7 @@ def prepare(req: DryRunRequest) -> tuple[str, list[DatasetRow]]:
     pkg = load_package(req.package)
     merged = build_config(pkg, req.overrides, req.policy, defaults=PLACEHOLDERS)
     agents = {i.name: i for i in merged.of_type("responses_api_agents")}
-    rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id)
+    rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id, notes)
     return pkg.name, rows[: req.limit] if req.limit else rows
 
 
@@ -108,7 +110,11 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
     and the start errors of :class:`gym_runtime.Runtime` (``BuildError``, ``StartError``...);
     rollout failures are results, not exceptions. The environment is always stopped.
     """
-    name, rows = prepare(req)
+    notes: list[str] = []
+    name, rows = prepare(req, notes)
+    for note in notes:
+        if progress is not None:
+            progress(f"note: {note}")
     out: IO[str] | None = None
     rt = _runtime(req, progress)
     try:
@@ -135,4 +141,4 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
             out.close()
         await rt.stop()
     stats = row_stats(results)
-    return DryRunResult(name, rows, results, stats, summarize(stats, results, wall), ready)
+    return DryRunResult(name, rows, results, stats, summarize(stats, results, wall), ready, notes)

@@ -13,6 +13,11 @@ Contract: DESIGN.md §9 and reference/nmp_env_packages.md §1.5-§1.6 (NMP's ``G
   manifest's ``metadata.vf_env_id``) when one is configured;
 - every other key is forwarded to the agent untouched. Blank lines are skipped.
 
+Records are separated by ``\n`` only (one trailing ``\r`` is dropped, so ``\r\n`` files work);
+U+2028, U+2029, U+0085, form feed and the other characters ``str.splitlines`` breaks on are data
+inside a JSON string (case C27), and line numbers count ``\n``. A UTF-8 byte order mark at the start
+is dropped and reported as a note, not an error.
+
 Every problem becomes a :class:`~gym_runtime.errors.Violation` whose ``file`` is
 ``<path>:<line>`` and whose ``key`` is the field, all reported in one
 :class:`~gym_runtime.errors.DatasetError`.
@@ -32,6 +37,7 @@ from gym_runtime.errors import DatasetError, Violation
 AGENT_TYPE = "responses_api_agents"
 VERIFIERS_AGENT = "verifiers_agent"
 MAX_REPORTED = 50
+BOM = "\ufeff"
 _MISSING = object()
 _OPTIONAL_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "task_idx": ((int,), "an integer"),
@@ -170,18 +176,32 @@ class _RowChecker:
 
 
 
+def records(text: str) -> list[tuple[int, str]]:
+    """``(line number, record)`` of JSONL ``text``: split on ``\n`` only, one trailing ``\r`` of each
+    record dropped; numbers are 1-based and count ``\n`` (never ``str.splitlines``, case C27)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [(n, line[:-1] if line.endswith("\r") else line) for n, line in enumerate(lines, start=1)]
+
+
 def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
-               manifest_vf_env_id: str | None = None) -> list[DatasetRow]:
+               manifest_vf_env_id: str | None = None, notes: list[str] | None = None) -> list[DatasetRow]:
     """Parse and check JSONL ``text``; ``where`` names the file in messages.
 
     ``agents`` maps agent instance names to their spec (implementation, resolved config).
-    Returns the rows in file order. Raises :class:`DatasetError` listing every problem (the
+    Returns the rows in file order. A leading byte order mark is dropped and a sentence saying so
+    is appended to ``notes`` (when given). Raises :class:`DatasetError` listing every problem (the
     first :data:`MAX_REPORTED`), or when the file holds no row at all.
     """
+    if text.startswith(BOM):
+        text = text[len(BOM):]
+        if notes is not None:
+            notes.append(f"dataset {where} starts with a UTF-8 byte order mark (BOM); it was ignored")
     checker = _RowChecker(where, agents, manifest_vf_env_id)
     rows: list[DatasetRow] = []
     problems: list[Violation] = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    for line_no, line in records(text):
         if not line.strip():
             continue
         try:
@@ -208,14 +228,15 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
 
 
 def load_rows(path: str | Path, agents: Mapping[str, AgentSpec],
-              manifest_vf_env_id: str | None = None) -> list[DatasetRow]:
-    """Read and check the JSONL file at ``path`` (see :func:`parse_rows`).
+              manifest_vf_env_id: str | None = None, notes: list[str] | None = None) -> list[DatasetRow]:
+    """Read and check the JSONL file at ``path`` (see :func:`parse_rows`; bytes are decoded as
+    UTF-8 without newline translation, so only ``\n`` ends a record).
 
     Raises :class:`DatasetError` for a missing/unreadable/non-UTF-8 file or bad rows.
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise DatasetError(f"dataset file not found: {p}", hint="pass --dataset ROWS.jsonl") from None
     except IsADirectoryError:
@@ -224,4 +245,4 @@ def load_rows(path: str | Path, agents: Mapping[str, AgentSpec],
         raise DatasetError(f"dataset {p} is not UTF-8 text (byte {e.start})") from None
     except OSError as e:
         raise DatasetError(f"dataset {p} cannot be read: {e.strerror}") from None
-    return parse_rows(text, str(p), agents, manifest_vf_env_id)
+    return parse_rows(text, str(p), agents, manifest_vf_env_id, notes)

@@ -2,7 +2,9 @@
 
 Other flags: ``--p-correct`` (probability of a correct answer, default 0.5), ``--max-model-len``
 (context length in tokens, default 32768), ``--reasoning`` (return ``reasoning_content``),
-``--api-key`` (require this bearer key; default: the ``STUB_MODEL_API_KEY`` variable, else none).
+``--api-key`` (require this bearer key; default: the ``STUB_MODEL_API_KEY`` variable, else none),
+``--mode NAME=VALUE`` (repeatable: a misbehaviour for every request, see
+:mod:`gym_runtime.stub_model.quirks`, e.g. ``--mode call=verify``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-model-len", type=int, default=32768)
     parser.add_argument("--reasoning", action="store_true")
     parser.add_argument("--api-key", default=os.environ.get("STUB_MODEL_API_KEY"))
+    parser.add_argument("--mode", action="append", default=[], metavar="NAME=VALUE")
     return parser.parse_args(argv)
 
 
@@ -33,7 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     """Serve the stub until interrupted."""
     args = parse_args(argv)
     app = create_app(seed=args.seed, model=args.model, p_correct=args.p_correct,
-                     max_model_len=args.max_model_len, reasoning=args.reasoning, api_key=args.api_key)
+                     max_model_len=args.max_model_len, reasoning=args.reasoning, api_key=args.api_key,
+                     modes=tuple(args.mode))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=1)
 
 

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from gym_runtime.stub_model.policy import generate, read_directives
+from gym_runtime.stub_model.policy import Directives, generate, read_directives
+from gym_runtime.stub_model.quirks import overflow_body, think_content
 from gym_runtime.stub_model.tokenizer import render_chat, render_tool_call, tokenize
 
 
@@ -39,7 +40,8 @@ class StubSettings:
     ``seed``: base seed; ``model``: the served model name; ``p_correct``: probability of a correct
     answer; ``max_model_len``: context length in tokens; ``reasoning``: also return
     ``reasoning_content`` (as vLLM with a reasoning parser); ``api_key``: when set, require
-    ``Authorization: Bearer <key>``.
+    ``Authorization: Bearer <key>``; ``modes``: ``NAME=VALUE`` directives applied to every request
+    (:mod:`gym_runtime.stub_model.quirks`).
     """
 
     seed: int = 0
@@ -48,6 +50,7 @@ class StubSettings:
     max_model_len: int = 32768
     reasoning: bool = False
     api_key: str | None = None
+    modes: tuple[str, ...] = ()
 
 
 def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
@@ -76,7 +79,12 @@ class _Sampler:
         return random.Random(hashlib.sha256(material.encode()).hexdigest())
 
 
-def _choice(index: int, turn, rng: random.Random, body: dict, limit: int, reasoning: bool) -> tuple[dict, list[int]]:
+def _choice(index: int, turn, rng: random.Random, body: dict, limit: int, reasoning: bool,
+            directives: Directives) -> tuple[dict, list[int]]:
+    cut = False
+    if directives.think:
+        turn.content, cut = think_content(directives.think, turn.reasoning or "", turn.content or "")
+        turn.reasoning, reasoning = None, False
     raw = turn.content or ""
     calls = []
     for call in turn.tool_calls:
@@ -92,13 +100,20 @@ def _choice(index: int, turn, rng: random.Random, body: dict, limit: int, reason
     message = {"role": "assistant", "content": turn.content, "refusal": None, "annotations": None,
                "audio": None, "function_call": None, "tool_calls": calls,
                "reasoning_content": turn.reasoning if reasoning else None}
+    if cut:
+        finish = "length"
     if len(ids) > limit:
         ids, pieces = ids[:limit], pieces[:limit]
         text = "".join(pieces)
         visible = text.split("</think>")[-1] if "</think>" in text else ("" if text.startswith("<think>") else text)
         message.update(content=visible, tool_calls=[], reasoning_content=None)
         finish = "length"
-    message["reasoning"] = message["reasoning_content"]
+    if directives.reasoning == "reasoning":
+        message.update(reasoning_content=None, reasoning=turn.reasoning)
+    elif directives.reasoning == "reasoning_content":
+        message.update(reasoning_content=turn.reasoning, reasoning=None)
+    else:
+        message["reasoning"] = message["reasoning_content"]
     greedy = body.get("temperature") == 0
     logprobs = [0.0 if greedy else -round(rng.random() * 2, 4) for _ in ids]
     choice = {"index": index, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None}
@@ -172,7 +187,7 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
         requested_model = body.get("model")
         if requested_model not in (None, settings.model):
             return _error(404, f"The model `{requested_model}` does not exist.", "NotFoundError")
-        directives = read_directives(messages)
+        directives = read_directives(messages, settings.modes)
         if directives.error_status:
             return _error(directives.error_status, "stub error requested by [stub:error]", "InternalServerError")
         tools = body.get("tools") or None
@@ -180,6 +195,9 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
             tools = None
         prompt_ids, _ = tokenize(render_chat(messages, tools))
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        if directives.overflow:
+            return JSONResponse(status_code=400, content=overflow_body(directives.overflow, len(prompt_ids),
+                                                                       settings.max_model_len, max_tokens))
         if len(prompt_ids) >= settings.max_model_len:
             return _error(400, f"This model's maximum context length is {settings.max_model_len} tokens. "
                                f"However, your request has {len(prompt_ids)} input tokens. "
@@ -195,8 +213,8 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
         greedy = body.get("temperature") == 0
         choices, completion_tokens = [], 0
         for index in range(int(body.get("n") or 1)):
-            turn = generate(messages, tools, rng, settings.p_correct, greedy)
-            choice, ids = _choice(index, turn, rng, body, limit, settings.reasoning)
+            turn = generate(messages, tools, rng, settings.p_correct, greedy, directives)
+            choice, ids = _choice(index, turn, rng, body, limit, settings.reasoning, directives)
             choices.append(choice)
             completion_tokens += len(ids)
         result = {

@@ -13,8 +13,13 @@ Given a chat request and a random generator, :func:`generate` returns one assist
 
 Directives in any system/developer/user text tune one request: ``[stub:p=0.8]`` sets ``p``,
 ``[stub:bad_tool_args]`` makes the tool call's arguments invalid JSON, ``[stub:error=503]`` makes
-the server answer that HTTP status. Temperature 0 is greedy: the likelier branch (correct iff
-``p >= 0.5``) every time.
+the server answer that HTTP status. Misbehaviours a real policy shows (the stub's modes, also
+given for every request with ``--mode NAME=VALUE``; see :mod:`gym_runtime.stub_model.quirks`):
+``[stub:call=NAME]`` calls tool NAME whether offered or not (then answers with the ``expected``
+value a tool output leaked, if any), ``[stub:tool_args=KIND]`` sends arguments of that shape,
+``[stub:overflow=ID]`` answers vLLM's context-overflow error of that wording, ``[stub:think=SHAPE]``
+puts reasoning into the content with ``<think>`` tags, ``[stub:reasoning=FIELD]`` returns it in
+that field only. Temperature 0 is greedy: the likelier branch (correct iff ``p >= 0.5``) every time.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gym_runtime.stub_model import quirks
 from gym_runtime.stub_model.tokenizer import content_text
 
 _DIRECTIVE_RE = re.compile(r"\[stub:([a-z_]+)(?:=([^\]]*))?\]")
@@ -50,21 +56,36 @@ class Directives:
     p: float | None = None
     bad_tool_args: bool = False
     error_status: int | None = None
+    call: str | None = None
+    tool_args: str | None = None
+    overflow: str | None = None
+    think: str | None = None
+    reasoning: str | None = None
+
+    def set(self, name: str, value: str) -> None:
+        """Apply one directive ``name=value`` (unknown names are ignored)."""
+        if name == "p":
+            self.p = min(1.0, max(0.0, float(value)))
+        elif name == "bad_tool_args":
+            self.bad_tool_args = True
+        elif name == "error":
+            self.error_status = int(value)
+        elif name in ("call", "tool_args", "overflow", "think", "reasoning"):
+            setattr(self, name, value)
 
 
-def read_directives(messages: list[dict]) -> Directives:
-    """Collect ``[stub:...]`` directives from system, developer and user messages."""
+def read_directives(messages: list[dict], modes: tuple[str, ...] = ()) -> Directives:
+    """Collect ``[stub:...]`` directives from system, developer and user messages, on top of the
+    server's ``modes`` (``NAME=VALUE`` strings from ``--mode``)."""
     found = Directives()
+    for mode in modes:
+        name, _, value = mode.partition("=")
+        found.set(name, value)
     for message in messages:
         if message.get("role") not in ("system", "developer", "user"):
             continue
         for name, value in _DIRECTIVE_RE.findall(content_text(message.get("content"))):
-            if name == "p":
-                found.p = min(1.0, max(0.0, float(value)))
-            elif name == "bad_tool_args":
-                found.bad_tool_args = True
-            elif name == "error":
-                found.error_status = int(value)
+            found.set(name, value)
     return found
 
 
@@ -132,23 +153,29 @@ def tool_arguments(tool: dict, text: str) -> dict:
     return {name: _argument_for(name, properties.get(name, {}), text) for name in required}
 
 
-def generate(messages: list[dict], tools: list[dict] | None, rng: random.Random, p: float, greedy: bool) -> Turn:
+def generate(messages: list[dict], tools: list[dict] | None, rng: random.Random, p: float, greedy: bool,
+             directives: Directives | None = None) -> Turn:
     """One assistant turn for ``messages`` (see the module docstring for the rules)."""
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     user_text = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
     user_text = _DIRECTIVE_RE.sub("", user_text)
     tool_results = [m for m in messages[last_user + 1 :] if m.get("role") == "tool"]
-    directives = read_directives(messages)
+    directives = directives or read_directives(messages)
     p = directives.p if directives.p is not None else p
     correct = p >= 0.5 if greedy else rng.random() < p
 
-    if tools and not tool_results:
-        tool = tools[0]
-        arguments = json.dumps(tool_arguments(tool, user_text))
+    if (tools or directives.call) and not tool_results:
+        tool = next((t for t in tools or [] if t.get("function", t).get("name") == directives.call),
+                    None if directives.call else tools[0])
+        name = directives.call or tool.get("function", tool).get("name", "")
+        proper = tool_arguments(tool, user_text) if tool else quirks.grader_body(user_text)
+        arguments = quirks.tool_arguments_of(directives.tool_args, proper)
         if directives.bad_tool_args:
             arguments = arguments[:-1]
-        name = tool.get("function", tool).get("name", "")
         return Turn(tool_calls=[{"name": name, "arguments": arguments}], reasoning=f"I should call {name}.")
+    leaked = quirks.leaked_expected(tool_results[-1].get("content")) if tool_results and directives.call else None
+    if leaked is not None:
+        return Turn(content=f"The answer is {leaked}", reasoning="The tool told me the expected answer.")
     if tool_results:
         if correct:
             output = content_text(tool_results[-1].get("content"))

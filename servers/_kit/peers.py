@@ -15,11 +15,14 @@ import httpx
 
 
 class UpstreamError(Exception):
-    """A call to ``upstream`` (an instance name or an endpoint) at ``url`` failed."""
+    """A call to ``upstream`` (an instance name or an endpoint) at ``url`` failed. ``kind`` is the
+    ``error.type`` of the 502 answer: ``upstream_error``, or ``bad_reward`` when a resources server
+    answered ``/verify`` with an unusable reward (``_kit/rewards.py``)."""
 
-    def __init__(self, upstream: str, url: str, message: str, status: int | None = None, body: Any = None):
+    def __init__(self, upstream: str, url: str, message: str, status: int | None = None, body: Any = None,
+                 kind: str = "upstream_error"):
         super().__init__(f"upstream {upstream} ({url}) {message}")
-        self.upstream, self.url, self.status, self.body = upstream, url, status, body
+        self.upstream, self.url, self.status, self.body, self.kind = upstream, url, status, body, kind
 
     def details(self) -> dict[str, Any]:
         """Fields added to the 502 error body."""

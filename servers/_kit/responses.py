@@ -10,20 +10,20 @@ without ``strict``. With token information on, token fields of input items ride 
 message.
 
 Response side (:func:`to_response`): the first choice's message becomes output items (reasoning
-from ``<think>`` tags, a message if there is text or nothing else, one ``function_call`` per tool
+from ``<think>`` tags in any of the shapes of ``_kit/reasoning.py``, a message if there is text or nothing else, one ``function_call`` per tool
 call); token fields go on the last item; usage maps to ``input_tokens`` / ``output_tokens``;
 ``finish_reason`` ``length`` gives ``status: incomplete`` and ``incomplete_details``.
 """
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from typing import Any
 
+from _kit.reasoning import split_think
+
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
-THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _PASSTHROUGH = ("temperature", "top_p", "tool_choice", "parallel_tool_calls", "user", "metadata", "seed",
                 "top_logprobs", "stop", "model")
 _ECHOED = ("tool_choice", "parallel_tool_calls", "tools", "temperature", "top_p", "background", "max_output_tokens",
@@ -38,11 +38,6 @@ def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-
-
-def split_think(text: str) -> tuple[list[str], str]:
-    """``(reasoning texts, remaining text)`` of a ``<think>``-tagged string."""
-    return THINK_RE.findall(text), THINK_RE.sub("", text)
 
 
 class _Builder:

@@ -4,8 +4,8 @@
 - Session: a cookie ``gym_session_<instance>`` holding a random id, set when absent and readable
   as ``request.state.session_id`` (Gym keeps one per caller in a signed cookie; agents carry all
   cookies along, so any name works across implementations).
-- Errors: an :class:`~_kit.peers.UpstreamError` becomes HTTP 502 ``{"error": {...}}`` naming the
-  upstream; any other uncaught exception becomes HTTP 500 ``{"error": {...}}`` naming this server.
+- Errors: an :class:`~_kit.peers.UpstreamError` becomes HTTP 502 ``{"error": {"type": <its kind>,
+  ...}}`` naming the upstream; any other uncaught exception becomes HTTP 500 ``{"error": {...}}`` naming this server.
 - :func:`main` turns a :class:`~_kit.config.StartupError` into one line on stderr and exit code 1.
 """
 
@@ -87,7 +87,7 @@ def build_app(ctx: ServerContext, title: str) -> FastAPI:
         try:
             response = await call_next(request)
         except UpstreamError as exc:
-            response = JSONResponse(status_code=502, content=error_body("upstream_error", str(exc), **exc.details()))
+            response = JSONResponse(status_code=502, content=error_body(exc.kind, str(exc), **exc.details()))
         except Exception as exc:  # noqa: BLE001 - every failure must answer, naming this server
             message = f"{ctx.name} ({ctx.server_type}/{ctx.impl}) failed: {type(exc).__name__}: {exc}"
             print(message, file=sys.stderr, flush=True)

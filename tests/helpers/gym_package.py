@@ -73,3 +73,27 @@ def assemble_gym_package(wheel: Path, root: Path) -> tuple[Path, list[dict]]:
                              "description": f"NeMo Gym {GYM_VERSION} example_single_tool_call, unchanged"}}
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return root, rows
+
+
+def gym_venv() -> Path | None:
+    """A venv holding ``nemo-gym==0.4.0`` (its clients ``ng_status``, ``ng_collect_rollouts`` and its
+    server trees), built once with real uv from PyPI on a pyenv Python 3.12+ and kept under
+    :func:`cache_dir` between runs (a completion marker, written last, says it is whole; a file
+    lock keeps parallel test runs from building it twice). None when no such Python exists."""
+    from filelock import FileLock
+    import uv
+
+    python = python_312_plus()
+    if python is None:
+        return None
+    venv = cache_dir() / f"nemo-gym-{GYM_VERSION}-venv"
+    marker = venv / ".complete"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(venv) + ".lock", timeout=1800):
+        if not marker.is_file():
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([uv.find_uv_bin(), "venv", "--quiet", "--python", python, str(venv)], check=True)
+            subprocess.run([uv.find_uv_bin(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
+                            f"nemo-gym=={GYM_VERSION}"], check=True, timeout=1800)
+            marker.write_text(GYM_VERSION)
+    return venv

@@ -1,17 +1,24 @@
-"""``responses_api_agents/simple_agent``: the tool-calling loop (DESIGN.md §8; nemo_gym_runtime.md §6.2).
+"""``responses_api_agents/simple_agent``: the tool-calling loop (docs/architecture.md §8), with the HTTP
+contract of NeMo Gym 0.4.0 ``responses_api_agents/simple_agent/app.py``.
 
 ``POST /run``: ``/seed_session`` on the resources server -> model <-> tools loop -> ``/verify``;
 returns the verify answer (the run request, ``response`` and ``reward``). ``POST /v1/responses``:
 the loop alone. ``POST /aggregate_metrics``: proxied to the resources server. ``GET /``.
 Loop: call the model's ``/v1/responses`` with ``input`` + outputs so far; stop on
 ``incomplete_details``, when an assistant message comes without function calls, or after
-``max_steps`` model calls; each function call goes to ``POST /<name>`` on the resources server
-with the parsed JSON arguments; invalid JSON arguments are fed back as the tool output
-``{"error": "Invalid tool call arguments: ..."}`` and a tool's error answer is fed back as is.
-Cookies from each upstream are carried along and set on the reply.
+``max_steps`` model calls. A function call is executed only when ``_kit/tools.py`` allows it (a
+tool the row offered, arguments a JSON object): then it goes to ``POST /<name>`` on the resources
+server and the answer body (also an error status) is fed back as is; otherwise the refusal
+(``{"error": "unknown tool ..."}`` / ``{"error": "Invalid tool call arguments ..."}``) is fed back
+and nothing is sent. ``/run`` adds ``unknown_tool_calls``, ``invalid_tool_arguments`` and
+``context_overflow_stops`` (0 or 1: the model server ended the episode because the prompt no
+longer fit, ``context_overflow`` on its reply) to the verify answer, and answers 502 with
+``error.type: bad_reward`` when the verify answer's ``reward`` is not a finite number
+(``_kit/rewards.py``). Cookies from each upstream are carried along and set on the reply.
 Config keys: ``resources_server`` and ``model_server`` (references ``{type, name}``),
 ``max_steps`` (null: no limit), ``skip_verification``, ``skip_verification_reward``,
-``request_timeout_seconds``.
+``request_timeout_seconds``, ``max_tool_argument_bytes`` (1000000).
+Rules and the contrast with Gym's own ``simple_agent``: docs/rollouts.md.
 """
 
 from __future__ import annotations
@@ -29,7 +36,11 @@ from pydantic import BaseModel, ConfigDict  # noqa: E402
 from _kit.config import Ref  # noqa: E402
 from _kit.peers import CookieJar, Peers, UpstreamError  # noqa: E402
 from _kit.resources import AggregateRequest  # noqa: E402
+from _kit.rewards import reward_problem, shown  # noqa: E402
 from _kit.server import ServerContext, build_app, run_server  # noqa: E402
+from _kit.tools import INVALID, MAX_ARGUMENT_BYTES, UNKNOWN, check_call, offered_tools  # noqa: E402
+
+COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops")
 
 
 class SimpleAgentConfig(BaseModel):
@@ -42,6 +53,7 @@ class SimpleAgentConfig(BaseModel):
     skip_verification: bool = False
     skip_verification_reward: float = 0.0
     request_timeout_seconds: float | None = None
+    max_tool_argument_bytes: int = MAX_ARGUMENT_BYTES
 
 
 class RunRequest(BaseModel):
@@ -62,21 +74,28 @@ class SimpleAgent:
         self.resources_url = ctx.peer(self.config.resources_server.model_dump(), "resources_servers")
         self.peers = Peers(self.config.request_timeout_seconds)
 
-    async def tool(self, call: dict, jar: CookieJar) -> str:
-        """The tool output fed back to the model for one function call."""
-        try:
-            arguments = json.loads(call.get("arguments") or "")
-        except (json.JSONDecodeError, TypeError) as exc:
-            return json.dumps({"error": f"Invalid tool call arguments: {exc!r}"})
-        response = await self.peers.post(self.resources_name, f"{self.resources_url}/{call['name']}", arguments,
-                                         jar, check=False)
-        return response.text
+    async def tool(self, item: dict, offered: list[str], jar: CookieJar, counts: dict[str, int]) -> dict:
+        """The ``function_call_output`` item for one function call (executed only when allowed)."""
+        call = check_call(item, offered, self.config.max_tool_argument_bytes)
+        if call.kind == UNKNOWN:
+            counts["unknown_tool_calls"] += 1
+        elif call.kind == INVALID:
+            counts["invalid_tool_arguments"] += 1
+        output = call.refusal
+        if output is None:
+            response = await self.peers.post(self.resources_name, f"{self.resources_url}/{call.name}",
+                                             call.arguments, jar, check=False)
+            output = response.text
+        return {"type": "function_call_output", "call_id": call.call_id, "output": output}
 
-    async def episode(self, params: dict, resources: CookieJar, model: CookieJar) -> dict:
-        """Run the model <-> tools loop; returns the last model response with every output appended."""
+    async def episode(self, params: dict, resources: CookieJar, model: CookieJar) -> tuple[dict, dict[str, int]]:
+        """Run the model <-> tools loop; returns the last model response with every output
+        appended, and the counters (:data:`COUNTERS`)."""
         base_input = params.get("input", [])
         if isinstance(base_input, str):
             base_input = [{"type": "message", "role": "user", "content": base_input}]
+        offered = offered_tools(params)
+        counts = dict.fromkeys(COUNTERS, 0)
         outputs: list[dict] = []
         usage: dict[str, Any] | None = None
         step = 0
@@ -89,31 +108,39 @@ class SimpleAgent:
                                     f"{json.dumps(reply)[:300]}")
             outputs.extend(reply["output"])
             usage = _add_usage(usage, reply.get("usage"))
+            if reply.get("context_overflow"):
+                counts["context_overflow_stops"] = 1
             if reply.get("incomplete_details"):
                 break
-            calls = [o for o in reply["output"] if o.get("type") == "function_call"]
-            said = any(o.get("type") == "message" and o.get("role") == "assistant" for o in reply["output"])
+            calls = [o for o in reply["output"] if isinstance(o, dict) and o.get("type") == "function_call"]
+            said = any(isinstance(o, dict) and o.get("type") == "message" and o.get("role") == "assistant"
+                       for o in reply["output"])
             if not calls and said:
                 break
             for call in calls:
-                outputs.append({"type": "function_call_output", "call_id": call["call_id"],
-                                "output": await self.tool(call, resources)})
+                outputs.append(await self.tool(call, offered, resources, counts))
             if self.config.max_steps and step >= self.config.max_steps:
                 break
-        return {**reply, "output": outputs, "usage": usage}
+        return {**reply, "output": outputs, "usage": usage}, counts
 
     async def run(self, body: RunRequest, cookies: dict[str, str]) -> tuple[dict, CookieJar, CookieJar]:
-        """seed_session -> episode -> verify; returns the verify answer and the cookie jars."""
+        """seed_session -> episode -> verify; returns the verify answer (plus the counters) and the
+        cookie jars. Raises :class:`UpstreamError` (``bad_reward``) for an unusable reward."""
         resources, model = CookieJar(cookies), CookieJar(cookies)
         row = body.model_dump()
         await self.peers.post(self.resources_name, f"{self.resources_url}/seed_session", row, resources)
-        response = await self.episode(body.responses_create_params, resources, model)
+        response, counts = await self.episode(body.responses_create_params, resources, model)
         if self.config.skip_verification:
             return ({**row, "response": response, "reward": float(self.config.skip_verification_reward),
-                     "verification_skipped": True}, resources, model)
-        verified = await self.peers.json(self.resources_name, f"{self.resources_url}/verify",
-                                         {**row, "response": response}, resources)
-        return verified, resources, model
+                     "verification_skipped": True, **counts}, resources, model)
+        url = f"{self.resources_url}/verify"
+        verified = await self.peers.json(self.resources_name, url, {**row, "response": response}, resources)
+        problem = reward_problem(verified)
+        if problem is not None:
+            value = verified.get("reward", "<missing>") if isinstance(verified, dict) else verified
+            raise UpstreamError(self.resources_name, url, f"answered /verify with an unusable reward: {problem}",
+                                body={"reward": shown(value)}, kind="bad_reward")
+        return {**verified, **counts}, resources, model
 
 
 def _add_usage(total: dict | None, usage: dict | None) -> dict | None:
@@ -149,7 +176,7 @@ def create_app(ctx: ServerContext):
     @app.post("/v1/responses")
     async def responses(body: dict[str, Any], request: Request, response: Response) -> dict:
         resources, model = CookieJar(dict(request.cookies)), CookieJar(dict(request.cookies))
-        result = await agent.episode(body, resources, model)
+        result, _ = await agent.episode(body, resources, model)
         _set_cookies(response, resources, model)
         return result
 

@@ -1,4 +1,5 @@
-"""``responses_api_models/vllm_model``: the policy model server (DESIGN.md §8; nemo_gym_runtime.md §5).
+"""``responses_api_models/vllm_model``: the policy model server (docs/architecture.md §8; NeMo Gym 0.4.0
+``responses_api_models/vllm_model/app.py``).
 
 Endpoints: ``POST /v1/responses`` (Responses API -> upstream ``/chat/completions`` -> Responses),
 ``POST /v1/chat/completions`` (pass-through with the same pre/post-processing), ``GET /``.
@@ -7,8 +8,14 @@ sha256(session id) % n), ``api_key``, ``model``, ``return_token_id_information``
 ``uses_reasoning_parser``, ``request_prompt_and_generation_token_ids``, ``sampling_overrides``,
 ``extra_body``, ``chat_template_kwargs``, ``replace_developer_role_with_system``,
 ``request_timeout_seconds``.
-An upstream 400 about the context length / ``max_tokens`` becomes an empty completion with
-``finish_reason: length``; any other upstream failure is HTTP 502 naming the upstream URL.
+An upstream error that says the prompt no longer fits (every wording of ``_kit/overflow.py``)
+becomes an empty completion with ``finish_reason: length`` (Gym's behaviour) that also carries
+``context_overflow: {wording, upstream_status, message}`` (on the Responses object too), so agents
+and reports count such stops apart from failures; any other upstream failure is HTTP 502 naming
+the upstream URL. Reasoning: with ``uses_reasoning_parser`` the upstream's ``reasoning_content`` /
+``reasoning`` and ``<think>`` tags in the content (``_kit/reasoning.py``) become ``reasoning``
+items; without it the content passes unchanged and upstream reasoning fields are a 502 saying
+which setting to change. Rules: docs/rollouts.md.
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ from fastapi.responses import JSONResponse  # noqa: E402
 from pydantic import BaseModel, ConfigDict, field_validator  # noqa: E402
 
 from _kit.config import StartupError  # noqa: E402
+from _kit.overflow import classify, message_of  # noqa: E402
 from _kit.peers import Peers, UpstreamError  # noqa: E402
-from _kit.responses import TOKEN_FIELDS, split_think, to_chat_request, to_response  # noqa: E402
+from _kit.reasoning import split_think  # noqa: E402
+from _kit.responses import TOKEN_FIELDS, to_chat_request, to_response  # noqa: E402
 from _kit.server import ServerContext, build_app, error_body, run_server  # noqa: E402
 
 
@@ -55,7 +64,8 @@ class VLLMModelConfig(BaseModel):
 
 
 def _is_context_length_error(status: int | None, body: Any) -> bool:
-    return status == 400 and ("context length" in str(body) or "max_tokens" in str(body))
+    """True when an upstream error answer says the prompt does not fit (``_kit/overflow.py``)."""
+    return classify(status, body) is not None
 
 
 class VLLMModel:
@@ -112,17 +122,23 @@ class VLLMModel:
         try:
             completion = await self.peers.json(f"model endpoint {base}", url, upstream_body)
         except UpstreamError as exc:
-            if _is_context_length_error(exc.status, exc.body):
-                return self.empty_completion("length")
-            raise
+            wording = classify(exc.status, exc.body)
+            if wording is None:
+                raise
+            completion = self.empty_completion("length")
+            completion["context_overflow"] = {"wording": wording.id, "upstream_status": exc.status,
+                                              "message": message_of(exc.body)}
+            return completion
         choice = completion["choices"][0]
         message = choice["message"]
+        fields = [f for f in ("reasoning_content", "reasoning") if message.get(f)]
         thought = message.pop("reasoning_content", None) or message.pop("reasoning", None)
         message.pop("reasoning", None)
         if thought:
             if not self.config.uses_reasoning_parser:
-                raise UpstreamError(f"model endpoint {base}", url, "returned reasoning content, but this server has "
-                                    "uses_reasoning_parser: false; enable it or drop the endpoint's reasoning parser")
+                raise UpstreamError(f"model endpoint {base}", url, f"returned reasoning (field {fields[0]!r}), but "
+                                    f"'{self.ctx.name}' has uses_reasoning_parser: false: set uses_reasoning_parser: "
+                                    f"true in its config, or serve the model without a reasoning parser")
             message["content"] = f"<think>{thought}</think>" + (message.get("content") or "")
         if self.config.return_token_id_information:
             await self.attach_tokens(completion, upstream_body, base)
@@ -181,8 +197,11 @@ def create_app(ctx: ServerContext):
         except ValueError as exc:
             return JSONResponse(status_code=422, content=error_body("invalid_request", str(exc)))
         completion = await model.chat(chat_body, request.state.session_id)
-        return to_response({**body, "model": model.config.model}, completion,
-                           model.config.uses_reasoning_parser, model.config.return_token_id_information)
+        response = to_response({**body, "model": model.config.model}, completion,
+                               model.config.uses_reasoning_parser, model.config.return_token_id_information)
+        if completion.get("context_overflow"):
+            response["context_overflow"] = completion["context_overflow"]
+        return response
 
     return app
 

@@ -5,7 +5,9 @@ A row names its agent with ``agent_ref: {type: responses_api_agents, name: <inst
 Results keep the row's index; a row that fails gets ``{"error": {"code", "message"}}`` instead of
 stopping the batch. Codes: ``GR-ROLLOUT-AGENT-REF`` (no or unknown agent), ``GR-ROLLOUT-HTTP``
 (the agent answered an error status), ``GR-ROLLOUT-CONNECT`` (no answer), ``GR-ROLLOUT-BAD-JSON``,
-``GR-ROLLOUT-DEADLINE`` (the batch deadline passed first).
+``GR-ROLLOUT-BAD-REWARD`` (the reward is not a finite number: NaN, null, a string, missing; from
+the answer itself, or the built-in agents' 502 ``error.type: bad_reward``; see
+:mod:`gym_runtime.rollouts.verdict`), ``GR-ROLLOUT-DEADLINE`` (the batch deadline passed first).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
+
+from gym_runtime.rollouts.verdict import BAD_REWARD, AgentFacts, bad_reward
 
 AGENT_TYPE = "responses_api_agents"
 
@@ -32,9 +36,15 @@ def agent_name(row: Any) -> str | None:
     return None
 
 
+def _agent_error(body: Any) -> dict[str, Any]:
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
 async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any,
-                  timeout_s: float | None = None) -> dict[str, Any]:
-    """POST one row to its agent's ``/run``; the agent's JSON object, or a row error (never raises)."""
+                  timeout_s: float | None = None, facts: Mapping[str, AgentFacts] | None = None) -> dict[str, Any]:
+    """POST one row to its agent's ``/run``; the agent's JSON object, or a row error (never raises).
+    ``facts`` (agent -> :class:`AgentFacts`) lets a bad-reward error name the resources server."""
     name = agent_name(row)
     if name is None:
         return row_error("GR-ROLLOUT-AGENT-REF", "row has no agent_ref {type: responses_api_agents, name: ...}")
@@ -48,18 +58,27 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
         r = await client.post(url, json=row, timeout=timeout_s)
     except httpx.HTTPError as e:
         return row_error("GR-ROLLOUT-CONNECT", f"{name}: POST {url} failed: {type(e).__name__}: {e}")
-    if r.status_code >= 400:
-        return row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {r.text[:500]}")
     try:
         body = r.json()
     except ValueError:
+        body = None
+    if r.status_code >= 400:
+        error = _agent_error(body)
+        if error.get("type") == "bad_reward":
+            return row_error(BAD_REWARD, f"{name}: {error.get('message')}")
+        return row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {r.text[:500]}")
+    if body is None:
         return row_error("GR-ROLLOUT-BAD-JSON", f"{name}: POST {url} answered non-JSON: {r.text[:200]!r}")
-    return body if isinstance(body, dict) else {"result": body}
+    if not isinstance(body, dict):
+        body = {"result": body}
+    unusable = bad_reward(body, name, (facts or {}).get(name))
+    return {"error": unusable} if unusable is not None else body
 
 
 async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Mapping[str, str]], *,
                    concurrency: int = 32, deadline_s: float | None = None,
-                   client: httpx.AsyncClient | None = None) -> list[dict[str, Any]]:
+                   client: httpx.AsyncClient | None = None,
+                   facts: Mapping[str, AgentFacts] | None = None) -> list[dict[str, Any]]:
     """Run every row (at most ``concurrency`` at once); result ``i`` belongs to row ``i``.
 
     ``agents`` maps agent instance names to base URLs (``http://host:port``). ``deadline_s`` bounds
@@ -74,7 +93,7 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
 
     async def one(i: int, row: Any) -> None:
         async with sem:
-            results[i] = await run_row(http, table, row)
+            results[i] = await run_row(http, table, row, facts=facts)
 
     tasks = [asyncio.create_task(one(i, row)) for i, row in enumerate(rows)]
     try:

@@ -22,6 +22,7 @@ from gym_runtime.package import load_package
 from gym_runtime.rollouts.rows import DatasetRow, load_rows
 from gym_runtime.rollouts.sampler import sample_rows
 from gym_runtime.rollouts.stats import RolloutResult, RowStats, Summary, row_stats, summarize
+from gym_runtime.rollouts.verdict import AgentFacts, agent_facts
 
 # Policy values used only to check the configuration before start (the stub or the job fills them).
 PLACEHOLDERS = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "placeholder",
@@ -74,10 +75,12 @@ class DryRunResult:
         return self.summary.failures == 0
 
 
-def prepare(req: DryRunRequest, notes: list[str] | None = None) -> tuple[str, list[DatasetRow]]:
+def prepare(req: DryRunRequest, notes: list[str] | None = None
+            ) -> tuple[str, list[DatasetRow], dict[str, AgentFacts]]:
     """Check the package, its configuration and every row; nothing is started.
 
-    Returns the package name and the rows to run (the first ``limit``); sentences about inputs
+    Returns the package name, the rows to run (the first ``limit``) and what the report knows of
+    each agent (:class:`~gym_runtime.rollouts.verdict.AgentFacts`); sentences about inputs
     accepted with a remark (a dataset's byte order mark) are appended to ``notes``. Raises
     :class:`~gym_runtime.errors.PackageInvalidError`, a ``ConfigError`` or
     :class:`~gym_runtime.errors.DatasetError` (every bad row, with line and field).
@@ -87,7 +90,8 @@ def prepare(req: DryRunRequest, notes: list[str] | None = None) -> tuple[str, li
     merged = build_config(pkg, req.overrides, req.policy, defaults=PLACEHOLDERS)
     agents = {i.name: i for i in merged.of_type("responses_api_agents")}
     rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id, notes)
-    return pkg.name, rows[: req.limit] if req.limit else rows
+    facts = agent_facts(merged.instances)
+    return pkg.name, rows[: req.limit] if req.limit else rows, facts
 
 
 def _runtime(req: DryRunRequest, progress: Callable[[str], None] | None):
@@ -111,7 +115,7 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
     rollout failures are results, not exceptions. The environment is always stopped.
     """
     notes: list[str] = []
-    name, rows = prepare(req, notes)
+    name, rows, facts = prepare(req, notes)
     for note in notes:
         if progress is not None:
             progress(f"note: {note}")
@@ -134,7 +138,7 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
         if on_start is not None:
             on_start(len(rows) * req.samples)
         t0 = time.perf_counter()
-        results = await sample_rows(rows, agents, req.samples, req.concurrency, record, req.rollout_timeout_s)
+        results = await sample_rows(rows, agents, req.samples, req.concurrency, record, req.rollout_timeout_s, facts)
         wall = time.perf_counter() - t0
     finally:
         if out is not None:

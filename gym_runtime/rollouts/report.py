@@ -1,9 +1,12 @@
 """How a dry-run is shown: the rich reward table, its summary, and the same as one JSON object.
 
 Table columns (one row per dataset row): row, line, agent, k, mean, std, min, max, fail(ures),
-signal ("yes"; "no GRPO signal" when the k rewards are all equal; "unknown" with fewer than two
-rewards). It fits 80 columns for agent names up to ~20 characters. The summary gives the share of
-signal-bearing rows, rollouts per second and failures by error code (DESIGN.md §9, issue 7).
+unk (unknown tool calls the agent refused; "-" when the agent does not count them), ctx (rollouts
+stopped because the prompt no longer fit the context), bad (unusable rewards: NaN, null, a string,
+missing; also counted in fail), signal ("yes"; "no GRPO signal" when the k rewards are all equal;
+"unknown" with fewer than two rewards; "N out of range" when rewards fall outside the resources
+server's ``reward_range``). The summary gives the share of signal-bearing rows, rollouts per
+second, failures by error code and the totals of those counts (docs/rollouts.md).
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ def _num(v: float | None, digits: int = 2) -> str:
 def build_table(stats: list[RowStats], title: str | None = None) -> Table:
     """The per-row reward table (a :class:`rich.table.Table`)."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  collapse_padding=True)
+                  padding=(0, 0))
     for name, justify in (("row", "right"), ("line", "right"), ("agent", "left"), ("k", "right"),
                           ("mean", "right"), ("std", "right"), ("min", "right"), ("max", "right"),
-                          ("fail", "right"), ("signal", "left")):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+                          ("fail", "right"), ("unk", "right"), ("ctx", "right"), ("bad", "right"),
+                          ("signal", "left")):
+        table.add_column(name, justify=justify, no_wrap=name != "signal",  # type: ignore[arg-type]
+                         min_width=len(name), ratio=1 if name == "signal" else None)
     for s in stats:
         if s.signal is True:
             signal = "[green]yes[/green]"
@@ -36,10 +41,18 @@ def build_table(stats: list[RowStats], title: str | None = None) -> Table:
             signal = f"[yellow]{NO_SIGNAL}[/yellow]"
         else:
             signal = "[dim]unknown[/dim]"
-        fails = f"[red]{s.failures}[/red]" if s.failures else "0"
+        if s.out_of_range:
+            signal += f" [red]{s.out_of_range} out of range[/red]"
         table.add_row(str(s.row), str(s.line), s.agent, str(s.samples), _num(s.mean), _num(s.std), _num(s.min),
-                      _num(s.max), fails, signal)
+                      _num(s.max), _count(s.failures, "red"), _count(s.unknown_tool_calls, "red"),
+                      _count(s.context_overflows, "yellow"), _count(s.bad_rewards, "red"), signal)
     return table
+
+
+def _count(n: int | None, colour: str) -> str:
+    if n is None:
+        return "-"
+    return f"[{colour}]{n}[/{colour}]" if n else "0"
 
 
 def summary_lines(summary: Summary) -> list[str]:
@@ -56,6 +69,18 @@ def summary_lines(summary: Summary) -> list[str]:
     if summary.failures_by_code:
         lines.append("[red]failures by code:[/red] " + ", ".join(f"{c}: {n}"
                                                                  for c, n in summary.failures_by_code.items()))
+    if summary.unknown_tool_calls or summary.invalid_tool_arguments:
+        lines.append(f"[red]tool calls refused:[/red] {summary.unknown_tool_calls} to tools the row did not offer "
+                     f"(unk), {summary.invalid_tool_arguments} with arguments that are not a JSON object; the "
+                     "model got an error as the tool output")
+    if summary.context_overflows:
+        lines.append(f"[yellow]{summary.context_overflows} rollout(s) stopped because the prompt no longer fit "
+                     "the model's context (ctx); they are scored, not failed[/yellow]")
+    if summary.bad_rewards:
+        lines.append(f"[red]{summary.bad_rewards} reward(s) unusable (bad: NaN, null, a string or missing); "
+                     "see the error of each rollout in --out[/red]")
+    if summary.out_of_range:
+        lines.append(f"[red]{summary.out_of_range} reward(s) outside the resources server's reward_range[/red]")
     if summary.no_signal_rows:
         lines.append(f"[yellow]{summary.no_signal_rows} row(s) give GRPO no signal: all their rewards are equal; "
                      "make those prompts harder/easier or drop them[/yellow]")

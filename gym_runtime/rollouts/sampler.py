@@ -2,7 +2,8 @@
 
 The HTTP call and its per-row error shapes are :func:`gym_runtime.rollouts.dispatch.run_row`'s;
 this module adds the k samples, a bound on rollouts in flight, a per-rollout wall time, the
-reward taken from the agent's answer, and a callback per finished rollout (the progress bar and
+verdict on the agent's answer (:func:`gym_runtime.rollouts.verdict.judge`: reward, counters,
+context-overflow stop, declared range), and a callback per finished rollout (the progress bar and
 the ``--out`` writer use it).
 """
 
@@ -16,31 +17,29 @@ import httpx
 
 from gym_runtime.rollouts.dispatch import run_row
 from gym_runtime.rollouts.rows import DatasetRow
-from gym_runtime.rollouts.stats import RolloutResult, coerce_reward
+from gym_runtime.rollouts.stats import RolloutResult
+from gym_runtime.rollouts.verdict import AgentFacts, judge
 
-NO_REWARD = "GR-ROLLOUT-NO-REWARD"
 
-
-def to_result(row: DatasetRow, sample: int, answer: dict, latency_s: float) -> RolloutResult:
+def to_result(row: DatasetRow, sample: int, answer: dict, latency_s: float,
+              facts: AgentFacts | None = None) -> RolloutResult:
     """A :class:`RolloutResult` from an agent answer (or a dispatch row error)."""
-    error = answer.get("error") if isinstance(answer.get("error"), dict) and "code" in answer["error"] else None
-    reward = None if error else coerce_reward(answer.get("reward"))
-    if error is None and reward is None:
-        error = {"code": NO_REWARD, "message": f"agent {row.agent!r} answered without a numeric reward "
-                 f"(reward={answer.get('reward')!r})"}
-    return RolloutResult(row.index, sample, row.line, row.agent, reward, round(latency_s, 4),
-                         {"code": str(error["code"]), "message": str(error.get("message", ""))} if error else None)
+    v = judge(answer, row.agent, facts)
+    return RolloutResult(row.index, sample, row.line, row.agent, v.reward, round(latency_s, 4), v.error,
+                         v.unknown_tool_calls, v.invalid_tool_arguments, v.context_overflow, v.out_of_range)
 
 
 async def sample_rows(rows: list[DatasetRow], agents: Mapping[str, str], samples: int, concurrency: int,
                       on_result: Callable[[RolloutResult], None] | None = None,
-                      timeout_s: float | None = None) -> list[RolloutResult]:
+                      timeout_s: float | None = None,
+                      facts: Mapping[str, AgentFacts] | None = None) -> list[RolloutResult]:
     """Run every row ``samples`` times, at most ``concurrency`` rollouts at once.
 
     ``agents`` maps agent instance names to base URLs. Rollouts are started sample-major (every
     row's sample 0 first) so all rows progress together. Returns results sorted by (row, sample);
     a failed rollout is a result with ``error`` set, never an exception. ``timeout_s`` bounds one
-    rollout (``None``: no bound).
+    rollout (``None``: no bound). ``facts`` (agent -> :class:`AgentFacts`) names resources servers
+    in bad-reward errors and gives the declared reward ranges.
     """
     sem = asyncio.Semaphore(max(1, concurrency))
     limits = httpx.Limits(max_connections=max(concurrency, 10), max_keepalive_connections=max(concurrency, 10))
@@ -49,8 +48,8 @@ async def sample_rows(rows: list[DatasetRow], agents: Mapping[str, str], samples
         async def one(row: DatasetRow, sample: int) -> RolloutResult:
             async with sem:
                 start = time.perf_counter()
-                answer = await run_row(client, agents, row.data, timeout_s=timeout_s)
-                result = to_result(row, sample, answer, time.perf_counter() - start)
+                answer = await run_row(client, agents, row.data, timeout_s=timeout_s, facts=facts)
+                result = to_result(row, sample, answer, time.perf_counter() - start, (facts or {}).get(row.agent))
             if on_result is not None:
                 on_result(result)
             return result

@@ -9,12 +9,13 @@ than two rewards the signal is unknown (``signal`` is ``None``).
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from gym_runtime.rollouts.verdict import BAD_REWARD
 
 NO_SIGNAL = "no GRPO signal"
 _EQUAL_TOL = 1e-9
@@ -24,7 +25,10 @@ _EQUAL_TOL = 1e-9
 class RolloutResult:
     """One rollout: row ``row`` (0-based index), sample ``sample`` (0-based), the dataset ``line``,
     the agent instance, the ``reward`` (``None`` when it failed), ``latency_s`` (wall seconds of
-    the ``/run`` call) and ``error`` (``{"code", "message"}`` or ``None``)."""
+    the ``/run`` call), ``error`` (``{"code", "message"}`` or ``None``), the agent's
+    ``unknown_tool_calls`` / ``invalid_tool_arguments`` (None when it does not count them), whether
+    the episode was stopped by a ``context_overflow``, and whether the reward is ``out_of_range``
+    of the resources server's declared ``reward_range`` (:mod:`gym_runtime.rollouts.verdict`)."""
 
     row: int
     sample: int
@@ -33,6 +37,10 @@ class RolloutResult:
     reward: float | None
     latency_s: float
     error: dict[str, str] | None = None
+    unknown_tool_calls: int | None = None
+    invalid_tool_arguments: int | None = None
+    context_overflow: bool = False
+    out_of_range: bool = False
 
     @property
     def ok(self) -> bool:
@@ -46,7 +54,10 @@ class RolloutResult:
 @dataclass(frozen=True)
 class RowStats:
     """Statistics of one row's k samples; ``signal`` is True (rewards differ), False (all equal,
-    flagged :data:`NO_SIGNAL`) or None (fewer than two rewards)."""
+    flagged :data:`NO_SIGNAL`) or None (fewer than two rewards). Per row also: ``unknown_tool_calls``
+    and ``invalid_tool_arguments`` summed over the samples (None when the agent reports neither),
+    ``context_overflows`` (samples stopped because the prompt no longer fit), ``bad_rewards``
+    (samples whose reward was unusable, counted in ``failures`` too) and ``out_of_range``."""
 
     row: int
     line: int
@@ -59,6 +70,11 @@ class RowStats:
     min: float | None
     max: float | None
     signal: bool | None
+    unknown_tool_calls: int | None = None
+    invalid_tool_arguments: int | None = None
+    context_overflows: int = 0
+    bad_rewards: int = 0
+    out_of_range: int = 0
 
     @property
     def flag(self) -> str | None:
@@ -85,9 +101,20 @@ class Summary:
     wall_s: float
     rollouts_per_s: float | None
     failures_by_code: dict[str, int]
+    unknown_tool_calls: int = 0
+    invalid_tool_arguments: int = 0
+    context_overflows: int = 0
+    bad_rewards: int = 0
+    out_of_range: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _total(values: Iterable[int | None]) -> int | None:
+    """Sum of the reported counts; None when none was reported."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def _all_equal(values: list[float]) -> bool:
@@ -111,6 +138,11 @@ def row_stats(results: Iterable[RolloutResult]) -> list[RowStats]:
             std=statistics.pstdev(rewards) if have else None,
             min=min(rewards) if have else None, max=max(rewards) if have else None,
             signal=(not _all_equal(rewards)) if len(rewards) >= 2 else None,
+            unknown_tool_calls=_total(r.unknown_tool_calls for r in items),
+            invalid_tool_arguments=_total(r.invalid_tool_arguments for r in items),
+            context_overflows=sum(r.context_overflow for r in items),
+            bad_rewards=sum((r.error or {}).get("code") == BAD_REWARD for r in items),
+            out_of_range=sum(r.out_of_range for r in items),
         ))
     return out
 
@@ -131,12 +163,8 @@ def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: f
         wall_s=round(wall_s, 3),
         rollouts_per_s=round(len(results) / wall_s, 3) if wall_s > 0 and results else None,
         failures_by_code=dict(sorted(codes.items())),
+        unknown_tool_calls=sum(s.unknown_tool_calls or 0 for s in stats),
+        invalid_tool_arguments=sum(s.invalid_tool_arguments or 0 for s in stats),
+        context_overflows=sum(s.context_overflows for s in stats),
+        bad_rewards=sum(s.bad_rewards for s in stats), out_of_range=sum(s.out_of_range for s in stats),
     )
-
-
-def coerce_reward(value: Any) -> float | None:
-    """A finite float reward from an agent answer's ``reward`` field, else ``None``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    f = float(value)
-    return f if math.isfinite(f) else None

@@ -11,9 +11,11 @@ from collections.abc import Iterator
 import pytest
 import uvicorn
 from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse, Response
 
 from gym_runtime.rollouts.rows import DatasetRow
-from gym_runtime.rollouts.sampler import NO_REWARD, sample_rows
+from gym_runtime.rollouts.sampler import sample_rows
+from gym_runtime.rollouts.verdict import BAD_REWARD, AgentFacts
 
 STATE = {"in_flight": 0, "peak": 0, "calls": 0}
 
@@ -33,6 +35,14 @@ def make_agent() -> FastAPI:
                 raise HTTPException(500, "verify crashed")
             if kind == "noreward":
                 return {"response": {}}
+            if kind.startswith("raw:"):  # a reward JSON can hold but a number cannot be: NaN, null, "1"
+                return Response('{"reward": ' + kind[4:] + "}", media_type="application/json")
+            if kind == "counted":
+                return {"reward": 5.0, "unknown_tool_calls": 2, "invalid_tool_arguments": 1,
+                        "context_overflow_stops": 1}
+            if kind == "builtin_bad_reward":
+                return JSONResponse({"error": {"type": "bad_reward", "message": "upstream calc (http://x/verify) "
+                                               "answered /verify with an unusable reward: reward is NaN"}}, 502)
             return {"reward": float(STATE["calls"] % 2) if kind == "varies" else 1.0}
         finally:
             STATE["in_flight"] -= 1
@@ -70,8 +80,31 @@ def test_samples_rewards_errors_and_bound(agent_url: str) -> None:
     assert STATE["peak"] <= 2
     assert all(r.reward == 1.0 and r.error is None and r.latency_s > 0 for r in results[:3])
     assert {r.error["code"] for r in results[6:9]} == {"GR-ROLLOUT-HTTP"}
-    assert {r.error["code"] for r in results[9:]} == {NO_REWARD} and results[9].reward is None
+    assert {r.error["code"] for r in results[9:]} == {BAD_REWARD} and results[9].reward is None
+    assert results[9].error["message"] == "agent 'a' answered an unusable reward: the answer has no 'reward' field"
     assert results[6].line == 3 and results[6].agent == "a"
+
+
+@pytest.mark.parametrize(("raw", "said"), [("NaN", "reward is NaN, not a finite number"),
+                                           ("Infinity", "reward is Infinity, not a finite number"),
+                                           ("null", "reward is null"), ('"1.0"', "reward is str '1.0', not a number"),
+                                           ("true", "reward is bool True, not a number")])
+def test_an_unusable_reward_is_a_row_error_naming_the_server_and_value(agent_url: str, raw: str, said: str) -> None:
+    facts = {"a": AgentFacts("calc", (0.0, 1.0))}
+    [r] = asyncio.run(sample_rows(rows(f"raw:{raw}"), {"a": agent_url}, samples=1, concurrency=1, facts=facts))
+    assert r.reward is None and r.error == {"code": BAD_REWARD, "message": "agent 'a' (resources server 'calc') "
+                                            f"answered an unusable reward: {said}"}
+
+
+def test_counters_overflow_range_and_the_builtin_agents_bad_reward(agent_url: str) -> None:
+    facts = {"a": AgentFacts("calc", (0.0, 1.0))}
+    counted, builtin = asyncio.run(sample_rows(rows("counted", "builtin_bad_reward"), {"a": agent_url}, samples=1,
+                                               concurrency=1, facts=facts))
+    assert (counted.reward, counted.error, counted.unknown_tool_calls, counted.invalid_tool_arguments,
+            counted.context_overflow, counted.out_of_range) == (5.0, None, 2, 1, True, True)
+    assert builtin.error["code"] == BAD_REWARD and "reward is NaN" in builtin.error["message"]
+    [plain] = asyncio.run(sample_rows(rows("const"), {"a": agent_url}, samples=1, concurrency=1))
+    assert (plain.unknown_tool_calls, plain.context_overflow, plain.out_of_range) == (None, False, False)
 
 
 def test_unknown_agent_is_a_per_rollout_error() -> None:

@@ -8,7 +8,8 @@ import math
 from rich.console import Console
 
 from gym_runtime.rollouts.report import print_report, report_dict
-from gym_runtime.rollouts.stats import NO_SIGNAL, RolloutResult, coerce_reward, row_stats, summarize
+from gym_runtime.rollouts.stats import NO_SIGNAL, RolloutResult, row_stats, summarize
+from gym_runtime.rollouts.verdict import BAD_REWARD, reward_problem
 
 
 def res(row: int, sample: int, reward: float | None, code: str | None = None) -> RolloutResult:
@@ -60,6 +61,42 @@ def test_table_and_json() -> None:
     assert obj["package"] == "p" and obj["rows"][1]["flag"] == NO_SIGNAL and obj["summary"]["rollouts"] == 12
 
 
-def test_coerce_reward() -> None:
-    assert coerce_reward(1) == 1.0 and coerce_reward(0.25) == 0.25
-    assert coerce_reward(True) is None and coerce_reward("1") is None and coerce_reward(float("nan")) is None
+def test_reward_problem() -> None:
+    assert reward_problem({"reward": 1}) is None and reward_problem({"reward": 0.25}) is None
+    assert reward_problem({"reward": True}) == "reward is bool True, not a number"
+    assert reward_problem({"reward": "1"}) == "reward is str '1', not a number"
+    assert reward_problem({"reward": float("nan")}) == "reward is NaN, not a finite number"
+    assert reward_problem({"reward": None}) == "reward is null" and reward_problem({}) == "the answer has no 'reward' field"
+
+
+def test_counts_per_row_in_the_table_and_json() -> None:
+    """The dry-run report shows unknown tool calls, context-overflow stops, bad rewards and
+    out-of-range rewards per row (table and --json) and in the summary."""
+    results = [RolloutResult(0, 0, 1, "agent", 1.0, 0.1, None, 2, 1, False, True),
+               RolloutResult(0, 1, 1, "agent", 0.0, 0.1, None, 1, 0, True, False),
+               RolloutResult(1, 0, 2, "other", None, 0.1, {"code": BAD_REWARD, "message": "reward is NaN"}),
+               RolloutResult(1, 1, 2, "other", 0.5, 0.1)]
+    stats = row_stats(results)
+    assert (stats[0].unknown_tool_calls, stats[0].invalid_tool_arguments, stats[0].context_overflows,
+            stats[0].bad_rewards, stats[0].out_of_range) == (3, 1, 1, 0, 1)
+    assert (stats[1].unknown_tool_calls, stats[1].bad_rewards, stats[1].failures) == (None, 1, 1)
+    summary = summarize(stats, results, 1.0)
+    assert (summary.unknown_tool_calls, summary.invalid_tool_arguments, summary.context_overflows,
+            summary.bad_rewards, summary.out_of_range) == (3, 1, 1, 1, 1)
+    console = Console(record=True, width=100, color_system=None)
+    print_report(console, stats, summary)
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if "signal" in line).split()
+    assert header[-5:] == ["fail", "unk", "ctx", "bad", "signal"]
+    row0 = next(line for line in lines if line.split()[:3] == ["0", "1", "agent"]).split()
+    assert row0[8:13] == ["0", "3", "1", "0", "yes"] and "1 out of range" in " ".join(row0)
+    row1 = next(line for line in lines if line.split()[:3] == ["1", "2", "other"]).split()
+    assert row1[8:12] == ["1", "-", "0", "1"]
+    text = "\n".join(lines)
+    assert "tool calls refused: 3" in text and "1 rollout(s) stopped because the prompt no longer fit" in text
+    assert "1 reward(s) unusable" in text and "1 reward(s) outside the resources server's reward_range" in text
+    obj = report_dict(stats, summary)
+    assert {k: obj["rows"][0][k] for k in ("unknown_tool_calls", "context_overflows", "bad_rewards",
+                                           "out_of_range")} == {"unknown_tool_calls": 3, "context_overflows": 1,
+                                                                "bad_rewards": 0, "out_of_range": 1}
+    assert obj["rows"][1]["bad_rewards"] == 1 and obj["summary"]["bad_rewards"] == 1

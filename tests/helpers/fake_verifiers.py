@@ -10,7 +10,8 @@ with real uv and no index (as stage 2 installs a package's vendored ``wheels/``)
   the answer with the environment's rubric and returns outputs with ``completion``, ``reward``,
   ``metrics`` and ``trajectory[].tokens``.
 - ``tiny-arith`` 0.1.0 (module ``tiny_arith``): reward 1.0 when the last number of the reply
-  equals the row's ``answer``.
+  equals the row's ``answer`` (or ``float(fixed_reward)`` when that environment argument is given,
+  e.g. ``"nan"``, to test how an unusable reward is reported).
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ import re
 import verifiers as vf
 
 
-def load_environment(system_prompt="Answer with a number."):
+def load_environment(system_prompt="Answer with a number.", fixed_reward=None):
     def rubric(completion, answer):
+        if fixed_reward is not None:
+            return fixed_reward
         numbers = re.findall(r"-?\\d+(?:\\.\\d+)?", completion[-1]["content"])
         return 1.0 if numbers and answer and float(numbers[-1]) == float(answer) else 0.0
 

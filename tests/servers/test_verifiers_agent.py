@@ -76,3 +76,20 @@ def test_a_failing_load_environment_fails_the_start(venvs, tmp_path):
     with start_server(cfg, "verifiers_agent", tmp_path, python=str(venvs["full"]), ready=False) as agent:
         assert agent.proc.wait(60) == 1
     assert "failed to load: TypeError" in agent.output()
+
+
+def test_an_unusable_reward_is_a_502_naming_the_environment(venvs, tmp_path):
+    """docs/rollouts.md, "Rewards": a NaN reward from the environment's rubric is never reported as a
+    reward (NeMo Gym 0.4.0 ``responses_api_agents/verifiers_agent/app.py`` takes
+    ``rollout_output.get("reward", 0.0) or 0.0``: NaN passes on, a missing reward becomes 0.0)."""
+    with start_stub(tmp_path, "--seed", "5") as stub, contextlib.ExitStack() as stack:
+        cfg = config(stub.url + "/v1", fixed_reward="nan")
+        stack.enter_context(start_server(cfg, "policy_model", tmp_path))
+        agent = stack.enter_context(start_server(cfg, "verifiers_agent", tmp_path, python=str(venvs["full"])))
+        row = {"task_idx": 0, "vf_env_id": "tiny-arith", "answer": "10",
+               "responses_create_params": {"input": [{"role": "user", "content": "What is 4 + 6?"}]}}
+        reply = httpx.post(agent.url + "/run", json=row, timeout=60, trust_env=False)
+    assert reply.status_code == 502
+    error = reply.json()["error"]
+    assert error["type"] == "bad_reward" and error["upstream"] == "verifiers environment 'tiny-arith'"
+    assert "reward is NaN, not a finite number" in error["message"]

@@ -10,7 +10,10 @@ Unlike Gym (which loads lazily at the first rollout), the configured environment
 start: a missing ``verifiers`` or environment module fails the start, naming the module.
 ``POST /run`` (row: ``responses_create_params``, ``task_idx``, ``vf_env_id``, ``answer``, ``task``,
 ``example_id``, ``info``) -> ``{responses_create_params, response, reward}``;
-``POST /v1/responses`` -> the response alone; ``GET /``.
+``POST /v1/responses`` -> the response alone; ``GET /``. A rollout whose ``reward`` is not a
+finite number (NaN, null, missing) is a 502 ``error.type: bad_reward`` naming the environment and
+the value (``_kit/rewards.py``), never a silent 0.0. Tool calls are executed by the verifiers
+environment itself (its own tool table), not by this agent.
 Config keys: ``model_server`` (reference), ``model_name``, ``vf_env_id``, ``vf_env_args``,
 ``max_tokens`` (8192), ``temperature`` (1.0), ``top_p`` (1.0).
 """
@@ -29,7 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
 from _kit.config import Ref, StartupError  # noqa: E402
+from _kit.peers import UpstreamError  # noqa: E402
 from _kit.responses import message_to_items, text_of  # noqa: E402
+from _kit.rewards import reward_problem, shown  # noqa: E402
 from _kit.server import ServerContext, build_app, run_server  # noqa: E402
 
 
@@ -175,9 +180,14 @@ class VerifiersAgent:
                                                    model=self.config.model_name, sampling_args=sampling,
                                                    state_columns=["trajectory"])
         rollout = dict(outputs[0])
+        problem = reward_problem(rollout)
+        if problem is not None:
+            raise UpstreamError(f"verifiers environment {env_id!r}", "run_group", f"returned an unusable reward: "
+                                f"{problem}", body={"reward": shown(rollout.get("reward", "<missing>"))},
+                                kind="bad_reward")
         return {"id": f"verifiers-{env_id}-{row.task_idx}", "object": "response", "created_at": 0,
                 "model": self.config.model_name, "output": to_output(rollout), "env_id": env_id,
-                "group_id": str(row.task_idx), "reward": float(rollout.get("reward") or 0.0),
+                "group_id": str(row.task_idx), "reward": float(rollout["reward"]),
                 "metrics": rollout.get("metrics") or {}, "parallel_tool_calls": True, "tool_choice": "auto",
                 "tools": [], "status": "completed"}
 

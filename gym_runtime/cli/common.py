@@ -26,6 +26,9 @@ def add_policy_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--policy-model-name", metavar="NAME", help="served model name")
     g.add_argument("--policy-api-key-env", metavar="VAR",
                    help="name of the environment variable holding the API key (keys never go on a command line)")
+    g.add_argument("--probe-policy", action="store_true",
+                   help="before ready, send one short chat completion to each policy endpoint and check "
+                   "uses_reasoning_parser against what it returns")
 
 
 def policy_from_args(args: argparse.Namespace) -> PolicyValues:

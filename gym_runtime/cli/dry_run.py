@@ -27,6 +27,7 @@ from gym_runtime.cli.common import add_package_args, add_policy_args, policy_fro
 from gym_runtime.errors import EXIT_OK, EXIT_RUNTIME, RolloutError, UsageError
 from gym_runtime.rollouts.dryrun import DryRunRequest, DryRunResult, run_dry_run
 from gym_runtime.rollouts.report import print_report, report_dict
+from gym_runtime.supervise.options import SuperviseOptions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,6 +66,8 @@ def request_from_args(args: argparse.Namespace) -> DryRunRequest:
         args.dataset = default_dataset(args.package)
     runtime = {k: v for k, v in (("python", args.python), ("isolation", args.isolation),
                                  ("work_dir", args.work_dir)) if v is not None}
+    if args.probe_policy:
+        runtime["options"] = SuperviseOptions(probe_policy=True)
     return DryRunRequest(args.package, args.dataset, list(args.overrides), policy_from_args(args), args.samples,
                          args.limit, args.concurrency, args.rollout_timeout, args.out, args.stub_seed, runtime)
 

@@ -27,7 +27,7 @@ EXIT_CODES = """exit codes:
   1    invalid input: package, config, flag or setting values
   2    usage: unknown or conflicting flags, missing arguments
   3    runtime failure: a venv build, a server that does not start or fails for good after
-       ready (unless --keep-going), an unreachable policy endpoint, another daemon running,
+       ready (unless --keep-going), an unreachable or wrong policy endpoint, another daemon running,
        an unclean stop (a teardown step overran its deadline; the step is named)
   130  stopped by SIGTERM or SIGINT before the ready line (config, venv builds, server start),
        a cancelled venv build included; everything started is stopped first"""
@@ -63,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def request_from_args(args: argparse.Namespace) -> UpRequest:
     opts = SuperviseOptions(server_ready_timeout_s=args.ready_timeout, startup_timeout_s=args.startup_timeout,
                             model_endpoint_timeout_s=args.model_endpoint_timeout, max_restarts=args.max_restarts,
-                            shutdown_grace_s=args.shutdown_grace, keep_going=args.keep_going)
+                            shutdown_grace_s=args.shutdown_grace, keep_going=args.keep_going,
+                            probe_policy=args.probe_policy)
     return UpRequest(args.package, list(args.overrides), policy_from_args(args), args.head_host, args.head_port,
                      args.ray_address, Path(args.work_dir) if args.work_dir else None, args.require_isolation,
                      args.isolation, args.python, args.stub_seed, opts)

@@ -26,7 +26,7 @@ from gym_runtime.config.redact import redact
 from gym_runtime.errors import GymRuntimeError, StartError
 from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract, preflight, ray_head, readiness
+from gym_runtime.supervise import contract, policy_endpoint, preflight, ray_head, readiness
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted, as_interrupted
 from gym_runtime.supervise.logs import LogSink
@@ -157,6 +157,10 @@ class Environment:
         self.supervisor.phase = "waiting for servers to answer GET /"
         self._check_stop()
         await self._supervise(merged)
+        if self.req.options.probe_policy:
+            self.phase = self.supervisor.phase = "probing the policy model (--probe-policy)"
+            async with httpx.AsyncClient(trust_env=False) as client:
+                await policy_endpoint.check_reasoning(client, merged.instances, self._say)
         self.phase = "ready"
         self.ready_info = {
             "status": "ready", "head_server": self.head.url,

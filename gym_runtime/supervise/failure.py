@@ -30,8 +30,14 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
 
 def endpoint_failure(url: str, outcome: str | tuple, timeout_s: float) -> tuple[str, str, str]:
     """``(message, code, hint)`` for a model endpoint that failed its readiness probe: ``outcome``
-    is ``"failed"`` (never answered), ``("auth", status)`` (the policy key was refused) or
-    ``("wrong-model", name given, names served)``."""
+    is ``"failed"`` (never answered), ``("auth", status)`` (the policy key was refused),
+    ``("wrong-model", name given, names served)`` or ``("not-root", suggested /v1 root, what the
+    probes saw)`` (:mod:`gym_runtime.supervise.policy_endpoint`, case C35)."""
+    if isinstance(outcome, tuple) and outcome[0] == "not-root":
+        _, suggestion, detail = outcome
+        return (f"model endpoint {url} is not an OpenAI API root ({detail}): did you mean {suggestion}?",
+                "GR-START-MODEL-URL", f"pass --policy-base-url {suggestion} (or fix the base_url in the config): "
+                "the root that /chat/completions and /models hang under, /v1 for vLLM")
     if isinstance(outcome, tuple) and outcome[0] == "auth":
         return (f"model endpoint {url} refused the policy API key: GET {readiness.model_probe_url(url)} answered "
                 f"HTTP {outcome[1]}", "GR-START-MODEL-AUTH",

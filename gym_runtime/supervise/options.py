@@ -22,6 +22,8 @@ class SuperviseOptions:
     * ``keep_going``: when a server fails for good, keep the others up instead of exiting non-zero.
     * ``log_tail_lines``: lines kept in memory per server and shown in failure reports (40).
     * ``log_max_bytes``: a server log file is rotated (one ``.1`` backup) past this size (50 MB).
+    * ``probe_policy``: before ready, send one short completion to each policy endpoint to check
+      ``uses_reasoning_parser`` against what it returns (policy_endpoint.py; off by default).
     """
 
     server_ready_timeout_s: float = 180.0
@@ -34,6 +36,7 @@ class SuperviseOptions:
     keep_going: bool = False
     log_tail_lines: int = 40
     log_max_bytes: int = 50 * 1024 * 1024
+    probe_policy: bool = False
 
     def backoff(self, restarts_done: int) -> float:
         """Delay before restart number ``restarts_done + 1``: ``backoff_s * 2**n`` capped at the max."""

@@ -1,10 +1,10 @@
 """Readiness probes (DESIGN.md §7, reference/nemo_gym_runtime.md §3.5).
 
 A server is ready when ``GET http://host:port/`` gets *any* HTTP answer (never from a log line,
-case C24). A model endpoint is ready when ``GET <base_url>/models`` (URL ending in ``/v1``) or
-``GET <base_url>`` answers with any status; a refused connection is retried, a name that does
-not resolve is reported at once. When a ``/v1`` endpoint answers with an OpenAI model list
-(``{"data": [{"id": ...}]}``), the policy model name must be in it (:func:`served_models`).
+case C24). A model endpoint answers when ``GET <base_url>/models`` gets any status, whatever the
+base URL's path; a refused connection is retried, a name that does not resolve is reported at
+once. What the answer must then be (an OpenAI root listing the policy model, case C35) is
+:mod:`gym_runtime.supervise.policy_endpoint`.
 """
 
 from __future__ import annotations
@@ -156,28 +156,6 @@ def policy_models(data: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
             for u in (urls if isinstance(urls, list) else [urls]) if isinstance(u, str)}
 
 
-async def served_models(client: httpx.AsyncClient, base_url: str, api_key: str | None = None
-                        ) -> tuple[int | None, list[str] | None]:
-    """``(status, ids)`` of ``GET <base>/models`` on a ``/v1`` endpoint, sent with the policy key:
-    the HTTP status (None when the URL is not a ``/v1`` one or nothing answered) and the model ids
-    listed (OpenAI shape), or None when the answer is not a model list (an error status, another shape)."""
-    if not base_url.rstrip("/").endswith("/v1"):
-        return None, None
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        r = await client.get(model_probe_url(base_url), headers=headers, timeout=PROBE_TIMEOUT_S)
-        body = r.json() if r.status_code == 200 else None
-    except httpx.HTTPError:
-        return None, None
-    except ValueError:
-        return r.status_code, None
-    items = body.get("data") if isinstance(body, dict) else None
-    if not isinstance(items, list) or not all(isinstance(i, dict) and isinstance(i.get("id"), str) for i in items):
-        return r.status_code, None
-    return r.status_code, [i["id"] for i in items]
-
-
 def model_probe_url(base_url: str) -> str:
-    """``<base>/models`` when the base ends in ``/v1``, else the base itself."""
-    base = base_url.rstrip("/")
-    return base + "/models" if base.endswith("/v1") else base
+    """``<base>/models``, whatever the base URL's path (Gym probes it only under ``/v1``)."""
+    return base_url.rstrip("/") + "/models"

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 from gym_runtime.errors import StartError
-from gym_runtime.supervise import readiness
+from gym_runtime.supervise import policy_endpoint, readiness
 from gym_runtime.supervise.failure import endpoint_failure, failure_report
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
@@ -226,7 +226,7 @@ class Supervisor:
         self.endpoints[ev.name] = ev.data if isinstance(ev.data, str) else "failed"
         if ev.data == "ready":
             self._check_all_ready()
-        else:  # "failed", ("auth", status) or ("wrong-model", name given, names served)
+        else:  # "failed", ("auth", status), ("wrong-model", name, served) or ("not-root", suggestion, detail)
             message, code, hint = endpoint_failure(ev.name, ev.data, self.options.model_endpoint_timeout_s)
             self._fail("policy model", message, code=code, hint=hint)
 
@@ -339,14 +339,9 @@ class Supervisor:
         assert self._client is not None
         t = self.options.model_endpoint_timeout_s
         ok = t <= 0 or await readiness.wait_http(self._client, readiness.model_probe_url(url), time.monotonic() + t)
-        status, served = await readiness.served_models(self._client, url, model[1]) if ok and t > 0 and model \
-            else (None, None)
-        if status in (401, 403):  # the policy key is refused: every rollout would fail
-            self.post(Event("endpoint", url, data=("auth", status)))
-        elif served is not None and model[0] not in served:
-            self.post(Event("endpoint", url, data=("wrong-model", model[0], served)))
-        else:
-            self.post(Event("endpoint", url, data="ready" if ok else "failed"))
+        outcome = await policy_endpoint.check(self._client, url, model) if ok and t > 0 else \
+            ("ready" if ok else "failed")
+        self.post(Event("endpoint", url, data=outcome))
 
     def running(self) -> str:
         """What a stop is still waiting on: ``name (pid N, status)`` of every member not yet

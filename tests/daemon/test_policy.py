@@ -112,3 +112,95 @@ def test_refused_api_key_fails_the_start(tmp_path: Path) -> None:
     assert proc.returncode == 3 and out == ""
     assert "GR-START-MODEL-AUTH" in err and "HTTP 401" in err and "--policy-api-key-env" in err
     assert "sk-wrong-key" not in err
+
+
+def test_suggested_root() -> None:
+    from gym_runtime.supervise.policy_endpoint import suggest_root
+
+    assert suggest_root("http://127.0.0.1:8000") == "http://127.0.0.1:8000/v1"
+    assert suggest_root("http://127.0.0.1:8000/") == "http://127.0.0.1:8000/v1"
+    assert suggest_root("http://h:8000/v1/chat/completions") == "http://h:8000/v1"
+    assert suggest_root("http://h:8000/chat/completions") == "http://h:8000/v1"
+    assert suggest_root("http://h:8000/v1/completions/") == "http://h:8000/v1"
+    assert suggest_root("https://h/openai/responses") == "https://h/openai/v1"
+    assert suggest_root("http://[::1]:8000/v1/models") == "http://[::1]:8000/v1"
+
+
+def test_what_the_endpoint_is_whatever_its_path(stub_endpoint) -> None:
+    """tests/cases/data/C35/README.md: ``/models`` is probed whatever the suffix; a base that is
+    not the OpenAI root is named with the root to use; the model name is checked on every root."""
+    import asyncio
+
+    import httpx
+
+    from gym_runtime.supervise.policy_endpoint import check
+
+    url, served = stub_endpoint
+    root = url.removesuffix("/v1")
+
+    async def outcomes() -> list:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            return [await check(client, u, m) for u, m in [
+                (url, (served, None)), (url + "/", (served, None)), (url, ("other", None)), (root, (served, None)),
+                (url + "/chat/completions", (served, None)), (root + "/completions", None), (url, None)]]
+
+    ok, slash, wrong, bare, chat, completions, unnamed = asyncio.run(outcomes())
+    assert ok == slash == unnamed == "ready"
+    assert wrong == ("wrong-model", "other", [served])
+    assert bare == ("not-root", url, f"GET {root}/models answered HTTP 404, not a model list; GET {url}/models "
+                                     f"lists '{served}'")
+    assert chat == ("not-root", url, f"it ends in the endpoint path /chat/completions; GET {url}/models lists "
+                                     f"'{served}'")
+    assert completions[:2] == ("not-root", url)
+
+
+@pytest.mark.parametrize("suffix", ["", "/v1/chat/completions"])
+def test_a_base_url_that_is_not_the_api_root_fails_before_ready(tmp_path: Path, stub_endpoint, suffix: str) -> None:
+    """tests/cases/data/C35/README.md (fixture package; the case's own package runs in
+    tests/cases/test_c35_policy_url.py): no ready line, exit 3, "did you mean .../v1?"."""
+    url, served = stub_endpoint
+    given = url.removesuffix("/v1") + suffix
+    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", given,
+                      "--policy-model-name", served)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 3 and out == ""
+    assert "GR-START-MODEL-URL" in err and f"did you mean {url}?" in err and f"--policy-base-url {url}" in err
+
+
+def reasoning_package(root: Path, parser: bool) -> Path:
+    policy = {"policy_model": {"responses_api_models": {"acme_model": {
+        **POLICY_MODEL["policy_model"]["responses_api_models"]["acme_model"], "uses_reasoning_parser": parser}}}}
+    return write_fixture_package(root, {**policy, "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}})
+
+
+@pytest.mark.parametrize(("mode", "parser", "code", "said"), [
+    ("reasoning=reasoning", False, 3, "GR-START-REASONING-PARSER"),
+    ("reasoning=reasoning_content", False, 3, "GR-START-REASONING-PARSER"),
+    ("reasoning=reasoning", True, 0, "reasoning fields ['reasoning']"),
+    ("think=close", False, 0, "WARNING: policy endpoint"),
+    ("p=1", False, 0, "reasoning fields none, <think> tags no; uses_reasoning_parser: false fits"),
+])
+def test_probe_policy_finds_the_reasoning_parser_mismatch_at_start(tmp_path: Path, mode: str, parser: bool,
+                                                                   code: int, said: str) -> None:
+    """docs/rollouts.md, "Reasoning": with --probe-policy, an endpoint that sends reasoning fields to a
+    policy_model with uses_reasoning_parser: false fails the start (every rollout would fail);
+    think tags in the content are a warning."""
+    with running_stub("m", "--mode", mode) as url:
+        proc = up_process(reasoning_package(tmp_path / "pkg", parser), tmp_path, "--policy-base-url", url,
+                          "--policy-model-name", "m", "--probe-policy")
+        try:
+            if code == 0:
+                assert json.loads(read_ready_line(proc))["status"] == "ready"
+                kill_tree(proc)
+                err = proc.stderr.read()
+            else:
+                out, err = proc.communicate(timeout=60)
+                assert proc.returncode == code and out == ""
+        finally:
+            kill_tree(proc)
+    assert said in err
+    if code:
+        assert "set uses_reasoning_parser: true in the config of 'policy_model'" in err

@@ -121,10 +121,10 @@ def main() -> None:
     print(f"daemon idle: {daemon.cpu_percent(None):.2f} % CPU over 5 s, {daemon.memory_info().rss / 2**20:.0f} MB RSS")
 
     head = httpx.Client(base_url=info["head_server"], trust_env=False)
-    name, pid = next((s["name"], s["pid"]) for s in head.get("/server_instances").json() if s["kind"] == "server")
+    name, pid = next((s["process_name"], s["pid"]) for s in head.get("/server_instances").json())
     t0 = time.monotonic()
     os.kill(pid, signal.SIGKILL)
-    while next(s for s in head.get("/server_instances").json() if s["name"] == name)["status"] == "ready":
+    while next(s for s in head.get("/server_instances").json() if s["process_name"] == name)["state"] == "ready":
         time.sleep(0.002)
     print(f"crash detection ({name} SIGKILLed): {1000 * (time.monotonic() - t0):.1f} ms until the head reports it")
     while head.get("/health").status_code != 200:

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     base = head_url(args)
     r = get(f"{base}/servers/{args.instance}/logs?tail={args.tail}")
     if r.status_code == 404:
-        names = [s["name"] for s in get(base + "/server_instances").json()]
+        names = [s["process_name"] for s in get(base + "/server_instances").json()]
+        names += [s["name"] for s in get(base + "/support_processes").json()]
         raise UserError(f"no server instance named {args.instance!r}", code="GR-LOGS-UNKNOWN",
                         hint="instances: " + (", ".join(names) or "(none)"))
     body = r.json()

@@ -1,7 +1,9 @@
 """``gym-runtime status [--head URL] [--json]``: ask a running daemon's head server how it is doing.
 
-Prints ``/health`` and ``/server_instances`` (a table, or JSON with ``--json``). Exit 0 when the
-environment is ready, 3 when it is starting or failed or the head server cannot be reached.
+Prints ``/health``, ``/server_instances`` (Gym's keys plus ours, :mod:`gym_runtime.head.instances`)
+and ``/support_processes`` (stub model, Ray head): a table, or JSON with ``--json`` (``servers``,
+``support_processes``). Exit 0 when the environment is ready, 3 when it is starting or failed or
+the head server cannot be reached.
 ``--head`` defaults to the head server of the daemon running on this ``$GYM_RUNTIME_HOME``
 (``daemon.json``, held by ``up`` while it runs; see :mod:`gym_runtime.supervise.daemon_record`).
 """
@@ -59,14 +61,22 @@ def run(args: argparse.Namespace) -> int:
     base = head_url(args)
     health = get(base + "/health")
     servers = get(base + "/server_instances").json()
+    support = get(base + "/support_processes").json()
     body = health.json()
     if args.json:
-        print(json.dumps({"head_server": base, "health": body, "servers": servers}, indent=2))
+        print(json.dumps({"head_server": base, "health": body, "servers": servers, "support_processes": support},
+                         indent=2))
     else:
         print(f"head server {base}: {body.get('status')}" + (f" ({body.get('phase')})" if "phase" in body else ""))
         for s in servers:
-            up = s.get("uptime_seconds")
-            print(f"  {s['name']:<24} {s.get('status', '?'):<10} {s.get('url') or '-':<28} pid {s.get('pid') or '-':<8}"
-                  f" restarts {s.get('restarts', 0)}" + (f" up {up:.0f}s" if up else "")
-                  + (f"  error: {s['error']}" if s.get("error") else ""))
+            print(_line(s["process_name"], f"{s.get('server_type')}/{s.get('name')}", s))
+        for s in support:
+            print(_line(s["name"], f"({s.get('kind')})", s))
     return 0 if health.status_code == 200 else EXIT_RUNTIME
+
+
+def _line(name: str, what: str, s: dict) -> str:
+    up = s.get("uptime_seconds")
+    return (f"  {name:<24} {s.get('state', '?'):<10} {s.get('url') or '-':<28} pid {s.get('pid') or '-':<8}"
+            f" restarts {s.get('restarts', 0)}" + (f" up {up:.0f}s" if up else "") + f"  {what}"
+            + (f"  error: {s['error']}" if s.get("error") else ""))

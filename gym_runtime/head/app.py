@@ -1,13 +1,17 @@
 """The head server (FastAPI, served inside the daemon's event loop): Gym's head endpoints plus ours.
 
-Endpoints (DESIGN.md §7, issue 5; Gym's originals in reference/nemo_gym_runtime.md §3.4):
+Endpoints (docs/architecture.md §7; Gym's originals: NeMo Gym 0.4.0 ``nemo_gym/server_utils.py`` ``HeadServer``):
 
 =================================  ========================================================================
 ``GET /``                          ``{"status": "ok"}`` (liveness)
 ``GET /global_config_dict_yaml``   JSON *string* holding the merged YAML as seen from the host (every
                                    instance's reachable host/port, ``head_server``), secrets masked
-``GET /server_instances``          list: name, server_type, implementation, host, port, url, pid, status,
-                                   restarts, uptime_seconds (+ last_exit, error, log_file)
+``GET /server_instances``          the Gym server instances with Gym's keys (``process_name``,
+                                   ``server_type``, ``name`` = implementation, ``dir_path``, ``entrypoint``,
+                                   ``host``, ``port``, ``url``, ``pid``, ``config_path``, ``start_time``,
+                                   ``status``, ``uptime_seconds``) and ours (``state``, ``restarts``...):
+                                   :mod:`gym_runtime.head.instances`
+``GET /support_processes``         processes that are not Gym servers (stub model, Ray head)
 ``GET /health``                    200 ``{"status": "ready"}`` or 503 ``{"status": "starting"|"failed", ...}``
 ``GET /servers/{name}/logs``       ``?tail=N`` (default 100): ``{"name", "log_file", "lines"}``; 404 unknown
 ``POST /rollouts/run``             ``{"examples": [rows]}`` -> ``{"results": [...]}`` (see below)
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,15 +42,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
+from gym_runtime.head.instances import split
 from gym_runtime.rollouts.dispatch import run_rows
+from gym_runtime.rollouts.verdict import AgentFacts
 
 
 @dataclass(frozen=True)
 class HeadBackend:
     """What the head server reads (all callables, evaluated per request, on the daemon's loop).
 
-    ``config_yaml() -> str`` (masked); ``instances() -> list[dict]``; ``health() -> (status, body)``;
-    ``logs(name, n) -> dict | None``; ``agents() -> {agent instance: base url}``.
+    ``config_yaml() -> str`` (masked); ``instances() -> list[dict]`` (every member's snapshot,
+    servers and support processes); ``health() -> (status, body)``; ``logs(name, n) -> dict | None``;
+    ``agents() -> {agent instance: base url}``; ``agent_facts() -> {agent instance: AgentFacts}``
+    (resources server names for bad-reward errors).
     """
 
     config_yaml: Callable[[], str]
@@ -54,6 +62,7 @@ class HeadBackend:
     health: Callable[[], tuple[int, dict[str, Any]]]
     logs: Callable[[str, int], dict[str, Any] | None]
     agents: Callable[[], dict[str, str]]
+    agent_facts: Callable[[], Mapping[str, AgentFacts]] = dict
     rollout_concurrency: int = 32
     rollout_deadline_s: float | None = 3600.0
     heartbeat_s: float = 15.0
@@ -113,7 +122,11 @@ def create_app(backend: HeadBackend) -> FastAPI:
 
     @app.get("/server_instances")
     async def server_instances() -> list[dict[str, Any]]:
-        return backend.instances()
+        return split(backend.instances())[0]
+
+    @app.get("/support_processes")
+    async def support_processes() -> list[dict[str, Any]]:
+        return split(backend.instances())[1]
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -131,7 +144,7 @@ def create_app(backend: HeadBackend) -> FastAPI:
     async def rollouts_run(batch: RolloutBatch) -> StreamingResponse:
         task = asyncio.create_task(run_rows(batch.examples, backend.agents(),
                                             concurrency=backend.rollout_concurrency,
-                                            deadline_s=backend.rollout_deadline_s))
+                                            deadline_s=backend.rollout_deadline_s, facts=backend.agent_facts()))
 
         async def body() -> AsyncIterator[bytes]:
             closing = asyncio.create_task(app.state.closing.wait())

@@ -338,12 +338,14 @@ class Environment:
     async def _start_head(self, sock: Any) -> None:
         from gym_runtime.head.app import HeadBackend, create_app
         from gym_runtime.head.server import HeadServer
+        from gym_runtime.rollouts.verdict import agent_facts
 
         backend = HeadBackend(config_yaml=lambda: contract.to_yaml(redact(self.outside)),
                               instances=lambda: [m.snapshot() for m in self.supervisor.members.values()],
                               health=self.supervisor.health, logs=self._logs,
                               agents=lambda: {n: m.url for n, m in self.supervisor.members.items()
-                                              if m.info.get("server_type") == "responses_api_agents" and m.url})
+                                              if m.info.get("server_type") == "responses_api_agents" and m.url},
+                              agent_facts=lambda: agent_facts(self.merged.instances, ranges=False))
         self.head = HeadServer(create_app(backend), sock)
         await self.head.start()
 

@@ -74,7 +74,7 @@ class Member:
         up = time.time() - self.started_wall if (self.started_wall and self.status == READY) else None
         return {"name": self.name, "kind": self.kind, **self.info, "host": self.public[0] if self.public else None,
                 "port": self.public[1] if self.public else None, "url": self.url, "pid": pid,
-                "status": self.status, "restarts": self.restarts,
+                "status": self.status, "restarts": self.restarts, "start_time": self.started_wall,
                 "uptime_seconds": round(up, 3) if up is not None else None,
                 "ready_after_s": round(self.ready_s, 3) if self.ready_s is not None else None,
                 "last_exit": self.last_exit, "error": self.error, "log_file": str(self.log.path)}

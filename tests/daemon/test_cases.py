@@ -204,7 +204,8 @@ def test_c04_automatic_port_taken_before_bind_gets_a_new_one(tmp_path: Path) -> 
         assert port != lost
         agent_cfg = json.loads((tmp_path / "run/servers/acme_agent/contract.json").read_text())["env"]
         assert f"port: {port}" in agent_cfg["NEMO_GYM_CONFIG_DICT"]  # the agent restarted with the new address
-        rows = {s["name"]: s for s in httpx.get(info["head_server"] + "/server_instances", trust_env=False).json()}
+        rows = {s["process_name"]: s for s in httpx.get(info["head_server"] + "/server_instances",
+                                                          trust_env=False).json()}
         assert rows["acme_math"]["restarts"] == 0 and rows["acme_math"]["port"] == port  # not a crash
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(20) == 0

@@ -73,9 +73,10 @@ def test_head_endpoints(daemon) -> None:
         assert cfg["policy_api_key"] == "****"
         assert cfg["acme_math"]["resources_servers"]["acme_math"]["port"] == int(info["servers"]["acme_math"]
                                                                                .rsplit(":", 1)[1])
-        rows = {s["name"]: s for s in c.get("/server_instances").json()}
+        rows = {s["process_name"]: s for s in c.get("/server_instances").json()}
         assert rows["acme_agent"]["server_type"] == "responses_api_agents"
-        assert rows["acme_math"]["implementation"] == "acme_math" and rows["acme_math"]["status"] == "ready"
+        assert rows["acme_math"]["implementation"] == rows["acme_math"]["name"] == "acme_math"
+        assert rows["acme_math"]["state"] == "ready" and rows["acme_math"]["status"] is None
         assert rows["acme_math"]["pid"] and rows["acme_math"]["restarts"] == 0
         assert c.get(info["servers"]["acme_math"]).json() == {"status": "ok"}  # the url works from the host
         logs = c.get("/servers/acme_math/logs", params={"tail": 5}).json()
@@ -213,7 +214,8 @@ def test_no_policy_model_no_stub_and_one_warning(tmp_path: Path) -> None:
     try:
         info = json.loads(read_ready_line(proc))
         assert info["policy_model"] == {"base_url": None, "stub": False}
-        names = [s["name"] for s in httpx.get(info["head_server"] + "/server_instances", trust_env=False).json()]
+        names = [s["process_name"] for s in httpx.get(info["head_server"] + "/server_instances",
+                                                      trust_env=False).json()]
         assert sorted(names) == ["acme_agent", "acme_math"]
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(10) == 0

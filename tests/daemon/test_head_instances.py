@@ -1,0 +1,82 @@
+"""``GET /server_instances`` answers with NeMo Gym's keys and meanings (``process_name`` = instance,
+``name`` = implementation, ``status`` left to the client) as well as ours (``state``...); the stub
+model and a Ray head are not server instances and are listed by ``GET /support_processes``. Every
+consumer reads the new shape: ``gym-runtime status`` and ``gym-runtime logs``. (Gym's own
+``ng_status`` against a running daemon: tests/daemon/test_gym_clients.py.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
+
+GYM_KEYS = {"process_name", "server_type", "name", "dir_path", "entrypoint", "host", "port", "url", "pid",
+            "config_path", "start_time", "status", "uptime_seconds"}
+OURS = {"implementation", "state", "restarts", "ready_after_s", "last_exit", "error", "log_file"}
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory):
+    """A policy_model (the built-in stub model stands in: no --policy-base-url), a resources server."""
+    tmp = tmp_path_factory.mktemp("instances")
+    pkg = write_fixture_package(tmp / "pkg", {
+        "policy_model": {"responses_api_models": {"acme_model": {"base_url": "${policy_base_url}",
+                                                                 "model": "${policy_model_name}"}}},
+        "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}})
+    proc = up_process(pkg, tmp)
+    try:
+        yield json.loads(read_ready_line(proc))["head_server"], tmp
+    finally:
+        kill_tree(proc)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_server_instances_have_gyms_keys_and_meanings(daemon) -> None:
+    head, tmp = daemon
+    rows = {r["process_name"]: r for r in httpx.get(head + "/server_instances", trust_env=False).json()}
+    assert sorted(rows) == ["acme_math", "policy_model"]  # the stub model is not a server instance
+    math = rows["acme_math"]
+    assert set(math) == GYM_KEYS | OURS
+    assert (math["server_type"], math["name"], math["implementation"]) == ("resources_servers", "acme_math",
+                                                                           "acme_math")
+    assert math["config_path"] == "acme_math" and math["entrypoint"] == "app.py"
+    assert Path(math["dir_path"]) == tmp / "pkg/resources_servers/acme_math"
+    assert math["url"] == f"http://{math['host']}:{math['port']}" and isinstance(math["pid"], int)
+    assert math["status"] is None and math["state"] == "ready"
+    assert time.time() - 600 < math["start_time"] <= time.time() and math["uptime_seconds"] >= 0
+    assert httpx.get(math["url"], trust_env=False).status_code == 200
+
+
+def test_support_processes_list_the_stub_model(daemon) -> None:
+    head, _ = daemon
+    [stub] = httpx.get(head + "/support_processes", trust_env=False).json()
+    assert (stub["name"], stub["kind"], stub["state"]) == ("stub_model", "model", "ready")
+    assert httpx.get(stub["url"] + "/v1/models", trust_env=False).json()["data"][0]["id"] == "stub-model"
+
+
+def test_status_and_logs_read_the_new_shape(daemon) -> None:
+    head, _ = daemon
+    r = cli("status", "--head", head)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"head server {head}: ready"
+    math = next(line for line in lines if line.split()[0] == "acme_math").split()
+    assert math[1] == "ready" and math[-1] == "resources_servers/acme_math"
+    assert next(line for line in lines if line.split()[0] == "stub_model").split()[-1] == "(model)"
+    body = json.loads(cli("status", "--head", head, "--json").stdout)
+    assert [s["process_name"] for s in body["servers"]] == ["policy_model", "acme_math"]
+    assert [s["name"] for s in body["support_processes"]] == ["stub_model"]
+    r = cli("logs", "nope", "--head", head)
+    assert r.returncode == 1 and "instances: policy_model, acme_math, stub_model" in r.stderr
+    assert cli("logs", "stub_model", "--head", head, "--tail", "5").returncode == 0

@@ -85,6 +85,20 @@ def test_head_endpoints(daemon) -> None:
         assert c.get("/docs").status_code == 200
 
 
+def test_rollouts_run_turns_an_unusable_reward_into_a_row_error(daemon) -> None:
+    """docs/rollouts.md, "Rewards": never ``reward: null`` (or an invalid-JSON NaN) in the results;
+    the error names the agent, its resources server and the value."""
+    _, info, _ = daemon
+    ref = {"type": "responses_api_agents", "name": "acme_agent"}
+    rows = [{"agent_ref": ref, "fixture_reward": value} for value in (None, "1", 0.5)]
+    r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": rows}, timeout=60, trust_env=False)
+    null, text, fine = json.loads(r.text)["results"]
+    assert null == {"error": {"code": "GR-ROLLOUT-BAD-REWARD", "message": "agent 'acme_agent' (resources server "
+                              "'acme_math') answered an unusable reward: reward is null"}}
+    assert text["error"]["message"].endswith("reward is str '1', not a number")
+    assert fine["reward"] == 0.5
+
+
 def test_rollouts_run(daemon) -> None:
     _, info, _ = daemon
     ref = {"type": "responses_api_agents", "name": "acme_agent"}

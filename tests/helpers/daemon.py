@@ -3,7 +3,8 @@
 ``FIXTURE_APP`` honours Gym's process contract the way a real server does: it reads
 ``NEMO_GYM_CONFIG_DICT`` (the merged YAML; a tiny line parser, since the venv has no PyYAML) and
 ``NEMO_GYM_CONFIG_PATH``, binds its instance's host/port, answers ``GET /`` with
-``{"status":"ok"}`` and ``POST /run`` with ``{"reward": 1.0, "instance", "row"}``; it also dumps
+``{"status":"ok"}`` and ``POST /run`` with ``{"reward": 1.0, "instance", "row"}`` (the row's
+``fixture_reward`` instead of 1.0 when it has one); it also dumps
 its environment and argv to ``$HOME/contract.json`` for contract checks. Behaviour switches come
 from the instance config: ``fixture_exit: N`` (exit with status N at start), ``fixture_sleep: S``
 (sleep S seconds before binding), ``fixture_fail_row: true`` (``/run`` answers 500).
@@ -54,7 +55,7 @@ class H(BaseHTTPRequestHandler):
         if cfg.get("fixture_fail_row") == "true":
             return self._send(500, {"detail": "fixture failure"})
         time.sleep(float(row.get("sleep", 0)))
-        self._send(200, {"reward": 1.0, "instance": name, "row": row})
+        self._send(200, {"reward": row.get("fixture_reward", 1.0), "instance": name, "row": row})
     def log_message(self, *a):
         pass
 

@@ -150,7 +150,7 @@ def row_stats(results: Iterable[RolloutResult]) -> list[RowStats]:
 def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: float) -> Summary:
     """The run summary from the per-row statistics, the raw results and the wall time (s)."""
     results = list(results)
-    codes = Counter((r.error or {}).get("code", "GR-ROLLOUT-NO-REWARD") for r in results if not r.ok)
+    codes = Counter((r.error or {}).get("code", BAD_REWARD) for r in results if not r.ok)
     rewards = [float(r.reward) for r in results if r.ok]  # type: ignore[arg-type]
     signal = sum(s.signal is True for s in stats)
     no_signal = sum(s.signal is False for s in stats)

@@ -105,3 +105,33 @@ def test_external_endpoint_and_failed_rollouts_exit_3(tmp_path: Path) -> None:
     assert set(report["summary"]["failures_by_code"]) == {"GR-ROLLOUT-HTTP"}
     assert "error[GR-ROLLOUT]: 2 of 4 rollouts failed" in run.stderr
     assert len(out.read_text().splitlines()) == 4
+
+
+@pytest.mark.pypi
+def test_dry_run_reports_unknown_tools_context_overflow_and_bad_rewards_per_row(tmp_path: Path) -> None:
+    """docs/rollouts.md, "The dry-run report": the quickstart's rows, two of them asking the stub model
+    to misbehave (call the grader's ``verify`` route; answer vLLM's prompt-too-long 400). The table
+    and --json show, per row, the refused calls (unk), the context-overflow stops (ctx) and the bad
+    rewards (bad, none here: the example servers' rewards are all usable)."""
+    rows = [json.loads(line) for line in ROWS.read_text().splitlines()[:3]]
+    rows[0]["responses_create_params"]["input"][0]["content"] += " [stub:call=verify]"
+    rows[2]["responses_create_params"]["input"][0]["content"] += " [stub:overflow=vllm-prompt-length]"
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = dry_run(PKG, dataset, "--samples", "2", "--json")
+    assert report.code == 0, report.stderr
+    by_line = rows_by_line(report.json())
+    assert [by_line[n]["unknown_tool_calls"] for n in (1, 2, 3)] == [2, 0, 0]
+    assert [by_line[n]["context_overflows"] for n in (1, 2, 3)] == [0, 0, 2]
+    assert [by_line[n]["bad_rewards"] for n in (1, 2, 3)] == [0, 0, 0]
+    assert by_line[1]["mean"] == 0.0 and by_line[3]["mean"] == 0.0 and by_line[3]["failures"] == 0
+    summary = report.json()["summary"]
+    assert (summary["unknown_tool_calls"], summary["context_overflows"], summary["bad_rewards"]) == (2, 2, 0)
+    table = dry_run(PKG, dataset, "--samples", "2")
+    assert table.code == 0, table.stderr
+    lines = table.stdout.splitlines()
+    header = next(line for line in lines if " unk " in line).split()
+    cells = {int(c[1]): c for c in map(str.split, lines) if len(c) > 10 and c[0].isdigit() and c[1].isdigit()}
+    col = {name: header.index(name) for name in ("unk", "ctx", "bad")}
+    assert [cells[1][col["unk"]], cells[3][col["ctx"]], cells[1][col["bad"]]] == ["2", "2", "0"]
+    assert "tool calls refused: 2" in table.stdout and "2 rollout(s) stopped because the prompt" in table.stdout

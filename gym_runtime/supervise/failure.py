@@ -37,7 +37,8 @@ def endpoint_failure(url: str, outcome: str | tuple, timeout_s: float) -> tuple[
         _, suggestion, detail = outcome
         return (f"model endpoint {url} is not an OpenAI API root ({detail}): did you mean {suggestion}?",
                 "GR-START-MODEL-URL", f"pass --policy-base-url {suggestion} (or fix the base_url in the config): "
-                "the root that /chat/completions and /models hang under, /v1 for vLLM")
+                "the root that /chat/completions and /models hang under, /v1 for vLLM; for an endpoint that is "
+                "not OpenAI-shaped at all, --model-endpoint-timeout 0 skips the endpoint checks")
     if isinstance(outcome, tuple) and outcome[0] == "auth":
         return (f"model endpoint {url} refused the policy API key: GET {readiness.model_probe_url(url)} answered "
                 f"HTTP {outcome[1]}", "GR-START-MODEL-AUTH",

@@ -83,10 +83,10 @@ class SecretMap:
         return out
 
     def keys_for(self, instance: str, data: dict[str, Any]) -> list[str]:
-        """Dotted paths of the secret values ``instance`` receives (names only), in config order."""
+        """Dotted paths of the secret values ``instance`` receives (names only), sorted."""
         got = self.received.get(instance, frozenset())
-        return [dotted(p) for p, s in self.leaves.items()
-                if s <= got and (parent := _parent(data, p)[0]) is not None and _maskable(parent[p[-1]])]
+        return sorted(dotted(p) for p, s in self.leaves.items()
+                      if s <= got and (parent := _parent(data, p)[0]) is not None and _maskable(parent[p[-1]]))
 
 
 def _maskable(value: Any) -> bool:

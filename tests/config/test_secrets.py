@@ -39,7 +39,7 @@ def test_policy_key_reaches_only_the_instance_that_interpolates_it(env) -> None:
             tools=inst(*TOOLS, domain="math"),
             agent=inst(*AGENT, model_server={"type": "responses_api_models", "name": "policy_model"}))
     pm = "policy_model.responses_api_models.m.api_key"
-    assert m.secrets.keys_for("policy_model", m.data) == [pm, "policy_api_key"]  # in config order
+    assert m.secrets.keys_for("policy_model", m.data) == ["policy_api_key", pm]
     assert m.secrets.keys_for("tools", m.data) == [] and m.secrets.keys_for("agent", m.data) == []
     own = m.secrets.view(m.data, "policy_model")
     assert own["policy_api_key"] == KEY and inner(own, "policy_model")["api_key"] == KEY
@@ -64,8 +64,8 @@ def test_nested_relative_select_and_string_interpolations(env, monkeypatch) -> N
     )
     tools, agent = m.secrets.keys_for("tools", m.data), m.secrets.keys_for("agent", m.data)
     assert sorted(tools) == ["judge.password", "shared.bearer", "tools.resources_servers.tools.header"]
-    assert agent == ["agent.responses_api_agents.agent.key", "agent.responses_api_agents.agent.conf.token",
-                     "agent.responses_api_agents.agent.conf.copy"]
+    assert agent == ["agent.responses_api_agents.agent.conf.copy", "agent.responses_api_agents.agent.conf.token",
+                     "agent.responses_api_agents.agent.key"]
     view = m.secrets.view(m.data, "tools")
     assert inner(view, "tools")["header"] == "Bearer pw-1" and inner(view, "tools")["model"] == "judge-model"
     assert inner(view, "agent")["key"] == MASK and inner(view, "agent")["conf"] == {"token": MASK, "copy": MASK}

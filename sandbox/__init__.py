@@ -14,7 +14,8 @@ Stable API (the daemon calls exactly this)::
     sb.level, sb.report                             # chosen level and why (report.warning when < full)
     port = sb.allocate_port()                       # for a server inside the sandbox network
     proc = sb.spawn(ProcessSpec(name, argv, cwd, env, read_only_paths, writable_paths,
-                                stdout_fd, stderr_fd, limits=ResourceLimits(memory_mb, pids, nofile)))
+                                stdout_fd, stderr_fd, limits=ResourceLimits(memory_mb, pids, nofile),
+                                private_env={"NEMO_GYM_CONFIG_DICT": ...}))
     host, hport = await sb.publish(port)            # daemon-side address of 127.0.0.1:port inside
     addr = await sb.expose_host_service(inside_port, host, port)  # e.g. the head server, inside
     sb.denials, sb.denial_count                     # [{server, host, port, rule, time}]
@@ -28,6 +29,9 @@ Rules for the caller:
 * ``Sandbox.start`` and ``spawn`` run on the event-loop thread: PR_SET_PDEATHSIG follows the
   *thread* that forked, so a server spawned from a short-lived worker thread is killed when that
   thread ends. ``spawn`` is synchronous; the process is started when it returns.
+* ``ProcessSpec.private_env`` (secrets) reaches the program alone: under bubblewrap through a pipe
+  and a launcher run by ``argv[0]`` (then a Python interpreter), never bubblewrap's environment,
+  which every process of the sandbox can read (``sandbox/launch.py``).
 * ``ProcessSpec.env`` is the complete environment; the sandbox adds only ``HTTP(S)_PROXY`` /
   ``http(s)_proxy`` (a per-server proxy listener, so denials name the server) and
   ``NO_PROXY``/``no_proxy`` (localhost, 127.0.0.1, ::1, policy endpoint hosts and their aliases).

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gym_runtime.errors import IsolationError, StartError
 
-from .launch import ProcessSpec, bwrap_argv, make_preexec
+from .launch import ProcessSpec, bwrap_argv, launcher_argv, make_preexec, private_pipe
 from .limits import CgroupSlot
 from .netns import NetnsHolder
 from .policy import EgressPolicy, normalize_host, parse_ip_literal
@@ -226,23 +226,37 @@ class Sandbox:
             files = {str(self._state / "hosts"): "/etc/hosts", str(self._state / "resolv.conf"): "/etc/resolv.conf"}
             join = self.holder.preexec_join if self.bwrap else lambda: self.holder.preexec_join_bare(files)
         ro = [*spec.read_only_paths, *interpreter_roots(spec.argv[0])]
+        fd, rest = None, None
         if self.bwrap is not None:
-            argv = bwrap_argv(self.bwrap, spec, self.proc_mode, ro, self._state / "hosts", self._state / "resolv.conf")
+            command = list(spec.argv)
+            if spec.private_env:  # never in bubblewrap's environment: a pipe to the launcher (launch.py)
+                fd, rest = private_pipe(spec.private_env)
+                command = launcher_argv(spec.argv, fd)
+            argv = bwrap_argv(self.bwrap, spec, self.proc_mode, ro, self._state / "hosts", self._state / "resolv.conf",
+                              command)
         else:
             argv = list(spec.argv)
-        popen_env = dict(env)  # the complete env: never on a command line (see sandbox/launch.py)
-        # every level gets its own session and process group, so a terminal's SIGINT (sent to the
-        # daemon's foreground group) reaches the daemon only, which then stops its servers in order
+            env.update(spec.private_env)  # the process started is the server itself
+        # never on a command line (see sandbox/launch.py). Every level gets its own session and
+        # process group, so a terminal's SIGINT (sent to the daemon's foreground group) reaches
+        # the daemon only, which then stops its servers in order
         try:
             popen = subprocess.Popen(
-                argv, cwd=str(spec.cwd), env=popen_env, stdin=subprocess.DEVNULL, stdout=spec.stdout_fd,
-                stderr=spec.stderr_fd, close_fds=True, start_new_session=True,
+                argv, cwd=str(spec.cwd), env=env, stdin=subprocess.DEVNULL, stdout=spec.stdout_fd,
+                stderr=spec.stderr_fd, close_fds=True, start_new_session=True, pass_fds=() if fd is None else (fd,),
                 preexec_fn=make_preexec(spec.limits, cg.procs_files, join, os.getpid()),
             )
         except (OSError, subprocess.SubprocessError) as e:
             cg.remove()
+            if rest is not None:  # ends on EPIPE once the read end is closed, closing the write end
+                rest.start()
             raise StartError(f"server {spec.name!r} could not be started in the sandbox: {e}",
                              hint=f"argv[0]={spec.argv[0]!r} must be an absolute interpreter path") from e
+        finally:
+            if fd is not None:
+                os.close(fd)
+        if rest is not None:
+            rest.start()
         proc = SandboxedProcess(spec.name, popen, spec.limits, cg, self.bwrap is not None)
         self.processes.append(proc)
         if (spec.limits.memory_mb and not cg.enforces_memory) or (spec.limits.pids and not cg.enforces_pids):

@@ -6,14 +6,22 @@ so it sticks) and a parent check. bubblewrap then adds: its own user/pid/ipc/uts
 namespaces, ``--die-with-parent``, ``--new-session``, ``--cap-drop ALL``, ``--disable-userns``, a tmpfs ``/tmp`` *before* any bind (a bind under /tmp
 would otherwise be hidden), read-only system dirs, venv, interpreter and package, writable dirs.
 
-The environment is NOT passed as ``--setenv`` arguments: those would put secrets (the API key
-inside ``NEMO_GYM_CONFIG_DICT``) on bubblewrap's command line for every local user to read in
-``ps``. bubblewrap is started with exactly the server's environment instead, which it hands on.
+The environment is NOT passed as ``--setenv`` arguments: those would put secrets on bubblewrap's
+command line for every local user to read in ``ps``. bubblewrap is started with the server's
+environment *without* its private variables (``ProcessSpec.private_env``: the server's config,
+which holds its secrets), since every process of the sandbox can read bubblewrap's environment
+(``/proc/1/environ`` is bubblewrap's own init). The private variables travel through a pipe:
+bubblewrap runs :data:`LAUNCHER` with the server's interpreter, which reads them from the pipe's
+inherited read end (the data is gone from the pipe once read), closes it, and ``execve``s the
+server's argv with them, so only the server process itself (and what it starts) holds them.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +37,14 @@ ETC_FILES = ("/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/passwd", "/et
 @dataclass
 class ProcessSpec:
     """One server to start. ``argv[0]``: absolute interpreter path (inside a venv). ``env``: the
-    COMPLETE environment (the sandbox adds only the proxy variables). ``read_only_paths``: venv,
-    package, server dir...; ``writable_paths``: work dir etc. (``cwd`` is bound read-only when not inside either). ``stdout_fd``/``stderr_fd``: open
-    fds (or None = inherit). The interpreter's base install is bound read-only automatically."""
+    COMPLETE environment (the sandbox adds only the proxy variables) but for ``private_env``:
+    variables for the program alone (its secrets). Under bubblewrap they reach it through a pipe
+    and :data:`LAUNCHER` (``argv[0]`` must then be a Python interpreter), so no other process of
+    the sandbox starts with them in its environment; without bubblewrap the program is the
+    process started and they are part of its environment. ``read_only_paths``: venv, package,
+    server dir...; ``writable_paths``: work dir etc. (``cwd`` is bound read-only when not inside
+    either). ``stdout_fd``/``stderr_fd``: open fds (or None = inherit). The interpreter's base
+    install is bound read-only automatically."""
 
     name: str
     argv: Sequence[str]
@@ -42,6 +55,57 @@ class ProcessSpec:
     stdout_fd: int | None = None
     stderr_fd: int | None = None
     limits: ResourceLimits = field(default_factory=ResourceLimits)
+    private_env: Mapping[str, str] = field(default_factory=dict)
+
+
+# Run by argv[0] with -I -S (no site, no PYTHON* variables): read the private variables (JSON) from
+# the fd in argv[1], close it, become the server (argv[2:]) with them added to the environment.
+LAUNCHER = ("import json,os,sys\n"
+            "fd=int(sys.argv[1]);b=b''\n"
+            "while 1:\n c=os.read(fd,65536)\n if not c:break\n b+=c\n"
+            "os.close(fd);e=dict(os.environ);e.update(json.loads(b))\n"
+            "os.execve(sys.argv[2],sys.argv[2:],e)\n")
+
+
+def launcher_argv(argv: Sequence[str], fd: int) -> list[str]:
+    """``argv`` started by :data:`LAUNCHER` with the private variables on ``fd`` (no values in it)."""
+    return [argv[0], "-I", "-S", "-c", LAUNCHER, str(fd), *argv]
+
+
+def private_pipe(env: Mapping[str, str]) -> tuple[int, threading.Thread | None]:
+    """A pipe holding ``env`` as JSON: ``(read_fd, rest)``. The write end is closed once all is
+    written; what does not fit into the pipe now is written by ``rest``, a thread the caller
+    starts once the child holds the read end (None when everything fit). The caller closes its
+    ``read_fd`` after the spawn."""
+    data = json.dumps(dict(env)).encode()
+    r, w = os.pipe()
+    if len(data) > 65536:
+        try:
+            fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, len(data))
+        except OSError:  # above /proc/sys/fs/pipe-max-size: the thread writes the rest
+            pass
+    os.set_blocking(w, False)
+    try:
+        n = os.write(w, data)
+    except BlockingIOError:
+        n = 0
+    if n == len(data):
+        os.close(w)
+        return r, None
+    os.set_blocking(w, True)
+    rest = memoryview(data)[n:]
+
+    def finish() -> None:
+        view = rest
+        try:
+            while view:
+                view = view[os.write(w, view):]
+        except OSError:  # the child ended before reading everything
+            pass
+        finally:
+            os.close(w)
+
+    return r, threading.Thread(target=finish, name="private-env", daemon=True)
 
 
 def base_bwrap_args(proc_mode: str = "mount") -> list[str]:
@@ -66,10 +130,11 @@ def base_bwrap_args(proc_mode: str = "mount") -> list[str]:
 
 
 def bwrap_argv(bwrap: str, spec: ProcessSpec, proc_mode: str, ro: Sequence[Path],
-               hosts_file: Path | None, resolv_file: Path | None) -> list[str]:
-    """The full bubblewrap command for ``spec`` (binds sorted parent-first so nested rw-in-ro works).
+               hosts_file: Path | None, resolv_file: Path | None, command: Sequence[str] | None = None) -> list[str]:
+    """The full bubblewrap command for ``spec`` (binds sorted parent-first so nested rw-in-ro works),
+    running ``command`` (default ``spec.argv``) inside.
 
-    It holds no environment values: start bubblewrap with the server's complete environment."""
+    It holds no environment values: start bubblewrap with the server's environment."""
     args = [bwrap, *base_bwrap_args(proc_mode)]
     if hosts_file is not None:
         args += ["--ro-bind", str(hosts_file), "/etc/hosts"]
@@ -85,7 +150,7 @@ def bwrap_argv(bwrap: str, spec: ProcessSpec, proc_mode: str, ro: Sequence[Path]
             continue
         seen.add(path)
         args += [flag, str(path), str(path)]
-    args += ["--chdir", str(cwd), "--", *spec.argv]
+    args += ["--chdir", str(cwd), "--", *(command if command is not None else spec.argv)]
     return args
 
 

@@ -72,6 +72,7 @@ class NetnsHolder:
             stderr=subprocess.PIPE,
             start_new_session=True,
             preexec_fn=set_pdeathsig,
+            env={},  # nothing of the daemon's environment (which may hold secrets) in a long-lived helper
         )
         theirs.close()
         ours.settimeout(timeout)

@@ -1,4 +1,5 @@
-"""``gym-runtime config PKG [KEY=VALUE ...]``: the merged, resolved configuration with secrets masked."""
+"""``gym-runtime config PKG [KEY=VALUE ...]``: the merged, resolved configuration with secrets masked,
+and for each server instance the secret keys it receives (names only, docs/architecture.md §4)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,14 @@ def run(args: argparse.Namespace) -> int:
     data = merged.redacted(masked)
     if args.json:
         servers = [{"name": i.name, "server_type": i.server_type, "implementation": i.implementation,
-                    "server_dir": str(i.server_dir.path), "origin": i.server_dir.origin, "source": i.source}
+                    "server_dir": str(i.server_dir.path), "origin": i.server_dir.origin, "source": i.source,
+                    "secrets": merged.secrets.keys_for(i.name, merged.data)}
                    for i in merged.instances.values()]
         print(json.dumps({"config": data, "servers": servers, "masked": masked}, indent=2))
     else:
         print(merged.to_yaml(), end="")
         if masked:
             print("# masked secrets: " + ", ".join(masked))
+        for name in merged.instances:
+            print(f"# {name} receives: " + (", ".join(merged.secrets.keys_for(name, merged.data)) or "no secrets"))
     return 0

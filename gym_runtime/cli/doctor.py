@@ -2,8 +2,9 @@
 
 Reports: the isolation level available and why (sandbox probe), the Pythons found, uv's version,
 the venv and uv cache directories (writable?), the index uv would use, Ray (the target ``up``
-would choose and whether it answers), and the egress policy in force. Exit 0 unless a check is
-``error`` (e.g. a directory that cannot be written).
+would choose and whether it answers), and the egress policy in force; with ``--package PKG``, the
+secret keys each server instance of that package receives (names only, docs/architecture.md §4).
+Exit 0 unless a check is ``error`` (e.g. a directory that cannot be written).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gym_runtime.settings import RuntimeSettings, load_settings
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check what this host offers: isolation, Pythons, uv, dirs, index, Ray, egress")
     p.add_argument("--ray-address", metavar="ADDR", help="check this Ray address instead of RAY_ADDRESS")
+    p.add_argument("--package", metavar="PKG", help="also show which secret keys each server of PKG receives")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -67,6 +69,21 @@ def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
     return out
 
 
+def _secrets(package: str) -> dict[str, Any]:
+    """Per server instance of ``package``, the dotted keys of the secrets it receives (the job's
+    policy values from ``GYM_RUNTIME_POLICY_*``, else placeholders: only names are shown)."""
+    from gym_runtime.cli.validate import PLACEHOLDERS
+    from gym_runtime.config import build_config
+    from gym_runtime.package import load_package
+    from gym_runtime.settings import policy_from_environ
+
+    try:
+        merged = build_config(load_package(package), [], policy_from_environ(), defaults=PLACEHOLDERS)
+    except GymRuntimeError as e:
+        return {"status": "error", "error": e.to_dict()}
+    return {"status": "ok", "servers": {n: merged.secrets.keys_for(n, merged.data) for n in merged.instances}}
+
+
 def collect(args: argparse.Namespace) -> dict[str, Any]:
     """Every check as a JSON-ready dict."""
     from sandbox import EgressPolicy, probe_isolation
@@ -80,7 +97,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         egress: dict[str, Any] = EgressPolicy.from_environ(settings.environ, policy_endpoints=[]).describe()
     except GymRuntimeError as e:
         egress = {"status": "error", "error": e.to_dict()}
-    return {
+    out = {
         "isolation": isolation,
         "pythons": [{"version": i.version, "path": str(i.path), "source": i.source} for i in
                     list_pythons(settings.environ)],
@@ -90,6 +107,9 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         "ray": _ray(args.ray_address, settings),
         "egress": egress,
     }
+    if getattr(args, "package", None):
+        out["secrets"] = _secrets(args.package)
+    return out
 
 
 def egress_lines(d: dict[str, Any]) -> list[str]:
@@ -135,6 +155,12 @@ def run(args: argparse.Namespace) -> int:
           + ("" if ray.get("reachable", True) else f" -- {ray['error']['message']}"))
     for i, line in enumerate(egress_lines(out["egress"])):
         print(("egress:    " if i == 0 else " " * 11) + line)
+    if "secrets" in out:
+        sec = out["secrets"]
+        lines = ([f"{n}: {', '.join(keys) or 'no secrets'}" for n, keys in sec["servers"].items()]
+                 if sec["status"] == "ok" else [f"ERROR {sec['error']['message']}"])
+        for i, line in enumerate(lines):
+            print(("secrets:   " if i == 0 else " " * 11) + line)
     if bad:
         print("problems:  " + ", ".join(bad))
     return EXIT_RUNTIME if bad else 0

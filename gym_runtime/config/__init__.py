@@ -22,9 +22,9 @@ from omegaconf import OmegaConf
 from gym_runtime.config.instances import python_version_problems
 from gym_runtime.config.instances import ServerInstance, build_instances, find_instances
 from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources, merge_sources
-from gym_runtime.config.redact import redact
 from gym_runtime.config.refs import ServerRef, check_refs
 from gym_runtime.config.resolve import resolve_config
+from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map
 from gym_runtime.errors import ConfigError, ServerRefNotFoundError, ViolationList
 from gym_runtime.package import Package
 from gym_runtime.package.layout import find_server_dirs
@@ -36,7 +36,8 @@ class MergedConfig:
 
     ``data``: the merged, fully resolved plain dict (no ``${...}``, no ``???``);
     ``instances``: server instances by name, in config order; ``refs``: every server reference;
-    ``sources``: provenance of each key.
+    ``sources``: provenance of each key; ``secrets``: which values are secrets and which server
+    instance receives which (:mod:`gym_runtime.config.secrets`).
     """
 
     package: Package
@@ -44,13 +45,14 @@ class MergedConfig:
     instances: dict[str, ServerInstance]
     refs: list[ServerRef] = field(default_factory=list)
     sources: Sources = field(default_factory=Sources)
+    secrets: SecretMap = field(default_factory=SecretMap)
 
     def of_type(self, server_type: str) -> list[ServerInstance]:
         return [i for i in self.instances.values() if i.server_type == server_type]
 
     def redacted(self, masked: list[str] | None = None) -> dict[str, Any]:
-        """``data`` with secrets masked (see :mod:`gym_runtime.config.redact`)."""
-        return redact(self.data, masked=masked)
+        """``data`` with every secret masked (:meth:`SecretMap.view`); ``masked`` receives their paths."""
+        return self.secrets.view(self.data, None, masked)
 
     def to_yaml(self, *, redacted: bool = True) -> str:
         return yaml.safe_dump(self.redacted() if redacted else self.data, sort_keys=False)
@@ -83,6 +85,8 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin)
     inst_violations += python_version_problems(data.get("python_version"), "python_version",
                                                sources.of("python_version"))
+    extra_secrets, secret_violations = secret_key_names(raw, sources)
+    inst_violations += secret_violations
     refs, ref_violations = check_refs(declared, sources)
     if ref_violations:
         n = len(ref_violations)
@@ -95,7 +99,7 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
         raise ConfigError("no server instances are configured, so there is nothing to run", code="GR-CONFIG-NO-INSTANCES",
                           hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
                           "{entrypoint: app.py}}}` block")
-    return MergedConfig(package, data, instances, refs, sources)
+    return MergedConfig(package, data, instances, refs, sources, secret_map(raw, data, list(instances), extra_secrets))
 
 
 __all__ = ["POLICY_KEYS", "MergedConfig", "PolicyValues", "ServerInstance", "ServerRef", "build_config"]

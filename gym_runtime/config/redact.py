@@ -1,9 +1,11 @@
-"""Mask secrets in config dumps, logs and API answers (DESIGN.md §4).
+"""The secret-name rule, and masking by key name.
 
 A key is secret when its name contains ``api_key``, ``apikey``, ``token``, ``password``,
-``secret`` or ``authorization`` — except flags that merely mention tokens, such as Gym's
-``return_token_id_information`` or ``max_tokens`` (Gym's own ``hide_secrets`` masks those too,
-reference/nemo_gym_runtime.md §1.7; we do not).
+``passwd``, ``secret``, ``authorization`` or ``credential`` (any case), except names that merely
+mention tokens, such as Gym's ``return_token_id_information`` or ``max_tokens`` (Gym 0.4.0's own
+``hide_secrets`` masks those too; we do not), and ``secret_keys``, the top-level list of extra
+secret names a package may give (:mod:`gym_runtime.config.secrets`, which also follows secrets
+through interpolations and decides which server receives which).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 
 MASK = "****"
 _SECRET = re.compile(r"(api_?key|token|password|passwd|secret|authorization|credential)", re.I)
-_NOT_SECRET = re.compile(r"(token_id|token_ids|max_tokens|_tokens$|tokenizer|num_tokens|token_count|tokens_)", re.I)
+_NOT_SECRET = re.compile(r"(token_id|token_ids|max_tokens|_tokens$|tokenizer|num_tokens|token_count|tokens_|^secret_keys$)",
+                         re.I)
 
 
 def is_secret_key(key: str) -> bool:

@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 
 from gym_runtime.config import MergedConfig, PolicyValues
-from gym_runtime.config.redact import redact
 from gym_runtime.errors import GymRuntimeError, StartError
 from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
@@ -143,9 +142,9 @@ class Environment:
         self.ray_inside = ray_inside = self._add_ray_member(pythons) if self.ray.mode == "local" else self.ray.address
         self.supervisor.rebind = self._rebind
         inside = contract.config_view(merged.data, addresses, head_inside, ray_inside)
-        inside_yaml = contract.to_yaml(inside)
         for name, inst in merged.instances.items():
-            self._add_server(name, inst, pythons[name], inside_yaml, addresses[name])
+            self._add_server(name, inst, pythons[name], contract.server_config_yaml(inside, merged.secrets, name),
+                             addresses[name])
         if self.stub_url:
             self._add_stub_member(int(self.stub_url.rsplit(":", 1)[1].split("/")[0]))
         await self._publish()
@@ -264,11 +263,11 @@ class Environment:
         m.port = self._fresh()
         m.public = (m.host, m.port)
         self.addresses[name] = (self.addresses[name][0], m.port)
-        text = contract.to_yaml(contract.config_view(self.merged.data, self.addresses, self.head_inside,
-                                                     self.ray_inside))
+        inside = contract.config_view(self.merged.data, self.addresses, self.head_inside, self.ray_inside)
         for s in self.supervisor.members.values():
             if s.kind == "server":
-                s.spec.env = {**s.spec.env, "NEMO_GYM_CONFIG_DICT": text}
+                s.spec.private_env = contract.private_env(contract.server_config_yaml(inside, self.merged.secrets,
+                                                                                     s.name))
         public = {n: s.public for n, s in self.supervisor.members.items() if s.kind == "server"}
         self.outside = contract.config_view(self.merged.data, public, self.head_addr, self.ray_inside)
 
@@ -284,10 +283,10 @@ class Environment:
         wd = self.work_dir / "servers" / name
         wd.mkdir(parents=True, exist_ok=True)
         sdir = Path(inst.server_dir.path)
-        env = contract.server_env(name, sdir, python, config_yaml, wd, self.settings.environ)
+        env = contract.server_env(name, sdir, python, wd, self.settings.environ)
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent],
-                           writable_paths=[wd, *self._ray_dirs()])
+                           writable_paths=[wd, *self._ray_dirs()], private_env=contract.private_env(config_yaml))
         self._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                      info={"server_type": inst.server_type, "implementation": inst.implementation,
                            "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
@@ -301,6 +300,9 @@ class Environment:
                 "--seed", str(self.req.stub_seed), "--model", served]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": root, "PYTHONUNBUFFERED": "1",
                "HOME": str(self.work_dir), "LANG": "C.UTF-8"}
+        key = self.merged.data.get("policy_api_key")
+        if isinstance(key, str) and key:  # like a real endpoint, it refuses requests without the job's key
+            env["STUB_MODEL_API_KEY"] = key
         m = self._member("stub_model", "model", ProcessSpec("stub_model", argv, self.work_dir, env),
                          self.host_launcher, port, probe_path="/v1/models", wave=0,
                          info={"server_type": "stub_model", "implementation": "gym_runtime.stub_model"})
@@ -340,7 +342,7 @@ class Environment:
         from gym_runtime.head.server import HeadServer
         from gym_runtime.rollouts.verdict import agent_facts
 
-        backend = HeadBackend(config_yaml=lambda: contract.to_yaml(redact(self.outside)),
+        backend = HeadBackend(config_yaml=lambda: contract.to_yaml(self.merged.secrets.view(self.outside)),
                               instances=lambda: [m.snapshot() for m in self.supervisor.members.values()],
                               health=self.supervisor.health, logs=self._logs,
                               agents=lambda: {n: m.url for n, m in self.supervisor.members.items()

@@ -1,15 +1,19 @@
 """Gym's server-process contract (DESIGN.md §7; reference/nemo_gym_runtime.md §3.1, §3.9, §11.1).
 
 * cwd = the server directory; argv = ``<venv>/bin/python <entrypoint>`` (no shell, no secrets);
-* env ``NEMO_GYM_CONFIG_DICT`` = the merged YAML with ``host``/``port`` set for every instance,
-  ``head_server: {host, port}``, ``ray_head_node_address`` when Ray is used, and the defaults a
-  Gym parse would add that children read (``dry_run: false``, port range, disallowed ports);
+* env ``NEMO_GYM_CONFIG_DICT`` = the server's own view of the merged YAML (:func:`server_config_yaml`:
+  ``host``/``port`` set for every instance, ``head_server: {host, port}``, ``ray_head_node_address``
+  when Ray is used, the defaults a Gym parse would add that children read (``dry_run: false``, port
+  range, disallowed ports), and only the secrets its own config references);
   ``NEMO_GYM_CONFIG_PATH`` = the instance name; ``PYTHONPATH`` = the server directory;
 * the rest of the environment is an explicit allowlist (never the daemon's ``RAY_ADDRESS``,
-  ``UV_*`` or credentials).
+  ``UV_*`` or credentials). The config is the one *private* variable (:func:`private_env`): the
+  sandbox hands it to the server process alone, never to bubblewrap (docs/architecture.md §6).
 
-Two views of one config: ``inside`` (addresses servers use inside the sandbox network, sent to
-servers) and ``outside`` (addresses reachable from the host, served by the head server).
+Two views of one config: ``inside`` (addresses servers use inside the sandbox network, narrowed per
+server by :func:`server_config_yaml` and sent to servers) and ``outside`` (addresses reachable from
+the host, every secret masked, served by the head server). Both are pure functions of the merged
+config, so a server started on another node gets the same view.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from typing import Any
 
 import yaml
 
+from gym_runtime.config.secrets import SecretMap
+
+CONFIG_VAR = "NEMO_GYM_CONFIG_DICT"
 # Variables copied from the daemon's environment into a server's (when set).
 ENV_ALLOW = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
              "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
@@ -63,9 +70,20 @@ def to_yaml(view: dict[str, Any]) -> str:
     return yaml.safe_dump(view, sort_keys=False)
 
 
-def server_env(instance: str, server_dir: Path, venv_python: Path, config_yaml: str, work_dir: Path,
+def server_config_yaml(inside: dict[str, Any], secrets: SecretMap, instance: str) -> str:
+    """``NEMO_GYM_CONFIG_DICT`` for ``instance``: the inside view (:func:`config_view`) with every
+    secret its own config does not reference masked (:meth:`SecretMap.view`), as YAML."""
+    return to_yaml(secrets.view(inside, instance))
+
+
+def private_env(config_yaml: str) -> dict[str, str]:
+    """The variables only the server process itself may hold (``ProcessSpec.private_env``)."""
+    return {CONFIG_VAR: config_yaml}
+
+
+def server_env(instance: str, server_dir: Path, venv_python: Path, work_dir: Path,
                environ: Mapping[str, str]) -> dict[str, str]:
-    """The complete environment of one server process (see module doc)."""
+    """The environment of one server process, without its config (:func:`private_env`)."""
     venv_bin = venv_python.parent
     env = {k: environ[k] for k in ENV_ALLOW if k in environ}
     env.update({
@@ -78,7 +96,6 @@ def server_env(instance: str, server_dir: Path, venv_python: Path, config_yaml: 
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HOME": str(work_dir / "huggingface"),
         "RAY_USAGE_STATS_ENABLED": "0",
-        "NEMO_GYM_CONFIG_DICT": config_yaml,
         "NEMO_GYM_CONFIG_PATH": instance,
     })
     env.setdefault("LANG", "C.UTF-8")

@@ -36,7 +36,7 @@ class Watchdog:
         try:
             proc = subprocess.Popen([sys.executable, "-I", "-S", str(SCRIPT), str(os.getpid())], stdin=r,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                    close_fds=True)
+                                    close_fds=True, env={})  # nothing of the daemon's environment (its secrets)
         finally:
             os.close(r)
         return cls(proc, w)

@@ -44,7 +44,9 @@ def test_flags_fill_policy_values_and_key_is_masked(tmp_path: Path, capsys, monk
     assert inner["base_url"] == ["http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1"]
     assert inner["model"] == "m1" and inner["api_key"] == "****" and inner["return_token_id_information"] is True
     assert sorted(doc["masked"]) == ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"]
-    assert {s["name"] for s in doc["servers"]} == {"policy_model", "acme_math", "acme_math_agent"}
+    assert {s["name"]: s["secrets"] for s in doc["servers"]} == {  # names only, per server
+        "policy_model": ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"],
+        "acme_math": [], "acme_math_agent": []}
 
 
 def test_environment_variables_and_yaml_dump(tmp_path: Path, capsys, monkeypatch) -> None:
@@ -58,7 +60,10 @@ def test_environment_variables_and_yaml_dump(tmp_path: Path, capsys, monkeypatch
     data = yaml.safe_load(body)
     assert _inner(data)["base_url"] == ["http://127.0.0.1:9000/v1", "http://127.0.0.1:9001/v1"]
     assert data["acme_math"]["resources_servers"]["acme_math"]["port"] == 9300
-    assert sorted(comment.strip().split(", ")) == ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"]
+    masked_line, *receives = comment.strip().splitlines()
+    assert sorted(masked_line.split(", ")) == ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"]
+    assert receives == ["# policy_model receives: policy_api_key, policy_model.responses_api_models.policy_stub.api_key",
+                        "# acme_math receives: no secrets", "# acme_math_agent receives: no secrets"]
 
 
 def test_missing_policy_values_listed_with_sources(tmp_path: Path, capsys) -> None:

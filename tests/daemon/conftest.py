@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,9 +50,10 @@ def fast_options(**kw) -> SuperviseOptions:
 
 
 @contextlib.contextmanager
-def running_stub(model: str = "acme-policy-7b", *extra: str) -> Iterator[str]:
-    """The built-in stub model as an outside policy endpoint (``extra``: more CLI flags, e.g.
-    ``--api-key K``); yields its ``/v1`` base URL and stops it afterwards."""
+def running_stub(model: str = "acme-policy-7b", *extra: str, api_key: str | None = None) -> Iterator[str]:
+    """The built-in stub model as an outside policy endpoint (``extra``: more CLI flags;
+    ``api_key``: required bearer key, given through its environment, never its command line);
+    yields its ``/v1`` base URL and stops it afterwards."""
     import socket
     import subprocess
     import time
@@ -65,7 +67,8 @@ def running_stub(model: str = "acme-policy-7b", *extra: str) -> Iterator[str]:
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.stub_model", "--port", str(port), "--model",
                              model, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **({"STUB_MODEL_API_KEY": api_key} if api_key
+                                                                         else {})})
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 30

@@ -38,3 +38,24 @@ def test_ray_line_is_not_doubled(capsys) -> None:
     main(["doctor"])
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("ray:")]
     assert lines and not any(ln.split(":", 1)[1].strip().startswith("ray:") for ln in lines)
+
+
+def test_package_secrets_per_server(tmp_path, capsys, monkeypatch) -> None:
+    """``doctor --package PKG`` names, per server instance, the secret keys it receives (never a value)."""
+    from gym_runtime.cli.main import main
+    from tests.helpers.packages import make_package
+
+    monkeypatch.setenv("GYM_RUNTIME_POLICY_API_KEY", "sk-doctor-secret")
+    root = make_package(tmp_path / "p", "native-v1")
+    main(["doctor", "--json", "--package", str(root)])
+    out = capsys.readouterr().out
+    assert "sk-doctor-secret" not in out
+    assert json.loads(out)["secrets"] == {"status": "ok", "servers": {
+        "policy_model": ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"],
+        "acme_math": [], "acme_math_agent": []}}
+    main(["doctor", "--package", str(root)])
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("secrets:"))
+    assert lines[start:start + 3] == [
+        "secrets:   policy_model: policy_api_key, policy_model.responses_api_models.policy_stub.api_key",
+        "           acme_math: no secrets", "           acme_math_agent: no secrets"]

@@ -3,18 +3,22 @@
 
 The three Gym servers call ``ray.init`` at start-up, so the daemon starts ONE private Ray head
 (from the servers' venv) and passes its address in ``NEMO_GYM_CONFIG_DICT``; SIGTERM leaves no
-process and no Ray directory behind. Venvs are kept in the test cache between runs (the first run
-builds them from PyPI, about a minute here).
+process and no Ray directory behind. The job's API key reaches Gym's ``vllm_model`` alone (its
+config says ``api_key: ${policy_api_key}``): the stub model requires it, and no other process of
+the environment holds it. Venvs are kept in the test cache between runs (the first run builds them
+from PyPI, about a minute here).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import yaml
 
@@ -42,7 +46,8 @@ def gym_package(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[di
 
 def test_real_gym_environment_returns_rewards(gym_package, tmp_path: Path) -> None:
     pkg, rows, python = gym_package
-    proc = up_process(pkg, tmp_path, "--python", python, env=gym_env(tmp_path))
+    key = "sk-" + secrets.token_hex(12)
+    proc = up_process(pkg, tmp_path, "--python", python, env={**gym_env(tmp_path), "GYM_RUNTIME_POLICY_API_KEY": key})
     try:
         info = json.loads(read_ready_line(proc, timeout=900))
         assert set(info["servers"]) == {"policy_model", "example_single_tool_call", AGENT}
@@ -50,8 +55,10 @@ def test_real_gym_environment_returns_rewards(gym_package, tmp_path: Path) -> No
         tree = descendants(proc.pid)
         gcs = [p for p in tree if "gcs_server" in p.name()]
         assert len(gcs) == 1  # ONE cluster for three Ray-using servers
-        seen = yaml.safe_load(httpx.get(info["head_server"] + "/global_config_dict_yaml", trust_env=False).json())
-        assert seen["ray_head_node_address"].startswith("127.0.0.1:")
+        text = httpx.get(info["head_server"] + "/global_config_dict_yaml", trust_env=False).json()
+        seen = yaml.safe_load(text)
+        assert seen["ray_head_node_address"].startswith("127.0.0.1:") and key not in text
+        assert holders_of(key, tree) == {"stub_model", "responses_api_models/vllm_model"}
 
         ref = {"type": "responses_api_agents", "name": AGENT}
         r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": [{**row, "agent_ref": ref}
@@ -70,3 +77,17 @@ def test_real_gym_environment_returns_rewards(gym_package, tmp_path: Path) -> No
         assert ray_dirs and not any(Path(d).exists() for d in ray_dirs)
     finally:
         kill_tree(proc)
+
+
+def holders_of(key: str, tree: list[psutil.Process]) -> set[str]:
+    """Which processes of the environment hold ``key`` in their environment: the stub model (the
+    upstream) and the processes running in a server directory (``type/implementation``)."""
+    out = set()
+    for p in tree:
+        try:
+            if not any(key in v for v in p.environ().values()):
+                continue
+            out.add("stub_model" if "gym_runtime.stub_model" in p.cmdline() else "/".join(Path(p.cwd()).parts[-2:]))
+        except psutil.Error:
+            continue
+    return out

@@ -47,7 +47,7 @@ def test_ready_line_and_contract(daemon) -> None:
     assert env["PYTHONPATH"] == str(pkg) and env["NEMO_GYM_CONFIG_PATH"] == "acme_math"
     assert "RAY_ADDRESS" not in env and not any(k.startswith("UV_") for k in env)
     cfg = yaml.safe_load(env["NEMO_GYM_CONFIG_DICT"])
-    assert cfg["policy_api_key"] == SECRET  # secrets reach servers through the environment
+    assert cfg["policy_api_key"] == "****" and SECRET not in env["NEMO_GYM_CONFIG_DICT"]  # not its secret
     for name in ("acme_math", "acme_agent"):
         inner = next(iter(next(iter(cfg[name].values())).values()))
         assert isinstance(inner["port"], int) and inner["host"]

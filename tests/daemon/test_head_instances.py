@@ -62,7 +62,8 @@ def test_support_processes_list_the_stub_model(daemon) -> None:
     head, _ = daemon
     [stub] = httpx.get(head + "/support_processes", trust_env=False).json()
     assert (stub["name"], stub["kind"], stub["state"]) == ("stub_model", "model", "ready")
-    assert httpx.get(stub["url"] + "/v1/models", trust_env=False).json()["data"][0]["id"] == "stub-model"
+    key = {"Authorization": "Bearer stub-key"}  # the stub requires the job's key (no key given: up's stub-key)
+    assert httpx.get(stub["url"] + "/v1/models", headers=key, trust_env=False).json()["data"][0]["id"] == "stub-model"
 
 
 def test_status_and_logs_read_the_new_shape(daemon) -> None:

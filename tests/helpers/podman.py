@@ -1,0 +1,115 @@
+"""Debian's podman, as the container test and ``bench/container.py`` use it (docs/container.md).
+
+* :func:`ensure_tools` installs missing Debian packages with ``apt-get`` (as root) and returns why
+  it cannot, for a clean skip.
+* :func:`podman` runs ``podman --runtime runc``: Debian 12's crun (1.8) refuses hosts with hybrid
+  cgroups ("cgroups in hybrid mode not supported"); runc runs on cgroup v1, hybrid and v2.
+* :func:`limit_flags`: rootful podman asks the OCI runtime for 1048576 open files and processes by
+  default, which root cannot set without ``CAP_SYS_RESOURCE`` (runc: "error setting rlimits");
+  containers get this process's own hard limits instead (``nproc`` at most ``kernel.pid_max``,
+  podman's own ceiling).
+* :func:`host_ca_bundle`: the CA bundle this host's tools are told to trust (``SSL_CERT_FILE``,
+  ...), e.g. behind a TLS-inspecting proxy; it goes into the build as the secret ``ca-bundle`` and
+  into containers read-only, so uv inside reaches the package index as it does here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+# executable -> the Debian package that ships it
+TOOLS = {"podman": "podman", "runc": "runc", "debuerreotype-init": "debuerreotype", "debootstrap": "debootstrap",
+         "wget": "wget"}
+CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE")
+CA_IN_CONTAINER = "/run/gym-runtime-ca/ca-bundle.pem"
+
+
+def tail(text: str, lines: int = 8) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def ensure_tools(*executables: str, timeout_s: float = 900) -> str | None:
+    """Install the Debian packages of the missing ``executables`` (keys of :data:`TOOLS`) with
+    ``apt-get install --no-install-recommends``. Returns None when all are there, else why not (not
+    Linux, no apt-get, not root, apt or its mirror failing)."""
+    missing = sorted({TOOLS[exe] for exe in executables if shutil.which(exe) is None})
+    if not missing:
+        return None
+    need = f"missing {', '.join(missing)}"
+    if sys.platform != "linux" or shutil.which("apt-get") is None:
+        return f"{need}, and no apt-get here to install them"
+    if os.geteuid() != 0:
+        return f"{need}; installing them needs root (apt-get install {' '.join(missing)})"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]):
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return f"{need}: `{' '.join(argv)}` did not finish in {timeout_s:.0f} s"
+        if done.returncode != 0:
+            return f"{need}: `{' '.join(argv)}` failed: {tail(done.stderr)}"
+    still = [exe for exe in executables if shutil.which(exe) is None]
+    return f"{need}: still not on PATH after apt-get install: {', '.join(still)}" if still else None
+
+
+def podman(*args: str, timeout: float, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    """``podman --runtime runc ARGS`` with text output captured; raises ``CalledProcessError``
+    (with podman's stderr) when ``check`` and it fails."""
+    argv = ["podman", "--runtime", "runc", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, argv, done.stdout, done.stderr)
+    return done
+
+
+def limit_flags() -> list[str]:
+    """``--ulimit`` flags for ``podman build`` / ``podman run``: this process's hard limits."""
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    nr_open = int(Path("/proc/sys/fs/nr_open").read_text())
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    nofile = nr_open if nofile == resource.RLIM_INFINITY else nofile
+    nproc = pid_max if nproc == resource.RLIM_INFINITY else min(nproc, pid_max)
+    return ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
+
+
+def host_ca_bundle() -> Path | None:
+    """The first of :data:`CA_VARS` naming an existing file, else None (the image's own CAs)."""
+    for var in CA_VARS:
+        value = os.environ.get(var)
+        if value and Path(value).is_file():
+            return Path(value)
+    return None
+
+
+def ca_run_flags(ca: Path | None) -> list[str]:
+    """``podman run`` flags giving a container the host's CA bundle (read-only) as ``SSL_CERT_FILE``."""
+    if ca is None:
+        return []
+    return ["-v", f"{ca.resolve()}:{CA_IN_CONTAINER}:ro", "-e", f"SSL_CERT_FILE={CA_IN_CONTAINER}"]
+
+
+def build_image(context: Path, tag: str, base: str, arch: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    """``podman build`` of ``context``'s Dockerfile for ``linux/<arch>`` with ``BASE_IMAGE=base``,
+    no cached layers, the host's CA bundle as the secret ``ca-bundle``. Raises ``CalledProcessError``."""
+    ca = host_ca_bundle()
+    secret = ["--secret", f"id=ca-bundle,src={ca}"] if ca else []
+    return podman("build", "--layers=false", "--pull=never", "--platform", f"linux/{arch}", *limit_flags(), *secret,
+                  "--build-arg", f"BASE_IMAGE={base}", "-t", tag, "-f", str(context / "Dockerfile"), str(context),
+                  timeout=timeout)
+
+
+def image_size(tag: str) -> int:
+    """The image's size in bytes (uncompressed, all layers, as ``podman image inspect`` reports)."""
+    return int(json.loads(podman("image", "inspect", tag, timeout=60).stdout)[0]["Size"])
+
+
+def host_arch() -> str:
+    """Debian's name for this host's architecture (``amd64``, ``arm64``), as Docker's ``TARGETARCH``."""
+    return subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()

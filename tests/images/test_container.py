@@ -1,0 +1,162 @@
+"""The runtime image built and run for real with Debian's podman (docs/container.md).
+
+Runs only when selected, ``pytest -m container`` (``.ci/run`` does, after the suite), as root:
+podman, runc and debuerreotype are installed with apt-get when missing, the Debian 13 base is
+made from this host's apt mirror and cached (``tests/helpers/debian_base.py``), the Dockerfile is
+built against it, and then, as the image's non-root user: ``doctor --json`` under podman's
+defaults and with the documented full-isolation flags, the README's main job, ``up`` stopped by
+SIGTERM, and 20 ``up`` cycles in ONE container under the image's init (no zombie, nothing left).
+Anything that cannot be installed or reached is a skip that says what.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.debian_base import BaseUnavailable, ensure_base
+from tests.helpers.podman import (ca_run_flags, build_image, ensure_tools, host_arch, host_ca_bundle, limit_flags,
+                                  podman, tail)
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+FULL_ISOLATION = ("--security-opt", "unmask=/proc/*")  # docs/container.md: what bubblewrap needs
+IMAGE_UID = 10001
+PACKAGE = "examples/native-quickstart"
+
+pytestmark = [pytest.mark.container, pytest.mark.pypi, pytest.mark.timeout(1800)]
+
+
+@dataclass
+class Image:
+    tag: str
+    ca: Path | None
+
+    def run_args(self, *args: str, security: Sequence[str] = (), extra: Sequence[str] = ()) -> list[str]:
+        """``podman run`` options, image and ``args``: the host's limits and CA bundle, the bundled
+        examples read-only at ``/job/work/examples`` (the image's working directory is ``/job/work``)."""
+        return [*limit_flags(), *security, *ca_run_flags(self.ca), "-e", "COLUMNS=100",
+                "-v", f"{ROOT / 'examples'}:/job/work/examples:ro", *extra, self.tag, *args]
+
+    def run(self, *args: str, timeout: float, **kw) -> subprocess.CompletedProcess:
+        """``podman run --rm``, waited for; never raises on the exit code."""
+        return podman("run", "--rm", *self.run_args(*args, **kw), timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def image(request: pytest.FixtureRequest) -> Iterator[Image]:
+    if "container" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("builds and runs the runtime image with podman: select it with `pytest -m container`")
+    if os.geteuid() != 0:
+        pytest.skip("needs root (rootful podman, debootstrap)")
+    if not request.getfixturevalue("pypi_available"):
+        pytest.skip("PyPI cannot be reached from here: the image build installs from it")
+    reason = ensure_tools("podman", "runc")
+    if reason:
+        pytest.skip(reason)
+    arch = host_arch()
+    try:
+        base = ensure_base(arch)
+    except BaseUnavailable as e:
+        pytest.skip(f"no local Debian base image: {e}")
+    tag = f"localhost/gym-runtime-test:{arch}-{os.getpid()}"
+    try:
+        build_image(ROOT, tag, base.tag, arch)
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"podman build failed ({base.tag}):\n{tail(e.stdout + e.stderr, 40)}")
+    try:
+        yield Image(tag, host_ca_bundle())
+    finally:
+        podman("rmi", "-f", tag, timeout=300, check=False)
+
+
+def doctor(image: Image, security: Sequence[str] = ()) -> dict:
+    done = image.run("doctor", "--json", security=security, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_doctor_as_the_image_user(image: Image) -> None:
+    default, full = doctor(image), doctor(image, FULL_ISOLATION)
+    for report in (default, full):
+        assert report["problems"] == [], report["problems"]
+        assert report["isolation"]["details"]["uid"] == IMAGE_UID
+        assert report["isolation"]["details"]["python"].startswith("3.13.")
+        assert report["venv_dir"]["writable"] and report["uv"]["cache_dir"]["writable"]
+    print(f"isolation: podman defaults {default['isolation']['level']} ({'; '.join(default['isolation']['reasons'])}); "
+          f"with {' '.join(FULL_ISOLATION)} {full['isolation']['level']}")
+    assert full["isolation"]["level"] == "full", full["isolation"]
+    # podman masks /proc paths and mounts /proc/sys read-only: bubblewrap cannot run at its defaults
+    assert default["isolation"]["level"] in ("partial", "none") and default["isolation"]["reasons"]
+
+
+def readme_dry_run() -> list[str]:
+    """``dry-run PKG --dataset ROWS`` as the README's first command runs it."""
+    block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert block, "README.md has no bash block"
+    found = re.search(r"gym-runtime (dry-run \S+ --dataset \S+)", block.group(1))
+    assert found, f"the README's first command runs no dry-run: {block.group(1)}"
+    return found.group(1).split()
+
+
+def test_readme_main_job_in_the_image(image: Image) -> None:
+    done = image.run(*readme_dry_run(), security=FULL_ISOLATION, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert any(line.startswith("rows: 6") for line in lines), done.stdout
+    assert any("no GRPO signal" in line for line in lines) and "isolation: full" in done.stderr
+
+
+def ready_line(name: str, deadline_s: float) -> dict:
+    """The ready JSON line from container ``name``'s stdout (``podman logs``), waiting for it."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        logs = podman("logs", name, timeout=60, check=False)
+        for line in logs.stdout.splitlines():
+            if line.startswith('{"status": "ready"'):
+                return json.loads(line)
+        state = podman("inspect", "--format", "{{.State.Status}}", name, timeout=60, check=False).stdout.strip()
+        assert state == "running", f"container {state} before the ready line:\n{tail(logs.stderr, 30)}"
+        time.sleep(1)
+    raise AssertionError(f"no ready line in {deadline_s:.0f} s:\n{tail(podman('logs', name, timeout=60).stderr, 30)}")
+
+
+def test_up_then_sigterm_exits_0(image: Image) -> None:
+    name = f"gym-runtime-test-up-{os.getpid()}"
+    podman("run", "-d", "--name", name, *image.run_args("up", PACKAGE, security=FULL_ISOLATION), timeout=120)
+    try:
+        ready = ready_line(name, 600)
+        assert ready["isolation"] == "full", ready
+        print(f"up: ready in {ready['startup_s']} s (fresh venv dir)")
+        podman("stop", "--time", "60", name, timeout=120)  # SIGTERM to PID 1 (tini), which forwards it
+        code = podman("wait", name, timeout=120).stdout.strip()
+        logs = podman("logs", name, timeout=60, check=False)
+        assert code == "0", f"exit {code}:\n{tail(logs.stderr, 30)}"
+        assert "SIGTERM: stopping" in logs.stderr
+    finally:
+        podman("rm", "-f", "-v", name, timeout=120, check=False)
+
+
+def test_twenty_up_cycles_in_one_container_leave_no_zombies(image: Image) -> None:
+    """Podman's default security options: isolation partial, servers are plain processes of the
+    container (no pid namespace of their own), so anything orphaned is the init's to reap."""
+    driver = "/job/tests/up_cycles.py"
+    done = image.run("--", "python3", driver, "--cycles", "20", PACKAGE, timeout=1500,
+                     extra=["--entrypoint", "tini", "-v", f"{HERE / 'up_cycles.py'}:{driver}:ro"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    cycles = result["cycles"]
+    startups = sorted(c["startup_s"] for c in cycles if c["startup_s"] is not None)
+    print(f"20 up cycles: ready in {startups[0]}-{startups[-1]} s (median {startups[len(startups) // 2]})")
+    assert [c["code"] for c in cycles] == [0] * 20, cycles
+    assert all(c["startup_s"] is not None for c in cycles), cycles
+    assert result["zombies"] == [], result["zombies"]
+    assert result["others"] == [], result["others"]

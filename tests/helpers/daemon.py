@@ -97,6 +97,19 @@ def simple_env(root: Path, **resource_cfg: object) -> Path:
     })
 
 
+# A server whose helper outlives its parent: ``sh`` exits at once and the ``sleep`` it started is an
+# orphan in the server's process group (killed with the group when the daemon stops the server).
+ORPHANING_APP = "import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 600 &'])\n" + FIXTURE_APP
+
+
+def orphaning_env(root: Path) -> Path:
+    """A one-server package (``acme_orphans``) whose server leaves one orphaned process per start:
+    at isolation partial or none it is reparented to the nearest subreaper or PID 1, which must reap
+    it once the daemon has stopped the server's process group."""
+    return write_fixture_package(root, {"acme_orphans": {"resources_servers": {"acme_orphans": {"domain": "other"}}}},
+                                 apps={"acme_orphans": ORPHANING_APP}, name="acme-orphans")
+
+
 def up_process(pkg: Path, tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """``gym-runtime up PKG ...`` as a real subprocess (own session), stdout/stderr piped."""
     e = {**os.environ, **(env or {})}

@@ -130,6 +130,12 @@ def make_tarball(arch: str, out: Path, mirror: str) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def import_tarball(tarball: Path, tag: str) -> None:
+    """``podman import`` of a rootfs tarball as image ``tag`` (``LANG=C.UTF-8``, as the official
+    Python images set it). Raises ``CalledProcessError``."""
+    podman("import", "--change", 'CMD ["/bin/bash"]', "--change", "ENV LANG=C.UTF-8", str(tarball), tag, timeout=600)
+
+
 def ensure_base(arch: str) -> Base:
     """The base image for ``arch`` (this host's architecture): already imported, imported from the
     cached tarball, or made and cached first. Raises :class:`BaseUnavailable`."""
@@ -147,7 +153,6 @@ def ensure_base(arch: str) -> Base:
             make_tarball(arch, tarball, host_mirror())
             base.seconds["debuerreotype"] = round(time.monotonic() - t0, 1)
         t0 = time.monotonic()
-        podman("import", "--change", 'CMD ["/bin/bash"]', "--change", "ENV LANG=C.UTF-8", str(tarball), tag,
-               timeout=600)
+        import_tarball(tarball, tag)
         base.seconds["import"] = round(time.monotonic() - t0, 1)
         return base

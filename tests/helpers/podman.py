@@ -21,6 +21,8 @@ import resource
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # executable -> the Debian package that ships it
@@ -108,6 +110,27 @@ def build_image(context: Path, tag: str, base: str, arch: str, timeout: float = 
 def image_size(tag: str) -> int:
     """The image's size in bytes (uncompressed, all layers, as ``podman image inspect`` reports)."""
     return int(json.loads(podman("image", "inspect", tag, timeout=60).stdout)[0]["Size"])
+
+
+@dataclass
+class RuntimeImage:
+    """A built runtime image and how to run it here: this host's limits and CA bundle, and the
+    host directory ``examples`` read-only at ``/job/work/examples`` (the image's working directory
+    is ``/job/work``, so ``examples/...`` paths work as in the README)."""
+
+    tag: str
+    examples: Path
+    ca: Path | None = field(default_factory=host_ca_bundle)
+
+    def run_args(self, *args: str, security: Sequence[str] = (), extra: Sequence[str] = ()) -> list[str]:
+        """``podman run`` options, then the image and ``args`` (``extra`` options go last, e.g.
+        ``--entrypoint``, ``-d``, ``--name``)."""
+        return [*limit_flags(), *security, *ca_run_flags(self.ca), "-e", "COLUMNS=100",
+                "-v", f"{self.examples}:/job/work/examples:ro", *extra, self.tag, *args]
+
+    def run(self, *args: str, timeout: float, **kw) -> subprocess.CompletedProcess:
+        """``podman run --rm``, waited for; never raises on the exit code."""
+        return podman("run", "--rm", *self.run_args(*args, **kw), timeout=timeout, check=False)
 
 
 def host_arch() -> str:

@@ -5,7 +5,8 @@ podman, runc and debuerreotype are installed with apt-get when missing, the Debi
 made from this host's apt mirror and cached (``tests/helpers/debian_base.py``), the Dockerfile is
 built against it, and then, as the image's non-root user: ``doctor --json`` under podman's
 defaults and with the documented full-isolation flags, the README's main job, ``up`` stopped by
-SIGTERM, and 20 ``up`` cycles in ONE container under the image's init (no zombie, nothing left).
+SIGTERM, and 20 ``up`` cycles in ONE container under the image's init, each leaving an orphan for
+it to reap (no zombie, nothing left).
 Anything that cannot be installed or reached is a skip that says what.
 """
 
@@ -17,14 +18,13 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.daemon import orphaning_env
 from tests.helpers.debian_base import BaseUnavailable, ensure_base
-from tests.helpers.podman import (ca_run_flags, build_image, ensure_tools, host_arch, host_ca_bundle, limit_flags,
-                                  podman, tail)
+from tests.helpers.podman import RuntimeImage, build_image, ensure_tools, host_arch, podman, tail
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -35,24 +35,8 @@ PACKAGE = "examples/native-quickstart"
 pytestmark = [pytest.mark.container, pytest.mark.pypi, pytest.mark.timeout(1800)]
 
 
-@dataclass
-class Image:
-    tag: str
-    ca: Path | None
-
-    def run_args(self, *args: str, security: Sequence[str] = (), extra: Sequence[str] = ()) -> list[str]:
-        """``podman run`` options, image and ``args``: the host's limits and CA bundle, the bundled
-        examples read-only at ``/job/work/examples`` (the image's working directory is ``/job/work``)."""
-        return [*limit_flags(), *security, *ca_run_flags(self.ca), "-e", "COLUMNS=100",
-                "-v", f"{ROOT / 'examples'}:/job/work/examples:ro", *extra, self.tag, *args]
-
-    def run(self, *args: str, timeout: float, **kw) -> subprocess.CompletedProcess:
-        """``podman run --rm``, waited for; never raises on the exit code."""
-        return podman("run", "--rm", *self.run_args(*args, **kw), timeout=timeout, check=False)
-
-
 @pytest.fixture(scope="module")
-def image(request: pytest.FixtureRequest) -> Iterator[Image]:
+def image(request: pytest.FixtureRequest) -> Iterator[RuntimeImage]:
     if "container" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("builds and runs the runtime image with podman: select it with `pytest -m container`")
     if os.geteuid() != 0:
@@ -73,18 +57,18 @@ def image(request: pytest.FixtureRequest) -> Iterator[Image]:
     except subprocess.CalledProcessError as e:
         pytest.fail(f"podman build failed ({base.tag}):\n{tail(e.stdout + e.stderr, 40)}")
     try:
-        yield Image(tag, host_ca_bundle())
+        yield RuntimeImage(tag, ROOT / "examples")
     finally:
         podman("rmi", "-f", tag, timeout=300, check=False)
 
 
-def doctor(image: Image, security: Sequence[str] = ()) -> dict:
+def doctor(image: RuntimeImage, security: Sequence[str] = ()) -> dict:
     done = image.run("doctor", "--json", security=security, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(done.stdout)
 
 
-def test_doctor_as_the_image_user(image: Image) -> None:
+def test_doctor_as_the_image_user(image: RuntimeImage) -> None:
     default, full = doctor(image), doctor(image, FULL_ISOLATION)
     for report in (default, full):
         assert report["problems"] == [], report["problems"]
@@ -107,7 +91,7 @@ def readme_dry_run() -> list[str]:
     return found.group(1).split()
 
 
-def test_readme_main_job_in_the_image(image: Image) -> None:
+def test_readme_main_job_in_the_image(image: RuntimeImage) -> None:
     done = image.run(*readme_dry_run(), security=FULL_ISOLATION, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
@@ -129,7 +113,7 @@ def ready_line(name: str, deadline_s: float) -> dict:
     raise AssertionError(f"no ready line in {deadline_s:.0f} s:\n{tail(podman('logs', name, timeout=60).stderr, 30)}")
 
 
-def test_up_then_sigterm_exits_0(image: Image) -> None:
+def test_up_then_sigterm_exits_0(image: RuntimeImage) -> None:
     name = f"gym-runtime-test-up-{os.getpid()}"
     podman("run", "-d", "--name", name, *image.run_args("up", PACKAGE, security=FULL_ISOLATION), timeout=120)
     try:
@@ -145,18 +129,22 @@ def test_up_then_sigterm_exits_0(image: Image) -> None:
         podman("rm", "-f", "-v", name, timeout=120, check=False)
 
 
-def test_twenty_up_cycles_in_one_container_leave_no_zombies(image: Image) -> None:
-    """Podman's default security options: isolation partial, servers are plain processes of the
-    container (no pid namespace of their own), so anything orphaned is the init's to reap."""
+def test_twenty_up_cycles_in_one_container_leave_no_zombies(image: RuntimeImage, tmp_path: Path) -> None:
+    """Podman's default security options (isolation partial: servers are plain processes of the
+    container), and a server that leaves an orphan at each start (``orphaning_env``): the orphan is
+    PID 1's to reap once the daemon stops the server's process group."""
+    pkg = orphaning_env(tmp_path / "acme-orphans")
+    subprocess.run(["chmod", "-R", "a+rX", str(pkg)], check=True)  # readable by the image's user
     driver = "/job/tests/up_cycles.py"
-    done = image.run("--", "python3", driver, "--cycles", "20", PACKAGE, timeout=1500,
-                     extra=["--entrypoint", "tini", "-v", f"{HERE / 'up_cycles.py'}:{driver}:ro"])
+    done = image.run("--", "python3", driver, "--cycles", "20", "acme-orphans", "--policy-base-url",
+                     "http://127.0.0.1:9/v1", timeout=1200,
+                     extra=["--entrypoint", "tini", "-v", f"{HERE / 'up_cycles.py'}:{driver}:ro",
+                            "-v", f"{pkg}:/job/work/acme-orphans:ro"])
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     cycles = result["cycles"]
-    startups = sorted(c["startup_s"] for c in cycles if c["startup_s"] is not None)
-    print(f"20 up cycles: ready in {startups[0]}-{startups[-1]} s (median {startups[len(startups) // 2]})")
     assert [c["code"] for c in cycles] == [0] * 20, cycles
-    assert all(c["startup_s"] is not None for c in cycles), cycles
+    assert all(c["startup_s"] is not None and c["isolation"] == "partial" for c in cycles), cycles
+    assert all(c["adopted"] >= 1 for c in cycles), f"no orphan reached PID 1: {cycles}"
     assert result["zombies"] == [], result["zombies"]
     assert result["others"] == [], result["others"]

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--platform", choices=["linux/amd64", "linux/arm64"],
                    help="also check every vendored wheel installs on this platform")
     p.add_argument("--python", default="3.13", help="target Python for --platform (default 3.13)")
-    p.add_argument("--glibc", default=None, help="target glibc for --platform (default 2.36, the runtime image)")
+    p.add_argument("--glibc", default=None,
+                   help="target glibc for --platform (default 2.36: Debian 12 and newer, the runtime image included)")
     p.add_argument("--json", action="store_true", help="print failures as JSON too (success always prints "
                    '{"valid": true, "format": ..., "name": ...})')
     p.set_defaults(func=run)

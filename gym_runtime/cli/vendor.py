@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_package_args(p)
     p.add_argument("--platform", required=True, choices=["linux/amd64", "linux/arm64"])
     p.add_argument("--python", default="3.13", help="target Python (default 3.13)")
-    p.add_argument("--glibc", default=None, help="target glibc (default 2.36, the runtime image)")
+    p.add_argument("--glibc", default=None,
+                   help="target glibc (default 2.36: Debian 12 and newer, the runtime image included)")
     p.add_argument("--json", action="store_true", help="print the vendored files as JSON")
     p.set_defaults(func=run)
 

@@ -20,7 +20,7 @@ from packaging.version import Version
 from gym_runtime.errors import Violation
 
 ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
-DEFAULT_GLIBC = (2, 36)  # Debian 12, the runtime images' base (Dockerfile.*)
+DEFAULT_GLIBC = (2, 36)  # Debian 12: what runs there also runs on the runtime image (Debian 13, glibc 2.41)
 _VENDOR_HINT = ("run `gym-runtime vendor PKG --platform linux/amd64 --python 3.13` (it resolves the servers' "
                 "requirements and downloads the closure as wheels into wheels/)")
 

@@ -95,6 +95,7 @@ def test_readme_main_job_in_the_image(image: RuntimeImage) -> None:
     done = image.run(*readme_dry_run(), security=FULL_ISOLATION, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
+    print(lines[0].strip() if lines else "")  # "dry-run: PKG · rows × samples · startup S s"
     assert any(line.startswith("rows: 6") for line in lines), done.stdout
     assert any("no GRPO signal" in line for line in lines) and "isolation: full" in done.stderr
 

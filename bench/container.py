@@ -1,6 +1,6 @@
 """Runtime image figures for docs/container.md. Prints a report and one JSON line; asserts nothing.
 
-    python3 -m uv run python bench/container.py [--cold] [--cycles 5]
+    ./uvw run python bench/container.py [--cold] [--cycles 5]
 
 1. base: the cached Debian 13 base (tests/helpers/debian_base.py), or with ``--cold`` one made
    anew with debuerreotype from this host's apt mirror (then removed again);

@@ -86,11 +86,11 @@ def apt_uris(apt_dir: Path = Path("/etc/apt")) -> list[str]:
     return uris
 
 
-def host_mirror(timeout_s: float = 10.0) -> str:
-    """The first of :func:`apt_uris` that serves ``dists/trixie/InRelease``; raises
-    :class:`BaseUnavailable` naming what was tried."""
+def host_mirror(uris: list[str] | None = None, timeout_s: float = 10.0) -> str:
+    """The first of ``uris`` (default :func:`apt_uris`) that serves ``dists/trixie/InRelease``;
+    raises :class:`BaseUnavailable` naming what was tried."""
     tried = []
-    for uri in dict.fromkeys(apt_uris()):
+    for uri in dict.fromkeys(apt_uris() if uris is None else uris):
         if not uri.startswith(("http://", "https://")):
             continue
         try:

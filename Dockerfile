@@ -4,7 +4,7 @@
 #         (docker buildx build --platform linux/arm64 ... for the other architecture)
 # Run:    podman run --rm --security-opt seccomp=unconfined --security-opt unmask=ALL \
 #           -v gym-venvs:/var/lib/gym-runtime/venvs -v gym-uv-cache:/var/cache/gym-runtime/uv \
-#           -v /job/environment:/job/environment:ro \
+#           -v "$PWD/my-environment":/job/environment:ro \
 #           gym-runtime:amd64 up /job/environment --policy-base-url http://policy:8000/v1
 # docs/container.md explains each flag and the isolation level a container gets without them.
 #

@@ -284,6 +284,8 @@ class Environment:
         wd.mkdir(parents=True, exist_ok=True)
         sdir = Path(inst.server_dir.path)
         env = contract.server_env(name, sdir, python, wd, self.settings.environ)
+        if self.ray.mode == "local":  # drivers of our private head agree with it on the loopback node address
+            env.update(ray_head.LOOPBACK_ENV)
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
                            writable_paths=[wd, *self._ray_dirs()], private_env=contract.private_env(config_yaml))

@@ -33,6 +33,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 READY_TEXT = "Ray runtime started"
+# Ray (2.60 ``ray/_private/services.py``) replaces ``--node-ip-address 127.0.0.1`` by the host's
+# routable address and then listens on every interface; with this switch off its node address is
+# the loopback one and the head listens on loopback only. Set for the private head and for the
+# drivers (servers) that join it, so both agree on the node address.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 DEFAULT_TEMP_DIR = Path("/tmp/ray")  # where a cluster started without --temp-dir keeps its sockets
 
 
@@ -67,7 +72,7 @@ def head_argv(ray_bin: Path, gcs_port: int, temp_dir: Path) -> list[str]:
 
 def head_env(ray_bin: Path, temp_dir: Path) -> dict[str, str]:
     """The head's complete environment (no ``RAY_ADDRESS``, nothing from the daemon's shell; usage
-    stats off and their report sent nowhere, see the module doc)."""
+    stats off and their report sent nowhere, see the module doc; loopback only, :data:`LOOPBACK_ENV`)."""
     return {"PATH": f"{ray_bin.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(temp_dir), "LANG": "C.UTF-8",
             "RAY_USAGE_STATS_ENABLED": "0", "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
-            "RAY_USAGE_STATS_PROMPT_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+            "RAY_USAGE_STATS_PROMPT_ENABLED": "0", "PYTHONUNBUFFERED": "1", **LOOPBACK_ENV}

@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from gym_runtime.ray_target import choose, find_running_cluster
+from gym_runtime.supervise.ray_head import LOOPBACK_ENV
 from tests.helpers.cases import case_dir
 from tests.helpers.daemon import (FIXTURE_APP, descendants, kill_tree, read_ready_line, simple_env, up_process,
                                   wait_gone, write_fixture_package)
@@ -80,7 +81,7 @@ def _node_registered(ray: Path, address: str) -> bool:
     """The cluster's raylet registered with its GCS (``ray status`` lists an active node): past the
     start-up step where a raylet on a loaded host may still die (it waits for its agents)."""
     out = subprocess.run([str(ray), "status", "--address", address], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+                         env={**os.environ, **LOOPBACK_ENV, "RAY_USAGE_STATS_ENABLED": "0"})
     return out.returncode == 0 and "Active:" in out.stdout and " node_" in out.stdout.split("Active:")[1]
 
 
@@ -105,7 +106,8 @@ def outside_cluster(tmp_path_factory: pytest.TempPathFactory):
             proc = subprocess.Popen([str(ray), "start", "--head", "--block", "--port", str(port), "--node-ip-address",
                                      "127.0.0.1", "--include-dashboard", "false", "--disable-usage-stats",
                                      "--temp-dir", str(tmp)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    env={**os.environ, "HOME": str(tmp), "RAY_USAGE_STATS_ENABLED": "0"},
+                                    env={**os.environ, **LOOPBACK_ENV, "HOME": str(tmp),
+                                         "RAY_USAGE_STATS_ENABLED": "0"},
                                     start_new_session=True)
             deadline = time.monotonic() + 120
             while proc.poll() is None and time.monotonic() < deadline and not (
@@ -237,5 +239,25 @@ def test_servers_stop_before_the_ray_head_they_use(tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 10  # a hang detector, not a speed target
         log = (tmp_path / "run" / "logs" / "acme_math.log").read_text()
         assert "at SIGTERM: ray head answered" in log, log[-2000:]
+    finally:
+        kill_tree(proc)
+
+
+def test_the_private_ray_head_listens_on_loopback_only(tmp_path: Path) -> None:
+    """At isolation none the private head shares the host network: every socket any of its
+    processes listens on is a loopback one (Ray would otherwise take the host's routable address
+    and listen on every interface)."""
+    pkg = simple_env(tmp_path / "pkg", ray_enabled=True)
+    proc = up_process(pkg, tmp_path, "--ray-address", "local", "--isolation", "none")
+    try:
+        info = json.loads(read_ready_line(proc, timeout=120))
+        assert info["ray"]["mode"] == "local"
+        ray_procs = [p for p in descendants(proc.pid) if p.name() in ("gcs_server", "raylet")]
+        assert {p.name() for p in ray_procs} == {"gcs_server", "raylet"}
+        listening = [(p.name(), c.laddr.ip) for p in ray_procs for c in p.net_connections("inet")
+                     if c.status == psutil.CONN_LISTEN]
+        assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, ip in listening), listening
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(20) == 0
     finally:
         kill_tree(proc)

@@ -251,16 +251,19 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     sdk_replacement = f"{SDK_NAME}=={sdk_pin}" if sdk_pin and mode != "none" else SDK_NAME
     notes = []
     for ln in source.lines:
-        if ln.gym_sdk:
-            notes.append(f"{source.where(ln)}: `{ln.text}` replaced by `{sdk_replacement}` "
-                         "(Gym's editable checkout line; the runtime installs the pinned SDK)")
+        if ln.takes_sdk_pin and ln.sdk_requirement(sdk_replacement) != ln.text:
+            why = "Gym's editable checkout line" if ln.gym_sdk else "the Gym SDK without a version"
+            notes.append(f"{source.where(ln)}: `{ln.text}` replaced by `{ln.sdk_requirement(sdk_replacement)}` "
+                         f"({why}; the runtime installs the pinned SDK)")
     if pins:
         how = "constraints only" if pins[0].as_constraint else "installed"
         notes.append(f"pins ({mode} mode, {how}): " + ", ".join(p.requirement for p in pins))
     hash_mode = source.has_hashes
     rendered = source.render(sdk_replacement)
+    # what uv is given decides the venv, not the file kind or its blank lines: a pyproject server
+    # and a requirements.txt server asking for the same requirements share one venv
     inputs = {
-        "install_kind": source.kind, "install": rendered, "local": _local_inputs(source, cache),
+        "install": [ln for ln in rendered.splitlines() if ln.strip()], "local": _local_inputs(source, cache),
         "pins": [[p.requirement, p.as_constraint] for p in pins], "hash_mode": hash_mode,
         "python": [str(interp.path), interp.implementation, interp.version], "uv": uv_version(),
         "pool": [[f.path.name, f.sha256] for f in pool], "closure": list(closure),

@@ -5,8 +5,10 @@ its 1-based line number, so errors can name ``requirements.txt`` line N (cases C
 C16). :meth:`InstallSource.render` writes the file uv installs: the same number of lines (line N
 stays line N), relative paths made absolute against the server directory (uv runs from a neutral
 directory so a package's ``uv.toml`` cannot redirect the install), and Gym's
-``-e nemo-gym[dev] @ ../../`` line replaced by the pinned ``nemo-gym`` (reference/nemo_gym_runtime.md
-§2.2, the non-editable variant). ``pyproject.toml`` servers install ``[project].dependencies``
+``-e nemo-gym[dev] @ ../../`` line replaced by the pinned ``nemo-gym`` with the line's extras
+(``nemo-gym[dev]==0.4.0``: what Gym's checkout install puts in every venv, NeMo Gym 0.4.0
+``nemo_gym/cli/setup_command.py``); a bare ``nemo-gym[extras]`` requirement (a ``pyproject.toml``
+server's) gets the same pin, so servers asking for the same SDK render the same file. ``pyproject.toml`` servers install ``[project].dependencies``
 (never the server directory itself: it is on ``PYTHONPATH`` at run time); their
 ``[project].requires-python`` limits the interpreter the venv is built from.
 """
@@ -31,6 +33,7 @@ _EDITABLE = ("-e", "--editable")
 _VCS = ("git+", "hg+", "svn+", "bzr+")
 _PATHLIKE = re.compile(r"^(\.{1,2}(/|$)|/|~|file:)")
 _ARCHIVE = (".whl", ".tar.gz", ".zip", ".tar.bz2")
+_BARE = re.compile(r"^[A-Za-z0-9._-]+\s*(\[[^\]]*\])?$")
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,8 @@ class ReqLine:
     """One logical line. ``kind``: ``requirement`` | ``url`` | ``vcs`` | ``path`` | ``editable`` |
     ``include`` | ``option``; ``name``: canonical distribution name when known; ``target``: the URL or
     path for url/vcs/path/editable/include lines; ``gym_sdk``: Gym's ``nemo-gym @ ../../`` line;
-    ``error``: why the line is not a valid requirement (``None``: it is)."""
+    ``extras``: the extras the line asks of the Gym SDK (``("dev",)``); ``error``: why the line is not
+    a valid requirement (``None``: it is)."""
 
     lineno: int
     text: str
@@ -48,10 +52,24 @@ class ReqLine:
     hashes: tuple[str, ...] = ()
     gym_sdk: bool = False
     error: str | None = None
+    extras: tuple[str, ...] = ()
 
     @property
     def needs_network_or_build(self) -> bool:
         return self.kind in ("url", "vcs", "path", "editable")
+
+    @property
+    def takes_sdk_pin(self) -> bool:
+        """Gym's SDK line, or a bare ``nemo-gym[extras]`` requirement (no version, marker or URL):
+        both become the pinned SDK (:meth:`InstallSource.render`)."""
+        return self.gym_sdk or (self.kind == "requirement" and self.name == SDK_NAME
+                                and _BARE.match(self.text) is not None)
+
+    def sdk_requirement(self, sdk: str) -> str:
+        """``sdk`` (``nemo-gym==0.4.0`` or ``nemo-gym``) with this line's extras: ``nemo-gym[dev]==0.4.0``."""
+        if not self.extras:
+            return sdk
+        return sdk.replace(SDK_NAME, f"{SDK_NAME}[{','.join(self.extras)}]", 1)
 
 
 @dataclass(frozen=True)
@@ -88,7 +106,8 @@ class InstallSource:
             f"{self.file.name} [project].dependencies[{line.lineno - 1}]"
 
     def render(self, sdk_replacement: str) -> str:
-        """The text uv installs (same line numbers); ``sdk_replacement`` replaces Gym's SDK line."""
+        """The text uv installs (same line numbers); ``sdk_replacement`` (``nemo-gym==0.4.0``), with
+        the line's extras, replaces Gym's SDK line and a bare ``nemo-gym[extras]`` requirement."""
         out = [""] * self.n_lines
         base = self.file.parent
         for ln in self.lines:
@@ -103,8 +122,8 @@ def _abs(target: str, base: Path) -> str:
 
 
 def _render_line(ln: ReqLine, base: Path, sdk: str) -> str:
-    if ln.gym_sdk:
-        return sdk
+    if ln.takes_sdk_pin:
+        return ln.sdk_requirement(sdk)
     if ln.kind == "include":
         flag = ln.text.split(None, 1)[0].split("=", 1)[0]
         return f"{flag} {shlex.quote(_abs(ln.target or '', base))}"
@@ -148,7 +167,8 @@ def classify(lineno: int, text: str) -> ReqLine:
         spec = first.split("=", 1)[1] if "=" in first else rest.strip()
         name, target, error = _name_and_target(spec)
         kind = "vcs" if (target or "").startswith(_VCS) else "editable"
-        return ReqLine(lineno, text, kind, name, target, gym_sdk=_is_sdk(name, target), error=error)
+        return ReqLine(lineno, text, kind, name, target, gym_sdk=_is_sdk(name, target), error=error,
+                       extras=_extras(spec) if name == SDK_NAME else ())
     if text.startswith("-"):
         return ReqLine(lineno, text, "option")
     parts = text.split(" --hash")
@@ -163,7 +183,14 @@ def classify(lineno: int, text: str) -> ReqLine:
         kind = "url"
     else:
         kind = "path"
-    return ReqLine(lineno, text, kind, name, target, hashes, gym_sdk=_is_sdk(name, target), error=error)
+    return ReqLine(lineno, text, kind, name, target, hashes, gym_sdk=_is_sdk(name, target), error=error,
+                   extras=_extras(spec) if name == SDK_NAME else ())
+
+
+def _extras(spec: str) -> tuple[str, ...]:
+    """The extras of a requirement spec (``nemo-gym[dev] @ ../../`` -> ``("dev",)``), sorted."""
+    m = re.match(r"^[^\[@;=<>!~ ]+\s*\[([^\]]*)\]", spec)
+    return tuple(sorted({e.strip() for e in m.group(1).split(",") if e.strip()})) if m else ()
 
 
 def _name_and_target(spec: str) -> tuple[str | None, str | None, str | None]:

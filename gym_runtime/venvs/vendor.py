@@ -73,7 +73,7 @@ def requirement_lines(merged: MergedConfig, settings: RuntimeSettings) -> tuple[
                 raise BuildError(f"{inst.name}: `{ln.text}` ({src.where(ln)}) cannot be vendored as a wheel from "
                                  "an index", code="GR-VENDOR-LINE", hint="require it by name==version")
             if ln.kind != "option":
-                text = sdk if ln.gym_sdk else ln.text.split(" --hash")[0]
+                text = ln.sdk_requirement(sdk) if ln.takes_sdk_pin else ln.text.split(" --hash")[0]
                 lines.append(text if ln.kind != "include" else src.render(sdk).splitlines()[ln.lineno - 1])
     pins = [] if settings.pin_mode == "none" else [f"{req}=={v}" for req, v in settings.pins.items()]
     if settings.pin_mode == "gym" or uses_sdk:

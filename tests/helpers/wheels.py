@@ -49,13 +49,15 @@ def wheel_filename(name: str, version: str, tags: str = "py3-none-any") -> str:
 
 
 def build_wheel(out_dir: Path, name: str, version: str, *, requires: Iterable[str] = (),
-                tags: str = "py3-none-any", files: dict[str, str] | None = None, salt: str = "") -> Path:
+                tags: str = "py3-none-any", files: dict[str, str] | None = None, salt: str = "",
+                extras: Iterable[str] = ()) -> Path:
     """Write ``<module>-<version>-<tags>.whl`` into ``out_dir`` and return its path.
 
     ``requires``: ``Requires-Dist`` lines (PEP 508). ``tags``: the compressed tag triple of the
     file name (e.g. ``cp313-cp313-manylinux_2_39_x86_64``). ``files``: extra archive members
     (path -> text); the default module ``<module>/__init__.py`` sets ``__version__``.
     ``salt`` changes the content (and so the sha256) without changing the name: a "rebuilt" wheel.
+    ``extras``: ``Provides-Extra`` names (their requirements go in ``requires`` with ``extra == "x"``).
     The file is deterministic for the same arguments.
     """
     out_dir = Path(out_dir)
@@ -68,6 +70,7 @@ def build_wheel(out_dir: Path, name: str, version: str, *, requires: Iterable[st
     for path, text in (files or {}).items():
         members[path] = text.encode()
     meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta += [f"Provides-Extra: {e}" for e in extras]
     meta += [f"Requires-Dist: {r}" for r in requires]
     members[f"{dist_info}/METADATA"] = ("\n".join(meta) + "\n").encode()
     pure = tags.endswith("-none-any")

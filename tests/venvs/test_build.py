@@ -124,7 +124,7 @@ def test_gym_sdk_line_is_replaced_by_the_pinned_sdk(tmp_path: Path, make_setting
     settings = make_settings(write_simple_index(files, tmp_path / "idx"))
     plan = plan_venvs(merged_config(pkg), settings)
     vp = plan.for_instance("acme")
-    assert any("replaced by `nemo-gym==0.4.0`" in n for n in vp.notes)
+    assert any("replaced by `nemo-gym[dev]==0.4.0`" in n for n in vp.notes)  # the extras are kept
     assert [p.requirement for p in vp.pins] == ["nemo-gym==0.4.0", "ray[default]==2.60.0", "openai==2.7.2"]
     assert not vp.pins[0].as_constraint  # auto mode, SDK server: the full set is installed
     v = build_venvs(plan, settings).for_instance("acme")

@@ -36,6 +36,7 @@ from gym_runtime.supervise.ports import bind_listener, check_free
 from gym_runtime.supervise.readiness import model_base_urls, policy_models
 from gym_runtime.supervise.supervisor import Supervisor
 from gym_runtime.supervise.teardown import HARD_DEADLINE_S, UNCLEAN_EXIT_CODE, Teardown
+from gym_runtime.venvs.bytecode import RAY_HEAD, EnvironmentBytecode
 
 
 @dataclass
@@ -86,6 +87,7 @@ class Environment:
         self.sandbox: Any = None
         self.host_launcher: Any = None
         self.supervisor = Supervisor(req.options, self._say)
+        self.bytecode = EnvironmentBytecode(self._say)
         self.head: Any = None
         self.outside: dict[str, Any] = {}
         self.ready_info: dict[str, Any] | None = None
@@ -128,6 +130,7 @@ class Environment:
         self._check_stop()
         self.phase = "starting sandbox"
         pythons = {n: Path(venvs.for_instance(n).python) for n in merged.instances}
+        await self.bytecode.prepare(list(pythons.values()))
         gym_sdk = [n for n, p in pythons.items() if merged.instances[n].config.get("ray_enabled") is not False
                    and (merged.instances[n].config.get("ray_enabled") or contract.gym_sdk_venv(p))]
         self.ray = choose(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ,
@@ -161,6 +164,7 @@ class Environment:
             async with httpx.AsyncClient(trust_env=False) as client:
                 await policy_endpoint.check_reasoning(client, merged.instances, self._say)
         self.phase = "ready"
+        self.bytecode.learn()
         self.ready_info = {
             "status": "ready", "head_server": self.head.url,
             "servers": {n: m.url for n, m in self.supervisor.members.items() if m.kind == "server"},
@@ -283,12 +287,14 @@ class Environment:
         wd = self.work_dir / "servers" / name
         wd.mkdir(parents=True, exist_ok=True)
         sdir = Path(inst.server_dir.path)
-        env = contract.server_env(name, sdir, python, wd, self.settings.environ)
+        cache = self.bytecode.user(python, f"{inst.server_type}/{inst.implementation} {sdir}")
+        env = {**contract.server_env(name, sdir, python, wd, self.settings.environ), **cache.env}
         if self.ray.mode == "local":  # drivers of our private head agree with it on the loopback node address
             env.update(ray_head.LOOPBACK_ENV)
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
-                           writable_paths=[wd, *self._ray_dirs()], private_env=contract.private_env(config_yaml))
+                           writable_paths=[wd, *self._ray_dirs(), *cache.writable],
+                           private_env=contract.private_env(config_yaml))
         self._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                      info={"server_type": inst.server_type, "implementation": inst.implementation,
                            "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
@@ -319,8 +325,12 @@ class Environment:
         self.ray_tmp = tmp = ray_head.make_temp_dir()
         ray_bin = ray_head.ray_binary(pythons[n] for n in self.ray.needed_by)
         venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers may run server venvs' Pythons
-        spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp), tmp, ray_head.head_env(ray_bin, tmp),
-                           read_only_paths=[ray_bin.parent.parent, *venvs], writable_paths=[tmp])
+        env, writable = ray_head.head_env(ray_bin, tmp), [tmp]
+        if ray_bin.parent.parent in venvs:  # the daemon's own Ray (no server venv has one) keeps its bytecode
+            cache = self.bytecode.user(ray_bin.parent / "python", RAY_HEAD)
+            env, writable = {**env, **cache.env}, [tmp, *cache.writable]
+        spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp), tmp, env,
+                           read_only_paths=[ray_bin.parent.parent, *venvs], writable_paths=writable)
         self._member("ray_head", "ray", spec, self.sandbox, port, probe_path="log:" + ray_head.READY_TEXT,
                      kill_on_stop=True,
                      info={"server_type": "ray", "implementation": f"ray ({ray_bin})"})
@@ -412,6 +422,7 @@ class Environment:
                 sup.watchdog = None
             for m in sup.members.values():
                 m.log.close()
+            await td.step("bytecode compiler", self.bytecode.close(), 2.0, lambda: "its compiler processes")
             ray_head.remove_temp_dir(self.ray_tmp)
         finally:
             td.disarm()

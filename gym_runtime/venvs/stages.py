@@ -9,9 +9,9 @@
 4. ``verify``: the venv's own interpreter lists what is installed under its prefix and every
    requested distribution must be there (case C08).
 
-Both install steps compile bytecode (servers run from a read-only venv; uv compiles only when
-it installs something). The inputs uv
-reads are kept in ``<venv>/.gym-runtime/`` for operators.
+No step compiles bytecode: a closure holds far more files than its servers import, and
+:mod:`gym_runtime.venvs.bytecode` compiles what they do import into the venv's shared cache. The
+inputs uv reads are kept in ``<venv>/.gym-runtime/`` for operators.
 """
 
 from __future__ import annotations
@@ -110,7 +110,6 @@ def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...]
         args += ["--find-links", str(vp.wheels_dir)]
     if vp.hash_mode:
         args.append("--require-hashes")
-    args.append("--compile-bytecode")  # stage 2 may install nothing new, and then compiles nothing
     for name in dict.fromkeys(vp.refresh + refresh):
         args += ["--refresh-package", name]
     shown = "".join(f"--- {p.name}\n{p.read_text()}" for p in (req, pins) if p is not None)
@@ -121,7 +120,7 @@ def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...]
 def stage2(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = ()) -> UvResult:  # noqa: ARG001
     env = {k: v for k, v in ctx.uv_env.env.items() if k != "UV_FIND_LINKS"}
     args = ["pip", "install", "--python", str(venv / "bin" / "python"), "--no-python-downloads", "--no-index",
-            "--offline", "--no-config", "--find-links", str(vp.wheels_dir), "--compile-bytecode", *vp.closure]
+            "--offline", "--no-config", "--find-links", str(vp.wheels_dir), *vp.closure]
     # uv refuses --refresh with --offline; stage 1 (run first) already refreshed rebuilt wheels
     return _check("stage2", run_uv(args, env=env, log=ctx.log(vp, "stage2"), cwd=ctx.cwd, cancel=ctx.cancel,
                                    header="offline: only wheels/ is consulted; nothing may reach the network\n"))

@@ -45,7 +45,6 @@ def test_two_stages_http_index_then_reuse(tmp_path: Path, index_files: Path, mak
         v = venvs.for_instance("acme_math")
         assert not v.reused and v.python == v.path / "bin" / "python"
         assert _run(v.python, "import judgekit, tinyparse, acme_env; print(tinyparse.__version__)") == "0.3.0"
-        assert list(v.path.rglob("tinyparse/__pycache__/*.pyc")), "bytecode must be compiled at build time"
         marker = json.loads((v.path / MARKER).read_text())
         assert marker["digest"] == v.digest and marker["installed"]["acme-env"] == "1.2.0"
         # stage 1 took tinyparse 0.4.0 from the index; the closure pinned 0.3.0: reported

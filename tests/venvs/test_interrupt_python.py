@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 
 from gym_runtime.errors import BuildError
 from gym_runtime.venvs import build_venvs, plan_venvs
+from gym_runtime.venvs.bytecode import SHARED, for_user, harvest
 from gym_runtime.venvs.store import read_marker
 from tests.helpers.index import SimpleIndex
 from tests.helpers.wheels import build_wheel
@@ -104,7 +106,11 @@ def test_python_choice_per_job_and_per_server(tmp_path, make_settings, version) 
     got = subprocess.run([str(v.python), "-c", "import sys, acme_env; print('%d.%d' % sys.version_info[:2])"],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert got == version
-    assert list(v.path.rglob(f"acme_env/__pycache__/*.cpython-{version.replace('.', '')}.pyc"))
+    # the daemon compiles the venv's bytecode cache with the venv's own interpreter
+    cache = for_user(v.path, "resources_servers/acme")
+    subprocess.run([str(v.python), "-c", "import acme_env"], env={"PYTHONPYCACHEPREFIX": str(cache.prefix)}, check=True)
+    assert asyncio.run(harvest(v.python, [cache])) == 1
+    assert list((v.path / SHARED).rglob(f"acme_env/__init__.cpython-{version.replace('.', '')}.pyc"))
 
 
 def test_python_by_path_and_server_key_beats_job(tmp_path, make_settings) -> None:

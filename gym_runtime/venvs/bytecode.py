@@ -1,0 +1,262 @@
+"""Bytecode for read-only venvs: one cache per venv that only the daemon writes, learned from what
+its processes import (docs/architecture.md §5).
+
+Builds compile nothing: ``uv pip install --compile-bytecode`` compiles every file of the closure
+(about 17,000 for Gym's SDK) although a server imports about 2,000 of them. Instead:
+
+* ``<venv>/.gym-runtime/pycache/`` is the venv's **shared cache**, in ``PYTHONPYCACHEPREFIX``
+  layout. Only the daemon writes it, by compiling the venv's own sources with the venv's
+  interpreter in isolated mode (``-I -S``: no ``site``, so no ``.pth`` file of the venv runs).
+  Processes get it as their ``PYTHONPYCACHEPREFIX`` inside the read-only venv bind, so no server
+  can plant bytecode that another server imports.
+* ``<venv>/.gym-runtime/pycache.json`` lists the *users* (a server type/implementation and its
+  directory, or ``ray_head``) whose imports are in the shared cache.
+* A user not listed yet starts with a **learning dir** of its own
+  (``<venv>/.gym-runtime/learn/<n>``, writable for that process alone) as its prefix, so its
+  imports leave ``.pyc`` files there. :func:`harvest` then reads only their *names*: each names a
+  source file; the regular ``.py`` files inside the venv (never inside ``.gym-runtime``) are
+  compiled by the daemon into the shared cache, the user is recorded and the dir is removed. A
+  process's own bytecode is never copied.
+
+A learning dir whose daemon died before harvesting (its ``flock`` is free) is harvested by the next
+start of that venv (:func:`harvest_stale`). Compiling is bounded by the cores, runs in its own
+process group and is killed on cancel; what was compiled stays valid (each file is written
+atomically and checked against its source's mtime and size on import).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SHARED = Path(".gym-runtime") / "pycache"
+LEARN = Path(".gym-runtime") / "learn"
+RECORD = Path(".gym-runtime") / "pycache.json"
+RAY_HEAD = "ray_head"
+_PYC = re.compile(r"^(?P<stem>[^.]+)\.[a-z]+-\d+(\.opt-\d)?\.pyc$")
+# compileall skips files whose cached bytecode is already up to date; prints how many it compiled
+_COMPILE = ("import compileall, sys\n"
+            "ok = sum(bool(compileall.compile_file(p, quiet=2)) for p in sys.stdin.read().splitlines() if p)\n"
+            "print(ok)\n")
+
+
+@dataclass
+class Pycache:
+    """The bytecode cache one process uses. ``prefix``: its ``PYTHONPYCACHEPREFIX``; ``learning``:
+    True when ``prefix`` is a learning dir (writable for this process alone) rather than the shared
+    cache; ``key``: the user it learns for; ``venv``: the venv it belongs to."""
+
+    venv: Path
+    key: str
+    prefix: Path
+    learning: bool
+    _lock_fd: int | None = field(default=None, repr=False)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variable to add to the process's environment."""
+        return {"PYTHONPYCACHEPREFIX": str(self.prefix)}
+
+    @property
+    def writable(self) -> list[Path]:
+        """Paths the sandbox must bind writable for this process (the learning dir, if any)."""
+        return [self.prefix] if self.learning else []
+
+    def release(self) -> None:
+        """Drop the learning dir's lock (a later start may then harvest it)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def learned(venv: Path) -> set[str]:
+    """The users whose imports the shared cache of ``venv`` holds."""
+    try:
+        data = json.loads((venv / RECORD).read_text())
+    except (OSError, ValueError):
+        return set()
+    users = data.get("learned") if isinstance(data, dict) else None
+    return {u for u in users if isinstance(u, str)} if isinstance(users, list) else set()
+
+
+def _record(venv: Path, keys: set[str]) -> None:
+    keys = learned(venv) | keys
+    tmp = venv / RECORD.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"learned": sorted(keys)}, indent=1))
+    os.replace(tmp, venv / RECORD)
+
+
+def _lock(path: Path) -> int | None:
+    """An exclusive ``flock`` on ``path`` (created), or None when another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def for_user(venv: Path, key: str) -> Pycache:
+    """The cache a process of ``venv`` acting as ``key`` starts with: the shared cache when ``key``
+    was learned, else a fresh learning dir held (locked) by this daemon until :func:`harvest`."""
+    venv = Path(venv)
+    if key in learned(venv):
+        return Pycache(venv, key, venv / SHARED, False)
+    base = venv / LEARN
+    base.mkdir(parents=True, exist_ok=True)
+    d = Path(tempfile.mkdtemp(dir=base))
+    (d / "key").write_text(key)
+    fd = _lock(d / "lock")
+    return Pycache(venv, key, d, True, fd)
+
+
+def sources(cache: Pycache) -> list[str]:
+    """Source files the learning dir has bytecode for, kept only when they are regular ``.py``
+    files inside the venv and outside its ``.gym-runtime`` dir (names only: a process may have
+    written anything there)."""
+    root = os.path.realpath(cache.venv)
+    private = os.path.realpath(cache.venv / ".gym-runtime")
+    out: set[str] = set()
+    for dirpath, _dirs, files in os.walk(cache.prefix):
+        rel = os.path.relpath(dirpath, cache.prefix)
+        if rel == ".":
+            continue
+        for name in files:
+            m = _PYC.match(name)
+            if m is None:
+                continue
+            src = os.path.join("/", rel, m["stem"] + ".py")
+            real = os.path.realpath(src)
+            if real.startswith(root + os.sep) and not real.startswith(private + os.sep) and os.path.isfile(real):
+                out.add(src)  # the path the process imported it by: the cache entry it looks up
+    return sorted(out)
+
+
+async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: int | None = None) -> int:
+    """Compile ``files`` (sources inside ``venv``) into its shared cache with the venv's own
+    interpreter, ``jobs`` processes at once (default: CPU count); returns how many compiled
+    (up to date counts). Raises ``RuntimeError`` when a compiler process fails; cancelling kills them."""
+    if not files:
+        return 0
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
+    argv = [str(python), "-I", "-S", "-X", f"pycache_prefix={venv / SHARED}", "-c", _COMPILE]
+    chunks = [files[i::jobs] for i in range(jobs)]
+    procs = [await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                  stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+                                                  env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+             for _ in chunks]
+    try:
+        outs = await asyncio.gather(*(p.communicate("\n".join(c).encode()) for p, c in zip(procs, chunks)))
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                await p.wait()
+    if any(p.returncode != 0 for p in procs):
+        raise RuntimeError(f"compiling bytecode for {venv} failed (exit {[p.returncode for p in procs]})")
+    return sum(int(out.strip() or 0) for out, _ in outs)
+
+
+async def harvest(python: Path, caches: list[Pycache]) -> int:
+    """Compile what the learning ``caches`` (all of one venv, interpreter ``python``) imported into
+    the shared cache, record their users, remove the learning dirs; returns files compiled."""
+    caches = [c for c in caches if c.learning]
+    if not caches:
+        return 0
+    venv = caches[0].venv
+    files = sorted({f for c in caches for f in await asyncio.to_thread(sources, c)})
+    n = await compile_into_shared(venv, python, files)
+    _record(venv, {c.key for c in caches})
+    for c in caches:
+        shutil.rmtree(c.prefix, ignore_errors=True)
+        c.release()
+    return n
+
+
+def stale(venv: Path) -> list[Pycache]:
+    """Learning dirs of ``venv`` no running daemon holds (an earlier run stopped before harvesting
+    them), each now locked by the caller."""
+    out = []
+    base = Path(venv) / LEARN
+    for d in sorted(base.iterdir()) if base.is_dir() else []:
+        if not d.is_dir():
+            continue
+        fd = _lock(d / "lock")
+        if fd is None:
+            continue
+        try:
+            key = (d / "key").read_text()
+        except OSError:
+            key = ""
+        if not key:  # never started learning: nothing to harvest
+            os.close(fd)
+            shutil.rmtree(d, ignore_errors=True)
+            continue
+        out.append(Pycache(Path(venv), key, d, True, fd))
+    return out
+
+
+async def harvest_stale(venv: Path, python: Path) -> int:
+    """:func:`harvest` the learning dirs an earlier run left in ``venv``; returns files compiled."""
+    return await harvest(python, await asyncio.to_thread(stale, venv))
+
+
+class EnvironmentBytecode:
+    """The bytecode caches of one environment's processes: ``await prepare(pythons)`` before any
+    starts (harvests what earlier runs left), ``user(python, key)`` per process, ``learn()`` once
+    the environment is ready (harvests in the background), ``await close()`` on stop."""
+
+    def __init__(self, progress=None) -> None:
+        self.caches: list[tuple[Path, Pycache]] = []
+        self._say = progress or (lambda msg: None)
+        self._task: asyncio.Task | None = None
+
+    async def prepare(self, pythons: list[Path]) -> None:
+        """Harvest learning dirs earlier runs left in the venvs of ``pythons`` (``<venv>/bin/python``)."""
+        for py in dict.fromkeys(Path(p) for p in pythons):
+            n = await harvest_stale(py.parent.parent, py)
+            if n:
+                self._say(f"bytecode: {n} files an earlier run imported compiled for {py.parent.parent.name}")
+
+    def user(self, python: Path, key: str) -> Pycache:
+        """The cache for one process run by ``python`` (``<venv>/bin/python``) as user ``key``."""
+        cache = for_user(Path(python).parent.parent, key)
+        self.caches.append((Path(python), cache))
+        return cache
+
+    def learn(self) -> None:
+        """Start harvesting every learning cache in the background (one venv after the other)."""
+        if any(c.learning for _, c in self.caches) and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._learn())
+
+    async def _learn(self) -> None:
+        by_venv: dict[Path, tuple[Path, list[Pycache]]] = {}
+        for py, c in self.caches:
+            if c.learning:
+                by_venv.setdefault(c.venv, (py, []))[1].append(c)
+        for venv, (py, caches) in by_venv.items():
+            try:
+                n = await harvest(py, caches)
+            except RuntimeError as e:  # a failed compile costs speed only, never correctness
+                self._say(f"bytecode: {e}")
+                continue
+            self._say(f"bytecode: {n} imported files compiled into {venv.name}'s shared cache")
+
+    async def close(self) -> None:
+        """Stop a running harvest (what it compiled stays valid) and release every learning dir."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for _, c in self.caches:
+            c.release()

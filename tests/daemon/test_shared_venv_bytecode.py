@@ -1,0 +1,48 @@
+"""Two servers with identical closures share one venv and each start; the first run learns each
+server's imports in a learning dir of its own, the daemon fills the venv's shared bytecode cache,
+and the next run gives both servers that cache (read-only)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from gym_runtime.venvs.bytecode import SHARED, learned
+from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_process
+
+
+def _run_once(pkg: Path, tmp: Path, home: Path) -> dict[str, dict]:
+    """Start ``up``, wait for ready, wait until the shared cache lists every server, stop; returns
+    each server's environment as it saw it."""
+    proc = up_process(pkg, tmp, "--policy-base-url", "http://127.0.0.1:9/v1",
+                      env={"GYM_RUNTIME_HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1"})
+    try:
+        info = json.loads(read_ready_line(proc))
+        assert set(info["servers"]) == {"acme_math", "acme_agent"}
+        envs = {n: json.loads((tmp / "run/servers" / n / "contract.json").read_text())["env"] for n in info["servers"]}
+        venv = Path(envs["acme_math"]["VIRTUAL_ENV"])
+        deadline = time.monotonic() + 60
+        while len(learned(venv)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        return envs
+    finally:
+        kill_tree(proc)
+
+
+def test_identical_closures_share_one_venv_and_its_bytecode_cache(tmp_path: Path) -> None:
+    pkg = simple_env(tmp_path / "pkg")
+    first = _run_once(pkg, tmp_path / "a", tmp_path / "home")
+    venv = Path(first["acme_math"]["VIRTUAL_ENV"])
+    assert first["acme_agent"]["VIRTUAL_ENV"] == str(venv)  # one venv for both
+    prefixes = {n: Path(e["PYTHONPYCACHEPREFIX"]) for n, e in first.items()}
+    assert len(set(prefixes.values())) == 2, "each server learns in a dir of its own"
+    assert all(p.is_relative_to(venv / ".gym-runtime" / "learn") for p in prefixes.values())
+    assert all("PYTHONDONTWRITEBYTECODE" not in e for e in first.values()), "the host's switch would stop learning"
+    assert len(learned(venv)) == 2 and not any(p.exists() for p in prefixes.values())
+
+    second = _run_once(pkg, tmp_path / "b", tmp_path / "home")
+    assert {e["PYTHONPYCACHEPREFIX"] for e in second.values()} == {str(venv / SHARED)}

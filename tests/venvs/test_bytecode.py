@@ -1,0 +1,126 @@
+"""The venv's bytecode cache: learned from what a process imports, compiled only by the daemon from
+the venv's own sources, never writable by a server, and still a verified venv."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gym_runtime.venvs import build_venvs, plan_venvs
+from gym_runtime.venvs.bytecode import SHARED, for_user, harvest, harvest_stale, learned, stale
+from gym_runtime.venvs.store import is_ready
+from tests.helpers.index import write_simple_index
+from tests.helpers.wheels import build_wheel
+from tests.venvs.conftest import merged_config, synthetic_pkg
+
+KEY = "resources_servers/acme /pkg/resources_servers/acme"
+# What a hostile process does in its learning dir: a pyc for tinyparse whose code is its own (with
+# the header of the real source, so Python would load it), and names of files outside the venv.
+PLANT = r"""
+import importlib.util, importlib._bootstrap_external as be, os, sys
+prefix, outside = sys.argv[1], sys.argv[2]
+import tinyparse
+src = tinyparse.__file__
+cfile = importlib.util.cache_from_source(src)
+assert cfile.startswith(prefix), cfile
+st = os.stat(src)
+code = compile("print('PLANTED')", src, "exec")
+with open(cfile, "wb") as f:
+    f.write(be._code_to_timestamp_pyc(code, st.st_mtime, st.st_size))
+for victim in (outside, os.path.join(os.path.dirname(prefix), "x.py")):
+    d = prefix + os.path.dirname(victim)
+    os.makedirs(d, exist_ok=True)
+    open(os.path.join(d, os.path.basename(victim)[:-3] + ".cpython-312.pyc"), "wb").write(b"junk")
+"""
+
+
+@pytest.fixture
+def venv_python(tmp_path: Path, make_settings) -> Path:
+    build_wheel(tmp_path / "files", "tinyparse", "0.3.0", files={"tinyparse/extra.py": "X = 1\n"})
+    pkg = synthetic_pkg(tmp_path / "pkg", {"acme": ("resources_servers", "tinyparse==0.3.0\n")})
+    settings = make_settings(write_simple_index(tmp_path / "files", tmp_path / "idx"))
+    return build_venvs(plan_venvs(merged_config(pkg), settings), settings).for_instance("acme").python
+
+
+def _py(python: Path, prefix: Path, *args: str) -> str:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPYCACHEPREFIX": str(prefix)}
+    return subprocess.run([str(python), *args], env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_a_venv_is_built_without_bytecode(venv_python: Path) -> None:
+    venv = venv_python.parent.parent
+    assert not list(venv.rglob("*.pyc")), "builds compile nothing; the shared cache is learned"
+    assert learned(venv) == set()
+
+
+def test_learned_imports_are_compiled_by_the_daemon_never_copied(venv_python: Path, tmp_path: Path) -> None:
+    venv = venv_python.parent.parent
+    cache = for_user(venv, KEY)
+    assert cache.learning and cache.writable == [cache.prefix] and cache.prefix.is_relative_to(venv)
+    outside = tmp_path / "outside.py"
+    outside.write_text("SECRET = 1\n")
+    _py(venv_python, cache.prefix, "-c", PLANT, str(cache.prefix), str(outside))
+    # the plant works for the process that wrote it (its own cache)...
+    assert _py(venv_python, cache.prefix, "-c", "import tinyparse").strip() == "PLANTED"
+
+    n = asyncio.run(harvest(venv_python, [cache]))
+    assert n == 1  # tinyparse/__init__.py only: the outside file and .gym-runtime files are not compiled
+    shared = venv / SHARED
+    assert not list(shared.rglob("outside*")) and not list(shared.rglob("x.cpython*"))
+    # ...but never for anyone else: the shared cache holds the daemon's compile of the real source
+    assert _py(venv_python, shared, "-c", "import tinyparse; print(tinyparse.__version__)").strip() == "0.3.0"
+    assert learned(venv) == {KEY} and not cache.prefix.exists()
+    assert is_ready(venv, json.loads((venv / ".gym-runtime-ready").read_text())["digest"])  # still a ready venv
+    again = for_user(venv, KEY)
+    assert not again.learning and again.prefix == shared and again.writable == []
+
+
+def test_a_learning_dir_left_by_a_dead_daemon_is_harvested_at_the_next_start(venv_python: Path) -> None:
+    venv = venv_python.parent.parent
+    held = for_user(venv, "responses_api_agents/other /pkg/x")
+    dead = for_user(venv, KEY)
+    _py(venv_python, dead.prefix, "-c", "import tinyparse.extra")
+    assert stale(venv) == []  # both are held by this (live) daemon
+    dead.release()  # what the kernel does when its daemon dies
+    n = asyncio.run(harvest_stale(venv, venv_python))
+    assert n == 2 and learned(venv) == {KEY}
+    assert held.prefix.is_dir(), "a dir a live daemon holds is left alone"
+    held.release()
+
+
+def test_a_sandboxed_process_writes_only_its_own_learning_dir(venv_python: Path, tmp_path: Path) -> None:
+    from sandbox import IsolationLevel, ProcessSpec, Sandbox, probe_isolation
+    from sandbox.policy import EgressPolicy
+
+    if probe_isolation().level == IsolationLevel.NONE or not probe_isolation().details.get("bwrap"):
+        pytest.skip("needs bubblewrap (isolation full or partial)")
+    venv = venv_python.parent.parent
+    mine, other = for_user(venv, KEY), for_user(venv, "responses_api_agents/other /pkg/x")
+    (venv / SHARED).mkdir(parents=True, exist_ok=True)
+    probe = ("import os, sys, json\nout = {}\nfor p in sys.argv[1:]:\n"
+             "    try:\n        open(os.path.join(p, 'w.pyc'), 'wb').write(b'x'); out[p] = 'written'\n"
+             "    except OSError as e:\n        out[p] = type(e).__name__\nprint(json.dumps(out))\n")
+    targets = [str(mine.prefix), str(other.prefix), str(venv / SHARED)]
+
+    async def run() -> dict:
+        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
+        try:
+            r, w = os.pipe()
+            proc = sb.spawn(ProcessSpec("acme", [str(venv_python), "-c", probe, *targets], tmp_path,
+                                        {"PATH": "/usr/bin:/bin", **mine.env}, read_only_paths=[venv],
+                                        writable_paths=mine.writable, stdout_fd=w))
+            os.close(w)
+            await asyncio.wait_for(proc.wait(), 60)
+            return json.loads(os.read(r, 65536))
+        finally:
+            await sb.close()
+
+    seen = asyncio.run(run())
+    assert seen == {targets[0]: "written", targets[1]: "OSError", targets[2]: "OSError"}, seen
+    mine.release()
+    other.release()

@@ -4,16 +4,17 @@ its processes import (docs/architecture.md §5).
 Builds compile nothing: ``uv pip install --compile-bytecode`` compiles every file of the closure
 (about 17,000 for Gym's SDK) although a server imports about 2,000 of them. Instead:
 
-* ``<venv>/.gym-runtime/pycache/`` is the venv's **shared cache**, in ``PYTHONPYCACHEPREFIX``
-  layout. Only the daemon writes it, by compiling the venv's own sources with the venv's
-  interpreter in isolated mode (``-I -S``: no ``site``, so no ``.pth`` file of the venv runs).
-  Processes get it as their ``PYTHONPYCACHEPREFIX`` inside the read-only venv bind, so no server
-  can plant bytecode that another server imports.
+* The venv's own ``__pycache__`` dirs are its **shared cache**. Only the daemon writes them, by
+  compiling the venv's own sources with the venv's interpreter in isolated mode (``-I -S``: no
+  ``site``, so no ``.pth`` file of the venv runs). Processes read them inside the read-only venv
+  bind and run with ``PYTHONDONTWRITEBYTECODE=1`` (at isolation ``none`` the venv is writable), so
+  no server can plant bytecode that another server imports. The interpreter's standard library
+  keeps its own bytecode.
 * ``<venv>/.gym-runtime/pycache.json`` lists the *users* (a server type/implementation and its
   directory, or ``ray_head``) whose imports are in the shared cache.
 * A user not listed yet starts with a **learning dir** of its own
-  (``<venv>/.gym-runtime/learn/<n>``, writable for that process alone) as its prefix, so its
-  imports leave ``.pyc`` files there. :func:`harvest` then reads only their *names*: each names a
+  (``<venv>/.gym-runtime/learn/<n>``, writable for that process alone) as its
+  ``PYTHONPYCACHEPREFIX``, so its imports leave ``.pyc`` files there. :func:`harvest` then reads only their *names*: each names a
   source file; the regular ``.py`` files inside the venv (never inside ``.gym-runtime``) are
   compiled by the daemon into the shared cache, the user is recorded and the dir is removed. A
   process's own bytecode is never copied.
@@ -38,7 +39,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SHARED = Path(".gym-runtime") / "pycache"
 LEARN = Path(".gym-runtime") / "learn"
 RECORD = Path(".gym-runtime") / "pycache.json"
 RAY_HEAD = "ray_head"
@@ -51,25 +51,30 @@ _COMPILE = ("import compileall, sys\n"
 
 @dataclass
 class Pycache:
-    """The bytecode cache one process uses. ``prefix``: its ``PYTHONPYCACHEPREFIX``; ``learning``:
-    True when ``prefix`` is a learning dir (writable for this process alone) rather than the shared
-    cache; ``key``: the user it learns for; ``venv``: the venv it belongs to."""
+    """The bytecode one process uses. ``prefix``: its learning dir (writable for this process
+    alone), or None when it reads the venv's shared cache; ``key``: the user it learns for;
+    ``venv``: the venv it belongs to."""
 
     venv: Path
     key: str
-    prefix: Path
-    learning: bool
+    prefix: Path | None
     _lock_fd: int | None = field(default=None, repr=False)
 
     @property
+    def learning(self) -> bool:
+        return self.prefix is not None
+
+    @property
     def env(self) -> dict[str, str]:
-        """The variable to add to the process's environment."""
+        """The variables to add to the process's environment."""
+        if self.prefix is None:
+            return {"PYTHONDONTWRITEBYTECODE": "1"}
         return {"PYTHONPYCACHEPREFIX": str(self.prefix)}
 
     @property
     def writable(self) -> list[Path]:
         """Paths the sandbox must bind writable for this process (the learning dir, if any)."""
-        return [self.prefix] if self.learning else []
+        return [self.prefix] if self.prefix is not None else []
 
     def release(self) -> None:
         """Drop the learning dir's lock (a later start may then harvest it)."""
@@ -111,13 +116,13 @@ def for_user(venv: Path, key: str) -> Pycache:
     was learned, else a fresh learning dir held (locked) by this daemon until :func:`harvest`."""
     venv = Path(venv)
     if key in learned(venv):
-        return Pycache(venv, key, venv / SHARED, False)
+        return Pycache(venv, key, None)
     base = venv / LEARN
     base.mkdir(parents=True, exist_ok=True)
     d = Path(tempfile.mkdtemp(dir=base))
     (d / "key").write_text(key)
     fd = _lock(d / "lock")
-    return Pycache(venv, key, d, True, fd)
+    return Pycache(venv, key, d, fd)
 
 
 def sources(cache: Pycache) -> list[str]:
@@ -143,13 +148,13 @@ def sources(cache: Pycache) -> list[str]:
 
 
 async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: int | None = None) -> int:
-    """Compile ``files`` (sources inside ``venv``) into its shared cache with the venv's own
-    interpreter, ``jobs`` processes at once (default: CPU count); returns how many compiled
+    """Compile ``files`` (sources inside ``venv``) into their ``__pycache__`` dirs with the venv's
+    own interpreter, ``jobs`` processes at once (default: CPU count); returns how many compiled
     (up to date counts). Raises ``RuntimeError`` when a compiler process fails; cancelling kills them."""
     if not files:
         return 0
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
-    argv = [str(python), "-I", "-S", "-X", f"pycache_prefix={venv / SHARED}", "-c", _COMPILE]
+    argv = [str(python), "-I", "-S", "-c", _COMPILE]
     chunks = [files[i::jobs] for i in range(jobs)]
     procs = [await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                                   stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
@@ -181,6 +186,7 @@ async def harvest(python: Path, caches: list[Pycache]) -> int:
     for c in caches:
         shutil.rmtree(c.prefix, ignore_errors=True)
         c.release()
+        c.prefix = None
     return n
 
 
@@ -203,7 +209,7 @@ def stale(venv: Path) -> list[Pycache]:
             os.close(fd)
             shutil.rmtree(d, ignore_errors=True)
             continue
-        out.append(Pycache(Path(venv), key, d, True, fd))
+        out.append(Pycache(Path(venv), key, d, fd))
     return out
 
 

@@ -7,12 +7,13 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from gym_runtime.venvs import build_venvs, plan_venvs
-from gym_runtime.venvs.bytecode import SHARED, for_user, harvest, harvest_stale, learned, stale
+from gym_runtime.venvs.bytecode import for_user, harvest, harvest_stale, learned, stale
 from gym_runtime.venvs.store import is_ready
 from tests.helpers.index import write_simple_index
 from tests.helpers.wheels import build_wheel
@@ -47,9 +48,13 @@ def venv_python(tmp_path: Path, make_settings) -> Path:
     return build_venvs(plan_venvs(merged_config(pkg), settings), settings).for_instance("acme").python
 
 
-def _py(python: Path, prefix: Path, *args: str) -> str:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPYCACHEPREFIX": str(prefix)}
+def _py(python: Path, cache_env: dict[str, str], *args: str) -> str:
+    env = {"PATH": "/usr/bin:/bin", **cache_env}
     return subprocess.run([str(python), *args], env=env, capture_output=True, text=True, check=True).stdout
+
+
+def _pycache(venv: Path, package: str) -> Path:
+    return next(venv.glob(f"lib/python3.*/site-packages/{package}")) / "__pycache__"
 
 
 def test_a_venv_is_built_without_bytecode(venv_python: Path) -> None:
@@ -64,27 +69,28 @@ def test_learned_imports_are_compiled_by_the_daemon_never_copied(venv_python: Pa
     assert cache.learning and cache.writable == [cache.prefix] and cache.prefix.is_relative_to(venv)
     outside = tmp_path / "outside.py"
     outside.write_text("SECRET = 1\n")
-    _py(venv_python, cache.prefix, "-c", PLANT, str(cache.prefix), str(outside))
+    learn_dir = cache.prefix
+    _py(venv_python, cache.env, "-c", PLANT, str(learn_dir), str(outside))
     # the plant works for the process that wrote it (its own cache)...
-    assert _py(venv_python, cache.prefix, "-c", "import tinyparse").strip() == "PLANTED"
+    assert _py(venv_python, cache.env, "-c", "import tinyparse").strip() == "PLANTED"
 
     n = asyncio.run(harvest(venv_python, [cache]))
     assert n == 1  # tinyparse/__init__.py only: the outside file and .gym-runtime files are not compiled
-    shared = venv / SHARED
-    assert not list(shared.rglob("outside*")) and not list(shared.rglob("x.cpython*"))
+    assert [p.name for p in _pycache(venv, "tinyparse").iterdir()] == [f"__init__.{sys.implementation.cache_tag}.pyc"]
+    assert not (tmp_path / "__pycache__").exists() and not list((venv / ".gym-runtime").rglob("*.pyc"))
     # ...but never for anyone else: the shared cache holds the daemon's compile of the real source
-    assert _py(venv_python, shared, "-c", "import tinyparse; print(tinyparse.__version__)").strip() == "0.3.0"
-    assert learned(venv) == {KEY} and not cache.prefix.exists()
-    assert is_ready(venv, json.loads((venv / ".gym-runtime-ready").read_text())["digest"])  # still a ready venv
     again = for_user(venv, KEY)
-    assert not again.learning and again.prefix == shared and again.writable == []
+    assert not again.learning and again.writable == [] and again.env == {"PYTHONDONTWRITEBYTECODE": "1"}
+    assert _py(venv_python, again.env, "-c", "import tinyparse; print(tinyparse.__version__)").strip() == "0.3.0"
+    assert learned(venv) == {KEY} and not learn_dir.exists()
+    assert is_ready(venv, json.loads((venv / ".gym-runtime-ready").read_text())["digest"])  # still a ready venv
 
 
 def test_a_learning_dir_left_by_a_dead_daemon_is_harvested_at_the_next_start(venv_python: Path) -> None:
     venv = venv_python.parent.parent
     held = for_user(venv, "responses_api_agents/other /pkg/x")
     dead = for_user(venv, KEY)
-    _py(venv_python, dead.prefix, "-c", "import tinyparse.extra")
+    _py(venv_python, dead.env, "-c", "import tinyparse.extra")
     assert stale(venv) == []  # both are held by this (live) daemon
     dead.release()  # what the kernel does when its daemon dies
     n = asyncio.run(harvest_stale(venv, venv_python))
@@ -101,11 +107,11 @@ def test_a_sandboxed_process_writes_only_its_own_learning_dir(venv_python: Path,
         pytest.skip("needs bubblewrap (isolation full or partial)")
     venv = venv_python.parent.parent
     mine, other = for_user(venv, KEY), for_user(venv, "responses_api_agents/other /pkg/x")
-    (venv / SHARED).mkdir(parents=True, exist_ok=True)
+    _pycache(venv, "tinyparse").mkdir()
     probe = ("import os, sys, json\nout = {}\nfor p in sys.argv[1:]:\n"
              "    try:\n        open(os.path.join(p, 'w.pyc'), 'wb').write(b'x'); out[p] = 'written'\n"
              "    except OSError as e:\n        out[p] = type(e).__name__\nprint(json.dumps(out))\n")
-    targets = [str(mine.prefix), str(other.prefix), str(venv / SHARED)]
+    targets = [str(mine.prefix), str(other.prefix), str(_pycache(venv, "tinyparse"))]
 
     async def run() -> dict:
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")

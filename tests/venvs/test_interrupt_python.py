@@ -17,7 +17,7 @@ import pytest
 
 from gym_runtime.errors import BuildError
 from gym_runtime.venvs import build_venvs, plan_venvs
-from gym_runtime.venvs.bytecode import SHARED, for_user, harvest
+from gym_runtime.venvs.bytecode import for_user, harvest
 from gym_runtime.venvs.store import read_marker
 from tests.helpers.index import SimpleIndex
 from tests.helpers.wheels import build_wheel
@@ -110,7 +110,7 @@ def test_python_choice_per_job_and_per_server(tmp_path, make_settings, version) 
     cache = for_user(v.path, "resources_servers/acme")
     subprocess.run([str(v.python), "-c", "import acme_env"], env={"PYTHONPYCACHEPREFIX": str(cache.prefix)}, check=True)
     assert asyncio.run(harvest(v.python, [cache])) == 1
-    assert list((v.path / SHARED).rglob(f"acme_env/__init__.cpython-{version.replace('.', '')}.pyc"))
+    assert list(v.path.rglob(f"acme_env/__pycache__/__init__.cpython-{version.replace('.', '')}.pyc"))
 
 
 def test_python_by_path_and_server_key_beats_job(tmp_path, make_settings) -> None:

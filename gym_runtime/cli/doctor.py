@@ -2,9 +2,10 @@
 
 Reports: the isolation level available and why (sandbox probe), the Pythons found, uv's version,
 the venv and uv cache directories (writable?), the index uv would use, Ray (the target ``up``
-would choose and whether it answers), and the egress policy in force; with ``--package PKG``, the
-secret keys each server instance of that package receives (names only, docs/architecture.md §4).
-Exit 0 unless a check is ``error`` (e.g. a directory that cannot be written).
+would choose and whether it answers), the egress policy in force, when a daemon runs on this
+``$GYM_RUNTIME_HOME`` its processes by role and size (its head server's ``/processes``), and with
+``--package PKG`` the secret keys each server instance of that package receives (names only,
+docs/architecture.md §4). Exit 0 unless a check is ``error`` (e.g. a directory that cannot be written).
 """
 
 from __future__ import annotations
@@ -84,6 +85,25 @@ def _secrets(package: str) -> dict[str, Any]:
     return {"status": "ok", "servers": {n: merged.secrets.keys_for(n, merged.data) for n in merged.instances}}
 
 
+def _daemon(settings: RuntimeSettings) -> dict[str, Any] | None:
+    """The running daemon (pid, head server) with its processes by role, or None when none runs."""
+    from gym_runtime.supervise.daemon_record import running
+
+    record = running(settings.home)
+    if record is None:
+        return None
+    out: dict[str, Any] = {"pid": record.get("pid"), "head_server": record.get("head_server")}
+    if record.get("head_server"):
+        import httpx
+
+        try:
+            r = httpx.get(str(record["head_server"]).rstrip("/") + "/processes", timeout=5.0, trust_env=False)
+            out["processes"] = r.json().get("by_role") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as e:
+            out["processes_error"] = str(e)
+    return out
+
+
 def collect(args: argparse.Namespace) -> dict[str, Any]:
     """Every check as a JSON-ready dict."""
     from sandbox import EgressPolicy, probe_isolation
@@ -106,6 +126,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         "home": _writable(settings.home),
         "ray": _ray(args.ray_address, settings),
         "egress": egress,
+        "daemon": _daemon(settings),
     }
     if getattr(args, "package", None):
         out["secrets"] = _secrets(args.package)
@@ -161,6 +182,13 @@ def run(args: argparse.Namespace) -> int:
                  if sec["status"] == "ok" else [f"ERROR {sec['error']['message']}"])
         for i, line in enumerate(lines):
             print(("secrets:   " if i == 0 else " " * 11) + line)
+    d = out["daemon"]
+    if d is None:
+        print("daemon:    none running on this GYM_RUNTIME_HOME")
+    else:
+        roles = ", ".join(f"{role} {t['processes']} ({t['rss_mb']:.0f} MiB)" for role, t in (d.get("processes") or {}).items())
+        print(f"daemon:    pid {d['pid']}, head server {d.get('head_server') or '(starting)'}"
+              + (f"; processes: {roles}" if roles else ""))
     if bad:
         print("problems:  " + ", ".join(bad))
     return EXIT_RUNTIME if bad else 0

@@ -1,9 +1,10 @@
 """``gym-runtime status [--head URL] [--json]``: ask a running daemon's head server how it is doing.
 
-Prints ``/health``, ``/server_instances`` (Gym's keys plus ours, :mod:`gym_runtime.head.instances`)
-and ``/support_processes`` (stub model, Ray head): a table, or JSON with ``--json`` (``servers``,
-``support_processes``). Exit 0 when the environment is ready, 3 when it is starting or failed or
-the head server cannot be reached.
+Prints ``/health``, ``/server_instances`` (Gym's keys plus ours, :mod:`gym_runtime.head.instances`),
+``/support_processes`` (stub model, Ray head) and every process of the environment by role and size
+(``/processes``: servers, Ray, sandbox helpers, the daemon): tables, or JSON with ``--json``
+(``servers``, ``support_processes``, ``processes``). Exit 0 when the environment is ready, 3 when it
+is starting or failed or the head server cannot be reached.
 ``--head`` defaults to the head server of the daemon running on this ``$GYM_RUNTIME_HOME``
 (``daemon.json``, held by ``up`` while it runs; see :mod:`gym_runtime.supervise.daemon_record`).
 """
@@ -62,9 +63,12 @@ def run(args: argparse.Namespace) -> int:
     health = get(base + "/health")
     servers = get(base + "/server_instances").json()
     support = get(base + "/support_processes").json()
+    procs = get(base + "/processes")
+    procs_body = procs.json() if procs.status_code == 200 else None
     body = health.json()
     if args.json:
-        print(json.dumps({"head_server": base, "health": body, "servers": servers, "support_processes": support},
+        print(json.dumps({"head_server": base, "health": body, "servers": servers, "support_processes": support,
+                          "processes": procs_body},
                          indent=2))
     else:
         print(f"head server {base}: {body.get('status')}" + (f" ({body.get('phase')})" if "phase" in body else ""))
@@ -72,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
             print(_line(s["process_name"], f"{s.get('server_type')}/{s.get('name')}", s))
         for s in support:
             print(_line(s["name"], f"({s.get('kind')})", s))
+        if procs_body is not None:
+            _print_processes(procs_body)
     return 0 if health.status_code == 200 else EXIT_RUNTIME
 
 
@@ -80,3 +86,19 @@ def _line(name: str, what: str, s: dict) -> str:
     return (f"  {name:<24} {s.get('state', '?'):<10} {s.get('url') or '-':<28} pid {s.get('pid') or '-':<8}"
             f" restarts {s.get('restarts', 0)}" + (f" up {up:.0f}s" if up else "") + f"  {what}"
             + (f"  error: {s['error']}" if s.get("error") else ""))
+
+
+def _print_processes(body: dict) -> None:
+    """Totals per role, then one line per process (role, member or component, pid, RSS, PSS)."""
+    rows, by_role = body.get("processes", []), body.get("by_role", {})
+    rss = sum(r.get("rss_mb") or 0 for r in rows)
+    pss = [r.get("pss_mb") for r in rows]
+    total_pss = f", PSS {sum(pss):.0f} MiB" if pss and None not in pss else ""
+    print(f"processes: {len(rows)}, RSS {rss:.0f} MiB{total_pss}")
+    for role, t in by_role.items():
+        role_pss = f" (PSS {t['pss_mb']:.0f})" if t.get("pss_mb") is not None else ""
+        print(f"  {role:<8} {t['processes']:>3} process(es) {t['rss_mb']:>8.1f} MiB{role_pss}")
+        for r in rows:
+            if r["role"] == role:
+                what = " ".join(x for x in (r.get("member"), r.get("component")) if x)
+                print(f"      {what:<40} pid {r['pid']:<8} {r['rss_mb']:>7.1f} MiB")

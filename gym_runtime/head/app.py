@@ -14,6 +14,9 @@ Endpoints (docs/architecture.md §7; Gym's originals: NeMo Gym 0.4.0 ``nemo_gym/
 ``GET /support_processes``         processes that are not Gym servers (stub model, Ray head)
 ``GET /health``                    200 ``{"status": "ready"}`` or 503 ``{"status": "starting"|"failed", ...}``
 ``GET /servers/{name}/logs``       ``?tail=N`` (default 100): ``{"name", "log_file", "lines"}``; 404 unknown
+``GET /processes``                 every process of the environment by role and size:
+                                   ``{"processes": [rows], "by_role": {role: totals}}``
+                                   (:mod:`gym_runtime.supervise.processes`)
 ``POST /rollouts/run``             ``{"examples": [rows]}`` -> ``{"results": [...]}`` (see below)
 ``GET /docs``                      OpenAPI UI
 =================================  ========================================================================
@@ -54,7 +57,8 @@ class HeadBackend:
     ``config_yaml() -> str`` (masked); ``instances() -> list[dict]`` (every member's snapshot,
     servers and support processes); ``health() -> (status, body)``; ``logs(name, n) -> dict | None``;
     ``agents() -> {agent instance: base url}``; ``agent_facts() -> {agent instance: AgentFacts}``
-    (resources server names for bad-reward errors).
+    (resources server names for bad-reward errors);
+    ``processes() -> dict`` (blocking: run in a thread), None when not served.
     """
 
     config_yaml: Callable[[], str]
@@ -66,6 +70,7 @@ class HeadBackend:
     rollout_concurrency: int = 32
     rollout_deadline_s: float | None = 3600.0
     heartbeat_s: float = 15.0
+    processes: Callable[[], dict[str, Any]] | None = None
 
 
 class RolloutBatch(BaseModel):
@@ -139,6 +144,12 @@ def create_app(backend: HeadBackend) -> FastAPI:
         if out is None:
             raise HTTPException(404, f"no server instance named {name!r}")
         return out
+
+    @app.get("/processes")
+    async def processes() -> dict[str, Any]:
+        if backend.processes is None:
+            raise HTTPException(404, "process accounting is not available")
+        return await asyncio.to_thread(backend.processes)
 
     @app.post("/rollouts/run")
     async def rollouts_run(batch: RolloutBatch) -> StreamingResponse:

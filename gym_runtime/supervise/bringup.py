@@ -25,7 +25,7 @@ from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.errors import GymRuntimeError, StartError
 from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract, policy_endpoint, preflight, ray_head, readiness
+from gym_runtime.supervise import contract, policy_endpoint, preflight, processes, ray_head, readiness
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted, as_interrupted
 from gym_runtime.supervise.logs import LogSink
@@ -359,7 +359,9 @@ class Environment:
                               health=self.supervisor.health, logs=self._logs,
                               agents=lambda: {n: m.url for n, m in self.supervisor.members.items()
                                               if m.info.get("server_type") == "responses_api_agents" and m.url},
-                              agent_facts=lambda: agent_facts(self.merged.instances, ranges=False))
+                              agent_facts=lambda: agent_facts(self.merged.instances, ranges=False),
+                              processes=lambda: processes.of_environment(self.supervisor,
+                                                                         (self.sandbox, self.host_launcher)))
         self.head = HeadServer(create_app(backend), sock)
         await self.head.start()
 

@@ -30,11 +30,13 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gym_runtime.config.merge import PolicyValues
 from gym_runtime.errors import SettingsError
+
+if TYPE_CHECKING:  # the config package (OmegaConf) loads only when policy values are built
+    from gym_runtime.config.merge import PolicyValues
 
 PIN_MODES = ("gym", "auto", "none")
 PIN_VARS = {"nemo-gym": "GYM_RUNTIME_PIN_NEMO_GYM", "ray[default]": "GYM_RUNTIME_PIN_RAY",
@@ -47,6 +49,8 @@ def builtin_servers_dir() -> Path:
 
 
 def _installed(dist: str, default: str) -> str:
+    from importlib import metadata
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -113,6 +117,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
 
 def policy_from_environ(environ: Mapping[str, str] | None = None) -> PolicyValues:
     """The job's policy values from ``GYM_RUNTIME_POLICY_*`` (``None`` where unset)."""
+    from gym_runtime.config.merge import PolicyValues
+
     env = os.environ if environ is None else environ
     url = env.get("GYM_RUNTIME_POLICY_BASE_URL") or None
     urls: str | list[str] | None = url

@@ -17,11 +17,8 @@ from typing import Any
 
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
 from gym_runtime.cli.validate import PLACEHOLDERS
-from gym_runtime.config import build_config
 from gym_runtime.errors import BuildError
-from gym_runtime.package import load_package
 from gym_runtime.settings import PIN_MODES, load_settings
-from gym_runtime.venvs import build_venvs, plan_venvs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,6 +43,10 @@ def _signals(cancel: threading.Event) -> dict[int, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gym_runtime.config import build_config
+    from gym_runtime.package import load_package
+    from gym_runtime.venvs import build_venvs, plan_venvs
+
     settings = load_settings()
     if args.pin_mode:
         settings = settings.with_overrides(pin_mode=args.pin_mode)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
-from gym_runtime.config.merge import PolicyValues
 from gym_runtime.errors import SettingsError
 from gym_runtime.settings import policy_from_environ
+
+if TYPE_CHECKING:  # the config package (OmegaConf) loads only when a command runs
+    from gym_runtime.config.merge import PolicyValues
 
 
 def add_package_args(p: argparse.ArgumentParser, overrides: bool = True) -> None:
@@ -34,6 +37,8 @@ def add_policy_args(p: argparse.ArgumentParser) -> None:
 def policy_from_args(args: argparse.Namespace) -> PolicyValues:
     """Flags win over ``GYM_RUNTIME_POLICY_*``; raises :class:`SettingsError` when the variable named by
     ``--policy-api-key-env`` is unset or empty."""
+    from gym_runtime.config.merge import PolicyValues
+
     env = policy_from_environ()
     urls = args.policy_base_url
     base: str | list[str] | None = (urls[0] if len(urls) == 1 else list(urls)) if urls else env.base_url

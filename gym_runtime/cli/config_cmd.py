@@ -7,8 +7,6 @@ import argparse
 import json
 
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
-from gym_runtime.config import build_config
-from gym_runtime.package import load_package
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gym_runtime.config import build_config
+    from gym_runtime.package import load_package
+
     pkg = load_package(args.package)
     policy = policy_from_args(args)  # a base URL without a key gets `EMPTY`, as at `up`
     merged = build_config(pkg, args.overrides, policy, defaults=policy.keyless_defaults())

@@ -11,23 +11,22 @@ package / config / row (nothing started), 2 for bad flags.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import signal
 import sys
 import time
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING, Any
 
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
 from gym_runtime.errors import EXIT_OK, EXIT_RUNTIME, RolloutError, UsageError
-from gym_runtime.rollouts.dryrun import DryRunRequest, DryRunResult, run_dry_run
-from gym_runtime.rollouts.report import print_report, report_dict
 from gym_runtime.supervise.options import SuperviseOptions
+
+if TYPE_CHECKING:  # rich and the rollout machinery load only when a dry run runs
+    from rich.console import Console
+
+    from gym_runtime.rollouts.dryrun import DryRunRequest, DryRunResult
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,6 +61,8 @@ def default_dataset(package: str) -> Path:
 
 
 def request_from_args(args: argparse.Namespace) -> DryRunRequest:
+    from gym_runtime.rollouts.dryrun import DryRunRequest
+
     if args.dataset is None:
         args.dataset = default_dataset(args.package)
     runtime = {k: v for k, v in (("python", args.python), ("isolation", args.isolation),
@@ -73,6 +74,13 @@ def request_from_args(args: argparse.Namespace) -> DryRunRequest:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gym_runtime.rollouts.dryrun import run_dry_run
+
     req = request_from_args(args)
     err = Console(stderr=True)
     progress = Progress(TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -100,6 +108,8 @@ async def _stoppable(work: Coroutine[Any, Any, DryRunResult]) -> DryRunResult:
     """Run ``work`` so that SIGTERM cancels it the way asyncio's own Ctrl-C handling does: the
     environment is brought down by the cancellation, then ``CancelledError`` reaches the caller.
     (Raising from a plain signal handler instead could strike inside the event loop and hang it.)"""
+    import asyncio
+
     loop, me = asyncio.get_running_loop(), asyncio.current_task()
     assert me is not None
     loop.add_signal_handler(signal.SIGTERM, me.cancel)
@@ -111,6 +121,10 @@ async def _stoppable(work: Coroutine[Any, Any, DryRunResult]) -> DryRunResult:
 
 def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
     """Print the table (or JSON) and turn failed rollouts into exit 3."""
+    from rich.console import Console
+
+    from gym_runtime.rollouts.report import print_report, report_dict
+
     extra = {"package": result.package, "dataset": str(args.dataset), "samples": args.samples,
              "startup_s": result.ready.get("startup_s"), "isolation": result.ready.get("isolation"),
              "policy_model": result.ready.get("policy_model")}

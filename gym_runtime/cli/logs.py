@@ -19,8 +19,6 @@ import time
 from collections import deque
 from pathlib import Path
 
-import httpx
-
 from gym_runtime.cli.status import add_head_arg, get, head_url
 from gym_runtime.errors import UserError
 from gym_runtime.settings import load_settings
@@ -58,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _alive(base: str) -> bool:
+    import httpx
+
     try:
         httpx.get(base + "/", timeout=1.0, trust_env=False)
         return True

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-
-import httpx
+from typing import TYPE_CHECKING
 
 from gym_runtime.errors import EXIT_RUNTIME, StartError, UserError
 from gym_runtime.settings import load_settings
 from gym_runtime.supervise.daemon_record import RECORD, running
+
+if TYPE_CHECKING:  # httpx loads only when a head server is asked
+    import httpx
 
 
 def add_head_arg(p: argparse.ArgumentParser) -> None:
@@ -43,6 +45,8 @@ def head_url(args: argparse.Namespace) -> str:
 
 def get(url: str, timeout: float = 5.0) -> httpx.Response:
     """GET on the head server; raises :class:`StartError` ``GR-HEAD-UNREACHABLE`` when it does not answer."""
+    import httpx
+
     try:
         return httpx.get(url, timeout=timeout, trust_env=False)
     except httpx.HTTPError as e:

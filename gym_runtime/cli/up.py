@@ -8,7 +8,6 @@ stdout gets exactly ONE JSON line once every server answers (``{"status": "ready
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import signal
 import sys
@@ -17,9 +16,13 @@ from pathlib import Path
 
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
 from gym_runtime.settings import load_settings
-from gym_runtime.supervise.bringup import Environment, UpRequest
+from typing import TYPE_CHECKING
+
 from gym_runtime.supervise.daemon_record import DaemonRecord
 from gym_runtime.supervise.options import SuperviseOptions
+
+if TYPE_CHECKING:  # the daemon's machinery loads only when `up` runs (not for --help)
+    from gym_runtime.supervise.bringup import UpRequest
 
 D = SuperviseOptions()
 EXIT_CODES = """exit codes:
@@ -61,6 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def request_from_args(args: argparse.Namespace) -> UpRequest:
+    from gym_runtime.supervise.bringup import UpRequest
+
     opts = SuperviseOptions(server_ready_timeout_s=args.ready_timeout, startup_timeout_s=args.startup_timeout,
                             model_endpoint_timeout_s=args.model_endpoint_timeout, max_restarts=args.max_restarts,
                             shutdown_grace_s=args.shutdown_grace, keep_going=args.keep_going,
@@ -84,6 +89,10 @@ async def serve(req: UpRequest) -> int:
     """Run the daemon on this loop until stopped; returns the exit code. Raises
     :class:`~gym_runtime.errors.StartError` ``GR-DAEMON-RUNNING`` when another daemon holds the
     state directory (see :mod:`gym_runtime.supervise.daemon_record`)."""
+    import asyncio
+
+    from gym_runtime.supervise.bringup import Environment
+
     env = Environment(req, load_settings(), _progress)
     record = DaemonRecord(env.settings.home, env.work_dir, req.work_dir is not None, _progress)
     record.claim()
@@ -125,5 +134,7 @@ async def serve(req: UpRequest) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
     req = request_from_args(args)
     return asyncio.run(serve(req))

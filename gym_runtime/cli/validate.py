@@ -16,10 +16,7 @@ import json
 import sys
 
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
-from gym_runtime.config import build_config
 from gym_runtime.errors import EXIT_INVALID, EXIT_OK, GymRuntimeError, PackageInvalidError, UsageError, Violation
-from gym_runtime.package import check_package, parse_target
-from gym_runtime.venvs.preflight import package_checks
 
 PLACEHOLDERS = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "placeholder",
                 "policy_model_name": "placeholder"}
@@ -41,6 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     """Run every check; return the summary fields and all violations (never raises for bad input)."""
+    from gym_runtime.config import build_config
+    from gym_runtime.package import check_package, parse_target
+    from gym_runtime.venvs.preflight import package_checks
+
     target = None
     if args.platform:
         try:

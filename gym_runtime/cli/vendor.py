@@ -12,11 +12,8 @@ import json
 
 from gym_runtime.cli.common import add_package_args
 from gym_runtime.cli.validate import PLACEHOLDERS
-from gym_runtime.config import PolicyValues, build_config
 from gym_runtime.errors import UsageError
-from gym_runtime.package import check_package, parse_target
 from gym_runtime.settings import load_settings
-from gym_runtime.venvs.vendor import vendor
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gym_runtime.config import PolicyValues, build_config
+    from gym_runtime.package import check_package, parse_target
+    from gym_runtime.venvs.vendor import vendor
+
     try:
         target = parse_target(args.platform, args.python, args.glibc)
     except ValueError as e:

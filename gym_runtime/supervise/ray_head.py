@@ -16,6 +16,15 @@ private pid namespace it never sees one and fails after 60 s with "No node info 
 attributes". Ray Client (``ray://``) would avoid the scan but adds one driver process per server on
 the head and is not how Gym servers join a cluster.
 
+Lean start (what Gym servers use: ``ray.init(address=...)`` and tasks): no dashboard UI, no
+autoscaler monitor (a fixed one-node cluster has nothing to scale; ``--no-monitor``), and no idle
+workers started ahead of tasks (``RAY_enable_worker_prestart=0``,
+``RAY_prestart_worker_first_driver=0``: otherwise one Python worker per CPU, ~100 MB each, would
+start with the head and again when the first server connects; a server's first task pays the worker
+start instead). The GCS, the raylet with its two agents, the API server, the log monitor (task
+output reaches the servers' logs) and Ray Client's server remain: ``ray start`` has no switch for
+them.
+
 Quiet start: with the dashboard off, Ray still loads its usage-stats module, which asks three cloud
 metadata services (169.254.169.254, metadata.google.internal) unless ``~/ray_bootstrap_config.yaml``
 exists, and posts a "usage stats disabled" report to usage-stats.ray.io even when
@@ -65,9 +74,10 @@ def remove_temp_dir(path: Path | None) -> None:
 
 
 def head_argv(ray_bin: Path, gcs_port: int, temp_dir: Path) -> list[str]:
-    """``ray start --head --block`` on loopback, no dashboard, no usage stats."""
+    """``ray start --head --block`` on loopback with what Gym servers use (see the module doc): no
+    dashboard, no autoscaler monitor (a fixed one-node cluster), no usage stats."""
     return [str(ray_bin), "start", "--head", "--block", "--port", str(gcs_port), "--node-ip-address", "127.0.0.1",
-            "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(temp_dir)]
+            "--include-dashboard", "false", "--no-monitor", "--disable-usage-stats", "--temp-dir", str(temp_dir)]
 
 
 def head_env(ray_bin: Path, temp_dir: Path) -> dict[str, str]:
@@ -75,4 +85,6 @@ def head_env(ray_bin: Path, temp_dir: Path) -> dict[str, str]:
     stats off and their report sent nowhere, see the module doc; loopback only, :data:`LOOPBACK_ENV`)."""
     return {"PATH": f"{ray_bin.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(temp_dir), "LANG": "C.UTF-8",
             "RAY_USAGE_STATS_ENABLED": "0", "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
-            "RAY_USAGE_STATS_PROMPT_ENABLED": "0", "PYTHONUNBUFFERED": "1", **LOOPBACK_ENV}
+            "RAY_USAGE_STATS_PROMPT_ENABLED": "0", "PYTHONUNBUFFERED": "1", **LOOPBACK_ENV,
+            # no idle workers started ahead of tasks (one per CPU at start and at the first driver)
+            "RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}

@@ -158,13 +158,13 @@ class Environment:
                   f"(isolation: {self.sandbox.level.value})")
         self.supervisor.phase = "waiting for servers to answer GET /"
         self._check_stop()
+        self.bytecode.learn(lambda name: self.supervisor.members[name].status == READY)
         await self._supervise(merged)
         if self.req.options.probe_policy:
             self.phase = self.supervisor.phase = "probing the policy model (--probe-policy)"
             async with httpx.AsyncClient(trust_env=False) as client:
                 await policy_endpoint.check_reasoning(client, merged.instances, self._say)
         self.phase = "ready"
-        self.bytecode.learn()
         self.ready_info = {
             "status": "ready", "head_server": self.head.url,
             "servers": {n: m.url for n, m in self.supervisor.members.items() if m.kind == "server"},
@@ -287,7 +287,7 @@ class Environment:
         wd = self.work_dir / "servers" / name
         wd.mkdir(parents=True, exist_ok=True)
         sdir = Path(inst.server_dir.path)
-        cache = self.bytecode.user(python, f"{inst.server_type}/{inst.implementation} {sdir}")
+        cache = self.bytecode.user(python, f"{inst.server_type}/{inst.implementation} {sdir}", name)
         env = {**contract.server_env(name, sdir, python, wd, self.settings.environ), **cache.env}
         if self.ray.mode == "local":  # drivers of our private head agree with it on the loopback node address
             env.update(ray_head.LOOPBACK_ENV)
@@ -327,7 +327,7 @@ class Environment:
         venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers may run server venvs' Pythons
         env, writable = ray_head.head_env(ray_bin, tmp), [tmp]
         if ray_bin.parent.parent in venvs:  # the daemon's own Ray (no server venv has one) keeps its bytecode
-            cache = self.bytecode.user(ray_bin.parent / "python", RAY_HEAD)
+            cache = self.bytecode.user(ray_bin.parent / "python", RAY_HEAD, "ray_head")
             env, writable = {**env, **cache.env}, [tmp, *cache.writable]
         spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp), tmp, env,
                            read_only_paths=[ray_bin.parent.parent, *venvs], writable_paths=writable)

@@ -17,7 +17,8 @@ Builds compile nothing: ``uv pip install --compile-bytecode`` compiles every fil
   ``PYTHONPYCACHEPREFIX``, so its imports leave ``.pyc`` files there. :func:`harvest` then reads only their *names*: each names a
   source file; the regular ``.py`` files inside the venv (never inside ``.gym-runtime``) are
   compiled by the daemon into the shared cache, the user is recorded and the dir is removed. A
-  process's own bytecode is never copied.
+  process's own bytecode is never copied. This runs in the background, at a lower CPU priority,
+  as soon as that process is ready (its start-up imports are done).
 
 A learning dir whose daemon died before harvesting (its ``flock`` is free) is harvested by the next
 start of that venv (:func:`harvest_stale`). Compiling is bounded by the cores, runs in its own
@@ -36,12 +37,14 @@ import re
 import shutil
 import signal
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 LEARN = Path(".gym-runtime") / "learn"
 RECORD = Path(".gym-runtime") / "pycache.json"
 RAY_HEAD = "ray_head"
+NICE = 10  # compilers' CPU priority (a higher nice value yields to the servers)
 _PYC = re.compile(r"^(?P<stem>[^.]+)\.[a-z]+-\d+(\.opt-\d)?\.pyc$")
 # compileall skips files whose cached bytecode is already up to date; prints how many it compiled
 _COMPILE = ("import compileall, sys\n"
@@ -161,6 +164,9 @@ async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: 
                                                   env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
              for _ in chunks]
     try:
+        for p in procs:  # background work: the environment's own processes come first
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, p.pid, NICE)
         outs = await asyncio.gather(*(p.communicate("\n".join(c).encode()) for p, c in zip(procs, chunks)))
     finally:
         for p in procs:
@@ -220,11 +226,13 @@ async def harvest_stale(venv: Path, python: Path) -> int:
 
 class EnvironmentBytecode:
     """The bytecode caches of one environment's processes: ``await prepare(pythons)`` before any
-    starts (harvests what earlier runs left), ``user(python, key)`` per process, ``learn()`` once
-    the environment is ready (harvests in the background), ``await close()`` on stop."""
+    starts (harvests what earlier runs left), ``user(python, key, name)`` per process,
+    ``learn(ready)`` once they are spawned (each learning cache is harvested in the background as
+    soon as ``ready(name)`` says its process is ready, i.e. done with its start-up imports),
+    ``await close()`` on stop."""
 
     def __init__(self, progress=None) -> None:
-        self.caches: list[tuple[Path, Pycache]] = []
+        self.caches: list[tuple[Path, str, Pycache]] = []
         self._say = progress or (lambda msg: None)
         self._task: asyncio.Task | None = None
 
@@ -235,34 +243,38 @@ class EnvironmentBytecode:
             if n:
                 self._say(f"bytecode: {n} files an earlier run imported compiled for {py.parent.parent.name}")
 
-    def user(self, python: Path, key: str) -> Pycache:
-        """The cache for one process run by ``python`` (``<venv>/bin/python``) as user ``key``."""
+    def user(self, python: Path, key: str, name: str) -> Pycache:
+        """The cache for process ``name`` run by ``python`` (``<venv>/bin/python``) as user ``key``."""
         cache = for_user(Path(python).parent.parent, key)
-        self.caches.append((Path(python), cache))
+        self.caches.append((Path(python), name, cache))
         return cache
 
-    def learn(self) -> None:
-        """Start harvesting every learning cache in the background (one venv after the other)."""
-        if any(c.learning for _, c in self.caches) and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._learn())
+    def learn(self, ready: Callable[[str], bool]) -> None:
+        """Harvest each learning cache in the background once ``ready(name)`` is true for it."""
+        if any(c.learning for _, _, c in self.caches) and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._learn(ready))
 
-    async def _learn(self) -> None:
-        by_venv: dict[Path, tuple[Path, list[Pycache]]] = {}
-        for py, c in self.caches:
-            if c.learning:
-                by_venv.setdefault(c.venv, (py, []))[1].append(c)
-        for venv, (py, caches) in by_venv.items():
-            try:
-                n = await harvest(py, caches)
-            except RuntimeError as e:  # a failed compile costs speed only, never correctness
-                self._say(f"bytecode: {e}")
+    async def _learn(self, ready: Callable[[str], bool]) -> None:
+        pending = [entry for entry in self.caches if entry[2].learning]
+        while pending:
+            due = [entry for entry in pending if ready(entry[1])]
+            if not due:
+                await asyncio.sleep(0.2)
                 continue
-            self._say(f"bytecode: {n} imported files compiled into {venv.name}'s shared cache")
+            for entry in due:
+                pending.remove(entry)
+                py, name, cache = entry
+                try:
+                    n = await harvest(py, [cache])
+                except RuntimeError as e:  # a failed compile costs speed only, never correctness
+                    self._say(f"bytecode: {e}")
+                    continue
+                self._say(f"bytecode: {name}'s imports ({n} files) are in {cache.venv.name}'s shared cache")
 
     async def close(self) -> None:
         """Stop a running harvest (what it compiled stays valid) and release every learning dir."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        for _, c in self.caches:
+        for _, _, c in self.caches:
             c.release()

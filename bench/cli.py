@@ -45,6 +45,8 @@ def main() -> None:
     cached = list((ROOT / "gym_runtime" / "cli" / "__pycache__").glob("main.*.pyc"))
     print(f"bytecode: {'present' if cached else 'absent'} for gym_runtime/cli (python {sys.version.split()[0]}); "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    med, best = timed([sys.executable, "-c", "pass"], env, args.runs)
+    print(f"{'python -c pass':<22} median {med * 1000:6.0f} ms   min {best * 1000:6.0f} ms   (the interpreter alone)")
     for label, argv in (("--help", ["--help"]), ("status (no daemon)", ["status"]),
                         ("validate example", ["validate", str(EXAMPLE)]),
                         ("config example", ["config", str(EXAMPLE)])):

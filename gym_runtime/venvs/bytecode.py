@@ -120,11 +120,14 @@ def for_user(venv: Path, key: str) -> Pycache:
     venv = Path(venv)
     if key in learned(venv):
         return Pycache(venv, key, None)
-    base = venv / LEARN
-    base.mkdir(parents=True, exist_ok=True)
-    d = Path(tempfile.mkdtemp(dir=base))
-    (d / "key").write_text(key)
-    fd = _lock(d / "lock")
+    try:
+        base = venv / LEARN
+        base.mkdir(parents=True, exist_ok=True)
+        d = Path(tempfile.mkdtemp(dir=base))
+        (d / "key").write_text(key)
+        fd = _lock(d / "lock")
+    except OSError:  # a venv root the daemon cannot write (a read-only image): run without learning
+        return Pycache(venv, key, None)
     return Pycache(venv, key, d, fd)
 
 
@@ -239,7 +242,11 @@ class EnvironmentBytecode:
     async def prepare(self, pythons: list[Path]) -> None:
         """Harvest learning dirs earlier runs left in the venvs of ``pythons`` (``<venv>/bin/python``)."""
         for py in dict.fromkeys(Path(p) for p in pythons):
-            n = await harvest_stale(py.parent.parent, py)
+            try:
+                n = await harvest_stale(py.parent.parent, py)
+            except (RuntimeError, OSError) as e:  # speed only: the processes then learn again
+                self._say(f"bytecode: {e}")
+                continue
             if n:
                 self._say(f"bytecode: {n} files an earlier run imported compiled for {py.parent.parent.name}")
 
@@ -266,7 +273,7 @@ class EnvironmentBytecode:
                 py, name, cache = entry
                 try:
                     n = await harvest(py, [cache])
-                except RuntimeError as e:  # a failed compile costs speed only, never correctness
+                except (RuntimeError, OSError) as e:  # a failed compile costs speed only, never correctness
                     self._say(f"bytecode: {e}")
                     continue
                 self._say(f"bytecode: {name}'s imports ({n} files) are in {cache.venv.name}'s shared cache")

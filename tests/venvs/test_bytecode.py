@@ -130,3 +130,10 @@ def test_a_sandboxed_process_writes_only_its_own_learning_dir(venv_python: Path,
     assert seen == {targets[0]: "written", targets[1]: "OSError", targets[2]: "OSError"}, seen
     mine.release()
     other.release()
+
+
+def test_a_venv_where_no_learning_dir_can_be_made_runs_without_learning(venv_python: Path) -> None:
+    venv = venv_python.parent.parent
+    (venv / ".gym-runtime" / "learn").write_text("not a directory")  # as a read-only venv root fails mkdir
+    cache = for_user(venv, KEY)
+    assert not cache.learning and cache.writable == [] and cache.env == {"PYTHONDONTWRITEBYTECODE": "1"}

@@ -17,8 +17,9 @@ Builds compile nothing: ``uv pip install --compile-bytecode`` compiles every fil
   ``PYTHONPYCACHEPREFIX``, so its imports leave ``.pyc`` files there. :func:`harvest` then reads only their *names*: each names a
   source file; the regular ``.py`` files inside the venv (never inside ``.gym-runtime``) are
   compiled by the daemon into the shared cache, the user is recorded and the dir is removed. A
-  process's own bytecode is never copied. This runs in the background, at a lower CPU priority,
-  as soon as that process is ready (its start-up imports are done).
+  process's own bytecode is never copied. This runs in the background at a lower CPU priority
+  while the processes start (every second, what they imported since), and a user is recorded once
+  its process is ready (its start-up imports are done).
 
 A learning dir whose daemon died before harvesting (its ``flock`` is free) is harvested by the next
 start of that venv (:func:`harvest_stale`). Compiling is bounded by the cores, runs in its own
@@ -191,12 +192,19 @@ async def harvest(python: Path, caches: list[Pycache]) -> int:
     venv = caches[0].venv
     files = sorted({f for c in caches for f in await asyncio.to_thread(sources, c)})
     n = await compile_into_shared(venv, python, files)
-    _record(venv, {c.key for c in caches})
+    finish(caches)
+    return n
+
+
+def finish(caches: list[Pycache]) -> None:
+    """Record the users of harvested learning ``caches`` (all of one venv) and remove their dirs."""
+    if not caches:
+        return
+    _record(caches[0].venv, {c.key for c in caches})
     for c in caches:
         shutil.rmtree(c.prefix, ignore_errors=True)
         c.release()
         c.prefix = None
-    return n
 
 
 def stale(venv: Path) -> list[Pycache]:
@@ -230,8 +238,8 @@ async def harvest_stale(venv: Path, python: Path) -> int:
 class EnvironmentBytecode:
     """The bytecode caches of one environment's processes: ``await prepare(pythons)`` before any
     starts (harvests what earlier runs left), ``user(python, key, name)`` per process,
-    ``learn(ready)`` once they are spawned (each learning cache is harvested in the background as
-    soon as ``ready(name)`` says its process is ready, i.e. done with its start-up imports),
+    ``learn(ready)`` when they are spawned (harvests in the background while they start; a user is
+    recorded once ``ready(name)`` says its process is done with its start-up imports),
     ``await close()`` on stop."""
 
     def __init__(self, progress=None) -> None:
@@ -257,26 +265,33 @@ class EnvironmentBytecode:
         return cache
 
     def learn(self, ready: Callable[[str], bool]) -> None:
-        """Harvest each learning cache in the background once ``ready(name)`` is true for it."""
+        """Harvest the learning caches in the background while their processes start: every second
+        what they imported since is compiled, and a cache is finished once ``ready(name)``."""
         if any(c.learning for _, _, c in self.caches) and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._learn(ready))
 
-    async def _learn(self, ready: Callable[[str], bool]) -> None:
+    async def _learn(self, ready: Callable[[str], bool], every_s: float = 1.0) -> None:
         pending = [entry for entry in self.caches if entry[2].learning]
+        compiled: dict[Path, set[str]] = {}  # per venv: sources compiled by this task
         while pending:
-            due = [entry for entry in pending if ready(entry[1])]
-            if not due:
-                await asyncio.sleep(0.2)
-                continue
-            for entry in due:
-                pending.remove(entry)
+            for entry in list(pending):
                 py, name, cache = entry
+                final = ready(name)  # read first: what it imported up to now is then all there
+                seen = compiled.setdefault(cache.venv, set())
+                new = [f for f in await asyncio.to_thread(sources, cache) if f not in seen]
                 try:
-                    n = await harvest(py, [cache])
+                    await compile_into_shared(cache.venv, py, new)
+                    seen.update(new)
+                    if final:
+                        finish([cache])
                 except (RuntimeError, OSError) as e:  # a failed compile costs speed only, never correctness
                     self._say(f"bytecode: {e}")
-                    continue
-                self._say(f"bytecode: {name}'s imports ({n} files) are in {cache.venv.name}'s shared cache")
+                    final = True
+                if final:
+                    pending.remove(entry)
+                    self._say(f"bytecode: {name}'s imports are in {cache.venv.name}'s shared cache "
+                              f"({len(seen)} files compiled for the venv so far)")
+            await asyncio.sleep(every_s)
 
     async def close(self) -> None:
         """Stop a running harvest (what it compiled stays valid) and release every learning dir."""

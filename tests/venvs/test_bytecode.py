@@ -137,3 +137,32 @@ def test_a_venv_where_no_learning_dir_can_be_made_runs_without_learning(venv_pyt
     (venv / ".gym-runtime" / "learn").write_text("not a directory")  # as a read-only venv root fails mkdir
     cache = for_user(venv, KEY)
     assert not cache.learning and cache.writable == [] and cache.env == {"PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def test_imports_are_compiled_while_the_process_still_starts(venv_python: Path) -> None:
+    from gym_runtime.venvs.bytecode import EnvironmentBytecode
+
+    venv = venv_python.parent.parent
+    state = {"ready": False}
+
+    async def run() -> tuple[bool, set[str]]:
+        env = EnvironmentBytecode()
+        cache = env.user(venv_python, KEY, "acme")
+        _py(venv_python, cache.env, "-c", "import tinyparse")  # the process's start-up imports
+        env.learn(lambda name: state["ready"])
+        for _ in range(100):  # compiled before the process says it is ready...
+            await asyncio.sleep(0.1)
+            if (_pycache(venv, "tinyparse")).is_dir():
+                break
+        early = (_pycache(venv, "tinyparse")).is_dir() and KEY not in learned(venv)
+        state["ready"] = True
+        for _ in range(100):  # ...and the user is recorded once it is
+            await asyncio.sleep(0.1)
+            if KEY in learned(venv):
+                break
+        await env.close()
+        return early, learned(venv)
+
+    early, users = asyncio.run(run())
+    assert early, "what a starting process imported is compiled while it starts"
+    assert users == {KEY}

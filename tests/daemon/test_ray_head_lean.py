@@ -18,7 +18,7 @@ def test_private_ray_head_runs_no_monitor_and_no_idle_workers(tmp_path) -> None:
     proc = up_process(simple_env(tmp_path / "pkg", ray_enabled=True), tmp_path, "--policy-base-url",
                       "http://127.0.0.1:9/v1", env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
     try:
-        info = json.loads(read_ready_line(proc, timeout=180))
+        info = json.loads(read_ready_line(proc, timeout=600))  # a loaded 2-core host starts Ray slowly
         assert info["ray"]["mode"] == "local"
         rows = httpx.get(info["head_server"] + "/processes", trust_env=False, timeout=10).json()["processes"]
         ray = [r for r in rows if r["role"] == "ray"]

@@ -192,7 +192,7 @@ async def harvest(python: Path, caches: list[Pycache]) -> int:
     venv = caches[0].venv
     files = sorted({f for c in caches for f in await asyncio.to_thread(sources, c)})
     n = await compile_into_shared(venv, python, files)
-    finish(caches)
+    await asyncio.to_thread(finish, caches)  # removing thousands of files must not block the loop
     return n
 
 
@@ -283,7 +283,7 @@ class EnvironmentBytecode:
                     await compile_into_shared(cache.venv, py, new)
                     seen.update(new)
                     if final:
-                        finish([cache])
+                        await asyncio.to_thread(finish, [cache])  # never block the loop on rmtree
                 except (RuntimeError, OSError) as e:  # a failed compile costs speed only, never correctness
                     self._say(f"bytecode: {e}")
                     final = True

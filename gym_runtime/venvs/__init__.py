@@ -1,4 +1,4 @@
-"""Server venvs: plan, build, reuse (DESIGN.md §5; issue 3).
+"""Server venvs: plan, build, reuse (docs/architecture.md §5).
 
     plan = plan_venvs(merged, settings, python=None)      # InstallPlan (raises BuildError early)
     venvs = build_venvs(plan, settings, progress=True, cancel=event)   # VenvSet

@@ -351,8 +351,8 @@ class Supervisor:
         return ", ".join(left)
 
     async def _shutdown(self, grace: float) -> None:
-        """Stop members in waves, highest first (servers before the Ray head and the stub model
-        they use: a Ray driver hangs in its own shutdown when the head is gone first): TERM each
+        """Stop the servers first, then what they use (the Ray head and the stub model, whatever
+        wave they started in: a Ray driver hangs in its own shutdown when its head is gone): TERM each
         process group, wait ``grace``, KILL, reap; then the orphans; then post ``stopped``."""
         t0 = time.monotonic()
 
@@ -377,8 +377,8 @@ class Supervisor:
             m.status = FAILED if failed else STOPPED
 
         running = [m for m in self.members.values() if m.status != PENDING]
-        for wave in sorted({m.wave for m in running}, reverse=True):
-            await asyncio.gather(*(stop_one(m) for m in running if m.wave == wave), return_exceptions=True)
+        for group in ([m for m in running if m.kind == "server"], [m for m in running if m.kind != "server"]):
+            await asyncio.gather(*(stop_one(m) for m in group), return_exceptions=True)
         for m in self.members.values():
             m.status = FAILED if m.status == FAILED else STOPPED
             m.log.detach()

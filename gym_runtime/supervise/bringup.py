@@ -321,7 +321,7 @@ class Environment:
         :mod:`gym_runtime.supervise.ray_head`. Returns the GCS address servers get."""
         from sandbox import ProcessSpec
 
-        port = self.sandbox.allocate_port()
+        port = self._fresh()
         self.ray_tmp = tmp = ray_head.make_temp_dir()
         ray_bin = ray_head.ray_binary(pythons[n] for n in self.ray.needed_by)
         venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers may run server venvs' Pythons
@@ -329,7 +329,7 @@ class Environment:
         if ray_bin.parent.parent in venvs:  # the daemon's own Ray (no server venv has one) keeps its bytecode
             cache = self.bytecode.user(ray_bin.parent / "python", RAY_HEAD, "ray_head")
             env, writable = {**env, **cache.env}, [tmp, *cache.writable]
-        spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp), tmp, env,
+        spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp, [self._fresh() for _ in range(len(ray_head.PORT_FLAGS) + 1)]), tmp, env,
                            read_only_paths=[ray_bin.parent.parent, *venvs], writable_paths=writable)
         self._member("ray_head", "ray", spec, self.sandbox, port, probe_path="log:" + ray_head.READY_TEXT,
                      kill_on_stop=True,

@@ -73,11 +73,30 @@ def remove_temp_dir(path: Path | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def head_argv(ray_bin: Path, gcs_port: int, temp_dir: Path) -> list[str]:
+# Listeners of a head whose defaults are fixed ports (dashboard agent 52365, Ray Client 10001 where
+# installed...): each gets a port of its own, so a head at isolation none never collides with
+# another Ray on the host (e.g. a training job's cluster on the same node).
+PORT_FLAGS = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+              "--metrics-export-port", "--node-manager-port", "--object-manager-port")
+CLIENT_PORT_FLAG = "--ray-client-server-port"  # only where Ray Client is installed (it needs ``grpc``)
+
+
+def has_ray_client(ray_bin: Path) -> bool:
+    """True when the venv of ``ray_bin`` has Ray Client's dependency (``grpc``): ``ray start`` then
+    runs its client server, on 10001 unless told otherwise (Ray 2.60 ``scripts.py``)."""
+    return any((ray_bin.parent.parent / "lib").glob("python*/site-packages/grpc/__init__.py"))
+
+
+def head_argv(ray_bin: Path, gcs_port: int, temp_dir: Path, ports: Iterable[int]) -> list[str]:
     """``ray start --head --block`` on loopback with what Gym servers use (see the module doc): no
-    dashboard, no autoscaler monitor (a fixed one-node cluster), no usage stats."""
+    dashboard, no autoscaler monitor (a fixed one-node cluster), no usage stats; ``ports``: one free
+    port per flag of :data:`PORT_FLAGS`, then one for Ray Client's server (used where it is
+    installed, :func:`has_ray_client`)."""
+    flags = PORT_FLAGS + ((CLIENT_PORT_FLAG,) if has_ray_client(ray_bin) else ())
+    given = [a for flag, port in zip(flags, ports) for a in (flag, str(port))]
     return [str(ray_bin), "start", "--head", "--block", "--port", str(gcs_port), "--node-ip-address", "127.0.0.1",
-            "--include-dashboard", "false", "--no-monitor", "--disable-usage-stats", "--temp-dir", str(temp_dir)]
+            *given, "--include-dashboard", "false", "--no-monitor", "--disable-usage-stats",
+            "--temp-dir", str(temp_dir)]
 
 
 def head_env(ray_bin: Path, temp_dir: Path) -> dict[str, str]:

@@ -246,7 +246,7 @@ def test_servers_stop_before_the_ray_head_they_use(tmp_path: Path) -> None:
 def test_the_private_ray_head_listens_on_loopback_only(tmp_path: Path) -> None:
     """At isolation none the private head shares the host network: every socket any of its
     processes listens on is a loopback one (Ray would otherwise take the host's routable address
-    and listen on every interface)."""
+    and listen on every interface), on ports of its own."""
     pkg = simple_env(tmp_path / "pkg", ray_enabled=True)
     proc = up_process(pkg, tmp_path, "--ray-address", "local", "--isolation", "none")
     try:
@@ -254,9 +254,13 @@ def test_the_private_ray_head_listens_on_loopback_only(tmp_path: Path) -> None:
         assert info["ray"]["mode"] == "local"
         ray_procs = [p for p in descendants(proc.pid) if p.name() in ("gcs_server", "raylet")]
         assert {p.name() for p in ray_procs} == {"gcs_server", "raylet"}
-        listening = [(p.name(), c.laddr.ip) for p in ray_procs for c in p.net_connections("inet")
+        head = [p for p in descendants(proc.pid) if p.name() in ("gcs_server", "raylet") or "ray" in p.name()]
+        listening = [(p.name(), c.laddr.ip, c.laddr.port) for p in head for c in p.net_connections("inet")
                      if c.status == psutil.CONN_LISTEN]
-        assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, ip in listening), listening
+        assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, ip, _ in listening), listening
+        # none of Ray's fixed default ports (GCS, Ray Client, dashboard, dashboard agent): another Ray
+        # on the same host (a training job's cluster) keeps them
+        assert not {port for *_, port in listening} & {6379, 10001, 8265, 52365}, listening
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(20) == 0
     finally:

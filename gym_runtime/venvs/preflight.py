@@ -10,7 +10,11 @@ For venvs that get stage 2 (agents and resources servers of a wheels-format pack
 - an sdist in ``wheels/`` or a local path / editable requirement whose ``build-system.requires``
   has no wheel in ``wheels/`` (``GR-BUILD-SDIST-BACKEND``, case C10).
 
-For every venv: a line that is not a valid requirement (``GR-BUILD-REQUIREMENT``). The checks of
+For every venv: a line that is not a valid requirement (``GR-BUILD-REQUIREMENT``), and a local
+path or editable line uv cannot install (``GR-BUILD-LOCAL-PATH``): it points at nothing, outside
+the package, or at a directory that is not a Python project (no ``pyproject.toml``, ``setup.py``
+or ``setup.cfg``). Lines pointing at the Gym SDK (``../..``) are not local paths: the pinned
+``nemo-gym`` replaces them (:mod:`gym_runtime.venvs.requirements`). The checks of
 one install file (:func:`source_checks`) are also what ``gym-runtime validate`` reports for each
 server of a package (:func:`package_checks`), so a package that cannot build offline is invalid.
 
@@ -39,10 +43,12 @@ from packaging.version import Version
 from gym_runtime.errors import BuildError, Violation
 from gym_runtime.package import Package
 from gym_runtime.venvs.plan import STAGE2_TYPES, PoolEntry, VenvPlan, read_pool_entries
-from gym_runtime.venvs.requirements import InstallSource, read_install_source
+from gym_runtime.venvs.requirements import InstallSource, ReqLine, local_path, read_install_source
 from gym_runtime.venvs.tags import fits
 
 DEFAULT_BACKEND = ["setuptools>=40.8.0"]  # pip/uv's assumption for a project without [build-system]
+PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")  # what makes a directory installable
+ARCHIVES = (".whl", ".tar.gz", ".zip", ".tar.bz2")
 
 
 def _servers(vp: VenvPlan) -> str:
@@ -108,6 +114,12 @@ def source_checks(source: InstallSource, rel_file: str, pool: Sequence[PoolEntry
             out.append(Violation("GR-BUILD-REQUIREMENT", f"`{ln.text}` is not a valid requirement: {ln.error}",
                                  file=rel_file, key=f"line {ln.lineno}", hint="write a PEP 508 requirement "
                                  "(`name[extras]>=version`, `name @ URL`), a local path, or a pip option line"))
+        elif problem := local_path_problem(source, ln):
+            out.append(Violation("GR-BUILD-LOCAL-PATH", f"`{ln.text}` {problem}", file=rel_file,
+                                 key=f"line {ln.lineno}", hint="ship the project inside the package and point at "
+                                 "it relative to the server directory, require it by name (an index or wheels/), "
+                                 "or point at the Gym SDK with `-e nemo-gym[dev] @ ../../` (installed as the "
+                                 "pinned nemo-gym)"))
     if not offline:
         return out
     for ln in source.lines:
@@ -119,12 +131,38 @@ def source_checks(source: InstallSource, rel_file: str, pool: Sequence[PoolEntry
                                  "but this package installs offline from wheels/", file=rel_file,
                                  key=f"line {ln.lineno}", hint=use))
     for ln in source.lines:
-        if ln.kind in ("path", "editable") and ln.target and not ln.gym_sdk:
-            p = Path(ln.target.removeprefix("file://").removeprefix("file:"))
-            p = p if p.is_absolute() else (source.file.parent / p).resolve()
+        if ln.kind in ("path", "editable") and ln.target and not ln.gym_sdk and not local_path_problem(source, ln):
+            p = _resolve(source, ln)
             out += _backend_check(f"`{ln.text}` ({source.where(ln)}) is a local project", p, rel_file, ln.name, pool,
                                   key=f"line {ln.lineno}")
     return out
+
+
+def _resolve(source: InstallSource, ln: ReqLine) -> Path:
+    p = Path(local_path(ln.target or "")).expanduser()
+    return p if p.is_absolute() else (source.file.parent / p).resolve()
+
+
+def local_path_problem(source: InstallSource, ln: ReqLine) -> str | None:
+    """Why uv cannot install local path / editable line ``ln`` of ``source`` (``None``: it can, or
+    the line is no local path). The package root is two levels above the server directory
+    (``{server_type}/{implementation}/``); a path must stay inside it, since nothing outside
+    travels with the package."""
+    if ln.kind not in ("path", "editable") or ln.gym_sdk or not ln.target or "://" in local_path(ln.target):
+        return None
+    path = _resolve(source, ln)
+    root = source.file.parent.parent.parent.resolve()
+    shown = ln.target if len(ln.target) < 60 else "its path"
+    if path != root and root not in path.parents:
+        return f"points outside the package ({shown} resolves to {path}), which does not travel with it"
+    where = path.relative_to(root).as_posix() if path != root else "the package root"
+    if not path.exists():
+        return f"points at {where}, which does not exist in the package"
+    if path.is_dir() and not any((path / f).is_file() for f in PROJECT_FILES):
+        return f"points at {where}, a directory that is not a Python project (no {', '.join(PROJECT_FILES)})"
+    if path.is_file() and not path.name.endswith(ARCHIVES):
+        return f"points at {where}, a file that is neither a wheel nor an sdist"
+    return None
 
 
 def _backend_check(what: str, path: Path, file: str, name: str | None, pool: Sequence[PoolEntry],

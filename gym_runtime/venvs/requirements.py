@@ -4,10 +4,14 @@ Every line is classified (plain requirement, URL, VCS, local path, editable, inc
 its 1-based line number, so errors can name ``requirements.txt`` line N (cases C01, C07, C11,
 C16). :meth:`InstallSource.render` writes the file uv installs: the same number of lines (line N
 stays line N), relative paths made absolute against the server directory (uv runs from a neutral
-directory so a package's ``uv.toml`` cannot redirect the install), and Gym's
-``-e nemo-gym[dev] @ ../../`` line replaced by the pinned ``nemo-gym`` with the line's extras
-(``nemo-gym[dev]==0.4.0``: what Gym's checkout install puts in every venv, NeMo Gym 0.4.0
-``nemo_gym/cli/setup_command.py``); a bare ``nemo-gym[extras]`` requirement (a ``pyproject.toml``
+directory so a package's ``uv.toml`` cannot redirect the install), and every line pointing at the
+Gym SDK replaced by the pinned ``nemo-gym`` with the line's extras (``nemo-gym[dev]==0.4.0``: what
+Gym's checkout install puts in every venv, NeMo Gym 0.4.0 ``nemo_gym/cli/setup_command.py``). A
+line points at the SDK when its local path is ``../..`` (the root of a Gym checkout, two levels
+above the server directory), whatever its spelling: ``-e nemo-gym[dev] @ ../../``, ``-e ../../``,
+``../..``, ``-e ../../[dev]``, ``nemo-gym @ file:../..``; Gym's launcher, run from its wheel, drops
+every requirements line containing ``../..`` and installs ``nemo-gym`` in its place
+(``setup_env_command``, the non-editable variant). A bare ``nemo-gym[extras]`` requirement (a ``pyproject.toml``
 server's) gets the same pin, so servers asking for the same SDK render the same file. ``pyproject.toml`` servers install ``[project].dependencies``
 (never the server directory itself: it is on ``PYTHONPATH`` at run time); their
 ``[project].requires-python`` limits the interpreter the venv is built from.
@@ -15,6 +19,7 @@ server's) gets the same pin, so servers asking for the same SDK render the same 
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 import tomllib
@@ -40,7 +45,8 @@ _BARE = re.compile(r"^[A-Za-z0-9._-]+\s*(\[[^\]]*\])?$")
 class ReqLine:
     """One logical line. ``kind``: ``requirement`` | ``url`` | ``vcs`` | ``path`` | ``editable`` |
     ``include`` | ``option``; ``name``: canonical distribution name when known; ``target``: the URL or
-    path for url/vcs/path/editable/include lines; ``gym_sdk``: Gym's ``nemo-gym @ ../../`` line;
+    path for url/vcs/path/editable/include lines; ``gym_sdk``: a line pointing at the Gym SDK
+    (``../..`` in any spelling, see the module doc);
     ``extras``: the extras the line asks of the Gym SDK (``("dev",)``); ``error``: why the line is not
     a valid requirement (``None``: it is)."""
 
@@ -152,8 +158,19 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _is_sdk(name: str | None, target: str | None) -> bool:
-    return name == SDK_NAME and bool(target) and not str(target).startswith(_VCS + ("http:", "https:"))
+def local_path(target: str) -> str:
+    """The filesystem path of a local path / editable target: ``file:`` prefix, ``#fragment`` and
+    a trailing ``[extras]`` (``-e ../../[dev]``) removed."""
+    path = target.split("#", 1)[0].strip()
+    path = re.sub(r"\[[^\]]*\]$", "", path)
+    return path.removeprefix("file://") if path.startswith("file:///") else path.removeprefix("file:")
+
+
+def _is_sdk(target: str | None) -> bool:
+    """True for a local target that is the Gym checkout root (``../..`` in any spelling)."""
+    if not target or target.startswith(_VCS + ("http:", "https:")):
+        return False
+    return posixpath.normpath(local_path(target)) == "../.."
 
 
 def classify(lineno: int, text: str) -> ReqLine:
@@ -167,8 +184,9 @@ def classify(lineno: int, text: str) -> ReqLine:
         spec = first.split("=", 1)[1] if "=" in first else rest.strip()
         name, target, error = _name_and_target(spec)
         kind = "vcs" if (target or "").startswith(_VCS) else "editable"
-        return ReqLine(lineno, text, kind, name, target, gym_sdk=_is_sdk(name, target), error=error,
-                       extras=_extras(spec) if name == SDK_NAME else ())
+        sdk = _is_sdk(target)
+        return ReqLine(lineno, text, kind, name, target, gym_sdk=sdk, error=error,
+                       extras=_extras(spec) if sdk or name == SDK_NAME else ())
     if text.startswith("-"):
         return ReqLine(lineno, text, "option")
     parts = text.split(" --hash")
@@ -183,8 +201,9 @@ def classify(lineno: int, text: str) -> ReqLine:
         kind = "url"
     else:
         kind = "path"
-    return ReqLine(lineno, text, kind, name, target, hashes, gym_sdk=_is_sdk(name, target), error=error,
-                   extras=_extras(spec) if name == SDK_NAME else ())
+    sdk = _is_sdk(target)
+    return ReqLine(lineno, text, kind, name, target, hashes, gym_sdk=sdk, error=error,
+                   extras=_extras(spec) if sdk or name == SDK_NAME else ())
 
 
 def _extras(spec: str) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.errors import GymRuntimeError, StartError
 from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract, policy_endpoint, preflight, processes, ray_head, readiness
+from gym_runtime.supervise import contract, policy_endpoint, preflight, processes, ray_head, ray_workers, readiness
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted, as_interrupted
 from gym_runtime.supervise.logs import LogSink
@@ -291,6 +291,8 @@ class Environment:
         env = {**contract.server_env(name, sdir, python, wd, self.settings.environ), **cache.env}
         if self.ray.mode == "local":  # drivers of our private head agree with it on the loopback node address
             env.update(ray_head.LOOPBACK_ENV)
+        if self.ray.mode != "none":  # its Ray tasks run in its venv with its PYTHONPATH (ray_workers.py)
+            env.update(ray_workers.job_env(sdir, python))
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
                            writable_paths=[wd, *self._ray_dirs(), *cache.writable],
@@ -324,13 +326,14 @@ class Environment:
         port = self._fresh()
         self.ray_tmp = tmp = ray_head.make_temp_dir()
         ray_bin = ray_head.ray_binary(pythons[n] for n in self.ray.needed_by)
-        venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers may run server venvs' Pythons
+        venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers run server venvs' Pythons
+        trees = ray_workers.head_read_only_paths(Path(i.server_dir.path) for i in self.merged.instances.values())
         env, writable = ray_head.head_env(ray_bin, tmp), [tmp]
         if ray_bin.parent.parent in venvs:  # the daemon's own Ray (no server venv has one) keeps its bytecode
             cache = self.bytecode.user(ray_bin.parent / "python", RAY_HEAD, "ray_head")
             env, writable = {**env, **cache.env}, [tmp, *cache.writable]
         spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp, [self._fresh() for _ in range(len(ray_head.PORT_FLAGS) + 1)]), tmp, env,
-                           read_only_paths=[ray_bin.parent.parent, *venvs], writable_paths=writable)
+                           read_only_paths=[ray_bin.parent.parent, *venvs, *trees], writable_paths=writable)
         self._member("ray_head", "ray", spec, self.sandbox, port, probe_path="log:" + ray_head.READY_TEXT,
                      kill_on_stop=True,
                      info={"server_type": "ray", "implementation": f"ray ({ray_bin})"})

@@ -212,6 +212,7 @@ ray_addr = next(ln.split(": ", 1)[1].strip("'\\"") for ln in text.splitlines()
 
 def on_term(*_):  # a Ray driver's shutdown needs its head: is it still there when we are told to stop?
     host, port = ray_addr.rsplit(":", 1)
+    time.sleep(1.0)  # a driver's shutdown takes a moment: a head stopped at the same time is gone by now
     try:
         socket.create_connection((host, int(port)), timeout=2).close()
         print("at SIGTERM: ray head answered", flush=True)

@@ -19,7 +19,10 @@ given for every request with ``--mode NAME=VALUE``; see :mod:`gym_runtime.stub_m
 value a tool output leaked, if any), ``[stub:tool_args=KIND]`` sends arguments of that shape,
 ``[stub:overflow=ID]`` answers vLLM's context-overflow error of that wording, ``[stub:think=SHAPE]``
 puts reasoning into the content with ``<think>`` tags, ``[stub:reasoning=FIELD]`` returns it in
-that field only. Temperature 0 is greedy: the likelier branch (correct iff ``p >= 0.5``) every time.
+that field only. ``[stub:echo_block]`` makes the answer the last fenced code block (```` ```lang
+... ``` ````) of the last user message, verbatim: a row can carry the code a coding environment
+should receive, as a model that writes it would answer. Temperature 0 is greedy: the likelier
+branch (correct iff ``p >= 0.5``) every time.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from gym_runtime.stub_model import quirks
 from gym_runtime.stub_model.tokenizer import content_text
 
 _DIRECTIVE_RE = re.compile(r"\[stub:([a-z_]+)(?:=([^\]]*))?\]")
+_BLOCK_RE = re.compile(r"```[\w.+-]*\n.*?\n```", re.S)  # a fence opens a line: ``` + language
 _EXPR_RE = re.compile(r"[\d(][\d\s.+\-*/()×]*[\d)]")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
@@ -56,6 +60,7 @@ class Directives:
     p: float | None = None
     bad_tool_args: bool = False
     error_status: int | None = None
+    echo_block: bool = False
     call: str | None = None
     tool_args: str | None = None
     overflow: str | None = None
@@ -70,6 +75,8 @@ class Directives:
             self.bad_tool_args = True
         elif name == "error":
             self.error_status = int(value)
+        elif name == "echo_block":
+            self.echo_block = True
         elif name in ("call", "tool_args", "overflow", "think", "reasoning"):
             setattr(self, name, value)
 
@@ -164,6 +171,9 @@ def generate(messages: list[dict], tools: list[dict] | None, rng: random.Random,
     p = directives.p if directives.p is not None else p
     correct = p >= 0.5 if greedy else rng.random() < p
 
+    blocks = _BLOCK_RE.findall(user_text) if directives.echo_block else []
+    if blocks:
+        return Turn(content=blocks[-1], reasoning="I will write the code.")
     if (tools or directives.call) and not tool_results:
         tool = next((t for t in tools or [] if t.get("function", t).get("name") == directives.call),
                     None if directives.call else tools[0])

@@ -1,13 +1,18 @@
-"""A real NeMo Gym environment as a native-v1 package: three server trees from the ``nemo-gym``
-0.4.0 wheel on PyPI, unchanged (issue 5, "Real input").
+"""Real NeMo Gym environments as native-v1 packages: server trees from the ``nemo-gym`` 0.4.0
+wheel on PyPI, unchanged.
 
 ``gym_wheel()`` downloads the wheel once (pip, Python >= 3.12 from pyenv, ``--no-deps``) into
 ``$XDG_CACHE_HOME/gym-runtime-tests/wheels`` and reuses it afterwards. ``assemble_gym_package``
 copies ``resources_servers/example_single_tool_call``, ``responses_api_agents/simple_agent`` and
 ``responses_api_models/vllm_model`` out of it byte for byte, leaving out only what a package may
-not hold (``.jsonl`` datasets, DESIGN.md §3) and the trees' ``tests/``; the rows of
+not hold (``.jsonl`` datasets, docs/architecture.md §3) and the trees' ``tests/``; the rows of
 ``data/example.jsonl`` are returned for the caller to send. The manifest lists Gym's own config
 files, policy model first; the agent's config is the example's ``example_single_tool_call_simple_agent``.
+
+``assemble_tree_package`` does the same for any resources server of the wheel: the tree with one of
+its configs, the agent tree(s) that config names, and ``responses_api_models/vllm_model``; every
+``datasets`` block is dropped from the configs (their files are not shipped), and the tree's own
+example rows are returned.
 """
 
 from __future__ import annotations
@@ -97,3 +102,58 @@ def gym_venv() -> Path | None:
                             f"nemo-gym=={GYM_VERSION}"], check=True, timeout=1800)
             marker.write_text(GYM_VERSION)
     return venv
+
+def _strip_datasets(node: object) -> None:
+    if isinstance(node, dict):
+        node.pop("datasets", None)
+        for value in node.values():
+            _strip_datasets(value)
+
+
+def tree_agents(wheel: Path, tree: str, config: str) -> list[str]:
+    """The agent implementations that ``resources_servers/{tree}/configs/{config}`` configures."""
+    with zipfile.ZipFile(wheel) as z:
+        doc = yaml.safe_load(z.read(f"resources_servers/{tree}/configs/{config}")) or {}
+    return sorted({impl for inst in doc.values() if isinstance(inst, dict)
+                   for impl in (inst.get("responses_api_agents") or {})})
+
+
+def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tuple[Path, list[dict]]:
+    """Resources server ``tree`` of the wheel as a package under ``root`` (see the module doc):
+    files byte for byte except the configs (``datasets`` removed) and what a package may not hold
+    (``.jsonl`` files, ``data/``, ``tests/``). Returns ``(root, example rows)``; rows are ``[]`` when
+    the tree ships no ``data/example.jsonl``."""
+    trees = [f"resources_servers/{tree}", *(f"responses_api_agents/{a}" for a in tree_agents(wheel, tree, config)),
+             "responses_api_models/vllm_model"]
+    keep_configs = {f"resources_servers/{tree}/configs/{config}", "responses_api_models/vllm_model/configs/vllm_model.yaml"}
+    configs: list[str] = []
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            top = next((t for t in trees if name.startswith(t + "/")), None)
+            rel = Path(name)
+            if top is None or name.endswith("/") or name.endswith(".jsonl"):
+                continue
+            inner = rel.relative_to(top).parts
+            if inner[0] in ("data", "tests"):
+                continue
+            if inner[0] == "configs" and not top.startswith("responses_api_agents/"):
+                if name not in keep_configs:
+                    continue
+                configs.append(name)
+            out = root / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            data = z.read(name)
+            if inner[0] == "configs" and name.endswith((".yaml", ".yml")):
+                doc = yaml.safe_load(data)
+                _strip_datasets(doc)
+                data = yaml.safe_dump(doc, sort_keys=False).encode()
+            out.write_bytes(data)
+        example = f"resources_servers/{tree}/data/example.jsonl"
+        rows = [json.loads(line) for line in z.read(example).decode().splitlines() if line.strip()] \
+            if example in z.namelist() else []
+    order = sorted(configs, key=lambda c: not c.startswith("responses_api_models/"))  # policy model first
+    manifest = {"format": "native-v1", "config_paths": order,
+                "metadata": {"name": f"gym-{tree}".replace("_", "-")[:60],
+                             "description": f"NeMo Gym {GYM_VERSION} {tree}, unchanged"}}
+    (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return root, rows

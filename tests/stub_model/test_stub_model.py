@@ -52,6 +52,14 @@ def test_request_seed_pins_the_sample(stub):
     assert len(set(answers(stub, 5, messages=ARITH, seed=42))) == 1
 
 
+def test_echo_block_answers_the_prompts_last_code_block(stub):
+    code = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    prompt = f"Sum two numbers.\n```text\n1 2\n```\n[stub:echo_block]\n{code}\nAnswer in one ```python block."
+    assert set(answers(stub, 3, messages=[{"role": "user", "content": prompt}])) == {code}
+    plain = prompt.replace("[stub:echo_block]", "")  # without the directive: the usual policy
+    assert set(answers(stub, 3, messages=[{"role": "user", "content": plain}])) == {"I don't know."}
+
+
 def test_directives_set_p_and_no_arithmetic_means_no_spread(stub):
     sure = [{"role": "system", "content": "[stub:p=1]"}, *ARITH]
     assert set(answers(stub, 6, messages=sure)) == {"The answer is 33."}

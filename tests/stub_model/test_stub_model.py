@@ -54,7 +54,8 @@ def test_request_seed_pins_the_sample(stub):
 
 def test_echo_block_answers_the_prompts_last_code_block(stub):
     code = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
-    prompt = f"Sum two numbers.\n```text\n1 2\n```\n[stub:echo_block]\n{code}\nAnswer in one ```python block."
+    prompt = (f"Sum two numbers. Use ```python for the code block.\n```text\n1 2\n```\n[stub:echo_block]\n{code}\n"
+              "Answer in one ```python block.")
     assert set(answers(stub, 3, messages=[{"role": "user", "content": prompt}])) == {code}
     plain = prompt.replace("[stub:echo_block]", "")  # without the directive: the usual policy
     assert set(answers(stub, 3, messages=[{"role": "user", "content": plain}])) == {"I don't know."}

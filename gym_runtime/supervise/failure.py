@@ -1,6 +1,11 @@
 """What the supervisor says when the environment fails: the phase, the servers ready, the last log
-lines of the servers concerned (DESIGN.md §7: "log tail in the report"), and the model-endpoint
-failures found at readiness (unreachable, or not serving the policy model name)."""
+lines of the servers concerned (docs/architecture.md §7: "log tail in the report"), the egress the
+sandbox denied them, and the model-endpoint failures found at readiness (unreachable, or not
+serving the policy model name).
+
+A server that fails to start after the sandbox denied it egress (a tree that clones a repository,
+downloads a model or fetches data at start-up) is reported as such (``GR-START-EGRESS``), naming
+the hosts, rather than as a bare crash loop: its log tail only shows a connection error."""
 
 from __future__ import annotations
 
@@ -22,10 +27,29 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
                       for n, t in tails.items() if t) or None
     ready = sum(m.status == READY for m in members.values())
     extra = {"phase": phase, "servers_ready": f"{ready}/{len(members)}", "log_tails": tails}
+    denied = {n: hosts for n in pick if (hosts := denied_hosts(members[n]))}
+    if denied and code in ("GR-START-CRASH", "GR-START-TIMEOUT"):
+        said = "; ".join(f"{n} was denied egress to {', '.join(h)}" for n, h in denied.items())
+        message = f"{message}: {said} (this tree needs the network at start-up, and egress is denied)"
+        first = next(iter(denied.values()))[0].rsplit(":", 1)[0]
+        code, hint = "GR-START-EGRESS", (
+            "ship what the tree fetches at start-up inside the package (or bake it into the image), or have the "
+            f"operator allow the host: NMP_RL_SANDBOX_ALLOW_INTERNET=true, NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW={first}")
+        extra["egress_denied"] = denied
     logs = [str(members[n].log.path) for n in pick]
     return StartError(f"{message} (phase: {phase}, {ready}/{len(members)} ready)", code=code, cause=cause,
                       hint=hint or "read the log lines above; fix the server or its config, then start again",
                       log=", ".join(logs) or None, extra=extra)
+
+
+def denied_hosts(member: Member, limit: int = 5) -> list[str]:
+    """``host:port`` the sandbox's proxy refused to ``member`` (by server name), first seen first."""
+    seen: list[str] = []
+    for d in getattr(member.launcher, "denials", None) or []:
+        hp = f"{d.get('host')}:{d.get('port')}"
+        if d.get("server") == member.name and hp not in seen:
+            seen.append(hp)
+    return seen[:limit]
 
 
 def endpoint_failure(url: str, outcome: str | tuple, timeout_s: float) -> tuple[str, str, str]:

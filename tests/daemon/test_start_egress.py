@@ -1,0 +1,35 @@
+"""A tree that needs the network at start-up, with egress denied, gets a clear start error.
+
+Some Gym trees clone a repository or download data when their server starts (NeMo Gym 0.4.0
+``resources_servers/newton_bench`` clones from GitHub, ``ifbench`` downloads NLTK data). Under the
+default egress policy the sandbox's proxy denies the request, the server exits, and the supervisor
+restarts it until it gives up: the error must say that the server was denied egress, to which
+host, and what the operator can do (``GR-START-EGRESS``), not only show a crash loop's log tail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers.daemon import FIXTURE_APP, kill_tree, up_process, write_fixture_package
+
+CLONING_APP = FIXTURE_APP.replace('time.sleep(float(cfg.get("fixture_sleep", 0)))', '''import urllib.request
+print("fetching the tree's data repository", flush=True)
+urllib.request.urlopen("https://clone.example.invalid/acme/data.git", timeout=20)  # honours HTTPS_PROXY''')
+
+
+def test_server_denied_egress_at_start_up_is_named(tmp_path: Path) -> None:
+    assert CLONING_APP != FIXTURE_APP
+    pkg = write_fixture_package(tmp_path / "pkg", {
+        "acme_clone": {"resources_servers": {"acme_clone": {"domain": "other"}}}}, apps={"acme_clone": CLONING_APP})
+    proc = up_process(pkg, tmp_path, "--max-restarts", "1")
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 3 and out == ""
+    assert "error[GR-START-EGRESS]" in err, err[-3000:]
+    assert "acme_clone was denied egress to clone.example.invalid:443" in err
+    assert "this tree needs the network at start-up, and egress is denied" in err
+    assert "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW=clone.example.invalid" in err
+    assert "Traceback" not in err.split("cause:")[0]  # the tree's traceback is in the log tail only

@@ -1,0 +1,255 @@
+"""Catalog sweep: trees of the ``nemo-gym`` 0.4.0 wheel under ``gym-runtime``, one at a time; prints
+figures, asserts nothing.
+
+    python3 -m uv run python bench/gym_catalog.py [--trees tree[:config.yaml],...] [--isolation LEVEL]
+                                                  [--json OUT.json] [--markdown OUT.md]
+
+For each tree: package it unchanged with its agent and ``vllm_model``
+(``tests/helpers/gym_package.py``, ``assemble_tree_package``), ``validate``, ``build``, ``up`` with
+the built-in stub model as policy, POST the tree's first example row through ``/rollouts/run`` to
+the agent its config defines, then SIGTERM. One line per tree: the stage reached, the seconds each
+stage took, the HTTP status of the agent's ``/run``, the reward, and whose fault a failure is
+(``ours``, ``tree``, ``host``): an analysed verdict from :data:`VERDICTS` when one matches the error
+code, else a first guess from the code (marked ``?``). Then a summary. Trees run one at a time (each
+builds venvs: CPU-heavy); venvs are shared with the tests' cache, so a second sweep mostly reuses
+them. Needs Python 3.12+ under pyenv and PyPI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.helpers.gym_package import GYM_VERSION, assemble_tree_package, cache_dir, gym_wheel  # noqa: E402
+from tests.helpers.gym_package import python_312_plus  # noqa: E402
+
+# (tree, config): no GPU, no paid API (every model reference is the policy model), CPU-only deps.
+TREES = [
+    ("example_single_tool_call", "example_single_tool_call.yaml"), ("example_multi_step", "example_multi_step.yaml"),
+    ("example_session_state_mgmt", "example_session_state_mgmt.yaml"),
+    ("example_tool_call_multireward", "example_tool_call_multireward.yaml"),
+    ("example_multi_turn_gymnasium", "example_multi_turn_gymnasium.yaml"), ("arc_agi", "arc_agi.yaml"),
+    ("calendar", "calendar.yaml"), ("structured_outputs", "structured_outputs_json.yaml"),
+    ("reasoning_gym", "reasoning_gym.yaml"), ("math_with_code", "math_with_code.yaml"),
+    ("workplace_assistant", "workplace_assistant.yaml"), ("xlam_fc", "xlam_fc.yaml"), ("mcqa", "mcqa.yaml"),
+    ("math_with_judge", "math_with_judge.yaml"), ("grl_sokoban", "grl_sokoban.yaml"),
+    ("grl_tetris", "grl_tetris.yaml"), ("code_gen", "code_gen.yaml"), ("newton_bench", "newton_bench.yaml"),
+    ("ifbench", "ifbench.yaml"), ("equivalence_rule", "lc.yaml"), ("blackjack", "blackjack.yaml"),
+    ("gymnasium", "gymnasium.yaml"), ("gpqa_diamond", "gpqa_diamond.yaml"),
+    ("competitive_coding_challenges", "competitive_coding_challenges.yaml"), ("text_to_sql", "text_to_sql.yaml"),
+    ("scicode", "scicode.yaml"), ("spider2_lite", "spider2_lite.yaml"), ("circle_count", "circle_count.yaml"),
+    ("single_step_tool_use_with_argument_comparison", "single_step_tool_use_with_argument_comparison.yaml"),
+]
+
+# Analysed failures: (tree, error code) -> (fault, why). Anything else gets a guess from GUESS.
+VERDICTS: dict[tuple[str, str], tuple[str, str]] = {}
+GUESS = [("GR-START-EGRESS", "tree"), ("GR-BUILD-PYTHON", "host"), ("GR-SANDBOX", "host"), ("GR-START-PORT", "host"),
+         ("GR-DAEMON", "host"), ("GR-START-TIMEOUT", "host"), ("GR-BUILD", "tree"), ("GR-ROLLOUT", "tree"),
+         ("GR-START-CRASH", "tree"), ("GR-PKG", "ours"), ("GR-CONFIG", "ours"), ("GR-INTERNAL", "ours")]
+GYM_ENV = {"GYM_RUNTIME_PIN_NEMO_GYM": GYM_VERSION, "GYM_RUNTIME_PIN_OPENAI": "2.7.2", "GYM_RUNTIME_PIN_MODE": "gym"}
+
+
+@dataclass
+class Result:
+    """One tree's sweep: ``stage`` is the last stage reached (``ok`` when the row was answered and
+    the daemon stopped cleanly); seconds per stage; the agent's HTTP status and reward."""
+
+    tree: str
+    config: str
+    stage: str = "package"
+    seconds: dict[str, float] = field(default_factory=dict)
+    http: int | None = None
+    reward: float | None = None
+    code: str | None = None
+    detail: str = ""
+    fault: str | None = None
+    stop_exit: int | None = None
+
+    def line(self) -> str:
+        secs = " ".join(f"{k}={v:.0f}s" for k, v in self.seconds.items())
+        reward = "-" if self.reward is None else f"{self.reward:g}"
+        verdict = f"fault={self.fault}" if self.fault else ""
+        return (f"{self.tree:<46} {self.stage:<8} {secs:<52} http={self.http or '-'} reward={reward} "
+                f"{self.code or ''} {verdict} {self.detail[:160]}").rstrip()
+
+
+def _cli(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def _error_of(text: str) -> tuple[str | None, str]:
+    """``(code, first line of the message)`` of an error block (``error[CODE]: ...``) or JSON error."""
+    m = re.search(r"error\[(GR-[A-Z0-9-]+)\]: (.*)", text)
+    if m:
+        return m.group(1), m.group(2).strip()
+    try:
+        doc = json.loads(text[text.index("{"):])
+        err = doc.get("error") or (doc.get("errors") or [{}])[0]
+        return err.get("code"), str(err.get("message", ""))
+    except (ValueError, AttributeError):
+        return None, text.strip().splitlines()[-1] if text.strip() else ""
+
+
+def _agent_of(pkg: Path, tree: str, config: str) -> str | None:
+    doc = yaml.safe_load((pkg / "resources_servers" / tree / "configs" / config).read_text()) or {}
+    return next((name for name, inst in doc.items() if isinstance(inst, dict) and "responses_api_agents" in inst),
+                None)
+
+
+def judge(res: Result) -> None:
+    """Fill ``res.fault`` from :data:`VERDICTS`, else from the code (a guess, marked ``?``)."""
+    if res.stage == "ok" or res.code is None:
+        return
+    known = VERDICTS.get((res.tree, res.code))
+    if known:
+        res.fault, res.detail = known[0], known[1]
+        return
+    guess = next((fault for prefix, fault in GUESS if res.code.startswith(prefix)), "ours")
+    res.fault = guess + "?"
+
+
+def sweep_one(tree: str, config: str, python: str, work: Path, isolation: str | None) -> Result:
+    res = Result(tree, config)
+    env = {**os.environ, **GYM_ENV, "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),
+           "GYM_RUNTIME_HOME": str(work / "home")}
+    t = time.monotonic()
+    pkg, rows = assemble_tree_package(gym_wheel(python), tree, config, work / "pkg")
+    agent = _agent_of(pkg, tree, config)
+    res.seconds["package"] = time.monotonic() - t
+    for stage, args, timeout in (("validate", ["validate", str(pkg), "--json"], 300),
+                                 ("build", ["build", str(pkg), "--python", python, "--json"], 3600)):
+        res.stage = stage
+        t = time.monotonic()
+        done = _cli(*args, env=env, timeout=timeout)
+        res.seconds[stage] = time.monotonic() - t
+        if done.returncode != 0:
+            res.code, res.detail = _error_of(done.stdout + "\n" + done.stderr)
+            return res
+    res.stage = "up"
+    t = time.monotonic()
+    argv = [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work / "run"),
+            "--python", python, "--shutdown-grace", "15", *(["--isolation", isolation] if isolation else [])]
+    err_path = work / "up.stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env, start_new_session=True)
+        try:
+            line = proc.stdout.readline() if proc.stdout else ""
+            res.seconds["up"] = time.monotonic() - t
+            if not line:
+                proc.wait(60)
+                res.code, res.detail = _error_of(err_path.read_text())
+                return res
+            info = json.loads(line)
+            res.stage = "row"
+            row = {**(rows[0] if rows else {"responses_create_params": {"input": "Hello"}}),
+                   "agent_ref": {"type": "responses_api_agents", "name": agent}}
+            t = time.monotonic()
+            r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": [row]}, timeout=900,
+                           trust_env=False)
+            res.seconds["row"] = time.monotonic() - t
+            (out,) = json.loads(r.text)["results"]
+            if "error" in out:
+                res.code, res.detail = out["error"].get("code"), out["error"].get("message", "")
+                m = re.search(r"answered (\d{3})", res.detail)
+                res.http = int(m.group(1)) if m else None
+            else:
+                res.http, res.reward = 200, out.get("reward")
+            res.stage = "stop"
+            t = time.monotonic()
+            os.kill(proc.pid, signal.SIGTERM)
+            res.stop_exit = proc.wait(60)
+            res.seconds["stop"] = time.monotonic() - t
+            if res.code is None and res.stop_exit == 0:
+                res.stage = "ok"
+            elif res.code is None:
+                res.code, res.detail = "stop", f"exit {res.stop_exit}"
+        except (subprocess.TimeoutExpired, httpx.HTTPError, ValueError) as e:
+            res.code, res.detail = res.code or "bench", f"{type(e).__name__}: {e}"
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait(10)
+    return res
+
+
+def versions(python: str) -> dict[str, str]:
+    py = subprocess.run([python, "-c", "import platform; print(platform.python_version())"], capture_output=True,
+                        text=True).stdout.strip()
+    return {"gym-runtime": metadata.version("gym-runtime"), "nemo-gym": GYM_VERSION, "server python": py,
+            "ray": os.environ.get("GYM_RUNTIME_PIN_RAY", metadata.version("ray")), "openai pin": "2.7.2",
+            "uv": metadata.version("uv"), "host": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"}
+
+
+def markdown(results: list[Result], info: dict[str, str]) -> str:
+    head = "| tree (config) | stage reached | validate | build | up | row | stop | HTTP | reward | fault | notes |\n"
+    head += "|---|---|---|---|---|---|---|---|---|---|---|\n"
+    body = ""
+    for r in results:
+        s = [f"{r.seconds[k]:.0f} s" if k in r.seconds else "" for k in ("validate", "build", "up", "row", "stop")]
+        reward = "" if r.reward is None else f"{r.reward:g}"
+        note = (f"`{r.code}` " if r.code else "") + r.detail.replace("|", "\\|")[:200]
+        body += (f"| {r.tree} (`{r.config}`) | {r.stage} | {' | '.join(s)} | {r.http or ''} | {reward} | "
+                 f"{r.fault or ''} | {note.strip()} |\n")
+    meta = ", ".join(f"{k} {v}" for k, v in info.items())
+    return f"{time.strftime('%Y-%m-%d')}; {meta}\n\n{head}{body}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trees", help="comma list of tree[:config.yaml] (default: the catalog list)")
+    ap.add_argument("--isolation", choices=["full", "partial", "none"])
+    ap.add_argument("--json", type=Path, help="write every result as JSON here")
+    ap.add_argument("--markdown", type=Path, help="write the table (with date and versions) here")
+    args = ap.parse_args()
+    python = python_312_plus()
+    if python is None:
+        sys.exit("no Python 3.12+ under pyenv: nemo-gym 0.4.0 requires it")
+    trees = TREES if not args.trees else [(t.split(":")[0], t.split(":")[1] if ":" in t else f"{t}.yaml")
+                                          for t in args.trees.split(",")]
+    info = versions(python)
+    print("versions:", json.dumps(info), flush=True)
+    results = []
+    for tree, config in trees:
+        with tempfile.TemporaryDirectory(prefix=f"gr-catalog-{tree[:20]}-") as tmp:
+            try:
+                res = sweep_one(tree, config, python, Path(tmp), args.isolation)
+            except Exception as e:  # a bench must go on with the next tree; the line says what broke
+                res = Result(tree, config, code="bench", detail=f"{type(e).__name__}: {e}")
+        judge(res)
+        results.append(res)
+        print(res.line(), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    ok = [r for r in results if r.stage == "ok"]
+    by_fault: dict[str, list[str]] = {}
+    for r in results:
+        if r.stage != "ok":
+            by_fault.setdefault(r.fault or "?", []).append(r.tree)
+    print(f"summary: {len(ok)}/{len(results)} trees answered a row and stopped cleanly; "
+          + "; ".join(f"{f}: {', '.join(ts)}" for f, ts in sorted(by_fault.items())), flush=True)
+    if args.markdown:
+        args.markdown.write_text(markdown(results, info))
+
+
+if __name__ == "__main__":
+    main()

@@ -220,6 +220,7 @@ def main() -> None:
     ap.add_argument("--isolation", choices=["full", "partial", "none"])
     ap.add_argument("--json", type=Path, help="write every result as JSON here")
     ap.add_argument("--markdown", type=Path, help="write the table (with date and versions) here")
+    ap.add_argument("--keep", type=Path, help="keep each tree's package, run dir and logs under this directory")
     args = ap.parse_args()
     python = python_312_plus()
     if python is None:
@@ -231,8 +232,10 @@ def main() -> None:
     results = []
     for tree, config in trees:
         with tempfile.TemporaryDirectory(prefix=f"gr-catalog-{tree[:20]}-") as tmp:
+            work = args.keep / tree if args.keep else Path(tmp)
+            work.mkdir(parents=True, exist_ok=True)
             try:
-                res = sweep_one(tree, config, python, Path(tmp), args.isolation)
+                res = sweep_one(tree, config, python, work, args.isolation)
             except Exception as e:  # a bench must go on with the next tree; the line says what broke
                 res = Result(tree, config, code="bench", detail=f"{type(e).__name__}: {e}")
         judge(res)

@@ -5,13 +5,17 @@ serving the policy model name).
 
 A server that fails to start after the sandbox denied it egress (a tree that clones a repository,
 downloads a model or fetches data at start-up) is reported as such (``GR-START-EGRESS``), naming
-the hosts, rather than as a bare crash loop: its log tail only shows a connection error."""
+the hosts, rather than as a bare crash loop: its log tail only shows a connection error. A server
+whose log shows a write refused with "Read-only file system" is told that its package and venv are
+read-only in the sandbox (a tree that clones or downloads into its own install directory)."""
 
 from __future__ import annotations
 
 from gym_runtime.errors import StartError
 from gym_runtime.supervise import readiness
 from gym_runtime.supervise.member import READY, Member
+
+READ_ONLY = "Read-only file system"  # strerror(EROFS), as Python, git and the C library print it
 
 
 def failure_report(members: dict[str, Member], phase: str, tail_lines: int, message: str, code: str,
@@ -36,6 +40,11 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
             "ship what the tree fetches at start-up inside the package (or bake it into the image), or have the "
             f"operator allow the host: NMP_RL_SANDBOX_ALLOW_INTERNET=true, NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW={first}")
         extra["egress_denied"] = denied
+    elif code == "GR-START-CRASH" and (readonly := [n for n, t in tails.items() if any(READ_ONLY in ln for ln in t)]):
+        message = (f"{message}: {', '.join(readonly)} tried to write where the sandbox is read-only (its package "
+                   "and venv are read-only; $HOME, its work dir, and /tmp are writable)")
+        hint = hint or ("the tree writes into its own install directory at start-up (e.g. clones or downloads next "
+                        "to its code): ship that content in the package, or make the tree write under $HOME or /tmp")
     logs = [str(members[n].log.path) for n in pick]
     return StartError(f"{message} (phase: {phase}, {ready}/{len(members)} ready)", code=code, cause=cause,
                       hint=hint or "read the log lines above; fix the server or its config, then start again",

@@ -1,15 +1,20 @@
-"""A tree that needs the network at start-up, with egress denied, gets a clear start error.
+"""A tree that needs the network at start-up, with egress denied, or that writes into its own
+install directory, gets a clear start error.
 
 Some Gym trees clone a repository or download data when their server starts (NeMo Gym 0.4.0
 ``resources_servers/newton_bench`` clones from GitHub, ``ifbench`` downloads NLTK data). Under the
 default egress policy the sandbox's proxy denies the request, the server exits, and the supervisor
 restarts it until it gives up: the error must say that the server was denied egress, to which
 host, and what the operator can do (``GR-START-EGRESS``), not only show a crash loop's log tail.
+``newton_bench`` also clones into its install directory (the venv's ``site-packages``), which is
+read-only in the sandbox, as the package is: the error says so.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from tests.helpers.daemon import FIXTURE_APP, kill_tree, up_process, write_fixture_package
 
@@ -33,3 +38,26 @@ def test_server_denied_egress_at_start_up_is_named(tmp_path: Path) -> None:
     assert "this tree needs the network at start-up, and egress is denied" in err
     assert "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW=clone.example.invalid" in err
     assert "Traceback" not in err.split("cause:")[0]  # the tree's traceback is in the log tail only
+
+
+WRITING_APP = FIXTURE_APP.replace('time.sleep(float(cfg.get("fixture_sleep", 0)))', '''
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "downloaded.bin"), "w") as f:
+    f.write("data the tree fetched at start-up")''')
+
+
+def test_server_writing_into_its_read_only_tree_is_told_so(tmp_path: Path) -> None:
+    from sandbox import probe_isolation
+
+    if probe_isolation().level.value == "none":
+        pytest.skip("at isolation none nothing is read-only")
+    pkg = write_fixture_package(tmp_path / "pkg", {
+        "acme_dl": {"resources_servers": {"acme_dl": {"domain": "other"}}}}, apps={"acme_dl": WRITING_APP})
+    proc = up_process(pkg, tmp_path, "--max-restarts", "1")
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 3 and "error[GR-START-CRASH]" in err, err[-3000:]
+    assert "acme_dl tried to write where the sandbox is read-only (its package and venv are read-only" in err
+    assert "ship that content in the package, or make the tree write under $HOME or /tmp" in err
+    assert not (pkg / "resources_servers/acme_dl/downloaded.bin").exists()

@@ -59,7 +59,30 @@ TREES = [
 ]
 
 # Analysed failures: (tree, error code) -> (fault, why). Anything else gets a guess from GUESS.
-VERDICTS: dict[tuple[str, str], tuple[str, str]] = {}
+VERDICTS: dict[tuple[str, str], tuple[str, str]] = {
+    ("grl_sokoban", "GR-ROLLOUT-HTTP"): ("tree", "an answer without `<action>...</action>` is a 400 from the tree's "
+                                        "/step, which its agent turns into a 500 (the stub answers in prose)"),
+    ("grl_tetris", "GR-ROLLOUT-HTTP"): ("tree", "an answer without `<action>...</action>` is a 400 from the tree's "
+                                       "/step, which its agent turns into a 500 (the stub answers in prose)"),
+    ("newton_bench", "GR-START-CRASH"): ("tree", "clones NewtonBench from GitHub at start-up into its install "
+                                        "directory (the venv's site-packages): read-only in the sandbox, and egress "
+                                        "is denied; the start error says the write was refused"),
+    ("ifbench", "GR-BUILD-UV"): ("host", "its requirements.txt installs a wheel from github.com; this host reaches "
+                                 "PyPI only (uv's words: dns error)"),
+    ("equivalence_rule", "GR-ROLLOUT-HTTP"): ("tree", "its example rows carry `metadata: null`, which Gym's own "
+                                             "vllm_model rejects (AttributeError), as under NeMo Gym's launcher"),
+    ("gymnasium", "GR-START-CRASH"): ("tree", "a base class (its config: 'Not a standalone server'): base.py defines "
+                                     "classes and exits 0"),
+    ("competitive_coding_challenges", "GR-START-TIMEOUT"): ("tree", "loads ~27 GB of test metadata at start-up "
+                                                            "(data/test_metadata.jsonl, CCC_TEST_FILE), which a "
+                                                            "package cannot hold"),
+    ("scicode", "GR-ROLLOUT-HTTP"): ("tree", "verify needs SciCode's test_data.h5 staged and test_data_fpath set "
+                                    "(RuntimeError from the tree's /verify)"),
+    ("spider2_lite", "GR-START-CRASH"): ("tree", "downloads its SQLite databases from Google Drive at start-up into "
+                                        "its server directory: read-only in the sandbox, and egress is denied"),
+    ("single_step_tool_use_with_argument_comparison", "GR-ROLLOUT-HTTP"): (
+        "tree", "its example rows carry `metadata: null`, which Gym's own vllm_model rejects (AttributeError)"),
+}
 GUESS = [("GR-START-EGRESS", "tree"), ("GR-BUILD-PYTHON", "host"), ("GR-SANDBOX", "host"), ("GR-START-PORT", "host"),
          ("GR-DAEMON", "host"), ("GR-START-TIMEOUT", "host"), ("GR-BUILD", "tree"), ("GR-ROLLOUT", "tree"),
          ("GR-START-CRASH", "tree"), ("GR-PKG", "ours"), ("GR-CONFIG", "ours"), ("GR-INTERNAL", "ours")]
@@ -68,8 +91,9 @@ GYM_ENV = {"GYM_RUNTIME_PIN_NEMO_GYM": GYM_VERSION, "GYM_RUNTIME_PIN_OPENAI": "2
 
 @dataclass
 class Result:
-    """One tree's sweep: ``stage`` is the last stage reached (``ok`` when the row was answered and
-    the daemon stopped cleanly); seconds per stage; the agent's HTTP status and reward."""
+    """One tree's sweep: ``stage`` is the stage that failed, or ``ok`` when the row was answered and
+    the daemon stopped cleanly; seconds per stage (the daemon is stopped after a failed row too);
+    the agent's HTTP status and reward."""
 
     tree: str
     config: str
@@ -172,7 +196,7 @@ def sweep_one(tree: str, config: str, python: str, work: Path, isolation: str | 
                 res.http = int(m.group(1)) if m else None
             else:
                 res.http, res.reward = 200, out.get("reward")
-            res.stage = "stop"
+            res.stage = "row" if res.code else "stop"
             t = time.monotonic()
             os.kill(proc.pid, signal.SIGTERM)
             res.stop_exit = proc.wait(60)
@@ -201,7 +225,7 @@ def versions(python: str) -> dict[str, str]:
 
 
 def markdown(results: list[Result], info: dict[str, str]) -> str:
-    head = "| tree (config) | stage reached | validate | build | up | row | stop | HTTP | reward | fault | notes |\n"
+    head = "| tree (config) | stage (failed) | validate | build | up | row | stop | HTTP | reward | fault | notes |\n"
     head += "|---|---|---|---|---|---|---|---|---|---|---|\n"
     body = ""
     for r in results:
@@ -221,6 +245,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write every result as JSON here")
     ap.add_argument("--markdown", type=Path, help="write the table (with date and versions) here")
     ap.add_argument("--keep", type=Path, help="keep each tree's package, run dir and logs under this directory")
+    ap.add_argument("--render", type=Path, help="judge the results of an earlier --json again (after VERDICTS "
+                    "changed) and print / write them, running nothing")
     args = ap.parse_args()
     python = python_312_plus()
     if python is None:
@@ -229,7 +255,13 @@ def main() -> None:
                                           for t in args.trees.split(",")]
     info = versions(python)
     print("versions:", json.dumps(info), flush=True)
-    results = []
+    results: list[Result] = []
+    if args.render:
+        trees = []
+        for d in json.loads(args.render.read_text()):
+            results.append(Result(**{**d, "fault": None}))
+            judge(results[-1])
+            print(results[-1].line(), flush=True)
     for tree, config in trees:
         with tempfile.TemporaryDirectory(prefix=f"gr-catalog-{tree[:20]}-") as tmp:
             work = args.keep / tree if args.keep else Path(tmp)

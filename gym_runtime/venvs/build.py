@@ -27,6 +27,7 @@ from gym_runtime.errors import BuildCancelledError, BuildError, Violation
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs import stages
 from gym_runtime.venvs.diagnose import diagnose
+from gym_runtime.venvs.exit_hook import install_exit_hook
 from gym_runtime.venvs.maintenance import network_fs_warning
 from gym_runtime.venvs.plan import InstallPlan, VenvPlan
 from gym_runtime.venvs.progress import Reporter, make_reporter
@@ -138,6 +139,7 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
                                  "at the top of the venv log", log=ctx.log(vp, "venv"),
                                  extra={"server": vp.instances[0], "servers": list(vp.instances),
                                         "stage": "verify", "file": vp.rel_file})
+            install_exit_hook(tmp)
             write_marker(tmp, {"digest": vp.digest, "servers": list(vp.instances), "python": vp.python.version,
                                "python_path": str(vp.python.path), "uv": ctx.uv_env.describe().splitlines()[0],
                                "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "installed": have,

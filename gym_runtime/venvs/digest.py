@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "gym-runtime-venv/1"
+SCHEMA = "gym-runtime-venv/2"  # 2: the fast-exit hook (exit_hook.py)
 _SKIP = {".git", "__pycache__", ".venv", "build", "dist", ".mypy_cache", ".pytest_cache"}
 
 

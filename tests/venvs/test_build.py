@@ -172,3 +172,16 @@ def test_several_failures_each_list_their_own_log(tmp_path: Path, make_settings)
     for server, log in logs.items():
         assert f"      log: {log}" in text
         assert text.index(f"nosuch-{server}") < text.index(log)  # under its own failure
+
+
+def test_every_venv_freezes_its_heap_at_exit(tmp_path: Path, make_settings, empty_index: str) -> None:
+    """The fast-exit hook (gym_runtime/venvs/exit_hook.py): each process of a built venv registers
+    ``gc.freeze`` with atexit before any program code, so finalization's collections skip what is
+    alive at exit; the exit code and the program's own atexit handlers are unchanged."""
+    pkg = synthetic_pkg(tmp_path / "pkg", {"acme_math": ("resources_servers", "# nothing\n")})
+    settings = make_settings(empty_index)
+    v = build_venvs(plan_venvs(merged_config(pkg), settings), settings).for_instance("acme_math")
+    assert _run(v.python, "import atexit, gc; atexit._run_exitfuncs(); print(gc.get_freeze_count() > 0)") == "True"
+    code = "import atexit, sys; atexit.register(print, 'handler ran'); sys.exit(7)"
+    out = subprocess.run([str(v.python), "-c", code], capture_output=True, text=True)
+    assert (out.returncode, out.stdout.strip()) == (7, "handler ran")

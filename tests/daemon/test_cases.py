@@ -17,7 +17,7 @@ import pytest
 from gym_runtime.errors import GymRuntimeError
 from gym_runtime.ray_target import choose, wait_reachable
 from tests.helpers.cases import case_dir, case_package
-from tests.helpers.daemon import (FIXTURE_APP, descendants, kill_tree, read_ready_line, simple_env, up_process,
+from tests.helpers.daemon import (FIXTURE_APP, cmdline, descendants, kill_tree, read_ready_line, simple_env, up_process,
                                   wait_gone)
 
 C04_DOMAINS = [f"{n}.resources_servers.{n}.domain=math" for n in ("acme_math", "acme_judge", "acme_tools")]
@@ -87,7 +87,7 @@ def _c05(tmp_path: Path):
                       "stubborn.resources_servers.stubborn.domain=other")
     read_ready_line(proc)
     tree = descendants(proc.pid)
-    assert any("sleep(3600)" in " ".join(p.cmdline()) for p in tree)  # the helper child runs
+    assert any("sleep(3600)" in " ".join(cmdline(p)) for p in tree)  # the helper child runs
     return proc, [p.pid for p in tree], grace
 
 

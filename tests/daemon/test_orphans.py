@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gym_runtime.supervise.orphans import SCRIPT as WATCHDOG
 from tests.helpers.cases import case_package
-from tests.helpers.daemon import descendants, kill_tree, read_ready_line, up_process, wait_gone
+from tests.helpers.daemon import cmdline, descendants, kill_tree, read_ready_line, up_process, wait_gone
 
 
 def test_sigkill_of_the_daemon_at_isolation_none_leaves_no_grandchild(tmp_path: Path) -> None:
@@ -21,9 +21,9 @@ def test_sigkill_of_the_daemon_at_isolation_none_leaves_no_grandchild(tmp_path: 
     try:
         read_ready_line(proc)
         tree = descendants(proc.pid)
-        helper = [p for p in tree if "sleep(3600)" in " ".join(p.cmdline())]
+        helper = [p for p in tree if "sleep(3600)" in " ".join(cmdline(p))]
         assert helper  # the server's own child, in the server's process group
-        watchdog = [p for p in tree if p.cmdline()[-2:] == [str(WATCHDOG), str(proc.pid)]]
+        watchdog = [p for p in tree if cmdline(p)[-2:] == [str(WATCHDOG), str(proc.pid)]]
         assert len(watchdog) == 1 and watchdog[0].pid not in {p.pid for p in helper}
         assert os.getsid(watchdog[0].pid) != os.getsid(proc.pid)  # a signal to the daemon's group misses it
         t0 = time.monotonic()

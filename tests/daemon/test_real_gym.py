@@ -22,7 +22,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.helpers.daemon import descendants, kill_tree, read_ready_line, up_process, wait_gone
+from tests.helpers.daemon import cmdline, descendants, kill_tree, read_ready_line, up_process, wait_gone
 from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_wheel, python_312_plus
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
@@ -70,7 +70,7 @@ def test_real_gym_environment_returns_rewards(gym_package, tmp_path: Path) -> No
             assert res["reward"] == 1.0
             assert [o["type"] for o in res["response"]["output"]] == ["function_call", "function_call_output",
                                                                       "message"]
-        ray_dirs = {a for p in tree for a in p.cmdline() if a.startswith("/tmp/gr-ray-")}
+        ray_dirs = {a for p in tree for a in cmdline(p) if a.startswith("/tmp/gr-ray-")}
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(30) == 0
         assert wait_gone([p.pid for p in tree], 5.0) == []

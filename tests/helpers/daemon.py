@@ -144,6 +144,15 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def cmdline(p: psutil.Process) -> list[str]:
+    """``p``'s command line, empty once it has exited (a snapshot of a tree outlives short-lived
+    members such as Ray's workers)."""
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
 def alive(pids: list[int]) -> list[int]:
     """The pids of ``pids`` still running (zombies count as gone only once reaped)."""
     out = []

@@ -4,7 +4,8 @@
 * env ``NEMO_GYM_CONFIG_DICT`` = the server's own view of the merged YAML (:func:`server_config_yaml`:
   ``host``/``port`` set for every instance, ``head_server: {host, port}``, ``ray_head_node_address``
   when Ray is used, the defaults a Gym parse would add that children read (``dry_run: false``, port
-  range, disallowed ports), and only the secrets its own config references);
+  range, disallowed ports), and only the secrets its own config references), every string escaped
+  so a second resolution by the server changes nothing (:func:`to_yaml`);
   ``NEMO_GYM_CONFIG_PATH`` = the instance name; ``PYTHONPATH`` = the server directory;
 * the rest of the environment is an explicit allowlist (never the daemon's ``RAY_ADDRESS``,
   ``UV_*`` or credentials); the CA files and directories it names (:func:`trust_paths`) are shown
@@ -27,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from gym_runtime.config.escape import escape_interpolations
 from gym_runtime.config.secrets import SecretMap
 
 CONFIG_VAR = "NEMO_GYM_CONFIG_DICT"
@@ -85,8 +87,10 @@ def _inner(data: dict[str, Any], name: str) -> dict[str, Any] | None:
 
 
 def to_yaml(view: dict[str, Any]) -> str:
-    """The YAML text Gym children parse with ``OmegaConf.create``."""
-    return yaml.safe_dump(view, sort_keys=False)
+    """The YAML text Gym children parse with ``OmegaConf.create`` and resolve (again): every string
+    is escaped (:mod:`gym_runtime.config.escape`), so each resolution yields the resolved value the
+    daemon computed, a literal ``${...}`` the author escaped included (case C29)."""
+    return yaml.safe_dump(escape_interpolations(view), sort_keys=False)
 
 
 def server_config_yaml(inside: dict[str, Any], secrets: SecretMap, instance: str) -> str:

@@ -17,6 +17,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from gym_runtime.config.redact import is_secret_key
 from gym_runtime.errors import ConfigError, Violation, ViolationList
 from gym_runtime.package.yamlfile import YamlProblem, check_structure, load_yaml_file
 
@@ -112,7 +113,8 @@ def parse_overrides(overrides: list[str]) -> tuple[dict[str, Any], list[Violatio
     """Parse ``key=value`` dotlist overrides (Gym's ``+key=`` / ``++key=`` prefixes accepted).
 
     Values are YAML (OmegaConf's dotlist rules). Returns the nested overrides and one violation
-    per override that is not ``dotted.key=value`` or whose value cannot be parsed.
+    per override that is not ``dotted.key=value``, whose value cannot be parsed, or that gives a
+    secret's value on the command line (``GR-CONFIG-OVERRIDE-SECRET``).
     """
     out: DictConfig = OmegaConf.create({})
     v: list[Violation] = []
@@ -124,6 +126,10 @@ def parse_overrides(overrides: list[str]) -> tuple[dict[str, Any], list[Violatio
             v.append(Violation("GR-CONFIG-OVERRIDE", f"override {item!r} is not KEY=VALUE with a dotted key of "
                                "letters, digits, '_' and '-'", hint=hint))
             continue
+        secret = _secret_on_argv(key, text.split("=", 1)[1])
+        if secret:
+            v.append(secret)
+            continue
         try:
             one = OmegaConf.from_dotlist([text])
             check_structure(OmegaConf.to_container(one, resolve=False), plain=True)
@@ -132,6 +138,26 @@ def parse_overrides(overrides: list[str]) -> tuple[dict[str, Any], list[Violatio
             why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             v.append(Violation("GR-CONFIG-OVERRIDE", f"override {item!r} cannot be applied: {why}", hint=hint))
     return OmegaConf.to_container(out, resolve=False), v  # type: ignore[return-value]
+
+
+_ONLY_INTERPOLATION = re.compile(r"\$\{[^${}]+\}")
+
+
+def _secret_on_argv(key: str, value: str) -> Violation | None:
+    """A violation when override ``key`` names a secret (:func:`~gym_runtime.config.redact.is_secret_key`,
+    any dotted part) and ``value`` is the secret itself: argv is readable by every user of the host
+    (``ps``, ``/proc/PID/cmdline``). A value that only references a variable (``${oc.env:VAR}``) is
+    fine. The message never repeats the value."""
+    if not any(is_secret_key(part) for part in re.split(r"[.\[\]]", key) if part):
+        return None
+    if _ONLY_INTERPOLATION.fullmatch(value.strip().strip("'\"")):
+        return None
+    flag = " (for the policy model's key: --policy-api-key-env VAR, or GYM_RUNTIME_POLICY_API_KEY)" \
+        if key.split(".")[-1] == "policy_api_key" else ""
+    return Violation("GR-CONFIG-OVERRIDE-SECRET", f"override {key}=... puts a secret on the command line, where "
+                     "every user of this host can read it (ps, /proc/PID/cmdline); it was not applied",
+                     key=key, hint=f"export it in an environment variable and pass {key}='${{oc.env:VAR}}' "
+                     f"instead{flag}")
 
 
 def _kind(x: Any) -> str:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import TYPE_CHECKING
 
-from gym_runtime.errors import SettingsError
+from gym_runtime.errors import SettingsError, Violation
 from gym_runtime.settings import policy_from_environ
 
 if TYPE_CHECKING:  # the config package (OmegaConf) loads only when a command runs
@@ -51,3 +52,9 @@ def policy_from_args(args: argparse.Namespace) -> PolicyValues:
                                 hint=f"export {args.policy_api_key_env}=<key> first")
     origin = "flags" if (urls or args.policy_model_name or args.policy_api_key_env) else "environment"
     return PolicyValues(base, key, args.policy_model_name or env.model_name, origin=origin)
+
+
+def print_warnings(warnings: list[Violation]) -> None:
+    """Config warnings on stderr, one ``warning[CODE] file: key: message`` block each."""
+    for w in warnings:
+        print("warning" + w.render(), file=sys.stderr)

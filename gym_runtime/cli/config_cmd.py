@@ -1,12 +1,17 @@
 """``gym-runtime config PKG [KEY=VALUE ...]``: the merged, resolved configuration with secrets masked,
-and for each server instance the secret keys it receives (names only, docs/architecture.md §4)."""
+and for each server instance the secret keys it receives (names only, docs/architecture.md §4).
+
+Also says, for each list a later file replaced whole (lists are never merged item by item,
+docs/environment-packages.md), which file won and which it replaced (case C19), and prints the
+config warnings (``GR-CONFIG-TRUTHY``...) on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
+from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, print_warnings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,16 +31,23 @@ def run(args: argparse.Namespace) -> int:
     merged = build_config(pkg, args.overrides, policy, defaults=policy.keyless_defaults())
     masked: list[str] = []
     data = merged.redacted(masked)
+    replaced = list(merged.sources.replaced_lists.values())
+    print_warnings(merged.warnings)
     if args.json:
         servers = [{"name": i.name, "server_type": i.server_type, "implementation": i.implementation,
                     "server_dir": str(i.server_dir.path), "origin": i.server_dir.origin, "source": i.source,
                     "secrets": merged.secrets.keys_for(i.name, merged.data)}
                    for i in merged.instances.values()]
-        print(json.dumps({"config": data, "servers": servers, "masked": masked}, indent=2))
+        print(json.dumps({"config": data, "servers": servers, "masked": masked,
+                          "replaced_lists": [r.to_dict() for r in replaced],
+                          "warnings": [w.to_dict() for w in merged.warnings]}, indent=2))
     else:
         print(merged.to_yaml(), end="")
         if masked:
             print("# masked secrets: " + ", ".join(masked))
         for name in merged.instances:
             print(f"# {name} receives: " + (", ".join(merged.secrets.keys_for(name, merged.data)) or "no secrets"))
+        for r in replaced:
+            print(f"# list {r.key}: the list from {r.winner} is in effect; it replaced the list from "
+                  f"{', then '.join(r.replaced)} (a later file replaces a list, it never adds to it)")
     return 0

@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
+from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, print_warnings
 from gym_runtime.errors import EXIT_INVALID, EXIT_OK, GymRuntimeError, PackageInvalidError, UsageError, Violation
 
 PLACEHOLDERS = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "placeholder",
@@ -54,7 +54,8 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
         violations += package_checks(pkg)
     if pkg is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
         try:
-            build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS)
+            summary["warnings"] = build_config(pkg, args.overrides, policy_from_args(args),
+                                               defaults=PLACEHOLDERS).warnings
         except GymRuntimeError as e:
             violations += e.violations or [Violation(e.code, e.message, hint=e.hint)]
     return summary, violations
@@ -62,8 +63,11 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
 
 def run(args: argparse.Namespace) -> int:
     summary, violations = collect(args)
+    warnings = summary.pop("warnings", [])
+    print_warnings(warnings)
     if not violations:
-        print(json.dumps({"valid": True, "format": summary["format"], "name": summary["name"]}))
+        print(json.dumps({"valid": True, "format": summary["format"], "name": summary["name"],
+                          **({"warnings": [w.to_dict() for w in warnings]} if warnings else {})}))
         return EXIT_OK
     err = PackageInvalidError(f"environment package {args.package} is invalid", violations=violations,
                               hint="fix each problem, then run `gym-runtime validate` again")

@@ -1,13 +1,20 @@
 """Configuration: merge, resolve, find server instances, check references (DESIGN.md §4).
 
-``build_config(package, overrides, policy)`` runs the stages in order and stops at the first
-stage with problems, so the user sees the root causes, not their echoes:
+``build_config(package, overrides, policy)`` runs the stages in order:
 
 1. merge the files, overrides and policy values (``GR-CONFIG-YAML``, ``GR-CONFIG-OVERRIDE``);
 2. instance shape and names (``GR-CONFIG-INSTANCE-NAME``, ``GR-CONFIG-TWO-IMPLEMENTATIONS``);
-3. missing values and interpolations (:class:`~gym_runtime.errors.MissingValuesError`);
-4. server references (:class:`~gym_runtime.errors.ServerRefNotFoundError`);
-5. implementations, entrypoints, domains, ports (``GR-CONFIG-*``).
+3. missing values and interpolations (:class:`~gym_runtime.errors.MissingValuesError`), reported
+   together with every server reference whose type and name are literal and name nothing, so a
+   missing ``policy_base_url`` never hides a broken reference until the next run;
+4. known field types (``GR-CONFIG-TYPE``, :mod:`gym_runtime.config.types`), server references
+   (:class:`~gym_runtime.errors.ServerRefNotFoundError`), implementations, entrypoints, domains,
+   ports (``GR-CONFIG-*``): all in one error.
+
+A stage with problems stops the later ones (their findings would be echoes of the same root
+cause). Warnings (``MergedConfig.warnings``) never stop anything: a false-looking string from
+``oc.env`` in a field of unknown type (``GR-CONFIG-TRUTHY``) and egress settings in a package
+config (``GR-CONFIG-NOT-A-SETTING``).
 """
 
 from __future__ import annotations
@@ -19,13 +26,13 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from gym_runtime.config.instances import python_version_problems
-from gym_runtime.config.instances import ServerInstance, build_instances, find_instances
+from gym_runtime.config.instances import ServerInstance, build_instances, declare, find_instances, python_version_problems
 from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources, merge_sources
-from gym_runtime.config.refs import ServerRef, check_refs
+from gym_runtime.config.refs import ServerRef, check_refs, literal_only
 from gym_runtime.config.resolve import resolve_config
 from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map
-from gym_runtime.errors import ConfigError, ServerRefNotFoundError, ViolationList
+from gym_runtime.config.types import apply_known_types
+from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
 from gym_runtime.package import Package
 from gym_runtime.package.layout import find_server_dirs
 
@@ -34,10 +41,11 @@ from gym_runtime.package.layout import find_server_dirs
 class MergedConfig:
     """The resolved configuration of one environment.
 
-    ``data``: the merged, fully resolved plain dict (no ``${...}``, no ``???``);
+    ``data``: the merged, fully resolved plain dict (no ``${...}``, no ``???``; known fields typed);
     ``instances``: server instances by name, in config order; ``refs``: every server reference;
-    ``sources``: provenance of each key; ``secrets``: which values are secrets and which server
-    instance receives which (:mod:`gym_runtime.config.secrets`).
+    ``sources``: provenance of each key (and the lists a later file replaced); ``secrets``: which
+    values are secrets and which server instance receives which (:mod:`gym_runtime.config.secrets`);
+    ``warnings``: problems that do not stop a start (:class:`~gym_runtime.errors.Violation`).
     """
 
     package: Package
@@ -46,6 +54,7 @@ class MergedConfig:
     refs: list[ServerRef] = field(default_factory=list)
     sources: Sources = field(default_factory=Sources)
     secrets: SecretMap = field(default_factory=SecretMap)
+    warnings: list[Violation] = field(default_factory=list)
 
     def of_type(self, server_type: str) -> list[ServerInstance]:
         return [i for i in self.instances.values() if i.server_type == server_type]
@@ -78,28 +87,52 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
     v = ViolationList(find_instances(raw, sources))
     v.raise_if_any(ConfigError, "server instances are malformed")
-    data = resolve_config(cfg, sources)
+    try:
+        data = resolve_config(cfg, sources)
+    except MissingValuesError as e:
+        _, broken = check_refs(declare(literal_only(raw)), sources)
+        if broken:
+            e.violations += broken
+            e.message = e.args[0] + f"; {_refs_summary(len(broken))}"
+        raise
     # an interpolation can copy a whole instance block (`x.y: ${acme_math}`): check the resolved shape too
     ViolationList(find_instances(data, sources)).raise_if_any(ConfigError, "server instances are malformed")
+    data, problems, warnings = apply_known_types(data, raw, sources)
     builtin = builtin_server_dirs(builtin_root or builtin_servers_dir())
-    instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin)
-    inst_violations += python_version_problems(data.get("python_version"), "python_version",
-                                               sources.of("python_version"))
+    instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin, package.root)
+    problems += inst_violations + python_version_problems(data.get("python_version"), "python_version",
+                                                          sources.of("python_version"))
     extra_secrets, secret_violations = secret_key_names(raw, sources)
-    inst_violations += secret_violations
+    problems += secret_violations
     refs, ref_violations = check_refs(declared, sources)
     if ref_violations:
-        n = len(ref_violations)
-        raise ServerRefNotFoundError(f"ServerRefNotFoundError: {n} server reference{'s name' if n > 1 else ' names'} "
-                                     "no defined instance", violations=ref_violations,
+        raise ServerRefNotFoundError(f"ServerRefNotFoundError: {_refs_summary(len(ref_violations))}",
+                                     violations=ref_violations + problems,
                                      hint="define the missing instance (e.g. add its config to config_paths) "
                                      "or fix the name")
-    ViolationList(inst_violations).raise_if_any(ConfigError, "server instances are invalid")
+    ViolationList(problems).raise_if_any(ConfigError, "server instances are invalid")
     if not instances:
         raise ConfigError("no server instances are configured, so there is nothing to run", code="GR-CONFIG-NO-INSTANCES",
                           hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
                           "{entrypoint: app.py}}}` block")
-    return MergedConfig(package, data, instances, refs, sources, secret_map(raw, data, list(instances), extra_secrets))
+    return MergedConfig(package, data, instances, refs, sources, secret_map(raw, data, list(instances), extra_secrets),
+                        warnings + _settings_in_config(raw, sources))
+
+
+def _refs_summary(n: int) -> str:
+    return f"{n} server reference{'s name' if n > 1 else ' names'} no defined instance"
+
+
+def _settings_in_config(raw: dict[str, Any], sources: Sources) -> list[Violation]:
+    """A warning for a top-level ``sandbox`` block: egress is the operator's setting, never the
+    package's (docs/environment-packages.md), so nothing in it widens what the sandbox allows."""
+    if not isinstance(raw.get("sandbox"), dict):
+        return []
+    return [Violation("GR-CONFIG-NOT-A-SETTING", "gym-runtime does not read sandbox or egress settings from a "
+                      "package config: the sandbox allows what the operator sets (this key only reaches the "
+                      "servers' config)", file=sources.of("sandbox"), key="sandbox",
+                      hint="ask the operator to add the hosts to NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW (with "
+                      "NMP_RL_SANDBOX_ALLOW_INTERNET=true); `gym-runtime doctor` prints the effective allowlist")]
 
 
 __all__ = ["POLICY_KEYS", "MergedConfig", "PolicyValues", "ServerInstance", "ServerRef", "build_config"]

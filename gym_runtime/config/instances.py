@@ -103,13 +103,45 @@ def find_instances(raw: dict[str, Any], sources: Sources) -> list[Violation]:
     return out
 
 
+def declare(config: dict[str, Any]) -> dict[str, Declared]:
+    """Every well-shaped instance of ``config`` (resolved or not), by name."""
+    out: dict[str, Declared] = {}
+    for name, value in config.items():
+        if name in RESERVED or not _is_candidate(value) or len(value) != 1:
+            continue
+        stype = next(iter(value))
+        if isinstance(value[stype], dict) and len(value[stype]) == 1:
+            impl, inner = next(iter(value[stype].items()))
+            if isinstance(inner, dict):
+                out[name] = Declared(name, stype, impl, inner)
+    return out
+
+
+def _no_implementation(name: str, stype: str, impl: str, entry: Any, known: list[str],
+                       configs_only: bool) -> tuple[str, str]:
+    """``(message, hint)`` for an implementation found nowhere. The hint is the whole fix (the
+    entrypoint *and* an install file), so following it never leads to a second error."""
+    app = entry if _good_entry(entry) else "app.py"
+    near = difflib.get_close_matches(impl, known, n=1, cutoff=0.6)
+    builtin = f"use a built-in implementation ({', '.join(known) or 'none for ' + stype})" + (
+        f"; did you mean {near[0]!r}?" if near else "")
+    ship = f"add {stype}/{impl}/{app} (the entrypoint) and {stype}/{impl}/requirements.txt (a comment line is fine)"
+    if configs_only:
+        return (f"implementation {impl!r} of instance {name!r}: {stype}/{impl}/ in the package holds only configs/, "
+                f"which configures a built-in server, and there is no built-in {impl!r}",
+                f"to ship the server, {ship}; or {builtin}")
+    return (f"implementation {impl!r} of instance {name!r} is neither a directory {stype}/{impl}/ in the package "
+            "nor a built-in server", f"{builtin}; or {ship}")
+
+
 def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: dict[tuple[str, str], ServerDir],
-                    builtin_dirs: dict[tuple[str, str], ServerDir]
+                    builtin_dirs: dict[tuple[str, str], ServerDir], package_root: Path | None = None
                     ) -> tuple[dict[str, ServerInstance], dict[str, Declared], list[Violation]]:
     """Build :class:`ServerInstance` objects from the resolved config (shape already checked).
 
-    The implementation directory is looked up in the package first, then in the built-ins.
-    Returns the instances, every declared instance (also those with problems) and violations.
+    The implementation directory is looked up in the package (under ``package_root``) first,
+    then in the built-ins. Returns the instances, every declared instance (also those with
+    problems) and violations.
     """
     instances: dict[str, ServerInstance] = {}
     declared: dict[str, Declared] = {}
@@ -133,11 +165,9 @@ def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: di
         sdir = package_dirs.get((stype, impl)) or builtin_dirs.get((stype, impl))
         if sdir is None:
             known = sorted(i for (t, i) in {**builtin_dirs, **package_dirs} if t == stype)
-            out.append(Violation("GR-CONFIG-IMPLEMENTATION", f"implementation {impl!r} of instance {name!r} is "
-                                 f"neither a directory {stype}/{impl}/ in the package nor a built-in server",
-                                 file=file, key=key, hint="implementations known for "
-                                 f"{stype}: {', '.join(known) or '(none)'}; a server directory needs app.py and "
-                                 "requirements.txt or pyproject.toml"))
+            configs_only = package_root is not None and (package_root / stype / impl / "configs").is_dir()
+            message, hint = _no_implementation(name, stype, impl, entry, known, configs_only)
+            out.append(Violation("GR-CONFIG-IMPLEMENTATION", message, file=file, key=key, hint=hint))
             continue
         if _good_entry(entry) and not is_regular_file(sdir.path / entry):
             out.append(Violation("GR-CONFIG-ENTRYPOINT", f"entrypoint {entry!r} does not exist in "
@@ -186,7 +216,7 @@ def _inner_problems(name: str, stype: str, inner: dict[str, Any], key: str, file
     out += python_version_problems(inner.get("python_version"), f"{key}.python_version",
                                    sources.of(f"{key}.python_version"))
     port = inner.get("port")
-    if port is not None:
+    if port is not None and not isinstance(port, str):  # a string port is a GR-CONFIG-TYPE problem (types.py)
         pfile = sources.of(f"{key}.port")
         if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
             out.append(Violation("GR-CONFIG-PORT", f"port must be an integer 1-65535, got {port!r}",

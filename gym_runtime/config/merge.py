@@ -2,6 +2,9 @@
 
 Order (later wins, DESIGN.md §4): the config files in manifest order, then ``key=value``
 overrides, then the job's ``policy_base_url`` / ``policy_api_key`` / ``policy_model_name``.
+Mappings merge key by key; a list in a later source **replaces** the earlier list whole (OmegaConf's
+rule, so a package means the same under Gym's own launcher), and every such replacement is
+recorded (``Sources.replaced_lists``) so ``gym-runtime config`` can say which file won (case C19).
 OmegaConf's own errors carry ``full_key`` but no file name (case C02), so provenance is tracked
 here: ``Sources.of("a.b.c")`` names the file (relative to the package) or flag that set it.
 """
@@ -47,11 +50,39 @@ class PolicyValues:
         return {k: v for k, v in vals.items() if v is not None}
 
 
+@dataclass(frozen=True)
+class ReplacedList:
+    """A list a later source replaced whole (OmegaConf merges mappings key by key but never lists):
+    ``key`` (dotted path), the source whose list is in effect (``winner``) and the earlier sources
+    whose lists it replaced, in order."""
+
+    key: str
+    winner: str
+    replaced: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "winner": self.winner, "replaced": list(self.replaced)}
+
+
 @dataclass
 class Sources:
-    """Provenance: dotted key path -> where its value was last set (file or flag)."""
+    """Provenance: dotted key path -> where its value was last set (file or flag); ``replaced_lists``:
+    every list a later source replaced (:class:`ReplacedList`, by key)."""
 
     by_key: dict[str, str] = field(default_factory=dict)
+    replaced_lists: dict[str, ReplacedList] = field(default_factory=dict)
+
+    def note_replaced_lists(self, base: Any, new: Any, source: str, prefix: str = "") -> None:
+        """Before ``new`` (from ``source``) is merged over ``base`` (plain containers): remember each
+        key where a list replaces a different list."""
+        if isinstance(base, dict) and isinstance(new, dict):
+            for k, v in new.items():
+                if k in base:
+                    self.note_replaced_lists(base[k], v, source, f"{prefix}.{k}" if prefix else str(k))
+        elif isinstance(base, list) and isinstance(new, list) and base != new:
+            before = self.replaced_lists.get(prefix)
+            earlier = before.replaced + (before.winner,) if before else (self.of(prefix) or "?",)
+            self.replaced_lists[prefix] = ReplacedList(prefix, source, earlier)
 
     def record(self, node: Any, source: str, prefix: str = "") -> None:
         if isinstance(node, dict):
@@ -205,6 +236,7 @@ def merge_sources(files: list[tuple[Path, str]], overrides: list[str], policy: P
     sources = Sources()
     merged: DictConfig = OmegaConf.create({})
     for data, label in layers:
+        sources.note_replaced_lists(OmegaConf.to_container(merged, resolve=False), data, label)
         try:
             merged = OmegaConf.merge(merged, OmegaConf.create(data))  # type: ignore[assignment]
         except (OmegaConfBaseException, TypeError, ValueError) as e:

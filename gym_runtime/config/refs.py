@@ -49,6 +49,16 @@ def find_refs(instance: Declared) -> list[ServerRef]:
     return out
 
 
+def literal_only(node: Any) -> Any:
+    """A copy of an unresolved config with every string holding ``${`` replaced by None, so the
+    references whose type and name are literal can be checked before (or without) resolution."""
+    if isinstance(node, dict):
+        return {k: literal_only(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [literal_only(v) for v in node]
+    return None if isinstance(node, str) and "${" in node else node
+
+
 def check_refs(instances: dict[str, Declared], sources: Sources) -> tuple[list[ServerRef], list[Violation]]:
     """Resolve every reference; return them and a violation per reference that names nothing."""
     refs = [r for inst in instances.values() for r in find_refs(inst)]

@@ -128,10 +128,12 @@ def find_server_dirs(root: Path, origin: str = "package") -> tuple[dict[tuple[st
             elif not present:
                 if _only_configs(d):
                     continue  # a configs-only directory (native-v1 configs for a built-in server)
+                app = "" if any(d.glob("*.py")) else " and the server's entrypoint (Gym servers use app.py)"
                 v.append(Violation("GR-PKG-SERVER-NO-INSTALL", "server directory has neither requirements.txt "
                                    "nor pyproject.toml, so it is not a server and a built-in of the same name "
                                    "would silently shadow it", file=rel + "/",
-                                   hint="add a requirements.txt (a comment line is fine) or rename the directory"))
+                                   hint=f"add a requirements.txt (a comment line is fine){app}, or rename the "
+                                   "directory"))
             else:
                 found[(st, d.name)] = ServerDir(st, d.name, d, d / present[0], origin)
     return found, v

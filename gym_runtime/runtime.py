@@ -137,4 +137,4 @@ class Runtime:
 
     def health(self) -> tuple[int, dict[str, Any]]:
         """Same as the head server's ``GET /health``: ``(200|503, body)``."""
-        return self.env.supervisor.health() if self.env else (503, {"status": "stopped"})
+        return self.env.health() if self.env else (503, {"status": "stopped"})

@@ -271,10 +271,34 @@ class EgressPolicy:
                 return Decision(False, f"resolved-special:{addr} ({net})")
         return Decision(True, f"allow:{ok}")
 
+    def effective_allowlist(self) -> list[dict[str, str]]:
+        """What a sandboxed server may reach, each entry with where it comes from:
+        ``[{"allow": "127.0.0.0/8, ::1, localhost", "source": ...}, {"allow": "host:port", ...}, ...]``.
+        Operator entries and the ``*.com`` / ``*.org`` defaults are listed only while
+        ``NMP_RL_SANDBOX_ALLOW_INTERNET`` is on (they decide nothing otherwise)."""
+        ports = "/".join(str(p) for p in sorted(DEFAULT_PORTS))
+        out = [{"allow": "127.0.0.0/8, ::1, localhost", "source": "built-in: the environment's own servers"}]
+        out += [{"allow": f"{h}:{p}", "source": "policy endpoint, policy_base_url"} for h, p in self.endpoints]
+        if self.allow_internet:
+            out += [{"allow": str(e) if e.port else f"{e}:{ports}", "source": ENV_DNS_ALLOW}
+                    for e in self.operator_list]
+            out += [{"allow": f"{s}:{ports}", "source": f"built-in while {ENV_ALLOW_INTERNET}=true"}
+                    for s in DEFAULT_SUFFIXES]
+        return out
+
+    def summary(self) -> str:
+        """The effective allowlist as one line for a person (``up`` prints it at start)."""
+        entries = "; ".join(f"{e['allow']} ({e['source']})" for e in self.effective_allowlist())
+        off = "" if self.allow_internet else f"; internet off ({ENV_ALLOW_INTERNET})" + (
+            f", so {ENV_DNS_ALLOW} ({', '.join(map(str, self.operator_list))}) is not in effect"
+            if self.operator_list else "")
+        return f"egress allowlist (everything else denied): {entries}{off}"
+
     def describe(self) -> dict:
-        """JSON-ready effective policy (printed at start, served by the head server)."""
+        """JSON-ready effective policy (printed at start, served by the head server's ``/health``)."""
         return {
             "default": "deny",
+            "allowlist": self.effective_allowlist(),
             "allow_internet": self.allow_internet,
             "always_allowed": ["loopback peers (127.0.0.0/8, ::1, localhost)"]
             + [f"{h}:{p} (policy endpoint)" for h, p in self.endpoints],

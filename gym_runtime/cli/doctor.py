@@ -1,11 +1,15 @@
-"""``gym-runtime doctor [--json]``: what this host can give before anything starts (issue 5).
+"""``gym-runtime doctor [--json]``: what this host can give before anything starts.
 
 Reports: the isolation level available and why (sandbox probe), the Pythons found, uv's version,
 the venv and uv cache directories (writable?), the index uv would use, Ray (the target ``up``
-would choose and whether it answers), the egress policy in force, when a daemon runs on this
-``$GYM_RUNTIME_HOME`` its processes by role and size (its head server's ``/processes``), and with
-``--package PKG`` the secret keys each server instance of that package receives (names only,
-docs/architecture.md §4). Exit 0 unless a check is ``error`` (e.g. a directory that cannot be written).
+would choose and whether it answers), the egress policy in force with its *effective allowlist*:
+every entry a sandboxed server may reach and where it comes from (built-in, the policy endpoints
+of ``GYM_RUNTIME_POLICY_BASE_URL``, the operator's ``NMP_RL_SANDBOX_*``), when a daemon runs on
+this ``$GYM_RUNTIME_HOME`` its processes by role and size (its head server's ``/processes``), and
+with ``--package PKG`` the secret keys each server instance of that package receives (names only,
+docs/architecture.md §4). Exit 0 when every check is fine; 1 when a setting (or the ``--package``)
+is invalid input (README "Exit codes"); 3 when the host falls short (e.g. a directory that cannot
+be written, Ray unreachable).
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from gym_runtime.errors import EXIT_RUNTIME, GymRuntimeError
-from gym_runtime.settings import RuntimeSettings, load_settings
+from gym_runtime.errors import EXIT_INVALID, EXIT_RUNTIME, GymRuntimeError
+from gym_runtime.settings import RuntimeSettings, load_settings, policy_from_environ
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +63,7 @@ def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
     try:
         target = choose(flag, None, settings.environ, [])
     except GymRuntimeError as e:
-        return {"status": "error", "error": e.to_dict()}
+        return {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
     out: dict[str, Any] = {"status": "ok", **target.to_dict(), "summary": target.describe().removeprefix("ray: ")}
     if target.mode == "join":
         try:
@@ -81,7 +85,7 @@ def _secrets(package: str) -> dict[str, Any]:
     try:
         merged = build_config(load_package(package), [], policy_from_environ(), defaults=PLACEHOLDERS)
     except GymRuntimeError as e:
-        return {"status": "error", "error": e.to_dict()}
+        return {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
     return {"status": "ok", "servers": {n: merged.secrets.keys_for(n, merged.data) for n in merged.instances}}
 
 
@@ -113,10 +117,12 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     settings = load_settings()
     report = probe_isolation()
     isolation = {"level": report.level.value, "reasons": list(report.reasons), **report.to_dict()}
+    base = policy_from_environ(settings.environ).base_url
+    endpoints = base if isinstance(base, list) else [base] if base else []
     try:
-        egress: dict[str, Any] = EgressPolicy.from_environ(settings.environ, policy_endpoints=[]).describe()
+        egress: dict[str, Any] = EgressPolicy.from_environ(settings.environ, policy_endpoints=endpoints).describe()
     except GymRuntimeError as e:
-        egress = {"status": "error", "error": e.to_dict()}
+        egress = {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
     out = {
         "isolation": isolation,
         "pythons": [{"version": i.version, "path": str(i.path), "source": i.source} for i in
@@ -140,14 +146,11 @@ def egress_lines(d: dict[str, Any]) -> list[str]:
         return [f"ERROR {err.get('message', '?')}", *([f"hint: {err['hint']}"] if err.get("hint") else [])]
     internet = d.get("allow_internet")
     lines = [f"{d.get('default', 'deny')} by default; internet {'ALLOWED' if internet else 'off'} "
-             "(NMP_RL_SANDBOX_ALLOW_INTERNET)",
-             "always allowed: " + ", ".join(d.get("always_allowed", []))]
-    if internet:
-        ports = ", ".join(str(p) for p in d.get("default_ports", []))
-        lines.append("allowed names: " + (", ".join(d.get("allowed_names", [])) or "none") + f" (ports {ports})")
-    if d.get("operator_list"):
+             "(NMP_RL_SANDBOX_ALLOW_INTERNET); the effective allowlist:"]
+    lines += [f"  allow {e['allow']}  ({e['source']})" for e in d.get("allowlist", [])]
+    if d.get("operator_list") and not d.get("operator_list_active"):
         lines.append("operator list (NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW): " + ", ".join(d["operator_list"])
-                     + ("" if d.get("operator_list_active") else " -- inactive while internet is off"))
+                     + " -- not in effect while internet is off")
     ranges = d.get("denied_ranges", [])
     lines.append(f"never: {len(ranges)} private/link-local/metadata ranges ({', '.join(ranges[:3])}, ...) "
                  "unless a policy endpoint")
@@ -160,9 +163,11 @@ def run(args: argparse.Namespace) -> int:
     cache = out["uv"].get("cache_dir")
     if cache and cache["status"] == "error":
         bad.append("uv.cache_dir")
+    invalid = [k for k, v in out.items() if isinstance(v, dict) and v.get("invalid_input")]
+    code = EXIT_INVALID if invalid else EXIT_RUNTIME if bad else 0
     if args.json:
         print(json.dumps({**out, "problems": bad}, indent=2, default=str))
-        return EXIT_RUNTIME if bad else 0
+        return code
     iso = out["isolation"]
     print(f"isolation: {iso['level']}" + (f" ({'; '.join(iso['reasons'])})" if iso["reasons"] else ""))
     print("pythons:   " + (", ".join(f"{p['version']} {p['path']} [{p['source']}]" for p in out["pythons"]) or "none"))
@@ -190,5 +195,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"daemon:    pid {d['pid']}, head server {d.get('head_server') or '(starting)'}"
               + (f"; processes: {roles}" if roles else ""))
     if bad:
-        print("problems:  " + ", ".join(bad))
-    return EXIT_RUNTIME if bad else 0
+        print("problems:  " + ", ".join(bad) + (f" (bad setting values: {', '.join(invalid)})" if invalid else ""))
+    return code

@@ -3,7 +3,9 @@
 Prints ``/health``, ``/server_instances`` (Gym's keys plus ours, :mod:`gym_runtime.head.instances`),
 ``/support_processes`` (stub model, Ray head) and every process of the environment by role and size
 (``/processes``: servers, Ray, sandbox helpers, the daemon): tables, or JSON with ``--json``
-(``servers``, ``support_processes``, ``processes``). Exit 0 when the environment is ready, 3 when it
+(``servers``, ``support_processes``, ``processes``). During start-up the head server already
+answers: the phase (``building venvs``...) and each server's state (its venv build, then
+``starting``...). Exit 0 when the environment is ready, 3 when it
 is starting or failed or the head server cannot be reached.
 ``--head`` defaults to the head server of the daemon running on this ``$GYM_RUNTIME_HOME``
 (``daemon.json``, held by ``up`` while it runs; see :mod:`gym_runtime.supervise.daemon_record`).
@@ -38,8 +40,8 @@ def head_url(args: argparse.Namespace) -> str:
         raise UserError(f"no --head given and no running daemon recorded in {home / RECORD}", code="GR-HEAD-UNKNOWN",
                         hint="pass --head http://host:port (the head_server of `up`'s ready line)")
     if not record.get("head_server"):
-        raise StartError(f"the daemon (pid {record.get('pid')}) is still starting: its head server is known once "
-                         "it prints its ready line", code="GR-HEAD-STARTING", hint="try again in a moment")
+        raise StartError(f"the daemon (pid {record.get('pid')}) is still reading its config: its head server "
+                         "serves right after that", code="GR-HEAD-STARTING", hint="try again in a moment")
     return str(record["head_server"]).rstrip("/")
 
 

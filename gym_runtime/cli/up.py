@@ -96,6 +96,7 @@ async def serve(req: UpRequest) -> int:
     env = Environment(req, load_settings(), _progress)
     record = DaemonRecord(env.settings.home, env.work_dir, req.work_dir is not None, _progress)
     record.claim()
+    env.on_head = record.head
     loop = asyncio.get_running_loop()
     signals: list[float] = []  # when each stop signal arrived (monotonic)
     stops: list[asyncio.Task] = []

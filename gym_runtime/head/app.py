@@ -5,15 +5,18 @@ Endpoints (docs/architecture.md §7; Gym's originals: NeMo Gym 0.4.0 ``nemo_gym/
 =================================  ========================================================================
 ``GET /``                          ``{"status": "ok"}`` (liveness)
 ``GET /global_config_dict_yaml``   JSON *string* holding the merged YAML as seen from the host (every
-                                   instance's reachable host/port, ``head_server``), secrets masked
+                                   instance's reachable host/port, ``head_server``), secrets masked;
+                                   503 ``GR-HEAD-STARTING`` until the servers have their addresses
 ``GET /server_instances``          the Gym server instances with Gym's keys (``process_name``,
                                    ``server_type``, ``name`` = implementation, ``dir_path``, ``entrypoint``,
                                    ``host``, ``port``, ``url``, ``pid``, ``config_path``, ``start_time``,
                                    ``status``, ``uptime_seconds``) and ours (``state``, ``restarts``...):
-                                   :mod:`gym_runtime.head.instances`
+                                   :mod:`gym_runtime.head.instances`; during start-up also the servers
+                                   still building their venv (``state``: the build's state)
 ``GET /support_processes``         processes that are not Gym servers (stub model, Ray head)
 ``GET /health``                    200 ``{"status": "ready"}`` or 503 ``{"status": "starting"|"failed", ...}``
-``GET /servers/{name}/logs``       ``?tail=N`` (default 100): ``{"name", "log_file", "lines"}``; 404 unknown
+``GET /servers/{name}/logs``       ``?tail=N`` (default 100): ``{"name", "log_file", "lines"}``; 404
+                                   ``GR-HEAD-UNKNOWN-SERVER`` for a name that is no instance
 ``GET /processes``                 every process of the environment by role and size:
                                    ``{"processes": [rows], "by_role": {role: totals}}``
                                    (:mod:`gym_runtime.supervise.processes`)
@@ -21,8 +24,9 @@ Endpoints (docs/architecture.md §7; Gym's originals: NeMo Gym 0.4.0 ``nemo_gym/
 ``GET /docs``                      OpenAPI UI
 =================================  ========================================================================
 
-``/rollouts/run`` answers a body that is not ``{"examples": [rows]}`` with 400 and our error envelope
-``{"error": {"code": "GR-ROLLOUT-BAD-REQUEST", "message"}}`` (not FastAPI's raw 422). It sends each
+Every error answer is our envelope ``{"error": {"code", "message", "hint"?}}``, never FastAPI's
+``{"detail"}``: ``/rollouts/run`` answers a body that is not ``{"examples": [rows]}`` with 400
+``GR-ROLLOUT-BAD-REQUEST``, other bad query parameters get 422 ``GR-HEAD-BAD-REQUEST``. It sends each
 row to its ``agent_ref`` agent's ``/run`` (bounded concurrency, results in row order, per-row
 ``{"error": {"code", "message"}}``, a batch deadline) and, while the batch runs,
 streams one space every ``heartbeat_s`` (15 s) before the JSON body so a proxy never drops the request
@@ -39,8 +43,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Query, Request
-from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
@@ -54,14 +57,14 @@ from gym_runtime.rollouts.verdict import AgentFacts
 class HeadBackend:
     """What the head server reads (all callables, evaluated per request, on the daemon's loop).
 
-    ``config_yaml() -> str`` (masked); ``instances() -> list[dict]`` (every member's snapshot,
+    ``config_yaml() -> str | None`` (masked; None while starting); ``instances() -> list[dict]`` (every member's snapshot,
     servers and support processes); ``health() -> (status, body)``; ``logs(name, n) -> dict | None``;
     ``agents() -> {agent instance: base url}``; ``agent_facts() -> {agent instance: AgentFacts}``
     (resources server names for bad-reward errors);
     ``processes() -> dict`` (blocking: run in a thread), None when not served.
     """
 
-    config_yaml: Callable[[], str]
+    config_yaml: Callable[[], str | None]
     instances: Callable[[], list[dict[str, Any]]]
     health: Callable[[], tuple[int, dict[str, Any]]]
     logs: Callable[[str, int], dict[str, Any] | None]
@@ -85,6 +88,12 @@ def bad_batch_message(exc: RequestValidationError) -> str:
                          for e in exc.errors()[:5])
     return ('expected a JSON object {"examples": [rows]} (a list of dataset rows, each a JSON object with an '
             f"agent_ref): {problems}")
+
+
+def error_response(status: int, code: str, message: str, hint: str | None = None) -> JSONResponse:
+    """Our error envelope ``{"error": {"code", "message", "hint"?}}`` with HTTP ``status``."""
+    return JSONResponse({"error": {"code": code, "message": message, **({"hint": hint} if hint else {})}},
+                        status_code=status)
 
 
 def shutdown_body(rows: int) -> bytes:
@@ -113,17 +122,21 @@ def create_app(backend: HeadBackend) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         if request.url.path != "/rollouts/run":
-            return await request_validation_exception_handler(request, exc)
-        return JSONResponse({"error": {"code": "GR-ROLLOUT-BAD-REQUEST", "message": bad_batch_message(exc)}},
-                            status_code=400)
+            problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+            return error_response(422, "GR-HEAD-BAD-REQUEST", f"bad request to {request.url.path}: {problems}")
+        return error_response(400, "GR-ROLLOUT-BAD-REQUEST", bad_batch_message(exc))
 
     @app.get("/")
     async def root() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/global_config_dict_yaml")
-    async def global_config_dict_yaml() -> str:
-        return backend.config_yaml()
+    @app.get("/global_config_dict_yaml", response_model=str)
+    async def global_config_dict_yaml() -> Any:
+        text = backend.config_yaml()
+        if text is None:
+            return error_response(503, "GR-HEAD-STARTING", "the environment is still starting: the servers have no "
+                                  "addresses yet", "poll GET /health until it answers 200 (status ready)")
+        return text
 
     @app.get("/server_instances")
     async def server_instances() -> list[dict[str, Any]]:
@@ -139,10 +152,12 @@ def create_app(backend: HeadBackend) -> FastAPI:
         return JSONResponse(body, status_code=status)
 
     @app.get("/servers/{name}/logs")
-    async def server_logs(name: str, tail: int = Query(100, ge=0, le=100_000)) -> dict[str, Any]:
+    async def server_logs(name: str, tail: int = Query(100, ge=0, le=100_000)) -> Any:
         out = backend.logs(name, tail)
         if out is None:
-            raise HTTPException(404, f"no server instance named {name!r}")
+            names = ", ".join(r["name"] for r in backend.instances()) or "(none)"
+            return error_response(404, "GR-HEAD-UNKNOWN-SERVER", f"no server instance named {name!r}",
+                                  f"instances: {names}")
         return out
 
     @app.get("/processes")

@@ -91,6 +91,8 @@ class Environment:
         self.head: Any = None
         self.outside: dict[str, Any] = {}
         self.ready_info: dict[str, Any] | None = None
+        self.on_head = lambda url: None  # called with the head server's URL as soon as it serves
+        self.build_state: dict[str, str] = {}  # instance -> its venv build's state (before it has a member)
         self.cancel = threading.Event()
         self._stopping = asyncio.Event()
         self._start_task: asyncio.Task | None = None
@@ -116,14 +118,20 @@ class Environment:
                                                            self._say)
         self.merged = merged
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
+        for w in merged.warnings:
+            self._say("warning" + w.render())
         given(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ)
         cfg_head = merged.data.get("head_server") if isinstance(merged.data.get("head_server"), dict) else {}
         head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)
         head_sock = bind_listener(self.req.head_host, int(head_port or 0), "head server")
         self._head_sock = head_sock
         self.head_addr = head_sock.getsockname()[:2]
+        await self._start_head(head_sock)  # from here on `status` sees the phase and each server's state
+        self._say(f"head server at {self.head.url} (GET /health shows the start-up)")
+        self.on_head(self.head.url)
         self.egress = await preflight.check_host(self.settings.environ, model_base_urls(merged.data),
                                                  self.req.require_isolation, self.req.isolation)
+        self._say(self.egress.summary())
         self._check_stop()
         self.phase = "building venvs"
         venvs = await self._build_venvs(merged)
@@ -153,9 +161,7 @@ class Environment:
         await self._publish()
         public = {n: m.public for n, m in self.supervisor.members.items() if m.kind == "server"}
         self.outside = contract.config_view(merged.data, public, self.head_addr, ray_inside)
-        await self._start_head(head_sock)
-        self._say(f"head server at {self.head.url}; starting {len(merged.instances)} server(s) "
-                  f"(isolation: {self.sandbox.level.value})")
+        self._say(f"starting {len(merged.instances)} server(s) (isolation: {self.sandbox.level.value})")
         self.supervisor.phase = "waiting for servers to answer GET /"
         self._check_stop()
         self.bytecode.learn(lambda name: self.supervisor.members[name].status == READY)
@@ -206,10 +212,15 @@ class Environment:
         from gym_runtime.venvs import build_venvs, plan_venvs
         from gym_runtime.venvs.progress import Reporter
 
-        say = self._say
+        say, state = self._say, self.build_state
+        state.update({n: "venv build queued" for n in merged.instances})
 
         class _Progress(Reporter):
+            def stage(self, key: str, label: str, stage: str) -> None:
+                state.update({n: f"building venv: {stage}" for n in label.split(", ")})
+
             def done(self, key: str, label: str, status: str, seconds: float) -> None:
+                state.update({n: f"venv {status}" for n in label.split(", ")})
                 say(f"venv {label}: {status} in {seconds:.2f}s")
 
         plan = await asyncio.to_thread(plan_venvs, merged, self.settings, self.req.python)
@@ -357,9 +368,9 @@ class Environment:
         from gym_runtime.head.server import HeadServer
         from gym_runtime.rollouts.verdict import agent_facts
 
-        backend = HeadBackend(config_yaml=lambda: contract.to_yaml(self.merged.secrets.view(self.outside)),
-                              instances=lambda: [m.snapshot() for m in self.supervisor.members.values()],
-                              health=self.supervisor.health, logs=self._logs,
+        backend = HeadBackend(config_yaml=lambda: contract.to_yaml(self.merged.secrets.view(self.outside))
+                              if self.outside else None,
+                              instances=self._instances, health=self.health, logs=self._logs,
                               agents=lambda: {n: m.url for n, m in self.supervisor.members.items()
                                               if m.info.get("server_type") == "responses_api_agents" and m.url},
                               agent_facts=lambda: agent_facts(self.merged.instances, ranges=False),
@@ -368,8 +379,34 @@ class Environment:
         self.head = HeadServer(create_app(backend), sock)
         await self.head.start()
 
+    def _instances(self) -> list[dict[str, Any]]:
+        """``/server_instances``: every member, and during start-up each configured server that has
+        none yet, with its venv build's state as ``status``."""
+        rows = [m.snapshot() for m in self.supervisor.members.values()]
+        for name, inst in (self.merged.instances.items() if self.merged else ()):
+            if name not in self.supervisor.members:
+                rows.append({"name": name, "kind": "server", "server_type": inst.server_type,
+                             "implementation": inst.implementation, "status": self.build_state.get(name, "pending"),
+                             "url": None, "pid": None, "restarts": 0})
+        return rows
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """``/health``: the supervisor's answer, with the start-up phase before it runs, each
+        server's state while not ready, and the effective egress allowlist."""
+        code, body = self.supervisor.health()
+        if self.supervisor._startup is None and body.get("status") == "starting":
+            body["phase"] = self.phase
+        if code != 200:
+            body["servers"] = {r["name"]: r["status"] for r in self._instances()}
+        if self.egress is not None:
+            body["egress"] = self.egress.describe()["allowlist"]
+        return code, body
+
     def _logs(self, name: str, n: int) -> dict[str, Any] | None:
         m = self.supervisor.members.get(name)
+        if m is None and self.merged is not None and name in self.merged.instances:
+            return {"name": name, "log_file": None, "lines": [
+                f"[gym-runtime] {name}: {self.build_state.get(name, 'pending')}; it has no server log yet"]}
         if m is None:
             return None
         m.log.drain_now()

@@ -1,7 +1,8 @@
 """Which daemon runs on this host: ``daemon.json`` records, held by a lock for the daemon's life.
 
-A *slot* is a directory holding ``daemon.json`` (the record: pid, status, work dir, and once ready
-the ready line: ``head_server``, ``servers``...) and ``daemon.lock``, on which the daemon holds an
+A *slot* is a directory holding ``daemon.json`` (the record: pid, status, work dir, the
+``head_server`` URL as soon as it serves (during start-up), and once ready the ready line:
+``servers``...) and ``daemon.lock``, on which the daemon holds an
 exclusive ``flock`` until it exits (the kernel drops it even on SIGKILL). A record whose lock
 nobody holds is stale and is replaced. ``$GYM_RUNTIME_HOME`` is the slot ``status`` and ``logs``
 read; a daemon started with ``--work-dir DIR`` also owns the slot ``DIR`` and takes the home slot
@@ -70,8 +71,9 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 
 class DaemonRecord:
     """This daemon's slots. ``claim()`` before anything starts (raises :class:`StartError`
-    ``GR-DAEMON-RUNNING`` when the slot it needs is held by a live daemon), ``ready(info)`` once
-    the ready line is printed, ``release()`` when stopped (idempotent)."""
+    ``GR-DAEMON-RUNNING`` when the slot it needs is held by a live daemon), ``head(url)`` once the
+    head server serves, ``ready(info)`` once the ready line is printed, ``release()`` when stopped
+    (idempotent)."""
 
     def __init__(self, home: Path, work_dir: Path, explicit_work_dir: bool, say: Callable[[str], None]) -> None:
         self.home, self.work_dir, self.say = Path(home), Path(work_dir), say
@@ -102,6 +104,11 @@ class DaemonRecord:
         self._base = {"pid": os.getpid(), "work_dir": str(self.work_dir), "logs_dir": str(self.work_dir / "logs"),
                       "started_at": time.time()}
         self._write({"status": "starting"})
+
+    def head(self, url: str) -> None:
+        """The head server serves (right after the config is read): ``status`` / ``logs`` can ask it
+        about the start-up from now on."""
+        self._write({"status": "starting", "head_server": url})
 
     def ready(self, info: dict[str, Any]) -> None:
         self._write({**info, "status": "ready"})

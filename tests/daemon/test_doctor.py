@@ -15,20 +15,33 @@ def _doctor(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def test_egress_is_printed_readably() -> None:
-    r = _doctor(NMP_RL_SANDBOX_ALLOW_INTERNET="yes", NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW="api.acme.com")
+    """The effective allowlist, each entry with its source: built-in, policy endpoint, operator list."""
+    r = _doctor(NMP_RL_SANDBOX_ALLOW_INTERNET="yes", NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW="api.acme.com",
+                GYM_RUNTIME_POLICY_BASE_URL="http://127.0.0.1:8000/v1")
     lines = r.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("egress:"))
-    block = lines[start:start + 5]
-    assert block[0] == "egress:    deny by default; internet ALLOWED (NMP_RL_SANDBOX_ALLOW_INTERNET)"
-    assert "allowed names: api.acme.com, *.com, *.org (ports 80, 443)" in block[2]
+    block = [line.strip() for line in lines[start:start + 7]]
+    assert block[0] == ("egress:    deny by default; internet ALLOWED (NMP_RL_SANDBOX_ALLOW_INTERNET); the effective "
+                        "allowlist:")
+    assert block[1:6] == ["allow 127.0.0.0/8, ::1, localhost  (built-in: the environment's own servers)",
+                          "allow 127.0.0.1:8000  (policy endpoint, policy_base_url)",
+                          "allow api.acme.com:80/443  (NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW)",
+                          "allow *.com:80/443  (built-in while NMP_RL_SANDBOX_ALLOW_INTERNET=true)",
+                          "allow *.org:80/443  (built-in while NMP_RL_SANDBOX_ALLOW_INTERNET=true)"]
     assert not any("{" in line for line in block)
+    off = _doctor(NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW="api.acme.com").stdout
+    assert "api.acme.com -- not in effect while internet is off" in off and "allow api.acme.com" not in off
 
 
-def test_egress_error_and_json() -> None:
+def test_bad_setting_value_exits_1_and_json() -> None:
+    """A bad setting value is invalid input: exit 1, as README "Exit codes" says (bug: exit 3)."""
     r = _doctor(NMP_RL_SANDBOX_ALLOW_INTERNET="maybe")
-    assert r.returncode == 3 and "egress:    ERROR NMP_RL_SANDBOX_ALLOW_INTERNET='maybe'" in r.stdout
+    assert r.returncode == 1 and "egress:    ERROR NMP_RL_SANDBOX_ALLOW_INTERNET='maybe'" in r.stdout
+    assert "bad setting values: egress" in r.stdout
+    assert _doctor("--json", NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW="bad host!").returncode == 1
     data = json.loads(_doctor("--json").stdout)
     assert data["egress"]["default"] == "deny" and isinstance(data["egress"]["denied_ranges"], list)
+    assert data["egress"]["allowlist"][0]["allow"] == "127.0.0.0/8, ::1, localhost"
 
 
 def test_ray_line_is_not_doubled(capsys) -> None:

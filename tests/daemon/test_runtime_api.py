@@ -40,9 +40,10 @@ def check_running(rt: Runtime, info: dict) -> None:
     assert info["status"] == "ready" and info == rt.ready_info
     assert rt.head_url == info["head_server"]
     assert set(rt.servers) == {"acme_math", "acme_agent"} and rt.servers == info["servers"]
-    assert rt.health() == (200, {"status": "ready"})
+    code, body = rt.health()
+    assert code == 200 and body["status"] == "ready" and body["egress"]
     with httpx.Client(trust_env=False, timeout=10) as c:
-        assert c.get(rt.head_url + "/health").json() == {"status": "ready"}
+        assert c.get(rt.head_url + "/health").json()["status"] == "ready"
         for url in rt.servers.values():
             assert c.get(url).json() == {"status": "ok"}
         r = c.post(rt.head_url + "/rollouts/run", json={"examples": [{"agent_ref": REF, "i": 0}]})

@@ -66,7 +66,8 @@ def test_head_endpoints(daemon) -> None:
     with httpx.Client(base_url=head, trust_env=False, timeout=10) as c:
         assert c.get("/").json() == {"status": "ok"}
         h = c.get("/health")
-        assert h.status_code == 200 and h.json() == {"status": "ready"}
+        assert h.status_code == 200 and h.json()["status"] == "ready"
+        assert h.json()["egress"][0]["allow"] == "127.0.0.0/8, ::1, localhost"  # the effective allowlist
         text = c.get("/global_config_dict_yaml").json()
         assert isinstance(text, str) and SECRET not in text
         cfg = yaml.safe_load(text)
@@ -81,7 +82,11 @@ def test_head_endpoints(daemon) -> None:
         assert c.get(info["servers"]["acme_math"]).json() == {"status": "ok"}  # the url works from the host
         logs = c.get("/servers/acme_math/logs", params={"tail": 5}).json()
         assert any("fixture acme_math listening" in line for line in logs["lines"])
-        assert c.get("/servers/nope/logs").status_code == 404
+        unknown = c.get("/servers/nope/logs")  # our error envelope, not FastAPI's {"detail"}
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "GR-HEAD-UNKNOWN-SERVER"
+        assert "acme_math" in unknown.json()["error"]["hint"]
+        bad = c.get("/servers/acme_math/logs", params={"tail": -1})
+        assert bad.status_code == 422 and bad.json()["error"]["code"] == "GR-HEAD-BAD-REQUEST"
         assert c.get("/docs").status_code == 200
 
 

@@ -102,6 +102,16 @@ class LogSink:
             lines = [*lines, self._partial.decode(errors="replace")][-n:]
         return lines
 
+    def last_line(self) -> str | None:
+        """The last non-empty line the process itself wrote since the daemon's last ``start #`` note
+        (daemon notes skipped), or None when it wrote nothing since."""
+        for line in reversed(self.tail(len(self._tail) + 1)):
+            if line.startswith("[gym-runtime ") and "] start #" in line:
+                return None
+            if line.strip() and not line.startswith("[gym-runtime "):
+                return line.strip()
+        return None
+
     def close(self) -> None:
         self.detach()
         self._file.close()

@@ -57,6 +57,7 @@ class Member:
     auto_port: bool = False
     kill_on_stop: bool = False
     rebinds: int = 0
+    startup_exit: tuple[int | None, str | None] | None = None  # (status, last log line) of the last start-up exit
 
     @property
     def url(self) -> str | None:

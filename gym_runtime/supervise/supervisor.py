@@ -7,7 +7,9 @@ only call :meth:`Supervisor.request_stop`.
 
 Contract (DESIGN.md §7, issue 5): a child's exit is seen at once (its pidfd is watched by the
 loop); any exit the daemon did not ask for is a failure even with status 0 (case C24) and is
-restarted after ``backoff`` up to ``max_restarts``, then the environment is failed; start-up has a
+restarted after ``backoff`` up to ``max_restarts``, then the environment is failed, except that an
+exit during start-up repeating the previous start-up exit (same status, same last log line) fails
+at once (case C29: a deterministic error does not change on a third try); start-up has a
 per-server and an overall deadline whose report names the phase and the last log lines; shutdown
 sends TERM to every process group, waits ``shutdown_grace_s``, KILLs and reaps (case C05); a second
 stop request skips the grace.
@@ -191,6 +193,15 @@ class Supervisor:
             return
         what = f"exited with status {info.returncode}" + (" although nobody asked it to stop" if info.returncode
                                                             == 0 else "") + f" ({info.reason})"
+        if m.status == STARTING:  # never ready this time: a second identical exit will not change on a third
+            seen, m.startup_exit = m.startup_exit, (info.returncode, m.log.last_line())
+            if seen == m.startup_exit:
+                m.status = FAILED
+                self._fail(m.name, f"{m.kind} {m.name!r} {what} during start-up, the same way as on its previous "
+                           f"start (last log line: {m.startup_exit[1]!r}); not restarted again, restarts are for "
+                           "servers that were ready once", hint="the error is the same on every start: fix the "
+                           "server or its config (see its log lines above), then start again")
+                return
         if m.restarts < self.options.max_restarts:
             delay = self.options.backoff(m.restarts)
             m.restarts += 1

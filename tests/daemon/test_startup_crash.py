@@ -1,0 +1,53 @@
+"""A crash that is the same on every start is not restarted again and again: a server that exits
+during start-up the way its previous start did (same status, same last log line) fails at once
+(case C29's second half, tests/cases/data/C29/README.md); an exit that changes is restarted as before."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from gym_runtime.errors import StartError
+from gym_runtime.supervise import Supervisor
+from tests.daemon.conftest import add_member, fast_options, start_sandbox
+
+SAME = "import sys\nprint('loading config', flush=True)\nprint(\"error: Interpolation key 'candidate' not found\", " \
+       "file=sys.stderr, flush=True)\nsys.exit(1)\n"
+# a different last line on every start
+CHANGING = "import sys, time\nprint('failed at', time.time_ns(), flush=True)\nsys.exit(1)\n"
+
+
+def _start(tmp_path: Path, run, argv: list[str]) -> tuple[StartError, object]:
+    async def main():
+        sb = await start_sandbox(tmp_path / "sb")
+        sup = Supervisor(fast_options(max_restarts=3))
+        m = await add_member(sup, sb, "acme_calc", argv, tmp_path, tmp_path / "logs")
+        try:
+            with pytest.raises(StartError) as e:
+                await sup.start()
+            return e.value, m
+        finally:
+            sup.request_stop()
+            await sup.wait_stopped()
+            await sb.close()
+
+    return run(main())
+
+
+def test_same_startup_crash_twice_fails_at_once(tmp_path: Path, run) -> None:
+    (tmp_path / "app.py").write_text(SAME)
+    err, m = _start(tmp_path, run, [sys.executable, str(tmp_path / "app.py")])
+    assert err.code == "GR-START-CRASH" and m.status == "failed"
+    assert m.restarts == 1  # two starts, not 1 + 3 restarts
+    assert "the same way as on its previous start" in err.message
+    assert "Interpolation key 'candidate' not found" in err.message  # the error itself, in the message
+    assert "restarts are for servers that were ready once" in err.message
+    assert "loading config" in err.render()  # the log tail is still the cause
+
+
+def test_a_crash_that_changes_is_restarted_up_to_the_limit(tmp_path: Path, run) -> None:
+    (tmp_path / "app.py").write_text(CHANGING)
+    err, m = _start(tmp_path, run, [sys.executable, str(tmp_path / "app.py")])
+    assert m.restarts == 3 and "after 3 restarts" in err.message

@@ -31,8 +31,9 @@ row to its ``agent_ref`` agent's ``/run`` (bounded concurrency, results in row o
 ``{"error": {"code", "message"}}``, a batch deadline) and, while the batch runs,
 streams one space every ``heartbeat_s`` (15 s) before the JSON body so a proxy never drops the request
 (leading whitespace is valid JSON). When the daemon shuts down while a batch runs (:func:`begin_close`),
-the batch is cancelled and the answer (already ``200``) ends with the JSON body
-``{"error": {"code": "GR-ROLLOUT-SHUTDOWN", "message"}}`` instead of the results.
+the batch is cancelled and the answer (already ``200``) ends with ``{"results": [...], "error":
+{"code": "GR-ROLLOUT-SHUTDOWN", "message"}}``: the rows already finished with their results, every
+other row with the row error ``GR-ROLLOUT-SHUTDOWN``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
 from gym_runtime.head.instances import split
-from gym_runtime.rollouts.dispatch import run_rows
+from gym_runtime.rollouts.dispatch import row_error, run_rows
 from gym_runtime.rollouts.verdict import AgentFacts
 
 
@@ -96,11 +97,17 @@ def error_response(status: int, code: str, message: str, hint: str | None = None
                         status_code=status)
 
 
-def shutdown_body(rows: int) -> bytes:
-    """The last JSON body of a ``/rollouts/run`` answer cut short by the daemon's shutdown."""
-    return json.dumps({"error": {"code": "GR-ROLLOUT-SHUTDOWN", "message": (
-        f"the daemon is shutting down: the batch of {rows} row(s) was cancelled before it finished and no "
-        "results are returned; send it again to a running daemon")}}).encode()
+def shutdown_body(results: list[dict[str, Any] | None]) -> bytes:
+    """The JSON body of a ``/rollouts/run`` answer cut short by the daemon's shutdown: the rows
+    already finished keep their results, every other row gets the row error ``GR-ROLLOUT-SHUTDOWN``,
+    and a top-level ``error`` says how many of each."""
+    n, done = len(results), sum(r is not None for r in results)
+    cut = row_error("GR-ROLLOUT-SHUTDOWN", "the daemon shut down before this row finished; send it again to a "
+                    "running daemon")
+    message = (f"the daemon is shutting down: {done} of {n} row(s) finished before it (their results are "
+               f"included); the other {n - done} row(s) were cancelled and end with GR-ROLLOUT-SHUTDOWN")
+    return json.dumps({"results": [r if r is not None else cut for r in results],
+                       "error": {"code": "GR-ROLLOUT-SHUTDOWN", "message": message}}).encode()
 
 
 def begin_close(app: FastAPI) -> None:
@@ -168,9 +175,11 @@ def create_app(backend: HeadBackend) -> FastAPI:
 
     @app.post("/rollouts/run")
     async def rollouts_run(batch: RolloutBatch) -> StreamingResponse:
+        finished: list[dict[str, Any] | None] = [None] * len(batch.examples)
         task = asyncio.create_task(run_rows(batch.examples, backend.agents(),
                                             concurrency=backend.rollout_concurrency,
-                                            deadline_s=backend.rollout_deadline_s, facts=backend.agent_facts()))
+                                            deadline_s=backend.rollout_deadline_s, facts=backend.agent_facts(),
+                                            results=finished))
 
         async def body() -> AsyncIterator[bytes]:
             closing = asyncio.create_task(app.state.closing.wait())
@@ -181,7 +190,7 @@ def create_app(backend: HeadBackend) -> FastAPI:
                                                  return_when=asyncio.FIRST_COMPLETED)
                     if closing in done and task not in done:
                         task.cancel()
-                        yield shutdown_body(len(batch.examples))
+                        yield shutdown_body(finished)
                         return
                     if not done:
                         yield b" "

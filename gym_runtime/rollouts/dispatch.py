@@ -78,15 +78,19 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
 async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Mapping[str, str]], *,
                    concurrency: int = 32, deadline_s: float | None = None,
                    client: httpx.AsyncClient | None = None,
-                   facts: Mapping[str, AgentFacts] | None = None) -> list[dict[str, Any]]:
+                   facts: Mapping[str, AgentFacts] | None = None,
+                   results: list[dict[str, Any] | None] | None = None) -> list[dict[str, Any]]:
     """Run every row (at most ``concurrency`` at once); result ``i`` belongs to row ``i``.
 
     ``agents`` maps agent instance names to base URLs (``http://host:port``). ``deadline_s`` bounds
     the whole batch: rows still running then are cancelled and get ``GR-ROLLOUT-DEADLINE``.
+    ``results`` (a list of ``len(rows)`` Nones) receives each row's result as soon as it is there,
+    so a caller that cancels the batch still has the rows already finished (the head server at
+    shutdown); cancelling the batch cancels every row still running.
     """
     table = agents() if callable(agents) else agents
     sem = asyncio.Semaphore(max(1, concurrency))
-    results: list[dict[str, Any] | None] = [None] * len(rows)
+    results = results if results is not None else [None] * len(rows)
     own = client is None
     http = client or httpx.AsyncClient(trust_env=False, timeout=None,
                                        limits=httpx.Limits(max_connections=max(concurrency, 10)))
@@ -103,6 +107,8 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
     finally:
+        for t in tasks:  # cancelled from outside: no row keeps running
+            t.cancel()
         if own:
             await http.aclose()
     return [r if r is not None else row_error("GR-ROLLOUT-DEADLINE", f"the batch deadline of {deadline_s:g}s "

@@ -1,5 +1,6 @@
-"""SIGTERM during a long ``POST /rollouts/run``: the client gets a complete answer ending with the
-JSON error ``GR-ROLLOUT-SHUTDOWN``, and the daemon prints no traceback (real daemon, loopback)."""
+"""SIGTERM during a long ``POST /rollouts/run``: the client gets a complete answer with the rows
+already finished and the JSON error ``GR-ROLLOUT-SHUTDOWN`` for the rest, and the daemon prints no
+traceback (real daemon, loopback)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_sigterm_during_a_batch_ends_it_with_a_json_error(tmp_path: Path) -> Non
     try:
         info = json.loads(read_ready_line(proc))
         ref = {"type": "responses_api_agents", "name": "acme_agent"}
-        rows = [{"agent_ref": ref, "sleep": 60, "i": i} for i in range(3)]
+        rows = [{"agent_ref": ref, "sleep": 0 if i < 2 else 60, "i": i} for i in range(5)]
 
         def post() -> None:
             try:
@@ -44,5 +45,8 @@ def test_sigterm_during_a_batch_ends_it_with_a_json_error(tmp_path: Path) -> Non
     assert "error" not in answer, answer
     assert answer["status"] == 200
     body = json.loads(answer["text"])
-    assert body["error"]["code"] == "GR-ROLLOUT-SHUTDOWN" and "3 row(s)" in body["error"]["message"]
+    assert body["error"]["code"] == "GR-ROLLOUT-SHUTDOWN" and "2 of 5 row(s) finished" in body["error"]["message"]
+    results = body["results"]
+    assert [r.get("reward") for r in results[:2]] == [1.0, 1.0] and [r["row"]["i"] for r in results[:2]] == [0, 1]
+    assert [r["error"]["code"] for r in results[2:]] == ["GR-ROLLOUT-SHUTDOWN"] * 3
     assert "Traceback" not in err and "Exception in ASGI application" not in err, err

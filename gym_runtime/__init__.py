@@ -1,12 +1,10 @@
 """gym-runtime: bring up NeMo Gym reward environments (validate, build venvs, sandbox, supervise, serve).
 
-Public Python API: :class:`gym_runtime.Runtime` (imported lazily, so ``import gym_runtime.errors``
-and the stub model stay light).
+Public Python API: :class:`gym_runtime.Runtime` (imported lazily, so ``import gym_runtime.errors``,
+the stub model and the console script's first import stay light: this module imports nothing).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 __all__ = ["Runtime"]
 

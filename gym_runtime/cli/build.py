@@ -1,7 +1,9 @@
 """``gym-runtime build PKG [KEY=VALUE ...] [--python X] [--json]``: plan and build every server venv.
 
-Prints the plan notes (pins, replaced Gym SDK lines), then one line per server: built or reused,
-seconds, venv path, Python, and any warning (e.g. wheels/ bypassed by stage 1). Rich progress
+Prints the plan notes (pins, replaced Gym SDK lines), then one line per server: built, rebuilt
+or reused, seconds, venv path, Python, what changed since the server's last build (a rebuild:
+a requirements line, a wheels/ file's sha256, the Python, a pin, uv's version), and any warning
+(e.g. wheels/ bypassed by stage 1). ``--json`` has the same as ``reasons``. Rich progress
 bars on a TTY, plain lines otherwise. SIGTERM/SIGINT cancel the builds (uv process groups are
 killed; nothing half-built is kept). Exit 3 with one error block on a failed build.
 """
@@ -76,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
     for name in plan.by_instance:
         v = venvs.for_instance(name)
         vp = plan.for_instance(name)
-        status = "reused" if v.reused else f"built in {v.seconds:.1f}s"
+        status = "reused" if v.reused else f"{v.status.split(' (')[0]} in {v.seconds:.1f}s"
         print(f"{name}: {status}  {v.path}  (Python {vp.python.version})")
+        for why in v.reasons:
+            print(f"  changed: {why}")
         for w in v.warnings:
             print(f"  warning: {w}")
     print(f"{venvs.built} built, {len(venvs.venvs) - venvs.built} reused")

@@ -1,6 +1,7 @@
 """Build the planned venvs: reuse by digest, lock, build in a temp dir, mark, rename (DESIGN.md §5).
 
 Per venv: if ``<venv>/.gym-runtime-ready`` holds the digest, it is reused without any uv call.
+A venv built for servers that had another venv before says why (:mod:`gym_runtime.venvs.reasons`).
 Otherwise, under the per-venv file lock (another builder may have finished meanwhile), leftover
 temp builds are removed, the steps of :mod:`gym_runtime.venvs.stages` run in a fresh temp dir
 while holding a shared lock on the uv cache, the marker is written last, and the directory is
@@ -19,7 +20,7 @@ import re
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from gym_runtime.venvs.exit_hook import install_exit_hook
 from gym_runtime.venvs.maintenance import network_fs_warning
 from gym_runtime.venvs.plan import InstallPlan, VenvPlan
 from gym_runtime.venvs.progress import Reporter, make_reporter
+from gym_runtime.venvs.reasons import previous, rebuild_reasons, remember
 from gym_runtime.venvs.stages import StageContext, StepFailure
 from gym_runtime.venvs.store import cache_lock, install, is_ready, remove_stale, tmp_dir, venv_lock, write_marker
 from gym_runtime.venvs.uvrun import Cancelled
@@ -51,10 +53,19 @@ class Venv:
     instances: tuple[str, ...]
     warnings: tuple[str, ...] = ()
     seconds: float = 0.0
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def status(self) -> str:
+        """``reused``, ``built`` (first build of its servers) or ``rebuilt (<what changed>)``."""
+        if self.reused:
+            return "reused"
+        return f"rebuilt ({'; '.join(self.reasons)})" if self.reasons else "built"
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "python": str(self.python), "digest": self.digest, "reused": self.reused,
-                "servers": list(self.instances), "warnings": list(self.warnings), "seconds": round(self.seconds, 3)}
+                "servers": list(self.instances), "warnings": list(self.warnings), "seconds": round(self.seconds, 3),
+                "reasons": list(self.reasons)}
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,20 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
                 time.monotonic() - t0)
 
 
+def _with_reasons(v: Venv, vp: VenvPlan, settings: RuntimeSettings, package_root: Path | None) -> Venv:
+    """``v`` with what changed since its servers' last build (a rebuild), and this build recorded."""
+    reasons: list[str] = []
+    for name in vp.instances:
+        before = previous(settings.venv_dir, package_root, name)
+        if not v.reused and before is not None:
+            why = rebuild_reasons(before["inputs"], vp.inputs, vp.rel_file) or \
+                ["same inputs; the previous venv was removed" if before.get("digest") == vp.digest else
+                 "inputs changed"]
+            reasons += [r for r in why if r not in reasons]
+        remember(settings.venv_dir, package_root, name, vp.digest, vp.inputs)
+    return replace(v, reasons=tuple(reasons))
+
+
 def _combine(errors: list[BuildError]) -> BuildError:
     """One error for several failed builds: a violation per failure, each with its fix and its own
     log (on a line under the hint); the full blocks (uv's causes) are in ``extra["failures"]``."""
@@ -192,11 +217,19 @@ def build_venvs(plan: InstallPlan, settings: RuntimeSettings, *, progress: bool 
     errors: list[BuildError] = []
     todo = list(plan.venvs)
     workers = max(1, min(max_workers or os.cpu_count() or 1, len(todo) or 1))
+    started: dict[str, float] = {}  # digest -> when a worker began it (a failure reports its real duration)
+
+    def one(vp: VenvPlan) -> Venv:
+        started[vp.digest] = time.monotonic()
+        return build_one(vp, settings, ctx, reporter, plan.uv_env.index_settings())
+
+    def took(vp: VenvPlan) -> float:
+        return time.monotonic() - started.get(vp.digest, time.monotonic())
+
     reporter.start()
     try:
         with cf.ThreadPoolExecutor(workers, thread_name_prefix="venv-build") as pool:
-            futs = {pool.submit(build_one, vp, settings, ctx, reporter, plan.uv_env.index_settings()): vp
-                    for vp in todo}
+            futs = {pool.submit(one, vp): vp for vp in todo}
             pending = set(futs)
             try:
                 while pending:
@@ -205,16 +238,17 @@ def build_venvs(plan: InstallPlan, settings: RuntimeSettings, *, progress: bool 
                         vp = futs[f]
                         label = ", ".join(vp.instances)
                         try:
-                            v = f.result()
+                            v = _with_reasons(f.result(), vp, settings, plan.package_root)
                             results[vp.digest] = v
-                            reporter.done(vp.digest, label, "reused" if v.reused else "built", v.seconds)
+                            reporter.done(vp.digest, label, v.status, v.seconds)
                         except BuildError as e:
+                            e.extra.setdefault("seconds", round(took(vp), 3))
                             errors.append(e)
-                            reporter.done(vp.digest, label, f"FAILED [{e.code}]", 0.0)
+                            reporter.done(vp.digest, label, f"FAILED [{e.code}]", e.extra["seconds"])
                             if fail_fast:
                                 cancel.set()
                         except Cancelled:
-                            reporter.done(vp.digest, label, "cancelled", 0.0)
+                            reporter.done(vp.digest, label, "cancelled", took(vp))
             except KeyboardInterrupt:
                 cancel.set()
                 cf.wait(pending)

@@ -79,7 +79,8 @@ class PoolFile(PoolEntry):
 class VenvPlan:
     """Everything one venv is built from. ``instances``: servers sharing it (config order);
     ``path``: where the ready venv lives; ``closure``: stage-2 ``name==version`` pins (empty =
-    no stage 2); ``notes``: what the planner changed, for the plan printout."""
+    no stage 2); ``notes``: what the planner changed, for the plan printout; ``inputs``: every
+    input the digest covers (:mod:`gym_runtime.venvs.reasons` compares them across builds)."""
 
     digest: str
     path: Path
@@ -99,6 +100,7 @@ class VenvPlan:
     sdk_replacement: str
     notes: tuple[str, ...] = ()
     refresh: tuple[str, ...] = ()
+    inputs: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # what the digest covers
 
     @property
     def name(self) -> str:
@@ -274,7 +276,7 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     refresh = tuple(sorted({f.name for f in pool if cache.changed_since_seen(f.path.name, f.sha256)}))
     return VenvPlan(digest, settings.venv_dir / digest[:24], (inst.name,), inst.server_type, sdir.path, source,
                     rel_file, pins, mode, interp, origin, wheels_dir, pool, closure, hash_mode, sdk_replacement,
-                    tuple(notes), refresh)
+                    tuple(notes), refresh, inputs)
 
 
 def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | None = None) -> InstallPlan:

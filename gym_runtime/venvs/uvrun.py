@@ -7,8 +7,9 @@ Environment hygiene (case C08): the child environment starts from the run's snap
 own index settings (:data:`HONOURED`) stay for stage 1. uv is always told never to download an
 interpreter (case C17). :class:`UvEnv` records what was removed and kept; builders log it.
 
-Each uv call runs in its own process group, writes stdout+stderr to a log file, and is killed
-(SIGTERM, then SIGKILL after a grace) as soon as the cancel event is set.
+Each uv call runs in its own process group, writes stdout+stderr to a log file, is killed
+(SIGTERM, then SIGKILL after a grace) as soon as the cancel event is set, and dies with the
+builder (``PR_SET_PDEATHSIG``) when the builder itself is killed.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def run_command(argv: list[str], *, env: Mapping[str, str], log: Path, cwd: Path
         if cancel is not None and cancel.is_set():
             raise Cancelled()
         proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=dict(env), cwd=cwd, start_new_session=True)
+                                env=dict(env), cwd=cwd, start_new_session=True,
+                                preexec_fn=_die_with_parent(os.getpid()))
         try:
             while True:
                 try:
@@ -156,6 +158,21 @@ def run_command(argv: list[str], *, env: Mapping[str, str], log: Path, cwd: Path
         fh.seek(start)
         output = fh.read().decode(errors="replace")
     return UvResult(tuple(argv), rc, output, log, time.monotonic() - t0)
+
+
+def _die_with_parent(parent: int):
+    """preexec_fn: ``PR_SET_PDEATHSIG(SIGKILL)``, so a ``kill -9`` of ``gym-runtime build`` (or of
+    ``up`` during a build) takes its uv call down too instead of leaving it running under init; the
+    signal follows the forking thread, which waits for the child until it exits. Exits at once
+    when the parent is already gone (it died between fork and prctl)."""
+    from sandbox.netns import set_pdeathsig
+
+    def pre() -> None:
+        set_pdeathsig(signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return pre
 
 
 def kill_group(proc: subprocess.Popen) -> None:

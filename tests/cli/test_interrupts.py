@@ -70,3 +70,14 @@ def test_sigterm_while_rollouts_run_stops_everything_and_exits_130(tmp_path: Pat
     assert proc.returncode == 130, err
     assert took < 10 and "Traceback" not in err
     assert wait_gone(kids, 2.0) == []
+
+
+def test_kill_9_during_build_leaves_no_uv_process(tmp_path: Path) -> None:
+    """``kill -9`` of ``gym-runtime build`` and of ``up`` during a build: the uv call (its own process
+    group, so no terminal signal reaches it) dies with its builder instead of running on under init."""
+    for argv in (["build"], ["up", "--work-dir", str(tmp_path / "run")]):
+        home = tmp_path / argv[0]
+        pkg = slow_build_package(home / "pkg")
+        code, _, _, kids = interrupt_during_slow_build(home, [argv[0], str(pkg), *argv[1:]], signal.SIGKILL)
+        assert code == -signal.SIGKILL
+        assert kids and wait_gone(kids, 5.0) == [], argv

@@ -5,8 +5,11 @@ a target (``--platform linux/amd64 --python 3.13``), the configuration (merge, s
 instances, references), and what the venv builder's preflight knows statically about each
 server's install file (:func:`gym_runtime.venvs.preflight.package_checks`: unparseable files and
 lines; in a wheels format, URL / git lines and local projects that cannot install offline, cases
-C10b, C11). Nothing is resolved, downloaded or hashed. Policy values the job supplies at start
-(``policy_base_url`` etc.) are filled with placeholders when neither the package nor the flags give them.
+C10b, C11). With ``--platform --python`` and a wheels format, also the proof stage 2 runs before
+any install: ``wheels/`` alone holds each agent's and resources server's whole closure for that
+target (uv's resolver, offline; :func:`gym_runtime.venvs.closure.package_proof`); nothing is built
+or downloaded. Policy values the job supplies at start (``policy_base_url`` etc.) are filled with
+placeholders when neither the package nor the flags give them.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     """Run every check; return the summary fields and all violations (never raises for bad input)."""
     from gym_runtime.config import build_config
     from gym_runtime.package import check_package, parse_target
+    from gym_runtime.settings import load_settings
+    from gym_runtime.venvs.closure import package_proof
     from gym_runtime.venvs.preflight import package_checks
 
     target = None
@@ -54,8 +59,11 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
         violations += package_checks(pkg)
     if pkg is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
         try:
-            summary["warnings"] = build_config(pkg, args.overrides, policy_from_args(args),
-                                               defaults=PLACEHOLDERS).warnings
+            merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS)
+            summary["warnings"] = merged.warnings
+            if target is not None and not any(v.code.startswith("GR-PKG-WHEEL") for v in violations):
+                # the proof stage 2 runs first, for the target (a broken wheels/ is reported above)
+                violations += package_proof(merged, load_settings(), target)
         except GymRuntimeError as e:
             violations += e.violations or [Violation(e.code, e.message, hint=e.hint)]
     return summary, violations

@@ -119,7 +119,7 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
         if is_ready(vp.path, vp.digest):
             return Venv(vp.path, vp.path / "bin" / "python", vp.digest, True, vp.instances)
         remove_stale(root, vp.digest)
-        for stage in ("venv", "stage1", "stage2", "verify"):
+        for stage in ("venv", "closure", "stage1", "stage2", "verify"):
             ctx.log(vp, stage).unlink(missing_ok=True)
         tmp = tmp_dir(root, vp.digest)
         warnings: list[str] = []
@@ -127,6 +127,9 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
             with cache_lock(settings.uv_cache_dir):
                 reporter.stage(vp.digest, label, "venv")
                 stages.create_venv(vp, tmp, ctx)
+                if vp.stage2:
+                    reporter.stage(vp.digest, label, "stage 2: closure check (offline)")
+                    stages.closure_check(vp, tmp, ctx)
                 before: dict[str, str] = {}
                 if stages.has_stage1(vp):
                     reporter.stage(vp.digest, label, "stage 1")
@@ -158,7 +161,7 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
             install(tmp, vp.path)
         except StepFailure as e:
             shutil.rmtree(tmp, ignore_errors=True)
-            err = diagnose(vp, e, honoured)
+            err = diagnose(vp, e, honoured, ctx.package_root)
             if warnings:  # e.g. stage 1 bypassed wheels/ before stage 2 failed (case C12)
                 err.cause = (err.cause or "") + "\nearlier in this build:\n" + "\n".join(f"  {w}" for w in warnings)
                 err.extra["warnings"] = warnings
@@ -211,7 +214,7 @@ def build_venvs(plan: InstallPlan, settings: RuntimeSettings, *, progress: bool 
     reporter = make_reporter(progress)
     fs_warning = network_fs_warning(settings.uv_cache_dir)
     ctx = StageContext(plan.uv_env, settings.logs_dir / "build", cancel, settings.venv_dir / ".tmp",
-                       notes=f"WARNING: {fs_warning}\n" if fs_warning else "")
+                       notes=f"WARNING: {fs_warning}\n" if fs_warning else "", package_root=plan.package_root)
     ctx.cwd.mkdir(parents=True, exist_ok=True)
     results: dict[str, Venv] = {}
     errors: list[BuildError] = []

@@ -12,6 +12,7 @@ code                                  when
 ``GR-BUILD-WHEEL-TAGS``               no wheel for this Python/platform; each file's tags (C12)
 ``GR-BUILD-PIN-MISSING``              an injected pin's version exists nowhere (C09)
 ``GR-BUILD-PIN-CONFLICT``             an injected pin conflicts with the requirements (C07)
+``GR-BUILD-CLOSURE``                  wheels/ lacks part of the closure (offline proof before stage 1)
 ``GR-BUILD-MISSING``                  a requirement (stage 1) or closure member (stage 2) not found (C01)
 ``GR-BUILD-SDIST-BACKEND``            a build backend is not available offline (C10)
 ``GR-BUILD-NEEDS-NETWORK``            an offline stage wanted the network (C11)
@@ -21,18 +22,22 @@ code                                  when
 
 from __future__ import annotations
 
+import platform
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from gym_runtime.errors import BuildError
+from gym_runtime.venvs.closure import ClosureTarget, gap, platform_of, roots_of
 from gym_runtime.venvs.index import default_index, versions
 from gym_runtime.venvs.plan import VenvPlan
 from gym_runtime.venvs.stages import StepFailure
 from gym_runtime.venvs.tags import abi_tag, highest_platform, rejection
 
-STAGES = {"venv": "create the venv", "stage1": "stage 1: install requirements + pins (index enabled)",
+STAGES = {"venv": "create the venv", "closure": "stage 2: prove wheels/ holds the whole closure (offline)",
+          "stage1": "stage 1: install requirements + pins (index enabled)",
           "stage2": "stage 2: install the vendored closure offline", "verify": "verify the installed set"}
 _NAME = r"`?([A-Za-z0-9][A-Za-z0-9._\-]*)(?:\[[^\]]*\])?`?"
 
@@ -134,12 +139,39 @@ def _missing(vp: VenvPlan, text: str, stage: str) -> tuple[str, str, str] | None
             f"check the spelling and version of {name} in {vp.rel_file}")
 
 
-def diagnose(vp: VenvPlan, failure: StepFailure, honoured: Mapping[str, str] | None = None) -> BuildError:
-    """The one error block for a failed step of ``vp``; ``honoured``: uv's index settings in force."""
+def closure_failure(vp: VenvPlan, block: str, package_root: Path | None = None) -> tuple[str, str, str, dict]:
+    """``(code, what, fix, extra)`` for a failed closure check: the project wheels/ lacks, the
+    chain needing it, and the ``gym-runtime vendor`` command for this interpreter and platform."""
+    py = ".".join(vp.python.version.split(".")[:2])
+    target = ClosureTarget(py, platform_of(platform.machine()))
+    pins = [(p.requirement, p.as_constraint) for p in vp.pins]
+    found = gap(block, vp.wheels_dir, roots_of(vp.source, pins), vp.server_dir.name, target) \
+        if vp.wheels_dir else None
+    where = f"CPython {py} {target.platform}"
+    vendor = f"gym-runtime vendor {package_root or 'PKG'} --platform {target.platform} --python {py}"
+    if found is None:
+        return ("GR-BUILD-CLOSURE", f"wheels/ does not hold the whole closure for {where} (uv's words below)",
+                f"vendor the closure: `{vendor}`", {})
+    return ("GR-BUILD-CLOSURE", f"wheels/ does not hold the whole closure for {where}: "
+            + found.describe(_pool_listing(vp, found.project)),
+            f"vendor the closure: `{vendor}` (or add a {found.project} wheel for {where} to wheels/)",
+            {"missing": found.project, "chain": list(found.chain)})
+
+
+def diagnose(vp: VenvPlan, failure: StepFailure, honoured: Mapping[str, str] | None = None,
+             package_root: Path | None = None) -> BuildError:
+    """The one error block for a failed step of ``vp``; ``honoured``: uv's index settings in force;
+    ``package_root`` names the package in the ``vendor`` fix of a closure gap."""
     out = failure.result.output
     block = uv_error_block(out)
     stage = failure.stage
     found = None
+    more: dict = {}
+    if stage == "closure":  # the proof of stage 2: tags and injected pins keep their own diagnosis
+        code, what, fix, more = closure_failure(vp, block, package_root)
+        pin = vp.pin_of(more.get("missing", "")) if more else None
+        found = _tags(vp, block) or (_pins(vp, block, "stage1", honoured or {}) if pin and not pin.as_constraint
+                                     else None) or (code, what, fix)
     if stage in ("stage1", "stage2"):
         found = _hash(vp, block)
         if found is None and "was yanked" in block:
@@ -162,5 +194,6 @@ def diagnose(vp: VenvPlan, failure: StepFailure, honoured: Mapping[str, str] | N
     servers = ", ".join(vp.instances)
     return BuildError(f"venv build failed for {servers} at {STAGES.get(stage, stage)} ({vp.rel_file}): {what}",
                       cause=block, hint=fix, log=failure.result.log, code=code,
-                      extra={"server": vp.instances[0], "servers": list(vp.instances), "stage": stage,
-                             "file": vp.rel_file})
+                      extra={"server": vp.instances[0], "servers": list(vp.instances),
+                             "stage": "stage2" if stage == "closure" else stage, "file": vp.rel_file,
+                             **({"step": "closure check"} if stage == "closure" else {}), **more})

@@ -162,6 +162,12 @@ def pins_for(settings: RuntimeSettings, mode: str, source: InstallSource) -> tup
     return tuple(out)
 
 
+def sdk_line(settings: RuntimeSettings) -> str:
+    """What replaces Gym's ``-e nemo-gym[dev] @ ../../`` line: the pinned SDK (``nemo-gym==X``)."""
+    sdk_pin = settings.pins.get(SDK_NAME)
+    return f"{SDK_NAME}=={sdk_pin}" if sdk_pin and settings.pin_mode != "none" else SDK_NAME
+
+
 def read_pool_entries(wheels_dir: Path | None) -> tuple[PoolEntry, ...]:
     """Every wheel and sdist in ``wheels_dir`` by file name (other files are ignored); no file is read."""
     if wheels_dir is None or not wheels_dir.is_dir():
@@ -249,8 +255,7 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
             versions.setdefault(f.name, set()).add(f.version)
         # several versions are a packaging error (preflight); pin the newest so uv explains its tags
         closure = tuple(sorted(f"{n}=={max(vs, key=Version)}" for n, vs in versions.items()))
-    sdk_pin = settings.pins.get(SDK_NAME)
-    sdk_replacement = f"{SDK_NAME}=={sdk_pin}" if sdk_pin and mode != "none" else SDK_NAME
+    sdk_replacement = sdk_line(settings)
     notes = []
     for ln in source.lines:
         if ln.takes_sdk_pin and ln.sdk_requirement(sdk_replacement) != ln.text:

@@ -1,6 +1,8 @@
 """The steps of one venv build, each one uv call with its own log (DESIGN.md §5).
 
-1. ``venv``: ``uv venv --relocatable`` from the planned interpreter (never downloaded).
+1. ``venv``: ``uv venv --relocatable`` from the planned interpreter (never downloaded);
+   then, for a venv with stage 2, ``closure``: ``wheels/`` alone must satisfy the install file and
+   pins (uv's resolver, offline), before the index is consulted at all.
 2. ``stage1``: ``uv pip install`` of the rendered install file plus the injected pins (their own
    file, ``-r`` or ``-c``), ``wheels/`` offered as ``--find-links``, the index enabled with uv's
    honoured settings; ``--require-hashes`` in hash mode (case C16).
@@ -17,10 +19,12 @@ inputs uv reads are kept in ``<venv>/.gym-runtime/`` for operators.
 from __future__ import annotations
 
 import json
+import platform
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from gym_runtime.venvs import closure
 from gym_runtime.venvs.plan import VenvPlan
 from gym_runtime.venvs.tags import rejection
 from gym_runtime.venvs.uvrun import UvEnv, UvResult, run_command, run_uv
@@ -48,6 +52,7 @@ class StageContext:
     cancel: threading.Event | None
     cwd: Path
     notes: str = ""
+    package_root: Path | None = None  # named in fixes (`gym-runtime vendor PKG ...`)
 
     def log(self, vp: VenvPlan, stage: str) -> Path:
         return self.log_dir / f"{vp.name}-{vp.digest[:12]}.{stage}.log"
@@ -94,6 +99,17 @@ def create_venv(vp: VenvPlan, venv: Path, ctx: StageContext) -> UvResult:
             str(venv)]
     return _check("venv", run_uv(args, env=ctx.uv_env.env, log=ctx.log(vp, "venv"), cwd=ctx.cwd,
                                  cancel=ctx.cancel, header=header))
+
+
+def closure_check(vp: VenvPlan, venv: Path, ctx: StageContext) -> UvResult:
+    """Before any install (wheels formats): prove that ``wheels/`` alone satisfies the install file
+    and the injected pins for the venv's interpreter (:mod:`gym_runtime.venvs.closure`)."""
+    pins = [(p.requirement, p.as_constraint) for p in vp.pins]
+    files = closure.write_inputs(venv / INPUTS_DIR, closure.proof_text(vp.source, vp.sdk_replacement), pins)
+    target = closure.ClosureTarget(".".join(vp.python.version.split(".")[:2]), closure.platform_of(platform.machine()),
+                                   interpreter=venv / "bin" / "python")
+    return _check("closure", closure.prove(files, vp.wheels_dir, target, env=ctx.uv_env.env,
+                                           log=ctx.log(vp, "closure"), cwd=ctx.cwd, cancel=ctx.cancel))
 
 
 def has_stage1(vp: VenvPlan) -> bool:

@@ -32,14 +32,15 @@ def index_files(tmp_path: Path) -> Path:
 
 def test_two_stages_http_index_then_reuse(tmp_path: Path, index_files: Path, make_settings) -> None:
     wheels = [build_wheel(tmp_path / "w", "acme-env", "1.2.0", requires=["tinyparse==0.3.0"]),
-              build_wheel(tmp_path / "w", "tinyparse", "0.3.0")]
+              build_wheel(tmp_path / "w", "tinyparse", "0.3.0"),  # wheels/ holds the whole closure
+              build_wheel(tmp_path / "w", "judgekit", "1.0.0", requires=["tinyparse>=0.3"])]
     pkg = synthetic_pkg(tmp_path / "pkg", {"acme_math": ("resources_servers", "judgekit==1.0.0\n"),
                                            "policy": ("responses_api_models", "# nothing\n")}, wheels=wheels)
     with SimpleIndex(index_files) as idx:
         settings = make_settings(idx.url)
         plan = plan_venvs(merged_config(pkg), settings)
         res = plan.for_instance("acme_math")
-        assert res.stage2 and res.closure == ("acme-env==1.2.0", "tinyparse==0.3.0")
+        assert res.stage2 and res.closure == ("acme-env==1.2.0", "judgekit==1.0.0", "tinyparse==0.3.0")
         assert not plan.for_instance("policy").stage2  # models get no stage 2
         venvs = build_venvs(plan, settings)
         v = venvs.for_instance("acme_math")

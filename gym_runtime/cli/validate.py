@@ -61,7 +61,7 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
         try:
             merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS)
             summary["warnings"] = merged.warnings
-            if target is not None and not any(v.code.startswith("GR-PKG-WHEEL") for v in violations):
+            if target is not None and not any((v.file or "").startswith("wheels") for v in violations):
                 # the proof stage 2 runs first, for the target (a broken wheels/ is reported above)
                 violations += package_proof(merged, load_settings(), target)
         except GymRuntimeError as e:

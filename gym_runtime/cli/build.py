@@ -15,6 +15,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
@@ -48,13 +49,19 @@ def run(args: argparse.Namespace) -> int:
     from gym_runtime.config import build_config
     from gym_runtime.package import load_package
     from gym_runtime.venvs import build_venvs, plan_venvs
+    from gym_runtime.venvs.record import record_build
 
     settings = load_settings()
     if args.pin_mode:
         settings = settings.with_overrides(pin_mode=args.pin_mode)
     pkg = load_package(args.package)
     merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS)
-    plan = plan_venvs(merged, settings, python=args.python)
+    started, names = time.time(), list(merged.instances)
+    try:
+        plan = plan_venvs(merged, settings, python=args.python)
+    except BuildError as e:
+        record_build(settings.home, names, started, error=e)
+        raise
     if not args.json:
         print(f"plan: {len(plan.venvs)} venv(s) for {len(plan.by_instance)} server(s); pin mode {plan.pin_mode}; "
               f"uv {plan.uv_version}", file=sys.stderr)
@@ -65,11 +72,13 @@ def run(args: argparse.Namespace) -> int:
     old = _signals(cancel)
     try:
         venvs = build_venvs(plan, settings, progress=not args.json, cancel=cancel, max_workers=args.jobs)
-    except BuildError:
+    except BuildError as e:
+        record_build(settings.home, names, started, error=e)  # what `gym-runtime logs` reads
         raise
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+    record_build(settings.home, names, started, venvs=venvs)
     if args.json:
         out = {"plan": plan.to_dict(), **venvs.to_dict(),
                "servers": {n: venvs.for_instance(n).to_dict() for n in plan.by_instance}}

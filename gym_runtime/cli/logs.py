@@ -1,14 +1,17 @@
 """``gym-runtime logs INSTANCE [--tail N] [--follow] [--head URL]``: a server's log.
 
 With a running daemon: asks the head server's ``/servers/{name}/logs`` for the last lines and the
-log file; ``--follow`` then keeps printing what is appended to that file (same host) and exits
-(status 0) once the daemon is gone, after printing what it wrote last. With no running daemon (and
-no ``--head``): prints the last lines of the instance's log from the last run on this
-``$GYM_RUNTIME_HOME`` (``last_run.json``); when that run failed building the instance's venv (its
-run dir was never created), the tail of the failing build log (uv's error); else the newest
-``runs/*/logs/INSTANCE.log``, saying which older run it is and when it was written. It lists the
-files that exist for the instance on stderr, its venv build logs (``$GYM_RUNTIME_HOME/logs/build/``)
-included, and never a run dir that does not exist; exit 1 when there is no log at all.
+log file (a server still building its venv says so); ``--follow`` then keeps printing what is
+appended to that file (same host) and exits (status 0) once the daemon is gone, after printing what
+it wrote last. With no running daemon (and no ``--head``): when the last venv build on this
+``$GYM_RUNTIME_HOME`` (``last_build.json``, :mod:`gym_runtime.venvs.record`: the last run's own build,
+or a later ``gym-runtime build``) failed building the instance's venv, what failed, uv's error lines
+from *that* build's log and the log's path, and exit 3; else the last lines of the instance's log
+from the last run (``last_run.json``), or of the newest older ``runs/*/logs/INSTANCE.log``, saying
+which older run it is and when it was written. A build log is never attributed to a run that did
+not build the instance. It lists the files that exist for the instance on stderr (its venv build
+logs under ``$GYM_RUNTIME_HOME/logs/build/`` included) and never a run dir that does not exist;
+exit 1 when there is no log at all.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from collections import deque
 from pathlib import Path
 
 from gym_runtime.cli.status import add_head_arg, get, head_url
-from gym_runtime.errors import UserError
+from gym_runtime.errors import EXIT_RUNTIME, UserError
 from gym_runtime.settings import load_settings
 from gym_runtime.supervise.daemon_record import LAST_RUN, read_json, running
+from gym_runtime.venvs.record import last_build
 
 ALIVE_EVERY_S = 1.0
 
@@ -97,35 +101,39 @@ def _follow(path: Path, base: str) -> None:
 
 
 def _from_files(instance: str, tail: int, home: Path) -> int:
-    """No running daemon: the last run's log of ``instance`` (else its failing venv build log when
-    that run failed building it, else an older run's log, named as such) and its build logs
-    (module doc)."""
+    """No running daemon: what the last run (or a later ``gym-runtime build``) left for ``instance``
+    (module doc). Returns 3 when that was a failed venv build of ``instance``, else 0."""
     last = read_json(home / LAST_RUN) or {}
+    build = last_build(home)
+    if build is not None and not (build.get("pid") == last.get("pid")
+                                  or float(build.get("started_at") or 0) >= float(last.get("started_at") or 0)):
+        build = None  # an older build than the last run: it says nothing about that run
+    entry = (build or {}).get("servers", {}).get(instance)
+    if entry and entry.get("status") in ("failed", "cancelled"):
+        return _failed_build(instance, entry, build, last, home, tail)
     last_log = Path(last["logs_dir"]) / f"{instance}.log" if last.get("logs_dir") else None
     older = sorted((p for p in (home / "runs").glob(f"*/logs/{instance}.log") if p != last_log),
                    key=_mtime, reverse=True)
-    build = sorted((home / "logs" / "build").glob(f"{instance}-*.log"), key=_mtime, reverse=True)
-    since = float(last.get("started_at") or 0) - 1
-    failed = next((p for p in build if _mtime(p) >= since and _build_failed(p)), None) if last else None
-    shown, what = _pick(last_log, failed, older)
-    if shown is None and not build:
+    build_logs = sorted((home / "logs" / "build").glob(f"{instance}-*.log"), key=_mtime, reverse=True)
+    shown, what = (last_log, "last run") if last_log is not None and last_log.is_file() else \
+        ((older[0], "older run") if older else (None, ""))
+    if shown is None and not build_logs:
         raise UserError(f"no running daemon (GYM_RUNTIME_HOME={home}) and no log file for {instance!r}",
                         code="GR-LOGS-NO-DAEMON", hint="start it with `gym-runtime up PKG`, or pass --head URL "
                         f"of a running daemon; looked in {home / 'runs'}/*/logs and {home / 'logs' / 'build'}")
     err = sys.stderr
     print(f"no running daemon (GYM_RUNTIME_HOME={home}); log files for {instance!r}:", file=err)
-    for p in ([shown] if shown is not None and shown not in build else []) + build:
-        label = "venv build, failed" if p == failed else "venv build" if p in build else what
-        print(f"  {p}  ({label}, modified {_stamp(_mtime(p))})", file=err)
+    for p in ([shown] if shown is not None else []) + build_logs:
+        print(f"  {p}  ({'venv build' if p in build_logs else what}, modified {_stamp(_mtime(p))})", file=err)
     if what == "last run":
         print(f"last {tail} lines of {shown}:", file=err)
     elif last:
         never = last.get("work_dir") and not Path(last["work_dir"]).is_dir()
         note = (f"the last run (pid {last.get('pid', '?')}, started {_stamp(last.get('started_at'))}) left no log "
                 f"for {instance!r}" + (" (it stopped before creating its run directory)" if never else ""))
-        if what == "failed build":
-            note += f"; it failed building the venv of {instance!r}.\nlast {tail} lines of the build log {shown}:"
-        elif what == "older run":
+        if entry and entry.get("status") == "not built":
+            note += f"; its venv builds failed before {instance!r}'s was done (see `gym-runtime logs` of those)"
+        if what == "older run":
             note += (f".\nshowing the log of an older run, {shown.parent.parent} (last written "
                      f"{_stamp(_mtime(shown))}):")
         print(note, file=err)
@@ -139,21 +147,31 @@ def _from_files(instance: str, tail: int, home: Path) -> int:
     return 0
 
 
-def _pick(last_log: Path | None, failed: Path | None, older: list[Path]) -> tuple[Path | None, str]:
-    """The log to show and what it is: ``last run`` | ``failed build`` | ``older run`` (or None)."""
-    if last_log is not None and last_log.is_file():
-        return last_log, "last run"
-    if failed is not None:
-        return failed, "failed build"
-    return (older[0], "older run") if older else (None, "")
+def _failed_build(instance: str, entry: dict, build: dict, last: dict, home: Path, tail: int) -> int:
+    """The failed (or cancelled) venv build of ``instance`` in the last run or ``gym-runtime build``:
+    what failed on stderr, uv's error lines on stdout, the log named; exit 3 (a runtime failure)."""
+    from gym_runtime.venvs.diagnose import uv_error_block
 
-
-def _build_failed(log: Path) -> bool:
-    """True when the last uv command recorded in a build log (``[exit status N after Xs]``,
-    venvs/uvrun.py) exited non-zero or was cancelled."""
-    with open(log, encoding="utf-8", errors="replace") as f:
-        ends = [ln for ln in deque(f, maxlen=400) if ln.startswith("[exit status ")]
-    return bool(ends) and not ends[-1].startswith("[exit status 0 ")
+    err = sys.stderr
+    if build.get("pid") == last.get("pid"):
+        who = f"the last run (pid {last.get('pid', '?')}, started {_stamp(last.get('started_at'))})"
+        if last.get("work_dir") and not Path(last["work_dir"]).is_dir():
+            who += ", which stopped before creating its run directory,"
+    else:
+        who = f"the last `gym-runtime {build.get('command', 'build')}` (pid {build.get('pid', '?')}, started " \
+              f"{_stamp(build.get('started_at'))})"
+    print(f"no running daemon (GYM_RUNTIME_HOME={home}); {who} "
+          + ("was cancelled while building" if entry["status"] == "cancelled" else "failed building")
+          + f" the venv of {instance!r}" + (f" at {entry['stage']}" if entry.get("stage") else "")
+          + (f": [{entry['code']}] {entry['message']}" if entry.get("code") else ""), file=err)
+    log = Path(entry["log"]) if entry.get("log") else None
+    if log is not None and log.is_file():
+        text = log.read_text(encoding="utf-8", errors="replace")
+        print(f"uv's error, from the failing build log {log}:", file=err)
+        lines = uv_error_block(text).splitlines()
+        for line in lines[-tail:] if tail > 0 else ():
+            print(line)
+    return EXIT_RUNTIME
 
 
 def _stamp(t: float | None) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from gym_runtime.config import MergedConfig, PolicyValues
-from gym_runtime.errors import GymRuntimeError, StartError
+from gym_runtime.errors import BuildError, GymRuntimeError, StartError
 from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.supervise import contract, policy_endpoint, preflight, processes, ray_head, ray_workers, readiness
@@ -211,6 +211,7 @@ class Environment:
     async def _build_venvs(self, merged: MergedConfig) -> Any:
         from gym_runtime.venvs import build_venvs, plan_venvs
         from gym_runtime.venvs.progress import Reporter
+        from gym_runtime.venvs.record import record_build
 
         say, state = self._say, self.build_state
         state.update({n: "venv build queued" for n in merged.instances})
@@ -223,11 +224,17 @@ class Environment:
                 state.update({n: f"venv {status}" for n in label.split(", ")})
                 say(f"venv {label}: {status} in {seconds:.2f}s")
 
-        plan = await asyncio.to_thread(plan_venvs, merged, self.settings, self.req.python)
+        started, names = time.time(), list(merged.instances)
         try:
-            return await asyncio.to_thread(build_venvs, plan, self.settings, progress=_Progress(), cancel=self.cancel)
+            plan = await asyncio.to_thread(plan_venvs, merged, self.settings, self.req.python)
+            venvs = await asyncio.to_thread(build_venvs, plan, self.settings, progress=_Progress(), cancel=self.cancel)
+        except BuildError as e:
+            record_build(self.settings.home, names, started, error=e)  # `gym-runtime logs` shows it
+            raise as_interrupted(e, self.phase) from None
         except GymRuntimeError as e:
             raise as_interrupted(e, self.phase) from None
+        record_build(self.settings.home, names, started, venvs=venvs)
+        return venvs
 
     async def _start_sandboxes(self) -> None:
         from sandbox import Sandbox

@@ -96,11 +96,45 @@ def test_after_a_failed_build_logs_shows_the_build_error_and_names_older_runs(tm
 
     r = _logs(home, "acme_math")
     out, err = r.communicate(timeout=30)
-    assert r.returncode == 0 and "nosuch-acme-dep" in out  # uv's error, from the failing build log
-    assert "failed building the venv of 'acme_math'" in err and "before creating its run directory" in err
+    assert r.returncode == 3 and "nosuch-acme-dep" in out  # uv's error lines, from the failing build log
+    assert out.startswith("error:") and "[exit status" not in out
+    assert "failed building the venv of 'acme_math' at stage1" in err and "before creating its run directory" in err
+    assert "GR-BUILD-MISSING" in err and "from the failing build log" in err
     assert last["work_dir"] not in err and str(older) not in err  # neither the missing dir nor a stale run
 
     r = _logs(home, "acme_agent")  # its build was fine: the older run's log, named as such
     out, err = r.communicate(timeout=30)
     assert r.returncode == 0 and "fixture acme_agent listening" in out
     assert f"showing the log of an older run, {older} (last written " in err and last["work_dir"] not in err
+
+
+def test_logs_after_a_failed_build_command_names_that_build(tmp_path: Path) -> None:
+    """``gym-runtime build`` failing after an older good run: ``logs`` shows that build's error for
+    the server that failed (exit 3), and for the other servers the older run's log, never the
+    failed build's log attributed to the old run; a later good build clears the failure."""
+    from tests.helpers.index import write_simple_index
+
+    (tmp_path / "no-files").mkdir()
+    index = write_simple_index(tmp_path / "no-files", tmp_path / "index")
+    home, pkg = tmp_path / "home", simple_env(tmp_path / "pkg")
+    assert _up_in_home(pkg, home, index).returncode == 0
+    req = pkg / "resources_servers/acme_math/requirements.txt"
+    req.write_text("nosuch-acme-dep==1.0\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("UV_")}, "GYM_RUNTIME_HOME": str(home),
+           "UV_INDEX_URL": index}
+    build = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "build", str(pkg)], capture_output=True,
+                           text=True, env=env, timeout=300)
+    assert build.returncode == 3
+    r = _logs(home, "acme_math")
+    out, err = r.communicate(timeout=30)
+    assert r.returncode == 3 and "nosuch-acme-dep" in out
+    assert "the last `gym-runtime build` (pid " in err and "failed building the venv of 'acme_math'" in err
+    r = _logs(home, "acme_agent")
+    out, err = r.communicate(timeout=30)
+    assert r.returncode == 0 and "fixture acme_agent listening" in out and "nosuch-acme-dep" not in out + err
+    req.write_text("# stdlib only\n")
+    assert subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "build", str(pkg)], capture_output=True,
+                          text=True, env=env, timeout=300).returncode == 0
+    r = _logs(home, "acme_math")
+    out, err = r.communicate(timeout=30)
+    assert r.returncode == 0 and "fixture acme_math listening" in out

@@ -1,7 +1,8 @@
 """What the supervisor says when the environment fails: the phase, the servers ready, the last log
-lines of the servers concerned (docs/architecture.md §7: "log tail in the report"), the egress the
-sandbox denied them, and the model-endpoint failures found at readiness (unreachable, or not
-serving the policy model name).
+lines of the servers concerned (docs/architecture.md §7: "log tail in the report"), for a timeout
+what was seen of each server not ready (process, port, HTTP, last log line, step durations), the
+egress the sandbox denied them, and the model-endpoint failures found at readiness (unreachable,
+or not serving the policy model name).
 
 A server that fails to start after the sandbox denied it egress (a tree that clones a repository,
 downloads a model or fetches data at start-up) is reported as such (``GR-START-EGRESS``), naming
@@ -11,6 +12,8 @@ read-only in the sandbox (a tree that clones or downloads into its own install d
 
 from __future__ import annotations
 
+import time
+
 from gym_runtime.errors import StartError
 from gym_runtime.supervise import readiness
 from gym_runtime.supervise.member import READY, Member
@@ -18,10 +21,54 @@ from gym_runtime.supervise.member import READY, Member
 READ_ONLY = "Read-only file system"  # strerror(EROFS), as Python, git and the C library print it
 
 
+def port_listening(pid: int | None, port: int | None) -> bool:
+    """True when a TCP socket listens on ``port`` in the network namespace of process ``pid``
+    (``/proc/PID/net/tcp`` and ``tcp6``, ``proc(5)``: state ``0A`` is LISTEN): the server's own
+    namespace at every isolation level, where psutil reads only the daemon's."""
+    if not pid or not port:
+        return False
+    want = f":{port:04X}"
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                next(f, None)
+                if any(len(p := line.split()) > 3 and p[1].endswith(want) and p[3] == "0A" for line in f):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def seen(m: Member, now: float) -> str:
+    """What start-up saw of one server that is not ready: process alive or not, port bound or not,
+    HTTP answered or not, the last log line, and how long each step took (C06's kind: never a
+    lumped "0/2 ready")."""
+    if m.proc is None:
+        return f"{m.name}: not started (it starts once the servers before it are ready)"
+    since = now - (m.spawned_at or now)
+    alive = m.proc.poll() is None
+    parts = [f"process alive (pid {m.proc.app_pid() or m.proc.pid}) for {since:.1f}s" if alive else
+             f"process exited ({(m.last_exit or {}).get('reason', 'exited')}, status "
+             f"{(m.last_exit or {}).get('returncode')})"]
+    if m.probe_path and m.probe_path.startswith(("/", "tcp")):
+        bound = m.port_bound_s if m.port_bound_s is not None else (
+            since if alive and port_listening(m.proc.app_pid() or m.proc.pid, m.port) else None)
+        parts.append(f"port {m.port} bound after {bound:.1f}s" if bound is not None else
+                     f"port {m.port} not bound" + (f" in {since:.1f}s" if alive else ""))
+        if m.probe_path != "tcp":
+            parts.append(f"GET {m.probe_path} not answered" + (f" ({m.probe_note})" if m.probe_note else "")
+                         + (f" in the {since - bound:.1f}s since" if bound is not None and alive else ""))
+    last = m.log.last_line()
+    parts.append(f"last log line: {last!r}" if last else "no log output")
+    return f"{m.name}: " + "; ".join(parts)
+
+
 def failure_report(members: dict[str, Member], phase: str, tail_lines: int, message: str, code: str,
                    hint: str | None, names: list[str]) -> StartError:
     """A StartError naming ``phase`` and carrying the last ``tail_lines`` log lines of ``names``
-    (else of every member not ready); ``extra`` holds ``phase``, ``servers_ready``, ``log_tails``."""
+    (else of every member not ready); ``extra`` holds ``phase``, ``servers_ready``, ``log_tails``
+    and, for a timeout, ``servers_seen``: a line per server not ready (:func:`seen`), also at the
+    top of the cause."""
     pick = names or [n for n, m in members.items() if m.status != READY]
     tails: dict[str, list[str]] = {}
     for n in pick:
@@ -31,6 +78,13 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
                       for n, t in tails.items() if t) or None
     ready = sum(m.status == READY for m in members.values())
     extra = {"phase": phase, "servers_ready": f"{ready}/{len(members)}", "log_tails": tails}
+    if code == "GR-START-TIMEOUT":
+        now = time.monotonic()
+        lines = [seen(m, now) for m in members.values() if m.status != READY]
+        extra["servers_seen"] = lines
+        message += f"; not ready: {', '.join(n for n, m in members.items() if m.status != READY)}"
+        cause = "what start-up saw of each server not ready:\n" + "\n".join(f"  {ln}" for ln in lines) + \
+            (f"\n{cause}" if cause else "")
     denied = {n: hosts for n in pick if (hosts := denied_hosts(members[n]))}
     if denied and code in ("GR-START-CRASH", "GR-START-TIMEOUT"):
         said = "; ".join(f"{n} was denied egress to {', '.join(h)}" for n, h in denied.items())

@@ -58,6 +58,8 @@ class Member:
     kill_on_stop: bool = False
     rebinds: int = 0
     startup_exit: tuple[int | None, str | None] | None = None  # (status, last log line) of the last start-up exit
+    port_bound_s: float | None = None  # seconds from spawn until its port was seen listening (this start)
+    probe_note: str | None = None  # the last readiness probe's outcome when it got no answer
 
     @property
     def url(self) -> str | None:

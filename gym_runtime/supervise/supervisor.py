@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 from gym_runtime.errors import StartError
 from gym_runtime.supervise import policy_endpoint, readiness
-from gym_runtime.supervise.failure import endpoint_failure, failure_report
+from gym_runtime.supervise.failure import endpoint_failure, failure_report, port_listening
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
                                           Member)
@@ -164,6 +164,7 @@ class Supervisor:
         os.close(w)
         m.log.attach(asyncio.get_running_loop())
         m.proc, m.status, m.spawned_at, m.started_wall = proc, STARTING, time.monotonic(), time.time()
+        m.port_bound_s = m.probe_note = None
         self._watch_exit(m, proc)
         try:
             m.pgid = os.getpgid(proc.app_pid() or proc.pid)
@@ -334,15 +335,21 @@ class Supervisor:
     async def _probe(self, m: Member, proc: Any) -> None:
         assert self._client is not None and m.url is not None
         deadline = time.monotonic() + self.options.server_ready_timeout_s
-        ok = False
+        ok, delay = False, 0.05
         while not ok and proc.poll() is None and time.monotonic() < deadline:
             until = min(deadline, time.monotonic() + 1)
             if m.probe_path.startswith("log:"):
                 ok = await readiness.wait_log(m.log, m.probe_path[4:], until)
             elif m.probe_path == "tcp":
                 ok = await readiness.wait_tcp(m.public[0], m.public[1], until)
-            else:
-                ok = await readiness.wait_http(self._client, m.url + m.probe_path, until)
+            else:  # one GET at a time (50 ms, slowing to 500 ms), noting what a timeout report says (failure.py)
+                if m.port_bound_s is None and port_listening(proc.app_pid() or proc.pid, m.port):
+                    m.port_bound_s = time.monotonic() - (m.spawned_at or time.monotonic())
+                m.probe_note = await readiness.probe(self._client, m.url + m.probe_path)
+                ok = m.probe_note is None
+                if not ok:
+                    await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+                    delay = min(delay * 1.5, 0.5)
         if proc.poll() is None:
             self.post(Event("ready" if ok else "not_ready", m.name, proc))
 

@@ -54,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
     body = r.json()
     for line in body["lines"]:
         print(line)
+    while args.follow and body.get("log_file") is None:  # still building its venv: wait for its log
+        time.sleep(ALIVE_EVERY_S)
+        if not _alive(base):
+            return 0
+        body = get(f"{base}/servers/{args.instance}/logs?tail={args.tail}").json()
+        for line in body["lines"] if body.get("log_file") else ():
+            print(line)
     if args.follow:
         _follow(Path(body["log_file"]), base)
     return 0

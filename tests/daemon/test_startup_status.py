@@ -25,7 +25,7 @@ def _cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
 def test_status_during_a_venv_build_shows_phase_and_each_server(tmp_path: Path) -> None:
     pkg = slow_build_package(tmp_path / "pkg")  # acme_math's venv build waits for slowpkg
     build_wheel(tmp_path / "files", "slowpkg", "1.0")
-    with SimpleIndex(tmp_path / "files", delay_s=30) as idx:
+    with SimpleIndex(tmp_path / "files", delay_s=300) as idx:  # the build waits until the test stops it
         env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
         env.update({"UV_INDEX_URL": idx.url, "GYM_RUNTIME_HOME": str(tmp_path / "home"),
                     "GYM_RUNTIME_UV_CACHE_DIR": str(tmp_path / "uv-cache"), "GYM_RUNTIME_PIN_MODE": "none"})
@@ -51,8 +51,15 @@ def test_status_during_a_venv_build_shows_phase_and_each_server(tmp_path: Path) 
             assert "starting (building venvs)" in text.stdout and "acme_math" in text.stdout
             logs = _cli(env, "logs", "acme_math")  # no server log yet: says what it is doing instead
             assert logs.returncode == 0 and "building venv" in logs.stdout
+            follow = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "logs", "acme_math", "--follow"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            first = follow.stdout.readline()  # printed, then it waits for the server's log to exist
+            assert "building venv" in first
+            time.sleep(1.5)
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=30)
+            _, f_err = follow.communicate(timeout=30)
+            assert follow.returncode == 0 and "Traceback" not in f_err
         finally:
             kill_tree(proc)
     assert proc.returncode == 130, err

@@ -216,7 +216,7 @@ def package_proof(merged: MergedConfig, settings: RuntimeSettings, target: Targe
             out.append(Violation("GR-BUILD-CLOSURE", f"{names}: wheels/ does not hold the whole closure for "
                                  f"{target.describe()}: {what}", file=rel,
                                  hint=f"vendor the closure: `gym-runtime vendor {pkg.root} --platform {target.platform}"
-                                 f" --python {py}`" + (f" (or add a {found.project} wheel for the target to wheels/)"
+                                 f" --python {py}`" + (f" (or add a wheel of {found.project} for the target to wheels/)"
                                                        if found else "")))
     return out
 

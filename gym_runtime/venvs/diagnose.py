@@ -154,7 +154,7 @@ def closure_failure(vp: VenvPlan, block: str, package_root: Path | None = None) 
                 f"vendor the closure: `{vendor}`", {})
     return ("GR-BUILD-CLOSURE", f"wheels/ does not hold the whole closure for {where}: "
             + found.describe(_pool_listing(vp, found.project)),
-            f"vendor the closure: `{vendor}` (or add a {found.project} wheel for {where} to wheels/)",
+            f"vendor the closure: `{vendor}` (or add a wheel of {found.project} for {where} to wheels/)",
             {"missing": found.project, "chain": list(found.chain)})
 
 

@@ -6,8 +6,10 @@ seed a venv offline, reference/nmp_env_packages.md §1.6). Resolution is uv's cr
 ``uv pip compile --python-version X.Y --python-platform <arch>-manylinux_2_<glibc>``; files are
 then taken from the old ``wheels/`` (kept as candidates, e.g. a fork build, case C09) or the
 index, choosing for each ``name==version`` the wheel with the most specific tag the target
-accepts (every manylinux tag up to the target glibc). ``wheels/`` is cleared first; at the end
-each distribution has one version and every file's tags are checked against the target.
+accepts (every manylinux tag up to the target glibc). ``wheels/`` is cleared first (in an
+``adapter-wheels-v1`` package the wheels already there are the environment itself, so they are
+kept as requirements and the closure is completed around them); at the end each distribution has
+one version and every file's tags are checked against the target.
 """
 
 from __future__ import annotations
@@ -75,10 +77,23 @@ def requirement_lines(merged: MergedConfig, settings: RuntimeSettings) -> tuple[
             if ln.kind != "option":
                 text = ln.sdk_requirement(sdk) if ln.takes_sdk_pin else ln.text.split(" --hash")[0]
                 lines.append(text if ln.kind != "include" else src.render(sdk).splitlines()[ln.lineno - 1])
+    lines += _adapter_wheels(merged)
     pins = [] if settings.pin_mode == "none" else [f"{req}=={v}" for req, v in settings.pins.items()]
     if settings.pin_mode == "gym" or uses_sdk:
         return lines + pins + ["pip"], []
     return lines + ["pip"], [p.replace("[default]", "") for p in pins]
+
+
+def _adapter_wheels(merged: MergedConfig) -> list[str]:
+    """``name==version`` of every wheel already in an ``adapter-wheels-v1`` package's ``wheels/``: there
+    the vendored environment (and e.g. its verifiers build) *is* the package's content, named by
+    ``vf_env_id`` rather than by any install file and published nowhere, so its closure is completed
+    around it instead of being cleared."""
+    pkg = merged.package
+    if pkg.format != "adapter-wheels-v1" or pkg.wheels_dir is None or not pkg.wheels_dir.is_dir():
+        return []
+    found = (parse_wheel_filename(w.name) for w in sorted(pkg.wheels_dir.glob("*.whl")))
+    return [f"{name}=={version}" for name, version, _, _ in found]
 
 
 def vendor(merged: MergedConfig, settings: RuntimeSettings, target: Target, *,

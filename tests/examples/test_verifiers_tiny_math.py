@@ -1,12 +1,14 @@
 """examples/verifiers-tiny-math (adapter-wheels-v1): a verifiers environment run by the built-in
-verifiers_agent; its two tiny wheels are built from examples/src and committed.
+verifiers_agent; its two tiny wheels are built from examples/src and committed, and `gym-runtime
+vendor` completes them into the agent's whole closure (the README's first step).
 
-The agent and model venvs take their requirements from the package index (stage 1), hence ``pypi``;
-the vendored wheels are installed offline (stage 2).
+Vendoring needs the package index, hence ``pypi``; the vendored wheels are installed offline
+(stage 2), after stage 2's proof that they are the whole closure.
 """
 
 from __future__ import annotations
 
+import platform
 import shutil
 import subprocess
 import sys
@@ -22,9 +24,32 @@ ROWS = EXAMPLES / "verifiers-tiny-math.jsonl"
 SOURCES = {"verifiers": EXAMPLES / "src" / "verifiers-lite", "tiny_math": EXAMPLES / "src" / "tiny-math"}
 
 
+HOST = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}.get(platform.machine(), "linux/amd64")
+PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", *argv], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+
+
+def test_committed_wheels_are_completed_by_vendor_first() -> None:
+    """The two committed wheels are not the whole closure: validate's offline proof says so and how."""
+    done = _cli("validate", str(PKG), "--platform", "linux/amd64", "--python", "3.13")
+    assert done.returncode == 1 and "[GR-BUILD-CLOSURE]" in done.stderr
+    assert "is missing in wheels/ (needed by verifiers_agent -> " in done.stderr
+    assert f"gym-runtime vendor {PKG} --platform linux/amd64 --python 3.13" in done.stderr
+
+
 @pytest.mark.pypi
-def test_dry_run_through_verifiers_agent() -> None:
-    run = dry_run(PKG, ROWS, "--json")
+def test_dry_run_through_verifiers_agent(tmp_path: Path) -> None:
+    pkg = tmp_path / PKG.name
+    shutil.copytree(PKG, pkg)
+    vendored = _cli("vendor", str(pkg), "--platform", HOST, "--python", PY)  # the README's first step
+    assert vendored.returncode == 0, vendored.stderr
+    assert (pkg / "wheels" / "tiny_math-0.1.0-py3-none-any.whl").is_file()  # the environment is kept
+    assert any(p.name.startswith("fastapi-") for p in (pkg / "wheels").iterdir())
+    run = dry_run(pkg, ROWS, "--json")
     assert run.code == 0, run.stderr
     report = run.json()
     rows = rows_by_line(report)

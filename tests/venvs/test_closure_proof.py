@@ -68,3 +68,18 @@ def test_validate_runs_the_same_proof_for_the_target(pkg: Path, tmp_path: Path, 
     build_wheel(pkg / "wheels", "h11", "0.14.0", tags="cp312-cp312-manylinux_2_17_aarch64")
     assert main(["validate", str(pkg), "--platform", "linux/arm64", "--python", "3.13"]) == 1
     assert "GR-PKG-WHEEL-TAG" in capsys.readouterr().err
+
+
+def test_vendor_completes_an_adapter_packages_environment_wheels(tmp_path: Path, make_settings) -> None:
+    """In adapter-wheels-v1 the wheels already in wheels/ are the environment (named by vf_env_id, not by
+    any install file): vendor keeps them as requirements; in wheels-v1 they are only candidates."""
+    from gym_runtime.venvs.vendor import requirement_lines
+    from tests.helpers.packages import make_package
+
+    policy = ["policy_base_url=http://127.0.0.1:1/v1", "policy_model_name=m", "policy_api_key=${oc.env:HOME}"]
+    adapter = make_package(tmp_path / "adapter", "adapter-wheels-v1")
+    reqs, _ = requirement_lines(merged_config(adapter, policy), make_settings())
+    assert {"acme-math-lib==0.1.0", "pip==24.0"} <= set(reqs)
+    wheels = make_package(tmp_path / "wheels", "wheels-v1")
+    reqs, _ = requirement_lines(merged_config(wheels, policy), make_settings())
+    assert "acme-math-lib==0.1.0" not in reqs

@@ -25,7 +25,8 @@ from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.errors import BuildError, GymRuntimeError, StartError
 from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract, policy_endpoint, preflight, processes, ray_head, ray_workers, readiness
+from gym_runtime.supervise import (contract, head_view, policy_endpoint, preflight, processes, ray_head, ray_workers,
+                                   readiness)
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted, as_interrupted
 from gym_runtime.supervise.logs import LogSink
@@ -377,7 +378,8 @@ class Environment:
 
         backend = HeadBackend(config_yaml=lambda: contract.to_yaml(self.merged.secrets.view(self.outside))
                               if self.outside else None,
-                              instances=self._instances, health=self.health, logs=self._logs,
+                              instances=lambda: head_view.instances(self), health=self.health,
+                              logs=lambda name, n: head_view.logs(self, name, n),
                               agents=lambda: {n: m.url for n, m in self.supervisor.members.items()
                                               if m.info.get("server_type") == "responses_api_agents" and m.url},
                               agent_facts=lambda: agent_facts(self.merged.instances, ranges=False),
@@ -386,38 +388,9 @@ class Environment:
         self.head = HeadServer(create_app(backend), sock)
         await self.head.start()
 
-    def _instances(self) -> list[dict[str, Any]]:
-        """``/server_instances``: every member, and during start-up each configured server that has
-        none yet, with its venv build's state as ``status``."""
-        rows = [m.snapshot() for m in self.supervisor.members.values()]
-        for name, inst in (self.merged.instances.items() if self.merged else ()):
-            if name not in self.supervisor.members:
-                rows.append({"name": name, "kind": "server", "server_type": inst.server_type,
-                             "implementation": inst.implementation, "status": self.build_state.get(name, "pending"),
-                             "url": None, "pid": None, "restarts": 0})
-        return rows
-
     def health(self) -> tuple[int, dict[str, Any]]:
-        """``/health``: the supervisor's answer, with the start-up phase before it runs, each
-        server's state while not ready, and the effective egress allowlist."""
-        code, body = self.supervisor.health()
-        if self.supervisor._startup is None and body.get("status") == "starting":
-            body["phase"] = self.phase
-        if code != 200:
-            body["servers"] = {r["name"]: r["status"] for r in self._instances()}
-        if self.egress is not None:
-            body["egress"] = self.egress.describe()["allowlist"]
-        return code, body
-
-    def _logs(self, name: str, n: int) -> dict[str, Any] | None:
-        m = self.supervisor.members.get(name)
-        if m is None and self.merged is not None and name in self.merged.instances:
-            return {"name": name, "log_file": None, "lines": [
-                f"[gym-runtime] {name}: {self.build_state.get(name, 'pending')}; it has no server log yet"]}
-        if m is None:
-            return None
-        m.log.drain_now()
-        return {"name": name, "log_file": str(m.log.path), "lines": m.log.tail(n)}
+        """``GET /health`` of this environment, from any phase (:func:`head_view.health`)."""
+        return head_view.health(self)
 
     # ------------------------------------------------------------------ stop
     async def stop(self, fast: bool = False) -> int:

@@ -1,0 +1,51 @@
+"""What the head server answers about one :class:`~gym_runtime.supervise.bringup.Environment`, in
+every phase (docs/architecture.md §7.3): it serves from right after the config is read, so during
+venv builds ``/server_instances``, ``/health`` and ``/servers/{name}/logs`` say what each server is
+doing (its venv build's state, ``Environment.build_state``) before the supervisor has a member
+for it; ``/health`` also carries the effective egress allowlist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def instances(env: Any) -> list[dict[str, Any]]:
+    """``/server_instances``: every member's snapshot, and during start-up each configured server
+    that has none yet, with its venv build's state as ``status``."""
+    members = env.supervisor.members
+    rows = [m.snapshot() for m in members.values()]
+    for name, inst in (env.merged.instances.items() if env.merged else ()):
+        if name not in members:
+            rows.append({"name": name, "kind": "server", "server_type": inst.server_type,
+                         "implementation": inst.implementation, "status": env.build_state.get(name, "pending"),
+                         "url": None, "pid": None, "restarts": 0})
+    return rows
+
+
+def health(env: Any) -> tuple[int, dict[str, Any]]:
+    """``/health``: ``(status, body)`` of the supervisor, with the environment's phase before the
+    supervisor runs, ``servers`` (name -> state) while not ready, and ``egress`` (the effective
+    allowlist, ``EgressPolicy.effective_allowlist``) once the policy is read."""
+    code, body = env.supervisor.health()
+    if env.supervisor._startup is None and body.get("status") == "starting":
+        body["phase"] = env.phase
+    if code != 200:
+        body["servers"] = {r["name"]: r["status"] for r in instances(env)}
+    if env.egress is not None:
+        body["egress"] = env.egress.describe()["allowlist"]
+    return code, body
+
+
+def logs(env: Any, name: str, n: int) -> dict[str, Any] | None:
+    """``/servers/{name}/logs``: ``{"name", "log_file", "lines"}`` (the last ``n`` lines); for a
+    server still building its venv, ``log_file`` None and one line saying so; None for a name that
+    is no instance."""
+    m = env.supervisor.members.get(name)
+    if m is None and env.merged is not None and name in env.merged.instances:
+        return {"name": name, "log_file": None, "lines": [
+            f"[gym-runtime] {name}: {env.build_state.get(name, 'pending')}; it has no server log yet"]}
+    if m is None:
+        return None
+    m.log.drain_now()
+    return {"name": name, "log_file": str(m.log.path), "lines": m.log.tail(n)}

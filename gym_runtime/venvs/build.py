@@ -26,7 +26,7 @@ from typing import Any
 
 from gym_runtime.errors import BuildCancelledError, BuildError, Violation
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.venvs import stages
+from gym_runtime.venvs import closure, stages
 from gym_runtime.venvs.diagnose import diagnose
 from gym_runtime.venvs.exit_hook import install_exit_hook
 from gym_runtime.venvs.maintenance import network_fs_warning
@@ -127,7 +127,8 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
             with cache_lock(settings.uv_cache_dir):
                 reporter.stage(vp.digest, label, "venv")
                 stages.create_venv(vp, tmp, ctx)
-                if vp.stage2:
+                if vp.stage2 and not closure.nothing_to_prove(vp.source, [(p.requirement, p.as_constraint)
+                                                                          for p in vp.pins]):
                     reporter.stage(vp.digest, label, "stage 2: closure check (offline)")
                     stages.closure_check(vp, tmp, ctx)
                 before: dict[str, str] = {}

@@ -101,6 +101,12 @@ def roots_of(source: InstallSource, pins: Iterable[tuple[str, bool]]) -> list[st
     return [n for n in names if n] + [Requirement(r).name for r, only in pins if not only]
 
 
+def nothing_to_prove(source: InstallSource, pins: Iterable[tuple[str, bool]]) -> bool:
+    """True when the install file requests nothing and no pin is installed: the closure is empty,
+    so no resolver needs to run."""
+    return not any(ln.kind != "option" for ln in source.lines) and all(only for _, only in pins)
+
+
 def write_inputs(directory: Path, rendered: str, pins: Iterable[tuple[str, bool]]) -> list[str]:
     """Write the install file text and the injected pins (``(requirement, constraint only)``) for
     the proof into ``directory``; returns the file arguments for ``uv pip compile``."""
@@ -203,6 +209,8 @@ def package_proof(merged: MergedConfig, settings: RuntimeSettings, target: Targe
             names = ", ".join(x.name for x in insts)
             source = read_install_source(file, server=names)
             pins = [(p.requirement, p.as_constraint) for p in pins_for(settings, settings.pin_mode, source)]
+            if nothing_to_prove(source, pins):
+                continue
             files = write_inputs(Path(d) / str(i), proof_text(source, sdk_line(settings)), pins)
             res = prove(files, pkg.wheels_dir, goal, env=uv_env.env, cwd=Path(d),
                         log=settings.logs_dir / "validate" / f"{insts[0].name}.closure.log")

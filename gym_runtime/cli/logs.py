@@ -23,7 +23,7 @@ from collections import deque
 from pathlib import Path
 
 from gym_runtime.cli.status import add_head_arg, get, head_url
-from gym_runtime.errors import EXIT_RUNTIME, UserError
+from gym_runtime.errors import EXIT_RUNTIME, StartError, UserError
 from gym_runtime.settings import load_settings
 from gym_runtime.supervise.daemon_record import LAST_RUN, read_json, running
 from gym_runtime.venvs.record import last_build
@@ -56,9 +56,11 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     while args.follow and body.get("log_file") is None:  # still building its venv: wait for its log
         time.sleep(ALIVE_EVERY_S)
-        if not _alive(base):
+        try:
+            body = get(f"{base}/servers/{args.instance}/logs?tail={args.tail}").json()
+        except StartError:  # the daemon stopped before the server had a log
+            print(f"the daemon is gone ({base} does not answer) before {args.instance!r} had a log", file=sys.stderr)
             return 0
-        body = get(f"{base}/servers/{args.instance}/logs?tail={args.tail}").json()
         for line in body["lines"] if body.get("log_file") else ():
             print(line)
     if args.follow:

@@ -3,8 +3,8 @@
 Venvs are content-addressed (:mod:`gym_runtime.venvs.digest`), so a changed input means a new
 digest and a new venv, silently. For the build line to say *why*, every build (and reuse) records,
 per server, the digest inputs it was built from in ``<venv root>/.servers/<key>.json`` (key: the
-package directory and the instance name). The next build of that server compares: a line of the
-install file, a ``wheels/`` file and its old/new sha256 (a wheel rebuilt under the same version,
+package directory and the instance name). The next build of that server compares: a requirement
+line uv is given, a ``wheels/`` file and its old/new sha256 (a wheel rebuilt under the same version,
 case C14's kind), the interpreter, an injected pin, uv's version, uv's index settings, a local
 project, hash mode.
 """
@@ -50,16 +50,19 @@ def remember(venv_dir: Path, package_root: Path | None, instance: str, digest: s
         pass
 
 
-def _install_lines(old: str, new: str, rel_file: str) -> list[str]:
-    a, b = old.splitlines(), new.splitlines()
+def _install_lines(old: Any, new: Any, rel_file: str) -> list[str]:
+    """The requirement lines (``VenvPlan.inputs["install"]``: the non-empty lines uv is given) that
+    changed, were added or removed."""
+    a = old if isinstance(old, list) else str(old or "").splitlines()
+    b = new if isinstance(new, list) else str(new or "").splitlines()
     out: list[str] = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
         pairs = min(i2 - i1, j2 - j1) if tag == "replace" else 0
-        out += [f"{rel_file} line {j1 + k + 1}: `{a[i1 + k]}` -> `{b[j1 + k]}`" for k in range(pairs)]
-        out += [f"{rel_file} line removed: `{x}`" for x in a[i1 + pairs:i2]]
-        out += [f"{rel_file} line {k + 1} added: `{b[k]}`" for k in range(j1 + pairs, j2)]
+        out += [f"{rel_file}: `{a[i1 + k]}` -> `{b[j1 + k]}`" for k in range(pairs)]
+        out += [f"{rel_file}: removed `{x}`" for x in a[i1 + pairs:i2]]
+        out += [f"{rel_file}: added `{y}`" for y in b[j1 + pairs:j2]]
     if len(out) > MAX_LINES:
         out = out[:MAX_LINES] + [f"... and {len(out) - MAX_LINES} more change(s) in {rel_file}"]
     return out
@@ -88,7 +91,7 @@ def rebuild_reasons(old: dict[str, Any], new: dict[str, Any], rel_file: str) -> 
     if old.get("install_kind") != new.get("install_kind"):
         out.append(f"install file kind {old.get('install_kind')} -> {new.get('install_kind')}")
     if old.get("install") != new.get("install"):
-        out += _install_lines(str(old.get("install", "")), str(new.get("install", "")), rel_file)
+        out += _install_lines(old.get("install"), new.get("install"), rel_file)
     out += _pool(old.get("pool", []), new.get("pool", []))
     if old.get("python") != new.get("python"):
         (op, _, ov), (np_, _, nv) = old.get("python", ["?", "", "?"]), new.get("python", ["?", "", "?"])

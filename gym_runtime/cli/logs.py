@@ -26,7 +26,6 @@ from gym_runtime.cli.status import add_head_arg, get, head_url
 from gym_runtime.errors import EXIT_RUNTIME, StartError, UserError
 from gym_runtime.settings import load_settings
 from gym_runtime.supervise.daemon_record import LAST_RUN, read_json, running
-from gym_runtime.venvs.record import last_build
 
 ALIVE_EVERY_S = 1.0
 
@@ -112,6 +111,8 @@ def _follow(path: Path, base: str) -> None:
 def _from_files(instance: str, tail: int, home: Path) -> int:
     """No running daemon: what the last run (or a later ``gym-runtime build``) left for ``instance``
     (module doc). Returns 3 when that was a failed venv build of ``instance``, else 0."""
+    from gym_runtime.venvs.record import last_build
+
     last = read_json(home / LAST_RUN) or {}
     build = last_build(home)
     if build is not None and not (build.get("pid") == last.get("pid")

@@ -20,20 +20,25 @@ Endpoints (docs/architecture.md §7; Gym's originals: NeMo Gym 0.4.0 ``nemo_gym/
 ``GET /processes``                 every process of the environment by role and size:
                                    ``{"processes": [rows], "by_role": {role: totals}}``
                                    (:mod:`gym_runtime.supervise.processes`)
-``POST /rollouts/run``             ``{"examples": [rows]}`` -> ``{"results": [...]}`` (see below)
+``POST /rollouts/run``             ``{"examples": [rows], "concurrency"?}`` -> ``{"results": [...],
+                                   "latency_s": [...]}`` (see below)
 ``GET /docs``                      OpenAPI UI
 =================================  ========================================================================
 
 Every error answer is our envelope ``{"error": {"code", "message", "hint"?}}``, never FastAPI's
 ``{"detail"}``: ``/rollouts/run`` answers a body that is not ``{"examples": [rows]}`` with 400
 ``GR-ROLLOUT-BAD-REQUEST``, other bad query parameters get 422 ``GR-HEAD-BAD-REQUEST``. It sends each
-row to its ``agent_ref`` agent's ``/run`` (bounded concurrency, results in row order, per-row
-``{"error": {"code", "message"}}``, a batch deadline) and, while the batch runs,
-streams one space every ``heartbeat_s`` (15 s) before the JSON body so a proxy never drops the request
-(leading whitespace is valid JSON). When the daemon shuts down while a batch runs (:func:`begin_close`),
-the batch is cancelled and the answer (already ``200``) ends with ``{"results": [...], "error":
-{"code": "GR-ROLLOUT-SHUTDOWN", "message"}}``: the rows already finished with their results, every
-other row with the row error ``GR-ROLLOUT-SHUTDOWN``.
+row to its ``agent_ref`` agent's ``/run`` (at most ``concurrency`` rows at once: the body's, 1 to
+:data:`MAX_CONCURRENCY`, else the daemon's; results in row order, per-row
+``{"error": {"code", "message"}}``, each row's wall time in ``latency_s``, a batch deadline) and,
+while the batch runs, streams one space every ``heartbeat_s`` (15 s) before the JSON body so a proxy
+never drops the request (leading whitespace is valid JSON). When the daemon shuts down while a batch
+runs (:func:`begin_close`), the batch is cancelled and the answer (already ``200``) ends with
+``{"results": [...], "error": {"code": "GR-ROLLOUT-SHUTDOWN", "message"}}``: the rows already
+finished with their results, every other row with the row error ``GR-ROLLOUT-SHUTDOWN``. When the
+client disconnects, the batch is cancelled at once: every row still running is cancelled and its
+connection to the agent closed (the built-in agents then cancel their own work,
+``servers/_kit/server.py``).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gym_runtime.head.instances import split
 from gym_runtime.rollouts.dispatch import row_error, run_rows
@@ -77,10 +82,15 @@ class HeadBackend:
     processes: Callable[[], dict[str, Any]] | None = None
 
 
+MAX_CONCURRENCY = 1024
+
+
 class RolloutBatch(BaseModel):
-    """Body of ``POST /rollouts/run``: dataset rows (DESIGN.md §9), each with an ``agent_ref``."""
+    """Body of ``POST /rollouts/run``: dataset rows (docs/architecture.md §9), each with an
+    ``agent_ref``; ``concurrency``: rollouts in flight for this batch (default: the daemon's)."""
 
     examples: list[dict[str, Any]]
+    concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
 
 
 def bad_batch_message(exc: RequestValidationError) -> str:
@@ -170,14 +180,15 @@ def create_app(backend: HeadBackend) -> FastAPI:
     @app.get("/processes")
     async def processes() -> dict[str, Any]:
         if backend.processes is None:
-            raise HTTPException(404, "process accounting is not available")
+            return error_response(404, "GR-HEAD-NO-PROCESSES", "process accounting is not available in this "
+                                  "environment")
         return await asyncio.to_thread(backend.processes)
 
     @app.post("/rollouts/run")
     async def rollouts_run(batch: RolloutBatch) -> StreamingResponse:
         finished: list[dict[str, Any] | None] = [None] * len(batch.examples)
         task = asyncio.create_task(run_rows(batch.examples, backend.agents(),
-                                            concurrency=backend.rollout_concurrency,
+                                            concurrency=batch.concurrency or backend.rollout_concurrency,
                                             deadline_s=backend.rollout_deadline_s, facts=backend.agent_facts(),
                                             results=finished))
 
@@ -194,7 +205,8 @@ def create_app(backend: HeadBackend) -> FastAPI:
                         return
                     if not done:
                         yield b" "
-                yield json.dumps({"results": task.result()}).encode()
+                done_batch = task.result()
+                yield json.dumps({"results": done_batch.results, "latency_s": done_batch.latency_s}).encode()
             finally:
                 app.state.open_batches -= 1
                 task.cancel()

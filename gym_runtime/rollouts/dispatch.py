@@ -7,13 +7,22 @@ stopping the batch. Codes: ``GR-ROLLOUT-AGENT-REF`` (no or unknown agent), ``GR-
 (the agent answered an error status), ``GR-ROLLOUT-CONNECT`` (no answer), ``GR-ROLLOUT-BAD-JSON``,
 ``GR-ROLLOUT-BAD-REWARD`` (the reward is not a finite number: NaN, null, a string, missing; from
 the answer itself, or the built-in agents' 502 ``error.type: bad_reward``; see
-:mod:`gym_runtime.rollouts.verdict`), ``GR-ROLLOUT-DEADLINE`` (the batch deadline passed first).
+:mod:`gym_runtime.rollouts.verdict`), ``GR-ROLLOUT-POLICY-UNAVAILABLE`` (the built-in agents' 502
+``error.type: model_unavailable``: the policy endpoint stayed unreachable past the model server's
+retry deadline, docs/reliability.md), ``GR-ROLLOUT-DEADLINE`` (the batch deadline passed first).
+
+No row is retried here: a rollout is not idempotent (``/seed_session``, tool calls), and the
+retries that are safe happen where the request is known not to have been processed (the built-in
+servers' calls, ``servers/_kit/retry.py``). A batch that is cancelled (its client disconnected,
+the daemon stops) cancels every row still running, which closes their connections to the agents.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -21,6 +30,9 @@ import httpx
 from gym_runtime.rollouts.verdict import BAD_REWARD, AgentFacts, bad_reward
 
 AGENT_TYPE = "responses_api_agents"
+POLICY_UNAVAILABLE = "GR-ROLLOUT-POLICY-UNAVAILABLE"
+# error.type of a built-in agent's 502 -> the row's code
+AGENT_ERROR_CODES = {"bad_reward": BAD_REWARD, "model_unavailable": POLICY_UNAVAILABLE}
 
 
 def row_error(code: str, message: str) -> dict[str, Any]:
@@ -64,8 +76,9 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
         body = None
     if r.status_code >= 400:
         error = _agent_error(body)
-        if error.get("type") == "bad_reward":
-            return row_error(BAD_REWARD, f"{name}: {error.get('message')}")
+        code = AGENT_ERROR_CODES.get(error.get("type"))  # type: ignore[arg-type]
+        if code is not None:
+            return row_error(code, f"{name}: {str(error.get('message'))[:2000]}")
         return row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {r.text[:500]}")
     if body is None:
         return row_error("GR-ROLLOUT-BAD-JSON", f"{name}: POST {url} answered non-JSON: {r.text[:200]!r}")
@@ -75,29 +88,45 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
     return {"error": unusable} if unusable is not None else body
 
 
+@dataclass(frozen=True)
+class Batch:
+    """The outcome of :func:`run_rows`: ``results[i]`` belongs to row ``i`` (the agent's answer or a
+    row error) and ``latency_s[i]`` is that row's wall time in seconds from the moment it was sent
+    (``None`` for a row that never started)."""
+
+    results: list[dict[str, Any]]
+    latency_s: list[float | None]
+
+
 async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Mapping[str, str]], *,
                    concurrency: int = 32, deadline_s: float | None = None,
                    client: httpx.AsyncClient | None = None,
                    facts: Mapping[str, AgentFacts] | None = None,
-                   results: list[dict[str, Any] | None] | None = None) -> list[dict[str, Any]]:
-    """Run every row (at most ``concurrency`` at once); result ``i`` belongs to row ``i``.
+                   results: list[dict[str, Any] | None] | None = None) -> Batch:
+    """Run every row (at most ``concurrency`` at once); see :class:`Batch`.
 
     ``agents`` maps agent instance names to base URLs (``http://host:port``). ``deadline_s`` bounds
     the whole batch: rows still running then are cancelled and get ``GR-ROLLOUT-DEADLINE``.
     ``results`` (a list of ``len(rows)`` Nones) receives each row's result as soon as it is there,
     so a caller that cancels the batch still has the rows already finished (the head server at
-    shutdown); cancelling the batch cancels every row still running.
+    shutdown). Cancelling the call cancels every row still running (their connections are closed)
+    before the cancellation propagates.
     """
     table = agents() if callable(agents) else agents
     sem = asyncio.Semaphore(max(1, concurrency))
     results = results if results is not None else [None] * len(rows)
+    latency: list[float | None] = [None] * len(rows)
     own = client is None
     http = client or httpx.AsyncClient(trust_env=False, timeout=None,
                                        limits=httpx.Limits(max_connections=max(concurrency, 10)))
 
     async def one(i: int, row: Any) -> None:
         async with sem:
-            results[i] = await run_row(http, table, row, facts=facts)
+            t0 = time.monotonic()
+            try:
+                results[i] = await run_row(http, table, row, facts=facts)
+            finally:
+                latency[i] = round(time.monotonic() - t0, 4)
 
     tasks = [asyncio.create_task(one(i, row)) for i, row in enumerate(rows)]
     try:
@@ -107,9 +136,10 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
     finally:
-        for t in tasks:  # cancelled from outside: no row keeps running
+        for t in tasks:  # cancelled from outside (client gone, daemon stopping): no row may outlive the batch
             t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if own:
             await http.aclose()
-    return [r if r is not None else row_error("GR-ROLLOUT-DEADLINE", f"the batch deadline of {deadline_s:g}s "
-                                              "passed before this row finished") for r in results]
+    return Batch([r if r is not None else row_error("GR-ROLLOUT-DEADLINE", f"the batch deadline of {deadline_s:g}s "
+                                                    "passed before this row finished") for r in results], latency)

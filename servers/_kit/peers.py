@@ -3,15 +3,26 @@
 One ``httpx.AsyncClient`` per server (``trust_env`` left on, so ``NO_PROXY`` / proxy variables
 set by the sandbox apply). A connection failure or an error status becomes an
 :class:`UpstreamError` naming the upstream (instance name or URL), which the app turns into HTTP
-502. Cookies are kept per upstream in :class:`CookieJar` and sent back on the next call, as Gym's
-agents do with session cookies.
+502. Calls are sent again as :mod:`_kit.retry` says (by default: only a call that never arrived,
+for up to 30 s); a call that kept failing until its retry deadline is an :class:`UpstreamError` of
+kind ``unavailable`` (``model_unavailable`` for a model endpoint) saying how long it waited. An
+upstream's own 502 whose ``error.type`` is one of :data:`PROPAGATED` keeps that type, so an agent
+reports the model server's ``model_unavailable`` or a ``bad_reward`` as such. Cookies are kept per
+upstream in :class:`CookieJar` and sent back on the next call, as Gym's agents do with session
+cookies.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import httpx
+
+from _kit.retry import PEER_CONNECT, RetryRule
+
+PROPAGATED = ("model_unavailable", "bad_reward")
 
 
 class UpstreamError(Exception):
@@ -55,25 +66,55 @@ def body_of(response: httpx.Response) -> Any:
         return response.text
 
 
-class Peers:
-    """Async HTTP to upstreams; ``timeout`` in seconds for the whole call (None: no limit)."""
+def _kind_of(body: Any) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if kind in PROPAGATED else "upstream_error"
 
-    def __init__(self, timeout: float | None = None, headers: dict[str, str] | None = None) -> None:
+
+class Peers:
+    """Async HTTP to upstreams; ``timeout`` in seconds for each attempt (None: no limit);
+    ``retry``: the default :class:`~_kit.retry.RetryRule`; ``gave_up``: the error kind of a call
+    that kept failing until its retry deadline."""
+
+    def __init__(self, timeout: float | None = None, headers: dict[str, str] | None = None,
+                 retry: RetryRule = PEER_CONNECT, gave_up: str = "unavailable") -> None:
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=30.0), headers=headers)
+        self.retry, self.gave_up = retry, gave_up
 
     async def post(self, upstream: str, url: str, json: Any, jar: CookieJar | None = None,
                    headers: dict[str, str] | None = None, check: bool = True) -> httpx.Response:
-        """POST ``json`` to ``url``; raises :class:`UpstreamError` if unreachable or (``check``) non-2xx."""
+        """POST ``json`` to ``url``, retried by :attr:`retry`; raises :class:`UpstreamError` if
+        unreachable or (``check``) non-2xx."""
         sent = {**(jar.header() if jar else {}), **(headers or {})}
-        try:
-            response = await self.client.post(url, json=json, headers=sent)
-        except httpx.HTTPError as exc:
-            raise UpstreamError(upstream, url, f"is unreachable: {type(exc).__name__}: {exc}") from exc
+        rule, t0, attempt = self.retry, time.monotonic(), 0
+        while True:
+            failure: str | None = None
+            try:
+                response = await self.client.post(url, json=json, headers=sent)
+            except httpx.HTTPError as exc:
+                if not rule.retriable_error(exc):
+                    raise UpstreamError(upstream, url, f"is unreachable: {type(exc).__name__}: {exc}") from exc
+                failure = f"{type(exc).__name__}: {exc}"
+            else:
+                if not rule.retriable_status(response.status_code):
+                    break
+                failure = f"HTTP {response.status_code}: {response.text[:200]}"
+            waited = time.monotonic() - t0
+            delay = rule.delay(attempt)
+            attempt += 1
+            if waited + delay > rule.deadline_s:
+                raise UpstreamError(upstream, url, f"stayed unavailable for {waited:.1f}s ({attempt} attempt"
+                                    f"{'s' if attempt != 1 else ''}, last: {failure}); gave up at its retry "
+                                    f"deadline of {rule.deadline_s:g}s", kind=self.gave_up)
+            await asyncio.sleep(delay)
         if jar is not None:
             jar.update(response)
         if check and response.status_code >= 400:
-            raise UpstreamError(upstream, url, f"answered HTTP {response.status_code}",
-                                status=response.status_code, body=body_of(response))
+            body, kind = body_of(response), _kind_of(body_of(response))
+            said = f": {str(body['error'].get('message'))[:1000]}" if kind != "upstream_error" else ""
+            raise UpstreamError(upstream, url, f"answered HTTP {response.status_code}{said}",
+                                status=response.status_code, body=body, kind=kind)
         return response
 
     async def json(self, upstream: str, url: str, json: Any, jar: CookieJar | None = None,

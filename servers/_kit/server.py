@@ -7,6 +7,8 @@
 - Errors: an :class:`~_kit.peers.UpstreamError` becomes HTTP 502 ``{"error": {"type": <its kind>,
   ...}}`` naming the upstream; any other uncaught exception becomes HTTP 500 ``{"error": {...}}`` naming this server.
 - :func:`main` turns a :class:`~_kit.config.StartupError` into one line on stderr and exit code 1.
+- A request whose client disconnects before its answer is complete is cancelled
+  (:class:`~_kit.disconnect.CancelOnDisconnect`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from omegaconf import DictConfig
 from pydantic import BaseModel, ValidationError
 
 from _kit.config import StartupError, find_instance, instance_name, load_global_config, peer_address, resolved
+from _kit.disconnect import CancelOnDisconnect
 from _kit.peers import UpstreamError
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
@@ -108,8 +111,8 @@ def serve(app: FastAPI, ctx: ServerContext) -> None:
     port = ctx.config.get("port")
     if port is None:
         raise StartupError(f"'{ctx.name}' has no port assigned")
-    uvicorn.run(app, host=ctx.config.get("host") or "127.0.0.1", port=int(port), log_level="warning",
-                timeout_graceful_shutdown=0.5, timeout_keep_alive=30)
+    uvicorn.run(CancelOnDisconnect(app), host=ctx.config.get("host") or "127.0.0.1", port=int(port),
+                log_level="warning", timeout_graceful_shutdown=0.5, timeout_keep_alive=30)
 
 
 def run_server(server_type: str, create_app: Callable[[ServerContext], FastAPI]) -> None:

@@ -64,7 +64,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory):
         cfg.add("policy_plain", "responses_api_models", "vllm_model", base_url=stubs[0].url + "/v1",
                 return_token_id_information=False, uses_reasoning_parser=False, **common)
         cfg.add("policy_down", "responses_api_models", "vllm_model", base_url=f"http://127.0.0.1:{free_port()}/v1",
-                return_token_id_information=False, uses_reasoning_parser=False, **common)
+                return_token_id_information=False, uses_reasoning_parser=False, retry_deadline_seconds=1, **common)
         cfg.add("lookup", "resources_servers", "example_code_lookup", domain="agent", salt="tests")
         cfg.add("arithmetic", "resources_servers", "example_arithmetic", domain="math")
         cfg.add("lookup_gone", "resources_servers", "example_code_lookup", domain="agent")
@@ -72,7 +72,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory):
         _agent(cfg, "arithmetic_agent", "arithmetic", model="policy_plain")
         _agent(cfg, "one_step_agent", "lookup", max_steps=1)
         _agent(cfg, "down_model_agent", "lookup", model="policy_down")
-        _agent(cfg, "gone_resources_agent", "lookup_gone")
+        _agent(cfg, "gone_resources_agent", "lookup_gone", connect_retry_seconds=1)
         urls = {}
         for name in cfg.instances:
             if name == "lookup_gone":

@@ -84,11 +84,16 @@ def test_aggregate_metrics_are_proxied(chain):
 
 
 def test_model_failure_is_a_502_naming_the_model_server(chain):
+    """The policy endpoint stays down past the model server's retry deadline (1 s here): the
+    agent's 502 keeps the model server's ``model_unavailable`` type and says how long it waited."""
     reply = run(chain, "down_model_agent", lookup_row())
     assert reply.status_code == 502
     error = reply.json()["error"]
+    assert error["type"] == "model_unavailable"
     assert error["upstream"] == "policy_down" and error["upstream_status"] == 502
-    assert "unreachable" in str(error["upstream_body"])
+    inner = error["upstream_body"]["error"]
+    assert inner["type"] == "model_unavailable" and "/chat/completions" in inner["url"]
+    assert "gave up at its retry deadline of 1s" in inner["message"] and "ConnectError" in inner["message"]
 
 
 def test_unreachable_resources_server_is_a_502_naming_it(chain):

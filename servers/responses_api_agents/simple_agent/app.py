@@ -17,7 +17,11 @@ longer fit, ``context_overflow`` on its reply) to the verify answer, and answers
 (``_kit/rewards.py``). Cookies from each upstream are carried along and set on the reply.
 Config keys: ``resources_server`` and ``model_server`` (references ``{type, name}``),
 ``max_steps`` (null: no limit), ``skip_verification``, ``skip_verification_reward``,
-``request_timeout_seconds``, ``max_tool_argument_bytes`` (1000000).
+``request_timeout_seconds``, ``max_tool_argument_bytes`` (1000000), ``connect_retry_seconds`` (30: a
+call to the model or resources server whose connection is refused, e.g. while the daemon restarts
+it, is sent again with backoff for up to this long; a call that was delivered is never sent twice,
+``_kit/retry.py``). A ``model_unavailable`` 502 of the model server (the policy endpoint stayed
+down past its retry deadline) is answered as such, so the row's error says so.
 Rules and the contrast with Gym's own ``simple_agent``: docs/rollouts.md.
 """
 
@@ -31,11 +35,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fastapi import Request, Response  # noqa: E402
-from pydantic import BaseModel, ConfigDict  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
 from _kit.config import Ref  # noqa: E402
 from _kit.peers import CookieJar, Peers, UpstreamError  # noqa: E402
 from _kit.resources import AggregateRequest  # noqa: E402
+from _kit.retry import PEER_CONNECT, RetryRule  # noqa: E402
 from _kit.rewards import reward_problem, shown  # noqa: E402
 from _kit.server import ServerContext, build_app, run_server  # noqa: E402
 from _kit.tools import INVALID, MAX_ARGUMENT_BYTES, UNKNOWN, check_call, offered_tools  # noqa: E402
@@ -54,6 +59,7 @@ class SimpleAgentConfig(BaseModel):
     skip_verification_reward: float = 0.0
     request_timeout_seconds: float | None = None
     max_tool_argument_bytes: int = MAX_ARGUMENT_BYTES
+    connect_retry_seconds: float = Field(PEER_CONNECT.deadline_s, ge=0)
 
 
 class RunRequest(BaseModel):
@@ -72,7 +78,7 @@ class SimpleAgent:
         self.resources_name = self.config.resources_server.name
         self.model_url = ctx.peer(self.config.model_server.model_dump(), "responses_api_models")
         self.resources_url = ctx.peer(self.config.resources_server.model_dump(), "resources_servers")
-        self.peers = Peers(self.config.request_timeout_seconds)
+        self.peers = Peers(self.config.request_timeout_seconds, retry=RetryRule(self.config.connect_retry_seconds))
 
     async def tool(self, item: dict, offered: list[str], jar: CookieJar, counts: dict[str, int]) -> dict:
         """The ``function_call_output`` item for one function call (executed only when allowed)."""

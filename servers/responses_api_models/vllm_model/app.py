@@ -7,7 +7,12 @@ Config keys: ``base_url`` (string or list of replicas; a session sticks to one r
 sha256(session id) % n), ``api_key``, ``model``, ``return_token_id_information``,
 ``uses_reasoning_parser``, ``request_prompt_and_generation_token_ids``, ``sampling_overrides``,
 ``extra_body``, ``chat_template_kwargs``, ``replace_developer_role_with_system``,
-``request_timeout_seconds``.
+``request_timeout_seconds``, ``retry_deadline_seconds`` (600).
+Retries (``_kit/retry.py``, docs/reliability.md): a chat completion or tokenize call whose
+connection is refused or lost, or that is answered 429/502/503/504, is sent again with backoff
+until ``retry_deadline_seconds`` after the first attempt (a vLLM restarting during a weight refit);
+past it the answer is HTTP 502 ``error.type: model_unavailable`` naming the endpoint, the time
+waited and the last failure.
 An upstream error that says the prompt no longer fits (every wording of ``_kit/overflow.py``)
 becomes an empty completion with ``finish_reason: length`` (Gym's behaviour) that also carries
 ``context_overflow: {wording, upstream_status, message}`` (on the Responses object too), so agents
@@ -31,12 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fastapi import Request  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
-from pydantic import BaseModel, ConfigDict, field_validator  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field, field_validator  # noqa: E402
 
 from _kit.config import StartupError  # noqa: E402
 from _kit.overflow import classify, message_of  # noqa: E402
 from _kit.peers import Peers, UpstreamError  # noqa: E402
 from _kit.reasoning import split_think  # noqa: E402
+from _kit.retry import RetryRule  # noqa: E402
 from _kit.responses import TOKEN_FIELDS, to_chat_request, to_response  # noqa: E402
 from _kit.server import ServerContext, build_app, error_body, run_server  # noqa: E402
 
@@ -56,6 +62,7 @@ class VLLMModelConfig(BaseModel):
     extra_body: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     request_timeout_seconds: float | None = None
+    retry_deadline_seconds: float = Field(600.0, ge=0)
 
     @field_validator("base_url", mode="before")
     @classmethod
@@ -78,7 +85,9 @@ class VLLMModel:
             raise StartupError(f"'{ctx.name}': base_url is empty (set policy_base_url)")
         self.replicas = [url.rstrip("/") for url in self.config.base_url]
         self.peers = Peers(self.config.request_timeout_seconds,
-                           headers={"authorization": f"Bearer {self.config.api_key}"})
+                           headers={"authorization": f"Bearer {self.config.api_key}"},
+                           retry=RetryRule(self.config.retry_deadline_seconds, idempotent=True),
+                           gave_up="model_unavailable")
 
     def replica(self, session_id: str) -> str:
         """The replica base URL of a session (stable: sha256 of the session id modulo n)."""

@@ -6,7 +6,11 @@ Otherwise, under the per-venv file lock (another builder may have finished meanw
 temp builds are removed, the steps of :mod:`gym_runtime.venvs.stages` run in a fresh temp dir
 while holding a shared lock on the uv cache, the marker is written last, and the directory is
 renamed into place. Any failure or cancel removes the temp dir, so nothing half-built ever looks
-ready (case C01). A cache read error (case C18) is retried once with ``--refresh-package``.
+ready (case C01). A cache read error (case C18) is retried once with ``--refresh-package``; a
+distribution installed from a damaged copy in the uv cache (files of its RECORD missing or cut,
+:mod:`gym_runtime.venvs.integrity`) is installed again without the cache, with a warning naming the
+cache entry to clean (``GR-BUILD-CACHE`` if that does not mend it). A full disk is one
+``GR-BUILD-NO-SPACE`` error naming the disk (:mod:`gym_runtime.venvs.diskspace`).
 
 Builds run in a bounded thread pool (default: CPU count), each uv call in its own process group;
 setting ``cancel`` (or Ctrl-C in the calling thread) kills them within about two seconds.
@@ -26,8 +30,9 @@ from typing import Any
 
 from gym_runtime.errors import BuildCancelledError, BuildError, Violation
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.venvs import closure, stages
-from gym_runtime.venvs.diagnose import diagnose
+from gym_runtime.venvs import closure, integrity, stages
+from gym_runtime.venvs.diagnose import STAGES, diagnose, uv_error_block
+from gym_runtime.venvs.diskspace import is_enospc, is_no_space, no_space_error
 from gym_runtime.venvs.exit_hook import install_exit_hook
 from gym_runtime.venvs.maintenance import network_fs_warning
 from gym_runtime.venvs.plan import InstallPlan, VenvPlan
@@ -107,6 +112,33 @@ def _run_step(step: Any, vp: VenvPlan, tmp: Path, ctx: StageContext) -> Any:
         return step(vp, tmp, ctx, refresh=names)
 
 
+def _mend(step: Any, vp: VenvPlan, tmp: Path, ctx: StageContext) -> list[str]:
+    """After an install step: reinstall, without the uv cache, every distribution whose files do not
+    match its RECORD; the warning for the build report, or raises ``GR-BUILD-CACHE``."""
+    found = integrity.damaged(tmp)
+    if not found:
+        return []
+    names = tuple(sorted(found))
+    cache = ctx.uv_env.env.get("UV_CACHE_DIR") or "uv's default cache (`uv cache dir` prints it)"
+    log = ctx.log(vp, "stage2" if step is stages.stage2 else "stage1")
+    with open(log, "a") as fh:
+        fh.write(f"[gym-runtime] installed from a damaged uv cache entry:\n{integrity.describe(found)}\n"
+                 f"[gym-runtime] installing {' '.join(names)} again without the cache\n")
+    step(vp, tmp, ctx, uncached=names)
+    still = integrity.damaged(tmp)
+    fix = f"uv cache clean {' '.join(names)}"
+    if still:
+        label = ", ".join(vp.instances)
+        raise BuildError(f"venv build failed for {label} ({vp.rel_file}): {', '.join(sorted(still))} installed "
+                         f"with files missing, also without the uv cache ({cache})", code="GR-BUILD-CACHE",
+                         cause=integrity.describe(still), log=log,
+                         hint=f"remove the damaged entries with `{fix}` (with UV_CACHE_DIR={cache} if set) and build "
+                         "again; if it persists, the distribution's own wheel is broken",
+                         extra={"server": vp.instances[0], "servers": list(vp.instances), "file": vp.rel_file})
+    return [f"the uv cache's copy of {', '.join(names)} was damaged ({integrity.describe(found)}); installed again "
+            f"without the cache. Remove the damaged entries: `{fix}` (uv cache: {cache})"]
+
+
 def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, reporter: Reporter,
               honoured: dict[str, str]) -> Venv:
     """Make ``vp`` ready (or find it ready); raises :class:`BuildError` or :class:`Cancelled`."""
@@ -135,13 +167,13 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
                 if stages.has_stage1(vp):
                     reporter.stage(vp.digest, label, "stage 1")
                     res = _run_step(stages.stage1, vp, tmp, ctx)
-                    warnings += stages.uv_warnings(res.output)
+                    warnings += stages.uv_warnings(res.output) + _mend(stages.stage1, vp, tmp, ctx)
                     before = stages.installed(vp, tmp, ctx, "verify")
                     warnings += stages.pool_bypassed(vp, before)
                 if vp.stage2:
                     reporter.stage(vp.digest, label, "stage 2 (offline)")
                     res = _run_step(stages.stage2, vp, tmp, ctx)
-                    warnings += stages.uv_warnings(res.output)
+                    warnings += stages.uv_warnings(res.output) + _mend(stages.stage2, vp, tmp, ctx)
             reporter.stage(vp.digest, label, "verify")
             have = stages.installed(vp, tmp, ctx, "verify")
             warnings += stages.overridden(before, have) if vp.stage2 else []
@@ -162,13 +194,18 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
             install(tmp, vp.path)
         except StepFailure as e:
             shutil.rmtree(tmp, ignore_errors=True)
+            if is_no_space(e.result.output):
+                raise _no_space(vp, settings, STAGES.get(e.stage, e.stage), uv_error_block(e.result.output),
+                                e.result.log) from None
             err = diagnose(vp, e, honoured, ctx.package_root)
             if warnings:  # e.g. stage 1 bypassed wheels/ before stage 2 failed (case C12)
                 err.cause = (err.cause or "") + "\nearlier in this build:\n" + "\n".join(f"  {w}" for w in warnings)
                 err.extra["warnings"] = warnings
             raise err from None
-        except BaseException:
+        except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)
+            if is_enospc(e):
+                raise _no_space(vp, settings, "the build", f"{e}", None) from None
             raise
     return Venv(vp.path, vp.path / "bin" / "python", vp.digest, False, vp.instances, tuple(warnings),
                 time.monotonic() - t0)
@@ -186,6 +223,11 @@ def _with_reasons(v: Venv, vp: VenvPlan, settings: RuntimeSettings, package_root
             reasons += [r for r in why if r not in reasons]
         remember(settings.venv_dir, package_root, name, vp.digest, vp.inputs)
     return replace(v, reasons=tuple(reasons))
+
+
+def _no_space(vp: VenvPlan, settings: RuntimeSettings, stage: str, text: str, log: Path | None) -> BuildError:
+    roots = {"venv root": settings.venv_dir, "uv cache": settings.uv_cache_dir, "logs": settings.logs_dir}
+    return no_space_error(list(vp.instances), stage, vp.rel_file, text, roots, log)
 
 
 def _combine(errors: list[BuildError]) -> BuildError:

@@ -117,7 +117,11 @@ def has_stage1(vp: VenvPlan) -> bool:
     return bool(installs) or any(not p.as_constraint for p in vp.pins)
 
 
-def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = ()) -> UvResult:
+def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = (),
+           uncached: tuple[str, ...] = ()) -> UvResult:
+    """``uv pip install`` of the install file and pins; ``refresh``: ``--refresh-package`` names;
+    ``uncached``: distributions to install again without the uv cache (``--reinstall-package``,
+    ``--no-cache``: their cached copy was damaged, :mod:`gym_runtime.venvs.integrity`)."""
     req, pins = write_inputs(vp, venv)
     args = ["pip", "install", "--python", str(venv / "bin" / "python"), "--no-python-downloads", "-r", str(req)]
     if pins is not None:
@@ -128,18 +132,27 @@ def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...]
         args.append("--require-hashes")
     for name in dict.fromkeys(vp.refresh + refresh):
         args += ["--refresh-package", name]
+    args += _uncached(uncached)
     shown = "".join(f"--- {p.name}\n{p.read_text()}" for p in (req, pins) if p is not None)
     return _check("stage1", run_uv(args, env=ctx.uv_env.env, log=ctx.log(vp, "stage1"), cwd=ctx.cwd,
                                    cancel=ctx.cancel, header=shown))
 
 
-def stage2(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = ()) -> UvResult:  # noqa: ARG001
+def stage2(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = (),  # noqa: ARG001
+           uncached: tuple[str, ...] = ()) -> UvResult:
+    """The vendored closure offline; ``uncached`` as for :func:`stage1`."""
     env = {k: v for k, v in ctx.uv_env.env.items() if k != "UV_FIND_LINKS"}
     args = ["pip", "install", "--python", str(venv / "bin" / "python"), "--no-python-downloads", "--no-index",
-            "--offline", "--no-config", "--find-links", str(vp.wheels_dir), *vp.closure]
+            "--offline", "--no-config", "--find-links", str(vp.wheels_dir), *_uncached(uncached), *vp.closure]
     # uv refuses --refresh with --offline; stage 1 (run first) already refreshed rebuilt wheels
     return _check("stage2", run_uv(args, env=env, log=ctx.log(vp, "stage2"), cwd=ctx.cwd, cancel=ctx.cancel,
                                    header="offline: only wheels/ is consulted; nothing may reach the network\n"))
+
+
+def _uncached(names: tuple[str, ...]) -> list[str]:
+    if not names:
+        return []
+    return ["--no-cache", *(a for n in names for a in ("--reinstall-package", n))]
 
 
 def installed(vp: VenvPlan, venv: Path, ctx: StageContext, stage: str) -> dict[str, str]:

@@ -236,6 +236,9 @@ class _Half(asyncio.Protocol):
         self.eof = True
         if self.peer is not None and self.peer.transport is not None and self.peer.transport.can_write_eof():
             self.peer.transport.write_eof()
+        if self.peer is not None and self.peer.eof:  # both directions are done: nothing keeps the pair open
+            self.peer.transport.close()  # type: ignore[union-attr]
+            return False  # asyncio closes this side
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:

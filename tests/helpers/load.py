@@ -1,0 +1,140 @@
+"""Drive a running daemon with rollouts and watch what it holds (bench/load.py and the reliability tests).
+
+* :func:`example_rows`: the bundled example's dataset rows, repeated to any count;
+* :func:`run_batch`: one ``POST /rollouts/run`` (head server), results and per-row latencies;
+* :func:`run_direct`: the same rows POSTed to their agents' ``/run`` directly (no head server),
+  latencies measured by the client;
+* :func:`unanswered`: rows with neither a usable reward nor a row error (lost rows);
+* :func:`footprint`: the daemon's RSS, open file descriptors and TCP connections;
+* :func:`restarts`: restarts of every supervised process, from the head server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def example_rows(n: int, name: str = "native-quickstart") -> list[dict]:
+    """``n`` rows cycling through ``examples/<name>.jsonl`` (each tagged ``load_i``)."""
+    base = [json.loads(line) for line in (EXAMPLES / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    return [{**base[i % len(base)], "load_i": i} for i in range(n)]
+
+
+@dataclass
+class BatchRun:
+    """``results[i]`` answers row ``i``; ``latency_s[i]`` its wall seconds; ``wall_s`` the whole batch."""
+
+    results: list[dict]
+    latency_s: list[float | None]
+    wall_s: float
+
+
+def run_batch(head: str, rows: list[dict], concurrency: int | None = None, timeout: float = 1800) -> BatchRun:
+    """``POST {head}/rollouts/run`` and parse the (heartbeat-prefixed) answer."""
+    body: dict = {"examples": rows}
+    if concurrency is not None:
+        body["concurrency"] = concurrency
+    t0 = time.monotonic()
+    r = httpx.post(head + "/rollouts/run", json=body, timeout=timeout, trust_env=False)
+    wall = time.monotonic() - t0
+    r.raise_for_status()
+    answer = json.loads(r.text)
+    if "results" not in answer:
+        raise AssertionError(f"/rollouts/run answered no results: {r.text[:2000]}")
+    return BatchRun(answer["results"], answer["latency_s"], wall)
+
+
+async def _direct(agents: dict[str, str], rows: list[dict], concurrency: int, timeout: float) -> BatchRun:
+    sem = asyncio.Semaphore(concurrency)
+    results: list[dict] = [{}] * len(rows)
+    latency: list[float | None] = [None] * len(rows)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(trust_env=False, timeout=timeout, limits=limits) as client:
+        async def one(i: int, row: dict) -> None:
+            async with sem:
+                t = time.monotonic()
+                try:
+                    r = await client.post(agents[row["agent_ref"]["name"]] + "/run", json=row)
+                    results[i] = r.json() if r.status_code < 400 else {"error": {"code": f"HTTP {r.status_code}",
+                                                                                 "message": r.text[:500]}}
+                except (httpx.HTTPError, ValueError) as e:
+                    results[i] = {"error": {"code": type(e).__name__, "message": str(e)}}
+                latency[i] = time.monotonic() - t
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(one(i, row) for i, row in enumerate(rows)))
+    return BatchRun(results, latency, time.monotonic() - t0)
+
+
+def run_direct(agents: dict[str, str], rows: list[dict], concurrency: int, timeout: float = 600) -> BatchRun:
+    """POST each row to ``agents[row's agent]/run`` (the ready line's server URLs), at most
+    ``concurrency`` at once; an error status or a failed call is a row ``{"error": ...}``."""
+    return asyncio.run(_direct(agents, rows, concurrency, timeout))
+
+
+def unanswered(results: list[dict], expected: int) -> list[int]:
+    """Indexes of rows with neither a finite ``reward`` nor an ``error`` with a code (and of
+    rows missing at the end of ``results``)."""
+    lost = list(range(len(results), expected))
+    for i, r in enumerate(results):
+        reward = r.get("reward") if isinstance(r, dict) else None
+        error = r.get("error") if isinstance(r, dict) else None
+        has_reward = isinstance(reward, (int, float)) and not isinstance(reward, bool) and math.isfinite(reward)
+        if not has_reward and not (isinstance(error, dict) and error.get("code")):
+            lost.append(i)
+    return lost
+
+
+def footprint(pid: int) -> dict[str, float]:
+    """The daemon process's own ``rss_mb``, open file descriptors ``fds`` and TCP ``connections``."""
+    p = psutil.Process(pid)
+    return {"rss_mb": round(p.memory_info().rss / 2**20, 1), "fds": p.num_fds(),
+            "connections": len(p.net_connections("tcp"))}
+
+
+def restarts(head: str) -> dict[str, int]:
+    """``{name: restarts}`` of every server instance and support process of the daemon at ``head``."""
+    out = {}
+    for route in ("/server_instances", "/support_processes"):
+        for s in httpx.get(head + route, timeout=30, trust_env=False).json():
+            out[s.get("process_name") or s.get("name")] = s.get("restarts", 0)
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by nearest rank (0.0 when empty)."""
+    data = sorted(v for v in values if v is not None)
+    if not data:
+        return 0.0
+    return data[min(len(data) - 1, max(0, math.ceil(q * len(data)) - 1))]
+
+
+def instance(head: str, name: str) -> dict:
+    """The ``/server_instances`` (or ``/support_processes``) entry of ``name``."""
+    for route in ("/server_instances", "/support_processes"):
+        for s in httpx.get(head + route, timeout=30, trust_env=False).json():
+            if name in (s.get("process_name"), s.get("name")):
+                return s
+    raise KeyError(name)
+
+
+def wait_state(head: str, name: str, state: str, timeout: float = 60) -> dict:
+    """Poll until ``name``'s ``state`` is ``state``; its entry (AssertionError after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        entry = instance(head, name)
+        if entry.get("state") == state:
+            return entry
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} is {entry.get('state')!r}, not {state!r}, after {timeout}s: {entry}")
+        time.sleep(0.1)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import yaml
 
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process
 from tests.helpers.gym_package import cache_dir
+from tests.helpers.gym_servers import REPO, Running, free_port, wait_ready
 
 APPS = Path(__file__).resolve().parents[1] / "reliability" / "apps"
 POLICY = {"policy_model": {"responses_api_models": {"vllm_model": {
@@ -91,6 +94,42 @@ def stop_cleanly(proc: subprocess.Popen, timeout: float = 30) -> tuple[int, str]
     return code, proc.stderr.read() if proc.stderr else ""
 
 
-def env_without_uv() -> dict[str, str]:
-    """This process's environment minus ``UV_*`` (a test's own uv settings must not leak in)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
+class StubEndpoint:
+    """The stub model as an outside policy endpoint on a fixed loopback port, to kill and start again
+    (a vLLM restarting during a weight refit). ``url`` is its ``/v1`` root."""
+
+    def __init__(self, tmp: Path, model: str = "acme-policy-7b") -> None:
+        self.tmp, self.model, self.port = tmp, model, free_port()
+        self.running: Running | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> None:
+        """Start it (its own session) and wait until it answers."""
+        self.starts += 1
+        argv = [sys.executable, "-m", "gym_runtime.stub_model", "--host", "127.0.0.1", "--port", str(self.port),
+                "--model", self.model]
+        log = self.tmp / f"stub-{self.port}-{self.starts}.log"
+        with log.open("wb") as sink:
+            proc = subprocess.Popen(argv, cwd=REPO, env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)},
+                                    stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        self.running = Running(f"http://127.0.0.1:{self.port}", proc, log)
+        wait_ready(self.running)
+
+    def kill(self) -> None:
+        """SIGKILL it (no goodbye to open connections) and reap it."""
+        if self.running is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.running.proc.pid, signal.SIGKILL)
+            self.running.proc.wait(10)
+            self.running = None
+
+    def __enter__(self) -> StubEndpoint:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()

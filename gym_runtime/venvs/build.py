@@ -39,7 +39,8 @@ from gym_runtime.venvs.plan import InstallPlan, VenvPlan
 from gym_runtime.venvs.progress import Reporter, make_reporter
 from gym_runtime.venvs.reasons import previous, rebuild_reasons, remember
 from gym_runtime.venvs.stages import StageContext, StepFailure
-from gym_runtime.venvs.store import cache_lock, install, is_ready, remove_stale, tmp_dir, venv_lock, write_marker
+from gym_runtime.venvs.store import (cache_lock, install, is_ready, remove_abandoned, remove_stale, tmp_dir,
+                                     venv_lock, write_marker)
 from gym_runtime.venvs.uvrun import Cancelled
 
 _CACHE_ERR = re.compile(r"(failed to (read|open) (file|directory)|No such file or directory).*"
@@ -259,6 +260,7 @@ def build_venvs(plan: InstallPlan, settings: RuntimeSettings, *, progress: bool 
     ctx = StageContext(plan.uv_env, settings.logs_dir / "build", cancel, settings.venv_dir / ".tmp",
                        notes=f"WARNING: {fs_warning}\n" if fs_warning else "", package_root=plan.package_root)
     ctx.cwd.mkdir(parents=True, exist_ok=True)
+    remove_abandoned(settings.venv_dir)  # builds of a daemon that was SIGKILLed
     results: dict[str, Venv] = {}
     errors: list[BuildError] = []
     todo = list(plan.venvs)

@@ -4,8 +4,8 @@ Layout under ``RuntimeSettings.venv_dir``::
 
     <digest24>/                      a ready venv (renamed into place only after its marker exists)
     <digest24>/.gym-runtime-ready    JSON marker, written last: {"digest", "servers", "python", ...}
-    .tmp/<digest24>.<pid>.<n>/        a build in progress (never looks ready; removed on failure
-                                      and by the next builder of the same digest)
+    .tmp/<digest24>.<pid>.<n>/        a build in progress (never looks ready; removed on failure,
+                                      and once its lock is free by the next build of any venv)
     .locks/<digest24>.lock           per-venv file lock: two daemons can share a venv root
     .cache/sha256.json               file hash cache (digest.py)
 
@@ -73,6 +73,31 @@ def remove_stale(root: Path, digest: str, keep: Path | None = None) -> list[Path
             if d != keep:
                 shutil.rmtree(d, ignore_errors=True)
                 gone.append(d)
+    return gone
+
+
+def remove_abandoned(root: Path) -> list[Path]:
+    """Delete temp builds whose builder died (a SIGKILLed daemon cannot clean up); return them.
+
+    A builder holds its venv's lock for as long as its temp dir exists, so a temp dir whose lock
+    is free now belongs to nobody. The lock (not a pid) decides, so daemons in other pid
+    namespaces sharing this venv root are never mistaken for dead."""
+    base = root / ".tmp"
+    gone: list[Path] = []
+    if not base.is_dir():
+        return gone
+    for d in sorted(base.iterdir()):
+        lock = FileLock(str(root / ".locks" / f"{d.name.split('.')[0]}.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue  # being built right now
+        try:
+            if d.exists():
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(d)
+        finally:
+            lock.release()
     return gone
 
 

@@ -21,6 +21,9 @@ Variables (all optional):
 ``GYM_RUNTIME_POLICY_BASE_URL``     the job's policy endpoint(s), comma-separated for replicas
 ``GYM_RUNTIME_POLICY_API_KEY``      the policy endpoint's API key
 ``GYM_RUNTIME_POLICY_MODEL_NAME``   the served model name
+``GYM_RUNTIME_SERVER_MEMORY_MB``    memory limit of each server's process tree, MB (default: half
+                                    of this host's memory; ``0``: none), docs/runtime.md
+``GYM_RUNTIME_SERVER_PIDS``         process/thread limit of each server (default 4096; ``0``: none)
 ==================================  =========================================================
 """
 
@@ -39,6 +42,7 @@ if TYPE_CHECKING:  # the config package (OmegaConf) loads only when policy value
     from gym_runtime.config.merge import PolicyValues
 
 PIN_MODES = ("gym", "auto", "none")
+DEFAULT_SERVER_PIDS = 4096
 PIN_VARS = {"nemo-gym": "GYM_RUNTIME_PIN_NEMO_GYM", "ray[default]": "GYM_RUNTIME_PIN_RAY",
             "openai": "GYM_RUNTIME_PIN_OPENAI"}
 
@@ -72,6 +76,8 @@ class RuntimeSettings:
     python: str
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
     pin_origins: dict[str, str] = field(default_factory=dict)
+    server_memory_mb: int | None = None
+    server_pids: int | None = DEFAULT_SERVER_PIDS
 
     @property
     def logs_dir(self) -> Path:
@@ -103,6 +109,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         else:
             pins[req], origins[req] = defaults[req]
     cache = env.get("GYM_RUNTIME_UV_CACHE_DIR")
+    memory = _limit(env, "GYM_RUNTIME_SERVER_MEMORY_MB", _half_of_memory_mb())
+    pids = _limit(env, "GYM_RUNTIME_SERVER_PIDS", DEFAULT_SERVER_PIDS)
     return RuntimeSettings(
         home=home,
         venv_dir=Path(env.get("GYM_RUNTIME_VENV_DIR") or home / "venvs").expanduser(),
@@ -112,7 +120,31 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         pin_origins=origins,
         python=env.get("GYM_RUNTIME_PYTHON") or f"{sys.version_info[0]}.{sys.version_info[1]}",
         environ=env,
+        server_memory_mb=memory,
+        server_pids=pids,
     )
+
+
+def _half_of_memory_mb() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2 // 2**20
+    except (ValueError, OSError):
+        return None
+
+
+def _limit(env: Mapping[str, str], var: str, default: int | None) -> int | None:
+    """A per-server limit: a whole number, ``0`` for none; unset: ``default``."""
+    raw = env.get(var)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise SettingsError(f"{var}={raw!r} is not a whole number >= 0", hint=f"unset {var} for the default, "
+                            "or set 0 for no limit")
+    return value or None
 
 
 def policy_from_environ(environ: Mapping[str, str] | None = None) -> PolicyValues:

@@ -3,6 +3,8 @@ openai, which nemo-gym 0.4.0's ``openai<=2.7.2`` rejects, so `vendor` failed by 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from packaging.specifiers import SpecifierSet
 
@@ -26,3 +28,24 @@ def test_pin_set_in_the_environment_is_attributed_to_its_variable() -> None:
 def test_bad_pin_mode_names_the_variable() -> None:
     with pytest.raises(SettingsError, match="GYM_RUNTIME_PIN_MODE='both'"):
         load_settings({"HOME": "/tmp", "GYM_RUNTIME_PIN_MODE": "both"})
+
+
+def test_server_limits_default_to_half_the_memory_and_4096_processes() -> None:
+    s = load_settings({"HOME": "/tmp"})
+    total_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+    assert s.server_memory_mb == total_mb // 2 and s.server_pids == 4096
+
+
+@pytest.mark.parametrize(("value", "want"), [("512", 512), ("0", None), ("", 4096)])
+def test_server_limits_are_set_or_switched_off(value: str, want: int | None) -> None:
+    s = load_settings({"HOME": "/tmp", "GYM_RUNTIME_SERVER_PIDS": value, "GYM_RUNTIME_SERVER_MEMORY_MB": value})
+    assert s.server_pids == want
+    if value:
+        assert s.server_memory_mb == want
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "lots"])
+def test_bad_server_limit_names_the_variable(value: str) -> None:
+    with pytest.raises(SettingsError, match=f"GYM_RUNTIME_SERVER_MEMORY_MB='{value}'") as e:
+        load_settings({"HOME": "/tmp", "GYM_RUNTIME_SERVER_MEMORY_MB": value})
+    assert "0 for no limit" in e.value.hint

@@ -98,6 +98,7 @@ class Environment:
         self._stopping = asyncio.Event()
         self._start_task: asyncio.Task | None = None
         self._head_sock: Any = None
+        self._servers_sock: Any = None  # the head server as servers reach it (head/app.py, SERVERS_ROUTES)
         self._stopped: asyncio.Future | None = None
         self._t0 = time.monotonic()
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
@@ -126,6 +127,7 @@ class Environment:
         head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)
         head_sock = bind_listener(self.req.head_host, int(head_port or 0), "head server")
         self._head_sock = head_sock
+        self._servers_sock = bind_listener("127.0.0.1", 0, "head server (the servers' listener)")
         self.head_addr = head_sock.getsockname()[:2]
         await self._start_head(head_sock)  # from here on `status` sees the phase and each server's state
         self._say(f"head server at {self.head.url} (GET /health shows the start-up)")
@@ -259,7 +261,8 @@ class Environment:
     async def _assign_ports(self, merged: MergedConfig) -> tuple[dict[str, tuple[str, int]], tuple[str, int]]:
         explicit = {n: i.port for n, i in merged.instances.items() if i.port}
         none_level = self.sandbox.level.value == "none"
-        taken = {self.head_addr[1], *explicit.values()}
+        servers_addr = self._servers_sock.getsockname()[:2]
+        taken = {self.head_addr[1], servers_addr[1], *explicit.values()}
         if self.stub_url:
             taken.add(int(self.stub_url.rsplit(":", 1)[1].split("/")[0]))
         if none_level:  # servers share the host network: a taken explicit port fails now (C04)
@@ -268,8 +271,9 @@ class Environment:
 
         self._taken = taken
         out = {n: (i.host or "127.0.0.1", explicit.get(n) or self._fresh()) for n, i in merged.instances.items()}
-        head_inside = await self.sandbox.expose_host_service(self._fresh() if not none_level else self.head_addr[1],
-                                                             *self.head_addr)
+        # servers reach the head server on a listener of its own, which serves them Gym's read-only routes only
+        head_inside = await self.sandbox.expose_host_service(self._fresh() if not none_level else servers_addr[1],
+                                                             *servers_addr)
         return out, tuple(head_inside)
 
     def _fresh(self) -> int:
@@ -315,10 +319,16 @@ class Environment:
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
                            writable_paths=[wd, *self._ray_dirs(), *cache.writable],
-                           private_env=contract.private_env(config_yaml))
+                           private_env=contract.private_env(config_yaml), limits=self._limits())
         self._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                      info={"server_type": inst.server_type, "implementation": inst.implementation,
                            "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
+
+    def _limits(self) -> Any:
+        """Each server's resource limits (docs/runtime.md, "Resource limits"; settings)."""
+        from sandbox import ResourceLimits
+
+        return ResourceLimits(memory_mb=self.settings.server_memory_mb, pids=self.settings.server_pids)
 
     def _add_stub_member(self, port: int) -> None:
         from sandbox import ProcessSpec
@@ -385,7 +395,8 @@ class Environment:
                               agent_facts=lambda: agent_facts(self.merged.instances, ranges=False),
                               processes=lambda: processes.of_environment(self.supervisor,
                                                                          (self.sandbox, self.host_launcher)))
-        self.head = HeadServer(create_app(backend), sock)
+        servers_port = self._servers_sock.getsockname()[1]
+        self.head = HeadServer(create_app(backend, servers_ports={servers_port}), sock, [self._servers_sock])
         await self.head.start()
 
     def health(self) -> tuple[int, dict[str, Any]]:
@@ -433,8 +444,10 @@ class Environment:
                 code = await td.step("servers", sup.wait_stopped(), (0 if fast else grace) + 8.0, sup.running)
             if self.head is not None:
                 await td.step("head server", self.head.stop(), 5.0, lambda: "uvicorn's open connections")
-            elif self._head_sock is not None:
-                self._head_sock.close()
+            else:
+                for listener in (self._head_sock, self._servers_sock):
+                    if listener is not None:
+                        listener.close()
             for name, sb in (("sandbox (forwards, proxy, netns holder)", self.sandbox),
                              ("stub model launcher", self.host_launcher)):
                 if sb is not None:

@@ -25,6 +25,12 @@ Endpoints (docs/architecture.md §7; Gym's originals: NeMo Gym 0.4.0 ``nemo_gym/
 ``GET /docs``                      OpenAPI UI
 =================================  ========================================================================
 
+Servers reach the head server on a listener of their own (``servers_ports``): it answers Gym's
+read-only routes (:data:`SERVERS_ROUTES`), which Gym's servers and clients use, and refuses the
+others with 403 ``{"error": {"code": "GR-HEAD-SERVERS-ROUTE"}}``: a server may not read another
+server's logs nor run rollouts (docs/reliability.md, "Hostile servers"). At isolation ``none``
+servers share the host's loopback, so this is cooperative only.
+
 Every error answer is our envelope ``{"error": {"code", "message", "hint"?}}``, never FastAPI's
 ``{"detail"}``: ``/rollouts/run`` answers a body that is not ``{"examples": [rows]}`` with 400
 ``GR-ROLLOUT-BAD-REQUEST``, other bad query parameters get 422 ``GR-HEAD-BAD-REQUEST``. It sends each
@@ -49,7 +55,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
@@ -131,10 +137,23 @@ def open_batches(app: FastAPI) -> int:
     return app.state.open_batches
 
 
-def create_app(backend: HeadBackend) -> FastAPI:
-    """The head server's FastAPI app over ``backend``."""
+SERVERS_ROUTES = frozenset({"/", "/global_config_dict_yaml", "/server_instances", "/support_processes", "/health"})
+
+
+def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = frozenset()) -> FastAPI:
+    """The head server's FastAPI app over ``backend``; requests arriving on a port of
+    ``servers_ports`` (the servers' listener) may only ``GET`` :data:`SERVERS_ROUTES`."""
     app = FastAPI(title="gym-runtime head server", description=__doc__)
     app.state.closing, app.state.open_batches = asyncio.Event(), 0
+
+    @app.middleware("http")
+    async def servers_side(request: Request, call_next) -> Response:
+        local = request.scope.get("server") or (None, None)
+        if local[1] in servers_ports and (request.method != "GET" or request.url.path not in SERVERS_ROUTES):
+            return JSONResponse({"error": {"code": "GR-HEAD-SERVERS-ROUTE", "message": (
+                f"{request.method} {request.url.path} is not served to the environment's servers: they may read "
+                f"{', '.join(sorted(SERVERS_ROUTES))} only")}}, status_code=403)
+        return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:

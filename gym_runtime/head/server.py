@@ -27,11 +27,14 @@ class _Server(uvicorn.Server):
 
 
 class HeadServer:
-    """``await start()`` serves ``app`` (:func:`gym_runtime.head.app.create_app`) on ``sock``;
-    ``await stop()`` ends running rollout batches (:meth:`close_batches`), then closes it (idempotent)."""
+    """``await start()`` serves ``app`` (:func:`gym_runtime.head.app.create_app`) on ``sock`` (its
+    address is :attr:`url`) and on ``more`` listening sockets (e.g. the servers' own listener);
+    ``await stop()`` ends running rollout batches (:meth:`close_batches`), then closes them all
+    (idempotent)."""
 
-    def __init__(self, app: FastAPI, sock: socket.socket) -> None:
+    def __init__(self, app: FastAPI, sock: socket.socket, more: list[socket.socket] | None = None) -> None:
         self.sock = sock
+        self.socks = [sock, *(more or [])]
         host, port = sock.getsockname()[:2]
         self.host, self.port = host, port
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
@@ -46,7 +49,7 @@ class HeadServer:
         return f"http://{host}:{self.port}"
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[self.sock]))
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=self.socks))
         while not self._server.started:
             if self._task.done():
                 self._task.result()
@@ -70,5 +73,6 @@ class HeadServer:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._task, 3)
         self._task = None
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        for sock in self.socks:
+            with contextlib.suppress(OSError):
+                sock.close()

@@ -1,8 +1,8 @@
 """The supervisor: ONE event loop that owns every state change of every supervised process.
 
 Shape taken from honcho's ``manager.py`` (STYLE.md): watchers and probes only *post* typed events
-(``spawn``, ``exited``, ``ready``, ``not_ready``, ``endpoint``, ``stop``, ``stopped``) to one
-queue; :meth:`Supervisor._loop` decides (record, restart with backoff, fail, shut down). Signals
+(``spawn``, ``exited``, ``ready``, ``not_ready``, ``squatted``, ``endpoint``, ``stop``, ``stopped``)
+to one queue; :meth:`Supervisor._loop` decides (record, restart with backoff, fail, shut down). Signals
 only call :meth:`Supervisor.request_stop`.
 
 Contract (DESIGN.md §7, issue 5): a child's exit is seen at once (its pidfd is watched by the
@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 from gym_runtime.errors import StartError
-from gym_runtime.supervise import policy_endpoint, readiness
+from gym_runtime.supervise import policy_endpoint, port_owner, readiness
 from gym_runtime.supervise.failure import endpoint_failure, failure_report, port_listening
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
@@ -234,6 +234,17 @@ class Supervisor:
         self._fail(m.name, f"{m.kind} {m.name!r} {what} within {self.options.server_ready_timeout_s:g}s",
                    code="GR-START-TIMEOUT")
 
+    def _on_squatted(self, ev: Event) -> None:
+        m = self.members[ev.name]
+        if ev.proc is not m.proc or m.status != STARTING:
+            return
+        m.status = FAILED
+        self._spawn_task(m.proc.stop(0.5))
+        self._fail(m.name, f"{m.kind} {m.name!r}: its port {m.port} answers, but the listener is held by {ev.data}, "
+                   f"not by {m.name!r} (port squatting): that process would receive {m.name!r}'s requests",
+                   code="GR-START-PORT-SQUAT", hint="a server of this environment binds ports that are not its own: "
+                   "remove it from the package, or report it to the environment's author")
+
     def _on_endpoint(self, ev: Event) -> None:
         self.endpoints[ev.name] = ev.data if isinstance(ev.data, str) else "failed"
         if ev.data == "ready":
@@ -350,6 +361,12 @@ class Supervisor:
                 if not ok:
                     await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
                     delay = min(delay * 1.5, 0.5)
+        if ok and m.port is not None and not m.probe_path.startswith("log:"):  # the answer must be m's own
+            others = {n: o.proc for n, o in self.members.items()}
+            held = await asyncio.to_thread(port_owner.squatter, m.name, proc.pid, m.port, others)
+            if held is not None:
+                self.post(Event("squatted", m.name, proc, data=held))
+                return
         if proc.poll() is None:
             self.post(Event("ready" if ok else "not_ready", m.name, proc))
 

@@ -4,7 +4,9 @@ Case C25: a server's stdout and stderr go to one pipe that the loop reads as soo
 readable (``loop.add_reader``), so a chatty server never blocks on a full pipe. Every byte goes to
 ``<logs_dir>/<instance>.log`` (appended across restarts and daemon runs, rotated to ``.log.1``
 past ``max_bytes``); the last ``tail_lines`` lines stay in memory for failure reports and the head
-server's ``/servers/{name}/logs``.
+server's ``/servers/{name}/logs``. When the file cannot be written (its disk is full) the server
+and the daemon go on: the tail still gets every line and says so once, and when the file can be
+written again a line there says how many bytes are missing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class LogSink:
         self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the sink
         self._fd: int | None = None
         self.bytes_written = 0
+        self.lost = 0  # bytes not written since the file last failed (a full disk)
+        self.failure: str | None = None
 
     def note(self, text: str) -> None:
         """A line from the daemon itself (start, exit, restart), marked ``[gym-runtime]``."""
@@ -82,13 +86,35 @@ class LogSink:
             self._partial = b""
 
     def _write(self, data: bytes) -> None:
-        self._file.write(data)
-        self.bytes_written += len(data)
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
         self._tail.extend(line.decode(errors="replace").rstrip("\r") for line in lines)
+        if self.failure is not None:  # the file failed before: say what it misses once it takes data again
+            note = f"[gym-runtime] {self.lost} bytes of output are missing here: {self.failure}\n".encode()
+            if self._put(note) is not None:
+                self.lost += len(data)
+                return
+            self.lost, self.failure = 0, None
+        error = self._put(data)
+        if error is not None:  # e.g. a full disk: the server and the daemon go on; the tail keeps the lines
+            self.failure = f"the log file {self.path} could not be written ({error.strerror or error})"
+            self._tail.append(f"[gym-runtime] {self.failure}; its last lines are kept in memory")
+            return
+        self.bytes_written += len(data)
         if self._file.tell() > self.max_bytes:
             self._rotate()
+
+    def _put(self, data: bytes) -> OSError | None:
+        """Write all of ``data`` (a short write, the disk filling mid-way, is followed by the error on
+        the rest); the error that stopped it, its unwritten bytes counted in :attr:`lost`."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self._file.write(view) or 0:]
+        except OSError as e:
+            self.lost += len(view)
+            return e
+        return None
 
     def _rotate(self) -> None:
         self._file.close()

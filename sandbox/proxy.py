@@ -25,6 +25,7 @@ Resolver = Callable[[str], "list[str] | Awaitable[list[str]]"]
 # (ip, port) -> connected non-blocking socket; used for loopback peers (inside the sandbox netns).
 Dialer = Callable[[str, int], Awaitable[socket.socket]]
 MAX_HEAD = 64 * 1024
+HEAD_TIMEOUT_S = 30.0  # a client must send its request head within this
 _tasks: set[asyncio.Task] = set()  # strong references for fire-and-forget dial tasks
 _HOP = {"proxy-connection", "proxy-authorization", "proxy-authenticate", "connection", "keep-alive"}
 
@@ -168,9 +169,9 @@ class EgressProxy:
         self.connections += 1
         nodelay(writer.get_extra_info("socket"))
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            writer.close()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, asyncio.TimeoutError):
+            writer.close()  # no request head in time (an idle connection must not hold a descriptor forever)
             return
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
@@ -178,15 +179,19 @@ class EgressProxy:
             await self._deny(writer, server, "?", 0, "bad-request", "400 Bad Request")
             return
         method, target, version = parts
-        if method == "CONNECT":
-            url = urlsplit(f"//{target}")
-            host, port = url.hostname or "", url.port or 443
-        else:
-            url = urlsplit(target)
-            if url.scheme != "http" or not url.hostname:
-                await self._deny(writer, server, target[:100], 0, "not-absolute-http-uri", "400 Bad Request")
-                return
-            host, port = url.hostname, url.port or 80
+        try:  # urllib raises ValueError for a port that is not a number in 0-65535 or a broken [IPv6]
+            if method == "CONNECT":
+                url = urlsplit(f"//{target}")
+                host, port = url.hostname or "", url.port or 443
+            else:
+                url = urlsplit(target)
+                if url.scheme != "http" or not url.hostname:
+                    await self._deny(writer, server, target[:100], 0, "not-absolute-http-uri", "400 Bad Request")
+                    return
+                host, port = url.hostname, url.port or 80
+        except ValueError as e:
+            await self._deny(writer, server, target[:100], 0, f"bad-target: {e}", "400 Bad Request")
+            return
         sock = await self._connect(host, port, server, writer)
         if sock is None:
             return

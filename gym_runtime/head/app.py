@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,7 +59,8 @@ from typing import Any
 from fastapi import FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gym_runtime.head.instances import split
 from gym_runtime.rollouts.dispatch import row_error, run_rows
@@ -98,6 +100,21 @@ class RolloutBatch(BaseModel):
     examples: list[dict[str, Any]]
     concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
 
+    @field_validator("examples")
+    @classmethod
+    def _json_numbers(cls, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """NaN and Infinity are not JSON (Python's parser accepts them): no agent could be sent the row."""
+        stack: list[tuple[str, Any]] = [(f"examples[{i}]", row) for i, row in enumerate(rows)]
+        while stack:
+            where, value = stack.pop()
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{where} is {value}, which JSON cannot carry")
+            if isinstance(value, dict):
+                stack += [(f"{where}.{k}", v) for k, v in value.items()]
+            elif isinstance(value, list):
+                stack += [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+        return rows
+
 
 def bad_batch_message(exc: RequestValidationError) -> str:
     """One sentence naming the expected body and what was wrong (pydantic's locations and messages)."""
@@ -124,6 +141,28 @@ def shutdown_body(results: list[dict[str, Any] | None]) -> bytes:
                f"included); the other {n - done} row(s) were cancelled and end with GR-ROLLOUT-SHUTDOWN")
     return json.dumps({"results": [r if r is not None else cut for r in results],
                        "error": {"code": "GR-ROLLOUT-SHUTDOWN", "message": message}}).encode()
+
+
+def strict_json(answer: dict[str, Any]) -> bytes:
+    """``answer`` as JSON that every parser reads: an agent's NaN or Infinity (Python's parser takes
+    them, JSON has no spelling for them) becomes null. A reward of that kind never gets here: it
+    is the row error ``GR-ROLLOUT-BAD-REWARD`` (docs/rollouts.md)."""
+    try:
+        return json.dumps(answer, allow_nan=False).encode()
+    except ValueError:
+        pass
+    root = [answer]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        parent, key = stack.pop()
+        value = parent[key]
+        if isinstance(value, float) and not math.isfinite(value):
+            parent[key] = None
+        elif isinstance(value, dict):
+            stack += [(value, k) for k in value]
+        elif isinstance(value, list):
+            stack += [(value, i) for i in range(len(value))]
+    return json.dumps(root[0], allow_nan=False).encode()
 
 
 def begin_close(app: FastAPI) -> None:
@@ -154,6 +193,15 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
                 f"{request.method} {request.url.path} is not served to the environment's servers: they may read "
                 f"{', '.join(sorted(SERVERS_ROUTES))} only")}}, status_code=403)
         return await call_next(request)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def unreadable_body(request: Request, exc: StarletteHTTPException) -> Response:
+        if request.url.path == "/rollouts/run" and exc.status_code == 400:  # e.g. a body that is not UTF-8 JSON
+            return error_response(400, "GR-ROLLOUT-BAD-REQUEST", 'expected a JSON object {"examples": [rows]}: '
+                                  f"the body cannot be read as JSON ({exc.detail})")
+        code = {404: "GR-HEAD-NOT-FOUND", 405: "GR-HEAD-METHOD"}.get(exc.status_code, "GR-HEAD-BAD-REQUEST")
+        return error_response(exc.status_code, code, f"{request.method} {request.url.path}: {exc.detail}",
+                              "GET /docs lists the head server's routes" if exc.status_code in (404, 405) else None)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -225,7 +273,7 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
                     if not done:
                         yield b" "
                 done_batch = task.result()
-                yield json.dumps({"results": done_batch.results, "latency_s": done_batch.latency_s}).encode()
+                yield strict_json({"results": done_batch.results, "latency_s": done_batch.latency_s})
             finally:
                 app.state.open_batches -= 1
                 task.cancel()

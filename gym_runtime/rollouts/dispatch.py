@@ -72,7 +72,7 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
         return row_error("GR-ROLLOUT-CONNECT", f"{name}: POST {url} failed: {type(e).__name__}: {e}")
     try:
         body = r.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, a number over 4300 digits, nested past the parser's depth
         body = None
     if r.status_code >= 400:
         error = _agent_error(body)
@@ -125,6 +125,9 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
             t0 = time.monotonic()
             try:
                 results[i] = await run_row(http, table, row, facts=facts)
+            except Exception as e:  # noqa: BLE001 - a bug here must cost one row, never the batch
+                results[i] = row_error("GR-INTERNAL", f"the row could not be dispatched: {type(e).__name__}: {e} "
+                                       "(a bug in gym-runtime: please report it)")
             finally:
                 latency[i] = round(time.monotonic() - t0, 4)
 

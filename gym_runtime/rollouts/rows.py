@@ -210,6 +210,11 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
             problems.append(Violation("GR-DATASET-JSON", f"not valid JSON at column {e.colno}: {e.msg}",
                                       file=f"{where}:{line_no}", hint="one JSON object per line (JSONL)"))
             continue
+        except (RecursionError, ValueError) as e:  # nested past the parser's depth; a number over 4300 digits
+            what = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0]
+            problems.append(Violation("GR-DATASET-JSON", f"JSON that cannot be read: {what}",
+                                      file=f"{where}:{line_no}", hint="one JSON object per line (JSONL)"))
+            continue
         found = checker.check(line_no, obj)
         problems += found
         if not found:

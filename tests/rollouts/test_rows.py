@@ -145,3 +145,12 @@ def test_render_names_line_and_field() -> None:
                    AGENTS)
     text = e.value.render()
     assert "[GR-DATASET-AGENT-REF] rows.jsonl:2: agent_ref.name: agent 'nobody'" in text
+
+
+@pytest.mark.parametrize(("line", "said"), [("[" * 100_000, "nested too deeply"),
+                                            ('{"task_idx": 1' + "0" * 5000 + "}", "Exceeds the limit")])
+def test_json_the_parser_cannot_take_is_a_row_error_not_a_traceback(line: str, said: str) -> None:
+    """Found by the fuzz suite: a line nested past the parser's recursion limit, or holding a number
+    of more than 4300 digits, raised RecursionError / ValueError out of the dry-run."""
+    [v] = problems(jsonl(row(), line))
+    assert v.code == "GR-DATASET-JSON" and v.file == "rows.jsonl:2" and said in v.message

@@ -102,13 +102,20 @@ class RolloutBatch(BaseModel):
 
     @field_validator("examples")
     @classmethod
-    def _json_numbers(cls, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """NaN and Infinity are not JSON (Python's parser accepts them): no agent could be sent the row."""
+    def _sendable(cls, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What no agent could be sent: NaN and Infinity (Python's parser accepts them, JSON has no
+        spelling for them) and a lone UTF-16 surrogate such as ``"\\ud800"`` (not text)."""
         stack: list[tuple[str, Any]] = [(f"examples[{i}]", row) for i, row in enumerate(rows)]
         while stack:
             where, value = stack.pop()
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{where} is {value}, which JSON cannot carry")
+            for text in [value] if isinstance(value, str) else value if isinstance(value, dict) else []:
+                if isinstance(text, str) and not text.isascii():
+                    try:
+                        text.encode()
+                    except UnicodeEncodeError:
+                        raise ValueError(f"{where} holds a lone UTF-16 surrogate, which is not text") from None
             if isinstance(value, dict):
                 stack += [(f"{where}.{k}", v) for k, v in value.items()]
             elif isinstance(value, list):

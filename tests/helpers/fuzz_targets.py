@@ -128,9 +128,10 @@ def _rows_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
     def check(data: bytes) -> str:
         path.write_bytes(data)
         try:
-            return f"{len(load_rows(path, agents, notes=[]))} row(s)"
-        except DatasetError as e:
-            return ",".join(sorted({v.code for v in e.violations})) or e.code
+            load_rows(path, agents, notes=[])
+            return "rows read"
+        except DatasetError as e:  # labelled by its first problem
+            return e.violations[0].code if e.violations else e.code
     yield _timed(check)
 
 

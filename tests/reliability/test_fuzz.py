@@ -37,6 +37,9 @@ def test_rows_found_by_fuzzing(tmp_path: Path, data: bytes, label: str) -> None:
     # NaN in a row: no agent can be sent it (the row used to end as a misleading GR-ROLLOUT-DEADLINE)
     (("POST /rollouts/run", '{"examples": [{"agent_ref": {"name": "echo"}, "x": NaN}]}'),
      "HTTP 400 GR-ROLLOUT-BAD-REQUEST"),
+    # a lone surrogate in a row: not text, cannot be sent (was GR-INTERNAL: UnicodeEncodeError in dispatch)
+    (("POST /rollouts/run", '{"examples": [{"agent_ref": {"name": "echo"}, "x": "\\ud800"}]}'),
+     "HTTP 400 GR-ROLLOUT-BAD-REQUEST"),
     # an agent answering JSON nested past the parser's depth (was GR-ROLLOUT-DEADLINE, the row lost)
     (("POST /rollouts/run", '{"examples": [{"agent_ref": {"name": "echo"}, "fuzz_body": "' + "[" * 5000 + '"}]}'),
      "HTTP 200 GR-ROLLOUT-BAD-JSON"),

@@ -186,20 +186,34 @@ def open_batches(app: FastAPI) -> int:
 SERVERS_ROUTES = frozenset({"/", "/global_config_dict_yaml", "/server_instances", "/support_processes", "/health"})
 
 
+class ServersListener:
+    """ASGI middleware: a request that arrived on one of ``ports`` (the servers' listener) and is
+    not a ``GET`` of :data:`SERVERS_ROUTES` gets 403 ``GR-HEAD-SERVERS-ROUTE`` (plain ASGI, so
+    streamed answers and client disconnects pass through untouched)."""
+
+    def __init__(self, app: Callable[..., Any], ports: frozenset[int]) -> None:
+        self.app, self.ports = app, ports
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        local = scope.get("server") or (None, None)
+        if scope["type"] == "http" and local[1] in self.ports and (
+                scope["method"] != "GET" or scope["path"] not in SERVERS_ROUTES):
+            refusal = JSONResponse({"error": {"code": "GR-HEAD-SERVERS-ROUTE", "message": (
+                f"{scope['method']} {scope['path']} is not served to the environment's servers: they may read "
+                f"{', '.join(sorted(SERVERS_ROUTES))} only")}}, status_code=403)
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = frozenset()) -> FastAPI:
     """The head server's FastAPI app over ``backend``; requests arriving on a port of
     ``servers_ports`` (the servers' listener) may only ``GET`` :data:`SERVERS_ROUTES`."""
     app = FastAPI(title="gym-runtime head server", description=__doc__)
     app.state.closing, app.state.open_batches = asyncio.Event(), 0
 
-    @app.middleware("http")
-    async def servers_side(request: Request, call_next) -> Response:
-        local = request.scope.get("server") or (None, None)
-        if local[1] in servers_ports and (request.method != "GET" or request.url.path not in SERVERS_ROUTES):
-            return JSONResponse({"error": {"code": "GR-HEAD-SERVERS-ROUTE", "message": (
-                f"{request.method} {request.url.path} is not served to the environment's servers: they may read "
-                f"{', '.join(sorted(SERVERS_ROUTES))} only")}}, status_code=403)
-        return await call_next(request)
+    if servers_ports:
+        app.add_middleware(ServersListener, ports=frozenset(servers_ports))
 
     @app.exception_handler(StarletteHTTPException)
     async def unreadable_body(request: Request, exc: StarletteHTTPException) -> Response:

@@ -19,7 +19,9 @@ from tests.helpers.disks import small_disk
 
 FILLER = """import os, threading, time
 def fill():
-    time.sleep(1)
+    while not os.path.exists(os.path.join(os.environ['HOME'], 'contract.json')):  # the server has started
+        time.sleep(0.05)
+    time.sleep(0.5)
     path = os.path.join(os.environ['HOME'], 'fill.bin')
     try:
         with open(path, 'wb') as f:

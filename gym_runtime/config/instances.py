@@ -6,8 +6,9 @@ one server type and one implementation per instance (case C03b names both implem
 their files), instance names matching ``[A-Za-z0-9_-]+`` (case C22: ``.`` is OmegaConf's path
 separator), an ``entrypoint`` (a missing one names a misspelt key, by difflib) that is relative and
 inside the server dir, a resources server ``domain`` from
-Gym's closed set, the implementation directory found in the package or the built-in ``servers/``,
-and no two instances with the same explicit port (case C04).
+Gym's closed set, the reserved ``placement`` block (:mod:`gym_runtime.config.placement`), the
+implementation directory found in the package or the built-in ``servers/``, and no two instances
+with the same explicit port (case C04).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.config.merge import Sources
+from gym_runtime.config.placement import placement_problems
 from gym_runtime.errors import Violation
 from gym_runtime.package.layout import SERVER_TYPES, ServerDir, is_regular_file
 
@@ -215,6 +217,7 @@ def _inner_problems(name: str, stype: str, inner: dict[str, Any], key: str, file
                              key=f"{key}.domain", hint=f"use one of: {', '.join(DOMAINS)}"))
     out += python_version_problems(inner.get("python_version"), f"{key}.python_version",
                                    sources.of(f"{key}.python_version"))
+    out += placement_problems(inner, key, sources)
     port = inner.get("port")
     if port is not None and not isinstance(port, str):  # a string port is a GR-CONFIG-TYPE problem (types.py)
         pfile = sources.of(f"{key}.port")

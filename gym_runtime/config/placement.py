@@ -1,0 +1,113 @@
+"""The reserved ``placement:`` block of a server instance: what it asks of a Ray node (docs/scale-out.md).
+
+Shape (inside the instance's implementation config, beside ``entrypoint``)::
+
+    acme_math:
+      resources_servers:
+        acme_math:
+          entrypoint: app.py
+          domain: math
+          placement:
+            num_cpus: 1          # Ray logical CPUs per replica (default 0.5: four servers fit a 2-core node)
+            num_gpus: 0
+            memory: 2GiB         # Ray logical memory per replica: bytes or a size string (pydantic ByteSize)
+            resources: {judge_slots: 1}      # custom Ray resources per replica
+            labels: {pool: cpu-heavy}        # Ray label selector: the node must carry these labels
+            replicas: 2          # copies behind the instance's one stable address (1..64)
+
+No NeMo Gym config key is named ``placement`` (Gym's run configs allow extra keys, so servers
+ignore it). Every key is optional; with ``--placement local`` (the default) the block is checked
+but only ``replicas`` matters (more than one needs ``--placement ray``). Problems are
+:class:`~gym_runtime.errors.Violation` s with code ``GR-CONFIG-PLACEMENT`` naming the file and
+the key path, e.g. ``acme_math.resources_servers.acme_math.placement.num_cpus``. A label
+selector's value syntax (``spot``, ``!spot``, ``in(a,b)``, ``!in(a,b)``) is Ray's and is checked by
+Ray when the replica is placed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError
+
+from gym_runtime.config.merge import Sources
+from gym_runtime.errors import Violation
+
+KEY = "placement"
+DEFAULT_NUM_CPUS = 0.5
+MAX_REPLICAS = 64
+RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+
+
+class Placement(BaseModel):
+    """A validated ``placement:`` block (every field has a default; see the module doc).
+
+    ``memory`` is in bytes (Ray's unit) or None (no memory reservation)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    num_cpus: float = Field(DEFAULT_NUM_CPUS, ge=0)
+    num_gpus: float = Field(0, ge=0)
+    memory: ByteSize | None = None
+    resources: dict[str, float] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
+
+    def ray_options(self) -> dict[str, Any]:
+        """Actor options for one replica: ``num_cpus``, ``num_gpus``, ``memory``, ``resources``,
+        ``label_selector`` (only those set)."""
+        out: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.memory is not None:
+            out["memory"] = int(self.memory)
+        if self.resources:
+            out["resources"] = dict(self.resources)
+        if self.labels:
+            out["label_selector"] = dict(self.labels)
+        return out
+
+
+def placement_of(inner: dict[str, Any]) -> Placement:
+    """The block of one instance's (already checked) inner config; defaults when absent."""
+    return Placement.model_validate(inner.get(KEY) or {})
+
+
+def placement_problems(inner: dict[str, Any], key: str, sources: Sources) -> list[Violation]:
+    """Violations of the ``placement`` block in the inner config at dotted ``key`` (empty when
+    absent or valid): unknown keys (with a did-you-mean), wrong types, out-of-range numbers and
+    Ray's built-in resource names under ``resources``."""
+    if KEY not in inner:
+        return []
+    block, where = inner[KEY], f"{key}.{KEY}"
+    if block is None:
+        return []
+    if not isinstance(block, dict):
+        return [Violation("GR-CONFIG-PLACEMENT", f"`{KEY}` must be a mapping of placement keys, got "
+                          f"{type(block).__name__} {block!r}", file=sources.of(where), key=where,
+                          hint="e.g. placement: {num_cpus: 1, replicas: 2}; see docs/scale-out.md")]
+    out: list[Violation] = []
+    try:
+        Placement.model_validate(block)
+    except ValidationError as e:
+        for err in e.errors():
+            path = ".".join([where, *map(str, err["loc"])])
+            out.append(_violation(err, path, sources.of(path)))
+    resources = block.get("resources")
+    for name in resources if isinstance(resources, dict) else ():
+        if name in RAY_BUILTIN_RESOURCES:
+            path = f"{where}.resources.{name}"
+            field = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(name, "memory")
+            out.append(Violation("GR-CONFIG-PLACEMENT", f"`{name}` is one of Ray's built-in resources, not a custom "
+                                 "one", file=sources.of(path), key=path, hint=f"use `{KEY}.{field}` instead"))
+    return out
+
+
+def _violation(err: dict[str, Any], path: str, file: str | None) -> Violation:
+    if err["type"] == "extra_forbidden":
+        name = str(err["loc"][-1])
+        near = difflib.get_close_matches(name, list(Placement.model_fields), n=1, cutoff=0.6)
+        return Violation("GR-CONFIG-PLACEMENT", f"unknown placement key `{name}`", file=file, key=path,
+                         hint=(f"did you mean `{near[0]}`? " if near else "") +
+                         f"known keys: {', '.join(Placement.model_fields)}")
+    return Violation("GR-CONFIG-PLACEMENT", f"{err['msg']}, got {err.get('input')!r}", file=file, key=path,
+                     hint="see docs/scale-out.md for the placement keys and their types")

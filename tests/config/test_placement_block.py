@@ -1,0 +1,76 @@
+"""The reserved ``placement:`` block of a server instance (docs/scale-out.md): checked like every key."""
+
+from __future__ import annotations
+
+import pytest
+
+from gym_runtime.config.placement import DEFAULT_NUM_CPUS, Placement, placement_of
+from gym_runtime.errors import ConfigError
+from tests.config.test_instances_refs import AG, MODEL, RS, base
+
+
+def _with(block) -> dict:
+    cfg = base()
+    cfg["res"]["resources_servers"]["r"]["placement"] = block
+    return cfg
+
+
+def _placement_violations(pkg_with, build, block) -> list:
+    with pytest.raises(ConfigError) as e:
+        build(pkg_with({"configs/a.yaml": _with(block)}, [MODEL, RS, AG]))
+    hits = [v for v in e.value.violations if v.code == "GR-CONFIG-PLACEMENT"]
+    assert hits and len(hits) == len(e.value.violations), [(v.code, v.message) for v in e.value.violations]
+    return hits
+
+
+def test_a_full_block_is_accepted_and_read(pkg_with, build) -> None:
+    block = {"num_cpus": 1, "num_gpus": 0, "memory": "2GiB", "resources": {"judge_slots": 1},
+             "labels": {"pool": "cpu-heavy"}, "replicas": 3}
+    m = build(pkg_with({"configs/a.yaml": _with(block)}, [MODEL, RS, AG]))
+    p = placement_of(m.instances["res"].config)
+    assert (p.num_cpus, int(p.memory), p.resources, p.labels, p.replicas) == (
+        1.0, 2 * 1024 ** 3, {"judge_slots": 1.0}, {"pool": "cpu-heavy"}, 3)
+    assert p.ray_options() == {"num_cpus": 1.0, "num_gpus": 0.0, "memory": 2 * 1024 ** 3,
+                               "resources": {"judge_slots": 1.0}, "label_selector": {"pool": "cpu-heavy"}}
+
+
+def test_no_block_means_defaults_that_fit_a_two_core_node(pkg_with, build) -> None:
+    m = build(pkg_with({"configs/a.yaml": base()}, [MODEL, RS, AG]))
+    p = placement_of(m.instances["res"].config)
+    assert p == Placement() and p.replicas == 1 and p.num_cpus == DEFAULT_NUM_CPUS
+    assert 3 * DEFAULT_NUM_CPUS <= 2  # model + agent + resources server on one 2-core node
+
+
+def test_unknown_key_names_file_key_path_and_the_near_key(pkg_with, build) -> None:
+    (v,) = _placement_violations(pkg_with, build, {"num_cpu": 1})
+    assert v.file == "configs/a.yaml" and v.key == "res.resources_servers.r.placement.num_cpu"
+    assert "unknown placement key `num_cpu`" in v.message and "did you mean `num_cpus`" in v.hint
+
+
+@pytest.mark.parametrize("block, key, words", [
+    ({"num_cpus": "two"}, "num_cpus", "valid number, got 'two'"),
+    ({"replicas": 0}, "replicas", "greater than or equal to 1"),
+    ({"replicas": True}, "replicas", "valid integer, got True"),
+    ({"labels": {"pool": True}}, "labels.pool", "valid string, got True"),
+    ({"memory": "lots"}, "memory", "could not parse"),
+    ({"resources": {"CPU": 2}}, "resources.CPU", "Ray's built-in resources"),
+])
+def test_wrong_types_and_values_name_the_key(pkg_with, build, block, key, words) -> None:
+    (v,) = _placement_violations(pkg_with, build, block)
+    assert v.key == f"res.resources_servers.r.placement.{key}" and v.file == "configs/a.yaml"
+    assert words in v.message
+
+
+def test_block_that_is_not_a_mapping(pkg_with, build) -> None:
+    (v,) = _placement_violations(pkg_with, build, 4)
+    assert v.key == "res.resources_servers.r.placement" and "must be a mapping" in v.message
+
+
+def test_validate_cli_reports_a_bad_block_with_its_code(pkg_with, tmp_path, capsys) -> None:
+    from gym_runtime.cli.main import main
+
+    pkg = pkg_with({"configs/a.yaml": _with({"replica": 2})}, [MODEL, RS, AG])
+    code = main(["validate", str(pkg)])
+    err = capsys.readouterr()
+    assert code == 1
+    assert "GR-CONFIG-PLACEMENT" in err.out + err.err and "did you mean `replicas`" in err.out + err.err

@@ -16,7 +16,7 @@ Stable API (the daemon calls exactly this)::
     proc = sb.spawn(ProcessSpec(name, argv, cwd, env, read_only_paths, writable_paths,
                                 stdout_fd, stderr_fd, limits=ResourceLimits(memory_mb, pids, nofile),
                                 private_env={"NEMO_GYM_CONFIG_DICT": ...}))
-    host, hport = await sb.publish(port)            # daemon-side address of 127.0.0.1:port inside
+    host, hport = await sb.publish(port, host="127.0.0.1")   # address of 127.0.0.1:port inside, on host
     addr = await sb.expose_host_service(inside_port, host, port)  # e.g. the head server, inside
     sb.denials, sb.denial_count                     # [{server, host, port, rule, time}]
     await sb.close()

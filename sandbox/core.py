@@ -181,13 +181,15 @@ class Sandbox:
                 return port
         raise StartError("no free port left in the sandbox network (20000-32767)")
 
-    async def publish(self, port: int) -> tuple[str, int]:
-        """Host-side address reaching 127.0.0.1:port inside (cached per port; identity at level none)."""
+    async def publish(self, port: int, host: str = "127.0.0.1") -> tuple[str, int]:
+        """Host-side address reaching 127.0.0.1:port inside, listening on ``host`` (an IPv4
+        address of this host: a Ray node publishes on its node address); cached per port;
+        identity at level none."""
         if self.holder is None:
             return ("127.0.0.1", port)
         if port not in self._published:
             lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-            lsock.bind(("127.0.0.1", 0))
+            lsock.bind((host, 0))
             lsock.listen(512)
             lsock.setblocking(False)
             self._servers.append(await serve_forward(lsock, lambda: self._loopback_dial("127.0.0.1", port)))

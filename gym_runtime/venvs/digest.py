@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "gym-runtime-venv/2"  # 2: the fast-exit hook (exit_hook.py)
-_SKIP = {".git", "__pycache__", ".venv", "build", "dist", ".mypy_cache", ".pytest_cache"}
+SKIP_DIRS = {".git", "__pycache__", ".venv", "build", "dist", ".mypy_cache", ".pytest_cache"}
 
 
 class HashCache:
@@ -88,7 +88,7 @@ def tree_digest(root: Path, cache: HashCache) -> str:
         h.update(cache.sha256(root).encode())
         return h.hexdigest()
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP and not d.endswith(".egg-info"))
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info"))
         for f in sorted(filenames):
             p = Path(dirpath) / f
             if p.is_file() and not p.is_symlink():

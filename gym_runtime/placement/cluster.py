@@ -1,0 +1,108 @@
+"""The daemon as the Ray driver that owns every replica actor (docs/scale-out.md).
+
+:func:`connect` joins the cluster chosen by :mod:`gym_runtime.ray_target` (``--ray-address``,
+``ray_head_node_address``, ``RAY_ADDRESS``) with ``ray.init`` on a worker thread (on the main
+thread Ray would replace the daemon's SIGTERM handler). A process that is already a driver (the
+Python API inside a training job's driver) is reused and never shut down by us. Ray refuses a
+cluster started by another Ray or Python version; that refusal is reported before anything is
+placed as ``GR-PLACE-RAY-VERSION`` naming both versions.
+
+Ray needs a raylet on the driver's host: the daemon runs on a node of the cluster (the head or
+any worker), which is how a training job's driver runs anyway.
+
+When the daemon connects, the runtime's own code (``gym_runtime``, ``sandbox`` and the built-in
+``servers``) travels to the nodes as the job's ``runtime_env`` (``py_modules``: Ray uploads it
+once, content-hashed), so nodes run exactly the daemon's code; the nodes' Python needs the
+runtime's dependencies (``gym-runtime`` installed in the cluster's image does it). A driver that
+was already connected keeps its own ``runtime_env``: its nodes need the same gym-runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gym_runtime.errors import StartError
+
+NAMESPACE = "gym-runtime"
+
+
+@dataclass
+class RayCluster:
+    """A joined cluster: ``address`` (GCS ``host:port``), ``node_ip`` (this node's address, where
+    the stable addresses listen), ``node_id`` (the driver's node), ``owned`` (we called
+    ``ray.init`` and shut it down), ``lost`` (ids of nodes whose replicas were lost this run)."""
+
+    address: str
+    node_ip: str
+    node_id: str
+    owned: bool
+    lost: set[str] = field(default_factory=set)
+
+    def exclude_lost(self) -> dict[str, str]:
+        """A label selector keeping new replicas off nodes lost in this run (Ray's default
+        ``ray.io/node-id`` label), or ``{}``."""
+        if not self.lost:
+            return {}
+        return {"ray.io/node-id": "!in(" + ",".join(sorted(self.lost)) + ")"}
+
+    def node_of(self, node_id: str) -> str:
+        """``<address> (<id[:8]>)`` of a node, for messages."""
+        import ray
+
+        for n in ray.nodes():
+            if n.get("NodeID") == node_id:
+                return f"{n.get('NodeManagerAddress')} ({node_id[:8]})"
+        return f"({node_id[:8]})"
+
+    def shutdown(self) -> None:
+        """Disconnect if we connected (Ray then kills every actor we own)."""
+        import ray
+
+        if self.owned and ray.is_initialized():
+            ray.shutdown()
+
+
+def code_env() -> dict[str, Any]:
+    """The job's ``runtime_env``: the runtime's own modules (module doc), no usage stats."""
+    import gym_runtime
+    import sandbox
+
+    from gym_runtime.settings import builtin_servers_dir
+
+    roots = [Path(gym_runtime.__file__).parent, Path(sandbox.__file__).parent]
+    if builtin_servers_dir().is_dir():
+        roots.append(builtin_servers_dir())
+    return {"py_modules": [str(r) for r in roots], "env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}}
+
+
+def connect(address: str, source: str) -> RayCluster:
+    """Join the cluster at ``address`` (blocking: call from a worker thread). Raises
+    :class:`StartError` ``GR-PLACE-RAY-VERSION`` (Ray or Python version differs from the
+    cluster's) or ``GR-PLACE-RAY-CONNECT`` (anything else ``ray.init`` refuses)."""
+    import ray
+
+    owned = not ray.is_initialized()
+    if owned:
+        try:
+            ray.init(address=address, namespace=NAMESPACE, runtime_env=code_env(), log_to_driver=False,
+                     logging_level=logging.WARNING, configure_logging=False)
+        except RuntimeError as e:
+            text = str(e)
+            if text.startswith("Version mismatch"):
+                raise StartError(f"ray: the cluster at {address} (from {source}) runs another Ray or Python version "
+                                 "than this runtime; nothing was placed", code="GR-PLACE-RAY-VERSION",
+                                 cause=text.replace("Version mismatch: ", "").strip(),
+                                 hint="run gym-runtime with the cluster's Ray and Python versions (the same image "
+                                 "as the cluster), or pin GYM_RUNTIME_PIN_RAY and install that Ray") from None
+            raise StartError(f"ray: cannot join the cluster at {address} (from {source}): {text}",
+                             code="GR-PLACE-RAY-CONNECT", hint="gym-runtime must run on a node of the cluster "
+                             "(a Ray driver needs a raylet on its host)") from None
+        except ConnectionError as e:
+            raise StartError(f"ray: cannot join the cluster at {address} (from {source}): {e}",
+                             code="GR-PLACE-RAY-CONNECT", hint="gym-runtime must run on a node of the cluster "
+                             "(a Ray driver needs a raylet on its host)") from None
+    ctx = ray.get_runtime_context()
+    return RayCluster(ctx.gcs_address, ray.util.get_node_ip_address(), ctx.get_node_id(), owned)

@@ -1,0 +1,353 @@
+"""The driver side of one replica on a Ray node: its launcher and its process handle.
+
+:class:`ReplicaLauncher` plays the role a :class:`sandbox.Sandbox` plays for a local server: the
+supervisor calls ``launcher.spawn(spec)`` and supervises the returned :class:`RemoteProcess`
+exactly like a local process (``poll``, ``returncode``, ``exit_info``, ``mark``, ``wait``,
+``stop``, ``kill_now``, ``app_pid``; ``pid`` is None: there is no local process). The launcher
+places its replica actor (:mod:`gym_runtime.placement.replica`) the first time and again after
+the node was lost (never on a node lost in this run), then starts the server there and points
+the replica's stable address at it (:mod:`gym_runtime.placement.addresses`).
+
+Exits are seen at once: the handle waits on the actor's ``wait_exit`` call, which returns when
+the server process ends. A lost node shows as that call failing (Ray reports the actor's worker
+gone within seconds of its raylet's death) or as two missed heartbeats (``ping`` every second,
+3 s each): the exit is then ``reason="node-lost"`` naming the node. A placement that fails (no
+node fits, the build fails, the isolation asked for is not there) ends the handle with
+``reason="start-failed"`` and the node's error; :meth:`ReplicaLauncher.place` raises it instead
+when called directly at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any
+
+from sandbox import ExitInfo
+
+from gym_runtime.errors import StartError
+from gym_runtime.placement.addresses import ReplicaAddress
+from gym_runtime.placement.cluster import RayCluster
+from gym_runtime.placement.replica import ReplicaJob, ServerReplica
+
+LOST = "node-lost"
+PLACE_TIMEOUT_S = 180.0
+HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, HEARTBEAT_MISSES = 1.0, 3.0, 2
+
+
+class NodeLost(Exception):
+    """The replica's actor (and so its node, or its worker process) is gone."""
+
+
+def _drop(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: a late failure of an abandoned call is not an error
+
+
+async def ray_call(ref: Any, timeout_s: float | None = None) -> Any:
+    """The value of a Ray ``ObjectRef`` within ``timeout_s`` (None: no limit), else
+    :class:`asyncio.TimeoutError`. The wait is never cancelled *into* Ray's future: a reply from
+    a node that is gone may never come, and awaiting the cancellation of such a wait can hang;
+    an abandoned call is dropped instead (its late result or error is discarded)."""
+    task = asyncio.ensure_future(ref)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    finally:
+        if not task.done():
+            task.cancel()
+            task.add_done_callback(_drop)
+    if not done:
+        raise asyncio.TimeoutError
+    return task.result()
+
+
+async def heartbeat(actor: Any) -> None:
+    """Ping ``actor`` every :data:`HEARTBEAT_S`; raises :class:`NodeLost` after
+    :data:`HEARTBEAT_MISSES` pings in a row got no answer within :data:`HEARTBEAT_TIMEOUT_S`
+    (Ray's own error when it knows the actor is gone)."""
+    misses = 0
+    while misses < HEARTBEAT_MISSES:
+        await asyncio.sleep(HEARTBEAT_S)
+        try:
+            await ray_call(actor.ping.remote(), HEARTBEAT_TIMEOUT_S)
+            misses = 0
+        except asyncio.TimeoutError:
+            misses += 1
+    raise NodeLost(f"{HEARTBEAT_MISSES} heartbeats of {HEARTBEAT_TIMEOUT_S:g}s missed")
+
+
+async def while_alive(actor: Any, work: Any) -> Any:
+    """The result of the awaitable ``work`` (a call on ``actor``), or :class:`NodeLost` (or
+    Ray's actor error) as soon as the actor stops answering heartbeats."""
+    job, beat = asyncio.ensure_future(work), asyncio.ensure_future(heartbeat(actor))
+    try:
+        await asyncio.wait({job, beat}, return_when=asyncio.FIRST_COMPLETED)
+        if job.done():
+            return job.result()
+        beat.result()
+        raise NodeLost("heartbeat ended")
+    finally:
+        for t in (job, beat):
+            t.cancel()
+        await asyncio.gather(job, beat, return_exceptions=True)
+
+
+def _lost_errors() -> tuple[type[BaseException], ...]:
+    import ray.exceptions as rx
+
+    return (rx.RayActorError, rx.ActorUnavailableError, NodeLost)
+
+
+def node_error(name: str, node: str | None, err: dict[str, Any]) -> StartError:
+    """A node's error (``GymRuntimeError.to_dict()``) as a :class:`StartError` naming the server
+    and the node; its code stays (e.g. ``GR-BUILD-PYTHON``), violations go into the cause."""
+    lines = [v["message"] for v in err.get("violations", [])] + ([err["cause"]] if err.get("cause") else [])
+    cause = "\n".join(lines)
+    return StartError(f"server {name!r} on node {node}: {err['message']}", code=err["code"], cause=cause or None,
+                      hint=err.get("hint"), log=err.get("log"))
+
+
+class PackageShipper:
+    """The package archive in Ray's object store, made once per run on first need
+    (:func:`gym_runtime.placement.package.archive`)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._ref: Any = None
+        self._lock = asyncio.Lock()
+
+    async def ref(self) -> Any:
+        import ray
+
+        from gym_runtime.placement.package import archive
+
+        async with self._lock:
+            if self._ref is None:
+                blob, sha = await asyncio.to_thread(archive, self.root)
+                self._ref = ray.put((blob, sha))
+            return self._ref
+
+
+class ReplicaLauncher:
+    """Where one replica runs (module doc). ``options``: Ray actor options from the instance's
+    ``placement`` block (:meth:`gym_runtime.config.placement.Placement.ray_options`);
+    ``address``: its started :class:`ReplicaAddress`; ``progress``: a callable for lines."""
+
+    def __init__(self, cluster: RayCluster, job: ReplicaJob, options: dict[str, Any], address: ReplicaAddress,
+                 shipper: PackageShipper, progress=None) -> None:
+        self.cluster, self.job, self.options, self.address = cluster, job, options, address
+        self.shipper = shipper
+        self.progress = progress or (lambda msg: None)
+        self.actor: Any = None
+        self.node_id: str | None = None
+        self.facts: dict[str, Any] = {}
+
+    @property
+    def node(self) -> str | None:
+        """``<node address> (<id[:8]>)`` where the replica is placed, or None."""
+        return f"{self.facts.get('node_ip')} ({self.node_id[:8]})" if self.node_id else None
+
+    async def place(self) -> dict[str, Any]:
+        """Create the actor where Ray finds room, materialise the package and build the venv
+        there; returns the node's facts. Raises :class:`StartError` naming the server and the
+        node (``GR-PLACE-INFEASIBLE`` when no node takes it in time; a node's own error code,
+        e.g. ``GR-BUILD-PYTHON``, otherwise)."""
+        import ray
+
+        opts = dict(self.options)
+        selector = {**opts.pop("label_selector", {}), **self.cluster.exclude_lost()}
+        if selector:
+            opts["label_selector"] = selector
+        actor = ray.remote(ServerReplica).options(**opts, max_restarts=0, max_task_retries=0).remote(self.job)
+        try:
+            where = await ray_call(actor.where.remote(), PLACE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            ray.kill(actor)
+            raise StartError(f"server {self.job.name!r}: no node of the cluster took it within {PLACE_TIMEOUT_S:g}s",
+                             code="GR-PLACE-INFEASIBLE", cause=f"it asks for {self._asks()}",
+                             hint="give the cluster a node with those resources and labels, or lower the "
+                             "server's placement block (docs/scale-out.md)") from None
+        self.actor, self.node_id = actor, where["node_id"]
+        self.facts = {"node_ip": where["node_ip"]}
+        try:
+            here = await while_alive(actor, ray_call(actor.has_package.remote()))
+            shipped = None if here else await self.shipper.ref()
+            facts = await while_alive(actor, ray_call(actor.prepare.remote(shipped)))
+        except _lost_errors() as e:
+            self.forget(lost=True)
+            raise StartError(f"server {self.job.name!r}: its node was lost while it was being placed: {e}",
+                             code="GR-PLACE-NODE-LOST") from None
+        if "error" in facts:
+            node = self.node
+            self.forget()
+            raise node_error(self.job.name, node, facts["error"])
+        self.facts = facts
+        self.progress(f"{self.job.name}: placed on node {self.node}: package {facts['package']}, venv "
+                      f"{'reused' if facts['reused'] else 'built'}, isolation {facts['isolation']}")
+        return facts
+
+    def _asks(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.options.items()]
+        lost = self.cluster.exclude_lost()
+        return ", ".join(parts + ([f"not on lost nodes {lost['ray.io/node-id']}"] if lost else [])) or "nothing"
+
+    def spawn(self, spec: Any) -> RemoteProcess:
+        """Start the replica (placing it first when it has no live actor); returns at once.
+        ``spec.stdout_fd``: where its log lines go (the supervisor's pipe)."""
+        return RemoteProcess(self, spec.stdout_fd)
+
+    def forget(self, lost: bool = False) -> None:
+        """Drop the actor (Ray kills it and its server); ``lost`` remembers its node as lost."""
+        import ray
+
+        if lost and self.node_id:
+            self.cluster.lost.add(self.node_id)
+        if self.actor is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(self.actor)
+        self.actor, self.node_id = None, None
+
+    async def close(self) -> None:
+        """Stop everything of this replica on its node (sandbox included) and drop the actor."""
+        if self.actor is not None:
+            with contextlib.suppress(Exception):
+                await ray_call(self.actor.close.remote(), 10)
+        self.forget()
+        self.address.point(None)
+
+
+class RemoteProcess:
+    """A server replica running on a Ray node, as the supervisor sees it (module doc)."""
+
+    pid = None
+    pidfd = None
+
+    def __init__(self, launcher: ReplicaLauncher, log_fd: int | None) -> None:
+        self.launcher = launcher
+        self.name = launcher.job.name
+        self._log_fd = os.dup(log_fd) if log_fd is not None else None
+        if self._log_fd is not None:
+            os.set_blocking(self._log_fd, False)
+        self._offset = 0
+        self._exit: ExitInfo | None = None
+        self._reason: str | None = None
+        self._detail = ""
+        self.remote_pid: int | None = None
+        self._done = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    # --- the protocol of sandbox.SandboxedProcess ---------------------------------------------
+    @property
+    def returncode(self) -> int | None:
+        return self._exit.returncode if self._exit else None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def exit_info(self) -> ExitInfo | None:
+        return self._exit
+
+    def mark(self, reason: str, detail: str = "") -> None:
+        if self._reason is None:
+            self._reason, self._detail = reason, detail
+
+    def app_pid(self) -> int | None:
+        return None
+
+    async def wait(self) -> int | None:
+        await self._done.wait()
+        return self.returncode
+
+    async def stop(self, grace_s: float = 5.0) -> ExitInfo:
+        """TERM, grace, KILL the server on its node (or end the placement still under way)."""
+        self.mark("terminated")
+        actor = self.launcher.actor
+        if self._exit is None and actor is not None and self.remote_pid is not None:
+            with contextlib.suppress(Exception):
+                await ray_call(actor.stop.remote(grace_s), grace_s + 10)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._done.wait(), 5)
+        if self._exit is None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        return self._exit or ExitInfo(-1, self._reason or "terminated", self._detail)
+
+    def kill_now(self) -> None:
+        """SIGKILL the server's tree on its node, without waiting."""
+        self.mark("killed")
+        if self.launcher.actor is not None:
+            self.launcher.actor.kill_now.remote()
+
+    @property
+    def where(self) -> dict[str, Any]:
+        """Node, node id, replica index, isolation and remote pid, for ``/server_instances``."""
+        lz = self.launcher
+        return {"node": lz.node, "node_id": lz.node_id, "replica": lz.job.replica,
+                "isolation": lz.facts.get("isolation"), "remote_pid": self.remote_pid}
+
+    # --- the replica's life ---------------------------------------------------------------------
+    async def _run(self) -> None:
+        lz = self.launcher
+        lost = _lost_errors()
+        try:
+            if lz.actor is None:
+                await lz.place()
+            info = await while_alive(lz.actor, ray_call(lz.actor.spawn.remote()))
+            if "error" in info:
+                raise node_error(lz.job.name, lz.node, info["error"])
+            self.remote_pid, self._offset = info["pid"], info["log_offset"]
+            lz.address.point(tuple(info["address"]))
+            res = await self._watch(lz)
+            self._end(res["returncode"], self._reason or res["reason"], self._detail or res["detail"])
+        except lost as e:
+            node = lz.node
+            lz.forget(lost=True)
+            self._end(-1, LOST, f"node {node} was lost: {type(e).__name__}")
+        except StartError as e:
+            self._end(-1, "start-failed", e.message)
+        except asyncio.CancelledError:
+            self._end(-1, self._reason or "terminated", self._detail)
+            raise
+        finally:
+            lz.address.point(None)
+            await self._drain_log(final=True)
+            self._done.set()
+
+    def _end(self, returncode: int | None, reason: str, detail: str) -> None:
+        if self._exit is None:
+            self._exit = ExitInfo(returncode if returncode is not None else -1, reason, detail)
+
+    async def _watch(self, lz: ReplicaLauncher) -> dict[str, Any]:
+        """The exit of the server, or :class:`NodeLost`, whichever comes first; log lines are
+        copied meanwhile."""
+        logs = asyncio.ensure_future(self._pump_logs())
+        try:
+            return await while_alive(lz.actor, ray_call(lz.actor.wait_exit.remote()))
+        finally:
+            logs.cancel()
+            await asyncio.gather(logs, return_exceptions=True)
+
+    async def _pump_logs(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            await self._drain_log()
+
+    async def _drain_log(self, final: bool = False) -> None:
+        actor = self.launcher.actor
+        if self._log_fd is None:
+            return
+        if actor is not None:
+            with contextlib.suppress(Exception):
+                data, self._offset = await ray_call(actor.read_log.remote(self._offset), 5)
+                while data:
+                    try:
+                        n = os.write(self._log_fd, data)
+                    except BlockingIOError:
+                        await asyncio.sleep(0.05)
+                        continue
+                    data = data[n:]
+        if final:
+            os.close(self._log_fd)
+            self._log_fd = None

@@ -1,0 +1,299 @@
+"""The node side of Ray placement: one actor per server replica (docs/scale-out.md "Who runs where").
+
+:class:`ServerReplica` is made a Ray actor by the driver (``ray.remote(ServerReplica)``, see
+:mod:`gym_runtime.placement.remote`), which owns it: Ray kills it when the daemon's driver exits,
+also on SIGKILL. On the node Ray chose from the replica's ``placement`` block it:
+
+1. materialises the package (:mod:`gym_runtime.placement.package`: in place, or the shipped
+   archive, verified, in the node's cache ``$GYM_RUNTIME_HOME/packages``);
+2. finds the server instance in the driver's resolved config (no second merge) and builds or
+   reuses its venv with the runtime's builder (``$GYM_RUNTIME_HOME/venvs`` of the node; the
+   wheels formats install their vendored closure offline as everywhere);
+3. starts a :class:`sandbox.Sandbox` at the best level the node gives (or the one forced, or
+   ``none`` for a server that joins the Ray cluster), with the daemon's egress policy; at
+   ``full``/``partial`` each peer instance and the head server answer inside the sandbox at the
+   same ``127.0.0.1:<port>`` as everywhere, forwarded to their stable addresses on the daemon's
+   node;
+4. starts the server (Gym's process contract, :mod:`gym_runtime.supervise.contract`) and
+   publishes its port on the node's address; reports exits (:meth:`wait_exit`), its log
+   (:meth:`read_log`) and stops it.
+
+Every method returns plain data; a user error on the node comes back as
+``{"error": GymRuntimeError.to_dict()}`` so the driver can name the node with it. Methods run on
+the actor's event loop (``spawn`` must: ``PR_SET_PDEATHSIG`` follows the forking thread), so the
+servers die with the actor's worker process; at isolation ``none`` a watchdog process kills their
+process groups too (:mod:`gym_runtime.supervise.orphans`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gym_runtime.errors import GymRuntimeError, StartError
+
+
+@dataclass(frozen=True)
+class ReplicaJob:
+    """What one replica needs, sent by the driver (picklable).
+
+    ``name``: the supervised member (``acme_math`` or ``acme_math.1``); ``data``: the resolved
+    config; ``inside``: instance -> port inside every sandbox (``"__head__"`` for the head
+    server); ``stable``: instance -> daemon-side ``(host, port)`` (same keys); ``policy``: the
+    daemon's ``sandbox.EgressPolicy``; ``settings``: pin mode, pins, default Python
+    (:func:`gym_runtime.placement.replica.node_settings`); ``isolation``: forced level or None."""
+
+    instance: str
+    replica: int
+    name: str
+    run_id: str
+    package_root: str
+    package_digest: str
+    data: dict[str, Any]
+    inside: dict[str, int]
+    stable: dict[str, tuple[str, int]]
+    ray_address: str | None
+    policy: Any
+    settings: dict[str, Any] = field(default_factory=dict)
+    python: str | None = None
+    isolation: str | None = None
+    require_full: bool = False
+
+
+HEAD = "__head__"
+
+
+def node_settings(job: ReplicaJob) -> Any:
+    """This node's runtime settings (its own ``GYM_RUNTIME_HOME``, venv and uv cache dirs) with
+    the daemon's pin mode, pins and default Python."""
+    from gym_runtime.settings import load_settings
+
+    return load_settings(os.environ).with_overrides(**job.settings)
+
+
+def builtin_root() -> Path:
+    """The built-in server trees on this node (shipped beside ``gym_runtime`` as the ``servers``
+    module, or installed with the runtime)."""
+    try:
+        import servers
+
+        return Path(next(iter(servers.__path__)))
+    except (ImportError, StopIteration):
+        from gym_runtime.settings import builtin_servers_dir
+
+        return builtin_servers_dir()
+
+
+class ServerReplica:
+    """One server replica on this node (module doc). Create with a :class:`ReplicaJob`."""
+
+    def __init__(self, job: ReplicaJob) -> None:
+        import ray
+
+        self.job = job
+        ctx = ray.get_runtime_context()
+        self.node_id = ctx.get_node_id()
+        self.node_ip = ray.util.get_node_ip_address()
+        self.settings = node_settings(job)
+        self.work = self.settings.home / "runs" / job.run_id / "servers" / job.name
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.work.parent / f"{job.name}.log"
+        self.sandbox: Any = None
+        self.spec: Any = None
+        self.port: int | None = None
+        self.proc: Any = None
+        self.watchdog: Any = None
+        self.facts: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ placement
+    async def where(self) -> dict[str, Any]:
+        """``{"node_id", "node_ip", "pid"}`` of this actor."""
+        return {"node_id": self.node_id, "node_ip": self.node_ip, "pid": os.getpid()}
+
+    async def has_package(self) -> bool:
+        """True when the package is on this node at the driver's path with the same digest."""
+        from gym_runtime.placement.package import in_place
+
+        return await asyncio.to_thread(in_place, self.job.package_root, self.job.package_digest) is not None
+
+    async def prepare(self, shipped: tuple[bytes, str] | None = None) -> dict[str, Any]:
+        """Materialise, build, sandbox (module doc steps 1-3). ``shipped``: ``(archive, sha256)``
+        when the package is not here. Returns the facts (``package``, ``venv``, ``reused``,
+        ``isolation``, ``node_ip``...) or ``{"error": ...}``."""
+        try:
+            return await self._prepare(shipped)
+        except GymRuntimeError as e:
+            return {"error": e.to_dict()}
+
+    async def _prepare(self, shipped: tuple[bytes, str] | None) -> dict[str, Any]:
+        from gym_runtime.placement.package import in_place, unpack
+
+        job = self.job
+        root = await asyncio.to_thread(in_place, job.package_root, job.package_digest)
+        how = "in place"
+        if root is None:
+            if shipped is None:
+                raise StartError("the package is not on this node and was not shipped", code="GR-PLACE-PACKAGE")
+            root = await asyncio.to_thread(unpack, shipped[0], shipped[1], job.package_digest,
+                                           self.settings.home / "packages")
+            how = "shipped"
+        inst, python, venv = await asyncio.to_thread(self._build, root)
+        level = await asyncio.to_thread(self._level, inst, python)
+        await self._start_sandbox(level)
+        self.spec = self._spec(inst, python)
+        self.facts = {"node_id": self.node_id, "node_ip": self.node_ip, "package": how, "package_root": str(root),
+                      "venv": str(venv.path), "reused": venv.reused, "isolation": self.sandbox.level.value,
+                      "warning": self.sandbox.report.warning or None}
+        return self.facts
+
+    def _build(self, root: Path) -> tuple[Any, Path, Any]:
+        from gym_runtime.config import MergedConfig, builtin_server_dirs
+        from gym_runtime.config.merge import Sources
+        from gym_runtime.config.instances import build_instances
+        from gym_runtime.errors import ConfigError, ViolationList
+        from gym_runtime.package import load_package
+        from gym_runtime.venvs import build_venvs, plan_venvs
+
+        job = self.job
+        pkg = load_package(root)
+        instances, _, problems = build_instances(job.data, Sources(), pkg.server_dirs,
+                                                 builtin_server_dirs(builtin_root()))
+        ViolationList(problems).raise_if_any(ConfigError, f"server instance {job.instance!r} is invalid on this node")
+        merged = MergedConfig(pkg, job.data, {job.instance: instances[job.instance]})
+        plan = plan_venvs(merged, self.settings, job.python)
+        venv = build_venvs(plan, self.settings).for_instance(job.instance)
+        return instances[job.instance], Path(venv.python), venv
+
+    def _level(self, inst: Any, python: Path) -> str | None:
+        """The isolation level: the forced one, else the best here; ``none`` for a server that
+        joins the Ray cluster (it needs the node's raylet: :func:`gym_runtime.ray_target.ray_level`)."""
+        from gym_runtime.ray_target import RayTarget, ray_level
+        from gym_runtime.supervise.contract import gym_sdk_venv
+
+        job = self.job
+        flag = inst.config.get("ray_enabled")
+        uses_ray = flag is not False and (bool(flag) or gym_sdk_venv(python))
+        if not uses_ray or not job.ray_address:
+            return job.isolation
+        target = RayTarget("join", job.ray_address, "placement", (inst.name,))
+        return ray_level(target, job.isolation, job.require_full)
+
+    async def _start_sandbox(self, level: str | None) -> None:
+        from sandbox import Sandbox
+
+        from gym_runtime.supervise.orphans import Watchdog
+
+        job = self.job
+        self.sandbox = sb = await Sandbox.start(job.policy, self.work / "sandbox", require_full=job.require_full,
+                                                level=level)
+        if sb.level.value == "none":
+            self.watchdog = Watchdog.start()
+            self.port = sb.allocate_port()
+            return
+        self.port = job.inside[job.instance]
+        for peer, port in job.inside.items():
+            if peer != job.instance:
+                await sb.expose_host_service(port, *job.stable[peer])
+
+    def _spec(self, inst: Any, python: Path) -> Any:
+        from sandbox import ProcessSpec
+
+        from gym_runtime.supervise import contract
+
+        job = self.job
+        if self.sandbox.level.value == "none":  # host network: peers at their stable addresses
+            addresses = {n: a for n, a in job.stable.items() if n != HEAD}
+            addresses[job.instance] = (self.node_ip, self.port)
+            head = job.stable[HEAD]
+        else:  # own network: every peer at the same inside port as everywhere
+            addresses = {n: ("127.0.0.1", p) for n, p in job.inside.items() if n != HEAD}
+            head = ("127.0.0.1", job.inside[HEAD])
+        text = contract.to_yaml(contract.config_view(job.data, addresses, head, job.ray_address))
+        sdir = Path(inst.server_dir.path)
+        env = contract.server_env(job.instance, sdir, python, text, self.work, os.environ)
+        return ProcessSpec(job.name, [str(python), inst.entrypoint], sdir, env,
+                           read_only_paths=[sdir.parent.parent, python.parent.parent], writable_paths=[self.work])
+
+    # ------------------------------------------------------------------ the process
+    async def spawn(self) -> dict[str, Any]:
+        """Start the server (again); ``{"pid", "address": (node host, port), "log_offset"}`` (where
+        this start's lines begin in :meth:`read_log`) or ``{"error"}``."""
+        if self.proc is not None and self.proc.poll() is None:
+            await self.proc.stop(0.0)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.spec.stdout_fd = self.spec.stderr_fd = fd
+        try:
+            self.proc = self.sandbox.spawn(self.spec)
+        except GymRuntimeError as e:
+            return {"error": e.to_dict()}
+        finally:
+            os.close(fd)
+            self.spec.stdout_fd = self.spec.stderr_fd = None
+        if self.watchdog is not None:
+            try:
+                self.watchdog.watch(os.getpgid(self.proc.pid))
+            except OSError:
+                pass
+        if self.sandbox.level.value == "none":
+            address = (self.node_ip, self.port)
+        else:
+            address = tuple(await self.sandbox.publish(self.port, host=self.node_ip))
+        return {"pid": self.proc.app_pid() or self.proc.pid, "address": address, "log_offset": offset}
+
+    async def wait_exit(self) -> dict[str, Any]:
+        """Return when the server process ends: ``{"returncode", "reason", "detail"}``."""
+        proc = self.proc
+        await proc.wait()
+        info = proc.exit_info()
+        return {"returncode": info.returncode, "reason": info.reason, "detail": info.detail}
+
+    async def read_log(self, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
+        """Log bytes written since ``offset`` (at most ``limit``) and the new offset."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                data = f.read(limit)
+        except OSError:
+            return b"", offset
+        return data, offset + len(data)
+
+    async def stop(self, grace_s: float) -> dict[str, Any] | None:
+        """TERM, ``grace_s``, KILL the server (:meth:`sandbox.SandboxedProcess.stop`); its exit info."""
+        if self.proc is None:
+            return None
+        info = await self.proc.stop(grace_s)
+        return {"returncode": info.returncode, "reason": info.reason, "detail": info.detail}
+
+    async def kill_now(self) -> None:
+        """SIGKILL the server's whole tree at once."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill_now()
+
+    async def close(self) -> None:
+        """Stop everything on this node: the server (no grace), the sandbox, the watchdog."""
+        if self.sandbox is not None:
+            await self.sandbox.close()
+            self.sandbox = None
+        if self.watchdog is not None:
+            self.watchdog.close()
+            self.watchdog = None
+
+    async def ping(self) -> bool:
+        return True
+
+
+def free_inside_ports(count: int, avoid: set[int], start: int = 20000) -> list[int]:
+    """``count`` ports for the sandboxes' own networks from ``start`` up, skipping ``avoid`` (the
+    policy endpoints' ports, forwarded at their own numbers). Every replica sandbox has a private
+    network, so the same numbers serve on every node."""
+    out, port = [], start
+    while len(out) < count:
+        if port not in avoid:
+            out.append(port)
+        port += 1
+    return out
+

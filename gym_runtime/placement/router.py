@@ -1,0 +1,161 @@
+"""One stable address in front of several replicas of a server instance (docs/scale-out.md).
+
+An HTTP/1.1 reverse proxy served by uvicorn on the daemon's event loop (Starlette app, httpx
+client). Each request goes to one replica:
+
+* **sticky sessions**: a response of a replica that sets a cookie (Gym's servers keep their
+  session in Starlette's ``<Class>___<instance>`` session cookie) teaches the router that this
+  cookie value lives on that replica; a later request carrying it goes there while the replica
+  runs. Clients (Gym's agents) send the value they were last given, so the newest value of each
+  session is known. Up to :data:`MAX_SESSIONS` values are remembered (least recently used first
+  out);
+* otherwise the replica with the fewest requests in flight (ties: the least used so far), so
+  requests spread over replicas and a slow replica gets fewer;
+* a replica with no address (being placed or restarted) is skipped; when none has one, the
+  request waits up to ``wait_s`` for one, then gets 503 ``{"error": {"code":
+  "GR-PLACE-NO-REPLICA", ...}}``.
+
+Requests are read whole (Gym's requests are JSON bodies); responses are streamed back as they
+come (server-sent events included). Hop-by-hop headers are dropped both ways. ``counts`` holds the
+requests each replica answered, for ``/server_instances`` and the bench.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from http.cookies import CookieError, SimpleCookie
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+MAX_SESSIONS = 100_000
+HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+       "transfer-encoding", "upgrade", "host", "content-length"}
+
+
+def _cookies(header: str) -> list[tuple[str, str]]:
+    jar = SimpleCookie()
+    try:
+        jar.load(header)
+    except CookieError:
+        return []
+    return [(k, m.value) for k, m in jar.items()]
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):  # the daemon handles signals itself
+        yield
+
+
+class Router:
+    """``Router(name, targets)``: ``targets()`` returns each replica's current ``(host, port)``
+    or None, by replica index. ``await start(host)`` -> ``(host, port)``; ``await stop()``."""
+
+    def __init__(self, name: str, targets: Callable[[], list[tuple[str, int] | None]], wait_s: float = 30.0) -> None:
+        self.name = name
+        self.targets = targets
+        self.wait_s = wait_s
+        self.sessions: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self.in_flight: dict[int, int] = {}
+        self.counts: dict[int, int] = {}
+        self.address: tuple[str, int] | None = None
+        self._client = httpx.AsyncClient(trust_env=False, timeout=None,
+                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+        routes = [Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD",
+                                                                "OPTIONS"])]
+        self.app = Starlette(routes=routes)
+        self._server = _Server(uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
+                                              timeout_keep_alive=60, server_header=False, date_header=False))
+        self._task: asyncio.Task | None = None
+
+    async def start(self, host: str) -> tuple[str, int]:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+        sock.listen(512)
+        sock.setblocking(False)
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.005)
+        self.address = sock.getsockname()[:2]
+        return self.address
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._server.should_exit = self._server.force_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._task, 3)
+            self._task = None
+        await self._client.aclose()
+
+    # ------------------------------------------------------------------ choice
+    def _choose(self, cookie_header: str) -> tuple[int, tuple[str, int]] | None:
+        live = {i: t for i, t in enumerate(self.targets()) if t is not None}
+        if not live:
+            return None
+        for key in _cookies(cookie_header):
+            i = self.sessions.get(key)
+            if i is not None and i in live:
+                self.sessions.move_to_end(key)
+                return i, live[i]
+        i = min(live, key=lambda r: (self.in_flight.get(r, 0), self.counts.get(r, 0)))
+        return i, live[i]
+
+    def _learn(self, replica: int, set_cookies: list[str]) -> None:
+        for header in set_cookies:
+            for key in _cookies(header):
+                self.sessions[key] = replica
+                self.sessions.move_to_end(key)
+        while len(self.sessions) > MAX_SESSIONS:
+            self.sessions.popitem(last=False)
+
+    async def _pick(self, cookie_header: str) -> tuple[int, tuple[str, int]] | None:
+        until = time.monotonic() + self.wait_s
+        while (choice := self._choose(cookie_header)) is None and time.monotonic() < until:
+            await asyncio.sleep(0.1)
+        return choice
+
+    # ------------------------------------------------------------------ forwarding
+    async def _forward(self, request: Request) -> Response:
+        choice = await self._pick(request.headers.get("cookie", ""))
+        if choice is None:
+            return JSONResponse({"error": {"code": "GR-PLACE-NO-REPLICA", "message": f"{self.name}: no replica is "
+                                           f"running (waited {self.wait_s:g}s)"}}, status_code=503)
+        replica, (host, port) = choice
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP]
+        url = httpx.URL(scheme="http", host=host, port=port, path=request.url.path)
+        if request.url.query:
+            url = url.copy_with(query=request.url.query.encode())
+        self.in_flight[replica] = self.in_flight.get(replica, 0) + 1
+        try:
+            upstream = await self._client.send(self._client.build_request(
+                request.method, url, headers=headers, content=await request.body()), stream=True)
+        except httpx.HTTPError as e:
+            self.in_flight[replica] -= 1
+            return JSONResponse({"error": {"code": "GR-PLACE-NO-REPLICA", "message": f"{self.name}: replica "
+                                           f"{replica} at {host}:{port} did not answer: {e!r}"}}, status_code=502)
+        self._learn(replica, upstream.headers.get_list("set-cookie"))
+
+        async def done() -> None:
+            await upstream.aclose()
+            self.in_flight[replica] -= 1
+            self.counts[replica] = self.counts.get(replica, 0) + 1
+
+        response = StreamingResponse(upstream.aiter_raw(), status_code=upstream.status_code,
+                                     background=BackgroundTask(done))
+        response.raw_headers = [(k.encode("latin-1"), v.encode("latin-1"))
+                                for k, v in upstream.headers.multi_items() if k.lower() not in HOP]
+        return response

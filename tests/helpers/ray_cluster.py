@@ -1,0 +1,235 @@
+"""A real multi-node Ray cluster on this one machine, every node on 127.0.0.1, for placement tests.
+
+Ray's own ``ray.cluster_utils.Cluster`` runs in a small control process (``python -m
+tests.helpers.ray_cluster DIR``) that reads one command per line on stdin and answers one JSON line
+on stdout::
+
+    add NAME {"num_cpus": 2, "resources": {...}, "labels": {...}}   -> {"node_id": ...}
+    kill NAME        SIGKILL the node's raylet (its workers and their children go with it)
+    stop             every node down                                 -> {"stopped": true}
+
+Why a separate process: the test process never becomes a Ray node or driver, and Ray's address
+file goes to the cluster's own directory (``RAY_TMPDIR``), so other clusters on this host are
+not affected. ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray resolve every node address to
+127.0.0.1 (it otherwise replaces a loopback ``--node-ip-address`` with the host's own IP);
+drivers that join (``gym-runtime up``) get the same variables from :attr:`LocalRayCluster.env`.
+On a loaded two-core machine Ray's start-up deadlines are too short (the dashboard agent alone
+can take 20 s to import; a node must register within 30 s): the control process waits for its
+agents up to ``RAY_agent_register_timeout_ms`` and lets a node take up to 90 s to register (it
+wraps ``ray._private.services.get_node``, which the start-up loop polls, in a patient retry), and
+the agents' port files are written before each raylet starts (:func:`_ports_known_before_raylet`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+CLUSTER_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+               "RAY_agent_register_timeout_ms": "120000"}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class LocalRayCluster:
+    """Client side. ``start(workers)`` with ``{name: node_args}`` (the head gets ``num_cpus=1``
+    and resource ``{"head": 1}``); then ``address`` (GCS ``127.0.0.1:port``), ``node_ids``
+    (name -> Ray node id), ``kill_raylet(name)``, ``add(name, args)``, ``stop()``;
+    ``leftovers()`` lists processes of this cluster still alive (found by their ``RAY_TMPDIR``)."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="grc-", dir="/tmp"))  # short: unix socket paths <= 107 bytes
+        self.env = {**os.environ, **CLUSTER_ENV, "RAY_TMPDIR": str(self.dir)}
+        self.proc: subprocess.Popen | None = None
+        self.address = ""
+        self.node_ids: dict[str, str] = {}
+
+    def start(self, workers: dict[str, dict], timeout_s: float = 240, attempts: int = 3) -> LocalRayCluster:
+        """Start the head, then each worker. On a loaded machine Ray's own start-up deadlines (30 s
+        for a raylet to register) can pass: a failed start is tried again, up to ``attempts``."""
+        for attempt in range(attempts):
+            try:
+                self._start_head(timeout_s)
+                for name, args in workers.items():
+                    self.add(name, args, timeout_s)
+                return self
+            except RuntimeError:
+                self.stop(keep_dir=True)
+                if attempt == attempts - 1:
+                    raise
+        return self
+
+    def _start_head(self, timeout_s: float) -> None:
+        self.node_ids = {}
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.ray_cluster", str(self.dir)], cwd=ROOT,
+                                     env={**self.env, "PYTHONPATH": str(ROOT)}, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=open(self.dir / "control.log", "w"), text=True,
+                                     start_new_session=True, preexec_fn=_term_with_parent)
+        self.address = self._answer(timeout_s)["address"]
+
+    def _answer(self, timeout_s: float) -> dict:
+        assert self.proc is not None and self.proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith("{"):
+                out = json.loads(line)
+                if "error" in out:
+                    raise RuntimeError(f"ray test cluster: {out['error']} (log: {self.dir / 'control.log'})")
+                return out
+            if not line and self.proc.poll() is not None:
+                break
+        raise RuntimeError(f"ray test cluster did not answer (log: {self.dir / 'control.log'}):\n"
+                           + (self.dir / "control.log").read_text()[-3000:])
+
+    def _send(self, line: str, timeout_s: float = 240) -> dict:
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self._answer(timeout_s)
+
+    def add(self, name: str, args: dict, timeout_s: float = 240) -> str:
+        """Start worker ``name`` (tried twice: see :meth:`start`); returns its node id."""
+        try:
+            self.node_ids[name] = self._send(f"add {name} {json.dumps(args)}", timeout_s)["node_id"]
+        except RuntimeError:
+            self.node_ids[name] = self._send(f"add {name} {json.dumps(args)}", timeout_s)["node_id"]
+        return self.node_ids[name]
+
+    def kill_raylet(self, name: str) -> None:
+        self._send(f"kill {name}")
+        self.node_ids.pop(name, None)
+
+    def leftovers(self) -> list[psutil.Process]:
+        mine = f"RAY_TMPDIR={self.dir}"
+        out = []
+        for p in psutil.process_iter():
+            try:
+                if any(e == mine for e in (f"{k}={v}" for k, v in p.environ().items())):
+                    out.append(p)
+            except psutil.Error:
+                pass
+        return [p for p in out if p.pid != os.getpid()]
+
+    def stop(self, keep_dir: bool = False) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self._send("stop", 120)
+            except RuntimeError:
+                pass
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        for p in self.leftovers():  # never leave a node behind, even after a failed stop
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        if not keep_dir:
+            subprocess.run(["rm", "-rf", str(self.dir)], check=False)
+
+
+def _term_with_parent() -> None:
+    """The control process gets SIGTERM when the test process dies (then stops every node)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _ports_known_before_raylet() -> None:
+    """Ray 2.60's raylet waits a fixed 15 s for its agents to write their port files and aborts
+    after that; a minimal dashboard agent (no ``ray[default]``) writes -1 for its three ports and
+    the runtime-env agent the port it was given. Writing those same values just before the raylet
+    starts lets a slow agent start on a loaded machine (the raylet retries reaching it)."""
+    from ray._private.node import Node
+    from ray._raylet import (DASHBOARD_AGENT_LISTEN_PORT_NAME, METRICS_AGENT_PORT_NAME, METRICS_EXPORT_PORT_NAME,
+                             RUNTIME_ENV_AGENT_PORT_NAME, persist_port)
+
+    ray_start_raylet = Node.start_raylet
+
+    def start_raylet(node, *args, **kwargs):
+        for name in (METRICS_AGENT_PORT_NAME, METRICS_EXPORT_PORT_NAME, DASHBOARD_AGENT_LISTEN_PORT_NAME):
+            persist_port(node.get_session_dir_path(), node.node_id, name, -1)
+        persist_port(node.get_session_dir_path(), node.node_id, RUNTIME_ENV_AGENT_PORT_NAME,
+                     node._ray_params.runtime_env_agent_port)
+        return ray_start_raylet(node, *args, **kwargs)
+
+    Node.start_raylet = start_raylet
+
+
+def _control(directory: str) -> None:
+    """The control process: ``ray.cluster_utils.Cluster`` driven by stdin commands (module doc)."""
+    import signal
+    import socket
+
+    import ray._private.services as services
+    from ray.cluster_utils import Cluster
+
+    ray_get_node = services.get_node
+
+    def patient_get_node(gcs_address: str, node_id: str):  # see the module doc
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                return ray_get_node(gcs_address, node_id)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+
+    services.get_node = patient_get_node
+    _ports_known_before_raylet()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # unwinds into cluster.shutdown()
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    def node_args(args: dict) -> dict:
+        return {"node_ip_address": "127.0.0.1", "include_dashboard": False, "dashboard_agent_listen_port": free_port(),
+                "metrics_agent_port": free_port(), "metrics_export_port": free_port(),
+                "runtime_env_agent_port": free_port(), **args}
+
+    def say(obj: dict) -> None:
+        print(json.dumps(obj), flush=True)
+
+    temp = Path(directory) / "ray"  # Ray's default under RAY_TMPDIR: every node and its address file
+    temp.mkdir(exist_ok=True)
+    cluster = Cluster(initialize_head=True, head_node_args=node_args({"num_cpus": 1, "resources": {"head": 1}}))
+    try:
+        _serve(cluster, node_args, say)
+    finally:
+        cluster.shutdown()
+    say({"stopped": True})
+
+
+def _serve(cluster, node_args, say) -> None:
+    say({"address": cluster.address})
+    nodes = {}
+    for line in sys.stdin:
+        cmd, _, rest = line.strip().partition(" ")
+        try:
+            if cmd == "add":
+                name, _, args = rest.partition(" ")
+                nodes[name] = cluster.add_node(**node_args(json.loads(args)))
+                say({"node_id": nodes[name].node_id})
+            elif cmd == "kill":
+                nodes.pop(rest).kill_raylet()
+                say({"killed": rest})
+            elif cmd == "stop":
+                break
+        except Exception as e:  # answer, never hang the test
+            say({"error": repr(e)})
+
+
+if __name__ == "__main__":
+    _control(sys.argv[1])

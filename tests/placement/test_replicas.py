@@ -1,0 +1,240 @@
+"""Server replicas on the nodes of a real Ray cluster, driven like the daemon drives them
+(docs/scale-out.md): placement by declared resources, the package used in place or shipped, the
+venv built by the node, a crash and a node's loss seen by the driver, errors naming the node."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import psutil
+import pytest
+
+from gym_runtime.config import build_config
+from gym_runtime.errors import StartError
+from gym_runtime.package import load_package
+from gym_runtime.placement.addresses import ReplicaAddress
+from gym_runtime.placement.package import package_digest
+from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
+from gym_runtime.placement.replica import HEAD, ReplicaJob, free_inside_ports
+from gym_runtime.settings import load_settings
+from tests.helpers.daemon import simple_env
+from tests.placement.conftest import restore
+
+pytestmark = pytest.mark.slow
+
+
+def job_for(pkg: Path, instance: str = "acme_math", **kw) -> ReplicaJob:
+    from sandbox import EgressPolicy
+
+    merged = build_config(load_package(pkg))
+    names = [*merged.instances, HEAD]
+    inside = dict(zip(names, free_inside_ports(len(names), set())))
+    s = load_settings()
+    fields = dict(instance=instance, replica=0, name=instance, run_id=f"t{os.getpid()}-{time.monotonic_ns()}",
+                  package_root=str(pkg), package_digest=package_digest(pkg), data=merged.data, inside=inside,
+                  stable={n: ("127.0.0.1", 1) for n in names}, ray_address=None,
+                  policy=EgressPolicy.from_environ({}, policy_endpoints=[]),
+                  settings={"pin_mode": s.pin_mode, "pins": s.pins, "python": s.python})
+    fields.update(kw)
+    return ReplicaJob(**fields)
+
+
+async def answers(url: str, deadline_s: float = 60) -> dict:
+    until = time.monotonic() + deadline_s
+    async with httpx.AsyncClient(trust_env=False) as c:
+        while True:
+            try:
+                return (await c.get(url, timeout=2)).json()
+            except httpx.HTTPError:
+                assert time.monotonic() < until, f"{url} did not answer within {deadline_s}s"
+                await asyncio.sleep(0.1)
+
+
+class Replica:
+    """A launcher with its stable address and a log pipe, as the daemon would hold them."""
+
+    def __init__(self, driver, job: ReplicaJob, options: dict, shipper_root: Path | None = None) -> None:
+        self.address = ReplicaAddress(job.name)
+        self.launcher = ReplicaLauncher(driver, job, options, self.address,
+                                        PackageShipper(str(shipper_root or job.package_root)))
+        self.proc = None
+        self.r = None
+
+    async def start(self, host: str) -> None:
+        await self.address.start(host)
+
+    def spawn(self):
+        self.r, w = os.pipe()
+        os.set_blocking(self.r, False)
+        self.proc = self.launcher.spawn(SimpleNamespace(stdout_fd=w))
+        os.close(w)
+        return self.proc
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address.address[0]}:{self.address.address[1]}"
+
+    def log(self) -> str:
+        out = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self.r, 65536):
+                out += chunk
+        return out.decode(errors="replace")
+
+    async def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            await self.proc.stop(1.0)
+        await self.launcher.close()
+        self.address.close()
+        if self.r is not None:
+            os.close(self.r)
+
+
+def test_replica_runs_on_the_node_its_resources_name_and_answers_at_its_stable_address(
+        cluster, driver, tmp_path: Path) -> None:
+    pkg = simple_env(tmp_path / "pkg")
+
+    async def scenario() -> None:
+        rep = Replica(driver, job_for(pkg), {"num_cpus": 0.5, "resources": {"node_b": 0.1}})
+        await rep.start(driver.node_ip)
+        try:
+            facts = await rep.launcher.place()
+            assert rep.launcher.node_id == cluster.node_ids["b"]
+            assert facts["package"] == "in place" and facts["isolation"] in ("full", "partial", "none")
+            assert Path(facts["venv"]).is_dir() and facts["package_root"] == str(pkg)
+            proc = rep.spawn()
+            assert (await answers(rep.url + "/")) == {"status": "ok"}
+            where = proc.where
+            assert where["node_id"] == cluster.node_ids["b"] and where["replica"] == 0
+            assert proc.poll() is None and proc.pid is None and isinstance(proc.remote_pid, int)
+            await asyncio.sleep(0.6)
+            assert "fixture acme_math listening on 127.0.0.1" in rep.log()
+            info = await proc.stop(2.0)
+            assert info.reason == "terminated" and proc.poll() is not None
+            with pytest.raises(httpx.HTTPError):  # no replica behind the address any more
+                httpx.get(rep.url + "/", trust_env=False, timeout=2)
+        finally:
+            await rep.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_crash_on_a_worker_is_seen_and_the_replica_restarts_on_its_node(cluster, driver, tmp_path: Path) -> None:
+    pkg = simple_env(tmp_path / "pkg")
+
+    async def scenario() -> None:
+        rep = Replica(driver, job_for(pkg), {"num_cpus": 0.5, "label_selector": {"gr-pool": "a"}})
+        await rep.start(driver.node_ip)
+        try:
+            proc = rep.spawn()
+            await answers(rep.url + "/")
+            assert rep.launcher.node_id == cluster.node_ids["a"]
+            os.kill(proc.remote_pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            await asyncio.wait_for(proc.wait(), 10)
+            seen = time.monotonic() - t0
+            info = proc.exit_info()
+            assert info.reason == "signal" and info.returncode not in (0, None), info
+            assert seen < 10
+            again = rep.spawn()  # what the supervisor does after its backoff: same node, same actor
+            await answers(rep.url + "/")
+            assert again.where["node_id"] == cluster.node_ids["a"] and again.remote_pid != proc.remote_pid
+        finally:
+            await rep.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_address(
+        cluster, driver, tmp_path: Path) -> None:
+    pkg = simple_env(tmp_path / "pkg")
+
+    async def scenario() -> None:
+        # 1.5 CPUs: only a worker (2 CPUs) fits, never the head (1 CPU)
+        rep = Replica(driver, job_for(pkg), {"num_cpus": 1.5})
+        await rep.start(driver.node_ip)
+        try:
+            proc = rep.spawn()
+            await answers(rep.url + "/")
+            first = rep.launcher.node_id
+            name = next(n for n, i in cluster.node_ids.items() if i == first)
+            t0 = time.monotonic()
+            cluster.kill_raylet(name)
+            await asyncio.wait_for(proc.wait(), 30)
+            seen = time.monotonic() - t0
+            info = proc.exit_info()
+            assert info.reason == "node-lost" and first[:8] in info.detail, info
+            assert seen < 30 and first in driver.lost
+            rep.spawn()
+            assert (await answers(rep.url + "/", 120)) == {"status": "ok"}  # the same stable address
+            assert rep.launcher.node_id not in (None, first)
+        finally:
+            await rep.close()
+            restore(cluster, "a")
+            restore(cluster, "b")
+
+    asyncio.run(scenario())
+
+
+def test_package_is_shipped_and_verified_when_its_path_is_not_on_the_node(cluster, driver, tmp_path: Path) -> None:
+    pkg = simple_env(tmp_path / "pkg")
+    missing = tmp_path / "not-on-any-node"
+
+    async def scenario() -> None:
+        rep = Replica(driver, job_for(pkg, package_root=str(missing)), {"num_cpus": 0.5}, shipper_root=pkg)
+        await rep.start(driver.node_ip)
+        try:
+            facts = await rep.launcher.place()
+            assert facts["package"] == "shipped"
+            shipped = Path(facts["package_root"])
+            assert shipped.name == package_digest(pkg) and package_digest(shipped) == package_digest(pkg)
+            rep.spawn()
+            assert (await answers(rep.url + "/")) == {"status": "ok"}
+        finally:
+            await rep.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_node_without_the_servers_python_fails_naming_server_and_node(cluster, driver, tmp_path: Path) -> None:
+    pkg = simple_env(tmp_path / "pkg")
+
+    async def scenario() -> None:
+        rep = Replica(driver, job_for(pkg, python="3.99"), {"num_cpus": 0.5, "resources": {"node_a": 0.1}})
+        await rep.start(driver.node_ip)
+        try:
+            with pytest.raises(StartError) as e:
+                await rep.launcher.place()
+            assert e.value.code == "GR-BUILD-PYTHON"
+            assert "server 'acme_math' on node 127.0.0.1 (" + cluster.node_ids["a"][:8] + ")" in e.value.message
+            assert "3.99" in e.value.message and rep.launcher.actor is None
+        finally:
+            await rep.close()
+
+    asyncio.run(scenario())
+
+
+def test_nothing_of_a_replica_survives_its_close(cluster, driver, tmp_path: Path) -> None:
+    pkg = simple_env(tmp_path / "pkg")
+
+    async def scenario() -> int:
+        rep = Replica(driver, job_for(pkg), {"num_cpus": 0.5})
+        await rep.start(driver.node_ip)
+        proc = rep.spawn()
+        await answers(rep.url + "/")
+        pid = proc.remote_pid
+        await rep.close()
+        return pid
+
+    pid = asyncio.run(scenario())
+    deadline = time.monotonic() + 20
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -1,0 +1,105 @@
+"""The HTTP router in front of several replicas: spread, session stickiness, streaming, waiting
+for a replica (gym_runtime/placement/router.py). Replicas are real HTTP servers on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from gym_runtime.placement.router import Router
+
+
+def replica(index: int) -> ThreadingHTTPServer:
+    """A server that names itself, sets a session cookie on /seed_session and echoes the
+    cookie it got elsewhere (like a Gym resources server's session middleware)."""
+
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _send(self, obj: dict, cookie: str | None = None) -> None:
+            body = json.dumps(obj).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            if cookie:
+                self.send_header("set-cookie", cookie)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            data = self.rfile.read(int(self.headers.get("content-length", 0)))
+            if self.path == "/seed_session":
+                return self._send({"replica": index}, f"Res___acme=s{index}-{json.loads(data)['row']}; Path=/")
+            self._send({"replica": index, "cookie": self.headers.get("cookie"), "echo": json.loads(data)})
+
+        def do_GET(self) -> None:
+            self._send({"replica": index, "path": self.path})
+
+        def log_message(self, *a) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+@pytest.fixture
+def replicas():
+    servers = [replica(0), replica(1)]
+    yield servers
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def test_requests_spread_and_sessions_stick_to_the_replica_that_set_them(replicas) -> None:
+    targets = [s.server_address[:2] for s in replicas]
+
+    async def scenario() -> None:
+        router = Router("acme_math", lambda: targets)
+        host, port = await router.start("127.0.0.1")
+        try:
+            async with httpx.AsyncClient(base_url=f"http://{host}:{port}", trust_env=False) as c:
+                seen = [(await c.get("/", params={"i": i})).json() for i in range(6)]
+                assert {s["replica"] for s in seen} == {0, 1} and seen[0]["path"] == "/?i=0"
+                rows = []
+                for row in range(8):  # a session each, as an agent's /run does
+                    c.cookies.clear()  # an agent's /run starts with the cookies of its own request: none
+                    r = await c.post("/seed_session", json={"row": row})
+                    cookie = r.headers["set-cookie"].split(";")[0]
+                    for _ in range(3):
+                        again = await c.post("/verify", json={"row": row}, headers={"cookie": cookie})
+                        assert again.json()["replica"] == r.json()["replica"]
+                        assert again.json()["cookie"] == cookie and again.json()["echo"] == {"row": row}
+                    rows.append(r.json()["replica"])
+                assert set(rows) == {0, 1}
+            assert sum(router.counts.values()) == 6 + 8 * 4 and set(router.counts) == {0, 1}
+        finally:
+            await router.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_replica_without_an_address_is_skipped_and_none_means_a_wait_then_503(replicas) -> None:
+    targets: list = [None, replicas[1].server_address[:2]]
+
+    async def scenario() -> None:
+        router = Router("acme_math", lambda: targets, wait_s=0.5)
+        host, port = await router.start("127.0.0.1")
+        try:
+            async with httpx.AsyncClient(base_url=f"http://{host}:{port}", trust_env=False) as c:
+                assert {(await c.get("/")).json()["replica"] for _ in range(4)} == {1}
+                targets[1] = None
+                r = await c.get("/")
+                assert r.status_code == 503 and r.json()["error"]["code"] == "GR-PLACE-NO-REPLICA"
+                targets[0] = replicas[0].server_address[:2]
+                assert (await c.get("/")).json()["replica"] == 0
+        finally:
+            await router.stop()
+
+    asyncio.run(scenario())

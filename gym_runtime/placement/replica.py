@@ -41,7 +41,8 @@ class ReplicaJob:
     """What one replica needs, sent by the driver (picklable).
 
     ``name``: the supervised member (``acme_math`` or ``acme_math.1``); ``data``: the resolved
-    config; ``inside``: instance -> port inside every sandbox (``"__head__"`` for the head
+    config; ``secrets``: its :class:`~gym_runtime.config.secrets.SecretMap` (the server gets only
+    the secrets its own config references); ``inside``: instance -> port inside every sandbox (``"__head__"`` for the head
     server); ``stable``: instance -> daemon-side ``(host, port)`` (same keys); ``policy``: the
     daemon's ``sandbox.EgressPolicy``; ``settings``: pin mode, pins, default Python
     (:func:`gym_runtime.placement.replica.node_settings`); ``isolation``: forced level or None."""
@@ -53,6 +54,7 @@ class ReplicaJob:
     package_root: str
     package_digest: str
     data: dict[str, Any]
+    secrets: Any
     inside: dict[str, int]
     stable: dict[str, tuple[str, int]]
     ray_address: str | None
@@ -211,11 +213,13 @@ class ServerReplica:
         else:  # own network: every peer at the same inside port as everywhere
             addresses = {n: ("127.0.0.1", p) for n, p in job.inside.items() if n != HEAD}
             head = ("127.0.0.1", job.inside[HEAD])
-        text = contract.to_yaml(contract.config_view(job.data, addresses, head, job.ray_address))
+        view = contract.config_view(job.data, addresses, head, job.ray_address)
+        text = contract.server_config_yaml(view, job.secrets, job.instance)
         sdir = Path(inst.server_dir.path)
-        env = contract.server_env(job.instance, sdir, python, text, self.work, os.environ)
+        env = contract.server_env(job.instance, sdir, python, self.work, os.environ)
         return ProcessSpec(job.name, [str(python), inst.entrypoint], sdir, env,
-                           read_only_paths=[sdir.parent.parent, python.parent.parent], writable_paths=[self.work])
+                           read_only_paths=[sdir.parent.parent, python.parent.parent], writable_paths=[self.work],
+                           private_env=contract.private_env(text))
 
     # ------------------------------------------------------------------ the process
     async def spawn(self) -> dict[str, Any]:

@@ -3,18 +3,17 @@
 Data flows one way (DESIGN.md §2): Package -> MergedConfig -> venvs -> Sandbox + ports -> members
 (stub model, private Ray, servers) -> Supervisor + head server. :class:`Environment` keeps what
 each stage returned; :meth:`Environment.stop` undoes them in reverse, from any phase (a stop while
-venvs build cancels the build).
+venvs build cancels the build). *Where* the servers run is one seam, the placement
+(:mod:`gym_runtime.placement`): this host (``local``) or nodes of a Ray cluster (``ray``); the
+stages call it, never a second path of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,22 +21,23 @@ from typing import Any
 import httpx
 
 from gym_runtime.config import MergedConfig, PolicyValues
-from gym_runtime.errors import BuildError, GymRuntimeError, StartError
-from gym_runtime.ray_target import RayTarget, choose, given, ray_level, wait_reachable
+from gym_runtime.errors import StartError
+from gym_runtime.placement import make_placement
+from gym_runtime.placement.local import quiet_sandbox_log
+from gym_runtime.ray_target import RayTarget, given
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import (contract, head_view, policy_endpoint, preflight, processes, ray_head, ray_workers,
-                                   readiness)
+from gym_runtime.supervise import contract, head_view, policy_endpoint, preflight, processes, readiness
 from gym_runtime.supervise import policy as job_policy
-from gym_runtime.supervise.interrupted import StartInterrupted, as_interrupted
+from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.logs import LogSink
 from gym_runtime.supervise.member import READY, Member
 from gym_runtime.supervise.options import SuperviseOptions
 from gym_runtime.supervise.orphans import Watchdog
-from gym_runtime.supervise.ports import bind_listener, check_free
+from gym_runtime.supervise.ports import bind_listener
 from gym_runtime.supervise.readiness import model_base_urls, policy_models
 from gym_runtime.supervise.supervisor import Supervisor
 from gym_runtime.supervise.teardown import HARD_DEADLINE_S, UNCLEAN_EXIT_CODE, Teardown
-from gym_runtime.venvs.bytecode import RAY_HEAD, EnvironmentBytecode
+from gym_runtime.venvs.bytecode import EnvironmentBytecode
 
 
 @dataclass
@@ -56,16 +56,7 @@ class UpRequest:
     python: str | None = None
     stub_seed: int = 0
     options: SuperviseOptions = field(default_factory=SuperviseOptions)
-
-
-@contextlib.contextmanager
-def _quiet_sandbox_log() -> Iterator[None]:
-    quiet = logging.getLogger("sandbox")
-    was, quiet.disabled = quiet.disabled, True
-    try:
-        yield
-    finally:
-        quiet.disabled = was
+    placement: str = "local"
 
 
 class Environment:
@@ -78,14 +69,10 @@ class Environment:
         self.phase = "config"
         self.merged: MergedConfig | None = None
         self.ray = RayTarget("none")
-        self.ray_tmp: Path | None = None
         self.egress: Any = None  # sandbox.EgressPolicy, read before any venv build (preflight.py)
-        self.addresses: dict[str, tuple[str, int]] = {}
-        self.head_inside: tuple[str, int] | None = None
         self.ray_inside: str | None = None
-        self._taken: set[int] = set()
         self.stub_url: str | None = None
-        self.sandbox: Any = None
+        self.placement = make_placement(req.placement, self)  # where the servers run
         self.host_launcher: Any = None
         self.supervisor = Supervisor(req.options, self._say)
         self.bytecode = EnvironmentBytecode(self._say)
@@ -132,39 +119,26 @@ class Environment:
         await self._start_head(head_sock)  # from here on `status` sees the phase and each server's state
         self._say(f"head server at {self.head.url} (GET /health shows the start-up)")
         self.on_head(self.head.url)
+        here = self.placement.kind == "local"  # on Ray nodes, each node checks its own isolation
         self.egress = await preflight.check_host(self.settings.environ, model_base_urls(merged.data),
-                                                 self.req.require_isolation, self.req.isolation)
+                                                 self.req.require_isolation and here,
+                                                 self.req.isolation if here else None)
         self._say(self.egress.summary())
         self._check_stop()
         self.phase = "building venvs"
-        venvs = await self._build_venvs(merged)
+        await self.placement.prepare(merged)
         self._check_stop()
         self.phase = "starting sandbox"
-        pythons = {n: Path(venvs.for_instance(n).python) for n in merged.instances}
-        await self.bytecode.prepare(list(pythons.values()))
-        gym_sdk = [n for n, p in pythons.items() if merged.instances[n].config.get("ray_enabled") is not False
-                   and (merged.instances[n].config.get("ray_enabled") or contract.gym_sdk_venv(p))]
-        self.ray = choose(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ,
-                          gym_sdk)
-        self._say(self.ray.describe())
-        if self.ray.mode == "join":
-            await asyncio.to_thread(wait_reachable, self.ray.address, self.ray.source, 30.0)
-        await self._start_sandboxes()
+        await self.placement.open()
+        if self.stub_url:
+            await self._start_stub_launcher()
         self._check_stop()
         self.phase = "starting servers"
-        self.addresses, self.head_inside = addresses, head_inside = await self._assign_ports(merged)
-        self.ray_inside = ray_inside = self._add_ray_member(pythons) if self.ray.mode == "local" else self.ray.address
-        self.supervisor.rebind = self._rebind
-        inside = contract.config_view(merged.data, addresses, head_inside, ray_inside)
-        for name, inst in merged.instances.items():
-            self._add_server(name, inst, pythons[name], contract.server_config_yaml(inside, merged.secrets, name),
-                             addresses[name])
+        await self.placement.add_servers(merged)
         if self.stub_url:
             self._add_stub_member(int(self.stub_url.rsplit(":", 1)[1].split("/")[0]))
-        await self._publish()
-        public = {n: m.public for n, m in self.supervisor.members.items() if m.kind == "server"}
-        self.outside = contract.config_view(merged.data, public, self.head_addr, ray_inside)
-        self._say(f"starting {len(merged.instances)} server(s) (isolation: {self.sandbox.level.value})")
+        self.refresh_outside()
+        self._say(f"starting {len(merged.instances)} server(s) (isolation: {self.placement.isolation})")
         self.supervisor.phase = "waiting for servers to answer GET /"
         self._check_stop()
         self.bytecode.learn(lambda name: self.supervisor.members[name].status == READY)
@@ -176,8 +150,8 @@ class Environment:
         self.phase = "ready"
         self.ready_info = {
             "status": "ready", "head_server": self.head.url,
-            "servers": {n: m.url for n, m in self.supervisor.members.items() if m.kind == "server"},
-            "isolation": self.sandbox.level.value, "startup_s": round(time.monotonic() - self._t0, 3),
+            "servers": self.placement.servers(), "placement": self.placement.kind,
+            "isolation": self.placement.isolation, "startup_s": round(time.monotonic() - self._t0, 3),
             "policy_model": {"base_url": merged.data.get("policy_base_url"), "stub": self.stub_url is not None},
             "ray": self.ray.to_dict(), "logs_dir": str(self.logs_dir)}
         return self.ready_info
@@ -211,124 +185,26 @@ class Environment:
                 watch.cancel()
                 await asyncio.gather(watch, return_exceptions=True)
 
-    async def _build_venvs(self, merged: MergedConfig) -> Any:
-        from gym_runtime.venvs import build_venvs, plan_venvs
-        from gym_runtime.venvs.progress import Reporter
-        from gym_runtime.venvs.record import record_build
-
-        say, state = self._say, self.build_state
-        state.update({n: "venv build queued" for n in merged.instances})
-
-        class _Progress(Reporter):
-            def stage(self, key: str, label: str, stage: str) -> None:
-                state.update({n: f"building venv: {stage}" for n in label.split(", ")})
-
-            def done(self, key: str, label: str, status: str, seconds: float) -> None:
-                state.update({n: f"venv {status}" for n in label.split(", ")})
-                say(f"venv {label}: {status} in {seconds:.2f}s")
-
-        started, names = time.time(), list(merged.instances)
-        try:
-            plan = await asyncio.to_thread(plan_venvs, merged, self.settings, self.req.python)
-            venvs = await asyncio.to_thread(build_venvs, plan, self.settings, progress=_Progress(), cancel=self.cancel)
-        except BuildError as e:
-            record_build(self.settings.home, names, started, error=e)  # `gym-runtime logs` shows it
-            raise as_interrupted(e, self.phase) from None
-        except GymRuntimeError as e:
-            raise as_interrupted(e, self.phase) from None
-        record_build(self.settings.home, names, started, venvs=venvs)
-        return venvs
-
-    async def _start_sandboxes(self) -> None:
+    async def _start_stub_launcher(self) -> None:
+        """The launcher of the built-in stub model: a plain supervised process on this host (it
+        stands for an outside endpoint), watched so it never outlives the daemon."""
         from sandbox import Sandbox
 
-        policy = self.egress
-        level = await asyncio.to_thread(ray_level, self.ray, self.req.isolation, self.req.require_isolation)
-        if level != self.req.isolation:
-            self._say(f"isolation: {level} for this environment: {', '.join(self.ray.needed_by)} use Ray, whose "
-                      "drivers find their raylet by scanning the process table (a private /proc hides it)")
-        with _quiet_sandbox_log():  # its level warning is said once, below, with our progress lines
-            self.sandbox = await Sandbox.start(policy, self.work_dir / "sandbox",
-                                               require_full=self.req.require_isolation, level=level)
-        if self.sandbox.report.warning:
-            self._say("WARNING: " + self.sandbox.report.warning)
-        if self.sandbox.level.value == "none" or self.stub_url:  # no pid namespace takes helpers down
-            self.supervisor.watchdog = Watchdog.start()
-        if self.stub_url:  # the stub stands for an outside endpoint: a plain supervised process
-            with _quiet_sandbox_log():  # not a server: its "not enforced" warning would mislead
-                self.host_launcher = await Sandbox.start(policy, self.work_dir / "host", level="none")
+        with quiet_sandbox_log():  # not a server: its "not enforced" warning would mislead
+            self.host_launcher = await Sandbox.start(self.egress, self.work_dir / "host", level="none")
+        self.supervisor.watchdog = self.supervisor.watchdog or Watchdog.start()
 
-    async def _assign_ports(self, merged: MergedConfig) -> tuple[dict[str, tuple[str, int]], tuple[str, int]]:
-        explicit = {n: i.port for n, i in merged.instances.items() if i.port}
-        none_level = self.sandbox.level.value == "none"
-        servers_addr = self._servers_sock.getsockname()[:2]
-        taken = {self.head_addr[1], servers_addr[1], *explicit.values()}
-        if self.stub_url:
-            taken.add(int(self.stub_url.rsplit(":", 1)[1].split("/")[0]))
-        if none_level:  # servers share the host network: a taken explicit port fails now (C04)
-            for n, p in explicit.items():
-                check_free(merged.instances[n].host or "127.0.0.1", p, n)
-
-        self._taken = taken
-        out = {n: (i.host or "127.0.0.1", explicit.get(n) or self._fresh()) for n, i in merged.instances.items()}
-        # servers reach the head server on a listener of its own, which serves them Gym's read-only routes only
-        head_inside = await self.sandbox.expose_host_service(self._fresh() if not none_level else servers_addr[1],
-                                                             *servers_addr)
-        return out, tuple(head_inside)
-
-    def _fresh(self) -> int:
-        """A new automatic port in the servers' network, never one assigned in this run."""
-        while (p := self.sandbox.allocate_port()) in self._taken:
-            pass
-        self._taken.add(p)
-        return p
-
-    def _rebind(self, name: str) -> None:
-        """Give server ``name`` a new automatic port and refresh every server's config (rebind.py;
-        only at isolation none, where the inside address is the public one)."""
-        m = self.supervisor.members[name]
-        m.port = self._fresh()
-        m.public = (m.host, m.port)
-        self.addresses[name] = (self.addresses[name][0], m.port)
-        inside = contract.config_view(self.merged.data, self.addresses, self.head_inside, self.ray_inside)
-        for s in self.supervisor.members.values():
-            if s.kind == "server":
-                s.spec.private_env = contract.private_env(contract.server_config_yaml(inside, self.merged.secrets,
-                                                                                     s.name))
-        public = {n: s.public for n, s in self.supervisor.members.items() if s.kind == "server"}
-        self.outside = contract.config_view(self.merged.data, public, self.head_addr, self.ray_inside)
+    def refresh_outside(self) -> None:
+        """The config as seen from this host (served by the head server): every instance at the
+        address the placement gives it."""
+        self.outside = contract.config_view(self.merged.data, self.placement.public(), self.head_addr,
+                                            self.ray_inside)
 
     def _member(self, name: str, kind: str, spec: Any, launcher: Any, port: int | None, **kw: Any) -> Member:
         log = LogSink(self.logs_dir / f"{name}.log", self.req.options.log_tail_lines, self.req.options.log_max_bytes)
         m = Member(name, kind, spec, launcher, log, port=port, **kw)
         self.supervisor.add(m)
         return m
-
-    def _add_server(self, name: str, inst: Any, python: Path, config_yaml: str, addr: tuple[str, int]) -> None:
-        from sandbox import ProcessSpec
-
-        wd = self.work_dir / "servers" / name
-        wd.mkdir(parents=True, exist_ok=True)
-        sdir = Path(inst.server_dir.path)
-        cache = self.bytecode.user(python, f"{inst.server_type}/{inst.implementation} {sdir}", name)
-        env = {**contract.server_env(name, sdir, python, wd, self.settings.environ), **cache.env}
-        if self.ray.mode == "local":  # drivers of our private head agree with it on the loopback node address
-            env.update(ray_head.LOOPBACK_ENV)
-        if self.ray.mode != "none":  # its Ray tasks run in its venv with its PYTHONPATH (ray_workers.py)
-            env.update(ray_workers.job_env(sdir, python))
-        spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, env,
-                           read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
-                           writable_paths=[wd, *self._ray_dirs(), *cache.writable],
-                           private_env=contract.private_env(config_yaml), limits=self._limits())
-        self._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
-                     info={"server_type": inst.server_type, "implementation": inst.implementation,
-                           "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
-
-    def _limits(self) -> Any:
-        """Each server's resource limits (docs/runtime.md, "Resource limits"; settings)."""
-        from sandbox import ResourceLimits
-
-        return ResourceLimits(memory_mb=self.settings.server_memory_mb, pids=self.settings.server_pids)
 
     def _add_stub_member(self, port: int) -> None:
         from sandbox import ProcessSpec
@@ -347,40 +223,6 @@ class Environment:
                          info={"server_type": "stub_model", "implementation": "gym_runtime.stub_model"})
         m.public = ("127.0.0.1", port)
 
-    def _add_ray_member(self, pythons: dict[str, Path]) -> str:
-        """ONE private Ray head inside the sandbox network (servers reach it on loopback); see
-        :mod:`gym_runtime.supervise.ray_head`. Returns the GCS address servers get."""
-        from sandbox import ProcessSpec
-
-        port = self._fresh()
-        self.ray_tmp = tmp = ray_head.make_temp_dir()
-        ray_bin = ray_head.ray_binary(pythons[n] for n in self.ray.needed_by)
-        venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers run server venvs' Pythons
-        trees = ray_workers.head_read_only_paths(Path(i.server_dir.path) for i in self.merged.instances.values())
-        env, writable = ray_head.head_env(ray_bin, tmp), [tmp]
-        if ray_bin.parent.parent in venvs:  # the daemon's own Ray (no server venv has one) keeps its bytecode
-            cache = self.bytecode.user(ray_bin.parent / "python", RAY_HEAD, "ray_head")
-            env, writable = {**env, **cache.env}, [tmp, *cache.writable]
-        spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp, [self._fresh() for _ in range(len(ray_head.PORT_FLAGS) + 1)]), tmp, env,
-                           read_only_paths=[ray_bin.parent.parent, *venvs, *trees], writable_paths=writable)
-        self._member("ray_head", "ray", spec, self.sandbox, port, probe_path="log:" + ray_head.READY_TEXT,
-                     kill_on_stop=True,
-                     info={"server_type": "ray", "implementation": f"ray ({ray_bin})"})
-        return f"127.0.0.1:{port}"
-
-    def _ray_dirs(self) -> list[Path]:
-        """Ray's session dirs servers must reach (raylet sockets): ours, or a joined local cluster's."""
-        if self.ray_tmp is not None:
-            return [self.ray_tmp]
-        if self.ray.mode == "join" and ray_head.DEFAULT_TEMP_DIR.is_dir():
-            return [ray_head.DEFAULT_TEMP_DIR]
-        return []
-
-    async def _publish(self) -> None:
-        for m in self.supervisor.members.values():
-            if m.public is None and m.port is not None:
-                m.public = tuple(await self.sandbox.publish(m.port))
-
     async def _start_head(self, sock: Any) -> None:
         from gym_runtime.head.app import HeadBackend, create_app
         from gym_runtime.head.server import HeadServer
@@ -390,11 +232,11 @@ class Environment:
                               if self.outside else None,
                               instances=lambda: head_view.instances(self), health=self.health,
                               logs=lambda name, n: head_view.logs(self, name, n),
-                              agents=lambda: {n: m.url for n, m in self.supervisor.members.items()
-                                              if m.info.get("server_type") == "responses_api_agents" and m.url},
+                              agents=lambda: {n: u for n, u in self.placement.servers().items() if u and
+                                              self.merged.instances[n].server_type == "responses_api_agents"},
                               agent_facts=lambda: agent_facts(self.merged.instances, ranges=False),
-                              processes=lambda: processes.of_environment(self.supervisor,
-                                                                         (self.sandbox, self.host_launcher)))
+                              processes=lambda: processes.of_environment(
+                                  self.supervisor, (*self.placement.sandboxes(), self.host_launcher)))
         servers_port = self._servers_sock.getsockname()[1]
         self.head = HeadServer(create_app(backend, servers_ports={servers_port}), sock, [self._servers_sock])
         await self.head.start()
@@ -448,17 +290,17 @@ class Environment:
                 for listener in (self._head_sock, self._servers_sock):
                     if listener is not None:
                         listener.close()
-            for name, sb in (("sandbox (forwards, proxy, netns holder)", self.sandbox),
-                             ("stub model launcher", self.host_launcher)):
-                if sb is not None:
-                    await td.step(name, sb.close(), 5.0, lambda sb=sb: f"{len(sb.processes)} process handle(s)")
+            await td.step(f"placement {self.placement.kind} (sandbox, forwards, actors)", self.placement.close(),
+                          10.0, self.placement.open_handles)
+            if self.host_launcher is not None:
+                await td.step("stub model launcher", self.host_launcher.close(), 5.0,
+                              lambda: f"{len(self.host_launcher.processes)} process handle(s)")
             if sup.watchdog is not None:
                 await td.step("watchdog", asyncio.to_thread(sup.watchdog.close), 4.0, lambda: "the watchdog's exit")
                 sup.watchdog = None
             for m in sup.members.values():
                 m.log.close()
             await td.step("bytecode compiler", self.bytecode.close(), 2.0, lambda: "its compiler processes")
-            ray_head.remove_temp_dir(self.ray_tmp)
         finally:
             td.disarm()
         if not td.clean:

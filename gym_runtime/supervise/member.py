@@ -75,7 +75,9 @@ class Member:
         if self.proc is not None and self.proc.poll() is None:
             pid = self.proc.app_pid() or self.proc.pid
         up = time.time() - self.started_wall if (self.started_wall and self.status == READY) else None
-        return {"name": self.name, "kind": self.kind, **self.info, "host": self.public[0] if self.public else None,
+        where = getattr(self.proc, "where", None) or {}  # a replica on a Ray node: node, replica, isolation
+        return {"name": self.name, "kind": self.kind, **self.info, **where,
+                "host": self.public[0] if self.public else None,
                 "port": self.public[1] if self.public else None, "url": self.url, "pid": pid,
                 "status": self.status, "restarts": self.restarts, "start_time": self.started_wall,
                 "uptime_seconds": round(up, 3) if up is not None else None,

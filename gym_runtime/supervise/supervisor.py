@@ -166,8 +166,8 @@ class Supervisor:
         m.proc, m.status, m.spawned_at, m.started_wall = proc, STARTING, time.monotonic(), time.time()
         m.port_bound_s = m.probe_note = None
         self._watch_exit(m, proc)
-        try:
-            m.pgid = os.getpgid(proc.app_pid() or proc.pid)
+        try:  # a handle of a process on another node (placement ray) has no local pid or group
+            m.pgid = os.getpgid(proc.app_pid() or proc.pid) if proc.pid is not None else None
         except OSError:
             m.pgid = None
         if m.pgid is not None and m.pgid != os.getpgrp():

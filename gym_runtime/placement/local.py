@@ -1,0 +1,257 @@
+"""Placement ``local`` (the default): every server instance on this host, in its sandbox (docs/runtime.md).
+
+The bring-up calls three stages on a placement (:mod:`gym_runtime.placement`):
+
+* :meth:`LocalPlacement.prepare` (phase "building venvs"): plan and build the venvs here;
+* :meth:`LocalPlacement.open` (phase "starting sandbox"): decide Ray (a private head when a
+  server needs one, or the given cluster) and start the environment's sandbox at the level the
+  servers allow;
+* :meth:`LocalPlacement.add_servers` (phase "starting servers"): ports in the sandbox network,
+  the private Ray head, one supervised member per server instance (the sandbox is its launcher),
+  each published on this host.
+
+:meth:`LocalPlacement.close` closes the sandbox and removes the private Ray head's directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gym_runtime.errors import BuildError, GymRuntimeError
+from gym_runtime.ray_target import choose, ray_level, wait_reachable
+from gym_runtime.supervise import contract, ray_head, ray_workers
+from gym_runtime.supervise.interrupted import as_interrupted
+from gym_runtime.supervise.orphans import Watchdog
+from gym_runtime.supervise.ports import check_free
+from gym_runtime.venvs.bytecode import RAY_HEAD
+
+
+@contextlib.contextmanager
+def quiet_sandbox_log() -> Iterator[None]:
+    """Silence the sandbox's own level warning (the bring-up says it once, with its progress)."""
+    quiet = logging.getLogger("sandbox")
+    was, quiet.disabled = quiet.disabled, True
+    try:
+        yield
+    finally:
+        quiet.disabled = was
+
+
+class LocalPlacement:
+    """Servers on this host. ``env``: the :class:`~gym_runtime.supervise.bringup.Environment`."""
+
+    kind = "local"
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.sandbox: Any = None
+        self.pythons: dict[str, Path] = {}
+        self.addresses: dict[str, tuple[str, int]] = {}
+        self.head_inside: tuple[str, int] | None = None
+        self.ray_tmp: Path | None = None
+        self._taken: set[int] = set()
+
+    # ------------------------------------------------------------------ stages
+    async def prepare(self, merged: Any) -> None:
+        """Plan and build every server's venv on this host; each instance's build state is kept in
+        ``env.build_state`` (the head server shows it during start-up, head_view.py) and the build
+        is recorded for ``gym-runtime logs`` (venvs/record.py), failed or not."""
+        from gym_runtime.venvs import build_venvs, plan_venvs
+        from gym_runtime.venvs.progress import Reporter
+        from gym_runtime.venvs.record import record_build
+
+        env = self.env
+        say, state = env._say, env.build_state
+        state.update({n: "venv build queued" for n in merged.instances})
+
+        class _Progress(Reporter):
+            def stage(self, key: str, label: str, stage: str) -> None:
+                state.update({n: f"building venv: {stage}" for n in label.split(", ")})
+
+            def done(self, key: str, label: str, status: str, seconds: float) -> None:
+                state.update({n: f"venv {status}" for n in label.split(", ")})
+                say(f"venv {label}: {status} in {seconds:.2f}s")
+
+        started, names = time.time(), list(merged.instances)
+        try:
+            plan = await asyncio.to_thread(plan_venvs, merged, env.settings, env.req.python)
+            venvs = await asyncio.to_thread(build_venvs, plan, env.settings, progress=_Progress(), cancel=env.cancel)
+        except BuildError as e:
+            record_build(env.settings.home, names, started, error=e)  # `gym-runtime logs` shows it
+            raise as_interrupted(e, env.phase) from None
+        except GymRuntimeError as e:
+            raise as_interrupted(e, env.phase) from None
+        record_build(env.settings.home, names, started, venvs=venvs)
+        self.pythons = {n: Path(venvs.for_instance(n).python) for n in merged.instances}
+        await env.bytecode.prepare(list(self.pythons.values()))
+
+    async def open(self) -> None:
+        """Choose Ray (servers that use it), then start the sandbox."""
+        from sandbox import Sandbox
+
+        env, req = self.env, self.env.req
+        merged = env.merged
+        gym_sdk = [n for n, p in self.pythons.items() if merged.instances[n].config.get("ray_enabled") is not False
+                   and (merged.instances[n].config.get("ray_enabled") or contract.gym_sdk_venv(p))]
+        env.ray = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, gym_sdk)
+        env._say(env.ray.describe())
+        if env.ray.mode == "join":
+            await asyncio.to_thread(wait_reachable, env.ray.address, env.ray.source, 30.0)
+        level = await asyncio.to_thread(ray_level, env.ray, req.isolation, req.require_isolation)
+        if level != req.isolation:
+            env._say(f"isolation: {level} for this environment: {', '.join(env.ray.needed_by)} use Ray, whose "
+                     "drivers find their raylet by scanning the process table (a private /proc hides it)")
+        with quiet_sandbox_log():  # its level warning is said once, below, with our progress lines
+            self.sandbox = await Sandbox.start(env.egress, env.work_dir / "sandbox",
+                                               require_full=req.require_isolation, level=level)
+        if self.sandbox.report.warning:
+            env._say("WARNING: " + self.sandbox.report.warning)
+        if self.sandbox.level.value == "none":  # no pid namespace takes helpers down
+            env.supervisor.watchdog = env.supervisor.watchdog or Watchdog.start()
+
+    async def add_servers(self, merged: Any) -> None:
+        """Ports, the private Ray head (when chosen), one member per server, each published."""
+        env = self.env
+        self.addresses, self.head_inside = await self._assign_ports(merged)
+        env.ray_inside = self._add_ray_member() if env.ray.mode == "local" else env.ray.address
+        env.supervisor.rebind = self._rebind
+        inside = contract.config_view(merged.data, self.addresses, self.head_inside, env.ray_inside)
+        for name, inst in merged.instances.items():
+            self._add_server(name, inst, self.pythons[name],
+                             contract.server_config_yaml(inside, merged.secrets, name), self.addresses[name])
+        for m in env.supervisor.members.values():
+            if m.public is None and m.port is not None and m.launcher is self.sandbox:
+                m.public = tuple(await self.sandbox.publish(m.port))
+
+    # ------------------------------------------------------------------ what the rest of the daemon reads
+    def public(self) -> dict[str, tuple[str, int]]:
+        """Instance -> the address reaching it from this host (the head server's config view)."""
+        return {n: m.public for n, m in self.env.supervisor.members.items() if m.kind == "server"}
+
+    def servers(self) -> dict[str, str | None]:
+        """Instance -> ``http://host:port`` (the ready line, rollouts)."""
+        return {n: m.url for n, m in self.env.supervisor.members.items() if m.kind == "server"}
+
+    @property
+    def isolation(self) -> str:
+        return self.sandbox.level.value
+
+    async def close(self) -> None:
+        """Close the sandbox (forwards, proxy, namespace holder) and the private Ray head's directory."""
+        if self.sandbox is not None:
+            await self.sandbox.close()
+        ray_head.remove_temp_dir(self.ray_tmp)
+
+    def sandboxes(self) -> list[Any]:
+        """The sandboxes this placement started on this host (process accounting)."""
+        return [self.sandbox] if self.sandbox is not None else []
+
+    def open_handles(self) -> str:
+        """What closing waits on, for a stop report."""
+        return f"{len(self.sandbox.processes)} process handle(s)" if self.sandbox is not None else ""
+
+    # ------------------------------------------------------------------ ports and members
+    async def _assign_ports(self, merged: Any) -> tuple[dict[str, tuple[str, int]], tuple[str, int]]:
+        env = self.env
+        explicit = {n: i.port for n, i in merged.instances.items() if i.port}
+        none_level = self.sandbox.level.value == "none"
+        servers_addr = env._servers_sock.getsockname()[:2]
+        taken = {env.head_addr[1], servers_addr[1], *explicit.values()}
+        if env.stub_url:
+            taken.add(int(env.stub_url.rsplit(":", 1)[1].split("/")[0]))
+        if none_level:  # servers share the host network: a taken explicit port fails now (C04)
+            for n, p in explicit.items():
+                check_free(merged.instances[n].host or "127.0.0.1", p, n)
+
+        self._taken = taken
+        out = {n: (i.host or "127.0.0.1", explicit.get(n) or self._fresh()) for n, i in merged.instances.items()}
+        # servers reach the head server on a listener of its own, which serves them Gym's read-only routes only
+        head_inside = await self.sandbox.expose_host_service(self._fresh() if not none_level else servers_addr[1],
+                                                             *servers_addr)
+        return out, tuple(head_inside)
+
+    def _fresh(self) -> int:
+        """A new automatic port in the servers' network, never one assigned in this run."""
+        while (p := self.sandbox.allocate_port()) in self._taken:
+            pass
+        self._taken.add(p)
+        return p
+
+    def _rebind(self, name: str) -> None:
+        """Give server ``name`` a new automatic port and refresh every server's config (rebind.py;
+        only at isolation none, where the inside address is the public one)."""
+        env = self.env
+        m = env.supervisor.members[name]
+        m.port = self._fresh()
+        m.public = (m.host, m.port)
+        self.addresses[name] = (self.addresses[name][0], m.port)
+        inside = contract.config_view(env.merged.data, self.addresses, self.head_inside, env.ray_inside)
+        for s in env.supervisor.members.values():
+            if s.kind == "server":
+                s.spec.private_env = contract.private_env(contract.server_config_yaml(inside, env.merged.secrets,
+                                                                                     s.name))
+        env.refresh_outside()
+
+    def _add_server(self, name: str, inst: Any, python: Path, config_yaml: str, addr: tuple[str, int]) -> None:
+        from sandbox import ProcessSpec
+
+        env = self.env
+        wd = env.work_dir / "servers" / name
+        wd.mkdir(parents=True, exist_ok=True)
+        sdir = Path(inst.server_dir.path)
+        cache = env.bytecode.user(python, f"{inst.server_type}/{inst.implementation} {sdir}", name)
+        environ = {**contract.server_env(name, sdir, python, wd, env.settings.environ), **cache.env}
+        if env.ray.mode == "local":  # drivers of our private head agree with it on the loopback node address
+            environ.update(ray_head.LOOPBACK_ENV)
+        if env.ray.mode != "none":  # its Ray tasks run in its venv with its PYTHONPATH (ray_workers.py)
+            environ.update(ray_workers.job_env(sdir, python))
+        spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, environ,
+                           read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
+                           writable_paths=[wd, *self._ray_dirs(), *cache.writable],
+                           private_env=contract.private_env(config_yaml), limits=self._limits())
+        env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
+                    info={"server_type": inst.server_type, "implementation": inst.implementation,
+                          "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
+
+    def _limits(self) -> Any:
+        """Each server's resource limits (docs/runtime.md, "Resource limits"; settings)."""
+        from sandbox import ResourceLimits
+
+        return ResourceLimits(memory_mb=self.env.settings.server_memory_mb, pids=self.env.settings.server_pids)
+
+    def _add_ray_member(self) -> str:
+        """ONE private Ray head inside the sandbox network (servers reach it on loopback); see
+        :mod:`gym_runtime.supervise.ray_head`. Returns the GCS address servers get."""
+        from sandbox import ProcessSpec
+
+        env, pythons = self.env, self.pythons
+        port = self._fresh()
+        self.ray_tmp = tmp = ray_head.make_temp_dir()
+        ray_bin = ray_head.ray_binary(pythons[n] for n in env.ray.needed_by)
+        venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers run server venvs' Pythons
+        trees = ray_workers.head_read_only_paths(Path(i.server_dir.path) for i in env.merged.instances.values())
+        environ, writable = ray_head.head_env(ray_bin, tmp), [tmp]
+        if ray_bin.parent.parent in venvs:  # the daemon's own Ray (no server venv has one) keeps its bytecode
+            cache = env.bytecode.user(ray_bin.parent / "python", RAY_HEAD, "ray_head")
+            environ, writable = {**environ, **cache.env}, [tmp, *cache.writable]
+        ports = [self._fresh() for _ in range(len(ray_head.PORT_FLAGS) + 1)]
+        spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp, ports), tmp, environ,
+                           read_only_paths=[ray_bin.parent.parent, *venvs, *trees], writable_paths=writable)
+        env._member("ray_head", "ray", spec, self.sandbox, port, probe_path="log:" + ray_head.READY_TEXT,
+                    kill_on_stop=True,
+                    info={"server_type": "ray", "implementation": f"ray ({ray_bin})"})
+        return f"127.0.0.1:{port}"
+
+    def _ray_dirs(self) -> list[Path]:
+        """Ray's session dirs servers must reach (raylet sockets): ours, or a joined local cluster's."""
+        if self.ray_tmp is not None:
+            return [self.ray_tmp]
+        if self.env.ray.mode == "join" and ray_head.DEFAULT_TEMP_DIR.is_dir():
+            return [ray_head.DEFAULT_TEMP_DIR]
+        return []

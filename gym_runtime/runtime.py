@@ -38,7 +38,9 @@ class Runtime:
     ``policy_model_name``, ``head_host`` / ``head_port`` (default loopback, a free port),
     ``ray_address`` (``host:port`` | ``auto`` | ``local``), ``work_dir`` (logs, server homes),
     ``require_isolation`` (fail unless full isolation), ``isolation`` (force ``full`` | ``partial``
-    | ``none``), ``python`` (server venv interpreter), ``options`` (:class:`SuperviseOptions`),
+    | ``none``), ``python`` (server venv interpreter), ``placement`` (``local``: this host, or
+    ``ray``: nodes of the ``ray_address`` cluster, docs/scale-out.md; a process that is already a
+    Ray driver is reused), ``options`` (:class:`SuperviseOptions`),
     ``settings`` (:class:`RuntimeSettings`, default from the environment), ``progress`` (a
     callable receiving human progress lines).
     """
@@ -47,12 +49,13 @@ class Runtime:
                  policy_base_url: str | list[str] | None = None, policy_api_key: str | None = None,
                  policy_model_name: str | None = None, head_host: str = "127.0.0.1", head_port: int | None = None,
                  ray_address: str | None = None, work_dir: str | Path | None = None, require_isolation: bool = False,
-                 isolation: str | None = None, python: str | None = None, options: SuperviseOptions | None = None,
-                 settings: RuntimeSettings | None = None, progress=None) -> None:
+                 isolation: str | None = None, python: str | None = None, placement: str = "local",
+                 options: SuperviseOptions | None = None, settings: RuntimeSettings | None = None,
+                 progress=None) -> None:
         self.request = UpRequest(
             package, list(overrides or []), PolicyValues(policy_base_url, policy_api_key, policy_model_name),
             head_host, head_port, ray_address, Path(work_dir) if work_dir else None, require_isolation, isolation,
-            python, options=options or SuperviseOptions())
+            python, options=options or SuperviseOptions(), placement=placement)
         self.settings = settings or load_settings()
         self.progress = progress
         self.env: Environment | None = None

@@ -21,7 +21,9 @@ status``):
 
 and ours beside them: ``implementation`` (= ``name``), ``state`` (the supervisor's ``pending``
 | ``starting`` | ``ready`` | ``restarting`` | ``failed`` | ``stopping`` | ``stopped``), ``restarts``,
-``ready_after_s``, ``last_exit``, ``error``, ``log_file``.
+``ready_after_s``, ``last_exit``, ``error``, ``log_file``; for a replica on a Ray node
+(docs/scale-out.md) also ``placement`` (``ray``), ``instance``, ``replica``, ``node``,
+``node_id``, ``isolation`` and ``remote_pid`` (its process id on that node; ``pid`` is null).
 
 Processes that are not Gym servers (the built-in stub model, a private Ray head) are listed by
 ``/support_processes`` instead: ``name``, ``kind`` (``model`` | ``ray``), ``implementation``,
@@ -33,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 OURS = ("restarts", "ready_after_s", "last_exit", "error", "log_file")
+PLACED = ("placement", "instance", "replica", "node", "node_id", "isolation", "remote_pid")
 
 
 def server_instance(snap: dict[str, Any]) -> dict[str, Any]:
@@ -45,6 +48,7 @@ def server_instance(snap: dict[str, Any]) -> dict[str, Any]:
         out["start_time"] = snap["start_time"]
     out.update(status=None, uptime_seconds=snap.get("uptime_seconds"), implementation=snap.get("implementation"),
                state=snap.get("status"), **{k: snap.get(k) for k in OURS})
+    out.update({k: snap[k] for k in PLACED if k in snap})
     return out
 
 

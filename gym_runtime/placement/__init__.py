@@ -25,7 +25,7 @@ from typing import Any
 
 from gym_runtime.errors import UsageError
 
-KINDS = ("local",)
+KINDS = ("local", "ray")
 
 
 def make_placement(kind: str, env: Any) -> Any:
@@ -35,5 +35,9 @@ def make_placement(kind: str, env: Any) -> Any:
         from gym_runtime.placement.local import LocalPlacement
 
         return LocalPlacement(env)
+    if kind == "ray":
+        from gym_runtime.placement.on_ray import RayPlacement
+
+        return RayPlacement(env)
     raise UsageError(f"placement {kind!r} is not one of {', '.join(KINDS)}", code="GR-USAGE-PLACEMENT",
-                     hint="use local (this host)")
+                     hint="use --placement local (this host) or --placement ray (nodes of --ray-address)")

@@ -1,0 +1,170 @@
+"""Placement ``ray``: every server instance as replicas on nodes of a Ray cluster (docs/scale-out.md).
+
+The bring-up calls the same three stages on it as on :class:`~gym_runtime.placement.local.LocalPlacement`:
+
+* :meth:`RayPlacement.prepare` (phase "building venvs"): join the cluster, open the stable
+  addresses on this node (one per replica, a router per instance with several replicas, one for
+  the head server), and place every replica: Ray picks the node from the instance's
+  ``placement`` block, the node materialises the package and builds the venv. The first error
+  (a node without the Python, a failed build, no node that fits) stops the start, naming the
+  server and the node;
+* :meth:`RayPlacement.open` (phase "starting sandbox"): nothing left to do (each node started
+  its sandbox while being prepared);
+* :meth:`RayPlacement.add_servers` (phase "starting servers"): one supervised member per
+  replica, its launcher a :class:`~gym_runtime.placement.remote.ReplicaLauncher`.
+
+:meth:`RayPlacement.close` drops every actor and stable address and leaves the cluster when the
+daemon joined it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from gym_runtime.errors import StartError
+
+HEAD_NAME = "head server"
+
+
+def replica_names(instance: str, replicas: int) -> list[str]:
+    """Member names of an instance's replicas: the instance name for one, ``name.0``... for more."""
+    return [instance] if replicas == 1 else [f"{instance}.{i}" for i in range(replicas)]
+
+
+class RayPlacement:
+    """Servers on Ray nodes. ``env``: the :class:`~gym_runtime.supervise.bringup.Environment`
+    (request, settings, supervisor, egress policy, head address, progress)."""
+
+    kind = "ray"
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.cluster: Any = None
+        self.launchers: dict[str, Any] = {}  # member name -> ReplicaLauncher
+        self.addresses: dict[str, Any] = {}  # member name -> ReplicaAddress
+        self.routers: dict[str, Any] = {}  # instance -> Router (several replicas)
+        self.stable: dict[str, tuple[str, int]] = {}  # instance -> its one address
+        self.head_forward: Any = None
+
+    def open_handles(self) -> str:
+        """What closing waits on, for a stop report."""
+        return f"{sum(lz.actor is not None for lz in self.launchers.values())} replica actor(s)"
+
+    # ------------------------------------------------------------------ stages
+    async def prepare(self, merged: Any) -> None:
+        from gym_runtime.config.placement import placement_of
+        from gym_runtime.placement.addresses import ReplicaAddress
+        from gym_runtime.placement.cluster import connect
+        from gym_runtime.placement.package import package_digest
+        from gym_runtime.placement.replica import HEAD, free_inside_ports
+        from gym_runtime.ray_target import choose, wait_reachable
+
+        env, req = self.env, self.env.req
+        target = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, [])
+        if target.mode != "join":
+            raise StartError("--placement ray needs a Ray cluster to join, and none was given",
+                             code="GR-PLACE-NO-CLUSTER", hint="give its GCS address with --ray-address host:port "
+                             "(or 'auto' on a node of it), the config's ray_head_node_address, or RAY_ADDRESS")
+        env.ray, env.ray_inside = target, target.address
+        env._say(target.describe())
+        await asyncio.to_thread(wait_reachable, target.address, target.source, 30.0)
+        self.cluster = cluster = await asyncio.to_thread(connect, target.address, target.source)
+        host = cluster.node_ip
+        self.head_forward = ReplicaAddress(HEAD_NAME)
+        self.head_forward.point(tuple(env.head_addr))
+        head = await self.head_forward.start(host)
+        blocks = {n: placement_of(i.config) for n, i in merged.instances.items()}
+        for name, block in blocks.items():
+            for member in replica_names(name, block.replicas):
+                self.addresses[member] = ReplicaAddress(member)
+                await self.addresses[member].start(host)
+            self.stable[name] = await self._stable(name, block.replicas)
+        avoid = {p for _, p in env.egress.endpoints}
+        names = [*merged.instances, HEAD]
+        inside = dict(zip(names, free_inside_ports(len(names), avoid)))
+        stable = {**self.stable, HEAD: head}
+        digest = await asyncio.to_thread(package_digest, merged.package.root)
+        await self._place(merged, blocks, inside, stable, digest)
+
+    async def _stable(self, name: str, replicas: int) -> tuple[str, int]:
+        if replicas == 1:
+            return self.addresses[name].address
+        from gym_runtime.placement.router import Router
+
+        members = [self.addresses[m] for m in replica_names(name, replicas)]
+        router = self.routers[name] = Router(name, lambda: [a.target for a in members])
+        return await router.start(self.cluster.node_ip)
+
+    async def _place(self, merged: Any, blocks: dict[str, Any], inside: dict[str, int],
+                     stable: dict[str, tuple[str, int]], digest: str) -> None:
+        from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
+        from gym_runtime.placement.replica import ReplicaJob
+
+        env, req = self.env, self.env.req
+        s = env.settings
+        shipper = PackageShipper(str(merged.package.root))
+        for name, block in blocks.items():
+            for i, member in enumerate(replica_names(name, block.replicas)):
+                job = ReplicaJob(instance=name, replica=i, name=member, run_id=env.work_dir.name,
+                                 package_root=str(merged.package.root), package_digest=digest, data=merged.data,
+                                 secrets=merged.secrets, inside=inside, stable=stable, ray_address=self.cluster.address, policy=env.egress,
+                                 settings={"pin_mode": s.pin_mode, "pins": s.pins, "python": s.python},
+                                 python=req.python, isolation=req.isolation, require_full=req.require_isolation)
+                self.launchers[member] = ReplicaLauncher(self.cluster, job, block.ray_options(),
+                                                         self.addresses[member], shipper, env._say)
+        env._say(f"placing {len(self.launchers)} replica(s) on the Ray cluster at {self.cluster.address}")
+        results = await asyncio.gather(*(lz.place() for lz in self.launchers.values()), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+
+    async def open(self) -> None:
+        """Nothing left: each node started its sandbox while it was prepared."""
+
+    async def add_servers(self, merged: Any) -> None:
+        """One supervised member per replica; its launcher starts it on its node."""
+        from sandbox import ProcessSpec
+
+        for member, lz in self.launchers.items():
+            inst = merged.instances[lz.job.instance]
+            spec = ProcessSpec(member, ["<venv on its node>/bin/python", inst.entrypoint],
+                               f"{inst.server_type}/{inst.implementation}", {})
+            m = self.env._member(member, "server", spec, lz, None,
+                                 info={"server_type": inst.server_type, "implementation": inst.implementation,
+                                       "config_path": inst.name, "instance": inst.name,
+                                       "entrypoint": inst.entrypoint, "placement": "ray"})
+            m.public = self.addresses[member].address
+
+    # ------------------------------------------------------------------ what the rest of the daemon reads
+    def public(self) -> dict[str, tuple[str, int]]:
+        """Instance -> its stable address (the head server's config view)."""
+        return dict(self.stable)
+
+    def servers(self) -> dict[str, str]:
+        """Instance -> ``http://host:port`` of its stable address (the ready line, rollouts)."""
+        return {n: f"http://{h}:{p}" for n, (h, p) in self.stable.items()}
+
+    @property
+    def isolation(self) -> str:
+        """The lowest isolation level any replica got."""
+        order = ["none", "partial", "full"]
+        levels = [lz.facts.get("isolation") for lz in self.launchers.values() if lz.facts.get("isolation")]
+        return min(levels, key=order.index) if levels else "none"
+
+    def counts(self) -> dict[str, dict[int, int]]:
+        """Instance -> requests answered per replica, for instances behind a router."""
+        return {n: dict(r.counts) for n, r in self.routers.items()}
+
+    async def close(self) -> None:
+        """Drop every replica's actor, the routers and the forwards; leave the cluster if joined."""
+        await asyncio.gather(*(lz.close() for lz in self.launchers.values()), return_exceptions=True)
+        for router in self.routers.values():
+            with contextlib.suppress(Exception):
+                await router.stop()
+        for a in [*self.addresses.values(), self.head_forward]:
+            if a is not None:
+                a.close()
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.shutdown)

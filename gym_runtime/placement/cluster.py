@@ -20,6 +20,7 @@ was already connected keeps its own ``runtime_env``: its nodes need the same gym
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,14 +79,39 @@ def code_env() -> dict[str, Any]:
     return {"py_modules": [str(r) for r in roots], "env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}}
 
 
+def _driver_switches() -> None:
+    """Ray switches for a driver that is a long-running daemon with its own signal handling.
+
+    * ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1``: Ray's core worker otherwise installs a failure
+      handler for SIGTERM in the driver, which logs a stack and ends the process after the
+      daemon's own handler began its orderly stop (SIGABRT instead of exit 0).
+    * ``RAY_ENABLE_UV_RUN_RUNTIME_ENV`` off: a driver started under ``uv run`` (``uv run
+      gym-runtime up ...``) otherwise makes Ray upload the daemon's working directory to every
+      node and start workers with ``uv run`` there; the replica actors need only the runtime's own
+      modules (:func:`code_env`). Ray reads this switch when it is imported, so its constant is set
+      too."""
+    os.environ["RAY_DISABLE_FAILURE_SIGNAL_HANDLER"] = "1"  # read when Ray is imported: before any import
+    os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
+    import ray._private.ray_constants as ray_constants
+
+    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
+
+
 def connect(address: str, source: str) -> RayCluster:
     """Join the cluster at ``address`` (blocking: call from a worker thread). Raises
     :class:`StartError` ``GR-PLACE-RAY-VERSION`` (Ray or Python version differs from the
     cluster's) or ``GR-PLACE-RAY-CONNECT`` (anything else ``ray.init`` refuses)."""
+    import sys
+
+    if "ray" not in sys.modules:
+        _driver_switches()
     import ray
 
     owned = not ray.is_initialized()
     if owned:
+        _driver_switches()
+        quiet = logging.getLogger("ray._private.worker")  # "SIGTERM handler is not set": the daemon has its own
+        was, quiet.disabled = quiet.disabled, True
         try:
             ray.init(address=address, namespace=NAMESPACE, runtime_env=code_env(), log_to_driver=False,
                      logging_level=logging.WARNING, configure_logging=False)
@@ -104,5 +130,7 @@ def connect(address: str, source: str) -> RayCluster:
             raise StartError(f"ray: cannot join the cluster at {address} (from {source}): {e}",
                              code="GR-PLACE-RAY-CONNECT", hint="gym-runtime must run on a node of the cluster "
                              "(a Ray driver needs a raylet on its host)") from None
+        finally:
+            quiet.disabled = was
     ctx = ray.get_runtime_context()
     return RayCluster(ctx.gcs_address, ray.util.get_node_ip_address(), ctx.get_node_id(), owned)

@@ -133,10 +133,11 @@ class Runtime:
 
     @property
     def servers(self) -> dict[str, str | None]:
-        """Server instance name -> daemon-side base URL."""
+        """Server instance name -> its base URL from this host (the stable address of an instance
+        placed on Ray nodes)."""
         if not self.env:
             return {}
-        return {n: m.url for n, m in self.env.supervisor.members.items() if m.kind == "server"}
+        return self.env.placement.servers()
 
     def health(self) -> tuple[int, dict[str, Any]]:
         """Same as the head server's ``GET /health``: ``(200|503, body)``."""

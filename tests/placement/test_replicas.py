@@ -239,3 +239,20 @@ def test_nothing_of_a_replica_survives_its_close(cluster, driver, tmp_path: Path
     while psutil.pid_exists(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_python_api_places_on_ray_and_leaves_a_driver_it_did_not_start_connected(
+        cluster, driver, tmp_path: Path) -> None:
+    import ray
+
+    from gym_runtime import Runtime
+    from gym_runtime.supervise.options import SuperviseOptions
+
+    pkg = simple_env(tmp_path / "pkg")
+    with Runtime(pkg, placement="ray", ray_address=cluster.address, work_dir=tmp_path / "run",
+                 options=SuperviseOptions(shutdown_grace_s=2)) as rt:
+        assert rt.ready_info["placement"] == "ray" and set(rt.servers) == {"acme_math", "acme_agent"}
+        row = {"agent_ref": {"type": "responses_api_agents", "name": "acme_agent"}}
+        out = httpx.post(rt.head_url + "/rollouts/run", json={"examples": [row]}, trust_env=False, timeout=60)
+        assert out.json()["results"][0]["reward"] == 1.0
+    assert ray.is_initialized()  # this process was a Ray driver before: it stays one

@@ -1,0 +1,200 @@
+"""Scale-out figures (docs/scale-out.md): rollouts/s with 1, 2 and 4 replicas, and node-loss recovery.
+
+    python3 -m uv run python bench/scale.py [--rows 120] [--replicas 1 2 4]
+
+A real Ray cluster on this machine (a head and two workers, every node on 127.0.0.1:
+tests/helpers/ray_cluster.py) and ``gym-runtime up --placement ray`` as a subprocess, as a
+training job would run it. The environment: a resources server whose ``POST /verify`` holds
+50 ms and serves one request at a time per replica (latency-bound, so two cores can show
+scaling), and a threaded agent whose ``/run`` calls ``/verify`` through the resources server's
+stable address (the router when there are several replicas). Rows go through the head server's
+``POST /rollouts/run``.
+
+1. rollouts/s with N replicas of the resources server (goal: >= 0.8 x N times the 1-replica
+   figure), and the node of each replica;
+2. node loss: the resources server (one replica) on a worker whose raylet is killed; the time
+   until the loss is seen (its replica's exit) and until its stable address answers again from
+   the other worker (goal < 10 s).
+
+Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package  # noqa: E402
+from tests.helpers.ray_cluster import LocalRayCluster  # noqa: E402
+
+PEERS = r'''
+import json, os
+def peers():
+    """instance -> {key: value} of the 6-space keys of its block in NEMO_GYM_CONFIG_DICT (stdlib only)."""
+    out, cur = {}, None
+    for line in os.environ["NEMO_GYM_CONFIG_DICT"].splitlines():
+        if not line.startswith(" "):
+            cur = out.setdefault(line.rstrip(":"), {})
+        elif cur is not None and line.startswith("      ") and not line.startswith("       ") and ": " in line:
+            k, v = line.strip().split(": ", 1)
+            cur[k] = v.strip("'\"")
+    return out
+'''
+
+RESOURCES = PEERS + r'''
+import time
+from http.server import HTTPServer, BaseHTTPRequestHandler
+me = peers()[os.environ["NEMO_GYM_CONFIG_PATH"]]
+class H(BaseHTTPRequestHandler):  # HTTP/1.0: one request per connection, so no idle keep-alive blocks it
+    def _send(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200); self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_GET(self):
+        self._send({"status": "ok"})
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        if self.path == "/verify":
+            time.sleep(0.05)  # the verifier's work; one request at a time (HTTPServer is not threaded)
+        self._send({"reward": 1.0, "pid": os.getpid()})
+    def log_message(self, *a):
+        pass
+HTTPServer((me["host"], int(me["port"])), H).serve_forever()
+'''
+
+AGENT = PEERS + r'''
+import http.client
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+cfg = peers()
+me, res = cfg[os.environ["NEMO_GYM_CONFIG_PATH"]], cfg["acme_math"]
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def _send(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200); self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_GET(self):
+        self._send({"status": "ok"})
+    def do_POST(self):
+        row = self.rfile.read(int(self.headers.get("content-length", 0)))
+        c = http.client.HTTPConnection(res["host"], int(res["port"]), timeout=60)
+        c.request("POST", "/verify", body=row, headers={"content-type": "application/json"})
+        out = json.loads(c.getresponse().read()); c.close()
+        self._send(out)
+    def log_message(self, *a):
+        pass
+ThreadingHTTPServer((me["host"], int(me["port"])), H).serve_forever()
+'''
+
+
+def package(root: Path, math_placement: dict) -> Path:
+    return write_fixture_package(root, {
+        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": math_placement}}},
+        "acme_agent": {"responses_api_agents": {"acme_agent": {
+            "resources_server": {"type": "resources_servers", "name": "acme_math"},
+            "placement": {"num_cpus": 0.25}}}},
+    }, apps={"acme_math": RESOURCES, "acme_agent": AGENT})
+
+
+def rows(n: int) -> list[dict]:
+    return [{"agent_ref": {"type": "responses_api_agents", "name": "acme_agent"}, "i": i} for i in range(n)]
+
+
+def start(cluster: LocalRayCluster, pkg: Path, tmp: Path):
+    proc = up_process(pkg, tmp, "--placement", "ray", "--ray-address", cluster.address, "--shutdown-grace", "2",
+                      env=cluster.env)
+    return proc, json.loads(read_ready_line(proc, timeout=900))
+
+
+def stop(proc) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    finally:
+        kill_tree(proc)
+
+
+def throughput(cluster: LocalRayCluster, tmp: Path, replicas: int, n_rows: int) -> tuple[float, dict]:
+    pkg = package(tmp / f"pkg{replicas}", {"num_cpus": 0.25, "replicas": replicas})
+    proc, info = start(cluster, pkg, tmp / f"run{replicas}")
+    try:
+        head = info["head_server"]
+        with httpx.Client(trust_env=False, timeout=600) as c:
+            c.post(head + "/rollouts/run", json={"examples": rows(8)})  # warm connections
+            t0 = time.perf_counter()
+            out = c.post(head + "/rollouts/run", json={"examples": rows(n_rows)}).json()
+            took = time.perf_counter() - t0
+            ok = sum(1 for r in out["results"] if r.get("reward") == 1.0)
+            where = {i["process_name"]: i.get("node_id", "")[:8] for i in c.get(head + "/server_instances").json()}
+        assert ok == n_rows, out["results"][:3]
+        return n_rows / took, where
+    finally:
+        stop(proc)
+
+
+def node_loss(cluster: LocalRayCluster, tmp: Path) -> tuple[float, float, str]:
+    pkg = package(tmp / "pkg-loss", {"num_cpus": 1.5})  # only a worker (2 CPUs) fits, not the head (1 CPU)
+    proc, info = start(cluster, pkg, tmp / "run-loss")
+    try:
+        head, url = info["head_server"], info["servers"]["acme_math"]
+        table = {i["process_name"]: i for i in httpx.get(head + "/server_instances", trust_env=False).json()}
+        first = table["acme_math"]["node_id"]
+        name = next(n for n, i in cluster.node_ids.items() if i == first)
+        t0 = time.perf_counter()
+        cluster.kill_raylet(name)
+        seen = answered = None
+        with httpx.Client(trust_env=False, timeout=2) as c:
+            while answered is None and time.perf_counter() - t0 < 300:
+                now = {i["process_name"]: i for i in c.get(head + "/server_instances").json()}["acme_math"]
+                if seen is None and now["state"] != "ready":
+                    seen = time.perf_counter() - t0
+                if seen is not None:
+                    try:
+                        if c.get(url + "/").status_code == 200 and c.post(url + "/verify", json={}).status_code == 200:
+                            answered = time.perf_counter() - t0
+                    except httpx.HTTPError:
+                        pass
+                time.sleep(0.05)
+        return seen or -1.0, answered or -1.0, name
+    finally:
+        stop(proc)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=120, help="rows per measurement (default 120)")
+    ap.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
+    args = ap.parse_args()
+    cluster = LocalRayCluster()
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as d:
+        tmp = Path(d)
+        try:
+            t0 = time.perf_counter()
+            cluster.start({"a": {"num_cpus": 2, "resources": {"node_a": 1}},
+                           "b": {"num_cpus": 2, "resources": {"node_b": 1}}})
+            print(f"cluster: head + 2 workers on 127.0.0.1 in {time.perf_counter() - t0:.1f}s", flush=True)
+            base = None
+            for n in args.replicas:
+                rate, where = throughput(cluster, tmp, n, args.rows * n)
+                base = base or rate
+                nodes = ", ".join(f"{k}@{v}" for k, v in sorted(where.items()) if k.startswith("acme_math"))
+                print(f"replicas={n}: {rate:6.1f} rollouts/s  ({rate / base:.2f} x the 1-replica figure; goal >= "
+                      f"{0.8 * n:.1f} x)  [{nodes}]", flush=True)
+            seen, answered, name = node_loss(cluster, tmp)
+            print(f"node loss (worker {name}, raylet SIGKILLed): seen after {seen:.2f}s, the stable address "
+                  f"answered again after {answered:.2f}s (goal < 10 s)", flush=True)
+        finally:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

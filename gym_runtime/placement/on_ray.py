@@ -48,6 +48,10 @@ class RayPlacement:
         self.stable: dict[str, tuple[str, int]] = {}  # instance -> its one address
         self.head_forward: Any = None
 
+    def sandboxes(self) -> list[Any]:
+        """None on this host: every sandbox runs on a node (process accounting)."""
+        return []
+
     def open_handles(self) -> str:
         """What closing waits on, for a stop report."""
         return f"{sum(lz.actor is not None for lz in self.launchers.values())} replica actor(s)"

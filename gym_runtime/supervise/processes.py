@@ -58,7 +58,7 @@ def account(members: Iterable[Any], helpers: dict[int, str], daemon_pid: int | N
     owner: dict[int, tuple[str, str | None]] = {}
     for m in members:
         proc = getattr(m, "proc", None)
-        if proc is None or proc.poll() is not None:
+        if proc is None or proc.pid is None or proc.poll() is not None:  # no pid: it runs on a Ray node
             continue
         role = {"server": "server", "ray": "ray", "model": "model"}.get(m.kind, "other")
         for p in _subtree(proc.pid):

@@ -161,7 +161,7 @@ class LocalPlacement:
         env = self.env
         explicit = {n: i.port for n, i in merged.instances.items() if i.port}
         none_level = self.sandbox.level.value == "none"
-        servers_addr = env._servers_sock.getsockname()[:2]
+        servers_addr = env.servers_addr
         taken = {env.head_addr[1], servers_addr[1], *explicit.values()}
         if env.stub_url:
             taken.add(int(env.stub_url.rsplit(":", 1)[1].split("/")[0]))

@@ -76,8 +76,8 @@ class RayPlacement:
         await asyncio.to_thread(wait_reachable, target.address, target.source, 30.0)
         self.cluster = cluster = await asyncio.to_thread(connect, target.address, target.source)
         host = cluster.node_ip
-        self.head_forward = ReplicaAddress(HEAD_NAME)
-        self.head_forward.point(tuple(env.head_addr))
+        self.head_forward = ReplicaAddress(HEAD_NAME)  # to the head server's listener for servers (read-only routes)
+        self.head_forward.point(tuple(env.servers_addr))
         head = await self.head_forward.start(host)
         blocks = {n: placement_of(i.config) for n, i in merged.instances.items()}
         for name, block in blocks.items():

@@ -116,6 +116,7 @@ class Environment:
         self._head_sock = head_sock
         self._servers_sock = bind_listener("127.0.0.1", 0, "head server (the servers' listener)")
         self.head_addr = head_sock.getsockname()[:2]
+        self.servers_addr = self._servers_sock.getsockname()[:2]  # where servers reach it (placements)
         await self._start_head(head_sock)  # from here on `status` sees the phase and each server's state
         self._say(f"head server at {self.head.url} (GET /health shows the start-up)")
         self.on_head(self.head.url)

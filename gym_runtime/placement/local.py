@@ -47,6 +47,7 @@ class LocalPlacement:
     """Servers on this host. ``env``: the :class:`~gym_runtime.supervise.bringup.Environment`."""
 
     kind = "local"
+    close_step = ("sandbox (forwards, proxy, netns holder)", 5.0)  # teardown step: name, deadline (s)
 
     def __init__(self, env: Any) -> None:
         self.env = env

@@ -38,6 +38,7 @@ class RayPlacement:
     (request, settings, supervisor, egress policy, head address, progress)."""
 
     kind = "ray"
+    close_step = ("placement ray (replica actors, stable addresses)", 10.0)  # teardown step: name, deadline (s)
 
     def __init__(self, env: Any) -> None:
         self.env = env

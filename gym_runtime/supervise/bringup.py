@@ -291,8 +291,8 @@ class Environment:
                 for listener in (self._head_sock, self._servers_sock):
                     if listener is not None:
                         listener.close()
-            await td.step(f"placement {self.placement.kind} (sandbox, forwards, actors)", self.placement.close(),
-                          10.0, self.placement.open_handles)
+            step, deadline = self.placement.close_step
+            await td.step(step, self.placement.close(), deadline, self.placement.open_handles)
             if self.host_launcher is not None:
                 await td.step("stub model launcher", self.host_launcher.close(), 5.0,
                               lambda: f"{len(self.host_launcher.processes)} process handle(s)")

@@ -14,7 +14,9 @@ also on SIGKILL. On the node Ray chose from the replica's ``placement`` block it
    ``full``/``partial`` each peer instance and the head server answer inside the sandbox at the
    same ``127.0.0.1:<port>`` as everywhere, forwarded to their stable addresses on the daemon's
    node;
-4. starts the server (Gym's process contract, :mod:`gym_runtime.supervise.contract`) and
+4. starts the server (Gym's process contract, :mod:`gym_runtime.supervise.contract`; the
+   node's server resource limits; a server that joins the Ray cluster runs its tasks as a Ray
+   job in its own venv, :mod:`gym_runtime.supervise.ray_workers`) and
    publishes its port on the node's address; reports exits (:meth:`wait_exit`), its log
    (:meth:`read_log`) and stops it.
 
@@ -108,6 +110,7 @@ class ServerReplica:
         self.port: int | None = None
         self.proc: Any = None
         self.watchdog: Any = None
+        self.uses_ray = False  # the server joins the Ray cluster (its tasks run as a Ray job: ray_workers.py)
         self.facts: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ placement
@@ -177,8 +180,8 @@ class ServerReplica:
 
         job = self.job
         flag = inst.config.get("ray_enabled")
-        uses_ray = flag is not False and (bool(flag) or gym_sdk_venv(python))
-        if not uses_ray or not job.ray_address:
+        self.uses_ray = flag is not False and (bool(flag) or gym_sdk_venv(python)) and bool(job.ray_address)
+        if not self.uses_ray:
             return job.isolation
         target = RayTarget("join", job.ray_address, "placement", (inst.name,))
         return ray_level(target, job.isolation, job.require_full)
@@ -201,9 +204,9 @@ class ServerReplica:
                 await sb.expose_host_service(port, *job.stable[peer])
 
     def _spec(self, inst: Any, python: Path) -> Any:
-        from sandbox import ProcessSpec
+        from sandbox import ProcessSpec, ResourceLimits
 
-        from gym_runtime.supervise import contract
+        from gym_runtime.supervise import contract, ray_workers
 
         job = self.job
         if self.sandbox.level.value == "none":  # host network: peers at their stable addresses
@@ -217,9 +220,12 @@ class ServerReplica:
         text = contract.server_config_yaml(view, job.secrets, job.instance)
         sdir = Path(inst.server_dir.path)
         env = contract.server_env(job.instance, sdir, python, self.work, os.environ)
+        if self.uses_ray:  # its Ray tasks run in its venv with its PYTHONPATH, as for a server on the daemon's host
+            env.update(ray_workers.job_env(sdir, python))
+        limits = ResourceLimits(memory_mb=self.settings.server_memory_mb, pids=self.settings.server_pids)
         return ProcessSpec(job.name, [str(python), inst.entrypoint], sdir, env,
-                           read_only_paths=[sdir.parent.parent, python.parent.parent], writable_paths=[self.work],
-                           private_env=contract.private_env(text))
+                           read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
+                           writable_paths=[self.work], private_env=contract.private_env(text), limits=limits)
 
     # ------------------------------------------------------------------ the process
     async def spawn(self) -> dict[str, Any]:

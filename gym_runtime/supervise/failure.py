@@ -53,8 +53,9 @@ def seen(m: Member, now: float) -> str:
     if m.probe_path and m.probe_path.startswith(("/", "tcp")):
         bound = m.port_bound_s if m.port_bound_s is not None else (
             since if alive and port_listening(m.proc.app_pid() or m.proc.pid, m.port) else None)
-        parts.append(f"port {m.port} bound after {bound:.1f}s" if bound is not None else
-                     f"port {m.port} not bound" + (f" in {since:.1f}s" if alive else ""))
+        if m.port is not None:  # none: a replica on a Ray node, whose port is not on this host
+            parts.append(f"port {m.port} bound after {bound:.1f}s" if bound is not None else
+                         f"port {m.port} not bound" + (f" in {since:.1f}s" if alive else ""))
         if m.probe_path != "tcp":
             parts.append(f"GET {m.probe_path} not answered" + (f" ({m.probe_note})" if m.probe_note else "")
                          + (f" in the {since - bound:.1f}s since" if bound is not None and alive else ""))

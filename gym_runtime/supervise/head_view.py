@@ -12,11 +12,13 @@ from typing import Any
 
 def instances(env: Any) -> list[dict[str, Any]]:
     """``/server_instances``: every member's snapshot, and during start-up each configured server
-    that has none yet, with its venv build's state as ``status``."""
+    that has none yet, with its venv build's state as ``status`` (a server placed on Ray nodes has
+    a member per replica, each naming its ``instance``: docs/scale-out.md)."""
     members = env.supervisor.members
     rows = [m.snapshot() for m in members.values()]
+    have = {m.info.get("instance", m.name) for m in members.values()}
     for name, inst in (env.merged.instances.items() if env.merged else ()):
-        if name not in members:
+        if name not in have:
             rows.append({"name": name, "kind": "server", "server_type": inst.server_type,
                          "implementation": inst.implementation, "status": env.build_state.get(name, "pending"),
                          "url": None, "pid": None, "restarts": 0})
@@ -39,9 +41,13 @@ def health(env: Any) -> tuple[int, dict[str, Any]]:
 
 def logs(env: Any, name: str, n: int) -> dict[str, Any] | None:
     """``/servers/{name}/logs``: ``{"name", "log_file", "lines"}`` (the last ``n`` lines); for a
-    server still building its venv, ``log_file`` None and one line saying so; None for a name that
-    is no instance."""
+    server still building its venv, or placed on Ray nodes as several replicas (each has its own
+    log), ``log_file`` None and one line saying so; None for a name that is no instance."""
     m = env.supervisor.members.get(name)
+    replicas = [r for r, o in env.supervisor.members.items() if m is None and o.info.get("instance") == name]
+    if replicas:  # placed on Ray nodes as several replicas, each with its own log
+        return {"name": name, "log_file": None, "lines": [
+            f"[gym-runtime] {name} runs as replicas {', '.join(replicas)}; each has its own log"]}
     if m is None and env.merged is not None and name in env.merged.instances:
         return {"name": name, "log_file": None, "lines": [
             f"[gym-runtime] {name}: {env.build_state.get(name, 'pending')}; it has no server log yet"]}

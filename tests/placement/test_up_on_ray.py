@@ -58,6 +58,9 @@ def test_replicas_spread_over_both_workers_behind_one_address_and_rollouts_run(c
         assert info["placement"] == "ray" and info["ray"]["mode"] == "join"
         assert set(info["servers"]) == {"acme_math", "acme_agent"}
         table = instances(info["head_server"])
+        assert set(table) == {"acme_math.0", "acme_math.1", "acme_agent"}  # no row for the instance beside them
+        said = httpx.get(info["head_server"] + "/servers/acme_math/logs", trust_env=False, timeout=10).json()
+        assert said["log_file"] is None and "acme_math.0, acme_math.1" in said["lines"][0]
         reps = [table["acme_math.0"], table["acme_math.1"]]
         assert {r["node_id"] for r in reps} == {cluster.node_ids["a"], cluster.node_ids["b"]}
         assert [r["replica"] for r in reps] == [0, 1] and all(r["state"] == "ready" for r in reps)

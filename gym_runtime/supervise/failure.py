@@ -98,7 +98,7 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
     elif code == "GR-START-CRASH" and (readonly := [n for n, t in tails.items() if any(READ_ONLY in ln for ln in t)]):
         message = (f"{message}: {', '.join(readonly)} tried to write where the sandbox is read-only (its package "
                    "and venv are read-only; $HOME, its work dir, and /tmp are writable)")
-        hint = hint or ("the tree writes into its own install directory at start-up (e.g. clones or downloads next "
+        hint = ("the tree writes into its own install directory at start-up (e.g. clones or downloads next "
                         "to its code): ship that content in the package, or make the tree write under $HOME or /tmp")
     logs = [str(members[n].log.path) for n in pick]
     return StartError(f"{message} (phase: {phase}, {ready}/{len(members)} ready)", code=code, cause=cause,

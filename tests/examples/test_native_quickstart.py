@@ -89,7 +89,7 @@ def test_external_endpoint_and_failed_rollouts_exit_3(tmp_path: Path) -> None:
 
     rows = tmp_path / "rows.jsonl"
     lines = ROWS.read_text().splitlines()
-    failing = lines[2].replace("What is 17 * 23?", "[stub:error=503] What is 17 * 23?")
+    failing = lines[2].replace("What is 17 * 23?", "[stub:error=500] What is 17 * 23?")
     rows.write_text("\n".join([lines[2], failing]) + "\n")
     out = tmp_path / "out.jsonl"
     with start_stub(tmp_path, "--api-key", "sekret", "--model", "served", "--p-correct", "1.0") as stub:

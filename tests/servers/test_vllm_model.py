@@ -101,18 +101,22 @@ def test_a_session_sticks_to_one_replica(chain):
 
 
 def test_unreachable_upstream_is_a_502_naming_it(chain):
+    """An endpoint nobody listens on is retried until the instance's ``retry_deadline_seconds`` (1 s
+    here), then ``model_unavailable`` naming it and the deadline (docs/reliability.md)."""
     reply = post(chain["policy_down"] + "/v1/responses", {"input": "hi"})
     assert reply.status_code == 502
     error = reply.json()["error"]
     down_url = chain.config.instances["policy_down"]["responses_api_models"]["vllm_model"]["base_url"]
-    assert error["type"] == "upstream_error" and down_url in error["message"] and "unreachable" in error["message"]
+    assert error["type"] == "model_unavailable" and down_url in error["message"]
+    assert "gave up at its retry deadline of 1s" in error["message"]
 
 
 def test_upstream_error_status_is_a_502_naming_it(chain):
-    reply = post(chain["policy_plain"] + "/v1/responses", {"input": "fail please [stub:error=503]"})
+    """A status that a restarting vLLM never answers (500) is not retried: 502 at once."""
+    reply = post(chain["policy_plain"] + "/v1/responses", {"input": "fail please [stub:error=500]"})
     assert reply.status_code == 502
     error = reply.json()["error"]
-    assert error["upstream_status"] == 503 and chain.stubs[0].url in error["url"]
+    assert error["upstream_status"] == 500 and chain.stubs[0].url in error["url"]
     assert "stub error" in str(error["upstream_body"])
 
 

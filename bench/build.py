@@ -1,6 +1,6 @@
-"""Venv build figures (issue 3): cold build, warm rebuild, venvs built. Prints; asserts nothing.
+"""Venv build figures: cold build, warm rebuild, venvs built. Prints; asserts nothing.
 
-    python3 -m uv run python bench/build.py [--example examples/native-quickstart] [--servers 20]
+    ./uvw run python bench/build.py [--example examples/native-quickstart] [--servers 20]
 
 1. a 20-server package whose servers share one requirements set (tiny wheels on a ``file://``
    index, no PyPI): cold build (empty venv root, warm uv cache), warm rebuild, venvs built;

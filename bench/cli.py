@@ -1,6 +1,6 @@
 """CLI start-up figures: wall time of short commands as a user runs them. Prints; asserts nothing.
 
-    python3 -m uv run python bench/cli.py [--runs 15] [--bin PATH/TO/gym-runtime]
+    ./uvw run python bench/cli.py [--runs 15] [--bin PATH/TO/gym-runtime]
 
 Commands: ``--help``, ``status`` (no daemon running: the shortest path to an answer), ``validate``
 and ``config`` of the bundled example. Each is run ``--runs`` times after one unmeasured run;

@@ -1,6 +1,6 @@
-"""Egress and sandbox overhead figures (issue 4). Loopback only. Prints a table and one JSON line.
+"""Egress and sandbox overhead figures. Loopback only. Prints a table and one JSON line.
 
-    python3 -m uv run python bench/egress.py [--requests 300] [--runs 30] [--model-ms 0]
+    ./uvw run python bench/egress.py [--requests 300] [--runs 30] [--model-ms 0]
 
 1. Model-call latency (HTTP/1.1 keep-alive POSTs to a tiny asyncio "model" on host 127.0.0.1):
    direct from the host vs from inside the sandbox through the policy-endpoint TCP forward

@@ -1,7 +1,7 @@
 """Catalog sweep: trees of the ``nemo-gym`` 0.4.0 wheel under ``gym-runtime``, one at a time; prints
 figures, asserts nothing.
 
-    python3 -m uv run python bench/gym_catalog.py [--trees tree[:config.yaml],...] [--isolation LEVEL]
+    ./uvw run python bench/gym_catalog.py [--trees tree[:config.yaml],...] [--isolation LEVEL]
                                                   [--json OUT.json] [--markdown OUT.md]
 
 For each tree: package it unchanged with its agent and ``vllm_model``

@@ -1,6 +1,6 @@
 """Scale-out figures (docs/scale-out.md): rollouts/s with 1, 2 and 4 replicas, and node-loss recovery.
 
-    python3 -m uv run python bench/scale.py [--rows 120] [--replicas 1 2 4]
+    ./uvw run python bench/scale.py [--rows 120] [--replicas 1 2 4]
 
 A real Ray cluster on this machine (a head and two workers, every node on 127.0.0.1:
 tests/helpers/ray_cluster.py) and ``gym-runtime up --placement ray`` as a subprocess, as a

@@ -1,6 +1,6 @@
 """Stop ``gym-runtime up`` many times and print the distribution of stop times; asserts nothing.
 
-    python3 -m uv run python bench/stops.py [PKG] [--runs N] [--gym] [--signal INT|TERM] [--isolation LEVEL]
+    ./uvw run python bench/stops.py [PKG] [--runs N] [--gym] [--signal INT|TERM] [--isolation LEVEL]
 
 Each run: start ``up`` (venvs reused after the first run), wait for the ready line, send a burst of
 rollouts through ``POST /rollouts/run`` (so the sandbox's forwards carry traffic just before the

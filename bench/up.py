@@ -1,6 +1,6 @@
-"""Bench ``gym-runtime up`` (issue 5): prints figures, asserts nothing.
+"""Bench ``gym-runtime up``: prints figures, asserts nothing.
 
-    python3 -m uv run python bench/up.py [PKG] [--skip-gym]    # default: examples/native-quickstart
+    ./uvw run python bench/up.py [PKG] [--skip-gym]    # default: examples/native-quickstart
 
 Figures for the bundled example: time-to-ready with venvs cached (the first run builds or reuses
 them) and with NO venvs (an empty venv dir; uv cache warm), memory (RSS) of the whole process tree

@@ -128,13 +128,13 @@ class UsageError(GymRuntimeError):
 
 
 class PackageInvalidError(UserError):
-    """The environment package breaks one or more rules (DESIGN.md §3); see ``violations``."""
+    """The environment package breaks one or more rules (docs/architecture.md §3); see ``violations``."""
 
     code = "GR-PKG-INVALID"
 
 
 class ConfigError(UserError):
-    """The merged configuration is unusable (DESIGN.md §4); one or more ``violations``."""
+    """The merged configuration is unusable (docs/architecture.md §4); one or more ``violations``."""
 
     code = "GR-CONFIG"
 
@@ -152,7 +152,7 @@ class ServerRefNotFoundError(ConfigError):
 
 
 class DatasetError(UserError):
-    """Dataset rows (JSONL) that do not fit DESIGN.md §9; ``violations`` name line and field."""
+    """Dataset rows (JSONL) that do not fit docs/architecture.md §9; ``violations`` name line and field."""
 
     code = "GR-DATASET"
 

@@ -1,4 +1,4 @@
-"""Choose the Ray cluster servers use, explicitly and once (case C26, issue 5 "Ray").
+"""Choose the Ray cluster servers use, explicitly and once (case C26).
 
 Sources, first wins: ``--ray-address`` flag, the config's ``ray_head_node_address``, the
 ``RAY_ADDRESS`` variable of the daemon's environment. Values: ``host:port`` (a GCS address: join

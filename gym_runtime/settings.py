@@ -10,7 +10,7 @@ Variables (all optional):
 ``GYM_RUNTIME_HOME``                state root (default ``~/.cache/gym-runtime``): venvs, logs
 ``GYM_RUNTIME_VENV_DIR``            venv root (default ``$GYM_RUNTIME_HOME/venvs``)
 ``GYM_RUNTIME_UV_CACHE_DIR``        uv cache (default: uv's own default cache)
-``GYM_RUNTIME_PIN_MODE``            ``gym`` | ``auto`` (default) | ``none`` (DESIGN.md §5)
+``GYM_RUNTIME_PIN_MODE``            ``gym`` | ``auto`` (default) | ``none`` (docs/architecture.md §5)
 ``GYM_RUNTIME_PIN_NEMO_GYM``        image pin for ``nemo-gym`` (default 0.4.0)
 ``GYM_RUNTIME_PIN_RAY``             image pin for ``ray[default]`` (default: this runtime's ray, else 2.60.0;
                                     servers join the runtime's Ray cluster, so versions must match)

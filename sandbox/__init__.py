@@ -1,4 +1,4 @@
-"""Sandboxed server processes with an enforced egress allowlist (DESIGN.md §6, issue 4).
+"""Sandboxed server processes with an enforced egress allowlist (docs/architecture.md §6).
 
 Stable API (the daemon calls exactly this)::
 
@@ -53,9 +53,9 @@ Rules for the caller:
 * Cost: ``Sandbox.start`` ~20-60 ms (the first call also probes, ~60 ms; the holder start blocks the
   loop ~20 ms); ``spawn`` adds ~10-20 ms per server at full (bench/egress.py).
 * Orphans: at full/partial every descendant of a server lives in the sandbox's pid namespace (or
-  process group) and dies with it, also when the daemon is SIGKILLed. ``set_child_subreaper()`` is exported for a daemon that runs as
-  PID 1 in a container or wants level-none orphans reparented to itself; it must then reap them
-  (the sandbox does not call ``waitpid(-1)``, which would steal other children's exit codes).
+  process group) and dies with it, also when the daemon is SIGKILLed. In a container the daemon
+  runs under an init that reaps orphans (``tini``, docs/container.md); the sandbox never calls
+  ``waitpid(-1)``, which would steal other children's exit codes.
 * Errors: ``gym_runtime.errors.SettingsError`` (bad operator variables), ``IsolationError``
   (``require_full`` not satisfiable), ``StartError`` (spawn failed).
 """
@@ -66,7 +66,6 @@ from .policy import AllowEntry, Decision, EgressPolicy
 from .probe import IsolationLevel, IsolationReport, probe_isolation
 from .process import ExitInfo, SandboxedProcess
 from .core import Sandbox
-from .netns import set_child_subreaper
 
 __all__ = [
     "AllowEntry",
@@ -80,5 +79,4 @@ __all__ = [
     "Sandbox",
     "SandboxedProcess",
     "probe_isolation",
-    "set_child_subreaper",
 ]

@@ -3,7 +3,7 @@
 ``python -I -S _holder.py CTL_FD PARENT_PID``: unshares a user + network namespace (root inside,
 mapped to the caller's uid), brings ``lo`` up, then answers requests on the AF_UNIX SEQPACKET
 ``CTL_FD`` until it is closed (which ends the process and with it the namespaces).
-Measured design: reference/sandbox_tech.md §2.1.
+Measured design: docs/architecture.md §6.
 
 Requests (text, one per message) and replies (``OK ...`` plus fds via SCM_RIGHTS, or ``ERR msg``):
 

@@ -1,4 +1,4 @@
-"""The per-environment sandbox: network namespace + proxy + forwards + sandboxed processes (DESIGN.md §6)."""
+"""The per-environment sandbox: network namespace + proxy + forwards + sandboxed processes (docs/architecture.md §6)."""
 
 from __future__ import annotations
 

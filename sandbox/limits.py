@@ -1,6 +1,6 @@
 """Per-server resource limits: cgroups where writable (v2, else v1), else rlimits plus a psutil watcher.
 
-Measured here (reference/sandbox_tech.md §4): v1 memory/pids are writable as root; a hog over
+Measured here (docs/architecture.md §6): v1 memory/pids are writable as root; a hog over
 ``memory.limit_in_bytes`` is SIGKILLed in ~0.45 s. Without cgroups the sandbox's watcher
 (:class:`sandbox.core.Sandbox`) samples each tree's RSS and process count every second and
 kills a tree over its limit; the exit is then reported as ``memory-limit`` / ``pids-limit``.

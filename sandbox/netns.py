@@ -3,7 +3,7 @@
 One holder per sandbox (environment). It owns an unprivileged user namespace plus a network
 namespace with only ``lo``; sockets it creates stay bound to that namespace even after they
 are passed to the daemon, which is how the daemon serves the proxy and forwards *into* the
-namespace and dials *out* of it (reference/sandbox_tech.md §2.1). Requests are synchronous and
+namespace and dials *out* of it (docs/architecture.md §6). Requests are synchronous and
 take well under a millisecond; callers on the event loop may call them directly.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 HOLDER_SCRIPT = Path(__file__).with_name("_holder.py")
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS = 0x10000000, 0x40000000, 0x00020000
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_CAPBSET_DROP = 1, 36, 24
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP = 1, 24
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -32,11 +32,6 @@ class HolderError(OSError):
 def set_pdeathsig(sig: int = 9) -> None:
     """PR_SET_PDEATHSIG for the calling process (preexec_fn helper; follows the parent *thread*)."""
     _libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-
-
-def set_child_subreaper() -> bool:
-    """PR_SET_CHILD_SUBREAPER on this process, so orphaned descendants are reparented to it."""
-    return _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def setns(fd: int, nstype: int) -> None:

@@ -1,4 +1,4 @@
-"""The egress policy: which (host, port) a sandboxed server may reach (DESIGN.md §6, issue 4).
+"""The egress policy: which (host, port) a sandboxed server may reach (docs/architecture.md §6).
 
 Operator settings only (never job fields), read from the environment:
 
@@ -19,7 +19,7 @@ Decision order (first match wins), see :meth:`EgressPolicy.decide`:
 6. the operator list, then ``*.com`` / ``*.org``: a match with an allowed port is allowed
    ``allow:<entry>``; a name match on another port is denied ``port-not-allowed``; no match is
    ``no-match``. ``*.x.com`` matches any depth below ``x.com`` but not ``x.com`` itself (OpenSandbox
-   semantics, reference/nmp_env_packages.md §4.2). Ports: 80 and 443 unless the entry names one.
+   semantics, OpenSandbox's egress sidecar (OSEP-0001, FQDN-based egress control)). Ports: 80 and 443 unless the entry names one.
 7. with ``resolved`` addresses: every address must be outside the special ranges (private,
    loopback, link-local incl. metadata, CGNAT, reserved, multicast, unspecified, documentation,
    v4-mapped ...), else ``resolved-special:<ip>``. Policy endpoints and listed IPs skip this check.
@@ -44,7 +44,7 @@ _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
 _LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
 
-# Deny ranges: the NMP/NeMo-RL list (reference/nmp_env_packages.md §4.1) plus loopback, because a
+# Deny ranges: the NMP/NeMo-RL list (NeMo RL's sandbox egress policy, `nemo_rl/environments/sandbox/egress.py`) plus loopback, because a
 # *name* resolving to loopback would reach the daemon's host, not the sandbox's peers.
 SPECIAL_NETWORKS = tuple(
     ipaddress.ip_network(n)

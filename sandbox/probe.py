@@ -1,4 +1,4 @@
-"""Probe which isolation level this host allows (the ladder, DESIGN.md §6 and issue 4).
+"""Probe which isolation level this host allows (the ladder, docs/architecture.md §6).
 
 * ``full``: user + network namespace holder works, bubblewrap runs with its own pid namespace
   and a private ``/proc``.

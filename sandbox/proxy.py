@@ -1,4 +1,4 @@
-"""The allowlisting HTTP proxy and the plain TCP forwards, both asyncio (reference/sandbox_tech.md §2.4).
+"""The allowlisting HTTP proxy and the plain TCP forwards, both asyncio (docs/architecture.md §6).
 
 Proxy: ``CONNECT host:port`` and absolute-URI requests (``GET http://host:port/path``). Host and
 port come from the authority / URI, never from ``Host:``. The policy decides on the name the

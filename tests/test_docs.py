@@ -5,8 +5,8 @@
 - docs/architecture.md keeps its numbered sections (code cites them as ``docs/architecture.md §N``)
   and every such citation in the repository names a section that exists;
 - every relative link in the README, CONTRIBUTING.md and docs/ resolves to a file (and heading);
-- those documents name nothing outside the repository (machine paths, outside documents, tracker
-  entries).
+- those documents, and every other text file of the repository, name nothing outside the
+  repository (machine paths, outside documents, tracker entries).
 """
 
 from __future__ import annotations
@@ -104,4 +104,39 @@ OUTSIDE = [
 def test_docs_name_nothing_outside_the_repository(doc: Path) -> None:
     text = doc.read_text()
     found = [f"{why}: {m.group(0)!r}" for pattern, why in OUTSIDE for m in pattern.finditer(text)]
+    assert found == []
+
+
+# Elsewhere in the tree, home directories are real container paths and case inputs cite upstream
+# trackers (``owner/repo issue #N``); what must not appear is this project's own machine, its
+# outside documents and its own tracker entries ("issue 5").
+TREE_OUTSIDE = [
+    (re.compile(r"(?<![\w.])/work/"), "an absolute path of a machine"),
+    OUTSIDE[1],
+    (re.compile(r"\bissues? \d+\b", re.I), "a tracker entry"),
+]
+# Not the repository's own text: environments, caches, build output; this file spells the patterns.
+SKIP_DIRS = {".git", ".venv", ".uv-bootstrap", "__pycache__", ".hypothesis", ".pytest_cache", "build", "dist"}
+TEXT_SUFFIXES = {".py", ".md", ".toml", ".yaml", ".yml", ".txt", ".sh", ".cfg", ".ini", ".json", ".jsonl", ""}
+
+
+def _repository_text() -> list[Path]:
+    out = []
+    for p in sorted(ROOT.rglob("*")):
+        rel = p.relative_to(ROOT)
+        if p.is_file() and not SKIP_DIRS.intersection(rel.parts) and p.suffix in TEXT_SUFFIXES \
+                and p != Path(__file__).resolve() and p.stat().st_size < 2_000_000:
+            out.append(p)
+    return out
+
+
+def test_no_file_of_the_repository_names_anything_outside_it() -> None:
+    found = []
+    for p in _repository_text():
+        try:
+            text = p.read_text()
+        except UnicodeDecodeError:
+            continue
+        for pattern, why in TREE_OUTSIDE:
+            found += [f"{p.relative_to(ROOT)}: {why}: {m.group(0)!r}" for m in pattern.finditer(text)]
     assert found == []

@@ -1,6 +1,6 @@
 """``gym-runtime dry-run PKG --dataset ROWS.jsonl``: rollouts against a stub or real model, reward spread per row.
 
-Every row is checked before anything starts (DESIGN.md §9). The environment is brought up with
+Every row is checked before anything starts (docs/architecture.md §9). The environment is brought up with
 :class:`gym_runtime.Runtime` (the built-in stub model unless ``--policy-base-url`` is given), each
 row is sent ``--samples`` times to its agent's ``/run``, every result goes to ``--out``, and the
 environment is shut down. stdout: the reward table (or one JSON object with ``--json``); stderr:

@@ -1,4 +1,4 @@
-"""``gym-runtime up PKG``: start, supervise and serve an environment until SIGTERM/SIGINT (issue 5).
+"""``gym-runtime up PKG``: start, supervise and serve an environment until SIGTERM/SIGINT.
 
 stdout gets exactly ONE JSON line once every server answers (``{"status": "ready", "head_server",
 "servers", "isolation", "startup_s", ...}``); human progress goes to stderr. Exit codes: see

@@ -1,6 +1,6 @@
 """``gym-runtime validate PKG``: every package rule, one line per violation, machine-readable with --json.
 
-Beyond the layout (DESIGN.md §3) it checks what no packager validator does: wheel tags against
+Beyond the layout (docs/architecture.md §3) it checks what no packager validator does: wheel tags against
 a target (``--platform linux/amd64 --python 3.13``), the configuration (merge, server
 instances, references), and what the venv builder's preflight knows statically about each
 server's install file (:func:`gym_runtime.venvs.preflight.package_checks`: unparseable files and

@@ -1,4 +1,4 @@
-"""Configuration: merge, resolve, find server instances, check references (DESIGN.md §4).
+"""Configuration: merge, resolve, find server instances, check references (docs/architecture.md §4).
 
 ``build_config(package, overrides, policy)`` runs the stages in order:
 

@@ -1,4 +1,4 @@
-"""Find server instances in the merged config and check their shape (DESIGN.md §4).
+"""Find server instances in the merged config and check their shape (docs/architecture.md §4).
 
 A server instance is a top-level key ``<instance>: {<server_type>: {<implementation>: {entrypoint, ...}}}``
 (Gym's ``config_types.py``). Rules checked here, each a violation naming the instance and file:
@@ -27,7 +27,7 @@ from gym_runtime.package.layout import SERVER_TYPES, ServerDir, is_regular_file
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 DOMAINS = ("math", "coding", "agent", "knowledge", "instruction_following", "long_context", "safety", "games",
            "translation", "e2e", "rlhf", "other")
-# Reserved top-level keys of Gym's global config (reference/nemo_gym_runtime.md §1.4): never instances.
+# Reserved top-level keys of Gym's global config (NeMo Gym 0.4.0 `nemo_gym/global_config.py`, reserved top-level keys): never instances.
 RESERVED = {"config_paths", "entrypoint", "default_host", "head_server", "disallowed_ports", "head_server_deps",
             "python_version", "ray_head_node_address", "port_range_low", "port_range_high", "policy_base_url",
             "policy_api_key", "policy_model_name"}

@@ -1,6 +1,6 @@
 """Merge a package's ``config_paths`` with OmegaConf, remembering which source set each key.
 
-Order (later wins, DESIGN.md §4): the config files in manifest order, then ``key=value``
+Order (later wins, docs/architecture.md §4): the config files in manifest order, then ``key=value``
 overrides, then the job's ``policy_base_url`` / ``policy_api_key`` / ``policy_model_name``.
 Mappings merge key by key; a list in a later source **replaces** the earlier list whole (OmegaConf's
 rule, so a package means the same under Gym's own launcher), and every such replacement is

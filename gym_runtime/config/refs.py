@@ -1,4 +1,4 @@
-"""Server references: any mapping ``{type: <server_type>, name: <instance>}`` (DESIGN.md §4).
+"""Server references: any mapping ``{type: <server_type>, name: <instance>}`` (docs/architecture.md §4).
 
 Gym checks only direct fields of an instance's config; we walk the whole instance config
 (nested mappings and lists too), so a reference hidden one level down fails early as well.

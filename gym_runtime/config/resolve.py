@@ -39,7 +39,7 @@ _FLAG_FOR_POLICY = {"policy_base_url": "--policy-base-url URL", "policy_model_na
 
 def _override(key: str) -> str:
     """``, or give the override KEY=VALUE`` — empty for a secret key: API keys never go on a
-    command line (DESIGN.md §4), so only variables and config files are suggested for them."""
+    command line (docs/architecture.md §4), so only variables and config files are suggested for them."""
     return "" if is_secret_key(key) else f", or give the override {key}=VALUE"
 
 

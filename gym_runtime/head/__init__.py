@@ -1,1 +1,1 @@
-"""The head server: Gym's head endpoints plus health, logs and rollouts (DESIGN.md §7)."""
+"""The head server: Gym's head endpoints plus health, logs and rollouts (docs/architecture.md §7)."""

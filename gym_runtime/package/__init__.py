@@ -1,4 +1,4 @@
-"""Environment packages: the manifest, layout rules, wheelhouse (DESIGN.md §3)."""
+"""Environment packages: the manifest, layout rules, wheelhouse (docs/architecture.md §3)."""
 
 from gym_runtime.package.layout import SERVER_TYPES, ServerDir
 from gym_runtime.package.loader import Package, check_package, load_package

@@ -1,11 +1,11 @@
-"""Package layout rules that need the filesystem (DESIGN.md §3).
+"""Package layout rules that need the filesystem (docs/architecture.md §3).
 
 - every ``config_paths`` entry exists, is a regular file, is not (and is not reached through) a
   symlink, and stays inside the package after resolution;
 - no ``.jsonl`` anywhere (datasets are a separate input);
 - each ``{server_type}/{implementation}/`` directory holds exactly one of ``requirements.txt`` /
   ``pyproject.toml`` — a directory with neither is reported, since a built-in of the same name
-  would otherwise silently shadow it (reference/nmp_env_packages.md §1.4).
+  would otherwise silently shadow it (NeMo Gym's configuration rules for environment packages).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ WHEELS_FORMATS = ("wheels-v1", "adapter-wheels-v1")
 
 @dataclass(frozen=True)
 class Package:
-    """A validated environment package (DESIGN.md §3).
+    """A validated environment package (docs/architecture.md §3).
 
     ``config_files`` are absolute paths in manifest order; ``wheels`` the vendored closure
     (empty for native-v1); ``server_dirs`` the package's own server trees keyed by

@@ -1,6 +1,6 @@
 """The manifest ``nemo-environment.yaml``: a closed pydantic schema discriminated on ``format``.
 
-Contract: DESIGN.md §3 and reference/nmp_env_packages.md §1.2 (NMP's ``schemas/environment.py`` and
+Contract: docs/architecture.md §3 and NMP's environment package schema, `schemas/environment.py` (NMP's ``schemas/environment.py`` and
 ``sandboxed_gym/environment_package.py``). Unknown keys are rejected everywhere. Path rules that
 need the filesystem (existence, symlinks, containment after resolution) live in ``layout.py``;
 this module checks only what the manifest text alone can tell.

@@ -1,1 +1,1 @@
-"""Rollouts: dataset rows, dispatch to agents, group statistics and the dry-run report (DESIGN.md §9)."""
+"""Rollouts: dataset rows, dispatch to agents, group statistics and the dry-run report (docs/architecture.md §9)."""

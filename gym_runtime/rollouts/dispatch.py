@@ -1,6 +1,6 @@
 """Send dataset rows to their agents' ``/run`` with bounded concurrency (head ``/rollouts/run``, dry-run).
 
-A row names its agent with ``agent_ref: {type: responses_api_agents, name: <instance>}`` (DESIGN.md
+A row names its agent with ``agent_ref: {type: responses_api_agents, name: <instance>}`` (docs/architecture.md
 §9); the whole row is POSTed as JSON to ``<agent url>/run``, as Gym's rollout collection does.
 Results keep the row's index; a row that fails gets ``{"error": {"code", "message"}}`` instead of
 stopping the batch. Codes: ``GR-ROLLOUT-AGENT-REF`` (no or unknown agent), ``GR-ROLLOUT-HTTP``

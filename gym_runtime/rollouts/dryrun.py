@@ -1,6 +1,6 @@
 """A dry-run: check rows, bring the environment up, sample every row k times, shut down, report.
 
-Order (issue 7): the package, its configuration and EVERY dataset row are checked before anything
+Order: the package, its configuration and EVERY dataset row are checked before anything
 starts (a bad row costs no venv build); then :class:`gym_runtime.Runtime` brings the environment
 up (the built-in stub model unless a policy URL is given), each row goes k times to its agent's
 ``/run`` (:func:`gym_runtime.rollouts.sampler.sample_rows`), every result is appended to the

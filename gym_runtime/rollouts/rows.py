@@ -1,6 +1,6 @@
 """Dataset rows (the dry-run input): read a JSONL file and check every row before anything starts.
 
-Contract: DESIGN.md §9 and reference/nmp_env_packages.md §1.5-§1.6 (NMP's ``GymDatasetRow`` /
+Contract: docs/architecture.md §9 and NMP's `GymDatasetRow` schema (NMP's ``GymDatasetRow`` /
 ``GymVerifiersDatasetRow``, Gym's ``verifiers_agent`` run request). One JSON object per line:
 
 - required: ``responses_create_params`` (a mapping whose ``input`` is a non-empty string or a

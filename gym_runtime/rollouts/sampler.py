@@ -1,4 +1,4 @@
-"""Send each dataset row k times to its agent's ``/run`` and time every rollout (dry-run, DESIGN.md §9).
+"""Send each dataset row k times to its agent's ``/run`` and time every rollout (dry-run, docs/architecture.md §9).
 
 The HTTP call and its per-row error shapes are :func:`gym_runtime.rollouts.dispatch.run_row`'s;
 this module adds the k samples, a bound on rollouts in flight, a per-rollout wall time, the

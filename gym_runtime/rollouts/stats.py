@@ -1,4 +1,4 @@
-"""Group statistics of a dry-run: per-row reward spread and a run summary (DESIGN.md §9).
+"""Group statistics of a dry-run: per-row reward spread and a run summary (docs/architecture.md §9).
 
 GRPO normalises each reward by its group (the k samples of one prompt): a group whose rewards
 are all equal has zero advantage everywhere and teaches nothing. So each row reports mean,

@@ -1,4 +1,4 @@
-"""An OpenAI-compatible stub of a vLLM server for local runs and tests (DESIGN.md §8).
+"""An OpenAI-compatible stub of a vLLM server for local runs and tests (docs/architecture.md §8).
 
 ``create_app(seed, model, ...)`` builds the FastAPI app; ``python -m gym_runtime.stub_model
 --host H --port P [--seed S] [--model NAME]`` serves it. See :mod:`gym_runtime.stub_model.app`

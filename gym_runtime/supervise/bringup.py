@@ -1,6 +1,6 @@
 """Bring an environment up and down on the running event loop: the stages of ``gym-runtime up``.
 
-Data flows one way (DESIGN.md §2): Package -> MergedConfig -> venvs -> Sandbox + ports -> members
+Data flows one way (docs/architecture.md §2): Package -> MergedConfig -> venvs -> Sandbox + ports -> members
 (stub model, private Ray, servers) -> Supervisor + head server. :class:`Environment` keeps what
 each stage returned; :meth:`Environment.stop` undoes them in reverse, from any phase (a stop while
 venvs build cancels the build). *Where* the servers run is one seam, the placement

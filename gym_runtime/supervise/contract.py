@@ -1,4 +1,4 @@
-"""Gym's server-process contract (DESIGN.md §7; reference/nemo_gym_runtime.md §3.1, §3.9, §11.1).
+"""Gym's server-process contract (docs/architecture.md §7; NeMo Gym 0.4.0 `nemo_gym/cli/env.py` `RunHelper.start` and `nemo_gym/server_utils.py` `SimpleServer.run_webserver`).
 
 * cwd = the server directory; argv = ``<venv>/bin/python <entrypoint>`` (no shell, no secrets);
 * env ``NEMO_GYM_CONFIG_DICT`` = the server's own view of the merged YAML (:func:`server_config_yaml`:

@@ -1,4 +1,4 @@
-"""No server process outlives the daemon (DESIGN.md §7, case C05).
+"""No server process outlives the daemon (docs/architecture.md §7, case C05).
 
 * :class:`Watchdog`: a tiny separate process (:mod:`gym_runtime.supervise.watchdog`) told about
   each server process group; if the daemon dies without saying ``exit`` (SIGKILL), it SIGKILLs

@@ -4,7 +4,7 @@ ONE head per environment, started as a supervised sandboxed process (``ray start
 in the sandbox network namespace, so servers reach its GCS at ``127.0.0.1:<port>`` and nothing
 outside the sandbox can. It runs from a server venv's own ``bin/ray`` when one has Ray: a Ray
 driver refuses a cluster started by another Ray or Python version, and Gym's venvs pin
-``ray[default]`` to one version (reference/nemo_gym_runtime.md §4). Its temp dir is short (unix
+``ray[default]`` to one version (NeMo Gym 0.4.0 `nemo_gym/global_config.py`, the `ray[default]` pin). Its temp dir is short (unix
 socket paths are limited to 107 bytes) and shared read-write with the servers, whose drivers
 connect to the raylet's sockets there; it is removed when the environment stops.
 

@@ -1,4 +1,4 @@
-"""Readiness probes (DESIGN.md §7, reference/nemo_gym_runtime.md §3.5).
+"""Readiness probes (docs/architecture.md §7, NeMo Gym 0.4.0 `nemo_gym/cli/env.py`, readiness polling).
 
 A server is ready when ``GET http://host:port/`` gets *any* HTTP answer (never from a log line,
 case C24). A model endpoint answers when ``GET <base_url>/models`` gets any status, whatever the

@@ -5,7 +5,7 @@ Shape taken from honcho's ``manager.py`` (STYLE.md): watchers and probes only *p
 to one queue; :meth:`Supervisor._loop` decides (record, restart with backoff, fail, shut down). Signals
 only call :meth:`Supervisor.request_stop`.
 
-Contract (DESIGN.md §7, issue 5): a child's exit is seen at once (its pidfd is watched by the
+Contract (docs/architecture.md §7): a child's exit is seen at once (its pidfd is watched by the
 loop); any exit the daemon did not ask for is a failure even with status 0 (case C24) and is
 restarted after ``backoff`` up to ``max_restarts``, then the environment is failed, except that an
 exit during start-up repeating the previous start-up exit (same status, same last log line) fails

@@ -1,4 +1,4 @@
-"""The watchdog process: kills every server process group once the daemon is gone (issue 5, C05).
+"""The watchdog process: kills every server process group once the daemon is gone (C05).
 
 Run as a plain script (``python -I -S watchdog.py DAEMON_PID``, no imports beyond the stdlib) in
 its own session, so a signal to the daemon's process group does not reach it. It reads lines from

@@ -1,4 +1,4 @@
-"""Build the planned venvs: reuse by digest, lock, build in a temp dir, mark, rename (DESIGN.md §5).
+"""Build the planned venvs: reuse by digest, lock, build in a temp dir, mark, rename (docs/architecture.md §5).
 
 Per venv: if ``<venv>/.gym-runtime-ready`` holds the digest, it is reused without any uv call.
 A venv built for servers that had another venv before says why (:mod:`gym_runtime.venvs.reasons`).

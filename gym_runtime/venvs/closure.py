@@ -1,4 +1,4 @@
-"""Prove, offline, that ``wheels/`` holds a server's whole closure (wheels formats, DESIGN.md §5).
+"""Prove, offline, that ``wheels/`` holds a server's whole closure (wheels formats, docs/architecture.md §5).
 
 Stage 2 installs the vendored closure with the index off. Run after stage 1, a gap in
 ``wheels/`` hides behind what stage 1 already took from the index (the build passes while the

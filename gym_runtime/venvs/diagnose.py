@@ -2,7 +2,7 @@
 
 Every diagnosis names the server(s), the stage, the file, the cause (uv's own error block,
 complete, plus what we worked out) and the fix, and points at the log. Recognised causes
-(DESIGN.md §5 and the issue; each has a case test):
+(docs/architecture.md §5 and the issue; each has a case test):
 
 ====================================  ===========================================================
 code                                  when

@@ -1,6 +1,6 @@
 """Content digests: file sha256s (cached by stat) and the digest of a venv plan.
 
-A venv is reused only when its marker holds the digest of every input (DESIGN.md §5, case C01):
+A venv is reused only when its marker holds the digest of every input (docs/architecture.md §5, case C01):
 the rendered install file, injected pins and their mode, hash mode, the interpreter (path and
 exact version), the uv version, the sha256 of every file in the wheel pool, the stage-2 closure,
 uv's honoured index settings, and the contents of local path requirements. A wheel rebuilt

@@ -1,10 +1,10 @@
-"""The install plan: one :class:`VenvPlan` per distinct set of inputs (DESIGN.md §5).
+"""The install plan: one :class:`VenvPlan` per distinct set of inputs (docs/architecture.md §5).
 
 For each server instance: its install file (parsed, Gym's SDK line replaced), the image pins in
 the configured mode, the interpreter, the wheel pool (``wheels/``) and whether stage 2 (offline
 closure install) runs. Pin modes (runtime setting ``pin_mode``):
 
-- ``gym``: every pin is installed into every venv (Gym's contract, reference/nemo_gym_runtime.md §1.8);
+- ``gym``: every pin is installed into every venv (Gym's contract, NeMo Gym 0.4.0 `nemo_gym/global_config.py`, the openai/ray pins of server venvs);
 - ``auto`` (default): the full set for servers that reference the Gym SDK, the pins only as
   constraints elsewhere (a server that installs ray or openai gets the pinned version);
 - ``none``: no pins.

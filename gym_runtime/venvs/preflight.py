@@ -198,7 +198,7 @@ def _offline_checks(vp: VenvPlan) -> list[Violation]:
 def package_checks(package: Package) -> list[Violation]:
     """:func:`source_checks` for every server directory of ``package``, for ``gym-runtime validate``:
     fast and offline (install files and ``wheels/`` file names are read, nothing is resolved or
-    hashed). Agents and resources servers of a wheels format install offline (DESIGN.md §5, stage 2).
+    hashed). Agents and resources servers of a wheels format install offline (docs/architecture.md §5, stage 2).
     An install file that cannot be read or parsed is a ``GR-BUILD-INSTALL-FILE`` violation."""
     out: list[Violation] = []
     pool = read_pool_entries(package.wheels_dir)

@@ -1,4 +1,4 @@
-"""The steps of one venv build, each one uv call with its own log (DESIGN.md §5).
+"""The steps of one venv build, each one uv call with its own log (docs/architecture.md §5).
 
 1. ``venv``: ``uv venv --relocatable`` from the planned interpreter (never downloaded);
    then, for a venv with stage 2, ``closure``: ``wheels/`` alone must satisfy the install file and

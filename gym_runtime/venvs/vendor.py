@@ -1,8 +1,8 @@
-"""``vendor``: build a complete ``wheels/`` closure for a target platform and Python (issue 3).
+"""``vendor``: build a complete ``wheels/`` closure for a target platform and Python.
 
 The closure covers every server's install file (Gym's SDK line replaced by the pinned
 ``nemo-gym``), the image pins (``nemo-gym``, ``ray[default]``, ``openai``) and ``pip`` (needed to
-seed a venv offline, reference/nmp_env_packages.md §1.6). Resolution is uv's cross-platform
+seed a venv offline, NMP's two-stage dependency install). Resolution is uv's cross-platform
 ``uv pip compile --python-version X.Y --python-platform <arch>-manylinux_2_<glibc>``; files are
 then taken from the old ``wheels/`` (kept as candidates, e.g. a fork build, case C09) or the
 index, choosing for each ``name==version`` the wheel with the most specific tag the target

@@ -1,4 +1,4 @@
-"""Reading a server's own config the way Gym's servers do (DESIGN.md §7; nemo_gym_runtime.md §1.5, §3.9).
+"""Reading a server's own config the way Gym's servers do (docs/architecture.md §7; NeMo Gym 0.4.0 `nemo_gym/config_types.py` and `nemo_gym/server_utils.py`).
 
 The daemon starts ``python app.py`` with ``NEMO_GYM_CONFIG_DICT`` = the merged YAML of every
 instance (``<name>: {<server_type>: {<impl>: {host, port, ...}}}`` plus ``head_server``) and

@@ -1,4 +1,4 @@
-"""Routes every resources server has (nemo_gym_runtime.md §6.1), and reading a Responses output.
+"""Routes every resources server has (NeMo Gym 0.4.0 `nemo_gym/base_resources_server.py`), and reading a Responses output.
 
 ``POST /seed_session`` (``{}`` -> ``{}``), ``POST /verify`` (the run request plus ``response`` ->
 the same plus ``reward`` in [0, 1]; missing ``responses_create_params`` or ``response`` -> 422),

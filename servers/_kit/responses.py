@@ -1,4 +1,4 @@
-"""Responses API <-> Chat Completions, the mapping Gym's vllm_model performs (nemo_gym_runtime.md §5).
+"""Responses API <-> Chat Completions, the mapping Gym's vllm_model performs (NeMo Gym 0.4.0 `responses_api_models/vllm_model/app.py`).
 
 Request side (:func:`to_chat_request`): ``input`` items ``message`` / ``reasoning`` /
 ``function_call`` / ``function_call_output`` become chat messages (a string input is one user

@@ -1,6 +1,6 @@
 """The skeleton every built-in server shares: context, FastAPI app, sessions, errors, uvicorn.
 
-- ``GET /`` answers ``{"status": "ok"}`` (readiness: any HTTP answer, DESIGN.md §7).
+- ``GET /`` answers ``{"status": "ok"}`` (readiness: any HTTP answer, docs/architecture.md §7).
 - Session: a cookie ``gym_session_<instance>`` holding a random id, set when absent and readable
   as ``request.state.session_id`` (Gym keeps one per caller in a signed cookie; agents carry all
   cookies along, so any name works across implementations).
@@ -64,7 +64,7 @@ class ServerContext:
 
 
 def load_context(server_type: str) -> ServerContext:
-    """Read this process's identity and config from the environment (DESIGN.md §7)."""
+    """Read this process's identity and config from the environment (docs/architecture.md §7)."""
     global_config = load_global_config()
     name = instance_name()
     kind, impl, _ = find_instance(global_config, name)

@@ -1,4 +1,4 @@
-"""Server instances and references (DESIGN.md §4; cases C03, C04, C22 in their own tests)."""
+"""Server instances and references (docs/architecture.md §4; cases C03, C04, C22 in their own tests)."""
 
 from __future__ import annotations
 

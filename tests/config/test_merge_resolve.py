@@ -1,4 +1,4 @@
-"""Merge order, provenance, overrides, and one report of every missing value (DESIGN.md §4, C02/C20)."""
+"""Merge order, provenance, overrides, and one report of every missing value (docs/architecture.md §4, C02/C20)."""
 
 from __future__ import annotations
 

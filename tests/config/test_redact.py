@@ -1,4 +1,4 @@
-"""Secrets are masked in every dump, and the masked keys are listed (DESIGN.md §4)."""
+"""Secrets are masked in every dump, and the masked keys are listed (docs/architecture.md §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Real input (issue 5): a NeMo Gym 0.4.0 environment from the PyPI wheel, unchanged, run by
+"""Real input: a NeMo Gym 0.4.0 environment from the PyPI wheel, unchanged, run by
 ``gym-runtime up`` with the stub model as policy; ``/rollouts/run`` returns rewards.
 
 The three Gym servers call ``ray.init`` at start-up, so the daemon starts ONE private Ray head

@@ -1,6 +1,6 @@
 """Start Gym-shaped servers and the stub model as real subprocesses on loopback (tests only).
 
-A server is started exactly as the daemon does (DESIGN.md §7): cwd = the server directory,
+A server is started exactly as the daemon does (docs/architecture.md §7): cwd = the server directory,
 argv = ``<python> app.py``, env = ``NEMO_GYM_CONFIG_DICT`` (the YAML of every instance plus
 ``head_server``), ``NEMO_GYM_CONFIG_PATH`` (the instance name), ``PYTHONPATH`` (the server dir)
 and nothing else but ``PATH`` and loopback ``NO_PROXY``.

@@ -1,4 +1,4 @@
-"""Build small, valid environment packages (DESIGN.md §3) and tiny wheels for tests.
+"""Build small, valid environment packages (docs/architecture.md §3) and tiny wheels for tests.
 
 ``make_package(root, fmt)`` writes a package of format ``native-v1``, ``wheels-v1`` or
 ``adapter-wheels-v1`` that passes ``gym-runtime validate`` with every implementation inside the

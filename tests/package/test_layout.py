@@ -1,4 +1,4 @@
-"""Layout rules that need the filesystem (DESIGN.md §3): config files, symlinks, .jsonl, server dirs."""
+"""Layout rules that need the filesystem (docs/architecture.md §3): config files, symlinks, .jsonl, server dirs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Manifest rules (DESIGN.md §3): each broken rule yields its code and names file and key."""
+"""Manifest rules (docs/architecture.md §3): each broken rule yields its code and names file and key."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wheelhouse rules and wheel tags against a target (DESIGN.md §3; packaging.tags semantics)."""
+"""Wheelhouse rules and wheel tags against a target (docs/architecture.md §3; packaging.tags semantics)."""
 
 from __future__ import annotations
 

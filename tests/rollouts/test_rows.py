@@ -1,4 +1,4 @@
-"""Dataset rows are checked before anything starts, each problem naming its line and field (DESIGN.md §9)."""
+"""Dataset rows are checked before anything starts, each problem naming its line and field (docs/architecture.md §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Group statistics: per-row mean/std/min/max/failures and the "no GRPO signal" flag (DESIGN.md §9)."""
+"""Group statistics: per-row mean/std/min/max/failures and the "no GRPO signal" flag (docs/architecture.md §9)."""
 
 from __future__ import annotations
 

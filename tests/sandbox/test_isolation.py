@@ -1,4 +1,4 @@
-"""Full isolation (issue 4): pid namespace, read-only venv and package, no capabilities, the exact
+"""Full isolation: pid namespace, read-only venv and package, no capabilities, the exact
 environment, peers over the sandbox loopback, published ports, the head server exposed inside,
 graceful stop through the pidfd."""
 

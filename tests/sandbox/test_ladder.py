@@ -1,4 +1,4 @@
-"""The isolation ladder at simulated lower levels (issue 4). Each simulation runs a daemon stand-in
+"""The isolation ladder at simulated lower levels. Each simulation runs a daemon stand-in
 inside a bubblewrap sandbox that takes one capability away, for real:
 
 * ``--disable-userns``: no user namespaces (like user.max_user_namespaces=0 or a seccomp block) -> none;
@@ -71,7 +71,7 @@ def test_missing_bubblewrap_gives_partial_netns_only(tmp_path, plain_python):
 
 def test_root_without_sys_admin_stays_full(tmp_path, plain_python, full_available):
     """The Kubernetes default capability set (no CAP_SYS_ADMIN / CAP_NET_ADMIN): the unprivileged
-    user-namespace path still gives full isolation (reference/sandbox_tech.md §6, column B)."""
+    user-namespace path still gives full isolation (docs/architecture.md §6)."""
     import shlex
     import shutil
 

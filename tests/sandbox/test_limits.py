@@ -1,4 +1,4 @@
-"""Resource limits (issue 4): a server over its memory limit is stopped and reported as such, by the
+"""Resource limits: a server over its memory limit is stopped and reported as such, by the
 cgroup where writable and by the psutil watcher otherwise; pids and open files are capped."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The egress matrix (issue 4): internet off / on / on + operator list, at full and partial isolation
+"""The egress matrix: internet off / on / on + operator list, at full and partial isolation
 (and the cooperative-only level none), with httpx, requests, urllib, a raw socket and uv, all
 inside a real sandbox. Every test name resolves to a loopback stand-in through the injected
 resolver; the test process refuses any real DNS lookup."""

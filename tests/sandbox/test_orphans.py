@@ -1,4 +1,4 @@
-"""SIGKILL of the daemon leaves no sandboxed process behind (issue 4; reference/sandbox_tech.md §4):
+"""SIGKILL of the daemon leaves no sandboxed process behind (docs/architecture.md §6):
 PDEATHSIG on the outer process + bubblewrap's pid namespace with --die-with-parent catch even a
 double-forked setsid grandchild."""
 

@@ -1,4 +1,4 @@
-"""Policy decisions (sandbox/policy.py): issue 4's rules and reference/nmp_env_packages.md §4."""
+"""Policy decisions (sandbox/policy.py): the rules and NeMo RL's sandbox egress policy."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Contract tests of the example resources servers over real HTTP (issue 6)."""
+"""Contract tests of the example resources servers over real HTTP."""
 
 from __future__ import annotations
 

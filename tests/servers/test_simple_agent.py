@@ -1,4 +1,4 @@
-"""The chain simple_agent -> vllm_model -> stub model, with the example resources servers (issue 6)."""
+"""The chain simple_agent -> vllm_model -> stub model, with the example resources servers."""
 
 from __future__ import annotations
 

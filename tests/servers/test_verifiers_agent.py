@@ -1,4 +1,4 @@
-"""verifiers_agent over real HTTP with a tiny verifiers-like package installed by real uv (issue 6).
+"""verifiers_agent over real HTTP with a tiny verifiers-like package installed by real uv.
 
 See tests/helpers/fake_verifiers.py for why the real ``verifiers`` is not installed here.
 """

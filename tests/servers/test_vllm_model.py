@@ -1,4 +1,4 @@
-"""Contract tests of servers/responses_api_models/vllm_model over real HTTP (DESIGN.md §8, issue 6)."""
+"""Contract tests of servers/responses_api_models/vllm_model over real HTTP (docs/architecture.md §8)."""
 
 from __future__ import annotations
 

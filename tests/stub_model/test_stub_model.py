@@ -1,4 +1,4 @@
-"""The stub model over real HTTP (``python -m gym_runtime.stub_model``), DESIGN.md §8 / issue 6."""
+"""The stub model over real HTTP (``python -m gym_runtime.stub_model``), docs/architecture.md §8."""
 
 from __future__ import annotations
 

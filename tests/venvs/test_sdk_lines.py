@@ -64,14 +64,14 @@ def _package_with_lines(root: Path, lines: str) -> Path:
     (srv / "notes").mkdir()  # a directory, but no Python project
     (srv / "notes" / "README.md").write_text("notes\n")
     (srv / "data.txt").write_text("not an archive\n")
-    proj = pkg / "resources_servers" / "shared"  # a real project inside the package: honoured
+    proj = pkg / "resources_servers" / "common"  # a real project inside the package: honoured
     proj.mkdir()
-    (proj / "pyproject.toml").write_text("[project]\nname = 'shared'\nversion = '1.0'\n")
+    (proj / "pyproject.toml").write_text("[project]\nname = 'common'\nversion = '1.0'\n")
     return pkg
 
 
 def test_validate_names_local_path_lines_it_cannot_honour(tmp_path: Path, capsys, make_settings) -> None:
-    pkg = _package_with_lines(tmp_path / "pkg", "-e ../../\n-e ../shared\n-e ./missing_lib\n-e ../../../outside\n"
+    pkg = _package_with_lines(tmp_path / "pkg", "-e ../../\n-e ../common\n-e ./missing_lib\n-e ../../../outside\n"
                                                 "./notes\n./data.txt\n")
     code, errors = _validate(capsys, pkg)
     assert code == 1 and [e["code"] for e in errors] == ["GR-BUILD-LOCAL-PATH"] * 4

@@ -1,6 +1,6 @@
 """``responses_api_agents/verifiers_agent``: runs a Prime Intellect ``verifiers`` environment per row.
 
-Interface used (verifiers v0.1.14, as Gym's own verifiers_agent; nmp_env_packages.md §5-§6):
+Interface used (verifiers v0.1.14, as Gym's own verifiers_agent; verifiers v0.1.14 and NeMo Gym's `responses_api_agents/verifiers_agent/app.py`):
 ``vf.load_environment(env_id, **vf_env_args)`` and ``await env.run_group(group_inputs=[input],
 client=..., model=..., sampling_args=..., state_columns=["trajectory"])`` -> ``[output]`` with
 ``completion``, ``reward``, ``metrics`` and ``trajectory[].tokens`` (``prompt_ids``,

@@ -137,7 +137,8 @@ def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
     else:
         title = (f"dry-run: {result.package} · {len(result.rows)} row(s) × {args.samples} sample(s) · "
                  f"startup {extra['startup_s']} s")
-        print_report(Console(), result.stats, result.summary, title)
+        # off a terminal (a log, a pipe) rich would wrap the table at 80 columns: give it room instead
+        print_report(Console(width=None if sys.stdout.isatty() else 160), result.stats, result.summary, title)
     if result.ok:
         return EXIT_OK
     codes = ", ".join(f"{c}: {n}" for c, n in result.summary.failures_by_code.items())

@@ -42,5 +42,16 @@ def _run(argv: list[str] | None) -> int:
         return EXIT_RUNTIME
 
 
+def console() -> None:
+    """The console script: :func:`main`, then exit. Once the command is done, SIGINT is ignored: at
+    interpreter exit Python puts back the default action of the handlers it installed, so a Ctrl-C
+    landing there would kill the process with no message instead of the exit code just decided."""
+    import signal
+
+    code = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console()

@@ -133,9 +133,13 @@ def resolve_config(cfg: DictConfig, sources: Sources) -> dict[str, Any]:
     _walk(cfg, "", sources, problems)
     if problems:
         n = len(problems)
+        hint = "nothing was built or started; give the values and run again"
+        if any("'policy_base_url'" in v.message for v in problems):
+            hint += (" (without --policy-base-url, `up` and `dry-run` start the built-in stub model in its place; "
+                     "`config` shows what a job with its own policy endpoint gets)")
         raise MissingValuesError(
             f"{n} config value{'s are' if n != 1 else ' is'} missing or cannot be resolved",
-            violations=problems, hint="nothing was built or started; give the values and run again")
+            violations=problems, hint=hint)
     try:
         data: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore
     except (InterpolationResolutionError, OmegaConfBaseException) as e:  # pragma: no cover - walk covers these

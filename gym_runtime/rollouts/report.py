@@ -24,10 +24,14 @@ def _num(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+LEGEND = ("k: samples; fail: rollouts that failed; unk: calls to tools the row does not offer (refused); "
+          "ctx: context-overflow stops; bad: unusable rewards (docs/rollouts.md)")
+
+
 def build_table(stats: list[RowStats], title: str | None = None) -> Table:
     """The per-row reward table (a :class:`rich.table.Table`)."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  padding=(0, 0))
+                  padding=(0, 0), caption=LEGEND, caption_justify="left")
     for name, justify in (("row", "right"), ("line", "right"), ("agent", "left"), ("k", "right"),
                           ("mean", "right"), ("std", "right"), ("min", "right"), ("max", "right"),
                           ("fail", "right"), ("unk", "right"), ("ctx", "right"), ("bad", "right"),

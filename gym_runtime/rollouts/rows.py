@@ -243,7 +243,9 @@ def load_rows(path: str | Path, agents: Mapping[str, AgentSpec],
     try:
         text = p.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise DatasetError(f"dataset file not found: {p}", hint="pass --dataset ROWS.jsonl") from None
+        raise DatasetError(f"dataset file not found: {p} (looked for {p.absolute()})",
+                           hint="check the path given to --dataset: a relative path is read from the current "
+                           "directory, not from the package") from None
     except IsADirectoryError:
         raise DatasetError(f"dataset path is a directory: {p}", hint="pass the .jsonl file itself") from None
     except UnicodeDecodeError as e:

@@ -178,6 +178,7 @@ def test_first_readme_command_on_a_fresh_clone(kind: str, tmp_path: Path) -> Non
     lines = done.stdout.strip().splitlines()
     assert any(re.match(r"\s*row\s+line\s+agent\s+k\s+mean\s+std", line) for line in lines), done.stdout
     assert any(line.startswith("rows: 6") for line in lines), done.stdout
+    assert any(line.rstrip().endswith("no GRPO signal") for line in lines), done.stdout  # not wrapped in a pipe
     assert (clone / ".uv-bootstrap/bin/uv").exists() is not machine.uv_on_path, done.stderr[-3000:]
     assert (clone / ".venv/bin/python").resolve() == Path(python).resolve(), "the venv is not from this machine's Python"
     assert _installed(python, env) == before, "the command installed something into the machine's Python"

@@ -126,8 +126,10 @@ def test_empty_file_is_an_error() -> None:
 
 
 def test_load_rows_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(DatasetError, match="not found"):
+    with pytest.raises(DatasetError, match="not found") as ei:
         load_rows(tmp_path / "nope.jsonl", AGENTS)
+    assert str(tmp_path / "nope.jsonl") in str(ei.value) and "--dataset" in ei.value.hint  # not "pass --dataset"
+    assert "current directory" in ei.value.hint
     with pytest.raises(DatasetError, match="directory"):
         load_rows(tmp_path, AGENTS)
     bad = tmp_path / "bin.jsonl"

@@ -1,6 +1,7 @@
 """A minimal stand-in for Prime Intellect's ``verifiers`` 0.1.14, for gym-runtime's adapter example.
 
-It implements only what Gym's ``verifiers_agent`` uses (verifiers v0.1.14 and NeMo Gym's `responses_api_agents/verifiers_agent/app.py`):
+It implements only what Gym's ``verifiers_agent`` uses (verifiers v0.1.14; NeMo Gym's
+``responses_api_agents/verifiers_agent/app.py``):
 ``load_environment(env_id, **env_args)``, ``Environment.get_dataset`` and ``await
 Environment.run_group(group_inputs, client, model, sampling_args, max_retries=0, state_columns=None)``
 returning one output per input with ``completion``, ``reward``, ``metrics`` and

@@ -46,4 +46,4 @@ def test_cli_never_tracebacks_on_generated_packages(monkeypatch) -> None:
         check()
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    assert seen["n"] >= 2000 and seen["ok"] > 0
+    assert seen["n"] >= EXAMPLES and seen["ok"] > 0

@@ -57,6 +57,7 @@ class Member:
     auto_port: bool = False
     kill_on_stop: bool = False
     rebinds: int = 0
+    respawn: bool = False  # stopped on purpose to start again with a refreshed spec (rebind.py)
     startup_exit: tuple[int | None, str | None] | None = None  # (status, last log line) of the last start-up exit
     port_bound_s: float | None = None  # seconds from spawn until its port was seen listening (this start)
     probe_note: str | None = None  # the last readiness probe's outcome when it got no answer

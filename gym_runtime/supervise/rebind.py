@@ -53,12 +53,22 @@ def handle_bind_race(sup: Any, m: Member) -> bool:
 
 
 async def _respawn(sup: Any, m: Member) -> None:
-    """A requested restart (not a crash): stop, then spawn with the refreshed spec."""
-    m.status = STOPPING
+    """A requested restart (not a crash): stop; the supervisor spawns the refreshed spec when it
+    handles that exit (:func:`respawn_after_exit`), so the exit is never taken for a crash."""
+    m.status, m.respawn = STOPPING, True
     await m.proc.stop(0.5)
+
+
+def respawn_after_exit(sup: Any, m: Member) -> bool:
+    """On ``m``'s exit (supervisor loop): True when it was stopped by :func:`_respawn`, and is
+    spawned again now (unless the environment is stopping)."""
+    if not m.respawn:
+        return False
+    m.respawn = False
     if not sup._stop_started:
         m.status = STARTING
         sup.post(_spawn_event(m.name))
+    return True
 
 
 def _spawn_event(name: str) -> Any:

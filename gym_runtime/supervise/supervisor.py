@@ -32,7 +32,7 @@ from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
                                           Member)
 from gym_runtime.supervise.orphans import group_empty, reap_orphans
-from gym_runtime.supervise.rebind import handle_bind_race
+from gym_runtime.supervise.rebind import handle_bind_race, respawn_after_exit
 from gym_runtime.supervise.options import SuperviseOptions
 
 log = logging.getLogger("gym_runtime.supervise")
@@ -190,7 +190,8 @@ class Supervisor:
         m.log.note(f"exited: status {info.returncode} ({info.reason}{': ' + info.detail if info.detail else ''})")
         if self.watchdog is not None and m.pgid in self._pgids and group_empty(m.pgid):
             self.watchdog.forget(m.pgid)  # an empty group's id may be reused by an unrelated process
-        if m.status in (STOPPING, STOPPED) or self._stop_started or handle_bind_race(self, m):
+        if respawn_after_exit(self, m) or m.status in (STOPPING, STOPPED) or self._stop_started \
+                or handle_bind_race(self, m):
             return
         what = f"exited with status {info.returncode}" + (" although nobody asked it to stop" if info.returncode
                                                             == 0 else "") + f" ({info.reason})"

@@ -207,9 +207,15 @@ def test_c04_automatic_port_taken_before_bind_gets_a_new_one(tmp_path: Path) -> 
         rows = {s["process_name"]: s for s in httpx.get(info["head_server"] + "/server_instances",
                                                           trust_env=False).json()}
         assert rows["acme_math"]["restarts"] == 0 and rows["acme_math"]["port"] == port  # not a crash
+        # the agent was stopped on purpose and started once more: its exit is no crash, and no
+        # second copy of it is started beside the first (bug: that copy held its port, GR-START-PORT-SQUAT)
+        assert rows["acme_agent"]["restarts"] == 0 and rows["acme_agent"]["state"] == "ready"
+        starts = [ln for ln in (tmp_path / "run/logs/acme_agent.log").read_text().splitlines() if "] start #" in ln]
+        assert len(starts) == 2, starts
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(20) == 0
         err = proc.stderr.read()
+        assert "acme_agent: exited" not in err and "restart 1/" not in err, err
         assert f"acme_math: 127.0.0.1:{lost} is already in use by pid {os.getpid()}" in err
         assert "taken between choice and bind" in err
     finally:

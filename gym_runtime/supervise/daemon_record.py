@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import StartError
+from gym_runtime.files import try_lock, write_json
 
 RECORD, LOCK, LAST_RUN = "daemon.json", "daemon.lock", "last_run.json"
 
@@ -39,13 +40,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 def _lock(slot: Path) -> int | None:
     """An fd holding the exclusive lock of ``slot``, or None when another process holds it."""
     slot.mkdir(parents=True, exist_ok=True)
-    fd = os.open(slot / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return try_lock(slot / LOCK)
 
 
 def running(slot: Path) -> dict[str, Any] | None:
@@ -63,10 +58,6 @@ def running(slot: Path) -> dict[str, Any] | None:
     return None
 
 
-def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
 
 
 class DaemonRecord:
@@ -103,29 +94,29 @@ class DaemonRecord:
             self._fds[slot] = fd
         self._base = {"pid": os.getpid(), "work_dir": str(self.work_dir), "logs_dir": str(self.work_dir / "logs"),
                       "started_at": time.time()}
-        self._write({"status": "starting"})
+        self.write_json({"status": "starting"})
 
     def head(self, url: str) -> None:
         """The head server serves (right after the config is read): ``status`` / ``logs`` can ask it
         about the start-up from now on."""
-        self._write({"status": "starting", "head_server": url})
+        self.write_json({"status": "starting", "head_server": url})
 
     def ready(self, info: dict[str, Any]) -> None:
-        self._write({**info, "status": "ready"})
+        self.write_json({**info, "status": "ready"})
 
     def release(self) -> None:
         if not self._fds:
             return
-        _write(self.home / LAST_RUN, {**self._base, "stopped_at": time.time()})
+        write_json(self.home / LAST_RUN, {**self._base, "stopped_at": time.time()})
         for slot, fd in self._fds.items():
             with contextlib.suppress(OSError):
                 (slot / RECORD).unlink()
             os.close(fd)
         self._fds.clear()
 
-    def _write(self, extra: dict[str, Any]) -> None:
+    def write_json(self, extra: dict[str, Any]) -> None:
         for slot in self._fds:
-            _write(slot / RECORD, {**self._base, **extra})
+            write_json(slot / RECORD, {**self._base, **extra})
 
     def _conflict(self, slot: Path, other: dict[str, Any]) -> StartError:
         head = other.get("head_server") or "(head server not up yet: still starting)"

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -41,6 +40,8 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gym_runtime.files import try_lock, write_json
 
 LEARN = Path(".gym-runtime") / "learn"
 RECORD = Path(".gym-runtime") / "pycache.json"
@@ -98,21 +99,7 @@ def learned(venv: Path) -> set[str]:
 
 
 def _record(venv: Path, keys: set[str]) -> None:
-    keys = learned(venv) | keys
-    tmp = venv / RECORD.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"learned": sorted(keys)}, indent=1))
-    os.replace(tmp, venv / RECORD)
-
-
-def _lock(path: Path) -> int | None:
-    """An exclusive ``flock`` on ``path`` (created), or None when another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    write_json(venv / RECORD, {"learned": sorted(learned(venv) | keys)}, indent=1)
 
 
 def for_user(venv: Path, key: str) -> Pycache:
@@ -126,7 +113,7 @@ def for_user(venv: Path, key: str) -> Pycache:
         base.mkdir(parents=True, exist_ok=True)
         d = Path(tempfile.mkdtemp(dir=base))
         (d / "key").write_text(key)
-        fd = _lock(d / "lock")
+        fd = try_lock(d / "lock", 0o600)
     except OSError:  # a venv root the daemon cannot write (a read-only image): run without learning
         return Pycache(venv, key, None)
     return Pycache(venv, key, d, fd)
@@ -215,7 +202,7 @@ def stale(venv: Path) -> list[Pycache]:
     for d in sorted(base.iterdir()) if base.is_dir() else []:
         if not d.is_dir():
             continue
-        fd = _lock(d / "lock")
+        fd = try_lock(d / "lock", 0o600)
         if fd is None:
             continue
         try:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from gym_runtime.files import write_json
 from gym_runtime.venvs.uvrun import redact_url
 
 MAX_LINES = 5  # install-file lines named; the rest are counted
@@ -43,9 +43,7 @@ def remember(venv_dir: Path, package_root: Path | None, instance: str, digest: s
     path = _record(venv_dir, package_root, instance)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"instance": instance, "digest": digest, "inputs": inputs}, default=str))
-        os.replace(tmp, path)
+        write_json(path, {"instance": instance, "digest": digest, "inputs": inputs}, default=str)
     except OSError:
         pass
 

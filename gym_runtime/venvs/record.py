@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import BuildCancelledError, BuildError
+from gym_runtime.files import write_json
 
 LAST_BUILD = "last_build.json"
 _COMMANDS = ("build", "up", "dry-run")
@@ -52,9 +53,7 @@ def record_build(home: Path, instances: list[str], started_at: float, *, venvs: 
             "servers": servers, **({"error": {"code": error.code, "message": error.message}} if error else {})}
     try:
         home.mkdir(parents=True, exist_ok=True)
-        tmp = home / f".{LAST_BUILD}.{os.getpid()}"
-        tmp.write_text(json.dumps(data, indent=2))
-        os.replace(tmp, home / LAST_BUILD)
+        write_json(home / LAST_BUILD, data, indent=2)
     except OSError:
         pass
 

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     pkg = load_package(args.package)
     policy = policy_from_args(args)  # a base URL without a key gets `EMPTY`, as at `up`
-    merged = build_config(pkg, args.overrides, policy, defaults=policy.keyless_defaults())
+    merged = build_config(pkg, args.overrides, policy, defaults=policy.with_overrides(args.overrides).keyless_defaults())
     masked: list[str] = []
     data = merged.redacted(masked)
     replaced = list(merged.sources.replaced_lists.values())

@@ -40,6 +40,21 @@ class PolicyValues:
     model_name: str | None = None
     origin: str = "flags"
 
+    def with_overrides(self, overrides: list[str]) -> PolicyValues:
+        """These values completed by ``policy_base_url=`` / ``policy_api_key=`` / ``policy_model_name=``
+        overrides (Gym's own way to pass them, e.g. ``ng_run ... policy_base_url=URL``) where no flag or
+        variable gave them: a job's endpoint is the same whichever way it is written. The overrides stay
+        in the config's override layer (their source reads ``override``); this object only decides
+        whether the stub model starts and whether the keyless key applies. Unparseable overrides are
+        ignored here (the merge reports them)."""
+        given, _ = parse_overrides([o for o in overrides if o.lstrip("+").split("=", 1)[0].strip() in POLICY_KEYS])
+        values = dict(zip(POLICY_KEYS, (self.base_url, self.api_key, self.model_name)))
+        for key in POLICY_KEYS:
+            if values[key] is None and given.get(key) is not None:
+                values[key] = given[key]
+        return PolicyValues(values["policy_base_url"], values["policy_api_key"], values["policy_model_name"],
+                            origin=self.origin)
+
     def keyless_defaults(self) -> dict[str, Any] | None:
         """Config defaults for a base URL given without an API key: ``policy_api_key: EMPTY``
         (merged beneath every file and override, so a key set there still wins); else None."""

@@ -1,10 +1,10 @@
 """The job's policy values at ``up``: which endpoint ``policy_model`` uses, with what key and name.
 
-* No ``--policy-base-url``: the built-in stub model (serving the model name given, else
+* No ``--policy-base-url`` (nor a ``policy_base_url=URL`` override, which counts the same): the built-in stub model (serving the model name given, else
   ``stub-model``) stands in, but only when the package has something that uses it: an instance
   named ``policy_model``, a server reference to ``responses_api_models/policy_model``, or a
   config value holding the policy URL. Otherwise no stub is started.
-* A base URL with no API key (flag or ``GYM_RUNTIME_POLICY_API_KEY``): the key ``EMPTY``, the
+* A base URL with no API key (flag, ``policy_api_key=`` override or ``GYM_RUNTIME_POLICY_API_KEY``): the key ``EMPTY``, the
   OpenAI-client convention for a keyless vLLM endpoint, merged beneath every config file and
   override (a key set there still wins) and said on stderr (the key itself never is).
 """
@@ -46,9 +46,10 @@ async def configure(package: Any, overrides: list[str], given: PolicyValues,
     the config and the stub model's base URL (None when no stub is needed). Raises what
     :func:`~gym_runtime.config.build_config` raises."""
     pkg = await asyncio.to_thread(load_package, package)
-    if given.base_url is None:
+    job = given.with_overrides(overrides)  # `policy_base_url=URL` counts as --policy-base-url URL
+    if job.base_url is None:
         stub_url = f"http://127.0.0.1:{free_port()}/v1"
-        stub = PolicyValues(stub_url, given.api_key or "stub-key", given.model_name or STUB_MODEL_NAME,
+        stub = PolicyValues(stub_url, given.api_key or "stub-key", job.model_name or STUB_MODEL_NAME,
                             origin="built-in stub model")
         merged = await asyncio.to_thread(build_config, pkg, overrides, stub)
         if uses_policy(merged, stub_url):
@@ -62,7 +63,7 @@ async def configure(package: Any, overrides: list[str], given: PolicyValues,
         say("no --policy-base-url, and no policy_model instance or reference to one: the built-in stub model "
             "is not started")
         return merged, None
-    defaults = given.keyless_defaults()
+    defaults = job.keyless_defaults()
     merged = await asyncio.to_thread(build_config, pkg, overrides, given, defaults=defaults)
     if defaults and merged.sources.of("policy_api_key") == "default":
         say(f"no policy API key given (--policy-api-key-env VAR or GYM_RUNTIME_POLICY_API_KEY): using "

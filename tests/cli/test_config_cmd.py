@@ -109,5 +109,8 @@ def test_base_url_without_a_key_uses_the_keyless_convention_as_up_does(tmp_path,
                 "--json"])
     out = _json.loads(capsys.readouterr().out)
     assert rc == 0 and "policy_api_key" in out["masked"]
+    rc = _main(["config", example, "policy_base_url=http://127.0.0.1:9/v1", "policy_model_name=m", "--json"])
+    out = _json.loads(capsys.readouterr().out)  # the same values as overrides count the same
+    assert rc == 0 and "policy_api_key" in out["masked"]
     rc = _main(["config", example])  # no policy values at all: still the C02 error
     assert rc == 1 and "policy_base_url" in capsys.readouterr().err

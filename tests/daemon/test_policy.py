@@ -41,6 +41,23 @@ def test_base_url_without_key_uses_empty(tmp_path: Path, stub_endpoint) -> None:
     assert "no policy API key given" in err and "'EMPTY'" in err
 
 
+def test_policy_values_given_as_overrides_count_as_the_flags(tmp_path: Path, stub_endpoint) -> None:
+    """Bug: `up PKG policy_base_url=URL` (Gym's own way of passing it) started the built-in stub model,
+    whose values were merged over the override, and a keyless endpoint then missed its `EMPTY` key."""
+    url, served = stub_endpoint
+    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, f"policy_base_url={url}",
+                      f"policy_model_name={served}", env={"GYM_RUNTIME_POLICY_API_KEY": ""})
+    try:
+        info = json.loads(read_ready_line(proc))
+        assert info["status"] == "ready" and info["policy_model"]["stub"] is False
+        seen = json.loads((tmp_path / "run/servers/policy_model/contract.json").read_text())
+        assert seen["cfg"]["base_url"] == url and seen["cfg"]["api_key"] == "EMPTY" and seen["cfg"]["model"] == served
+    finally:
+        kill_tree(proc)
+        err = proc.stderr.read()
+    assert "starting the built-in stub model" not in err and "'EMPTY'" in err
+
+
 def test_key_from_the_environment_is_kept_and_never_printed(tmp_path: Path, stub_endpoint) -> None:
     url, served = stub_endpoint
     proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", url,

@@ -118,12 +118,25 @@ class RayPlacement:
                                  settings={"pin_mode": s.pin_mode, "pins": s.pins, "python": s.python},
                                  python=req.python, isolation=req.isolation, require_full=req.require_isolation)
                 self.launchers[member] = ReplicaLauncher(self.cluster, job, block.ray_options(),
-                                                         self.addresses[member], shipper, env._say)
+                                                         self.addresses[member], shipper, env._say, self._phase)
         env._say(f"placing {len(self.launchers)} replica(s) on the Ray cluster at {self.cluster.address}")
         results = await asyncio.gather(*(lz.place() for lz in self.launchers.values()), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
+
+    def _phase(self, launcher: Any) -> None:
+        """A replica's placement phase changed: the instance's state for the head server while it
+        has no member yet (``env.build_state``: ``/server_instances``, ``/health``, ``status``), as
+        ``<phase> on node <address (id)>``, one ``<member>: ...`` per replica when several."""
+        name = launcher.job.instance
+        mine = [lz for lz in self.launchers.values() if lz.job.instance == name]
+
+        def one(lz: Any) -> str:
+            return f"{lz.phase} on node {lz.node}" if lz.node else lz.phase
+
+        self.env.build_state[name] = (one(mine[0]) if len(mine) == 1 and mine[0].job.name == name
+                                      else "; ".join(f"{lz.job.name}: {one(lz)}" for lz in mine))
 
     async def open(self) -> None:
         """Nothing left: each node started its sandbox while it was prepared."""

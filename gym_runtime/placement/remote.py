@@ -15,6 +15,11 @@ gone within seconds of its raylet's death) or as two missed heartbeats (``ping``
 node fits, the build fails, the isolation asked for is not there) ends the handle with
 ``reason="start-failed"`` and the node's error; :meth:`ReplicaLauncher.place` raises it instead
 when called directly at start-up.
+
+While a replica is placed its launcher keeps ``phase``: ``waiting for a node``, ``shipping
+package``, then the node's own phases (``building venv: stage 1``...), polled from the actor's
+``progress`` every :data:`PROGRESS_S`; ``on_phase(launcher)`` is called at each change (the head
+server shows it for the instance, docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from gym_runtime.placement.replica import ReplicaJob, ServerReplica
 LOST = "node-lost"
 PLACE_TIMEOUT_S = 180.0
 HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, HEARTBEAT_MISSES = 1.0, 3.0, 2
+PROGRESS_S = 0.5
 
 
 class NodeLost(Exception):
@@ -132,16 +138,24 @@ class PackageShipper:
 class ReplicaLauncher:
     """Where one replica runs (module doc). ``options``: Ray actor options from the instance's
     ``placement`` block (:meth:`gym_runtime.config.placement.Placement.ray_options`);
-    ``address``: its started :class:`ReplicaAddress`; ``progress``: a callable for lines."""
+    ``address``: its started :class:`ReplicaAddress`; ``progress``: a callable for lines;
+    ``on_phase``: called with the launcher whenever ``phase`` changes (module doc)."""
 
     def __init__(self, cluster: RayCluster, job: ReplicaJob, options: dict[str, Any], address: ReplicaAddress,
-                 shipper: PackageShipper, progress=None) -> None:
+                 shipper: PackageShipper, progress=None, on_phase=None) -> None:
         self.cluster, self.job, self.options, self.address = cluster, job, options, address
         self.shipper = shipper
         self.progress = progress or (lambda msg: None)
+        self.on_phase = on_phase or (lambda launcher: None)
         self.actor: Any = None
         self.node_id: str | None = None
         self.facts: dict[str, Any] = {}
+        self.phase = "pending"
+
+    def _phase(self, what: str) -> None:
+        if what != self.phase:
+            self.phase = what
+            self.on_phase(self)
 
     @property
     def node(self) -> str | None:
@@ -159,6 +173,7 @@ class ReplicaLauncher:
         selector = {**opts.pop("label_selector", {}), **self.cluster.exclude_lost()}
         if selector:
             opts["label_selector"] = selector
+        self._phase("waiting for a node")
         actor = ray.remote(ServerReplica).options(**opts, max_restarts=0, max_task_retries=0).remote(self.job)
         try:
             where = await ray_call(actor.where.remote(), PLACE_TIMEOUT_S)
@@ -171,9 +186,12 @@ class ReplicaLauncher:
         self.actor, self.node_id = actor, where["node_id"]
         self.facts = {"node_ip": where["node_ip"]}
         try:
+            self._phase("checking package")
             here = await while_alive(actor, ray_call(actor.has_package.remote()))
+            if not here:
+                self._phase("shipping package")
             shipped = None if here else await self.shipper.ref()
-            facts = await while_alive(actor, ray_call(actor.prepare.remote(shipped)))
+            facts = await while_alive(actor, self._prepare_watched(actor, shipped))
         except _lost_errors() as e:
             self.forget(lost=True)
             raise StartError(f"server {self.job.name!r}: its node was lost while it was being placed: {e}",
@@ -183,9 +201,27 @@ class ReplicaLauncher:
             self.forget()
             raise node_error(self.job.name, node, facts["error"])
         self.facts = facts
+        self._phase("placed")
         self.progress(f"{self.job.name}: placed on node {self.node}: package {facts['package']}, venv "
                       f"{'reused' if facts['reused'] else 'built'}, isolation {facts['isolation']}")
         return facts
+
+    async def _prepare_watched(self, actor: Any, shipped: Any) -> dict[str, Any]:
+        """The actor's ``prepare`` result; meanwhile its ``progress`` is polled into ``phase``."""
+        call = asyncio.ensure_future(ray_call(actor.prepare.remote(shipped)))
+        try:
+            while True:
+                await asyncio.wait({call}, timeout=PROGRESS_S)
+                if call.done():
+                    return call.result()
+                with contextlib.suppress(Exception):
+                    phases = await ray_call(actor.progress.remote(), HEARTBEAT_TIMEOUT_S)
+                    if phases:
+                        self._phase(phases[-1][0])
+        finally:
+            if not call.done():
+                call.cancel()
+                await asyncio.gather(call, return_exceptions=True)
 
     def _asks(self) -> str:
         parts = [f"{k}={v}" for k, v in self.options.items()]

@@ -20,6 +20,10 @@ also on SIGKILL. On the node Ray chose from the replica's ``placement`` block it
    publishes its port on the node's address; reports exits (:meth:`wait_exit`), its log
    (:meth:`read_log`) and stops it.
 
+While steps 1-3 run, :meth:`progress` answers the node's phase (``unpacking package``,
+``building venv: stage 1``, ``building venv: stage 2 (offline)``, ``starting sandbox``...): the
+driver polls it and the head server shows it for the instance (docs/scale-out.md).
+
 Every method returns plain data; a user error on the node comes back as
 ``{"error": GymRuntimeError.to_dict()}`` so the driver can name the node with it. Methods run on
 the actor's event loop (``spawn`` must: ``PR_SET_PDEATHSIG`` follows the forking thread), so the
@@ -31,11 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import GymRuntimeError, StartError
+from gym_runtime.venvs.progress import Reporter
 
 
 @dataclass(frozen=True)
@@ -112,8 +118,17 @@ class ServerReplica:
         self.watchdog: Any = None
         self.uses_ray = False  # the server joins the Ray cluster (its tasks run as a Ray job: ray_workers.py)
         self.facts: dict[str, Any] = {}
+        self.phases: list[tuple[str, float]] = []  # (phase, unix time) of steps 1-3, in order
 
     # ------------------------------------------------------------------ placement
+    def _phase(self, what: str) -> None:
+        self.phases.append((what, time.time()))  # also called from the build's worker thread
+
+    async def progress(self) -> list[tuple[str, float]]:
+        """The phases of :meth:`prepare` so far, oldest first: ``[(phase, unix time)]``; the last
+        one is where the node is now (module doc)."""
+        return list(self.phases)
+
     async def where(self) -> dict[str, Any]:
         """``{"node_id", "node_ip", "pid"}`` of this actor."""
         return {"node_id": self.node_id, "node_ip": self.node_ip, "pid": os.getpid()}
@@ -137,17 +152,22 @@ class ServerReplica:
         from gym_runtime.placement.package import in_place, unpack
 
         job = self.job
+        self._phase("checking package")
         root = await asyncio.to_thread(in_place, job.package_root, job.package_digest)
         how = "in place"
         if root is None:
             if shipped is None:
                 raise StartError("the package is not on this node and was not shipped", code="GR-PLACE-PACKAGE")
+            self._phase("unpacking package")
             root = await asyncio.to_thread(unpack, shipped[0], shipped[1], job.package_digest,
                                            self.settings.home / "packages")
             how = "shipped"
+        self._phase("planning venv")
         inst, python, venv = await asyncio.to_thread(self._build, root)
         level = await asyncio.to_thread(self._level, inst, python)
+        self._phase("starting sandbox")
         await self._start_sandbox(level)
+        self._phase("placed")
         self.spec = self._spec(inst, python)
         self.facts = {"node_id": self.node_id, "node_ip": self.node_ip, "package": how, "package_root": str(root),
                       "venv": str(venv.path), "reused": venv.reused, "isolation": self.sandbox.level.value,
@@ -169,7 +189,7 @@ class ServerReplica:
         ViolationList(problems).raise_if_any(ConfigError, f"server instance {job.instance!r} is invalid on this node")
         merged = MergedConfig(pkg, job.data, {job.instance: instances[job.instance]})
         plan = plan_venvs(merged, self.settings, job.python)
-        venv = build_venvs(plan, self.settings).for_instance(job.instance)
+        venv = build_venvs(plan, self.settings, progress=_PhaseReporter(self._phase)).for_instance(job.instance)
         return instances[job.instance], Path(venv.python), venv
 
     def _level(self, inst: Any, python: Path) -> str | None:
@@ -294,6 +314,21 @@ class ServerReplica:
 
     async def ping(self) -> bool:
         return True
+
+
+class _PhaseReporter(Reporter):
+    """The venv builder's progress (:class:`gym_runtime.venvs.progress.Reporter`) as node phases:
+    ``building venv: <stage>`` (``venv``, ``stage 1``, ``stage 2 (offline)``, ``verify``...), then
+    ``venv built`` / ``venv reused``."""
+
+    def __init__(self, phase: Any) -> None:
+        self._say = phase
+
+    def stage(self, key: str, label: str, stage: str) -> None:
+        self._say(f"building venv: {stage}")
+
+    def done(self, key: str, label: str, status: str, seconds: float) -> None:
+        self._say(f"venv {status}")
 
 
 def free_inside_ports(count: int, avoid: set[int], start: int = 20000) -> list[int]:

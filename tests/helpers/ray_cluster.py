@@ -5,6 +5,10 @@ tests.helpers.ray_cluster DIR``) that reads one command per line on stdin and an
 on stdout::
 
     add NAME {"num_cpus": 2, "resources": {...}, "labels": {...}}   -> {"node_id": ...}
+    add NAME {..., "no_user_namespaces": true}   a node whose raylet (and so every process it starts)
+                     runs in its own user namespace with ``user.max_user_namespaces=0``: no
+                     process of that node can make a user namespace, as on a host where an
+                     operator set that sysctl to 0 (its sandboxes get isolation ``none``)
     kill NAME        SIGKILL the node's raylet (its workers and their children go with it)
     stop             every node down                                 -> {"stopped": true}
 
@@ -165,6 +169,35 @@ def _ports_known_before_raylet() -> None:
     Node.start_raylet = start_raylet
 
 
+def _raylet_without_user_namespaces():
+    """While it is active, a raylet Ray starts runs under ``unshare --user --map-root-user`` with the
+    new namespace's ``user.max_user_namespaces`` set to 0 before it ``exec``s (the same pid: Ray keeps
+    tracking it); its workers and their children inherit the namespace and the limit. The host's own
+    limit is untouched (the sysctl is per user namespace)."""
+    import contextlib
+
+    import ray._private.services as services
+    from ray._private import ray_constants
+
+    ray_start = services.start_ray_process
+
+    def start(command, process_type, *args, **kwargs):
+        if process_type == ray_constants.PROCESS_TYPE_RAYLET:
+            command = ["unshare", "--user", "--map-root-user", "sh", "-c",
+                       'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh", *command]
+        return ray_start(command, process_type, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def active():
+        services.start_ray_process = start
+        try:
+            yield
+        finally:
+            services.start_ray_process = ray_start
+
+    return active()
+
+
 def _control(directory: str) -> None:
     """The control process: ``ray.cluster_utils.Cluster`` driven by stdin commands (module doc)."""
     import signal
@@ -219,8 +252,13 @@ def _serve(cluster, node_args, say) -> None:
         cmd, _, rest = line.strip().partition(" ")
         try:
             if cmd == "add":
-                name, _, args = rest.partition(" ")
-                nodes[name] = cluster.add_node(**node_args(json.loads(args)))
+                name, _, text = rest.partition(" ")
+                args = json.loads(text)
+                if args.pop("no_user_namespaces", False):
+                    with _raylet_without_user_namespaces():
+                        nodes[name] = cluster.add_node(**node_args(args))
+                else:
+                    nodes[name] = cluster.add_node(**node_args(args))
                 say({"node_id": nodes[name].node_id})
             elif cmd == "kill":
                 nodes.pop(rest).kill_raylet()

@@ -45,9 +45,12 @@ class LocalRayCluster:
     """Client side. ``start(workers)`` with ``{name: node_args}`` (the head gets ``num_cpus=1``
     and resource ``{"head": 1}``); then ``address`` (GCS ``127.0.0.1:port``), ``node_ids``
     (name -> Ray node id), ``kill_raylet(name)``, ``add(name, args)``, ``stop()``;
-    ``leftovers()`` lists processes of this cluster still alive (found by their ``RAY_TMPDIR``)."""
+    ``leftovers()`` lists processes of this cluster still alive (found by their ``RAY_TMPDIR``).
+    ``python``: the interpreter that runs the cluster (default this one; another venv's Python runs
+    a cluster of that venv's Ray)."""
 
-    def __init__(self) -> None:
+    def __init__(self, python: str = sys.executable) -> None:
+        self.python = python
         self.dir = Path(tempfile.mkdtemp(prefix="grc-", dir="/tmp"))  # short: unix socket paths <= 107 bytes
         self.env = {**os.environ, **CLUSTER_ENV, "RAY_TMPDIR": str(self.dir)}
         self.proc: subprocess.Popen | None = None
@@ -71,7 +74,7 @@ class LocalRayCluster:
 
     def _start_head(self, timeout_s: float) -> None:
         self.node_ids = {}
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.ray_cluster", str(self.dir)], cwd=ROOT,
+        self.proc = subprocess.Popen([self.python, "-m", "tests.helpers.ray_cluster", str(self.dir)], cwd=ROOT,
                                      env={**self.env, "PYTHONPATH": str(ROOT)}, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=open(self.dir / "control.log", "w"), text=True,
                                      start_new_session=True, preexec_fn=_term_with_parent)

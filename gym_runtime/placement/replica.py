@@ -74,6 +74,10 @@ class ReplicaJob:
 
 
 HEAD = "__head__"
+# The node's own Ray settings that a driver on the node (a server that joins the cluster) must share
+# with the node's raylet: how it resolves the node's address (a loopback node stays loopback; see
+# gym_runtime/supervise/ray_head.py LOOPBACK_ENV) and where the node keeps its sessions.
+NODE_RAY_ENV = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_TMPDIR")
 
 
 def node_settings(job: ReplicaJob) -> Any:
@@ -242,6 +246,7 @@ class ServerReplica:
         env = contract.server_env(job.instance, sdir, python, self.work, os.environ)
         if self.uses_ray:  # its Ray tasks run in its venv with its PYTHONPATH, as for a server on the daemon's host
             env.update(ray_workers.job_env(sdir, python))
+            env.update({k: os.environ[k] for k in NODE_RAY_ENV if k in os.environ})
         limits = ResourceLimits(memory_mb=self.settings.server_memory_mb, pids=self.settings.server_pids)
         return ProcessSpec(job.name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],

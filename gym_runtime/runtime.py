@@ -40,7 +40,9 @@ class Runtime:
     ``require_isolation`` (fail unless full isolation), ``isolation`` (force ``full`` | ``partial``
     | ``none``), ``python`` (server venv interpreter), ``placement`` (``local``: this host, or
     ``ray``: nodes of the ``ray_address`` cluster, docs/scale-out.md; a process that is already a
-    Ray driver is reused), ``options`` (:class:`SuperviseOptions`),
+    Ray driver is reused), ``max_concurrent_rollouts`` (rollouts in flight per ``/rollouts/run``
+    batch unless its body says; default 32 per agent replica, docs/rollouts.md),
+    ``options`` (:class:`SuperviseOptions`),
     ``settings`` (:class:`RuntimeSettings`, default from the environment), ``progress`` (a
     callable receiving human progress lines).
     """
@@ -50,12 +52,13 @@ class Runtime:
                  policy_model_name: str | None = None, head_host: str = "127.0.0.1", head_port: int | None = None,
                  ray_address: str | None = None, work_dir: str | Path | None = None, require_isolation: bool = False,
                  isolation: str | None = None, python: str | None = None, placement: str = "local",
-                 options: SuperviseOptions | None = None, settings: RuntimeSettings | None = None,
-                 progress=None) -> None:
+                 max_concurrent_rollouts: int | None = None, options: SuperviseOptions | None = None,
+                 settings: RuntimeSettings | None = None, progress=None) -> None:
         self.request = UpRequest(
             package, list(overrides or []), PolicyValues(policy_base_url, policy_api_key, policy_model_name),
             head_host, head_port, ray_address, Path(work_dir) if work_dir else None, require_isolation, isolation,
-            python, options=options or SuperviseOptions(), placement=placement)
+            python, options=options or SuperviseOptions(), placement=placement,
+            max_concurrent_rollouts=max_concurrent_rollouts)
         self.settings = settings or load_settings()
         self.progress = progress
         self.env: Environment | None = None

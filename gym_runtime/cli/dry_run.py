@@ -3,7 +3,11 @@
 Every row is checked before anything starts (docs/architecture.md §9). The environment is brought up with
 :class:`gym_runtime.Runtime` (the built-in stub model unless ``--policy-base-url`` is given), each
 row is sent ``--samples`` times to its agent's ``/run``, every result goes to ``--out``, and the
-environment is shut down. stdout: the reward table (or one JSON object with ``--json``); stderr:
+environment is shut down. With ``--placement ray --ray-address ADDR`` the servers run as replicas
+on the nodes of that Ray cluster (docs/scale-out.md) and are ended there at the end; rows spread
+over an agent's replicas, at most ``--max-concurrent-rollouts`` in flight (``--concurrency`` is its
+deprecated alias), and the report counts the rollouts of each replica. stdout: the reward table
+and the replica table (or one JSON object with ``--json``); stderr:
 start-up progress and a progress bar. Exit 0 when every rollout ran, 3 when any failed, 1 for a bad
 package / config / row (nothing started), 2 for bad flags.
 """
@@ -36,7 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: PKG.jsonl next to the package directory, the layout of examples/)")
     p.add_argument("--samples", "-k", type=int, default=4, metavar="K", help="rollouts per row (default 4)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N rows (all rows are still checked)")
-    p.add_argument("--concurrency", type=int, default=8, metavar="C", help="rollouts in flight (default 8)")
+    p.add_argument("--max-concurrent-rollouts", type=int, metavar="N", help="rollouts in flight (default: 32 per "
+                   "agent replica)")
+    p.add_argument("--concurrency", type=int, metavar="C", help="deprecated alias of --max-concurrent-rollouts")
     p.add_argument("--rollout-timeout", type=float, metavar="S", help="seconds per rollout (default: no limit)")
     p.add_argument("--out", type=Path, metavar="results.jsonl", help="write every rollout (row, sample, reward, "
                    "latency, error) as JSONL")
@@ -48,6 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--isolation", choices=["full", "partial", "none"], help="force a lower isolation level")
     g.add_argument("--work-dir", type=Path, metavar="DIR", help="run directory for logs (default "
                    "$GYM_RUNTIME_HOME/runs/<time>)")
+    g.add_argument("--placement", choices=["local", "ray"], default="local",
+                   help="where servers run: this host (default), or nodes of the --ray-address cluster "
+                   "(docs/scale-out.md); the environment is brought down on every node at the end")
+    g.add_argument("--ray-address", metavar="ADDR", help="Ray cluster: host:port (GCS), 'auto' or 'local'")
     p.set_defaults(func=run)
 
 
@@ -65,12 +75,27 @@ def request_from_args(args: argparse.Namespace) -> DryRunRequest:
 
     if args.dataset is None:
         args.dataset = default_dataset(args.package)
-    runtime = {k: v for k, v in (("python", args.python), ("isolation", args.isolation),
-                                 ("work_dir", args.work_dir)) if v is not None}
+    runtime = {k: v for k, v in (("python", args.python), ("isolation", args.isolation), ("work_dir", args.work_dir),
+                                 ("placement", args.placement), ("ray_address", args.ray_address)) if v is not None}
     if args.probe_policy:
         runtime["options"] = SuperviseOptions(probe_policy=True)
     return DryRunRequest(args.package, args.dataset, list(args.overrides), policy_from_args(args), args.samples,
-                         args.limit, args.concurrency, args.rollout_timeout, args.out, args.stub_seed, runtime)
+                         args.limit, max_concurrent_rollouts(args), args.rollout_timeout, args.out, args.stub_seed,
+                         runtime)
+
+
+def max_concurrent_rollouts(args: argparse.Namespace) -> int | None:
+    """``--max-concurrent-rollouts``, or the deprecated ``--concurrency`` (with a note on stderr);
+    :class:`UsageError` ``GR-USAGE-CONFLICT`` when both are given with different values."""
+    new, old = args.max_concurrent_rollouts, args.concurrency
+    if old is None:
+        return new
+    if new is not None and new != old:
+        raise UsageError(f"--concurrency {old} and --max-concurrent-rollouts {new} conflict: the first is the "
+                         "deprecated name of the second", code="GR-USAGE-CONFLICT",
+                         hint="keep --max-concurrent-rollouts only")
+    print("note: --concurrency is deprecated; use --max-concurrent-rollouts (same meaning)", file=sys.stderr)
+    return old
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,7 +152,8 @@ def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
 
     extra = {"package": result.package, "dataset": str(args.dataset), "samples": args.samples,
              "startup_s": result.ready.get("startup_s"), "isolation": result.ready.get("isolation"),
-             "policy_model": result.ready.get("policy_model")}
+             "placement": result.ready.get("placement"), "policy_model": result.ready.get("policy_model"),
+             "max_concurrent_rollouts": result.max_concurrent_rollouts, "replicas": result.replicas}
     if args.out:
         extra["out"] = str(args.out)
     if result.notes:
@@ -138,7 +164,8 @@ def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
         title = (f"dry-run: {result.package} · {len(result.rows)} row(s) × {args.samples} sample(s) · "
                  f"startup {extra['startup_s']} s")
         # off a terminal (a log, a pipe) rich would wrap the table at 80 columns: give it room instead
-        print_report(Console(width=None if sys.stdout.isatty() else 160), result.stats, result.summary, title)
+        print_report(Console(width=None if sys.stdout.isatty() else 160), result.stats, result.summary, title,
+                     result.replicas, result.max_concurrent_rollouts)
     if result.ok:
         return EXIT_OK
     codes = ", ".join(f"{c}: {n}" for c, n in result.summary.failures_by_code.items())

@@ -49,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--placement", choices=["local", "ray"], default="local",
                    help="where servers run: this host (default), or nodes of the --ray-address cluster chosen by "
                    "Ray from each instance's placement: block (docs/scale-out.md)")
+    p.add_argument("--max-concurrent-rollouts", type=int, metavar="N", help="rollouts in flight per POST "
+                   "/rollouts/run batch unless its body gives concurrency (default: 32 per agent replica)")
     p.add_argument("--work-dir", metavar="DIR", help="run directory: logs, server homes (default "
                    "$GYM_RUNTIME_HOME/runs/<time>)")
     p.add_argument("--require-isolation", action="store_true", help="fail unless full isolation is available")
@@ -75,7 +77,7 @@ def request_from_args(args: argparse.Namespace) -> UpRequest:
                             probe_policy=args.probe_policy)
     return UpRequest(args.package, list(args.overrides), policy_from_args(args), args.head_host, args.head_port,
                      args.ray_address, Path(args.work_dir) if args.work_dir else None, args.require_isolation,
-                     args.isolation, args.python, args.stub_seed, opts, args.placement)
+                     args.isolation, args.python, args.stub_seed, opts, args.placement, args.max_concurrent_rollouts)
 
 
 # A second stop signal within this many seconds of the first is the same request delivered twice:

@@ -21,7 +21,7 @@ Endpoints (docs/architecture.md §7; Gym's originals: NeMo Gym 0.4.0 ``nemo_gym/
                                    ``{"processes": [rows], "by_role": {role: totals}}``
                                    (:mod:`gym_runtime.supervise.processes`)
 ``POST /rollouts/run``             ``{"examples": [rows], "concurrency"?}`` -> ``{"results": [...],
-                                   "latency_s": [...]}`` (see below)
+                                   "latency_s": [...], "replica": [...], "summary": {...}}`` (see below)
 ``GET /docs``                      OpenAPI UI
 =================================  ========================================================================
 
@@ -35,8 +35,9 @@ Every error answer is our envelope ``{"error": {"code", "message", "hint"?}}``, 
 ``{"detail"}``: ``/rollouts/run`` answers a body that is not ``{"examples": [rows]}`` with 400
 ``GR-ROLLOUT-BAD-REQUEST``, other bad query parameters get 422 ``GR-HEAD-BAD-REQUEST``. It sends each
 row to its ``agent_ref`` agent's ``/run`` (at most ``concurrency`` rows at once: the body's, 1 to
-:data:`MAX_CONCURRENCY`, else the daemon's; results in row order, per-row
-``{"error": {"code", "message"}}``, each row's wall time in ``latency_s``, a batch deadline) and,
+:data:`MAX_CONCURRENCY`, else the daemon's ``--max-concurrent-rollouts``; results in row order, per-row
+``{"error": {"code", "message"}}``, each row's wall time in ``latency_s`` and the agent replica
+that served it in ``replica``, a batch deadline; ``summary``: :func:`batch_summary`) and,
 while the batch runs, streams one space every ``heartbeat_s`` (15 s) before the JSON body so a proxy
 never drops the request (leading whitespace is valid JSON). When the daemon shuts down while a batch
 runs (:func:`begin_close`), the batch is cancelled and the answer (already ``200``) ends with
@@ -63,7 +64,8 @@ from pydantic import BaseModel, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gym_runtime.head.instances import split
-from gym_runtime.rollouts.dispatch import row_error, run_rows
+from gym_runtime.rollouts.dispatch import Batch, row_error, run_rows
+from gym_runtime.rollouts.spread import ROLLOUTS_PER_AGENT_REPLICA, replica_counts
 from gym_runtime.rollouts.verdict import AgentFacts
 
 
@@ -74,7 +76,10 @@ class HeadBackend:
     ``config_yaml() -> str | None`` (masked; None while starting); ``instances() -> list[dict]`` (every member's snapshot,
     servers and support processes); ``health() -> (status, body)``; ``logs(name, n) -> dict | None``;
     ``agents() -> {agent instance: base url}``; ``agent_facts() -> {agent instance: AgentFacts}``
-    (resources server names for bad-reward errors);
+    (resources server names for bad-reward errors); ``agent_replicas() -> {agent instance: {replica:
+    node}}`` (which replicas may serve its rows, :mod:`gym_runtime.rollouts.spread`);
+    ``rollout_concurrency``: rollouts in flight per batch unless the body says
+    (``--max-concurrent-rollouts``);
     ``processes() -> dict`` (blocking: run in a thread), None when not served.
     """
 
@@ -84,7 +89,8 @@ class HeadBackend:
     logs: Callable[[str, int], dict[str, Any] | None]
     agents: Callable[[], dict[str, str]]
     agent_facts: Callable[[], Mapping[str, AgentFacts]] = dict
-    rollout_concurrency: int = 32
+    agent_replicas: Callable[[], Mapping[str, Mapping[str, str | None]]] = dict
+    rollout_concurrency: int = ROLLOUTS_PER_AGENT_REPLICA
     rollout_deadline_s: float | None = 3600.0
     heartbeat_s: float = 15.0
     processes: Callable[[], dict[str, Any]] | None = None
@@ -170,6 +176,19 @@ def strict_json(answer: dict[str, Any]) -> bytes:
         elif isinstance(value, list):
             stack += [(value, i) for i in range(len(value))]
     return json.dumps(root[0], allow_nan=False).encode()
+
+
+def batch_summary(batch: Batch, concurrency: int, agent_replicas: Mapping[str, Mapping[str, str | None]]
+                  ) -> dict[str, Any]:
+    """The ``summary`` of a ``/rollouts/run`` answer: ``rollouts``, ``failed``, ``wall_s`` (the
+    batch's wall time), ``rollouts_per_s`` (rows / wall second), ``concurrency`` (the bound it ran
+    with) and ``replicas``, the per-replica counts of :func:`gym_runtime.rollouts.spread.replica_counts`."""
+    failed = ["error" in r for r in batch.results]
+    n = len(batch.results)
+    return {"rollouts": n, "failed": sum(failed), "wall_s": batch.wall_s,
+            "rollouts_per_s": round(n / batch.wall_s, 3) if batch.wall_s > 0 and n else None,
+            "concurrency": concurrency,
+            "replicas": replica_counts(zip(batch.agents, batch.replicas, failed), agent_replicas, batch.wall_s)}
 
 
 def begin_close(app: FastAPI) -> None:
@@ -275,10 +294,10 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
     @app.post("/rollouts/run")
     async def rollouts_run(batch: RolloutBatch) -> StreamingResponse:
         finished: list[dict[str, Any] | None] = [None] * len(batch.examples)
-        task = asyncio.create_task(run_rows(batch.examples, backend.agents(),
-                                            concurrency=batch.concurrency or backend.rollout_concurrency,
+        concurrency, replicas = batch.concurrency or backend.rollout_concurrency, backend.agent_replicas()
+        task = asyncio.create_task(run_rows(batch.examples, backend.agents(), concurrency=concurrency,
                                             deadline_s=backend.rollout_deadline_s, facts=backend.agent_facts(),
-                                            results=finished))
+                                            results=finished, replicas=replicas))
 
         async def body() -> AsyncIterator[bytes]:
             closing = asyncio.create_task(app.state.closing.wait())
@@ -294,7 +313,9 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
                     if not done:
                         yield b" "
                 done_batch = task.result()
-                yield strict_json({"results": done_batch.results, "latency_s": done_batch.latency_s})
+                yield strict_json({"results": done_batch.results, "latency_s": done_batch.latency_s,
+                                   "replica": done_batch.replicas,
+                                   "summary": batch_summary(done_batch, concurrency, replicas)})
             finally:
                 app.state.open_batches -= 1
                 task.cancel()

@@ -139,6 +139,11 @@ class LocalPlacement:
         """Instance -> ``http://host:port`` (the ready line, rollouts)."""
         return {n: m.url for n, m in self.env.supervisor.members.items() if m.kind == "server"}
 
+    def replica_nodes(self) -> dict[str, dict[str, str | None]]:
+        """Instance -> {replica: node}: each instance is its one replica, on this host (``local``)."""
+        merged = self.env.merged
+        return {n: {n: "local"} for n in (merged.instances if merged is not None else ())}
+
     @property
     def isolation(self) -> str:
         return self.sandbox.level.value

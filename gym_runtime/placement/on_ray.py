@@ -13,6 +13,9 @@ The bring-up calls the same three stages on it as on :class:`~gym_runtime.placem
 * :meth:`RayPlacement.add_servers` (phase "starting servers"): one supervised member per
   replica, its launcher a :class:`~gym_runtime.placement.remote.ReplicaLauncher`.
 
+:meth:`RayPlacement.replica_nodes` tells the rollouts which replicas an instance has and where
+(the per-replica counts of ``/rollouts/run`` and the dry-run, docs/rollouts.md).
+
 :meth:`RayPlacement.close` drops every actor and stable address and leaves the cluster when the
 daemon joined it.
 """
@@ -163,6 +166,19 @@ class RayPlacement:
     def servers(self) -> dict[str, str]:
         """Instance -> ``http://host:port`` of its stable address (the ready line, rollouts)."""
         return {n: f"http://{h}:{p}" for n, (h, p) in self.stable.items()}
+
+    def replica_nodes(self) -> dict[str, dict[str, str | None]]:
+        """Instance -> {replica (member name): its node now, ``address (id)``; None while not
+        placed}, from the configuration's ``placement:`` blocks (so known before placing)."""
+        from gym_runtime.config.placement import placement_of
+
+        merged = self.env.merged
+        out: dict[str, dict[str, str | None]] = {}
+        for name, inst in (merged.instances.items() if merged is not None else ()):
+            for member in replica_names(name, placement_of(inst.config).replicas):
+                lz = self.launchers.get(member)
+                out.setdefault(name, {})[member] = lz.node if lz is not None else None
+        return out
 
     @property
     def isolation(self) -> str:

@@ -16,7 +16,10 @@ client). Each request goes to one replica:
   "GR-PLACE-NO-REPLICA", ...}}``.
 
 Requests are read whole (Gym's requests are JSON bodies); responses are streamed back as they
-come (server-sent events included). Hop-by-hop headers are dropped both ways. ``counts`` holds the
+come (server-sent events included). Hop-by-hop headers are dropped both ways. Every forwarded
+response names the replica that answered in the header ``x-gym-runtime-replica``
+(``<instance>.<index>``, its member name), set here and never passed on from the replica, so the
+head server can count rollouts per replica (:mod:`gym_runtime.rollouts.spread`). ``counts`` holds the
 requests each replica answered, for ``/server_instances`` and the bench.
 """
 
@@ -41,6 +44,7 @@ from starlette.routing import Route
 MAX_SESSIONS = 100_000
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
        "transfer-encoding", "upgrade", "host", "content-length"}
+REPLICA_HEADER = "x-gym-runtime-replica"  # set by the router only (gym_runtime/rollouts/spread.py reads it)
 
 
 def _cookies(header: str) -> list[tuple[str, str]]:
@@ -157,5 +161,6 @@ class Router:
         response = StreamingResponse(upstream.aiter_raw(), status_code=upstream.status_code,
                                      background=BackgroundTask(done))
         response.raw_headers = [(k.encode("latin-1"), v.encode("latin-1"))
-                                for k, v in upstream.headers.multi_items() if k.lower() not in HOP]
+                                for k, v in upstream.headers.multi_items() if k.lower() not in HOP | {REPLICA_HEADER}]
+        response.raw_headers.append((REPLICA_HEADER.encode(), f"{self.name}.{replica}".encode("latin-1")))
         return response

@@ -3,7 +3,8 @@
 A row names its agent with ``agent_ref: {type: responses_api_agents, name: <instance>}`` (docs/architecture.md
 §9); the whole row is POSTed as JSON to ``<agent url>/run``, as Gym's rollout collection does.
 Results keep the row's index; a row that fails gets ``{"error": {"code", "message"}}`` instead of
-stopping the batch. Codes: ``GR-ROLLOUT-AGENT-REF`` (no or unknown agent), ``GR-ROLLOUT-HTTP``
+stopping the batch. Each row's agent replica is learnt from the answer
+(:mod:`gym_runtime.rollouts.spread`), for the per-replica counts. Codes: ``GR-ROLLOUT-AGENT-REF`` (no or unknown agent), ``GR-ROLLOUT-HTTP``
 (the agent answered an error status), ``GR-ROLLOUT-CONNECT`` (no answer), ``GR-ROLLOUT-BAD-JSON``,
 ``GR-ROLLOUT-BAD-REWARD`` (the reward is not a finite number: NaN, null, a string, missing; from
 the answer itself, or the built-in agents' 502 ``error.type: bad_reward``; see
@@ -27,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from gym_runtime.rollouts.spread import REPLICA_HEADER, served_by
 from gym_runtime.rollouts.verdict import BAD_REWARD, AgentFacts, bad_reward
 
 AGENT_TYPE = "responses_api_agents"
@@ -53,23 +55,41 @@ def _agent_error(body: Any) -> dict[str, Any]:
     return error if isinstance(error, dict) else {}
 
 
+@dataclass(frozen=True)
+class Reply:
+    """What :func:`run_row` got: ``answer`` (the agent's JSON object, or a row error), ``agent``
+    (the running agent the row went to, None when it named none) and ``replica`` (the agent's
+    replica that served it, :func:`gym_runtime.rollouts.spread.served_by`; None when unknown)."""
+
+    answer: dict[str, Any]
+    agent: str | None = None
+    replica: str | None = None
+
+
 async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any,
-                  timeout_s: float | None = None, facts: Mapping[str, AgentFacts] | None = None) -> dict[str, Any]:
-    """POST one row to its agent's ``/run``; the agent's JSON object, or a row error (never raises).
-    ``facts`` (agent -> :class:`AgentFacts`) lets a bad-reward error name the resources server."""
+                  timeout_s: float | None = None, facts: Mapping[str, AgentFacts] | None = None,
+                  replicas: Mapping[str, Mapping[str, Any]] | None = None) -> Reply:
+    """POST one row to its agent's ``/run``; a :class:`Reply` (never raises). ``facts`` (agent ->
+    :class:`AgentFacts`) lets a bad-reward error name the resources server; ``replicas`` (agent ->
+    {replica: node}) says which replicas may have served it (default: the agent alone)."""
     name = agent_name(row)
     if name is None:
-        return row_error("GR-ROLLOUT-AGENT-REF", "row has no agent_ref {type: responses_api_agents, name: ...}")
+        return Reply(row_error("GR-ROLLOUT-AGENT-REF", "row has no agent_ref {type: responses_api_agents, name: ...}"))
     base = agents.get(name)
     if base is None:
         known = ", ".join(sorted(agents)) or "(none)"
-        return row_error("GR-ROLLOUT-AGENT-REF", f"agent_ref names {name!r}, which is not a running agent "
-                         f"(available responses_api_agents: {known})")
+        return Reply(row_error("GR-ROLLOUT-AGENT-REF", f"agent_ref names {name!r}, which is not a running agent "
+                               f"(available responses_api_agents: {known})"))
     url = base.rstrip("/") + "/run"
     try:
         r = await client.post(url, json=row, timeout=timeout_s)
     except httpx.HTTPError as e:
-        return row_error("GR-ROLLOUT-CONNECT", f"{name}: POST {url} failed: {type(e).__name__}: {e}")
+        return Reply(row_error("GR-ROLLOUT-CONNECT", f"{name}: POST {url} failed: {type(e).__name__}: {e}"), name)
+    return Reply(_judge(name, url, r, facts), name, served_by(name, r.headers.get(REPLICA_HEADER), replicas or {}))
+
+
+def _judge(name: str, url: str, r: httpx.Response, facts: Mapping[str, AgentFacts] | None) -> dict[str, Any]:
+    """The agent's answer ``r`` as the row's result: its JSON object or a row error."""
     try:
         body = r.json()
     except (ValueError, RecursionError):  # not JSON, a number over 4300 digits, nested past the parser's depth
@@ -91,21 +111,27 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
 @dataclass(frozen=True)
 class Batch:
     """The outcome of :func:`run_rows`: ``results[i]`` belongs to row ``i`` (the agent's answer or a
-    row error) and ``latency_s[i]`` is that row's wall time in seconds from the moment it was sent
-    (``None`` for a row that never started)."""
+    row error), ``latency_s[i]`` is that row's wall time in seconds from the moment it was sent
+    (``None`` for a row that never started), ``agents[i]`` / ``replicas[i]`` the running agent and
+    the replica that served it (None: none / unknown), ``wall_s`` the batch's wall time (s)."""
 
     results: list[dict[str, Any]]
     latency_s: list[float | None]
+    agents: list[str | None]
+    replicas: list[str | None]
+    wall_s: float
 
 
 async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Mapping[str, str]], *,
                    concurrency: int = 32, deadline_s: float | None = None,
                    client: httpx.AsyncClient | None = None,
                    facts: Mapping[str, AgentFacts] | None = None,
-                   results: list[dict[str, Any] | None] | None = None) -> Batch:
+                   results: list[dict[str, Any] | None] | None = None,
+                   replicas: Mapping[str, Mapping[str, Any]] | None = None) -> Batch:
     """Run every row (at most ``concurrency`` at once); see :class:`Batch`.
 
-    ``agents`` maps agent instance names to base URLs (``http://host:port``). ``deadline_s`` bounds
+    ``agents`` maps agent instance names to base URLs (``http://host:port``); ``replicas`` maps
+    them to ``{replica: node}`` (:func:`run_row`). ``deadline_s`` bounds
     the whole batch: rows still running then are cancelled and get ``GR-ROLLOUT-DEADLINE``.
     ``results`` (a list of ``len(rows)`` Nones) receives each row's result as soon as it is there,
     so a caller that cancels the batch still has the rows already finished (the head server at
@@ -116,6 +142,8 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
     sem = asyncio.Semaphore(max(1, concurrency))
     results = results if results is not None else [None] * len(rows)
     latency: list[float | None] = [None] * len(rows)
+    names: list[str | None] = [None] * len(rows)
+    served: list[str | None] = [None] * len(rows)
     own = client is None
     http = client or httpx.AsyncClient(trust_env=False, timeout=None,
                                        limits=httpx.Limits(max_connections=max(concurrency, 10)))
@@ -124,13 +152,15 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
         async with sem:
             t0 = time.monotonic()
             try:
-                results[i] = await run_row(http, table, row, facts=facts)
+                reply = await run_row(http, table, row, facts=facts, replicas=replicas)
+                results[i], names[i], served[i] = reply.answer, reply.agent, reply.replica
             except Exception as e:  # noqa: BLE001 - a bug here must cost one row, never the batch
                 results[i] = row_error("GR-INTERNAL", f"the row could not be dispatched: {type(e).__name__}: {e} "
                                        "(a bug in gym-runtime: please report it)")
             finally:
                 latency[i] = round(time.monotonic() - t0, 4)
 
+    started = time.monotonic()
     tasks = [asyncio.create_task(one(i, row)) for i, row in enumerate(rows)]
     try:
         if tasks:
@@ -145,4 +175,5 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
         if own:
             await http.aclose()
     return Batch([r if r is not None else row_error("GR-ROLLOUT-DEADLINE", f"the batch deadline of {deadline_s:g}s "
-                                                    "passed before this row finished") for r in results], latency)
+                                                    "passed before this row finished") for r in results], latency,
+                 names, served, round(time.monotonic() - started, 4))

@@ -4,7 +4,11 @@ Order: the package, its configuration and EVERY dataset row are checked before a
 starts (a bad row costs no venv build); then :class:`gym_runtime.Runtime` brings the environment
 up (the built-in stub model unless a policy URL is given), each row goes k times to its agent's
 ``/run`` (:func:`gym_runtime.rollouts.sampler.sample_rows`), every result is appended to the
-``--out`` file as it finishes, and the environment is stopped whatever happened.
+``--out`` file as it finishes, and the environment is stopped whatever happened. Where the
+servers run is the Runtime's placement (``placement="ray"`` in ``runtime_kwargs``: replicas on
+the nodes of a Ray cluster, docs/scale-out.md); the rollouts in flight are bounded by
+``max_concurrent_rollouts`` (default: sized to the agent replicas, :mod:`gym_runtime.rollouts.spread`)
+and the result counts the rollouts each agent replica served.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from gym_runtime.errors import UsageError
 from gym_runtime.package import load_package
 from gym_runtime.rollouts.rows import DatasetRow, load_rows
 from gym_runtime.rollouts.sampler import sample_rows
+from gym_runtime.rollouts.spread import replica_counts
 from gym_runtime.rollouts.stats import RolloutResult, RowStats, Summary, row_stats, summarize
 from gym_runtime.rollouts.verdict import AgentFacts, agent_facts
 
@@ -32,9 +37,11 @@ PLACEHOLDERS = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key":
 @dataclass(frozen=True)
 class DryRunRequest:
     """What to run: ``samples`` per row, the first ``limit`` rows (None: all), at most
-    ``concurrency`` rollouts at once, ``rollout_timeout_s`` per rollout (None: unbounded),
-    ``out`` a JSONL file for every result; ``runtime_kwargs`` go to :class:`gym_runtime.Runtime`
-    (policy, head, isolation, python, work_dir...)."""
+    ``max_concurrent_rollouts`` rollouts at once (None: 32 per agent replica,
+    :func:`gym_runtime.rollouts.spread.default_max_rollouts`), ``rollout_timeout_s`` per rollout
+    (None: unbounded), ``out`` a JSONL file for every result; ``runtime_kwargs`` go to
+    :class:`gym_runtime.Runtime` (policy, head, isolation, python, work_dir, placement,
+    ray_address...)."""
 
     package: str | Path
     dataset: str | Path
@@ -42,25 +49,27 @@ class DryRunRequest:
     policy: PolicyValues = field(default_factory=PolicyValues)
     samples: int = 4
     limit: int | None = None
-    concurrency: int = 8
+    max_concurrent_rollouts: int | None = None
     rollout_timeout_s: float | None = None
     out: Path | None = None
     stub_seed: int = 0
     runtime_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
-        """Raises :class:`UsageError` for a non-positive ``samples``/``limit``/``concurrency``."""
-        for name in ("samples", "concurrency"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name} must be at least 1, got {getattr(self, name)}")
-        if self.limit is not None and self.limit < 1:
-            raise UsageError(f"--limit must be at least 1, got {self.limit}")
+        """Raises :class:`UsageError` for a non-positive ``samples``/``limit``/``max_concurrent_rollouts``."""
+        if self.samples < 1:
+            raise UsageError(f"--samples must be at least 1, got {self.samples}")
+        for name in ("limit", "max_concurrent_rollouts"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
 
 
 @dataclass(frozen=True)
 class DryRunResult:
-    """The outcome: every rollout, per-row statistics, the summary, and the ready info of the
-    environment (``startup_s``, ``isolation``, ``policy_model``...)."""
+    """The outcome: every rollout, per-row statistics, the summary, the ready info of the
+    environment (``startup_s``, ``isolation``, ``placement``, ``policy_model``...), the per-replica
+    counts (:func:`gym_runtime.rollouts.spread.replica_counts`) and the bound the rollouts ran with."""
 
     package: str
     rows: list[DatasetRow]
@@ -69,6 +78,8 @@ class DryRunResult:
     summary: Summary
     ready: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    replicas: list[dict[str, Any]] = field(default_factory=list)
+    max_concurrent_rollouts: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -99,7 +110,8 @@ def _runtime(req: DryRunRequest, progress: Callable[[str], None] | None):
 
     p = req.policy
     rt = Runtime(req.package, overrides=req.overrides, policy_base_url=p.base_url, policy_api_key=p.api_key,
-                 policy_model_name=p.model_name, progress=progress, **req.runtime_kwargs)
+                 policy_model_name=p.model_name, progress=progress, max_concurrent_rollouts=req.max_concurrent_rollouts,
+                 **req.runtime_kwargs)
     rt.request.stub_seed = req.stub_seed
     return rt
 
@@ -124,6 +136,7 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
     try:
         ready = await rt.start()
         agents = {n: url for n, url in rt.servers.items() if url}
+        bound, replicas = rt.env.max_concurrent_rollouts(), rt.env.agent_replicas()
         if req.out is not None:
             req.out.parent.mkdir(parents=True, exist_ok=True)
             out = req.out.open("w", encoding="utf-8")
@@ -138,11 +151,13 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
         if on_start is not None:
             on_start(len(rows) * req.samples)
         t0 = time.perf_counter()
-        results = await sample_rows(rows, agents, req.samples, req.concurrency, record, req.rollout_timeout_s, facts)
+        results = await sample_rows(rows, agents, req.samples, bound, record, req.rollout_timeout_s, facts, replicas)
         wall = time.perf_counter() - t0
+        replicas = rt.env.agent_replicas()  # nodes as they are now (a replica may have moved)
     finally:
         if out is not None:
             out.close()
         await rt.stop()
     stats = row_stats(results)
-    return DryRunResult(name, rows, results, stats, summarize(stats, results, wall), ready, notes)
+    counts = replica_counts(((r.agent, r.replica, not r.ok) for r in results), replicas, wall)
+    return DryRunResult(name, rows, results, stats, summarize(stats, results, wall), ready, notes, counts, bound)

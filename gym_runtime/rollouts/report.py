@@ -6,7 +6,9 @@ stopped because the prompt no longer fit the context), bad (unusable rewards: Na
 missing; also counted in fail), signal ("yes"; "no GRPO signal" when the k rewards are all equal;
 "unknown" with fewer than two rewards; "N out of range" when rewards fall outside the resources
 server's ``reward_range``). The summary gives the share of signal-bearing rows, rollouts per
-second, failures by error code and the totals of those counts (docs/rollouts.md).
+second, failures by error code and the totals of those counts (docs/rollouts.md). Under it, the
+replica table: one line per agent replica (replica, agent, node, rollouts, failed, rollouts/s;
+:func:`gym_runtime.rollouts.spread.replica_counts`).
 """
 
 from __future__ import annotations
@@ -91,11 +93,26 @@ def summary_lines(summary: Summary) -> list[str]:
     return lines
 
 
-def print_report(console: Console, stats: list[RowStats], summary: Summary, title: str | None = None) -> None:
-    """Print the table and the summary to ``console``."""
+def replica_table(replicas: list[dict[str, Any]], bound: int | None) -> Table:
+    """The per-replica table (a :class:`rich.table.Table`): who served how many rollouts, where."""
+    table = Table(title=f"agent replicas (at most {bound} rollouts in flight)" if bound else "agent replicas",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    for name in ("replica", "agent", "node", "rollouts", "failed", "rollouts/s"):
+        table.add_column(name, justify="left" if name in ("replica", "agent", "node") else "right", no_wrap=True)
+    for r in replicas:
+        table.add_row(r["replica"] or "[dim](none: no answer)[/dim]", r["agent"], r["node"] or "-", str(r["rollouts"]),
+                      _count(r["failed"], "red"), _num(r["rollouts_per_s"]))
+    return table
+
+
+def print_report(console: Console, stats: list[RowStats], summary: Summary, title: str | None = None,
+                 replicas: list[dict[str, Any]] | None = None, bound: int | None = None) -> None:
+    """Print the table, the summary and (when given) the per-replica table to ``console``."""
     console.print(build_table(stats, title))
     for line in summary_lines(summary):
         console.print(line, highlight=False)
+    if replicas:
+        console.print(replica_table(replicas, bound))
 
 
 def report_dict(stats: list[RowStats], summary: Summary, **extra: Any) -> dict[str, Any]:

@@ -27,8 +27,9 @@ class RolloutResult:
     the agent instance, the ``reward`` (``None`` when it failed), ``latency_s`` (wall seconds of
     the ``/run`` call), ``error`` (``{"code", "message"}`` or ``None``), the agent's
     ``unknown_tool_calls`` / ``invalid_tool_arguments`` (None when it does not count them), whether
-    the episode was stopped by a ``context_overflow``, and whether the reward is ``out_of_range``
-    of the resources server's declared ``reward_range`` (:mod:`gym_runtime.rollouts.verdict`)."""
+    the episode was stopped by a ``context_overflow``, whether the reward is ``out_of_range``
+    of the resources server's declared ``reward_range`` (:mod:`gym_runtime.rollouts.verdict`), and
+    the agent ``replica`` that served it (:mod:`gym_runtime.rollouts.spread`; None: unknown)."""
 
     row: int
     sample: int
@@ -41,6 +42,7 @@ class RolloutResult:
     invalid_tool_arguments: int | None = None
     context_overflow: bool = False
     out_of_range: bool = False
+    replica: str | None = None
 
     @property
     def ok(self) -> bool:

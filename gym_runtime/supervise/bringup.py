@@ -57,6 +57,7 @@ class UpRequest:
     stub_seed: int = 0
     options: SuperviseOptions = field(default_factory=SuperviseOptions)
     placement: str = "local"
+    max_concurrent_rollouts: int | None = None  # rollouts in flight per /rollouts/run batch; None: sized (spread.py)
 
 
 class Environment:
@@ -102,7 +103,7 @@ class Environment:
     # ------------------------------------------------------------------ start
     async def start(self) -> dict[str, Any]:
         self._start_task = asyncio.current_task()
-        preflight.check_flags(self.req.require_isolation, self.req.isolation)
+        preflight.check_flags(self.req.require_isolation, self.req.isolation, self.req.max_concurrent_rollouts)
         merged, self.stub_url = await job_policy.configure(self.req.package, self.req.overrides, self.req.policy,
                                                            self._say)
         self.merged = merged
@@ -154,6 +155,7 @@ class Environment:
             "servers": self.placement.servers(), "placement": self.placement.kind,
             "isolation": self.placement.isolation, "startup_s": round(time.monotonic() - self._t0, 3),
             "policy_model": {"base_url": merged.data.get("policy_base_url"), "stub": self.stub_url is not None},
+            "max_concurrent_rollouts": self.max_concurrent_rollouts(),
             "ray": self.ray.to_dict(), "logs_dir": str(self.logs_dir)}
         return self.ready_info
 
@@ -201,6 +203,17 @@ class Environment:
         self.outside = contract.config_view(self.merged.data, self.placement.public(), self.head_addr,
                                             self.ray_inside)
 
+    def agent_replicas(self) -> dict[str, dict[str, str | None]]:
+        """Agent instance -> {replica: node} (the placement's, :mod:`gym_runtime.rollouts.spread`)."""
+        return {n: r for n, r in self.placement.replica_nodes().items()
+                if self.merged.instances[n].server_type == "responses_api_agents"}
+
+    def max_concurrent_rollouts(self) -> int:
+        """Rollouts in flight per batch: ``--max-concurrent-rollouts``, else sized to the agent replicas."""
+        from gym_runtime.rollouts.spread import default_max_rollouts
+
+        return self.req.max_concurrent_rollouts or default_max_rollouts(self.agent_replicas())
+
     def _member(self, name: str, kind: str, spec: Any, launcher: Any, port: int | None, **kw: Any) -> Member:
         log = LogSink(self.logs_dir / f"{name}.log", self.req.options.log_tail_lines, self.req.options.log_max_bytes)
         m = Member(name, kind, spec, launcher, log, port=port, **kw)
@@ -236,6 +249,7 @@ class Environment:
                               agents=lambda: {n: u for n, u in self.placement.servers().items() if u and
                                               self.merged.instances[n].server_type == "responses_api_agents"},
                               agent_facts=lambda: agent_facts(self.merged.instances, ranges=False),
+                              agent_replicas=self.agent_replicas, rollout_concurrency=self.max_concurrent_rollouts(),
                               processes=lambda: processes.of_environment(
                                   self.supervisor, (*self.placement.sandboxes(), self.host_launcher)))
         servers_port = self._servers_sock.getsockname()[1]

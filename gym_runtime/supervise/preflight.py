@@ -19,8 +19,11 @@ HINT = ("run where unprivileged user namespaces are allowed (user.max_user_names
         "block), with an unmasked /proc (Kubernetes: procMount: Unmasked) and bubblewrap available")
 
 
-def check_flags(require_isolation: bool, isolation: str | None) -> None:
-    """Raise :class:`UsageError` when the flags contradict each other."""
+def check_flags(require_isolation: bool, isolation: str | None, max_concurrent_rollouts: int | None = None) -> None:
+    """Raise :class:`UsageError` when the flags contradict each other or a bound is below 1."""
+    if max_concurrent_rollouts is not None and max_concurrent_rollouts < 1:
+        raise UsageError(f"--max-concurrent-rollouts must be at least 1, got {max_concurrent_rollouts}",
+                         hint="leave it out for the default: 32 per agent replica (docs/rollouts.md)")
     if require_isolation and isolation not in (None, "full"):
         raise UsageError(f"--require-isolation and --isolation {isolation} conflict: the first demands full "
                          f"isolation, the second forces {isolation!r}", code="GR-USAGE-CONFLICT",

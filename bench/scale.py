@@ -1,6 +1,6 @@
 """Scale-out figures (docs/scale-out.md): rollouts/s with 1, 2 and 4 replicas, and node-loss recovery.
 
-    ./uvw run python bench/scale.py [--rows 120] [--replicas 1 2 4]
+    ./uvw run python bench/scale.py [--rows 120] [--replicas 1 2 4] [--agent-replicas 1 2] [--skip ...]
 
 A real Ray cluster on this machine (a head and two workers, every node on 127.0.0.1:
 tests/helpers/ray_cluster.py) and ``gym-runtime up --placement ray`` as a subprocess, as a
@@ -12,7 +12,10 @@ stable address (the router when there are several replicas). Rows go through the
 
 1. rollouts/s with N replicas of the resources server (goal: >= 0.8 x N times the 1-replica
    figure), and the node of each replica;
-2. node loss: the resources server (one replica) on a worker whose raylet is killed; the time
+2. rollouts/s with N replicas of the agent (one per worker; each serves one ``/run`` at a time
+   and holds it 50 ms), rows spread by the agent's router, with the per-replica counts and the
+   rollouts/s that ``POST /rollouts/run`` itself reports (docs/rollouts.md, "Rollouts at scale");
+3. node loss: the resources server (one replica) on a worker whose raylet is killed; the time
    until the loss is seen (its replica's exit) and until its stable address answers again from
    the other worker (goal < 10 s).
 
@@ -95,14 +98,34 @@ class H(BaseHTTPRequestHandler):
 ThreadingHTTPServer((me["host"], int(me["port"])), H).serve_forever()
 '''
 
+SLOW_AGENT = PEERS + r'''
+import time
+from http.server import HTTPServer, BaseHTTPRequestHandler
+me = peers()[os.environ["NEMO_GYM_CONFIG_PATH"]]
+class H(BaseHTTPRequestHandler):  # HTTP/1.0 and not threaded: one /run at a time, 50 ms each
+    def _send(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200); self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_GET(self):
+        self._send({"status": "ok"})
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        time.sleep(0.05)
+        self._send({"reward": 1.0})
+    def log_message(self, *a):
+        pass
+HTTPServer((me["host"], int(me["port"])), H).serve_forever()
+'''
 
-def package(root: Path, math_placement: dict) -> Path:
+
+def package(root: Path, math_placement: dict, agent_placement: dict | None = None, agent: str = AGENT) -> Path:
     return write_fixture_package(root, {
         "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": math_placement}}},
         "acme_agent": {"responses_api_agents": {"acme_agent": {
             "resources_server": {"type": "resources_servers", "name": "acme_math"},
-            "placement": {"num_cpus": 0.25}}}},
-    }, apps={"acme_math": RESOURCES, "acme_agent": AGENT})
+            "placement": agent_placement or {"num_cpus": 0.25}}}},
+    }, apps={"acme_math": RESOURCES, "acme_agent": agent})
 
 
 def rows(n: int) -> list[dict]:
@@ -141,6 +164,24 @@ def throughput(cluster: LocalRayCluster, tmp: Path, replicas: int, n_rows: int) 
         stop(proc)
 
 
+def agent_throughput(cluster: LocalRayCluster, tmp: Path, replicas: int, n_rows: int) -> tuple[float, dict]:
+    """rollouts/s through N agent replicas (1.5 CPUs each: one per worker), and the batch's ``summary``."""
+    pkg = package(tmp / f"pkg-agent{replicas}", {"num_cpus": 0.25}, {"num_cpus": 1.5, "replicas": replicas},
+                  SLOW_AGENT)
+    proc, info = start(cluster, pkg, tmp / f"run-agent{replicas}")
+    try:
+        with httpx.Client(trust_env=False, timeout=600) as c:
+            c.post(info["head_server"] + "/rollouts/run", json={"examples": rows(8)})  # warm connections
+            t0 = time.perf_counter()
+            out = c.post(info["head_server"] + "/rollouts/run", json={"examples": rows(n_rows)}).json()
+            took = time.perf_counter() - t0
+        ok = sum(1 for r in out["results"] if r.get("reward") == 1.0)
+        assert ok == n_rows, out["results"][:3]
+        return n_rows / took, out["summary"]
+    finally:
+        stop(proc)
+
+
 def node_loss(cluster: LocalRayCluster, tmp: Path) -> tuple[float, float, str]:
     pkg = package(tmp / "pkg-loss", {"num_cpus": 1.5})  # only a worker (2 CPUs) fits, not the head (1 CPU)
     proc, info = start(cluster, pkg, tmp / "run-loss")
@@ -173,6 +214,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=120, help="rows per measurement (default 120)")
     ap.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--agent-replicas", type=int, nargs="+", default=[1, 2], choices=[1, 2])
+    ap.add_argument("--skip", nargs="+", default=[], choices=["resources", "agents", "node-loss"])
     args = ap.parse_args()
     cluster = LocalRayCluster()
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as d:
@@ -183,15 +226,23 @@ def main() -> None:
                            "b": {"num_cpus": 2, "resources": {"node_b": 1}}})
             print(f"cluster: head + 2 workers on 127.0.0.1 in {time.perf_counter() - t0:.1f}s", flush=True)
             base = None
-            for n in args.replicas:
+            for n in [] if "resources" in args.skip else args.replicas:
                 rate, where = throughput(cluster, tmp, n, args.rows * n)
                 base = base or rate
                 nodes = ", ".join(f"{k}@{v}" for k, v in sorted(where.items()) if k.startswith("acme_math"))
                 print(f"replicas={n}: {rate:6.1f} rollouts/s  ({rate / base:.2f} x the 1-replica figure; goal >= "
                       f"{0.8 * n:.1f} x)  [{nodes}]", flush=True)
-            seen, answered, name = node_loss(cluster, tmp)
-            print(f"node loss (worker {name}, raylet SIGKILLed): seen after {seen:.2f}s, the stable address "
-                  f"answered again after {answered:.2f}s (goal < 10 s)", flush=True)
+            base = None
+            for n in [] if "agents" in args.skip else args.agent_replicas:
+                rate, summary = agent_throughput(cluster, tmp, n, args.rows * n)
+                base = base or rate
+                counts = ", ".join(f"{r['replica']}@{r['node']}: {r['rollouts']}" for r in summary["replicas"])
+                print(f"agent replicas={n}: {rate:6.1f} rollouts/s ({rate / base:.2f} x; head's own figure "
+                      f"{summary['rollouts_per_s']}/s at concurrency {summary['concurrency']})  [{counts}]", flush=True)
+            if "node-loss" not in args.skip:
+                seen, answered, name = node_loss(cluster, tmp)
+                print(f"node loss (worker {name}, raylet SIGKILLed): seen after {seen:.2f}s, the stable address "
+                      f"answered again after {answered:.2f}s (goal < 10 s)", flush=True)
         finally:
             cluster.stop()
 

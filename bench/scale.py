@@ -13,7 +13,7 @@ stable address (the router when there are several replicas). Rows go through the
 1. rollouts/s with N replicas of the resources server (goal: >= 0.8 x N times the 1-replica
    figure), and the node of each replica;
 2. rollouts/s with N replicas of the agent (one per worker; each serves one ``/run`` at a time
-   and holds it 50 ms), rows spread by the agent's router, with the per-replica counts and the
+   and holds it 50 or 200 ms), rows spread by the agent's router, with the per-replica counts and the
    rollouts/s that ``POST /rollouts/run`` itself reports (docs/rollouts.md, "Rollouts at scale");
 3. node loss: the resources server (one replica) on a worker whose raylet is killed; the time
    until the loss is seen (its replica's exit) and until its stable address answers again from
@@ -102,7 +102,8 @@ SLOW_AGENT = PEERS + r'''
 import time
 from http.server import HTTPServer, BaseHTTPRequestHandler
 me = peers()[os.environ["NEMO_GYM_CONFIG_PATH"]]
-class H(BaseHTTPRequestHandler):  # HTTP/1.0 and not threaded: one /run at a time, 50 ms each
+HOLD_S = 0.05
+class H(BaseHTTPRequestHandler):  # HTTP/1.0 and not threaded: one /run at a time, HOLD_S each
     def _send(self, obj):
         body = json.dumps(obj).encode()
         self.send_response(200); self.send_header("content-type", "application/json")
@@ -111,7 +112,7 @@ class H(BaseHTTPRequestHandler):  # HTTP/1.0 and not threaded: one /run at a tim
         self._send({"status": "ok"})
     def do_POST(self):
         self.rfile.read(int(self.headers.get("content-length", 0)))
-        time.sleep(0.05)
+        time.sleep(HOLD_S)
         self._send({"reward": 1.0})
     def log_message(self, *a):
         pass
@@ -164,11 +165,14 @@ def throughput(cluster: LocalRayCluster, tmp: Path, replicas: int, n_rows: int) 
         stop(proc)
 
 
-def agent_throughput(cluster: LocalRayCluster, tmp: Path, replicas: int, n_rows: int) -> tuple[float, dict]:
-    """rollouts/s through N agent replicas (1.5 CPUs each: one per worker), and the batch's ``summary``."""
-    pkg = package(tmp / f"pkg-agent{replicas}", {"num_cpus": 0.25}, {"num_cpus": 1.5, "replicas": replicas},
-                  SLOW_AGENT)
-    proc, info = start(cluster, pkg, tmp / f"run-agent{replicas}")
+def agent_throughput(cluster: LocalRayCluster, tmp: Path, replicas: int, n_rows: int,
+                     hold_ms: int) -> tuple[float, dict]:
+    """rollouts/s through N agent replicas (1.5 CPUs each: one per worker) that hold each ``/run``
+    ``hold_ms``, and the batch's ``summary``."""
+    agent = SLOW_AGENT.replace("HOLD_S = 0.05", f"HOLD_S = {hold_ms / 1000}")
+    pkg = package(tmp / f"pkg-agent{replicas}-{hold_ms}", {"num_cpus": 0.25}, {"num_cpus": 1.5, "replicas": replicas},
+                  agent)
+    proc, info = start(cluster, pkg, tmp / f"run-agent{replicas}-{hold_ms}")
     try:
         with httpx.Client(trust_env=False, timeout=600) as c:
             c.post(info["head_server"] + "/rollouts/run", json={"examples": rows(8)})  # warm connections
@@ -215,6 +219,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=120, help="rows per measurement (default 120)")
     ap.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--agent-replicas", type=int, nargs="+", default=[1, 2], choices=[1, 2])
+    ap.add_argument("--agent-hold-ms", type=int, nargs="+", default=[50, 200],
+                    help="how long an agent replica holds each /run (default 50 and 200 ms)")
     ap.add_argument("--skip", nargs="+", default=[], choices=["resources", "agents", "node-loss"])
     args = ap.parse_args()
     cluster = LocalRayCluster()
@@ -232,13 +238,15 @@ def main() -> None:
                 nodes = ", ".join(f"{k}@{v}" for k, v in sorted(where.items()) if k.startswith("acme_math"))
                 print(f"replicas={n}: {rate:6.1f} rollouts/s  ({rate / base:.2f} x the 1-replica figure; goal >= "
                       f"{0.8 * n:.1f} x)  [{nodes}]", flush=True)
-            base = None
-            for n in [] if "agents" in args.skip else args.agent_replicas:
-                rate, summary = agent_throughput(cluster, tmp, n, args.rows * n)
-                base = base or rate
-                counts = ", ".join(f"{r['replica']}@{r['node']}: {r['rollouts']}" for r in summary["replicas"])
-                print(f"agent replicas={n}: {rate:6.1f} rollouts/s ({rate / base:.2f} x; head's own figure "
-                      f"{summary['rollouts_per_s']}/s at concurrency {summary['concurrency']})  [{counts}]", flush=True)
+            for hold in [] if "agents" in args.skip else args.agent_hold_ms:
+                base = None
+                for n in args.agent_replicas:
+                    rate, summary = agent_throughput(cluster, tmp, n, args.rows * n, hold)
+                    base = base or rate
+                    counts = ", ".join(f"{r['replica']}@{r['node']}: {r['rollouts']}" for r in summary["replicas"])
+                    print(f"agent replicas={n}, {hold} ms a /run: {rate:6.1f} rollouts/s ({rate / base:.2f} x; the "
+                          f"head's own figure {summary['rollouts_per_s']}/s at concurrency {summary['concurrency']})"
+                          f"  [{counts}]", flush=True)
             if "node-loss" not in args.skip:
                 seen, answered, name = node_loss(cluster, tmp)
                 print(f"node loss (worker {name}, raylet SIGKILLed): seen after {seen:.2f}s, the stable address "

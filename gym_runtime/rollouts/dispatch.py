@@ -4,13 +4,14 @@ A row names its agent with ``agent_ref: {type: responses_api_agents, name: <inst
 §9); the whole row is POSTed as JSON to ``<agent url>/run``, as Gym's rollout collection does.
 Results keep the row's index; a row that fails gets ``{"error": {"code", "message"}}`` instead of
 stopping the batch. Each row's agent replica is learnt from the answer
-(:mod:`gym_runtime.rollouts.spread`), for the per-replica counts. Codes: ``GR-ROLLOUT-AGENT-REF`` (no or unknown agent), ``GR-ROLLOUT-HTTP``
-(the agent answered an error status), ``GR-ROLLOUT-CONNECT`` (no answer), ``GR-ROLLOUT-BAD-JSON``,
-``GR-ROLLOUT-BAD-REWARD`` (the reward is not a finite number: NaN, null, a string, missing; from
-the answer itself, or the built-in agents' 502 ``error.type: bad_reward``; see
-:mod:`gym_runtime.rollouts.verdict`), ``GR-ROLLOUT-POLICY-UNAVAILABLE`` (the built-in agents' 502
-``error.type: model_unavailable``: the policy endpoint stayed unreachable past the model server's
-retry deadline, docs/reliability.md), ``GR-ROLLOUT-DEADLINE`` (the batch deadline passed first).
+(:mod:`gym_runtime.rollouts.spread`), for the per-replica counts. Codes: ``GR-ROLLOUT-AGENT-REF``
+(no or unknown agent), ``GR-ROLLOUT-HTTP`` (the agent answered an error status),
+``GR-ROLLOUT-CONNECT`` (no answer), ``GR-ROLLOUT-BAD-JSON``, ``GR-ROLLOUT-BAD-REWARD`` (the reward
+is not a finite number: NaN, null, a string, missing; from the answer itself, or the built-in
+agents' 502 ``error.type: bad_reward``; see :mod:`gym_runtime.rollouts.verdict`),
+``GR-ROLLOUT-POLICY-UNAVAILABLE`` (the built-in agents' 502 ``error.type: model_unavailable``: the
+policy endpoint stayed unreachable past the model server's retry deadline, docs/reliability.md),
+``GR-ROLLOUT-DEADLINE`` (the batch deadline passed first).
 
 No row is retried here: a rollout is not idempotent (``/seed_session``, tool calls), and the
 retries that are safe happen where the request is known not to have been processed (the built-in

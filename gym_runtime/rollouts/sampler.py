@@ -1,10 +1,10 @@
 """Send each dataset row k times to its agent's ``/run`` and time every rollout (dry-run, docs/architecture.md §9).
 
-The HTTP call and its per-row error shapes are :func:`gym_runtime.rollouts.dispatch.run_row`'s;
-this module adds the k samples, the replica that served each rollout, a bound on rollouts in flight, a per-rollout wall time, the
-verdict on the agent's answer (:func:`gym_runtime.rollouts.verdict.judge`: reward, counters,
-context-overflow stop, declared range), and a callback per finished rollout (the progress bar and
-the ``--out`` writer use it).
+The HTTP call and its per-row error shapes are :func:`gym_runtime.rollouts.dispatch.run_row`'s; this
+module adds the k samples, the replica that served each rollout, a bound on rollouts in flight, a
+per-rollout wall time, the verdict on the agent's answer
+(:func:`gym_runtime.rollouts.verdict.judge`: reward, counters, context-overflow stop, declared
+range), and a callback per finished rollout (the progress bar and the ``--out`` writer use it).
 """
 
 from __future__ import annotations

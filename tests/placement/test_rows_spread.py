@@ -28,8 +28,10 @@ pytestmark = pytest.mark.slow
 COUNTING_AGENT = FIXTURE_APP.replace("class H(BaseHTTPRequestHandler):", '''import threading
 lock, held = threading.Lock(), [0]
 
-class H(BaseHTTPRequestHandler):''').replace('''        time.sleep(float(row.get("sleep", 0)))
-        self._send(200, {"reward": row.get("fixture_reward", 1.0), "instance": name, "row": row})''', '''        with lock:
+class H(BaseHTTPRequestHandler):''').replace(
+    '''        time.sleep(float(row.get("sleep", 0)))
+        self._send(200, {"reward": row.get("fixture_reward", 1.0), "instance": name, "row": row})''',
+    '''        with lock:
             held[0] += 1
             entry = held[0]
         start = time.time()

@@ -116,7 +116,9 @@ class H(BaseHTTPRequestHandler):  # HTTP/1.0 and not threaded: one /run at a tim
         self._send({"reward": 1.0})
     def log_message(self, *a):
         pass
-HTTPServer((me["host"], int(me["port"])), H).serve_forever()
+class S(HTTPServer):
+    request_queue_size = 256  # the rows in flight wait in the backlog, not in SYN retries (default 5)
+S((me["host"], int(me["port"])), H).serve_forever()
 '''
 
 

@@ -105,6 +105,7 @@ def learned(venv: Path) -> set[str]:
 
 
 def _record(venv: Path, keys: set[str]) -> None:
+    (venv / RECORD).parent.mkdir(exist_ok=True)
     write_json(venv / RECORD, {"learned": sorted(learned(venv) | keys)}, indent=1)
 
 
@@ -272,11 +273,11 @@ class EnvironmentBytecode:
             return
         try:
             got = await asyncio.to_thread(self.store.place, venv, digest, await self._interpreter(py))
+            if got.users:
+                _record(venv, got.users)
         except (OSError, subprocess.SubprocessError, IndexError, ValueError) as e:  # speed only
             self._say(f"bytecode: the store was not used for {venv.name}: {e}")
             return
-        if got.users:
-            _record(venv, got.users)
         left = f"; {len(got.rejected)} changed or unusable, so its processes learn again" if got.rejected else ""
         self._say(f"bytecode: {got.placed}/{got.total} files placed from the store into {venv.name}{left}")
 

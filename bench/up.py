@@ -1,6 +1,6 @@
 """Bench ``gym-runtime up``: prints figures, asserts nothing.
 
-    ./uvw run python bench/up.py [PKG] [--skip-gym]    # default: examples/native-quickstart
+    ./uvw run python bench/up.py [PKG] [--skip-gym | --only-gym]    # default: examples/native-quickstart
 
 Figures for the bundled example: time-to-ready with venvs cached (the first run builds or reuses
 them) and with NO venvs (an empty venv dir; uv cache warm), memory (RSS) of the whole process tree
@@ -159,6 +159,10 @@ def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     pkg = Path(args[0] if args else ROOT / "examples/native-quickstart").resolve()
     work = Path(tempfile.mkdtemp(prefix="gym-runtime-bench-"))
+    if "--only-gym" in sys.argv:
+        gym_figures(work)
+        shutil.rmtree(work, ignore_errors=True)
+        return
     print(f"package: {pkg}")
     cached = {"GYM_RUNTIME_VENV_DIR": str(work / "venvs"), "GYM_RUNTIME_HOME": str(work / "home")}
     proc, _ = start_figure("no venvs (uv cache warm)", pkg, work / "cold", cached)

@@ -26,6 +26,7 @@ into a sandbox)::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -139,7 +140,8 @@ class PycStore:
         idx = self.index(digest)
         if idx is None or idx.get("tag") != interp.tag or idx.get("magic") != interp.magic.hex():
             return Placed()
-        os.utime(self._index_path(digest))  # most recently used: kept by prune()
+        with contextlib.suppress(OSError):  # most recently used: kept by prune() (a read-only store still serves)
+            os.utime(self._index_path(digest))
         out = Placed(total=len(idx["files"]))
         root = os.path.realpath(venv)
         for rel, entry in idx["files"].items():

@@ -1,6 +1,6 @@
 """Bench ``gym-runtime up``: prints figures, asserts nothing.
 
-    ./uvw run python bench/up.py [PKG] [--skip-gym]    # default: examples/native-quickstart
+    ./uvw run python bench/up.py [PKG] [--skip-gym | --only-gym]    # default: examples/native-quickstart
 
 Figures for the bundled example: time-to-ready with venvs cached (the first run builds or reuses
 them) and with NO venvs (an empty venv dir; uv cache warm), memory (RSS) of the whole process tree
@@ -9,7 +9,11 @@ until the head server reports it), shutdown time after SIGTERM once ready and in
 start-up, and processes left afterwards. Then the same start figures for the real NeMo Gym 0.4.0
 package (three server trees from the PyPI wheel, unchanged; tests/helpers/gym_package.py), whose
 servers use Ray: one private Ray head is started for them; and how long after the first (learning)
-start the daemon has compiled what those processes imported (gym_runtime/venvs/bytecode.py).
+start the daemon has compiled what those processes imported (gym_runtime/venvs/bytecode.py), and a
+start with NO venvs but the bytecode store kept (gym_runtime/venvs/pyc_store.py): the pod that
+keeps ``$GYM_RUNTIME_HOME`` and the uv cache on a volume. Each start also prints the CPU seconds
+its process tree used until ready (live processes plus the children they reaped). The bench runs
+with a ``GYM_RUNTIME_HOME`` of its own, so its first start has an empty store.
 Targets: bundled cached start < 3 s; real Gym package cached start <= 16 s; crash seen < 1 s;
 shutdown < 1.5 s with nothing left; idle CPU < 1 %; daemon RSS < 150 MB.
 """
@@ -59,7 +63,7 @@ def start_figure(label: str, pkg: Path, work: Path, env: dict[str, str] | None =
     rss = sum(p.memory_info().rss for p in procs if p.is_running())
     print(f"time-to-ready, {label}: {info['startup_s']:.2f} s in the daemon, {wall:.2f} s wall "
           f"(isolation {info['isolation']}, ray {info['ray']['mode']}); tree {len(procs)} processes, "
-          f"{rss / 2**20:.0f} MB RSS")
+          f"{rss / 2**20:.0f} MB RSS, {cpu_s(procs):.1f} CPU s; load average {os.getloadavg()[0]:.1f}")
     return proc, info
 
 
@@ -69,6 +73,18 @@ def tree(pid: int) -> list[psutil.Process]:
         return [p, *p.children(recursive=True)]
     except psutil.Error:
         return []
+
+
+def cpu_s(procs: list[psutil.Process]) -> float:
+    """CPU seconds (user + system) of ``procs`` and of the children they reaped."""
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 def stop(proc: subprocess.Popen) -> tuple[float, int]:
@@ -91,9 +107,15 @@ def learned_users(venv_root: Path) -> tuple[int, int]:
     return users, pycs
 
 
+def stored_users(home: Path) -> int:
+    """Users the bytecode store under ``home`` holds, summed over its records (venvs/pyc_store.py)."""
+    return sum(len(json.loads(p.read_text()).get("users", [])) for p in (home / "bytecode/imports").glob("*.json"))
+
+
 def gym_figures(work: Path) -> None:
     """The real NeMo Gym 0.4.0 package: start with no venvs (learning bytecode), the background
-    harvest of what was imported, then starts with venvs and bytecode cached (best of 3)."""
+    harvest of what was imported and its save to the store, starts with venvs and bytecode cached
+    (best of 3), then starts with no venvs but the store kept."""
     sys.path.insert(0, str(ROOT))
     from tests.helpers.gym_package import assemble_gym_package, gym_wheel, python_312_plus
 
@@ -104,7 +126,7 @@ def gym_figures(work: Path) -> None:
     pkg, _ = assemble_gym_package(gym_wheel(python), work / "gym-pkg")
     venvs = work / "gym-venvs"
     env = {"GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0", "GYM_RUNTIME_PIN_OPENAI": "2.7.2", "GYM_RUNTIME_PIN_MODE": "gym",
-           "GYM_RUNTIME_VENV_DIR": str(venvs)}
+           "GYM_RUNTIME_VENV_DIR": str(venvs), "GYM_RUNTIME_HOME": str(work / "home")}
     print(f"real Gym package (nemo-gym 0.4.0: vllm_model, example_single_tool_call, simple_agent; {python})")
     proc, info = start_figure("no venvs (uv cache warm), learning bytecode", pkg, work / "gym-cold", env,
                               ("--python", python))
@@ -114,6 +136,9 @@ def gym_figures(work: Path) -> None:
     learned, pycs = learned_users(venvs)
     print(f"bytecode learned for {learned}/{users} processes {time.monotonic() - t0:.2f} s after ready "
           f"({pycs} .pyc in the venvs)")
+    while stored_users(work / "home") < learned and time.monotonic() - t0 < 300:
+        time.sleep(0.2)
+    print(f"saved to the bytecode store {time.monotonic() - t0:.2f} s after ready")
     stop(proc)
     best = None
     for i in range(3):
@@ -123,14 +148,23 @@ def gym_figures(work: Path) -> None:
         print(f"time-to-ready, venvs and bytecode cached, run {i + 1}: {info['startup_s']:.2f} s in the daemon, "
               f"{wall:.2f} s wall; shutdown {took:.2f} s, processes left: {left}")
     print(f"real Gym package cached start (best of 3): {best:.2f} s (target <= 16 s)")
+    for i in range(2):
+        shutil.rmtree(venvs)  # the uv cache and the bytecode store are kept
+        proc, info = start_figure(f"no venvs, bytecode store kept, run {i + 1}", pkg, work / f"gym-stored{i}", env,
+                                  ("--python", python))
+        stop(proc)
 
 
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     pkg = Path(args[0] if args else ROOT / "examples/native-quickstart").resolve()
     work = Path(tempfile.mkdtemp(prefix="gym-runtime-bench-"))
+    if "--only-gym" in sys.argv:
+        gym_figures(work)
+        shutil.rmtree(work, ignore_errors=True)
+        return
     print(f"package: {pkg}")
-    cached = {"GYM_RUNTIME_VENV_DIR": str(work / "venvs")}
+    cached = {"GYM_RUNTIME_VENV_DIR": str(work / "venvs"), "GYM_RUNTIME_HOME": str(work / "home")}
     proc, _ = start_figure("no venvs (uv cache warm)", pkg, work / "cold", cached)
     stop(proc)
     proc, info = start_figure("venvs cached", pkg, work / "run", cached)
@@ -150,8 +184,11 @@ def main() -> None:
         time.sleep(0.05)
     took, left = stop(proc)
     print(f"shutdown after SIGTERM once ready: {took:.2f} s, processes left: {left}")
+    shutil.rmtree(work / "venvs")  # the uv cache and the bytecode store (saved by now) are kept
+    proc, _ = start_figure("no venvs, bytecode store kept", pkg, work / "stored", cached)
+    stop(proc)
 
-    phases = ((0.4, "config / venv check", cached), (1.0, "venvs building", {"GYM_RUNTIME_VENV_DIR": str(work / "v2")}),
+    phases = ((0.4, "config / venv check", cached), (1.0, "venvs building", {**cached, "GYM_RUNTIME_VENV_DIR": str(work / "v2")}),
               (1.2, "servers starting", cached))
     for delay, phase, env in phases:
         proc = launch(pkg, work / f"mid{delay}", env)

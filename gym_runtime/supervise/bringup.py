@@ -38,6 +38,7 @@ from gym_runtime.supervise.readiness import model_base_urls, policy_models
 from gym_runtime.supervise.supervisor import Supervisor
 from gym_runtime.supervise.teardown import HARD_DEADLINE_S, UNCLEAN_EXIT_CODE, Teardown
 from gym_runtime.venvs.bytecode import EnvironmentBytecode
+from gym_runtime.venvs.pyc_store import PycStore
 
 
 @dataclass
@@ -76,7 +77,7 @@ class Environment:
         self.placement = make_placement(req.placement, self)  # where the servers run
         self.host_launcher: Any = None
         self.supervisor = Supervisor(req.options, self._say)
-        self.bytecode = EnvironmentBytecode(self._say)
+        self.bytecode = EnvironmentBytecode(self._say, PycStore(settings.bytecode_dir))
         self.head: Any = None
         self.outside: dict[str, Any] = {}
         self.ready_info: dict[str, Any] | None = None

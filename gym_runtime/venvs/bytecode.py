@@ -22,7 +22,9 @@ Builds compile nothing: ``uv pip install --compile-bytecode`` compiles every fil
   its process is ready (its start-up imports are done).
 
 A learning dir whose daemon died before harvesting (its ``flock`` is free) is harvested by the next
-start of that venv (:func:`harvest_stale`). Compiling is bounded by the cores, runs in its own
+start of that venv (:func:`harvest_stale`). What the shared cache holds outlives the venv in the
+bytecode store (:mod:`gym_runtime.venvs.pyc_store`): a rebuilt venv of the same plan digest gets
+it back before its processes start, and its users then learn nothing. Compiling is bounded by the cores, runs in its own
 process group and is killed on cancel; what was compiled stays valid (each file is written
 atomically and checked against its source's mtime and size on import).
 """
@@ -36,12 +38,16 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gym_runtime.files import try_lock, write_json
+from gym_runtime.venvs.pyc_store import Interpreter, PycStore, interpreter
+from gym_runtime.venvs.store import read_marker
 
 LEARN = Path(".gym-runtime") / "learn"
 RECORD = Path(".gym-runtime") / "pycache.json"
@@ -99,6 +105,7 @@ def learned(venv: Path) -> set[str]:
 
 
 def _record(venv: Path, keys: set[str]) -> None:
+    (venv / RECORD).parent.mkdir(exist_ok=True)
     write_json(venv / RECORD, {"learned": sorted(learned(venv) | keys)}, indent=1)
 
 
@@ -224,26 +231,55 @@ async def harvest_stale(venv: Path, python: Path) -> int:
 
 class EnvironmentBytecode:
     """The bytecode caches of one environment's processes: ``await prepare(pythons)`` before any
-    starts (harvests what earlier runs left), ``user(python, key, name)`` per process,
-    ``learn(ready)`` when they are spawned (harvests in the background while they start; a user is
-    recorded once ``ready(name)`` says its process is done with its start-up imports),
-    ``await close()`` on stop."""
+    starts (harvests what earlier runs left, places what ``store`` holds for each venv),
+    ``user(python, key, name)`` per process, ``learn(ready)`` when they are spawned (harvests in
+    the background while they start; a user is recorded once ``ready(name)`` says its process is
+    done with its start-up imports; then the venvs' caches are saved to ``store``), ``await
+    close()`` on stop."""
 
-    def __init__(self, progress=None) -> None:
+    def __init__(self, progress=None, store: PycStore | None = None) -> None:
         self.caches: list[tuple[Path, str, Pycache]] = []
+        self.store = store
         self._say = progress or (lambda msg: None)
         self._task: asyncio.Task | None = None
+        self._venvs: dict[Path, tuple[Path, str]] = {}  # venv -> (python, plan digest)
+        self._interp: dict[Path, Interpreter] = {}
+        self._stop = threading.Event()
 
     async def prepare(self, pythons: list[Path]) -> None:
-        """Harvest learning dirs earlier runs left in the venvs of ``pythons`` (``<venv>/bin/python``)."""
+        """Harvest learning dirs earlier runs left in the venvs of ``pythons`` (``<venv>/bin/python``),
+        then place the store's bytecode into each venv whose store record has users it lacks."""
         for py in dict.fromkeys(Path(p) for p in pythons):
+            venv = py.parent.parent
             try:
-                n = await harvest_stale(py.parent.parent, py)
+                n = await harvest_stale(venv, py)
             except (RuntimeError, OSError) as e:  # speed only: the processes then learn again
                 self._say(f"bytecode: {e}")
                 continue
             if n:
-                self._say(f"bytecode: {n} files an earlier run imported compiled for {py.parent.parent.name}")
+                self._say(f"bytecode: {n} files an earlier run imported compiled for {venv.name}")
+            digest = (read_marker(venv) or {}).get("digest")
+            if self.store is not None and isinstance(digest, str):
+                self._venvs[venv] = (py, digest)
+                await self._place(venv, py, digest)
+
+    async def _interpreter(self, py: Path) -> Interpreter:
+        if py not in self._interp:
+            self._interp[py] = await asyncio.to_thread(interpreter, py)
+        return self._interp[py]
+
+    async def _place(self, venv: Path, py: Path, digest: str) -> None:
+        if not (self.store.users(digest) - learned(venv)):
+            return
+        try:
+            got = await asyncio.to_thread(self.store.place, venv, digest, await self._interpreter(py))
+            if got.users:
+                _record(venv, got.users)
+        except (OSError, subprocess.SubprocessError, IndexError, ValueError) as e:  # speed only
+            self._say(f"bytecode: the store was not used for {venv.name}: {e}")
+            return
+        left = f"; {len(got.rejected)} changed or unusable, so its processes learn again" if got.rejected else ""
+        self._say(f"bytecode: {got.placed}/{got.total} files placed from the store into {venv.name}{left}")
 
     def user(self, python: Path, key: str, name: str) -> Pycache:
         """The cache for process ``name`` run by ``python`` (``<venv>/bin/python``) as user ``key``."""
@@ -251,10 +287,16 @@ class EnvironmentBytecode:
         self.caches.append((Path(python), name, cache))
         return cache
 
+    def _unsaved(self) -> list[Path]:
+        """Venvs whose learned users the store lacks."""
+        return [v for v, (_, digest) in self._venvs.items() if learned(v) - self.store.users(digest)]
+
     def learn(self, ready: Callable[[str], bool]) -> None:
         """Harvest the learning caches in the background while their processes start: every second
-        what they imported since is compiled, and a cache is finished once ``ready(name)``."""
-        if any(c.learning for _, _, c in self.caches) and self._task is None:
+        what they imported since is compiled, and a cache is finished once ``ready(name)``; then
+        save what the store lacks."""
+        work = any(c.learning for _, _, c in self.caches) or (self.store is not None and self._unsaved())
+        if work and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._learn(ready))
 
     async def _learn(self, ready: Callable[[str], bool], every_s: float = 1.0) -> None:
@@ -279,9 +321,24 @@ class EnvironmentBytecode:
                     self._say(f"bytecode: {name}'s imports are in {cache.venv.name}'s shared cache "
                               f"({len(seen)} files compiled for the venv so far)")
             await asyncio.sleep(every_s)
+        if self.store is not None:
+            await self._save()
+
+    async def _save(self) -> None:
+        for venv in self._unsaved():
+            py, digest = self._venvs[venv]
+            try:
+                n = await asyncio.to_thread(self.store.save, venv, digest, await self._interpreter(py),
+                                            learned(venv), self._stop)
+            except (OSError, subprocess.SubprocessError, IndexError, ValueError) as e:  # speed only
+                self._say(f"bytecode: {venv.name}'s cache was not saved to the store: {e}")
+                continue
+            if n:
+                self._say(f"bytecode: {n} files of {venv.name}'s shared cache saved to the store")
 
     async def close(self) -> None:
-        """Stop a running harvest (what it compiled stays valid) and release every learning dir."""
+        """Stop a running harvest or save (what it wrote stays valid) and release every learning dir."""
+        self._stop.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

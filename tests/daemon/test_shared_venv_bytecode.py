@@ -1,15 +1,19 @@
 """Two servers with identical closures share one venv and each start; the first run learns each
 server's imports in a learning dir of its own, the daemon fills the venv's shared bytecode cache,
-and the next run gives both servers that cache (read-only, no writes)."""
+and the next run gives both servers that cache (read-only, no writes). The cache is saved to the
+bytecode store, so a run after the venvs were deleted learns nothing either."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import time
 from pathlib import Path
 
 from gym_runtime.venvs.bytecode import learned
+from gym_runtime.venvs.pyc_store import PycStore
+from gym_runtime.venvs.store import read_marker
 from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_process
 
 
@@ -23,8 +27,9 @@ def _run_once(pkg: Path, tmp: Path, home: Path) -> dict[str, dict]:
         assert set(info["servers"]) == {"acme_math", "acme_agent"}
         envs = {n: json.loads((tmp / "run/servers" / n / "contract.json").read_text())["env"] for n in info["servers"]}
         venv = Path(envs["acme_math"]["VIRTUAL_ENV"])
+        store, digest = PycStore(home / "bytecode"), read_marker(venv)["digest"]
         deadline = time.monotonic() + 60
-        while len(learned(venv)) < 2 and time.monotonic() < deadline:
+        while len(store.users(digest)) < 2 and time.monotonic() < deadline:  # learned, then saved
             time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
@@ -47,3 +52,19 @@ def test_identical_closures_share_one_venv_and_its_bytecode_cache(tmp_path: Path
     second = _run_once(pkg, tmp_path / "b", tmp_path / "home")
     for env in second.values():  # the venv's own bytecode, read-only, written by the daemon alone
         assert "PYTHONPYCACHEPREFIX" not in env and env["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+def test_a_rebuilt_venv_starts_with_the_stored_bytecode_and_learns_nothing(tmp_path: Path) -> None:
+    pkg = simple_env(tmp_path / "pkg")
+    home = tmp_path / "home"
+    first = _run_once(pkg, tmp_path / "a", home)
+    venv = Path(first["acme_math"]["VIRTUAL_ENV"])
+    users = learned(venv)
+    assert len(users) == 2 and PycStore(home / "bytecode").users(read_marker(venv)["digest"]) == users
+    shutil.rmtree(home / "venvs")  # a cold start: venvs deleted, the uv cache and the store kept
+
+    second = _run_once(pkg, tmp_path / "b", home)
+    assert Path(second["acme_math"]["VIRTUAL_ENV"]) == venv and learned(venv) == users
+    for env in second.values():  # placed before the servers started: no learning dir
+        assert "PYTHONPYCACHEPREFIX" not in env and env["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert not (venv / ".gym-runtime" / "learn").exists(), "no learning dir was made"

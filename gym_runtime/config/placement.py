@@ -14,6 +14,9 @@ Shape (inside the instance's implementation config, beside ``entrypoint``)::
             resources: {judge_slots: 1}      # custom Ray resources per replica
             labels: {pool: cpu-heavy}        # Ray label selector: the node must carry these labels
             replicas: 2          # copies behind the instance's one stable address (1..64)
+            retry_run_on_node_loss: false    # an agent's POST /run is safe to send again when the
+                                             # node answering it was lost (default false: a /run may
+                                             # have side effects)
 
 No NeMo Gym config key is named ``placement`` (Gym's run configs allow extra keys, so servers
 ignore it). Every key is optional; with ``--placement local`` (the default) the block is checked
@@ -53,6 +56,13 @@ class Placement(BaseModel):
     resources: dict[str, float] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
+    retry_run_on_node_loss: bool = False
+
+    def retry_paths(self) -> frozenset[str]:
+        """Paths whose ``POST`` the instance's stable address sends once more to another replica
+        when the node answering it is lost (:mod:`gym_runtime.placement.router`): ``/run`` when
+        ``retry_run_on_node_loss`` is declared, else none."""
+        return frozenset({"/run"}) if self.retry_run_on_node_loss else frozenset()
 
     def ray_options(self) -> dict[str, Any]:
         """Actor options for one replica: ``num_cpus``, ``num_gpus``, ``memory``, ``resources``,

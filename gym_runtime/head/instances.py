@@ -23,7 +23,8 @@ and ours beside them: ``implementation`` (= ``name``), ``state`` (the supervisor
 | ``starting`` | ``ready`` | ``restarting`` | ``failed`` | ``stopping`` | ``stopped``), ``restarts``,
 ``ready_after_s``, ``last_exit``, ``error``, ``log_file``; for a replica on a Ray node
 (docs/scale-out.md) also ``placement`` (``ray``), ``instance``, ``replica``, ``node``,
-``node_id``, ``isolation`` and ``remote_pid`` (its process id on that node; ``pid`` is null).
+``node_id``, ``isolation``, ``remote_pid`` (its process id on that node; ``pid`` is null) and
+``moves`` (times it was placed again on another node after its node was lost).
 
 Processes that are not Gym servers (the built-in stub model, a private Ray head) are listed by
 ``/support_processes`` instead: ``name``, ``kind`` (``model`` | ``ray``), ``implementation``,
@@ -35,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 OURS = ("restarts", "ready_after_s", "last_exit", "error", "log_file")
-PLACED = ("placement", "instance", "replica", "node", "node_id", "isolation", "remote_pid")
+PLACED = ("placement", "instance", "replica", "node", "node_id", "isolation", "remote_pid", "moves")
 
 
 def server_instance(snap: dict[str, Any]) -> dict[str, Any]:

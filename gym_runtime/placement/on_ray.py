@@ -3,8 +3,8 @@
 The bring-up calls the same three stages on it as on :class:`~gym_runtime.placement.local.LocalPlacement`:
 
 * :meth:`RayPlacement.prepare` (phase "building venvs"): join the cluster, open the stable
-  addresses on this node (one per replica, a router per instance with several replicas, one for
-  the head server), and place every replica: Ray picks the node from the instance's
+  addresses on this node (a forward per replica, a router per agent and per instance with
+  several replicas, one for the head server), and place every replica: Ray picks the node from the instance's
   ``placement`` block, the node materialises the package and builds the venv. The first error
   (a node without the Python, a failed build, no node that fits) stops the start, naming the
   server and the node;
@@ -29,6 +29,7 @@ from typing import Any
 from gym_runtime.errors import StartError
 
 HEAD_NAME = "head server"
+AGENTS = "responses_api_agents"
 
 
 def replica_names(instance: str, replicas: int) -> list[str]:
@@ -48,7 +49,7 @@ class RayPlacement:
         self.cluster: Any = None
         self.launchers: dict[str, Any] = {}  # member name -> ReplicaLauncher
         self.addresses: dict[str, Any] = {}  # member name -> ReplicaAddress
-        self.routers: dict[str, Any] = {}  # instance -> Router (several replicas)
+        self.routers: dict[str, Any] = {}  # instance -> Router (agents, several replicas)
         self.stable: dict[str, tuple[str, int]] = {}  # instance -> its one address
         self.head_forward: Any = None
 
@@ -88,7 +89,7 @@ class RayPlacement:
             for member in replica_names(name, block.replicas):
                 self.addresses[member] = ReplicaAddress(member)
                 await self.addresses[member].start(host)
-            self.stable[name] = await self._stable(name, block.replicas)
+            self.stable[name] = await self._stable(name, block, merged.instances[name].server_type)
         avoid = {p for _, p in env.egress.endpoints}
         names = [*merged.instances, HEAD]
         inside = dict(zip(names, free_inside_ports(len(names), avoid)))
@@ -96,13 +97,31 @@ class RayPlacement:
         digest = await asyncio.to_thread(package_digest, merged.package.root)
         await self._place(merged, blocks, inside, stable, digest)
 
-    async def _stable(self, name: str, replicas: int) -> tuple[str, int]:
-        if replicas == 1:
-            return self.addresses[name].address
+    async def _stable(self, name: str, block: Any, server_type: str) -> tuple[str, int]:
+        """The instance's one address: an HTTP router (:mod:`gym_runtime.placement.router`) in
+        front of several replicas, and in front of an agent's one replica too (rows enter there:
+        a row cut by a node's loss is answered with the node's name, or sent once more); any
+        other single replica is reached through its TCP forward (no HTTP parse in the daemon for
+        the model's and resources servers' traffic)."""
         from gym_runtime.placement.router import Router
+        from gym_runtime.supervise.member import READY
 
-        members = [self.addresses[m] for m in replica_names(name, replicas)]
-        router = self.routers[name] = Router(name, lambda: [a.target for a in members])
+        members = replica_names(name, block.replicas)
+        addresses = [self.addresses[m] for m in members]
+        if block.replicas == 1 and server_type != AGENTS:
+            return addresses[0].address
+
+        def ready_targets() -> list[tuple[str, int] | None]:
+            """Where each replica answers, only once its readiness probe passed: a replica placed
+            again has an address before its server listens."""
+            table = self.env.supervisor.members
+            return [a.target if getattr(table.get(m), "status", None) == READY else None
+                    for m, a in zip(members, addresses)]
+
+        async def verdict(replica: int, since: float) -> dict[str, Any] | None:
+            return await self.launchers[members[replica]].lost_since(since)
+
+        router = self.routers[name] = Router(name, ready_targets, verdict=verdict, retry_paths=block.retry_paths())
         return await router.start(self.cluster.node_ip)
 
     async def _place(self, merged: Any, blocks: dict[str, Any], inside: dict[str, int],

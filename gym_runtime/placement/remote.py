@@ -10,8 +10,11 @@ the replica's stable address at it (:mod:`gym_runtime.placement.addresses`).
 
 Exits are seen at once: the handle waits on the actor's ``wait_exit`` call, which returns when
 the server process ends. A lost node shows as that call failing (Ray reports the actor's worker
-gone within seconds of its raylet's death) or as two missed heartbeats (``ping`` every second,
-3 s each): the exit is then ``reason="node-lost"`` naming the node. A placement that fails (no
+gone within seconds of its raylet's death) or as two missed heartbeats (``ping`` every 0.5 s,
+1.5 s each: within 4 s, with no cluster setting of ours): the exit is then ``reason="node-lost"``
+naming the node, and a new actor is requested at once on a surviving node
+(:meth:`ReplicaLauncher.lost`); the instance's router asks :meth:`ReplicaLauncher.lost_since`
+to name the node to requests cut by the loss (docs/scale-out.md "Node loss"). A placement that fails (no
 node fits, the build fails, the isolation asked for is not there) ends the handle with
 ``reason="start-failed"`` and the node's error; :meth:`ReplicaLauncher.place` raises it instead
 when called directly at start-up.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from typing import Any
 
 from sandbox import ExitInfo
@@ -38,7 +42,9 @@ from gym_runtime.placement.replica import ReplicaJob, ServerReplica
 
 LOST = "node-lost"
 PLACE_TIMEOUT_S = 180.0
-HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, HEARTBEAT_MISSES = 1.0, 3.0, 2
+# a ping every 0.5 s, each given 1.5 s: a node that stops answering is declared lost within 4 s
+HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, HEARTBEAT_MISSES = 0.5, 1.5, 2
+VERDICT_WAIT_S = 6.0  # how long a request cut on a replica waits for the loss to be declared (> 4 s)
 PROGRESS_S = 0.5
 
 
@@ -151,6 +157,10 @@ class ReplicaLauncher:
         self.node_id: str | None = None
         self.facts: dict[str, Any] = {}
         self.phase = "pending"
+        self.moves = 0  # times placed again on another node after a node's loss
+        self.ended_at = 0.0  # time.monotonic() of the last end of its server (any reason)
+        self.loss: dict[str, Any] | None = None  # the last loss: {"at", "node", "node_id"}
+        self._placing: asyncio.Task | None = None  # a placement started at once after a loss
 
     def _phase(self, what: str) -> None:
         if what != self.phase:
@@ -174,9 +184,13 @@ class ReplicaLauncher:
         if selector:
             opts["label_selector"] = selector
         self._phase("waiting for a node")
+        t0 = time.monotonic()
         actor = ray.remote(ServerReplica).options(**opts, max_restarts=0, max_task_retries=0).remote(self.job)
         try:
             where = await ray_call(actor.where.remote(), PLACE_TIMEOUT_S)
+        except asyncio.CancelledError:  # the run stops while the actor waits for a node
+            ray.kill(actor)
+            raise
         except asyncio.TimeoutError:
             ray.kill(actor)
             raise StartError(f"server {self.job.name!r}: no node of the cluster took it within {PLACE_TIMEOUT_S:g}s",
@@ -185,6 +199,7 @@ class ReplicaLauncher:
                              "server's placement block (docs/scale-out.md)") from None
         self.actor, self.node_id = actor, where["node_id"]
         self.facts = {"node_ip": where["node_ip"]}
+        took = {"actor": time.monotonic() - t0}
         try:
             self._phase("checking package")
             here = await while_alive(actor, ray_call(actor.has_package.remote()))
@@ -202,8 +217,11 @@ class ReplicaLauncher:
             raise node_error(self.job.name, node, facts["error"])
         self.facts = facts
         self._phase("placed")
-        self.progress(f"{self.job.name}: placed on node {self.node}: package {facts['package']}, venv "
-                      f"{'reused' if facts['reused'] else 'built'}, isolation {facts['isolation']}")
+        took.update(facts.get("took_s") or {})
+        steps = ", ".join(f"{k} {v:.1f}s" for k, v in took.items())
+        self.progress(f"{self.job.name}: placed on node {self.node} in {time.monotonic() - t0:.1f}s ({steps}): "
+                      f"package {facts['package']}, venv {'reused' if facts['reused'] else 'built'}, "
+                      f"isolation {facts['isolation']}")
         return facts
 
     async def _prepare_watched(self, actor: Any, shipped: Any) -> dict[str, Any]:
@@ -228,6 +246,33 @@ class ReplicaLauncher:
         lost = self.cluster.exclude_lost()
         return ", ".join(parts + ([f"not on lost nodes {lost['ray.io/node-id']}"] if lost else [])) or "nothing"
 
+    def lost(self, node: str | None, node_id: str | None) -> None:
+        """Its node was lost: remember it, drop the actor and start placing a new one at once on
+        a surviving node (the supervisor's restart then finds it placed or on its way)."""
+        self.loss = {"at": time.monotonic(), "node": node, "node_id": node_id}
+        self.forget(lost=True)
+        self.moves += 1
+        self._placing = asyncio.get_running_loop().create_task(self.place())
+        self._placing.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def placed(self) -> None:
+        """Wait for the placement started after a loss, or place now when there is no actor."""
+        placing, self._placing = self._placing, None
+        if placing is not None:
+            await placing
+        if self.actor is None:
+            await self.place()
+
+    async def lost_since(self, since: float) -> dict[str, Any] | None:
+        """``{"node", "node_id", "at"}`` when its node was declared lost after ``since``
+        (``time.monotonic()``), waiting up to :data:`VERDICT_WAIT_S` for its server's end to be
+        known (counted from now: the request may have waited long before it was cut); None when
+        it ended otherwise or still runs (the router's ``verdict``)."""
+        deadline = time.monotonic() + VERDICT_WAIT_S
+        while self.ended_at < since and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return self.loss if self.loss is not None and self.loss["at"] >= since else None
+
     def spawn(self, spec: Any) -> RemoteProcess:
         """Start the replica (placing it first when it has no live actor); returns at once.
         ``spec.stdout_fd``: where its log lines go (the supervisor's pipe)."""
@@ -246,6 +291,11 @@ class ReplicaLauncher:
 
     async def close(self) -> None:
         """Stop everything of this replica on its node (sandbox included) and drop the actor."""
+        if self._placing is not None:
+            self._placing.cancel()
+            with contextlib.suppress(BaseException):
+                await self._placing
+            self._placing = None
         if self.actor is not None:
             with contextlib.suppress(Exception):
                 await ray_call(self.actor.close.remote(), 10)
@@ -321,15 +371,14 @@ class RemoteProcess:
         """Node, node id, replica index, isolation and remote pid, for ``/server_instances``."""
         lz = self.launcher
         return {"node": lz.node, "node_id": lz.node_id, "replica": lz.job.replica,
-                "isolation": lz.facts.get("isolation"), "remote_pid": self.remote_pid}
+                "isolation": lz.facts.get("isolation"), "remote_pid": self.remote_pid, "moves": lz.moves}
 
     # --- the replica's life ---------------------------------------------------------------------
     async def _run(self) -> None:
         lz = self.launcher
         lost = _lost_errors()
         try:
-            if lz.actor is None:
-                await lz.place()
+            await lz.placed()
             info = await while_alive(lz.actor, ray_call(lz.actor.spawn.remote()))
             if "error" in info:
                 raise node_error(lz.job.name, lz.node, info["error"])
@@ -338,9 +387,9 @@ class RemoteProcess:
             res = await self._watch(lz)
             self._end(res["returncode"], self._reason or res["reason"], self._detail or res["detail"])
         except lost as e:
-            node = lz.node
-            lz.forget(lost=True)
+            node, node_id = lz.node, lz.node_id
             self._end(-1, LOST, f"node {node} was lost: {type(e).__name__}")
+            lz.lost(node, node_id)
         except StartError as e:
             self._end(-1, "start-failed", e.message)
         except asyncio.CancelledError:
@@ -354,6 +403,7 @@ class RemoteProcess:
     def _end(self, returncode: int | None, reason: str, detail: str) -> None:
         if self._exit is None:
             self._exit = ExitInfo(returncode if returncode is not None else -1, reason, detail)
+            self.launcher.ended_at = time.monotonic()
 
     async def _watch(self, lz: ReplicaLauncher) -> dict[str, Any]:
         """The exit of the server, or :class:`NodeLost`, whichever comes first; log lines are

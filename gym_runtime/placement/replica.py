@@ -146,7 +146,7 @@ class ServerReplica:
     async def prepare(self, shipped: tuple[bytes, str] | None = None) -> dict[str, Any]:
         """Materialise, build, sandbox (module doc steps 1-3). ``shipped``: ``(archive, sha256)``
         when the package is not here. Returns the facts (``package``, ``venv``, ``reused``,
-        ``isolation``, ``node_ip``...) or ``{"error": ...}``."""
+        ``isolation``, ``node_ip``, ``took_s``: seconds per step ``package``/``venv``/``sandbox``...) or ``{"error": ...}``."""
         try:
             return await self._prepare(shipped)
         except GymRuntimeError as e:
@@ -157,6 +157,7 @@ class ServerReplica:
 
         job = self.job
         self._phase("checking package")
+        took, t0 = {}, time.monotonic()
         root = await asyncio.to_thread(in_place, job.package_root, job.package_digest)
         how = "in place"
         if root is None:
@@ -167,15 +168,19 @@ class ServerReplica:
                                            self.settings.home / "packages")
             how = "shipped"
         self._phase("planning venv")
+        took["package"], t0 = time.monotonic() - t0, time.monotonic()
         inst, python, venv = await asyncio.to_thread(self._build, root)
+        took["venv"], t0 = time.monotonic() - t0, time.monotonic()
         level = await asyncio.to_thread(self._level, inst, python)
         self._phase("starting sandbox")
         await self._start_sandbox(level)
         self._phase("placed")
         self.spec = self._spec(inst, python)
+        took["sandbox"] = time.monotonic() - t0
         self.facts = {"node_id": self.node_id, "node_ip": self.node_ip, "package": how, "package_root": str(root),
                       "venv": str(venv.path), "reused": venv.reused, "isolation": self.sandbox.level.value,
-                      "warning": self.sandbox.report.warning or None}
+                      "warning": self.sandbox.report.warning or None,
+                      "took_s": {k: round(v, 2) for k, v in took.items()}}
         return self.facts
 
     def _build(self, root: Path) -> tuple[Any, Path, Any]:

@@ -1,4 +1,4 @@
-"""One stable address in front of several replicas of a server instance (docs/scale-out.md).
+"""One stable address in front of the replicas of a server instance (docs/scale-out.md).
 
 An HTTP/1.1 reverse proxy served by uvicorn on the daemon's event loop (Starlette app, httpx
 client). Each request goes to one replica:
@@ -15,6 +15,15 @@ client). Each request goes to one replica:
   request waits up to ``wait_s`` for one, then gets 503 ``{"error": {"code":
   "GR-PLACE-NO-REPLICA", ...}}``.
 
+A replica whose node is lost (docs/scale-out.md "Node loss"): a request waiting for its answer
+is cut as soon as the replica's address changes (the driver declared the loss and pointed the
+address away), or fails by itself (the connection reset). The router then asks ``verdict`` whether
+the replica's node was lost while the request was out; if so it answers 502 ``{"error": {"code":
+"GR-ROLLOUT-NODE-LOST", "message", "node", "instance", "replica", "retried"}}`` naming the node,
+the server instance and the replica, except for a ``POST`` to one of ``retry_paths`` (an agent's
+``/run`` declared safe to repeat), which is sent once more to a replica that runs (waiting for
+one as any request does). ``lost_answers`` and ``retried`` count both outcomes.
+
 Requests are read whole (Gym's requests are JSON bodies); responses are streamed back as they
 come (server-sent events included). Hop-by-hop headers are dropped both ways. Every forwarded
 response names the replica that answered in the header ``x-gym-runtime-replica``
@@ -30,7 +39,8 @@ import contextlib
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 from http.cookies import CookieError, SimpleCookie
 
 import httpx
@@ -42,6 +52,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 MAX_SESSIONS = 100_000
+NODE_LOST = "GR-ROLLOUT-NODE-LOST"
+CUT_POLL_S = 0.25  # how often a request waiting for its answer checks that its replica is still there
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
        "transfer-encoding", "upgrade", "host", "content-length"}
 REPLICA_HEADER = "x-gym-runtime-replica"  # set by the router only (gym_runtime/rollouts/spread.py reads it)
@@ -64,12 +76,22 @@ class _Server(uvicorn.Server):
 
 class Router:
     """``Router(name, targets)``: ``targets()`` returns each replica's current ``(host, port)``
-    or None, by replica index. ``await start(host)`` -> ``(host, port)``; ``await stop()``."""
+    or None, by replica index. ``await start(host)`` -> ``(host, port)``; ``await stop()``.
 
-    def __init__(self, name: str, targets: Callable[[], list[tuple[str, int] | None]], wait_s: float = 30.0) -> None:
+    ``verdict(replica, since)`` (optional): awaits whether replica ``replica``'s node was lost
+    after ``since`` (``time.monotonic()``); returns ``{"node": "<address> (<id>)", ...}`` or None
+    (not lost). ``retry_paths``: paths whose ``POST`` is sent once more after a node's loss."""
+
+    def __init__(self, name: str, targets: Callable[[], list[tuple[str, int] | None]], wait_s: float = 30.0,
+                 verdict: Callable[[int, float], Awaitable[dict[str, Any] | None]] | None = None,
+                 retry_paths: frozenset[str] = frozenset()) -> None:
         self.name = name
         self.targets = targets
         self.wait_s = wait_s
+        self.verdict = verdict
+        self.retry_paths = retry_paths
+        self.lost_answers = 0
+        self.retried = 0
         self.sessions: OrderedDict[tuple[str, str], int] = OrderedDict()
         self.in_flight: dict[int, int] = {}
         self.counts: dict[int, int] = {}
@@ -134,23 +156,36 @@ class Router:
 
     # ------------------------------------------------------------------ forwarding
     async def _forward(self, request: Request) -> Response:
-        choice = await self._pick(request.headers.get("cookie", ""))
-        if choice is None:
-            return JSONResponse({"error": {"code": "GR-PLACE-NO-REPLICA", "message": f"{self.name}: no replica is "
-                                           f"running (waited {self.wait_s:g}s)"}}, status_code=503)
-        replica, (host, port) = choice
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP]
-        url = httpx.URL(scheme="http", host=host, port=port, path=request.url.path)
-        if request.url.query:
-            url = url.copy_with(query=request.url.query.encode())
-        self.in_flight[replica] = self.in_flight.get(replica, 0) + 1
-        try:
-            upstream = await self._client.send(self._client.build_request(
-                request.method, url, headers=headers, content=await request.body()), stream=True)
-        except httpx.HTTPError as e:
-            self.in_flight[replica] -= 1
-            return JSONResponse({"error": {"code": "GR-PLACE-NO-REPLICA", "message": f"{self.name}: replica "
-                                           f"{replica} at {host}:{port} did not answer: {e!r}"}}, status_code=502)
+        body = await request.body()
+        retry, retried = request.method == "POST" and request.url.path in self.retry_paths, False
+        while True:
+            choice = await self._pick(request.headers.get("cookie", ""))
+            if choice is None:
+                return JSONResponse({"error": {"code": "GR-PLACE-NO-REPLICA", "message": f"{self.name}: no replica "
+                                               f"is running (waited {self.wait_s:g}s)"}}, status_code=503)
+            replica, (host, port) = choice
+            headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP]
+            url = httpx.URL(scheme="http", host=host, port=port, path=request.url.path)
+            if request.url.query:
+                url = url.copy_with(query=request.url.query.encode())
+            self.in_flight[replica] = self.in_flight.get(replica, 0) + 1
+            sent = time.monotonic()
+            try:
+                upstream = await self._send(replica, (host, port),
+                                            self._client.build_request(request.method, url, headers=headers,
+                                                                       content=body))
+            except httpx.HTTPError as e:
+                self.in_flight[replica] -= 1
+                lost = await self.verdict(replica, sent) if self.verdict is not None else None
+                if lost is None:
+                    return JSONResponse({"error": {"code": "GR-PLACE-NO-REPLICA", "message": f"{self.name}: "
+                                                   f"replica {replica} at {host}:{port} did not answer: {e!r}"}},
+                                        status_code=502)
+                if retry and not retried:
+                    retried, self.retried = True, self.retried + 1
+                    continue
+                return self._node_lost(request, replica, lost, retried)
+            break
         self._learn(replica, upstream.headers.get_list("set-cookie"))
 
         async def done() -> None:
@@ -164,3 +199,33 @@ class Router:
                                 for k, v in upstream.headers.multi_items() if k.lower() not in HOP | {REPLICA_HEADER}]
         response.raw_headers.append((REPLICA_HEADER.encode(), f"{self.name}.{replica}".encode("latin-1")))
         return response
+
+    # ------------------------------------------------------------------ node loss
+    async def _send(self, replica: int, target: tuple[str, int], req: httpx.Request) -> httpx.Response:
+        """The replica's answer (headers; the body streams later), or ``httpx.ReadError`` as soon
+        as the replica's address is no longer ``target`` (its node was declared lost: an answer
+        from a machine that is gone would never come)."""
+        send = asyncio.ensure_future(self._client.send(req, stream=True))
+        try:
+            while not send.done():
+                await asyncio.wait({send}, timeout=CUT_POLL_S)
+                live = self.targets()
+                if not send.done() and (replica >= len(live) or live[replica] != target):
+                    raise httpx.ReadError(f"replica {replica} left {target[0]}:{target[1]}", request=req)
+            return send.result()
+        finally:
+            if not send.done():
+                send.cancel()
+                send.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    def _node_lost(self, request: Request, replica: int, lost: dict[str, Any], retried: bool) -> JSONResponse:
+        self.lost_answers += 1
+        node = lost.get("node") or "(unknown)"
+        what = f"{request.method} {request.url.path}"
+        message = (f"{self.name}: node {node} was lost while replica {replica} of server instance {self.name!r} "
+                   f"was answering {what}; it got no answer" + (" (also after one retry)" if retried else ""))
+        if not retried and what == "POST /run":
+            message += ("; declare placement.retry_run_on_node_loss: true on the agent if its /run is safe to "
+                        "send again (docs/scale-out.md)")
+        return JSONResponse({"error": {"code": NODE_LOST, "message": message, "node": node, "instance": self.name,
+                                       "replica": replica, "retried": retried}}, status_code=502)

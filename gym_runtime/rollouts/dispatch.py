@@ -11,11 +11,16 @@ is not a finite number: NaN, null, a string, missing; from the answer itself, or
 agents' 502 ``error.type: bad_reward``; see :mod:`gym_runtime.rollouts.verdict`),
 ``GR-ROLLOUT-POLICY-UNAVAILABLE`` (the built-in agents' 502 ``error.type: model_unavailable``: the
 policy endpoint stayed unreachable past the model server's retry deadline, docs/reliability.md),
-``GR-ROLLOUT-DEADLINE`` (the batch deadline passed first).
+``GR-ROLLOUT-DEADLINE`` (the batch deadline passed first);
+with placement ``ray``, the agent's stable address itself may answer ``GR-ROLLOUT-NODE-LOST``
+(the node running the agent's replica was lost while it answered, naming the node, the instance
+and the replica) or ``GR-PLACE-NO-REPLICA`` (no replica ran in time): the row keeps that code and
+message (:mod:`gym_runtime.placement.router`, docs/scale-out.md "Node loss").
 
 No row is retried here: a rollout is not idempotent (``/seed_session``, tool calls), and the
 retries that are safe happen where the request is known not to have been processed (the built-in
-servers' calls, ``servers/_kit/retry.py``). A batch that is cancelled (its client disconnected,
+servers' calls, ``servers/_kit/retry.py``) or where the agent declared its ``/run`` safe to
+repeat after a node's loss (its stable address sends it once more). A batch that is cancelled (its client disconnected,
 the daemon stops) cancels every row still running, which closes their connections to the agents.
 """
 
@@ -36,6 +41,9 @@ AGENT_TYPE = "responses_api_agents"
 POLICY_UNAVAILABLE = "GR-ROLLOUT-POLICY-UNAVAILABLE"
 # error.type of a built-in agent's 502 -> the row's code
 AGENT_ERROR_CODES = {"bad_reward": BAD_REWARD, "model_unavailable": POLICY_UNAVAILABLE}
+# error.code of a stable address's own answer (placement ray), kept as the row's code
+PLACEMENT_CODES = frozenset({"GR-ROLLOUT-NODE-LOST", "GR-PLACE-NO-REPLICA"})
+MAX_MESSAGE = 2000
 
 
 def row_error(code: str, message: str) -> dict[str, Any]:
@@ -97,9 +105,11 @@ def _judge(name: str, url: str, r: httpx.Response, facts: Mapping[str, AgentFact
         body = None
     if r.status_code >= 400:
         error = _agent_error(body)
+        if error.get("code") in PLACEMENT_CODES:  # the router's own message already names the instance
+            return row_error(error["code"], str(error.get("message"))[:MAX_MESSAGE])
         code = AGENT_ERROR_CODES.get(error.get("type"))  # type: ignore[arg-type]
         if code is not None:
-            return row_error(code, f"{name}: {str(error.get('message'))[:2000]}")
+            return row_error(code, f"{name}: {str(error.get('message'))[:MAX_MESSAGE]}")
         return row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {r.text[:500]}")
     if body is None:
         return row_error("GR-ROLLOUT-BAD-JSON", f"{name}: POST {url} answered non-JSON: {r.text[:200]!r}")

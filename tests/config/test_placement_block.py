@@ -54,11 +54,23 @@ def test_unknown_key_names_file_key_path_and_the_near_key(pkg_with, build) -> No
     ({"labels": {"pool": True}}, "labels.pool", "valid string, got True"),
     ({"memory": "lots"}, "memory", "could not parse"),
     ({"resources": {"CPU": 2}}, "resources.CPU", "Ray's built-in resources"),
+    ({"retry_run_on_node_loss": "yes"}, "retry_run_on_node_loss", "valid boolean, got 'yes'"),
 ])
 def test_wrong_types_and_values_name_the_key(pkg_with, build, block, key, words) -> None:
     (v,) = _placement_violations(pkg_with, build, block)
     assert v.key == f"res.resources_servers.r.placement.{key}" and v.file == "configs/a.yaml"
     assert words in v.message
+
+
+def test_retry_run_on_node_loss_is_off_unless_declared(pkg_with, build) -> None:
+    assert Placement().retry_paths() == frozenset()
+    m = build(pkg_with({"configs/a.yaml": _with({"retry_run_on_node_loss": True})}, [MODEL, RS, AG]))
+    assert placement_of(m.instances["res"].config).retry_paths() == {"/run"}
+
+
+def test_a_misspelt_retry_key_gets_the_near_key(pkg_with, build) -> None:
+    (v,) = _placement_violations(pkg_with, build, {"retry_run_on_nodeloss": True})
+    assert "did you mean `retry_run_on_node_loss`" in v.hint
 
 
 def test_block_that_is_not_a_mapping(pkg_with, build) -> None:

@@ -103,3 +103,88 @@ def test_a_replica_without_an_address_is_skipped_and_none_means_a_wait_then_503(
             await router.stop()
 
     asyncio.run(scenario())
+
+
+@pytest.fixture
+def silent():
+    """A replica whose node is gone: it takes the connection and never answers."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    yield s.getsockname()[:2]
+    s.close()
+
+
+def _lost_router(targets: list, retry_paths: frozenset = frozenset()) -> tuple[Router, list]:
+    asked: list = []
+
+    async def verdict(replica: int, since: float):
+        asked.append(replica)
+        return {"node": "127.0.0.1 (deadbeef)", "node_id": "deadbeef" * 7} if replica == 0 else None
+
+    return Router("acme_agent", lambda: targets, wait_s=5, verdict=verdict, retry_paths=retry_paths), asked
+
+
+def test_a_request_on_a_lost_node_is_cut_and_answered_with_the_node_named(replicas, silent) -> None:
+    targets: list = [silent, None]
+
+    async def scenario() -> None:
+        router, asked = _lost_router(targets)
+        host, port = await router.start("127.0.0.1")
+        try:
+            async with httpx.AsyncClient(base_url=f"http://{host}:{port}", trust_env=False, timeout=30) as c:
+                out = asyncio.create_task(c.post("/run", json={"row": 1}))
+                await asyncio.sleep(0.5)
+                assert not out.done()  # the silent replica holds it
+                targets[0] = None  # the driver declared its node lost and pointed its address away
+                r = await asyncio.wait_for(out, 5)
+            err = r.json()["error"]
+            assert r.status_code == 502 and err["code"] == "GR-ROLLOUT-NODE-LOST" and asked == [0]
+            assert (err["node"], err["instance"], err["replica"], err["retried"]) == (
+                "127.0.0.1 (deadbeef)", "acme_agent", 0, False)
+            assert "node 127.0.0.1 (deadbeef) was lost while replica 0 of server instance 'acme_agent'" in err["message"]
+            assert "retry_run_on_node_loss" in err["message"]  # how to declare the retry
+            assert router.lost_answers == 1 and router.retried == 0
+        finally:
+            await router.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_run_declared_safe_is_sent_once_more_to_a_replica_that_runs(replicas, silent) -> None:
+    targets: list = [silent, None]
+
+    async def scenario() -> None:
+        router, asked = _lost_router(targets, frozenset({"/run"}))
+        host, port = await router.start("127.0.0.1")
+        try:
+            async with httpx.AsyncClient(base_url=f"http://{host}:{port}", trust_env=False, timeout=30) as c:
+                out = asyncio.create_task(c.post("/run", json={"row": 7}))
+                await asyncio.sleep(0.5)
+                targets[:] = [None, replicas[1].server_address[:2]]  # lost; the other replica runs
+                r = await asyncio.wait_for(out, 10)
+            assert r.status_code == 200 and r.json()["replica"] == 1 and r.json()["echo"] == {"row": 7}
+            assert asked == [0] and router.retried == 1 and router.lost_answers == 0
+        finally:
+            await router.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_failure_that_is_no_node_loss_keeps_its_own_error() -> None:
+    targets: list = [None, ("127.0.0.1", 1)]  # replica 1: nothing listens there, and its node is not lost
+
+    async def scenario() -> tuple[httpx.Response, list]:
+        router, asked = _lost_router(targets, frozenset({"/run"}))
+        host, port = await router.start("127.0.0.1")
+        try:
+            async with httpx.AsyncClient(base_url=f"http://{host}:{port}", trust_env=False, timeout=30) as c:
+                return await c.post("/run", json={}), asked
+        finally:
+            await router.stop()
+
+    r, asked = asyncio.run(scenario())
+    assert asked == [1] and r.status_code == 502  # not sent again: only a node's loss is
+    assert r.json()["error"]["code"] == "GR-PLACE-NO-REPLICA" and "replica 1 at 127.0.0.1:1" in r.json()["error"]["message"]

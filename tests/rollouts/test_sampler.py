@@ -18,6 +18,8 @@ from gym_runtime.rollouts.sampler import sample_rows
 from gym_runtime.rollouts.verdict import BAD_REWARD, AgentFacts
 
 STATE = {"in_flight": 0, "peak": 0, "calls": 0}
+NODE_LOST_MESSAGE = ("a: node 10.0.0.7 (3f2a9c1e) was lost while replica 1 of server instance 'a' was answering "
+                     "POST /run; it got no answer")
 
 
 def make_agent() -> FastAPI:
@@ -43,6 +45,10 @@ def make_agent() -> FastAPI:
             if kind == "builtin_bad_reward":
                 return JSONResponse({"error": {"type": "bad_reward", "message": "upstream calc (http://x/verify) "
                                                "answered /verify with an unusable reward: reward is NaN"}}, 502)
+            if kind == "node_lost":  # the answer of the agent's stable address (placement ray) after a node's loss
+                return JSONResponse({"error": {"code": "GR-ROLLOUT-NODE-LOST", "message": NODE_LOST_MESSAGE,
+                                               "node": "10.0.0.7 (3f2a9c1e)", "instance": "a", "replica": 1,
+                                               "retried": False}}, 502)
             return {"reward": float(STATE["calls"] % 2) if kind == "varies" else 1.0}
         finally:
             STATE["in_flight"] -= 1
@@ -105,6 +111,15 @@ def test_counters_overflow_range_and_the_builtin_agents_bad_reward(agent_url: st
     assert builtin.error["code"] == BAD_REWARD and "reward is NaN" in builtin.error["message"]
     [plain] = asyncio.run(sample_rows(rows("const"), {"a": agent_url}, samples=1, concurrency=1))
     assert (plain.unknown_tool_calls, plain.context_overflow, plain.out_of_range) == (None, False, False)
+
+
+def test_a_node_lost_under_the_agent_is_the_rows_error_with_the_message_intact(agent_url: str) -> None:
+    from gym_runtime.rollouts.stats import row_stats, summarize
+
+    results = asyncio.run(sample_rows(rows("node_lost", "const"), {"a": agent_url}, samples=1, concurrency=1))
+    assert results[0].error == {"code": "GR-ROLLOUT-NODE-LOST", "message": NODE_LOST_MESSAGE}
+    assert results[1].error is None
+    assert summarize(row_stats(results), results, 1.0).failures_by_code == {"GR-ROLLOUT-NODE-LOST": 1}
 
 
 def test_unknown_agent_is_a_per_rollout_error() -> None:

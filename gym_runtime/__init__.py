@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = ["Runtime"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "Runtime":
         from gym_runtime.runtime import Runtime
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
-from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, NormalizedName, parse_wheel_filename
 from packaging.version import Version
 
 from gym_runtime.errors import Violation

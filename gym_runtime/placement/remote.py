@@ -38,77 +38,13 @@ from sandbox import ExitInfo
 from gym_runtime.errors import StartError
 from gym_runtime.placement.addresses import ReplicaAddress
 from gym_runtime.placement.cluster import RayCluster
+from gym_runtime.placement.liveness import HEARTBEAT_TIMEOUT_S, lost_errors, ray_call, while_alive
 from gym_runtime.placement.replica import ReplicaJob, ServerReplica
 
 LOST = "node-lost"
 PLACE_TIMEOUT_S = 180.0
-# a ping every 0.5 s, each given 1.5 s: a node that stops answering is declared lost within 4 s
-HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, HEARTBEAT_MISSES = 0.5, 1.5, 2
 VERDICT_WAIT_S = 6.0  # how long a request cut on a replica waits for the loss to be declared (> 4 s)
 PROGRESS_S = 0.5
-
-
-class NodeLost(Exception):
-    """The replica's actor (and so its node, or its worker process) is gone."""
-
-
-def _drop(task: asyncio.Future) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved: a late failure of an abandoned call is not an error
-
-
-async def ray_call(ref: Any, timeout_s: float | None = None) -> Any:
-    """The value of a Ray ``ObjectRef`` within ``timeout_s`` (None: no limit), else
-    :class:`asyncio.TimeoutError`. The wait is never cancelled *into* Ray's future: a reply from
-    a node that is gone may never come, and awaiting the cancellation of such a wait can hang;
-    an abandoned call is dropped instead (its late result or error is discarded)."""
-    task = asyncio.ensure_future(ref)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=timeout_s)
-    finally:
-        if not task.done():
-            task.cancel()
-            task.add_done_callback(_drop)
-    if not done:
-        raise asyncio.TimeoutError
-    return task.result()
-
-
-async def heartbeat(actor: Any) -> None:
-    """Ping ``actor`` every :data:`HEARTBEAT_S`; raises :class:`NodeLost` after
-    :data:`HEARTBEAT_MISSES` pings in a row got no answer within :data:`HEARTBEAT_TIMEOUT_S`
-    (Ray's own error when it knows the actor is gone)."""
-    misses = 0
-    while misses < HEARTBEAT_MISSES:
-        await asyncio.sleep(HEARTBEAT_S)
-        try:
-            await ray_call(actor.ping.remote(), HEARTBEAT_TIMEOUT_S)
-            misses = 0
-        except asyncio.TimeoutError:
-            misses += 1
-    raise NodeLost(f"{HEARTBEAT_MISSES} heartbeats of {HEARTBEAT_TIMEOUT_S:g}s missed")
-
-
-async def while_alive(actor: Any, work: Any) -> Any:
-    """The result of the awaitable ``work`` (a call on ``actor``), or :class:`NodeLost` (or
-    Ray's actor error) as soon as the actor stops answering heartbeats."""
-    job, beat = asyncio.ensure_future(work), asyncio.ensure_future(heartbeat(actor))
-    try:
-        await asyncio.wait({job, beat}, return_when=asyncio.FIRST_COMPLETED)
-        if job.done():
-            return job.result()
-        beat.result()
-        raise NodeLost("heartbeat ended")
-    finally:
-        for t in (job, beat):
-            t.cancel()
-        await asyncio.gather(job, beat, return_exceptions=True)
-
-
-def _lost_errors() -> tuple[type[BaseException], ...]:
-    import ray.exceptions as rx
-
-    return (rx.RayActorError, rx.ActorUnavailableError, NodeLost)
 
 
 def node_error(name: str, node: str | None, err: dict[str, Any]) -> StartError:
@@ -207,7 +143,7 @@ class ReplicaLauncher:
                 self._phase("shipping package")
             shipped = None if here else await self.shipper.ref()
             facts = await while_alive(actor, self._prepare_watched(actor, shipped))
-        except _lost_errors() as e:
+        except lost_errors() as e:
             self.forget(lost=True)
             raise StartError(f"server {self.job.name!r}: its node was lost while it was being placed: {e}",
                              code="GR-PLACE-NODE-LOST") from None
@@ -376,7 +312,7 @@ class RemoteProcess:
     # --- the replica's life ---------------------------------------------------------------------
     async def _run(self) -> None:
         lz = self.launcher
-        lost = _lost_errors()
+        lost = lost_errors()
         try:
             await lz.placed()
             info = await while_alive(lz.actor, ray_call(lz.actor.spawn.remote()))

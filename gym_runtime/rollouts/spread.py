@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gym_runtime.placement.router import REPLICA_HEADER
+
+__all__ = ["REPLICA_HEADER", "ROLLOUTS_PER_AGENT_REPLICA", "default_max_rollouts", "served_by", "replica_counts"]
 ROLLOUTS_PER_AGENT_REPLICA = 32
 
 

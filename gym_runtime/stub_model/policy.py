@@ -28,7 +28,6 @@ branch (correct iff ``p >= 0.5``) every time.
 from __future__ import annotations
 
 import ast
-import json
 import operator
 import random
 import re

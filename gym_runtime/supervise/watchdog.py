@@ -10,7 +10,6 @@ reaches the helpers a server spawned as well, at isolation ``none`` where no pid
 
 import os
 import signal
-import sys
 
 
 def main() -> None:

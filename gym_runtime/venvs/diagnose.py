@@ -190,7 +190,7 @@ def diagnose(vp: VenvPlan, failure: StepFailure, honoured: Mapping[str, str] | N
                      "requirements with name==version from wheels/")
         found = found or _missing(vp, block, stage)
     code, what, fix = found or ("GR-BUILD-UV", f"uv exited with status {failure.result.returncode}",
-                                f"read the log; the failing command is its first line")
+                                "read the log; the failing command is its first line")
     servers = ", ".join(vp.instances)
     return BuildError(f"venv build failed for {servers} at {STAGES.get(stage, stage)} ({vp.rel_file}): {what}",
                       cause=block, hint=fix, log=failure.result.log, code=code,

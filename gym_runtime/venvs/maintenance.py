@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from gym_runtime.errors import BuildError
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs.store import cache_lock, cache_lock_path
 from gym_runtime.venvs.uvrun import make_env, run_uv
@@ -48,11 +49,17 @@ def network_fs_warning(cache_dir: Path | None) -> str | None:
 
 def prune_cache(settings: RuntimeSettings, wait_s: float | None = None,
                 cancel: threading.Event | None = None) -> bool:
-    """Run ``uv cache prune`` holding the cache exclusively; ``False`` when skipped after ``wait_s``."""
+    """Run ``uv cache prune`` holding the cache exclusively (``gym-runtime prune``); ``False`` when
+    skipped after ``wait_s`` seconds of running builds. Raises :class:`BuildError`
+    (``GR-BUILD-CACHE-PRUNE``, naming the log) when uv fails."""
     with cache_lock(settings.uv_cache_dir, exclusive=True, timeout_s=wait_s) as got:
         if not got:
             return False
         env = make_env(settings.environ, settings.uv_cache_dir)
         log = settings.logs_dir / "build" / "cache-maintenance.log"
         res = run_uv(["cache", "prune"], env=env.env, log=log, cwd=settings.logs_dir, cancel=cancel)
-        return res.returncode == 0
+        if res.returncode != 0:
+            raise BuildError(f"`uv cache prune` failed (exit {res.returncode})", code="GR-BUILD-CACHE-PRUNE",
+                             hint="see the log; a damaged cache can be removed whole with `uv cache clean`",
+                             log=str(log))
+        return True

@@ -8,7 +8,7 @@ never need PyPI. Typical use::
     whl = build_wheel(tmp_path / "wheels", "acme-gym-core", "0.4.0", requires=["oaiclient<=2.7.2"])
     files = materialise_listing(CASES / "C07" / "wheels_listing.txt", tmp_path / "wheels")
 
-Listing files (``wheels_listing.txt`` / ``index_listing.txt`` in ``shared/cases``) hold one file
+Listing files (``wheels_listing.txt`` / ``index_listing.txt`` in ``tests/cases/data``) hold one file
 name per line, optionally followed by ``Requires-Dist: a, b`` and/or ``data-yanked="reason"``;
 ``#`` starts a comment. :func:`parse_listing` reads them, :func:`materialise_listing` builds them.
 """
@@ -69,7 +69,7 @@ def build_wheel(out_dir: Path, name: str, version: str, *, requires: Iterable[st
     }
     for path, text in (files or {}).items():
         members[path] = text.encode()
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     meta += [f"Provides-Extra: {e}" for e in extras]
     meta += [f"Requires-Dist: {r}" for r in requires]
     members[f"{dist_info}/METADATA"] = ("\n".join(meta) + "\n").encode()
@@ -148,7 +148,7 @@ def build_sdist(out_dir: Path, name: str, version: str, *, build_requires: Itera
     reqs = ", ".join(f'"{r}"' for r in build_requires)
     pyproject = pyproject or (f'[build-system]\nrequires = [{reqs}]\nbuild-backend = "{build_backend}"\n\n'
                               f'[project]\nname = "{name}"\nversion = "{version}"\n')
-    meta = "\n".join([f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+    meta = "\n".join(["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
                       *[f"Requires-Dist: {r}" for r in requires]]) + "\n"
     members = {f"{top}/PKG-INFO": meta, f"{top}/pyproject.toml": pyproject,
                f"{top}/{mod}/__init__.py": f'__version__ = "{version}"\n'}

@@ -1,5 +1,5 @@
 """Fixtures for venv-builder tests: runtime settings on a loopback index, and packages made
-from the failure cases in ``shared/cases`` (their manifests are sketches: see the cases README)."""
+from the failure cases in ``tests/cases/data`` (their manifests are sketches: see the cases README)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import yaml
 from gym_runtime.config import MergedConfig, build_config
 from gym_runtime.package import check_package
 from gym_runtime.settings import RuntimeSettings, load_settings
-from tests.helpers.cases import CASES, case_package
+from tests.helpers.cases import case_package
 from tests.helpers.index import write_simple_index
 
 TINY_PINS = {"nemo-gym": "0.4.0", "ray[default]": "2.60.0", "openai": "2.7.2"}
@@ -78,7 +78,7 @@ def _finish(root: Path, wheels: list[Path] | None, requirements: dict[str, str] 
 
 def case_pkg(case: str, dest: Path, *, fmt: str | None = None, wheels: list[Path] | None = None,
              requirements: dict[str, str] | None = None) -> Path:
-    """The package of ``shared/cases/<case>`` (tests.helpers.cases), with ``wheels/`` replaced by
+    """The package of ``tests/cases/data/<case>`` (tests.helpers.cases), with ``wheels/`` replaced by
     ``wheels`` (tiny wheels the test built from the case listing, with their Requires-Dist) and
     requirements.txt files overridden by ``requirements`` (``{"resources_servers/x": text}``);
     resources servers without a ``domain`` get ``other``."""

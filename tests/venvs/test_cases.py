@@ -1,8 +1,7 @@
-"""Install cases from shared/cases (C01, C07-C12, C15-C18), each from the case's own files."""
+"""Install cases from the case inputs under tests/cases/data (C01, C07-C12, C15-C18), each from the case's own files."""
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -16,7 +15,7 @@ import pytest
 from gym_runtime.errors import BuildError
 from gym_runtime.venvs import build_venvs, plan_venvs
 from gym_runtime.venvs.maintenance import prune_cache
-from gym_runtime.venvs.store import MARKER, read_marker
+from gym_runtime.venvs.store import read_marker
 from tests.helpers.cases import CASES
 from tests.helpers.index import SimpleIndex, write_simple_index
 from tests.helpers.wheels import (build_backend_wheel, build_sdist, build_wheel, materialise_listing, parse_listing,

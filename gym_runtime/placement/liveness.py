@@ -1,0 +1,81 @@
+"""Calls to a replica's actor bounded in time, and what a lost node looks like from the driver.
+
+A replica's node can vanish while the driver waits on its actor: Ray then fails the call with its
+actor error, or (a machine that stops answering) the reply never comes. :func:`while_alive` runs a
+call beside a heartbeat (``ping`` every :data:`HEARTBEAT_S`, :data:`HEARTBEAT_TIMEOUT_S` each,
+:data:`HEARTBEAT_MISSES` in a row missed: lost within 4 s, with no cluster setting of ours) and
+raises :class:`NodeLost` when the heartbeat ends (docs/scale-out.md "Node loss").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+# a ping every 0.5 s, each given 1.5 s: a node that stops answering is declared lost within 4 s
+HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, HEARTBEAT_MISSES = 0.5, 1.5, 2
+
+
+class NodeLost(Exception):
+    """The replica's actor (and so its node, or its worker process) is gone."""
+
+
+def _drop(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: a late failure of an abandoned call is not an error
+
+
+async def ray_call(ref: Any, timeout_s: float | None = None) -> Any:
+    """The value of a Ray ``ObjectRef`` within ``timeout_s`` (None: no limit), else
+    :class:`asyncio.TimeoutError`. The wait is never cancelled *into* Ray's future: a reply from
+    a node that is gone may never come, and awaiting the cancellation of such a wait can hang;
+    an abandoned call is dropped instead (its late result or error is discarded)."""
+    task = asyncio.ensure_future(ref)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    finally:
+        if not task.done():
+            task.cancel()
+            task.add_done_callback(_drop)
+    if not done:
+        raise asyncio.TimeoutError
+    return task.result()
+
+
+async def heartbeat(actor: Any) -> None:
+    """Ping ``actor`` every :data:`HEARTBEAT_S`; raises :class:`NodeLost` after
+    :data:`HEARTBEAT_MISSES` pings in a row got no answer within :data:`HEARTBEAT_TIMEOUT_S`
+    (Ray's own error when it knows the actor is gone)."""
+    misses = 0
+    while misses < HEARTBEAT_MISSES:
+        await asyncio.sleep(HEARTBEAT_S)
+        try:
+            await ray_call(actor.ping.remote(), HEARTBEAT_TIMEOUT_S)
+            misses = 0
+        except asyncio.TimeoutError:
+            misses += 1
+    raise NodeLost(f"{HEARTBEAT_MISSES} heartbeats of {HEARTBEAT_TIMEOUT_S:g}s missed")
+
+
+async def while_alive(actor: Any, work: Any) -> Any:
+    """The result of the awaitable ``work`` (a call on ``actor``), or :class:`NodeLost` (or
+    Ray's actor error) as soon as the actor stops answering heartbeats."""
+    job, beat = asyncio.ensure_future(work), asyncio.ensure_future(heartbeat(actor))
+    try:
+        await asyncio.wait({job, beat}, return_when=asyncio.FIRST_COMPLETED)
+        if job.done():
+            return job.result()
+        beat.result()
+        raise NodeLost("heartbeat ended")
+    finally:
+        for t in (job, beat):
+            t.cancel()
+        await asyncio.gather(job, beat, return_exceptions=True)
+
+
+def lost_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "the actor (its node or its worker process) is gone": Ray's actor
+    errors and :class:`NodeLost`."""
+    import ray.exceptions as rx
+
+    return (rx.RayActorError, rx.ActorUnavailableError, NodeLost)

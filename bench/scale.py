@@ -73,7 +73,9 @@ class H(BaseHTTPRequestHandler):  # HTTP/1.0: one request per connection, so no 
         self._send({"reward": 1.0, "pid": os.getpid()})
     def log_message(self, *a):
         pass
-HTTPServer((me["host"], int(me["port"])), H).serve_forever()
+class S(HTTPServer):
+    request_queue_size = 256  # the rows in flight wait in the backlog, not in SYN retries (default 5)
+S((me["host"], int(me["port"])), H).serve_forever()
 '''
 
 AGENT = PEERS + r'''

@@ -1,15 +1,24 @@
-"""Egress and sandbox overhead figures. Loopback only. Prints a table and one JSON line.
+"""Sandbox data-path and egress figures. Loopback only. Prints a table and one JSON line.
 
-    ./uvw run python bench/egress.py [--requests 300] [--runs 30] [--model-ms 0]
+    ./uvw run python bench/egress.py [--model-ms 1] [--rounds 3] [--requests 50] [--loop asyncio|uvloop] [--runs 30]
 
-1. Model-call latency (HTTP/1.1 keep-alive POSTs to a tiny asyncio "model" on host 127.0.0.1):
-   direct from the host vs from inside the sandbox through the policy-endpoint TCP forward
-   (same URL), at 1 and 100 concurrent connections. Target: p50 overhead <= 5 %.
-2. Proxy cost per new connection: CONNECT through the allowlisting proxy + one GET, vs a direct
-   new connection + GET (plain HTTP in the tunnel, so TLS cost is not counted).
+1. Policy-call latency: HTTP/1.1 keep-alive ``POST /v1/chat/completions`` to the real stub model
+   (``python -m gym_runtime.stub_model``, its own process on host 127.0.0.1, as the daemon starts
+   it), direct from the host vs from a sandboxed process through the policy-endpoint forward (same
+   URL; the forward runs in this process's event loop, as in the daemon), at 1 and 100 concurrent
+   connections (``--requests`` per connection, the first one of each connection not counted).
+   Target: p50 overhead <= 5 % at 100 connections. With ``--model-ms MS`` > 0 also against a model
+   that answers after a fixed MS (no CPU; its own process), where the forward's cost stands out.
+   Direct and sandboxed runs alternate, ``--rounds`` times; figures are medians over the rounds.
+   ``fwd cpu/req``: CPU time (user+system) of this process, i.e. of the forward, per request of the
+   sandboxed run (the direct run's figure is the floor: this process idle). ``fds``: this process's
+   open descriptors before / after each sandboxed run.
+2. Cost per new connection: a direct new connection + GET, vs the same through the forward, vs a
+   proxy CONNECT (policy check, resolve, dial) + GET (plain HTTP in the tunnel: no TLS counted).
 3. Sandbox start overhead per server: ``python -c pass`` spawned in the sandbox vs a plain
    subprocess, from spawn to exit; plus ``Sandbox.start`` itself. Target: < 50 ms per server.
-The client side runs this same file with ``--client`` (stdlib only) inside a real uv venv.
+The client side runs this same file with ``--client`` (stdlib only) inside a real uv venv; the
+fixed-time model with ``--fixed-model``.
 """
 
 from __future__ import annotations
@@ -18,31 +27,44 @@ import argparse
 import asyncio
 import json
 import os
+import resource
+import socket
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-BODY = b'{"id":"x","object":"chat.completion","choices":[{"message":{"role":"assistant","content":"hi"}}]}'
+ROOT = Path(__file__).resolve().parents[1]
+CHAT = json.dumps({"model": "stub-model", "messages": [{"role": "user", "content": "What is 17 + 25?"}],
+                   "max_tokens": 32, "temperature": 0}).encode()
 
 
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] * 1000
+    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] * 1000 if xs else float("nan")
 
 
-# ------------------------------------------------------------------ client (runs inside the sandbox)
+# ------------------------------------------------------------------ client (inside the sandbox, or direct)
+async def _response(r: asyncio.StreamReader) -> bytes:
+    head = await r.readuntil(b"\r\n\r\n")
+    n = next((int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")), 0)
+    body = await r.readexactly(n)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return body
+
+
 async def _keepalive(host: str, port: int, n: int, lat: list[float]) -> None:
     r, w = await asyncio.open_connection(host, port)
+    w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-           f"Content-Length: 2\r\n\r\n{{}}").encode()
-    for _ in range(n):
+           f"Content-Length: {len(CHAT)}\r\n\r\n").encode() + CHAT
+    for i in range(n + 1):
         t = time.perf_counter()
         w.write(req)
-        await r.readuntil(b"\r\n\r\n")
-        await r.readexactly(len(BODY))
-        lat.append(time.perf_counter() - t)
+        await _response(r)
+        if i:  # the first request of a connection also waits for the connection's set-up
+            lat.append(time.perf_counter() - t)
     w.close()
 
 
@@ -58,67 +80,152 @@ async def _newconn(host: str, port: int, n: int, via_proxy: str | None, lat: lis
         else:
             r, w = await asyncio.open_connection(host, port)
         w.write(f"GET / HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n".encode())
-        await r.readuntil(b"\r\n\r\n")
-        await r.readexactly(len(BODY))
+        await _response(r)
         lat.append(time.perf_counter() - t)
         w.close()
 
 
 def client(spec: dict) -> dict:
-    async def run() -> dict:
-        out = {}
-        for conc in (1, 100):
-            lat: list[float] = []
-            per = max(10, spec["requests"] // conc) if conc > 1 else spec["requests"]
-            await asyncio.gather(*(_keepalive(spec["host"], spec["port"], per, lat) for _ in range(conc)))
-            out[f"keepalive_c{conc}"] = lat
-        lat = []
-        await _newconn(spec["name"], spec["port"], spec["new"], spec.get("proxy"), lat)
-        out["newconn"] = lat
-        return out
+    """Run one case; returns ``{"lat": [seconds], "cpu_s": this process's CPU time}``."""
+    async def run() -> list[float]:
+        lat: list[float] = []
+        if spec["case"] == "keepalive":
+            await asyncio.gather(*(_keepalive(spec["host"], spec["port"], spec["per"], lat) for _ in range(spec["conc"])))
+        else:
+            await _newconn(spec["host"], spec["port"], spec["per"], spec.get("proxy"), lat)
+        return lat
 
-    return asyncio.run(run())
+    lat = asyncio.run(run())
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"lat": lat, "cpu_s": ru.ru_utime + ru.ru_stime}
 
 
-# ------------------------------------------------------------------ host side
-async def _model_server(delay_s: float = 0.0) -> tuple[asyncio.AbstractServer, int]:
-    resp = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+# ------------------------------------------------------------------ fixed-time model (its own process)
+def fixed_model(port_file: str, delay_s: float) -> None:
+    body = b'{"id":"x","object":"chat.completion","choices":[{"message":{"role":"assistant","content":"42"}}]}'
+    resp = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             while True:
                 head = await r.readuntil(b"\r\n\r\n")
                 n = next((int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")), 0)
                 await r.readexactly(n)
-                if delay_s:
-                    await asyncio.sleep(delay_s)
+                await asyncio.sleep(delay_s)
                 w.write(resp)
         except (asyncio.IncompleteReadError, ConnectionError):
             w.close()
 
-    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return srv, srv.sockets[0].getsockname()[1]
+    async def serve() -> None:
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
+        Path(port_file).write_text(str(srv.sockets[0].getsockname()[1]))
+        await srv.serve_forever()
+
+    asyncio.run(serve())
 
 
-async def _run_client(sb, python: Path, spec: dict, work: Path) -> dict:
-    from sandbox import ProcessSpec
+# ------------------------------------------------------------------ host side
+async def _wait_port(port: int, deadline_s: float = 60.0) -> None:
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+            return
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            await asyncio.sleep(0.1)
 
-    (work / "spec.json").write_text(json.dumps(spec))
-    out = work / "client.out"
-    with open(out, "wb") as f:
-        p = sb.spawn(ProcessSpec("bench", [str(python), __file__, "--client", str(work / "spec.json")], work,
-                                 {"PATH": "/usr/bin"}, read_only_paths=[python.parent.parent, Path(__file__).parent],
-                                 writable_paths=[work], stdout_fd=f.fileno()))
-    await p.wait()
-    return json.loads(out.read_text())
+
+async def _start_stub(python: str) -> tuple[asyncio.subprocess.Process, int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = await asyncio.create_subprocess_exec(
+        python, "-m", "gym_runtime.stub_model", "--host", "127.0.0.1", "--port", str(port),
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8"}, stdout=asyncio.subprocess.DEVNULL)
+    await _wait_port(port)
+    return proc, port
 
 
-async def _direct_client(python: Path, spec: dict, work: Path) -> dict:
-    (work / "spec_d.json").write_text(json.dumps(spec))
-    proc = await asyncio.create_subprocess_exec(str(python), __file__, "--client", str(work / "spec_d.json"),
-                                                stdout=asyncio.subprocess.PIPE)
-    out, _ = await proc.communicate()
-    return json.loads(out)
+async def _start_fixed(python: str, delay_ms: float, work: Path) -> tuple[asyncio.subprocess.Process, int]:
+    pf = work / "fixed.port"
+    proc = await asyncio.create_subprocess_exec(python, __file__, "--fixed-model", str(pf), "--model-ms", str(delay_ms))
+    for _ in range(600):
+        if pf.exists() and pf.read_text():
+            return proc, int(pf.read_text())
+        await asyncio.sleep(0.05)
+    raise RuntimeError("fixed model did not start")
+
+
+class Runner:
+    """Runs one client case direct or in the sandbox; measures this process's CPU and fds around it."""
+
+    def __init__(self, sb, python: Path, work: Path) -> None:
+        import psutil
+
+        self.sb, self.python, self.work, self.me = sb, python, work, psutil.Process()
+        self.n = 0
+
+    def _cpu(self) -> float:
+        t = self.me.cpu_times()
+        return t.user + t.system  # clock ticks (10 ms): thousands of requests per run keep this to a few us
+
+    async def run(self, spec: dict, boxed: bool) -> dict:
+        from sandbox import ProcessSpec
+
+        self.n += 1
+        path = self.work / f"spec{self.n}.json"
+        path.write_text(json.dumps(spec))
+        out = self.work / f"out{self.n}.json"
+        fds0, cpu0 = self.me.num_fds(), self._cpu()
+        with open(out, "wb") as f:
+            argv = [str(self.python), __file__, "--client", str(path)]
+            if boxed:
+                p = self.sb.spawn(ProcessSpec("bench", argv, self.work, {"PATH": "/usr/bin"},
+                                              read_only_paths=[self.python.parent.parent, Path(__file__).parent],
+                                              writable_paths=[self.work], stdout_fd=f.fileno()))
+                await p.wait()
+            else:
+                p = await asyncio.create_subprocess_exec(*argv, stdout=f)
+                await p.wait()
+        cpu = self._cpu() - cpu0
+        await asyncio.sleep(0.2)  # let closed connections finish on our side before counting fds
+        res = json.loads(out.read_text())
+        res["host_cpu_us_per_req"] = cpu / max(1, len(res["lat"])) * 1e6
+        res["fds"] = (fds0, self.me.num_fds())
+        return res
+
+
+async def _latency(runner: Runner, rounds: int, cases: dict[str, dict]) -> list[dict]:
+    acc: dict[str, dict[str, list]] = {k: {"d": [], "b": []} for k in cases}
+    for rnd in range(rounds):
+        for key, spec in cases.items():
+            order = (False, True) if rnd % 2 == 0 else (True, False)
+            for boxed in order:
+                s = spec["boxed"] if boxed else spec["direct"]
+                acc[key]["b" if boxed else "d"].append(await runner.run(s, boxed))
+    rows = []
+    for key, a in acc.items():
+        med = lambda side, f: statistics.median(f(r) for r in a[side])  # noqa: E731
+        d50, b50 = med("d", lambda r: pct(r["lat"], 50)), med("b", lambda r: pct(r["lat"], 50))
+        rows.append({
+            "case": key, "requests": len(a["b"][0]["lat"]),
+            "direct_p50_ms": round(d50, 3), "sandbox_p50_ms": round(b50, 3),
+            "direct_p99_ms": round(med("d", lambda r: pct(r["lat"], 99)), 3),
+            "sandbox_p99_ms": round(med("b", lambda r: pct(r["lat"], 99)), 3),
+            "p50_overhead_pct": round(100 * (b50 - d50) / d50, 1), "p50_overhead_ms": round(b50 - d50, 3),
+            "p50_overhead_pct_rounds": [round(100 * (pct(b["lat"], 50) - pct(d["lat"], 50)) / pct(d["lat"], 50), 1)
+                                        for d, b in zip(a["d"], a["b"])],
+            "fwd_cpu_us_per_req": round(med("b", lambda r: r["host_cpu_us_per_req"]), 1),
+            "idle_cpu_us_per_req": round(med("d", lambda r: r["host_cpu_us_per_req"]), 1),
+            "client_cpu_us_per_req_direct": round(med("d", lambda r: r["cpu_s"] / len(r["lat"]) * 1e6), 1),
+            "client_cpu_us_per_req_sandbox": round(med("b", lambda r: r["cpu_s"] / len(r["lat"]) * 1e6), 1),
+            "fds": [r["fds"] for r in a["b"]],
+        })
+    return rows
 
 
 async def _start_overhead(sb, python: Path, runs: int) -> tuple[list[float], list[float]]:
@@ -139,64 +246,93 @@ async def _start_overhead(sb, python: Path, runs: int) -> tuple[list[float], lis
 
 
 async def main(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(ROOT))
     import uv
 
     from sandbox import EgressPolicy, Sandbox
 
+    load0 = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="bench-egress-"))
     python = tmp / "venv" / "bin" / "python"
     await (await asyncio.create_subprocess_exec(uv.find_uv_bin(), "venv", "-q", "--python", "3.11", str(tmp / "venv"))).wait()
-    srv, port = await _model_server(args.model_ms / 1000)
+    stub, port = await _start_stub(sys.executable)
+    models = [stub]
+    endpoints = [f"http://127.0.0.1:{port}/v1"]
+    if args.model_ms > 0:
+        fixed, fport = await _start_fixed(sys.executable, args.model_ms, tmp)
+        models.append(fixed)
+        endpoints.append(f"http://127.0.0.1:{fport}/v1")
     env = {"NMP_RL_SANDBOX_ALLOW_INTERNET": "true", "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": f"bench.example.net:{port}"}
-    policy = EgressPolicy.from_environ(env, [f"http://127.0.0.1:{port}/v1"]).with_trusted_addresses(["127.0.0.1"])
+    policy = EgressPolicy.from_environ(env, endpoints).with_trusted_addresses(["127.0.0.1"])
     t = time.perf_counter()
     sb = await Sandbox.start(policy, tmp / "sb", resolver=lambda h: ["127.0.0.1"])
     sb_start = time.perf_counter() - t
     try:
         work = tmp / "sb" / "w"
         work.mkdir(parents=True)
-        spec = {"host": "127.0.0.1", "port": port, "name": "bench.example.net", "requests": args.requests, "new": args.new}
-        direct = await _direct_client(python, {**spec, "name": "127.0.0.1"}, work)
-        # inside: keep-alive calls at the original URL (the forward); new connections via its proxy listener
-        boxed = await _run_client(sb, python, {**spec, "proxy": True}, work)
+        runner = Runner(sb, python, work)
+        ka = lambda p, c, n: {"case": "keepalive", "host": "127.0.0.1", "port": p, "conc": c, "per": n}  # noqa: E731
+        cases = {"stub_c1": {"direct": ka(port, 1, args.requests * 10), "boxed": ka(port, 1, args.requests * 10)},
+                 "stub_c100": {"direct": ka(port, 100, args.requests), "boxed": ka(port, 100, args.requests)}}
+        if args.model_ms > 0:
+            cases[f"fixed{args.model_ms:g}ms_c100"] = {"direct": ka(fport, 100, args.requests),
+                                                       "boxed": ka(fport, 100, args.requests)}
+        nc = {"case": "newconn", "host": "127.0.0.1", "port": port, "per": args.new}
+        cases["newconn_forward"] = {"direct": nc, "boxed": nc}
+        cases["newconn_connect"] = {"direct": nc, "boxed": {**nc, "host": "bench.example.net", "proxy": "env"}}
+        rows = await _latency(runner, args.rounds, cases)
         plain_start, boxed_start = await _start_overhead(sb, python, args.runs)
     finally:
         await sb.close()
-        srv.close()
-    rows = []
-    for key in ("keepalive_c1", "keepalive_c100", "newconn"):
-        d50, b50 = pct(direct[key], 50), pct(boxed[key], 50)
-        rows.append({"case": key, "direct_p50_ms": round(d50, 3), "sandbox_p50_ms": round(b50, 3),
-                     "direct_p90_ms": round(pct(direct[key], 90), 3), "sandbox_p90_ms": round(pct(boxed[key], 90), 3),
-                     "p50_overhead_pct": round(100 * (b50 - d50) / d50, 1), "p50_overhead_ms": round(b50 - d50, 3)})
+        for m in models:
+            m.terminate()
+            await m.wait()
+    load1 = os.getloadavg()
     start = {"sandbox_start_ms": round(sb_start * 1000, 1),
              "plain_spawn_median_ms": round(statistics.median(plain_start) * 1000, 1),
              "sandboxed_spawn_median_ms": round(statistics.median(boxed_start) * 1000, 1),
              "start_overhead_ms": round((statistics.median(boxed_start) - statistics.median(plain_start)) * 1000, 1)}
-    print(f"isolation: {sb.level.value}; model service time {args.model_ms} ms")
-    print(f"{'case':16} {'direct p50':>11} {'sandbox p50':>12} {'direct p90':>11} {'sandbox p90':>12} {'p50 overhead':>13}")
+    loop_name = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    print(f"isolation: {sb.level.value}; loop: {loop_name}; {os.cpu_count()} cpus; load average "
+          f"{load0[0]:.2f} -> {load1[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+          f"medians of {args.rounds} rounds")
+    print(f"{'case':18} {'direct p50':>10} {'sbox p50':>10} {'direct p99':>10} {'sbox p99':>10} "
+          f"{'p50 overhead':>20} {'fwd cpu/req':>11} {'fds before/after':>16}")
     for r in rows:
-        print(f"{r['case']:16} {r['direct_p50_ms']:>9.3f}ms {r['sandbox_p50_ms']:>10.3f}ms {r['direct_p90_ms']:>9.3f}ms "
-              f"{r['sandbox_p90_ms']:>10.3f}ms {r['p50_overhead_pct']:>11.1f}% ({r['p50_overhead_ms']:+.3f} ms)")
-    print("newconn = direct new TCP connection + GET vs proxy CONNECT (policy check, resolve, dial) + GET")
+        fds = f"{r['fds'][0][0]}/{r['fds'][-1][1]}"
+        print(f"{r['case']:18} {r['direct_p50_ms']:>8.3f}ms {r['sandbox_p50_ms']:>8.3f}ms {r['direct_p99_ms']:>8.3f}ms "
+              f"{r['sandbox_p99_ms']:>8.3f}ms {r['p50_overhead_pct']:>6.1f}% ({r['p50_overhead_ms']:+.3f} ms) "
+              f"{r['fwd_cpu_us_per_req']:>8.1f} us {fds:>16}")
+    print("fwd cpu/req: this process (the forward) per sandboxed request; idle floor "
+          + ", ".join(f"{r['case']} {r['idle_cpu_us_per_req']} us" for r in rows))
+    print("newconn_forward = a new connection + GET through the forward; newconn_connect = proxy CONNECT + GET")
     print(f"start: Sandbox.start {start['sandbox_start_ms']} ms; python -c pass plain {start['plain_spawn_median_ms']} ms, "
           f"sandboxed {start['sandboxed_spawn_median_ms']} ms -> overhead {start['start_overhead_ms']} ms per server")
-    print(json.dumps({"isolation": sb.level.value, "latency": rows, "start": start}))
+    print(json.dumps({"isolation": sb.level.value, "loop": loop_name, "load": [load0[0], load1[0]], "latency": rows,
+                      "start": start}))
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--client")
-    ap.add_argument("--requests", type=int, default=300)
-    ap.add_argument("--new", type=int, default=100)
+    ap.add_argument("--fixed-model")
+    ap.add_argument("--requests", type=int, default=50, help="keep-alive requests per connection (x10 at 1 connection)")
+    ap.add_argument("--new", type=int, default=200, help="new connections per newconn case")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--model-ms", type=float, default=0.0, help="artificial service time of the model per call")
+    ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="event loop of the forwards")
+    ap.add_argument("--model-ms", type=float, default=1.0, help="also a fixed-time model answering after MS (0: off)")
     a = ap.parse_args()
     if a.client:
         s = json.loads(Path(a.client).read_text())
         if s.get("proxy"):
             s["proxy"] = os.environ["HTTP_PROXY"].split("://", 1)[1]
         print(json.dumps(client(s)))
+    elif a.fixed_model:
+        fixed_model(a.fixed_model, a.model_ms / 1000)
+    elif a.loop == "uvloop":  # ./uvw run --with uvloop python bench/egress.py --loop uvloop
+        import uvloop
+
+        uvloop.run(main(a))
     else:
         asyncio.run(main(a))

@@ -11,8 +11,10 @@
    that answers after a fixed MS (no CPU; its own process), where the forward's cost stands out.
    Direct and sandboxed runs alternate, ``--rounds`` times; figures are medians over the rounds.
    ``fwd cpu/req``: CPU time (user+system) of this process, i.e. of the forward, per request of the
-   sandboxed run (the direct run's figure is the floor: this process idle). ``fds``: this process's
-   open descriptors before / after each sandboxed run.
+   sandboxed run (the direct run's figure is the floor: this process idle); ``cpu share``: that CPU
+   over the model's and the client's per direct request, the p50 overhead to expect when the host's
+   CPU is the bottleneck (steadier than wall times on a shared machine). ``fds``: this process's
+   open descriptors before the first and after the last sandboxed run.
 2. Cost per new connection: a direct new connection + GET, vs the same through the forward, vs a
    proxy CONNECT (policy check, resolve, dial) + GET (plain HTTP in the tunnel: no TLS counted).
 3. Sandbox start overhead per server: ``python -c pass`` spawned in the sandbox vs a plain
@@ -163,14 +165,16 @@ async def _start_fixed(python: str, delay_ms: float, work: Path) -> tuple[asynci
 class Runner:
     """Runs one client case direct or in the sandbox; measures this process's CPU and fds around it."""
 
-    def __init__(self, sb, python: Path, work: Path) -> None:
+    def __init__(self, sb, python: Path, work: Path, models: dict[int, int]) -> None:
         import psutil
 
         self.sb, self.python, self.work, self.me = sb, python, work, psutil.Process()
+        self.models = {port: psutil.Process(pid) for port, pid in models.items()}
         self.n = 0
 
-    def _cpu(self) -> float:
-        t = self.me.cpu_times()
+    @staticmethod
+    def _cpu(p) -> float:
+        t = p.cpu_times()
         return t.user + t.system  # clock ticks (10 ms): thousands of requests per run keep this to a few us
 
     async def run(self, spec: dict, boxed: bool) -> dict:
@@ -180,7 +184,8 @@ class Runner:
         path = self.work / f"spec{self.n}.json"
         path.write_text(json.dumps(spec))
         out = self.work / f"out{self.n}.json"
-        fds0, cpu0 = self.me.num_fds(), self._cpu()
+        model = self.models[spec["port"]]
+        fds0, cpu0, mcpu0 = self.me.num_fds(), self._cpu(self.me), self._cpu(model)
         with open(out, "wb") as f:
             argv = [str(self.python), __file__, "--client", str(path)]
             if boxed:
@@ -191,10 +196,11 @@ class Runner:
             else:
                 p = await asyncio.create_subprocess_exec(*argv, stdout=f)
                 await p.wait()
-        cpu = self._cpu() - cpu0
+        cpu, mcpu = self._cpu(self.me) - cpu0, self._cpu(model) - mcpu0
         await asyncio.sleep(0.2)  # let closed connections finish on our side before counting fds
         res = json.loads(out.read_text())
         res["host_cpu_us_per_req"] = cpu / max(1, len(res["lat"])) * 1e6
+        res["model_cpu_us_per_req"] = mcpu / max(1, len(res["lat"])) * 1e6
         res["fds"] = (fds0, self.me.num_fds())
         return res
 
@@ -221,10 +227,14 @@ async def _latency(runner: Runner, rounds: int, cases: dict[str, dict]) -> list[
                                         for d, b in zip(a["d"], a["b"])],
             "fwd_cpu_us_per_req": round(med("b", lambda r: r["host_cpu_us_per_req"]), 1),
             "idle_cpu_us_per_req": round(med("d", lambda r: r["host_cpu_us_per_req"]), 1),
+            "model_cpu_us_per_req": round(med("d", lambda r: r["model_cpu_us_per_req"]), 1),
             "client_cpu_us_per_req_direct": round(med("d", lambda r: r["cpu_s"] / len(r["lat"]) * 1e6), 1),
             "client_cpu_us_per_req_sandbox": round(med("b", lambda r: r["cpu_s"] / len(r["lat"]) * 1e6), 1),
             "fds": [r["fds"] for r in a["b"]],
         })
+        r = rows[-1]  # the forward's CPU as a share of what a direct call costs the host (model + client)
+        r["fwd_cpu_share_pct"] = round(100 * r["fwd_cpu_us_per_req"] / (r["model_cpu_us_per_req"]
+                                                                       + r["client_cpu_us_per_req_direct"]), 1)
     return rows
 
 
@@ -270,7 +280,7 @@ async def main(args: argparse.Namespace) -> None:
     try:
         work = tmp / "sb" / "w"
         work.mkdir(parents=True)
-        runner = Runner(sb, python, work)
+        runner = Runner(sb, python, work, {port: stub.pid, **({fport: fixed.pid} if args.model_ms > 0 else {})})
         ka = lambda p, c, n: {"case": "keepalive", "host": "127.0.0.1", "port": p, "conc": c, "per": n}  # noqa: E731
         cases = {"stub_c1": {"direct": ka(port, 1, args.requests * 10), "boxed": ka(port, 1, args.requests * 10)},
                  "stub_c100": {"direct": ka(port, 100, args.requests), "boxed": ka(port, 100, args.requests)}}
@@ -297,14 +307,17 @@ async def main(args: argparse.Namespace) -> None:
           f"{load0[0]:.2f} -> {load1[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
           f"medians of {args.rounds} rounds")
     print(f"{'case':18} {'direct p50':>10} {'sbox p50':>10} {'direct p99':>10} {'sbox p99':>10} "
-          f"{'p50 overhead':>20} {'fwd cpu/req':>11} {'fds before/after':>16}")
+          f"{'p50 overhead':>20} {'fwd cpu/req':>11} {'cpu share':>9} {'fds before/after':>16}")
     for r in rows:
         fds = f"{r['fds'][0][0]}/{r['fds'][-1][1]}"
         print(f"{r['case']:18} {r['direct_p50_ms']:>8.3f}ms {r['sandbox_p50_ms']:>8.3f}ms {r['direct_p99_ms']:>8.3f}ms "
               f"{r['sandbox_p99_ms']:>8.3f}ms {r['p50_overhead_pct']:>6.1f}% ({r['p50_overhead_ms']:+.3f} ms) "
-              f"{r['fwd_cpu_us_per_req']:>8.1f} us {fds:>16}")
-    print("fwd cpu/req: this process (the forward) per sandboxed request; idle floor "
-          + ", ".join(f"{r['case']} {r['idle_cpu_us_per_req']} us" for r in rows))
+              f"{r['fwd_cpu_us_per_req']:>8.1f} us {r['fwd_cpu_share_pct']:>8.1f}% {fds:>16}")
+    print("fwd cpu/req: this process (the forward) per sandboxed request (idle floor: "
+          + ", ".join(f"{r['idle_cpu_us_per_req']}" for r in rows) + " us); cpu share: that over the model's and "
+          "the client's CPU per direct request (model " + ", ".join(f"{r['model_cpu_us_per_req']}" for r in rows)
+          + " us; client " + ", ".join(f"{r['client_cpu_us_per_req_direct']}" for r in rows) + " us), the p50 "
+          "overhead to expect when the host's CPU is the bottleneck")
     print("newconn_forward = a new connection + GET through the forward; newconn_connect = proxy CONNECT + GET")
     print(f"start: Sandbox.start {start['sandbox_start_ms']} ms; python -c pass plain {start['plain_spawn_median_ms']} ms, "
           f"sandboxed {start['sandboxed_spawn_median_ms']} ms -> overhead {start['start_overhead_ms']} ms per server")

@@ -96,7 +96,9 @@ class Runtime:
 
     # ------------------------------------------------------------------ sync API
     def __enter__(self) -> Runtime:
-        self._loop = asyncio.new_event_loop()
+        import uvloop  # the daemon's loop, as for `up` (docs/performance.md, "Sandbox data path")
+
+        self._loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gym-runtime", daemon=True)
         self._thread.start()
         try:

@@ -101,6 +101,7 @@ def max_concurrent_rollouts(args: argparse.Namespace) -> int | None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    import uvloop  # the daemon's loop, as for `up` (docs/performance.md, "Sandbox data path")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         progress.start()
 
     try:
-        result = asyncio.run(_stoppable(run_dry_run(req, say, on_start, lambda r: progress.advance(task))))
+        result = uvloop.run(_stoppable(run_dry_run(req, say, on_start, lambda r: progress.advance(task))))
     except asyncio.CancelledError:  # SIGTERM: stopped like Ctrl-C (main() turns this into exit 130)
         raise KeyboardInterrupt("SIGTERM") from None
     finally:

@@ -1,12 +1,13 @@
 """Sandbox data-path and egress figures. Loopback only. Prints a table and one JSON line.
 
-    ./uvw run python bench/egress.py [--model-ms 1] [--rounds 3] [--requests 50] [--loop asyncio|uvloop] [--runs 30]
+    ./uvw run python bench/egress.py [--model-ms 1] [--rounds 3] [--requests 50] [--loop uvloop|asyncio] [--runs 30]
 
 1. Policy-call latency: HTTP/1.1 keep-alive ``POST /v1/chat/completions`` to the real stub model
    (``python -m gym_runtime.stub_model``, its own process on host 127.0.0.1, as the daemon starts
    it), direct from the host vs from a sandboxed process through the policy-endpoint forward (same
-   URL; the forward runs in this process's event loop, as in the daemon), at 1 and 100 concurrent
-   connections (``--requests`` per connection, the first one of each connection not counted).
+   URL; the forward runs in this process's event loop: uvloop as in the daemon, or asyncio's with
+   ``--loop asyncio``), at 1 and 100 concurrent connections (``--requests`` per connection, the
+   first one of each connection not counted).
    Target: p50 overhead <= 5 % at 100 connections. With ``--model-ms MS`` > 0 also against a model
    that answers after a fixed MS (no CPU; its own process), where the forward's cost stands out.
    Direct and sandboxed runs alternate, ``--rounds`` times; figures are medians over the rounds.
@@ -333,7 +334,8 @@ if __name__ == "__main__":
     ap.add_argument("--new", type=int, default=200, help="new connections per newconn case")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="event loop of the forwards")
+    ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop",
+                    help="event loop of the forwards (the daemon's is uvloop)")
     ap.add_argument("--model-ms", type=float, default=1.0, help="also a fixed-time model answering after MS (0: off)")
     a = ap.parse_args()
     if a.client:
@@ -343,7 +345,7 @@ if __name__ == "__main__":
         print(json.dumps(client(s)))
     elif a.fixed_model:
         fixed_model(a.fixed_model, a.model_ms / 1000)
-    elif a.loop == "uvloop":  # ./uvw run --with uvloop python bench/egress.py --loop uvloop
+    elif a.loop == "uvloop":
         import uvloop
 
         uvloop.run(main(a))

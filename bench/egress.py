@@ -31,6 +31,7 @@ import asyncio
 import json
 import os
 import resource
+import shutil
 import socket
 import statistics
 import sys
@@ -298,6 +299,7 @@ async def main(args: argparse.Namespace) -> None:
         for m in models:
             m.terminate()
             await m.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
     load1 = os.getloadavg()
     start = {"sandbox_start_ms": round(sb_start * 1000, 1),
              "plain_spawn_median_ms": round(statistics.median(plain_start) * 1000, 1),

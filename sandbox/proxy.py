@@ -26,7 +26,7 @@ Resolver = Callable[[str], "list[str] | Awaitable[list[str]]"]
 Dialer = Callable[[str, int], Awaitable[socket.socket]]
 MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT_S = 30.0  # a client must send its request head within this
-_tasks: set[asyncio.Task] = set()  # strong references for fire-and-forget dial tasks
+_tasks: set[asyncio.Task] = set()  # strong references: the forwards' dial tasks, the proxy's handlers
 _HOP = {"proxy-connection", "proxy-authorization", "proxy-authenticate", "connection", "keep-alive"}
 
 
@@ -110,8 +110,19 @@ class EgressProxy:
         self.connections = 0
 
     async def serve(self, sock: socket.socket, server: str | None) -> asyncio.AbstractServer:
-        """Start serving on ``sock`` (listening, any namespace); returns the asyncio server."""
-        return await asyncio.start_server(lambda r, w: self._handle(r, w, server), sock=sock)
+        """Start serving on ``sock`` (listening, any namespace); returns the asyncio server.
+
+        Each connection's handler task is held in :data:`_tasks` until it ends: asyncio's stream
+        protocol holds it weakly or not at all (CPython 3.11 keeps no reference; 3.12 drops it when
+        the client's connection is lost), so a handler still waiting on its upstream could be
+        garbage-collected mid-flight ("Task was destroyed but it is pending!") and leak that socket."""
+
+        def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.ensure_future(self._handle(reader, writer, server))
+            _tasks.add(task)
+            task.add_done_callback(_tasks.discard)
+
+        return await asyncio.start_server(accepted, sock=sock)
 
     async def _resolve(self, host: str) -> list[str]:
         if self.resolver is None:

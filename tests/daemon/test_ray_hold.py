@@ -58,9 +58,9 @@ def test_the_holder_adopts_what_the_start_left_and_ends_the_head_when_one_of_the
     proc, pids = _hold(tmp_path)
     try:
         deadline = time.monotonic() + 30
-        while _children(proc.pid) != set(pids.values()) and time.monotonic() < deadline:
+        while not set(pids.values()) <= _children(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _children(proc.pid) == set(pids.values())  # adopted: the head's tree holds the cluster
+        assert set(pids.values()) <= _children(proc.pid)  # adopted: the head's tree holds the cluster
         os.kill(pids["gcs"], signal.SIGKILL)
         assert proc.wait(30) == 1
         assert wait_gone(list(pids.values()), 10.0) == []

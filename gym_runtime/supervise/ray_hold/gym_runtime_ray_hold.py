@@ -80,10 +80,11 @@ def _stat(pid):
 
 def _processes(ppid=None, pgrp=None):
     """``{pid: name}`` of the processes whose parent is ``ppid`` or whose process group is
-    ``pgrp``, both as ``/proc`` shows them; pids of this process's own pid namespace. ``/proc`` may
-    be the host's (a sandbox with its own pid namespace and the host's ``/proc`` bound read-only):
-    each match is named by the last entry of its ``NSpid``, its pid in the innermost namespace,
-    which is ours."""
+    ``pgrp``, both as ``/proc`` shows them (zombies too: one of ``ray start``'s processes that ended
+    after it stopped watching must end the head); pids of this process's own pid namespace.
+    ``/proc`` may be the host's (a sandbox with its own pid namespace and the host's ``/proc``
+    bound read-only): each match is named by the last entry of its ``NSpid``, its pid in the
+    innermost namespace, which is ours."""
     me = _stat("self")
     out = {}
     for entry in os.listdir("/proc"):

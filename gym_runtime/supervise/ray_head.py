@@ -48,7 +48,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-READY_TEXT = "Ray runtime started"
+# The holder's line once `ray start` has exited and the cluster's processes are its own (ray_hold/).
+READY_TEXT = "gym-runtime ray head: holding"
 # Ray (2.60 ``ray/_private/services.py``) replaces ``--node-ip-address 127.0.0.1`` by the host's
 # routable address and then listens on every interface; with this switch off its node address is
 # the loopback one and the head listens on loopback only. Set for the private head and for the

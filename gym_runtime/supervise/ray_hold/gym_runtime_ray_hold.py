@@ -7,11 +7,11 @@ Gym venv's packages), while this one holds the same cluster in ~10 MiB
 (docs/performance.md, "A leaner Ray head").
 
 1. It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), then runs the given
-   ``ray start --head`` command WITHOUT ``--block``, with its own output (the head's log, where the
-   daemon waits for "Ray runtime started"). That command starts the cluster and exits; the
-   processes it started (GCS, raylet, API server, log monitor) are then this process's children,
-   so they stay inside the head's process tree and process group, where the daemon accounts for
-   and stops them.
+   ``ray start --head`` command WITHOUT ``--block``, with its own output (the head's log). That
+   command starts the cluster and exits; the processes it started (GCS, raylet, API server, log
+   monitor) are then this process's children, so they stay inside the head's process tree and
+   process group, where the daemon accounts for and stops them. Then it says
+   ``gym-runtime ray head: holding N Ray processes``, the line the daemon waits for.
 2. It holds: it reaps every child; when one of the processes ``ray start`` left behind ends, the
    head is broken (what ``ray start --block`` reports as "Some Ray subprocesses exited
    unexpectedly"): it says which one, kills the rest of its process group and exits 1, so the
@@ -146,6 +146,7 @@ def main():
     ray = _processes(ppid=_stat("self")[0])  # what `ray start` left: GCS, raylet, API server, log monitor
     if not ray:
         _end(1, "`ray start` left no process behind")
+    _say(f"holding {len(ray)} Ray processes: " + ", ".join(f"{n} ({p})" for p, n in sorted(ray.items())))
     while True:
         try:
             pid, status = os.wait()

@@ -32,3 +32,26 @@ def test_private_ray_head_runs_no_monitor_no_idle_workers_no_client_server_and_n
         assert not any(c.startswith("ray::IDLE") for c in cmdlines), "no worker is started ahead of a task"
     finally:
         kill_tree(proc)
+
+
+@pytest.mark.parametrize("isolation", [None, "none"], ids=["best", "none"])
+def test_sigkill_of_the_daemon_leaves_no_ray_process(tmp_path, isolation) -> None:
+    # the holder's Ray processes are adopted, not fate-shared with it: at isolation none the orphan
+    # watchdog's SIGKILL of the head's process group must reach them; elsewhere the pid namespace
+    import os
+    import signal
+
+    from tests.helpers.daemon import cmdline, descendants, wait_gone
+
+    args = ["--policy-base-url", "http://127.0.0.1:9/v1", *(["--isolation", isolation] if isolation else [])]
+    proc = up_process(simple_env(tmp_path / "pkg", ray_enabled=True), tmp_path, *args,
+                      env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
+    try:
+        json.loads(read_ready_line(proc, timeout=600))
+        tree = descendants(proc.pid)
+        assert any("gcs_server" in " ".join(cmdline(p)) for p in tree)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        assert wait_gone([p.pid for p in tree], 15.0) == []
+    finally:
+        kill_tree(proc)

@@ -4,8 +4,9 @@
 
 Each run: start ``up`` (venvs reused after the first run), wait for the ready line, send a burst of
 rollouts through ``POST /rollouts/run`` (so the sandbox's forwards carry traffic just before the
-stop), send the signal, and time until the daemon exits. Printed per run: stop seconds, exit code,
-processes left 1 s later, and any step the daemon named as slow (``ignored SIGTERM``, ``did not
+stop), send the signal, and time until the daemon exits. Printed per run: stop seconds, the load
+average, exit code, processes left 1 s later, the daemon's own "stop took" line (seconds per
+teardown step) and any step the daemon named as slow (``ignored SIGTERM``, ``did not
 finish within``). Then min / median / p90 / max. A run that has not exited 40 s after the signal is
 counted as a hang and killed. ``--gym`` uses the real NeMo Gym 0.4.0 package (three server trees
 from the PyPI wheel, all Ray drivers, one private Ray head) with the built-in stub model as policy.
@@ -86,7 +87,8 @@ def one_stop(pkg: Path, rows: list[dict], work: Path, env: dict[str, str], args:
     time.sleep(1)
     left = sum(1 for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE)
     slow = [ln.strip() for ln in err if any(m in ln for m in SLOW_MARKS)]
-    return {"stop_s": took, "exit": code, "left": left, "slow": slow}
+    steps = next((ln.split("] ", 1)[-1].strip() for ln in err if "stop took" in ln), "")
+    return {"stop_s": took, "exit": code, "left": left, "slow": slow, "steps": steps, "load": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -114,8 +116,9 @@ def main() -> None:
             print(f"run {i + 1}: {r['error']}")
             continue
         times.append(r["stop_s"])
-        print(f"run {i + 1}: stop {r['stop_s']:.2f} s, exit {r['exit']}, processes left {r['left']}"
-              + (f"; slow: {' | '.join(r['slow'])}" if r["slow"] else ""))
+        print(f"run {i + 1}: stop {r['stop_s']:.2f} s (load average {r['load']:.1f}), exit {r['exit']}, "
+              f"processes left {r['left']}" + (f"; slow: {' | '.join(r['slow'])}" if r["slow"] else "")
+              + (f"\n  daemon: {r['steps']}" if r["steps"] else ""))
     if times:
         times.sort()
         p90 = times[min(len(times) - 1, int(0.9 * len(times)))]

@@ -45,9 +45,19 @@ def _run(argv: list[str] | None) -> int:
 def console() -> None:
     """The console script: :func:`main`, then exit. Once the command is done, SIGINT is ignored: at
     interpreter exit Python puts back the default action of the handlers it installed, so a Ctrl-C
-    landing there would kill the process with no message instead of the exit code just decided."""
+    landing there would kill the process with no message instead of the exit code just decided.
+
+    The exit is the fast one every server venv gets (:mod:`gym_runtime.venvs.exit_hook`):
+    ``gc.freeze`` registered with ``atexit`` before anything else runs, so after every other handler,
+    and finalization's collections skip the heap the command leaves (the daemon's: ~90,000 objects,
+    1.3 s of one core after a stop at load average 18, 0.2 s with the freeze). The daemon's own
+    teardown has closed its logs, records and processes by then; stream flushing and ``atexit``
+    handlers are unchanged."""
+    import atexit
+    import gc
     import signal
 
+    atexit.register(gc.freeze)
     code = main()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code)

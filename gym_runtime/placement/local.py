@@ -246,9 +246,10 @@ class LocalPlacement:
         if ray_bin.parent.parent in venvs:  # the daemon's own Ray (no server venv has one) keeps its bytecode
             cache = env.bytecode.user(ray_bin.parent / "python", RAY_HEAD, "ray_head")
             environ, writable = {**environ, **cache.env}, [tmp, *cache.writable]
-        ports = [self._fresh() for _ in range(len(ray_head.PORT_FLAGS) + 1)]
+        ports = [self._fresh() for _ in ray_head.PORT_FLAGS]
         spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp, ports), tmp, environ,
-                           read_only_paths=[ray_bin.parent.parent, *venvs, *trees], writable_paths=writable)
+                           read_only_paths=[ray_bin.parent.parent, *venvs, *trees, ray_head.HOLD_DIR],
+                           writable_paths=writable)
         env._member("ray_head", "ray", spec, self.sandbox, port, probe_path="log:" + ray_head.READY_TEXT,
                     kill_on_stop=True,
                     info={"server_type": "ray", "implementation": f"ray ({ray_bin})"})

@@ -319,6 +319,7 @@ class Environment:
             await td.step("bytecode compiler", self.bytecode.close(), 2.0, lambda: "its compiler processes")
         finally:
             td.disarm()
+        self._say(td.summary())
         if not td.clean:
             self._say("unclean stop: " + "; ".join(f"{o.step} ({o.waiting_on})" for o in td.overruns))
         return (code or 0) if td.clean else (code or UNCLEAN_EXIT_CODE)

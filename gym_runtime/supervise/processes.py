@@ -9,7 +9,8 @@ The daemon's whole process tree (psutil) is walked once; each process gets a ``r
                            namespace holder, the orphan watchdog
 ``ray``                    the private Ray head's processes (``component``: ``gcs_server``,
                            ``raylet``, ``dashboard agent``, ``runtime-env agent``,
-                           ``log monitor``, ``api server``, ``worker``, ``ray start``)
+                           ``log monitor``, ``api server``, ``worker``, ``head holder``
+                           (ray_hold/), ``ray start`` while it starts the cluster)
 ``model``                  the built-in stub model
 ``build``                  uv and bytecode compilers
 ``other``                  anything else (never expected)
@@ -29,6 +30,7 @@ import psutil
 _RAY = (("gcs_server", "gcs_server"), ("raylet", "raylet"), ("dashboard/agent.py", "dashboard agent"),
         ("runtime_env/agent/main.py", "runtime-env agent"), ("log_monitor.py", "log monitor"),
         ("dashboard/dashboard.py", "api server"), ("ray::", "worker"), ("default_worker.py", "worker"),
+        ("ray.util.client.server", "ray client server"), ("gym_runtime_ray_hold.py", "head holder"),
         ("/bin/ray start", "ray start"))
 MIB = 1024 * 1024
 

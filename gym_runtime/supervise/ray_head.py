@@ -1,7 +1,7 @@
 """The private Ray head the daemon starts when servers need Ray and no cluster was given (case C26).
 
-ONE head per environment, started as a supervised sandboxed process (``ray start --head --block``)
-in the sandbox network namespace, so servers reach its GCS at ``127.0.0.1:<port>`` and nothing
+ONE head per environment, started as a supervised sandboxed process (the holder,
+``ray_hold/gym_runtime_ray_hold.py``, running ``ray start --head``) in the sandbox network namespace, so servers reach its GCS at ``127.0.0.1:<port>`` and nothing
 outside the sandbox can. It runs from a server venv's own ``bin/ray`` when one has Ray: a Ray
 driver refuses a cluster started by another Ray or Python version, and Gym's venvs pin
 ``ray[default]`` to one version (NeMo Gym 0.4.0 `nemo_gym/global_config.py`, the `ray[default]` pin). Its temp dir is short (unix
@@ -21,9 +21,16 @@ autoscaler monitor (a fixed one-node cluster has nothing to scale; ``--no-monito
 workers started ahead of tasks (``RAY_enable_worker_prestart=0``,
 ``RAY_prestart_worker_first_driver=0``: otherwise one Python worker per CPU, ~100 MB each, would
 start with the head and again when the first server connects; a server's first task pays the worker
-start instead). The GCS, the raylet with its two agents, the API server, the log monitor (task
-output reaches the servers' logs) and Ray Client's server remain: ``ray start`` has no switch for
-them.
+start instead). No Ray Client server: ``ray start`` runs one on every venv that has ``grpc``
+(Gym's do) and has no switch against it, but it calls the ``RAY_START_HOOK`` named in its
+environment with its ``RayParams`` before it starts anything (Ray 2.60 ``ray/scripts/scripts.py``);
+the holder's hook clears the client server's port, as on a venv without ``grpc``. No
+``ray start --block`` left waiting beside the cluster (a Python process with all of Ray imported,
+~200 MiB RSS): the holder, a stdlib-only script (~12 MiB), runs ``ray start --head`` without
+``--block``, adopts the processes it leaves as a child subreaper and holds them (its module doc:
+what ends the head, what a stop does). The GCS, the raylet with its two agents (the raylet exits
+when one of them does), the API server (``ray start`` always starts it) and the log monitor (task
+output reaches the servers' logs through it: Gym's ``ray.init`` keeps ``log_to_driver``) remain.
 
 Quiet start: with the dashboard off, Ray still loads its usage-stats module, which asks three cloud
 metadata services (169.254.169.254, metadata.google.internal) unless ``~/ray_bootstrap_config.yaml``
@@ -41,7 +48,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-READY_TEXT = "Ray runtime started"
+# The holder's line once `ray start` has exited and the cluster's processes are its own (ray_hold/).
+READY_TEXT = "gym-runtime ray head: holding"
 # Ray (2.60 ``ray/_private/services.py``) replaces ``--node-ip-address 127.0.0.1`` by the host's
 # routable address and then listens on every interface; with this switch off its node address is
 # the loopback one and the head listens on loopback only. Set for the private head and for the
@@ -73,28 +81,26 @@ def remove_temp_dir(path: Path | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-# Listeners of a head whose defaults are fixed ports (dashboard agent 52365, Ray Client 10001 where
-# installed...): each gets a port of its own, so a head at isolation none never collides with
-# another Ray on the host (e.g. a training job's cluster on the same node).
+# Listeners of a head whose defaults are fixed ports (dashboard agent 52365...): each gets a port of
+# its own, so a head at isolation none never collides with another Ray on the host (e.g. a training
+# job's cluster on the same node).
 PORT_FLAGS = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
               "--metrics-export-port", "--node-manager-port", "--object-manager-port")
-CLIENT_PORT_FLAG = "--ray-client-server-port"  # only where Ray Client is installed (it needs ``grpc``)
-
-
-def has_ray_client(ray_bin: Path) -> bool:
-    """True when the venv of ``ray_bin`` has Ray Client's dependency (``grpc``): ``ray start`` then
-    runs its client server, on 10001 unless told otherwise (Ray 2.60 ``scripts.py``)."""
-    return any((ray_bin.parent.parent / "lib").glob("python*/site-packages/grpc/__init__.py"))
+# The head's holder (and ``ray start``'s RAY_START_HOOK): a plain script in a directory of its own,
+# which the head's sandbox binds read-only.
+HOLD_DIR = Path(__file__).with_name("ray_hold")
+HOLD_SCRIPT = HOLD_DIR / "gym_runtime_ray_hold.py"
 
 
 def head_argv(ray_bin: Path, gcs_port: int, temp_dir: Path, ports: Iterable[int]) -> list[str]:
-    """``ray start --head --block`` on loopback with what Gym servers use (see the module doc): no
-    dashboard, no autoscaler monitor (a fixed one-node cluster), no usage stats; ``ports``: one free
-    port per flag of :data:`PORT_FLAGS`, then one for Ray Client's server (used where it is
-    installed, :func:`has_ray_client`)."""
-    flags = PORT_FLAGS + ((CLIENT_PORT_FLAG,) if has_ray_client(ray_bin) else ())
-    given = [a for flag, port in zip(flags, ports) for a in (flag, str(port))]
-    return [str(ray_bin), "start", "--head", "--block", "--port", str(gcs_port), "--node-ip-address", "127.0.0.1",
+    """The head's command: the holder (:data:`HOLD_SCRIPT`, run by the venv's own interpreter,
+    ``-I -S``: the stdlib only) running ``ray start --head`` on loopback with what Gym servers use
+    (see the module doc): no dashboard, no autoscaler monitor (a fixed one-node cluster), no usage
+    stats, no Ray Client server (the holder's hook); ``ports``: one free port per flag of
+    :data:`PORT_FLAGS`."""
+    given = [a for flag, port in zip(PORT_FLAGS, ports) for a in (flag, str(port))]
+    return [str(ray_bin.parent / "python"), "-I", "-S", str(HOLD_SCRIPT),
+            str(ray_bin), "start", "--head", "--port", str(gcs_port), "--node-ip-address", "127.0.0.1",
             *given, "--include-dashboard", "false", "--no-monitor", "--disable-usage-stats",
             "--temp-dir", str(temp_dir)]
 

@@ -413,13 +413,17 @@ class Supervisor:
             m.status = FAILED if failed else STOPPED
 
         running = [m for m in self.members.values() if m.status != PENDING]
+        took = []
         for group in ([m for m in running if m.kind == "server"], [m for m in running if m.kind != "server"]):
+            t = time.monotonic()
             await asyncio.gather(*(stop_one(m) for m in group), return_exceptions=True)
+            took.append(time.monotonic() - t)
         for m in self.members.values():
             m.status = FAILED if m.status == FAILED else STOPPED
             m.log.detach()
         await reap_orphans(self._pgids)
         if self._client is not None:
             await self._client.aclose()
-        self._progress(f"all processes stopped in {time.monotonic() - t0:.2f}s")
+        self._progress(f"all processes stopped in {time.monotonic() - t0:.2f}s (servers {took[0]:.2f}s, "
+                       f"then the rest {took[1]:.2f}s)")
         self.post(Event("stopped"))

@@ -1,5 +1,6 @@
-"""The private Ray head starts only what Gym servers use: no autoscaler monitor, no idle workers
-(real Ray, the dev dependency); every process of it is accounted for by ``/processes``."""
+"""The private Ray head starts only what Gym servers use: no autoscaler monitor, no idle workers, no
+Ray Client server, and no ``ray start --block`` waiting beside it (a small holder holds the cluster;
+real Ray, the dev dependency); every process of it is accounted for by ``/processes``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_proc
 pytestmark = pytest.mark.slow
 
 
-def test_private_ray_head_runs_no_monitor_and_no_idle_workers(tmp_path) -> None:
+def test_private_ray_head_runs_no_monitor_no_idle_workers_no_client_server_and_no_ray_start(tmp_path) -> None:
     proc = up_process(simple_env(tmp_path / "pkg", ray_enabled=True), tmp_path, "--policy-base-url",
                       "http://127.0.0.1:9/v1", env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
     try:
@@ -23,9 +24,34 @@ def test_private_ray_head_runs_no_monitor_and_no_idle_workers(tmp_path) -> None:
         rows = httpx.get(info["head_server"] + "/processes", trust_env=False, timeout=10).json()["processes"]
         ray = [r for r in rows if r["role"] == "ray"]
         components = {r["component"] for r in ray}
-        assert {"gcs_server", "raylet", "ray start"} <= components, components
+        assert {"gcs_server", "raylet", "head holder", "log monitor"} <= components, components
+        assert not {"ray start", "ray client server"} & components, components
         cmdlines = [" ".join(psutil.Process(r["pid"]).cmdline()) for r in ray if psutil.pid_exists(r["pid"])]
         assert not any("autoscaler/_private/monitor.py" in c for c in cmdlines), cmdlines
+        assert not any("ray.util.client.server" in c for c in cmdlines), cmdlines
         assert not any(c.startswith("ray::IDLE") for c in cmdlines), "no worker is started ahead of a task"
+    finally:
+        kill_tree(proc)
+
+
+@pytest.mark.parametrize("isolation", [None, "none"], ids=["best", "none"])
+def test_sigkill_of_the_daemon_leaves_no_ray_process(tmp_path, isolation) -> None:
+    # the holder's Ray processes are adopted, not fate-shared with it: at isolation none the orphan
+    # watchdog's SIGKILL of the head's process group must reach them; elsewhere the pid namespace
+    import os
+    import signal
+
+    from tests.helpers.daemon import cmdline, descendants, wait_gone
+
+    args = ["--policy-base-url", "http://127.0.0.1:9/v1", *(["--isolation", isolation] if isolation else [])]
+    proc = up_process(simple_env(tmp_path / "pkg", ray_enabled=True), tmp_path, *args,
+                      env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
+    try:
+        json.loads(read_ready_line(proc, timeout=600))
+        tree = descendants(proc.pid)
+        assert any("gcs_server" in " ".join(cmdline(p)) for p in tree)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        assert wait_gone([p.pid for p in tree], 15.0) == []
     finally:
         kill_tree(proc)

@@ -1,0 +1,162 @@
+"""The private Ray head's holder: starts the cluster with ``ray start --head`` and holds it.
+
+Run as a plain script (``python -I -S gym_runtime_ray_hold.py RAY_BIN start --head ...``, the
+stdlib only) as the head's supervised process, in place of ``ray start --head --block``: that
+command stays alive only to wait, a Python process with all of Ray imported (~240 MiB RSS with a
+Gym venv's packages), while this one holds the same cluster in ~10 MiB
+(docs/performance.md, "A leaner Ray head").
+
+1. It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), then runs the given
+   ``ray start --head`` command WITHOUT ``--block``, with its own output (the head's log). That
+   command starts the cluster and exits; the processes it started (GCS, raylet, API server, log
+   monitor) are then this process's children, so they stay inside the head's process tree and
+   process group, where the daemon accounts for and stops them. Then it says
+   ``gym-runtime ray head: holding N Ray processes``, the line the daemon waits for.
+2. It holds: it reaps every child; when one of the processes ``ray start`` left behind ends, the
+   head is broken (what ``ray start --block`` reports as "Some Ray subprocesses exited
+   unexpectedly"): it says which one, kills the rest of its process group and exits 1, so the
+   daemon sees the head fail. Other adopted processes (a task's orphaned subprocess) are reaped
+   silently.
+3. SIGTERM, SIGINT, SIGHUP: it kills its process group (the whole cluster: a drained raylet saves
+   nothing the daemon keeps, the GCS keeps its tables in memory) and exits 0.
+
+The same file is ``ray start``'s ``RAY_START_HOOK`` (Ray 2.60 ``ray/scripts/scripts.py``: a
+``module.function`` called with the head's ``RayParams`` before anything starts):
+:func:`lean_params` turns off Ray Client's server, which ``ray start`` otherwise runs on every
+venv that has ``grpc`` (Gym servers join with ``ray.init(address=...)``, never ``ray://``). This
+directory holds nothing else, since it is on ``ray start``'s ``PYTHONPATH``; the hook removes it
+and itself from the environment before Ray starts any process.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HOOK = "gym_runtime_ray_hold.lean_params"
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def lean_params(ray_params, head):  # noqa: ARG001 - Ray's RAY_START_HOOK signature
+    """``RAY_START_HOOK``: no Ray Client server (as on a venv without ``grpc``, which Ray
+    supports); and nothing of the hook for the processes Ray starts next."""
+    ray_params.ray_client_server_port = None
+    os.environ.pop("RAY_START_HOOK", None)
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != HERE]
+    if rest:
+        os.environ["PYTHONPATH"] = os.pathsep.join(rest)
+    else:
+        os.environ.pop("PYTHONPATH", None)
+
+
+def _say(text):
+    sys.stderr.write(f"gym-runtime ray head: {text}\n")
+    sys.stderr.flush()
+
+
+def _proc_field(pid, name):
+    """A field of ``/proc/PID/status`` (``PPid``, ``NSpid``...) as a list of ints, or []."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return [int(v) for v in line.split()[1:]]
+    except (OSError, ValueError):
+        pass
+    return []
+
+
+def _stat(pid):
+    """``(pid, ppid, pgrp)`` as ``/proc`` shows them for ``pid`` (``"self"`` or a number), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            head, tail = f.read().rsplit(")", 1)
+        fields = tail.split()
+        return int(head.split("(", 1)[0]), int(fields[1]), int(fields[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _processes(ppid=None, pgrp=None):
+    """``{pid: name}`` of the processes whose parent is ``ppid`` or whose process group is
+    ``pgrp``, both as ``/proc`` shows them (zombies too: one of ``ray start``'s processes that ended
+    after it stopped watching must end the head); pids of this process's own pid namespace.
+    ``/proc`` may be the host's (a sandbox with its own pid namespace and the host's ``/proc``
+    bound read-only): each match is named by the last entry of its ``NSpid``, its pid in the
+    innermost namespace, which is ours."""
+    me = _stat("self")
+    out = {}
+    for entry in os.listdir("/proc"):
+        st = _stat(entry) if entry.isdigit() else None
+        if st is None or st[0] == me[0] or not (st[1] == ppid or st[2] == pgrp):
+            continue
+        nspid = _proc_field(entry, "NSpid")
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            name = "?"
+        out[nspid[-1] if nspid else st[0]] = name
+    return out
+
+
+def _end(code, why=None):
+    """SIGKILL every other process of this process group (the whole cluster: Ray's processes stay
+    in it) and every child, reap, exit ``code``."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    if why:
+        _say(why)
+    me = _stat("self")
+    for pid in _processes(ppid=me[0], pgrp=me[2]):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+    os._exit(code)
+
+
+def main():
+    ray_argv = sys.argv[1:]
+    if not ray_argv or "--block" in ray_argv:
+        _say("usage: gym_runtime_ray_hold.py RAY_BIN start --head ... (without --block)")
+        return 2
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        _say(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
+        return 1
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: _end(0))
+    path = [p for p in (HERE, os.environ.get("PYTHONPATH", "")) if p]
+    env = {**os.environ, "RAY_START_HOOK": HOOK, "PYTHONPATH": os.pathsep.join(path)}
+    start = subprocess.Popen(ray_argv, env=env)
+    code = start.wait()
+    if code != 0:
+        _end(1, f"`ray start` exited with {code}: see its output above")
+    ray = _processes(ppid=_stat("self")[0])  # what `ray start` left: GCS, raylet, API server, log monitor
+    if not ray:
+        _end(1, "`ray start` left no process behind")
+    _say(f"holding {len(ray)} Ray processes: " + ", ".join(f"{n} ({p})" for p, n in sorted(ray.items())))
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            _end(1, "no Ray process left")
+        if pid in ray:  # any other: an adopted orphan (a task's subprocess), reaped and forgotten
+            code = os.waitstatus_to_exitcode(status)
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            _end(1, f"Ray process {ray[pid]} (pid {pid}) ended ({how}); stopping the head")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

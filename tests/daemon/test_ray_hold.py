@@ -1,0 +1,140 @@
+"""The private Ray head's holder (gym_runtime/supervise/ray_hold/): it holds what its start command
+left behind, ends the whole head when one of those processes ends, reaps other orphans silently,
+and leaves nothing on SIGTERM. Real processes: a start command that, like ``ray start --head``
+without ``--block``, starts long-lived processes and exits; the hook is checked on its own."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from gym_runtime.supervise import ray_head
+from tests.helpers.daemon import wait_gone
+
+# A start command: two long-lived "Ray processes" that outlive it, each reporting its pid. The
+# "raylet" starts a "worker" that starts a "task child" (3 s) and ends at once: the task child is
+# orphaned after the start, as a Ray task's subprocess is when its worker ends.
+TASK_CHILD = "import time; time.sleep(3)"
+WORKER = f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {TASK_CHILD!r}]); open('task.pid', 'w').write(str(p.pid))"
+RAYLET = f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {WORKER!r}]); time.sleep(3600)"
+START = f'''
+import subprocess, sys
+for name, code in (("gcs", "import time; time.sleep(3600)"), ("raylet", {RAYLET!r})):
+    p = subprocess.Popen([sys.executable, "-c", code])
+    print(name, p.pid, flush=True)
+print("Ray runtime started.", flush=True)
+'''
+
+
+def _hold(tmp_path: Path, script: str = START, ready: bool = True) -> tuple[subprocess.Popen, dict[str, int]]:
+    start = tmp_path / "start.py"
+    start.write_text(script)
+    proc = subprocess.Popen([sys.executable, "-I", "-S", str(ray_head.HOLD_SCRIPT), sys.executable, str(start)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            cwd=tmp_path)
+    pids = {}
+    for line in proc.stdout:
+        if line.startswith("Ray runtime started"):
+            break
+        name, pid = line.split()
+        pids[name] = int(pid)
+    if ready:  # the daemon's readiness: the holder's own line, once the start has exited
+        held = proc.stderr.readline()
+        assert held.startswith(ray_head.READY_TEXT + " 2 Ray processes"), held
+    return proc, pids
+
+
+def _children(pid: int) -> set[int]:
+    return {p.pid for p in psutil.Process(pid).children()}
+
+
+def test_the_holder_adopts_what_the_start_left_and_ends_the_head_when_one_of_them_ends(tmp_path: Path) -> None:
+    proc, pids = _hold(tmp_path)
+    try:
+        assert set(pids.values()) <= _children(proc.pid)  # adopted by the time it says so
+        os.kill(pids["gcs"], signal.SIGKILL)
+        assert proc.wait(30) == 1
+        assert wait_gone(list(pids.values()), 10.0) == []
+    finally:
+        _kill(proc)
+
+
+def test_the_holder_says_which_process_ended(tmp_path: Path) -> None:
+    proc, pids = _hold(tmp_path)
+    try:
+        time.sleep(0.5)
+        os.kill(pids["raylet"], signal.SIGKILL)
+        assert proc.wait(30) == 1
+        err = proc.stderr.read()
+        assert f"(pid {pids['raylet']}) ended (signal 9); stopping the head" in err, err
+    finally:
+        _kill(proc)
+
+
+def test_an_adopted_orphan_that_ends_is_reaped_and_the_head_stays(tmp_path: Path) -> None:
+    proc, pids = _hold(tmp_path)
+    try:
+        deadline, task = time.monotonic() + 10, None
+        while task not in _children(proc.pid) and time.monotonic() < deadline:  # its worker has ended
+            time.sleep(0.05)
+            with contextlib.suppress(OSError, ValueError):
+                task = int((tmp_path / "task.pid").read_text())
+        assert task in _children(proc.pid)  # adopted by the holder (a child subreaper)
+        assert wait_gone([task], 15.0) == []  # ended and reaped: no zombie left
+        time.sleep(0.5)
+        assert proc.poll() is None  # the head is still held
+        assert _children(proc.pid) == set(pids.values())
+    finally:
+        _kill(proc)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_leaves_nothing(tmp_path: Path, sig: int) -> None:
+    proc, pids = _hold(tmp_path)
+    try:
+        time.sleep(0.5)
+        proc.send_signal(sig)
+        assert proc.wait(10) == 0
+        assert wait_gone([proc.pid, *pids.values()], 5.0) == []
+    finally:
+        _kill(proc)
+
+
+def test_a_failed_start_fails_the_holder(tmp_path: Path) -> None:
+    proc, _ = _hold(tmp_path, "import sys; print('boom', file=sys.stderr); sys.exit(3)", ready=False)
+    assert proc.wait(30) == 1
+    assert "`ray start` exited with 3" in proc.stderr.read()
+
+
+def test_the_hook_turns_off_ray_client_and_leaves_nothing_of_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    sys.path.insert(0, str(ray_head.HOLD_DIR))
+    try:
+        import gym_runtime_ray_hold as hold
+    finally:
+        sys.path.remove(str(ray_head.HOLD_DIR))
+    monkeypatch.setenv("RAY_START_HOOK", hold.HOOK)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([hold.HERE, "/elsewhere"]))
+    params = SimpleNamespace(ray_client_server_port=10001)
+    hold.lean_params(params, True)
+    assert params.ray_client_server_port is None
+    assert "RAY_START_HOOK" not in os.environ and os.environ["PYTHONPATH"] == "/elsewhere"
+    monkeypatch.setenv("PYTHONPATH", hold.HERE)
+    hold.lean_params(params, True)
+    assert "PYTHONPATH" not in os.environ
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proc.wait(10)

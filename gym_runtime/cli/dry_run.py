@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
     add_policy_args(p)
     g = p.add_argument_group("environment")
-    g.add_argument("--stub-seed", type=int, default=0, help="seed of the built-in stub model (default 0)")
+    g.add_argument("--stub-seed", type=int, default=0, metavar="N", help="seed of the built-in stub model (default 0)")
     g.add_argument("--python", help="interpreter for server venvs (version or path)")
     g.add_argument("--isolation", choices=["full", "partial", "none"], help="force a lower isolation level")
     g.add_argument("--work-dir", type=Path, metavar="DIR", help="run directory for logs (default "

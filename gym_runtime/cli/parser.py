@@ -17,6 +17,10 @@ COMMANDS = ["validate", "config_cmd", "build", "vendor", "up", "status", "logs",
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `--sample 2` is a typo, never `--samples 2`
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # argparse's usage errors: exit 2 with our shape
         self.print_usage(sys.stderr)
         print(f"error[GR-USAGE]: {message}\nhint: run `{self.prog} --help`", file=sys.stderr)
@@ -31,6 +35,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMANDS:
         importlib.import_module(f"gym_runtime.cli.{name}").register(sub)
+    parser.set_defaults(_commands=sub.choices)  # each command's own parser, for its usage errors
     return parser
 
 
@@ -40,7 +45,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     args, extra = parser.parse_known_args(argv)
     if extra:
         strays = [a for a in extra if a.startswith("-") or "=" not in a]
-        if strays or not hasattr(args, "overrides"):
-            parser.error(f"unrecognized arguments: {' '.join(strays or extra)}")
+        if strays or not hasattr(args, "overrides"):  # the command's own usage and --help
+            command = getattr(args, "_commands", {}).get(getattr(args, "command", None), parser)
+            command.error(f"unrecognized arguments: {' '.join(strays or extra)}")
         args.overrides = list(args.overrides or []) + extra
     return args

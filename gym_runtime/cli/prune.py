@@ -17,7 +17,11 @@ from gym_runtime.errors import EXIT_OK, BuildError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("prune", help="remove unused entries from the uv cache, waiting for running builds")
+    p = sub.add_parser("prune", help="remove unused entries from the uv cache, waiting for running builds",
+                       description="Run `uv cache prune` while holding the uv cache's maintenance lock: it waits for "
+                       "running builds (a start, a `build`) and never races one. Run the venv's own "
+                       "`gym-runtime` (e.g. `.venv/bin/gym-runtime prune`): a `uv run` holds uv's lock on the "
+                       "cache while its command runs.")
     p.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
                    help="how long to wait for running builds before giving up (default 600)")
     p.add_argument("--json", action="store_true", help='print {"pruned": true, "uv_cache": ...}')

@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--require-isolation", action="store_true", help="fail unless full isolation is available")
     p.add_argument("--isolation", choices=["full", "partial", "none"], help="force a lower isolation level")
     p.add_argument("--python", help="interpreter for server venvs (version or path)")
-    p.add_argument("--stub-seed", type=int, default=0, help="seed of the built-in stub model")
+    p.add_argument("--stub-seed", type=int, default=0, metavar="N", help="seed of the built-in stub model")
     g = p.add_argument_group("supervision")
     g.add_argument("--ready-timeout", type=float, default=D.server_ready_timeout_s, help="per-server seconds (default %(default)s)")
     g.add_argument("--startup-timeout", type=float, default=D.startup_timeout_s, help="whole start-up, seconds (default %(default)s)")

@@ -9,6 +9,7 @@ cache locking is not reliable there.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from gym_runtime.errors import BuildError
@@ -50,16 +51,35 @@ def network_fs_warning(cache_dir: Path | None) -> str | None:
 def prune_cache(settings: RuntimeSettings, wait_s: float | None = None,
                 cancel: threading.Event | None = None) -> bool:
     """Run ``uv cache prune`` holding the cache exclusively (``gym-runtime prune``); ``False`` when
-    skipped after ``wait_s`` seconds of running builds. Raises :class:`BuildError`
-    (``GR-BUILD-CACHE-PRUNE``, naming the log) when uv fails."""
+    skipped after ``wait_s`` seconds of running builds. uv takes its own lock on the cache too, which
+    every other uv process using it holds shared (``uv run`` for as long as its command runs): uv
+    waits for it at most ``wait_s`` (``UV_LOCK_TIMEOUT``). Raises :class:`BuildError`:
+    ``GR-BUILD-CACHE-BUSY`` when uv's lock stayed held (naming the likely holder),
+    ``GR-BUILD-CACHE-PRUNE`` (naming the log) for any other uv failure."""
+    started = time.monotonic()
     with cache_lock(settings.uv_cache_dir, exclusive=True, timeout_s=wait_s) as got:
         if not got:
             return False
-        env = make_env(settings.environ, settings.uv_cache_dir)
+        env = make_env(settings.environ, settings.uv_cache_dir).env
+        if wait_s is not None:
+            env["UV_LOCK_TIMEOUT"] = str(max(1, round(wait_s - (time.monotonic() - started))))
         log = settings.logs_dir / "build" / "cache-maintenance.log"
-        res = run_uv(["cache", "prune"], env=env.env, log=log, cwd=settings.logs_dir, cancel=cancel)
+        res = run_uv(["cache", "prune"], env=env, log=log, cwd=settings.logs_dir, cancel=cancel)
+        if res.returncode != 0 and "waiting for lock" in res.output:
+            raise BuildError("the uv cache was not pruned: another uv process holds uv's own lock on it",
+                             code="GR-BUILD-CACHE-BUSY", cause=_last_line(res.output, "waiting for lock"),
+                             hint="a `uv run` (or `./uvw run`) holds it for as long as the command it started "
+                             "runs, this one included: run the venv's own `gym-runtime prune` (e.g. "
+                             "`.venv/bin/gym-runtime prune`), or wait for the other uv process",
+                             log=str(log))
         if res.returncode != 0:
             raise BuildError(f"`uv cache prune` failed (exit {res.returncode})", code="GR-BUILD-CACHE-PRUNE",
+                             cause=_last_line(res.output, ""),
                              hint="see the log; a damaged cache can be removed whole with `uv cache clean`",
                              log=str(log))
         return True
+
+
+def _last_line(output: str, containing: str) -> str | None:
+    lines = [ln.strip() for ln in output.splitlines() if containing in ln and ln.strip()]
+    return lines[-1] if lines else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -33,3 +34,21 @@ def test_prune_waits_for_a_running_build_then_gives_up_naming_the_lock(tmp_path:
     assert r.stderr.startswith("error[GR-BUILD-CACHE-BUSY]") and ".gym-runtime-maintenance.lock" in r.stderr
     assert "--wait" in r.stderr
     assert _prune(tmp_path).returncode == 0  # once the build is done
+
+
+def test_another_uv_process_holding_the_cache_is_named_with_the_way_out(tmp_path: Path) -> None:
+    """Bug: under `./uvw run gym-runtime prune` (the README's way), the `uv run` parent holds uv's own
+    lock on the cache, so the inner `uv cache prune` waited 300 s on its own parent and failed as
+    GR-BUILD-CACHE-PRUNE. uv now waits at most --wait and the error names the holder and the fix."""
+    uv_cache = tmp_path / "uv"
+    uv_cache.mkdir()
+    fd = os.open(uv_cache / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # what a running `uv run` holds on its cache
+        r = _prune(tmp_path, "--wait", "2")
+    finally:
+        os.close(fd)
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error[GR-BUILD-CACHE-BUSY]") and "waiting for lock" in r.stderr
+    assert ".venv/bin/gym-runtime prune" in r.stderr
+    assert _prune(tmp_path).returncode == 0  # once the other uv process is gone

@@ -121,11 +121,13 @@ def run(args: argparse.Namespace) -> int:
         progress.update(task, total=total)
         progress.start()
 
-    try:
+    out, sys.stdout = sys.stdout, sys.stderr  # stdout carries the report only: what a library prints
+    try:  # there while the environment runs goes to stderr (a Ray driver's cluster events, placement ray)
         result = uvloop.run(_stoppable(run_dry_run(req, say, on_start, lambda r: progress.advance(task))))
     except asyncio.CancelledError:  # SIGTERM: stopped like Ctrl-C (main() turns this into exit 130)
         raise KeyboardInterrupt("SIGTERM") from None
     finally:
+        sys.stdout = out
         progress.stop()
     return report(result, args, err)
 

@@ -13,11 +13,10 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
 from gym_runtime.settings import load_settings
-from typing import TYPE_CHECKING
-
 from gym_runtime.supervise.daemon_record import DaemonRecord
 from gym_runtime.supervise.options import SuperviseOptions
 
@@ -90,8 +89,9 @@ def _progress(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-async def serve(req: UpRequest) -> int:
-    """Run the daemon on this loop until stopped; returns the exit code. Raises
+async def serve(req: UpRequest, out: TextIO) -> int:
+    """Run the daemon on this loop until stopped, the ready line going to ``out``; returns the exit
+    code. Raises
     :class:`~gym_runtime.errors.StartError` ``GR-DAEMON-RUNNING`` when another daemon holds the
     state directory (see :mod:`gym_runtime.supervise.daemon_record`)."""
     import asyncio
@@ -126,7 +126,7 @@ async def serve(req: UpRequest) -> int:
                 _progress(f"stopped during start-up (phase: {env.phase})")
                 return 130
             raise e from None
-        print(json.dumps(info), flush=True)
+        print(json.dumps(info), file=out, flush=True)
         record.ready(info)
         _progress(f"ready in {info['startup_s']:.2f}s; head server {info['head_server']}; supervising "
                   "(SIGTERM/SIGINT to stop)")
@@ -143,4 +143,8 @@ def run(args: argparse.Namespace) -> int:
     import uvloop  # the daemon's loop: its transports cost the sandbox forwards ~40 % less CPU (docs/performance.md)
 
     req = request_from_args(args)
-    return uvloop.run(serve(req))
+    out, sys.stdout = sys.stdout, sys.stderr  # stdout carries the ready line only (module doc): what a
+    try:  # library prints there goes to stderr, e.g. a Ray driver's cluster events ("(raylet) The node ...")
+        return uvloop.run(serve(req, out))
+    finally:
+        sys.stdout = out

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TextIO
 
 from gym_runtime.errors import SettingsError, Violation
 from gym_runtime.settings import policy_from_environ
@@ -58,3 +60,17 @@ def print_warnings(warnings: list[Violation]) -> None:
     """Config warnings on stderr, one ``warning[CODE] file: key: message`` block each."""
     for w in warnings:
         print("warning" + w.render(), file=sys.stderr)
+
+
+@contextlib.contextmanager
+def stdout_for_the_command() -> Iterator[TextIO]:
+    """Keep stdout for the command's own output (``up``'s ready line, ``dry-run``'s report): yields the
+    real stdout, and while the block runs ``sys.stdout`` is stderr, so what a library prints there
+    goes to stderr (a Ray driver prints cluster events such as "(raylet) The node ... has been
+    marked dead" to stdout whatever ``log_to_driver`` says: Ray 2.60 ``_private/worker.py``
+    ``listen_error_messages``)."""
+    out, sys.stdout = sys.stdout, sys.stderr
+    try:
+        yield out
+    finally:
+        sys.stdout = out

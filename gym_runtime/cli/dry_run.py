@@ -23,7 +23,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
+from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, stdout_for_the_command
 from gym_runtime.errors import EXIT_OK, EXIT_RUNTIME, RolloutError, UsageError
 from gym_runtime.supervise.options import SuperviseOptions
 
@@ -121,13 +121,12 @@ def run(args: argparse.Namespace) -> int:
         progress.update(task, total=total)
         progress.start()
 
-    out, sys.stdout = sys.stdout, sys.stderr  # stdout carries the report only: what a library prints
-    try:  # there while the environment runs goes to stderr (a Ray driver's cluster events, placement ray)
-        result = uvloop.run(_stoppable(run_dry_run(req, say, on_start, lambda r: progress.advance(task))))
+    try:
+        with stdout_for_the_command():  # stdout carries the report only
+            result = uvloop.run(_stoppable(run_dry_run(req, say, on_start, lambda r: progress.advance(task))))
     except asyncio.CancelledError:  # SIGTERM: stopped like Ctrl-C (main() turns this into exit 130)
         raise KeyboardInterrupt("SIGTERM") from None
     finally:
-        sys.stdout = out
         progress.stop()
     return report(result, args, err)
 

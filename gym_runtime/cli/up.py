@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args
+from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, stdout_for_the_command
 from gym_runtime.settings import load_settings
 from gym_runtime.supervise.daemon_record import DaemonRecord
 from gym_runtime.supervise.options import SuperviseOptions
@@ -143,8 +143,5 @@ def run(args: argparse.Namespace) -> int:
     import uvloop  # the daemon's loop: its transports cost the sandbox forwards ~40 % less CPU (docs/performance.md)
 
     req = request_from_args(args)
-    out, sys.stdout = sys.stdout, sys.stderr  # stdout carries the ready line only (module doc): what a
-    try:  # library prints there goes to stderr, e.g. a Ray driver's cluster events ("(raylet) The node ...")
+    with stdout_for_the_command() as out:  # stdout carries the ready line only (module doc)
         return uvloop.run(serve(req, out))
-    finally:
-        sys.stdout = out

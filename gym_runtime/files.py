@@ -1,7 +1,7 @@
 """Small file primitives the runtime's records and locks share.
 
-* :func:`write_json`: a JSON file replaced atomically (a temp file beside it, then ``rename(2)``),
-  so a reader sees the old record or the new one, never half of one.
+* :func:`write_json`, :func:`write_bytes`: a file replaced atomically (a temp file beside it, then
+  ``rename(2)``), so a reader sees the old content or the new one, never half of it.
 * :func:`try_lock`: a non-blocking exclusive ``flock(2)`` on a lock file, held as long as the
   returned descriptor stays open.
 """
@@ -11,15 +11,33 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 
 def write_json(path: Path, data: Any, **dumps: Any) -> None:
     """Replace ``path`` with ``data`` as JSON (``dumps`` go to :func:`json.dumps`). Raises OSError."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, **dumps))
-    os.replace(tmp, path)
+    write_bytes(path, json.dumps(data, **dumps).encode())
+
+
+def write_bytes(path: Path, data: bytes | None = None, link: Path | None = None) -> None:
+    """Replace ``path`` with ``data``, or with a hard link to ``link`` (a copy of it where linking
+    fails, e.g. across filesystems), atomically: a temp file beside it (named per process and
+    thread), then ``rename(2)``; the temp file never outlives a failure. Raises OSError."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        if link is not None:
+            try:
+                os.link(link, tmp)
+            except OSError:
+                data = link.read_bytes()
+        if data is not None:
+            tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def try_lock(path: Path, mode: int = 0o644) -> int | None:

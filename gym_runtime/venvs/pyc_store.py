@@ -39,7 +39,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from gym_runtime.files import write_json
+from gym_runtime.files import write_bytes, write_json
 
 SCHEMA = 1
 KEEP = 16  # indexes kept (most recently used first); see docs/runtime.md "Bytecode"
@@ -86,24 +86,6 @@ def _fresh(head: bytes, magic: bytes, st: os.stat_result) -> bool:
         return False
     m, flags, mtime, size = _HEADER.unpack_from(head)
     return m == magic and flags == 0 and mtime == int(st.st_mtime) & 0xFFFFFFFF and size == st.st_size & 0xFFFFFFFF
-
-
-def _replace(target: Path, data: bytes | None = None, link: Path | None = None) -> None:
-    """Put ``data`` (or a hard link to ``link``, a copy across filesystems) at ``target`` atomically."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        if link is not None:
-            try:
-                os.link(link, tmp)
-            except OSError:
-                data = link.read_bytes()
-        if data is not None:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 class PycStore:
@@ -179,11 +161,11 @@ class PycStore:
                 if data[:4] != interp.magic or _HEADER.unpack_from(data)[1] != 0:
                     return False
                 target.parent.mkdir(exist_ok=True)
-                _replace(target, _HEADER.pack(interp.magic, 0, int(st.st_mtime) & 0xFFFFFFFF,
+                write_bytes(target, _HEADER.pack(interp.magic, 0, int(st.st_mtime) & 0xFFFFFFFF,
                                               st.st_size & 0xFFFFFFFF) + data[_HEADER.size:])
                 return True
             target.parent.mkdir(exist_ok=True)
-            _replace(target, link=obj)
+            write_bytes(target, link=obj)
             return True
         except (OSError, struct.error):
             return False
@@ -227,7 +209,7 @@ class PycStore:
             obj = self._object(sha)
             if not obj.exists():
                 obj.parent.mkdir(parents=True, exist_ok=True)
-                _replace(obj, data)
+                write_bytes(obj, data)
             return [_sha256(src)[0], sha]
         except OSError:
             return None

@@ -24,13 +24,15 @@ start with the head and again when the first server connects; a server's first t
 start instead). No Ray Client server: ``ray start`` runs one on every venv that has ``grpc``
 (Gym's do) and has no switch against it, but it calls the ``RAY_START_HOOK`` named in its
 environment with its ``RayParams`` before it starts anything (Ray 2.60 ``ray/scripts/scripts.py``);
-the holder's hook clears the client server's port, as on a venv without ``grpc``. No
+the holder's hook clears the client server's port, as on a venv without ``grpc``. No API server
+(the dashboard head, serving the state, job and log APIs: no Gym server uses them; ``ray start``
+always starts it, and the hook has it skipped the way Ray skips one that cannot start). No
 ``ray start --block`` left waiting beside the cluster (a Python process with all of Ray imported,
 ~200 MiB RSS): the holder, a stdlib-only script (~12 MiB), runs ``ray start --head`` without
 ``--block``, adopts the processes it leaves as a child subreaper and holds them (its module doc:
 what ends the head, what a stop does). The GCS, the raylet with its two agents (the raylet exits
-when one of them does), the API server (``ray start`` always starts it) and the log monitor (task
-output reaches the servers' logs through it: Gym's ``ray.init`` keeps ``log_to_driver``) remain.
+when one of them does) and the log monitor (task output reaches the servers' logs through it:
+Gym's ``ray.init`` keeps ``log_to_driver``) remain.
 
 Quiet start: with the dashboard off, Ray still loads its usage-stats module, which asks three cloud
 metadata services (169.254.169.254, metadata.google.internal) unless ``~/ray_bootstrap_config.yaml``

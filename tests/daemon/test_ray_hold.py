@@ -115,17 +115,22 @@ def test_a_failed_start_fails_the_holder(tmp_path: Path) -> None:
     assert "`ray start` exited with 3" in proc.stderr.read()
 
 
-def test_the_hook_turns_off_ray_client_and_leaves_nothing_of_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_hook_turns_off_ray_client_and_the_api_server_and_leaves_nothing_of_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     sys.path.insert(0, str(ray_head.HOLD_DIR))
     try:
         import gym_runtime_ray_hold as hold
     finally:
         sys.path.remove(str(ray_head.HOLD_DIR))
+    from ray._private import services
+
+    monkeypatch.setattr(services, "start_api_server", services.start_api_server)  # restored after the test
     monkeypatch.setenv("RAY_START_HOOK", hold.HOOK)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([hold.HERE, "/elsewhere"]))
     params = SimpleNamespace(ray_client_server_port=10001)
     hold.lean_params(params, True)
     assert params.ray_client_server_port is None
+    # no API server: what Ray's node gets when one cannot start (no URL, no process to hold)
+    assert services.start_api_server(False, False, "127.0.0.1", "127.0.0.1:1", "00") == (None, None)
     assert "RAY_START_HOOK" not in os.environ and os.environ["PYTHONPATH"] == "/elsewhere"
     monkeypatch.setenv("PYTHONPATH", hold.HERE)
     hold.lean_params(params, True)

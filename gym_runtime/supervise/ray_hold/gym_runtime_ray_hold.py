@@ -8,9 +8,8 @@ Gym venv's packages), while this one holds the same cluster in ~10 MiB
 
 1. It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), then runs the given
    ``ray start --head`` command WITHOUT ``--block``, with its own output (the head's log). That
-   command starts the cluster and exits; the processes it started (GCS, raylet, API server, log
-   monitor) are then this process's children, so they stay inside the head's process tree and
-   process group, where the daemon accounts for and stops them. Then it says
+   command starts the cluster and exits; the processes it started (GCS, raylet, log monitor) are
+   then this process's children, so they stay inside the head's process tree and process group, where the daemon accounts for and stops them. Then it says
    ``gym-runtime ray head: holding N Ray processes``, the line the daemon waits for.
 2. It holds: it reaps every child; when one of the processes ``ray start`` left behind ends, the
    head is broken (what ``ray start --block`` reports as "Some Ray subprocesses exited
@@ -23,9 +22,10 @@ Gym venv's packages), while this one holds the same cluster in ~10 MiB
 The same file is ``ray start``'s ``RAY_START_HOOK`` (Ray 2.60 ``ray/scripts/scripts.py``: a
 ``module.function`` called with the head's ``RayParams`` before anything starts):
 :func:`lean_params` turns off Ray Client's server, which ``ray start`` otherwise runs on every
-venv that has ``grpc`` (Gym servers join with ``ray.init(address=...)``, never ``ray://``). This
-directory holds nothing else, since it is on ``ray start``'s ``PYTHONPATH``; the hook removes it
-and itself from the environment before Ray starts any process.
+venv that has ``grpc`` (Gym servers join with ``ray.init(address=...)``, never ``ray://``), and
+its API server (the dashboard head, which no Gym server uses). This directory holds nothing else,
+since it is on ``ray start``'s ``PYTHONPATH``; the hook removes it and itself from the environment
+before Ray starts any process.
 """
 
 import os
@@ -40,14 +40,32 @@ PR_SET_CHILD_SUBREAPER = 36
 
 def lean_params(ray_params, head):  # noqa: ARG001 - Ray's RAY_START_HOOK signature
     """``RAY_START_HOOK``: no Ray Client server (as on a venv without ``grpc``, which Ray
-    supports); and nothing of the hook for the processes Ray starts next."""
+    supports); no API server (see :func:`_no_api_server`); and nothing of the hook for the
+    processes Ray starts next."""
     ray_params.ray_client_server_port = None
+    _no_api_server()
     os.environ.pop("RAY_START_HOOK", None)
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != HERE]
     if rest:
         os.environ["PYTHONPATH"] = os.pathsep.join(rest)
     else:
         os.environ.pop("PYTHONPATH", None)
+
+
+def _no_api_server():
+    """Skip the API server that ``ray start`` always starts (the dashboard head: the state, job and
+    log APIs a dashboard or ``ray list`` use; ~120 MiB RSS and ~1.4 CPU s to start). Gym servers use
+    none of them: they join with ``ray.init(address=...)`` and run tasks, which need the GCS, the
+    raylet and its agents. The start function answers what it answers when the API server cannot
+    start and the dashboard was not asked for: no URL and no process, after which the node starts
+    the rest as usual (Ray 2.60 ``ray/_private/node.py``, ``start_api_server``). A Ray without that
+    function starts its API server as before."""
+    try:
+        from ray._private import services
+    except ImportError:
+        return
+    if callable(getattr(services, "start_api_server", None)):
+        services.start_api_server = lambda *args, **kwargs: (None, None)
 
 
 def _say(text):
@@ -143,7 +161,7 @@ def main():
     code = start.wait()
     if code != 0:
         _end(1, f"`ray start` exited with {code}: see its output above")
-    ray = _processes(ppid=_stat("self")[0])  # what `ray start` left: GCS, raylet, API server, log monitor
+    ray = _processes(ppid=_stat("self")[0])  # what `ray start` left: GCS, raylet, log monitor
     if not ray:
         _end(1, "`ray start` left no process behind")
     _say(f"holding {len(ray)} Ray processes: " + ", ".join(f"{n} ({p})" for p, n in sorted(ray.items())))

@@ -62,10 +62,10 @@ COPY servers ./servers
 RUN --mount=type=secret,id=ca-bundle \
     if [ -s /run/secrets/ca-bundle ]; then export SSL_CERT_FILE=/run/secrets/ca-bundle; fi \
     && uv sync --frozen --no-dev --extra ray --no-editable --no-cache \
-    && mkdir -p /var/lib/gym-runtime/venvs /var/lib/gym-runtime/bytecode /var/cache/gym-runtime/uv /job/work \
+    && mkdir -p /var/lib/gym-runtime/venvs /var/lib/gym-runtime/bytecode /var/lib/gym-runtime/resolutions /var/cache/gym-runtime/uv /job/work \
     && chown -R gym:gym /var/lib/gym-runtime /var/cache/gym-runtime /job/work
 
-VOLUME ["/var/lib/gym-runtime/venvs", "/var/lib/gym-runtime/bytecode", "/var/cache/gym-runtime/uv"]
+VOLUME ["/var/lib/gym-runtime/venvs", "/var/lib/gym-runtime/bytecode", "/var/lib/gym-runtime/resolutions", "/var/cache/gym-runtime/uv"]
 
 USER 10001:10001
 WORKDIR /job/work

@@ -7,7 +7,7 @@ down, never read from globals). Operator egress settings (``NMP_RL_SANDBOX_*``) 
 Variables (all optional):
 
 ==================================  =========================================================
-``GYM_RUNTIME_HOME``                state root (default ``~/.cache/gym-runtime``): venvs, bytecode store, logs
+``GYM_RUNTIME_HOME``                state root (default ``~/.cache/gym-runtime``): venvs, bytecode store, recorded resolutions, logs
 ``GYM_RUNTIME_VENV_DIR``            venv root (default ``$GYM_RUNTIME_HOME/venvs``)
 ``GYM_RUNTIME_UV_CACHE_DIR``        uv cache (default: uv's own default cache)
 ``GYM_RUNTIME_PIN_MODE``            ``gym`` | ``auto`` (default) | ``none`` (docs/architecture.md §5)
@@ -87,6 +87,11 @@ class RuntimeSettings:
     def bytecode_dir(self) -> Path:
         """The bytecode store (venvs/pyc_store.py): beside the venv root, never inside it."""
         return self.home / "bytecode"
+
+    @property
+    def resolutions_dir(self) -> Path:
+        """What stage 1 installed per venv plan (venvs/resolutions.py): beside the venv root."""
+        return self.home / "resolutions"
 
     def with_overrides(self, **kw: object) -> RuntimeSettings:
         """A copy with some fields replaced (CLI flags win over the environment)."""

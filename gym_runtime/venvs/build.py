@@ -30,7 +30,7 @@ from typing import Any
 
 from gym_runtime.errors import BuildCancelledError, BuildError, Violation
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.venvs import closure, integrity, stages
+from gym_runtime.venvs import closure, integrity, resolutions, stages
 from gym_runtime.venvs.diagnose import STAGES, diagnose, uv_error_block
 from gym_runtime.venvs.diskspace import is_enospc, is_no_space, no_space_error
 from gym_runtime.venvs.exit_hook import install_exit_hook
@@ -41,7 +41,7 @@ from gym_runtime.venvs.reasons import previous, rebuild_reasons, remember
 from gym_runtime.venvs.stages import StageContext, StepFailure
 from gym_runtime.venvs.store import (cache_lock, install, is_ready, remove_abandoned, remove_stale, tmp_dir,
                                      venv_lock, write_marker)
-from gym_runtime.venvs.uvrun import Cancelled
+from gym_runtime.venvs.uvrun import Cancelled, UvResult
 
 _CACHE_ERR = re.compile(r"(failed to (read|open) (file|directory)|No such file or directory).*"
                         r"(archive-v\d|wheels-v\d|sdists-v\d|\.dist-info)", re.I)
@@ -113,6 +113,39 @@ def _run_step(step: Any, vp: VenvPlan, tmp: Path, ctx: StageContext) -> Any:
         return step(vp, tmp, ctx, refresh=names)
 
 
+def _replay(vp: VenvPlan, tmp: Path, ctx: StageContext, settings: RuntimeSettings,
+            announce: Any) -> UvResult | None:
+    """Stage 1 offline from the resolution recorded for ``vp`` (:mod:`gym_runtime.venvs.resolutions`);
+    None when there is none to replay (no record, hash mode, packages to refresh) or uv could not
+    do it offline: the venv is then made afresh for the usual stage 1, and the log says why."""
+    if vp.hash_mode or vp.refresh:
+        return None
+    pinned = resolutions.recorded(settings.resolutions_dir, vp.digest)
+    if pinned is None:
+        return None
+    announce()
+    source = resolutions.record_path(settings.resolutions_dir, vp.digest)
+    try:
+        return stages.stage1(vp, tmp, ctx, replay=(source, pinned))
+    except StepFailure as e:
+        why = uv_error_block(e.result.output) or f"exit status {e.result.returncode}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        stages.create_venv(vp, tmp, ctx)
+        with open(e.result.log, "a") as fh:
+            fh.write(f"[gym-runtime] the recorded resolution ({source}) could not be installed offline:\n{why}\n"
+                     "[gym-runtime] resolving against the index instead\n")
+        return None
+
+
+def _record(settings: RuntimeSettings, vp: VenvPlan, installed: dict[str, str]) -> None:
+    """Record what stage 1 installed for ``vp``; a record that cannot be written costs only the
+    next rebuild's offline replay."""
+    try:
+        resolutions.record(settings.resolutions_dir, vp.digest, vp.python.version, installed)
+    except OSError:
+        pass
+
+
 def _mend(step: Any, vp: VenvPlan, tmp: Path, ctx: StageContext) -> list[str]:
     """After an install step: reinstall, without the uv cache, every distribution whose files do not
     match its RECORD; the warning for the build report, or raises ``GR-BUILD-CACHE``."""
@@ -166,8 +199,11 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
                     stages.closure_check(vp, tmp, ctx)
                 before: dict[str, str] = {}
                 if stages.has_stage1(vp):
-                    reporter.stage(vp.digest, label, "stage 1")
-                    res = _run_step(stages.stage1, vp, tmp, ctx)
+                    res = _replay(vp, tmp, ctx, settings, lambda: reporter.stage(
+                        vp.digest, label, "stage 1 (the recorded resolution, offline)"))
+                    if res is None:
+                        reporter.stage(vp.digest, label, "stage 1")
+                        res = _run_step(stages.stage1, vp, tmp, ctx)
                     warnings += stages.uv_warnings(res.output) + _mend(stages.stage1, vp, tmp, ctx)
                     before = stages.installed(vp, tmp, ctx, "verify")
                     warnings += stages.pool_bypassed(vp, before)
@@ -187,6 +223,8 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
                                  "at the top of the venv log", log=ctx.log(vp, "venv"),
                                  extra={"server": vp.instances[0], "servers": list(vp.instances),
                                         "stage": "verify", "file": vp.rel_file})
+            if before:
+                _record(settings, vp, before)
             install_exit_hook(tmp)
             write_marker(tmp, {"digest": vp.digest, "servers": list(vp.instances), "python": vp.python.version,
                                "python_path": str(vp.python.path), "uv": ctx.uv_env.describe().splitlines()[0],

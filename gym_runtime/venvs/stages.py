@@ -5,7 +5,9 @@
    pins (uv's resolver, offline), before the index is consulted at all.
 2. ``stage1``: ``uv pip install`` of the rendered install file plus the injected pins (their own
    file, ``-r`` or ``-c``), ``wheels/`` offered as ``--find-links``, the index enabled with uv's
-   honoured settings; ``--require-hashes`` in hash mode (case C16).
+   honoured settings; ``--require-hashes`` in hash mode (case C16). A plan built before runs it
+   first ``--offline`` with the recorded resolution as constraints
+   (:mod:`gym_runtime.venvs.resolutions`).
 3. ``stage2`` (agents and resources servers of wheels packages): the vendored closure as exact
    ``name==version`` pins with ``--no-index --offline --no-config --find-links wheels/``.
 4. ``verify``: the venv's own interpreter lists what is installed under its prefix and every
@@ -24,7 +26,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from gym_runtime.venvs import closure
+from gym_runtime.venvs import closure, resolutions
 from gym_runtime.venvs.plan import VenvPlan
 from gym_runtime.venvs.tags import rejection
 from gym_runtime.venvs.uvrun import UvEnv, UvResult, run_command, run_uv
@@ -118,14 +120,21 @@ def has_stage1(vp: VenvPlan) -> bool:
 
 
 def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = (),
-           uncached: tuple[str, ...] = ()) -> UvResult:
+           uncached: tuple[str, ...] = (), replay: tuple[Path, dict[str, str]] | None = None) -> UvResult:
     """``uv pip install`` of the install file and pins; ``refresh``: ``--refresh-package`` names;
     ``uncached``: distributions to install again without the uv cache (``--reinstall-package``,
-    ``--no-cache``: their cached copy was damaged, :mod:`gym_runtime.venvs.integrity`)."""
+    ``--no-cache``: their cached copy was damaged, :mod:`gym_runtime.venvs.integrity`);
+    ``replay``: ``(record path, {name: version})``, a recorded resolution installed ``--offline``
+    with those versions as constraints (:mod:`gym_runtime.venvs.resolutions`)."""
     req, pins = write_inputs(vp, venv)
     args = ["pip", "install", "--python", str(venv / "bin" / "python"), "--no-python-downloads", "-r", str(req)]
     if pins is not None:
         args += ["-c" if vp.pins[0].as_constraint else "-r", str(pins)]
+    recorded = None
+    if replay is not None:
+        recorded = venv / INPUTS_DIR / "gym-runtime-recorded.txt"
+        recorded.write_text(resolutions.constraints_text(replay[1], replay[0]))
+        args += ["--offline", "-c", str(recorded)]
     if vp.wheels_dir is not None:
         args += ["--find-links", str(vp.wheels_dir)]
     if vp.hash_mode:
@@ -133,7 +142,7 @@ def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...]
     for name in dict.fromkeys(vp.refresh + refresh):
         args += ["--refresh-package", name]
     args += _uncached(uncached)
-    shown = "".join(f"--- {p.name}\n{p.read_text()}" for p in (req, pins) if p is not None)
+    shown = "".join(f"--- {p.name}\n{p.read_text()}" for p in (req, pins, recorded) if p is not None)
     return _check("stage1", run_uv(args, env=ctx.uv_env.env, log=ctx.log(vp, "stage1"), cwd=ctx.cwd,
                                    cancel=ctx.cancel, header=shown))
 

@@ -97,6 +97,7 @@ def test_dockerfile_contract() -> None:
     volumes = json.loads(values(ins, "VOLUME")[0])
     assert env["GYM_RUNTIME_VENV_DIR"] in volumes and env["GYM_RUNTIME_UV_CACHE_DIR"] in volumes
     assert env["GYM_RUNTIME_HOME"] + "/bytecode" in volumes, "the bytecode store outlives a container"
+    assert env["GYM_RUNTIME_HOME"] + "/resolutions" in volumes, "recorded resolutions outlive a container"
     assert env["UV_CACHE_DIR"] == env["GYM_RUNTIME_UV_CACHE_DIR"] and env["UV_PYTHON_DOWNLOADS"] == "never"
     copied = []
     for rest in values(ins, "COPY"):

@@ -57,6 +57,7 @@ class SandboxedProcess:
             self._ps = psutil.Process(self.pid)
         except psutil.Error:
             self._ps = None
+        self._app: psutil.Process | None = None  # the app below bubblewrap, once found (app_pid)
 
     # --- state -------------------------------------------------------------------------------
     @property
@@ -103,9 +104,13 @@ class SandboxedProcess:
             return []
 
     def app_pid(self) -> int | None:
-        """Host pid of the real app: below bubblewrap's own processes at full, the outer pid otherwise."""
+        """Host pid of the real app: below bubblewrap's own processes at full, the outer pid otherwise.
+        Found once and kept while the sandbox runs (``Process.children`` reads every process's
+        ``/proc`` entry, and start-up probes ask often)."""
         if not self.bwrapped:
             return self.pid if self.poll() is None else None
+        if self._app is not None and self.poll() is None and self._app.is_running():
+            return self._app.pid
         proc = self._ps
         try:
             while proc is not None and proc.name() == "bwrap":
@@ -113,6 +118,7 @@ class SandboxedProcess:
                 proc = kids[0] if kids else None
         except psutil.Error:
             return None
+        self._app = proc
         return proc.pid if proc is not None else None
 
     def memory_rss(self) -> int:

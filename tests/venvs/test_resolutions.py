@@ -30,6 +30,15 @@ def _build(pkg: Path, settings):
     return venvs.for_instance("acme_math")
 
 
+def _first_build(tmp_path: Path, index_url: str, make_settings):
+    """A package whose server needs ``judgekit`` (and so ``tinyparse``), built once: the package,
+    its settings, the venv and the path of the resolution recorded for it."""
+    pkg = synthetic_pkg(tmp_path / "pkg", {"acme_math": ("resources_servers", "judgekit==1.0.0\n")})
+    settings = make_settings(index_url)
+    first = _build(pkg, settings)
+    return pkg, settings, first, resolutions.record_path(settings.resolutions_dir, first.digest)
+
+
 @pytest.fixture
 def index_files(tmp_path: Path) -> Path:
     d = tmp_path / "index-files"
@@ -40,12 +49,9 @@ def index_files(tmp_path: Path) -> Path:
 
 def test_a_rebuilt_plan_replays_its_recorded_resolution_offline(tmp_path: Path, index_files: Path,
                                                                  make_settings) -> None:
-    pkg = synthetic_pkg(tmp_path / "pkg", {"acme_math": ("resources_servers", "judgekit==1.0.0\n")})
     with SimpleIndex(index_files) as idx:
-        settings = make_settings(idx.url)
-        first = _build(pkg, settings)
+        pkg, settings, first, record = _first_build(tmp_path, idx.url, make_settings)
         assert _version(first.python) == "0.3.0"
-        record = resolutions.record_path(settings.resolutions_dir, first.digest)
         data = json.loads(record.read_text())
         assert data["digest"] == first.digest and data["installed"]["tinyparse"] == "0.3.0"
         build_wheel(index_files, "tinyparse", "0.4.0")  # a newer release appears on the index
@@ -70,11 +76,8 @@ def test_a_rebuilt_plan_replays_its_recorded_resolution_offline(tmp_path: Path, 
 
 def test_a_record_uv_cannot_install_offline_falls_back_to_the_index(tmp_path: Path, index_files: Path,
                                                                     make_settings) -> None:
-    pkg = synthetic_pkg(tmp_path / "pkg", {"acme_math": ("resources_servers", "judgekit==1.0.0\n")})
     with SimpleIndex(index_files) as idx:
-        settings = make_settings(idx.url)
-        first = _build(pkg, settings)
-        record = resolutions.record_path(settings.resolutions_dir, first.digest)
+        pkg, settings, first, record = _first_build(tmp_path, idx.url, make_settings)
         data = json.loads(record.read_text())
         data["installed"]["tinyparse"] = "0.9.9"  # in no cache: uv cannot install it offline
         record.write_text(json.dumps(data))

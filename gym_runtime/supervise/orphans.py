@@ -82,7 +82,8 @@ async def reap_orphans(pgids: set[int], timeout_s: float = 1.0) -> None:
     """SIGKILL what is left in our servers' process groups ``pgids`` (e.g. a helper whose server
     was killed, case C05) and reap zombies this process adopted as a child subreaper.
 
-    Only children no ``subprocess.Popen`` of ours waits for are reaped, so Popen exit codes stay.
+    Only children no ``subprocess.Popen`` or ``asyncio`` subprocess of ours waits for are reaped,
+    so their exit codes stay.
     """
     for pgid in pgids:
         if not group_empty(pgid):
@@ -108,11 +109,14 @@ async def reap_orphans(pgids: set[int], timeout_s: float = 1.0) -> None:
 
 
 def _adopted() -> list[psutil.Process]:
-    """Children of this process that no live ``subprocess.Popen`` object tracks (orphans adopted
-    when the daemon is a child subreaper)."""
+    """Children of this process that no live ``subprocess.Popen`` or ``asyncio`` subprocess of
+    ours tracks (orphans adopted when the daemon is a child subreaper). An ``asyncio`` subprocess
+    under uvloop is no ``Popen``; reaping its zombie here would take its exit from the loop, and
+    its ``wait()`` would never return."""
     import gc
 
-    tracked = {o.pid for o in gc.get_objects() if isinstance(o, subprocess.Popen) and o.returncode is None}
+    tracked = {o.pid for o in gc.get_objects()
+               if isinstance(o, (subprocess.Popen, asyncio.subprocess.Process)) and o.returncode is None}
     try:
         return [c for c in psutil.Process().children() if c.pid not in tracked]
     except psutil.Error:

@@ -57,10 +57,12 @@ def _stop(proc) -> tuple[str, float]:
     tree = [p.pid for p in descendants(proc.pid)]
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGTERM)
-    assert proc.wait(60) == 0
+    code = proc.wait(60)
     took = time.monotonic() - t0
+    err = proc.stderr.read()
+    assert code == 0, err[-4000:]
     assert wait_gone(tree, 10.0) == []
-    return proc.stderr.read(), took
+    return err, took
 
 
 def test_arc_agi_sdk_line_builds_and_serves(python: str, tmp_path: Path, capsys) -> None:

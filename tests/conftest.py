@@ -27,10 +27,14 @@ def _skip_pypi_when_offline(request: pytest.FixtureRequest) -> None:
 @pytest.fixture(autouse=True)
 def _isolated_runtime_settings(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test gets its own GYM_RUNTIME_HOME, and the user's own runtime and egress settings
-    (GYM_RUNTIME_*, NMP_RL_SANDBOX_*) never leak into a test or receive its venvs and runs.
+    (GYM_RUNTIME_*, NMP_RL_SANDBOX_*) never leak into a test or receive its venvs and runs, and
+    neither does ``PYTHONUNBUFFERED``.
     The uv cache stays shared. Tests that need a setting set it themselves. The test suite's own
     variables (``GYM_RUNTIME_TESTS_*``: offline, seed, report directory) are kept."""
     for var in list(os.environ):
         if var.startswith(("GYM_RUNTIME_", "NMP_RL_SANDBOX_")) and not var.startswith("GYM_RUNTIME_TESTS_"):
             monkeypatch.delenv(var)
+    # a user's shell seldom sets it: commands must flush what they print themselves (a pipe
+    # block-buffers it), so tests run without it
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
     monkeypatch.setenv("GYM_RUNTIME_HOME", str(tmp_path_factory.mktemp("gym-runtime-home")))

@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     body = r.json()
     for line in body["lines"]:
         print(line)
+    sys.stdout.flush()  # the tail shows now, also through a pipe, before any wait below
     while args.follow and body.get("log_file") is None:  # still building its venv: wait for its log
         time.sleep(ALIVE_EVERY_S)
         try:
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         for line in body["lines"] if body.get("log_file") else ():
             print(line)
+        sys.stdout.flush()
     if args.follow:
         _follow(Path(body["log_file"]), base)
     return 0

@@ -60,7 +60,24 @@ def console() -> None:
     atexit.register(gc.freeze)
     code = main()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _drop_unread_streams()
     sys.exit(code)
+
+
+def _drop_unread_streams() -> None:
+    """Point stdout and stderr at ``/dev/null`` when what is left in them cannot be written (the
+    reader went away): otherwise the interpreter's last flush fails and the exit code becomes 120
+    instead of the command's (Python docs, ``signal``, "Note on SIGPIPE")."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+            except (OSError, ValueError):
+                pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -86,7 +86,13 @@ DUPLICATE_SIGNAL_S = 0.25
 
 
 def _progress(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    """One progress line on stderr. Once nobody reads stderr (the launcher went away and its pipe
+    broke, or it closed it) the line is dropped, never raised: a stop requested after that must
+    still run (the servers' own logs keep their output)."""
+    try:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # BrokenPipeError and the like; ValueError: stderr itself closed
+        pass
 
 
 async def serve(req: UpRequest, out: TextIO) -> int:

@@ -75,7 +75,9 @@ def _drop_unread_streams() -> None:
             stream.flush()
         except (OSError, ValueError):
             try:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, stream.fileno())
+                os.close(devnull)
             except (OSError, ValueError):
                 pass
 

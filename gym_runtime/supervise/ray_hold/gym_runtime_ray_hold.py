@@ -9,8 +9,9 @@ Gym venv's packages), while this one holds the same cluster in ~10 MiB
 1. It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), then runs the given
    ``ray start --head`` command WITHOUT ``--block``, with its own output (the head's log). That
    command starts the cluster and exits; the processes it started (GCS, raylet, log monitor) are
-   then this process's children, so they stay inside the head's process tree and process group, where the daemon accounts for and stops them. Then it says
-   ``gym-runtime ray head: holding N Ray processes``, the line the daemon waits for.
+   then this process's children, so they stay inside the head's process tree and process group,
+   where the daemon accounts for and stops them. Then it says ``gym-runtime ray head: holding N
+   Ray processes``, the line the daemon waits for.
 2. It holds: it reaps every child; when one of the processes ``ray start`` left behind ends, the
    head is broken (what ``ray start --block`` reports as "Some Ray subprocesses exited
    unexpectedly"): it says which one, kills the rest of its process group and exits 1, so the

@@ -4,7 +4,11 @@ The bundled example with the stub model at full isolation (the best the host giv
 ``/rollouts/run`` at concurrency 64, then the same rows through the agents' ``/run`` directly.
 Every row is answered (a reward or a row error; with the stub, a reward), nothing is restarted,
 and nothing leaks: after the first batch warmed the connection pools, the daemon's open file
-descriptors and TCP connections stay where they were (a leak grows them by rows, not by a few)."""
+descriptors and TCP connections stay within ``CONCURRENCY`` of where they were. The keep-alive
+pools of the head server and of the servers in the sandbox keep whatever idle connections the
+last burst left (measured: anywhere between 25 fewer and 25 more than the first batch left, held
+without expiry), and a pool never holds more connections than requests ran at once; a leak grows
+them by rows, ``ROWS * BATCHES`` here."""
 
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ def test_batches_answer_every_row_and_leak_nothing(tmp_path: Path) -> None:
         assert unanswered(warm.results, ROWS) == []
         time.sleep(1)
         base = footprint(proc.pid)
-        slack = {"fds": base["fds"] + 16, "connections": base["connections"] + 16}
+        slack = {"fds": base["fds"] + CONCURRENCY, "connections": base["connections"] + CONCURRENCY}
         for _ in range(BATCHES):
             batch = run_batch(head, example_rows(ROWS), CONCURRENCY)
             assert len(batch.results) == ROWS and unanswered(batch.results, ROWS) == []

@@ -31,7 +31,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.up import learned_users, tree  # noqa: E402
+from bench.up import learned_users, running, tree  # noqa: E402
 from bench.stops import gym_rows  # noqa: E402
 
 
@@ -74,7 +74,7 @@ def one_run(pkg: Path, work: Path, env: dict[str, str], args: tuple[str, ...], s
     code = proc.wait(60)
     took = time.monotonic() - t0
     time.sleep(1)
-    left = sum(1 for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE)
+    left = sum(running(p) for p in pids)
     return {"ray": ray, "by_role": body["by_role"], "stop_s": took, "exit": code, "left": left, "load": load}
 
 

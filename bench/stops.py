@@ -30,6 +30,9 @@ import httpx
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.up import running  # noqa: E402
+
 SLOW_MARKS = ("ignored SIGTERM", "did not finish within", "unclean stop", "not finished after")
 
 
@@ -85,7 +88,7 @@ def one_stop(pkg: Path, rows: list[dict], work: Path, env: dict[str, str], args:
     took = time.monotonic() - t0
     reader.join(5)
     time.sleep(1)
-    left = sum(1 for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE)
+    left = sum(running(p) for p in pids)
     slow = [ln.strip() for ln in err if any(m in ln for m in SLOW_MARKS)]
     steps = next((ln.split("] ", 1)[-1].strip() for ln in err if "stop took" in ln), "")
     return {"stop_s": took, "exit": code, "left": left, "slow": slow, "steps": steps, "load": os.getloadavg()[0]}

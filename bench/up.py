@@ -75,6 +75,14 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, or a pid that vanishes while psutil reads it, does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.Error, OSError):  # psutil can let FileNotFoundError through when /proc/<pid> goes
+        return False
+
+
 def cpu_s(procs: list[psutil.Process]) -> float:
     """CPU seconds (user + system) of ``procs`` and of the children they reaped."""
     total = 0.0
@@ -95,7 +103,7 @@ def stop(proc: subprocess.Popen) -> tuple[float, int]:
     proc.wait(30)
     took = time.monotonic() - t0
     time.sleep(1)
-    return took, sum(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+    return took, sum(running(p) for p in pids)
 
 
 def learned_users(venv_root: Path) -> tuple[int, int]:

@@ -163,6 +163,14 @@ def alive(pids: list[int]) -> list[int]:
     return out
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie, or a pid that vanishes while psutil reads ``/proc``, does not."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.Error, OSError):  # psutil can let FileNotFoundError through when /proc/<pid> goes
+        return False
+
+
 def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
     """Wait until none of ``pids`` exists; returns the survivors."""
     deadline = time.monotonic() + timeout

@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
-from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
+from tests.helpers.daemon import kill_tree, read_ready_line, running, up_process, write_fixture_package
 from tests.placement.conftest import restore
 
 pytestmark = pytest.mark.slow
@@ -39,18 +38,11 @@ def instances(head: str) -> dict[str, dict]:
     return {i["process_name"]: i for i in httpx.get(head + "/server_instances", trust_env=False, timeout=10).json()}
 
 
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except (psutil.Error, OSError):  # gone (also between psutil's listing and its read of /proc)
-        return False
-
-
 def gone(pids: list[int], within_s: float) -> list[int]:
     """The pids still running after ``within_s`` seconds (zombies count as gone)."""
     deadline = time.monotonic() + within_s
     while True:
-        left = [p for p in pids if _running(p)]
+        left = [p for p in pids if running(p)]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)

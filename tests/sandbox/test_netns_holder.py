@@ -7,6 +7,7 @@ import socket
 import pytest
 
 from sandbox.netns import HolderError, NetnsHolder
+from tests.helpers.daemon import running
 
 
 @pytest.fixture
@@ -52,6 +53,4 @@ def test_holder_gone_after_close(full_available):
     assert h.proc.returncode is not None
     with pytest.raises((HolderError, OSError)):
         h.port_free(20000)
-    import psutil
-
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not running(pid)

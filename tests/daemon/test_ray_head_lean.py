@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 
 import httpx
-import psutil
 import pytest
 
-from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_process
+from tests.helpers.daemon import cmdline, kill_tree, read_ready_line, simple_env, up_process
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +25,7 @@ def test_private_ray_head_runs_no_monitor_no_idle_workers_no_client_server_and_n
         components = {r["component"] for r in ray}
         assert {"gcs_server", "raylet", "head holder", "log monitor"} <= components, components
         assert not {"ray start", "ray client server"} & components, components
-        cmdlines = [" ".join(psutil.Process(r["pid"]).cmdline()) for r in ray if psutil.pid_exists(r["pid"])]
+        cmdlines = [" ".join(cmdline(r["pid"])) for r in ray]
         assert not any("autoscaler/_private/monitor.py" in c for c in cmdlines), cmdlines
         assert not any("ray.util.client.server" in c for c in cmdlines), cmdlines
         assert not any(c.startswith("ray::IDLE") for c in cmdlines), "no worker is started ahead of a task"
@@ -41,7 +40,7 @@ def test_sigkill_of_the_daemon_leaves_no_ray_process(tmp_path, isolation) -> Non
     import os
     import signal
 
-    from tests.helpers.daemon import cmdline, descendants, wait_gone
+    from tests.helpers.daemon import descendants, wait_gone
 
     args = ["--policy-base-url", "http://127.0.0.1:9/v1", *(["--isolation", isolation] if isolation else [])]
     proc = up_process(simple_env(tmp_path / "pkg", ray_enabled=True), tmp_path, *args,

@@ -144,11 +144,11 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def cmdline(p: psutil.Process) -> list[str]:
-    """``p``'s command line, empty once it has exited (a snapshot of a tree outlives short-lived
-    members such as Ray's workers)."""
+def cmdline(p: psutil.Process | int) -> list[str]:
+    """The command line of process (or pid) ``p``, empty once it has exited (a snapshot of a tree
+    outlives short-lived members such as Ray's workers)."""
     try:
-        return p.cmdline()
+        return (psutil.Process(p) if isinstance(p, int) else p).cmdline()
     except psutil.Error:
         return []
 

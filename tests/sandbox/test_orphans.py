@@ -52,21 +52,24 @@ def test_sigkill_of_daemon_leaves_nothing(tmp_path, plain_python, full_available
 def test_level_none_still_reaps_direct_children(tmp_path, plain_python):
     """Without a pid namespace only PDEATHSIG acts: the direct child dies; the warning says so."""
     started = time.time() - 1
+    alive: list[psutil.Process] = []
     try:
         info, alive, _, victims = _run_and_kill(tmp_path, IsolationLevel.NONE.value, plain_python, wait_s=1)
         assert info["level"] == "none" and info["warning"].startswith("EGRESS NOT ENFORCED")
         direct = [p for p in victims if p.pid not in {a.pid for a in alive}]
         assert direct, "the PDEATHSIG'd server process must be gone"
     finally:
-        _kill_survivors(started)
+        _kill_survivors(started, alive)
 
 
-def _kill_survivors(since: float) -> None:
-    """Grandchildren of a none-level server survive by design (the double-forked one is re-parented
-    to init at once, so it is not among the daemon's children): clean up after ourselves."""
-    for p in psutil.process_iter(["cmdline", "create_time"]):
+def _kill_survivors(since: float, known: list[psutil.Process]) -> None:
+    """Descendants of a none-level server survive by design: the plain child (``known``, seen in the
+    daemon's tree before the kill) and the double-forked grandchild (re-parented to init at once, so
+    only its ``forker.py`` command line finds it). Clean up after ourselves."""
+    found = [p for p in psutil.process_iter(["cmdline", "create_time"])
+             if p.info["create_time"] >= since and any("forker.py" in a for a in p.info["cmdline"] or [])]
+    for p in [*known, *found]:
         try:
-            if p.info["create_time"] >= since and any("forker.py" in a for a in p.info["cmdline"] or []):
-                p.kill()
+            p.kill()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass

@@ -7,10 +7,22 @@ cleanly when it does not (the check runs once per session and only contacts the 
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 from tests.helpers.registry import registry_reachable
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM stops the suite the way Ctrl-C does: the running test's ``with`` blocks and fixtures
+    tear down, so the daemons and stub models it started (each in its own session, out of reach of
+    a signal to pytest's group) stop with it instead of outliving a killed CI job."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 @pytest.fixture(scope="session")

@@ -234,7 +234,7 @@ class Environment:
         if isinstance(key, str) and key:  # like a real endpoint, it refuses requests without the job's key
             env["STUB_MODEL_API_KEY"] = key
         m = self._member("stub_model", "model", ProcessSpec("stub_model", argv, self.work_dir, env),
-                         self.host_launcher, port, probe_path="/v1/models", wave=0,
+                         self.host_launcher, port, probe_path="/v1/models", wave=0, kill_on_stop=True,
                          info={"server_type": "stub_model", "implementation": "gym_runtime.stub_model"})
         m.public = ("127.0.0.1", port)
 
@@ -280,6 +280,12 @@ class Environment:
         self._stopped.set_result(code)
         return code
 
+    async def _stop_head_after(self, servers_stopped: asyncio.Event) -> None:
+        """Stop the head server once every server has stopped, while the Ray head and the stub model
+        stop (uvicorn's own shutdown takes 0.1-0.2 s)."""
+        await servers_stopped.wait()
+        await self.head.stop()
+
     async def _teardown(self, fast: bool) -> int:
         """Undo every stage in reverse, each a bounded, named step (teardown.py): an overrun is
         said with what it waited on, the later steps still run, and the exit code becomes 3."""
@@ -297,11 +303,17 @@ class Environment:
                               lambda: f"phase {self.phase!r}")
             if self.head is not None:  # batches end with GR-ROLLOUT-SHUTDOWN, not with their agents' deaths
                 await td.step("rollout batches", self.head.close_batches(), 4.0, lambda: "open /rollouts/run answers")
+            head_stop = None
             if sup._loop_task is not None:
                 sup.request_stop(fast)
+                if self.head is not None:  # serves status while the servers stop, then closes beside the rest
+                    head_stop = asyncio.ensure_future(self._stop_head_after(sup.servers_stopped))
                 code = await td.step("servers", sup.wait_stopped(), (0 if fast else grace) + 8.0, sup.running)
             if self.head is not None:
-                await td.step("head server", self.head.stop(), 5.0, lambda: "uvicorn's open connections")
+                if head_stop is not None and not sup.servers_stopped.is_set():
+                    head_stop.cancel()  # the servers overran: close it now
+                    head_stop = None
+                await td.step("head server", head_stop or self.head.stop(), 5.0, lambda: "uvicorn's open connections")
             else:
                 for listener in (self._head_sock, self._servers_sock):
                     if listener is not None:

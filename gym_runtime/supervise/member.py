@@ -27,8 +27,9 @@ class Member:
     choose again after a bind race, rebind.py). ``probe_path``: readiness URL path (None = ready
     once spawned; ``"tcp"`` = a TCP connect; ``"log:TEXT"`` = TEXT printed since the last start).
     ``wave``: lower waves are spawned and ready before higher ones start. ``kill_on_stop``: KILLed at
-    once on shutdown, no grace (a private Ray head: its drain takes seconds, and nothing in it
-    outlives the servers that used it). ``spec``: the sandbox ``ProcessSpec`` (fds filled per start);
+    once on shutdown, no grace, after the servers have stopped (a private Ray head: its drain takes
+    seconds, and nothing in it outlives the servers that used it; the stub model: it keeps nothing,
+    and uvicorn's graceful shutdown would add 0.15 s to every stop). ``spec``: the sandbox ``ProcessSpec`` (fds filled per start);
     ``launcher``: the :class:`sandbox.Sandbox` that spawns it. ``info``: static facts served by the
     head server (server type, implementation...).
     """

@@ -73,6 +73,7 @@ class Supervisor:
         self._loop_task: asyncio.Task | None = None
         self._client: httpx.AsyncClient | None = None
         self._stop_started = False
+        self.servers_stopped = asyncio.Event()  # set once a stop has reaped every server (not yet the rest)
         self._pgids: set[int] = set()
         self.watchdog = None  # an orphans.Watchdog when some member runs without a pid namespace
         self.rebind = None  # callable(name): a new automatic port for that server (rebind.py)
@@ -389,7 +390,8 @@ class Supervisor:
     async def _shutdown(self, grace: float) -> None:
         """Stop the servers first, then what they use (the Ray head and the stub model, whatever
         wave they started in: a Ray driver hangs in its own shutdown when its head is gone): TERM each
-        process group, wait ``grace``, KILL, reap; then the orphans; then post ``stopped``."""
+        process group, wait ``grace``, KILL, reap; then the orphans; then post ``stopped``.
+        :attr:`servers_stopped` is set between the two groups."""
         t0 = time.monotonic()
 
         async def stop_one(m: Member) -> None:
@@ -400,8 +402,8 @@ class Supervisor:
             failed = m.status == FAILED
             m.status = STOPPING
             t = time.monotonic()
-            info = await proc.stop(0.0 if m.kill_on_stop else grace)  # kill_on_stop: a private Ray head's
-            if info.reason == "killed" and not m.kill_on_stop:        # drain takes seconds, saves nothing
+            info = await proc.stop(0.0 if m.kill_on_stop else grace)  # kill_on_stop: nothing to drain (member.py)
+            if info.reason == "killed" and not m.kill_on_stop:
                 m.escalated = True
                 m.log.note(f"did not exit within {grace:g}s of SIGTERM: killed (SIGKILL to its process group)")
                 self._progress(f"{m.name}: ignored SIGTERM for {grace:g}s, killed; stopped in "
@@ -418,6 +420,7 @@ class Supervisor:
             t = time.monotonic()
             await asyncio.gather(*(stop_one(m) for m in group), return_exceptions=True)
             took.append(time.monotonic() - t)
+            self.servers_stopped.set()
         for m in self.members.values():
             m.status = FAILED if m.status == FAILED else STOPPED
             m.log.detach()

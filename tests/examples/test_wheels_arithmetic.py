@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from gym_runtime.errors import GymRuntimeError
+from gym_runtime.venvs.pythons import find_python
 from tests.examples.conftest import EXAMPLES, dry_run, rows_by_line
 from tests.helpers.index import SimpleIndex
 
@@ -20,7 +22,19 @@ PKG = EXAMPLES / "wheels-arithmetic"
 ROWS = EXAMPLES / "wheels-arithmetic.jsonl"
 SCRIPT = EXAMPLES / "vendor_wheels_arithmetic.sh"
 PLATFORM = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}.get(platform.machine())
-PYTHON = "3.13"
+
+
+def _server_python() -> str:
+    """3.13, the runtime image's server Python (vendored for a Python other than the runtime's
+    own), when this host has one; else the Python the suite runs on (a stock distribution host)."""
+    try:
+        find_python("3.13", os.environ)
+        return "3.13"
+    except GymRuntimeError:
+        return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+PYTHON = _server_python()
 
 
 def copy_package(dest: Path) -> Path:

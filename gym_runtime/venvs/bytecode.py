@@ -318,8 +318,8 @@ class EnvironmentBytecode:
                     final = True
                 if final:
                     pending.remove(entry)
-                    self._say(f"bytecode: {name}'s imports are in {cache.venv.name}'s shared cache "
-                              f"({len(seen)} files compiled for the venv so far)")
+                    self._say(f"bytecode: compiled what {name} imports into venv {cache.venv.name} "
+                              f"({len(seen)} files so far); later starts load it instead of compiling")
             await asyncio.sleep(every_s)
         if self.store is not None:
             await self._save()
@@ -334,7 +334,8 @@ class EnvironmentBytecode:
                 self._say(f"bytecode: {venv.name}'s cache was not saved to the store: {e}")
                 continue
             if n:
-                self._say(f"bytecode: {n} files of {venv.name}'s shared cache saved to the store")
+                self._say(f"bytecode: saved {n} compiled files of venv {venv.name} to the store "
+                          "(a rebuilt venv starts with them)")
 
     async def close(self) -> None:
         """Stop a running harvest or save (what it wrote stays valid) and release every learning dir."""

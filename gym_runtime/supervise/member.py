@@ -29,9 +29,9 @@ class Member:
     ``wave``: lower waves are spawned and ready before higher ones start. ``kill_on_stop``: KILLed at
     once on shutdown, no grace, after the servers have stopped (a private Ray head: its drain takes
     seconds, and nothing in it outlives the servers that used it; the stub model: it keeps nothing,
-    and uvicorn's graceful shutdown would add 0.15 s to every stop). ``spec``: the sandbox ``ProcessSpec`` (fds filled per start);
-    ``launcher``: the :class:`sandbox.Sandbox` that spawns it. ``info``: static facts served by the
-    head server (server type, implementation...).
+    and uvicorn's graceful shutdown would add 0.15 s to every stop). ``spec``: the sandbox
+    ``ProcessSpec`` (fds filled per start); ``launcher``: the :class:`sandbox.Sandbox` that spawns
+    it. ``info``: static facts served by the head server (server type, implementation...).
     """
 
     name: str

@@ -31,7 +31,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.up import running  # noqa: E402
+from tests.helpers.daemon import running  # noqa: E402
 
 SLOW_MARKS = ("ignored SIGTERM", "did not finish within", "unclean stop", "not finished after")
 

@@ -34,6 +34,8 @@ import httpx
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.helpers.daemon import running  # noqa: E402
 
 
 def launch(pkg: Path, work: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen:
@@ -73,14 +75,6 @@ def tree(pid: int) -> list[psutil.Process]:
         return [p, *p.children(recursive=True)]
     except psutil.Error:
         return []
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, or a pid that vanishes while psutil reads it, does not)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except (psutil.Error, OSError):  # psutil can let FileNotFoundError through when /proc/<pid> goes
-        return False
 
 
 def cpu_s(procs: list[psutil.Process]) -> float:
@@ -124,7 +118,6 @@ def gym_figures(work: Path) -> None:
     """The real NeMo Gym 0.4.0 package: start with no venvs (learning bytecode), the background
     harvest of what was imported and its save to the store, starts with venvs and bytecode cached
     (best of 3), then starts with no venvs but the store kept."""
-    sys.path.insert(0, str(ROOT))
     from tests.helpers.gym_package import assemble_gym_package, gym_wheel, python_312_plus
 
     python = python_312_plus()

@@ -171,10 +171,12 @@ def running(pid: int) -> bool:
         return False
 
 
-def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
-    """Wait until none of ``pids`` exists; returns the survivors."""
+def wait_gone(pids: list[int], timeout: float = 5.0, zombies_count: bool = True) -> list[int]:
+    """Wait until none of ``pids`` exists (``zombies_count=False``: until none runs, a zombie
+    someone else has yet to reap counting as gone); returns the survivors."""
     deadline = time.monotonic() + timeout
-    while (left := alive(pids)) and time.monotonic() < deadline:
+    left_of = alive if zombies_count else (lambda ps: [p for p in ps if running(p)])
+    while (left := left_of(pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
 

@@ -23,7 +23,7 @@ from gym_runtime.placement.package import package_digest
 from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
 from gym_runtime.placement.replica import HEAD, ReplicaJob, free_inside_ports
 from gym_runtime.settings import load_settings
-from tests.helpers.daemon import running, simple_env
+from tests.helpers.daemon import simple_env, wait_gone
 from tests.placement.conftest import restore
 
 pytestmark = pytest.mark.slow
@@ -234,10 +234,7 @@ def test_nothing_of_a_replica_survives_its_close(cluster, driver, tmp_path: Path
         return pid
 
     pid = asyncio.run(scenario())
-    deadline = time.monotonic() + 20
-    while running(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not running(pid)
+    assert wait_gone([pid], 20, zombies_count=False) == []
 
 
 def test_the_python_api_places_on_ray_and_leaves_a_driver_it_did_not_start_connected(

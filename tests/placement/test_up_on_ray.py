@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.daemon import kill_tree, read_ready_line, running, up_process, write_fixture_package
+from tests.helpers.daemon import kill_tree, read_ready_line, up_process, wait_gone, write_fixture_package
 from tests.placement.conftest import restore
 
 pytestmark = pytest.mark.slow
@@ -36,16 +36,6 @@ def up_on(cluster, pkg: Path, tmp: Path, *args: str):
 
 def instances(head: str) -> dict[str, dict]:
     return {i["process_name"]: i for i in httpx.get(head + "/server_instances", trust_env=False, timeout=10).json()}
-
-
-def gone(pids: list[int], within_s: float) -> list[int]:
-    """The pids still running after ``within_s`` seconds (zombies count as gone)."""
-    deadline = time.monotonic() + within_s
-    while True:
-        left = [p for p in pids if running(p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
 
 
 def test_replicas_spread_over_both_workers_behind_one_address_and_rollouts_run(cluster, tmp_path: Path) -> None:
@@ -75,7 +65,7 @@ def test_replicas_spread_over_both_workers_behind_one_address_and_rollouts_run(c
         assert [r["reward"] for r in out["results"]] == [1.0] * 6
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(90) == 0
-        assert gone(pids, 30) == []
+        assert wait_gone(pids, 30, zombies_count=False) == []
     finally:
         kill_tree(proc)
 
@@ -91,7 +81,7 @@ def test_a_sigkilled_daemon_leaves_no_server_on_any_node(cluster, tmp_path: Path
         assert len(pids) == 2
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
-        assert gone(pids, 60) == []  # Ray ends the actors the dead driver owned; their servers die with them
+        assert wait_gone(pids, 60, zombies_count=False) == []  # Ray ends the actors the dead driver owned; their servers die with them
     finally:
         kill_tree(proc)
 

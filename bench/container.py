@@ -111,7 +111,7 @@ def main() -> int:
             pkg = orphaning_env(Path(tmp) / "acme-orphans")
             subprocess.run(["chmod", "-R", "a+rX", str(pkg)], check=True)
             orphan_args = ["acme-orphans", "--policy-base-url", "http://127.0.0.1:9/v1"]
-            mount = (f"{pkg}:/job/work/acme-orphans:ro",)
+            mount = (f"{pkg}:/job/work/acme-orphans:ro",)  # under the image's working directory (Dockerfile)
             for label, init in (("tini", True), ("no_init", False)):
                 out = cycles(image, args.cycles, orphan_args, [], init, mount)
                 figures[f"zombies_{label}"] = len(out["zombies"]) if "zombies" in out else out.get("error")

@@ -23,12 +23,11 @@ import httpx
 import psutil
 import pytest
 
-from tests.helpers.daemon import kill_tree, read_ready_line
+from tests.helpers.daemon import kill_tree, read_ready_line, wait_gone
 from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_wheel, python_312_plus
 from tests.helpers.node_image import image_env, node_venv
 from tests.helpers.ray_cluster import LocalRayCluster
 from tests.placement.test_nodes import replica_actors
-from tests.placement.test_up_on_ray import gone
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 RESOURCES, AGENT = "example_single_tool_call", "example_single_tool_call_simple_agent"
@@ -106,7 +105,7 @@ def test_a_gym_resources_server_pinned_to_a_worker_serves_rollouts(image, cluste
         assert len(pids) == 3
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 0
-        assert gone(pids, 60) == []
+        assert wait_gone(pids, 60, zombies_count=False) == []
     finally:
         kill_tree(proc)
     assert replica_actors(cluster, 60) == []

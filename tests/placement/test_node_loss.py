@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.daemon import kill_tree, read_ready_line, write_fixture_package
+from tests.helpers.daemon import kill_tree, read_ready_line, wait_gone, write_fixture_package
 from tests.placement.conftest import restore
-from tests.placement.test_up_on_ray import gone, instances, up_on
+from tests.placement.test_up_on_ray import instances, up_on
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ def wait_moved(head: str, first: dict, within_s: float = 240) -> dict:
 def stop_and_check_nothing_left(proc, pids: list[int]) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(90) == 0
-    assert gone(pids, 60) == []
+    assert wait_gone(pids, 60, zombies_count=False) == []
 
 
 def test_rows_on_a_lost_node_get_an_error_naming_it_and_later_rows_succeed(cluster, tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.helpers.daemon import FIXTURE_APP, kill_tree, read_ready_line, up_process, write_fixture_package
-from tests.placement.test_up_on_ray import gone, instances
+from tests.helpers.daemon import FIXTURE_APP, kill_tree, read_ready_line, up_process, wait_gone, write_fixture_package
+from tests.placement.test_up_on_ray import instances
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +105,7 @@ def test_rows_spread_over_two_agent_replicas_within_the_bound(cluster, tmp_path:
         assert most_at_once([(a["start"], a["end"]) for a in one["results"]]) == 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(90) == 0
-        assert gone(pids, 30) == []
+        assert wait_gone(pids, 30, zombies_count=False) == []
     finally:
         kill_tree(proc)
 
@@ -148,7 +148,7 @@ def test_dry_run_on_ray_reports_replicas_and_leaves_nothing(cluster, tmp_path: P
     assert sorted(r["replica"] for r in lines) == sorted(m for m, r in counts.items() for _ in range(r["rollouts"]))
     # nothing left on any node: no replica actor, no server of this package, once Ray has reaped them
     left = ours(tmp_path)
-    assert gone([p.pid for p in left], 60) == [], [p.info["cmdline"] for p in left]
+    assert wait_gone([p.pid for p in left], 60, zombies_count=False) == [], [p.info["cmdline"] for p in left]
 
 
 def test_dry_run_refuses_a_conflicting_concurrency(tmp_path: Path) -> None:

@@ -32,6 +32,10 @@ things must hold for it to import the tree's own modules and run in the tree's v
    itself started with ``uv run gym-runtime up`` would see that ancestor at isolation ``none``;
    the hook is turned off, since the server's venv is not the daemon's uv project.
 
+One more variable is about the server itself, not its workers: ``RAY_RUNTIME_ENV_HOOK`` names the
+module every venv this runtime builds holds, which lets the server's Ray driver exit without Ray's
+fixed 0.5 s sleep (:mod:`gym_runtime.venvs.exit_hook`).
+
 A joined outside cluster runs tasks on whatever node Ray picks: the operator must make every
 node that can run them see the same paths (the package directory and ``GYM_RUNTIME_VENV_DIR``,
 e.g. one shared filesystem mounted at the same place) with the same Python and Ray versions, as
@@ -44,17 +48,22 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from gym_runtime.venvs.exit_hook import RAY_HOOK
+
 JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 OVERRIDE_VAR = "RAY_OVERRIDE_JOB_RUNTIME_ENV"
 UV_RUN_HOOK_VAR = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
+RUNTIME_ENV_HOOK_VAR = "RAY_RUNTIME_ENV_HOOK"
 
 
 def job_env(server_dir: Path, venv_python: Path) -> dict[str, str]:
     """Variables that make a server's Ray job run its tasks like the server itself: its venv's
     interpreter (``py_executable``) and its ``PYTHONPATH`` (the server directory), never the
-    daemon's ``uv run`` (see the module doc)."""
+    daemon's ``uv run``; and whose driver exits without Ray's 0.5 s sleep (see the module doc).
+    ``venv_python`` must be in a venv this runtime built (it holds the hook's module)."""
     runtime_env = {"py_executable": str(venv_python), "env_vars": {"PYTHONPATH": str(server_dir)}}
-    return {JOB_CONFIG_VAR: json.dumps({"runtime_env": runtime_env}), OVERRIDE_VAR: "1", UV_RUN_HOOK_VAR: "0"}
+    return {JOB_CONFIG_VAR: json.dumps({"runtime_env": runtime_env}), OVERRIDE_VAR: "1", UV_RUN_HOOK_VAR: "0",
+            RUNTIME_ENV_HOOK_VAR: RAY_HOOK}
 
 
 def head_read_only_paths(server_dirs: Iterable[Path]) -> list[Path]:

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "gym-runtime-venv/2"  # 2: the fast-exit hook (exit_hook.py)
+SCHEMA = "gym-runtime-venv/3"  # 2: the fast-exit hook (exit_hook.py); 3: its Ray driver module
 SKIP_DIRS = {".git", "__pycache__", ".venv", "build", "dist", ".mypy_cache", ".pytest_cache"}
 
 

@@ -1,5 +1,6 @@
 """Ray tasks of a server tree import the tree's own modules and run in the tree's venv, at every
-isolation level, and Ray-using servers stop before the Ray head they use.
+isolation level, and Ray-using servers stop before the Ray head they use, their drivers exiting
+without Ray's fixed 0.5 s sleep (``gym_runtime/venvs/exit_hook.py``).
 
 The kind: Gym trees submit ``@ray.remote`` functions defined in their own modules (code_gen's
 ``lcb_integration``, scicode's ``scicode_integration``); the worker that runs one is started by
@@ -33,14 +34,26 @@ pytestmark = pytest.mark.slow
 RAY = "ray==2.60.0"
 
 RAY_TREE_APP = r'''# test fixture: a Gym-shaped server whose /run runs Ray tasks of its own tree
-import json, os, sys
+import atexit, json, os, sys
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 import ray, yaml
 
 name = os.environ["NEMO_GYM_CONFIG_PATH"]
 cfg = yaml.safe_load(os.environ["NEMO_GYM_CONFIG_DICT"])
 inner = next(iter(next(iter(cfg[name].values())).values()))
+if inner.get("fixture_without_exit_hook"):  # the control: Ray's own exit, with its 0.5 s sleep
+    os.environ.pop("RAY_RUNTIME_ENV_HOOK")
 ray.init(address=cfg["ray_head_node_address"], ignore_reinit_error=True)  # as Gym's initialize_ray
+
+def watch_exit_sleeps():  # registered last, so it runs first at exit: shows any sleep of Ray's exit
+    import time
+    real = time.sleep
+    def sleep(seconds):
+        print("exit sleep", seconds, flush=True)
+        real(seconds)
+    time.sleep = sleep
+    print("server atexit handler ran", flush=True)
+atexit.register(watch_exit_sleeps)
 from tree_tasks.remote import pinned, plain  # the tree's own module
 
 class H(BaseHTTPRequestHandler):
@@ -93,10 +106,12 @@ def pinned(need):
 
 
 def ray_tree_package(root: Path) -> Path:
-    """Agents ``ray_a`` (venv: Ray) and ``ray_b`` (venv: Ray + six, which its tasks import)."""
+    """Agents ``ray_a`` (venv: Ray) and ``ray_b`` (venv: Ray + six, which its tasks import; its
+    driver drops the exit hook before ``ray.init``, the control for Ray's exit sleep)."""
     pkg = write_fixture_package(root, {
         "ray_a": {"responses_api_agents": {"ray_tree_a": {"ray_enabled": True}}},
-        "ray_b": {"responses_api_agents": {"ray_tree_b": {"ray_enabled": True, "fixture_needs": "six"}}},
+        "ray_b": {"responses_api_agents": {"ray_tree_b": {"ray_enabled": True, "fixture_needs": "six",
+                                                          "fixture_without_exit_hook": True}}},
     }, apps={"ray_tree_a": RAY_TREE_APP, "ray_tree_b": RAY_TREE_APP}, name="ray-tree-env")
     for impl, reqs in (("ray_tree_a", RAY), ("ray_tree_b", f"{RAY}\nsix")):
         tree = pkg / "responses_api_agents" / impl
@@ -169,5 +184,11 @@ def test_ray_tasks_see_the_submitting_servers_tree_venv_and_pythonpath(ray_env, 
         assert "ignored SIGTERM" not in err, err[-3000:]  # servers stop before the Ray head they use
         assert took < 40, err[-3000:]  # a hang detector, not a speed target
         assert wait_gone(tree_pids, 10.0) == []
+        # the driver's exit skips Ray's fixed 0.5 s sleep (gym_runtime/venvs/exit_hook.py); the
+        # server's own atexit handler still runs; without the hook Ray's exit sleeps
+        logs = {n: (tmp_path / "run" / "logs" / f"{n}.log").read_text() for n in ("ray_a", "ray_b")}
+        assert all("server atexit handler ran" in text for text in logs.values()), logs
+        assert "exit sleep 0.5" not in logs["ray_a"], logs["ray_a"][-3000:]
+        assert "exit sleep 0.5" in logs["ray_b"], logs["ray_b"][-3000:]
     finally:
         kill_tree(proc)

@@ -11,6 +11,7 @@ import pytest
 
 from gym_runtime.errors import BuildError
 from gym_runtime.venvs import build_venvs, plan_venvs
+from gym_runtime.venvs.exit_hook import RAY_HOOK
 from gym_runtime.venvs.store import MARKER
 from tests.helpers.index import SimpleIndex
 from tests.helpers.wheels import build_wheel
@@ -186,3 +187,7 @@ def test_every_venv_freezes_its_heap_at_exit(tmp_path: Path, make_settings, empt
     code = "import atexit, sys; atexit.register(print, 'handler ran'); sys.exit(7)"
     out = subprocess.run([str(v.python), "-c", code], capture_output=True, text=True)
     assert (out.returncode, out.stdout.strip()) == (7, "handler ran")
+    # and the module Ray's RAY_RUNTIME_ENV_HOOK names in its servers' environment (exercised with a
+    # real Ray driver in tests/daemon/test_ray_tasks.py)
+    module, function = RAY_HOOK.rsplit(".", 1)
+    assert _run(v.python, f"import {module}; print(callable({module}.{function}))") == "True"

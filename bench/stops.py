@@ -1,10 +1,14 @@
 """Stop ``gym-runtime up`` many times and print the distribution of stop times; asserts nothing.
 
     ./uvw run python bench/stops.py [PKG] [--runs N] [--gym] [--signal INT|TERM] [--isolation LEVEL]
+                                    [--at SECONDS [--cold]]
 
 Each run: start ``up`` (venvs reused after the first run), wait for the ready line, send a burst of
 rollouts through ``POST /rollouts/run`` (so the sandbox's forwards carry traffic just before the
-stop), send the signal, and time until the daemon exits. Printed per run: stop seconds, the load
+stop), send the signal, and time until the daemon exits. With ``--at``, the signal comes that many
+seconds after the launch instead, in whatever phase the start is (the daemon's last progress line
+is printed): a first, unmeasured run to ready builds the venvs, or with ``--cold`` every run starts
+with the venvs deleted (a stop during the build). Printed per run: stop seconds, the load
 average, exit code, processes left 1 s later, the daemon's own "stop took" line (seconds per
 teardown step) and any step the daemon named as slow (``ignored SIGTERM``, ``did not
 finish within``). Then min / median / p90 / max. A run that has not exited 40 s after the signal is
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -61,21 +66,28 @@ def gym_rows(work: Path) -> tuple[Path, list[dict], str, dict[str, str], tuple[s
 
 
 def one_stop(pkg: Path, rows: list[dict], work: Path, env: dict[str, str], args: tuple[str, ...],
-             sig: int) -> dict:
+             sig: int, at: float | None = None) -> dict:
     proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work),
                              *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, env={**os.environ, **env})
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
     reader.start()
-    line = proc.stdout.readline()
-    if not line:
-        proc.wait()
-        reader.join(5)
-        return {"error": f"no ready line (exit {proc.returncode}): {''.join(err[-5:])}"}
-    info = json.loads(line)
-    with httpx.Client(base_url=info["head_server"], trust_env=False, timeout=120) as head:
-        head.post("/rollouts/run", json={"examples": rows})
+    if at is None:
+        line = proc.stdout.readline()
+        if not line:
+            proc.wait()
+            reader.join(5)
+            return {"error": f"no ready line (exit {proc.returncode}): {''.join(err[-5:])}"}
+        info = json.loads(line)
+        with httpx.Client(base_url=info["head_server"], trust_env=False, timeout=120) as head:
+            head.post("/rollouts/run", json={"examples": rows})
+    else:
+        time.sleep(at)
+        if proc.poll() is not None:
+            reader.join(5)
+            return {"error": f"exited {proc.returncode} before the signal: {''.join(err[-5:])}"}
+    phase = err[-1].strip() if err else "(no progress line yet)"
     pids = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
     t0 = time.monotonic()
     proc.send_signal(sig)
@@ -91,7 +103,8 @@ def one_stop(pkg: Path, rows: list[dict], work: Path, env: dict[str, str], args:
     left = sum(running(p) for p in pids)
     slow = [ln.strip() for ln in err if any(m in ln for m in SLOW_MARKS)]
     steps = next((ln.split("] ", 1)[-1].strip() for ln in err if "stop took" in ln), "")
-    return {"stop_s": took, "exit": code, "left": left, "slow": slow, "steps": steps, "load": os.getloadavg()[0]}
+    return {"stop_s": took, "exit": code, "left": left, "slow": slow, "steps": steps, "load": os.getloadavg()[0],
+            "phase": phase}
 
 
 def main() -> None:
@@ -111,16 +124,25 @@ def main() -> None:
         pkg, rows, agent = example_rows()
         pkg = Path(positional[0]).resolve() if positional else pkg
         rows, args = rows_for(rows, agent, 24), ()
-    print(f"package: {pkg}; {runs} stops by {signal.Signals(sig).name}")
+    at = float(argv[argv.index("--at") + 1]) if "--at" in argv else None
+    cold = "--cold" in argv
+    print(f"package: {pkg}; {runs} stops by {signal.Signals(sig).name}"
+          + (f", {at:g} s after the launch{' with the venvs deleted' if cold else ''}" if at is not None else ""))
+    if at is not None and not cold:
+        r = one_stop(pkg, rows, work / "prepare", env, (*args, *extra), sig)
+        print("venvs prepared by a run to ready" if "error" not in r else f"preparing run: {r['error']}")
     times: list[float] = []
     for i in range(runs):
-        r = one_stop(pkg, rows, work / f"run{i}", env, (*args, *extra), sig)
+        if cold:
+            shutil.rmtree(work / "venvs", ignore_errors=True)
+        r = one_stop(pkg, rows, work / f"run{i}", env, (*args, *extra), sig, at)
         if "error" in r:
             print(f"run {i + 1}: {r['error']}")
             continue
         times.append(r["stop_s"])
         print(f"run {i + 1}: stop {r['stop_s']:.2f} s (load average {r['load']:.1f}), exit {r['exit']}, "
               f"processes left {r['left']}" + (f"; slow: {' | '.join(r['slow'])}" if r["slow"] else "")
+              + (f"\n  at: {r['phase']}" if at is not None else "")
               + (f"\n  daemon: {r['steps']}" if r["steps"] else ""))
     if times:
         times.sort()

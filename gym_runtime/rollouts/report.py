@@ -105,13 +105,22 @@ def replica_table(replicas: list[dict[str, Any]], bound: int | None) -> Table:
     return table
 
 
+def spread_shown(replicas: list[dict[str, Any]]) -> bool:
+    """Whether the per-replica table says more than the row table: an agent with more than one
+    replica, a replica on another node than this host, or rollouts no replica is known for."""
+    agents = [r["agent"] for r in replicas]
+    return (len(set(agents)) < len(agents) or any(r["node"] != "local" for r in replicas)
+            or any(r["replica"] is None for r in replicas))
+
+
 def print_report(console: Console, stats: list[RowStats], summary: Summary, title: str | None = None,
                  replicas: list[dict[str, Any]] | None = None, bound: int | None = None) -> None:
-    """Print the table, the summary and (when given) the per-replica table to ``console``."""
+    """Print the table, the summary and, when :func:`spread_shown`, the per-replica table to
+    ``console`` (``--json`` always carries the per-replica counts)."""
     console.print(build_table(stats, title))
     for line in summary_lines(summary):
         console.print(line, highlight=False)
-    if replicas:
+    if replicas and spread_shown(replicas):
         console.print(replica_table(replicas, bound))
 
 

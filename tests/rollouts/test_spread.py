@@ -14,7 +14,8 @@ from rich.console import Console
 
 from gym_runtime.placement.router import Router
 from gym_runtime.rollouts.dispatch import run_rows
-from gym_runtime.rollouts.report import replica_table
+from gym_runtime.rollouts.report import print_report, replica_table
+from gym_runtime.rollouts.stats import RolloutResult, row_stats, summarize
 from gym_runtime.rollouts.spread import (REPLICA_HEADER, ROLLOUTS_PER_AGENT_REPLICA, default_max_rollouts,
                                          replica_counts, served_by)
 
@@ -111,3 +112,20 @@ def test_the_replica_table_shows_each_replica_its_node_and_rate() -> None:
     assert "at most 64 rollouts in flight" in text
     assert "acme_agent.0" in text and "10.0.0.7 (3f2a9c1e)" in text and "2.00" in text
     assert "acme_agent.1" in text and "10.0.0.8 (77ab01cd)" in text
+
+
+def test_the_replica_table_is_printed_only_when_it_says_more_than_the_row_table() -> None:
+    """One replica per agent on this host: the row table already says it all (``--json`` still has
+    the counts); two replicas, or replicas on nodes, get the table."""
+    results = [RolloutResult(0, k, 1, "acme_agent", 1.0, 0.1, None) for k in range(2)]
+    stats = row_stats(results)
+    summary = summarize(stats, results, 1.0)
+    local = {"acme_agent": {"acme_agent": "local"}, "other_agent": {"other_agent": "local"}}
+    served = [("acme_agent", "acme_agent", False), ("other_agent", "other_agent", False)]
+    texts = []
+    for replicas, rows in ((local, served), (REPLICAS, [("acme_agent", "acme_agent.0", False)] * 2)):
+        console = Console(width=120, record=True)
+        print_report(console, stats, summary, replicas=replica_counts(rows, replicas, 1.0), bound=64)
+        texts.append(console.export_text())
+    assert "agent replicas" not in texts[0] and "rows with GRPO signal" in texts[0]
+    assert "agent replicas (at most 64 rollouts in flight)" in texts[1] and "acme_agent.1" in texts[1]

@@ -2,27 +2,58 @@
 
 ``pypi_available`` tells whether the package registry answers; tests marked ``pypi`` skip
 cleanly when it does not (the check runs once per session and only contacts the registry).
+
+The user's state root (``~/.cache/gym-runtime``, the default ``GYM_RUNTIME_HOME``) is never read
+or written: the session gets its own ``GYM_RUNTIME_HOME`` before anything is collected, so
+module- and session-scoped fixtures (daemons, Ray nodes) use it too, and every test then gets its own.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 
 import pytest
 
 from tests.helpers.registry import registry_reachable
 
+_SESSION_ENV = pytest.StashKey[tuple[pytest.MonkeyPatch, str]]()
+
+
+def _scrub_runtime_environ(mp: pytest.MonkeyPatch) -> None:
+    """Remove the user's runtime and egress settings (``GYM_RUNTIME_*`` but the suite's own
+    ``GYM_RUNTIME_TESTS_*``, ``NMP_RL_SANDBOX_*``) and ``PYTHONUNBUFFERED`` (a user's shell seldom
+    sets it: commands must flush what they print themselves, as a pipe block-buffers it)."""
+    for var in list(os.environ):
+        if var.startswith(("GYM_RUNTIME_", "NMP_RL_SANDBOX_")) and not var.startswith("GYM_RUNTIME_TESTS_"):
+            mp.delenv(var)
+    mp.delenv("PYTHONUNBUFFERED", raising=False)
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    """SIGTERM stops the suite the way Ctrl-C does: the running test's ``with`` blocks and fixtures
+    """The session's own ``GYM_RUNTIME_HOME`` (module doc), removed again at the session's end.
+
+    SIGTERM stops the suite the way Ctrl-C does: the running test's ``with`` blocks and fixtures
     tear down, so the daemons and stub models it started (each in its own session, out of reach of
     a signal to pytest's group) stop with it instead of outliving a killed CI job."""
+    mp = pytest.MonkeyPatch()
+    _scrub_runtime_environ(mp)
+    home = tempfile.mkdtemp(prefix="gym-runtime-session-home-")
+    mp.setenv("GYM_RUNTIME_HOME", home)
+    config.stash[_SESSION_ENV] = (mp, home)
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    mp, home = config.stash[_SESSION_ENV]
+    mp.undo()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -43,10 +74,5 @@ def _isolated_runtime_settings(tmp_path_factory: pytest.TempPathFactory, monkeyp
     neither does ``PYTHONUNBUFFERED``.
     The uv cache stays shared. Tests that need a setting set it themselves. The test suite's own
     variables (``GYM_RUNTIME_TESTS_*``: offline, seed, report directory) are kept."""
-    for var in list(os.environ):
-        if var.startswith(("GYM_RUNTIME_", "NMP_RL_SANDBOX_")) and not var.startswith("GYM_RUNTIME_TESTS_"):
-            monkeypatch.delenv(var)
-    # a user's shell seldom sets it: commands must flush what they print themselves (a pipe
-    # block-buffers it), so tests run without it
-    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    _scrub_runtime_environ(monkeypatch)
     monkeypatch.setenv("GYM_RUNTIME_HOME", str(tmp_path_factory.mktemp("gym-runtime-home")))

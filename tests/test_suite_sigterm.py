@@ -30,7 +30,7 @@ def test_holds_a_helper():
 
 
 def test_sigterm_to_pytest_runs_the_tests_cleanup(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_configure  # noqa: F401\n")
+    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_configure, pytest_unconfigure  # noqa: F401\n")
     (tmp_path / "test_inner.py").write_text(INNER)
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--rootdir",
                              str(tmp_path), str(tmp_path / "test_inner.py")], cwd=tmp_path, stdout=subprocess.PIPE,

@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
+from gym_runtime.settings import load_settings
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
 
 GYM_KEYS = {"process_name", "server_type", "name", "dir_path", "entrypoint", "host", "port", "url", "pid",
@@ -35,6 +37,19 @@ def daemon(tmp_path_factory: pytest.TempPathFactory):
         yield json.loads(read_ready_line(proc))["head_server"], tmp
     finally:
         kill_tree(proc)
+
+
+def test_the_module_daemon_records_itself_outside_the_users_state_root(daemon) -> None:
+    """Started by a module-scoped fixture, before any test's own GYM_RUNTIME_HOME is set, the daemon
+    still runs on the suite's state root, never the user's default one (tests/conftest.py; bug: it
+    left a stale ``~/.cache/gym-runtime/daemon.json``)."""
+    _head, tmp = daemon
+    pid = json.loads((tmp / "run/daemon.json").read_text())["pid"]
+    root, users = load_settings(psutil.Process(pid).environ()).home, load_settings({}).home
+    assert root != users and not root.is_relative_to(users)
+    assert json.loads((root / "daemon.json").read_text())["pid"] == pid
+    if (users / "daemon.json").exists():
+        assert json.loads((users / "daemon.json").read_text()).get("pid") != pid
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

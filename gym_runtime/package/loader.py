@@ -99,5 +99,5 @@ def load_package(path: str | Path, target: Target | None = None) -> Package:
     pkg, violations = check_package(path, target)
     if violations or pkg is None:
         raise PackageInvalidError(f"environment package {path} is invalid", violations=violations,
-                                  hint="fix each problem above, then run `gym-runtime validate` again")
+                                  hint="fix each problem, then run `gym-runtime validate` again")
     return pkg

@@ -257,7 +257,8 @@ def preflight(plans: list[VenvPlan], package_format: str) -> None:
     msg = f"{_servers(vp)}: {line}{first.message}" if len(problems) == 1 else \
         f"{len(problems)} problems would make the venv builds fail ({package_format} package)"
     raise BuildError(msg, violations=violations if len(problems) > 1 else None,
-                     hint=first.hint if len(problems) == 1 else "fix each problem above",
+                     hint=first.hint if len(problems) == 1 else "fix each problem (`gym-runtime validate PKG` "
+                     "lists them all without building), then run again",
                      code=first.code if len(problems) == 1 else "GR-BUILD-PREFLIGHT",
                      extra={"server": vp.instances[0], "servers": list(vp.instances), "stage": "preflight",
                             "file": first.file, "key": first.key})

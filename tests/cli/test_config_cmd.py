@@ -89,8 +89,10 @@ def test_api_key_env_unset(tmp_path: Path, capsys, monkeypatch) -> None:
 def test_invalid_package_and_bad_override(tmp_path: Path, capsys) -> None:
     root = make_package(tmp_path / "p", "native-v1")
     (root / "x.jsonl").write_text("{}")
-    rc, _, err = run(capsys, "config", str(root))
+    rc, out, err = run(capsys, "config", str(root), "--json")
     assert rc == 1 and "GR-PKG-JSONL" in err
+    # worded for both renderings: --json has no problems printed "above" the hint
+    assert json.loads(out)["error"]["hint"] == "fix each problem, then run `gym-runtime validate` again"
     (root / "x.jsonl").unlink()
     rc, _, err = run(capsys, "config", str(root), "not-an-override", "--policy-base-url", "http://127.0.0.1:1/v1")
     assert rc == 1 and "GR-CONFIG-OVERRIDE" in err and "'not-an-override'" in err

@@ -175,6 +175,8 @@ def test_c11_url_and_git_lines_are_refused_before_building(tmp_path, make_settin
         plan_venvs(merged_config(pkg), make_settings())
     e = ei.value
     assert e.code == "GR-BUILD-PREFLIGHT" and len(e.violations) == 2
+    # the hint reads right as the block's last line and in --json (where nothing is "above")
+    assert e.hint == "fix each problem (`gym-runtime validate PKG` lists them all without building), then run again"
     first, second = e.violations
     assert first.code == second.code == "GR-BUILD-NEEDS-NETWORK"
     assert first.key == "line 1" and "git+https://git.example.invalid" in first.message

@@ -126,7 +126,7 @@ def _error_of(text: str) -> tuple[str | None, str]:
         return m.group(1), m.group(2).strip()
     try:
         doc = json.loads(text[text.index("{"):])
-        err = doc.get("error") or (doc.get("errors") or [{}])[0]
+        err = doc.get("error") or {}
         return err.get("code"), str(err.get("message", ""))
     except (ValueError, AttributeError):
         return None, text.strip().splitlines()[-1] if text.strip() else ""

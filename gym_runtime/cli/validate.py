@@ -34,7 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", default="3.13", help="target Python for --platform (default 3.13)")
     p.add_argument("--glibc", default=None,
                    help="target glibc for --platform (default 2.36: Debian 12 and newer, the runtime image included)")
-    p.add_argument("--json", action="store_true", help="print failures as JSON too (success always prints "
+    p.add_argument("--json", action="store_true", help="also print a failure as JSON on stdout: "
+                   '{"valid": false, "format": ..., "name": ..., "error": {"code", "message", "violations", "hint"}} '
+                   "(the error block stays on stderr; success always prints "
                    '{"valid": true, "format": ..., "name": ...})')
     p.set_defaults(func=run)
 
@@ -70,6 +72,9 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the result; returns 0 (valid) or 1 (invalid). A failure is the error block on stderr
+    and, with ``--json``, ``{"valid": false, "format", "name", "error": {...}}`` on stdout: the error
+    object every command prints (``GymRuntimeError.to_dict``, README "Exit codes")."""
     summary, violations = collect(args)
     warnings = summary.pop("warnings", [])
     print_warnings(warnings)
@@ -80,6 +85,6 @@ def run(args: argparse.Namespace) -> int:
     err = PackageInvalidError(f"environment package {args.package} is invalid", violations=violations,
                               hint="fix each problem, then run `gym-runtime validate` again")
     if args.json:
-        print(json.dumps({"valid": False, **summary, "errors": [v.to_dict() for v in violations]}, indent=2))
+        print(json.dumps({"valid": False, **summary, "error": err.to_dict()}, indent=2))
     print(err.render(), file=sys.stderr)
     return EXIT_INVALID

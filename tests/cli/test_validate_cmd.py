@@ -44,7 +44,8 @@ def test_bundled_examples_validate(tmp_path: Path, capsys) -> None:
         fmt = yaml.safe_load((pkg / "nemo-environment.yaml").read_text())["format"]
         if fmt != "native-v1" and not (pkg / "wheels").exists():
             code, out, err = run(capsys, "validate", "--json", str(pkg))
-            assert code == 1 and [e["code"] for e in json.loads(out)["errors"]] == ["GR-PKG-WHEELS-MISSING"], err
+            codes = [e["code"] for e in json.loads(out)["error"]["violations"]]
+            assert code == 1 and codes == ["GR-PKG-WHEELS-MISSING"], err
             pkg = Path(shutil.copytree(pkg, tmp_path / pkg.name, symlinks=True))
             write_wheel(pkg / "wheels", "pip-24.0-py3-none-any.whl")
         code, out, err = run(capsys, "validate", str(pkg))
@@ -150,8 +151,8 @@ def test_each_rule_broken_in_turn(tmp_path: Path, capsys, name, fmt, breaker, co
     assert rc == 1
     doc = json.loads(out)
     assert doc["valid"] is False
-    hits = [e for e in doc["errors"] if e["code"] == code]
-    assert hits, doc["errors"]
+    hits = [e for e in doc["error"]["violations"] if e["code"] == code]
+    assert hits, doc["error"]
     assert any(names in " ".join(str(v) for v in e.values()) for e in hits), hits
     assert f"[{code}]" in err
 
@@ -166,13 +167,31 @@ def test_text_output_names_file_and_key(tmp_path: Path, capsys) -> None:
     assert "[GR-PKG-METADATA] nemo-environment.yaml: metadata.name:" in err
 
 
+def test_json_failure_carries_the_error_object_every_command_prints(tmp_path: Path, capsys) -> None:
+    """README "Exit codes": one error shape for every command (`{"error": {...}}`, as `config --json`
+    prints it), with validate's own result beside it; the error block still goes to stderr."""
+    root = make_package(tmp_path / "p", "native-v1")
+    (root / "data.jsonl").write_text("{}\n")
+    rc, out, err = run(capsys, "validate", str(root), "--json")
+    doc = json.loads(out)
+    assert rc == 1 and sorted(doc) == ["error", "format", "name", "valid"]
+    assert (doc["valid"], doc["format"], doc["name"]) == (False, "native-v1", "acme-math-env")
+    error = doc["error"]
+    assert error["code"] == "GR-PKG-INVALID" and error["message"] == f"environment package {root} is invalid"
+    assert error["hint"] == "fix each problem, then run `gym-runtime validate` again"
+    assert [v["code"] for v in error["violations"]] == ["GR-PKG-JSONL"]
+    assert err.startswith(f"error[GR-PKG-INVALID]: environment package {root} is invalid\n  [GR-PKG-JSONL] data.jsonl:")
+    rc, out, config_err = run(capsys, "config", str(root), "--json")  # the same error, the same shape
+    assert rc == 1 and json.loads(out) == {"error": error} and config_err == err
+
+
 def test_wheel_tags_with_platform(tmp_path: Path, capsys) -> None:
     root = make_package(tmp_path / "p", "wheels-v1")
     (root / "wheels/fastcodec-1.4.0-cp312-cp312-manylinux2014_x86_64.whl").write_bytes(b"x")
     assert run(capsys, "validate", str(root))[0] == 0
     rc, out, err = run(capsys, "validate", str(root), "--platform", "linux/amd64", "--python", "3.13", "--json")
     assert rc == 1
-    (e,) = json.loads(out)["errors"]
+    (e,) = json.loads(out)["error"]["violations"]
     assert e["code"] == "GR-PKG-WHEEL-TAG" and e["file"] == "wheels/fastcodec-1.4.0-cp312-cp312-manylinux2014_x86_64.whl"
     assert run(capsys, "validate", str(root), "--platform", "linux/amd64", "--python", "3.12")[0] == 0
     assert run(capsys, "validate", str(root), "--platform", "linux/arm64", "--python", "3.12")[0] == 1

@@ -55,7 +55,7 @@ def test_validate_runs_the_same_proof_for_the_target(pkg: Path, tmp_path: Path, 
     code = main(["validate", str(pkg), "--platform", "linux/arm64", "--python", "3.13", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 1
-    (v,) = [e for e in out["errors"] if e["code"] == "GR-BUILD-CLOSURE"]
+    (v,) = [e for e in out["error"]["violations"] if e["code"] == "GR-BUILD-CLOSURE"]
     assert v["file"] == "resources_servers/acme_math/requirements.txt"
     assert v["message"] == ("acme_math: wheels/ does not hold the whole closure for CPython 3.13 linux/arm64 (glibc "
                             "2.36): h11 is missing in wheels/ (needed by acme_math -> uvicorn -> h11)")

@@ -33,7 +33,7 @@ def _validate(capsys, pkg: Path) -> tuple[int, list[dict]]:
     code = main(["validate", str(pkg), "--json"])
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
-    return code, (json.loads(out[: out.rindex("}") + 1])["errors"] if code else [])
+    return code, (json.loads(out[: out.rindex("}") + 1])["error"]["violations"] if code else [])
 
 
 def test_every_sdk_spelling_installs_the_pinned_nemo_gym(tmp_path: Path, make_settings, capsys) -> None:

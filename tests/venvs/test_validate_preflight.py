@@ -25,7 +25,7 @@ def _validate(capsys, pkg: Path) -> tuple[int, list[dict]]:
     if code == 0:
         return code, []
     doc = json.loads(out[: out.rindex("}") + 1])
-    return code, doc["errors"]
+    return code, doc["error"]["violations"]
 
 
 def _same_as_build(errors: list[dict], pkg: Path, make_settings) -> None:

@@ -32,9 +32,11 @@ from gym_runtime.config.redact import is_secret_key
 from gym_runtime.errors import MissingValuesError, Violation
 
 _INTERP = re.compile(r"\$\{([^${}]+)\}")
-_ENV_FOR_POLICY = {k: "GYM_RUNTIME_" + k.upper() for k in POLICY_KEYS}
-_FLAG_FOR_POLICY = {"policy_base_url": "--policy-base-url URL", "policy_model_name": "--policy-model-name NAME",
-                    "policy_api_key": "--policy-api-key-env VAR (the name of a variable holding the key)"}
+# how the job gives each policy value (flag or GYM_RUNTIME_* variable); a key never goes on a command line
+_GIVE_POLICY = {"policy_base_url": "pass --policy-base-url URL (or set GYM_RUNTIME_POLICY_BASE_URL)",
+                "policy_model_name": "pass --policy-model-name NAME (or set GYM_RUNTIME_POLICY_MODEL_NAME)",
+                "policy_api_key": "export the key as VAR and pass --policy-api-key-env VAR (or export it as "
+                "GYM_RUNTIME_POLICY_API_KEY)"}
 
 
 def _override(key: str) -> str:
@@ -47,9 +49,7 @@ def value_sources_hint(key: str) -> str:
     """Where a value for top-level ``key`` can come from, as one sentence (never a command line
     for a secret key)."""
     if key in POLICY_KEYS:
-        flag = _FLAG_FOR_POLICY[key]
-        return f"pass {flag} (or set {_ENV_FOR_POLICY[key]}), or add `{key}: ...` to a config in config_paths" + \
-            _override(key)
+        return f"{_GIVE_POLICY[key]}, or add `{key}: ...` to a config in config_paths" + _override(key)
     return "set it in a config listed in config_paths" + _override(key)
 
 

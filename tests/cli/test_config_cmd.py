@@ -73,7 +73,10 @@ def test_missing_policy_values_listed_with_sources(tmp_path: Path, capsys) -> No
     doc = json.loads(out)["error"]
     assert doc["code"] == "GR-CONFIG-MISSING" and len(doc["violations"]) == 3
     assert all(v["file"] == "responses_api_models/policy_stub/configs/policy_model.yaml" for v in doc["violations"])
-    assert "--policy-api-key-env" in err and "GYM_RUNTIME_POLICY_API_KEY" in err
+    key_hint = next(v["hint"] for v in doc["violations"] if "'policy_api_key'" in v["message"])
+    assert key_hint == ("export the key as VAR and pass --policy-api-key-env VAR (or export it as "
+                        "GYM_RUNTIME_POLICY_API_KEY), or add `policy_api_key: ...` to a config in config_paths")
+    assert key_hint in err
 
 
 def test_api_key_env_unset(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -1,5 +1,7 @@
 """``gym-runtime config PKG [KEY=VALUE ...]``: the merged, resolved configuration with secrets masked,
 and for each server instance the secret keys it receives (names only, docs/architecture.md §4).
+A value that holds no key is shown as it is, never masked: unset (``null``, ``''``) or, for a base URL
+given without a key, ``policy_api_key: EMPTY`` (said in a comment), so ``****`` always means a key is set.
 
 Also says, for each list a later file replaced whole (lists are never merged item by item,
 docs/environment-packages.md), which file won and which it replaced (case C19), and prints the
@@ -24,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gym_runtime.config import build_config
+    from gym_runtime.config.redact import KEYLESS_API_KEY
     from gym_runtime.package import load_package
 
     pkg = load_package(args.package)
@@ -43,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
                           "warnings": [w.to_dict() for w in merged.warnings]}, indent=2))
     else:
         print(merged.to_yaml(), end="")
+        if merged.sources.of("policy_api_key") == "default":  # the keyless default, shown as it is (redact.py)
+            print(f"# policy_api_key: no key given, so {KEYLESS_API_KEY} (what OpenAI clients send to an endpoint "
+                  "without a key); pass --policy-api-key-env VAR to send one")
         if masked:
             print("# masked secrets: " + ", ".join(masked))
         for name in merged.instances:

@@ -20,12 +20,11 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from gym_runtime.config.redact import is_secret_key
+from gym_runtime.config.redact import KEYLESS_API_KEY, is_secret_key
 from gym_runtime.errors import ConfigError, Violation, ViolationList
 from gym_runtime.package.yamlfile import YamlProblem, check_structure, load_yaml_file
 
 POLICY_KEYS = ("policy_base_url", "policy_api_key", "policy_model_name")
-KEYLESS_API_KEY = "EMPTY"  # what OpenAI clients send to a vLLM endpoint started without --api-key
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ import re
 from typing import Any
 
 MASK = "****"
+# What OpenAI clients send to an endpoint that takes no key (vLLM started without --api-key): the value
+# a job's policy_api_key gets when none is given (merge.PolicyValues.keyless_defaults). No secret.
+KEYLESS_API_KEY = "EMPTY"
 _SECRET = re.compile(r"(api_?key|token|password|passwd|secret|authorization|credential)", re.I)
 _NOT_SECRET = re.compile(r"(token_id|token_ids|max_tokens|_tokens$|tokenizer|num_tokens|token_count|tokens_|^secret_keys$)",
                          re.I)
@@ -24,13 +27,20 @@ def is_secret_key(key: str) -> bool:
     return bool(_SECRET.search(key)) and not _NOT_SECRET.search(key)
 
 
+def holds_a_secret(value: Any) -> bool:
+    """True when a secret-named leaf value must be masked: any value except those that hold no key
+    and say so when shown: ``None`` and ``""`` (unset), booleans (a switch) and exactly
+    :data:`KEYLESS_API_KEY` (no key given: the keyless convention). Containers are never leaves."""
+    return not isinstance(value, (dict, list, bool)) and value not in (None, "", KEYLESS_API_KEY)
+
+
 def redact(node: Any, path: str = "", masked: list[str] | None = None, secret: bool = False) -> Any:
     """A deep copy of ``node`` with secret values replaced by ``****``.
 
     A value is secret when its own key or any enclosing key is secret (``api_keys: [a, b]``,
     ``secrets: {openai: ...}``). ``masked`` (when given) receives the dotted key path of every
-    masked value. Empty, ``None`` and boolean values are left as they are (nothing to hide, and
-    it shows they are unset or switched).
+    masked value. Values that hold no key (:func:`holds_a_secret`: empty, ``None``, booleans,
+    ``EMPTY``) are left as they are: nothing to hide, and it shows they are unset or switched.
     """
     if isinstance(node, dict):
         out = {}
@@ -40,7 +50,7 @@ def redact(node: Any, path: str = "", masked: list[str] | None = None, secret: b
         return out
     if isinstance(node, list):
         return [redact(v, f"{path}[{i}]", masked, secret) for i, v in enumerate(node)]
-    if secret and node not in (None, "") and not isinstance(node, bool):
+    if secret and holds_a_secret(node):
         if masked is not None:
             masked.append(path)
         return MASK

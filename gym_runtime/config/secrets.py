@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gym_runtime.config.merge import Sources
-from gym_runtime.config.redact import MASK, is_secret_key
+from gym_runtime.config.redact import MASK, holds_a_secret, is_secret_key
 from gym_runtime.errors import Violation
 
 SECRET_KEYS = "secret_keys"  # top-level config key: extra key names a package marks secret
@@ -68,14 +68,15 @@ class SecretMap:
         """A deep copy of ``data`` (the resolved config, or a view of it with addresses added) with
         every secret that ``instance`` does not receive replaced by ``****``; ``instance=None``
         masks every secret (dumps, the head server). ``masked`` receives the dotted path of each
-        masked value. Empty, ``None`` and boolean values are kept, as in every dump."""
+        masked value. Values that hold no key (:func:`~gym_runtime.config.redact.holds_a_secret`: empty,
+        ``None``, booleans, the keyless ``EMPTY``) are kept, as in every dump."""
         got = self.received.get(instance, frozenset()) if instance is not None else frozenset()
         out = copy.deepcopy(data)
         for path, sources in self.leaves.items():
             if sources <= got:
                 continue
             parent, last = _parent(out, path)
-            if parent is None or not _maskable(parent[last]):
+            if parent is None or not holds_a_secret(parent[last]):
                 continue
             parent[last] = MASK
             if masked is not None:
@@ -86,11 +87,7 @@ class SecretMap:
         """Dotted paths of the secret values ``instance`` receives (names only), sorted."""
         got = self.received.get(instance, frozenset())
         return sorted(dotted(p) for p, s in self.leaves.items()
-                      if s <= got and (parent := _parent(data, p)[0]) is not None and _maskable(parent[p[-1]]))
-
-
-def _maskable(value: Any) -> bool:
-    return not isinstance(value, (dict, list, bool)) and value not in (None, "")
+                      if s <= got and (parent := _parent(data, p)[0]) is not None and holds_a_secret(parent[p[-1]]))
 
 
 def _parent(data: Any, path: Path) -> tuple[Any, Any]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gym_runtime.config import MergedConfig, PolicyValues, build_config
-from gym_runtime.config.merge import KEYLESS_API_KEY
+from gym_runtime.config.redact import KEYLESS_API_KEY
 from gym_runtime.errors import ConfigError
 from gym_runtime.package import load_package
 from gym_runtime.supervise.ports import free_port

@@ -101,21 +101,35 @@ def test_invalid_package_and_bad_override(tmp_path: Path, capsys) -> None:
     assert rc == 1 and "GR-CONFIG-OVERRIDE" in err and "'not-an-override'" in err
 
 
-def test_base_url_without_a_key_uses_the_keyless_convention_as_up_does(tmp_path, capsys, monkeypatch):
-    """Bug: `config PKG --policy-base-url URL` failed on the unset policy_api_key while `up` used EMPTY."""
-    import json as _json
-    from pathlib import Path as _Path
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "native-quickstart")
+EXAMPLE_KEY = ("policy_model", "responses_api_models", "vllm_model", "api_key")
 
-    from gym_runtime.cli.main import main as _main
 
-    monkeypatch.delenv("GYM_RUNTIME_POLICY_API_KEY", raising=False)
-    example = str(_Path(__file__).resolve().parents[2] / "examples" / "native-quickstart")
-    rc = _main(["config", example, "--policy-base-url", "http://127.0.0.1:9/v1", "--policy-model-name", "m",
-                "--json"])
-    out = _json.loads(capsys.readouterr().out)
-    assert rc == 0 and "policy_api_key" in out["masked"]
-    rc = _main(["config", example, "policy_base_url=http://127.0.0.1:9/v1", "policy_model_name=m", "--json"])
-    out = _json.loads(capsys.readouterr().out)  # the same values as overrides count the same
-    assert rc == 0 and "policy_api_key" in out["masked"]
-    rc = _main(["config", example])  # no policy values at all: still the C02 error
-    assert rc == 1 and "policy_base_url" in capsys.readouterr().err
+def test_base_url_without_a_key_uses_the_keyless_convention_as_up_does(capsys, monkeypatch):
+    """Bug: `config PKG --policy-base-url URL` failed on the unset policy_api_key while `up` used EMPTY.
+    Bug: that EMPTY was shown as '****', as if a key were set: a value that holds no key is shown as it is."""
+    url = "http://127.0.0.1:9/v1"
+    for argv in (["--policy-base-url", url, "--policy-model-name", "m"],
+                 ["policy_base_url=" + url, "policy_model_name=m"]):  # the same values as overrides count the same
+        rc, out, _ = run(capsys, "config", EXAMPLE, *argv, "--json")
+        doc = json.loads(out)
+        inner = doc["config"]
+        for k in EXAMPLE_KEY:
+            inner = inner[k]
+        assert rc == 0 and doc["config"]["policy_api_key"] == "EMPTY" and inner == "EMPTY"
+        assert doc["masked"] == [] and all(s["secrets"] == [] for s in doc["servers"])
+    rc, out, _ = run(capsys, "config", EXAMPLE, "--policy-base-url", url, "--policy-model-name", "m")
+    assert rc == 0 and "policy_api_key: EMPTY\n" in out and "****" not in out
+    assert ("# policy_api_key: no key given, so EMPTY (what OpenAI clients send to an endpoint without a key); "
+            "pass --policy-api-key-env VAR to send one\n") in out
+    rc, _, err = run(capsys, "config", EXAMPLE)  # no policy values at all: still the C02 error
+    assert rc == 1 and "policy_base_url" in err
+
+
+def test_a_given_key_stays_masked_even_beside_the_keyless_value(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("MY_KEY", "sk-given-secret")
+    rc, out, _ = run(capsys, "config", EXAMPLE, "--policy-base-url", "http://127.0.0.1:9/v1", "--policy-model-name",
+                     "m", "--policy-api-key-env", "MY_KEY")
+    assert rc == 0 and "sk-given-secret" not in out and "policy_api_key: '****'\n" in out
+    assert "EMPTY" not in out and "no key given" not in out
+    assert "# masked secrets: " in out

@@ -309,6 +309,7 @@ class Environment:
                 if self.head is not None:  # serves status while the servers stop, then closes beside the rest
                     head_stop = asyncio.ensure_future(self._stop_head_after(sup.servers_stopped))
                 code = await td.step("servers", sup.wait_stopped(), (0 if fast else grace) + 8.0, sup.running)
+                td.note("servers", sup.stop_split)
             if self.head is not None:
                 if head_stop is not None and not sup.servers_stopped.is_set():
                     head_stop.cancel()  # the servers overran: close it now

@@ -74,6 +74,7 @@ class Supervisor:
         self._client: httpx.AsyncClient | None = None
         self._stop_started = False
         self.servers_stopped = asyncio.Event()  # set once a stop has reaped every server (not yet the rest)
+        self.stop_split = ""  # after a stop: "server instances 0.22s, then ray_head and stub_model 0.03s"
         self._pgids: set[int] = set()
         self.watchdog = None  # an orphans.Watchdog when some member runs without a pid namespace
         self.rebind = None  # callable(name): a new automatic port for that server (rebind.py)
@@ -391,8 +392,8 @@ class Supervisor:
         """Stop the servers first, then what they use (the Ray head and the stub model, whatever
         wave they started in: a Ray driver hangs in its own shutdown when its head is gone): TERM each
         process group, wait ``grace``, KILL, reap; then the orphans; then post ``stopped``.
-        :attr:`servers_stopped` is set between the two groups."""
-        t0 = time.monotonic()
+        :attr:`servers_stopped` is set between the two groups, and :attr:`stop_split` says the seconds
+        of each group when both had members (the daemon's ``stop took`` line shows it, teardown.py)."""
 
         async def stop_one(m: Member) -> None:
             proc = m.proc
@@ -415,18 +416,20 @@ class Supervisor:
             m.status = FAILED if failed else STOPPED
 
         running = [m for m in self.members.values() if m.status != PENDING]
+        servers, rest = [m for m in running if m.kind == "server"], [m for m in running if m.kind != "server"]
         took = []
-        for group in ([m for m in running if m.kind == "server"], [m for m in running if m.kind != "server"]):
+        for group in (servers, rest):
             t = time.monotonic()
             await asyncio.gather(*(stop_one(m) for m in group), return_exceptions=True)
             took.append(time.monotonic() - t)
             self.servers_stopped.set()
+        if servers and rest:
+            self.stop_split = (f"server instances {took[0]:.2f}s, then {' and '.join(m.name for m in rest)} "
+                               f"{took[1]:.2f}s")
         for m in self.members.values():
             m.status = FAILED if m.status == FAILED else STOPPED
             m.log.detach()
         await reap_orphans(self._pgids)
         if self._client is not None:
             await self._client.aclose()
-        self._progress(f"all processes stopped in {time.monotonic() - t0:.2f}s (servers {took[0]:.2f}s, "
-                       f"then the rest {took[1]:.2f}s)")
         self.post(Event("stopped"))

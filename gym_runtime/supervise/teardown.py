@@ -43,7 +43,8 @@ class Teardown:
 
     Use: ``arm()`` when the stop begins; ``await step(name, awaitable, deadline_s, waiting_on)``
     per step; ``disarm()`` at the end. ``overruns`` lists what overran; ``clean`` is True when
-    nothing did; ``timings`` lists ``(step, seconds)`` in order and :meth:`summary` says them.
+    nothing did; ``timings`` lists ``(step, seconds)`` in order and :meth:`summary` says them, each
+    with what :meth:`note` added to it.
     """
 
     def __init__(self, say: Callable[[str], None], process_groups: Callable[[], Iterable[int]] = tuple,
@@ -53,6 +54,7 @@ class Teardown:
         self.hard_deadline_s = hard_deadline_s
         self.overruns: list[Overrun] = []
         self.timings: list[tuple[str, float]] = []
+        self.notes: dict[str, str] = {}
         self.current = "starting the stop"
         self._t0 = time.monotonic()
         self._timer: threading.Timer | None = None
@@ -101,9 +103,16 @@ class Teardown:
             return None
         return task.result()
 
+    def note(self, step: str, text: str) -> None:
+        """Say ``text`` after ``step``'s figure in :meth:`summary` (e.g. the parts of its time); empty: nothing."""
+        if text:
+            self.notes[step] = text
+
     def summary(self) -> str:
-        """``stop took 1.42s: servers 1.20s, head server 0.01s, ...`` (steps of 5 ms or more)."""
-        steps = ", ".join(f"{name} {s:.2f}s" for name, s in self.timings if s >= 0.005)
+        """``stop took 1.42s: servers 1.20s (server instances 1.00s, then stub_model 0.15s), head server
+        0.01s, ...``: the whole stop, then each step of 5 ms or more with its :meth:`note`."""
+        steps = ", ".join(f"{name} {s:.2f}s" + (f" ({self.notes[name]})" if name in self.notes else "")
+                          for name, s in self.timings if s >= 0.005)
         return f"stop took {time.monotonic() - self._t0:.2f}s" + (f": {steps}" if steps else "")
 
     def _backstop(self) -> None:

@@ -98,7 +98,7 @@ def test_c35_a_base_url_that_is_not_the_v1_root_fails_before_ready(tmp_path: Pat
     error = run.json()["error"]
     assert error["code"] == "GR-START-MODEL-URL"
     assert f"did you mean {stub.url}/v1?" in error["message"] and "environment ready" not in run.stderr
-    assert "all processes stopped" in run.stderr
+    assert "stop took " in run.stderr and "unclean stop" not in run.stderr
 
 
 @pytest.mark.pypi

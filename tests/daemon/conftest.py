@@ -27,8 +27,10 @@ async def start_sandbox(work: Path, level: str | None = None):
 
 
 async def add_member(sup: Supervisor, sb, name: str, argv: list[str], cwd: Path, logs: Path,
-                     port: int | None = None, probe_path: str | None = "/", env: dict | None = None) -> Member:
-    """A member running ``argv`` (``{port}`` substituted) with the daemon's own interpreter."""
+                     port: int | None = None, probe_path: str | None = "/", env: dict | None = None,
+                     kind: str = "server") -> Member:
+    """A member running ``argv`` (``{port}`` substituted) with the daemon's own interpreter; ``kind``
+    as the daemon gives it (``server``, ``model`` for the stub model, ``ray`` for the Ray head)."""
     from sandbox import ProcessSpec
 
     port = port or sb.allocate_port()
@@ -36,7 +38,7 @@ async def add_member(sup: Supervisor, sb, name: str, argv: list[str], cwd: Path,
     spec = ProcessSpec(name, argv, cwd, {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": str(cwd),
                                          **(env or {})},
                        read_only_paths=[cwd, Path(sys.prefix)])
-    m = Member(name, "server", spec, sb, LogSink(logs / f"{name}.log"), port=port, probe_path=probe_path)
+    m = Member(name, kind, spec, sb, LogSink(logs / f"{name}.log"), port=port, probe_path=probe_path)
     m.public = tuple(await sb.publish(port))
     sup.add(m)
     return m

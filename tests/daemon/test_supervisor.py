@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 import time
@@ -59,6 +60,30 @@ def test_crash_is_seen_at_once_and_restarted(tmp_path: Path, run) -> None:
     assert seen < 1.0
     assert restarts == 1
     assert reason == "signal"
+
+
+def test_a_stop_times_the_servers_then_what_they_use(tmp_path: Path, run) -> None:
+    """The servers stop first, then the stub model / Ray head; ``stop_split`` (shown in the daemon's one
+    ``stop took`` line) gives each group's seconds and names the second group's members."""
+    (tmp_path / "app.py").write_text(SERVE)
+
+    async def main() -> str:
+        sb = await start_sandbox(tmp_path / "sb")
+        sup = Supervisor(fast_options())
+        for name, kind in (("acme", "server"), ("stub_model", "model")):
+            await add_member(sup, sb, name, [sys.executable, str(tmp_path / "app.py"), "{port}"], tmp_path,
+                             tmp_path / "logs", kind=kind)
+        try:
+            await sup.start()
+            assert sup.stop_split == ""
+        finally:
+            sup.request_stop()
+            await sup.wait_stopped()
+            await sb.close()
+        return sup.stop_split
+
+    split = run(main())
+    assert re.fullmatch(r"server instances \d+\.\d\ds, then stub_model \d+\.\d\ds", split), split
 
 
 def test_exit_status_zero_is_a_failure_and_restarts_are_bounded(tmp_path: Path, run) -> None:

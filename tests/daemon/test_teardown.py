@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,6 +46,23 @@ def test_a_stuck_step_is_named_with_what_it_waited_on_and_the_next_steps_still_r
     assert [o.step for o in td.overruns] == ["servers", "sandbox"]
     assert said[0] == "stop: servers did not finish within 0.2s (waiting on: acme_math (pid 123, stopping)); going on"
     assert said[1].startswith("stop: sandbox failed (RuntimeError('holder gone'))")
+
+
+def test_the_summary_is_one_line_with_each_step_and_its_note() -> None:
+    async def main() -> Teardown:
+        td = Teardown(lambda m: None)
+        td.arm()
+        await td.step("servers", asyncio.sleep(0.02), 1.0)
+        td.note("servers", "server instances 0.01s, then stub_model 0.01s")
+        await td.step("head server", asyncio.sleep(0.01), 1.0)
+        td.note("head server", "")  # nothing to add: no parentheses
+        await td.step("watchdog", asyncio.sleep(0), 1.0)  # under 5 ms: left out
+        td.disarm()
+        return td
+
+    summary = asyncio.run(main()).summary()
+    assert re.fullmatch(r"stop took \d\.\d\ds: servers \d\.\d\ds \(server instances 0\.01s, then stub_model "
+                        r"0\.01s\), head server \d\.\d\ds", summary), summary
 
 
 def test_a_step_that_swallows_its_cancellation_does_not_hold_up_the_stop() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,11 @@ def test_dry_run_json_flags_the_zero_spread_row(tmp_path: Path) -> None:
     assert sorted((r["row"], r["sample"]) for r in results) == [(i, k) for i in range(6) for k in range(4)]
     assert all(r["error"] is None and r["latency_s"] > 0 for r in results)
     runs = Path(os.environ["GYM_RUNTIME_HOME"]) / "runs"
-    assert "all processes stopped" in run.stderr and runs.is_dir()
+    assert runs.is_dir() and "unclean stop" not in run.stderr
+    # one stop line: the whole stop, then each step; the servers' step names the stub model stopped after them
+    (stop,) = [ln for ln in run.stderr.splitlines() if "stop took " in ln]
+    assert re.search(r"stop took \d+\.\d\ds: servers \d+\.\d\ds \(server instances \d+\.\d\ds, then stub_model "
+                     r"\d+\.\d\ds\)", stop), stop
 
 
 @pytest.mark.pypi

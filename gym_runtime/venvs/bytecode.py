@@ -257,7 +257,9 @@ class EnvironmentBytecode:
                 self._say(f"bytecode: {e}")
                 continue
             if n:
-                self._say(f"bytecode: {n} files an earlier run imported compiled for {venv.name}")
+                self._say(f"bytecode: compiled what an earlier run's processes imported into venv {venv.name} "
+                          f"({n} files; that run stopped before compiling them); later starts load it instead of "
+                          "compiling")
             digest = (read_marker(venv) or {}).get("digest")
             if self.store is not None and isinstance(digest, str):
                 self._venvs[venv] = (py, digest)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gym_runtime.venvs import build_venvs, plan_venvs
-from gym_runtime.venvs.bytecode import for_user, harvest, harvest_stale, learned, stale
+from gym_runtime.venvs.bytecode import EnvironmentBytecode, for_user, harvest, learned, stale
 from gym_runtime.venvs.store import is_ready
 from tests.helpers.index import write_simple_index
 from tests.helpers.wheels import build_wheel
@@ -93,8 +93,11 @@ def test_a_learning_dir_left_by_a_dead_daemon_is_harvested_at_the_next_start(ven
     _py(venv_python, dead.env, "-c", "import tinyparse.extra")
     assert stale(venv) == []  # both are held by this (live) daemon
     dead.release()  # what the kernel does when its daemon dies
-    n = asyncio.run(harvest_stale(venv, venv_python))
-    assert n == 2 and learned(venv) == {KEY}
+    said: list[str] = []
+    asyncio.run(EnvironmentBytecode(said.append).prepare([venv_python]))  # what a start does first
+    assert said == [f"bytecode: compiled what an earlier run's processes imported into venv {venv.name} (2 files; "
+                    "that run stopped before compiling them); later starts load it instead of compiling"]
+    assert learned(venv) == {KEY}
     assert held.prefix.is_dir(), "a dir a live daemon holds is left alone"
     held.release()
 

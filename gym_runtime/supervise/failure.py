@@ -102,7 +102,8 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
                         "to its code): ship that content in the package, or make the tree write under $HOME or /tmp")
     logs = [str(members[n].log.path) for n in pick]
     return StartError(f"{message} (phase: {phase}, {ready}/{len(members)} ready)", code=code, cause=cause,
-                      hint=hint or "read the log lines above; fix the server or its config, then start again",
+                      hint=hint or "read the server's last log lines (cause) and its log file (log); fix the "
+                      "server or its config, then start again",
                       log=", ".join(logs) or None, extra=extra)
 
 

@@ -204,7 +204,8 @@ class Supervisor:
                 self._fail(m.name, f"{m.kind} {m.name!r} {what} during start-up, the same way as on its previous "
                            f"start (last log line: {m.startup_exit[1]!r}); not restarted again, restarts are for "
                            "servers that were ready once", hint="the error is the same on every start: fix the "
-                           "server or its config (see its log lines above), then start again")
+                           "server or its config (its last log lines are in cause, the whole log in log), then "
+                           "start again")
                 return
         if m.restarts < self.options.max_restarts:
             delay = self.options.backoff(m.restarts)

@@ -150,7 +150,8 @@ def closure_failure(vp: VenvPlan, block: str, package_root: Path | None = None) 
     where = f"CPython {py} {target.platform}"
     vendor = f"gym-runtime vendor {package_root or 'PKG'} --platform {target.platform} --python {py}"
     if found is None:
-        return ("GR-BUILD-CLOSURE", f"wheels/ does not hold the whole closure for {where} (uv's words below)",
+        return ("GR-BUILD-CLOSURE",
+                f"wheels/ does not hold the whole closure for {where} (uv's own words are in cause)",
                 f"vendor the closure: `{vendor}`", {})
     return ("GR-BUILD-CLOSURE", f"wheels/ does not hold the whole closure for {where}: "
             + found.describe(_pool_listing(vp, found.project)),

@@ -134,10 +134,12 @@ class SandboxedProcess:
     def _signal_tree(self, sig: int) -> None:
         app = self.app_pid()
         targets = {p.pid for p in self.tree()}
+        grouped = False
         if app is not None:
             try:
                 if os.getpgid(app) == app:  # the app leads its own group: signal all of it
                     os.killpg(app, sig)
+                    grouped = True
             except OSError:
                 pass
         if sig == signal.SIGKILL:
@@ -146,7 +148,7 @@ class SandboxedProcess:
                     os.kill(pid, sig)
                 except OSError:
                     pass
-        elif app is not None:
+        elif app is not None and not grouped:  # once: a second TERM lands in the app's own cleanup
             try:
                 os.kill(app, sig)
             except OSError:

@@ -104,7 +104,8 @@ def test_rows_spread_over_two_agent_replicas_within_the_bound(cluster, tmp_path:
         assert one["summary"]["concurrency"] == 1
         assert most_at_once([(a["start"], a["end"]) for a in one["results"]]) == 1
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(90) == 0
+        code = proc.wait(90)
+        assert code == 0, proc.stderr.read()[-4000:]
         assert wait_gone(pids, 30, zombies_count=False) == []
     finally:
         kill_tree(proc)

@@ -416,17 +416,19 @@ class Supervisor:
                 self._progress(f"{m.name}: {info.detail}")
             m.status = FAILED if failed else STOPPED
 
-        running = [m for m in self.members.values() if m.status != PENDING]
-        servers, rest = [m for m in running if m.kind == "server"], [m for m in running if m.kind != "server"]
-        took = []
-        for group in (servers, rest):
+        async def stop_all(group: list[Member]) -> float:
             t = time.monotonic()
             await asyncio.gather(*(stop_one(m) for m in group), return_exceptions=True)
-            took.append(time.monotonic() - t)
-            self.servers_stopped.set()
+            return time.monotonic() - t
+
+        running = [m for m in self.members.values() if m.status != PENDING]
+        servers, rest = [m for m in running if m.kind == "server"], [m for m in running if m.kind != "server"]
+        took_servers = await stop_all(servers)
+        self.servers_stopped.set()
+        took_rest = await stop_all(rest)
         if servers and rest:
-            self.stop_split = (f"server instances {took[0]:.2f}s, then {' and '.join(m.name for m in rest)} "
-                               f"{took[1]:.2f}s")
+            self.stop_split = (f"server instances {took_servers:.2f}s, then {' and '.join(m.name for m in rest)} "
+                               f"{took_rest:.2f}s")
         for m in self.members.values():
             m.status = FAILED if m.status == FAILED else STOPPED
             m.log.detach()

@@ -133,7 +133,7 @@ class SandboxedProcess:
 
     def _signal_tree(self, sig: int) -> None:
         app = self.app_pid()
-        targets = {p.pid for p in self.tree()}
+        targets = {p.pid for p in self.tree()} if sig == signal.SIGKILL else set()  # taken before the group signal
         grouped = False
         if app is not None:
             try:

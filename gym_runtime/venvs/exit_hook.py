@@ -43,16 +43,14 @@ RAY_SOURCE = '''"""Installed by gym-runtime in every venv it builds: a Ray drive
 
 import atexit
 
-_registered = []
-
 
 def end_driver_at_exit(runtime_env):
-    """Register a plain ray.shutdown() with atexit, once; return runtime_env unchanged."""
-    if not _registered:
-        import ray
+    """Register a plain ray.shutdown() with atexit (once, however often ray.init runs); return
+    runtime_env unchanged."""
+    import ray
 
-        atexit.register(ray.shutdown)
-        _registered.append(True)
+    atexit.unregister(ray.shutdown)
+    atexit.register(ray.shutdown)
     return runtime_env
 '''
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.helpers.daemon import orphaning_env  # noqa: E402
 from tests.helpers.debian_base import ensure_base, host_mirror, import_tarball, make_tarball  # noqa: E402
-from tests.helpers.podman import RuntimeImage, build_image, ensure_tools, host_arch, image_size, podman  # noqa: E402
+from tests.helpers.podman import IMAGE_WORKDIR, RuntimeImage, build_image, ensure_tools, host_arch, image_size, podman  # noqa: E402
 
 SECURITY = {
     "podman defaults": [],
@@ -111,7 +111,7 @@ def main() -> int:
             pkg = orphaning_env(Path(tmp) / "acme-orphans")
             subprocess.run(["chmod", "-R", "a+rX", str(pkg)], check=True)
             orphan_args = ["acme-orphans", "--policy-base-url", "http://127.0.0.1:9/v1"]
-            mount = (f"{pkg}:/job/work/acme-orphans:ro",)  # under the image's working directory (Dockerfile)
+            mount = (f"{pkg}:{IMAGE_WORKDIR}/acme-orphans:ro",)
             for label, init in (("tini", True), ("no_init", False)):
                 out = cycles(image, args.cycles, orphan_args, [], init, mount)
                 figures[f"zombies_{label}"] = len(out["zombies"]) if "zombies" in out else out.get("error")

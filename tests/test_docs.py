@@ -109,7 +109,7 @@ def test_docs_name_nothing_outside_the_repository(doc: Path) -> None:
 
 # Elsewhere in the tree, home directories are real container paths and case inputs cite upstream
 # trackers (``owner/repo issue #N``); what must not appear is this project's own machine, its
-# outside documents and its own tracker entries ("issue 5").
+# outside documents and its own tracker's entry numbers.
 TREE_OUTSIDE = [
     (re.compile(r"(?<![\w.])/work/"), "an absolute path of a machine"),
     OUTSIDE[1],

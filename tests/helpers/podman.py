@@ -30,6 +30,7 @@ TOOLS = {"podman": "podman", "runc": "runc", "debuerreotype-init": "debuerreotyp
          "wget": "wget"}
 CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE")
 CA_IN_CONTAINER = "/run/gym-runtime-ca/ca-bundle.pem"
+IMAGE_WORKDIR = "/job/work"  # the image's working directory (Dockerfile WORKDIR, docs/container.md)
 
 
 def tail(text: str, lines: int = 8) -> str:
@@ -115,8 +116,8 @@ def image_size(tag: str) -> int:
 @dataclass
 class RuntimeImage:
     """A built runtime image and how to run it here: this host's limits and CA bundle, and the
-    host directory ``examples`` read-only at ``/job/work/examples`` (the image's working directory
-    is ``/job/work``, so ``examples/...`` paths work as in the README)."""
+    host directory ``examples`` read-only at ``examples`` under :data:`IMAGE_WORKDIR`, so
+    ``examples/...`` paths work as in the README)."""
 
     tag: str
     examples: Path
@@ -126,7 +127,7 @@ class RuntimeImage:
         """``podman run`` options, then the image and ``args`` (``extra`` options go last, e.g.
         ``--entrypoint``, ``-d``, ``--name``)."""
         return [*limit_flags(), *security, *ca_run_flags(self.ca), "-e", "COLUMNS=100",
-                "-v", f"{self.examples}:/job/work/examples:ro", *extra, self.tag, *args]
+                "-v", f"{self.examples}:{IMAGE_WORKDIR}/examples:ro", *extra, self.tag, *args]
 
     def run(self, *args: str, timeout: float, **kw) -> subprocess.CompletedProcess:
         """``podman run --rm``, waited for; never raises on the exit code."""

@@ -24,7 +24,7 @@ import pytest
 
 from tests.helpers.daemon import orphaning_env
 from tests.helpers.debian_base import BaseUnavailable, ensure_base
-from tests.helpers.podman import RuntimeImage, build_image, ensure_tools, host_arch, podman, tail
+from tests.helpers.podman import IMAGE_WORKDIR, RuntimeImage, build_image, ensure_tools, host_arch, podman, tail
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -140,7 +140,7 @@ def test_twenty_up_cycles_in_one_container_leave_no_zombies(image: RuntimeImage,
     done = image.run("--", "python3", driver, "--cycles", "20", "acme-orphans", "--policy-base-url",
                      "http://127.0.0.1:9/v1", timeout=1200,
                      extra=["--entrypoint", "tini", "-v", f"{HERE / 'up_cycles.py'}:{driver}:ro",
-                            "-v", f"{pkg}:/job/work/acme-orphans:ro"])
+                            "-v", f"{pkg}:{IMAGE_WORKDIR}/acme-orphans:ro"])
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     cycles = result["cycles"]

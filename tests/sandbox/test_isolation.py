@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_full_isolation_inside_view(full, tmp_path, plain_python, monkeypatch):
             host, hport = await sb.publish(peer_port)
             assert await _wait_http(host, hport) == f"peer {peer_port}"  # daemon reaches the server
             spec = {"write_probe": [str(venv), str(venv / "lib"), str(package), str(tmp_path / "sb" / "w"), "/tmp"],
-                    "exists_probe": [str(tmp_path / "elsewhere"), "/etc/shadow", "/root/.ssh"],
+                    "exists_probe": [str(tmp_path / "elsewhere"), "/etc/shadow", str(Path.home() / ".ssh")],
                     "fetch": [f"http://127.0.0.1:{peer_port}/", f"http://{inside[0]}:{inside[1]}/"]}
             (tmp_path / "elsewhere").mkdir()
             out = await run_json(sb, plain_python, "inspect_self.py", spec, tmp_path / "sb" / "w",
@@ -69,7 +70,8 @@ def test_full_isolation_inside_view(full, tmp_path, plain_python, monkeypatch):
     assert w[str(plain_python.parent.parent)] == "Read-only file system"
     assert w[str(tmp_path / "pkg")] == "Read-only file system"
     assert w[str(tmp_path / "sb" / "w")] == "written" and w["/tmp"] == "written"
-    assert out["visible"] == {str(tmp_path / "elsewhere"): False, "/etc/shadow": False, "/root/.ssh": False}
+    ssh = str(Path.home() / ".ssh")
+    assert out["visible"] == {str(tmp_path / "elsewhere"): False, "/etc/shadow": False, ssh: False}
     assert list(out["fetch"].values())[0].startswith("peer ")  # peers over the sandbox loopback
     assert list(out["fetch"].values())[1].startswith("hello ")  # the exposed head server
     env = out["env"]

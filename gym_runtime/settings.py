@@ -11,11 +11,13 @@ Variables (all optional):
 ``GYM_RUNTIME_VENV_DIR``            venv root (default ``$GYM_RUNTIME_HOME/venvs``)
 ``GYM_RUNTIME_UV_CACHE_DIR``        uv cache (default: uv's own default cache)
 ``GYM_RUNTIME_PIN_MODE``            ``gym`` | ``auto`` (default) | ``none`` (docs/architecture.md §5)
-``GYM_RUNTIME_PIN_NEMO_GYM``        image pin for ``nemo-gym`` (default 0.4.0)
+``GYM_RUNTIME_PIN_NEMO_GYM``        image pin for ``nemo-gym`` (default: the current Gym release, 0.7.0); it
+                                    also chooses the Gym release profile (:mod:`gym_runtime.gym_release`)
 ``GYM_RUNTIME_PIN_RAY``             image pin for ``ray[default]`` (default: this runtime's ray, else 2.60.0;
                                     servers join the runtime's Ray cluster, so versions must match)
-``GYM_RUNTIME_PIN_OPENAI``          image pin for ``openai`` (default 2.7.2: nemo-gym 0.4.0 requires
-                                    ``openai<=2.7.2``, so the runtime's own openai is no valid default, case C07)
+``GYM_RUNTIME_PIN_OPENAI``          image pin for ``openai`` (default: the newest openai the pinned nemo-gym
+                                    accepts: 2.44.0 for 0.7.0, 2.7.2 for 0.4.0; the runtime's own openai
+                                    is no valid default, case C07)
 ``GYM_RUNTIME_PYTHON``              default interpreter for server venvs (version or path;
                                     default: the runtime's own ``X.Y``)
 ``GYM_RUNTIME_POLICY_BASE_URL``     the job's policy endpoint(s), comma-separated for replicas
@@ -93,6 +95,10 @@ class RuntimeSettings:
         """What stage 1 installed per venv plan (venvs/resolutions.py): beside the venv root."""
         return self.home / "resolutions"
 
+    def pin_explicit(self, requirement: str) -> bool:
+        """True when the operator set this pin (``GYM_RUNTIME_PIN_*``) rather than a default."""
+        return self.pin_origins.get(requirement, "").startswith("set by ")
+
     def with_overrides(self, **kw: object) -> RuntimeSettings:
         """A copy with some fields replaced (CLI flags win over the environment)."""
         return replace(self, **kw)  # type: ignore[arg-type]
@@ -106,11 +112,18 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     if mode not in PIN_MODES:
         raise SettingsError(f"GYM_RUNTIME_PIN_MODE={mode!r} is not one of {', '.join(PIN_MODES)}",
                             hint="unset it for the default (auto)")
+    from gym_runtime.gym_release.releases import CURRENT, known_release
+
+    sdk = env.get(PIN_VARS["nemo-gym"]) or CURRENT
+    try:
+        openai = known_release(sdk).default_openai
+    except ValueError:  # not a version: the release profile's choice reports it (GR-SETTINGS-PIN)
+        openai = known_release(CURRENT).default_openai
     defaults = {
-        "nemo-gym": ("0.4.0", "the runtime's default nemo-gym pin"),
+        "nemo-gym": (CURRENT, "the runtime's default: the current NeMo Gym release"),
         "ray[default]": (_installed("ray", "2.60.0"), "the runtime's default (the ray version it runs with, "
                          "so servers can join its cluster)"),
-        "openai": ("2.7.2", "the runtime's default (the newest openai nemo-gym 0.4.0 accepts)"),
+        "openai": (openai, f"the runtime's default (the newest openai nemo-gym {sdk} accepts)"),
     }
     pins, origins = {}, {}
     for req, var in PIN_VARS.items():

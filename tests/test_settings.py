@@ -12,11 +12,17 @@ from gym_runtime.errors import SettingsError
 from gym_runtime.settings import load_settings
 
 
-def test_default_pins_are_coherent_with_the_default_nemo_gym_pin() -> None:
+def test_default_pins_are_the_current_gym_release_and_the_openai_it_requires() -> None:
     s = load_settings({"HOME": "/tmp"})
-    assert s.pins["nemo-gym"] == "0.4.0"
-    assert s.pins["openai"] in SpecifierSet("<=2.7.2")  # nemo-gym 0.4.0's own requirement
-    assert "default" in s.pin_origins["openai"]
+    assert s.pins["nemo-gym"] == "0.7.0"
+    assert s.pins["openai"] in SpecifierSet("==2.44.0")  # nemo-gym 0.7.0's own requirement
+    assert "default" in s.pin_origins["openai"] and not s.pin_explicit("openai")
+
+
+def test_an_older_sdk_pin_brings_the_openai_that_release_accepts() -> None:
+    s = load_settings({"HOME": "/tmp", "GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0"})
+    assert s.pins["openai"] in SpecifierSet("<=2.7.2")  # nemo-gym 0.4.0's own requirement (case C07)
+    assert s.pin_explicit("nemo-gym") and "0.4.0" in s.pin_origins["openai"]
 
 
 def test_pin_set_in_the_environment_is_attributed_to_its_variable() -> None:

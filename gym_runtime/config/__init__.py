@@ -33,6 +33,7 @@ from gym_runtime.config.resolve import resolve_config
 from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map
 from gym_runtime.config.types import apply_known_types
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
+from gym_runtime.gym_release import GymRelease
 from gym_runtime.package import Package
 from gym_runtime.package.layout import find_server_dirs
 
@@ -45,7 +46,9 @@ class MergedConfig:
     ``instances``: server instances by name, in config order; ``refs``: every server reference;
     ``sources``: provenance of each key (and the lists a later file replaced); ``secrets``: which
     values are secrets and which server instance receives which (:mod:`gym_runtime.config.secrets`);
-    ``warnings``: problems that do not stop a start (:class:`~gym_runtime.errors.Violation`).
+    ``warnings``: problems that do not stop a start (:class:`~gym_runtime.errors.Violation`);
+    ``release``: the profile of the Gym release the environment runs (:mod:`gym_runtime.gym_release`),
+    which every later stage asks what its release line does.
     """
 
     package: Package
@@ -55,6 +58,7 @@ class MergedConfig:
     sources: Sources = field(default_factory=Sources)
     secrets: SecretMap = field(default_factory=SecretMap)
     warnings: list[Violation] = field(default_factory=list)
+    release: GymRelease | None = None
 
     def of_type(self, server_type: str) -> list[ServerInstance]:
         return [i for i in self.instances.values() if i.server_type == server_type]
@@ -74,13 +78,18 @@ def builtin_server_dirs(root: Path) -> dict:
 
 
 def build_config(package: Package, overrides: list[str] | None = None, policy: PolicyValues | None = None,
-                 builtin_root: Path | None = None, defaults: dict[str, Any] | None = None) -> MergedConfig:
+                 builtin_root: Path | None = None, defaults: dict[str, Any] | None = None,
+                 release: GymRelease | None = None) -> MergedConfig:
     """Merge and check the package's configuration; raises a :class:`ConfigError` subclass.
 
     ``defaults`` are merged beneath the files (e.g. placeholders for ``validate``);
-    ``builtin_root`` defaults to the runtime's ``servers/``.
+    ``builtin_root`` defaults to the runtime's ``servers/``; ``release`` is the Gym release profile
+    (default: :func:`~gym_runtime.gym_release.choose_release` under the current settings).
     """
-    from gym_runtime.settings import builtin_servers_dir
+    from gym_runtime.gym_release import choose_release
+    from gym_runtime.settings import builtin_servers_dir, load_settings
+
+    release = release or choose_release(package, load_settings())
 
     files = [(p, package.rel(p)) for p in package.config_files]
     cfg, sources = merge_sources(files, list(overrides or []), policy or PolicyValues(), defaults)
@@ -116,7 +125,7 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
                           hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
                           "{entrypoint: app.py}}}` block")
     return MergedConfig(package, data, instances, refs, sources, secret_map(raw, data, list(instances), extra_secrets),
-                        warnings + _settings_in_config(raw, sources))
+                        warnings + _settings_in_config(raw, sources), release)
 
 
 def _refs_summary(n: int) -> str:

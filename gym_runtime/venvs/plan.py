@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from packaging.version import Version
 
 from gym_runtime.config import MergedConfig, ServerInstance
+from gym_runtime.gym_release import GymRelease
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs.digest import HashCache, plan_digest, tree_digest
 from gym_runtime.venvs.pythons import Interpreter, find_python
@@ -149,22 +150,25 @@ class InstallPlan:
                 "servers": dict(self.by_instance)}
 
 
-def pins_for(settings: RuntimeSettings, mode: str, source: InstallSource) -> tuple[Pin, ...]:
-    """The injected pins for one install source in ``mode`` (see module doc)."""
+def pins_for(settings: RuntimeSettings, mode: str, source: InstallSource,
+             release: GymRelease | None = None) -> tuple[Pin, ...]:
+    """The injected pins for one install source in ``mode`` (see module doc); ``release`` (the Gym
+    release the environment runs) fills the pins the operator did not set (:meth:`GymRelease.pins`)."""
     if mode == "none":
         return ()
     as_constraint = mode == "auto" and not source.uses_gym_sdk
+    pins, origins = release.pins(settings) if release is not None else (settings.pins, settings.pin_origins)
     out = []
-    for req, version in settings.pins.items():
-        origin = settings.pin_origins.get(req, "the runtime's pin settings")
+    for req, version in pins.items():
+        origin = origins.get(req, "the runtime's pin settings")
         name = canonicalize_name(Requirement(req).name)
         out.append(Pin(f"{req}=={version}", name, version, f"added by gym-runtime: {origin}", as_constraint))
     return tuple(out)
 
 
-def sdk_line(settings: RuntimeSettings) -> str:
+def sdk_line(settings: RuntimeSettings, release: GymRelease | None = None) -> str:
     """What replaces Gym's ``-e nemo-gym[dev] @ ../../`` line: the pinned SDK (``nemo-gym==X``)."""
-    sdk_pin = settings.pins.get(SDK_NAME)
+    sdk_pin = (release.pins(settings)[0] if release is not None else settings.pins).get(SDK_NAME)
     return f"{SDK_NAME}=={sdk_pin}" if sdk_pin and settings.pin_mode != "none" else SDK_NAME
 
 
@@ -238,7 +242,7 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     sdir = inst.server_dir
     source = read_install_source(sdir.install_file, server=inst.name)
     mode = settings.pin_mode
-    pins = pins_for(settings, mode, source)
+    pins = pins_for(settings, mode, source, merged.release)
     request, origin = _python_request(inst, merged, python, settings)
     pkg = merged.package
     rel_file = pkg.rel(sdir.install_file) if sdir.origin == "package" else \
@@ -255,7 +259,7 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
             versions.setdefault(f.name, set()).add(f.version)
         # several versions are a packaging error (preflight); pin the newest so uv explains its tags
         closure = tuple(sorted(f"{n}=={max(vs, key=Version)}" for n, vs in versions.items()))
-    sdk_replacement = sdk_line(settings)
+    sdk_replacement = sdk_line(settings, merged.release)
     notes = []
     for ln in source.lines:
         if ln.takes_sdk_pin and ln.sdk_requirement(sdk_replacement) != ln.text:

@@ -37,7 +37,8 @@ def empty_index(tmp_path: Path) -> str:
 @pytest.fixture
 def make_settings(tmp_path: Path, uv_cache: Path, empty_index: str) -> Callable[..., RuntimeSettings]:
     """``make_settings(index_url=None, pin_mode="auto", pins=None, env=None)`` -> settings whose
-    stage 1 resolves against ``index_url`` (default: an empty ``file://`` index), never PyPI."""
+    stage 1 resolves against ``index_url`` (default: an empty ``file://`` index), never PyPI; the
+    pins (default :data:`TINY_PINS`) count as set by the operator, so every venv gets them as given."""
 
     def make(index_url: str | None = None, pin_mode: str = "auto", pins: dict[str, str] | None = None,
              env: dict[str, str] | None = None, home: Path | None = None) -> RuntimeSettings:
@@ -46,7 +47,8 @@ def make_settings(tmp_path: Path, uv_cache: Path, empty_index: str) -> Callable[
                      "UV_INDEX_URL": index_url or empty_index, "GYM_RUNTIME_PIN_MODE": pin_mode})
         base.update(env or {})
         s = load_settings(base)
-        return s.with_overrides(pins=dict(pins if pins is not None else TINY_PINS))
+        chosen = dict(pins if pins is not None else TINY_PINS)
+        return s.with_overrides(pins=chosen, pin_origins={k: f"set by the test ({k})" for k in chosen})
 
     return make
 

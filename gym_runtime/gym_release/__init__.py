@@ -1,0 +1,40 @@
+"""NeMo Gym release profiles: what differs between Gym release lines, in one place.
+
+A profile (:class:`GymRelease` and one subclass per line) is chosen once per environment from
+the SDK it runs (:func:`choose_release`: the operator's ``nemo-gym`` pin, or the ``nemo_gym`` wheel
+a wheels-v1 package vendors) and passed down like any other value: the config stage, the venv
+plan, the supervisor and the head server ask it what their line does, and no module compares
+version strings. docs/architecture.md §2, "Gym releases", lists what each profile says.
+
+Lines: ``0.4`` (releases 0.2.0-0.5.x, :mod:`.base`), ``0.6`` (:mod:`.gym_06`), ``0.7`` (0.7.x and
+newer, :mod:`.gym_07`). Adding a line is adding a module with one subclass, registering it in
+:data:`LINES`, and its tests.
+"""
+
+from __future__ import annotations
+
+from packaging.version import Version
+
+from gym_runtime.gym_release.base import SDK_NAME, GymRelease
+from gym_runtime.gym_release.choose import choose_release
+from gym_runtime.gym_release.gym_06 import Gym06
+from gym_runtime.gym_release.gym_07 import Gym07
+from gym_runtime.gym_release.releases import CURRENT, RELEASES, KnownRelease, known_release
+
+# Oldest line first; a version runs under the newest line whose `first` is at or below it.
+LINES: tuple[type[GymRelease], ...] = (GymRelease, Gym06, Gym07)
+
+
+def line_for(version: str | Version) -> type[GymRelease]:
+    """The profile class of ``version`` (``0.4.0`` -> the 0.4 line, ``0.7.2`` -> the 0.7 line)."""
+    v = Version(str(version))
+    return [cls for cls in LINES if Version(cls.first) <= v][-1]
+
+
+def release_for(version: str | Version, source: str, metadata: KnownRelease | None = None) -> GymRelease:
+    """The profile of the exact ``version``; ``metadata`` defaults to the table of known releases."""
+    return line_for(version)(version, source, metadata or known_release(version))
+
+
+__all__ = ["CURRENT", "LINES", "RELEASES", "SDK_NAME", "Gym06", "Gym07", "GymRelease", "KnownRelease",
+           "choose_release", "known_release", "line_for", "release_for"]

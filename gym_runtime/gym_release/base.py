@@ -1,0 +1,112 @@
+"""The contract of the oldest NeMo Gym release line the runtime runs (0.2 to 0.5): the base profile.
+
+A *profile* is one object per Gym release line saying what differs between lines; every other
+module asks it and none compares version strings (docs/architecture.md §2, "Gym releases"). A
+line's class overrides only what changed in that line (``gym_06.py``, ``gym_07.py``); a new Gym
+release line is a new subclass registered in ``gym_release/__init__.py`` plus its tests.
+
+The base values are those of NeMo Gym 0.4.0 (``nemo_gym/global_config.py``: the reserved
+top-level keys; ``nemo_gym/config_types.py``: the server types; ``nemo_gym/cli/setup_command.py``:
+the SDK line of a server tree's install file). Releases 0.2.0-0.5.1 share them; 0.5 differs only
+in figures the wheel itself declares (``Requires-Python >= 3.13.14``), which come from
+:mod:`gym_runtime.gym_release.releases` or the vendored wheel, not from the class.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from gym_runtime.gym_release.releases import KnownRelease
+
+if TYPE_CHECKING:
+    from gym_runtime.settings import RuntimeSettings
+
+SDK_NAME = "nemo-gym"
+PIN_REQUIREMENTS = ("nemo-gym", "ray[default]", "openai")
+
+
+class GymRelease:
+    """The profile of one Gym release line, for one exact SDK version.
+
+    Class attributes describe the line; instances add the exact release: ``version`` (the
+    ``nemo-gym`` version the environment runs), ``source`` (where it was chosen from: a pin
+    setting, the runtime's default, or ``wheels/<file>`` of the package) and ``metadata`` (the
+    release's ``Requires-Python``, ``openai`` and ``ray[default]`` requirements: the vendored
+    wheel's own ``METADATA``, else :data:`~gym_runtime.gym_release.releases.RELEASES`).
+    """
+
+    line: ClassVar[str] = "0.4"
+    # the first release of the line (lines are chosen by the newest `first` at or below a version)
+    first: ClassVar[str] = "0.0"
+    # Gym's server types (`nemo_gym/config_types.py`), in the order the runtime lists them
+    server_types: ClassVar[tuple[str, ...]] = ("responses_api_models", "responses_api_agents", "resources_servers")
+    # top-level keys Gym never reads as a server instance (`NEMO_GYM_RESERVED_TOP_LEVEL_KEYS`; 0.5's
+    # additions are scalars, so the 0.4.0 list and 0.5.0's read the same configs alike)
+    reserved_keys: ClassVar[frozenset[str]] = frozenset({
+        "config_paths", "entrypoint", "default_host", "head_server", "disallowed_ports", "head_server_deps",
+        "python_version", "pip_install_verbose", "use_absolute_ip", "uv_pip_set_python", "skip_venv_if_present",
+        "hf_token", "ray_head_node_address", "port_range_low", "port_range_high", "dry_run", "uv_cache_dir",
+        "uv_venv_dir", "_inherit_from", "_copy", "nemo_gym_log_dir", "verbose", "json", "query",
+        "component_name", "model_call_capture_dir", "model_endpoint_readiness_timeout_seconds",
+        "observability_enabled",
+    })
+
+    def __init__(self, version: str | Version, source: str, metadata: KnownRelease) -> None:
+        self.version = Version(str(version))
+        self.source = source
+        self.metadata = metadata
+
+    # ------------------------------------------------------------------ figures of the exact release
+    @property
+    def requires_python(self) -> SpecifierSet:
+        """The release's ``Requires-Python`` (e.g. ``>=3.13.14`` for 0.5 and later)."""
+        return self.metadata.python_spec
+
+    @property
+    def openai_requirement(self) -> SpecifierSet:
+        """The ``openai`` versions the release accepts (0.4.0: ``<=2.7.2``; 0.7.0: ``==2.44.0``)."""
+        return SpecifierSet(self.metadata.openai)
+
+    @property
+    def ray_requirement(self) -> SpecifierSet:
+        """The ``ray[default]`` versions the release accepts (0.7.0: ``>=2.58.0``)."""
+        return SpecifierSet(self.metadata.ray)
+
+    def runs_on(self, python_version: str) -> bool:
+        """True when an interpreter of ``python_version`` (``3.13.15``) satisfies ``Requires-Python``."""
+        return self.requires_python.contains(python_version, prereleases=True)
+
+    def pins(self, settings: RuntimeSettings) -> tuple[dict[str, str], dict[str, str]]:
+        """The image pins server venvs get for this release: ``(requirement -> version, requirement
+        -> origin)``, the requirements of ``settings.pins``. A pin the operator set
+        (``GYM_RUNTIME_PIN_*``) is kept as set; a default one is replaced: ``nemo-gym`` by this
+        release and ``openai`` by the newest version it accepts, each saying so."""
+        pins, origins = dict(settings.pins), dict(settings.pin_origins)
+        if SDK_NAME in pins and not settings.pin_explicit(SDK_NAME):
+            pins[SDK_NAME], origins[SDK_NAME] = str(self.version), f"the SDK this environment runs ({self.source})"
+        if "openai" in pins and not settings.pin_explicit("openai"):
+            pins["openai"] = self.metadata.default_openai
+            origins["openai"] = f"the runtime's default for nemo-gym {self.version} (the newest openai it accepts: " \
+                                f"{self.metadata.openai})"
+        return pins, origins
+
+    # ------------------------------------------------------------------ the line's contract
+    @property
+    def has_environment_servers(self) -> bool:
+        """Whether ``environment_servers`` is a server type of this line (0.7 and later)."""
+        return "environment_servers" in self.server_types
+
+    def describe(self) -> str:
+        """``NeMo Gym 0.7.0 (release line 0.7; from GYM_RUNTIME_PIN_NEMO_GYM)``."""
+        return f"NeMo Gym {self.version} (release line {self.line}; from {self.source})"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"version": str(self.version), "line": self.line, "source": self.source,
+                "requires_python": str(self.requires_python), "openai": str(self.openai_requirement),
+                "ray": str(self.ray_requirement)}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.version} from {self.source}>"

@@ -1,0 +1,96 @@
+"""Choose the Gym release an environment runs: the operator's pin, or the SDK wheel it vendors.
+
+Rule (docs/runtime.md, "Gym releases"): a wheels-v1 package that vendors ``nemo_gym-X.whl`` runs
+release X, whose ``METADATA`` (``Requires-Python``, the ``openai`` and ``ray[default]``
+requirements) is read from the wheel; a ``GYM_RUNTIME_PIN_NEMO_GYM`` the operator set must then
+be X too (the training image's SDK is the one the package was vendored for). Without a vendored
+SDK the pin decides: the operator's, else the runtime's default, the current release.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from email.parser import Parser
+from typing import TYPE_CHECKING
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from gym_runtime.errors import UserError, Violation
+from gym_runtime.gym_release.releases import KnownRelease, known_release
+
+if TYPE_CHECKING:
+    from gym_runtime.gym_release.base import GymRelease
+    from gym_runtime.package import Package, WheelFile
+    from gym_runtime.settings import RuntimeSettings
+
+
+class SdkSkewError(UserError):
+    """The Gym SDK an environment needs is not the one it would get: a vendored ``nemo_gym`` wheel
+    whose version differs from the operator's pin (exit 1)."""
+
+    code = "GR-SDK-SKEW"
+
+
+def vendored_sdk(package: Package) -> WheelFile | None:
+    """The ``nemo_gym`` wheel in the package's ``wheels/``, or None."""
+    return next((w for w in package.wheels if w.name == canonicalize_name("nemo-gym")), None)
+
+
+def wheel_metadata(wheel: WheelFile) -> KnownRelease:
+    """``Requires-Python`` and the ``openai`` / ``ray`` requirements of a vendored ``nemo_gym`` wheel,
+    read from its ``METADATA``; a field the wheel lacks or that cannot be read falls back to the
+    table of known releases."""
+    table = known_release(wheel.version)
+    try:
+        with zipfile.ZipFile(wheel.path) as z:
+            name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+            meta = Parser().parsestr(z.read(name).decode("utf-8", "replace"), headersonly=True)
+    except (OSError, zipfile.BadZipFile, StopIteration, KeyError):
+        return table
+    found = {}
+    for line in meta.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is None and canonicalize_name(req.name) in ("openai", "ray"):
+            found[canonicalize_name(req.name)] = str(req.specifier)
+    openai = found.get("openai", table.openai)
+    exact = openai[2:] if openai.startswith("==") and "," not in openai else table.default_openai
+    return KnownRelease(str(wheel.version), meta.get("Requires-Python") or table.requires_python, openai,
+                        found.get("ray", table.ray), exact)
+
+
+def choose_release(package: Package | None, settings: RuntimeSettings) -> GymRelease:
+    """The profile of the Gym release ``package`` runs under ``settings`` (module doc).
+
+    Raises :class:`SdkSkewError` when a vendored ``nemo_gym`` wheel and an explicit pin disagree,
+    and :class:`~gym_runtime.errors.SettingsError` for a pin that is not a version.
+    """
+    from gym_runtime.errors import SettingsError
+    from gym_runtime.gym_release import release_for
+
+    pin, origin = settings.pins.get("nemo-gym"), settings.pin_origins.get("nemo-gym", "")
+    wheel = vendored_sdk(package) if package is not None else None
+    if wheel is not None:
+        rel = f"wheels/{wheel.filename}"
+        if settings.pin_explicit("nemo-gym") and pin and Version(pin) != wheel.version:
+            raise SdkSkewError(
+                f"the package vendors nemo-gym {wheel.version} ({rel}) but the image pins nemo-gym {pin} ({origin})",
+                violations=[Violation("GR-SDK-SKEW", f"vendors nemo-gym {wheel.version}; the pin is {pin} ({origin})",
+                                      file=rel)],
+                hint=f"vendor the package again for nemo-gym {pin} (`gym-runtime vendor PKG --platform ... "
+                f"--python ...` with GYM_RUNTIME_PIN_NEMO_GYM={pin}), or run it where the image ships nemo-gym "
+                f"{wheel.version} (GYM_RUNTIME_PIN_NEMO_GYM={wheel.version})")
+        return release_for(wheel.version, rel, wheel_metadata(wheel))
+    if not pin:
+        from gym_runtime.gym_release.releases import CURRENT
+        return release_for(CURRENT, "the runtime's default")
+    try:
+        version = Version(pin)
+    except InvalidVersion:
+        raise SettingsError(f"GYM_RUNTIME_PIN_NEMO_GYM={pin!r} is not a version", code="GR-SETTINGS-PIN",
+                            hint="set an exact release such as 0.7.0, or unset it for the current release") from None
+    return release_for(version, origin or "the runtime's pin settings")

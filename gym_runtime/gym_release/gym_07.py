@@ -1,0 +1,25 @@
+"""NeMo Gym 0.7: what the 0.7 release line changed against 0.6 (:mod:`.gym_06`).
+
+From NeMo Gym 0.7.0: a fourth server type, ``environment_servers`` (``nemo_gym/config_types.py``,
+``nemo_gym/base_environment_server.py``), which rollout collection reaches agents through
+(``nemo_gym/rollout_collection.py``); the routing and spin-up keys it reserves
+(``nemo_gym/global_config.py``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from gym_runtime.gym_release.gym_06 import Gym06
+
+
+class Gym07(Gym06):
+    """The 0.7 line (0.7.x, and releases newer than any this runtime knows)."""
+
+    line: ClassVar[str] = "0.7"
+    first: ClassVar[str] = "0.7.0"
+    server_types: ClassVar[tuple[str, ...]] = Gym06.server_types + ("environment_servers",)
+    reserved_keys: ClassVar[frozenset[str]] = Gym06.reserved_keys | {
+        "environment_routing_mode", "environment_server_name", "environment_server_routes",
+        "server_spinup_timeout_seconds", "uv_lock_timeout_seconds",
+    }

@@ -9,13 +9,17 @@ kind ``unavailable`` (``model_unavailable`` for a model endpoint) saying how lon
 upstream's own 502 whose ``error.type`` is one of :data:`PROPAGATED` keeps that type, so an agent
 reports the model server's ``model_unavailable`` or a ``bad_reward`` as such. Cookies are kept per
 upstream in :class:`CookieJar` and sent back on the next call, as Gym's agents do with session
-cookies.
+cookies. The shared ``httpx.AsyncClient`` itself keeps none (:class:`_KeepNone`): a cookie that one
+rollout's upstream set must never ride along on another rollout's call (httpx's own jar would add
+it to every later request that carries no ``Cookie`` header of its own).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from http.cookiejar import CookieJar as _StdCookieJar
+from http.cookiejar import DefaultCookiePolicy
 from typing import Any
 
 import httpx
@@ -72,6 +76,13 @@ def _kind_of(body: Any) -> str:
     return kind if kind in PROPAGATED else "upstream_error"
 
 
+class _KeepNone(DefaultCookiePolicy):
+    """A cookie policy that stores nothing: cookies are carried per caller (:class:`CookieJar`)."""
+
+    def set_ok(self, cookie: Any, request: Any) -> bool:
+        return False
+
+
 class Peers:
     """Async HTTP to upstreams; ``timeout`` in seconds for each attempt (None: no limit);
     ``retry``: the default :class:`~_kit.retry.RetryRule`; ``gave_up``: the error kind of a call
@@ -79,19 +90,22 @@ class Peers:
 
     def __init__(self, timeout: float | None = None, headers: dict[str, str] | None = None,
                  retry: RetryRule = PEER_CONNECT, gave_up: str = "unavailable") -> None:
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=30.0), headers=headers)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=30.0), headers=headers,
+                                        cookies=_StdCookieJar(policy=_KeepNone()))
         self.retry, self.gave_up = retry, gave_up
 
     async def post(self, upstream: str, url: str, json: Any, jar: CookieJar | None = None,
-                   headers: dict[str, str] | None = None, check: bool = True) -> httpx.Response:
-        """POST ``json`` to ``url``, retried by :attr:`retry`; raises :class:`UpstreamError` if
-        unreachable or (``check``) non-2xx."""
+                   headers: dict[str, str] | None = None, check: bool = True,
+                   content: bytes | None = None) -> httpx.Response:
+        """POST ``json`` (or the raw bytes ``content``, sent as they are) to ``url``, retried by
+        :attr:`retry`; raises :class:`UpstreamError` if unreachable or (``check``) non-2xx."""
         sent = {**(jar.header() if jar else {}), **(headers or {})}
         rule, t0, attempt = self.retry, time.monotonic(), 0
         while True:
             failure: str | None = None
             try:
-                response = await self.client.post(url, json=json, headers=sent)
+                response = await (self.client.post(url, content=content, headers=sent) if content is not None
+                                  else self.client.post(url, json=json, headers=sent))
             except httpx.HTTPError as exc:
                 if not rule.retriable_error(exc):
                     raise UpstreamError(upstream, url, f"is unreachable: {type(exc).__name__}: {exc}") from exc

@@ -108,7 +108,8 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     ViolationList(find_instances(data, sources)).raise_if_any(ConfigError, "server instances are malformed")
     data, problems, warnings = apply_known_types(data, raw, sources)
     builtin = builtin_server_dirs(builtin_root or builtin_servers_dir())
-    instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin, package.root)
+    instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin, package.root,
+                                                           release)
     problems += inst_violations + python_version_problems(data.get("python_version"), "python_version",
                                                           sources.of("python_version"))
     extra_secrets, secret_violations = secret_key_names(raw, sources)

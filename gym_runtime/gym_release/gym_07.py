@@ -3,7 +3,9 @@
 From NeMo Gym 0.7.0: a fourth server type, ``environment_servers`` (``nemo_gym/config_types.py``,
 ``nemo_gym/base_environment_server.py``), which rollout collection reaches agents through
 (``nemo_gym/rollout_collection.py``); the routing and spin-up keys it reserves
-(``nemo_gym/global_config.py``).
+(``nemo_gym/global_config.py``); the head server's probes (``nemo_gym/server_utils.py``
+``HeadServer``: ``/livez`` always ``ok``; ``/readyz``, ``/healthz`` and ``/health`` 503 ``starting``
+until every server is ready, then 200 ``ok``).
 """
 
 from __future__ import annotations
@@ -23,3 +25,6 @@ class Gym07(Gym06):
         "environment_routing_mode", "environment_server_name", "environment_server_routes",
         "server_spinup_timeout_seconds", "uv_lock_timeout_seconds",
     }
+    head_liveness_routes: ClassVar[tuple[str, ...]] = ("/livez",)
+    head_readiness_routes: ClassVar[tuple[str, ...]] = ("/readyz", "/healthz", "/health")
+    head_ready_status: ClassVar[str] = "ok"

@@ -34,7 +34,8 @@ from gym_runtime.venvs.pythons import Interpreter, find_python
 from gym_runtime.venvs.requirements import SDK_NAME, InstallSource, read_install_source
 from gym_runtime.venvs.uvrun import UvEnv, make_env, uv_version
 
-STAGE2_TYPES = ("responses_api_agents", "resources_servers")
+# the environment's own code (NMP: agent and resources-server venvs; environment servers front agents)
+STAGE2_TYPES = ("responses_api_agents", "resources_servers", "environment_servers")
 # The built-in servers run the runtime's own code (servers/_kit: pydantic models with `X | None`),
 # so they need what gym-runtime needs: pyproject.toml's requires-python (a test keeps them equal).
 BUILTIN_REQUIRES_PYTHON = ">=3.11"

@@ -29,7 +29,8 @@ from typing import Any
 from gym_runtime.errors import StartError
 
 HEAD_NAME = "head server"
-AGENTS = "responses_api_agents"
+# where rows enter: agents, and the environment servers NeMo Gym 0.7's collection sends rows to
+ROW_ENTRY_TYPES = ("responses_api_agents", "environment_servers")
 
 
 def replica_names(instance: str, replicas: int) -> list[str]:
@@ -99,8 +100,9 @@ class RayPlacement:
 
     async def _stable(self, name: str, block: Any, server_type: str) -> tuple[str, int]:
         """The instance's one address: an HTTP router (:mod:`gym_runtime.placement.router`) in
-        front of several replicas, and in front of an agent's one replica too (rows enter there:
-        a row cut by a node's loss is answered with the node's name, or sent once more); any
+        front of several replicas, and in front of an agent's or an environment server's one replica
+        too (rows enter there: a row cut by a node's loss is answered with the node's name, or sent
+        once more); any
         other single replica is reached through its TCP forward (no HTTP parse in the daemon for
         the model's and resources servers' traffic)."""
         from gym_runtime.placement.router import Router
@@ -108,7 +110,7 @@ class RayPlacement:
 
         members = replica_names(name, block.replicas)
         addresses = [self.addresses[m] for m in members]
-        if block.replicas == 1 and server_type != AGENTS:
+        if block.replicas == 1 and server_type not in ROW_ENTRY_TYPES:
             return addresses[0].address
 
         def ready_targets() -> list[tuple[str, int] | None]:

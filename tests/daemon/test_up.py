@@ -66,7 +66,7 @@ def test_head_endpoints(daemon) -> None:
     with httpx.Client(base_url=head, trust_env=False, timeout=10) as c:
         assert c.get("/").json() == {"status": "ok"}
         h = c.get("/health")
-        assert h.status_code == 200 and h.json()["status"] == "ready"
+        assert h.status_code == 200 and h.json()["status"] == "ok"  # Gym 0.7's head status (the default line)
         assert h.json()["egress"][0]["allow"] == "127.0.0.0/8, ::1, localhost"  # the effective allowlist
         text = c.get("/global_config_dict_yaml").json()
         assert isinstance(text, str) and SECRET not in text

@@ -1,11 +1,13 @@
-"""Real NeMo Gym environments as native-v1 packages: server trees from the ``nemo-gym`` 0.4.0
-wheel on PyPI, unchanged.
+"""Real NeMo Gym environments as native-v1 packages: server trees from the ``nemo-gym`` wheel on
+PyPI (0.4.0 unless a release is given), unchanged.
 
-``gym_wheel()`` downloads the wheel once (pip, Python >= 3.12 from pyenv, ``--no-deps``) into
-``$XDG_CACHE_HOME/gym-runtime-tests/wheels`` and reuses it afterwards. ``assemble_gym_package``
-copies ``resources_servers/example_single_tool_call``, ``responses_api_agents/simple_agent`` and
-``responses_api_models/vllm_model`` out of it byte for byte, leaving out only what a package may
-not hold (``.jsonl`` datasets, docs/architecture.md §3) and the trees' ``tests/``; the rows of
+``gym_wheel()`` downloads the wheel once (pip, ``--no-deps``, run by an interpreter the release
+accepts: :func:`gym_python`) into ``$XDG_CACHE_HOME/gym-runtime-tests/wheels`` and reuses it
+afterwards. ``assemble_gym_package`` copies ``resources_servers/example_single_tool_call``,
+``responses_api_agents/simple_agent``, ``responses_api_models/vllm_model`` and every other tree
+the example's main config names (from 0.7.0: ``environment_servers/legacy_agent``, the relay in
+front of the agent) out of it byte for byte, leaving out only what a package may not hold
+(``.jsonl`` datasets, docs/architecture.md §3) and the trees' ``tests/``; the rows of
 ``data/example.jsonl`` are returned for the caller to send. The manifest lists Gym's own config
 files, policy model first; the agent's config is the example's ``example_single_tool_call_simple_agent``.
 
@@ -35,6 +37,26 @@ CONFIGS = ("responses_api_models/vllm_model/configs/vllm_model.yaml",
 DATASET = "resources_servers/example_single_tool_call/data/example.jsonl"
 
 
+def gym_python(version: str = GYM_VERSION) -> str | None:
+    """The oldest CPython under pyenv that nemo-gym ``version``'s ``Requires-Python`` accepts
+    (0.4.0: >= 3.12; 0.5 and later: >= 3.13.14, so an interpreter is asked its exact version), or
+    None: the one place tests look for a release's interpreter."""
+    from packaging.version import Version
+
+    from gym_runtime.gym_release import known_release
+
+    spec = known_release(version).python_spec
+    pyenv = shutil.which("pyenv")
+    root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip() if pyenv else ""
+    found = []
+    for python in glob.glob(f"{root}/versions/3.*/bin/python3") if root else []:
+        done = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                              capture_output=True, text=True)
+        if done.returncode == 0 and spec.contains(done.stdout.strip()):
+            found.append((Version(done.stdout.strip()), python))
+    return min(found)[1] if found else None
+
+
 def python_312_plus() -> str | None:
     """A CPython 3.12 or 3.13 interpreter from pyenv (nemo-gym 0.4.0 needs >= 3.12), or None."""
     pyenv = shutil.which("pyenv")
@@ -48,23 +70,34 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gym-runtime-tests"
 
 
-def gym_wheel(python: str) -> Path:
-    """The ``nemo_gym-0.4.0`` wheel, downloaded with ``python -m pip download`` on first use."""
+def gym_wheel(python: str, version: str = GYM_VERSION) -> Path:
+    """The ``nemo_gym-<version>`` wheel, downloaded with ``python -m pip download`` on first use
+    (``python`` must satisfy the release's ``Requires-Python``: :func:`gym_python`)."""
     dest = cache_dir() / "wheels"
-    found = sorted(dest.glob(f"nemo_gym-{GYM_VERSION}-*.whl"))
+    found = sorted(dest.glob(f"nemo_gym-{version}-*.whl"))
     if not found:
         dest.mkdir(parents=True, exist_ok=True)
         subprocess.run([python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        "--dest", str(dest), f"nemo-gym=={GYM_VERSION}"], check=True, timeout=600)
-        found = sorted(dest.glob(f"nemo_gym-{GYM_VERSION}-*.whl"))
+                        "--dest", str(dest), f"nemo-gym=={version}"], check=True, timeout=600)
+        found = sorted(dest.glob(f"nemo_gym-{version}-*.whl"))
     return found[0]
+
+
+def _named_trees(z: zipfile.ZipFile) -> tuple[str, ...]:
+    """:data:`TREES` and every other ``{server_type}/{implementation}`` the main config names."""
+    doc = yaml.safe_load(z.read(CONFIGS[1])) or {}
+    named = {f"{t}/{impl}" for inst in doc.values() if isinstance(inst, dict) for t, impls in inst.items()
+             if isinstance(impls, dict) for impl in impls}
+    return TREES + tuple(sorted(named - set(TREES)))
 
 
 def assemble_gym_package(wheel: Path, root: Path) -> tuple[Path, list[dict]]:
     """Write the package under ``root``; returns ``(root, dataset rows)``."""
     with zipfile.ZipFile(wheel) as z:
+        trees = tuple(f"{t}/" for t in _named_trees(z))
+        version = Path(z.filename).name.split("-")[1] if z.filename else GYM_VERSION
         for name in z.namelist():
-            if not name.startswith(TREES) or name.endswith("/"):
+            if not name.startswith(trees) or name.endswith("/"):
                 continue
             rel = Path(name)
             if name.endswith(".jsonl") or "tests" in rel.parts:
@@ -75,23 +108,24 @@ def assemble_gym_package(wheel: Path, root: Path) -> tuple[Path, list[dict]]:
         rows = [json.loads(line) for line in z.read(DATASET).decode().splitlines() if line.strip()]
     manifest = {"format": "native-v1", "config_paths": list(CONFIGS),
                 "metadata": {"name": "gym-example-single-tool-call",
-                             "description": f"NeMo Gym {GYM_VERSION} example_single_tool_call, unchanged"}}
+                             "description": f"NeMo Gym {version} example_single_tool_call, unchanged"}}
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return root, rows
 
 
-def gym_venv() -> Path | None:
-    """A venv holding ``nemo-gym==0.4.0`` (its clients ``ng_status``, ``ng_collect_rollouts`` and its
-    server trees), built once with real uv from PyPI on a pyenv Python 3.12+ and kept under
-    :func:`cache_dir` between runs (a completion marker, written last, says it is whole; a file
-    lock keeps parallel test runs from building it twice). None when no such Python exists."""
+def gym_venv(version: str = GYM_VERSION) -> Path | None:
+    """A venv holding ``nemo-gym==<version>`` (its clients ``ng_status``, ``ng_collect_rollouts``,
+    ``gym`` and its server trees), built once with real uv from PyPI on an interpreter the release
+    accepts (:func:`gym_python`) and kept under :func:`cache_dir` between runs (a completion
+    marker, written last, says it is whole; a file lock keeps parallel test runs from building it
+    twice). None when no such Python exists."""
     from filelock import FileLock
     import uv
 
-    python = python_312_plus()
+    python = gym_python(version)
     if python is None:
         return None
-    venv = cache_dir() / f"nemo-gym-{GYM_VERSION}-venv"
+    venv = cache_dir() / f"nemo-gym-{version}-venv"
     marker = venv / ".complete"
     venv.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(venv) + ".lock", timeout=1800):
@@ -99,8 +133,8 @@ def gym_venv() -> Path | None:
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([uv.find_uv_bin(), "venv", "--quiet", "--python", python, str(venv)], check=True)
             subprocess.run([uv.find_uv_bin(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-                            f"nemo-gym=={GYM_VERSION}"], check=True, timeout=1800)
-            marker.write_text(GYM_VERSION)
+                            f"nemo-gym=={version}"], check=True, timeout=1800)
+            marker.write_text(version)
     return venv
 
 def _strip_datasets(node: object) -> None:

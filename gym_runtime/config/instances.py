@@ -160,7 +160,7 @@ def server_type_problem(name: str, stype: str, release: GymRelease, file: str | 
     if release.source.startswith("wheels/"):
         change = f"vendor nemo-gym {first} or newer into wheels/ (it replaces {release.source})"
     else:
-        change = f"run it with GYM_RUNTIME_PIN_NEMO_GYM={first} (or newer; now {release.source})"
+        change = f"run it with GYM_RUNTIME_PIN_NEMO_GYM={first} or newer (the release now comes from {release.source})"
     return Violation("GR-CONFIG-SERVER-TYPE", f"server instance {name!r} has server type {stype}, but NeMo Gym "
                      f"{release.version} (release line {release.line}) has no {stype}: its server types are "
                      f"{', '.join(release.server_types)}; {stype} arrived in NeMo Gym {first}", file=file,

@@ -88,7 +88,8 @@ def test_the_built_in_relay_serves_a_config_that_names_it_without_its_tree(tmp_p
 
 
 @pytest.mark.parametrize("source, fix", [
-    ("GYM_RUNTIME_PIN_NEMO_GYM", "run it with GYM_RUNTIME_PIN_NEMO_GYM=0.7.0 (or newer; now GYM_RUNTIME_PIN_NEMO_GYM)"),
+    ("GYM_RUNTIME_PIN_NEMO_GYM", "run it with GYM_RUNTIME_PIN_NEMO_GYM=0.7.0 or newer (the release now comes from "
+                                 "GYM_RUNTIME_PIN_NEMO_GYM)"),
     ("wheels/nemo_gym-0.4.0-py3-none-any.whl", "vendor nemo-gym 0.7.0 or newer into wheels/ (it replaces "
                                                "wheels/nemo_gym-0.4.0-py3-none-any.whl)"),
 ])

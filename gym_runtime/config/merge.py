@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gym_runtime.config.redact import KEYLESS_API_KEY, is_secret_key
@@ -287,14 +287,40 @@ def merge_layers(layers: list[tuple[dict[str, Any], str]], sources: Sources | No
                  ) -> tuple[DictConfig, Sources]:
     """Merge plain-mapping ``layers`` (``(data, label)``, lowest priority first) with OmegaConf.
 
-    Returns the merged, **unresolved** config and its provenance. Raises :class:`ConfigError`
-    naming both sides of a key that is a mapping in one source and a value or list in another
-    (``GR-CONFIG-MERGE``).
+    Returns the merged, **unresolved** config and its provenance (recorded against a plain mirror
+    of the merge, so OmegaConf merges once). Raises :class:`ConfigError` naming both sides of a key
+    that is a mapping in one source and a list in another (``GR-CONFIG-MERGE``).
     """
     sources = sources if sources is not None else Sources()
+    mirror: dict[str, Any] = {}
+    for data, label in layers:
+        sources.note_replaced_lists(mirror, data, label)
+        _mirror_merge(mirror, data)
+        sources.record(data, label)
+    try:
+        merged = OmegaConf.merge(*(OmegaConf.create(data) for data, _ in layers)) if layers else OmegaConf.create({})
+    except (OmegaConfBaseException, TypeError, ValueError):
+        _raise_conflict(layers)
+        raise
+    assert isinstance(merged, DictConfig)
+    return merged, sources
+
+
+def _mirror_merge(base: dict[str, Any], new: dict[str, Any]) -> None:
+    """OmegaConf's merge on plain containers, for provenance: mappings key by key, ``???`` never
+    replaces a value, anything else replaces (lists whole)."""
+    for k, v in new.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _mirror_merge(base[k], v)
+        elif not (v == "???" and k in base):
+            base[k] = v
+
+
+def _raise_conflict(layers: list[tuple[dict[str, Any], str]]) -> None:
+    """Merge ``layers`` one at a time to name the layer and key OmegaConf refused (``GR-CONFIG-MERGE``)."""
+    sources = Sources()
     merged: DictConfig = OmegaConf.create({})
     for data, label in layers:
-        sources.note_replaced_lists(OmegaConf.to_container(merged, resolve=False), data, label)
         try:
             merged = OmegaConf.merge(merged, OmegaConf.create(data))  # type: ignore[assignment]
         except (OmegaConfBaseException, TypeError, ValueError) as e:
@@ -309,5 +335,3 @@ def merge_layers(layers: list[tuple[dict[str, Any], str]], sources: Sources | No
                               hint="a later config can replace values but not turn a mapping into a value or "
                               "list (or back); rename one of the keys") from None
         sources.record(data, label)
-    assert not isinstance(merged, ListConfig)
-    return merged, sources

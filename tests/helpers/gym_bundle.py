@@ -16,6 +16,8 @@ cache, like :func:`tests.helpers.gym_package.gym_wheel`.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -86,7 +88,10 @@ def bundle_package(wheel: Path, config: str, root: Path) -> Path:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(z.read(name))
     (root / "wheels").mkdir(parents=True, exist_ok=True)
-    (root / "wheels" / wheel.name).write_bytes(wheel.read_bytes())
+    try:  # the wheel is read-only input: a hard link saves copying 40 MB per package
+        os.link(wheel, root / "wheels" / wheel.name)
+    except OSError:
+        shutil.copyfile(wheel, root / "wheels" / wheel.name)
     manifest = {"format": "wheels-v1", "config_paths": [POLICY, config],
                 "metadata": {"name": config.replace("/", "-").removesuffix(".yaml")[:200]}}
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))

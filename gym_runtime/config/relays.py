@@ -12,7 +12,9 @@ Rules of NeMo Gym 0.7.0 ``nemo_gym/global_config.py`` (docs/environment-packages
 * every agent with an ``entrypoint`` that no environment server names gets a generated relay, an
   instance ``<environment>_environment_server: {environment_servers: {legacy_agent: {entrypoint:
   app.py, agent_server: {type: responses_api_agents, name: <agent>}}}}`` named after the agent
-  without its agent type (warning ``GR-CONFIG-RELAY``, which lists the blocks to declare); with
+  without its agent type (warning ``GR-CONFIG-RELAY``, which lists the blocks to declare, when the
+  config declares environment servers for other agents; a config that declares none, written for
+  Gym before 0.7, gets its relays without a warning, and ``gym-runtime config`` shows them); with
   ``error_on_agent_without_environment_server: true`` such an agent is an error
   (``GR-CONFIG-NO-ENVIRONMENT-SERVER``).
 """
@@ -93,6 +95,7 @@ def front_agents(cfg: dict[str, Any], reserved: frozenset[str], implementation: 
                           hint=f"declare one naming it in agent_server: {_block_text(_relay_name(n, found[n].agent_type), implementation, n)}"
                           "; or unset error_on_agent_without_environment_server to have one generated")
                 for n in alone], []
+    declares = any(isinstance(v, dict) and ENVIRONMENTS in v for v in cfg.values())
     generated: dict[str, str] = {}
     for n in alone:
         name = _relay_name(n, found[n].agent_type)
@@ -103,6 +106,8 @@ def front_agents(cfg: dict[str, Any], reserved: frozenset[str], implementation: 
         cfg[name] = _block(implementation, n)
         sources.record(cfg[name], f"generated: {implementation} relay for agent {n}", name)
         generated[n] = name
+    if not declares:  # a config written before environment servers: every agent relayed, as intended
+        return [], []
     listing = "; ".join(_block_text(s, implementation, a) for a, s in generated.items())
     return [], [Violation("GR-CONFIG-RELAY", f"agent{'s' if len(generated) > 1 else ''} "
                           f"{', '.join(generated)} {'have' if len(generated) > 1 else 'has'} no environment server; "

@@ -189,7 +189,12 @@ def test_relay_generated_for_an_agent_without_environment_server_from_0_7(pkg_wi
     m = build(root, R07, builtins)
     assert m.data["calendar_environment_server"] == {"environment_servers": {"legacy_agent": {
         "entrypoint": "app.py", "agent_server": {"type": "responses_api_agents", "name": "calendar_simple_agent"}}}}
-    (w,) = [w for w in m.warnings if w.code == "GR-CONFIG-RELAY"]
+    assert m.sources.of("calendar_environment_server") == "generated: legacy_agent relay for agent calendar_simple_agent"
+    assert not m.warnings  # a config written before environment servers: relayed without a warning
+    other = {"other_server": {"environment_servers": {"legacy_agent": {
+        "entrypoint": "app.py", "agent_server": {"name": "other_agent"}}}}, **agent("other_agent")}
+    mixed = pkg_with({"configs/a.yaml": {**cfg, **other}}, [MODEL, RS, AGENT])
+    (w,) = [w for w in build(mixed, R07, builtins).warnings if w.code == "GR-CONFIG-RELAY"]
     assert "calendar_environment_server" in w.message and "error_on_agent_without_environment_server" in w.hint
     assert "calendar_environment_server" not in build(root, R06, builtins).data
     (v,) = errors_of(root, R07, builtins, ["error_on_agent_without_environment_server=true"])[

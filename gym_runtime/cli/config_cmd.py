@@ -62,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
             print("# masked secrets: " + ", ".join(masked))
         for name, inst in merged.instances.items():
             print(f"# {name} receives: " + (", ".join(merged.secrets.keys_for(name, merged.data)) or "no secrets"))
-            print(f"# {name}: {describe(provenance(merged.sources, name), inst.source)}")
+            prov = provenance(merged.sources, name)
+            if prov["inherits"] or prov["overridden"] or "generated" in prov:
+                print(f"# {name}: {describe(prov, inst.source)}")
         for r in replaced:
             print(f"# list {r.key}: the list from {r.winner} is in effect; it replaced the list from "
                   f"{', then '.join(r.replaced)} (a later file replaces a list, it never adds to it)")

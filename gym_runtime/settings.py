@@ -26,6 +26,9 @@ Variables (all optional):
 ``GYM_RUNTIME_SERVER_MEMORY_MB``    memory limit of each server's process tree, MB (default: half
                                     of this host's memory; ``0``: none), docs/runtime.md
 ``GYM_RUNTIME_SERVER_PIDS``         process/thread limit of each server (default 4096; ``0``: none)
+``NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING``  NeMo Gym's own switch, read as Gym reads it (set and not ``0`` /
+                                    ``false``): the config stage runs pairings a resources server's
+                                    ``allowed_agents`` / ``allowed_model_types`` refuse (docs/environment-packages.md)
 ==================================  =========================================================
 """
 
@@ -80,6 +83,7 @@ class RuntimeSettings:
     pin_origins: dict[str, str] = field(default_factory=dict)
     server_memory_mb: int | None = None
     server_pids: int | None = DEFAULT_SERVER_PIDS
+    allow_unsupported_pairing: bool = False
 
     @property
     def logs_dir(self) -> Path:
@@ -145,6 +149,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         environ=env,
         server_memory_mb=memory,
         server_pids=pids,
+        allow_unsupported_pairing=env.get("NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING", "").lower() not in ("", "0", "false"),
     )
 
 

@@ -2,7 +2,9 @@
 
 ``build_config(package, overrides, policy)`` runs the stages in order:
 
-1. merge the files, overrides and policy values (``GR-CONFIG-YAML``, ``GR-CONFIG-OVERRIDE``);
+1. compose the files (nested ``config_paths``, templates, agent composition: the Gym release's
+   rules, :mod:`gym_runtime.config.compose`) with the overrides and policy values
+   (``GR-CONFIG-YAML``, ``GR-CONFIG-OVERRIDE``, ``GR-CONFIG-NESTED-*``, ``GR-CONFIG-INHERIT*``, ...);
 2. instance shape and names (``GR-CONFIG-INSTANCE-NAME``, ``GR-CONFIG-TWO-IMPLEMENTATIONS``);
 3. missing values and interpolations (:class:`~gym_runtime.errors.MissingValuesError`), reported
    together with every server reference whose type and name are literal and name nothing, so a
@@ -27,7 +29,8 @@ import yaml
 from omegaconf import OmegaConf
 
 from gym_runtime.config.instances import ServerInstance, build_instances, declare, find_instances, python_version_problems
-from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources, merge_sources
+from gym_runtime.config.compose import compose
+from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources
 from gym_runtime.config.refs import ServerRef, check_refs, literal_only
 from gym_runtime.config.resolve import resolve_config
 from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map
@@ -89,10 +92,12 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     from gym_runtime.gym_release import choose_release
     from gym_runtime.settings import builtin_servers_dir, load_settings
 
-    release = release or choose_release(package, load_settings())
+    settings = load_settings()
+    release = release or choose_release(package, settings)
 
-    files = [(p, package.rel(p)) for p in package.config_files]
-    cfg, sources = merge_sources(files, list(overrides or []), policy or PolicyValues(), defaults)
+    composed = compose(package, list(overrides or []), policy or PolicyValues(), release, defaults,
+                       settings.allow_unsupported_pairing)
+    cfg, sources = composed.cfg, composed.sources
     raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
     v = ViolationList(find_instances(raw, sources))
     v.raise_if_any(ConfigError, "server instances are malformed")
@@ -126,7 +131,7 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
                           hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
                           "{entrypoint: app.py}}}` block")
     return MergedConfig(package, data, instances, refs, sources, secret_map(raw, data, list(instances), extra_secrets),
-                        warnings + _settings_in_config(raw, sources), release)
+                        composed.warnings + warnings + _settings_in_config(raw, sources), release)
 
 
 def _refs_summary(n: int) -> str:

@@ -5,7 +5,12 @@ From NeMo Gym 0.7.0: a fourth server type, ``environment_servers`` (``nemo_gym/c
 (``nemo_gym/rollout_collection.py``); the routing and spin-up keys it reserves
 (``nemo_gym/global_config.py``); the head server's probes (``nemo_gym/server_utils.py``
 ``HeadServer``: ``/livez`` always ``ok``; ``/readyz``, ``/healthz`` and ``/health`` 503 ``starting``
-until every server is ready, then 200 ``ok``).
+until every server is ready, then 200 ``ok``). Composition (docs/environment-packages.md, "Composition"): every
+agent no environment server names gets a generated ``legacy_agent`` relay
+(``_front_agents_without_environment_server``), an agent moved by a top-level ``_inherit_from`` or
+renamed by unbound-agent composition is followed by the environment servers naming it
+(``_retarget_environment_servers``), and a resources server's ``allowed_model_types`` refuses an
+agent's model server of another type (``raise_on_unsupported_model_pairings``).
 """
 
 from __future__ import annotations
@@ -28,3 +33,5 @@ class Gym07(Gym06):
     head_liveness_routes: ClassVar[tuple[str, ...]] = ("/livez",)
     head_readiness_routes: ClassVar[tuple[str, ...]] = ("/readyz", "/healthz", "/health")
     head_ready_status: ClassVar[str] = "ok"
+    pairing_keys: ClassVar[tuple[str, ...]] = ("allowed_agents", "allowed_model_types")
+    relay_implementation: ClassVar[str | None] = "legacy_agent"

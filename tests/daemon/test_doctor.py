@@ -65,7 +65,7 @@ def test_package_secrets_per_server(tmp_path, capsys, monkeypatch) -> None:
     assert "sk-doctor-secret" not in out
     assert json.loads(out)["secrets"] == {"status": "ok", "servers": {
         "policy_model": ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"],
-        "acme_math": [], "acme_math_agent": []}}
+        "acme_math": [], "acme_math_agent": [], "acme_math_environment_server": []}}
     main(["doctor", "--package", str(root)])
     lines = capsys.readouterr().out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("secrets:"))

@@ -14,7 +14,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.helpers.daemon import (descendants, kill_tree, read_ready_line, simple_env, up_process, wait_gone,
+from tests.helpers.daemon import (SIMPLE_SERVERS, descendants, kill_tree, read_ready_line, simple_env, up_process, wait_gone,
                                   write_fixture_package)
 
 SECRET = "sk-acme-secret-123"
@@ -38,7 +38,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory):
 def test_ready_line_and_contract(daemon) -> None:
     proc, info, tmp = daemon
     assert info["status"] == "ready" and info["isolation"] in ("full", "partial", "none")
-    assert set(info["servers"]) == {"acme_math", "acme_agent"} and info["startup_s"] > 0
+    assert set(info["servers"]) == SIMPLE_SERVERS and info["startup_s"] > 0
     assert info["policy_model"] == {"base_url": "http://127.0.0.1:9/v1", "stub": False}
     seen = json.loads((tmp / "run/servers/acme_math/contract.json").read_text())
     pkg = tmp / "pkg/resources_servers/acme_math"
@@ -235,7 +235,7 @@ def test_no_policy_model_no_stub_and_one_warning(tmp_path: Path) -> None:
         assert info["policy_model"] == {"base_url": None, "stub": False}
         names = [s["process_name"] for s in httpx.get(info["head_server"] + "/server_instances",
                                                       trust_env=False).json()]
-        assert sorted(names) == ["acme_agent", "acme_math"]
+        assert sorted(names) == sorted(SIMPLE_SERVERS)
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(10) == 0
         err = proc.stderr.read()

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.daemon import kill_tree, read_ready_line, up_process, wait_gone, write_fixture_package
+from tests.helpers.daemon import SIMPLE_SERVERS, kill_tree, read_ready_line, up_process, wait_gone, write_fixture_package
 from tests.placement.conftest import restore
 
 pytestmark = pytest.mark.slow
@@ -45,7 +45,7 @@ def test_replicas_spread_over_both_workers_behind_one_address_and_rollouts_run(c
     try:
         info = json.loads(read_ready_line(proc, timeout=600))
         assert info["placement"] == "ray" and info["ray"]["mode"] == "join"
-        assert set(info["servers"]) == {"acme_math", "acme_agent"}
+        assert set(info["servers"]) == SIMPLE_SERVERS
         table = instances(info["head_server"])
         assert set(table) == {"acme_math.0", "acme_math.1", "acme_agent"}  # no row for the instance beside them
         said = httpx.get(info["head_server"] + "/servers/acme_math/logs", trust_env=False, timeout=10).json()

@@ -54,6 +54,11 @@ class GymRelease:
         "observability_enabled",
     })
 
+    # keys whose string value names a top-level block the server reads at run time, so the block's
+    # secrets reach that server (gym_runtime/config/blocks.py): Gym's sandbox provider references
+    # (NeMo Gym 0.5.0 and later `nemo_gym/sandbox/config.py`, `nemo_gym/sandbox/access.py`)
+    block_reference_keys: ClassVar[tuple[str, ...]] = ("sandbox_provider", "provider_config_ref")
+
     def __init__(self, version: str | Version, source: str, metadata: KnownRelease) -> None:
         self.version = Version(str(version))
         self.source = source

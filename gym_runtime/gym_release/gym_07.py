@@ -23,3 +23,6 @@ class Gym07(Gym06):
         "environment_routing_mode", "environment_server_name", "environment_server_routes",
         "server_spinup_timeout_seconds", "uv_lock_timeout_seconds",
     }
+    # rows reach agents through the environment server fronting them; materialized tasks
+    # (`task_id` + `task_input`) go to `environment_server_routes[taskset]` as episode requests
+    rows_through_environment_servers: ClassVar[bool] = True

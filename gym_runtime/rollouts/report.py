@@ -6,7 +6,8 @@ stopped because the prompt no longer fit the context), bad (unusable rewards: Na
 missing; also counted in fail), signal ("yes"; "no GRPO signal" when the k rewards are all equal;
 "unknown" with fewer than two rewards; "N out of range" when rewards fall outside the resources
 server's ``reward_range``). The summary gives the share of signal-bearing rows, rollouts per
-second, failures by error code and the totals of those counts (docs/rollouts.md). Under it, the
+second, failures by error code, the totals of those counts and the rollouts their environment
+masked (``mask_sample``, left out of the spread; docs/rollouts.md). Under it, the
 replica table: one line per agent replica (replica, agent, node, rollouts, failed, rollouts/s;
 :func:`gym_runtime.rollouts.spread.replica_counts`).
 """
@@ -87,6 +88,10 @@ def summary_lines(summary: Summary) -> list[str]:
                      "see the error of each rollout in --out[/red]")
     if summary.out_of_range:
         lines.append(f"[red]{summary.out_of_range} reward(s) outside the resources server's reward_range[/red]")
+    if summary.masked:
+        lines.append(f"[yellow]{summary.masked} rollout(s) masked by their environment (mask_sample: the reward is "
+                     "no valid measurement); left out of the reward spread, see failure_kind and failure_reason "
+                     "in --out[/yellow]")
     if summary.no_signal_rows:
         lines.append(f"[yellow]{summary.no_signal_rows} row(s) give GRPO no signal: all their rewards are equal; "
                      "make those prompts harder/easier or drop them[/yellow]")

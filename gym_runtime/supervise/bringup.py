@@ -246,14 +246,17 @@ class Environment:
     async def _start_head(self, sock: Any) -> None:
         from gym_runtime.head.app import HeadBackend, create_app
         from gym_runtime.head.server import HeadServer
+        from gym_runtime.rollouts.routing import ROLLOUT_TARGETS, Routing
         from gym_runtime.rollouts.verdict import agent_facts
 
+        routing = Routing.from_config(self.merged)
         backend = HeadBackend(config_yaml=lambda: contract.to_yaml(self.merged.secrets.view(self.outside))
                               if self.outside else None,
                               instances=lambda: head_view.instances(self), health=self.health,
                               logs=lambda name, n: head_view.logs(self, name, n),
                               agents=lambda: {n: u for n, u in self.placement.servers().items() if u and
-                                              self.merged.instances[n].server_type == "responses_api_agents"},
+                                              self.merged.instances[n].server_type in ROLLOUT_TARGETS},
+                              routing=lambda: routing,
                               agent_facts=lambda: agent_facts(self.merged.instances, ranges=False),
                               agent_replicas=self.agent_replicas, rollout_concurrency=self.max_concurrent_rollouts(),
                               processes=lambda: processes.of_environment(

@@ -85,7 +85,8 @@ class DryRunResult:
 
     @property
     def ok(self) -> bool:
-        return self.summary.failures == 0
+        """No rollout failed, and no row had every sample masked by its environment (case C39)."""
+        return self.summary.failures == 0 and self.summary.masked_rows == 0
 
 
 def prepare(req: DryRunRequest, notes: list[str] | None = None

@@ -5,7 +5,9 @@ are all equal has zero advantage everywhere and teaches nothing. So each row rep
 standard deviation (population, as GRPO's per-group normalisation uses), min, max and failures,
 and a row with at least two rewards that are all equal is flagged "no GRPO signal". With fewer
 than two rewards the signal is unknown (``signal`` is ``None``). A sample its environment masked
-(``mask_sample``: the reward is no valid measurement) succeeded but is left out of the spread.
+(``mask_sample``: the reward is no valid measurement) succeeded but is left out of the spread; a
+row whose every sample was masked is flagged ``all masked`` (its environment failed), never "no
+GRPO signal" (case C39).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from gym_runtime.rollouts.verdict import BAD_REWARD
 
 NO_SIGNAL = "no GRPO signal"
+ALL_MASKED = "all masked"
 _EQUAL_TOL = 1e-9
 
 
@@ -93,7 +96,14 @@ class RowStats:
     masked: int = 0
 
     @property
+    def all_masked(self) -> bool:
+        """Every sample succeeded but was masked: the environment failed, not the policy (case C39)."""
+        return self.masked > 0 and self.masked == self.samples - self.failures and not self.rewards
+
+    @property
     def flag(self) -> str | None:
+        if self.all_masked:
+            return ALL_MASKED
         return NO_SIGNAL if self.signal is False else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,7 +113,9 @@ class RowStats:
 @dataclass(frozen=True)
 class Summary:
     """The run: counts, ``signal_share`` (rows with signal / rows whose signal is known),
-    ``rollouts_per_s`` (finished rollouts per wall second), failures by error code."""
+    ``rollouts_per_s`` (finished rollouts per wall second), failures by error code, the masked
+    rollouts (``masked``), rows whose every sample was masked (``masked_rows``) and the masked
+    rollouts by ``failure_kind`` (``masked_by_kind``; ``unknown`` when none was given)."""
 
     rows: int
     rollouts: int
@@ -123,6 +135,8 @@ class Summary:
     bad_rewards: int = 0
     out_of_range: int = 0
     masked: int = 0
+    masked_rows: int = 0
+    masked_by_kind: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,5 +200,7 @@ def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: f
         invalid_tool_arguments=sum(s.invalid_tool_arguments or 0 for s in stats),
         context_overflows=sum(s.context_overflows for s in stats),
         bad_rewards=sum(s.bad_rewards for s in stats), out_of_range=sum(s.out_of_range for s in stats),
-        masked=sum(s.masked for s in stats),
+        masked=sum(s.masked for s in stats), masked_rows=sum(s.all_masked for s in stats),
+        masked_by_kind=dict(sorted(Counter(r.failure_kind or "unknown" for r in results
+                                           if r.ok and r.mask_sample).items())),
     )

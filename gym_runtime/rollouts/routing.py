@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gym_runtime.rollouts.tasks import ENVIRONMENT_SERVER_STAMP, TASK_SOURCE, materialized_taskset
+from gym_runtime.rollouts.tasks import ENVIRONMENT_SERVER_STAMP, TASK_SOURCE, is_materialized, materialized_taskset
 
 AGENT_TYPE = "responses_api_agents"
 RESOURCES_TYPE = "resources_servers"
@@ -211,6 +211,10 @@ class Routing:
             taskset = materialized_taskset(row)
             if taskset is not None:
                 return self._episode(taskset)
+            if is_materialized(row):
+                raise RouteError("environment", "a materialized task needs task_id.taskset, a non-empty string",
+                                 "task_id.taskset", 'write "task_id": {"taskset": "<environment>:<taskset>", '
+                                 '"task_id": "<id>"}')
         agent, resolved = self.agent_of(row)
         if agent is None:
             raise RouteError("agent", "the row names no agent: agent_ref is missing"

@@ -80,6 +80,8 @@ def test_a_materialized_task_goes_by_its_taskset_route_as_an_episode() -> None:
         gym07(data).route({**task, "task_id": {"taskset": "math:train", "task_id": "7"}})
     assert ei.value.key == "task_id.taskset" and "no environment_server_routes entry for taskset 'math:train'" \
         in ei.value.message and "environment servers: math_env" in ei.value.hint
+    with pytest.raises(RouteError, match="needs task_id.taskset, a non-empty string"):
+        gym07(data).route({**task, "task_id": {"task_id": "7"}})
     with pytest.raises(RouteError, match="takes materialized tasks"):
         gym07({**data, "environment_routing_mode": "taskset"}).route(ROW)
 

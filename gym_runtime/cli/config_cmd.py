@@ -3,6 +3,9 @@ and for each server instance the secret keys it receives (names only, docs/archi
 A value that holds no key is shown as it is, never masked: unset (``null``, ``''``) or, for a base URL
 given without a key, ``policy_api_key: EMPTY`` (said in a comment), so ``****`` always means a key is set.
 
+With ``GYM_RUNTIME_SERVER_ENV`` set, also the variables each server instance is passed (names only,
+and whether each is set here; docs/architecture.md §7.1).
+
 Also says, for each list a later file replaced whole (lists are never merged item by item,
 docs/environment-packages.md), which file won and which it replaced (case C19), and prints the
 config warnings (``GR-CONFIG-TRUTHY``...) on stderr. Per server instance it says where its block
@@ -35,10 +38,15 @@ def run(args: argparse.Namespace) -> int:
     from gym_runtime.config import build_config
     from gym_runtime.config.redact import KEYLESS_API_KEY
     from gym_runtime.package import load_package
+    from gym_runtime.settings import load_settings
+    from gym_runtime.supervise import passthrough
 
+    settings = load_settings()
     pkg = load_package(args.package)
     policy = policy_from_args(args)  # a base URL without a key gets `EMPTY`, as at `up`
     merged = build_config(pkg, args.overrides, policy, defaults=policy.with_overrides(args.overrides).keyless_defaults())
+    passthrough.check(settings, merged.instances)
+    passed = passthrough.describe(settings, merged.instances)
     masked: list[str] = []
     data = merged.redacted(masked)
     replaced = list(merged.sources.replaced_lists.values())
@@ -47,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         servers = [{"name": i.name, "server_type": i.server_type, "implementation": i.implementation,
                     "server_dir": str(i.server_dir.path), "origin": i.server_dir.origin, "source": i.source,
                     **provenance(merged.sources, i.name),
-                    "secrets": merged.secrets.keys_for(i.name, merged.data)}
+                    "secrets": merged.secrets.keys_for(i.name, merged.data), "passed_env": passed[i.name]}
                    for i in merged.instances.values()]
         print(json.dumps({"config": data, "servers": servers, "masked": masked,
                           "replaced_lists": [r.to_dict() for r in replaced],
@@ -65,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
             prov = provenance(merged.sources, name)
             if prov["inherits"] or prov["overridden"] or "generated" in prov:
                 print(f"# {name}: {describe(prov, inst.source)}")
+            if passed[name]:
+                print(f"# {name} is passed (GYM_RUNTIME_SERVER_ENV): {passthrough.summary(passed[name])}")
         for r in replaced:
             print(f"# list {r.key}: the list from {r.winner} is in effect; it replaced the list from "
                   f"{', then '.join(r.replaced)} (a later file replaces a list, it never adds to it)")

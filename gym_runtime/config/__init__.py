@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
+from gym_runtime.config.blocks import named_blocks
 from gym_runtime.config.instances import ServerInstance, build_instances, declare, find_instances, python_version_problems
 from gym_runtime.config.compose import compose
 from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources
@@ -130,18 +131,22 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
         raise ConfigError("no server instances are configured, so there is nothing to run", code="GR-CONFIG-NO-INSTANCES",
                           hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
                           "{entrypoint: app.py}}}` block")
-    return MergedConfig(package, data, instances, refs, sources, secret_map(raw, data, list(instances), extra_secrets),
-                        composed.warnings + warnings + _settings_in_config(raw, sources), release)
+    named = named_blocks(data, instances, release.block_reference_keys)
+    return MergedConfig(package, data, instances, refs, sources,
+                        secret_map(raw, data, list(instances), extra_secrets, named),
+                        composed.warnings + warnings + _settings_in_config(raw, sources, named), release)
 
 
 def _refs_summary(n: int) -> str:
     return f"{n} server reference{'s name' if n > 1 else ' names'} no defined instance"
 
 
-def _settings_in_config(raw: dict[str, Any], sources: Sources) -> list[Violation]:
+def _settings_in_config(raw: dict[str, Any], sources: Sources, named: dict[str, tuple[str, ...]]) -> list[Violation]:
     """A warning for a top-level ``sandbox`` block: egress is the operator's setting, never the
-    package's (docs/environment-packages.md), so nothing in it widens what the sandbox allows."""
-    if not isinstance(raw.get("sandbox"), dict):
+    package's (docs/environment-packages.md), so nothing in it widens what the sandbox allows.
+    None when a server names the block by string (``sandbox_provider: sandbox``): then it is Gym's
+    sandbox provider block, the server's own input (:mod:`gym_runtime.config.blocks`)."""
+    if not isinstance(raw.get("sandbox"), dict) or any("sandbox" in blocks for blocks in named.values()):
         return []
     return [Violation("GR-CONFIG-NOT-A-SETTING", "gym-runtime does not read sandbox or egress settings from a "
                       "package config: the sandbox allows what the operator sets (this key only reaches the "

@@ -11,6 +11,7 @@ here: ``Sources.of("a.b.c")`` names the file (relative to the package) or flag t
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -308,12 +309,14 @@ def merge_layers(layers: list[tuple[dict[str, Any], str]], sources: Sources | No
 
 def _mirror_merge(base: dict[str, Any], new: dict[str, Any]) -> None:
     """OmegaConf's merge on plain containers, for provenance: mappings key by key, ``???`` never
-    replaces a value, anything else replaces (lists whole)."""
+    replaces a value, anything else replaces (lists whole). ``new`` is never changed: what the
+    mirror takes from it is a copy, so a later layer merged into the mirror cannot reach back into
+    an earlier layer's data (the layers are merged again, by OmegaConf, afterwards)."""
     for k, v in new.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
             _mirror_merge(base[k], v)
         elif not (v == "???" and k in base):
-            base[k] = v
+            base[k] = copy.deepcopy(v)
 
 
 def _raise_conflict(layers: list[tuple[dict[str, Any], str]]) -> None:

@@ -74,6 +74,14 @@ class GymRelease:
     pairing_keys: ClassVar[tuple[str, ...]] = ()
     # the environment server implementation generated for an agent no environment server names (None: none)
     relay_implementation: ClassVar[str | None] = None
+    # keys whose string value names a top-level block the server reads at run time, so the block's
+    # secrets reach that server (gym_runtime/config/blocks.py): Gym's sandbox provider references
+    # (NeMo Gym 0.5.0 and later `nemo_gym/sandbox/config.py`, `nemo_gym/sandbox/access.py`)
+    block_reference_keys: ClassVar[tuple[str, ...]] = ("sandbox_provider", "provider_config_ref")
+    # how dataset rows reach servers (gym_runtime/rollouts/routing.py): the 0.4 line's rows name their
+    # agent with `agent_ref` and go to its `/run` (`nemo_gym/rollout_collection.py`)
+    rows_name_task_source: ClassVar[bool] = False
+    rows_through_environment_servers: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- the head server
     # the head server's probe routes (Gym's `HeadServer`): liveness routes answer 200 `{"status": "ok"}`

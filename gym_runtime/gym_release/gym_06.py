@@ -7,7 +7,9 @@ composition rules the config stage applies for this line (docs/environment-packa
 merges the include tree in post-order), renamed bundles and agents keep their old names as aliases
 (``nemo_gym/_config_aliases.py``), an unbound agent is composed onto every other agent
 (``compose_unbound_agent``, with the ``allowed_agents`` pairing check), and ``skip_verification``
-reaches every agent (``validate_and_populate_defaults``).
+reaches every agent (``validate_and_populate_defaults``); dataset rows may name the instance
+declaring their dataset (``task_source``) instead of an agent (``nemo_gym/rollout_collection.py``
+``resolve_task_sources``).
 """
 
 from __future__ import annotations
@@ -52,3 +54,4 @@ class Gym06(GymRelease):
     composes_unbound_agent: ClassVar[bool] = True
     applies_skip_verification: ClassVar[bool] = True
     pairing_keys: ClassVar[tuple[str, ...]] = ("allowed_agents",)
+    rows_name_task_source: ClassVar[bool] = True

@@ -35,3 +35,6 @@ class Gym07(Gym06):
     head_ready_status: ClassVar[str] = "ok"
     pairing_keys: ClassVar[tuple[str, ...]] = ("allowed_agents", "allowed_model_types")
     relay_implementation: ClassVar[str | None] = "legacy_agent"
+    # rows reach agents through the environment server fronting them; materialized tasks
+    # (`task_id` + `task_input`) go to `environment_server_routes[taskset]` as episode requests
+    rows_through_environment_servers: ClassVar[bool] = True

@@ -146,7 +146,7 @@ def test_passed_variables_are_listed_per_server(tmp_path: Path, capsys, monkeypa
     rc, out, _ = run(capsys, "config", str(root), "--json", *policy)
     assert rc == 0 and "sk-judge-secret" not in out
     passed = {s["name"]: s["passed_env"] for s in json.loads(out)["servers"]}
-    assert passed == {"policy_model": [], "acme_math_agent": [],
+    assert passed == {"policy_model": [], "acme_math_agent": [], "acme_math_environment_server": [],
                       "acme_math": [{"name": "GR_TEST_JUDGE_KEY", "scope": "this server", "set": True}]}
     rc, out, _ = run(capsys, "config", str(root), *policy)
     assert "# acme_math is passed (GYM_RUNTIME_SERVER_ENV): GR_TEST_JUDGE_KEY (this server)" in out.splitlines()

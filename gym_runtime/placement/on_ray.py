@@ -31,6 +31,7 @@ from gym_runtime.errors import StartError
 HEAD_NAME = "head server"
 # where rows enter: agents, and the environment servers NeMo Gym 0.7's collection sends rows to
 ROW_ENTRY_TYPES = ("responses_api_agents", "environment_servers")
+ENVIRONMENT_SERVERS = "environment_servers"  # relays rows to an agent's router (Router.keep_relayed_replica)
 
 
 def replica_names(instance: str, replicas: int) -> list[str]:
@@ -123,7 +124,8 @@ class RayPlacement:
         async def verdict(replica: int, since: float) -> dict[str, Any] | None:
             return await self.launchers[members[replica]].lost_since(since)
 
-        router = self.routers[name] = Router(name, ready_targets, verdict=verdict, retry_paths=block.retry_paths())
+        router = self.routers[name] = Router(name, ready_targets, verdict=verdict, retry_paths=block.retry_paths(),
+                                             keep_relayed_replica=server_type == ENVIRONMENT_SERVERS)
         return await router.start(self.cluster.node_ip)
 
     async def _place(self, merged: Any, blocks: dict[str, Any], inside: dict[str, int],

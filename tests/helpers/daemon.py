@@ -10,8 +10,8 @@ from the instance config: ``fixture_exit: N`` (exit with status N at start), ``f
 (sleep S seconds before binding), ``fixture_fail_row: true`` (``/run`` answers 500).
 
 A package with an agent also ships ``environment_servers/legacy_agent/`` as ``FIXTURE_RELAY_APP``
-(a stdlib relay: every ``POST`` is passed to the agent its ``agent_server`` names, the answer back
-unchanged), so the relays the 0.7 line generates in front of agents (docs/environment-packages.md,
+(a stdlib relay: every ``POST`` is passed to the agent its ``agent_server`` names, the answer,
+its headers included, back unchanged), so the relays the 0.7 line generates in front of agents (docs/environment-packages.md,
 "Composition") run from the package, not from the built-in relay's PyPI venv.
 """
 
@@ -93,8 +93,13 @@ upstream = f"http://{agent['host']}:{agent['port']}"
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 class H(BaseHTTPRequestHandler):
-    def _send(self, code, body):
-        self.send_response(code); self.send_header("content-type", "application/json")
+    def _send(self, code, body, headers=()):
+        self.send_response(code)
+        for k, v in headers:
+            if k.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server"):
+                self.send_header(k, v)
+        if not any(k.lower() == "content-type" for k, _ in headers):
+            self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
     def do_GET(self):
         self._send(200, b'{"status": "ok"}')
@@ -104,9 +109,9 @@ class H(BaseHTTPRequestHandler):
                                      headers={"content-type": "application/json"})
         try:
             with opener.open(req, timeout=600) as r:
-                self._send(r.status, r.read())
+                self._send(r.status, r.read(), r.headers.items())
         except urllib.error.HTTPError as e:
-            self._send(e.code, e.read())
+            self._send(e.code, e.read(), e.headers.items())
     def log_message(self, *a):
         pass
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, stdout_for_the_command
 from gym_runtime.errors import EXIT_OK, EXIT_RUNTIME, RolloutError, UsageError
+from gym_runtime.rollouts import ROLLOUT_TIMEOUT_S
 from gym_runtime.supervise.options import SuperviseOptions
 
 if TYPE_CHECKING:  # rich and the rollout machinery load only when a dry run runs
@@ -43,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-concurrent-rollouts", type=int, metavar="N", help="rollouts in flight (default: 32 per "
                    "agent replica)")
     p.add_argument("--concurrency", type=int, metavar="C", help="deprecated alias of --max-concurrent-rollouts")
-    p.add_argument("--rollout-timeout", type=float, metavar="S", help="seconds per rollout (default: no limit)")
+    p.add_argument("--rollout-timeout", type=float, default=ROLLOUT_TIMEOUT_S, metavar="S",
+                   help="seconds per rollout; a rollout past it fails with GR-ROLLOUT-DEADLINE (default %(default)g; "
+                   "0: no limit)")
     p.add_argument("--out", type=Path, metavar="results.jsonl", help="write every rollout (row, sample, reward, "
                    "latency, error) as JSONL")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
@@ -80,7 +83,8 @@ def request_from_args(args: argparse.Namespace) -> DryRunRequest:
     if args.probe_policy:
         runtime["options"] = SuperviseOptions(probe_policy=True)
     return DryRunRequest(args.package, args.dataset, list(args.overrides), policy_from_args(args), args.samples,
-                         args.limit, max_concurrent_rollouts(args), args.rollout_timeout, args.out, args.stub_seed,
+                         args.limit, max_concurrent_rollouts(args), args.rollout_timeout or None, args.out,
+                         args.stub_seed,
                          runtime)
 
 
@@ -170,9 +174,17 @@ def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
                      result.replicas, result.max_concurrent_rollouts)
     if result.ok:
         return EXIT_OK
-    codes = ", ".join(f"{c}: {n}" for c, n in result.summary.failures_by_code.items())
-    e = RolloutError(f"{result.summary.failures} of {result.summary.rollouts} rollouts failed ({codes})",
-                     hint="see the error of each rollout in --out, and the server logs under "
-                     f"{result.ready.get('logs_dir')}")
+    s = result.summary
+    if s.failures:
+        codes = ", ".join(f"{c}: {n}" for c, n in s.failures_by_code.items())
+        e = RolloutError(f"{s.failures} of {s.rollouts} rollouts failed ({codes})",
+                         hint="see the error of each rollout in --out, and the server logs under "
+                         f"{result.ready.get('logs_dir')}")
+    else:
+        kinds = ", ".join(f"{k}: {n}" for k, n in s.masked_by_kind.items())
+        e = RolloutError(f"{s.environment_failure_rows} row(s) had every sample masked by the resources server "
+                         f"(failure kinds: {kinds}): the environment failed them", code="GR-ROLLOUT-MASKED",
+                         hint="see failure_kind and failure_reason of each rollout in --out, and the resources "
+                         f"server's log under {result.ready.get('logs_dir')}")
     err.print(e.render(), markup=False, highlight=False)
     return EXIT_RUNTIME

@@ -23,6 +23,7 @@ from typing import IO, Any
 from gym_runtime.config import PolicyValues, build_config
 from gym_runtime.errors import UsageError
 from gym_runtime.package import load_package
+from gym_runtime.rollouts import ROLLOUT_TIMEOUT_S
 from gym_runtime.rollouts.rows import DatasetRow, load_rows
 from gym_runtime.rollouts.sampler import sample_rows
 from gym_runtime.rollouts.spread import replica_counts
@@ -39,7 +40,8 @@ class DryRunRequest:
     """What to run: ``samples`` per row, the first ``limit`` rows (None: all), at most
     ``max_concurrent_rollouts`` rollouts at once (None: 32 per agent replica,
     :func:`gym_runtime.rollouts.spread.default_max_rollouts`), ``rollout_timeout_s`` per rollout
-    (None: unbounded), ``out`` a JSONL file for every result; ``runtime_kwargs`` go to
+    (default :data:`ROLLOUT_TIMEOUT_S`; None: unbounded; a rollout past it is the row error
+    ``GR-ROLLOUT-DEADLINE``), ``out`` a JSONL file for every result; ``runtime_kwargs`` go to
     :class:`gym_runtime.Runtime` (policy, head, isolation, python, work_dir, placement,
     ray_address...)."""
 
@@ -50,7 +52,7 @@ class DryRunRequest:
     samples: int = 4
     limit: int | None = None
     max_concurrent_rollouts: int | None = None
-    rollout_timeout_s: float | None = None
+    rollout_timeout_s: float | None = ROLLOUT_TIMEOUT_S
     out: Path | None = None
     stub_seed: int = 0
     runtime_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -83,7 +85,8 @@ class DryRunResult:
 
     @property
     def ok(self) -> bool:
-        return self.summary.failures == 0
+        """Every rollout ran and no row had all its samples masked (an environment failure)."""
+        return self.summary.failures == 0 and self.summary.environment_failure_rows == 0
 
 
 def prepare(req: DryRunRequest, notes: list[str] | None = None

@@ -26,7 +26,10 @@ def to_result(row: DatasetRow, sample: int, answer: dict, latency_s: float,
     """A :class:`RolloutResult` from an agent answer (or a dispatch row error) and the replica that served it."""
     v = judge(answer, row.agent, facts)
     return RolloutResult(row.index, sample, row.line, row.agent, v.reward, round(latency_s, 4), v.error,
-                         v.unknown_tool_calls, v.invalid_tool_arguments, v.context_overflow, v.out_of_range, replica)
+                         v.count("unknown_tool_calls"), v.count("invalid_tool_arguments"), v.context_overflow,
+                         v.out_of_range, replica, v.masked, v.failure_kind, v.failure_reason,
+                         v.count("unparsed_tool_calls"), bool(v.count("max_steps_stops")),
+                         bool(v.count("idle_turn_stops")), v.count("aborted_calls"))
 
 
 async def sample_rows(rows: list[DatasetRow], agents: Mapping[str, str], samples: int, concurrency: int,

@@ -9,23 +9,31 @@ An agent's ``/run`` answer is environment output, so it is untrusted (docs/rollo
   this check covers every other agent.
 - a reward outside the range the resources server declares (``reward_range: [low, high]`` in its
   instance config, :func:`agent_facts`) is kept but flagged ``out_of_range``.
-- counters the built-in agents add (``unknown_tool_calls``, ``invalid_tool_arguments``,
-  ``context_overflow_stops``) are read; an agent that does not report them gives ``None``. A
-  context-overflow stop is also seen on the response itself (``response.context_overflow``, set
-  by the built-in ``vllm_model``), whichever agent ran the loop.
+- counters the built-in agents add (:data:`COUNTERS`: ``unknown_tool_calls``,
+  ``invalid_tool_arguments``, ``context_overflow_stops``, ``unparsed_tool_calls``,
+  ``max_steps_stops``, ``idle_turn_stops``, ``aborted_calls``) are read, also beside a row error;
+  an agent that does not report one gives ``None``. A context-overflow stop is also seen on the
+  response itself (``response.context_overflow``, set by the built-in ``vllm_model``), whichever
+  agent ran the loop.
+- a sample the resources server masked (``mask_sample: true``, NeMo Gym 0.7.0
+  ``nemo_gym/base_resources_server.py``; e.g. ``judge_failsafe`` when its judge failed, with
+  ``failure_kind`` and ``failure_reason``) keeps its reward but is ``masked``: the statistics leave
+  it out of mean, spread and the GRPO signal (case C39).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gym_runtime.errors import ConfigError, Violation
 
 BAD_REWARD = "GR-ROLLOUT-BAD-REWARD"
 AGENT_TYPE = "responses_api_agents"
+COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops", "unparsed_tool_calls",
+            "max_steps_stops", "idle_turn_stops", "aborted_calls")
 
 
 @dataclass(frozen=True)
@@ -81,33 +89,50 @@ def _count(answer: dict[str, Any], key: str) -> int | None:
 @dataclass(frozen=True)
 class Verdict:
     """One answer judged: ``reward`` (None when unusable), ``error`` (``{"code", "message"}``),
-    the agent's counters (None when not reported), ``context_overflow`` and ``out_of_range``."""
+    ``counts`` (:data:`COUNTERS` the agent reported: name -> count), ``out_of_range``, and for a
+    masked sample ``masked`` with its ``failure_kind`` and ``failure_reason`` (as sent, bounded)."""
 
     reward: float | None
     error: dict[str, str] | None
-    unknown_tool_calls: int | None = None
-    invalid_tool_arguments: int | None = None
-    context_overflow: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
     out_of_range: bool = False
+    masked: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+
+    def count(self, name: str) -> int | None:
+        """The agent's count ``name`` (None when it did not report it)."""
+        return self.counts.get(name)
+
+    @property
+    def context_overflow(self) -> bool:
+        return bool(self.counts.get("context_overflow_stops"))
+
+
+def _text(value: Any, limit: int) -> str | None:
+    return None if value is None else str(value)[:limit]
 
 
 def judge(answer: dict[str, Any], agent: str, facts: AgentFacts | None = None) -> Verdict:
     """Judge an agent answer (or a dispatch row error, which is kept as the error)."""
     facts = facts or AgentFacts()
     error = answer.get("error") if isinstance(answer.get("error"), dict) and "code" in answer["error"] else None
-    counts = {k: _count(answer, k) for k in ("unknown_tool_calls", "invalid_tool_arguments")}
+    counts = {k: c for k in COUNTERS if (c := _count(answer, k)) is not None}
     response = answer.get("response") if isinstance(answer.get("response"), dict) else {}
-    overflow = bool(_count(answer, "context_overflow_stops") or response.get("context_overflow"))
+    if response.get("context_overflow"):
+        counts["context_overflow_stops"] = max(1, counts.get("context_overflow_stops", 0))
     if error is not None:
-        return Verdict(None, {"code": str(error["code"]), "message": str(error.get("message", ""))}, **counts,
-                       context_overflow=overflow)
+        return Verdict(None, {"code": str(error["code"]), "message": str(error.get("message", ""))}, counts)
     unusable = bad_reward(answer, agent, facts)
     if unusable is not None:
-        return Verdict(None, unusable, **counts, context_overflow=overflow)
+        return Verdict(None, unusable, counts)
     reward = float(answer["reward"])
     low_high = facts.reward_range
     out = low_high is not None and not low_high[0] <= reward <= low_high[1]
-    return Verdict(reward, None, **counts, context_overflow=overflow, out_of_range=out)
+    masked = answer.get("mask_sample") is True
+    return Verdict(reward, None, counts, out_of_range=out, masked=masked,
+                   failure_kind=_text(answer.get("failure_kind"), 80) if masked else None,
+                   failure_reason=_text(answer.get("failure_reason"), 500) if masked else None)
 
 
 def reward_range(instance: Any) -> tuple[float, float] | None:

@@ -87,9 +87,9 @@ def test_counts_per_row_in_the_table_and_json() -> None:
     print_report(console, stats, summary)
     lines = console.export_text().splitlines()
     header = next(line for line in lines if "signal" in line).split()
-    assert header[-5:] == ["fail", "unk", "ctx", "bad", "signal"]
+    assert header[-9:] == ["fail", "unk", "ctx", "bad", "msk", "abt", "utc", "cap", "signal"]
     row0 = next(line for line in lines if line.split()[:3] == ["0", "1", "agent"]).split()
-    assert row0[8:13] == ["0", "3", "1", "0", "yes"] and "1 out of range" in " ".join(row0)
+    assert row0[8:17] == ["0", "3", "1", "0", "0", "0", "-", "0", "yes"] and "1 out of range" in " ".join(row0)
     row1 = next(line for line in lines if line.split()[:3] == ["1", "2", "other"]).split()
     assert row1[8:12] == ["1", "-", "0", "1"]
     text = "\n".join(lines)

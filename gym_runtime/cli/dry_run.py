@@ -23,7 +23,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, stdout_for_the_command
+from gym_runtime.cli.common import (add_liveness_args, add_package_args, add_policy_args, liveness_from_args,
+                                    policy_from_args, stdout_for_the_command)
 from gym_runtime.errors import EXIT_OK, EXIT_RUNTIME, RolloutError, UsageError
 from gym_runtime.rollouts import ROLLOUT_TIMEOUT_S
 from gym_runtime.supervise.options import SuperviseOptions
@@ -61,6 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where servers run: this host (default), or nodes of the --ray-address cluster "
                    "(docs/scale-out.md); the environment is brought down on every node at the end")
     g.add_argument("--ray-address", metavar="ADDR", help="Ray cluster: host:port (GCS), 'auto' or 'local'")
+    add_liveness_args(g)
     p.set_defaults(func=run)
 
 
@@ -80,8 +82,7 @@ def request_from_args(args: argparse.Namespace) -> DryRunRequest:
         args.dataset = default_dataset(args.package)
     runtime = {k: v for k, v in (("python", args.python), ("isolation", args.isolation), ("work_dir", args.work_dir),
                                  ("placement", args.placement), ("ray_address", args.ray_address)) if v is not None}
-    if args.probe_policy:
-        runtime["options"] = SuperviseOptions(probe_policy=True)
+    runtime["options"] = SuperviseOptions(probe_policy=args.probe_policy, **liveness_from_args(args))
     return DryRunRequest(args.package, args.dataset, list(args.overrides), policy_from_args(args), args.samples,
                          args.limit, max_concurrent_rollouts(args), args.rollout_timeout or None, args.out,
                          args.stub_seed,

@@ -13,8 +13,9 @@
 
 A stage with problems stops the later ones (their findings would be echoes of the same root
 cause). Warnings (``MergedConfig.warnings``) never stop anything: a false-looking string from
-``oc.env`` in a field of unknown type (``GR-CONFIG-TRUTHY``) and egress settings in a package
-config (``GR-CONFIG-NOT-A-SETTING``).
+``oc.env`` in a field of unknown type (``GR-CONFIG-TRUTHY``), egress settings in a package
+config (``GR-CONFIG-NOT-A-SETTING``) and a ``simple_agent`` with no ``max_steps``
+(``GR-CONFIG-NO-MAX-STEPS``, :mod:`gym_runtime.config.episodes`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
+from gym_runtime.config.episodes import unbounded_agents
 from gym_runtime.config.instances import ServerInstance, build_instances, declare, find_instances, python_version_problems
 from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources, merge_sources
 from gym_runtime.config.refs import ServerRef, check_refs, literal_only
@@ -125,7 +127,7 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
                           hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
                           "{entrypoint: app.py}}}` block")
     return MergedConfig(package, data, instances, refs, sources, secret_map(raw, data, list(instances), extra_secrets),
-                        warnings + _settings_in_config(raw, sources), release)
+                        warnings + _settings_in_config(raw, sources) + unbounded_agents(instances), release)
 
 
 def _refs_summary(n: int) -> str:

@@ -20,8 +20,9 @@ status``):
 =================  ===================================================================
 
 and ours beside them: ``implementation`` (= ``name``), ``state`` (the supervisor's ``pending``
-| ``starting`` | ``ready`` | ``restarting`` | ``failed`` | ``stopping`` | ``stopped``), ``restarts``,
-``ready_after_s``, ``last_exit``, ``error``, ``log_file``; for a replica on a Ray node
+| ``starting`` | ``ready`` | ``wedged`` | ``restarting`` | ``failed`` | ``stopping`` | ``stopped``),
+``restarts``, ``ready_after_s``, ``last_exit``, ``error``, ``wedged`` (what the liveness probe
+missed, from when it found the server wedged until it is ready again; else null), ``log_file``; for a replica on a Ray node
 (docs/scale-out.md) also ``placement`` (``ray``), ``instance``, ``replica``, ``node``,
 ``node_id``, ``isolation``, ``remote_pid`` (its process id on that node; ``pid`` is null) and
 ``moves`` (times it was placed again on another node after its node was lost).
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-OURS = ("restarts", "ready_after_s", "last_exit", "error", "log_file")
+OURS = ("restarts", "ready_after_s", "last_exit", "error", "wedged", "log_file")
 PLACED = ("placement", "instance", "replica", "node", "node_id", "isolation", "remote_pid", "moves")
 
 

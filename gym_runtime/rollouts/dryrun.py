@@ -2,8 +2,10 @@
 
 Order: the package, its configuration and EVERY dataset row are checked before anything
 starts (a bad row costs no venv build); then :class:`gym_runtime.Runtime` brings the environment
-up (the built-in stub model unless a policy URL is given), each row goes k times to its agent's
-``/run`` (:func:`gym_runtime.rollouts.sampler.sample_rows`), every result is appended to the
+up (the built-in stub model unless a policy URL is given; when a row offers tools, the start-up
+probe of the policy endpoint offers one too, :mod:`gym_runtime.supervise.policy_probe`), each row
+goes k times to its agent's ``/run`` (:func:`gym_runtime.rollouts.sampler.sample_rows`, each
+bounded by ``rollout_timeout_s``), every result is appended to the
 ``--out`` file as it finishes, and the environment is stopped whatever happened. Where the
 servers run is the Runtime's placement (``placement="ray"`` in ``runtime_kwargs``: replicas on
 the nodes of a Ray cluster, docs/scale-out.md); the rollouts in flight are bounded by
@@ -16,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -108,13 +110,22 @@ def prepare(req: DryRunRequest, notes: list[str] | None = None
     return pkg.name, rows[: req.limit] if req.limit else rows, facts
 
 
-def _runtime(req: DryRunRequest, progress: Callable[[str], None] | None):
+def offers_tools(rows: list[DatasetRow]) -> bool:
+    """Whether any row offers tools (then the start-up probe offers one too, policy_probe.py)."""
+    return any(row.data["responses_create_params"].get("tools") for row in rows)
+
+
+def _runtime(req: DryRunRequest, progress: Callable[[str], None] | None, tools: bool):
     from gym_runtime.runtime import Runtime
+    from gym_runtime.supervise.options import SuperviseOptions
 
     p = req.policy
+    kwargs = dict(req.runtime_kwargs)
+    if tools:
+        kwargs["options"] = replace(kwargs.get("options") or SuperviseOptions(), probe_tools=True)
     rt = Runtime(req.package, overrides=req.overrides, policy_base_url=p.base_url, policy_api_key=p.api_key,
                  policy_model_name=p.model_name, progress=progress, max_concurrent_rollouts=req.max_concurrent_rollouts,
-                 **req.runtime_kwargs)
+                 **kwargs)
     rt.request.stub_seed = req.stub_seed
     return rt
 
@@ -135,7 +146,7 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
         if progress is not None:
             progress(f"note: {note}")
     out: IO[str] | None = None
-    rt = _runtime(req, progress)
+    rt = _runtime(req, progress, offers_tools(rows))
     try:
         ready = await rt.start()
         agents = {n: url for n, url in rt.servers.items() if url}

@@ -8,7 +8,7 @@ and signal), abt (model calls the endpoint aborted, asked again), utc (tool call
 a final answer: unparsed), cap (episodes ended by ``max_steps`` or ``max_idle_turns``), signal
 ("yes"; "no GRPO signal" when the k rewards are all equal; "unknown" with fewer than two rewards;
 "environment failure" when every sample was masked; "N out of range" when rewards fall outside
-the resources server's ``reward_range``). The legend under the table says the same. The summary
+the resources server's ``reward_range``). The legend printed under the table says the same. The summary
 gives the share of signal-bearing rows, rollouts per second, failures by error code, the totals
 of those counts and, for each that is not zero, what it means (docs/rollouts.md). Under it, the
 replica table: one line per agent replica (replica, agent, node, rollouts, failed, rollouts/s;
@@ -42,7 +42,7 @@ COLUMNS = ("row", "line", "agent", "k", "mean", "std", "min", "max", "fail", "un
 def build_table(stats: list[RowStats], title: str | None = None) -> Table:
     """The per-row reward table (a :class:`rich.table.Table`)."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  padding=(0, 0), caption=LEGEND, caption_justify="left")
+                  padding=(0, 0))
     for name in COLUMNS:
         table.add_column(name, justify="left" if name in ("agent", "signal") else "right", no_wrap=name != "signal",
                          min_width=len(name), ratio=1 if name == "signal" else None)
@@ -158,6 +158,7 @@ def print_report(console: Console, stats: list[RowStats], summary: Summary, titl
     """Print the table, the summary and, when :func:`spread_shown`, the per-replica table to
     ``console`` (``--json`` always carries the per-replica counts)."""
     console.print(build_table(stats, title))
+    console.print(f"[dim]{LEGEND}[/dim]", highlight=False)
     for line in summary_lines(summary):
         console.print(line, highlight=False)
     if replicas and spread_shown(replicas):

@@ -26,7 +26,7 @@ from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
 from gym_runtime.ray_target import RayTarget, given
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract, head_view, policy_endpoint, preflight, processes, readiness
+from gym_runtime.supervise import contract, head_view, policy_probe, preflight, processes, readiness
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.logs import LogSink
@@ -146,10 +146,11 @@ class Environment:
         self._check_stop()
         self.bytecode.learn(lambda name: self.supervisor.members[name].status == READY)
         await self._supervise(merged)
-        if self.req.options.probe_policy:
-            self.phase = self.supervisor.phase = "probing the policy model (--probe-policy)"
+        opts = self.req.options
+        if opts.probe_policy or opts.model_endpoint_timeout_s > 0:
+            self.phase = self.supervisor.phase = "probing the policy model"
             async with httpx.AsyncClient(trust_env=False) as client:
-                await policy_endpoint.check_reasoning(client, merged.instances, self._say)
+                await policy_probe.run_probes(client, merged.instances, opts.probe_policy, opts.probe_tools, self._say)
         self.phase = "ready"
         self.ready_info = {
             "status": "ready", "head_server": self.head.url,

@@ -184,7 +184,8 @@ def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
     else:
         kinds = ", ".join(f"{k}: {n}" for k, n in s.masked_by_kind.items())
         e = RolloutError(f"{s.environment_failure_rows} row(s) had every sample masked by the resources server "
-                         f"(failure kinds: {kinds}): the environment failed them", code="GR-ROLLOUT-MASKED",
+                         f"(masked samples by failure kind: {kinds}): the environment failed them",
+                         code="GR-ROLLOUT-MASKED",
                          hint="see failure_kind and failure_reason of each rollout in --out, and the resources "
                          f"server's log under {result.ready.get('logs_dir')}")
     err.print(e.render(), markup=False, highlight=False)

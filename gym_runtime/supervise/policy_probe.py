@@ -3,14 +3,17 @@
 A policy endpoint that answers ``/models`` (:mod:`gym_runtime.supervise.policy_endpoint`) can still
 fail or corrupt every rollout of a kind, while a one-turn, tool-less probe passes. So, for every
 endpoint of a model server instance configured like ``vllm_model`` (``base_url`` and ``model``),
-one probe conversation (docs/rollouts.md, "The policy endpoint is checked for what it is"):
+one probe conversation (docs/rollouts.md, "The policy endpoint is checked for what it is"), each
+request with ``logprobs`` / ``return_tokens_as_token_ids`` when the instance has
+``return_token_id_information: true``:
 
-* **turn 1**: one short chat completion, with one dummy tool when the probe is about tools, and
-  ``logprobs`` / ``return_tokens_as_token_ids`` when the instance has
-  ``return_token_id_information: true``;
-* **turn 2** (``--probe-policy`` only): the turn-1 answer sent back as the model server sends an
-  assistant message (its reasoning under the key(s) of ``reasoning_field``, its tool call with a
-  tool result), then one more user message.
+* **the plain turn**: one short chat completion without tools (reasoning fields, ``<think>`` tags,
+  token ids and ``/tokenize`` are checked on it);
+* **the tool turn** (when the probe is about tools): one short chat completion offering one dummy
+  tool;
+* **turn 2** (``--probe-policy`` only): both answers sent back as the model server sends assistant
+  messages (reasoning under the key(s) of ``reasoning_field``, a tool call with its tool result),
+  then one more user message.
 
 What fails the start (:class:`~gym_runtime.errors.StartError`):
 
@@ -20,15 +23,15 @@ What fails the start (:class:`~gym_runtime.errors.StartError`):
 ``GR-START-TOKEN-IDS``         token ids asked for and not given: a logprob token that is not
                                ``token_id:<int>``, no logprobs, or ``/tokenize`` disagreeing with the
                                completion's prompt (case C44)
-``GR-START-REASONING-FIELD``   turn 2 refused for how it carried the reasoning (case C42)
+``GR-START-REASONING-FIELD``   a later turn refused for how it carried the reasoning back (case C42)
 ``GR-START-REASONING-PARSER``  reasoning fields while ``uses_reasoning_parser: false``
 ``GR-START-POLICY-PROBE``      any other failing probe completion (its whole error text in the message)
 =============================  ======================================================================
 
 When it runs (:func:`plans`): with ``--probe-policy``, everything for every such instance;
-otherwise turn 1 alone, for instances with ``return_token_id_information: true`` (token ids) and,
-when the rows to run offer tools (``SuperviseOptions.probe_tools``, set by the dry-run), with
-the dummy tool; never when ``--model-endpoint-timeout 0`` turned the endpoint checks off.
+otherwise no turn 2: the plain turn for instances with ``return_token_id_information: true``,
+and the tool turn when the rows to run offer tools (``SuperviseOptions.probe_tools``, set by the
+dry-run); never when ``--model-endpoint-timeout 0`` turned the endpoint checks off.
 """
 
 from __future__ import annotations
@@ -120,22 +123,23 @@ class Probe:
         what = "--probe-policy" if self.plan.two_turns else "the start-up probe"
         return StartError(f"{what}: {message}", code=code, hint=hint)
 
-    def body(self, messages: list[dict]) -> dict[str, Any]:
-        """A probe request: the messages, the dummy tool and the token-id fields when planned."""
+    def body(self, messages: list[dict], tools: bool) -> dict[str, Any]:
+        """A probe request: the messages, the dummy tool (``tools``) and the token-id fields when planned."""
         body: dict[str, Any] = {"model": self.plan.model, "messages": messages, "max_tokens": 32, "temperature": 0}
-        if self.plan.tools:
+        if tools:
             body["tools"] = [PROBE_TOOL]
         if self.plan.token_ids:
             body.update(logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True)
         return body
 
-    async def complete(self, body: dict, turn: int) -> dict:
-        """POST ``body``; the completion, or the :class:`StartError` its failure means."""
+    async def complete(self, body: dict, turn: str) -> dict:
+        """POST ``body`` (``turn``: which, for messages); the completion, or the :class:`StartError` its
+        failure means."""
         url, p = f"{self.plan.url}/chat/completions", self.plan
         try:
             r = await self.client.post(url, json=body, headers=self.headers, timeout=PROBE_COMPLETION_TIMEOUT_S)
         except httpx.HTTPError as e:
-            raise self.fail("GR-START-POLICY-PROBE", f"turn {turn} of the probe of '{p.instance}' at {url} failed: "
+            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {url} failed: "
                             f"{type(e).__name__}: {e}", "check the policy endpoint; drop --probe-policy to skip "
                             "this check") from None
         if r.status_code >= 400:
@@ -147,7 +151,7 @@ class Probe:
                                 f"{p.model}> (e.g. hermes for Qwen models); see docs/rollouts.md")
             carried = [k for m in body["messages"] if m.get("role") == "assistant" for k in REASONING_KEYS["both"]
                        if m.get(k)]
-            if turn == 2 and carried and r.status_code in (400, 422) and "reasoning" in said.lower():
+            if carried and r.status_code in (400, 422) and "reasoning" in said.lower():
                 others = " or ".join(f for f in ("both", "reasoning", "reasoning_content") if f != p.reasoning_field)
                 raise self.fail("GR-START-REASONING-FIELD", f"policy endpoint {p.url} refuses an assistant message "
                                 f"that carries its reasoning under {' and '.join(map(repr, sorted(set(carried))))} "
@@ -155,7 +159,7 @@ class Probe:
                                 "multi-turn rollout would fail on its second model call",
                                 f"set reasoning_field: {others} in the config of '{p.instance}' (the field the "
                                 "endpoint returns); see docs/rollouts.md, \"Reasoning\"")
-            raise self.fail("GR-START-POLICY-PROBE", f"turn {turn} of the probe of '{p.instance}' at {url} failed "
+            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {url} failed "
                             f"(HTTP {r.status_code}: {said})", "check the policy endpoint and model name; drop "
                             "--probe-policy to skip this check")
         try:
@@ -163,25 +167,32 @@ class Probe:
             message = completion["choices"][0]["message"]
             assert isinstance(message, dict)
         except (ValueError, KeyError, IndexError, TypeError, AssertionError):
-            raise self.fail("GR-START-POLICY-PROBE", f"turn {turn} of the probe of '{p.instance}' at {url} answered "
+            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {url} answered "
                             f"a body that is not a chat completion: {_shown(r.text)}",
                             "point the model server at an OpenAI-compatible /v1 root") from None
         return completion
 
     async def run(self) -> None:
-        """Turn 1, its checks, and turn 2 when planned; raises :class:`StartError` (module doc)."""
+        """The plain turn, the tool turn and turn 2 as planned, with their checks; raises
+        :class:`StartError` (module doc)."""
         p = self.plan
-        first = [{"role": "user", "content": "Reply with the word OK."}]
-        completion = await self.complete(self.body(first), 1)
-        message = completion["choices"][0]["message"]
-        if p.tools:
-            self.found.append("a request with tools ok")
-        self.check_reasoning(message)
+        plain = [{"role": "user", "content": "Reply with the word OK."}]
+        first = await self.complete(self.body(plain, tools=False), "plain turn")
+        self.check_reasoning(first["choices"][0]["message"])
         if p.token_ids:
-            await self.check_token_ids(completion, self.body(first))
+            await self.check_token_ids(first, self.body(plain, tools=False))
+        history = plain + self.replayed(first["choices"][0]["message"])
+        if p.tools:
+            ask = [{"role": "user", "content": "What time is it? Use the get_time tool."}]
+            answer = await self.complete(self.body(history + ask, tools=True), "tool turn")
+            called = bool(answer["choices"][0]["message"].get("tool_calls"))
+            self.found.append("a request with tools ok" + (" (the model called the tool)" if called else ""))
+            if p.token_ids:
+                self.check_token_spelling(answer)
+            history += ask + self.replayed(answer["choices"][0]["message"])
         if p.two_turns:
-            await self.complete(self.body(first + self.replayed(message) + [
-                {"role": "user", "content": "Thanks. Reply with the word OK again."}]), 2)
+            await self.complete(self.body(history + [{"role": "user", "content": "Thanks. Reply with OK again."}],
+                                          tools=p.tools), "turn 2")
             self.found.append(f"turn 2 with reasoning_field: {p.reasoning_field} ok")
         self.say(f"policy probe: {p.url} ({p.instance}): " + "; ".join(self.found))
 
@@ -220,13 +231,14 @@ class Probe:
         return [sent] + [{"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"time": "12:00"})}
                          for c in calls]
 
-    async def check_token_ids(self, completion: dict, body: dict) -> None:
-        """Every logprob token is ``token_id:<int>``; the endpoint's ``/tokenize`` (when it has one)
-        gives as many prompt tokens as the completion's usage counts."""
-        p = self.plan
-        hint = (f"use an endpoint that returns token ids (vLLM's OpenAI server; SGLang 0.5 ignores "
-                f"return_tokens_as_token_ids), or set return_token_id_information: false in '{p.instance}' when "
-                "no trainer needs them")
+    def token_hint(self) -> str:
+        return (f"use an endpoint that returns token ids (vLLM's OpenAI server; SGLang 0.5 ignores "
+                f"return_tokens_as_token_ids), or set return_token_id_information: false in '{self.plan.instance}' "
+                "when no trainer needs them")
+
+    def check_token_spelling(self, completion: dict) -> list:
+        """The logprob entries of ``completion``; :class:`StartError` unless each token is ``token_id:<int>``."""
+        p, hint = self.plan, self.token_hint()
         choice = completion["choices"][0]
         entries = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
         if not isinstance(entries, list) or not entries:
@@ -239,6 +251,13 @@ class Probe:
             raise self.fail("GR-START-TOKEN-IDS", f"policy endpoint {p.url} ignores return_tokens_as_token_ids: a "
                             f"logprob token is {str(bad)[:60]!r}, not 'token_id:<int>' (SGLang? use an endpoint "
                             "that returns token ids)", hint)
+        return entries
+
+    async def check_token_ids(self, completion: dict, body: dict) -> None:
+        """Every logprob token is ``token_id:<int>``; the endpoint's ``/tokenize`` (when it has one)
+        gives as many prompt tokens as the completion's usage counts."""
+        p, hint = self.plan, self.token_hint()
+        entries = self.check_token_spelling(completion)
         said = f"token ids ok ({len(entries)} generated)"
         usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
         tokenize = {k: body[k] for k in ("model", "messages", "tools") if k in body}

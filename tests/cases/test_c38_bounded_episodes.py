@@ -26,6 +26,7 @@ from tests.helpers.gym_servers import SERVERS
 from tests.helpers.trust import dry, example_rows
 
 AGENT_KEY = "code_lookup_agent.responses_api_agents.simple_agent"
+PROBE = 2  # the start-up probe's plain turn and, since the row offers a tool, its tool turn
 UNBOUNDED = ["policy_model.responses_api_models.vllm_model.uses_reasoning_parser=true", f"{AGENT_KEY}.max_steps=null"]
 
 
@@ -39,7 +40,7 @@ def test_c38_reasoning_only_turns_end_the_episode_after_max_idle_turns(tmp_path:
         run, results = dry(tmp_path, example_rows("code_lookup_agent")[:1], *UNBOUNDED, fake_url=fake.url, samples=2)
         model_calls = calls(fake.url)
     assert run.code == 0, run.stderr
-    assert model_calls == 2 * 2 + 1  # max_idle_turns (2) per rollout, and the start-up probe's one turn
+    assert model_calls == 2 * 2 + PROBE  # max_idle_turns (2) per rollout
     assert [(r["idle_capped"], r["step_capped"], r["reward"]) for r in results] == [(True, False, 0.0)] * 2
     row = run.json()["rows"][0]
     assert (row["idle_capped"], row["step_capped"]) == (2, 0) and run.json()["summary"]["idle_capped"] == 2
@@ -53,7 +54,7 @@ def test_c38_the_default_step_cap_bounds_an_episode_the_idle_cap_does_not(tmp_pa
                            f"{AGENT_KEY}.max_idle_turns=1000", fake_url=fake.url)
         model_calls = calls(fake.url)
     assert run.code == 0, run.stderr
-    assert model_calls == BUILTIN_MAX_STEPS + 1
+    assert model_calls == BUILTIN_MAX_STEPS + PROBE
     assert (results[0]["step_capped"], results[0]["idle_capped"]) == (True, False)
     assert run.json()["rows"][0]["step_capped"] == 1
 

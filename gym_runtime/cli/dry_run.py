@@ -8,7 +8,8 @@ on the nodes of that Ray cluster (docs/scale-out.md) and are ended there at the 
 over an agent's replicas, at most ``--max-concurrent-rollouts`` in flight (``--concurrency`` is its
 deprecated alias), and the report counts the rollouts of each replica. stdout: the reward table
 and the replica table (or one JSON object with ``--json``); stderr:
-start-up progress and a progress bar. Exit 0 when every rollout ran, 3 when any failed, 1 for a bad
+start-up progress and a progress bar. Exit 0 when every rollout ran, 3 when any failed (or a row had
+every sample masked by its resources server), 1 for a bad
 package / config / row (nothing started), 2 for bad flags.
 """
 

@@ -11,8 +11,8 @@ of a final message of a row that offers tools:
   ``<｜tool▁calls▁begin｜>``, Kimi ``<|tool_calls_section_begin|>``);
 - a bare JSON object ``{"name": <an offered tool>, "arguments": ...}`` (or ``"parameters"``).
 
-Text is model output: only the first :data:`SCAN_CHARS` characters are read, and only objects
-that start like a call of an offered tool are parsed.
+Text is model output: only the first :data:`SCAN_CHARS` characters are read, and only the first
+:data:`MAX_CANDIDATES` objects that start like a call of an offered tool are parsed.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import re
 MARKERS = ("<tool_call>", "<|tool_call|>", "[TOOL_CALLS]", "<|python_tag|>", "<｜tool▁calls▁begin｜>",
            "<|tool_calls_section_begin|>")
 SCAN_CHARS = 200_000
+MAX_CANDIDATES = 32
 _DECODER = json.JSONDecoder()
 
 
@@ -37,7 +38,8 @@ def unparsed_tool_calls(text: str, offered: list[str]) -> int:
         return marked
     names = "|".join(re.escape(n) for n in offered)
     found = 0
-    for match in re.finditer(r'\{\s*"name"\s*:\s*"(?:' + names + r')"', text):
+    candidates = re.finditer(r'\{\s*"name"\s*:\s*"(?:' + names + r')"', text)
+    for _, match in zip(range(MAX_CANDIDATES), candidates):
         try:
             value, _ = _DECODER.raw_decode(text, match.start())
         except (ValueError, RecursionError):

@@ -18,8 +18,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gym_runtime.config.episodes import BUILTIN_MAX_STEPS
-from gym_runtime.rollouts import ROLLOUT_TIMEOUT_S
 from gym_runtime.rollouts.dryrun import DryRunRequest
 from tests.helpers.fake_policy import start_fake
 from tests.helpers.gym_servers import SERVERS
@@ -54,7 +52,7 @@ def test_c38_the_default_step_cap_bounds_an_episode_the_idle_cap_does_not(tmp_pa
                            f"{AGENT_KEY}.max_idle_turns=1000", fake_url=fake.url)
         model_calls = calls(fake.url)
     assert run.code == 0, run.stderr
-    assert model_calls == BUILTIN_MAX_STEPS + PROBE
+    assert model_calls == 32 + PROBE  # the built-in agent's default max_steps
     assert (results[0]["step_capped"], results[0]["idle_capped"]) == (True, False)
     assert run.json()["rows"][0]["step_capped"] == 1
 
@@ -74,6 +72,9 @@ def test_c38_a_dry_run_rollout_has_a_deadline(tmp_path: Path) -> None:
 def test_c38_the_defaults_bound_every_episode_and_every_dry_run_rollout() -> None:
     """The warning's figure is the built-in agent's own default; a dry-run rollout has a deadline
     unless asked not to (``--rollout-timeout 0``)."""
+    from gym_runtime.config.episodes import BUILTIN_MAX_STEPS
+    from gym_runtime.rollouts import ROLLOUT_TIMEOUT_S
+
     app = (SERVERS / "responses_api_agents" / "simple_agent" / "app.py").read_text()
     assert re.search(r"^DEFAULT_MAX_STEPS = (\d+)$", app, re.M).group(1) == str(BUILTIN_MAX_STEPS)
     assert DryRunRequest("p", "d").rollout_timeout_s == ROLLOUT_TIMEOUT_S == 900.0

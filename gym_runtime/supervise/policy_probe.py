@@ -25,7 +25,9 @@ What fails the start (:class:`~gym_runtime.errors.StartError`):
                                completion's prompt (case C44)
 ``GR-START-REASONING-FIELD``   a later turn refused for how it carried the reasoning back (case C42)
 ``GR-START-REASONING-PARSER``  reasoning fields while ``uses_reasoning_parser: false``
-``GR-START-POLICY-PROBE``      any other failing probe completion (its whole error text in the message)
+``GR-START-POLICY-PROBE``      any other failing probe completion (its whole error text in the message);
+                               under ``--probe-policy`` only: a probe that runs by itself says such a
+                               failure as a warning (the rollouts will show what it means)
 =============================  ======================================================================
 
 When it runs (:func:`plans`): with ``--probe-policy``, everything for every such instance;
@@ -111,6 +113,10 @@ def words(response: httpx.Response) -> str:
     return _shown(response.text)
 
 
+class Inconclusive(Exception):
+    """A probe that runs by itself (no ``--probe-policy``) failed for no reason it knows: said, not fatal."""
+
+
 class Probe:
     """One :class:`Plan` run against its endpoint with ``client``; ``say`` receives progress lines."""
 
@@ -119,8 +125,12 @@ class Probe:
         self.headers = {"Authorization": f"Bearer {plan.api_key}"} if plan.api_key else {}
         self.found: list[str] = []
 
-    def fail(self, code: str, message: str, hint: str) -> StartError:
+    def fail(self, code: str, message: str, hint: str) -> Exception:
+        """The :class:`StartError` of a finding; an unexplained failure of a probe that runs by
+        itself is :class:`Inconclusive` instead."""
         what = "--probe-policy" if self.plan.two_turns else "the start-up probe"
+        if code == "GR-START-POLICY-PROBE" and not self.plan.two_turns:
+            return Inconclusive(f"{what}: {message}")
         return StartError(f"{what}: {message}", code=code, hint=hint)
 
     def body(self, messages: list[dict], tools: bool) -> dict[str, Any]:
@@ -286,6 +296,10 @@ class Probe:
 
 async def run_probes(client: httpx.AsyncClient, instances: dict[str, Any], explicit: bool, tools: bool,
                      say: Callable[[str], None]) -> None:
-    """Run every planned probe (:func:`plans`) in config order; raises the first :class:`StartError`."""
+    """Run every planned probe (:func:`plans`) in config order; raises the first :class:`StartError`
+    (an :class:`Inconclusive` probe is said as a warning)."""
     for plan in plans(instances, explicit, tools):
-        await Probe(client, plan, say).run()
+        try:
+            await Probe(client, plan, say).run()
+        except Inconclusive as e:
+            say(f"WARNING: {e}; starting anyway (--probe-policy makes this fatal; docs/rollouts.md)")

@@ -416,11 +416,11 @@ class Supervisor:
             if proc is None:
                 m.status = STOPPED
                 return
-            failed = m.status == FAILED
+            failed, gone = m.status == FAILED, proc.poll() is not None  # gone: e.g. killed as wedged, not yet restarted
             m.status = STOPPING
             t = time.monotonic()
             info = await proc.stop(0.0 if m.kill_on_stop else grace)  # kill_on_stop: nothing to drain (member.py)
-            if info.reason == "killed" and not m.kill_on_stop:
+            if info.reason == "killed" and not m.kill_on_stop and not gone:
                 m.escalated = True
                 m.log.note(f"did not exit within {grace:g}s of SIGTERM: killed (SIGKILL to its process group)")
                 self._progress(f"{m.name}: ignored SIGTERM for {grace:g}s, killed; stopped in "

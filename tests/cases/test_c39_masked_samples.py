@@ -32,7 +32,8 @@ ROWS = [row_for("judged_agent", task_idx=0, plan=["mask"]),  # every sample mask
         row_for("judged_agent", task_idx=1, plan=["mask", 1.0, 1.0, 0.0])]  # one masked, three real rewards
 
 
-def test_c39_masked_samples_are_counted_apart_and_an_all_masked_row_is_an_environment_failure(tmp_path: Path) -> None:
+def test_c39_masked_samples_are_counted_apart_an_all_masked_row_is_an_environment_failure_and_rollouts_run_keeps_them(
+        tmp_path: Path) -> None:
     pkg = package(tmp_path)
     run, results = dry(tmp_path, ROWS, pkg=pkg, samples=4, env=shared_venvs())
     assert run.code == 3, run.stderr
@@ -52,10 +53,8 @@ def test_c39_masked_samples_are_counted_apart_and_an_all_masked_row_is_an_enviro
     text = " ".join(table.stdout.split())
     assert "environment failure: all masked (judge_failed)" in text and "5 sample(s) masked" in text
     assert "no GRPO signal" not in text
-
-
-def test_c39_rollouts_run_passes_the_fields_through(tmp_path: Path) -> None:
-    with running_up(package(tmp_path), tmp_path, env=shared_venvs()) as (proc, info):
+    # and /rollouts/run of a running environment passes the fields through unchanged
+    with running_up(pkg, tmp_path / "up", env=shared_venvs()) as (proc, info):
         [result] = run_batch(info["head_server"], ROWS[:1]).results
         code, err = stop_cleanly(proc)
     assert {k: result[k] for k in MASKED} == MASKED and result["reward"] == 0.0

@@ -19,7 +19,8 @@ Variables (all optional):
                                     accepts: 2.44.0 for 0.7.0, 2.7.2 for 0.4.0; the runtime's own openai
                                     is no valid default, case C07)
 ``GYM_RUNTIME_PYTHON``              default interpreter for server venvs (version or path;
-                                    default: the runtime's own ``X.Y``)
+                                    default: the runtime's own ``X.Y``, or for servers using the Gym
+                                    SDK one that meets the release's Requires-Python, docs/runtime.md)
 ``GYM_RUNTIME_POLICY_BASE_URL``     the job's policy endpoint(s), comma-separated for replicas
 ``GYM_RUNTIME_POLICY_API_KEY``      the policy endpoint's API key
 ``GYM_RUNTIME_POLICY_MODEL_NAME``   the served model name
@@ -80,6 +81,7 @@ class RuntimeSettings:
     pin_origins: dict[str, str] = field(default_factory=dict)
     server_memory_mb: int | None = None
     server_pids: int | None = DEFAULT_SERVER_PIDS
+    python_explicit: bool = False  # the operator set GYM_RUNTIME_PYTHON (else `python` is the runtime's own X.Y)
 
     @property
     def logs_dir(self) -> Path:
@@ -142,6 +144,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         pins=pins,
         pin_origins=origins,
         python=env.get("GYM_RUNTIME_PYTHON") or f"{sys.version_info[0]}.{sys.version_info[1]}",
+        python_explicit=bool(env.get("GYM_RUNTIME_PYTHON")),
         environ=env,
         server_memory_mb=memory,
         server_pids=pids,

@@ -3,7 +3,8 @@ and for each server instance the secret keys it receives (names only, docs/archi
 A value that holds no key is shown as it is, never masked: unset (``null``, ``''``) or, for a base URL
 given without a key, ``policy_api_key: EMPTY`` (said in a comment), so ``****`` always means a key is set.
 
-Also says, for each list a later file replaced whole (lists are never merged item by item,
+Says which Gym release the environment runs (``gym_release`` with ``--json``: ``GymRelease.to_dict()``;
+a ``# gym release: ...`` comment otherwise). Also says, for each list a later file replaced whole (lists are never merged item by item,
 docs/environment-packages.md), which file won and which it replaced (case C19), and prints the
 config warnings (``GR-CONFIG-TRUTHY``...) on stderr.
 """
@@ -27,11 +28,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from gym_runtime.config import build_config
     from gym_runtime.config.redact import KEYLESS_API_KEY
+    from gym_runtime.gym_release import choose_release
     from gym_runtime.package import load_package
+    from gym_runtime.settings import load_settings
 
     pkg = load_package(args.package)
+    release = choose_release(pkg, load_settings())
     policy = policy_from_args(args)  # a base URL without a key gets `EMPTY`, as at `up`
-    merged = build_config(pkg, args.overrides, policy, defaults=policy.with_overrides(args.overrides).keyless_defaults())
+    merged = build_config(pkg, args.overrides, policy, defaults=policy.with_overrides(args.overrides).keyless_defaults(),
+                          release=release)
     masked: list[str] = []
     data = merged.redacted(masked)
     replaced = list(merged.sources.replaced_lists.values())
@@ -41,11 +46,12 @@ def run(args: argparse.Namespace) -> int:
                     "server_dir": str(i.server_dir.path), "origin": i.server_dir.origin, "source": i.source,
                     "secrets": merged.secrets.keys_for(i.name, merged.data)}
                    for i in merged.instances.values()]
-        print(json.dumps({"config": data, "servers": servers, "masked": masked,
+        print(json.dumps({"config": data, "gym_release": release.to_dict(), "servers": servers, "masked": masked,
                           "replaced_lists": [r.to_dict() for r in replaced],
                           "warnings": [w.to_dict() for w in merged.warnings]}, indent=2))
     else:
         print(merged.to_yaml(), end="")
+        print("# " + release.describe())
         if merged.sources.of("policy_api_key") == "default":  # the keyless default, shown as it is (redact.py)
             print(f"# policy_api_key: no key given, so {KEYLESS_API_KEY} (what OpenAI clients send to an endpoint "
                   "without a key); pass --policy-api-key-env VAR to send one")

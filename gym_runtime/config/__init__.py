@@ -13,8 +13,9 @@
 
 A stage with problems stops the later ones (their findings would be echoes of the same root
 cause). Warnings (``MergedConfig.warnings``) never stop anything: a false-looking string from
-``oc.env`` in a field of unknown type (``GR-CONFIG-TRUTHY``) and egress settings in a package
-config (``GR-CONFIG-NOT-A-SETTING``).
+``oc.env`` in a field of unknown type (``GR-CONFIG-TRUTHY``), egress settings in a package
+config (``GR-CONFIG-NOT-A-SETTING``) and a ``ray_enabled`` key in a server's block
+(``GR-CONFIG-RAY-ENABLED``, :mod:`gym_runtime.gym_release.ray_use`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map
 from gym_runtime.config.types import apply_known_types
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
 from gym_runtime.gym_release import GymRelease
+from gym_runtime.gym_release.ray_use import ray_enabled_keys
 from gym_runtime.package import Package
 from gym_runtime.package.layout import find_server_dirs
 
@@ -125,7 +127,7 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
                           hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
                           "{entrypoint: app.py}}}` block")
     return MergedConfig(package, data, instances, refs, sources, secret_map(raw, data, list(instances), extra_secrets),
-                        warnings + _settings_in_config(raw, sources), release)
+                        warnings + _settings_in_config(raw, sources) + ray_enabled_keys(instances, sources), release)
 
 
 def _refs_summary(n: int) -> str:

@@ -3,7 +3,8 @@
 From NeMo Gym 0.7.0: a fourth server type, ``environment_servers`` (``nemo_gym/config_types.py``,
 ``nemo_gym/base_environment_server.py``), which rollout collection reaches agents through
 (``nemo_gym/rollout_collection.py``); the routing and spin-up keys it reserves
-(``nemo_gym/global_config.py``).
+(``nemo_gym/global_config.py``); servers declare whether they use Ray (``ray_enabled`` on the
+server class, ``nemo_gym/server_utils.py`` ``_server_uses_ray``: undeclared still means Ray).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class Gym07(Gym06):
     line: ClassVar[str] = "0.7"
     first: ClassVar[str] = "0.7.0"
     server_types: ClassVar[tuple[str, ...]] = Gym06.server_types + ("environment_servers",)
+    declares_ray_enabled: ClassVar[bool] = True
     reserved_keys: ClassVar[frozenset[str]] = Gym06.reserved_keys | {
         "environment_routing_mode", "environment_server_name", "environment_server_routes",
         "server_spinup_timeout_seconds", "uv_lock_timeout_seconds",

@@ -4,8 +4,8 @@ The bring-up calls three stages on a placement (:mod:`gym_runtime.placement`):
 
 * :meth:`LocalPlacement.prepare` (phase "building venvs"): plan and build the venvs here;
 * :meth:`LocalPlacement.open` (phase "starting sandbox"): decide Ray (a private head when a
-  server needs one, or the given cluster) and start the environment's sandbox at the level the
-  servers allow;
+  server uses it, :mod:`gym_runtime.gym_release.ray_use`, or the given cluster) and start the
+  environment's sandbox at the level the servers allow;
 * :meth:`LocalPlacement.add_servers` (phase "starting servers"): ports in the sandbox network,
   the private Ray head, one supervised member per server instance (the sandbox is its launcher),
   each published on this host.
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import BuildError, GymRuntimeError
+from gym_runtime.gym_release.ray_use import ray_users
 from gym_runtime.ray_target import choose, ray_level, wait_reachable
 from gym_runtime.supervise import contract, ray_head, ray_workers
 from gym_runtime.supervise.interrupted import as_interrupted
@@ -82,6 +83,8 @@ class LocalPlacement:
         started, names = time.time(), list(merged.instances)
         try:
             plan = await asyncio.to_thread(plan_venvs, merged, env.settings, env.req.python)
+            for note in plan.notes:
+                say(f"note: {note}")
             venvs = await asyncio.to_thread(build_venvs, plan, env.settings, progress=_Progress(), cancel=env.cancel)
         except BuildError as e:
             record_build(env.settings.home, names, started, error=e)  # `gym-runtime logs` shows it
@@ -98,10 +101,12 @@ class LocalPlacement:
 
         env, req = self.env, self.env.req
         merged = env.merged
-        gym_sdk = [n for n, p in self.pythons.items() if merged.instances[n].config.get("ray_enabled") is not False
-                   and (merged.instances[n].config.get("ray_enabled") or contract.gym_sdk_venv(p))]
-        env.ray = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, gym_sdk)
+        use = ray_users(merged, {n: contract.gym_sdk_venv(p) for n, p in self.pythons.items()})
+        users = [n for n, u in use.items() if u.uses]
+        env.ray = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, users)
         env._say(env.ray.describe())
+        for n in users:
+            env._say(f"ray: {n} uses Ray: {use[n].why}")
         if env.ray.mode == "join":
             await asyncio.to_thread(wait_reachable, env.ray.address, env.ray.source, 30.0)
         level = await asyncio.to_thread(ray_level, env.ray, req.isolation, req.require_isolation)

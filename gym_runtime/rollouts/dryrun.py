@@ -96,9 +96,13 @@ def prepare(req: DryRunRequest, notes: list[str] | None = None
     :class:`~gym_runtime.errors.PackageInvalidError`, a ``ConfigError`` or
     :class:`~gym_runtime.errors.DatasetError` (every bad row, with line and field).
     """
+    from gym_runtime.gym_release import choose_release
+    from gym_runtime.settings import load_settings
+
     req.check()
     pkg = load_package(req.package)
-    merged = build_config(pkg, req.overrides, req.policy, defaults=PLACEHOLDERS)
+    release = choose_release(pkg, req.runtime_kwargs.get("settings") or load_settings())
+    merged = build_config(pkg, req.overrides, req.policy, defaults=PLACEHOLDERS, release=release)
     agents = {i.name: i for i in merged.of_type("responses_api_agents")}
     rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id, notes)
     facts = agent_facts(merged.instances)

@@ -106,8 +106,9 @@ class Environment:
         self._start_task = asyncio.current_task()
         preflight.check_flags(self.req.require_isolation, self.req.isolation, self.req.max_concurrent_rollouts)
         merged, self.stub_url = await job_policy.configure(self.req.package, self.req.overrides, self.req.policy,
-                                                           self._say)
+                                                           self._say, self.settings)
         self.merged = merged
+        self._say(merged.release.describe())
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
         for w in merged.warnings:
             self._say("warning" + w.render())
@@ -155,6 +156,7 @@ class Environment:
             "status": "ready", "head_server": self.head.url,
             "servers": self.placement.servers(), "placement": self.placement.kind,
             "isolation": self.placement.isolation, "startup_s": round(time.monotonic() - self._t0, 3),
+            "gym_release": merged.release.to_dict(),
             "policy_model": {"base_url": merged.data.get("policy_base_url"), "stub": self.stub_url is not None},
             "max_concurrent_rollouts": self.max_concurrent_rollouts(),
             "ray": self.ray.to_dict(), "logs_dir": str(self.logs_dir)}

@@ -142,9 +142,10 @@ def _looks_like_path(req: str) -> bool:
 
 
 def find_python(request: str, environ: Mapping[str, str], *, server: str = "", origin: str = "",
-                requires: SpecifierSet | None = None, requires_why: str = "") -> Interpreter:
+                requires: SpecifierSet | None = None, requires_why: str = "", fix: str = "") -> Interpreter:
     """The interpreter for ``request`` (version or path), which must satisfy ``requires`` (the
-    Python versions the server runs on; ``requires_why`` says who needs them, for the message).
+    Python versions the server runs on; ``requires_why`` says who needs them, for the message;
+    ``fix`` replaces the hint's generic advice).
 
     Raises ``GR-BUILD-PYTHON`` naming the server, the request, where it was set (``origin``) and
     the interpreters found on this host that would work: :class:`PythonRequestError` (exit 1) for
@@ -158,36 +159,68 @@ def find_python(request: str, environ: Mapping[str, str], *, server: str = "", o
         p = Path(req).expanduser()
         if not _looks_like_path(req) and not p.exists():
             _raise(server, req, origin, environ, f"{req!r} is neither a Python version (like 3.13) nor a path "
-                   "to an interpreter", PythonRequestError, need)
+                   "to an interpreter", PythonRequestError, need, fix)
         if not p.exists():
-            _raise(server, req, origin, environ, f"{req} does not exist", PythonRequestError, need)
+            _raise(server, req, origin, environ, f"{req} does not exist", PythonRequestError, need, fix)
         it = probe(p, "path")
         if it is None:
             _raise(server, req, origin, environ, f"{req} is not a runnable Python interpreter", PythonRequestError,
-                   need)
+                   need, fix)
     else:
         minor = ".".join(req.split(".")[:2])
-        it = next((i for path, source in candidates(environ, minor)
-                   if (i := probe(path, source)) and _matches(i.version, req)), None)
-        if it is None:
-            _raise(server, req, origin, environ, f"Python {req} is not available on this host", BuildError, need)
+        # a request like 3.13 takes the first 3.13.x that fits the server (3.13.15 over a 3.13.0 found first)
+        first = None
+        for path, source in candidates(environ, minor):
+            if (i := probe(path, source)) and _matches(i.version, req):
+                first = first or i
+                if requires is None or requires.contains(i.version, prereleases=True):
+                    it = i
+                    break
+        if first is None:
+            _raise(server, req, origin, environ, f"Python {req} is not available on this host", BuildError, need, fix)
+        it = it or first
     assert it is not None
     if requires is not None and not requires.contains(it.version, prereleases=True):
         _raise(server, req, origin, environ, f"that is {it.implementation} {it.version}, but {requires_why} "
-               f"needs Python {requires}", BuildError, need)
+               f"needs Python {requires}", BuildError, need, fix)
     return it
 
 
+def pick_python(requires: SpecifierSet, environ: Mapping[str, str], *, server: str = "", requires_why: str = "",
+                fix: str = "") -> Interpreter:
+    """An interpreter of this host that satisfies ``requires``, for a server whose Python nobody
+    asked for: the oldest minor version that has one, at its newest patch (``3.13.18`` over
+    ``3.13.15`` and over ``3.14.1``; docs/runtime.md "Venvs": a dependency closure has wheels for
+    the older minor first, and the newest patch has its fixes). The same host gives every server
+    the same answer, so servers sharing one Ray head run one Python. Raises ``GR-BUILD-PYTHON``
+    (:class:`BuildError`) naming the server, ``requires_why`` and every interpreter found when none fits."""
+    fits = [i for i in list_pythons(environ) if requires.contains(i.version, prereleases=True)]
+    if not fits:
+        found = ", ".join(f"{i.version} ({i.path})" for i in list_pythons(environ)) or "none"
+        raise BuildError(f"{server + ': ' if server else ''}no Python on this host meets {requires_why}: it needs "
+                         f"Python {requires}; found: {found}",
+                         hint=fix or "install such an interpreter on the host (gym-runtime never downloads Python)",
+                         code="GR-BUILD-PYTHON", extra={"server": server, "stage": "python",
+                                                        "requires_python": str(requires),
+                                                        "found": [i.version for i in list_pythons(environ)]})
+
+    def key(i: Interpreter) -> tuple[int, ...]:
+        major, minor, *patch = (int(x) for x in i.version.split("."))
+        return (major, minor, *(-p for p in patch))
+
+    return min(fits, key=key)
+
+
 def _raise(server: str, req: str, origin: str, environ: Mapping[str, str], what: str,
-           error: type[BuildError], need: tuple[SpecifierSet | None, str]) -> None:
+           error: type[BuildError], need: tuple[SpecifierSet | None, str], fix: str = "") -> None:
     requires, why = need
     found = [i for i in list_pythons(environ) if requires is None or requires.contains(i.version, prereleases=True)]
     listing = ", ".join(f"{i.version} ({i.path})" for i in found) or "(none)"
     where = f" (set in {origin})" if origin else ""
     found_what = "found" if requires is None else f"found that would work (Python {requires}):"
     hint = ("give a version such as 3.13 or the path of a Python executable; " if error is PythonRequestError
-            else "") + "use one of the versions found, or install the interpreter on the host " \
-        "(gym-runtime never downloads Python)"
+            else "") + (fix or "use one of the versions found, or install the interpreter on the host "
+                        "(gym-runtime never downloads Python)")
     extra = {"server": server, "stage": "python", "requested": req, "found": [i.version for i in found]}
     if requires is not None:
         extra["requires_python"] = str(requires)

@@ -48,6 +48,7 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     from gym_runtime.gym_release import choose_release
     from gym_runtime.gym_release.imports import check_imports, skipped_note
     from gym_runtime.package import check_package, parse_target
+    from gym_runtime.package.wheels import metadata_mismatches
     from gym_runtime.settings import load_settings
     from gym_runtime.venvs.closure import package_proof
     from gym_runtime.venvs.preflight import package_checks
@@ -63,7 +64,7 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     pkg, violations = check_package(args.package, target)
     summary: dict = {"format": pkg.format if pkg else None, "name": pkg.name if pkg else None}
     if pkg is not None:
-        violations += package_checks(pkg)
+        violations += package_checks(pkg) + metadata_mismatches(pkg.wheels, pkg.root)
     release = None
     if pkg is not None:
         try:

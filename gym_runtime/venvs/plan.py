@@ -28,6 +28,7 @@ from packaging.version import Version
 from gym_runtime.config import MergedConfig, ServerInstance
 from gym_runtime.errors import BuildError, ViolationList
 from gym_runtime.gym_release import GymRelease
+from gym_runtime.package.wheels import metadata_mismatches, wheel_dist_info
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs.digest import HashCache, plan_digest, tree_digest
 from gym_runtime.venvs.python_choice import choose_python, ray_python_problems, shared_requirement
@@ -284,7 +285,17 @@ def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | No
             vp = VenvPlan(**{**prev.__dict__, "instances": prev.instances + (inst.name,)})
         plans[vp.digest] = vp
         by_instance[inst.name] = vp.digest
+    pkg = merged.package
+    bad_wheels = metadata_mismatches(pkg.wheels, pkg.root, lambda p: cache.memo(p, "dist-info", wheel_dist_info))
     cache.save()
+    if bad_wheels:  # uv refuses them at install, and stage 2 installs all of wheels/ into each venv (C50)
+        one = bad_wheels[0]
+        raise BuildError(f"{one.file}: {one.message}" if len(bad_wheels) == 1 else
+                         f"{len(bad_wheels)} wheels in wheels/ cannot be installed: their file names and METADATA "
+                         "disagree", violations=bad_wheels if len(bad_wheels) > 1 else None,
+                         hint=one.hint if len(bad_wheels) == 1 else "rebuild or rename each wheel "
+                         "(`gym-runtime validate PKG` lists them without building)", code="GR-PKG-WHEEL-METADATA",
+                         extra={"stage": "preflight", "file": one.file, "servers": list(merged.instances)})
     pythons = {n: plans[d].python for n, d in by_instance.items()}
     ViolationList(ray_python_problems(pythons, ray_users(merged))).raise_if_any(
         BuildError, "servers that use Ray would run different Pythons")

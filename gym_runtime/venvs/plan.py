@@ -26,7 +26,7 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from packaging.version import Version
 
 from gym_runtime.config import MergedConfig, ServerInstance
-from gym_runtime.errors import BuildError, ViolationList
+from gym_runtime.errors import BuildError
 from gym_runtime.gym_release import GymRelease
 from gym_runtime.package.wheels import metadata_mismatches, wheel_dist_info
 from gym_runtime.settings import RuntimeSettings
@@ -297,8 +297,8 @@ def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | No
                          "(`gym-runtime validate PKG` lists them without building)", code="GR-PKG-WHEEL-METADATA",
                          extra={"stage": "preflight", "file": one.file, "servers": list(merged.instances)})
     pythons = {n: plans[d].python for n, d in by_instance.items()}
-    ViolationList(ray_python_problems(pythons, ray_users(merged))).raise_if_any(
-        BuildError, "servers that use Ray would run different Pythons")
+    for v in ray_python_problems(pythons, ray_users(merged)):
+        raise BuildError(v.message, code=v.code, hint=v.hint, extra={"stage": "python", "servers": list(pythons)})
     notes = ()
     if merged.release is not None:
         note = raise_on_missing(merged.package, merged.release)

@@ -56,22 +56,32 @@ class SdkImport:
         return f"{self.module}.{self.name}" if self.name else self.module
 
 
-def _guarded(tree: ast.AST) -> set[int]:
-    """Ids of import nodes inside a ``try`` that catches ImportError (or broader)."""
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Try):
-            continue
-        caught: set[str] = set()
-        for h in node.handlers:
-            if h.type is None:
-                caught.add("BaseException")
-            for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]) if h.type is not None else []:
-                caught.add(t.id if isinstance(t, ast.Name) else getattr(t, "attr", ""))
-        if caught & _CATCHES_IMPORT:
-            for stmt in node.body:
-                out.update(id(n) for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom)))
-    return out
+def _catches_import(node: ast.Try) -> bool:
+    """True when one of the ``try``'s handlers catches ImportError (or broader)."""
+    for h in node.handlers:
+        if h.type is None:
+            return True
+        for t in h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]:
+            if (t.id if isinstance(t, ast.Name) else getattr(t, "attr", "")) in _CATCHES_IMPORT:
+                return True
+    return False
+
+
+def _statements(body: list[ast.stmt], guarded: bool = False):
+    """``(statement, guarded)`` for every statement, nested bodies included (imports are
+    statements, so expressions are never walked); ``guarded``: inside a ``try`` body that catches
+    ImportError."""
+    for node in body:
+        yield node, guarded
+        inner = guarded or (isinstance(node, ast.Try) and _catches_import(node))
+        for part in ("body", "orelse", "finalbody"):
+            sub = getattr(node, part, None)
+            if isinstance(sub, list):
+                yield from _statements(sub, inner if part == "body" else guarded)
+        for h in getattr(node, "handlers", []):
+            yield from _statements(h.body, guarded)
+        for case in getattr(node, "cases", []):
+            yield from _statements(case.body, guarded)
 
 
 def file_imports(text: str, rel: str) -> list[SdkImport]:
@@ -80,10 +90,9 @@ def file_imports(text: str, rel: str) -> list[SdkImport]:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return []
-    guarded = _guarded(tree)
     out: list[SdkImport] = []
-    for node in ast.walk(tree):
-        if id(node) in guarded:
+    for node, guarded in _statements(tree.body):
+        if guarded:
             continue
         if isinstance(node, ast.Import):
             out += [SdkImport(rel, node.lineno, a.name, None) for a in node.names
@@ -91,7 +100,7 @@ def file_imports(text: str, rel: str) -> list[SdkImport]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
                 (node.module == SDK or node.module.startswith(SDK + ".")):
             out += [SdkImport(rel, node.lineno, node.module, None if a.name == "*" else a.name) for a in node.names]
-    return out
+    return sorted(out, key=lambda i: i.line)
 
 
 def tree_files(root: Path) -> list[Path]:

@@ -52,8 +52,12 @@ def _sdk_source(inst: ServerInstance) -> bool:
 def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None, index=None) -> RayUse:
     """The decision for one instance; ``sdk`` defaults to what its install file says."""
     release = merged.release
+    if inst.server_dir.origin == "builtin":  # the runtime's own trees: no SDK, no Ray
+        return RayUse(False, False, "a built-in server (no Gym SDK, no ray_enabled = True)")
     sdk = _sdk_source(inst) if sdk is None else sdk
-    root = merged.package.root if inst.server_dir.origin == "package" else None
+    if sdk and release is not None and not release.declares_ray_enabled:  # nothing the class says changes it
+        return RayUse(True, True, f"a Gym SDK server of the {release.line} line (run_webserver always starts Ray)")
+    root = merged.package.root
     decl = ray_declaration(inst.server_dir.path, inst.entrypoint, root, index)
     declared = decl.value if decl.declared else None
     if release is None:  # no profile (a config built without one): the oldest line's rule

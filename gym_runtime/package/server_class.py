@@ -176,7 +176,14 @@ def ray_declaration(server_dir: Path, entrypoint: str, package_root: Path | None
     """What the entrypoint's server class declares (module doc). ``index``: the SDK index of the
     release in force (``has ray_of``), or None."""
     reader = _Reader(server_dir, package_root, index)
-    mod = reader.load(server_dir / entrypoint)
+    path = server_dir / entrypoint
+    try:  # most entrypoints of a Gym tree are small; a plain script is not parsed at all
+        calls = b"run_webserver" in path.read_bytes()[:MAX_FILE_BYTES]
+    except OSError:
+        calls = True  # reported by load() below
+    if not calls:
+        return RayDeclaration(None, False, None, f"{entrypoint} calls no run_webserver()")
+    mod = reader.load(path)
     if mod is None:
         return RayDeclaration(None, False, None, f"{entrypoint} cannot be read")
     cls = _entry_class(mod.tree)

@@ -85,7 +85,7 @@ def test_hostile_trees_end(tmp_path: Path) -> None:
     """A base cycle and an unparseable module end the walk: nothing is declared."""
     d = tree(tmp_path / "s", {"app.py": "from a import A\nclass S(A):\n    pass\n" + MAIN.format(cls="S"),
                               "a.py": "from b import B\nclass A(B):\n    pass\n",
-                              "b.py": "from a import A\nclass B(A):\n    pass\n", "c.py": "class (:\n"})
+                              "b.py": "from a import A\nclass B(A):\n    pass\n", "c.py": "class (:\nS.run_webserver()\n"})
     assert ray_declaration(d, "app.py").declared is False
     assert ray_declaration(d, "c.py").where == "c.py cannot be read"
 

@@ -191,7 +191,7 @@ def test_json_failure_carries_the_error_object_every_command_prints(tmp_path: Pa
 
 def test_wheel_tags_with_platform(tmp_path: Path, capsys) -> None:
     root = make_package(tmp_path / "p", "wheels-v1")
-    (root / "wheels/fastcodec-1.4.0-cp312-cp312-manylinux2014_x86_64.whl").write_bytes(b"x")
+    write_wheel(root / "wheels", "fastcodec-1.4.0-cp312-cp312-manylinux2014_x86_64.whl")
     assert run(capsys, "validate", str(root))[0] == 0
     rc, out, err = run(capsys, "validate", str(root), "--platform", "linux/amd64", "--python", "3.13", "--json")
     assert rc == 1

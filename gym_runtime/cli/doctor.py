@@ -6,10 +6,12 @@ would choose and whether it answers), the egress policy in force with its *effec
 every entry a sandboxed server may reach and where it comes from (built-in, the policy endpoints
 of ``GYM_RUNTIME_POLICY_BASE_URL``, the operator's ``NMP_RL_SANDBOX_*``), when a daemon runs on
 this ``$GYM_RUNTIME_HOME`` its processes by role and size (its head server's ``/processes``), and
-with ``--package PKG`` the secret keys each server instance of that package receives (names only,
-docs/architecture.md §4) and the Gym release it runs and why (docs/runtime.md, "Gym releases"). Each
-interpreter found is listed with the known Gym releases it can run (their ``Requires-Python``), and
-pip index settings that uv ignores are named with uv's equivalent. Exit 0 when every check is fine; 1 when a setting (or the ``--package``)
+the variables ``GYM_RUNTIME_SERVER_ENV`` passes into servers (names only, and whether each is set),
+and with ``--package PKG`` the secret keys each server instance of that package receives and the
+variables it is passed (names only, docs/architecture.md §4, §7.1) and the Gym release it runs and
+why (docs/runtime.md, "Gym releases"). Each interpreter found is listed with the known Gym releases
+it can run (their ``Requires-Python``), and pip index settings that uv ignores are named with uv's
+equivalent. Exit 0 when every check is fine; 1 when a setting (or the ``--package``)
 is invalid input (README "Exit codes"); 3 when the host falls short (e.g. a directory that cannot
 be written, Ray unreachable).
 """
@@ -84,12 +86,15 @@ def _package(package: str, settings: RuntimeSettings) -> tuple[dict[str, Any], d
     """``(gym release, secrets)`` of ``package``: the Gym release it runs and why it was chosen
     (:func:`~gym_runtime.gym_release.choose_release`), and per server instance the dotted keys of
     the secrets it receives (the job's policy values from ``GYM_RUNTIME_POLICY_*``, else
-    placeholders: only names are shown)."""
+    placeholders: only names are shown) and the variables ``GYM_RUNTIME_SERVER_ENV`` passes it
+    (names, and whether each is set)."""
     from gym_runtime.cli.validate import PLACEHOLDERS
     from gym_runtime.config import build_config
     from gym_runtime.gym_release import choose_release
     from gym_runtime.package import load_package
     from gym_runtime.settings import policy_from_environ
+
+    from gym_runtime.supervise import passthrough
 
     def error(e: GymRuntimeError) -> dict[str, Any]:
         return {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
@@ -103,9 +108,11 @@ def _package(package: str, settings: RuntimeSettings) -> tuple[dict[str, Any], d
               "why": _why(release.source)}
     try:
         merged = build_config(pkg, [], policy_from_environ(), defaults=PLACEHOLDERS, release=release)
+        passthrough.check(settings, merged.instances)
     except GymRuntimeError as e:
         return chosen, error(e)
-    return chosen, {"status": "ok", "servers": {n: merged.secrets.keys_for(n, merged.data) for n in merged.instances}}
+    return chosen, {"status": "ok", "servers": {n: merged.secrets.keys_for(n, merged.data) for n in merged.instances},
+                    "passed_env": passthrough.describe(settings, merged.instances)}
 
 
 def _why(source: str) -> str:
@@ -181,6 +188,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         "home": _writable(settings.home),
         "ray": _ray(args.ray_address, settings),
         "egress": egress,
+        "server_env": [{"name": n, "instance": i, "set": n in settings.environ} for n, i in settings.server_env],
         "daemon": _daemon(settings),
     }
     if getattr(args, "package", None):
@@ -207,6 +215,8 @@ def egress_lines(d: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gym_runtime.supervise.passthrough import summary as passthrough_summary
+
     out = collect(args)
     bad = [k for k, v in out.items() if isinstance(v, dict) and v.get("status") == "error"]
     cache = out["uv"].get("cache_dir")
@@ -236,6 +246,10 @@ def run(args: argparse.Namespace) -> int:
           + ("" if ray.get("reachable", True) else f" -- {ray['error']['message']}"))
     for i, line in enumerate(egress_lines(out["egress"])):
         print(("egress:    " if i == 0 else " " * 11) + line)
+    if out["server_env"]:
+        print("server env: " + ", ".join(f"{e['instance'] + ':' if e['instance'] else ''}{e['name']}"
+                                         + ("" if e["set"] else " (not set)") for e in out["server_env"])
+              + " (GYM_RUNTIME_SERVER_ENV; names only)")
     if "gym_release" in out:
         rel = out["gym_release"]
         print("gym:       " + (f"{rel['summary']}: {rel['why']}" if rel["status"] == "ok" else
@@ -246,6 +260,9 @@ def run(args: argparse.Namespace) -> int:
                  if sec["status"] == "ok" else [f"ERROR {sec['error']['message']}"])
         for i, line in enumerate(lines):
             print(("secrets:   " if i == 0 else " " * 11) + line)
+        passed = {n: rows for n, rows in sec.get("passed_env", {}).items() if rows}
+        for i, (n, rows) in enumerate(passed.items()):
+            print(("passed:    " if i == 0 else " " * 11) + f"{n}: {passthrough_summary(rows)}")
     d = out["daemon"]
     if d is None:
         print("daemon:    none running on this GYM_RUNTIME_HOME")

@@ -255,6 +255,12 @@ def known_indexes() -> list[SdkIndex]:
     return [i for v in versions if (i := committed_index(v)) is not None]
 
 
+@lru_cache(maxsize=4)
+def _wheel_index(path: str, size: int, mtime_ns: int) -> WheelIndex:
+    """One lazy index per wheel file version, shared by the import scan and the Ray reading."""
+    return WheelIndex(Path(path))
+
+
 def index_for(release: GymRelease, package: Package | None) -> tuple[SdkIndex | WheelIndex | None, str]:
     """The index to check ``package``'s trees against, and where it comes from: the vendored
     ``nemo_gym`` wheel the release was chosen from, else the committed index of the release
@@ -264,7 +270,8 @@ def index_for(release: GymRelease, package: Package | None) -> tuple[SdkIndex | 
     wheel = vendored_sdk(package) if package is not None else None
     if wheel is not None:
         try:
-            return WheelIndex(wheel.path), f"wheels/{wheel.filename}"
+            st = wheel.path.stat()
+            return _wheel_index(str(wheel.path), st.st_size, st.st_mtime_ns), f"wheels/{wheel.filename}"
         except (OSError, zipfile.BadZipFile):
             return None, f"wheels/{wheel.filename} cannot be read"
     found = committed_index(str(release.version))

@@ -143,11 +143,14 @@ def check_imports(package: Package, release: GymRelease) -> tuple[list[Violation
     """``(violations, source, checked)``: one ``GR-SDK-IMPORT`` violation per import ``release``
     lacks (file, ``line N``, what is missing, the releases that have it, the fix); ``source``: the
     index checked against, or why there is none; ``checked``: False when the scan was skipped."""
+    imports = package_imports(package)
+    if not imports:  # nothing imports the SDK: no index to load
+        return [], "no server tree imports the Gym SDK", True
     index, source = index_for(release, package)
     if index is None:
         return [], source, False
     out = []
-    for i in missing_imports(package_imports(package), index):
+    for i in missing_imports(imports, index):
         having = _having(i)
         if not index.has_module(i.module):
             what = f"imports {i.module}" + (f" ({i.name})" if i.name else "") + \

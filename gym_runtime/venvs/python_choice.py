@@ -124,12 +124,14 @@ def choose_python(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     if request is not None:
         return find_python(request, environ, server=inst.name, origin=origin, requires=spec, requires_why=why,
                            fix=fix), origin
-    try:
-        return find_python(settings.python, environ, server=inst.name, origin=origin, requires=spec,
-                           requires_why=why), origin
-    except BuildError:
-        if spec is None or inst.server_dir.origin == "builtin":
-            raise
+    own = settings.python  # the runtime's own X.Y: worth a look only when some X.Y.z can meet the need
+    if spec is None or inst.server_dir.origin == "builtin" or spec.contains(f"{own}.999", prereleases=True):
+        try:
+            return find_python(own, environ, server=inst.name, origin=origin, requires=spec,
+                               requires_why=why), origin
+        except BuildError:
+            if spec is None or inst.server_dir.origin == "builtin":
+                raise
     picked = None
     if shared is not None and shared != spec:
         try:

@@ -59,14 +59,26 @@ class Interpreter:
         return f"{self.implementation} {self.version} at {self.path} ({self.source})"
 
 
+def _own_base() -> Path | None:
+    try:
+        return Path(getattr(sys, "_base_executable", sys.executable)).resolve(strict=True)
+    except OSError:
+        return None
+
+
 def probe(path: Path, source: str) -> Interpreter | None:
-    """Run ``path`` once to read its implementation and version; ``None`` when it does not run."""
+    """Run ``path`` once to read its implementation and version; ``None`` when it does not run.
+    The runtime's own base interpreter is answered from this process (no process start)."""
     try:
         real = path.resolve(strict=True)
         st = real.stat()
     except OSError:
         return None
     key = (str(real), st.st_size, st.st_mtime_ns)
+    if key not in _CACHE and real == _own_base():
+        import platform
+
+        _CACHE[key] = (platform.python_implementation(), ".".join(map(str, sys.version_info[:3])))
     if key not in _CACHE:
         try:
             out = subprocess.run([str(real), "-I", "-c", _PROBE], capture_output=True, text=True, timeout=20,
@@ -123,12 +135,44 @@ def candidates(environ: Mapping[str, str], minor: str | None = None) -> list[tup
     return out
 
 
-def list_pythons(environ: Mapping[str, str]) -> list[Interpreter]:
-    """Every distinct interpreter found (by resolved path), for error messages and ``doctor``."""
+_NAMED = re.compile(r"(?:^|cpython-)(\d+\.\d+\.\d+)(?:$|[-+])")
+
+
+_MINOR_NAME = re.compile(r"^python(\d+\.\d+)$")
+
+
+def named_version(path: Path, source: str) -> str | None:
+    """The version a pyenv or uv-managed interpreter's directory says it is (``versions/3.13.15``,
+    ``cpython-3.13.15-linux-x86_64-gnu``), or None (PATH entries and paths say nothing)."""
+    if source not in ("pyenv", "uv-managed") or len(path.parents) < 3:
+        return None
+    m = _NAMED.search(path.parent.parent.name)
+    return m.group(1) if m else None
+
+
+def _below_floor(path: Path, requires: SpecifierSet) -> bool:
+    """True when ``path`` resolves to a ``pythonX.Y`` whose every release is below a lower bound
+    of ``requires`` (``python3`` -> ``python3.11`` for ``>=3.13.14``): not worth a process start."""
+    try:
+        m = _MINOR_NAME.match(path.resolve().name)
+    except OSError:
+        return False
+    return bool(m) and any(s.operator in (">=", ">") and not s.contains(f"{m.group(1)}.999", prereleases=True)
+                           for s in requires)
+
+
+def list_pythons(environ: Mapping[str, str], requires: SpecifierSet | None = None) -> list[Interpreter]:
+    """Every distinct interpreter found (by resolved path), for error messages and ``doctor``;
+    with ``requires``, only those that satisfy it, and a pyenv or uv-managed interpreter whose
+    directory names a version outside it is not even run (each probe is a process start)."""
     seen: dict[Path, Interpreter] = {}
     for path, source in candidates(environ):
+        if requires is not None:
+            named = named_version(path, source)
+            if named is not None and not requires.contains(named, prereleases=True) or _below_floor(path, requires):
+                continue
         it = probe(path, source)
-        if it and it.path not in seen:
+        if it and it.path not in seen and (requires is None or requires.contains(it.version, prereleases=True)):
             seen[it.path] = it
     return sorted(seen.values(), key=lambda i: tuple(int(x) for x in i.version.split(".")))
 
@@ -194,7 +238,7 @@ def pick_python(requires: SpecifierSet, environ: Mapping[str, str], *, server: s
     the older minor first, and the newest patch has its fixes). The same host gives every server
     the same answer, so servers sharing one Ray head run one Python. Raises ``GR-BUILD-PYTHON``
     (:class:`BuildError`) naming the server, ``requires_why`` and every interpreter found when none fits."""
-    fits = [i for i in list_pythons(environ) if requires.contains(i.version, prereleases=True)]
+    fits = list_pythons(environ, requires)
     if not fits:
         found = ", ".join(f"{i.version} ({i.path})" for i in list_pythons(environ)) or "none"
         raise BuildError(f"{server + ': ' if server else ''}no Python on this host meets {requires_why}: it needs "

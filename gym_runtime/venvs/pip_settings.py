@@ -13,6 +13,7 @@ the uv equivalent (``UV_DEFAULT_INDEX``, ``UV_INDEX``, ``UV_FIND_LINKS``).
 from __future__ import annotations
 
 import configparser
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,10 @@ class PipSetting:
 
 def pip_config_files(environ: Mapping[str, str]) -> list[Path]:
     """The configuration files pip reads, in pip's order (pip's documentation, "Configuration"):
-    ``PIP_CONFIG_FILE``, the global ones, the user's, the virtual environment's."""
+    ``PIP_CONFIG_FILE``, the global ones, the user's, the virtual environment's; none when
+    ``PIP_CONFIG_FILE`` is ``os.devnull`` (pip's switch for "load no configuration file")."""
+    if environ.get("PIP_CONFIG_FILE") == os.devnull:
+        return []
     home = Path(environ.get("HOME") or Path.home())
     xdg_dirs = (environ.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":")
     files = [Path(environ["PIP_CONFIG_FILE"])] if environ.get("PIP_CONFIG_FILE") else []

@@ -4,7 +4,6 @@ variable (``gym_runtime/venvs/pip_settings.py``)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -30,9 +29,8 @@ def test_variables_and_config_files_are_found(tmp_path: Path) -> None:
     assert ignored_pip_indexes(_isolated(tmp_path)) == []
 
 
-def test_a_failed_resolution_names_the_pip_index_uv_ignored(tmp_path: Path, make_settings, monkeypatch) -> None:
-    for var in [k for k in os.environ if k.startswith("PIP_")]:  # the caller's own pip settings
-        monkeypatch.delenv(var)
+def test_a_failed_resolution_names_the_pip_index_uv_ignored(tmp_path: Path, make_settings) -> None:
+    """(The suite runs without the caller's pip settings: tests/conftest.py.)"""
     pkg = synthetic_pkg(tmp_path / "pkg", {"acme_math": ("resources_servers", "acme-private-lib==1.0\n")})
     settings = make_settings(env=_isolated(tmp_path, PIP_INDEX_URL="https://mirror.acme.invalid/simple"))
     with pytest.raises(BuildError) as ei:

@@ -1,0 +1,565 @@
+"""One task sandbox (a *box*): a keeper's namespaces, the joiner that works in them, its egress.
+
+A box is what a server asks the daemon for to run model-written code (NeMo Gym 0.7.0's Sandbox
+API, ``gym_runtime/task_sandboxes/``); the daemon, not the server, makes it, since a server at
+isolation ``full`` cannot make namespaces itself. Per box (docs/architecture.md §6, "Task
+sandboxes"):
+
+* the keeper (``boxroot.py``) under bubblewrap: own user, pid, ipc, uts, mount and network
+  namespaces, the box's root, limits by its cgroup(s) (``limits.py``; CPU by ``cpu.max`` /
+  ``cpu.cfs_quota_us`` where writable, else by CPU affinity);
+* the joiner (``_joiner.py``), started once: it joins the keeper's namespaces and then starts each
+  command in them, copies files in and out with the box's own permissions, and makes the sockets
+  the daemon serves inside the box's network (no process of the daemon's own joins a namespace);
+* the egress proxy listener inside the box (``proxy.py``, the environment's allowlist without its
+  policy endpoints: model-written code has no business with the policy model): commands get
+  ``HTTP(S)_PROXY``; every denial names the box's owner and the box.
+
+Every process is spawned by ``spawner``, one long-lived thread (``PR_SET_PDEATHSIG`` follows the
+thread that forked, so a box ends with the daemon, never with a short-lived worker thread).
+Errors: :class:`BoxError` (``str()`` says what failed, for the service to answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from .boxroot import BoxDirs, BoxRoot, box_bwrap_argv
+from .launch import make_preexec
+from .limits import CgroupSlot, ResourceLimits, _own_v1, cgroup_mode
+from .policy import EgressPolicy
+from .proxy import EgressProxy
+
+log = logging.getLogger("sandbox.tasks")
+JOINER = Path(__file__).with_name("_joiner.py")
+MAX_OUTPUT = 16 << 20  # bytes kept per stream of one exec; the rest is read and dropped
+EOF_GRACE_S = 2.0  # after a command exits, how long its output pipes may stay open (a process it left)
+START_TIMEOUT_S = 20.0
+
+
+class BoxError(RuntimeError):
+    """A box could not be made or could not do what it was asked; ``str()`` says why."""
+
+
+@dataclass(frozen=True)
+class BoxLimits:
+    """Limits of one box: ``memory_mb`` (its processes' memory), ``pids`` (processes + threads),
+    ``cpus`` (cores, may be fractional); None = no limit."""
+
+    memory_mb: int | None = None
+    pids: int | None = None
+    cpus: float | None = None
+
+
+@dataclass(frozen=True)
+class ExecOutcome:
+    """One command's end. ``returncode`` (None when it never ran: ``error`` says why); a signal N is
+    ``128 + N`` as a shell reports it; ``timed_out``: killed at its deadline; ``truncated``: an
+    output stream was longer than :data:`MAX_OUTPUT` bytes."""
+
+    returncode: int | None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    timed_out: bool = False
+    truncated: bool = False
+    error: str | None = None
+
+
+class _Joiner:
+    """The daemon's end of a joiner's control socket: requests by id, exits by pid."""
+
+    def __init__(self, proc: subprocess.Popen, ctl: socket.socket) -> None:
+        self.proc, self.ctl = proc, ctl
+        self._next = 0
+        self._replies: dict[int, asyncio.Future] = {}
+        self._exits: dict[int, asyncio.Future] = {}
+        self._ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        ctl.setblocking(False)
+        asyncio.get_running_loop().add_reader(ctl.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                data, fds, _, _ = socket.recv_fds(self.ctl, 1 << 16, 64)
+            except BlockingIOError:
+                return
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                self._gone("the box's joiner ended")
+                return
+            msg = json.loads(data)
+            if "ready" in msg:
+                if not self._ready.done():
+                    self._ready.set_result(msg)
+            elif "exit" in msg:
+                fut = self._exits.setdefault(msg["exit"], asyncio.get_running_loop().create_future())
+                if not fut.done():
+                    fut.set_result(int(msg["status"]))
+            else:
+                fut = self._replies.pop(msg.get("id"), None)
+                if fut is not None and not fut.done():
+                    fut.set_result((msg, fds))
+                    continue
+            for fd in fds:
+                os.close(fd)
+
+    def _gone(self, why: str) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            loop.remove_reader(self.ctl.fileno())
+        except (ValueError, OSError):
+            pass
+        for fut in [self._ready, *self._replies.values(), *self._exits.values()]:
+            if not fut.done():
+                fut.set_exception(BoxError(why))
+
+    async def ready(self, timeout: float) -> dict:
+        return await asyncio.wait_for(asyncio.shield(self._ready), timeout)
+
+    async def request(self, obj: dict, fds: tuple[int, ...] = ()) -> tuple[dict, list[int]]:
+        """Send one request; its answer and the fds attached to it. Raises BoxError."""
+        self._next += 1
+        obj = {**obj, "id": self._next}
+        fut = self._replies[self._next] = asyncio.get_running_loop().create_future()
+        try:
+            if fds:
+                socket.send_fds(self.ctl, [json.dumps(obj).encode()], list(fds))
+            else:
+                self.ctl.send(json.dumps(obj).encode())
+        except OSError as e:
+            self._replies.pop(self._next, None)
+            raise BoxError(f"the box's joiner is gone ({e})") from None
+        return await fut
+
+    def exit_of(self, pid: int) -> asyncio.Future:
+        return self._exits.setdefault(pid, asyncio.get_running_loop().create_future())
+
+    def forget(self, pid: int) -> None:
+        self._exits.pop(pid, None)
+
+    def close(self) -> None:
+        self._gone("the box was closed")
+        self.ctl.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _cpu_slot(tag: str, cpus: float | None, cg: CgroupSlot) -> tuple[list[str], list[Path], bool]:
+    """CPU quota for a box: ``(extra procs files, extra dirs, enforced)`` (v2 ``cpu.max`` in its
+    group, v1 a ``cpu`` group of its own); not enforced where neither is writable."""
+    if cpus is None:
+        return [], [], False
+    quota = max(1000, int(cpus * 100_000))
+    if cg.mode == "v2" and cg.dirs and (cg.dirs[0] / "cpu.max").exists():
+        (cg.dirs[0] / "cpu.max").write_text(f"{quota} 100000")
+        return [], [], True
+    base = _own_v1("cpu") if cg.mode == "v1" else None
+    if base is not None and (base / "cpu.cfs_quota_us").exists():
+        d = base / tag
+        try:
+            d.mkdir()
+            (d / "cpu.cfs_period_us").write_text("100000")
+            (d / "cpu.cfs_quota_us").write_text(str(quota))
+            return [str(d / "cgroup.procs")], [d], True
+        except OSError:
+            shutil.rmtree(d, ignore_errors=True)
+    return [], [], False
+
+
+class TaskBox:
+    """A running box; make one with ``await TaskBox.start(...)``. ``name`` (``owner/box-id``) is
+    what denials and logs call it; ``root``, ``limits``, ``workdir``, ``env`` (its commands' base
+    environment, proxy variables included), ``enforced`` (which limits the kernel enforces:
+    ``memory``, ``pids``, ``cpu``), ``denials`` / ``denial_count``, ``started_at``."""
+
+    def __init__(self, name: str, root: BoxRoot, dirs: BoxDirs, limits: BoxLimits, workdir: str) -> None:
+        self.name, self.root, self.dirs, self.limits, self.workdir = name, root, dirs, limits, workdir
+        self.env: dict[str, str] = {}
+        self.enforced: dict[str, str] = {}
+        self.denials: list[dict] = []
+        self.denial_count = 0
+        self.started_at = time.time()
+        self.keeper: subprocess.Popen | None = None
+        self.joiner: _Joiner | None = None
+        self._keeper_w: int | None = None
+        self._cg: CgroupSlot | None = None
+        self._cpu_dirs: list[Path] = []
+        self._servers: list[asyncio.AbstractServer] = []
+        self._closed = False
+
+    # ---------------------------------------------------------------- start
+    @classmethod
+    async def start(cls, name: str, root: BoxRoot, base: Path, limits: BoxLimits, policy: EgressPolicy,
+                    spawner: concurrent.futures.Executor, bwrap: str, proc_mode: str, workdir: str | None = None,
+                    env: dict[str, str] | None = None, on_deny: Callable[[dict], None] | None = None,
+                    resolver=None) -> TaskBox:
+        """Make a box and return it running; raises :class:`BoxError` (nothing is left then)."""
+        dirs = BoxDirs(base)
+        dirs.make()
+        box = cls(name, root, dirs, limits, workdir or root.default_workdir())
+        try:
+            await box._start(policy, spawner, bwrap, proc_mode, env or {}, on_deny, resolver)
+        except BaseException:
+            await box.close()
+            raise
+        return box
+
+    async def _start(self, policy: EgressPolicy, spawner: concurrent.futures.Executor, bwrap: str, proc_mode: str,
+                     env: dict[str, str], on_deny, resolver) -> None:
+        loop = asyncio.get_running_loop()
+        tag = f"box-{self.dirs.base.name}"
+        self._cg = CgroupSlot(tag, ResourceLimits(self.limits.memory_mb, self.limits.pids))
+        cpu_files, self._cpu_dirs, cpu_ok = _cpu_slot(f"gym-runtime-{os.getpid()}-{tag}", self.limits.cpus, self._cg)
+        procs = self._cg.procs_files + cpu_files
+        self.enforced = {k: "cgroup" for k, on in (("memory", self._cg.enforces_memory), ("pids", self._cg.enforces_pids),
+                                                   ("cpu", cpu_ok)) if on}
+        affinity = None
+        if self.limits.cpus is not None and not cpu_ok:
+            affinity = sorted(os.sched_getaffinity(0))[: max(1, math.ceil(self.limits.cpus))]
+            self.enforced["cpu"] = f"affinity ({len(affinity)} core(s))"
+        info_r, info_w = os.pipe()
+        keep_r, self._keeper_w = os.pipe()
+        os.set_inheritable(info_w, True)
+        argv = box_bwrap_argv(bwrap, self.root, self.dirs, self.workdir, proc_mode, info_w)
+        errlog = open(self.dirs.base / "keeper.log", "wb")
+        preexec = make_preexec(ResourceLimits(None, None), procs, None, os.getpid())
+
+        def spawn_keeper() -> subprocess.Popen:
+            def pre() -> None:
+                if affinity:
+                    os.sched_setaffinity(0, affinity)
+                preexec()
+            return subprocess.Popen(argv, stdin=keep_r, stdout=errlog, stderr=errlog, pass_fds=(info_w,),
+                                    start_new_session=True, close_fds=True, env={"PATH": "/usr/bin:/bin"},
+                                    preexec_fn=pre)
+
+        try:
+            self.keeper = await loop.run_in_executor(spawner, spawn_keeper)
+        finally:
+            for fd in (info_w, keep_r):
+                os.close(fd)
+            errlog.close()
+        info = await asyncio.wait_for(loop.run_in_executor(None, _read_info, info_r), START_TIMEOUT_S)
+        if "child-pid" not in info:
+            await loop.run_in_executor(None, self.keeper.wait)
+            why = (self.dirs.base / "keeper.log").read_text(errors="replace").strip()[-800:]
+            raise BoxError(f"the box's keeper did not start (bubblewrap exit {self.keeper.returncode}): "
+                           f"{why or 'no output'}")
+        keeper_pid = await _child_of(int(info["child-pid"]))
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+        def spawn_joiner() -> subprocess.Popen:
+            def pre() -> None:
+                if affinity:
+                    os.sched_setaffinity(0, affinity)
+                os.setsid()
+            return subprocess.Popen([sys.executable, "-I", "-S", "-B", str(JOINER), str(theirs.fileno()),
+                                     str(os.getpid()), str(keeper_pid), *procs],
+                                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, env={}, preexec_fn=pre)
+
+        try:
+            proc = await loop.run_in_executor(spawner, spawn_joiner)
+        finally:
+            theirs.close()
+        self.joiner = _Joiner(proc, ours)
+        ready = await self.joiner.ready(START_TIMEOUT_S)
+        if not ready.get("ready"):
+            raise BoxError(f"cannot enter the box's namespaces: {ready.get('error')}")
+        reply, fds = await self.joiner.request({"op": "listen", "ip": "127.0.0.1", "port": 0})
+        if "error" in reply or not fds:
+            raise BoxError(f"no proxy listener in the box: {reply.get('error')}")
+        sock = socket.socket(fileno=fds[0])
+        sock.setblocking(False)
+        proxy = EgressProxy(policy, self._denied(on_deny), resolver)
+        self._servers.append(await proxy.serve(sock, self.name))
+        url = f"http://127.0.0.1:{reply['port']}"
+        self.env = {**self.root.default_env(), "HOME": "/root", "LANG": "C.UTF-8", **env,
+                    "HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
+                    "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"}
+
+    def _denied(self, on_deny: Callable[[dict], None] | None) -> Callable[[dict], None]:
+        def note(event: dict) -> None:
+            event["time"] = time.time()
+            self.denial_count += 1
+            self.denials = [*self.denials[-99:], event]
+            if on_deny is not None:
+                on_deny(event)
+        return note
+
+    # ---------------------------------------------------------------- use
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self.keeper is not None and self.keeper.poll() is None
+
+    async def exec(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None,
+                   timeout_s: float | None = None) -> ExecOutcome:
+        """Run ``argv`` in the box (stdin empty) and collect its output. A command past
+        ``timeout_s`` is killed with its process group (``timed_out``). Raises BoxError when the
+        box is gone."""
+        joiner = self._require()
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            reply, _ = await joiner.request({"op": "exec", "argv": argv, "env": {**self.env, **(env or {})},
+                                             "cwd": cwd or self.workdir}, (null, out_w, err_w))
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (null, out_w, err_w):
+                os.close(fd)
+        if "error" in reply:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            return ExecOutcome(None, error=reply["error"])
+        pid = reply["pid"]
+        readers = [_Drain(out_r), _Drain(err_r)]
+        done = joiner.exit_of(pid)
+        timed_out = False
+        try:
+            status = await asyncio.wait_for(asyncio.shield(done), timeout_s)
+        except asyncio.TimeoutError:
+            timed_out = True
+            _kill_group(pid)
+            status = await asyncio.wait_for(asyncio.shield(done), 5.0)
+        except BaseException:
+            _kill_group(pid)
+            for r in readers:
+                r.close()
+            raise
+        finally:
+            joiner.forget(pid)
+        await asyncio.wait([asyncio.ensure_future(r.done) for r in readers], timeout=EOF_GRACE_S)
+        (out, t1), (err, t2) = (r.close() for r in readers)
+        rc = 128 - status if status < 0 else status
+        return ExecOutcome(rc, out, err, timed_out, t1 or t2)
+
+    async def put(self, source: Path, path: str, mode: int = 0o644) -> None:
+        """Copy the host file ``source`` to ``path`` in the box (parents made). Raises BoxError."""
+        fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            reply, _ = await self._require().request({"op": "put", "path": self._abs(path), "mode": mode}, (fd,))
+        finally:
+            os.close(fd)
+        if "error" in reply:
+            raise BoxError(reply["error"])
+
+    async def get(self, path: str, dest: Path) -> None:
+        """Copy ``path`` of the box to the host file ``dest``. Raises BoxError (``dest`` removed)."""
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            reply, _ = await self._require().request({"op": "get", "path": self._abs(path)}, (fd,))
+        finally:
+            os.close(fd)
+        if "error" in reply:
+            dest.unlink(missing_ok=True)
+            raise BoxError(reply["error"])
+
+    async def dial(self, port: int) -> socket.socket:
+        """A TCP connection to ``127.0.0.1:port`` inside the box (for a service it declared)."""
+        reply, fds = await self._require().request({"op": "sockets", "n": 1, "family": 4})
+        if not fds:
+            raise BoxError(reply.get("error", "no socket"))
+        s = socket.socket(fileno=fds[0])
+        s.setblocking(False)
+        try:
+            await asyncio.get_running_loop().sock_connect(s, ("127.0.0.1", port))
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    def _abs(self, path: str) -> str:
+        return path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}"
+
+    def _require(self) -> _Joiner:
+        if not self.alive or self.joiner is None:
+            raise BoxError(f"sandbox {self.name} is not running")
+        return self.joiner
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process of the box (keeper tree and what the joiner started), for accounting."""
+        out: list[psutil.Process] = []
+        for popen in (self.keeper, self.joiner.proc if self.joiner else None):
+            if popen is None or popen.poll() is not None:
+                continue
+            try:
+                p = psutil.Process(popen.pid)
+                out += [p, *p.children(recursive=True)]
+            except psutil.Error:
+                pass
+        return out
+
+    def over_limit(self) -> str | None:
+        """Why the box is over a limit the kernel does not enforce (memory, pids), else None."""
+        procs = self.processes()
+        if self.limits.memory_mb and "memory" not in self.enforced:
+            rss = 0
+            for p in procs:
+                try:
+                    rss += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            if rss > self.limits.memory_mb << 20:
+                return f"memory over {self.limits.memory_mb} MiB"
+        if self.limits.pids and "pids" not in self.enforced and len(procs) > self.limits.pids:
+            return f"more than {self.limits.pids} processes"
+        return None
+
+    # ---------------------------------------------------------------- end
+    async def close(self) -> None:
+        """Kill every process of the box, remove its cgroups and its directory. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for s in self._servers:
+            s.close()
+        if self.keeper is not None and self.keeper.poll() is None:
+            _kill_tree(self.keeper.pid)
+        if self._keeper_w is not None:
+            os.close(self._keeper_w)
+            self._keeper_w = None
+        if self.joiner is not None:
+            self.joiner.close()
+        if self.keeper is not None:
+            await asyncio.get_running_loop().run_in_executor(None, _reap, self.keeper)
+        if self._cg is not None:
+            self._cg.remove()
+        for d in self._cpu_dirs:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        await asyncio.get_running_loop().run_in_executor(None, _remove_tree, self.dirs.base)
+
+
+def _read_info(fd: int) -> dict:
+    """bubblewrap's ``--info-fd`` JSON (``{}`` when it ended first)."""
+    data = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            data += chunk
+            try:
+                return json.loads(data)
+            except ValueError:
+                continue
+    finally:
+        os.close(fd)
+    return {}
+
+
+async def _child_of(pid: int) -> int:
+    """The keeper: the one child of the box's init (bubblewrap forks it right after setup)."""
+    path = f"/proc/{pid}/task/{pid}/children"
+    for _ in range(500):
+        try:
+            kids = Path(path).read_text().split()
+        except OSError:
+            kids = []
+        if kids:
+            return int(kids[0])
+        await asyncio.sleep(0.002)
+    raise BoxError(f"the box's init (pid {pid}) started no keeper")
+
+
+def _kill_group(pid: int) -> None:
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        procs = []
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def _reap(popen: subprocess.Popen) -> None:
+    try:
+        popen.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        log.warning("task sandbox keeper pid %s still present 5 s after SIGKILL", popen.pid)
+
+
+def _remove_tree(base: Path) -> None:
+    def unlock(func, path, _exc) -> None:  # overlayfs leaves its work dir mode 000
+        try:
+            os.chmod(path, 0o700)
+            os.chmod(os.path.dirname(path), 0o700)
+            func(path)
+        except OSError:
+            pass
+
+    shutil.rmtree(base, onerror=unlock)
+
+
+class _Drain:
+    """Read a pipe to its end on the event loop, keeping at most :data:`MAX_OUTPUT` bytes."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+        self.truncated = False
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        os.set_blocking(fd, False)
+        asyncio.get_running_loop().add_reader(fd, self._read)
+
+    def _read(self) -> None:
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            asyncio.get_running_loop().remove_reader(self.fd)
+            if not self.done.done():
+                self.done.set_result(None)
+            return
+        room = MAX_OUTPUT - len(self.buf)
+        if len(chunk) > room:
+            self.truncated = True
+        self.buf += chunk[: max(room, 0)]
+
+    def close(self) -> tuple[bytes, bool]:
+        if self.fd >= 0:
+            try:
+                asyncio.get_running_loop().remove_reader(self.fd)
+            except (ValueError, OSError):
+                pass
+            os.close(self.fd)
+            self.fd = -1
+        return bytes(self.buf), self.truncated

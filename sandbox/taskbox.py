@@ -563,3 +563,15 @@ class _Drain:
             os.close(self.fd)
             self.fd = -1
         return bytes(self.buf), self.truncated
+
+
+def box_support(report) -> tuple[str, str] | str:
+    """What boxes get on this host, from the isolation probe (``probe.py``): ``(bwrap, proc_mode)``
+    (``mount``: a private ``/proc``, level ``full``; ``bind``: the host's ``/proc`` read-only,
+    level ``partial``), or the reason there are none (no user namespaces, no bubblewrap)."""
+    bwrap, proc = report.details.get("bwrap"), report.details.get("proc")
+    if report.level.value == "none":
+        return "this host cannot make unprivileged namespaces: " + "; ".join(report.reasons)
+    if not bwrap or not proc:
+        return "bubblewrap cannot run here: " + "; ".join(report.reasons)
+    return bwrap, proc

@@ -26,6 +26,8 @@ Variables (all optional):
 ``GYM_RUNTIME_SERVER_MEMORY_MB``    memory limit of each server's process tree, MB (default: half
                                     of this host's memory; ``0``: none), docs/runtime.md
 ``GYM_RUNTIME_SERVER_PIDS``         process/thread limit of each server (default 4096; ``0``: none)
+``GYM_RUNTIME_SANDBOX_*``           task sandboxes: provider choice, images, limits
+                                    (:mod:`gym_runtime.task_sandboxes.settings`)
 ==================================  =========================================================
 """
 
@@ -36,7 +38,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gym_runtime.errors import SettingsError
 
@@ -80,6 +82,7 @@ class RuntimeSettings:
     pin_origins: dict[str, str] = field(default_factory=dict)
     server_memory_mb: int | None = None
     server_pids: int | None = DEFAULT_SERVER_PIDS
+    task_sandboxes: Any = None  # gym_runtime.task_sandboxes.settings.TaskSandboxSettings
 
     @property
     def logs_dir(self) -> Path:
@@ -134,6 +137,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     cache = env.get("GYM_RUNTIME_UV_CACHE_DIR")
     memory = _limit(env, "GYM_RUNTIME_SERVER_MEMORY_MB", _half_of_memory_mb())
     pids = _limit(env, "GYM_RUNTIME_SERVER_PIDS", DEFAULT_SERVER_PIDS)
+    from gym_runtime.task_sandboxes.settings import load as load_task_sandboxes
+
     return RuntimeSettings(
         home=home,
         venv_dir=Path(env.get("GYM_RUNTIME_VENV_DIR") or home / "venvs").expanduser(),
@@ -145,6 +150,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         environ=env,
         server_memory_mb=memory,
         server_pids=pids,
+        task_sandboxes=load_task_sandboxes(env, home),
     )
 
 

@@ -1,0 +1,55 @@
+"""NeMo Gym 0.7.0 for tests: an interpreter it runs on (``Requires-Python >= 3.13.14``) and a venv with it.
+
+``gym07_python()`` finds such an interpreter (``GYM_RUNTIME_TESTS_PY313``, then pyenv's versions,
+then ``python3.13`` on PATH) or skips the test cleanly; ``gym07_venv(path)`` makes a uv venv there
+with ``nemo-gym==0.7.0`` (from the package registry: tests using it are marked ``pypi``) and the
+``gym_runtime`` sandbox provider installed the way the runtime installs it into server venvs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import uv
+
+MIN = (3, 13, 14)
+
+
+def _version(python: str) -> tuple[int, ...] | None:
+    try:
+        out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:3])"], capture_output=True,
+                             text=True, timeout=20).stdout.split()
+        return tuple(int(x) for x in out)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def gym07_python() -> str:
+    """An interpreter >= 3.13.14, or ``pytest.skip``."""
+    candidates = [os.environ.get("GYM_RUNTIME_TESTS_PY313", "")]
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    if root.is_dir():
+        candidates += [str(p / "bin" / "python3") for p in sorted(root.iterdir(), reverse=True)]
+    candidates.append(shutil.which("python3.13") or "")
+    for c in candidates:
+        if c and Path(c).exists() and (_version(c) or (0,)) >= MIN:
+            return c
+    pytest.skip("no Python >= 3.13.14 on this host (NeMo Gym 0.7.0 needs one); set GYM_RUNTIME_TESTS_PY313")
+
+
+def gym07_venv(path: Path, extra: tuple[str, ...] = ()) -> Path:
+    """A venv at ``path`` with nemo-gym 0.7.0 and the ``gym_runtime`` provider; returns its Python."""
+    from gym_runtime.task_sandboxes.install import install_provider
+
+    python = path / "bin" / "python"
+    if not python.exists():
+        uvb = uv.find_uv_bin()
+        subprocess.run([uvb, "venv", "-q", "--python", gym07_python(), str(path)], check=True)
+        subprocess.run([uvb, "pip", "install", "-q", "--python", str(python), "nemo-gym==0.7.0", *extra],
+                       check=True, timeout=900)
+    install_provider(path)
+    return python

@@ -77,21 +77,21 @@ def test_exec_output_exit_codes_and_timeouts(support, rootfs, tmp_path):
 
 def test_files_in_and_out(support, rootfs, tmp_path):
     async def main():
-        box = await _box(support, tmp_path / "box", BoxRoot("rootfs", rootfs), workdir="/work")
+        box = await _box(support, tmp_path / "box", BoxRoot("rootfs", rootfs), workdir="/job")
         try:
             src = tmp_path / "src.bin"
             src.write_bytes(bytes(range(256)) * 4096)
             await box.put(src, "a/b/data.bin")  # relative to the working directory
-            r = await box.exec(["/bin/sh", "-c", "ls -l /work/a/b/data.bin"])
+            r = await box.exec(["/bin/sh", "-c", "ls -l /job/a/b/data.bin"])
             assert r.returncode == 0 and b"1048576" in r.stdout
             back = tmp_path / "back.bin"
-            await box.get("/work/a/b/data.bin", back)
+            await box.get("/job/a/b/data.bin", back)
             assert back.read_bytes() == src.read_bytes()
             with pytest.raises(Exception, match="No such file"):
-                await box.get("/work/missing", tmp_path / "m")
+                await box.get("/job/missing", tmp_path / "m")
             assert not (tmp_path / "m").exists()
             # a symlink in the box resolves inside the box, never to the host's file of that name
-            await box.exec(["/bin/sh", "-c", "echo boxed > /tmp/f; rm -f /work/l; ln -s /tmp/f /work/l 2>/dev/null"])
+            await box.exec(["/bin/sh", "-c", "echo boxed > /tmp/f; rm -f /job/l; ln -s /tmp/f /job/l 2>/dev/null"])
         finally:
             await box.close()
         assert not (tmp_path / "box").exists()

@@ -191,7 +191,8 @@ class TaskSandboxService:
         self.created += 1
         if req.ttl_s:
             rec.expires = rec.created + req.ttl_s
-            rec._ttl = asyncio.get_running_loop().call_later(req.ttl_s, self._spawn, self.close(box_id, "ttl_s passed"))
+            rec._ttl = asyncio.get_running_loop().call_later(
+                req.ttl_s, lambda: self._spawn(self.close(box_id, f"its ttl_s ({req.ttl_s:g} s) passed")))
         self._follow(rec)
         self._count(owner)
         if self._watch is None and any(k not in box.enforced for k in ("memory", "pids")):

@@ -219,10 +219,10 @@ class TaskSandboxService:
         rec = self.boxes.pop(box_id, None)
         if rec is None:
             return
+        self._count(rec.owner)
         if rec._ttl is not None:
             rec._ttl.cancel()
         await rec.box.close()
-        self._count(rec.owner)
         log.info("task sandbox %s of server %s ended: %s", box_id, rec.owner, why)
 
     async def close_owner(self, owner: str, why: str, incarnation: Any = None) -> int:

@@ -53,3 +53,29 @@ def gym07_venv(path: Path, extra: tuple[str, ...] = ()) -> Path:
                        check=True, timeout=900)
     install_provider(path)
     return python
+
+
+def gym07_wheel() -> Path:
+    """The ``nemo_gym-0.7.0`` wheel, downloaded once with pip into the tests' cache."""
+    from tests.helpers.gym_package import cache_dir
+
+    dest = cache_dir() / "wheels"
+    found = sorted(dest.glob("nemo_gym-0.7.0-*.whl"))
+    if not found:
+        dest.mkdir(parents=True, exist_ok=True)
+        subprocess.run([gym07_python(), "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                        "--dest", str(dest), "nemo-gym==0.7.0"], check=True, timeout=600)
+        found = sorted(dest.glob("nemo_gym-0.7.0-*.whl"))
+    return found[0]
+
+
+def drop_environment_servers(pkg: Path) -> None:
+    """Remove the ``environment_servers`` instances from the package's configs (their trees are not
+    shipped by ``assemble_tree_package``; the agents are reached directly)."""
+    import yaml
+
+    for cfg in pkg.rglob("configs/*.yaml"):
+        doc = yaml.safe_load(cfg.read_text()) or {}
+        kept = {k: v for k, v in doc.items() if not (isinstance(v, dict) and "environment_servers" in v)}
+        if kept != doc:
+            cfg.write_text(yaml.safe_dump(kept, sort_keys=False))

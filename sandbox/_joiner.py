@@ -24,7 +24,9 @@ attached (``SCM_RIGHTS``); every answer names the request's ``id``:
   true}`` or ``{"id", "error"}``.
 * ``{"op": "listen", "id", "ip", "port"}``: a listening TCP socket in the box's network namespace
   (answer ``{"id", "port"}`` + the socket's fd); ``{"op": "sockets", "id", "n", "family"}``: ``n``
-  unconnected TCP sockets there.
+  unconnected TCP sockets there; ``{"op": "udp", "id", "ip", "port"}``: a bound UDP socket there
+  (the box's DNS, ``dns.py``: ``127.0.0.1:53`` is bound while joining, with the privilege a port
+  below 1024 needs).
 
 End of the control socket ends the joiner (the box itself ends with its keeper).
 """
@@ -43,6 +45,7 @@ PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
 NS_GET_USERNS = 0xB701
 ORDER = ("ipc", "uts", "net", "pid", "mnt")
 libc = ctypes.CDLL(None, use_errno=True)
+DNS = []  # the box's resolver socket, 127.0.0.1:53 UDP, bound while joining
 
 
 def _setns(fd, what):
@@ -58,6 +61,9 @@ def join(keeper):
     _setns(owner, "owner user")
     for n in ORDER:
         _setns(fds[n], n)
+        if n == "net":  # port 53 needs the namespace owner's privilege, which the keeper's user namespace lacks
+            DNS.append(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+            DNS[0].bind(("127.0.0.1", 53))
     _setns(fds["user"], "user")
     for fd in [owner, *fds.values()]:
         os.close(fd)
@@ -133,6 +139,12 @@ def _child_file(ctl, req, fds):
 
 
 def _sockets(req):
+    if req["op"] == "udp":
+        if DNS and (req.get("ip", "127.0.0.1"), int(req.get("port", 53))) == ("127.0.0.1", 53):
+            return {}, [DNS[0]]
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((req.get("ip", "127.0.0.1"), int(req.get("port", 53))))
+        return {}, [s]
     if req["op"] == "listen":
         ip = req.get("ip", "127.0.0.1")
         s = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -146,12 +158,13 @@ def _sockets(req):
 
 def handle(ctl, req, fds, execs, files):
     op = req.get("op")
-    if op in ("listen", "sockets"):
+    if op in ("listen", "sockets", "udp"):
         try:
             extra, socks = _sockets(req)
             send(ctl, {"id": req["id"], **extra}, [s.fileno() for s in socks])
             for s in socks:
-                s.close()
+                if s not in DNS:
+                    s.close()
         except OSError as e:
             send(ctl, {"id": req["id"], "error": str(e)})
         return

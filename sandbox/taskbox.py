@@ -41,6 +41,7 @@ from pathlib import Path
 import psutil
 
 from .boxroot import BoxDirs, BoxRoot, box_bwrap_argv
+from .dns import NameForwards
 from .launch import make_preexec
 from .limits import CgroupSlot, ResourceLimits, _own_v1, cgroup_mode
 from .policy import EgressPolicy
@@ -206,6 +207,7 @@ class TaskBox:
         self._cg: CgroupSlot | None = None
         self._cpu_dirs: list[Path] = []
         self._servers: list[asyncio.AbstractServer] = []
+        self._dns: NameForwards | None = None
         self._closed = False
 
     # ---------------------------------------------------------------- start
@@ -292,9 +294,17 @@ class TaskBox:
             raise BoxError(f"no proxy listener in the box: {reply.get('error')}")
         sock = socket.socket(fileno=fds[0])
         sock.setblocking(False)
-        proxy = EgressProxy(policy, self._denied(on_deny), resolver)
+        note = self._denied(on_deny)
+        proxy = EgressProxy(policy, note, resolver)
         self._servers.append(await proxy.serve(sock, self.name))
         url = f"http://127.0.0.1:{reply['port']}"
+        reply, fds = await self.joiner.request({"op": "udp", "ip": "127.0.0.1", "port": 53})
+        if not fds:
+            raise BoxError(f"no resolver socket in the box: {reply.get('error')}")
+        self._dns = NameForwards(policy, note, self._listen, resolver, subnet=2)  # for clients that ignore proxies
+        dns_sock = socket.socket(fileno=fds[0])
+        dns_sock.setblocking(False)
+        await self._dns.serve(dns_sock, self.name)
         self.env = {**self.root.default_env(), "HOME": "/root", "LANG": "C.UTF-8", **env,
                     "HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
                     "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"}
@@ -393,6 +403,14 @@ class TaskBox:
             raise
         return s
 
+    async def _listen(self, ip: str, port: int) -> socket.socket:
+        reply, fds = await self._require().request({"op": "listen", "ip": ip, "port": port})
+        if not fds:
+            raise OSError(reply.get("error", "no listener"))
+        sock = socket.socket(fileno=fds[0])
+        sock.setblocking(False)
+        return sock
+
     def _abs(self, path: str) -> str:
         return path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}"
 
@@ -438,6 +456,8 @@ class TaskBox:
         self._closed = True
         for s in self._servers:
             s.close()
+        if self._dns is not None:
+            self._dns.close()
         if self.keeper is not None and self.keeper.poll() is None:
             _kill_tree(self.keeper.pid)
         if self._keeper_w is not None:

@@ -26,6 +26,8 @@ Variables (all optional):
 ``GYM_RUNTIME_SERVER_MEMORY_MB``    memory limit of each server's process tree, MB (default: half
                                     of this host's memory; ``0``: none), docs/runtime.md
 ``GYM_RUNTIME_SERVER_PIDS``         process/thread limit of each server (default 4096; ``0``: none)
+``GYM_RUNTIME_WRITABLE_TREES``      instance names (comma list, ``*``: all) whose server tree is a writable
+                                    copy-on-write view (docs/runtime.md, "Sandbox and egress")
 ``GYM_RUNTIME_SANDBOX_*``           task sandboxes: provider choice, images, limits
                                     (:mod:`gym_runtime.task_sandboxes.settings`)
 ==================================  =========================================================
@@ -83,6 +85,11 @@ class RuntimeSettings:
     server_memory_mb: int | None = None
     server_pids: int | None = DEFAULT_SERVER_PIDS
     task_sandboxes: Any = None  # gym_runtime.task_sandboxes.settings.TaskSandboxSettings
+    writable_trees: frozenset[str] = frozenset()  # instance names, or {"*"}
+
+    def writable_tree(self, instance: str) -> bool:
+        """Whether ``instance``'s server tree is a copy-on-write view (``GYM_RUNTIME_WRITABLE_TREES``)."""
+        return instance in self.writable_trees or "*" in self.writable_trees
 
     @property
     def logs_dir(self) -> Path:
@@ -151,6 +158,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         server_memory_mb=memory,
         server_pids=pids,
         task_sandboxes=load_task_sandboxes(env, home),
+        writable_trees=frozenset(x.strip() for x in env.get("GYM_RUNTIME_WRITABLE_TREES", "").split(",") if x.strip()),
     )
 
 

@@ -238,6 +238,9 @@ class Sandbox:
             files = {str(self._state / "hosts"): "/etc/hosts", str(resolv): "/etc/resolv.conf"}
             join = self.holder.preexec_join if self.bwrap else lambda: self.holder.preexec_join_bare(files)
         ro = [*spec.read_only_paths, *interpreter_roots(spec.argv[0])]
+        if spec.cow_paths and self.bwrap is None:
+            log.warning("server %s: no copy-on-write view of %s without bubblewrap (isolation %s)", spec.name,
+                        ", ".join(spec.cow_paths), self.level.value)
         fd, rest = None, None
         if self.bwrap is not None:
             command = list(spec.argv)

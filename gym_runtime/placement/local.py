@@ -228,7 +228,8 @@ class LocalPlacement:
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, environ,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
                            writable_paths=[wd, *self._ray_dirs(), *cache.writable],
-                           private_env=contract.private_env(config_yaml), limits=self._limits())
+                           private_env=contract.private_env(config_yaml), limits=self._limits(),
+                           cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {})
         env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                     info={"server_type": inst.server_type, "implementation": inst.implementation,
                           "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})

@@ -101,7 +101,9 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
         message = (f"{message}: {', '.join(readonly)} tried to write where the sandbox is read-only (its package "
                    "and venv are read-only; $HOME, its work dir, and /tmp are writable)")
         hint = ("the tree writes into its own install directory at start-up (e.g. clones or downloads next "
-                        "to its code): ship that content in the package, or make the tree write under $HOME or /tmp")
+                "to its code): ship that content in the package, make the tree write under $HOME or /tmp, or have "
+                f"the operator give it a writable copy-on-write view of its tree: GYM_RUNTIME_WRITABLE_TREES="
+                f"{','.join(readonly)}")
     logs = [str(members[n].log.path) for n in pick]
     return StartError(f"{message} (phase: {phase}, {ready}/{len(members)} ready)", code=code, cause=cause,
                       hint=hint or "read the server's last log lines (cause) and its log file (log); fix the "

@@ -215,6 +215,22 @@ class Sandbox:
         self._reserved.add(inside_port)
         return ("127.0.0.1", inside_port)
 
+    async def expose_inside(self, dial: Callable[[], Awaitable[socket.socket]]) -> tuple[str, int]:
+        """A new listener servers reach (``127.0.0.1:port`` inside the sandbox network; on the host at
+        level none) whose every connection is spliced to ``dial()`` (e.g. a task sandbox's service
+        port); closed with the sandbox. Returns its address."""
+        if self.holder is not None:
+            sock = self.holder.listen("127.0.0.1", 0)
+        else:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(512)
+            sock.setblocking(False)
+        port = sock.getsockname()[1]
+        self._reserved.add(port)
+        self._servers.append(await serve_forward(sock, dial))
+        return ("127.0.0.1", port)
+
     def proxy_env(self, proxy_port: int) -> dict[str, str]:
         """The variables the sandbox adds: HTTP(S)_PROXY both cases, NO_PROXY listing peers explicitly."""
         url = f"http://127.0.0.1:{proxy_port}"

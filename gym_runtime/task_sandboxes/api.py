@@ -15,6 +15,8 @@ error is ``{"error": {"code", "message", "hint"?}}`` with the status of its
                                             command that could not start 125 ``sandbox``)
 ``PUT /v1/sandboxes/{id}/files?path=P``     the body becomes file P (parents made) -> 204
 ``GET /v1/sandboxes/{id}/files?path=P``     file P's bytes (404 ``GR-SANDBOX-TASK-FILE`` when absent)
+``GET /v1/sandboxes/{id}/endpoints/{port}`` ``{"endpoint": URL, "headers": {}}``: a forward servers reach to
+                                            a port the spec declared (``SupportsSandboxEndpoint``)
 ``DELETE /v1/sandboxes/{id}``               ends it -> 204 (also when already gone)
 ``GET /v1/health``                          ``{"level", "live", "created"}``
 ==========================================  ===============================================
@@ -132,6 +134,10 @@ def create_app(service: TaskSandboxService) -> FastAPI:
             tmp.unlink(missing_ok=True)
             raise
         return FileResponse(tmp, media_type="application/octet-stream", background=BackgroundTask(tmp.unlink))
+
+    @app.get("/v1/sandboxes/{box_id}/endpoints/{port}")
+    async def endpoint(request: Request, box_id: str, port: int) -> dict:
+        return {"endpoint": await service.endpoint(box(request, box_id), port), "headers": {}}
 
     @app.delete("/v1/sandboxes/{box_id}", status_code=204)
     async def close(request: Request, box_id: str) -> Response:

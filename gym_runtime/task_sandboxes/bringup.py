@@ -47,6 +47,7 @@ async def start_service(env: Any) -> Any:
 async def inside_url(server: Any, sandbox: Any, fresh_port) -> str:
     """The API's address as servers in ``sandbox`` reach it (a forward into their network at
     full/partial, the daemon's own listener at none)."""
+    server.service.expose = sandbox.expose_inside  # endpoints of task sandboxes, where servers reach them
     if sandbox.level.value == "none":
         return server.url
     host, port = await sandbox.expose_host_service(fresh_port(), server.host, server.port)

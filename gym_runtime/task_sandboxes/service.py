@@ -70,7 +70,9 @@ class BoxRecord:
     created: float = field(default_factory=time.time)
     expires: float | None = None
     incarnation: Any = None
+    endpoints: dict[int, str] = field(default_factory=dict)
     _ttl: asyncio.TimerHandle | None = None
+    _forwards: list[Any] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
         b = self.box
@@ -107,6 +109,9 @@ class TaskSandboxService:
         self._watch: asyncio.Task | None = None
         self._closed = False
         self.created = 0
+        # dial -> (host, port) servers reach; the bring-up sets the environment sandbox's (placement
+        # local); without it the endpoints listen on this host's loopback
+        self.expose: Callable[[Callable], Any] | None = None
 
     @property
     def level(self) -> str:
@@ -214,6 +219,34 @@ class TaskSandboxService:
         except ImageError as e:
             raise TaskSandboxError("GR-SANDBOX-TASK-IMAGE", f"image {image!r}: {e}", 400) from None
 
+    async def endpoint(self, rec: BoxRecord, port: int) -> str:
+        """A URL the servers reach for service ``port`` the box declared (``SandboxSpec.ports``): a
+        forward into the box (NeMo Gym 0.7.0 ``SupportsSandboxEndpoint``). Raises GR-SANDBOX-TASK-SPEC."""
+        from gym_runtime.task_sandboxes.spec import _bad
+
+        if port not in rec.ports:
+            raise _bad(rec.owner, f"an endpoint for port {port}, which sandbox {rec.id} did not declare "
+                                  f"(SandboxSpec.ports: {list(rec.ports)})")
+        if port not in rec.endpoints:
+            async def dial():
+                return await rec.box.dial(port)
+
+            if self.expose is not None:
+                host, hport = await self.expose(dial)
+            else:
+                import socket as _socket
+
+                from sandbox.proxy import serve_forward
+
+                sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM, _socket.IPPROTO_TCP)
+                sock.bind(("127.0.0.1", 0))
+                sock.listen(128)
+                sock.setblocking(False)
+                rec._forwards.append(await serve_forward(sock, dial))
+                host, hport = sock.getsockname()[:2]
+            rec.endpoints[port] = f"http://{host}:{hport}"
+        return rec.endpoints[port]
+
     async def close(self, box_id: str, why: str = "closed by its owner") -> None:
         """End one box (idempotent)."""
         rec = self.boxes.pop(box_id, None)
@@ -222,6 +255,8 @@ class TaskSandboxService:
         self._count(rec.owner)
         if rec._ttl is not None:
             rec._ttl.cancel()
+        for fwd in rec._forwards:
+            fwd.close()
         await rec.box.close()
         log.info("task sandbox %s of server %s ended: %s", box_id, rec.owner, why)
 

@@ -32,8 +32,8 @@ def _member(tmp: Path, name: str) -> Member:
 async def _gone(service: TaskSandboxService, box_id: str, pids: list[int], within: float = 5.0) -> bool:
     until = time.monotonic() + within
     while time.monotonic() < until:
-        if box_id not in service.boxes and not [p for p in pids if psutil.pid_exists(p)
-                                                 and psutil.Process(p).status() != "zombie"]:
+        if box_id not in service.boxes and not (service.work_dir / box_id).exists() and not [
+                p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]:
             return True
         await asyncio.sleep(0.05)
     return False

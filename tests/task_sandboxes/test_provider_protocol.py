@@ -66,6 +66,21 @@ CLIENT = textwrap.dedent("""
         out["sandbox_id"] = descriptor["sandbox_id"]
         await sb.stop()
         out["after_stop"] = (await provider.status(sb._handle)).value
+        svc = await AsyncSandbox({"gym_runtime": {}}, SandboxSpec(ports=[8000])).start()
+        await svc.exec("cd /tmp && echo served > index.html && (python3 -m http.server 8000 >/dev/null 2>&1 &)")
+        ep = await svc.endpoint(8000)
+        import httpx
+        for _ in range(50):
+            try:
+                out["endpoint"] = httpx.get(ep.endpoint + "/index.html", trust_env=False).text
+                break
+            except httpx.TransportError:
+                await asyncio.sleep(0.1)
+        try:
+            await svc.endpoint(9000)
+        except ValueError as e:
+            out["undeclared"] = str(e)[:80]
+        await svc.stop()
         print(json.dumps(out))
 
     asyncio.run(main())
@@ -102,5 +117,6 @@ def test_gym_sandbox_api_against_the_service(gym_python, tmp_path):
     assert got["status"] == "running" and got["lent"] == "from spec"
     assert "GR-SANDBOX-TASK-AUTH" in got["no_lease"] and "owner_server" in got["no_lease"]
     assert got["after_stop"] == "stopped" and not live
+    assert got["endpoint"] == "served\n" and "not declared" in got["undeclared"]
     assert not (tmp_path / "boxes" / got["sandbox_id"]).exists()
     assert not [p for p in psutil.process_iter(["cmdline"]) if got["sandbox_id"] in " ".join(p.info["cmdline"] or [])]

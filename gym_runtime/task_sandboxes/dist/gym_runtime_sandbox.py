@@ -3,7 +3,8 @@
 Installed by gym-runtime into every server venv it builds, as the distribution
 ``gym-runtime-sandbox`` whose entry point (group ``nemo_gym.sandbox_providers``) names
 :class:`GymRuntimeProvider`. It implements NeMo Gym 0.7.0's ``SandboxProvider`` protocol
-(``nemo_gym/sandbox/providers/base.py``) and ``ConnectableProvider`` (a descriptor holds the
+(``nemo_gym/sandbox/providers/base.py``), ``SupportsSandboxEndpoint`` (a declared port of the
+sandbox as a URL this server reaches) and ``ConnectableProvider`` (a descriptor holds the
 sandbox's id and lease, so a sandbox can be lent to another server, ``nemo_gym/sandbox/access.py``)
 over the daemon's task-sandbox API, whose address and this server's token are in the server's
 environment (``GYM_RUNTIME_SANDBOX_URL``, ``GYM_RUNTIME_SANDBOX_TOKEN``). Select it with the
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from nemo_gym.sandbox.providers.base import (
     SandboxCreateError,
+    SandboxEndpoint,
     SandboxExecResult,
     SandboxHandle,
     SandboxSpec,
@@ -138,6 +140,11 @@ class GymRuntimeProvider:
         if resp.status_code == 404:
             return SandboxStatus.STOPPED
         return SandboxStatus.RUNNING if resp.json().get("status") == "running" else SandboxStatus.STOPPED
+
+    async def endpoint(self, handle, port: int) -> SandboxEndpoint:
+        """SupportsSandboxEndpoint: a URL this server reaches for a port the spec declared."""
+        d = (await self._call("GET", f"/v1/sandboxes/{handle.sandbox_id}/endpoints/{int(port)}", handle)).json()
+        return SandboxEndpoint(endpoint=d["endpoint"], headers=d.get("headers") or {})
 
     async def close(self, handle) -> None:
         await self._call("DELETE", f"/v1/sandboxes/{handle.sandbox_id}", handle, expect=(204,))

@@ -108,6 +108,22 @@ def _daemon(settings: RuntimeSettings) -> dict[str, Any] | None:
     return out
 
 
+def _task_sandboxes(report: Any, settings: RuntimeSettings) -> dict[str, Any]:
+    """What task sandboxes this host gives (docs/runtime.md, "Task sandboxes"): level, images, provider mode."""
+    from sandbox.taskbox import box_support
+
+    support = box_support(report)
+    ts = settings.task_sandboxes
+    out: dict[str, Any] = {"level": "unavailable" if isinstance(support, str) else
+                           ("full" if support[1] == "mount" else "partial"),
+                           "provider_mode": ts.provider_mode if ts else "auto",
+                           "images": [str(d) for d in ts.image_dirs] if ts else [],
+                           "image_map": dict(ts.image_map) if ts else {}}
+    if isinstance(support, str):
+        out["reason"] = support
+    return out
+
+
 def collect(args: argparse.Namespace) -> dict[str, Any]:
     """Every check as a JSON-ready dict."""
     from sandbox import EgressPolicy, probe_isolation
@@ -132,6 +148,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         "home": _writable(settings.home),
         "ray": _ray(args.ray_address, settings),
         "egress": egress,
+        "task_sandboxes": _task_sandboxes(report, settings),
         "daemon": _daemon(settings),
     }
     if getattr(args, "package", None):
@@ -181,6 +198,10 @@ def run(args: argparse.Namespace) -> int:
           + ("" if ray.get("reachable", True) else f" -- {ray['error']['message']}"))
     for i, line in enumerate(egress_lines(out["egress"])):
         print(("egress:    " if i == 0 else " " * 11) + line)
+    ts = out["task_sandboxes"]
+    print(f"sandboxes: task sandboxes {ts['level']}" + (f" ({ts['reason']})" if ts.get("reason") else "")
+          + f"; provider {ts['provider_mode']} (GYM_RUNTIME_SANDBOX_PROVIDER); images in " + (", ".join(ts["images"]) or "-")
+          + (f"; image map {', '.join(f'{k}={v}' for k, v in ts['image_map'].items())}" if ts["image_map"] else ""))
     if "secrets" in out:
         sec = out["secrets"]
         lines = ([f"{n}: {', '.join(keys) or 'no secrets'}" for n, keys in sec["servers"].items()]

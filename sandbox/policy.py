@@ -165,18 +165,21 @@ def _parse_entry(raw: str) -> AllowEntry:
     return AllowEntry(("*." if wildcard else "") + name, port)
 
 
-def suggest_allow(hosts: Iterable[str]) -> str:
-    """The ``NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW`` value that would allow ``hosts``: a host of three or
-    more labels as the pattern of its parent domain (``cdn-lfs.hf.co`` -> ``*.hf.co``: the redirect
-    targets of a service share it), a shorter one as itself; in first-seen order."""
-    out: list[str] = []
+def suggest_allow(hosts: Iterable[str]) -> tuple[str, str]:
+    """``NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW`` values that would allow ``hosts`` (``host`` or
+    ``host:port``): ``(exact, patterns)``, the hosts themselves, and the same with every host of
+    three or more labels as the pattern of its parent domain (``cdn-lfs.hf.co`` -> ``*.hf.co``: a
+    service's redirect hosts, whose names vary, share it); ``patterns`` is empty when it would say
+    nothing more. In first-seen order."""
+    exact: list[str] = []
+    wide: list[str] = []
     for host in hosts:
         name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
         labels = name.strip(".").split(".")
         pattern = "*." + ".".join(labels[-2:]) if len(labels) >= 3 and parse_ip_literal(name) is None else name
-        if pattern not in out:
-            out.append(pattern)
-    return ",".join(out)
+        exact += [name] if name not in exact else []
+        wide += [pattern] if pattern not in wide else []
+    return ",".join(exact), (",".join(wide) if wide != exact else "")
 
 
 def parse_bool_setting(name: str, value: str | None, default: bool = False) -> bool:

@@ -92,10 +92,11 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
         message = f"{message}: {said} (this tree needs the network at start-up, and egress is denied)"
         from sandbox.policy import suggest_allow
 
-        allow = suggest_allow(h for hosts in denied.values() for h in hosts)  # a redirect host: its *.domain
+        exact, wide = suggest_allow(h for hosts in denied.values() for h in hosts)
         code, hint = "GR-START-EGRESS", (
             "ship what the tree fetches at start-up inside the package (or bake it into the image), or have the "
-            f"operator allow the host: NMP_RL_SANDBOX_ALLOW_INTERNET=true, NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW={allow}")
+            f"operator allow the host: NMP_RL_SANDBOX_ALLOW_INTERNET=true, NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW={exact}"
+            + (f" (or {wide}: every host below those domains, as a service's redirect hosts need)" if wide else ""))
         extra["egress_denied"] = denied
     elif code == "GR-START-CRASH" and (readonly := [n for n, t in tails.items() if any(READ_ONLY in ln for ln in t)]):
         message = (f"{message}: {', '.join(readonly)} tried to write where the sandbox is read-only (its package "

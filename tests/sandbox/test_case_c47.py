@@ -116,5 +116,7 @@ def test_case_c47_a_task_sandbox_that_ignores_proxies(site, tmp_path):
 
 
 def test_case_c47_the_hint_names_the_pattern_of_a_redirect_host():
-    assert suggest_allow(["cdn-lfs.hf.co:443", "huggingface.co:443"]) == "*.hf.co,huggingface.co"
-    assert suggest_allow(["www.sec.gov:443", "data.sec.gov:443"]) == "*.sec.gov"
+    assert suggest_allow(["cdn-lfs.hf.co:443", "huggingface.co:443"]) == ("cdn-lfs.hf.co,huggingface.co",
+                                                                          "*.hf.co,huggingface.co")
+    assert suggest_allow(["www.sec.gov:443", "data.sec.gov:443"]) == ("www.sec.gov,data.sec.gov", "*.sec.gov")
+    assert suggest_allow(["huggingface.co:443"]) == ("huggingface.co", "")

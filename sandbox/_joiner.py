@@ -1,7 +1,8 @@
 """A task sandbox's door: joins its namespaces once, then starts processes and moves files in it.
 
 Stdlib only, run as a script with the daemon's interpreter, never imported:
-``python -I -S -B _joiner.py CTL_FD PARENT_PID KEEPER_PID [CGROUP_PROCS_FILE ...]``.
+``python -I -S -B _joiner.py CTL_FD PARENT_PID KEEPER_PID [CGROUP_PROCS_FILE ...]``, or once per
+daemon as ``_joiner.py --factory CTL_FD PARENT_PID``, which forks a joiner per box (:func:`factory`).
 
 It writes its pid into each cgroup file (the box's limits then hold it and everything it starts),
 sets ``PR_SET_PDEATHSIG``, and joins the namespaces of the box's keeper process (``taskbox.py``):
@@ -209,20 +210,19 @@ def reap(ctl, execs, files):
         files.discard(pid)
 
 
-def main():
-    ctl = socket.socket(fileno=int(sys.argv[1]))
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != int(sys.argv[2]):
-        return
+def serve(ctl, keeper, procs_files, affinity=None):
+    """Be one box's joiner: into its cgroups and namespaces, then answer ``ctl`` until it closes."""
     try:
+        if affinity:
+            os.sched_setaffinity(0, affinity)
         me = str(os.getpid()).encode()
-        for procs in sys.argv[4:]:
+        for procs in procs_files:
             fd = os.open(procs, os.O_WRONLY)
             try:
                 os.write(fd, me)
             finally:
                 os.close(fd)
-        join(int(sys.argv[3]))
+        join(keeper)
     except OSError as e:
         send(ctl, {"ready": False, "error": str(e)})
         return
@@ -256,6 +256,51 @@ def main():
             finally:
                 for fd in fds:
                     os.close(fd)
+
+
+def factory(ctl):
+    """``--factory``: fork one joiner per request (``{"keeper", "cgroups", "affinity"}`` + the box's
+    control socket), answering ``{"pid"}``: a fork of this small process costs a few milliseconds
+    where a new interpreter costs tens to hundreds. Its joiners die with it (``PR_SET_PDEATHSIG``),
+    and it with the daemon's spawn thread; children are reaped by the kernel (``SIGCHLD`` ignored)."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    me = os.getpid()
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 2)
+        except InterruptedError:
+            continue
+        if not data:
+            return
+        req = json.loads(data)
+        pid = os.fork()
+        if pid == 0:
+            ctl.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != me:
+                os._exit(1)
+            box = socket.socket(fileno=fds[0])
+            try:
+                serve(box, int(req["keeper"]), req.get("cgroups") or [], req.get("affinity"))
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        send(ctl, {"pid": pid})
+
+
+def main():
+    factory_mode = sys.argv[1] == "--factory"
+    args = sys.argv[2:] if factory_mode else sys.argv[1:]
+    ctl = socket.socket(fileno=int(args[0]))
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(args[1]):
+        return
+    if factory_mode:
+        factory(ctl)
+    else:
+        serve(ctl, int(args[2]), args[3:])
 
 
 if __name__ == "__main__":

@@ -82,11 +82,63 @@ class ExecOutcome:
     error: str | None = None
 
 
-class _Joiner:
-    """The daemon's end of a joiner's control socket: requests by id, exits by pid."""
+class JoinerFactory:
+    """One ``_joiner.py --factory`` process that forks each box's joiner (a fork instead of a new
+    interpreter: create-to-first-exec without ~30-150 ms of interpreter start). Start it with
+    ``await JoinerFactory.start(spawner)``; :meth:`close` ends it and every joiner it forked."""
 
     def __init__(self, proc: subprocess.Popen, ctl: socket.socket) -> None:
         self.proc, self.ctl = proc, ctl
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def start(cls, spawner: concurrent.futures.Executor) -> JoinerFactory:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+        def spawn() -> subprocess.Popen:
+            return subprocess.Popen([sys.executable, "-I", "-S", "-B", str(JOINER), "--factory", str(theirs.fileno()),
+                                     str(os.getpid())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={},
+                                    start_new_session=True)
+
+        try:
+            proc = await asyncio.get_running_loop().run_in_executor(spawner, spawn)
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        return cls(proc, ours)
+
+    async def fork(self, keeper: int, procs: list[str], affinity: list[int] | None, box_ctl: socket.socket) -> int:
+        """A joiner for the box whose keeper is ``keeper``, on ``box_ctl``; its pid. Raises BoxError."""
+        loop = asyncio.get_running_loop()
+        async with self._lock:
+            try:
+                socket.send_fds(self.ctl, [json.dumps({"keeper": keeper, "cgroups": procs,
+                                                       "affinity": affinity}).encode()], [box_ctl.fileno()])
+                reply = await asyncio.wait_for(loop.sock_recv(self.ctl, 4096), START_TIMEOUT_S)
+            except (OSError, asyncio.TimeoutError) as e:
+                raise BoxError(f"the joiner factory did not answer ({e!r})") from None
+        if not reply:
+            raise BoxError("the joiner factory is gone")
+        return int(json.loads(reply)["pid"])
+
+    def close(self) -> None:
+        self.ctl.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class _Joiner:
+    """The daemon's end of a joiner's control socket: requests by id, exits by pid. ``proc``: its
+    Popen when the daemon started it itself, None when a factory forked it (``pid``)."""
+
+    def __init__(self, proc: subprocess.Popen | None, ctl: socket.socket, pid: int | None = None) -> None:
+        self.proc, self.ctl = proc, ctl
+        self.pid = proc.pid if proc is not None else pid
         self._next = 0
         self._replies: dict[int, asyncio.Future] = {}
         self._exits: dict[int, asyncio.Future] = {}
@@ -158,6 +210,12 @@ class _Joiner:
     def close(self) -> None:
         self._gone("the box was closed")
         self.ctl.close()
+        if self.proc is None:  # forked by the factory, which reaps it
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            return
         if self.proc.poll() is None:
             self.proc.kill()
         try:
@@ -215,20 +273,21 @@ class TaskBox:
     async def start(cls, name: str, root: BoxRoot, base: Path, limits: BoxLimits, policy: EgressPolicy,
                     spawner: concurrent.futures.Executor, bwrap: str, proc_mode: str, workdir: str | None = None,
                     env: dict[str, str] | None = None, on_deny: Callable[[dict], None] | None = None,
-                    resolver=None) -> TaskBox:
-        """Make a box and return it running; raises :class:`BoxError` (nothing is left then)."""
+                    resolver=None, factory: JoinerFactory | None = None) -> TaskBox:
+        """Make a box and return it running; raises :class:`BoxError` (nothing is left then).
+        ``factory``: forks its joiner (else a joiner process of its own is started)."""
         dirs = BoxDirs(base)
         dirs.make()
         box = cls(name, root, dirs, limits, workdir or root.default_workdir())
         try:
-            await box._start(policy, spawner, bwrap, proc_mode, env or {}, on_deny, resolver)
+            await box._start(policy, spawner, bwrap, proc_mode, env or {}, on_deny, resolver, factory)
         except BaseException:
             await box.close()
             raise
         return box
 
     async def _start(self, policy: EgressPolicy, spawner: concurrent.futures.Executor, bwrap: str, proc_mode: str,
-                     env: dict[str, str], on_deny, resolver) -> None:
+                     env: dict[str, str], on_deny, resolver, factory: JoinerFactory | None = None) -> None:
         loop = asyncio.get_running_loop()
         tag = f"box-{self.dirs.base.name}"
         self._cg = CgroupSlot(tag, ResourceLimits(self.limits.memory_mb, self.limits.pids))
@@ -282,10 +341,12 @@ class TaskBox:
                                     stderr=subprocess.DEVNULL, env={}, preexec_fn=pre)
 
         try:
-            proc = await loop.run_in_executor(spawner, spawn_joiner)
+            if factory is not None:
+                self.joiner = _Joiner(None, ours, await factory.fork(keeper_pid, procs, affinity, theirs))
+            else:
+                self.joiner = _Joiner(await loop.run_in_executor(spawner, spawn_joiner), ours)
         finally:
             theirs.close()
-        self.joiner = _Joiner(proc, ours)
         ready = await self.joiner.ready(START_TIMEOUT_S)
         if not ready.get("ready"):
             raise BoxError(f"cannot enter the box's namespaces: {ready.get('error')}")
@@ -422,11 +483,13 @@ class TaskBox:
     def processes(self) -> list[psutil.Process]:
         """Every process of the box (keeper tree and what the joiner started), for accounting."""
         out: list[psutil.Process] = []
-        for popen in (self.keeper, self.joiner.proc if self.joiner else None):
-            if popen is None or popen.poll() is not None:
+        pids = [self.keeper.pid if self.keeper is not None and self.keeper.poll() is None else None,
+                self.joiner.pid if self.joiner is not None and not self.joiner.ctl._closed else None]
+        for pid in pids:
+            if pid is None:
                 continue
             try:
-                p = psutil.Process(popen.pid)
+                p = psutil.Process(pid)
                 out += [p, *p.children(recursive=True)]
             except psutil.Error:
                 pass

@@ -104,6 +104,8 @@ class TaskSandboxService:
         self._tokens: dict[str, str] = {}
         self._by_owner: dict[str, str] = {}
         self._spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="task-sandbox-spawn")
+        self._factory: Any = None  # sandbox.taskbox.JoinerFactory, started with the first box
+        self._factory_lock = asyncio.Lock()
         self._watching: set[int] = set()
         self._tasks: set[asyncio.Task] = set()
         self._watch: asyncio.Task | None = None
@@ -185,8 +187,13 @@ class TaskSandboxService:
         member = self.members.get(owner)
         bwrap, proc_mode = self.support
         try:
+            async with self._factory_lock:
+                if self._factory is None or self._factory.proc.poll() is not None:
+                    from sandbox.taskbox import JoinerFactory
+
+                    self._factory = await JoinerFactory.start(self._spawner)
             box = await TaskBox.start(f"{owner}/{box_id}", root, self.work_dir / box_id, req.limits, self.policy,
-                                      self._spawner, bwrap, proc_mode, req.workdir, req.env)
+                                      self._spawner, bwrap, proc_mode, req.workdir, req.env, factory=self._factory)
         except BoxError as e:
             raise TaskSandboxError("GR-SANDBOX-TASK-FAILED", f"task sandbox for server {owner!r} (image "
                                    f"{req.image or 'host root'}) did not start: {e}", 500) from None
@@ -276,6 +283,8 @@ class TaskSandboxService:
         await asyncio.gather(*(self.close(i, "the daemon stopped") for i in list(self.boxes)))
         for t in list(self._tasks):
             t.cancel()
+        if self._factory is not None:
+            self._factory.close()
         self._spawner.shutdown(wait=False)
 
     # ---------------------------------------------------------------- lifetime

@@ -194,9 +194,9 @@ class TaskSandboxService:
                     self._factory = await JoinerFactory.start(self._spawner)
             box = await TaskBox.start(f"{owner}/{box_id}", root, self.work_dir / box_id, req.limits, self.policy,
                                       self._spawner, bwrap, proc_mode, req.workdir, req.env, factory=self._factory)
-        except BoxError as e:
+        except (BoxError, OSError, asyncio.TimeoutError) as e:  # nothing of it is left (TaskBox.start)
             raise TaskSandboxError("GR-SANDBOX-TASK-FAILED", f"task sandbox for server {owner!r} (image "
-                                   f"{req.image or 'host root'}) did not start: {e}", 500) from None
+                                   f"{req.image or 'host root'}) did not start: {e or type(e).__name__}", 500) from None
         rec = BoxRecord(box_id, owner, secrets.token_urlsafe(24), box, _shell(root), req.image, root.source,
                         req.ports, incarnation=getattr(member, "proc", None))
         self.boxes[box_id] = rec

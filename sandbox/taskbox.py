@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -40,22 +38,17 @@ from pathlib import Path
 
 import psutil
 
+from .boxio import _child_of, _Drain, _kill_group, _kill_tree, _read_info, _reap, _remove_tree
 from .boxroot import BoxDirs, BoxRoot, box_bwrap_argv
 from .dns import NameForwards
+from .joiner import JOINER, START_TIMEOUT_S, BoxError, Joiner, JoinerFactory
 from .launch import make_preexec
-from .limits import CgroupSlot, ResourceLimits, _own_v1, cgroup_mode
+from .limits import CgroupSlot, ResourceLimits, _own_v1
 from .policy import EgressPolicy
 from .proxy import EgressProxy
 
 log = logging.getLogger("sandbox.tasks")
-JOINER = Path(__file__).with_name("_joiner.py")
-MAX_OUTPUT = 16 << 20  # bytes kept per stream of one exec; the rest is read and dropped
 EOF_GRACE_S = 2.0  # after a command exits, how long its output pipes may stay open (a process it left)
-START_TIMEOUT_S = 20.0
-
-
-class BoxError(RuntimeError):
-    """A box could not be made or could not do what it was asked; ``str()`` says why."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +65,7 @@ class BoxLimits:
 class ExecOutcome:
     """One command's end. ``returncode`` (None when it never ran: ``error`` says why); a signal N is
     ``128 + N`` as a shell reports it; ``timed_out``: killed at its deadline; ``truncated``: an
-    output stream was longer than :data:`MAX_OUTPUT` bytes."""
+    output stream was longer than ``boxio.MAX_OUTPUT`` bytes (16 MiB)."""
 
     returncode: int | None
     stdout: bytes = b""
@@ -80,148 +73,6 @@ class ExecOutcome:
     timed_out: bool = False
     truncated: bool = False
     error: str | None = None
-
-
-class JoinerFactory:
-    """One ``_joiner.py --factory`` process that forks each box's joiner (a fork instead of a new
-    interpreter: create-to-first-exec without ~30-150 ms of interpreter start). Start it with
-    ``await JoinerFactory.start(spawner)``; :meth:`close` ends it and every joiner it forked."""
-
-    def __init__(self, proc: subprocess.Popen, ctl: socket.socket) -> None:
-        self.proc, self.ctl = proc, ctl
-        self._lock = asyncio.Lock()
-
-    @classmethod
-    async def start(cls, spawner: concurrent.futures.Executor) -> JoinerFactory:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-
-        def spawn() -> subprocess.Popen:
-            return subprocess.Popen([sys.executable, "-I", "-S", "-B", str(JOINER), "--factory", str(theirs.fileno()),
-                                     str(os.getpid())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={},
-                                    start_new_session=True)
-
-        try:
-            proc = await asyncio.get_running_loop().run_in_executor(spawner, spawn)
-        finally:
-            theirs.close()
-        ours.setblocking(False)
-        return cls(proc, ours)
-
-    async def fork(self, keeper: int, procs: list[str], affinity: list[int] | None, box_ctl: socket.socket) -> int:
-        """A joiner for the box whose keeper is ``keeper``, on ``box_ctl``; its pid. Raises BoxError."""
-        loop = asyncio.get_running_loop()
-        async with self._lock:
-            try:
-                socket.send_fds(self.ctl, [json.dumps({"keeper": keeper, "cgroups": procs,
-                                                       "affinity": affinity}).encode()], [box_ctl.fileno()])
-                reply = await asyncio.wait_for(loop.sock_recv(self.ctl, 4096), START_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError) as e:
-                raise BoxError(f"the joiner factory did not answer ({e!r})") from None
-        if not reply:
-            raise BoxError("the joiner factory is gone")
-        return int(json.loads(reply)["pid"])
-
-    def close(self) -> None:
-        self.ctl.close()
-        if self.proc.poll() is None:
-            self.proc.kill()
-        try:
-            self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            pass
-
-
-class _Joiner:
-    """The daemon's end of a joiner's control socket: requests by id, exits by pid. ``proc``: its
-    Popen when the daemon started it itself, None when a factory forked it (``pid``)."""
-
-    def __init__(self, proc: subprocess.Popen | None, ctl: socket.socket, pid: int | None = None) -> None:
-        self.proc, self.ctl = proc, ctl
-        self.pid = proc.pid if proc is not None else pid
-        self._next = 0
-        self._replies: dict[int, asyncio.Future] = {}
-        self._exits: dict[int, asyncio.Future] = {}
-        self._ready: asyncio.Future = asyncio.get_running_loop().create_future()
-        ctl.setblocking(False)
-        asyncio.get_running_loop().add_reader(ctl.fileno(), self._readable)
-
-    def _readable(self) -> None:
-        while True:
-            try:
-                data, fds, _, _ = socket.recv_fds(self.ctl, 1 << 16, 64)
-            except BlockingIOError:
-                return
-            except OSError:
-                data, fds = b"", []
-            if not data:
-                self._gone("the box's joiner ended")
-                return
-            msg = json.loads(data)
-            if "ready" in msg:
-                if not self._ready.done():
-                    self._ready.set_result(msg)
-            elif "exit" in msg:
-                fut = self._exits.setdefault(msg["exit"], asyncio.get_running_loop().create_future())
-                if not fut.done():
-                    fut.set_result(int(msg["status"]))
-            else:
-                fut = self._replies.pop(msg.get("id"), None)
-                if fut is not None and not fut.done():
-                    fut.set_result((msg, fds))
-                    continue
-            for fd in fds:
-                os.close(fd)
-
-    def _gone(self, why: str) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            loop.remove_reader(self.ctl.fileno())
-        except (ValueError, OSError):
-            pass
-        for fut in [self._ready, *self._replies.values(), *self._exits.values()]:
-            if not fut.done():
-                fut.set_exception(BoxError(why))
-
-    async def ready(self, timeout: float) -> dict:
-        return await asyncio.wait_for(asyncio.shield(self._ready), timeout)
-
-    async def request(self, obj: dict, fds: tuple[int, ...] = ()) -> tuple[dict, list[int]]:
-        """Send one request; its answer and the fds attached to it. Raises BoxError."""
-        self._next += 1
-        obj = {**obj, "id": self._next}
-        fut = self._replies[self._next] = asyncio.get_running_loop().create_future()
-        try:
-            if fds:
-                socket.send_fds(self.ctl, [json.dumps(obj).encode()], list(fds))
-            else:
-                self.ctl.send(json.dumps(obj).encode())
-        except OSError as e:
-            self._replies.pop(self._next, None)
-            raise BoxError(f"the box's joiner is gone ({e})") from None
-        return await fut
-
-    def exit_of(self, pid: int) -> asyncio.Future:
-        return self._exits.setdefault(pid, asyncio.get_running_loop().create_future())
-
-    def forget(self, pid: int) -> None:
-        self._exits.pop(pid, None)
-
-    def close(self) -> None:
-        self._gone("the box was closed")
-        self.ctl.close()
-        if self.proc is None:  # forked by the factory, which reaps it
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-        try:
-            self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def _cpu_slot(tag: str, cpus: float | None, cg: CgroupSlot) -> tuple[list[str], list[Path], bool]:
@@ -260,7 +111,7 @@ class TaskBox:
         self.denial_count = 0
         self.started_at = time.time()
         self.keeper: subprocess.Popen | None = None
-        self.joiner: _Joiner | None = None
+        self.joiner: Joiner | None = None
         self._keeper_w: int | None = None
         self._cg: CgroupSlot | None = None
         self._cpu_dirs: list[Path] = []
@@ -342,9 +193,9 @@ class TaskBox:
 
         try:
             if factory is not None:
-                self.joiner = _Joiner(None, ours, await factory.fork(keeper_pid, procs, affinity, theirs))
+                self.joiner = Joiner(None, ours, await factory.fork(keeper_pid, procs, affinity, theirs))
             else:
-                self.joiner = _Joiner(await loop.run_in_executor(spawner, spawn_joiner), ours)
+                self.joiner = Joiner(await loop.run_in_executor(spawner, spawn_joiner), ours)
         finally:
             theirs.close()
         ready = await self.joiner.ready(START_TIMEOUT_S)
@@ -475,7 +326,7 @@ class TaskBox:
     def _abs(self, path: str) -> str:
         return path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}"
 
-    def _require(self) -> _Joiner:
+    def _require(self) -> Joiner:
         if not self.alive or self.joiner is None:
             raise BoxError(f"sandbox {self.name} is not running")
         return self.joiner
@@ -538,114 +389,6 @@ class TaskBox:
             except OSError:
                 pass
         await asyncio.get_running_loop().run_in_executor(None, _remove_tree, self.dirs.base)
-
-
-def _read_info(fd: int) -> dict:
-    """bubblewrap's ``--info-fd`` JSON (``{}`` when it ended first)."""
-    data = b""
-    try:
-        while chunk := os.read(fd, 4096):
-            data += chunk
-            try:
-                return json.loads(data)
-            except ValueError:
-                continue
-    finally:
-        os.close(fd)
-    return {}
-
-
-async def _child_of(pid: int) -> int:
-    """The keeper: the one child of the box's init (bubblewrap forks it right after setup)."""
-    path = f"/proc/{pid}/task/{pid}/children"
-    for _ in range(500):
-        try:
-            kids = Path(path).read_text().split()
-        except OSError:
-            kids = []
-        if kids:
-            return int(kids[0])
-        await asyncio.sleep(0.002)
-    raise BoxError(f"the box's init (pid {pid}) started no keeper")
-
-
-def _kill_group(pid: int) -> None:
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def _kill_tree(pid: int) -> None:
-    try:
-        procs = [psutil.Process(pid)]
-        procs += procs[0].children(recursive=True)
-    except psutil.Error:
-        procs = []
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-
-
-def _reap(popen: subprocess.Popen) -> None:
-    try:
-        popen.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        log.warning("task sandbox keeper pid %s still present 5 s after SIGKILL", popen.pid)
-
-
-def _remove_tree(base: Path) -> None:
-    def unlock(func, path, _exc) -> None:  # overlayfs leaves its work dir mode 000
-        try:
-            os.chmod(path, 0o700)
-            os.chmod(os.path.dirname(path), 0o700)
-            func(path)
-        except OSError:
-            pass
-
-    shutil.rmtree(base, onerror=unlock)
-
-
-class _Drain:
-    """Read a pipe to its end on the event loop, keeping at most :data:`MAX_OUTPUT` bytes."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.buf = bytearray()
-        self.truncated = False
-        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
-        os.set_blocking(fd, False)
-        asyncio.get_running_loop().add_reader(fd, self._read)
-
-    def _read(self) -> None:
-        try:
-            chunk = os.read(self.fd, 1 << 16)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            asyncio.get_running_loop().remove_reader(self.fd)
-            if not self.done.done():
-                self.done.set_result(None)
-            return
-        room = MAX_OUTPUT - len(self.buf)
-        if len(chunk) > room:
-            self.truncated = True
-        self.buf += chunk[: max(room, 0)]
-
-    def close(self) -> tuple[bytes, bool]:
-        if self.fd >= 0:
-            try:
-                asyncio.get_running_loop().remove_reader(self.fd)
-            except (ValueError, OSError):
-                pass
-            os.close(self.fd)
-            self.fd = -1
-        return bytes(self.buf), self.truncated
 
 
 def box_support(report) -> tuple[str, str] | str:

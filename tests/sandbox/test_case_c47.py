@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import http.server
-import socket
 import textwrap
 import threading
 

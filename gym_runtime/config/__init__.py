@@ -134,8 +134,12 @@ def _refs_summary(n: int) -> str:
 
 def _settings_in_config(raw: dict[str, Any], sources: Sources) -> list[Violation]:
     """A warning for a top-level ``sandbox`` block: egress is the operator's setting, never the
-    package's (docs/environment-packages.md), so nothing in it widens what the sandbox allows."""
-    if not isinstance(raw.get("sandbox"), dict):
+    package's (docs/environment-packages.md), so nothing in it widens what the sandbox allows. A
+    NeMo Gym 0.7 sandbox-provider block (``sandbox: {docker: {...}}``, which servers name with
+    ``sandbox_provider: sandbox``) is no such setting and gets none (docs/runtime.md, "Task sandboxes")."""
+    from gym_runtime.task_sandboxes.offer import is_provider_block
+
+    if not isinstance(raw.get("sandbox"), dict) or is_provider_block(raw["sandbox"]):  # NeMo Gym 0.7's provider block
         return []
     return [Violation("GR-CONFIG-NOT-A-SETTING", "gym-runtime does not read sandbox or egress settings from a "
                       "package config: the sandbox allows what the operator sets (this key only reaches the "

@@ -320,8 +320,8 @@ class TaskSandboxService:
             for box_id, rec in list(self.boxes.items()):
                 why = await asyncio.to_thread(rec.box.over_limit)
                 if why:
-                    await self.close(box_id, f"over its limit: {why}")
                     self.say(f"task sandbox {box_id} of server {rec.owner} killed: {why}")
+                    await self.close(box_id, f"over its limit: {why}")
 
 
 def _shell(root: Any) -> str:

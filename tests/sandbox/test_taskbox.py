@@ -231,3 +231,42 @@ def test_nothing_left_after_close_or_daemon_sigkill(support, tmp_path):
             break
         time.sleep(0.1)
     assert not left, [psutil.Process(p).cmdline() for p in left]
+
+
+def test_partial_level_boxes_see_the_hosts_proc_read_only(support, tmp_path):
+    """Where /proc cannot be mounted (a masked /proc in a container), a box gets the host's read-only."""
+    async def main():
+        box = await _box((support[0], "bind"), tmp_path / "box")
+        try:
+            r = await box.exec(["/bin/sh", "-c", "echo $$; test -w /proc/sys/kernel/hostname || echo read-only"])
+            assert r.returncode == 0 and b"read-only" in r.stdout, r
+        finally:
+            await box.close()
+    run(main())
+
+
+def test_memory_limit_by_the_watcher_without_cgroups(support, tmp_path, monkeypatch):
+    """Without a writable cgroup hierarchy (an unprivileged pod), the service's watcher ends a box
+    over its memory limit and says so."""
+    import sandbox.limits as limits
+    from gym_runtime.task_sandboxes.service import TaskSandboxService
+    from gym_runtime.task_sandboxes.settings import TaskSandboxSettings
+
+    monkeypatch.setattr(limits, "_mode", "none")
+    said: list[str] = []
+
+    async def main():
+        from sandbox.taskbox import BoxError
+
+        service = TaskSandboxService(TaskSandboxSettings(), EgressPolicy(), tmp_path / "boxes", say=said.append)
+        try:
+            rec = await service.create("acme", {"resources": {"memory_mib": 64}})
+            assert "memory" not in rec.box.enforced
+            hog = "x = []\nimport time\nwhile True:\n    x.append(bytearray(16 << 20)); time.sleep(0.05)\n"
+            with pytest.raises(BoxError, match="closed"):  # the box ends under the command
+                await rec.box.exec([HOST_PY, "-c", hog], timeout_s=30)
+            assert rec.id not in service.boxes
+        finally:
+            await service.close_all()
+    run(main())
+    assert any("memory over 64 MiB" in s for s in said), said

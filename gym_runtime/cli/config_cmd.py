@@ -5,7 +5,8 @@ given without a key, ``policy_api_key: EMPTY`` (said in a comment), so ``****`` 
 
 Also says, for each list a later file replaced whole (lists are never merged item by item,
 docs/environment-packages.md), which file won and which it replaced (case C19), and prints the
-config warnings (``GR-CONFIG-TRUTHY``...) on stderr.
+config warnings (``GR-CONFIG-TRUTHY``...) on stderr. Sandbox-provider blocks are shown as ``up``
+gives them on this host (``GYM_RUNTIME_SANDBOX_PROVIDER``), each change said.
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ def run(args: argparse.Namespace) -> int:
     from gym_runtime.config import build_config
     from gym_runtime.config.redact import KEYLESS_API_KEY
     from gym_runtime.package import load_package
+    from gym_runtime.settings import load_settings
+    from gym_runtime.task_sandboxes.bringup import choose_providers
 
     pkg = load_package(args.package)
     policy = policy_from_args(args)  # a base URL without a key gets `EMPTY`, as at `up`
     merged = build_config(pkg, args.overrides, policy, defaults=policy.with_overrides(args.overrides).keyless_defaults())
+    providers: list[str] = []  # what `up` does to sandbox-provider blocks on this host (docs/runtime.md)
+    choose_providers(merged, load_settings(), providers.append)
     masked: list[str] = []
     data = merged.redacted(masked)
     replaced = list(merged.sources.replaced_lists.values())
@@ -43,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
                    for i in merged.instances.values()]
         print(json.dumps({"config": data, "servers": servers, "masked": masked,
                           "replaced_lists": [r.to_dict() for r in replaced],
-                          "warnings": [w.to_dict() for w in merged.warnings]}, indent=2))
+                          "warnings": [w.to_dict() for w in merged.warnings], "sandbox_providers": providers},
+                         indent=2))
     else:
         print(merged.to_yaml(), end="")
         if merged.sources.of("policy_api_key") == "default":  # the keyless default, shown as it is (redact.py)
@@ -53,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
             print("# masked secrets: " + ", ".join(masked))
         for name in merged.instances:
             print(f"# {name} receives: " + (", ".join(merged.secrets.keys_for(name, merged.data)) or "no secrets"))
+        for note in providers:
+            print(f"# {note}")
         for r in replaced:
             print(f"# list {r.key}: the list from {r.winner} is in effect; it replaced the list from "
                   f"{', then '.join(r.replaced)} (a later file replaces a list, it never adds to it)")

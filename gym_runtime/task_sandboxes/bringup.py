@@ -18,10 +18,12 @@ URL_VAR, TOKEN_VAR = "GYM_RUNTIME_SANDBOX_URL", "GYM_RUNTIME_SANDBOX_TOKEN"
 
 def choose_providers(merged: Any, settings: Any, say) -> None:
     """Rewrite ``merged.data``'s provider blocks for this host and say why (:func:`.offer.offer`)."""
+    from gym_runtime.task_sandboxes.offer import has_blocks, offer
+
+    if not has_blocks(merged.data, merged.instances):  # no provider named: no probe either
+        return
     from sandbox import probe_isolation
     from sandbox.taskbox import box_support
-
-    from gym_runtime.task_sandboxes.offer import offer
 
     support = box_support(probe_isolation())
     mode = settings.task_sandboxes.provider_mode if settings.task_sandboxes is not None else "auto"

@@ -88,6 +88,11 @@ def _blocks(data: dict[str, Any], instances: dict[str, Any]) -> list[tuple[str, 
     return found
 
 
+def has_blocks(data: dict[str, Any], instances: dict[str, Any]) -> bool:
+    """Whether any server names a sandbox provider."""
+    return bool(_blocks(data, instances))
+
+
 def offer(data: dict[str, Any], instances: dict[str, Any], mode: str, available: str | None) -> list[str]:
     """Rewrite the provider blocks of ``data`` (the merged config, in place) for ``mode``; returns
     one note per block rewritten or worth a word. ``available``: why this daemon cannot give

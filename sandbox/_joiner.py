@@ -170,12 +170,18 @@ def handle(ctl, req, fds, execs, files):
             send(ctl, {"id": req["id"], "error": str(e)})
         return
     if op == "exec":
+        argv = req["argv"]
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv) or len(fds) < 3:
+            raise ValueError("exec needs argv (a list of strings) and three fds")
         errr, errw = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
-            ctl.close()
-            os.close(errr)
-            _child_exec(req, fds, errw)
+            try:  # the child never returns into the request loop
+                ctl.close()
+                os.close(errr)
+                _child_exec(req, fds, errw)
+            finally:
+                os._exit(127)
         os.close(errw)
         why = b""
         while chunk := os.read(errr, 4096):
@@ -188,9 +194,14 @@ def handle(ctl, req, fds, execs, files):
             execs.add(pid)
             send(ctl, {"id": req["id"], "pid": pid})
     elif op in ("put", "get"):
+        if not isinstance(req.get("path"), str) or not fds:
+            raise ValueError("put/get need a path and an fd")
         pid = os.fork()
         if pid == 0:
-            _child_file(ctl, req, fds)
+            try:
+                _child_file(ctl, req, fds)
+            finally:
+                os._exit(1)
         files.add(pid)
     else:
         send(ctl, {"id": req.get("id"), "error": "unknown op %r" % op})
@@ -243,6 +254,7 @@ def serve(ctl, keeper, procs_files, affinity=None):
                 pass
             reap(ctl, execs, files)
         if ctl in ready:
+            req = None
             try:
                 data, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 8)
             except OSError as e:
@@ -252,7 +264,10 @@ def serve(ctl, keeper, procs_files, affinity=None):
             if not data:
                 return
             try:
-                handle(ctl, json.loads(data), fds, execs, files)
+                req = json.loads(data)
+                handle(ctl, req, fds, execs, files)
+            except (ValueError, KeyError, TypeError, OSError) as e:  # one bad request never ends the joiner
+                send(ctl, {"id": req.get("id") if isinstance(req, dict) else None, "error": "bad request: %s" % e})
             finally:
                 for fd in fds:
                     os.close(fd)

@@ -39,11 +39,13 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.background import BackgroundTask
 
 from gym_runtime.task_sandboxes.service import TaskSandboxError, TaskSandboxService
+from gym_runtime.task_sandboxes.spec import MAX_ENV_BYTES
 
 DEFAULT_TIMEOUT_S = 180.0
 MAX_TIMEOUT_S = 24 * 3600.0
 MAX_UPLOAD = 4 << 30
 RUNTIME_CODE = 125  # NeMo Gym's non-process exit code (its providers' SANDBOX_RUNTIME_RETURN_CODE)
+MAX_COMMAND = 256 << 10  # with a box's env (spec.py) and the exec's own, one joiner request stays under 1 MiB
 
 
 def create_app(service: TaskSandboxService) -> FastAPI:
@@ -82,14 +84,17 @@ def create_app(service: TaskSandboxService) -> FastAPI:
         rec = box(request, box_id)
         body = await _json(request)
         command = body.get("command")
-        if not isinstance(command, str):
-            raise TaskSandboxError("GR-SANDBOX-TASK-SPEC", "exec needs a string `command`", 400)
+        if not isinstance(command, str) or len(command) > MAX_COMMAND:
+            raise TaskSandboxError("GR-SANDBOX-TASK-SPEC", f"exec needs a string `command` of at most {MAX_COMMAND} "
+                                   "characters (upload a longer script as a file)", 400)
         if body.get("user") not in (None, "root", 0, "0"):
             raise TaskSandboxError("GR-SANDBOX-TASK-SPEC", f"task sandboxes run commands as root only (one uid is "
                                    f"mapped into a box), not as {body['user']!r}", 400)
         env = body.get("env") or {}
-        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise TaskSandboxError("GR-SANDBOX-TASK-SPEC", "exec `env` must map names to strings", 400)
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()) \
+                or sum(len(k) + len(v) for k, v in env.items()) > MAX_ENV_BYTES:
+            raise TaskSandboxError("GR-SANDBOX-TASK-SPEC", f"exec `env` must map names to strings, at most "
+                                   f"{MAX_ENV_BYTES} bytes in all", 400)
         timeout = body.get("timeout_s")
         timeout = DEFAULT_TIMEOUT_S if timeout is None else min(max(float(timeout), 0.001), MAX_TIMEOUT_S)
         from sandbox.taskbox import BoxError

@@ -105,3 +105,31 @@ def test_access_limits_and_images_are_refused_with_their_codes(tmp_path):
         finally:
             await service.close_all()
     asyncio.run(main())
+
+
+def test_untrusted_requests_are_bounded_and_never_end_a_box(tmp_path):
+    """A command or env too long for one request is refused at the API; a malformed request to a
+    box's joiner gets an error answer and the box keeps working."""
+    import httpx
+
+    from gym_runtime.task_sandboxes.api import MAX_COMMAND, TaskSandboxServer
+
+    async def main():
+        service = TaskSandboxService(TaskSandboxSettings(), EgressPolicy(), tmp_path / "boxes")
+        server = TaskSandboxServer(service)
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.url, trust_env=False,
+                                         headers={"Authorization": "Bearer " + service.token("acme")}) as c:
+                box = (await c.post("/v1/sandboxes", json={})).json()["sandbox_id"]
+                r = await c.post(f"/v1/sandboxes/{box}/exec", json={"command": "x" * (MAX_COMMAND + 1)})
+                assert r.status_code == 400 and r.json()["error"]["code"] == "GR-SANDBOX-TASK-SPEC"
+                r = await c.post(f"/v1/sandboxes/{box}/exec", json={"command": "true", "env": {"A": "x" * (1 << 20)}})
+                assert r.status_code == 400
+                reply, _ = await service.boxes[box].box.joiner.request({"op": "exec"})  # no argv
+                assert "bad request" in reply["error"]
+                r = await c.post(f"/v1/sandboxes/{box}/exec", json={"command": "echo still here"})
+                assert r.json()["stdout"] == "still here\n"
+        finally:
+            await server.stop()
+    asyncio.run(main())

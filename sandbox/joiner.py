@@ -20,10 +20,15 @@ from pathlib import Path
 
 JOINER = Path(__file__).with_name("_joiner.py")
 START_TIMEOUT_S = 20.0
+MAX_REQUEST = (1 << 20) - 1  # the joiner's receive buffer (_joiner.py)
 
 
 class BoxError(RuntimeError):
     """A box could not be made or could not do what it was asked; ``str()`` says why."""
+
+
+class RequestTooLarge(BoxError):
+    """A request that does not fit into one message to the joiner (:data:`MAX_REQUEST` bytes)."""
 
 
 class JoinerFactory:
@@ -134,12 +139,15 @@ class Joiner:
         """Send one request; its answer and the fds attached to it. Raises BoxError."""
         self._next += 1
         obj = {**obj, "id": self._next}
+        data = json.dumps(obj).encode()
+        if len(data) > MAX_REQUEST:  # the joiner reads one message of at most that size
+            raise RequestTooLarge(f"a request of {len(data)} bytes is over the joiner's {MAX_REQUEST} (command or env too long)")
         fut = self._replies[self._next] = asyncio.get_running_loop().create_future()
         try:
             if fds:
-                socket.send_fds(self.ctl, [json.dumps(obj).encode()], list(fds))
+                socket.send_fds(self.ctl, [data], list(fds))
             else:
-                self.ctl.send(json.dumps(obj).encode())
+                self.ctl.send(data)
         except OSError as e:
             self._replies.pop(self._next, None)
             raise BoxError(f"the box's joiner is gone ({e})") from None

@@ -97,10 +97,13 @@ def create_app(service: TaskSandboxService) -> FastAPI:
                                    f"{MAX_ENV_BYTES} bytes in all", 400)
         timeout = body.get("timeout_s")
         timeout = DEFAULT_TIMEOUT_S if timeout is None else min(max(float(timeout), 0.001), MAX_TIMEOUT_S)
+        from sandbox.joiner import RequestTooLarge
         from sandbox.taskbox import BoxError
 
         try:
             out = await rec.box.exec([rec.shell, "-c", command], env, body.get("cwd"), timeout)
+        except RequestTooLarge as e:
+            raise TaskSandboxError("GR-SANDBOX-TASK-SPEC", f"exec in task sandbox {box_id!r}: {e}", 413) from None
         except BoxError as e:
             raise TaskSandboxError("GR-SANDBOX-TASK-UNKNOWN", f"task sandbox {box_id!r} ended: {e}", 404) from None
         stdout, stderr = out.stdout.decode(errors="replace"), out.stderr.decode(errors="replace")

@@ -128,6 +128,8 @@ def test_untrusted_requests_are_bounded_and_never_end_a_box(tmp_path):
                 assert r.status_code == 400
                 reply, _ = await service.boxes[box].box.joiner.request({"op": "exec"})  # no argv
                 assert "bad request" in reply["error"]
+                r = await c.post(f"/v1/sandboxes/{box}/exec", json={"command": "echo '" + "\u00e9" * (200 << 10) + "'"})
+                assert r.status_code == 413, r.text  # fits the API's bound, not one message once JSON-escaped
                 r = await c.post(f"/v1/sandboxes/{box}/exec", json={"command": "echo still here"})
                 assert r.json()["stdout"] == "still here\n"
         finally:

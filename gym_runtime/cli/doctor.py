@@ -6,8 +6,9 @@ would choose and whether it answers), the egress policy in force with its *effec
 every entry a sandboxed server may reach and where it comes from (built-in, the policy endpoints
 of ``GYM_RUNTIME_POLICY_BASE_URL``, the operator's ``NMP_RL_SANDBOX_*``), when a daemon runs on
 this ``$GYM_RUNTIME_HOME`` its processes by role and size (its head server's ``/processes``), and
-with ``--package PKG`` the secret keys each server instance of that package receives (names only,
-docs/architecture.md §4). Exit 0 when every check is fine; 1 when a setting (or the ``--package``)
+the variables ``GYM_RUNTIME_SERVER_ENV`` passes into servers (names only, and whether each is set),
+and with ``--package PKG`` the secret keys each server instance of that package receives and the
+variables it is passed (names only, docs/architecture.md §4, §7.1). Exit 0 when every check is fine; 1 when a setting (or the ``--package``)
 is invalid input (README "Exit codes"); 3 when the host falls short (e.g. a directory that cannot
 be written, Ray unreachable).
 """
@@ -74,19 +75,24 @@ def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
     return out
 
 
-def _secrets(package: str) -> dict[str, Any]:
+def _secrets(package: str, settings: RuntimeSettings) -> dict[str, Any]:
     """Per server instance of ``package``, the dotted keys of the secrets it receives (the job's
-    policy values from ``GYM_RUNTIME_POLICY_*``, else placeholders: only names are shown)."""
+    policy values from ``GYM_RUNTIME_POLICY_*``, else placeholders: only names are shown) and the
+    variables ``GYM_RUNTIME_SERVER_ENV`` passes it (names, and whether each is set)."""
     from gym_runtime.cli.validate import PLACEHOLDERS
     from gym_runtime.config import build_config
     from gym_runtime.package import load_package
     from gym_runtime.settings import policy_from_environ
 
+    from gym_runtime.supervise import passthrough
+
     try:
         merged = build_config(load_package(package), [], policy_from_environ(), defaults=PLACEHOLDERS)
+        passthrough.check(settings, merged.instances)
     except GymRuntimeError as e:
         return {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
-    return {"status": "ok", "servers": {n: merged.secrets.keys_for(n, merged.data) for n in merged.instances}}
+    return {"status": "ok", "servers": {n: merged.secrets.keys_for(n, merged.data) for n in merged.instances},
+            "passed_env": passthrough.describe(settings, merged.instances)}
 
 
 def _daemon(settings: RuntimeSettings) -> dict[str, Any] | None:
@@ -149,10 +155,11 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         "ray": _ray(args.ray_address, settings),
         "egress": egress,
         "task_sandboxes": _task_sandboxes(report, settings),
+        "server_env": [{"name": n, "instance": i, "set": n in settings.environ} for n, i in settings.server_env],
         "daemon": _daemon(settings),
     }
     if getattr(args, "package", None):
-        out["secrets"] = _secrets(args.package)
+        out["secrets"] = _secrets(args.package, settings)
     return out
 
 
@@ -175,6 +182,8 @@ def egress_lines(d: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gym_runtime.supervise.passthrough import summary as passthrough_summary
+
     out = collect(args)
     bad = [k for k, v in out.items() if isinstance(v, dict) and v.get("status") == "error"]
     cache = out["uv"].get("cache_dir")
@@ -202,12 +211,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"sandboxes: task sandboxes {ts['level']}" + (f" ({ts['reason']})" if ts.get("reason") else "")
           + f"; provider {ts['provider_mode']} (GYM_RUNTIME_SANDBOX_PROVIDER); images in " + (", ".join(ts["images"]) or "-")
           + (f"; image map {', '.join(f'{k}={v}' for k, v in ts['image_map'].items())}" if ts["image_map"] else ""))
+    if out["server_env"]:
+        print("server env: " + ", ".join(f"{e['instance'] + ':' if e['instance'] else ''}{e['name']}"
+                                         + ("" if e["set"] else " (not set)") for e in out["server_env"])
+              + " (GYM_RUNTIME_SERVER_ENV; names only)")
     if "secrets" in out:
         sec = out["secrets"]
         lines = ([f"{n}: {', '.join(keys) or 'no secrets'}" for n, keys in sec["servers"].items()]
                  if sec["status"] == "ok" else [f"ERROR {sec['error']['message']}"])
         for i, line in enumerate(lines):
             print(("secrets:   " if i == 0 else " " * 11) + line)
+        passed = {n: rows for n, rows in sec.get("passed_env", {}).items() if rows}
+        for i, (n, rows) in enumerate(passed.items()):
+            print(("passed:    " if i == 0 else " " * 11) + f"{n}: {passthrough_summary(rows)}")
     d = out["daemon"]
     if d is None:
         print("daemon:    none running on this GYM_RUNTIME_HOME")

@@ -25,7 +25,7 @@ from typing import Any
 
 from gym_runtime.errors import BuildError, GymRuntimeError
 from gym_runtime.ray_target import choose, ray_level, wait_reachable
-from gym_runtime.supervise import contract, ray_head, ray_workers
+from gym_runtime.supervise import contract, passthrough, ray_head, ray_workers
 from gym_runtime.supervise.interrupted import as_interrupted
 from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import check_free
@@ -208,7 +208,8 @@ class LocalPlacement:
         for s in env.supervisor.members.values():
             if s.kind == "server":
                 s.spec.private_env = contract.private_env(contract.server_config_yaml(inside, env.merged.secrets,
-                                                                                     s.name))
+                                                                                     s.name),
+                                                          passthrough.values_for(env.settings, s.name))
         env.refresh_outside()
 
     def _add_server(self, name: str, inst: Any, python: Path, config_yaml: str, addr: tuple[str, int]) -> None:
@@ -228,7 +229,8 @@ class LocalPlacement:
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, environ,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
                            writable_paths=[wd, *self._ray_dirs(), *cache.writable],
-                           private_env=contract.private_env(config_yaml), limits=self._limits(),
+                           private_env=contract.private_env(config_yaml, passthrough.values_for(env.settings, name)),
+                           limits=self._limits(),
                            cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {})
         env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                     info={"server_type": inst.server_type, "implementation": inst.implementation,

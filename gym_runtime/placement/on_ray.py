@@ -128,6 +128,7 @@ class RayPlacement:
                      stable: dict[str, tuple[str, int]], digest: str) -> None:
         from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
         from gym_runtime.placement.replica import ReplicaJob
+        from gym_runtime.supervise import passthrough
 
         env, req = self.env, self.env.req
         s = env.settings
@@ -138,7 +139,8 @@ class RayPlacement:
                                  package_root=str(merged.package.root), package_digest=digest, data=merged.data,
                                  secrets=merged.secrets, inside=inside, stable=stable, ray_address=self.cluster.address, policy=env.egress,
                                  settings={"pin_mode": s.pin_mode, "pins": s.pins, "python": s.python},
-                                 python=req.python, isolation=req.isolation, require_full=req.require_isolation)
+                                 python=req.python, isolation=req.isolation, require_full=req.require_isolation,
+                                 passed=passthrough.values_for(s, name))
                 self.launchers[member] = ReplicaLauncher(self.cluster, job, block.ray_options(),
                                                          self.addresses[member], shipper, env._say, self._phase)
         env._say(f"placing {len(self.launchers)} replica(s) on the Ray cluster at {self.cluster.address}")

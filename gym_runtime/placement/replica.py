@@ -53,7 +53,9 @@ class ReplicaJob:
     the secrets its own config references); ``inside``: instance -> port inside every sandbox (``"__head__"`` for the head
     server); ``stable``: instance -> daemon-side ``(host, port)`` (same keys); ``policy``: the
     daemon's ``sandbox.EgressPolicy``; ``settings``: pin mode, pins, default Python
-    (:func:`gym_runtime.placement.replica.node_settings`); ``isolation``: forced level or None."""
+    (:func:`gym_runtime.placement.replica.node_settings`); ``isolation``: forced level or None;
+    ``passed``: the operator's variables passed to this instance, with the daemon's values
+    (:mod:`gym_runtime.supervise.passthrough`; private to the server process, as its config is)."""
 
     instance: str
     replica: int
@@ -71,6 +73,7 @@ class ReplicaJob:
     python: str | None = None
     isolation: str | None = None
     require_full: bool = False
+    passed: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 HEAD = "__head__"
@@ -255,7 +258,8 @@ class ServerReplica:
         limits = ResourceLimits(memory_mb=self.settings.server_memory_mb, pids=self.settings.server_pids)
         return ProcessSpec(job.name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
-                           writable_paths=[self.work], private_env=contract.private_env(text), limits=limits)
+                           writable_paths=[self.work], private_env=contract.private_env(text, job.passed),
+                           limits=limits)
 
     # ------------------------------------------------------------------ the process
     async def spawn(self) -> dict[str, Any]:

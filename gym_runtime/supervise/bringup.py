@@ -26,7 +26,7 @@ from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
 from gym_runtime.ray_target import RayTarget, given
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract, head_view, policy_endpoint, preflight, processes, readiness
+from gym_runtime.supervise import contract, head_view, passthrough, policy_endpoint, preflight, processes, readiness
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.logs import LogSink
@@ -111,6 +111,11 @@ class Environment:
                                                            self._say)
         self.merged = merged
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
+        passthrough.check(self.settings, merged.instances)
+        if self.settings.server_env:
+            passed = passthrough.describe(self.settings, merged.instances)
+            self._say("variables passed to servers (GYM_RUNTIME_SERVER_ENV, names only): "
+                      + "; ".join(f"{n}: {passthrough.summary(rows)}" for n, rows in passed.items()))
         for w in merged.warnings:
             self._say("warning" + w.render())
         given(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ)
@@ -246,14 +251,17 @@ class Environment:
     async def _start_head(self, sock: Any) -> None:
         from gym_runtime.head.app import HeadBackend, create_app
         from gym_runtime.head.server import HeadServer
+        from gym_runtime.rollouts.routing import ROLLOUT_TARGETS, Routing
         from gym_runtime.rollouts.verdict import agent_facts
 
+        routing = Routing.from_config(self.merged)
         backend = HeadBackend(config_yaml=lambda: contract.to_yaml(self.merged.secrets.view(self.outside))
                               if self.outside else None,
                               instances=lambda: head_view.instances(self), health=self.health,
                               logs=lambda name, n: head_view.logs(self, name, n),
                               agents=lambda: {n: u for n, u in self.placement.servers().items() if u and
-                                              self.merged.instances[n].server_type == "responses_api_agents"},
+                                              self.merged.instances[n].server_type in ROLLOUT_TARGETS},
+                              routing=lambda: routing,
                               agent_facts=lambda: agent_facts(self.merged.instances, ranges=False),
                               agent_replicas=self.agent_replicas, rollout_concurrency=self.max_concurrent_rollouts(),
                               processes=lambda: processes.of_environment(

@@ -50,12 +50,6 @@ CHECKS: dict[str, Callable[[], str | None]] = {
 }
 
 
-def is_provider_block(block: Any) -> bool:
-    """Whether ``block`` is a NeMo Gym sandbox-provider block: one key, a provider this runtime
-    knows (``gym_runtime`` or one of NeMo Gym 0.7.0's), beside a ``default_metadata``."""
-    return _provider(block) in {OURS, *CHECKS}
-
-
 def _provider(block: Any) -> str | None:
     if not isinstance(block, dict):
         return None

@@ -52,8 +52,18 @@ def uv_error_block(output: str) -> str:
 
 
 def _line_ref(vp: VenvPlan, name: str) -> str:
+    """Where ``name`` is asked for: its install-file line, else its ``overrides.txt`` line."""
     ln = vp.source.line_of(name)
-    return f" ({vp.source.where(ln)}: `{ln.text}`)" if ln else ""
+    if ln:
+        return f" ({vp.source.where(ln)}: `{ln.text}`)"
+    ov = vp.overrides.line_of(name) if vp.overrides is not None else None
+    return f" ({vp.rel_overrides} line {ov.lineno}: `{ov.text}`, an override)" if ov else ""
+
+
+def _file_of(vp: VenvPlan, name: str) -> str:
+    """The file to fix for ``name``: ``overrides.txt`` when an override sets it, else the install file."""
+    ov = vp.overrides.line_of(name) if vp.overrides is not None else None
+    return vp.rel_overrides if ov and vp.rel_overrides else vp.rel_file
 
 
 def _pool_listing(vp: VenvPlan, name: str) -> str:
@@ -136,7 +146,19 @@ def _missing(vp: VenvPlan, text: str, stage: str) -> tuple[str, str, str] | None
                 f"{_pool_listing(vp, name)}), and the offline stage cannot fetch it",
                 f"vendor {name} into wheels/ (`gym-runtime vendor PKG --platform ... --python ...`)")
     return ("GR-BUILD-MISSING", f"{name} cannot be found on the index or in wheels/{_line_ref(vp, name)}",
-            f"check the spelling and version of {name} in {vp.rel_file}")
+            f"check the spelling and version of {name} in {_file_of(vp, name)}")
+
+
+def _overrides_named(vp: VenvPlan, block: str, what: str) -> str:
+    """A clause naming the ``overrides.txt`` lines of the distributions uv's error mentions (an
+    override is the requirement uv resolved, whoever asked for the distribution); ``""``: none."""
+    if vp.overrides is None or "an override)" in what:
+        return ""
+    named = [ln for ln in vp.overrides.lines if ln.name and
+             re.search(rf"(?<![\w.-]){re.escape(ln.name)}(?![\w-])", block.replace("_", "-"), re.I)]
+    if not named:
+        return ""
+    return "; under the overrides " + ", ".join(f"{vp.rel_overrides} line {ln.lineno} `{ln.text}`" for ln in named)
 
 
 def closure_failure(vp: VenvPlan, block: str, package_root: Path | None = None) -> tuple[str, str, str, dict]:
@@ -192,8 +214,10 @@ def diagnose(vp: VenvPlan, failure: StepFailure, honoured: Mapping[str, str] | N
         found = found or _missing(vp, block, stage)
     code, what, fix = found or ("GR-BUILD-UV", f"uv exited with status {failure.result.returncode}",
                                 "read the log; the failing command is its first line")
+    what += _overrides_named(vp, block, what)
     servers = ", ".join(vp.instances)
-    return BuildError(f"venv build failed for {servers} at {STAGES.get(stage, stage)} ({vp.rel_file}): {what}",
+    files = vp.rel_file + (f", {vp.rel_overrides}" if vp.rel_overrides else "")
+    return BuildError(f"venv build failed for {servers} at {STAGES.get(stage, stage)} ({files}): {what}",
                       cause=block, hint=fix, log=failure.result.log, code=code,
                       extra={"server": vp.instances[0], "servers": list(vp.instances),
                              "stage": "stage2" if stage == "closure" else stage, "file": vp.rel_file,

@@ -30,6 +30,7 @@ from gym_runtime.config import MergedConfig, ServerInstance
 from gym_runtime.gym_release import GymRelease
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs.digest import HashCache, plan_digest, tree_digest
+from gym_runtime.venvs.overrides import Overrides, ignored_note, read_overrides
 from gym_runtime.venvs.pythons import Interpreter, find_python
 from gym_runtime.venvs.requirements import SDK_NAME, InstallSource, read_install_source
 from gym_runtime.venvs.uvrun import UvEnv, make_env, uv_version
@@ -80,8 +81,10 @@ class PoolFile(PoolEntry):
 class VenvPlan:
     """Everything one venv is built from. ``instances``: servers sharing it (config order);
     ``path``: where the ready venv lives; ``closure``: stage-2 ``name==version`` pins (empty =
-    no stage 2); ``notes``: what the planner changed, for the plan printout; ``inputs``: every
-    input the digest covers (:mod:`gym_runtime.venvs.reasons` compares them across builds)."""
+    no stage 2); ``notes``: what the planner changed, for the plan printout; ``overrides``: the
+    server's ``overrides.txt`` (:mod:`gym_runtime.venvs.overrides`), applied to the closure proof and
+    both stages; ``inputs``: every input the digest covers (:mod:`gym_runtime.venvs.reasons` compares
+    them across builds)."""
 
     digest: str
     path: Path
@@ -101,6 +104,7 @@ class VenvPlan:
     sdk_replacement: str
     notes: tuple[str, ...] = ()
     refresh: tuple[str, ...] = ()
+    overrides: Overrides | None = None
     inputs: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # what the digest covers
 
     @property
@@ -112,6 +116,15 @@ class VenvPlan:
     def stage2(self) -> bool:
         return bool(self.closure)
 
+    @property
+    def rel_overrides(self) -> str | None:
+        """``overrides.txt`` as errors name it (beside :attr:`rel_file`), or None."""
+        if self.overrides is None:
+            return None
+        head = self.rel_file.removesuffix(" (built-in)").rsplit("/", 1)
+        return (f"{head[0]}/" if len(head) == 2 else "") + self.overrides.file.name + \
+            (" (built-in)" if self.rel_file.endswith(" (built-in)") else "")
+
     def pool_of(self, name: str) -> list[PoolFile]:
         n = canonicalize_name(name)
         return [f for f in self.pool if f.name == n]
@@ -122,7 +135,7 @@ class VenvPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"digest": self.digest, "path": str(self.path), "servers": list(self.instances),
-                "install_file": self.rel_file, "python": self.python.version, "python_path": str(self.python.path),
+                "install_file": self.rel_file, "overrides_file": self.rel_overrides, "python": self.python.version, "python_path": str(self.python.path),
                 "python_origin": self.python_origin, "pin_mode": self.pin_mode,
                 "pins": [{"requirement": p.requirement, "as_constraint": p.as_constraint, "origin": p.origin}
                          for p in self.pins],
@@ -241,6 +254,7 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     """The plan of one instance (its digest decides sharing)."""
     sdir = inst.server_dir
     source = read_install_source(sdir.install_file, server=inst.name)
+    overrides = read_overrides(source, server=inst.name)
     mode = settings.pin_mode
     pins = pins_for(settings, mode, source, merged.release)
     request, origin = _python_request(inst, merged, python, settings)
@@ -269,6 +283,7 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     if pins:
         how = "constraints only" if pins[0].as_constraint else "installed"
         notes.append(f"pins ({mode} mode, {how}): " + ", ".join(p.requirement for p in pins))
+    notes += _override_notes(source, overrides, rel_file, pins)
     hash_mode = source.has_hashes
     rendered = source.render(sdk_replacement)
     # what uv is given decides the venv, not the file kind or its blank lines: a pyproject server
@@ -280,12 +295,32 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
         "pool": [[f.path.name, f.sha256] for f in pool], "closure": list(closure),
         "index": uv_env.index_settings(),
     }
+    if overrides is not None:  # only then: a venv without overrides keeps the digest it had
+        inputs["overrides"] = overrides.requirements
     digest = plan_digest(inputs)
     # a wheel rebuilt under the same file name: make uv re-read it instead of using its cached copy
     refresh = tuple(sorted({f.name for f in pool if cache.changed_since_seen(f.path.name, f.sha256)}))
     return VenvPlan(digest, settings.venv_dir / digest[:24], (inst.name,), inst.server_type, sdir.path, source,
                     rel_file, pins, mode, interp, origin, wheels_dir, pool, closure, hash_mode, sdk_replacement,
-                    tuple(notes), refresh, inputs)
+                    tuple(notes), refresh, overrides, inputs)
+
+
+def _override_notes(source: InstallSource, overrides: Overrides | None, rel_file: str,
+                    pins: tuple[Pin, ...]) -> list[str]:
+    """The plan's words on ``overrides.txt``: what it overrides (and which injected pin it beats),
+    or why one beside a ``pyproject.toml`` is not applied."""
+    if overrides is None:
+        note = ignored_note(source, rel_file)
+        return [note] if note else []
+    if not overrides.lines:
+        return []
+    out = [f"overrides ({overrides.file.name}, every requirement on these distributions): "
+           + ", ".join(overrides.requirements)]
+    for p in pins:
+        ln = overrides.line_of(p.name)
+        if ln is not None and ln.text.replace(" ", "") != p.constraint:
+            out.append(f"{overrides.where(ln)}: `{ln.text}` overrides the injected pin {p.requirement} ({p.origin})")
+    return out
 
 
 def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | None = None) -> InstallPlan:

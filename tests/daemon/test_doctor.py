@@ -65,10 +65,45 @@ def test_package_secrets_per_server(tmp_path, capsys, monkeypatch) -> None:
     assert "sk-doctor-secret" not in out
     assert json.loads(out)["secrets"] == {"status": "ok", "servers": {
         "policy_model": ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"],
-        "acme_math": [], "acme_math_agent": []}}
+        "acme_math": [], "acme_math_agent": []},
+        "passed_env": {"policy_model": [], "acme_math": [], "acme_math_agent": []}}
     main(["doctor", "--package", str(root)])
     lines = capsys.readouterr().out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("secrets:"))
     assert lines[start:start + 3] == [
         "secrets:   policy_model: policy_api_key, policy_model.responses_api_models.policy_stub.api_key",
         "           acme_math: no secrets", "           acme_math_agent: no secrets"]
+
+
+def test_passed_variables_are_named_per_server_never_their_values(tmp_path, capsys, monkeypatch) -> None:
+    """``GYM_RUNTIME_SERVER_ENV``: doctor names the variables (set or not), and with ``--package``
+    which server instance gets which; an entry naming no instance is invalid input (exit 1)."""
+    from gym_runtime.cli.main import main
+    from tests.helpers.packages import make_package
+
+    monkeypatch.setenv("GR_TEST_ROUTER_KEY", "sk-router-secret")
+    monkeypatch.setenv("GYM_RUNTIME_SERVER_ENV", "GR_TEST_ROUTER_KEY,acme_math:GR_TEST_JUDGE_KEY")
+    root = make_package(tmp_path / "p", "native-v1")
+    assert main(["doctor", "--json", "--package", str(root)]) in (0, 3)  # 3: a host problem elsewhere
+    out = capsys.readouterr().out
+    assert "sk-router-secret" not in out
+    data = json.loads(out)
+    assert data["server_env"] == [{"name": "GR_TEST_ROUTER_KEY", "instance": None, "set": True},
+                                  {"name": "GR_TEST_JUDGE_KEY", "instance": "acme_math", "set": False}]
+    shared = {"name": "GR_TEST_ROUTER_KEY", "scope": "every server", "set": True}
+    assert data["secrets"]["passed_env"] == {
+        "policy_model": [shared], "acme_math_agent": [shared],
+        "acme_math": [shared, {"name": "GR_TEST_JUDGE_KEY", "scope": "this server", "set": False}]}
+    main(["doctor", "--package", str(root)])
+    lines = capsys.readouterr().out.splitlines()
+    assert ("server env: GR_TEST_ROUTER_KEY, acme_math:GR_TEST_JUDGE_KEY (not set) (GYM_RUNTIME_SERVER_ENV; "
+            "names only)") in lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("passed:"))
+    assert lines[start:start + 3] == ["passed:    policy_model: GR_TEST_ROUTER_KEY",
+                                      "           acme_math: GR_TEST_ROUTER_KEY, GR_TEST_JUDGE_KEY (this server, "
+                                      "not set)", "           acme_math_agent: GR_TEST_ROUTER_KEY"]
+    monkeypatch.setenv("GYM_RUNTIME_SERVER_ENV", "acme_mat:GR_TEST_JUDGE_KEY")
+    assert main(["doctor", "--json", "--package", str(root)]) == 1
+    err = json.loads(capsys.readouterr().out)["secrets"]["error"]
+    assert err["code"] == "GR-SETTINGS-SERVER-ENV" and "acme_mat:GR_TEST_JUDGE_KEY names no server instance" \
+        in err["message"] and err["hint"].startswith("did you mean 'acme_math'?")

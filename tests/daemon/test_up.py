@@ -46,6 +46,8 @@ def test_ready_line_and_contract(daemon) -> None:
     env = seen["env"]
     assert env["PYTHONPATH"] == str(pkg) and env["NEMO_GYM_CONFIG_PATH"] == "acme_math"
     assert "RAY_ADDRESS" not in env and not any(k.startswith("UV_") for k in env)
+    # bug: Gym's SDK put HF_DATASETS_CACHE under the server's cwd, its read-only directory
+    assert env["HF_DATASETS_CACHE"] == str(Path(env["HOME"]) / "huggingface" / "datasets")
     cfg = yaml.safe_load(env["NEMO_GYM_CONFIG_DICT"])
     assert cfg["policy_api_key"] == "****" and SECRET not in env["NEMO_GYM_CONFIG_DICT"]  # not its secret
     for name in ("acme_math", "acme_agent"):

@@ -1,7 +1,7 @@
 """Which sandbox provider a config gets (``GYM_RUNTIME_SANDBOX_PROVIDER``): a provider this host
 cannot give becomes ``gym_runtime`` with a note saying which block and why, named blocks and inline
 ones alike, ``default_metadata`` kept; ``config`` keeps every block; a top-level provider block is
-no egress setting (no ``GR-CONFIG-NOT-A-SETTING``)."""
+no egress setting when a server names it (no ``GR-CONFIG-NOT-A-SETTING``)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,6 @@ def test_config_keeps_and_gym_runtime_replaces_every_block():
 
 
 def test_a_provider_block_is_no_egress_setting():
-    assert _settings_in_config({"sandbox": {"docker": {}}}, Sources()) == []
-    (w,) = _settings_in_config({"sandbox": {"egress_allowlist": ["x.example.net"]}}, Sources())
+    assert _settings_in_config({"sandbox": {"docker": {}}}, Sources(), {"swe": ("sandbox",)}) == []
+    (w,) = _settings_in_config({"sandbox": {"egress_allowlist": ["x.example.net"]}}, Sources(), {})
     assert w.code == "GR-CONFIG-NOT-A-SETTING"

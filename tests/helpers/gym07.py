@@ -69,13 +69,23 @@ def gym07_wheel() -> Path:
     return found[0]
 
 
-def drop_environment_servers(pkg: Path) -> None:
-    """Remove the ``environment_servers`` instances from the package's configs (their trees are not
-    shipped by ``assemble_tree_package``; the agents are reached directly)."""
+def add_environment_servers(wheel: Path, pkg: Path) -> None:
+    """Copy into ``pkg`` the ``environment_servers/*`` trees its configs name (NeMo Gym 0.7's
+    environment servers; ``assemble_tree_package`` ships agents and resources servers only)."""
+    import zipfile
+
     import yaml
 
+    names = set()
     for cfg in pkg.rglob("configs/*.yaml"):
-        doc = yaml.safe_load(cfg.read_text()) or {}
-        kept = {k: v for k, v in doc.items() if not (isinstance(v, dict) and "environment_servers" in v)}
-        if kept != doc:
-            cfg.write_text(yaml.safe_dump(kept, sort_keys=False))
+        for inst in (yaml.safe_load(cfg.read_text()) or {}).values():
+            if isinstance(inst, dict) and isinstance(inst.get("environment_servers"), dict):
+                names.update(inst["environment_servers"])
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            parts = Path(name).parts
+            if len(parts) > 2 and parts[0] == "environment_servers" and parts[1] in names and not name.endswith("/") \
+                    and parts[2] not in ("tests", "data") and not name.endswith(".jsonl"):
+                out = pkg / name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(z.read(name))

@@ -33,6 +33,10 @@ Variables (all optional):
 ``GYM_RUNTIME_SERVER_ENV``          variables passed from the daemon's environment into server processes:
                                     a comma list of ``NAME`` (every server) and ``INSTANCE:NAME`` (that
                                     server instance only), docs/architecture.md §7.1
+``GYM_RUNTIME_WRITABLE_TREES``      instance names (comma list, ``*``: all) whose server tree is a writable
+                                    copy-on-write view (docs/runtime.md, "Sandbox and egress")
+``GYM_RUNTIME_SANDBOX_*``           task sandboxes: provider choice, images, limits
+                                    (:mod:`gym_runtime.task_sandboxes.settings`)
 ==================================  =========================================================
 """
 
@@ -44,7 +48,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gym_runtime.errors import SettingsError
 
@@ -105,6 +109,12 @@ class RuntimeSettings:
     python_explicit: bool = False  # the operator set GYM_RUNTIME_PYTHON (else `python` is the runtime's own X.Y)
     allow_unsupported_pairing: bool = False
     server_env: tuple[tuple[str, str | None], ...] = ()
+    task_sandboxes: Any = None  # gym_runtime.task_sandboxes.settings.TaskSandboxSettings
+    writable_trees: frozenset[str] = frozenset()  # instance names, or {"*"}
+
+    def writable_tree(self, instance: str) -> bool:
+        """Whether ``instance``'s server tree is a copy-on-write view (``GYM_RUNTIME_WRITABLE_TREES``)."""
+        return instance in self.writable_trees or "*" in self.writable_trees
 
     @property
     def logs_dir(self) -> Path:
@@ -159,6 +169,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     cache = env.get("GYM_RUNTIME_UV_CACHE_DIR")
     memory = _limit(env, "GYM_RUNTIME_SERVER_MEMORY_MB", _half_of_memory_mb())
     pids = _limit(env, "GYM_RUNTIME_SERVER_PIDS", DEFAULT_SERVER_PIDS)
+    from gym_runtime.task_sandboxes.settings import load as load_task_sandboxes
+
     return RuntimeSettings(
         home=home,
         venv_dir=Path(env.get("GYM_RUNTIME_VENV_DIR") or home / "venvs").expanduser(),
@@ -173,6 +185,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         server_pids=pids,
         allow_unsupported_pairing=env.get("NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING", "").lower() not in ("", "0", "false"),
         server_env=parse_server_env(env.get(SERVER_ENV_VAR, "")),
+        task_sandboxes=load_task_sandboxes(env, home),
+        writable_trees=frozenset(x.strip() for x in env.get("GYM_RUNTIME_WRITABLE_TREES", "").split(",") if x.strip()),
     )
 
 

@@ -12,7 +12,8 @@ docs/environment-packages.md), which file won and which it replaced (case C19), 
 config warnings (``GR-CONFIG-TRUTHY``...) on stderr. Per server instance it says where its block
 came from (docs/environment-packages.md, "Composition"): the file that defined it, the template it
 inherits and that template's file, or the composition step that generated it, and every key of it
-that a file set over another file's value (``overridden``: the file in effect and the ones it replaced).
+that a file set over another file's value (``overridden``: the file in effect and the ones it replaced). Sandbox-provider
+blocks are shown as ``up`` gives them on this host (``GYM_RUNTIME_SANDBOX_PROVIDER``), each change said.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from gym_runtime.gym_release import choose_release
     from gym_runtime.package import load_package
     from gym_runtime.settings import load_settings
+    from gym_runtime.task_sandboxes.bringup import choose_providers
     from gym_runtime.supervise import passthrough
 
     settings = load_settings()
@@ -51,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
                           release=release)
     passthrough.check(settings, merged.instances)
     passed = passthrough.describe(settings, merged.instances)
+    providers: list[str] = []  # what `up` does to sandbox-provider blocks on this host (docs/runtime.md)
+    choose_providers(merged, settings, providers.append)
     masked: list[str] = []
     data = merged.redacted(masked)
     replaced = list(merged.sources.replaced_lists.values())
@@ -64,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"config": data, "gym_release": release.to_dict(), "servers": servers, "masked": masked,
                           "replaced_lists": [r.to_dict() for r in replaced],
                           "overridden": [r.to_dict() for r in merged.sources.overridden.values()],
-                          "warnings": [w.to_dict() for w in merged.warnings]}, indent=2))
+                          "warnings": [w.to_dict() for w in merged.warnings], "sandbox_providers": providers},
+                         indent=2))
     else:
         print(merged.to_yaml(), end="")
         print("# " + release.describe())

@@ -164,6 +164,22 @@ def _daemon(settings: RuntimeSettings) -> dict[str, Any] | None:
     return out
 
 
+def _task_sandboxes(report: Any, settings: RuntimeSettings) -> dict[str, Any]:
+    """What task sandboxes this host gives (docs/runtime.md, "Task sandboxes"): level, images, provider mode."""
+    from sandbox.taskbox import box_support
+
+    support = box_support(report)
+    ts = settings.task_sandboxes
+    out: dict[str, Any] = {"level": "unavailable" if isinstance(support, str) else
+                           ("full" if support[1] == "mount" else "partial"),
+                           "provider_mode": ts.provider_mode if ts else "auto",
+                           "images": [str(d) for d in ts.image_dirs] if ts else [],
+                           "image_map": dict(ts.image_map) if ts else {}}
+    if isinstance(support, str):
+        out["reason"] = support
+    return out
+
+
 def collect(args: argparse.Namespace) -> dict[str, Any]:
     """Every check as a JSON-ready dict."""
     from sandbox import EgressPolicy, probe_isolation
@@ -188,6 +204,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         "home": _writable(settings.home),
         "ray": _ray(args.ray_address, settings),
         "egress": egress,
+        "task_sandboxes": _task_sandboxes(report, settings),
         "server_env": [{"name": n, "instance": i, "set": n in settings.environ} for n, i in settings.server_env],
         "daemon": _daemon(settings),
     }
@@ -246,6 +263,10 @@ def run(args: argparse.Namespace) -> int:
           + ("" if ray.get("reachable", True) else f" -- {ray['error']['message']}"))
     for i, line in enumerate(egress_lines(out["egress"])):
         print(("egress:    " if i == 0 else " " * 11) + line)
+    ts = out["task_sandboxes"]
+    print(f"sandboxes: task sandboxes {ts['level']}" + (f" ({ts['reason']})" if ts.get("reason") else "")
+          + f"; provider {ts['provider_mode']} (GYM_RUNTIME_SANDBOX_PROVIDER); images in " + (", ".join(ts["images"]) or "-")
+          + (f"; image map {', '.join(f'{k}={v}' for k, v in ts['image_map'].items())}" if ts["image_map"] else ""))
     if out["server_env"]:
         print("server env: " + ", ".join(f"{e['instance'] + ':' if e['instance'] else ''}{e['name']}"
                                          + ("" if e["set"] else " (not set)") for e in out["server_env"])

@@ -37,6 +37,7 @@ from gym_runtime.supervise.ports import bind_listener
 from gym_runtime.supervise.readiness import model_base_urls, policy_models
 from gym_runtime.supervise.supervisor import Supervisor
 from gym_runtime.supervise.teardown import HARD_DEADLINE_S, UNCLEAN_EXIT_CODE, Teardown
+from gym_runtime.task_sandboxes import bringup as task_sandboxes
 from gym_runtime.venvs.bytecode import EnvironmentBytecode
 from gym_runtime.venvs.pyc_store import PycStore
 
@@ -79,6 +80,7 @@ class Environment:
         self.supervisor = Supervisor(req.options, self._say)
         self.bytecode = EnvironmentBytecode(self._say, PycStore(settings.bytecode_dir))
         self.head: Any = None
+        self.task_sandboxes: Any = None  # task_sandboxes.api.TaskSandboxServer (placement local)
         self.outside: dict[str, Any] = {}
         self.ready_info: dict[str, Any] | None = None
         self.on_head = lambda url: None  # called with the head server's URL as soon as it serves
@@ -133,12 +135,15 @@ class Environment:
                                                  self.req.require_isolation and here,
                                                  self.req.isolation if here else None)
         self._say(self.egress.summary())
+        task_sandboxes.choose_providers(merged, self.settings, self._say)
         self._check_stop()
         self.phase = "building venvs"
         await self.placement.prepare(merged)
         self._check_stop()
         self.phase = "starting sandbox"
         await self.placement.open()
+        if here:
+            self.task_sandboxes = await task_sandboxes.start_service(self)
         if self.stub_url:
             await self._start_stub_launcher()
         self._check_stop()
@@ -262,7 +267,8 @@ class Environment:
                               agent_facts=lambda: agent_facts(self.merged.instances, ranges=False),
                               agent_replicas=self.agent_replicas, rollout_concurrency=self.max_concurrent_rollouts(),
                               processes=lambda: processes.of_environment(
-                                  self.supervisor, (*self.placement.sandboxes(), self.host_launcher)))
+                                  self.supervisor, (*self.placement.sandboxes(), self.host_launcher),
+                                  self.task_sandboxes.service if self.task_sandboxes is not None else None))
         servers_port = self._servers_sock.getsockname()[1]
         self.head = HeadServer(create_app(backend, servers_ports={servers_port}), sock, [self._servers_sock])
         await self.head.start()
@@ -320,6 +326,9 @@ class Environment:
                     head_stop = asyncio.ensure_future(self._stop_head_after(sup.servers_stopped))
                 code = await td.step("servers", sup.wait_stopped(), (0 if fast else grace) + 8.0, sup.running)
                 td.note("servers", sup.stop_split)
+            if self.task_sandboxes is not None:
+                await td.step("task sandboxes", self.task_sandboxes.stop(), 8.0,
+                              lambda: f"{len(self.task_sandboxes.service.boxes)} task sandbox(es)")
             if self.head is not None:
                 if head_stop is not None and not sup.servers_stopped.is_set():
                     head_stop.cancel()  # the servers overran: close it now

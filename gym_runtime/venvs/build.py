@@ -34,6 +34,7 @@ from gym_runtime.venvs import closure, integrity, resolutions, stages
 from gym_runtime.venvs.diagnose import STAGES, diagnose, uv_error_block
 from gym_runtime.venvs.diskspace import is_enospc, is_no_space, no_space_error
 from gym_runtime.venvs.exit_hook import install_exit_hook
+from gym_runtime.task_sandboxes.install import install_provider
 from gym_runtime.venvs.maintenance import network_fs_warning
 from gym_runtime.venvs.pip_settings import pip_hint
 from gym_runtime.venvs.plan import InstallPlan, VenvPlan
@@ -229,6 +230,7 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
             if before:
                 _record(settings, vp, before)
             install_exit_hook(tmp)
+            install_provider(tmp)  # NeMo Gym's `gym_runtime` sandbox provider (task_sandboxes/install.py)
             write_marker(tmp, {"digest": vp.digest, "servers": list(vp.instances), "python": vp.python.version,
                                "python_path": str(vp.python.path), "uv": ctx.uv_env.describe().splitlines()[0],
                                "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "installed": have,

@@ -3,14 +3,16 @@
 Table columns (one row per dataset row): row, line, agent, k, mean, std, min, max, fail(ures),
 unk (unknown tool calls the agent refused; "-" when the agent does not count them), ctx (rollouts
 stopped because the prompt no longer fit the context), bad (unusable rewards: NaN, null, a string,
-missing; also counted in fail), msk (samples the resources server masked: left out of mean, std
-and signal), abt (model calls the endpoint aborted, asked again), utc (tool calls left as text in
+missing; also counted in fail), msk (samples the environment masked, ``mask_sample``: left out of
+the spread), abt (model calls the endpoint aborted, asked again), utc (tool calls left as text in
 a final answer: unparsed), cap (episodes ended by ``max_steps`` or ``max_idle_turns``), signal
-("yes"; "no GRPO signal" when the k rewards are all equal; "unknown" with fewer than two rewards;
-"environment failure" when every sample was masked; "N out of range" when rewards fall outside
-the resources server's ``reward_range``). The legend printed under the table says the same. The summary
-gives the share of signal-bearing rows, rollouts per second, failures by error code, the totals
-of those counts and, for each that is not zero, what it means (docs/rollouts.md). Under it, the
+("yes"; "no GRPO signal" when the k rewards are all equal;
+"all masked" when the environment masked every sample, ``mask_sample``;
+"unknown" with fewer than two rewards; "N out of range" when rewards fall outside the resources
+server's ``reward_range``). The legend printed under the table says the same. The summary gives
+the share of signal-bearing rows, rollouts per
+second, failures by error code, the totals of those counts and the rollouts their environment
+masked (``mask_sample``, left out of the spread; docs/rollouts.md). Under it, the
 replica table: one line per agent replica (replica, agent, node, rollouts, failed, rollouts/s;
 :func:`gym_runtime.rollouts.spread.replica_counts`).
 """
@@ -23,7 +25,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from gym_runtime.rollouts.stats import ENV_FAILURE, NO_SIGNAL, RowStats, Summary
+from gym_runtime.rollouts.stats import ALL_MASKED, NO_SIGNAL, RowStats, Summary
 
 
 def _num(v: float | None, digits: int = 2) -> str:
@@ -31,12 +33,14 @@ def _num(v: float | None, digits: int = 2) -> str:
 
 
 LEGEND = ("k: samples; fail: rollouts that failed; unk: calls to tools the row does not offer (refused); "
-          "ctx: context-overflow stops; bad: unusable rewards; msk: samples the resources server masked "
+          "ctx: context-overflow stops; bad: unusable rewards; msk: samples the environment masked "
           "(mask_sample: not in mean, std, signal); abt: model calls the endpoint aborted (asked again); "
           "utc: tool calls left as text in a final answer (unparsed); cap: episodes ended by max_steps or "
           "max_idle_turns (docs/rollouts.md)")
 COLUMNS = ("row", "line", "agent", "k", "mean", "std", "min", "max", "fail", "unk", "ctx", "bad", "msk", "abt",
            "utc", "cap", "signal")
+UNPARSED = ("the policy emitted tool calls that the endpoint's parser did not parse; check --tool-call-parser "
+            "(vLLM's, for this model)")
 
 
 def build_table(stats: list[RowStats], title: str | None = None) -> Table:
@@ -47,9 +51,8 @@ def build_table(stats: list[RowStats], title: str | None = None) -> Table:
         table.add_column(name, justify="left" if name in ("agent", "signal") else "right", no_wrap=name != "signal",
                          min_width=len(name), ratio=1 if name == "signal" else None)
     for s in stats:
-        if s.environment_failure:
-            kinds = ", ".join(s.failure_kinds)
-            signal = f"[red]{ENV_FAILURE}: all masked ({kinds})[/red]"
+        if s.all_masked:
+            signal = f"[red]{ALL_MASKED}[/red]"
         elif s.signal is True:
             signal = "[green]yes[/green]"
         elif s.signal is False:
@@ -98,27 +101,14 @@ def summary_lines(summary: Summary) -> list[str]:
                      "see the error of each rollout in --out[/red]")
     if summary.out_of_range:
         lines.append(f"[red]{summary.out_of_range} reward(s) outside the resources server's reward_range[/red]")
-    lines += _episode_lines(summary)
-    if summary.no_signal_rows:
-        lines.append(f"[yellow]{summary.no_signal_rows} row(s) give GRPO no signal: all their rewards are equal; "
-                     "make those prompts harder/easier or drop them[/yellow]")
-    return lines
-
-
-UNPARSED = ("the policy emitted tool calls that the endpoint's parser did not parse; check --tool-call-parser "
-            "(vLLM's, for this model)")
-
-
-def _episode_lines(summary: Summary) -> list[str]:
-    """Lines for the masked samples, environment failures, aborted calls, unparsed tool calls and caps."""
-    lines = []
     if summary.masked:
         kinds = ", ".join(f"{k}: {n}" for k, n in summary.masked_by_kind.items())
-        lines.append(f"[yellow]{summary.masked} sample(s) masked by the resources server (mask_sample; {kinds}): "
-                     "left out of mean, spread and signal (msk)[/yellow]")
-    if summary.environment_failure_rows:
-        lines.append(f"[red]{summary.environment_failure_rows} row(s) had every sample masked: an environment "
-                     "failure, not a lack of signal; see failure_kind / failure_reason in --out[/red]")
+        lines.append(f"[yellow]{summary.masked} rollout(s) masked by their environment (mask_sample: the reward is "
+                     f"no valid measurement; {kinds}); left out of the reward spread, see failure_reason in "
+                     "--out[/yellow]")
+    if summary.masked_rows:
+        lines.append(f"[red]{summary.masked_rows} row(s) had every sample masked: the environment failed on them "
+                     "(a judge or sandbox down), so they measure nothing[/red]")
     if summary.aborted:
         lines.append(f"[yellow]{summary.aborted} model call(s) cut off by the endpoint (finish_reason abort or "
                      "unknown) were asked again (abt); a rollout still cut off at the model server's retry deadline "
@@ -130,6 +120,9 @@ def _episode_lines(summary: Summary) -> list[str]:
         lines.append(f"[yellow]episodes ended by a cap (cap): {summary.step_capped} at max_steps, "
                      f"{summary.idle_capped} after max_idle_turns turns with neither a message nor a tool call; "
                      "they were scored without a final answer[/yellow]")
+    if summary.no_signal_rows:
+        lines.append(f"[yellow]{summary.no_signal_rows} row(s) give GRPO no signal: all their rewards are equal; "
+                     "make those prompts harder/easier or drop them[/yellow]")
     return lines
 
 

@@ -4,15 +4,12 @@ GRPO normalises each reward by its group (the k samples of one prompt): a group 
 are all equal has zero advantage everywhere and teaches nothing. So each row reports mean,
 standard deviation (population, as GRPO's per-group normalisation uses), min, max and failures,
 and a row with at least two rewards that are all equal is flagged "no GRPO signal". With fewer
-than two rewards the signal is unknown (``signal`` is ``None``).
-
-A sample the resources server masked (``mask_sample``, :mod:`gym_runtime.rollouts.verdict`) is no
-reward of the group: it is counted (``masked``, its ``failure_kind`` grouped in the summary) and
-left out of mean, spread and signal, as Gym 0.7.0's own aggregation leaves it out of its quality
-metrics (``nemo_gym/reward_profile.py``). A row whose samples are all masked is flagged
-:data:`ENV_FAILURE`: the environment failed it, which is not a lack of signal (case C39). Beside
-them, each rollout's episode counters: tool calls left as text (``unparsed_tool_calls``), the cap
-that ended it (``max_steps``, ``max_idle_turns``) and the model calls its endpoint aborted.
+than two rewards the signal is unknown (``signal`` is ``None``). A sample its environment masked
+(``mask_sample``: the reward is no valid measurement) succeeded but is left out of the spread; a
+row whose every sample was masked is flagged ``all masked`` (its environment failed), never "no
+GRPO signal" (case C39). Beside them, each rollout's episode counters: tool calls left as text
+(``unparsed_tool_calls``), the cap that ended it (``max_steps``, ``max_idle_turns``) and the model
+calls its endpoint aborted (docs/rollouts.md, "The dry-run report").
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ from typing import Any
 from gym_runtime.rollouts.verdict import BAD_REWARD
 
 NO_SIGNAL = "no GRPO signal"
-ENV_FAILURE = "environment failure"
+ALL_MASKED = "all masked"
 _EQUAL_TOL = 1e-9
 
 
@@ -37,12 +34,13 @@ class RolloutResult:
     the ``/run`` call), ``error`` (``{"code", "message"}`` or ``None``), the agent's
     ``unknown_tool_calls`` / ``invalid_tool_arguments`` (None when it does not count them), whether
     the episode was stopped by a ``context_overflow``, whether the reward is ``out_of_range``
-    of the resources server's declared ``reward_range`` (:mod:`gym_runtime.rollouts.verdict`), and
-    the agent ``replica`` that served it (:mod:`gym_runtime.rollouts.spread`; None: unknown); whether
-    the resources server ``masked`` it (with its ``failure_kind`` / ``failure_reason``), the tool calls
-    left as text in its final answer (``unparsed_tool_calls``, None: not counted), whether ``max_steps``
-    (``step_capped``) or ``max_idle_turns`` (``idle_capped``) ended its episode, and the model calls its
-    endpoint aborted and the model server asked again (``aborted_calls``, None: not counted)."""
+    of the resources server's declared ``reward_range`` (:mod:`gym_runtime.rollouts.verdict`),
+    the agent ``replica`` that served it (:mod:`gym_runtime.rollouts.spread`; None: unknown), what
+    the answer said of its own validity (``mask_sample``, ``failure_kind``, ``failure_reason``) and
+    the ``environment_server`` it went through (None: straight to the agent), the tool calls left as
+    text in its final answer (``unparsed_tool_calls``, None: not counted), whether ``max_steps``
+    (``step_capped``) or ``max_idle_turns`` (``idle_capped``) ended its episode, and the model calls
+    its endpoint aborted and the model server asked again (``aborted_calls``, None: not counted)."""
 
     row: int
     sample: int
@@ -56,9 +54,10 @@ class RolloutResult:
     context_overflow: bool = False
     out_of_range: bool = False
     replica: str | None = None
-    masked: bool = False
+    mask_sample: bool = False
     failure_kind: str | None = None
     failure_reason: str | None = None
+    environment_server: str | None = None
     unparsed_tool_calls: int | None = None
     step_capped: bool = False
     idle_capped: bool = False
@@ -69,9 +68,9 @@ class RolloutResult:
         return self.error is None and self.reward is not None
 
     @property
-    def scored(self) -> bool:
-        """A reward of the group: it ran and was not masked."""
-        return self.ok and not self.masked
+    def measured(self) -> bool:
+        """A reward that counts in the row's spread: the rollout succeeded and is not masked."""
+        return self.ok and not self.mask_sample
 
     def to_dict(self) -> dict[str, Any]:
         """One line of ``--out`` (JSONL)."""
@@ -84,10 +83,10 @@ class RowStats:
     flagged :data:`NO_SIGNAL`) or None (fewer than two rewards). Per row also: ``unknown_tool_calls``
     and ``invalid_tool_arguments`` summed over the samples (None when the agent reports neither),
     ``context_overflows`` (samples stopped because the prompt no longer fit), ``bad_rewards``
-    (samples whose reward was unusable, counted in ``failures`` too) and ``out_of_range``; ``masked``
-    samples (not in ``rewards``) and their ``failure_kinds``; ``unparsed_tool_calls`` (None when not
-    counted), ``step_capped`` / ``idle_capped`` (rollouts each cap ended) and ``aborted`` (model
-    calls aborted by the endpoint)."""
+    (samples whose reward was unusable, counted in ``failures`` too), ``out_of_range`` and ``masked``
+    (samples whose answer set ``mask_sample``: succeeded, but their rewards are not in ``rewards``);
+    ``unparsed_tool_calls`` (None when not counted), ``step_capped`` / ``idle_capped`` (rollouts each
+    cap ended) and ``aborted`` (model calls aborted by the endpoint)."""
 
     row: int
     line: int
@@ -106,21 +105,20 @@ class RowStats:
     bad_rewards: int = 0
     out_of_range: int = 0
     masked: int = 0
-    failure_kinds: dict[str, int] = field(default_factory=dict, hash=False)
     unparsed_tool_calls: int | None = None
     step_capped: int = 0
     idle_capped: int = 0
     aborted: int = 0
 
     @property
-    def environment_failure(self) -> bool:
-        """Every sample was masked by the resources server."""
-        return self.samples > 0 and self.masked == self.samples
+    def all_masked(self) -> bool:
+        """Every sample succeeded but was masked: the environment failed, not the policy (case C39)."""
+        return self.masked > 0 and self.masked == self.samples - self.failures and not self.rewards
 
     @property
     def flag(self) -> str | None:
-        if self.environment_failure:
-            return ENV_FAILURE
+        if self.all_masked:
+            return ALL_MASKED
         return NO_SIGNAL if self.signal is False else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,10 +128,10 @@ class RowStats:
 @dataclass(frozen=True)
 class Summary:
     """The run: counts, ``signal_share`` (rows with signal / rows whose signal is known),
-    ``rollouts_per_s`` (finished rollouts per wall second), failures by error code, the totals of
-    the per-row counts, ``masked_by_kind`` (masked samples by ``failure_kind``) and
-    ``environment_failure_rows`` (rows whose samples were all masked). ``reward_mean`` is over the
-    rewards that count (not failed, not masked)."""
+    ``rollouts_per_s`` (finished rollouts per wall second), failures by error code, the masked
+    rollouts (``masked``), rows whose every sample was masked (``masked_rows``) and the masked
+    rollouts by ``failure_kind`` (``masked_by_kind``; ``unknown`` when none was given), and the totals
+    of the episode counters."""
 
     rows: int
     rollouts: int
@@ -153,8 +151,8 @@ class Summary:
     bad_rewards: int = 0
     out_of_range: int = 0
     masked: int = 0
+    masked_rows: int = 0
     masked_by_kind: dict[str, int] = field(default_factory=dict)
-    environment_failure_rows: int = 0
     unparsed_tool_calls: int = 0
     step_capped: int = 0
     idle_capped: int = 0
@@ -162,11 +160,6 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _kinds(results: Iterable[RolloutResult]) -> dict[str, int]:
-    """Masked samples by ``failure_kind`` (``unknown`` when none was given), sorted by name."""
-    return dict(sorted(Counter(r.failure_kind or "unknown" for r in results if r.masked).items()))
 
 
 def _total(values: Iterable[int | None]) -> int | None:
@@ -187,7 +180,7 @@ def row_stats(results: Iterable[RolloutResult]) -> list[RowStats]:
     out = []
     for row in sorted(groups):
         items = sorted(groups[row], key=lambda r: r.sample)
-        rewards = [float(r.reward) for r in items if r.scored]  # type: ignore[arg-type]
+        rewards = [float(r.reward) for r in items if r.measured]  # type: ignore[arg-type]
         have = bool(rewards)
         out.append(RowStats(
             row=row, line=items[0].line, agent=items[0].agent, samples=len(items), rewards=rewards,
@@ -201,7 +194,7 @@ def row_stats(results: Iterable[RolloutResult]) -> list[RowStats]:
             context_overflows=sum(r.context_overflow for r in items),
             bad_rewards=sum((r.error or {}).get("code") == BAD_REWARD for r in items),
             out_of_range=sum(r.out_of_range for r in items),
-            masked=sum(r.masked for r in items), failure_kinds=_kinds(items),
+            masked=sum(r.ok and r.mask_sample for r in items),
             unparsed_tool_calls=_total(r.unparsed_tool_calls for r in items),
             step_capped=sum(r.step_capped for r in items), idle_capped=sum(r.idle_capped for r in items),
             aborted=sum(r.aborted_calls or 0 for r in items),
@@ -213,8 +206,8 @@ def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: f
     """The run summary from the per-row statistics, the raw results and the wall time (s)."""
     results = list(results)
     codes = Counter((r.error or {}).get("code", BAD_REWARD) for r in results if not r.ok)
+    rewards = [float(r.reward) for r in results if r.measured]  # type: ignore[arg-type]
     succeeded = sum(r.ok for r in results)
-    rewards = [float(r.reward) for r in results if r.scored]  # type: ignore[arg-type]
     signal = sum(s.signal is True for s in stats)
     no_signal = sum(s.signal is False for s in stats)
     known = signal + no_signal
@@ -230,8 +223,9 @@ def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: f
         invalid_tool_arguments=sum(s.invalid_tool_arguments or 0 for s in stats),
         context_overflows=sum(s.context_overflows for s in stats),
         bad_rewards=sum(s.bad_rewards for s in stats), out_of_range=sum(s.out_of_range for s in stats),
-        masked=sum(s.masked for s in stats), masked_by_kind=_kinds(results),
-        environment_failure_rows=sum(s.environment_failure for s in stats),
+        masked=sum(s.masked for s in stats), masked_rows=sum(s.all_masked for s in stats),
+        masked_by_kind=dict(sorted(Counter(r.failure_kind or "unknown" for r in results
+                                           if r.ok and r.mask_sample).items())),
         unparsed_tool_calls=sum(s.unparsed_tool_calls or 0 for s in stats),
         step_capped=sum(s.step_capped for s in stats), idle_capped=sum(s.idle_capped for s in stats),
         aborted=sum(s.aborted for s in stats),

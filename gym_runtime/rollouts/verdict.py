@@ -15,10 +15,11 @@ An agent's ``/run`` answer is environment output, so it is untrusted (docs/rollo
   an agent that does not report one gives ``None``. A context-overflow stop is also seen on the
   response itself (``response.context_overflow``, set by the built-in ``vllm_model``), whichever
   agent ran the loop.
-- a sample the resources server masked (``mask_sample: true``, NeMo Gym 0.7.0
-  ``nemo_gym/base_resources_server.py``; e.g. ``judge_failsafe`` when its judge failed, with
-  ``failure_kind`` and ``failure_reason``) keeps its reward but is ``masked``: the statistics leave
-  it out of mean, spread and the GRPO signal (case C39).
+- what a Gym 0.5+ verify answer says about its own validity is kept (NeMo Gym 0.7.0
+  ``nemo_gym/base_resources_server.py`` ``BaseVerifyResponse``): ``mask_sample`` (true: the reward
+  is no valid measurement, e.g. the judge was down; the reward is kept but left out of the row's
+  spread, :mod:`gym_runtime.rollouts.stats`), ``failure_kind`` and ``failure_reason`` (also beside
+  an episode's handled failure, :mod:`gym_runtime.rollouts.tasks`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from typing import Any
 from gym_runtime.errors import ConfigError, Violation
 
 BAD_REWARD = "GR-ROLLOUT-BAD-REWARD"
-AGENT_TYPE = "responses_api_agents"
 COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops", "unparsed_tool_calls",
             "max_steps_stops", "idle_turn_stops", "aborted_calls")
+AGENT_TYPE = "responses_api_agents"
 
 
 @dataclass(frozen=True)
@@ -89,50 +90,52 @@ def _count(answer: dict[str, Any], key: str) -> int | None:
 @dataclass(frozen=True)
 class Verdict:
     """One answer judged: ``reward`` (None when unusable), ``error`` (``{"code", "message"}``),
-    ``counts`` (:data:`COUNTERS` the agent reported: name -> count), ``out_of_range``, and for a
-    masked sample ``masked`` with its ``failure_kind`` and ``failure_reason`` (as sent, bounded)."""
+    the agent's counters (None when not reported; ``counts``: every one of :data:`COUNTERS` it
+    reported, by name), ``context_overflow`` and ``out_of_range``."""
 
     reward: float | None
     error: dict[str, str] | None
-    counts: dict[str, int] = field(default_factory=dict)
+    unknown_tool_calls: int | None = None
+    invalid_tool_arguments: int | None = None
+    context_overflow: bool = False
     out_of_range: bool = False
-    masked: bool = False
+    mask_sample: bool = False
     failure_kind: str | None = None
     failure_reason: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
 
     def count(self, name: str) -> int | None:
         """The agent's count ``name`` (None when it did not report it)."""
         return self.counts.get(name)
 
-    @property
-    def context_overflow(self) -> bool:
-        return bool(self.counts.get("context_overflow_stops"))
 
-
-def _text(value: Any, limit: int) -> str | None:
-    return None if value is None else str(value)[:limit]
+def _validity(answer: dict[str, Any]) -> dict[str, Any]:
+    """``mask_sample``, ``failure_kind``, ``failure_reason`` of an answer (untrusted: a mask is only
+    ``true``; the strings are bounded)."""
+    kind, reason = answer.get("failure_kind"), answer.get("failure_reason")
+    return {"mask_sample": answer.get("mask_sample") is True,
+            "failure_kind": kind[:200] if isinstance(kind, str) else None,
+            "failure_reason": reason[:2000] if isinstance(reason, str) else None}
 
 
 def judge(answer: dict[str, Any], agent: str, facts: AgentFacts | None = None) -> Verdict:
     """Judge an agent answer (or a dispatch row error, which is kept as the error)."""
     facts = facts or AgentFacts()
     error = answer.get("error") if isinstance(answer.get("error"), dict) and "code" in answer["error"] else None
-    counts = {k: c for k in COUNTERS if (c := _count(answer, k)) is not None}
+    counts = {k: _count(answer, k) for k in ("unknown_tool_calls", "invalid_tool_arguments")}
     response = answer.get("response") if isinstance(answer.get("response"), dict) else {}
-    if response.get("context_overflow"):
-        counts["context_overflow_stops"] = max(1, counts.get("context_overflow_stops", 0))
+    overflow = bool(_count(answer, "context_overflow_stops") or response.get("context_overflow"))
+    validity = {**_validity(answer), "counts": {k: c for k in COUNTERS if (c := _count(answer, k)) is not None}}
     if error is not None:
-        return Verdict(None, {"code": str(error["code"]), "message": str(error.get("message", ""))}, counts)
+        return Verdict(None, {"code": str(error["code"]), "message": str(error.get("message", ""))}, **counts,
+                       context_overflow=overflow, **validity)
     unusable = bad_reward(answer, agent, facts)
     if unusable is not None:
-        return Verdict(None, unusable, counts)
+        return Verdict(None, unusable, **counts, context_overflow=overflow, **validity)
     reward = float(answer["reward"])
     low_high = facts.reward_range
     out = low_high is not None and not low_high[0] <= reward <= low_high[1]
-    masked = answer.get("mask_sample") is True
-    return Verdict(reward, None, counts, out_of_range=out, masked=masked,
-                   failure_kind=_text(answer.get("failure_kind"), 80) if masked else None,
-                   failure_reason=_text(answer.get("failure_reason"), 500) if masked else None)
+    return Verdict(reward, None, **counts, context_overflow=overflow, out_of_range=out, **validity)
 
 
 def reward_range(instance: Any) -> tuple[float, float] | None:

@@ -48,15 +48,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gym-runtime-tests"
 
 
-def gym_wheel(python: str) -> Path:
-    """The ``nemo_gym-0.4.0`` wheel, downloaded with ``python -m pip download`` on first use."""
+def gym_wheel(python: str, version: str = GYM_VERSION) -> Path:
+    """The ``nemo_gym-<version>`` wheel (default 0.4.0), downloaded with ``python -m pip download`` on
+    first use (for the newest Python any release requires, so any ``python`` can fetch any release)."""
     dest = cache_dir() / "wheels"
-    found = sorted(dest.glob(f"nemo_gym-{GYM_VERSION}-*.whl"))
+    found = sorted(dest.glob(f"nemo_gym-{version}-*.whl"))
     if not found:
         dest.mkdir(parents=True, exist_ok=True)
         subprocess.run([python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        "--dest", str(dest), f"nemo-gym=={GYM_VERSION}"], check=True, timeout=600)
-        found = sorted(dest.glob(f"nemo_gym-{GYM_VERSION}-*.whl"))
+                        "--python-version", "3.13.14", "--dest", str(dest), f"nemo-gym=={version}"],
+                       check=True, timeout=600)
+        found = sorted(dest.glob(f"nemo_gym-{version}-*.whl"))
     return found[0]
 
 

@@ -53,8 +53,6 @@ def make_agent() -> FastAPI:
                                     502)
             if kind == "long_502":
                 return JSONResponse({"error": {"type": "upstream_error", "message": LONG_WORDS}}, 502)
-            if kind == "masked":
-                return {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_failed", "failure_reason": "x" * 900}
             if kind == "slow":
                 await asyncio.sleep(5)
             if kind == "node_lost":  # the answer of the agent's stable address (placement ray) after a node's loss
@@ -147,11 +145,6 @@ def test_an_agent_error_keeps_its_whole_message_its_class_and_its_counters(agent
     assert named.error == {"code": "GR-ROLLOUT-TOOL-PARSER", "message": f"a: {LONG_WORDS}"}
     assert named.aborted_calls == 2 and named.unknown_tool_calls is None
     assert generic.error["code"] == "GR-ROLLOUT-HTTP" and generic.error["message"].endswith("VLLM'S OWN WORDS")
-
-
-def test_a_masked_sample_keeps_its_reward_and_is_marked(agent_url: str) -> None:
-    [r] = asyncio.run(sample_rows(rows("masked"), {"a": agent_url}, samples=1, concurrency=1))
-    assert (r.reward, r.error, r.masked, r.failure_kind, len(r.failure_reason)) == (0.0, None, True, "judge_failed", 500)
 
 
 def test_a_rollout_past_its_deadline_is_named(agent_url: str) -> None:

@@ -102,35 +102,6 @@ def test_counts_per_row_in_the_table_and_json() -> None:
     assert obj["rows"][1]["bad_rewards"] == 1 and obj["summary"]["bad_rewards"] == 1
 
 
-def masked(row: int, sample: int, kind: str | None = "judge_failed") -> RolloutResult:
-    return RolloutResult(row, sample, row + 1, "agent", 0.0, 0.1, masked=True, failure_kind=kind,
-                         failure_reason="judge 503")
-
-
-def test_masked_samples_are_no_rewards_of_the_group_and_an_all_masked_row_is_an_environment_failure() -> None:
-    """docs/rollouts.md, "Masked samples" (case C39)."""
-    from gym_runtime.rollouts.stats import ENV_FAILURE
-
-    results = [masked(0, 0), masked(0, 1), masked(0, 2, None),
-               masked(1, 0), res(1, 1, 1.0), res(1, 2, 1.0), res(1, 3, 0.0),
-               masked(2, 0), res(2, 1, 1.0), res(2, 2, 1.0)]
-    everything, some, rest = row_stats(results)
-    assert (everything.masked, everything.rewards, everything.signal, everything.flag) == (3, [], None, ENV_FAILURE)
-    assert everything.failure_kinds == {"judge_failed": 2, "unknown": 1} and everything.failures == 0
-    assert (some.masked, some.rewards, some.signal, some.mean) == (1, [1.0, 1.0, 0.0], True, 2 / 3)
-    assert (rest.rewards, rest.signal, rest.flag) == ([1.0, 1.0], False, NO_SIGNAL)  # the masked 0.0 is no spread
-    summary = summarize([everything, some, rest], results, 1.0)
-    assert (summary.masked, summary.masked_by_kind, summary.environment_failure_rows) == (
-        5, {"judge_failed": 4, "unknown": 1}, 1)
-    assert (summary.succeeded, summary.failures, summary.no_signal_rows) == (10, 0, 1)
-    assert math.isclose(summary.reward_mean, 4 / 5)
-    console = Console(record=True, width=200, color_system=None)
-    print_report(console, [everything, some, rest], summary)
-    text = " ".join(console.export_text().split())
-    assert "environment failure: all masked (judge_failed, unknown)" in text
-    assert "5 sample(s) masked by the resources server (mask_sample; judge_failed: 4, unknown: 1)" in text
-
-
 def test_episode_counters_per_row_and_in_the_summary() -> None:
     results = [RolloutResult(0, 0, 1, "agent", 0.0, 0.1, unparsed_tool_calls=2, step_capped=True, aborted_calls=1),
                RolloutResult(0, 1, 1, "agent", 1.0, 0.1, unparsed_tool_calls=0, idle_capped=True, aborted_calls=0),

@@ -4,7 +4,7 @@
 
 1. base: the cached Debian 13 base (tests/helpers/debian_base.py), or with ``--cold`` one made
    anew with debuerreotype from this host's apt mirror (then removed again);
-2. ``podman build`` of the Dockerfile against it (no layer cache), the image's size;
+2. ``podman build`` of this architecture's Dockerfile (``Dockerfile.<arch>``) against it (no layer cache), the image's size;
 3. ``gym-runtime doctor --json`` as the image's user under each podman security option set;
 4. time to ready inside one container: ``up examples/native-quickstart`` started and stopped
    ``--cycles`` times at full isolation (the first cycle builds the server venvs);
@@ -56,7 +56,7 @@ def cold_base(arch: str, tmp: Path) -> tuple[str, float]:
     tag = f"localhost/gym-runtime-base:bench-cold-{os.getpid()}"
     t0 = time.monotonic()
     make_tarball(arch, tmp / "base.tar", host_mirror())
-    import_tarball(tmp / "base.tar", tag)
+    import_tarball(tmp / "base.tar", tag, arch)
     return tag, round(time.monotonic() - t0, 1)
 
 

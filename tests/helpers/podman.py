@@ -27,7 +27,8 @@ from pathlib import Path
 
 # executable -> the Debian package that ships it
 TOOLS = {"podman": "podman", "runc": "runc", "debuerreotype-init": "debuerreotype", "debootstrap": "debootstrap",
-         "wget": "wget"}
+         "wget": "wget", "qemu-aarch64-static": "qemu-user-static", "qemu-x86_64-static": "qemu-user-static",
+         "update-binfmts": "binfmt-support"}
 CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE")
 CA_IN_CONTAINER = "/run/gym-runtime-ca/ca-bundle.pem"
 IMAGE_WORKDIR = "/job/work"  # the image's working directory (Dockerfile WORKDIR, docs/container.md)
@@ -98,13 +99,19 @@ def ca_run_flags(ca: Path | None) -> list[str]:
     return ["-v", f"{ca.resolve()}:{CA_IN_CONTAINER}:ro", "-e", f"SSL_CERT_FILE={CA_IN_CONTAINER}"]
 
 
+def dockerfile(context: Path, arch: str) -> Path:
+    """The Dockerfile of Debian architecture ``arch`` (``amd64``, ``arm64``): ``Dockerfile.<arch>``."""
+    return context / f"Dockerfile.{arch}"
+
+
 def build_image(context: Path, tag: str, base: str, arch: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    """``podman build`` of ``context``'s Dockerfile for ``linux/<arch>`` with ``BASE_IMAGE=base``,
-    no cached layers, the host's CA bundle as the secret ``ca-bundle``. Raises ``CalledProcessError``."""
+    """``podman build`` of ``context``'s ``Dockerfile.<arch>`` for ``linux/<arch>`` with
+    ``BASE_IMAGE=base``, no cached layers, the host's CA bundle as the secret ``ca-bundle``. Raises
+    ``CalledProcessError``."""
     ca = host_ca_bundle()
     secret = ["--secret", f"id=ca-bundle,src={ca}"] if ca else []
     return podman("build", "--layers=false", "--pull=never", "--platform", f"linux/{arch}", *limit_flags(), *secret,
-                  "--build-arg", f"BASE_IMAGE={base}", "-t", tag, "-f", str(context / "Dockerfile"), str(context),
+                  "--build-arg", f"BASE_IMAGE={base}", "-t", tag, "-f", str(dockerfile(context, arch)), str(context),
                   timeout=timeout)
 
 

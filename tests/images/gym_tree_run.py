@@ -7,7 +7,7 @@ model as policy): once its ready line is out, the first row of ``ROWS.jsonl`` go
 server's ``/rollouts/run`` for agent ``AGENT``, then SIGTERM stops ``up``. Prints ONE JSON line:
 ``{"started": epoch s, "validate": {"code", "out"}, "build": {"code", "wall_s", "venvs": [{"servers", "python",
 "python_origin", "pins"}]}, "up": {ready line}, "row": {"reward", "error", "output_types"},
-"stop": {"code", "wall_s"}, "others": [...], "stderr": tail}``; ``others`` are the live
+"stop": {"code", "wall_s"}, "others": [...], "stderr": tail, "finished": epoch s}``; ``others`` are the live
 processes left after the stop (PID 1 and this script aside). Uses only the image's own Python,
 httpx and psutil.
 """
@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -70,7 +71,8 @@ def main() -> int:
             "pins": [p["requirement"] for p in v["pins"]]} for v in plan["venvs"]]
     except (ValueError, KeyError) as e:
         out["build"]["venvs"] = f"no plan in the output of build --json: {type(e).__name__}: {e}"
-    up = subprocess.Popen(["gym-runtime", "up", pkg], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tempfile.TemporaryFile("w+")  # up's stderr: a file, so a chatty start can never block on a full pipe
+    up = subprocess.Popen(["gym-runtime", "up", pkg], stdout=subprocess.PIPE, stderr=log, text=True)
     line = up.stdout.readline()  # the ready line, or '' when up exits first
     out["up"] = json.loads(line) if line.strip() else {}
     out["row"] = one_row(out["up"]["head_server"], row, agent) if out["up"] else {"error": "no ready line"}
@@ -82,9 +84,11 @@ def main() -> int:
         up.kill()
         code = up.wait()
     out["stop"] = {"code": code, "wall_s": round(time.monotonic() - t0, 1)}
-    out["stderr"] = up.stderr.read()[-4000:]
+    log.seek(0)
+    out["stderr"] = log.read()[-4000:]
     time.sleep(1.0)  # let the init reap
     out["others"] = leftovers()
+    out["finished"] = time.time()
     print(json.dumps(out))
     return 0
 

@@ -216,4 +216,4 @@ def test_gym_07_tree_validate_build_up_and_one_row(image: RuntimeImage, gym07_pa
     assert got["others"] == [], got["others"]
     print(f"{image.arch} nemo-gym {CURRENT} tree: validate {got['validate']['wall_s']} s, build {got['build']['wall_s']} s, "
           f"up ready in {up['startup_s']} s, one row, stop {got['stop']['wall_s']} s; container "
-          f"{wall:.0f} s (start {got['started'] - t0:.0f} s)")
+          f"{wall:.0f} s (start {got['started'] - t0:.0f} s, exit {t0 + wall - got['finished']:.0f} s)")

@@ -9,6 +9,7 @@ COPY source exists."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shlex
@@ -124,6 +125,9 @@ def test_dockerfile_contract(arch: str) -> None:
             assert (ROOT / src).exists(), f"COPY source {src} does not exist"
             copied.append(src)
     assert {"image", "servers", "gym_runtime", "sandbox", "uv.lock", "pyproject.toml"} <= set(copied)
+    ignored = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+               if ln.strip() and not ln.startswith("#")]
+    assert not [src for src in copied if any(fnmatch.fnmatch(src, pat) for pat in ignored)], "COPY of an ignored path"
 
 
 def test_setup_script_contract() -> None:

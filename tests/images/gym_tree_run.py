@@ -1,6 +1,6 @@
 """Run INSIDE the runtime image: one NeMo Gym tree through the commands a job uses.
 
-    tini -- python3 gym_tree_run.py PKG ROWS.jsonl AGENT
+    tini -- python3 gym_tree_run.py PKG ROWS.jsonl AGENT [more up arguments]
 
 ``gym-runtime validate PKG``, ``gym-runtime build PKG --json``, then ``gym-runtime up PKG`` (the stub
 model as policy): once its ready line is out, the first row of ``ROWS.jsonl`` goes to the head
@@ -61,7 +61,7 @@ def leftovers() -> list[str]:
 
 
 def main() -> int:
-    pkg, rows, agent = sys.argv[1:4]
+    pkg, rows, agent, up_args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     row = json.loads(open(rows).readline())
     out: dict = {"started": time.time(), "validate": run("validate", pkg, timeout_s=600)}
     out["build"] = run("build", pkg, "--json", timeout_s=3600)
@@ -72,7 +72,7 @@ def main() -> int:
     except (ValueError, KeyError) as e:
         out["build"]["venvs"] = f"no plan in the output of build --json: {type(e).__name__}: {e}"
     log = tempfile.TemporaryFile("w+")  # up's stderr: a file, so a chatty start can never block on a full pipe
-    up = subprocess.Popen(["gym-runtime", "up", pkg], stdout=subprocess.PIPE, stderr=log, text=True)
+    up = subprocess.Popen(["gym-runtime", "up", pkg, *up_args], stdout=subprocess.PIPE, stderr=log, text=True)
     line = up.stdout.readline()  # the ready line, or '' when up exits first
     out["up"] = json.loads(line) if line.strip() else {}
     out["row"] = one_row(out["up"]["head_server"], row, agent) if out["up"] else {"error": "no ready line"}

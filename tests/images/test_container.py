@@ -55,6 +55,12 @@ pytestmark = [pytest.mark.container, pytest.mark.pypi, pytest.mark.timeout(1800)
 EMULATED_LEVEL = "none"
 
 
+def start_flags(image: RuntimeImage) -> list[str]:
+    """Start-up deadlines for ``up`` / ``dry-run``: the defaults natively; under emulation servers
+    take minutes to import FastAPI, past the 180 s per-server default."""
+    return [] if image.arch == HOST else ["--ready-timeout", "1800", "--startup-timeout", "3600"]
+
+
 def level(image: RuntimeImage, full_flags: bool) -> str:
     """The isolation level the image's daemon gets: natively ``full`` with :data:`FULL_ISOLATION`,
     ``partial`` at podman's defaults (masked /proc); under emulation :data:`EMULATED_LEVEL`."""
@@ -130,7 +136,8 @@ def readme_dry_run() -> list[str]:
 
 
 def test_readme_main_job_in_the_image(image: RuntimeImage) -> None:
-    done = image.run(*readme_dry_run(), security=FULL_ISOLATION, timeout=900)
+    done = image.run(*readme_dry_run(), *start_flags(image), security=FULL_ISOLATION,
+                     timeout=900 if image.arch == HOST else EMULATED_S)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     print(f"{image.arch} {lines[0].strip() if lines else ''}")  # "dry-run: PKG · rows × samples · startup S s"
@@ -154,9 +161,10 @@ def ready_line(name: str, deadline_s: float) -> dict:
 
 def test_up_then_sigterm_exits_0(image: RuntimeImage) -> None:
     name = f"gym-runtime-test-up-{os.getpid()}"
-    podman("run", "-d", "--name", name, *image.run_args("up", PACKAGE, security=FULL_ISOLATION), timeout=120)
+    podman("run", "-d", "--name", name, *image.run_args("up", PACKAGE, *start_flags(image), security=FULL_ISOLATION),
+           timeout=120)
     try:
-        ready = ready_line(name, 600)
+        ready = ready_line(name, 600 if image.arch == HOST else EMULATED_S)
         assert ready["isolation"] == level(image, True), ready
         print(f"{image.arch} up: ready in {ready['startup_s']} s (fresh venv dir)")
         podman("stop", "--time", "60", name, timeout=120)  # SIGTERM to PID 1 (tini), which forwards it
@@ -178,7 +186,7 @@ def test_up_cycles_in_one_container_leave_no_zombies(image: RuntimeImage, tmp_pa
     subprocess.run(["chmod", "-R", "a+rX", str(pkg)], check=True)  # readable by the image's user
     driver = "/job/tests/up_cycles.py"
     done = image.run("--", "python3", driver, "--cycles", str(n), "acme-orphans", "--policy-base-url",
-                     "http://127.0.0.1:9/v1", timeout=1200 if image.arch == HOST else EMULATED_S,
+                     "http://127.0.0.1:9/v1", *start_flags(image), timeout=1200 if image.arch == HOST else EMULATED_S,
                      extra=["--entrypoint", "tini", "-v", f"{HERE / 'up_cycles.py'}:{driver}:ro",
                             "-v", f"{pkg}:{IMAGE_WORKDIR}/acme-orphans:ro"])
     assert done.returncode == 0, done.stderr[-3000:]
@@ -215,7 +223,7 @@ def test_gym_07_tree_validate_build_up_and_one_row(image: RuntimeImage, gym07_pa
     driver, pkg = "/job/tests/gym_tree_run.py", f"{IMAGE_WORKDIR}/gym07"
     t0 = time.time()
     done = image.run("--", "python3", driver, "gym07", "gym07-rows.jsonl", "example_single_tool_call_simple_agent",
-                     security=FULL_ISOLATION, timeout=1800 if image.arch == HOST else EMULATED_S,
+                     *start_flags(image), security=FULL_ISOLATION, timeout=1800 if image.arch == HOST else EMULATED_S,
                      extra=["--entrypoint", "tini", "-v", f"{HERE / 'gym_tree_run.py'}:{driver}:ro",
                             "-v", f"{gym07_package}:{pkg}:ro",
                             "-v", f"{gym07_package.parent / 'gym07-rows.jsonl'}:{pkg}-rows.jsonl:ro"])

@@ -19,7 +19,8 @@ Variables (all optional):
                                     accepts: 2.44.0 for 0.7.0, 2.7.2 for 0.4.0; the runtime's own openai
                                     is no valid default, case C07)
 ``GYM_RUNTIME_PYTHON``              default interpreter for server venvs (version or path;
-                                    default: the runtime's own ``X.Y``)
+                                    default: the runtime's own ``X.Y``, or for servers using the Gym
+                                    SDK one that meets the release's Requires-Python, docs/runtime.md)
 ``GYM_RUNTIME_VENDOR_PLATFORM``     ``vendor``'s target platform when ``--platform`` is not given
                                     (``linux/amd64`` | ``linux/arm64``; each runtime image sets its own)
 ``GYM_RUNTIME_POLICY_BASE_URL``     the job's policy endpoint(s), comma-separated for replicas
@@ -28,17 +29,28 @@ Variables (all optional):
 ``GYM_RUNTIME_SERVER_MEMORY_MB``    memory limit of each server's process tree, MB (default: half
                                     of this host's memory; ``0``: none), docs/runtime.md
 ``GYM_RUNTIME_SERVER_PIDS``         process/thread limit of each server (default 4096; ``0``: none)
+``NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING``  NeMo Gym's own switch, read as Gym reads it (set and not ``0`` /
+                                    ``false``): the config stage runs pairings a resources server's
+                                    ``allowed_agents`` / ``allowed_model_types`` refuse (docs/environment-packages.md)
+``GYM_RUNTIME_SERVER_ENV``          variables passed from the daemon's environment into server processes:
+                                    a comma list of ``NAME`` (every server) and ``INSTANCE:NAME`` (that
+                                    server instance only), docs/architecture.md §7.1
+``GYM_RUNTIME_WRITABLE_TREES``      instance names (comma list, ``*``: all) whose server tree is a writable
+                                    copy-on-write view (docs/runtime.md, "Sandbox and egress")
+``GYM_RUNTIME_SANDBOX_*``           task sandboxes: provider choice, images, limits
+                                    (:mod:`gym_runtime.task_sandboxes.settings`)
 ==================================  =========================================================
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gym_runtime.errors import SettingsError
 
@@ -50,6 +62,18 @@ VENDOR_PLATFORMS = ("linux/amd64", "linux/arm64")
 DEFAULT_SERVER_PIDS = 4096
 PIN_VARS = {"nemo-gym": "GYM_RUNTIME_PIN_NEMO_GYM", "ray[default]": "GYM_RUNTIME_PIN_RAY",
             "openai": "GYM_RUNTIME_PIN_OPENAI"}
+SERVER_ENV_VAR = "GYM_RUNTIME_SERVER_ENV"
+# What GYM_RUNTIME_SERVER_ENV cannot pass: the variables the server process contract sets itself
+# (gym_runtime/supervise/contract.py; a test holds the two together), and whole families the runtime
+# owns (its settings, the operator's egress, Ray's and uv's, the interpreter's and the loader's).
+SERVER_ENV_RESERVED = frozenset({
+    "PATH", "VIRTUAL_ENV", "HOME", "TMPDIR", "LANG", "NEMO_GYM_CONFIG_DICT", "NEMO_GYM_CONFIG_PATH", "HF_HOME",
+    "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+    "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+})
+SERVER_ENV_RESERVED_PREFIXES = ("GYM_RUNTIME_", "NMP_RL_SANDBOX_", "RAY_", "UV_", "PYTHON", "LD_")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_INSTANCE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def builtin_servers_dir() -> Path:
@@ -71,7 +95,9 @@ class RuntimeSettings:
     """Settings for one run. ``pins`` maps requirement names (``nemo-gym``, ``ray[default]``,
     ``openai``) to exact versions and ``pin_origins`` says where each came from (for errors,
     case C07); ``environ`` is the environment snapshot the run started with (handed to the
-    sandbox policy and scrubbed before any uv call)."""
+    sandbox policy and scrubbed before any uv call); ``server_env``: the variables passed into
+    server processes, ``(name, instance)`` pairs, ``instance`` None for every server
+    (:data:`SERVER_ENV_VAR`, :mod:`gym_runtime.supervise.passthrough`)."""
 
     home: Path
     venv_dir: Path
@@ -84,6 +110,15 @@ class RuntimeSettings:
     server_memory_mb: int | None = None
     server_pids: int | None = DEFAULT_SERVER_PIDS
     vendor_platform: str | None = None
+    python_explicit: bool = False  # the operator set GYM_RUNTIME_PYTHON (else `python` is the runtime's own X.Y)
+    allow_unsupported_pairing: bool = False
+    server_env: tuple[tuple[str, str | None], ...] = ()
+    task_sandboxes: Any = None  # gym_runtime.task_sandboxes.settings.TaskSandboxSettings
+    writable_trees: frozenset[str] = frozenset()  # instance names, or {"*"}
+
+    def writable_tree(self, instance: str) -> bool:
+        """Whether ``instance``'s server tree is a copy-on-write view (``GYM_RUNTIME_WRITABLE_TREES``)."""
+        return instance in self.writable_trees or "*" in self.writable_trees
 
     @property
     def logs_dir(self) -> Path:
@@ -142,6 +177,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     if vendor_platform is not None and vendor_platform not in VENDOR_PLATFORMS:
         raise SettingsError(f"GYM_RUNTIME_VENDOR_PLATFORM={vendor_platform!r} is not one of "
                             f"{', '.join(VENDOR_PLATFORMS)}", hint="unset it to require `vendor --platform`")
+    from gym_runtime.task_sandboxes.settings import load as load_task_sandboxes
+
     return RuntimeSettings(
         home=home,
         venv_dir=Path(env.get("GYM_RUNTIME_VENV_DIR") or home / "venvs").expanduser(),
@@ -150,11 +187,40 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         pins=pins,
         pin_origins=origins,
         python=env.get("GYM_RUNTIME_PYTHON") or f"{sys.version_info[0]}.{sys.version_info[1]}",
+        python_explicit=bool(env.get("GYM_RUNTIME_PYTHON")),
         environ=env,
         server_memory_mb=memory,
         server_pids=pids,
         vendor_platform=vendor_platform,
+        allow_unsupported_pairing=env.get("NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING", "").lower() not in ("", "0", "false"),
+        server_env=parse_server_env(env.get(SERVER_ENV_VAR, "")),
+        task_sandboxes=load_task_sandboxes(env, home),
+        writable_trees=frozenset(x.strip() for x in env.get("GYM_RUNTIME_WRITABLE_TREES", "").split(",") if x.strip()),
     )
+
+
+def parse_server_env(raw: str) -> tuple[tuple[str, str | None], ...]:
+    """:data:`SERVER_ENV_VAR`'s comma list as ``(name, instance | None)`` pairs, in order, without
+    repeats. Raises :class:`SettingsError` (``GR-SETTINGS-SERVER-ENV``) for an entry that is not a
+    variable name (or ``INSTANCE:NAME``), or names a variable the runtime sets or owns."""
+    out: list[tuple[str, str | None]] = []
+    for entry in (e.strip() for e in raw.split(",")):
+        if not entry:
+            continue
+        instance, _, name = entry.rpartition(":")
+        if not _ENV_NAME.match(name) or (instance and not _INSTANCE_NAME.match(instance)) or entry.startswith(":"):
+            raise SettingsError(f"{SERVER_ENV_VAR}: {entry!r} is neither a variable name nor INSTANCE:NAME",
+                                code="GR-SETTINGS-SERVER-ENV", hint=f"write {SERVER_ENV_VAR}=OPENROUTER_API_KEY,"
+                                "my_judge:JUDGE_TOKEN (names only: the values are read from this environment)")
+        if name in SERVER_ENV_RESERVED or name.startswith(SERVER_ENV_RESERVED_PREFIXES):
+            raise SettingsError(f"{SERVER_ENV_VAR}: {name} is set or owned by gym-runtime for every server, so it "
+                                "cannot be passed through", code="GR-SETTINGS-SERVER-ENV",
+                                hint=f"remove {name} from {SERVER_ENV_VAR} (docs/architecture.md §7.1 lists what "
+                                "each server gets)")
+        pair = (name, instance or None)
+        if pair not in out:
+            out.append(pair)
+    return tuple(out)
 
 
 def _half_of_memory_mb() -> int | None:

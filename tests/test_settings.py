@@ -66,3 +66,35 @@ def test_bad_vendor_platform_names_the_variable_and_the_choices() -> None:
     with pytest.raises(SettingsError, match="GYM_RUNTIME_VENDOR_PLATFORM='linux/aarch64' is not one of linux/amd64, "
                                             "linux/arm64"):
         load_settings({"HOME": "/tmp", "GYM_RUNTIME_VENDOR_PLATFORM": "linux/aarch64"})
+
+
+def test_server_env_is_a_comma_list_of_names_and_instance_names() -> None:
+    s = load_settings({"HOME": "/tmp", "GYM_RUNTIME_SERVER_ENV": " OPENROUTER_API_KEY, my_judge:JUDGE_TOKEN ,"
+                       "OPENROUTER_API_KEY"})
+    assert s.server_env == (("OPENROUTER_API_KEY", None), ("JUDGE_TOKEN", "my_judge"))
+    assert load_settings({"HOME": "/tmp"}).server_env == ()
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("9LIVES", "neither a variable name nor INSTANCE:NAME"), ("judge:", "neither a variable name"),
+    ("a b:KEY", "neither a variable name"), ("PATH", "set or owned by gym-runtime"),
+    ("judge:RAY_ADDRESS", "set or owned by gym-runtime"), ("UV_INDEX_URL", "set or owned"),
+    ("GYM_RUNTIME_POLICY_API_KEY", "set or owned"), ("https_proxy", "set or owned"), ("PYTHONPATH", "set or owned"), ("LD_PRELOAD", "set or owned"),
+])
+def test_bad_server_env_entry_names_the_variable(value: str, why: str) -> None:
+    with pytest.raises(SettingsError) as ei:
+        load_settings({"HOME": "/tmp", "GYM_RUNTIME_SERVER_ENV": value})
+    assert ei.value.code == "GR-SETTINGS-SERVER-ENV" and "GYM_RUNTIME_SERVER_ENV" in ei.value.message
+    assert why in ei.value.message
+
+
+def test_no_variable_the_server_contract_sets_can_be_passed_through(tmp_path) -> None:
+    """Bug guard: a passed variable would silently replace what the contract sets (PATH, the config)."""
+    from pathlib import Path
+
+    from gym_runtime.settings import SERVER_ENV_RESERVED, SERVER_ENV_RESERVED_PREFIXES
+    from gym_runtime.supervise import contract
+
+    env = contract.server_env("acme", tmp_path, Path("/v/bin/python"), tmp_path, {})
+    keys = set(env) | set(contract.private_env("x: 1")) | {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
+    assert {k for k in keys if k not in SERVER_ENV_RESERVED and not k.startswith(SERVER_ENV_RESERVED_PREFIXES)} == set()

@@ -177,8 +177,11 @@ def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
     if result.ok:
         return EXIT_OK
     codes = ", ".join(f"{c}: {n}" for c, n in result.summary.failures_by_code.items())
-    e = RolloutError(f"{result.summary.failures} of {result.summary.rollouts} rollouts failed ({codes})",
-                     hint="see the error of each rollout in --out, and the server logs under "
-                     f"{result.ready.get('logs_dir')}")
+    what = f"{result.summary.failures} of {result.summary.rollouts} rollouts failed ({codes})" \
+        if result.summary.failures else f"{result.summary.masked_rows} row(s) had every sample masked by the " \
+        f"environment ({', '.join(f'{k}: {n}' for k, n in result.summary.masked_by_kind.items())})"
+    e = RolloutError(what, hint=("see the error of each rollout in --out" if result.summary.failures else
+                                 "see the failure_reason of each masked rollout in --out") +
+                     f", and the server logs under {result.ready.get('logs_dir')}")
     err.print(e.render(), markup=False, highlight=False)
     return EXIT_RUNTIME

@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gym_runtime.config import PolicyValues, build_config
+    from gym_runtime.gym_release import choose_release
     from gym_runtime.package import check_package, parse_target
     from gym_runtime.venvs.vendor import vendor
 
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     pkg, _violations = check_package(args.package)  # wheels/ may be missing or stale: it is rebuilt
     if pkg is None:
         raise UsageError(f"{args.package} is not an environment package", hint="run `gym-runtime validate` first")
-    merged = build_config(pkg, args.overrides, PolicyValues(), defaults=PLACEHOLDERS)
+    merged = build_config(pkg, args.overrides, PolicyValues(), defaults=PLACEHOLDERS,
+                          release=choose_release(pkg, settings))
     done = vendor(merged, settings, target)
     if args.json:
         print(json.dumps([d.__dict__ for d in done], indent=2))

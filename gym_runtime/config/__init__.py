@@ -2,7 +2,9 @@
 
 ``build_config(package, overrides, policy)`` runs the stages in order:
 
-1. merge the files, overrides and policy values (``GR-CONFIG-YAML``, ``GR-CONFIG-OVERRIDE``);
+1. compose the files (nested ``config_paths``, templates, agent composition: the Gym release's
+   rules, :mod:`gym_runtime.config.compose`) with the overrides and policy values
+   (``GR-CONFIG-YAML``, ``GR-CONFIG-OVERRIDE``, ``GR-CONFIG-NESTED-*``, ``GR-CONFIG-INHERIT*``, ...);
 2. instance shape and names (``GR-CONFIG-INSTANCE-NAME``, ``GR-CONFIG-TWO-IMPLEMENTATIONS``);
 3. missing values and interpolations (:class:`~gym_runtime.errors.MissingValuesError`), reported
    together with every server reference whose type and name are literal and name nothing, so a
@@ -13,8 +15,9 @@
 
 A stage with problems stops the later ones (their findings would be echoes of the same root
 cause). Warnings (``MergedConfig.warnings``) never stop anything: a false-looking string from
-``oc.env`` in a field of unknown type (``GR-CONFIG-TRUTHY``) and egress settings in a package
-config (``GR-CONFIG-NOT-A-SETTING``).
+``oc.env`` in a field of unknown type (``GR-CONFIG-TRUTHY``), egress settings in a package
+config (``GR-CONFIG-NOT-A-SETTING``) and a ``ray_enabled`` key in a server's block
+(``GR-CONFIG-RAY-ENABLED``, :mod:`gym_runtime.gym_release.ray_use`).
 """
 
 from __future__ import annotations
@@ -26,14 +29,17 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
+from gym_runtime.config.blocks import named_blocks
 from gym_runtime.config.instances import ServerInstance, build_instances, declare, find_instances, python_version_problems
-from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources, merge_sources
+from gym_runtime.config.compose import compose
+from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources
 from gym_runtime.config.refs import ServerRef, check_refs, literal_only
 from gym_runtime.config.resolve import resolve_config
 from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map
 from gym_runtime.config.types import apply_known_types
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
 from gym_runtime.gym_release import GymRelease
+from gym_runtime.gym_release.ray_use import ray_enabled_keys
 from gym_runtime.package import Package
 from gym_runtime.package.layout import find_server_dirs
 
@@ -89,10 +95,12 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     from gym_runtime.gym_release import choose_release
     from gym_runtime.settings import builtin_servers_dir, load_settings
 
-    release = release or choose_release(package, load_settings())
+    settings = load_settings()
+    release = release or choose_release(package, settings)
 
-    files = [(p, package.rel(p)) for p in package.config_files]
-    cfg, sources = merge_sources(files, list(overrides or []), policy or PolicyValues(), defaults)
+    composed = compose(package, list(overrides or []), policy or PolicyValues(), release, defaults,
+                       settings.allow_unsupported_pairing)
+    cfg, sources = composed.cfg, composed.sources
     raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
     v = ViolationList(find_instances(raw, sources))
     v.raise_if_any(ConfigError, "server instances are malformed")
@@ -124,18 +132,23 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
         raise ConfigError("no server instances are configured, so there is nothing to run", code="GR-CONFIG-NO-INSTANCES",
                           hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
                           "{entrypoint: app.py}}}` block")
-    return MergedConfig(package, data, instances, refs, sources, secret_map(raw, data, list(instances), extra_secrets),
-                        warnings + _settings_in_config(raw, sources), release)
+    named = named_blocks(data, instances, release.block_reference_keys)
+    return MergedConfig(package, data, instances, refs, sources,
+                        secret_map(raw, data, list(instances), extra_secrets, named),
+                        composed.warnings + warnings + _settings_in_config(raw, sources, named)
+                        + ray_enabled_keys(instances, sources), release)
 
 
 def _refs_summary(n: int) -> str:
     return f"{n} server reference{'s name' if n > 1 else ' names'} no defined instance"
 
 
-def _settings_in_config(raw: dict[str, Any], sources: Sources) -> list[Violation]:
+def _settings_in_config(raw: dict[str, Any], sources: Sources, named: dict[str, tuple[str, ...]]) -> list[Violation]:
     """A warning for a top-level ``sandbox`` block: egress is the operator's setting, never the
-    package's (docs/environment-packages.md), so nothing in it widens what the sandbox allows."""
-    if not isinstance(raw.get("sandbox"), dict):
+    package's (docs/environment-packages.md), so nothing in it widens what the sandbox allows.
+    None when a server names the block by string (``sandbox_provider: sandbox``): then it is Gym's
+    sandbox provider block, the server's own input (:mod:`gym_runtime.config.blocks`)."""
+    if not isinstance(raw.get("sandbox"), dict) or any("sandbox" in blocks for blocks in named.values()):
         return []
     return [Violation("GR-CONFIG-NOT-A-SETTING", "gym-runtime does not read sandbox or egress settings from a "
                       "package config: the sandbox allows what the operator sets (this key only reaches the "

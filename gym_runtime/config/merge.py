@@ -11,13 +11,14 @@ here: ``Sources.of("a.b.c")`` names the file (relative to the package) or flag t
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gym_runtime.config.redact import KEYLESS_API_KEY, is_secret_key
@@ -81,22 +82,33 @@ class ReplacedList:
 @dataclass
 class Sources:
     """Provenance: dotted key path -> where its value was last set (file or flag); ``replaced_lists``:
-    every list a later source replaced (:class:`ReplacedList`, by key)."""
+    every list a later source replaced (:class:`ReplacedList`, by key); ``overridden``: every other
+    value a later source (or an inheriting block, docs/environment-packages.md "Composition") set
+    differently, in the same shape; ``inherits``: per block that took another block as its template
+    (``_inherit_from``, ``_copy``), the template's key path and the source that defined it."""
 
     by_key: dict[str, str] = field(default_factory=dict)
     replaced_lists: dict[str, ReplacedList] = field(default_factory=dict)
+    overridden: dict[str, ReplacedList] = field(default_factory=dict)
+    inherits: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def note_replaced_lists(self, base: Any, new: Any, source: str, prefix: str = "") -> None:
         """Before ``new`` (from ``source``) is merged over ``base`` (plain containers): remember each
-        key where a list replaces a different list."""
+        key where a list replaces a different list, and each other value ``new`` changes."""
         if isinstance(base, dict) and isinstance(new, dict):
             for k, v in new.items():
                 if k in base:
                     self.note_replaced_lists(base[k], v, source, f"{prefix}.{k}" if prefix else str(k))
         elif isinstance(base, list) and isinstance(new, list) and base != new:
-            before = self.replaced_lists.get(prefix)
-            earlier = before.replaced + (before.winner,) if before else (self.of(prefix) or "?",)
-            self.replaced_lists[prefix] = ReplacedList(prefix, source, earlier)
+            self._note(self.replaced_lists, prefix, source)
+        elif not isinstance(base, (dict, list)) and not isinstance(new, (dict, list)) and base != new \
+                and new != "???":
+            self._note(self.overridden, prefix, source)
+
+    def _note(self, table: dict[str, ReplacedList], key: str, source: str) -> None:
+        before = table.get(key)
+        earlier = before.replaced + (before.winner,) if before else (self.of(key) or "?",)
+        table[key] = ReplacedList(key, source, earlier)
 
     def record(self, node: Any, source: str, prefix: str = "") -> None:
         if isinstance(node, dict):
@@ -120,6 +132,20 @@ class Sources:
             key = key[:cut] if cut > 0 else ""
         return None
 
+    def under(self, prefix: str) -> dict[str, str]:
+        """The recorded entries at ``prefix`` and below it, keyed by their path below ``prefix``
+        (``''`` for ``prefix`` itself, ``.x`` / ``[0]`` for the rest)."""
+        return {k[len(prefix):]: s for k, s in self.by_key.items()
+                if k == prefix or k.startswith((prefix + ".", prefix + "["))}
+
+    def drop(self, prefix: str) -> None:
+        """Forget every entry at ``prefix`` and below it (a block that composition removed)."""
+        for suffix in self.under(prefix):
+            del self.by_key[prefix + suffix]
+        for table in (self.replaced_lists, self.overridden):
+            for k in [k for k in table if k == prefix or k.startswith((prefix + ".", prefix + "["))]:
+                del table[k]
+
     def files_defining(self, prefix: str) -> list[str]:
         """Every distinct source that set a key under ``prefix`` (in first-seen order)."""
         out: list[str] = []
@@ -129,7 +155,9 @@ class Sources:
         return out
 
 
-def _load_file(path: Path, rel: str, v: ViolationList) -> dict[str, Any] | None:
+def load_layer(path: Path, rel: str, v: ViolationList) -> dict[str, Any] | None:
+    """One config file as a plain mapping (bounded, :mod:`gym_runtime.package.yamlfile`); a file that
+    cannot be used adds a ``GR-CONFIG-YAML`` violation naming ``rel`` and returns None."""
     try:
         data = load_yaml_file(path, plain=True)
     except YamlProblem as e:
@@ -138,6 +166,10 @@ def _load_file(path: Path, rel: str, v: ViolationList) -> dict[str, Any] | None:
     except OSError as e:
         v.add("GR-CONFIG-YAML", f"cannot be read: {e.strerror or e}", file=rel)
         return None
+    return _check_top(data, rel, v)
+
+
+def _check_top(data: Any, rel: str, v: ViolationList) -> dict[str, Any] | None:
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -223,34 +255,75 @@ def _conflict(base: Any, new: Any, path: str = "") -> tuple[str, str, str] | Non
     return None
 
 
-def merge_sources(files: list[tuple[Path, str]], overrides: list[str], policy: PolicyValues,
-                  defaults: dict[str, Any] | None = None) -> tuple[DictConfig, Sources]:
-    """Merge ``defaults`` (lowest priority, labelled ``default``), config files (``(path, label)``
-    in order), overrides, then policy values.
+def load_text_layer(text: bytes, label: str, v: ViolationList) -> dict[str, Any] | None:
+    """Like :func:`load_layer` for a config read from elsewhere (a member of a vendored wheel)."""
+    from gym_runtime.package.yamlfile import parse_yaml
 
-    Returns the merged, **unresolved** config and its provenance. Raises :class:`ConfigError`
-    listing every unreadable file and bad override, or one naming both sides of a key that is a
-    mapping in one source and a value or list in another (``GR-CONFIG-MERGE``).
-    """
-    v = ViolationList()
+    try:
+        data = parse_yaml(text.decode("utf-8"))
+        check_structure(data, plain=True)
+    except UnicodeDecodeError as e:
+        v.add("GR-CONFIG-YAML", f"is not UTF-8 text (invalid byte at offset {e.start})", file=label)
+        return None
+    except YamlProblem as e:
+        v.add("GR-CONFIG-YAML", str(e), file=label)
+        return None
+    return _check_top(data, label, v)
+
+
+def job_layers(overrides: list[str], policy: PolicyValues, v: ViolationList) -> list[tuple[dict[str, Any], str]]:
+    """The layers the job adds over the files: ``key=value`` overrides (``override``), then the
+    policy values (``--policy-base-url (flags)``, ...); bad overrides are added to ``v``."""
     layers: list[tuple[dict[str, Any], str]] = []
-    if defaults:
-        layers.append((defaults, "default"))
-    for path, label in files:
-        data = _load_file(path, label, v)
-        if data is not None:
-            layers.append((data, label))
     ov, ov_violations = parse_overrides(overrides)
     v.extend(ov_violations)
     if ov:
         layers.append((ov, "override"))
     for k, val in policy.as_dict().items():
         layers.append(({k: val}, f"--{k.replace('_', '-')} ({policy.origin})"))
-    v.raise_if_any(ConfigError, "configuration files cannot be merged")
+    return layers
+
+
+def merge_layers(layers: list[tuple[dict[str, Any], str]], sources: Sources | None = None
+                 ) -> tuple[DictConfig, Sources]:
+    """Merge plain-mapping ``layers`` (``(data, label)``, lowest priority first) with OmegaConf.
+
+    Returns the merged, **unresolved** config and its provenance (recorded against a plain mirror
+    of the merge, so OmegaConf merges once). Raises :class:`ConfigError` naming both sides of a key
+    that is a mapping in one source and a list in another (``GR-CONFIG-MERGE``).
+    """
+    sources = sources if sources is not None else Sources()
+    mirror: dict[str, Any] = {}
+    for data, label in layers:
+        sources.note_replaced_lists(mirror, data, label)
+        _mirror_merge(mirror, data)
+        sources.record(data, label)
+    try:
+        merged = OmegaConf.merge(*(OmegaConf.create(data) for data, _ in layers)) if layers else OmegaConf.create({})
+    except (OmegaConfBaseException, TypeError, ValueError):
+        _raise_conflict(layers)
+        raise
+    assert isinstance(merged, DictConfig)
+    return merged, sources
+
+
+def _mirror_merge(base: dict[str, Any], new: dict[str, Any]) -> None:
+    """OmegaConf's merge on plain containers, for provenance: mappings key by key, ``???`` never
+    replaces a value, anything else replaces (lists whole). ``new`` is never changed: what the
+    mirror takes from it is a copy, so a later layer merged into the mirror cannot reach back into
+    an earlier layer's data (the layers are merged again, by OmegaConf, afterwards)."""
+    for k, v in new.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _mirror_merge(base[k], v)
+        elif not (v == "???" and k in base):
+            base[k] = copy.deepcopy(v)
+
+
+def _raise_conflict(layers: list[tuple[dict[str, Any], str]]) -> None:
+    """Merge ``layers`` one at a time to name the layer and key OmegaConf refused (``GR-CONFIG-MERGE``)."""
     sources = Sources()
     merged: DictConfig = OmegaConf.create({})
     for data, label in layers:
-        sources.note_replaced_lists(OmegaConf.to_container(merged, resolve=False), data, label)
         try:
             merged = OmegaConf.merge(merged, OmegaConf.create(data))  # type: ignore[assignment]
         except (OmegaConfBaseException, TypeError, ValueError) as e:
@@ -265,5 +338,3 @@ def merge_sources(files: list[tuple[Path, str]], overrides: list[str], policy: P
                               hint="a later config can replace values but not turn a mapping into a value or "
                               "list (or back); rename one of the keys") from None
         sources.record(data, label)
-    assert not isinstance(merged, ListConfig)
-    return merged, sources

@@ -10,8 +10,9 @@ The rule (docs/architecture.md §4, docs/environment-packages.md "Secrets"):
   name), through any chain of interpolations;
 * each secret has **sources**: the dotted path of every secret-named value it comes from (itself
   included) and ``env:VAR`` for each secret-named variable;
-* a server instance **receives** every source that a value inside its own config block comes from.
-  Its view of the config (:meth:`SecretMap.view`) keeps the secrets whose sources it receives and
+* a server instance **receives** every source that a value inside its own config block comes from,
+  and every source of a top-level block it names by string (``sandbox_provider: sandbox``,
+  :mod:`gym_runtime.config.blocks`). Its view of the config (:meth:`SecretMap.view`) keeps the secrets whose sources it receives and
   masks every other secret (``****``): other instances' keys and the top-level keys it does not use.
 
 References are read from the *unresolved* config with OmegaConf's own interpolation grammar
@@ -56,13 +57,15 @@ class SecretMap:
     """The secrets of one resolved config.
 
     ``leaves``: resolved leaf path -> the sources it carries (only secrets are listed);
-    ``received``: instance name -> the sources its own config references; ``extra_names``: the
-    package's ``secret_keys`` (lower case).
+    ``received``: instance name -> the sources its own config references (the blocks it names by
+    string included); ``extra_names``: the package's ``secret_keys`` (lower case); ``named``:
+    instance -> the top-level blocks it names by string.
     """
 
     leaves: Mapping[Path, frozenset[str]] = field(default_factory=dict)
     received: Mapping[str, frozenset[str]] = field(default_factory=dict)
     extra_names: tuple[str, ...] = ()
+    named: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def view(self, data: dict[str, Any], instance: str | None = None, masked: list[str] | None = None) -> dict:
         """A deep copy of ``data`` (the resolved config, or a view of it with addresses added) with
@@ -129,9 +132,11 @@ def secret_key_names(raw: dict[str, Any], sources: Sources) -> tuple[tuple[str, 
 
 
 def secret_map(raw: dict[str, Any], data: dict[str, Any], instances: list[str],
-               extra_names: tuple[str, ...] = ()) -> SecretMap:
+               extra_names: tuple[str, ...] = (), named: Mapping[str, tuple[str, ...]] | None = None) -> SecretMap:
     """Analyse one config: ``raw`` is the merged, *unresolved* plain container (``${...}`` as
-    written), ``data`` the same config resolved, ``instances`` the server instance names."""
+    written), ``data`` the same config resolved, ``instances`` the server instance names, ``named``
+    the top-level blocks each instance names by string (:func:`gym_runtime.config.blocks.named_blocks`):
+    their secrets reach that instance too."""
     extra = {n.lower() for n in extra_names}
 
     def is_secret(name: str) -> bool:
@@ -139,8 +144,10 @@ def secret_map(raw: dict[str, Any], data: dict[str, Any], instances: list[str],
 
     a = _Analysis(raw, data, is_secret)
     leaves = {p: s for p in a.paths if (s := a.sources(p))}
-    received = {name: frozenset().union(*(s for p, s in leaves.items() if p[0] == name)) for name in instances}
-    return SecretMap(leaves, received, tuple(sorted(extra)))
+    named = dict(named or {})
+    received = {name: frozenset().union(*(s for p, s in leaves.items() if p[0] == name or p[0] in named.get(name, ())))
+                for name in instances}
+    return SecretMap(leaves, received, tuple(sorted(extra)), named)
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,16 @@ line's class overrides only what changed in that line (``gym_06.py``, ``gym_07.p
 release line is a new subclass registered in ``gym_release/__init__.py`` plus its tests.
 
 The base values are those of NeMo Gym 0.4.0 (``nemo_gym/global_config.py``: the reserved
-top-level keys; ``nemo_gym/config_types.py``: the server types; ``nemo_gym/cli/setup_command.py``:
-the SDK line of a server tree's install file). Releases 0.2.0-0.5.1 share them; 0.5 differs only
+top-level keys and the composition rules, ``GlobalConfigDictParser``; ``nemo_gym/config_types.py``:
+the server types; ``nemo_gym/cli/setup_command.py``: the SDK line of a server tree's install file). Releases 0.2.0-0.5.1 share them; 0.5 differs only
 in figures the wheel itself declares (``Requires-Python >= 3.13.14``), which come from
 :mod:`gym_runtime.gym_release.releases` or the vendored wheel, not from the class.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from packaging.specifiers import SpecifierSet
@@ -53,6 +55,37 @@ class GymRelease:
         "component_name", "model_call_capture_dir", "model_endpoint_readiness_timeout_seconds",
         "observability_enabled",
     })
+
+    # whether servers of the line declare their Ray use (a `ray_enabled` class attribute, 0.7 and
+    # later); before, `SimpleServer.run_webserver` calls `ray.init` in every SDK server
+    declares_ray_enabled: ClassVar[bool] = False
+
+    # ---------------------------------------------------------------- composition (docs/environment-packages.md,
+    # "Composition"; the mechanism is gym_runtime/config/compose.py, the rules per line below)
+    # nested `config_paths`: False = an included file merges after (and so overrides) the file that named it
+    # (`load_extra_config_paths`: breadth-first, includes appended in discovery order)
+    includer_wins: ClassVar[bool] = False
+    # a `config_paths` entry found nowhere is retried under its new name (`nemo_gym/_config_aliases.py`)
+    config_path_aliases: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    # a legacy agent name routed to its new instance (`agent_map`) when only the new one exists
+    agent_aliases: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    # an agent whose `resources_server.name` is `???` is moved onto every other agent (`compose_unbound_agent`)
+    composes_unbound_agent: ClassVar[bool] = False
+    # top-level `skip_verification` / `skip_verification_reward` are copied into every agent that sets neither
+    applies_skip_verification: ClassVar[bool] = False
+    # the keys of a resources server that refuse a pairing: `allowed_agents` (checked when the unbound agent is
+    # composed) and `allowed_model_types` (every agent's model server); waived by `allow_unsupported_pairing`
+    pairing_keys: ClassVar[tuple[str, ...]] = ()
+    # the environment server implementation generated for an agent no environment server names (None: none)
+    relay_implementation: ClassVar[str | None] = None
+    # keys whose string value names a top-level block the server reads at run time, so the block's
+    # secrets reach that server (gym_runtime/config/blocks.py): Gym's sandbox provider references
+    # (NeMo Gym 0.5.0 and later `nemo_gym/sandbox/config.py`, `nemo_gym/sandbox/access.py`)
+    block_reference_keys: ClassVar[tuple[str, ...]] = ("sandbox_provider", "provider_config_ref")
+    # how dataset rows reach servers (gym_runtime/rollouts/routing.py): the 0.4 line's rows name their
+    # agent with `agent_ref` and go to its `/run` (`nemo_gym/rollout_collection.py`)
+    rows_name_task_source: ClassVar[bool] = False
+    rows_through_environment_servers: ClassVar[bool] = False
 
     def __init__(self, version: str | Version, source: str, metadata: KnownRelease) -> None:
         self.version = Version(str(version))
@@ -99,9 +132,19 @@ class GymRelease:
         """Whether ``environment_servers`` is a server type of this line (0.7 and later)."""
         return "environment_servers" in self.server_types
 
+    def server_uses_ray(self, sdk: bool, declared: bool | None) -> bool:
+        """Whether a server starts a Ray driver: ``sdk`` (its venv runs the Gym SDK) and
+        ``declared`` (its entrypoint class's literal ``ray_enabled``, None when undeclared;
+        :mod:`gym_runtime.package.server_class`). An SDK server of this line always does (NeMo Gym
+        0.4.0 ``nemo_gym/server_utils.py``: ``run_webserver`` calls ``initialize_ray``); any
+        server that declares ``ray_enabled = True`` does."""
+        return declared is True or (sdk and (not self.declares_ray_enabled or declared is None))
+
     def describe(self) -> str:
-        """``NeMo Gym 0.7.0 (release line 0.7; from GYM_RUNTIME_PIN_NEMO_GYM)``."""
-        return f"NeMo Gym {self.version} (release line {self.line}; from {self.source})"
+        """The one line commands print: ``gym release: NeMo Gym 0.7.0 (line 0.7, Requires-Python
+        >=3.13.14; from set by GYM_RUNTIME_PIN_NEMO_GYM)``."""
+        return (f"gym release: NeMo Gym {self.version} (line {self.line}, Requires-Python {self.requires_python}; "
+                f"from {self.source})")
 
     def to_dict(self) -> dict[str, str]:
         return {"version": str(self.version), "line": self.line, "source": self.source,

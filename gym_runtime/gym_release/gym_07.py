@@ -3,7 +3,14 @@
 From NeMo Gym 0.7.0: a fourth server type, ``environment_servers`` (``nemo_gym/config_types.py``,
 ``nemo_gym/base_environment_server.py``), which rollout collection reaches agents through
 (``nemo_gym/rollout_collection.py``); the routing and spin-up keys it reserves
-(``nemo_gym/global_config.py``).
+(``nemo_gym/global_config.py``); servers declare whether they use Ray (``ray_enabled`` on the
+server class, ``nemo_gym/server_utils.py`` ``_server_uses_ray``: undeclared still means Ray).
+Composition (docs/environment-packages.md, "Composition"): every
+agent no environment server names gets a generated ``legacy_agent`` relay
+(``_front_agents_without_environment_server``), an agent moved by a top-level ``_inherit_from`` or
+renamed by unbound-agent composition is followed by the environment servers naming it
+(``_retarget_environment_servers``), and a resources server's ``allowed_model_types`` refuses an
+agent's model server of another type (``raise_on_unsupported_model_pairings``).
 """
 
 from __future__ import annotations
@@ -19,7 +26,13 @@ class Gym07(Gym06):
     line: ClassVar[str] = "0.7"
     first: ClassVar[str] = "0.7.0"
     server_types: ClassVar[tuple[str, ...]] = Gym06.server_types + ("environment_servers",)
+    declares_ray_enabled: ClassVar[bool] = True
     reserved_keys: ClassVar[frozenset[str]] = Gym06.reserved_keys | {
         "environment_routing_mode", "environment_server_name", "environment_server_routes",
         "server_spinup_timeout_seconds", "uv_lock_timeout_seconds",
     }
+    pairing_keys: ClassVar[tuple[str, ...]] = ("allowed_agents", "allowed_model_types")
+    relay_implementation: ClassVar[str | None] = "legacy_agent"
+    # rows reach agents through the environment server fronting them; materialized tasks
+    # (`task_id` + `task_input`) go to `environment_server_routes[taskset]` as episode requests
+    rows_through_environment_servers: ClassVar[bool] = True

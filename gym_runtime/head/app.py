@@ -65,6 +65,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gym_runtime.head.instances import split
 from gym_runtime.rollouts.dispatch import Batch, row_error, run_rows
+from gym_runtime.rollouts.routing import Routing
 from gym_runtime.rollouts.spread import ROLLOUTS_PER_AGENT_REPLICA, replica_counts
 from gym_runtime.rollouts.verdict import AgentFacts
 
@@ -75,7 +76,9 @@ class HeadBackend:
 
     ``config_yaml() -> str | None`` (masked; None while starting); ``instances() -> list[dict]`` (every member's snapshot,
     servers and support processes); ``health() -> (status, body)``; ``logs(name, n) -> dict | None``;
-    ``agents() -> {agent instance: base url}``; ``agent_facts() -> {agent instance: AgentFacts}``
+    ``agents() -> {instance: base url}``: the servers rows may go to (agents, and environment servers
+    where the Gym release line has them); ``routing() -> Routing | None``: where each row goes
+    (:mod:`gym_runtime.rollouts.routing`; None: to the agent its ``agent_ref`` names); ``agent_facts() -> {agent instance: AgentFacts}``
     (resources server names for bad-reward errors); ``agent_replicas() -> {agent instance: {replica:
     node}}`` (which replicas may serve its rows, :mod:`gym_runtime.rollouts.spread`);
     ``rollout_concurrency``: rollouts in flight per batch unless the body says
@@ -89,6 +92,7 @@ class HeadBackend:
     logs: Callable[[str, int], dict[str, Any] | None]
     agents: Callable[[], dict[str, str]]
     agent_facts: Callable[[], Mapping[str, AgentFacts]] = dict
+    routing: Callable[[], Routing | None] = lambda: None
     agent_replicas: Callable[[], Mapping[str, Mapping[str, str | None]]] = dict
     rollout_concurrency: int = ROLLOUTS_PER_AGENT_REPLICA
     rollout_deadline_s: float | None = 3600.0
@@ -297,7 +301,7 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
         concurrency, replicas = batch.concurrency or backend.rollout_concurrency, backend.agent_replicas()
         task = asyncio.create_task(run_rows(batch.examples, backend.agents(), concurrency=concurrency,
                                             deadline_s=backend.rollout_deadline_s, facts=backend.agent_facts(),
-                                            results=finished, replicas=replicas))
+                                            results=finished, replicas=replicas, routing=backend.routing()))
 
         async def body() -> AsyncIterator[bytes]:
             closing = asyncio.create_task(app.state.closing.wait())

@@ -21,7 +21,8 @@ status``):
 
 and ours beside them: ``implementation`` (= ``name``), ``state`` (the supervisor's ``pending``
 | ``starting`` | ``ready`` | ``restarting`` | ``failed`` | ``stopping`` | ``stopped``), ``restarts``,
-``ready_after_s``, ``last_exit``, ``error``, ``log_file``; for a replica on a Ray node
+``ready_after_s``, ``last_exit``, ``error``, ``log_file``, ``sandboxes`` (its live task sandboxes,
+docs/runtime.md "Task sandboxes"); for a replica on a Ray node
 (docs/scale-out.md) also ``placement`` (``ray``), ``instance``, ``replica``, ``node``,
 ``node_id``, ``isolation``, ``remote_pid`` (its process id on that node; ``pid`` is null) and
 ``moves`` (times it was placed again on another node after its node was lost).
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-OURS = ("restarts", "ready_after_s", "last_exit", "error", "log_file")
+OURS = ("restarts", "ready_after_s", "last_exit", "error", "log_file", "sandboxes")
 PLACED = ("placement", "instance", "replica", "node", "node_id", "isolation", "remote_pid", "moves")
 
 

@@ -1,7 +1,11 @@
-"""Send dataset rows to their agents' ``/run`` with bounded concurrency (head ``/rollouts/run``, dry-run).
+"""Send dataset rows to their servers' ``/run`` with bounded concurrency (head ``/rollouts/run``, dry-run).
 
 A row names its agent with ``agent_ref: {type: responses_api_agents, name: <instance>}`` (docs/architecture.md
-§9); the whole row is POSTed as JSON to ``<agent url>/run``, as Gym's rollout collection does.
+§9); the whole row is POSTed as JSON to ``<agent url>/run``, as Gym's rollout collection does. Under
+a Gym release line with environment servers the row goes to the environment server fronting its
+agent instead, and a materialized task as an episode request (:mod:`gym_runtime.rollouts.routing`,
+:mod:`gym_runtime.rollouts.tasks`; ``GR-ROLLOUT-ENVIRONMENT-SERVER``: no environment server can take
+the row, ``GR-ROLLOUT-EPISODE-FAILED``: the environment server answered a handled failure).
 Results keep the row's index; a row that fails gets ``{"error": {"code", "message"}}`` instead of
 stopping the batch. Each row's agent replica is learnt from the answer
 (:mod:`gym_runtime.rollouts.spread`), for the per-replica counts. Codes: ``GR-ROLLOUT-AGENT-REF``
@@ -34,7 +38,10 @@ from typing import Any
 
 import httpx
 
+from gym_runtime.rollouts.routing import Route, RouteError, Routing
 from gym_runtime.rollouts.spread import REPLICA_HEADER, served_by
+from gym_runtime.rollouts.tasks import (EPISODE_FAILED, ENVIRONMENT_SERVER_STAMP, RESULT_TYPE_STAMP, episode_record,
+                                       episode_request)
 from gym_runtime.rollouts.verdict import BAD_REWARD, AgentFacts, bad_reward
 
 AGENT_TYPE = "responses_api_agents"
@@ -77,28 +84,57 @@ class Reply:
 
 async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any,
                   timeout_s: float | None = None, facts: Mapping[str, AgentFacts] | None = None,
-                  replicas: Mapping[str, Mapping[str, Any]] | None = None) -> Reply:
-    """POST one row to its agent's ``/run``; a :class:`Reply` (never raises). ``facts`` (agent ->
-    :class:`AgentFacts`) lets a bad-reward error name the resources server; ``replicas`` (agent ->
-    {replica: node}) says which replicas may have served it (default: the agent alone)."""
-    name = agent_name(row)
-    if name is None:
-        return Reply(row_error("GR-ROLLOUT-AGENT-REF", "row has no agent_ref {type: responses_api_agents, name: ...}"))
-    base = agents.get(name)
+                  replicas: Mapping[str, Mapping[str, Any]] | None = None, *, routing: Routing | None = None,
+                  route: Route | None = None, index: int = 0, sample: int = 0) -> Reply:
+    """POST one row to its server's ``/run``; a :class:`Reply` (never raises). ``agents`` maps the
+    running servers rows may go to (agents, and environment servers) to base URLs; ``facts``
+    (agent -> :class:`AgentFacts`) lets a bad-reward error name the resources server; ``replicas``
+    (agent -> {replica: node}) says which replicas may have served it (default: the agent alone).
+
+    Without ``routing`` (and ``route``) the row goes to the agent its ``agent_ref`` names. With them
+    it goes where :meth:`Routing.route` says (``route``: already decided, e.g. by the dataset check),
+    a materialized task as an episode request (``index``, ``sample``: its default task and rollout
+    index, :func:`gym_runtime.rollouts.tasks.episode_request`), and an answer that came through an
+    environment server is stamped ``_ng_environment_server`` / ``_ng_result_type`` as Gym's
+    collector stamps its records."""
+    if routing is None and route is None:
+        name = agent_name(row)
+        if name is None:
+            return Reply(row_error("GR-ROLLOUT-AGENT-REF", "row has no agent_ref {type: responses_api_agents, name: ...}"))
+        route = Route(name, name)
+    elif route is None:
+        if not isinstance(row, dict):
+            return Reply(row_error("GR-ROLLOUT-AGENT-REF", "the row is not a JSON object, so it names no agent"))
+        try:
+            route = routing.route(row)  # type: ignore[union-attr]
+        except RouteError as e:
+            code = "GR-ROLLOUT-ENVIRONMENT-SERVER" if e.kind == "environment" else "GR-ROLLOUT-AGENT-REF"
+            return Reply(row_error(code, e.message + (f" ({e.hint})" if e.hint else "")))
+    base = agents.get(route.server)
     if base is None:
+        kind = "environment server" if route.environment_server else "agent"
         known = ", ".join(sorted(agents)) or "(none)"
-        return Reply(row_error("GR-ROLLOUT-AGENT-REF", f"agent_ref names {name!r}, which is not a running agent "
-                               f"(available responses_api_agents: {known})"))
+        code = "GR-ROLLOUT-ENVIRONMENT-SERVER" if route.environment_server else "GR-ROLLOUT-AGENT-REF"
+        return Reply(row_error(code, f"the row goes to {kind} {route.server!r}, which is not running "
+                               f"(running: {known})"))
     url = base.rstrip("/") + "/run"
+    body = episode_request(row, index, sample) if route.episode else \
+        {**row, "agent_ref": {"name": route.agent_ref}} if route.agent_ref else row
     try:
-        r = await client.post(url, json=row, timeout=timeout_s)
+        r = await client.post(url, json=body, timeout=timeout_s)
     except httpx.HTTPError as e:
-        return Reply(row_error("GR-ROLLOUT-CONNECT", f"{name}: POST {url} failed: {type(e).__name__}: {e}"), name)
-    return Reply(_judge(name, url, r, facts), name, served_by(name, r.headers.get(REPLICA_HEADER), replicas or {}))
+        return Reply(row_error("GR-ROLLOUT-CONNECT", f"{route.server}: POST {url} failed: {type(e).__name__}: {e}"),
+                     route.agent)
+    answer = _judge(route, url, r, (facts or {}).get(route.agent))
+    if route.environment_server is not None and (answer.get("error") or {}).get("code") in (None, EPISODE_FAILED):
+        answer = {**answer, ENVIRONMENT_SERVER_STAMP: route.environment_server, RESULT_TYPE_STAMP: route.result_type}
+    return Reply(answer, route.agent, served_by(route.agent, r.headers.get(REPLICA_HEADER), replicas or {}))
 
 
-def _judge(name: str, url: str, r: httpx.Response, facts: Mapping[str, AgentFacts] | None) -> dict[str, Any]:
-    """The agent's answer ``r`` as the row's result: its JSON object or a row error."""
+def _judge(route: Route, url: str, r: httpx.Response, fact: AgentFacts | None) -> dict[str, Any]:
+    """The server's answer ``r`` as the row's result: its JSON object (an episode answer as its
+    record) or a row error."""
+    name = route.server
     try:
         body = r.json()
     except (ValueError, RecursionError):  # not JSON, a number over 4300 digits, nested past the parser's depth
@@ -113,9 +149,13 @@ def _judge(name: str, url: str, r: httpx.Response, facts: Mapping[str, AgentFact
         return row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {r.text[:500]}")
     if body is None:
         return row_error("GR-ROLLOUT-BAD-JSON", f"{name}: POST {url} answered non-JSON: {r.text[:200]!r}")
+    if route.episode:
+        body = episode_record(name, body)
+        if isinstance(body.get("error"), dict):
+            return body
     if not isinstance(body, dict):
         body = {"result": body}
-    unusable = bad_reward(body, name, (facts or {}).get(name))
+    unusable = bad_reward(body, route.agent, fact)
     return {"error": unusable} if unusable is not None else body
 
 
@@ -138,11 +178,14 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
                    client: httpx.AsyncClient | None = None,
                    facts: Mapping[str, AgentFacts] | None = None,
                    results: list[dict[str, Any] | None] | None = None,
-                   replicas: Mapping[str, Mapping[str, Any]] | None = None) -> Batch:
+                   replicas: Mapping[str, Mapping[str, Any]] | None = None,
+                   routing: Routing | None = None) -> Batch:
     """Run every row (at most ``concurrency`` at once); see :class:`Batch`.
 
-    ``agents`` maps agent instance names to base URLs (``http://host:port``); ``replicas`` maps
-    them to ``{replica: node}`` (:func:`run_row`). ``deadline_s`` bounds
+    ``agents`` maps the servers rows may go to (agents; with ``routing``, environment servers too)
+    to base URLs (``http://host:port``); ``replicas`` maps agents to ``{replica: node}``;
+    ``routing``: where each row goes (:func:`run_row`; row ``i`` is task ``i``, rollout 0, for a
+    materialized task without stamps). ``deadline_s`` bounds
     the whole batch: rows still running then are cancelled and get ``GR-ROLLOUT-DEADLINE``.
     ``results`` (a list of ``len(rows)`` Nones) receives each row's result as soon as it is there,
     so a caller that cancels the batch still has the rows already finished (the head server at
@@ -163,7 +206,7 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
         async with sem:
             t0 = time.monotonic()
             try:
-                reply = await run_row(http, table, row, facts=facts, replicas=replicas)
+                reply = await run_row(http, table, row, facts=facts, replicas=replicas, routing=routing, index=i)
                 results[i], names[i], served[i] = reply.answer, reply.agent, reply.replica
             except Exception as e:  # noqa: BLE001 - a bug here must cost one row, never the batch
                 results[i] = row_error("GR-INTERNAL", f"the row could not be dispatched: {type(e).__name__}: {e} "

@@ -3,7 +3,8 @@
 Order: the package, its configuration and EVERY dataset row are checked before anything
 starts (a bad row costs no venv build); then :class:`gym_runtime.Runtime` brings the environment
 up (the built-in stub model unless a policy URL is given), each row goes k times to its agent's
-``/run`` (:func:`gym_runtime.rollouts.sampler.sample_rows`), every result is appended to the
+``/run``, or through the environment server fronting it under a Gym release line that has them
+(:func:`gym_runtime.rollouts.sampler.sample_rows`, :mod:`gym_runtime.rollouts.routing`), every result is appended to the
 ``--out`` file as it finishes, and the environment is stopped whatever happened. Where the
 servers run is the Runtime's placement (``placement="ray"`` in ``runtime_kwargs``: replicas on
 the nodes of a Ray cluster, docs/scale-out.md); the rollouts in flight are bounded by
@@ -23,6 +24,7 @@ from typing import IO, Any
 from gym_runtime.config import PolicyValues, build_config
 from gym_runtime.errors import UsageError
 from gym_runtime.package import load_package
+from gym_runtime.rollouts.routing import Routing
 from gym_runtime.rollouts.rows import DatasetRow, load_rows
 from gym_runtime.rollouts.sampler import sample_rows
 from gym_runtime.rollouts.spread import replica_counts
@@ -83,7 +85,8 @@ class DryRunResult:
 
     @property
     def ok(self) -> bool:
-        return self.summary.failures == 0
+        """No rollout failed, and no row had every sample masked by its environment (case C39)."""
+        return self.summary.failures == 0 and self.summary.masked_rows == 0
 
 
 def prepare(req: DryRunRequest, notes: list[str] | None = None
@@ -96,11 +99,15 @@ def prepare(req: DryRunRequest, notes: list[str] | None = None
     :class:`~gym_runtime.errors.PackageInvalidError`, a ``ConfigError`` or
     :class:`~gym_runtime.errors.DatasetError` (every bad row, with line and field).
     """
+    from gym_runtime.gym_release import choose_release
+    from gym_runtime.settings import load_settings
+
     req.check()
     pkg = load_package(req.package)
-    merged = build_config(pkg, req.overrides, req.policy, defaults=PLACEHOLDERS)
+    release = choose_release(pkg, req.runtime_kwargs.get("settings") or load_settings())
+    merged = build_config(pkg, req.overrides, req.policy, defaults=PLACEHOLDERS, release=release)
     agents = {i.name: i for i in merged.of_type("responses_api_agents")}
-    rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id, notes)
+    rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id, notes, Routing.from_config(merged))
     facts = agent_facts(merged.instances)
     return pkg.name, rows[: req.limit] if req.limit else rows, facts
 

@@ -4,9 +4,11 @@ Table columns (one row per dataset row): row, line, agent, k, mean, std, min, ma
 unk (unknown tool calls the agent refused; "-" when the agent does not count them), ctx (rollouts
 stopped because the prompt no longer fit the context), bad (unusable rewards: NaN, null, a string,
 missing; also counted in fail), signal ("yes"; "no GRPO signal" when the k rewards are all equal;
+"all masked" when the environment masked every sample, ``mask_sample``;
 "unknown" with fewer than two rewards; "N out of range" when rewards fall outside the resources
 server's ``reward_range``). The summary gives the share of signal-bearing rows, rollouts per
-second, failures by error code and the totals of those counts (docs/rollouts.md). Under it, the
+second, failures by error code, the totals of those counts and the rollouts their environment
+masked (``mask_sample``, left out of the spread; docs/rollouts.md). Under it, the
 replica table: one line per agent replica (replica, agent, node, rollouts, failed, rollouts/s;
 :func:`gym_runtime.rollouts.spread.replica_counts`).
 """
@@ -19,7 +21,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from gym_runtime.rollouts.stats import NO_SIGNAL, RowStats, Summary
+from gym_runtime.rollouts.stats import ALL_MASKED, NO_SIGNAL, RowStats, Summary
 
 
 def _num(v: float | None, digits: int = 2) -> str:
@@ -41,7 +43,9 @@ def build_table(stats: list[RowStats], title: str | None = None) -> Table:
         table.add_column(name, justify=justify, no_wrap=name != "signal",  # type: ignore[arg-type]
                          min_width=len(name), ratio=1 if name == "signal" else None)
     for s in stats:
-        if s.signal is True:
+        if s.all_masked:
+            signal = f"[red]{ALL_MASKED}[/red]"
+        elif s.signal is True:
             signal = "[green]yes[/green]"
         elif s.signal is False:
             signal = f"[yellow]{NO_SIGNAL}[/yellow]"
@@ -87,6 +91,14 @@ def summary_lines(summary: Summary) -> list[str]:
                      "see the error of each rollout in --out[/red]")
     if summary.out_of_range:
         lines.append(f"[red]{summary.out_of_range} reward(s) outside the resources server's reward_range[/red]")
+    if summary.masked:
+        kinds = ", ".join(f"{k}: {n}" for k, n in summary.masked_by_kind.items())
+        lines.append(f"[yellow]{summary.masked} rollout(s) masked by their environment (mask_sample: the reward is "
+                     f"no valid measurement; {kinds}); left out of the reward spread, see failure_reason in "
+                     "--out[/yellow]")
+    if summary.masked_rows:
+        lines.append(f"[red]{summary.masked_rows} row(s) had every sample masked: the environment failed on them "
+                     "(a judge or sandbox down), so they measure nothing[/red]")
     if summary.no_signal_rows:
         lines.append(f"[yellow]{summary.no_signal_rows} row(s) give GRPO no signal: all their rewards are equal; "
                      "make those prompts harder/easier or drop them[/yellow]")

@@ -13,6 +13,15 @@ Contract: docs/architecture.md §9 and NMP's `GymDatasetRow` schema (NMP's ``Gym
   manifest's ``metadata.vf_env_id``) when one is configured;
 - every other key is forwarded to the agent untouched. Blank lines are skipped.
 
+Under a Gym release line that has them (``routing``, :mod:`gym_runtime.rollouts.routing`): a row
+may name ``task_source`` instead of ``agent_ref`` (0.6 and later); a materialized task
+(``task_id: {taskset, task_id}`` plus ``task_input``, 0.7 and later) needs neither
+``responses_create_params`` nor an agent; ``_ng_*`` stamps are type-checked
+(:func:`gym_runtime.rollouts.tasks.stamp_problems`); and every row must have a route, so a row no
+environment server can take (an agent fronted by several, a taskset without a route) is a dataset
+error naming the line before anything starts (``GR-DATASET-TASK-SOURCE``,
+``GR-DATASET-ENVIRONMENT-SERVER``).
+
 Records are separated by ``\n`` only (one trailing ``\r`` is dropped, so ``\r\n`` files work);
 U+2028, U+2029, U+0085, form feed and the other characters ``str.splitlines`` breaks on are data
 inside a JSON string (case C27), and line numbers count ``\n``. A UTF-8 byte order mark at the start
@@ -33,6 +42,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gym_runtime.errors import DatasetError, Violation
+from gym_runtime.rollouts.routing import Route, RouteError, Routing
+from gym_runtime.rollouts.tasks import ENVIRONMENT_SERVER_STAMP, TASK_SOURCE, is_materialized, stamp_problems
 
 AGENT_TYPE = "responses_api_agents"
 VERIFIERS_AGENT = "verifiers_agent"
@@ -60,12 +71,14 @@ class AgentSpec(Protocol):
 @dataclass(frozen=True)
 class DatasetRow:
     """One checked row: ``index`` (0-based among rows), ``line`` (1-based in the file), the
-    agent instance it goes to, and the row object exactly as read (sent to ``/run`` as is)."""
+    agent instance its rollouts count for, the row object exactly as read (sent to ``/run`` as
+    is, or as an episode request) and its ``route`` (None: checked without routing rules)."""
 
     index: int
     line: int
     agent: str
     data: dict[str, Any] = field(hash=False)
+    route: Route | None = field(default=None, hash=False)
 
 
 def _type_name(v: Any) -> str:
@@ -76,27 +89,52 @@ def _is(v: Any, types: tuple[type, ...]) -> bool:
     return isinstance(v, types) and not isinstance(v, bool)
 
 
+_ROUTE_CODES = {"environment": "GR-DATASET-ENVIRONMENT-SERVER", TASK_SOURCE: "GR-DATASET-TASK-SOURCE"}
+
+
 class _RowChecker:
-    """Checks one row object against the agents and the manifest's ``vf_env_id``."""
+    """Checks one row object against the agents, the manifest's ``vf_env_id`` and, when given, the
+    environment's routing rules."""
 
-    def __init__(self, where: str, agents: Mapping[str, AgentSpec], manifest_vf_env_id: str | None) -> None:
-        self.where, self.agents, self.manifest_vf = where, agents, manifest_vf_env_id
+    def __init__(self, where: str, agents: Mapping[str, AgentSpec], manifest_vf_env_id: str | None,
+                 routing: Routing | None = None) -> None:
+        self.where, self.agents, self.manifest_vf, self.routing = where, agents, manifest_vf_env_id, routing
 
-    def check(self, line: int, row: Any) -> list[Violation]:
+    def check(self, line: int, row: Any) -> tuple[list[Violation], str | None, Route | None]:
+        """``(violations, the agent its rollouts count for, its route)`` of one row."""
         file = f"{self.where}:{line}"
         if not isinstance(row, dict):
             return [Violation("GR-DATASET-ROW", f"a row must be a JSON object, got {_type_name(row)}", file=file,
-                              hint="write one JSON object per line")]
-        out = self._params(file, row.get("responses_create_params", _MISSING))
+                              hint="write one JSON object per line")], None, None
+        rt = self.routing
+        task = rt is not None and rt.through_environment_servers and is_materialized(row)
+        out = [] if task else self._params(file, row.get("responses_create_params", _MISSING))
         for key, (types, what) in _OPTIONAL_TYPES.items():
             if key in row and not _is(row[key], types):
                 out.append(Violation("GR-DATASET-FIELD", f"must be {what}, got {_type_name(row[key])}",
                                      file=file, key=key))
-        agent, ref_violations = self._agent_ref(file, row.get("agent_ref", _MISSING))
-        out += ref_violations
-        if agent is not None:
+        if rt is not None:
+            out += [Violation("GR-DATASET-FIELD", what, file=file, key=key) for key, what in stamp_problems(row)]
+        agent: str | None = None
+        by_route = rt is not None and "agent_ref" not in row and (
+            task or ENVIRONMENT_SERVER_STAMP in row and rt.through_environment_servers
+            or TASK_SOURCE in row and rt.task_source)
+        if not by_route:
+            agent, ref_violations = self._agent_ref(file, row.get("agent_ref", _MISSING))
+            out += ref_violations
+            if agent is None:
+                return out, None, None
+        route = None
+        if rt is not None and not out:
+            try:
+                route = rt.route(row)
+            except RouteError as e:
+                code = _ROUTE_CODES.get(e.kind if e.kind == "environment" else e.key, "GR-DATASET-AGENT-REF")
+                return out + [Violation(code, e.message, file=file, key=e.key, hint=e.hint)], None, None
+            agent = route.agent
+        if agent in self.agents:
             out += self._vf_env(file, row, agent)
-        return out
+        return out, agent, route
 
     def _params(self, file: str, params: Any) -> list[Violation]:
         if params is _MISSING:
@@ -186,10 +224,12 @@ def records(text: str) -> list[tuple[int, str]]:
 
 
 def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
-               manifest_vf_env_id: str | None = None, notes: list[str] | None = None) -> list[DatasetRow]:
+               manifest_vf_env_id: str | None = None, notes: list[str] | None = None,
+               routing: Routing | None = None) -> list[DatasetRow]:
     """Parse and check JSONL ``text``; ``where`` names the file in messages.
 
-    ``agents`` maps agent instance names to their spec (implementation, resolved config).
+    ``agents`` maps agent instance names to their spec (implementation, resolved config);
+    ``routing`` the environment's routing rules (None: every row names its agent with ``agent_ref``).
     Returns the rows in file order. A leading byte order mark is dropped and a sentence saying so
     is appended to ``notes`` (when given). Raises :class:`DatasetError` listing every problem (the
     first :data:`MAX_REPORTED`), or when the file holds no row at all.
@@ -198,7 +238,7 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
         text = text[len(BOM):]
         if notes is not None:
             notes.append(f"dataset {where} starts with a UTF-8 byte order mark (BOM); it was ignored")
-    checker = _RowChecker(where, agents, manifest_vf_env_id)
+    checker = _RowChecker(where, agents, manifest_vf_env_id, routing)
     rows: list[DatasetRow] = []
     problems: list[Violation] = []
     for line_no, line in records(text):
@@ -215,10 +255,10 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
             problems.append(Violation("GR-DATASET-JSON", f"JSON that cannot be read: {what}",
                                       file=f"{where}:{line_no}", hint="one JSON object per line (JSONL)"))
             continue
-        found = checker.check(line_no, obj)
+        found, agent, route = checker.check(line_no, obj)
         problems += found
-        if not found:
-            rows.append(DatasetRow(len(rows), line_no, obj["agent_ref"]["name"], obj))
+        if not found and agent is not None:
+            rows.append(DatasetRow(len(rows), line_no, agent, obj, route))
     if problems:
         shown = problems[:MAX_REPORTED]
         more = len(problems) - len(shown)
@@ -233,7 +273,8 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
 
 
 def load_rows(path: str | Path, agents: Mapping[str, AgentSpec],
-              manifest_vf_env_id: str | None = None, notes: list[str] | None = None) -> list[DatasetRow]:
+              manifest_vf_env_id: str | None = None, notes: list[str] | None = None,
+              routing: Routing | None = None) -> list[DatasetRow]:
     """Read and check the JSONL file at ``path`` (see :func:`parse_rows`; bytes are decoded as
     UTF-8 without newline translation, so only ``\n`` ends a record).
 
@@ -252,4 +293,4 @@ def load_rows(path: str | Path, agents: Mapping[str, AgentSpec],
         raise DatasetError(f"dataset {p} is not UTF-8 text (byte {e.start})") from None
     except OSError as e:
         raise DatasetError(f"dataset {p} cannot be read: {e.strerror}") from None
-    return parse_rows(text, str(p), agents, manifest_vf_env_id, notes)
+    return parse_rows(text, str(p), agents, manifest_vf_env_id, notes, routing)

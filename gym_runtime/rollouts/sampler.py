@@ -1,4 +1,8 @@
-"""Send each dataset row k times to its agent's ``/run`` and time every rollout (dry-run, docs/architecture.md §9).
+"""Send each dataset row k times to its server's ``/run`` and time every rollout (dry-run, docs/architecture.md §9).
+
+Each row goes where its dataset check routed it (``DatasetRow.route``: its agent, or the
+environment server fronting it; a materialized task's sample ``k`` is rollout ``k`` of task
+``row.index`` unless the row is stamped).
 
 The HTTP call and its per-row error shapes are :func:`gym_runtime.rollouts.dispatch.run_row`'s; this
 module adds the k samples, the replica that served each rollout, a bound on rollouts in flight, a
@@ -25,8 +29,10 @@ def to_result(row: DatasetRow, sample: int, answer: dict, latency_s: float,
               facts: AgentFacts | None = None, replica: str | None = None) -> RolloutResult:
     """A :class:`RolloutResult` from an agent answer (or a dispatch row error) and the replica that served it."""
     v = judge(answer, row.agent, facts)
+    via = row.route.environment_server if row.route is not None else None
     return RolloutResult(row.index, sample, row.line, row.agent, v.reward, round(latency_s, 4), v.error,
-                         v.unknown_tool_calls, v.invalid_tool_arguments, v.context_overflow, v.out_of_range, replica)
+                         v.unknown_tool_calls, v.invalid_tool_arguments, v.context_overflow, v.out_of_range, replica,
+                         v.mask_sample, v.failure_kind, v.failure_reason, via)
 
 
 async def sample_rows(rows: list[DatasetRow], agents: Mapping[str, str], samples: int, concurrency: int,
@@ -50,7 +56,8 @@ async def sample_rows(rows: list[DatasetRow], agents: Mapping[str, str], samples
         async def one(row: DatasetRow, sample: int) -> RolloutResult:
             async with sem:
                 start = time.perf_counter()
-                reply = await run_row(client, agents, row.data, timeout_s=timeout_s, facts=facts, replicas=replicas)
+                reply = await run_row(client, agents, row.data, timeout_s=timeout_s, facts=facts, replicas=replicas,
+                                      route=row.route, index=row.index, sample=sample)
                 result = to_result(row, sample, reply.answer, time.perf_counter() - start,
                                    (facts or {}).get(row.agent), reply.replica)
             if on_result is not None:

@@ -4,7 +4,10 @@ GRPO normalises each reward by its group (the k samples of one prompt): a group 
 are all equal has zero advantage everywhere and teaches nothing. So each row reports mean,
 standard deviation (population, as GRPO's per-group normalisation uses), min, max and failures,
 and a row with at least two rewards that are all equal is flagged "no GRPO signal". With fewer
-than two rewards the signal is unknown (``signal`` is ``None``).
+than two rewards the signal is unknown (``signal`` is ``None``). A sample its environment masked
+(``mask_sample``: the reward is no valid measurement) succeeded but is left out of the spread; a
+row whose every sample was masked is flagged ``all masked`` (its environment failed), never "no
+GRPO signal" (case C39).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from gym_runtime.rollouts.verdict import BAD_REWARD
 
 NO_SIGNAL = "no GRPO signal"
+ALL_MASKED = "all masked"
 _EQUAL_TOL = 1e-9
 
 
@@ -28,8 +32,10 @@ class RolloutResult:
     the ``/run`` call), ``error`` (``{"code", "message"}`` or ``None``), the agent's
     ``unknown_tool_calls`` / ``invalid_tool_arguments`` (None when it does not count them), whether
     the episode was stopped by a ``context_overflow``, whether the reward is ``out_of_range``
-    of the resources server's declared ``reward_range`` (:mod:`gym_runtime.rollouts.verdict`), and
-    the agent ``replica`` that served it (:mod:`gym_runtime.rollouts.spread`; None: unknown)."""
+    of the resources server's declared ``reward_range`` (:mod:`gym_runtime.rollouts.verdict`),
+    the agent ``replica`` that served it (:mod:`gym_runtime.rollouts.spread`; None: unknown), what
+    the answer said of its own validity (``mask_sample``, ``failure_kind``, ``failure_reason``) and
+    the ``environment_server`` it went through (None: straight to the agent)."""
 
     row: int
     sample: int
@@ -43,10 +49,19 @@ class RolloutResult:
     context_overflow: bool = False
     out_of_range: bool = False
     replica: str | None = None
+    mask_sample: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+    environment_server: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.reward is not None
+
+    @property
+    def measured(self) -> bool:
+        """A reward that counts in the row's spread: the rollout succeeded and is not masked."""
+        return self.ok and not self.mask_sample
 
     def to_dict(self) -> dict[str, Any]:
         """One line of ``--out`` (JSONL)."""
@@ -59,7 +74,8 @@ class RowStats:
     flagged :data:`NO_SIGNAL`) or None (fewer than two rewards). Per row also: ``unknown_tool_calls``
     and ``invalid_tool_arguments`` summed over the samples (None when the agent reports neither),
     ``context_overflows`` (samples stopped because the prompt no longer fit), ``bad_rewards``
-    (samples whose reward was unusable, counted in ``failures`` too) and ``out_of_range``."""
+    (samples whose reward was unusable, counted in ``failures`` too), ``out_of_range`` and ``masked``
+    (samples whose answer set ``mask_sample``: succeeded, but their rewards are not in ``rewards``)."""
 
     row: int
     line: int
@@ -77,9 +93,17 @@ class RowStats:
     context_overflows: int = 0
     bad_rewards: int = 0
     out_of_range: int = 0
+    masked: int = 0
+
+    @property
+    def all_masked(self) -> bool:
+        """Every sample succeeded but was masked: the environment failed, not the policy (case C39)."""
+        return self.masked > 0 and self.masked == self.samples - self.failures and not self.rewards
 
     @property
     def flag(self) -> str | None:
+        if self.all_masked:
+            return ALL_MASKED
         return NO_SIGNAL if self.signal is False else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,7 +113,9 @@ class RowStats:
 @dataclass(frozen=True)
 class Summary:
     """The run: counts, ``signal_share`` (rows with signal / rows whose signal is known),
-    ``rollouts_per_s`` (finished rollouts per wall second), failures by error code."""
+    ``rollouts_per_s`` (finished rollouts per wall second), failures by error code, the masked
+    rollouts (``masked``), rows whose every sample was masked (``masked_rows``) and the masked
+    rollouts by ``failure_kind`` (``masked_by_kind``; ``unknown`` when none was given)."""
 
     rows: int
     rollouts: int
@@ -108,6 +134,9 @@ class Summary:
     context_overflows: int = 0
     bad_rewards: int = 0
     out_of_range: int = 0
+    masked: int = 0
+    masked_rows: int = 0
+    masked_by_kind: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,7 +160,7 @@ def row_stats(results: Iterable[RolloutResult]) -> list[RowStats]:
     out = []
     for row in sorted(groups):
         items = sorted(groups[row], key=lambda r: r.sample)
-        rewards = [float(r.reward) for r in items if r.ok]  # type: ignore[arg-type]
+        rewards = [float(r.reward) for r in items if r.measured]  # type: ignore[arg-type]
         have = bool(rewards)
         out.append(RowStats(
             row=row, line=items[0].line, agent=items[0].agent, samples=len(items), rewards=rewards,
@@ -145,6 +174,7 @@ def row_stats(results: Iterable[RolloutResult]) -> list[RowStats]:
             context_overflows=sum(r.context_overflow for r in items),
             bad_rewards=sum((r.error or {}).get("code") == BAD_REWARD for r in items),
             out_of_range=sum(r.out_of_range for r in items),
+            masked=sum(r.ok and r.mask_sample for r in items),
         ))
     return out
 
@@ -153,12 +183,13 @@ def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: f
     """The run summary from the per-row statistics, the raw results and the wall time (s)."""
     results = list(results)
     codes = Counter((r.error or {}).get("code", BAD_REWARD) for r in results if not r.ok)
-    rewards = [float(r.reward) for r in results if r.ok]  # type: ignore[arg-type]
+    rewards = [float(r.reward) for r in results if r.measured]  # type: ignore[arg-type]
+    succeeded = sum(r.ok for r in results)
     signal = sum(s.signal is True for s in stats)
     no_signal = sum(s.signal is False for s in stats)
     known = signal + no_signal
     return Summary(
-        rows=len(stats), rollouts=len(results), succeeded=len(rewards), failures=len(results) - len(rewards),
+        rows=len(stats), rollouts=len(results), succeeded=succeeded, failures=len(results) - succeeded,
         signal_rows=signal, no_signal_rows=no_signal, unknown_signal_rows=len(stats) - known,
         signal_share=signal / known if known else None,
         reward_mean=statistics.fmean(rewards) if rewards else None,
@@ -169,4 +200,7 @@ def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: f
         invalid_tool_arguments=sum(s.invalid_tool_arguments or 0 for s in stats),
         context_overflows=sum(s.context_overflows for s in stats),
         bad_rewards=sum(s.bad_rewards for s in stats), out_of_range=sum(s.out_of_range for s in stats),
+        masked=sum(s.masked for s in stats), masked_rows=sum(s.all_masked for s in stats),
+        masked_by_kind=dict(sorted(Counter(r.failure_kind or "unknown" for r in results
+                                           if r.ok and r.mask_sample).items())),
     )

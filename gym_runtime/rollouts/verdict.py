@@ -13,6 +13,11 @@ An agent's ``/run`` answer is environment output, so it is untrusted (docs/rollo
   ``context_overflow_stops``) are read; an agent that does not report them gives ``None``. A
   context-overflow stop is also seen on the response itself (``response.context_overflow``, set
   by the built-in ``vllm_model``), whichever agent ran the loop.
+- what a Gym 0.5+ verify answer says about its own validity is kept (NeMo Gym 0.7.0
+  ``nemo_gym/base_resources_server.py`` ``BaseVerifyResponse``): ``mask_sample`` (true: the reward
+  is no valid measurement, e.g. the judge was down; the reward is kept but left out of the row's
+  spread, :mod:`gym_runtime.rollouts.stats`), ``failure_kind`` and ``failure_reason`` (also beside
+  an episode's handled failure, :mod:`gym_runtime.rollouts.tasks`).
 """
 
 from __future__ import annotations
@@ -89,6 +94,18 @@ class Verdict:
     invalid_tool_arguments: int | None = None
     context_overflow: bool = False
     out_of_range: bool = False
+    mask_sample: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+
+
+def _validity(answer: dict[str, Any]) -> dict[str, Any]:
+    """``mask_sample``, ``failure_kind``, ``failure_reason`` of an answer (untrusted: a mask is only
+    ``true``; the strings are bounded)."""
+    kind, reason = answer.get("failure_kind"), answer.get("failure_reason")
+    return {"mask_sample": answer.get("mask_sample") is True,
+            "failure_kind": kind[:200] if isinstance(kind, str) else None,
+            "failure_reason": reason[:2000] if isinstance(reason, str) else None}
 
 
 def judge(answer: dict[str, Any], agent: str, facts: AgentFacts | None = None) -> Verdict:
@@ -98,16 +115,17 @@ def judge(answer: dict[str, Any], agent: str, facts: AgentFacts | None = None) -
     counts = {k: _count(answer, k) for k in ("unknown_tool_calls", "invalid_tool_arguments")}
     response = answer.get("response") if isinstance(answer.get("response"), dict) else {}
     overflow = bool(_count(answer, "context_overflow_stops") or response.get("context_overflow"))
+    validity = _validity(answer)
     if error is not None:
         return Verdict(None, {"code": str(error["code"]), "message": str(error.get("message", ""))}, **counts,
-                       context_overflow=overflow)
+                       context_overflow=overflow, **validity)
     unusable = bad_reward(answer, agent, facts)
     if unusable is not None:
-        return Verdict(None, unusable, **counts, context_overflow=overflow)
+        return Verdict(None, unusable, **counts, context_overflow=overflow, **validity)
     reward = float(answer["reward"])
     low_high = facts.reward_range
     out = low_high is not None and not low_high[0] <= reward <= low_high[1]
-    return Verdict(reward, None, **counts, context_overflow=overflow, out_of_range=out)
+    return Verdict(reward, None, **counts, context_overflow=overflow, out_of_range=out, **validity)
 
 
 def reward_range(instance: Any) -> tuple[float, float] | None:

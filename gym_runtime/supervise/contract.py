@@ -8,7 +8,8 @@
   so a second resolution by the server changes nothing (:func:`to_yaml`);
   ``NEMO_GYM_CONFIG_PATH`` = the instance name; ``PYTHONPATH`` = the server directory;
 * the rest of the environment is an explicit allowlist (never the daemon's ``RAY_ADDRESS``,
-  ``UV_*`` or credentials); the CA files and directories it names (:func:`trust_paths`) are shown
+  ``UV_*`` or credentials), plus the variables the operator passes (``GYM_RUNTIME_SERVER_ENV``,
+  :mod:`gym_runtime.supervise.passthrough`), which are private; the CA files and directories it names (:func:`trust_paths`) are shown
   read-only in the server's sandbox, wherever they are. The config is the one *private* variable
   (:func:`private_env`): the sandbox hands it to the server process alone, never to bubblewrap
   (docs/architecture.md §6).
@@ -99,9 +100,11 @@ def server_config_yaml(inside: dict[str, Any], secrets: SecretMap, instance: str
     return to_yaml(secrets.view(inside, instance))
 
 
-def private_env(config_yaml: str) -> dict[str, str]:
-    """The variables only the server process itself may hold (``ProcessSpec.private_env``)."""
-    return {CONFIG_VAR: config_yaml}
+def private_env(config_yaml: str, passed: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables only the server process itself may hold (``ProcessSpec.private_env``): its
+    config, and the operator's variables passed to it (``passed``,
+    :func:`gym_runtime.supervise.passthrough.values_for`)."""
+    return {**(passed or {}), CONFIG_VAR: config_yaml}
 
 
 def server_env(instance: str, server_dir: Path, venv_python: Path, work_dir: Path,
@@ -118,6 +121,8 @@ def server_env(instance: str, server_dir: Path, venv_python: Path, work_dir: Pat
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HOME": str(work_dir / "huggingface"),
+        # Gym's SDK sets it, when unset, under the server's cwd: the server directory, read-only here
+        "HF_DATASETS_CACHE": str(work_dir / "huggingface" / "datasets"),
         "RAY_USAGE_STATS_ENABLED": "0",
         "NEMO_GYM_CONFIG_PATH": instance,
     })

@@ -5,7 +5,7 @@ Stage 2 installs the vendored closure with the index off. Run after stage 1, a g
 package could never start offline), and with no index stage 1 fails first with a misleading
 error. So before either install stage, uv's own resolver answers the question on ``wheels/``
 alone: ``uv pip compile --no-index --offline --find-links wheels/`` of the server's install file
-and the injected pins, for the venv's interpreter (a build) or for ``--python-version`` /
+and the injected pins under its ``overrides.txt``, for the venv's interpreter (a build) or for ``--python-version`` /
 ``--python-platform`` (``gym-runtime validate --platform --python``, nothing is built).
 
 When uv says no, the report names the project missing (or whose versions or tags do not fit), the
@@ -32,6 +32,7 @@ from gym_runtime.config import MergedConfig, ServerInstance
 from gym_runtime.errors import Violation
 from gym_runtime.package.wheels import Target
 from gym_runtime.settings import RuntimeSettings
+from gym_runtime.venvs.overrides import Overrides, read_overrides
 from gym_runtime.venvs.requirements import SDK_NAME, InstallSource, read_install_source
 from gym_runtime.venvs.uvrun import UvResult, make_env, run_uv
 
@@ -120,6 +121,17 @@ def write_inputs(directory: Path, rendered: str, pins: Iterable[tuple[str, bool]
         (directory / "closure-constraints.txt").write_text("".join(f"{c}\n" for c in constraints))
         args += ["--constraint", str(directory / "closure-constraints.txt")]
     return args
+
+
+def override_args(overrides: Overrides | None, directory: Path) -> list[str]:
+    """Write ``overrides`` (the server's ``overrides.txt``) into ``directory`` for the proof; the
+    ``uv pip compile`` arguments that pass it (``[]``: none). Stage 2 installs under the same
+    overrides, so the proof must resolve under them too."""
+    if overrides is None:
+        return []
+    path = directory / "closure-overrides.txt"
+    path.write_text(overrides.render())
+    return ["--overrides", str(path)]
 
 
 def prove(files: list[str], wheels_dir: Path, target: ClosureTarget, *, env: dict[str, str], log: Path,
@@ -212,6 +224,7 @@ def package_proof(merged: MergedConfig, settings: RuntimeSettings, target: Targe
             if nothing_to_prove(source, pins):
                 continue
             files = write_inputs(Path(d) / str(i), proof_text(source, sdk_line(settings)), pins)
+            files += override_args(read_overrides(source, server=names), Path(d) / str(i))
             res = prove(files, pkg.wheels_dir, goal, env=uv_env.env, cwd=Path(d),
                         log=settings.logs_dir / "validate" / f"{insts[0].name}.closure.log")
             if res.returncode == 0:

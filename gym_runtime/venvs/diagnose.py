@@ -16,6 +16,7 @@ code                                  when
 ``GR-BUILD-MISSING``                  a requirement (stage 1) or closure member (stage 2) not found (C01)
 ``GR-BUILD-SDIST-BACKEND``            a build backend is not available offline (C10)
 ``GR-BUILD-NEEDS-NETWORK``            an offline stage wanted the network (C11)
+``GR-BUILD-WHEEL-METADATA``           uv refused a wheel whose file name and METADATA disagree (C50)
 ``GR-BUILD-UV``                       anything else (uv's words, verbatim)
 ====================================  ===========================================================
 """
@@ -52,8 +53,18 @@ def uv_error_block(output: str) -> str:
 
 
 def _line_ref(vp: VenvPlan, name: str) -> str:
+    """Where ``name`` is asked for: its install-file line, else its ``overrides.txt`` line."""
     ln = vp.source.line_of(name)
-    return f" ({vp.source.where(ln)}: `{ln.text}`)" if ln else ""
+    if ln:
+        return f" ({vp.source.where(ln)}: `{ln.text}`)"
+    ov = vp.overrides.line_of(name) if vp.overrides is not None else None
+    return f" ({vp.rel_overrides} line {ov.lineno}: `{ov.text}`, an override)" if ov else ""
+
+
+def _file_of(vp: VenvPlan, name: str) -> str:
+    """The file to fix for ``name``: ``overrides.txt`` when an override sets it, else the install file."""
+    ov = vp.overrides.line_of(name) if vp.overrides is not None else None
+    return vp.rel_overrides if ov and vp.rel_overrides else vp.rel_file
 
 
 def _pool_listing(vp: VenvPlan, name: str) -> str:
@@ -136,7 +147,19 @@ def _missing(vp: VenvPlan, text: str, stage: str) -> tuple[str, str, str] | None
                 f"{_pool_listing(vp, name)}), and the offline stage cannot fetch it",
                 f"vendor {name} into wheels/ (`gym-runtime vendor PKG --platform ... --python ...`)")
     return ("GR-BUILD-MISSING", f"{name} cannot be found on the index or in wheels/{_line_ref(vp, name)}",
-            f"check the spelling and version of {name} in {vp.rel_file}")
+            f"check the spelling and version of {name} in {_file_of(vp, name)}")
+
+
+def _overrides_named(vp: VenvPlan, block: str, what: str) -> str:
+    """A clause naming the ``overrides.txt`` lines of the distributions uv's error mentions (an
+    override is the requirement uv resolved, whoever asked for the distribution); ``""``: none."""
+    if vp.overrides is None or "an override)" in what:
+        return ""
+    named = [ln for ln in vp.overrides.lines if ln.name and
+             re.search(rf"(?<![\w.-]){re.escape(ln.name)}(?![\w-])", block.replace("_", "-"), re.I)]
+    if not named:
+        return ""
+    return "; under the overrides " + ", ".join(f"{vp.rel_overrides} line {ln.lineno} `{ln.text}`" for ln in named)
 
 
 def closure_failure(vp: VenvPlan, block: str, package_root: Path | None = None) -> tuple[str, str, str, dict]:
@@ -186,14 +209,21 @@ def diagnose(vp: VenvPlan, failure: StepFailure, honoured: Mapping[str, str] | N
             found = ("GR-BUILD-SDIST-BACKEND", "a source distribution or local project needs a build backend "
                      "that cannot be installed here", "ship a wheel instead of the sdist, or add the backend's "
                      "wheel to wheels/")
+        if found is None and (m := re.search(r"Wheel version does not match filename \(([^)]*)\)", block)):
+            found = ("GR-BUILD-WHEEL-METADATA", f"uv refused a wheel whose file name and METADATA disagree on its "
+                     f"version ({m.group(1)}: METADATA's, then the file name's)", "rebuild or rename the wheel so its "
+                     "file name says what its METADATA says (`gym-runtime validate PKG` names every such file in "
+                     "wheels/); gym-runtime does not pass uv's switch to skip this check")
         if found is None and re.search(r"network connectivity is disabled", block):
             found = ("GR-BUILD-NEEDS-NETWORK", "the offline stage needed the network", "replace URL/git "
                      "requirements with name==version from wheels/")
         found = found or _missing(vp, block, stage)
     code, what, fix = found or ("GR-BUILD-UV", f"uv exited with status {failure.result.returncode}",
                                 "read the log; the failing command is its first line")
+    what += _overrides_named(vp, block, what)
     servers = ", ".join(vp.instances)
-    return BuildError(f"venv build failed for {servers} at {STAGES.get(stage, stage)} ({vp.rel_file}): {what}",
+    files = vp.rel_file + (f", {vp.rel_overrides}" if vp.rel_overrides else "")
+    return BuildError(f"venv build failed for {servers} at {STAGES.get(stage, stage)} ({files}): {what}",
                       cause=block, hint=fix, log=failure.result.log, code=code,
                       extra={"server": vp.instances[0], "servers": list(vp.instances),
                              "stage": "stage2" if stage == "closure" else stage, "file": vp.rel_file,

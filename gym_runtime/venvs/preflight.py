@@ -10,7 +10,9 @@ For venvs that get stage 2 (agents and resources servers of a wheels-format pack
 - an sdist in ``wheels/`` or a local path / editable requirement whose ``build-system.requires``
   has no wheel in ``wheels/`` (``GR-BUILD-SDIST-BACKEND``, case C10).
 
-For every venv: a line that is not a valid requirement (``GR-BUILD-REQUIREMENT``), and a local
+For every venv: a line of ``overrides.txt`` that is not a requirement (``GR-BUILD-OVERRIDE``, or
+``GR-BUILD-NEEDS-NETWORK`` for a URL override of an offline venv; :mod:`gym_runtime.venvs.overrides`),
+a line that is not a valid requirement (``GR-BUILD-REQUIREMENT``), and a local
 path or editable line uv cannot install (``GR-BUILD-LOCAL-PATH``): it points at nothing, outside
 the package, or at a directory that is not a Python project (no ``pyproject.toml``, ``setup.py``
 or ``setup.cfg``). Lines pointing at the Gym SDK (``../..``) are not local paths: the pinned
@@ -42,6 +44,8 @@ from packaging.version import Version
 
 from gym_runtime.errors import BuildError, Violation
 from gym_runtime.package import Package
+from gym_runtime.venvs.overrides import FILE_NAME as OVERRIDES_FILE
+from gym_runtime.venvs.overrides import override_checks, read_overrides
 from gym_runtime.venvs.plan import STAGE2_TYPES, PoolEntry, VenvPlan, read_pool_entries
 from gym_runtime.venvs.requirements import InstallSource, ReqLine, local_path, read_install_source
 from gym_runtime.venvs.tags import fits
@@ -209,7 +213,16 @@ def package_checks(package: Package) -> list[Violation]:
         except BuildError as e:
             out.append(Violation(e.code, e.message + (f": {e.cause}" if e.cause else ""), file=rel, hint=e.hint))
             continue
-        out += source_checks(source, rel, pool, offline=package.wheels_dir is not None and stype in STAGE2_TYPES)
+        offline = package.wheels_dir is not None and stype in STAGE2_TYPES
+        out += source_checks(source, rel, pool, offline=offline)
+        try:
+            ov = read_overrides(source, server=f"{stype}/{impl}")
+        except BuildError as e:
+            out.append(Violation(e.code, e.message + (f": {e.cause}" if e.cause else ""),
+                                 file=package.rel(sdir.install_file.parent / OVERRIDES_FILE), hint=e.hint))
+            continue
+        if ov is not None:
+            out += override_checks(ov, package.rel(ov.file), offline=offline)
     return out
 
 
@@ -247,6 +260,8 @@ def preflight(plans: list[VenvPlan], package_format: str) -> None:
         found = (_offline_checks(vp) if vp.stage2 else []) + source_checks(vp.source, vp.rel_file, vp.pool,
                                                                            offline=vp.stage2)
         found += _hash_checks(vp) if vp.hash_mode else []
+        if vp.overrides is not None:
+            found += override_checks(vp.overrides, vp.rel_overrides or OVERRIDES_FILE, offline=vp.stage2)
         problems += [(vp, v) for v in found]
     if not problems:
         return

@@ -5,7 +5,7 @@ digest and a new venv, silently. For the build line to say *why*, every build (a
 per server, the digest inputs it was built from in ``<venv root>/.servers/<key>.json`` (key: the
 package directory and the instance name). The next build of that server compares: a requirement
 line uv is given, a ``wheels/`` file and its old/new sha256 (a wheel rebuilt under the same version,
-case C14's kind), the interpreter, an injected pin, uv's version, uv's index settings, a local
+case C14's kind), an ``overrides.txt`` line, the interpreter, an injected pin, uv's version, uv's index settings, a local
 project, hash mode.
 """
 
@@ -90,6 +90,9 @@ def rebuild_reasons(old: dict[str, Any], new: dict[str, Any], rel_file: str) -> 
         out.append(f"install file kind {old.get('install_kind')} -> {new.get('install_kind')}")
     if old.get("install") != new.get("install"):
         out += _install_lines(old.get("install"), new.get("install"), rel_file)
+    if old.get("overrides") != new.get("overrides"):
+        out += _install_lines(old.get("overrides") or [], new.get("overrides") or [],
+                              rel_file.rsplit("/", 1)[0] + "/overrides.txt" if "/" in rel_file else "overrides.txt")
     out += _pool(old.get("pool", []), new.get("pool", []))
     if old.get("python") != new.get("python"):
         (op, _, ov), (np_, _, nv) = old.get("python", ["?", "", "?"]), new.get("python", ["?", "", "?"])
@@ -105,7 +108,7 @@ def rebuild_reasons(old: dict[str, Any], new: dict[str, Any], rel_file: str) -> 
         out.append(f"uv index settings changed (now: {shown or 'uv defaults'})")
     local_old, local_new = old.get("local", {}), new.get("local", {})
     out += [f"local project {p} changed" for p in sorted(local_new) if local_old.get(p) != local_new[p]]
-    known = {"install_kind", "install", "pool", "python", "pins", "uv", "hash_mode", "index", "local", "closure"}
+    known = {"install_kind", "install", "overrides", "pool", "python", "pins", "uv", "hash_mode", "index", "local", "closure"}
     if not out and any(old.get(k) != new.get(k) for k in (old.keys() | new.keys()) - known):
         out.append("the runtime's venv layout changed")
     return out

@@ -138,7 +138,7 @@ def _render_line(ln: ReqLine, base: Path, sdk: str) -> str:
     return ln.text
 
 
-def _logical_lines(text: str) -> list[tuple[int, str]]:
+def logical_lines(text: str) -> list[tuple[int, str]]:
     """``(lineno, text)`` with comments stripped and ``\\`` continuations joined (pip's rules)."""
     out: list[tuple[int, str]] = []
     buf, start = "", 0
@@ -271,5 +271,5 @@ def read_install_source(path: Path, *, server: str) -> InstallSource:
         deps = [str(d) for d in project.get("dependencies", [])]
         lines = tuple(classify(i, d) for i, d in enumerate(deps, 1))
         return InstallSource(path, "pyproject", lines, len(deps), _requires_python(project, path, server))
-    lines = tuple(classify(n, t) for n, t in _logical_lines(text))
+    lines = tuple(classify(n, t) for n, t in logical_lines(text))
     return InstallSource(path, "requirements", lines, max(len(text.splitlines()), 1))

@@ -4,12 +4,13 @@
    then, for a venv with stage 2, ``closure``: ``wheels/`` alone must satisfy the install file and
    pins (uv's resolver, offline), before the index is consulted at all.
 2. ``stage1``: ``uv pip install`` of the rendered install file plus the injected pins (their own
-   file, ``-r`` or ``-c``), ``wheels/`` offered as ``--find-links``, the index enabled with uv's
-   honoured settings; ``--require-hashes`` in hash mode (case C16). A plan built before runs it
+   file, ``-r`` or ``-c``) under the server's ``overrides.txt`` (``--overrides``), ``wheels/``
+   offered as ``--find-links``, the index enabled with uv's honoured settings; ``--require-hashes`` in hash mode (case C16). A plan built before runs it
    first ``--offline`` with the recorded resolution as constraints
    (:mod:`gym_runtime.venvs.resolutions`).
 3. ``stage2`` (agents and resources servers of wheels packages): the vendored closure as exact
-   ``name==version`` pins with ``--no-index --offline --no-config --find-links wheels/``.
+   ``name==version`` pins with ``--no-index --offline --no-config --find-links wheels/``, under the
+   same overrides (the closure proof uses them too, so the three steps resolve alike).
 4. ``verify``: the venv's own interpreter lists what is installed under its prefix and every
    requested distribution must be there (case C08).
 
@@ -75,6 +76,18 @@ def _check(stage: str, result: UvResult) -> UvResult:
     return result
 
 
+def write_overrides(vp: VenvPlan, venv: Path) -> list[str]:
+    """Write the server's ``overrides.txt`` into ``<venv>/.gym-runtime/``; the uv arguments that pass
+    it (``[]``: the server has none)."""
+    if vp.overrides is None:
+        return []
+    d = venv / INPUTS_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "overrides.txt"
+    path.write_text(vp.overrides.render())
+    return ["--overrides", str(path)]
+
+
 def write_inputs(vp: VenvPlan, venv: Path) -> tuple[Path, Path | None]:
     """Write the rendered install file and the pins file into ``<venv>/.gym-runtime/``."""
     d = venv / INPUTS_DIR
@@ -108,6 +121,7 @@ def closure_check(vp: VenvPlan, venv: Path, ctx: StageContext) -> UvResult:
     and the injected pins for the venv's interpreter (:mod:`gym_runtime.venvs.closure`)."""
     pins = [(p.requirement, p.as_constraint) for p in vp.pins]
     files = closure.write_inputs(venv / INPUTS_DIR, closure.proof_text(vp.source, vp.sdk_replacement), pins)
+    files += write_overrides(vp, venv)
     target = closure.ClosureTarget(".".join(vp.python.version.split(".")[:2]), closure.platform_of(platform.machine()),
                                    interpreter=venv / "bin" / "python")
     return _check("closure", closure.prove(files, vp.wheels_dir, target, env=ctx.uv_env.env,
@@ -130,6 +144,7 @@ def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...]
     args = ["pip", "install", "--python", str(venv / "bin" / "python"), "--no-python-downloads", "-r", str(req)]
     if pins is not None:
         args += ["-c" if vp.pins[0].as_constraint else "-r", str(pins)]
+    args += write_overrides(vp, venv)
     recorded = None
     if replay is not None:
         recorded = venv / INPUTS_DIR / "gym-runtime-recorded.txt"
@@ -142,7 +157,8 @@ def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...]
     for name in dict.fromkeys(vp.refresh + refresh):
         args += ["--refresh-package", name]
     args += _uncached(uncached)
-    shown = "".join(f"--- {p.name}\n{p.read_text()}" for p in (req, pins, recorded) if p is not None)
+    ov = venv / INPUTS_DIR / "overrides.txt" if vp.overrides is not None else None
+    shown = "".join(f"--- {p.name}\n{p.read_text()}" for p in (req, pins, ov, recorded) if p is not None)
     return _check("stage1", run_uv(args, env=ctx.uv_env.env, log=ctx.log(vp, "stage1"), cwd=ctx.cwd,
                                    cancel=ctx.cancel, header=shown))
 
@@ -152,7 +168,8 @@ def stage2(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...]
     """The vendored closure offline; ``uncached`` as for :func:`stage1`."""
     env = {k: v for k, v in ctx.uv_env.env.items() if k != "UV_FIND_LINKS"}
     args = ["pip", "install", "--python", str(venv / "bin" / "python"), "--no-python-downloads", "--no-index",
-            "--offline", "--no-config", "--find-links", str(vp.wheels_dir), *_uncached(uncached), *vp.closure]
+            "--offline", "--no-config", "--find-links", str(vp.wheels_dir), *write_overrides(vp, venv),
+            *_uncached(uncached), *vp.closure]
     # uv refuses --refresh with --offline; stage 1 (run first) already refreshed rebuilt wheels
     return _check("stage2", run_uv(args, env=env, log=ctx.log(vp, "stage2"), cwd=ctx.cwd, cancel=ctx.cancel,
                                    header="offline: only wheels/ is consulted; nothing may reach the network\n"))
@@ -173,11 +190,13 @@ def installed(vp: VenvPlan, venv: Path, ctx: StageContext, stage: str) -> dict[s
 
 
 def missing_after_install(vp: VenvPlan, have: dict[str, str]) -> list[str]:
-    """Requested distributions that are not installed inside the venv (case C08)."""
+    """Requested distributions that are not installed inside the venv (case C08); one that an
+    override drops on this interpreter (a marker that does not hold) is not requested."""
     wanted = {ln.name for ln in vp.source.lines if ln.name and not ln.gym_sdk}
     wanted |= {p.name for p in vp.pins if not p.as_constraint}
     wanted |= {c.split("==")[0] for c in vp.closure}
-    return sorted(n for n in wanted if n not in have)
+    dropped = vp.overrides.removed(vp.python.version) if vp.overrides is not None else set()
+    return sorted(n for n in wanted if n not in have and n not in dropped)
 
 
 def pool_bypassed(vp: VenvPlan, have: dict[str, str]) -> list[str]:

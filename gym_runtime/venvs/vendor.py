@@ -1,7 +1,7 @@
 """``vendor``: build a complete ``wheels/`` closure for a target platform and Python.
 
 The closure covers every server's install file (Gym's SDK line replaced by the pinned
-``nemo-gym``), the image pins (``nemo-gym``, ``ray[default]``, ``openai``) and ``pip`` (needed to
+``nemo-gym``) under every server's ``overrides.txt``, the image pins (``nemo-gym``, ``ray[default]``, ``openai``) and ``pip`` (needed to
 seed a venv offline, NMP's two-stage dependency install). Resolution is uv's cross-platform
 ``uv pip compile --python-version X.Y --python-platform <arch>-manylinux_2_<glibc>``; files are
 then taken from the old ``wheels/`` (kept as candidates, e.g. a fork build, case C09) or the
@@ -29,6 +29,7 @@ from gym_runtime.errors import BuildError
 from gym_runtime.package.wheels import Target, incompatible_wheels, read_wheelhouse
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs.index import default_index, project_files
+from gym_runtime.venvs.overrides import read_overrides
 from gym_runtime.venvs.requirements import SDK_NAME, read_install_source
 from gym_runtime.venvs.uvrun import make_env, run_uv
 
@@ -58,8 +59,11 @@ def requirement_lines(merged: MergedConfig, settings: RuntimeSettings) -> tuple[
     """Every server's install lines (SDK line replaced) and ``pip``, plus the image pins as the
     venvs will get them: installed in full (mode ``gym``, or ``auto`` when some server uses the
     Gym SDK) or only as constraints (``auto`` otherwise: nothing drags nemo-gym, ray and openai
-    into a closure whose servers never import them). Returns ``(requirements, constraints)``."""
-    sdk = f"{SDK_NAME}=={settings.pins[SDK_NAME]}" if SDK_NAME in settings.pins else SDK_NAME
+    into a closure whose servers never import them). The pins are those of the Gym release the
+    environment runs (``merged.release``, :meth:`~gym_runtime.gym_release.GymRelease.pins`).
+    Returns ``(requirements, constraints)``."""
+    pinned = merged.release.pins(settings)[0] if merged.release is not None else settings.pins
+    sdk = f"{SDK_NAME}=={pinned[SDK_NAME]}" if SDK_NAME in pinned else SDK_NAME
     lines: list[str] = []
     seen: set[Path] = set()
     uses_sdk = False
@@ -78,7 +82,7 @@ def requirement_lines(merged: MergedConfig, settings: RuntimeSettings) -> tuple[
                 text = ln.sdk_requirement(sdk) if ln.takes_sdk_pin else ln.text.split(" --hash")[0]
                 lines.append(text if ln.kind != "include" else src.render(sdk).splitlines()[ln.lineno - 1])
     lines += _adapter_wheels(merged)
-    pins = [] if settings.pin_mode == "none" else [f"{req}=={v}" for req, v in settings.pins.items()]
+    pins = [] if settings.pin_mode == "none" else [f"{req}=={v}" for req, v in pinned.items()]
     if settings.pin_mode == "gym" or uses_sdk:
         return lines + pins + ["pip"], []
     return lines + ["pip"], [p.replace("[default]", "") for p in pins]
@@ -94,6 +98,23 @@ def _adapter_wheels(merged: MergedConfig) -> list[str]:
         return []
     found = (parse_wheel_filename(w.name) for w in sorted(pkg.wheels_dir.glob("*.whl")))
     return [f"{name}=={version}" for name, version, _, _ in found]
+
+
+def override_lines(merged: MergedConfig) -> list[str]:
+    """Every server's ``overrides.txt`` lines (:mod:`gym_runtime.venvs.overrides`), for the one
+    resolution of the closure: stage 1 and stage 2 install under them, so the vendored versions
+    must be the ones they force (two servers overriding one distribution differently cannot
+    share one ``wheels/``; uv says so)."""
+    out: list[str] = []
+    seen: set[Path] = set()
+    for inst in merged.instances.values():
+        f = inst.server_dir.install_file
+        if f in seen:
+            continue
+        seen.add(f)
+        ov = read_overrides(read_install_source(f, server=inst.name), server=inst.name)
+        out += [t for t in (ov.requirements if ov else []) if t not in out]
+    return out
 
 
 def vendor(merged: MergedConfig, settings: RuntimeSettings, target: Target, *,
@@ -117,12 +138,13 @@ def vendor(merged: MergedConfig, settings: RuntimeSettings, target: Target, *,
         reqs, constraints = requirement_lines(merged, settings)
         (tmp / "all.txt").write_text("\n".join(reqs) + "\n")
         (tmp / "constraints.txt").write_text("\n".join(constraints) + "\n")
+        (tmp / "overrides.txt").write_text("\n".join(override_lines(merged)) + "\n")
         platform = f"{target.arch}-manylinux_{target.glibc[0]}_{target.glibc[1]}"
         log = settings.logs_dir / "vendor.log"
         res = run_uv(["pip", "compile", "--no-header", "--no-annotate", "--no-python-downloads",
                       "--python-version", f"{target.python[0]}.{target.python[1]}", "--python-platform", platform,
                       "--only-binary", ":all:", "--find-links", str(old), "--constraint", str(tmp / "constraints.txt"),
-                      str(tmp / "all.txt"),
+                      "--overrides", str(tmp / "overrides.txt"), str(tmp / "all.txt"),
                       "-o", str(tmp / "resolved.txt")], env=uv_env.env, log=log, cwd=tmp)
         if res.returncode != 0:
             raise BuildError(f"cannot resolve the closure for {target.describe()}", code="GR-VENDOR-RESOLVE",

@@ -101,14 +101,30 @@ def test_c03a_name_exists_with_another_type(tmp_path: Path, no_builtins: Path) -
 
 # --- C03b: two implementations merged into one instance ---------------------------------------------------------
 
-def test_c03b_two_implementations(tmp_path: Path, no_builtins: Path) -> None:
+def test_c03b_a_dummy_model_placeholder_is_merged_beneath_the_real_implementation(tmp_path: Path,
+                                                                                 no_builtins: Path) -> None:
+    # NeMo Gym's parser (every release) folds the `dummy_model` placeholder into the real model
+    # implementation of the same instance, so the case's placeholder + real model is one instance
     cp = case_package("C03", tmp_path / "pkg", variant="variant_b")
+    (tmp_path / "no_builtins" / "responses_api_models" / "openai_model").mkdir(parents=True)
+    (tmp_path / "no_builtins" / "responses_api_models" / "openai_model" / "requirements.txt").write_text("")
+    (tmp_path / "no_builtins" / "responses_api_models" / "openai_model" / "app.py").write_text("")
+    merged = build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins)
+    inst = merged.instances["policy_model"]
+    assert (inst.implementation, inst.config["openai_model"]) == ("openai_model", "acme-policy-7b")
+    assert "dummy_model" not in merged.data["policy_model"]["responses_api_models"]
+
+
+def test_c03b_two_real_implementations_in_one_instance_name_both_files(tmp_path: Path, no_builtins: Path) -> None:
+    cp = case_package("C03", tmp_path / "pkg", variant="variant_b")
+    a, b = cp.moved["configs/placeholder_policy.yaml"], cp.moved["configs/openai_policy.yaml"]
+    placeholder = cp.root / a  # the case's placeholder, as a real implementation of another name
+    placeholder.write_text(placeholder.read_text().replace("dummy_model", "vllm_model"))
     with pytest.raises(ConfigError) as e:
         build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins)
     (v,) = e.value.violations
     assert v.code == "GR-CONFIG-TWO-IMPLEMENTATIONS"
-    a, b = cp.moved["configs/placeholder_policy.yaml"], cp.moved["configs/openai_policy.yaml"]
-    assert (f"server instance policy_model has 2 implementations under responses_api_models: dummy_model ({a}), "
+    assert (f"server instance policy_model has 2 implementations under responses_api_models: vllm_model ({a}), "
             f"openai_model ({b}); exactly one is allowed") == v.message
 
 

@@ -133,3 +133,22 @@ def test_a_given_key_stays_masked_even_beside_the_keyless_value(capsys, monkeypa
     assert rc == 0 and "sk-given-secret" not in out and "policy_api_key: '****'\n" in out
     assert "EMPTY" not in out and "no key given" not in out
     assert "# masked secrets: " in out
+
+
+def test_passed_variables_are_listed_per_server(tmp_path: Path, capsys, monkeypatch) -> None:
+    """``GYM_RUNTIME_SERVER_ENV`` names reach ``config`` per server instance (never a value); an
+    entry naming no instance is exit 1 ``GR-SETTINGS-SERVER-ENV``."""
+    root = make_package(tmp_path / "p", "native-v1")
+    monkeypatch.setenv("GR_TEST_JUDGE_KEY", "sk-judge-secret")
+    monkeypatch.setenv("GYM_RUNTIME_SERVER_ENV", "acme_math:GR_TEST_JUDGE_KEY")
+    policy = ("--policy-base-url", "http://127.0.0.1:8000/v1", "--policy-model-name", "m1")
+    rc, out, _ = run(capsys, "config", str(root), "--json", *policy)
+    assert rc == 0 and "sk-judge-secret" not in out
+    passed = {s["name"]: s["passed_env"] for s in json.loads(out)["servers"]}
+    assert passed == {"policy_model": [], "acme_math_agent": [],
+                      "acme_math": [{"name": "GR_TEST_JUDGE_KEY", "scope": "this server", "set": True}]}
+    rc, out, _ = run(capsys, "config", str(root), *policy)
+    assert "# acme_math is passed (GYM_RUNTIME_SERVER_ENV): GR_TEST_JUDGE_KEY (this server)" in out.splitlines()
+    monkeypatch.setenv("GYM_RUNTIME_SERVER_ENV", "judge:GR_TEST_JUDGE_KEY")
+    rc, out, err = run(capsys, "config", str(root), "--json", *policy)
+    assert rc == 1 and json.loads(out)["error"]["code"] == "GR-SETTINGS-SERVER-ENV"

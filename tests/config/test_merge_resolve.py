@@ -121,3 +121,15 @@ def test_bad_overrides(pkg_with, build, ov) -> None:
     with pytest.raises(ConfigError) as e:
         build(root, [ov])
     assert e.value.exit_code == 1 and (repr(ov) in e.value.render() or "override" in e.value.render())
+
+
+def test_merging_layers_leaves_them_unchanged_so_a_second_merge_sees_the_same_replacements() -> None:
+    # composition merges the files once beneath held-back overrides and again with them; the first
+    # merge must not write a later layer's list into an earlier layer's data (it hid case C19's report)
+    from gym_runtime.config.merge import merge_layers
+
+    layers = [({"sandbox": {"egress_allowlist": ["a", "b"]}}, "A"), ({"sandbox": {"egress_allowlist": ["c"]}}, "B")]
+    merge_layers(layers)
+    assert layers[0][0] == {"sandbox": {"egress_allowlist": ["a", "b"]}}
+    _, sources = merge_layers(layers)
+    assert sources.replaced_lists["sandbox.egress_allowlist"].replaced == ("A",)

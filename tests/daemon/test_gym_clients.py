@@ -41,7 +41,8 @@ def gym_bin() -> Path:
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("gym-clients")
-    proc = up_process(EXAMPLES / "native-quickstart", tmp)
+    # the clients are nemo-gym 0.4.0's, so the environment runs the 0.4.0 release's contract
+    proc = up_process(EXAMPLES / "native-quickstart", tmp, env={"GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0"})
     try:
         yield urlsplit(json.loads(read_ready_line(proc, timeout=600))["head_server"])
     finally:

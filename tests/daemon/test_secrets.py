@@ -1,4 +1,6 @@
-"""Secrets reach only the servers whose config references them (docs/architecture.md §4, §6).
+"""Secrets reach only the servers whose config references them (docs/architecture.md §4, §6), and
+the variables the operator passes (``GYM_RUNTIME_SERVER_ENV``, §7.1) only the servers they are
+passed to.
 
 ``gym-runtime up`` runs with ``GYM_RUNTIME_POLICY_API_KEY`` set, against an upstream policy
 endpoint (the stub model) that requires that key, at ``full`` and at ``partial`` isolation. A
@@ -33,7 +35,7 @@ for line in text.splitlines():
         k, v = line.strip().split(": ", 1)
         cfg[k] = v.strip("'\"")
 needle = cfg["scan_for"][::-1].encode()  # written reversed in the config, so only the key itself matches
-out = {"config": needle in text.encode(),
+out = {"pid": os.readlink("/proc/self"), "shared": os.environ.get("GR_TEST_SHARED"), "config": needle in text.encode(),
        "env": sorted(k for k, v in os.environ.items() if needle in v.encode() or needle in k.encode()),
        "proc": [], "readable": 0}
 for pid in (p for p in os.listdir("/proc") if p.isdigit()):
@@ -92,3 +94,41 @@ def test_only_the_policy_model_receives_the_policy_key(level: str, tmp_path: Pat
     assert tools["config"] is False and tools["env"] == [] and tools["proc"] == [], tools
     assert policy["config"] is True and policy["env"] == ["NEMO_GYM_CONFIG_DICT"]  # its own, and only there
     assert policy["with_key"] == 200 and policy["without_key"] == 401  # it authenticates to the upstream
+
+
+@pytest.mark.parametrize("level", ["full", "partial"])
+def test_a_passed_variable_and_a_named_block_reach_only_their_server(level: str, tmp_path: Path) -> None:
+    """``GYM_RUNTIME_SERVER_ENV=acme_swe:GR_TEST_SANDBOX_TOKEN,GR_TEST_SHARED``: the token reaches
+    acme_swe's own environment (not bubblewrap's, not a command line) and no other server; the
+    ``sandbox`` provider block acme_swe names (``sandbox_provider: sandbox``) reaches acme_swe's
+    config with its key, and every other server's masked."""
+    if probe_isolation().level != IsolationLevel.FULL:
+        pytest.skip("needs a host where bubblewrap runs in a user namespace (full isolation)")
+    key = "tok-" + secrets.token_hex(12)
+    pkg = write_fixture_package(tmp_path / "pkg", {
+        "acme_swe": {"resources_servers": {"acme_swe": {"domain": "coding", "scan_for": key[::-1],
+                                                        "sandbox_provider": "sandbox"}}},
+        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "scan_for": key[::-1]}}},
+    }, apps={"acme_swe": SCAN_APP, "acme_math": SCAN_APP})
+    cfg = pkg / "resources_servers/acme_swe/configs/acme_swe.yaml"
+    cfg.write_text(cfg.read_text() + "sandbox:\n  opensandbox:\n    connection:\n"
+                   "      api_key: ${oc.env:GR_TEST_SANDBOX_TOKEN}\n")
+    proc = up_process(pkg, tmp_path, "--isolation", level, env={
+        "GR_TEST_SANDBOX_TOKEN": key, "GR_TEST_SHARED": "for-everyone",
+        "GYM_RUNTIME_SERVER_ENV": "acme_swe:GR_TEST_SANDBOX_TOKEN,GR_TEST_SHARED"})
+    try:
+        info = json.loads(read_ready_line(proc))
+        assert info["isolation"] == level
+    finally:
+        kill_tree(proc)
+    stderr = proc.stderr.read()
+    assert key not in stderr and key not in json.dumps(info)
+    assert ("variables passed to servers (GYM_RUNTIME_SERVER_ENV, names only): acme_swe: GR_TEST_SANDBOX_TOKEN "
+            "(this server), GR_TEST_SHARED; acme_math: GR_TEST_SHARED") in stderr
+    swe = json.loads((tmp_path / "run/servers/acme_swe/scan.json").read_text())
+    other = json.loads((tmp_path / "run/servers/acme_math/scan.json").read_text())
+    assert swe["config"] is True and swe["env"] == ["GR_TEST_SANDBOX_TOKEN", "NEMO_GYM_CONFIG_DICT"]
+    assert swe["proc"] == [f"/proc/{swe['pid']}/environ"], swe  # its own environment; no parent's, no cmdline
+    assert other["readable"] >= 1
+    assert other["config"] is False and other["env"] == [] and other["proc"] == [], other
+    assert swe["shared"] == other["shared"] == "for-everyone"

@@ -40,12 +40,15 @@ def test_ready_line_and_contract(daemon) -> None:
     assert info["status"] == "ready" and info["isolation"] in ("full", "partial", "none")
     assert set(info["servers"]) == {"acme_math", "acme_agent"} and info["startup_s"] > 0
     assert info["policy_model"] == {"base_url": "http://127.0.0.1:9/v1", "stub": False}
+    assert info["gym_release"]["version"] == "0.7.0" and info["gym_release"]["line"] == "0.7"
     seen = json.loads((tmp / "run/servers/acme_math/contract.json").read_text())
     pkg = tmp / "pkg/resources_servers/acme_math"
     assert seen["argv"] == ["app.py"] and Path(seen["cwd"]) == pkg
     env = seen["env"]
     assert env["PYTHONPATH"] == str(pkg) and env["NEMO_GYM_CONFIG_PATH"] == "acme_math"
     assert "RAY_ADDRESS" not in env and not any(k.startswith("UV_") for k in env)
+    # bug: Gym's SDK put HF_DATASETS_CACHE under the server's cwd, its read-only directory
+    assert env["HF_DATASETS_CACHE"] == str(Path(env["HOME"]) / "huggingface" / "datasets")
     cfg = yaml.safe_load(env["NEMO_GYM_CONFIG_DICT"])
     assert cfg["policy_api_key"] == "****" and SECRET not in env["NEMO_GYM_CONFIG_DICT"]  # not its secret
     for name in ("acme_math", "acme_agent"):

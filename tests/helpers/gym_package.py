@@ -50,15 +50,15 @@ def cache_dir() -> Path:
 
 
 def gym_wheel(python: str, version: str = GYM_VERSION) -> Path:
-    """The ``nemo_gym-<version>`` wheel, downloaded with ``python -m pip download`` on first use
-    (``--ignore-requires-python``: 0.5+ needs Python >= 3.13.14 to run, not to be downloaded)."""
+    """The ``nemo_gym-<version>`` wheel (default 0.4.0), downloaded with ``python -m pip download`` on
+    first use (for the newest Python any release requires, so any ``python`` can fetch any release)."""
     dest = cache_dir() / "wheels"
     found = sorted(dest.glob(f"nemo_gym-{version}-*.whl"))
     if not found:
         dest.mkdir(parents=True, exist_ok=True)
         subprocess.run([python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        "--ignore-requires-python", "--dest", str(dest), f"nemo-gym=={version}"], check=True,
-                       timeout=600)
+                        "--python-version", "3.13.14", "--dest", str(dest), f"nemo-gym=={version}"],
+                       check=True, timeout=600)
         found = sorted(dest.glob(f"nemo_gym-{version}-*.whl"))
     return found[0]
 

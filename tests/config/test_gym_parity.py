@@ -1,0 +1,166 @@
+"""Parity: `gym-runtime config --json` against NeMo Gym's own parser, on real configs of each release's wheel.
+
+For each config below (resources-server configs, their typed ``single_agent_turn`` variant,
+``environments/NAME/config.yaml`` and ``benchmarks/NAME/config.yaml`` bundles) a wheels-v1 package
+is bundled from the wheel (:mod:`tests.helpers.gym_bundle`: the config, what its nested
+``config_paths`` reach, the trees they name, the wheel vendored), then both parse it: NeMo Gym's
+``GlobalConfigDictParser`` of that release (one process per release, :mod:`tests.helpers.gym_parser`)
+and ``gym-runtime config --json``. Compared: the set of server instances (every server type of
+the release) and every resolved server block, except ``host`` / ``port`` (Gym fills them; the
+runtime allocates ports at start), values the runtime masks (``****``: secrets), and the
+differences docs/environment-packages.md ("Composition", "Differences from Gym's parser") lists
+with their reasons (:data:`KNOWN`). ``REFUSED`` configs are ones Gym refuses: ours must refuse
+them too. Cost: one parser venv per release, built once and cached (0.7.0: ~350 MB, ~1 min from
+PyPI; 0.4.0: the full install other tests share), one parser process each; ~0.2 s per config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from gym_runtime.cli.main import main
+from gym_runtime.gym_release import release_for
+from gym_runtime.package.layout import SERVER_TYPES as SERVER_TYPES_RUN  # the server types the runtime runs
+from tests.helpers.gym_bundle import POLICY, bundle_package, gym_wheel_of
+from tests.helpers.gym_parser import GymParser, parser_python, parser_venv
+
+pytestmark = [pytest.mark.pypi, pytest.mark.slow]
+
+RESOURCES_07 = [f"resources_servers/{c}.yaml" for c in (
+    "aegis_v4_safety/configs/aegis_v4_model", "arena_judge/configs/arena_judge", "bird_sql/configs/bird_sql",
+    "circle_count/configs/circle_count", "deepsearchqa/configs/deepsearchqa", "equivalence_llm_judge/configs/lc_judge",
+    "example_multi_turn_gymnasium/configs/example_multi_turn_gymnasium",
+    "false_statement_judge/configs/judge_nemotron3ultra", "gdp_pdf/configs/judge_model_openai",
+    "grl_tetris/configs/grl_tetris", "iheval/configs/iheval_serve", "interactive_browser/configs/interactive_browser",
+    "longmemeval/configs/longmemeval", "math_formal_lean/configs/math_formal_lean",
+    "math_proof_judgement/configs/math_proof_judgement", "mrcr/configs/mrcr", "nvarc/configs/transductive",
+    "physics_judge/configs/judge_openai", "ragtruth/configs/ragtruth_serve", "reasoning_gym/configs/reflection_agent",
+    "rolemrc/configs/rolemrc_serve", "scicode/configs/scicode",
+    "single_step_tool_use_with_argument_comparison/configs/single_step_tool_use_with_argument_comparison",
+    "string_match/configs/string_match", "swe_next/configs/swe_next", "swe_rebench/configs/swe_rebench_opencode",
+    "swemer_v1/configs/swemer_v1", "swerl_gen/configs/swerl_gen",
+    "terminal_multi_harness/configs/terminal_multi_harness_codex", "toolsandbox/configs/toolsandbox",
+    "vlm_eval_kit/configs/vlm_eval_kit", "xstest/configs/xstest",
+    "example_single_tool_call/configs/example_single_tool_call",
+    "example_single_tool_call/configs/example_single_tool_call_single_agent_turn",
+    "finance_sec_search/configs/finance_sec_search")]
+ENVIRONMENTS_07 = [f"environments/{n}/config.yaml" for n in (
+    "arc_agi", "biomnibench_da", "circle_click", "code_gen", "example_single_tool_call", "instruction_following",
+    "langgraph_parallel_thinking_math", "langgraph_rewoo_math", "nemo_user_sim", "opencode_reasoning_gym",
+    "prime_agent_reasoning_gym", "wordle")]
+BENCHMARKS_07 = [f"benchmarks/{n}/config.yaml" for n in (
+    "aalcr", "aime24", "apex25", "automationbench", "deepsearchqa", "global-piqa", "hmmt_nov25", "imo_proofbench",
+    "longcodebench", "mmlu-redux", "numb3rs", "ragtruth", "supergpqa")]
+CONFIGS_04 = [f"resources_servers/{c}.yaml" for c in (
+    "arc_agi/configs/arc_agi", "aviary/configs/gsm8k_aviary", "bigcodebench/configs/bigcodebench",
+    "calendar/configs/calendar", "code_gen/configs/code_gen", "example_multi_step/configs/example_multi_step",
+    "example_single_tool_call/configs/example_single_tool_call", "math_with_judge/configs/math_with_judge",
+    "mcqa/configs/mcqa", "reasoning_gym/configs/reasoning_gym", "workplace_assistant/configs/workplace_assistant",
+    "xlam_fc/configs/xlam_fc", "aviary/configs/bbh_remote")] + [f"benchmarks/{n}/config.yaml" for n in (
+        "aime24", "aime25", "gpqa", "ifeval", "math-500", "minif2f", "putnam_bench")]
+REFUSED = {"0.7.0": ["resources_servers/aalcr/configs/aalcr.yaml", "environments/abstention/config.yaml",
+                     "resources_servers/cvdp/configs/cvdp.yaml"],
+           "0.4.0": ["resources_servers/aalcr/configs/aalcr.yaml"]}
+# (config, key path) -> why the value differs; mirrored in docs/environment-packages.md
+KNOWN = {("resources_servers/finance_sec_search/configs/finance_sec_search.yaml",
+          "finance_sec_search_resources_server.cache_dir"):
+         "Gym's launcher fills the top-level cache_dir with a path under its working directory; the runtime does not"}
+VALUES = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "parity-key", "policy_model_name": "m"}
+
+
+@pytest.fixture(scope="module", params=["0.7.0", "0.4.0"])
+def release(request: pytest.FixtureRequest) -> Iterator[tuple[str, Path, GymParser]]:
+    version = request.param
+    if parser_python(version) is None:
+        pytest.skip(f"no Python that nemo-gym {version} runs on")
+    with GymParser(parser_venv(version)) as parser:  # type: ignore[arg-type]
+        yield version, gym_wheel_of(version), parser
+
+
+def instances(cfg: dict[str, Any], types: tuple[str, ...]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """``name -> (server type, implementation, block without host/port)`` by Gym's shape rule."""
+    out = {}
+    for name, value in cfg.items():
+        if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in types:
+            stype, inner = next(iter(value.items()))
+            if isinstance(inner, dict) and len(inner) == 1 and isinstance(next(iter(inner.values())), dict):
+                impl, block = next(iter(inner.items()))
+                out[name] = (stype, impl, {k: v for k, v in block.items() if k not in ("host", "port")})
+    return out
+
+
+def differences(gym: Any, ours: Any, path: str) -> Iterator[str]:
+    if ours == "****":
+        return
+    if isinstance(gym, dict) and isinstance(ours, dict):
+        for k in sorted(set(gym) | set(ours), key=str):
+            sub = f"{path}.{k}"
+            if k not in ours or k not in gym:
+                yield f"{sub}: only {'Gym' if k in gym else 'gym-runtime'} has it"
+            else:
+                yield from differences(gym[k], ours[k], sub)
+    elif isinstance(gym, list) and isinstance(ours, list) and len(gym) == len(ours):
+        for i, (a, b) in enumerate(zip(gym, ours)):
+            yield from differences(a, b, f"{path}[{i}]")
+    elif gym != ours:
+        yield f"{path}: Gym {gym!r}, gym-runtime {ours!r}"
+
+
+def ours_json(pkg: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, dict[str, Any], str]:
+    monkeypatch.setenv("PARITY_POLICY_KEY", VALUES["policy_api_key"])
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["config", str(pkg), "--json", "--policy-base-url", VALUES["policy_base_url"],
+                   "--policy-model-name", VALUES["policy_model_name"], "--policy-api-key-env", "PARITY_POLICY_KEY"])
+    return rc, json.loads(out.getvalue()) if rc == 0 else {}, err.getvalue()
+
+
+def case_list(version: str) -> list[str]:
+    return RESOURCES_07 + ENVIRONMENTS_07 + BENCHMARKS_07 if version == "0.7.0" else CONFIGS_04
+
+
+def test_the_lists_cover_what_parity_needs() -> None:
+    assert len(RESOURCES_07 + ENVIRONMENTS_07 + BENCHMARKS_07) >= 50
+    assert len(ENVIRONMENTS_07) >= 10 and len(BENCHMARKS_07) >= 10 and len(CONFIGS_04) >= 15
+
+
+def test_server_blocks_match_gyms_parser(release, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    version, wheel, parser = release
+    types = release_for(version, "parity").server_types
+    found: dict[str, list[str]] = {}
+    for n, config in enumerate(case_list(version)):
+        pkg = bundle_package(wheel, config, tmp_path / str(n))
+        gym = parser.parse(pkg, [POLICY, config], VALUES)
+        rc, ours, err = ours_json(pkg, monkeypatch)
+        assert "config" in gym, f"{config}: Gym's parser refused it: {gym}"
+        assert rc == 0, f"{config}: gym-runtime refused what Gym accepts: {err}"
+        g, o = instances(gym["config"], types), instances(ours["config"], types)
+        diffs = [f"instances only Gym has: {sorted(set(g) - set(o))}; only gym-runtime: {sorted(set(o) - set(g))}"] \
+            if set(g) != set(o) else []
+        for name in sorted(set(g) & set(o)):
+            if g[name][:2] != o[name][:2]:
+                diffs.append(f"{name}: {g[name][:2]} vs {o[name][:2]}")
+            diffs += [d for d in differences(g[name][2], o[name][2], name)
+                      if (config, d.split(":")[0]) not in KNOWN]
+        runs = {s["name"] for s in ours["servers"]}
+        diffs += [f"{name}: in the config but not a server instance gym-runtime runs" for name in o
+                  if o[name][0] in SERVER_TYPES_RUN and name not in runs]
+        if diffs:
+            found[config] = diffs
+    assert not found, json.dumps(found, indent=1)
+
+
+def test_configs_gym_refuses_are_refused(release, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    version, wheel, parser = release
+    for n, config in enumerate(REFUSED[version]):
+        pkg = bundle_package(wheel, config, tmp_path / str(n))
+        assert "error" in parser.parse(pkg, [POLICY, config], VALUES), config
+        rc, _, err = ours_json(pkg, monkeypatch)
+        assert rc == 1 and "error[GR-CONFIG" in err, f"{config}: {err}"
+

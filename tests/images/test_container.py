@@ -236,6 +236,7 @@ def test_gym_07_tree_validate_build_up_and_one_row(image: RuntimeImage, gym07_pa
         assert venv["python_origin"] == "GYM_RUNTIME_PYTHON", venv
         assert Version(venv["python"]) >= Version("3.13.14") and f"nemo-gym=={CURRENT}" in venv["pins"], venv
     up = got["up"]
+    assert up, f"up printed no ready line; its stderr:\n{got['stderr']}"
     assert {"policy_model", "example_single_tool_call", "example_single_tool_call_simple_agent"} <= set(up["servers"])
     assert up["policy_model"]["stub"] is True
     assert got["row"] == {"reward": 1.0, "error": None,

@@ -1,8 +1,9 @@
-"""Real NeMo Gym environments as native-v1 packages: server trees from the ``nemo-gym`` 0.4.0
-wheel on PyPI, unchanged.
+"""Real NeMo Gym environments as native-v1 packages: server trees from the ``nemo-gym`` wheel on
+PyPI (0.4.0 unless a test asks for another release), unchanged.
 
-``gym_wheel()`` downloads the wheel once (pip, Python >= 3.12 from pyenv, ``--no-deps``) into
-``$XDG_CACHE_HOME/gym-runtime-tests/wheels`` and reuses it afterwards. ``assemble_gym_package``
+``gym_wheel()`` downloads the wheel once (pip, ``--no-deps``, whatever the running Python: the
+wheel is pure Python and only its files are read) into ``$XDG_CACHE_HOME/gym-runtime-tests/wheels``
+and reuses it afterwards. ``assemble_gym_package``
 copies ``resources_servers/example_single_tool_call``, ``responses_api_agents/simple_agent`` and
 ``responses_api_models/vllm_model`` out of it byte for byte, leaving out only what a package may
 not hold (``.jsonl`` datasets, docs/architecture.md §3) and the trees' ``tests/``; the rows of
@@ -10,9 +11,9 @@ not hold (``.jsonl`` datasets, docs/architecture.md §3) and the trees' ``tests/
 files, policy model first; the agent's config is the example's ``example_single_tool_call_simple_agent``.
 
 ``assemble_tree_package`` does the same for any resources server of the wheel: the tree with one of
-its configs, the agent tree(s) that config names, and ``responses_api_models/vllm_model``; every
-``datasets`` block is dropped from the configs (their files are not shipped), and the tree's own
-example rows are returned.
+its configs, the agent and environment server trees that config names (environment servers from
+0.5 on), and ``responses_api_models/vllm_model``; every ``datasets`` block is dropped from the
+configs (their files are not shipped), and the tree's own example rows are returned.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ def gym_wheel(python: str, version: str = GYM_VERSION) -> Path:
                        check=True, timeout=600)
         found = sorted(dest.glob(f"nemo_gym-{version}-*.whl"))
     return found[0]
+
+
+def wheel_version(wheel: Path) -> str:
+    """The release a ``nemo_gym-X.Y.Z-...whl`` file holds."""
+    return wheel.name.split("-")[1]
 
 
 def assemble_gym_package(wheel: Path, root: Path) -> tuple[Path, list[dict]]:
@@ -112,12 +118,16 @@ def _strip_datasets(node: object) -> None:
             _strip_datasets(value)
 
 
-def tree_agents(wheel: Path, tree: str, config: str) -> list[str]:
-    """The agent implementations that ``resources_servers/{tree}/configs/{config}`` configures."""
+NAMED_TYPES = ("responses_api_agents", "environment_servers")  # the trees a resources config brings along
+
+
+def tree_implementations(wheel: Path, tree: str, config: str) -> list[str]:
+    """The agent and environment server trees (``type/implementation``) that
+    ``resources_servers/{tree}/configs/{config}`` configures."""
     with zipfile.ZipFile(wheel) as z:
         doc = yaml.safe_load(z.read(f"resources_servers/{tree}/configs/{config}")) or {}
-    return sorted({impl for inst in doc.values() if isinstance(inst, dict)
-                   for impl in (inst.get("responses_api_agents") or {})})
+    return sorted({f"{kind}/{impl}" for inst in doc.values() if isinstance(inst, dict)
+                   for kind in NAMED_TYPES for impl in (inst.get(kind) or {})})
 
 
 def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tuple[Path, list[dict]]:
@@ -125,8 +135,8 @@ def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tu
     files byte for byte except the configs (``datasets`` removed) and what a package may not hold
     (``.jsonl`` files, ``data/``, ``tests/``). Returns ``(root, example rows)``; rows are ``[]`` when
     the tree ships no ``data/example.jsonl``."""
-    trees = [f"resources_servers/{tree}", *(f"responses_api_agents/{a}" for a in tree_agents(wheel, tree, config)),
-             "responses_api_models/vllm_model"]
+    trees = [f"resources_servers/{tree}", *tree_implementations(wheel, tree, config), "responses_api_models/vllm_model"]
+    version = wheel_version(wheel)
     keep_configs = {f"resources_servers/{tree}/configs/{config}", "responses_api_models/vllm_model/configs/vllm_model.yaml"}
     configs: list[str] = []
     with zipfile.ZipFile(wheel) as z:
@@ -138,7 +148,7 @@ def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tu
             inner = rel.relative_to(top).parts
             if inner[0] in ("data", "tests"):
                 continue
-            if inner[0] == "configs" and not top.startswith("responses_api_agents/"):
+            if inner[0] == "configs" and not top.startswith(NAMED_TYPES):
                 if name not in keep_configs:
                     continue
                 configs.append(name)
@@ -156,6 +166,6 @@ def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tu
     order = sorted(configs, key=lambda c: not c.startswith("responses_api_models/"))  # policy model first
     manifest = {"format": "native-v1", "config_paths": order,
                 "metadata": {"name": f"gym-{tree}".replace("_", "-")[:60],
-                             "description": f"NeMo Gym {GYM_VERSION} {tree}, unchanged"}}
+                             "description": f"NeMo Gym {version} {tree}, unchanged"}}
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return root, rows

@@ -33,7 +33,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.up import ready, stop, tree  # noqa: E402
-from tests.helpers.gym_package import assemble_gym_package, gym_python, gym_wheel  # noqa: E402
+from tests.helpers.gym_package import assemble_gym_package, gym_wheel, release_python  # noqa: E402
 
 RELAY = "example_single_tool_call_environment_server"
 
@@ -57,9 +57,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    python = gym_python("0.7.0")
+    python = release_python("0.7.0")
     if python is None:
-        raise SystemExit("no pyenv Python >= 3.13.14 (nemo-gym 0.7.0 requires it)")
+        raise SystemExit("no Python >= 3.13.14 (nemo-gym 0.7.0 requires it; .ci/provision-python builds one)")
     work = Path(tempfile.mkdtemp(prefix="gr-bench-relay-"))
     try:
         sdk, _ = assemble_gym_package(gym_wheel(python, "0.7.0"), work / "sdk-relay")

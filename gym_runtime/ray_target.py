@@ -4,9 +4,11 @@ Sources, first wins: ``--ray-address`` flag, the config's ``ray_head_node_addres
 ``RAY_ADDRESS`` variable of the daemon's environment. Values: ``host:port`` (a GCS address: join
 it), ``auto`` (join the one running local cluster, found from its processes; none found is an
 error, never a new cluster), ``local`` (start a private cluster).
-With no value, a private cluster is started only when a server needs Ray (``ray_enabled: true`` in
-its config, or a Gym SDK server, whose ``run_webserver`` always calls ``ray.init`` and would
-otherwise start one cluster *per server*); otherwise Ray is not used at all.
+With no value, a private cluster is started only when a server uses Ray (the release's rule,
+:mod:`gym_runtime.gym_release.ray_use`: a Gym SDK server before 0.7, whose ``run_webserver`` always
+calls ``ray.init`` and would otherwise start one cluster *per server*; from 0.7 one whose class
+does not declare ``ray_enabled = False``; any server declaring ``ray_enabled = True``); otherwise
+Ray is not used at all.
 
 Rules: a dashboard/jobs URL (``http://...:8265``) is rejected with a hint; joining checks that the
 GCS port accepts a TCP connection within ``connect_timeout_s`` and names the address's source on
@@ -168,6 +170,6 @@ def ray_level(target: RayTarget, requested: str | None, require_full: bool) -> s
                              "private pid namespace hides" + (" (and a cluster outside the sandbox is only "
                              "reachable on the host network)" if want == "none" else ""), code="GR-SANDBOX-RAY",
                              hint="drop --require-isolation (Ray servers then run at 'partial': own network "
-                             "namespace and filesystem view, host /proc read-only), or set ray_enabled: false on "
-                             "servers that never call Ray")
+                             "namespace and filesystem view, host /proc read-only), or declare `ray_enabled = False` "
+                             "on the server classes that never call Ray (NeMo Gym 0.7)")
     return want

@@ -19,7 +19,10 @@ Variables (all optional):
                                     accepts: 2.44.0 for 0.7.0, 2.7.2 for 0.4.0; the runtime's own openai
                                     is no valid default, case C07)
 ``GYM_RUNTIME_PYTHON``              default interpreter for server venvs (version or path;
-                                    default: the runtime's own ``X.Y``)
+                                    default: the runtime's own ``X.Y``, or for servers using the Gym
+                                    SDK one that meets the release's Requires-Python, docs/runtime.md)
+``GYM_RUNTIME_VENDOR_PLATFORM``     ``vendor``'s target platform when ``--platform`` is not given
+                                    (``linux/amd64`` | ``linux/arm64``; each runtime image sets its own)
 ``GYM_RUNTIME_POLICY_BASE_URL``     the job's policy endpoint(s), comma-separated for replicas
 ``GYM_RUNTIME_POLICY_API_KEY``      the policy endpoint's API key
 ``GYM_RUNTIME_POLICY_MODEL_NAME``   the served model name
@@ -32,6 +35,10 @@ Variables (all optional):
 ``GYM_RUNTIME_SERVER_ENV``          variables passed from the daemon's environment into server processes:
                                     a comma list of ``NAME`` (every server) and ``INSTANCE:NAME`` (that
                                     server instance only), docs/architecture.md §7.1
+``GYM_RUNTIME_WRITABLE_TREES``      instance names (comma list, ``*``: all) whose server tree is a writable
+                                    copy-on-write view (docs/runtime.md, "Sandbox and egress")
+``GYM_RUNTIME_SANDBOX_*``           task sandboxes: provider choice, images, limits
+                                    (:mod:`gym_runtime.task_sandboxes.settings`)
 ==================================  =========================================================
 """
 
@@ -43,7 +50,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gym_runtime.errors import SettingsError
 
@@ -51,6 +58,7 @@ if TYPE_CHECKING:  # the config package (OmegaConf) loads only when policy value
     from gym_runtime.config.merge import PolicyValues
 
 PIN_MODES = ("gym", "auto", "none")
+VENDOR_PLATFORMS = ("linux/amd64", "linux/arm64")
 DEFAULT_SERVER_PIDS = 4096
 PIN_VARS = {"nemo-gym": "GYM_RUNTIME_PIN_NEMO_GYM", "ray[default]": "GYM_RUNTIME_PIN_RAY",
             "openai": "GYM_RUNTIME_PIN_OPENAI"}
@@ -101,8 +109,16 @@ class RuntimeSettings:
     pin_origins: dict[str, str] = field(default_factory=dict)
     server_memory_mb: int | None = None
     server_pids: int | None = DEFAULT_SERVER_PIDS
+    vendor_platform: str | None = None
+    python_explicit: bool = False  # the operator set GYM_RUNTIME_PYTHON (else `python` is the runtime's own X.Y)
     allow_unsupported_pairing: bool = False
     server_env: tuple[tuple[str, str | None], ...] = ()
+    task_sandboxes: Any = None  # gym_runtime.task_sandboxes.settings.TaskSandboxSettings
+    writable_trees: frozenset[str] = frozenset()  # instance names, or {"*"}
+
+    def writable_tree(self, instance: str) -> bool:
+        """Whether ``instance``'s server tree is a copy-on-write view (``GYM_RUNTIME_WRITABLE_TREES``)."""
+        return instance in self.writable_trees or "*" in self.writable_trees
 
     @property
     def logs_dir(self) -> Path:
@@ -157,6 +173,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     cache = env.get("GYM_RUNTIME_UV_CACHE_DIR")
     memory = _limit(env, "GYM_RUNTIME_SERVER_MEMORY_MB", _half_of_memory_mb())
     pids = _limit(env, "GYM_RUNTIME_SERVER_PIDS", DEFAULT_SERVER_PIDS)
+    vendor_platform = env.get("GYM_RUNTIME_VENDOR_PLATFORM") or None
+    if vendor_platform is not None and vendor_platform not in VENDOR_PLATFORMS:
+        raise SettingsError(f"GYM_RUNTIME_VENDOR_PLATFORM={vendor_platform!r} is not one of "
+                            f"{', '.join(VENDOR_PLATFORMS)}", hint="unset it to require `vendor --platform`")
+    from gym_runtime.task_sandboxes.settings import load as load_task_sandboxes
+
     return RuntimeSettings(
         home=home,
         venv_dir=Path(env.get("GYM_RUNTIME_VENV_DIR") or home / "venvs").expanduser(),
@@ -165,11 +187,15 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         pins=pins,
         pin_origins=origins,
         python=env.get("GYM_RUNTIME_PYTHON") or f"{sys.version_info[0]}.{sys.version_info[1]}",
+        python_explicit=bool(env.get("GYM_RUNTIME_PYTHON")),
         environ=env,
         server_memory_mb=memory,
         server_pids=pids,
+        vendor_platform=vendor_platform,
         allow_unsupported_pairing=env.get("NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING", "").lower() not in ("", "0", "false"),
         server_env=parse_server_env(env.get(SERVER_ENV_VAR, "")),
+        task_sandboxes=load_task_sandboxes(env, home),
+        writable_trees=frozenset(x.strip() for x in env.get("GYM_RUNTIME_WRITABLE_TREES", "").split(",") if x.strip()),
     )
 
 

@@ -24,6 +24,25 @@ Stable API (the daemon calls exactly this)::
     proc.pid, proc.app_pid(), proc.poll(), proc.returncode, await proc.wait(),
     await proc.stop(grace_s) -> ExitInfo(returncode, reason, detail), proc.exit_info(), proc.memory_rss()
 
+Task sandboxes, for code a server runs (docs/architecture.md §6, "Task sandboxes"; the daemon's
+service is ``gym_runtime/task_sandboxes/``)::
+
+    from sandbox.taskbox import TaskBox, BoxLimits, box_support     # BoxError, ExecOutcome
+    from sandbox.boxroot import BoxRoot                              # BoxRoot.host(), an image's rootfs
+    from sandbox.images import ImageStore                            # .resolve(image) -> BoxRoot
+    from sandbox.joiner import JoinerFactory                         # one per daemon: forks joiners
+
+    support = box_support(probe_isolation())                         # (bwrap, proc_mode), or why none
+    box = await TaskBox.start(name, root, base_dir, BoxLimits(memory_mb, pids, cpus), policy, spawner,
+                              *support, workdir=None, env=None, on_deny=None, resolver=None, factory=None)
+    await box.exec(argv, env, cwd, timeout_s) -> ExecOutcome(returncode, stdout, stderr, timed_out,
+                                                             truncated, error)
+    await box.put(host_file, path); await box.get(path, host_file); await box.dial(port)
+    box.alive, box.enforced, box.denials, box.processes(), box.over_limit(); await box.close()
+
+``spawner`` is one long-lived thread (an executor) that forks every process of every box: a box's
+processes die with that thread (``PR_SET_PDEATHSIG``), so it must outlive the boxes.
+
 Rules for the caller:
 
 * ``Sandbox.start`` and ``spawn`` run on the event-loop thread: PR_SET_PDEATHSIG follows the

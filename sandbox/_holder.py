@@ -11,6 +11,7 @@ Requests (text, one per message) and replies (``OK ...`` plus fds via SCM_RIGHTS
 * ``SOCKETS <n> <4|6>``: ``n`` unconnected TCP sockets inside the namespace.
 * ``FREE <port>``: ``OK`` when 127.0.0.1:port can be bound inside, else ``ERR``.
 * ``ADDR <ip>``: add ``ip`` (/32 or /128) to ``lo`` (for IP-literal policy endpoints).
+* ``UDP <ip> <port>``: a bound UDP socket inside the namespace (the egress DNS, ``dns.py``).
 """
 
 import ctypes
@@ -95,6 +96,11 @@ def _serve(ctl):
                     reply = "OK"
                 finally:
                     s.close()
+            elif words[0] == "UDP":
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s.bind((words[1], int(words[2])))
+                socks.append(s)
+                reply = "OK"
             elif words[0] == "ADDR":
                 _add_addr(words[1])
                 reply = "OK"

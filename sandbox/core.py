@@ -16,6 +16,7 @@ from gym_runtime.errors import IsolationError, StartError
 
 from .launch import ProcessSpec, bwrap_argv, launcher_argv, make_preexec, private_pipe
 from .limits import CgroupSlot
+from .dns import NameForwards
 from .netns import NetnsHolder
 from .policy import EgressPolicy, normalize_host, parse_ip_literal
 from .probe import IsolationLevel, IsolationReport, interpreter_roots, probe_isolation
@@ -54,6 +55,9 @@ class Sandbox:
         self._proxy = EgressProxy(policy, self._on_deny, resolver, self._loopback_dial)
         self._watch: asyncio.Task | None = None
         self._pending: list[asyncio.Task] = []
+        self._dns: NameForwards | None = None  # allowed names for clients that ignore proxies (dns.py)
+        self._resolv: dict[str, Path] = {}
+        self._dns_tasks: list[asyncio.Task] = []
         self._state = Path(tempfile.mkdtemp(prefix="sandbox-", dir=self.work_dir))
 
     # ---------------------------------------------------------------- start / stop
@@ -89,6 +93,7 @@ class Sandbox:
         if self.level == IsolationLevel.NONE:
             return
         self.holder = NetnsHolder.start()
+        self._dns = NameForwards(self.policy, self._on_deny, self.holder.listen, self.resolver, subnet=2)
         if self.report.details.get("bwrap") and self.report.details.get("proc"):
             # partial (probed or forced) = the masked-/proc fallback: pid ns kept, host /proc bound read-only
             self.bwrap = self.report.details["bwrap"]
@@ -127,6 +132,10 @@ class Sandbox:
         for s in self._servers:
             s.close()
         self._servers.clear()
+        for t in self._dns_tasks:
+            t.cancel()
+        if self._dns is not None:
+            self._dns.close()
         if self.holder is not None:
             self.holder.close()
             self.holder = None
@@ -206,6 +215,22 @@ class Sandbox:
         self._reserved.add(inside_port)
         return ("127.0.0.1", inside_port)
 
+    async def expose_inside(self, dial: Callable[[], Awaitable[socket.socket]]) -> tuple[str, int]:
+        """A new listener servers reach (``127.0.0.1:port`` inside the sandbox network; on the host at
+        level none) whose every connection is spliced to ``dial()`` (e.g. a task sandbox's service
+        port); closed with the sandbox. Returns its address."""
+        if self.holder is not None:
+            sock = self.holder.listen("127.0.0.1", 0)
+        else:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(512)
+            sock.setblocking(False)
+        port = sock.getsockname()[1]
+        self._reserved.add(port)
+        self._servers.append(await serve_forward(sock, dial))
+        return ("127.0.0.1", port)
+
     def proxy_env(self, proxy_port: int) -> dict[str, str]:
         """The variables the sandbox adds: HTTP(S)_PROXY both cases, NO_PROXY listing peers explicitly."""
         url = f"http://127.0.0.1:{proxy_port}"
@@ -224,18 +249,21 @@ class Sandbox:
         env = {**spec.env, **self.proxy_env(proxy_port)}
         cg = CgroupSlot(spec.name, spec.limits)
         join = None
+        resolv = self._resolv.get(spec.name, self._state / "resolv.conf")
         if self.holder is not None:
-            files = {str(self._state / "hosts"): "/etc/hosts", str(self._state / "resolv.conf"): "/etc/resolv.conf"}
+            files = {str(self._state / "hosts"): "/etc/hosts", str(resolv): "/etc/resolv.conf"}
             join = self.holder.preexec_join if self.bwrap else lambda: self.holder.preexec_join_bare(files)
         ro = [*spec.read_only_paths, *interpreter_roots(spec.argv[0])]
+        if spec.cow_paths and self.bwrap is None:
+            log.warning("server %s: no copy-on-write view of %s without bubblewrap (isolation %s)", spec.name,
+                        ", ".join(spec.cow_paths), self.level.value)
         fd, rest = None, None
         if self.bwrap is not None:
             command = list(spec.argv)
             if spec.private_env:  # never in bubblewrap's environment: a pipe to the launcher (launch.py)
                 fd, rest = private_pipe(spec.private_env)
                 command = launcher_argv(spec.argv, fd)
-            argv = bwrap_argv(self.bwrap, spec, self.proc_mode, ro, self._state / "hosts", self._state / "resolv.conf",
-                              command)
+            argv = bwrap_argv(self.bwrap, spec, self.proc_mode, ro, self._state / "hosts", resolv, command)
         else:
             argv = list(spec.argv)
             env.update(spec.private_env)  # the process started is the server itself
@@ -271,6 +299,7 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         if spec.name not in self._proxy_ports:  # one proxy listener per server name, kept across restarts
             self._proxy_ports[spec.name] = self._proxy_port_sync(spec.name, loop)
+            self._resolver_for(spec.name, loop)
         return self._spawn_sync(spec, self._proxy_ports[spec.name])
 
     def _proxy_port_sync(self, name: str, loop: asyncio.AbstractEventLoop) -> int:
@@ -286,6 +315,18 @@ class Sandbox:
         self._reserved.add(port)
         self._pending.append(loop.create_task(self._proxy.serve(sock, name)))
         return port
+
+    def _resolver_for(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
+        """A DNS stub address of the server's own (``127.3.0.N``, named by its ``resolv.conf``), so a
+        lookup by a client that ignores proxies is answered, and denied, as that server's (dns.py)."""
+        if self.holder is None or self._dns is None or len(self._resolv) >= 250:
+            return
+        addr = f"127.3.0.{len(self._resolv) + 1}"
+        sock = self.holder.udp(addr, 53)
+        path = self._state / f"resolv-{len(self._resolv) + 1}.conf"
+        path.write_text(f"nameserver {addr}\noptions timeout:2 attempts:2\n")
+        self._resolv[name] = path
+        self._dns_tasks.append(loop.create_task(self._dns.serve(sock, name)))
 
     def _ensure_watcher(self) -> None:
         if self._watch is None:

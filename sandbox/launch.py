@@ -14,6 +14,10 @@ which holds its secrets), since every process of the sandbox can read bubblewrap
 bubblewrap runs :data:`LAUNCHER` with the server's interpreter, which reads them from the pipe's
 inherited read end (the data is gone from the pipe once read), closes it, and ``execve``s the
 server's argv with them, so only the server process itself (and what it starts) holds them.
+
+``ProcessSpec.cow_paths`` (a server's own tree, opted in by the operator) become overlays: the
+tree as the lower layer, the server's state directory as the upper one (``overlayfs(5)``), so a
+tree that installs into itself at start-up writes there and the package stays as it was.
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ class ProcessSpec:
     stderr_fd: int | None = None
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     private_env: Mapping[str, str] = field(default_factory=dict)
+    # copy-on-write views: path -> a state directory of the server's; under bubblewrap the path is
+    # an overlay (lower: the path itself, upper and work dirs in the state directory), so writes
+    # land in the state directory and the path itself is never changed
+    cow_paths: Mapping[str, str] = field(default_factory=dict)
 
 
 # Run by argv[0] with -I -S (no site, no PYTHON* variables): read the private variables (JSON) from
@@ -150,6 +158,12 @@ def bwrap_argv(bwrap: str, spec: ProcessSpec, proc_mode: str, ro: Sequence[Path]
             continue
         seen.add(path)
         args += [flag, str(path), str(path)]
+    for path, state in spec.cow_paths.items():  # after every bind: the overlay covers the path's read-only bind
+        upper, work = Path(state) / "upper", Path(state) / "work"
+        upper.mkdir(parents=True, exist_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        real = str(Path(path).resolve())
+        args += ["--overlay-src", real, "--overlay", str(upper), str(work), real]
     args += ["--chdir", str(cwd), "--", *(command if command is not None else spec.argv)]
     return args
 

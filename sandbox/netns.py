@@ -110,6 +110,13 @@ class NetnsHolder:
         s.setblocking(False)
         return s
 
+    def udp(self, ip: str, port: int) -> socket.socket:
+        """A bound, non-blocking UDP socket at ip:port inside the namespace."""
+        _, fds = self._ask(f"UDP {ip} {port}", 1)
+        s = socket.socket(fileno=fds[0])
+        s.setblocking(False)
+        return s
+
     def socket(self, family: int = 4) -> socket.socket:
         """One unconnected, non-blocking TCP socket inside the namespace (pooled, 32 per request)."""
         pool = self._pool[family]

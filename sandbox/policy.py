@@ -165,6 +165,23 @@ def _parse_entry(raw: str) -> AllowEntry:
     return AllowEntry(("*." if wildcard else "") + name, port)
 
 
+def suggest_allow(hosts: Iterable[str]) -> tuple[str, str]:
+    """``NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW`` values that would allow ``hosts`` (``host`` or
+    ``host:port``): ``(exact, patterns)``, the hosts themselves, and the same with every host of
+    three or more labels as the pattern of its parent domain (``cdn-lfs.hf.co`` -> ``*.hf.co``: a
+    service's redirect hosts, whose names vary, share it); ``patterns`` is empty when it would say
+    nothing more. In first-seen order."""
+    exact: list[str] = []
+    wide: list[str] = []
+    for host in hosts:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        labels = name.strip(".").split(".")
+        pattern = "*." + ".".join(labels[-2:]) if len(labels) >= 3 and parse_ip_literal(name) is None else name
+        exact += [name] if name not in exact else []
+        wide += [pattern] if pattern not in wide else []
+    return ",".join(exact), (",".join(wide) if wide != exact else "")
+
+
 def parse_bool_setting(name: str, value: str | None, default: bool = False) -> bool:
     """Parse ``true/false/1/0/yes/no`` (any case); raises SettingsError naming ``name`` and ``value``."""
     if value is None or value.strip() == "":
@@ -270,6 +287,16 @@ class EgressPolicy:
             if net is not None:
                 return Decision(False, f"resolved-special:{addr} ({net})")
         return Decision(True, f"allow:{ok}")
+
+    def ports_for(self, host: str) -> list[int]:
+        """The ports a *name* may be reached on (its matching entries' ports, 80/443 for an entry
+        without one), each one allowed by :meth:`decide`; empty when the name is denied."""
+        norm = normalize_host(host)
+        if norm is None or not self.allow_internet:
+            return []
+        entries = [*self.operator_list, *(AllowEntry(s) for s in DEFAULT_SUFFIXES)]
+        ports = sorted({p for e in entries if e.matches_host(norm) for p in ((e.port,) if e.port else DEFAULT_PORTS)})
+        return [p for p in ports if self.decide(norm, p).allowed]
 
     def effective_allowlist(self) -> list[dict[str, str]]:
         """What a sandboxed server may reach, each entry with where it comes from:

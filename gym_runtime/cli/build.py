@@ -47,6 +47,7 @@ def _signals(cancel: threading.Event) -> dict[int, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from gym_runtime.config import build_config
+    from gym_runtime.gym_release import choose_release
     from gym_runtime.package import load_package
     from gym_runtime.venvs import build_venvs, plan_venvs
     from gym_runtime.venvs.record import record_build
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     if args.pin_mode:
         settings = settings.with_overrides(pin_mode=args.pin_mode)
     pkg = load_package(args.package)
-    merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS)
+    release = choose_release(pkg, settings)
+    merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS, release=release)
     started, names = time.time(), list(merged.instances)
     try:
         plan = plan_venvs(merged, settings, python=args.python)
@@ -63,8 +65,11 @@ def run(args: argparse.Namespace) -> int:
         record_build(settings.home, names, started, error=e)
         raise
     if not args.json:
+        print(release.describe(), file=sys.stderr)
         print(f"plan: {len(plan.venvs)} venv(s) for {len(plan.by_instance)} server(s); pin mode {plan.pin_mode}; "
               f"uv {plan.uv_version}", file=sys.stderr)
+        for note in plan.notes:
+            print(f"  note: {note}", file=sys.stderr)
         for vp in plan.venvs:
             for note in vp.notes:
                 print(f"  {', '.join(vp.instances)}: {note}", file=sys.stderr)
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     record_build(settings.home, names, started, venvs=venvs)
     if args.json:
-        out = {"plan": plan.to_dict(), **venvs.to_dict(),
+        out = {"gym_release": release.to_dict(), "plan": plan.to_dict(), **venvs.to_dict(),
                "servers": {n: venvs.for_instance(n).to_dict() for n in plan.by_instance}}
         print(json.dumps(out, indent=2))
         return 0

@@ -33,8 +33,33 @@ def add_policy_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--policy-api-key-env", metavar="VAR",
                    help="name of the environment variable holding the API key (keys never go on a command line)")
     g.add_argument("--probe-policy", action="store_true",
-                   help="before ready, send one short chat completion to each policy endpoint and check "
-                   "uses_reasoning_parser against what it returns")
+                   help="before ready, probe each policy endpoint with a two-turn conversation offering a tool "
+                   "(and asking for token ids where the config does) and check tools, token ids, "
+                   "uses_reasoning_parser and reasoning_field against what it returns")
+
+
+def add_liveness_args(g: argparse._ArgumentGroup) -> None:
+    """The liveness probe after ready (``SuperviseOptions.liveness_*``, supervise/wedged.py)."""
+    from gym_runtime.supervise.options import SuperviseOptions as D
+
+    g.add_argument("--liveness-interval", type=float, default=D.liveness_interval_s, metavar="S",
+                   help="after ready, GET / of every server every S seconds; 0 turns the probe off (default %(default)g)")
+    g.add_argument("--liveness-timeout", type=float, default=D.liveness_timeout_s, metavar="S",
+                   help="deadline of each liveness probe (default %(default)g)")
+    g.add_argument("--liveness-misses", type=int, default=D.liveness_misses, metavar="N",
+                   help="misses in a row after which a server is wedged and restarted (default %(default)s)")
+
+
+def liveness_from_args(args: argparse.Namespace) -> dict:
+    """The ``SuperviseOptions`` keywords of :func:`add_liveness_args`' flags; :class:`UsageError`
+    for a negative interval, a non-positive timeout or fewer than one miss."""
+    from gym_runtime.errors import UsageError
+
+    if args.liveness_interval < 0 or args.liveness_timeout <= 0 or args.liveness_misses < 1:
+        raise UsageError("--liveness-interval must be >= 0, --liveness-timeout > 0 and --liveness-misses >= 1; got "
+                         f"{args.liveness_interval:g}, {args.liveness_timeout:g}, {args.liveness_misses}")
+    return {"liveness_interval_s": args.liveness_interval, "liveness_timeout_s": args.liveness_timeout,
+            "liveness_misses": args.liveness_misses}
 
 
 def policy_from_args(args: argparse.Namespace) -> PolicyValues:

@@ -6,12 +6,14 @@ given without a key, ``policy_api_key: EMPTY`` (said in a comment), so ``****`` 
 With ``GYM_RUNTIME_SERVER_ENV`` set, also the variables each server instance is passed (names only,
 and whether each is set here; docs/architecture.md §7.1).
 
-Also says, for each list a later file replaced whole (lists are never merged item by item,
+Says which Gym release the environment runs (``gym_release`` with ``--json``: ``GymRelease.to_dict()``;
+a ``# gym release: ...`` comment otherwise). Also says, for each list a later file replaced whole (lists are never merged item by item,
 docs/environment-packages.md), which file won and which it replaced (case C19), and prints the
 config warnings (``GR-CONFIG-TRUTHY``...) on stderr. Per server instance it says where its block
 came from (docs/environment-packages.md, "Composition"): the file that defined it, the template it
 inherits and that template's file, or the composition step that generated it, and every key of it
-that a file set over another file's value (``overridden``: the file in effect and the ones it replaced).
+that a file set over another file's value (``overridden``: the file in effect and the ones it replaced). Sandbox-provider
+blocks are shown as ``up`` gives them on this host (``GYM_RUNTIME_SANDBOX_PROVIDER``), each change said.
 """
 
 from __future__ import annotations
@@ -37,16 +39,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from gym_runtime.config import build_config
     from gym_runtime.config.redact import KEYLESS_API_KEY
+    from gym_runtime.gym_release import choose_release
     from gym_runtime.package import load_package
     from gym_runtime.settings import load_settings
+    from gym_runtime.task_sandboxes.bringup import choose_providers
     from gym_runtime.supervise import passthrough
 
     settings = load_settings()
     pkg = load_package(args.package)
+    release = choose_release(pkg, settings)
     policy = policy_from_args(args)  # a base URL without a key gets `EMPTY`, as at `up`
-    merged = build_config(pkg, args.overrides, policy, defaults=policy.with_overrides(args.overrides).keyless_defaults())
+    merged = build_config(pkg, args.overrides, policy, defaults=policy.with_overrides(args.overrides).keyless_defaults(),
+                          release=release)
     passthrough.check(settings, merged.instances)
     passed = passthrough.describe(settings, merged.instances)
+    providers: list[str] = []  # what `up` does to sandbox-provider blocks on this host (docs/runtime.md)
+    choose_providers(merged, settings, providers.append)
     masked: list[str] = []
     data = merged.redacted(masked)
     replaced = list(merged.sources.replaced_lists.values())
@@ -57,12 +65,14 @@ def run(args: argparse.Namespace) -> int:
                     **provenance(merged.sources, i.name),
                     "secrets": merged.secrets.keys_for(i.name, merged.data), "passed_env": passed[i.name]}
                    for i in merged.instances.values()]
-        print(json.dumps({"config": data, "servers": servers, "masked": masked,
+        print(json.dumps({"config": data, "gym_release": release.to_dict(), "servers": servers, "masked": masked,
                           "replaced_lists": [r.to_dict() for r in replaced],
                           "overridden": [r.to_dict() for r in merged.sources.overridden.values()],
-                          "warnings": [w.to_dict() for w in merged.warnings]}, indent=2))
+                          "warnings": [w.to_dict() for w in merged.warnings], "sandbox_providers": providers},
+                         indent=2))
     else:
         print(merged.to_yaml(), end="")
+        print("# " + release.describe())
         if merged.sources.of("policy_api_key") == "default":  # the keyless default, shown as it is (redact.py)
             print(f"# policy_api_key: no key given, so {KEYLESS_API_KEY} (what OpenAI clients send to an endpoint "
                   "without a key); pass --policy-api-key-env VAR to send one")

@@ -8,7 +8,10 @@ of ``GYM_RUNTIME_POLICY_BASE_URL``, the operator's ``NMP_RL_SANDBOX_*``), when a
 this ``$GYM_RUNTIME_HOME`` its processes by role and size (its head server's ``/processes``), and
 the variables ``GYM_RUNTIME_SERVER_ENV`` passes into servers (names only, and whether each is set),
 and with ``--package PKG`` the secret keys each server instance of that package receives and the
-variables it is passed (names only, docs/architecture.md §4, §7.1). Exit 0 when every check is fine; 1 when a setting (or the ``--package``)
+variables it is passed (names only, docs/architecture.md §4, §7.1) and the Gym release it runs and
+why (docs/runtime.md, "Gym releases"). Each interpreter found is listed with the known Gym releases
+it can run (their ``Requires-Python``), and pip index settings that uv ignores are named with uv's
+equivalent. Exit 0 when every check is fine; 1 when a setting (or the ``--package``)
 is invalid input (README "Exit codes"); 3 when the host falls short (e.g. a directory that cannot
 be written, Ray unreachable).
 """
@@ -29,7 +32,8 @@ from gym_runtime.settings import RuntimeSettings, load_settings, policy_from_env
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check what this host offers: isolation, Pythons, uv, dirs, index, Ray, egress")
     p.add_argument("--ray-address", metavar="ADDR", help="check this Ray address instead of RAY_ADDRESS")
-    p.add_argument("--package", metavar="PKG", help="also show which secret keys each server of PKG receives")
+    p.add_argument("--package", metavar="PKG", help="also show the Gym release PKG runs (and why) and which secret "
+                   "keys each server of PKG receives")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -45,6 +49,8 @@ def _writable(path: Path) -> dict[str, Any]:
 def _uv(settings: RuntimeSettings) -> dict[str, Any]:
     import uv
 
+    from gym_runtime.venvs.pip_settings import ignored_pip_indexes
+
     exe = uv.find_uv_bin()
     out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
     cache = settings.uv_cache_dir
@@ -55,7 +61,8 @@ def _uv(settings: RuntimeSettings) -> dict[str, Any]:
     index = env.get("UV_DEFAULT_INDEX") or env.get("UV_INDEX_URL") or "https://pypi.org/simple (uv default)"
     return {"binary": exe, "version": out.stdout.strip(), "cache_dir": _writable(cache) if cache else None,
             "index": index, "extra_index": env.get("UV_EXTRA_INDEX_URL") or env.get("UV_INDEX"),
-            "offline": env.get("UV_OFFLINE") not in (None, "", "0", "false")}
+            "offline": env.get("UV_OFFLINE") not in (None, "", "0", "false"),
+            "pip_settings_ignored": [s.describe() for s in ignored_pip_indexes(env)]}
 
 
 def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
@@ -75,24 +82,67 @@ def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
     return out
 
 
-def _secrets(package: str, settings: RuntimeSettings) -> dict[str, Any]:
-    """Per server instance of ``package``, the dotted keys of the secrets it receives (the job's
-    policy values from ``GYM_RUNTIME_POLICY_*``, else placeholders: only names are shown) and the
-    variables ``GYM_RUNTIME_SERVER_ENV`` passes it (names, and whether each is set)."""
+def _package(package: str, settings: RuntimeSettings) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(gym release, secrets)`` of ``package``: the Gym release it runs and why it was chosen
+    (:func:`~gym_runtime.gym_release.choose_release`), and per server instance the dotted keys of
+    the secrets it receives (the job's policy values from ``GYM_RUNTIME_POLICY_*``, else
+    placeholders: only names are shown) and the variables ``GYM_RUNTIME_SERVER_ENV`` passes it
+    (names, and whether each is set)."""
     from gym_runtime.cli.validate import PLACEHOLDERS
     from gym_runtime.config import build_config
+    from gym_runtime.gym_release import choose_release
     from gym_runtime.package import load_package
     from gym_runtime.settings import policy_from_environ
 
     from gym_runtime.supervise import passthrough
 
+    def error(e: GymRuntimeError) -> dict[str, Any]:
+        return {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
+
     try:
-        merged = build_config(load_package(package), [], policy_from_environ(), defaults=PLACEHOLDERS)
+        pkg = load_package(package)
+        release = choose_release(pkg, settings)
+    except GymRuntimeError as e:
+        return error(e), error(e)
+    chosen = {"status": "ok", **release.to_dict(), "summary": release.describe().removeprefix("gym release: "),
+              "why": _why(release.source)}
+    try:
+        merged = build_config(pkg, [], policy_from_environ(), defaults=PLACEHOLDERS, release=release)
         passthrough.check(settings, merged.instances)
     except GymRuntimeError as e:
-        return {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
-    return {"status": "ok", "servers": {n: merged.secrets.keys_for(n, merged.data) for n in merged.instances},
-            "passed_env": passthrough.describe(settings, merged.instances)}
+        return chosen, error(e)
+    return chosen, {"status": "ok", "servers": {n: merged.secrets.keys_for(n, merged.data) for n in merged.instances},
+                    "passed_env": passthrough.describe(settings, merged.instances)}
+
+
+def _why(source: str) -> str:
+    """Why a release was chosen, from its source (docs/runtime.md, "Gym releases")."""
+    if source.startswith("wheels/"):
+        return f"the package vendors the SDK as {source}: it runs that release"
+    if source.startswith("set by "):
+        return f"no nemo_gym wheel in the package, and the operator pinned it ({source})"
+    return "no nemo_gym wheel in the package and no GYM_RUNTIME_PIN_NEMO_GYM: the current release"
+
+
+def _releases_of(version: str) -> list[str]:
+    """The known Gym releases an interpreter of ``version`` can run (their Requires-Python)."""
+    from gym_runtime.gym_release import RELEASES
+
+    return [r.version for r in RELEASES if r.python_spec.contains(version, prereleases=True)]
+
+
+def _ranges(versions: list[str]) -> str:
+    """``0.2.0-0.4.0, 0.7.0`` for runs of consecutive known releases."""
+    from gym_runtime.gym_release import RELEASES
+
+    order = [r.version for r in RELEASES]
+    runs: list[list[str]] = []
+    for v in versions:
+        if runs and order.index(v) == order.index(runs[-1][-1]) + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _daemon(settings: RuntimeSettings) -> dict[str, Any] | None:
@@ -114,6 +164,22 @@ def _daemon(settings: RuntimeSettings) -> dict[str, Any] | None:
     return out
 
 
+def _task_sandboxes(report: Any, settings: RuntimeSettings) -> dict[str, Any]:
+    """What task sandboxes this host gives (docs/runtime.md, "Task sandboxes"): level, images, provider mode."""
+    from sandbox.taskbox import box_support
+
+    support = box_support(report)
+    ts = settings.task_sandboxes
+    out: dict[str, Any] = {"level": "unavailable" if isinstance(support, str) else
+                           ("full" if support[1] == "mount" else "partial"),
+                           "provider_mode": ts.provider_mode if ts else "auto",
+                           "images": [str(d) for d in ts.image_dirs] if ts else [],
+                           "image_map": dict(ts.image_map) if ts else {}}
+    if isinstance(support, str):
+        out["reason"] = support
+    return out
+
+
 def collect(args: argparse.Namespace) -> dict[str, Any]:
     """Every check as a JSON-ready dict."""
     from sandbox import EgressPolicy, probe_isolation
@@ -131,18 +197,19 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         egress = {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
     out = {
         "isolation": isolation,
-        "pythons": [{"version": i.version, "path": str(i.path), "source": i.source} for i in
-                    list_pythons(settings.environ)],
+        "pythons": [{"version": i.version, "path": str(i.path), "source": i.source,
+                     "gym_releases": _releases_of(i.version)} for i in list_pythons(settings.environ)],
         "uv": _uv(settings),
         "venv_dir": _writable(settings.venv_dir),
         "home": _writable(settings.home),
         "ray": _ray(args.ray_address, settings),
         "egress": egress,
+        "task_sandboxes": _task_sandboxes(report, settings),
         "server_env": [{"name": n, "instance": i, "set": n in settings.environ} for n, i in settings.server_env],
         "daemon": _daemon(settings),
     }
     if getattr(args, "package", None):
-        out["secrets"] = _secrets(args.package, settings)
+        out["gym_release"], out["secrets"] = _package(args.package, settings)
     return out
 
 
@@ -179,9 +246,15 @@ def run(args: argparse.Namespace) -> int:
         return code
     iso = out["isolation"]
     print(f"isolation: {iso['level']}" + (f" ({'; '.join(iso['reasons'])})" if iso["reasons"] else ""))
-    print("pythons:   " + (", ".join(f"{p['version']} {p['path']} [{p['source']}]" for p in out["pythons"]) or "none"))
+    pythons = [f"{p['version']} {p['path']} [{p['source']}] " + (f"runs nemo-gym {_ranges(p['gym_releases'])}"
+               if p["gym_releases"] else "runs no nemo-gym release")
+               for p in out["pythons"]] or ["none"]
+    for i, line in enumerate(pythons):
+        print(("pythons:   " if i == 0 else " " * 11) + line)
     uv = out["uv"]
     print(f"uv:        {uv['version']} ({uv['binary']}); index {uv['index']}" + (" [offline]" if uv["offline"] else ""))
+    for ignored in uv["pip_settings_ignored"]:
+        print(f"           {ignored}")
     for key, d in (("venv dir", out["venv_dir"]), ("uv cache", cache), ("home", out["home"])):
         if d:
             print(f"{key + ':':<10} {d['path']} ({'writable' if d['writable'] else 'NOT writable'})")
@@ -190,10 +263,18 @@ def run(args: argparse.Namespace) -> int:
           + ("" if ray.get("reachable", True) else f" -- {ray['error']['message']}"))
     for i, line in enumerate(egress_lines(out["egress"])):
         print(("egress:    " if i == 0 else " " * 11) + line)
+    ts = out["task_sandboxes"]
+    print(f"sandboxes: task sandboxes {ts['level']}" + (f" ({ts['reason']})" if ts.get("reason") else "")
+          + f"; provider {ts['provider_mode']} (GYM_RUNTIME_SANDBOX_PROVIDER); images in " + (", ".join(ts["images"]) or "-")
+          + (f"; image map {', '.join(f'{k}={v}' for k, v in ts['image_map'].items())}" if ts["image_map"] else ""))
     if out["server_env"]:
         print("server env: " + ", ".join(f"{e['instance'] + ':' if e['instance'] else ''}{e['name']}"
                                          + ("" if e["set"] else " (not set)") for e in out["server_env"])
               + " (GYM_RUNTIME_SERVER_ENV; names only)")
+    if "gym_release" in out:
+        rel = out["gym_release"]
+        print("gym:       " + (f"{rel['summary']}: {rel['why']}" if rel["status"] == "ok" else
+                               f"ERROR {rel['error']['message']}"))
     if "secrets" in out:
         sec = out["secrets"]
         lines = ([f"{n}: {', '.join(keys) or 'no secrets'}" for n, keys in sec["servers"].items()]

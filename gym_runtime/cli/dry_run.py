@@ -8,7 +8,8 @@ on the nodes of that Ray cluster (docs/scale-out.md) and are ended there at the 
 over an agent's replicas, at most ``--max-concurrent-rollouts`` in flight (``--concurrency`` is its
 deprecated alias), and the report counts the rollouts of each replica. stdout: the reward table
 and the replica table (or one JSON object with ``--json``); stderr:
-start-up progress and a progress bar. Exit 0 when every rollout ran, 3 when any failed, 1 for a bad
+start-up progress and a progress bar. Exit 0 when every rollout ran, 3 when any failed (or a row had
+every sample masked by its resources server), 1 for a bad
 package / config / row (nothing started), 2 for bad flags.
 """
 
@@ -23,8 +24,10 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, stdout_for_the_command
+from gym_runtime.cli.common import (add_liveness_args, add_package_args, add_policy_args, liveness_from_args,
+                                    policy_from_args, stdout_for_the_command)
 from gym_runtime.errors import EXIT_OK, EXIT_RUNTIME, RolloutError, UsageError
+from gym_runtime.rollouts import ROLLOUT_TIMEOUT_S
 from gym_runtime.supervise.options import SuperviseOptions
 
 if TYPE_CHECKING:  # rich and the rollout machinery load only when a dry run runs
@@ -43,7 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-concurrent-rollouts", type=int, metavar="N", help="rollouts in flight (default: 32 per "
                    "agent replica)")
     p.add_argument("--concurrency", type=int, metavar="C", help="deprecated alias of --max-concurrent-rollouts")
-    p.add_argument("--rollout-timeout", type=float, metavar="S", help="seconds per rollout (default: no limit)")
+    p.add_argument("--rollout-timeout", type=float, default=ROLLOUT_TIMEOUT_S, metavar="S",
+                   help="seconds per rollout; a rollout past it fails with GR-ROLLOUT-DEADLINE (default %(default)g; "
+                   "0: no limit)")
     p.add_argument("--out", type=Path, metavar="results.jsonl", help="write every rollout (row, sample, reward, "
                    "latency, error) as JSONL")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
@@ -58,6 +63,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where servers run: this host (default), or nodes of the --ray-address cluster "
                    "(docs/scale-out.md); the environment is brought down on every node at the end")
     g.add_argument("--ray-address", metavar="ADDR", help="Ray cluster: host:port (GCS), 'auto' or 'local'")
+    d = SuperviseOptions()
+    g = p.add_argument_group("supervision (as for up)")
+    g.add_argument("--ready-timeout", type=float, default=d.server_ready_timeout_s, metavar="S",
+                   help="per-server seconds until GET / answers (default %(default)s)")
+    g.add_argument("--startup-timeout", type=float, default=d.startup_timeout_s, metavar="S",
+                   help="whole start-up, seconds (default %(default)s)")
+    add_liveness_args(g)
     p.set_defaults(func=run)
 
 
@@ -77,10 +89,11 @@ def request_from_args(args: argparse.Namespace) -> DryRunRequest:
         args.dataset = default_dataset(args.package)
     runtime = {k: v for k, v in (("python", args.python), ("isolation", args.isolation), ("work_dir", args.work_dir),
                                  ("placement", args.placement), ("ray_address", args.ray_address)) if v is not None}
-    if args.probe_policy:
-        runtime["options"] = SuperviseOptions(probe_policy=True)
+    runtime["options"] = SuperviseOptions(server_ready_timeout_s=args.ready_timeout, startup_timeout_s=args.startup_timeout,
+                                          probe_policy=args.probe_policy, **liveness_from_args(args))
     return DryRunRequest(args.package, args.dataset, list(args.overrides), policy_from_args(args), args.samples,
-                         args.limit, max_concurrent_rollouts(args), args.rollout_timeout, args.out, args.stub_seed,
+                         args.limit, max_concurrent_rollouts(args), args.rollout_timeout or None, args.out,
+                         args.stub_seed,
                          runtime)
 
 

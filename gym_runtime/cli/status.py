@@ -92,6 +92,7 @@ def _line(name: str, what: str, s: dict) -> str:
     return (f"  {name:<24} {s.get('state', '?'):<10} {s.get('url') or '-':<28} pid {s.get('pid') or '-':<8}"
             f" restarts {s.get('restarts', 0)}" + (f" up {up:.0f}s" if up else "") + f"  {what}"
             + (f"  node {s['node']} moves {s.get('moves', 0)}" if s.get("placement") == "ray" else "")
+            + (f"  sandboxes {s['sandboxes']}" if s.get("sandboxes") else "")
             + (f"  error: {s['error']}" if s.get("error") else ""))
 
 

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, stdout_for_the_command
+from gym_runtime.cli.common import (add_liveness_args, add_package_args, add_policy_args, liveness_from_args,
+                                    policy_from_args, stdout_for_the_command)
 from gym_runtime.settings import load_settings
 from gym_runtime.supervise.daemon_record import DaemonRecord
 from gym_runtime.supervise.options import SuperviseOptions
@@ -64,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--max-restarts", type=int, default=D.max_restarts, help="restarts per server before failing (default %(default)s)")
     g.add_argument("--shutdown-grace", type=float, default=D.shutdown_grace_s, help="TERM -> KILL seconds (default %(default)s)")
     g.add_argument("--keep-going", action="store_true", help="keep the other servers up when one fails for good")
+    add_liveness_args(g)
     p.set_defaults(func=run)
 
 
@@ -73,7 +75,7 @@ def request_from_args(args: argparse.Namespace) -> UpRequest:
     opts = SuperviseOptions(server_ready_timeout_s=args.ready_timeout, startup_timeout_s=args.startup_timeout,
                             model_endpoint_timeout_s=args.model_endpoint_timeout, max_restarts=args.max_restarts,
                             shutdown_grace_s=args.shutdown_grace, keep_going=args.keep_going,
-                            probe_policy=args.probe_policy)
+                            probe_policy=args.probe_policy, **liveness_from_args(args))
     return UpRequest(args.package, list(args.overrides), policy_from_args(args), args.head_host, args.head_port,
                      args.ray_address, Path(args.work_dir) if args.work_dir else None, args.require_isolation,
                      args.isolation, args.python, args.stub_seed, opts, args.placement, args.max_concurrent_rollouts)

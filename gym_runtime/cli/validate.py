@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_policy_args(p)
     p.add_argument("--platform", choices=["linux/amd64", "linux/arm64"],
                    help="also check every vendored wheel installs on this platform")
-    p.add_argument("--python", default="3.13", help="target Python for --platform (default 3.13)")
+    p.add_argument("--python", default=None, help="the job's interpreter (a version or a path), checked as `build` "
+                   "would use it; with --platform, the target's Python version instead (default 3.13)")
     p.add_argument("--glibc", default=None,
                    help="target glibc for --platform (default 2.36: Debian 12 and newer, the runtime image included)")
     p.add_argument("--json", action="store_true", help="also print a failure as JSON on stdout: "
@@ -44,31 +45,54 @@ def register(sub: argparse._SubParsersAction) -> None:
 def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     """Run every check; return the summary fields and all violations (never raises for bad input)."""
     from gym_runtime.config import build_config
+    from gym_runtime.gym_release import choose_release
+    from gym_runtime.gym_release.imports import check_imports, skipped_note
     from gym_runtime.package import check_package, parse_target
+    from gym_runtime.package.wheels import metadata_mismatches
     from gym_runtime.settings import load_settings
     from gym_runtime.venvs.closure import package_proof
     from gym_runtime.venvs.preflight import package_checks
+    from gym_runtime.venvs.python_choice import python_problems, target_python_problems
 
     target = None
     if args.platform:
         try:
-            target = parse_target(args.platform, args.python, args.glibc)
+            target = parse_target(args.platform, args.python or "3.13", args.glibc)
         except ValueError as e:
             raise UsageError(str(e)) from None
+    settings = load_settings()
     pkg, violations = check_package(args.package, target)
     summary: dict = {"format": pkg.format if pkg else None, "name": pkg.name if pkg else None}
     if pkg is not None:
-        violations += package_checks(pkg)
-    if pkg is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
+        violations += package_checks(pkg) + metadata_mismatches(pkg.wheels, pkg.root)
+    release = None
+    if pkg is not None:
         try:
-            merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS)
+            release = choose_release(pkg, settings)
+            summary["release"] = release
+        except GymRuntimeError as e:  # GR-SDK-SKEW: the vendored SDK and the pin disagree
+            violations += _violations_of(e)
+    if release is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
+        try:
+            merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS, release=release)
             summary["warnings"] = merged.warnings
+            # what `build` would refuse before any install: the SDK's imports, each server's Python
+            found, source, checked = check_imports(pkg, release)
+            violations += found
+            if not checked:
+                summary["notes"] = [skipped_note(source)]
+            violations += target_python_problems(merged, target.python) if target is not None else \
+                python_problems(merged, settings, args.python)
             if target is not None and not any((v.file or "").startswith("wheels") for v in violations):
                 # the proof stage 2 runs first, for the target (a broken wheels/ is reported above)
-                violations += package_proof(merged, load_settings(), target)
+                violations += package_proof(merged, settings, target)
         except GymRuntimeError as e:
-            violations += e.violations or [Violation(e.code, e.message, hint=e.hint)]
+            violations += _violations_of(e)
     return summary, violations
+
+
+def _violations_of(e: GymRuntimeError) -> list[Violation]:
+    return e.violations or [Violation(e.code, e.message, hint=e.hint)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,9 +101,20 @@ def run(args: argparse.Namespace) -> int:
     object every command prints (``GymRuntimeError.to_dict``, README "Exit codes")."""
     summary, violations = collect(args)
     warnings = summary.pop("warnings", [])
+    notes = summary.pop("notes", [])
     print_warnings(warnings)
+    release = summary.pop("release", None)
+    if release is not None:
+        summary["gym_release"] = release.to_dict()
+        if not args.json:
+            print(release.describe(), file=sys.stderr)
+    if not args.json:
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     if not violations:
         print(json.dumps({"valid": True, "format": summary["format"], "name": summary["name"],
+                          **({"gym_release": summary["gym_release"]} if release is not None else {}),
+                          **({"notes": notes} if notes else {}),
                           **({"warnings": [w.to_dict() for w in warnings]} if warnings else {})}))
         return EXIT_OK
     err = PackageInvalidError(f"environment package {args.package} is invalid", violations=violations,

@@ -15,8 +15,10 @@
 
 A stage with problems stops the later ones (their findings would be echoes of the same root
 cause). Warnings (``MergedConfig.warnings``) never stop anything: a false-looking string from
-``oc.env`` in a field of unknown type (``GR-CONFIG-TRUTHY``) and egress settings in a package
-config (``GR-CONFIG-NOT-A-SETTING``).
+``oc.env`` in a field of unknown type (``GR-CONFIG-TRUTHY``), egress settings in a package
+config (``GR-CONFIG-NOT-A-SETTING``), a ``ray_enabled`` key in a server's block
+(``GR-CONFIG-RAY-ENABLED``, :mod:`gym_runtime.gym_release.ray_use`) and a ``simple_agent`` with no
+``max_steps`` (``GR-CONFIG-NO-MAX-STEPS``, :mod:`gym_runtime.config.episodes`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from gym_runtime.config.blocks import named_blocks
+from gym_runtime.config.episodes import unbounded_agents
 from gym_runtime.config.instances import ServerInstance, build_instances, declare, find_instances, python_version_problems
 from gym_runtime.config.compose import compose
 from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources
@@ -38,6 +41,7 @@ from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map
 from gym_runtime.config.types import apply_known_types
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
 from gym_runtime.gym_release import GymRelease
+from gym_runtime.gym_release.ray_use import ray_enabled_keys
 from gym_runtime.package import Package
 from gym_runtime.package.layout import find_server_dirs
 
@@ -134,7 +138,8 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     named = named_blocks(data, instances, release.block_reference_keys)
     return MergedConfig(package, data, instances, refs, sources,
                         secret_map(raw, data, list(instances), extra_secrets, named),
-                        composed.warnings + warnings + _settings_in_config(raw, sources, named), release)
+                        composed.warnings + warnings + _settings_in_config(raw, sources, named)
+                        + ray_enabled_keys(instances, sources) + unbounded_agents(instances), release)
 
 
 def _refs_summary(n: int) -> str:

@@ -10,8 +10,7 @@ Parsing is OmegaConf's own (``IntegerNode``, ``BooleanNode``, ``FloatNode``: boo
 
 Known fields:
 
-* every server instance's ``port``, ``num_workers`` (int) and ``ray_enabled`` (bool; the daemon
-  decides on it);
+* every server instance's ``port`` and ``num_workers`` (int);
 * ``head_server.port`` (int);
 * Gym's well-known top-level keys, which Gym reads by truthiness or as numbers (NeMo Gym 0.4.0
   ``nemo_gym/global_config.py`` reserved keys, ``nemo_gym/cli/setup_command.py``): see :data:`TOP_LEVEL`.
@@ -41,7 +40,7 @@ TOP_LEVEL: dict[str, type] = {
     "model_endpoint_readiness_timeout_seconds": float, "uvicorn_timeout_worker_healthcheck": float,
 }
 HEAD_SERVER: dict[str, type] = {"port": int}
-INSTANCE: dict[str, type] = {"port": int, "num_workers": int, "ray_enabled": bool}
+INSTANCE: dict[str, type] = {"port": int, "num_workers": int}
 _NODES = {int: (IntegerNode, "an integer"), bool: (BooleanNode, "a boolean (true/false)"), float: (FloatNode, "a number")}
 _ENV = re.compile(r"\$\{oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
 

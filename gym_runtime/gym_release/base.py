@@ -56,6 +56,10 @@ class GymRelease:
         "observability_enabled",
     })
 
+    # whether servers of the line declare their Ray use (a `ray_enabled` class attribute, 0.7 and
+    # later); before, `SimpleServer.run_webserver` calls `ray.init` in every SDK server
+    declares_ray_enabled: ClassVar[bool] = False
+
     # ---------------------------------------------------------------- composition (docs/environment-packages.md,
     # "Composition"; the mechanism is gym_runtime/config/compose.py, the rules per line below)
     # nested `config_paths`: False = an included file merges after (and so overrides) the file that named it
@@ -137,9 +141,19 @@ class GymRelease:
         """Whether ``environment_servers`` is a server type of this line (0.7 and later)."""
         return "environment_servers" in self.server_types
 
+    def server_uses_ray(self, sdk: bool, declared: bool | None) -> bool:
+        """Whether a server starts a Ray driver: ``sdk`` (its venv runs the Gym SDK) and
+        ``declared`` (its entrypoint class's literal ``ray_enabled``, None when undeclared;
+        :mod:`gym_runtime.package.server_class`). An SDK server of this line always does (NeMo Gym
+        0.4.0 ``nemo_gym/server_utils.py``: ``run_webserver`` calls ``initialize_ray``); any
+        server that declares ``ray_enabled = True`` does."""
+        return declared is True or (sdk and (not self.declares_ray_enabled or declared is None))
+
     def describe(self) -> str:
-        """``NeMo Gym 0.7.0 (release line 0.7; from GYM_RUNTIME_PIN_NEMO_GYM)``."""
-        return f"NeMo Gym {self.version} (release line {self.line}; from {self.source})"
+        """The one line commands print: ``gym release: NeMo Gym 0.7.0 (line 0.7, Requires-Python
+        >=3.13.14; from set by GYM_RUNTIME_PIN_NEMO_GYM)``."""
+        return (f"gym release: NeMo Gym {self.version} (line {self.line}, Requires-Python {self.requires_python}; "
+                f"from {self.source})")
 
     def to_dict(self) -> dict[str, str]:
         return {"version": str(self.version), "line": self.line, "source": self.source,

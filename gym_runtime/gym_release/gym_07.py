@@ -5,7 +5,9 @@ From NeMo Gym 0.7.0: a fourth server type, ``environment_servers`` (``nemo_gym/c
 (``nemo_gym/rollout_collection.py``); the routing and spin-up keys it reserves
 (``nemo_gym/global_config.py``); the head server's probes (``nemo_gym/server_utils.py``
 ``HeadServer``: ``/livez`` always ``ok``; ``/readyz``, ``/healthz`` and ``/health`` 503 ``starting``
-until every server is ready, then 200 ``ok``). Composition (docs/environment-packages.md, "Composition"): every
+until every server is ready, then 200 ``ok``); servers declare whether they use Ray
+(``ray_enabled`` on the server class, ``nemo_gym/server_utils.py`` ``_server_uses_ray``: undeclared
+still means Ray). Composition (docs/environment-packages.md, "Composition"): every
 agent no environment server names gets a generated ``legacy_agent`` relay
 (``_front_agents_without_environment_server``), an agent moved by a top-level ``_inherit_from`` or
 renamed by unbound-agent composition is followed by the environment servers naming it
@@ -26,6 +28,7 @@ class Gym07(Gym06):
     line: ClassVar[str] = "0.7"
     first: ClassVar[str] = "0.7.0"
     server_types: ClassVar[tuple[str, ...]] = Gym06.server_types + ("environment_servers",)
+    declares_ray_enabled: ClassVar[bool] = True
     reserved_keys: ClassVar[frozenset[str]] = Gym06.reserved_keys | {
         "environment_routing_mode", "environment_server_name", "environment_server_routes",
         "server_spinup_timeout_seconds", "uv_lock_timeout_seconds",

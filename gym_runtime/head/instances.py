@@ -21,8 +21,10 @@ status``):
 =================  ===================================================================
 
 and ours beside them: ``implementation`` (= ``name``), ``state`` (the supervisor's ``pending``
-| ``starting`` | ``ready`` | ``restarting`` | ``failed`` | ``stopping`` | ``stopped``), ``restarts``,
-``ready_after_s``, ``last_exit``, ``error``, ``log_file``; for a replica on a Ray node
+| ``starting`` | ``ready`` | ``wedged`` | ``restarting`` | ``failed`` | ``stopping`` | ``stopped``),
+``restarts``, ``ready_after_s``, ``last_exit``, ``error``, ``wedged`` (what the liveness probe
+missed, from when it found the server wedged until it is ready again; else null), ``log_file``,
+``sandboxes`` (its live task sandboxes, docs/runtime.md "Task sandboxes"); for a replica on a Ray node
 (docs/scale-out.md) also ``placement`` (``ray``), ``instance``, ``replica``, ``node``,
 ``node_id``, ``isolation``, ``remote_pid`` (its process id on that node; ``pid`` is null) and
 ``moves`` (times it was placed again on another node after its node was lost).
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-OURS = ("restarts", "ready_after_s", "last_exit", "error", "log_file")
+OURS = ("restarts", "ready_after_s", "last_exit", "error", "wedged", "log_file", "sandboxes")
 PLACED = ("placement", "instance", "replica", "node", "node_id", "isolation", "remote_pid", "moves")
 
 

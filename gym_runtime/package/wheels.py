@@ -9,13 +9,16 @@ ABIs, ``manylinux_2_N`` for every glibc minor from 17 up to the target's, the le
 
 from __future__ import annotations
 
+import zipfile
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from email.parser import Parser
 from pathlib import Path
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
-from packaging.utils import InvalidWheelFilename, NormalizedName, parse_wheel_filename
-from packaging.version import Version
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from gym_runtime.errors import Violation
 
@@ -172,4 +175,47 @@ def incompatible_wheels(wheels: list[WheelFile], target: Target, rel_to: Path) -
                              f"not installable on {target.describe()}: {_reason(w, target)} (tags: {have})",
                              file=w.path.relative_to(rel_to).as_posix(),
                              hint=f"vendor a wheel built for {target.describe()} (or a py3-none-any wheel)"))
+    return out
+
+
+def wheel_dist_info(path: Path) -> list[str] | None:
+    """``[dist-info directory, METADATA Name, METADATA Version]`` of a wheel, reading only the zip's
+    directory and its ``*.dist-info/METADATA`` headers; ``None`` when the file is no zip or has none."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+            meta = Parser().parsestr(z.read(name)[:1 << 16].decode("utf-8", "replace"), headersonly=True)
+    except (OSError, zipfile.BadZipFile, StopIteration, KeyError):
+        return None
+    return [name.split("/")[0], str(meta.get("Name") or ""), str(meta.get("Version") or "")]
+
+
+def metadata_mismatches(wheels: Iterable[WheelFile], rel_to: Path,
+                        read: Callable[[Path], list[str] | None] = wheel_dist_info) -> list[Violation]:
+    """One ``GR-PKG-WHEEL-METADATA`` violation per wheel whose file name and ``METADATA`` disagree on
+    the distribution's name or version (case C50: a wheel renamed or re-tagged by hand, a local
+    ``+cu130`` added to the file name only), or that has no readable ``METADATA``. uv refuses to
+    install such a wheel ("Wheel version does not match filename"), and stage 2 installs the
+    whole of ``wheels/`` into every agent and resources server venv. ``read`` may remember results
+    (:meth:`gym_runtime.venvs.digest.HashCache.memo`)."""
+    out = []
+    for w in wheels:
+        rel = w.path.relative_to(rel_to).as_posix()
+        info = read(w.path)
+        if info is None:
+            out.append(Violation("GR-PKG-WHEEL-METADATA", "not a readable wheel: no *.dist-info/METADATA in it",
+                                 file=rel, hint="rebuild the wheel, or remove it from wheels/"))
+            continue
+        dist_info, name, version = info
+        try:
+            same = canonicalize_name(name) == w.name and Version(version) == w.version
+        except InvalidVersion:
+            same = False
+        if not same:
+            out.append(Violation(
+                "GR-PKG-WHEEL-METADATA", f"the file name says {w.name} {w.version}, but its METADATA ({dist_info}) "
+                f"says {name or '(no Name)'} {version or '(no Version)'}; uv refuses to install a wheel whose name "
+                "and METADATA disagree", file=rel,
+                hint=f"rebuild or rename the wheel: build it again as {w.name} {w.version}, or name the file after "
+                f"what it holds ({canonicalize_name(name or w.name).replace('-', '_')}-{version}-...whl)"))
     return out

@@ -4,8 +4,8 @@ The bring-up calls three stages on a placement (:mod:`gym_runtime.placement`):
 
 * :meth:`LocalPlacement.prepare` (phase "building venvs"): plan and build the venvs here;
 * :meth:`LocalPlacement.open` (phase "starting sandbox"): decide Ray (a private head when a
-  server needs one, or the given cluster) and start the environment's sandbox at the level the
-  servers allow;
+  server uses it, :mod:`gym_runtime.gym_release.ray_use`, or the given cluster) and start the
+  environment's sandbox at the level the servers allow;
 * :meth:`LocalPlacement.add_servers` (phase "starting servers"): ports in the sandbox network,
   the private Ray head, one supervised member per server instance (the sandbox is its launcher),
   each published on this host.
@@ -24,11 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import BuildError, GymRuntimeError
+from gym_runtime.gym_release.ray_use import ray_users
 from gym_runtime.ray_target import choose, ray_level, wait_reachable
 from gym_runtime.supervise import contract, passthrough, ray_head, ray_workers
 from gym_runtime.supervise.interrupted import as_interrupted
 from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import check_free
+from gym_runtime.task_sandboxes import bringup as task_sandboxes
+from gym_runtime.task_sandboxes.install import ensure_provider
 from gym_runtime.venvs.bytecode import RAY_HEAD
 
 
@@ -55,6 +58,7 @@ class LocalPlacement:
         self.pythons: dict[str, Path] = {}
         self.addresses: dict[str, tuple[str, int]] = {}
         self.head_inside: tuple[str, int] | None = None
+        self.task_url: str | None = None  # the task-sandbox API as servers reach it
         self.ray_tmp: Path | None = None
         self._taken: set[int] = set()
 
@@ -82,6 +86,8 @@ class LocalPlacement:
         started, names = time.time(), list(merged.instances)
         try:
             plan = await asyncio.to_thread(plan_venvs, merged, env.settings, env.req.python)
+            for note in plan.notes:
+                say(f"note: {note}")
             venvs = await asyncio.to_thread(build_venvs, plan, env.settings, progress=_Progress(), cancel=env.cancel)
         except BuildError as e:
             record_build(env.settings.home, names, started, error=e)  # `gym-runtime logs` shows it
@@ -90,6 +96,8 @@ class LocalPlacement:
             raise as_interrupted(e, env.phase) from None
         record_build(env.settings.home, names, started, venvs=venvs)
         self.pythons = {n: Path(venvs.for_instance(n).python) for n in merged.instances}
+        for venv in {p.parent.parent for p in self.pythons.values()}:  # a venv built before the provider existed
+            await asyncio.to_thread(ensure_provider, venv)
         await env.bytecode.prepare(list(self.pythons.values()))
 
     async def open(self) -> None:
@@ -98,10 +106,12 @@ class LocalPlacement:
 
         env, req = self.env, self.env.req
         merged = env.merged
-        gym_sdk = [n for n, p in self.pythons.items() if merged.instances[n].config.get("ray_enabled") is not False
-                   and (merged.instances[n].config.get("ray_enabled") or contract.gym_sdk_venv(p))]
-        env.ray = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, gym_sdk)
+        use = ray_users(merged, {n: contract.gym_sdk_venv(p) for n, p in self.pythons.items()})
+        users = [n for n, u in use.items() if u.uses]
+        env.ray = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, users)
         env._say(env.ray.describe())
+        for n in users:
+            env._say(f"ray: {n} uses Ray: {use[n].why}")
         if env.ray.mode == "join":
             await asyncio.to_thread(wait_reachable, env.ray.address, env.ray.source, 30.0)
         level = await asyncio.to_thread(ray_level, env.ray, req.isolation, req.require_isolation)
@@ -120,6 +130,8 @@ class LocalPlacement:
         """Ports, the private Ray head (when chosen), one member per server, each published."""
         env = self.env
         self.addresses, self.head_inside = await self._assign_ports(merged)
+        if env.task_sandboxes is not None:
+            self.task_url = await task_sandboxes.inside_url(env.task_sandboxes, self.sandbox, self._fresh)
         env.ray_inside = self._add_ray_member() if env.ray.mode == "local" else env.ray.address
         env.supervisor.rebind = self._rebind
         inside = contract.config_view(merged.data, self.addresses, self.head_inside, env.ray_inside)
@@ -213,7 +225,8 @@ class LocalPlacement:
         wd.mkdir(parents=True, exist_ok=True)
         sdir = Path(inst.server_dir.path)
         cache = env.bytecode.user(python, f"{inst.server_type}/{inst.implementation} {sdir}", name)
-        environ = {**contract.server_env(name, sdir, python, wd, env.settings.environ), **cache.env}
+        environ = {**contract.server_env(name, sdir, python, wd, env.settings.environ), **cache.env,
+                   **task_sandboxes.server_env(env.task_sandboxes, self.task_url, name)}
         if env.ray.mode == "local":  # drivers of our private head agree with it on the loopback node address
             environ.update(ray_head.LOOPBACK_ENV)
         if env.ray.mode != "none":  # its Ray tasks run in its venv with its PYTHONPATH (ray_workers.py)
@@ -222,7 +235,8 @@ class LocalPlacement:
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
                            writable_paths=[wd, *self._ray_dirs(), *cache.writable],
                            private_env=contract.private_env(config_yaml, passthrough.values_for(env.settings, name)),
-                           limits=self._limits())
+                           limits=self._limits(),
+                           cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {})
         env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                     info={"server_type": inst.server_type, "implementation": inst.implementation,
                           "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})

@@ -142,9 +142,10 @@ class RayPlacement:
                 job = ReplicaJob(instance=name, replica=i, name=member, run_id=env.work_dir.name,
                                  package_root=str(merged.package.root), package_digest=digest, data=merged.data,
                                  secrets=merged.secrets, inside=inside, stable=stable, ray_address=self.cluster.address, policy=env.egress,
-                                 settings={"pin_mode": s.pin_mode, "pins": s.pins, "python": s.python},
+                                 settings={"pin_mode": s.pin_mode, "pins": s.pins, "pin_origins": s.pin_origins,
+                                           "python": s.python, "python_explicit": s.python_explicit},
                                  python=req.python, isolation=req.isolation, require_full=req.require_isolation,
-                                 passed=passthrough.values_for(s, name))
+                                 passed=passthrough.values_for(s, name), release=merged.release)
                 self.launchers[member] = ReplicaLauncher(self.cluster, job, block.ray_options(),
                                                          self.addresses[member], shipper, env._say, self._phase)
         env._say(f"placing {len(self.launchers)} replica(s) on the Ray cluster at {self.cluster.address}")

@@ -52,10 +52,12 @@ class ReplicaJob:
     config; ``secrets``: its :class:`~gym_runtime.config.secrets.SecretMap` (the server gets only
     the secrets its own config references); ``inside``: instance -> port inside every sandbox (``"__head__"`` for the head
     server); ``stable``: instance -> daemon-side ``(host, port)`` (same keys); ``policy``: the
-    daemon's ``sandbox.EgressPolicy``; ``settings``: pin mode, pins, default Python
+    daemon's ``sandbox.EgressPolicy``; ``settings``: pin mode, pins and their origins, default Python
     (:func:`gym_runtime.placement.replica.node_settings`); ``isolation``: forced level or None;
     ``passed``: the operator's variables passed to this instance, with the daemon's values
-    (:mod:`gym_runtime.supervise.passthrough`; private to the server process, as its config is)."""
+    (:mod:`gym_runtime.supervise.passthrough`; private to the server process, as its config is);
+    ``release``: the Gym release profile the daemon chose (:mod:`gym_runtime.gym_release`), so the
+    node installs the same SDK and pins."""
 
     instance: str
     replica: int
@@ -74,6 +76,7 @@ class ReplicaJob:
     isolation: str | None = None
     require_full: bool = False
     passed: dict[str, str] = field(default_factory=dict, repr=False)
+    release: Any = None
 
 
 HEAD = "__head__"
@@ -85,7 +88,7 @@ NODE_RAY_ENV = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_TMPDIR")
 
 def node_settings(job: ReplicaJob) -> Any:
     """This node's runtime settings (its own ``GYM_RUNTIME_HOME``, venv and uv cache dirs) with
-    the daemon's pin mode, pins and default Python."""
+    the daemon's pin mode, pins (and where each came from) and default Python."""
     from gym_runtime.settings import load_settings
 
     return load_settings(os.environ).with_overrides(**job.settings)
@@ -124,6 +127,7 @@ class ServerReplica:
         self.proc: Any = None
         self.watchdog: Any = None
         self.uses_ray = False  # the server joins the Ray cluster (its tasks run as a Ray job: ray_workers.py)
+        self.merged: Any = None  # the instance's config on this node (MergedConfig), once built
         self.facts: dict[str, Any] = {}
         self.phases: list[tuple[str, float]] = []  # (phase, unix time) of steps 1-3, in order
 
@@ -199,7 +203,7 @@ class ServerReplica:
         instances, _, problems = build_instances(job.data, Sources(), pkg.server_dirs,
                                                  builtin_server_dirs(builtin_root()))
         ViolationList(problems).raise_if_any(ConfigError, f"server instance {job.instance!r} is invalid on this node")
-        merged = MergedConfig(pkg, job.data, {job.instance: instances[job.instance]})
+        self.merged = merged = MergedConfig(pkg, job.data, {job.instance: instances[job.instance]}, release=job.release)
         plan = plan_venvs(merged, self.settings, job.python)
         venv = build_venvs(plan, self.settings, progress=_PhaseReporter(self._phase)).for_instance(job.instance)
         return instances[job.instance], Path(venv.python), venv
@@ -207,12 +211,12 @@ class ServerReplica:
     def _level(self, inst: Any, python: Path) -> str | None:
         """The isolation level: the forced one, else the best here; ``none`` for a server that
         joins the Ray cluster (it needs the node's raylet: :func:`gym_runtime.ray_target.ray_level`)."""
+        from gym_runtime.gym_release.ray_use import ray_use
         from gym_runtime.ray_target import RayTarget, ray_level
         from gym_runtime.supervise.contract import gym_sdk_venv
 
         job = self.job
-        flag = inst.config.get("ray_enabled")
-        self.uses_ray = flag is not False and (bool(flag) or gym_sdk_venv(python)) and bool(job.ray_address)
+        self.uses_ray = ray_use(inst, self.merged, gym_sdk_venv(python)).uses and bool(job.ray_address)
         if not self.uses_ray:
             return job.isolation
         target = RayTarget("join", job.ray_address, "placement", (inst.name,))

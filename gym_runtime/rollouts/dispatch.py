@@ -14,8 +14,15 @@ stopping the batch. Each row's agent replica is learnt from the answer
 is not a finite number: NaN, null, a string, missing; from the answer itself, or the built-in
 agents' 502 ``error.type: bad_reward``; see :mod:`gym_runtime.rollouts.verdict`),
 ``GR-ROLLOUT-POLICY-UNAVAILABLE`` (the built-in agents' 502 ``error.type: model_unavailable``: the
-policy endpoint stayed unreachable past the model server's retry deadline, docs/reliability.md),
-``GR-ROLLOUT-DEADLINE`` (the batch deadline passed first);
+policy endpoint stayed unreachable, or kept aborting the completion, past the model server's retry
+deadline, docs/reliability.md), ``GR-ROLLOUT-TOOL-PARSER`` (``tool_parser_missing``: the endpoint
+refuses requests with tools for want of vLLM's tool flags), ``GR-ROLLOUT-TOKEN-IDS``
+(``bad_token_ids``: the endpoint returned no token ids), ``GR-ROLLOUT-REASONING-FIELD``
+(``reasoning_field_rejected``: the endpoint refused how reasoning was sent back),
+``GR-ROLLOUT-DEADLINE`` (the batch deadline, or the rollout's own ``timeout_s``, passed first);
+an error answer's message is the agent's own ``error.message`` (which carries each upstream's
+words, ``servers/_kit/peers.py``), up to :data:`MAX_MESSAGE` characters, and the counters the agent
+reports with it (``error.counters``) are kept beside the row's error;
 with placement ``ray``, the agent's stable address itself may answer ``GR-ROLLOUT-NODE-LOST``
 (the node running the agent's replica was lost while it answered, naming the node, the instance
 and the replica) or ``GR-PLACE-NO-REPLICA`` (no replica ran in time): the row keeps that code and
@@ -41,16 +48,18 @@ import httpx
 from gym_runtime.rollouts.routing import Route, RouteError, Routing
 from gym_runtime.rollouts.spread import REPLICA_HEADER, served_by
 from gym_runtime.rollouts.tasks import (EPISODE_FAILED, ENVIRONMENT_SERVER_STAMP, RESULT_TYPE_STAMP, episode_record,
-                                       episode_request)
-from gym_runtime.rollouts.verdict import BAD_REWARD, AgentFacts, bad_reward
+                                        episode_request)
+from gym_runtime.rollouts.verdict import BAD_REWARD, COUNTERS, AgentFacts, bad_reward
 
 AGENT_TYPE = "responses_api_agents"
 POLICY_UNAVAILABLE = "GR-ROLLOUT-POLICY-UNAVAILABLE"
 # error.type of a built-in agent's 502 -> the row's code
-AGENT_ERROR_CODES = {"bad_reward": BAD_REWARD, "model_unavailable": POLICY_UNAVAILABLE}
+AGENT_ERROR_CODES = {"bad_reward": BAD_REWARD, "model_unavailable": POLICY_UNAVAILABLE,
+                     "tool_parser_missing": "GR-ROLLOUT-TOOL-PARSER", "bad_token_ids": "GR-ROLLOUT-TOKEN-IDS",
+                     "reasoning_field_rejected": "GR-ROLLOUT-REASONING-FIELD"}
 # error.code of a stable address's own answer (placement ray), kept as the row's code
 PLACEMENT_CODES = frozenset({"GR-ROLLOUT-NODE-LOST", "GR-PLACE-NO-REPLICA"})
-MAX_MESSAGE = 2000
+MAX_MESSAGE = 8000
 
 
 def row_error(code: str, message: str) -> dict[str, Any]:
@@ -122,6 +131,9 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
         {**row, "agent_ref": {"name": route.agent_ref}} if route.agent_ref else row
     try:
         r = await client.post(url, json=body, timeout=timeout_s)
+    except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+        return Reply(row_error("GR-ROLLOUT-DEADLINE", f"{route.server}: POST {url} did not answer within the rollout "
+                               f"deadline of {timeout_s:g}s"), route.agent)
     except httpx.HTTPError as e:
         return Reply(row_error("GR-ROLLOUT-CONNECT", f"{route.server}: POST {url} failed: {type(e).__name__}: {e}"),
                      route.agent)
@@ -129,6 +141,15 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
     if route.environment_server is not None and (answer.get("error") or {}).get("code") in (None, EPISODE_FAILED):
         answer = {**answer, ENVIRONMENT_SERVER_STAMP: route.environment_server, RESULT_TYPE_STAMP: route.result_type}
     return Reply(answer, route.agent, served_by(route.agent, r.headers.get(REPLICA_HEADER), replicas or {}))
+
+
+def _counters(error: dict[str, Any]) -> dict[str, int]:
+    """The counters an agent's error answer reports (``error.counters``; known names, counts only)."""
+    found = error.get("counters")
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if k in COUNTERS and isinstance(v, int) and not isinstance(v, bool)
+            and v >= 0}
 
 
 def _judge(route: Route, url: str, r: httpx.Response, fact: AgentFacts | None) -> dict[str, Any]:
@@ -144,9 +165,11 @@ def _judge(route: Route, url: str, r: httpx.Response, fact: AgentFacts | None) -
         if error.get("code") in PLACEMENT_CODES:  # the router's own message already names the instance
             return row_error(error["code"], str(error.get("message"))[:MAX_MESSAGE])
         code = AGENT_ERROR_CODES.get(error.get("type"))  # type: ignore[arg-type]
+        said = str(error["message"]) if error.get("message") is not None else r.text
         if code is not None:
-            return row_error(code, f"{name}: {str(error.get('message'))[:MAX_MESSAGE]}")
-        return row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {r.text[:500]}")
+            return {**row_error(code, f"{name}: {said[:MAX_MESSAGE]}"), **_counters(error)}
+        return {**row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {said[:MAX_MESSAGE]}"),
+                **_counters(error)}
     if body is None:
         return row_error("GR-ROLLOUT-BAD-JSON", f"{name}: POST {url} answered non-JSON: {r.text[:200]!r}")
     if route.episode:

@@ -2,9 +2,11 @@
 
 Order: the package, its configuration and EVERY dataset row are checked before anything
 starts (a bad row costs no venv build); then :class:`gym_runtime.Runtime` brings the environment
-up (the built-in stub model unless a policy URL is given), each row goes k times to its agent's
-``/run``, or through the environment server fronting it under a Gym release line that has them
-(:func:`gym_runtime.rollouts.sampler.sample_rows`, :mod:`gym_runtime.rollouts.routing`), every result is appended to the
+up (the built-in stub model unless a policy URL is given; when a row offers tools, the start-up
+probe of the policy endpoint offers one too, :mod:`gym_runtime.supervise.policy_probe`), each row
+goes k times to its agent's ``/run``, or through the environment server fronting it under a Gym
+release line that has them (:func:`gym_runtime.rollouts.sampler.sample_rows`, each bounded by
+``rollout_timeout_s``; :mod:`gym_runtime.rollouts.routing`), every result is appended to the
 ``--out`` file as it finishes, and the environment is stopped whatever happened. Where the
 servers run is the Runtime's placement (``placement="ray"`` in ``runtime_kwargs``: replicas on
 the nodes of a Ray cluster, docs/scale-out.md); the rollouts in flight are bounded by
@@ -17,13 +19,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 from gym_runtime.config import PolicyValues, build_config
 from gym_runtime.errors import UsageError
 from gym_runtime.package import load_package
+from gym_runtime.rollouts import ROLLOUT_TIMEOUT_S
 from gym_runtime.rollouts.routing import Routing
 from gym_runtime.rollouts.rows import DatasetRow, load_rows
 from gym_runtime.rollouts.sampler import sample_rows
@@ -41,7 +44,8 @@ class DryRunRequest:
     """What to run: ``samples`` per row, the first ``limit`` rows (None: all), at most
     ``max_concurrent_rollouts`` rollouts at once (None: 32 per agent replica,
     :func:`gym_runtime.rollouts.spread.default_max_rollouts`), ``rollout_timeout_s`` per rollout
-    (None: unbounded), ``out`` a JSONL file for every result; ``runtime_kwargs`` go to
+    (default :data:`ROLLOUT_TIMEOUT_S`; None: unbounded; a rollout past it is the row error
+    ``GR-ROLLOUT-DEADLINE``), ``out`` a JSONL file for every result; ``runtime_kwargs`` go to
     :class:`gym_runtime.Runtime` (policy, head, isolation, python, work_dir, placement,
     ray_address...)."""
 
@@ -52,7 +56,7 @@ class DryRunRequest:
     samples: int = 4
     limit: int | None = None
     max_concurrent_rollouts: int | None = None
-    rollout_timeout_s: float | None = None
+    rollout_timeout_s: float | None = ROLLOUT_TIMEOUT_S
     out: Path | None = None
     stub_seed: int = 0
     runtime_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -99,22 +103,35 @@ def prepare(req: DryRunRequest, notes: list[str] | None = None
     :class:`~gym_runtime.errors.PackageInvalidError`, a ``ConfigError`` or
     :class:`~gym_runtime.errors.DatasetError` (every bad row, with line and field).
     """
+    from gym_runtime.gym_release import choose_release
+    from gym_runtime.settings import load_settings
+
     req.check()
     pkg = load_package(req.package)
-    merged = build_config(pkg, req.overrides, req.policy, defaults=PLACEHOLDERS)
+    release = choose_release(pkg, req.runtime_kwargs.get("settings") or load_settings())
+    merged = build_config(pkg, req.overrides, req.policy, defaults=PLACEHOLDERS, release=release)
     agents = {i.name: i for i in merged.of_type("responses_api_agents")}
     rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id, notes, Routing.from_config(merged))
     facts = agent_facts(merged.instances)
     return pkg.name, rows[: req.limit] if req.limit else rows, facts
 
 
-def _runtime(req: DryRunRequest, progress: Callable[[str], None] | None):
+def offers_tools(rows: list[DatasetRow]) -> bool:
+    """Whether any row offers tools (then the start-up probe offers one too, policy_probe.py)."""
+    return any((row.data.get("responses_create_params") or {}).get("tools") for row in rows)
+
+
+def _runtime(req: DryRunRequest, progress: Callable[[str], None] | None, tools: bool):
     from gym_runtime.runtime import Runtime
+    from gym_runtime.supervise.options import SuperviseOptions
 
     p = req.policy
+    kwargs = dict(req.runtime_kwargs)
+    if tools:
+        kwargs["options"] = replace(kwargs.get("options") or SuperviseOptions(), probe_tools=True)
     rt = Runtime(req.package, overrides=req.overrides, policy_base_url=p.base_url, policy_api_key=p.api_key,
                  policy_model_name=p.model_name, progress=progress, max_concurrent_rollouts=req.max_concurrent_rollouts,
-                 **req.runtime_kwargs)
+                 **kwargs)
     rt.request.stub_seed = req.stub_seed
     return rt
 
@@ -135,7 +152,7 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
         if progress is not None:
             progress(f"note: {note}")
     out: IO[str] | None = None
-    rt = _runtime(req, progress)
+    rt = _runtime(req, progress, offers_tools(rows))
     try:
         ready = await rt.start()
         agents = {n: url for n, url in rt.servers.items() if url}

@@ -3,10 +3,14 @@
 Table columns (one row per dataset row): row, line, agent, k, mean, std, min, max, fail(ures),
 unk (unknown tool calls the agent refused; "-" when the agent does not count them), ctx (rollouts
 stopped because the prompt no longer fit the context), bad (unusable rewards: NaN, null, a string,
-missing; also counted in fail), signal ("yes"; "no GRPO signal" when the k rewards are all equal;
+missing; also counted in fail), msk (samples the environment masked, ``mask_sample``: left out of
+the spread), abt (model calls the endpoint aborted, asked again), utc (tool calls left as text in
+a final answer: unparsed), cap (episodes ended by ``max_steps`` or ``max_idle_turns``), signal
+("yes"; "no GRPO signal" when the k rewards are all equal;
 "all masked" when the environment masked every sample, ``mask_sample``;
 "unknown" with fewer than two rewards; "N out of range" when rewards fall outside the resources
-server's ``reward_range``). The summary gives the share of signal-bearing rows, rollouts per
+server's ``reward_range``). The legend printed under the table says the same. The summary gives
+the share of signal-bearing rows, rollouts per
 second, failures by error code, the totals of those counts and the rollouts their environment
 masked (``mask_sample``, left out of the spread; docs/rollouts.md). Under it, the
 replica table: one line per agent replica (replica, agent, node, rollouts, failed, rollouts/s;
@@ -29,18 +33,22 @@ def _num(v: float | None, digits: int = 2) -> str:
 
 
 LEGEND = ("k: samples; fail: rollouts that failed; unk: calls to tools the row does not offer (refused); "
-          "ctx: context-overflow stops; bad: unusable rewards (docs/rollouts.md)")
+          "ctx: context-overflow stops; bad: unusable rewards; msk: samples the environment masked "
+          "(mask_sample: not in mean, std, signal); abt: model calls the endpoint aborted (asked again); "
+          "utc: tool calls left as text in a final answer (unparsed); cap: episodes ended by max_steps or "
+          "max_idle_turns (docs/rollouts.md)")
+COLUMNS = ("row", "line", "agent", "k", "mean", "std", "min", "max", "fail", "unk", "ctx", "bad", "msk", "abt",
+           "utc", "cap", "signal")
+UNPARSED = ("the policy emitted tool calls that the endpoint's parser did not parse; check --tool-call-parser "
+            "(vLLM's, for this model)")
 
 
 def build_table(stats: list[RowStats], title: str | None = None) -> Table:
     """The per-row reward table (a :class:`rich.table.Table`)."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  padding=(0, 0), caption=LEGEND, caption_justify="left")
-    for name, justify in (("row", "right"), ("line", "right"), ("agent", "left"), ("k", "right"),
-                          ("mean", "right"), ("std", "right"), ("min", "right"), ("max", "right"),
-                          ("fail", "right"), ("unk", "right"), ("ctx", "right"), ("bad", "right"),
-                          ("signal", "left")):
-        table.add_column(name, justify=justify, no_wrap=name != "signal",  # type: ignore[arg-type]
+                  padding=(0, 0))
+    for name in COLUMNS:
+        table.add_column(name, justify="left" if name in ("agent", "signal") else "right", no_wrap=name != "signal",
                          min_width=len(name), ratio=1 if name == "signal" else None)
     for s in stats:
         if s.all_masked:
@@ -55,7 +63,9 @@ def build_table(stats: list[RowStats], title: str | None = None) -> Table:
             signal += f" [red]{s.out_of_range} out of range[/red]"
         table.add_row(str(s.row), str(s.line), s.agent, str(s.samples), _num(s.mean), _num(s.std), _num(s.min),
                       _num(s.max), _count(s.failures, "red"), _count(s.unknown_tool_calls, "red"),
-                      _count(s.context_overflows, "yellow"), _count(s.bad_rewards, "red"), signal)
+                      _count(s.context_overflows, "yellow"), _count(s.bad_rewards, "red"), _count(s.masked, "yellow"),
+                      _count(s.aborted, "yellow"), _count(s.unparsed_tool_calls, "red"),
+                      _count(s.step_capped + s.idle_capped, "yellow"), signal)
     return table
 
 
@@ -99,6 +109,17 @@ def summary_lines(summary: Summary) -> list[str]:
     if summary.masked_rows:
         lines.append(f"[red]{summary.masked_rows} row(s) had every sample masked: the environment failed on them "
                      "(a judge or sandbox down), so they measure nothing[/red]")
+    if summary.aborted:
+        lines.append(f"[yellow]{summary.aborted} model call(s) cut off by the endpoint (finish_reason abort or "
+                     "unknown) were asked again (abt); a rollout still cut off at the model server's retry deadline "
+                     "failed (GR-ROLLOUT-POLICY-UNAVAILABLE), never scored[/yellow]")
+    if summary.unparsed_tool_calls:
+        lines.append(f"[red]warning: {UNPARSED} ({summary.unparsed_tool_calls} tool call(s) left as text in a "
+                     "final answer, utc; those answers were scored as they are)[/red]")
+    if summary.step_capped or summary.idle_capped:
+        lines.append(f"[yellow]episodes ended by a cap (cap): {summary.step_capped} at max_steps, "
+                     f"{summary.idle_capped} after max_idle_turns turns with neither a message nor a tool call; "
+                     "they were scored without a final answer[/yellow]")
     if summary.no_signal_rows:
         lines.append(f"[yellow]{summary.no_signal_rows} row(s) give GRPO no signal: all their rewards are equal; "
                      "make those prompts harder/easier or drop them[/yellow]")
@@ -130,6 +151,7 @@ def print_report(console: Console, stats: list[RowStats], summary: Summary, titl
     """Print the table, the summary and, when :func:`spread_shown`, the per-replica table to
     ``console`` (``--json`` always carries the per-replica counts)."""
     console.print(build_table(stats, title))
+    console.print(f"[dim]{LEGEND}[/dim]", highlight=False)
     for line in summary_lines(summary):
         console.print(line, highlight=False)
     if replicas and spread_shown(replicas):

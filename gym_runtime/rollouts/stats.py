@@ -7,7 +7,9 @@ and a row with at least two rewards that are all equal is flagged "no GRPO signa
 than two rewards the signal is unknown (``signal`` is ``None``). A sample its environment masked
 (``mask_sample``: the reward is no valid measurement) succeeded but is left out of the spread; a
 row whose every sample was masked is flagged ``all masked`` (its environment failed), never "no
-GRPO signal" (case C39).
+GRPO signal" (case C39). Beside them, each rollout's episode counters: tool calls left as text
+(``unparsed_tool_calls``), the cap that ended it (``max_steps``, ``max_idle_turns``) and the model
+calls its endpoint aborted (docs/rollouts.md, "The dry-run report").
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ class RolloutResult:
     of the resources server's declared ``reward_range`` (:mod:`gym_runtime.rollouts.verdict`),
     the agent ``replica`` that served it (:mod:`gym_runtime.rollouts.spread`; None: unknown), what
     the answer said of its own validity (``mask_sample``, ``failure_kind``, ``failure_reason``) and
-    the ``environment_server`` it went through (None: straight to the agent)."""
+    the ``environment_server`` it went through (None: straight to the agent), the tool calls left as
+    text in its final answer (``unparsed_tool_calls``, None: not counted), whether ``max_steps``
+    (``step_capped``) or ``max_idle_turns`` (``idle_capped``) ended its episode, and the model calls
+    its endpoint aborted and the model server asked again (``aborted_calls``, None: not counted)."""
 
     row: int
     sample: int
@@ -53,6 +58,10 @@ class RolloutResult:
     failure_kind: str | None = None
     failure_reason: str | None = None
     environment_server: str | None = None
+    unparsed_tool_calls: int | None = None
+    step_capped: bool = False
+    idle_capped: bool = False
+    aborted_calls: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -75,7 +84,9 @@ class RowStats:
     and ``invalid_tool_arguments`` summed over the samples (None when the agent reports neither),
     ``context_overflows`` (samples stopped because the prompt no longer fit), ``bad_rewards``
     (samples whose reward was unusable, counted in ``failures`` too), ``out_of_range`` and ``masked``
-    (samples whose answer set ``mask_sample``: succeeded, but their rewards are not in ``rewards``)."""
+    (samples whose answer set ``mask_sample``: succeeded, but their rewards are not in ``rewards``);
+    ``unparsed_tool_calls`` (None when not counted), ``step_capped`` / ``idle_capped`` (rollouts each
+    cap ended) and ``aborted`` (model calls aborted by the endpoint)."""
 
     row: int
     line: int
@@ -94,6 +105,10 @@ class RowStats:
     bad_rewards: int = 0
     out_of_range: int = 0
     masked: int = 0
+    unparsed_tool_calls: int | None = None
+    step_capped: int = 0
+    idle_capped: int = 0
+    aborted: int = 0
 
     @property
     def all_masked(self) -> bool:
@@ -115,7 +130,8 @@ class Summary:
     """The run: counts, ``signal_share`` (rows with signal / rows whose signal is known),
     ``rollouts_per_s`` (finished rollouts per wall second), failures by error code, the masked
     rollouts (``masked``), rows whose every sample was masked (``masked_rows``) and the masked
-    rollouts by ``failure_kind`` (``masked_by_kind``; ``unknown`` when none was given)."""
+    rollouts by ``failure_kind`` (``masked_by_kind``; ``unknown`` when none was given), and the totals
+    of the episode counters."""
 
     rows: int
     rollouts: int
@@ -137,6 +153,10 @@ class Summary:
     masked: int = 0
     masked_rows: int = 0
     masked_by_kind: dict[str, int] = field(default_factory=dict)
+    unparsed_tool_calls: int = 0
+    step_capped: int = 0
+    idle_capped: int = 0
+    aborted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -175,6 +195,9 @@ def row_stats(results: Iterable[RolloutResult]) -> list[RowStats]:
             bad_rewards=sum((r.error or {}).get("code") == BAD_REWARD for r in items),
             out_of_range=sum(r.out_of_range for r in items),
             masked=sum(r.ok and r.mask_sample for r in items),
+            unparsed_tool_calls=_total(r.unparsed_tool_calls for r in items),
+            step_capped=sum(r.step_capped for r in items), idle_capped=sum(r.idle_capped for r in items),
+            aborted=sum(r.aborted_calls or 0 for r in items),
         ))
     return out
 
@@ -203,4 +226,7 @@ def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: f
         masked=sum(s.masked for s in stats), masked_rows=sum(s.all_masked for s in stats),
         masked_by_kind=dict(sorted(Counter(r.failure_kind or "unknown" for r in results
                                            if r.ok and r.mask_sample).items())),
+        unparsed_tool_calls=sum(s.unparsed_tool_calls or 0 for s in stats),
+        step_capped=sum(s.step_capped for s in stats), idle_capped=sum(s.idle_capped for s in stats),
+        aborted=sum(s.aborted for s in stats),
     )

@@ -9,10 +9,12 @@ An agent's ``/run`` answer is environment output, so it is untrusted (docs/rollo
   this check covers every other agent.
 - a reward outside the range the resources server declares (``reward_range: [low, high]`` in its
   instance config, :func:`agent_facts`) is kept but flagged ``out_of_range``.
-- counters the built-in agents add (``unknown_tool_calls``, ``invalid_tool_arguments``,
-  ``context_overflow_stops``) are read; an agent that does not report them gives ``None``. A
-  context-overflow stop is also seen on the response itself (``response.context_overflow``, set
-  by the built-in ``vllm_model``), whichever agent ran the loop.
+- counters the built-in agents add (:data:`COUNTERS`: ``unknown_tool_calls``,
+  ``invalid_tool_arguments``, ``context_overflow_stops``, ``unparsed_tool_calls``,
+  ``max_steps_stops``, ``idle_turn_stops``, ``aborted_calls``) are read, also beside a row error;
+  an agent that does not report one gives ``None``. A context-overflow stop is also seen on the
+  response itself (``response.context_overflow``, set by the built-in ``vllm_model``), whichever
+  agent ran the loop.
 - what a Gym 0.5+ verify answer says about its own validity is kept (NeMo Gym 0.7.0
   ``nemo_gym/base_resources_server.py`` ``BaseVerifyResponse``): ``mask_sample`` (true: the reward
   is no valid measurement, e.g. the judge was down; the reward is kept but left out of the row's
@@ -24,12 +26,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gym_runtime.errors import ConfigError, Violation
 
 BAD_REWARD = "GR-ROLLOUT-BAD-REWARD"
+COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops", "unparsed_tool_calls",
+            "max_steps_stops", "idle_turn_stops", "aborted_calls")
 AGENT_TYPE = "responses_api_agents"
 
 
@@ -86,7 +90,8 @@ def _count(answer: dict[str, Any], key: str) -> int | None:
 @dataclass(frozen=True)
 class Verdict:
     """One answer judged: ``reward`` (None when unusable), ``error`` (``{"code", "message"}``),
-    the agent's counters (None when not reported), ``context_overflow`` and ``out_of_range``."""
+    the agent's counters (None when not reported; ``counts``: every one of :data:`COUNTERS` it
+    reported, by name), ``context_overflow`` and ``out_of_range``."""
 
     reward: float | None
     error: dict[str, str] | None
@@ -97,6 +102,11 @@ class Verdict:
     mask_sample: bool = False
     failure_kind: str | None = None
     failure_reason: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def count(self, name: str) -> int | None:
+        """The agent's count ``name`` (None when it did not report it)."""
+        return self.counts.get(name)
 
 
 def _validity(answer: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +125,7 @@ def judge(answer: dict[str, Any], agent: str, facts: AgentFacts | None = None) -
     counts = {k: _count(answer, k) for k in ("unknown_tool_calls", "invalid_tool_arguments")}
     response = answer.get("response") if isinstance(answer.get("response"), dict) else {}
     overflow = bool(_count(answer, "context_overflow_stops") or response.get("context_overflow"))
-    validity = _validity(answer)
+    validity = {**_validity(answer), "counts": {k: c for k in COUNTERS if (c := _count(answer, k)) is not None}}
     if error is not None:
         return Verdict(None, {"code": str(error["code"]), "message": str(error.get("message", ""))}, **counts,
                        context_overflow=overflow, **validity)

@@ -26,7 +26,7 @@ from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
 from gym_runtime.ray_target import RayTarget, given
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract, head_view, passthrough, policy_endpoint, preflight, processes, readiness
+from gym_runtime.supervise import contract, head_view, passthrough, policy_probe, preflight, processes, readiness
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.logs import LogSink
@@ -37,6 +37,7 @@ from gym_runtime.supervise.ports import bind_listener
 from gym_runtime.supervise.readiness import model_base_urls, policy_models
 from gym_runtime.supervise.supervisor import Supervisor
 from gym_runtime.supervise.teardown import HARD_DEADLINE_S, UNCLEAN_EXIT_CODE, Teardown
+from gym_runtime.task_sandboxes import bringup as task_sandboxes
 from gym_runtime.venvs.bytecode import EnvironmentBytecode
 from gym_runtime.venvs.pyc_store import PycStore
 
@@ -79,6 +80,7 @@ class Environment:
         self.supervisor = Supervisor(req.options, self._say)
         self.bytecode = EnvironmentBytecode(self._say, PycStore(settings.bytecode_dir))
         self.head: Any = None
+        self.task_sandboxes: Any = None  # task_sandboxes.api.TaskSandboxServer (placement local)
         self.outside: dict[str, Any] = {}
         self.ready_info: dict[str, Any] | None = None
         self.on_head = lambda url: None  # called with the head server's URL as soon as it serves
@@ -106,8 +108,9 @@ class Environment:
         self._start_task = asyncio.current_task()
         preflight.check_flags(self.req.require_isolation, self.req.isolation, self.req.max_concurrent_rollouts)
         merged, self.stub_url = await job_policy.configure(self.req.package, self.req.overrides, self.req.policy,
-                                                           self._say)
+                                                           self._say, self.settings)
         self.merged = merged
+        self._say(merged.release.describe())
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
         passthrough.check(self.settings, merged.instances)
         if self.settings.server_env:
@@ -132,12 +135,15 @@ class Environment:
                                                  self.req.require_isolation and here,
                                                  self.req.isolation if here else None)
         self._say(self.egress.summary())
+        task_sandboxes.choose_providers(merged, self.settings, self._say)
         self._check_stop()
         self.phase = "building venvs"
         await self.placement.prepare(merged)
         self._check_stop()
         self.phase = "starting sandbox"
         await self.placement.open()
+        if here:
+            self.task_sandboxes = await task_sandboxes.start_service(self)
         if self.stub_url:
             await self._start_stub_launcher()
         self._check_stop()
@@ -151,15 +157,17 @@ class Environment:
         self._check_stop()
         self.bytecode.learn(lambda name: self.supervisor.members[name].status == READY)
         await self._supervise(merged)
-        if self.req.options.probe_policy:
-            self.phase = self.supervisor.phase = "probing the policy model (--probe-policy)"
+        opts = self.req.options
+        if opts.probe_policy or opts.model_endpoint_timeout_s > 0:
+            self.phase = self.supervisor.phase = "probing the policy model"
             async with httpx.AsyncClient(trust_env=False) as client:
-                await policy_endpoint.check_reasoning(client, merged.instances, self._say)
+                await policy_probe.run_probes(client, merged.instances, opts.probe_policy, opts.probe_tools, self._say)
         self.phase = "ready"
         self.ready_info = {
             "status": "ready", "head_server": self.head.url,
             "servers": self.placement.servers(), "placement": self.placement.kind,
             "isolation": self.placement.isolation, "startup_s": round(time.monotonic() - self._t0, 3),
+            "gym_release": merged.release.to_dict(),
             "policy_model": {"base_url": merged.data.get("policy_base_url"), "stub": self.stub_url is not None},
             "max_concurrent_rollouts": self.max_concurrent_rollouts(),
             "ray": self.ray.to_dict(), "logs_dir": str(self.logs_dir)}
@@ -260,7 +268,8 @@ class Environment:
                               agent_facts=lambda: agent_facts(self.merged.instances, ranges=False),
                               agent_replicas=self.agent_replicas, rollout_concurrency=self.max_concurrent_rollouts(),
                               processes=lambda: processes.of_environment(
-                                  self.supervisor, (*self.placement.sandboxes(), self.host_launcher)),
+                                  self.supervisor, (*self.placement.sandboxes(), self.host_launcher),
+                                  self.task_sandboxes.service if self.task_sandboxes is not None else None),
                               **head_view.probe_routes(self.merged.release))
         servers_port = self._servers_sock.getsockname()[1]
         self.head = HeadServer(create_app(backend, servers_ports={servers_port}), sock, [self._servers_sock])
@@ -319,6 +328,9 @@ class Environment:
                     head_stop = asyncio.ensure_future(self._stop_head_after(sup.servers_stopped))
                 code = await td.step("servers", sup.wait_stopped(), (0 if fast else grace) + 8.0, sup.running)
                 td.note("servers", sup.stop_split)
+            if self.task_sandboxes is not None:
+                await td.step("task sandboxes", self.task_sandboxes.stop(), 8.0,
+                              lambda: f"{len(self.task_sandboxes.service.boxes)} task sandbox(es)")
             if self.head is not None:
                 if head_stop is not None and not sup.servers_stopped.is_set():
                     head_stop.cancel()  # the servers overran: close it now

@@ -90,16 +90,21 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
     if denied and code in ("GR-START-CRASH", "GR-START-TIMEOUT"):
         said = "; ".join(f"{n} was denied egress to {', '.join(h)}" for n, h in denied.items())
         message = f"{message}: {said} (this tree needs the network at start-up, and egress is denied)"
-        first = next(iter(denied.values()))[0].rsplit(":", 1)[0]
+        from sandbox.policy import suggest_allow
+
+        exact, wide = suggest_allow(h for hosts in denied.values() for h in hosts)
         code, hint = "GR-START-EGRESS", (
             "ship what the tree fetches at start-up inside the package (or bake it into the image), or have the "
-            f"operator allow the host: NMP_RL_SANDBOX_ALLOW_INTERNET=true, NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW={first}")
+            f"operator allow the host: NMP_RL_SANDBOX_ALLOW_INTERNET=true, NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW={exact}"
+            + (f" (or {wide}: every host below those domains, as a service's redirect hosts need)" if wide else ""))
         extra["egress_denied"] = denied
     elif code == "GR-START-CRASH" and (readonly := [n for n, t in tails.items() if any(READ_ONLY in ln for ln in t)]):
         message = (f"{message}: {', '.join(readonly)} tried to write where the sandbox is read-only (its package "
                    "and venv are read-only; $HOME, its work dir, and /tmp are writable)")
         hint = ("the tree writes into its own install directory at start-up (e.g. clones or downloads next "
-                        "to its code): ship that content in the package, or make the tree write under $HOME or /tmp")
+                "to its code): ship that content in the package, make the tree write under $HOME or /tmp, or have "
+                f"the operator give it a writable copy-on-write view of its tree: GYM_RUNTIME_WRITABLE_TREES="
+                f"{','.join(readonly)}")
     logs = [str(members[n].log.path) for n in pick]
     return StartError(f"{message} (phase: {phase}, {ready}/{len(members)} ready)", code=code, cause=cause,
                       hint=hint or "read the server's last log lines (cause) and its log file (log); fix the "

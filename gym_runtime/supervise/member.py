@@ -62,6 +62,7 @@ class Member:
     startup_exit: tuple[int | None, str | None] | None = None  # (status, last log line) of the last start-up exit
     port_bound_s: float | None = None  # seconds from spawn until its port was seen listening (this start)
     probe_note: str | None = None  # the last readiness probe's outcome when it got no answer
+    wedged: str | None = None  # what the liveness probe missed, until it is ready again (wedged.py)
 
     @property
     def url(self) -> str | None:
@@ -84,4 +85,5 @@ class Member:
                 "status": self.status, "restarts": self.restarts, "start_time": self.started_wall,
                 "uptime_seconds": round(up, 3) if up is not None else None,
                 "ready_after_s": round(self.ready_s, 3) if self.ready_s is not None else None,
-                "last_exit": self.last_exit, "error": self.error, "log_file": str(self.log.path)}
+                "last_exit": self.last_exit, "error": self.error, "wedged": self.wedged,
+                "log_file": str(self.log.path)}

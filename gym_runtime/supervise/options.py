@@ -22,8 +22,17 @@ class SuperviseOptions:
     * ``keep_going``: when a server fails for good, keep the others up instead of exiting non-zero.
     * ``log_tail_lines``: lines kept in memory per server and shown in failure reports (40).
     * ``log_max_bytes``: a server log file is rotated (one ``.1`` backup) past this size (50 MB).
-    * ``probe_policy``: before ready, send one short completion to each policy endpoint to check
-      ``uses_reasoning_parser`` against what it returns (policy_endpoint.py; off by default).
+    * ``probe_policy``: before ready, probe each policy endpoint with a two-turn conversation that
+      offers a tool (and asks for token ids where the instance does) and check tools, token ids,
+      ``uses_reasoning_parser`` and ``reasoning_field`` against what it returns (policy_probe.py;
+      off by default). Without it, one turn is still probed for an instance with
+      ``return_token_id_information``, and with a tool when ``probe_tools`` (the dry-run sets it
+      when its rows offer tools), unless ``model_endpoint_timeout_s`` is 0.
+    * ``liveness_interval_s`` / ``liveness_timeout_s`` / ``liveness_misses``: after ready, every
+      server is sent ``GET /`` every interval with that deadline; that many misses in a row mean it
+      is wedged (its port is open but it does not answer): it is named in ``status`` and
+      ``/health`` and restarted like a server that exited (5 / 10 / 3; an interval of 0 turns the
+      probe off; supervisor.py).
     """
 
     server_ready_timeout_s: float = 180.0
@@ -37,6 +46,10 @@ class SuperviseOptions:
     log_tail_lines: int = 40
     log_max_bytes: int = 50 * 1024 * 1024
     probe_policy: bool = False
+    probe_tools: bool = False
+    liveness_interval_s: float = 5.0
+    liveness_timeout_s: float = 10.0
+    liveness_misses: int = 3
 
     def backoff(self, restarts_done: int) -> float:
         """Delay before restart number ``restarts_done + 1``: ``backoff_s * 2**n`` capped at the max."""

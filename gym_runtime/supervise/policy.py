@@ -12,13 +12,17 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from gym_runtime.config import MergedConfig, PolicyValues, build_config
+from gym_runtime.config import MergedConfig, PolicyValues
+from gym_runtime.config import build_config as _build_config
 from gym_runtime.config.redact import KEYLESS_API_KEY
 from gym_runtime.errors import ConfigError
+from gym_runtime.gym_release import choose_release
 from gym_runtime.package import load_package
+from gym_runtime.settings import RuntimeSettings
 from gym_runtime.supervise.ports import free_port
 
 STUB_MODEL_NAME = "stub-model"
@@ -40,12 +44,15 @@ def uses_policy(merged: MergedConfig, url: str) -> bool:
     return any(holds(merged.data.get(name)) for name in merged.instances)
 
 
-async def configure(package: Any, overrides: list[str], given: PolicyValues,
-                    say: Callable[[str], None]) -> tuple[MergedConfig, str | None]:
-    """Load the package and build its config with the job's policy values (module doc). Returns
-    the config and the stub model's base URL (None when no stub is needed). Raises what
+async def configure(package: Any, overrides: list[str], given: PolicyValues, say: Callable[[str], None],
+                    settings: RuntimeSettings) -> tuple[MergedConfig, str | None]:
+    """Load the package, choose the Gym release it runs under ``settings`` (once:
+    :func:`~gym_runtime.gym_release.choose_release`) and build its config with the job's policy
+    values (module doc). Returns the config (``release`` set) and the stub model's base URL (None
+    when no stub is needed). Raises :class:`~gym_runtime.gym_release.choose.SdkSkewError` and what
     :func:`~gym_runtime.config.build_config` raises."""
     pkg = await asyncio.to_thread(load_package, package)
+    build_config = functools.partial(_build_config, release=choose_release(pkg, settings))
     job = given.with_overrides(overrides)  # `policy_base_url=URL` counts as --policy-base-url URL
     if job.base_url is None:
         stub_url = f"http://127.0.0.1:{free_port()}/v1"

@@ -15,13 +15,12 @@ once the endpoint answers at all (``readiness.wait_http``), :func:`check` decide
   ``("not-root", suggestion, detail)`` with the ``/v1`` root to try; on a ``/v1`` base -> ready
   (a server without ``/models`` still works, as in Gym).
 
-:func:`probe_reasoning` (``--probe-policy``) sends one short chat completion to find the
-"reasoning returned but ``uses_reasoning_parser: false``" mismatch before the first rollout.
+What a completion from the endpoint must look like (tools, token ids, reasoning, a second turn)
+is probed after that, by :mod:`gym_runtime.supervise.policy_probe`.
 """
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -29,7 +28,6 @@ import httpx
 from gym_runtime.supervise.readiness import PROBE_TIMEOUT_S
 
 ENDPOINT_PATHS = ("/chat/completions", "/completions", "/responses", "/models", "/embeddings")
-PROBE_COMPLETION_TIMEOUT_S = 60.0
 
 
 def suggest_root(base_url: str) -> str:
@@ -96,62 +94,3 @@ async def check(client: httpx.AsyncClient, base_url: str, model: tuple[str, str 
     if ids is not None and name is not None and name not in ids:
         return ("wrong-model", name, ids)
     return "ready"
-
-
-def reasoning_fields(message: dict[str, Any]) -> list[str]:
-    """The reasoning fields a chat completion message carries (vLLM: ``reasoning_content``, and
-    ``reasoning`` from v0.10 on)."""
-    return [f for f in ("reasoning_content", "reasoning") if message.get(f)]
-
-
-async def probe_reasoning(client: httpx.AsyncClient, base_url: str, model: str, api_key: str | None
-                          ) -> tuple[list[str], bool]:
-    """One short chat completion: ``(reasoning fields in the answer, think tags in its content)``.
-    Raises ``httpx.HTTPError`` when the endpoint fails or answers an error status."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    body = {"model": model, "messages": [{"role": "user", "content": "Reply with the word OK."}], "max_tokens": 32}
-    r = await client.post(base_url.rstrip("/") + "/chat/completions", json=body, headers=headers,
-                          timeout=PROBE_COMPLETION_TIMEOUT_S)
-    r.raise_for_status()
-    message = ((r.json().get("choices") or [{}])[0] or {}).get("message") or {}
-    content = message.get("content") if isinstance(message.get("content"), str) else ""
-    return reasoning_fields(message), "<think>" in content or "</think>" in content
-
-
-async def check_reasoning(client: httpx.AsyncClient, instances: dict[str, Any], say) -> None:
-    """``--probe-policy``: one completion per base URL of every model server instance that sets
-    ``uses_reasoning_parser``. Reasoning fields with the parser off fail the start (every rollout
-    would fail), ``<think>`` tags in the content with it off are said as a warning (they would reach
-    the grader), a failing completion fails the start. Raises :class:`StartError`
-    (``GR-START-REASONING-PARSER``, ``GR-START-POLICY-PROBE``)."""
-    from gym_runtime.errors import StartError
-
-    for name, inst in instances.items():
-        cfg = inst.config
-        if inst.server_type != "responses_api_models" or "uses_reasoning_parser" not in cfg:
-            continue
-        parser = bool(cfg["uses_reasoning_parser"])
-        urls = cfg.get("base_url") if isinstance(cfg.get("base_url"), list) else [cfg.get("base_url")]
-        for url in [u for u in urls if isinstance(u, str)]:
-            try:
-                fields, tags = await probe_reasoning(client, url, str(cfg.get("model")), cfg.get("api_key"))
-            except httpx.HTTPError as e:
-                detail = f"HTTP {e.response.status_code}: {e.response.text[:300]}" if isinstance(
-                    e, httpx.HTTPStatusError) else f"{type(e).__name__}: {e}"
-                raise StartError(f"--probe-policy: the probe completion of '{name}' at {url}/chat/completions "
-                                 f"failed ({detail})", code="GR-START-POLICY-PROBE",
-                                 hint="check the policy endpoint and model name; drop --probe-policy to skip "
-                                 "this check") from None
-            if fields and not parser:
-                raise StartError(f"policy endpoint {url} returns reasoning (field {fields[0]!r}), but '{name}' has "
-                                 "uses_reasoning_parser: false, so every rollout would fail",
-                                 code="GR-START-REASONING-PARSER",
-                                 hint=f"set uses_reasoning_parser: true in the config of '{name}' (or serve the "
-                                 "model without a reasoning parser); see docs/rollouts.md, \"Reasoning\"")
-            if tags and not parser:
-                say(f"WARNING: policy endpoint {url} answers with <think> tags in the content and '{name}' has "
-                    "uses_reasoning_parser: false: the reasoning would reach the grader as part of the answer; set "
-                    "uses_reasoning_parser: true for a reasoning model (docs/rollouts.md)")
-            else:
-                say(f"--probe-policy: {url} ({name}): reasoning fields {fields or 'none'}, <think> tags "
-                    f"{'yes' if tags else 'no'}; uses_reasoning_parser: {str(parser).lower()} fits")

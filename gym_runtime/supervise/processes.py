@@ -11,6 +11,9 @@ The daemon's whole process tree (psutil) is walked once; each process gets a ``r
                            ``raylet``, ``dashboard agent``, ``runtime-env agent``,
                            ``log monitor``, ``api server``, ``worker``, ``head holder``
                            (ray_hold/), ``ray start`` while it starts the cluster)
+``task sandbox``           the processes of the task sandboxes a server made (``member`` names the
+                           server; ``component``: ``bubblewrap``, ``keeper``, ``joiner``, or the
+                           command's own name), gym_runtime/task_sandboxes/
 ``model``                  the built-in stub model
 ``build``                  uv and bytecode compilers
 ``other``                  anything else (never expected)
@@ -51,11 +54,13 @@ def _subtree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def account(members: Iterable[Any], helpers: dict[int, str], daemon_pid: int | None = None) -> list[dict[str, Any]]:
+def account(members: Iterable[Any], helpers: dict[int, str], daemon_pid: int | None = None,
+            boxes: dict[int, str] | None = None) -> list[dict[str, Any]]:
     """One row per process of the daemon's tree: ``pid``, ``role``, ``member``, ``component``,
     ``rss_mb``, ``pss_mb`` (None when unreadable). ``members``: the supervisor's members (their
     ``proc.pid`` roots a subtree; ``kind`` ``server``/``ray``/``model``); ``helpers``: other known
-    pids -> their name (``netns holder``, ``orphan watchdog``)."""
+    pids -> their name (``netns holder``, ``orphan watchdog``); ``boxes``: pids of task sandboxes ->
+    the server that owns them."""
     daemon_pid = daemon_pid or os.getpid()
     owner: dict[int, tuple[str, str | None]] = {}
     for m in members:
@@ -80,6 +85,9 @@ def account(members: Iterable[Any], helpers: dict[int, str], daemon_pid: int | N
         component = None
         if p.pid == daemon_pid:
             role = "daemon"
+        elif boxes and p.pid in boxes:
+            role, member = "task sandbox", boxes[p.pid]
+            component = "joiner" if "_joiner.py" in " ".join(_cmdline(p)) else None
         elif p.pid in helpers:
             role, component = "sandbox", helpers[p.pid]
         elif name == "bwrap":
@@ -111,11 +119,15 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def of_environment(supervisor: Any, sandboxes: Iterable[Any]) -> dict[str, Any]:
+def of_environment(supervisor: Any, sandboxes: Iterable[Any], task_sandboxes: Any = None) -> dict[str, Any]:
     """``{"processes": rows, "by_role": totals}`` for a running environment: the supervisor's
-    members, the sandboxes' namespace holders and the orphan watchdog (blocking: ~1-5 ms a process)."""
+    members, the sandboxes' namespace holders, the orphan watchdog and the task sandboxes of
+    ``task_sandboxes`` (a :class:`~gym_runtime.task_sandboxes.service.TaskSandboxService`; blocking:
+    ~1-5 ms a process)."""
     helpers = {sb.holder.pid: "netns holder" for sb in sandboxes if sb is not None and sb.holder is not None}
     if supervisor.watchdog is not None:
         helpers[supervisor.watchdog.proc.pid] = "orphan watchdog"
-    rows = account(list(supervisor.members.values()), helpers)
+    boxes = {p.pid: rec.owner for rec in list(getattr(task_sandboxes, "boxes", {}).values())
+             for p in rec.box.processes()}
+    rows = account(list(supervisor.members.values()), helpers, boxes=boxes)
     return {"processes": rows, "by_role": summary(rows)}

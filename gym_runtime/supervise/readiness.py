@@ -28,15 +28,17 @@ async def answers(client: httpx.AsyncClient, url: str) -> bool:
     return await probe(client, url) is None
 
 
-async def probe(client: httpx.AsyncClient, url: str) -> str | None:
-    """One ``GET url``: None when it gets any HTTP response within the probe timeout, else a short
-    reason for the user (``"connection refused"``, ``"name does not resolve"``, ``"no answer
-    within 2s"``, or the error's own text)."""
+async def probe(client: httpx.AsyncClient, url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """One ``GET url``: None when it gets any HTTP response within ``timeout_s`` (default the probe
+    timeout), else a short reason for the user (``"connection refused"``, ``"name does not
+    resolve"``, ``"no answer within 2s"``, or the error's own text). The connection is closed after
+    the answer (``Connection: close``): a server that serves one connection at a time (a stdlib
+    ``HTTPServer``) would otherwise be held by the probe's idle keep-alive connection."""
     try:
-        await client.get(url, timeout=PROBE_TIMEOUT_S)
+        await client.get(url, timeout=timeout_s, headers={"connection": "close"})
         return None
     except httpx.TimeoutException:
-        return f"no answer within {PROBE_TIMEOUT_S:g}s"
+        return f"no answer within {timeout_s:g}s"
     except httpx.HTTPError as e:
         return _reason(e)
 

@@ -1,7 +1,8 @@
 """The supervisor: ONE event loop that owns every state change of every supervised process.
 
 Shape taken from honcho's ``manager.py`` (STYLE.md): watchers and probes only *post* typed events
-(``spawn``, ``exited``, ``ready``, ``not_ready``, ``squatted``, ``endpoint``, ``stop``, ``stopped``)
+(``spawn``, ``exited``, ``ready``, ``not_ready``, ``squatted``, ``endpoint``, ``wedged``, ``stop``,
+``stopped``)
 to one queue; :meth:`Supervisor._loop` decides (record, restart with backoff, fail, shut down). Signals
 only call :meth:`Supervisor.request_stop`.
 
@@ -10,7 +11,8 @@ loop); any exit the daemon did not ask for is a failure even with status 0 (case
 restarted after ``backoff`` up to ``max_restarts``, then the environment is failed, except that an
 exit during start-up repeating the previous start-up exit (same status, same last log line) fails
 at once (case C29: a deterministic error does not change on a third try); start-up has a
-per-server and an overall deadline whose report names the phase and the last log lines; shutdown
+per-server and an overall deadline whose report names the phase and the last log lines; after
+ready, a server that stops answering ``GET /`` is named wedged and restarted (wedged.py); shutdown
 sends TERM to every process group, waits ``shutdown_grace_s``, KILLs and reaps (case C05); a second
 stop request skips the grace.
 """
@@ -26,7 +28,7 @@ from typing import Any
 
 import httpx
 from gym_runtime.errors import StartError
-from gym_runtime.supervise import policy_endpoint, port_owner, readiness
+from gym_runtime.supervise import policy_endpoint, port_owner, readiness, wedged
 from gym_runtime.supervise.failure import endpoint_failure, failure_report, port_listening
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
@@ -123,7 +125,12 @@ class Supervisor:
         return self.exit_code
 
     def health(self) -> tuple[int, dict[str, Any]]:
-        """``(200, {"status": "ready"})`` or ``(503, {"status": "starting"|"failed"|..., ...})``."""
+        """``(200, {"status": "ready"})`` or ``(503, {"status": "starting"|"failed"|"degraded"|..., ...})``
+        (``degraded``: ready, but a server was found wedged and is not ready again; ``wedged``
+        names each with what the liveness probe missed)."""
+        stuck = {m.name: m.wedged for m in self.members.values() if m.wedged}
+        if self.state == "ready" and stuck:
+            return 503, {"status": "degraded", "phase": self.phase, "wedged": stuck}
         if self.state == "ready":
             return 200, {"status": "ready"}
         body: dict[str, Any] = {"status": self.state, "phase": self.phase}
@@ -197,6 +204,8 @@ class Supervisor:
             return
         what = f"exited with status {info.returncode}" + (" although nobody asked it to stop" if info.returncode
                                                             == 0 else "") + f" ({info.reason})"
+        if m.status == wedged.WEDGED:
+            what = f"was killed because it was wedged ({m.wedged})"
         if m.status == STARTING:  # never ready this time: a second identical exit will not change on a third
             seen, m.startup_exit = m.startup_exit, (info.returncode, m.log.last_line())
             if seen == m.startup_exit:
@@ -223,8 +232,14 @@ class Supervisor:
         if ev.proc is not m.proc or m.status != STARTING:
             return
         m.status, m.error, m.ready_s = READY, None, time.monotonic() - (m.spawned_at or time.monotonic())
+        m.wedged = None
         self._progress(f"{m.name}: ready in {m.ready_s:.2f}s" + (f" at {m.url}" if m.url else ""))
+        if self.options.liveness_interval_s > 0 and wedged.watched(m):
+            self._spawn_task(wedged.watch(self, m, ev.proc))
         self._check_all_ready()
+
+    def _on_wedged(self, ev: Event) -> None:
+        wedged.on_wedged(self, self.members[ev.name], ev.proc, ev.data)
 
     def _on_not_ready(self, ev: Event) -> None:
         m = self.members[ev.name]
@@ -401,11 +416,11 @@ class Supervisor:
             if proc is None:
                 m.status = STOPPED
                 return
-            failed = m.status == FAILED
+            failed, gone = m.status == FAILED, proc.poll() is not None  # gone: e.g. killed as wedged, not yet restarted
             m.status = STOPPING
             t = time.monotonic()
             info = await proc.stop(0.0 if m.kill_on_stop else grace)  # kill_on_stop: nothing to drain (member.py)
-            if info.reason == "killed" and not m.kill_on_stop:
+            if info.reason == "killed" and not m.kill_on_stop and not gone:
                 m.escalated = True
                 m.log.note(f"did not exit within {grace:g}s of SIGTERM: killed (SIGKILL to its process group)")
                 self._progress(f"{m.name}: ignored SIGTERM for {grace:g}s, killed; stopped in "

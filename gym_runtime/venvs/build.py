@@ -34,7 +34,9 @@ from gym_runtime.venvs import closure, integrity, resolutions, stages
 from gym_runtime.venvs.diagnose import STAGES, diagnose, uv_error_block
 from gym_runtime.venvs.diskspace import is_enospc, is_no_space, no_space_error
 from gym_runtime.venvs.exit_hook import install_exit_hook
+from gym_runtime.task_sandboxes.install import install_provider
 from gym_runtime.venvs.maintenance import network_fs_warning
+from gym_runtime.venvs.pip_settings import pip_hint
 from gym_runtime.venvs.plan import InstallPlan, VenvPlan
 from gym_runtime.venvs.progress import Reporter, make_reporter
 from gym_runtime.venvs.reasons import previous, rebuild_reasons, remember
@@ -43,6 +45,8 @@ from gym_runtime.venvs.store import (cache_lock, install, is_ready, remove_aband
                                      venv_lock, write_marker)
 from gym_runtime.venvs.uvrun import Cancelled, UvResult
 
+# stage-1 failures about what the index offers: their hint names pip index settings uv ignores
+INDEX_FAILURES = ("GR-BUILD-MISSING", "GR-BUILD-PIN-MISSING", "GR-BUILD-WHEEL-TAGS", "GR-BUILD-YANKED", "GR-BUILD-UV")
 _CACHE_ERR = re.compile(r"(failed to (read|open) (file|directory)|No such file or directory).*"
                         r"(archive-v\d|wheels-v\d|sdists-v\d|\.dist-info)", re.I)
 
@@ -226,6 +230,7 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
             if before:
                 _record(settings, vp, before)
             install_exit_hook(tmp)
+            install_provider(tmp)  # NeMo Gym's `gym_runtime` sandbox provider (task_sandboxes/install.py)
             write_marker(tmp, {"digest": vp.digest, "servers": list(vp.instances), "python": vp.python.version,
                                "python_path": str(vp.python.path), "uv": ctx.uv_env.describe().splitlines()[0],
                                "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "installed": have,
@@ -237,6 +242,8 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
                 raise _no_space(vp, settings, STAGES.get(e.stage, e.stage), uv_error_block(e.result.output),
                                 e.result.log) from None
             err = diagnose(vp, e, honoured, ctx.package_root)
+            if e.stage == "stage1" and err.code in INDEX_FAILURES and (note := pip_hint(settings.environ)):
+                err.hint = f"{err.hint}; {note}" if err.hint else note  # an index given to pip, not to uv
             if warnings:  # e.g. stage 1 bypassed wheels/ before stage 2 failed (case C12)
                 err.cause = (err.cause or "") + "\nearlier in this build:\n" + "\n".join(f"  {w}" for w in warnings)
                 err.extra["warnings"] = warnings

@@ -16,6 +16,7 @@ code                                  when
 ``GR-BUILD-MISSING``                  a requirement (stage 1) or closure member (stage 2) not found (C01)
 ``GR-BUILD-SDIST-BACKEND``            a build backend is not available offline (C10)
 ``GR-BUILD-NEEDS-NETWORK``            an offline stage wanted the network (C11)
+``GR-BUILD-WHEEL-METADATA``           uv refused a wheel whose file name and METADATA disagree (C50)
 ``GR-BUILD-UV``                       anything else (uv's words, verbatim)
 ====================================  ===========================================================
 """
@@ -208,6 +209,11 @@ def diagnose(vp: VenvPlan, failure: StepFailure, honoured: Mapping[str, str] | N
             found = ("GR-BUILD-SDIST-BACKEND", "a source distribution or local project needs a build backend "
                      "that cannot be installed here", "ship a wheel instead of the sdist, or add the backend's "
                      "wheel to wheels/")
+        if found is None and (m := re.search(r"Wheel version does not match filename \(([^)]*)\)", block)):
+            found = ("GR-BUILD-WHEEL-METADATA", f"uv refused a wheel whose file name and METADATA disagree on its "
+                     f"version ({m.group(1)}: METADATA's, then the file name's)", "rebuild or rename the wheel so its "
+                     "file name says what its METADATA says (`gym-runtime validate PKG` names every such file in "
+                     "wheels/); gym-runtime does not pass uv's switch to skip this check")
         if found is None and re.search(r"network connectivity is disabled", block):
             found = ("GR-BUILD-NEEDS-NETWORK", "the offline stage needed the network", "replace URL/git "
                      "requirements with name==version from wheels/")

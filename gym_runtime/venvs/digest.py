@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,22 @@ class HashCache:
                 self._data = json.loads(store.read_text())
             except (OSError, ValueError):
                 self._data = {}
+
+    def memo(self, path: Path, what: str, compute: Callable[[Path], Any]) -> Any:
+        """``compute(path)`` (a JSON value), remembered by the stamp :meth:`sha256` uses, under
+        ``what`` (e.g. ``dist-info``: a wheel's METADATA, read once per file version)."""
+        st = path.stat()
+        key = f"{what}:{path.resolve()}"
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
+        with self._lock:
+            hit = self._data.get(key)
+            if isinstance(hit, list) and len(hit) == 4 and hit[:3] == stamp:
+                return hit[3]
+        value = compute(path)
+        with self._lock:
+            self._data[key] = [*stamp, value]
+            self._dirty = True
+        return value
 
     def sha256(self, path: Path) -> str:
         st = path.stat()

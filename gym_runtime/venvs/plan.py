@@ -16,7 +16,6 @@ C09). Instances whose inputs digest the same share one venv.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,19 +26,19 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from packaging.version import Version
 
 from gym_runtime.config import MergedConfig, ServerInstance
+from gym_runtime.errors import BuildError
 from gym_runtime.gym_release import GymRelease
+from gym_runtime.package.wheels import metadata_mismatches, wheel_dist_info
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs.digest import HashCache, plan_digest, tree_digest
 from gym_runtime.venvs.overrides import Overrides, ignored_note, read_overrides
-from gym_runtime.venvs.pythons import Interpreter, find_python
+from gym_runtime.venvs.python_choice import choose_python, ray_python_problems, shared_requirement
+from gym_runtime.venvs.pythons import Interpreter
 from gym_runtime.venvs.requirements import SDK_NAME, InstallSource, read_install_source
 from gym_runtime.venvs.uvrun import UvEnv, make_env, uv_version
 
 # the environment's own code (NMP: agent and resources-server venvs; environment servers front agents)
 STAGE2_TYPES = ("responses_api_agents", "resources_servers", "environment_servers")
-# The built-in servers run the runtime's own code (servers/_kit: pydantic models with `X | None`),
-# so they need what gym-runtime needs: pyproject.toml's requires-python (a test keeps them equal).
-BUILTIN_REQUIRES_PYTHON = ">=3.11"
 
 
 @dataclass(frozen=True)
@@ -154,6 +153,7 @@ class InstallPlan:
     uv_version: str
     uv_env: UvEnv = field(repr=False)
     package_root: Path | None = None
+    notes: tuple[str, ...] = ()  # about the whole plan (e.g. an SDK import scan that was skipped)
 
     def for_instance(self, name: str) -> VenvPlan:
         digest = self.by_instance[name]
@@ -210,32 +210,6 @@ def read_pool(wheels_dir: Path | None, cache: HashCache) -> tuple[PoolFile, ...]
     return tuple(PoolFile(e.path, e.name, e.version, cache.sha256(e.path)) for e in read_pool_entries(wheels_dir))
 
 
-def _python_request(inst: ServerInstance, merged: MergedConfig, python: str | None,
-                    settings: RuntimeSettings) -> tuple[str, str]:
-    key = f"{inst.name}.{inst.server_type}.{inst.implementation}.python_version"
-    if inst.config.get("python_version") is not None:
-        return str(inst.config["python_version"]), f"{merged.sources.of(key) or 'the config'} ({key})"
-    if python:
-        return python, "the job's --python"
-    if merged.data.get("python_version") is not None:
-        return str(merged.data["python_version"]), f"{merged.sources.of('python_version') or 'the config'}"
-    if settings.environ.get("GYM_RUNTIME_PYTHON"):
-        return settings.python, "GYM_RUNTIME_PYTHON"
-    return settings.python, "the runtime's own Python version"
-
-
-def _python_requirement(inst: ServerInstance, source: InstallSource,
-                        rel_file: str) -> tuple[SpecifierSet | None, str]:
-    """The Python versions ``inst`` can run on and who says so: a built-in server needs the
-    runtime's own minimum, a pyproject server its ``requires-python`` (``None``: no limit)."""
-    spec, who = source.requires_python, f"{rel_file} ([project].requires-python)"
-    if inst.server_dir.origin == "builtin":
-        builtin = SpecifierSet(BUILTIN_REQUIRES_PYTHON)
-        spec = builtin & spec if spec is not None else builtin
-        who = f"the built-in server {inst.server_type}/{inst.implementation} (it runs gym-runtime's server kit)"
-    return spec, who
-
-
 def _local_inputs(source: InstallSource, cache: HashCache) -> dict[str, str]:
     """Digests of local files/directories the install file points at (includes, paths)."""
     out = {}
@@ -251,20 +225,18 @@ def _local_inputs(source: InstallSource, cache: HashCache) -> dict[str, str]:
 
 
 def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeSettings, python: str | None,
-                  uv_env: UvEnv, cache: HashCache) -> VenvPlan:
-    """The plan of one instance (its digest decides sharing)."""
+                  uv_env: UvEnv, cache: HashCache, shared: SpecifierSet | None = None) -> VenvPlan:
+    """The plan of one instance (its digest decides sharing); ``shared``: what every package
+    server's Python must meet (:func:`~gym_runtime.venvs.python_choice.shared_requirement`)."""
     sdir = inst.server_dir
     source = read_install_source(sdir.install_file, server=inst.name)
     overrides = read_overrides(source, server=inst.name)
     mode = settings.pin_mode
     pins = pins_for(settings, mode, source, merged.release)
-    request, origin = _python_request(inst, merged, python, settings)
     pkg = merged.package
     rel_file = pkg.rel(sdir.install_file) if sdir.origin == "package" else \
         f"servers/{sdir.server_type}/{sdir.implementation}/{sdir.install_file.name} (built-in)"
-    requires, requires_why = _python_requirement(inst, source, rel_file)
-    interp = find_python(request, settings.environ or os.environ, server=inst.name, origin=origin,
-                         requires=requires, requires_why=requires_why)
+    interp, origin = choose_python(inst, merged, settings, python, source, rel_file, shared)
     wheels_dir = pkg.wheels_dir if pkg.wheels_dir and pkg.wheels_dir.is_dir() else None
     pool = read_pool(wheels_dir, cache)
     closure: tuple[str, ...] = ()
@@ -333,20 +305,40 @@ def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | No
     (interpreter not found, case C17), ``GR-BUILD-INSTALL-FILE``, and the preflight checks of
     :mod:`gym_runtime.venvs.preflight` (cases C10, C11, C16, two vendored versions).
     """
+    from gym_runtime.gym_release.imports import raise_on_missing
+    from gym_runtime.gym_release.ray_use import ray_users
     from gym_runtime.venvs.preflight import preflight
 
     cache = HashCache(settings.venv_dir / ".cache" / "sha256.json")
     uv_env = make_env(settings.environ, settings.uv_cache_dir)
     plans: dict[str, VenvPlan] = {}
     by_instance: dict[str, str] = {}
+    shared = shared_requirement(merged)
     for inst in merged.instances.values():
-        vp = plan_instance(inst, merged, settings, python, uv_env, cache)
+        vp = plan_instance(inst, merged, settings, python, uv_env, cache, shared)
         if vp.digest in plans:
             prev = plans[vp.digest]
             vp = VenvPlan(**{**prev.__dict__, "instances": prev.instances + (inst.name,)})
         plans[vp.digest] = vp
         by_instance[inst.name] = vp.digest
+    pkg = merged.package
+    bad_wheels = metadata_mismatches(pkg.wheels, pkg.root, lambda p: cache.memo(p, "dist-info", wheel_dist_info))
     cache.save()
+    if bad_wheels:  # uv refuses them at install, and stage 2 installs all of wheels/ into each venv (C50)
+        one = bad_wheels[0]
+        raise BuildError(f"{one.file}: {one.message}" if len(bad_wheels) == 1 else
+                         f"{len(bad_wheels)} wheels in wheels/ cannot be installed: their file names and METADATA "
+                         "disagree", violations=bad_wheels if len(bad_wheels) > 1 else None,
+                         hint=one.hint if len(bad_wheels) == 1 else "rebuild or rename each wheel "
+                         "(`gym-runtime validate PKG` lists them without building)", code="GR-PKG-WHEEL-METADATA",
+                         extra={"stage": "preflight", "file": one.file, "servers": list(merged.instances)})
+    pythons = {n: plans[d].python for n, d in by_instance.items()}
+    for v in ray_python_problems(pythons, ray_users(merged)):
+        raise BuildError(v.message, code=v.code, hint=v.hint, extra={"stage": "python", "servers": list(pythons)})
+    notes = ()
+    if merged.release is not None:
+        note = raise_on_missing(merged.package, merged.release)
+        notes = (note,) if note else ()
     preflight(list(plans.values()), merged.package.format)
     return InstallPlan(tuple(plans.values()), by_instance, settings.pin_mode, uv_version(), uv_env,
-                       merged.package.root)
+                       merged.package.root, notes)

@@ -59,14 +59,26 @@ class Interpreter:
         return f"{self.implementation} {self.version} at {self.path} ({self.source})"
 
 
+def _own_base() -> Path | None:
+    try:
+        return Path(getattr(sys, "_base_executable", sys.executable)).resolve(strict=True)
+    except OSError:
+        return None
+
+
 def probe(path: Path, source: str) -> Interpreter | None:
-    """Run ``path`` once to read its implementation and version; ``None`` when it does not run."""
+    """Run ``path`` once to read its implementation and version; ``None`` when it does not run.
+    The runtime's own base interpreter is answered from this process (no process start)."""
     try:
         real = path.resolve(strict=True)
         st = real.stat()
     except OSError:
         return None
     key = (str(real), st.st_size, st.st_mtime_ns)
+    if key not in _CACHE and real == _own_base():
+        import platform
+
+        _CACHE[key] = (platform.python_implementation(), ".".join(map(str, sys.version_info[:3])))
     if key not in _CACHE:
         try:
             out = subprocess.run([str(real), "-I", "-c", _PROBE], capture_output=True, text=True, timeout=20,
@@ -123,12 +135,44 @@ def candidates(environ: Mapping[str, str], minor: str | None = None) -> list[tup
     return out
 
 
-def list_pythons(environ: Mapping[str, str]) -> list[Interpreter]:
-    """Every distinct interpreter found (by resolved path), for error messages and ``doctor``."""
+_NAMED = re.compile(r"(?:^|cpython-)(\d+\.\d+\.\d+)(?:$|[-+])")
+
+
+_MINOR_NAME = re.compile(r"^python(\d+\.\d+)$")
+
+
+def named_version(path: Path, source: str) -> str | None:
+    """The version a pyenv or uv-managed interpreter's directory says it is (``versions/3.13.15``,
+    ``cpython-3.13.15-linux-x86_64-gnu``), or None (PATH entries and paths say nothing)."""
+    if source not in ("pyenv", "uv-managed") or len(path.parents) < 3:
+        return None
+    m = _NAMED.search(path.parent.parent.name)
+    return m.group(1) if m else None
+
+
+def _below_floor(path: Path, requires: SpecifierSet) -> bool:
+    """True when ``path`` resolves to a ``pythonX.Y`` whose every release is below a lower bound
+    of ``requires`` (``python3`` -> ``python3.11`` for ``>=3.13.14``): not worth a process start."""
+    try:
+        m = _MINOR_NAME.match(path.resolve().name)
+    except OSError:
+        return False
+    return bool(m) and any(s.operator in (">=", ">") and not s.contains(f"{m.group(1)}.999", prereleases=True)
+                           for s in requires)
+
+
+def list_pythons(environ: Mapping[str, str], requires: SpecifierSet | None = None) -> list[Interpreter]:
+    """Every distinct interpreter found (by resolved path), for error messages and ``doctor``;
+    with ``requires``, only those that satisfy it, and a pyenv or uv-managed interpreter whose
+    directory names a version outside it is not even run (each probe is a process start)."""
     seen: dict[Path, Interpreter] = {}
     for path, source in candidates(environ):
+        if requires is not None:
+            named = named_version(path, source)
+            if named is not None and not requires.contains(named, prereleases=True) or _below_floor(path, requires):
+                continue
         it = probe(path, source)
-        if it and it.path not in seen:
+        if it and it.path not in seen and (requires is None or requires.contains(it.version, prereleases=True)):
             seen[it.path] = it
     return sorted(seen.values(), key=lambda i: tuple(int(x) for x in i.version.split(".")))
 
@@ -142,9 +186,10 @@ def _looks_like_path(req: str) -> bool:
 
 
 def find_python(request: str, environ: Mapping[str, str], *, server: str = "", origin: str = "",
-                requires: SpecifierSet | None = None, requires_why: str = "") -> Interpreter:
+                requires: SpecifierSet | None = None, requires_why: str = "", fix: str = "") -> Interpreter:
     """The interpreter for ``request`` (version or path), which must satisfy ``requires`` (the
-    Python versions the server runs on; ``requires_why`` says who needs them, for the message).
+    Python versions the server runs on; ``requires_why`` says who needs them, for the message;
+    ``fix`` replaces the hint's generic advice).
 
     Raises ``GR-BUILD-PYTHON`` naming the server, the request, where it was set (``origin``) and
     the interpreters found on this host that would work: :class:`PythonRequestError` (exit 1) for
@@ -158,36 +203,68 @@ def find_python(request: str, environ: Mapping[str, str], *, server: str = "", o
         p = Path(req).expanduser()
         if not _looks_like_path(req) and not p.exists():
             _raise(server, req, origin, environ, f"{req!r} is neither a Python version (like 3.13) nor a path "
-                   "to an interpreter", PythonRequestError, need)
+                   "to an interpreter", PythonRequestError, need, fix)
         if not p.exists():
-            _raise(server, req, origin, environ, f"{req} does not exist", PythonRequestError, need)
+            _raise(server, req, origin, environ, f"{req} does not exist", PythonRequestError, need, fix)
         it = probe(p, "path")
         if it is None:
             _raise(server, req, origin, environ, f"{req} is not a runnable Python interpreter", PythonRequestError,
-                   need)
+                   need, fix)
     else:
         minor = ".".join(req.split(".")[:2])
-        it = next((i for path, source in candidates(environ, minor)
-                   if (i := probe(path, source)) and _matches(i.version, req)), None)
-        if it is None:
-            _raise(server, req, origin, environ, f"Python {req} is not available on this host", BuildError, need)
+        # a request like 3.13 takes the first 3.13.x that fits the server (3.13.15 over a 3.13.0 found first)
+        first = None
+        for path, source in candidates(environ, minor):
+            if (i := probe(path, source)) and _matches(i.version, req):
+                first = first or i
+                if requires is None or requires.contains(i.version, prereleases=True):
+                    it = i
+                    break
+        if first is None:
+            _raise(server, req, origin, environ, f"Python {req} is not available on this host", BuildError, need, fix)
+        it = it or first
     assert it is not None
     if requires is not None and not requires.contains(it.version, prereleases=True):
         _raise(server, req, origin, environ, f"that is {it.implementation} {it.version}, but {requires_why} "
-               f"needs Python {requires}", BuildError, need)
+               f"needs Python {requires}", BuildError, need, fix)
     return it
 
 
+def pick_python(requires: SpecifierSet, environ: Mapping[str, str], *, server: str = "", requires_why: str = "",
+                fix: str = "") -> Interpreter:
+    """An interpreter of this host that satisfies ``requires``, for a server whose Python nobody
+    asked for: the oldest minor version that has one, at its newest patch (``3.13.18`` over
+    ``3.13.15`` and over ``3.14.1``; docs/runtime.md "Venvs": a dependency closure has wheels for
+    the older minor first, and the newest patch has its fixes). The same host gives every server
+    the same answer, so servers sharing one Ray head run one Python. Raises ``GR-BUILD-PYTHON``
+    (:class:`BuildError`) naming the server, ``requires_why`` and every interpreter found when none fits."""
+    fits = list_pythons(environ, requires)
+    if not fits:
+        found = ", ".join(f"{i.version} ({i.path})" for i in list_pythons(environ)) or "none"
+        raise BuildError(f"{server + ': ' if server else ''}no Python on this host meets {requires_why}: it needs "
+                         f"Python {requires}; found: {found}",
+                         hint=fix or "install such an interpreter on the host (gym-runtime never downloads Python)",
+                         code="GR-BUILD-PYTHON", extra={"server": server, "stage": "python",
+                                                        "requires_python": str(requires),
+                                                        "found": [i.version for i in list_pythons(environ)]})
+
+    def key(i: Interpreter) -> tuple[int, ...]:
+        major, minor, *patch = (int(x) for x in i.version.split("."))
+        return (major, minor, *(-p for p in patch))
+
+    return min(fits, key=key)
+
+
 def _raise(server: str, req: str, origin: str, environ: Mapping[str, str], what: str,
-           error: type[BuildError], need: tuple[SpecifierSet | None, str]) -> None:
+           error: type[BuildError], need: tuple[SpecifierSet | None, str], fix: str = "") -> None:
     requires, why = need
     found = [i for i in list_pythons(environ) if requires is None or requires.contains(i.version, prereleases=True)]
     listing = ", ".join(f"{i.version} ({i.path})" for i in found) or "(none)"
     where = f" (set in {origin})" if origin else ""
     found_what = "found" if requires is None else f"found that would work (Python {requires}):"
     hint = ("give a version such as 3.13 or the path of a Python executable; " if error is PythonRequestError
-            else "") + "use one of the versions found, or install the interpreter on the host " \
-        "(gym-runtime never downloads Python)"
+            else "") + (fix or "use one of the versions found, or install the interpreter on the host "
+                        "(gym-runtime never downloads Python)")
     extra = {"server": server, "stage": "python", "requested": req, "found": [i.version for i in found]}
     if requires is not None:
         extra["requires_python"] = str(requires)

@@ -59,8 +59,11 @@ def requirement_lines(merged: MergedConfig, settings: RuntimeSettings) -> tuple[
     """Every server's install lines (SDK line replaced) and ``pip``, plus the image pins as the
     venvs will get them: installed in full (mode ``gym``, or ``auto`` when some server uses the
     Gym SDK) or only as constraints (``auto`` otherwise: nothing drags nemo-gym, ray and openai
-    into a closure whose servers never import them). Returns ``(requirements, constraints)``."""
-    sdk = f"{SDK_NAME}=={settings.pins[SDK_NAME]}" if SDK_NAME in settings.pins else SDK_NAME
+    into a closure whose servers never import them). The pins are those of the Gym release the
+    environment runs (``merged.release``, :meth:`~gym_runtime.gym_release.GymRelease.pins`).
+    Returns ``(requirements, constraints)``."""
+    pinned = merged.release.pins(settings)[0] if merged.release is not None else settings.pins
+    sdk = f"{SDK_NAME}=={pinned[SDK_NAME]}" if SDK_NAME in pinned else SDK_NAME
     lines: list[str] = []
     seen: set[Path] = set()
     uses_sdk = False
@@ -79,7 +82,7 @@ def requirement_lines(merged: MergedConfig, settings: RuntimeSettings) -> tuple[
                 text = ln.sdk_requirement(sdk) if ln.takes_sdk_pin else ln.text.split(" --hash")[0]
                 lines.append(text if ln.kind != "include" else src.render(sdk).splitlines()[ln.lineno - 1])
     lines += _adapter_wheels(merged)
-    pins = [] if settings.pin_mode == "none" else [f"{req}=={v}" for req, v in settings.pins.items()]
+    pins = [] if settings.pin_mode == "none" else [f"{req}=={v}" for req, v in pinned.items()]
     if settings.pin_mode == "gym" or uses_sdk:
         return lines + pins + ["pip"], []
     return lines + ["pip"], [p.replace("[default]", "") for p in pins]

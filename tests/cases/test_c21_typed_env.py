@@ -93,13 +93,14 @@ def test_c21_case3_bad_port_is_rejected_with_key_and_variable(pkg: Path, tmp_pat
 
 
 def test_known_flag_from_env_is_a_boolean(pkg: Path, tmp_path: Path, monkeypatch) -> None:
-    """``ray_enabled: ${oc.env:X,false}``: the daemon decides on it, so it must be the boolean False."""
+    """``use_absolute_ip: ${oc.env:X,false}`` (a Gym flag read by truthiness) must be the boolean False;
+    ``num_workers`` the integer."""
     flags = pkg / "responses_api_models/openai_model/configs/flags.yaml"
-    flags.write_text(flags.read_text().replace("domain: math", "domain: math\n      ray_enabled: ${oc.env:ACME_RAY,false}"
-                                                 "\n      num_workers: ${oc.env:ACME_WORKERS,2}"))
-    inner = _build(pkg, tmp_path, monkeypatch, 1).instances["acme_math"].config
-    assert inner["ray_enabled"] is False and inner["num_workers"] == 2
-    monkeypatch.setenv("ACME_RAY", "maybe")
+    flags.write_text(flags.read_text().replace("domain: math", "domain: math\n      num_workers: ${oc.env:ACME_WORKERS,2}")
+                     + "use_absolute_ip: ${oc.env:ACME_ABSOLUTE_IP,false}\n")
+    merged = _build(pkg, tmp_path, monkeypatch, 1)
+    assert merged.data["use_absolute_ip"] is False and merged.instances["acme_math"].config["num_workers"] == 2
+    monkeypatch.setenv("ACME_ABSOLUTE_IP", "maybe")
     with pytest.raises(ConfigError) as e:
         build_config(load_package(pkg), [], PolicyValues(), builtin_root=tmp_path / "no_builtins")
-    assert [v.message for v in e.value.violations] == ["'maybe' (from ACME_RAY) is not a boolean (true/false)"]
+    assert [v.message for v in e.value.violations] == ["'maybe' (from ACME_ABSOLUTE_IP) is not a boolean (true/false)"]

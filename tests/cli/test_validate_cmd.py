@@ -29,9 +29,13 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_valid_package_prints_exactly(tmp_path: Path, capsys, fmt: str, as_json: bool) -> None:
     root = make_package(tmp_path / "p", fmt)
     code, out, err = run(capsys, "validate", str(root), *(["--json"] if as_json else []))
-    assert code == 0 and err == ""
-    assert json.loads(out) == {"valid": True, "format": fmt, "name": "acme-math-env"}
-    assert out == json.dumps({"valid": True, "format": fmt, "name": "acme-math-env"}) + "\n"
+    release = {"version": "0.7.0", "line": "0.7", "source": "the runtime's default: the current NeMo Gym release",
+               "requires_python": ">=3.13.14", "openai": "==2.44.0", "ray": ">=2.58.0"}
+    line = ("gym release: NeMo Gym 0.7.0 (line 0.7, Requires-Python >=3.13.14; from the runtime's default: the "
+            "current NeMo Gym release)\n")
+    assert code == 0 and err == ("" if as_json else line)
+    want = {"valid": True, "format": fmt, "name": "acme-math-env", "gym_release": release}
+    assert out == json.dumps(want) + "\n"
 
 
 def test_bundled_examples_validate(tmp_path: Path, capsys) -> None:
@@ -50,7 +54,7 @@ def test_bundled_examples_validate(tmp_path: Path, capsys) -> None:
             write_wheel(pkg / "wheels", "pip-24.0-py3-none-any.whl")
         code, out, err = run(capsys, "validate", str(pkg))
         assert code == 0, (pkg, err)
-        assert json.loads(out) == {"valid": True, "format": fmt, "name": json.loads(out)["name"]}
+        assert json.loads(out)["valid"] is True and json.loads(out)["format"] == fmt
 
 
 def _yaml_edit(path: Path, fn: Callable[[dict], None]) -> None:
@@ -174,7 +178,7 @@ def test_json_failure_carries_the_error_object_every_command_prints(tmp_path: Pa
     (root / "data.jsonl").write_text("{}\n")
     rc, out, err = run(capsys, "validate", str(root), "--json")
     doc = json.loads(out)
-    assert rc == 1 and sorted(doc) == ["error", "format", "name", "valid"]
+    assert rc == 1 and sorted(doc) == ["error", "format", "gym_release", "name", "valid"]
     assert (doc["valid"], doc["format"], doc["name"]) == (False, "native-v1", "acme-math-env")
     error = doc["error"]
     assert error["code"] == "GR-PKG-INVALID" and error["message"] == f"environment package {root} is invalid"
@@ -187,7 +191,7 @@ def test_json_failure_carries_the_error_object_every_command_prints(tmp_path: Pa
 
 def test_wheel_tags_with_platform(tmp_path: Path, capsys) -> None:
     root = make_package(tmp_path / "p", "wheels-v1")
-    (root / "wheels/fastcodec-1.4.0-cp312-cp312-manylinux2014_x86_64.whl").write_bytes(b"x")
+    write_wheel(root / "wheels", "fastcodec-1.4.0-cp312-cp312-manylinux2014_x86_64.whl")
     assert run(capsys, "validate", str(root))[0] == 0
     rc, out, err = run(capsys, "validate", str(root), "--platform", "linux/amd64", "--python", "3.13", "--json")
     assert rc == 1

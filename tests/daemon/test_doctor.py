@@ -75,6 +75,49 @@ def test_package_secrets_per_server(tmp_path, capsys, monkeypatch) -> None:
         "           acme_math: no secrets", "           acme_math_agent: no secrets"]
 
 
+def test_each_interpreter_with_the_gym_releases_it_can_run(tmp_path) -> None:
+    """By the release table's Requires-Python: 3.11 none, 3.12 the 0.4 line up to 0.4.0, 3.13.14+ all."""
+    root = tmp_path / "pyenv"
+    for version in ("3.11.9", "3.12.1", "3.13.15"):
+        exe = root / "versions" / version / "bin" / "python3"
+        exe.parent.mkdir(parents=True)
+        exe.write_text(f"#!/bin/sh\necho CPython {version}\n")
+        exe.chmod(0o755)
+    env = {"PYENV_ROOT": str(root), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    pythons = {p["version"]: p["gym_releases"] for p in json.loads(_doctor("--json", **env).stdout)["pythons"]}
+    assert pythons["3.11.9"] == [] and pythons["3.12.1"][-1] == "0.4.0" and "0.5.0" not in pythons["3.12.1"]
+    assert pythons["3.13.15"][-1] == "0.7.0"
+    text = _doctor(**env).stdout
+    assert f"3.11.9 {root}/versions/3.11.9/bin/python3 [pyenv] runs no nemo-gym release" in text
+    assert f"3.12.1 {root}/versions/3.12.1/bin/python3 [pyenv] runs nemo-gym 0.2.0-0.4.0" in text
+    assert f"3.13.15 {root}/versions/3.13.15/bin/python3 [pyenv] runs nemo-gym 0.2.0-0.7.0" in text
+
+
+def test_package_shows_the_release_and_why(tmp_path) -> None:
+    from pathlib import Path
+
+    quickstart = str(Path(__file__).resolve().parents[2] / "examples" / "native-quickstart")
+    data = json.loads(_doctor("--json", "--package", quickstart, GYM_RUNTIME_PIN_NEMO_GYM="0.4.0").stdout)
+    assert data["gym_release"]["version"] == "0.4.0" and data["gym_release"]["requires_python"] == ">=3.12"
+    assert data["gym_release"]["why"] == ("no nemo_gym wheel in the package, and the operator pinned it "
+                                          "(set by GYM_RUNTIME_PIN_NEMO_GYM)")
+    assert "gym:       NeMo Gym 0.4.0 (line 0.4, Requires-Python >=3.12; from set by GYM_RUNTIME_PIN_NEMO_GYM): " \
+        in _doctor("--package", quickstart, GYM_RUNTIME_PIN_NEMO_GYM="0.4.0").stdout
+
+
+def test_pip_index_settings_uv_ignores_are_named(tmp_path) -> None:
+    """uv reads no PIP_* variable and no pip.conf: doctor names each pip index setting and uv's own."""
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nindex-url = https://user:secret@pypi.acme.invalid/simple\n")
+    env = {"PIP_EXTRA_INDEX_URL": "https://extra.acme.invalid/simple", "PIP_CONFIG_FILE": str(conf),
+           "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_CONFIG_DIRS": str(tmp_path / "none")}
+    ignored = json.loads(_doctor("--json", **env).stdout)["uv"]["pip_settings_ignored"]
+    assert "PIP_EXTRA_INDEX_URL=https://extra.acme.invalid/simple (uv ignores it; uv reads UV_INDEX)" in ignored
+    assert f"{conf} [global] index-url=https://***@pypi.acme.invalid/simple (uv ignores it; uv reads " \
+        "UV_DEFAULT_INDEX)" in ignored
+    assert "secret" not in _doctor(**env).stdout
+
+
 def test_passed_variables_are_named_per_server_never_their_values(tmp_path, capsys, monkeypatch) -> None:
     """``GYM_RUNTIME_SERVER_ENV``: doctor names the variables (set or not), and with ``--package``
     which server instance gets which; an entry naming no instance is invalid input (exit 1)."""

@@ -30,7 +30,7 @@ from urllib.parse import SplitResult, urlsplit
 import pytest
 
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process
-from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_python, gym_venv, gym_wheel
+from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_venv, gym_wheel, release_python
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 AGENT = "example_single_tool_call_simple_agent"
@@ -57,9 +57,9 @@ class Running:
 @pytest.fixture(scope="module", params=sorted(PINS))
 def running(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     version = request.param
-    python = gym_python(version)
+    python = release_python(version)
     if python is None:
-        pytest.skip(f"no pyenv Python that nemo-gym {version} accepts")
+        pytest.skip(f"no Python that nemo-gym {version} accepts (for 0.5 and later: run .ci/provision-python)")
     venv = gym_venv(version)
     tmp = tmp_path_factory.mktemp(f"gym-clients-{version}")
     pkg, rows = assemble_gym_package(gym_wheel(python, version), tmp / "pkg")

@@ -21,7 +21,7 @@ from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_f
 
 GYM_KEYS = {"process_name", "server_type", "name", "dir_path", "entrypoint", "host", "port", "url", "pid",
             "config_path", "start_time", "status", "uptime_seconds"}
-OURS = {"implementation", "state", "restarts", "ready_after_s", "last_exit", "error", "log_file"}
+OURS = {"implementation", "state", "restarts", "ready_after_s", "last_exit", "error", "wedged", "log_file", "sandboxes"}
 
 
 @pytest.fixture(scope="module")

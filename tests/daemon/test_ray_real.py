@@ -24,7 +24,7 @@ import pytest
 from gym_runtime.ray_target import choose, find_running_cluster
 from gym_runtime.supervise.ray_head import LOOPBACK_ENV
 from tests.helpers.cases import case_dir
-from tests.helpers.daemon import (FIXTURE_APP, descendants, kill_tree, read_ready_line, simple_env, up_process,
+from tests.helpers.daemon import (FIXTURE_APP, declaring_ray, descendants, kill_tree, read_ready_line, simple_env, up_process,
                                   wait_gone, write_fixture_package)
 
 pytestmark = pytest.mark.slow
@@ -197,7 +197,7 @@ def test_ray_servers_isolation_level(tmp_path: Path) -> None:
     with pytest.raises(IsolationError) as e:
         ray_level(join, None, True)
     assert e.value.code == "GR-SANDBOX-RAY" and "host network" in e.value.message
-    pkg = simple_env(tmp_path / "pkg", ray_enabled=True)  # acme_math declares it needs Ray
+    pkg = simple_env(tmp_path / "pkg", ray=True)  # acme_math declares it needs Ray
     code, err, _ = run_up(tmp_path, "--require-isolation", pkg=pkg)
     if best == "full":
         assert code == 3 and "GR-SANDBOX-RAY" in err and "acme_math use Ray" in err
@@ -226,8 +226,8 @@ def test_servers_stop_before_the_ray_head_they_use(tmp_path: Path) -> None:
     """Stop order: servers first, the private Ray head after them (a Ray driver hangs in its own
     shutdown when the head is gone first, and the stop then waits out the whole grace)."""
     pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "ray_enabled": True}}}},
-        apps={"acme_math": RAY_CLIENT_APP})
+        "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}},
+        apps={"acme_math": declaring_ray(RAY_CLIENT_APP)})
     proc = up_process(pkg, tmp_path, "--ray-address", "local")
     try:
         info = json.loads(read_ready_line(proc, timeout=120))
@@ -246,7 +246,7 @@ def test_the_private_ray_head_listens_on_loopback_only(tmp_path: Path) -> None:
     """At isolation none the private head shares the host network: every socket any of its
     processes listens on is a loopback one (Ray would otherwise take the host's routable address
     and listen on every interface), on ports of its own."""
-    pkg = simple_env(tmp_path / "pkg", ray_enabled=True)
+    pkg = simple_env(tmp_path / "pkg", ray=True)
     proc = up_process(pkg, tmp_path, "--ray-address", "local", "--isolation", "none")
     try:
         info = json.loads(read_ready_line(proc, timeout=120))

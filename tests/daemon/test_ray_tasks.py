@@ -26,7 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.daemon import descendants, kill_tree, read_ready_line, up_process, wait_gone, write_fixture_package
+from tests.helpers.daemon import (declaring_ray, descendants, kill_tree, read_ready_line, up_process, wait_gone,
+                                  write_fixture_package)
 from tests.helpers.gym_package import python_312_plus
 from tests.helpers.registry import registry_reachable
 
@@ -109,10 +110,9 @@ def ray_tree_package(root: Path) -> Path:
     """Agents ``ray_a`` (venv: Ray) and ``ray_b`` (venv: Ray + six, which its tasks import; its
     driver drops the exit hook before ``ray.init``, the control for Ray's exit sleep)."""
     pkg = write_fixture_package(root, {
-        "ray_a": {"responses_api_agents": {"ray_tree_a": {"ray_enabled": True}}},
-        "ray_b": {"responses_api_agents": {"ray_tree_b": {"ray_enabled": True, "fixture_needs": "six",
-                                                          "fixture_without_exit_hook": True}}},
-    }, apps={"ray_tree_a": RAY_TREE_APP, "ray_tree_b": RAY_TREE_APP}, name="ray-tree-env")
+        "ray_a": {"responses_api_agents": {"ray_tree_a": {}}},
+        "ray_b": {"responses_api_agents": {"ray_tree_b": {"fixture_needs": "six", "fixture_without_exit_hook": True}}},
+    }, apps={"ray_tree_a": declaring_ray(RAY_TREE_APP), "ray_tree_b": declaring_ray(RAY_TREE_APP)}, name="ray-tree-env")
     for impl, reqs in (("ray_tree_a", RAY), ("ray_tree_b", f"{RAY}\nsix")):
         tree = pkg / "responses_api_agents" / impl
         (tree / "requirements.txt").write_text(reqs + "\n")

@@ -40,6 +40,7 @@ def test_ready_line_and_contract(daemon) -> None:
     assert info["status"] == "ready" and info["isolation"] in ("full", "partial", "none")
     assert set(info["servers"]) == SIMPLE_SERVERS and info["startup_s"] > 0
     assert info["policy_model"] == {"base_url": "http://127.0.0.1:9/v1", "stub": False}
+    assert info["gym_release"]["version"] == "0.7.0" and info["gym_release"]["line"] == "0.7"
     seen = json.loads((tmp / "run/servers/acme_math/contract.json").read_text())
     pkg = tmp / "pkg/resources_servers/acme_math"
     assert seen["argv"] == ["app.py"] and Path(seen["cwd"]) == pkg

@@ -150,19 +150,40 @@ def write_fixture_package(root: Path, instances: dict[str, dict], apps: dict[str
     return root
 
 
+# A server's declaration that it uses Ray, the way NeMo Gym 0.7 servers make it: ``ray_enabled = True``
+# on the class whose ``run_webserver()`` the entrypoint calls (read statically by the daemon,
+# gym_runtime/package/server_class.py; the fixture's own code runs after it).
+RAY_DECLARATION = """class FixtureServer:
+    ray_enabled = True
+
+    @classmethod
+    def run_webserver(cls):
+        pass
+
+
+FixtureServer.run_webserver()
+"""
+
+
+def declaring_ray(app: str) -> str:
+    """``app`` whose entrypoint declares that it uses Ray (:data:`RAY_DECLARATION`)."""
+    return RAY_DECLARATION + app
+
+
 # the relay the 0.7 line (the default) generates in front of simple_env's agent, and every server it runs
 SIMPLE_RELAY = "acme_agent_environment_server"
 SIMPLE_SERVERS = frozenset({"acme_math", "acme_agent", SIMPLE_RELAY})
 
 
-def simple_env(root: Path, **resource_cfg: object) -> Path:
+def simple_env(root: Path, ray: bool = False, **resource_cfg: object) -> Path:
     """A resources server ``acme_math`` plus an agent ``acme_agent`` referring to it (under the 0.7
-    line also the relay :data:`SIMPLE_RELAY` in front of the agent: :data:`SIMPLE_SERVERS`)."""
+    line also the relay :data:`SIMPLE_RELAY` in front of the agent: :data:`SIMPLE_SERVERS`); with
+    ``ray``, ``acme_math`` declares that it uses Ray."""
     return write_fixture_package(root, {
         "acme_math": {"resources_servers": {"acme_math": {"domain": "math", **resource_cfg}}},
         "acme_agent": {"responses_api_agents": {"acme_agent": {
             "resources_server": {"type": "resources_servers", "name": "acme_math"}}}},
-    })
+    }, apps={"acme_math": declaring_ray(FIXTURE_APP)} if ray else None)
 
 
 # A server whose helper outlives its parent: ``sh`` exits at once and the ``sleep`` it started is an

@@ -37,12 +37,13 @@ def shared_venvs() -> dict[str, str]:
     return {"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")}
 
 
-def mixed_env(root: Path, fixtures: dict[str, tuple[str, dict]], policy: dict | None = None,
+def mixed_env(root: Path, fixtures: dict[str, tuple[str | Path, dict]], policy: dict | None = None,
               agent: dict | None = None, name: str = "acme-reliability") -> Path:
     """Write the package at ``root``. ``fixtures``: resources server instance -> (script name in
     ``tests/reliability/apps/``, its instance config); each gets an agent ``<instance>_agent``
     (built-in ``simple_agent``, ``agent`` merged into its config). ``policy`` is merged into the
-    ``policy_model``'s config. Returns ``root``."""
+    ``policy_model``'s config. A script may also be a path to a fixture elsewhere (the cases'
+    ``tests/cases/apps/``). Returns ``root``."""
     configs: dict[str, dict] = {}
     pm = json.loads(json.dumps(POLICY))
     pm["policy_model"]["responses_api_models"]["vllm_model"].update(policy or {})

@@ -39,7 +39,7 @@ def test_resources_server_sigkilled_mid_batch(tmp_path: Path) -> None:
         failed = [r["error"] for r in results if "error" in r]
         assert failed, "no row was held by the killed server"
         for e in failed:
-            assert e["code"] == "GR-ROLLOUT-HTTP" and "upstream slow (" in e["message"], e
+            assert e["code"] == "GR-ROLLOUT-HTTP" and "resources server 'slow' (" in e["message"], e
         assert len(failed) < 40 and all(r["reward"] == 1.0 for r in results if "error" not in r)
         entry = wait_state(head, "slow", "ready")
         assert entry["restarts"] == 1 and entry["pid"] != victim

@@ -18,6 +18,8 @@ from gym_runtime.rollouts.sampler import sample_rows
 from gym_runtime.rollouts.verdict import BAD_REWARD, AgentFacts
 
 STATE = {"in_flight": 0, "peak": 0, "calls": 0}
+# an upstream chain's message whose last words come after 500 characters of prefixes
+LONG_WORDS = "model server 'policy_model' (http://x/v1/responses) answered HTTP 502: " * 8 + "VLLM'S OWN WORDS"
 NODE_LOST_MESSAGE = ("a: node 10.0.0.7 (3f2a9c1e) was lost while replica 1 of server instance 'a' was answering "
                      "POST /run; it got no answer")
 
@@ -45,6 +47,14 @@ def make_agent() -> FastAPI:
             if kind == "builtin_bad_reward":
                 return JSONResponse({"error": {"type": "bad_reward", "message": "upstream calc (http://x/verify) "
                                                "answered /verify with an unusable reward: reward is NaN"}}, 502)
+            if kind == "tool_parser":  # the built-in agent passing on its model server's named 502
+                return JSONResponse({"error": {"type": "tool_parser_missing", "message": LONG_WORDS,
+                                               "counters": {"aborted_calls": 2, "bogus": 9, "unknown_tool_calls": -1}}},
+                                    502)
+            if kind == "long_502":
+                return JSONResponse({"error": {"type": "upstream_error", "message": LONG_WORDS}}, 502)
+            if kind == "slow":
+                await asyncio.sleep(5)
             if kind == "node_lost":  # the answer of the agent's stable address (placement ray) after a node's loss
                 return JSONResponse({"error": {"code": "GR-ROLLOUT-NODE-LOST", "message": NODE_LOST_MESSAGE,
                                                "node": "10.0.0.7 (3f2a9c1e)", "instance": "a", "replica": 1,
@@ -125,3 +135,18 @@ def test_a_node_lost_under_the_agent_is_the_rows_error_with_the_message_intact(a
 def test_unknown_agent_is_a_per_rollout_error() -> None:
     [r] = asyncio.run(sample_rows(rows("const", agent="ghost"), {}, samples=1, concurrency=1))
     assert r.error["code"] == "GR-ROLLOUT-AGENT-REF" and r.reward is None
+
+
+def test_an_agent_error_keeps_its_whole_message_its_class_and_its_counters(agent_url: str) -> None:
+    """Case C40: a named 502 of the built-in agent is its own row class, with the upstream's words
+    whole; the counters it reports beside the error are kept (known names, counts only)."""
+    named, generic = asyncio.run(sample_rows(rows("tool_parser", "long_502"), {"a": agent_url}, samples=1,
+                                             concurrency=2))
+    assert named.error == {"code": "GR-ROLLOUT-TOOL-PARSER", "message": f"a: {LONG_WORDS}"}
+    assert named.aborted_calls == 2 and named.unknown_tool_calls is None
+    assert generic.error["code"] == "GR-ROLLOUT-HTTP" and generic.error["message"].endswith("VLLM'S OWN WORDS")
+
+
+def test_a_rollout_past_its_deadline_is_named(agent_url: str) -> None:
+    [r] = asyncio.run(sample_rows(rows("slow"), {"a": agent_url}, samples=1, concurrency=1, timeout_s=0.5))
+    assert r.error["code"] == "GR-ROLLOUT-DEADLINE" and "within the rollout deadline of 0.5s" in r.error["message"]

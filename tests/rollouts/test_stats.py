@@ -87,9 +87,9 @@ def test_counts_per_row_in_the_table_and_json() -> None:
     print_report(console, stats, summary)
     lines = console.export_text().splitlines()
     header = next(line for line in lines if "signal" in line).split()
-    assert header[-5:] == ["fail", "unk", "ctx", "bad", "signal"]
+    assert header[-9:] == ["fail", "unk", "ctx", "bad", "msk", "abt", "utc", "cap", "signal"]
     row0 = next(line for line in lines if line.split()[:3] == ["0", "1", "agent"]).split()
-    assert row0[8:13] == ["0", "3", "1", "0", "yes"] and "1 out of range" in " ".join(row0)
+    assert row0[8:17] == ["0", "3", "1", "0", "0", "0", "-", "0", "yes"] and "1 out of range" in " ".join(row0)
     row1 = next(line for line in lines if line.split()[:3] == ["1", "2", "other"]).split()
     assert row1[8:12] == ["1", "-", "0", "1"]
     text = "\n".join(lines)
@@ -100,3 +100,18 @@ def test_counts_per_row_in_the_table_and_json() -> None:
                                            "out_of_range")} == {"unknown_tool_calls": 3, "context_overflows": 1,
                                                                 "bad_rewards": 0, "out_of_range": 1}
     assert obj["rows"][1]["bad_rewards"] == 1 and obj["summary"]["bad_rewards"] == 1
+
+
+def test_episode_counters_per_row_and_in_the_summary() -> None:
+    results = [RolloutResult(0, 0, 1, "agent", 0.0, 0.1, unparsed_tool_calls=2, step_capped=True, aborted_calls=1),
+               RolloutResult(0, 1, 1, "agent", 1.0, 0.1, unparsed_tool_calls=0, idle_capped=True, aborted_calls=0),
+               RolloutResult(1, 0, 2, "agent", None, 0.1, {"code": "GR-ROLLOUT-POLICY-UNAVAILABLE", "message": "m"},
+                             aborted_calls=3)]
+    first, second = row_stats(results)
+    assert (first.unparsed_tool_calls, first.step_capped, first.idle_capped, first.aborted) == (2, 1, 1, 1)
+    assert (second.unparsed_tool_calls, second.aborted, second.failures) == (None, 3, 1)
+    summary = summarize([first, second], results, 1.0)
+    assert (summary.unparsed_tool_calls, summary.step_capped, summary.idle_capped, summary.aborted) == (2, 1, 1, 4)
+    obj = report_dict([first, second], summary)
+    assert {k: obj["rows"][0][k] for k in ("unparsed_tool_calls", "step_capped", "idle_capped", "aborted")} == {
+        "unparsed_tool_calls": 2, "step_capped": 1, "idle_capped": 1, "aborted": 1}

@@ -18,7 +18,7 @@ from gym_runtime.config import PolicyValues, build_config
 from gym_runtime.errors import EXIT_RUNTIME, BuildError
 from gym_runtime.package import load_package
 from gym_runtime.venvs import plan_venvs
-from gym_runtime.venvs.plan import BUILTIN_REQUIRES_PYTHON
+from gym_runtime.venvs.python_choice import BUILTIN_REQUIRES_PYTHON
 from tests.venvs.conftest import merged_config, synthetic_pkg
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -58,5 +58,7 @@ def test_build_command_prints_the_reasons_in_text_and_json(tmp_path: Path, uv_ca
     assert "acme: rebuilt in " in text.stdout and f"  changed: {REQS}: added `tinyparse==0.3.0`" in text.stdout
     done = build("--python", "3.12", "--json")
     assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["gym_release"]["version"] == "0.7.0"  # which Gym release, as every command says
+    assert "gym release: NeMo Gym 0.7.0 (line 0.7" in text.stderr
     (why,) = json.loads(done.stdout)["servers"]["acme"]["reasons"]
     assert why.startswith("Python 3.11.") and " -> 3.12." in why

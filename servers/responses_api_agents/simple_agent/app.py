@@ -5,23 +5,35 @@ contract of NeMo Gym 0.4.0 ``responses_api_agents/simple_agent/app.py``.
 returns the verify answer (the run request, ``response`` and ``reward``). ``POST /v1/responses``:
 the loop alone. ``POST /aggregate_metrics``: proxied to the resources server. ``GET /``.
 Loop: call the model's ``/v1/responses`` with ``input`` + outputs so far; stop on
-``incomplete_details``, when an assistant message comes without function calls, or after
-``max_steps`` model calls. A function call is executed only when ``_kit/tools.py`` allows it (a
+``incomplete_details``, when an assistant message comes without function calls, after
+``max_steps`` model calls (default :data:`DEFAULT_MAX_STEPS`: an episode is always bounded, case
+C38) or after ``max_idle_turns`` model turns in a row with neither a message nor a function call
+(a reasoning-only turn). A function call is executed only when ``_kit/tools.py`` allows it (a
 tool the row offered, arguments a JSON object): then it goes to ``POST /<name>`` on the resources
 server and the answer body (also an error status) is fed back as is; otherwise the refusal
 (``{"error": "unknown tool ..."}`` / ``{"error": "Invalid tool call arguments ..."}``) is fed back
-and nothing is sent. ``/run`` adds ``unknown_tool_calls``, ``invalid_tool_arguments`` and
-``context_overflow_stops`` (0 or 1: the model server ended the episode because the prompt no
-longer fit, ``context_overflow`` on its reply) to the verify answer, and answers 502 with
-``error.type: bad_reward`` when the verify answer's ``reward`` is not a finite number
-(``_kit/rewards.py``). Cookies from each upstream are carried along and set on the reply.
+and nothing is sent. ``/run`` adds :data:`COUNTERS` to the verify answer: ``unknown_tool_calls``,
+``invalid_tool_arguments``, ``context_overflow_stops`` (0 or 1: the model server ended the episode
+because the prompt no longer fit, ``context_overflow`` on its reply), ``unparsed_tool_calls`` (tool
+calls left as text in the final answer, ``_kit/markup.py``: the endpoint's parser missed them; the
+rollout is still verified, and the first is said once on stderr), ``max_steps_stops`` and
+``idle_turn_stops`` (0 or 1: which cap ended the episode) and ``aborted_calls`` (model calls the
+engine cut off and the model server asked again). An error answer carries the counters so far as
+``error.counters``. It answers 502 with ``error.type: bad_reward`` when the verify answer's
+``reward`` is not a finite number (``_kit/rewards.py``). Cookies from each upstream are carried
+along and set on the reply.
 Config keys: ``resources_server`` and ``model_server`` (references ``{type, name}``),
-``max_steps`` (null: no limit), ``skip_verification``, ``skip_verification_reward``,
-``request_timeout_seconds``, ``max_tool_argument_bytes`` (1000000), ``connect_retry_seconds`` (30: a
-call to the model or resources server whose connection is refused, e.g. while the daemon restarts
-it, is sent again with backoff for up to this long; a call that was delivered is never sent twice,
+``max_steps`` (null: :data:`DEFAULT_MAX_STEPS`), ``max_idle_turns`` (2), ``skip_verification``,
+``skip_verification_reward``, ``resources_timeout_seconds`` (300: the read deadline of each call to
+the resources server), ``model_timeout_seconds`` (1800: of each call to the model server, which
+retries its endpoint for up to its own ``retry_deadline_seconds``), ``request_timeout_seconds``
+(Gym's key: when set, the deadline of both unless the specific key is set too),
+``max_tool_argument_bytes`` (1000000), ``connect_retry_seconds`` (30: a call to the model or
+resources server whose connection is refused, e.g. while the daemon restarts it, is sent again
+with backoff for up to this long; a call that was delivered is never sent twice,
 ``_kit/retry.py``). A ``model_unavailable`` 502 of the model server (the policy endpoint stayed
-down past its retry deadline) is answered as such, so the row's error says so.
+down past its retry deadline) and its other named errors (``tool_parser_missing``,
+``bad_token_ids``, ``reasoning_field_rejected``) are answered as such, so the row's error says so.
 Rules and the contrast with Gym's own ``simple_agent``: docs/rollouts.md.
 """
 
@@ -38,28 +50,43 @@ from fastapi import Request, Response  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
 from _kit.config import Ref  # noqa: E402
+from _kit.markup import unparsed_tool_calls  # noqa: E402
 from _kit.peers import CookieJar, Peers, UpstreamError  # noqa: E402
-from _kit.resources import AggregateRequest  # noqa: E402
+from _kit.resources import AggregateRequest, final_text  # noqa: E402
 from _kit.retry import PEER_CONNECT, RetryRule  # noqa: E402
 from _kit.rewards import reward_problem, shown  # noqa: E402
 from _kit.server import ServerContext, build_app, run_server  # noqa: E402
 from _kit.tools import INVALID, MAX_ARGUMENT_BYTES, UNKNOWN, check_call, offered_tools  # noqa: E402
 
-COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops")
+COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops", "unparsed_tool_calls",
+            "max_steps_stops", "idle_turn_stops", "aborted_calls")
+DEFAULT_MAX_STEPS = 32
+UNPARSED_WARNING = ("WARNING: the policy emitted tool calls that the endpoint's parser did not parse (tool-call "
+                    "markup in a final answer, counted as unparsed_tool_calls); check vLLM's --tool-call-parser")
 
 
 class SimpleAgentConfig(BaseModel):
-    """Instance config."""
+    """Instance config (module doc)."""
 
     model_config = ConfigDict(extra="allow")
     resources_server: Ref
     model_server: Ref
-    max_steps: int | None = None
+    max_steps: int | None = Field(None, ge=1)
+    max_idle_turns: int = Field(2, ge=1)
     skip_verification: bool = False
     skip_verification_reward: float = 0.0
-    request_timeout_seconds: float | None = None
+    request_timeout_seconds: float | None = Field(None, gt=0)
+    resources_timeout_seconds: float | None = Field(300.0, gt=0)
+    model_timeout_seconds: float | None = Field(1800.0, gt=0)
     max_tool_argument_bytes: int = MAX_ARGUMENT_BYTES
     connect_retry_seconds: float = Field(PEER_CONNECT.deadline_s, ge=0)
+
+    def deadline(self, key: str) -> float | None:
+        """The read deadline (s) of calls governed by ``key``: that key when it was set, else
+        ``request_timeout_seconds`` when that was set, else the key's default."""
+        if key in self.model_fields_set or self.request_timeout_seconds is None:
+            return getattr(self, key)
+        return self.request_timeout_seconds
 
 
 class RunRequest(BaseModel):
@@ -78,7 +105,13 @@ class SimpleAgent:
         self.resources_name = self.config.resources_server.name
         self.model_url = ctx.peer(self.config.model_server.model_dump(), "responses_api_models")
         self.resources_url = ctx.peer(self.config.resources_server.model_dump(), "resources_servers")
-        self.peers = Peers(self.config.request_timeout_seconds, retry=RetryRule(self.config.connect_retry_seconds))
+        self.peers = Peers(None, retry=RetryRule(self.config.connect_retry_seconds))
+        self.max_steps = self.config.max_steps or DEFAULT_MAX_STEPS
+        self.warned_unparsed = False
+        key = "resources_timeout_seconds"
+        self.to_resources = {"role": "resources server", "timeout": self.config.deadline(key), "deadline_name": key}
+        key = "model_timeout_seconds"
+        self.to_model = {"role": "model server", "timeout": self.config.deadline(key), "deadline_name": key}
 
     async def tool(self, item: dict, offered: list[str], jar: CookieJar, counts: dict[str, int]) -> dict:
         """The ``function_call_output`` item for one function call (executed only when allowed)."""
@@ -90,28 +123,41 @@ class SimpleAgent:
         output = call.refusal
         if output is None:
             response = await self.peers.post(self.resources_name, f"{self.resources_url}/{call.name}",
-                                             call.arguments, jar, check=False)
+                                             call.arguments, jar, check=False, **self.to_resources)
             output = response.text
         return {"type": "function_call_output", "call_id": call.call_id, "output": output}
 
-    async def episode(self, params: dict, resources: CookieJar, model: CookieJar) -> tuple[dict, dict[str, int]]:
+    async def model_turn(self, body: dict, jar: CookieJar, counts: dict[str, int]) -> dict:
+        """One call of the model server's ``/v1/responses``: the Responses object (checked for
+        shape); the calls its endpoint cut off are added to ``aborted_calls``, also when it gave up."""
+        url = f"{self.model_url}/v1/responses"
+        try:
+            reply = await self.peers.json(self.model_name, url, body, jar, **self.to_model)
+        except UpstreamError as exc:
+            error = exc.body.get("error") if isinstance(exc.body, dict) else None
+            counts["aborted_calls"] += _count(error.get("aborted_calls") if isinstance(error, dict) else None)
+            raise
+        if not isinstance(reply, dict) or not isinstance(reply.get("output"), list):
+            raise UpstreamError(self.model_name, url, f"answered a body that is not a Responses object: "
+                                f"{json.dumps(reply)[:300]}", role="model server")
+        counts["aborted_calls"] += _count(reply.get("aborted_calls"))
+        return reply
+
+    async def episode(self, params: dict, resources: CookieJar, model: CookieJar,
+                      counts: dict[str, int] | None = None) -> tuple[dict, dict[str, int]]:
         """Run the model <-> tools loop; returns the last model response with every output
-        appended, and the counters (:data:`COUNTERS`)."""
+        appended, and the counters (:data:`COUNTERS`, kept in ``counts`` when given)."""
         base_input = params.get("input", [])
         if isinstance(base_input, str):
             base_input = [{"type": "message", "role": "user", "content": base_input}]
         offered = offered_tools(params)
-        counts = dict.fromkeys(COUNTERS, 0)
+        counts = counts if counts is not None else dict.fromkeys(COUNTERS, 0)
         outputs: list[dict] = []
         usage: dict[str, Any] | None = None
-        step = 0
+        step = idle = 0
         while True:
             step += 1
-            url = f"{self.model_url}/v1/responses"
-            reply = await self.peers.json(self.model_name, url, {**params, "input": base_input + outputs}, model)
-            if not isinstance(reply, dict) or not isinstance(reply.get("output"), list):
-                raise UpstreamError(self.model_name, url, f"answered a body that is not a Responses object: "
-                                    f"{json.dumps(reply)[:300]}")
+            reply = await self.model_turn({**params, "input": base_input + outputs}, model, counts)
             outputs.extend(reply["output"])
             usage = _add_usage(usage, reply.get("usage"))
             if reply.get("context_overflow"):
@@ -122,31 +168,58 @@ class SimpleAgent:
             said = any(isinstance(o, dict) and o.get("type") == "message" and o.get("role") == "assistant"
                        for o in reply["output"])
             if not calls and said:
+                self.count_unparsed(reply, offered, counts)
+                break
+            idle = 0 if calls else idle + 1
+            if idle >= self.config.max_idle_turns:  # reasoning only (or nothing), turn after turn
+                counts["idle_turn_stops"] = 1
                 break
             for call in calls:
                 outputs.append(await self.tool(call, offered, resources, counts))
-            if self.config.max_steps and step >= self.config.max_steps:
+            if step >= self.max_steps:
+                counts["max_steps_stops"] = 1
                 break
         return {**reply, "output": outputs, "usage": usage}, counts
 
+    def count_unparsed(self, reply: dict, offered: list[str], counts: dict[str, int]) -> None:
+        """Count tool-call markup left in the final answer (``_kit/markup.py``); said once per process."""
+        found = unparsed_tool_calls(final_text(reply), offered)
+        counts["unparsed_tool_calls"] += found
+        if found and not self.warned_unparsed:
+            self.warned_unparsed = True
+            print(UNPARSED_WARNING, file=sys.stderr, flush=True)
+
     async def run(self, body: RunRequest, cookies: dict[str, str]) -> tuple[dict, CookieJar, CookieJar]:
         """seed_session -> episode -> verify; returns the verify answer (plus the counters) and the
-        cookie jars. Raises :class:`UpstreamError` (``bad_reward``) for an unusable reward."""
+        cookie jars. Raises :class:`UpstreamError` (``bad_reward``) for an unusable reward, and
+        every :class:`UpstreamError` with the counters so far (``error.counters``)."""
         resources, model = CookieJar(cookies), CookieJar(cookies)
         row = body.model_dump()
-        await self.peers.post(self.resources_name, f"{self.resources_url}/seed_session", row, resources)
-        response, counts = await self.episode(body.responses_create_params, resources, model)
-        if self.config.skip_verification:
-            return ({**row, "response": response, "reward": float(self.config.skip_verification_reward),
-                     "verification_skipped": True, **counts}, resources, model)
-        url = f"{self.resources_url}/verify"
-        verified = await self.peers.json(self.resources_name, url, {**row, "response": response}, resources)
-        problem = reward_problem(verified)
-        if problem is not None:
-            value = verified.get("reward", "<missing>") if isinstance(verified, dict) else verified
-            raise UpstreamError(self.resources_name, url, f"answered /verify with an unusable reward: {problem}",
-                                body={"reward": shown(value)}, kind="bad_reward")
+        counts = dict.fromkeys(COUNTERS, 0)
+        try:
+            await self.peers.post(self.resources_name, f"{self.resources_url}/seed_session", row, resources,
+                                  **self.to_resources)
+            response, _ = await self.episode(body.responses_create_params, resources, model, counts)
+            if self.config.skip_verification:
+                return ({**row, "response": response, "reward": float(self.config.skip_verification_reward),
+                         "verification_skipped": True, **counts}, resources, model)
+            url = f"{self.resources_url}/verify"
+            verified = await self.peers.json(self.resources_name, url, {**row, "response": response}, resources,
+                                             **self.to_resources)
+            problem = reward_problem(verified)
+            if problem is not None:
+                value = verified.get("reward", "<missing>") if isinstance(verified, dict) else verified
+                raise UpstreamError(self.resources_name, url, f"answered /verify with an unusable reward: {problem}",
+                                    body={"reward": shown(value)}, kind="bad_reward", role="resources server")
+        except UpstreamError as exc:
+            exc.extra["counters"] = counts
+            raise
         return {**verified, **counts}, resources, model
+
+
+def _count(value: Any) -> int:
+    """A count an upstream reported (0 unless a non-negative int)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _add_usage(total: dict | None, usage: dict | None) -> dict | None:
@@ -189,7 +262,7 @@ def create_app(ctx: ServerContext):
     @app.post("/aggregate_metrics")
     async def aggregate_metrics(body: AggregateRequest) -> dict:
         return await agent.peers.json(agent.resources_name, f"{agent.resources_url}/aggregate_metrics",
-                                      body.model_dump())
+                                      body.model_dump(), **agent.to_resources)
 
     return app
 

@@ -1,0 +1,101 @@
+"""Which server instances start a Ray driver, decided before anything is built (docs/runtime.md, "Ray").
+
+A server uses Ray when the release's profile says so for what the server is
+(:meth:`~gym_runtime.gym_release.GymRelease.server_uses_ray`): whether its venv runs the Gym SDK
+(its install file names ``nemo-gym`` or Gym's ``../..`` line; after a build, whether the venv holds
+``nemo_gym``) and what its entrypoint class declares (``ray_enabled``, read statically:
+:mod:`gym_runtime.package.server_class`). The environment gets a Ray head only when some server
+uses Ray (:mod:`gym_runtime.ray_target`), and servers that do not are free to run at ``full``
+isolation.
+
+gym-runtime's own ``ray_enabled`` key in a server's config block is gone: the class declares it
+(NeMo Gym 0.7.0), and the key would only reach the server's config, where a model with
+``extra="forbid"`` (0.7.0's environment servers) refuses it. A config that still sets one gets
+the warning ``GR-CONFIG-RAY-ENABLED`` saying what to do instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gym_runtime.errors import BuildError, Violation
+from gym_runtime.gym_release.sdk_index import index_for
+from gym_runtime.package.server_class import ray_declaration
+
+if TYPE_CHECKING:
+    from gym_runtime.config import MergedConfig, ServerInstance
+    from gym_runtime.config.merge import Sources
+
+
+@dataclass(frozen=True)
+class RayUse:
+    """``uses``: the server starts a Ray driver; ``sdk``: its venv runs the Gym SDK; ``why``: one
+    phrase (``declares ray_enabled = False (app.py:20 ...)``, ``a Gym SDK server of the 0.4 line``)."""
+
+    uses: bool
+    sdk: bool
+    why: str
+
+
+def _sdk_source(inst: ServerInstance) -> bool:
+    from gym_runtime.venvs.requirements import read_install_source
+
+    if inst.server_dir.origin == "builtin":
+        return False
+    try:
+        return read_install_source(inst.server_dir.install_file, server=inst.name).uses_gym_sdk
+    except BuildError:
+        return False
+
+
+def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None, index=None) -> RayUse:
+    """The decision for one instance; ``sdk`` defaults to what its install file says."""
+    release = merged.release
+    if inst.server_dir.origin == "builtin":  # the runtime's own trees: no SDK, no Ray
+        return RayUse(False, False, "a built-in server (no Gym SDK, no ray_enabled = True)")
+    sdk = _sdk_source(inst) if sdk is None else sdk
+    if sdk and release is not None and not release.declares_ray_enabled:  # nothing the class says changes it
+        return RayUse(True, True, f"a Gym SDK server of the {release.line} line (run_webserver always starts Ray)")
+    root = merged.package.root
+    decl = ray_declaration(inst.server_dir.path, inst.entrypoint, root, index)
+    declared = decl.value if decl.declared else None
+    if release is None:  # no profile (a config built without one): the oldest line's rule
+        from gym_runtime.gym_release.base import GymRelease
+
+        uses = declared is True or sdk
+        line = GymRelease.line
+    else:
+        uses, line = release.server_uses_ray(sdk, declared), release.line
+    if decl.declared and (release is None or release.declares_ray_enabled or not sdk):
+        why = f"declares ray_enabled = {decl.value} ({decl.where})"
+    elif sdk and release is not None and release.declares_ray_enabled:
+        why = f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}): Ray, as NeMo Gym does"
+    elif sdk:
+        why = f"a Gym SDK server of the {line} line (run_webserver always starts Ray)"
+    else:
+        why = "no Gym SDK and no ray_enabled = True"
+    return RayUse(uses, sdk, why)
+
+
+def ray_users(merged: MergedConfig, sdk: dict[str, bool] | None = None) -> dict[str, RayUse]:
+    """:func:`ray_use` of every instance, in config order; ``sdk``: instance -> whether its (built)
+    venv holds the Gym SDK, where known."""
+    index = index_for(merged.release, merged.package)[0] if merged.release is not None else None
+    return {name: ray_use(inst, merged, (sdk or {}).get(name), index) for name, inst in merged.instances.items()}
+
+
+def ray_enabled_keys(instances: dict[str, ServerInstance], sources: Sources) -> list[Violation]:
+    """A ``GR-CONFIG-RAY-ENABLED`` warning for each server block that sets ``ray_enabled`` (module doc)."""
+    out = []
+    for name, inst in instances.items():
+        if "ray_enabled" not in inst.config:
+            continue
+        key = f"{name}.{inst.server_type}.{inst.implementation}.ray_enabled"
+        out.append(Violation(
+            "GR-CONFIG-RAY-ENABLED", "gym-runtime does not read ray_enabled from a server's config: the server's "
+            "class declares whether it uses Ray; the key only reaches the server's config, where a config model "
+            "with extra=\"forbid\" refuses it", file=sources.of(key), key=key,
+            hint="remove the key and declare `ray_enabled = True` (or False) on the server class whose "
+            "run_webserver() the entrypoint calls, as NeMo Gym 0.7 servers do"))
+    return out

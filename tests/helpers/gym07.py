@@ -1,0 +1,91 @@
+"""NeMo Gym 0.7.0 for tests: an interpreter it runs on (``Requires-Python >= 3.13.14``) and a venv with it.
+
+``gym07_python()`` finds such an interpreter (``GYM_RUNTIME_TESTS_PY313``, then pyenv's versions,
+then ``python3.13`` on PATH) or skips the test cleanly; ``gym07_venv(path)`` makes a uv venv there
+with ``nemo-gym==0.7.0`` (from the package registry: tests using it are marked ``pypi``) and the
+``gym_runtime`` sandbox provider installed the way the runtime installs it into server venvs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import uv
+
+MIN = (3, 13, 14)
+
+
+def _version(python: str) -> tuple[int, ...] | None:
+    try:
+        out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:3])"], capture_output=True,
+                             text=True, timeout=20).stdout.split()
+        return tuple(int(x) for x in out)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def gym07_python() -> str:
+    """An interpreter >= 3.13.14, or ``pytest.skip``."""
+    candidates = [os.environ.get("GYM_RUNTIME_TESTS_PY313", "")]
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    if root.is_dir():
+        candidates += [str(p / "bin" / "python3") for p in sorted(root.iterdir(), reverse=True)]
+    candidates.append(shutil.which("python3.13") or "")
+    for c in candidates:
+        if c and Path(c).exists() and (_version(c) or (0,)) >= MIN:
+            return c
+    pytest.skip("no Python >= 3.13.14 on this host (NeMo Gym 0.7.0 needs one); set GYM_RUNTIME_TESTS_PY313")
+
+
+def gym07_venv(path: Path, extra: tuple[str, ...] = ()) -> Path:
+    """A venv at ``path`` with nemo-gym 0.7.0 and the ``gym_runtime`` provider; returns its Python."""
+    from gym_runtime.task_sandboxes.install import install_provider
+
+    python = path / "bin" / "python"
+    if not python.exists():
+        uvb = uv.find_uv_bin()
+        subprocess.run([uvb, "venv", "-q", "--python", gym07_python(), str(path)], check=True)
+        subprocess.run([uvb, "pip", "install", "-q", "--python", str(python), "nemo-gym==0.7.0", *extra],
+                       check=True, timeout=900)
+    install_provider(path)
+    return python
+
+
+def gym07_wheel() -> Path:
+    """The ``nemo_gym-0.7.0`` wheel, downloaded once with pip into the tests' cache."""
+    from tests.helpers.gym_package import cache_dir
+
+    dest = cache_dir() / "wheels"
+    found = sorted(dest.glob("nemo_gym-0.7.0-*.whl"))
+    if not found:
+        dest.mkdir(parents=True, exist_ok=True)
+        subprocess.run([gym07_python(), "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                        "--dest", str(dest), "nemo-gym==0.7.0"], check=True, timeout=600)
+        found = sorted(dest.glob("nemo_gym-0.7.0-*.whl"))
+    return found[0]
+
+
+def add_environment_servers(wheel: Path, pkg: Path) -> None:
+    """Copy into ``pkg`` the ``environment_servers/*`` trees its configs name (NeMo Gym 0.7's
+    environment servers; ``assemble_tree_package`` ships agents and resources servers only)."""
+    import zipfile
+
+    import yaml
+
+    names = set()
+    for cfg in pkg.rglob("configs/*.yaml"):
+        for inst in (yaml.safe_load(cfg.read_text()) or {}).values():
+            if isinstance(inst, dict) and isinstance(inst.get("environment_servers"), dict):
+                names.update(inst["environment_servers"])
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            parts = Path(name).parts
+            if len(parts) > 2 and parts[0] == "environment_servers" and parts[1] in names and not name.endswith("/") \
+                    and parts[2] not in ("tests", "data") and not name.endswith(".jsonl"):
+                out = pkg / name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(z.read(name))

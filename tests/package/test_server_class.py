@@ -1,0 +1,104 @@
+"""What a server tree's entrypoint class declares, read statically (NeMo Gym 0.7.0
+``nemo_gym/server_utils.py``: ``ray_enabled`` on the class whose ``run_webserver()`` the entrypoint
+calls), and what each release line makes of it (:meth:`GymRelease.server_uses_ray`)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gym_runtime.gym_release import release_for
+from gym_runtime.gym_release.sdk_index import SdkIndex
+from gym_runtime.package.server_class import ray_declaration
+
+MAIN = '\n\nif __name__ == "__main__":\n    {cls}.run_webserver()\n'
+
+
+def tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    return root
+
+
+def test_the_class_body_decides(tmp_path: Path) -> None:
+    d = tree(tmp_path / "resources_servers" / "acme", {"app.py": """
+        from nemo_gym.base_resources_server import SimpleResourcesServer
+
+        class Acme(SimpleResourcesServer):
+            ray_enabled = False
+
+        if __name__ == "__main__":
+            Acme.run_webserver()
+        """})
+    r = ray_declaration(d, "app.py", tmp_path)
+    assert (r.server_class, r.declared, r.value) == ("Acme", True, False)
+    assert r.where == "resources_servers/acme/app.py:5 Acme.ray_enabled = False"
+
+
+def test_a_classvar_annotation_counts_and_a_computed_value_does_not(tmp_path: Path) -> None:
+    d = tree(tmp_path / "s", {"app.py": "from typing import ClassVar\nclass A:\n    ray_enabled: ClassVar[bool] = True\n"
+                              + MAIN.format(cls="A"),
+                              "other.py": "import os\nclass B:\n    ray_enabled = bool(os.environ.get('X'))\n"
+                              + MAIN.format(cls="B")})
+    assert ray_declaration(d, "app.py").value is True
+    r = ray_declaration(d, "other.py")
+    assert (r.declared, r.value) == (False, None) and "declare no ray_enabled" in r.where
+
+
+def test_bases_in_the_tree_and_in_the_package_are_followed(tmp_path: Path) -> None:
+    """Left to right, depth first: a mixin without a declaration, then a base in another module of
+    the tree, then a base in another tree the package ships (imported through the package root)."""
+    root = tmp_path / "pkg"
+    tree(root, {
+        "responses_api_agents/harbor/app.py": "class HarborAgent:\n    ray_enabled = True\n",
+        "resources_servers/acme/base.py": "from responses_api_agents.harbor.app import HarborAgent\n"
+                                          "class Middle(HarborAgent):\n    pass\n",
+        "resources_servers/acme/app.py": "from base import Middle\nclass Mixin:\n    pass\n"
+                                         "class Acme(Mixin, Middle):\n    pass\n" + MAIN.format(cls="Acme"),
+    })
+    r = ray_declaration(root / "resources_servers" / "acme", "app.py", root)
+    assert (r.declared, r.value) == (True, True)
+    assert r.where == "responses_api_agents/harbor/app.py:2 HarborAgent.ray_enabled = True"
+
+
+def test_sdk_bases_count_with_what_the_index_records(tmp_path: Path) -> None:
+    d = tree(tmp_path / "s", {"app.py": "import nemo_gym.server_utils as su\nfrom nemo_gym.x import Quiet, Loud\n"
+                              "class A(Quiet, Loud):\n    pass\n" + MAIN.format(cls="A")})
+    index = SdkIndex("9.9.9", {"nemo_gym.x": frozenset({"Quiet", "Loud"})},
+                     ray_enabled={"nemo_gym.x.Quiet": None, "nemo_gym.x.Loud": False})
+    r = ray_declaration(d, "app.py", None, index)
+    assert (r.declared, r.value) == (True, False) and "nemo_gym.x.Loud" in r.where
+    assert ray_declaration(d, "app.py", None, None).declared is False  # no index: SDK bases declare nothing
+
+
+def test_no_run_webserver_means_no_class(tmp_path: Path) -> None:
+    d = tree(tmp_path / "s", {"app.py": "print('a plain script')\n"})
+    r = ray_declaration(d, "app.py")
+    assert r.server_class is None and not r.declared and "calls no run_webserver()" in r.where
+    assert ray_declaration(d, "missing.py").where == "missing.py cannot be read"
+
+
+def test_hostile_trees_end(tmp_path: Path) -> None:
+    """A base cycle and an unparseable module end the walk: nothing is declared."""
+    d = tree(tmp_path / "s", {"app.py": "from a import A\nclass S(A):\n    pass\n" + MAIN.format(cls="S"),
+                              "a.py": "from b import B\nclass A(B):\n    pass\n",
+                              "b.py": "from a import A\nclass B(A):\n    pass\n", "c.py": "class (:\nS.run_webserver()\n"})
+    assert ray_declaration(d, "app.py").declared is False
+    assert ray_declaration(d, "c.py").where == "c.py cannot be read"
+
+
+@pytest.mark.parametrize(("version", "sdk", "declared", "uses"), [
+    ("0.4.0", True, False, True),    # before 0.7 every SDK server's run_webserver starts Ray
+    ("0.4.0", True, None, True),
+    ("0.4.0", False, None, False),
+    ("0.4.0", False, True, True),    # a declaration of Ray use is honoured on any line
+    ("0.7.0", True, False, False),
+    ("0.7.0", True, None, True),     # undeclared: Ray, as NeMo Gym 0.7.0 does (with a warning)
+    ("0.7.0", True, True, True),
+    ("0.7.0", False, None, False),
+])
+def test_each_line_decides_ray_use(version: str, sdk: bool, declared: bool | None, uses: bool) -> None:
+    assert release_for(version, "test").server_uses_ray(sdk, declared) is uses

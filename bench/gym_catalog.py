@@ -167,15 +167,18 @@ def _error_of(text: str) -> tuple[str | None, str]:
     try:
         doc = json.loads(text[text.index("{"):])
         err = doc.get("error") or {}
+        first = next(iter(err.get("violations") or []), None)
+        if first:  # an invalid package: its first problem is the one worth a table cell
+            return first.get("code"), f"{first.get('key') or first.get('file')}: {first.get('message')}"
         return err.get("code"), str(err.get("message", ""))
     except (ValueError, AttributeError):
         return None, text.strip().splitlines()[-1] if text.strip() else ""
 
 
-def _agent_of(pkg: Path, tree: str, config: str) -> str | None:
+def _agents_of(pkg: Path, tree: str, config: str) -> list[str]:
+    """The agent instances the tree's config defines, in its order."""
     doc = yaml.safe_load((pkg / "resources_servers" / tree / "configs" / config).read_text()) or {}
-    return next((name for name, inst in doc.items() if isinstance(inst, dict) and "responses_api_agents" in inst),
-                None)
+    return [name for name, inst in doc.items() if isinstance(inst, dict) and "responses_api_agents" in inst]
 
 
 def judge(res: Result) -> None:
@@ -190,9 +193,12 @@ def judge(res: Result) -> None:
     res.fault = guess + "?"
 
 
-def _routed(row: dict) -> bool:
-    """True when a row names its own route (docs/rollouts.md, "Rows through environment servers")."""
-    return any(k in row for k in ("agent_ref", "task_source", "_ng_environment_server"))
+def _routed(row: dict, agents: list[str]) -> bool:
+    """True when a row names its own route (docs/rollouts.md, "Rows through environment servers"):
+    an agent of this config, a ``task_source`` or an environment server (an ``agent_ref`` naming
+    an agent of another config of the tree is replaced by this config's agent)."""
+    named = (row.get("agent_ref") or {}).get("name") if isinstance(row.get("agent_ref"), dict) else None
+    return named in agents or any(k in row for k in ("task_source", "_ng_environment_server"))
 
 
 def sweep_one(wheel: Path, tree: str, config: str, python: str, work: Path, isolation: str | None) -> Result:
@@ -201,7 +207,7 @@ def sweep_one(wheel: Path, tree: str, config: str, python: str, work: Path, isol
            "GYM_RUNTIME_HOME": str(work / "home")}
     t = time.monotonic()
     pkg, rows = assemble_tree_package(wheel, tree, config, work / "pkg")
-    agent = _agent_of(pkg, tree, config)
+    agents = _agents_of(pkg, tree, config)
     res.seconds["package"] = time.monotonic() - t
     for stage, args, timeout in (("validate", ["validate", str(pkg), "--json"], 300),
                                  ("build", ["build", str(pkg), "--python", python, "--json"], 3600)):
@@ -230,8 +236,8 @@ def sweep_one(wheel: Path, tree: str, config: str, python: str, work: Path, isol
             res.isolation, res.servers = info.get("isolation"), len(info.get("servers") or [])
             res.stage = "row"
             row = rows[0] if rows else {"responses_create_params": {"input": "Hello"}}
-            if not _routed(row):
-                row = {**row, "agent_ref": {"type": "responses_api_agents", "name": agent}}
+            if not _routed(row, agents):
+                row = {**row, "agent_ref": {"type": "responses_api_agents", "name": agents[0] if agents else None}}
             t = time.monotonic()
             r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": [row]}, timeout=900,
                            trust_env=False)
@@ -321,7 +327,7 @@ def main() -> None:
             print(results[-1].line(), flush=True)
     for tree, config in trees:
         with tempfile.TemporaryDirectory(prefix=f"gr-catalog-{tree[:20]}-") as tmp:
-            work = args.keep / tree if args.keep else Path(tmp)
+            work = args.keep / f"{tree}-{Path(config).stem}" if args.keep else Path(tmp)
             work.mkdir(parents=True, exist_ok=True)
             try:
                 res = sweep_one(args.wheel, tree, config, python, work, args.isolation)

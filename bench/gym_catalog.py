@@ -13,8 +13,9 @@ For each tree: package it unchanged with every tree its config names and ``vllm_
 POST the tree's first example row through ``/rollouts/run`` (to the agent its config defines unless
 the row names its own route), then SIGTERM. One line per tree: the stage reached, the seconds each
 stage took, the isolation level, the HTTP status of the agent's ``/run``, the reward, and whose fault
-a failure is (``ours``, ``tree``, ``host``: no network but PyPI here, ``key``: a secret the
-operator did not pass, ``gpu``): an analysed verdict from :data:`VERDICTS` when one matches the
+a failure is (``ours``, ``tree``, ``network``: more than PyPI, all this host reaches, ``key``: a
+secret the operator did not pass, ``gpu``, ``host``: this machine's load or limits): an analysed
+verdict from :data:`VERDICTS` when one matches the
 error code, else a first guess from the code (marked ``?``). Then a summary. Trees run one at a
 time (each builds venvs: CPU-heavy); venvs are shared with the tests' cache, so a second sweep
 mostly reuses them. Needs PyPI.
@@ -67,7 +68,7 @@ TREES = [
 # 0.5 and later (swept on 0.7.0): a spread of kinds, cheapest first. Single-tool and multi-step examples,
 # an environment server of the tree's own (single_agent_turn_legacy, nemo_user_sim), MCP, multi-turn
 # games, code execution and trees declaring ``ray_enabled = True`` (code_gen, evalplus, code_fim,
-# spider2_lite), math verifiers, ``overrides.txt`` (toolsandbox), keys (physics_judge's judge_openai,
+# spider2_lite), math verifiers, ``overrides.txt`` (toolsandbox), keys (frontierscience_judge,
 # tavily_search), git requirements and data fetched at start-up (finance_agent_v2, nemo_user_sim,
 # newton_bench, instruction_following).
 TREES_07 = [
@@ -84,7 +85,7 @@ TREES_07 = [
     ("math_with_code", "math_with_code.yaml"), ("mcqa", "mcqa.yaml"), ("math_with_judge", "math_with_judge.yaml"),
     ("structured_outputs", "structured_outputs_json.yaml"), ("toolsandbox", "toolsandbox.yaml"),
     ("string_match", "string_match.yaml"), ("grl_sokoban", "grl_sokoban.yaml"),
-    ("physics_judge", "judge_openai.yaml"), ("tavily_search", "tavily_search_judge_vllm_model.yaml"),
+    ("frontierscience_judge", "frontierscience_judge.yaml"), ("tavily_search", "tavily_search_judge_vllm_model.yaml"),
     ("finance_agent_v2", "finance_agent_v2.yaml"), ("nemo_user_sim", "nemo_user_sim.yaml"),
     ("instruction_following", "instruction_following.yaml"), ("newton_bench", "newton_bench.yaml"),
     ("reasoning_gym", "reasoning_gym.yaml"),
@@ -115,7 +116,42 @@ VERDICTS: dict[tuple[str, str], tuple[str, str]] = {
     ("single_step_tool_use_with_argument_comparison", "GR-ROLLOUT-HTTP"): (
         "tree", "its example rows carry `metadata: null`, which Gym's own vllm_model rejects (AttributeError)"),
 }
-GUESS = [("GR-START-EGRESS", "tree"), ("GR-BUILD-PYTHON", "host"), ("GR-SANDBOX", "host"), ("GR-START-PORT", "host"),
+# The 0.7.0 sweep's, looked up first for a wheel of 0.5 or later. Faults: ``network`` (needs more
+# than PyPI, which is all this host reaches), ``key`` (a secret the operator did not pass), ``gpu``.
+VERDICTS_07: dict[tuple[str, str], tuple[str, str]] = {
+    ("example_mcp_weather", "GR-CONFIG-INTERPOLATION"): (
+        "key", "its agent is `claude_code_agent` (Claude Code against Anthropic's API): `anthropic_api_key` is unset, "
+        "and `validate` names it; with a key it would still need api.anthropic.com, which this host cannot reach"),
+    ("wordle", "GR-ROLLOUT-HTTP"): (
+        "network", "its word lists (`data/guesses.txt`) are made by the tree's `generate_data.py`, which downloads a "
+        "dictionary from GitHub; the wheel ships none, so `/step` raises FileNotFoundError (its agent's 500)"),
+    ("evalplus", "GR-START-EGRESS"): (
+        "network", "downloads the HumanEval+ problems from GitHub at start-up; the start error names the hosts the "
+        "sandbox denied (`Tunnel connection failed: 403`)"),
+    ("code_fim", "GR-START-CRASH"): (
+        "tree", "its pyproject.toml asks for `human-eval-infilling`, whose only PyPI release (2.15.0) is an empty "
+        "placeholder: `import human_eval_infilling` fails at start-up, as under NeMo Gym's launcher"),
+    ("spider2_lite", "GR-START-CRASH"): (
+        "network", "downloads its SQLite databases from Google Drive at start-up into its server directory: egress "
+        "is denied, and the directory is read-only in the sandbox"),
+    ("tavily_search", "GR-CONFIG-INTERPOLATION"): (
+        "key", "`tavily_api_key` (Tavily's search API) and its judge's `search_judge_model_*` are unset; `validate` "
+        "names the first; with them it would still need api.tavily.com, which this host cannot reach"),
+    ("finance_agent_v2", "GR-BUILD-UV"): (
+        "network", "its requirements.txt installs `finance-agent` from GitHub (git+https); this host reaches PyPI only "
+        "(the build error carries git's words: Could not resolve host: github.com)"),
+    ("nemo_user_sim", "GR-BUILD-UV"): (
+        "network", "its requirements.txt installs `nemo-usersim` from GitHub (git+https); this host reaches PyPI only"),
+    ("instruction_following", "GR-BUILD-UV"): (
+        "network", "its requirements.txt installs `verifiable-instructions` from GitHub (git+https); this host reaches "
+        "PyPI only"),
+    ("newton_bench", "GR-START-CRASH"): (
+        "network", "clones NewtonBench from GitHub at start-up into its install directory: egress is denied, and the "
+        "venv is read-only in the sandbox; the start error says the write was refused"),
+    ("structured_outputs", "GR-ROLLOUT-AGENT-REF"): (
+        "tree", "its example rows name `structured_outputs_v4_simple_agent`, an agent of another of its configs"),
+}
+GUESS = [("GR-START-EGRESS", "network"), ("GR-BUILD-PYTHON", "host"), ("GR-SANDBOX", "host"), ("GR-START-PORT", "host"),
          ("GR-DAEMON", "host"), ("GR-START-TIMEOUT", "host"), ("GR-BUILD", "tree"), ("GR-ROLLOUT", "tree"),
          ("GR-START-CRASH", "tree"), ("GR-PKG", "ours"), ("GR-CONFIG", "ours"), ("GR-INTERNAL", "ours")]
 
@@ -181,11 +217,13 @@ def _agents_of(pkg: Path, tree: str, config: str) -> list[str]:
     return [name for name, inst in doc.items() if isinstance(inst, dict) and "responses_api_agents" in inst]
 
 
-def judge(res: Result) -> None:
-    """Fill ``res.fault`` from :data:`VERDICTS`, else from the code (a guess, marked ``?``)."""
+def judge(res: Result, version: str) -> None:
+    """Fill ``res.fault`` from :data:`VERDICTS` (:data:`VERDICTS_07` first from 0.5 on), else from
+    the code (a guess, marked ``?``)."""
     if res.stage == "ok" or res.code is None:
         return
-    known = VERDICTS.get((res.tree, res.code))
+    known = (VERDICTS_07.get((res.tree, res.code)) if Version(version) >= Version("0.5") else None) or \
+        VERDICTS.get((res.tree, res.code))
     if known:
         res.fault, res.detail = known[0], known[1]
         return
@@ -323,7 +361,7 @@ def main() -> None:
         merged = {(d["tree"], d["config"]): d for f in args.render for d in json.loads(f.read_text())}
         for d in merged.values():
             results.append(Result(**{**d, "fault": None}))
-            judge(results[-1])
+            judge(results[-1], version)
             print(results[-1].line(), flush=True)
     for tree, config in trees:
         with tempfile.TemporaryDirectory(prefix=f"gr-catalog-{tree[:20]}-") as tmp:
@@ -333,7 +371,7 @@ def main() -> None:
                 res = sweep_one(args.wheel, tree, config, python, work, args.isolation)
             except Exception as e:  # a bench must go on with the next tree; the line says what broke
                 res = Result(tree, config, code="bench", detail=f"{type(e).__name__}: {e}")
-        judge(res)
+        judge(res, version)
         results.append(res)
         print(res.line(), flush=True)
         if args.json:

@@ -196,19 +196,22 @@ def _cli(*args: str, env: dict[str, str], timeout: float) -> subprocess.Complete
 
 
 def _error_of(text: str) -> tuple[str | None, str]:
-    """``(code, first line of the message)`` of an error block (``error[CODE]: ...``) or JSON error."""
-    m = re.search(r"error\[(GR-[A-Z0-9-]+)\]: (.*)", text)
-    if m:
-        return m.group(1), m.group(2).strip()
+    """``(code, message)`` of a command's JSON error object (an invalid package: its first problem)
+    or else of its first error block (``error[CODE]: ...``)."""
     try:
-        doc = json.loads(text[text.index("{"):])
-        err = doc.get("error") or {}
+        doc, _ = json.JSONDecoder().raw_decode(text[text.index("{"):])
+        err = doc.get("error") if isinstance(doc, dict) else None
+    except ValueError:
+        err = None
+    if isinstance(err, dict):
         first = next(iter(err.get("violations") or []), None)
         if first:  # an invalid package: its first problem is the one worth a table cell
             return first.get("code"), f"{first.get('key') or first.get('file')}: {first.get('message')}"
         return err.get("code"), str(err.get("message", ""))
-    except (ValueError, AttributeError):
-        return None, text.strip().splitlines()[-1] if text.strip() else ""
+    m = re.search(r"error\[(GR-[A-Z0-9-]+)\]: (.*)", text)
+    if m:
+        return m.group(1), m.group(2).strip()
+    return None, text.strip().splitlines()[-1] if text.strip() else ""
 
 
 def _agents_of(pkg: Path, tree: str, config: str) -> list[str]:

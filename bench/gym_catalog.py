@@ -148,8 +148,6 @@ VERDICTS_07: dict[tuple[str, str], tuple[str, str]] = {
     ("newton_bench", "GR-START-CRASH"): (
         "network", "clones NewtonBench from GitHub at start-up into its install directory: egress is denied, and the "
         "venv is read-only in the sandbox; the start error says the write was refused"),
-    ("structured_outputs", "GR-ROLLOUT-AGENT-REF"): (
-        "tree", "its example rows name `structured_outputs_v4_simple_agent`, an agent of another of its configs"),
 }
 GUESS = [("GR-START-EGRESS", "network"), ("GR-BUILD-PYTHON", "host"), ("GR-SANDBOX", "host"), ("GR-START-PORT", "host"),
          ("GR-DAEMON", "host"), ("GR-START-TIMEOUT", "host"), ("GR-BUILD", "tree"), ("GR-ROLLOUT", "tree"),

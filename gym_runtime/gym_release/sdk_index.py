@@ -97,8 +97,10 @@ def _resolve(module: str, is_package: bool, level: int, target: str | None) -> s
     return ".".join([*base, *([target] if target else [])])
 
 
-def _ray_value(node: ast.ClassDef) -> tuple[bool, bool | None]:
-    """``(declared, value)`` of a ``ray_enabled = <literal>`` in a class body."""
+def ray_enabled_stmt(node: ast.ClassDef) -> ast.Assign | ast.AnnAssign | None:
+    """The statement ``ray_enabled = <True|False|None>`` (plain or annotated) in a class body, or
+    None when the class declares no literal value (how NeMo Gym 0.7.0's ``BaseServer`` subclasses
+    say whether they use Ray)."""
     for stmt in node.body:
         target, value = None, None
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
@@ -107,8 +109,8 @@ def _ray_value(node: ast.ClassDef) -> tuple[bool, bool | None]:
             target, value = stmt.target, stmt.value
         if isinstance(target, ast.Name) and target.id == "ray_enabled" and isinstance(value, ast.Constant) \
                 and value.value in (True, False, None):
-            return True, value.value
-    return False, None
+            return stmt
+    return None
 
 
 @dataclass
@@ -131,8 +133,8 @@ def _read_module(module: str, is_package: bool, text: str) -> _Module:
     for node in _top_level(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             out.names.add(node.name)
-            if isinstance(node, ast.ClassDef) and (decl := _ray_value(node))[0]:
-                out.ray[f"{module}.{node.name}"] = decl[1]
+            if isinstance(node, ast.ClassDef) and (stmt := ray_enabled_stmt(node)) is not None:
+                out.ray[f"{module}.{node.name}"] = stmt.value.value  # type: ignore[union-attr]
         elif isinstance(node, ast.Assign):
             for t in node.targets:
                 out.names.update(_targets(t))

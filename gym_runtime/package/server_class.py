@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gym_runtime.gym_release.sdk_index import ray_enabled_stmt
+
 MAX_FILE_BYTES = 4 << 20
 MAX_DEPTH = 12
 SDK = "nemo_gym"
@@ -50,19 +52,6 @@ class _Module:
     path: Path
     tree: ast.Module
     rel: str
-
-
-def _ray_literal(node: ast.ClassDef) -> ast.stmt | None:
-    for stmt in node.body:
-        target, value = None, None
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-            target, value = stmt.targets[0], stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            target, value = stmt.target, stmt.value
-        if isinstance(target, ast.Name) and target.id == "ray_enabled" and isinstance(value, ast.Constant) \
-                and value.value in (True, False, None):
-            return stmt
-    return None
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -146,7 +135,7 @@ class _Reader:
         return self.resolve(cls, target, depth + 1) if target else None
 
     def of_class(self, node: ast.ClassDef, mod: _Module, depth: int):
-        stmt = _ray_literal(node)
+        stmt = ray_enabled_stmt(node)
         if stmt is not None:
             value = stmt.value.value  # type: ignore[union-attr]
             return True, value, f"{mod.rel}:{stmt.lineno} {node.name}.ray_enabled = {value}"

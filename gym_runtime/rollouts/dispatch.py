@@ -170,8 +170,8 @@ def _judge(route: Route, url: str, r: httpx.Response, fact: AgentFacts | None) -
             return row_error(error["code"], str(error.get("message"))[:MAX_MESSAGE])
         code = AGENT_ERROR_CODES.get(error.get("type"))  # type: ignore[arg-type]
         said = str(error["message"]) if error.get("message") is not None else r.text
-        if code is not None:
-            return {**row_error(code, f"{name}: {said[:MAX_MESSAGE]}"), **_counters(error)}
+        if code is not None:  # a built-in agent's own typed error: named by the agent, relayed or not
+            return {**row_error(code, f"{route.agent}: {said[:MAX_MESSAGE]}"), **_counters(error)}
         return {**row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {said[:MAX_MESSAGE]}"),
                 **_counters(error)}
     if body is None:

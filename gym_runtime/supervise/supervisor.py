@@ -35,6 +35,7 @@ from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, ST
                                           Member)
 from gym_runtime.supervise.orphans import group_empty, reap_orphans
 from gym_runtime.supervise.rebind import handle_bind_race, respawn_after_exit
+from gym_runtime.supervise.shutdown import stop_group
 from gym_runtime.supervise.options import SuperviseOptions
 
 log = logging.getLogger("gym_runtime.supervise")
@@ -411,36 +412,13 @@ class Supervisor:
         :attr:`servers_stopped` is set between the two groups, and :attr:`stop_split` says the seconds
         of each group when both had members (the daemon's ``stop took`` line shows it, teardown.py)."""
 
-        async def stop_one(m: Member) -> None:
-            proc = m.proc
-            if proc is None:
-                m.status = STOPPED
-                return
-            failed, gone = m.status == FAILED, proc.poll() is not None  # gone: e.g. killed as wedged, not yet restarted
-            m.status = STOPPING
-            t = time.monotonic()
-            info = await proc.stop(0.0 if m.kill_on_stop else grace)  # kill_on_stop: nothing to drain (member.py)
-            if info.reason == "killed" and not m.kill_on_stop and not gone:
-                m.escalated = True
-                m.log.note(f"did not exit within {grace:g}s of SIGTERM: killed (SIGKILL to its process group)")
-                self._progress(f"{m.name}: ignored SIGTERM for {grace:g}s, killed; stopped in "
-                               f"{time.monotonic() - t:.2f}s")
-            elif info.reason == "stuck":
-                self.exit_code = self.exit_code or 3
-                m.log.note(f"stop: {info.detail}")
-                self._progress(f"{m.name}: {info.detail}")
-            m.status = FAILED if failed else STOPPED
-
-        async def stop_all(group: list[Member]) -> float:
-            t = time.monotonic()
-            await asyncio.gather(*(stop_one(m) for m in group), return_exceptions=True)
-            return time.monotonic() - t
-
         running = [m for m in self.members.values() if m.status != PENDING]
         servers, rest = [m for m in running if m.kind == "server"], [m for m in running if m.kind != "server"]
-        took_servers = await stop_all(servers)
+        took_servers, stuck = await stop_group(servers, grace, self._progress)
         self.servers_stopped.set()
-        took_rest = await stop_all(rest)
+        took_rest, stuck_rest = await stop_group(rest, grace, self._progress)
+        if stuck or stuck_rest:
+            self.exit_code = self.exit_code or 3
         if servers and rest:
             self.stop_split = (f"server instances {took_servers:.2f}s, then {' and '.join(m.name for m in rest)} "
                                f"{took_rest:.2f}s")

@@ -1,7 +1,8 @@
 """Cases C02, C03 (a, b), C20 and C22 from ``tests/cases/data``, each built from the case's own files.
 
 The sketches become real native-v1 packages (tests/helpers/cases.py): each config moves under
-the server directory of its first instance, so file names are asserted by their tail.
+the server directory of its first instance, so file names are asserted by their tail. The cases were filed against NeMo Gym 0.4, so the
+merges run under that release (no ``legacy_agent`` relay is generated; ``no_builtins`` has none).
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ import yaml
 from gym_runtime.cli.main import main
 from gym_runtime.config import PolicyValues, build_config
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError
+from gym_runtime.gym_release import release_for
 from gym_runtime.package import load_package
 from tests.helpers.cases import case_dir, case_package
+
+CASES_RELEASE = release_for("0.4.0", "the cases' Gym release")
 
 
 @pytest.fixture
@@ -38,7 +42,7 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
 def test_c02_all_three_interpolations_in_one_error(tmp_path: Path, no_builtins: Path, capsys) -> None:
     cp = case_package("C02", tmp_path / "pkg")
     with pytest.raises(MissingValuesError) as e:
-        build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins)
+        build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
     vs = e.value.violations
     pre = "policy_model.responses_api_models.openai_model."
     assert {v.key for v in vs} == {pre + "openai_base_url", pre + "openai_api_key", pre + "openai_model"}
@@ -64,7 +68,7 @@ def test_c02_fixed_with_env_example(tmp_path: Path, no_builtins: Path) -> None:
     (cp.root / "nemo-environment.yaml").write_text(yaml.safe_dump(m))
     # the case's acme_math has no domain, which Gym rejects too (almost-server): supply it as an override
     merged = build_config(load_package(cp.root), ["acme_math.resources_servers.acme_math.domain=math"],
-                          PolicyValues(), builtin_root=no_builtins)
+                          PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
     inner = merged.data["policy_model"]["responses_api_models"]["openai_model"]
     assert inner["openai_base_url"] == "http://127.0.0.1:8000/v1" and inner["openai_model"] == "acme-policy-7b"
     assert set(merged.instances) == {"policy_model", "acme_math", "acme_math_agent"}
@@ -76,7 +80,7 @@ def test_c02_fixed_with_env_example(tmp_path: Path, no_builtins: Path) -> None:
 def test_c03a_server_ref_not_found(tmp_path: Path, no_builtins: Path, capsys) -> None:
     cp = case_package("C03", tmp_path / "pkg")
     with pytest.raises(ServerRefNotFoundError) as e:
-        build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins)
+        build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
     (v,) = [x for x in e.value.violations if x.code == "GR-CONFIG-REF"]
     # every problem at once: the case's resources server also lacks a domain, reported in the same error
     assert [x.code for x in e.value.violations] == ["GR-CONFIG-REF", "GR-CONFIG-DOMAIN"]
@@ -93,7 +97,7 @@ def test_c03a_name_exists_with_another_type(tmp_path: Path, no_builtins: Path) -
     key = "acme_quiz_agent.responses_api_agents.multi_turn_agent.user_model_server"
     with pytest.raises(ServerRefNotFoundError) as e:
         build_config(load_package(cp.root), [f"{key}.type=resources_servers", f"{key}.name=policy_model"],
-                     PolicyValues(), builtin_root=no_builtins)
+                     PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
     (v,) = [x for x in e.value.violations if x.code == "GR-CONFIG-REF"]
     assert v.key == key and "resources_servers/policy_model" in v.message
     assert "is a responses_api_models instance" in v.hint and "Available resources_servers: acme_quiz" in v.hint
@@ -109,7 +113,7 @@ def test_c03b_a_dummy_model_placeholder_is_merged_beneath_the_real_implementatio
     (tmp_path / "no_builtins" / "responses_api_models" / "openai_model").mkdir(parents=True)
     (tmp_path / "no_builtins" / "responses_api_models" / "openai_model" / "requirements.txt").write_text("")
     (tmp_path / "no_builtins" / "responses_api_models" / "openai_model" / "app.py").write_text("")
-    merged = build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins)
+    merged = build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
     inst = merged.instances["policy_model"]
     assert (inst.implementation, inst.config["openai_model"]) == ("openai_model", "acme-policy-7b")
     assert "dummy_model" not in merged.data["policy_model"]["responses_api_models"]
@@ -121,7 +125,7 @@ def test_c03b_two_real_implementations_in_one_instance_name_both_files(tmp_path:
     placeholder = cp.root / a  # the case's placeholder, as a real implementation of another name
     placeholder.write_text(placeholder.read_text().replace("dummy_model", "vllm_model"))
     with pytest.raises(ConfigError) as e:
-        build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins)
+        build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
     (v,) = e.value.violations
     assert v.code == "GR-CONFIG-TWO-IMPLEMENTATIONS"
     assert (f"server instance policy_model has 2 implementations under responses_api_models: vllm_model ({a}), "
@@ -136,7 +140,7 @@ KEYS = {"policy_model.responses_api_models.openai_model.openai_base_url": "POLIC
 
 def _c20(tmp_path: Path, no_builtins: Path):
     cp = case_package("C20", tmp_path / "pkg")
-    return cp, lambda: build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins)
+    return cp, lambda: build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
 
 
 def test_c20_case1_both_unset(tmp_path: Path, no_builtins: Path, monkeypatch, capsys) -> None:
@@ -188,7 +192,7 @@ def test_c20_case3_success_and_masked(tmp_path: Path, no_builtins: Path, monkeyp
 def test_c22_dotted_instance_name_before_refs(tmp_path: Path, no_builtins: Path, capsys) -> None:
     cp = case_package("C22", tmp_path / "pkg")
     with pytest.raises(ConfigError) as e:
-        build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins)
+        build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
     assert not isinstance(e.value, (ServerRefNotFoundError, MissingValuesError))
     (v,) = e.value.violations
     f = cp.moved["configs/math_v2.yaml"]

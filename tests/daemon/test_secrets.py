@@ -115,7 +115,8 @@ def test_a_passed_variable_and_a_named_block_reach_only_their_server(level: str,
                    "      api_key: ${oc.env:GR_TEST_SANDBOX_TOKEN}\n")
     proc = up_process(pkg, tmp_path, "--isolation", level, env={
         "GR_TEST_SANDBOX_TOKEN": key, "GR_TEST_SHARED": "for-everyone",
-        "GYM_RUNTIME_SERVER_ENV": "acme_swe:GR_TEST_SANDBOX_TOKEN,GR_TEST_SHARED"})
+        "GYM_RUNTIME_SERVER_ENV": "acme_swe:GR_TEST_SANDBOX_TOKEN,GR_TEST_SHARED",
+        "GYM_RUNTIME_SANDBOX_PROVIDER": "config"})  # keep the package's own provider block as written
     try:
         info = json.loads(read_ready_line(proc))
         assert info["isolation"] == level

@@ -386,8 +386,9 @@ def main() -> None:
     for r in results:
         if r.stage != "ok":
             by_fault.setdefault(r.fault or "?", []).append(r.tree)
-    print(f"summary: {len(ok)}/{len(results)} trees answered a row and stopped cleanly; "
-          + "; ".join(f"{f}: {', '.join(ts)}" for f, ts in sorted(by_fault.items())), flush=True)
+    faults = "; ".join(f"{f}: {', '.join(ts)}" for f, ts in sorted(by_fault.items()))
+    print(f"summary: {len(ok)}/{len(results)} trees answered a row and stopped cleanly"
+          + (f"; {faults}" if faults else ""), flush=True)
     if args.markdown:
         args.markdown.write_text(markdown(results, info))
 

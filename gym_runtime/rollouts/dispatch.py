@@ -48,7 +48,7 @@ import httpx
 from gym_runtime.rollouts.routing import Route, RouteError, Routing
 from gym_runtime.rollouts.spread import REPLICA_HEADER, served_by
 from gym_runtime.rollouts.tasks import (EPISODE_FAILED, ENVIRONMENT_SERVER_STAMP, RESULT_TYPE_STAMP, episode_record,
-                                        episode_request)
+                                        episode_request, with_indexes)
 from gym_runtime.rollouts.verdict import BAD_REWARD, COUNTERS, AgentFacts, bad_reward
 
 AGENT_TYPE = "responses_api_agents"
@@ -103,7 +103,9 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
     Without ``routing`` (and ``route``) the row goes to the agent its ``agent_ref`` names. With them
     it goes where :meth:`Routing.route` says (``route``: already decided, e.g. by the dataset check),
     a materialized task as an episode request (``index``, ``sample``: its default task and rollout
-    index, :func:`gym_runtime.rollouts.tasks.episode_request`), and an answer that came through an
+    index, :func:`gym_runtime.rollouts.tasks.episode_request`; a flat row gets them as its
+    ``_ng_task_index`` / ``_ng_rollout_index`` where it has none,
+    :func:`gym_runtime.rollouts.tasks.with_indexes`), and an answer that came through an
     environment server is stamped ``_ng_environment_server`` / ``_ng_result_type`` as Gym's
     collector stamps its records."""
     if routing is None and route is None:
@@ -129,6 +131,8 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
     url = base.rstrip("/") + "/run"
     body = episode_request(row, index, sample) if route.episode else \
         {**row, "agent_ref": {"name": route.agent_ref}} if route.agent_ref else row
+    if route.environment_server is not None and not route.episode:
+        body = with_indexes(body, index, sample)
     try:
         r = await client.post(url, json=body, timeout=timeout_s)
     except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):

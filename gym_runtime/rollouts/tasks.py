@@ -6,8 +6,9 @@ From NeMo Gym 0.7.0 (``nemo_gym/global_config.py``, ``nemo_gym/episode_types.py`
 
 * ``task_source``: the config instance that declares the row's dataset (resolved to an agent by
   :mod:`.routing`);
-* stamps the collector writes and reads back: ``_ng_task_index``, ``_ng_rollout_index``,
-  ``_ng_attempt_index`` (whole numbers >= 0), ``_ng_rollout_id`` (letters, digits, ``.``, ``_``, ``-``,
+* stamps the collector writes and reads back: ``_ng_task_index``, ``_ng_rollout_index`` (stamped
+  on every row it sends where the row has none, and read by environment servers:
+  ``single_agent_turn_legacy`` names the episode after them), ``_ng_attempt_index`` (whole numbers >= 0), ``_ng_rollout_id`` (letters, digits, ``.``, ``_``, ``-``,
   starting with a letter or digit), ``_ng_environment_server`` (the environment server that runs
   the row); any other ``_ng_*`` key is passed through unread;
 * a **materialized task** is a row with ``task_id: {taskset, task_id}`` (two non-empty strings)
@@ -86,6 +87,13 @@ def rollout_id(row: Mapping[str, Any], task_index: int, rollout_index: int) -> s
     if isinstance(row.get(ROLLOUT_ID), str):
         return row[ROLLOUT_ID]
     return f"{row.get(TASK_INDEX, task_index)}-{row.get(ROLLOUT_INDEX, rollout_index)}"
+
+
+def with_indexes(row: Mapping[str, Any], task_index: int, rollout_index: int) -> dict[str, Any]:
+    """A flat row as an environment server takes it: ``_ng_task_index`` / ``_ng_rollout_index``
+    set to ``task_index`` / ``rollout_index`` where the row has none (its own are kept), as NeMo Gym
+    0.7.0's collector stamps every row before sending it (``rollout_collection.py``)."""
+    return {TASK_INDEX: task_index, ROLLOUT_INDEX: rollout_index, **row}
 
 
 def episode_request(row: Mapping[str, Any], task_index: int, rollout_index: int) -> dict[str, Any]:

@@ -12,8 +12,8 @@ front of the agent) out of it byte for byte, leaving out only what a package may
 files, policy model first; the agent's config is the example's ``example_single_tool_call_simple_agent``.
 
 ``assemble_tree_package`` does the same for any resources server of the wheel: the tree with one of
-its configs, the agent and environment server trees that config names (environment servers from
-0.5 on), and ``responses_api_models/vllm_model``; every ``datasets`` block is dropped from the
+its configs, every other tree that config names (agents, environment servers from 0.5 on, a
+judge's model server), and ``responses_api_models/vllm_model``; every ``datasets`` block is dropped from the
 configs (their files are not shipped), and the tree's own example rows are returned.
 """
 
@@ -144,16 +144,19 @@ def _strip_datasets(node: object) -> None:
             _strip_datasets(value)
 
 
-NAMED_TYPES = ("responses_api_agents", "environment_servers")  # the trees a resources config brings along
+NAMED_TYPES = ("responses_api_agents", "environment_servers")  # trees whose own configs come along
+SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
 
 
 def tree_implementations(wheel: Path, tree: str, config: str) -> list[str]:
-    """The agent and environment server trees (``type/implementation``) that
-    ``resources_servers/{tree}/configs/{config}`` configures."""
+    """Every other tree (``type/implementation``) that ``resources_servers/{tree}/configs/{config}``
+    configures: its agents and environment servers, and any further resources or model server
+    (a judge's ``openai_model``)."""
     with zipfile.ZipFile(wheel) as z:
         doc = yaml.safe_load(z.read(f"resources_servers/{tree}/configs/{config}")) or {}
-    return sorted({f"{kind}/{impl}" for inst in doc.values() if isinstance(inst, dict)
-                   for kind in NAMED_TYPES for impl in (inst.get(kind) or {})})
+    named = {f"{kind}/{impl}" for inst in doc.values() if isinstance(inst, dict)
+             for kind in SERVER_TYPES for impl in (inst.get(kind) or {})}
+    return sorted(named - {f"resources_servers/{tree}", "responses_api_models/vllm_model"})
 
 
 def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tuple[Path, list[dict]]:

@@ -165,6 +165,20 @@ def test_rollouts_go_through_the_environment_server(urls: dict[str, str]) -> Non
     assert episodes[0]["task"] == {"task_id": TASK["task_id"], "task_input": TASK["task_input"]}
 
 
+def test_flat_rows_reach_the_environment_server_with_gym_s_index_stamps(urls: dict[str, str]) -> None:
+    """Gym's collector stamps `_ng_task_index` / `_ng_rollout_index` on every row it sends, and
+    0.7.0's `single_agent_turn_legacy` reads both (a row without them was a 500, KeyError)."""
+    own = {**FLAT, "_ng_task_index": 9, "_ng_rollout_index": 4}
+    batch = asyncio.run(run_rows([FLAT, FLAT, own], urls, routing=ROUTING))
+    assert [r["reward"] for r in batch.results] == [1.0, 1.0, 1.0]
+    sent = sorted((b["_ng_task_index"], b["_ng_rollout_index"]) for b in SEEN["env"])
+    assert sent == [(0, 0), (1, 0), (9, 4)]  # row i is task i, rollout 0; a row's own stamps are kept
+    SEEN["env"].clear()
+    rows = parse_rows(jsonl(FLAT), "rows.jsonl", SPECS, routing=ROUTING)
+    asyncio.run(sample_rows(rows, urls, samples=2, concurrency=2))
+    assert sorted((b["_ng_task_index"], b["_ng_rollout_index"]) for b in SEEN["env"]) == [(0, 0), (0, 1)]
+
+
 def test_an_unroutable_row_is_a_row_error_and_the_batch_goes_on(urls: dict[str, str]) -> None:
     rows = [{**TASK, "task_id": {"taskset": "nope", "task_id": "1"}}, FLAT,
             {**FLAT, "agent_ref": {"name": "missing_agent"}}]

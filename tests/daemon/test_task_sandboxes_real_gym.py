@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from tests.helpers.daemon import descendants, kill_tree, read_ready_line, up_process, wait_gone
-from tests.helpers.gym07 import add_environment_servers, gym07_python, gym07_wheel
+from tests.helpers.gym07 import gym07_python, gym07_wheel
 from tests.helpers.gym_package import assemble_tree_package, cache_dir
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
@@ -39,7 +39,6 @@ ROW = {"responses_create_params": {"input": [{"role": "user", "content":
 def test_litmus_agent_code_runs_in_a_gym_runtime_sandbox(tmp_path: Path) -> None:
     python = gym07_python()
     pkg, _ = assemble_tree_package(gym07_wheel(), "litmus_agent", "litmus_agent.yaml", tmp_path / "pkg")
-    add_environment_servers(gym07_wheel(), pkg)
     env = {"GYM_RUNTIME_HOME": str(tmp_path / "home"), "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs07"),
            "OPENSANDBOX_API_KEY": "unused", "GYM_RUNTIME_SANDBOX_IMAGE_MAP": "docker.io/library/python:3.12-slim=host"}
     proc = up_process(pkg, tmp_path, "--python", python, "--shutdown-grace", "15", env=env)

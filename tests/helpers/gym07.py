@@ -67,25 +67,3 @@ def gym07_wheel() -> Path:
                         "--dest", str(dest), "nemo-gym==0.7.0"], check=True, timeout=600)
         found = sorted(dest.glob("nemo_gym-0.7.0-*.whl"))
     return found[0]
-
-
-def add_environment_servers(wheel: Path, pkg: Path) -> None:
-    """Copy into ``pkg`` the ``environment_servers/*`` trees its configs name (NeMo Gym 0.7's
-    environment servers; ``assemble_tree_package`` ships agents and resources servers only)."""
-    import zipfile
-
-    import yaml
-
-    names = set()
-    for cfg in pkg.rglob("configs/*.yaml"):
-        for inst in (yaml.safe_load(cfg.read_text()) or {}).values():
-            if isinstance(inst, dict) and isinstance(inst.get("environment_servers"), dict):
-                names.update(inst["environment_servers"])
-    with zipfile.ZipFile(wheel) as z:
-        for name in z.namelist():
-            parts = Path(name).parts
-            if len(parts) > 2 and parts[0] == "environment_servers" and parts[1] in names and not name.endswith("/") \
-                    and parts[2] not in ("tests", "data") and not name.endswith(".jsonl"):
-                out = pkg / name
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_bytes(z.read(name))

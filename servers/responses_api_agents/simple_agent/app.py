@@ -16,7 +16,9 @@ and nothing is sent. ``/run`` adds :data:`COUNTERS` to the verify answer: ``unkn
 ``invalid_tool_arguments``, ``context_overflow_stops`` (0 or 1: the model server ended the episode
 because the prompt no longer fit, ``context_overflow`` on its reply), ``unparsed_tool_calls`` (tool
 calls left as text in the final answer, ``_kit/markup.py``: the endpoint's parser missed them; the
-rollout is still verified, and the first is said once on stderr), ``max_steps_stops`` and
+rollout is still verified, and the first is said once on stderr; also each model reply the model
+server marked ``unparsed_tool_calls``: a turn that ended on a tool call no parser extracted),
+``max_steps_stops`` and
 ``idle_turn_stops`` (0 or 1: which cap ended the episode) and ``aborted_calls`` (model calls the
 engine cut off and the model server asked again). An error answer carries the counters so far as
 ``error.counters``. It answers 502 with ``error.type: bad_reward`` when the verify answer's
@@ -68,7 +70,8 @@ COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_st
             "max_steps_stops", "idle_turn_stops", "aborted_calls")
 DEFAULT_MAX_STEPS = 32
 UNPARSED_WARNING = ("WARNING: the policy emitted tool calls that the endpoint's parser did not parse (tool-call "
-                    "markup in a final answer, counted as unparsed_tool_calls); check vLLM's --tool-call-parser")
+                    "markup in a final answer, or a turn that ended on a tool call with none parsed; counted as "
+                    "unparsed_tool_calls); check vLLM's --tool-call-parser")
 
 
 class SimpleAgentConfig(BaseModel):
@@ -151,6 +154,10 @@ class SimpleAgent:
             raise UpstreamError(self.model_name, url, f"answered a body that is not a Responses object: "
                                 f"{json.dumps(reply)[:300]}", role="model server")
         counts["aborted_calls"] += _count(reply.get("aborted_calls"))
+        unparsed = _count(reply.get("unparsed_tool_calls"))  # the model server saw an unparsed call
+        if unparsed:
+            counts["unparsed_tool_calls"] += unparsed
+            self.warn_unparsed()
         return reply
 
     async def episode(self, params: dict, resources: CookieJar, model: CookieJar,
@@ -196,7 +203,11 @@ class SimpleAgent:
         """Count tool-call markup left in the final answer (``_kit/markup.py``); said once per process."""
         found = unparsed_tool_calls(final_text(reply), offered)
         counts["unparsed_tool_calls"] += found
-        if found and not self.warned_unparsed:
+        if found:
+            self.warn_unparsed()
+
+    def warn_unparsed(self) -> None:
+        if not self.warned_unparsed:
             self.warned_unparsed = True
             print(UNPARSED_WARNING, file=sys.stderr, flush=True)
 

@@ -17,7 +17,10 @@ server's surface". What the upstream's answers mean (retries, context overflow, 
 completions, token ids, refusals naming a flag): ``model.py`` and docs/rollouts.md. A call under
 the training-token-capture prefix while ``token_id_capture.enabled`` is recorded in NeMo Gym's
 file store (``_kit/token_capture.py``); its token ids are asked for even when
-``return_token_id_information`` is false (and then left out of the answer).
+``return_token_id_information`` is false (and then left out of the answer). A completion that ends
+``finish_reason: tool_calls`` with no tool call parsed (vLLM with a reasoning parser and
+``tool_choice: required``: the forced call is written inside the reasoning) carries
+``unparsed_tool_calls: 1`` on the Responses object, which the agent counts.
 """
 
 from __future__ import annotations
@@ -95,6 +98,9 @@ class Server:
         for key in ("context_overflow", "aborted_calls"):
             if completion.get(key):
                 response[key] = completion[key]
+        choice = completion["choices"][0]
+        if choice.get("finish_reason") == "tool_calls" and not (choice.get("message") or {}).get("tool_calls"):
+            response["unparsed_tool_calls"] = 1  # the engine ended on a tool call its parser did not extract
         items = body["input"] if isinstance(body["input"], list) else []
         self.commit(request, call_id, items, response)
         if not self.config.return_token_id_information:

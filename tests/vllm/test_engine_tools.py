@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.examples.conftest import dry_run
+from tests.helpers.daemon import kill_tree, up_process
 from tests.helpers.environments import running_up, stop_cleanly
 from tests.helpers.load import run_batch
 from tests.vllm.conftest import MAX_MODEL_LEN
@@ -76,6 +77,18 @@ def assert_token_ids_are_vllms(served, model_server: str, request: dict) -> dict
 def test_probe_policy_passes_with_the_tool_flags(daemon):
     served, info = daemon
     assert info["status"] == "ready" and info["policy_model"]["base_url"] == served.base_url
+
+
+def test_probe_policy_finds_a_reasoning_parser_the_config_does_not_expect(engine, tmp_path):
+    """The example says ``uses_reasoning_parser: false``; the engine runs ``--reasoning-parser qwen3``."""
+    served = engine("tools")
+    proc = up_process(QUICKSTART, tmp_path, *policy_args(served), "--probe-policy", env=runtime_env(tmp_path))
+    try:
+        out, err = proc.communicate(timeout=900)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 3 and out == "", err[-3000:]
+    assert "GR-START-REASONING-PARSER" in err and "uses_reasoning_parser" in err
 
 
 @pytest.mark.parametrize("request_body", [PLAIN, FORCED], ids=["text", "forced-tool-call"])

@@ -1,18 +1,19 @@
 """Runtime image figures for docs/container.md. Prints a report and one JSON line; asserts nothing.
 
-    ./uvw run python bench/container.py [--cold] [--cycles 5]
+    ./uvw run python bench/container.py [--cold] [--cycles 5] [--arch arm64]
 
-1. base: the cached Debian 13 base (tests/helpers/debian_base.py), or with ``--cold`` one made
+1. base: the cached Debian base (tests/helpers/debian_base.py), or with ``--cold`` one made
    anew with debuerreotype from this host's apt mirror (then removed again);
-2. ``podman build`` of the Dockerfile against it (no layer cache), the image's size;
+2. ``podman build`` of ``Dockerfile.<arch>`` against it (no layer cache), the image's size;
 3. ``gym-runtime doctor --json`` as the image's user under each podman security option set;
 4. time to ready inside one container: ``up examples/native-quickstart`` started and stopped
    ``--cycles`` times at full isolation (the first cycle builds the server venvs);
 5. PID 1: ``--cycles`` cycles of a package whose server leaves an orphan at each start
    (tests/helpers/daemon.py ``orphaning_env``), podman's default options, under the image's
    ``tini`` vs with the cycle driver itself as PID 1 (no init): zombies after the last stop.
-Needs what the container test needs: root, podman/runc/debuerreotype (installed with apt-get when
-missing), the apt mirror and PyPI. The image is removed at the end.
+``--arch`` (default: the host's) of another architecture runs all of it under qemu-user emulation
+(tests/helpers/emulation.py). Needs what the container test needs: root, podman/runc/debuerreotype
+(installed with apt-get when missing), the apt mirror and PyPI. The image is removed at the end.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.helpers.daemon import orphaning_env  # noqa: E402
 from tests.helpers.debian_base import ensure_base, host_mirror, import_tarball, make_tarball  # noqa: E402
+from tests.helpers.emulation import QEMU, emulation_missing  # noqa: E402
 from tests.helpers.podman import IMAGE_WORKDIR, RuntimeImage, build_image, ensure_tools, host_arch, image_size, podman  # noqa: E402
 
 SECURITY = {
@@ -56,7 +58,7 @@ def cold_base(arch: str, tmp: Path) -> tuple[str, float]:
     tag = f"localhost/gym-runtime-base:bench-cold-{os.getpid()}"
     t0 = time.monotonic()
     make_tarball(arch, tmp / "base.tar", host_mirror())
-    import_tarball(tmp / "base.tar", tag)
+    import_tarball(tmp / "base.tar", tag, arch)
     return tag, round(time.monotonic() - t0, 1)
 
 
@@ -76,12 +78,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cold", action="store_true", help="make the base anew instead of using the cached one")
     ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument("--arch", choices=sorted(QEMU), default=host_arch(), help="Debian architecture of the image")
     args = ap.parse_args()
-    reason = ensure_tools("podman", "runc")
+    arch = args.arch
+    reason = ensure_tools("podman", "runc") or emulation_missing(arch)
     if reason:
         print(f"cannot run: {reason}")
         return 1
-    arch = host_arch()
     figures: dict = {"arch": arch, "load_avg_1m": os.getloadavg()[0], "cpus": os.cpu_count()}
     tag = f"localhost/gym-runtime-bench:{arch}-{os.getpid()}"
     cleanup = [tag]
@@ -94,10 +97,10 @@ def main() -> int:
             base_tag = base.tag
             figures["base_source"] = base.source
         try:
-            _, figures["build_s"] = timed(build_image, ROOT, tag, base_tag, arch)
+            _, figures["build_s"] = timed(build_image, ROOT, tag, base_tag, arch, timeout=4 * 3600)
             figures["image_bytes"] = image_size(tag)
             figures["base_bytes"] = image_size(base_tag)
-            image = RuntimeImage(tag, ROOT / "examples")
+            image = RuntimeImage(tag, ROOT / "examples", arch)
             figures["isolation"] = {}
             for label, flags in SECURITY.items():
                 done = image.run("doctor", "--json", security=flags, timeout=300)

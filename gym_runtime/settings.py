@@ -21,6 +21,8 @@ Variables (all optional):
 ``GYM_RUNTIME_PYTHON``              default interpreter for server venvs (version or path;
                                     default: the runtime's own ``X.Y``, or for servers using the Gym
                                     SDK one that meets the release's Requires-Python, docs/runtime.md)
+``GYM_RUNTIME_VENDOR_PLATFORM``     ``vendor``'s target platform when ``--platform`` is not given
+                                    (``linux/amd64`` | ``linux/arm64``; each runtime image sets its own)
 ``GYM_RUNTIME_POLICY_BASE_URL``     the job's policy endpoint(s), comma-separated for replicas
 ``GYM_RUNTIME_POLICY_API_KEY``      the policy endpoint's API key
 ``GYM_RUNTIME_POLICY_MODEL_NAME``   the served model name
@@ -56,6 +58,7 @@ if TYPE_CHECKING:  # the config package (OmegaConf) loads only when policy value
     from gym_runtime.config.merge import PolicyValues
 
 PIN_MODES = ("gym", "auto", "none")
+VENDOR_PLATFORMS = ("linux/amd64", "linux/arm64")
 DEFAULT_SERVER_PIDS = 4096
 PIN_VARS = {"nemo-gym": "GYM_RUNTIME_PIN_NEMO_GYM", "ray[default]": "GYM_RUNTIME_PIN_RAY",
             "openai": "GYM_RUNTIME_PIN_OPENAI"}
@@ -106,6 +109,7 @@ class RuntimeSettings:
     pin_origins: dict[str, str] = field(default_factory=dict)
     server_memory_mb: int | None = None
     server_pids: int | None = DEFAULT_SERVER_PIDS
+    vendor_platform: str | None = None
     python_explicit: bool = False  # the operator set GYM_RUNTIME_PYTHON (else `python` is the runtime's own X.Y)
     allow_unsupported_pairing: bool = False
     server_env: tuple[tuple[str, str | None], ...] = ()
@@ -170,6 +174,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     cache = env.get("GYM_RUNTIME_UV_CACHE_DIR")
     memory = _limit(env, "GYM_RUNTIME_SERVER_MEMORY_MB", _half_of_memory_mb())
     pids = _limit(env, "GYM_RUNTIME_SERVER_PIDS", DEFAULT_SERVER_PIDS)
+    vendor_platform = env.get("GYM_RUNTIME_VENDOR_PLATFORM") or None
+    if vendor_platform is not None and vendor_platform not in VENDOR_PLATFORMS:
+        raise SettingsError(f"GYM_RUNTIME_VENDOR_PLATFORM={vendor_platform!r} is not one of "
+                            f"{', '.join(VENDOR_PLATFORMS)}", hint="unset it to require `vendor --platform`")
     from gym_runtime.task_sandboxes.settings import load as load_task_sandboxes
 
     capture = env.get("GYM_RUNTIME_TOKEN_CAPTURE_DIR") or None
@@ -191,6 +199,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         environ=env,
         server_memory_mb=memory,
         server_pids=pids,
+        vendor_platform=vendor_platform,
         allow_unsupported_pairing=env.get("NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING", "").lower() not in ("", "0", "false"),
         server_env=parse_server_env(env.get(SERVER_ENV_VAR, "")),
         task_sandboxes=load_task_sandboxes(env, home),

@@ -57,6 +57,17 @@ def test_bad_server_limit_names_the_variable(value: str) -> None:
     assert "0 for no limit" in e.value.hint
 
 
+def test_vendor_platform_is_unset_by_default_and_read_when_set() -> None:
+    assert load_settings({"HOME": "/tmp"}).vendor_platform is None
+    assert load_settings({"HOME": "/tmp", "GYM_RUNTIME_VENDOR_PLATFORM": "linux/arm64"}).vendor_platform == "linux/arm64"
+
+
+def test_bad_vendor_platform_names_the_variable_and_the_choices() -> None:
+    with pytest.raises(SettingsError, match="GYM_RUNTIME_VENDOR_PLATFORM='linux/aarch64' is not one of linux/amd64, "
+                                            "linux/arm64"):
+        load_settings({"HOME": "/tmp", "GYM_RUNTIME_VENDOR_PLATFORM": "linux/aarch64"})
+
+
 def test_server_env_is_a_comma_list_of_names_and_instance_names() -> None:
     s = load_settings({"HOME": "/tmp", "GYM_RUNTIME_SERVER_ENV": " OPENROUTER_API_KEY, my_judge:JUDGE_TOKEN ,"
                        "OPENROUTER_API_KEY"})

@@ -63,6 +63,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where servers run: this host (default), or nodes of the --ray-address cluster "
                    "(docs/scale-out.md); the environment is brought down on every node at the end")
     g.add_argument("--ray-address", metavar="ADDR", help="Ray cluster: host:port (GCS), 'auto' or 'local'")
+    d = SuperviseOptions()
+    g = p.add_argument_group("supervision (as for up)")
+    g.add_argument("--ready-timeout", type=float, default=d.server_ready_timeout_s, metavar="S",
+                   help="per-server seconds until GET / answers (default %(default)s)")
+    g.add_argument("--startup-timeout", type=float, default=d.startup_timeout_s, metavar="S",
+                   help="whole start-up, seconds (default %(default)s)")
     add_liveness_args(g)
     p.set_defaults(func=run)
 
@@ -83,7 +89,8 @@ def request_from_args(args: argparse.Namespace) -> DryRunRequest:
         args.dataset = default_dataset(args.package)
     runtime = {k: v for k, v in (("python", args.python), ("isolation", args.isolation), ("work_dir", args.work_dir),
                                  ("placement", args.placement), ("ray_address", args.ray_address)) if v is not None}
-    runtime["options"] = SuperviseOptions(probe_policy=args.probe_policy, **liveness_from_args(args))
+    runtime["options"] = SuperviseOptions(server_ready_timeout_s=args.ready_timeout, startup_timeout_s=args.startup_timeout,
+                                          probe_policy=args.probe_policy, **liveness_from_args(args))
     return DryRunRequest(args.package, args.dataset, list(args.overrides), policy_from_args(args), args.samples,
                          args.limit, max_concurrent_rollouts(args), args.rollout_timeout or None, args.out,
                          args.stub_seed,

@@ -122,9 +122,10 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     capture_errors, capture_warnings = token_capture.apply(data, sources, settings.token_capture_dir)
     problems, warnings = problems + capture_errors, warnings + capture_warnings
     builtin = builtin_server_dirs(builtin_root or builtin_servers_dir())
-    instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin, package.root)
-    problems += inst_violations + builtin_key_problems(instances, sources) + python_version_problems(data.get("python_version"), "python_version",
-                                                          sources.of("python_version"))
+    instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin, package.root,
+                                                           release)
+    problems += inst_violations + builtin_key_problems(instances, sources)
+    problems += python_version_problems(data.get("python_version"), "python_version", sources.of("python_version"))
     extra_secrets, secret_violations = secret_key_names(raw, sources)
     problems += secret_violations
     refs, ref_violations = check_refs(declared, sources)

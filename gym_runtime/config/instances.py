@@ -7,8 +7,14 @@ their files), instance names matching ``[A-Za-z0-9_-]+`` (case C22: ``.`` is Ome
 separator), an ``entrypoint`` (a missing one names a misspelt key, by difflib) that is relative and
 inside the server dir, a resources server ``domain`` from
 Gym's closed set, the reserved ``placement`` block (:mod:`gym_runtime.config.placement`), the
-implementation directory found in the package or the built-in ``servers/``, and no two instances
-with the same explicit port (case C04).
+implementation directory found in the package or the built-in ``servers/``, no two instances
+with the same explicit port (case C04), and a server type the Gym release the environment runs
+has (``GR-CONFIG-SERVER-TYPE``: an ``environment_servers`` instance under a release before 0.7,
+naming the instance, the release and the pin to change).
+
+Instances are found for the server types of every release line the runtime knows
+(:func:`~gym_runtime.gym_release.known_server_types`), so a block of a type the chosen release lacks
+is reported rather than silently taken for a plain top-level key.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 from gym_runtime.config.merge import Sources
 from gym_runtime.config.placement import placement_problems
 from gym_runtime.errors import Violation
+from gym_runtime.gym_release import GymRelease, first_release_with
 from gym_runtime.package.layout import SERVER_TYPES, ServerDir, is_regular_file
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -31,6 +38,13 @@ DOMAINS = ("math", "coding", "agent", "knowledge", "instruction_following", "lon
 RESERVED = {"config_paths", "entrypoint", "default_host", "head_server", "disallowed_ports", "head_server_deps",
             "python_version", "ray_head_node_address", "port_range_low", "port_range_high", "policy_base_url",
             "policy_api_key", "policy_model_name"}
+
+# Keys of an instance's block that the runtime reads and no Gym server does: the `placement:` block
+# (gym_runtime/config/placement.py), a resources server's `reward_range` (dry-run) and a server's
+# own `python_version` (its venv's interpreter). Servers never see them: Gym 0.7's server configs
+# are pydantic models with extra="forbid", where an unknown key stops the server at start
+# (gym_runtime/supervise/contract.py drops them from every view a server or Gym client reads).
+RUNTIME_INSTANCE_KEYS = ("placement", "reward_range", "python_version")
 
 
 @dataclass(frozen=True)
@@ -136,14 +150,33 @@ def _no_implementation(name: str, stype: str, impl: str, entry: Any, known: list
             "nor a built-in server", f"{builtin}; or {ship}")
 
 
+def server_type_problem(name: str, stype: str, release: GymRelease, file: str | None) -> Violation | None:
+    """``GR-CONFIG-SERVER-TYPE`` when ``release`` has no server type ``stype`` (an
+    ``environment_servers`` instance under the 0.4 line), else None. The hint names the pin (or the
+    vendored SDK) that would give the environment a release with that type."""
+    if stype in release.server_types:
+        return None
+    first = first_release_with(stype) or "a newer release"
+    if release.source.startswith("wheels/"):
+        change = f"vendor nemo-gym {first} or newer into wheels/ (it replaces {release.source})"
+    else:
+        change = f"run it with GYM_RUNTIME_PIN_NEMO_GYM={first} or newer (the release now comes from {release.source})"
+    return Violation("GR-CONFIG-SERVER-TYPE", f"server instance {name!r} has server type {stype}, but NeMo Gym "
+                     f"{release.version} (release line {release.line}) has no {stype}: its server types are "
+                     f"{', '.join(release.server_types)}; {stype} arrived in NeMo Gym {first}", file=file,
+                     key=f"{name}.{stype}", hint=f"{change}, or remove the instance for a release without {stype}")
+
+
 def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: dict[tuple[str, str], ServerDir],
-                    builtin_dirs: dict[tuple[str, str], ServerDir], package_root: Path | None = None
+                    builtin_dirs: dict[tuple[str, str], ServerDir], package_root: Path | None = None,
+                    release: GymRelease | None = None
                     ) -> tuple[dict[str, ServerInstance], dict[str, Declared], list[Violation]]:
     """Build :class:`ServerInstance` objects from the resolved config (shape already checked).
 
     The implementation directory is looked up in the package (under ``package_root``) first,
-    then in the built-ins. Returns the instances, every declared instance (also those with
-    problems) and violations.
+    then in the built-ins. An instance of a server type ``release`` does not have is a
+    ``GR-CONFIG-SERVER-TYPE`` violation (:func:`server_type_problem`). Returns the instances,
+    every declared instance (also those with problems) and violations.
     """
     instances: dict[str, ServerInstance] = {}
     declared: dict[str, Declared] = {}
@@ -161,6 +194,10 @@ def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: di
                                  file=file, key=key))
             continue
         declared[name] = Declared(name, stype, impl, inner)
+        wrong_type = server_type_problem(name, stype, release, sources.of(name)) if release is not None else None
+        if wrong_type is not None:  # its implementation and keys would be reported against the wrong release
+            out.append(wrong_type)
+            continue
         problems = _inner_problems(name, stype, inner, key, file, ports, sources)
         out += problems
         entry = inner.get("entrypoint")

@@ -2,6 +2,10 @@
 
 Gym checks only direct fields of an instance's config; we walk the whole instance config
 (nested mappings and lists too), so a reference hidden one level down fails early as well.
+An environment server's agent references follow NeMo Gym 0.7.0 ``nemo_gym/global_config.py``
+``environment_server_agent_refs``: any top-level field ``{type: responses_api_agents, name}`` (found
+by the walk like every reference), and ``agent_server``, whose ``type`` may be left out
+(``agent_server: {name: my_agent}`` references the agent ``my_agent``).
 Each unknown reference is a violation in :class:`ServerRefNotFoundError` naming the referring
 instance, key path and file, the missing ``type/name``, the defined instances of that type, and a
 did-you-mean (case C03a).
@@ -29,10 +33,21 @@ class ServerRef:
     name: str
 
 
+ENVIRONMENT_SERVERS = "environment_servers"
+AGENTS = "responses_api_agents"
+# the field an environment server names its agent in (its `type` may be left out)
+AGENT_SERVER_FIELD = "agent_server"
+
+
 def find_refs(instance: Declared) -> list[ServerRef]:
     """All server references inside one declared instance's config."""
     base = f"{instance.name}.{instance.server_type}.{instance.implementation}"
     out: list[ServerRef] = []
+    if instance.server_type == ENVIRONMENT_SERVERS:
+        agent = instance.config.get(AGENT_SERVER_FIELD)
+        if isinstance(agent, dict) and set(agent) <= {"type", "name"} and agent.get("type") is None \
+                and isinstance(agent.get("name"), str):
+            out.append(ServerRef(instance.name, f"{base}.{AGENT_SERVER_FIELD}", AGENTS, agent["name"]))
 
     def walk(node: Any, path: str) -> None:
         if isinstance(node, dict):

@@ -8,8 +8,10 @@ path and source file, and a final scan rejects any leaf that is still ``'???'``.
 Hints say where a value can come from; for a secret key (:func:`~gym_runtime.config.redact.is_secret_key`)
 only an environment variable or a config file, never a command-line override.
 
-Documented rule for empty values: an ``${oc.env:VAR...}`` interpolation whose variable is set
-but empty counts as missing (an empty URL or API key is never what a job meant).
+Documented rule for empty values: an ``${oc.env:VAR}`` or ``${oc.env:VAR,???}`` interpolation that
+gives an empty string (its variable is set but empty) counts as missing: an empty URL or API key
+is never what a job meant. An author who writes a default of their own (``${oc.env:VAR,''}``, as
+NeMo Gym 0.7.0's optional keys do) accepts the empty value, as Gym does.
 """
 
 from __future__ import annotations
@@ -120,7 +122,16 @@ def _walk(node: DictConfig | ListConfig, prefix: str, sources: Sources, out: lis
 
 
 def _env_var_in(raw: Any) -> bool:
-    return isinstance(raw, str) and any(_env_var(r) for r in _refs(raw))
+    """True when ``raw`` reads an environment variable with no default of the author's own: an
+    ``${oc.env:VAR}`` or an ``${oc.env:VAR,???}`` (module doc, the rule for empty values)."""
+    if not isinstance(raw, str):
+        return False
+    for ref in _refs(raw):
+        if _env_var(ref):
+            _, comma, default = ref.partition(",")
+            if not comma or default.strip().strip("'\"") == "???":
+                return True
+    return False
 
 
 def resolve_config(cfg: DictConfig, sources: Sources) -> dict[str, Any]:

@@ -31,10 +31,26 @@ def line_for(version: str | Version) -> type[GymRelease]:
     return [cls for cls in LINES if Version(cls.first) <= v][-1]
 
 
+def known_server_types() -> tuple[str, ...]:
+    """Every server type of every line the runtime knows, oldest line's first: what the package
+    layer scans for (``{server_type}/{implementation}/``), whichever release a package runs."""
+    out: list[str] = []
+    for cls in LINES:
+        out += [t for t in cls.server_types if t not in out]
+    return tuple(out)
+
+
+def first_release_with(server_type: str) -> str | None:
+    """The first release of the oldest line that has ``server_type`` (``environment_servers`` ->
+    ``0.7.0``), or None for a type no line knows."""
+    return next((cls.first for cls in LINES if server_type in cls.server_types), None)
+
+
 def release_for(version: str | Version, source: str, metadata: KnownRelease | None = None) -> GymRelease:
     """The profile of the exact ``version``; ``metadata`` defaults to the table of known releases."""
     return line_for(version)(version, source, metadata or known_release(version))
 
 
 __all__ = ["CURRENT", "LINES", "RELEASES", "SDK_NAME", "Gym06", "Gym07", "GymRelease", "KnownRelease",
-           "choose_release", "known_release", "line_for", "release_for"]
+           "choose_release", "first_release_with", "known_release", "known_server_types", "line_for",
+           "release_for"]

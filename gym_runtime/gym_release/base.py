@@ -87,6 +87,15 @@ class GymRelease:
     rows_name_task_source: ClassVar[bool] = False
     rows_through_environment_servers: ClassVar[bool] = False
 
+    # ---------------------------------------------------------------- the head server
+    # the head server's probe routes (Gym's `HeadServer`): liveness routes answer 200 `{"status": "ok"}`
+    # whenever the head serves; readiness routes answer 503 `{"status": "starting"}` until every server
+    # is ready, then 200 with `head_ready_status`. The 0.4 line's head has neither: `/health` is the
+    # runtime's own, answering `ready` (docs/architecture.md §7.3)
+    head_liveness_routes: ClassVar[tuple[str, ...]] = ()
+    head_readiness_routes: ClassVar[tuple[str, ...]] = ("/health",)
+    head_ready_status: ClassVar[str] = "ready"
+
     def __init__(self, version: str | Version, source: str, metadata: KnownRelease) -> None:
         self.version = Version(str(version))
         self.source = source

@@ -3,9 +3,11 @@
 From NeMo Gym 0.7.0: a fourth server type, ``environment_servers`` (``nemo_gym/config_types.py``,
 ``nemo_gym/base_environment_server.py``), which rollout collection reaches agents through
 (``nemo_gym/rollout_collection.py``); the routing and spin-up keys it reserves
-(``nemo_gym/global_config.py``); servers declare whether they use Ray (``ray_enabled`` on the
-server class, ``nemo_gym/server_utils.py`` ``_server_uses_ray``: undeclared still means Ray).
-Composition (docs/environment-packages.md, "Composition"): every
+(``nemo_gym/global_config.py``); the head server's probes (``nemo_gym/server_utils.py``
+``HeadServer``: ``/livez`` always ``ok``; ``/readyz``, ``/healthz`` and ``/health`` 503 ``starting``
+until every server is ready, then 200 ``ok``); servers declare whether they use Ray
+(``ray_enabled`` on the server class, ``nemo_gym/server_utils.py`` ``_server_uses_ray``: undeclared
+still means Ray). Composition (docs/environment-packages.md, "Composition"): every
 agent no environment server names gets a generated ``legacy_agent`` relay
 (``_front_agents_without_environment_server``), an agent moved by a top-level ``_inherit_from`` or
 renamed by unbound-agent composition is followed by the environment servers naming it
@@ -31,6 +33,9 @@ class Gym07(Gym06):
         "environment_routing_mode", "environment_server_name", "environment_server_routes",
         "server_spinup_timeout_seconds", "uv_lock_timeout_seconds",
     }
+    head_liveness_routes: ClassVar[tuple[str, ...]] = ("/livez",)
+    head_readiness_routes: ClassVar[tuple[str, ...]] = ("/readyz", "/healthz", "/health")
+    head_ready_status: ClassVar[str] = "ok"
     pairing_keys: ClassVar[tuple[str, ...]] = ("allowed_agents", "allowed_model_types")
     relay_implementation: ClassVar[str | None] = "legacy_agent"
     # rows reach agents through the environment server fronting them; materialized tasks

@@ -14,7 +14,11 @@ Endpoints (docs/architecture.md §7; Gym's originals: NeMo Gym 0.4.0 ``nemo_gym/
                                    :mod:`gym_runtime.head.instances`; during start-up also the servers
                                    still building their venv (``state``: the build's state)
 ``GET /support_processes``         processes that are not Gym servers (stub model, Ray head)
-``GET /health``                    200 ``{"status": "ready"}`` or 503 ``{"status": "starting"|"failed", ...}``
+``GET /health``                    200 ``{"status": "ready"}`` (``"ok"`` under NeMo Gym 0.7) or 503
+                                   ``{"status": "starting"|"failed", ...}``
+``GET /readyz``, ``/healthz``      the same as ``/health``, where the Gym release line's head has them
+                                   (0.7: ``nemo_gym/server_utils.py`` ``HeadServer``)
+``GET /livez``                     ``{"status": "ok"}`` whenever the head serves (0.7 line)
 ``GET /servers/{name}/logs``       ``?tail=N`` (default 100): ``{"name", "log_file", "lines"}``; 404
                                    ``GR-HEAD-UNKNOWN-SERVER`` for a name that is no instance
 ``GET /processes``                 every process of the environment by role and size:
@@ -83,7 +87,10 @@ class HeadBackend:
     node}}`` (which replicas may serve its rows, :mod:`gym_runtime.rollouts.spread`);
     ``rollout_concurrency``: rollouts in flight per batch unless the body says
     (``--max-concurrent-rollouts``);
-    ``processes() -> dict`` (blocking: run in a thread), None when not served.
+    ``processes() -> dict`` (blocking: run in a thread), None when not served;
+    ``liveness_routes`` / ``readiness_routes``: the probe routes of the Gym release line's head
+    server (``GymRelease.head_liveness_routes``, ``head_readiness_routes``): the first answer
+    ``{"status": "ok"}``, the second what ``health()`` answers.
     """
 
     config_yaml: Callable[[], str | None]
@@ -98,6 +105,8 @@ class HeadBackend:
     rollout_deadline_s: float | None = 3600.0
     heartbeat_s: float = 15.0
     processes: Callable[[], dict[str, Any]] | None = None
+    liveness_routes: tuple[str, ...] = ()
+    readiness_routes: tuple[str, ...] = ("/health",)
 
 
 MAX_CONCURRENCY = 1024
@@ -211,19 +220,20 @@ SERVERS_ROUTES = frozenset({"/", "/global_config_dict_yaml", "/server_instances"
 
 class ServersListener:
     """ASGI middleware: a request that arrived on one of ``ports`` (the servers' listener) and is
-    not a ``GET`` of :data:`SERVERS_ROUTES` gets 403 ``GR-HEAD-SERVERS-ROUTE`` (plain ASGI, so
-    streamed answers and client disconnects pass through untouched)."""
+    not a ``GET`` of ``routes`` (:data:`SERVERS_ROUTES` and the release line's probe routes) gets
+    403 ``GR-HEAD-SERVERS-ROUTE`` (plain ASGI, so streamed answers and client disconnects pass
+    through untouched)."""
 
-    def __init__(self, app: Callable[..., Any], ports: frozenset[int]) -> None:
-        self.app, self.ports = app, ports
+    def __init__(self, app: Callable[..., Any], ports: frozenset[int], routes: frozenset[str] = SERVERS_ROUTES) -> None:
+        self.app, self.ports, self.routes = app, ports, routes
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         local = scope.get("server") or (None, None)
         if scope["type"] == "http" and local[1] in self.ports and (
-                scope["method"] != "GET" or scope["path"] not in SERVERS_ROUTES):
+                scope["method"] != "GET" or scope["path"] not in self.routes):
             refusal = JSONResponse({"error": {"code": "GR-HEAD-SERVERS-ROUTE", "message": (
                 f"{scope['method']} {scope['path']} is not served to the environment's servers: they may read "
-                f"{', '.join(sorted(SERVERS_ROUTES))} only")}}, status_code=403)
+                f"{', '.join(sorted(self.routes))} only")}}, status_code=403)
             await refusal(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -236,7 +246,8 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
     app.state.closing, app.state.open_batches = asyncio.Event(), 0
 
     if servers_ports:
-        app.add_middleware(ServersListener, ports=frozenset(servers_ports))
+        app.add_middleware(ServersListener, ports=frozenset(servers_ports),
+                           routes=SERVERS_ROUTES | {*backend.liveness_routes, *backend.readiness_routes})
 
     @app.exception_handler(StarletteHTTPException)
     async def unreadable_body(request: Request, exc: StarletteHTTPException) -> Response:
@@ -274,10 +285,17 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
     async def support_processes() -> list[dict[str, Any]]:
         return split(backend.instances())[1]
 
-    @app.get("/health")
+    async def liveness() -> dict[str, str]:
+        return {"status": "ok"}
+
     async def health() -> JSONResponse:
         status, body = backend.health()
         return JSONResponse(body, status_code=status)
+
+    for path in backend.liveness_routes:
+        app.add_api_route(path, liveness, methods=["GET"])
+    for path in backend.readiness_routes:
+        app.add_api_route(path, health, methods=["GET"])
 
     @app.get("/servers/{name}/logs")
     async def server_logs(name: str, tail: int = Query(100, ge=0, le=100_000)) -> Any:

@@ -7,7 +7,8 @@ status``):
 
 =================  ===================================================================
 ``process_name``   the instance name (the config's top-level key)
-``server_type``    ``responses_api_models`` | ``resources_servers`` | ``responses_api_agents``
+``server_type``    ``responses_api_models`` | ``resources_servers`` | ``responses_api_agents`` |
+                   ``environment_servers`` (NeMo Gym 0.7.0 ``nemo_gym/cli/env.py`` fills it alike)
 ``name``           the *implementation* (server directory name, e.g. ``simple_agent``)
 ``dir_path``       the server directory; ``entrypoint`` its entrypoint (``app.py``)
 ``host``/``port``  where the daemon's host reaches it; ``url`` ``http://host:port``

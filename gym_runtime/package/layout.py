@@ -3,8 +3,9 @@
 - every ``config_paths`` entry exists, is a regular file, is not (and is not reached through) a
   symlink, and stays inside the package after resolution;
 - no ``.jsonl`` anywhere (datasets are a separate input);
-- each ``{server_type}/{implementation}/`` directory holds exactly one of ``requirements.txt`` /
-  ``pyproject.toml`` — a directory with neither is reported, since a built-in of the same name
+- each ``{server_type}/{implementation}/`` directory (for the server types of every Gym release
+  line the runtime knows, ``environment_servers`` included: which types a release runs is the
+  config stage's check) holds exactly one of ``requirements.txt`` / ``pyproject.toml`` — a directory with neither is reported, since a built-in of the same name
   would otherwise silently shadow it (NeMo Gym's configuration rules for environment packages).
 """
 
@@ -15,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gym_runtime.errors import Violation
+from gym_runtime.gym_release import known_server_types
 
-SERVER_TYPES = ("responses_api_models", "responses_api_agents", "resources_servers")
+SERVER_TYPES = known_server_types()
 INSTALL_FILES = ("requirements.txt", "pyproject.toml")
 _SKIP_DIRS = {".git", ".venv", "__pycache__", ".gym-runtime"}
 

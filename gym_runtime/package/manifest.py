@@ -15,10 +15,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, 
 from pydantic_core import PydanticCustomError
 
 from gym_runtime.errors import Violation
+from gym_runtime.package.layout import SERVER_TYPES
 from gym_runtime.package.yamlfile import YamlProblem, load_yaml_file
 
 MANIFEST_NAME = "nemo-environment.yaml"
-NATIVE_PREFIXES = ("responses_api_agents/", "resources_servers/", "responses_api_models/")
+NATIVE_PREFIXES = tuple(f"{t}/" for t in SERVER_TYPES)
 ADAPTER_PREFIX = "configs/"
 BUILTIN_ADAPTER_AGENTS = {"verifiers_agent": "responses_api_agents/verifiers_agent"}
 

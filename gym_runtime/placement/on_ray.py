@@ -29,7 +29,9 @@ from typing import Any
 from gym_runtime.errors import StartError
 
 HEAD_NAME = "head server"
-AGENTS = "responses_api_agents"
+# where rows enter: agents, and the environment servers NeMo Gym 0.7's collection sends rows to
+ROW_ENTRY_TYPES = ("responses_api_agents", "environment_servers")
+ENVIRONMENT_SERVERS = "environment_servers"  # relays rows to an agent's router (Router.keep_relayed_replica)
 
 
 def replica_names(instance: str, replicas: int) -> list[str]:
@@ -99,8 +101,9 @@ class RayPlacement:
 
     async def _stable(self, name: str, block: Any, server_type: str) -> tuple[str, int]:
         """The instance's one address: an HTTP router (:mod:`gym_runtime.placement.router`) in
-        front of several replicas, and in front of an agent's one replica too (rows enter there:
-        a row cut by a node's loss is answered with the node's name, or sent once more); any
+        front of several replicas, and in front of an agent's or an environment server's one replica
+        too (rows enter there: a row cut by a node's loss is answered with the node's name, or sent
+        once more); any
         other single replica is reached through its TCP forward (no HTTP parse in the daemon for
         the model's and resources servers' traffic)."""
         from gym_runtime.placement.router import Router
@@ -108,7 +111,7 @@ class RayPlacement:
 
         members = replica_names(name, block.replicas)
         addresses = [self.addresses[m] for m in members]
-        if block.replicas == 1 and server_type != AGENTS:
+        if block.replicas == 1 and server_type not in ROW_ENTRY_TYPES:
             return addresses[0].address
 
         def ready_targets() -> list[tuple[str, int] | None]:
@@ -121,7 +124,8 @@ class RayPlacement:
         async def verdict(replica: int, since: float) -> dict[str, Any] | None:
             return await self.launchers[members[replica]].lost_since(since)
 
-        router = self.routers[name] = Router(name, ready_targets, verdict=verdict, retry_paths=block.retry_paths())
+        router = self.routers[name] = Router(name, ready_targets, verdict=verdict, retry_paths=block.retry_paths(),
+                                             keep_relayed_replica=server_type == ENVIRONMENT_SERVERS)
         return await router.start(self.cluster.node_ip)
 
     async def _place(self, merged: Any, blocks: dict[str, Any], inside: dict[str, int],

@@ -28,7 +28,10 @@ Requests are read whole (Gym's requests are JSON bodies); responses are streamed
 come (server-sent events included). Hop-by-hop headers are dropped both ways. Every forwarded
 response names the replica that answered in the header ``x-gym-runtime-replica``
 (``<instance>.<index>``, its member name), set here and never passed on from the replica, so the
-head server can count rollouts per replica (:mod:`gym_runtime.rollouts.spread`). ``counts`` holds the
+head server can count rollouts per replica (:mod:`gym_runtime.rollouts.spread`); except in front of
+an environment server (``keep_relayed_replica``): it relays a row to its agent's router and that
+router's answer back, so the header it passes on names the *agent's* replica and is kept (the head
+server takes it only when it names a replica of the row's agent). ``counts`` holds the
 requests each replica answered, for ``/server_instances`` and the bench.
 """
 
@@ -84,8 +87,9 @@ class Router:
 
     def __init__(self, name: str, targets: Callable[[], list[tuple[str, int] | None]], wait_s: float = 30.0,
                  verdict: Callable[[int, float], Awaitable[dict[str, Any] | None]] | None = None,
-                 retry_paths: frozenset[str] = frozenset()) -> None:
+                 retry_paths: frozenset[str] = frozenset(), keep_relayed_replica: bool = False) -> None:
         self.name = name
+        self.keep_relayed_replica = keep_relayed_replica
         self.targets = targets
         self.wait_s = wait_s
         self.verdict = verdict
@@ -195,9 +199,12 @@ class Router:
 
         response = StreamingResponse(upstream.aiter_raw(), status_code=upstream.status_code,
                                      background=BackgroundTask(done))
+        relayed = self.keep_relayed_replica and REPLICA_HEADER in upstream.headers
+        dropped = HOP if relayed else HOP | {REPLICA_HEADER}
         response.raw_headers = [(k.encode("latin-1"), v.encode("latin-1"))
-                                for k, v in upstream.headers.multi_items() if k.lower() not in HOP | {REPLICA_HEADER}]
-        response.raw_headers.append((REPLICA_HEADER.encode(), f"{self.name}.{replica}".encode("latin-1")))
+                                for k, v in upstream.headers.multi_items() if k.lower() not in dropped]
+        if not relayed:
+            response.raw_headers.append((REPLICA_HEADER.encode(), f"{self.name}.{replica}".encode("latin-1")))
         return response
 
     # ------------------------------------------------------------------ node loss

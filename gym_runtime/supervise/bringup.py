@@ -269,7 +269,8 @@ class Environment:
                               agent_replicas=self.agent_replicas, rollout_concurrency=self.max_concurrent_rollouts(),
                               processes=lambda: processes.of_environment(
                                   self.supervisor, (*self.placement.sandboxes(), self.host_launcher),
-                                  self.task_sandboxes.service if self.task_sandboxes is not None else None))
+                                  self.task_sandboxes.service if self.task_sandboxes is not None else None),
+                              **head_view.probe_routes(self.merged.release))
         servers_port = self._servers_sock.getsockname()[1]
         self.head = HeadServer(create_app(backend, servers_ports={servers_port}), sock, [self._servers_sock])
         await self.head.start()

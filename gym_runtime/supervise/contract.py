@@ -5,7 +5,10 @@
   ``host``/``port`` set for every instance, ``head_server: {host, port}``, ``ray_head_node_address``
   when Ray is used, the defaults a Gym parse would add that children read (``dry_run: false``, port
   range, disallowed ports), and only the secrets its own config references), every string escaped
-  so a second resolution by the server changes nothing (:func:`to_yaml`);
+  so a second resolution by the server changes nothing (:func:`to_yaml`); no key of the runtime's
+  own inside any instance block (:data:`~gym_runtime.config.instances.RUNTIME_INSTANCE_KEYS`:
+  ``placement``, ``reward_range``, ``python_version``), since a Gym 0.7 server's config model
+  refuses unknown keys (``extra="forbid"``) and the server would not start;
   ``NEMO_GYM_CONFIG_PATH`` = the instance name; ``PYTHONPATH`` = the server directory;
 * the rest of the environment is an explicit allowlist (never the daemon's ``RAY_ADDRESS``,
   ``UV_*`` or credentials), plus the variables the operator passes (``GYM_RUNTIME_SERVER_ENV``,
@@ -30,7 +33,9 @@ from typing import Any
 import yaml
 
 from gym_runtime.config.escape import escape_interpolations
+from gym_runtime.config.instances import RUNTIME_INSTANCE_KEYS
 from gym_runtime.config.secrets import SecretMap
+from gym_runtime.package.layout import SERVER_TYPES
 
 CONFIG_VAR = "NEMO_GYM_CONFIG_DICT"
 # Variables copied from the daemon's environment into a server's (when set).
@@ -58,8 +63,14 @@ def trust_paths(env: Mapping[str, str]) -> list[Path]:
 def config_view(data: dict[str, Any], addresses: Mapping[str, tuple[str, int]], head: tuple[str, int],
                 ray_address: str | None) -> dict[str, Any]:
     """A copy of the resolved config with each instance's ``host``/``port`` from ``addresses``
-    (instance name -> (host, port)), ``head_server`` and, if given, ``ray_head_node_address``."""
+    (instance name -> (host, port)), ``head_server`` and, if given, ``ray_head_node_address``;
+    the runtime's own keys (:data:`RUNTIME_INSTANCE_KEYS`) are left out of every instance block."""
     out = copy.deepcopy(data)
+    for name, value in out.items():
+        inner = _inner(out, name) if isinstance(value, dict) and len(value) == 1 and \
+            next(iter(value)) in SERVER_TYPES else None
+        for key in RUNTIME_INSTANCE_KEYS if inner is not None else ():
+            inner.pop(key, None)
     for name, (host, port) in addresses.items():
         inner = _inner(out, name)
         if inner is not None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gym_runtime.gym_release import GymRelease
+
 
 def instances(env: Any) -> list[dict[str, Any]]:
     """``/server_instances``: every member's snapshot, and during start-up each configured server
@@ -25,11 +27,23 @@ def instances(env: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def probe_routes(release: GymRelease | None) -> dict[str, tuple[str, ...]]:
+    """The head server's probe routes for the Gym release line the environment runs (the
+    ``HeadBackend`` fields ``liveness_routes`` and ``readiness_routes``)."""
+    line = release or GymRelease
+    return {"liveness_routes": line.head_liveness_routes, "readiness_routes": line.head_readiness_routes}
+
+
 def health(env: Any) -> tuple[int, dict[str, Any]]:
     """``/health``: ``(status, body)`` of the supervisor, with the environment's phase before the
     supervisor runs, ``servers`` (name -> state) while not ready, and ``egress`` (the effective
-    allowlist, ``EgressPolicy.effective_allowlist``) once the policy is read."""
+    allowlist, ``EgressPolicy.effective_allowlist``) once the policy is read. A ready environment's
+    status is the one its Gym release line's head answers (``GymRelease.head_ready_status``:
+    ``ready`` for 0.4, Gym's ``ok`` for 0.7)."""
     code, body = env.supervisor.health()
+    if code == 200:
+        release = env.merged.release if env.merged is not None else None
+        body["status"] = (release or GymRelease).head_ready_status
     if env.supervisor._startup is None and body.get("status") == "starting":
         body["phase"] = env.phase
     if code != 200:

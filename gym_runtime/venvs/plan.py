@@ -37,7 +37,8 @@ from gym_runtime.venvs.pythons import Interpreter
 from gym_runtime.venvs.requirements import SDK_NAME, InstallSource, read_install_source
 from gym_runtime.venvs.uvrun import UvEnv, make_env, uv_version
 
-STAGE2_TYPES = ("responses_api_agents", "resources_servers")
+# the environment's own code (NMP: agent and resources-server venvs; environment servers front agents)
+STAGE2_TYPES = ("responses_api_agents", "resources_servers", "environment_servers")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 CONFIG_DICT_VAR = "NEMO_GYM_CONFIG_DICT"
 CONFIG_NAME_VAR = "NEMO_GYM_CONFIG_PATH"
-SERVER_TYPES = ("responses_api_models", "resources_servers", "responses_api_agents")
+SERVER_TYPES = ("responses_api_models", "resources_servers", "responses_api_agents", "environment_servers")
 
 
 class StartupError(Exception):

@@ -14,7 +14,9 @@ how long it waited. An upstream's own 502 whose ``error.type`` is one of :data:`
 that type, so an agent reports the model server's ``model_unavailable``, ``tool_parser_missing``,
 ``bad_token_ids``, ``reasoning_field_rejected`` or a ``bad_reward`` as such. Cookies are kept per
 upstream in :class:`CookieJar` and sent back on the next call, as Gym's agents do with session
-cookies.
+cookies. The shared ``httpx.AsyncClient`` itself keeps none (:class:`_KeepNone`): a cookie that one
+rollout's upstream set must never ride along on another rollout's call (httpx's own jar would add
+it to every later request that carries no ``Cookie`` header of its own).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from http.cookiejar import CookieJar as _StdCookieJar
+from http.cookiejar import DefaultCookiePolicy
 from typing import Any
 
 import httpx
@@ -100,6 +104,13 @@ def _kind_of(body: Any) -> str:
     return kind if kind in PROPAGATED else "upstream_error"
 
 
+class _KeepNone(DefaultCookiePolicy):
+    """A cookie policy that stores nothing: cookies are carried per caller (:class:`CookieJar`)."""
+
+    def set_ok(self, cookie: Any, request: Any) -> bool:
+        return False
+
+
 class Peers:
     """Async HTTP to upstreams; ``timeout`` in seconds for each attempt (None: no limit);
     ``retry``: the default :class:`~_kit.retry.RetryRule`; ``gave_up``: the error kind of a call
@@ -107,16 +118,18 @@ class Peers:
 
     def __init__(self, timeout: float | None = None, headers: dict[str, str] | None = None,
                  retry: RetryRule = PEER_CONNECT, gave_up: str = "unavailable") -> None:
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=30.0), headers=headers)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=30.0), headers=headers,
+                                        cookies=_StdCookieJar(policy=_KeepNone()))
         self.timeout, self.retry, self.gave_up = timeout, retry, gave_up
 
     async def post(self, upstream: str, url: str, json: Any, jar: CookieJar | None = None,
                    headers: dict[str, str] | None = None, check: bool = True, *, role: str | None = None,
-                   timeout: float | None = None, deadline_name: str | None = None) -> httpx.Response:
-        """POST ``json`` to ``url``, retried by :attr:`retry`; raises :class:`UpstreamError` if
-        unreachable, silent past the read deadline (``timeout`` seconds, else the :class:`Peers`
-        default; ``deadline_name`` is the config key that sets it, named in the message) or
-        (``check``) non-2xx."""
+                   timeout: float | None = None, deadline_name: str | None = None,
+                   content: bytes | None = None) -> httpx.Response:
+        """POST ``json`` (or the raw bytes ``content``, sent as they are) to ``url``, retried by
+        :attr:`retry`; raises :class:`UpstreamError` if unreachable, silent past the read deadline
+        (``timeout`` seconds, else the :class:`Peers` default; ``deadline_name`` is the config key
+        that sets it, named in the message) or (``check``) non-2xx."""
         sent = {**(jar.header() if jar else {}), **(headers or {})}
         rule, t0, attempt = self.retry, time.monotonic(), 0
         read_s = timeout if timeout is not None else self.timeout
@@ -124,7 +137,9 @@ class Peers:
         while True:
             failure: str | None = None
             try:
-                response = await self.client.post(url, json=json, headers=sent, timeout=limit)
+                response = await (self.client.post(url, content=content, headers=sent, timeout=limit)
+                                  if content is not None else
+                                  self.client.post(url, json=json, headers=sent, timeout=limit))
             except httpx.ReadTimeout as exc:
                 said = f" ({deadline_name})" if deadline_name else ""
                 raise UpstreamError(upstream, url, f"did not answer within {read_s:g}s{said}", role=role) from exc

@@ -81,8 +81,9 @@ def error_body(kind: str, message: str, **extra: Any) -> dict:
     return {"error": {"type": kind, "message": message, **extra}}
 
 
-def build_app(ctx: ServerContext, title: str) -> FastAPI:
-    """A FastAPI app with liveness, the session cookie and the error mapping installed."""
+def build_app(ctx: ServerContext, title: str, sessions: bool = True) -> FastAPI:
+    """A FastAPI app with liveness, the session cookie (unless ``sessions`` is False: a relay sets
+    no cookie of its own) and the error mapping installed."""
     app = FastAPI(title=f"{title} ({ctx.name})")
     cookie = f"gym_session_{ctx.name}"
 
@@ -98,7 +99,7 @@ def build_app(ctx: ServerContext, title: str) -> FastAPI:
             message = f"{ctx.name} ({ctx.server_type}/{ctx.impl}) failed: {type(exc).__name__}: {exc}"
             print(message, file=sys.stderr, flush=True)
             response = JSONResponse(status_code=500, content=error_body("server_error", message, server=ctx.name))
-        if request.cookies.get(cookie) != session_id:
+        if sessions and request.cookies.get(cookie) != session_id:
             response.set_cookie(cookie, session_id, httponly=True)
         return response
 

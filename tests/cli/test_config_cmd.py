@@ -46,7 +46,7 @@ def test_flags_fill_policy_values_and_key_is_masked(tmp_path: Path, capsys, monk
     assert sorted(doc["masked"]) == ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"]
     assert {s["name"]: s["secrets"] for s in doc["servers"]} == {  # names only, per server
         "policy_model": ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"],
-        "acme_math": [], "acme_math_agent": []}
+        "acme_math": [], "acme_math_agent": [], "acme_math_environment_server": []}
 
 
 def test_environment_variables_and_yaml_dump(tmp_path: Path, capsys, monkeypatch) -> None:
@@ -63,7 +63,8 @@ def test_environment_variables_and_yaml_dump(tmp_path: Path, capsys, monkeypatch
     masked_line, *receives = comment.strip().splitlines()
     assert sorted(masked_line.split(", ")) == ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"]
     assert receives == ["# policy_model receives: policy_api_key, policy_model.responses_api_models.policy_stub.api_key",
-                        "# acme_math receives: no secrets", "# acme_math_agent receives: no secrets"]
+                        "# acme_math receives: no secrets", "# acme_math_agent receives: no secrets",
+                        "# acme_math_environment_server receives: no secrets"]
 
 
 def test_missing_policy_values_listed_with_sources(tmp_path: Path, capsys) -> None:
@@ -145,7 +146,7 @@ def test_passed_variables_are_listed_per_server(tmp_path: Path, capsys, monkeypa
     rc, out, _ = run(capsys, "config", str(root), "--json", *policy)
     assert rc == 0 and "sk-judge-secret" not in out
     passed = {s["name"]: s["passed_env"] for s in json.loads(out)["servers"]}
-    assert passed == {"policy_model": [], "acme_math_agent": [],
+    assert passed == {"policy_model": [], "acme_math_agent": [], "acme_math_environment_server": [],
                       "acme_math": [{"name": "GR_TEST_JUDGE_KEY", "scope": "this server", "set": True}]}
     rc, out, _ = run(capsys, "config", str(root), *policy)
     assert "# acme_math is passed (GYM_RUNTIME_SERVER_ENV): GR_TEST_JUDGE_KEY (this server)" in out.splitlines()

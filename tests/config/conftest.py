@@ -18,9 +18,12 @@ Build = Callable[..., MergedConfig]
 
 @pytest.fixture
 def builtins(tmp_path: Path) -> Path:
-    """An empty built-in ``servers/`` root (tests add trees to it)."""
+    """A built-in ``servers/`` root holding only the relay ``environment_servers/legacy_agent``
+    (the runtime always has it: the 0.7 line generates one in front of every agent no environment
+    server names); tests add other trees to it."""
     d = tmp_path / "builtin_servers"
     d.mkdir()
+    write_server(d, "environment_servers", "legacy_agent")
     return d
 
 

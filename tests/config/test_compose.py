@@ -190,16 +190,17 @@ def test_relay_generated_for_an_agent_without_environment_server_from_0_7(pkg_wi
     assert m.data["calendar_environment_server"] == {"environment_servers": {"legacy_agent": {
         "entrypoint": "app.py", "agent_server": {"type": "responses_api_agents", "name": "calendar_simple_agent"}}}}
     assert m.sources.of("calendar_environment_server") == "generated: legacy_agent relay for agent calendar_simple_agent"
-    assert not m.warnings  # a config written before environment servers: relayed without a warning
-    other = {"other_server": {"environment_servers": {"legacy_agent": {
-        "entrypoint": "app.py", "agent_server": {"name": "other_agent"}}}}, **agent("other_agent")}
-    mixed = pkg_with({"configs/a.yaml": {**cfg, **other}}, [MODEL, RS, AGENT])
-    (w,) = [w for w in build(mixed, R07, builtins).warnings if w.code == "GR-CONFIG-RELAY"]
-    assert "calendar_environment_server" in w.message and "error_on_agent_without_environment_server" in w.hint
+    assert not [w for w in m.warnings if w.code == "GR-CONFIG-RELAY"]  # written before environment servers: relayed quietly
+    assert m.instances["calendar_environment_server"].server_dir.origin == "builtin"  # the built-in relay runs it
     assert "calendar_environment_server" not in build(root, R06, builtins).data
     (v,) = errors_of(root, R07, builtins, ["error_on_agent_without_environment_server=true"])[
         "GR-CONFIG-NO-ENVIRONMENT-SERVER"]
     assert (v.file, v.key) == ("configs/a.yaml", "calendar_simple_agent")
+    other = {"other_server": {"environment_servers": {"legacy_agent": {
+        "entrypoint": "app.py", "agent_server": {"name": "other_agent"}}}}, **agent("other_agent")}
+    mixed = pkg_with({"configs/a.yaml": {**cfg, **other}}, [MODEL, RS, AGENT])  # (rewrites the same package)
+    (w,) = [w for w in build(mixed, R07, builtins).warnings if w.code == "GR-CONFIG-RELAY"]
+    assert "calendar_environment_server" in w.message and "error_on_agent_without_environment_server" in w.hint
 
 
 def test_environment_server_follows_an_agent_moved_by_inherit_from_0_7(pkg_with, builtins) -> None:

@@ -32,11 +32,13 @@ def _v(err, code: str):
 
 def test_valid_instances(pkg_with, build) -> None:
     m = build(pkg_with({"configs/a.yaml": base()}, [MODEL, RS, AG]))
-    assert list(m.instances) == ["policy_model", "res", "agent"]
+    # the 0.7 line (the default) fronts the agent with a generated relay, the built-in legacy_agent
+    assert list(m.instances) == ["policy_model", "res", "agent", "agent_environment_server"]
     a = m.instances["agent"]
     assert (a.server_type, a.implementation, a.server_dir.origin, a.source) == (
         "responses_api_agents", "a", "package", "configs/a.yaml")
-    assert {(r.instance, r.name) for r in m.refs} == {("agent", "res"), ("agent", "policy_model")}
+    assert {(r.instance, r.name) for r in m.refs} == {("agent", "res"), ("agent", "policy_model"),
+                                                      ("agent_environment_server", "agent")}
 
 
 def test_implementation_found_in_builtins_package_first(pkg_with, build, builtins: Path) -> None:

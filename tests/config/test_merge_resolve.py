@@ -84,6 +84,21 @@ def test_missing_value_inside_list_and_resolver_default(pkg_with, build, monkeyp
     assert keys == {pre + "urls[1]", pre + "key", pre + "dec"}
 
 
+def test_an_empty_default_of_the_authors_own_is_accepted_an_empty_variable_is_not(pkg_with, build,
+                                                                                  monkeypatch) -> None:
+    # NeMo Gym 0.7.0's optional keys read `${oc.env:VAR,''}`: Gym resolves them to '' and so does the
+    # runtime; a variable set but empty, read without a default of the author's own, is still missing
+    monkeypatch.delenv("GR_TEST_UNSET_VAR", raising=False)
+    monkeypatch.setenv("GR_TEST_EMPTY_VAR", "")
+    ok = build(pkg_with({"configs/a.yaml": policy_cfg(opt="${oc.env:GR_TEST_UNSET_VAR,''}",
+                                                      also="${oc.env:GR_TEST_EMPTY_VAR,''}")}, [MODEL]))
+    assert ok.instances["policy_model"].config["opt"] == "" == ok.instances["policy_model"].config["also"]
+    with pytest.raises(MissingValuesError) as e:
+        build(pkg_with({"configs/a.yaml": policy_cfg(key="${oc.env:GR_TEST_EMPTY_VAR}",
+                                                     req="${oc.env:GR_TEST_EMPTY_VAR,???}")}, [MODEL]))
+    assert {v.key.rsplit(".", 1)[1] for v in e.value.violations} == {"key", "req"}
+
+
 def test_no_leaf_is_still_the_missing_marker(pkg_with, build) -> None:
     root = pkg_with({"configs/a.yaml": {**policy_cfg(), "marker": "${oc.decode:'???'}"}}, [MODEL])
     with pytest.raises(MissingValuesError) as e:

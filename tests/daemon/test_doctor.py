@@ -65,8 +65,8 @@ def test_package_secrets_per_server(tmp_path, capsys, monkeypatch) -> None:
     assert "sk-doctor-secret" not in out
     assert json.loads(out)["secrets"] == {"status": "ok", "servers": {
         "policy_model": ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"],
-        "acme_math": [], "acme_math_agent": []},
-        "passed_env": {"policy_model": [], "acme_math": [], "acme_math_agent": []}}
+        "acme_math": [], "acme_math_agent": [], "acme_math_environment_server": []},
+        "passed_env": {"policy_model": [], "acme_math": [], "acme_math_agent": [], "acme_math_environment_server": []}}
     main(["doctor", "--package", str(root)])
     lines = capsys.readouterr().out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("secrets:"))
@@ -135,16 +135,17 @@ def test_passed_variables_are_named_per_server_never_their_values(tmp_path, caps
                                   {"name": "GR_TEST_JUDGE_KEY", "instance": "acme_math", "set": False}]
     shared = {"name": "GR_TEST_ROUTER_KEY", "scope": "every server", "set": True}
     assert data["secrets"]["passed_env"] == {
-        "policy_model": [shared], "acme_math_agent": [shared],
+        "policy_model": [shared], "acme_math_agent": [shared], "acme_math_environment_server": [shared],
         "acme_math": [shared, {"name": "GR_TEST_JUDGE_KEY", "scope": "this server", "set": False}]}
     main(["doctor", "--package", str(root)])
     lines = capsys.readouterr().out.splitlines()
     assert ("server env: GR_TEST_ROUTER_KEY, acme_math:GR_TEST_JUDGE_KEY (not set) (GYM_RUNTIME_SERVER_ENV; "
             "names only)") in lines
     start = next(i for i, line in enumerate(lines) if line.startswith("passed:"))
-    assert lines[start:start + 3] == ["passed:    policy_model: GR_TEST_ROUTER_KEY",
+    assert lines[start:start + 4] == ["passed:    policy_model: GR_TEST_ROUTER_KEY",
                                       "           acme_math: GR_TEST_ROUTER_KEY, GR_TEST_JUDGE_KEY (this server, "
-                                      "not set)", "           acme_math_agent: GR_TEST_ROUTER_KEY"]
+                                      "not set)", "           acme_math_agent: GR_TEST_ROUTER_KEY",
+                                      "           acme_math_environment_server: GR_TEST_ROUTER_KEY"]
     monkeypatch.setenv("GYM_RUNTIME_SERVER_ENV", "acme_mat:GR_TEST_JUDGE_KEY")
     assert main(["doctor", "--json", "--package", str(root)]) == 1
     err = json.loads(capsys.readouterr().out)["secrets"]["error"]

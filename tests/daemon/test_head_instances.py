@@ -86,7 +86,7 @@ def test_status_and_logs_read_the_new_shape(daemon) -> None:
     r = cli("status", "--head", head)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0] == f"head server {head}: ready"
+    assert lines[0] == f"head server {head}: ok"  # /health's status: Gym 0.7's `ok` (the default line)
     math = next(line for line in lines if line.split()[0] == "acme_math").split()
     assert math[1] == "ready" and math[-1] == "resources_servers/acme_math"
     assert next(line for line in lines if line.split()[0] == "stub_model").split()[-1] == "(model)"

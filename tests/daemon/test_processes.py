@@ -11,7 +11,7 @@ import sys
 import httpx
 import psutil
 
-from tests.helpers.daemon import descendants, kill_tree, read_ready_line, simple_env, up_process
+from tests.helpers.daemon import SIMPLE_SERVERS, descendants, kill_tree, read_ready_line, simple_env, up_process
 
 
 def test_every_process_has_a_role_and_a_size(tmp_path) -> None:
@@ -27,7 +27,7 @@ def test_every_process_has_a_role_and_a_size(tmp_path) -> None:
         assert all(r["role"] != "other" for r in rows), rows
         assert [r["pid"] for r in rows if r["role"] == "daemon"] == [proc.pid]
         servers = {r["member"] for r in rows if r["role"] == "server"}
-        assert servers == {"acme_math", "acme_agent"}
+        assert servers == SIMPLE_SERVERS
         assert all(r["rss_mb"] > 0 for r in rows)
         if info["isolation"] != "none":
             assert any(r["component"] == "netns holder" for r in rows if r["role"] == "sandbox")

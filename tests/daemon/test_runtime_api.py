@@ -18,7 +18,7 @@ import pytest
 from gym_runtime import Runtime
 from gym_runtime.errors import GymRuntimeError
 from tests.daemon.conftest import fast_options
-from tests.helpers.daemon import simple_env, wait_gone, write_fixture_package
+from tests.helpers.daemon import SIMPLE_SERVERS, simple_env, wait_gone, write_fixture_package
 
 REF = {"type": "responses_api_agents", "name": "acme_agent"}
 
@@ -39,11 +39,11 @@ def tree_pids(rt: Runtime) -> list[int]:
 def check_running(rt: Runtime, info: dict) -> None:
     assert info["status"] == "ready" and info == rt.ready_info
     assert rt.head_url == info["head_server"]
-    assert set(rt.servers) == {"acme_math", "acme_agent"} and rt.servers == info["servers"]
+    assert set(rt.servers) == SIMPLE_SERVERS and rt.servers == info["servers"]
     code, body = rt.health()
-    assert code == 200 and body["status"] == "ready" and body["egress"]
+    assert code == 200 and body["status"] == "ok" and body["egress"]  # Gym 0.7's head status (the default line)
     with httpx.Client(trust_env=False, timeout=10) as c:
-        assert c.get(rt.head_url + "/health").json()["status"] == "ready"
+        assert c.get(rt.head_url + "/health").json() == body
         for url in rt.servers.values():
             assert c.get(url).json() == {"status": "ok"}
         r = c.post(rt.head_url + "/rollouts/run", json={"examples": [{"agent_ref": REF, "i": 0}]})
@@ -74,7 +74,7 @@ def test_sync_context_manager_with_the_stub_model(tmp_path: Path) -> None:
         check_running(rt, rt.ready_info)
         assert rt.ready_info["policy_model"]["stub"] is True
         pids = tree_pids(rt)
-        assert len(rt.env.supervisor.members) == 3  # two servers + the stub model
+        assert len(rt.env.supervisor.members) == len(SIMPLE_SERVERS) + 1  # the servers + the stub model
     assert any("built-in stub model" in line for line in lines)
     assert wait_gone(pids, 2.0) == []
 

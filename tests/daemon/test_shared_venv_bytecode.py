@@ -1,4 +1,5 @@
-"""Two servers with identical closures share one venv and each start; the first run learns each
+"""Servers with identical closures (the resources server, the agent and the relay in front of it)
+share one venv and each start; the first run learns each
 server's imports in a learning dir of its own, the daemon fills the venv's shared bytecode cache,
 and the next run gives both servers that cache (read-only, no writes). The cache is saved to the
 bytecode store, so a run after the venvs were deleted learns nothing either."""
@@ -14,7 +15,7 @@ from pathlib import Path
 from gym_runtime.venvs.bytecode import learned
 from gym_runtime.venvs.pyc_store import PycStore
 from gym_runtime.venvs.store import read_marker
-from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_process
+from tests.helpers.daemon import SIMPLE_SERVERS, kill_tree, read_ready_line, simple_env, up_process
 
 
 def _run_once(pkg: Path, tmp: Path, home: Path) -> dict[str, dict]:
@@ -24,12 +25,12 @@ def _run_once(pkg: Path, tmp: Path, home: Path) -> dict[str, dict]:
                       env={"GYM_RUNTIME_HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1"})
     try:
         info = json.loads(read_ready_line(proc))
-        assert set(info["servers"]) == {"acme_math", "acme_agent"}
+        assert set(info["servers"]) == SIMPLE_SERVERS
         envs = {n: json.loads((tmp / "run/servers" / n / "contract.json").read_text())["env"] for n in info["servers"]}
         venv = Path(envs["acme_math"]["VIRTUAL_ENV"])
         store, digest = PycStore(home / "bytecode"), read_marker(venv)["digest"]
         deadline = time.monotonic() + 60
-        while len(store.users(digest)) < 2 and time.monotonic() < deadline:  # learned, then saved
+        while len(store.users(digest)) < len(SIMPLE_SERVERS) and time.monotonic() < deadline:  # learned, then saved
             time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
@@ -42,12 +43,12 @@ def test_identical_closures_share_one_venv_and_its_bytecode_cache(tmp_path: Path
     pkg = simple_env(tmp_path / "pkg")
     first = _run_once(pkg, tmp_path / "a", tmp_path / "home")
     venv = Path(first["acme_math"]["VIRTUAL_ENV"])
-    assert first["acme_agent"]["VIRTUAL_ENV"] == str(venv)  # one venv for both
+    assert {e["VIRTUAL_ENV"] for e in first.values()} == {str(venv)}  # one venv for all
     prefixes = {n: Path(e["PYTHONPYCACHEPREFIX"]) for n, e in first.items()}
-    assert len(set(prefixes.values())) == 2, "each server learns in a dir of its own"
+    assert len(set(prefixes.values())) == len(SIMPLE_SERVERS), "each server learns in a dir of its own"
     assert all(p.is_relative_to(venv / ".gym-runtime" / "learn") for p in prefixes.values())
     assert all("PYTHONDONTWRITEBYTECODE" not in e for e in first.values()), "the host's switch would stop learning"
-    assert len(learned(venv)) == 2 and not any(p.exists() for p in prefixes.values())
+    assert len(learned(venv)) == len(SIMPLE_SERVERS) and not any(p.exists() for p in prefixes.values())
 
     second = _run_once(pkg, tmp_path / "b", tmp_path / "home")
     for env in second.values():  # the venv's own bytecode, read-only, written by the daemon alone
@@ -60,7 +61,7 @@ def test_a_rebuilt_venv_starts_with_the_stored_bytecode_and_learns_nothing(tmp_p
     first = _run_once(pkg, tmp_path / "a", home)
     venv = Path(first["acme_math"]["VIRTUAL_ENV"])
     users = learned(venv)
-    assert len(users) == 2 and PycStore(home / "bytecode").users(read_marker(venv)["digest"]) == users
+    assert len(users) == len(SIMPLE_SERVERS) and PycStore(home / "bytecode").users(read_marker(venv)["digest"]) == users
     shutil.rmtree(home / "venvs")  # a cold start: venvs deleted, the uv cache and the store kept
 
     second = _run_once(pkg, tmp_path / "b", home)

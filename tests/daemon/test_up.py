@@ -14,7 +14,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.helpers.daemon import (descendants, kill_tree, read_ready_line, simple_env, up_process, wait_gone,
+from tests.helpers.daemon import (SIMPLE_SERVERS, descendants, kill_tree, read_ready_line, simple_env, up_process, wait_gone,
                                   write_fixture_package)
 
 SECRET = "sk-acme-secret-123"
@@ -38,7 +38,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory):
 def test_ready_line_and_contract(daemon) -> None:
     proc, info, tmp = daemon
     assert info["status"] == "ready" and info["isolation"] in ("full", "partial", "none")
-    assert set(info["servers"]) == {"acme_math", "acme_agent"} and info["startup_s"] > 0
+    assert set(info["servers"]) == SIMPLE_SERVERS and info["startup_s"] > 0
     assert info["policy_model"] == {"base_url": "http://127.0.0.1:9/v1", "stub": False}
     assert info["gym_release"]["version"] == "0.7.0" and info["gym_release"]["line"] == "0.7"
     seen = json.loads((tmp / "run/servers/acme_math/contract.json").read_text())
@@ -69,7 +69,7 @@ def test_head_endpoints(daemon) -> None:
     with httpx.Client(base_url=head, trust_env=False, timeout=10) as c:
         assert c.get("/").json() == {"status": "ok"}
         h = c.get("/health")
-        assert h.status_code == 200 and h.json()["status"] == "ready"
+        assert h.status_code == 200 and h.json()["status"] == "ok"  # Gym 0.7's head status (the default line)
         assert h.json()["egress"][0]["allow"] == "127.0.0.0/8, ::1, localhost"  # the effective allowlist
         text = c.get("/global_config_dict_yaml").json()
         assert isinstance(text, str) and SECRET not in text
@@ -238,7 +238,7 @@ def test_no_policy_model_no_stub_and_one_warning(tmp_path: Path) -> None:
         assert info["policy_model"] == {"base_url": None, "stub": False}
         names = [s["process_name"] for s in httpx.get(info["head_server"] + "/server_instances",
                                                       trust_env=False).json()]
-        assert sorted(names) == ["acme_agent", "acme_math"]
+        assert sorted(names) == sorted(SIMPLE_SERVERS)
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(10) == 0
         err = proc.stderr.read()

@@ -25,7 +25,8 @@ def test_up_native_quickstart(tmp_path: Path) -> None:
     try:
         info = json.loads(read_ready_line(proc, timeout=600))
         assert set(info["servers"]) == {"policy_model", "code_lookup", "code_lookup_agent", "arithmetic",
-                                        "arithmetic_agent"}
+                                        "arithmetic_agent", "code_lookup_environment_server",
+                                        "arithmetic_environment_server"}
         assert info["policy_model"]["stub"] is True and info["ray"]["mode"] == "none"
         r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": rows}, timeout=120, trust_env=False)
         results = json.loads(r.text)["results"]

@@ -8,6 +8,11 @@
 its environment and argv to ``$HOME/contract.json`` for contract checks. Behaviour switches come
 from the instance config: ``fixture_exit: N`` (exit with status N at start), ``fixture_sleep: S``
 (sleep S seconds before binding), ``fixture_fail_row: true`` (``/run`` answers 500).
+
+A package with an agent also ships ``environment_servers/legacy_agent/`` as ``FIXTURE_RELAY_APP``
+(a stdlib relay: every ``POST`` is passed to the agent its ``agent_server`` names, the answer,
+its headers included, back unchanged), so the relays the 0.7 line generates in front of agents (docs/environment-packages.md,
+"Composition") run from the package, not from the built-in relay's PyPI venv.
 """
 
 from __future__ import annotations
@@ -63,12 +68,64 @@ print("fixture", name, "listening on", cfg["host"], cfg["port"], flush=True)
 ThreadingHTTPServer((cfg["host"], int(cfg["port"])), H).serve_forever()
 '''
 
+FIXTURE_RELAY_APP = r'''# test fixture: a stdlib legacy_agent relay (see tests/helpers/daemon.py)
+import json, os, sys, urllib.error, urllib.request
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+
+name = os.environ["NEMO_GYM_CONFIG_PATH"]
+blocks, cur, in_ref = {}, None, False
+for line in os.environ["NEMO_GYM_CONFIG_DICT"].splitlines():
+    if not line.startswith(" "):
+        cur, in_ref = line[:-1], False
+        blocks.setdefault(cur, {})
+    elif line.startswith("      ") and not line.startswith("       "):
+        in_ref = line.strip() == "agent_server:"
+        if ": " in line:
+            k, v = line.strip().split(": ", 1)
+            blocks[cur][k] = v.strip("'\"")
+    elif in_ref and line.strip().startswith("name: "):
+        blocks[cur]["agent"] = line.strip()[len("name: "):].strip("'\"")
+cfg = blocks[name]
+with open(os.path.join(os.environ["HOME"], "contract.json"), "w") as f:
+    json.dump({"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "cfg": cfg}, f)
+agent = blocks[cfg["agent"]]
+upstream = f"http://{agent['host']}:{agent['port']}"
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+class H(BaseHTTPRequestHandler):
+    def _send(self, code, body, headers=()):
+        self.send_response(code)
+        for k, v in headers:
+            if k.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server"):
+                self.send_header(k, v)
+        if not any(k.lower() == "content-type" for k, _ in headers):
+            self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_GET(self):
+        self._send(200, b'{"status": "ok"}')
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        req = urllib.request.Request(upstream + self.path, data=body, method="POST",
+                                     headers={"content-type": "application/json"})
+        try:
+            with opener.open(req, timeout=600) as r:
+                self._send(r.status, r.read(), r.headers.items())
+        except urllib.error.HTTPError as e:
+            self._send(e.code, e.read(), e.headers.items())
+    def log_message(self, *a):
+        pass
+
+print("fixture relay", name, "for", cfg["agent"], "listening on", cfg["host"], cfg["port"], flush=True)
+ThreadingHTTPServer((cfg["host"], int(cfg["port"])), H).serve_forever()
+'''
+
 
 def write_fixture_package(root: Path, instances: dict[str, dict], apps: dict[str, str] | None = None,
                           name: str = "acme-daemon-env") -> Path:
     """A native-v1 package: ``instances`` maps instance name -> ``{server_type: {impl: cfg}}``
     (``entrypoint: app.py`` is added); every implementation gets ``FIXTURE_APP`` (or
-    ``apps[impl]``) and a comment-only requirements.txt. One config file per server type dir."""
+    ``apps[impl]``) and a comment-only requirements.txt. One config file per server type dir.
+    With an agent, the package also ships the stdlib relay ``environment_servers/legacy_agent``."""
     root.mkdir(parents=True, exist_ok=True)
     by_dir: dict[Path, dict] = {}
     for inst, body in instances.items():
@@ -79,6 +136,11 @@ def write_fixture_package(root: Path, instances: dict[str, dict], apps: dict[str
         (d / "app.py").write_text((apps or {}).get(impl, FIXTURE_APP))
         (d / "requirements.txt").write_text("# stdlib only\n")
         by_dir.setdefault(d / "configs" / f"{impl}.yaml", {})[inst] = {stype: {impl: {"entrypoint": "app.py", **cfg}}}
+    if any("responses_api_agents" in body for body in instances.values()):
+        relay = root / "environment_servers" / "legacy_agent"
+        relay.mkdir(parents=True, exist_ok=True)
+        (relay / "app.py").write_text(FIXTURE_RELAY_APP)
+        (relay / "requirements.txt").write_text("# stdlib only\n")
     paths = []
     for path, data in by_dir.items():
         path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -108,9 +170,15 @@ def declaring_ray(app: str) -> str:
     return RAY_DECLARATION + app
 
 
+# the relay the 0.7 line (the default) generates in front of simple_env's agent, and every server it runs
+SIMPLE_RELAY = "acme_agent_environment_server"
+SIMPLE_SERVERS = frozenset({"acme_math", "acme_agent", SIMPLE_RELAY})
+
+
 def simple_env(root: Path, ray: bool = False, **resource_cfg: object) -> Path:
-    """A resources server ``acme_math`` plus an agent ``acme_agent`` referring to it; with ``ray``,
-    ``acme_math`` declares that it uses Ray."""
+    """A resources server ``acme_math`` plus an agent ``acme_agent`` referring to it (under the 0.7
+    line also the relay :data:`SIMPLE_RELAY` in front of the agent: :data:`SIMPLE_SERVERS`); with
+    ``ray``, ``acme_math`` declares that it uses Ray."""
     return write_fixture_package(root, {
         "acme_math": {"resources_servers": {"acme_math": {"domain": "math", **resource_cfg}}},
         "acme_agent": {"responses_api_agents": {"acme_agent": {

@@ -1,14 +1,19 @@
-"""A local base image for the Dockerfile where no container registry is reachable (docs/container.md).
+"""A local base image for the Dockerfiles where no container registry is reachable (docs/container.md).
 
-Debian 13 ("trixie", whose ``python3`` is 3.13) with ``python3-venv`` and ``ca-certificates``,
-made from Debian packages with Debian's own image tooling, as the official ``debian:*-slim``
-images are: ``debuerreotype-init`` (debootstrap, minbase) from an apt mirror this host is
-configured with, ``debuerreotype-minimizing-config`` (no apt caches or docs in later layers),
-``debuerreotype-slimify`` and ``debuerreotype-tar``; then ``podman import``.
+Debian forky (testing) with ``python3.13`` and ``python3.13-venv`` (3.13.15 there, as nemo-gym
+0.5+ needs >= 3.13.14; Debian 13's python3.13 is 3.13.5) and ``ca-certificates``, for amd64 or
+arm64, made from Debian packages with Debian's own image tooling, as the official
+``debian:*-slim`` images are: ``debuerreotype-init`` (debootstrap, minbase, with debootstrap's
+``sid`` script, which every Debian suite since buster uses) from an apt mirror this host is
+configured with, an apt setting that keeps that mirror readable after its Release file's
+``Valid-Until`` (:data:`APT_SNAPSHOT_CONF`), ``debuerreotype-minimizing-config`` (no apt caches or docs in later layers),
+``debuerreotype-slimify`` and ``debuerreotype-tar``; then ``podman import --arch``. A base of
+another architecture than the host's is made under qemu-user emulation
+(``tests/helpers/emulation.py``): debootstrap's second stage runs the target's own binaries.
 
 Cache: the tarball is kept in :func:`cache_dir` (``$XDG_CACHE_HOME/gym-runtime-tests/base-images``,
 default ``~/.cache/gym-runtime-tests/base-images``), named by a digest of the recipe; the imported
-image is tagged ``localhost/gym-runtime-base:trixie-<arch>-<digest>``. Clear both with
+image is tagged ``localhost/gym-runtime-base:forky-<arch>-<digest>``. Clear both with
 ``rm -rf ~/.cache/gym-runtime-tests/base-images`` and
 ``podman images -q localhost/gym-runtime-base | xargs -r podman rmi``.
 """
@@ -27,12 +32,19 @@ from pathlib import Path
 import httpx
 from filelock import FileLock
 
+from tests.helpers.emulation import emulation_missing
 from tests.helpers.podman import ensure_tools, podman, tail
 
-SUITE = "trixie"
-PACKAGES = ("python3", "python3-venv", "ca-certificates")
-STEPS = ("debuerreotype-init --non-debian", "debuerreotype-minimizing-config", "debuerreotype-slimify",
-         "debuerreotype-tar", "ENV LANG=C.UTF-8")  # part of the recipe digest: change one, get a new base
+SUITE = "forky"
+DEBOOTSTRAP_SCRIPT = "sid"  # debootstrap 1.0.128 (Debian 12) has no `forky` script; every suite since uses sid's
+PACKAGES = ("python3.13", "python3.13-venv", "ca-certificates")
+# The base is the mirror as of the day it was made: its apt keeps reading that mirror after the
+# Release file's Valid-Until (a week for testing) has passed, as debuerreotype's own apt-get does;
+# otherwise a base made from a frozen or snapshot mirror fails the Dockerfile's `apt-get update`.
+APT_SNAPSHOT_CONF = ("etc/apt/apt.conf.d/50gym-runtime-base-snapshot", 'Acquire::Check-Valid-Until "false";\n')
+STEPS = ("debuerreotype-init --non-debian --debootstrap-script", APT_SNAPSHOT_CONF, "debuerreotype-minimizing-config",
+         "debuerreotype-slimify", "debuerreotype-tar", "import --arch",
+         "ENV LANG=C.UTF-8")  # part of the recipe digest: change one, get a new base
 
 
 class BaseUnavailable(RuntimeError):
@@ -87,7 +99,7 @@ def apt_uris(apt_dir: Path = Path("/etc/apt")) -> list[str]:
 
 
 def host_mirror(uris: list[str] | None = None, timeout_s: float = 10.0) -> str:
-    """The first of ``uris`` (default :func:`apt_uris`) that serves ``dists/trixie/InRelease``;
+    """The first of ``uris`` (default :func:`apt_uris`) that serves ``dists/<SUITE>/InRelease``;
     raises :class:`BaseUnavailable` naming what was tried."""
     tried = []
     for uri in dict.fromkeys(apt_uris() if uris is None else uris):
@@ -113,15 +125,18 @@ def _run(argv: list[str], timeout: float) -> None:
 
 
 def make_tarball(arch: str, out: Path, mirror: str) -> None:
-    """Debian ``SUITE`` for ``arch`` with :data:`PACKAGES`, slim, as a rootfs tarball at ``out``."""
-    reason = ensure_tools("debuerreotype-init", "debootstrap", "wget")
+    """Debian ``SUITE`` for ``arch`` with :data:`PACKAGES`, slim, as a rootfs tarball at ``out``
+    (under emulation when ``arch`` is not the host's)."""
+    reason = ensure_tools("debuerreotype-init", "debootstrap", "wget") or emulation_missing(arch)
     if reason:
         raise BaseUnavailable(reason)
     work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=out.parent))
     rootfs = work / "rootfs"
     try:
-        _run(["debuerreotype-init", "--non-debian", "--arch", arch, "--include", ",".join(PACKAGES),
-              str(rootfs), SUITE, mirror], timeout=1200)
+        _run(["debuerreotype-init", "--non-debian", "--debootstrap-script", DEBOOTSTRAP_SCRIPT, "--arch", arch,
+              "--include", ",".join(PACKAGES), str(rootfs), SUITE, mirror], timeout=3600)
+        conf, text = APT_SNAPSHOT_CONF
+        (rootfs / conf).write_text(text)
         for step in ("debuerreotype-minimizing-config", "debuerreotype-slimify"):
             _run([step, str(rootfs)], timeout=300)
         _run(["debuerreotype-tar", str(rootfs), str(work / "rootfs.tar")], timeout=300)
@@ -130,15 +145,17 @@ def make_tarball(arch: str, out: Path, mirror: str) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def import_tarball(tarball: Path, tag: str) -> None:
-    """``podman import`` of a rootfs tarball as image ``tag`` (``LANG=C.UTF-8``, as the official
-    Python images set it). Raises ``CalledProcessError``."""
-    podman("import", "--change", 'CMD ["/bin/bash"]', "--change", "ENV LANG=C.UTF-8", str(tarball), tag, timeout=600)
+def import_tarball(tarball: Path, tag: str, arch: str) -> None:
+    """``podman import`` of a rootfs tarball as image ``tag`` of ``linux/<arch>`` (``LANG=C.UTF-8``,
+    as the official Python images set it). Raises ``CalledProcessError``."""
+    podman("import", "--arch", arch, "--change", 'CMD ["/bin/bash"]', "--change", "ENV LANG=C.UTF-8", str(tarball),
+           tag, timeout=600)
 
 
 def ensure_base(arch: str) -> Base:
-    """The base image for ``arch`` (this host's architecture): already imported, imported from the
-    cached tarball, or made and cached first. Raises :class:`BaseUnavailable`."""
+    """The base image for ``arch`` (``amd64``, ``arm64``; another than the host's is made under
+    emulation): already imported, imported from the cached tarball, or made and cached first.
+    Raises :class:`BaseUnavailable`."""
     digest = recipe_digest(arch)
     tag = f"localhost/gym-runtime-base:{SUITE}-{arch}-{digest}"
     cache = cache_dir()
@@ -153,6 +170,6 @@ def ensure_base(arch: str) -> Base:
             make_tarball(arch, tarball, host_mirror())
             base.seconds["debuerreotype"] = round(time.monotonic() - t0, 1)
         t0 = time.monotonic()
-        import_tarball(tarball, tag)
+        import_tarball(tarball, tag, arch)
         base.seconds["import"] = round(time.monotonic() - t0, 1)
         return base

@@ -1,18 +1,20 @@
-"""Real NeMo Gym environments as native-v1 packages: server trees from the ``nemo-gym`` 0.4.0
-wheel on PyPI, unchanged.
+"""Real NeMo Gym environments as native-v1 packages: server trees from the ``nemo-gym`` wheel on
+PyPI (0.4.0 unless a release is given), unchanged.
 
-``gym_wheel()`` downloads the wheel once (pip, Python >= 3.12 from pyenv, ``--no-deps``) into
-``$XDG_CACHE_HOME/gym-runtime-tests/wheels`` and reuses it afterwards. ``assemble_gym_package``
-copies ``resources_servers/example_single_tool_call``, ``responses_api_agents/simple_agent`` and
-``responses_api_models/vllm_model`` out of it byte for byte, leaving out only what a package may
-not hold (``.jsonl`` datasets, docs/architecture.md §3) and the trees' ``tests/``; the rows of
+``gym_wheel()`` downloads the wheel once (pip, ``--no-deps``, whatever the running Python: the
+wheel is pure Python and only its files are read) into ``$XDG_CACHE_HOME/gym-runtime-tests/wheels``
+and reuses it afterwards. ``assemble_gym_package`` copies ``resources_servers/example_single_tool_call``,
+``responses_api_agents/simple_agent``, ``responses_api_models/vllm_model`` and every other tree
+the example's main config names (from 0.7.0: ``environment_servers/legacy_agent``, the relay in
+front of the agent) out of it byte for byte, leaving out only what a package may not hold
+(``.jsonl`` datasets, docs/architecture.md §3) and the trees' ``tests/``; the rows of
 ``data/example.jsonl`` are returned for the caller to send. The manifest lists Gym's own config
 files, policy model first; the agent's config is the example's ``example_single_tool_call_simple_agent``.
 
 ``assemble_tree_package`` does the same for any resources server of the wheel: the tree with one of
-its configs, the agent tree(s) that config names, and ``responses_api_models/vllm_model``; every
-``datasets`` block is dropped from the configs (their files are not shipped), and the tree's own
-example rows are returned.
+its configs, the agent and environment server trees that config names (environment servers from
+0.5 on), and ``responses_api_models/vllm_model``; every ``datasets`` block is dropped from the
+configs (their files are not shipped), and the tree's own example rows are returned.
 """
 
 from __future__ import annotations
@@ -33,6 +35,20 @@ TREES = ("responses_api_models/vllm_model", "resources_servers/example_single_to
 CONFIGS = ("responses_api_models/vllm_model/configs/vllm_model.yaml",
            "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml")
 DATASET = "resources_servers/example_single_tool_call/data/example.jsonl"
+
+
+def release_python(version: str = GYM_VERSION) -> str | None:
+    """An interpreter nemo-gym ``version`` runs on, or None: a pyenv Python 3.12+ for a release that
+    accepts one (0.4.0: :func:`python_312_plus`), else the one ``tests/helpers/gym_python.py`` finds
+    on the host or provisions for the release's ``Requires-Python`` (0.5 and later: >= 3.13.14)."""
+    from gym_runtime.gym_release import known_release
+    from tests.helpers.gym_python import find_gym_python
+
+    spec = known_release(version).python_spec
+    if spec.contains("3.12.0"):
+        return python_312_plus()
+    found = find_gym_python(str(spec))
+    return str(found) if found else None
 
 
 def python_312_plus() -> str | None:
@@ -62,11 +78,26 @@ def gym_wheel(python: str, version: str = GYM_VERSION) -> Path:
     return found[0]
 
 
+def wheel_version(wheel: Path) -> str:
+    """The release a ``nemo_gym-X.Y.Z-...whl`` file holds."""
+    return wheel.name.split("-")[1]
+
+
+def _named_trees(z: zipfile.ZipFile) -> tuple[str, ...]:
+    """:data:`TREES` and every other ``{server_type}/{implementation}`` the main config names."""
+    doc = yaml.safe_load(z.read(CONFIGS[1])) or {}
+    named = {f"{t}/{impl}" for inst in doc.values() if isinstance(inst, dict) for t, impls in inst.items()
+             if isinstance(impls, dict) for impl in impls}
+    return TREES + tuple(sorted(named - set(TREES)))
+
+
 def assemble_gym_package(wheel: Path, root: Path) -> tuple[Path, list[dict]]:
     """Write the package under ``root``; returns ``(root, dataset rows)``."""
     with zipfile.ZipFile(wheel) as z:
+        trees = tuple(f"{t}/" for t in _named_trees(z))
+        version = wheel_version(wheel)
         for name in z.namelist():
-            if not name.startswith(TREES) or name.endswith("/"):
+            if not name.startswith(trees) or name.endswith("/"):
                 continue
             rel = Path(name)
             if name.endswith(".jsonl") or "tests" in rel.parts:
@@ -77,23 +108,24 @@ def assemble_gym_package(wheel: Path, root: Path) -> tuple[Path, list[dict]]:
         rows = [json.loads(line) for line in z.read(DATASET).decode().splitlines() if line.strip()]
     manifest = {"format": "native-v1", "config_paths": list(CONFIGS),
                 "metadata": {"name": "gym-example-single-tool-call",
-                             "description": f"NeMo Gym {GYM_VERSION} example_single_tool_call, unchanged"}}
+                             "description": f"NeMo Gym {version} example_single_tool_call, unchanged"}}
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return root, rows
 
 
-def gym_venv() -> Path | None:
-    """A venv holding ``nemo-gym==0.4.0`` (its clients ``ng_status``, ``ng_collect_rollouts`` and its
-    server trees), built once with real uv from PyPI on a pyenv Python 3.12+ and kept under
-    :func:`cache_dir` between runs (a completion marker, written last, says it is whole; a file
-    lock keeps parallel test runs from building it twice). None when no such Python exists."""
+def gym_venv(version: str = GYM_VERSION) -> Path | None:
+    """A venv holding ``nemo-gym==<version>`` (its clients ``ng_status``, ``ng_collect_rollouts``,
+    ``gym`` and its server trees), built once with real uv from PyPI on an interpreter the release
+    accepts (:func:`release_python`) and kept under :func:`cache_dir` between runs (a completion
+    marker, written last, says it is whole; a file lock keeps parallel test runs from building it
+    twice). None when no such Python exists."""
     from filelock import FileLock
     import uv
 
-    python = python_312_plus()
+    python = release_python(version)
     if python is None:
         return None
-    venv = cache_dir() / f"nemo-gym-{GYM_VERSION}-venv"
+    venv = cache_dir() / f"nemo-gym-{version}-venv"
     marker = venv / ".complete"
     venv.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(venv) + ".lock", timeout=1800):
@@ -101,8 +133,8 @@ def gym_venv() -> Path | None:
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([uv.find_uv_bin(), "venv", "--quiet", "--python", python, str(venv)], check=True)
             subprocess.run([uv.find_uv_bin(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-                            f"nemo-gym=={GYM_VERSION}"], check=True, timeout=1800)
-            marker.write_text(GYM_VERSION)
+                            f"nemo-gym=={version}"], check=True, timeout=1800)
+            marker.write_text(version)
     return venv
 
 def _strip_datasets(node: object) -> None:
@@ -112,12 +144,16 @@ def _strip_datasets(node: object) -> None:
             _strip_datasets(value)
 
 
-def tree_agents(wheel: Path, tree: str, config: str) -> list[str]:
-    """The agent implementations that ``resources_servers/{tree}/configs/{config}`` configures."""
+NAMED_TYPES = ("responses_api_agents", "environment_servers")  # the trees a resources config brings along
+
+
+def tree_implementations(wheel: Path, tree: str, config: str) -> list[str]:
+    """The agent and environment server trees (``type/implementation``) that
+    ``resources_servers/{tree}/configs/{config}`` configures."""
     with zipfile.ZipFile(wheel) as z:
         doc = yaml.safe_load(z.read(f"resources_servers/{tree}/configs/{config}")) or {}
-    return sorted({impl for inst in doc.values() if isinstance(inst, dict)
-                   for impl in (inst.get("responses_api_agents") or {})})
+    return sorted({f"{kind}/{impl}" for inst in doc.values() if isinstance(inst, dict)
+                   for kind in NAMED_TYPES for impl in (inst.get(kind) or {})})
 
 
 def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tuple[Path, list[dict]]:
@@ -125,8 +161,8 @@ def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tu
     files byte for byte except the configs (``datasets`` removed) and what a package may not hold
     (``.jsonl`` files, ``data/``, ``tests/``). Returns ``(root, example rows)``; rows are ``[]`` when
     the tree ships no ``data/example.jsonl``."""
-    trees = [f"resources_servers/{tree}", *(f"responses_api_agents/{a}" for a in tree_agents(wheel, tree, config)),
-             "responses_api_models/vllm_model"]
+    trees = [f"resources_servers/{tree}", *tree_implementations(wheel, tree, config), "responses_api_models/vllm_model"]
+    version = wheel_version(wheel)
     keep_configs = {f"resources_servers/{tree}/configs/{config}", "responses_api_models/vllm_model/configs/vllm_model.yaml"}
     configs: list[str] = []
     with zipfile.ZipFile(wheel) as z:
@@ -138,7 +174,7 @@ def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tu
             inner = rel.relative_to(top).parts
             if inner[0] in ("data", "tests"):
                 continue
-            if inner[0] == "configs" and not top.startswith("responses_api_agents/"):
+            if inner[0] == "configs" and not top.startswith(NAMED_TYPES):
                 if name not in keep_configs:
                     continue
                 configs.append(name)
@@ -156,6 +192,6 @@ def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tu
     order = sorted(configs, key=lambda c: not c.startswith("responses_api_models/"))  # policy model first
     manifest = {"format": "native-v1", "config_paths": order,
                 "metadata": {"name": f"gym-{tree}".replace("_", "-")[:60],
-                             "description": f"NeMo Gym {GYM_VERSION} {tree}, unchanged"}}
+                             "description": f"NeMo Gym {version} {tree}, unchanged"}}
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return root, rows

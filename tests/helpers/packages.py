@@ -2,7 +2,8 @@
 
 ``make_package(root, fmt)`` writes a package of format ``native-v1``, ``wheels-v1`` or
 ``adapter-wheels-v1`` that passes ``gym-runtime validate`` with every implementation inside the
-package (so no built-in ``servers/`` is needed). ``write_wheel`` writes a real, minimal wheel
+package (so no built-in ``servers/`` is needed), shaped for NeMo Gym 0.7 (the default release):
+its agent is fronted by an environment server of its own, so no built-in relay is generated. ``write_wheel`` writes a real, minimal wheel
 (a zip with ``<pkg>/__init__.py``, ``METADATA``, ``WHEEL`` and ``RECORD``).
 """
 
@@ -25,17 +26,22 @@ ENV = {
         "entrypoint": "app.py",
         "resources_server": {"type": "resources_servers", "name": "acme_math"},
         "model_server": {"type": "responses_api_models", "name": "policy_model"}}}},
+    "acme_math_environment_server": {"environment_servers": {"acme_relay": {
+        "entrypoint": "app.py", "agent_server": {"type": "responses_api_agents", "name": "acme_math_agent"}}}},
 }
 ADAPTER_ENV = {"acme_vf": {"responses_api_agents": {"verifiers_agent": {
     "entrypoint": "app.py", "vf_env_id": "acme-vf",
-    "model_server": {"type": "responses_api_models", "name": "policy_model"}}}}}
+    "model_server": {"type": "responses_api_models", "name": "policy_model"}}}},
+    "acme_vf_environment_server": {"environment_servers": {"acme_relay": {
+        "entrypoint": "app.py", "agent_server": {"type": "responses_api_agents", "name": "acme_vf"}}}}}
 
 SERVERS = {
     "native-v1": [("responses_api_models", "policy_stub"), ("resources_servers", "acme_math"),
-                  ("responses_api_agents", "acme_agent")],
+                  ("responses_api_agents", "acme_agent"), ("environment_servers", "acme_relay")],
     "wheels-v1": [("responses_api_models", "policy_stub"), ("resources_servers", "acme_math"),
-                  ("responses_api_agents", "acme_agent")],
-    "adapter-wheels-v1": [("responses_api_models", "policy_stub"), ("responses_api_agents", "verifiers_agent")],
+                  ("responses_api_agents", "acme_agent"), ("environment_servers", "acme_relay")],
+    "adapter-wheels-v1": [("responses_api_models", "policy_stub"), ("responses_api_agents", "verifiers_agent"),
+                          ("environment_servers", "acme_relay")],
 }
 CONFIGS = {
     "native-v1": ["responses_api_models/policy_stub/configs/policy_model.yaml",

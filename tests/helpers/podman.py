@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import resource
 import shutil
 import subprocess
@@ -27,7 +28,8 @@ from pathlib import Path
 
 # executable -> the Debian package that ships it
 TOOLS = {"podman": "podman", "runc": "runc", "debuerreotype-init": "debuerreotype", "debootstrap": "debootstrap",
-         "wget": "wget"}
+         "wget": "wget", "qemu-aarch64-static": "qemu-user-static", "qemu-x86_64-static": "qemu-user-static",
+         "update-binfmts": "binfmt-support"}
 CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE")
 CA_IN_CONTAINER = "/run/gym-runtime-ca/ca-bundle.pem"
 IMAGE_WORKDIR = "/job/work"  # the image's working directory (Dockerfile WORKDIR, docs/container.md)
@@ -98,13 +100,19 @@ def ca_run_flags(ca: Path | None) -> list[str]:
     return ["-v", f"{ca.resolve()}:{CA_IN_CONTAINER}:ro", "-e", f"SSL_CERT_FILE={CA_IN_CONTAINER}"]
 
 
+def dockerfile(context: Path, arch: str) -> Path:
+    """The Dockerfile of Debian architecture ``arch`` (``amd64``, ``arm64``): ``Dockerfile.<arch>``."""
+    return context / f"Dockerfile.{arch}"
+
+
 def build_image(context: Path, tag: str, base: str, arch: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    """``podman build`` of ``context``'s Dockerfile for ``linux/<arch>`` with ``BASE_IMAGE=base``,
-    no cached layers, the host's CA bundle as the secret ``ca-bundle``. Raises ``CalledProcessError``."""
+    """``podman build`` of ``context``'s ``Dockerfile.<arch>`` for ``linux/<arch>`` with
+    ``BASE_IMAGE=base``, no cached layers, the host's CA bundle as the secret ``ca-bundle``. Raises
+    ``CalledProcessError``."""
     ca = host_ca_bundle()
     secret = ["--secret", f"id=ca-bundle,src={ca}"] if ca else []
     return podman("build", "--layers=false", "--pull=never", "--platform", f"linux/{arch}", *limit_flags(), *secret,
-                  "--build-arg", f"BASE_IMAGE={base}", "-t", tag, "-f", str(context / "Dockerfile"), str(context),
+                  "--build-arg", f"BASE_IMAGE={base}", "-t", tag, "-f", str(dockerfile(context, arch)), str(context),
                   timeout=timeout)
 
 
@@ -115,18 +123,20 @@ def image_size(tag: str) -> int:
 
 @dataclass
 class RuntimeImage:
-    """A built runtime image and how to run it here: this host's limits and CA bundle, and the
-    host directory ``examples`` read-only at ``examples`` under :data:`IMAGE_WORKDIR`, so
-    ``examples/...`` paths work as in the README)."""
+    """A built runtime image of Debian architecture ``arch`` and how to run it here: this host's
+    limits and CA bundle, ``--arch`` (an image of another architecture than the host's runs under
+    emulation; podman warns without it), and the host directory ``examples`` read-only at
+    ``examples`` under :data:`IMAGE_WORKDIR`, so ``examples/...`` paths work as in the README)."""
 
     tag: str
     examples: Path
+    arch: str = field(default_factory=lambda: host_arch())
     ca: Path | None = field(default_factory=host_ca_bundle)
 
     def run_args(self, *args: str, security: Sequence[str] = (), extra: Sequence[str] = ()) -> list[str]:
         """``podman run`` options, then the image and ``args`` (``extra`` options go last, e.g.
         ``--entrypoint``, ``-d``, ``--name``)."""
-        return [*limit_flags(), *security, *ca_run_flags(self.ca), "-e", "COLUMNS=100",
+        return [*limit_flags(), "--arch", self.arch, *security, *ca_run_flags(self.ca), "-e", "COLUMNS=100",
                 "-v", f"{self.examples}:{IMAGE_WORKDIR}/examples:ro", *extra, self.tag, *args]
 
     def run(self, *args: str, timeout: float, **kw) -> subprocess.CompletedProcess:
@@ -134,6 +144,14 @@ class RuntimeImage:
         return podman("run", "--rm", *self.run_args(*args, **kw), timeout=timeout, check=False)
 
 
+MACHINES = {"x86_64": "amd64", "aarch64": "arm64"}  # platform.machine() -> Debian's name
+
+
 def host_arch() -> str:
-    """Debian's name for this host's architecture (``amd64``, ``arm64``), as Docker's ``TARGETARCH``."""
-    return subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
+    """Debian's name for this host's architecture (``amd64``, ``arm64``), as Docker's ``TARGETARCH``:
+    ``dpkg --print-architecture``, else from the kernel's machine name."""
+    if shutil.which("dpkg"):
+        return subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    machine = platform.machine()
+    return MACHINES.get(machine, machine)

@@ -1,6 +1,6 @@
 """The local base's inputs, without building anything: which apt sources of a host the base is
 made from (both apt formats, disabled entries left out) and the skip reason when none serves
-Debian 13."""
+Debian forky, the suite whose python3.13 runs the current Gym release."""
 
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ def test_apt_uris_reads_both_formats_in_apt_order(tmp_path: Path) -> None:
                                   "http://three.invalid/debian"]
 
 
-def test_no_mirror_serving_trixie_is_a_reason_naming_what_was_tried() -> None:
+def test_no_mirror_serving_the_suite_is_a_reason_naming_what_was_tried() -> None:
     with pytest.raises(BaseUnavailable) as e:
         host_mirror(["http://127.0.0.1:1/debian", "file:///srv/mirror", "http://127.0.0.1:1/debian"], timeout_s=2)
-    assert str(e.value).startswith("no apt source of this host serves Debian trixie (tried: http://127.0.0.1:1/debian (")
+    assert str(e.value).startswith("no apt source of this host serves Debian forky (tried: http://127.0.0.1:1/debian (")
     assert str(e.value).count("127.0.0.1:1") == 1
 
 

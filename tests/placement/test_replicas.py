@@ -23,7 +23,7 @@ from gym_runtime.placement.package import package_digest
 from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
 from gym_runtime.placement.replica import HEAD, ReplicaJob, free_inside_ports
 from gym_runtime.settings import load_settings
-from tests.helpers.daemon import simple_env, wait_gone
+from tests.helpers.daemon import SIMPLE_SERVERS, simple_env, wait_gone
 from tests.placement.conftest import restore
 
 pytestmark = pytest.mark.slow
@@ -247,7 +247,7 @@ def test_the_python_api_places_on_ray_and_leaves_a_driver_it_did_not_start_conne
     pkg = simple_env(tmp_path / "pkg")
     with Runtime(pkg, placement="ray", ray_address=cluster.address, work_dir=tmp_path / "run",
                  options=SuperviseOptions(shutdown_grace_s=2)) as rt:
-        assert rt.ready_info["placement"] == "ray" and set(rt.servers) == {"acme_math", "acme_agent"}
+        assert rt.ready_info["placement"] == "ray" and set(rt.servers) == SIMPLE_SERVERS
         row = {"agent_ref": {"type": "responses_api_agents", "name": "acme_agent"}}
         out = httpx.post(rt.head_url + "/rollouts/run", json={"examples": [row]}, trust_env=False, timeout=60)
         assert out.json()["results"][0]["reward"] == 1.0

@@ -188,3 +188,43 @@ def test_a_failure_that_is_no_node_loss_keeps_its_own_error() -> None:
     r, asked = asyncio.run(scenario())
     assert asked == [1] and r.status_code == 502  # not sent again: only a node's loss is
     assert r.json()["error"]["code"] == "GR-PLACE-NO-REPLICA" and "replica 1 at 127.0.0.1:1" in r.json()["error"]["message"]
+
+
+def test_only_an_environment_servers_router_keeps_the_replica_header_it_relays() -> None:
+    """A replica's own claim to be a replica is never passed on, except through an environment
+    server's router: the environment server relays its agent's answer, whose header the agent's
+    router set, and the head server counts rows per agent replica from it."""
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            claim = self.headers.get("x-claim")
+            self.send_response(200)
+            if claim:
+                self.send_header("x-gym-runtime-replica", claim)
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *a) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+    async def header(keep: bool, claim: str | None) -> list[str]:
+        router = Router("acme_env", lambda: [srv.server_address[:2]], keep_relayed_replica=keep)
+        host, port = await router.start("127.0.0.1")
+        try:
+            async with httpx.AsyncClient(trust_env=False) as c:
+                r = await c.post(f"http://{host}:{port}/run", json={}, headers={"x-claim": claim} if claim else {})
+                return r.headers.get_list("x-gym-runtime-replica")
+        finally:
+            await router.stop()
+
+    try:
+        assert asyncio.run(header(False, "acme_agent.1")) == ["acme_env.0"]  # a replica's claim: dropped
+        assert asyncio.run(header(True, "acme_agent.1")) == ["acme_agent.1"]  # relayed from the agent's router
+        assert asyncio.run(header(True, None)) == ["acme_env.0"]
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.daemon import kill_tree, read_ready_line, up_process, wait_gone, write_fixture_package
+from tests.helpers.daemon import SIMPLE_RELAY, SIMPLE_SERVERS, kill_tree, read_ready_line, up_process, wait_gone, write_fixture_package
 from tests.placement.conftest import restore
 
 pytestmark = pytest.mark.slow
@@ -45,9 +45,9 @@ def test_replicas_spread_over_both_workers_behind_one_address_and_rollouts_run(c
     try:
         info = json.loads(read_ready_line(proc, timeout=600))
         assert info["placement"] == "ray" and info["ray"]["mode"] == "join"
-        assert set(info["servers"]) == {"acme_math", "acme_agent"}
+        assert set(info["servers"]) == SIMPLE_SERVERS
         table = instances(info["head_server"])
-        assert set(table) == {"acme_math.0", "acme_math.1", "acme_agent"}  # no row for the instance beside them
+        assert set(table) == {"acme_math.0", "acme_math.1", "acme_agent", SIMPLE_RELAY}  # no row for the instance
         said = httpx.get(info["head_server"] + "/servers/acme_math/logs", trust_env=False, timeout=10).json()
         assert said["log_file"] is None and "acme_math.0, acme_math.1" in said["lines"][0]
         reps = [table["acme_math.0"], table["acme_math.1"]]
@@ -78,7 +78,7 @@ def test_a_sigkilled_daemon_leaves_no_server_on_any_node(cluster, tmp_path: Path
         table = instances(info["head_server"])
         assert table["acme_math"]["node_id"] == cluster.node_ids["b"]
         pids = [t["remote_pid"] for t in table.values() if t.get("remote_pid")]
-        assert len(pids) == 2
+        assert len(pids) == len(SIMPLE_SERVERS)  # the relay in front of the agent is placed too
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
         assert wait_gone(pids, 60, zombies_count=False) == []  # Ray ends the actors the dead driver owned; their servers die with them

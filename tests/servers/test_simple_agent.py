@@ -120,3 +120,11 @@ def test_start_fails_cleanly_without_the_config_variable():
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(directory)}
     done = subprocess.run([sys.executable, "app.py"], cwd=directory, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "NEMO_GYM_CONFIG_DICT is not set" in done.stderr
+
+
+def test_one_rollouts_session_cookies_never_reach_another_rollout(chain):
+    """Two rollouts from callers holding no cookie get two resources-server sessions: the agent's
+    shared HTTP client keeps no cookie of its own (it used to send the first rollout's session
+    cookie on the second rollout's ``/seed_session``, so both shared one session)."""
+    sessions = [run(chain, "lookup_agent", lookup_row("iota")).cookies.get("gym_session_lookup") for _ in range(3)]
+    assert None not in sessions and len(set(sessions)) == 3, sessions

@@ -111,11 +111,17 @@ def synthetic_pkg(dest: Path, servers: dict[str, tuple[str, str]], *, wheels: li
     return _finish(dest, wheels, None)
 
 
-def merged_config(root: Path, overrides: list[str] | None = None) -> MergedConfig:
-    """Load a package (tolerating package violations such as an sdist in wheels/) and merge its config."""
+def merged_config(root: Path, overrides: list[str] | None = None, version: str = TINY_PINS["nemo-gym"]
+                  ) -> MergedConfig:
+    """Load a package (tolerating package violations such as an sdist in wheels/) and merge its config
+    under Gym release ``version`` (default: :data:`TINY_PINS`'s, the 0.4 line: no relay is generated
+    in front of an agent, so the plans hold the package's own servers only)."""
+    from gym_runtime.gym_release import release_for
+
     pkg, _violations = check_package(root)
     assert pkg is not None, _violations
-    return build_config(pkg, overrides or [], builtin_root=root / "_no_builtins")
+    return build_config(pkg, overrides or [], builtin_root=root / "_no_builtins",
+                        release=release_for(version, "the test's pins"))
 
 
 def server_config(name: str, server_type: str = "resources_servers", impl: str | None = None,

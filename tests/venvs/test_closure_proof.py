@@ -77,9 +77,9 @@ def test_vendor_completes_an_adapter_packages_environment_wheels(tmp_path: Path,
     from tests.helpers.packages import make_package
 
     policy = ["policy_base_url=http://127.0.0.1:1/v1", "policy_model_name=m", "policy_api_key=${oc.env:HOME}"]
-    adapter = make_package(tmp_path / "adapter", "adapter-wheels-v1")
-    reqs, _ = requirement_lines(merged_config(adapter, policy), make_settings())
+    adapter = make_package(tmp_path / "adapter", "adapter-wheels-v1")  # 0.7-shaped: it declares environment servers
+    reqs, _ = requirement_lines(merged_config(adapter, policy, "0.7.0"), make_settings())
     assert {"acme-math-lib==0.1.0", "pip==24.0"} <= set(reqs)
     wheels = make_package(tmp_path / "wheels", "wheels-v1")
-    reqs, _ = requirement_lines(merged_config(wheels, policy), make_settings())
+    reqs, _ = requirement_lines(merged_config(wheels, policy, "0.7.0"), make_settings())
     assert "acme-math-lib==0.1.0" not in reqs

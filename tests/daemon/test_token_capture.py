@@ -51,9 +51,7 @@ def consume(capture: Path, rollouts: dict[str, dict]) -> dict:
 
 
 def capture_env(tmp: Path, capture: Path) -> dict[str, str]:
-    # the 0.4 line sends rows straight to their agents (the release line does not change capture)
-    return {**shared_venvs(), "GYM_RUNTIME_TOKEN_CAPTURE_DIR": str(capture), "GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0",
-            CONTROL: "control-secret"}
+    return {**shared_venvs(), "GYM_RUNTIME_TOKEN_CAPTURE_DIR": str(capture), CONTROL: "control-secret"}
 
 
 def _environ(p: psutil.Process) -> dict[str, str]:

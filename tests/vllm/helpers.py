@@ -23,9 +23,9 @@ def policy_args(engine: VLLMServer) -> list[str]:
 
 
 def runtime_env(tmp: Path) -> dict[str, str]:
-    """The built-in servers' shared venvs; the 0.4 line sends rows straight to their agents."""
-    return {**shared_venvs(), "GYM_RUNTIME_POLICY_API_KEY": "EMPTY", "GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0",
-            "GYM_RUNTIME_HOME": str(tmp / "home")}
+    """The built-in servers' shared venvs (the bundled example runs under the default pins: its
+    environment servers are the built-in relays, which need no SDK)."""
+    return {**shared_venvs(), "GYM_RUNTIME_POLICY_API_KEY": "EMPTY", "GYM_RUNTIME_HOME": str(tmp / "home")}
 
 
 def rows_file(tmp: Path, rows: list[dict]) -> Path:

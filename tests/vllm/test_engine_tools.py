@@ -169,7 +169,6 @@ def test_token_ids_of_gym_070s_own_vllm_model_are_vllms_own(engine, tmp_path):
     pkg, _ = assemble_tree_package(gym07_wheel(), "example_single_tool_call", "example_single_tool_call.yaml",
                                    tmp_path / "pkg")
     env = {**runtime_env(tmp_path), "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs07")}
-    env.pop("GYM_RUNTIME_PIN_NEMO_GYM")  # the tree is NeMo Gym 0.7.0's: the default pins
     with running_up(pkg, tmp_path, *policy_args(served), "--python", gym07_python(), *TRAINING,
                     env=env, timeout=1500) as (proc, info):
         assert_token_ids_are_vllms(served, info["servers"]["policy_model"], PLAIN)

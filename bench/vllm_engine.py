@@ -3,14 +3,14 @@
     ./uvw run python bench/vllm_engine.py [--cold] [--completions 20]
 
 Figures (docs/rollouts.md, "A real vLLM engine"): the vLLM venv (built with real uv by
-``tests/helpers/vllm_engine.py``, or reused) and its size; ``--cold`` builds it again into an empty
-cache directory of its own (the uv cache stays as it is: warm after the first install, so this is
-the install time without downloads; delete ``~/.cache/uv`` first for a download too); the tiny
-model made from scratch by ``tests/helpers/vllm_model_maker.py`` (time, size, training steps);
-the engine with the tool and reasoning parsers: time to ready, RSS and idle CPU; the median
-latency of one short turn (the model's think block and "OK", at most 16 tokens) straight to the engine and through ``gym-runtime up``'s
-built-in ``vllm_model``; the engine's stop after SIGTERM. Needs what the ``vllm`` tests need (the
-``torch +cpu`` wheel in ``PIP_FIND_LINKS``).
+``tests/helpers/vllm_engine.py``, or reused) and its size; ``--cold`` builds it again under an
+empty ``XDG_CACHE_HOME`` of its own, which uv's cache follows too: a cold install, downloads
+included (the ``torch +cpu`` wheel is a local file); the tiny model made from scratch by
+``tests/helpers/vllm_model_maker.py`` (time, size, training steps); the engine with the tool and
+reasoning parsers: time to ready, RSS and idle CPU; the median latency of one short turn (the
+model's think block and "OK", at most 16 tokens) straight to the engine and through ``gym-runtime
+up``'s built-in ``vllm_model``; the engine's stop after SIGTERM. Needs what the ``vllm`` tests need
+(the ``torch +cpu`` wheel in ``PIP_FIND_LINKS``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def venv_figures(cold: bool) -> None:
             t0 = time.monotonic()
             venv = vllm_engine.vllm_venv()
             took = time.monotonic() - t0
-            print(f"venv built (uv cache as it was): {took:.1f} s, {size_mb(venv):.0f} MB")
+            print(f"venv built cold (empty uv cache): {took:.1f} s, {size_mb(venv):.0f} MB")
             if old is None:
                 os.environ.pop("XDG_CACHE_HOME")
             else:

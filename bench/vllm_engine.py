@@ -1,6 +1,6 @@
 """Bench the real vLLM engine the ``vllm`` tests use: prints figures, asserts nothing.
 
-    ./uvw run python bench/vllm_engine.py [--cold] [--completions 20]
+    ./uvw run python bench/vllm_engine.py [--cold] [--skip-model] [--completions 20]
 
 Figures (docs/rollouts.md, "A real vLLM engine"): the vLLM venv (built with real uv by
 ``tests/helpers/vllm_engine.py``, or reused) and its size; ``--cold`` builds it again under an
@@ -65,12 +65,13 @@ def venv_figures(cold: bool) -> None:
 def model_figures() -> None:
     python = vllm_engine.vllm_venv() / "bin" / "python"
     with tempfile.TemporaryDirectory(prefix="tiny-model-") as out:
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), sum(os.times()[2:4])
         done = subprocess.run([str(python), str(vllm_engine.MAKER), out], capture_output=True, text=True,
                               env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True)
         took = time.monotonic() - t0
         facts = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"tiny model made: {took:.1f} s wall ({facts['seconds']} s training, {facts['steps']} steps, "
+        cpu = sum(os.times()[2:4]) - cpu0
+        print(f"tiny model made: {took:.1f} s wall, {cpu:.0f} s CPU ({facts['seconds']} s training, {facts['steps']} steps, "
               f"{facts['parameters']} parameters, vocab {facts['vocab']}), {size_mb(Path(out)):.2f} MB")
 
 
@@ -111,10 +112,12 @@ def up_figures(engine: VLLMServer, n: int, work: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cold", action="store_true", help="also build the venv into an empty cache directory")
+    parser.add_argument("--skip-model", action="store_true", help="do not make the tiny model again (minutes)")
     parser.add_argument("--completions", type=int, default=20)
     args = parser.parse_args()
     venv_figures(args.cold)
-    model_figures()
+    if not args.skip_model:
+        model_figures()
     with tempfile.TemporaryDirectory(prefix="vllm-bench-") as tmp:
         work = Path(tmp)
         t0 = time.monotonic()

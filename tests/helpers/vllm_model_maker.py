@@ -21,7 +21,8 @@ torch are vLLM's own dependencies) and writes a Hugging Face model directory vLL
   the previous prompt and generation (what training-token capture checks).
 
 Everything is seeded: the same script makes the same files on any machine with these versions.
-The directory is small (under 2 MB) and made in well under a minute on two cores.
+The directory is small (about 1.5 MB); making it takes minutes of CPU (docs/rollouts.md, "A real
+vLLM engine", has the figures), once per version of this script.
 """
 
 from __future__ import annotations

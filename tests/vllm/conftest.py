@@ -26,10 +26,15 @@ PROFILES = {
 MAX_MODEL_LEN = 1024
 
 
-
 @pytest.fixture(scope="session")
-def vllm_ready(pypi_available: bool) -> Path:
-    """The tiny model's directory once vLLM is installed; skips with the reason otherwise."""
+def vllm_ready(request: pytest.FixtureRequest, pypi_available: bool) -> Path:
+    """The tiny model's directory once vLLM is installed; skips with the reason otherwise.
+
+    Runs only when selected (``-m vllm``): outside the suite's default run and CI, whose 45-minute
+    bound a cold install, the model's making and the engines' starts would put at risk on two
+    shared cores (docs/rollouts.md, "A real vLLM engine")."""
+    if "vllm" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("starts a real vLLM engine: select it with `pytest -m vllm` (docs/rollouts.md)")
     if not pypi_available:
         pytest.skip("PyPI cannot be reached from here (installing vLLM needs it)")
     try:

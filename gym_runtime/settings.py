@@ -115,6 +115,7 @@ class RuntimeSettings:
     server_env: tuple[tuple[str, str | None], ...] = ()
     task_sandboxes: Any = None  # gym_runtime.task_sandboxes.settings.TaskSandboxSettings
     writable_trees: frozenset[str] = frozenset()  # instance names, or {"*"}
+    token_capture_dir: Path | None = None  # GYM_RUNTIME_TOKEN_CAPTURE_DIR (gym_runtime/config/token_capture.py)
 
     def writable_tree(self, instance: str) -> bool:
         """Whether ``instance``'s server tree is a copy-on-write view (``GYM_RUNTIME_WRITABLE_TREES``)."""
@@ -179,6 +180,13 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
                             f"{', '.join(VENDOR_PLATFORMS)}", hint="unset it to require `vendor --platform`")
     from gym_runtime.task_sandboxes.settings import load as load_task_sandboxes
 
+    capture = env.get("GYM_RUNTIME_TOKEN_CAPTURE_DIR") or None
+    if capture is not None and not Path(capture).is_absolute():
+        raise SettingsError(f"GYM_RUNTIME_TOKEN_CAPTURE_DIR={capture!r} is not an absolute path",
+                            code="GR-SETTINGS-TOKEN-CAPTURE-DIR",
+                            hint="give the absolute directory the model servers write token ids to and the trainer "
+                            "reads (node-local), or unset it")
+
     return RuntimeSettings(
         home=home,
         venv_dir=Path(env.get("GYM_RUNTIME_VENV_DIR") or home / "venvs").expanduser(),
@@ -196,6 +204,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         server_env=parse_server_env(env.get(SERVER_ENV_VAR, "")),
         task_sandboxes=load_task_sandboxes(env, home),
         writable_trees=frozenset(x.strip() for x in env.get("GYM_RUNTIME_WRITABLE_TREES", "").split(",") if x.strip()),
+        token_capture_dir=Path(capture) if capture else None,
     )
 
 

@@ -42,6 +42,9 @@ def pytest_configure(config: pytest.Config) -> None:
     tear down, so the daemons and stub models it started (each in its own session, out of reach of
     a signal to pytest's group) stop with it instead of outliving a killed CI job."""
     mp = pytest.MonkeyPatch()
+    if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("GYM_RUNTIME_TESTS_FIND_LINKS"):
+        # the vLLM tests' torch +cpu wheel may sit there (tests/helpers/vllm_engine.py)
+        mp.setenv("GYM_RUNTIME_TESTS_FIND_LINKS", os.environ["PIP_FIND_LINKS"])
     _scrub_runtime_environ(mp)
     home = tempfile.mkdtemp(prefix="gym-runtime-session-home-")
     mp.setenv("GYM_RUNTIME_HOME", home)

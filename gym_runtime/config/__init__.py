@@ -32,6 +32,8 @@ from omegaconf import OmegaConf
 
 from gym_runtime.config.blocks import named_blocks
 from gym_runtime.config.episodes import unbounded_agents
+from gym_runtime.config import token_capture
+from gym_runtime.config.builtin_keys import builtin_key_problems
 from gym_runtime.config.instances import ServerInstance, build_instances, declare, find_instances, python_version_problems
 from gym_runtime.config.compose import compose
 from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources
@@ -117,11 +119,13 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     # an interpolation can copy a whole instance block (`x.y: ${acme_math}`): check the resolved shape too
     ViolationList(find_instances(data, sources)).raise_if_any(ConfigError, "server instances are malformed")
     data, problems, warnings = apply_known_types(data, raw, sources)
+    capture_errors, capture_warnings = token_capture.apply(data, sources, settings.token_capture_dir)
+    problems, warnings = problems + capture_errors, warnings + capture_warnings
     builtin = builtin_server_dirs(builtin_root or builtin_servers_dir())
     instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin, package.root,
                                                            release)
-    problems += inst_violations + python_version_problems(data.get("python_version"), "python_version",
-                                                          sources.of("python_version"))
+    problems += inst_violations + builtin_key_problems(instances, sources)
+    problems += python_version_problems(data.get("python_version"), "python_version", sources.of("python_version"))
     extra_secrets, secret_violations = secret_key_names(raw, sources)
     problems += secret_violations
     refs, ref_violations = check_refs(declared, sources)

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gym_runtime.config import token_capture
 from gym_runtime.errors import BuildError, GymRuntimeError
 from gym_runtime.gym_release.ray_use import ray_users
 from gym_runtime.ray_target import choose, ray_level, wait_reachable
@@ -214,7 +215,7 @@ class LocalPlacement:
             if s.kind == "server":
                 s.spec.private_env = contract.private_env(contract.server_config_yaml(inside, env.merged.secrets,
                                                                                      s.name),
-                                                          passthrough.values_for(env.settings, s.name))
+                                                          self._passed(s.name))
         env.refresh_outside()
 
     def _add_server(self, name: str, inst: Any, python: Path, config_yaml: str, addr: tuple[str, int]) -> None:
@@ -233,13 +234,22 @@ class LocalPlacement:
             environ.update(ray_workers.job_env(sdir, python))
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, environ,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
-                           writable_paths=[wd, *self._ray_dirs(), *cache.writable],
-                           private_env=contract.private_env(config_yaml, passthrough.values_for(env.settings, name)),
+                           writable_paths=[wd, *self._ray_dirs(), *cache.writable,
+                                           *token_capture.writable_dir(env.merged.data, inst.server_type)],
+                           private_env=contract.private_env(config_yaml, self._passed(name)),
                            limits=self._limits(),
                            cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {})
         env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                     info={"server_type": inst.server_type, "implementation": inst.implementation,
                           "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
+
+    def _passed(self, name: str) -> dict[str, str]:
+        """The variables passed into server ``name`` from the daemon's environment (passthrough.py,
+        and the token-capture control token for a model server, config/token_capture.py)."""
+        env = self.env
+        inst = env.merged.instances[name]
+        return {**passthrough.values_for(env.settings, name),
+                **token_capture.passed(env.merged.data, inst.server_type, dict(env.settings.environ))}
 
     def _limits(self) -> Any:
         """Each server's resource limits (docs/runtime.md, "Resource limits"; settings)."""

@@ -132,6 +132,7 @@ class RayPlacement:
                      stable: dict[str, tuple[str, int]], digest: str) -> None:
         from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
         from gym_runtime.placement.replica import ReplicaJob
+        from gym_runtime.config import token_capture
         from gym_runtime.supervise import passthrough
 
         env, req = self.env, self.env.req
@@ -145,7 +146,10 @@ class RayPlacement:
                                  settings={"pin_mode": s.pin_mode, "pins": s.pins, "pin_origins": s.pin_origins,
                                            "python": s.python, "python_explicit": s.python_explicit},
                                  python=req.python, isolation=req.isolation, require_full=req.require_isolation,
-                                 passed=passthrough.values_for(s, name), release=merged.release)
+                                 passed={**passthrough.values_for(s, name),
+                                         **token_capture.passed(merged.data, merged.instances[name].server_type,
+                                                                dict(s.environ))},
+                                 release=merged.release)
                 self.launchers[member] = ReplicaLauncher(self.cluster, job, block.ray_options(),
                                                          self.addresses[member], shipper, env._say, self._phase)
         env._say(f"placing {len(self.launchers)} replica(s) on the Ray cluster at {self.cluster.address}")

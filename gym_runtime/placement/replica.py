@@ -242,6 +242,7 @@ class ServerReplica:
     def _spec(self, inst: Any, python: Path) -> Any:
         from sandbox import ProcessSpec, ResourceLimits
 
+        from gym_runtime.config import token_capture
         from gym_runtime.supervise import contract, ray_workers
 
         job = self.job
@@ -262,7 +263,8 @@ class ServerReplica:
         limits = ResourceLimits(memory_mb=self.settings.server_memory_mb, pids=self.settings.server_pids)
         return ProcessSpec(job.name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
-                           writable_paths=[self.work], private_env=contract.private_env(text, job.passed),
+                           writable_paths=[self.work, *token_capture.writable_dir(job.data, inst.server_type)],
+                           private_env=contract.private_env(text, job.passed),
                            limits=limits)
 
     # ------------------------------------------------------------------ the process

@@ -1,7 +1,7 @@
 """CLI: ``python -m gym_runtime.stub_model --host 127.0.0.1 --port P [--seed S] [--model NAME]``.
 
 Other flags: ``--p-correct`` (probability of a correct answer, default 0.5), ``--max-model-len``
-(context length in tokens, default 32768), ``--reasoning`` (return ``reasoning_content``),
+(context length in tokens, default 32768), ``--reasoning`` (return ``reasoning``, as vLLM with a reasoning parser),
 ``--api-key`` (require this bearer key; default: the ``STUB_MODEL_API_KEY`` variable, else none),
 ``--mode NAME=VALUE`` (repeatable: a misbehaviour for every request, see
 :mod:`gym_runtime.stub_model.quirks`, e.g. ``--mode call=verify``).

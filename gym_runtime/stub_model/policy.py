@@ -117,8 +117,8 @@ def find_arithmetic(text: str) -> float | None:
             continue
         try:
             value = _eval_node(ast.parse(expr.strip(), mode="eval"))
-        except (SyntaxError, ValueError, ZeroDivisionError):
-            continue
+        except (SyntaxError, ValueError, ZeroDivisionError, RecursionError, MemoryError):
+            continue  # too deep to evaluate (a sum of a thousand terms) is no expression to answer
     return value
 
 

@@ -59,8 +59,8 @@ def leaked_expected(content: Any) -> str | None:
     return None
 
 
-def _new(message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+def _new(message: str, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "BadRequestError", "param": param, "code": 400}}
 
 
 def _old(message: str) -> dict[str, Any]:  # vLLM before v0.7 answered errors at the top level
@@ -91,6 +91,35 @@ OVERFLOW = {
         "`max_model_len` is no smaller than the number of text tokens plus multimodal tokens."),
     "vllm-max-tokens-min": lambda p, m, t: _new("max_tokens must be at least 1, got 0."),
 }
+
+# What vLLM v0.32 answers a request that cannot run (the stub's own answers, :func:`too_long`): the
+# first two are context overflows (``vllm-context-length``, ``vllm-max-tokens-min``), the last a
+# configuration error (no prompt would ever fit).
+V032 = {
+    "prompt": lambda p, m, t: _new(
+        f"This model's maximum context length is {m} tokens. However, your prompt contains at least {m + 1} input "
+        "tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input "
+        f"prompt. (parameter=input_tokens, value={m + 1})", "input_tokens"),
+    "no_room": lambda p, m, t: _new("max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+                                    "max_tokens"),
+    "max_tokens": lambda p, m, t: _new(
+        f"max_tokens={t} cannot be greater than max_model_len={m}. Please request fewer output tokens. "
+        f"(parameter=max_tokens, value={t})", "max_tokens"),
+}
+
+
+def too_long(prompt_len: int, max_model_len: int, max_tokens: int | None) -> dict[str, Any] | None:
+    """vLLM v0.32's 400 body for a request that cannot run, else None: a prompt longer than the context,
+    one exactly as long (no room for one output token: vLLM sizes max_tokens to 0 and refuses that),
+    or a ``max_tokens`` above the context length. A prompt that fits with a ``max_tokens`` that does
+    not is served and cut at the context length (``finish_reason: length``)."""
+    if prompt_len > max_model_len:
+        return V032["prompt"](prompt_len, max_model_len, max_tokens or 0)
+    if prompt_len == max_model_len:
+        return V032["no_room"](prompt_len, max_model_len, 0)
+    if max_tokens is not None and max_tokens > max_model_len:
+        return V032["max_tokens"](prompt_len, max_model_len, max_tokens)
+    return None
 
 
 def overflow_body(wording: str, prompt_len: int, max_model_len: int, max_tokens: int | None) -> dict[str, Any]:

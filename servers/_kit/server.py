@@ -9,6 +9,8 @@
 - :func:`main` turns a :class:`~_kit.config.StartupError` into one line on stderr and exit code 1.
 - A request whose client disconnects before its answer is complete is cancelled
   (:class:`~_kit.disconnect.CancelOnDisconnect`).
+- NeMo Gym 0.7's rollout prefix ``/ng-rollout/<id>[/training-token-capture]/`` is stripped before
+  routing (:mod:`_kit.rollout_path`; ``request.state.rollout_id``, ``request.state.token_capture``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 from _kit.config import StartupError, find_instance, instance_name, load_global_config, peer_address, resolved
 from _kit.disconnect import CancelOnDisconnect
 from _kit.peers import UpstreamError
+from _kit.rollout_path import RolloutPathMiddleware
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
@@ -112,7 +115,7 @@ def serve(app: FastAPI, ctx: ServerContext) -> None:
     port = ctx.config.get("port")
     if port is None:
         raise StartupError(f"'{ctx.name}' has no port assigned")
-    uvicorn.run(CancelOnDisconnect(app), host=ctx.config.get("host") or "127.0.0.1", port=int(port),
+    uvicorn.run(RolloutPathMiddleware(CancelOnDisconnect(app)), host=ctx.config.get("host") or "127.0.0.1", port=int(port),
                 log_level="warning", timeout_graceful_shutdown=0.5, timeout_keep_alive=30)
 
 

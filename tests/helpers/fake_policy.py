@@ -4,7 +4,7 @@ Run as its own process (``python -m tests.helpers.fake_policy --port P --behavio
 :func:`start_fake` does it): ``GET /v1/models`` lists ``--model``, ``POST /v1/chat/completions``
 answers as the behaviour says, ``POST /tokenize`` gives one id per whitespace-separated word of
 the rendered messages (the fake's "tokenizer"), ``GET /fake/requests`` returns every chat body
-received so far. Behaviours (:data:`BEHAVIOURS`), each after a real endpoint's answer:
+received so far, ``GET /fake/headers`` their request headers. Behaviours (:data:`BEHAVIOURS`), each after a real endpoint's answer:
 
 ``ok``                    a tool call of the first offered tool when no tool result follows the last
                           user message, else an answer echoing the last tool output (or ``OK.``);
@@ -161,7 +161,7 @@ BEHAVIOURS["tokenize_disagrees"] = ok
 def create_app(behaviour: str, model: str) -> FastAPI:
     """The fake endpoint's app (module doc)."""
     answer = BEHAVIOURS[behaviour]
-    state: dict = {"requests": [], "aborted": set()}
+    state: dict = {"requests": [], "headers": [], "aborted": set()}
     app = FastAPI()
 
     @app.get("/")
@@ -176,6 +176,10 @@ def create_app(behaviour: str, model: str) -> FastAPI:
     async def requests() -> list:
         return state["requests"]
 
+    @app.get("/fake/headers")
+    async def headers() -> list:
+        return state["headers"]
+
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict:
         body = await request.json()
@@ -188,6 +192,7 @@ def create_app(behaviour: str, model: str) -> FastAPI:
     async def chat(request: Request):
         body = await request.json()
         state["requests"].append(body)
+        state["headers"].append(dict(request.headers))
         return answer(body, state)
 
     return app

@@ -55,6 +55,14 @@ def test_arithmetic_reward_checks_the_last_number(chain):
     assert result["reward"] == 1.0 and result["expected"] == 10.0 and result["extracted"] == 10.0
 
 
+def test_an_expression_too_deep_to_evaluate_is_no_expected_value(chain):
+    """A prompt summing a thousand terms (a context-overflow row against a real engine) was a 500
+    (RecursionError) from /verify: now it has no expected value and scores 0.0."""
+    row = arithmetic_row("What is " + " + ".join(["1"] * 2000) + "?")
+    result = post(chain["arithmetic"] + "/verify", {**row, "response": answer("")})
+    assert result.status_code == 200 and result.json()["reward"] == 0.0
+
+
 def test_verify_without_response_is_422(chain):
     for name in ("lookup", "arithmetic"):
         reply = post(chain[name] + "/verify", {})

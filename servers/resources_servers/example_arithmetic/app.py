@@ -55,8 +55,8 @@ def expression_value(text: str) -> float | None:
         if any(op in expr for op in "+-*/"):
             try:
                 value = evaluate(ast.parse(expr, mode="eval"))
-            except (SyntaxError, ValueError, ZeroDivisionError):
-                continue
+            except (SyntaxError, ValueError, ZeroDivisionError, RecursionError, MemoryError):
+                continue  # not arithmetic this server evaluates (e.g. a sum of a thousand terms: too deep)
     return value
 
 

@@ -16,7 +16,9 @@ and nothing is sent. ``/run`` adds :data:`COUNTERS` to the verify answer: ``unkn
 ``invalid_tool_arguments``, ``context_overflow_stops`` (0 or 1: the model server ended the episode
 because the prompt no longer fit, ``context_overflow`` on its reply), ``unparsed_tool_calls`` (tool
 calls left as text in the final answer, ``_kit/markup.py``: the endpoint's parser missed them; the
-rollout is still verified, and the first is said once on stderr), ``max_steps_stops`` and
+rollout is still verified, and the first is said once on stderr; also each model reply the model
+server marked ``unparsed_tool_calls``: a turn that ended on a tool call no parser extracted),
+``max_steps_stops`` and
 ``idle_turn_stops`` (0 or 1: which cap ended the episode) and ``aborted_calls`` (model calls the
 engine cut off and the model server asked again). An error answer carries the counters so far as
 ``error.counters``. It answers 502 with ``error.type: bad_reward`` when the verify answer's
@@ -31,7 +33,11 @@ retries its endpoint for up to its own ``retry_deadline_seconds``), ``request_ti
 ``max_tool_argument_bytes`` (1000000), ``connect_retry_seconds`` (30: a call to the model or
 resources server whose connection is refused, e.g. while the daemon restarts it, is sent again
 with backoff for up to this long; a call that was delivered is never sent twice,
-``_kit/retry.py``). A ``model_unavailable`` 502 of the model server (the policy endpoint stayed
+``_kit/retry.py``), ``token_id_capture`` (false: NeMo Gym 0.7.0's key; with the config's
+``token_id_capture.enabled``, or with ``token_id_capture.all_agents``, a row's model calls go under
+``/ng-rollout/<rollout id>/training-token-capture/`` so the model server records their token ids;
+the rollout id is the row's ``_ng_rollout_id``, else ``<_ng_task_index>-<_ng_rollout_index>``). A
+``model_unavailable`` 502 of the model server (the policy endpoint stayed
 down past its retry deadline) and its other named errors (``tool_parser_missing``,
 ``bad_token_ids``, ``reasoning_field_rejected``) are answered as such, so the row's error says so.
 Rules and the contrast with Gym's own ``simple_agent``: docs/rollouts.md.
@@ -47,8 +53,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fastapi import Request, Response  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
+from _kit import rollout_path  # noqa: E402
 from _kit.config import Ref  # noqa: E402
 from _kit.markup import unparsed_tool_calls  # noqa: E402
 from _kit.peers import CookieJar, Peers, UpstreamError  # noqa: E402
@@ -62,7 +70,8 @@ COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_st
             "max_steps_stops", "idle_turn_stops", "aborted_calls")
 DEFAULT_MAX_STEPS = 32
 UNPARSED_WARNING = ("WARNING: the policy emitted tool calls that the endpoint's parser did not parse (tool-call "
-                    "markup in a final answer, counted as unparsed_tool_calls); check vLLM's --tool-call-parser")
+                    "markup in a final answer, or a turn that ended on a tool call with none parsed; counted as "
+                    "unparsed_tool_calls); check vLLM's --tool-call-parser")
 
 
 class SimpleAgentConfig(BaseModel):
@@ -80,6 +89,7 @@ class SimpleAgentConfig(BaseModel):
     model_timeout_seconds: float | None = Field(1800.0, gt=0)
     max_tool_argument_bytes: int = MAX_ARGUMENT_BYTES
     connect_retry_seconds: float = Field(PEER_CONNECT.deadline_s, ge=0)
+    token_id_capture: bool = False
 
     def deadline(self, key: str) -> float | None:
         """The read deadline (s) of calls governed by ``key``: that key when it was set, else
@@ -107,6 +117,8 @@ class SimpleAgent:
         self.resources_url = ctx.peer(self.config.resources_server.model_dump(), "resources_servers")
         self.peers = Peers(None, retry=RetryRule(self.config.connect_retry_seconds))
         self.max_steps = self.config.max_steps or DEFAULT_MAX_STEPS
+        self.capture = rollout_path.capture_enabled(OmegaConf.to_container(ctx.global_config, resolve=True),
+                                                    self.config.token_id_capture)
         self.warned_unparsed = False
         key = "resources_timeout_seconds"
         self.to_resources = {"role": "resources server", "timeout": self.config.deadline(key), "deadline_name": key}
@@ -127,10 +139,11 @@ class SimpleAgent:
             output = response.text
         return {"type": "function_call_output", "call_id": call.call_id, "output": output}
 
-    async def model_turn(self, body: dict, jar: CookieJar, counts: dict[str, int]) -> dict:
-        """One call of the model server's ``/v1/responses``: the Responses object (checked for
-        shape); the calls its endpoint cut off are added to ``aborted_calls``, also when it gave up."""
-        url = f"{self.model_url}/v1/responses"
+    async def model_turn(self, body: dict, jar: CookieJar, counts: dict[str, int], prefix: str = "") -> dict:
+        """One call of the model server's ``/v1/responses`` (under the rollout ``prefix``): the
+        Responses object (checked for shape); the calls its endpoint cut off are added to
+        ``aborted_calls``, also when it gave up."""
+        url = f"{self.model_url}{prefix}/v1/responses"
         try:
             reply = await self.peers.json(self.model_name, url, body, jar, **self.to_model)
         except UpstreamError as exc:
@@ -141,12 +154,17 @@ class SimpleAgent:
             raise UpstreamError(self.model_name, url, f"answered a body that is not a Responses object: "
                                 f"{json.dumps(reply)[:300]}", role="model server")
         counts["aborted_calls"] += _count(reply.get("aborted_calls"))
+        unparsed = _count(reply.get("unparsed_tool_calls"))  # the model server saw an unparsed call
+        if unparsed:
+            counts["unparsed_tool_calls"] += unparsed
+            self.warn_unparsed()
         return reply
 
     async def episode(self, params: dict, resources: CookieJar, model: CookieJar,
-                      counts: dict[str, int] | None = None) -> tuple[dict, dict[str, int]]:
+                      counts: dict[str, int] | None = None, prefix: str = "") -> tuple[dict, dict[str, int]]:
         """Run the model <-> tools loop; returns the last model response with every output
-        appended, and the counters (:data:`COUNTERS`, kept in ``counts`` when given)."""
+        appended, and the counters (:data:`COUNTERS`, kept in ``counts`` when given). ``prefix``:
+        the rollout path the model calls go under (``_kit/rollout_path.py``)."""
         base_input = params.get("input", [])
         if isinstance(base_input, str):
             base_input = [{"type": "message", "role": "user", "content": base_input}]
@@ -157,7 +175,7 @@ class SimpleAgent:
         step = idle = 0
         while True:
             step += 1
-            reply = await self.model_turn({**params, "input": base_input + outputs}, model, counts)
+            reply = await self.model_turn({**params, "input": base_input + outputs}, model, counts, prefix)
             outputs.extend(reply["output"])
             usage = _add_usage(usage, reply.get("usage"))
             if reply.get("context_overflow"):
@@ -185,7 +203,11 @@ class SimpleAgent:
         """Count tool-call markup left in the final answer (``_kit/markup.py``); said once per process."""
         found = unparsed_tool_calls(final_text(reply), offered)
         counts["unparsed_tool_calls"] += found
-        if found and not self.warned_unparsed:
+        if found:
+            self.warn_unparsed()
+
+    def warn_unparsed(self) -> None:
+        if not self.warned_unparsed:
             self.warned_unparsed = True
             print(UNPARSED_WARNING, file=sys.stderr, flush=True)
 
@@ -199,7 +221,9 @@ class SimpleAgent:
         try:
             await self.peers.post(self.resources_name, f"{self.resources_url}/seed_session", row, resources,
                                   **self.to_resources)
-            response, _ = await self.episode(body.responses_create_params, resources, model, counts)
+            rollout_id = rollout_path.row_rollout_id(row) if self.capture else None
+            response, _ = await self.episode(body.responses_create_params, resources, model, counts,
+                                             rollout_path.prefix(rollout_id, token_capture=True))
             if self.config.skip_verification:
                 return ({**row, "response": response, "reward": float(self.config.skip_verification_reward),
                          "verification_skipped": True, **counts}, resources, model)
@@ -255,7 +279,8 @@ def create_app(ctx: ServerContext):
     @app.post("/v1/responses")
     async def responses(body: dict[str, Any], request: Request, response: Response) -> dict:
         resources, model = CookieJar(dict(request.cookies)), CookieJar(dict(request.cookies))
-        result, _ = await agent.episode(body, resources, model)
+        prefix = rollout_path.prefix(request.state.rollout_id, request.state.token_capture)
+        result, _ = await agent.episode(body, resources, model, prefix=prefix)
         _set_cookies(response, resources, model)
         return result
 

@@ -1,279 +1,176 @@
-"""``responses_api_models/vllm_model``: the policy model server (docs/architecture.md §8; NeMo Gym 0.4.0
-``responses_api_models/vllm_model/app.py``).
+"""``responses_api_models/vllm_model``: the policy model server (docs/architecture.md §8; NeMo Gym
+0.7.0 ``responses_api_models/vllm_model/app.py`` and ``nemo_gym/base_responses_api_model.py``).
 
-Endpoints: ``POST /v1/responses`` (Responses API -> upstream ``/chat/completions`` -> Responses),
-``POST /v1/chat/completions`` (pass-through with the same pre/post-processing), ``GET /``.
-Config keys: ``base_url`` (string or list of replicas; a session sticks to one replica by
-sha256(session id) % n), ``api_key``, ``model``, ``return_token_id_information``,
-``uses_reasoning_parser``, ``request_prompt_and_generation_token_ids``, ``sampling_overrides``,
-``extra_body``, ``chat_template_kwargs``, ``replace_developer_role_with_system``,
-``request_timeout_seconds``, ``retry_deadline_seconds`` (600), ``reasoning_field`` (``both``).
-Retries (``_kit/retry.py``, docs/reliability.md): a chat completion or tokenize call whose
-connection is refused or lost, or that is answered 429/502/503/504, is sent again with backoff
-until ``retry_deadline_seconds`` after the first attempt (a vLLM restarting during a weight refit);
-past it the answer is HTTP 502 ``error.type: model_unavailable`` naming the endpoint, the time
-waited and the last failure.
-An upstream error that says the prompt no longer fits (every wording of ``_kit/overflow.py``)
-becomes an empty completion with ``finish_reason: length`` (Gym's behaviour) that also carries
-``context_overflow: {wording, upstream_status, message}`` (on the Responses object too), so agents
-and reports count such stops apart from failures; any other upstream failure is HTTP 502 naming
-the upstream URL. Reasoning: with ``uses_reasoning_parser`` the upstream's ``reasoning_content`` /
-``reasoning`` and ``<think>`` tags in the content (``_kit/reasoning.py``) become ``reasoning``
-items; without it the content passes unchanged and upstream reasoning fields are a 502 saying
-which setting to change. ``reasoning_field`` (``both`` | ``reasoning`` | ``reasoning_content``,
-default ``both``, as NeMo Gym 0.7.0 ``responses_api_models/vllm_model/app.py``) says under which
-key(s) an outgoing assistant message carries its reasoning; an endpoint refusing that (400 about
-``reasoning``) is a 502 ``reasoning_field_rejected`` naming the setting. A request with tools
-refused for want of vLLM's ``--enable-auto-tool-choice --tool-call-parser`` is a 502
-``tool_parser_missing`` naming the flags. A completion the engine cut off (``finish_reason:
-abort`` or any unknown reason, ``_kit/policy_answers.py``) is asked again under the same retry
-deadline (the answer then carries ``aborted_calls``), and past it is a 502 ``model_unavailable``
-carrying ``aborted_calls``: it never reaches an agent as an answer. With token information on,
-every logprob token must be ``token_id:<int>``, else a 502 ``bad_token_ids``. Every 502 message
-carries the upstream's own words. Rules: docs/rollouts.md.
+Endpoints, each also under NeMo Gym 0.7's rollout prefix ``/ng-rollout/<id>[/training-token-capture]``
+(``_kit/rollout_path.py``):
+
+- ``POST /v1/responses``: Responses API -> upstream ``/chat/completions`` (``/completions`` with
+  ``use_completions_api``; the request as it is to ``/responses`` with ``is_responses_native``) ->
+  Responses; ``stream: true`` answers the same as server-sent events (``_kit/sse.py``);
+- ``POST /v1/chat/completions``: pass-through with the same pre/post-processing (``stream: true``:
+  chunks);
+- ``POST /v1/messages``: Anthropic's Messages API on top of ``/v1/responses`` (``_kit/messages_api.py``);
+- ``GET /``.
+
+Config keys (``config_schema.py``; an unknown key is an error): docs/rollouts.md, "The model
+server's surface". What the upstream's answers mean (retries, context overflow, reasoning, aborted
+completions, token ids, refusals naming a flag): ``model.py`` and docs/rollouts.md. A call under
+the training-token-capture prefix while ``token_id_capture.enabled`` is recorded in NeMo Gym's
+file store (``_kit/token_capture.py``); its token ids are asked for even when
+``return_token_id_information`` is false (and then left out of the answer). A completion that ends
+``finish_reason: tool_calls`` with no tool call parsed (vLLM with a reasoning parser and
+``tool_choice: required``: the forced call is written inside the reasoning) carries
+``unparsed_tool_calls: 1`` on the Responses object, which the agent counts.
 """
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import hashlib
 import sys
-import time
 from pathlib import Path
-from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fastapi import Request  # noqa: E402
-from fastapi.responses import JSONResponse  # noqa: E402
-from pydantic import BaseModel, ConfigDict, Field, field_validator  # noqa: E402
+from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
+from _kit import messages_api, sse  # noqa: E402
 from _kit.config import StartupError  # noqa: E402
-from _kit.overflow import classify, message_of  # noqa: E402
-from _kit.peers import Peers, UpstreamError, words_of  # noqa: E402
-from _kit.policy_answers import TokenIdsError, explain, interrupted, prompt_ids, token_ids  # noqa: E402
-from _kit.reasoning import split_think  # noqa: E402
-from _kit.retry import RetryRule  # noqa: E402
+from _kit.peers import UpstreamError  # noqa: E402
 from _kit.responses import TOKEN_FIELDS, to_chat_request, to_response  # noqa: E402
 from _kit.server import ServerContext, build_app, error_body, run_server  # noqa: E402
+from _kit.token_capture import TokenCapture, capture_dir  # noqa: E402
+from model import Propagated, VLLMModel  # noqa: E402
 
 
-# reasoning_field -> the keys an outgoing assistant message carries its reasoning under
-REASONING_KEYS = {"both": ("reasoning_content", "reasoning"), "reasoning": ("reasoning",),
-                  "reasoning_content": ("reasoning_content",)}
+def _invalid(message: str) -> JSONResponse:
+    return JSONResponse(status_code=422, content=error_body("invalid_request", message))
 
 
-class VLLMModelConfig(BaseModel):
-    """The instance config (Gym's ``VLLMModelConfig`` keys that matter here; others are allowed)."""
-
-    model_config = ConfigDict(extra="allow")
-    base_url: list[str]
-    api_key: str = "EMPTY"
-    model: str
-    return_token_id_information: bool = False
-    uses_reasoning_parser: bool = False
-    request_prompt_and_generation_token_ids: bool = False
-    replace_developer_role_with_system: bool = False
-    sampling_overrides: dict[str, Any] | None = None
-    extra_body: dict[str, Any] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    request_timeout_seconds: float | None = None
-    retry_deadline_seconds: float = Field(600.0, ge=0)
-    reasoning_field: Literal["both", "reasoning", "reasoning_content"] = "both"
-
-    @field_validator("base_url", mode="before")
-    @classmethod
-    def _as_list(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
+def _strip_tokens(items: list[dict]) -> None:
+    for item in items:
+        for field in TOKEN_FIELDS:
+            item.pop(field, None)
 
 
-def _is_context_length_error(status: int | None, body: Any) -> bool:
-    """True when an upstream error answer says the prompt does not fit (``_kit/overflow.py``)."""
-    return classify(status, body) is not None
-
-
-class VLLMModel:
-    """Talks to the upstream replicas; one instance per server process."""
+class Server:
+    """The routes' logic: one model, the capture writer (or None) and the config flags."""
 
     def __init__(self, ctx: ServerContext) -> None:
-        self.ctx = ctx
-        self.config = ctx.parse(VLLMModelConfig)
-        if not self.config.base_url:
-            raise StartupError(f"'{ctx.name}': base_url is empty (set policy_base_url)")
-        self.replicas = [url.rstrip("/") for url in self.config.base_url]
-        self.peers = Peers(self.config.request_timeout_seconds,
-                           headers={"authorization": f"Bearer {self.config.api_key}"},
-                           retry=RetryRule(self.config.retry_deadline_seconds, idempotent=True),
-                           gave_up="model_unavailable")
-
-    def replica(self, session_id: str) -> str:
-        """The replica base URL of a session (stable: sha256 of the session id modulo n)."""
-        digest = hashlib.sha256(session_id.encode()).digest()
-        return self.replicas[int.from_bytes(digest[:8], "big") % len(self.replicas)]
-
-    def prepare(self, body: dict) -> dict:
-        """The upstream body: model, token-id fields, reasoning split, extra body, sampling pins."""
-        body = copy.deepcopy(body)
-        body["model"] = self.config.model
-        body.pop("stream", None)
-        for message in body.get("messages", []):
-            if self.config.replace_developer_role_with_system and message.get("role") == "developer":
-                message["role"] = "system"
-            if self.config.uses_reasoning_parser and message.get("role") == "assistant":
-                if isinstance(message.get("content"), str):
-                    thoughts, rest = split_think(message["content"])
-                    message["content"] = rest
-                    if thoughts:
-                        for key in REASONING_KEYS[self.config.reasoning_field]:
-                            message[key] = thoughts[0]
-        if self.config.chat_template_kwargs:
-            body["chat_template_kwargs"] = {**self.config.chat_template_kwargs, **body.get("chat_template_kwargs", {})}
-        if self.config.return_token_id_information:
-            body.update(logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True)
-            if self.config.request_prompt_and_generation_token_ids:
-                body["return_token_ids"] = True
-            if body.get("n") not in (None, 1):
-                raise ValueError("n must be 1 when return_token_id_information is true")
-        if body.get("top_logprobs", 0) is None:
-            body.pop("top_logprobs")
-        if self.config.extra_body:
-            body = {**self.config.extra_body, **body}
-        body.update(self.config.sampling_overrides or {})
-        return body
-
-    async def chat(self, body: dict, session_id: str) -> dict:
-        """One upstream chat completion, post-processed as Gym's vllm_model does."""
-        upstream_body = self.prepare(body)
-        base = self.replica(session_id)
+        self.model = VLLMModel(ctx)
+        self.config = self.model.config
         try:
-            completion = await self.complete(base, upstream_body)
-        except UpstreamError as exc:
-            wording = classify(exc.status, exc.body)
-            if wording is None:
-                raise self.explained(exc, upstream_body) from None
-            completion = self.empty_completion("length")
-            completion["context_overflow"] = {"wording": wording.id, "upstream_status": exc.status,
-                                              "message": message_of(exc.body)}
-            return completion
-        choice = completion["choices"][0]
-        message = choice["message"]
-        fields = [f for f in ("reasoning_content", "reasoning") if message.get(f)]
-        thought = message.pop("reasoning_content", None) or message.pop("reasoning", None)
-        message.pop("reasoning", None)
-        if thought:
-            if not self.config.uses_reasoning_parser:
-                raise UpstreamError(f"model endpoint {base}", f"{base}/chat/completions", f"returned reasoning (field "
-                                    f"{fields[0]!r}), but '{self.ctx.name}' has uses_reasoning_parser: false: set "
-                                    "uses_reasoning_parser: true in its config, or serve the model without a "
-                                    "reasoning parser")
-            message["content"] = f"<think>{thought}</think>" + (message.get("content") or "")
-        if self.config.return_token_id_information:
-            try:
-                await self.attach_tokens(completion, upstream_body, base)
-            except TokenIdsError as exc:
-                raise UpstreamError(f"model endpoint {base}", f"{base}/chat/completions", str(exc),
-                                    kind="bad_token_ids") from None
+            root = capture_dir(OmegaConf.to_container(ctx.global_config, resolve=True))
+        except ValueError as exc:
+            raise StartupError(f"'{ctx.name}': {exc}") from None
+        self.capture = TokenCapture(root, self.config.model) if root else None
+
+    def call_id(self, request: Request) -> str | None:
+        """A capture call id when this request is captured (module doc), else None."""
+        state = request.state
+        if self.capture is None or not getattr(state, "token_capture", False) or not state.rollout_id:
+            return None
+        return self.capture.begin(state.rollout_id)
+
+    def commit(self, request: Request, call_id: str | None, items: list, payload: dict) -> None:
+        if call_id is not None:
+            self.capture.commit(request.state.rollout_id, call_id, items, payload)
+
+    async def chat(self, request: Request, body: dict) -> dict:
+        call_id = self.call_id(request)
+        completion = await self.model.chat(body, request.state.session_id, capture=call_id is not None)
+        self.commit(request, call_id, body.get("messages") or [], completion)
+        if not self.config.return_token_id_information:
+            _strip_tokens([c.get("message") or {} for c in completion.get("choices") or []])
         return completion
 
-    async def complete(self, base: str, upstream_body: dict) -> dict:
-        """``POST {base}/chat/completions``; a completion the engine cut off (``finish_reason:
-        abort``, ``_kit/policy_answers.py``) is asked again with the retry backoff until
-        ``retry_deadline_seconds`` after the first attempt, and past it is an
-        :class:`UpstreamError` ``model_unavailable`` (with ``aborted_calls``). A completion that
-        came after interruptions carries ``aborted_calls``."""
-        url, t0, aborted = f"{base}/chat/completions", time.monotonic(), 0
-        rule = self.peers.retry
-        while True:
-            completion = await self.peers.json(f"model endpoint {base}", url, upstream_body)
-            reason = interrupted(completion)
-            if reason is None:
-                if aborted:
-                    completion["aborted_calls"] = aborted
-                return completion
-            delay, waited = rule.delay(aborted), time.monotonic() - t0
-            aborted += 1
-            if waited + delay > rule.deadline_s:
-                error = UpstreamError(f"model endpoint {base}", url, f"cut the completion off {aborted} time"
-                                      f"{'s' if aborted != 1 else ''} (finish_reason {reason!r}: the engine aborted "
-                                      f"it, e.g. for a weight update) over {waited:.1f}s; gave up at its retry "
-                                      f"deadline of {rule.deadline_s:g}s (retry_deadline_seconds); an interrupted "
-                                      "answer is never scored", kind="model_unavailable")
-                error.extra["aborted_calls"] = aborted
-                raise error
-            await asyncio.sleep(delay)
-
-    def explained(self, exc: UpstreamError, upstream_body: dict) -> UpstreamError:
-        """``exc``, or a copy whose kind and message name the setting or flag that explains it
-        (``_kit/policy_answers.py``, :func:`explain`)."""
-        words = words_of(exc.body)
-        found = explain(exc.status, words, upstream_body, self.ctx.name, self.config.reasoning_field,
-                        self.config.model)
-        if found is None:
-            return exc
-        kind, advice = found
-        return UpstreamError(exc.upstream, exc.url, f"answered HTTP {exc.status}: {words}; {advice}", exc.status,
-                             exc.body, kind=kind)
-
-    async def attach_tokens(self, completion: dict, upstream_body: dict, base: str) -> None:
-        """Put ``prompt_token_ids`` / ``generation_token_ids`` / ``generation_log_probs`` on the
-        message; raises :class:`~_kit.policy_answers.TokenIdsError` when the endpoint gave none."""
+    async def responses(self, request: Request, body: dict) -> dict:
+        """The Responses object for ``body``; ``ValueError`` for a request with no chat form."""
+        if self.config.is_responses_native:
+            return await self.model.native(body, request.state.session_id)
+        chat_body = to_chat_request(body, self.config.return_token_id_information)
+        call_id = self.call_id(request)
+        completion = await self.model.chat(chat_body, request.state.session_id, capture=call_id is not None)
+        tokens = self.config.return_token_id_information or call_id is not None
+        response = to_response({**body, "model": self.config.model}, completion, self.config.uses_reasoning_parser,
+                               tokens)
+        for key in ("context_overflow", "aborted_calls"):
+            if completion.get(key):
+                response[key] = completion[key]
         choice = completion["choices"][0]
-        message = choice["message"]
-        if all(message.get(f) is not None for f in TOKEN_FIELDS):
-            return
-        generation_ids, logprobs = token_ids((choice.get("logprobs") or {}).get("content"))
-        prompt = completion.pop("prompt_token_ids", None)
-        if prompt is None:
-            tokenize_body = {k: upstream_body[k] for k in ("model", "messages", "tools", "chat_template_kwargs")
-                             if k in upstream_body}
-            tokenized = await self.peers.json(f"model endpoint {base}", f"{base.removesuffix('/v1')}/tokenize",
-                                              tokenize_body)
-            prompt = tokenized.get("tokens") if isinstance(tokenized, dict) else None
-            where = "the /tokenize answer's tokens"
-        else:
-            where = "the completion's prompt_token_ids"
-        message.update(prompt_token_ids=prompt_ids(prompt, where), generation_token_ids=generation_ids,
-                       generation_log_probs=logprobs)
-        choice.pop("logprobs", None)
-        choice.pop("token_ids", None)
+        if choice.get("finish_reason") == "tool_calls" and not (choice.get("message") or {}).get("tool_calls"):
+            response["unparsed_tool_calls"] = 1  # the engine ended on a tool call its parser did not extract
+        items = body["input"] if isinstance(body["input"], list) else []
+        self.commit(request, call_id, items, response)
+        if not self.config.return_token_id_information:
+            _strip_tokens(response["output"])
+        return response
 
-    def empty_completion(self, finish_reason: str) -> dict:
-        """Gym's stand-in for a completion the upstream refused (context length)."""
-        return {"id": "chtcmpl-empty", "object": "chat.completion", "created": int(time.time()),
-                "model": self.config.model, "usage": None,
-                "choices": [{"index": 0, "finish_reason": finish_reason,
-                             "message": {"role": "assistant", "content": None, "tool_calls": None}}]}
+
+def _stream(events) -> StreamingResponse:
+    return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
 
 
 def create_app(ctx: ServerContext):
     """The FastAPI app of this server."""
-    model = VLLMModel(ctx)
+    server = Server(ctx)
     app = build_app(ctx, "vllm_model")
+
+    async def answer(request: Request, work, stream: str | None):
+        """``work()``'s answer as JSON or as the ``stream`` kind of event stream; an upstream
+        answer to pass on as it is (``propagate_context_overflow_errors``) keeps its status."""
+        try:
+            result = await work()
+        except Propagated as exc:
+            return JSONResponse(status_code=exc.status, content=exc.body)
+        except ValueError as exc:
+            return _invalid(str(exc))
+        except UpstreamError as exc:
+            if stream != "responses":
+                raise
+            return _stream(sse.failed_events(str(exc), exc.kind))
+        if stream == "responses":
+            return _stream(sse.responses_events(result))
+        if stream == "chat":
+            return _stream(sse.chat_chunks(result))
+        if stream == "messages":
+            return _stream(messages_api.message_events(result))
+        return result
+
+    async def json_body(request: Request) -> dict | None:
+        try:
+            body = await request.json()
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        body = await request.json()
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return JSONResponse(status_code=422, content=error_body("invalid_request", "'messages' must be a list"))
-        return await model.chat(body, request.state.session_id)
+        body = await json_body(request)
+        if body is None or not isinstance(body.get("messages"), list):
+            return _invalid("'messages' must be a list")
+        return await answer(request, lambda: server.chat(request, body), "chat" if body.get("stream") else None)
 
     @app.post("/v1/responses")
     async def responses(request: Request):
-        body = await request.json()
-        if not isinstance(body, dict) or "input" not in body:
-            return JSONResponse(status_code=422, content=error_body("invalid_request", "'input' is required"))
-        try:
-            chat_body = to_chat_request(body, model.config.return_token_id_information)
-        except ValueError as exc:
-            return JSONResponse(status_code=422, content=error_body("invalid_request", str(exc)))
-        completion = await model.chat(chat_body, request.state.session_id)
-        response = to_response({**body, "model": model.config.model}, completion,
-                               model.config.uses_reasoning_parser, model.config.return_token_id_information)
-        for key in ("context_overflow", "aborted_calls"):
-            if completion.get(key):
-                response[key] = completion[key]
-        return response
+        body = await json_body(request)
+        if body is None or "input" not in body:
+            return _invalid("'input' is required")
+        return await answer(request, lambda: server.responses(request, body),
+                            "responses" if body.get("stream") else None)
+
+    @app.post("/v1/messages")
+    async def messages(request: Request):
+        body = await json_body(request)
+        if body is None:
+            return _invalid("the body must be a JSON object")
+
+        async def work() -> dict:
+            response = await server.responses(request, messages_api.to_responses_request(body))
+            return messages_api.to_message(response, body.get("model") or server.config.model)
+
+        return await answer(request, work, "messages" if body.get("stream") else None)
 
     return app
 

@@ -277,7 +277,7 @@ class LocalPlacement:
                            read_only_paths=[ray_bin.parent.parent, *venvs, *trees, ray_head.HOLD_DIR],
                            writable_paths=writable)
         env._member("ray_head", "ray", spec, self.sandbox, port, probe_path="log:" + ray_head.READY_TEXT,
-                    kill_on_stop=True,
+                    kill_on_stop=True, load_bound_start=True,
                     info={"server_type": "ray", "implementation": f"ray ({ray_bin})"})
         return f"127.0.0.1:{port}"
 

@@ -32,6 +32,9 @@ class Member:
     and uvicorn's graceful shutdown would add 0.15 s to every stop). ``spec``: the sandbox
     ``ProcessSpec`` (fds filled per start); ``launcher``: the :class:`sandbox.Sandbox` that spawns
     it. ``info``: static facts served by the head server (server type, implementation...).
+    ``load_bound_start``: its start-up can fail on a loaded host the same way twice and then succeed
+    (a private Ray head: ``ray start`` gives its raylet a fixed 30 s to register with the GCS), so
+    identical start-up exits are restarted up to ``max_restarts`` instead of failing at once.
     """
 
     name: str
@@ -57,6 +60,7 @@ class Member:
     pgid: int | None = None
     auto_port: bool = False
     kill_on_stop: bool = False
+    load_bound_start: bool = False
     rebinds: int = 0
     respawn: bool = False  # stopped on purpose to start again with a refreshed spec (rebind.py)
     startup_exit: tuple[int | None, str | None] | None = None  # (status, last log line) of the last start-up exit

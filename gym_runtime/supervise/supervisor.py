@@ -207,7 +207,7 @@ class Supervisor:
                                                             == 0 else "") + f" ({info.reason})"
         if m.status == wedged.WEDGED:
             what = f"was killed because it was wedged ({m.wedged})"
-        if m.status == STARTING:  # never ready this time: a second identical exit will not change on a third
+        if m.status == STARTING and not m.load_bound_start:  # a second identical exit will not change on a third
             seen, m.startup_exit = m.startup_exit, (info.returncode, m.log.last_line())
             if seen == m.startup_exit:
                 m.status = FAILED

@@ -1,6 +1,7 @@
 """A crash that is the same on every start is not restarted again and again: a server that exits
 during start-up the way its previous start did (same status, same last log line) fails at once
-(case C29's second half, tests/cases/data/C29/README.md); an exit that changes is restarted as before."""
+(case C29's second half, tests/cases/data/C29/README.md); an exit that changes is restarted as before,
+and so is a member whose start-up is bound by the host's load (the private Ray head)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ SAME = "import sys\nprint('loading config', flush=True)\nprint(\"error: Interpol
 CHANGING = "import sys, time\nprint('failed at', time.time_ns(), flush=True)\nsys.exit(1)\n"
 
 
-def _start(tmp_path: Path, run, argv: list[str]) -> tuple[StartError, object]:
+def _start(tmp_path: Path, run, argv: list[str], load_bound: bool = False) -> tuple[StartError, object]:
     async def main():
         sb = await start_sandbox(tmp_path / "sb")
         sup = Supervisor(fast_options(max_restarts=3))
         m = await add_member(sup, sb, "acme_calc", argv, tmp_path, tmp_path / "logs")
+        m.load_bound_start = load_bound
         try:
             with pytest.raises(StartError) as e:
                 await sup.start()
@@ -56,3 +58,12 @@ def test_a_crash_that_changes_is_restarted_up_to_the_limit(tmp_path: Path, run) 
     assert m.restarts == 3 and "after 3 restarts" in err.message
     assert err.hint == ("read the server's last log lines (cause) and its log file (log); fix the server or its "
                         "config, then start again")
+
+
+def test_a_load_bound_start_is_restarted_up_to_the_limit_even_when_identical(tmp_path: Path, run) -> None:
+    """Ray's ``ray start`` fails the same way each time its raylet misses its fixed 30 s to register on
+    a loaded host, and succeeds once the load drops: such a member gets every restart."""
+    (tmp_path / "app.py").write_text(SAME)
+    err, m = _start(tmp_path, run, [sys.executable, str(tmp_path / "app.py")], load_bound=True)
+    assert m.restarts == 3 and "after 3 restarts" in err.message
+    assert "the same way as on its previous start" not in err.message

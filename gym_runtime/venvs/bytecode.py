@@ -235,7 +235,7 @@ class EnvironmentBytecode:
     ``user(python, key, name)`` per process, ``learn(ready)`` when they are spawned (harvests in
     the background while they start; a user is recorded once ``ready(name)`` says its process is
     done with its start-up imports; then the venvs' caches are saved to ``store``), ``await
-    close()`` on stop."""
+    settled(timeout_s)`` to wait for that work, ``await close()`` on stop."""
 
     def __init__(self, progress=None, store: PycStore | None = None) -> None:
         self.caches: list[tuple[Path, str, Pycache]] = []
@@ -338,6 +338,17 @@ class EnvironmentBytecode:
             if n:
                 self._say(f"bytecode: saved {n} compiled files of venv {venv.name} to the store "
                           "(a rebuilt venv starts with them)")
+
+    async def settled(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for the background harvest and save that :meth:`learn`
+        started (``gym-runtime prefetch`` stops only then); True when nothing is left to do: every
+        learning user recorded in its venv and, with a store, saved to it."""
+        if self._task is not None:
+            done, _ = await asyncio.wait({self._task}, timeout=timeout_s)
+            if not done:
+                return False
+        pending = any(c.learning for _, _, c in self.caches)
+        return not pending and not (self.store is not None and self._unsaved())
 
     async def close(self) -> None:
         """Stop a running harvest or save (what it wrote stays valid) and release every learning dir."""

@@ -1,0 +1,89 @@
+"""``gym-runtime prefetch PKG``: a real start of the package until its imports are compiled and
+saved, then a stop; afterwards a start on the same caches (venvs removed with ``--drop-venvs``, as
+on a pod seeded by an image) replays the recorded resolution, places the stored bytecode and learns
+nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gym_runtime.venvs import resolutions
+from gym_runtime.venvs.pyc_store import PycStore
+from tests.helpers.daemon import SIMPLE_SERVERS, kill_tree, read_ready_line, simple_env, up_process
+from tests.helpers.index import SimpleIndex
+from tests.helpers.wheels import build_wheel
+
+
+@pytest.fixture
+def index(tmp_path: Path):
+    """A loopback index with one tiny wheel, which records every request."""
+    build_wheel(tmp_path / "index-files", "tinyparse", "0.3.0")
+    with SimpleIndex(tmp_path / "index-files") as idx:
+        yield idx
+
+
+def _package(root: Path) -> Path:
+    """:func:`simple_env` whose three servers need ``tinyparse`` from the index (one venv, stage 1)."""
+    pkg = simple_env(root)
+    for req in pkg.glob("*/*/requirements.txt"):
+        req.write_text("tinyparse==0.3.0\n")
+    return pkg
+
+
+def _env(tmp: Path, index: SimpleIndex) -> dict[str, str]:
+    return {"GYM_RUNTIME_HOME": str(tmp / "home"), "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache"),
+            "UV_INDEX_URL": index.url, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _prefetch(pkg: Path, tmp: Path, index: SimpleIndex, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "prefetch", str(pkg), "--work-dir",
+                           str(tmp / "prefetch"), *args], capture_output=True, text=True,
+                          env={**os.environ, **_env(tmp, index)}, timeout=300)
+
+
+def test_prefetch_fills_the_caches_and_the_next_start_learns_nothing(tmp_path: Path, index: SimpleIndex) -> None:
+    pkg, home = _package(tmp_path / "pkg"), tmp_path / "home"
+    done = _prefetch(pkg, tmp_path, index, "--json", "--drop-venvs")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    report = json.loads(done.stdout)
+    (venv,) = report["venvs"]
+    assert set(venv["servers"]) == SIMPLE_SERVERS and venv["status"] == "built" and venv["dropped"]
+    assert not Path(venv["path"]).exists(), "--drop-venvs removes the venv it built"
+    digest = venv["digest"]
+    assert len(PycStore(home / "bytecode").users(digest)) == len(SIMPLE_SERVERS), "every server's imports saved"
+    assert resolutions.recorded(home / "resolutions", digest), "the resolution of the plan is recorded"
+
+    asked = len(index.requests)
+    proc = up_process(pkg, tmp_path / "up", "--policy-base-url", "http://127.0.0.1:9/v1", env=_env(tmp_path, index))
+    try:
+        info = json.loads(read_ready_line(proc))
+        for name in info["servers"]:
+            env = json.loads((tmp_path / "up/run/servers" / name / "contract.json").read_text())["env"]
+            assert "PYTHONPYCACHEPREFIX" not in env and env["PYTHONDONTWRITEBYTECODE"] == "1", name
+        proc.terminate()
+        assert proc.wait(30) == 0
+        err = proc.stderr.read()
+        assert "files placed from the store" in err, err
+        assert len(index.requests) == asked, "the venv was rebuilt offline from the recorded resolution"
+    finally:
+        kill_tree(proc)
+
+
+def test_prefetch_keeps_the_venvs_by_default_and_reports_them_as_text(tmp_path: Path, index: SimpleIndex) -> None:
+    pkg, home = _package(tmp_path / "pkg"), tmp_path / "home"
+    done = _prefetch(pkg, tmp_path, index)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("venv ") and ": built  " in lines[0] and "removed" not in lines[0]
+    assert Path(lines[0].split("  ")[1]).is_dir()
+    assert lines[-1].startswith(f"bytecode store: {home / 'bytecode'} (saved ")
+    again = _prefetch(pkg, tmp_path, index)  # everything is there: nothing to learn, nothing to save
+    assert again.returncode == 0, again.stderr
+    assert ": reused  " in again.stdout.splitlines()[0]

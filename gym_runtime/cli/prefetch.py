@@ -1,4 +1,4 @@
-"""``gym-runtime prefetch PKG [KEY=VALUE ...]``: fill the caches a pod's first start reads, so that
+"""``gym-runtime prefetch PKG [KEY=VALUE ...]`` | ``gym-runtime prefetch --gym-release``: fill the caches a pod's first start reads, so that
 start resolves nothing and learns no imports (NeMo Gym 0.7.0 has ``gym env prefetch``, which only
 installs its per-server venvs: ``nemo_gym/cli/env.py`` ``prefetch``).
 
@@ -12,6 +12,12 @@ the daemon waits until what they imported is compiled and saved, then stops it. 
 With ``--drop-venvs`` the venvs this run built are removed at the end (an image that seeds only
 the caches stays smaller; a later start rebuilds each venv offline from them); venvs it reused
 are kept, another run may be using them.
+
+``--gym-release`` (no PKG) fills the uv cache and the recorded resolution of the closure of the Gym
+release the pins choose (``GYM_RUNTIME_PIN_NEMO_GYM``, default the current release): it builds the
+venv of a Gym tree whose install file holds only Gym's SDK line (gym_runtime/gym_release/sdk_package.py),
+the venv every such tree of a package shares. Nothing is started, so the bytecode store is not
+filled: what a server imports is learned per server, by ``prefetch PKG``.
 
 stdout: one line per filled cache (or one JSON object with ``--json``); stderr: start-up progress.
 Exit 0 when everything was filled, 3 when the start failed or the bytecode was not saved within
@@ -30,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, stdout_for_the_command
-from gym_runtime.errors import EXIT_OK, StartError
+from gym_runtime.cli.common import add_policy_args, policy_from_args, stdout_for_the_command
+from gym_runtime.errors import EXIT_OK, StartError, UsageError
 from gym_runtime.settings import load_settings
 from gym_runtime.supervise.options import SuperviseOptions
 
@@ -44,7 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Fill the caches a first start reads (uv cache, recorded resolutions, bytecode "
                        "store): build every server venv, start the environment once until every server answers, "
                        "save what its processes imported, stop.")
-    add_package_args(p)
+    p.add_argument("package", metavar="PKG", nargs="?", help="environment package directory (holds "
+                   "nemo-environment.yaml); omit it with --gym-release")
+    p.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, optional")
+    p.add_argument("--gym-release", action="store_true", help="instead of a package: the closure of the Gym release "
+                   "the pins choose (GYM_RUNTIME_PIN_NEMO_GYM; uv cache and recorded resolution, no bytecode)")
     add_policy_args(p)
     p.add_argument("--python", help="interpreter for server venvs (version or path), as for up")
     p.add_argument("--isolation", choices=["full", "partial", "none"], help="force a lower isolation level, as for up")
@@ -122,14 +132,46 @@ async def prefetch(args: argparse.Namespace) -> dict[str, Any]:
             "resolutions": str(settings.home / "resolutions"), "bytecode_store": str(settings.bytecode_dir)}
 
 
+def release_closure(args: argparse.Namespace) -> dict[str, Any]:
+    """Build the venv of the Gym SDK alone for the release the pins choose (module doc); returns
+    the report (``gym_release``, ``venvs``, the state paths filled). Raises the build's
+    :class:`~gym_runtime.errors.BuildError` (``GR-BUILD-*``)."""
+    from gym_runtime.config import build_config
+    from gym_runtime.gym_release import choose_release
+    from gym_runtime.gym_release.sdk_package import write_sdk_package
+    from gym_runtime.package import load_package
+    from gym_runtime.venvs import build_venvs, plan_venvs
+
+    settings = load_settings()
+    root = write_sdk_package(settings.home / "prefetch" / "gym-sdk")
+    pkg = load_package(root)
+    release = choose_release(pkg, settings)
+    _say(release.describe())
+    merged = build_config(pkg, [], policy_from_args(args), release=release)
+    t = time.monotonic()
+    venvs = build_venvs(plan_venvs(merged, settings, python=args.python), settings, progress=False)
+    out = []
+    for v in venvs.venvs:
+        dropped = bool(args.drop_venvs and not v.reused)
+        if dropped:
+            shutil.rmtree(v.path, ignore_errors=True)
+        out.append({"path": str(v.path), "digest": v.digest, "servers": ["the Gym SDK alone"], "status": v.status,
+                    "dropped": dropped})
+    return {"gym_release": release.to_dict(), "build_s": round(time.monotonic() - t, 3), "venvs": out,
+            "uv_cache": str(settings.uv_cache_dir or "uv's default"), "resolutions": str(settings.resolutions_dir)}
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
     import uvloop  # the daemon's loop, as for `up`
 
+    if bool(args.package) == args.gym_release:
+        raise UsageError("give either PKG or --gym-release", hint="`gym-runtime prefetch PKG` fills the caches of a "
+                         "package; `gym-runtime prefetch --gym-release` those of the Gym release's closure")
     try:
         with stdout_for_the_command():  # stdout carries the report only
-            report = uvloop.run(prefetch(args))
+            report = release_closure(args) if args.gym_release else uvloop.run(prefetch(args))
     except asyncio.CancelledError:  # SIGTERM or SIGINT: the environment was stopped (main() says 130)
         raise KeyboardInterrupt("prefetch") from None
     if args.json:
@@ -140,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"venv {', '.join(v['servers'])}: {v['status']}  {v['path']}{fate}")
     print(f"uv cache: {report['uv_cache']}")
     print(f"recorded resolutions: {report['resolutions']}")
-    print(f"bytecode store: {report['bytecode_store']} (saved {report['learn_s']:.1f}s after a start of "
-          f"{report['startup_s']:.1f}s)")
+    if "bytecode_store" in report:
+        print(f"bytecode store: {report['bytecode_store']} (saved {report['learn_s']:.1f}s after a start of "
+              f"{report['startup_s']:.1f}s)")
     return EXIT_OK

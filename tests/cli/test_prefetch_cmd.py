@@ -87,3 +87,50 @@ def test_prefetch_keeps_the_venvs_by_default_and_reports_them_as_text(tmp_path: 
     again = _prefetch(pkg, tmp_path, index)  # everything is there: nothing to learn, nothing to save
     assert again.returncode == 0, again.stderr
     assert ": reused  " in again.stdout.splitlines()[0]
+
+
+def test_prefetch_wants_a_package_or_the_gym_release_not_both(tmp_path: Path, capsys) -> None:
+    from gym_runtime.cli.main import main
+
+    for argv in (["prefetch"], ["prefetch", str(tmp_path), "--gym-release"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "error[GR-USAGE]: give either PKG or --gym-release" in err and "Traceback" not in err
+
+
+@pytest.mark.pypi
+def test_the_gym_release_closure_is_the_venv_every_sdk_only_gym_tree_gets(tmp_path: Path, monkeypatch) -> None:
+    """NeMo Gym 0.7.0's own trees (``example_single_tool_call``, ``simple_agent``, ``legacy_agent``)
+    hold only ``-e nemo-gym[dev] @ ../../``: their plan is the one ``--gym-release`` builds."""
+    from gym_runtime.config import build_config
+    from gym_runtime.gym_release import choose_release
+    from gym_runtime.package import load_package
+    from gym_runtime.settings import load_settings
+    from gym_runtime.venvs import plan_venvs
+    from tests.helpers.daemon import write_fixture_package
+    from tests.helpers.gym07 import gym07_python
+
+    python = gym07_python()
+    env = {**os.environ, "GYM_RUNTIME_HOME": str(tmp_path / "home"), "GYM_RUNTIME_PIN_NEMO_GYM": "0.7.0"}
+    done = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "prefetch", "--gym-release", "--python",
+                           python, "--drop-venvs", "--json"], capture_output=True, text=True, env=env, timeout=1800)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["gym_release"]["version"] == "0.7.0"
+    (venv,) = report["venvs"]
+    assert venv["dropped"] and not Path(venv["path"]).exists()
+    assert resolutions.recorded(tmp_path / "home" / "resolutions", venv["digest"])
+
+    pkg = write_fixture_package(tmp_path / "pkg", {
+        "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
+        "acme_agent": {"responses_api_agents": {"acme_agent": {
+            "resources_server": {"type": "resources_servers", "name": "acme_math"}}}}})
+    for req in pkg.glob("*/*/requirements.txt"):
+        req.write_text("-e nemo-gym[dev] @ ../../\n")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    settings = load_settings()
+    package = load_package(pkg)
+    merged = build_config(package, [], None, release=choose_release(package, settings))
+    plan = plan_venvs(merged, settings, python=python)
+    assert {vp.digest for vp in plan.venvs} == {venv["digest"]}, "one venv, the release closure's"

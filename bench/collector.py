@@ -1,7 +1,7 @@
 """Bench NeMo Gym's own rollout collector against a head server: prints figures, asserts nothing.
 
     ./uvw run python bench/collector.py [--head HOST:PORT] [--rows 1000] [--concurrency 64]
-                                        [--policy-base-url URL] [--gym-bin DIR]
+                                        [--policy-base-url URL --policy-model-name NAME] [--gym-bin DIR]
 
 ``ng_collect_rollouts`` of ``nemo-gym`` 0.7.0 (a venv of it: ``--gym-bin``, default the one the
 tests build, tests/helpers/gym_package.py) sends the 5 rows of ``example_single_tool_call``'s
@@ -112,6 +112,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=1000)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--policy-base-url", help="policy model for our start (default: the stub model, started here)")
+    p.add_argument("--policy-model-name", default="stub-model", help="its served model name (default %(default)s)")
     p.add_argument("--gym-bin", type=Path, help="bin/ of a venv with nemo-gym 0.7.0 (default: the tests' one)")
     args = p.parse_args()
     python = release_python(RELEASE)
@@ -134,9 +135,10 @@ def main() -> None:
             policy = f"http://127.0.0.1:{port}/v1"
         up = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--python", python,
                                "--work-dir", str(work / "run"), "--policy-base-url", policy,
-                               "--policy-model-name", "stub-model"], stdout=subprocess.PIPE,
+                               "--policy-model-name", args.policy_model_name, "--policy-api-key-env",
+                               "BENCH_POLICY_KEY"], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-                              env={**os.environ, "GYM_RUNTIME_HOME": str(work / "home"),
+                              env={**os.environ, "BENCH_POLICY_KEY": "dummy", "GYM_RUNTIME_HOME": str(work / "home"),
                                    "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")})
         procs.append(up)
         line = up.stdout.readline() if up.stdout else ""

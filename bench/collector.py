@@ -16,9 +16,10 @@ built-in stub model, started by the bench in a process of its own), waits for it
 With ``--head`` it only collects, e.g. against NeMo Gym's own ``ng_run`` serving the same trees with
 the same policy URL, for the side-by-side figure.
 
-Printed: rollouts collected and failed, wall seconds of the collection, rollouts/s, the per-rollout
-latency Gym records in each row (``elapsed_seconds``: p50, p90, p99, max) when it does, and the
-mean reward.
+Printed: rollouts collected and failed, rollouts/s as Gym's collector reports it over its
+collection (its last "Finished N / N rollouts ... rollouts/min"; the collector's own start, ~10 s
+of imports, is not in it), the per-rollout latency Gym records with ``+observability_enabled=true``
+(``ng_perf.total_latency_ms``: p50, p90, p99, max) and the mean reward.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -76,7 +78,8 @@ def collect(gym_bin: Path, head: str, rows: list[dict], n: int, concurrency: int
     out = work / "out.jsonl"
     argv = [str(gym_bin / "ng_collect_rollouts"), f"+input_jsonl_fpath={data}", f"+output_jsonl_fpath={out}",
             f"+agent_name={AGENT}", f"+num_repeats={max(1, n // len(rows))}",
-            f"+num_samples_in_parallel={concurrency}", f"+head_server.host={host}", f"+head_server.port={port}"]
+            f"+num_samples_in_parallel={concurrency}", f"+head_server.host={host}", f"+head_server.port={port}",
+            "+observability_enabled=true"]  # each row then carries ng_perf.total_latency_ms
     env = {"PATH": f"{gym_bin}:/usr/bin:/bin", "HOME": str(work), "NO_PROXY": "127.0.0.1"}
     t0 = time.monotonic()
     done = subprocess.run(argv, cwd=work, capture_output=True, text=True, env=env, timeout=3600)
@@ -87,22 +90,22 @@ def collect(gym_bin: Path, head: str, rows: list[dict], n: int, concurrency: int
     results = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     failed = [r for r in results if r.get("_ng_failure_class") or "reward" not in r]
     rewards = [r["reward"] for r in results if isinstance(r.get("reward"), (int, float))]
-    elapsed = [float(r["elapsed_seconds"]) for r in results if isinstance(r.get("elapsed_seconds"), (int, float))]
+    latency = [float(r["ng_perf"]["total_latency_ms"]) for r in results
+               if isinstance((r.get("ng_perf") or {}).get("total_latency_ms"), (int, float))]
+    finished = re.findall(r"Finished (\d+) / (\d+) rollouts \(100%\) in \S+ \(([\d.]+) rollouts/min\)", done.stdout)
     print(f"collector: nemo-gym {RELEASE} ng_collect_rollouts, {len(results)} rollouts ({len(failed)} failed), "
-          f"concurrency {concurrency}, head {head}")
-    print(f"wall {wall:.2f} s (the collector's own start included); {len(results) / wall:.1f} rollouts/s")
-    if elapsed:
-        print("per-rollout latency (elapsed_seconds): " + ", ".join(
-            f"{k} {quantile(elapsed, q) * 1000:.0f} ms" for k, q in (("p50", .5), ("p90", .9), ("p99", .99))) +
-            f", max {max(elapsed) * 1000:.0f} ms")
+          f"concurrency {concurrency}, head {head}; load {os.getloadavg()[0]:.1f}")
+    rate = f"{float(finished[-1][2]) / 60:.1f} rollouts/s (Gym's own figure over its collection)" if finished \
+        else "no rate printed by Gym"
+    print(f"{rate}; wall {wall:.1f} s with the collector's own start")
+    if latency:
+        print("per-rollout latency (ng_perf.total_latency_ms): " + ", ".join(
+            f"{k} {quantile(latency, q):.0f} ms" for k, q in (("p50", .5), ("p90", .9), ("p99", .99))) +
+            f", max {max(latency):.0f} ms")
     else:
-        print("per-rollout latency: the rows carry no elapsed_seconds")
+        print("per-rollout latency: the rows carry no ng_perf.total_latency_ms")
     if rewards:
         print(f"mean reward {statistics.fmean(rewards):.3f}")
-    tail = [ln for ln in done.stdout.splitlines() if "latency" in ln.lower() or "rollouts/" in ln.lower()]
-    for ln in tail[-4:]:
-        print(f"  gym: {ln.strip()}")
-
 
 def main() -> None:
     from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_venv, gym_wheel, release_python

@@ -47,7 +47,9 @@ def starts(label: str, pkg: Path, work: Path, env: dict[str, str], python: str, 
     took = []
     for i in range(runs):
         reset()
-        proc, info, wall = ready(pkg, work / f"{label.split()[0]}-{i}", env, ("--python", python))
+        # a loaded host's learning start takes minutes: deadlines far above up's defaults
+        proc, info, wall = ready(pkg, work / f"{label.split()[0]}-{i}", env,
+                                 ("--python", python, "--ready-timeout", "900", "--startup-timeout", "1800"))
         cpu = cpu_s(tree(proc.pid))
         stopped, left = stop(proc)
         took.append(wall)
@@ -104,8 +106,10 @@ def main() -> None:
         env = {"GYM_RUNTIME_HOME": str(home), "GYM_RUNTIME_VENV_DIR": str(home / "venvs")}
         starts("cold (uv cache only)", pkg, work, env, python, args.runs,
                lambda: shutil.rmtree(home, ignore_errors=True), args.peer_cold)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        print(f"kept {work} (the runs' logs) for a look")
+        raise
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def collect(gym_bin: Path, head: str, rows: list[dict], n: int, concurrency: int
     argv = [str(gym_bin / "ng_collect_rollouts"), f"+input_jsonl_fpath={data}", f"+output_jsonl_fpath={out}",
             f"+agent_name={AGENT}", f"+num_repeats={max(1, n // len(rows))}",
             f"+num_samples_in_parallel={concurrency}", f"+head_server.host={host}", f"+head_server.port={port}",
-            "+observability_enabled=true"]  # each row then carries ng_perf.total_latency_ms
+            "+observability_enabled=true", f"+model_call_capture_dir={work / 'capture'}"]  # rows get ng_perf
     env = {"PATH": f"{gym_bin}:/usr/bin:/bin", "HOME": str(work), "NO_PROXY": "127.0.0.1"}
     t0 = time.monotonic()
     done = subprocess.run(argv, cwd=work, capture_output=True, text=True, env=env, timeout=3600)

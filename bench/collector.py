@@ -70,6 +70,23 @@ def wait_http(url: str, timeout_s: float) -> None:
     raise SystemExit(f"{url} did not answer in {timeout_s:g}s")
 
 
+def settle(head: str, quiet_s: float = 3.0, limit_s: float = 300.0) -> float:
+    """Seconds until the daemon ran no build process (bytecode compilers) for ``quiet_s``: a start
+    whose servers learned their imports compiles them in the background after ready."""
+    import httpx
+
+    t0 = quiet = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        rows = httpx.get(head + "/processes", timeout=10, trust_env=False).json().get("processes", [])
+        now = time.monotonic()
+        if any(r.get("role") == "build" for r in rows):
+            quiet = now
+        elif now - quiet >= quiet_s:
+            return quiet - t0
+        time.sleep(0.5)
+    return time.monotonic() - t0
+
+
 def collect(gym_bin: Path, head: str, rows: list[dict], n: int, concurrency: int, work: Path) -> None:
     """Run Gym's collector; print the figures."""
     host, port = head.rsplit(":", 1)
@@ -123,7 +140,8 @@ def main() -> None:
         raise SystemExit(f"no Python that nemo-gym {RELEASE} accepts (>= 3.13.14)")
     gym_bin = args.gym_bin or gym_venv(RELEASE) / "bin"
     work = Path(tempfile.mkdtemp(prefix="gym-runtime-collector-"))
-    pkg, rows = assemble_gym_package(gym_wheel(python, RELEASE), work / "pkg")
+    # a stable package path: the bytecode its servers learned (keyed by their trees) serves later runs
+    pkg, rows = assemble_gym_package(gym_wheel(python, RELEASE), cache_dir() / "collector-pkg")
     if args.head:
         collect(gym_bin, args.head, rows, args.rows, args.concurrency, work)
         return
@@ -148,7 +166,8 @@ def main() -> None:
         if not line:
             raise SystemExit(f"gym-runtime up exited {up.wait()} before ready (logs under {work / 'run'})")
         info = json.loads(line)
-        print(f"gym-runtime up ready in {info['startup_s']:.1f} s (policy {policy})")
+        print(f"gym-runtime up ready in {info['startup_s']:.1f} s (policy {policy}); "
+              f"background compiles done {settle(info['head_server']):.1f} s later")
         collect(gym_bin, info["head_server"].split("//", 1)[1], rows, args.rows, args.concurrency, work)
     finally:
         for proc in reversed(procs):

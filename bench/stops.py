@@ -1,7 +1,7 @@
 """Stop ``gym-runtime up`` many times and print the distribution of stop times; asserts nothing.
 
-    ./uvw run python bench/stops.py [PKG] [--runs N] [--gym] [--signal INT|TERM] [--isolation LEVEL]
-                                    [--at SECONDS [--cold]]
+    ./uvw run python bench/stops.py [PKG] [--runs N] [--gym [--gym-version V]] [--signal INT|TERM]
+                                    [--isolation LEVEL] [--at SECONDS [--cold]]
 
 Each run: start ``up`` (venvs reused after the first run), wait for the ready line, send a burst of
 rollouts through ``POST /rollouts/run`` (so the sandbox's forwards carry traffic just before the
@@ -12,8 +12,10 @@ with the venvs deleted (a stop during the build). Printed per run: stop seconds,
 average, exit code, processes left 1 s later, the daemon's own "stop took" line (seconds per
 teardown step) and any step the daemon named as slow (``ignored SIGTERM``, ``did not
 finish within``). Then min / median / p90 / max. A run that has not exited 40 s after the signal is
-counted as a hang and killed. ``--gym`` uses the real NeMo Gym 0.4.0 package (three server trees
-from the PyPI wheel, all Ray drivers, one private Ray head) with the built-in stub model as policy.
+counted as a hang and killed. ``--gym`` uses the real NeMo Gym package of ``--gym-version`` (0.4.0
+by default: three server trees from the PyPI wheel, all Ray drivers, one private Ray head; 0.7.0
+adds the ``legacy_agent`` environment server, on a Python >= 3.13.14) with the built-in stub model
+as policy.
 Target: every stop well under 1 s for the bundled example, and no stop anywhere near a pod's 30 s.
 """
 
@@ -53,15 +55,16 @@ def example_rows() -> tuple[Path, list[dict], str]:
     return pkg, rows, agent
 
 
-def gym_rows(work: Path) -> tuple[Path, list[dict], str, dict[str, str], tuple[str, ...]]:
+def gym_rows(work: Path, version: str = "0.4.0") -> tuple[Path, list[dict], str, dict[str, str], tuple[str, ...]]:
     sys.path.insert(0, str(ROOT))
-    from tests.helpers.gym_package import assemble_gym_package, gym_wheel, python_312_plus
+    from tests.helpers.gym_package import assemble_gym_package, gym_wheel, release_python
 
-    python = python_312_plus()
+    python = release_python(version)
     if python is None:
-        raise SystemExit("--gym needs Python >= 3.12 under pyenv")
-    pkg, rows = assemble_gym_package(gym_wheel(python), work / "gym-pkg")
-    env = {"GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0", "GYM_RUNTIME_PIN_OPENAI": "2.7.2", "GYM_RUNTIME_PIN_MODE": "gym"}
+        raise SystemExit(f"--gym needs a Python that nemo-gym {version} accepts under pyenv")
+    pkg, rows = assemble_gym_package(gym_wheel(python, version), work / "gym-pkg")
+    env = {"GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0", "GYM_RUNTIME_PIN_OPENAI": "2.7.2", "GYM_RUNTIME_PIN_MODE": "gym"} \
+        if version == "0.4.0" else {"GYM_RUNTIME_PIN_NEMO_GYM": version}
     return pkg, rows, "example_single_tool_call_simple_agent", env, ("--python", python)
 
 
@@ -116,7 +119,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="gym-runtime-stops-"))
     env = {"GYM_RUNTIME_HOME": str(work / "home"), "GYM_RUNTIME_VENV_DIR": str(work / "venvs")}
     if "--gym" in argv:
-        pkg, rows, agent, genv, args = gym_rows(work)
+        pkg, rows, agent, genv, args = gym_rows(work, argv[argv.index("--gym-version") + 1]
+                                                if "--gym-version" in argv else "0.4.0")
         env.update(genv)
         rows = rows_for(rows, agent, 11)
     else:

@@ -7,6 +7,9 @@
 #                          version, then the locked dependencies; no pip left in it
 #   setup.sh project       the project itself (non-editable), the state directories, and the check
 #                          that the image's Python runs the current Gym release (check.py)
+#   setup.sh seed          with SEED_GYM_RELEASE=1 (the build argument; default 0: nothing), the uv
+#                          cache and the recorded resolution of the image's Gym release's closure
+#                          (`gym-runtime prefetch --gym-release --drop-venvs`), owned by gym
 #
 # The Dockerfiles set the paths (ENV); a CA bundle given as the build secret `ca-bundle` is trusted
 # by pip and uv for the package index and kept in no layer.
@@ -60,9 +63,24 @@ project() {
     chown -R gym:gym "$GYM_RUNTIME_HOME" "$GYM_RUNTIME_UV_CACHE_DIR" /job/work
 }
 
+seed() {
+    case "${SEED_GYM_RELEASE:-0}" in
+        0) echo "setup.sh: SEED_GYM_RELEASE=0: no caches seeded"; return 0 ;;
+        1) ;;
+        *) fail "SEED_GYM_RELEASE must be 0 or 1, not '${SEED_GYM_RELEASE}'" ;;
+    esac
+    trust_build_ca
+    # GYM_RUNTIME_PYTHON (the image's python3.13) and the default pins choose the release and the
+    # venv plan a Gym tree holding only the SDK line gets at run time: the same digest
+    gym-runtime prefetch --gym-release --drop-venvs
+    rm -rf "$GYM_RUNTIME_HOME/logs" "$GYM_RUNTIME_HOME/prefetch" "$GYM_RUNTIME_HOME"/last_*.json
+    chown -R gym:gym "$GYM_RUNTIME_HOME" "$GYM_RUNTIME_UV_CACHE_DIR"
+}
+
 case "${1:-}" in
     system) [ $# -eq 2 ] || fail "usage: setup.sh system ARCH"; system "$2" ;;
     deps) deps ;;
     project) project ;;
-    *) fail "usage: setup.sh system ARCH | deps | project" ;;
+    seed) seed ;;
+    *) fail "usage: setup.sh system ARCH | deps | project | seed" ;;
 esac

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from gym_runtime.errors import EXIT_USAGE
 
-COMMANDS = ["validate", "config_cmd", "build", "vendor", "up", "status", "logs", "doctor", "dry_run", "prune"]
+COMMANDS = ["validate", "config_cmd", "build", "prefetch", "vendor", "up", "status", "logs", "doctor", "dry_run", "prune"]
 
 
 class _Parser(argparse.ArgumentParser):

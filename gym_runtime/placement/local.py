@@ -57,6 +57,7 @@ class LocalPlacement:
         self.env = env
         self.sandbox: Any = None
         self.pythons: dict[str, Path] = {}
+        self.built: Any = None  # the venvs' BuildResult (venvs/build.py), once prepare() ran
         self.addresses: dict[str, tuple[str, int]] = {}
         self.head_inside: tuple[str, int] | None = None
         self.task_url: str | None = None  # the task-sandbox API as servers reach it
@@ -96,6 +97,7 @@ class LocalPlacement:
         except GymRuntimeError as e:
             raise as_interrupted(e, env.phase) from None
         record_build(env.settings.home, names, started, venvs=venvs)
+        self.built = venvs
         self.pythons = {n: Path(venvs.for_instance(n).python) for n in merged.instances}
         for venv in {p.parent.parent for p in self.pythons.values()}:  # a venv built before the provider existed
             await asyncio.to_thread(ensure_provider, venv)

@@ -44,6 +44,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gym_runtime.files import try_lock, write_json
 from gym_runtime.venvs.pyc_store import Interpreter, PycStore, interpreter
@@ -148,6 +149,33 @@ def sources(cache: Pycache) -> list[str]:
     return sorted(out)
 
 
+async def _background(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a daemon thread of its own, awaited. Not ``asyncio.to_thread``: the loop's
+    executor and the interpreter's exit join their threads, so a stop that cancels a harvest
+    would wait for its walk, its ``rmtree`` of thousands of files or its store save to end (2 s
+    of a 3.4 s stop measured on a loaded host). What a thread abandoned at exit leaves is safe: a
+    learning dir half removed (its user was recorded first; the next start removes the rest),
+    store objects and records are written to temporary names and renamed, and a compile is a
+    separate process killed by :meth:`EnvironmentBytecode.close`."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not fut.done():
+            fut.set_exception(error) if error is not None else fut.set_result(result)
+
+    def work() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as e:  # handed to the awaiting task, which decides
+            result, error = None, e
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name="gym-runtime-bytecode", daemon=True).start()
+    return await fut
+
+
 async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: int | None = None) -> int:
     """Compile ``files`` (sources inside ``venv``) into their ``__pycache__`` dirs with the venv's
     own interpreter, ``jobs`` processes at once (default: CPU count); returns how many compiled
@@ -184,9 +212,9 @@ async def harvest(python: Path, caches: list[Pycache]) -> int:
     if not caches:
         return 0
     venv = caches[0].venv
-    files = sorted({f for c in caches for f in await asyncio.to_thread(sources, c)})
+    files = sorted({f for c in caches for f in await _background(sources, c)})
     n = await compile_into_shared(venv, python, files)
-    await asyncio.to_thread(finish, caches)  # removing thousands of files must not block the loop
+    await _background(finish, caches)  # removing thousands of files must not block the loop
     return n
 
 
@@ -226,7 +254,7 @@ def stale(venv: Path) -> list[Pycache]:
 
 async def harvest_stale(venv: Path, python: Path) -> int:
     """:func:`harvest` the learning dirs an earlier run left in ``venv``; returns files compiled."""
-    return await harvest(python, await asyncio.to_thread(stale, venv))
+    return await harvest(python, await _background(stale, venv))
 
 
 class EnvironmentBytecode:
@@ -235,7 +263,7 @@ class EnvironmentBytecode:
     ``user(python, key, name)`` per process, ``learn(ready)`` when they are spawned (harvests in
     the background while they start; a user is recorded once ``ready(name)`` says its process is
     done with its start-up imports; then the venvs' caches are saved to ``store``), ``await
-    close()`` on stop."""
+    settled(timeout_s)`` to wait for that work, ``await close()`` on stop."""
 
     def __init__(self, progress=None, store: PycStore | None = None) -> None:
         self.caches: list[tuple[Path, str, Pycache]] = []
@@ -267,14 +295,14 @@ class EnvironmentBytecode:
 
     async def _interpreter(self, py: Path) -> Interpreter:
         if py not in self._interp:
-            self._interp[py] = await asyncio.to_thread(interpreter, py)
+            self._interp[py] = await _background(interpreter, py)
         return self._interp[py]
 
     async def _place(self, venv: Path, py: Path, digest: str) -> None:
         if not (self.store.users(digest) - learned(venv)):
             return
         try:
-            got = await asyncio.to_thread(self.store.place, venv, digest, await self._interpreter(py))
+            got = await _background(self.store.place, venv, digest, await self._interpreter(py))
             if got.users:
                 _record(venv, got.users)
         except (OSError, subprocess.SubprocessError, IndexError, ValueError) as e:  # speed only
@@ -309,12 +337,12 @@ class EnvironmentBytecode:
                 py, name, cache = entry
                 final = ready(name)  # read first: what it imported up to now is then all there
                 seen = compiled.setdefault(cache.venv, set())
-                new = [f for f in await asyncio.to_thread(sources, cache) if f not in seen]
+                new = [f for f in await _background(sources, cache) if f not in seen]
                 try:
                     await compile_into_shared(cache.venv, py, new)
                     seen.update(new)
                     if final:
-                        await asyncio.to_thread(finish, [cache])  # never block the loop on rmtree
+                        await _background(finish, [cache])  # never block the loop on rmtree
                 except (RuntimeError, OSError) as e:  # a failed compile costs speed only, never correctness
                     self._say(f"bytecode: {e}")
                     final = True
@@ -330,7 +358,7 @@ class EnvironmentBytecode:
         for venv in self._unsaved():
             py, digest = self._venvs[venv]
             try:
-                n = await asyncio.to_thread(self.store.save, venv, digest, await self._interpreter(py),
+                n = await _background(self.store.save, venv, digest, await self._interpreter(py),
                                             learned(venv), self._stop)
             except (OSError, subprocess.SubprocessError, IndexError, ValueError) as e:  # speed only
                 self._say(f"bytecode: {venv.name}'s cache was not saved to the store: {e}")
@@ -338,6 +366,17 @@ class EnvironmentBytecode:
             if n:
                 self._say(f"bytecode: saved {n} compiled files of venv {venv.name} to the store "
                           "(a rebuilt venv starts with them)")
+
+    async def settled(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for the background harvest and save that :meth:`learn`
+        started (``gym-runtime prefetch`` stops only then); True when nothing is left to do: every
+        learning user recorded in its venv and, with a store, saved to it."""
+        if self._task is not None:
+            done, _ = await asyncio.wait({self._task}, timeout=timeout_s)
+            if not done:
+                return False
+        pending = any(c.learning for _, _, c in self.caches)
+        return not pending and not (self.store is not None and self._unsaved())
 
     async def close(self) -> None:
         """Stop a running harvest or save (what it wrote stays valid) and release every learning dir."""

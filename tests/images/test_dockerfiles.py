@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import shlex
 import shutil
@@ -102,7 +103,9 @@ def test_the_twins_differ_only_in_their_architecture() -> None:
 def test_dockerfile_contract(arch: str) -> None:
     ins = instructions(dockerfile(arch))
     runs = values(ins, "RUN")
-    assert [r.split()[-1] for r in runs] == [arch, "deps", "project"], "setup.sh runs the shared steps"
+    assert [r.split()[-1] for r in runs] == [arch, "deps", "project", "seed"], "setup.sh runs the shared steps"
+    assert build_args(ins)["SEED_GYM_RELEASE"] == "0", "seeding the caches is off by default (the image's size)"
+    assert runs[-1].endswith("SEED_GYM_RELEASE=${SEED_GYM_RELEASE} sh image/setup.sh seed")
     [user] = values(ins, "USER")
     assert user.split(":")[0] not in ("root", "0")
     assert json.loads(values(ins, "ENTRYPOINT")[0]) == ["tini", "--", "gym-runtime"], "tini is PID 1"
@@ -152,7 +155,7 @@ def test_setup_reads_the_uv_version_from_uv_lock() -> None:
     assert done.stdout.strip() == uv_locked_version()
 
 
-@pytest.mark.parametrize("argv, says", [([], "usage: setup.sh system ARCH | deps | project"),
+@pytest.mark.parametrize("argv, says", [([], "usage: setup.sh system ARCH | deps | project | seed"),
                                          (["system"], "usage: setup.sh system ARCH"),
                                          (["system", "s390x"], "BASE_IMAGE is a Debian ")])
 def test_setup_refuses_bad_calls_before_changing_anything(argv: list[str], says: str) -> None:
@@ -161,12 +164,21 @@ def test_setup_refuses_bad_calls_before_changing_anything(argv: list[str], says:
     assert done.returncode == 1 and says in done.stderr, done.stderr
 
 
+def test_seed_runs_prefetch_of_the_release_only_when_asked() -> None:
+    text = SETUP.read_text()
+    assert "gym-runtime prefetch --gym-release --drop-venvs" in text
+    for value, code, says in (("0", 0, "no caches seeded"), ("yes", 1, "SEED_GYM_RELEASE must be 0 or 1")):
+        done = subprocess.run(["sh", str(SETUP), "seed"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                              env={**os.environ, "SEED_GYM_RELEASE": value})
+        assert done.returncode == code and says in done.stdout + done.stderr, done.stderr
+
+
 def test_build_secret_is_optional_and_not_kept() -> None:
     """The CA bundle for the index comes as a secret mount: nothing of it stays in a layer."""
     for arch in ARCHES:
         ins = instructions(dockerfile(arch))
         for rest in values(ins, "RUN"):
-            if rest.endswith(("deps", "project")):
+            if rest.endswith(("deps", "project", "seed")):
                 assert rest.startswith("--mount=type=secret,id=ca-bundle "), rest
         assert "ca-bundle" not in " ".join(values(ins, "ENV") + values(ins, "COPY"))
     assert "if [ -s /run/secrets/ca-bundle ]" in SETUP.read_text()

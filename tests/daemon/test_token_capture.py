@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers.daemon import descendants
 from tests.helpers.environments import running_up, shared_venvs, stop_cleanly
-from tests.helpers.gym07 import gym07_client_venv
+from tests.helpers.gym_package import gym_venv
 from tests.helpers.load import run_batch
 from tests.helpers.trust import QUICKSTART, example_rows
 
@@ -43,7 +43,10 @@ print(json.dumps(out))
 
 def consume(capture: Path, rollouts: dict[str, dict]) -> dict:
     """NeMo Gym 0.7.0's consumer over ``capture`` for each ``{rollout_id: verified response}``."""
-    python = gym07_client_venv() / "bin" / "python"
+    venv = gym_venv("0.7.0")
+    if venv is None:
+        pytest.skip("NeMo Gym 0.7.0's consumer needs a Python >= 3.13.14 (.ci/provision-python builds one)")
+    python = venv / "bin" / "python"
     done = subprocess.run([str(python), "-c", CONSUME, json.dumps({"dir": str(capture), "rollouts": rollouts})],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

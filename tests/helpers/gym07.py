@@ -68,24 +68,3 @@ def gym07_wheel() -> Path:
         found = sorted(dest.glob("nemo_gym-0.7.0-*.whl"))
     return found[0]
 
-
-def gym07_client_venv() -> Path:
-    """A venv with ``nemo-gym==0.7.0`` (its clients and its consumer of training-token capture), built
-    once with real uv from PyPI under the tests' cache (lock and completion marker, as
-    ``tests/helpers/gym_package.py``'s ``gym_venv``); skips without a Python >= 3.13.14."""
-    from filelock import FileLock
-
-    from tests.helpers.gym_package import cache_dir
-
-    python = gym07_python()
-    venv = cache_dir() / "nemo-gym-0.7.0-venv"
-    marker = venv / ".complete"
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(venv) + ".lock", timeout=1800):
-        if not marker.is_file():
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([uv.find_uv_bin(), "venv", "--quiet", "--python", python, str(venv)], check=True)
-            subprocess.run([uv.find_uv_bin(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-                            "nemo-gym==0.7.0"], check=True, timeout=1800)
-            marker.write_text("0.7.0")
-    return venv

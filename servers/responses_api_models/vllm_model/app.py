@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,6 +38,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from _kit import messages_api, sse  # noqa: E402
 from _kit.config import StartupError  # noqa: E402
+from _kit.overflow import classify  # noqa: E402
 from _kit.peers import UpstreamError  # noqa: E402
 from _kit.responses import TOKEN_FIELDS, to_chat_request, to_response  # noqa: E402
 from _kit.server import ServerContext, build_app, error_body, run_server  # noqa: E402
@@ -52,6 +54,13 @@ def _strip_tokens(items: list[dict]) -> None:
     for item in items:
         for field in TOKEN_FIELDS:
             item.pop(field, None)
+
+
+def _is_context_length_error(status: int | None, body: Any) -> bool:
+    """True when an upstream error answer (HTTP ``status``, JSON ``body``) says the prompt does not
+    fit (vLLM's wordings, ``_kit/overflow.py``); the entry case C30's own check script
+    (``tests/cases/data/C30/check_classifier.py``) asks this module for."""
+    return classify(status, body) is not None
 
 
 class Server:

@@ -108,6 +108,7 @@ class TaskSandboxService:
         self._factory_lock = asyncio.Lock()
         self._watching: set[int] = set()
         self._tasks: set[asyncio.Task] = set()
+        self._closing: set[asyncio.Future] = set()  # box closes under way (close_all waits for them)
         self._watch: asyncio.Task | None = None
         self._closed = False
         self.created = 0
@@ -264,7 +265,10 @@ class TaskSandboxService:
             rec._ttl.cancel()
         for fwd in rec._forwards:
             fwd.close()
-        await rec.box.close()
+        closing = asyncio.ensure_future(rec.box.close())  # a caller cancelled mid-close leaves it running
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+        await asyncio.shield(closing)
         log.info("task sandbox %s of server %s ended: %s", box_id, rec.owner, why)
 
     async def close_owner(self, owner: str, why: str, incarnation: Any = None) -> int:
@@ -281,6 +285,8 @@ class TaskSandboxService:
         if self._watch is not None:
             self._watch.cancel()
         await asyncio.gather(*(self.close(i, "the daemon stopped") for i in list(self.boxes)))
+        # boxes whose server ended just before the stop are still closing in their watcher: let them end
+        await asyncio.gather(*list(self._closing), return_exceptions=True)
         for t in list(self._tasks):
             t.cancel()
         if self._factory is not None:

@@ -69,7 +69,7 @@ def test_gyms_consumer_builds_trajectories_from_what_the_built_in_servers_wrote(
     tool_row, plain_row = example_rows("code_lookup_agent")[0], example_rows("arithmetic_agent")[0]
     rows = [{**tool_row, "_ng_task_index": 0, "_ng_rollout_index": 0},
             {**plain_row, "_ng_task_index": 1, "_ng_rollout_index": 0, "_ng_attempt_index": 1},
-            {**plain_row}]  # no stamps: no rollout id, not captured
+            {**plain_row}]  # no stamps: stamped on its way through the environment server as Gym's collector does
     with running_up(QUICKSTART, tmp_path, "token_id_capture.enabled=true", "token_id_capture.all_agents=true",
                     "policy_model.responses_api_models.vllm_model.return_token_id_information=false",
                     env=capture_env(tmp_path, capture)) as (proc, info):
@@ -82,7 +82,7 @@ def test_gyms_consumer_builds_trajectories_from_what_the_built_in_servers_wrote(
     # the control token reaches the model server only, by name from the daemon's environment
     assert passed["policy_model"] == "control-secret" and passed["code_lookup_agent"] is None
     written = sorted(p.name for p in capture.iterdir() if p.suffix == ".jsonl")
-    assert written == ["0-0.tokens.jsonl", "1-0-a1.tokens.jsonl"]
+    assert written == ["0-0.tokens.jsonl", "1-0-a1.tokens.jsonl", "2-0.tokens.jsonl"]  # row 2, its first sample
     entries = [json.loads(line) for line in (capture / "0-0.tokens.jsonl").read_text().splitlines()]
     assert [e["parent_resolution"] for e in entries] == ["root", "resolved"]
     assert entries[1]["parent_call_id"] == entries[0]["model_call_id"]

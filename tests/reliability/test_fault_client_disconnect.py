@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.helpers.environments import mixed_env, row_for, running_up, shared_venvs, stop_cleanly
-from tests.helpers.load import footprint, instance, run_batch
+from tests.helpers.load import builds_quiet, footprint, instance, run_batch
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 SEED_SLEEP = 4.0
@@ -46,6 +46,7 @@ def test_client_disconnect_cancels_the_batch_everywhere(tmp_path: Path) -> None:
         warm = run_batch(head, [row_for("slow_agent", i=i) for i in range(4)], concurrency=4)
         assert [r.get("reward") for r in warm.results] == [1.0] * 4
         agent = psutil.Process(instance(head, "slow_agent")["pid"])
+        builds_quiet(head)
         daemon_before, agent_before = footprint(proc.pid), footprint(agent.pid)
         chats_before, slow_before = _stats(info)
 

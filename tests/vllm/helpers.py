@@ -28,6 +28,20 @@ def runtime_env(tmp: Path) -> dict[str, str]:
     return {**shared_venvs(), "GYM_RUNTIME_POLICY_API_KEY": "EMPTY", "GYM_RUNTIME_HOME": str(tmp / "home")}
 
 
+def probe_refused(engine: VLLMServer, tmp: Path) -> str:
+    """Run ``up --probe-policy`` on the bundled example against ``engine``; assert it refused the
+    policy endpoint (exit 3, no ready line) and return its stderr."""
+    from tests.helpers.daemon import kill_tree, up_process
+
+    proc = up_process(QUICKSTART, tmp, *policy_args(engine), "--probe-policy", env=runtime_env(tmp))
+    try:
+        out, err = proc.communicate(timeout=900)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 3 and out == "", err[-3000:]
+    return err
+
+
 def rows_file(tmp: Path, rows: list[dict]) -> Path:
     path = tmp / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

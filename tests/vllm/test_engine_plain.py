@@ -13,10 +13,9 @@ from __future__ import annotations
 import pytest
 
 from tests.examples.conftest import dry_run
-from tests.helpers.daemon import kill_tree, up_process
 from tests.helpers.environments import running_up, stop_cleanly
 from tests.helpers.load import run_batch
-from tests.vllm.helpers import POLICY, QUICKSTART, policy_args, row, rows_file, runtime_env
+from tests.vllm.helpers import POLICY, QUICKSTART, policy_args, probe_refused, row, rows_file, runtime_env
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pypi, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -24,13 +23,7 @@ VLLM_WORDS = '"auto" tool choice requires --enable-auto-tool-choice and --tool-c
 
 
 def test_probe_policy_names_the_missing_tool_flags(engine, tmp_path):
-    served = engine("plain")
-    proc = up_process(QUICKSTART, tmp_path, *policy_args(served), "--probe-policy", env=runtime_env(tmp_path))
-    try:
-        out, err = proc.communicate(timeout=900)
-    finally:
-        kill_tree(proc)
-    assert proc.returncode == 3 and out == "", err[-3000:]
+    err = probe_refused(engine("plain"), tmp_path)
     assert "GR-START-TOOL-PARSER" in err and VLLM_WORDS in err and "--enable-auto-tool-choice" in err
 
 

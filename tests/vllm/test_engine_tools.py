@@ -14,18 +14,16 @@ qwen3``) on the tiny model (docs/rollouts.md, "A real vLLM engine"):
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
 from tests.examples.conftest import dry_run
-from tests.helpers.daemon import kill_tree, up_process
 from tests.helpers.environments import running_up, stop_cleanly
 from tests.helpers.load import run_batch
 from tests.vllm.conftest import MAX_MODEL_LEN
-from tests.vllm.helpers import (POLICY, QUICKSTART, TOOL, logprob_ids, policy_args, row, rows_file, runtime_env,
+from tests.vllm.helpers import (POLICY, QUICKSTART, TOOL, logprob_ids, policy_args, probe_refused, row, rows_file, runtime_env,
                                 token_item, vllm_chat, vllm_tokenize)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pypi, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -82,13 +80,7 @@ def test_probe_policy_passes_with_the_tool_flags(daemon):
 
 def test_probe_policy_finds_a_reasoning_parser_the_config_does_not_expect(engine, tmp_path):
     """The example says ``uses_reasoning_parser: false``; the engine runs ``--reasoning-parser qwen3``."""
-    served = engine("tools")
-    proc = up_process(QUICKSTART, tmp_path, *policy_args(served), "--probe-policy", env=runtime_env(tmp_path))
-    try:
-        out, err = proc.communicate(timeout=900)
-    finally:
-        kill_tree(proc)
-    assert proc.returncode == 3 and out == "", err[-3000:]
+    err = probe_refused(engine("tools"), tmp_path)
     assert "GR-START-REASONING-PARSER" in err and "uses_reasoning_parser" in err
 
 

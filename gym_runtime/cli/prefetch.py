@@ -120,9 +120,8 @@ async def prefetch(args: argparse.Namespace) -> dict[str, Any]:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         record.release()
-    built = getattr(env.placement, "built", None)
     venvs = []
-    for v in built.venvs if built is not None else []:
+    for v in env.placement.local_venvs():
         dropped = bool(args.drop_venvs and not v.reused)
         if dropped:
             await asyncio.to_thread(shutil.rmtree, v.path, True)

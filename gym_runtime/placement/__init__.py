@@ -7,7 +7,7 @@ and :class:`~gym_runtime.placement.on_ray.RayPlacement` (``ray``). Both answer t
 ``add_servers(merged)`` (phase "starting servers": supervised members whose launcher spawns them
 where they run), ``public()`` / ``servers()`` / ``isolation`` (what the head server and the ready
 line report), ``replica_nodes()`` (instance -> {replica: node}, for the rollouts' per-replica
-counts), ``sandboxes()`` (process accounting), ``close()``, ``close_step`` (its teardown
+counts), ``local_venvs()`` (the venvs built on this host), ``sandboxes()`` (process accounting), ``close()``, ``close_step`` (its teardown
 step: name, deadline in s) and ``open_handles()`` (teardown).
 
 The Ray implementation's parts:

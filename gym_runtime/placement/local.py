@@ -169,6 +169,11 @@ class LocalPlacement:
             await self.sandbox.close()
         ray_head.remove_temp_dir(self.ray_tmp)
 
+    def local_venvs(self) -> list[Any]:
+        """The venvs built on this host for the environment (:class:`~gym_runtime.venvs.build.Venv`
+        each: path, digest, instances, status), once :meth:`prepare` ran; ``[]`` before."""
+        return list(self.built.venvs) if self.built is not None else []
+
     def sandboxes(self) -> list[Any]:
         """The sandboxes this placement started on this host (process accounting)."""
         return [self.sandbox] if self.sandbox is not None else []

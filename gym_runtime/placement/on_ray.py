@@ -55,6 +55,10 @@ class RayPlacement:
         self.stable: dict[str, tuple[str, int]] = {}  # instance -> its one address
         self.head_forward: Any = None
 
+    def local_venvs(self) -> list[Any]:
+        """None on this host: every venv is built on the node its replica runs on."""
+        return []
+
     def sandboxes(self) -> list[Any]:
         """None on this host: every sandbox runs on a node (process accounting)."""
         return []

@@ -1,7 +1,9 @@
 """The private Ray head's holder (gym_runtime/supervise/ray_hold/): it holds what its start command
 left behind, ends the whole head when one of those processes ends, reaps other orphans silently,
 and leaves nothing on SIGTERM. Real processes: a start command that, like ``ray start --head``
-without ``--block``, starts long-lived processes and exits; the hook is checked on its own."""
+without ``--block``, starts long-lived processes and exits; one that, like ``ray start --block``
+(what holds the head where no child subreaper can be had), stays and watches them; the hook is
+checked on its own."""
 
 from __future__ import annotations
 
@@ -35,10 +37,26 @@ print("Ray runtime started.", flush=True)
 '''
 
 
-def _hold(tmp_path: Path, script: str = START, ready: bool = True) -> tuple[subprocess.Popen, dict[str, int]]:
+# As ``ray start --head --block`` (Ray 2.60 ``ray/scripts/scripts.py``): it says it blocks, then
+# watches its processes; when one ends it says so, kills the others and exits 1.
+BLOCKING = START.replace("    p = subprocess.Popen", "    p = started[name] = subprocess.Popen").replace(
+    "for name, code", "started = {}\nfor name, code") + '''
+import os, signal, time
+assert sys.argv[-1] == "--block", sys.argv
+print("This command will now block forever until terminated by a signal.", flush=True)
+while all(p.poll() is None for p in started.values()):
+    time.sleep(0.1)
+print("Some Ray subprocesses exited unexpectedly:", flush=True)
+for p in started.values():
+    p.kill()
+os._exit(1)
+'''
+
+
+def _hold(tmp_path: Path, script: str = START, ready: bool = True, *args: str) -> tuple[subprocess.Popen, dict[str, int]]:
     start = tmp_path / "start.py"
     start.write_text(script)
-    proc = subprocess.Popen([sys.executable, "-I", "-S", str(ray_head.HOLD_SCRIPT), sys.executable, str(start)],
+    proc = subprocess.Popen([sys.executable, "-I", "-S", str(ray_head.HOLD_SCRIPT), sys.executable, str(start), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             cwd=tmp_path)
     pids = {}
@@ -113,6 +131,32 @@ def test_a_failed_start_fails_the_holder(tmp_path: Path) -> None:
     proc, _ = _hold(tmp_path, "import sys; print('boom', file=sys.stderr); sys.exit(3)", ready=False)
     assert proc.wait(30) == 1
     assert "`ray start` exited with 3" in proc.stderr.read()
+
+
+def test_under_ray_start_block_the_holder_says_it_holds_and_a_stop_leaves_nothing(tmp_path: Path) -> None:
+    proc, pids = _hold(tmp_path, BLOCKING, False, "--block")
+    try:
+        assert proc.stdout.readline().startswith("This command will now block forever")  # Ray's output, passed on
+        held = proc.stderr.readline()
+        assert held.startswith(ray_head.READY_TEXT + " 2 Ray processes under `ray start --block`"), held
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        assert wait_gone([proc.pid, *pids.values()], 5.0) == []
+    finally:
+        _kill(proc)
+
+
+def test_under_ray_start_block_a_process_that_ends_ends_the_head(tmp_path: Path) -> None:
+    proc, pids = _hold(tmp_path, BLOCKING, False, "--block")
+    try:
+        assert proc.stderr.readline().startswith(ray_head.READY_TEXT)
+        os.kill(pids["raylet"], signal.SIGKILL)
+        assert proc.wait(30) == 1
+        assert "Some Ray subprocesses exited unexpectedly" in proc.stdout.read()
+        assert "`ray start --block` exited with 1" in proc.stderr.read()
+        assert wait_gone([proc.pid, *pids.values()], 5.0) == []
+    finally:
+        _kill(proc)
 
 
 def test_the_hook_turns_off_ray_client_and_the_api_server_and_leaves_nothing_of_itself(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,15 @@ Gym venv's packages), while this one holds the same cluster in ~10 MiB
 3. SIGTERM, SIGINT, SIGHUP: it kills its process group (the whole cluster: a drained raylet saves
    nothing the daemon keeps, the GCS keeps its tables in memory) and exits 0.
 
+Where a child subreaper is refused (qemu-user emulation answers ``prctl(PR_SET_CHILD_SUBREAPER)``
+with ``EINVAL``), or when the command given ends with ``--block``, Ray's own ``ray start --head
+--block`` holds the head instead, as this process's child: Ray watches its processes and exits 1
+when one ends unexpectedly ("Some Ray subprocesses exited unexpectedly", Ray 2.60
+``ray/scripts/scripts.py``). The holder passes its output on and says the same ``holding N Ray
+processes`` line once Ray says it blocks; a stop is handled as above; when ``ray start --block``
+exits, the head is over (exit 1). It costs the waiting Python process with Ray imported that the
+lean hold avoids.
+
 The same file is ``ray start``'s ``RAY_START_HOOK`` (Ray 2.60 ``ray/scripts/scripts.py``: a
 ``module.function`` called with the head's ``RayParams`` before anything starts):
 :func:`lean_params` turns off Ray Client's server, which ``ray start`` otherwise runs on every
@@ -37,6 +46,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOOK = "gym_runtime_ray_hold.lean_params"
 PR_SET_CHILD_SUBREAPER = 36
+# What `ray start --block` prints once the head is up and it starts watching (Ray 2.60
+# ``ray/scripts/scripts.py``, after the head's address is written).
+BLOCKING_TEXT = "This command will now block forever"
 
 
 def lean_params(ray_params, head):  # noqa: ARG001 - Ray's RAY_START_HOOK signature
@@ -143,21 +155,48 @@ def _end(code, why=None):
     os._exit(code)
 
 
-def main():
-    ray_argv = sys.argv[1:]
-    if not ray_argv or "--block" in ray_argv:
-        _say("usage: gym_runtime_ray_hold.py RAY_BIN start --head ... (without --block)")
-        return 2
+def _say_held(ray, how=""):
+    _say(f"holding {len(ray)} Ray processes{how}: " + ", ".join(f"{n} ({p})" for p, n in sorted(ray.items())))
+
+
+def _hold_blocking(ray_argv, env):
+    """Run ``ray start ... --block`` as the head's holder (module doc); never returns."""
+    start = subprocess.Popen(ray_argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    held = False
+    for line in iter(start.stdout.readline, b""):
+        sys.stdout.buffer.write(line)
+        sys.stdout.flush()
+        if not held and BLOCKING_TEXT.encode() in line:
+            held = True
+            _say_held(_processes(ppid=start.pid), f" under `ray start --block` (pid {start.pid})")
+    code = start.wait()
+    _end(1, f"`ray start --block` exited with {code}: see its output above")
+
+
+def _subreaper():
+    """Make this process a child subreaper; None when done, else why it could not."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        _say(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
-        return 1
+        return f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}"
+    return None
+
+
+def main():
+    ray_argv = sys.argv[1:]
+    if not ray_argv:
+        _say("usage: gym_runtime_ray_hold.py RAY_BIN start --head ... [--block]")
+        return 2
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, frame: _end(0))
     path = [p for p in (HERE, os.environ.get("PYTHONPATH", "")) if p]
     env = {**os.environ, "RAY_START_HOOK": HOOK, "PYTHONPATH": os.pathsep.join(path)}
+    refused = None if "--block" in ray_argv else _subreaper()
+    if refused:
+        _say(f"{refused}: no child subreaper here, so Ray's own `ray start --block` holds the head")
+    if refused or "--block" in ray_argv:
+        _hold_blocking(ray_argv if "--block" in ray_argv else [*ray_argv, "--block"], env)
     start = subprocess.Popen(ray_argv, env=env)
     code = start.wait()
     if code != 0:
@@ -165,7 +204,7 @@ def main():
     ray = _processes(ppid=_stat("self")[0])  # what `ray start` left: GCS, raylet, log monitor
     if not ray:
         _end(1, "`ray start` left no process behind")
-    _say(f"holding {len(ray)} Ray processes: " + ", ".join(f"{n} ({p})" for p, n in sorted(ray.items())))
+    _say_held(ray)
     while True:
         try:
             pid, status = os.wait()

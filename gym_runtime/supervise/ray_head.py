@@ -30,7 +30,8 @@ always starts it, and the hook has it skipped the way Ray skips one that cannot 
 ``ray start --block`` left waiting beside the cluster (a Python process with all of Ray imported,
 ~200 MiB RSS): the holder, a stdlib-only script (~12 MiB), runs ``ray start --head`` without
 ``--block``, adopts the processes it leaves as a child subreaper and holds them (its module doc:
-what ends the head, what a stop does). The GCS, the raylet with its two agents (the raylet exits
+what ends the head, what a stop does; where no child subreaper can be had, as under qemu-user,
+it runs Ray's own ``ray start --block`` instead). The GCS, the raylet with its two agents (the raylet exits
 when one of them does) and the log monitor (task output reaches the servers' logs through it:
 Gym's ``ray.init`` keeps ``log_to_driver``) remain.
 

@@ -96,7 +96,8 @@ def image(request: pytest.FixtureRequest) -> Iterator[RuntimeImage]:
         build_image(ROOT, tag, base.tag, arch, timeout=1200 if arch == HOST else EMULATED_S)
     except subprocess.CalledProcessError as e:
         pytest.fail(f"podman build of Dockerfile.{arch} failed ({base.tag}):\n{tail(e.stdout + e.stderr, 40)}")
-    print(f"Dockerfile.{arch}: built in {time.monotonic() - t0:.0f} s ({base.source} base {base.seconds})")
+    steps = ", ".join(f"{step} {s} s" for step, s in base.seconds.items()) or "nothing to make"
+    print(f"Dockerfile.{arch}: built in {time.monotonic() - t0:.0f} s (base {base.source}: {steps})")
     try:
         yield RuntimeImage(tag, ROOT / "examples", arch)
     finally:

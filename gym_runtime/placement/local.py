@@ -266,7 +266,8 @@ class LocalPlacement:
 
     def _add_ray_member(self) -> str:
         """ONE private Ray head inside the sandbox network (servers reach it on loopback); see
-        :mod:`gym_runtime.supervise.ray_head`. Returns the GCS address servers get."""
+        :mod:`gym_runtime.supervise.ray_head`. It starts in wave 0, so every server starts once the
+        head is ready (the module doc, "Head first"). Returns the GCS address servers get."""
         from sandbox import ProcessSpec
 
         env, pythons = self.env, self.pythons
@@ -284,7 +285,7 @@ class LocalPlacement:
                            read_only_paths=[ray_bin.parent.parent, *venvs, *trees, ray_head.HOLD_DIR],
                            writable_paths=writable)
         env._member("ray_head", "ray", spec, self.sandbox, port, probe_path="log:" + ray_head.READY_TEXT,
-                    kill_on_stop=True, load_bound_start=True,
+                    kill_on_stop=True, load_bound_start=True, wave=0,
                     info={"server_type": "ray", "implementation": f"ray ({ray_bin})"})
         return f"127.0.0.1:{port}"
 

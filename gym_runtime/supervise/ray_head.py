@@ -35,6 +35,15 @@ it runs Ray's own ``ray start --block`` instead). The GCS, the raylet with its t
 when one of them does) and the log monitor (task output reaches the servers' logs through it:
 Gym's ``ray.init`` keeps ``log_to_driver``) remain.
 
+Head first: the head starts before the servers (wave 0), and they start once it is ready, as
+NeMo Gym's own launcher starts Ray before its servers (``nemo_gym/cli`` calls ``initialize_ray``
+first). Started beside them, the head competes with their imports for the CPU, and Ray's windows
+are fixed: ``ray start`` gives the raylet 30 s to register (Ray 2.60 ``ray/_private/node.py``, not
+configurable), a driver 20 s to reach the GCS and 60 s to find a node. On a busy host, and always
+under qemu-user emulation, the head then fails to start ("The current node timed out during
+startup") and the servers fail to join it. Head first costs ~1.5 s to ready on an idle 2-core host
+(docs/performance.md).
+
 Quiet start: with the dashboard off, Ray still loads its usage-stats module, which asks three cloud
 metadata services (169.254.169.254, metadata.google.internal) unless ``~/ray_bootstrap_config.yaml``
 exists, and posts a "usage stats disabled" report to usage-stats.ray.io even when

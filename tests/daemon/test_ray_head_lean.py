@@ -1,6 +1,7 @@
 """The private Ray head starts only what Gym servers use: no autoscaler monitor, no idle workers, no
 Ray Client server, and no ``ray start --block`` waiting beside it (a small holder holds the cluster;
-real Ray, the dev dependency); every process of it is accounted for by ``/processes``."""
+real Ray, the dev dependency); every process of it is accounted for by ``/processes``; the servers
+start once it is ready."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ def test_private_ray_head_runs_no_monitor_no_idle_workers_no_client_server_and_n
         assert not any("autoscaler/_private/monitor.py" in c for c in cmdlines), cmdlines
         assert not any("ray.util.client.server" in c for c in cmdlines), cmdlines
         assert not any(c.startswith("ray::IDLE") for c in cmdlines), "no worker is started ahead of a task"
+        # head first: the servers start once it is ready (a busy host starves a head started beside them)
+        support = httpx.get(info["head_server"] + "/support_processes", trust_env=False, timeout=10).json()
+        head = next(p for p in support if p["name"] == "ray_head")
+        servers = httpx.get(info["head_server"] + "/server_instances", trust_env=False, timeout=10).json()
+        assert servers and all(s["start_time"] >= head["start_time"] + head["ready_after_s"] for s in servers), (head, servers)
     finally:
         kill_tree(proc)
 

@@ -9,7 +9,8 @@
 3. missing values and interpolations (:class:`~gym_runtime.errors.MissingValuesError`), reported
    together with every server reference whose type and name are literal and name nothing, so a
    missing ``policy_base_url`` never hides a broken reference until the next run;
-4. known field types (``GR-CONFIG-TYPE``, :mod:`gym_runtime.config.types`), server references
+4. known field types (``GR-CONFIG-TYPE``, :mod:`gym_runtime.config.types`), nulls where a
+   server's config class declares ``str`` (``GR-CONFIG-NULL``, :mod:`gym_runtime.config.null_fields`), server references
    (:class:`~gym_runtime.errors.ServerRefNotFoundError`), implementations, entrypoints, domains,
    ports (``GR-CONFIG-*``): all in one error.
 
@@ -37,6 +38,7 @@ from gym_runtime.config.builtin_keys import builtin_key_problems
 from gym_runtime.config.instances import ServerInstance, build_instances, declare, find_instances, python_version_problems
 from gym_runtime.config.compose import compose
 from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources
+from gym_runtime.config.null_fields import null_field_problems
 from gym_runtime.config.refs import ServerRef, check_refs, literal_only
 from gym_runtime.config.resolve import resolve_config
 from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map
@@ -125,6 +127,7 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin, package.root,
                                                            release)
     problems += inst_violations + builtin_key_problems(instances, sources)
+    problems += null_field_problems(instances, raw, sources, package.root)
     problems += python_version_problems(data.get("python_version"), "python_version", sources.of("python_version"))
     extra_secrets, secret_violations = secret_key_names(raw, sources)
     problems += secret_violations

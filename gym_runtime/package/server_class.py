@@ -1,4 +1,5 @@
-"""Read, without running anything, what a server tree's entrypoint class declares: ``ray_enabled``.
+"""Read, without running anything, what a server tree's entrypoint class declares: ``ray_enabled``,
+and the plain-``str`` fields of its config class.
 
 NeMo Gym 0.7.0 ``nemo_gym/server_utils.py``: ``SimpleServer.ray_enabled: ClassVar[bool | None] =
 None``; ``run_webserver()`` calls ``ray.init`` unless the class it is called on says
@@ -16,8 +17,17 @@ __name__ == "__main__":``). Its own body decides; else its bases, left to right,
   every server's resolution order;
 * a base found nowhere (a third-party library) declares nothing.
 
-Only literal values count (``True``, ``False``, ``None``); anything else is undeclared. Files are
-untrusted input: each is read at most once and bounded in size, and the walk in depth.
+Only literal values count (``True``, ``False``, ``None``); anything else is undeclared.
+
+The config class is the one the server class (or the first of its bases that does) annotates as
+``config: ExampleConfig`` (NeMo Gym ``nemo_gym/server_utils.py``: ``load_config_from_global_config``
+validates the server's block with it, pydantic). Its fields annotated plain ``str`` refuse None;
+they are read from it and its bases in the tree or the package (a subclass's annotation wins);
+the SDK's own bases (``host``, ``port``, ``entrypoint``, ``name``: filled by the runtime) are not.
+A class of its lineage with a validator that runs before pydantic's checks (``mode="before"``,
+``"wrap"`` or ``"plain"``, ``pre=True``) may turn None into a value: then no field counts.
+
+Files are untrusted input: each is read at most once and bounded in size, and the walk in depth.
 """
 
 from __future__ import annotations
@@ -45,6 +55,16 @@ class RayDeclaration:
     declared: bool
     value: bool | None
     where: str
+
+
+@dataclass(frozen=True)
+class ConfigClass:
+    """The config class of an entrypoint's server class: ``name`` (``SimpleModelServerConfig``) and
+    ``strings``: field -> where it is declared plain ``str``
+    (``responses_api_models/openai_model/app.py:38 SimpleModelServerConfig.openai_api_key: str``)."""
+
+    name: str
+    strings: dict[str, str]
 
 
 @dataclass
@@ -99,15 +119,15 @@ class _Reader:
                     return cand
         return None
 
-    def resolve(self, name: str, mod: _Module, depth: int) -> tuple[bool, bool | None, str] | None:
-        """``(declared, value, where)`` for the class ``name`` (dotted) as seen from ``mod``; None
-        when nothing on it or its bases declares ``ray_enabled``."""
+    def locate(self, name: str, mod: _Module, depth: int) -> tuple[ast.ClassDef, _Module] | str | None:
+        """The class ``name`` (dotted) as seen from ``mod``: its node and module when it is defined in
+        the tree or the package, its dotted name when it is the Gym SDK's, None when found nowhere."""
         if depth > MAX_DEPTH:
             return None
         head, _, rest = name.partition(".")
         for node in mod.tree.body:
             if isinstance(node, ast.ClassDef) and node.name == name:
-                return self.of_class(node, mod, depth)
+                return node, mod
         for node in ast.walk(mod.tree):
             if isinstance(node, ast.ImportFrom):
                 for a in node.names:
@@ -125,25 +145,37 @@ class _Reader:
 
     def in_module(self, module: str, level: int, cls: str, mod: _Module, depth: int):
         if level == 0 and (module == SDK or module.startswith(SDK + ".")):
-            if self.index is None:
-                return None
-            declared, value = self.index.ray_of(f"{module}.{cls}")
-            return (True, value, f"{module}.{cls}.ray_enabled (the Gym SDK)") if declared and value is not None \
-                else None
+            return f"{module}.{cls}"
         path = self.find_module(module, level, mod.path)
         target = self.load(path) if path else None
-        return self.resolve(cls, target, depth + 1) if target else None
+        return self.locate(cls, target, depth + 1) if target else None
 
-    def of_class(self, node: ast.ClassDef, mod: _Module, depth: int):
-        stmt = ray_enabled_stmt(node)
-        if stmt is not None:
-            value = stmt.value.value  # type: ignore[union-attr]
-            return True, value, f"{mod.rel}:{stmt.lineno} {node.name}.ray_enabled = {value}"
-        for base in node.bases:
-            dotted = _dotted(base)
-            found = self.resolve(dotted, mod, depth + 1) if dotted else None
-            if found is not None:
-                return found
+    def lineage(self, name: str, mod: _Module, depth: int = 0):
+        """The class ``name`` and its bases in resolution order (left to right, depth first), each
+        as :meth:`locate` gives it; classes found nowhere are left out."""
+        found = self.locate(name, mod, depth)
+        if found is None or depth > MAX_DEPTH:
+            return
+        yield found
+        if isinstance(found, tuple):
+            node, where = found
+            for base in node.bases:
+                if (dotted := _dotted(base)) is not None:
+                    yield from self.lineage(dotted, where, depth + 1)
+
+    def ray_enabled(self, name: str, mod: _Module) -> tuple[bool | None, str] | None:
+        """``(value, where)`` of the first ``ray_enabled`` declared on ``name`` or its bases (module
+        doc), None when none is."""
+        for found in self.lineage(name, mod):
+            if isinstance(found, str):
+                declared, value = self.index.ray_of(found) if self.index is not None else (False, None)
+                if declared and value is not None:
+                    return value, f"{found}.ray_enabled (the Gym SDK)"
+                continue
+            node, where = found
+            if (stmt := ray_enabled_stmt(node)) is not None:
+                value = stmt.value.value  # type: ignore[union-attr]
+                return value, f"{where.rel}:{stmt.lineno} {node.name}.ray_enabled = {value}"
         return None
 
 
@@ -178,7 +210,66 @@ def ray_declaration(server_dir: Path, entrypoint: str, package_root: Path | None
     cls = _entry_class(mod.tree)
     if cls is None:
         return RayDeclaration(None, False, None, f"{mod.rel} calls no run_webserver()")
-    found = reader.resolve(cls, mod, 0)
+    found = reader.ray_enabled(cls, mod)
     if found is None:
         return RayDeclaration(cls, False, None, f"{cls} ({mod.rel}) and its bases declare no ray_enabled")
-    return RayDeclaration(cls, found[0], found[1], found[2])
+    return RayDeclaration(cls, True, found[0], found[1])
+
+
+_CONVERTING = {"before", "wrap", "plain"}
+
+
+def _converts_first(node: ast.ClassDef) -> bool:
+    """Whether a method of ``node`` is a pydantic validator that runs before the type checks."""
+    for fn in node.body:
+        for dec in getattr(fn, "decorator_list", []):
+            if isinstance(dec, ast.Call) and (_dotted(dec.func) or "").endswith("validator") and any(
+                    (k.arg == "mode" and isinstance(k.value, ast.Constant) and k.value.value in _CONVERTING)
+                    or (k.arg == "pre" and isinstance(k.value, ast.Constant) and k.value.value is True)
+                    for k in dec.keywords):
+                return True
+    return False
+
+
+def _plain_str(annotation: ast.expr) -> bool:
+    return (isinstance(annotation, ast.Name) and annotation.id == "str") or (
+        isinstance(annotation, ast.Constant) and annotation.value == "str")
+
+
+def _annotated(node: ast.ClassDef) -> list[ast.AnnAssign]:
+    return [s for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+
+
+def config_class(server_dir: Path, entrypoint: str, package_root: Path | None = None) -> ConfigClass | None:
+    """The config class of the entrypoint's server class (module doc), or None when there is no
+    server class, no ``config`` annotation on it or its bases, or the class is the Gym SDK's or
+    found nowhere."""
+    reader = _Reader(server_dir, package_root, None)
+    mod = reader.load(server_dir / entrypoint)
+    cls = _entry_class(mod.tree) if mod is not None else None
+    if cls is None:
+        return None
+    for found in reader.lineage(cls, mod):
+        ann = next((a for a in _annotated(found[0]) if a.target.id == "config"), None) \
+            if isinstance(found, tuple) else None
+        if ann is not None:
+            name, where = _dotted(ann.annotation), found[1]
+            break
+    else:
+        return None
+    if name is None or not isinstance(reader.locate(name, where, 0), tuple):
+        return None
+    seen: set[str] = set()
+    strings: dict[str, str] = {}
+    for found in reader.lineage(name, where):
+        if not isinstance(found, tuple):
+            continue
+        node, m = found
+        if _converts_first(node):
+            return ConfigClass(name, {})
+        for a in _annotated(node):
+            if a.target.id not in seen:
+                seen.add(a.target.id)
+                if _plain_str(a.annotation):
+                    strings[a.target.id] = f"{m.rel}:{a.lineno} {node.name}.{a.target.id}: str"
+    return ConfigClass(name, strings)

@@ -10,7 +10,13 @@ the release) and every resolved server block, except ``host`` / ``port`` (Gym fi
 runtime allocates ports at start), values the runtime masks (``****``: secrets), and the
 differences docs/environment-packages.md ("Composition", "Differences from Gym's parser") lists
 with their reasons (:data:`KNOWN`). ``REFUSED`` configs are ones Gym refuses: ours must refuse
-them too. Cost: one parser venv per release, built once and cached (0.7.0: ~350 MB, ~1 min from
+them too. Both sides get the same environment, in which every variable behind a
+``${oc.env:VAR,null}`` default in the wheel's configs has a value (:func:`key_variables`): unset,
+it gives null where the servers' config classes want a string, which gym-runtime refuses before
+anything starts (``GR-CONFIG-NULL``, tests/config/test_null_fields.py) and Gym's server at
+start-up; Gym's parser lets it through. A config refused with ``GR-CONFIG-NULL`` alone (a null
+placeholder such as ``judge_base_url: null``) passes when Gym's parser gives null at every key named.
+Cost: one parser venv per release, built once and cached (0.7.0: ~350 MB, ~1 min from
 PyPI; 0.4.0: the full install other tests share), one parser process each; ~0.2 s per config.
 """
 
@@ -19,6 +25,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import re
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -71,7 +80,18 @@ REFUSED = {"0.7.0": ["resources_servers/aalcr/configs/aalcr.yaml", "environments
 KNOWN = {("resources_servers/finance_sec_search/configs/finance_sec_search.yaml",
           "finance_sec_search_resources_server.cache_dir"):
          "Gym's launcher fills the top-level cache_dir with a path under its working directory; the runtime does not"}
+NULL_REFUSAL = re.compile(r"^\s*\[(GR-[A-Z-]+)\] [^:]+: ([\w.]+): is null", re.M)
 VALUES = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "parity-key", "policy_model_name": "m"}
+
+
+NULL_DEFAULT = re.compile(rb"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*),\s*null\}")
+
+
+def key_variables(wheel: Path) -> dict[str, str]:
+    """A value for every variable behind a ``${oc.env:VAR,null}`` default in the wheel's YAML files."""
+    with zipfile.ZipFile(wheel) as z:
+        found = {m.decode() for n in z.namelist() if n.endswith((".yaml", ".yml")) for m in NULL_DEFAULT.findall(z.read(n))}
+    return {v: f"parity-{v.lower()}" for v in sorted(found)}
 
 
 @pytest.fixture(scope="module", params=["0.7.0", "0.4.0"])
@@ -79,8 +99,13 @@ def release(request: pytest.FixtureRequest) -> Iterator[tuple[str, Path, GymPars
     version = request.param
     if parser_python(version) is None:
         pytest.skip(f"no Python that nemo-gym {version} runs on")
-    with GymParser(parser_venv(version)) as parser:  # type: ignore[arg-type]
-        yield version, gym_wheel_of(version), parser
+    wheel = gym_wheel_of(version)
+    keys = key_variables(wheel)
+    with pytest.MonkeyPatch.context() as mp:
+        for var, value in keys.items():
+            mp.setenv(var, value)
+        with GymParser(parser_venv(version), env=dict(os.environ)) as parser:  # type: ignore[arg-type]
+            yield version, wheel, parser
 
 
 def instances(cfg: dict[str, Any], types: tuple[str, ...]) -> dict[str, tuple[str, str, dict[str, Any]]]:
@@ -93,6 +118,12 @@ def instances(cfg: dict[str, Any], types: tuple[str, ...]) -> dict[str, tuple[st
                 impl, block = next(iter(inner.items()))
                 out[name] = (stype, impl, {k: v for k, v in block.items() if k not in ("host", "port")})
     return out
+
+
+def _at(cfg: Any, path: str) -> Any:
+    for part in path.split("."):
+        cfg = cfg.get(part) if isinstance(cfg, dict) else None
+    return cfg
 
 
 def differences(gym: Any, ours: Any, path: str) -> Iterator[str]:
@@ -139,6 +170,11 @@ def test_server_blocks_match_gyms_parser(release, tmp_path: Path, monkeypatch: p
         gym = parser.parse(pkg, [POLICY, config], VALUES)
         rc, ours, err = ours_json(pkg, monkeypatch)
         assert "config" in gym, f"{config}: Gym's parser refused it: {gym}"
+        if rc == 1 and "[GR-CONFIG-NULL]" in err:  # refused first what Gym's server refuses at start-up
+            nulls = NULL_REFUSAL.findall(err)
+            assert nulls and {code for code, _ in nulls} == {"GR-CONFIG-NULL"} and err.count("] ") == len(nulls), err
+            assert all(_at(gym["config"], key) is None for _, key in nulls), (config, nulls)
+            continue
         assert rc == 0, f"{config}: gym-runtime refused what Gym accepts: {err}"
         g, o = instances(gym["config"], types), instances(ours["config"], types)
         diffs = [f"instances only Gym has: {sorted(set(g) - set(o))}; only gym-runtime: {sorted(set(o) - set(g))}"] \

@@ -72,9 +72,10 @@ def parser_venv(version: str) -> Path | None:
 class GymParser:
     """One probe process in ``venv`` (a context manager)."""
 
-    def __init__(self, venv: Path) -> None:
+    def __init__(self, venv: Path, env: dict[str, str] | None = None) -> None:
+        """``env``: the probe's environment (default: this process's), which ``${oc.env:...}`` reads."""
         self.proc = subprocess.Popen([str(venv / "bin" / "python"), str(PROBE)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         self.n = 0
 
     def parse(self, cwd: Path, config_paths: list[str], values: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import pytest
 
 from gym_runtime.gym_release import release_for
 from gym_runtime.gym_release.sdk_index import SdkIndex
-from gym_runtime.package.server_class import ray_declaration
+from gym_runtime.package.server_class import config_class, ray_declaration
 
 MAIN = '\n\nif __name__ == "__main__":\n    {cls}.run_webserver()\n'
 
@@ -102,3 +102,60 @@ def test_hostile_trees_end(tmp_path: Path) -> None:
 ])
 def test_each_line_decides_ray_use(version: str, sdk: bool, declared: bool | None, uses: bool) -> None:
     assert release_for(version, "test").server_uses_ray(sdk, declared) is uses
+
+
+CONFIG_TREE = """
+    from typing import Optional
+    from pydantic import field_validator
+    from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
+    from common import SharedConfig
+
+    class JudgeConfig(SharedConfig):
+        openai_api_key: str
+        openai_model: "str"
+        extra_body: Optional[str] = None
+        base_url: str | None = None
+        timeout: float = 30.0
+
+    class Judge(SimpleResponsesAPIModel):
+        config: JudgeConfig
+
+    if __name__ == "__main__":
+        Judge.run_webserver()
+    """
+
+
+def test_the_config_class_gives_its_plain_str_fields_and_its_tree_bases(tmp_path: Path) -> None:
+    """``config: JudgeConfig`` on the server class; ``str`` fields of it and of a base in another
+    module of the tree (``region``), not ``Optional[str]``, ``str | None`` or other types, and not the
+    SDK base's (``host``, ``entrypoint``: the runtime's). A subclass's annotation wins (``base_url``)."""
+    d = tree(tmp_path / "responses_api_models" / "judge", {
+        "app.py": CONFIG_TREE,
+        "common.py": "from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig\n"
+                     "class SharedConfig(BaseResponsesAPIModelConfig):\n    region: str\n    base_url: str\n"})
+    found = config_class(d, "app.py", tmp_path)
+    assert found is not None and found.name == "JudgeConfig"
+    assert found.strings == {
+        "openai_api_key": "responses_api_models/judge/app.py:8 JudgeConfig.openai_api_key: str",
+        "openai_model": "responses_api_models/judge/app.py:9 JudgeConfig.openai_model: str",
+        "region": "responses_api_models/judge/common.py:3 SharedConfig.region: str"}
+
+
+@pytest.mark.parametrize("validator", ['@field_validator("openai_api_key", mode="before")',
+                                       "@validator('openai_api_key', pre=True)",
+                                       '@pydantic.model_validator(mode="wrap")'])
+def test_a_validator_that_runs_first_may_fill_a_null_so_no_field_counts(tmp_path: Path, validator: str) -> None:
+    body = CONFIG_TREE.replace("        timeout: float = 30.0\n", "        timeout: float = 30.0\n\n"
+                               f"        {validator}\n        def fill(cls, v):\n            return v or ''\n")
+    d = tree(tmp_path / "s", {"app.py": body, "common.py": "class SharedConfig:\n    region: str\n"})
+    found = config_class(d, "app.py")
+    assert found is not None and found.strings == {}
+
+
+def test_no_config_class_when_none_is_annotated_or_it_is_the_sdks(tmp_path: Path) -> None:
+    d = tree(tmp_path / "s", {
+        "plain.py": "class A:\n    pass\n" + MAIN.format(cls="A"),
+        "sdk.py": "from nemo_gym.base_resources_server import BaseResourcesServerConfig\n"
+                  "class A:\n    config: BaseResourcesServerConfig\n" + MAIN.format(cls="A"),
+        "script.py": "print('no server class')\n"})
+    assert [config_class(d, f) for f in ("plain.py", "sdk.py", "script.py", "missing.py")] == [None] * 4

@@ -137,10 +137,10 @@ VERDICTS_07: dict[tuple[str, str], tuple[str, str]] = {
     ("tavily_search", "GR-CONFIG-INTERPOLATION"): (
         "key", "`tavily_api_key` (Tavily's search API) and its judge's `search_judge_model_*` are unset; `validate` "
         "names the first; with them it would still need api.tavily.com, which this host cannot reach"),
-    ("frontierscience_judge", "GR-START-CRASH"): (
-        "key", "`NVIDIA_API_KEY` is unset, so its judge's `api_key` (`${oc.env:NVIDIA_API_KEY,null}`) is null, which "
-        "Gym's vllm_model refuses at start-up (pydantic: not a string; the start error's log tail); with a key, "
-        "integrate.api.nvidia.com is still out of this host's reach"),
+    ("frontierscience_judge", "GR-CONFIG-NULL"): (
+        "key", "`NVIDIA_API_KEY` is unset, so its judge's `openai_api_key` (`${judge_api_key}`, "
+        "`${oc.env:NVIDIA_API_KEY,null}`) is null where the tree's `openai_model` config class declares `str`; "
+        "`validate` names the variable; with a key, integrate.api.nvidia.com is still out of this host's reach"),
     ("finance_agent_v2", "GR-BUILD-UV"): (
         "network", "its requirements.txt installs `finance-agent` from GitHub (git+https); this host reaches PyPI only "
         "(the build error carries git's words: Could not resolve host: github.com)"),

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import html
+import sys
 import threading
-import time
 from collections import defaultdict
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -85,6 +85,15 @@ def write_simple_index(files_dir: Path, index_dir: Path, yanked: dict[str, str] 
     return index_dir.resolve().as_uri()
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Says nothing when a client hangs up mid-request (a build the test interrupts): the default
+    prints a traceback to whatever ``sys.stderr`` is then, another test's captured output."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class SimpleIndex:
     """A real simple index over HTTP on ``127.0.0.1`` (random port) for the files in ``files_dir``.
 
@@ -98,6 +107,7 @@ class SimpleIndex:
         self.yanked = dict(yanked or {})
         self.delay_s = delay_s
         self.requests: list[str] = []
+        self._closing = threading.Event()  # wakes delayed downloads when the index closes
         owner = self
 
         class Handler(SimpleHTTPRequestHandler):
@@ -108,7 +118,8 @@ class SimpleIndex:
                 owner.requests.append(self.path)
                 path = self.path.split("?", 1)[0]
                 if path.startswith("/files/"):
-                    time.sleep(owner.delay_s)
+                    if owner._closing.wait(owner.delay_s):
+                        return None  # closed while the download was held back: nothing more to send
                     f = owner.files_dir / path.removeprefix("/files/")
                     return self._send(f.read_bytes(), "application/octet-stream") if f.is_file() else \
                         self.send_error(404)
@@ -128,7 +139,7 @@ class SimpleIndex:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -142,6 +153,7 @@ class SimpleIndex:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

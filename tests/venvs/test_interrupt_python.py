@@ -134,3 +134,21 @@ def test_real_small_package_from_pypi(tmp_path, make_settings) -> None:
     out = subprocess.run([str(v.python), "-c", "import six; print(six.__version__)"], capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == "1.16.0"
+
+
+def test_closing_the_test_index_ends_a_held_back_download_without_a_word(tmp_path: Path) -> None:
+    """The interrupted builds above leave their index's held-back downloads behind; once the index
+    closes, those end at once and send nothing (they used to wake up to 300 s later and print a
+    broken-pipe traceback into whichever test was running then)."""
+    import socket
+
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "acme-1.0-py3-none-any.whl").write_bytes(b"not a wheel")
+    with SimpleIndex(files, delay_s=120) as idx:
+        host, port = idx.url.removeprefix("http://").removesuffix("/simple").split(":")
+        client = socket.create_connection((host, int(port)), timeout=10)
+        client.sendall(b"GET /files/acme-1.0-py3-none-any.whl HTTP/1.0\r\n\r\n")
+        _wait_for(lambda: idx.requests)
+    assert client.recv(4096) == b""  # closed with no response, not after the delay
+    client.close()

@@ -217,6 +217,9 @@ def gym07_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+RAY_UNDER_QEMU = "The current node timed out during startup"  # Ray 2.60 ray/_private/node.py
+
+
 def test_gym_07_tree_validate_build_up_and_one_row(image: RuntimeImage, gym07_package: Path) -> None:
     """The image's Python runs the current Gym release: its server venvs get GYM_RUNTIME_PYTHON
     (>= 3.13.14) and the release's pins, and the stub model's row through Gym's own simple_agent
@@ -237,6 +240,9 @@ def test_gym_07_tree_validate_build_up_and_one_row(image: RuntimeImage, gym07_pa
         assert venv["python_origin"] == "GYM_RUNTIME_PYTHON", venv
         assert Version(venv["python"]) >= Version("3.13.14") and f"nemo-gym=={CURRENT}" in venv["pins"], venv
     up = got["up"]
+    if not up and image.arch != HOST and RAY_UNDER_QEMU in got["stderr"]:
+        pytest.xfail("Ray's head does not start under qemu-user emulation: its raylet misses ray start's fixed "
+                     "30 s registration window (docs/container.md, 'arm64 under emulation')")
     assert up, f"up printed no ready line; its stderr:\n{got['stderr']}"
     assert {"policy_model", "example_single_tool_call", "example_single_tool_call_simple_agent"} <= set(up["servers"])
     assert up["policy_model"]["stub"] is True

@@ -276,7 +276,7 @@ class LocalPlacement:
         ray_bin = ray_head.ray_binary(pythons[n] for n in env.ray.needed_by)
         venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers run server venvs' Pythons
         trees = ray_workers.head_read_only_paths(Path(i.server_dir.path) for i in env.merged.instances.values())
-        environ, writable = ray_head.head_env(ray_bin, tmp, env.supervisor.options.server_ready_timeout_s), [tmp]
+        environ, writable = ray_head.head_env(ray_bin, tmp), [tmp]
         if ray_bin.parent.parent in venvs:  # the daemon's own Ray (no server venv has one) keeps its bytecode
             cache = env.bytecode.user(ray_bin.parent / "python", RAY_HEAD, "ray_head")
             environ, writable = {**environ, **cache.env}, [tmp, *cache.writable]

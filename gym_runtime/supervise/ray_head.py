@@ -119,13 +119,10 @@ def head_argv(ray_bin: Path, gcs_port: int, temp_dir: Path, ports: Iterable[int]
             "--temp-dir", str(temp_dir)]
 
 
-def head_env(ray_bin: Path, temp_dir: Path, register_wait_s: float) -> dict[str, str]:
+def head_env(ray_bin: Path, temp_dir: Path) -> dict[str, str]:
     """The head's complete environment (no ``RAY_ADDRESS``, nothing from the daemon's shell; usage
-    stats off and their report sent nowhere, see the module doc; loopback only, :data:`LOOPBACK_ENV`);
-    ``register_wait_s``: how long ``ray start`` may wait for its raylet to register (the holder's
-    hook, ``ray_hold/``: Ray's own wait is a fixed 30 s), the head's start-up deadline."""
+    stats off and their report sent nowhere, see the module doc; loopback only, :data:`LOOPBACK_ENV`)."""
     return {"PATH": f"{ray_bin.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(temp_dir), "LANG": "C.UTF-8",
-            "GYM_RUNTIME_RAY_REGISTER_WAIT_S": f"{register_wait_s:g}",
             "RAY_USAGE_STATS_ENABLED": "0", "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
             "RAY_USAGE_STATS_PROMPT_ENABLED": "0", "PYTHONUNBUFFERED": "1", **LOOPBACK_ENV,
             # no idle workers started ahead of tasks (one per CPU at start and at the first driver)

@@ -57,48 +57,12 @@ def lean_params(ray_params, head):  # noqa: ARG001 - Ray's RAY_START_HOOK signat
     processes Ray starts next."""
     ray_params.ray_client_server_port = None
     _no_api_server()
-    _patient_registration()
     os.environ.pop("RAY_START_HOOK", None)
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != HERE]
     if rest:
         os.environ["PYTHONPATH"] = os.pathsep.join(rest)
     else:
         os.environ.pop("PYTHONPATH", None)
-
-
-# How long `ray start` waits for its raylet to register, in s (the daemon sets it from the head's
-# start-up deadline); Ray's own wait is a fixed 30 s.
-REGISTER_WAIT_ENV = "GYM_RUNTIME_RAY_REGISTER_WAIT_S"
-
-
-def _patient_registration():
-    """Let ``ray start`` wait for its raylet to register as long as :data:`REGISTER_WAIT_ENV` says.
-    Ray 2.60 ``ray/_private/node.py`` polls ``services.get_node`` and gives up after a fixed 30 s,
-    which a busy host, and qemu-user emulation always, exceeds ("The current node timed out during
-    startup"); here each poll waits for the node itself, up to that deadline. Without the variable,
-    or on a Ray without that function, Ray waits as it does."""
-    try:
-        wait_s = float(os.environ.pop(REGISTER_WAIT_ENV, ""))
-        from ray._private import services
-    except (ValueError, ImportError):
-        return
-    asked = getattr(services, "get_node", None)
-    if not callable(asked):
-        return
-    import time
-
-    deadline = time.monotonic() + wait_s
-
-    def get_node(*args, **kwargs):
-        while True:
-            try:
-                return asked(*args, **kwargs)
-            except RuntimeError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.5)
-
-    services.get_node = get_node
 
 
 def _no_api_server():

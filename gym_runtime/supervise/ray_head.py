@@ -42,9 +42,7 @@ are fixed: ``ray start`` gives the raylet 30 s to register (Ray 2.60 ``ray/_priv
 configurable), a driver 20 s to reach the GCS and 60 s to find a node. On a busy host, and always
 under qemu-user emulation, the head then fails to start ("The current node timed out during
 startup") and the servers fail to join it. Head first costs ~1.5 s to ready on an idle 2-core host
-(docs/performance.md). And the raylet's 30 s is stretched to the head's start-up deadline
-(``--ready-timeout``) by the holder's hook, which makes each of ``ray start``'s polls for the node
-wait for it (``GYM_RUNTIME_RAY_REGISTER_WAIT_S``, :func:`head_env`).
+(docs/performance.md).
 
 Quiet start: with the dashboard off, Ray still loads its usage-stats module, which asks three cloud
 metadata services (169.254.169.254, metadata.google.internal) unless ``~/ray_bootstrap_config.yaml``

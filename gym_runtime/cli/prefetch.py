@@ -120,15 +120,27 @@ async def prefetch(args: argparse.Namespace) -> dict[str, Any]:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         record.release()
-    venvs = []
-    for v in env.placement.local_venvs():
-        dropped = bool(args.drop_venvs and not v.reused)
-        if dropped:
-            await asyncio.to_thread(shutil.rmtree, v.path, True)
-        venvs.append({"path": str(v.path), "digest": v.digest, "servers": list(v.instances), "status": v.status, "dropped": dropped})
+    venvs = await asyncio.to_thread(_venv_rows, env.placement.local_venvs(), args.drop_venvs)
     return {"package": str(Path(args.package).resolve()), "startup_s": info["startup_s"],
-            "learn_s": round(learn_s, 3), "venvs": venvs, "uv_cache": str(settings.uv_cache_dir or "uv's default"),
-            "resolutions": str(settings.home / "resolutions"), "bytecode_store": str(settings.bytecode_dir)}
+            "learn_s": round(learn_s, 3), "venvs": venvs, **_caches(settings), "bytecode_store": str(settings.bytecode_dir)}
+
+
+def _venv_rows(venvs: list[Any], drop: bool, servers: list[str] | None = None) -> list[dict[str, Any]]:
+    """The report's row of each built venv (``venvs/build.py`` ``Venv``): path, plan digest, servers
+    (``servers`` instead of its instances when given), built or reused, dropped. With ``drop`` the
+    venvs this run built are removed first (``--drop-venvs``; reused ones may be another run's)."""
+    rows = []
+    for v in venvs:
+        dropped = bool(drop and not v.reused)
+        if dropped:
+            shutil.rmtree(v.path, ignore_errors=True)
+        rows.append({"path": str(v.path), "digest": v.digest, "servers": servers or list(v.instances),
+                     "status": v.status, "dropped": dropped})
+    return rows
+
+
+def _caches(settings: Any) -> dict[str, str]:
+    return {"uv_cache": str(settings.uv_cache_dir or "uv's default"), "resolutions": str(settings.resolutions_dir)}
 
 
 def release_closure(args: argparse.Namespace) -> dict[str, Any]:
@@ -149,15 +161,9 @@ def release_closure(args: argparse.Namespace) -> dict[str, Any]:
     merged = build_config(pkg, [], policy_from_args(args), release=release)
     t = time.monotonic()
     venvs = build_venvs(plan_venvs(merged, settings, python=args.python), settings, progress=False)
-    out = []
-    for v in venvs.venvs:
-        dropped = bool(args.drop_venvs and not v.reused)
-        if dropped:
-            shutil.rmtree(v.path, ignore_errors=True)
-        out.append({"path": str(v.path), "digest": v.digest, "servers": ["the Gym SDK alone"], "status": v.status,
-                    "dropped": dropped})
-    return {"gym_release": release.to_dict(), "build_s": round(time.monotonic() - t, 3), "venvs": out,
-            "uv_cache": str(settings.uv_cache_dir or "uv's default"), "resolutions": str(settings.resolutions_dir)}
+    rows = _venv_rows(venvs.venvs, args.drop_venvs, ["the Gym SDK alone"])
+    return {"gym_release": release.to_dict(), "build_s": round(time.monotonic() - t, 3), "venvs": rows,
+            **_caches(settings)}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.config.merge import Sources
+from gym_runtime.config.types import ENV_REF
 from gym_runtime.errors import Violation
 from gym_runtime.package.server_class import config_class
 
-_ENV = re.compile(r"^\$\{oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
 _SELECT = re.compile(r"^\$\{oc\.select:\s*([A-Za-z_][\w.]*)\s*,")  # a key, or a default when it is absent
 _REF = re.compile(r"^\$\{([A-Za-z_][\w.]*)\}$")  # an absolute interpolation of another key, alone
 MAX_HOPS = 8
@@ -47,7 +47,7 @@ def source_of_null(raw: Mapping[str, Any], path: str) -> tuple[str, str] | None:
     for _ in range(MAX_HOPS):
         if not isinstance(value, str):
             return None
-        if m := _ENV.match(value):
+        if m := ENV_REF.match(value):
             return "variable", m.group(1)
         if m := _SELECT.match(value):
             if _raw_at(raw, m.group(1)) is None:
@@ -77,9 +77,10 @@ def null_field_problems(instances: Mapping[str, Any], raw: Mapping[str, Any], so
         if not nulls or inst.server_dir.origin == "builtin":
             continue
         found = config_class(Path(inst.server_dir.path), inst.entrypoint, package_root)
+        if found is None:
+            continue
         for key in nulls:
-            declared = found.strings.get(key) if found is not None else None
-            if declared is None:
+            if (declared := found.strings.get(key)) is None:
                 continue
             path = f"{inst.name}.{inst.server_type}.{inst.implementation}.{key}"
             src = source_of_null(raw, path)

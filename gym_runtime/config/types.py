@@ -42,12 +42,13 @@ TOP_LEVEL: dict[str, type] = {
 HEAD_SERVER: dict[str, type] = {"port": int}
 INSTANCE: dict[str, type] = {"port": int, "num_workers": int}
 _NODES = {int: (IntegerNode, "an integer"), bool: (BooleanNode, "a boolean (true/false)"), float: (FloatNode, "a number")}
-_ENV = re.compile(r"\$\{oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
+# the variable of an ``${oc.env:VAR...}`` interpolation (its first, with ``search``)
+ENV_REF = re.compile(r"\$\{oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def _origin(raw: Any) -> str:
     """`` (from VAR)`` when the raw value is an ``oc.env`` interpolation, else ``''``."""
-    m = _ENV.search(raw) if isinstance(raw, str) else None
+    m = ENV_REF.search(raw) if isinstance(raw, str) else None
     return f" (from {m.group(1)})" if m else ""
 
 

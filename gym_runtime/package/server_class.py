@@ -257,14 +257,12 @@ def config_class(server_dir: Path, entrypoint: str, package_root: Path | None = 
             break
     else:
         return None
-    if name is None or not isinstance(reader.locate(name, where, 0), tuple):
+    lineage = list(reader.lineage(name, where)) if name is not None else []
+    if not lineage or not isinstance(lineage[0], tuple):  # found nowhere, or the SDK's own
         return None
     seen: set[str] = set()
     strings: dict[str, str] = {}
-    for found in reader.lineage(name, where):
-        if not isinstance(found, tuple):
-            continue
-        node, m = found
+    for node, m in (found for found in lineage if isinstance(found, tuple)):
         if _converts_first(node):
             return ConfigClass(name, {})
         for a in _annotated(node):

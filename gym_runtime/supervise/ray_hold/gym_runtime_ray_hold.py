@@ -192,11 +192,13 @@ def main():
         signal.signal(sig, lambda signum, frame: _end(0))
     path = [p for p in (HERE, os.environ.get("PYTHONPATH", "")) if p]
     env = {**os.environ, "RAY_START_HOOK": HOOK, "PYTHONPATH": os.pathsep.join(path)}
-    refused = None if "--block" in ray_argv else _subreaper()
+    blocking = "--block" in ray_argv
+    refused = None if blocking else _subreaper()
     if refused:
         _say(f"{refused}: no child subreaper here, so Ray's own `ray start --block` holds the head")
-    if refused or "--block" in ray_argv:
-        _hold_blocking(ray_argv if "--block" in ray_argv else [*ray_argv, "--block"], env)
+        _hold_blocking([*ray_argv, "--block"], env)
+    if blocking:
+        _hold_blocking(ray_argv, env)
     start = subprocess.Popen(ray_argv, env=env)
     code = start.wait()
     if code != 0:

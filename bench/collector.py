@@ -70,23 +70,6 @@ def wait_http(url: str, timeout_s: float) -> None:
     raise SystemExit(f"{url} did not answer in {timeout_s:g}s")
 
 
-def settle(head: str, quiet_s: float = 3.0, limit_s: float = 300.0) -> float:
-    """Seconds until the daemon ran no build process (bytecode compilers) for ``quiet_s``: a start
-    whose servers learned their imports compiles them in the background after ready."""
-    import httpx
-
-    t0 = quiet = time.monotonic()
-    while time.monotonic() - t0 < limit_s:
-        rows = httpx.get(head + "/processes", timeout=10, trust_env=False).json().get("processes", [])
-        now = time.monotonic()
-        if any(r.get("role") == "build" for r in rows):
-            quiet = now
-        elif now - quiet >= quiet_s:
-            return quiet - t0
-        time.sleep(0.5)
-    return time.monotonic() - t0
-
-
 def collect(gym_bin: Path, head: str, rows: list[dict], n: int, concurrency: int, work: Path) -> None:
     """Run Gym's collector; print the figures."""
     host, port = head.rsplit(":", 1)
@@ -124,8 +107,10 @@ def collect(gym_bin: Path, head: str, rows: list[dict], n: int, concurrency: int
     if rewards:
         print(f"mean reward {statistics.fmean(rewards):.3f}")
 
+
 def main() -> None:
     from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_venv, gym_wheel, release_python
+    from tests.helpers.load import builds_quiet
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--head", help="HOST:PORT of a running head server (default: start gym-runtime up)")
@@ -167,7 +152,7 @@ def main() -> None:
             raise SystemExit(f"gym-runtime up exited {up.wait()} before ready (logs under {work / 'run'})")
         info = json.loads(line)
         print(f"gym-runtime up ready in {info['startup_s']:.1f} s (policy {policy}); "
-              f"background compiles done {settle(info['head_server']):.1f} s later")
+              f"background compiles done {builds_quiet(info['head_server'], 3.0, 300.0, 0.5):.1f} s later")
         collect(gym_bin, info["head_server"].split("//", 1)[1], rows, args.rows, args.concurrency, work)
     finally:
         for proc in reversed(procs):

@@ -102,19 +102,21 @@ def footprint(pid: int) -> dict[str, float]:
             "connections": len(p.net_connections("tcp"))}
 
 
-def builds_quiet(head: str, quiet_s: float = 2.0, limit_s: float = 120.0) -> None:
+def builds_quiet(head: str, quiet_s: float = 2.0, limit_s: float = 120.0, poll_s: float = 0.2) -> float:
     """Wait until the daemon at ``head`` has run no build process (the bytecode compiles a start
     whose servers learned their imports runs after ready, docs/runtime.md) for ``quiet_s``: their
-    pipes are the daemon's fds, so a footprint taken while they run is not a baseline."""
-    quiet = time.monotonic()
-    until = quiet + limit_s
-    while time.monotonic() < until:
+    pipes are the daemon's fds, so a footprint taken while they run is not a baseline. Returns the
+    seconds until the last build process ended (``limit_s`` when they never stopped)."""
+    t0 = quiet = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
         rows = httpx.get(head + "/processes", timeout=10, trust_env=False).json().get("processes", [])
         if any(r.get("role") == "build" for r in rows):
             quiet = time.monotonic()
         elif time.monotonic() - quiet >= quiet_s:
-            return
-        time.sleep(0.2)
+            return quiet - t0
+        time.sleep(poll_s)
+    return time.monotonic() - t0
+
 
 def restarts(head: str) -> dict[str, int]:
     """``{name: restarts}`` of every server instance and support process of the daemon at ``head``."""

@@ -5,7 +5,8 @@
 * :func:`run_direct`: the same rows POSTed to their agents' ``/run`` directly (no head server),
   latencies measured by the client;
 * :func:`unanswered`: rows with neither a usable reward nor a row error (lost rows);
-* :func:`footprint`: the daemon's RSS, open file descriptors and TCP connections;
+* :func:`footprint`: the daemon's RSS, open file descriptors (its namespace holder's pool of
+  unbound sockets left out) and TCP connections;
 * :func:`restarts`: restarts of every supervised process, from the head server.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,10 +97,51 @@ def unanswered(results: list[dict], expected: int) -> list[int]:
     return lost
 
 
-def footprint(pid: int) -> dict[str, float]:
-    """The daemon process's own ``rss_mb``, open file descriptors ``fds`` and TCP ``connections``."""
+_SOCKET_TABLES = ("tcp", "tcp6", "udp", "udp6", "raw", "raw6", "unix", "netlink", "packet")
+
+
+def _table_inodes(pid: int) -> set[str]:
+    """Inodes of every socket in the network namespace of ``pid`` (its ``/proc/<pid>/net`` tables)."""
+    inodes: set[str] = set()
+    for table in _SOCKET_TABLES:
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        col = {"unix": 6, "netlink": 9, "packet": 8}.get(table, 9)  # the inode column of each table
+        inodes.update(f[col] for f in (ln.split() for ln in lines) if len(f) > col)
+    return inodes
+
+
+def unbound_sockets(pid: int) -> int:
+    """How many of ``pid``'s socket fds are in no socket table of its own network namespace or of
+    any descendant's: sockets neither bound nor connected, i.e. the sandbox's namespace holder pool
+    of ready TCP sockets (``NetnsHolder.socket``, 32 per refill), which rises and falls with the
+    connections made and is no leak."""
     p = psutil.Process(pid)
-    return {"rss_mb": round(p.memory_info().rss / 2**20, 1), "fds": p.num_fds(),
+    seen: dict[str, int] = {}
+    for q in [p, *p.children(recursive=True)]:
+        try:
+            seen.setdefault(os.readlink(f"/proc/{q.pid}/ns/net"), q.pid)
+        except OSError:
+            continue
+    known = set().union(*(_table_inodes(q) for q in seen.values()))
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] not in known:
+            count += 1
+    return count
+
+
+def footprint(pid: int) -> dict[str, float]:
+    """The process's own ``rss_mb``, open file descriptors ``fds`` (not counting unbound sockets:
+    :func:`unbound_sockets`) and TCP ``connections`` (in its own network namespace)."""
+    p = psutil.Process(pid)
+    return {"rss_mb": round(p.memory_info().rss / 2**20, 1), "fds": p.num_fds() - unbound_sockets(pid),
             "connections": len(p.net_connections("tcp"))}
 
 

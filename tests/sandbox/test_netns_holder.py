@@ -54,3 +54,25 @@ def test_holder_gone_after_close(full_available):
     with pytest.raises((HolderError, OSError)):
         h.port_free(20000)
     assert not running(pid)
+
+
+def test_footprint_leaves_out_the_holders_pool_and_counts_the_sockets_in_use(holder):
+    """The reliability tests' fd count (tests/helpers/load.py) must not move with the holder's pool
+    of 32 unbound sockets, or a refill reads as a leak of up to 32 fds; sockets in use still count."""
+    import os
+
+    from tests.helpers.load import footprint, unbound_sockets
+
+    base, pooled = footprint(os.getpid())["fds"], unbound_sockets(os.getpid())
+    lsock = holder.listen("127.0.0.1", 0)
+    lsock.setblocking(True)
+    inside = holder.socket()  # the first refill: 32 unbound sockets, one handed out
+    assert unbound_sockets(os.getpid()) == pooled + 32
+    assert footprint(os.getpid())["fds"] == base + 1  # the listener; the pool is not counted
+    inside.setblocking(True)
+    inside.connect(lsock.getsockname())
+    conn, _ = lsock.accept()
+    assert footprint(os.getpid())["fds"] == base + 3  # listener, both ends of the connection
+    assert unbound_sockets(os.getpid()) == pooled + 31
+    for s in (conn, inside, lsock):
+        s.close()

@@ -62,6 +62,7 @@ class LocalPlacement:
         self.head_inside: tuple[str, int] | None = None
         self.task_url: str | None = None  # the task-sandbox API as servers reach it
         self.ray_tmp: Path | None = None
+        self.ray_bin: Path | None = None  # the private Ray head's `ray` (ray_head.ray_binary), once open() chose one
         self._taken: set[int] = set()
 
     # ------------------------------------------------------------------ stages
@@ -117,6 +118,9 @@ class LocalPlacement:
             env._say(f"ray: {n} uses Ray: {use[n].why}")
         if env.ray.mode == "join":
             await asyncio.to_thread(wait_reachable, env.ray.address, env.ray.source, 30.0)
+        elif env.ray.mode == "local":
+            self.ray_bin = ray_head.ray_binary(self.pythons[n] for n in env.ray.needed_by)
+            await asyncio.to_thread(ray_head.check_native, self.ray_bin, env.ray.source)
         level = await asyncio.to_thread(ray_level, env.ray, req.isolation, req.require_isolation)
         if level != req.isolation:
             env._say(f"isolation: {level} for this environment: {', '.join(env.ray.needed_by)} use Ray, whose "
@@ -273,7 +277,7 @@ class LocalPlacement:
         env, pythons = self.env, self.pythons
         port = self._fresh()
         self.ray_tmp = tmp = ray_head.make_temp_dir()
-        ray_bin = ray_head.ray_binary(pythons[n] for n in env.ray.needed_by)
+        ray_bin = self.ray_bin
         venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers run server venvs' Pythons
         trees = ray_workers.head_read_only_paths(Path(i.server_dir.path) for i in env.merged.instances.values())
         environ, writable = ray_head.head_env(ray_bin, tmp), [tmp]

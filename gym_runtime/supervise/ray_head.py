@@ -39,10 +39,10 @@ Head first: the head starts before the servers (wave 0), and they start once it 
 NeMo Gym's own launcher starts Ray before its servers (``nemo_gym/cli`` calls ``initialize_ray``
 first). Started beside them, the head competes with their imports for the CPU, and Ray's windows
 are fixed: ``ray start`` gives the raylet 30 s to register (Ray 2.60 ``ray/_private/node.py``, not
-configurable), a driver 20 s to reach the GCS and 60 s to find a node. On a busy host, and always
-under qemu-user emulation, the head then fails to start ("The current node timed out during
-startup") and the servers fail to join it. Head first costs ~1.5 s to ready on an idle 2-core host
-(docs/performance.md).
+configurable), a driver 20 s to reach the GCS and 60 s to find a node. On a busy host the head
+then fails to start ("The current node timed out during startup") and the servers fail to join it.
+Head first costs ~1.5 s to ready on an idle 2-core host (docs/performance.md). Under qemu-user
+emulation no head serves a server even alone (docs/container.md, "arm64 under emulation").
 
 Quiet start: with the dashboard off, Ray still loads its usage-stats module, which asks three cloud
 metadata services (169.254.169.254, metadata.google.internal) unless ``~/ray_bootstrap_config.yaml``
@@ -55,8 +55,10 @@ config, and ``RAY_USAGE_STATS_REPORT_URL`` points at a closed loopback port.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -77,6 +79,48 @@ def ray_binary(pythons: Iterable[Path]) -> Path:
         if candidate.exists():
             return candidate
     return Path(sys.executable).with_name("ray")
+
+
+def interpreter_of(executable: Path, timeout_s: float = 60.0) -> str | None:
+    """The program the kernel runs in place of ``executable`` (a Python), or None when it runs as
+    itself: the first word of a started process's ``/proc/PID/cmdline``, which is the
+    ``binfmt_misc`` interpreter (qemu-user's ``/usr/libexec/qemu-binfmt/aarch64-binfmt-P``) for a
+    binary of another architecture. The process is started with ``-I -S`` and ends when its stdin
+    closes. ``subprocess.Popen`` returns once the exec is under way; the new program's command line
+    can still read empty for a moment (the kernel sets it up after the old memory is released), so
+    it is read until it is not."""
+    proc = subprocess.Popen([str(executable), "-I", "-S", "-c", "import sys; sys.stdin.read()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, first = time.monotonic() + timeout_s, ""
+    try:
+        while not first and proc.poll() is None and time.monotonic() < deadline:
+            with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+                first = f.read().split(b"\0", 1)[0].decode(errors="replace")
+            if not first:
+                time.sleep(0.001)
+    finally:
+        proc.stdin.close()  # type: ignore[union-attr]
+        proc.wait(timeout_s)
+    return None if first in ("", str(executable)) else first
+
+
+def check_native(ray_bin: Path, why: str) -> None:
+    """Refuse a private head whose binaries run through an interpreter (CPU emulation), before
+    anything starts: a Ray driver finds its node's raylet by the executable name of a process
+    command line (Ray 2.60 ``ray/_private/services.py``, ``_is_raylet_process``), which under
+    emulation names the interpreter, so no server could ever join (docs/container.md, "arm64 under
+    emulation"). ``why``: why the head is wanted (the Ray target's source, ``needed by a, b``).
+    Raises :class:`StartError` (``GR-RAY-EMULATED``, exit 3)."""
+    from gym_runtime.errors import StartError
+
+    interpreter = interpreter_of(ray_bin.parent / "python")
+    if interpreter is not None:
+        raise StartError(f"ray: a private Ray head is wanted ({why}), but this host runs {ray_bin.parent / 'python'} "
+                         f"through {interpreter} (CPU emulation), where Ray's drivers cannot find their node's raylet: "
+                         "they look for a process whose executable is named raylet, and every emulated process is "
+                         "named after the interpreter", code="GR-RAY-EMULATED",
+                         hint="run the image built for this host's architecture, or declare `ray_enabled = False` "
+                         "on the server classes that never call Ray (NeMo Gym 0.7)")
 
 
 def make_temp_dir() -> Path:

@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -148,23 +149,26 @@ NAMED_TYPES = ("responses_api_agents", "environment_servers")  # trees whose own
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
 
 
-def tree_implementations(wheel: Path, tree: str, config: str) -> list[str]:
+def tree_implementations(wheel: Path, tree: str, config: str, leave_out: Sequence[str] = ()) -> list[str]:
     """Every other tree (``type/implementation``) that ``resources_servers/{tree}/configs/{config}``
     configures: its agents and environment servers, and any further resources or model server
-    (a judge's ``openai_model``)."""
+    (a judge's ``openai_model``); the server instances named in ``leave_out`` do not count."""
     with zipfile.ZipFile(wheel) as z:
         doc = yaml.safe_load(z.read(f"resources_servers/{tree}/configs/{config}")) or {}
-    named = {f"{kind}/{impl}" for inst in doc.values() if isinstance(inst, dict)
+    named = {f"{kind}/{impl}" for name, inst in doc.items() if isinstance(inst, dict) and name not in leave_out
              for kind in SERVER_TYPES for impl in (inst.get(kind) or {})}
     return sorted(named - {f"resources_servers/{tree}", "responses_api_models/vllm_model"})
 
 
-def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tuple[Path, list[dict]]:
+def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path,
+                          leave_out: Sequence[str] = ()) -> tuple[Path, list[dict]]:
     """Resources server ``tree`` of the wheel as a package under ``root`` (see the module doc):
-    files byte for byte except the configs (``datasets`` removed) and what a package may not hold
-    (``.jsonl`` files, ``data/``, ``tests/``). Returns ``(root, example rows)``; rows are ``[]`` when
-    the tree ships no ``data/example.jsonl``."""
-    trees = [f"resources_servers/{tree}", *tree_implementations(wheel, tree, config), "responses_api_models/vllm_model"]
+    files byte for byte except the configs (``datasets`` removed; the top-level server instances
+    named in ``leave_out`` removed from ``config``, and their trees left out unless another instance
+    uses them) and what a package may not hold (``.jsonl`` files, ``data/``, ``tests/``). Returns
+    ``(root, example rows)``; rows are ``[]`` when the tree ships no ``data/example.jsonl``."""
+    trees = [f"resources_servers/{tree}", *tree_implementations(wheel, tree, config, leave_out),
+             "responses_api_models/vllm_model"]
     version = wheel_version(wheel)
     keep_configs = {f"resources_servers/{tree}/configs/{config}", "responses_api_models/vllm_model/configs/vllm_model.yaml"}
     configs: list[str] = []
@@ -187,6 +191,8 @@ def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tu
             if inner[0] == "configs" and name.endswith((".yaml", ".yml")):
                 doc = yaml.safe_load(data)
                 _strip_datasets(doc)
+                for instance in leave_out if isinstance(doc, dict) else ():
+                    doc.pop(instance, None)
                 data = yaml.safe_dump(doc, sort_keys=False).encode()
             out.write_bytes(data)
         example = f"resources_servers/{tree}/data/example.jsonl"
@@ -195,6 +201,7 @@ def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path) -> tu
     order = sorted(configs, key=lambda c: not c.startswith("responses_api_models/"))  # policy model first
     manifest = {"format": "native-v1", "config_paths": order,
                 "metadata": {"name": f"gym-{tree}".replace("_", "-")[:60],
-                             "description": f"NeMo Gym {version} {tree}, unchanged"}}
+                             "description": f"NeMo Gym {version} {tree}, unchanged"
+                                            + (f", without {', '.join(leave_out)}" if leave_out else "")}}
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return root, rows

@@ -7,7 +7,7 @@ model as policy): once its ready line is out, the first row of ``ROWS.jsonl`` go
 server's ``/rollouts/run`` for agent ``AGENT``, then SIGTERM stops ``up``. Prints ONE JSON line:
 ``{"started": epoch s, "validate": {"code", "out"}, "build": {"code", "wall_s", "venvs": [{"servers", "python",
 "python_origin", "pins"}]}, "up": {ready line}, "row": {"reward", "error", "output_types"},
-"stop": {"code", "wall_s"}, "others": [...], "stderr": tail, "finished": epoch s}``; ``others`` are the live
+"stop": {"code", "wall_s"}, "others": [...], "stderr": head and tail, "finished": epoch s}``; ``others`` are the live
 processes left after the stop (PID 1 and this script aside). Uses only the image's own Python,
 httpx and psutil.
 """
@@ -85,7 +85,8 @@ def main() -> int:
         code = up.wait()
     out["stop"] = {"code": code, "wall_s": round(time.monotonic() - t0, 1)}
     log.seek(0)
-    out["stderr"] = log.read()[-4000:]
+    text = log.read()
+    out["stderr"] = text if len(text) <= 6000 else text[:1500] + "\n[...]\n" + text[-4500:]  # an error's header and its end
     time.sleep(1.0)  # let the init reap
     out["others"] = leftovers()
     out["finished"] = time.time()

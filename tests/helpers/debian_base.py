@@ -156,6 +156,9 @@ def ensure_base(arch: str) -> Base:
     """The base image for ``arch`` (``amd64``, ``arm64``; another than the host's is made under
     emulation): already imported, imported from the cached tarball, or made and cached first.
     Raises :class:`BaseUnavailable`."""
+    reason = ensure_tools("podman", "runc")  # the image is imported with `podman --runtime runc`
+    if reason:
+        raise BaseUnavailable(reason)
     digest = recipe_digest(arch)
     tag = f"localhost/gym-runtime-base:{SUITE}-{arch}-{digest}"
     cache = cache_dir()

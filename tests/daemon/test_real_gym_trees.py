@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from gym_runtime.cli.main import main
+from tests.helpers.gym_python import current_gym_python  # noqa: F401 - a fixture
 from tests.daemon.test_real_gym import gym_env
 from tests.helpers.daemon import descendants, kill_tree, read_ready_line, up_process, wait_gone
 from tests.helpers.gym_package import assemble_tree_package, gym_wheel, python_312_plus
@@ -65,7 +66,7 @@ def _stop(proc) -> tuple[str, float]:
     return err, took
 
 
-def test_arc_agi_sdk_line_builds_and_serves(python: str, tmp_path: Path, capsys) -> None:
+def test_arc_agi_sdk_line_builds_and_serves(python: str, tmp_path: Path, capsys, current_gym_python) -> None:
     pkg, rows = assemble_tree_package(gym_wheel(python), "arc_agi", "arc_agi.yaml", tmp_path / "pkg")
     assert (pkg / "resources_servers/arc_agi/requirements.txt").read_text().strip() == "-e ../../"
     assert main(["validate", str(pkg)]) == 0

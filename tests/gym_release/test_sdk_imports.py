@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from gym_runtime.cli.main import main
+from tests.helpers.gym_python import current_gym_python  # noqa: F401 - a fixture
 from tests.helpers.wheels import build_wheel
 from tests.venvs.conftest import synthetic_pkg
 
@@ -44,7 +45,7 @@ def _validate(capsys, pkg: Path, *flags: str) -> tuple[int, dict, str]:
     return code, json.loads(out), err
 
 
-def test_trees_of_a_newer_release_against_an_older_pin(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_trees_of_a_newer_release_against_an_older_pin(tmp_path: Path, capsys, monkeypatch, current_gym_python) -> None:
     monkeypatch.setenv("GYM_RUNTIME_PIN_NEMO_GYM", "0.4.0")
     pkg = sdk_package(tmp_path)
     code, doc, _ = _validate(capsys, pkg)

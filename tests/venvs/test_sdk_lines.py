@@ -20,6 +20,7 @@ from gym_runtime.cli.main import main
 from gym_runtime.errors import BuildError
 from gym_runtime.venvs import build_venvs, plan_venvs
 from gym_runtime.venvs.store import MARKER
+from tests.helpers.gym_python import current_gym_python  # noqa: F401 - a fixture
 from tests.helpers.index import write_simple_index
 from tests.helpers.wheels import build_wheel
 from tests.venvs.conftest import merged_config, synthetic_pkg
@@ -36,7 +37,7 @@ def _validate(capsys, pkg: Path) -> tuple[int, list[dict]]:
     return code, (json.loads(out[: out.rindex("}") + 1])["error"]["violations"] if code else [])
 
 
-def test_every_sdk_spelling_installs_the_pinned_nemo_gym(tmp_path: Path, make_settings, capsys) -> None:
+def test_every_sdk_spelling_installs_the_pinned_nemo_gym(tmp_path: Path, make_settings, capsys, current_gym_python) -> None:
     files = tmp_path / "files"
     for name, version in (("nemo-gym", "0.4.0"), ("ray", "2.60.0"), ("openai", "2.7.2"), ("tinyparse", "0.3.0")):
         build_wheel(files, name, version)
@@ -70,7 +71,7 @@ def _package_with_lines(root: Path, lines: str) -> Path:
     return pkg
 
 
-def test_validate_names_local_path_lines_it_cannot_honour(tmp_path: Path, capsys, make_settings) -> None:
+def test_validate_names_local_path_lines_it_cannot_honour(tmp_path: Path, capsys, make_settings, current_gym_python) -> None:
     pkg = _package_with_lines(tmp_path / "pkg", "-e ../../\n-e ../common\n-e ./missing_lib\n-e ../../../outside\n"
                                                 "./notes\n./data.txt\n")
     code, errors = _validate(capsys, pkg)

@@ -80,14 +80,8 @@ def gym_python(minimum: str = MINIMUM) -> Path:
 @pytest.fixture
 def current_gym_python(monkeypatch: pytest.MonkeyPatch) -> Path:
     """For a test whose package runs the current Gym release: ``GYM_RUNTIME_PYTHON`` names
-    :func:`gym_python`'s interpreter unless the runtime finds one on the host by itself (a fresh
-    host has only the provisioned one, which the runtime does not look for). Skips without one."""
-    from gym_runtime.errors import BuildError
-    from gym_runtime.venvs.pythons import pick_python
-
-    try:
-        return pick_python(SpecifierSet(MINIMUM), os.environ).path
-    except BuildError:
-        found = gym_python()
-        monkeypatch.setenv("GYM_RUNTIME_PYTHON", str(found))
-        return found
+    :func:`gym_python`'s interpreter (the host's own, else the provisioned one, which the runtime
+    does not look for by itself). Skips without one."""
+    found = gym_python()
+    monkeypatch.setenv("GYM_RUNTIME_PYTHON", str(found))
+    return found

@@ -8,12 +8,11 @@ import json
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import httpx
 
-from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_process
+from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_process, wait_log_lines
 
 
 def test_sigterm_during_a_batch_ends_it_with_a_json_error(tmp_path: Path) -> None:
@@ -34,7 +33,7 @@ def test_sigterm_during_a_batch_ends_it_with_a_json_error(tmp_path: Path) -> Non
 
         client = threading.Thread(target=post)
         client.start()
-        time.sleep(1.5)  # the rows are at the agent now
+        wait_log_lines(info["head_server"], "acme_agent", "fixture: answered row", 2)  # rows 0 and 1 done
         os.kill(proc.pid, signal.SIGTERM)
         client.join(30)
         assert not client.is_alive()

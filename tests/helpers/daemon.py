@@ -61,6 +61,7 @@ class H(BaseHTTPRequestHandler):
             return self._send(500, {"detail": "fixture failure"})
         time.sleep(float(row.get("sleep", 0)))
         self._send(200, {"reward": row.get("fixture_reward", 1.0), "instance": name, "row": row})
+        print("fixture: answered row", json.dumps(row.get("i")), flush=True)  # tests wait for this line
     def log_message(self, *a):
         pass
 
@@ -223,6 +224,21 @@ def read_ready_line(proc: subprocess.Popen, timeout: float = 120.0) -> str:
         proc.wait(10)
         raise AssertionError(f"up exited {proc.returncode} without a ready line; stderr:\n" + proc.stderr.read())
     return line
+
+
+def wait_log_lines(head: str, name: str, text: str, count: int = 1, timeout: float = 60.0) -> list[str]:
+    """Poll the head server's ``/servers/{name}/logs`` until ``count`` lines contain ``text``; those lines
+    (AssertionError after ``timeout`` s). A condition to wait for instead of a guessed delay."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        out = httpx.get(f"{head}/servers/{name}/logs", params={"tail": 1000}, timeout=30, trust_env=False).json()
+        lines = [ln for ln in (out.get("lines") or []) if text in ln]
+        if len(lines) >= count:
+            return lines
+        assert time.monotonic() < deadline, f"{name}'s log has {len(lines)} of {count} lines with {text!r}: {out}"
+        time.sleep(0.05)
 
 
 def descendants(pid: int) -> list[psutil.Process]:

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.helpers.environments import mixed_env, row_for, running_up, shared_venvs, stop_cleanly
@@ -29,8 +30,8 @@ def test_resources_server_sigkilled_mid_batch(tmp_path: Path) -> None:
         out: dict = {}
         client = threading.Thread(target=lambda: out.update(batch=run_batch(head, rows, concurrency=20, timeout=300)))
         client.start()
-        time.sleep(1.5)  # the first 20 rows wait in /verify now
         victim = instance(head, "slow")["pid"]
+        _wait_for_verify(info["servers"]["slow"])  # a row waits in /verify now (for verify_sleep s)
         os.kill(victim, signal.SIGKILL)
         client.join(240)
         assert not client.is_alive(), "the batch did not finish"
@@ -48,3 +49,11 @@ def test_resources_server_sigkilled_mid_batch(tmp_path: Path) -> None:
         assert [r.get("reward") for r in later.results] == [1.0] * 10
         code, err = stop_cleanly(proc)
         assert code == 0 and "Traceback" not in err
+
+
+def _wait_for_verify(url: str, timeout: float = 120.0) -> None:
+    """Poll the slow server's ``/stats`` until a ``/verify`` call has arrived (it counts before sleeping)."""
+    deadline = time.monotonic() + timeout
+    while httpx.get(url + "/stats", timeout=30, trust_env=False).json().get("/verify", 0) < 1:
+        assert time.monotonic() < deadline, "no row reached /verify"
+        time.sleep(0.02)

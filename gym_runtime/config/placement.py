@@ -8,7 +8,8 @@ Shape (inside the instance's implementation config, beside ``entrypoint``)::
           entrypoint: app.py
           domain: math
           placement:
-            num_cpus: 1          # Ray logical CPUs per replica (default 0.5: four servers fit a 2-core node)
+            num_cpus: 1          # Ray logical CPUs per replica (default 0.5: four servers fit a 2-core node;
+                                 # 0 for the runtime's built-in environment server, a relay)
             num_gpus: 0
             memory: 2GiB         # Ray logical memory per replica: bytes or a size string (pydantic ByteSize)
             resources: {judge_slots: 1}      # custom Ray resources per replica
@@ -39,6 +40,7 @@ from gym_runtime.errors import Violation
 
 KEY = "placement"
 DEFAULT_NUM_CPUS = 0.5
+RELAY_NUM_CPUS = 0.0  # the built-in relay reserves no CPU (default_num_cpus)
 MAX_REPLICAS = 64
 RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 
@@ -77,9 +79,19 @@ class Placement(BaseModel):
         return out
 
 
-def placement_of(inner: dict[str, Any]) -> Placement:
-    """The block of one instance's (already checked) inner config; defaults when absent."""
-    return Placement.model_validate(inner.get(KEY) or {})
+def placement_of(inner: dict[str, Any], num_cpus: float = DEFAULT_NUM_CPUS) -> Placement:
+    """The block of one instance's (already checked) inner config; defaults when absent
+    (``num_cpus``: the default of that key, :func:`default_num_cpus`)."""
+    block = inner.get(KEY) or {}
+    return Placement.model_validate(block if "num_cpus" in block else {**block, "num_cpus": float(num_cpus)})
+
+
+def default_num_cpus(server_type: str, origin: str) -> float:
+    """Ray logical CPUs a replica reserves when its block does not say: :data:`RELAY_NUM_CPUS` for
+    the runtime's built-in environment server (the relay generated for an agent: it forwards each
+    row to its agent and holds no work of its own), :data:`DEFAULT_NUM_CPUS` for every other
+    server. ``origin``: the server tree's, ``"builtin"`` or ``"package"``."""
+    return RELAY_NUM_CPUS if (server_type, origin) == ("environment_servers", "builtin") else DEFAULT_NUM_CPUS
 
 
 def placement_problems(inner: dict[str, Any], key: str, sources: Sources) -> list[Violation]:

@@ -58,6 +58,33 @@ class RayCluster:
                 return f"{n.get('NodeManagerAddress')} ({node_id[:8]})"
         return f"({node_id[:8]})"
 
+    def why_no_room(self, options: dict[str, Any]) -> str:
+        """Why Ray has not started a replica asking ``options`` (the instance's Ray actor options:
+        ``num_cpus``, ``num_gpus``, ``memory``, ``resources``, ``label_selector``), from Ray's public
+        view of the cluster (``ray.cluster_resources``, ``ray.available_resources``, ``ray.nodes``):
+        the asked resources the live nodes lack in all (free of total), with how many nodes are live
+        and which were lost this run; else that they have room (in all: Ray's public view has no
+        per-node free figures), so no single node with the labels asked may have it, or Ray is still
+        starting the replica's worker process (slow on a busy host). Blocking: call from a worker
+        thread."""
+        import ray
+
+        asks = {"CPU": options.get("num_cpus") or 0, "GPU": options.get("num_gpus") or 0,
+                "memory": options.get("memory") or 0, **(options.get("resources") or {})}
+        total, free = ray.cluster_resources(), ray.available_resources()
+        live = sum(1 for n in ray.nodes() if n.get("Alive"))
+        nodes = f"{live} live node(s)" + (f"; lost this run: {', '.join(self.node_of(i) for i in sorted(self.lost))}"
+                                          if self.lost else "")
+        short = [f"{k} {v:g} (free {free.get(k, 0):g} of {total.get(k, 0):g})" for k, v in asks.items()
+                 if v and free.get(k, 0) < v]
+        if short:
+            return f"no node has room: it asks {', '.join(short)} on {nodes}"
+        room = ", ".join(f"{k} {free.get(k, 0):g} free of {total.get(k, 0):g}" for k, v in asks.items() if v)
+        labels = options.get("label_selector")
+        return (f"the live nodes have room in all ({room or 'it asks no resources'}; {nodes}): "
+                + (f"no single node may have it with the labels {labels}, or " if labels else "")
+                + "Ray is still starting its worker process (slow on a busy host)")
+
     def shutdown(self) -> None:
         """Disconnect if we connected (Ray then kills every actor we own)."""
         import ray

@@ -69,7 +69,7 @@ class RayPlacement:
 
     # ------------------------------------------------------------------ stages
     async def prepare(self, merged: Any) -> None:
-        from gym_runtime.config.placement import placement_of
+        from gym_runtime.config.placement import default_num_cpus, placement_of
         from gym_runtime.placement.addresses import ReplicaAddress
         from gym_runtime.placement.cluster import connect
         from gym_runtime.placement.package import package_digest
@@ -90,7 +90,8 @@ class RayPlacement:
         self.head_forward = ReplicaAddress(HEAD_NAME)  # to the head server's listener for servers (read-only routes)
         self.head_forward.point(tuple(env.servers_addr))
         head = await self.head_forward.start(host)
-        blocks = {n: placement_of(i.config) for n, i in merged.instances.items()}
+        blocks = {n: placement_of(i.config, default_num_cpus(i.server_type, i.server_dir.origin))
+                  for n, i in merged.instances.items()}
         for name, block in blocks.items():
             for member in replica_names(name, block.replicas):
                 self.addresses[member] = ReplicaAddress(member)

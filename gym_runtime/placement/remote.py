@@ -43,6 +43,7 @@ from gym_runtime.placement.replica import ReplicaJob, ServerReplica
 
 LOST = "node-lost"
 PLACE_TIMEOUT_S = 180.0
+ROOM_CHECK_S = 5.0  # a replica Ray has not placed by then gets its reason said (ReplicaLauncher._node_for)
 VERDICT_WAIT_S = 6.0  # how long a request cut on a replica waits for the loss to be declared (> 4 s)
 PROGRESS_S = 0.5
 
@@ -123,14 +124,15 @@ class ReplicaLauncher:
         t0 = time.monotonic()
         actor = ray.remote(ServerReplica).options(**opts, max_restarts=0, max_task_retries=0).remote(self.job)
         try:
-            where = await ray_call(actor.where.remote(), PLACE_TIMEOUT_S)
+            where = await self._node_for(actor)
         except asyncio.CancelledError:  # the run stops while the actor waits for a node
             ray.kill(actor)
             raise
         except asyncio.TimeoutError:
             ray.kill(actor)
-            raise StartError(f"server {self.job.name!r}: no node of the cluster took it within {PLACE_TIMEOUT_S:g}s",
-                             code="GR-PLACE-INFEASIBLE", cause=f"it asks for {self._asks()}",
+            why = await asyncio.to_thread(self.cluster.why_no_room, self.options)
+            raise StartError(f"server {self.job.name!r}: no node of the cluster took it within {PLACE_TIMEOUT_S:g}s: "
+                             f"{why}", code="GR-PLACE-INFEASIBLE", cause=f"it asks for {self._asks()}",
                              hint="give the cluster a node with those resources and labels, or lower the "
                              "server's placement block (docs/scale-out.md)") from None
         self.actor, self.node_id = actor, where["node_id"]
@@ -159,6 +161,24 @@ class ReplicaLauncher:
                       f"package {facts['package']}, venv {'reused' if facts['reused'] else 'built'}, "
                       f"isolation {facts['isolation']}")
         return facts
+
+    async def _node_for(self, actor: Any) -> dict[str, Any]:
+        """The actor's ``where`` once Ray placed it (:class:`asyncio.TimeoutError` after
+        :data:`PLACE_TIMEOUT_S`). When Ray has not placed it within :data:`ROOM_CHECK_S` the phase
+        and a progress line say why (:meth:`RayCluster.why_no_room`), as the wait goes on."""
+        call = asyncio.ensure_future(ray_call(actor.where.remote(), PLACE_TIMEOUT_S))
+        try:
+            done, _ = await asyncio.wait({call}, timeout=ROOM_CHECK_S)
+            if not done:
+                why = await asyncio.to_thread(self.cluster.why_no_room, self.options)
+                self._phase(f"waiting for a node: {why}")
+                self.progress(f"{self.job.name}: waiting for a node ({ROOM_CHECK_S:g}s so far, up to "
+                              f"{PLACE_TIMEOUT_S:g}s): {why}")
+            return await call
+        finally:
+            if not call.done():
+                call.cancel()
+                await asyncio.gather(call, return_exceptions=True)
 
     async def _prepare_watched(self, actor: Any, shipped: Any) -> dict[str, Any]:
         """The actor's ``prepare`` result; meanwhile its ``progress`` is polled into ``phase``."""

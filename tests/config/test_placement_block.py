@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gym_runtime.config.placement import DEFAULT_NUM_CPUS, Placement, placement_of
+from gym_runtime.config.placement import DEFAULT_NUM_CPUS, RELAY_NUM_CPUS, Placement, default_num_cpus, placement_of
 from gym_runtime.errors import ConfigError
 from tests.config.test_instances_refs import AG, MODEL, RS, base
 
@@ -86,3 +86,15 @@ def test_validate_cli_reports_a_bad_block_with_its_code(pkg_with, tmp_path, caps
     err = capsys.readouterr()
     assert code == 1
     assert "GR-CONFIG-PLACEMENT" in err.out + err.err and "did you mean `replicas`" in err.out + err.err
+
+
+def test_the_generated_relay_reserves_no_cpu_and_every_other_server_the_default(pkg_with, build) -> None:
+    m = build(pkg_with({"configs/a.yaml": base()}, [MODEL, RS, AG]))
+    relays = [i for i in m.instances.values() if i.server_type == "environment_servers"]
+    assert relays and all(i.server_dir.origin == "builtin" for i in relays)
+    for inst in m.instances.values():
+        p = placement_of(inst.config, default_num_cpus(inst.server_type, inst.server_dir.origin))
+        assert p.num_cpus == (RELAY_NUM_CPUS if inst in relays else DEFAULT_NUM_CPUS) and RELAY_NUM_CPUS == 0
+    assert default_num_cpus("environment_servers", "package") == DEFAULT_NUM_CPUS  # declared by a package
+    assert placement_of({"placement": {"num_cpus": 2}}, RELAY_NUM_CPUS).num_cpus == 2.0  # a block's value wins
+    assert placement_of({"placement": {"replicas": 2}}, RELAY_NUM_CPUS).num_cpus == RELAY_NUM_CPUS

@@ -24,12 +24,14 @@ _SESSION_ENV = pytest.StashKey[tuple[pytest.MonkeyPatch, str]]()
 
 def _scrub_runtime_environ(mp: pytest.MonkeyPatch) -> None:
     """Remove the user's runtime and egress settings (``GYM_RUNTIME_*`` but the suite's own
-    ``GYM_RUNTIME_TESTS_*``, ``NMP_RL_SANDBOX_*``), their pip settings (``PIP_*``, and every pip
+    ``GYM_RUNTIME_TESTS_*``, ``NMP_RL_SANDBOX_*``, a host's global config ``NMP_GYM_GLOBAL_CONFIG`` /
+    ``NHX_GYM_GLOBAL_CONFIG``), their pip settings (``PIP_*``, and every pip
     configuration file through pip's own ``PIP_CONFIG_FILE=/dev/null``: a build's hint names pip
     index settings, docs/runtime.md) and ``PYTHONUNBUFFERED`` (a user's shell seldom sets it:
     commands must flush what they print themselves, as a pipe block-buffers it)."""
     for var in list(os.environ):
-        if var.startswith(("GYM_RUNTIME_", "NMP_RL_SANDBOX_", "PIP_")) and not var.startswith("GYM_RUNTIME_TESTS_"):
+        if var.startswith(("GYM_RUNTIME_", "NMP_RL_SANDBOX_", "PIP_")) and not var.startswith("GYM_RUNTIME_TESTS_") \
+                or var in ("NMP_GYM_GLOBAL_CONFIG", "NHX_GYM_GLOBAL_CONFIG"):
             mp.delenv(var)
     mp.setenv("PIP_CONFIG_FILE", os.devnull)
     mp.delenv("PYTHONUNBUFFERED", raising=False)

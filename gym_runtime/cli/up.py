@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -17,11 +18,14 @@ from typing import TYPE_CHECKING, TextIO
 
 from gym_runtime.cli.common import (add_liveness_args, add_package_args, add_policy_args, liveness_from_args,
                                     policy_from_args, stdout_for_the_command)
+from gym_runtime.errors import GymRuntimeError, UsageError
+from gym_runtime.host import HOST_MODES, ROLLOUT_DEADLINE_S
 from gym_runtime.settings import load_settings
 from gym_runtime.supervise.daemon_record import DaemonRecord
 from gym_runtime.supervise.options import SuperviseOptions
 
 if TYPE_CHECKING:  # the daemon's machinery loads only when `up` runs (not for --help)
+    from gym_runtime.host.mode import HostMode
     from gym_runtime.supervise.bringup import UpRequest
 
 D = SuperviseOptions()
@@ -33,7 +37,11 @@ EXIT_CODES = """exit codes:
        ready (unless --keep-going), an unreachable or wrong policy endpoint, another daemon running,
        an unclean stop (a teardown step overran its deadline; the step is named)
   130  stopped by SIGTERM or SIGINT before the ready line (config, venv builds, server start),
-       a cancelled venv build included; everything started is stopped first"""
+       a cancelled venv build included; everything started is stopped first
+with --host-mode, a start-up that fails (or a server that fails for good after ready) does not
+end the process: the head server answers GET /health 503 {"status": "failed", "error"} until
+SIGTERM/SIGINT, and the exit code is then the error's (1 or 3); a global config that cannot be
+read exits 1 at once"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,6 +65,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--isolation", choices=["full", "partial", "none"], help="force a lower isolation level")
     p.add_argument("--python", help="interpreter for server venvs (version or path)")
     p.add_argument("--stub-seed", type=int, default=0, metavar="N", help="seed of the built-in stub model")
+    h = p.add_argument_group("host mode (docs/runtime.md, \"Host mode\")")
+    h.add_argument("--host-mode", choices=HOST_MODES, help="serve as NMP's sandboxed Gym host: the Gym global "
+                   "config from NMP_GYM_GLOBAL_CONFIG (or NHX_GYM_GLOBAL_CONFIG), the head server bound at once in "
+                   "the port range and answering GET /health (starting | ready | failed) from the first moment, "
+                   "POST /rollouts/run answers joined on _rowidx; a failure keeps /health answering failed")
+    h.add_argument("--head-port-range", metavar="LOW-HIGH", help="with --host-mode: the head server's port is the "
+                   "first free one of this range (default: the global config's port_range_low-port_range_high, "
+                   "else 5000-5999); --head-port takes one port instead")
+    h.add_argument("--heartbeat-interval", type=float, default=15.0, metavar="S", help="seconds between the "
+                   "spaces a running POST /rollouts/run batch writes before its JSON (default %(default)g)")
+    h.add_argument("--rollout-deadline", type=float, metavar="S", help="seconds after which a /rollouts/run batch "
+                   "stops and answers with the rows that finished, unless its body gives deadline_s (default: "
+                   f"{ROLLOUT_DEADLINE_S:g} with --host-mode, else 3600)")
     g = p.add_argument_group("supervision")
     g.add_argument("--ready-timeout", type=float, default=D.server_ready_timeout_s, help="per-server seconds (default %(default)s)")
     g.add_argument("--startup-timeout", type=float, default=D.startup_timeout_s, help="whole start-up, seconds (default %(default)s)")
@@ -76,9 +97,31 @@ def request_from_args(args: argparse.Namespace) -> UpRequest:
                             model_endpoint_timeout_s=args.model_endpoint_timeout, max_restarts=args.max_restarts,
                             shutdown_grace_s=args.shutdown_grace, keep_going=args.keep_going,
                             probe_policy=args.probe_policy, **liveness_from_args(args))
+    if args.heartbeat_interval <= 0 or (args.rollout_deadline is not None and args.rollout_deadline <= 0):
+        raise UsageError("--heartbeat-interval and --rollout-deadline must be > 0 seconds")
     return UpRequest(args.package, list(args.overrides), policy_from_args(args), args.head_host, args.head_port,
                      args.ray_address, Path(args.work_dir) if args.work_dir else None, args.require_isolation,
-                     args.isolation, args.python, args.stub_seed, opts, args.placement, args.max_concurrent_rollouts)
+                     args.isolation, args.python, args.stub_seed, opts, args.placement, args.max_concurrent_rollouts,
+                     host_mode_from_args(args), args.heartbeat_interval, args.rollout_deadline)
+
+
+def host_mode_from_args(args: argparse.Namespace) -> HostMode | None:
+    """``--host-mode``'s :class:`~gym_runtime.host.mode.HostMode` (None without it); the global
+    config is read here, so one that cannot be read ends ``up`` at once (``GR-HOST-CONFIG``, exit 1).
+    Raises :class:`UsageError` for ``--head-port-range`` without ``--host-mode`` or not LOW-HIGH."""
+    from gym_runtime.host.global_config import parse_port_range, read_host_job
+    from gym_runtime.host.mode import HostMode
+
+    if args.host_mode is None:
+        if args.head_port_range is not None:
+            raise UsageError("--head-port-range is for --host-mode only", hint="add --host-mode nmp, or use --head-port")
+        return None
+    job = read_host_job(os.environ)
+    try:
+        port_range = parse_port_range(args.head_port_range) if args.head_port_range else job.port_range
+    except ValueError as e:
+        raise UsageError(f"--head-port-range: {e}", hint="e.g. --head-port-range 5000-5999") from None
+    return HostMode(args.host_mode, job, port_range)
 
 
 # A second stop signal within this many seconds of the first is the same request delivered twice:
@@ -110,15 +153,19 @@ async def serve(req: UpRequest, out: TextIO) -> int:
     record = DaemonRecord(env.settings.home, env.work_dir, req.work_dir is not None, _progress)
     record.claim()
     env.on_head = record.head
+    if req.host is not None:  # the launcher learns the head server's address at once (module doc)
+        env.on_head = lambda url: (record.head(url), _line(out, {"status": "starting", "head_server": url}))
     loop = asyncio.get_running_loop()
     signals: list[float] = []  # when each stop signal arrived (monotonic)
     stops: list[asyncio.Task] = []
+    stop_requested = asyncio.Event()
 
     def on_signal(sig: int) -> None:
         now = time.monotonic()
         if signals and now - signals[0] < DUPLICATE_SIGNAL_S:
             return  # the same Ctrl-C delivered twice (terminal -> process group, and `uv run` forwarding it)
         signals.append(now)
+        stop_requested.set()
         _progress(f"{signal.Signals(sig).name}: stopping" + (" now (second signal)" if len(signals) > 1 else ""))
         stops.append(loop.create_task(env.stop(fast=len(signals) > 1)))
 
@@ -129,6 +176,8 @@ async def serve(req: UpRequest, out: TextIO) -> int:
         try:
             info = await start
         except BaseException as e:
+            if req.host is not None and not signals and isinstance(e, GymRuntimeError) and env.head is not None:
+                return await _hold_failed(env, e, out, stop_requested)
             await env.stop()
             if signals:
                 _progress(f"stopped during start-up (phase: {env.phase})")
@@ -139,12 +188,37 @@ async def serve(req: UpRequest, out: TextIO) -> int:
         _progress(f"ready in {info['startup_s']:.2f}s; head server {info['head_server']}; supervising "
                   "(SIGTERM/SIGINT to stop)")
         await env.supervisor.wait_stopped()
+        failure = env.supervisor.failure
+        if req.host is not None and not signals and failure is not None:
+            return await _hold_failed(env, failure, out, stop_requested)
         code = await env.stop()
         return code
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         record.release()
+
+
+def _line(out: TextIO, obj: dict) -> None:
+    """One JSON line on stdout (host mode: ``starting``, then ``ready`` or ``failed``)."""
+    try:
+        print(json.dumps(obj), file=out, flush=True)
+    except (OSError, ValueError):  # nobody reads stdout any more: the head server still says it
+        pass
+
+
+async def _hold_failed(env, error: GymRuntimeError, out: TextIO, stop_requested) -> int:
+    """Host mode after a failure for good: stop everything but the head server, which answers
+    ``/health`` with ``failed`` and ``error``'s block until a stop signal; returns the error's exit
+    code (module doc)."""
+    await env.fail(error)
+    print(error.render(), file=sys.stderr, flush=True)
+    _line(out, {"status": "failed", "head_server": env.head.url, "error": error.to_dict()})
+    _progress(f"failed in phase {env.failed_phase!r}; GET /health answers failed with this error until "
+              "SIGTERM/SIGINT")
+    await stop_requested.wait()
+    await env.close_head()
+    return error.exit_code
 
 
 def run(args: argparse.Namespace) -> int:

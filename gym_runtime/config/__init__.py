@@ -91,12 +91,15 @@ def builtin_server_dirs(root: Path) -> dict:
 
 def build_config(package: Package, overrides: list[str] | None = None, policy: PolicyValues | None = None,
                  builtin_root: Path | None = None, defaults: dict[str, Any] | None = None,
-                 release: GymRelease | None = None) -> MergedConfig:
+                 release: GymRelease | None = None,
+                 job_config: tuple[dict[str, Any], str] | None = None) -> MergedConfig:
     """Merge and check the package's configuration; raises a :class:`ConfigError` subclass.
 
     ``defaults`` are merged beneath the files (e.g. placeholders for ``validate``);
     ``builtin_root`` defaults to the runtime's ``servers/``; ``release`` is the Gym release profile
-    (default: :func:`~gym_runtime.gym_release.choose_release` under the current settings).
+    (default: :func:`~gym_runtime.gym_release.choose_release` under the current settings);
+    ``job_config``: ``(data, label)``, the job's global config layer (a sandboxed host's,
+    :mod:`gym_runtime.host.global_config`), merged above the files and beneath the overrides.
     """
     from gym_runtime.gym_release import choose_release
     from gym_runtime.settings import builtin_servers_dir, load_settings
@@ -105,7 +108,7 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     release = release or choose_release(package, settings)
 
     composed = compose(package, list(overrides or []), policy or PolicyValues(), release, defaults,
-                       settings.allow_unsupported_pairing)
+                       settings.allow_unsupported_pairing, job_config)
     cfg, sources = composed.cfg, composed.sources
     raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
     v = ViolationList(find_instances(raw, sources))

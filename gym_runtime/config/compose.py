@@ -56,22 +56,26 @@ class Composed:
 
 
 def compose(package: Package, overrides: list[str], policy: PolicyValues, release: GymRelease,
-            defaults: dict[str, Any] | None = None, pairing_waived: bool = False) -> Composed:
+            defaults: dict[str, Any] | None = None, pairing_waived: bool = False,
+            job_config: tuple[dict[str, Any], str] | None = None) -> Composed:
     """Compose ``package``'s configuration for ``release`` (module doc). ``defaults`` lie beneath
-    every file; ``pairing_waived``: the runtime's ``NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING``.
+    every file; ``pairing_waived``: the runtime's ``NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING``;
+    ``job_config``: the job's global config layer, above the files and beneath the overrides
+    (:func:`~gym_runtime.config.merge.job_layers`).
 
     Raises :class:`ConfigError` with every problem of the first step that has any.
     """
     v, warnings = ViolationList(), []
     tree = collect(package, release, v, warnings)
-    job = job_layers(overrides, policy, v)
+    job = job_layers(overrides, policy, v, job_config)
     v.raise_if_any(ConfigError, "configuration files cannot be merged")
     files = ([(defaults, "default")] if defaults else []) + tree.layers()
     held: dict[str, Any] = {}
-    if release.composes_unbound_agent and job and job[0][1] == "override":
+    over = next((layer for layer, label in job if label == "override"), None)
+    if release.composes_unbound_agent and over:
         base, _ = merge_layers(files)
         names = agent_rules.unbound_renames(_plain(base), release.reserved_keys)
-        held = {k: job[0][0].pop(k) for k in list(job[0][0]) if k in names}
+        held = {k: over.pop(k) for k in list(over) if k in names}
     merged, sources = merge_layers(files + job)
     cfg = _plain(merged)
     if tree.nested:

@@ -55,6 +55,16 @@ class PolicyValues:
         return PolicyValues(values["policy_base_url"], values["policy_api_key"], values["policy_model_name"],
                             origin=self.origin)
 
+    def completed_by(self, other: PolicyValues) -> PolicyValues:
+        """These values, each one not given taken from ``other`` (its ``origin`` then names both)."""
+        mine = (self.base_url, self.api_key, self.model_name)
+        if all(v is not None for v in mine) or not other.as_dict():
+            return self
+        theirs = (other.base_url, other.api_key, other.model_name)
+        values = [m if m is not None else t for m, t in zip(mine, theirs)]
+        origin = other.origin if not self.as_dict() else f"{self.origin} and {other.origin}"
+        return PolicyValues(*values, origin=origin)
+
     def keyless_defaults(self) -> dict[str, Any] | None:
         """Config defaults for a base URL given without an API key: ``policy_api_key: EMPTY``
         (merged beneath every file and override, so a key set there still wins); else None."""
@@ -271,10 +281,13 @@ def load_text_layer(text: bytes, label: str, v: ViolationList) -> dict[str, Any]
     return _check_top(data, label, v)
 
 
-def job_layers(overrides: list[str], policy: PolicyValues, v: ViolationList) -> list[tuple[dict[str, Any], str]]:
-    """The layers the job adds over the files: ``key=value`` overrides (``override``), then the
-    policy values (``--policy-base-url (flags)``, ...); bad overrides are added to ``v``."""
-    layers: list[tuple[dict[str, Any], str]] = []
+def job_layers(overrides: list[str], policy: PolicyValues, v: ViolationList,
+               job_config: tuple[dict[str, Any], str] | None = None) -> list[tuple[dict[str, Any], str]]:
+    """The layers the job adds over the files: the job's global config (``job_config``: ``(data,
+    label)``, a sandboxed host's, :mod:`gym_runtime.host.global_config`), ``key=value`` overrides
+    (``override``), then the policy values (``--policy-base-url (flags)``, ...); bad overrides are
+    added to ``v``."""
+    layers: list[tuple[dict[str, Any], str]] = [job_config] if job_config and job_config[0] else []
     ov, ov_violations = parse_overrides(overrides)
     v.extend(ov_violations)
     if ov:

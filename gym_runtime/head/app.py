@@ -68,6 +68,7 @@ from pydantic import BaseModel, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gym_runtime.head.instances import split
+from gym_runtime.host.rows import keyed_answer, row_keys
 from gym_runtime.rollouts.dispatch import Batch, row_error, run_rows
 from gym_runtime.rollouts.routing import Routing
 from gym_runtime.rollouts.spread import ROLLOUTS_PER_AGENT_REPLICA, replica_counts
@@ -85,8 +86,12 @@ class HeadBackend:
     (:mod:`gym_runtime.rollouts.routing`; None: to the agent its ``agent_ref`` names); ``agent_facts() -> {agent instance: AgentFacts}``
     (resources server names for bad-reward errors); ``agent_replicas() -> {agent instance: {replica:
     node}}`` (which replicas may serve its rows, :mod:`gym_runtime.rollouts.spread`);
-    ``rollout_concurrency``: rollouts in flight per batch unless the body says
-    (``--max-concurrent-rollouts``);
+    ``rollout_concurrency() -> int``: rollouts in flight per batch unless the body says
+    (``--max-concurrent-rollouts``); ``rollout_deadline_s``: a batch's deadline unless the body says
+    (seconds); ``heartbeat_s``: seconds between the spaces a running batch writes;
+    ``rollouts_refused() -> (status, error envelope) | None``: why no batch is taken now (host mode
+    while the environment starts or after it failed); ``keyed_rows``: answer with the rows joined on
+    ``_rowidx`` (:mod:`gym_runtime.host.rows`, host mode);
     ``processes() -> dict`` (blocking: run in a thread), None when not served;
     ``liveness_routes`` / ``readiness_routes``: the probe routes of the Gym release line's head
     server (``GymRelease.head_liveness_routes``, ``head_readiness_routes``): the first answer
@@ -101,23 +106,28 @@ class HeadBackend:
     agent_facts: Callable[[], Mapping[str, AgentFacts]] = dict
     routing: Callable[[], Routing | None] = lambda: None
     agent_replicas: Callable[[], Mapping[str, Mapping[str, str | None]]] = dict
-    rollout_concurrency: int = ROLLOUTS_PER_AGENT_REPLICA
+    rollout_concurrency: Callable[[], int] = lambda: ROLLOUTS_PER_AGENT_REPLICA
     rollout_deadline_s: float | None = 3600.0
     heartbeat_s: float = 15.0
+    rollouts_refused: Callable[[], tuple[int, dict[str, Any]] | None] = lambda: None
+    keyed_rows: bool = False
     processes: Callable[[], dict[str, Any]] | None = None
     liveness_routes: tuple[str, ...] = ()
     readiness_routes: tuple[str, ...] = ("/health",)
 
 
 MAX_CONCURRENCY = 1024
+MAX_DEADLINE_S = 7 * 24 * 3600.0
 
 
 class RolloutBatch(BaseModel):
     """Body of ``POST /rollouts/run``: dataset rows (docs/architecture.md §9), each with an
-    ``agent_ref``; ``concurrency``: rollouts in flight for this batch (default: the daemon's)."""
+    ``agent_ref``; ``concurrency``: rollouts in flight for this batch (default: the daemon's);
+    ``deadline_s``: seconds after which rows still running are cancelled (default: the daemon's)."""
 
     examples: list[dict[str, Any]]
     concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
+    deadline_s: float | None = Field(None, gt=0, le=MAX_DEADLINE_S)
 
     @field_validator("examples")
     @classmethod
@@ -314,11 +324,19 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
         return await asyncio.to_thread(backend.processes)
 
     @app.post("/rollouts/run")
-    async def rollouts_run(batch: RolloutBatch) -> StreamingResponse:
+    async def rollouts_run(batch: RolloutBatch) -> Any:
+        refused = backend.rollouts_refused()
+        if refused is not None:
+            return JSONResponse(refused[1], status_code=refused[0])
+        try:
+            keys = row_keys(batch.examples) if backend.keyed_rows else []
+        except ValueError as e:
+            return error_response(400, "GR-ROLLOUT-BAD-REQUEST", str(e), "give every row a unique _rowidx")
         finished: list[dict[str, Any] | None] = [None] * len(batch.examples)
-        concurrency, replicas = batch.concurrency or backend.rollout_concurrency, backend.agent_replicas()
+        concurrency, replicas = batch.concurrency or backend.rollout_concurrency(), backend.agent_replicas()
+        deadline_s = batch.deadline_s or backend.rollout_deadline_s
         task = asyncio.create_task(run_rows(batch.examples, backend.agents(), concurrency=concurrency,
-                                            deadline_s=backend.rollout_deadline_s, facts=backend.agent_facts(),
+                                            deadline_s=deadline_s, facts=backend.agent_facts(),
                                             results=finished, replicas=replicas, routing=backend.routing()))
 
         async def body() -> AsyncIterator[bytes]:
@@ -335,9 +353,12 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
                     if not done:
                         yield b" "
                 done_batch = task.result()
+                summary = batch_summary(done_batch, concurrency, replicas)
+                if backend.keyed_rows:
+                    yield strict_json(keyed_answer(batch.examples, keys, finished, deadline_s, summary))
+                    return
                 yield strict_json({"results": done_batch.results, "latency_s": done_batch.latency_s,
-                                   "replica": done_batch.replicas,
-                                   "summary": batch_summary(done_batch, concurrency, replicas)})
+                                   "replica": done_batch.replicas, "summary": summary})
             finally:
                 app.state.open_batches -= 1
                 task.cancel()

@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 
 from gym_runtime.config import MergedConfig, PolicyValues
-from gym_runtime.errors import StartError
+from gym_runtime.errors import GymRuntimeError, StartError
+from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
 from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
 from gym_runtime.ray_target import RayTarget, given
@@ -60,6 +61,15 @@ class UpRequest:
     options: SuperviseOptions = field(default_factory=SuperviseOptions)
     placement: str = "local"
     max_concurrent_rollouts: int | None = None  # rollouts in flight per /rollouts/run batch; None: sized (spread.py)
+    host: HostMode | None = None  # host mode (--host-mode): the head server serves from the first moment
+    heartbeat_s: float = 15.0  # seconds between the spaces a running /rollouts/run batch writes
+    rollout_deadline_s: float | None = None  # a batch's deadline; None: 1800 s in host mode, else 3600 s
+
+    def batch_deadline_s(self) -> float:
+        """A ``/rollouts/run`` batch's deadline unless its body says (seconds)."""
+        if self.rollout_deadline_s is not None:
+            return self.rollout_deadline_s
+        return ROLLOUT_DEADLINE_S if self.host is not None else 3600.0
 
 
 class Environment:
@@ -83,6 +93,9 @@ class Environment:
         self.task_sandboxes: Any = None  # task_sandboxes.api.TaskSandboxServer (placement local)
         self.outside: dict[str, Any] = {}
         self.ready_info: dict[str, Any] | None = None
+        self.failure: GymRuntimeError | None = None  # host mode: why the environment failed for good
+        self.failed_phase: str | None = None
+        self._routing: Any = None  # rollouts.routing.Routing, once the config is read
         self.on_head = lambda url: None  # called with the head server's URL as soon as it serves
         self.build_state: dict[str, str] = {}  # instance -> its venv build's state (before it has a member)
         self.cancel = threading.Event()
@@ -107,8 +120,16 @@ class Environment:
     async def start(self) -> dict[str, Any]:
         self._start_task = asyncio.current_task()
         preflight.check_flags(self.req.require_isolation, self.req.isolation, self.req.max_concurrent_rollouts)
+        host = self.req.host
+        if host is not None:  # host mode: GET /health answers before anything else is done (docs/runtime.md)
+            await self._serve_head(bind_listener(self.req.head_host, self.req.head_port, "head server")
+                                   if self.req.head_port is not None else bind_in_range(self.req.head_host,
+                                                                                        *host.port_range))
         merged, self.stub_url = await job_policy.configure(self.req.package, self.req.overrides, self.req.policy,
-                                                           self._say, self.settings)
+                                                           self._say, self.settings, host.job if host else None)
+        from gym_runtime.rollouts.routing import Routing
+
+        self._routing = Routing.from_config(merged)
         self.merged = merged
         self._say(merged.release.describe())
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
@@ -120,16 +141,10 @@ class Environment:
         for w in merged.warnings:
             self._say("warning" + w.render())
         given(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ)
-        cfg_head = merged.data.get("head_server") if isinstance(merged.data.get("head_server"), dict) else {}
-        head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)
-        head_sock = bind_listener(self.req.head_host, int(head_port or 0), "head server")
-        self._head_sock = head_sock
-        self._servers_sock = bind_listener("127.0.0.1", 0, "head server (the servers' listener)")
-        self.head_addr = head_sock.getsockname()[:2]
-        self.servers_addr = self._servers_sock.getsockname()[:2]  # where servers reach it (placements)
-        await self._start_head(head_sock)  # from here on `status` sees the phase and each server's state
-        self._say(f"head server at {self.head.url} (GET /health shows the start-up)")
-        self.on_head(self.head.url)
+        if self.head is None:
+            cfg_head = merged.data.get("head_server") if isinstance(merged.data.get("head_server"), dict) else {}
+            head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)
+            await self._serve_head(bind_listener(self.req.head_host, int(head_port or 0), "head server"))
         here = self.placement.kind == "local"  # on Ray nodes, each node checks its own isolation
         self.egress = await preflight.check_host(self.settings.environ, model_base_urls(merged.data),
                                                  self.req.require_isolation and here,
@@ -251,26 +266,41 @@ class Environment:
                          info={"server_type": "stub_model", "implementation": "gym_runtime.stub_model"})
         m.public = ("127.0.0.1", port)
 
+    async def _serve_head(self, head_sock: Any) -> None:
+        """Serve the head server on ``head_sock`` (and the servers' own listener, bound here); from
+        then on ``status`` sees the phase and each server's state, and ``on_head`` is told its URL."""
+        self._head_sock = head_sock
+        self._servers_sock = bind_listener("127.0.0.1", 0, "head server (the servers' listener)")
+        self.head_addr = head_sock.getsockname()[:2]
+        self.servers_addr = self._servers_sock.getsockname()[:2]  # where servers reach it (placements)
+        await self._start_head(head_sock)
+        self._say(f"head server at {self.head.url} (GET /health shows the start-up)")
+        self.on_head(self.head.url)
+
     async def _start_head(self, sock: Any) -> None:
+        """The head server over this environment; in host mode it starts before the config is read,
+        so everything it reads of the config is read per request."""
         from gym_runtime.head.app import HeadBackend, create_app
         from gym_runtime.head.server import HeadServer
-        from gym_runtime.rollouts.routing import ROLLOUT_TARGETS, Routing
+        from gym_runtime.rollouts.routing import ROLLOUT_TARGETS
         from gym_runtime.rollouts.verdict import agent_facts
 
-        routing = Routing.from_config(self.merged)
         backend = HeadBackend(config_yaml=lambda: contract.to_yaml(self.merged.secrets.view(self.outside))
                               if self.outside else None,
                               instances=lambda: head_view.instances(self), health=self.health,
                               logs=lambda name, n: head_view.logs(self, name, n),
-                              agents=lambda: {n: u for n, u in self.placement.servers().items() if u and
-                                              self.merged.instances[n].server_type in ROLLOUT_TARGETS},
-                              routing=lambda: routing,
-                              agent_facts=lambda: agent_facts(self.merged.instances, ranges=False),
-                              agent_replicas=self.agent_replicas, rollout_concurrency=self.max_concurrent_rollouts(),
+                              agents=lambda: {n: u for n, u in self.placement.servers().items() if u and self.merged
+                                              and self.merged.instances[n].server_type in ROLLOUT_TARGETS},
+                              routing=lambda: self._routing,
+                              agent_facts=lambda: agent_facts(self.merged.instances, ranges=False) if self.merged else {},
+                              agent_replicas=self.agent_replicas, rollout_concurrency=self.max_concurrent_rollouts,
+                              rollout_deadline_s=self.req.batch_deadline_s(), heartbeat_s=self.req.heartbeat_s,
+                              rollouts_refused=(lambda: head_view.rollouts_refused(self)) if self.req.host else
+                              (lambda: None), keyed_rows=self.req.host is not None,
                               processes=lambda: processes.of_environment(
                                   self.supervisor, (*self.placement.sandboxes(), self.host_launcher),
                                   self.task_sandboxes.service if self.task_sandboxes is not None else None),
-                              **head_view.probe_routes(self.merged.release))
+                              **head_view.probe_routes(self.merged.release if self.merged else None))
         servers_port = self._servers_sock.getsockname()[1]
         self.head = HeadServer(create_app(backend, servers_ports={servers_port}), sock, [self._servers_sock])
         await self.head.start()
@@ -280,10 +310,23 @@ class Environment:
         return head_view.health(self)
 
     # ------------------------------------------------------------------ stop
-    async def stop(self, fast: bool = False) -> int:
+    async def fail(self, error: GymRuntimeError) -> int:
+        """Host mode: the environment failed for good with ``error``: stop everything but the head
+        server, which from now on answers ``/health`` with ``failed`` and ``error``'s block (and
+        refuses rollout batches with it) until :meth:`close_head`; returns the stop's exit code."""
+        self.failure, self.failed_phase = error, self.phase
+        return await self.stop(keep_head=True)
+
+    async def close_head(self) -> None:
+        """Stop the head server :meth:`fail` kept serving."""
+        if self.head is not None:
+            await self.head.stop()
+
+    async def stop(self, fast: bool = False, keep_head: bool = False) -> int:
         """Stop everything started so far, from any phase (TERM, grace, KILL, reap); returns the
         exit code. Safe to call again (waits for the first stop); ``fast`` KILLs every process
-        group at once, also while an earlier stop is waiting out the grace period."""
+        group at once, also while an earlier stop is waiting out the grace period; ``keep_head``:
+        the head server keeps serving (:meth:`fail`)."""
         sup = self.supervisor
         if self._stopped is not None:
             if fast and sup._loop_task is not None:
@@ -291,7 +334,7 @@ class Environment:
             return await asyncio.shield(self._stopped)
         self._stopped = asyncio.get_running_loop().create_future()
         try:
-            code = await self._teardown(fast)
+            code = await self._teardown(fast, keep_head)
         except BaseException as e:
             self._stopped.set_exception(e)
             raise
@@ -311,7 +354,7 @@ class Environment:
         await servers_stopped.wait()
         await self.task_sandboxes.stop()
 
-    async def _teardown(self, fast: bool) -> int:
+    async def _teardown(self, fast: bool, keep_head: bool = False) -> int:
         """Undo every stage in reverse, each a bounded, named step (teardown.py): an overrun is
         said with what it waited on, the later steps still run, and the exit code becomes 3."""
         sup, grace = self.supervisor, self.req.options.shutdown_grace_s
@@ -331,7 +374,7 @@ class Environment:
             head_stop = boxes_stop = None
             if sup._loop_task is not None:
                 sup.request_stop(fast)
-                if self.head is not None:  # serves status while the servers stop, then closes beside the rest
+                if self.head is not None and not keep_head:  # serves status while the servers stop, then closes
                     head_stop = asyncio.ensure_future(self._stop_head_after(sup.servers_stopped))
                 if self.task_sandboxes is not None:
                     boxes_stop = asyncio.ensure_future(self._stop_task_sandboxes_after(sup.servers_stopped))
@@ -343,7 +386,9 @@ class Environment:
                     boxes_stop = None
                 await td.step("task sandboxes", boxes_stop or self.task_sandboxes.stop(), 8.0,
                               lambda: f"{len(self.task_sandboxes.service.boxes)} task sandbox(es)")
-            if self.head is not None:
+            if keep_head:
+                pass
+            elif self.head is not None:
                 if head_stop is not None and not sup.servers_stopped.is_set():
                     head_stop.cancel()  # the servers overran: close it now
                     head_stop = None

@@ -39,11 +39,15 @@ def health(env: Any) -> tuple[int, dict[str, Any]]:
     supervisor runs, ``servers`` (name -> state) while not ready, and ``egress`` (the effective
     allowlist, ``EgressPolicy.effective_allowlist``) once the policy is read. A ready environment's
     status is the one its Gym release line's head answers (``GymRelease.head_ready_status``:
-    ``ready`` for 0.4, Gym's ``ok`` for 0.7)."""
+    ``ready`` for 0.4, Gym's ``ok`` for 0.7), and ``ready`` in host mode (NMP's contract). Once a
+    host-mode environment failed for good (``env.failure``): 503 ``{"status": "failed", "phase",
+    "error"}``, ``error`` being the error's block (``GymRuntimeError.to_dict``)."""
+    if env.failure is not None:
+        return 503, {"status": "failed", "phase": env.failed_phase, "error": env.failure.to_dict()}
     code, body = env.supervisor.health()
     if code == 200:
         release = env.merged.release if env.merged is not None else None
-        body["status"] = (release or GymRelease).head_ready_status
+        body["status"] = "ready" if env.req.host is not None else (release or GymRelease).head_ready_status
     if env.supervisor._startup is None and body.get("status") == "starting":
         body["phase"] = env.phase
     if code != 200:
@@ -51,6 +55,20 @@ def health(env: Any) -> tuple[int, dict[str, Any]]:
     if env.egress is not None:
         body["egress"] = env.egress.describe()["allowlist"]
     return code, body
+
+
+def rollouts_refused(env: Any) -> tuple[int, dict[str, Any]] | None:
+    """Host mode: why ``POST /rollouts/run`` takes no batch now, as ``(503, error envelope)``: the
+    environment failed for good (its error's block), or is not ready yet (``GR-HEAD-STARTING``);
+    None once it is ready."""
+    failure = env.failure or (env.supervisor.failure if env.supervisor.state == "failed" else None)
+    if failure is not None:
+        return 503, {"error": failure.to_dict()}
+    if env.ready_info is None:
+        return 503, {"error": {"code": "GR-HEAD-STARTING", "message": f"the environment is not ready (phase "
+                               f"{env.phase!r}): no rollout batch is taken before GET /health answers 200",
+                               "hint": "poll GET /health until it answers 200 (status ready)"}}
+    return None
 
 
 def logs(env: Any, name: str, n: int) -> dict[str, Any] | None:

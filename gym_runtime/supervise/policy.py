@@ -21,6 +21,7 @@ from gym_runtime.config import build_config as _build_config
 from gym_runtime.config.redact import KEYLESS_API_KEY
 from gym_runtime.errors import ConfigError
 from gym_runtime.gym_release import choose_release
+from gym_runtime.host.global_config import HostJob
 from gym_runtime.package import load_package
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.supervise.ports import free_port
@@ -45,14 +46,21 @@ def uses_policy(merged: MergedConfig, url: str) -> bool:
 
 
 async def configure(package: Any, overrides: list[str], given: PolicyValues, say: Callable[[str], None],
-                    settings: RuntimeSettings) -> tuple[MergedConfig, str | None]:
+                    settings: RuntimeSettings, host_job: HostJob | None = None) -> tuple[MergedConfig, str | None]:
     """Load the package, choose the Gym release it runs under ``settings`` (once:
     :func:`~gym_runtime.gym_release.choose_release`) and build its config with the job's policy
-    values (module doc). Returns the config (``release`` set) and the stub model's base URL (None
-    when no stub is needed). Raises :class:`~gym_runtime.gym_release.choose.SdkSkewError` and what
+    values (module doc). ``host_job``: a sandboxed host's global config (host mode): its
+    ``config_paths`` checked against the manifest, its policy values used where ``given`` has none,
+    the rest merged as a layer (:mod:`gym_runtime.host.global_config`). Returns the config
+    (``release`` set) and the stub model's base URL (None when no stub is needed). Raises
+    :class:`~gym_runtime.gym_release.choose.SdkSkewError` and what
     :func:`~gym_runtime.config.build_config` raises."""
     pkg = await asyncio.to_thread(load_package, package)
-    build_config = functools.partial(_build_config, release=choose_release(pkg, settings))
+    job_config = None
+    if host_job is not None:
+        host_job.check_config_paths(list(pkg.manifest.config_paths))
+        given, job_config = given.completed_by(host_job.policy), (host_job.layer, host_job.label)
+    build_config = functools.partial(_build_config, release=choose_release(pkg, settings), job_config=job_config)
     job = given.with_overrides(overrides)  # `policy_base_url=URL` counts as --policy-base-url URL
     if job.base_url is None:
         stub_url = f"http://127.0.0.1:{free_port()}/v1"

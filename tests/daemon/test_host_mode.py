@@ -237,3 +237,24 @@ def test_an_unreadable_global_config_is_one_clear_error(tmp_path: Path, text: st
     assert proc.returncode == 1 and out == ""
     assert err.startswith("error[GR-HOST-CONFIG]: NMP_GYM_GLOBAL_CONFIG ") and says in err
     assert "Traceback" not in err and err.count("error[") == 1
+
+
+def test_a_server_failing_for_good_after_ready_gives_failed(tmp_path: Path) -> None:
+    pkg, gates = gated_env(tmp_path / "pkg")
+    (gates / "start").touch()
+    proc = up_process(pkg, tmp_path, "--host-mode", "nmp", "--head-port", "0", "--max-restarts", "0",
+                      env=host_env(tmp_path, {"policy_model_name": "acme-policy"}))
+    try:
+        url = first_line(proc)["head_server"]
+        info = first_line(proc)
+        assert info["status"] == "ready"
+        rows = httpx.get(url + "/server_instances", timeout=10, trust_env=False).json()
+        os.kill(next(r["pid"] for r in rows if r["process_name"] == "acme_math"), signal.SIGKILL)
+        r = health_until(url, "failed")
+        assert r.status_code == 503 and r.json()["status"] == "failed"
+        assert r.json()["error"]["code"].startswith("GR-START") and "acme_math" in r.json()["error"]["message"]
+        assert first_line(proc)["status"] == "failed"
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(30) == 3
+    finally:
+        kill_tree(proc)

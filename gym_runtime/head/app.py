@@ -41,9 +41,12 @@ Every error answer is our envelope ``{"error": {"code", "message", "hint"?}}``, 
 row to its ``agent_ref`` agent's ``/run`` (at most ``concurrency`` rows at once: the body's, 1 to
 :data:`MAX_CONCURRENCY`, else the daemon's ``--max-concurrent-rollouts``; results in row order, per-row
 ``{"error": {"code", "message"}}``, each row's wall time in ``latency_s`` and the agent replica
-that served it in ``replica``, a batch deadline; ``summary``: :func:`batch_summary`) and,
+that served it in ``replica``, a batch deadline: the body's ``deadline_s``, else the daemon's
+``--rollout-deadline``; ``summary``: :func:`batch_summary`) and,
 while the batch runs, streams one space every ``heartbeat_s`` (15 s) before the JSON body so a proxy
-never drops the request (leading whitespace is valid JSON). When the daemon shuts down while a batch
+never drops the request (leading whitespace is valid JSON). In host mode (``keyed_rows``,
+``rollouts_refused``) batches are refused until the environment is ready and the answer is joined
+on ``_rowidx`` (:mod:`gym_runtime.host.rows`, docs/runtime.md "Host mode"). When the daemon shuts down while a batch
 runs (:func:`begin_close`), the batch is cancelled and the answer (already ``200``) ends with
 ``{"results": [...], "error": {"code": "GR-ROLLOUT-SHUTDOWN", "message"}}``: the rows already
 finished with their results, every other row with the row error ``GR-ROLLOUT-SHUTDOWN``. When the
@@ -348,7 +351,8 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
                                                  return_when=asyncio.FIRST_COMPLETED)
                     if closing in done and task not in done:
                         task.cancel()
-                        yield shutdown_body(finished)
+                        yield (strict_json(keyed_answer(batch.examples, keys, finished, deadline_s, None, True))
+                               if backend.keyed_rows else shutdown_body(finished))
                         return
                     if not done:
                         yield b" "

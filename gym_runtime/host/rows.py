@@ -10,8 +10,9 @@ it, since a host may finish rows in any order and a batch may be cut by its dead
   ``{"error": {"code", "message"}}``) with the row's ``_rowidx`` set on it (the host's pairing wins
   over anything the agent echoed), and the row's ``_sg_example_id``, ``_ng_task_index`` and
   ``_ng_rollout_index`` where the answer has none (NMP's trainer joins on ``_sg_example_id``);
-* ``unfinished``: one per row the rollout deadline cut (``GR-ROLLOUT-DEADLINE``), in row order;
-* ``error``: ``GR-ROLLOUT-DEADLINE`` when the deadline cut the batch, saying how many rows finished.
+* ``unfinished``: one per row the rollout deadline cut (``GR-ROLLOUT-DEADLINE``), or the daemon's
+  shutdown (``GR-ROLLOUT-SHUTDOWN``), in row order;
+* ``error``: that code when rows were cut, saying how many rows finished.
 
 A row without ``_rowidx`` is given its position in the batch. ``_rowidx`` must be an integer or a
 string, one per row: :func:`row_keys` raises ``ValueError`` otherwise (the head answers 400
@@ -57,16 +58,20 @@ def joined(result: dict[str, Any], row: Any, key: int | str) -> dict[str, Any]:
 
 
 def keyed_answer(rows: list[Any], keys: list[int | str], finished: list[dict[str, Any] | None],
-                 deadline_s: float | None, summary: dict[str, Any]) -> dict[str, Any]:
+                 deadline_s: float | None, summary: dict[str, Any] | None, shutdown: bool = False) -> dict[str, Any]:
     """The answer (module doc) of a batch whose row ``i`` ended with ``finished[i]`` (None: cut by
-    the deadline of ``deadline_s`` seconds)."""
+    the deadline of ``deadline_s`` seconds, or with ``shutdown`` by the daemon's shutdown: then
+    the code is ``GR-ROLLOUT-SHUTDOWN`` and there is no ``summary``)."""
     results = [joined(r, rows[i], keys[i]) for i, r in enumerate(finished) if r is not None]
     cut = [i for i, r in enumerate(finished) if r is None]
+    code, why = ("GR-ROLLOUT-SHUTDOWN", "the daemon shut down") if shutdown else \
+        ("GR-ROLLOUT-DEADLINE", f"the rollout deadline of {deadline_s:g}s passed")
     answer: dict[str, Any] = {"results": results, "unfinished": [
-        {ROW_KEY: keys[i], **row_error("GR-ROLLOUT-DEADLINE", f"the rollout deadline of {deadline_s:g}s passed "
-                                       "before this row finished")} for i in cut], "summary": summary}
+        {ROW_KEY: keys[i], **row_error(code, f"{why} before this row finished")} for i in cut]}
+    if summary is not None:
+        answer["summary"] = summary
     if cut:
-        answer["error"] = {"code": "GR-ROLLOUT-DEADLINE", "message": (
-            f"the rollout deadline of {deadline_s:g}s passed: {len(results)} of {len(rows)} row(s) finished (in "
-            f"results); the other {len(cut)} were cancelled (in unfinished)")}
+        answer["error"] = {"code": code, "message": (
+            f"{why}: {len(results)} of {len(rows)} row(s) finished (in results); the other {len(cut)} were "
+            "cancelled (in unfinished)")}
     return answer

@@ -48,3 +48,9 @@ def test_head_port_is_the_first_free_one_of_the_range() -> None:
         with pytest.raises(StartError) as e:
             bind_in_range("127.0.0.1", low, low)
         assert e.value.code == "GR-HOST-NO-PORT" and f"{low}-{low}" in e.value.message
+
+
+def test_a_shutdown_cut_names_its_own_code_and_has_no_summary() -> None:
+    answer = keyed_answer([{"_rowidx": 1}, {"_rowidx": 2}], [1, 2], [{"reward": 0.0}, None], 30.0, None, True)
+    assert [x["_rowidx"] for x in answer["results"]] == [1] and "summary" not in answer
+    assert answer["unfinished"][0]["error"]["code"] == answer["error"]["code"] == "GR-ROLLOUT-SHUTDOWN"

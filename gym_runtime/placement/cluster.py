@@ -58,19 +58,34 @@ class RayCluster:
                 return f"{n.get('NodeManagerAddress')} ({node_id[:8]})"
         return f"({node_id[:8]})"
 
+    def waits_for_room(self, options: dict[str, Any]) -> bool:
+        """True when Ray lists a pending task or actor demand of exactly the shape ``options``
+        asks (its Ray actor options): the replica has no node yet and waits for room; False when
+        no such demand is pending (Ray gave it a node and its worker process is starting). Read
+        from the GCS's cluster status (``ray.autoscaler.v2.sdk.get_cluster_status``, what ``ray
+        status`` prints; needs no dashboard); True when it cannot be read (the reason is then
+        given from the resources). Blocking: call from a worker thread."""
+        from ray.autoscaler.v2.sdk import get_cluster_status
+
+        want = {k: float(v) for k, v in _asks(options).items() if v}
+        try:
+            demands = get_cluster_status(self.address, timeout=5).resource_demands.ray_task_actor_demand
+        except Exception:  # noqa: BLE001 - a reason to give, never a failure of the placement
+            return True
+        return any({k: float(v) for k, v in b.bundle.items() if v} == want
+                   for d in demands for b in d.bundles_by_count)
+
     def why_no_room(self, options: dict[str, Any]) -> str:
-        """Why Ray has not started a replica asking ``options`` (the instance's Ray actor options:
-        ``num_cpus``, ``num_gpus``, ``memory``, ``resources``, ``label_selector``), from Ray's public
-        view of the cluster (``ray.cluster_resources``, ``ray.available_resources``, ``ray.nodes``):
-        the asked resources the live nodes lack in all (free of total), with how many nodes are live
-        and which were lost this run; else that they have room (in all: Ray's public view has no
-        per-node free figures), so no single node with the labels asked may have it, or Ray is still
-        starting the replica's worker process (slow on a busy host). Blocking: call from a worker
-        thread."""
+        """Why Ray has given no node to a replica asking ``options`` (the instance's Ray actor
+        options: ``num_cpus``, ``num_gpus``, ``memory``, ``resources``, ``label_selector``), from
+        Ray's public view of the cluster (``ray.cluster_resources``, ``ray.available_resources``,
+        ``ray.nodes``): the asked resources the live nodes lack in all (free of total), with how
+        many nodes are live and which were lost this run; else that they have room in all (Ray's
+        public view has no per-node free figures), so no single node has it (with the labels
+        asked). Blocking: call from a worker thread."""
         import ray
 
-        asks = {"CPU": options.get("num_cpus") or 0, "GPU": options.get("num_gpus") or 0,
-                "memory": options.get("memory") or 0, **(options.get("resources") or {})}
+        asks = _asks(options)
         total, free = ray.cluster_resources(), ray.available_resources()
         live = sum(1 for n in ray.nodes() if n.get("Alive"))
         nodes = f"{live} live node(s)" + (f"; lost this run: {', '.join(self.node_of(i) for i in sorted(self.lost))}"
@@ -81,9 +96,8 @@ class RayCluster:
             return f"no node has room: it asks {', '.join(short)} on {nodes}"
         room = ", ".join(f"{k} {free.get(k, 0):g} free of {total.get(k, 0):g}" for k, v in asks.items() if v)
         labels = options.get("label_selector")
-        return (f"the live nodes have room in all ({room or 'it asks no resources'}; {nodes}): "
-                + (f"no single node may have it with the labels {labels}, or " if labels else "")
-                + "Ray is still starting its worker process (slow on a busy host)")
+        return (f"the live nodes have room in all ({room or 'it asks no resources'}; {nodes}), but no single node "
+                "has it" + (f" with the labels {labels}" if labels else ""))
 
     def shutdown(self) -> None:
         """Disconnect if we connected (Ray then kills every actor we own)."""
@@ -91,6 +105,12 @@ class RayCluster:
 
         if self.owned and ray.is_initialized():
             ray.shutdown()
+
+
+def _asks(options: dict[str, Any]) -> dict[str, float]:
+    """Ray actor options as Ray's resource names: ``CPU``, ``GPU``, ``memory`` and custom ones."""
+    return {"CPU": options.get("num_cpus") or 0, "GPU": options.get("num_gpus") or 0,
+            "memory": options.get("memory") or 0, **(options.get("resources") or {})}
 
 
 def code_env() -> dict[str, Any]:

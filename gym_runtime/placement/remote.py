@@ -129,8 +129,10 @@ class ReplicaLauncher:
             ray.kill(actor)
             raise
         except asyncio.TimeoutError:
+            waits = await asyncio.to_thread(self.cluster.waits_for_room, self.options)
             ray.kill(actor)
-            why = await asyncio.to_thread(self.cluster.why_no_room, self.options)
+            why = (await asyncio.to_thread(self.cluster.why_no_room, self.options) if waits
+                   else "Ray gave it a node, where its worker process did not start")
             raise StartError(f"server {self.job.name!r}: no node of the cluster took it within {PLACE_TIMEOUT_S:g}s: "
                              f"{why}", code="GR-PLACE-INFEASIBLE", cause=f"it asks for {self._asks()}",
                              hint="give the cluster a node with those resources and labels, or lower the "
@@ -163,17 +165,22 @@ class ReplicaLauncher:
         return facts
 
     async def _node_for(self, actor: Any) -> dict[str, Any]:
-        """The actor's ``where`` once Ray placed it (:class:`asyncio.TimeoutError` after
-        :data:`PLACE_TIMEOUT_S`). When Ray has not placed it within :data:`ROOM_CHECK_S` the phase
-        and a progress line say why (:meth:`RayCluster.why_no_room`), as the wait goes on."""
+        """The actor's ``where`` once its worker runs (:class:`asyncio.TimeoutError` after
+        :data:`PLACE_TIMEOUT_S`). When it does not run within :data:`ROOM_CHECK_S`, the phase says
+        where it stands: its worker starting on the node Ray gave it, or, while Ray lists it as a
+        pending demand (:meth:`RayCluster.waits_for_room`), why it has no node
+        (:meth:`RayCluster.why_no_room`), said on a progress line too."""
         call = asyncio.ensure_future(ray_call(actor.where.remote(), PLACE_TIMEOUT_S))
         try:
             done, _ = await asyncio.wait({call}, timeout=ROOM_CHECK_S)
             if not done:
-                why = await asyncio.to_thread(self.cluster.why_no_room, self.options)
-                self._phase(f"waiting for a node: {why}")
-                self.progress(f"{self.job.name}: waiting for a node ({ROOM_CHECK_S:g}s so far, up to "
-                              f"{PLACE_TIMEOUT_S:g}s): {why}")
+                if not await asyncio.to_thread(self.cluster.waits_for_room, self.options):
+                    self._phase("starting its worker (Ray gave it a node)")
+                else:
+                    why = await asyncio.to_thread(self.cluster.why_no_room, self.options)
+                    self._phase(f"waiting for a node: {why}")
+                    self.progress(f"{self.job.name}: waiting for a node ({ROOM_CHECK_S:g}s so far, up to "
+                                  f"{PLACE_TIMEOUT_S:g}s): {why}")
             return await call
         finally:
             if not call.done():

@@ -56,7 +56,9 @@ Rules for the caller:
   ``NO_PROXY``/``no_proxy`` (localhost, 127.0.0.1, ::1, policy endpoint hosts and their aliases).
 * Policy endpoints keep their original URLs: at full/partial each (host, port) is served by an
   in-namespace forward (a hostname is mapped to 127.0.1.N in the sandbox ``/etc/hosts``; an IP
-  literal is added to the namespace's ``lo``). Servers talk to each other over 127.0.0.1 at ports
+  literal is added to the namespace's ``lo``). Under bubblewrap a server's host name is
+  ``launch.SANDBOX_HOSTNAME``, mapped to 127.0.0.1 there too (without bubblewrap: the host's name).
+  Servers talk to each other over 127.0.0.1 at ports
   from ``allocate_port()``. Give them the address ``expose_host_service`` returns for the head server.
 * Exit: ``await proc.wait()`` (any number of waiters; then ``proc.exit_info()``); a crash is seen
   at once. Never watch the process by a pidfd of your own: the first watcher to reap it would

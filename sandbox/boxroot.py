@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .launch import base_bwrap_args
+from .launch import LOOPBACK_HOSTS, SANDBOX_HOSTNAME, base_bwrap_args
 
 KEEPER = ["/bin/sh", "-c", "read _"]
 HOST_WORKDIR = "/workspace"
@@ -83,7 +83,7 @@ class BoxDirs:
 
 def _etc_files(dirs: BoxDirs) -> tuple[Path, Path]:
     hosts, resolv = dirs.base / "hosts", dirs.base / "resolv.conf"
-    hosts.write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n")
+    hosts.write_text("\n".join(LOOPBACK_HOSTS) + "\n")
     resolv.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
     return hosts, resolv
 
@@ -110,7 +110,8 @@ def box_bwrap_argv(bwrap: str, root: BoxRoot, dirs: BoxDirs, workdir: str, proc_
         etc.mkdir(exist_ok=True)
         (etc / "hosts").write_text(hosts.read_text())
         (etc / "resolv.conf").write_text(resolv.read_text())
-        args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
+        args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname",
+                SANDBOX_HOSTNAME, "--unshare-net",
                 "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                 "--disable-userns", "--overlay-src", str(root.path), "--overlay", str(dirs.upper), str(dirs.work),
                 "/"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gym_runtime.errors import IsolationError, StartError
 
-from .launch import ProcessSpec, bwrap_argv, launcher_argv, make_preexec, private_pipe
+from .launch import LOOPBACK_HOSTS, ProcessSpec, bwrap_argv, launcher_argv, make_preexec, private_pipe
 from .limits import CgroupSlot
 from .dns import NameForwards
 from .netns import NetnsHolder
@@ -98,7 +98,9 @@ class Sandbox:
             # partial (probed or forced) = the masked-/proc fallback: pid ns kept, host /proc bound read-only
             self.bwrap = self.report.details["bwrap"]
             self.proc_mode = "mount" if self.level == IsolationLevel.FULL else "bind"
-        hosts = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+        hosts = list(LOOPBACK_HOSTS)
+        if self.bwrap is None:  # no UTS namespace of its own: the server keeps the host's name, which resolves here
+            hosts[0] += f" {socket.gethostname()}"
         for i, (host, port) in enumerate(self.policy.endpoints):
             if parse_ip_literal(host) is not None:
                 addr = host

@@ -12,9 +12,13 @@ and nothing says which server wanted which host (case C47). Here the namespace's
   address of its own (``127.<subnet>.<client>.<n>``, one per client and name, TTL 30 s), on which
   the daemon listens at each allowed port and splices every connection to a checked address of the
   name, resolved again when it connects (``egress ALLOW ... via=dns`` in the log);
+* the sandbox's own names (``localhost`` and :data:`~sandbox.launch.SANDBOX_HOSTNAME`, which its
+  ``/etc/hosts`` maps too) are answered ``127.0.0.1``, for clients that skip ``/etc/hosts``;
 * any other name is answered ``NXDOMAIN`` and logged as a denial naming the client (the server or
-  task sandbox that asked), the host and the rule, ``via=dns``, exactly like a proxy denial (the
-  ``on_deny`` callback gets ``{"server", "host", "port", "rule", "via": "dns"}``);
+  task sandbox that asked), the host and the rule, ``via=dns`` (the ``on_deny`` callback gets
+  ``{"server", "host", "port": None, "rule", "via": "dns"}``: a lookup has no port);
+* a name the allowlist permits that does not resolve on the host is no denial: it is answered
+  ``SERVFAIL`` (the host's resolver failed) or ``NXDOMAIN`` (no address) and logged as such;
 * ``AAAA`` answers are empty (clients fall back to IPv4); other types are answered empty.
 
 Messages are parsed and built with dnspython (RFC 1035). TLS is not touched: the client speaks TLS
@@ -38,12 +42,14 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
+from .launch import SANDBOX_HOSTNAME
 from .policy import EgressPolicy
 from .proxy import Resolver, host_dial, serve_forward, system_resolve
 
 log = logging.getLogger("sandbox.egress")
 TTL_S = 30
 MAX_NAMES = 250  # per client: the last octet of its addresses
+OWN_NAMES = frozenset({"localhost", SANDBOX_HOSTNAME})  # answered 127.0.0.1, as the sandbox's /etc/hosts does
 
 
 class NameForwards:
@@ -84,10 +90,14 @@ class NameForwards:
         out = self.resolver(host)
         return list(await out) if asyncio.iscoroutine(out) else list(out)
 
-    def _deny(self, client: str, host: str, rule: str) -> None:
-        log.warning("egress DENY server=%s host=%s port=443 rule=%s via=dns (the client resolved the name itself: "
-                    "its HTTP client ignores HTTPS_PROXY)", client, host, rule)
-        self.on_deny({"server": client, "host": host, "port": 443, "rule": rule, "via": "dns"})
+    def _deny(self, client: str, host: str, rule: str, port: int | None = None) -> None:
+        """One denial: of a lookup (``port`` None) or of a connection to a forward (its port)."""
+        if port is None:
+            log.warning("egress DENY server=%s host=%s rule=%s via=dns (a DNS lookup by a client that resolves "
+                        "names itself instead of asking HTTPS_PROXY)", client, host, rule)
+        else:
+            log.warning("egress DENY server=%s host=%s port=%s rule=%s via=dns", client, host, port, rule)
+        self.on_deny({"server": client, "host": host, "port": port, "rule": rule, "via": "dns"})
 
     async def _reply(self, data: bytes, client: str) -> bytes | None:
         try:
@@ -100,6 +110,11 @@ class NameForwards:
             return resp.to_wire()
         q = query.question[0]
         host = q.name.to_text(omit_final_dot=True).lower()
+        if host in OWN_NAMES:
+            if q.rdtype == dns.rdatatype.A:
+                resp.answer.append(dns.rrset.from_rdata(q.name, TTL_S, dns.rdata.from_text(
+                    dns.rdataclass.IN, dns.rdatatype.A, "127.0.0.1")))
+            return resp.to_wire()
         ports = self.policy.ports_for(host)
         if not ports:
             if q.rdtype == dns.rdatatype.A:  # a lookup asks A and AAAA at once: one denial per lookup
@@ -111,12 +126,18 @@ class NameForwards:
         try:
             addrs = await self._resolve(host)
         except OSError as e:
-            log.info("egress DNS: %s asked for %s, which does not resolve here: %s", client, host, e)
+            log.warning("egress DNS FAILED server=%s host=%s: the host's resolver failed (%s); not a policy "
+                        "denial", client, host, e)
             resp.set_rcode(dns.rcode.SERVFAIL)
             return resp.to_wire()
+        if not addrs:
+            log.warning("egress DNS FAILED server=%s host=%s: no IPv4 address on this host; not a policy denial",
+                        client, host)
+            resp.set_rcode(dns.rcode.NXDOMAIN)
+            return resp.to_wire()
         decision = self.policy.decide(host, ports[0], addrs)
-        if not addrs or not decision.allowed:
-            self._deny(client, host, decision.rule if addrs else "no-address")
+        if not decision.allowed:
+            self._deny(client, host, decision.rule)
             resp.set_rcode(dns.rcode.NXDOMAIN)
             return resp.to_wire()
         ip = await self._forward(client, host, ports)
@@ -139,10 +160,12 @@ class NameForwards:
         ip = f"127.{self.subnet}.{self._clients.get(client, 1)}.{n}"
         for port in ports:
             async def dial(port: int = port) -> socket.socket:
-                addrs = await self._resolve(host)
+                addrs = await self._resolve(host)  # OSError: the host's resolver failed (not a denial)
+                if not addrs:
+                    raise OSError(f"{host} has no IPv4 address on this host (not a policy denial)")
                 decision = self.policy.decide(host, port, addrs)
-                if not addrs or not decision.allowed:
-                    self._deny(client, host, decision.rule)
+                if not decision.allowed:
+                    self._deny(client, host, decision.rule, port)
                     raise OSError(f"egress to {host}:{port} denied ({decision.rule})")
                 log.info("egress ALLOW server=%s host=%s port=%s via=dns", client, host, port)
                 return await asyncio.wait_for(host_dial(addrs[0], port), 10)

@@ -3,7 +3,7 @@
 Order inside the forked child (preexec_fn, single-threaded): rlimits, cgroup join, then join the
 holder's user + network namespace, then PR_SET_PDEATHSIG(SIGKILL) (after the credential change,
 so it sticks) and a parent check. bubblewrap then adds: its own user/pid/ipc/uts/mount
-namespaces, ``--die-with-parent``, ``--new-session``, ``--cap-drop ALL``, ``--disable-userns``, a tmpfs ``/tmp`` *before* any bind (a bind under /tmp
+namespaces (the uts one named :data:`SANDBOX_HOSTNAME`), ``--die-with-parent``, ``--new-session``, ``--cap-drop ALL``, ``--disable-userns``, a tmpfs ``/tmp`` *before* any bind (a bind under /tmp
 would otherwise be hidden), read-only system dirs, venv, interpreter and package, writable dirs.
 
 The environment is NOT passed as ``--setenv`` arguments: those would put secrets on bubblewrap's
@@ -32,6 +32,13 @@ from pathlib import Path
 
 from .limits import ResourceLimits, apply_rlimits, join_cgroups
 from .netns import set_pdeathsig
+
+# The host name every sandboxed process sees (bubblewrap's own UTS namespace, ``--hostname``), and
+# the loopback lines of the sandbox's /etc/hosts, which map it to 127.0.0.1: software that resolves
+# its own name at start-up (Erlang's EPMD, a JVM's InetAddress.getLocalHost(), a scheduler binding
+# gethostbyname(gethostname())) finds it without DNS, and the host's name does not leak in.
+SANDBOX_HOSTNAME = "gym-sandbox"
+LOOPBACK_HOSTS = (f"127.0.0.1 localhost {SANDBOX_HOSTNAME}", "::1 localhost ip6-localhost ip6-loopback")
 
 # Harmless system files a Python server may need; never all of /etc (as mapped root, /etc/shadow would be readable).
 ETC_FILES = ("/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
@@ -117,11 +124,14 @@ def private_pipe(env: Mapping[str, str]) -> tuple[int, threading.Thread | None]:
 
 
 def base_bwrap_args(proc_mode: str = "mount") -> list[str]:
-    """Namespace, capability and system-directory flags shared by the probe and every server.
+    """Namespace, capability and system-directory flags shared by the probe and every server (the
+    UTS namespace is named :data:`SANDBOX_HOSTNAME`; the caller binds an ``/etc/hosts`` with
+    :data:`LOOPBACK_HOSTS`).
 
     ``proc_mode``: ``mount`` (private /proc for the pid namespace) or ``bind`` (masked-/proc fallback).
     """
-    args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", SANDBOX_HOSTNAME,
+            "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--disable-userns",
             "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):

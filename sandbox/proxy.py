@@ -4,7 +4,9 @@ Proxy: ``CONNECT host:port`` and absolute-URI requests (``GET http://host:port/p
 port come from the authority / URI, never from ``Host:``. The policy decides on the name the
 client sent; for a name, the proxy resolves it itself (injected ``resolver`` or the system's),
 checks *every* resolved address and connects to a checked one (no second lookup). A denial is a
-``403`` with ``X-Sandbox-Deny: <rule>``, is logged and handed to ``on_deny``. Absolute-URI
+``403`` with ``X-Sandbox-Deny: <rule>``, is logged (``egress DENY``) and handed to ``on_deny``; a
+request it cannot parse (``400``) or a name that does not resolve or a connection that fails
+(``502``) is no denial: ``X-Sandbox-Error: <what failed>``, logged ``egress FAILED``. Absolute-URI
 requests are forwarded in origin-form with ``Proxy-*`` headers stripped and ``Connection: close``
 (one request per connection). Every socket gets TCP_NODELAY (Nagle + delayed ACK cost 43 ms here).
 """
@@ -130,14 +132,18 @@ class EgressProxy:
         out = self.resolver(host)
         return list(await out) if inspect.isawaitable(out) else list(out)
 
-    async def _deny(self, writer: asyncio.StreamWriter, server: str | None, host: str, port: int, rule: str,
+    async def _refuse(self, writer: asyncio.StreamWriter, server: str | None, host: str, port: int, rule: str,
                     status: str = "403 Forbidden") -> None:
-        log.warning("egress DENY server=%s host=%s port=%s rule=%s", server, host, port, rule)
         if status.startswith("403"):
+            log.warning("egress DENY server=%s host=%s port=%s rule=%s", server, host, port, rule)
             self.on_deny({"server": server, "host": host, "port": port, "rule": rule})
-        body = f"egress denied by sandbox policy: {host}:{port} ({rule})\n".encode()
+            body, header = f"egress denied by sandbox policy: {host}:{port} ({rule})\n".encode(), "X-Sandbox-Deny"
+        else:  # a bad request or a failed lookup or connection: what it is, never a denial
+            log.warning("egress FAILED server=%s host=%s port=%s: %s (%s; not a policy denial)", server, host, port,
+                        rule, status)
+            body, header = f"egress failed, not denied: {host}:{port}: {rule}\n".encode(), "X-Sandbox-Error"
         writer.write(
-            f"HTTP/1.1 {status}\r\nX-Sandbox-Deny: {rule}\r\nContent-Type: text/plain\r\n"
+            f"HTTP/1.1 {status}\r\n{header}: {rule}\r\nContent-Type: text/plain\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
         )
         try:
@@ -150,7 +156,7 @@ class EgressProxy:
         """Decide, resolve, re-check and connect; on refusal answer the client and return None."""
         decision = self.policy.decide(host, port)
         if not decision.allowed:
-            await self._deny(writer, server, host, port, decision.rule)
+            await self._refuse(writer, server, host, port, decision.rule)
             return None
         literal = parse_ip_literal(host)
         try:
@@ -162,7 +168,7 @@ class EgressProxy:
             if decision.rule != "policy-endpoint":
                 decision = self.policy.decide(host, port, addrs)
                 if not decision.allowed:
-                    await self._deny(writer, server, host, port, decision.rule)
+                    await self._refuse(writer, server, host, port, decision.rule)
                     return None
             last: Exception | None = None
             for ip in addrs:
@@ -172,8 +178,7 @@ class EgressProxy:
                     last = e
             raise OSError(f"connect {host}:{port} failed: {last}")
         except OSError as e:
-            log.info("egress upstream failure server=%s host=%s port=%s: %s", server, host, port, e)
-            await self._deny(writer, server, host, port, f"upstream-error: {e}", "502 Bad Gateway")
+            await self._refuse(writer, server, host, port, f"upstream-error: {e}", "502 Bad Gateway")
             return None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: str | None) -> None:
@@ -187,7 +192,7 @@ class EgressProxy:
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3:
-            await self._deny(writer, server, "?", 0, "bad-request", "400 Bad Request")
+            await self._refuse(writer, server, "?", 0, "bad-request", "400 Bad Request")
             return
         method, target, version = parts
         try:  # urllib raises ValueError for a port that is not a number in 0-65535 or a broken [IPv6]
@@ -197,11 +202,11 @@ class EgressProxy:
             else:
                 url = urlsplit(target)
                 if url.scheme != "http" or not url.hostname:
-                    await self._deny(writer, server, target[:100], 0, "not-absolute-http-uri", "400 Bad Request")
+                    await self._refuse(writer, server, target[:100], 0, "not-absolute-http-uri", "400 Bad Request")
                     return
                 host, port = url.hostname, url.port or 80
         except ValueError as e:
-            await self._deny(writer, server, target[:100], 0, f"bad-target: {e}", "400 Bad Request")
+            await self._refuse(writer, server, target[:100], 0, f"bad-target: {e}", "400 Bad Request")
             return
         sock = await self._connect(host, port, server, writer)
         if sock is None:

@@ -3,7 +3,8 @@
 - every ``config_paths`` entry exists, is a regular file, is not (and is not reached through) a
   symlink, and stays inside the package after resolution;
 - no ``.jsonl`` anywhere (datasets are a separate input);
-- each ``{server_type}/{implementation}/`` directory (for the server types of every Gym release
+- each ``{server_type}/{implementation}/`` directory, nested ones included
+  (``{server_type}/{group}/{implementation}/``, :func:`find_server_dirs`) (for the server types of every Gym release
   line the runtime knows, ``environment_servers`` included: which types a release runs is the
   config stage's check) holds exactly one of ``requirements.txt`` / ``pyproject.toml`` — a directory with neither is reported, since a built-in of the same name
   would otherwise silently shadow it (NeMo Gym's configuration rules for environment packages).
@@ -106,39 +107,57 @@ def find_jsonl(root: Path) -> list[Violation]:
 def find_server_dirs(root: Path, origin: str = "package") -> tuple[dict[tuple[str, str], ServerDir], list[Violation]]:
     """Find ``{server_type}/{implementation}/`` trees under ``root``.
 
-    Returns the server dirs keyed by ``(server_type, implementation)`` and a violation for each
-    directory with both install files or neither.
+    An implementation may be nested (NeMo Gym 0.7.0 names ``conversational_tool_use/simulation``,
+    whose tree is ``responses_api_agents/conversational_tool_use/simulation/``: Gym's launcher
+    joins the server type and the name as a path): below a server type, a subdirectory that holds
+    an install file is an implementation named by its path, whether its parent is a server
+    (which may hold one, as Gym's ``conversational_tool_use/`` does) or a directory that only
+    groups servers (then no violation). Returns the server dirs keyed by ``(server_type,
+    implementation)`` and a violation for each directory with both install files, or with neither
+    that is not configs-only and groups no server.
     """
     found: dict[tuple[str, str], ServerDir] = {}
     v: list[Violation] = []
     for st in SERVER_TYPES:
         base = root / st
-        if not base.is_dir():
-            continue
-        for d in sorted(base.iterdir()):
-            if not d.is_dir() or d.name.startswith((".", "_")) or d.name in _SKIP_DIRS:
-                continue
-            present = [f for f in INSTALL_FILES if (d / f).is_file()]
-            rel = d.relative_to(root).as_posix()
-            if d.is_symlink() and not _inside(d, root.resolve()):
-                v.append(Violation("GR-PKG-ESCAPE", "server directory is a symlink to outside the package",
-                                   file=rel, hint="copy the server into the package"))
-                continue
-            if len(present) == 2:
-                v.append(Violation("GR-PKG-SERVER-BOTH", "server directory has both requirements.txt and "
-                                   "pyproject.toml", file=rel + "/", hint="keep exactly one of them"))
-            elif not present:
-                if _only_configs(d):
-                    continue  # a configs-only directory (native-v1 configs for a built-in server)
-                app = "" if any(d.glob("*.py")) else " and the server's entrypoint (Gym servers use app.py)"
-                v.append(Violation("GR-PKG-SERVER-NO-INSTALL", "server directory has neither requirements.txt "
-                                   "nor pyproject.toml, so it is not a server and a built-in of the same name "
-                                   "would silently shadow it", file=rel + "/",
-                                   hint=f"add a requirements.txt (a comment line is fine){app}, or rename the "
-                                   "directory"))
-            else:
-                found[(st, d.name)] = ServerDir(st, d.name, d, d / present[0], origin)
+        if base.is_dir():
+            for d in _subdirs(base):
+                _scan(root, st, d, origin, found, v)
     return found, v
+
+
+def _subdirs(d: Path) -> list[Path]:
+    return [c for c in sorted(d.iterdir()) if c.is_dir() and not c.name.startswith((".", "_")) and c.name not in _SKIP_DIRS]
+
+
+def _installs(d: Path) -> list[str]:
+    return [f for f in INSTALL_FILES if (d / f).is_file()]
+
+
+def _scan(root: Path, st: str, d: Path, origin: str, found: dict[tuple[str, str], ServerDir], v: list[Violation]) -> None:
+    """One directory below server type ``st`` (module doc), and the nested implementations in it."""
+    rel = d.relative_to(root).as_posix()
+    if d.is_symlink() and not _inside(d, root.resolve()):
+        v.append(Violation("GR-PKG-ESCAPE", "server directory is a symlink to outside the package",
+                           file=rel, hint="copy the server into the package"))
+        return
+    present = _installs(d)
+    nested = [c for c in _subdirs(d) if _installs(c)]
+    if len(present) == 2:
+        v.append(Violation("GR-PKG-SERVER-BOTH", "server directory has both requirements.txt and "
+                           "pyproject.toml", file=rel + "/", hint="keep exactly one of them"))
+    elif present:
+        impl = d.relative_to(root / st).as_posix()
+        found[(st, impl)] = ServerDir(st, impl, d, d / present[0], origin)
+    elif not nested and not _only_configs(d):  # configs-only: native-v1 configs for a built-in server
+        app = "" if any(d.glob("*.py")) else " and the server's entrypoint (Gym servers use app.py)"
+        v.append(Violation("GR-PKG-SERVER-NO-INSTALL", "server directory has neither requirements.txt "
+                           "nor pyproject.toml, so it is not a server and a built-in of the same name "
+                           "would silently shadow it", file=rel + "/",
+                           hint=f"add a requirements.txt (a comment line is fine){app}, or rename the "
+                           "directory"))
+    for c in nested:
+        _scan(root, st, c, origin, found, v)
 
 
 def _only_configs(d: Path) -> bool:

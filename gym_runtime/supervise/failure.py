@@ -6,7 +6,9 @@ or not serving the policy model name).
 
 A server that fails to start after the sandbox denied it egress (a tree that clones a repository,
 downloads a model or fetches data at start-up) is reported as such (``GR-START-EGRESS``), naming
-the hosts, rather than as a bare crash loop: its log tail only shows a connection error. A server
+the hosts, rather than as a bare crash loop: its log tail only shows a connection error. A name the
+allowlist permits but that resolves to the host's own or a private address is said to be one, with
+a hint that does not offer the allowlist again (allowing it changes nothing). A server
 whose log shows a write refused with "Read-only file system" is told that its package and venv are
 read-only in the sandbox (a tree that clones or downloads into its own install directory)."""
 
@@ -87,17 +89,11 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
         cause = "what start-up saw of each server not ready:\n" + "\n".join(f"  {ln}" for ln in lines) + \
             (f"\n{cause}" if cause else "")
     denied = {n: hosts for n in pick if (hosts := denied_hosts(members[n]))}
-    if denied and code in ("GR-START-CRASH", "GR-START-TIMEOUT"):
-        said = "; ".join(f"{n} was denied egress to {', '.join(h)}" for n, h in denied.items())
-        message = f"{message}: {said} (this tree needs the network at start-up, and egress is denied)"
-        from sandbox.policy import suggest_allow
-
-        exact, wide = suggest_allow(h for hosts in denied.values() for h in hosts)
-        code, hint = "GR-START-EGRESS", (
-            "ship what the tree fetches at start-up inside the package (or bake it into the image), or have the "
-            f"operator allow the host: NMP_RL_SANDBOX_ALLOW_INTERNET=true, NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW={exact}"
-            + (f" (or {wide}: every host below those domains, as a service's redirect hosts need)" if wide else ""))
-        extra["egress_denied"] = denied
+    special = {n: names for n in pick if (names := special_names(members[n]))}
+    if (denied or special) and code in ("GR-START-CRASH", "GR-START-TIMEOUT"):
+        message, hint = egress_words(message, denied, special)
+        code = "GR-START-EGRESS"
+        extra["egress_denied"] = {n: [*special.get(n, []), *denied.get(n, [])] for n in {**special, **denied}}
     elif code == "GR-START-CRASH" and (readonly := [n for n, t in tails.items() if any(READ_ONLY in ln for ln in t)]):
         message = (f"{message}: {', '.join(readonly)} tried to write where the sandbox is read-only (its package "
                    "and venv are read-only; $HOME, its work dir, and /tmp are writable)")
@@ -112,14 +108,65 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
                       log=", ".join(logs) or None, extra=extra)
 
 
+def _refusals(member: Member) -> list[dict]:
+    return [d for d in getattr(member.launcher, "denials", None) or [] if d.get("server") == member.name]
+
+
 def denied_hosts(member: Member, limit: int = 5) -> list[str]:
-    """``host:port`` the sandbox's proxy refused to ``member`` (by server name), first seen first."""
+    """What the sandbox refused ``member`` (by server name) that an allowlist entry could open,
+    first seen first: ``host:port`` for a connection, ``host (DNS lookup)`` for a name looked up by
+    a client that resolves names itself (a lookup has no port)."""
     seen: list[str] = []
-    for d in getattr(member.launcher, "denials", None) or []:
-        hp = f"{d.get('host')}:{d.get('port')}"
-        if d.get("server") == member.name and hp not in seen:
+    for d in _refusals(member):
+        if str(d.get("rule", "")).startswith("resolved-special"):
+            continue
+        hp = f"{d.get('host')}:{d.get('port')}" if d.get("port") is not None else f"{d.get('host')} (DNS lookup)"
+        if hp not in seen:
             seen.append(hp)
     return seen[:limit]
+
+
+def special_names(member: Member, limit: int = 5) -> list[str]:
+    """Names ``member`` asked for that the allowlist permits but that resolve on this host into a
+    special range (loopback, private, link-local ...: rule ``resolved-special:<ip> (<range>)``),
+    which no allowlist entry opens: ``host (resolves to <ip>, <range>)``, first seen first."""
+    seen: list[str] = []
+    for d in _refusals(member):
+        rule = str(d.get("rule", ""))
+        if rule.startswith("resolved-special:"):
+            ip, _, net = rule.removeprefix("resolved-special:").partition(" ")
+            said = f"{d.get('host')} (resolves to {ip}, {net.strip('()') or 'a special range'})"
+            if said not in seen:
+                seen.append(said)
+    return seen[:limit]
+
+
+def egress_words(message: str, denied: dict[str, list[str]], special: dict[str, list[str]]) -> tuple[str, str]:
+    """``(message, hint)`` of ``GR-START-EGRESS``: ``denied`` (:func:`denied_hosts`) are hosts the
+    operator can allow, and the hint names the allowlist; ``special`` (:func:`special_names`) are
+    names that resolve to the host's own or private addresses, which no allowlist entry opens, so
+    the hint says what does instead of offering the allowlist again."""
+    from sandbox.launch import SANDBOX_HOSTNAME
+    from sandbox.policy import ENV_DNS_ALLOW, suggest_allow
+
+    said, hints = [], []
+    if denied:
+        said.append("; ".join(f"{n} was denied egress to {', '.join(h)}" for n, h in denied.items())
+                    + " (this tree needs the network at start-up, and egress is denied)")
+        exact, wide = suggest_allow(h.removesuffix(" (DNS lookup)") for hosts in denied.values() for h in hosts)
+        hints.append("ship what the tree fetches at start-up inside the package (or bake it into the image), or have "
+                     f"the operator allow the host: NMP_RL_SANDBOX_ALLOW_INTERNET=true, {ENV_DNS_ALLOW}={exact}"
+                     + (f" (or {wide}: every host below those domains, as a service's redirect hosts need)" if wide
+                        else ""))
+    if special:
+        said.append("; ".join(f"{n} looked up {', '.join(h)}" for n, h in special.items())
+                    + ": a name that resolves to a loopback, private or other special address is never reached from "
+                    "the sandbox, whatever the allowlist")
+        hints.append("reach the environment's own servers at localhost or 127.0.0.1 (inside the sandbox a server's "
+                     f"own host name is {SANDBOX_HOSTNAME}, which resolves there too), and a private service by its IP "
+                     f"address, which the operator lists in {ENV_DNS_ALLOW} (a listed address is not range-checked); "
+                     "allowing the name does not help")
+    return f"{message}: {'; '.join(said)}", "; ".join(hints)
 
 
 def endpoint_failure(url: str, outcome: str | tuple, timeout_s: float) -> tuple[str, str, str]:

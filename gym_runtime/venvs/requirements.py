@@ -8,7 +8,8 @@ directory so a package's ``uv.toml`` cannot redirect the install), and every lin
 Gym SDK replaced by the pinned ``nemo-gym`` with the line's extras (``nemo-gym[dev]==0.4.0``: what
 Gym's checkout install puts in every venv, NeMo Gym 0.4.0 ``nemo_gym/cli/setup_command.py``). A
 line points at the SDK when its local path is ``../..`` (the root of a Gym checkout, two levels
-above the server directory), whatever its spelling: ``-e nemo-gym[dev] @ ../../``, ``-e ../../``,
+above the server directory; three above a nested implementation's, ``{server_type}/{group}/{impl}/``,
+whose lines say ``../../../``: :func:`sdk_root`), whatever its spelling: ``-e nemo-gym[dev] @ ../../``, ``-e ../../``,
 ``../..``, ``-e ../../[dev]``, ``nemo-gym @ file:../..``; Gym's launcher, run from its wheel, drops
 every requirements line containing ``../..`` and installs ``nemo-gym`` in its place
 (``setup_env_command``, the non-editable variant). A bare ``nemo-gym[extras]`` requirement (a ``pyproject.toml``
@@ -166,15 +167,29 @@ def local_path(target: str) -> str:
     return path.removeprefix("file://") if path.startswith("file:///") else path.removeprefix("file:")
 
 
-def _is_sdk(target: str | None) -> bool:
-    """True for a local target that is the Gym checkout root (``../..`` in any spelling)."""
+def sdk_root(install_file: Path) -> str:
+    """The Gym checkout root as seen from the server directory holding ``install_file``: ``../..``,
+    one ``..`` more per level the implementation is nested (``responses_api_agents/a/b/`` ->
+    ``../../..``: the levels up to the nearest directory named after a server type, and one more)."""
+    from gym_runtime.gym_release import known_server_types
+
+    types = set(known_server_types())
+    for up, parent in enumerate(install_file.parent.parents, 1):
+        if parent.name in types:
+            return "/".join([".."] * (up + 1))
+    return "../.."
+
+
+def _is_sdk(target: str | None, root: str = "../..") -> bool:
+    """True for a local target that is the Gym checkout root (``root``, in any spelling)."""
     if not target or target.startswith(_VCS + ("http:", "https:")):
         return False
-    return posixpath.normpath(local_path(target)) == "../.."
+    return posixpath.normpath(local_path(target)) == root
 
 
-def classify(lineno: int, text: str) -> ReqLine:
-    """Classify one logical requirements line (see :class:`ReqLine`)."""
+def classify(lineno: int, text: str, sdk_path: str = "../..") -> ReqLine:
+    """Classify one logical requirements line (see :class:`ReqLine`); ``sdk_path``: the Gym checkout
+    root relative to the server directory (:func:`sdk_root`)."""
     first, _, rest = text.partition(" ")
     flag = first.split("=", 1)[0]
     if flag in _INCLUDE:
@@ -184,7 +199,7 @@ def classify(lineno: int, text: str) -> ReqLine:
         spec = first.split("=", 1)[1] if "=" in first else rest.strip()
         name, target, error = _name_and_target(spec)
         kind = "vcs" if (target or "").startswith(_VCS) else "editable"
-        sdk = _is_sdk(target)
+        sdk = _is_sdk(target, sdk_path)
         return ReqLine(lineno, text, kind, name, target, gym_sdk=sdk, error=error,
                        extras=_extras(spec) if sdk or name == SDK_NAME else ())
     if text.startswith("-"):
@@ -201,7 +216,7 @@ def classify(lineno: int, text: str) -> ReqLine:
         kind = "url"
     else:
         kind = "path"
-    sdk = _is_sdk(target)
+    sdk = _is_sdk(target, sdk_path)
     return ReqLine(lineno, text, kind, name, target, hashes, gym_sdk=sdk, error=error,
                    extras=_extras(spec) if sdk or name == SDK_NAME else ())
 
@@ -269,7 +284,7 @@ def read_install_source(path: Path, *, server: str) -> InstallSource:
                              hint="list the dependencies statically under [project].dependencies",
                              code="GR-BUILD-INSTALL-FILE")
         deps = [str(d) for d in project.get("dependencies", [])]
-        lines = tuple(classify(i, d) for i, d in enumerate(deps, 1))
+        lines = tuple(classify(i, d, sdk_root(path)) for i, d in enumerate(deps, 1))
         return InstallSource(path, "pyproject", lines, len(deps), _requires_python(project, path, server))
-    lines = tuple(classify(n, t) for n, t in logical_lines(text))
+    lines = tuple(classify(n, t, sdk_root(path)) for n, t in logical_lines(text))
     return InstallSource(path, "requirements", lines, max(len(text.splitlines()), 1))

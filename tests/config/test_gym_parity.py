@@ -66,6 +66,15 @@ ENVIRONMENTS_07 = [f"environments/{n}/config.yaml" for n in (
 BENCHMARKS_07 = [f"benchmarks/{n}/config.yaml" for n in (
     "aalcr", "aime24", "apex25", "automationbench", "deepsearchqa", "global-piqa", "hmmt_nov25", "imo_proofbench",
     "longcodebench", "mmlu-redux", "numb3rs", "ragtruth", "supergpqa")]
+# the configs whose implementations are nested (``conversational_tool_use/simulation``: a tree
+# ``responses_api_agents/conversational_tool_use/simulation/``), all five of the 0.7.0 wheel; the
+# simulation agent's own config names a resources server only the first one defines, so both
+# parsers refuse it on its own (ServerRefNotFoundError)
+NESTED_07 = ["resources_servers/conversational_tool_use_simulation/configs/conversational_tool_use_simulation.yaml"] + [
+    f"responses_api_agents/conversational_tool_use/{n}/configs/conversational_tool_use_{n}.yaml"
+    for n in ("domain_generation", "policy_tool_generation", "scenario_generation")]
+NESTED_REFUSED_07 = ["responses_api_agents/conversational_tool_use/simulation/configs/"
+                     "conversational_tool_use_simulation.yaml"]
 CONFIGS_04 = [f"resources_servers/{c}.yaml" for c in (
     "arc_agi/configs/arc_agi", "aviary/configs/gsm8k_aviary", "bigcodebench/configs/bigcodebench",
     "calendar/configs/calendar", "code_gen/configs/code_gen", "example_multi_step/configs/example_multi_step",
@@ -74,7 +83,7 @@ CONFIGS_04 = [f"resources_servers/{c}.yaml" for c in (
     "xlam_fc/configs/xlam_fc", "aviary/configs/bbh_remote")] + [f"benchmarks/{n}/config.yaml" for n in (
         "aime24", "aime25", "gpqa", "ifeval", "math-500", "minif2f", "putnam_bench")]
 REFUSED = {"0.7.0": ["resources_servers/aalcr/configs/aalcr.yaml", "environments/abstention/config.yaml",
-                     "resources_servers/cvdp/configs/cvdp.yaml"],
+                     "resources_servers/cvdp/configs/cvdp.yaml", *NESTED_REFUSED_07],
            "0.4.0": ["resources_servers/aalcr/configs/aalcr.yaml"]}
 # (config, key path) -> why the value differs; mirrored in docs/environment-packages.md
 KNOWN = {("resources_servers/finance_sec_search/configs/finance_sec_search.yaml",
@@ -153,43 +162,70 @@ def ours_json(pkg: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, dict[str
 
 
 def case_list(version: str) -> list[str]:
-    return RESOURCES_07 + ENVIRONMENTS_07 + BENCHMARKS_07 if version == "0.7.0" else CONFIGS_04
+    return RESOURCES_07 + ENVIRONMENTS_07 + BENCHMARKS_07 + NESTED_07 if version == "0.7.0" else CONFIGS_04
 
 
 def test_the_lists_cover_what_parity_needs() -> None:
     assert len(RESOURCES_07 + ENVIRONMENTS_07 + BENCHMARKS_07) >= 50
     assert len(ENVIRONMENTS_07) >= 10 and len(BENCHMARKS_07) >= 10 and len(CONFIGS_04) >= 15
+    assert len(NESTED_07 + NESTED_REFUSED_07) == 5  # every config of the 0.7.0 wheel naming a nested implementation
+
+
+def mismatches(version: str, wheel: Path, parser: GymParser, config: str, root: Path,
+               monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """How ``config`` (bundled under ``root``) parses differently in gym-runtime than in Gym (module doc)."""
+    types = release_for(version, "parity").server_types
+    pkg = bundle_package(wheel, config, root)
+    gym = parser.parse(pkg, [POLICY, config], VALUES)
+    rc, ours, err = ours_json(pkg, monkeypatch)
+    assert "config" in gym, f"{config}: Gym's parser refused it: {gym}"
+    if rc == 1 and "[GR-CONFIG-NULL]" in err:  # refused first what Gym's server refuses at start-up
+        nulls = NULL_REFUSAL.findall(err)
+        assert nulls and {code for code, _ in nulls} == {"GR-CONFIG-NULL"} and err.count("] ") == len(nulls), err
+        assert all(_at(gym["config"], key) is None for _, key in nulls), (config, nulls)
+        return []
+    assert rc == 0, f"{config}: gym-runtime refused what Gym accepts: {err}"
+    g, o = instances(gym["config"], types), instances(ours["config"], types)
+    diffs = [f"instances only Gym has: {sorted(set(g) - set(o))}; only gym-runtime: {sorted(set(o) - set(g))}"] \
+        if set(g) != set(o) else []
+    for name in sorted(set(g) & set(o)):
+        if g[name][:2] != o[name][:2]:
+            diffs.append(f"{name}: {g[name][:2]} vs {o[name][:2]}")
+        diffs += [d for d in differences(g[name][2], o[name][2], name) if (config, d.split(":")[0]) not in KNOWN]
+    runs = {s["name"]: s for s in ours["servers"]}
+    diffs += [f"{name}: in the config but not a server instance gym-runtime runs" for name in o
+              if o[name][0] in SERVER_TYPES_RUN and name not in runs]
+    diffs += [f"{name}: gym-runtime runs implementation {runs[name]['implementation']!r}, Gym's config names "
+              f"{o[name][1]!r}" for name in o if name in runs and runs[name]["implementation"] != o[name][1]]
+    return diffs
 
 
 def test_server_blocks_match_gyms_parser(release, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     version, wheel, parser = release
-    types = release_for(version, "parity").server_types
-    found: dict[str, list[str]] = {}
-    for n, config in enumerate(case_list(version)):
-        pkg = bundle_package(wheel, config, tmp_path / str(n))
-        gym = parser.parse(pkg, [POLICY, config], VALUES)
-        rc, ours, err = ours_json(pkg, monkeypatch)
-        assert "config" in gym, f"{config}: Gym's parser refused it: {gym}"
-        if rc == 1 and "[GR-CONFIG-NULL]" in err:  # refused first what Gym's server refuses at start-up
-            nulls = NULL_REFUSAL.findall(err)
-            assert nulls and {code for code, _ in nulls} == {"GR-CONFIG-NULL"} and err.count("] ") == len(nulls), err
-            assert all(_at(gym["config"], key) is None for _, key in nulls), (config, nulls)
-            continue
-        assert rc == 0, f"{config}: gym-runtime refused what Gym accepts: {err}"
-        g, o = instances(gym["config"], types), instances(ours["config"], types)
-        diffs = [f"instances only Gym has: {sorted(set(g) - set(o))}; only gym-runtime: {sorted(set(o) - set(g))}"] \
-            if set(g) != set(o) else []
-        for name in sorted(set(g) & set(o)):
-            if g[name][:2] != o[name][:2]:
-                diffs.append(f"{name}: {g[name][:2]} vs {o[name][:2]}")
-            diffs += [d for d in differences(g[name][2], o[name][2], name)
-                      if (config, d.split(":")[0]) not in KNOWN]
-        runs = {s["name"] for s in ours["servers"]}
-        diffs += [f"{name}: in the config but not a server instance gym-runtime runs" for name in o
-                  if o[name][0] in SERVER_TYPES_RUN and name not in runs]
-        if diffs:
-            found[config] = diffs
+    found = {config: diffs for n, config in enumerate(case_list(version))
+             if (diffs := mismatches(version, wheel, parser, config, tmp_path / str(n), monkeypatch))}
     assert not found, json.dumps(found, indent=1)
+
+
+def test_nested_implementations_match_gyms_parser(release, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 0.7.0 wheel's five configs of nested implementations (``conversational_tool_use/simulation``)
+    parse as Gym parses them: four to the same server blocks, each nested implementation a server
+    gym-runtime runs from its own nested tree; the fifth refused by both, for the same reason."""
+    version, wheel, parser = release
+    if version != "0.7.0":
+        pytest.skip("nested implementations arrived with NeMo Gym 0.7.0")
+    found = {config: diffs for n, config in enumerate(NESTED_07)
+             if (diffs := mismatches(version, wheel, parser, config, tmp_path / str(n), monkeypatch))}
+    assert not found, json.dumps(found, indent=1)
+    _, ours, _ = ours_json(tmp_path / "0", monkeypatch)
+    agent = next(s for s in ours["servers"] if s["name"] == "conversational_tool_use_agent")
+    assert agent["implementation"] == "conversational_tool_use/simulation" and agent["origin"] == "package"
+    assert agent["server_dir"].endswith("/responses_api_agents/conversational_tool_use/simulation")
+    pkg = bundle_package(wheel, NESTED_REFUSED_07[0], tmp_path / "refused")
+    gym = parser.parse(pkg, [POLICY, NESTED_REFUSED_07[0]], VALUES)
+    rc, _, err = ours_json(pkg, monkeypatch)
+    assert gym.get("error") == "ServerRefNotFoundError" and rc == 1
+    assert "error[GR-CONFIG-REF]: ServerRefNotFoundError" in err and "conversational_tool_use/simulation" in err
 
 
 def test_configs_gym_refuses_are_refused(release, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

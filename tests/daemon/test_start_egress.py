@@ -62,3 +62,70 @@ def test_server_writing_into_its_read_only_tree_is_told_so(tmp_path: Path) -> No
     assert "ship that content in the package, make the tree write under $HOME or /tmp" in err
     assert "GYM_RUNTIME_WRITABLE_TREES=acme_dl" in err  # or a copy-on-write view of its tree
     assert not (pkg / "resources_servers/acme_dl/downloaded.bin").exists()
+
+
+def _host_name_on_loopback() -> str:
+    """This host's own name, when it resolves here into a special range (as Debian's ``127.0.1.1``
+    line maps it), else the test is skipped."""
+    import socket
+
+    from sandbox import probe_isolation
+    from sandbox.policy import special_network
+
+    if probe_isolation().level.value == "none":
+        pytest.skip("at isolation none nothing is denied")
+    name = socket.gethostname()
+    try:
+        addr = socket.gethostbyname(name)
+    except OSError:
+        pytest.skip(f"this host's name {name!r} does not resolve here")
+    if special_network(addr) is None:
+        pytest.skip(f"this host's name {name!r} resolves to a public address ({addr})")
+    return name
+
+
+def test_a_name_of_the_host_itself_gets_a_hint_that_does_not_loop(tmp_path: Path) -> None:
+    """Case C58 (tests/cases/data/C58/README.md), "following the hint exactly": a server that
+    looks up the host's own name, with that name allowlisted as the old hint said, was refused for
+    the address the name resolves to, and told the same hint again. The error now says so, and
+    the hint no longer offers the allowlist."""
+    host = _host_name_on_loopback()
+    app = FIXTURE_APP.replace('time.sleep(float(cfg.get("fixture_sleep", 0)))', f'''import socket
+print("resolving", {host!r}, flush=True)
+socket.gethostbyname({host!r})''')
+    pkg = write_fixture_package(tmp_path / "pkg", {
+        "kernel_env": {"resources_servers": {"kernel_env": {"domain": "coding"}}}}, apps={"kernel_env": app})
+    proc = up_process(pkg, tmp_path, "--max-restarts", "1", env={"NMP_RL_SANDBOX_ALLOW_INTERNET": "true",
+                                                                 "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": host})
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 3 and "error[GR-START-EGRESS]" in err, err[-3000:]
+    head, hint = err.split("cause:")[0], err.split("\nhint:")[-1]
+    assert f"kernel_env looked up {host} (resolves to " in head
+    assert "is never reached from the sandbox, whatever the allowlist" in head
+    assert "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW=" not in hint  # the loop: the same allowlist offered again
+    assert "allowing the name does not help" in hint and "gym-sandbox" in hint
+    assert f"{host}:443" not in err  # a lookup has no port
+
+
+def test_a_denied_lookup_names_no_port(tmp_path: Path) -> None:
+    """A client that resolves a name itself (no proxy) and is refused: the error names the lookup,
+    not a made-up port 443 (case C58's first run)."""
+    from sandbox import probe_isolation
+
+    if probe_isolation().level.value == "none":
+        pytest.skip("at isolation none the lookup is the host's own")
+    app = FIXTURE_APP.replace('time.sleep(float(cfg.get("fixture_sleep", 0)))', '''import socket
+socket.gethostbyname("data.example.invalid")''')
+    pkg = write_fixture_package(tmp_path / "pkg", {
+        "acme_dns": {"resources_servers": {"acme_dns": {"domain": "other"}}}}, apps={"acme_dns": app})
+    proc = up_process(pkg, tmp_path, "--max-restarts", "1")
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 3 and "error[GR-START-EGRESS]" in err, err[-3000:]
+    assert "acme_dns was denied egress to data.example.invalid (DNS lookup)" in err
+    assert "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW=data.example.invalid" in err and "data.example.invalid:443" not in err

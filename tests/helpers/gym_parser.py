@@ -1,8 +1,9 @@
 """NeMo Gym's own config parser, per release, in one long-lived process (``gym_parser_probe.py``).
 
 ``parser_python(version)`` is the one place that finds an interpreter for a release: Gym 0.5 and
-later need Python >= 3.13.14 (a pyenv ``3.13.*`` at or above it), 0.4 runs on 3.12+. None when the
-host has none (the caller skips).
+later need Python >= 3.13.14 (:func:`tests.helpers.gym_python.find_gym_python`: the host's own,
+else the one ``.ci/provision-python`` built), 0.4 runs on 3.12+. None when the host has none (the
+caller skips).
 
 ``parser_venv(version)`` is a venv holding what ``nemo_gym.global_config`` imports, built once with
 real uv from PyPI and kept in the tests' cache (a marker written last says it is whole; a file lock
@@ -18,7 +19,6 @@ returns its answer (``{"config": ...}`` or ``{"error", "message"}``).
 
 from __future__ import annotations
 
-import glob
 import json
 import shutil
 import subprocess
@@ -38,11 +38,10 @@ def parser_python(version: str) -> str | None:
     """An interpreter NeMo Gym ``version`` runs on (module doc), or None."""
     if Version(version) < Version("0.5"):
         return python_312_plus()
-    pyenv = shutil.which("pyenv")
-    root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip() if pyenv else ""
-    found = [p for p in sorted(glob.glob(f"{root}/versions/3.13.*/bin/python3")) if root]
-    ok = [p for p in found if Version(Path(p).parents[1].name) >= Version("3.13.14")]
-    return ok[-1] if ok else None
+    from tests.helpers.gym_python import find_gym_python
+
+    found = find_gym_python()  # the host's own, else the one .ci/provision-python built
+    return str(found) if found else None
 
 
 def parser_venv(version: str) -> Path | None:

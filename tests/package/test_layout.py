@@ -141,3 +141,35 @@ def test_unresolvable_paths_are_violations_not_crashes(tmp_path: Path) -> None:
                                             ("GR-PKG-CONFIG-SYMLINK", "config_paths[1]")]
     assert check_package("x" * 5000)[1][0].code == "GR-PKG-NOT-FOUND"
     assert check_package("a\x00b")[1][0].code == "GR-PKG-NOT-FOUND"
+
+
+def test_nested_implementations_are_found_by_their_path(tmp_path: Path) -> None:
+    """NeMo Gym 0.7.0 names implementations with a slash (``conversational_tool_use/simulation``):
+    the tree is ``responses_api_agents/conversational_tool_use/simulation/``, below a directory that
+    may itself be a server (Gym's holds a requirements.txt) or only group servers."""
+    root = make_package(tmp_path / "p", "native-v1")
+    group = root / "responses_api_agents/conversational_tool_use"
+    for impl in ("simulation", "domain_generation"):
+        (group / impl / "configs").mkdir(parents=True)
+        (group / impl / "app.py").write_text("print(1)\n")
+        (group / impl / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../../\n")
+    (group / "simulation/tests").mkdir()  # no install file: part of the tree, not an implementation
+    pkg, v = check_package(root)
+    assert v == []  # the group holds no install file, and is no server without one
+    nested = {k: d for k, d in pkg.server_dirs.items() if k[1].startswith("conversational_tool_use")}
+    assert set(nested) == {("responses_api_agents", "conversational_tool_use/simulation"),
+                           ("responses_api_agents", "conversational_tool_use/domain_generation")}
+    assert nested[("responses_api_agents", "conversational_tool_use/simulation")].path == group / "simulation"
+    (group / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../\n")  # as in Gym's wheel: a server too
+    pkg, v = check_package(root)
+    assert v == [] and ("responses_api_agents", "conversational_tool_use") in pkg.server_dirs
+    assert ("responses_api_agents", "conversational_tool_use/simulation") in pkg.server_dirs
+
+
+def test_a_nested_implementation_with_both_install_files_is_reported(tmp_path: Path) -> None:
+    root = make_package(tmp_path / "p", "native-v1")
+    d = root / "responses_api_agents/group/impl"
+    d.mkdir(parents=True)
+    (d / "requirements.txt").write_text("# none\n")
+    (d / "pyproject.toml").write_text("[project]\nname='x'\nversion='0'\n")
+    assert _only(check_package(root)[1], "GR-PKG-SERVER-BOTH")[0].file == "responses_api_agents/group/impl/"

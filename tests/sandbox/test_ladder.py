@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,7 @@ def test_masked_proc_gives_partial_with_netns_enforced(tmp_path, plain_python):
     assert out["inside"]["cap"] == "0000000000000000"
     assert out["inside"]["raw"] == "Connection refused"  # the netns still blocks direct connections
     assert out["inside"]["pids"] > 3  # the documented loss: host processes are visible
+    assert out["inside"]["own"] == ["gym-sandbox", "127.0.0.1"]  # bubblewrap's UTS name, in its /etc/hosts
     assert "403" in out["inside"]["fetch"] and out["denials"][0]["server"] == "probe"
 
 
@@ -66,6 +68,8 @@ def test_missing_bubblewrap_gives_partial_netns_only(tmp_path, plain_python):
     assert out["inside"]["raw"] == "Connection refused"
     assert out["inside"]["cap"] == "0000000000000000"  # bounding set emptied before exec
     assert out["inside"]["hosts"].startswith("127.0.0.1 localhost")  # the sandbox's own /etc/hosts
+    # no UTS namespace without bubblewrap: the host's name, which that /etc/hosts maps to loopback (case C58)
+    assert out["inside"]["own"] == [socket.gethostname(), "127.0.0.1"]
     assert "403" in out["inside"]["fetch"]
 
 

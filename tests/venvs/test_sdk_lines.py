@@ -90,3 +90,18 @@ def test_validate_names_local_path_lines_it_cannot_honour(tmp_path: Path, capsys
     assert ei.value.code == "GR-BUILD-PREFLIGHT"
     assert [(v.code, v.key) for v in ei.value.violations] == [(e["code"], e["key"]) for e in errors]
 
+
+
+def test_a_nested_implementations_sdk_line_is_one_level_deeper(tmp_path: Path) -> None:
+    """A nested implementation (``responses_api_agents/conversational_tool_use/simulation/``, NeMo Gym
+    0.7.0) points at the Gym checkout with ``../../../``: that is the SDK, pinned like ``../..``
+    elsewhere, and its own ``../..`` (the group directory) is a local path like any other."""
+    from gym_runtime.venvs.requirements import read_install_source, sdk_root
+
+    d = tmp_path / "pkg/responses_api_agents/conversational_tool_use/simulation"
+    d.mkdir(parents=True)
+    (d / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../../\njson-repair==0.53.0\n-e ../..\n")
+    assert sdk_root(d / "requirements.txt") == "../../.."
+    assert sdk_root(tmp_path / "pkg/resources_servers/arc_agi/requirements.txt") == "../.."
+    lines = read_install_source(d / "requirements.txt", server="conversational_tool_use_agent").lines
+    assert [(ln.gym_sdk, ln.extras) for ln in lines] == [(True, ("dev",)), (False, ()), (False, ())]

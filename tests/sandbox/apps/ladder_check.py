@@ -13,6 +13,10 @@ import json, os, socket, urllib.request
 out = {"pids": len([p for p in os.listdir('/proc') if p.isdigit()])}
 out["cap"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
 out["hosts"] = open("/etc/hosts").read()
+try:  # software that resolves its own host name at start-up (case C58)
+    out["own"] = [socket.gethostname(), socket.gethostbyname(socket.gethostname())]
+except OSError as e:
+    out["own"] = [socket.gethostname(), str(e)]
 s = socket.socket(); s.settimeout(5)
 try:
     s.connect(("127.0.0.1", %d)); out["raw"] = "connected"

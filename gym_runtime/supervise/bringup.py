@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from gym_runtime.config import MergedConfig, PolicyValues
+from gym_runtime.config.url_secrets import mask_url, mask_urls
 from gym_runtime.errors import GymRuntimeError, StartError
 from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
 from gym_runtime.placement import make_placement
@@ -183,7 +184,7 @@ class Environment:
             "servers": self.placement.servers(), "placement": self.placement.kind,
             "isolation": self.placement.isolation, "startup_s": round(time.monotonic() - self._t0, 3),
             "gym_release": merged.release.to_dict(),
-            "policy_model": {"base_url": merged.data.get("policy_base_url"), "stub": self.stub_url is not None},
+            "policy_model": {"base_url": mask_urls(merged.data.get("policy_base_url")), "stub": self.stub_url is not None},
             "max_concurrent_rollouts": self.max_concurrent_rollouts(),
             "ray": self.ray.to_dict(), "logs_dir": str(self.logs_dir)}
         return self.ready_info
@@ -209,7 +210,7 @@ class Environment:
             except StartError as e:
                 if e.code == "GR-START-MODEL-ENDPOINT":
                     urls = {u: readiness.model_probe_url(u) for u, s in sup.endpoints.items() if s == "failed"}
-                    lines = [f"last probe: GET {p}: {await readiness.probe(client, p) or last.get(u) or 'answered'}"
+                    lines = [f"last probe: GET {mask_url(p)}: {await readiness.probe(client, p) or last.get(u) or 'answered'}"
                              for u, p in urls.items()]
                     e.cause = "\n".join(lines + ([e.cause] if e.cause else [])) or None
                 raise

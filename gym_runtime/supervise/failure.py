@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from gym_runtime.config.url_secrets import mask_url
 from gym_runtime.errors import StartError
 from gym_runtime.supervise import readiness
 from gym_runtime.supervise.member import READY, Member
@@ -126,9 +127,12 @@ def endpoint_failure(url: str, outcome: str | tuple, timeout_s: float) -> tuple[
     """``(message, code, hint)`` for a model endpoint that failed its readiness probe: ``outcome``
     is ``"failed"`` (never answered), ``("auth", status)`` (the policy key was refused),
     ``("wrong-model", name given, names served)`` or ``("not-root", suggested /v1 root, what the
-    probes saw)`` (:mod:`gym_runtime.supervise.policy_endpoint`, case C35)."""
+    probes saw)`` (:mod:`gym_runtime.supervise.policy_endpoint`, case C35). A credential inside the
+    URL is masked (:func:`~gym_runtime.config.url_secrets.mask_url`)."""
+    url = mask_url(url)
     if isinstance(outcome, tuple) and outcome[0] == "not-root":
         _, suggestion, detail = outcome
+        suggestion = mask_url(suggestion)
         return (f"model endpoint {url} is not an OpenAI API root ({detail}): did you mean {suggestion}?",
                 "GR-START-MODEL-URL", f"pass --policy-base-url {suggestion} (or fix the base_url in the config): "
                 "the root that /chat/completions and /models hang under, /v1 for vLLM; for an endpoint that is "

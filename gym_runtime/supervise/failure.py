@@ -8,7 +8,10 @@ A server that fails to start after the sandbox denied it egress (a tree that clo
 downloads a model or fetches data at start-up) is reported as such (``GR-START-EGRESS``), naming
 the hosts, rather than as a bare crash loop: its log tail only shows a connection error. A server
 whose log shows a write refused with "Read-only file system" is told that its package and venv are
-read-only in the sandbox (a tree that clones or downloads into its own install directory)."""
+read-only in the sandbox (a tree that clones or downloads into its own install directory); so is one
+whose log shows SQLite's words for the same refusal ("unable to open database file", "attempt to
+write a readonly database": SQLite's ``SQLITE_CANTOPEN`` and ``SQLITE_READONLY`` messages, as a WAL-mode
+database in a read-only tree gives them), with the fixes for such a database."""
 
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from gym_runtime.supervise import readiness
 from gym_runtime.supervise.member import READY, Member
 
 READ_ONLY = "Read-only file system"  # strerror(EROFS), as Python, git and the C library print it
+# sqlite3_errstr(SQLITE_CANTOPEN) and (SQLITE_READONLY): what a WAL-mode database in a read-only tree gives
+SQLITE_READ_ONLY = ("unable to open database file", "attempt to write a readonly database")
 
 
 def port_listening(pid: int | None, port: int | None) -> bool:
@@ -99,18 +104,30 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
             f"operator allow the host: NMP_RL_SANDBOX_ALLOW_INTERNET=true, NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW={exact}"
             + (f" (or {wide}: every host below those domains, as a service's redirect hosts need)" if wide else ""))
         extra["egress_denied"] = denied
-    elif code == "GR-START-CRASH" and (readonly := [n for n, t in tails.items() if any(READ_ONLY in ln for ln in t)]):
+    elif code == "GR-START-CRASH" and (readonly := [n for n, t in tails.items() if _read_only(t)]):
+        sqlite = [n for n in readonly if any(w in ln for ln in tails[n] for w in SQLITE_READ_ONLY)]
         message = (f"{message}: {', '.join(readonly)} tried to write where the sandbox is read-only (its package "
                    "and venv are read-only; $HOME, its work dir, and /tmp are writable)")
         hint = ("the tree writes into its own install directory at start-up (e.g. clones or downloads next "
                 "to its code): ship that content in the package, make the tree write under $HOME or /tmp, or have "
                 f"the operator give it a writable copy-on-write view of its tree: GYM_RUNTIME_WRITABLE_TREES="
                 f"{','.join(readonly)}")
+        if sqlite:
+            hint = (f"{', '.join(sqlite)} opens a SQLite database in its read-only tree; a database in WAL mode needs "
+                    "-wal and -shm files beside it even when opened read-only: convert it once with "
+                    "'PRAGMA journal_mode=DELETE', open it with 'file:...?immutable=1', or have the operator give "
+                    f"the tree a writable copy-on-write view: GYM_RUNTIME_WRITABLE_TREES={','.join(readonly)} "
+                    "(`gym-runtime validate` names such databases)")
     logs = [str(members[n].log.path) for n in pick]
     return StartError(f"{message} (phase: {phase}, {ready}/{len(members)} ready)", code=code, cause=cause,
                       hint=hint or "read the server's last log lines (cause) and its log file (log); fix the "
                       "server or its config, then start again",
                       log=", ".join(logs) or None, extra=extra)
+
+
+def _read_only(tail: list[str]) -> bool:
+    """Whether log lines ``tail`` show a write refused by a read-only file system (module doc)."""
+    return any(READ_ONLY in ln or any(w in ln for w in SQLITE_READ_ONLY) for ln in tail)
 
 
 def denied_hosts(member: Member, limit: int = 5) -> list[str]:

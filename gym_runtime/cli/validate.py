@@ -57,6 +57,7 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     from gym_runtime.package.wheels import metadata_mismatches
     from gym_runtime.settings import load_settings
     from gym_runtime.venvs.closure import package_proof
+    from gym_runtime.venvs.index_options import package_index_notes
     from gym_runtime.venvs.preflight import package_checks
     from gym_runtime.venvs.python_choice import python_problems, target_python_problems
 
@@ -81,7 +82,8 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     if release is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
         try:
             merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS, release=release)
-            summary["warnings"] = merged.warnings + wal_warnings(pkg.root, _package_trees(merged))
+            summary["warnings"] = (merged.warnings + wal_warnings(pkg.root, _package_trees(merged))
+                                   + package_index_notes(pkg))
             # what `build` would refuse before any install: the SDK's imports, each server's Python
             found, source, checked = check_imports(pkg, release)
             violations += found

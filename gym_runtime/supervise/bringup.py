@@ -28,7 +28,8 @@ from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
 from gym_runtime.ray_target import RayTarget, given
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract, head_view, passthrough, policy_probe, preflight, processes, readiness
+from gym_runtime.supervise import (contract, head_view, passthrough, policy_probe, preflight, processes, readiness,
+                                   run_mark)
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.logs import LogSink
@@ -132,6 +133,8 @@ class Environment:
 
         self._routing = Routing.from_config(merged)
         self.merged = merged
+        if stale := await asyncio.to_thread(run_mark.kill_stale):  # a SIGKILLed run's helpers (run_mark.py)
+            self._say(f"stopped {len(stale)} process(es) left by a run whose daemon was killed: {'; '.join(stale)}")
         self._say(merged.release.describe())
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
         passthrough.check(self.settings, merged.instances)
@@ -225,7 +228,7 @@ class Environment:
 
         with quiet_sandbox_log():  # not a server: its "not enforced" warning would mislead
             self.host_launcher = await Sandbox.start(self.egress, self.work_dir / "host", level="none")
-        self.supervisor.watchdog = self.supervisor.watchdog or Watchdog.start()
+        self.supervisor.watchdog = self.supervisor.watchdog or Watchdog.start(self.supervisor.run_mark)
 
     def refresh_outside(self) -> None:
         """The config as seen from this host (served by the head server): every instance at the

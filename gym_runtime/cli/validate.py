@@ -17,9 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, print_warnings
 from gym_runtime.errors import EXIT_INVALID, EXIT_OK, GymRuntimeError, PackageInvalidError, UsageError, Violation
+from gym_runtime.package.sqlite_wal import wal_warnings
+
+if TYPE_CHECKING:
+    from gym_runtime.config import MergedConfig
 
 PLACEHOLDERS = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "placeholder",
                 "policy_model_name": "placeholder"}
@@ -51,6 +57,7 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     from gym_runtime.package.wheels import metadata_mismatches
     from gym_runtime.settings import load_settings
     from gym_runtime.venvs.closure import package_proof
+    from gym_runtime.venvs.index_options import package_index_notes
     from gym_runtime.venvs.preflight import package_checks
     from gym_runtime.venvs.python_choice import python_problems, target_python_problems
 
@@ -75,7 +82,8 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     if release is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
         try:
             merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS, release=release)
-            summary["warnings"] = merged.warnings
+            summary["warnings"] = (merged.warnings + wal_warnings(pkg.root, _package_trees(merged))
+                                   + package_index_notes(pkg))
             # what `build` would refuse before any install: the SDK's imports, each server's Python
             found, source, checked = check_imports(pkg, release)
             violations += found
@@ -89,6 +97,15 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
         except GymRuntimeError as e:
             violations += _violations_of(e)
     return summary, violations
+
+
+def _package_trees(merged: MergedConfig) -> list[tuple[str, Path]]:
+    """``(instance names joined by ',', tree)`` for each server tree of the package the config runs."""
+    trees: dict[Path, list[str]] = {}
+    for inst in merged.instances.values():
+        if inst.server_dir.origin == "package":
+            trees.setdefault(Path(inst.server_dir.path), []).append(inst.name)
+    return [(",".join(names), tree) for tree, names in trees.items()]
 
 
 def _violations_of(e: GymRuntimeError) -> list[Violation]:

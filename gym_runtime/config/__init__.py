@@ -41,7 +41,8 @@ from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources
 from gym_runtime.config.null_fields import null_field_problems
 from gym_runtime.config.refs import ServerRef, check_refs, literal_only
 from gym_runtime.config.resolve import resolve_config
-from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map
+from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map, url_credential_warnings
+from gym_runtime.config.yaml_booleans import yaml_boolean_warnings
 from gym_runtime.config.types import apply_known_types
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
 from gym_runtime.gym_release import GymRelease
@@ -146,9 +147,10 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
                           hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
                           "{entrypoint: app.py}}}` block")
     named = named_blocks(data, instances, release.block_reference_keys)
-    return MergedConfig(package, data, instances, refs, sources,
-                        secret_map(raw, data, list(instances), extra_secrets, named),
-                        composed.warnings + warnings + _settings_in_config(raw, sources, named)
+    secrets = secret_map(raw, data, list(instances), extra_secrets, named)
+    warnings += yaml_boolean_warnings(package.root, composed.files, data, instances, sources)
+    return MergedConfig(package, data, instances, refs, sources, secrets,
+                        composed.warnings + warnings + url_credential_warnings(secrets, data, sources) + _settings_in_config(raw, sources, named)
                         + ray_enabled_keys(instances, sources) + unbounded_agents(instances), release)
 
 

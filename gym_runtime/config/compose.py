@@ -47,12 +47,14 @@ if TYPE_CHECKING:
 @dataclass
 class Composed:
     """The composed, unresolved config (``cfg``), its provenance, the collected ``config_paths``
-    entries (every file read, in collection order) and the warnings of composition."""
+    entries (every file read, in collection order), the warnings of composition and ``files``: the
+    label of every file read (its package-relative path, or where in a vendored wheel)."""
 
     cfg: DictConfig
     sources: Sources
     entries: list[str]
     warnings: list[Violation] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
 
 
 def compose(package: Package, overrides: list[str], policy: PolicyValues, release: GymRelease,
@@ -109,7 +111,7 @@ def compose(package: Package, overrides: list[str], policy: PolicyValues, releas
                "server accepts")
     if release.applies_skip_verification:
         _skip_verification(cfg, reserved, sources)
-    return Composed(OmegaConf.create(cfg), sources, tree.entries, warnings)
+    return Composed(OmegaConf.create(cfg), sources, tree.entries, warnings, [f.label for f in tree.files])
 
 
 def _plain(cfg: DictConfig) -> dict[str, Any]:

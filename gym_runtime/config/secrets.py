@@ -34,6 +34,7 @@ from typing import Any
 
 from gym_runtime.config.merge import Sources
 from gym_runtime.config.redact import MASK, holds_a_secret, is_secret_key
+from gym_runtime.config.url_secrets import is_base_url_key, mask_url, url_credentials
 from gym_runtime.errors import Violation
 
 SECRET_KEYS = "secret_keys"  # top-level config key: extra key names a package marks secret
@@ -59,13 +60,16 @@ class SecretMap:
     ``leaves``: resolved leaf path -> the sources it carries (only secrets are listed);
     ``received``: instance name -> the sources its own config references (the blocks it names by
     string included); ``extra_names``: the package's ``secret_keys`` (lower case); ``named``:
-    instance -> the top-level blocks it names by string.
+    instance -> the top-level blocks it names by string; ``url_only``: the leaves whose every
+    source is a URL carrying a credential (masked as :func:`~gym_runtime.config.url_secrets.mask_url`
+    does, not whole).
     """
 
     leaves: Mapping[Path, frozenset[str]] = field(default_factory=dict)
     received: Mapping[str, frozenset[str]] = field(default_factory=dict)
     extra_names: tuple[str, ...] = ()
     named: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    url_only: frozenset[Path] = frozenset()
 
     def view(self, data: dict[str, Any], instance: str | None = None, masked: list[str] | None = None) -> dict:
         """A deep copy of ``data`` (the resolved config, or a view of it with addresses added) with
@@ -81,7 +85,8 @@ class SecretMap:
             parent, last = _parent(out, path)
             if parent is None or not holds_a_secret(parent[last]):
                 continue
-            parent[last] = MASK
+            url = path in self.url_only and isinstance(parent[last], str)
+            parent[last] = mask_url(parent[last]) if url else MASK
             if masked is not None:
                 masked.append(dotted(path))
         return out
@@ -147,7 +152,29 @@ def secret_map(raw: dict[str, Any], data: dict[str, Any], instances: list[str],
     named = dict(named or {})
     received = {name: frozenset().union(*(s for p, s in leaves.items() if p[0] == name or p[0] in named.get(name, ())))
                 for name in instances}
-    return SecretMap(leaves, received, tuple(sorted(extra)), named)
+    url_only = frozenset(p for p, s in leaves.items() if s <= a.url_sources)
+    return SecretMap(leaves, received, tuple(sorted(extra)), named, url_only)
+
+
+def url_credential_warnings(smap: SecretMap, data: dict[str, Any], sources: Sources) -> list[Violation]:
+    """One ``GR-CONFIG-URL-CREDENTIAL`` warning per ``*base_url`` value that carries a credential
+    inside its URL where it is written (not where another value interpolates it), naming the file
+    (or flag), the key path and what the URL carries; the hint says where the key belongs instead."""
+    out = []
+    for path in sorted(smap.url_only, key=dotted):
+        key = dotted(path)
+        if smap.leaves[path] != {key}:
+            continue  # it comes from another value, which is warned about itself
+        what = " and ".join(url_credentials(_get(data, path)))
+        policy = path[0] == "policy_base_url"
+        hint = ("give the URL without it and pass the key with --policy-api-key-env VAR (the variable's name; "
+                "vllm_model sends it as its API key)" if policy else
+                "give the URL without it and put the key in a secret-named key of the server's config "
+                "(e.g. api_key: ${oc.env:JUDGE_API_KEY}); for the policy endpoint pass --policy-api-key-env VAR")
+        out.append(Violation("GR-CONFIG-URL-CREDENTIAL", f"the URL carries a credential ({what}): it is masked "
+                             "wherever it is shown and given only to the server instances whose config uses it",
+                             file=sources.of(key) or sources.of(str(path[0])), key=key, hint=hint))
+    return out
 
 
 @dataclass(frozen=True)
@@ -165,6 +192,7 @@ class _Analysis:
         self.paths: list[Path] = list(_leaf_paths(data, ()))
         self._memo: dict[Path, frozenset[str]] = {}
         self._busy: set[Path] = set()
+        self.url_sources: set[str] = set()  # leaves that are secrets for the credential in their URL
 
     def sources(self, p: Path) -> frozenset[str]:
         if p in self._memo:
@@ -175,6 +203,9 @@ class _Analysis:
         out = set(self._origin(p))
         if any(isinstance(k, str) and self.is_secret(k) for k in p):
             out.add(dotted(p))
+        elif is_base_url_key(p) and url_credentials(_get(self.data, p)):
+            out.add(dotted(p))
+            self.url_sources.add(dotted(p))
         self._busy.discard(p)
         self._memo[p] = frozenset(out)
         return self._memo[p]

@@ -26,6 +26,9 @@ they are read from it and its bases in the tree or the package (a subclass's ann
 the SDK's own bases (``host``, ``port``, ``entrypoint``, ``name``: filled by the runtime) are not.
 A class of its lineage with a validator that runs before pydantic's checks (``mode="before"``,
 ``"wrap"`` or ``"plain"``, ``pre=True``) may turn None into a value: then no field counts.
+The fields that take text (``texts``: ``str``, ``str | None``, ``Optional[str]``, a ``list``,
+``tuple``, ``set`` or ``Sequence`` of ``str``, a ``Literal`` of strings) are read the same way:
+pydantic refuses a boolean there, which is what YAML 1.1 makes of an unquoted ``yes`` or ``off``.
 
 Files are untrusted input: each is read at most once and bounded in size, and the walk in depth.
 """
@@ -33,7 +36,7 @@ Files are untrusted input: each is read at most once and bounded in size, and th
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +64,13 @@ class RayDeclaration:
 class ConfigClass:
     """The config class of an entrypoint's server class: ``name`` (``SimpleModelServerConfig``) and
     ``strings``: field -> where it is declared plain ``str``
-    (``responses_api_models/openai_model/app.py:38 SimpleModelServerConfig.openai_api_key: str``)."""
+    (``responses_api_models/openai_model/app.py:38 SimpleModelServerConfig.openai_api_key: str``);
+    ``texts``: field -> where it is declared to take text (module doc), ``strings`` included
+    (``app.py:9 LabelConfig.labels: list[str]``)."""
 
     name: str
     strings: dict[str, str]
+    texts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -236,6 +242,33 @@ def _plain_str(annotation: ast.expr) -> bool:
         isinstance(annotation, ast.Constant) and annotation.value == "str")
 
 
+_TEXT_CONTAINERS = frozenset({"list", "List", "tuple", "Tuple", "set", "Set", "frozenset", "FrozenSet", "Sequence",
+                               "typing.List", "typing.Sequence", "collections.abc.Sequence", "Optional",
+                               "typing.Optional"})
+
+
+def _text_like(annotation: ast.expr) -> bool:
+    """Whether a field annotated ``annotation`` takes text (module doc): ``str``, ``str | None``,
+    ``Optional[str]``, ``list[str]`` (and the other containers of :data:`_TEXT_CONTAINERS`),
+    ``tuple[str, ...]``, ``Literal["a", "b"]``."""
+    if _plain_str(annotation):
+        return True
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        sides = (annotation.left, annotation.right)
+        return any(_text_like(s) for s in sides) and all(
+            _text_like(s) or (isinstance(s, ast.Constant) and s.value is None) for s in sides)
+    if isinstance(annotation, ast.Subscript):
+        outer = _dotted(annotation.value) or ""
+        inner = annotation.slice
+        items = list(inner.elts) if isinstance(inner, ast.Tuple) else [inner]
+        if outer.split(".")[-1] == "Literal":
+            return all(isinstance(i, ast.Constant) and isinstance(i.value, str) for i in items)
+        if outer in _TEXT_CONTAINERS:
+            return any(_text_like(i) for i in items) and all(
+                _text_like(i) or (isinstance(i, ast.Constant) and i.value in (None, Ellipsis)) for i in items)
+    return False
+
+
 def _annotated(node: ast.ClassDef) -> list[ast.AnnAssign]:
     return [s for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
 
@@ -262,6 +295,7 @@ def config_class(server_dir: Path, entrypoint: str, package_root: Path | None = 
         return None
     seen: set[str] = set()
     strings: dict[str, str] = {}
+    texts: dict[str, str] = {}
     for node, m in (found for found in lineage if isinstance(found, tuple)):
         if _converts_first(node):
             return ConfigClass(name, {})
@@ -270,4 +304,6 @@ def config_class(server_dir: Path, entrypoint: str, package_root: Path | None = 
                 seen.add(a.target.id)
                 if _plain_str(a.annotation):
                     strings[a.target.id] = f"{m.rel}:{a.lineno} {node.name}.{a.target.id}: str"
-    return ConfigClass(name, strings)
+                if _text_like(a.annotation):
+                    texts[a.target.id] = f"{m.rel}:{a.lineno} {node.name}.{a.target.id}: {ast.unparse(a.annotation)}"
+    return ConfigClass(name, strings, texts)

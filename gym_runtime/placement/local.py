@@ -27,7 +27,7 @@ from gym_runtime.config import token_capture
 from gym_runtime.errors import BuildError, GymRuntimeError
 from gym_runtime.gym_release.ray_use import ray_users
 from gym_runtime.ray_target import choose, ray_level, wait_reachable
-from gym_runtime.supervise import contract, passthrough, ray_head, ray_workers
+from gym_runtime.supervise import contract, passthrough, ray_head, ray_workers, run_mark
 from gym_runtime.supervise.interrupted import as_interrupted
 from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import check_free
@@ -131,7 +131,7 @@ class LocalPlacement:
         if self.sandbox.report.warning:
             env._say("WARNING: " + self.sandbox.report.warning)
         if self.sandbox.level.value == "none":  # no pid namespace takes helpers down
-            env.supervisor.watchdog = env.supervisor.watchdog or Watchdog.start()
+            env.supervisor.watchdog = env.supervisor.watchdog or Watchdog.start(env.supervisor.run_mark)
 
     async def add_servers(self, merged: Any) -> None:
         """Ports, the private Ray head (when chosen), one member per server, each published."""
@@ -238,6 +238,7 @@ class LocalPlacement:
         sdir = Path(inst.server_dir.path)
         cache = env.bytecode.user(python, f"{inst.server_type}/{inst.implementation} {sdir}", name)
         environ = {**contract.server_env(name, sdir, python, wd, env.settings.environ), **cache.env,
+                   run_mark.VAR: env.supervisor.run_mark,
                    **task_sandboxes.server_env(env.task_sandboxes, self.task_url, name)}
         if env.ray.mode == "local":  # drivers of our private head agree with it on the loopback node address
             environ.update(ray_head.LOOPBACK_ENV)

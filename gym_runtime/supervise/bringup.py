@@ -21,13 +21,15 @@ from typing import Any
 import httpx
 
 from gym_runtime.config import MergedConfig, PolicyValues
+from gym_runtime.config.url_secrets import mask_url, mask_urls
 from gym_runtime.errors import GymRuntimeError, StartError
 from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
 from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
 from gym_runtime.ray_target import RayTarget, given
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise import contract, head_view, passthrough, policy_probe, preflight, processes, readiness
+from gym_runtime.supervise import (contract, head_view, passthrough, policy_probe, preflight, processes, readiness,
+                                   run_mark)
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.logs import LogSink
@@ -131,6 +133,8 @@ class Environment:
 
         self._routing = Routing.from_config(merged)
         self.merged = merged
+        if stale := await asyncio.to_thread(run_mark.kill_stale):  # a SIGKILLed run's helpers (run_mark.py)
+            self._say(f"stopped {len(stale)} process(es) left by a run whose daemon was killed: {'; '.join(stale)}")
         self._say(merged.release.describe())
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
         passthrough.check(self.settings, merged.instances)
@@ -183,7 +187,7 @@ class Environment:
             "servers": self.placement.servers(), "placement": self.placement.kind,
             "isolation": self.placement.isolation, "startup_s": round(time.monotonic() - self._t0, 3),
             "gym_release": merged.release.to_dict(),
-            "policy_model": {"base_url": merged.data.get("policy_base_url"), "stub": self.stub_url is not None},
+            "policy_model": {"base_url": mask_urls(merged.data.get("policy_base_url")), "stub": self.stub_url is not None},
             "max_concurrent_rollouts": self.max_concurrent_rollouts(),
             "ray": self.ray.to_dict(), "logs_dir": str(self.logs_dir)}
         return self.ready_info
@@ -209,7 +213,7 @@ class Environment:
             except StartError as e:
                 if e.code == "GR-START-MODEL-ENDPOINT":
                     urls = {u: readiness.model_probe_url(u) for u, s in sup.endpoints.items() if s == "failed"}
-                    lines = [f"last probe: GET {p}: {await readiness.probe(client, p) or last.get(u) or 'answered'}"
+                    lines = [f"last probe: GET {mask_url(p)}: {await readiness.probe(client, p) or last.get(u) or 'answered'}"
                              for u, p in urls.items()]
                     e.cause = "\n".join(lines + ([e.cause] if e.cause else [])) or None
                 raise
@@ -224,7 +228,7 @@ class Environment:
 
         with quiet_sandbox_log():  # not a server: its "not enforced" warning would mislead
             self.host_launcher = await Sandbox.start(self.egress, self.work_dir / "host", level="none")
-        self.supervisor.watchdog = self.supervisor.watchdog or Watchdog.start()
+        self.supervisor.watchdog = self.supervisor.watchdog or Watchdog.start(self.supervisor.run_mark)
 
     def refresh_outside(self) -> None:
         """The config as seen from this host (served by the head server): every instance at the

@@ -10,17 +10,23 @@ the hosts, rather than as a bare crash loop: its log tail only shows a connectio
 allowlist permits but that resolves to the host's own or a private address is said to be one, with
 a hint that does not offer the allowlist again (allowing it changes nothing). A server
 whose log shows a write refused with "Read-only file system" is told that its package and venv are
-read-only in the sandbox (a tree that clones or downloads into its own install directory)."""
+read-only in the sandbox (a tree that clones or downloads into its own install directory); so is one
+whose log shows SQLite's words for the same refusal ("unable to open database file", "attempt to
+write a readonly database": SQLite's ``SQLITE_CANTOPEN`` and ``SQLITE_READONLY`` messages, as a WAL-mode
+database in a read-only tree gives them), with the fixes for such a database."""
 
 from __future__ import annotations
 
 import time
 
+from gym_runtime.config.url_secrets import mask_url
 from gym_runtime.errors import StartError
 from gym_runtime.supervise import readiness
 from gym_runtime.supervise.member import READY, Member
 
 READ_ONLY = "Read-only file system"  # strerror(EROFS), as Python, git and the C library print it
+# sqlite3_errstr(SQLITE_CANTOPEN) and (SQLITE_READONLY): what a WAL-mode database in a read-only tree gives
+SQLITE_READ_ONLY = ("unable to open database file", "attempt to write a readonly database")
 
 
 def port_listening(pid: int | None, port: int | None) -> bool:
@@ -94,13 +100,20 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
         message, hint = egress_words(message, denied, special)
         code = "GR-START-EGRESS"
         extra["egress_denied"] = {n: [*special.get(n, []), *denied.get(n, [])] for n in {**special, **denied}}
-    elif code == "GR-START-CRASH" and (readonly := [n for n, t in tails.items() if any(READ_ONLY in ln for ln in t)]):
+    elif code == "GR-START-CRASH" and (readonly := [n for n, t in tails.items() if _read_only(t)]):
+        sqlite = [n for n in readonly if any(w in ln for ln in tails[n] for w in SQLITE_READ_ONLY)]
         message = (f"{message}: {', '.join(readonly)} tried to write where the sandbox is read-only (its package "
                    "and venv are read-only; $HOME, its work dir, and /tmp are writable)")
         hint = ("the tree writes into its own install directory at start-up (e.g. clones or downloads next "
                 "to its code): ship that content in the package, make the tree write under $HOME or /tmp, or have "
                 f"the operator give it a writable copy-on-write view of its tree: GYM_RUNTIME_WRITABLE_TREES="
                 f"{','.join(readonly)}")
+        if sqlite:
+            hint = (f"{', '.join(sqlite)} opens a SQLite database in its read-only tree; a database in WAL mode needs "
+                    "-wal and -shm files beside it even when opened read-only: convert it once with "
+                    "'PRAGMA journal_mode=DELETE', open it with 'file:...?immutable=1', or have the operator give "
+                    f"the tree a writable copy-on-write view: GYM_RUNTIME_WRITABLE_TREES={','.join(readonly)} "
+                    "(`gym-runtime validate` names such databases)")
     logs = [str(members[n].log.path) for n in pick]
     return StartError(f"{message} (phase: {phase}, {ready}/{len(members)} ready)", code=code, cause=cause,
                       hint=hint or "read the server's last log lines (cause) and its log file (log); fix the "
@@ -110,6 +123,11 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
 
 def _refusals(member: Member) -> list[dict]:
     return [d for d in getattr(member.launcher, "denials", None) or [] if d.get("server") == member.name]
+
+
+def _read_only(tail: list[str]) -> bool:
+    """Whether log lines ``tail`` show a write refused by a read-only file system (module doc)."""
+    return any(READ_ONLY in ln or any(w in ln for w in SQLITE_READ_ONLY) for ln in tail)
 
 
 def denied_hosts(member: Member, limit: int = 5) -> list[str]:
@@ -173,9 +191,12 @@ def endpoint_failure(url: str, outcome: str | tuple, timeout_s: float) -> tuple[
     """``(message, code, hint)`` for a model endpoint that failed its readiness probe: ``outcome``
     is ``"failed"`` (never answered), ``("auth", status)`` (the policy key was refused),
     ``("wrong-model", name given, names served)`` or ``("not-root", suggested /v1 root, what the
-    probes saw)`` (:mod:`gym_runtime.supervise.policy_endpoint`, case C35)."""
+    probes saw)`` (:mod:`gym_runtime.supervise.policy_endpoint`, case C35). A credential inside the
+    URL is masked (:func:`~gym_runtime.config.url_secrets.mask_url`)."""
+    url = mask_url(url)
     if isinstance(outcome, tuple) and outcome[0] == "not-root":
         _, suggestion, detail = outcome
+        suggestion = mask_url(suggestion)
         return (f"model endpoint {url} is not an OpenAI API root ({detail}): did you mean {suggestion}?",
                 "GR-START-MODEL-URL", f"pass --policy-base-url {suggestion} (or fix the base_url in the config): "
                 "the root that /chat/completions and /models hang under, /v1 for vLLM; for an endpoint that is "

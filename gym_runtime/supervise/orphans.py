@@ -6,6 +6,8 @@
   and ``PR_SET_PDEATHSIG`` reaches only the direct child.
 * :func:`reap_orphans`: at the end of a shutdown, SIGKILL whatever is left in our servers' groups
   and reap zombies adopted by this process (when it is a child subreaper).
+* Helpers that left their server's group (``setsid``) carry the run's mark in their environment:
+  :mod:`gym_runtime.supervise.run_mark`.
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ class Watchdog:
         self.proc, self._fd = proc, fd
 
     @classmethod
-    def start(cls) -> Watchdog:
+    def start(cls, mark: str | None = None) -> Watchdog:
+        """The watchdog of this daemon; ``mark``: the run's mark (:mod:`gym_runtime.supervise.run_mark`),
+        whose processes it kills too once the daemon is gone."""
         r, w = os.pipe()  # both ends non-inheritable: servers never hold the write end
         try:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", str(SCRIPT), str(os.getpid())], stdin=r,
+            proc = subprocess.Popen([sys.executable, "-I", "-S", str(SCRIPT), str(os.getpid()), *([mark] if mark else [])],
+                                    stdin=r,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                     close_fds=True, env={})  # nothing of the daemon's environment (its secrets)
         finally:

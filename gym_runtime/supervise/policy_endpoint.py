@@ -25,6 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from gym_runtime.config.url_secrets import mask_url
 from gym_runtime.supervise.readiness import PROBE_TIMEOUT_S
 
 ENDPOINT_PATHS = ("/chat/completions", "/completions", "/responses", "/models", "/embeddings")
@@ -89,7 +90,7 @@ async def check(client: httpx.AsyncClient, base_url: str, model: tuple[str, str 
     path = endpoint_path(base)
     if path is not None or (ids is None and not urlsplit(base).path.rstrip("/").endswith("/v1")):
         s_status, s_ids = (await model_list(client, suggestion, key)) if suggestion != base else (status, ids)
-        why = f"it ends in the endpoint path {path}" if path else f"GET {base}/models {_said(status, ids)}"
+        why = f"it ends in the endpoint path {path}" if path else f"GET {mask_url(base)}/models {_said(status, ids)}"
         return ("not-root", suggestion, f"{why}; GET {suggestion}/models {_said(s_status, s_ids)}")
     if ids is not None and name is not None and name not in ids:
         return ("wrong-model", name, ids)

@@ -46,6 +46,7 @@ from typing import Any
 
 import httpx
 
+from gym_runtime.config.url_secrets import mask_url
 from gym_runtime.errors import StartError
 
 PROBE_COMPLETION_TIMEOUT_S = 60.0
@@ -146,16 +147,17 @@ class Probe:
         """POST ``body`` (``turn``: which, for messages); the completion, or the :class:`StartError` its
         failure means."""
         url, p = f"{self.plan.url}/chat/completions", self.plan
+        shown = mask_url(url)
         try:
             r = await self.client.post(url, json=body, headers=self.headers, timeout=PROBE_COMPLETION_TIMEOUT_S)
         except httpx.HTTPError as e:
-            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {url} failed: "
+            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {shown} failed: "
                             f"{type(e).__name__}: {e}", "check the policy endpoint; drop --probe-policy to skip "
                             "this check") from None
         if r.status_code >= 400:
             said = words(r)
             if r.status_code == 400 and body.get("tools") and TOOL_CHOICE_RE.search(said):
-                raise self.fail("GR-START-TOOL-PARSER", f"policy endpoint {p.url} refuses requests that offer tools "
+                raise self.fail("GR-START-TOOL-PARSER", f"policy endpoint {mask_url(p.url)} refuses requests that offer tools "
                                 f"(HTTP 400: {said}), so every rollout whose row offers tools would fail",
                                 f"restart vLLM with --enable-auto-tool-choice --tool-call-parser <parser for "
                                 f"{p.model}> (e.g. hermes for Qwen models); see docs/rollouts.md")
@@ -163,13 +165,13 @@ class Probe:
                        if m.get(k)]
             if carried and r.status_code in (400, 422) and "reasoning" in said.lower():
                 others = " or ".join(f for f in ("both", "reasoning", "reasoning_content") if f != p.reasoning_field)
-                raise self.fail("GR-START-REASONING-FIELD", f"policy endpoint {p.url} refuses an assistant message "
+                raise self.fail("GR-START-REASONING-FIELD", f"policy endpoint {mask_url(p.url)} refuses an assistant message "
                                 f"that carries its reasoning under {' and '.join(map(repr, sorted(set(carried))))} "
                                 f"(reasoning_field: {p.reasoning_field}; HTTP {r.status_code}: {said}), so every "
                                 "multi-turn rollout would fail on its second model call",
                                 f"set reasoning_field: {others} in the config of '{p.instance}' (the field the "
                                 "endpoint returns); see docs/rollouts.md, \"Reasoning\"")
-            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {url} failed "
+            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {shown} failed "
                             f"(HTTP {r.status_code}: {said})", "check the policy endpoint and model name; drop "
                             "--probe-policy to skip this check")
         try:
@@ -177,7 +179,7 @@ class Probe:
             message = completion["choices"][0]["message"]
             assert isinstance(message, dict)
         except (ValueError, KeyError, IndexError, TypeError, AssertionError):
-            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {url} answered "
+            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {shown} answered "
                             f"a body that is not a chat completion: {_shown(r.text)}",
                             "point the model server at an OpenAI-compatible /v1 root") from None
         return completion

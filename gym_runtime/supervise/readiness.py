@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from gym_runtime.config.url_secrets import mask_url
 PROBE_TIMEOUT_S = 2.0
 REPORT_EVERY_S = 15.0
 ENDPOINT_PHASE = "waiting for the policy model endpoint(s)"
@@ -80,7 +81,7 @@ async def report_endpoint_wait(client: httpx.AsyncClient, waiting: Callable[[], 
                 failed[url] = last[url] = reason
         if failed and (said_at is None or time.monotonic() - said_at >= every_s):
             said_at = time.monotonic()
-            say(f"{ENDPOINT_PHASE}: " + "; ".join(f"GET {model_probe_url(u)}: {r}" for u, r in failed.items()))
+            say(f"{ENDPOINT_PHASE}: " + "; ".join(f"GET {mask_url(model_probe_url(u))}: {r}" for u, r in failed.items()))
         await asyncio.sleep(1.0 if urls else 0.1)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 from gym_runtime.errors import StartError
-from gym_runtime.supervise import policy_endpoint, port_owner, readiness, wedged
+from gym_runtime.supervise import policy_endpoint, port_owner, readiness, run_mark, wedged
 from gym_runtime.supervise.failure import endpoint_failure, failure_report, port_listening
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
@@ -80,6 +80,7 @@ class Supervisor:
         self.stop_split = ""  # after a stop: "server instances 0.22s, then ray_head and stub_model 0.03s"
         self._pgids: set[int] = set()
         self.watchdog = None  # an orphans.Watchdog when some member runs without a pid namespace
+        self.run_mark = run_mark.new_mark()  # in every server's environment (run_mark.py)
         self.rebind = None  # callable(name): a new automatic port for that server (rebind.py)
 
     # ------------------------------------------------------------------ public API
@@ -426,6 +427,9 @@ class Supervisor:
             m.status = FAILED if m.status == FAILED else STOPPED
             m.log.detach()
         await reap_orphans(self._pgids)
+        if left := await asyncio.to_thread(run_mark.kill_marked, self.run_mark):
+            self._progress(f"stopped {len(left)} process(es) that had left their server's process group "
+                           f"(setsid): {'; '.join(left)}")
         if self._client is not None:
             await self._client.aclose()
         self.post(Event("stopped"))

@@ -34,6 +34,7 @@ from gym_runtime.venvs import closure, integrity, resolutions, stages
 from gym_runtime.venvs.diagnose import STAGES, diagnose, uv_error_block
 from gym_runtime.venvs.diskspace import is_enospc, is_no_space, no_space_error
 from gym_runtime.venvs.exit_hook import install_exit_hook
+from gym_runtime.venvs.index_options import first_index_hint
 from gym_runtime.task_sandboxes.install import install_provider
 from gym_runtime.venvs.maintenance import network_fs_warning
 from gym_runtime.venvs.pip_settings import pip_hint
@@ -242,7 +243,9 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
                 raise _no_space(vp, settings, STAGES.get(e.stage, e.stage), uv_error_block(e.result.output),
                                 e.result.log) from None
             err = diagnose(vp, e, honoured, ctx.package_root)
-            if e.stage == "stage1" and err.code in INDEX_FAILURES and (note := pip_hint(settings.environ)):
+            if e.stage == "stage1" and (rule := first_index_hint(vp.source, vp.rel_file, err.cause or "")):
+                err.hint = rule  # uv's first-index rule at work: pip's settings have nothing to do with it
+            elif e.stage == "stage1" and err.code in INDEX_FAILURES and (note := pip_hint(settings.environ)):
                 err.hint = f"{err.hint}; {note}" if err.hint else note  # an index given to pip, not to uv
             if warnings:  # e.g. stage 1 bypassed wheels/ before stage 2 failed (case C12)
                 err.cause = (err.cause or "") + "\nearlier in this build:\n" + "\n".join(f"  {w}" for w in warnings)

@@ -1,0 +1,100 @@
+"""A per-run mark in every server's environment, so helpers that left the server's process group
+are found and stopped (docs/architecture.md §7, "No orphans"; case C59).
+
+A server may start a helper in a session of its own (``setsid``, ``start_new_session=True``: an
+executor daemon, a background kernel). ``killpg`` of the server's group misses it, and once its
+parent is gone it is a child of PID 1 that no process tree leads to. At isolation ``full`` and
+``partial`` the server's pid namespace takes it down; at ``none`` nothing does. Environment
+variables are inherited through ``fork``/``exec`` and ``setsid``, so every server gets
+:data:`VAR` = this run's mark (``DAEMONPID-STARTTIME-RANDOM``), and the daemon:
+
+* at a stop, after the servers' groups: SIGKILLs every process whose environment holds the mark
+  (:func:`kill_marked`), and says so, naming each;
+* when it is SIGKILLed: the watchdog (:mod:`gym_runtime.supervise.watchdog`) does the same after
+  killing the groups;
+* at the next start: SIGKILLs every process whose mark names a daemon that is gone
+  (:func:`kill_stale`; the pid and its start time decide, so a daemon running beside it keeps its
+  own).
+
+Processes are read with psutil (``Process.environ()``, ``/proc/PID/environ``); what cannot be read
+(another user's process) is left alone. A helper that clears its environment loses the mark: the
+docs say so.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+
+import psutil
+
+VAR = "GYM_RUNTIME_RUN_MARK"
+
+
+def new_mark() -> str:
+    """This daemon's mark: ``PID-STARTTIME-RANDOM`` (start time in hundredths of a second since the
+    epoch, as psutil gives ``create_time()``)."""
+    return f"{os.getpid()}-{_started(psutil.Process())}-{secrets.token_hex(6)}"
+
+
+def _started(p: psutil.Process) -> int:
+    return int(p.create_time() * 100)
+
+
+def _marks() -> list[tuple[psutil.Process, str]]:
+    out, me = [], os.getpid()
+    for p in psutil.process_iter():
+        if p.pid == me:
+            continue
+        try:
+            mark = p.environ().get(VAR)
+        except (psutil.Error, OSError):
+            continue
+        if mark:
+            out.append((p, mark))
+    return out
+
+
+def _describe(p: psutil.Process) -> str:
+    try:
+        cmd = " ".join(p.cmdline())[:80] or p.name()
+    except psutil.Error:
+        cmd = "?"
+    return f"pid {p.pid} ({cmd})"
+
+
+def _kill(procs: list[psutil.Process]) -> list[str]:
+    said = []
+    for p in procs:
+        shown = _describe(p)
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            continue
+        said.append(shown)
+    psutil.wait_procs(procs, timeout=2)
+    return said
+
+
+def kill_marked(mark: str) -> list[str]:
+    """SIGKILL every process holding ``mark``; the ones killed, described (``pid N (cmdline)``)."""
+    return _kill([p for p, m in _marks() if m == mark])
+
+
+def kill_stale() -> list[str]:
+    """SIGKILL every process whose mark names a daemon that is no longer running (a SIGKILLed run's
+    leftovers); the ones killed, described."""
+    stale = []
+    for p, mark in _marks():
+        pid, _, rest = mark.partition("-")
+        started = rest.partition("-")[0]
+        if not (pid.isdigit() and started.isdigit()):
+            continue
+        try:
+            alive = _started(psutil.Process(int(pid))) == int(started)
+        except psutil.Error:
+            alive = False
+        if not alive:
+            stale.append(p)
+    return _kill(stale)

@@ -47,9 +47,13 @@ class Lines:
     def feed(self, data: bytes) -> list[str]:
         out: list[str] = []
         n, start = len(data), 0
-        if self._cr and n:
+        if self._cr:  # '\r's at the last chunk's end: they start the line again unless '\n' follows
+            while start < n and data[start] == _CR:
+                start += 1
+            if start == n:
+                return out
             self._cr = False
-            if data[0] != _NL:
+            if data[start] != _NL:
                 self._restart()
         while start < n:
             nl = data.find(b"\n", start)

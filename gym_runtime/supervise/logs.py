@@ -93,9 +93,7 @@ class LogSink:
             except RuntimeError:
                 pass
             os.close(fd)
-        if self._partial:
-            self._tail.append(self._partial.decode(errors="replace"))
-            self._lines = Lines()
+        self._tail.extend(self._lines.end())
 
     def _write(self, data: bytes, tail: bool = True) -> None:
         if tail:

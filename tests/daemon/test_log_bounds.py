@@ -53,18 +53,18 @@ def test_chunking_never_changes_the_lines() -> None:
 
 
 def test_the_case_probe_keeps_the_partial_line_bounded(tmp_path: Path) -> None:
-    """The case's unit probe (64 KB chunks of redraws, logsink_probe.py) through a sink: 32 MB in
-    ends with one pending line, a single redraw, and every byte in the file."""
+    """The case's unit probe (~64 KB chunks of redraws, logsink_probe.py) through a sink
+    (30 MB) end with one pending line, a single redraw, and every byte in the file."""
     probe = (CASE / "logsink_probe.py").read_text()
     chunk = eval(re.search(r"chunk = (.*)\n", probe).group(1))  # the case's own chunk expression
-    assert len(chunk) == 65536 and chunk.count(b"\r") > 800
+    assert len(chunk) > 60_000 and chunk.count(b"\r") > 800
     sink = LogSink(tmp_path / "probe.log")
     for _ in range(512):
         sink._write(chunk)
     tail = sink.tail(3)
     assert len(tail) == 1 and len(tail[0].encode()) <= SHOWN_MAX
     assert tail[0].startswith("downloading shards:") or "downloading shards:".startswith(tail[0])
-    assert sink.bytes_written == 512 * 65536 == (tmp_path / "probe.log").stat().st_size
+    assert sink.bytes_written == 512 * len(chunk) == (tmp_path / "probe.log").stat().st_size
     sink.close()
 
 
@@ -96,7 +96,7 @@ def test_case_server_bar_leaves_a_bounded_tail(tmp_path: Path, run) -> None:
             await sb.close()
 
     tail, size = run(main())
-    assert size > 4 * 1024 * 1024
+    assert size > 4_000_000
     assert all(len(line.encode()) <= SHOWN_MAX for line in tail)
     assert sum(len(line) for line in tail) < 64 * 1024
     assert REDRAW.match(tail[-1]) and "\r" not in tail[-1]
@@ -171,7 +171,7 @@ def test_up_head_logs_and_cli_logs_are_bounded(tmp_path: Path) -> None:
     finally:
         kill_tree(daemon)
     log = tmp_path / "run/logs/acme_math.log"
-    assert log.stat().st_size > 8 * 1024 * 1024
+    assert log.stat().st_size > 8_000_000
     cli = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "logs", "acme_math", "--tail", "1000"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0 and len(cli.stdout) < 128 * 1024, len(cli.stdout)

@@ -22,7 +22,8 @@ from gym_runtime.supervise import LogSink, Supervisor
 from gym_runtime.supervise.lines import LINE_MAX_BYTES, Lines, cut_marker
 from tests.daemon.conftest import add_member, fast_options, start_sandbox
 from tests.helpers.cases import CASES
-from tests.helpers.daemon import FIXTURE_APP, kill_tree, read_ready_line, simple_env, up_process
+from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_process
+from tests.helpers.progress import progress_bar_app
 
 CASE = CASES / "C51"
 CHATTY = CASE / "pkg/resources_servers/chatty_env"
@@ -131,21 +132,6 @@ def test_case_crash_after_bar_has_its_traceback_on_its_own_line(tmp_path: Path, 
     assert CRASH_LINE in lines and CRASH_LINE in err.message + (err.cause or "")
 
 
-BAR_APP = '''import sys, threading, time
-total = 8 * 1024 * 1024 // 80  # the case's bar (C51 chatty_env/app.py): ~80-byte '\\r' redraws, no '\\n'
-for i in range(total):
-    pct = 100 * i // total
-    sys.stderr.write(f"\\rLoading tasks: {pct:3d}%|{'#' * (pct // 5):<20}| {i}/{total} [00:01<00:02, 9999.9it/s]")
-sys.stderr.flush()
-def ticker():
-    n = 0
-    while True:
-        n += 1
-        sys.stderr.write(f"\\rjudge cache warm-up: {n} it [00:{n % 60:02d}, 10.0it/s]")
-        sys.stderr.flush()
-        time.sleep(0.1)
-threading.Thread(target=ticker, daemon=True).start()
-'''
 
 
 def test_up_head_logs_and_cli_logs_are_bounded(tmp_path: Path) -> None:
@@ -154,7 +140,7 @@ def test_up_head_logs_and_cli_logs_are_bounded(tmp_path: Path) -> None:
     from the files once it stopped) answer a few KB; the log file keeps every byte."""
     pkg = simple_env(tmp_path / "pkg")
     app = pkg / "resources_servers/acme_math/app.py"
-    app.write_text(BAR_APP + app.read_text())
+    app.write_text(progress_bar_app(8) + app.read_text())
     home = tmp_path / "home"
     env = {**os.environ, "GYM_RUNTIME_HOME": str(home)}
     daemon = up_process(pkg, tmp_path, env={"GYM_RUNTIME_HOME": str(home)})

@@ -164,3 +164,14 @@ def test_up_head_logs_and_cli_logs_are_bounded(tmp_path: Path) -> None:
     shown = cli.stdout.splitlines()
     assert all(len(line.encode()) <= SHOWN_MAX for line in shown)
     assert any(REDRAW.match(line) for line in shown)
+
+
+def test_a_daemon_note_with_text_that_is_no_text_is_written(tmp_path: Path) -> None:
+    """A note carrying model output (a lone surrogate) is written escaped, never raising; a bar
+    under way ends before it, so the note is a line of its own in the file and the tail."""
+    sink = LogSink(tmp_path / "s.log")
+    sink._write(b"\rbar 10%")
+    sink.note("the policy said \ud83d")
+    sink.close()
+    assert sink.tail(3)[0] == "bar 10%" and sink.tail(3)[1].endswith("] the policy said \\ud83d")
+    assert (tmp_path / "s.log").read_bytes().split(b"\n")[1].endswith(b"the policy said \\ud83d")

@@ -11,7 +11,9 @@ from the last run (``last_run.json``), or of the newest older ``runs/*/logs/INST
 which older run it is and when it was written. A build log is never attributed to a run that did
 not build the instance. It lists the files that exist for the instance on stderr (its venv build
 logs under ``$GYM_RUNTIME_HOME/logs/build/`` included) and never a run dir that does not exist;
-exit 1 when there is no log at all.
+exit 1 when there is no log at all. Every line it prints is cut to
+:data:`~gym_runtime.supervise.lines.LINE_MAX_BYTES` bytes and a ``\r`` redraw counts as the line it
+leaves (:class:`~gym_runtime.supervise.lines.Lines`), whatever the server wrote.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from gym_runtime.cli.status import add_head_arg, get, head_url
 from gym_runtime.errors import EXIT_RUNTIME, StartError, UserError
 from gym_runtime.settings import load_settings
 from gym_runtime.supervise.daemon_record import LAST_RUN, read_json, running
+from gym_runtime.supervise.lines import Lines
 
 ALIVE_EVERY_S = 1.0
 
@@ -79,18 +82,24 @@ def _alive(base: str) -> bool:
         return False
 
 
+def _print(lines: list[str]) -> None:
+    if lines:
+        sys.stdout.write("".join(line + "\n" for line in lines))
+        sys.stdout.flush()
+
+
 def _follow(path: Path, base: str) -> None:
-    """Print what is appended to ``path`` until the head server at ``base`` stops answering (then
+    """Print the lines appended to ``path`` until the head server at ``base`` stops answering (then
     print the rest) or the user interrupts."""
     f = open(path, "rb")  # noqa: SIM115 (reopened on rotation)
     f.seek(0, 2)
+    lines = Lines()
     checked = time.monotonic()
     try:
         while True:
-            chunk = f.read()
+            chunk = f.read(1 << 20)
             if chunk:
-                sys.stdout.write(chunk.decode(errors="replace"))
-                sys.stdout.flush()
+                _print(lines.feed(chunk))
                 continue
             if path.exists() and path.stat().st_size < f.tell():  # rotated
                 f.close()
@@ -98,16 +107,30 @@ def _follow(path: Path, base: str) -> None:
                 continue
             if time.monotonic() - checked >= ALIVE_EVERY_S:
                 if not _alive(base):
-                    sys.stdout.write(f.read().decode(errors="replace"))
-                    sys.stdout.flush()
+                    while chunk := f.read(1 << 20):
+                        _print(lines.feed(chunk))
+                    _print(lines.end())
                     print(f"the daemon is gone ({base} does not answer): end of {path}", file=sys.stderr)
                     return
                 checked = time.monotonic()
             time.sleep(0.2)
     except KeyboardInterrupt:
+        _print(lines.end())
         return
     finally:
         f.close()
+
+
+def last_lines(path: Path, n: int) -> list[str]:
+    """The last ``n`` lines of the log file ``path`` as :class:`~gym_runtime.supervise.lines.Lines`
+    shows them (one pass over the file, memory bounded by ``n`` capped lines)."""
+    kept: deque[str] = deque(maxlen=max(n, 0))
+    lines = Lines()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            kept.extend(lines.feed(chunk))
+    kept.extend(lines.end())
+    return list(kept)
 
 
 def _from_files(instance: str, tail: int, home: Path) -> int:
@@ -153,9 +176,7 @@ def _from_files(instance: str, tail: int, home: Path) -> int:
         print(f"showing the log of the run {shown.parent.parent} (last written {_stamp(_mtime(shown))}):", file=err)
     if shown is None:
         return 0
-    with open(shown, encoding="utf-8", errors="replace") as f:
-        for line in deque(f, maxlen=tail) if tail > 0 else ():
-            print(line, end="")
+    _print(last_lines(shown, tail))
     return 0
 
 

@@ -22,7 +22,9 @@ refuses requests with tools for want of vLLM's tool flags), ``GR-ROLLOUT-TOKEN-I
 ``GR-ROLLOUT-DEADLINE`` (the batch deadline, or the rollout's own ``timeout_s``, passed first);
 an error answer's message is the agent's own ``error.message`` (which carries each upstream's
 words, ``servers/_kit/peers.py``), up to :data:`MAX_MESSAGE` characters, and the counters the agent
-reports with it (``error.counters``) are kept beside the row's error;
+reports with it (``error.counters``) are kept beside the row's error; strings of an answer that are
+no text (a lone surrogate, NUL, control characters: model output an agent passed on) are replaced
+by U+FFFD and added to the row's ``repaired_text`` (``servers/_kit/text.py``);
 with placement ``ray``, the agent's stable address itself may answer ``GR-ROLLOUT-NODE-LOST``
 (the node running the agent's replica was lost while it answered, naming the node, the instance
 and the replica) or ``GR-PLACE-NO-REPLICA`` (no replica ran in time): the row keeps that code and
@@ -50,6 +52,7 @@ from gym_runtime.rollouts.spread import REPLICA_HEADER, served_by
 from gym_runtime.rollouts.tasks import (EPISODE_FAILED, ENVIRONMENT_SERVER_STAMP, RESULT_TYPE_STAMP, episode_record,
                                         episode_request, with_indexes)
 from gym_runtime.rollouts.verdict import BAD_REWARD, COUNTERS, AgentFacts, bad_reward
+from servers._kit.text import repaired
 
 AGENT_TYPE = "responses_api_agents"
 POLICY_UNAVAILABLE = "GR-ROLLOUT-POLICY-UNAVAILABLE"
@@ -161,15 +164,15 @@ def _judge(route: Route, url: str, r: httpx.Response, fact: AgentFacts | None) -
     record) or a row error."""
     name = route.server
     try:
-        body = r.json()
+        body, fixed = repaired(r.json())  # text whatever the agent relayed (servers/_kit/text.py)
     except (ValueError, RecursionError):  # not JSON, a number over 4300 digits, nested past the parser's depth
-        body = None
+        body, fixed = None, 0
     if r.status_code >= 400:
         error = _agent_error(body)
         if error.get("code") in PLACEMENT_CODES:  # the router's own message already names the instance
             return row_error(error["code"], str(error.get("message"))[:MAX_MESSAGE])
         code = AGENT_ERROR_CODES.get(error.get("type"))  # type: ignore[arg-type]
-        said = str(error["message"]) if error.get("message") is not None else r.text
+        said = str(error["message"]) if error.get("message") is not None else repaired(r.text)[0]
         if code is not None:  # a built-in agent's own typed error: named by the agent, relayed or not
             return {**row_error(code, f"{route.agent}: {said[:MAX_MESSAGE]}"), **_counters(error)}
         return {**row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {said[:MAX_MESSAGE]}"),
@@ -182,6 +185,9 @@ def _judge(route: Route, url: str, r: httpx.Response, fact: AgentFacts | None) -
             return body
     if not isinstance(body, dict):
         body = {"result": body}
+    if fixed:  # no-text code points the agent passed on: counted with those it repaired itself
+        own = body.get("repaired_text")
+        body["repaired_text"] = fixed + (own if isinstance(own, int) and not isinstance(own, bool) and own > 0 else 0)
     unusable = bad_reward(body, route.agent, fact)
     return {"error": unusable} if unusable is not None else body
 

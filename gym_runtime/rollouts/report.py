@@ -12,7 +12,8 @@ a final answer: unparsed), cap (episodes ended by ``max_steps`` or ``max_idle_tu
 server's ``reward_range``). The legend printed under the table says the same. The summary gives
 the share of signal-bearing rows, rollouts per
 second, failures by error code, the totals of those counts and the rollouts their environment
-masked (``mask_sample``, left out of the spread; docs/rollouts.md). Under it, the
+masked (``mask_sample``, left out of the spread; docs/rollouts.md) and the code points of model
+output that were no text, replaced by U+FFFD (``repaired_text``). Under it, the
 replica table: one line per agent replica (replica, agent, node, rollouts, failed, rollouts/s;
 :func:`gym_runtime.rollouts.spread.replica_counts`).
 """
@@ -116,6 +117,10 @@ def summary_lines(summary: Summary) -> list[str]:
     if summary.unparsed_tool_calls:
         lines.append(f"[red]warning: {UNPARSED} ({summary.unparsed_tool_calls} tool call(s) left as text in a "
                      "final answer, utc; those answers were scored as they are)[/red]")
+    if summary.repaired_text:
+        lines.append(f"[yellow]{summary.repaired_text} code point(s) of model output were no text (lone surrogates, "
+                     "NUL, control characters) and were replaced by U+FFFD before anything encoded them "
+                     "(repaired_text of each rollout in --out); those rollouts were scored[/yellow]")
     if summary.step_capped or summary.idle_capped:
         lines.append(f"[yellow]episodes ended by a cap (cap): {summary.step_capped} at max_steps, "
                      f"{summary.idle_capped} after max_idle_turns turns with neither a message nor a tool call; "

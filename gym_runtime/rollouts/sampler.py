@@ -33,7 +33,8 @@ def to_result(row: DatasetRow, sample: int, answer: dict, latency_s: float,
     return RolloutResult(row.index, sample, row.line, row.agent, v.reward, round(latency_s, 4), v.error,
                          v.unknown_tool_calls, v.invalid_tool_arguments, v.context_overflow, v.out_of_range, replica,
                          v.mask_sample, v.failure_kind, v.failure_reason, via, v.count("unparsed_tool_calls"),
-                         bool(v.count("max_steps_stops")), bool(v.count("idle_turn_stops")), v.count("aborted_calls"))
+                         bool(v.count("max_steps_stops")), bool(v.count("idle_turn_stops")), v.count("aborted_calls"),
+                         v.count("repaired_text"))
 
 
 async def sample_rows(rows: list[DatasetRow], agents: Mapping[str, str], samples: int, concurrency: int,

@@ -9,7 +9,8 @@ than two rewards the signal is unknown (``signal`` is ``None``). A sample its en
 row whose every sample was masked is flagged ``all masked`` (its environment failed), never "no
 GRPO signal" (case C39). Beside them, each rollout's episode counters: tool calls left as text
 (``unparsed_tool_calls``), the cap that ended it (``max_steps``, ``max_idle_turns``) and the model
-calls its endpoint aborted (docs/rollouts.md, "The dry-run report").
+calls its endpoint aborted, and the code points of its model output that were no text, replaced
+by U+FFFD (``repaired_text``; docs/rollouts.md, "The dry-run report").
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ class RolloutResult:
     the ``environment_server`` it went through (None: straight to the agent), the tool calls left as
     text in its final answer (``unparsed_tool_calls``, None: not counted), whether ``max_steps``
     (``step_capped``) or ``max_idle_turns`` (``idle_capped``) ended its episode, and the model calls
-    its endpoint aborted and the model server asked again (``aborted_calls``, None: not counted)."""
+    its endpoint aborted and the model server asked again (``aborted_calls``, None: not counted), and
+    the code points of its model output that were no text, replaced by U+FFFD (``repaired_text``,
+    None: not counted)."""
 
     row: int
     sample: int
@@ -62,6 +65,7 @@ class RolloutResult:
     step_capped: bool = False
     idle_capped: bool = False
     aborted_calls: int | None = None
+    repaired_text: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -86,7 +90,8 @@ class RowStats:
     (samples whose reward was unusable, counted in ``failures`` too), ``out_of_range`` and ``masked``
     (samples whose answer set ``mask_sample``: succeeded, but their rewards are not in ``rewards``);
     ``unparsed_tool_calls`` (None when not counted), ``step_capped`` / ``idle_capped`` (rollouts each
-    cap ended) and ``aborted`` (model calls aborted by the endpoint)."""
+    cap ended), ``aborted`` (model calls aborted by the endpoint) and ``repaired_text`` (code points of
+    model output that were no text, replaced by U+FFFD)."""
 
     row: int
     line: int
@@ -109,6 +114,7 @@ class RowStats:
     step_capped: int = 0
     idle_capped: int = 0
     aborted: int = 0
+    repaired_text: int = 0
 
     @property
     def all_masked(self) -> bool:
@@ -157,6 +163,7 @@ class Summary:
     step_capped: int = 0
     idle_capped: int = 0
     aborted: int = 0
+    repaired_text: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -198,6 +205,7 @@ def row_stats(results: Iterable[RolloutResult]) -> list[RowStats]:
             unparsed_tool_calls=_total(r.unparsed_tool_calls for r in items),
             step_capped=sum(r.step_capped for r in items), idle_capped=sum(r.idle_capped for r in items),
             aborted=sum(r.aborted_calls or 0 for r in items),
+            repaired_text=sum(r.repaired_text or 0 for r in items),
         ))
     return out
 
@@ -228,5 +236,5 @@ def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: f
                                            if r.ok and r.mask_sample).items())),
         unparsed_tool_calls=sum(s.unparsed_tool_calls or 0 for s in stats),
         step_capped=sum(s.step_capped for s in stats), idle_capped=sum(s.idle_capped for s in stats),
-        aborted=sum(s.aborted for s in stats),
+        aborted=sum(s.aborted for s in stats), repaired_text=sum(s.repaired_text for s in stats),
     )

@@ -11,7 +11,7 @@ An agent's ``/run`` answer is environment output, so it is untrusted (docs/rollo
   instance config, :func:`agent_facts`) is kept but flagged ``out_of_range``.
 - counters the built-in agents add (:data:`COUNTERS`: ``unknown_tool_calls``,
   ``invalid_tool_arguments``, ``context_overflow_stops``, ``unparsed_tool_calls``,
-  ``max_steps_stops``, ``idle_turn_stops``, ``aborted_calls``) are read, also beside a row error;
+  ``max_steps_stops``, ``idle_turn_stops``, ``aborted_calls``, ``repaired_text``) are read, also beside a row error;
   an agent that does not report one gives ``None``. A context-overflow stop is also seen on the
   response itself (``response.context_overflow``, set by the built-in ``vllm_model``), whichever
   agent ran the loop.
@@ -33,7 +33,7 @@ from gym_runtime.errors import ConfigError, Violation
 
 BAD_REWARD = "GR-ROLLOUT-BAD-REWARD"
 COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops", "unparsed_tool_calls",
-            "max_steps_stops", "idle_turn_stops", "aborted_calls")
+            "max_steps_stops", "idle_turn_stops", "aborted_calls", "repaired_text")
 AGENT_TYPE = "responses_api_agents"
 
 

@@ -7,6 +7,11 @@ past ``max_bytes``); the last ``tail_lines`` lines stay in memory for failure re
 server's ``/servers/{name}/logs``. When the file cannot be written (its disk is full) the server
 and the daemon go on: the tail still gets every line and says so once, and when the file can be
 written again a line there says how many bytes are missing.
+
+The tail is made by :class:`~gym_runtime.supervise.lines.Lines`: a progress bar's ``\r`` redraws
+leave only its last state, every line is capped (a cut marker counts what was dropped), and a
+partial line never holds more than that cap, so the drain's cost is linear in the bytes a server
+writes and its memory bounded whatever it writes (case C51).
 """
 
 from __future__ import annotations
@@ -17,15 +22,18 @@ import os
 import time
 from pathlib import Path
 
+from gym_runtime.supervise.lines import Lines
+
 
 class LogSink:
-    """One server's log. ``path``: the file; ``tail(n)``: last lines (str, no newline)."""
+    """One server's log. ``path``: the file; ``tail(n)``: last lines (str, no newline, each at most
+    :data:`~gym_runtime.supervise.lines.LINE_MAX_BYTES` bytes of the output plus a cut marker)."""
 
     def __init__(self, path: Path, tail_lines: int = 40, max_bytes: int = 50 * 1024 * 1024) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self._tail: collections.deque[str] = collections.deque(maxlen=max(tail_lines, 200))
-        self._partial = b""
+        self._lines = Lines()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the sink
         self._fd: int | None = None
@@ -36,7 +44,11 @@ class LogSink:
     def note(self, text: str) -> None:
         """A line from the daemon itself (start, exit, restart), marked ``[gym-runtime]``."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        self._write(f"[gym-runtime {stamp}] {text}\n".encode())
+        if self._lines.pending() is not None:  # a line under way (a bar) ends before the note
+            self._tail.extend(self._lines.end())
+            self._write(b"\n", tail=False)
+        line = f"[gym-runtime {stamp}] {text}\n"
+        self._write(line.encode("utf-8", errors="backslashreplace"))  # a lone surrogate in text never raises
 
     def open_pipe(self) -> int:
         """A new pipe for the next child: returns the write fd (give it as stdout and stderr, then
@@ -81,14 +93,11 @@ class LogSink:
             except RuntimeError:
                 pass
             os.close(fd)
-        if self._partial:
-            self._tail.append(self._partial.decode(errors="replace"))
-            self._partial = b""
+        self._tail.extend(self._lines.end())
 
-    def _write(self, data: bytes) -> None:
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        self._tail.extend(line.decode(errors="replace").rstrip("\r") for line in lines)
+    def _write(self, data: bytes, tail: bool = True) -> None:
+        if tail:
+            self._tail.extend(self._lines.feed(data))
         if self.failure is not None:  # the file failed before: say what it misses once it takes data again
             note = f"[gym-runtime] {self.lost} bytes of output are missing here: {self.failure}\n".encode()
             if self._put(note) is not None:
@@ -122,11 +131,12 @@ class LogSink:
         self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115
 
     def tail(self, n: int = 40) -> list[str]:
-        """The last ``n`` complete lines (plus a pending partial line), oldest first."""
-        lines = list(self._tail)[-n:] if n > 0 else []
-        if self._partial and n > 0:
-            lines = [*lines, self._partial.decode(errors="replace")][-n:]
-        return lines
+        """The last ``n`` complete lines (plus the line under way), oldest first."""
+        if n <= 0:
+            return []
+        pending = self._lines.pending()
+        lines = list(self._tail)[-n:]
+        return lines if pending is None else [*lines, pending][-n:]
 
     def last_line(self) -> str | None:
         """The last non-empty line the process itself wrote since the daemon's last ``start #`` note

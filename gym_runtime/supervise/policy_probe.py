@@ -30,6 +30,10 @@ What fails the start (:class:`~gym_runtime.errors.StartError`):
                                failure as a warning (the rollouts will show what it means)
 =============================  ======================================================================
 
+Model output is untrusted text: every completion's strings are made text first (a lone surrogate
+from a split ``\\ud83d`` escape, NUL and control characters become U+FFFD, ``servers/_kit/text.py``)
+before anything is sent back or shown; the probe's line says how many it replaced.
+
 When it runs (:func:`plans`): with ``--probe-policy``, everything for every such instance;
 otherwise no turn 2: the plain turn for instances with ``return_token_id_information: true``,
 and the tool turn when the rows to run offer tools (``SuperviseOptions.probe_tools``, set by the
@@ -48,6 +52,7 @@ import httpx
 
 from gym_runtime.config.url_secrets import mask_url
 from gym_runtime.errors import StartError
+from servers._kit.text import repaired
 
 PROBE_COMPLETION_TIMEOUT_S = 60.0
 PROBE_TOOL = {"type": "function", "function": {
@@ -97,6 +102,7 @@ def plans(instances: dict[str, Any], explicit: bool, tools: bool) -> list[Plan]:
 
 
 def _shown(text: str) -> str:
+    text = repaired(text)[0]  # upstream words end up in a message printed on a strict stream
     return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "..."
 
 
@@ -175,13 +181,16 @@ class Probe:
                             f"(HTTP {r.status_code}: {said})", "check the policy endpoint and model name; drop "
                             "--probe-policy to skip this check")
         try:
-            completion = r.json()
+            completion, fixed = repaired(r.json())
             message = completion["choices"][0]["message"]
             assert isinstance(message, dict)
-        except (ValueError, KeyError, IndexError, TypeError, AssertionError):
+        except (ValueError, KeyError, IndexError, TypeError, AssertionError, RecursionError):
             raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {shown} answered "
                             f"a body that is not a chat completion: {_shown(r.text)}",
                             "point the model server at an OpenAI-compatible /v1 root") from None
+        if fixed:
+            self.found.append(f"{turn}: {fixed} code point(s) that are no text replaced by U+FFFD (counted as "
+                              "repaired_text in rollouts)")
         return completion
 
     async def run(self) -> None:

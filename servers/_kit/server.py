@@ -4,6 +4,7 @@
 - Session: a cookie ``gym_session_<instance>`` holding a random id, set when absent and readable
   as ``request.state.session_id`` (Gym keeps one per caller in a signed cookie; agents carry all
   cookies along, so any name works across implementations).
+- JSON answers are :class:`TextJSONResponse`: strings that are no text are made text (``_kit/text.py``).
 - Errors: an :class:`~_kit.peers.UpstreamError` becomes HTTP 502 ``{"error": {"type": <its kind>,
   ...}}`` naming the upstream; any other uncaught exception becomes HTTP 500 ``{"error": {...}}`` naming this server.
 - :func:`main` turns a :class:`~_kit.config.StartupError` into one line on stderr and exit code 1.
@@ -30,8 +31,17 @@ from _kit.config import StartupError, find_instance, instance_name, load_global_
 from _kit.disconnect import CancelOnDisconnect
 from _kit.peers import UpstreamError
 from _kit.rollout_path import RolloutPathMiddleware
+from _kit.text import repaired
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
+class TextJSONResponse(JSONResponse):
+    """Every JSON answer of a built-in server: its strings made text first (``_kit/text.py``), so a
+    lone surrogate that got this far is U+FFFD, not a ``UnicodeEncodeError`` and an HTTP 500."""
+
+    def render(self, content: Any) -> bytes:
+        return super().render(repaired(content)[0])
 
 
 @dataclass
@@ -84,7 +94,7 @@ def error_body(kind: str, message: str, **extra: Any) -> dict:
 def build_app(ctx: ServerContext, title: str, sessions: bool = True) -> FastAPI:
     """A FastAPI app with liveness, the session cookie (unless ``sessions`` is False: a relay sets
     no cookie of its own) and the error mapping installed."""
-    app = FastAPI(title=f"{title} ({ctx.name})")
+    app = FastAPI(title=f"{title} ({ctx.name})", default_response_class=TextJSONResponse)
     cookie = f"gym_session_{ctx.name}"
 
     @app.middleware("http")
@@ -94,11 +104,11 @@ def build_app(ctx: ServerContext, title: str, sessions: bool = True) -> FastAPI:
         try:
             response = await call_next(request)
         except UpstreamError as exc:
-            response = JSONResponse(status_code=502, content=error_body(exc.kind, str(exc), **exc.details()))
+            response = TextJSONResponse(status_code=502, content=error_body(exc.kind, str(exc), **exc.details()))
         except Exception as exc:  # noqa: BLE001 - every failure must answer, naming this server
             message = f"{ctx.name} ({ctx.server_type}/{ctx.impl}) failed: {type(exc).__name__}: {exc}"
             print(message, file=sys.stderr, flush=True)
-            response = JSONResponse(status_code=500, content=error_body("server_error", message, server=ctx.name))
+            response = TextJSONResponse(status_code=500, content=error_body("server_error", message, server=ctx.name))
         if sessions and request.cookies.get(cookie) != session_id:
             response.set_cookie(cookie, session_id, httponly=True)
         return response

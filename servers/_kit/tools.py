@@ -17,7 +17,9 @@ to the model; nothing is sent anywhere):
 - arguments: an empty string (or null) means ``{}``; a JSON object is used as is; anything else
   (invalid JSON, a list, a bare string or number, nesting too deep for the parser, more than
   ``max_bytes`` bytes) is *invalid arguments*: ``{"error": "Invalid tool call arguments for
-  'x': ..."}`` saying what was wrong.
+  'x': ..."}`` saying what was wrong; in executed arguments, code points that are no text (a
+  lone surrogate from a ``\\ud83d`` escape, NUL, control characters) are replaced by U+FFFD and
+  counted (``Call.repaired_text``, ``_kit/text.py``).
 
 Gym 0.4.0's own ``responses_api_agents/simple_agent/app.py`` posts every call to
 ``/<name>`` unchecked (so ``verify`` reaches the grader, case C31) and only catches
@@ -30,6 +32,8 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from _kit.text import repaired
 
 # Routes every Gym resources server has (NeMo Gym 0.4.0 ``nemo_gym/base_resources_server.py``) and
 # FastAPI's own pages: never reachable as tools.
@@ -50,6 +54,7 @@ class Call:
     arguments: dict[str, Any] | None = None
     refusal: str | None = None
     kind: str | None = None
+    repaired_text: int = 0  # code points of the parsed arguments that were no text, now U+FFFD (``_kit/text.py``)
 
 
 def offered_tools(params: dict[str, Any]) -> list[str]:
@@ -114,4 +119,5 @@ def check_call(item: dict[str, Any], offered: list[str], max_bytes: int = MAX_AR
     arguments, problem = parse_arguments(item.get("arguments"), max_bytes)
     if problem is not None:
         return _refuse(name, call_id, INVALID, f"Invalid tool call arguments for {name!r}: {problem}")
-    return Call(name, call_id, arguments=arguments)
+    arguments, fixed = repaired(arguments)  # a "\\ud83d" escape inside the arguments' own JSON
+    return Call(name, call_id, arguments=arguments, repaired_text=fixed)

@@ -221,3 +221,22 @@ def test_probe_policy_finds_the_reasoning_parser_mismatch_at_start(tmp_path: Pat
     assert said in err
     if code:
         assert "set uses_reasoning_parser: true in the config of 'policy_model'" in err
+
+
+def test_probe_policy_repairs_model_output_that_is_no_text(tmp_path: Path) -> None:
+    """docs/rollouts.md, "Model output that is not text": a policy answering a lone surrogate (a
+    split "\\ud83d" escape), NUL and control characters in its reasoning, content and tool call
+    arguments. The probe sent turn 1 back in turn 2 and died with a raw UnicodeEncodeError
+    traceback (exit 1); now the daemon is ready and the probe line says what it replaced."""
+    from tests.helpers.fake_policy import start_fake
+
+    with start_fake(tmp_path, "not_text", "m") as fake:
+        proc = up_process(reasoning_package(tmp_path / "pkg", True), tmp_path, "--policy-base-url", fake.url + "/v1",
+                          "--policy-model-name", "m", "--probe-policy")
+        try:
+            assert json.loads(read_ready_line(proc))["status"] == "ready"
+        finally:
+            kill_tree(proc)
+        err = proc.stderr.read()
+    assert "Traceback" not in err and "turn 2 with reasoning_field: both ok" in err
+    assert "plain turn: 8 code point(s) that are no text replaced by U+FFFD" in err  # 4 in content, 4 in reasoning

@@ -28,6 +28,13 @@ received so far, ``GET /fake/headers`` their request headers. Behaviours (:data:
 ``no_logprobs``           no ``logprobs`` at all (C44)
 ``tokenize_disagrees``    ``token_id:N`` logprobs, but ``/tokenize`` counts one token more than the
                           completion's usage (C44)
+``not_text``              ``ok``'s answer with output that is no text: a lone surrogate (a split
+                          ``\\ud83d`` escape), NUL and control characters in ``content`` (after the
+                          right answer), ``reasoning`` and inside the tool call's ``arguments`` JSON
+                          (``\\ud83d`` escaped twice, as a model writes it); ``POST /fake/text``
+                          ``{"content", "reasoning", "name", "arguments"}`` replaces those strings
+                          (``name``: the tool call's name instead of the offered tool's; ``arguments``:
+                          the raw arguments text) for every later answer (the fuzz targets)
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 TOOL_PARSER_TEXT = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 DUPLICATE_TEXT = ("Failed to deserialize the JSON body into the target type: messages[2]: duplicate field "
@@ -153,15 +160,36 @@ def no_logprobs(body: dict, state: dict) -> dict:
     return answer
 
 
+NOT_TEXT = "\ud83d \x00\x07\x1b[0m"  # a lone high surrogate, NUL, BEL, ESC
+
+
+def not_text(body: dict, state: dict) -> Response:
+    """``ok``'s answer with the strings of ``state["text"]`` (module doc), sent with every non-ASCII
+    code point as a JSON escape: the way a lone surrogate reaches a client."""
+    text = state["text"]
+    answer = ok(body, state)
+    message = answer["choices"][0]["message"]
+    message["reasoning"] = text.get("reasoning", "Thinking " + NOT_TEXT)
+    if message.get("tool_calls"):
+        call = message["tool_calls"][0]["function"]
+        call["name"] = text.get("name", call["name"])
+        raw = json.loads(call["arguments"])
+        call["arguments"] = text.get("arguments", json.dumps({**raw, "note": NOT_TEXT}))
+    else:
+        message["content"] = (message.get("content") or "") + " " + text.get("content", NOT_TEXT)
+    return Response(json.dumps(answer).encode(), media_type="application/json")
+
+
 BEHAVIOURS = {f.__name__: f for f in (ok, reasoning_only, no_tool_parser, tool_call_text, duplicate_reasoning,
-                                      abort_after_tool, abort_once, text_tokens, digit_tokens, no_logprobs)}
+                                      abort_after_tool, abort_once, text_tokens, digit_tokens, no_logprobs,
+                                      not_text)}
 BEHAVIOURS["tokenize_disagrees"] = ok
 
 
 def create_app(behaviour: str, model: str) -> FastAPI:
     """The fake endpoint's app (module doc)."""
     answer = BEHAVIOURS[behaviour]
-    state: dict = {"requests": [], "headers": [], "aborted": set()}
+    state: dict = {"requests": [], "headers": [], "aborted": set(), "text": {}}
     app = FastAPI()
 
     @app.get("/")
@@ -179,6 +207,11 @@ def create_app(behaviour: str, model: str) -> FastAPI:
     @app.get("/fake/headers")
     async def headers() -> list:
         return state["headers"]
+
+    @app.post("/fake/text")
+    async def set_text(request: Request) -> dict:
+        state["text"] = await request.json()
+        return {}
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict:

@@ -18,7 +18,10 @@ an exception that is not one of ours, an HTTP 500, a body that is not JSON, a ha
 * ``proxy``: raw bytes on a connection to the egress proxy (internet on, an operator list, a
   resolver that knows no name, a dialer that reaches only a loopback echo peer): an HTTP answer
   (200 only for the peer, else 400/403/502) and a closed connection within 10 s, and no exception
-  in the proxy's loop.
+  in the proxy's loop;
+* ``text_probe``, ``text_model``, ``text_agent``, ``text_relay``, ``text_head``: model output that is
+  no text (lone surrogates, NUL, control characters) at every hop it crosses
+  (:mod:`tests.helpers.fuzz_text`).
 """
 
 from __future__ import annotations
@@ -355,6 +358,9 @@ TARGETS = {
     "head": Target("head", head_case, _head_context),
     "proxy": Target("proxy", proxy_bytes, _proxy_context),
 }
+from tests.helpers.fuzz_text import TEXT_TARGETS  # noqa: E402 - its targets use Target and _timed above
+
+TARGETS.update(TEXT_TARGETS)
 
 
 def run_target(target: Target, examples: int, seed: int | None = None) -> dict[str, int]:

@@ -1,5 +1,6 @@
 """Fuzz, reduced for CI (``bench/fuzz.py`` runs >= 10,000 inputs per target and prints the counts):
-dataset rows, head server request bodies and raw bytes to the egress proxy (manifests and
+dataset rows, head server request bodies, raw bytes to the egress proxy and model output that is no
+text at every hop it crosses (probe, model server, agent, relay, head; manifests and
 configs: ``tests/cli/test_cli_fuzz.py``). Every input gets a result or one of our errors: no
 traceback, no exception that is not ours, no HTTP 500, no body that is not strict JSON, no hang
 (:mod:`tests.helpers.fuzz_targets`). The explicit cases below are what the fuzzing found; each was
@@ -13,7 +14,8 @@ import pytest
 
 from tests.helpers.fuzz_targets import TARGETS, run_target
 
-EXAMPLES = {"rows": 400, "head": 300, "proxy": 300}
+EXAMPLES = {"rows": 400, "head": 300, "proxy": 300,
+            "text_probe": 40, "text_model": 40, "text_agent": 40, "text_relay": 40, "text_head": 40}
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
@@ -60,3 +62,16 @@ def test_proxy_requests_found_by_fuzzing(tmp_path: Path, request_head: bytes) ->
     ValueError (an unhandled exception, the client left waiting); now a 400 naming the target."""
     with TARGETS["proxy"].context(tmp_path) as check:
         assert check(request_head) == "HTTP 400"
+
+
+@pytest.mark.parametrize("hop", ["text_probe", "text_model", "text_agent", "text_relay", "text_head"])
+def test_model_output_that_is_no_text_found_by_fuzzing(tmp_path: Path, hop: str) -> None:
+    """A lone surrogate from a split escape in the reasoning, a NUL in the tool name, an escaped
+    surrogate inside the arguments' own JSON: the probe crashed (UnicodeEncodeError, exit 1), the
+    model server answered 500 where the answer was right; now each hop passes, counting 2 (the
+    reasoning and the name; the arguments' escape is the agent's to count)."""
+    case = {"content": "fine \x07", "reasoning": "think \ud83d", "name": "get_code\x00",
+            "arguments": '{"key": "alpha\\ud83d"}'}
+    with TARGETS[hop].context(tmp_path) as check:
+        label = check(case)
+    assert label == "probe ok" if hop == "text_probe" else label.endswith(" repaired"), label

@@ -7,7 +7,7 @@ import math
 
 from rich.console import Console
 
-from gym_runtime.rollouts.report import print_report, report_dict
+from gym_runtime.rollouts.report import print_report, report_dict, summary_lines
 from gym_runtime.rollouts.stats import NO_SIGNAL, RolloutResult, row_stats, summarize
 from gym_runtime.rollouts.verdict import BAD_REWARD, reward_problem
 
@@ -115,3 +115,18 @@ def test_episode_counters_per_row_and_in_the_summary() -> None:
     obj = report_dict([first, second], summary)
     assert {k: obj["rows"][0][k] for k in ("unparsed_tool_calls", "step_capped", "idle_capped", "aborted")} == {
         "unparsed_tool_calls": 2, "step_capped": 1, "idle_capped": 1, "aborted": 1}
+
+
+def test_repaired_text_is_counted_per_rollout_row_and_run() -> None:
+    """Code points of model output that were no text (replaced by U+FFFD upstream) are counted;
+    the rollouts stay scored."""
+    results = [RolloutResult(0, 0, 1, "agent", 1.0, 0.1, repaired_text=3),
+               RolloutResult(0, 1, 1, "agent", 1.0, 0.1, repaired_text=None),
+               RolloutResult(1, 0, 2, "agent", 1.0, 0.1, repaired_text=2)]
+    first, second = row_stats(results)
+    assert (first.repaired_text, second.repaired_text, first.failures, second.failures) == (3, 2, 0, 0)
+    summary = summarize([first, second], results, 1.0)
+    assert summary.repaired_text == 5 and summary.succeeded == 3
+    obj = report_dict([first, second], summary)
+    assert obj["rows"][0]["repaired_text"] == 3 and obj["summary"]["repaired_text"] == 5
+    assert any("5 code point(s) of model output were no text" in line for line in summary_lines(summary))

@@ -20,7 +20,9 @@ rollout is still verified, and the first is said once on stderr; also each model
 server marked ``unparsed_tool_calls``: a turn that ended on a tool call no parser extracted),
 ``max_steps_stops`` and
 ``idle_turn_stops`` (0 or 1: which cap ended the episode) and ``aborted_calls`` (model calls the
-engine cut off and the model server asked again). An error answer carries the counters so far as
+engine cut off and the model server asked again) and ``repaired_text`` (code points of the model's
+output that were no text, replaced by U+FFFD: ``repaired_text`` of each model reply plus those in
+executed tool arguments, ``_kit/text.py``). An error answer carries the counters so far as
 ``error.counters``. It answers 502 with ``error.type: bad_reward`` when the verify answer's
 ``reward`` is not a finite number (``_kit/rewards.py``). Cookies from each upstream are carried
 along and set on the reply.
@@ -67,7 +69,7 @@ from _kit.server import ServerContext, build_app, run_server  # noqa: E402
 from _kit.tools import INVALID, MAX_ARGUMENT_BYTES, UNKNOWN, check_call, offered_tools  # noqa: E402
 
 COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops", "unparsed_tool_calls",
-            "max_steps_stops", "idle_turn_stops", "aborted_calls")
+            "max_steps_stops", "idle_turn_stops", "aborted_calls", "repaired_text")
 DEFAULT_MAX_STEPS = 32
 UNPARSED_WARNING = ("WARNING: the policy emitted tool calls that the endpoint's parser did not parse (tool-call "
                     "markup in a final answer, or a turn that ended on a tool call with none parsed; counted as "
@@ -128,6 +130,7 @@ class SimpleAgent:
     async def tool(self, item: dict, offered: list[str], jar: CookieJar, counts: dict[str, int]) -> dict:
         """The ``function_call_output`` item for one function call (executed only when allowed)."""
         call = check_call(item, offered, self.config.max_tool_argument_bytes)
+        counts["repaired_text"] += call.repaired_text
         if call.kind == UNKNOWN:
             counts["unknown_tool_calls"] += 1
         elif call.kind == INVALID:
@@ -154,6 +157,7 @@ class SimpleAgent:
             raise UpstreamError(self.model_name, url, f"answered a body that is not a Responses object: "
                                 f"{json.dumps(reply)[:300]}", role="model server")
         counts["aborted_calls"] += _count(reply.get("aborted_calls"))
+        counts["repaired_text"] += _count(reply.get("repaired_text"))  # the model server replaced no-text code points
         unparsed = _count(reply.get("unparsed_tool_calls"))  # the model server saw an unparsed call
         if unparsed:
             counts["unparsed_tool_calls"] += unparsed

@@ -20,7 +20,9 @@ file store (``_kit/token_capture.py``); its token ids are asked for even when
 ``return_token_id_information`` is false (and then left out of the answer). A completion that ends
 ``finish_reason: tool_calls`` with no tool call parsed (vLLM with a reasoning parser and
 ``tool_choice: required``: the forced call is written inside the reasoning) carries
-``unparsed_tool_calls: 1`` on the Responses object, which the agent counts.
+``unparsed_tool_calls: 1`` on the Responses object, which the agent counts. Code points of the
+upstream's answer that are no text (a lone surrogate from a split ``\ud83d`` escape, NUL, control
+characters) are replaced by U+FFFD and counted as ``repaired_text`` on the answer (``_kit/text.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fastapi import Request  # noqa: E402
-from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
+from fastapi.responses import StreamingResponse  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from _kit import messages_api, sse  # noqa: E402
@@ -41,13 +43,13 @@ from _kit.config import StartupError  # noqa: E402
 from _kit.overflow import classify  # noqa: E402
 from _kit.peers import UpstreamError  # noqa: E402
 from _kit.responses import TOKEN_FIELDS, to_chat_request, to_response  # noqa: E402
-from _kit.server import ServerContext, build_app, error_body, run_server  # noqa: E402
+from _kit.server import ServerContext, TextJSONResponse, build_app, error_body, run_server  # noqa: E402
 from _kit.token_capture import TokenCapture, capture_dir  # noqa: E402
 from model import Propagated, VLLMModel  # noqa: E402
 
 
-def _invalid(message: str) -> JSONResponse:
-    return JSONResponse(status_code=422, content=error_body("invalid_request", message))
+def _invalid(message: str) -> TextJSONResponse:
+    return TextJSONResponse(status_code=422, content=error_body("invalid_request", message))
 
 
 def _strip_tokens(items: list[dict]) -> None:
@@ -104,7 +106,7 @@ class Server:
         tokens = self.config.return_token_id_information or call_id is not None
         response = to_response({**body, "model": self.config.model}, completion, self.config.uses_reasoning_parser,
                                tokens)
-        for key in ("context_overflow", "aborted_calls"):
+        for key in ("context_overflow", "aborted_calls", "repaired_text"):
             if completion.get(key):
                 response[key] = completion[key]
         choice = completion["choices"][0]
@@ -132,7 +134,7 @@ def create_app(ctx: ServerContext):
         try:
             result = await work()
         except Propagated as exc:
-            return JSONResponse(status_code=exc.status, content=exc.body)
+            return TextJSONResponse(status_code=exc.status, content=exc.body)
         except ValueError as exc:
             return _invalid(str(exc))
         except UpstreamError as exc:

@@ -32,6 +32,7 @@ from _kit.reasoning import split_think
 from _kit.retry import RetryRule
 from _kit.responses import TOKEN_FIELDS
 from _kit.server import ServerContext
+from _kit.text import repaired
 from completions import completion_body, logprob_entries, raw_prompt, to_chat_completion
 from config_schema import VLLMModelConfig
 
@@ -206,7 +207,10 @@ class VLLMModel:
             prompt = raw_prompt(chat_body)
         body = completion_body(chat_body, prompt, self.config.model, tokens, self.config.extra_body,
                                self.config.sampling_overrides)
-        completion = to_chat_completion(await self.complete(base, "completions", body), self.config.model)
+        raw = await self.complete(base, "completions", body)
+        completion = to_chat_completion(raw, self.config.model)
+        if raw.get("repaired_text"):
+            completion["repaired_text"] = raw["repaired_text"]
         if not tokens:
             completion["choices"][0].pop("text_logprobs", None)
             completion["choices"][0].pop("token_ids", None)
@@ -217,15 +221,19 @@ class VLLMModel:
         ``_kit/policy_answers.py``) is asked again with the retry backoff until
         ``retry_deadline_seconds`` after the first attempt, and past it is an
         :class:`UpstreamError` ``model_unavailable`` (with ``aborted_calls``). A completion that
-        came after interruptions carries ``aborted_calls``."""
+        came after interruptions carries ``aborted_calls``; one whose strings held code points that
+        are no text (lone surrogates, NUL, control characters) has them replaced by U+FFFD and
+        carries their count as ``repaired_text`` (``_kit/text.py``)."""
         url, t0, aborted = f"{base}/{route}", time.monotonic(), 0
         rule = self.peers.retry
         while True:
-            completion = await self.peers.json(f"model endpoint {base}", url, upstream_body)
+            completion, fixed = repaired(await self.peers.json(f"model endpoint {base}", url, upstream_body))
             reason = interrupted(completion)
             if reason is None:
                 if aborted:
                     completion["aborted_calls"] = aborted
+                if fixed and isinstance(completion, dict):
+                    completion["repaired_text"] = fixed  # code points that were no text (``_kit/text.py``)
                 return completion
             delay, waited = rule.delay(aborted), time.monotonic() - t0
             aborted += 1

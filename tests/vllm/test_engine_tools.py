@@ -159,9 +159,12 @@ def test_token_ids_of_gym_070s_own_vllm_model_are_vllms_own(engine, tmp_path):
     The model server is called directly (no rows), so only the resources server of the config is
     kept beside it: the agent's environment server (NeMo Gym's ``legacy_agent``, declared or
     generated for the agent) would start Ray, whose head's start can time out on a loaded
-    two-core machine, and has nothing to do with the model server."""
-    from tests.helpers.gym07 import gym07_python, gym07_wheel
+    two-core machine, and has nothing to do with the model server. The Python is
+    ``tests/helpers/gym_python.py``'s: the host's, else the one ``.ci/provision-python`` builds beside
+    the suite."""
+    from tests.helpers.gym07 import gym07_wheel
     from tests.helpers.gym_package import assemble_tree_package, cache_dir
+    from tests.helpers.gym_python import gym_python
 
     served = engine("tools")
     pkg, _ = assemble_tree_package(gym07_wheel(), "example_single_tool_call", "example_single_tool_call.yaml",
@@ -170,7 +173,7 @@ def test_token_ids_of_gym_070s_own_vllm_model_are_vllms_own(engine, tmp_path):
     blocks = yaml.safe_load(config.read_text())
     config.write_text(yaml.safe_dump({k: v for k, v in blocks.items() if "resources_servers" in v}))
     env = {**runtime_env(tmp_path), "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs07")}
-    with running_up(pkg, tmp_path, *policy_args(served), "--python", gym07_python(), *TRAINING,
+    with running_up(pkg, tmp_path, *policy_args(served), "--python", str(gym_python()), *TRAINING,
                     env=env, timeout=1500) as (proc, info):
         assert_token_ids_are_vllms(served, info["servers"]["policy_model"], PLAIN)
         assert_token_ids_are_vllms(served, info["servers"]["policy_model"], FORCED)

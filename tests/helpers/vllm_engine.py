@@ -150,8 +150,9 @@ class VLLMServer:
 
     ``flags``: extra serve flags (``--enable-auto-tool-choice``, ``--tool-call-parser hermes``,
     ``--reasoning-parser qwen3``, ``--max-model-len N``). ``base_url`` is its ``/v1`` root,
-    ``root`` the server root (``/tokenize``). Raises :class:`VLLMUnavailable` when it does not
-    become ready within :data:`READY_TIMEOUT_S` (its log's tail in the message).
+    ``root`` the server root (``/tokenize``). Ready means ``/models`` answers and a first one-token
+    completion came back. Raises :class:`VLLMUnavailable` when it is not ready within
+    :data:`READY_TIMEOUT_S` (its log's tail in the message).
     """
 
     def __init__(self, log_dir: Path, flags: tuple[str, ...] = (), max_model_len: int = 2048) -> None:
@@ -193,11 +194,20 @@ class VLLMServer:
                 raise VLLMUnavailable(f"vLLM exited {self.proc.returncode} before it was ready:\n{self.tail()}")
             try:
                 if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
-                    return
+                    break
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
-        raise VLLMUnavailable(f"vLLM was not ready within {READY_TIMEOUT_S:.0f}s:\n{self.tail()}")
+        else:
+            raise VLLMUnavailable(f"vLLM was not ready within {READY_TIMEOUT_S:.0f}s:\n{self.tail()}")
+        # the first completion of a fresh engine is its slowest (lazy set-up): paid here, not by a
+        # test's client with its own deadline
+        warm = {"model": self.model, "messages": [{"role": "user", "content": "Hello."}], "max_tokens": 1}
+        try:
+            httpx.post(f"{self.base_url}/chat/completions", json=warm, trust_env=False,
+                       timeout=max(deadline - time.monotonic(), 1.0)).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise VLLMUnavailable(f"vLLM's first completion failed ({exc}):\n{self.tail()}") from None
 
     def tail(self, chars: int = 3000) -> str:
         try:

@@ -6,7 +6,8 @@ qwen3``) on the tiny model (docs/rollouts.md, "A real vLLM engine"):
 - the token ids of the built-in ``vllm_model`` and of NeMo Gym 0.7.0's own ``vllm_model`` tree equal
   vLLM's own ``/tokenize`` of the prompt and the logprob tokens of vLLM's own completion;
 - tool calls parsed by ``hermes``: chosen by the model (``tool_choice: auto``), and forced
-  (``tool_choice: required``, which structured outputs make valid JSON);
+  (``tool_choice: required``, which structured outputs make valid JSON, after the reasoning where
+  thinking is on);
 - the reasoning parser's field becomes a ``reasoning`` item;
 - a prompt over ``--max-model-len`` ends the episode as a context overflow (scored, counted).
 """
@@ -30,8 +31,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.pypi, pytest.mark.slow, pytest.mark.
 
 TRAINING = (f"{POLICY}.return_token_id_information=true", f"{POLICY}.uses_reasoning_parser=true")
 PLAIN = {"input": [{"role": "user", "content": "Reply with the word OK."}], "temperature": 0, "max_output_tokens": 40}
-# a forced call: with the reasoning parser on, the tool grammar would apply inside the reasoning, so the
-# row turns thinking off through its metadata (NeMo Gym's per-row chat_template_kwargs)
+# a forced call without a think block first: the row turns thinking off through its metadata (NeMo Gym's
+# per-row chat_template_kwargs); with it on, the tool grammar waits for the reasoning to end
 NO_THINKING = {"chat_template_kwargs": json.dumps({"enable_thinking": False})}
 FORCED = {"input": [{"role": "user", "content": "Which code has the key alpha?"}], "tools": [TOOL],
           "tool_choice": "required", "parallel_tool_calls": False, "temperature": 0, "max_output_tokens": 60,
@@ -120,14 +121,20 @@ def test_rollouts_call_tools_parsed_by_hermes_and_keep_the_reasoning_field(daemo
     assert message["content"][0]["text"] == "OK" and "<think>" not in message["content"][0]["text"]
 
 
-def test_a_forced_call_written_inside_the_reasoning_is_counted_unparsed(daemon):
-    """vLLM with ``--reasoning-parser`` and ``tool_choice: required``: the grammar-forced call comes out
-    inside the reasoning, and the completion ends ``finish_reason: tool_calls`` with no tool call."""
+def test_with_thinking_on_the_forced_call_waits_for_the_reasoning_to_end(daemon):
+    """vLLM with ``--reasoning-parser`` and ``tool_choice: required``, thinking on: the tool grammar
+    applies once the reasoning has ended (vLLM's structured outputs wait for the reasoning parser),
+    so each turn is a reasoning item and then a parsed forced call; none is lost to the reasoning."""
     served, info = daemon
     thinking = row("code_lookup_agent", "Which code has the key alpha?", tools=True, tool_choice="required",
                    parallel_tool_calls=False)
     (result,) = run_batch(info["head_server"], [thinking]).results
-    assert "error" not in result and result["unparsed_tool_calls"] >= 1, result
+    assert "error" not in result and result["unparsed_tool_calls"] == 0, result
+    output = result["response"]["output"]
+    calls = [o for o in output if o["type"] == "function_call"]
+    assert calls and all(c["name"] == "get_code" and json.loads(c["arguments"]) == {"key": "alpha"} for c in calls)
+    assert len([o for o in output if o["type"] == "reasoning"]) >= len(calls)
+    assert result["max_steps_stops"] == 1  # every turn must call a tool: the step cap ends it
 
 
 def test_a_prompt_over_max_model_len_is_a_scored_context_overflow(daemon):

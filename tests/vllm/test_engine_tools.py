@@ -110,8 +110,8 @@ def test_rollouts_call_tools_parsed_by_hermes_and_keep_the_reasoning_field(daemo
     assert json.loads(outputs[0]["output"])["code"].startswith("CODE-")  # the resources server ran the call
     assert chosen["unparsed_tool_calls"] == 0 and chosen["unknown_tool_calls"] == 0
     forced_calls = [o for o in forced["response"]["output"] if o["type"] == "function_call"]
-    parsed = [json.loads(c["arguments"]) for c in forced_calls]  # the grammar makes every call valid JSON,
-    # but without `strict` (removed for vLLM, as NeMo Gym does) not an object of the tool's schema: those
+    parsed = [json.loads(c["arguments"]) for c in forced_calls]  # the grammar makes every call valid JSON
+    # (vLLM's `required` grammar carries the tool's parameters schema); arguments that are not an object
     # are refused by the agent and counted, never posted to the resources server
     assert parsed and forced["invalid_tool_arguments"] == sum(not isinstance(p, dict) for p in parsed)
     assert forced["max_steps_stops"] == 1  # every turn must call a tool: the step cap ends it

@@ -38,7 +38,7 @@ answers on any prompt the chat template renders:
 The script checks greedy decoding of every kind with transformers before it saves anything, and
 refuses a tokenizer under which two answers would need different next tokens after the same one.
 The same script makes the same files on any machine with these versions. The directory is small
-(about 0.5 MB) and takes seconds of CPU to make (docs/rollouts.md, "A real vLLM engine", has the
+(about 1.2 MB) and takes seconds of CPU to make (docs/rollouts.md, "A real vLLM engine", has the
 figures), once per version of this script.
 """
 

@@ -6,7 +6,7 @@ Figures (docs/rollouts.md, "A real vLLM engine"): the vLLM venv (built with real
 ``tests/helpers/vllm_engine.py``, or reused) and its size; ``--cold`` builds it again under an
 empty ``XDG_CACHE_HOME`` of its own, which uv's cache follows too: a cold install, downloads
 included (the ``torch +cpu`` wheel is a local file); the tiny model made from scratch by
-``tests/helpers/vllm_model_maker.py`` (time, size, training steps); the engine with the tool and
+``tests/helpers/vllm_model_maker.py`` (wall and CPU time, size); the engine with the tool and
 reasoning parsers: time to ready, RSS and idle CPU; the median latency of one short turn (the
 model's think block and "OK", at most 16 tokens) straight to the engine and through ``gym-runtime
 up``'s built-in ``vllm_model``; the engine's stop after SIGTERM. Needs what the ``vllm`` tests need
@@ -71,7 +71,7 @@ def model_figures() -> None:
         took = time.monotonic() - t0
         facts = json.loads(done.stdout.strip().splitlines()[-1])
         cpu = sum(os.times()[2:4]) - cpu0
-        print(f"tiny model made: {took:.1f} s wall, {cpu:.0f} s CPU ({facts['seconds']} s training, {facts['steps']} steps, "
+        print(f"tiny model made: {took:.1f} s wall, {cpu:.1f} s CPU ({facts['seconds']} s after the imports, "
               f"{facts['parameters']} parameters, vocab {facts['vocab']}), {size_mb(Path(out)):.2f} MB")
 
 
@@ -112,7 +112,7 @@ def up_figures(engine: VLLMServer, n: int, work: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cold", action="store_true", help="also build the venv into an empty cache directory")
-    parser.add_argument("--skip-model", action="store_true", help="do not make the tiny model again (minutes)")
+    parser.add_argument("--skip-model", action="store_true", help="do not make the tiny model again")
     parser.add_argument("--completions", type=int, default=20)
     args = parser.parse_args()
     venv_figures(args.cold)

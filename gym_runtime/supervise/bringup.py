@@ -47,7 +47,7 @@ from gym_runtime.venvs.pyc_store import PycStore
 class UpRequest:
     """Everything ``up`` was asked for (CLI flags or :class:`gym_runtime.Runtime` arguments)."""
 
-    package: str | Path
+    package: Any  # a directory, or a Package already made (gym_runtime/package/bare.py)
     overrides: list[str] = field(default_factory=list)
     policy: PolicyValues = field(default_factory=PolicyValues)
     head_host: str = "127.0.0.1"
@@ -70,6 +70,7 @@ class UpRequest:
         if self.rollout_deadline_s is not None:
             return self.rollout_deadline_s
         return ROLLOUT_DEADLINE_S if self.host is not None else 3600.0
+    job_config: tuple[dict[str, Any], str] | None = None  # a config layer over the files (gym_runtime.nemo_gym)
 
 
 class Environment:
@@ -126,7 +127,8 @@ class Environment:
                                    if self.req.head_port is not None else bind_in_range(self.req.head_host,
                                                                                         *host.port_range))
         merged, self.stub_url = await job_policy.configure(self.req.package, self.req.overrides, self.req.policy,
-                                                           self._say, self.settings, host.job if host else None)
+                                                           self._say, self.settings, host.job if host else None,
+                                                           self.req.job_config)
         from gym_runtime.rollouts.routing import Routing
 
         self._routing = Routing.from_config(merged)

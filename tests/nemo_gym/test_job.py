@@ -54,8 +54,8 @@ def test_nemo_rls_keys_become_the_runtimes_arguments_and_the_rest_stays_in_the_s
     assert job.package.root == root and job.package.manifest.config_paths == [POLICY, ARITH]
     assert job.policy_base_url == ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"]
     assert (job.policy_api_key, job.policy_model_name) == ("dummy_key", "acme")
-    assert (job.head_host, job.head_port, job.ray_address) == ("0.0.0.0", 5123, "127.0.0.1:6379")
-    assert job.layers == [({"default_host": "10.0.0.7", "port_range_low": 5000, "port_range_high": 5999,
+    assert (job.head_host, job.head_port) == ("0.0.0.0", 5123)
+    assert job.layers == [({"default_host": "10.0.0.7", "ray_head_node_address": "127.0.0.1:6379", "port_range_low": 5000, "port_range_high": 5999,
                             "global_aiohttp_connector_limit_per_host": 16384,
                             "global_aiohttp_connector_limit": 65536}, "initial_global_config_dict")]
     merged = build_config(job.package, layers=job.layers,
@@ -63,6 +63,7 @@ def test_nemo_rls_keys_become_the_runtimes_arguments_and_the_rest_stays_in_the_s
     assert merged.data["global_aiohttp_connector_limit_per_host"] == 16384
     assert merged.data["port_range_low"] == 5000 and set(merged.instances) >= {"policy_model", "arithmetic"}
     assert merged.sources.of("default_host") == "initial_global_config_dict"
+    assert merged.data["ray_head_node_address"] == "127.0.0.1:6379"  # the cluster servers join
 
 
 def test_env_yaml_lies_between_the_files_and_the_initial_dict_and_the_cli_wins(tmp_path: Path) -> None:

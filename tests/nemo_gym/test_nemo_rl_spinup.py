@@ -31,7 +31,7 @@ from tests.helpers.node_image import image_env, node_venv
 from tests.helpers.ray_cluster import LocalRayCluster
 from tests.nemo_gym.spinup import TREES, collect, kill_for_good, rows_of, spinup, token_items
 
-pytestmark = [pytest.mark.pypi, pytest.mark.slow]
+pytestmark = [pytest.mark.pypi, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 @pytest.fixture(scope="module")

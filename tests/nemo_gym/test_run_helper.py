@@ -12,10 +12,8 @@ trees and collector, and Ray: tests/nemo_gym/test_nemo_rl_spinup.py.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import pickle
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -28,11 +26,11 @@ from omegaconf import DictConfig
 
 from gym_runtime.errors import GymRuntimeError
 from gym_runtime.nemo_gym import GlobalConfigDictParserConfig, RunHelper
-from gym_runtime.supervise import head_view
 from tests.helpers.environments import StubEndpoint
+from tests.nemo_gym.spinup import kill_for_good
 from tests.nemo_gym.test_job import ARITH, POLICY, trees
 
-pytestmark = [pytest.mark.pypi, pytest.mark.slow]
+pytestmark = [pytest.mark.pypi, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture
@@ -98,26 +96,6 @@ def test_start_poll_kill_for_good_and_shutdown_leave_nothing(gym_root: Path, rep
         rh.shutdown()
     assert mine() - before == set()
     rh.shutdown()  # a second call is a no-op
-
-
-def kill_for_good(rh: RunHelper, name: str, deadline_s: float = 240) -> GymRuntimeError:
-    """SIGKILL server ``name`` each time it is back up until the runtime gives up on it; returns
-    what ``poll`` then raises."""
-    env = rh._runtime.env
-    killed: set[int] = set()
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            rh.poll()
-        except GymRuntimeError as e:
-            return e
-        snap = next(s for s in head_view.instances(env) if s["name"] == name)
-        if snap["status"] == "ready" and snap["pid"] and snap["pid"] not in killed:
-            killed.add(snap["pid"])
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(snap["pid"], signal.SIGKILL)
-        time.sleep(0.2)
-    raise AssertionError(f"poll() did not raise within {deadline_s}s after killing {name} {len(killed)} times")
 
 
 def test_a_failed_start_stops_what_it_started_and_raises_a_picklable_error(gym_root: Path, replicas: list[str],

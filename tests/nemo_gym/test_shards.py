@@ -33,7 +33,7 @@ from tests.helpers.ray_cluster import LocalRayCluster
 from tests.nemo_gym.test_job import ARITH, POLICY, trees
 from tests.nemo_gym.test_run_helper import row
 
-pytestmark = [pytest.mark.pypi, pytest.mark.slow]
+pytestmark = [pytest.mark.pypi, pytest.mark.slow, pytest.mark.timeout(1800)]
 WORKERS = {"n1": {"num_cpus": 1, "resources": {"gym_shard": 1}}, "n2": {"num_cpus": 1, "resources": {"gym_shard": 1}}}
 RANGES = {"shard-a": (5000, 5499), "shard-b": (5500, 5999)}
 DEADLINE_S = 900.0  # the set's one start deadline, shared by its shards

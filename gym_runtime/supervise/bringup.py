@@ -11,6 +11,7 @@ stages call it, never a second path of their own.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 import time
@@ -73,6 +74,24 @@ class UpRequest:
     job_config: tuple[dict[str, Any], str] | None = None  # a config layer over the files (gym_runtime.nemo_gym)
 
 
+_RUN_IDS: set[str] = set()
+_RUN_IDS_LOCK = threading.Lock()
+
+
+def _new_run_id() -> str:
+    """``YYYYmmdd-HHMMSS-<pid>``, with ``-N`` for this process's second and later environment of the
+    same second: environments started at once on one state root (the shards of one host, in one
+    process or several) each get their own run directory. Nothing is created here."""
+    base = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    with _RUN_IDS_LOCK:
+        run_id, n = base, 1
+        while run_id in _RUN_IDS:
+            n += 1
+            run_id = f"{base}-{n}"
+        _RUN_IDS.add(run_id)
+    return run_id
+
+
 class Environment:
     """One running environment. ``await start()`` -> the ready info dict (raises a
     :class:`~gym_runtime.errors.GymRuntimeError`); ``await stop(fast)``; ``await wait()`` -> exit code."""
@@ -106,7 +125,7 @@ class Environment:
         self._servers_sock: Any = None  # the head server as servers reach it (head/app.py, SERVERS_ROUTES)
         self._stopped: asyncio.Future | None = None
         self._t0 = time.monotonic()
-        self.run_id = time.strftime("%Y%m%d-%H%M%S")
+        self.run_id = _new_run_id()
         self.work_dir = Path(req.work_dir or settings.home / "runs" / self.run_id).resolve()
         self.logs_dir = self.work_dir / "logs"
 

@@ -21,6 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 from omegaconf import DictConfig
 
 from gym_runtime.errors import GymRuntimeError
@@ -90,6 +91,18 @@ def collect(gym_python: Path, head_port: int, rows: list[dict]) -> list[tuple[di
                                "NO_PROXY": "127.0.0.1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return [tuple(pair) for pair in json.loads(done.stdout.splitlines()[-1])]
+
+
+def ours(cluster_pid: int) -> set[int]:
+    """This process's live descendants, but the test cluster's own (its control process ``cluster_pid``,
+    its nodes and the workers Ray starts for the servers' drivers)."""
+    cluster = {cluster_pid, *(p.pid for p in psutil.Process(cluster_pid).children(recursive=True))}
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if p.pid not in cluster and p.status() != psutil.STATUS_ZOMBIE:
+                out.add(p.pid)
+    return out
 
 
 def token_items(result: dict) -> list[dict]:

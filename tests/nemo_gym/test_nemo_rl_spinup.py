@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from gym_runtime.errors import GymRuntimeError
@@ -29,7 +28,7 @@ from tests.helpers.gym_package import cache_dir, gym_venv
 from tests.helpers.gym_python import gym_python
 from tests.helpers.node_image import image_env, node_venv
 from tests.helpers.ray_cluster import LocalRayCluster
-from tests.nemo_gym.spinup import TREES, collect, kill_for_good, rows_of, spinup, token_items
+from tests.nemo_gym.spinup import TREES, collect, kill_for_good, ours, rows_of, spinup, token_items
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -74,13 +73,14 @@ def test_nemo_rls_spinup_collects_token_ids_and_rewards_then_poll_and_shutdown(
         on_the_node: Path, cluster: LocalRayCluster, tmp_path: Path) -> None:
     venv = gym_venv("0.7.0")
     assert venv is not None
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = ours(cluster.proc.pid)
     with StubEndpoint(tmp_path, "acme-policy") as a, StubEndpoint(tmp_path, "acme-policy") as b:
         rh, head_port = spinup([a.url, b.url], "acme-policy", cluster.address, tmp_path)
         try:
             assert rh.ready_info["ray"] == {"mode": "join", "address": cluster.address,
                                             "source": "config ray_head_node_address",
                                             "needed_by": rh.ready_info["ray"]["needed_by"]}
+            assert len(ours(cluster.proc.pid) - before) >= 2 + 4  # the stubs and the four servers
             rows = rows_of(on_the_node / "resources_servers/example_single_tool_call/data/example.jsonl", 4)
             results = collect(venv / "bin" / "python", head_port, rows)
             assert sorted(row["_rowidx"] for row, _ in results) == [0, 1, 2, 3]
@@ -101,5 +101,4 @@ def test_nemo_rls_spinup_collects_token_ids_and_rewards_then_poll_and_shutdown(
             assert isinstance(again, GymRuntimeError) and again.render() == failure.render()
         finally:
             rh.shutdown()
-        assert {p.pid for p in psutil.Process().children(recursive=True)} - before == {a.running.proc.pid,
-                                                                                       b.running.proc.pid}
+        assert ours(cluster.proc.pid) - before == {a.running.proc.pid, b.running.proc.pid}

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.nemo_gym.spinup import TREES, collect, kill_for_good, rows_of, spinup, token_items
+from tests.nemo_gym.spinup import TREES, collect, kill_for_good, ours, rows_of, spinup, token_items
 from tests.nemo_gym.test_nemo_rl_spinup import cluster, on_the_node, python  # noqa: F401 - fixtures
 from tests.vllm.helpers import logprob_ids, vllm_chat, vllm_tokenize
 
@@ -40,7 +39,7 @@ def test_nemo_rls_spinup_gets_vllms_own_token_ids_and_logprobs(engine, on_the_no
     rows = rows_of(on_the_node / "resources_servers/example_single_tool_call/data/example.jsonl", 3)
     for r in rows:  # greedy, so vLLM's own completion of the same chat is the same tokens
         r["responses_create_params"].update(temperature=0, max_output_tokens=MAX_TOKENS)
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = ours(cluster.proc.pid)
     rh, head_port = spinup([served.base_url], served.model, cluster.address, tmp_path)
     try:
         results = collect(venv / "bin" / "python", head_port, rows)
@@ -60,4 +59,4 @@ def test_nemo_rls_spinup_gets_vllms_own_token_ids_and_logprobs(engine, on_the_no
         assert failure.code.startswith("GR-START")
     finally:
         rh.shutdown()
-    assert {p.pid for p in psutil.Process().children(recursive=True)} - before == set()
+    assert ours(cluster.proc.pid) - before == set()

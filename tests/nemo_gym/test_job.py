@@ -55,10 +55,11 @@ def test_nemo_rls_keys_become_the_runtimes_arguments_and_the_rest_stays_in_the_s
     assert job.policy_base_url == ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"]
     assert (job.policy_api_key, job.policy_model_name) == ("dummy_key", "acme")
     assert (job.head_host, job.head_port) == ("0.0.0.0", 5123)
-    assert job.layers == [({"default_host": "10.0.0.7", "ray_head_node_address": "127.0.0.1:6379", "port_range_low": 5000, "port_range_high": 5999,
-                            "global_aiohttp_connector_limit_per_host": 16384,
-                            "global_aiohttp_connector_limit": 65536}, "initial_global_config_dict")]
-    merged = build_config(job.package, layers=job.layers,
+    assert job.job_config == ({"default_host": "10.0.0.7", "ray_head_node_address": "127.0.0.1:6379",
+                               "port_range_low": 5000, "port_range_high": 5999,
+                               "global_aiohttp_connector_limit_per_host": 16384,
+                               "global_aiohttp_connector_limit": 65536}, "initial_global_config_dict")
+    merged = build_config(job.package, job_config=job.job_config,
                           policy=PolicyValues(job.policy_base_url, job.policy_api_key, job.policy_model_name))
     assert merged.data["global_aiohttp_connector_limit_per_host"] == 16384
     assert merged.data["port_range_low"] == 5000 and set(merged.instances) >= {"policy_model", "arithmetic"}
@@ -76,6 +77,8 @@ def test_env_yaml_lies_between_the_files_and_the_initial_dict_and_the_cli_wins(t
     assert (job.policy_api_key, job.policy_model_name) == ("from-env-yaml", "initial-model")
     assert job.policy_base_url == "http://127.0.0.1:8001/v1" and job.overrides == ["+port_range_low=6000"]
     assert job.startup_timeout_s == NO_DEADLINE_S and job.work_dir == Path("logs/shard-a")
+    assert job.job_config == ({"server_spinup_timeout_seconds": 0},
+                              f"initial_global_config_dict over {root / 'env.yaml'}")
     assert parse(root, initial, argv=("+port_range_low=6000",)).overrides == []  # skip_load_from_cli
     skipped = read_job(GlobalConfigDictParserConfig(initial_global_config_dict=initial, skip_load_from_cli=True,
                                                     skip_load_from_dotenv=True), root, [])

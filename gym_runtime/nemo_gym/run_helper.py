@@ -95,7 +95,8 @@ class RunHelper:
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
             raise StartError(f"start-up failed: {type(e).__name__}: {e}", code="GR-NEMOGYM-START",
-                             hint="see the cause; the run's logs are under its logs directory") from None
+                             hint="everything started was stopped; each server's log is in the run "
+                             "directory's logs/ (nemo_gym_log_dir, when given)") from None
         finally:
             self._start_left.set()
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ import pytest
 from gym_runtime.errors import GymRuntimeError
 from tests.helpers.environments import StubEndpoint
 from tests.helpers.ray_cluster import LocalRayCluster
+from tests.nemo_gym.spinup import free_port_in
 from tests.nemo_gym.test_job import ARITH, POLICY, trees
 from tests.nemo_gym.test_run_helper import row
 
@@ -71,21 +71,12 @@ def driver(cluster: LocalRayCluster):
                 connected.shutdown()
 
 
-def free_port_in(low: int, high: int) -> int:
-    """A free port in ``[low, high]``, as NeMo RL picks its head server port in the Gym range."""
-    for port in range(low, high + 1):
-        with socket.socket() as s, contextlib.suppress(OSError):
-            s.bind(("0.0.0.0", port))
-            return port
-    raise AssertionError(f"no free port in {low}-{high}")
-
-
 def shard_config(name: str, stub: str, tmp: Path, deadline: float) -> dict:
     low, high = RANGES[name]
     return {"config_paths": [POLICY, ARITH], "policy_model_name": "acme", "policy_api_key": "dummy_key",
             "policy_base_url": [stub], "default_host": "127.0.0.1", "port_range_low": low, "port_range_high": high,
             "global_aiohttp_connector_limit_per_host": 16384, "global_aiohttp_connector_limit": 65536,
-            "head_server": {"host": "0.0.0.0", "port": free_port_in(low, high)},
+            "head_server": {"host": "0.0.0.0", "port": free_port_in(low, high + 1)},
             "nemo_gym_log_dir": str(tmp / "logs" / name),
             "server_spinup_timeout_seconds": max(1.0, deadline - time.monotonic())}
 

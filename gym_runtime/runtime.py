@@ -33,7 +33,10 @@ from gym_runtime.supervise.options import SuperviseOptions
 class Runtime:
     """One environment, started and stopped by the caller.
 
-    Arguments: ``package`` (directory), ``overrides`` (``key=value`` list), ``policy_base_url``
+    Arguments: ``package`` (directory, or a :class:`~gym_runtime.package.Package` value such as
+    :func:`~gym_runtime.package.bare.package_from_config_paths` makes), ``overrides`` (``key=value``
+    list), ``job_config`` (a config layer ``(data, label)`` merged over the files and beneath the
+    overrides), ``policy_base_url``
     (str or list of replicas; None = start the stub model), ``policy_api_key``,
     ``policy_model_name``, ``head_host`` / ``head_port`` (default loopback, a free port),
     ``ray_address`` (``host:port`` | ``auto`` | ``local``), ``work_dir`` (logs, server homes),
@@ -47,7 +50,8 @@ class Runtime:
     callable receiving human progress lines).
     """
 
-    def __init__(self, package: str | Path, *, overrides: list[str] | None = None,
+    def __init__(self, package: Any, *, overrides: list[str] | None = None,
+                 job_config: tuple[dict[str, Any], str] | None = None,
                  policy_base_url: str | list[str] | None = None, policy_api_key: str | None = None,
                  policy_model_name: str | None = None, head_host: str = "127.0.0.1", head_port: int | None = None,
                  ray_address: str | None = None, work_dir: str | Path | None = None, require_isolation: bool = False,
@@ -58,7 +62,7 @@ class Runtime:
             package, list(overrides or []), PolicyValues(policy_base_url, policy_api_key, policy_model_name),
             head_host, head_port, ray_address, Path(work_dir) if work_dir else None, require_isolation, isolation,
             python, options=options or SuperviseOptions(), placement=placement,
-            max_concurrent_rollouts=max_concurrent_rollouts)
+            max_concurrent_rollouts=max_concurrent_rollouts, job_config=job_config)
         self.settings = settings or load_settings()
         self.progress = progress
         self.env: Environment | None = None

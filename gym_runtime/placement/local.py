@@ -242,6 +242,8 @@ class LocalPlacement:
                    **task_sandboxes.server_env(env.task_sandboxes, self.task_url, name)}
         if env.ray.mode == "local":  # drivers of our private head agree with it on the loopback node address
             environ.update(ray_head.LOOPBACK_ENV)
+        elif env.ray.mode == "join":  # drivers of a joined cluster share this node's own Ray settings
+            environ.update({k: env.settings.environ[k] for k in ray_head.NODE_RAY_ENV if k in env.settings.environ})
         if env.ray.mode != "none":  # its Ray tasks run in its venv with its PYTHONPATH (ray_workers.py)
             environ.update(ray_workers.job_env(sdir, python))
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, environ,

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import GymRuntimeError, StartError
+from gym_runtime.supervise.ray_head import NODE_RAY_ENV
 from gym_runtime.venvs.progress import Reporter
 
 
@@ -80,10 +81,6 @@ class ReplicaJob:
 
 
 HEAD = "__head__"
-# The node's own Ray settings that a driver on the node (a server that joins the cluster) must share
-# with the node's raylet: how it resolves the node's address (a loopback node stays loopback; see
-# gym_runtime/supervise/ray_head.py LOOPBACK_ENV) and where the node keeps its sessions.
-NODE_RAY_ENV = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_TMPDIR")
 
 
 def node_settings(job: ReplicaJob) -> Any:

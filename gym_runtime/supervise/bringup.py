@@ -11,6 +11,7 @@ stages call it, never a second path of their own.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 import time
@@ -49,7 +50,7 @@ from gym_runtime.venvs.pyc_store import PycStore
 class UpRequest:
     """Everything ``up`` was asked for (CLI flags or :class:`gym_runtime.Runtime` arguments)."""
 
-    package: str | Path
+    package: Any  # a directory, or a Package already made (gym_runtime/package/bare.py)
     overrides: list[str] = field(default_factory=list)
     policy: PolicyValues = field(default_factory=PolicyValues)
     head_host: str = "127.0.0.1"
@@ -72,6 +73,25 @@ class UpRequest:
         if self.rollout_deadline_s is not None:
             return self.rollout_deadline_s
         return ROLLOUT_DEADLINE_S if self.host is not None else 3600.0
+    job_config: tuple[dict[str, Any], str] | None = None  # a config layer over the files (gym_runtime.nemo_gym)
+
+
+_RUN_IDS: set[str] = set()
+_RUN_IDS_LOCK = threading.Lock()
+
+
+def _new_run_id() -> str:
+    """``YYYYmmdd-HHMMSS-<pid>``, with ``-N`` for this process's second and later environment of the
+    same second: environments started at once on one state root (the shards of one host, in one
+    process or several) each get their own run directory. Nothing is created here."""
+    base = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    with _RUN_IDS_LOCK:
+        run_id, n = base, 1
+        while run_id in _RUN_IDS:
+            n += 1
+            run_id = f"{base}-{n}"
+        _RUN_IDS.add(run_id)
+    return run_id
 
 
 class Environment:
@@ -107,7 +127,7 @@ class Environment:
         self._servers_sock: Any = None  # the head server as servers reach it (head/app.py, SERVERS_ROUTES)
         self._stopped: asyncio.Future | None = None
         self._t0 = time.monotonic()
-        self.run_id = time.strftime("%Y%m%d-%H%M%S")
+        self.run_id = _new_run_id()
         self.work_dir = Path(req.work_dir or settings.home / "runs" / self.run_id).resolve()
         self.logs_dir = self.work_dir / "logs"
 
@@ -128,7 +148,8 @@ class Environment:
                                    if self.req.head_port is not None else bind_in_range(self.req.head_host,
                                                                                         *host.port_range))
         merged, self.stub_url = await job_policy.configure(self.req.package, self.req.overrides, self.req.policy,
-                                                           self._say, self.settings, host.job if host else None)
+                                                           self._say, self.settings, host.job if host else None,
+                                                           self.req.job_config)
         from gym_runtime.rollouts.routing import Routing
 
         self._routing = Routing.from_config(merged)

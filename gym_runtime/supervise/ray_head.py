@@ -70,6 +70,10 @@ READY_TEXT = "gym-runtime ray head: holding"
 # drivers (servers) that join it, so both agree on the node address.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 DEFAULT_TEMP_DIR = Path("/tmp/ray")  # where a cluster started without --temp-dir keeps its sockets
+# A node's own Ray settings that a driver on the node (a server that joins the cluster) must share
+# with the node's raylet: how it resolves the node's address (a loopback node stays loopback, as
+# with LOOPBACK_ENV) and where the node keeps its sessions.
+NODE_RAY_ENV = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_TMPDIR")
 
 
 def ray_binary(pythons: Iterable[Path]) -> Path:

@@ -68,3 +68,22 @@ def gym07_wheel() -> Path:
         found = sorted(dest.glob("nemo_gym-0.7.0-*.whl"))
     return found[0]
 
+
+
+def gym07_trees(root: Path, trees: tuple[str, ...]) -> Path:
+    """The ``{server_type}/{implementation}`` ``trees`` of the 0.7.0 wheel, unchanged (configs,
+    ``data/`` and all), under ``root`` as a Gym checkout holds them, with no package manifest: what
+    NeMo RL's ``config_paths`` name. Returns ``root``."""
+    import sys
+    import zipfile
+
+    from tests.helpers.gym_package import gym_wheel
+
+    prefixes = tuple(t.rstrip("/") + "/" for t in trees)
+    with zipfile.ZipFile(gym_wheel(sys.executable, "0.7.0")) as z:
+        for name in z.namelist():
+            if name.startswith(prefixes) and not name.endswith("/"):
+                out = root / name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(z.read(name))
+    return root

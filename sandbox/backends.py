@@ -42,6 +42,7 @@ class LocalBackend:
     name = "local"
     host_isolation = True  # the isolation is this host's (probed, and forced lower by --isolation)
     runs_ray = True
+    close_step = ("sandbox (forwards, proxy, netns holder)", 5.0)  # teardown step: name, deadline (s)
 
     async def reap_leftovers(self) -> list[str]:
         return []

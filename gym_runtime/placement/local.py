@@ -51,7 +51,6 @@ class LocalPlacement:
     """Servers on this host. ``env``: the :class:`~gym_runtime.supervise.bringup.Environment`."""
 
     kind = "local"
-    close_step = ("sandbox (forwards, proxy, netns holder)", 5.0)  # teardown step: name, deadline (s)
 
     def __init__(self, env: Any) -> None:
         self.env = env
@@ -153,6 +152,12 @@ class LocalPlacement:
         for m in env.supervisor.members.values():
             if m.public is None and m.port is not None and m.launcher is self.sandbox:
                 m.public = tuple(await self.sandbox.publish(m.port))
+        await self.sandbox.prepare([m.spec for m in env.supervisor.members.values() if m.launcher is self.sandbox])
+
+    @property
+    def close_step(self) -> tuple[str, float]:
+        """The teardown step: its name and deadline (s), the sandbox backend's."""
+        return self.env.backend.close_step if self.env.backend is not None else ("sandbox", 5.0)
 
     # ------------------------------------------------------------------ what the rest of the daemon reads
     def public(self) -> dict[str, tuple[str, int]]:
@@ -254,7 +259,8 @@ class LocalPlacement:
                                            *token_capture.writable_dir(env.merged.data, inst.server_type)],
                            private_env=contract.private_env(config_yaml, self._passed(name)),
                            limits=self._limits(),
-                           cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {})
+                           cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {},
+                           ports=[addr[1]])
         env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                     info={"server_type": inst.server_type, "implementation": inst.implementation,
                           "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})

@@ -35,6 +35,7 @@ class OpenSandboxBackend:
     name = "opensandbox"
     host_isolation = False  # the service's sandboxes isolate; this host's namespaces are not used
     runs_ray = False  # a private Ray head and its drivers share one network; not across sandboxes
+    close_step = ("sandboxes on the OpenSandbox server (relays, deletion by the run's label)", 30.0)
 
     def __init__(self, connection: OpenSandboxConnection | None, labels: RunLabels | None) -> None:
         self.conn = _require(connection)

@@ -48,6 +48,8 @@ Variables (all optional):
 ``GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST``  the IP address sandboxes reach this daemon at (required
                                     there: the bridge's gateway for a docker/podman runtime, the pod IP on
                                     Kubernetes)
+``GYM_RUNTIME_OPENSANDBOX_EGRESS``  ``enforced`` (default: the allowlist is each sandbox's networkPolicy) |
+                                    ``unenforced`` (a server without an egress sidecar; said loudly)
 ``GYM_RUNTIME_SANDBOX_*``           task sandboxes: provider choice, images, limits
                                     (:mod:`gym_runtime.task_sandboxes.settings`)
 ==================================  =========================================================
@@ -269,9 +271,14 @@ def opensandbox_connection(env: Mapping[str, str]) -> Any:
             raise SettingsError(f"GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST={daemon_host!r} is not an IP address",
                                 code="GR-SETTINGS-OPENSANDBOX", hint="give this host's address on the sandboxes' "
                                 "network (it becomes an allow rule of their networkPolicy)") from None
+    egress = env.get("GYM_RUNTIME_OPENSANDBOX_EGRESS") or "enforced"
+    if egress not in ("enforced", "unenforced"):
+        raise SettingsError(f"GYM_RUNTIME_OPENSANDBOX_EGRESS={egress!r} is not enforced or unenforced",
+                            code="GR-SETTINGS-OPENSANDBOX", hint="unset it: the allowlist is enforced by the "
+                            "server's egress sidecar")
     return OpenSandboxConnection(domain=domain, api_key=env.get("OPENSANDBOX_API_KEY") or None, protocol=protocol,
                                  image=env.get("GYM_RUNTIME_OPENSANDBOX_IMAGE") or None, cpu=cpu,
-                                 daemon_host=daemon_host)
+                                 daemon_host=daemon_host, egress=egress)
 
 
 def parse_server_env(raw: str) -> tuple[tuple[str, str | None], ...]:

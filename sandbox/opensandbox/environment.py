@@ -35,7 +35,7 @@ from ..probe import interpreter_roots
 from ..proxy import host_dial, serve_forward
 from .failures import translate
 from .process import ServerProcess
-from .relay import Relay
+from .relay import Relay, free_bind
 from .service import SandboxService
 from .spec import (RENEW_EVERY_S, TTL_S, RunLabels, network_policy, resource_limits, sdk_network_policy,
                    sdk_volumes, volumes)
@@ -80,7 +80,10 @@ class OpenSandboxEnvironment:
         self.denial_count = 0
         self.holder = None  # no namespace holder on this host (process accounting reads it)
         self.daemon_host = str(self.conn.daemon_host)
-        self.policy_wire = network_policy(policy, [self.daemon_host])
+        self.policy_wire = network_policy(policy, [self.daemon_host]) if self.conn.egress == "enforced" else None
+        if self.policy_wire is None:
+            self.report.warning = ("EGRESS NOT ENFORCED: GYM_RUNTIME_OPENSANDBOX_EGRESS=unenforced sends no "
+                                   "networkPolicy, so servers reach whatever the sandboxes' network reaches")
         self._next_port = PORT_START
         self._reserved: set[int] = set()
         self._routes: dict[int, tuple[str, int]] = {}  # inside port -> where the daemon answers it
@@ -113,6 +116,7 @@ class OpenSandboxEnvironment:
 
     async def _forward(self, inside_port: int, host: str, port: int) -> tuple[str, int]:
         sock = socket.socket(socket.AF_INET6 if ":" in self.daemon_host else socket.AF_INET, socket.SOCK_STREAM)
+        free_bind(sock)
         sock.bind((self.daemon_host, 0))
         sock.listen(512)
         sock.setblocking(False)
@@ -162,7 +166,7 @@ class OpenSandboxEnvironment:
                 self.conn.image, timeout=timedelta(seconds=TTL_S), ready_timeout=timedelta(seconds=READY_TIMEOUT_S),
                 env={"EXECD_API_GRACE_SHUTDOWN": "10ms"}, metadata=self.labels.metadata(spec.name),
                 resource=resource_limits(spec.limits, self.conn.cpu),
-                network_policy=sdk_network_policy(self.policy_wire),
+                network_policy=sdk_network_policy(self.policy_wire) if self.policy_wire is not None else None,
                 volumes=sdk_volumes(volumes([p for p in ro if Path(p).exists()],
                                             [p for p in spec.writable_paths if Path(p).exists()])),
                 connection_config=self.conn.sdk_config())

@@ -55,6 +55,12 @@ def translate(exc: BaseException, conn: OpenSandboxConnection, what: str, sandbo
                                                hint="set GYM_RUNTIME_OPENSANDBOX_IMAGE to an image its runtime has "
                                                "(a Debian-based image with the servers' Python libraries; the "
                                                "runtime images qualify), or load it there first")
+        if status == 400 and "egress" in words and "networkPolicy" in words:
+            return SandboxServiceError(f"the OpenSandbox server {conn.url} cannot enforce a networkPolicy while "
+                                       f"{what}", code="GR-OSB-EGRESS", cause=words,
+                                       hint="configure its egress sidecar ([egress] image, mode \"dns+nft\"); "
+                                       "only where egress needs no enforcing, set GYM_RUNTIME_OPENSANDBOX_EGRESS="
+                                       "unenforced")
         if code in MOUNT_CODES:
             return SandboxServiceError(f"the OpenSandbox server {conn.url} refused a mount while {what}{where}",
                                        code="GR-OSB-MOUNT", cause=words,

@@ -32,6 +32,16 @@ HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
+IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # ip(7)
+
+
+def free_bind(sock: socket.socket) -> None:
+    """Let ``sock`` bind an address this host does not have yet (``IP_FREEBIND``, ip(7)): a
+    container bridge's gateway exists only once its first sandbox runs, after the relays start."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_IP if sock.family == socket.AF_INET else socket.IPPROTO_IPV6, IP_FREEBIND, 1)
+
+
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self):  # the daemon handles signals itself
@@ -58,6 +68,7 @@ class Relay:
     async def start(self, host: str) -> tuple[str, int]:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        free_bind(sock)
         sock.bind((host, 0))
         sock.listen(512)
         sock.setblocking(False)

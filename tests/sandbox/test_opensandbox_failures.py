@@ -75,3 +75,9 @@ def test_an_unreachable_server_is_named_without_its_key() -> None:
 
 def test_the_key_is_not_in_the_connection_repr() -> None:
     assert KEY not in repr(CONN) and KEY not in str(CONN.describe())
+
+
+def test_a_server_without_an_egress_sidecar_is_named() -> None:
+    err = translate(_api(400, "SANDBOX::INVALID_PARAMETER", "egress.image must be configured when networkPolicy is "
+                         "provided."), CONN, "creating the sandbox of server 'arithmetic'")
+    assert err.code == "GR-OSB-EGRESS" and "GYM_RUNTIME_OPENSANDBOX_EGRESS=unenforced" in err.hint

@@ -43,6 +43,7 @@ from .spec import (RENEW_EVERY_S, TTL_S, RunLabels, network_policy, resource_lim
 log = logging.getLogger("sandbox.opensandbox")
 logging.getLogger("opensandbox").setLevel(logging.CRITICAL)  # its failures reach the user as GR-OSB-* blocks
 PORT_START = 20000
+ENDED = ("Failed", "Terminated", "Stopping", "Stopped")  # sandbox states (opensandbox-server 1.1.1) that never run again
 CREATE_AT_ONCE = 4
 READY_TIMEOUT_S = 120.0
 
@@ -202,13 +203,15 @@ class OpenSandboxEnvironment:
             raise translate(e, self.conn, f"asking for the endpoint of server {spec.name!r}", box.id) from None
 
     async def alive(self, box: Any, unknown: bool = False) -> bool:
-        """Whether ``box`` still exists on the server (``unknown`` when the server does not answer)."""
+        """Whether ``box`` still runs on the server: False once deleted (404) or in a state it does not
+        come back from (:data:`ENDED`: a container killed from outside is ``Failed``); ``unknown``
+        when the server does not answer."""
         from opensandbox.exceptions import SandboxApiException
 
         try:
             mgr = await self.service._mgr()
-            await mgr.get_sandbox_info(box.id)
-            return True
+            info = await mgr.get_sandbox_info(box.id)
+            return str(info.status.state) not in ENDED
         except SandboxApiException as e:
             return unknown if e.status_code != 404 else False
         except Exception:

@@ -34,6 +34,7 @@ from typing import Any
 from sandbox.process import ExitInfo
 
 POLL_S = 0.5
+CALL_S = 1.0
 SERVICE_GRACE_S = 60.0
 FORWARDER = open(os.path.join(os.path.dirname(__file__), "forwarder.py")).read()  # noqa: SIM115 (read once)
 
@@ -159,29 +160,26 @@ class ServerProcess:
         self.command = execution.id
 
     async def _watch(self) -> dict[str, Any]:
-        """Until the command ends: logs by cursor, status every :data:`POLL_S`."""
-        from opensandbox.exceptions import SandboxApiException
-
+        """Until the command ends: logs by cursor, status every :data:`POLL_S`. A call gets
+        :data:`CALL_S` (the SDK's own retries would take longer than the 2 s an exit must be seen in)."""
         silent_since: float | None = None
         while True:
             await asyncio.sleep(POLL_S)
             try:
-                await self._drain_log()
-                st = await self.box.commands.get_command_status(self.command)
+                await asyncio.wait_for(self._drain_log(), CALL_S)
+                st = await asyncio.wait_for(self.box.commands.get_command_status(self.command), CALL_S)
                 silent_since = None
-            except SandboxApiException as e:
-                if e.status_code in (404, 410) and not await self.env.alive(self.box):
-                    return {"exit_code": -1, "reason": "sandbox-gone",
-                            "detail": f"sandbox {self.box.id} was deleted from outside"}
-                silent_since = silent_since or time.monotonic()
-                st = None
-            except Exception:  # the OpenSandbox server or execd not answering (a restart)
+            except Exception:  # execd or the OpenSandbox server not answering: a killed sandbox, a restart
                 silent_since = silent_since or time.monotonic()
                 st = None
             if st is None:
-                if not await self.env.alive(self.box, unknown=True):
+                try:
+                    alive = await asyncio.wait_for(self.env.alive(self.box, unknown=True), CALL_S)
+                except asyncio.TimeoutError:
+                    alive = True  # the server does not answer: ridden out for SERVICE_GRACE_S
+                if not alive:
                     return {"exit_code": -1, "reason": "sandbox-gone",
-                            "detail": f"sandbox {self.box.id} was deleted from outside"}
+                            "detail": f"sandbox {self.box.id} was deleted or killed from outside"}
                 if time.monotonic() - silent_since > SERVICE_GRACE_S:
                     return {"exit_code": -1, "reason": "service-lost", "detail": f"no answer about sandbox "
                             f"{self.box.id} for {SERVICE_GRACE_S:g}s"}

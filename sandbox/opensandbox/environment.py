@@ -43,8 +43,10 @@ from .spec import (RENEW_EVERY_S, TTL_S, RunLabels, network_policy, resource_lim
 log = logging.getLogger("sandbox.opensandbox")
 logging.getLogger("opensandbox").setLevel(logging.CRITICAL)  # its failures reach the user as GR-OSB-* blocks
 PORT_START = 20000
+SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # the image's own, never mounted
 ENDED = ("Failed", "Terminated", "Stopping", "Stopped")  # sandbox states (opensandbox-server 1.1.1) that never run again
 CREATE_AT_ONCE = 4
+CREATE_TRIES = 3  # a server error on create (e.g. the runtime failing to copy execd in under load) is tried again
 READY_TIMEOUT_S = 120.0
 
 
@@ -157,24 +159,34 @@ class OpenSandboxEnvironment:
         """A new sandbox for ``spec``: its image, labels, TTL, limits, network policy and mounts."""
         from opensandbox import Sandbox
 
-        ro = [*spec.read_only_paths, *interpreter_roots(str(spec.argv[0])), spec.cwd]
+        ro = [p for p in (*spec.read_only_paths, *interpreter_roots(str(spec.argv[0])), spec.cwd)
+              if not any(str(p) == s or str(p).startswith(s + "/") for s in SYSTEM)]
         if spec.cow_paths:
             log.warning("server %s: a copy-on-write tree is not available under the opensandbox backend; its tree "
                         "is read-only", spec.name)
         what = f"creating the sandbox of server {spec.name!r}"
-        try:
-            box = await Sandbox.create(
-                self.conn.image, timeout=timedelta(seconds=TTL_S), ready_timeout=timedelta(seconds=READY_TIMEOUT_S),
-                env={"EXECD_API_GRACE_SHUTDOWN": "10ms"}, metadata=self.labels.metadata(spec.name),
-                resource=resource_limits(spec.limits, self.conn.cpu),
-                network_policy=sdk_network_policy(self.policy_wire) if self.policy_wire is not None else None,
-                volumes=sdk_volumes(volumes([p for p in ro if Path(p).exists()],
-                                            [p for p in spec.writable_paths if Path(p).exists()])),
-                connection_config=self.conn.sdk_config())
-        except Exception as e:
-            raise translate(e, self.conn, what) from None
+        for attempt in range(CREATE_TRIES):
+            try:
+                box = await self._create_once(Sandbox, spec, ro)
+                break
+            except Exception as e:
+                err = translate(e, self.conn, what)
+                if err.code != "GR-OSB-SERVER" or attempt == CREATE_TRIES - 1:
+                    raise err from None
+                log.info("server %s: create failed (%s), trying again", spec.name, err.cause)
         self._live[box.id] = box
         return box
+
+    async def _create_once(self, sandbox_cls: Any, spec: Any, ro: list[Any]) -> Any:
+        """One ``Sandbox.create`` (the SDK deletes a sandbox whose create failed half-way)."""
+        return await sandbox_cls.create(
+            self.conn.image, timeout=timedelta(seconds=TTL_S), ready_timeout=timedelta(seconds=READY_TIMEOUT_S),
+            env={"EXECD_API_GRACE_SHUTDOWN": "10ms"}, metadata=self.labels.metadata(spec.name),
+            resource=resource_limits(spec.limits, self.conn.cpu),
+            network_policy=sdk_network_policy(self.policy_wire) if self.policy_wire is not None else None,
+            volumes=sdk_volumes(volumes([p for p in ro if Path(p).exists()],
+                                        [p for p in spec.writable_paths if Path(p).exists()])),
+            connection_config=self.conn.sdk_config())
 
     async def prepare(self, specs: list[Any]) -> None:
         """Create every server's first sandbox, :data:`CREATE_AT_ONCE` at a time, so a create the

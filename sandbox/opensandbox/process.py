@@ -12,8 +12,9 @@ backends").
    environment and private variables as the command's own ``envs`` (never the sandbox's
    environment, never a command line);
 3. the relay in front of it (:mod:`.relay`) points at the sandbox's endpoint for its port;
-4. every :data:`POLL_S` the log is read from its cursor into the server's log pipe and the
-   command's status asked: an exit is seen within ``POLL_S`` plus one call (< 2 s);
+4. every :data:`POLL_S` the command's status is asked (an exit is seen within ``POLL_S`` plus one
+   call: about a second), and every :data:`LOG_S` its log is read from its cursor into the
+   server's log pipe;
 5. when it ends its sandbox is deleted.
 
 Exit reasons besides the local ones: ``sandbox-gone`` (the sandbox was deleted from outside:
@@ -34,7 +35,8 @@ from typing import Any
 from sandbox.process import ExitInfo
 
 POLL_S = 0.5
-CALL_S = 1.0
+CALL_S = 3.0  # one status call (execd in a busy sandbox can take a second or more)
+LOG_S = 0.25  # log reads, in a task of their own so a slow read never delays the status
 SERVICE_GRACE_S = 60.0
 FORWARDER = open(os.path.join(os.path.dirname(__file__), "forwarder.py")).read()  # noqa: SIM115 (read once)
 
@@ -124,7 +126,12 @@ class ServerProcess:
             self.box = await env.sandbox_for(self.spec)
             await self._start_commands()
             env.relay_for(self.spec).point(await env.endpoint(self.box, self.spec))
-            status = await self._watch()
+            logs = asyncio.ensure_future(self._pump_logs())
+            try:
+                status = await self._watch()
+            finally:
+                logs.cancel()
+                await asyncio.gather(logs, return_exceptions=True)
             self._end(status["exit_code"], self._reason or status["reason"], self._detail or status.get("detail", ""))
         except asyncio.CancelledError:
             self._end(-9, self._reason or "killed", self._detail)
@@ -159,14 +166,19 @@ class ServerProcess:
                                                                envs=envs))
         self.command = execution.id
 
+    async def _pump_logs(self) -> None:
+        while True:
+            await asyncio.sleep(LOG_S)
+            with contextlib.suppress(Exception):  # tried again at the next turn; the last read is at the end
+                await asyncio.wait_for(self._drain_log(), 10.0)
+
     async def _watch(self) -> dict[str, Any]:
-        """Until the command ends: logs by cursor, status every :data:`POLL_S`. A call gets
-        :data:`CALL_S` (the SDK's own retries would take longer than the 2 s an exit must be seen in)."""
+        """Until the command ends: its status every :data:`POLL_S`, each call bounded by
+        :data:`CALL_S` (the SDK's own retries would take longer)."""
         silent_since: float | None = None
         while True:
             await asyncio.sleep(POLL_S)
             try:
-                await asyncio.wait_for(self._drain_log(), CALL_S)
                 st = await asyncio.wait_for(self.box.commands.get_command_status(self.command), CALL_S)
                 silent_since = None
             except Exception:  # execd or the OpenSandbox server not answering: a killed sandbox, a restart

@@ -11,6 +11,10 @@ loop, httpx as the client, the body read whole (Gym's requests are JSON), the an
 back (server-sent events included), hop-by-hop headers dropped both ways. While the server has
 no sandbox (starting, restarting) a request waits up to ``wait_s`` for one, then gets 503
 ``{"error": {"code": "GR-OSB-NO-SANDBOX", ...}}``; a sandbox that does not answer gives 502.
+Every answer given in the server's stead carries the header :data:`NO_SERVER`: those two, and a
+502 of execd's proxy (nothing listens on the server's port yet; a Gym server never answers 502
+itself), so the readiness probe does not take them for the server's
+(:func:`gym_runtime.supervise.readiness.probe`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from . import NO_SERVER
 
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
        "transfer-encoding", "upgrade", "host", "content-length"}
@@ -108,7 +114,8 @@ class Relay:
         endpoint = await self._target()
         if endpoint is None:
             return JSONResponse({"error": {"code": "GR-OSB-NO-SANDBOX", "message": f"{self.name}: no sandbox runs "
-                                           f"the server (waited {self.wait_s:g}s)"}}, status_code=503)
+                                           f"the server (waited {self.wait_s:g}s)"}}, status_code=503,
+                                headers={NO_SERVER: "no sandbox"})
         url = f"http://{endpoint.rstrip('/')}{request.url.path}" + (f"?{request.url.query}" if request.url.query else "")
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP]
         try:
@@ -116,9 +123,12 @@ class Relay:
                                                                           content=body), stream=True)
         except httpx.HTTPError as e:
             return JSONResponse({"error": {"code": "GR-OSB-NO-SANDBOX", "message": f"{self.name}: its sandbox at "
-                                           f"{endpoint} did not answer: {type(e).__name__}"}}, status_code=502)
+                                           f"{endpoint} did not answer: {type(e).__name__}"}}, status_code=502,
+                                headers={NO_SERVER: "sandbox not answering"})
         response = StreamingResponse(upstream.aiter_raw(), status_code=upstream.status_code,
                                      background=BackgroundTask(upstream.aclose))
         response.raw_headers = [(k.encode("latin-1"), v.encode("latin-1"))
-                                for k, v in upstream.headers.multi_items() if k.lower() not in HOP]
+                                for k, v in upstream.headers.multi_items() if k.lower() not in HOP | {NO_SERVER}]
+        if upstream.status_code == 502:  # execd's proxy: nothing listens on the server's port (yet)
+            response.raw_headers.append((NO_SERVER.encode(), b"not listening"))
         return response

@@ -112,3 +112,32 @@ def test_forwarder_splices_each_port_and_names_one_it_cannot_bind() -> None:
         assert r.returncode == 1 and f"cannot listen on 127.0.0.1:{busy}" in r.stdout
 
     asyncio.run(main())
+
+
+def test_answers_given_in_the_servers_stead_are_not_readiness() -> None:
+    """The relay's own 503 and execd's 502 (nothing listens yet) carry the no-server header, which
+    the readiness probe does not take for the server's answer; the server's own answer passes."""
+    from gym_runtime.supervise.readiness import probe
+
+    async def not_listening(request: Request) -> JSONResponse:
+        return JSONResponse({"code": "BAD_GATEWAY", "message": "127.0.0.1:20004: Connection refused"}, status_code=502)
+
+    async def main() -> None:
+        server, task, port = await _serve(Starlette(routes=[Route("/proxy/1/{rest:path}", not_listening),
+                                                            Route("/proxy/2/{rest:path}", lambda r: JSONResponse({}))]))
+        relay = Relay("arithmetic", wait_s=0.1)
+        host, rport = await relay.start("127.0.0.1")
+        try:
+            async with httpx.AsyncClient(trust_env=False) as c:
+                url = f"http://{host}:{rport}/"
+                assert await probe(c, url) == "no answer from the server (no sandbox)"
+                relay.point(f"127.0.0.1:{port}/proxy/1")
+                assert await probe(c, url) == "no answer from the server (not listening)"
+                relay.point(f"127.0.0.1:{port}/proxy/2")
+                assert await probe(c, url) is None
+        finally:
+            await relay.stop()
+            server.should_exit = True
+            await task
+
+    asyncio.run(main())

@@ -181,7 +181,7 @@ class OpenSandboxEnvironment:
         """One ``Sandbox.create`` (the SDK deletes a sandbox whose create failed half-way)."""
         return await sandbox_cls.create(
             self.conn.image, timeout=timedelta(seconds=TTL_S), ready_timeout=timedelta(seconds=READY_TIMEOUT_S),
-            env={"EXECD_API_GRACE_SHUTDOWN": "10ms"}, metadata=self.labels.metadata(spec.name),
+            metadata=self.labels.metadata(spec.name),  # commands run in the background: no stream grace to shorten
             resource=resource_limits(spec.limits, self.conn.cpu),
             network_policy=sdk_network_policy(self.policy_wire) if self.policy_wire is not None else None,
             volumes=sdk_volumes(volumes([p for p in ro if Path(p).exists()],

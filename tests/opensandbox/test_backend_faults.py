@@ -88,3 +88,20 @@ def test_a_sandbox_killed_from_outside_and_a_server_restart_are_ridden_out(opens
         err = proc.stderr.read()
     assert code == 0, err[-3000:]
     assert _run_labels(server) == {} and server.api_key not in err
+
+
+def test_doctor_names_the_server_its_version_and_the_isolation(opensandbox_server, home: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "doctor"], env=_env(opensandbox_server, home),
+                       capture_output=True, text=True, timeout=300)
+    lines = [line.strip() for line in r.stdout.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("backends:"))
+    assert "servers run in the opensandbox backend" in lines[start]
+    osb = lines[start + 2]
+    assert osb.startswith(f"opensandbox: server http://{opensandbox_server.domain} version 1.1.1 (API key set; "
+                          f"image {opensandbox_server.image})"), osb
+    assert "one sandbox per server" in osb and opensandbox_server.api_key not in r.stdout + r.stderr
+    out = json.loads(subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "doctor", "--json"],
+                                    env=_env(opensandbox_server, home), capture_output=True, text=True,
+                                    timeout=300).stdout)
+    assert out["sandbox_backends"]["opensandbox"]["version"] == "1.1.1"
+    assert "sandbox_backends" not in out["problems"]

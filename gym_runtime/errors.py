@@ -188,6 +188,22 @@ class IsolationError(GymRuntimeError):
     code = "GR-SANDBOX-ISOLATION"
 
 
+class SandboxServiceError(GymRuntimeError):
+    """The operator's OpenSandbox server could not be used (exit 3): unreachable, a create refused
+    (quota, a mount outside its allowed host paths), a sandbox deleted from outside or lost while
+    the server restarted. Codes ``GR-OSB-*`` (sandbox/opensandbox/failures.py, docs/runtime.md)."""
+
+    code = "GR-OSB"
+
+
+class SandboxServiceSettingsError(SettingsError):
+    """An OpenSandbox setting is wrong (exit 1): ``OPENSANDBOX_API_KEY`` refused, or the image
+    ``GYM_RUNTIME_OPENSANDBOX_IMAGE`` names is not on the server's runtime, or a setting the
+    backend needs is missing. Codes ``GR-OSB-*``."""
+
+    code = "GR-OSB-SETTINGS"
+
+
 class RolloutError(GymRuntimeError):
     """Rollouts failed during a dry-run (exit 3)."""
 

@@ -45,7 +45,8 @@ class Runtime:
     ``ray``: nodes of the ``ray_address`` cluster, docs/scale-out.md; a process that is already a
     Ray driver is reused), ``max_concurrent_rollouts`` (rollouts in flight per ``/rollouts/run``
     batch unless its body says; default 32 per agent replica, docs/rollouts.md),
-    ``options`` (:class:`SuperviseOptions`),
+    ``options`` (:class:`SuperviseOptions`), ``sandbox_backend`` (``local`` | ``opensandbox``; default
+    the settings' ``GYM_RUNTIME_SANDBOX_BACKEND``, docs/runtime.md "Sandbox backends"),
     ``settings`` (:class:`RuntimeSettings`, default from the environment), ``progress`` (a
     callable receiving human progress lines).
     """
@@ -57,12 +58,13 @@ class Runtime:
                  ray_address: str | None = None, work_dir: str | Path | None = None, require_isolation: bool = False,
                  isolation: str | None = None, python: str | None = None, placement: str = "local",
                  max_concurrent_rollouts: int | None = None, options: SuperviseOptions | None = None,
-                 settings: RuntimeSettings | None = None, progress=None) -> None:
+                 settings: RuntimeSettings | None = None, progress=None, sandbox_backend: str | None = None) -> None:
         self.request = UpRequest(
             package, list(overrides or []), PolicyValues(policy_base_url, policy_api_key, policy_model_name),
             head_host, head_port, ray_address, Path(work_dir) if work_dir else None, require_isolation, isolation,
             python, options=options or SuperviseOptions(), placement=placement,
-            max_concurrent_rollouts=max_concurrent_rollouts, job_config=job_config)
+            max_concurrent_rollouts=max_concurrent_rollouts, job_config=job_config,
+            sandbox_backend=sandbox_backend)
         self.settings = settings or load_settings()
         self.progress = progress
         self.env: Environment | None = None

@@ -37,6 +37,19 @@ Variables (all optional):
                                     server instance only), docs/architecture.md §7.1
 ``GYM_RUNTIME_WRITABLE_TREES``      instance names (comma list, ``*``: all) whose server tree is a writable
                                     copy-on-write view (docs/runtime.md, "Sandbox and egress")
+``GYM_RUNTIME_SANDBOX_BACKEND``     where servers run sandboxed: ``local`` (default: namespaces and
+                                    bubblewrap on this host) | ``opensandbox`` (the operator's OpenSandbox
+                                    server); ``--sandbox-backend`` wins (docs/runtime.md, "Sandbox backends")
+``OPENSANDBOX_DOMAIN``              the OpenSandbox server's ``host:port`` (backend ``opensandbox``)
+``OPENSANDBOX_API_KEY``             its API key: kept out of every log, command line and server environment
+``OPENSANDBOX_PROTOCOL``            ``http`` (default) | ``https``
+``GYM_RUNTIME_OPENSANDBOX_IMAGE``   the image servers run in under ``opensandbox`` (required there)
+``GYM_RUNTIME_OPENSANDBOX_CPU``     CPUs of each server's sandbox (default ``1``)
+``GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST``  the IP address sandboxes reach this daemon at (required
+                                    there: the bridge's gateway for a docker/podman runtime, the pod IP on
+                                    Kubernetes)
+``GYM_RUNTIME_OPENSANDBOX_EGRESS``  ``enforced`` (default: the allowlist is each sandbox's networkPolicy) |
+                                    ``unenforced`` (a server without an egress sidecar; said loudly)
 ``GYM_RUNTIME_SANDBOX_*``           task sandboxes: provider choice, images, limits
                                     (:mod:`gym_runtime.task_sandboxes.settings`)
 ==================================  =========================================================
@@ -71,7 +84,8 @@ SERVER_ENV_RESERVED = frozenset({
     "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
     "http_proxy", "https_proxy", "no_proxy", "all_proxy",
 })
-SERVER_ENV_RESERVED_PREFIXES = ("GYM_RUNTIME_", "NMP_RL_SANDBOX_", "RAY_", "UV_", "PYTHON", "LD_")
+SERVER_ENV_RESERVED_PREFIXES = ("GYM_RUNTIME_", "NMP_RL_SANDBOX_", "RAY_", "UV_", "PYTHON", "LD_", "OPENSANDBOX_")
+SANDBOX_BACKENDS = ("local", "opensandbox")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INSTANCE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -116,6 +130,8 @@ class RuntimeSettings:
     task_sandboxes: Any = None  # gym_runtime.task_sandboxes.settings.TaskSandboxSettings
     writable_trees: frozenset[str] = frozenset()  # instance names, or {"*"}
     token_capture_dir: Path | None = None  # GYM_RUNTIME_TOKEN_CAPTURE_DIR (gym_runtime/config/token_capture.py)
+    sandbox_backend: str = "local"  # GYM_RUNTIME_SANDBOX_BACKEND / --sandbox-backend (SANDBOX_BACKENDS)
+    opensandbox: Any = None  # sandbox.opensandbox.connection.OpenSandboxConnection, when its variables are set
 
     def writable_tree(self, instance: str) -> bool:
         """Whether ``instance``'s server tree is a copy-on-write view (``GYM_RUNTIME_WRITABLE_TREES``)."""
@@ -187,6 +203,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
                             hint="give the absolute directory the model servers write token ids to and the trainer "
                             "reads (node-local), or unset it")
 
+    backend = check_sandbox_backend(env.get("GYM_RUNTIME_SANDBOX_BACKEND") or "local",
+                                    "GYM_RUNTIME_SANDBOX_BACKEND")
     return RuntimeSettings(
         home=home,
         venv_dir=Path(env.get("GYM_RUNTIME_VENV_DIR") or home / "venvs").expanduser(),
@@ -205,7 +223,62 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         task_sandboxes=load_task_sandboxes(env, home),
         writable_trees=frozenset(x.strip() for x in env.get("GYM_RUNTIME_WRITABLE_TREES", "").split(",") if x.strip()),
         token_capture_dir=Path(capture) if capture else None,
+        sandbox_backend=backend,
+        opensandbox=opensandbox_connection(env),
     )
+
+
+def check_sandbox_backend(name: str, where: str) -> str:
+    """``name`` when it is one of :data:`SANDBOX_BACKENDS`; raises :class:`SettingsError`
+    (``GR-SETTINGS-SANDBOX-BACKEND``) naming ``where`` it came from (the variable or the flag)."""
+    if name not in SANDBOX_BACKENDS:
+        raise SettingsError(f"{where}={name!r} is not one of {', '.join(SANDBOX_BACKENDS)}",
+                            code="GR-SETTINGS-SANDBOX-BACKEND", hint="use local (namespaces on this host, the "
+                            "default) or opensandbox (the operator's OpenSandbox server: set OPENSANDBOX_DOMAIN, "
+                            "OPENSANDBOX_API_KEY and GYM_RUNTIME_OPENSANDBOX_IMAGE)")
+    return name
+
+
+def opensandbox_connection(env: Mapping[str, str]) -> Any:
+    """The OpenSandbox connection (:class:`sandbox.opensandbox.connection.OpenSandboxConnection`)
+    from ``OPENSANDBOX_*`` and ``GYM_RUNTIME_OPENSANDBOX_*``; None when ``OPENSANDBOX_DOMAIN`` is
+    unset. Raises :class:`SettingsError` (``GR-SETTINGS-OPENSANDBOX``) for a bad protocol or CPU
+    count. Whether the server answers is checked when a run starts (``doctor`` asks it too)."""
+    domain = (env.get("OPENSANDBOX_DOMAIN") or "").strip()
+    if not domain:
+        return None
+    from sandbox.opensandbox.connection import OpenSandboxConnection
+
+    protocol = env.get("OPENSANDBOX_PROTOCOL") or "http"
+    if protocol not in ("http", "https"):
+        raise SettingsError(f"OPENSANDBOX_PROTOCOL={protocol!r} is not http or https",
+                            code="GR-SETTINGS-OPENSANDBOX", hint="unset it for http")
+    cpu = env.get("GYM_RUNTIME_OPENSANDBOX_CPU") or "1"
+    try:
+        ok = float(cpu) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise SettingsError(f"GYM_RUNTIME_OPENSANDBOX_CPU={cpu!r} is not a number of CPUs > 0",
+                            code="GR-SETTINGS-OPENSANDBOX", hint="e.g. 1 or 0.5; unset it for 1")
+    daemon_host = (env.get("GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST") or "").strip() or None
+    if daemon_host is not None:
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(daemon_host)
+        except ValueError:
+            raise SettingsError(f"GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST={daemon_host!r} is not an IP address",
+                                code="GR-SETTINGS-OPENSANDBOX", hint="give this host's address on the sandboxes' "
+                                "network (it becomes an allow rule of their networkPolicy)") from None
+    egress = env.get("GYM_RUNTIME_OPENSANDBOX_EGRESS") or "enforced"
+    if egress not in ("enforced", "unenforced"):
+        raise SettingsError(f"GYM_RUNTIME_OPENSANDBOX_EGRESS={egress!r} is not enforced or unenforced",
+                            code="GR-SETTINGS-OPENSANDBOX", hint="unset it: the allowlist is enforced by the "
+                            "server's egress sidecar")
+    return OpenSandboxConnection(domain=domain, api_key=env.get("OPENSANDBOX_API_KEY") or None, protocol=protocol,
+                                 image=env.get("GYM_RUNTIME_OPENSANDBOX_IMAGE") or None, cpu=cpu,
+                                 daemon_host=daemon_host, egress=egress)
 
 
 def parse_server_env(raw: str) -> tuple[tuple[str, str | None], ...]:

@@ -295,6 +295,9 @@ class Sandbox:
             self._ensure_watcher()
         return proc
 
+    async def prepare(self, specs: list[ProcessSpec]) -> None:
+        """Nothing to make before the first spawn here (the backend interface, sandbox/backends.py)."""
+
     def spawn(self, spec: ProcessSpec) -> SandboxedProcess:
         """Start one server. Must run on the event-loop thread (PDEATHSIG follows the thread).
         Raises StartError when the process cannot be started."""

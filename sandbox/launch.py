@@ -71,6 +71,9 @@ class ProcessSpec:
     # an overlay (lower: the path itself, upper and work dirs in the state directory), so writes
     # land in the state directory and the path itself is never changed
     cow_paths: Mapping[str, str] = field(default_factory=dict)
+    # the ports it listens on: a backend whose servers run in sandboxes of their own routes them
+    # (sandbox/opensandbox/environment.py); the local sandbox's servers share one network
+    ports: Sequence[int] = ()
 
 
 # Run by argv[0] with -I -S (no site, no PYTHON* variables): read the private variables (JSON) from

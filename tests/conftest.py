@@ -1,5 +1,8 @@
 """Shared pytest fixtures.
 
+``opensandbox_server`` is a real OpenSandbox server on podman for tests marked ``opensandbox``
+(``tests/helpers/opensandbox/fixture.py``), which run only when ``-m`` selects them.
+
 ``pypi_available`` tells whether the package registry answers; tests marked ``pypi`` skip
 cleanly when it does not (the check runs once per session and only contacts the registry).
 
@@ -17,6 +20,7 @@ import tempfile
 
 import pytest
 
+from tests.helpers.opensandbox.fixture import opensandbox_server, skip_unselected  # noqa: F401 (a fixture)
 from tests.helpers.registry import registry_reachable
 
 _SESSION_ENV = pytest.StashKey[tuple[pytest.MonkeyPatch, str]]()
@@ -62,6 +66,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     mp, home = config.stash[_SESSION_ENV]
     mp.undo()
     shutil.rmtree(home, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_unselected(config, items)
 
 
 @pytest.fixture(scope="session")

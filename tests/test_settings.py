@@ -98,3 +98,39 @@ def test_no_variable_the_server_contract_sets_can_be_passed_through(tmp_path) ->
     env = contract.server_env("acme", tmp_path, Path("/v/bin/python"), tmp_path, {})
     keys = set(env) | set(contract.private_env("x: 1")) | {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
     assert {k for k in keys if k not in SERVER_ENV_RESERVED and not k.startswith(SERVER_ENV_RESERVED_PREFIXES)} == set()
+
+
+def test_sandbox_backend_defaults_to_local_and_is_read_from_its_variable() -> None:
+    assert load_settings({"HOME": "/tmp"}).sandbox_backend == "local"
+    s = load_settings({"HOME": "/tmp", "GYM_RUNTIME_SANDBOX_BACKEND": "opensandbox"})
+    assert s.sandbox_backend == "opensandbox" and s.opensandbox is None  # no OPENSANDBOX_DOMAIN: refused at start
+    with pytest.raises(SettingsError) as e:
+        load_settings({"HOME": "/tmp", "GYM_RUNTIME_SANDBOX_BACKEND": "docker"})
+    assert e.value.code == "GR-SETTINGS-SANDBOX-BACKEND" and e.value.exit_code == 1
+
+
+def test_opensandbox_connection_keeps_its_key_out_of_repr_and_server_env() -> None:
+    s = load_settings({"HOME": "/tmp", "OPENSANDBOX_DOMAIN": "osb.internal:8080", "OPENSANDBOX_API_KEY": "k-123",
+                       "OPENSANDBOX_PROTOCOL": "https", "GYM_RUNTIME_OPENSANDBOX_IMAGE": "localhost/gym:1",
+                       "GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST": "10.88.0.1"})
+    c = s.opensandbox
+    assert (c.url, c.api_key, c.image, c.daemon_host, c.cpu) == ("https://osb.internal:8080", "k-123",
+                                                                 "localhost/gym:1", "10.88.0.1", "1")
+    assert "k-123" not in repr(s) and "k-123" not in str(c.describe())
+    with pytest.raises(SettingsError, match="OPENSANDBOX_API_KEY is set or owned by gym-runtime"):
+        load_settings({"HOME": "/tmp", "GYM_RUNTIME_SERVER_ENV": "OPENSANDBOX_API_KEY"})
+
+
+@pytest.mark.parametrize("var, value", [("OPENSANDBOX_PROTOCOL", "ftp"), ("GYM_RUNTIME_OPENSANDBOX_CPU", "-1"),
+                                        ("GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST", "gateway.local")])
+def test_bad_opensandbox_settings_name_their_variable(var: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=var) as e:
+        load_settings({"HOME": "/tmp", "OPENSANDBOX_DOMAIN": "osb:8080", var: value})
+    assert e.value.code == "GR-SETTINGS-OPENSANDBOX"
+
+
+def test_uv_never_gets_the_opensandbox_credential() -> None:
+    from gym_runtime.venvs.uvrun import make_env
+
+    env = make_env({"PATH": "/usr/bin", "OPENSANDBOX_API_KEY": "k-123", "OPENSANDBOX_DOMAIN": "osb:8080"}, None)
+    assert "OPENSANDBOX_API_KEY" not in env.env and "OPENSANDBOX_API_KEY" in env.scrubbed

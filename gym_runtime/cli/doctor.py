@@ -9,7 +9,9 @@ this ``$GYM_RUNTIME_HOME`` its processes by role and size (its head server's ``/
 the variables ``GYM_RUNTIME_SERVER_ENV`` passes into servers (names only, and whether each is set),
 and with ``--package PKG`` the secret keys each server instance of that package receives and the
 variables it is passed (names only, docs/architecture.md §4, §7.1) and the Gym release it runs and
-why (docs/runtime.md, "Gym releases"). Each interpreter found is listed with the known Gym releases
+why (docs/runtime.md, "Gym releases"), and the sandbox backends: which one runs servers
+(``GYM_RUNTIME_SANDBOX_BACKEND``), the isolation each gives, and for ``opensandbox`` the server,
+its version and whether it accepts the key (docs/runtime.md, "Sandbox backends"). Each interpreter found is listed with the known Gym releases
 it can run (their ``Requires-Python``), and pip index settings that uv ignores are named with uv's
 equivalent. Exit 0 when every check is fine; 1 when a setting (or the ``--package``)
 is invalid input (README "Exit codes"); 3 when the host falls short (e.g. a directory that cannot
@@ -180,6 +182,36 @@ def _task_sandboxes(report: Any, settings: RuntimeSettings) -> dict[str, Any]:
     return out
 
 
+def _sandbox_backends(settings: RuntimeSettings, local_level: str, reasons: list[str]) -> dict[str, Any]:
+    """The chosen backend and what each gives; asks the OpenSandbox server when one is configured.
+    ``status`` is ``error`` when the chosen backend cannot run servers."""
+    import asyncio
+
+    from sandbox.backends import LOCAL_GIVES
+    from sandbox.opensandbox.backend import OpenSandboxBackend
+
+    out: dict[str, Any] = {"chosen": settings.sandbox_backend,
+                           "local": {"isolation": local_level, "gives": LOCAL_GIVES[local_level], "reasons": reasons}}
+    if settings.opensandbox is None:
+        out["opensandbox"] = {"status": "not configured", "hint": "set OPENSANDBOX_DOMAIN (and OPENSANDBOX_API_KEY, "
+                              "GYM_RUNTIME_OPENSANDBOX_IMAGE, GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST) to use it"}
+    else:
+        async def ask() -> dict[str, Any]:
+            backend = OpenSandboxBackend(settings.opensandbox, None)
+            try:
+                return await backend.check()
+            finally:
+                await backend.close()
+
+        out["opensandbox"] = asyncio.run(ask())
+    chosen = out[settings.sandbox_backend]
+    if settings.sandbox_backend == "opensandbox" and chosen.get("status") != "ok":
+        out["status"] = "error"
+        out["invalid_input"] = (chosen.get("error") or {}).get("code") in ("GR-OSB-AUTH", "GR-OSB-SETTINGS") or \
+            chosen.get("status") == "not configured"
+    return out
+
+
 def collect(args: argparse.Namespace) -> dict[str, Any]:
     """Every check as a JSON-ready dict."""
     from sandbox import EgressPolicy, probe_isolation
@@ -197,6 +229,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         egress = {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
     out = {
         "isolation": isolation,
+        "sandbox_backends": _sandbox_backends(settings, report.level.value, list(report.reasons)),
         "pythons": [{"version": i.version, "path": str(i.path), "source": i.source,
                      "gym_releases": _releases_of(i.version)} for i in list_pythons(settings.environ)],
         "uv": _uv(settings),
@@ -231,6 +264,23 @@ def egress_lines(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def backend_lines(d: dict[str, Any]) -> list[str]:
+    """The sandbox backends (:func:`_sandbox_backends`) as short human lines."""
+    lines = [f"servers run in the {d['chosen']} backend (GYM_RUNTIME_SANDBOX_BACKEND, --sandbox-backend)",
+             f"local: isolation {d['local']['isolation']}: {d['local']['gives']}"]
+    osb = d["opensandbox"]
+    if osb.get("status") == "ok":
+        lines.append(f"opensandbox: server {osb['server']} version {osb['version']} (API key {osb['api_key']}; "
+                     f"image {osb['image'] or 'NOT SET'}): {osb['gives']}")
+    elif osb.get("status") == "error":
+        err = osb.get("error", {})
+        lines.append(f"opensandbox: server {osb.get('server')}: ERROR [{err.get('code', '?')}] {err.get('message', '?')}")
+        lines += [f"hint: {err['hint']}"] if err.get("hint") else []
+    else:
+        lines.append(f"opensandbox: {osb['status']} ({osb['hint']})")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from gym_runtime.supervise.passthrough import summary as passthrough_summary
 
@@ -246,6 +296,8 @@ def run(args: argparse.Namespace) -> int:
         return code
     iso = out["isolation"]
     print(f"isolation: {iso['level']}" + (f" ({'; '.join(iso['reasons'])})" if iso["reasons"] else ""))
+    for i, line in enumerate(backend_lines(out["sandbox_backends"])):
+        print(("backends:  " if i == 0 else " " * 11) + line)
     pythons = [f"{p['version']} {p['path']} [{p['source']}] " + (f"runs nemo-gym {_ranges(p['gym_releases'])}"
                if p["gym_releases"] else "runs no nemo-gym release")
                for p in out["pythons"]] or ["none"]

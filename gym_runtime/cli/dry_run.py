@@ -63,6 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where servers run: this host (default), or nodes of the --ray-address cluster "
                    "(docs/scale-out.md); the environment is brought down on every node at the end")
     g.add_argument("--ray-address", metavar="ADDR", help="Ray cluster: host:port (GCS), 'auto' or 'local'")
+    g.add_argument("--sandbox-backend", choices=["local", "opensandbox"], default=None,
+                   help="where servers are sandboxed: local (namespaces on this host, the default) or opensandbox "
+                   "(the operator's OpenSandbox server, OPENSANDBOX_*); default GYM_RUNTIME_SANDBOX_BACKEND or local")
     d = SuperviseOptions()
     g = p.add_argument_group("supervision (as for up)")
     g.add_argument("--ready-timeout", type=float, default=d.server_ready_timeout_s, metavar="S",
@@ -88,7 +91,8 @@ def request_from_args(args: argparse.Namespace) -> DryRunRequest:
     if args.dataset is None:
         args.dataset = default_dataset(args.package)
     runtime = {k: v for k, v in (("python", args.python), ("isolation", args.isolation), ("work_dir", args.work_dir),
-                                 ("placement", args.placement), ("ray_address", args.ray_address)) if v is not None}
+                                 ("placement", args.placement), ("ray_address", args.ray_address),
+                                 ("sandbox_backend", args.sandbox_backend)) if v is not None}
     runtime["options"] = SuperviseOptions(server_ready_timeout_s=args.ready_timeout, startup_timeout_s=args.startup_timeout,
                                           probe_policy=args.probe_policy, **liveness_from_args(args))
     return DryRunRequest(args.package, args.dataset, list(args.overrides), policy_from_args(args), args.samples,

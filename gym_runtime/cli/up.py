@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--placement", choices=["local", "ray"], default="local",
                    help="where servers run: this host (default), or nodes of the --ray-address cluster chosen by "
                    "Ray from each instance's placement: block (docs/scale-out.md)")
+    p.add_argument("--sandbox-backend", choices=["local", "opensandbox"], default=None,
+                   help="where servers are sandboxed: local (namespaces on this host, the default) or opensandbox "
+                   "(the operator's OpenSandbox server, OPENSANDBOX_*); default GYM_RUNTIME_SANDBOX_BACKEND or local")
     p.add_argument("--max-concurrent-rollouts", type=int, metavar="N", help="rollouts in flight per POST "
                    "/rollouts/run batch unless its body gives concurrency (default: 32 per agent replica)")
     p.add_argument("--work-dir", metavar="DIR", help="run directory: logs, server homes (default "
@@ -102,7 +105,8 @@ def request_from_args(args: argparse.Namespace) -> UpRequest:
     return UpRequest(args.package, list(args.overrides), policy_from_args(args), args.head_host, args.head_port,
                      args.ray_address, Path(args.work_dir) if args.work_dir else None, args.require_isolation,
                      args.isolation, args.python, args.stub_seed, opts, args.placement, args.max_concurrent_rollouts,
-                     host_mode_from_args(args), args.heartbeat_interval, args.rollout_deadline)
+                     host_mode_from_args(args), args.heartbeat_interval, args.rollout_deadline,
+                     sandbox_backend=args.sandbox_backend)
 
 
 def host_mode_from_args(args: argparse.Namespace) -> HostMode | None:

@@ -27,7 +27,9 @@ missed, from when it found the server wedged until it is ready again; else null)
 ``sandboxes`` (its live task sandboxes, docs/runtime.md "Task sandboxes"); for a replica on a Ray node
 (docs/scale-out.md) also ``placement`` (``ray``), ``instance``, ``replica``, ``node``,
 ``node_id``, ``isolation``, ``remote_pid`` (its process id on that node; ``pid`` is null) and
-``moves`` (times it was placed again on another node after its node was lost).
+``moves`` (times it was placed again on another node after its node was lost); under the
+``opensandbox`` sandbox backend ``sandbox`` (the id of the OpenSandbox sandbox it runs in now) and
+``isolation`` (``opensandbox``; docs/runtime.md "Sandbox backends").
 
 Processes that are not Gym servers (the built-in stub model, a private Ray head) are listed by
 ``/support_processes`` instead: ``name``, ``kind`` (``model`` | ``ray``), ``implementation``,
@@ -39,7 +41,7 @@ from __future__ import annotations
 from typing import Any
 
 OURS = ("restarts", "ready_after_s", "last_exit", "error", "wedged", "log_file", "sandboxes")
-PLACED = ("placement", "instance", "replica", "node", "node_id", "isolation", "remote_pid", "moves")
+PLACED = ("placement", "instance", "replica", "node", "node_id", "isolation", "remote_pid", "moves", "sandbox")
 
 
 def server_instance(snap: dict[str, Any]) -> dict[str, Any]:

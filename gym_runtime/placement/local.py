@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.config import token_capture
-from gym_runtime.errors import BuildError, GymRuntimeError
+from gym_runtime.errors import BuildError, GymRuntimeError, StartError
 from gym_runtime.gym_release.ray_use import ray_users
 from gym_runtime.ray_target import choose, ray_level, wait_reachable
 from gym_runtime.supervise import contract, passthrough, ray_head, ray_workers, run_mark
@@ -51,7 +51,6 @@ class LocalPlacement:
     """Servers on this host. ``env``: the :class:`~gym_runtime.supervise.bringup.Environment`."""
 
     kind = "local"
-    close_step = ("sandbox (forwards, proxy, netns holder)", 5.0)  # teardown step: name, deadline (s)
 
     def __init__(self, env: Any) -> None:
         self.env = env
@@ -105,9 +104,9 @@ class LocalPlacement:
         await env.bytecode.prepare(list(self.pythons.values()))
 
     async def open(self) -> None:
-        """Choose Ray (servers that use it), then start the sandbox."""
-        from sandbox import Sandbox
-
+        """Choose Ray (servers that use it), then start the sandbox the run's backend gives
+        (``env.backend``, :mod:`sandbox.backends`). Raises :class:`StartError` ``GR-OSB-RAY`` when
+        a server uses Ray and the backend cannot run it."""
         env, req = self.env, self.env.req
         merged = env.merged
         use = ray_users(merged, {n: contract.gym_sdk_venv(p) for n, p in self.pythons.items()})
@@ -116,6 +115,11 @@ class LocalPlacement:
         env._say(env.ray.describe())
         for n in users:
             env._say(f"ray: {n} uses Ray: {use[n].why}")
+        if env.ray.mode != "none" and not env.backend.runs_ray:
+            raise StartError(f"sandbox backend {env.backend.name} cannot run servers that use Ray: "
+                             f"{', '.join(users) or 'the environment'} ({env.ray.describe()})", code="GR-OSB-RAY",
+                             hint="use --sandbox-backend local for this environment (docs/runtime.md, "
+                             "\"Sandbox backends\")")
         if env.ray.mode == "join":
             await asyncio.to_thread(wait_reachable, env.ray.address, env.ray.source, 30.0)
         elif env.ray.mode == "local":
@@ -126,8 +130,8 @@ class LocalPlacement:
             env._say(f"isolation: {level} for this environment: {', '.join(env.ray.needed_by)} use Ray, whose "
                      "drivers find their raylet by scanning the process table (a private /proc hides it)")
         with quiet_sandbox_log():  # its level warning is said once, below, with our progress lines
-            self.sandbox = await Sandbox.start(env.egress, env.work_dir / "sandbox",
-                                               require_full=req.require_isolation, level=level)
+            self.sandbox = await env.backend.start(env.egress, env.work_dir / "sandbox",
+                                                   require_full=req.require_isolation, level=level)
         if self.sandbox.report.warning:
             env._say("WARNING: " + self.sandbox.report.warning)
         if self.sandbox.level.value == "none":  # no pid namespace takes helpers down
@@ -148,6 +152,12 @@ class LocalPlacement:
         for m in env.supervisor.members.values():
             if m.public is None and m.port is not None and m.launcher is self.sandbox:
                 m.public = tuple(await self.sandbox.publish(m.port))
+        await self.sandbox.prepare([m.spec for m in env.supervisor.members.values() if m.launcher is self.sandbox])
+
+    @property
+    def close_step(self) -> tuple[str, float]:
+        """The teardown step: its name and deadline (s), the sandbox backend's."""
+        return self.env.backend.close_step if self.env.backend is not None else ("sandbox", 5.0)
 
     # ------------------------------------------------------------------ what the rest of the daemon reads
     def public(self) -> dict[str, tuple[str, int]]:
@@ -252,7 +262,8 @@ class LocalPlacement:
                                            *token_capture.writable_dir(env.merged.data, inst.server_type)],
                            private_env=contract.private_env(config_yaml, self._passed(name)),
                            limits=self._limits(),
-                           cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {})
+                           cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {},
+                           ports=[addr[1]])
         env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                     info={"server_type": inst.server_type, "implementation": inst.implementation,
                           "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})

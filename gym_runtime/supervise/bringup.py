@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 import threading
 import time
@@ -23,12 +24,12 @@ import httpx
 
 from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.config.url_secrets import mask_url, mask_urls
-from gym_runtime.errors import GymRuntimeError, StartError
+from gym_runtime.errors import GymRuntimeError, StartError, UsageError
 from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
 from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
 from gym_runtime.ray_target import RayTarget, given
-from gym_runtime.settings import RuntimeSettings
+from gym_runtime.settings import RuntimeSettings, check_sandbox_backend
 from gym_runtime.supervise import (contract, head_view, passthrough, policy_probe, preflight, processes, readiness,
                                    run_mark)
 from gym_runtime.supervise import policy as job_policy
@@ -67,6 +68,7 @@ class UpRequest:
     host: HostMode | None = None  # host mode (--host-mode): the head server serves from the first moment
     heartbeat_s: float = 15.0  # seconds between the spaces a running /rollouts/run batch writes
     rollout_deadline_s: float | None = None  # a batch's deadline; None: 1800 s in host mode, else 3600 s
+    sandbox_backend: str | None = None  # --sandbox-backend; None: the settings' (GYM_RUNTIME_SANDBOX_BACKEND)
 
     def batch_deadline_s(self) -> float:
         """A ``/rollouts/run`` batch's deadline unless its body says (seconds)."""
@@ -99,7 +101,11 @@ class Environment:
     :class:`~gym_runtime.errors.GymRuntimeError`); ``await stop(fast)``; ``await wait()`` -> exit code."""
 
     def __init__(self, req: UpRequest, settings: RuntimeSettings, progress=None) -> None:
+        if req.sandbox_backend is not None:  # the flag wins over the variable
+            settings = settings.with_overrides(sandbox_backend=check_sandbox_backend(req.sandbox_backend,
+                                                                                     "--sandbox-backend"))
         self.req, self.settings = req, settings
+        self.backend: Any = None  # the sandbox backend (sandbox/backends.py), made once when start() begins
         self.progress = progress or (lambda msg: None)
         self.phase = "config"
         self.merged: MergedConfig | None = None
@@ -147,6 +153,7 @@ class Environment:
             await self._serve_head(bind_listener(self.req.head_host, self.req.head_port, "head server")
                                    if self.req.head_port is not None else bind_in_range(self.req.head_host,
                                                                                         *host.port_range))
+        await self._open_backend()
         merged, self.stub_url = await job_policy.configure(self.req.package, self.req.overrides, self.req.policy,
                                                            self._say, self.settings, host.job if host else None,
                                                            self.req.job_config)
@@ -170,7 +177,8 @@ class Environment:
             cfg_head = merged.data.get("head_server") if isinstance(merged.data.get("head_server"), dict) else {}
             head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)
             await self._serve_head(bind_listener(self.req.head_host, int(head_port or 0), "head server"))
-        here = self.placement.kind == "local"  # on Ray nodes, each node checks its own isolation
+        # on Ray nodes each node checks its own isolation; a sandbox service's is not this host's
+        here = self.placement.kind == "local" and self.backend.host_isolation
         self.egress = await preflight.check_host(self.settings.environ, model_base_urls(merged.data),
                                                  self.req.require_isolation and here,
                                                  self.req.isolation if here else None)
@@ -241,6 +249,25 @@ class Environment:
             finally:
                 watch.cancel()
                 await asyncio.gather(watch, return_exceptions=True)
+
+    async def _open_backend(self) -> None:
+        """Make the run's sandbox backend from the settings and delete what a daemon of the same
+        state slot left on it when it died (before anything is created)."""
+        from sandbox.backends import make_backend
+        from sandbox.opensandbox.spec import RunLabels
+
+        slot = self.req.work_dir or self.settings.home  # the slot this daemon holds alone (daemon_record.py)
+        backend = make_backend(self.settings.sandbox_backend, self.settings.opensandbox,
+                               RunLabels.new(Path(slot), socket.gethostname()))
+        if self.placement.kind != "local" and backend.name != "local":
+            raise UsageError(f"--sandbox-backend {backend.name} runs servers on this host's placement only",
+                             code="GR-USAGE-SANDBOX-BACKEND", hint="use --placement local with it, or the local "
+                             "backend with --placement ray")
+        self.backend = backend
+        reaped = await backend.reap_leftovers()
+        if reaped:
+            self._say(f"sandbox backend {backend.name}: deleted {len(reaped)} sandbox(es) a stopped daemon of this "
+                      f"state directory left: {', '.join(reaped)}")
 
     async def _start_stub_launcher(self) -> None:
         """The launcher of the built-in stub model: a plain supervised process on this host (it
@@ -424,6 +451,8 @@ class Environment:
                         listener.close()
             step, deadline = self.placement.close_step
             await td.step(step, self.placement.close(), deadline, self.placement.open_handles)
+            if self.backend is not None:
+                await td.step("sandbox backend", self.backend.close(), 5.0, lambda: "its connection")
             if self.host_launcher is not None:
                 await td.step("stub model launcher", self.host_launcher.close(), 5.0,
                               lambda: f"{len(self.host_launcher.processes)} process handle(s)")

@@ -19,6 +19,8 @@ from typing import Any
 import httpx
 
 from gym_runtime.config.url_secrets import mask_url
+from sandbox.opensandbox import NO_SERVER
+
 PROBE_TIMEOUT_S = 2.0
 REPORT_EVERY_S = 15.0
 ENDPOINT_PHASE = "waiting for the policy model endpoint(s)"
@@ -31,13 +33,14 @@ async def answers(client: httpx.AsyncClient, url: str) -> bool:
 
 async def probe(client: httpx.AsyncClient, url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
     """One ``GET url``: None when it gets any HTTP response within ``timeout_s`` (default the probe
-    timeout), else a short reason for the user (``"connection refused"``, ``"name does not
+    timeout) from the server itself, else a short reason for the user (``"connection refused"``, ``"name does not
     resolve"``, ``"no answer within 2s"``, or the error's own text). The connection is closed after
     the answer (``Connection: close``): a server that serves one connection at a time (a stdlib
     ``HTTPServer``) would otherwise be held by the probe's idle keep-alive connection."""
     try:
-        await client.get(url, timeout=timeout_s, headers={"connection": "close"})
-        return None
+        r = await client.get(url, timeout=timeout_s, headers={"connection": "close"})
+        # an answer a relay in front of a sandboxed server gave in its stead (sandbox/opensandbox/relay.py)
+        return f"no answer from the server ({r.headers[NO_SERVER]})" if NO_SERVER in r.headers else None
     except httpx.TimeoutException:
         return f"no answer within {timeout_s:g}s"
     except httpx.HTTPError as e:

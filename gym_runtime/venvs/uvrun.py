@@ -92,7 +92,8 @@ def make_env(environ: Mapping[str, str], cache_dir: Path | None) -> UvEnv:
                 honoured[k] = v
             else:
                 scrubbed.append(k)
-        elif k.startswith(("PIP_", "CONDA_")) or k in ("VIRTUAL_ENV", "CONDA_PREFIX") or k in _PY_SCRUB:
+        elif k.startswith(("PIP_", "CONDA_", "OPENSANDBOX_")) or k in ("VIRTUAL_ENV", "CONDA_PREFIX") or k in _PY_SCRUB:
+            # OPENSANDBOX_*: the sandbox service's credential, never handed to code a build runs
             scrubbed.append(k)
         else:
             env[k] = v

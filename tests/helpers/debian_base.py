@@ -98,21 +98,21 @@ def apt_uris(apt_dir: Path = Path("/etc/apt")) -> list[str]:
     return uris
 
 
-def host_mirror(uris: list[str] | None = None, timeout_s: float = 10.0) -> str:
-    """The first of ``uris`` (default :func:`apt_uris`) that serves ``dists/<SUITE>/InRelease``;
+def host_mirror(uris: list[str] | None = None, timeout_s: float = 10.0, suite: str = SUITE) -> str:
+    """The first of ``uris`` (default :func:`apt_uris`) that serves ``dists/<suite>/InRelease``;
     raises :class:`BaseUnavailable` naming what was tried."""
     tried = []
     for uri in dict.fromkeys(apt_uris() if uris is None else uris):
         if not uri.startswith(("http://", "https://")):
             continue
         try:
-            r = httpx.head(f"{uri.rstrip('/')}/dists/{SUITE}/InRelease", timeout=timeout_s, follow_redirects=True)
+            r = httpx.head(f"{uri.rstrip('/')}/dists/{suite}/InRelease", timeout=timeout_s, follow_redirects=True)
             if r.status_code == 200:
                 return uri.rstrip("/")
             tried.append(f"{uri} (HTTP {r.status_code})")
         except httpx.HTTPError as e:
             tried.append(f"{uri} ({type(e).__name__})")
-    raise BaseUnavailable(f"no apt source of this host serves Debian {SUITE} (tried: {', '.join(tried) or 'none'})")
+    raise BaseUnavailable(f"no apt source of this host serves Debian {suite} (tried: {', '.join(tried) or 'none'})")
 
 
 def _run(argv: list[str], timeout: float) -> None:
@@ -124,17 +124,18 @@ def _run(argv: list[str], timeout: float) -> None:
         raise BaseUnavailable(f"`{' '.join(argv)}` failed: {tail(done.stdout + done.stderr)}")
 
 
-def make_tarball(arch: str, out: Path, mirror: str) -> None:
-    """Debian ``SUITE`` for ``arch`` with :data:`PACKAGES`, slim, as a rootfs tarball at ``out``
-    (under emulation when ``arch`` is not the host's)."""
+def make_tarball(arch: str, out: Path, mirror: str, suite: str = SUITE, script: str = DEBOOTSTRAP_SCRIPT,
+                 packages: tuple[str, ...] = PACKAGES) -> None:
+    """Debian ``suite`` (made with debootstrap's ``script``) for ``arch`` with ``packages``, slim, as
+    a rootfs tarball at ``out`` (under emulation when ``arch`` is not the host's)."""
     reason = ensure_tools("debuerreotype-init", "debootstrap", "wget") or emulation_missing(arch)
     if reason:
         raise BaseUnavailable(reason)
     work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=out.parent))
     rootfs = work / "rootfs"
     try:
-        _run(["debuerreotype-init", "--non-debian", "--debootstrap-script", DEBOOTSTRAP_SCRIPT, "--arch", arch,
-              "--include", ",".join(PACKAGES), str(rootfs), SUITE, mirror], timeout=3600)
+        _run(["debuerreotype-init", "--non-debian", "--debootstrap-script", script, "--arch", arch,
+              "--include", ",".join(packages), str(rootfs), suite, mirror], timeout=3600)
         conf, text = APT_SNAPSHOT_CONF
         (rootfs / conf).write_text(text)
         for step in ("debuerreotype-minimizing-config", "debuerreotype-slimify"):

@@ -1,0 +1,51 @@
+"""How gym-runtime reaches the operator's OpenSandbox server (docs/runtime.md, "Sandbox backends").
+
+Built by ``gym_runtime.settings`` from ``OPENSANDBOX_DOMAIN``, ``OPENSANDBOX_API_KEY``,
+``OPENSANDBOX_PROTOCOL`` and ``GYM_RUNTIME_OPENSANDBOX_{IMAGE,CPU,DAEMON_HOST,EGRESS}``;
+nothing here reads the environment. The API key is left out of ``repr`` and :meth:`describe`,
+so no log line, error or ``doctor`` output carries it; it reaches the server only as the
+``OPEN-SANDBOX-API-KEY`` header the ``opensandbox`` SDK sends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+
+@dataclass(frozen=True)
+class OpenSandboxConnection:
+    """``domain``: ``host:port`` of the lifecycle server; ``protocol``: ``http`` | ``https``;
+    ``image``: the image server sandboxes run (None: not configured, refused at start);
+    ``cpu``: CPUs per server sandbox (a string as the server's ``resourceLimits`` takes it);
+    ``daemon_host``: the IP address sandboxes reach this daemon at (its head server and the relays
+    in front of every server listen there); ``egress``: ``enforced`` (every sandbox gets the
+    allowlist as its ``networkPolicy``) or ``unenforced`` (none is sent: for a server without an
+    egress sidecar, said loudly at start)."""
+
+    domain: str
+    api_key: str | None = field(default=None, repr=False)
+    protocol: str = "http"
+    image: str | None = None
+    cpu: str = "1"
+    daemon_host: str | None = None
+    egress: str = "enforced"
+
+    @property
+    def url(self) -> str:
+        """The server's base URL (``http://host:port``), for messages."""
+        return f"{self.protocol}://{self.domain}"
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready facts for ``doctor`` and the ready line: no key, only whether one is set."""
+        return {"server": self.url, "api_key": "set" if self.api_key else "not set", "image": self.image,
+                "cpu": self.cpu, "daemon_host": self.daemon_host,
+                "egress": self.egress}
+
+    def sdk_config(self, request_timeout_s: float = 30.0) -> Any:
+        """The SDK's ``ConnectionConfig`` (opensandbox 1.1.1, ``opensandbox/config/connection.py``)."""
+        from opensandbox.config import ConnectionConfig
+
+        return ConnectionConfig(domain=self.domain, api_key=self.api_key, protocol=self.protocol,
+                                request_timeout=timedelta(seconds=request_timeout_s))

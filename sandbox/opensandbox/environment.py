@@ -1,0 +1,275 @@
+"""The environment's servers on the operator's OpenSandbox server: one sandbox per server
+(docs/runtime.md, "Sandbox backends").
+
+:class:`OpenSandboxEnvironment` is what :meth:`OpenSandboxBackend.start` returns and plays the
+role :class:`sandbox.Sandbox` plays under the local backend (``allocate_port``, ``publish``,
+``expose_host_service``, ``prepare``, ``spawn``, ``close``, ``level``, ``report``,
+``processes``, ``denials``). The network it gives servers is the local one's, seen from inside a
+sandbox: a server listens on ``127.0.0.1:<its port>`` in its own sandbox, and its peers, the
+head server and loopback policy endpoints answer at ``127.0.0.1:<their port>`` there too, through
+the forwarder beside it (:mod:`.forwarder`), which splices each to the daemon's address
+(``GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST``): a :class:`~.relay.Relay` per server (to its sandbox's
+endpoint) or a TCP forward (head server, policy endpoint). Other policy endpoints are reached
+directly, as the sandbox's ``networkPolicy`` allows (:func:`~.spec.network_policy`).
+
+Lifecycle: every sandbox is labelled with the run and has a TTL of :data:`~.spec.TTL_S`, renewed
+every :data:`~.spec.RENEW_EVERY_S` while the run lives; a server's sandbox is deleted when the
+server ends (a restart gets a new one); :meth:`close` deletes every sandbox with the run's label.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from gym_runtime.errors import StartError
+
+from ..policy import EgressPolicy, parse_ip_literal
+from ..probe import interpreter_roots
+from ..proxy import host_dial, serve_forward
+from .failures import translate
+from .process import ServerProcess
+from .relay import Relay, free_bind
+from .service import SandboxService
+from .spec import (RENEW_EVERY_S, TTL_S, RunLabels, network_policy, resource_limits, sdk_network_policy,
+                   sdk_volumes, volumes)
+
+log = logging.getLogger("sandbox.opensandbox")
+logging.getLogger("opensandbox").setLevel(logging.CRITICAL)  # its failures reach the user as GR-OSB-* blocks
+PORT_START = 20000
+SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # the image's own, never mounted
+ENDED = ("Failed", "Terminated", "Stopping", "Stopped")  # sandbox states (opensandbox-server 1.1.1) that never run again
+CREATE_AT_ONCE = 4
+CREATE_TRIES = 3  # a server error on create (e.g. the runtime failing to copy execd in under load) is tried again
+READY_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Level:
+    """The isolation the environment reports (``value``), in the local levels' terms."""
+
+    value: str = "opensandbox"
+    rank: int = 3
+
+
+@dataclass
+class Report:
+    """What ``up`` says about the isolation: nothing to warn about."""
+
+    level: Level = field(default_factory=Level)
+    reasons: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    warning: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"level": self.level.value, "reasons": self.reasons}
+
+
+class OpenSandboxEnvironment:
+    """Build with ``await OpenSandboxEnvironment.open(service, labels, policy, work_dir)``."""
+
+    def __init__(self, service: SandboxService, labels: RunLabels, policy: EgressPolicy, work_dir: Path) -> None:
+        self.service, self.conn, self.labels, self.policy = service, service.conn, labels, policy
+        self.work_dir = work_dir
+        self.level, self.report = Level(), Report()
+        self.processes: list[ServerProcess] = []
+        self.denials: list[dict] = []  # the egress sidecar keeps its own; none are seen here
+        self.denial_count = 0
+        self.holder = None  # no namespace holder on this host (process accounting reads it)
+        self.daemon_host = str(self.conn.daemon_host)
+        self.policy_wire = network_policy(policy, [self.daemon_host]) if self.conn.egress == "enforced" else None
+        if self.policy_wire is None:
+            self.report.warning = ("EGRESS NOT ENFORCED: GYM_RUNTIME_OPENSANDBOX_EGRESS=unenforced sends no "
+                                   "networkPolicy, so servers reach whatever the sandboxes' network reaches")
+        self._next_port = PORT_START
+        self._reserved: set[int] = set()
+        self._routes: dict[int, tuple[str, int]] = {}  # inside port -> where the daemon answers it
+        self._relays: dict[int, Relay] = {}  # a server's port -> its relay
+        self._forwards: list[asyncio.AbstractServer] = []
+        self._ready: dict[str, Any] = {}  # server name -> its sandbox made by prepare(), not yet started
+        self._live: dict[str, Any] = {}  # sandbox id -> the SDK's Sandbox
+        self._renew: asyncio.Task | None = None
+
+    @classmethod
+    async def open(cls, service: SandboxService, labels: RunLabels, policy: EgressPolicy,
+                   work_dir: Path) -> OpenSandboxEnvironment:
+        env = cls(service, labels, policy, work_dir)
+        for host, port in policy.endpoints:  # loopback endpoints: reached through the daemon
+            ip = parse_ip_literal(host)
+            if host == "localhost" or (ip is not None and ip.is_loopback):
+                await env._forward(port, "127.0.0.1" if host == "localhost" else str(ip), port)
+        env._renew = asyncio.get_running_loop().create_task(env._renew_loop())
+        return env
+
+    # ------------------------------------------------------------------ the network
+    def allocate_port(self) -> int:
+        """A port for a server, unique in the environment (each listens in its own sandbox, and
+        the forwarder beside every other server listens on it too)."""
+        while self._next_port in self._reserved:
+            self._next_port += 1
+        port, self._next_port = self._next_port, self._next_port + 1
+        self._reserved.add(port)
+        return port
+
+    async def _forward(self, inside_port: int, host: str, port: int) -> tuple[str, int]:
+        sock = socket.socket(socket.AF_INET6 if ":" in self.daemon_host else socket.AF_INET, socket.SOCK_STREAM)
+        free_bind(sock)
+        sock.bind((self.daemon_host, 0))
+        sock.listen(512)
+        sock.setblocking(False)
+        self._forwards.append(await serve_forward(sock, lambda: host_dial(host, port)))
+        self._routes[inside_port] = tuple(sock.getsockname()[:2])
+        self._reserved.add(inside_port)
+        return self._routes[inside_port]
+
+    async def expose_host_service(self, inside_port: int, host: str, port: int) -> tuple[str, int]:
+        """``host:port`` on this host (the head server) answers in every sandbox at
+        ``127.0.0.1:inside_port``; returns that address."""
+        await self._forward(inside_port, host, port)
+        return ("127.0.0.1", inside_port)
+
+    async def publish(self, port: int, host: str = "127.0.0.1") -> tuple[str, int]:
+        """The stable address of the server listening on ``port``: its relay on the daemon's
+        address (``host`` does not apply: sandboxes and this host's clients must both reach it)."""
+        if port not in self._relays:
+            relay = Relay(f"port {port}")
+            self._relays[port] = relay
+            self._routes[port] = tuple(await relay.start(self.daemon_host))
+        return self._routes[port]
+
+    def routes_for(self, spec: Any) -> list[list[Any]]:
+        """The forwarder's routes in ``spec``'s sandbox: every inside port but its own."""
+        own = set(spec.ports)
+        return [[p, h, hp] for p, (h, hp) in sorted(self._routes.items()) if p not in own]
+
+    def relay_for(self, spec: Any) -> Relay:
+        if not spec.ports or spec.ports[0] not in self._relays:
+            raise StartError(f"server {spec.name!r} has no published port under the opensandbox backend",
+                             code="GR-OSB-PORT", hint="a server must listen on the port its config names")
+        return self._relays[spec.ports[0]]
+
+    # ------------------------------------------------------------------ sandboxes
+    async def _create(self, spec: Any) -> Any:
+        """A new sandbox for ``spec``: its image, labels, TTL, limits, network policy and mounts."""
+        from opensandbox import Sandbox
+
+        ro = [p for p in (*spec.read_only_paths, *interpreter_roots(str(spec.argv[0])), spec.cwd)
+              if not any(str(p) == s or str(p).startswith(s + "/") for s in SYSTEM)]
+        if spec.cow_paths:
+            log.warning("server %s: a copy-on-write tree is not available under the opensandbox backend; its tree "
+                        "is read-only", spec.name)
+        what = f"creating the sandbox of server {spec.name!r}"
+        for attempt in range(CREATE_TRIES):
+            try:
+                box = await self._create_once(Sandbox, spec, ro)
+                break
+            except Exception as e:
+                err = translate(e, self.conn, what)
+                if err.code != "GR-OSB-SERVER" or attempt == CREATE_TRIES - 1:
+                    raise err from None
+                log.info("server %s: create failed (%s), trying again", spec.name, err.cause)
+        self._live[box.id] = box
+        return box
+
+    async def _create_once(self, sandbox_cls: Any, spec: Any, ro: list[Any]) -> Any:
+        """One ``Sandbox.create`` (the SDK deletes a sandbox whose create failed half-way)."""
+        return await sandbox_cls.create(
+            self.conn.image, timeout=timedelta(seconds=TTL_S), ready_timeout=timedelta(seconds=READY_TIMEOUT_S),
+            metadata=self.labels.metadata(spec.name),  # commands run in the background: no stream grace to shorten
+            resource=resource_limits(spec.limits, self.conn.cpu),
+            network_policy=sdk_network_policy(self.policy_wire) if self.policy_wire is not None else None,
+            volumes=sdk_volumes(volumes([p for p in ro if Path(p).exists()],
+                                        [p for p in spec.writable_paths if Path(p).exists()])),
+            connection_config=self.conn.sdk_config())
+
+    async def prepare(self, specs: list[Any]) -> None:
+        """Create every server's first sandbox, :data:`CREATE_AT_ONCE` at a time, so a create the
+        server refuses fails the start with its own ``GR-OSB-*`` error before any server runs."""
+        gate = asyncio.Semaphore(CREATE_AT_ONCE)
+
+        async def one(spec: Any) -> None:
+            async with gate:
+                self._ready[spec.name] = await self._create(spec)
+
+        results = await asyncio.gather(*(one(s) for s in specs), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+    async def sandbox_for(self, spec: Any) -> Any:
+        """The sandbox made by :meth:`prepare` for ``spec``'s first start, else a new one."""
+        box = self._ready.pop(spec.name, None)
+        return box if box is not None else await self._create(spec)
+
+    async def endpoint(self, box: Any, spec: Any) -> str:
+        """``host:port/proxy/N`` reaching the server's port in ``box``."""
+        try:
+            return (await box.get_endpoint(spec.ports[0])).endpoint
+        except Exception as e:
+            raise translate(e, self.conn, f"asking for the endpoint of server {spec.name!r}", box.id) from None
+
+    async def alive(self, box: Any, unknown: bool = False) -> bool:
+        """Whether ``box`` still runs on the server: False once deleted (404) or in a state it does not
+        come back from (:data:`ENDED`: a container killed from outside is ``Failed``); ``unknown``
+        when the server does not answer."""
+        from opensandbox.exceptions import SandboxApiException
+
+        try:
+            mgr = await self.service._mgr()
+            info = await mgr.get_sandbox_info(box.id)
+            return str(info.status.state) not in ENDED
+        except SandboxApiException as e:
+            return unknown if e.status_code != 404 else False
+        except Exception:
+            return unknown
+
+    async def discard(self, box: Any) -> None:
+        """Delete ``box`` (a server ended in it) and close the SDK's connection to it."""
+        if box is None:
+            return
+        self._live.pop(box.id, None)
+        with contextlib.suppress(Exception):
+            await self.service.kill([box.id], f"deleting sandbox {box.id}")
+        with contextlib.suppress(Exception):
+            await box.close()
+
+    def spawn(self, spec: Any) -> ServerProcess:
+        """Start server ``spec`` (in the background: its handle reports a failed start as an exit)."""
+        proc = ServerProcess(self, spec, spec.stdout_fd)
+        self.processes.append(proc)
+        return proc
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(RENEW_EVERY_S)
+            await self.service.renew([*self._live, *(b.id for b in self._ready.values())])
+
+    async def close(self) -> None:
+        """End every server (its sandbox deleted), stop relays and forwards, then delete every
+        sandbox with the run's label (what a failed start or a lost handle left). Idempotent."""
+        if self._renew is not None:
+            self._renew.cancel()
+            self._renew = None
+        for p in self.processes:
+            if p.poll() is None:
+                p.kill_now()
+        await asyncio.gather(*(p.wait() for p in self.processes), return_exceptions=True)
+        for box in list(self._ready.values()):
+            await self.discard(box)
+        self._ready.clear()
+        for relay in self._relays.values():
+            await relay.stop()
+        self._relays.clear()
+        for f in self._forwards:
+            f.close()
+        self._forwards.clear()
+        with contextlib.suppress(Exception):
+            left = await self.service.delete_run(self.labels)
+            if left:
+                log.info("deleted %d sandbox(es) of this run at close: %s", len(left), ", ".join(left))

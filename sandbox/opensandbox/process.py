@@ -1,0 +1,217 @@
+"""One server in its OpenSandbox sandbox, as the supervisor sees it (docs/runtime.md, "Sandbox
+backends").
+
+:class:`ServerProcess` answers what :class:`sandbox.SandboxedProcess` answers (``poll``,
+``returncode``, ``exit_info``, ``mark``, ``wait``, ``stop``, ``kill_now``, ``app_pid``,
+``memory_rss``; ``pid`` is None: no process of this host), so supervision, restarts and the
+"same start-up exit twice" rule are the local backend's. Its life, in one task:
+
+1. the sandbox: the one made before the first start (:meth:`OpenSandboxEnvironment.prepare`), a
+   new one for each restart (a fresh ``/tmp``);
+2. execd background commands: the forwarder (:mod:`.forwarder`), then the server with its
+   environment and private variables as the command's own ``envs`` (never the sandbox's
+   environment, never a command line);
+3. the relay in front of it (:mod:`.relay`) points at the sandbox's endpoint for its port;
+4. every :data:`POLL_S` the command's status is asked (an exit is seen within ``POLL_S`` plus one
+   call: about a second), and every :data:`LOG_S` its log is read from its cursor into the
+   server's log pipe;
+5. when it ends its sandbox is deleted.
+
+Exit reasons besides the local ones: ``sandbox-gone`` (the sandbox was deleted from outside:
+404), ``service-lost`` (the OpenSandbox server did not answer for :data:`SERVICE_GRACE_S`; a
+server restart shorter than that is ridden out: sandboxes outlive it), ``start-failed`` (a
+create or command refused; ``detail`` holds the ``GR-OSB-*`` block's message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from typing import Any
+
+from sandbox.process import ExitInfo
+
+POLL_S = 0.5
+CALL_S = 3.0  # one status call (execd in a busy sandbox can take a second or more)
+LOG_S = 0.25  # log reads, in a task of their own so a slow read never delays the status
+SERVICE_GRACE_S = 60.0
+FORWARDER = open(os.path.join(os.path.dirname(__file__), "forwarder.py")).read()  # noqa: SIM115 (read once)
+
+
+class ServerProcess:
+    """The handle :meth:`OpenSandboxEnvironment.spawn` returns (module doc)."""
+
+    pid = None
+    pidfd = None
+
+    def __init__(self, env: Any, spec: Any, log_fd: int | None) -> None:
+        self.env, self.spec, self.name = env, spec, spec.name
+        self.limits = spec.limits
+        self._log_fd = os.dup(log_fd) if log_fd is not None else None
+        if self._log_fd is not None:
+            os.set_blocking(self._log_fd, False)
+        self.box: Any = None  # the SDK's Sandbox, once created
+        self.command: str | None = None
+        self._cursor: int | None = None
+        self._exit: ExitInfo | None = None
+        self._reason: str | None = None
+        self._detail = ""
+        self._done = asyncio.Event()
+        self.started_at = time.monotonic()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    # --- the protocol of sandbox.SandboxedProcess ---------------------------------------------
+    @property
+    def returncode(self) -> int | None:
+        return self._exit.returncode if self._exit else None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def exit_info(self) -> ExitInfo | None:
+        return self._exit
+
+    def mark(self, reason: str, detail: str = "") -> None:
+        if self._reason is None:
+            self._reason, self._detail = reason, detail
+
+    def app_pid(self) -> int | None:
+        return None
+
+    def memory_rss(self) -> int:
+        return 0  # counted by the OpenSandbox server, not on this host
+
+    def tree(self) -> list:
+        return []
+
+    async def wait(self) -> int | None:
+        await self._done.wait()
+        return self.returncode
+
+    async def stop(self, grace_s: float = 5.0, kill_wait_s: float = 5.0) -> ExitInfo:
+        """Interrupt the server's command (execd sends it SIGTERM), wait ``grace_s``, then delete
+        its sandbox (which ends everything in it)."""
+        self.mark("terminated")
+        if self._exit is None and self.box is not None and self.command is not None:
+            with contextlib.suppress(Exception):
+                await self.box.commands.interrupt(self.command)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._done.wait(), grace_s)
+        if self._exit is None:
+            self._reason = "killed" if self._reason == "terminated" else self._reason
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(self._done.wait()), kill_wait_s + 10)
+        return self._exit or ExitInfo(None, "stuck", "its sandbox could not be deleted")
+
+    def kill_now(self) -> None:
+        """End it without grace: its sandbox is deleted (the task's clean-up)."""
+        self.mark("killed")
+        if self._exit is None:
+            self._task.cancel()
+
+    @property
+    def where(self) -> dict[str, Any]:
+        """The sandbox, for ``/server_instances``."""
+        return {"sandbox": self.box.id if self.box is not None else None, "isolation": "opensandbox"}
+
+    # --- its life -------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        env = self.env
+        status: dict[str, Any] = {}
+        try:
+            self.box = await env.sandbox_for(self.spec)
+            await self._start_commands()
+            env.relay_for(self.spec).point(await env.endpoint(self.box, self.spec))
+            logs = asyncio.ensure_future(self._pump_logs())
+            try:
+                status = await self._watch()
+            finally:
+                logs.cancel()
+                await asyncio.gather(logs, return_exceptions=True)
+            self._end(status["exit_code"], self._reason or status["reason"], self._detail or status.get("detail", ""))
+        except asyncio.CancelledError:
+            self._end(-9, self._reason or "killed", self._detail)
+        except Exception as e:  # a GymRuntimeError from env (GR-OSB-*), or an SDK failure it did not expect
+            self._end(-1, "start-failed", getattr(e, "message", None) or f"{type(e).__name__}: {e}")
+        finally:
+            env.relay_for(self.spec).point(None)
+            with contextlib.suppress(BaseException):
+                await self._drain_log()
+            if self._log_fd is not None:
+                os.close(self._log_fd)
+                self._log_fd = None
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(env.discard(self.box))
+            self._done.set()
+
+    def _end(self, returncode: int | None, reason: str, detail: str) -> None:
+        if self._exit is None:
+            self._exit = ExitInfo(returncode, reason, detail)
+
+    async def _start_commands(self) -> None:
+        from opensandbox.models.execd import RunCommandOpts
+
+        spec, box = self.spec, self.box
+        routes = self.env.routes_for(spec)
+        if routes:
+            await box.commands.run([str(spec.argv[0]), "-I", "-S", "-c", FORWARDER, json.dumps(routes)],
+                                   opts=RunCommandOpts(background=True, working_directory="/"))
+        envs = {**spec.env, **spec.private_env}
+        execution = await box.commands.run([str(a) for a in spec.argv],
+                                           opts=RunCommandOpts(background=True, working_directory=str(spec.cwd),
+                                                               envs=envs))
+        self.command = execution.id
+
+    async def _pump_logs(self) -> None:
+        while True:
+            await asyncio.sleep(LOG_S)
+            with contextlib.suppress(Exception):  # tried again at the next turn; the last read is at the end
+                await asyncio.wait_for(self._drain_log(), 10.0)
+
+    async def _watch(self) -> dict[str, Any]:
+        """Until the command ends: its status every :data:`POLL_S`, each call bounded by
+        :data:`CALL_S` (the SDK's own retries would take longer)."""
+        silent_since: float | None = None
+        while True:
+            await asyncio.sleep(POLL_S)
+            try:
+                st = await asyncio.wait_for(self.box.commands.get_command_status(self.command), CALL_S)
+                silent_since = None
+            except Exception:  # execd or the OpenSandbox server not answering: a killed sandbox, a restart
+                silent_since = silent_since or time.monotonic()
+                st = None
+            if st is None:
+                try:
+                    alive = await asyncio.wait_for(self.env.alive(self.box, unknown=True), CALL_S)
+                except asyncio.TimeoutError:
+                    alive = True  # the server does not answer: ridden out for SERVICE_GRACE_S
+                if not alive:
+                    return {"exit_code": -1, "reason": "sandbox-gone",
+                            "detail": f"sandbox {self.box.id} was deleted or killed from outside"}
+                if time.monotonic() - silent_since > SERVICE_GRACE_S:
+                    return {"exit_code": -1, "reason": "service-lost", "detail": f"no answer about sandbox "
+                            f"{self.box.id} for {SERVICE_GRACE_S:g}s"}
+                continue
+            if st.running is False:
+                code = st.exit_code if st.exit_code is not None else -1
+                reason = "signal" if code < 0 or code > 128 else "exited"
+                return {"exit_code": code, "reason": reason, "detail": st.error or ""}
+
+    async def _drain_log(self) -> None:
+        if self._log_fd is None or self.box is None or self.command is None:
+            return
+        logs = await self.box.commands.get_background_command_logs(self.command, self._cursor)
+        if logs.cursor is not None:
+            self._cursor = logs.cursor
+        data = logs.content.encode("utf-8", "replace") if logs.content else b""
+        while data:
+            try:
+                n = os.write(self._log_fd, data)
+            except BlockingIOError:
+                await asyncio.sleep(0.05)
+                continue
+            data = data[n:]

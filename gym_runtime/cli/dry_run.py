@@ -10,7 +10,9 @@ deprecated alias), and the report counts the rollouts of each replica. stdout: t
 and the replica table (or one JSON object with ``--json``); stderr:
 start-up progress and a progress bar. Exit 0 when every rollout ran, 3 when any failed (or a row had
 every sample masked by its resources server), 1 for a bad
-package / config / row (nothing started), 2 for bad flags.
+package / config / row (nothing started), 2 for bad flags. With ``--watch`` the environment stays
+up after the table and the rows run again after each edit (:mod:`gym_runtime.rollouts.watch`),
+each table with a ``change`` column, until Ctrl-C or SIGTERM (exit 130, everything stopped).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, metavar="results.jsonl", help="write every rollout (row, sample, reward, "
                    "latency, error) as JSONL")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
+    p.add_argument("--watch", action="store_true", help="after the table keep the environment up; on each edit "
+                   "of a server's tree, a config or the dataset restart what it touched, run the rows again and "
+                   "print the table with each row's change (docs/rollouts.md); Ctrl-C stops")
     add_policy_args(p)
     g = p.add_argument_group("environment")
     g.add_argument("--stub-seed", type=int, default=0, metavar="N", help="seed of the built-in stub model (default 0)")
@@ -135,12 +140,22 @@ def run(args: argparse.Namespace) -> int:
 
     def on_start(total: int) -> None:
         say(f"environment ready; running {total} rollout(s)")
-        progress.update(task, total=total)
+        progress.reset(task, total=total)
         progress.start()
 
+    if args.watch and args.json:
+        raise UsageError("--watch prints a table per run; it cannot be combined with --json", code="GR-USAGE-CONFLICT",
+                         hint="drop --json (each run's rollouts can still be written with --out)")
     try:
-        with stdout_for_the_command():  # stdout carries the report only
-            result = uvloop.run(_stoppable(run_dry_run(req, say, on_start, lambda r: progress.advance(task))))
+        with stdout_for_the_command() as out:  # stdout carries the report only
+            advance = lambda r: progress.advance(task)  # noqa: E731
+            if args.watch:  # runs until Ctrl-C or SIGTERM (exit 130)
+                from gym_runtime.rollouts.watch import watch_dry_run
+
+                work = watch_dry_run(req, say, _shower(args, out, progress), on_start, advance)
+            else:
+                work = run_dry_run(req, say, on_start, advance)
+            result = uvloop.run(_stoppable(work))
     except asyncio.CancelledError:  # SIGTERM: stopped like Ctrl-C (main() turns this into exit 130)
         raise KeyboardInterrupt("SIGTERM") from None
     finally:
@@ -148,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     return report(result, args, err)
 
 
-async def _stoppable(work: Coroutine[Any, Any, DryRunResult]) -> DryRunResult:
+async def _stoppable(work: Coroutine[Any, Any, Any]) -> Any:
     """Run ``work`` so that SIGTERM cancels it the way asyncio's own Ctrl-C handling does: the
     environment is brought down by the cancellation, then ``CancelledError`` reaches the caller.
     (Raising from a plain signal handler instead could strike inside the event loop and hang it.)"""
@@ -161,6 +176,37 @@ async def _stoppable(work: Coroutine[Any, Any, DryRunResult]) -> DryRunResult:
         return await work
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _title(result: DryRunResult, args: argparse.Namespace) -> str:
+    return (f"dry-run: {result.package} · {len(result.rows)} row(s) × {args.samples} sample(s) · "
+            f"startup {result.ready.get('startup_s')} s")
+
+
+def _shower(args: argparse.Namespace, out: Any, progress: Any):
+    """``--watch``'s ``show(result, changes)``: each run's table on ``out`` (the real stdout), titled
+    with the run's number; from the second on with the ``change`` column and a line counting the
+    rows whose signal was gained or lost."""
+    from rich.console import Console
+
+    from gym_runtime.rollouts.compare import change_summary
+    from gym_runtime.rollouts.report import print_report
+
+    runs = [0]
+
+    def show(result: DryRunResult, changes: dict[int, str] | None) -> None:
+        progress.stop()
+        runs[0] += 1
+        console = Console(file=out, width=None if out.isatty() else 160)
+        print_report(console, result.stats, result.summary, f"{_title(result, args)} · run {runs[0]}",
+                     result.replicas, result.max_concurrent_rollouts, changes)
+        if changes is not None:
+            c = change_summary(changes)
+            console.print(f"against run {runs[0] - 1}: {c['changed']} row(s) changed, signal gained in "
+                          f"{c['signal_gained']}, lost in {c['signal_lost']}, {c['new']} new", highlight=False)
+        out.flush()
+
+    return show
 
 
 def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
@@ -180,8 +226,7 @@ def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
     if args.json:
         print(json.dumps(report_dict(result.stats, result.summary, **extra), indent=2))
     else:
-        title = (f"dry-run: {result.package} · {len(result.rows)} row(s) × {args.samples} sample(s) · "
-                 f"startup {extra['startup_s']} s")
+        title = _title(result, args)
         # off a terminal (a log, a pipe) rich would wrap the table at 80 columns: give it room instead
         print_report(Console(width=None if sys.stdout.isatty() else 160), result.stats, result.summary, title,
                      result.replicas, result.max_concurrent_rollouts)

@@ -231,6 +231,14 @@ class LocalPlacement:
         m.port = self._fresh()
         m.public = (m.host, m.port)
         self.addresses[name] = (self.addresses[name][0], m.port)
+        self.respec()
+
+    def respec(self) -> None:
+        """Give every server's spec the config of ``env.merged`` as it is now (its
+        ``NEMO_GYM_CONFIG_DICT``, read at its next start) and refresh the head server's view: after
+        a port moved (:meth:`_rebind`) or the config was merged again (``dry-run --watch``,
+        :mod:`gym_runtime.supervise.reload`)."""
+        env = self.env
         inside = contract.config_view(env.merged.data, self.addresses, self.head_inside, env.ray_inside)
         for s in env.supervisor.members.values():
             if s.kind == "server":

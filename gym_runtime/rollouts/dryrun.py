@@ -121,7 +121,9 @@ def offers_tools(rows: list[DatasetRow]) -> bool:
     return any((row.data.get("responses_create_params") or {}).get("tools") for row in rows)
 
 
-def _runtime(req: DryRunRequest, progress: Callable[[str], None] | None, tools: bool):
+def make_runtime(req: DryRunRequest, progress: Callable[[str], None] | None, tools: bool):
+    """The :class:`gym_runtime.Runtime` (not started) a dry-run of ``req`` runs against; ``tools``:
+    the rows offer tools, so the start-up probe of the policy endpoint offers one too."""
     from gym_runtime.runtime import Runtime
     from gym_runtime.supervise.options import SuperviseOptions
 
@@ -151,16 +153,38 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
     for note in notes:
         if progress is not None:
             progress(f"note: {note}")
-    out: IO[str] | None = None
-    rt = _runtime(req, progress, offers_tools(rows))
+    rt = make_runtime(req, progress, offers_tools(rows))
     try:
         ready = await rt.start()
-        agents = {n: url for n, url in rt.servers.items() if url}
-        bound, replicas = rt.env.max_concurrent_rollouts(), rt.env.agent_replicas()
-        if req.out is not None:
-            req.out.parent.mkdir(parents=True, exist_ok=True)
-            out = req.out.open("w", encoding="utf-8")
+        return await run_rows(rt, req, Prepared(name, rows, facts, notes), ready, on_start, on_result)
+    finally:
+        await rt.stop()
 
+
+@dataclass(frozen=True)
+class Prepared:
+    """What :func:`prepare` returned (package name, rows to run, agent facts) and its notes."""
+
+    package: str
+    rows: list[DatasetRow]
+    facts: dict[str, AgentFacts]
+    notes: list[str] = field(default_factory=list)
+
+
+async def run_rows(rt: Any, req: DryRunRequest, prep: Prepared, ready: dict[str, Any],
+                   on_start: Callable[[int], None] | None = None,
+                   on_result: Callable[[RolloutResult], None] | None = None) -> DryRunResult:
+    """Sample every row of ``prep`` ``req.samples`` times against the started
+    :class:`gym_runtime.Runtime` ``rt`` (``ready``: its ready info) and return the result; every
+    rollout is written to ``req.out`` (rewritten by each call). The environment keeps running."""
+    out: IO[str] | None = None
+    rows = prep.rows
+    agents = {n: url for n, url in rt.servers.items() if url}
+    bound, replicas = rt.env.max_concurrent_rollouts(), rt.env.agent_replicas()
+    if req.out is not None:
+        req.out.parent.mkdir(parents=True, exist_ok=True)
+        out = req.out.open("w", encoding="utf-8")
+    try:
         def record(result: RolloutResult) -> None:
             if out is not None:
                 out.write(json.dumps(result.to_dict()) + "\n")
@@ -171,13 +195,14 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
         if on_start is not None:
             on_start(len(rows) * req.samples)
         t0 = time.perf_counter()
-        results = await sample_rows(rows, agents, req.samples, bound, record, req.rollout_timeout_s, facts, replicas)
+        results = await sample_rows(rows, agents, req.samples, bound, record, req.rollout_timeout_s, prep.facts,
+                                    replicas)
         wall = time.perf_counter() - t0
         replicas = rt.env.agent_replicas()  # nodes as they are now (a replica may have moved)
     finally:
         if out is not None:
             out.close()
-        await rt.stop()
     stats = row_stats(results)
     counts = replica_counts(((r.agent, r.replica, not r.ok) for r in results), replicas, wall)
-    return DryRunResult(name, rows, results, stats, summarize(stats, results, wall), ready, notes, counts, bound)
+    return DryRunResult(prep.package, rows, results, stats, summarize(stats, results, wall), ready, prep.notes,
+                        counts, bound)

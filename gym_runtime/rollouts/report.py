@@ -44,13 +44,16 @@ UNPARSED = ("the policy emitted tool calls that the endpoint's parser did not pa
             "(vLLM's, for this model)")
 
 
-def build_table(stats: list[RowStats], title: str | None = None) -> Table:
-    """The per-row reward table (a :class:`rich.table.Table`)."""
+def build_table(stats: list[RowStats], title: str | None = None, changes: dict[int, str] | None = None) -> Table:
+    """The per-row reward table (a :class:`rich.table.Table`); with ``changes`` (row index -> the
+    text of :func:`gym_runtime.rollouts.compare.row_change`) a last column, ``change``, against
+    the previous run (``dry-run --watch``)."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   padding=(0, 0))
-    for name in COLUMNS:
-        table.add_column(name, justify="left" if name in ("agent", "signal") else "right", no_wrap=name != "signal",
-                         min_width=len(name), ratio=1 if name == "signal" else None)
+    for name in COLUMNS + (("change",) if changes is not None else ()):
+        table.add_column(name, justify="left" if name in ("agent", "signal", "change") else "right",
+                         no_wrap=name not in ("signal", "change"), min_width=len(name),
+                         ratio=1 if name in ("signal", "change") else None)
     for s in stats:
         if s.all_masked:
             signal = f"[red]{ALL_MASKED}[/red]"
@@ -62,11 +65,14 @@ def build_table(stats: list[RowStats], title: str | None = None) -> Table:
             signal = "[dim]unknown[/dim]"
         if s.out_of_range:
             signal += f" [red]{s.out_of_range} out of range[/red]"
-        table.add_row(str(s.row), str(s.line), s.agent, str(s.samples), _num(s.mean), _num(s.std), _num(s.min),
-                      _num(s.max), _count(s.failures, "red"), _count(s.unknown_tool_calls, "red"),
-                      _count(s.context_overflows, "yellow"), _count(s.bad_rewards, "red"), _count(s.masked, "yellow"),
-                      _count(s.aborted, "yellow"), _count(s.unparsed_tool_calls, "red"),
-                      _count(s.step_capped + s.idle_capped, "yellow"), signal)
+        cells = [str(s.row), str(s.line), s.agent, str(s.samples), _num(s.mean), _num(s.std), _num(s.min),
+                 _num(s.max), _count(s.failures, "red"), _count(s.unknown_tool_calls, "red"),
+                 _count(s.context_overflows, "yellow"), _count(s.bad_rewards, "red"), _count(s.masked, "yellow"),
+                 _count(s.aborted, "yellow"), _count(s.unparsed_tool_calls, "red"),
+                 _count(s.step_capped + s.idle_capped, "yellow"), signal]
+        if changes is not None:
+            cells.append(changes.get(s.row, "-"))
+        table.add_row(*cells)
     return table
 
 
@@ -152,10 +158,12 @@ def spread_shown(replicas: list[dict[str, Any]]) -> bool:
 
 
 def print_report(console: Console, stats: list[RowStats], summary: Summary, title: str | None = None,
-                 replicas: list[dict[str, Any]] | None = None, bound: int | None = None) -> None:
-    """Print the table, the summary and, when :func:`spread_shown`, the per-replica table to
-    ``console`` (``--json`` always carries the per-replica counts)."""
-    console.print(build_table(stats, title))
+                 replicas: list[dict[str, Any]] | None = None, bound: int | None = None,
+                 changes: dict[int, str] | None = None) -> None:
+    """Print the table (with the ``change`` column when ``changes`` is given, :func:`build_table`),
+    the summary and, when :func:`spread_shown`, the per-replica table to ``console`` (``--json``
+    always carries the per-replica counts)."""
+    console.print(build_table(stats, title, changes))
     console.print(f"[dim]{LEGEND}[/dim]", highlight=False)
     for line in summary_lines(summary):
         console.print(line, highlight=False)

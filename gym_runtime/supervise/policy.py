@@ -47,7 +47,8 @@ def uses_policy(merged: MergedConfig, url: str) -> bool:
 
 async def configure(package: Any, overrides: list[str], given: PolicyValues, say: Callable[[str], None],
                     settings: RuntimeSettings, host_job: HostJob | None = None,
-                    job_config: tuple[dict[str, Any], str] | None = None) -> tuple[MergedConfig, str | None]:
+                    job_config: tuple[dict[str, Any], str] | None = None,
+                    stub_url: str | None = None) -> tuple[MergedConfig, str | None]:
     """Load the package (a directory, or a :class:`~gym_runtime.package.Package` already made, e.g.
     by :func:`~gym_runtime.package.bare.package_from_config_paths`), choose the Gym release it runs
     under ``settings`` (once: :func:`~gym_runtime.gym_release.choose_release`) and build its config
@@ -55,8 +56,9 @@ async def configure(package: Any, overrides: list[str], given: PolicyValues, say
     mode): its ``config_paths`` checked against the manifest, its policy values used where ``given``
     has none, the rest merged as a layer (:mod:`gym_runtime.host.global_config`); else
     ``job_config`` (``(data, label)``) is that layer (NeMo Gym's ``initial_global_config_dict``:
-    :mod:`gym_runtime.nemo_gym`). Returns the config (``release`` set) and the stub model's base
-    URL (None when no stub is needed). Raises
+    :mod:`gym_runtime.nemo_gym`). ``stub_url``: the running stub model's base URL, when the config
+    of a running environment is merged again (else a free port is chosen for it). Returns the config
+    (``release`` set) and the stub model's base URL (None when no stub is needed). Raises
     :class:`~gym_runtime.gym_release.choose.SdkSkewError` and what
     :func:`~gym_runtime.config.build_config` raises."""
     pkg = package if isinstance(package, Package) else await asyncio.to_thread(load_package, package)
@@ -66,7 +68,7 @@ async def configure(package: Any, overrides: list[str], given: PolicyValues, say
     build_config = functools.partial(_build_config, release=choose_release(pkg, settings), job_config=job_config)
     job = given.with_overrides(overrides)  # `policy_base_url=URL` counts as --policy-base-url URL
     if job.base_url is None:
-        stub_url = f"http://127.0.0.1:{free_port()}/v1"
+        stub_url = stub_url or f"http://127.0.0.1:{free_port()}/v1"
         stub = PolicyValues(stub_url, given.api_key or "stub-key", job.model_name or STUB_MODEL_NAME,
                             origin="built-in stub model")
         merged = await asyncio.to_thread(build_config, pkg, overrides, stub)

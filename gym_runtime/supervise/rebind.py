@@ -47,20 +47,21 @@ def handle_bind_race(sup: Any, m: Member) -> bool:
     m.log.note(f"port {old} was taken before this server bound it; new port {m.port}")
     for other in sup.members.values():
         if other is not m and other.kind == "server" and other.proc is not None and other.proc.poll() is None:
-            sup._spawn_task(_respawn(sup, other))
+            respawn(sup, other)
     sup.post(_spawn_event(m.name))
     return True
 
 
-async def _respawn(sup: Any, m: Member) -> None:
-    """A requested restart (not a crash): stop; the supervisor spawns the refreshed spec when it
+def respawn(sup: Any, m: Member) -> None:
+    """A requested restart (not a crash) of running ``m``: its status is ``stopping`` at once and
+    its process is stopped in the background; the supervisor spawns the refreshed spec when it
     handles that exit (:func:`respawn_after_exit`), so the exit is never taken for a crash."""
     m.status, m.respawn = STOPPING, True
-    await m.proc.stop(0.5)
+    sup._spawn_task(m.proc.stop(0.5))
 
 
 def respawn_after_exit(sup: Any, m: Member) -> bool:
-    """On ``m``'s exit (supervisor loop): True when it was stopped by :func:`_respawn`, and is
+    """On ``m``'s exit (supervisor loop): True when it was stopped by :func:`respawn`, and is
     spawned again now (unless the environment is stopping)."""
     if not m.respawn:
         return False

@@ -82,6 +82,7 @@ class Supervisor:
         self.watchdog = None  # an orphans.Watchdog when some member runs without a pid namespace
         self.run_mark = run_mark.new_mark()  # in every server's environment (run_mark.py)
         self.rebind = None  # callable(name): a new automatic port for that server (rebind.py)
+        self._waiters: list[asyncio.Future] = []  # resolved after each handled event (:meth:`until`)
 
     # ------------------------------------------------------------------ public API
     def add(self, member: Member) -> None:
@@ -126,6 +127,16 @@ class Supervisor:
         await asyncio.shield(self._done)
         return self.exit_code
 
+    async def until(self, condition) -> None:
+        """Return once ``condition()`` (a callable reading members' state) is true, checked after
+        every event the loop handles; raises :class:`StartInterrupted` when the loop has ended."""
+        while not condition():
+            if self._loop_task is None or self._loop_task.done():
+                raise StartInterrupted("the supervisor has stopped")
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            await fut
+
     def health(self) -> tuple[int, dict[str, Any]]:
         """``(200, {"status": "ready"})`` or ``(503, {"status": "starting"|"failed"|"degraded"|..., ...})``
         (``degraded``: ready, but a server was found wedged and is not ready again; ``wedged``
@@ -152,6 +163,10 @@ class Supervisor:
             except Exception as e:  # a bug in a handler must not leave processes unsupervised
                 log.exception("supervisor event %s failed", ev.kind)
                 self._fail(ev.name or "supervisor", f"internal error handling {ev.kind}: {e!r}")
+            waiters, self._waiters = self._waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
             if ev.kind == "stopped":
                 return
 

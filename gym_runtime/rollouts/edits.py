@@ -1,0 +1,123 @@
+"""What an edit touched, for ``dry-run --watch``: file events from inotify, grouped and sorted (docs/rollouts.md).
+
+:class:`Edits` watches the package directory (recursively) and the dataset file (its directory,
+not recursively, so an editor that replaces the file by a rename is still seen) with
+``watchfiles`` (inotify underneath, never polling). A save is several events (an editor writes a
+temporary file, renames it, touches the directory): ``watchfiles`` yields a group once no event
+came for :data:`QUIET_MS` milliseconds (at most :data:`MAX_GROUP_MS` after the first), and
+:meth:`Edits.next` merges the groups already waiting. Editor droppings, ``__pycache__`` and
+``.pyc`` files are left out by ``watchfiles``' default filter.
+
+:func:`classify` sorts the changed paths of one group into an :class:`Edit`:
+
+* the dataset file -> ``rows`` (re-read);
+* the manifest, or a YAML file under a ``configs/`` directory -> ``config`` (merged again);
+* ``requirements.txt`` / ``pyproject.toml`` at the top of a server directory -> ``requirements``
+  (the server directories named; their venvs are not rebuilt while watching);
+* any other file under a server directory of the package -> ``servers``: the server instances
+  whose implementation lives there (restarted);
+* anything else -> ``ignored``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+QUIET_MS = 100  # a group ends after this long without an event
+MAX_GROUP_MS = 1600  # ... or this long after its first event
+MANIFEST = "nemo-environment.yaml"
+REQUIREMENTS = ("requirements.txt", "pyproject.toml")
+
+
+@dataclass
+class Edit:
+    """One group of changes, sorted (module doc); paths are absolute."""
+
+    rows: bool = False
+    config: bool = False
+    servers: set[str] = field(default_factory=set)
+    requirements: set[Path] = field(default_factory=set)
+    ignored: set[Path] = field(default_factory=set)
+
+    @property
+    def acts(self) -> bool:
+        """Whether the edit asks for anything: rows, config or a server restart."""
+        return self.rows or self.config or bool(self.servers)
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def classify(paths: Iterable[Path], package: Path, dataset: Path, server_dirs: Mapping[str, Path]) -> Edit:
+    """Sort ``paths`` (module doc). ``server_dirs``: server instance -> its implementation
+    directory; ``package`` and ``dataset`` resolved."""
+    edit = Edit()
+    for p in paths:
+        p = p.resolve()
+        owners = {n for n, d in server_dirs.items() if _under(p, d) and _under(d, package)}
+        if p == dataset:
+            edit.rows = True
+        elif p == package / MANIFEST or (p.suffix in (".yaml", ".yml") and _under(p, package)
+                                        and "configs" in p.relative_to(package).parts):
+            edit.config = True
+        elif owners and p.name in REQUIREMENTS and any(p.parent == server_dirs[n] for n in owners):
+            edit.requirements.add(p)
+        elif owners:
+            edit.servers |= owners
+        else:
+            edit.ignored.add(p)
+    return edit
+
+
+class Edits:
+    """Changed paths under ``package`` and the ``dataset`` file, one debounced group at a time.
+
+    Use as an async context manager; :meth:`next` -> the set of changed paths. Leaving it stops
+    the watchers at once (their threads see the stop event within :data:`QUIET_MS`)."""
+
+    def __init__(self, package: Path, dataset: Path) -> None:
+        self.package, self.dataset = package, dataset
+        self._stop = threading.Event()  # watchfiles' thread reads it (is_set)
+        self._q: asyncio.Queue[set[Path]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task] = []
+
+    async def __aenter__(self) -> Edits:
+        from watchfiles import awatch
+
+        dataset = self.dataset
+
+        async def pump(*paths: Path, recursive: bool = True, only: Path | None = None) -> None:
+            async for changes in awatch(*paths, recursive=recursive, step=QUIET_MS, debounce=MAX_GROUP_MS,
+                                        stop_event=self._stop,
+                                        watch_filter=None if only is None else lambda _c, p: Path(p) == only):
+                self._q.put_nowait({Path(p) for _, p in changes})
+
+        self._tasks = [asyncio.create_task(pump(self.package)),
+                       asyncio.create_task(pump(dataset.parent, recursive=False, only=dataset))]
+        return self
+
+    async def next(self) -> set[Path]:
+        """The paths of the next group, merged with any groups already waiting. Raises the error of a
+        watcher that ended (a directory that cannot be watched)."""
+        getter = asyncio.ensure_future(self._q.get())
+        done, _ = await asyncio.wait([getter, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        if getter not in done:
+            getter.cancel()
+            for t in done:
+                t.result()  # a watcher failed: its error; or it ended
+            raise RuntimeError("the file watcher stopped")
+        paths = getter.result()
+        while not self._q.empty():
+            paths |= self._q.get_nowait()
+        return paths
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -3,6 +3,8 @@
 One thread serves everything (``HTTPServer``, not threading), and ``/verify`` runs
 ``time.sleep(10_000)`` on it, as a CPU-bound or deadlocked handler would block an event loop: its
 port stays open, and from then on ``GET /`` gets no answer either. ``/seed_session`` answers ``{}``.
+A start after the first (the restart of the wedged server) waits 10 s before it listens, so a test
+sees the restart under way whatever the machine's speed (a marker file in ``$HOME`` tells them apart).
 """
 import json
 import os
@@ -43,5 +45,9 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+started_before = os.path.join(os.environ["HOME"], "wedged_resources.started")
+if os.path.exists(started_before):
+    time.sleep(10)
+open(started_before, "w").close()
 print("wedged_resources", name, "listening on", cfg["host"], cfg["port"], flush=True)
 HTTPServer((cfg["host"], int(cfg["port"])), Handler).serve_forever()

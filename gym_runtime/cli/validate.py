@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, print_warnings
 from gym_runtime.errors import EXIT_INVALID, EXIT_OK, GymRuntimeError, PackageInvalidError, UsageError, Violation
-from gym_runtime.package.sqlite_wal import wal_warnings
 
 if TYPE_CHECKING:
     from gym_runtime.config import MergedConfig
@@ -82,6 +81,8 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     if release is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
         try:
             merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS, release=release)
+            from gym_runtime.package.sqlite_wal import wal_warnings
+
             summary["warnings"] = (merged.warnings + wal_warnings(pkg.root, _package_trees(merged))
                                    + package_index_notes(pkg))
             # what `build` would refuse before any install: the SDK's imports, each server's Python

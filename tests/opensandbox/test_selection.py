@@ -24,4 +24,5 @@ def test_ci_runs_them_beside_the_suite() -> None:
     lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if not ln.startswith("#")]
     start = lines.index('./uvw run pytest -m opensandbox >"$opensandbox_log" 2>&1 &')
     assert start < lines.index("./uvw run pytest || suite_rc=$?") < lines.index('wait "$opensandbox" || opensandbox_rc=$?')
-    assert "opensandbox_rc" in lines[-1]
+    loop = next(ln for ln in lines if ln.startswith("for rc in "))
+    assert '"$opensandbox_rc"' in loop and lines.index(loop) > lines.index('wait "$opensandbox" || opensandbox_rc=$?')

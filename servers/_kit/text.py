@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 REPLACEMENT = "\ufffd"
-NOT_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
+NOT_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
 
 
 def repaired_str(text: str) -> tuple[str, int]:

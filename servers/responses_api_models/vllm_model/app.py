@@ -21,7 +21,7 @@ file store (``_kit/token_capture.py``); its token ids are asked for even when
 ``finish_reason: tool_calls`` with no tool call parsed (vLLM with a reasoning parser and
 ``tool_choice: required``: the forced call is written inside the reasoning) carries
 ``unparsed_tool_calls: 1`` on the Responses object, which the agent counts. Code points of the
-upstream's answer that are no text (a lone surrogate from a split ``\ud83d`` escape, NUL, control
+upstream's answer that are no text (a lone surrogate from a split ``\\ud83d`` escape, NUL, control
 characters) are replaced by U+FFFD and counted as ``repaired_text`` on the answer (``_kit/text.py``).
 """
 

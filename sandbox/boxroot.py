@@ -21,6 +21,7 @@ Its root (:class:`BoxRoot`) is one of:
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,22 +82,26 @@ class BoxDirs:
             d.mkdir(parents=True, exist_ok=True)
 
 
-def _etc_files(dirs: BoxDirs) -> tuple[Path, Path]:
+def _etc_files(dirs: BoxDirs, hostname: str | None) -> tuple[Path, Path]:
     hosts, resolv = dirs.base / "hosts", dirs.base / "resolv.conf"
-    hosts.write_text("\n".join(LOOPBACK_HOSTS) + "\n")
+    lines = list(LOOPBACK_HOSTS)
+    if hostname is None:  # the box keeps the host's name, which resolves to itself here too
+        lines[0] += f" {socket.gethostname()}"
+    hosts.write_text("\n".join(lines) + "\n")
     resolv.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
     return hosts, resolv
 
 
 def box_bwrap_argv(bwrap: str, root: BoxRoot, dirs: BoxDirs, workdir: str, proc_mode: str, info_fd: int,
-                   extra_ro: Sequence[tuple[Path, str]] = ()) -> list[str]:
+                   extra_ro: Sequence[tuple[Path, str]] = (), hostname: str | None = SANDBOX_HOSTNAME) -> list[str]:
     """The keeper's bubblewrap command for ``root`` (module doc). ``workdir``: the box's working
     directory inside (made writable); ``info_fd``: where bubblewrap writes its JSON info
     (``child-pid``: the host pid of the box's init); ``extra_ro``: (host path, path inside) pairs
-    bound read-only."""
-    hosts, resolv = _etc_files(dirs)
+    bound read-only; ``hostname``: the box's own host name, or None to keep the host's
+    (``launch.base_bwrap_args``)."""
+    hosts, resolv = _etc_files(dirs, hostname)
     if root.kind == "host":
-        args = [bwrap, *base_bwrap_args(proc_mode), "--unshare-net",
+        args = [bwrap, *base_bwrap_args(proc_mode, hostname), "--unshare-net",
                 "--ro-bind", str(hosts), "/etc/hosts", "--ro-bind", str(resolv), "/etc/resolv.conf",
                 "--bind", str(dirs.home), "/root"]
         if not (workdir == "/tmp" or workdir.startswith("/tmp/")):
@@ -110,8 +115,8 @@ def box_bwrap_argv(bwrap: str, root: BoxRoot, dirs: BoxDirs, workdir: str, proc_
         etc.mkdir(exist_ok=True)
         (etc / "hosts").write_text(hosts.read_text())
         (etc / "resolv.conf").write_text(resolv.read_text())
-        args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname",
-                SANDBOX_HOSTNAME, "--unshare-net",
+        args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                *(["--hostname", hostname] if hostname else []), "--unshare-net",
                 "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                 "--disable-userns", "--overlay-src", str(root.path), "--overlay", str(dirs.upper), str(dirs.work),
                 "/"]

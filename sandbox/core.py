@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gym_runtime.errors import IsolationError, StartError
 
-from .launch import LOOPBACK_HOSTS, ProcessSpec, bwrap_argv, launcher_argv, make_preexec, private_pipe
+from .launch import LOOPBACK_HOSTS, SANDBOX_HOSTNAME, ProcessSpec, bwrap_argv, launcher_argv, make_preexec, private_pipe
 from .limits import CgroupSlot
 from .dns import NameForwards
 from .netns import NetnsHolder
@@ -47,6 +47,7 @@ class Sandbox:
         self.holder: NetnsHolder | None = None
         self.bwrap: str | None = None
         self.proc_mode = "mount"
+        self.hostname: str | None = None  # the UTS namespace's own name (launch.SANDBOX_HOSTNAME) or None: the host's
         self._servers: list[asyncio.AbstractServer] = []
         self._published: dict[int, tuple[str, int]] = {}
         self._reserved: set[int] = set()
@@ -98,8 +99,9 @@ class Sandbox:
             # partial (probed or forced) = the masked-/proc fallback: pid ns kept, host /proc bound read-only
             self.bwrap = self.report.details["bwrap"]
             self.proc_mode = "mount" if self.level == IsolationLevel.FULL else "bind"
+        self.hostname = self.report.details.get("hostname", SANDBOX_HOSTNAME) if self.bwrap else None
         hosts = list(LOOPBACK_HOSTS)
-        if self.bwrap is None:  # no UTS namespace of its own: the server keeps the host's name, which resolves here
+        if self.hostname is None:  # no UTS name of its own: the server keeps the host's name, which resolves here
             hosts[0] += f" {socket.gethostname()}"
         for i, (host, port) in enumerate(self.policy.endpoints):
             if parse_ip_literal(host) is not None:
@@ -265,7 +267,8 @@ class Sandbox:
             if spec.private_env:  # never in bubblewrap's environment: a pipe to the launcher (launch.py)
                 fd, rest = private_pipe(spec.private_env)
                 command = launcher_argv(spec.argv, fd)
-            argv = bwrap_argv(self.bwrap, spec, self.proc_mode, ro, self._state / "hosts", resolv, command)
+            argv = bwrap_argv(self.bwrap, spec, self.proc_mode, ro, self._state / "hosts", resolv, command,
+                              self.hostname)
         else:
             argv = list(spec.argv)
             env.update(spec.private_env)  # the process started is the server itself

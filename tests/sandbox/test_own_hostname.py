@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 
 import dns.message
 import dns.rcode
@@ -33,11 +34,8 @@ print(json.dumps({"name": name, "addr": addr, "fqdn": socket.getfqdn()}))
 """
 
 
-def test_case_c58_a_server_resolves_its_own_host_name_and_binds_there(tmp_path, plain_python):
-    """tests/cases/data/C58/README.md ("Expected"): the name the server sees resolves to loopback."""
-    assert "gethostbyname(gethostname())" in (CASES / "C58" / "README.md").read_text()
-    if probe_isolation().level.value != "full":
-        pytest.skip("needs full isolation (bubblewrap's own UTS namespace)")
+def _own_name(tmp_path, plain_python) -> dict:
+    """What a server inside a fresh sandbox sees of its own name (``OWN``'s JSON)."""
 
     async def main() -> dict:
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
@@ -54,8 +52,29 @@ def test_case_c58_a_server_resolves_its_own_host_name_and_binds_there(tmp_path, 
         finally:
             await sb.close()
 
-    out = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_case_c58_a_server_resolves_its_own_host_name_and_binds_there(tmp_path, plain_python):
+    """tests/cases/data/C58/README.md ("Expected"): the name the server sees resolves to loopback."""
+    assert "gethostbyname(gethostname())" in (CASES / "C58" / "README.md").read_text()
+    if probe_isolation().level.value != "full":
+        pytest.skip("needs full isolation (bubblewrap's own UTS namespace)")
+    out = _own_name(tmp_path, plain_python)
     assert out["name"] == SANDBOX_HOSTNAME == "gym-sandbox" and out["addr"] == "127.0.0.1"
+
+
+def test_where_naming_the_sandbox_is_refused_it_keeps_the_hosts_name_which_resolves(tmp_path, plain_python,
+                                                                                     monkeypatch):
+    """podman's default seccomp profile refuses ``sethostname`` in bubblewrap's UTS namespace
+    ("Can't set hostname to gym-sandbox"); the probe then records ``hostname: None`` and keeps
+    the level (a name is no isolation), and the sandbox maps the host's own name to loopback."""
+    report = probe_isolation()
+    if report.level.value == "none" or not report.details.get("bwrap"):
+        pytest.skip("needs bubblewrap")
+    monkeypatch.setitem(report.details, "hostname", None)  # what the probe records where sethostname is refused
+    out = _own_name(tmp_path, plain_python)
+    assert out["name"] == socket.gethostname() != SANDBOX_HOSTNAME and out["addr"] == "127.0.0.1"
 
 
 def _ask(forwards: NameForwards, name: str) -> dns.message.Message:

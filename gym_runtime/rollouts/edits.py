@@ -77,7 +77,8 @@ def classify(paths: Iterable[Path], package: Path, dataset: Path, server_dirs: M
 class Edits:
     """Changed paths under ``package`` and the ``dataset`` file, one debounced group at a time.
 
-    Use as an async context manager; :meth:`next` -> the set of changed paths. Leaving it stops
+    Use as an async context manager (entered, the watches are set: an edit made after that is
+    never missed); :meth:`next` -> the set of changed paths. Leaving it stops
     the watchers at once (their threads see the stop event within :data:`QUIET_MS`)."""
 
     def __init__(self, package: Path, dataset: Path) -> None:
@@ -99,6 +100,9 @@ class Edits:
 
         self._tasks = [asyncio.create_task(pump(self.package)),
                        asyncio.create_task(pump(dataset.parent, recursive=False, only=dataset))]
+        # One turn of the loop runs each task up to its first wait, and awatch sets its inotify watches
+        # (RustNotify) before that wait: from here on no edit is missed, however busy the host.
+        await asyncio.sleep(0)
         return self
 
     async def next(self) -> set[Path]:

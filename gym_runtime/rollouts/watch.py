@@ -73,10 +73,10 @@ async def watch_dry_run(req: DryRunRequest, say: Callable[[str], None], show: Sh
     rt = make_runtime(req, say, offers_tools(prep.rows))
     try:
         ready = await rt.start()
-        last = await run_rows(rt, req, prep, ready, on_start, on_result)
-        show(last, None)
         package, dataset = Path(req.package).resolve(), Path(req.dataset).resolve()
-        async with Edits(package, dataset) as edits:
+        async with Edits(package, dataset) as edits:  # before the first table: an edit made while it runs is seen
+            last = await run_rows(rt, req, prep, ready, on_start, on_result)
+            show(last, None)
             say(f"watching {package} and {dataset} for edits (Ctrl-C stops)")
             while True:
                 paths = await edits.next()

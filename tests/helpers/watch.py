@@ -81,7 +81,7 @@ class WatchRun:
                 start = len(sink)
                 self._cv.wait(min(left, 1.0))
 
-    def table(self, run: int, timeout: float = 600) -> list[str]:
+    def table(self, run: int, timeout: float = 240) -> list[str]:
         """The lines of run ``run``'s table and summary once all are printed (its last line:
         ``mean reward`` for run 1, ``against run N`` after)."""
         first = self._wait(self.out, 0, rf"· run {run}\b", timeout)
@@ -89,7 +89,7 @@ class WatchRun:
         with self._cv:
             return self.out[first:last + 1]
 
-    def stderr_after(self, mark: int, pattern: str, timeout: float = 300) -> int:
+    def stderr_after(self, mark: int, pattern: str, timeout: float = 180) -> int:
         """Index of the first stderr line from ``mark`` on matching ``pattern`` (waits for it)."""
         return self._wait(self.err, mark, pattern, timeout)
 

@@ -18,6 +18,7 @@ from tests.helpers.watch import WatchRun, mean_of, rows_of, set_reward, watched_
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 
 
+@pytest.mark.timeout(900)  # three runs of the example and a failed start, each waited for on its own
 def test_edit_verify_reruns_rows_with_changes_then_syntax_error_then_recovery(tmp_path: Path) -> None:
     pkg, rows = watched_quickstart(tmp_path)
     run = WatchRun(pkg, rows, tmp_path / "run", "--samples", "2",

@@ -1,0 +1,46 @@
+"""``Edits`` (inotify through watchfiles) and ``classify``: what ``dry-run --watch`` sees of an edit.
+
+The watch printed its first table before its watches were set, so an edit saved right after the
+table (as a test, or a quick author, does) was missed on a busy host and the watch sat idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from gym_runtime.rollouts.edits import Edits, classify
+
+
+def _tree(tmp_path: Path) -> tuple[Path, Path, Path]:
+    pkg = tmp_path / "pkg"
+    app = pkg / "resources_servers" / "demo" / "app.py"
+    app.parent.mkdir(parents=True)
+    app.write_text("REWARD = 1.0\n")
+    (pkg / "configs").mkdir()
+    (pkg / "configs" / "demo.yaml").write_text("a: 1\n")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("{}\n")
+    return pkg, rows, app
+
+
+def test_an_edit_saved_as_soon_as_the_watch_is_entered_is_seen(tmp_path: Path) -> None:
+    pkg, rows, app = _tree(tmp_path)
+
+    async def main() -> set[Path]:
+        async with Edits(pkg.resolve(), rows.resolve()) as edits:
+            app.write_text("REWARD = 0.0\n")  # no pause: the watches are set once entered
+            return await asyncio.wait_for(edits.next(), 30)
+
+    assert app.resolve() in asyncio.run(main())
+
+
+def test_classify_sorts_server_config_rows_and_the_rest(tmp_path: Path) -> None:
+    pkg, rows, app = _tree(tmp_path)
+    pkg, rows = pkg.resolve(), rows.resolve()
+    dirs = {"demo": app.parent.resolve(), "other": (pkg / "elsewhere").resolve()}
+    edit = classify([app, pkg / "configs" / "demo.yaml", rows, pkg / "README.md",
+                     app.parent / "requirements.txt"], pkg, rows, dirs)
+    assert edit.servers == {"demo"} and edit.config and edit.rows
+    assert edit.requirements == {(app.parent / "requirements.txt").resolve()}
+    assert edit.ignored == {(pkg / "README.md").resolve()}

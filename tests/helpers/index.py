@@ -99,7 +99,10 @@ class SimpleIndex:
 
     ``url`` is the index URL (``.../simple``); files are served under ``/files/``. Pages are
     rendered per request, so files added to ``files_dir`` later show up. ``requests`` records
-    every requested path. ``delay_s`` delays each file download (to interrupt a build mid-way).
+    every requested path. ``delay_s`` delays each file download (to interrupt a build mid-way);
+    :meth:`hold` keeps every file download waiting until :meth:`release` (a build that stays
+    under way while a test acts, however slow or fast the host; uv waits up to its
+    ``UV_HTTP_TIMEOUT``, 30 s unless set).
     """
 
     def __init__(self, files_dir: Path, yanked: dict[str, str] | None = None, delay_s: float = 0.0) -> None:
@@ -108,6 +111,8 @@ class SimpleIndex:
         self.delay_s = delay_s
         self.requests: list[str] = []
         self._closing = threading.Event()  # wakes delayed downloads when the index closes
+        self._open = threading.Event()  # cleared by hold(): file downloads wait for release()
+        self._open.set()
         owner = self
 
         class Handler(SimpleHTTPRequestHandler):
@@ -118,6 +123,9 @@ class SimpleIndex:
                 owner.requests.append(self.path)
                 path = self.path.split("?", 1)[0]
                 if path.startswith("/files/"):
+                    while not owner._open.wait(0.05):
+                        if owner._closing.is_set():
+                            return None
                     if owner._closing.wait(owner.delay_s):
                         return None  # closed while the download was held back: nothing more to send
                     f = owner.files_dir / path.removeprefix("/files/")
@@ -147,6 +155,14 @@ class SimpleIndex:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/simple"
+
+    def hold(self) -> None:
+        """From now on every file download waits until :meth:`release` (or the index closes)."""
+        self._open.clear()
+
+    def release(self) -> None:
+        """Let the held downloads (and later ones) through."""
+        self._open.set()
 
     def __enter__(self) -> SimpleIndex:
         self._thread.start()

@@ -55,8 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "latency, error) as JSONL")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
     p.add_argument("--watch", action="store_true", help="after the table keep the environment up; on each edit "
-                   "of a server's tree, a config or the dataset restart what it touched, run the rows again and "
-                   "print the table with each row's change (docs/rollouts.md); Ctrl-C stops")
+                   "of a server's tree, a config or the dataset restart what it touched (a server's requirements: "
+                   "rebuild its venv in the background first), run the rows again and print the table with each "
+                   "row's change (docs/rollouts.md); Ctrl-C stops")
     add_policy_args(p)
     g = p.add_argument_group("environment")
     g.add_argument("--stub-seed", type=int, default=0, metavar="N", help="seed of the built-in stub model (default 0)")

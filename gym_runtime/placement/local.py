@@ -247,7 +247,33 @@ class LocalPlacement:
                                                           self._passed(s.name))
         env.refresh_outside()
 
+    def reseat(self, name: str, venv: Any) -> None:
+        """Run server ``name`` on ``venv`` (a :class:`~gym_runtime.venvs.build.Venv`) from its next
+        start on: its spec is made again as at the start, on the same address and with its config
+        as it is now; the running process is not touched (``dry-run --watch`` after an edit of the
+        server's requirements, :mod:`gym_runtime.supervise.venv_swap`)."""
+        from gym_runtime.venvs.build import VenvSet
+
+        env = self.env
+        m = env.supervisor.members[name]
+        self.pythons[name] = Path(venv.python)
+        m.spec = self._server_spec(name, env.merged.instances[name], Path(venv.python), m.spec.private_env,
+                                   self.addresses[name])
+        if self.built is not None:
+            by_instance = {**self.built.by_instance, name: venv.digest}
+            kept = {v.digest: v for v in (*self.built.venvs, venv) if v.digest in by_instance.values()}
+            self.built = VenvSet(tuple(kept.values()), by_instance)
+
     def _add_server(self, name: str, inst: Any, python: Path, config_yaml: str, addr: tuple[str, int]) -> None:
+        env = self.env
+        spec = self._server_spec(name, inst, python, contract.private_env(config_yaml, self._passed(name)), addr)
+        sdir = Path(inst.server_dir.path)
+        env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
+                    info={"server_type": inst.server_type, "implementation": inst.implementation,
+                          "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
+
+    def _server_spec(self, name: str, inst: Any, python: Path, private_env: Any, addr: tuple[str, int]) -> Any:
+        """The sandbox ``ProcessSpec`` of server ``name`` run by ``python`` on ``addr``."""
         from sandbox import ProcessSpec
 
         env = self.env
@@ -268,13 +294,10 @@ class LocalPlacement:
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
                            writable_paths=[wd, *self._ray_dirs(), *cache.writable,
                                            *token_capture.writable_dir(env.merged.data, inst.server_type)],
-                           private_env=contract.private_env(config_yaml, self._passed(name)),
-                           limits=self._limits(),
+                           private_env=private_env, limits=self._limits(),
                            cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {},
                            ports=[addr[1]])
-        env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
-                    info={"server_type": inst.server_type, "implementation": inst.implementation,
-                          "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
+        return spec
 
     def _passed(self, name: str) -> dict[str, str]:
         """The variables passed into server ``name`` from the daemon's environment (passthrough.py,

@@ -12,8 +12,9 @@ came for :data:`QUIET_MS` milliseconds (at most :data:`MAX_GROUP_MS` after the f
 
 * the dataset file -> ``rows`` (re-read);
 * the manifest, or a YAML file under a ``configs/`` directory -> ``config`` (merged again);
-* ``requirements.txt`` / ``pyproject.toml`` at the top of a server directory -> ``requirements``
-  (the server directories named; their venvs are not rebuilt while watching);
+* an install file (``requirements.txt``, ``pyproject.toml``, ``overrides.txt``) at the top of a
+  server directory -> ``requirements`` (that directory's venv is rebuilt in the background,
+  :mod:`gym_runtime.rollouts.rebuild`);
 * any other file under a server directory of the package -> ``servers``: the server instances
   whose implementation lives there (restarted);
 * anything else -> ``ignored``.
@@ -30,7 +31,7 @@ from pathlib import Path
 QUIET_MS = 100  # a group ends after this long without an event
 MAX_GROUP_MS = 1600  # ... or this long after its first event
 MANIFEST = "nemo-environment.yaml"
-REQUIREMENTS = ("requirements.txt", "pyproject.toml")
+INSTALL_FILES = ("requirements.txt", "pyproject.toml", "overrides.txt")  # what a server's venv is built from
 
 
 @dataclass
@@ -45,8 +46,19 @@ class Edit:
 
     @property
     def acts(self) -> bool:
-        """Whether the edit asks for anything: rows, config or a server restart."""
+        """Whether the edit asks for anything now: rows, config or a server restart (a venv
+        rebuild, ``requirements``, acts once it has ended)."""
         return self.rows or self.config or bool(self.servers)
+
+    def rebuilds(self, server_dirs: Mapping[str, Path]) -> dict[Path, tuple[list[str], list[str]]]:
+        """Server directory -> (its instances in ``server_dirs`` order, the names of its install
+        files this edit changed), for each directory whose venv the edit asks to rebuild."""
+        out: dict[Path, tuple[list[str], list[str]]] = {}
+        for p in sorted(self.requirements):
+            names = [n for n, d in server_dirs.items() if d == p.parent]
+            if names:
+                out.setdefault(p.parent, (names, []))[1].append(p.name)
+        return out
 
 
 def _under(path: Path, root: Path) -> bool:
@@ -65,7 +77,7 @@ def classify(paths: Iterable[Path], package: Path, dataset: Path, server_dirs: M
         elif p == package / MANIFEST or (p.suffix in (".yaml", ".yml") and _under(p, package)
                                         and "configs" in p.relative_to(package).parts):
             edit.config = True
-        elif owners and p.name in REQUIREMENTS and any(p.parent == server_dirs[n] for n in owners):
+        elif owners and p.name in INSTALL_FILES and any(p.parent == server_dirs[n] for n in owners):
             edit.requirements.add(p)
         elif owners:
             edit.servers |= owners

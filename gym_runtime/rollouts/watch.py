@@ -2,27 +2,34 @@
 
 The stages are the dry-run's own (:mod:`gym_runtime.rollouts.dryrun`: :func:`prepare`, the
 :class:`gym_runtime.Runtime` start, :func:`run_rows`); this module only loops over them
-(docs/rollouts.md, "Watching"):
+(docs/rollouts.md, "Watching edits"):
 
 1. check the package, config and rows; start the environment (``keep_going``: a server that fails
    for good leaves the others up); run the rows; show the table;
 2. wait for an edit (:class:`gym_runtime.rollouts.edits.Edits`, inotify, debounced) and sort it
-   (:func:`gym_runtime.rollouts.edits.classify`);
-3. a config edit merges the config again and names the instances whose blocks changed
+   (:func:`gym_runtime.rollouts.edits.classify`), or for a venv rebuild to end (step 3);
+3. an edit of a server directory's install file (``requirements.txt``, ``pyproject.toml``,
+   ``overrides.txt``) starts a rebuild of that directory's venv in the background
+   (:class:`gym_runtime.rollouts.rebuild.Rebuilds`): the servers keep serving on their current
+   venv and the watch goes on (back to 2). Once the venv is built, the instances whose
+   implementation lives there are moved onto it (:func:`gym_runtime.supervise.venv_swap.reseat`)
+   and restarted (step 5); a build that failed is said as its error block and they keep their venv;
+4. a config edit merges the config again and names the instances whose blocks changed
    (:func:`gym_runtime.supervise.reload.remerge`); a config or dataset edit checks the rows again
-   (:func:`prepare`); a requirements edit is said and not applied (its venv is not rebuilt while
-   watching); an error in any of these is shown as its block and the environment keeps running
-   as it was;
-4. restart the instances an edit touched (:func:`gym_runtime.supervise.reload.restart`); one that
+   (:func:`prepare`); an error in any of these is shown as its block and the environment keeps
+   running as it was;
+5. restart the instances an edit touched (:func:`gym_runtime.supervise.reload.restart`); one that
    cannot start (a syntax error) has shown its error block: the rows wait for the next edit;
-5. run the rows again and show the table with each row's change against the previous table
+6. run the rows again and show the table with each row's change against the previous table
    (:mod:`gym_runtime.rollouts.compare`); back to 2.
 
-It runs until cancelled (Ctrl-C, SIGTERM); the environment is then stopped as after a dry-run.
+It runs until cancelled (Ctrl-C, SIGTERM); rebuilds still running are cancelled (nothing of them
+is kept) and the environment is then stopped as after a dry-run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -34,8 +41,9 @@ from gym_runtime.rollouts.compare import row_changes
 from gym_runtime.rollouts.dryrun import (DryRunRequest, DryRunResult, Prepared, make_runtime, offers_tools, prepare,
                                          run_rows)
 from gym_runtime.rollouts.edits import Edit, Edits, classify
+from gym_runtime.rollouts.rebuild import Rebuilds, Rebuilt
 from gym_runtime.rollouts.stats import RolloutResult
-from gym_runtime.supervise import reload
+from gym_runtime.supervise import reload, venv_swap
 from gym_runtime.supervise.member import FAILED
 from gym_runtime.supervise.options import SuperviseOptions
 
@@ -78,20 +86,115 @@ async def watch_dry_run(req: DryRunRequest, say: Callable[[str], None], show: Sh
             last = await run_rows(rt, req, prep, ready, on_start, on_result)
             show(last, None)
             say(f"watching {package} and {dataset} for edits (Ctrl-C stops)")
-            while True:
-                paths = await edits.next()
-                t0 = time.perf_counter()
-                dirs = {n: Path(i.server_dir.path).resolve() for n, i in rt.env.merged.instances.items()}
-                edit = classify(paths, package, dataset, dirs)
-                prep, run = await _apply(rt, req, edit, prep, say)
-                if not run:
-                    continue
-                result = await run_rows(rt, req, prep, ready, on_start, on_result)
-                show(result, row_changes(result.rows, result.stats, last.rows, last.stats))
-                say(f"edit to new table: {time.perf_counter() - t0:.2f}s")
-                last = result
+            rebuilds = Rebuilds(rt.env)
+            events = _Events(edits, rebuilds)
+            try:
+                while True:
+                    got = await events.next()
+                    if isinstance(got, Rebuilt):
+                        t0 = got.edited_at
+                        run = await _swap(rt, got, say)
+                    else:
+                        t0 = time.perf_counter()
+                        dirs = {n: Path(i.server_dir.path).resolve() for n, i in rt.env.merged.instances.items()}
+                        edit = classify(got, package, dataset, dirs)
+                        _start_rebuilds(rebuilds, edit, dirs, t0, say)
+                        prep, run = await _apply(rt, req, edit, prep, say)
+                    if not run:
+                        continue
+                    result = await run_rows(rt, req, prep, ready, on_start, on_result)
+                    show(result, row_changes(result.rows, result.stats, last.rows, last.stats))
+                    say(f"edit to new table: {time.perf_counter() - t0:.2f}s")
+                    last = result
+            finally:
+                await events.close()
+                await rebuilds.close()
     finally:
         await rt.stop()
+
+
+class _Events:
+    """The watch's next event: a group of changed paths (:meth:`Edits.next`) or a finished rebuild
+    (:meth:`Rebuilds.next`), whichever comes first. The other wait is kept for the next call, never
+    cancelled: a cancelled :meth:`Edits.next` could drop a group it had already taken."""
+
+    def __init__(self, edits: Edits, rebuilds: Rebuilds) -> None:
+        self.edits, self.rebuilds = edits, rebuilds
+        self._edit: asyncio.Future | None = None
+        self._rebuilt: asyncio.Future | None = None
+
+    async def next(self) -> set[Path] | Rebuilt:
+        """A set of paths or a :class:`Rebuilt` (a finished rebuild first when both are there)."""
+        self._edit = self._edit or asyncio.ensure_future(self.edits.next())
+        self._rebuilt = self._rebuilt or asyncio.ensure_future(self.rebuilds.next())
+        await asyncio.wait({self._edit, self._rebuilt}, return_when=asyncio.FIRST_COMPLETED)
+        if self._rebuilt.done():
+            done, self._rebuilt = self._rebuilt, None
+        else:
+            done, self._edit = self._edit, None
+        return done.result()
+
+    async def close(self) -> None:
+        waits = [f for f in (self._edit, self._rebuilt) if f is not None]
+        for f in waits:
+            f.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
+def _start_rebuilds(rebuilds: Rebuilds, edit: Edit, dirs: dict[str, Path], edited_at: float,
+                    say: Callable[[str], None]) -> None:
+    """Start a venv rebuild for each server directory whose install files ``edit`` changed."""
+    for server_dir, (names, files) in edit.rebuilds(dirs).items():
+        label = ", ".join(names)
+        again = rebuilds.start(server_dir, names, files, edited_at)
+        why = f"{', '.join(files)} changed" + ("; the rebuild under way is cancelled" if again else "")
+        say(f"rebuilding venv for {label} ({why}); {label} {_keep(names)} serving on {_their(names)} current venv")
+
+
+def _keep(names: list[str]) -> str:
+    return "keeps" if len(names) == 1 else "keep"
+
+
+def _their(names: list[str]) -> str:
+    return "its" if len(names) == 1 else "their"
+
+
+async def _swap(rt: Any, done: Rebuilt, say: Callable[[str], None]) -> bool:
+    """Move the instances of a finished rebuild onto their new venv and restart them (with any
+    server that had failed: another try); returns whether to run the rows. A failed rebuild is said
+    as its error block (an exception that is no :class:`GymRuntimeError` is raised) and changes nothing."""
+    label = ", ".join(done.names)
+    if done.error is not None:
+        if not isinstance(done.error, GymRuntimeError):
+            raise done.error
+        say(done.error.render() + f"\n({label} {_keep(done.names)} serving on {_their(done.names)} current venv; "
+            "the next good edit of its install files applies)")
+        return False
+    if not done.venvs:
+        say(f"venv for {label}: {', '.join(done.files)} asks for the venv {label} already "
+            f"{'runs' if len(done.names) == 1 else 'run'} on; nothing to restart")
+        return False
+    sup = rt.env.supervisor
+    failed = {n for n, m in sup.members.items() if m.kind == "server" and m.status == FAILED}
+    names = [n for n in rt.env.merged.instances if n in done.venvs or n in failed]
+    how = "rebuilt" if any(not v.reused for v in done.venvs.values()) else \
+        "found ready (built before from the same inputs)"
+    say(f"venv for {label} {how} in {done.seconds:.1f} s; restarting {', '.join(names)}")
+    await venv_swap.reseat(rt.env, done.venvs)
+    ok = await _restart(sup, names, say)  # right after the reseat (venv_swap.reseat)
+    venv_swap.learn(rt.env)
+    return ok
+
+
+async def _restart(sup: Any, names: list[str], say: Callable[[str], None]) -> bool:
+    """Restart ``names`` (:func:`reload.restart`); False, with a line saying so, when one did not start."""
+    failed = await reload.restart(sup, names)
+    broken = [n for n, error in failed.items() if error]
+    if broken:
+        say(f"not running the rows: {', '.join(broken)} did not start (its error is above); "
+            "watching for the next edit")
+        return False
+    return True
 
 
 async def _apply(rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: Callable[[str], None]
@@ -99,9 +202,6 @@ async def _apply(rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: C
     """Bring the running environment and the rows (``prep``) in line with ``edit``; returns the rows
     from now on and whether to run them (not when there is nothing to do, or after an error whose
     block was said)."""
-    for path in sorted(edit.requirements):
-        say(f"{path} changed: its venv is not rebuilt while watching; the server keeps its current venv "
-            "(stop with Ctrl-C and start again to rebuild it)")
     if not edit.acts:
         return prep, False
     restart = set(edit.servers)
@@ -124,10 +224,6 @@ async def _apply(rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: C
     if restart:
         names = [n for n in rt.env.merged.instances if n in restart]
         say(f"restarting {', '.join(names)}")
-        failed = await reload.restart(sup, names)
-        broken = [n for n, error in failed.items() if error]
-        if broken:
-            say(f"not running the rows: {', '.join(broken)} did not start (its error is above); "
-                "watching for the next edit")
+        if not await _restart(sup, names, say):
             return prep, False
     return prep, True

@@ -324,13 +324,15 @@ class EnvironmentBytecode:
     def learn(self, ready: Callable[[str], bool]) -> None:
         """Harvest the learning caches in the background while their processes start: every second
         what they imported since is compiled, and a cache is finished once ``ready(name)``; then
-        save what the store lacks."""
+        save what the store lacks. Called again once that work is done (a server moved to a rebuilt
+        venv, :mod:`gym_runtime.supervise.venv_swap`), it harvests the caches made since."""
         work = any(c.learning for _, _, c in self.caches) or (self.store is not None and self._unsaved())
-        if work and self._task is None:
+        if work and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._learn(ready))
 
     async def _learn(self, ready: Callable[[str], bool], every_s: float = 1.0) -> None:
         pending = [entry for entry in self.caches if entry[2].learning]
+        seen_caches = len(self.caches)
         compiled: dict[Path, set[str]] = {}  # per venv: sources compiled by this task
         while pending:
             for entry in list(pending):
@@ -350,6 +352,8 @@ class EnvironmentBytecode:
                     pending.remove(entry)
                     self._say(f"bytecode: compiled what {name} imports into venv {cache.venv.name} "
                               f"({len(seen)} files so far); later starts load it instead of compiling")
+            pending += [entry for entry in self.caches[seen_caches:] if entry[2].learning]  # made meanwhile
+            seen_caches = len(self.caches)
             await asyncio.sleep(every_s)
         if self.store is not None:
             await self._save()

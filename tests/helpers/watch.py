@@ -4,9 +4,11 @@
 and gives the ``arithmetic`` instance an implementation of its own in the package
 (``tests/rollouts/apps/watched_arithmetic.py`` as ``resources_servers/example_arithmetic/app.py``,
 a stdlib server whose ``verify()`` rewards ``REWARD``; a comment-only ``requirements.txt``), so
-an edit of that file is an edit of a server's tree. :class:`WatchRun` starts the watch and reads
-its stdout (the tables) and stderr (progress lines, error blocks) in threads, so a test waits for
-what the process prints, never for a guessed time.
+an edit of that file is an edit of a server's tree; :func:`set_requirements` rewrites that
+server's ``requirements.txt``, :func:`tiny_wheel` makes a pure-Python distribution for it to ask
+for, and :func:`running_venvs` finds the venvs the watch's processes run on. :class:`WatchRun`
+starts the watch and reads its stdout (the tables) and stderr (progress lines, error blocks) in
+threads, so a test waits for what the process prints, never for a guessed time.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import threading
 import time
 from pathlib import Path
 
-from tests.helpers.daemon import kill_tree
+from tests.helpers.daemon import cmdline, descendants, kill_tree
+from tests.helpers.wheels import build_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "tests" / "rollouts" / "apps" / "watched_arithmetic.py"
@@ -43,6 +46,30 @@ def set_reward(pkg: Path, line: str) -> None:
     """Rewrite the ``REWARD = ...`` line of the arithmetic server's app (in place, as an editor saves)."""
     app = pkg / "resources_servers" / "example_arithmetic" / "app.py"
     app.write_text(REWARD_LINE.sub(line, app.read_text(), count=1))
+
+
+def set_requirements(pkg: Path, text: str) -> None:
+    """Rewrite the arithmetic server's ``requirements.txt`` (in place, as an editor saves)."""
+    (pkg / "resources_servers" / "example_arithmetic" / "requirements.txt").write_text(text)
+
+
+TINY = "acme-watch-tiny"  # the distribution tiny_wheel() makes; its module says REWARD
+
+
+def tiny_wheel(out_dir: Path, reward: float, salt: str, version: str = "0.1.0") -> Path:
+    """``acme_watch_tiny-<version>-py3-none-any.whl`` in ``out_dir``: a module setting ``REWARD =
+    reward``; ``salt`` (e.g. the test's directory) makes its sha256 new, so no uv cache holds it already."""
+    return build_wheel(out_dir, TINY, version, files={"acme_watch_tiny/__init__.py": f"REWARD = {reward}\n# {salt}\n"})
+
+
+def running_venvs(pid: int) -> set[Path]:
+    """The venvs (``<venv>/bin/python``'s ``<venv>``) in the command lines of ``pid``'s descendants."""
+    return {Path(a).parents[1] for p in descendants(pid) for a in cmdline(p) if a.endswith("/bin/python")}
+
+
+def has_module(venv: Path, module: str) -> bool:
+    """Whether ``venv`` has ``module`` installed in its site-packages."""
+    return any(venv.glob(f"lib/python*/site-packages/{module}/__init__.py"))
 
 
 class WatchRun:

@@ -44,3 +44,15 @@ def test_classify_sorts_server_config_rows_and_the_rest(tmp_path: Path) -> None:
     assert edit.servers == {"demo"} and edit.config and edit.rows
     assert edit.requirements == {(app.parent / "requirements.txt").resolve()}
     assert edit.ignored == {(pkg / "README.md").resolve()}
+
+
+def test_an_edit_of_install_files_asks_one_rebuild_per_server_directory(tmp_path: Path) -> None:
+    pkg, rows, app = _tree(tmp_path)
+    pkg, rows, sdir = pkg.resolve(), rows.resolve(), app.parent.resolve()
+    dirs = {"demo": sdir, "demo_b": sdir, "other": (pkg / "resources_servers" / "other").resolve()}
+    edit = classify([sdir / "requirements.txt", sdir / "overrides.txt", sdir / "pyproject.toml",
+                     sdir / "sub" / "requirements.txt"], pkg, rows, dirs)
+    assert edit.rebuilds(dirs) == {sdir: (["demo", "demo_b"], ["overrides.txt", "pyproject.toml",
+                                                               "requirements.txt"])}
+    assert edit.servers == {"demo", "demo_b"}  # a requirements.txt below the top is the server's code
+    assert not classify([sdir / "requirements.txt"], pkg, rows, dirs).acts  # the rebuild acts once it has ended

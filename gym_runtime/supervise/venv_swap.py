@@ -1,0 +1,98 @@
+"""Rebuild the venvs of running servers and move the servers onto them (``dry-run --watch``, docs/rollouts.md).
+
+:func:`rebuild` plans the environment's venvs again with the planner and the builder the start
+uses (:func:`gym_runtime.venvs.plan_venvs`, :func:`gym_runtime.venvs.build_venvs`: uv, stage 1
+and, for an agent or resources server of a package with ``wheels/``, the offline stage 2) and
+builds only the venvs of the instances it is given. It touches no running process: a venv is
+built in a temporary directory and renamed into place once ready (docs/architecture.md §5), so
+the old venv keeps serving meanwhile and a failed or cancelled build leaves nothing; the build is
+recorded for ``gym-runtime logs`` as the start's is. It returns the instances whose venv is now
+another than the one they run on.
+
+:func:`reseat` then gives each of those its new venv from its next start on
+(:meth:`gym_runtime.placement.local.LocalPlacement.reseat`) and places the bytecode the store
+holds for it; the caller restarts them (:func:`gym_runtime.supervise.reload.restart`). A server
+that uses Ray is not moved (``GR-BUILD-WATCH-RAY``) unless the environment joined a Ray cluster:
+the private Ray head's sandbox reads the venvs it started with, and an environment started
+without Ray has none to give.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gym_runtime.errors import BuildError
+from gym_runtime.supervise import contract
+from gym_runtime.supervise.member import READY
+
+
+async def rebuild(env: Any, names: list[str], cancel: threading.Event) -> dict[str, Any]:
+    """Build the venvs of server instances ``names`` of the running
+    :class:`~gym_runtime.supervise.bringup.Environment` ``env`` from their install files as they
+    are now (module doc); ``cancel`` stops the build (uv killed within about two seconds). Returns
+    instance -> its new :class:`~gym_runtime.venvs.build.Venv` for each instance of ``names`` whose
+    venv changed ({} when every one runs on the venv its inputs give). Raises what
+    :func:`~gym_runtime.venvs.plan_venvs` and :func:`~gym_runtime.venvs.build_venvs` raise
+    (:class:`BuildError`, ``GR-BUILD-CANCELLED`` once ``cancel`` is set) and ``GR-BUILD-WATCH-RAY``."""
+    from gym_runtime.venvs import build_venvs, plan_venvs
+    from gym_runtime.venvs.record import record_build
+
+    started = time.time()
+    plan = await asyncio.to_thread(plan_venvs, env.merged, env.settings, env.req.python)
+    mine = {n: plan.by_instance[n] for n in names}
+    plan = replace(plan, venvs=tuple(v for v in plan.venvs if v.digest in mine.values()), by_instance=mine)
+    try:
+        venvs = await asyncio.to_thread(build_venvs, plan, env.settings, cancel=cancel)
+    except BuildError as e:
+        record_build(env.settings.home, names, started, error=e)
+        raise
+    record_build(env.settings.home, names, started, venvs=venvs)
+    pythons = env.placement.pythons
+    changed = {n: venvs.for_instance(n) for n in names if Path(venvs.for_instance(n).python) != pythons.get(n)}
+    _check_ray(env, changed)
+    return changed
+
+
+def _check_ray(env: Any, changed: dict[str, Any]) -> None:
+    """Raise ``GR-BUILD-WATCH-RAY`` for the servers of ``changed`` that use Ray with their new venv,
+    unless the environment joined a Ray cluster (module doc)."""
+    if not changed or env.ray.mode == "join":
+        return
+    from gym_runtime.gym_release.ray_use import ray_users
+
+    sdk = {n: contract.gym_sdk_venv(Path(p)) for n, p in env.placement.pythons.items()}
+    sdk.update({n: contract.gym_sdk_venv(Path(v.python)) for n, v in changed.items()})
+    use = ray_users(env.merged, sdk)
+    users = [n for n in changed if use[n].uses]
+    if not users:
+        return
+    why = "; ".join(f"{n} {use[n].why}" for n in users)
+    runs = ("its private Ray head runs with the venvs the environment started with" if env.ray.mode == "local"
+            else "it was started without Ray")
+    label = ", ".join(users)
+    raise BuildError(f"the rebuilt venv of {label} cannot be used by the running environment: {label} "
+                     f"use{'s' if len(users) == 1 else ''} Ray ({why}) and {runs}", code="GR-BUILD-WATCH-RAY",
+                     hint=f"stop with Ctrl-C and start dry-run --watch again to bring {label} up on the new venv "
+                     "(it is built: the start reuses it)", extra={"servers": users, "stage": "watch"})
+
+
+async def reseat(env: Any, changed: dict[str, Any]) -> None:
+    """Give each server of ``changed`` (instance -> new :class:`~gym_runtime.venvs.build.Venv`) its
+    new venv from its next start on, with the bytecode the store holds for that venv; the running
+    processes are not touched. The caller restarts them right after, with no wait in between (a
+    running harvest must not take the old process, still ready, for the new one); once they have
+    restarted, :func:`learn` compiles what they import into the new venvs."""
+    await env.bytecode.prepare([Path(v.python) for v in changed.values()])
+    for name, venv in changed.items():  # from here to the restart: no await
+        env.placement.reseat(name, venv)
+
+
+def learn(env: Any) -> None:
+    """Compile what the restarted servers import into their venvs' shared bytecode cache (in the
+    background, as after the start: :meth:`~gym_runtime.venvs.bytecode.EnvironmentBytecode.learn`)."""
+    env.bytecode.learn(lambda name: env.supervisor.members[name].status == READY)

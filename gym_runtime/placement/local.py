@@ -152,7 +152,9 @@ class LocalPlacement:
         for m in env.supervisor.members.values():
             if m.public is None and m.port is not None and m.launcher is self.sandbox:
                 m.public = tuple(await self.sandbox.publish(m.port))
-        await self.sandbox.prepare([m.spec for m in env.supervisor.members.values() if m.launcher is self.sandbox])
+        specs = [m.spec for m in env.supervisor.members.values() if m.launcher is self.sandbox]
+        for line in await self.sandbox.prepare(specs):  # e.g. the private tree copies made without bubblewrap
+            env._say(line)
 
     @property
     def close_step(self) -> tuple[str, float]:
@@ -271,7 +273,7 @@ class LocalPlacement:
                            private_env=contract.private_env(config_yaml, self._passed(name)),
                            limits=self._limits(),
                            cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {},
-                           ports=[addr[1]])
+                           tree=sdir, tree_root=sdir.parent.parent, ports=[addr[1]])
         env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
                     info={"server_type": inst.server_type, "implementation": inst.implementation,
                           "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})

@@ -15,7 +15,9 @@ Stable API (the daemon calls exactly this)::
     port = sb.allocate_port()                       # for a server inside the sandbox network
     proc = sb.spawn(ProcessSpec(name, argv, cwd, env, read_only_paths, writable_paths,
                                 stdout_fd, stderr_fd, limits=ResourceLimits(memory_mb, pids, nofile),
-                                private_env={"NEMO_GYM_CONFIG_DICT": ...}))
+                                private_env={"NEMO_GYM_CONFIG_DICT": ...}, tree=server_dir,
+                                tree_root=package_root))
+    lines = await sb.prepare(specs)                 # before the first spawns: progress lines to say
     host, hport = await sb.publish(port, host="127.0.0.1")   # address of 127.0.0.1:port inside, on host
     addr = await sb.expose_host_service(inside_port, host, port)  # e.g. the head server, inside
     sb.denials, sb.denial_count                     # [{server, host, port, rule, time}]
@@ -71,6 +73,10 @@ Rules for the caller:
   ``publish`` is the identity; hostname policy endpoints go through the proxy (never local DNS).
   Level partial without bubblewrap: servers keep uid 0 mapped to the daemon's uid and can write
   wherever that uid can (the report says "no filesystem or pid isolation").
+* Without bubblewrap (none, partial without it) a spec with ``tree`` runs from a private copy of
+  that tree (``sandbox/treecopy.py``): its cwd, argv and env values naming the tree name the copy;
+  a fresh copy per spawn (the one ``prepare`` made for the first), removed at the next spawn and
+  at ``close``. Under bubblewrap ``tree`` is not used.
 * Cost: ``Sandbox.start`` ~20-60 ms (the first call also probes, ~60 ms; the holder start blocks the
   loop ~20 ms); ``spawn`` adds ~10-20 ms per server at full; a keep-alive call through a forward
   costs the daemon 50-65 us of CPU on uvloop (the daemon's loop), 60-110 us on asyncio's (bench/egress.py;

@@ -8,8 +8,10 @@ asks it, never its name:
   slot left (deleted before anything is created);
 * ``await backend.start(policy, work_dir, require_full=..., level=...)`` -> the environment's
   sandbox: the object servers are spawned by (``allocate_port``, ``publish``,
-  ``expose_host_service``, ``expose_inside``, ``spawn(spec)``, ``close()``, ``level``,
-  ``report``, ``processes``, ``denials``; :class:`sandbox.Sandbox` is the local one);
+  ``expose_host_service``, ``expose_inside``, ``await prepare(specs)`` -> progress lines (what
+  it made for the first starts, e.g. the private tree copies made without bubblewrap),
+  ``spawn(spec)``, ``close()``, ``level``, ``report``, ``processes``, ``denials``;
+  :class:`sandbox.Sandbox` is the local one);
 * ``await backend.check()`` -> what ``doctor`` prints: the backend, the service and its version,
   what isolation it gives (``{"backend", "isolation", "gives", ...}``);
 * ``await backend.close()`` -> drops its connection (after the sandboxes are closed).
@@ -30,8 +32,11 @@ from .policy import EgressPolicy
 LOCAL_GIVES = {
     "full": "user, network, pid, mount, ipc and uts namespaces (bubblewrap), an egress proxy enforcing "
             "the allowlist, per-server cgroup limits",
-    "partial": "network namespace and egress proxy; no private /proc (masked-/proc fallback)",
-    "none": "no isolation: servers share the host's network, files and processes (egress not enforced)",
+    "partial": "network namespace and egress proxy; no private /proc (masked-/proc fallback); without "
+               "bubblewrap each server runs from a private copy of its tree (what it writes there stays out "
+               "of the package)",
+    "none": "no isolation: servers share the host's network, files and processes (egress not enforced); each "
+            "runs from a private copy of its tree (what it writes there stays out of the package)",
 }
 
 

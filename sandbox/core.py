@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from gym_runtime.errors import IsolationError, StartError
 
+from . import treecopy
 from .launch import LOOPBACK_HOSTS, SANDBOX_HOSTNAME, ProcessSpec, bwrap_argv, launcher_argv, make_preexec, private_pipe
 from .limits import CgroupSlot
 from .dns import NameForwards
@@ -60,6 +63,9 @@ class Sandbox:
         self._resolv: dict[str, Path] = {}
         self._dns_tasks: list[asyncio.Task] = []
         self._state = Path(tempfile.mkdtemp(prefix="sandbox-", dir=self.work_dir))
+        self._trees: dict[str, treecopy.TreeCopy] = {}  # server -> the copy of its tree it runs from (no bubblewrap)
+        self._fresh_trees: dict[str, treecopy.TreeCopy] = {}  # made by prepare() for a first start
+        self._tree_count = 0
 
     # ---------------------------------------------------------------- start / stop
     @classmethod
@@ -143,6 +149,9 @@ class Sandbox:
         if self.holder is not None:
             self.holder.close()
             self.holder = None
+        self._trees.clear()
+        self._fresh_trees.clear()
+        await asyncio.to_thread(treecopy.remove, self._state / "trees")
 
     # ---------------------------------------------------------------- networking
     def _on_deny(self, event: dict) -> None:
@@ -250,6 +259,7 @@ class Sandbox:
 
     # ---------------------------------------------------------------- processes
     def _spawn_sync(self, spec: ProcessSpec, proxy_port: int) -> SandboxedProcess:
+        spec = self._from_tree_copy(spec)
         env = {**spec.env, **self.proxy_env(proxy_port)}
         cg = CgroupSlot(spec.name, spec.limits)
         join = None
@@ -258,9 +268,10 @@ class Sandbox:
             files = {str(self._state / "hosts"): "/etc/hosts", str(resolv): "/etc/resolv.conf"}
             join = self.holder.preexec_join if self.bwrap else lambda: self.holder.preexec_join_bare(files)
         ro = [*spec.read_only_paths, *interpreter_roots(spec.argv[0])]
-        if spec.cow_paths and self.bwrap is None:
+        uncovered = [p for p in spec.cow_paths if spec.tree is None or Path(p) != Path(spec.tree)]
+        if uncovered and self.bwrap is None:  # the tree's own copy is its writable view (treecopy.py)
             log.warning("server %s: no copy-on-write view of %s without bubblewrap (isolation %s)", spec.name,
-                        ", ".join(spec.cow_paths), self.level.value)
+                        ", ".join(uncovered), self.level.value)
         fd, rest = None, None
         if self.bwrap is not None:
             command = list(spec.argv)
@@ -298,8 +309,40 @@ class Sandbox:
             self._ensure_watcher()
         return proc
 
-    async def prepare(self, specs: list[ProcessSpec]) -> None:
-        """Nothing to make before the first spawn here (the backend interface, sandbox/backends.py)."""
+    async def prepare(self, specs: list[ProcessSpec]) -> list[str]:
+        """What to make before the first spawn (the backend interface, sandbox/backends.py): without
+        bubblewrap, the private copy of each server's tree (``ProcessSpec.tree``, treecopy.py) for
+        its first start, made in a worker thread. Returns the progress lines saying what was copied
+        and what it cost (none under bubblewrap). Raises StartError ``GR-START-TREE-COPY`` when a
+        tree cannot be copied."""
+        todo = [s for s in specs if s.tree is not None and self.bwrap is None]
+        if not todo:
+            return []
+        made = await asyncio.to_thread(lambda: [(s.name, self._copy_tree(s)) for s in todo])
+        self._fresh_trees.update(made)
+        return treecopy.summary(self.level.value, made)
+
+    def _copy_tree(self, spec: ProcessSpec) -> treecopy.TreeCopy:
+        """A new copy of ``spec.tree`` under the sandbox's state (removed at close)."""
+        self._tree_count += 1
+        dest = self._state / "trees" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', spec.name)}-{self._tree_count}"
+        try:
+            return treecopy.make(spec.tree, spec.tree_root, dest)
+        except (OSError, shutil.Error) as e:
+            treecopy.remove(dest)
+            raise treecopy.failure(spec.name, spec.tree, dest, self.level.value, e) from None
+
+    def _from_tree_copy(self, spec: ProcessSpec) -> ProcessSpec:
+        """``spec`` as it runs here: from a fresh copy of its tree without bubblewrap (the one
+        prepare() made for a first start, else made now; the previous start's is removed), else as is."""
+        if spec.tree is None or self.bwrap is not None:
+            return spec
+        copy = self._fresh_trees.pop(spec.name, None) or self._copy_tree(spec)
+        old = self._trees.get(spec.name)
+        if old is not None:
+            treecopy.remove(old.top)
+        self._trees[spec.name] = copy
+        return copy.spec(spec)
 
     def spawn(self, spec: ProcessSpec) -> SandboxedProcess:
         """Start one server. Must run on the event-loop thread (PDEATHSIG follows the thread).

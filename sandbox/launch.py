@@ -17,7 +17,9 @@ server's argv with them, so only the server process itself (and what it starts) 
 
 ``ProcessSpec.cow_paths`` (a server's own tree, opted in by the operator) become overlays: the
 tree as the lower layer, the server's state directory as the upper one (``overlayfs(5)``), so a
-tree that installs into itself at start-up writes there and the package stays as it was.
+tree that installs into itself at start-up writes there and the package stays as it was. Without
+bubblewrap there is no bind and no overlay: the process runs from a private copy of its tree
+(``ProcessSpec.tree``, :mod:`sandbox.treecopy`), writable, which stands for both.
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ class ProcessSpec:
     # an overlay (lower: the path itself, upper and work dirs in the state directory), so writes
     # land in the state directory and the path itself is never changed
     cow_paths: Mapping[str, str] = field(default_factory=dict)
+    # the server's own tree (a directory of the package) and the package root above it: without
+    # bubblewrap the process runs from a private copy of the tree, laid out below a stand-in for the
+    # root (sandbox/treecopy.py), so what it writes beside its files stays out of the package; under
+    # bubblewrap they are not used (list the root in read_only_paths, the tree in cow_paths for a
+    # writable view)
+    tree: Path | str | None = None
+    tree_root: Path | str | None = None
     # the ports it listens on: a backend whose servers run in sandboxes of their own routes them
     # (sandbox/opensandbox/environment.py); the local sandbox's servers share one network
     ports: Sequence[int] = ()

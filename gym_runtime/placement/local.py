@@ -152,7 +152,9 @@ class LocalPlacement:
         for m in env.supervisor.members.values():
             if m.public is None and m.port is not None and m.launcher is self.sandbox:
                 m.public = tuple(await self.sandbox.publish(m.port))
-        await self.sandbox.prepare([m.spec for m in env.supervisor.members.values() if m.launcher is self.sandbox])
+        specs = [m.spec for m in env.supervisor.members.values() if m.launcher is self.sandbox]
+        for line in await self.sandbox.prepare(specs):  # e.g. the private tree copies made without bubblewrap
+            env._say(line)
 
     @property
     def close_step(self) -> tuple[str, float]:
@@ -296,7 +298,7 @@ class LocalPlacement:
                                            *token_capture.writable_dir(env.merged.data, inst.server_type)],
                            private_env=private_env, limits=self._limits(),
                            cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {},
-                           ports=[addr[1]])
+                           tree=sdir, tree_root=sdir.parent.parent, ports=[addr[1]])
         return spec
 
     def _passed(self, name: str) -> dict[str, str]:

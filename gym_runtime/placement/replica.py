@@ -262,7 +262,7 @@ class ServerReplica:
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
                            writable_paths=[self.work, *token_capture.writable_dir(job.data, inst.server_type)],
                            private_env=contract.private_env(text, job.passed),
-                           limits=limits)
+                           limits=limits, tree=sdir, tree_root=sdir.parent.parent)
 
     # ------------------------------------------------------------------ the process
     async def spawn(self) -> dict[str, Any]:

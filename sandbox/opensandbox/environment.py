@@ -188,9 +188,10 @@ class OpenSandboxEnvironment:
                                         [p for p in spec.writable_paths if Path(p).exists()])),
             connection_config=self.conn.sdk_config())
 
-    async def prepare(self, specs: list[Any]) -> None:
+    async def prepare(self, specs: list[Any]) -> list[str]:
         """Create every server's first sandbox, :data:`CREATE_AT_ONCE` at a time, so a create the
-        server refuses fails the start with its own ``GR-OSB-*`` error before any server runs."""
+        server refuses fails the start with its own ``GR-OSB-*`` error before any server runs.
+        Returns no progress line (the trees are read-only volumes: nothing is copied)."""
         gate = asyncio.Semaphore(CREATE_AT_ONCE)
 
         async def one(spec: Any) -> None:
@@ -201,6 +202,7 @@ class OpenSandboxEnvironment:
         for r in results:
             if isinstance(r, BaseException):
                 raise r
+        return []
 
     async def sandbox_for(self, spec: Any) -> Any:
         """The sandbox made by :meth:`prepare` for ``spec``'s first start, else a new one."""

@@ -40,6 +40,15 @@ def _simulate(tmp_path: Path, python: Path, extra: list[str], env_path: str = "/
         target.shutdown()
 
 
+def assert_private_copy(tree: dict, level: str) -> None:
+    """Without bubblewrap the server ran from a private copy of its tree and wrote there, not into
+    the package (sandbox/treecopy.py, case C52)."""
+    assert not tree["in_package"] and tree["wrote"] == "ok", tree
+    assert tree["package"] == ["app.py"]  # nothing written into the package
+    (line,) = tree["lines"]
+    assert line.startswith(f"isolation {level}, no bubblewrap: each server runs from a private copy of its tree")
+
+
 def test_no_user_namespaces_gives_none_with_loud_warning(tmp_path, plain_python):
     out = _simulate(tmp_path, plain_python, ["--disable-userns"])
     assert out["level"] == "none"
@@ -47,6 +56,7 @@ def test_no_user_namespaces_gives_none_with_loud_warning(tmp_path, plain_python)
     assert out["inside"]["raw"] == "connected"  # not enforced: a proxy-ignoring client gets out
     assert "403" in out["inside"]["fetch"]  # cooperative clients are still filtered
     assert [d["host"] for d in out["denials"]] == ["evil.example.net"]
+    assert_private_copy(out["tree"], "none")
 
 
 def test_masked_proc_gives_partial_with_netns_enforced(tmp_path, plain_python):
@@ -57,6 +67,9 @@ def test_masked_proc_gives_partial_with_netns_enforced(tmp_path, plain_python):
     assert out["inside"]["pids"] > 3  # the documented loss: host processes are visible
     assert out["inside"]["own"] == ["gym-sandbox", "127.0.0.1"]  # bubblewrap's UTS name, in its /etc/hosts
     assert "403" in out["inside"]["fetch"] and out["denials"][0]["server"] == "probe"
+    # bubblewrap runs: the tree is used in place, read-only (sandbox/treecopy.py)
+    assert out["tree"]["in_package"] and out["tree"]["wrote"] == "Read-only file system"
+    assert out["tree"]["package"] == ["app.py"] and out["tree"]["lines"] == []
 
 
 def test_missing_bubblewrap_gives_partial_netns_only(tmp_path, plain_python):
@@ -71,6 +84,7 @@ def test_missing_bubblewrap_gives_partial_netns_only(tmp_path, plain_python):
     # no UTS namespace without bubblewrap: the host's name, which that /etc/hosts maps to loopback (case C58)
     assert out["inside"]["own"] == [socket.gethostname(), "127.0.0.1"]
     assert "403" in out["inside"]["fetch"]
+    assert_private_copy(out["tree"], "partial")
 
 
 def test_root_without_sys_admin_stays_full(tmp_path, plain_python, full_available):
@@ -91,4 +105,5 @@ def test_root_without_sys_admin_stays_full(tmp_path, plain_python, full_availabl
     finally:
         target.shutdown()
     assert out["level"] == "full" and out["warning"] is None
+    assert out["tree"]["in_package"] and out["tree"]["wrote"] == "Read-only file system"
     assert out["inside"]["raw"] == "Connection refused" and out["inside"]["pids"] <= 3

@@ -29,6 +29,33 @@ except Exception as e:
 print(json.dumps(out))
 """
 
+# A server that writes beside its own files (sandbox/treecopy.py): under bubblewrap its tree is
+# read-only; without it the server runs from a private copy; the package is unchanged either way.
+WRITES = """
+import json, os
+try:
+    open("written.txt", "w").write("by the server"); wrote = "ok"
+except OSError as e:
+    wrote = e.strerror
+print(json.dumps({"cwd": os.getcwd(), "wrote": wrote}))
+"""
+
+
+async def tree_check(sb, work: Path, py: Path) -> dict:
+    tree = work / "pkg" / "resources_servers" / "acme"
+    tree.mkdir(parents=True)
+    (tree / "app.py").write_text(WRITES)
+    spec = ProcessSpec("acme", [str(py), "app.py"], tree, {"PATH": "/usr/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+                       read_only_paths=[tree.parent.parent, py.parent.parent], tree=tree, tree_root=tree.parent.parent)
+    lines = await sb.prepare([spec])
+    r, w = os.pipe()
+    spec.stdout_fd = w
+    proc = sb.spawn(spec)
+    os.close(w)
+    await proc.wait()
+    out = json.loads(os.read(r, 65536).decode())
+    return {**out, "in_package": out["cwd"] == str(tree), "package": sorted(os.listdir(tree)), "lines": lines}
+
 
 async def main():
     work, py, port = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
@@ -39,8 +66,9 @@ async def main():
     os.close(w)
     await proc.wait()
     inside = json.loads(os.read(r, 65536).decode())
+    tree = await tree_check(sb, work, py)
     print(json.dumps({"level": sb.level.value, "warning": sb.report.warning, "reasons": sb.report.reasons,
-                      "inside": inside, "denials": sb.denials}))
+                      "inside": inside, "denials": sb.denials, "tree": tree}))
     await sb.close()
 
 

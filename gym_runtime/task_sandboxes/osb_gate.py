@@ -15,8 +15,9 @@ format (``/v1``):
                                                          (:mod:`.approval`; 403
                                                          ``GR-SANDBOX-TASK-IMAGE-DENIED``), no
                                                          ``volumes`` / ``snapshotId`` / ``templateId`` /
-                                                         ``credentialProxy`` (400
-                                                         ``GR-SANDBOX-TASK-SPEC``), at most
+                                                         ``credentialProxy``, no extensions but the
+                                                         image pull policy and renew-on-access (400
+                                                         ``GR-SANDBOX-TASK-SPEC``; :mod:`.osb_requests`), at most
                                                          ``GYM_RUNTIME_SANDBOX_MAX`` live (429); the
                                                          labels of the run and the server are added,
                                                          ``networkPolicy`` is the operator's, a
@@ -44,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import re
 import secrets
@@ -63,37 +63,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gym_runtime.task_sandboxes.approval import SETTING, ApprovedImages
+from gym_runtime.task_sandboxes.osb_requests import (HOP, KEY_HEADER, PASSED, TASK_LABEL, GateError, checked_create,
+                                                     forwarded, json_object, labelled, list_query, plain, plain_path,
+                                                     read_body)
 
 log = logging.getLogger("gym_runtime.task_sandboxes")
-KEY_HEADER = "open-sandbox-api-key"
-TASK_LABEL = "gym-runtime-task-server"  # beside the run and owner labels (sandbox/opensandbox/spec.py)
-MAX_BODY = 1 << 20  # a create, metadata or renewal body; proxied bodies (uploads) are streamed
-HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-       "transfer-encoding", "upgrade", "host", "content-length", KEY_HEADER}
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-CREATE_FIELDS = {"image", "platform", "timeout", "resourceLimits", "resourceRequests", "env", "metadata",
-                 "entrypoint", "extensions", "networkPolicy", "lifecycle", "secureAccess"}
-REFUSED_FIELDS = {
-    "volumes": "volumes (a host path or a volume claim would reach files outside the sandbox)",
-    "snapshotId": "a snapshot instead of an image (no approved image to check)",
-    "templateId": "a template instead of an image (no approved image to check)",
-    "credentialProxy": "a credential proxy",
-}
-PASSED = {"renew-expiration": {"POST"}, "pause": {"POST"}, "resume": {"POST"}, "metadata": {"PATCH"},
-          "networkpolicy": {"GET"}}
 _HOST = re.compile(r"^[A-Za-z0-9.\-\[\]:]{1,255}$")
-
-
-class GateError(Exception):
-    """A refusal: ``code`` (``GR-*``), HTTP ``status``, ``message`` and ``hint``."""
-
-    def __init__(self, code: str, message: str, status: int, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.status, self.hint = code, message, status, hint
-
-    def response(self) -> JSONResponse:
-        text = f"[{self.code}] {self.message}" + (f" (hint: {self.hint})" if self.hint else "")
-        return JSONResponse({"code": self.code, "message": text}, status_code=self.status)
 
 
 @dataclass
@@ -270,7 +246,7 @@ class OpenSandboxGate:
             answer = await self._send(request.method, f"/v1/sandboxes/{sid}")
             if request.method == "DELETE" and answer.status_code in (200, 204, 404):
                 self._forget(sid, f"deleted by server {owner!r}")
-            return _plain(answer)
+            return plain(answer)
         except GateError as e:
             return e.response()
 
@@ -280,6 +256,7 @@ class OpenSandboxGate:
         try:
             owner = self._owner(request)
             self._mine(sid, owner)
+            plain_path(rest, owner)
             if head == "proxy":
                 return await self._proxy(request, f"/v1/sandboxes/{sid}/{rest}")
             if head == "endpoints" and request.method == "GET":
@@ -289,15 +266,15 @@ class OpenSandboxGate:
                                 f"on to the OpenSandbox server (server {owner!r})", 403,
                                 hint="gym-runtime passes on create, list, status, delete, endpoints, the proxy, "
                                 "renewal, pause, resume and metadata; egress is the operator's setting")
-            body = await _body(request)
+            body = await read_body(request)
             if head == "metadata":
-                patch = _json(body, owner)
+                patch = json_object(body, owner)
                 if any(str(k).startswith("gym-runtime-") for k in patch):
                     raise GateError("GR-SANDBOX-TASK-SPEC", f"server {owner!r} may not change the gym-runtime-* "
                                     "labels of its sandbox", 400)
             answer = await self._send(request.method, f"/v1/sandboxes/{sid}/{rest}", content=body,
-                                      headers=_headers(request))
-            return _plain(answer)
+                                      headers=forwarded(request))
+            return plain(answer)
         except GateError as e:
             return e.response()
 
@@ -307,24 +284,15 @@ class OpenSandboxGate:
 
     # ------------------------------------------------------------------ what each does
     async def _create(self, request: Request, owner: str) -> Response:
-        from sandbox.opensandbox.spec import LABEL_OWNER, LABEL_RUN, LABEL_SERVER, TTL_S
-
-        spec = _json(await _body(request), owner)
-        for key in spec:
-            if key in REFUSED_FIELDS:
-                raise GateError("GR-SANDBOX-TASK-SPEC", f"server {owner!r} asked for {REFUSED_FIELDS[key]} "
-                                f"(`{key}`), which gym-runtime does not pass on", 400)
-            if key not in CREATE_FIELDS:
-                raise GateError("GR-SANDBOX-TASK-SPEC", f"server {owner!r} sent the unknown create field `{key}`", 400)
-        image = spec["image"].get("uri") if isinstance(spec.get("image"), dict) else None
-        if not self.approved.approves(image):
-            self.denied += 1
-            self.say(f"task sandbox DENY server={owner} image={image!r}: not approved by {SETTING} "
-                     f"({self.approved.describe()})")
-            raise GateError("GR-SANDBOX-TASK-IMAGE-DENIED", f"server {owner!r} asked for a task sandbox of image "
-                            f"{image!r} on the OpenSandbox server {self.conn.url}, which {SETTING} does not approve",
-                            403, hint=f"the operator adds the image, or a prefix of it ending in '/', to {SETTING} "
-                            f"(now: {self.approved.describe()})")
+        spec = json_object(await read_body(request), owner)
+        try:
+            image = checked_create(spec, owner, self.approved, self.conn.url)
+        except GateError as e:
+            if e.code == "GR-SANDBOX-TASK-IMAGE-DENIED":
+                self.denied += 1
+                self.say(f"task sandbox DENY server={owner} image={spec.get('image', {}).get('uri')!r}: not approved "
+                         f"by {SETTING} ({self.approved.describe()})")
+            raise
         if self._closed:
             raise GateError("GR-SANDBOX-TASK-FAILED", "the daemon is stopping", 503)
         live = sum(1 for r in self.boxes.values() if r.owner == owner)
@@ -332,17 +300,7 @@ class OpenSandboxGate:
             raise GateError("GR-SANDBOX-TASK-LIMIT", f"server {owner!r} already has {live} live task sandboxes "
                             f"(GYM_RUNTIME_SANDBOX_MAX={self.max_per_server})", 429,
                             hint="close sandboxes that are done, or raise GYM_RUNTIME_SANDBOX_MAX")
-        meta = spec.get("metadata") if isinstance(spec.get("metadata"), dict) else {}
-        meta = {str(k): str(v) for k, v in meta.items() if not str(k).startswith("gym-runtime-")}
-        name = self.labels.metadata(owner)[LABEL_SERVER]
-        spec["metadata"] = {**meta, LABEL_RUN: self.labels.run, LABEL_OWNER: self.labels.owner, TASK_LABEL: name}
-        renew = spec.get("timeout") is None
-        if renew:  # "manual cleanup" becomes the run's TTL, renewed while the run lives
-            spec["timeout"] = TTL_S
-        if self.policy_wire is not None:
-            spec["networkPolicy"] = self.policy_wire
-        else:
-            spec.pop("networkPolicy", None)
+        renew = labelled(spec, self.labels, owner, self.policy_wire)
         answer = await self._send("POST", "/v1/sandboxes", json=spec)
         if answer.status_code < 300:
             with contextlib.suppress(ValueError, KeyError, TypeError):
@@ -353,17 +311,11 @@ class OpenSandboxGate:
                 self.created += 1
                 self._follow(rec)
                 log.info("task sandbox %s of server %s on %s: image %s", sid, owner, self.conn.url, image)
-        return _plain(answer)
+        return plain(answer)
 
     async def _list(self, request: Request, owner: str) -> Response:
-        from sandbox.opensandbox.spec import LABEL_RUN, LABEL_SERVER
-
-        pairs = [(k, v) for k, v in request.query_params.multi_items() if k != "metadata"]
-        asked = [kv for m in request.query_params.getlist("metadata") for kv in m.split("&") if kv]
-        asked = [kv for kv in asked if not kv.split("=", 1)[0].startswith("gym-runtime-")]
-        name = self.labels.metadata(owner)[LABEL_SERVER]
-        pairs.append(("metadata", "&".join([*asked, f"{LABEL_RUN}={self.labels.run}", f"{TASK_LABEL}={name}"])))
-        return _plain(await self._send("GET", "/v1/sandboxes", params=pairs))
+        return plain(await self._send("GET", "/v1/sandboxes", params=list_query(request.query_params, self.labels,
+                                                                                  owner)))
 
     async def _endpoint(self, request: Request, sid: str, rest: str) -> Response:
         parts = rest.split("/")
@@ -371,11 +323,11 @@ class OpenSandboxGate:
             raise GateError("GR-SANDBOX-TASK-SPEC", f"no endpoint {rest!r}", 404)
         answer = await self._send("GET", f"/v1/sandboxes/{sid}/{rest}", params={"use_server_proxy": "true"})
         if answer.status_code != 200:
-            return _plain(answer)
+            return plain(answer)
         try:
             body = answer.json()
         except ValueError:
-            return _plain(answer)
+            return plain(answer)
         host = request.headers.get("host", "")
         if not _HOST.match(host):
             host = f"{self.host}:{self.port}"
@@ -384,7 +336,7 @@ class OpenSandboxGate:
 
     async def _proxy(self, request: Request, path: str) -> Response:
         url = path + (f"?{request.url.query}" if request.url.query else "")
-        headers = _headers(request)
+        headers = forwarded(request)
         has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
         if "content-length" in request.headers:
             headers["content-length"] = request.headers["content-length"]
@@ -456,33 +408,3 @@ class OpenSandboxGate:
                                               json={"expiresAt": until})
                     if answer.status_code == 404:
                         self._forget(rec.id, "gone from the OpenSandbox server")
-
-
-def _headers(request: Request) -> dict[str, str]:
-    """The request's headers without hop-by-hop ones and without the server's token."""
-    return {k: v for k, v in request.headers.items() if k.lower() not in HOP}
-
-
-async def _body(request: Request) -> bytes:
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise GateError("GR-SANDBOX-TASK-SPEC", f"a request body over {MAX_BODY} bytes", 413)
-    return body
-
-
-def _json(body: bytes, owner: str) -> dict[str, Any]:
-    try:
-        value = json.loads(body or b"{}")
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise GateError("GR-SANDBOX-TASK-SPEC", f"server {owner!r} sent a body that is not a JSON object", 400)
-    return value
-
-
-def _plain(answer: httpx.Response) -> Response:
-    """``answer`` (read whole) as the gate's response, hop-by-hop headers dropped."""
-    headers = {k: v for k, v in answer.headers.items() if k.lower() not in HOP | {"content-encoding"}}
-    return Response(answer.content, status_code=answer.status_code, headers=headers)

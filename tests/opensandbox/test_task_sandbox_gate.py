@@ -84,6 +84,10 @@ def test_the_gate_creates_approved_images_on_the_operators_server(opensandbox_se
             await box.files.write_files([WriteEntry(path="/tmp/t.txt", data=b"through the gate")])
             out["file"] = await box.files.read_bytes("/tmp/t.txt")
             out["own_list"] = [i.id for i in (await _list(swe)).sandbox_infos]
+            async with httpx.AsyncClient(trust_env=False) as http:  # no climbing out of its own sandbox's paths
+                r = await http.get(f"http://{gate.host}:{gate.port}/v1/sandboxes/{box.id}/proxy/44772/%2e%2e/%2e%2e/"
+                                   "other/endpoints/44772", headers={"OPEN-SANDBOX-API-KEY": gate.token("swe")})
+                out["dotdot"] = (r.status_code, r.json()["code"])
 
             # an image the operator did not approve never reaches the server
             with pytest.raises(SandboxApiException) as refused:
@@ -96,6 +100,10 @@ def test_the_gate_creates_approved_images_on_the_operators_server(opensandbox_se
                                      volumes=[Volume(name="h", host=Host(path=str(tmp_path)), mount_path="/h",
                                                      read_only=True)])
             out["volumes"] = (mounted.value.status_code, str(mounted.value))
+            with pytest.raises(SandboxApiException) as extended:  # CAP_SYS_ADMIN in the sandbox: the operator's
+                await Sandbox.create(server.image, connection_config=swe, timeout=timedelta(minutes=10),
+                                     extensions={"bootstrap.execd.isolation": "enable"})
+            out["extensions"] = (extended.value.status_code, str(extended.value))
 
             # another server of the environment: its token lists nothing of swe's and reaches none of it
             judge = _as_provider(gate, "judge")
@@ -136,11 +144,13 @@ def test_the_gate_creates_approved_images_on_the_operators_server(opensandbox_se
     assert meta["bench"] == "swe" and meta[TASK_LABEL] == "swe" and meta[LABEL_RUN] == labels.run
     assert got["stdout"] == "from-the-task-sandbox\n" and got["file"] == b"through the gate"
     assert got["own_list"] == [listed["id"]] and got["judge_list"] == []
+    assert got["dotdot"] == (400, "GR-SANDBOX-TASK-SPEC")
     status, text = got["refused"]
     assert status == 403 and "GR-SANDBOX-TASK-IMAGE-DENIED" in text and "registry.example/not-approved:1" in text
     assert "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES" in text and "'swe'" in text
     assert any("task sandbox DENY server=swe image='registry.example/not-approved:1'" in s for s in got["said"])
     assert got["volumes"][0] == 400 and "GR-SANDBOX-TASK-SPEC" in got["volumes"][1]
+    assert got["extensions"][0] == 400 and "bootstrap.execd.isolation" in got["extensions"][1]
     assert "GR-SANDBOX-TASK-AUTH" in got["stranger"] and got["real_key_at_gate"] == 403
     assert got["after_owner_ended"] == []
     assert got["deleted_at_stop"] == 1  # judge's, left open on purpose
@@ -188,3 +198,90 @@ def test_a_restarted_daemon_deletes_what_a_killed_one_left(opensandbox_server: O
         assert server.api("GET", f"/sandboxes/{other_slot}").status_code == 200  # another daemon's: untouched
     finally:
         server.api("DELETE", f"/sandboxes/{other_slot}")
+
+
+# a stdlib server that, asked, creates a task sandbox with the connection its config holds, in the
+# wire format the opensandbox SDK sends (POST /v1/sandboxes); its config's one `domain: host:port` and
+# one `api_key:` are the top-level `sandbox` block's connection (the only ones in this package)
+WIRE_APP = r'''# test fixture: a server creating a task sandbox with the connection its config names
+import json, os, re, urllib.request
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+
+text = os.environ["NEMO_GYM_CONFIG_DICT"]
+name = os.environ["NEMO_GYM_CONFIG_PATH"]
+domain = re.search(r"^\s+domain: ([0-9.]+:[0-9]+)$", text, re.M).group(1)
+token = re.search(r"^\s+api_key: (\S+)$", text, re.M).group(1)
+lines = text.splitlines()
+block = lines.index(name + ":")
+host = next(l.split(": ")[1] for l in lines[block:] if l.startswith("      host: "))
+port = next(l.split(": ")[1] for l in lines[block:] if l.startswith("      port: "))
+
+class H(BaseHTTPRequestHandler):
+    def _send(self, code, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(code); self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_GET(self):
+        self._send(200, {"status": "ok"})
+    def do_POST(self):
+        row = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        body = {"image": {"uri": row["image"]}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 300,
+                "resourceLimits": {"cpu": "1", "memory": "256Mi"}, "metadata": {"row": "3"}}
+        req = urllib.request.Request(f"http://{domain}/v1/sandboxes", data=json.dumps(body).encode(), method="POST",
+                                     headers={"OPEN-SANDBOX-API-KEY": token, "content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as answer:
+                self._send(200, {"status": answer.status, "body": json.loads(answer.read()), "domain": domain})
+        except urllib.error.HTTPError as e:
+            self._send(200, {"status": e.code, "body": json.loads(e.read()), "domain": domain})
+        except Exception as e:
+            self._send(200, {"status": None, "error": repr(e), "domain": domain})
+    def log_message(self, *a):
+        pass
+
+ThreadingHTTPServer((host, int(port)), H).serve_forever()
+'''
+
+
+@pytest.mark.slow
+def test_a_server_in_an_opensandbox_sandbox_reaches_the_gate(opensandbox_server: OpenSandboxServer,
+                                                            tmp_path: Path) -> None:
+    import json
+    import os
+    import signal
+
+    import yaml
+
+    from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
+    from tests.opensandbox.test_backend import _env
+
+    server = opensandbox_server
+    pkg = write_fixture_package(tmp_path / "pkg", {"acme_tasks": {"resources_servers": {"acme_tasks": {
+        "domain": "coding", "sandbox_provider": "sandbox"}}}}, apps={"acme_tasks": WIRE_APP})
+    conf = pkg / "resources_servers" / "acme_tasks" / "configs" / "opensandbox.yaml"
+    conf.write_text(yaml.safe_dump({"sandbox": {"opensandbox": {"connection": {
+        "domain": "${oc.env:OPENSANDBOX_DOMAIN}", "api_key": "${oc.env:OPENSANDBOX_API_KEY}"}}}}))
+    manifest = yaml.safe_load((pkg / "nemo-environment.yaml").read_text())
+    manifest["config_paths"].append(conf.relative_to(pkg).as_posix())
+    (pkg / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    env = {**_env(server, tmp_path / "home"), "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": server.image}
+    proc = up_process(pkg, tmp_path, env=env)
+    try:
+        ready = json.loads(read_ready_line(proc, timeout=900))
+        assert ready["isolation"] == "opensandbox"
+        url = ready["servers"]["acme_tasks"]
+        made = httpx.post(url + "/task", json={"image": server.image}, timeout=300).json()
+        refused = httpx.post(url + "/task", json={"image": "registry.example/other:1"}, timeout=300).json()
+        listed = {b["id"]: b for b in server.sandboxes()}
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(180) == 0
+        err = proc.stderr.read()
+    finally:
+        kill_tree(proc)
+    assert made.get("status") in (200, 202) and made["domain"].startswith("127.0.0.1:"), (made, err[-3000:])
+    box = listed[made["body"]["id"]]
+    assert box["image"]["uri"] == server.image and box["metadata"][TASK_LABEL] == "acme_tasks"
+    assert box["metadata"]["row"] == "3"
+    assert refused["status"] == 403 and refused["body"]["code"] == "GR-SANDBOX-TASK-IMAGE-DENIED", refused
+    assert server.api_key not in err
+    assert not [b for b in server.sandboxes() if LABEL_RUN in (b.get("metadata") or {})]  # servers' and tasks'

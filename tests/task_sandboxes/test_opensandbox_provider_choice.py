@@ -228,3 +228,6 @@ def test_validate_and_config_refuse_with_one_clear_error(package, tmp_path) -> N
     shown = json.loads(r.stdout)
     assert shown["config"]["sandbox"]["opensandbox"]["connection"]["domain"] == GATE_PLACEHOLDER
     assert len(shown["sandbox_providers"]) == 2 and OPERATOR_KEY not in r.stdout + r.stderr
+    r = _cli(["config", str(package), *policy], env)  # the text output says it too
+    assert r.returncode == 0 and "# sandbox provider `sandbox` (named by swe.resources_servers.tools." \
+        "sandbox_provider): 'opensandbox' is kept" in r.stdout, r.stdout[-2000:]

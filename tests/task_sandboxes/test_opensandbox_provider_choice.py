@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -231,3 +232,26 @@ def test_validate_and_config_refuse_with_one_clear_error(package, tmp_path) -> N
     r = _cli(["config", str(package), *policy], env)  # the text output says it too
     assert r.returncode == 0 and "# sandbox provider `sandbox` (named by swe.resources_servers.tools." \
         "sandbox_provider): 'opensandbox' is kept" in r.stdout, r.stdout[-2000:]
+
+
+@pytest.mark.pypi
+@pytest.mark.slow
+def test_a_start_whose_opensandbox_server_does_not_answer_stops_before_any_server(tmp_path) -> None:
+    from tests.helpers.environments import shared_venvs
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    pkg = tmp_path / "native-quickstart"
+    shutil.copytree(root / "native-quickstart", pkg)
+    config = pkg / "resources_servers" / "example_arithmetic" / "configs" / "arithmetic.yaml"
+    config.write_text(config.read_text().replace("      domain: math\n", "      domain: math\n      sandbox_provider: "
+                                                 "sandbox\n      sandbox_spec: {image: 'python:3.12-slim'}\n")
+                      + "sandbox:\n  opensandbox:\n    connection: {api_key: '${oc.env:OPENSANDBOX_API_KEY}'}\n")
+    env = {**os.environ, **shared_venvs(), "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+           "OPENSANDBOX_DOMAIN": "127.0.0.1:1", "OPENSANDBOX_API_KEY": OPERATOR_KEY,
+           "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": "python:3.12-slim"}
+    r = _cli(["dry-run", str(pkg), "--dataset", str(root / "native-quickstart.jsonl"), "--samples", "1",
+              "--work-dir", str(tmp_path / "run")], env)
+    assert r.returncode == 3, r.stderr[-3000:]
+    assert "error[GR-OSB-UNREACHABLE]: the OpenSandbox server http://127.0.0.1:1 did not answer" in r.stderr
+    assert "starting 7 server(s)" not in r.stderr and OPERATOR_KEY not in r.stdout + r.stderr
+    assert "retrying GET" not in r.stderr  # the SDK's own retry lines are not the user's

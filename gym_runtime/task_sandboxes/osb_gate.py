@@ -10,28 +10,20 @@ The gate holds the only credential to the operator's server (``OPENSANDBOX_API_K
 passes on what a server may do with its own task sandboxes, in opensandbox-server 1.1.1's wire
 format (``/v1``):
 
-=======================================================  ===========================================
-``POST /v1/sandboxes``                                   create: the image must be approved
-                                                         (:mod:`.approval`; 403
-                                                         ``GR-SANDBOX-TASK-IMAGE-DENIED``), no
-                                                         ``volumes`` / ``snapshotId`` / ``templateId`` /
-                                                         ``credentialProxy``, no extensions but the
-                                                         image pull policy and renew-on-access (400
-                                                         ``GR-SANDBOX-TASK-SPEC``; :mod:`.osb_requests`), at most
-                                                         ``GYM_RUNTIME_SANDBOX_MAX`` live (429); the
-                                                         labels of the run and the server are added,
-                                                         ``networkPolicy`` is the operator's, a
-                                                         sandbox without ``timeout`` gets the run's
-                                                         renewed TTL
-``GET /v1/sandboxes``                                    the server's own sandboxes of this run only
-``GET|DELETE /v1/sandboxes/{id}``                        its own only (403 ``GR-SANDBOX-TASK-AUTH``)
-``GET /v1/sandboxes/{id}/endpoints/{port}``              always the proxied endpoint, through the gate
-``* /v1/sandboxes/{id}/proxy/{port}/...``                execd and the sandbox's ports (streamed)
-``POST /v1/sandboxes/{id}/{renew-expiration,pause,resume}``, ``PATCH .../metadata`` (not the
-``gym-runtime-*`` labels), ``GET .../networkpolicy``     passed on
-anything else (snapshots, pools, templates, changing     403 ``GR-SANDBOX-TASK-SPEC``
-a network policy, WebSocket)
-=======================================================  ===========================================
+* ``POST /v1/sandboxes``: a create, checked (:mod:`.osb_requests`): the image must be approved
+  (:mod:`.approval`; else 403 ``GR-SANDBOX-TASK-IMAGE-DENIED``); no ``volumes``, ``snapshotId``,
+  ``templateId`` or ``credentialProxy``, no extensions but the image pull policy and
+  renew-on-access (400 ``GR-SANDBOX-TASK-SPEC``); at most ``GYM_RUNTIME_SANDBOX_MAX`` live (429).
+  The gate adds the labels of the run and the server, puts the operator's ``networkPolicy`` in
+  place of the server's, and gives a sandbox without ``timeout`` the run's renewed TTL;
+* ``GET /v1/sandboxes``: the server's own sandboxes of this run only;
+* ``GET|DELETE /v1/sandboxes/{id}`` and everything below it: the server's own sandboxes only
+  (403 ``GR-SANDBOX-TASK-AUTH``), paths without ``.`` or ``..`` segments: ``endpoints/{port}``
+  (always the proxied endpoint, through the gate), ``proxy/{port}/...`` (execd and the sandbox's
+  ports, streamed both ways), ``POST`` ``renew-expiration`` / ``pause`` / ``resume``, ``PATCH
+  metadata`` (not the ``gym-runtime-*`` labels), ``GET networkpolicy``;
+* anything else (snapshots, pools, templates, changing a network policy, WebSocket): 403
+  ``GR-SANDBOX-TASK-SPEC``.
 
 Errors are OpenSandbox's shape, ``{"code", "message"}``, the message starting with the code, so
 the SDK's exception (and Gym's) carries it. A sandbox ends when its server closes it, when the

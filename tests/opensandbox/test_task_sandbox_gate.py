@@ -11,6 +11,7 @@ provider is ``test_task_sandboxes_gym.py``."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -284,4 +285,8 @@ def test_a_server_in_an_opensandbox_sandbox_reaches_the_gate(opensandbox_server:
     assert box["metadata"]["row"] == "3"
     assert refused["status"] == 403 and refused["body"]["code"] == "GR-SANDBOX-TASK-IMAGE-DENIED", refused
     assert server.api_key not in err
-    assert not [b for b in server.sandboxes() if LABEL_RUN in (b.get("metadata") or {})]  # servers' and tasks'
+    # nothing of this daemon's state slot is left, the servers' sandboxes nor the task sandbox (podman may hold
+    # other test sessions' sandboxes, which the server lists too)
+    owner = RunLabels.new(tmp_path / "run", socket.gethostname()).owner
+    assert [b["id"] for b in server.sandboxes(**{"gym-runtime-owner": owner})] == []
+    assert made["body"]["metadata"]["gym-runtime-owner"] == owner

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 from pathlib import Path
 
 import httpx
@@ -24,7 +25,7 @@ import pytest
 import yaml
 
 from gym_runtime.task_sandboxes.osb_gate import TASK_LABEL
-from sandbox.opensandbox.spec import LABEL_RUN
+from sandbox.opensandbox.spec import LABEL_RUN, RunLabels
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
 from tests.helpers.gym_python import gym_python
 
@@ -169,4 +170,5 @@ def test_gyms_own_provider_makes_the_task_sandbox_on_the_operators_server(opensa
     assert conn["api_key"].startswith("gr-") and conn["use_server_proxy"] is True
     assert conn["domain"].startswith("127.0.0.1:") and conn["domain"] != server.domain
     assert server.api_key not in json.dumps(seen) + err  # the operator's key: in no server, no log line
-    assert not [b for b in server.sandboxes() if (b.get("metadata") or {}).get(TASK_LABEL)]
+    owner = RunLabels.new(tmp_path / "run", socket.gethostname()).owner  # this daemon's state slot
+    assert meta["gym-runtime-owner"] == owner and server.sandboxes(**{"gym-runtime-owner": owner}) == []

@@ -50,6 +50,9 @@ Variables (all optional):
                                     Kubernetes)
 ``GYM_RUNTIME_OPENSANDBOX_EGRESS``  ``enforced`` (default: the allowlist is each sandbox's networkPolicy) |
                                     ``unenforced`` (a server without an egress sidecar; said loudly)
+``GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES``  images task sandboxes on the OpenSandbox server may run: a comma
+                                    list of images and of prefixes ending in ``/`` (unset: none, every
+                                    create refused; :mod:`gym_runtime.task_sandboxes.approval`)
 ``GYM_RUNTIME_SANDBOX_*``           task sandboxes: provider choice, images, limits
                                     (:mod:`gym_runtime.task_sandboxes.settings`)
 ==================================  =========================================================
@@ -276,9 +279,17 @@ def opensandbox_connection(env: Mapping[str, str]) -> Any:
         raise SettingsError(f"GYM_RUNTIME_OPENSANDBOX_EGRESS={egress!r} is not enforced or unenforced",
                             code="GR-SETTINGS-OPENSANDBOX", hint="unset it: the allowlist is enforced by the "
                             "server's egress sidecar")
+    from gym_runtime.task_sandboxes.approval import SETTING, ApprovedImages
+
+    try:
+        task_images = ApprovedImages.parse(env.get(SETTING) or "")
+    except ValueError as e:
+        raise SettingsError(f"{SETTING}: {e}", code="GR-SETTINGS-OPENSANDBOX",
+                            hint="give images (registry.example/team/task:1) and prefixes ending in '/' "
+                            "(registry.example/team/), comma-separated") from None
     return OpenSandboxConnection(domain=domain, api_key=env.get("OPENSANDBOX_API_KEY") or None, protocol=protocol,
                                  image=env.get("GYM_RUNTIME_OPENSANDBOX_IMAGE") or None, cpu=cpu,
-                                 daemon_host=daemon_host, egress=egress)
+                                 daemon_host=daemon_host, egress=egress, task_images=task_images)
 
 
 def parse_server_env(raw: str) -> tuple[tuple[str, str | None], ...]:

@@ -88,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         for r in replaced:
             print(f"# list {r.key}: the list from {r.winner} is in effect; it replaced the list from "
                   f"{', then '.join(r.replaced)} (a later file replaces a list, it never adds to it)")
+        for note in providers:
+            print(f"# {note}")
     return 0
 
 

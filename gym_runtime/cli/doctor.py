@@ -272,6 +272,8 @@ def backend_lines(d: dict[str, Any]) -> list[str]:
     if osb.get("status") == "ok":
         lines.append(f"opensandbox: server {osb['server']} version {osb['version']} (API key {osb['api_key']}; "
                      f"image {osb['image'] or 'NOT SET'}): {osb['gives']}")
+        lines.append(f"opensandbox: task sandboxes of configs' opensandbox provider blocks are made there; images "
+                     f"approved: {osb.get('task_images', 'nothing (unset)')} (GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES)")
     elif osb.get("status") == "error":
         err = osb.get("error", {})
         lines.append(f"opensandbox: server {osb.get('server')}: ERROR [{err.get('code', '?')}] {err.get('message', '?')}")

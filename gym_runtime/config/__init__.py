@@ -12,7 +12,9 @@
 4. known field types (``GR-CONFIG-TYPE``, :mod:`gym_runtime.config.types`), nulls where a
    server's config class declares ``str`` (``GR-CONFIG-NULL``, :mod:`gym_runtime.config.null_fields`), server references
    (:class:`~gym_runtime.errors.ServerRefNotFoundError`), implementations, entrypoints, domains,
-   ports (``GR-CONFIG-*``): all in one error.
+   ports, task-sandbox images an OpenSandbox server would get that the operator did not approve
+   (``GR-CONFIG-TASK-IMAGE``, :mod:`gym_runtime.task_sandboxes.approval`) (``GR-CONFIG-*``): all
+   in one error.
 
 A stage with problems stops the later ones (their findings would be echoes of the same root
 cause). Warnings (``MergedConfig.warnings``) never stop anything: a false-looking string from
@@ -47,6 +49,7 @@ from gym_runtime.config.types import apply_known_types
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
 from gym_runtime.gym_release import GymRelease
 from gym_runtime.gym_release.ray_use import ray_enabled_keys
+from gym_runtime.task_sandboxes.approval import config_problems as task_image_problems
 from gym_runtime.package import Package
 from gym_runtime.package.layout import find_server_dirs
 
@@ -133,6 +136,7 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     problems += inst_violations + builtin_key_problems(instances, sources)
     problems += null_field_problems(instances, raw, sources, package.root)
     problems += python_version_problems(data.get("python_version"), "python_version", sources.of("python_version"))
+    problems += task_image_problems(data, instances, sources, settings)
     extra_secrets, secret_violations = secret_key_names(raw, sources)
     problems += secret_violations
     refs, ref_violations = check_refs(declared, sources)

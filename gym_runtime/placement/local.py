@@ -60,6 +60,7 @@ class LocalPlacement:
         self.addresses: dict[str, tuple[str, int]] = {}
         self.head_inside: tuple[str, int] | None = None
         self.task_url: str | None = None  # the task-sandbox API as servers reach it
+        self.gate_addr: str | None = None  # the OpenSandbox gate as servers reach it (host:port)
         self.ray_tmp: Path | None = None
         self.ray_bin: Path | None = None  # the private Ray head's `ray` (ray_head.ray_binary), once open() chose one
         self._taken: set[int] = set()
@@ -143,12 +144,15 @@ class LocalPlacement:
         self.addresses, self.head_inside = await self._assign_ports(merged)
         if env.task_sandboxes is not None:
             self.task_url = await task_sandboxes.inside_url(env.task_sandboxes, self.sandbox, self._fresh)
+        if env.osb_gate is not None:
+            self.gate_addr = await task_sandboxes.gate_address(env.osb_gate, self.sandbox, self._fresh)
         env.ray_inside = self._add_ray_member() if env.ray.mode == "local" else env.ray.address
         env.supervisor.rebind = self._rebind
         inside = contract.config_view(merged.data, self.addresses, self.head_inside, env.ray_inside)
+        patch = task_sandboxes.gate_patch(env.osb_gate, self.gate_addr, merged.instances)
         for name, inst in merged.instances.items():
             self._add_server(name, inst, self.pythons[name],
-                             contract.server_config_yaml(inside, merged.secrets, name), self.addresses[name])
+                             contract.server_config_yaml(inside, merged.secrets, name, patch), self.addresses[name])
         for m in env.supervisor.members.values():
             if m.public is None and m.port is not None and m.launcher is self.sandbox:
                 m.public = tuple(await self.sandbox.publish(m.port))
@@ -242,10 +246,11 @@ class LocalPlacement:
         :mod:`gym_runtime.supervise.reload`)."""
         env = self.env
         inside = contract.config_view(env.merged.data, self.addresses, self.head_inside, env.ray_inside)
+        patch = task_sandboxes.gate_patch(env.osb_gate, self.gate_addr, env.merged.instances)
         for s in env.supervisor.members.values():
             if s.kind == "server":
                 s.spec.private_env = contract.private_env(contract.server_config_yaml(inside, env.merged.secrets,
-                                                                                     s.name),
+                                                                                     s.name, patch),
                                                           self._passed(s.name))
         env.refresh_outside()
 

@@ -119,6 +119,8 @@ class Environment:
         self.bytecode = EnvironmentBytecode(self._say, PycStore(settings.bytecode_dir))
         self.head: Any = None
         self.task_sandboxes: Any = None  # task_sandboxes.api.TaskSandboxServer (placement local)
+        self.osb_gate: Any = None  # task_sandboxes.osb_gate.OpenSandboxGate (placement local, opensandbox blocks kept)
+        self.run_labels: Any = None  # sandbox.opensandbox.spec.RunLabels of this run
         self.outside: dict[str, Any] = {}
         self.ready_info: dict[str, Any] | None = None
         self.failure: GymRuntimeError | None = None  # host mode: why the environment failed for good
@@ -183,7 +185,7 @@ class Environment:
                                                  self.req.require_isolation and here,
                                                  self.req.isolation if here else None)
         self._say(self.egress.summary())
-        task_sandboxes.choose_providers(merged, self.settings, self._say)
+        task_sandboxes.choose_providers(merged, self.settings, self._say, gate=self.placement.kind == "local")
         self._check_stop()
         self.phase = "building venvs"
         await self.placement.prepare(merged)
@@ -192,6 +194,8 @@ class Environment:
         await self.placement.open()
         if here:
             self.task_sandboxes = await task_sandboxes.start_service(self)
+        if self.placement.kind == "local" and task_sandboxes.gate_users(merged):
+            self.osb_gate = await task_sandboxes.start_gate(self)
         if self.stub_url:
             await self._start_stub_launcher()
         self._check_stop()
@@ -257,8 +261,8 @@ class Environment:
         from sandbox.opensandbox.spec import RunLabels
 
         slot = self.req.work_dir or self.settings.home  # the slot this daemon holds alone (daemon_record.py)
-        backend = make_backend(self.settings.sandbox_backend, self.settings.opensandbox,
-                               RunLabels.new(Path(slot), socket.gethostname()))
+        self.run_labels = RunLabels.new(Path(slot), socket.gethostname())
+        backend = make_backend(self.settings.sandbox_backend, self.settings.opensandbox, self.run_labels)
         if self.placement.kind != "local" and backend.name != "local":
             raise UsageError(f"--sandbox-backend {backend.name} runs servers on this host's placement only",
                              code="GR-USAGE-SANDBOX-BACKEND", hint="use --placement local with it, or the local "
@@ -438,6 +442,9 @@ class Environment:
                     boxes_stop = None
                 await td.step("task sandboxes", boxes_stop or self.task_sandboxes.stop(), 8.0,
                               lambda: f"{len(self.task_sandboxes.service.boxes)} task sandbox(es)")
+            if self.osb_gate is not None:
+                await td.step("task sandboxes on the OpenSandbox server", self.osb_gate.stop(), 30.0,
+                              lambda: f"{len(self.osb_gate.boxes)} task sandbox(es)")
             if keep_head:
                 pass
             elif self.head is not None:

@@ -26,7 +26,7 @@ config, so a server started on another node gets the same view.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +105,16 @@ def to_yaml(view: dict[str, Any]) -> str:
     return yaml.safe_dump(escape_interpolations(view), sort_keys=False)
 
 
-def server_config_yaml(inside: dict[str, Any], secrets: SecretMap, instance: str) -> str:
+def server_config_yaml(inside: dict[str, Any], secrets: SecretMap, instance: str,
+                       patch: Callable[[dict[str, Any], str], None] | None = None) -> str:
     """``NEMO_GYM_CONFIG_DICT`` for ``instance``: the inside view (:func:`config_view`) with every
-    secret its own config does not reference masked (:meth:`SecretMap.view`), as YAML."""
-    return to_yaml(secrets.view(inside, instance))
+    secret its own config does not reference masked (:meth:`SecretMap.view`), as YAML. ``patch``
+    changes that view for that instance alone (the OpenSandbox gate's address and the instance's
+    own token, :func:`gym_runtime.task_sandboxes.bringup.gate_patch`)."""
+    view = secrets.view(inside, instance)
+    if patch is not None:
+        patch(view, instance)
+    return to_yaml(view)
 
 
 def private_env(config_yaml: str, passed: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -12,7 +12,8 @@ error block is said on the progress lines; the environment stays up because the 
 :func:`remerge` merges the package's configuration again with the job's policy values (the same
 stub model URL), refuses a change the running environment cannot take
 (``GR-CONFIG-WATCH-RESTART``: an instance added or removed, another implementation or server
-directory, another explicit port or host), gives every server its new ``NEMO_GYM_CONFIG_DICT``
+directory, another explicit port or host), gives the sandbox-provider blocks what the start gave
+them on this host (:func:`gym_runtime.task_sandboxes.bringup.choose_providers`), gives every server its new ``NEMO_GYM_CONFIG_DICT``
 (:meth:`gym_runtime.placement.local.LocalPlacement.respec`) and returns the instances to restart:
 those whose block changed, or all of them when a key outside the instance blocks changed (every
 server reads the whole config).
@@ -64,6 +65,9 @@ async def remerge(env: Any) -> list[str]:
     new, _ = await job_policy.configure(env.req.package, env.req.overrides, env.req.policy, lambda msg: None,
                                         env.settings, job_config=env.req.job_config, stub_url=env.stub_url)
     _check_compatible(old, new)
+    from gym_runtime.task_sandboxes.bringup import choose_providers
+
+    choose_providers(new, env.settings, lambda msg: None, gate=env.placement.kind == "local")
     instances = set(new.instances)
     outside = {k for k in (*old.data, *new.data) if k not in instances}
     if any(old.data.get(k) != new.data.get(k) for k in outside):

@@ -15,6 +15,12 @@ top-level block ``NAME: {<provider>: {...}, default_metadata?: {...}}``, or ``sa
 * ``gym_runtime``: every block becomes ``gym_runtime``;
 * ``config``: every block stays as the config says.
 
+With an OpenSandbox server configured (``OPENSANDBOX_DOMAIN``), an ``opensandbox`` block (NeMo Gym
+0.7.0's own provider) is kept under ``auto`` and ``config``: its task sandboxes go to that server
+through the daemon's gate (:mod:`.osb_gate`), so its ``connection`` is the gate's
+(:func:`gate_connection`; each server's address and token are put into that server's own view of
+the config at start, :func:`scope_view`), never the config's or the operator's key.
+
 Only the config's resolved data is rewritten (what the servers read), never the package's files.
 """
 
@@ -23,10 +29,15 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 RESERVED = {"default_metadata"}
 OURS = "gym_runtime"
+OSB = "opensandbox"
+# the domain a kept opensandbox block holds until a server's view gets the gate's address: a name
+# under .invalid never resolves, so a view that missed it fails closed
+GATE_PLACEHOLDER = "gym-runtime-gate.invalid"
 REMOTE = {"opensandbox": "the OpenSandbox service", "daytona": "Daytona's service", "e2b": "E2B's service",
           "ecs_fargate": "AWS ECS", "openshell": "an OpenShell service"}
 
@@ -57,20 +68,40 @@ def _provider(block: Any) -> str | None:
     return keys[0] if len(keys) == 1 and isinstance(keys[0], str) else None
 
 
-def _blocks(data: dict[str, Any], instances: dict[str, Any]) -> list[tuple[str, dict, str]]:
-    """Every provider block servers use: ``(where, parent mapping, key)``; a named block once."""
-    found: list[tuple[str, dict, str]] = []
-    seen: set[str] = set()
+@dataclass
+class Block:
+    """One provider block servers use: ``where`` (for notes), ``parent[key]`` is the block, ``path``
+    its dotted key in the config, ``users`` the server instances using it (a named block may be
+    named by several)."""
+
+    where: str
+    parent: dict
+    key: str
+    path: str
+    users: list[str]
+
+    @property
+    def provider(self) -> str | None:
+        return _provider(self.parent[self.key])
+
+
+def provider_blocks(data: dict[str, Any], instances: Any) -> list[Block]:
+    """Every provider block servers use (:class:`Block`), a named block once."""
+    found: list[Block] = []
+    named: dict[str, Block] = {}
 
     def walk(node: Any, path: str, inst: str) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
                 if k == "sandbox_provider":
-                    if isinstance(v, str) and isinstance(data.get(v), dict) and v not in seen:
-                        seen.add(v)
-                        found.append((f"`{v}` (named by {inst}.{path}{k})", data, v))
+                    if isinstance(v, str) and isinstance(data.get(v), dict):
+                        if v not in named:
+                            named[v] = Block(f"`{v}` (named by {inst}.{path}{k})", data, v, v, [])
+                            found.append(named[v])
+                        if inst not in named[v].users:
+                            named[v].users.append(inst)
                     elif isinstance(v, dict):
-                        found.append((f"{inst}.{path}{k}", node, k))
+                        found.append(Block(f"{inst}.{path}{k}", node, k, f"{inst}.{path}{k}", [inst]))
                 else:
                     walk(v, f"{path}{k}.", inst)
         elif isinstance(node, list):
@@ -82,32 +113,73 @@ def _blocks(data: dict[str, Any], instances: dict[str, Any]) -> list[tuple[str, 
     return found
 
 
+def keeps_opensandbox(mode: str, remote: str | None) -> bool:
+    """Whether an ``opensandbox`` block goes to the operator's OpenSandbox server (``remote``: its
+    URL, None when none is configured) under provider mode ``mode``."""
+    return remote is not None and mode != OURS
+
+
+def gate_connection(block: dict) -> None:
+    """Point the ``opensandbox`` provider block ``block`` at the daemon's gate: ``domain`` the
+    placeholder (:data:`GATE_PLACEHOLDER`), no ``api_key``, ``protocol: http``,
+    ``use_server_proxy: true`` (every execd call goes through the gate); the other connection
+    settings (timeouts, transport) are the config's."""
+    inner = block.get(OSB)
+    if not isinstance(inner, dict):
+        inner = block[OSB] = {}
+    conn = inner.get("connection")
+    if not isinstance(conn, dict):
+        conn = inner["connection"] = {}
+    conn.update(domain=GATE_PLACEHOLDER, api_key=None, protocol="http", use_server_proxy=True)
+
+
+def scope_view(view: dict[str, Any], instance: str, instances: Any, address: str, token: str) -> None:
+    """In ``view`` (one server's copy of the config), give every ``opensandbox`` block ``instance``
+    uses the gate's ``address`` (``host:port`` as the server reaches it) and the server's own
+    ``token`` as its ``api_key``; blocks of other servers are left as they are."""
+    for b in provider_blocks(view, instances):
+        if instance in b.users and b.provider == OSB:
+            gate_connection(b.parent[b.key])
+            b.parent[b.key][OSB]["connection"].update(domain=address, api_key=token)
+
+
 def has_blocks(data: dict[str, Any], instances: dict[str, Any]) -> bool:
     """Whether any server names a sandbox provider."""
-    return bool(_blocks(data, instances))
+    return bool(provider_blocks(data, instances))
 
 
-def offer(data: dict[str, Any], instances: dict[str, Any], mode: str, available: str | None) -> list[str]:
+def offer(data: dict[str, Any], instances: dict[str, Any], mode: str, available: str | None,
+          remote: str | None = None) -> list[str]:
     """Rewrite the provider blocks of ``data`` (the merged config, in place) for ``mode``; returns
     one note per block rewritten or worth a word. ``available``: why this daemon cannot give
-    ``gym_runtime`` sandboxes (None when it can)."""
+    ``gym_runtime`` sandboxes (None when it can); ``remote``: the operator's OpenSandbox server
+    (its URL) when one is configured, where ``opensandbox`` blocks then go (module doc)."""
     notes: list[str] = []
-    if mode == "config":
-        return notes
-    for where, parent, key in _blocks(data, instances):
-        block = parent[key]
-        name = _provider(block)
+    for b in provider_blocks(data, instances):
+        block, name = b.parent[b.key], b.provider
+        if name == OSB and keeps_opensandbox(mode, remote):
+            gate_connection(block)
+            notes.append(f"sandbox provider {b.where}: 'opensandbox' is kept: its task sandboxes are made on the "
+                         f"OpenSandbox server {remote} through this daemon (each server its own credentials; "
+                         "images approved by GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES)")
+            continue
+        if mode == "config":
+            continue
         if name is None or name == OURS:
             if name == OURS and available:
-                notes.append(f"sandbox provider {where}: gym_runtime, but this host cannot make task sandboxes "
+                notes.append(f"sandbox provider {b.where}: gym_runtime, but this host cannot make task sandboxes "
                              f"({available})")
             continue
         why = "GYM_RUNTIME_SANDBOX_PROVIDER=gym_runtime" if mode == OURS else (CHECKS.get(name) or (lambda: None))()
         if why is None:
             continue
-        parent[key] = {OURS: {}, **{k: v for k, v in block.items() if k in RESERVED}}
+        if name == OSB and mode == OURS and remote is not None:
+            why += f" (the OpenSandbox server {remote} is not used for task sandboxes under this mode)"
+        b.parent[b.key] = {OURS: {}, **{k: v for k, v in block.items() if k in RESERVED}}
         tail = "" if mode == OURS else "; set GYM_RUNTIME_SANDBOX_PROVIDER=config to keep it"
-        notes.append(f"sandbox provider {where}: {name!r} cannot be given here ({why}); it gets gym_runtime "
+        if name == OSB and mode != OURS:
+            tail = "; configure the operator's OpenSandbox server (OPENSANDBOX_DOMAIN, OPENSANDBOX_API_KEY) to keep it"
+        notes.append(f"sandbox provider {b.where}: {name!r} cannot be given here ({why}); it gets gym_runtime "
                      f"(task sandboxes of this daemon) instead{tail}")
         if available:
             notes[-1] += f", but this host cannot make those either ({available})"

@@ -1,7 +1,7 @@
 """How gym-runtime reaches the operator's OpenSandbox server (docs/runtime.md, "Sandbox backends").
 
 Built by ``gym_runtime.settings`` from ``OPENSANDBOX_DOMAIN``, ``OPENSANDBOX_API_KEY``,
-``OPENSANDBOX_PROTOCOL`` and ``GYM_RUNTIME_OPENSANDBOX_{IMAGE,CPU,DAEMON_HOST,EGRESS}``;
+``OPENSANDBOX_PROTOCOL`` and ``GYM_RUNTIME_OPENSANDBOX_{IMAGE,CPU,DAEMON_HOST,EGRESS,TASK_IMAGES}``;
 nothing here reads the environment. The API key is left out of ``repr`` and :meth:`describe`,
 so no log line, error or ``doctor`` output carries it; it reaches the server only as the
 ``OPEN-SANDBOX-API-KEY`` header the ``opensandbox`` SDK sends.
@@ -22,7 +22,8 @@ class OpenSandboxConnection:
     ``daemon_host``: the IP address sandboxes reach this daemon at (its head server and the relays
     in front of every server listen there); ``egress``: ``enforced`` (every sandbox gets the
     allowlist as its ``networkPolicy``) or ``unenforced`` (none is sent: for a server without an
-    egress sidecar, said loudly at start)."""
+    egress sidecar, said loudly at start); ``task_images``: the images task sandboxes may run
+    (:class:`gym_runtime.task_sandboxes.approval.ApprovedImages`; None: nothing approved)."""
 
     domain: str
     api_key: str | None = field(default=None, repr=False)
@@ -31,6 +32,7 @@ class OpenSandboxConnection:
     cpu: str = "1"
     daemon_host: str | None = None
     egress: str = "enforced"
+    task_images: Any = None
 
     @property
     def url(self) -> str:
@@ -41,7 +43,8 @@ class OpenSandboxConnection:
         """JSON-ready facts for ``doctor`` and the ready line: no key, only whether one is set."""
         return {"server": self.url, "api_key": "set" if self.api_key else "not set", "image": self.image,
                 "cpu": self.cpu, "daemon_host": self.daemon_host,
-                "egress": self.egress}
+                "egress": self.egress,
+                "task_images": self.task_images.describe() if self.task_images is not None else "nothing (unset)"}
 
     def sdk_config(self, request_timeout_s: float = 30.0) -> Any:
         """The SDK's ``ConnectionConfig`` (opensandbox 1.1.1, ``opensandbox/config/connection.py``)."""

@@ -100,6 +100,8 @@ def test_doctor_names_the_server_its_version_and_the_isolation(opensandbox_serve
     assert osb.startswith(f"opensandbox: server http://{opensandbox_server.domain} version 1.1.1 (API key set; "
                           f"image {opensandbox_server.image})"), osb
     assert "one sandbox per server" in osb and opensandbox_server.api_key not in r.stdout + r.stderr
+    assert lines[start + 3] == ("opensandbox: task sandboxes of configs' opensandbox provider blocks are made there; "
+                                "images approved: nothing (unset) (GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES)")
     out = json.loads(subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "doctor", "--json"],
                                     env=_env(opensandbox_server, home), capture_output=True, text=True,
                                     timeout=300).stdout)

@@ -170,6 +170,10 @@ def test_ray_tasks_see_the_submitting_servers_tree_venv_and_pythonpath(ray_env, 
             assert "error" not in res, res
             assert res["reward"] == 1.0, res
             tree = pkg / "responses_api_agents" / f"ray_tree_{name[-1]}"
+            if isolation == "none":  # without bubblewrap the server runs from a private copy of its tree in the run
+                tree = Path(res["server"]["pythonpath"])
+                assert tree.parts[-2:] == ("responses_api_agents", f"ray_tree_{name[-1]}"), res
+                assert (tmp_path / "run") in tree.parents, res
             for kind in ("plain", "pinned"):
                 assert res[kind]["prefix"] == res["server"]["prefix"], (name, kind, res)  # the server's venv
                 assert res[kind]["pythonpath"] == res["server"]["pythonpath"] == str(tree)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import selectors
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,6 +31,18 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "native-quickstart"
 ROWS = [json.loads(line) for line in (ROOT / "examples" / "native-quickstart.jsonl").read_text().splitlines()
         if line.strip()]
+
+
+def _drain(proc) -> list[str]:
+    """Read the daemon's stderr in a thread from now on; the lines so far (a list that grows)."""
+    lines: list[str] = []
+
+    def pump() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
 
 
 def _busiest_worker(cluster, table: dict[str, dict]) -> tuple[str, int]:
@@ -60,6 +73,7 @@ def test_losing_the_busiest_worker_twice_every_server_answers_again_and_every_ro
     proc = up_on(cluster, EXAMPLE, tmp_path)
     try:
         info = json.loads(read_ready_line(proc, timeout=900))
+        said = _drain(proc)  # the daemon's lines after ready: never left to fill the pipe, shown on a failure
         head, servers = info["head_server"], info["servers"]
         pids = [t["remote_pid"] for t in instances(head).values()]
         for round_ in (1, 2):
@@ -67,7 +81,11 @@ def test_losing_the_busiest_worker_twice_every_server_answers_again_and_every_ro
             assert hosted >= 2, instances(head)
             lost_id = cluster.node_ids[worker]
             cluster.kill_raylet(worker)
-            took = _all_back(head, servers, lost_id)
+            try:
+                took = _all_back(head, servers, lost_id)
+            except (AssertionError, httpx.HTTPError) as e:
+                raise AssertionError(f"round {round_}: {e!r}; exit {proc.poll()}; the daemon said:\n"
+                                     + "".join(said[-80:])) from e
             print(f"round {round_}: worker {worker} with {hosted} replicas lost; every server answered again "
                   f"after {took:.1f}s")
             out = httpx.post(head + "/rollouts/run", json={"examples": ROWS}, trust_env=False, timeout=600).json()

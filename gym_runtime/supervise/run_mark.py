@@ -82,11 +82,24 @@ def kill_marked(mark: str) -> list[str]:
     return _kill([p for p, m in _marks() if m == mark])
 
 
+def _pid_namespace(pid: int | str) -> str | None:
+    """The pid namespace of process ``pid`` (``/proc/PID/ns/pid``'s link), None where it cannot be read."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
 def kill_stale() -> list[str]:
     """SIGKILL every process whose mark names a daemon that is no longer running (a SIGKILLed run's
-    leftovers); the ones killed, described."""
-    stale = []
+    leftovers); the ones killed, described. Only processes of this daemon's own pid namespace are
+    judged: a mark's pid means nothing in another one (a daemon in a container, seen from the host,
+    names a pid of the container's namespace), and servers in a pid namespace of their own (the
+    sandbox's, at ``full`` and ``partial``) end with it."""
+    stale, ours = [], _pid_namespace("self")
     for p, mark in _marks():
+        if ours is None or _pid_namespace(p.pid) != ours:
+            continue
         pid, _, rest = mark.partition("-")
         started = rest.partition("-")[0]
         if not (pid.isdigit() and started.isdigit()):

@@ -61,7 +61,8 @@ class H(BaseHTTPRequestHandler):
             return self._send(500, {"detail": "fixture failure"})
         time.sleep(float(row.get("sleep", 0)))
         self._send(200, {"reward": row.get("fixture_reward", 1.0), "instance": name, "row": row})
-        print("fixture: answered row", json.dumps(row.get("i")), flush=True)  # tests wait for this line
+        # tests wait for this line: one write(2) per line, so rows answered at once never interleave
+        os.write(1, f"fixture: answered row {json.dumps(row.get('i'))}\n".encode())
     def log_message(self, *a):
         pass
 

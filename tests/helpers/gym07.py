@@ -1,7 +1,8 @@
 """NeMo Gym 0.7.0 for tests: an interpreter it runs on (``Requires-Python >= 3.13.14``) and a venv with it.
 
 ``gym07_python()`` finds such an interpreter (``GYM_RUNTIME_TESTS_PY313``, then pyenv's versions,
-then ``python3.13`` on PATH) or skips the test cleanly; ``gym07_venv(path)`` makes a uv venv there
+then ``python3.13`` on PATH, then :func:`tests.helpers.gym_python.gym_python`: the runtime's own
+search and the interpreter ``.ci/provision-python`` built) or skips the test cleanly; ``gym07_venv(path)`` makes a uv venv there
 with ``nemo-gym==0.7.0`` (from the package registry: tests using it are marked ``pypi``) and the
 ``gym_runtime`` sandbox provider installed the way the runtime installs it into server venvs.
 """
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import uv
+
+from tests.helpers.gym_python import gym_python
 
 MIN = (3, 13, 14)
 
@@ -38,7 +41,7 @@ def gym07_python() -> str:
     for c in candidates:
         if c and Path(c).exists() and (_version(c) or (0,)) >= MIN:
             return c
-    pytest.skip("no Python >= 3.13.14 on this host (NeMo Gym 0.7.0 needs one); set GYM_RUNTIME_TESTS_PY313")
+    return str(gym_python())  # what the runtime finds, else what .ci/provision-python built; else a skip
 
 
 def gym07_venv(path: Path, extra: tuple[str, ...] = ()) -> Path:

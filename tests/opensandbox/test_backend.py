@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sandbox.opensandbox.process import SERVICE_GRACE_S
 from tests.helpers.daemon import read_ready_line, up_process
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
@@ -158,7 +159,9 @@ def test_a_server_killed_inside_its_sandbox_is_restarted(opensandbox_server, hom
         else:
             raise AssertionError(f"not restarted: {me}")
         print(f"exit seen {seen:.2f} s after the kill")
-        assert seen is not None and seen < 2.0
+        # seen by the command's status poll, not by the service-lost path (which waits SERVICE_GRACE_S);
+        # how soon is a figure (printed above), not a test: CI's 2 cores took 3 s once
+        assert seen is not None and seen < SERVICE_GRACE_S / 2
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)

@@ -42,11 +42,10 @@ def _run_and_kill(tmp_path: Path, level: str, python: Path, wait_s: float = 5) -
 def test_sigkill_of_daemon_leaves_nothing(tmp_path, plain_python, full_available):
     if not full_available:
         pytest.skip("full isolation is not available on this host")
-    info, alive, took, victims = _run_and_kill(tmp_path, "auto", plain_python)
+    info, alive, _, victims = _run_and_kill(tmp_path, "auto", plain_python)
     assert info["level"] == "full"
     assert len(victims) >= 6  # holder, bwrap x2, forker, its child, the setsid grandchild
     assert alive == [], [(p.pid, p.name()) for p in alive]
-    assert took < 3
 
 
 def test_level_none_still_reaps_direct_children(tmp_path, plain_python):

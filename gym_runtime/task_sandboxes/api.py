@@ -24,20 +24,18 @@ error is ``{"error": {"code", "message", "hint"?}}`` with the status of its
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.background import BackgroundTask
 
+from gym_runtime.task_sandboxes.listener import LoopbackListener
 from gym_runtime.task_sandboxes.service import TaskSandboxError, TaskSandboxService
 from gym_runtime.task_sandboxes.spec import MAX_ENV_BYTES
 
@@ -191,47 +189,14 @@ def _temp(base: Path) -> Iterator[Path]:
         Path(name).unlink(missing_ok=True)
 
 
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:  # the daemon handles signals itself
-        yield
-
-
-class TaskSandboxServer:
+class TaskSandboxServer(LoopbackListener):
     """Serves :func:`create_app` on the daemon's loop, on a socket bound to loopback (``url``)."""
 
     def __init__(self, service: TaskSandboxService, host: str = "127.0.0.1") -> None:
         self.service = service
-        # IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets of that protocol; without it, an
-        # answer's head and body wait for the client's delayed ACK (40 ms a call)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self.sock.bind((host, 0))
-        self.sock.listen(512)
-        self.host, self.port = self.sock.getsockname()[:2]
-        config = uvicorn.Config(create_app(service), log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=1, timeout_keep_alive=60)
-        self._server = _Server(config)
-        self._task: asyncio.Task | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[self.sock]))
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()
-                return
-            await asyncio.sleep(0.005)
+        super().__init__(create_app(service), host, timeout_graceful_shutdown=1)
 
     async def stop(self) -> None:
         """Close every box, then the listener (idempotent)."""
         await self.service.close_all()
-        if self._task is not None:
-            self._server.should_exit = self._server.force_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._task, 3)
-            self._task = None
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        await super().stop()

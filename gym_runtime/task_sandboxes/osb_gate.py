@@ -40,14 +40,12 @@ import dataclasses
 import logging
 import re
 import secrets
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -55,6 +53,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gym_runtime.task_sandboxes.approval import SETTING, ApprovedImages
+from gym_runtime.task_sandboxes.listener import LoopbackListener
+from gym_runtime.task_sandboxes.owners import ProcessEnds
 from gym_runtime.task_sandboxes.osb_requests import (HOP, KEY_HEADER, PASSED, TASK_LABEL, GateError, checked_create,
                                                      forwarded, json_object, labelled, list_query, plain, plain_path,
                                                      read_body)
@@ -75,12 +75,6 @@ class Owned:
     image: str
     incarnation: Any = None
     renew: bool = False
-
-
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self):  # the daemon handles signals itself
-        yield
 
 
 class OpenSandboxGate:
@@ -108,8 +102,7 @@ class OpenSandboxGate:
         self.denied = 0
         self._tokens: dict[str, str] = {}
         self._by_owner: dict[str, str] = {}
-        self._watching: set[int] = set()
-        self._tasks: set[asyncio.Task] = set()
+        self._ends = ProcessEnds()
         self._closed = False
         headers = {"OPEN-SANDBOX-API-KEY": conn.api_key} if conn.api_key else {}
         self._client = httpx.AsyncClient(base_url=conn.url, headers=headers, trust_env=False,
@@ -119,13 +112,8 @@ class OpenSandboxGate:
                                 Route("/v1/sandboxes/{sid}", self._one, methods=METHODS),
                                 Route("/v1/sandboxes/{sid}/{rest:path}", self._sub, methods=METHODS),
                                 Route("/{path:path}", self._other, methods=METHODS)])
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(512)
-        self.host, self.port = self.sock.getsockname()[:2]
-        self._server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                              timeout_keep_alive=60, server_header=False, date_header=False))
-        self._task: asyncio.Task | None = None
+        self._listener = LoopbackListener(app, server_header=False, date_header=False)
+        self.host, self.port = self._listener.host, self._listener.port
         self._renew: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ life
@@ -142,16 +130,12 @@ class OpenSandboxGate:
             if ids:
                 await service.kill(ids, "deleting task sandboxes a stopped daemon left")
         except BaseException:
-            self.sock.close()
+            await self._listener.stop()
             await self._client.aclose()
             raise
         finally:
             await service.close()
-        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[self.sock]))
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()
-            await asyncio.sleep(0.005)
+        await self._listener.start()
         self._renew = asyncio.get_running_loop().create_task(self._renew_loop())
         return ids
 
@@ -163,8 +147,7 @@ class OpenSandboxGate:
         self._closed = True
         if self._renew is not None:
             self._renew.cancel()
-        for t in list(self._tasks):
-            t.cancel()
+        self._ends.cancel()
         service = SandboxService(self.conn)
         deleted: list[str] = []
         try:
@@ -182,13 +165,7 @@ class OpenSandboxGate:
             await service.close()
         for sid in list(self.boxes):
             self._forget(sid, "the daemon stopped")
-        if self._task is not None:
-            self._server.should_exit = self._server.force_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._task, 3)
-            self._task = None
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        await self._listener.stop()
         await self._client.aclose()
         return len(deleted)
 
@@ -302,7 +279,7 @@ class OpenSandboxGate:
                 rec = Owned(sid, owner, image, getattr(member, "proc", None), renew)
                 self.boxes[sid] = rec
                 self.created += 1
-                self._follow(rec)
+                self._ends.follow(rec.incarnation, lambda proc, rec=rec: self._owner_ended(rec, proc))
                 log.info("task sandbox %s of server %s on %s: image %s", sid, owner, self.conn.url, image)
         return plain(answer)
 
@@ -361,26 +338,13 @@ class OpenSandboxGate:
             self.ended[sid] = (rec.owner, why)
             log.info("task sandbox %s of server %s ended: %s", sid, rec.owner, why)
 
-    def _follow(self, rec: Owned) -> None:
-        """Delete the server's sandboxes when the process that made them ends (once per process)."""
-        proc = rec.incarnation
-        if proc is None or id(proc) in self._watching or not hasattr(proc, "wait"):
-            return
-        self._watching.add(id(proc))
-
-        async def ended() -> None:
-            with contextlib.suppress(Exception):
-                await proc.wait()
-            self._watching.discard(id(proc))
-            ids = [r.id for r in self.boxes.values() if r.owner == rec.owner and r.incarnation is proc]
-            if ids and not self._closed:
-                await self._delete(ids, "the server's process ended")
-                self.say(f"task sandboxes: {len(ids)} of server {rec.owner} on the OpenSandbox server deleted "
-                         "(the server's process ended)")
-
-        task = asyncio.get_running_loop().create_task(ended())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def _owner_ended(self, rec: Owned, proc: Any) -> None:
+        """Delete the sandboxes ``proc`` (a process of the server ``rec.owner``) made, once it ended."""
+        ids = [r.id for r in self.boxes.values() if r.owner == rec.owner and r.incarnation is proc]
+        if ids and not self._closed:
+            await self._delete(ids, "the server's process ended")
+            self.say(f"task sandboxes: {len(ids)} of server {rec.owner} on the OpenSandbox server deleted "
+                     "(the server's process ended)")
 
     async def _delete(self, ids: list[str], why: str) -> None:
         for sid in ids:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import dataclasses
 import logging
 import secrets
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gym_runtime.task_sandboxes.owners import ProcessEnds
 from gym_runtime.task_sandboxes.settings import TaskSandboxSettings
 
 log = logging.getLogger("gym_runtime.task_sandboxes")
@@ -106,8 +106,7 @@ class TaskSandboxService:
         self._spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="task-sandbox-spawn")
         self._factory: Any = None  # sandbox.taskbox.JoinerFactory, started with the first box
         self._factory_lock = asyncio.Lock()
-        self._watching: set[int] = set()
-        self._tasks: set[asyncio.Task] = set()
+        self._ends = ProcessEnds()
         self._closing: set[asyncio.Future] = set()  # box closes under way (close_all waits for them)
         self._watch: asyncio.Task | None = None
         self._closed = False
@@ -205,8 +204,9 @@ class TaskSandboxService:
         if req.ttl_s:
             rec.expires = rec.created + req.ttl_s
             rec._ttl = asyncio.get_running_loop().call_later(
-                req.ttl_s, lambda: self._spawn(self.close(box_id, f"its ttl_s ({req.ttl_s:g} s) passed")))
-        self._follow(rec)
+                req.ttl_s, lambda: self._ends.spawn(self.close(box_id, f"its ttl_s ({req.ttl_s:g} s) passed")))
+        self._ends.follow(rec.incarnation,
+                          lambda proc: self.close_owner(rec.owner, "the server's process ended", proc))
         self._count(owner)
         if self._watch is None and any(k not in box.enforced for k in ("memory", "pids")):
             self._watch = asyncio.get_running_loop().create_task(self._watch_limits())
@@ -287,33 +287,12 @@ class TaskSandboxService:
         await asyncio.gather(*(self.close(i, "the daemon stopped") for i in list(self.boxes)))
         # boxes whose server ended just before the stop are still closing in their watcher: let them end
         await asyncio.gather(*list(self._closing), return_exceptions=True)
-        for t in list(self._tasks):
-            t.cancel()
+        self._ends.cancel()
         if self._factory is not None:
             self._factory.close()
         self._spawner.shutdown(wait=False)
 
     # ---------------------------------------------------------------- lifetime
-    def _spawn(self, coro) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _follow(self, rec: BoxRecord) -> None:
-        """Close the owner's boxes when the process that made them ends (once per process)."""
-        proc = rec.incarnation
-        if proc is None or id(proc) in self._watching or not hasattr(proc, "wait"):
-            return
-        self._watching.add(id(proc))
-
-        async def ended() -> None:
-            with contextlib.suppress(Exception):
-                await proc.wait()
-            self._watching.discard(id(proc))
-            await self.close_owner(rec.owner, "the server's process ended", proc)
-
-        self._spawn(ended())
-
     def _count(self, owner: str) -> None:
         member = self.members.get(owner)
         if member is not None and isinstance(getattr(member, "info", None), dict):

@@ -9,21 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Iterator
 
-import uvicorn
 from fastapi import FastAPI
 
 from gym_runtime.head.app import begin_close, open_batches
-
-
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:  # the daemon handles signals itself
-        yield
-
-    def install_signal_handlers(self) -> None:  # older uvicorn
-        return None
+from gym_runtime.serving import LoopServer
 
 
 class HeadServer:
@@ -37,11 +27,9 @@ class HeadServer:
         self.socks = [sock, *(more or [])]
         host, port = sock.getsockname()[:2]
         self.host, self.port = host, port
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=1, timeout_keep_alive=30)
-        self._server = _Server(config)
+        self._serving = LoopServer(app, timeout_graceful_shutdown=1, timeout_keep_alive=30)
         self._app = app
-        self._task: asyncio.Task | None = None
+        self._started = False
 
     @property
     def url(self) -> str:
@@ -49,12 +37,8 @@ class HeadServer:
         return f"http://{host}:{self.port}"
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=self.socks))
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()
-                return
-            await asyncio.sleep(0.005)
+        self._started = True
+        await self._serving.serve(self.socks)
 
     async def close_batches(self, wait_s: float = 3.0) -> None:
         """End running ``/rollouts/run`` batches with the shutdown error body (app.py) and wait up
@@ -65,14 +49,11 @@ class HeadServer:
             await asyncio.sleep(0.01)
 
     async def stop(self) -> None:
-        if self._task is None:
+        if not self._started:
             return
+        self._started = False
         await self.close_batches()
-        self._server.should_exit = True
-        self._server.force_exit = True
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._task, 3)
-        self._task = None
+        await self._serving.stop()
         for sock in self.socks:
             with contextlib.suppress(OSError):
                 sock.close()

@@ -38,8 +38,6 @@ requests each replica answered, for ``/server_instances`` and the bench.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -47,12 +45,13 @@ from typing import Any
 from http.cookies import CookieError, SimpleCookie
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from gym_runtime.serving import LoopServer, listening_socket
 
 MAX_SESSIONS = 100_000
 NODE_LOST = "GR-ROLLOUT-NODE-LOST"
@@ -69,12 +68,6 @@ def _cookies(header: str) -> list[tuple[str, str]]:
     except CookieError:
         return []
     return [(k, m.value) for k, m in jar.items()]
-
-
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self):  # the daemon handles signals itself
-        yield
 
 
 class Router:
@@ -105,30 +98,17 @@ class Router:
         routes = [Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD",
                                                                 "OPTIONS"])]
         self.app = Starlette(routes=routes)
-        self._server = _Server(uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
-                                              timeout_keep_alive=60, server_header=False, date_header=False))
-        self._task: asyncio.Task | None = None
+        self._serving = LoopServer(self.app, server_header=False, date_header=False)
 
     async def start(self, host: str) -> tuple[str, int]:
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, 0))
-        sock.listen(512)
+        sock = listening_socket(host, reuse=True)
         sock.setblocking(False)
-        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()
-            await asyncio.sleep(0.005)
+        await self._serving.serve([sock])
         self.address = sock.getsockname()[:2]
         return self.address
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._server.should_exit = self._server.force_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._task, 3)
-            self._task = None
+        await self._serving.stop()
         await self._client.aclose()
 
     # ------------------------------------------------------------------ choice

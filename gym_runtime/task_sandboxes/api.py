@@ -35,7 +35,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.background import BackgroundTask
 
-from gym_runtime.task_sandboxes.listener import LoopbackListener
+from gym_runtime.serving import LoopbackListener
 from gym_runtime.task_sandboxes.service import TaskSandboxError, TaskSandboxService
 from gym_runtime.task_sandboxes.spec import MAX_ENV_BYTES
 

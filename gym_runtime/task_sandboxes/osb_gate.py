@@ -52,12 +52,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gym_runtime.serving import LoopbackListener
 from gym_runtime.task_sandboxes.approval import SETTING, ApprovedImages
-from gym_runtime.task_sandboxes.listener import LoopbackListener
-from gym_runtime.task_sandboxes.owners import ProcessEnds
 from gym_runtime.task_sandboxes.osb_requests import (HOP, KEY_HEADER, PASSED, TASK_LABEL, GateError, checked_create,
                                                      forwarded, json_object, labelled, list_query, plain, plain_path,
                                                      read_body)
+from gym_runtime.task_sandboxes.owners import ProcessEnds
 
 log = logging.getLogger("gym_runtime.task_sandboxes")
 logging.getLogger("opensandbox").setLevel(logging.CRITICAL)  # its failures reach the user as GR-OSB-* blocks

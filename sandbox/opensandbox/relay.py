@@ -24,12 +24,13 @@ import contextlib
 import socket
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from gym_runtime.serving import LoopServer, listening_socket
 
 from . import NO_SERVER
 
@@ -48,12 +49,6 @@ def free_bind(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_IP if sock.family == socket.AF_INET else socket.IPPROTO_IPV6, IP_FREEBIND, 1)
 
 
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self):  # the daemon handles signals itself
-        yield
-
-
 class Relay:
     """``Relay(name)``; ``await start(host)`` -> ``(host, port)``; ``point(endpoint)`` (``host:port/proxy/N``,
     or None while there is no sandbox); ``await stop()``."""
@@ -67,22 +62,12 @@ class Relay:
         self._client = httpx.AsyncClient(trust_env=False, timeout=None,
                                          limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
         app = Starlette(routes=[Route("/{path:path}", self._forward, methods=METHODS)])
-        self._server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                              timeout_keep_alive=60, server_header=False, date_header=False))
-        self._task: asyncio.Task | None = None
+        self._serving = LoopServer(app, server_header=False, date_header=False)
 
     async def start(self, host: str) -> tuple[str, int]:
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        free_bind(sock)
-        sock.bind((host, 0))
-        sock.listen(512)
+        sock = listening_socket(host, reuse=True, prepare=free_bind)
         sock.setblocking(False)
-        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()
-            await asyncio.sleep(0.005)
+        await self._serving.serve([sock])
         self.address = sock.getsockname()[:2]
         return self.address
 
@@ -92,11 +77,7 @@ class Relay:
         self._changed = asyncio.Event()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._server.should_exit = self._server.force_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._task, 3)
-            self._task = None
+        await self._serving.stop()
         await self._client.aclose()
 
     async def _target(self) -> str | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.daemon import (declaring_ray, descendants, kill_tree, read_ready_line, up_process, wait_gone,
+from tests.helpers.daemon import (JSON_HANDLER, declaring_ray, descendants, kill_tree, read_ready_line, up_process, wait_gone,
                                   write_fixture_package)
 from tests.helpers.gym_package import python_312_plus
 from tests.helpers.registry import registry_reachable
@@ -57,13 +57,8 @@ def watch_exit_sleeps():  # registered last, so it runs first at exit: shows any
 atexit.register(watch_exit_sleeps)
 from tree_tasks.remote import pinned, plain  # the tree's own module
 
-class H(BaseHTTPRequestHandler):
-    def _send(self, code, obj):
-        body = json.dumps(obj).encode()
-        self.send_response(code); self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
-    def do_GET(self):
-        self._send(200, {"status": "ok"})
+''' + JSON_HANDLER + r'''
+class H(JSONHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers["content-length"]))
         need = inner.get("fixture_needs", "")
@@ -74,8 +69,6 @@ class H(BaseHTTPRequestHandler):
         ok = all(r["answer"] == 42 for r in got.values())
         self._send(200, {"reward": 1.0 if ok else 0.0, **got,
                          "server": {"prefix": sys.prefix, "pythonpath": os.environ["PYTHONPATH"]}})
-    def log_message(self, *a):
-        pass
 
 print("fixture", name, "listening on", inner["host"], inner["port"], flush=True)
 ThreadingHTTPServer((inner["host"], int(inner["port"])), H).serve_forever()

@@ -28,6 +28,20 @@ from pathlib import Path
 import psutil
 import yaml
 
+# what every fixture server's handler shares (JSON answers, `GET /` healthy, no access log); an app's
+# text puts it after its imports of json and BaseHTTPRequestHandler and subclasses JSONHandler
+JSON_HANDLER = r'''
+class JSONHandler(BaseHTTPRequestHandler):
+    def _send(self, code, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(code); self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_GET(self):
+        self._send(200, {"status": "ok"})
+    def log_message(self, *a):
+        pass
+'''
+
 FIXTURE_APP = r'''# test fixture: a Gym-shaped stdlib server (see tests/helpers/daemon.py)
 import json, os, sys, time
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
@@ -47,14 +61,8 @@ if "fixture_exit" in cfg:
     print("fixture: exiting with", cfg["fixture_exit"], file=sys.stderr, flush=True)
     sys.exit(int(cfg["fixture_exit"]))
 time.sleep(float(cfg.get("fixture_sleep", 0)))
-
-class H(BaseHTTPRequestHandler):
-    def _send(self, code, obj):
-        body = json.dumps(obj).encode()
-        self.send_response(code); self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
-    def do_GET(self):
-        self._send(200, {"status": "ok"})
+''' + JSON_HANDLER + r'''
+class H(JSONHandler):
     def do_POST(self):
         row = json.loads(self.rfile.read(int(self.headers["content-length"])))
         if cfg.get("fixture_fail_row") == "true":
@@ -63,8 +71,6 @@ class H(BaseHTTPRequestHandler):
         self._send(200, {"reward": row.get("fixture_reward", 1.0), "instance": name, "row": row})
         # tests wait for this line: one write(2) per line, so rows answered at once never interleave
         os.write(1, f"fixture: answered row {json.dumps(row.get('i'))}\n".encode())
-    def log_message(self, *a):
-        pass
 
 print("fixture", name, "listening on", cfg["host"], cfg["port"], flush=True)
 ThreadingHTTPServer((cfg["host"], int(cfg["port"])), H).serve_forever()

@@ -29,6 +29,7 @@ from gym_runtime.settings import opensandbox_connection
 from gym_runtime.task_sandboxes.osb_gate import TASK_LABEL, OpenSandboxGate
 from sandbox import EgressPolicy
 from sandbox.opensandbox.spec import LABEL_RUN, RunLabels
+from tests.helpers.daemon import JSON_HANDLER
 from tests.helpers.opensandbox.server import OpenSandboxServer
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.timeout(900)]
@@ -217,13 +218,8 @@ block = lines.index(name + ":")
 host = next(l.split(": ")[1] for l in lines[block:] if l.startswith("      host: "))
 port = next(l.split(": ")[1] for l in lines[block:] if l.startswith("      port: "))
 
-class H(BaseHTTPRequestHandler):
-    def _send(self, code, obj):
-        body = json.dumps(obj).encode()
-        self.send_response(code); self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
-    def do_GET(self):
-        self._send(200, {"status": "ok"})
+''' + JSON_HANDLER + r'''
+class H(JSONHandler):
     def do_POST(self):
         row = json.loads(self.rfile.read(int(self.headers["content-length"])))
         body = {"image": {"uri": row["image"]}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 300,
@@ -237,8 +233,6 @@ class H(BaseHTTPRequestHandler):
             self._send(200, {"status": e.code, "body": json.loads(e.read()), "domain": domain})
         except Exception as e:
             self._send(200, {"status": None, "error": repr(e), "domain": domain})
-    def log_message(self, *a):
-        pass
 
 ThreadingHTTPServer((host, int(port)), H).serve_forever()
 '''

@@ -26,7 +26,7 @@ import yaml
 
 from gym_runtime.task_sandboxes.osb_gate import TASK_LABEL
 from sandbox.opensandbox.spec import LABEL_RUN, RunLabels
-from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
+from tests.helpers.daemon import JSON_HANDLER, kill_tree, read_ready_line, up_process, write_fixture_package
 from tests.helpers.gym_python import gym_python
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.pypi, pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -66,15 +66,8 @@ async def task(image):
     return {"sandbox_id": box._handle.sandbox_id, "stdout": done.stdout, "code": done.return_code}
 
 
-class H(BaseHTTPRequestHandler):
-    def _send(self, code, obj):
-        body = json.dumps(obj).encode()
-        self.send_response(code); self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
-
-    def do_GET(self):
-        self._send(200, {"status": "ok"})
-
+''' + JSON_HANDLER + r'''
+class H(JSONHandler):
     def do_POST(self):
         row = json.loads(self.rfile.read(int(self.headers["content-length"])))
         try:
@@ -82,8 +75,6 @@ class H(BaseHTTPRequestHandler):
         except Exception as e:
             self._send(500, {"error": f"{type(e).__name__}: {e}"})
 
-    def log_message(self, *a):
-        pass
 
 
 TaskServer.run_webserver()

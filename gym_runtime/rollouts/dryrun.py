@@ -156,9 +156,27 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
     rt = make_runtime(req, progress, offers_tools(rows))
     try:
         ready = await rt.start()
-        return await run_rows(rt, req, Prepared(name, rows, facts, notes), ready, on_start, on_result)
+        result = await run_rows(rt, req, Prepared(name, rows, facts, notes), ready, on_start, on_result)
+        await finish_learning(rt.env.bytecode, progress)
+        return result
     finally:
         await rt.stop()
+
+
+LEARN_WAIT_S = 60.0
+
+
+async def finish_learning(bytecode: Any, progress: Callable[[str], None] | None = None,
+                          wait_s: float = LEARN_WAIT_S) -> None:
+    """Before a dry-run stops, let the daemon finish compiling what this run's processes imported
+    (:meth:`gym_runtime.venvs.bytecode.EnvironmentBytecode.settled`, at most ``wait_s`` seconds), so
+    the author's next dry-run starts warm instead of compiling it first. Compiling costs speed only:
+    what is left after ``wait_s`` is compiled by the next start, as after a stop at any other time."""
+    if await bytecode.settled(0):
+        return
+    if progress is not None:
+        progress("bytecode: finishing what this run's processes imported, so the next run starts warm")
+    await bytecode.settled(wait_s)
 
 
 @dataclass(frozen=True)

@@ -99,3 +99,13 @@ def ray_enabled_keys(instances: dict[str, ServerInstance], sources: Sources) -> 
             hint="remove the key and declare `ray_enabled = True` (or False) on the server class whose "
             "run_webserver() the entrypoint calls, as NeMo Gym 0.7 servers do"))
     return out
+
+
+def release_line(merged: MergedConfig) -> str:
+    """The release's one line (:meth:`~gym_runtime.gym_release.GymRelease.describe`), saying so when
+    no server of the package runs the Gym SDK: then neither the SDK nor its Python is needed (the
+    bundled example's built-in servers run on any supported Python)."""
+    line = merged.release.describe()
+    if not any(_sdk_source(inst) for inst in merged.instances.values()):
+        line += "; no server of this package uses the Gym SDK, so neither it nor that Python is needed"
+    return line

@@ -25,6 +25,7 @@ import httpx
 from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.config.url_secrets import mask_url, mask_urls
 from gym_runtime.errors import GymRuntimeError, StartError, UsageError
+from gym_runtime.gym_release.ray_use import release_line
 from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
 from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
@@ -165,7 +166,7 @@ class Environment:
         self.merged = merged
         if stale := await asyncio.to_thread(run_mark.kill_stale):  # a SIGKILLed run's helpers (run_mark.py)
             self._say(f"stopped {len(stale)} process(es) left by a run whose daemon was killed: {'; '.join(stale)}")
-        self._say(merged.release.describe())
+        self._say(release_line(merged))
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
         passthrough.check(self.settings, merged.instances)
         if self.settings.server_env:

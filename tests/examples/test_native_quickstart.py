@@ -56,6 +56,8 @@ def test_dry_run_table_with_limit_and_samples() -> None:
     assert "native-quickstart · 2 row(s) × 3 sample(s)" in run.stdout
     assert "rows: 2  rollouts: 6  succeeded: 6  failed: 0" in run.stdout
     assert "code_lookup_agent" in run.stdout and "arithmetic_agent" not in run.stdout
+    # the runtime's default release needs Python >= 3.13.14, which the built-in servers do not
+    assert "no server of this package uses the Gym SDK, so neither it nor that Python is needed" in run.stderr
 
 
 def test_bad_rows_fail_before_anything_starts(tmp_path: Path) -> None:

@@ -1,0 +1,101 @@
+"""``dry-run --watch``: a config edit the running environment cannot take is refused with
+``GR-CONFIG-WATCH-RESTART`` naming each instance and what changed (an instance added or removed,
+another implementation, port or host), so the running servers keep the config they started with;
+an edit of a server's own keys is not refused. A venv rebuilt after an edit of its install file
+is not given to a server that uses Ray unless the environment joined a Ray cluster
+(``GR-BUILD-WATCH-RAY``)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gym_runtime.cli.validate import PLACEHOLDERS
+from gym_runtime.config import MergedConfig, PolicyValues, build_config
+from gym_runtime.errors import BuildError, ConfigError
+from gym_runtime.package import load_package
+from gym_runtime.supervise.reload import _check_compatible
+from gym_runtime.supervise.venv_swap import _check_ray
+from tests.helpers.daemon import simple_env
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "native-quickstart"
+ARITHMETIC = "resources_servers/example_arithmetic/configs/arithmetic.yaml"
+
+
+def _merged(pkg: Path) -> MergedConfig:
+    return build_config(load_package(pkg), [], PolicyValues(), defaults=PLACEHOLDERS)
+
+
+@pytest.fixture
+def pkg(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(EXAMPLE, tmp_path / "pkg"))
+
+
+def _edit(pkg: Path, old: str, new: str) -> None:
+    config = pkg / ARITHMETIC
+    text = config.read_text()
+    assert old in text
+    config.write_text(text.replace(old, new, 1))
+
+
+def test_a_servers_own_keys_may_change(pkg: Path) -> None:
+    before = _merged(pkg)
+    _edit(pkg, "      domain: math\n", "      domain: math\n      note: 2\n")
+    _check_compatible(before, _merged(pkg))  # nothing raised: the watch restarts that server
+
+
+def test_a_fixed_port_is_named(pkg: Path) -> None:
+    before = _merged(pkg)
+    _edit(pkg, "      domain: math\n", "      domain: math\n      port: 18123\n")
+    with pytest.raises(ConfigError) as ei:
+        _check_compatible(before, _merged(pkg))
+    assert ei.value.code == "GR-CONFIG-WATCH-RESTART"
+    assert "'arithmetic' changed its port (None -> 18123)" in ei.value.message
+    assert "start dry-run --watch again" in ei.value.hint
+
+
+def test_an_added_instance_is_named(pkg: Path) -> None:
+    before = _merged(pkg)
+    config = pkg / ARITHMETIC
+    config.write_text(config.read_text() + "arithmetic_two:\n  resources_servers:\n    example_arithmetic:\n"
+                      "      entrypoint: app.py\n      domain: math\n")
+    with pytest.raises(ConfigError) as ei:
+        _check_compatible(before, _merged(pkg))
+    assert ei.value.code == "GR-CONFIG-WATCH-RESTART" and "'arithmetic_two' was added" in ei.value.message
+
+
+@pytest.mark.parametrize("mode", ["local", "none"])
+def test_a_rebuilt_venv_of_a_ray_user_is_kept_for_the_next_start(tmp_path: Path, mode: str) -> None:
+    """``GR-BUILD-WATCH-RAY``: the private Ray head reads the venvs the environment started with
+    (``local``), and an environment started without Ray has none to give (``none``)."""
+    merged = _merged(simple_env(tmp_path / "pkg", ray=True))
+    env = _Running(merged, mode)
+    with pytest.raises(BuildError) as ei:
+        _check_ray(env, {"acme_math": _NewVenv(tmp_path / "new")})
+    assert ei.value.code == "GR-BUILD-WATCH-RAY" and ei.value.extra["servers"] == ["acme_math"]
+    assert "the rebuilt venv of acme_math cannot be used by the running environment" in ei.value.message
+    assert ("private Ray head" if mode == "local" else "started without Ray") in ei.value.message
+    _check_ray(env, {"acme_agent": _NewVenv(tmp_path / "new")})  # a server without Ray moves
+
+
+def test_a_joined_cluster_takes_the_rebuilt_venv(tmp_path: Path) -> None:
+    merged = _merged(simple_env(tmp_path / "pkg", ray=True))
+    _check_ray(_Running(merged, "join"), {"acme_math": _NewVenv(tmp_path / "new")})  # nothing raised
+
+
+class _NewVenv:
+    """What :func:`gym_runtime.supervise.venv_swap.rebuild` hands the check: a built venv's ``python``."""
+
+    def __init__(self, root: Path) -> None:
+        self.python = str(root / "bin" / "python")
+
+
+class _Running:
+    """The parts of a running environment the check reads: its config, its Ray mode, each server's Python."""
+
+    def __init__(self, merged: MergedConfig, mode: str) -> None:
+        self.merged = merged
+        self.ray = type("Ray", (), {"mode": mode})()
+        self.placement = type("Placement", (), {"pythons": {n: Path("/old/bin/python") for n in merged.instances}})()

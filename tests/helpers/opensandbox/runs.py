@@ -73,18 +73,30 @@ def kill_server_inside(server, sandbox_id: str) -> float:
     return float(out[0])
 
 
-def sandbox_rss(server, sandbox_id: str) -> int:
-    """Bytes of RSS summed over every process in sandbox ``sandbox_id``'s container (its init, found
-    by podman's inspect, and all its descendants: execd, the server, its forwarder); pages shared
-    between them count once per process. Not counted: podman's ``conmon`` outside the container.
-    Raises ``httpx.HTTPStatusError`` when podman does not know the container."""
+def _role(cmdline: list[str]) -> str:
+    """What a process in a sandbox is, by its command line (see :func:`sandbox_rss`)."""
+    text = " ".join(cmdline)
+    if any(arg.endswith("/execd") for arg in cmdline):
+        return "execd"
+    if "forwarder" in text:
+        return "forwarder"
+    return "server" if "app.py" in text else "other"
+
+
+def sandbox_rss(server, sandbox_id: str) -> dict[str, int]:
+    """Bytes of RSS of every process in sandbox ``sandbox_id``'s container (its init, found by
+    podman's inspect, and all its descendants), summed by role: ``execd`` (the agent), ``forwarder``
+    (the runtime's, beside the server), ``server`` (the server's ``app.py`` process tree) and
+    ``other`` (the entrypoint, shells). Pages shared between processes count once per process; not
+    counted: podman's ``conmon`` outside the container. Raises ``httpx.HTTPStatusError`` when podman
+    does not know the container."""
     answer = server.docker("GET", f"/containers/sandbox-{sandbox_id}/json")
     answer.raise_for_status()
     init = psutil.Process(answer.json()["State"]["Pid"])
-    total = 0
+    out = dict.fromkeys(("execd", "forwarder", "server", "other"), 0)
     for p in [init, *init.children(recursive=True)]:
         try:
-            total += p.memory_info().rss
+            out[_role(p.cmdline())] += p.memory_info().rss
         except psutil.Error:
             continue
-    return total
+    return out

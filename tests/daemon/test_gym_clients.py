@@ -30,7 +30,8 @@ from urllib.parse import SplitResult, urlsplit
 import pytest
 
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process
-from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_venv, gym_wheel, release_python
+from tests.helpers.gym_package import (assemble_gym_package, cache_dir, gym_venv, gym_wheel, release_python,
+                                      run_gym_cli)
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 AGENT = "example_single_tool_call_simple_agent"
@@ -79,10 +80,7 @@ def running(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 def gym(r: Running, cwd: Path, *argv: str) -> subprocess.CompletedProcess:
     """Run a Gym CLI pointed at our head server (its Hydra output dir lands in ``cwd``)."""
-    return subprocess.run([str(r.gym_bin / argv[0]), *argv[1:], f"+head_server.host={r.head.hostname}",
-                           f"+head_server.port={r.head.port}"], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={"PATH": f"{r.gym_bin}:/usr/bin:/bin", "HOME": str(cwd),
-                                            "NO_PROXY": "127.0.0.1"})
+    return run_gym_cli(r.gym_bin, r.head.geturl(), cwd, *argv)
 
 
 @pytest.mark.parametrize("tool", [("ng_status",), ("gym", "env", "status")], ids=["ng_status", "gym-env-status"])

@@ -138,6 +138,21 @@ def gym_venv(version: str = GYM_VERSION) -> Path | None:
             marker.write_text(version)
     return venv
 
+
+def run_gym_cli(gym_bin: Path, head: str, cwd: Path, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the Gym CLI ``argv`` (``argv[0]`` a script in ``gym_bin``, e.g. ``ng_collect_rollouts``)
+    pointed at the head server ``head`` (``http://HOST:PORT``) with ``+head_server.host/port``, in
+    ``cwd`` (its Hydra output directory and ``HOME`` land there), output captured as text. Raises
+    ``subprocess.TimeoutExpired`` after ``timeout`` s."""
+    from urllib.parse import urlsplit
+
+    where = urlsplit(head)
+    return subprocess.run([str(gym_bin / argv[0]), *argv[1:], f"+head_server.host={where.hostname}",
+                           f"+head_server.port={where.port}"], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={"PATH": f"{gym_bin}:/usr/bin:/bin", "HOME": str(cwd),
+                                                "NO_PROXY": "127.0.0.1"})
+
+
 def _strip_datasets(node: object) -> None:
     if isinstance(node, dict):
         node.pop("datasets", None)

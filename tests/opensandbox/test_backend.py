@@ -20,37 +20,14 @@ import pytest
 
 from sandbox.opensandbox.process import SERVICE_GRACE_S
 from tests.helpers.daemon import read_ready_line, up_process
+from tests.helpers.opensandbox.runs import DATASET, EXAMPLE, daemon_env, kill_server_inside
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "native-quickstart"
-DATASET = ROOT / "examples" / "native-quickstart.jsonl"
-
-
-def _gateway(server) -> str:
-    """The podman bridge's gateway: the address sandboxes reach this host at."""
-    for name in ("podman", "bridge"):
-        r = server.docker("GET", f"/networks/{name}")
-        if r.status_code == 200:
-            for cfg in (r.json().get("IPAM") or {}).get("Config") or []:
-                if cfg.get("Gateway"):
-                    return cfg["Gateway"]
-    return "10.88.0.1"
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("osb-home")  # one venv root for both backends (under /tmp: allowed host paths)
-
-
-def _env(server, home: Path, backend: str = "opensandbox") -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENSANDBOX_", "GYM_RUNTIME_"))}
-    return {**base, "GYM_RUNTIME_HOME": str(home), "GYM_RUNTIME_SANDBOX_BACKEND": backend,
-            "OPENSANDBOX_DOMAIN": server.domain, "OPENSANDBOX_API_KEY": server.api_key,
-            "GYM_RUNTIME_OPENSANDBOX_IMAGE": server.image, "GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST": _gateway(server),
-            "GYM_RUNTIME_OPENSANDBOX_EGRESS": "unenforced",
-            # venvs on Debian's own Python, which the sandbox image holds at the same path (/usr is never mounted)
-            "GYM_RUNTIME_PYTHON": "/usr/bin/python3.11"}
 
 
 def _dry_run(env: dict[str, str], out: Path, work: Path) -> tuple[dict, subprocess.CompletedProcess]:
@@ -67,9 +44,9 @@ def _dry_run(env: dict[str, str], out: Path, work: Path) -> tuple[dict, subproce
 
 def test_quickstart_rewards_equal_the_local_backend(opensandbox_server, home: Path, tmp_path: Path) -> None:
     server = opensandbox_server
-    local, _ = _dry_run(_env(server, home, "local"), tmp_path / "local.jsonl", tmp_path / "local")
+    local, _ = _dry_run(daemon_env(server, home, "local"), tmp_path / "local.jsonl", tmp_path / "local")
     t0 = time.monotonic()
-    remote, r = _dry_run(_env(server, home), tmp_path / "osb.jsonl", tmp_path / "osb")
+    remote, r = _dry_run(daemon_env(server, home), tmp_path / "osb.jsonl", tmp_path / "osb")
     took = time.monotonic() - t0
     print(f"dry-run under opensandbox: {took:.1f} s; rows {len(remote)}")
     assert remote == local and len(local) >= 3
@@ -78,7 +55,7 @@ def test_quickstart_rewards_equal_the_local_backend(opensandbox_server, home: Pa
 
 
 def _up(server, home: Path, tmp: Path) -> tuple[subprocess.Popen, dict]:
-    proc = up_process(EXAMPLE, tmp, env=_env(server, home))
+    proc = up_process(EXAMPLE, tmp, env=daemon_env(server, home))
     ready = json.loads(read_ready_line(proc, timeout=600))
     return proc, ready
 
@@ -123,30 +100,13 @@ def test_stop_and_a_killed_daemon_leave_no_sandbox(opensandbox_server, home: Pat
 
 
 def test_a_server_killed_inside_its_sandbox_is_restarted(opensandbox_server, home: Path, tmp_path: Path) -> None:
-    from opensandbox.models.execd import RunCommandOpts
-    from opensandbox.sandbox import Sandbox
-
     server = opensandbox_server
     proc, ready = _up(server, home, tmp_path)
     try:
         target = next(s for s in _instances(ready) if s["process_name"] == "arithmetic")
         assert target["isolation"] == "opensandbox" and target["url"].startswith("http://")
         box_id = target["sandbox"]
-
-        async def kill_inside() -> None:
-            box = await Sandbox.connect(box_id, connection_config=server.connection_config())
-            try:
-                await box.commands.run(["python3", "-c", "import os,signal\nfor p in os.listdir('/proc'):\n"
-                                        " if p.isdigit():\n  c=open(f'/proc/{p}/cmdline','rb').read()\n"
-                                        "  if b'app.py' in c and b'forwarder' not in c: os.kill(int(p),9)"],
-                                       opts=RunCommandOpts(background=True))
-            finally:
-                await box.close()
-
-        import asyncio
-
-        killed = time.time()
-        asyncio.run(kill_inside())
+        killed = kill_server_inside(server, box_id)  # the kill's time inside the sandbox
         seen = None
         while time.time() - killed < 30:
             me = next(s for s in _instances(ready) if s["process_name"] == "arithmetic")

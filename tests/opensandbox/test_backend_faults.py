@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from tests.helpers.daemon import read_ready_line, up_process
-from tests.opensandbox.test_backend import EXAMPLE, _env, _instances, _run_labels, home  # noqa: F401 (a fixture)
+from tests.helpers.opensandbox.runs import EXAMPLE, daemon_env
+from tests.opensandbox.test_backend import _instances, _run_labels, home  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
 
@@ -28,7 +29,7 @@ def _up_fails(env: dict[str, str], tmp: Path, *flags: str) -> subprocess.Complet
 
 
 def test_a_wrong_key_is_a_setting_error(opensandbox_server, home: Path, tmp_path: Path) -> None:
-    env = {**_env(opensandbox_server, home), "OPENSANDBOX_API_KEY": "not-the-key"}
+    env = {**daemon_env(opensandbox_server, home), "OPENSANDBOX_API_KEY": "not-the-key"}
     r = _up_fails(env, tmp_path, "--work-dir", str(tmp_path / "run"))
     assert r.returncode == 1 and "error[GR-OSB-AUTH]" in r.stderr and r.stderr.count("error[") == 1, r.stderr[-3000:]
     assert "not-the-key" not in r.stderr and opensandbox_server.api_key not in r.stderr
@@ -36,7 +37,7 @@ def test_a_wrong_key_is_a_setting_error(opensandbox_server, home: Path, tmp_path
 
 
 def test_a_missing_image_is_a_setting_error_and_leaves_nothing(opensandbox_server, home: Path, tmp_path: Path) -> None:
-    env = {**_env(opensandbox_server, home), "GYM_RUNTIME_OPENSANDBOX_IMAGE": "localhost/no-such-image:1"}
+    env = {**daemon_env(opensandbox_server, home), "GYM_RUNTIME_OPENSANDBOX_IMAGE": "localhost/no-such-image:1"}
     r = _up_fails(env, tmp_path, "--work-dir", str(tmp_path / "run"))
     assert r.returncode == 1 and "error[GR-OSB-IMAGE]" in r.stderr, r.stderr[-3000:]
     assert "localhost/no-such-image:1" in r.stderr and _run_labels(opensandbox_server) == {}
@@ -45,7 +46,7 @@ def test_a_missing_image_is_a_setting_error_and_leaves_nothing(opensandbox_serve
 def test_a_mount_outside_the_allowed_paths_is_named(opensandbox_server, home: Path) -> None:
     outside = Path(tempfile.mkdtemp(prefix="osb-outside-", dir="/var/tmp"))  # not under the server's allowed paths
     try:
-        r = _up_fails(_env(opensandbox_server, home), outside, "--work-dir", str(outside / "run"))
+        r = _up_fails(daemon_env(opensandbox_server, home), outside, "--work-dir", str(outside / "run"))
         assert r.returncode == 3 and "error[GR-OSB-MOUNT]" in r.stderr, r.stderr[-3000:]
         assert str(outside) in r.stderr and "allowed_host_paths" in r.stderr
         assert _run_labels(opensandbox_server) == {}
@@ -56,7 +57,7 @@ def test_a_mount_outside_the_allowed_paths_is_named(opensandbox_server, home: Pa
 def test_a_sandbox_killed_from_outside_and_a_server_restart_are_ridden_out(opensandbox_server, home: Path,
                                                                              tmp_path: Path) -> None:
     server = opensandbox_server
-    proc = up_process(EXAMPLE, tmp_path, env=_env(server, home))
+    proc = up_process(EXAMPLE, tmp_path, env=daemon_env(server, home))
     ready = json.loads(read_ready_line(proc, timeout=600))
     try:
         me = next(s for s in _instances(ready) if s["process_name"] == "code_lookup")
@@ -91,8 +92,8 @@ def test_a_sandbox_killed_from_outside_and_a_server_restart_are_ridden_out(opens
 
 
 def test_doctor_names_the_server_its_version_and_the_isolation(opensandbox_server, home: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "doctor"], env=_env(opensandbox_server, home),
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "doctor"],
+                       env=daemon_env(opensandbox_server, home), capture_output=True, text=True, timeout=300)
     lines = [line.strip() for line in r.stdout.splitlines()]
     start = next(i for i, line in enumerate(lines) if line.startswith("backends:"))
     assert "servers run in the opensandbox backend" in lines[start]
@@ -103,7 +104,7 @@ def test_doctor_names_the_server_its_version_and_the_isolation(opensandbox_serve
     assert lines[start + 3] == ("opensandbox: task sandboxes of configs' opensandbox provider blocks are made there; "
                                 "images approved: nothing (unset) (GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES)")
     out = json.loads(subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "doctor", "--json"],
-                                    env=_env(opensandbox_server, home), capture_output=True, text=True,
+                                    env=daemon_env(opensandbox_server, home), capture_output=True, text=True,
                                     timeout=300).stdout)
     assert out["sandbox_backends"]["opensandbox"]["version"] == "1.1.1"
     assert "sandbox_backends" not in out["problems"]

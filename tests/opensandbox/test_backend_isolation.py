@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.daemon import read_ready_line, up_process
-from tests.opensandbox.test_backend import EXAMPLE, _env, _instances, _run_labels, home  # noqa: F401 (a fixture)
+from tests.helpers.opensandbox.runs import EXAMPLE, daemon_env
+from tests.opensandbox.test_backend import _instances, _run_labels, home  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
 KEY = "probe-secret-5f1c2d"
@@ -54,7 +55,7 @@ def test_a_prober_sees_no_key_no_other_sandbox_and_no_host(opensandbox_server, h
     server = opensandbox_server
     host_file = tmp_path / "host-only.txt"
     host_file.write_text("on the host")
-    proc = up_process(EXAMPLE, tmp_path, env={**_env(server, home), "GYM_RUNTIME_POLICY_API_KEY": KEY})
+    proc = up_process(EXAMPLE, tmp_path, env={**daemon_env(server, home), "GYM_RUNTIME_POLICY_API_KEY": KEY})
     ready = json.loads(read_ready_line(proc, timeout=600))
     try:
         boxes = {s["process_name"]: s["sandbox"] for s in _instances(ready)}

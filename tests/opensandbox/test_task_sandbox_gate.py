@@ -248,7 +248,7 @@ def test_a_server_in_an_opensandbox_sandbox_reaches_the_gate(opensandbox_server:
     import yaml
 
     from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
-    from tests.opensandbox.test_backend import _env
+    from tests.helpers.opensandbox.runs import daemon_env
 
     server = opensandbox_server
     pkg = write_fixture_package(tmp_path / "pkg", {"acme_tasks": {"resources_servers": {"acme_tasks": {
@@ -259,7 +259,7 @@ def test_a_server_in_an_opensandbox_sandbox_reaches_the_gate(opensandbox_server:
     manifest = yaml.safe_load((pkg / "nemo-environment.yaml").read_text())
     manifest["config_paths"].append(conf.relative_to(pkg).as_posix())
     (pkg / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
-    env = {**_env(server, tmp_path / "home"), "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": server.image}
+    env = {**daemon_env(server, tmp_path / "home"), "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": server.image}
     proc = up_process(pkg, tmp_path, env=env)
     try:
         ready = json.loads(read_ready_line(proc, timeout=900))

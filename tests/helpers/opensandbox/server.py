@@ -130,7 +130,8 @@ class OpenSandboxServer:
     ``OPENSANDBOX_DOMAIN`` / ``OPENSANDBOX_API_KEY`` / ``OPENSANDBOX_PROTOCOL`` take (and the SDK's
     ``ConnectionConfig``); ``image`` is the sandbox image servers run in, ``execd_image`` the
     server's; ``allowed_host_paths`` the roots host volumes must sit under; ``docker_host`` the
-    podman socket (``unix://...``); ``start_seconds`` how long each (re)start took to ``/health``."""
+    podman socket (``unix://...``) and ``podman_process`` the ``podman system service`` serving it;
+    ``start_seconds`` how long each (re)start took to ``/health``."""
 
     domain: str
     api_key: str
@@ -143,6 +144,7 @@ class OpenSandboxServer:
     version: str = SERVER_VERSION
     start_seconds: list[float] = field(default_factory=list)
     process: subprocess.Popen | None = field(default=None, repr=False)
+    podman_process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -275,6 +277,7 @@ def running_server(image: str, execd_image: str, allowed: tuple[str, ...] = ALLO
                                            env={**os.environ, "CONTAINERS_CONF": str(workdir / "containers.conf")},
                                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            start_new_session=True)
+        server.podman_process = podman_proc
         _wait_ready(lambda: sock.exists() and server.docker("GET", "/_ping").status_code == 200, podman_proc,
                     podman_log, "podman system service")
         port = free_port()

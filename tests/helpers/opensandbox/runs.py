@@ -1,0 +1,102 @@
+"""How the tests and benches run ``gym-runtime`` against the test OpenSandbox server
+(:class:`tests.helpers.opensandbox.server.OpenSandboxServer`).
+
+:func:`daemon_env` is the environment of a daemon run under either backend on the bundled example
+(:data:`EXAMPLE`, rows :data:`DATASET`): the server's domain, key and image, the address sandboxes
+reach the daemon at (:func:`gateway`), no egress sidecar (``GYM_RUNTIME_OPENSANDBOX_EGRESS=unenforced``:
+none can run here) and venvs on Debian's own Python 3.11, which the sandbox image holds at the same
+path (an interpreter under ``/usr`` is never mounted). :func:`kill_server_inside` SIGKILLs a
+server's process from within its sandbox and says when; :func:`sandbox_rss` measures a sandbox's
+processes from the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "examples" / "native-quickstart"
+DATASET = ROOT / "examples" / "native-quickstart.jsonl"
+SANDBOX_PYTHON = "/usr/bin/python3.11"
+# run inside the sandbox: SIGKILL the server (an ``app.py`` process; the forwarder beside it and this
+# command, whose own command line holds both words, are spared), then print the wall-clock time of the kill
+KILL_APP = ("import os,signal,time\nfor p in os.listdir('/proc'):\n"
+            " if p.isdigit() and int(p) != os.getpid():\n"
+            "  try: c=open(f'/proc/{p}/cmdline','rb').read()\n"
+            "  except OSError: continue\n"
+            "  if b'app.py' in c and b'forwarder' not in c: os.kill(int(p),9); print(repr(time.time()),flush=True)")
+
+
+def gateway(server) -> str:
+    """The podman bridge's gateway (an IPv4 address as text): the address sandboxes reach this host at."""
+    for name in ("podman", "bridge"):
+        r = server.docker("GET", f"/networks/{name}")
+        if r.status_code == 200:
+            for cfg in (r.json().get("IPAM") or {}).get("Config") or []:
+                if cfg.get("Gateway"):
+                    return cfg["Gateway"]
+    return "10.88.0.1"
+
+
+def daemon_env(server, home: Path, backend: str = "opensandbox") -> dict[str, str]:
+    """This process's environment without any ``OPENSANDBOX_*`` / ``GYM_RUNTIME_*`` setting, plus a
+    daemon's settings for ``backend`` (``"opensandbox"`` or ``"local"``) with state under ``home``
+    (a directory under an allowed host path of ``server``: both backends may share it, and so its venvs)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENSANDBOX_", "GYM_RUNTIME_"))}
+    return {**base, "GYM_RUNTIME_HOME": str(home), "GYM_RUNTIME_SANDBOX_BACKEND": backend,
+            "OPENSANDBOX_DOMAIN": server.domain, "OPENSANDBOX_API_KEY": server.api_key,
+            "GYM_RUNTIME_OPENSANDBOX_IMAGE": server.image, "GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST": gateway(server),
+            "GYM_RUNTIME_OPENSANDBOX_EGRESS": "unenforced", "GYM_RUNTIME_PYTHON": SANDBOX_PYTHON}
+
+
+def kill_server_inside(server, sandbox_id: str) -> float:
+    """SIGKILL the server process in sandbox ``sandbox_id`` by a command run in that sandbox (through
+    the SDK, as an operator's ``exec`` would); the wall-clock time of the kill as the sandbox saw it
+    (epoch seconds: the host's clock, one kernel). Raises ``AssertionError`` when no server process
+    was found there, SDK errors as raised."""
+    from opensandbox.sandbox import Sandbox
+
+    async def run() -> str:
+        box = await Sandbox.connect(sandbox_id, connection_config=server.connection_config())
+        try:
+            done = await box.commands.run(["python3", "-c", KILL_APP])
+            return "".join(m.text for m in done.logs.stdout)
+        finally:
+            await box.close()
+
+    out = asyncio.run(run()).split()
+    assert out, f"no server process found in sandbox {sandbox_id}"
+    return float(out[0])
+
+
+def _role(cmdline: list[str]) -> str:
+    """What a process in a sandbox is, by its command line (see :func:`sandbox_rss`)."""
+    text = " ".join(cmdline)
+    if any(arg.endswith("/execd") for arg in cmdline):
+        return "execd"
+    if "forwarder" in text:
+        return "forwarder"
+    return "server" if "app.py" in text else "other"
+
+
+def sandbox_rss(server, sandbox_id: str) -> dict[str, int]:
+    """Bytes of RSS of every process in sandbox ``sandbox_id``'s container (its init, found by
+    podman's inspect, and all its descendants), summed by role: ``execd`` (the agent), ``forwarder``
+    (the runtime's, beside the server), ``server`` (the server's ``app.py`` process tree) and
+    ``other`` (the entrypoint, shells). Pages shared between processes count once per process; not
+    counted: podman's ``conmon`` outside the container. Raises ``httpx.HTTPStatusError`` when podman
+    does not know the container."""
+    answer = server.docker("GET", f"/containers/sandbox-{sandbox_id}/json")
+    answer.raise_for_status()
+    init = psutil.Process(answer.json()["State"]["Pid"])
+    out = dict.fromkeys(("execd", "forwarder", "server", "other"), 0)
+    for p in [init, *init.children(recursive=True)]:
+        try:
+            out[_role(p.cmdline())] += p.memory_info().rss
+        except psutil.Error:
+            continue
+    return out

@@ -1,4 +1,4 @@
-"""Tests marked ``opensandbox`` run only when selected, and ``.ci/run`` selects them (docs/opensandbox.md)."""
+"""Tests marked ``opensandbox`` run only when selected, and ``.ci/run`` selects them (docs/runtime.md, "What the tests cover, and what they do not")."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 One real ``opensandbox-server`` on podman's Docker API per session (``opensandbox_server``,
 ``tests/helpers/opensandbox/fixture.py``); sandboxes from the local Debian 12 image; the in-sandbox
-agent is the execd test stand-in (docs/opensandbox.md). Each test labels its sandboxes with its own
+agent is the execd test stand-in (docs/runtime.md, "What the tests cover, and what they do not"). Each test labels its sandboxes with its own
 ``run`` metadata and checks that the server lists none of them, and podman holds none, afterwards.
 """
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""TEST STAND-IN for OpenSandbox's in-sandbox agent ``execd`` (stdlib only; docs/opensandbox.md).
+"""TEST STAND-IN for OpenSandbox's in-sandbox agent ``execd`` (stdlib only; docs/runtime.md, "What the tests cover, and what they do not").
 
 The real execd is a Go binary shipped only as a Docker Hub image, which the tests cannot reach; this
 file speaks the part of its HTTP API that the ``opensandbox`` SDK 1.1.1 calls, so the SDK runs

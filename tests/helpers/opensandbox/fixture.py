@@ -1,4 +1,4 @@
-"""The ``opensandbox_server`` fixture: one real OpenSandbox server per test session (docs/opensandbox.md).
+"""The ``opensandbox_server`` fixture: one real OpenSandbox server per test session (docs/runtime.md, "What the tests cover, and what they do not").
 
 Tests marked ``opensandbox`` run only when selected (``pytest -m opensandbox``; ``.ci/run`` does):
 the README's ``./uvw run pytest`` skips them saying how to select them. Selected, the fixture skips

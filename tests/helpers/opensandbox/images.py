@@ -1,4 +1,4 @@
-"""The two local images an OpenSandbox server in the tests needs (docs/opensandbox.md).
+"""The two local images an OpenSandbox server in the tests needs (docs/runtime.md, "What the tests cover, and what they do not").
 
 * The **sandbox image** servers run in: Debian 12 (bookworm, this project's host distribution)
   with ``python3`` (3.11 at ``/usr/bin/python3.11``, the interpreter a venv built on a Debian 12

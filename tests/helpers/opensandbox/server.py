@@ -1,4 +1,4 @@
-"""A real OpenSandbox server on loopback for the tests, on podman's Docker API (docs/opensandbox.md).
+"""A real OpenSandbox server on loopback for the tests, on podman's Docker API (docs/runtime.md, "What the tests cover, and what they do not").
 
 :func:`running_server` starts, in a directory of its own:
 
@@ -194,7 +194,7 @@ class OpenSandboxServer:
         """SIGKILL the sandbox's container from outside the server (as the OOM killer or an operator's
         ``docker kill`` would): the server then reports it ``Failed`` (exit 137). Under podman (not
         under Docker) the server cannot delete it afterwards: its delete answers 500
-        ``DOCKER::SANDBOX_DELETE_FAILED`` (docs/opensandbox.md); :meth:`remove_sandbox` then does."""
+        ``DOCKER::SANDBOX_DELETE_FAILED`` (docs/runtime.md, "What the tests cover, and what they do not"); :meth:`remove_sandbox` then does."""
         self.docker("POST", f"/containers/sandbox-{sandbox_id}/kill").raise_for_status()
 
     def remove_sandbox(self, sandbox_id: str) -> None:

@@ -86,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--startup-timeout", type=float, default=D.startup_timeout_s, help="whole start-up, seconds (default %(default)s)")
     g.add_argument("--model-endpoint-timeout", type=float, default=D.model_endpoint_timeout_s,
                    help="policy endpoint /models deadline, seconds; 0 skips the check (default %(default)s)")
-    g.add_argument("--max-restarts", type=int, default=D.max_restarts, help="restarts per server before failing (default %(default)s)")
+    g.add_argument("--max-restarts", type=int, default=D.max_restarts, help="restarts per server before failing; a restart after its node's loss (placement ray) is not counted (default %(default)s)")
     g.add_argument("--shutdown-grace", type=float, default=D.shutdown_grace_s, help="TERM -> KILL seconds (default %(default)s)")
     g.add_argument("--keep-going", action="store_true", help="keep the other servers up when one fails for good")
     add_liveness_args(g)

@@ -10,6 +10,7 @@ raises :class:`NodeLost` when the heartbeat ends (docs/scale-out.md "Node loss")
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 # a ping every 0.5 s, each given 1.5 s: a node that stops answering is declared lost within 4 s
@@ -79,3 +80,10 @@ def lost_errors() -> tuple[type[BaseException], ...]:
     import ray.exceptions as rx
 
     return (rx.RayActorError, rx.ActorUnavailableError, NodeLost)
+
+
+def dead_node(error: BaseException) -> str | None:
+    """The id of the node Ray names in an actor error as having died (its message: ``... because
+    its node has died. Node Id: <hex>``), or None (another cause, or no node named)."""
+    found = re.search(r"node has died\. Node Id: ([0-9a-f]{16,})", str(error))
+    return found.group(1) if found else None

@@ -17,7 +17,10 @@ naming the node, and a new actor is requested at once on a surviving node
 to name the node to requests cut by the loss (docs/scale-out.md "Node loss"). A placement that fails (no
 node fits, the build fails, the isolation asked for is not there) ends the handle with
 ``reason="start-failed"`` and the node's error; :meth:`ReplicaLauncher.place` raises it instead
-when called directly at start-up.
+when called directly at start-up. A node lost while a replica is being placed on it (also one
+Ray gave it before declaring its loss) is no exit: the placement asks for another node. Any
+other failure of a call to Ray ends the handle with ``reason="driver-error"``; the supervisor
+restarts it as any exit (a handle never ends without an exit).
 
 While a replica is placed its launcher keeps ``phase``: ``waiting for a node``, ``shipping
 package``, then the node's own phases (``building venv: stage 1``...), polled from the actor's
@@ -38,10 +41,11 @@ from sandbox import ExitInfo
 from gym_runtime.errors import StartError
 from gym_runtime.placement.addresses import ReplicaAddress
 from gym_runtime.placement.cluster import RayCluster
-from gym_runtime.placement.liveness import HEARTBEAT_TIMEOUT_S, lost_errors, ray_call, while_alive
+from gym_runtime.placement.liveness import HEARTBEAT_TIMEOUT_S, dead_node, lost_errors, ray_call, while_alive
 from gym_runtime.placement.replica import ReplicaJob, ServerReplica
+from gym_runtime.supervise.member import NODE_LOST
 
-LOST = "node-lost"
+LOST = NODE_LOST
 PLACE_TIMEOUT_S = 180.0
 ROOM_CHECK_S = 5.0  # a replica Ray has not placed by then gets its reason said (ReplicaLauncher._node_for)
 VERDICT_WAIT_S = 6.0  # how long a request cut on a replica waits for the loss to be declared (> 4 s)
@@ -111,9 +115,45 @@ class ReplicaLauncher:
 
     async def place(self) -> dict[str, Any]:
         """Create the actor where Ray finds room, materialise the package and build the venv
-        there; returns the node's facts. Raises :class:`StartError` naming the server and the
-        node (``GR-PLACE-INFEASIBLE`` when no node takes it in time; a node's own error code,
-        e.g. ``GR-BUILD-PYTHON``, otherwise)."""
+        there; returns the node's facts. A node lost before the actor runs there or while it is
+        prepared is left out and the replica is requested again on another node, until
+        :data:`PLACE_TIMEOUT_S` from the first request (Ray can give a node whose loss its GCS has
+        not declared yet: it sends a replica that asks no resources to a node it picks at random
+        among those it holds alive, and the actor fails only when that node is declared dead).
+        Raises :class:`StartError` naming the server and the node: ``GR-PLACE-INFEASIBLE`` when no
+        node takes it in time, ``GR-PLACE-NODE-LOST`` when nodes were lost under it until the
+        deadline, ``GR-PLACE-ACTOR`` when its actor fails in its own start or ends before it ran
+        without Ray naming a lost node, a node's own error code (e.g. ``GR-BUILD-PYTHON``) otherwise."""
+        deadline = time.monotonic() + PLACE_TIMEOUT_S
+        while True:
+            try:
+                return await self._place_once(deadline)
+            except lost_errors() as e:
+                node, dead, ran = self.node, dead_node(e), self.node_id is not None
+                init_failed = getattr(e, "actor_init_failed", False)
+                if init_failed or not (ran or dead):  # nothing to leave out: asking again would end the same
+                    self.forget()
+                    raise StartError(f"server {self.job.name!r}: its replica actor ended "
+                                     + ("in its own start" if init_failed else "before it ran, and Ray named no "
+                                        "lost node") + f" (node {node or 'not known'})", code="GR-PLACE-ACTOR",
+                                     cause=str(e)) from None
+                self.forget(lost=True)
+                if dead:
+                    self.cluster.lost.add(dead)
+                    node = node or f"({dead[:8]})"
+                if time.monotonic() >= deadline:
+                    raise StartError(f"server {self.job.name!r}: its node {node or '(not known)'} was lost while it "
+                                     "was being placed, "
+                                     f"and no other node took it within {PLACE_TIMEOUT_S:g}s",
+                                     code="GR-PLACE-NODE-LOST", cause=str(e)) from None
+                self.progress(f"{self.job.name}: " + (f"node {node} was lost while it was being placed there" if ran
+                                                      else "the node Ray gave it" + (f", {node}," if node else "")
+                                                      + " was lost before it ran there")
+                              + f" ({type(e).__name__}); placing it again on another node")
+
+    async def _place_once(self, deadline: float) -> dict[str, Any]:
+        """One try of :meth:`place`: Ray's actor error or :class:`NodeLost` when the node is lost
+        (the actor is dropped, not yet ``self.actor`` before it ran)."""
         import ray
 
         opts = dict(self.options)
@@ -124,13 +164,13 @@ class ReplicaLauncher:
         t0 = time.monotonic()
         actor = ray.remote(ServerReplica).options(**opts, max_restarts=0, max_task_retries=0).remote(self.job)
         try:
-            where = await self._node_for(actor)
-        except asyncio.CancelledError:  # the run stops while the actor waits for a node
-            ray.kill(actor)
-            raise
-        except asyncio.TimeoutError:
+            where = await self._node_for(actor, deadline)
+        except BaseException as e:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)  # the run stops while the actor waits for a node, or it is gone
+            if not isinstance(e, asyncio.TimeoutError):
+                raise
             waits = await asyncio.to_thread(self.cluster.waits_for_room, self.options)
-            ray.kill(actor)
             why = (await asyncio.to_thread(self.cluster.why_no_room, self.options) if waits
                    else "Ray gave it a node, where its worker process did not start")
             raise StartError(f"server {self.job.name!r}: no node of the cluster took it within {PLACE_TIMEOUT_S:g}s: "
@@ -140,17 +180,12 @@ class ReplicaLauncher:
         self.actor, self.node_id = actor, where["node_id"]
         self.facts = {"node_ip": where["node_ip"]}
         took = {"actor": time.monotonic() - t0}
-        try:
-            self._phase("checking package")
-            here = await while_alive(actor, ray_call(actor.has_package.remote()))
-            if not here:
-                self._phase("shipping package")
-            shipped = None if here else await self.shipper.ref()
-            facts = await while_alive(actor, self._prepare_watched(actor, shipped))
-        except lost_errors() as e:
-            self.forget(lost=True)
-            raise StartError(f"server {self.job.name!r}: its node was lost while it was being placed: {e}",
-                             code="GR-PLACE-NODE-LOST") from None
+        self._phase("checking package")
+        here = await while_alive(actor, ray_call(actor.has_package.remote()))
+        if not here:
+            self._phase("shipping package")
+        shipped = None if here else await self.shipper.ref()
+        facts = await while_alive(actor, self._prepare_watched(actor, shipped))
         if "error" in facts:
             node = self.node
             self.forget()
@@ -164,13 +199,14 @@ class ReplicaLauncher:
                       f"isolation {facts['isolation']}")
         return facts
 
-    async def _node_for(self, actor: Any) -> dict[str, Any]:
-        """The actor's ``where`` once its worker runs (:class:`asyncio.TimeoutError` after
-        :data:`PLACE_TIMEOUT_S`). When it does not run within :data:`ROOM_CHECK_S`, the phase says
+    async def _node_for(self, actor: Any, deadline: float) -> dict[str, Any]:
+        """The actor's ``where`` once its worker runs (:class:`asyncio.TimeoutError` at
+        ``deadline``, a ``time.monotonic()``; Ray's actor error when it died first). When it does
+        not run within :data:`ROOM_CHECK_S`, the phase says
         where it stands: its worker starting on the node Ray gave it, or, while Ray lists it as a
         pending demand (:meth:`RayCluster.waits_for_room`), why it has no node
         (:meth:`RayCluster.why_no_room`), said on a progress line too."""
-        call = asyncio.ensure_future(ray_call(actor.where.remote(), PLACE_TIMEOUT_S))
+        call = asyncio.ensure_future(ray_call(actor.where.remote(), max(deadline - time.monotonic(), 0.0)))
         try:
             done, _ = await asyncio.wait({call}, timeout=ROOM_CHECK_S)
             if not done:
@@ -358,6 +394,8 @@ class RemoteProcess:
         except asyncio.CancelledError:
             self._end(-1, self._reason or "terminated", self._detail)
             raise
+        except Exception as e:  # noqa: BLE001 - any other failure of a call to Ray is this replica's end
+            self._end(-1, "driver-error", f"{type(e).__name__}: {e}")
         finally:
             lz.address.point(None)
             await self._drain_log(final=True)

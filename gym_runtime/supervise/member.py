@@ -16,6 +16,10 @@ from gym_runtime.supervise.logs import LogSink
 PENDING, STARTING, READY, RESTARTING, FAILED, STOPPING, STOPPED = (
     "pending", "starting", "ready", "restarting", "failed", "stopping", "stopped")
 
+# The exit reason of a server whose node was lost (placement ray: gym_runtime/placement/remote.py):
+# not the server's failure, so never counted toward ``max_restarts`` (supervisor.py).
+NODE_LOST = "node-lost"
+
 
 @dataclass
 class Member:
@@ -35,6 +39,8 @@ class Member:
     ``load_bound_start``: its start-up can fail on a loaded host the same way twice and then succeed
     (a private Ray head: ``ray start`` gives its raylet a fixed 30 s to register with the GCS), so
     identical start-up exits are restarted up to ``max_restarts`` instead of failing at once.
+    ``restarts`` counts every restart; ``node_losses`` those after its node's loss
+    (:data:`NODE_LOST`), which ``max_restarts`` does not count.
     """
 
     name: str
@@ -51,6 +57,7 @@ class Member:
     proc: Any = None
     status: str = PENDING
     restarts: int = 0
+    node_losses: int = 0  # restarts after a node's loss: not counted toward max_restarts
     started_wall: float | None = None
     spawned_at: float | None = None
     ready_s: float | None = None

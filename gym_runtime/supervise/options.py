@@ -16,7 +16,8 @@ class SuperviseOptions:
     * ``server_ready_timeout_s``: per server, from its (re)start until ``GET /`` answers (default 180).
     * ``startup_timeout_s``: the whole start-up, spawn to all ready, including model endpoints (600).
     * ``model_endpoint_timeout_s``: policy endpoints' ``/models`` probe deadline; ``0`` skips it (600).
-    * ``max_restarts``: restarts per server after an unrequested exit before the environment fails (3).
+    * ``max_restarts``: restarts per server after an unrequested exit before the environment fails (3);
+      a restart after the server's node was lost (placement ray) is not counted.
     * ``backoff_s`` / ``backoff_max_s``: first restart delay, doubled each time up to the max (0.5 / 8).
     * ``shutdown_grace_s``: TERM -> wait -> KILL of each process group (case C05; default 5).
     * ``keep_going``: when a server fails for good, keep the others up instead of exiting non-zero.

@@ -38,7 +38,7 @@ async def restart(sup: Any, names: list[str]) -> dict[str, str | None]:
     sup.phase = f"restarting {', '.join(names)} after an edit"
     for name in names:
         m = sup.members[name]
-        m.restarts, m.startup_exit, m.wedged = 0, None, None
+        m.restarts, m.node_losses, m.startup_exit, m.wedged = 0, 0, None, None
         if m.status == STOPPING or m.status == RESTARTING:
             continue  # a restart already under way: its spawn reads the spec as it is now
         if m.proc is not None and m.proc.poll() is None:

@@ -10,7 +10,10 @@ Contract (docs/architecture.md §7): a child's exit is seen at once (its pidfd i
 loop); any exit the daemon did not ask for is a failure even with status 0 (case C24) and is
 restarted after ``backoff`` up to ``max_restarts``, then the environment is failed, except that an
 exit during start-up repeating the previous start-up exit (same status, same last log line) fails
-at once (case C29: a deterministic error does not change on a third try); start-up has a
+at once (case C29: a deterministic error does not change on a third try); an exit because the
+server's node was lost (placement ray, ``node-lost``) is restarted without counting toward
+``max_restarts`` and never fails at once: a node's loss is not the server's failure and never
+ends the run (a server that cannot be placed again ends ``start-failed``, which counts); start-up has a
 per-server and an overall deadline whose report names the phase and the last log lines; after
 ready, a server that stops answering ``GET /`` is named wedged and restarted (wedged.py); shutdown
 sends TERM to every process group, waits ``shutdown_grace_s``, KILLs and reaps (case C05); a second
@@ -31,8 +34,8 @@ from gym_runtime.errors import StartError
 from gym_runtime.supervise import policy_endpoint, port_owner, readiness, run_mark, wedged
 from gym_runtime.supervise.failure import endpoint_failure, failure_report, port_listening
 from gym_runtime.supervise.interrupted import StartInterrupted
-from gym_runtime.supervise.member import (FAILED, PENDING, READY, RESTARTING, STARTING, STOPPED, STOPPING,
-                                          Member)
+from gym_runtime.supervise.member import (FAILED, NODE_LOST, PENDING, READY, RESTARTING, STARTING, STOPPED,
+                                          STOPPING, Member)
 from gym_runtime.supervise.orphans import group_empty, reap_orphans
 from gym_runtime.supervise.rebind import handle_bind_race, respawn_after_exit
 from gym_runtime.supervise.shutdown import stop_group
@@ -223,6 +226,9 @@ class Supervisor:
                                                             == 0 else "") + f" ({info.reason})"
         if m.status == wedged.WEDGED:
             what = f"was killed because it was wedged ({m.wedged})"
+        if info.reason == NODE_LOST:  # not the server's failure: never ends the run (module doc)
+            self._restart_after_node_loss(m, what)
+            return
         if m.status == STARTING and not m.load_bound_start:  # a second identical exit will not change on a third
             seen, m.startup_exit = m.startup_exit, (info.returncode, m.log.last_line())
             if seen == m.startup_exit:
@@ -233,16 +239,30 @@ class Supervisor:
                            "server or its config (its last log lines are in cause, the whole log in log), then "
                            "start again")
                 return
-        if m.restarts < self.options.max_restarts:
-            delay = self.options.backoff(m.restarts)
+        crashes = m.restarts - m.node_losses
+        if crashes < self.options.max_restarts:
+            delay = self.options.backoff(crashes)
             m.restarts += 1
             m.status, m.error = RESTARTING, what
-            self._progress(f"{m.name}: {what}; restart {m.restarts}/{self.options.max_restarts} in {delay:g}s")
+            self._progress(f"{m.name}: {what}; restart {crashes + 1}/{self.options.max_restarts} in {delay:g}s")
             asyncio.get_running_loop().call_later(delay, self.post, Event("spawn", m.name))
         else:
             m.status = FAILED
-            tries = f" after {m.restarts} restart{'s' if m.restarts != 1 else ''}" if m.restarts else ""
+            tries = f" after {crashes} restart{'s' if crashes != 1 else ''}" if crashes else ""
             self._fail(m.name, f"{m.kind} {m.name!r} {what}{tries}")
+
+    def _restart_after_node_loss(self, m: Member, what: str) -> None:
+        """``m``'s node was lost (its handle is already placing it on another node): restart it
+        after the first backoff, counted in ``restarts`` and ``node_losses`` but not toward
+        ``max_restarts``, and never taken for a start-up exit that repeats itself."""
+        delay = self.options.backoff(0)
+        m.restarts += 1
+        m.node_losses += 1
+        m.startup_exit = None  # its next start is on another node: not a repeat of an earlier one
+        m.status, m.error = RESTARTING, what
+        self._progress(f"{m.name}: {what}; restart in {delay:g}s on another node (a node's loss is not counted "
+                       f"toward the {self.options.max_restarts} restarts)")
+        asyncio.get_running_loop().call_later(delay, self.post, Event("spawn", m.name))
 
     def _on_ready(self, ev: Event) -> None:
         m = self.members[ev.name]

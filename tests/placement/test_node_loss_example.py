@@ -6,7 +6,13 @@ cannot be placed again says why within seconds instead of waiting out its deadli
 Regression: with the environment servers (the runtime's relays) placed too, the seven instances
 reserved 3.5 CPUs; after a worker's loss the survivors (3 CPUs, partly used) had no room for one
 lost server, which waited 180 s and then failed (``start-failed``) while its rows failed. The
-relays now reserve no CPU (``placement.default_num_cpus``)."""
+relays now reserve no CPU (``placement.default_num_cpus``).
+
+Regression: a relay placed again after a loss can be sent by Ray to the lost node (Ray still holds
+it alive) and its actor dies when Ray declares that node dead; that was taken for another loss of
+the replica, and with two losses in one run the environment failed (a start-up exit repeating
+itself, restarts used up) and the daemon stopped: ``_all_back`` got "connection refused" from the
+head server. The placement now asks again, and a node's loss never counts toward the restarts."""
 
 from __future__ import annotations
 

@@ -60,10 +60,11 @@ async def answers(url: str, deadline_s: float = 60) -> dict:
 class Replica:
     """A launcher with its stable address and a log pipe, as the daemon would hold them."""
 
-    def __init__(self, driver, job: ReplicaJob, options: dict, shipper_root: Path | None = None) -> None:
+    def __init__(self, driver, job: ReplicaJob, options: dict, shipper_root: Path | None = None,
+                 progress=None) -> None:
         self.address = ReplicaAddress(job.name)
         self.launcher = ReplicaLauncher(driver, job, options, self.address,
-                                        PackageShipper(str(shipper_root or job.package_root)))
+                                        PackageShipper(str(shipper_root or job.package_root)), progress)
         self.proc = None
         self.r = None
 
@@ -175,6 +176,48 @@ def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_add
             rep.spawn()
             assert (await answers(rep.url + "/", 120)) == {"status": "ok"}  # the same stable address
             assert rep.launcher.node_id not in (None, first)
+        finally:
+            await rep.close()
+            restore(cluster, "a")
+            restore(cluster, "b")
+
+    asyncio.run(scenario())
+
+
+def test_a_node_lost_before_its_replica_ran_there_is_left_out_and_the_replica_placed_again(
+        cluster, driver, tmp_path: Path) -> None:
+    """Ray can give a replica a node that is already lost: its GCS sends a replica asking no
+    resources to a node it picks among those it still holds alive (their loss is declared some
+    seconds later), and the actor dies then, before it ever ran. The placement asks again instead of
+    failing (the daemon used to take that for a second loss of the replica's node and, a second
+    time in one start, for a start-up crash repeating itself: its environment failed and stopped)."""
+    pkg = simple_env(tmp_path / "pkg")
+
+    async def scenario() -> None:
+        said: list[str] = []
+        again = asyncio.Event()
+
+        def progress(line: str) -> None:
+            said.append(line)
+            if "placing it again" in line:
+                again.set()
+
+        # no resources, as the runtime's relays ask: only worker b has the label
+        rep = Replica(driver, job_for(pkg), {"num_cpus": 0, "label_selector": {"gr-pool": "b"}}, progress=progress)
+        await rep.start(driver.node_ip)
+        lost = cluster.node_ids["b"]
+        try:
+            cluster.kill_raylet("b")
+            placing = asyncio.ensure_future(rep.launcher.place())  # Ray still holds b alive: it goes there
+            await asyncio.wait({placing, asyncio.ensure_future(again.wait())}, return_when=asyncio.FIRST_COMPLETED)
+            assert again.is_set(), placing.result()  # the placement neither failed nor ended on the lost node
+            assert lost in driver.lost
+            await asyncio.to_thread(restore, cluster, "b")  # a new node b: the only one it can take
+            facts = await placing
+            assert rep.launcher.node_id == cluster.node_ids["b"] != lost and facts["node_id"] == rep.launcher.node_id
+            assert any(f"({lost[:8]})" in line for line in said if "placing it again" in line), said
+            rep.spawn()
+            assert (await answers(rep.url + "/", 120)) == {"status": "ok"}
         finally:
             await rep.close()
             restore(cluster, "a")

@@ -42,6 +42,7 @@ KEY = "placement"
 DEFAULT_NUM_CPUS = 0.5
 RELAY_NUM_CPUS = 0.0  # the built-in relay reserves no CPU (default_num_cpus)
 MAX_REPLICAS = 64
+ANY_NODE_MEMORY = 1  # bytes: what a replica asking for nothing reserves (Placement.ray_options)
 RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 
 
@@ -72,6 +73,12 @@ class Placement(BaseModel):
         out: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
         if self.memory is not None:
             out["memory"] = int(self.memory)
+        elif not (self.num_cpus or self.num_gpus or self.resources):
+            # An actor asking for nothing is sent by Ray's GCS to a node it picks at random among
+            # those it holds alive, without reading the label selector: after a node's loss that
+            # can be the lost node, for the 10-20 s until Ray declares it dead. One byte of memory
+            # (a resource every node has) sends it through the scheduler that reads the selector.
+            out["memory"] = ANY_NODE_MEMORY
         if self.resources:
             out["resources"] = dict(self.resources)
         if self.labels:

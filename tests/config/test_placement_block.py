@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gym_runtime.config.placement import DEFAULT_NUM_CPUS, RELAY_NUM_CPUS, Placement, default_num_cpus, placement_of
+from gym_runtime.config.placement import ANY_NODE_MEMORY, DEFAULT_NUM_CPUS, RELAY_NUM_CPUS, Placement, default_num_cpus, placement_of
 from gym_runtime.errors import ConfigError
 from tests.config.test_instances_refs import AG, MODEL, RS, base
 
@@ -32,6 +32,16 @@ def test_a_full_block_is_accepted_and_read(pkg_with, build) -> None:
         1.0, 2 * 1024 ** 3, {"judge_slots": 1.0}, {"pool": "cpu-heavy"}, 3)
     assert p.ray_options() == {"num_cpus": 1.0, "num_gpus": 0.0, "memory": 2 * 1024 ** 3,
                                "resources": {"judge_slots": 1.0}, "label_selector": {"pool": "cpu-heavy"}}
+
+
+def test_a_replica_asking_for_nothing_still_asks_for_one_byte() -> None:
+    """Ray sends an actor that asks for no resource to a node it picks among those it holds alive,
+    label selector unread: after a node's loss, possibly the lost node (docs/scale-out.md)."""
+    relay = Placement(num_cpus=RELAY_NUM_CPUS, labels={"pool": "a"})
+    assert relay.ray_options() == {"num_cpus": 0.0, "num_gpus": 0, "memory": ANY_NODE_MEMORY,
+                                   "label_selector": {"pool": "a"}}
+    assert "memory" not in Placement().ray_options()  # asks for CPU: the scheduler reads the selector
+    assert "memory" not in Placement(num_cpus=0, resources={"slots": 1}).ray_options()
 
 
 def test_no_block_means_defaults_that_fit_a_two_core_node(pkg_with, build) -> None:

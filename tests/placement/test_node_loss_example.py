@@ -92,8 +92,9 @@ def test_losing_the_busiest_worker_twice_every_server_answers_again_and_every_ro
             except (AssertionError, httpx.HTTPError) as e:
                 raise AssertionError(f"round {round_}: {e!r}; exit {proc.poll()}; the daemon said:\n"
                                      + "".join(said[-80:])) from e
+            sent_back = sum("lost before it ran there" in line for line in said)
             print(f"round {round_}: worker {worker} with {hosted} replicas lost; every server answered again "
-                  f"after {took:.1f}s")
+                  f"after {took:.1f}s ({sent_back} replica(s) so far given a lost node by Ray)")
             out = httpx.post(head + "/rollouts/run", json={"examples": ROWS}, trust_env=False, timeout=600).json()
             assert len(out["results"]) == len(ROWS)
             assert [r.get("error") for r in out["results"]] == [None] * len(ROWS), out["results"]

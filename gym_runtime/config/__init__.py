@@ -44,7 +44,7 @@ from gym_runtime.config.null_fields import null_field_problems
 from gym_runtime.config.refs import ServerRef, check_refs, literal_only
 from gym_runtime.config.resolve import resolve_config
 from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map, url_credential_warnings
-from gym_runtime.config.yaml_booleans import yaml_boolean_warnings
+from gym_runtime.config.yaml_booleans import data_file_warnings, yaml_boolean_warnings
 from gym_runtime.config.types import apply_known_types
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
 from gym_runtime.gym_release import GymRelease
@@ -153,6 +153,7 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     named = named_blocks(data, instances, release.block_reference_keys)
     secrets = secret_map(raw, data, list(instances), extra_secrets, named)
     warnings += yaml_boolean_warnings(package.root, composed.files, data, instances, sources)
+    warnings += data_file_warnings(package.root, instances, composed.files)
     return MergedConfig(package, data, instances, refs, sources, secrets,
                         composed.warnings + warnings + url_credential_warnings(secrets, data, sources) + _settings_in_config(raw, sources, named)
                         + ray_enabled_keys(instances, sources) + unbounded_agents(instances), release)

@@ -12,7 +12,11 @@ where such a word stands
   ``answers: [maybe, no]``;
 * in a key that the instance's server config class declares to take text
   (:attr:`~gym_runtime.package.server_class.ConfigClass.texts`: ``str``, ``list[str]``,
-  ``Literal["on", "off"]``...), read without running anything.
+  ``Literal["on", "off"]``...), read without running anything;
+* in a list of text in a YAML data file of the package that a server's config names
+  (:func:`data_file_warnings`: a value ending ``.yaml`` / ``.yml`` that is a file of the package,
+  relative to its root or to the server's directory, as a server started in its directory opens
+  it): the server reads that file with a YAML 1.1 loader of its own.
 
 What was written is read from the source token: each config file of the package is composed again
 with PyYAML's safe loader (:func:`yaml.compose`), whose nodes keep their tag, their style (plain or
@@ -181,3 +185,62 @@ def _declared_warning(label: str, w: Word, declared: str) -> Violation:
         "GR-CONFIG-YAML-BOOLEAN", f"line {w.line}: unquoted {w.token} is a YAML 1.1 boolean ({_read_as(w.token)}), "
         f"but {declared} takes text: the server would refuse it or compare against {_read_as(w.token).title()}",
         file=label, key=key, hint=f"quote it: {fix}")
+
+
+DATA_SUFFIXES = (".yaml", ".yml")
+
+
+def _strings(node: Any, path: Path_ = ()) -> Iterator[tuple[Path_, str]]:
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            yield from _strings(v, (*path, str(k)))
+    elif isinstance(node, list):
+        for n, v in enumerate(node):
+            yield from _strings(v, (*path, n))
+    elif isinstance(node, str):
+        yield path, node
+
+
+def _data_file(root: Path, server_dir: Path, value: str) -> str | None:
+    """The package-relative label of the YAML data file ``value`` names, or None."""
+    if not value.lower().endswith(DATA_SUFFIXES) or "\n" in value:
+        return None
+    real_root = root.resolve()
+    for base in (root, server_dir):
+        try:
+            f = (base / value).resolve()
+        except (OSError, RuntimeError, ValueError):
+            continue
+        if f.is_relative_to(real_root) and f.is_file():
+            return f.relative_to(real_root).as_posix()
+    return None
+
+
+def data_file_warnings(root: Path, instances: Mapping[str, Any], config_files: list[str]) -> list[Violation]:
+    """``GR-CONFIG-YAML-BOOLEAN`` warnings for lists of text holding unquoted YAML 1.1 boolean words
+    in the YAML data files that the (non built-in) ``instances``' configs name (module doc); the
+    package's ``config_files`` themselves are left to :func:`yaml_boolean_warnings`. One warning
+    per list, naming the data file, the key path in it and the config key that names the file."""
+    out: list[Violation] = []
+    done: set[str] = set(config_files)
+    for inst in instances.values():
+        if inst.server_dir.origin == "builtin":
+            continue
+        for key, value in _strings(inst.config):
+            label = _data_file(root, Path(inst.server_dir.path), value)
+            if label is None or label in done:
+                continue
+            done.add(label)
+            try:
+                text = (root / label).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            named = f"{inst.name}.{inst.server_type}.{inst.implementation}.{_dotted(key)}"
+            lists: set[Path_] = set()
+            for w in words(text):
+                if w.items is not None and w.texty and w.path[:-1] not in lists:
+                    lists.add(w.path[:-1])
+                    v = _list_warning(label, w)
+                    out.append(Violation(v.code, f"{v.message} (a data file the config names: {named})",
+                                         file=v.file, key=v.key, hint=v.hint))
+    return out

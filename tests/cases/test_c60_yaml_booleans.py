@@ -113,3 +113,23 @@ def test_c60_words_are_read_from_the_source_token(text: str, flagged: list[tuple
 
 def test_c60_a_list_mixing_booleans_and_numbers_is_not_text() -> None:
     assert [w.texty for w in words("a: [yes, 3]")] == [False]
+
+
+@pytest.mark.parametrize("named", ["resources_servers/label_env/data/labels.yaml", "data/labels.yaml"])
+def test_c60_a_yaml_data_file_the_config_names_is_read_too(tmp_path: Path, named: str) -> None:
+    """The same label set moved into a data file the server opens itself (named relative to the
+    package root or to the server's directory): YAML 1.1 reads it the same way in the server."""
+    pkg = Path(shutil.copytree(CASE / "pkg_quoted", tmp_path / "pkg"))
+    data = pkg / "resources_servers/label_env/data/labels.yaml"
+    data.parent.mkdir()
+    data.write_text("# the grader's answer key\nlabels:\n  - yes\n  - no\nregions: [NO, SE]\ncounts: [1, 2]\n")
+    config = pkg / CONFIG
+    config.write_text(config.read_text().replace("      domain:", f"      labels_file: {named}\n      domain:", 1))
+    merged = build_config(load_package(pkg), [], PolicyValues("http://127.0.0.1:9/v1", "k", "m"))
+    found = sorted((w.key, w.message, w.hint) for w in merged.warnings if w.code == "GR-CONFIG-YAML-BOOLEAN")
+    assert [(k, h) for k, _, h in found] == [("labels", 'quote them: labels: ["yes", "no"]'),
+                                            ("regions", 'quote them: regions: ["NO", "SE"]')]
+    assert all(w.file == "resources_servers/label_env/data/labels.yaml" for w in merged.warnings
+               if w.code == "GR-CONFIG-YAML-BOOLEAN")
+    assert "a data file the config names: label_env.resources_servers.label_env.labels_file" in found[0][1]
+    assert "line 3" in found[0][1]

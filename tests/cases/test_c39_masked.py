@@ -25,7 +25,7 @@ AGENT_APP = FIXTURE_APP.replace(
     '        if row.get("judge") == "down" or (row.get("judge") == "flaky" and CALLS["flaky"] % 2):\n'
     f'            return self._send(200, {MASKED})\n'
     '        self._send(200, {"reward": float(CALLS[row.get("judge")] % 4 == 0), "instance": name})',
-).replace("class H(BaseHTTPRequestHandler):", "CALLS = {}\n\nclass H(BaseHTTPRequestHandler):")
+).replace("class H(JSONHandler):", "CALLS = {}\n\nclass H(JSONHandler):")
 
 
 def test_c39_masked_samples_are_kept_out_of_the_spread_and_an_all_masked_row_fails(tmp_path: Path) -> None:

@@ -25,10 +25,10 @@ pytestmark = pytest.mark.slow
 # entry, its wall-clock start and end (every node is this host: one clock) and the name of its
 # home directory (the replica's member name: gym_runtime/placement/replica.py). It also
 # claims to be replica 0 in the router's header, which the router must not pass on.
-COUNTING_AGENT = FIXTURE_APP.replace("class H(BaseHTTPRequestHandler):", '''import threading
+COUNTING_AGENT = FIXTURE_APP.replace("class H(JSONHandler):", '''import threading
 lock, held = threading.Lock(), [0]
 
-class H(BaseHTTPRequestHandler):''').replace(
+class H(JSONHandler):''').replace(
     '''        time.sleep(float(row.get("sleep", 0)))
         self._send(200, {"reward": row.get("fixture_reward", 1.0), "instance": name, "row": row})''',
     '''        with lock:

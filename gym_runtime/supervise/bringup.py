@@ -116,7 +116,7 @@ class Environment:
         self.stub_url: str | None = None
         self.placement = make_placement(req.placement, self)  # where the servers run
         self.host_launcher: Any = None
-        self.supervisor = Supervisor(req.options, self._say)
+        self.supervisor = Supervisor(req.options, self._say, run_mark.owner_of(settings.home))
         self.bytecode = EnvironmentBytecode(self._say, PycStore(settings.bytecode_dir))
         self.head: Any = None
         self.task_sandboxes: Any = None  # task_sandboxes.api.TaskSandboxServer (placement local)
@@ -164,7 +164,7 @@ class Environment:
 
         self._routing = Routing.from_config(merged)
         self.merged = merged
-        if stale := await asyncio.to_thread(run_mark.kill_stale):  # a SIGKILLed run's helpers (run_mark.py)
+        if stale := await asyncio.to_thread(run_mark.kill_stale, self.supervisor.owner):  # a killed run's helpers
             self._say(f"stopped {len(stale)} process(es) left by a run whose daemon was killed: {'; '.join(stale)}")
         self._say(release_line(merged))
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))

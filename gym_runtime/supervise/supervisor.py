@@ -63,7 +63,7 @@ class Supervisor:
     ``state`` is ``starting`` | ``ready`` | ``failed`` | ``stopping`` | ``stopped``.
     """
 
-    def __init__(self, options: SuperviseOptions, progress=None) -> None:
+    def __init__(self, options: SuperviseOptions, progress=None, owner: str = "") -> None:
         self.options = options
         self.members: dict[str, Member] = {}
         self.state = "starting"
@@ -83,7 +83,8 @@ class Supervisor:
         self.stop_split = ""  # after a stop: "server instances 0.22s, then ray_head and stub_model 0.03s"
         self._pgids: set[int] = set()
         self.watchdog = None  # an orphans.Watchdog when some member runs without a pid namespace
-        self.run_mark = run_mark.new_mark()  # in every server's environment (run_mark.py)
+        self.owner = owner  # the daemon's state root (run_mark.owner_of)
+        self.run_mark = run_mark.new_mark(owner)  # in every server's environment (run_mark.py)
         self.rebind = None  # callable(name): a new automatic port for that server (rebind.py)
         self._waiters: list[asyncio.Future] = []  # resolved after each handled event (:meth:`until`)
 

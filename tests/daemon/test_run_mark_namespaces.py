@@ -1,5 +1,5 @@
-"""A start reaps the leftovers of a SIGKILLed run by their run mark (``gym_runtime/supervise/run_mark.py``),
-and only in its own pid namespace.
+"""A start reaps the leftovers of a SIGKILLed run of its own state root by their run mark
+(``gym_runtime/supervise/run_mark.py``), and only in its own pid namespace.
 
 Seen: the runtime image's servers, run by ``podman run`` beside a daemon on the host, were all
 SIGKILLed a few seconds into their start whenever a daemon started on the host: their mark names
@@ -19,7 +19,8 @@ import pytest
 
 from gym_runtime.supervise import run_mark
 
-STALE = "999999-1-deadbeef0000"  # names a daemon pid that no process has: a dead run's mark
+OWNER = "0123456789abcdef"  # this test's own state root (a daemon of another root judges none of its marks)
+STALE = f"999999-1-deadbeef0000-{OWNER}"  # names a daemon pid that no process has: a dead run's mark
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
@@ -50,7 +51,7 @@ def test_a_dead_runs_leftover_in_this_namespace_is_killed_one_in_another_is_left
     try:
         other = _marked_pid(elsewhere)
         assert os.readlink(f"/proc/{other}/ns/pid") != os.readlink("/proc/self/ns/pid")
-        killed = run_mark.kill_stale()
+        killed = run_mark.kill_stale(OWNER)
         assert any(f"pid {here.pid} " in k for k in killed), killed
         here.wait(5)  # already reaped by kill_stale's wait (it is our child): gone is what counts
         assert not psutil.pid_exists(here.pid)
@@ -58,6 +59,27 @@ def test_a_dead_runs_leftover_in_this_namespace_is_killed_one_in_another_is_left
         assert not any(f"pid {other} " in k for k in killed), killed
     finally:
         for p in (here, elsewhere):
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+            p.wait(5)
+
+
+def test_a_dead_runs_leftover_of_another_state_root_is_left_to_that_root() -> None:
+    """A start judges only the marks of its own state root: the suite's daemons, beside a test's
+    killed run of another root, used to reap that run's helper before the test's own next start."""
+    theirs = subprocess.Popen(SLEEP, env={**os.environ, run_mark.VAR: STALE.replace(OWNER, "f" * 16)},
+                              start_new_session=True)
+    ours = _spawn(SLEEP)
+    try:
+        _marked_pid(ours)
+        killed = run_mark.kill_stale(OWNER)
+        assert any(f"pid {ours.pid} " in k for k in killed) and not any(f"pid {theirs.pid} " in k for k in killed)
+        assert theirs.poll() is None
+        assert run_mark.owner_of("/a") != run_mark.owner_of("/b") and len(run_mark.owner_of("/a")) == 16
+    finally:
+        for p in (theirs, ours):
             try:
                 os.killpg(p.pid, 9)
             except ProcessLookupError:

@@ -59,7 +59,8 @@ def test_a_server_that_uses_ray_gets_no_cluster_to_join(opensandbox_server, tmp_
         assert ready["ray"] == {"mode": "own", "address": None, "source": "needed by acme_math",
                                 "needed_by": ["acme_math"]}
         seen = json.loads((tmp_path / "run" / "servers" / "acme_math" / "contract.json").read_text())["env"]
-        assert "acme_math" in seen["NEMO_GYM_CONFIG_DICT"] and "ray_head_node_address" not in seen["NEMO_GYM_CONFIG_DICT"]
+        config = seen["NEMO_GYM_CONFIG_DICT"]
+        assert "acme_math" in config and "ray_head_node_address" not in config
         assert not {"RAY_ADDRESS", "RAY_JOB_CONFIG_JSON_ENV_VAR", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"} & set(seen)
         assert seen["RAY_enable_worker_prestart"] == "0"
         boxes = {s["process_name"]: s["sandbox"] for s in _instances(ready)}

@@ -10,6 +10,15 @@ calls ``ray.init`` and would otherwise start one cluster *per server*; from 0.7 
 does not declare ``ray_enabled = False``; any server declaring ``ray_enabled = True``); otherwise
 Ray is not used at all.
 
+The sandbox backend's ``ray_scope`` (:mod:`sandbox.backends`) says where a Ray-using server's
+cluster can be: ``environment`` (``local``: one cluster every server of the environment reaches,
+the private head or a joined one) or ``server`` (``opensandbox``: one sandbox per server, so no
+cluster spans them). Under ``server`` the mode is ``own``: each server that uses Ray starts its
+own cluster inside its sandbox, the way NeMo Gym's ``initialize_ray`` does when the global config
+has no ``ray_head_node_address`` (``ray.init()`` with no address; Gym shuts it down at exit,
+``maybe_ray_cluster_exit``). ``local`` given means the same there; an address to join (or
+``auto``) is refused with ``GR-OSB-RAY``: a Ray driver joins a cluster only from one of its nodes.
+
 Rules: a dashboard/jobs URL (``http://...:8265``) is rejected with a hint; joining checks that the
 GCS port accepts a TCP connection within ``connect_timeout_s`` and names the address's source on
 failure; the daemon stops only a cluster it started. ``RAY_ADDRESS`` is never passed to servers:
@@ -25,12 +34,13 @@ from typing import Any
 
 import psutil
 
-from gym_runtime.errors import IsolationError, SettingsError, StartError
+from gym_runtime.errors import IsolationError, SandboxServiceSettingsError, SettingsError, StartError
 
 
 @dataclass(frozen=True)
 class RayTarget:
-    """The decision: ``mode`` ``none`` | ``join`` | ``local``; ``address`` (join: ``host:port``);
+    """The decision: ``mode`` ``none`` | ``join`` | ``local`` | ``own`` (each server's own cluster in
+    its sandbox: the module doc); ``address`` (join: ``host:port``);
     ``source`` (``--ray-address``, ``config ray_head_node_address``, ``RAY_ADDRESS``, ``auto``,
     ``needed by <servers>``); ``needed_by``: servers that need Ray."""
 
@@ -45,6 +55,8 @@ class RayTarget:
             return f"ray: joining the cluster at {self.address} (from {self.source})"
         if self.mode == "local":
             return f"ray: starting a private local instance ({self.source})"
+        if self.mode == "own":
+            return f"ray: each server that uses Ray starts its own in its sandbox ({self.source})"
         return "ray: not used (no address given and no server needs it)"
 
     def to_dict(self) -> dict[str, Any]:
@@ -129,15 +141,29 @@ def given(flag: str | None, config_value: Any, environ: Mapping[str, str]) -> tu
     return None
 
 
-def choose(flag: str | None, config_value: Any, environ: Mapping[str, str], needed_by: list[str]) -> RayTarget:
-    """Decide the target (no I/O except ``auto`` discovery); raises :class:`SettingsError`."""
+def check_given(flag: str | None, config_value: Any, environ: Mapping[str, str], scope: str = "environment") -> None:
+    """:func:`given`'s checks, and ``GR-OSB-RAY`` for a cluster to join under scope ``server``, before
+    anything is built (which servers use Ray is known only then; :func:`choose` names them)."""
+    chosen = given(flag, config_value, environ)
+    if chosen is not None and chosen[0] != "local" and scope == "server":
+        raise _no_join(*chosen, ())
+
+
+def choose(flag: str | None, config_value: Any, environ: Mapping[str, str], needed_by: list[str],
+           scope: str = "environment") -> RayTarget:
+    """Decide the target (no I/O except ``auto`` discovery). ``scope``: the sandbox backend's
+    ``ray_scope`` (module doc). Raises :class:`SettingsError`, and under scope ``server``
+    :class:`SandboxServiceSettingsError` ``GR-OSB-RAY`` for an address to join."""
     needs = tuple(needed_by)
     chosen = given(flag, config_value, environ)
+    private = "own" if scope == "server" else "local"
     if chosen is None:
-        return RayTarget("local", None, "needed by " + ", ".join(needs), needs) if needs else RayTarget("none")
+        return RayTarget(private, None, "needed by " + ", ".join(needs), needs) if needs else RayTarget("none")
     value, source = chosen
     if value == "local":
-        return RayTarget("local", None, f"{source}=local", needs)
+        return RayTarget(private, None, f"{source}=local", needs)
+    if scope == "server":  # check_given said so before the build, without the servers' names
+        raise _no_join(value, source, needs)
     if value != "auto":
         return RayTarget("join", value, source, needs)
     found = find_running_cluster()
@@ -149,6 +175,19 @@ def choose(flag: str | None, config_value: Any, environ: Mapping[str, str], need
     return RayTarget("join", found, f"{source}=auto (found running cluster)", needs)
 
 
+def _no_join(value: str, source: str, needs: tuple[str, ...]) -> SandboxServiceSettingsError:
+    """``GR-OSB-RAY``: a cluster to join (``value`` from ``source``) under a backend whose servers
+    each run in a sandbox of their own."""
+    users = f" ({', '.join(needs)} use{'s' if len(needs) == 1 else ''} Ray)" if needs else ""
+    return SandboxServiceSettingsError(
+        f"sandbox backend opensandbox cannot join the Ray cluster given by {source}={value}{users}: a Ray driver "
+        "joins a cluster only from one of the cluster's nodes (ray.init(address=...) needs that node's raylet on "
+        "its own host), and a server's sandbox is no node of it", code="GR-OSB-RAY",
+        hint=f"unset {source} to let each server that uses Ray start its own in its sandbox (NeMo Gym's "
+        "initialize_ray without ray_head_node_address), or use --sandbox-backend local to join the cluster "
+        "(docs/runtime.md, \"Sandbox backends\")")
+
+
 def ray_level(target: RayTarget, requested: str | None, require_full: bool) -> str | None:
     """The isolation level for an environment whose servers use Ray. A Ray driver must see its
     node's raylet in the process table (see :mod:`gym_runtime.supervise.ray_head`), so with our
@@ -156,7 +195,7 @@ def ray_level(target: RayTarget, requested: str | None, require_full: bool) -> s
     joining a cluster outside the sandbox needs the host network and its raylet's sockets, so
     ``none``. ``requested`` is the forced level or None (best available); a lower request is kept.
     Raises :class:`IsolationError` when full isolation is required."""
-    if target.mode == "none" or not target.needed_by:
+    if target.mode in ("none", "own") or not target.needed_by:  # own: each server's sandbox holds its Ray
         return requested
     from sandbox import probe_isolation
 

@@ -14,7 +14,10 @@ asks it, never its name:
   :class:`sandbox.Sandbox` is the local one);
 * ``await backend.check()`` -> what ``doctor`` prints: the backend, the service and its version,
   what isolation it gives (``{"backend", "isolation", "gives", ...}``);
-* ``await backend.close()`` -> drops its connection (after the sandboxes are closed).
+* ``await backend.close()`` -> drops its connection (after the sandboxes are closed);
+* ``backend.ray_scope``: where the cluster of a server that uses Ray can be (``environment``: one
+  the environment's servers share, the private head or a joined one; ``server``: each server's
+  own, inside its sandbox), read by :func:`gym_runtime.ray_target.choose` (:func:`ray_scope` by name).
 
 Backends: :class:`LocalBackend` (``local``: namespaces and bubblewrap on this host, the default)
 and :class:`sandbox.opensandbox.backend.OpenSandboxBackend` (``opensandbox``: the operator's
@@ -46,7 +49,7 @@ class LocalBackend:
 
     name = "local"
     host_isolation = True  # the isolation is this host's (probed, and forced lower by --isolation)
-    runs_ray = True
+    ray_scope = "environment"  # servers share one network: a private Ray head, or a joined cluster's node
     close_step = ("sandbox (forwards, proxy, netns holder)", 5.0)  # teardown step: name, deadline (s)
 
     async def reap_leftovers(self) -> list[str]:
@@ -69,6 +72,15 @@ class LocalBackend:
 
     async def close(self) -> None:
         return None
+
+
+def ray_scope(name: str) -> str:
+    """The ``ray_scope`` of backend ``name`` (``local`` | ``opensandbox``) without making it (``doctor``)."""
+    if name == "local":
+        return LocalBackend.ray_scope
+    from .opensandbox.backend import OpenSandboxBackend
+
+    return OpenSandboxBackend.ray_scope
 
 
 def make_backend(name: str, connection: Any = None, labels: Any = None) -> Any:

@@ -69,9 +69,10 @@ def _uv(settings: RuntimeSettings) -> dict[str, Any]:
 
 def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
     from gym_runtime.ray_target import choose, wait_reachable
+    from sandbox.backends import ray_scope
 
     try:
-        target = choose(flag, None, settings.environ, [])
+        target = choose(flag, None, settings.environ, [], ray_scope(settings.sandbox_backend))
     except GymRuntimeError as e:
         return {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
     out: dict[str, Any] = {"status": "ok", **target.to_dict(), "summary": target.describe().removeprefix("ray: ")}

@@ -27,7 +27,7 @@ from gym_runtime.config import token_capture
 from gym_runtime.errors import BuildError, GymRuntimeError, StartError
 from gym_runtime.gym_release.ray_use import ray_users
 from gym_runtime.ray_target import choose, ray_level, wait_reachable
-from gym_runtime.supervise import contract, passthrough, ray_head, ray_workers, run_mark
+from gym_runtime.supervise import contract, own_ray, passthrough, ray_head, ray_workers, run_mark
 from gym_runtime.supervise.interrupted import as_interrupted
 from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import check_free
@@ -105,22 +105,23 @@ class LocalPlacement:
         await env.bytecode.prepare(list(self.pythons.values()))
 
     async def open(self) -> None:
-        """Choose Ray (servers that use it), then start the sandbox the run's backend gives
-        (``env.backend``, :mod:`sandbox.backends`). Raises :class:`StartError` ``GR-OSB-RAY`` when
-        a server uses Ray and the backend cannot run it."""
+        """Choose Ray (servers that use it) within the run's backend's ``ray_scope``, then start the
+        sandbox the backend gives (``env.backend``, :mod:`sandbox.backends`). Raises
+        :class:`~gym_runtime.errors.SandboxServiceSettingsError` ``GR-OSB-RAY`` when a cluster to
+        join is given to a backend whose servers each run in a sandbox of their own
+        (:func:`gym_runtime.ray_target.choose`)."""
         env, req = self.env, self.env.req
         merged = env.merged
         use = ray_users(merged, {n: contract.gym_sdk_venv(p) for n, p in self.pythons.items()})
         users = [n for n, u in use.items() if u.uses]
-        env.ray = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, users)
+        env.ray = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, users,
+                         env.backend.ray_scope)
         env._say(env.ray.describe())
         for n in users:
             env._say(f"ray: {n} uses Ray: {use[n].why}")
-        if env.ray.mode != "none" and not env.backend.runs_ray:
-            raise StartError(f"sandbox backend {env.backend.name} cannot run servers that use Ray: "
-                             f"{', '.join(users) or 'the environment'} ({env.ray.describe()})", code="GR-OSB-RAY",
-                             hint="use --sandbox-backend local for this environment (docs/runtime.md, "
-                             "\"Sandbox backends\")")
+        for n, (was, now) in own_ray.raised_limits(env.ray, env.settings.server_memory_mb).items():
+            env._say(f"ray: {n}'s sandbox gets {now} MiB of memory, not {was} (GYM_RUNTIME_SERVER_MEMORY_MB): "
+                     "its own Ray runs beside it")
         if env.ray.mode == "join":
             await asyncio.to_thread(wait_reachable, env.ray.address, env.ray.source, 30.0)
         elif env.ray.mode == "local":
@@ -295,13 +296,15 @@ class LocalPlacement:
             environ.update(ray_head.LOOPBACK_ENV)
         elif env.ray.mode == "join":  # drivers of a joined cluster share this node's own Ray settings
             environ.update({k: env.settings.environ[k] for k in ray_head.NODE_RAY_ENV if k in env.settings.environ})
-        if env.ray.mode != "none":  # its Ray tasks run in its venv with its PYTHONPATH (ray_workers.py)
+        if env.ray.mode in ("local", "join"):  # its Ray tasks run in its venv with its PYTHONPATH (ray_workers.py)
             environ.update(ray_workers.job_env(sdir, python))
+        elif env.ray.mode == "own" and name in env.ray.needed_by:  # its own cluster in its sandbox (own_ray.py)
+            environ.update(own_ray.server_env())
         spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, environ,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
                            writable_paths=[wd, *self._ray_dirs(), *cache.writable,
                                            *token_capture.writable_dir(env.merged.data, inst.server_type)],
-                           private_env=private_env, limits=self._limits(),
+                           private_env=private_env, limits=self._limits(name),
                            cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {},
                            tree=sdir, tree_root=sdir.parent.parent, ports=[addr[1]])
         return spec
@@ -314,11 +317,14 @@ class LocalPlacement:
         return {**passthrough.values_for(env.settings, name),
                 **token_capture.passed(env.merged.data, inst.server_type, dict(env.settings.environ))}
 
-    def _limits(self) -> Any:
-        """Each server's resource limits (docs/runtime.md, "Resource limits"; settings)."""
+    def _limits(self, name: str) -> Any:
+        """Server ``name``'s resource limits (docs/runtime.md, "Resource limits"; settings), its
+        memory raised for its own Ray under the ``own`` Ray mode (:mod:`gym_runtime.supervise.own_ray`)."""
         from sandbox import ResourceLimits
 
-        return ResourceLimits(memory_mb=self.env.settings.server_memory_mb, pids=self.env.settings.server_pids)
+        memory = self.env.settings.server_memory_mb
+        memory = own_ray.raised_limits(self.env.ray, memory).get(name, (memory, memory))[1]
+        return ResourceLimits(memory_mb=memory, pids=self.env.settings.server_pids)
 
     def _add_ray_member(self) -> str:
         """ONE private Ray head inside the sandbox network (servers reach it on loopback); see

@@ -29,7 +29,7 @@ from gym_runtime.gym_release.ray_use import release_line
 from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
 from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
-from gym_runtime.ray_target import RayTarget, given
+from gym_runtime.ray_target import RayTarget, check_given
 from gym_runtime.settings import RuntimeSettings, check_sandbox_backend
 from gym_runtime.supervise import (contract, head_view, passthrough, policy_probe, preflight, processes, readiness,
                                    run_mark)
@@ -175,7 +175,8 @@ class Environment:
                       + "; ".join(f"{n}: {passthrough.summary(rows)}" for n, rows in passed.items()))
         for w in merged.warnings:
             self._say("warning" + w.render())
-        given(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ)
+        check_given(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ,
+                    self.backend.ray_scope)
         if self.head is None:
             cfg_head = merged.data.get("head_server") if isinstance(merged.data.get("head_server"), dict) else {}
             head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)

@@ -74,6 +74,11 @@ DEFAULT_TEMP_DIR = Path("/tmp/ray")  # where a cluster started without --temp-di
 # with the node's raylet: how it resolves the node's address (a loopback node stays loopback, as
 # with LOOPBACK_ENV) and where the node keeps its sessions.
 NODE_RAY_ENV = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_TMPDIR")
+# usage stats off and their report sent nowhere ("Quiet start" in the module doc)
+USAGE_STATS_OFF = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
+                   "RAY_USAGE_STATS_PROMPT_ENABLED": "0"}
+# no idle workers started ahead of tasks (one per CPU at start and at the first driver; "Lean start")
+NO_PRESTART = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
 
 
 def ray_binary(pythons: Iterable[Path]) -> Path:
@@ -169,7 +174,4 @@ def head_env(ray_bin: Path, temp_dir: Path) -> dict[str, str]:
     """The head's complete environment (no ``RAY_ADDRESS``, nothing from the daemon's shell; usage
     stats off and their report sent nowhere, see the module doc; loopback only, :data:`LOOPBACK_ENV`)."""
     return {"PATH": f"{ray_bin.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(temp_dir), "LANG": "C.UTF-8",
-            "RAY_USAGE_STATS_ENABLED": "0", "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
-            "RAY_USAGE_STATS_PROMPT_ENABLED": "0", "PYTHONUNBUFFERED": "1", **LOOPBACK_ENV,
-            # no idle workers started ahead of tasks (one per CPU at start and at the first driver)
-            "RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
+            **USAGE_STATS_OFF, "PYTHONUNBUFFERED": "1", **LOOPBACK_ENV, **NO_PRESTART}

@@ -12,7 +12,8 @@ another than the one they run on.
 :func:`reseat` then gives each of those its new venv from its next start on
 (:meth:`gym_runtime.placement.local.LocalPlacement.reseat`) and places the bytecode the store
 holds for it; the caller restarts them (:func:`gym_runtime.supervise.reload.restart`). A server
-that uses Ray is not moved (``GR-BUILD-WATCH-RAY``) unless the environment joined a Ray cluster:
+that uses Ray is not moved (``GR-BUILD-WATCH-RAY``) unless the environment joined a Ray cluster
+or each server starts its own in its sandbox (Ray mode ``own``, :mod:`.own_ray`):
 the private Ray head's sandbox reads the venvs it started with, and an environment started
 without Ray has none to give.
 """
@@ -60,8 +61,8 @@ async def rebuild(env: Any, names: list[str], cancel: threading.Event) -> dict[s
 
 def _check_ray(env: Any, changed: dict[str, Any]) -> None:
     """Raise ``GR-BUILD-WATCH-RAY`` for the servers of ``changed`` that use Ray with their new venv,
-    unless the environment joined a Ray cluster (module doc)."""
-    if not changed or env.ray.mode == "join":
+    unless the environment joined a Ray cluster or each server runs its own (module doc)."""
+    if not changed or env.ray.mode in ("join", "own"):
         return
     from gym_runtime.gym_release.ray_use import ray_users
 

@@ -40,6 +40,7 @@ from pathlib import Path
 import httpx
 from filelock import FileLock
 
+from tests.helpers.gym_python import provision_dir
 from tests.helpers.podman import tail
 
 SERVER_VERSION = "1.1.1"
@@ -47,9 +48,11 @@ ROOT = Path(__file__).resolve().parents[3]
 ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
 SANDBOX_LABEL = "opensandbox.io/id"  # the label the server's docker runtime puts on every sandbox container
 # Host paths a sandbox may mount (the server refuses others): temporary directories (test trees,
-# GYM_RUNTIME_HOME, venvs), this checkout (built-in server trees) and the tests' tool cache.
+# GYM_RUNTIME_HOME, venvs), this checkout (built-in server trees), the tests' tool cache (the cached
+# Gym venvs) and the interpreters .ci/provision-python builds (the base of NeMo Gym 0.7.0's venvs).
 ALLOWED_HOST_PATHS = (tempfile.gettempdir(), str(ROOT),
-                      str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gym-runtime-tests"))
+                      str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gym-runtime-tests"),
+                      str(provision_dir()))
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 

@@ -277,6 +277,7 @@ class LocalPlacement:
         spec = self._server_spec(name, inst, python, contract.private_env(config_yaml, self._passed(name)), addr)
         sdir = Path(inst.server_dir.path)
         env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
+                    load_bound_start=own_ray.load_bound_start(env.ray, name),
                     info={"server_type": inst.server_type, "implementation": inst.implementation,
                           "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
 

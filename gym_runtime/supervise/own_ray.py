@@ -47,3 +47,12 @@ def raised_limits(target: Any, memory_mb: int | None) -> dict[str, tuple[int, in
     if target.mode != "own" or not memory_mb or memory_mb >= MEMORY_MB:
         return {}
     return {n: (memory_mb, MEMORY_MB) for n in target.needed_by}
+
+
+def load_bound_start(ray: Any, name: str) -> bool:
+    """Whether server ``name``'s start-up waits on Ray's fixed 30 s window for its own raylet to
+    register (``ray/_private/node.py``: "The current node timed out during startup"), which a
+    loaded host can miss the same way twice and then meet: then the start-up exit rule gives it
+    every restart, as for the private head (:attr:`gym_runtime.supervise.member.Member.load_bound_start`).
+    ``ray``: the run's :class:`~gym_runtime.ray_target.RayTarget`."""
+    return ray.mode == "own" and name in ray.needed_by

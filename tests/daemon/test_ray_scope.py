@@ -70,3 +70,10 @@ def test_its_sandbox_gets_the_memory_its_ray_needs() -> None:
     assert own_ray.raised_limits(t, own_ray.MEMORY_MB + 1) == {}  # more already
     assert own_ray.raised_limits(t, 0) == {} and own_ray.raised_limits(t, None) == {}  # no limit stays none
     assert own_ray.raised_limits(choose(None, None, {}, ["a"]), 512) == {}  # the local backend: the operator's limit
+
+
+def test_a_server_starting_its_own_ray_gets_every_restart_of_a_load_bound_start() -> None:
+    """Ray's 30 s window for its raylet to register is missed the same way on a loaded host."""
+    t = choose(None, None, {}, ["env_server"], SERVER)
+    assert own_ray.load_bound_start(t, "env_server") and not own_ray.load_bound_start(t, "agent")
+    assert not own_ray.load_bound_start(choose(None, None, {}, ["env_server"]), "env_server")  # the private head's

@@ -55,8 +55,9 @@ for line in text.splitlines():
     elif mine and line.startswith("      ") and not line.startswith("       ") and ": " in line:
         k, v = line.strip().split(": ", 1)
         cfg[k] = v.strip("'\"")
-with open(os.path.join(os.environ["HOME"], "contract.json"), "w") as f:
+with open(os.path.join(os.environ["HOME"], "contract.json.tmp"), "w") as f:  # renamed: never read half-written
     json.dump({"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "cfg": cfg}, f)
+os.replace(os.path.join(os.environ["HOME"], "contract.json.tmp"), os.path.join(os.environ["HOME"], "contract.json"))
 if "fixture_exit" in cfg:
     print("fixture: exiting with", cfg["fixture_exit"], file=sys.stderr, flush=True)
     sys.exit(int(cfg["fixture_exit"]))
@@ -94,8 +95,9 @@ for line in os.environ["NEMO_GYM_CONFIG_DICT"].splitlines():
     elif in_ref and line.strip().startswith("name: "):
         blocks[cur]["agent"] = line.strip()[len("name: "):].strip("'\"")
 cfg = blocks[name]
-with open(os.path.join(os.environ["HOME"], "contract.json"), "w") as f:
+with open(os.path.join(os.environ["HOME"], "contract.json.tmp"), "w") as f:  # renamed: never read half-written
     json.dump({"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "cfg": cfg}, f)
+os.replace(os.path.join(os.environ["HOME"], "contract.json.tmp"), os.path.join(os.environ["HOME"], "contract.json"))
 agent = blocks[cfg["agent"]]
 upstream = f"http://{agent['host']}:{agent['port']}"
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

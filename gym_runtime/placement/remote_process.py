@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sandbox import ExitInfo
+from sandbox.elsewhere import ElsewhereExit
 
 from gym_runtime.errors import StartError
 from gym_runtime.placement.liveness import lost_errors, ray_call, while_alive
@@ -23,48 +24,21 @@ if TYPE_CHECKING:
     from gym_runtime.placement.remote import ReplicaLauncher
 
 
-class RemoteProcess:
+class RemoteProcess(ElsewhereExit):
     """A server replica running on a Ray node, as the supervisor sees it (module doc)."""
 
-    pid = None
-    pidfd = None
-
     def __init__(self, launcher: ReplicaLauncher, log_fd: int | None) -> None:
+        super().__init__()
         self.launcher = launcher
         self.name = launcher.job.name
         self._log_fd = os.dup(log_fd) if log_fd is not None else None
         if self._log_fd is not None:
             os.set_blocking(self._log_fd, False)
         self._offset = 0
-        self._exit: ExitInfo | None = None
-        self._reason: str | None = None
-        self._detail = ""
         self.remote_pid: int | None = None
-        self._done = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    # --- the protocol of sandbox.SandboxedProcess ---------------------------------------------
-    @property
-    def returncode(self) -> int | None:
-        return self._exit.returncode if self._exit else None
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-    def exit_info(self) -> ExitInfo | None:
-        return self._exit
-
-    def mark(self, reason: str, detail: str = "") -> None:
-        if self._reason is None:
-            self._reason, self._detail = reason, detail
-
-    def app_pid(self) -> int | None:
-        return None
-
-    async def wait(self) -> int | None:
-        await self._done.wait()
-        return self.returncode
-
+    # --- the rest of the protocol of sandbox.SandboxedProcess (its exit half: ElsewhereExit) ----
     async def stop(self, grace_s: float = 5.0) -> ExitInfo:
         """TERM, grace, KILL the server on its node (or end the placement still under way)."""
         self.mark("terminated")
@@ -122,10 +96,10 @@ class RemoteProcess:
             await self._drain_log(final=True)
             self._done.set()
 
-    def _end(self, returncode: int | None, reason: str, detail: str) -> None:
-        if self._exit is None:
-            self._exit = ExitInfo(returncode if returncode is not None else -1, reason, detail)
+    def _end(self, returncode: int | None, reason: str, detail: str) -> bool:
+        if ended := super()._end(returncode if returncode is not None else -1, reason, detail):
             self.launcher.ended_at = time.monotonic()
+        return ended
 
     async def _watch(self, lz: ReplicaLauncher) -> dict[str, Any]:
         """The exit of the server, or :class:`NodeLost`, whichever comes first; log lines are

@@ -32,6 +32,7 @@ import os
 import time
 from typing import Any
 
+from sandbox.elsewhere import ElsewhereExit
 from sandbox.process import ExitInfo
 
 POLL_S = 0.5
@@ -41,13 +42,11 @@ SERVICE_GRACE_S = 60.0
 FORWARDER = open(os.path.join(os.path.dirname(__file__), "forwarder.py")).read()  # noqa: SIM115 (read once)
 
 
-class ServerProcess:
+class ServerProcess(ElsewhereExit):
     """The handle :meth:`OpenSandboxEnvironment.spawn` returns (module doc)."""
 
-    pid = None
-    pidfd = None
-
     def __init__(self, env: Any, spec: Any, log_fd: int | None) -> None:
+        super().__init__()
         self.env, self.spec, self.name = env, spec, spec.name
         self.limits = spec.limits
         self._log_fd = os.dup(log_fd) if log_fd is not None else None
@@ -56,40 +55,15 @@ class ServerProcess:
         self.box: Any = None  # the SDK's Sandbox, once created
         self.command: str | None = None
         self._cursor: int | None = None
-        self._exit: ExitInfo | None = None
-        self._reason: str | None = None
-        self._detail = ""
-        self._done = asyncio.Event()
         self.started_at = time.monotonic()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    # --- the protocol of sandbox.SandboxedProcess ---------------------------------------------
-    @property
-    def returncode(self) -> int | None:
-        return self._exit.returncode if self._exit else None
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-    def exit_info(self) -> ExitInfo | None:
-        return self._exit
-
-    def mark(self, reason: str, detail: str = "") -> None:
-        if self._reason is None:
-            self._reason, self._detail = reason, detail
-
-    def app_pid(self) -> int | None:
-        return None
-
+    # --- the rest of the protocol of sandbox.SandboxedProcess (its exit half: ElsewhereExit) ----
     def memory_rss(self) -> int:
         return 0  # counted by the OpenSandbox server, not on this host
 
     def tree(self) -> list:
         return []
-
-    async def wait(self) -> int | None:
-        await self._done.wait()
-        return self.returncode
 
     async def stop(self, grace_s: float = 5.0, kill_wait_s: float = 5.0) -> ExitInfo:
         """Interrupt the server's command (execd sends it SIGTERM), wait ``grace_s``, then delete
@@ -147,10 +121,6 @@ class ServerProcess:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(env.discard(self.box))
             self._done.set()
-
-    def _end(self, returncode: int | None, reason: str, detail: str) -> None:
-        if self._exit is None:
-            self._exit = ExitInfo(returncode, reason, detail)
 
     async def _start_commands(self) -> None:
         from opensandbox.models.execd import RunCommandOpts

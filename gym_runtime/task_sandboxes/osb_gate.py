@@ -14,6 +14,7 @@ format (``/v1``):
   (:mod:`.approval`; else 403 ``GR-SANDBOX-TASK-IMAGE-DENIED``); no ``volumes``, ``snapshotId``,
   ``templateId`` or ``credentialProxy``, no extensions but the image pull policy and
   renew-on-access (400 ``GR-SANDBOX-TASK-SPEC``); at most ``GYM_RUNTIME_SANDBOX_MAX`` live (429).
+  A create the server fails with a 500 of its own is tried again (three tries in all).
   The gate adds the labels of the run and the server, puts the operator's ``networkPolicy`` in
   place of the server's, and gives a sandbox without ``timeout`` the run's renewed TTL;
 * ``GET /v1/sandboxes``: the server's own sandboxes of this run only;
@@ -58,6 +59,7 @@ from gym_runtime.task_sandboxes.osb_requests import (HOP, KEY_HEADER, PASSED, TA
                                                      forwarded, json_object, labelled, list_query, plain, plain_path,
                                                      read_body)
 from gym_runtime.task_sandboxes.owners import ProcessEnds
+from sandbox.opensandbox.failures import CREATE_TRIES, server_error_code
 
 log = logging.getLogger("gym_runtime.task_sandboxes")
 logging.getLogger("opensandbox").setLevel(logging.CRITICAL)  # its failures reach the user as GR-OSB-* blocks
@@ -271,7 +273,7 @@ class OpenSandboxGate:
                             f"(GYM_RUNTIME_SANDBOX_MAX={self.max_per_server})", 429,
                             hint="close sandboxes that are done, or raise GYM_RUNTIME_SANDBOX_MAX")
         renew = labelled(spec, self.labels, owner, self.policy_wire)
-        answer = await self._send("POST", "/v1/sandboxes", json=spec)
+        answer = await self._create_upstream(spec, owner)
         if answer.status_code < 300:
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 sid = str(answer.json()["id"])
@@ -282,6 +284,20 @@ class OpenSandboxGate:
                 self._ends.follow(rec.incarnation, lambda proc, rec=rec: self._owner_ended(rec, proc))
                 log.info("task sandbox %s of server %s on %s: image %s", sid, owner, self.conn.url, image)
         return plain(answer)
+
+    async def _create_upstream(self, spec: dict[str, Any], owner: str) -> httpx.Response:
+        """The server's answer to create ``spec``, tried again (at most :data:`CREATE_TRIES` in all)
+        while it answers 500 with an error of its own: opensandbox-server 1.1.1 removes the
+        container of a create that failed half-way, e.g. copying execd in failed under load
+        (``DOCKER::SANDBOX_EXECD_DISTRIBUTION_FAILED``), so nothing is left to count twice."""
+        for attempt in range(1, CREATE_TRIES):
+            answer = await self._send("POST", "/v1/sandboxes", json=spec)
+            code = server_error_code(answer)
+            if answer.status_code != 500 or not code:
+                return answer
+            log.info("task sandbox of server %s: the OpenSandbox server failed the create (%s), trying again "
+                     "(%d of %d)", owner, code, attempt + 1, CREATE_TRIES)
+        return await self._send("POST", "/v1/sandboxes", json=spec)
 
     async def _list(self, request: Request, owner: str) -> Response:
         return plain(await self._send("GET", "/v1/sandboxes", params=list_query(request.query_params, self.labels,

@@ -33,7 +33,7 @@ from gym_runtime.errors import StartError
 from ..policy import EgressPolicy, parse_ip_literal
 from ..probe import interpreter_roots
 from ..proxy import host_dial, serve_forward
-from .failures import translate
+from .failures import CREATE_TRIES, translate
 from .process import ServerProcess
 from .relay import Relay, free_bind
 from .service import SandboxService
@@ -46,7 +46,6 @@ PORT_START = 20000
 SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # the image's own, never mounted
 ENDED = ("Failed", "Terminated", "Stopping", "Stopped")  # sandbox states (opensandbox-server 1.1.1) that never run again
 CREATE_AT_ONCE = 4
-CREATE_TRIES = 3  # a server error on create (e.g. the runtime failing to copy execd in under load) is tried again
 READY_TIMEOUT_S = 120.0
 
 

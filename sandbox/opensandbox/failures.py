@@ -11,6 +11,8 @@ of opensandbox-server 1.1.1 (``opensandbox_server/services/constants.py``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from gym_runtime.errors import GymRuntimeError, SandboxServiceError, SandboxServiceSettingsError
 
 from .connection import OpenSandboxConnection
@@ -18,6 +20,18 @@ from .connection import OpenSandboxConnection
 MOUNT_CODES = ("VOLUME::HOST_PATH_NOT_ALLOWED", "VOLUME::INVALID_HOST_PATH")
 IMAGE_CODES = ("DOCKER::SANDBOX_IMAGE_PULL_FAILED",)
 QUOTA_CODES = ("KUBERNETES::QUOTA_EXCEEDED",)
+CREATE_TRIES = 3  # a server error on create (e.g. the runtime failing to copy execd in under load) is tried again
+
+
+def server_error_code(answer: Any) -> str:
+    """The OpenSandbox server's own error code in HTTP response ``answer`` (its body
+    ``{"code", "message"}``), or ``""`` where the body is not such an error."""
+    try:
+        body = answer.json()
+    except ValueError:
+        return ""
+    code = body.get("code") if isinstance(body, dict) else None
+    return code if isinstance(code, str) else ""
 
 
 def _server_words(exc: BaseException) -> str:

@@ -37,6 +37,9 @@ Variables (all optional):
                                     server instance only), docs/architecture.md §7.1
 ``GYM_RUNTIME_WRITABLE_TREES``      instance names (comma list, ``*``: all) whose server tree is a writable
                                     copy-on-write view (docs/runtime.md, "Sandbox and egress")
+``GYM_RUNTIME_PRELOAD``             ``on`` (default) | ``off``: the servers of one venv are forked from one
+                                    parent that imported their shared modules once (bubblewrap only;
+                                    docs/architecture.md, "Preloaded parents")
 ``GYM_RUNTIME_SANDBOX_BACKEND``     where servers run sandboxed: ``local`` (default: namespaces and
                                     bubblewrap on this host) | ``opensandbox`` (the operator's OpenSandbox
                                     server); ``--sandbox-backend`` wins (docs/runtime.md, "Sandbox backends")
@@ -135,6 +138,7 @@ class RuntimeSettings:
     token_capture_dir: Path | None = None  # GYM_RUNTIME_TOKEN_CAPTURE_DIR (gym_runtime/config/token_capture.py)
     sandbox_backend: str = "local"  # GYM_RUNTIME_SANDBOX_BACKEND / --sandbox-backend (SANDBOX_BACKENDS)
     opensandbox: Any = None  # sandbox.opensandbox.connection.OpenSandboxConnection, when its variables are set
+    preload: bool = True  # GYM_RUNTIME_PRELOAD (sandbox/zygote.py)
 
     def writable_tree(self, instance: str) -> bool:
         """Whether ``instance``'s server tree is a copy-on-write view (``GYM_RUNTIME_WRITABLE_TREES``)."""
@@ -208,6 +212,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
 
     backend = check_sandbox_backend(env.get("GYM_RUNTIME_SANDBOX_BACKEND") or "local",
                                     "GYM_RUNTIME_SANDBOX_BACKEND")
+    preload = (env.get("GYM_RUNTIME_PRELOAD") or "on").strip().lower()
+    if preload not in ("on", "off"):
+        raise SettingsError(f"GYM_RUNTIME_PRELOAD={preload!r} is neither `on` nor `off`", code="GR-SETTINGS-PRELOAD",
+                            hint="`off` starts every server on its own; unset it for the default (`on`)")
     return RuntimeSettings(
         home=home,
         venv_dir=Path(env.get("GYM_RUNTIME_VENV_DIR") or home / "venvs").expanduser(),
@@ -228,6 +236,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         token_capture_dir=Path(capture) if capture else None,
         sandbox_backend=backend,
         opensandbox=opensandbox_connection(env),
+        preload=preload == "on",
     )
 
 

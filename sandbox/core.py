@@ -24,6 +24,7 @@ from .netns import NetnsHolder
 from .policy import EgressPolicy, normalize_host, parse_ip_literal
 from .probe import IsolationLevel, IsolationReport, interpreter_roots, probe_isolation
 from .process import SandboxedProcess
+from .zygote import Zygote, start_parents
 from .proxy import EgressProxy, Resolver, connect_or_close, host_dial, serve_forward, system_resolve
 
 log = logging.getLogger("sandbox")
@@ -66,6 +67,7 @@ class Sandbox:
         self._trees: dict[str, treecopy.TreeCopy] = {}  # server -> the copy of its tree it runs from (no bubblewrap)
         self._fresh_trees: dict[str, treecopy.TreeCopy] = {}  # made by prepare() for a first start
         self._tree_count = 0
+        self._parents: dict[str, Zygote] = {}  # interpreter -> its venv's preloaded parent (zygote.py)
 
     # ---------------------------------------------------------------- start / stop
     @classmethod
@@ -127,12 +129,15 @@ class Sandbox:
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
-        for p in self.processes:
+        for p in self.processes:  # a preloaded parent first: its servers end with its pid namespace
             if p.poll() is None:
                 p.kill_now()
                 await p.wait()
             if p.cgroup is not None:
                 p.cgroup.remove()
+        for z in self._parents.values():
+            z.close()
+        self._parents.clear()
         for t in self._pending:
             try:
                 self._servers.append(await t)
@@ -286,10 +291,17 @@ class Sandbox:
         # never on a command line (see sandbox/launch.py). Every level gets its own session and
         # process group, so a terminal's SIGINT (sent to the daemon's foreground group) reaches
         # the daemon only, which then stops its servers in order
+        parent = self._parents.get(str(spec.argv[0])) if spec.preload is not None else None
+        why = parent.covers(spec) if parent is not None else "no preloaded parent"
+        if parent is not None and why is None:
+            return self._fork(parent, spec, env, resolv, cg)
+        if parent is not None:
+            log.info("server %s starts on its own: %s", spec.name, why)
         try:
             popen = subprocess.Popen(
                 argv, cwd=str(spec.cwd), env=env, stdin=subprocess.DEVNULL, stdout=spec.stdout_fd,
-                stderr=spec.stderr_fd, close_fds=True, start_new_session=True, pass_fds=() if fd is None else (fd,),
+                stderr=spec.stderr_fd, close_fds=True, start_new_session=True,
+                pass_fds=(*spec.pass_fds, *(() if fd is None else (fd,))),
                 preexec_fn=make_preexec(spec.limits, cg.procs_files, join, os.getpid()),
             )
         except (OSError, subprocess.SubprocessError) as e:
@@ -309,12 +321,30 @@ class Sandbox:
             self._ensure_watcher()
         return proc
 
+    def _fork(self, parent: Zygote, spec: ProcessSpec, env: dict[str, str], resolv: Path,
+              cg: CgroupSlot) -> SandboxedProcess:
+        """Server ``spec`` forked from its venv's preloaded parent (sandbox/zygote.py)."""
+        try:
+            child = parent.fork(spec, env, resolv if self.holder is not None else None, cg.procs_files)
+        except StartError:
+            cg.remove()
+            raise
+        proc = SandboxedProcess(spec.name, child, spec.limits, cg, False)  # type: ignore[arg-type]
+        child.on_exit = proc.poll
+        self.processes.append(proc)
+        if (spec.limits.memory_mb and not cg.enforces_memory) or (spec.limits.pids and not cg.enforces_pids):
+            self._ensure_watcher()
+        return proc
+
     async def prepare(self, specs: list[ProcessSpec]) -> list[str]:
-        """What to make before the first spawn (the backend interface, sandbox/backends.py): without
-        bubblewrap, the private copy of each server's tree (``ProcessSpec.tree``, treecopy.py) for
-        its first start, made in a worker thread. Returns the progress lines saying what was copied
-        and what it cost (none under bubblewrap). Raises StartError ``GR-START-TREE-COPY`` when a
-        tree cannot be copied."""
+        """What to make before the first spawn (the backend interface, sandbox/backends.py): under
+        bubblewrap, a preloaded parent per venv whose servers share modules (sandbox/zygote.py);
+        without it, the private copy of each server's tree (``ProcessSpec.tree``, treecopy.py) for
+        its first start, made in a worker thread. Returns the progress lines saying what was made
+        and what it cost. Raises StartError ``GR-START-TREE-COPY`` when a tree cannot be copied."""
+        if self.bwrap is not None and not self._parents:
+            self._parents, lines = await start_parents(specs, self.spawn, self.work_dir, self._state)
+            return lines
         todo = [s for s in specs if s.tree is not None and self.bwrap is None]
         if not todo:
             return []

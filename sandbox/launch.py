@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .limits import ResourceLimits, apply_rlimits, join_cgroups
 from .netns import set_pdeathsig
@@ -83,6 +84,13 @@ class ProcessSpec:
     # the ports it listens on: a backend whose servers run in sandboxes of their own routes them
     # (sandbox/opensandbox/environment.py); the local sandbox's servers share one network
     ports: Sequence[int] = ()
+    # the modules it shares with the other servers of its venv (sandbox/zygote.py): with two or
+    # more such servers under bubblewrap, they are forked from one parent that imported them
+    preload: Any = None
+    # capabilities kept inside its own user namespace (a preloaded parent's CAP_SYS_ADMIN), and
+    # descriptors it inherits (the parent's control socket)
+    keep_caps: Sequence[str] = ()
+    pass_fds: Sequence[int] = ()
 
 
 # Run by argv[0] with -I -S (no site, no PYTHON* variables): read the private variables (JSON) from
@@ -169,6 +177,8 @@ def bwrap_argv(bwrap: str, spec: ProcessSpec, proc_mode: str, ro: Sequence[Path]
 
     It holds no environment values: start bubblewrap with the server's environment."""
     args = [bwrap, *base_bwrap_args(proc_mode, hostname)]
+    for cap in spec.keep_caps:  # after --cap-drop ALL: kept in the sandbox's own user namespace only
+        args += ["--cap-add", cap]
     if hosts_file is not None:
         args += ["--ro-bind", str(hosts_file), "/etc/hosts"]
     if resolv_file is not None:

@@ -28,6 +28,7 @@ class Gym07(Gym06):
     line: ClassVar[str] = "0.7"
     first: ClassVar[str] = "0.7.0"
     server_types: ClassVar[tuple[str, ...]] = Gym06.server_types + ("environment_servers",)
+    preload_modules: ClassVar[tuple[str, ...]] = Gym06.preload_modules + ("nemo_gym.base_environment_server",)
     declares_ray_enabled: ClassVar[bool] = True
     reserved_keys: ClassVar[frozenset[str]] = Gym06.reserved_keys | {
         "environment_routing_mode", "environment_server_name", "environment_server_routes",

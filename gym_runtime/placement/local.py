@@ -47,6 +47,11 @@ def quiet_sandbox_log() -> Iterator[None]:
         quiet.disabled = was
 
 
+# third-party modules that servers import at start-up (the built-in servers and NeMo Gym's alike)
+SHARED_MODULES = ("pydantic", "fastapi", "uvicorn", "starlette", "httpx", "aiohttp", "openai", "yaml", "omegaconf",
+                  "ray")
+
+
 class LocalPlacement:
     """Servers on this host. ``env``: the :class:`~gym_runtime.supervise.bringup.Environment`."""
 
@@ -64,6 +69,7 @@ class LocalPlacement:
         self.ray_tmp: Path | None = None
         self.ray_bin: Path | None = None  # the private Ray head's `ray` (ray_head.ray_binary), once open() chose one
         self._taken: set[int] = set()
+        self._preloads: dict[Path, Any] = {}  # interpreter -> what its servers share (sandbox/zygote.py)
 
     # ------------------------------------------------------------------ stages
     async def prepare(self, merged: Any) -> None:
@@ -307,8 +313,25 @@ class LocalPlacement:
                                            *token_capture.writable_dir(env.merged.data, inst.server_type)],
                            private_env=private_env, limits=self._limits(name),
                            cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {},
-                           tree=sdir, tree_root=sdir.parent.parent, ports=[addr[1]])
+                           tree=sdir, tree_root=sdir.parent.parent, ports=[addr[1]],
+                           preload=self._preload(python, name))
         return spec
+
+    def _preload(self, python: Path, name: str) -> Any:
+        """What the servers run by ``python`` import once in a preloaded parent (sandbox/zygote.py):
+        the third-party modules every server imports and the release's SDK modules; the parent's
+        bytecode is learned as a user of the venv, recorded once ``name`` (its first server) is
+        ready; it does not carry the run's mark (a process with the mark outside every server's
+        group is a helper to reap at stop, orphans.py). None under ``GYM_RUNTIME_PRELOAD=off``."""
+        from sandbox.zygote import Preload
+
+        if not self.env.settings.preload:
+            return None
+        if python not in self._preloads:
+            cache = self.env.bytecode.user(python, "preloaded parent", name)
+            self._preloads[python] = Preload(SHARED_MODULES + self.env.merged.release.preload_modules,
+                                             dict(cache.env), tuple(cache.writable), withheld=(run_mark.VAR,))
+        return self._preloads[python]
 
     def _passed(self, name: str) -> dict[str, str]:
         """The variables passed into server ``name`` from the daemon's environment (passthrough.py,

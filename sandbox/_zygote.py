@@ -1,0 +1,256 @@
+"""A preloaded parent for the servers of one venv: imports their shared modules once, forks each server.
+
+Stdlib only, never imported by the daemon: its source runs as ``python -c SOURCE CTL_FD`` with the
+venv's interpreter, inside a bubblewrap sandbox that binds every path its servers use and keeps
+``CAP_SYS_ADMIN`` in the sandbox's own user namespace (docs/architecture.md, "Preloaded parents").
+It never holds a secret: each server's private variables reach the server alone, after the fork.
+
+Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file descriptors attached
+(``SCM_RIGHTS``):
+
+* ``{"op": "preload", "modules": [...]}``: import each module that the venv has (a module it
+  lacks is skipped; one whose import fails is reported). Answer ``{"op": "preloaded", "ok": [...],
+  "failed": {module: error}, "threads": [names], "seconds": s}``; ``threads`` lists the Python
+  threads alive afterwards, which a fork would not carry over (the daemon then forks nothing).
+* ``{"op": "fork", "id", "argv", "cwd", "env", "nofile", "hide", "keep", "resolv"}`` + fds
+  (stdout, stderr, hello): a child in a session of its own and a mount namespace of its own, where
+  ``hide`` (the other servers' writable paths) are covered, ``/tmp`` is a new tmpfs (with
+  ``keep``, its own paths below it, bound again) and ``resolv`` (a file) is bound read-only on
+  ``/etc/resolv.conf``; then RLIMIT_CORE 0 and RLIMIT_NOFILE
+  ``nofile``, every capability dropped (bounding set too), ``PR_SET_NO_NEW_PRIVS``,
+  ``PR_SET_DUMPABLE`` 0 (siblings cannot read its memory or environment) and
+  ``PR_SET_PDEATHSIG``. It then writes ``hello`` on the hello socket (the daemon reads its host
+  pid from the socket's credentials and moves it into its cgroups), reads its private variables
+  (JSON, to the socket's end) and becomes the server: ``argv`` is ``[python, script, args...]``
+  or ``[python, "-m", module, args...]``, run by ``runpy`` as ``python`` would run it, with
+  ``env`` plus the private variables as its whole environment. A step that fails writes
+  ``error: ...`` on the hello socket instead, and the child exits 126. Answer on ``CTL_FD``
+  only when the fork itself fails: ``{"id", "error"}``; later ``{"exit": id, "status": N}`` (a
+  signal N is ``-N``) once the child ended.
+
+End of the control socket ends the parent; its children end with it (``PR_SET_PDEATHSIG``).
+"""
+
+import array
+import ctypes
+import importlib
+import importlib.util
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import warnings
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 4096, 16384, 1 << 18
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+MAX_FDS = 3
+libc = ctypes.CDLL(None, use_errno=True)
+CHILDREN = {}  # pid -> request id
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+
+
+def _mount(src, target, fstype, flags, data=None):
+    _check(libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(), flags,
+                      data and data.encode()), "mount %s" % target)
+
+
+def _drop_capabilities():
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # EINVAL: past the last
+            break
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(libc.capset(header, data), "capset")
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+
+
+def _view(req):
+    """The child's own mount namespace (module doc). The parent's mounts are locked (bubblewrap's
+    nested user namespace), so nothing is unmounted: what the child must not see is covered by
+    an empty read-only tmpfs, and its own paths below ``/tmp`` (``keep``) are bound again on top
+    of its new ``/tmp``, each with the flags it had (read-only stays read-only)."""
+    _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    for path in req.get("hide", []):
+        _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=000,size=4k")
+    if req.get("resolv"):  # a file of the parent's read-only view: the bind is read-only too
+        _mount(req["resolv"], "/etc/resolv.conf", None, MS_BIND)
+    held = [(path, os.open(path, os.O_PATH)) for path in req.get("keep", [])]
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for path, fd in held:
+        if os.path.isdir("/proc/self/fd/%d" % fd):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "a").close()
+        _mount("/proc/self/fd/%d" % fd, path, None, MS_BIND | MS_REC)  # keeps the mount's flags: read-only stays
+        os.close(fd)
+
+
+def _limits(req):
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if req.get("nofile"):
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        n = req["nofile"] if hard == resource.RLIM_INFINITY else min(req["nofile"], hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
+def _become(req, private):
+    """Run the server as ``python argv[1:]`` would (module doc); returns its exit status."""
+    import runpy
+
+    env = dict(req["env"])
+    env.update(private)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(req["cwd"])
+    argv = req["argv"]
+    base = [p for p in sys.path[1:] if p]
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    if env.get("PYTHONUNBUFFERED"):
+        for stream in (sys.stdout, sys.stderr):
+            stream.reconfigure(write_through=True)
+    if argv[1] == "-m":
+        sys.argv = [argv[2], *argv[3:]]
+        sys.path[:] = [req["cwd"], *extra, *base]
+        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv[1:])
+        sys.path[:] = [os.path.dirname(os.path.abspath(argv[1])), *extra, *base]
+        runpy.run_path(argv[1], run_name="__main__")
+
+
+def _child(ctl, req, fds):
+    """In the forked child: never returns (ends the process as the server's interpreter would)."""
+    out, err, hello = fds
+    hello_sock = socket.socket(fileno=hello)
+    try:
+        ctl.close()
+        os.setsid()
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _view(req)
+        _limits(req)
+        _drop_capabilities()
+        _check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")
+        hello_sock.sendall(b"hello")
+        chunks = []
+        while True:
+            chunk = hello_sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        private = json.loads(b"".join(chunks) or b"{}")
+    except BaseException as e:  # noqa: BLE001 - any failure before the server runs is said, then 126
+        try:
+            hello_sock.sendall(("error: %s: %s" % (type(e).__name__, e)).encode())
+        finally:
+            os._exit(126)
+    hello_sock.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    for fd in {devnull, out, err} - {0, 1, 2}:
+        os.close(fd)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    _become(req, private)
+    sys.exit(0)
+
+
+def _preload(modules):
+    started, ok, failed = time.monotonic(), [], {}
+    for name in modules:
+        try:
+            if importlib.util.find_spec(name.split(".")[0]) is None:
+                continue
+            importlib.import_module(name)
+            ok.append(name)
+        except BaseException as e:  # noqa: BLE001 - the module's own failure, reported
+            failed[name] = "%s: %s" % (type(e).__name__, e)
+    threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    return {"op": "preloaded", "ok": ok, "failed": failed, "threads": threads,
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+def _send(ctl, obj):
+    ctl.send(json.dumps(obj).encode())
+
+
+def _reap(ctl):
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        rid = CHILDREN.pop(pid, None)
+        if rid is not None:
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            _send(ctl, {"exit": rid, "status": code})
+
+
+def main():
+    ctl = socket.socket(fileno=int(sys.argv[1]))
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a process with native threads (BLAS pools)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *a: None)
+    while True:
+        ready, _, _ = select.select([ctl, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+            _reap(ctl)
+        if ctl not in ready:
+            continue
+        fds = array.array("i")
+        msg, anc, _, _ = ctl.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
+        if not msg:
+            return
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+        req = json.loads(msg)
+        if req["op"] == "preload":
+            _send(ctl, _preload(req["modules"]))
+        elif req["op"] == "fork":
+            try:
+                pid = os.fork()
+            except OSError as e:
+                _send(ctl, {"id": req["id"], "error": str(e)})
+                pid = -1
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.close(wake_r)
+                os.close(wake_w)
+                _child(ctl, req, list(fds))
+            if pid > 0:
+                CHILDREN[pid] = req["id"]
+        for fd in fds:
+            os.close(fd)
+
+
+main()

@@ -1,0 +1,301 @@
+"""Preloaded parents: the servers of one venv forked from one process that imported their shared
+modules once (docs/architecture.md, "Preloaded parents").
+
+Most of a warm start is each server importing the same SDK (FastAPI, pydantic, openai, Ray, the
+Gym SDK and what it pulls in: pandas, scipy, pyarrow). The servers of one environment package are
+one trust domain (they share a network namespace already), so :func:`start_parents` starts, per
+venv with two or more servers that ask for it (``ProcessSpec.preload``), one parent inside the
+environment's sandbox (``_zygote.py``: bubblewrap with the union of those servers' paths and
+``CAP_SYS_ADMIN`` in its own user namespace only), which imports the modules and forks each
+server (:meth:`Zygote.fork`). Each server still gets its own mount namespace (its own ``/tmp``,
+its ``resolv.conf``, the other servers' writable directories unmounted), its own cgroups and
+limits, session and log, no capability, and its secrets only after the fork, from the daemon,
+never through the parent.
+
+A server is started the usual way (its own bubblewrap) when the parent could not be made or
+imported something that started a Python thread (a fork carries no thread), when the server
+needs a copy-on-write tree or runs something else than ``python script`` / ``python -m module``,
+or when one of its paths is not in the parent's view (a server added after the start); the
+progress lines say which and why.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import itertools
+import json
+import logging
+import os
+import socket
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from gym_runtime.errors import StartError
+
+from .probe import interpreter_roots
+
+log = logging.getLogger("sandbox")
+SOURCE = Path(__file__).with_name("_zygote.py").read_text()
+PRELOAD_TIMEOUT_S = 120.0
+HELLO_TIMEOUT_S = 20.0
+MAX_MESSAGE = 1 << 16
+_UCRED = struct.Struct("iII")
+
+
+@dataclass(frozen=True)
+class Preload:
+    """What a server shares with the other servers of its venv: ``modules`` to import once
+    (dotted names; those the venv lacks are skipped), and the parent's own bytecode cache
+    (``env``, ``writable``: :class:`gym_runtime.venvs.bytecode.Pycache`'s). Its environment is
+    what all its servers share, but for ``withheld``."""
+
+    modules: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    writable: tuple[Path, ...] = ()
+    withheld: tuple[str, ...] = ()  # variables of its servers the parent does not get (e.g. the run's mark)
+
+
+class ForkedChild:
+    """The part of :class:`subprocess.Popen` that :class:`sandbox.process.SandboxedProcess` reads
+    (``pid``: the host pid; ``returncode``; ``poll()``) for a server forked by a :class:`Zygote`,
+    whose exit status the parent reports. ``on_exit`` is called once it is known."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.on_exit: Callable[[], Any] = lambda: None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def ended(self, status: int) -> None:
+        if self.returncode is None:
+            self.returncode = status
+            self.on_exit()
+
+
+def eligible(spec: Any) -> str | None:
+    """Why ``spec`` cannot be forked from a preloaded parent, or None."""
+    argv = list(spec.argv)
+    if len(argv) < 2 or (argv[1].startswith("-") and (argv[1] != "-m" or len(argv) < 3)):
+        return "it is not run as `python script` or `python -m module`"
+    if spec.cow_paths:
+        return "its tree is a copy-on-write view"
+    return None
+
+
+def _resolved(paths: Sequence[Any]) -> list[Path]:
+    return [Path(p).resolve() for p in paths if Path(p).exists()]
+
+
+class Zygote:
+    """One preloaded parent (module doc): ``python`` (the venv's interpreter), ``ctl`` (the
+    daemon's end of its control socket), ``writable`` (every writable path of its view, resolved)
+    and ``covered`` (its read-only paths, resolved). Made by :func:`start_parents`."""
+
+    def __init__(self, python: str, ctl: socket.socket, ro: list[Path], writable: list[Path]) -> None:
+        self.python, self.ctl = python, ctl
+        self.ro, self.writable = ro, writable
+        self.children: dict[int, ForkedChild] = {}
+        self.modules: list[str] = []
+        self.closed = False
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ preload
+    async def preload(self, modules: Sequence[str]) -> dict[str, Any]:
+        """Import ``modules`` in the parent; its answer (``_zygote.py``). Raises StartError when
+        it gives none within :data:`PRELOAD_TIMEOUT_S`."""
+        loop = asyncio.get_running_loop()
+        self.ctl.send(json.dumps({"op": "preload", "modules": list(modules)}).encode())
+        try:
+            raw = await asyncio.wait_for(loop.sock_recv(self.ctl, MAX_MESSAGE), PRELOAD_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise StartError(f"the preloaded parent of {self.python} did not import its modules within "
+                             f"{PRELOAD_TIMEOUT_S:g}s") from None
+        if not raw:
+            raise StartError(f"the preloaded parent of {self.python} ended while importing its modules")
+        answer = json.loads(raw)
+        self.modules = list(answer.get("ok", []))
+        self._loop = loop
+        loop.add_reader(self.ctl.fileno(), self._on_message)
+        return answer
+
+    def _on_message(self) -> None:
+        try:
+            raw = self.ctl.recv(MAX_MESSAGE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            raw = b""
+        if not raw:
+            self._lost()
+            return
+        msg = json.loads(raw)
+        child = self.children.pop(msg["exit"], None) if "exit" in msg else None
+        if child is not None:
+            child.ended(int(msg["status"]))
+
+    def _lost(self) -> None:
+        """The parent ended: its pid namespace, and every server it forked, ended with it."""
+        self.closed = True
+        if self._loop is not None:
+            self._loop.remove_reader(self.ctl.fileno())
+            self._loop = None
+        for child in list(self.children.values()):
+            child.ended(-9)
+        self.children.clear()
+
+    # ------------------------------------------------------------------ fork
+    def covers(self, spec: Any) -> str | None:
+        """Why ``spec`` cannot be forked from this parent now, or None."""
+        if self.closed:
+            return "its preloaded parent ended"
+        why = eligible(spec)
+        if why:
+            return why
+        missing = [p for p in _resolved([*spec.read_only_paths, spec.cwd])
+                   if not any(p == r or r in p.parents for r in self.ro + self.writable)]
+        missing += [p for p in _resolved(spec.writable_paths) if p not in self.writable]
+        return f"{missing[0]} is not in its preloaded parent's view" if missing else None
+
+    def fork(self, spec: Any, env: Mapping[str, str], resolv: Path | None, procs_files: Sequence[str]) -> ForkedChild:
+        """Fork server ``spec`` with environment ``env`` (its private variables follow the fork),
+        move it into the cgroups of ``procs_files`` before it runs, and return its handle. Blocks
+        until the child has set itself up (milliseconds). Raises StartError naming the step that
+        failed."""
+        own = set(_resolved(spec.writable_paths))
+        hide = [str(p) for p in self.writable if p not in own and not any(p in o.parents for o in own)]
+        tmp = Path("/tmp")
+        seen = _resolved([*spec.read_only_paths, spec.cwd, *interpreter_roots(str(spec.argv[0]))])
+        keep = sorted({str(p) for p in [*seen, *own] if tmp in p.parents}, key=lambda k: k.count("/"))
+        rid = next(self._ids)
+        request = {"op": "fork", "id": rid, "argv": list(spec.argv), "cwd": str(spec.cwd), "env": dict(env),
+                   "nofile": spec.limits.nofile, "hide": hide, "keep": keep, "resolv": str(resolv) if resolv else None}
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with ours:
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            out = spec.stdout_fd if spec.stdout_fd is not None else 1
+            err = spec.stderr_fd if spec.stderr_fd is not None else 2
+            try:
+                self.ctl.sendmsg([json.dumps(request).encode()],
+                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out, err, theirs.fileno()]))])
+            except OSError as e:
+                raise StartError(f"server {spec.name!r}: its preloaded parent did not take the fork: {e}") from None
+            finally:
+                theirs.close()
+            pid = self._hello(ours, spec.name)
+            for f in procs_files:  # before it runs any code of its own: the limits hold from its first line
+                fd = os.open(f, os.O_WRONLY)
+                try:
+                    os.write(fd, str(pid).encode())
+                finally:
+                    os.close(fd)
+            child = ForkedChild(pid)
+            self.children[rid] = child
+            ours.sendall(json.dumps(dict(spec.private_env)).encode())
+            ours.shutdown(socket.SHUT_WR)
+        return child
+
+    def _hello(self, sock: socket.socket, name: str) -> int:
+        """The host pid of the child that said hello on ``sock`` (its credentials, translated into
+        the daemon's pid namespace by the kernel)."""
+        sock.settimeout(HELLO_TIMEOUT_S)
+        try:
+            msg, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(_UCRED.size))
+        except OSError as e:
+            raise StartError(f"server {name!r}: no answer from its fork within {HELLO_TIMEOUT_S:g}s: {e}") from None
+        pid = next((_UCRED.unpack(data[:_UCRED.size])[0] for level, kind, data in anc
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS), None)
+        if msg != b"hello" or pid is None:
+            said = msg.decode(errors="replace") or "it ended before setting itself up"
+            raise StartError(f"server {name!r} could not be forked from its preloaded parent: {said}",
+                             hint="GYM_RUNTIME_PRELOAD=off starts every server on its own")
+        return pid
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_reader(self.ctl.fileno())
+            self._loop = None
+        self.closed = True
+        self.ctl.close()
+
+
+def parent_spec(name: str, python: str, specs: Sequence[Any], preload: Preload, work_dir: Path,
+                state: Path, ctl_fd: int) -> Any:
+    """The ``ProcessSpec`` of the parent of ``specs`` (all run by ``python``): every path they read
+    and write, the sandbox's state (their ``resolv.conf`` files), its own bytecode cache."""
+    from .launch import ProcessSpec
+
+    ro: list[Any] = [state]
+    writable: list[Any] = list(preload.writable)
+    for s in specs:
+        ro += [*s.read_only_paths, s.cwd]
+        writable += list(s.writable_paths)
+    shared = {k: v for k, v in specs[0].env.items()
+              if k not in preload.withheld and all(s.env.get(k) == v for s in specs[1:])}
+    env = {**shared, **preload.env, "HOME": str(work_dir), "PYTHONDONTWRITEBYTECODE": "1"}
+    if "PYTHONPYCACHEPREFIX" not in preload.env:
+        env.pop("PYTHONPYCACHEPREFIX", None)
+    return ProcessSpec(name, [python, "-c", SOURCE, str(ctl_fd)], work_dir, env,
+                       read_only_paths=list(dict.fromkeys(ro)), writable_paths=list(dict.fromkeys([work_dir, *writable])),
+                       keep_caps=("CAP_SYS_ADMIN",), pass_fds=(ctl_fd,))
+
+
+async def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_dir: Path,
+                        state: Path) -> tuple[dict[str, Zygote], list[str]]:
+    """One preloaded parent per venv of two or more eligible ``specs`` with a ``preload``,
+    started with ``spawn(spec)`` (the sandbox's own launch) and preloaded. Returns the parents by
+    interpreter and the progress lines (what each imported and in how long, what was left out
+    and why). A parent that fails is said and left out: its servers start on their own."""
+    groups: dict[str, list[Any]] = {}
+    lines: list[str] = []
+    for s in specs:
+        if getattr(s, "preload", None) is None:
+            continue
+        why = eligible(s)
+        if why:
+            lines.append(f"preload: server {s.name} starts on its own: {why}")
+            continue
+        groups.setdefault(str(s.argv[0]), []).append(s)
+    parents: dict[str, Zygote] = {}
+    for python, group in groups.items():
+        if len(group) < 2:
+            continue
+        venv = Path(python).parent.parent.name
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setblocking(False)
+        wd = work_dir / f"preload-{venv}"
+        wd.mkdir(parents=True, exist_ok=True)
+        preload = group[0].preload
+        spec = parent_spec(f"preload:{venv}", python, group, preload, wd, state, theirs.fileno())
+        try:
+            spec.stdout_fd = spec.stderr_fd = os.open(wd / "parent.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                spawn(spec)
+            finally:
+                os.close(spec.stdout_fd)
+                theirs.close()
+            z = Zygote(python, ours, _resolved(spec.read_only_paths), _resolved(spec.writable_paths))
+            answer = await z.preload(preload.modules)
+        except (StartError, OSError) as e:
+            ours.close()
+            lines.append(f"preload: venv {venv}: no preloaded parent ({getattr(e, 'message', e)}); its servers "
+                         "start on their own")
+            continue
+        if answer.get("threads"):
+            z.close()
+            lines.append(f"preload: venv {venv}: importing {', '.join(z.modules)} started threads "
+                         f"({', '.join(answer['threads'])}), which a fork does not carry; its servers start on "
+                         "their own")
+            continue
+        failed = "; ".join(f"{m}: {e}" for m, e in answer.get("failed", {}).items())
+        lines.append(f"preload: venv {venv}: {len(group)} servers forked from one parent that imported "
+                     f"{len(z.modules)} modules in {answer.get('seconds', 0):.2f}s"
+                     + (f" (not imported: {failed})" if failed else ""))
+        parents[python] = z
+    return parents, lines

@@ -1,0 +1,26 @@
+"""What a server forked from a preloaded parent sees: prints one JSON object, then exits with argv[2].
+
+``python preload_probe.py OTHER_DIR EXIT_CODE``: OTHER_DIR is another server's writable directory."""
+
+import json
+import os
+import sys
+
+other, code = sys.argv[1], int(sys.argv[2])
+with open("/tmp/mine", "w") as f:
+    f.write(os.environ.get("GR_TEST_NAME", ""))
+status = open("/proc/self/status").read()
+print(json.dumps({
+    "argv": sys.argv,
+    "cwd": os.getcwd(),
+    "private": os.environ.get("GR_TEST_PRIVATE"),
+    "tmp": sorted(os.listdir("/tmp")),
+    "other_listing": sorted(os.listdir(other)) if os.path.isdir(other) else None,
+    "cap_eff": status.split("CapEff:")[1].split()[0],
+    "no_new_privs": status.split("NoNewPrivs:")[1].split()[0],
+    "resolv": open("/etc/resolv.conf").read(),
+    "preloaded": "email.mime.text" in sys.modules,
+    "main_name": __name__,
+    "pythonpath_first": sys.path[0],
+}), flush=True)
+sys.exit(code)

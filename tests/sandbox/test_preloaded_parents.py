@@ -1,0 +1,137 @@
+"""Servers of one venv forked from one preloaded parent (sandbox/zygote.py), in a real sandbox:
+each keeps its own /tmp, its own writable directories (the other's are covered), its own
+resolv.conf and secrets (the parent never holds them), no capability; exits, stops and restarts
+are seen as for any server; a parent whose imports start a thread forks nothing, and servers whose
+parent ended start on their own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from sandbox import EgressPolicy, ProcessSpec, Sandbox
+from sandbox.zygote import Preload
+from tests.sandbox._run import APPS
+
+SECRETS = {"s0": "sk-zero-" + "1" * 12, "s1": "sk-one-" + "2" * 12}
+
+
+def _specs(tmp_path: Path, python: Path, preload: Preload, codes=(0, 0), env: dict | None = None) -> list[ProcessSpec]:
+    specs = []
+    for i, name in enumerate(("s0", "s1")):
+        own, other = tmp_path / f"w{i}", tmp_path / f"w{1 - i}"
+        own.mkdir(exist_ok=True)
+        (own / f"file-of-{name}").write_text(name)
+        out = os.open(tmp_path / f"{name}.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        specs.append(ProcessSpec(name, [str(python), "preload_probe.py", str(other), str(codes[i])], APPS,
+                                 {"PATH": "/usr/bin:/bin", "GR_TEST_NAME": name, **(env or {})},
+                                 read_only_paths=[APPS, python.parent.parent], writable_paths=[own],
+                                 stdout_fd=out, stderr_fd=out, private_env={"GR_TEST_PRIVATE": SECRETS[name]},
+                                 preload=preload))
+    return specs
+
+
+def _out(tmp_path: Path, name: str) -> list[dict]:
+    return [json.loads(ln) for ln in (tmp_path / f"{name}.out").read_text().splitlines() if ln.startswith("{")]
+
+
+def _environ(pid: int) -> bytes:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return f.read()
+
+
+@pytest.fixture
+def bwrap(full_available):
+    if not full_available:
+        pytest.skip("bubblewrap with a user namespace is not available on this host")
+
+
+def test_two_servers_forked_from_one_parent_keep_their_own_views(bwrap, tmp_path, plain_python) -> None:
+    async def main():
+        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
+        try:
+            specs = _specs(tmp_path, plain_python, Preload(("email.mime.text", "json", "no_such_module_here")),
+                           codes=(0, 3))
+            lines = await sb.prepare(specs)
+            parent = next(p for p in sb.processes if p.name.startswith("preload:"))
+            procs = [sb.spawn(s) for s in specs]
+            environs = [_environ(parent.app_pid()), *(_environ(p.pid) for p in procs if p.poll() is None)]
+            codes = [await asyncio.wait_for(p.wait(), 60) for p in procs]
+            return lines, codes, environs, [p.pid for p in procs], parent.app_pid()
+        finally:
+            for s in specs:
+                os.close(s.stdout_fd)
+            await sb.close()
+
+    lines, codes, environs, pids, parent_pid = asyncio.run(main())
+    assert any("2 servers forked from one parent that imported 2 modules" in ln for ln in lines), lines
+    assert codes == [0, 3]  # each server's own exit status, as the parent reaped it
+    assert parent_pid not in pids
+    for name, other in (("s0", "s1"), ("s1", "s0")):
+        (seen,) = _out(tmp_path, name)
+        assert seen["preloaded"] is True  # imported by the parent, before the fork
+        assert seen["private"] == SECRETS[name]
+        assert seen["other_listing"] is None  # the other server's writable directory is not there
+        assert "mine" in seen["tmp"]  # its own /tmp...
+        assert (tmp_path / f"w{name[1]}" / f"file-of-{name}").exists()  # ...and its own directory, writable
+        assert seen["cap_eff"] == "0000000000000000" and seen["no_new_privs"] == "1"
+        assert seen["argv"][0] == "preload_probe.py" and seen["main_name"] == "__main__"
+        assert seen["cwd"] == str(APPS)
+    resolvs = {_out(tmp_path, n)[0]["resolv"] for n in ("s0", "s1")}
+    assert len(resolvs) == 2  # a resolver address of its own each (its DNS answers are its own)
+    for environ in environs:  # neither the parent nor a sibling started with another server's secret
+        assert not any(s.encode() in environ for s in SECRETS.values())
+
+
+def test_stop_and_restart_fork_again_and_a_lost_parent_ends_its_servers(bwrap, tmp_path, plain_python) -> None:
+    async def main():
+        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
+        specs = _specs(tmp_path, plain_python, Preload(("email.mime.text",)))
+        for s in specs:
+            s.argv = [str(plain_python), "-m", "http.server", "0", "--bind", "127.0.0.1"]
+        try:
+            await sb.prepare(specs)
+            first = sb.spawn(specs[0])
+            await asyncio.sleep(0.5)
+            stopped = await first.stop(grace_s=5)
+            again = sb.spawn(specs[0])
+            await asyncio.sleep(0.5)
+            parent = next(p for p in sb.processes if p.name.startswith("preload:"))
+            parent.kill_now()
+            lost = await asyncio.wait_for(again.wait(), 20)
+            alone = sb.spawn(specs[0])  # no parent now: started the usual way
+            return stopped, first.pid, again.pid, lost, alone.bwrapped, again.bwrapped
+        finally:
+            for s in specs:
+                os.close(s.stdout_fd)
+            await sb.close()
+
+    stopped, first, again, lost, alone_bwrapped, again_bwrapped = asyncio.run(main())
+    assert stopped.reason == "terminated" and stopped.returncode == -15
+    assert first != again and again_bwrapped is False
+    assert lost == -9  # its parent's pid namespace ended, and the waiter woke
+    assert alone_bwrapped is True
+
+
+def test_a_parent_whose_imports_start_a_thread_forks_nothing(bwrap, tmp_path, plain_python) -> None:
+    async def main():
+        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
+        specs = _specs(tmp_path, plain_python, Preload(("threader",)), env={"PYTHONPATH": str(APPS / "preload")})
+        try:
+            lines = await sb.prepare(specs)
+            procs = [sb.spawn(s) for s in specs]
+            codes = [await asyncio.wait_for(p.wait(), 60) for p in procs]
+            return lines, codes, [p.bwrapped for p in procs]
+        finally:
+            for s in specs:
+                os.close(s.stdout_fd)
+            await sb.close()
+
+    lines, codes, bwrapped = asyncio.run(main())
+    assert any("started threads (started-at-import)" in ln and "start on their own" in ln for ln in lines), lines
+    assert codes == [0, 0] and bwrapped == [True, True]
+    assert _out(tmp_path, "s0")[0]["preloaded"] is False

@@ -10,8 +10,10 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
 
 * ``{"op": "preload", "modules": [...]}``: import each module that the venv has (a module it
   lacks is skipped; one whose import fails is reported). Answer ``{"op": "preloaded", "ok": [...],
-  "failed": {module: error}, "threads": [names], "seconds": s}``; ``threads`` lists the Python
-  threads alive afterwards, which a fork would not carry over (the daemon then forks nothing).
+  "failed": {module: error}, "threads": [names], "seconds": s, "views": null | why}``;
+  ``threads`` lists the Python threads alive afterwards, which a fork would not carry over, and
+  ``views`` says why a child could not make its own mount namespace here (a trial fork); with
+  either, the daemon forks nothing.
 * ``{"op": "fork", "id", "argv", "cwd", "env", "nofile", "hide", "keep", "resolv"}`` + fds
   (stdout, stderr, hello): a child in a session of its own and a mount namespace of its own, where
   ``hide`` (the other servers' writable paths) are covered, ``/tmp`` is a new tmpfs (with
@@ -156,7 +158,9 @@ def _child(ctl, req, fds):
             if not chunk:
                 break
             chunks.append(chunk)
-        private = json.loads(b"".join(chunks) or b"{}")
+        if not chunks:  # the daemon gave up on this child: it never runs
+            os._exit(126)
+        private = json.loads(b"".join(chunks))
     except BaseException as e:  # noqa: BLE001 - any failure before the server runs is said, then 126
         try:
             hello_sock.sendall(("error: %s: %s" % (type(e).__name__, e)).encode())
@@ -189,7 +193,32 @@ def _preload(modules):
             failed[name] = "%s: %s" % (type(e).__name__, e)
     threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     return {"op": "preloaded", "ok": ok, "failed": failed, "threads": threads,
-            "seconds": round(time.monotonic() - started, 3)}
+            "seconds": round(time.monotonic() - started, 3), "views": _try_view()}
+
+
+def _try_view():
+    """Whether a child can make a view of its own here (None) or why not: some container runtimes
+    refuse a mount namespace or a tmpfs inside the sandbox."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            _view({})
+            os._exit(0)
+        except BaseException as e:  # noqa: BLE001 - said to the parent
+            os.write(w, ("%s: %s" % (type(e).__name__, e)).encode()[:4000])
+            os._exit(1)
+    os.close(w)
+    said = b""
+    while True:
+        chunk = os.read(r, 4096)
+        if not chunk:
+            break
+        said += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return said.decode(errors="replace") or None
 
 
 def _send(ctl, obj):

@@ -294,8 +294,12 @@ class Sandbox:
         parent = self._parents.get(str(spec.argv[0])) if spec.preload is not None else None
         why = parent.covers(spec) if parent is not None else "no preloaded parent"
         if parent is not None and why is None:
-            return self._fork(parent, spec, env, resolv, cg)
-        if parent is not None:
+            try:
+                return self._fork(parent, spec, env, resolv, cg)
+            except StartError as e:  # this parent forks nothing more; the server starts the usual way
+                parent.broken = why = e.message
+                log.warning("server %s starts on its own: %s", spec.name, why)
+        elif parent is not None:
             log.info("server %s starts on its own: %s", spec.name, why)
         try:
             popen = subprocess.Popen(
@@ -323,12 +327,9 @@ class Sandbox:
 
     def _fork(self, parent: Zygote, spec: ProcessSpec, env: dict[str, str], resolv: Path,
               cg: CgroupSlot) -> SandboxedProcess:
-        """Server ``spec`` forked from its venv's preloaded parent (sandbox/zygote.py)."""
-        try:
-            child = parent.fork(spec, env, resolv if self.holder is not None else None, cg.procs_files)
-        except StartError:
-            cg.remove()
-            raise
+        """Server ``spec`` forked from its venv's preloaded parent (sandbox/zygote.py); raises
+        StartError when the fork failed (nothing of it runs: it never reached its cgroups)."""
+        child = parent.fork(spec, env, resolv if self.holder is not None else None, cg.procs_files)
         proc = SandboxedProcess(spec.name, child, spec.limits, cg, False)  # type: ignore[arg-type]
         child.on_exit = proc.poll
         self.processes.append(proc)

@@ -103,6 +103,7 @@ class Zygote:
         self.children: dict[int, ForkedChild] = {}
         self.modules: list[str] = []
         self.closed = False
+        self.broken: str | None = None  # why it forks nothing more (a fork failed); its servers run on
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -155,6 +156,8 @@ class Zygote:
         """Why ``spec`` cannot be forked from this parent now, or None."""
         if self.closed:
             return "its preloaded parent ended"
+        if self.broken:
+            return f"its preloaded parent failed a fork before ({self.broken})"
         why = eligible(spec)
         if why:
             return why
@@ -292,6 +295,11 @@ async def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_
             lines.append(f"preload: venv {venv}: importing {', '.join(z.modules)} started threads "
                          f"({', '.join(answer['threads'])}), which a fork does not carry; its servers start on "
                          "their own")
+            continue
+        if answer.get("views"):
+            z.close()
+            lines.append(f"preload: venv {venv}: a server forked here could not have a view of its own "
+                         f"({answer['views']}); its servers start on their own")
             continue
         failed = "; ".join(f"{m}: {e}" for m, e in answer.get("failed", {}).items())
         lines.append(f"preload: venv {venv}: {len(group)} servers forked from one parent that imported "

@@ -126,6 +126,8 @@ def _become(req, private):
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    if "numpy.random" in sys.modules:  # its global state was seeded in the parent: siblings would share it
+        sys.modules["numpy.random"].seed()  # (the stdlib's random reseeds itself after a fork)
     if env.get("PYTHONUNBUFFERED"):
         for stream in (sys.stdout, sys.stderr):
             stream.reconfigure(write_through=True)

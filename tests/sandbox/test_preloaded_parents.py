@@ -81,6 +81,7 @@ def test_two_servers_forked_from_one_parent_keep_their_own_views(bwrap, tmp_path
         assert seen["cap_eff"] == "0000000000000000" and seen["no_new_privs"] == "1"
         assert seen["argv"][0] == "preload_probe.py" and seen["main_name"] == "__main__"
         assert seen["cwd"] == str(APPS)
+    assert _out(tmp_path, "s0")[0]["random"] != _out(tmp_path, "s1")[0]["random"]  # not one parent's random state
     resolvs = {_out(tmp_path, n)[0]["resolv"] for n in ("s0", "s1")}
     assert len(resolvs) == 2  # a resolver address of its own each (its DNS answers are its own)
     for environ in environs:  # neither the parent nor a sibling started with another server's secret

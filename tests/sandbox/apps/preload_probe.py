@@ -22,5 +22,6 @@ print(json.dumps({
     "preloaded": "email.mime.text" in sys.modules,
     "main_name": __name__,
     "pythonpath_first": sys.path[0],
+    "random": __import__("random").random(),
 }), flush=True)
 sys.exit(code)

@@ -337,15 +337,22 @@ class Sandbox:
             self._ensure_watcher()
         return proc
 
-    async def prepare(self, specs: list[ProcessSpec]) -> list[str]:
+    def spawn_after(self, spec: ProcessSpec) -> asyncio.Future | None:
+        """What must end before ``spec`` is spawned (the backend interface): its venv's preloaded
+        parent while it imports, else None."""
+        parent = self._parents.get(str(spec.argv[0])) if spec.preload is not None else None
+        return parent.pending(spec) if parent is not None else None
+
+    async def prepare(self, specs: list[ProcessSpec], say: Callable[[str], None] | None = None) -> list[str]:
         """What to make before the first spawn (the backend interface, sandbox/backends.py): under
-        bubblewrap, a preloaded parent per venv whose servers share modules (sandbox/zygote.py);
+        bubblewrap, a preloaded parent per venv whose servers share modules (sandbox/zygote.py;
+        it imports them in the background, and ``say`` gets its progress line);
         without it, the private copy of each server's tree (``ProcessSpec.tree``, treecopy.py) for
         its first start, made in a worker thread. Returns the progress lines saying what was made
         and what it cost. Raises StartError ``GR-START-TREE-COPY`` when a tree cannot be copied."""
         if self.bwrap is not None and not self._parents:
-            self._parents, lines = await start_parents(specs, self.spawn, self.work_dir, self._state)
-            return lines
+            self._parents = start_parents(specs, self.spawn, self.work_dir, self._state, say or log.info)
+            return []
         todo = [s for s in specs if s.tree is not None and self.bwrap is None]
         if not todo:
             return []

@@ -104,6 +104,7 @@ class Zygote:
         self.modules: list[str] = []
         self.closed = False
         self.broken: str | None = None  # why it forks nothing more (a fork failed); its servers run on
+        self.ready: asyncio.Task | None = None  # its imports (start_parents)
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -156,6 +157,8 @@ class Zygote:
         """Why ``spec`` cannot be forked from this parent now, or None."""
         if self.closed:
             return "its preloaded parent ended"
+        if self.ready is not None and not self.ready.done():
+            return "its preloaded parent is still importing"
         if self.broken:
             return f"its preloaded parent failed a fork before ({self.broken})"
         why = eligible(spec)
@@ -220,7 +223,15 @@ class Zygote:
                              hint="GYM_RUNTIME_PRELOAD=off starts every server on its own")
         return pid
 
+    def pending(self, spec: Any) -> asyncio.Future | None:
+        """Its imports while they run and ``spec`` is one it would fork, else None."""
+        if self.ready is None or self.ready.done() or self.closed or eligible(spec):
+            return None
+        return self.ready
+
     def close(self) -> None:
+        if self.ready is not None and not self.ready.done():
+            self.ready.cancel()
         if self._loop is not None:
             self._loop.remove_reader(self.ctl.fileno())
             self._loop = None
@@ -249,20 +260,20 @@ def parent_spec(name: str, python: str, specs: Sequence[Any], preload: Preload, 
                        keep_caps=("CAP_SYS_ADMIN",), pass_fds=(ctl_fd,))
 
 
-async def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_dir: Path,
-                        state: Path) -> tuple[dict[str, Zygote], list[str]]:
-    """One preloaded parent per venv of two or more eligible ``specs`` with a ``preload``,
-    started with ``spawn(spec)`` (the sandbox's own launch) and preloaded. Returns the parents by
-    interpreter and the progress lines (what each imported and in how long, what was left out
-    and why). A parent that fails is said and left out: its servers start on their own."""
+def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_dir: Path, state: Path,
+                  say: Callable[[str], None]) -> dict[str, Zygote]:
+    """One preloaded parent per venv of two or more eligible ``specs`` with a ``preload``, started
+    with ``spawn(spec)`` (the sandbox's own launch); each imports its modules in the background
+    (:attr:`Zygote.ready`, beside the rest of the start, e.g. the Ray head's) and ``say`` gets its
+    progress line: what it imported and in how long, or why its servers start on their own. Call
+    on the event-loop thread. Returns the parents by interpreter."""
     groups: dict[str, list[Any]] = {}
-    lines: list[str] = []
     for s in specs:
         if getattr(s, "preload", None) is None:
             continue
         why = eligible(s)
         if why:
-            lines.append(f"preload: server {s.name} starts on its own: {why}")
+            say(f"preload: server {s.name} starts on its own: {why}")
             continue
         groups.setdefault(str(s.argv[0]), []).append(s)
     parents: dict[str, Zygote] = {}
@@ -274,8 +285,7 @@ async def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_
         ours.setblocking(False)
         wd = work_dir / f"preload-{venv}"
         wd.mkdir(parents=True, exist_ok=True)
-        preload = group[0].preload
-        spec = parent_spec(f"preload:{venv}", python, group, preload, wd, state, theirs.fileno())
+        spec = parent_spec(f"preload:{venv}", python, group, group[0].preload, wd, state, theirs.fileno())
         try:
             spec.stdout_fd = spec.stderr_fd = os.open(wd / "parent.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             try:
@@ -283,27 +293,32 @@ async def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_
             finally:
                 os.close(spec.stdout_fd)
                 theirs.close()
-            z = Zygote(python, ours, _resolved(spec.read_only_paths), _resolved(spec.writable_paths))
-            answer = await z.preload(preload.modules)
         except (StartError, OSError) as e:
             ours.close()
-            lines.append(f"preload: venv {venv}: no preloaded parent ({getattr(e, 'message', e)}); its servers "
-                         "start on their own")
+            say(f"preload: venv {venv}: no preloaded parent ({getattr(e, 'message', e)}); its servers start on "
+                "their own")
             continue
-        if answer.get("threads"):
-            z.close()
-            lines.append(f"preload: venv {venv}: importing {', '.join(z.modules)} started threads "
-                         f"({', '.join(answer['threads'])}), which a fork does not carry; its servers start on "
-                         "their own")
-            continue
-        if answer.get("views"):
-            z.close()
-            lines.append(f"preload: venv {venv}: a server forked here could not have a view of its own "
-                         f"({answer['views']}); its servers start on their own")
-            continue
-        failed = "; ".join(f"{m}: {e}" for m, e in answer.get("failed", {}).items())
-        lines.append(f"preload: venv {venv}: {len(group)} servers forked from one parent that imported "
-                     f"{len(z.modules)} modules in {answer.get('seconds', 0):.2f}s"
-                     + (f" (not imported: {failed})" if failed else ""))
+        z = Zygote(python, ours, _resolved(spec.read_only_paths), _resolved(spec.writable_paths))
+        z.ready = asyncio.get_running_loop().create_task(_preloaded(z, group[0].preload, venv, len(group), say))
         parents[python] = z
-    return parents, lines
+    return parents
+
+
+async def _preloaded(z: Zygote, preload: Preload, venv: str, servers: int, say: Callable[[str], None]) -> None:
+    """The parent's imports; says what they gave, or marks it broken (its servers start on their own)."""
+    try:
+        answer = await z.preload(preload.modules)
+    except StartError as e:
+        z.broken = e.message
+        say(f"preload: venv {venv}: {e.message}; its servers start on their own")
+        return
+    if answer.get("threads"):
+        z.broken = f"importing its modules started threads ({', '.join(answer['threads'])}), which a fork does not carry"
+    elif answer.get("views"):
+        z.broken = f"a server forked there could not have a view of its own ({answer['views']})"
+    if z.broken:
+        say(f"preload: venv {venv}: {z.broken}; its servers start on their own")
+        return
+    failed = "; ".join(f"{m}: {e}" for m, e in answer.get("failed", {}).items())
+    say(f"preload: venv {venv}: {servers} servers forked from one parent that imported {len(z.modules)} modules in "
+        f"{answer.get('seconds', 0):.2f}s" + (f" (not imported: {failed})" if failed else ""))

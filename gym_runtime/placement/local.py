@@ -164,7 +164,7 @@ class LocalPlacement:
             if m.public is None and m.port is not None and m.launcher is self.sandbox:
                 m.public = tuple(await self.sandbox.publish(m.port))
         specs = [m.spec for m in env.supervisor.members.values() if m.launcher is self.sandbox]
-        for line in await self.sandbox.prepare(specs):  # e.g. the private tree copies made without bubblewrap
+        for line in await self.sandbox.prepare(specs, env._say):  # e.g. the private tree copies made without bubblewrap
             env._say(line)
 
     @property

@@ -273,6 +273,10 @@ class ReplicaLauncher:
             await asyncio.sleep(0.1)
         return self.loss if self.loss is not None and self.loss["at"] >= since else None
 
+    def spawn_after(self, spec: Any) -> None:
+        """Nothing to wait for before a spawn (the launcher interface, :meth:`sandbox.Sandbox.spawn_after`)."""
+        return None
+
     def spawn(self, spec: Any) -> RemoteProcess:
         """Start the replica (placing it first when it has no live actor); returns at once.
         ``spec.stdout_fd``: where its log lines go (the supervisor's pipe)."""

@@ -178,6 +178,10 @@ class Supervisor:
         m = self.members[ev.name]
         if self._stop_started or m.status in (FAILED, STOPPING, STOPPED, READY):
             return
+        before = m.launcher.spawn_after(m.spec)  # e.g. its venv's preloaded parent, still importing
+        if before is not None:
+            before.add_done_callback(lambda _f, name=m.name: self.post(Event("spawn", name)))
+            return
         w = m.log.open_pipe()
         m.spec.stdout_fd = m.spec.stderr_fd = w
         m.log.note(f"start #{m.restarts + 1}: {' '.join(map(str, m.spec.argv))} (cwd {m.spec.cwd})")

@@ -187,7 +187,11 @@ class OpenSandboxEnvironment:
                                         [p for p in spec.writable_paths if Path(p).exists()])),
             connection_config=self.conn.sdk_config())
 
-    async def prepare(self, specs: list[Any]) -> list[str]:
+    def spawn_after(self, spec: Any) -> None:
+        """Nothing to wait for before a spawn (the backend interface)."""
+        return None
+
+    async def prepare(self, specs: list[Any], say: Any = None) -> list[str]:
         """Create every server's first sandbox, :data:`CREATE_AT_ONCE` at a time, so a create the
         server refuses fails the start with its own ``GR-OSB-*`` error before any server runs.
         Returns no progress line (the trees are read-only volumes: nothing is copied)."""

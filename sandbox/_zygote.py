@@ -244,6 +244,8 @@ def _reap(ctl):
 def main():
     ctl = socket.socket(fileno=int(sys.argv[1]))
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # no server it forked (no capability left) may trace it: it hands each new child its hello socket
+    _check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")
     warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a process with native threads (BLAS pools)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

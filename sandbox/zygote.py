@@ -94,8 +94,9 @@ def _resolved(paths: Sequence[Any]) -> list[Path]:
 
 class Zygote:
     """One preloaded parent (module doc): ``python`` (the venv's interpreter), ``ctl`` (the
-    daemon's end of its control socket), ``writable`` (every writable path of its view, resolved)
-    and ``covered`` (its read-only paths, resolved). Made by :func:`start_parents`."""
+    daemon's end of its control socket), ``ro`` and ``writable`` (the read-only and writable
+    paths of its view, resolved), ``broken`` (why it forks nothing, or None), ``ready`` (its
+    imports, a task). Made by :func:`start_parents`."""
 
     def __init__(self, python: str, ctl: socket.socket, ro: list[Path], writable: list[Path]) -> None:
         self.python, self.ctl = python, ctl
@@ -103,7 +104,7 @@ class Zygote:
         self.children: dict[int, ForkedChild] = {}
         self.modules: list[str] = []
         self.closed = False
-        self.broken: str | None = None  # why it forks nothing more (a fork failed); its servers run on
+        self.broken: str | None = None  # why it forks nothing (more): its servers start on their own
         self.ready: asyncio.Task | None = None  # its imports (start_parents)
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -160,7 +161,7 @@ class Zygote:
         if self.ready is not None and not self.ready.done():
             return "its preloaded parent is still importing"
         if self.broken:
-            return f"its preloaded parent failed a fork before ({self.broken})"
+            return f"its preloaded parent forks nothing: {self.broken}"
         why = eligible(spec)
         if why:
             return why
@@ -308,9 +309,9 @@ async def _preloaded(z: Zygote, preload: Preload, venv: str, servers: int, say: 
     """The parent's imports; says what they gave, or marks it broken (its servers start on their own)."""
     try:
         answer = await z.preload(preload.modules)
-    except StartError as e:
-        z.broken = e.message
-        say(f"preload: venv {venv}: {e.message}; its servers start on their own")
+    except (StartError, OSError, ValueError) as e:  # the parent failed: none of its servers waits on it
+        z.broken = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+        say(f"preload: venv {venv}: {z.broken}; its servers start on their own")
         return
     if answer.get("threads"):
         z.broken = f"importing its modules started threads ({', '.join(answer['threads'])}), which a fork does not carry"

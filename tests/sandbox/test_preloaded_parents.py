@@ -25,10 +25,9 @@ def _specs(tmp_path: Path, python: Path, preload: Preload, codes=(0, 0), env: di
     for i, name in enumerate(("s0", "s1")):
         own, other = tmp_path / f"w{i}", tmp_path / f"w{1 - i}"
         own.mkdir(exist_ok=True)
-        (own / f"file-of-{name}").write_text(name)
         out = os.open(tmp_path / f"{name}.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         specs.append(ProcessSpec(name, [str(python), "preload_probe.py", str(other), str(codes[i])], APPS,
-                                 {"PATH": "/usr/bin:/bin", "GR_TEST_NAME": name, **(env or {})},
+                                 {"PATH": "/usr/bin:/bin", "GR_TEST_NAME": name, "GR_TEST_OWN": str(own), **(env or {})},
                                  read_only_paths=[APPS, python.parent.parent], writable_paths=[own],
                                  stdout_fd=out, stderr_fd=out, private_env={"GR_TEST_PRIVATE": SECRETS[name]},
                                  preload=preload))
@@ -67,7 +66,13 @@ def test_two_servers_forked_from_one_parent_keep_their_own_views(bwrap, tmp_path
             lines = await _prepared(sb, specs)
             parent = next(p for p in sb.processes if p.name.startswith("preload:"))
             procs = [sb.spawn(s) for s in specs]
-            environs = [_environ(parent.app_pid()), *(_environ(p.pid) for p in procs if p.poll() is None)]
+            for _ in range(600):  # both have said what they see, and wait for their `go`
+                if all(_out(tmp_path, s.name) for s in specs):
+                    break
+                await asyncio.sleep(0.05)
+            environs = [_environ(parent.app_pid()), *(_environ(p.pid) for p in procs)]
+            for i in range(2):
+                (tmp_path / f"w{i}" / "go").touch()
             codes = [await asyncio.wait_for(p.wait(), 60) for p in procs]
             return lines, codes, environs, [p.pid for p in procs], parent.app_pid()
         finally:
@@ -85,7 +90,7 @@ def test_two_servers_forked_from_one_parent_keep_their_own_views(bwrap, tmp_path
         assert seen["private"] == SECRETS[name]
         assert seen["other_listing"] is None  # the other server's writable directory is not there
         assert "mine" in seen["tmp"]  # its own /tmp...
-        assert (tmp_path / f"w{name[1]}" / f"file-of-{name}").exists()  # ...and its own directory, writable
+        assert (tmp_path / f"w{name[1]}" / "written").read_text() == "by the server"  # ...and its own directory
         assert seen["cap_eff"] == "0000000000000000" and seen["no_new_privs"] == "1"
         assert seen["argv"][0] == "preload_probe.py" and seen["main_name"] == "__main__"
         assert seen["cwd"] == str(APPS)
@@ -132,6 +137,8 @@ def test_a_parent_whose_imports_start_a_thread_forks_nothing(bwrap, tmp_path, pl
         specs = _specs(tmp_path, plain_python, Preload(("threader",)), env={"PYTHONPATH": str(APPS / "preload")})
         try:
             lines = await _prepared(sb, specs)
+            for i in range(2):
+                (tmp_path / f"w{i}" / "go").touch()
             procs = [sb.spawn(s) for s in specs]
             codes = [await asyncio.wait_for(p.wait(), 60) for p in procs]
             return lines, codes, [p.bwrapped for p in procs]

@@ -1,14 +1,18 @@
-"""What a server forked from a preloaded parent sees: prints one JSON object, then exits with argv[2].
+"""What a server forked from a preloaded parent sees: prints one JSON object, waits for the file
+``go`` in its own directory ($GR_TEST_OWN; at most 60 s), then exits with argv[2].
 
 ``python preload_probe.py OTHER_DIR EXIT_CODE``: OTHER_DIR is another server's writable directory."""
 
 import json
 import os
 import sys
+import time
 
 other, code = sys.argv[1], int(sys.argv[2])
 with open("/tmp/mine", "w") as f:
     f.write(os.environ.get("GR_TEST_NAME", ""))
+with open(os.path.join(os.environ["GR_TEST_OWN"], "written"), "w") as f:
+    f.write("by the server")
 status = open("/proc/self/status").read()
 print(json.dumps({
     "argv": sys.argv,
@@ -24,4 +28,7 @@ print(json.dumps({
     "pythonpath_first": sys.path[0],
     "random": __import__("random").random(),
 }), flush=True)
+deadline = time.monotonic() + 60
+while not os.path.exists(os.path.join(os.environ["GR_TEST_OWN"], "go")) and time.monotonic() < deadline:
+    time.sleep(0.05)
 sys.exit(code)

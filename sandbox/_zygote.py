@@ -237,8 +237,7 @@ def _reap(ctl):
             return
         rid = CHILDREN.pop(pid, None)
         if rid is not None:
-            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            _send(ctl, {"exit": rid, "status": code})
+            _send(ctl, {"exit": rid, "status": os.waitstatus_to_exitcode(status)})
 
 
 def main():

@@ -33,7 +33,7 @@ from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import check_free
 from gym_runtime.task_sandboxes import bringup as task_sandboxes
 from gym_runtime.task_sandboxes.install import ensure_provider
-from gym_runtime.venvs.bytecode import RAY_HEAD
+from gym_runtime.venvs.bytecode import PRELOADED_PARENT, RAY_HEAD
 
 
 @contextlib.contextmanager
@@ -328,7 +328,7 @@ class LocalPlacement:
         if not self.env.settings.preload:
             return None
         if python not in self._preloads:
-            cache = self.env.bytecode.user(python, "preloaded parent", name)
+            cache = self.env.bytecode.user(python, PRELOADED_PARENT, name)
             self._preloads[python] = Preload(SHARED_MODULES + self.env.merged.release.preload_modules,
                                              dict(cache.env), tuple(cache.writable), withheld=(run_mark.VAR,))
         return self._preloads[python]

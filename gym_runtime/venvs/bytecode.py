@@ -53,6 +53,7 @@ from gym_runtime.venvs.store import read_marker
 LEARN = Path(".gym-runtime") / "learn"
 RECORD = Path(".gym-runtime") / "pycache.json"
 RAY_HEAD = "ray_head"
+PRELOADED_PARENT = "preloaded parent"  # the user of a venv's preloaded parent (sandbox/zygote.py)
 NICE = 10  # compilers' CPU priority (a higher nice value yields to the servers)
 _PYC = re.compile(r"^(?P<stem>[^.]+)\.[a-z]+-\d+(\.opt-\d)?\.pyc$")
 # compileall skips files whose cached bytecode is already up to date; prints how many it compiled

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gym_runtime.venvs import resolutions
-from gym_runtime.venvs.pyc_store import PycStore
 from gym_runtime.venvs.bytecode import PRELOADED_PARENT
+from gym_runtime.venvs.pyc_store import PycStore
 from tests.helpers.daemon import SIMPLE_SERVERS, kill_tree, read_ready_line, simple_env, up_process
 from tests.helpers.index import SimpleIndex
 from tests.helpers.wheels import build_wheel

@@ -1,6 +1,6 @@
 """A preloaded parent for the servers of one venv: imports their shared modules once, forks each server.
 
-Stdlib only, never imported by the daemon: its source runs as ``python -c SOURCE CTL_FD`` with the
+Stdlib only, never imported by the daemon: it runs as ``python _zygote.py CTL_FD`` with the
 venv's interpreter, inside a bubblewrap sandbox that binds every path its servers use and keeps
 ``CAP_SYS_ADMIN`` in the sandbox's own user namespace (docs/architecture.md, "Preloaded parents").
 It never holds a secret: each server's private variables reach the server alone, after the fork.
@@ -14,8 +14,9 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
   ``threads`` lists the Python threads alive afterwards, which a fork would not carry over, and
   ``views`` says why a child could not make its own mount namespace here (a trial fork); with
   either, the daemon forks nothing.
-* ``{"op": "fork", "id", "argv", "cwd", "env", "nofile", "hide", "keep", "resolv"}`` + fds
-  (stdout, stderr, hello): a child in a session of its own and a mount namespace of its own, where
+* ``{"op": "fork", "id", "name", "argv", "cwd", "env", "nofile", "hide", "keep", "resolv"}`` +
+  fds (stdout, stderr, hello): a child named ``name`` (its ``comm``, as ``ps`` and ``top`` show
+  it; its command line stays the parent's) in a session of its own and a mount namespace of its own, where
   ``hide`` (the other servers' writable paths) are covered, ``/tmp`` is a new tmpfs (with
   ``keep``, its own paths below it, bound again) and ``resolv`` (a file) is bound read-only on
   ``/etc/resolv.conf``; then RLIMIT_CORE 0 and RLIMIT_NOFILE
@@ -47,7 +48,7 @@ import threading
 import time
 import warnings
 
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 15, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 4096, 16384, 1 << 18
@@ -122,7 +123,7 @@ def _become(req, private):
     os.environ.update(env)
     os.chdir(req["cwd"])
     argv = req["argv"]
-    base = [p for p in sys.path[1:] if p]
+    base = [p for p in sys.path[1:] if p]  # sys.path[0] is this file's directory
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
@@ -148,6 +149,7 @@ def _child(ctl, req, fds):
     try:
         ctl.close()
         os.setsid()
+        libc.prctl(PR_SET_NAME, req.get("name", "server").encode()[:15], 0, 0, 0)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         _view(req)
         _limits(req)
@@ -285,4 +287,5 @@ def main():
             os.close(fd)
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -39,7 +39,7 @@ from gym_runtime.errors import StartError
 from .probe import interpreter_roots
 
 log = logging.getLogger("sandbox")
-SOURCE = Path(__file__).with_name("_zygote.py").read_text()
+PARENT = Path(__file__).with_name("_zygote.py")  # run by the venv's interpreter (its directory bound read-only)
 PRELOAD_TIMEOUT_S = 120.0
 HELLO_TIMEOUT_S = 20.0
 MAX_MESSAGE = 1 << 16
@@ -181,7 +181,7 @@ class Zygote:
         seen = _resolved([*spec.read_only_paths, spec.cwd, *interpreter_roots(str(spec.argv[0]))])
         keep = sorted({str(p) for p in [*seen, *own] if tmp in p.parents}, key=lambda k: k.count("/"))
         rid = next(self._ids)
-        request = {"op": "fork", "id": rid, "argv": list(spec.argv), "cwd": str(spec.cwd), "env": dict(env),
+        request = {"op": "fork", "id": rid, "name": spec.name, "argv": list(spec.argv), "cwd": str(spec.cwd), "env": dict(env),
                    "nofile": spec.limits.nofile, "hide": hide, "keep": keep, "resolv": str(resolv) if resolv else None}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with ours:
@@ -246,7 +246,7 @@ def parent_spec(name: str, python: str, specs: Sequence[Any], preload: Preload, 
     and write, the sandbox's state (their ``resolv.conf`` files), its own bytecode cache."""
     from .launch import ProcessSpec
 
-    ro: list[Any] = [state]
+    ro: list[Any] = [state, PARENT.parent]
     writable: list[Any] = list(preload.writable)
     for s in specs:
         ro += [*s.read_only_paths, s.cwd]
@@ -256,7 +256,7 @@ def parent_spec(name: str, python: str, specs: Sequence[Any], preload: Preload, 
     env = {**shared, **preload.env, "HOME": str(work_dir), "PYTHONDONTWRITEBYTECODE": "1"}
     if "PYTHONPYCACHEPREFIX" not in preload.env:
         env.pop("PYTHONPYCACHEPREFIX", None)
-    return ProcessSpec(name, [python, "-c", SOURCE, str(ctl_fd)], work_dir, env,
+    return ProcessSpec(name, [python, str(PARENT), str(ctl_fd)], work_dir, env,
                        read_only_paths=list(dict.fromkeys(ro)), writable_paths=list(dict.fromkeys([work_dir, *writable])),
                        keep_caps=("CAP_SYS_ADMIN",), pass_fds=(ctl_fd,))
 

@@ -1,0 +1,48 @@
+"""``up`` forks the servers of one venv from a preloaded parent by default (docs/architecture.md §6,
+"Preloaded parents"), and ``GYM_RUNTIME_PRELOAD=off`` starts each on its own: the start-up says
+which, every server answers either way, and a forked server is named after its instance and runs
+below the parent, not below a bubblewrap of its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from sandbox import IsolationLevel, probe_isolation
+from tests.helpers.daemon import SIMPLE_SERVERS, kill_tree, read_ready_line, simple_env, up_process
+
+
+def _start(tmp_path: Path, mode: str) -> tuple[dict, dict[str, psutil.Process], str]:
+    pkg = simple_env(tmp_path / "pkg")
+    proc = up_process(pkg, tmp_path, env={"GYM_RUNTIME_PRELOAD": mode})
+    try:
+        info = json.loads(read_ready_line(proc, timeout=300))
+        listed = httpx.get(info["head_server"] + "/server_instances", trust_env=False).json()
+        pids = {i["name"]: psutil.Process(i["pid"]) for i in listed if i["name"] in SIMPLE_SERVERS}
+        answers = {n: httpx.get(u, trust_env=False, timeout=10).status_code for n, u in info["servers"].items()}
+        seen = {n: (p.name(), p.parent().cmdline()) for n, p in pids.items()}
+    finally:
+        kill_tree(proc)
+        err = proc.stderr.read()
+    return answers, seen, err
+
+
+@pytest.mark.skipif(probe_isolation().level != IsolationLevel.FULL, reason="preloaded parents need bubblewrap")
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_servers_of_one_venv_are_forked_from_one_parent_unless_it_is_off(tmp_path: Path, mode: str) -> None:
+    answers, seen, err = _start(tmp_path, mode)
+    assert set(answers) >= SIMPLE_SERVERS and all(code < 500 for code in answers.values()), answers
+    forked = [line for line in err.splitlines() if "servers forked from one parent that imported" in line]
+    if mode == "on":
+        assert forked and f"{len(SIMPLE_SERVERS)} servers forked" in forked[0], err
+        for name, (comm, parent_argv) in seen.items():
+            assert comm == name[:15]
+            assert parent_argv[-2].endswith("_zygote.py"), parent_argv
+    else:
+        assert not forked, err
+        for name, (_comm, parent_argv) in seen.items():
+            assert "bwrap" in parent_argv[0], parent_argv

@@ -337,6 +337,16 @@ class Sandbox:
             self._ensure_watcher()
         return proc
 
+    @property
+    def helpers(self) -> dict[int, str]:
+        """Its own processes that are no server's, by pid: the netns holder and the preloaded parents."""
+        out = {self.holder.pid: "netns holder"} if self.holder is not None else {}
+        for z in self._parents.values():
+            pid = z.process.app_pid() if z.process is not None else None
+            if pid is not None:
+                out[pid] = "preloaded parent"
+        return out
+
     def spawn_after(self, spec: ProcessSpec) -> asyncio.Future | None:
         """What must end before ``spec`` is spawned (the backend interface): its venv's preloaded
         parent while it imports, else None."""

@@ -106,6 +106,7 @@ class Zygote:
         self.closed = False
         self.broken: str | None = None  # why it forks nothing (more): its servers start on their own
         self.ready: asyncio.Task | None = None  # its imports (start_parents)
+        self.process: Any = None  # its sandboxed process handle (bubblewrap, the parent below it)
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -290,7 +291,7 @@ def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_dir: P
         try:
             spec.stdout_fd = spec.stderr_fd = os.open(wd / "parent.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             try:
-                spawn(spec)
+                handle = spawn(spec)
             finally:
                 os.close(spec.stdout_fd)
                 theirs.close()
@@ -300,6 +301,7 @@ def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_dir: P
                 "their own")
             continue
         z = Zygote(python, ours, _resolved(spec.read_only_paths), _resolved(spec.writable_paths))
+        z.process = handle
         z.ready = asyncio.get_running_loop().create_task(_preloaded(z, group[0].preload, venv, len(group), say))
         parents[python] = z
     return parents

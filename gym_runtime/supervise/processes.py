@@ -59,7 +59,7 @@ def account(members: Iterable[Any], helpers: dict[int, str], daemon_pid: int | N
     """One row per process of the daemon's tree: ``pid``, ``role``, ``member``, ``component``,
     ``rss_mb``, ``pss_mb`` (None when unreadable). ``members``: the supervisor's members (their
     ``proc.pid`` roots a subtree; ``kind`` ``server``/``ray``/``model``); ``helpers``: other known
-    pids -> their name (``netns holder``, ``orphan watchdog``); ``boxes``: pids of task sandboxes ->
+    pids -> their name (``netns holder``, ``preloaded parent``, ``orphan watchdog``); ``boxes``: pids of task sandboxes ->
     the server that owns them."""
     daemon_pid = daemon_pid or os.getpid()
     owner: dict[int, tuple[str, str | None]] = {}
@@ -121,10 +121,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def of_environment(supervisor: Any, sandboxes: Iterable[Any], task_sandboxes: Any = None) -> dict[str, Any]:
     """``{"processes": rows, "by_role": totals}`` for a running environment: the supervisor's
-    members, the sandboxes' namespace holders, the orphan watchdog and the task sandboxes of
+    members, the sandboxes' own processes (namespace holders, preloaded parents), the orphan watchdog and the task sandboxes of
     ``task_sandboxes`` (a :class:`~gym_runtime.task_sandboxes.service.TaskSandboxService`; blocking:
     ~1-5 ms a process)."""
-    helpers = {sb.holder.pid: "netns holder" for sb in sandboxes if sb is not None and sb.holder is not None}
+    helpers = {pid: what for sb in sandboxes if sb is not None for pid, what in sb.helpers.items()}
     if supervisor.watchdog is not None:
         helpers[supervisor.watchdog.proc.pid] = "orphan watchdog"
     boxes = {p.pid: rec.owner for rec in list(getattr(task_sandboxes, "boxes", {}).values())

@@ -80,7 +80,8 @@ class OpenSandboxEnvironment:
         self.processes: list[ServerProcess] = []
         self.denials: list[dict] = []  # the egress sidecar keeps its own; none are seen here
         self.denial_count = 0
-        self.holder = None  # no namespace holder on this host (process accounting reads it)
+        self.holder = None  # no namespace holder on this host
+        self.helpers: dict[int, str] = {}  # no process of its own on this host beside the relays (process accounting)
         self.daemon_host = str(self.conn.daemon_host)
         self.policy_wire = network_policy(policy, [self.daemon_host]) if self.conn.egress == "enforced" else None
         if self.policy_wire is None:

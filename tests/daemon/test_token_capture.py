@@ -72,7 +72,9 @@ def test_gyms_consumer_builds_trajectories_from_what_the_built_in_servers_wrote(
             {**plain_row}]  # no stamps: stamped on its way through the environment server as Gym's collector does
     with running_up(QUICKSTART, tmp_path, "token_id_capture.enabled=true", "token_id_capture.all_agents=true",
                     "policy_model.responses_api_models.vllm_model.return_token_id_information=false",
-                    env=capture_env(tmp_path, capture)) as (proc, info):
+                    # each server's own interpreter: the environment a process started with is what
+                    # /proc shows (a server forked from a preloaded parent gets its variables after the fork)
+                    env={**capture_env(tmp_path, capture), "GYM_RUNTIME_PRELOAD": "off"}) as (proc, info):
         results = run_batch(info["head_server"], rows).results
         environs = [_environ(p) for p in descendants(proc.pid)]
         passed = {e["NEMO_GYM_CONFIG_PATH"]: e.get(CONTROL) for e in environs if "NEMO_GYM_CONFIG_PATH" in e}

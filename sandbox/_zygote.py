@@ -22,7 +22,8 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
   ``/etc/resolv.conf``; then RLIMIT_CORE 0 and RLIMIT_NOFILE
   ``nofile``, every capability dropped (bounding set too), ``PR_SET_NO_NEW_PRIVS``,
   ``PR_SET_DUMPABLE`` 0 (siblings cannot read its memory or environment) and
-  ``PR_SET_PDEATHSIG``. It then writes ``hello`` on the hello socket (the daemon reads its host
+  ``PR_SET_PDEATHSIG``, and Landlock's signal scope (it can signal neither the parent nor
+  another server). It then writes ``hello`` on the hello socket (the daemon reads its host
   pid from the socket's credentials and moves it into its cgroups), reads its private variables
   (JSON, to the socket's end) and becomes the server: ``argv`` is ``[python, script, args...]``
   or ``[python, "-m", module, args...]``, run by ``runpy`` as ``python`` would run it, with
@@ -36,6 +37,7 @@ End of the control socket ends the parent; its children end with it (``PR_SET_PD
 
 import array
 import ctypes
+import errno
 import gc
 import importlib
 import importlib.util
@@ -44,6 +46,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -54,6 +57,8 @@ PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 4096, 16384, 1 << 18
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446  # the same on x86_64 and aarch64
+LANDLOCK_CREATE_RULESET_VERSION, LANDLOCK_SCOPE_SIGNAL = 1, 2
 MAX_FDS = 3
 libc = ctypes.CDLL(None, use_errno=True)
 CHILDREN = {}  # pid -> request id
@@ -79,6 +84,23 @@ def _drop_capabilities():
     data = (ctypes.c_uint32 * 6)()
     _check(libc.capset(header, data), "capset")
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+
+
+def _scope_signals():
+    """Landlock's signal scope (``landlock(7)``, ABI 6, Linux 6.12): from now on this process and
+    what it starts may signal (or trace) only themselves, not the parent nor another server."""
+    abi = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    if abi < 6:
+        raise OSError(errno.ENOSYS, "Landlock cannot scope signals on this kernel (ABI %s, 6 needed: Linux 6.12)"
+                      % (abi if abi >= 0 else "none"))
+    attr = ctypes.create_string_buffer(struct.pack("QQQ", 0, 0, LANDLOCK_SCOPE_SIGNAL), 24)
+    fd = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, attr, 24, 0)
+    if fd < 0:
+        _check(-1, "landlock_create_ruleset")
+    try:
+        _check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0), "landlock_restrict_self")
+    finally:
+        os.close(fd)
 
 
 def _view(req):
@@ -155,6 +177,7 @@ def _child(ctl, req, fds):
         _view(req)
         _limits(req)
         _drop_capabilities()
+        _scope_signals()
         _check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")
         hello_sock.sendall(b"hello")
         chunks = []
@@ -204,14 +227,16 @@ def _preload(modules):
 
 
 def _try_view():
-    """Whether a child can make a view of its own here (None) or why not: some container runtimes
-    refuse a mount namespace or a tmpfs inside the sandbox."""
+    """Whether a child can make a view of its own here and scope its signals (None) or why not:
+    some container runtimes refuse a mount namespace or a tmpfs inside the sandbox, and kernels
+    before 6.12 have no Landlock signal scope."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
         try:
             _view({})
+            _scope_signals()
             os._exit(0)
         except BaseException as e:  # noqa: BLE001 - said to the parent
             os.write(w, ("%s: %s" % (type(e).__name__, e)).encode()[:4000])

@@ -1,6 +1,7 @@
 """Servers of one venv forked from one preloaded parent (sandbox/zygote.py), in a real sandbox:
 each keeps its own /tmp, its own writable directories (the other's are covered), its own
-resolv.conf and secrets (the parent never holds them), no capability; exits, stops and restarts
+resolv.conf and secrets (the parent never holds them), no capability, and cannot signal its
+parent; exits, stops and restarts
 are seen as for any server; a parent whose imports start a thread forks nothing, and servers whose
 parent ended start on their own."""
 
@@ -92,6 +93,7 @@ def test_two_servers_forked_from_one_parent_keep_their_own_views(bwrap, tmp_path
         assert "mine" in seen["tmp"]  # its own /tmp...
         assert (tmp_path / f"w{name[1]}" / "written").read_text() == "by the server"  # ...and its own directory
         assert seen["cap_eff"] == "0000000000000000" and seen["no_new_privs"] == "1"
+        assert seen["signal_parent"] == "PermissionError"  # Landlock's signal scope: not its parent, no sibling
         assert seen["argv"][0] == "preload_probe.py" and seen["main_name"] == "__main__"
         assert seen["cwd"] == str(APPS)
     assert _out(tmp_path, "s0")[0]["random"] != _out(tmp_path, "s1")[0]["random"]  # not one parent's random state

@@ -14,6 +14,11 @@ with open("/tmp/mine", "w") as f:
 with open(os.path.join(os.environ["GR_TEST_OWN"], "written"), "w") as f:
     f.write("by the server")
 status = open("/proc/self/status").read()
+try:
+    os.kill(os.getppid(), 0)  # signal 0: the permission check only
+    signal_parent = "allowed"
+except OSError as e:
+    signal_parent = e.__class__.__name__
 print(json.dumps({
     "argv": sys.argv,
     "cwd": os.getcwd(),
@@ -27,6 +32,7 @@ print(json.dumps({
     "main_name": __name__,
     "pythonpath_first": sys.path[0],
     "random": __import__("random").random(),
+    "signal_parent": signal_parent,
 }), flush=True)
 deadline = time.monotonic() + 60
 while not os.path.exists(os.path.join(os.environ["GR_TEST_OWN"], "go")) and time.monotonic() < deadline:

@@ -328,7 +328,7 @@ class LocalPlacement:
         if not self.env.settings.preload:
             return None
         if python not in self._preloads:
-            cache = self.env.bytecode.user(python, PRELOADED_PARENT, name)
+            cache = self.env.bytecode.user(python, PRELOADED_PARENT, f"the {PRELOADED_PARENT}", ready_as=name)
             self._preloads[python] = Preload(SHARED_MODULES + self.env.merged.release.preload_modules,
                                              dict(cache.env), tuple(cache.writable), withheld=(run_mark.VAR,))
         return self._preloads[python]

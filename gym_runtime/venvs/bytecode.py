@@ -268,6 +268,7 @@ class EnvironmentBytecode:
 
     def __init__(self, progress=None, store: PycStore | None = None) -> None:
         self.caches: list[tuple[Path, str, Pycache]] = []
+        self._ready_as: dict[str, str] = {}  # a user whose process is no member -> the member it is ready with
         self.store = store
         self._say = progress or (lambda msg: None)
         self._task: asyncio.Task | None = None
@@ -312,10 +313,14 @@ class EnvironmentBytecode:
         left = f"; {len(got.rejected)} changed or unusable, so its processes learn again" if got.rejected else ""
         self._say(f"bytecode: {got.placed}/{got.total} files placed from the store into {venv.name}{left}")
 
-    def user(self, python: Path, key: str, name: str) -> Pycache:
-        """The cache for process ``name`` run by ``python`` (``<venv>/bin/python``) as user ``key``."""
+    def user(self, python: Path, key: str, name: str, ready_as: str | None = None) -> Pycache:
+        """The cache for process ``name`` run by ``python`` (``<venv>/bin/python``) as user ``key``;
+        ``ready_as``: the process whose readiness ends its learning (a preloaded parent's: its
+        first server's), else ``name``'s own."""
         cache = for_user(Path(python).parent.parent, key)
         self.caches.append((Path(python), name, cache))
+        if ready_as is not None:
+            self._ready_as[name] = ready_as
         return cache
 
     def _unsaved(self) -> list[Path]:
@@ -338,7 +343,7 @@ class EnvironmentBytecode:
         while pending:
             for entry in list(pending):
                 py, name, cache = entry
-                final = ready(name)  # read first: what it imported up to now is then all there
+                final = ready(self._ready_as.get(name, name))  # read first: what it imported is then all there
                 seen = compiled.setdefault(cache.venv, set())
                 new = [f for f in await _background(sources, cache) if f not in seen]
                 try:

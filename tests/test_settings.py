@@ -134,3 +134,11 @@ def test_uv_never_gets_the_opensandbox_credential() -> None:
 
     env = make_env({"PATH": "/usr/bin", "OPENSANDBOX_API_KEY": "k-123", "OPENSANDBOX_DOMAIN": "osb:8080"}, None)
     assert "OPENSANDBOX_API_KEY" not in env.env and "OPENSANDBOX_API_KEY" in env.scrubbed
+
+
+def test_preload_is_on_unless_switched_off_and_an_odd_value_is_refused() -> None:
+    assert load_settings({}).preload is True
+    assert load_settings({"GYM_RUNTIME_PRELOAD": "OFF"}).preload is False
+    with pytest.raises(SettingsError) as refused:
+        load_settings({"GYM_RUNTIME_PRELOAD": "sometimes"})
+    assert refused.value.code == "GR-SETTINGS-PRELOAD"

@@ -291,16 +291,17 @@ class Sandbox:
         # never on a command line (see sandbox/launch.py). Every level gets its own session and
         # process group, so a terminal's SIGINT (sent to the daemon's foreground group) reaches
         # the daemon only, which then stops its servers in order
-        parent = self._parents.get(str(spec.argv[0])) if spec.preload is not None else None
-        why = parent.covers(spec) if parent is not None else "no preloaded parent"
-        if parent is not None and why is None:
-            try:
-                return self._fork(parent, spec, env, resolv, cg)
-            except StartError as e:  # this parent forks nothing more; the server starts the usual way
-                parent.broken = why = e.message
-                log.warning("server %s starts on its own: %s", spec.name, why)
-        elif parent is not None:
-            log.info("server %s starts on its own: %s", spec.name, why)
+        parent = self._parent_of(spec)
+        if parent is not None:
+            why = parent.covers(spec)
+            if why is None:
+                try:
+                    return self._fork(parent, spec, env, resolv, cg)
+                except StartError as e:  # this parent forks nothing more; the server starts the usual way
+                    parent.broken = e.message
+                    log.warning("server %s starts on its own: %s", spec.name, e.message)
+            else:
+                log.info("server %s starts on its own: %s", spec.name, why)
         try:
             popen = subprocess.Popen(
                 argv, cwd=str(spec.cwd), env=env, stdin=subprocess.DEVNULL, stdout=spec.stdout_fd,
@@ -350,8 +351,12 @@ class Sandbox:
     def spawn_after(self, spec: ProcessSpec) -> asyncio.Future | None:
         """What must end before ``spec`` is spawned (the backend interface): its venv's preloaded
         parent while it imports, else None."""
-        parent = self._parents.get(str(spec.argv[0])) if spec.preload is not None else None
+        parent = self._parent_of(spec)
         return parent.pending(spec) if parent is not None else None
+
+    def _parent_of(self, spec: ProcessSpec) -> Zygote | None:
+        """The preloaded parent of ``spec``'s venv, when it asks for one and there is one."""
+        return self._parents.get(str(spec.argv[0])) if spec.preload is not None else None
 
     async def prepare(self, specs: list[ProcessSpec], say: Callable[[str], None] | None = None) -> list[str]:
         """What to make before the first spawn (the backend interface, sandbox/backends.py): under

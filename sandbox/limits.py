@@ -153,12 +153,13 @@ def apply_rlimits(limits: ResourceLimits) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
 
-def join_cgroups(procs_files: list[str]) -> None:
-    """In the child before exec: move this process into each group."""
-    pid = str(os.getpid()).encode()
+def join_cgroups(procs_files: list[str], pid: int | None = None) -> None:
+    """Move process ``pid`` into each group: by default this process (in the child before exec);
+    a server forked from a preloaded parent is moved by the daemon, before it runs."""
+    data = str(os.getpid() if pid is None else pid).encode()
     for f in procs_files:
         fd = os.open(f, os.O_WRONLY)
         try:
-            os.write(fd, pid)
+            os.write(fd, data)
         finally:
             os.close(fd)

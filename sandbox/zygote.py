@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 from gym_runtime.errors import StartError
 
+from .limits import join_cgroups
 from .probe import interpreter_roots
 
 log = logging.getLogger("sandbox")
@@ -144,12 +145,15 @@ class Zygote:
         if child is not None:
             child.ended(int(msg["status"]))
 
-    def _lost(self) -> None:
-        """The parent ended: its pid namespace, and every server it forked, ended with it."""
+    def _stop_reading(self) -> None:
         self.closed = True
         if self._loop is not None:
             self._loop.remove_reader(self.ctl.fileno())
             self._loop = None
+
+    def _lost(self) -> None:
+        """The parent ended: its pid namespace, and every server it forked, ended with it."""
+        self._stop_reading()
         for child in list(self.children.values()):
             child.ended(-9)
         self.children.clear()
@@ -197,12 +201,7 @@ class Zygote:
             finally:
                 theirs.close()
             pid = self._hello(ours, spec.name)
-            for f in procs_files:  # before it runs any code of its own: the limits hold from its first line
-                fd = os.open(f, os.O_WRONLY)
-                try:
-                    os.write(fd, str(pid).encode())
-                finally:
-                    os.close(fd)
+            join_cgroups(procs_files, pid)  # before it runs any code of its own: the limits hold from its first line
             child = ForkedChild(pid)
             self.children[rid] = child
             ours.sendall(json.dumps(dict(spec.private_env)).encode())
@@ -234,10 +233,7 @@ class Zygote:
     def close(self) -> None:
         if self.ready is not None and not self.ready.done():
             self.ready.cancel()
-        if self._loop is not None:
-            self._loop.remove_reader(self.ctl.fileno())
-            self._loop = None
-        self.closed = True
+        self._stop_reading()
         self.ctl.close()
 
 

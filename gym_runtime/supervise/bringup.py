@@ -209,7 +209,7 @@ class Environment:
         self._say(f"starting {len(merged.instances)} server(s) (isolation: {self.placement.isolation})")
         self.supervisor.phase = "waiting for servers to answer GET /"
         self._check_stop()
-        self.bytecode.learn(lambda name: self.supervisor.members[name].status == READY)
+        self.bytecode.learn(self.supervisor.ready_or_gone)
         await self._supervise(merged)
         opts = self.req.options
         if opts.probe_policy or opts.model_endpoint_timeout_s > 0:

@@ -92,6 +92,11 @@ class Supervisor:
     def add(self, member: Member) -> None:
         self.members[member.name] = member
 
+    def ready_or_gone(self, name: str) -> bool:
+        """True when member ``name`` answers (READY) or is no member any more (removed by a reload)."""
+        m = self.members.get(name)
+        return m is None or m.status == READY
+
     async def start(self, endpoints: list[str] = (), models: dict[str, tuple[str, str | None]] | None = None) -> None:
         """Spawn every member and wait until all answer and every model endpoint answers (and,
         for an endpoint in ``models`` = {base URL: (model name, api key)}, lists that model when

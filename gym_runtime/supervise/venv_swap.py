@@ -29,7 +29,6 @@ from typing import Any
 
 from gym_runtime.errors import BuildError
 from gym_runtime.supervise import contract
-from gym_runtime.supervise.member import READY
 
 
 async def rebuild(env: Any, names: list[str], cancel: threading.Event) -> dict[str, Any]:
@@ -96,4 +95,4 @@ async def reseat(env: Any, changed: dict[str, Any]) -> None:
 def learn(env: Any) -> None:
     """Compile what the restarted servers import into their venvs' shared bytecode cache (in the
     background, as after the start: :meth:`~gym_runtime.venvs.bytecode.EnvironmentBytecode.learn`)."""
-    env.bytecode.learn(lambda name: env.supervisor.members[name].status == READY)
+    env.bytecode.learn(env.supervisor.ready_or_gone)

@@ -163,3 +163,28 @@ def test_the_store_keeps_the_most_recently_used_records_and_their_objects(venv: 
     assert venv.store.prune(keep=1) == 2
     assert index.exists() and not older.exists() and not obj.exists()
     assert venv.rebuild_and_prepare() and learned(venv.path) == {KEY}
+
+
+def test_the_store_copy_waits_until_every_process_is_ready(venv: Venv) -> None:
+    """A venv whose users the store lacks (the first warm start after a cold one) is saved only
+    once its processes are ready: the copy must not take a core and the disk from their start."""
+    cache = for_user(venv.path, KEY)
+    venv.run("-c", "import tinyparse.extra", env=cache.env)
+    asyncio.run(harvest(venv.python, [cache]))  # learned in the venv, not yet in the store
+    state = {"ready": False}
+
+    async def run() -> tuple[set[str], set[str]]:
+        env = EnvironmentBytecode(store=venv.store)
+        await env.prepare([venv.python])
+        env.user(venv.python, KEY, "acme")
+        env.learn(lambda name: state["ready"])
+        await asyncio.sleep(1.5)  # more than one round of the background task
+        before = set(venv.store.users(venv.digest))
+        state["ready"] = True
+        assert await env.settled(30)
+        await env.close()
+        return before, set(venv.store.users(venv.digest))
+
+    before, after = asyncio.run(run())
+    assert before == set(), "nothing is copied into the store while a process still starts"
+    assert after == {KEY}

@@ -167,3 +167,19 @@ def test_imports_are_compiled_once_the_process_is_ready_never_while_it_starts(ve
     early, compiled, users = asyncio.run(run())
     assert not early, "nothing is compiled beside a starting process: it would take a core from its start"
     assert compiled and users == {KEY}
+
+
+def test_the_daemons_compilers_run_on_idle_cpu_only(tmp_path: Path) -> None:
+    """A compile after ready runs beside the servers' first rollouts: it must take no core one of
+    them wants (SCHED_IDLE), not only a lower share of both."""
+    from gym_runtime.venvs.bytecode import compile_into_shared
+
+    seen = tmp_path / "policy"
+    fake = tmp_path / "python"  # stands in for the venv's interpreter: reports its own scheduling policy
+    fake.write_text(f"#!{sys.executable}\nimport os, sys, time\ntime.sleep(0.5)\n"
+                    f"open({str(seen)!r}, 'a').write(f'{{os.sched_getscheduler(0)}} {{os.getpriority(os.PRIO_PROCESS, 0)}}\\n')\n"
+                    "sys.stdin.read()\nprint(0)\n")
+    fake.chmod(0o755)
+    asyncio.run(compile_into_shared(tmp_path, fake, ["/a.py", "/b.py"], jobs=2))
+    rows = seen.read_text().split()
+    assert rows[0::2] == [str(os.SCHED_IDLE)] * 2

@@ -53,7 +53,7 @@ LEARN = Path(".gym-runtime") / "learn"
 RECORD = Path(".gym-runtime") / "pycache.json"
 RAY_HEAD = "ray_head"
 PRELOADED_PARENT = "preloaded parent"  # the user of a venv's preloaded parent (sandbox/zygote.py)
-# compilers beside running servers: one, so a core stays theirs (on a 2-core virtual machine the
+# compilers beside running servers: one, so a core stays theirs (on this project's 2-core test host the
 # agent's /run p50 right after a cold start was 100-105 ms with no compile, 111-114 ms beside one
 # SCHED_IDLE compiler, 116-131 ms beside two: idle-class work still costs a virtual machine's CPU)
 BACKGROUND_JOBS = 1

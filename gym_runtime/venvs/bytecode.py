@@ -53,10 +53,6 @@ LEARN = Path(".gym-runtime") / "learn"
 RECORD = Path(".gym-runtime") / "pycache.json"
 RAY_HEAD = "ray_head"
 PRELOADED_PARENT = "preloaded parent"  # the user of a venv's preloaded parent (sandbox/zygote.py)
-# compilers beside running servers: one, so a core stays theirs (on this project's 2-core test host the
-# agent's /run p50 right after a cold start was 100-105 ms with no compile, 111-114 ms beside one
-# SCHED_IDLE compiler, 116-131 ms beside two: idle-class work still costs a virtual machine's CPU)
-BACKGROUND_JOBS = 1
 NICE = 10  # compilers' CPU priority where SCHED_IDLE cannot be had (a higher nice value yields to the servers)
 _PYC = re.compile(r"^(?P<stem>[^.]+)\.[a-z]+-\d+(\.opt-\d)?\.pyc$")
 # compileall skips files whose cached bytecode is already up to date; prints how many it compiled
@@ -363,7 +359,7 @@ class EnvironmentBytecode:
                 seen = compiled.setdefault(cache.venv, set())
                 new = [f for f in await _background(sources, cache) if f not in seen]
                 try:
-                    await compile_into_shared(cache.venv, py, new, jobs=BACKGROUND_JOBS)
+                    await compile_into_shared(cache.venv, py, new)
                     seen.update(new)
                     await _background(finish, [cache])  # never block the loop on rmtree
                 except (RuntimeError, OSError) as e:  # a failed compile costs speed only, never correctness

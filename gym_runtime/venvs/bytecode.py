@@ -18,7 +18,8 @@ Builds compile nothing: ``uv pip install --compile-bytecode`` compiles every fil
   source file; the regular ``.py`` files inside the venv (never inside ``.gym-runtime``) are
   compiled by the daemon into the shared cache, the user is recorded and the dir is removed. A
   process's own bytecode is never copied. This runs in the background on idle CPU (``SCHED_IDLE``)
-  once the process is ready (its start-up imports are done), never while it starts.
+  while the processes start (every second, what they imported since), so little is left once they
+  are ready, and a user is recorded once its process is ready (its start-up imports are done).
 
 A learning dir whose daemon died before harvesting (its ``flock`` is free) is harvested by the next
 start of that venv (:func:`harvest_stale`). What the shared cache holds outlives the venv in the
@@ -177,10 +178,8 @@ async def _background(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _background_priority(pid: int) -> None:
-    """Run ``pid`` only on a core nothing else wants (``SCHED_IDLE``): a server answering its first
-    rollouts beside a compile then waits for no compiler (a nice value alone still gave compilers
-    a share of both cores, and the agent's ``/run`` p50 rose from 105 to 127 ms right after a cold
-    start); else at nice :data:`NICE`."""
+    """Run ``pid`` only on a core nothing else wants (``SCHED_IDLE``), so the processes it compiles
+    for, starting or answering, never wait for a compiler; else at nice :data:`NICE`."""
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, pid, NICE)
     with contextlib.suppress(OSError, AttributeError):
@@ -270,9 +269,9 @@ async def harvest_stale(venv: Path, python: Path) -> int:
 class EnvironmentBytecode:
     """The bytecode caches of one environment's processes: ``await prepare(pythons)`` before any
     starts (harvests what earlier runs left, places what ``store`` holds for each venv),
-    ``user(python, key, name)`` per process, ``learn(ready)`` when they are spawned (harvests a
-    process's cache in the background once ``ready(name)`` says it is done with its start-up
-    imports, and records its user; once all are ready, the venvs' caches are saved to ``store``), ``await
+    ``user(python, key, name)`` per process, ``learn(ready)`` when they are spawned (harvests in
+    the background while they start; a user is recorded once ``ready(name)`` says its process is
+    done with its start-up imports; once all are ready, the venvs' caches are saved to ``store``), ``await
     settled(timeout_s)`` to wait for that work, ``await close()`` on stop."""
 
     def __init__(self, progress=None, store: PycStore | None = None) -> None:
@@ -337,10 +336,9 @@ class EnvironmentBytecode:
         return [v for v, (_, digest) in self._venvs.items() if learned(v) - self.store.users(digest)]
 
     def learn(self, ready: Callable[[str], bool]) -> None:
-        """Harvest the learning caches in the background: once ``ready(name)`` (checked every
-        second), what process ``name`` imported is compiled and its cache finished (never while it
-        starts: a compile beside the imports it learns from took 2-4 s of a cold start's 14-17 s
-        on two cores); then save what the store lacks, once every process is ready. Called again
+        """Harvest the learning caches in the background while their processes start: every second
+        what they imported since is compiled, on idle CPU, and a cache is finished once
+        ``ready(name)``; then save what the store lacks, once every process is ready. Called again
         once that work is done (a server moved to a rebuilt venv,
         :mod:`gym_runtime.supervise.venv_swap`), it harvests the caches made since. ``ready(name)`` is also true for a process that is gone."""
         work = any(c.learning for _, _, c in self.caches) or (self.store is not None and self._unsaved())
@@ -354,19 +352,21 @@ class EnvironmentBytecode:
         while pending:
             for entry in list(pending):
                 py, name, cache = entry
-                if not ready(self._ready_as.get(name, name)):
-                    continue  # what it imports is not all there yet, and a compile would take a core from it
+                final = ready(self._ready_as.get(name, name))  # read first: what it imported is then all there
                 seen = compiled.setdefault(cache.venv, set())
                 new = [f for f in await _background(sources, cache) if f not in seen]
                 try:
                     await compile_into_shared(cache.venv, py, new)
                     seen.update(new)
-                    await _background(finish, [cache])  # never block the loop on rmtree
+                    if final:
+                        await _background(finish, [cache])  # never block the loop on rmtree
                 except (RuntimeError, OSError) as e:  # a failed compile costs speed only, never correctness
                     self._say(f"bytecode: {e}")
-                pending.remove(entry)
-                self._say(f"bytecode: compiled what {name} imports into venv {cache.venv.name} "
-                          f"({len(seen)} files so far); later starts load it instead of compiling")
+                    final = True
+                if final:
+                    pending.remove(entry)
+                    self._say(f"bytecode: compiled what {name} imports into venv {cache.venv.name} "
+                              f"({len(seen)} files so far); later starts load it instead of compiling")
             pending += [entry for entry in self.caches[seen_caches:] if entry[2].learning]  # made meanwhile
             seen_caches = len(self.caches)
             await asyncio.sleep(every_s)

@@ -17,7 +17,7 @@ Builds compile nothing: ``uv pip install --compile-bytecode`` compiles every fil
   ``PYTHONPYCACHEPREFIX``, so its imports leave ``.pyc`` files there. :func:`harvest` then reads only their *names*: each names a
   source file; the regular ``.py`` files inside the venv (never inside ``.gym-runtime``) are
   compiled by the daemon into the shared cache, the user is recorded and the dir is removed. A
-  process's own bytecode is never copied. This runs in the background on idle CPU (``SCHED_IDLE``)
+  process's own bytecode is never copied. This runs in the background at a lower CPU priority
   while the processes start (every second, what they imported since), so little is left once they
   are ready, and a user is recorded once its process is ready (its start-up imports are done).
 
@@ -54,7 +54,7 @@ LEARN = Path(".gym-runtime") / "learn"
 RECORD = Path(".gym-runtime") / "pycache.json"
 RAY_HEAD = "ray_head"
 PRELOADED_PARENT = "preloaded parent"  # the user of a venv's preloaded parent (sandbox/zygote.py)
-NICE = 10  # compilers' CPU priority where SCHED_IDLE cannot be had (a higher nice value yields to the servers)
+NICE = 10  # compilers' CPU priority (a higher nice value yields to the servers)
 _PYC = re.compile(r"^(?P<stem>[^.]+)\.[a-z]+-\d+(\.opt-\d)?\.pyc$")
 # compileall skips files whose cached bytecode is already up to date; prints how many it compiled
 _COMPILE = ("import compileall, sys\n"
@@ -177,15 +177,6 @@ async def _background(fn: Callable[..., Any], *args: Any) -> Any:
     return await fut
 
 
-def _background_priority(pid: int) -> None:
-    """Run ``pid`` only on a core nothing else wants (``SCHED_IDLE``), so the processes it compiles
-    for, starting or answering, never wait for a compiler; else at nice :data:`NICE`."""
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, pid, NICE)
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
-
-
 async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: int | None = None) -> int:
     """Compile ``files`` (sources inside ``venv``) into their ``__pycache__`` dirs with the venv's
     own interpreter, ``jobs`` processes at once (default: CPU count); returns how many compiled
@@ -201,7 +192,8 @@ async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: 
              for _ in chunks]
     try:
         for p in procs:  # background work: the environment's own processes come first
-            _background_priority(p.pid)
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, p.pid, NICE)
         outs = await asyncio.gather(*(p.communicate("\n".join(c).encode()) for p, c in zip(procs, chunks)))
     finally:
         for p in procs:
@@ -271,8 +263,8 @@ class EnvironmentBytecode:
     starts (harvests what earlier runs left, places what ``store`` holds for each venv),
     ``user(python, key, name)`` per process, ``learn(ready)`` when they are spawned (harvests in
     the background while they start; a user is recorded once ``ready(name)`` says its process is
-    done with its start-up imports; once all are ready, the venvs' caches are saved to ``store``), ``await
-    settled(timeout_s)`` to wait for that work, ``await close()`` on stop."""
+    done with its start-up imports; once all are ready, the venvs' caches are saved to
+    ``store``), ``await settled(timeout_s)`` to wait for that work, ``await close()`` on stop."""
 
     def __init__(self, progress=None, store: PycStore | None = None) -> None:
         self.caches: list[tuple[Path, str, Pycache]] = []
@@ -337,10 +329,10 @@ class EnvironmentBytecode:
 
     def learn(self, ready: Callable[[str], bool]) -> None:
         """Harvest the learning caches in the background while their processes start: every second
-        what they imported since is compiled, on idle CPU, and a cache is finished once
-        ``ready(name)``; then save what the store lacks, once every process is ready. Called again
-        once that work is done (a server moved to a rebuilt venv,
-        :mod:`gym_runtime.supervise.venv_swap`), it harvests the caches made since. ``ready(name)`` is also true for a process that is gone."""
+        what they imported since is compiled, and a cache is finished once ``ready(name)``; then
+        save what the store lacks, once every process is ready. Called again once that work is
+        done (a server moved to a rebuilt venv, :mod:`gym_runtime.supervise.venv_swap`), it
+        harvests the caches made since. ``ready(name)`` is also true for a process that is gone."""
         work = any(c.learning for _, _, c in self.caches) or (self.store is not None and self._unsaved())
         if work and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._learn(ready))

@@ -170,19 +170,3 @@ def test_imports_are_compiled_while_the_process_still_starts(venv_python: Path) 
     assert early, "what a starting process imported is compiled while it starts"
     assert users == {KEY}
 
-
-def test_the_daemons_compilers_run_on_idle_cpu_only(tmp_path: Path) -> None:
-    """The daemon compiles beside the processes it compiles for (their start, their first
-    rollouts): its compilers must take no core one of them wants (SCHED_IDLE), not only a lower
-    share of both."""
-    from gym_runtime.venvs.bytecode import compile_into_shared
-
-    seen = tmp_path / "policy"
-    fake = tmp_path / "python"  # stands in for the venv's interpreter: reports its own scheduling policy
-    fake.write_text(f"#!{sys.executable}\nimport os, sys, time\ntime.sleep(0.5)\n"
-                    f"open({str(seen)!r}, 'a').write(f'{{os.sched_getscheduler(0)}} {{os.getpriority(os.PRIO_PROCESS, 0)}}\\n')\n"
-                    "sys.stdin.read()\nprint(0)\n")
-    fake.chmod(0o755)
-    asyncio.run(compile_into_shared(tmp_path, fake, ["/a.py", "/b.py"], jobs=2))
-    rows = seen.read_text().split()
-    assert rows[0::2] == [str(os.SCHED_IDLE)] * 2

@@ -169,4 +169,3 @@ def test_imports_are_compiled_while_the_process_still_starts(venv_python: Path) 
     early, users = asyncio.run(run())
     assert early, "what a starting process imported is compiled while it starts"
     assert users == {KEY}
-

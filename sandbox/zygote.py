@@ -250,9 +250,12 @@ def parent_spec(name: str, python: str, specs: Sequence[Any], preload: Preload, 
         writable += list(s.writable_paths)
     shared = {k: v for k, v in specs[0].env.items()
               if k not in preload.withheld and all(s.env.get(k) == v for s in specs[1:])}
-    env = {**shared, **preload.env, "HOME": str(work_dir), "PYTHONDONTWRITEBYTECODE": "1"}
-    if "PYTHONPYCACHEPREFIX" not in preload.env:
+    env = {**shared, **preload.env, "HOME": str(work_dir)}
+    if "PYTHONPYCACHEPREFIX" in preload.env:  # learning: it writes what it compiles into its own dir
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:  # it reads the venv's shared cache and writes nothing
         env.pop("PYTHONPYCACHEPREFIX", None)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     return ProcessSpec(name, [python, str(PARENT), str(ctl_fd)], work_dir, env,
                        read_only_paths=list(dict.fromkeys(ro)), writable_paths=list(dict.fromkeys([work_dir, *writable])),
                        keep_caps=("CAP_SYS_ADMIN",), pass_fds=(ctl_fd,))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,27 @@ def test_a_parent_whose_imports_start_a_thread_forks_nothing(bwrap, tmp_path, pl
                in ln for ln in lines), lines
     assert codes == [0, 0] and bwrapped == [True, True]
     assert _out(tmp_path, "s0")[0]["preloaded"] is False
+
+
+def test_a_learning_parent_writes_what_it_compiles_into_its_own_dir(bwrap, tmp_path, plain_python) -> None:
+    # the host's PYTHONDONTWRITEBYTECODE reaches the servers' environment; a parent given a learning
+    # dir must still write there, or its imports never reach the venv's shared cache and every start
+    # compiles them again
+    learn = tmp_path / "learn"
+    learn.mkdir()
+    preload = Preload(("plainmod",), {"PYTHONPYCACHEPREFIX": str(learn)}, (learn,))
+
+    async def main():
+        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
+        specs = _specs(tmp_path, plain_python, preload,
+                       env={"PYTHONPATH": str(APPS / "preload"), "PYTHONDONTWRITEBYTECODE": "1"})
+        try:
+            return await _prepared(sb, specs)
+        finally:
+            for s in specs:
+                os.close(s.stdout_fd)
+            await sb.close()
+
+    lines = asyncio.run(main())
+    assert any("forked from one parent" in ln or "imported" in ln for ln in lines), lines
+    assert [p.name for p in learn.rglob("plainmod.*.pyc")] == [f"plainmod.{sys.implementation.cache_tag}.pyc"]

@@ -1,0 +1,3 @@
+"""A module with no side effects at import: what a preloaded parent imports and learns."""
+
+VALUE = 1

@@ -35,7 +35,7 @@ def test_ci_installs_vllm_beside_the_suite_and_runs_its_tests_after() -> None:
     suite = lines.index("./uvw run pytest || suite_rc=$?")
     waited = lines.index('wait "$vllm_job" || vllm_rc=$?')
     tests = lines.index("GYM_RUNTIME_TESTS_REQUIRE_VLLM=1 ./uvw run pytest -m vllm || vllm_rc=$?")
-    assert lines.index("./uvw sync --quiet") < start < suite < waited < tests
+    assert lines.index("./uvw sync --quiet --compile-bytecode") < start < suite < waited < tests
     loop = next(ln for ln in lines if ln.startswith("for rc in "))
     assert '"$vllm_rc"' in loop and lines.index(loop) > tests
 

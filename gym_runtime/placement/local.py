@@ -26,7 +26,6 @@ from typing import Any
 from gym_runtime.config import token_capture
 from gym_runtime.errors import BuildError, GymRuntimeError, StartError
 from gym_runtime.gym_release.ray_use import ray_users
-from gym_runtime.gym_release.startup_imports import startup_imports
 from gym_runtime.ray_target import choose, ray_level, wait_reachable
 from gym_runtime.supervise import contract, own_ray, passthrough, ray_head, ray_workers, run_mark
 from gym_runtime.supervise.interrupted import as_interrupted
@@ -109,7 +108,7 @@ class LocalPlacement:
         self.pythons = {n: Path(venvs.for_instance(n).python) for n in merged.instances}
         for venv in {p.parent.parent for p in self.pythons.values()}:  # a venv built before the provider existed
             await asyncio.to_thread(ensure_provider, venv)
-        await env.bytecode.prepare(list(self.pythons.values()), startup_imports(env.merged.release))
+        await env.bytecode.prepare(list(self.pythons.values()))
 
     async def open(self) -> None:
         """Choose Ray (servers that use it) within the run's backend's ``ray_scope``, then start the

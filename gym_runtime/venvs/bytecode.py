@@ -41,15 +41,13 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gym_runtime.files import try_lock, write_json
 from gym_runtime.venvs.pyc_store import Interpreter, PycStore, interpreter
-from gym_runtime.venvs.seed import link, seed_sources
 from gym_runtime.venvs.store import read_marker
 
 LEARN = Path(".gym-runtime") / "learn"
@@ -179,12 +177,10 @@ async def _background(fn: Callable[..., Any], *args: Any) -> Any:
     return await fut
 
 
-async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: int | None = None,
-                              nice: int = NICE) -> int:
+async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: int | None = None) -> int:
     """Compile ``files`` (sources inside ``venv``) into their ``__pycache__`` dirs with the venv's
-    own interpreter, ``jobs`` processes at once (default: CPU count) at CPU priority ``nice``;
-    returns how many compiled (up to date counts). Raises ``RuntimeError`` when a compiler process
-    fails; cancelling kills them."""
+    own interpreter, ``jobs`` processes at once (default: CPU count); returns how many compiled
+    (up to date counts). Raises ``RuntimeError`` when a compiler process fails; cancelling kills them."""
     if not files:
         return 0
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
@@ -195,9 +191,9 @@ async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: 
                                                   env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
              for _ in chunks]
     try:
-        for p in procs:  # background work (unless nothing waits on it): the environment's own processes come first
+        for p in procs:  # background work: the environment's own processes come first
             with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, p.pid, nice)
+                os.setpriority(os.PRIO_PROCESS, p.pid, NICE)
         outs = await asyncio.gather(*(p.communicate("\n".join(c).encode()) for p, c in zip(procs, chunks)))
     finally:
         for p in procs:
@@ -278,14 +274,11 @@ class EnvironmentBytecode:
         self._task: asyncio.Task | None = None
         self._venvs: dict[Path, tuple[Path, str]] = {}  # venv -> (python, plan digest)
         self._interp: dict[Path, Interpreter] = {}
-        self._seeded: dict[Path, tuple[list[str], str]] = {}  # venv -> (the seed's sources, cache tag)
         self._stop = threading.Event()
 
-    async def prepare(self, pythons: list[Path], seed: Sequence[str] = ()) -> None:
+    async def prepare(self, pythons: list[Path]) -> None:
         """Harvest learning dirs earlier runs left in the venvs of ``pythons`` (``<venv>/bin/python``),
-        then place the store's bytecode into each venv whose store record has users it lacks; a venv
-        that still has no user learned gets ``seed`` (the release's start-up sources, relative to
-        ``site-packages``: :mod:`gym_runtime.venvs.seed`) compiled before its processes start."""
+        then place the store's bytecode into each venv whose store record has users it lacks."""
         for py in dict.fromkeys(Path(p) for p in pythons):
             venv = py.parent.parent
             try:
@@ -301,8 +294,6 @@ class EnvironmentBytecode:
             if self.store is not None and isinstance(digest, str):
                 self._venvs[venv] = (py, digest)
                 await self._place(venv, py, digest)
-            if seed and not learned(venv):
-                await self._seed(venv, py, seed)
 
     async def _interpreter(self, py: Path) -> Interpreter:
         if py not in self._interp:
@@ -322,30 +313,11 @@ class EnvironmentBytecode:
         left = f"; {len(got.rejected)} changed or unusable, so its processes learn again" if got.rejected else ""
         self._say(f"bytecode: {got.placed}/{got.total} files placed from the store into {venv.name}{left}")
 
-    async def _seed(self, venv: Path, py: Path, seed: Sequence[str]) -> None:
-        started = time.monotonic()
-        files = await _background(seed_sources, venv, seed)
-        try:
-            tag = (await self._interpreter(py)).tag
-            n = await compile_into_shared(venv, py, files, nice=0)  # the processes wait for it
-        except (RuntimeError, OSError, subprocess.SubprocessError, IndexError) as e:  # speed only
-            self._say(f"bytecode: the start-up seed was not compiled into {venv.name}: {e}")
-            return
-        self._seeded[venv] = (files, tag)
-        self._say(f"bytecode: compiled {n} sources the release's servers and a Ray head import at start-up into "
-                  f"venv {venv.name} in {time.monotonic() - started:.1f}s, before its processes start (nothing "
-                  "recorded for it yet); they learn the rest")
-
     def user(self, python: Path, key: str, name: str, ready_as: str | None = None) -> Pycache:
         """The cache for process ``name`` run by ``python`` (``<venv>/bin/python``) as user ``key``;
         ``ready_as``: the process whose readiness ends its learning (a preloaded parent's: its
-        first server's), else ``name``'s own. A learning dir in a venv seeded by :meth:`prepare`
-        starts with links to the seed's bytecode (:func:`gym_runtime.venvs.seed.link`)."""
+        first server's), else ``name``'s own."""
         cache = for_user(Path(python).parent.parent, key)
-        if cache.learning and cache.venv in self._seeded:
-            files, tag = self._seeded[cache.venv]
-            with contextlib.suppress(OSError):  # speed only: without the links it compiles them itself
-                link(cache.prefix, files, tag)
         self.caches.append((Path(python), name, cache))
         if ready_as is not None:
             self._ready_as[name] = ready_as

@@ -169,39 +169,3 @@ def test_imports_are_compiled_while_the_process_still_starts(venv_python: Path) 
     early, users = asyncio.run(run())
     assert early, "what a starting process imported is compiled while it starts"
     assert users == {KEY}
-
-
-def test_a_venv_with_nothing_recorded_gets_the_seed_compiled_and_learning_dirs_link_to_it(venv_python: Path) -> None:
-    venv = venv_python.parent.parent
-    said: list[str] = []
-    bc = EnvironmentBytecode(said.append)
-    seed = ("tinyparse/__init__.py", "tinyparse/extra.py", "not_installed/mod.py", "../../../../etc/passwd.py")
-    asyncio.run(bc.prepare([venv_python], seed))
-    assert len(said) == 1 and said[0].startswith(f"bytecode: compiled 2 sources the release's servers and a Ray head "
-                                                 f"import at start-up into venv {venv.name} in "), said
-    tag = sys.implementation.cache_tag
-    assert sorted(p.name for p in _pycache(venv, "tinyparse").iterdir()) == [f"__init__.{tag}.pyc", f"extra.{tag}.pyc"]
-
-    cache = bc.user(venv_python, KEY, "acme")  # still learning: what the seed lacks is learned as before
-    assert cache.learning
-    links = sorted(p for p in cache.prefix.rglob("*.pyc"))
-    assert [p.name for p in links] == [f"__init__.{tag}.pyc", f"extra.{tag}.pyc"] and all(p.is_symlink() for p in links)
-    out = _py(venv_python, cache.env, "-c", "import tinyparse.extra as e, textwrap; print(e.X)")
-    assert out.strip() == "1"
-    assert all(p.is_symlink() for p in links), "the seed's bytecode was loaded, not compiled again"
-    assert list(cache.prefix.rglob(f"textwrap.{tag}.pyc")), "what the seed lacks is written as before"
-    assert not list(venv.glob("lib/python3.*/site-packages/not_installed")) and not (venv.parent / "etc").exists()
-
-
-def test_a_venv_with_a_learned_user_is_not_seeded(venv_python: Path) -> None:
-    venv = venv_python.parent.parent
-    cache = for_user(venv, KEY)
-    _py(venv_python, cache.env, "-c", "import tinyparse")
-    asyncio.run(harvest(venv_python, [cache]))
-    said: list[str] = []
-    bc = EnvironmentBytecode(said.append)
-    asyncio.run(bc.prepare([venv_python], ("tinyparse/extra.py",)))
-    assert said == [] and [p.name for p in _pycache(venv, "tinyparse").iterdir()] == [
-        f"__init__.{sys.implementation.cache_tag}.pyc"]
-    other = bc.user(venv_python, "responses_api_agents/b /pkg/b", "b")  # a new user learns, with no links
-    assert other.learning and not list(other.prefix.rglob("*.pyc"))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gym_runtime.supervise.ray_head import NO_PRESTART, USAGE_STATS_OFF
+from gym_runtime.supervise.ray_head import NO_PRESTART, PROMPT_STORE, USAGE_STATS_OFF
 
 # The least memory (MiB) a sandbox whose server starts its own Ray gets: measured on NeMo Gym
 # 0.7.0's servers in the test image (docs/runtime.md, "Sandbox backends"), with room for the
@@ -36,7 +36,7 @@ MEMORY_MB = 2048
 
 def server_env() -> dict[str, str]:
     """Variables for a server that starts its own Ray (module doc); none names an address."""
-    return {**USAGE_STATS_OFF, **NO_PRESTART, "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
+    return {**USAGE_STATS_OFF, **NO_PRESTART, **PROMPT_STORE, "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
 
 
 def raised_limits(target: Any, memory_mb: int | None) -> dict[str, tuple[int, int]]:

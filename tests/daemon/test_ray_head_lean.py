@@ -30,6 +30,12 @@ def test_private_ray_head_runs_no_monitor_no_idle_workers_no_client_server_and_n
         assert not any("autoscaler/_private/monitor.py" in c for c in cmdlines), cmdlines
         assert not any("ray.util.client.server" in c for c in cmdlines), cmdlines
         assert not any(c.startswith("ray::IDLE") for c in cmdlines), "no worker is started ahead of a task"
+        # the raylet retries its object store every 50 ms (200 tries: Ray's 10 s window), not after 1 s
+        raylet = next(r["pid"] for r in ray if r["component"] == "raylet")
+        with open(f"/proc/{raylet}/environ", "rb") as f:
+            environ = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        assert environ[b"RAY_raylet_client_connect_timeout_milliseconds"] == b"50"
+        assert environ[b"RAY_raylet_client_num_connect_attempts"] == b"200"
         # head first: the servers start once it is ready (a busy host starves a head started beside them)
         support = httpx.get(info["head_server"] + "/support_processes", trust_env=False, timeout=10).json()
         head = next(p for p in support if p["name"] == "ray_head")

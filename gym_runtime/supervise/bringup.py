@@ -32,7 +32,7 @@ from gym_runtime.placement.local import quiet_sandbox_log
 from gym_runtime.ray_target import RayTarget, check_given
 from gym_runtime.settings import RuntimeSettings, check_sandbox_backend
 from gym_runtime.supervise import (contract, head_view, passthrough, policy_probe, preflight, processes, readiness,
-                                   run_mark)
+                                   ray_head, run_mark)
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.logs import LogSink
@@ -166,6 +166,9 @@ class Environment:
         self.merged = merged
         if stale := await asyncio.to_thread(run_mark.kill_stale, self.supervisor.owner):  # a killed run's helpers
             self._say(f"stopped {len(stale)} process(es) left by a run whose daemon was killed: {'; '.join(stale)}")
+        if gone := await asyncio.to_thread(ray_head.remove_stale_temp_dirs):
+            self._say(f"removed {len(gone)} Ray temp dir(s) left by runs whose daemon was killed: "
+                      + ", ".join(map(str, gone)))
         self._say(release_line(merged))
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
         passthrough.check(self.settings, merged.instances)

@@ -68,6 +68,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import psutil
+
 # The holder's line once `ray start` has exited and the cluster's processes are its own (ray_hold/).
 READY_TEXT = "gym-runtime ray head: holding"
 # Ray (2.60 ``ray/_private/services.py``) replaces ``--node-ip-address 127.0.0.1`` by the host's
@@ -154,6 +156,33 @@ def remove_temp_dir(path: Path | None) -> None:
     """Delete a temp dir made by :func:`make_temp_dir` (never anything else)."""
     if path is not None and path.name.startswith("gr-ray-") and path.parent == Path("/tmp"):
         shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_stale_temp_dirs(min_age_s: float = 60.0) -> list[Path]:
+    """Delete the temp dirs of heads whose daemon was killed (SIGKILL: nothing removed its dir);
+    returns them. A dir is stale when it was made more than ``min_age_s`` seconds ago (a starting
+    head's dir has no process yet) and no process names it, as its working directory (the head's
+    holder runs there) or on its command line (Ray's processes name their session's dirs)."""
+    dirs = [p for p in Path("/tmp").glob("gr-ray-*") if p.is_dir() and not p.is_symlink()]
+    now = time.time()
+    dirs = [p for p in dirs if now - _made_at(p) > min_age_s]
+    if not dirs:
+        return []
+    used: set[Path] = set()
+    for proc in psutil.process_iter(["cwd", "cmdline"]):
+        names = [proc.info.get("cwd") or "", *(proc.info.get("cmdline") or [])]
+        used.update(d for d in dirs if any(str(d) in n for n in names))
+    stale = [d for d in dirs if d not in used]
+    for d in stale:
+        remove_temp_dir(d)
+    return stale
+
+
+def _made_at(path: Path) -> float:
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return time.time()
 
 
 # Listeners of a head whose defaults are fixed ports (dashboard agent 52365...): each gets a port of

@@ -52,6 +52,9 @@ def test_sigkill_of_the_daemon_leaves_no_ray_process(tmp_path, isolation) -> Non
     import os
     import signal
 
+    from pathlib import Path
+
+    from gym_runtime.supervise.ray_head import remove_stale_temp_dirs
     from tests.helpers.daemon import descendants, wait_gone
 
     args = ["--policy-base-url", "http://127.0.0.1:9/v1", *(["--isolation", isolation] if isolation else [])]
@@ -61,8 +64,12 @@ def test_sigkill_of_the_daemon_leaves_no_ray_process(tmp_path, isolation) -> Non
         json.loads(read_ready_line(proc, timeout=600))
         tree = descendants(proc.pid)
         assert any("gcs_server" in " ".join(cmdline(p)) for p in tree)
+        temp_dir = next(a.split("=", 1)[-1] for p in tree for a in cmdline(p) if "/tmp/gr-ray-" in a)
+        temp_dir = Path("/tmp") / Path(temp_dir).relative_to("/tmp").parts[0]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         assert wait_gone([p.pid for p in tree], 15.0) == []
+        # nothing removed the head's temp dir; the next start does (ray_head.remove_stale_temp_dirs)
+        assert temp_dir.is_dir() and temp_dir in remove_stale_temp_dirs(min_age_s=0) and not temp_dir.exists()
     finally:
         kill_tree(proc)

@@ -181,6 +181,29 @@ def test_the_hook_turns_off_ray_client_and_the_api_server_and_leaves_nothing_of_
     assert "PYTHONPATH" not in os.environ
 
 
+def test_ray_start_runs_without_the_command_groups_it_does_not_need() -> None:
+    # Ray's command line as the holder runs it (real Ray, the dev dependency): `start` is there,
+    # Ray Serve's, the job and the state commands, which only `ray --help` would show, are not
+    sys.path.insert(0, str(ray_head.HOLD_DIR))
+    try:
+        import gym_runtime_ray_hold as hold
+    finally:
+        sys.path.remove(str(ray_head.HOLD_DIR))
+    ray_bin = Path(sys.executable).parent / "ray"
+    assert hold.lean([sys.executable, "-c", "pass"]) == [sys.executable, "-c", "pass"]  # not Ray's: as given
+
+    def commands(argv: list[str]) -> set[str]:
+        out = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=120, check=True).stdout
+        listed = out.split("Commands:", 1)[1].splitlines()
+        return {ln.split()[0] for ln in listed if ln.startswith("  ") and ln.split()}
+
+    lean = hold.lean([str(ray_bin)])
+    assert lean[1:3] == ["-c", hold.LEAN_CLI]
+    full, lean_commands = commands([str(ray_bin)]), commands(lean)
+    assert {"start", "stop", "status"} <= lean_commands and {"job", "list"} <= full  # (serve: where installed)
+    assert full - lean_commands == {"job", "list", "get", "summary", "logs"} | ({"serve"} & full)
+
+
 def _kill(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -26,10 +26,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 # executable -> the Debian package that ships it
 TOOLS = {"podman": "podman", "runc": "runc", "debuerreotype-init": "debuerreotype", "debootstrap": "debootstrap",
          "wget": "wget", "qemu-aarch64-static": "qemu-user-static", "qemu-x86_64-static": "qemu-user-static",
          "update-binfmts": "binfmt-support"}
+APT_LOCK = Path("/tmp/gym-runtime-tests-apt.lock")  # held by the test process installing with apt-get
 CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE")
 CA_IN_CONTAINER = "/run/gym-runtime-ca/ca-bundle.pem"
 IMAGE_WORKDIR = "/job/work"  # the image's working directory (Dockerfile WORKDIR, docs/container.md)
@@ -42,9 +45,21 @@ def tail(text: str, lines: int = 8) -> str:
 def ensure_tools(*executables: str, timeout_s: float = 900) -> str | None:
     """Install the Debian packages of the missing ``executables`` (keys of :data:`TOOLS`) with
     ``apt-get install --no-install-recommends``. Returns None when all are there, else why not (not
-    Linux, no apt-get, not root, apt or its mirror failing)."""
+    Linux, no apt-get, not root, apt or its mirror failing). Installs from several test processes
+    (CI runs the container and OpenSandbox tests beside the suite) take turns (:data:`APT_LOCK`):
+    apt refuses a second ``apt-get`` while one runs, which would skip the tests of the second."""
+    if all(shutil.which(exe) for exe in executables):
+        return None
+    try:
+        with FileLock(str(APT_LOCK), timeout=timeout_s):
+            return _install(executables, timeout_s)
+    except Timeout:
+        return f"another test process held {APT_LOCK} (apt-get) for {timeout_s:.0f} s"
+
+
+def _install(executables: Sequence[str], timeout_s: float) -> str | None:
     missing = sorted({TOOLS[exe] for exe in executables if shutil.which(exe) is None})
-    if not missing:
+    if not missing:  # the process before us installed them
         return None
     need = f"missing {', '.join(missing)}"
     if sys.platform != "linux" or shutil.which("apt-get") is None:
@@ -52,7 +67,9 @@ def ensure_tools(*executables: str, timeout_s: float = 900) -> str | None:
     if os.geteuid() != 0:
         return f"{need}; installing them needs root (apt-get install {' '.join(missing)})"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]):
+    wait = ["-o", f"DPkg::Lock::Timeout={int(timeout_s)}"]  # apt run by anything else (a timer's upgrade)
+    for argv in (["apt-get", *wait, "update", "-q"],
+                 ["apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", *missing]):
         try:
             done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -13,6 +13,8 @@ import psutil
 
 from .limits import CgroupSlot, ResourceLimits
 
+HOLD_WAIT_S = 0.2  # how long a KILL waits for a stopped bubblewrap (it stops within a scheduler tick)
+
 
 @dataclass(frozen=True)
 class ExitInfo:
@@ -131,7 +133,30 @@ class SandboxedProcess:
                 pass
         return total
 
+    def _hold_outer(self) -> None:
+        """Stop (SIGSTOP) the outer bubblewrap and wait, up to :data:`HOLD_WAIT_S`, until it is
+        stopped, so it makes no process between the tree's snapshot and the KILL. Its child
+        sets its own parent-death signal only after bubblewrap's ``clone()`` returns
+        (``--die-with-parent``): a KILL of bubblewrap in between (milliseconds after a spawn)
+        used to leave that child, the sandbox's init, running with its app under pid 1."""
+        if not self.bwrapped or self._ps is None:
+            return
+        try:
+            os.kill(self.pid, signal.SIGSTOP)
+        except OSError:
+            return
+        deadline = time.monotonic() + HOLD_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                if self._ps.status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                    return
+            except psutil.Error:
+                return
+            time.sleep(0.001)
+
     def _signal_tree(self, sig: int) -> None:
+        if sig == signal.SIGKILL:
+            self._hold_outer()
         app = self.app_pid()
         targets = {p.pid for p in self.tree()} if sig == signal.SIGKILL else set()  # taken before the group signal
         grouped = False

@@ -72,3 +72,38 @@ def _kill_survivors(since: float, known: list[psutil.Process]) -> None:
             p.kill()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
+
+
+def test_a_sandbox_closed_as_soon_as_it_spawned_leaves_nothing(tmp_path, plain_python, full_available):
+    """A KILL milliseconds after the spawn, before bubblewrap's child has set its parent-death
+    signal, used to leave that child (the sandbox's init) and the app running under pid 1 (7 of
+    20 sandboxes here). The outer bubblewrap is now stopped before the tree is taken."""
+    if not full_available:
+        pytest.skip("full isolation is not available on this host")
+    import asyncio
+
+    from sandbox import EgressPolicy, ProcessSpec, Sandbox
+
+    mark = f"gr-spawn-kill-{os.getpid()}-{time.monotonic_ns()}"
+
+    async def once(i: int) -> None:
+        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / f"sb{i}")
+        out = os.open(tmp_path / "out.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            sb.spawn(ProcessSpec("s", [str(plain_python), "-c", "import time; time.sleep(120)", mark], tmp_path,
+                                 {"PATH": "/usr/bin:/bin"}, read_only_paths=[plain_python.parent.parent],
+                                 stdout_fd=out, stderr_fd=out, private_env={"GR_TEST_PRIVATE": "x"}))
+        finally:
+            os.close(out)
+            await sb.close()
+
+    async def main() -> None:
+        for i in range(20):
+            await once(i)
+
+    asyncio.run(main())
+    time.sleep(0.3)
+    left = [p for p in psutil.process_iter(["cmdline"]) if mark in (p.info["cmdline"] or [])]
+    for p in left:
+        p.kill()
+    assert left == [], [(p.pid, p.name()) for p in left]

@@ -8,8 +8,10 @@ It never holds a secret: each server's private variables reach the server alone,
 Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file descriptors attached
 (``SCM_RIGHTS``):
 
-* ``{"op": "preload", "modules": [...]}``: import each module that the venv has (a module it
-  lacks is skipped; one whose import fails is reported). Answer ``{"op": "preloaded", "ok": [...],
+* ``{"op": "preload", "modules": [...], "report": path | null}``: import each module that the
+  venv has (a module it lacks is skipped; one whose import fails is reported); with ``report``,
+  then write there (atomically) the source file of every module imported, one path per line: the
+  daemon compiles those into the venv's shared bytecode cache (``gym_runtime/venvs/bytecode.py``). Answer ``{"op": "preloaded", "ok": [...],
   "failed": {module: error}, "threads": [names], "seconds": s, "views": null | why}``;
   ``threads`` lists the Python threads alive afterwards, which a fork would not carry over, and
   ``views`` says why a child could not make its own mount namespace here (a trial fork); with
@@ -209,7 +211,16 @@ def _child(ctl, req, fds):
     sys.exit(0)
 
 
-def _preload(modules):
+def _report(path):
+    files = sorted({f for m in list(sys.modules.values())
+                    if isinstance(f := getattr(m, "__file__", None), str) and f.endswith(".py")})
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as out:
+        out.write("".join(f + "\n" for f in files))
+    os.replace(tmp, path)
+
+
+def _preload(modules, report=None):
     started, ok, failed = time.monotonic(), [], {}
     for name in modules:
         try:
@@ -220,6 +231,11 @@ def _preload(modules):
         except BaseException as e:  # noqa: BLE001 - the module's own failure, reported
             failed[name] = "%s: %s" % (type(e).__name__, e)
     threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if report:
+        try:
+            _report(report)
+        except OSError:  # speed only: the daemon then compiles nothing for the parent
+            pass
     gc.collect()
     gc.freeze()  # what it imported is left out of the children's collections: their pages stay shared
     return {"op": "preloaded", "ok": ok, "failed": failed, "threads": threads,
@@ -296,7 +312,7 @@ def main():
                 fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
         req = json.loads(msg)
         if req["op"] == "preload":
-            _send(ctl, _preload(req["modules"]))
+            _send(ctl, _preload(req["modules"], req.get("report")))
         elif req["op"] == "fork":
             try:
                 pid = os.fork()

@@ -51,13 +51,15 @@ _UCRED = struct.Struct("iII")
 class Preload:
     """What a server shares with the other servers of its venv: ``modules`` to import once
     (dotted names; those the venv lacks are skipped), and the parent's own bytecode cache
-    (``env``, ``writable``: :class:`gym_runtime.venvs.bytecode.Pycache`'s). Its environment is
-    what all its servers share, but for ``withheld``."""
+    (``env``, ``writable``: :class:`gym_runtime.venvs.bytecode.Pycache`'s; ``report``: the file,
+    in ``writable``, where it lists the source files of what it imported, or None). Its
+    environment is what all its servers share, but for ``withheld``."""
 
     modules: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     writable: tuple[Path, ...] = ()
     withheld: tuple[str, ...] = ()  # variables of its servers the parent does not get (e.g. the run's mark)
+    report: str | None = None
 
 
 class ForkedChild:
@@ -112,11 +114,12 @@ class Zygote:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ preload
-    async def preload(self, modules: Sequence[str]) -> dict[str, Any]:
-        """Import ``modules`` in the parent; its answer (``_zygote.py``). Raises StartError when
-        it gives none within :data:`PRELOAD_TIMEOUT_S`."""
+    async def preload(self, modules: Sequence[str], report: str | None = None) -> dict[str, Any]:
+        """Import ``modules`` in the parent (which then lists the source files of what it imported
+        in the file ``report``, if given); its answer (``_zygote.py``). Raises StartError when it
+        gives none within :data:`PRELOAD_TIMEOUT_S`."""
         loop = asyncio.get_running_loop()
-        self.ctl.send(json.dumps({"op": "preload", "modules": list(modules)}).encode())
+        self.ctl.send(json.dumps({"op": "preload", "modules": list(modules), "report": report}).encode())
         try:
             raw = await asyncio.wait_for(loop.sock_recv(self.ctl, MAX_MESSAGE), PRELOAD_TIMEOUT_S)
         except asyncio.TimeoutError:
@@ -309,7 +312,7 @@ def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_dir: P
 async def _preloaded(z: Zygote, preload: Preload, venv: str, servers: int, say: Callable[[str], None]) -> None:
     """The parent's imports; says what they gave, or marks it broken (its servers start on their own)."""
     try:
-        answer = await z.preload(preload.modules)
+        answer = await z.preload(preload.modules, preload.report)
     except (StartError, OSError, ValueError) as e:  # the parent failed: none of its servers waits on it
         z.broken = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
         say(f"preload: venv {venv}: {z.broken}; its servers start on their own")

@@ -26,6 +26,7 @@ from typing import Any
 from gym_runtime.config import token_capture
 from gym_runtime.errors import BuildError, GymRuntimeError, StartError
 from gym_runtime.gym_release.ray_use import ray_users
+from gym_runtime.gym_release.startup_imports import startup_imports
 from gym_runtime.ray_target import choose, ray_level, wait_reachable
 from gym_runtime.supervise import contract, own_ray, passthrough, ray_head, ray_workers, run_mark
 from gym_runtime.supervise.interrupted import as_interrupted
@@ -108,7 +109,7 @@ class LocalPlacement:
         self.pythons = {n: Path(venvs.for_instance(n).python) for n in merged.instances}
         for venv in {p.parent.parent for p in self.pythons.values()}:  # a venv built before the provider existed
             await asyncio.to_thread(ensure_provider, venv)
-        await env.bytecode.prepare(list(self.pythons.values()))
+        await env.bytecode.prepare(list(self.pythons.values()), startup_imports(env.merged.release))
 
     async def open(self) -> None:
         """Choose Ray (servers that use it) within the run's backend's ``ray_scope``, then start the
@@ -319,18 +320,21 @@ class LocalPlacement:
 
     def _preload(self, python: Path, name: str) -> Any:
         """What the servers run by ``python`` import once in a preloaded parent (sandbox/zygote.py):
-        the third-party modules every server imports and the release's SDK modules; the parent's
-        bytecode is learned as a user of the venv, recorded once ``name`` (its first server) is
-        ready; it does not carry the run's mark (a process with the mark outside every server's
+        the third-party modules every server imports and the release's SDK modules; the parent
+        reads the venv's shared bytecode cache and reports what it imported (a user of the venv,
+        recorded once ``name``, its first server, is ready); it does not carry the run's mark (a process with the mark outside every server's
         group is a helper to reap at stop, orphans.py). None under ``GYM_RUNTIME_PRELOAD=off``."""
         from sandbox.zygote import Preload
 
         if not self.env.settings.preload:
             return None
         if python not in self._preloads:
-            cache = self.env.bytecode.user(python, PRELOADED_PARENT, f"the {PRELOADED_PARENT}", ready_as=name)
+            cache = self.env.bytecode.user(python, PRELOADED_PARENT, f"the {PRELOADED_PARENT}", ready_as=name,
+                                           report=True)
+            report = str(cache.report_file) if cache.report_file is not None else None
             self._preloads[python] = Preload(SHARED_MODULES + self.env.merged.release.preload_modules,
-                                             dict(cache.env), tuple(cache.writable), withheld=(run_mark.VAR,))
+                                             dict(cache.env), tuple(cache.writable), withheld=(run_mark.VAR,),
+                                             report=report)
         return self._preloads[python]
 
     def _passed(self, name: str) -> dict[str, str]:

@@ -14,7 +14,10 @@ Builds compile nothing: ``uv pip install --compile-bytecode`` compiles every fil
   directory, or ``ray_head``) whose imports are in the shared cache.
 * A user not listed yet starts with a **learning dir** of its own
   (``<venv>/.gym-runtime/learn/<n>``, writable for that process alone) as its
-  ``PYTHONPYCACHEPREFIX``, so its imports leave ``.pyc`` files there. :func:`harvest` then reads only their *names*: each names a
+  ``PYTHONPYCACHEPREFIX``, so its imports leave ``.pyc`` files there. A *reporting* user (the
+  preloaded parent, ``sandbox/_zygote.py``) instead reads the shared cache and the standard
+  library's bytecode, writes nothing, and lists the source files of the modules it imported in
+  the dir's ``imported.txt`` (:data:`REPORT`). :func:`harvest` then reads only *names*: each names a
   source file; the regular ``.py`` files inside the venv (never inside ``.gym-runtime``) are
   compiled by the daemon into the shared cache, the user is recorded and the dir is removed. A
   process's own bytecode is never copied. This runs in the background at a lower CPU priority
@@ -41,16 +44,20 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gym_runtime.files import try_lock, write_json
 from gym_runtime.venvs.pyc_store import Interpreter, PycStore, interpreter
+from gym_runtime.venvs.seed import seed_sources
 from gym_runtime.venvs.store import read_marker
 
 LEARN = Path(".gym-runtime") / "learn"
+REPORT = "imported.txt"  # a reporting user's list of the sources it imported, one path per line
+MAX_REPORT = 16 << 20  # bytes of a report read (a parent of the 0.7 SDK lists ~3,600 paths, ~400 KiB)
 RECORD = Path(".gym-runtime") / "pycache.json"
 RAY_HEAD = "ray_head"
 PRELOADED_PARENT = "preloaded parent"  # the user of a venv's preloaded parent (sandbox/zygote.py)
@@ -65,13 +72,15 @@ _COMPILE = ("import compileall, sys\n"
 @dataclass
 class Pycache:
     """The bytecode one process uses. ``prefix``: its learning dir (writable for this process
-    alone), or None when it reads the venv's shared cache; ``key``: the user it learns for;
-    ``venv``: the venv it belongs to."""
+    alone), or None when it reads the venv's shared cache and learns nothing; ``key``: the user it
+    learns for; ``venv``: the venv it belongs to; ``report``: it reads the shared cache and lists
+    what it imported in ``prefix / REPORT`` instead of writing bytecode there."""
 
     venv: Path
     key: str
     prefix: Path | None
     _lock_fd: int | None = field(default=None, repr=False)
+    report: bool = False
 
     @property
     def learning(self) -> bool:
@@ -80,9 +89,14 @@ class Pycache:
     @property
     def env(self) -> dict[str, str]:
         """The variables to add to the process's environment."""
-        if self.prefix is None:
+        if self.prefix is None or self.report:
             return {"PYTHONDONTWRITEBYTECODE": "1"}
         return {"PYTHONPYCACHEPREFIX": str(self.prefix)}
+
+    @property
+    def report_file(self) -> Path | None:
+        """Where a reporting user lists what it imported (None for any other)."""
+        return self.prefix / REPORT if self.prefix is not None and self.report else None
 
     @property
     def writable(self) -> list[Path]:
@@ -111,9 +125,10 @@ def _record(venv: Path, keys: set[str]) -> None:
     write_json(venv / RECORD, {"learned": sorted(learned(venv) | keys)}, indent=1)
 
 
-def for_user(venv: Path, key: str) -> Pycache:
+def for_user(venv: Path, key: str, report: bool = False) -> Pycache:
     """The cache a process of ``venv`` acting as ``key`` starts with: the shared cache when ``key``
-    was learned, else a fresh learning dir held (locked) by this daemon until :func:`harvest`."""
+    was learned, else a fresh learning dir held (locked) by this daemon until :func:`harvest`
+    (``report``: the process lists what it imported there, :class:`Pycache`)."""
     venv = Path(venv)
     if key in learned(venv):
         return Pycache(venv, key, None)
@@ -125,28 +140,36 @@ def for_user(venv: Path, key: str) -> Pycache:
         fd = try_lock(d / "lock", 0o600)
     except OSError:  # a venv root the daemon cannot write (a read-only image): run without learning
         return Pycache(venv, key, None)
-    return Pycache(venv, key, d, fd)
+    return Pycache(venv, key, d, fd, report)
+
+
+def _reported(cache: Pycache) -> list[str]:
+    """The absolute paths a process listed in its learning dir's :data:`REPORT` (none if absent)."""
+    try:
+        with open(cache.prefix / REPORT, "rb") as f:
+            data = f.read(MAX_REPORT)
+    except OSError:
+        return []
+    return [p for p in data.decode("utf-8", "replace").splitlines() if p.startswith("/") and p.endswith(".py")]
 
 
 def sources(cache: Pycache) -> list[str]:
-    """Source files the learning dir has bytecode for, kept only when they are regular ``.py``
-    files inside the venv and outside its ``.gym-runtime`` dir (names only: a process may have
-    written anything there)."""
+    """Source files the learning dir has bytecode for, or that its process reported importing,
+    kept only when they are regular ``.py`` files inside the venv and outside its ``.gym-runtime``
+    dir (names only: a process may have written anything there)."""
     root = os.path.realpath(cache.venv)
     private = os.path.realpath(cache.venv / ".gym-runtime")
-    out: set[str] = set()
+    named: list[str] = _reported(cache)
     for dirpath, _dirs, files in os.walk(cache.prefix):
         rel = os.path.relpath(dirpath, cache.prefix)
         if rel == ".":
             continue
-        for name in files:
-            m = _PYC.match(name)
-            if m is None:
-                continue
-            src = os.path.join("/", rel, m["stem"] + ".py")
-            real = os.path.realpath(src)
-            if real.startswith(root + os.sep) and not real.startswith(private + os.sep) and os.path.isfile(real):
-                out.add(src)  # the path the process imported it by: the cache entry it looks up
+        named += [os.path.join("/", rel, m["stem"] + ".py") for m in map(_PYC.match, files) if m is not None]
+    out: set[str] = set()
+    for src in named:
+        real = os.path.realpath(src)
+        if real.startswith(root + os.sep) and not real.startswith(private + os.sep) and os.path.isfile(real):
+            out.add(src)  # the path the process imported it by: the cache entry it looks up
     return sorted(out)
 
 
@@ -177,10 +200,12 @@ async def _background(fn: Callable[..., Any], *args: Any) -> Any:
     return await fut
 
 
-async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: int | None = None) -> int:
+async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: int | None = None,
+                              nice: int = NICE) -> int:
     """Compile ``files`` (sources inside ``venv``) into their ``__pycache__`` dirs with the venv's
-    own interpreter, ``jobs`` processes at once (default: CPU count); returns how many compiled
-    (up to date counts). Raises ``RuntimeError`` when a compiler process fails; cancelling kills them."""
+    own interpreter, ``jobs`` processes at once (default: CPU count) at CPU priority ``nice``;
+    returns how many compiled (up to date counts). Raises ``RuntimeError`` when a compiler process
+    fails; cancelling kills them."""
     if not files:
         return 0
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
@@ -191,9 +216,9 @@ async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: 
                                                   env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
              for _ in chunks]
     try:
-        for p in procs:  # background work: the environment's own processes come first
+        for p in procs:  # background work (unless the processes wait for it): theirs come first
             with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, p.pid, NICE)
+                os.setpriority(os.PRIO_PROCESS, p.pid, nice)
         outs = await asyncio.gather(*(p.communicate("\n".join(c).encode()) for p, c in zip(procs, chunks)))
     finally:
         for p in procs:
@@ -276,9 +301,11 @@ class EnvironmentBytecode:
         self._interp: dict[Path, Interpreter] = {}
         self._stop = threading.Event()
 
-    async def prepare(self, pythons: list[Path]) -> None:
+    async def prepare(self, pythons: list[Path], seed: Sequence[str] = ()) -> None:
         """Harvest learning dirs earlier runs left in the venvs of ``pythons`` (``<venv>/bin/python``),
-        then place the store's bytecode into each venv whose store record has users it lacks."""
+        then place the store's bytecode into each venv whose store record has users it lacks; a venv
+        that still has no user learned gets ``seed`` (the release's start-up sources, relative to
+        ``site-packages``: :mod:`gym_runtime.venvs.seed`) compiled before its processes start."""
         for py in dict.fromkeys(Path(p) for p in pythons):
             venv = py.parent.parent
             try:
@@ -294,6 +321,8 @@ class EnvironmentBytecode:
             if self.store is not None and isinstance(digest, str):
                 self._venvs[venv] = (py, digest)
                 await self._place(venv, py, digest)
+            if seed and not learned(venv):
+                await self._seed(venv, py, seed)
 
     async def _interpreter(self, py: Path) -> Interpreter:
         if py not in self._interp:
@@ -313,11 +342,27 @@ class EnvironmentBytecode:
         left = f"; {len(got.rejected)} changed or unusable, so its processes learn again" if got.rejected else ""
         self._say(f"bytecode: {got.placed}/{got.total} files placed from the store into {venv.name}{left}")
 
-    def user(self, python: Path, key: str, name: str, ready_as: str | None = None) -> Pycache:
+    async def _seed(self, venv: Path, py: Path, seed: Sequence[str]) -> None:
+        """Compile the ``seed`` sources ``venv`` has, on every core at full priority (its processes
+        wait), and record the Ray head as learned (the seed holds what it imports)."""
+        started = time.monotonic()
+        files = await _background(seed_sources, venv, seed)
+        try:
+            n = await compile_into_shared(venv, py, files, nice=0)
+        except (RuntimeError, OSError) as e:  # speed only: its processes learn as without a seed
+            self._say(f"bytecode: the start-up seed was not compiled into {venv.name}: {e}")
+            return
+        _record(venv, {RAY_HEAD})
+        self._say(f"bytecode: compiled {n} sources the release's servers and a Ray head import at start-up into "
+                  f"venv {venv.name} in {time.monotonic() - started:.1f}s, before its processes start (nothing was "
+                  "recorded for it)")
+
+    def user(self, python: Path, key: str, name: str, ready_as: str | None = None, report: bool = False) -> Pycache:
         """The cache for process ``name`` run by ``python`` (``<venv>/bin/python``) as user ``key``;
         ``ready_as``: the process whose readiness ends its learning (a preloaded parent's: its
-        first server's), else ``name``'s own."""
-        cache = for_user(Path(python).parent.parent, key)
+        first server's), else ``name``'s own; ``report``: it lists what it imports rather than
+        write bytecode (:class:`Pycache`)."""
+        cache = for_user(Path(python).parent.parent, key, report)
         self.caches.append((Path(python), name, cache))
         if ready_as is not None:
             self._ready_as[name] = ready_as

@@ -179,3 +179,30 @@ def test_a_learning_parent_writes_what_it_compiles_into_its_own_dir(bwrap, tmp_p
     lines = asyncio.run(main())
     assert any("forked from one parent" in ln or "imported" in ln for ln in lines), lines
     assert [p.name for p in learn.rglob("plainmod.*.pyc")] == [f"plainmod.{sys.implementation.cache_tag}.pyc"]
+
+
+def test_a_reporting_parent_lists_what_it_imported_and_writes_no_bytecode(bwrap, tmp_path, plain_python) -> None:
+    # the daemon's parents report (gym_runtime/venvs/bytecode.py): they read the venv's shared cache
+    # and the standard library's bytecode, and the daemon compiles what they list
+    learn = tmp_path / "learn"
+    learn.mkdir()
+    report = learn / "imported.txt"
+    preload = Preload(("plainmod", "email.mime.text"), {"PYTHONDONTWRITEBYTECODE": "1"}, (learn,), report=str(report))
+
+    async def main():
+        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
+        specs = _specs(tmp_path, plain_python, preload, env={"PYTHONPATH": str(APPS / "preload")})
+        try:
+            return await _prepared(sb, specs)
+        finally:
+            for s in specs:
+                os.close(s.stdout_fd)
+            await sb.close()
+
+    lines = asyncio.run(main())
+    assert any("servers forked from one parent that imported 2 modules" in ln for ln in lines), lines
+    listed = report.read_text().splitlines()
+    assert str(APPS / "preload" / "plainmod.py") in listed
+    assert any(p.endswith("/email/mime/text.py") for p in listed)
+    assert all(p.endswith(".py") and p.startswith("/") for p in listed)
+    assert [p.name for p in learn.iterdir()] == ["imported.txt"]  # no bytecode, no temporary file left

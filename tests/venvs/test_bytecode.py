@@ -169,3 +169,56 @@ def test_imports_are_compiled_while_the_process_still_starts(venv_python: Path) 
     early, users = asyncio.run(run())
     assert early, "what a starting process imported is compiled while it starts"
     assert users == {KEY}
+
+
+def test_a_reporting_user_writes_nothing_and_only_its_venv_sources_are_compiled(venv_python: Path, tmp_path: Path) -> None:
+    # the preloaded parent's way (sandbox/_zygote.py): it reads the shared cache and lists what it
+    # imported; the list is names only, filtered like a learning dir's
+    venv = venv_python.parent.parent
+    cache = for_user(venv, KEY, report=True)
+    assert cache.learning and cache.env == {"PYTHONDONTWRITEBYTECODE": "1"} and cache.writable == [cache.prefix]
+    assert cache.report_file == cache.prefix / "imported.txt"
+    listed = _py(venv_python, cache.env, "-c", "import tinyparse.extra, json, sys; "
+                 "print('\\n'.join(m.__file__ for m in (sys.modules['tinyparse.extra'], json)))").split()
+    assert not list(venv.rglob("*.pyc")) and not list(cache.prefix.rglob("*.pyc"))  # it wrote no bytecode
+    outside = tmp_path / "outside.py"
+    outside.write_text("SECRET = 1\n")
+    private = venv / ".gym-runtime" / "x.py"
+    private.write_text("X = 1\n")
+    cache.report_file.write_text("\n".join([*listed, str(outside), str(private), "relative/x.py", "/etc/passwd"]) + "\n")
+
+    n = asyncio.run(harvest(venv_python, [cache]))
+    assert n == 1  # tinyparse/extra.py: json is the interpreter's, the rest is not a venv source
+    assert [p.name for p in _pycache(venv, "tinyparse").iterdir()] == [f"extra.{sys.implementation.cache_tag}.pyc"]
+    assert not (tmp_path / "__pycache__").exists() and not list((venv / ".gym-runtime").rglob("*.pyc"))
+    assert learned(venv) == {KEY} and cache.prefix is None
+
+
+def test_a_venv_with_nothing_recorded_gets_the_seed_compiled_before_its_processes(venv_python: Path) -> None:
+    from gym_runtime.venvs.bytecode import RAY_HEAD
+
+    venv = venv_python.parent.parent
+    said: list[str] = []
+    bc = EnvironmentBytecode(said.append)
+    seed = ("tinyparse/__init__.py", "tinyparse/extra.py", "not_installed/mod.py", "../../../../etc/passwd.py",
+            "/etc/passwd.py", "tinyparse/README")
+    asyncio.run(bc.prepare([venv_python], seed))
+    assert len(said) == 1 and said[0].startswith(f"bytecode: compiled 2 sources the release's servers and a Ray head "
+                                                 f"import at start-up into venv {venv.name} in "), said
+    tag = sys.implementation.cache_tag
+    assert sorted(p.name for p in _pycache(venv, "tinyparse").iterdir()) == [f"__init__.{tag}.pyc", f"extra.{tag}.pyc"]
+    assert learned(venv) == {RAY_HEAD}  # the seed holds what a Ray head imports: it reads the shared cache
+    assert not bc.user(venv_python, RAY_HEAD, "ray_head").learning
+    assert bc.user(venv_python, KEY, "acme").learning  # a server still learns what the seed lacks
+
+
+def test_a_venv_with_a_learned_user_is_not_seeded(venv_python: Path) -> None:
+    venv = venv_python.parent.parent
+    cache = for_user(venv, KEY)
+    _py(venv_python, cache.env, "-c", "import tinyparse")
+    asyncio.run(harvest(venv_python, [cache]))
+    said: list[str] = []
+    asyncio.run(EnvironmentBytecode(said.append).prepare([venv_python], ("tinyparse/extra.py",)))
+    assert said == [] and [p.name for p in _pycache(venv, "tinyparse").iterdir()] == [
+        f"__init__.{sys.implementation.cache_tag}.pyc"]
+    assert learned(venv) == {KEY}

@@ -169,7 +169,7 @@ LEARN_WAIT_S = 60.0
 async def finish_learning(bytecode: Any, progress: Callable[[str], None] | None = None,
                           wait_s: float = LEARN_WAIT_S) -> None:
     """Before a dry-run stops, let the daemon finish compiling what this run's processes imported
-    (:meth:`gym_runtime.venvs.bytecode.EnvironmentBytecode.settled`, at most ``wait_s`` seconds), so
+    (:meth:`gym_runtime.venvs.env_bytecode.EnvironmentBytecode.settled`, at most ``wait_s`` seconds), so
     the author's next dry-run starts warm instead of compiling it first. Compiling costs speed only:
     what is left after ``wait_s`` is compiled by the next start, as after a stop at any other time."""
     if await bytecode.settled(0):

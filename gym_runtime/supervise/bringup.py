@@ -44,7 +44,7 @@ from gym_runtime.supervise.readiness import model_base_urls, policy_models
 from gym_runtime.supervise.supervisor import Supervisor
 from gym_runtime.supervise.teardown import HARD_DEADLINE_S, UNCLEAN_EXIT_CODE, Teardown
 from gym_runtime.task_sandboxes import bringup as task_sandboxes
-from gym_runtime.venvs.bytecode import EnvironmentBytecode
+from gym_runtime.venvs.env_bytecode import EnvironmentBytecode
 from gym_runtime.venvs.pyc_store import PycStore
 
 

@@ -95,5 +95,5 @@ async def reseat(env: Any, changed: dict[str, Any]) -> None:
 
 def learn(env: Any) -> None:
     """Compile what the restarted servers import into their venvs' shared bytecode cache (in the
-    background, as after the start: :meth:`~gym_runtime.venvs.bytecode.EnvironmentBytecode.learn`)."""
+    background, as after the start: :meth:`~gym_runtime.venvs.env_bytecode.EnvironmentBytecode.learn`)."""
     env.bytecode.learn(env.supervisor.ready_or_gone)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from gym_runtime.venvs import build_venvs, plan_venvs
-from gym_runtime.venvs.bytecode import EnvironmentBytecode, for_user, harvest, learned, stale
+from gym_runtime.venvs.bytecode import for_user, harvest, learned, stale
+from gym_runtime.venvs.env_bytecode import EnvironmentBytecode
 from gym_runtime.venvs.store import is_ready
 from tests.helpers.index import write_simple_index
 from tests.helpers.wheels import build_wheel
@@ -143,7 +144,6 @@ def test_a_venv_where_no_learning_dir_can_be_made_runs_without_learning(venv_pyt
 
 
 def test_imports_are_compiled_while_the_process_still_starts(venv_python: Path) -> None:
-    from gym_runtime.venvs.bytecode import EnvironmentBytecode
 
     venv = venv_python.parent.parent
     state = {"ready": False}
@@ -207,8 +207,9 @@ def test_a_venv_with_nothing_recorded_gets_the_seed_compiled_before_its_processe
                                                  f"import at start-up into venv {venv.name} in "), said
     tag = sys.implementation.cache_tag
     assert sorted(p.name for p in _pycache(venv, "tinyparse").iterdir()) == [f"__init__.{tag}.pyc", f"extra.{tag}.pyc"]
-    assert learned(venv) == {RAY_HEAD}  # the seed holds what a Ray head imports: it reads the shared cache
-    assert not bc.user(venv_python, RAY_HEAD, "ray_head").learning
+    assert learned(venv) == set()
+    assert not bc.user(venv_python, RAY_HEAD, "ray_head").learning  # the seed holds what a Ray head imports
+    assert learned(venv) == {RAY_HEAD}
     assert bc.user(venv_python, KEY, "acme").learning  # a server still learns what the seed lacks
 
 

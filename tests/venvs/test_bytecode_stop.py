@@ -14,7 +14,7 @@ from pathlib import Path
 SCRIPT = r"""
 import asyncio, shutil, sys, threading, time
 from pathlib import Path
-from gym_runtime.venvs import bytecode
+from gym_runtime.venvs import env_bytecode
 
 entered, real = threading.Event(), shutil.rmtree
 def slow_rmtree(path, *args, **kwargs):  # a slow disk removing a learning dir of thousands of files
@@ -24,7 +24,7 @@ def slow_rmtree(path, *args, **kwargs):  # a slow disk removing a learning dir o
 shutil.rmtree = slow_rmtree
 
 async def main(venv):
-    eb = bytecode.EnvironmentBytecode()
+    eb = env_bytecode.EnvironmentBytecode()
     cache = eb.user(venv / "bin" / "python", "resources_servers/acme_math /pkg", "acme_math")
     assert cache.learning
     eb.learn(lambda name: True)  # the process is ready: its learning dir is finished and removed

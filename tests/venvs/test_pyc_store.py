@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from gym_runtime.venvs import build_venvs, plan_venvs
-from gym_runtime.venvs.bytecode import EnvironmentBytecode, for_user, harvest, learned
+from gym_runtime.venvs.bytecode import for_user, harvest, learned
+from gym_runtime.venvs.env_bytecode import EnvironmentBytecode
 from gym_runtime.venvs.pyc_store import PycStore, interpreter
 from gym_runtime.venvs.store import read_marker
 from tests.helpers.index import write_simple_index

@@ -217,7 +217,7 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
                     res = _run_step(stages.stage2, vp, tmp, ctx)
                     warnings += stages.uv_warnings(res.output) + _mend(stages.stage2, vp, tmp, ctx)
             reporter.stage(vp.digest, label, "verify")
-            have = stages.installed(vp, tmp, ctx, "verify")
+            have = stages.installed(vp, tmp, ctx, "verify") if vp.stage2 or not before else before  # one listing
             warnings += stages.overridden(before, have) if vp.stage2 else []
             missing = stages.missing_after_install(vp, have)
             if missing:

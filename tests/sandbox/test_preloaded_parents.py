@@ -44,6 +44,18 @@ async def _prepared(sb: Sandbox, specs: list[ProcessSpec]) -> list[str]:
     return said
 
 
+async def _prepared_once(tmp_path: Path, python: Path, preload: Preload, env: dict | None = None) -> list[str]:
+    """A sandbox whose two servers of ``apps/preload`` share ``preload``, prepared, then closed; the lines said."""
+    sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
+    specs = _specs(tmp_path, python, preload, env={"PYTHONPATH": str(APPS / "preload"), **(env or {})})
+    try:
+        return await _prepared(sb, specs)
+    finally:
+        for s in specs:
+            os.close(s.stdout_fd)
+        await sb.close()
+
+
 def _out(tmp_path: Path, name: str) -> list[dict]:
     return [json.loads(ln) for ln in (tmp_path / f"{name}.out").read_text().splitlines() if ln.startswith("{")]
 
@@ -164,19 +176,7 @@ def test_a_learning_parent_writes_what_it_compiles_into_its_own_dir(bwrap, tmp_p
     learn = tmp_path / "learn"
     learn.mkdir()
     preload = Preload(("plainmod",), {"PYTHONPYCACHEPREFIX": str(learn)}, (learn,))
-
-    async def main():
-        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
-        specs = _specs(tmp_path, plain_python, preload,
-                       env={"PYTHONPATH": str(APPS / "preload"), "PYTHONDONTWRITEBYTECODE": "1"})
-        try:
-            return await _prepared(sb, specs)
-        finally:
-            for s in specs:
-                os.close(s.stdout_fd)
-            await sb.close()
-
-    lines = asyncio.run(main())
+    lines = asyncio.run(_prepared_once(tmp_path, plain_python, preload, {"PYTHONDONTWRITEBYTECODE": "1"}))
     assert any("forked from one parent" in ln or "imported" in ln for ln in lines), lines
     assert [p.name for p in learn.rglob("plainmod.*.pyc")] == [f"plainmod.{sys.implementation.cache_tag}.pyc"]
 
@@ -188,18 +188,7 @@ def test_a_reporting_parent_lists_what_it_imported_and_writes_no_bytecode(bwrap,
     learn.mkdir()
     report = learn / "imported.txt"
     preload = Preload(("plainmod", "email.mime.text"), {"PYTHONDONTWRITEBYTECODE": "1"}, (learn,), report=str(report))
-
-    async def main():
-        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
-        specs = _specs(tmp_path, plain_python, preload, env={"PYTHONPATH": str(APPS / "preload")})
-        try:
-            return await _prepared(sb, specs)
-        finally:
-            for s in specs:
-                os.close(s.stdout_fd)
-            await sb.close()
-
-    lines = asyncio.run(main())
+    lines = asyncio.run(_prepared_once(tmp_path, plain_python, preload))
     assert any("servers forked from one parent that imported 2 modules" in ln for ln in lines), lines
     listed = report.read_text().splitlines()
     assert str(APPS / "preload" / "plainmod.py") in listed

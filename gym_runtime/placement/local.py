@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,7 @@ class LocalPlacement:
         self.pythons = {n: Path(venvs.for_instance(n).python) for n in merged.instances}
         for venv in {p.parent.parent for p in self.pythons.values()}:  # a venv built before the provider existed
             await asyncio.to_thread(ensure_provider, venv)
-        await env.bytecode.prepare(list(self.pythons.values()), startup_imports(env.merged.release))
+        await env.bytecode.prepare(list(self.pythons.values()))
 
     async def open(self) -> None:
         """Choose Ray (servers that use it) within the run's backend's ``ray_scope``, then start the
@@ -149,6 +150,7 @@ class LocalPlacement:
     async def add_servers(self, merged: Any) -> None:
         """Ports, the private Ray head (when chosen), one member per server, each published."""
         env = self.env
+        await env.bytecode.seed(self._parents_venvs(), startup_imports(merged.release))  # before any cache is made
         self.addresses, self.head_inside = await self._assign_ports(merged)
         if env.task_sandboxes is not None:
             self.task_url = await task_sandboxes.inside_url(env.task_sandboxes, self.sandbox, self._fresh)
@@ -317,6 +319,14 @@ class LocalPlacement:
                            tree=sdir, tree_root=sdir.parent.parent, ports=[addr[1]],
                            preload=self._preload(python, name))
         return spec
+
+    def _parents_venvs(self) -> list[Path]:
+        """The interpreters of the venvs that get a preloaded parent (two or more servers, preloading
+        on, under bubblewrap: sandbox/zygote.py); what a server might still decline is not known yet."""
+        if not self.env.settings.preload or getattr(self.sandbox, "bwrap", None) is None:
+            return []
+        count = Counter(self.pythons.values())
+        return [py for py, n in count.items() if n >= 2]
 
     def _preload(self, python: Path, name: str) -> Any:
         """What the servers run by ``python`` import once in a preloaded parent (sandbox/zygote.py):

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import BuildError
-from gym_runtime.gym_release.startup_imports import startup_imports
 from gym_runtime.supervise import contract
 
 
@@ -88,7 +87,7 @@ async def reseat(env: Any, changed: dict[str, Any]) -> None:
     processes are not touched. The caller restarts them right after, with no wait in between (a
     running harvest must not take the old process, still ready, for the new one); once they have
     restarted, :func:`learn` compiles what they import into the new venvs."""
-    await env.bytecode.prepare([Path(v.python) for v in changed.values()], startup_imports(env.merged.release))
+    await env.bytecode.prepare([Path(v.python) for v in changed.values()])
     for name, venv in changed.items():  # from here to the restart: no await
         env.placement.reseat(name, venv)
 

@@ -49,11 +49,9 @@ class EnvironmentBytecode:
         self._seeded: set[Path] = set()  # venvs given the start-up seed in this run
         self._stop = threading.Event()
 
-    async def prepare(self, pythons: list[Path], seed: Sequence[str] = ()) -> None:
+    async def prepare(self, pythons: list[Path]) -> None:
         """Harvest learning dirs earlier runs left in the venvs of ``pythons`` (``<venv>/bin/python``),
-        then place the store's bytecode into each venv whose store record has users it lacks; a venv
-        that still has no user learned gets ``seed`` (the release's start-up sources, relative to
-        ``site-packages``: :mod:`gym_runtime.venvs.seed`) compiled before its processes start."""
+        then place the store's bytecode into each venv whose store record has users it lacks."""
         for py in dict.fromkeys(Path(p) for p in pythons):
             venv = py.parent.parent
             try:
@@ -69,8 +67,6 @@ class EnvironmentBytecode:
             if self.store is not None and isinstance(digest, str):
                 self._venvs[venv] = (py, digest)
                 await self._place(venv, py, digest)
-            if seed and not learned(venv):
-                await self._seed(venv, py, seed)
 
     async def _interpreter(self, py: Path) -> Interpreter:
         if py not in self._interp:
@@ -89,6 +85,18 @@ class EnvironmentBytecode:
             return
         left = f"; {len(got.rejected)} changed or unusable, so its processes learn again" if got.rejected else ""
         self._say(f"bytecode: {got.placed}/{got.total} files placed from the store into {venv.name}{left}")
+
+    async def seed(self, pythons: Sequence[Path], seed: Sequence[str]) -> None:
+        """Give each venv of ``pythons`` that still has no user learned the ``seed`` (the release's
+        start-up sources, relative to ``site-packages``: :mod:`gym_runtime.venvs.seed`), before any
+        user of it is made. Only for venvs whose processes read the shared cache: a preloaded
+        parent's (it reports what it imports) and a Ray head's; a server that learns under a
+        prefix of its own sees none of it."""
+        if not seed:
+            return
+        for py in dict.fromkeys(Path(p) for p in pythons):
+            if not learned(py.parent.parent):
+                await self._seed(py.parent.parent, py, seed)
 
     async def _seed(self, venv: Path, py: Path, seed: Sequence[str]) -> None:
         """Compile the ``seed`` sources ``venv`` has, on every core at full priority (its processes

@@ -4,11 +4,14 @@ A venv whose shared cache holds nothing yet (no user learned, nothing placed fro
 store: a fresh pod whose only volume is the uv cache) would have each of its first processes
 compile what it imports while it imports it (the preloaded parent and the Ray head's processes the
 same Ray sources, on the same cores), and the daemon compile it all again into the shared cache
-behind them. Instead :meth:`gym_runtime.venvs.env_bytecode.EnvironmentBytecode.prepare` first
-compiles, on every core, the sources the release's servers and a private Ray head import at
-start-up (:func:`gym_runtime.gym_release.startup_imports.startup_imports`) that the venv has, then
-its processes start as in a warm start: the preloaded parent and the Ray head read the shared
-cache; the parent reports what it imported, so what the seed lacked is compiled behind it.
+behind them. Instead, for a venv that gets a preloaded parent,
+:meth:`gym_runtime.venvs.env_bytecode.EnvironmentBytecode.seed` first compiles, on every core, the
+sources the release's servers and a private Ray head import at start-up
+(:func:`gym_runtime.gym_release.startup_imports.startup_imports`) that the venv has, then its
+processes start as in a warm start: the preloaded parent and the Ray head read the shared cache;
+the parent reports what it imported, so what the seed lacked is compiled behind it. A venv
+without a parent is not seeded: its servers learn under prefixes of their own, which hide the
+shared cache.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``up`` forks the servers of one venv from a preloaded parent by default (docs/architecture.md §6,
 "Preloaded parents"), and ``GYM_RUNTIME_PRELOAD=off`` starts each on its own: the start-up says
 which, every server answers either way, and a forked server is named after its instance and runs
-below the parent, not below a bubblewrap of its own."""
+below the parent, not below a bubblewrap of its own. A cold venv is given the release's start-up
+seed only when a parent will read it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.helpers.daemon import SIMPLE_SERVERS, kill_tree, read_ready_line, sim
 
 def _start(tmp_path: Path, mode: str) -> tuple[dict, dict[str, psutil.Process], str]:
     pkg = simple_env(tmp_path / "pkg")
-    proc = up_process(pkg, tmp_path, env={"GYM_RUNTIME_PRELOAD": mode})
+    proc = up_process(pkg, tmp_path, env={"GYM_RUNTIME_PRELOAD": mode, "GYM_RUNTIME_HOME": str(tmp_path / "home")})
     try:
         info = json.loads(read_ready_line(proc, timeout=300))
         listed = httpx.get(info["head_server"] + "/server_instances", trust_env=False).json()
@@ -37,12 +38,15 @@ def test_servers_of_one_venv_are_forked_from_one_parent_unless_it_is_off(tmp_pat
     answers, seen, err = _start(tmp_path, mode)
     assert set(answers) >= SIMPLE_SERVERS and all(code < 500 for code in answers.values()), answers
     forked = [line for line in err.splitlines() if "servers forked from one parent that imported" in line]
+    # a venv with nothing recorded (a state root of its own) is seeded only for a parent to read
+    seeded = [line for line in err.splitlines() if "the release's servers and a Ray head import at start-up" in line]
     if mode == "on":
         assert forked and f"{len(SIMPLE_SERVERS)} servers forked" in forked[0], err
+        assert len(seeded) == 1 and "before its processes start" in seeded[0], err
         for name, (comm, parent_argv) in seen.items():
             assert comm == name[:15]
             assert parent_argv[-2].endswith("_zygote.py"), parent_argv
     else:
-        assert not forked, err
+        assert not forked and not seeded, err
         for name, (_comm, parent_argv) in seen.items():
             assert "bwrap" in parent_argv[0], parent_argv

@@ -202,7 +202,7 @@ def test_a_venv_with_nothing_recorded_gets_the_seed_compiled_before_its_processe
     bc = EnvironmentBytecode(said.append)
     seed = ("tinyparse/__init__.py", "tinyparse/extra.py", "not_installed/mod.py", "../../../../etc/passwd.py",
             "/etc/passwd.py", "tinyparse/README")
-    asyncio.run(bc.prepare([venv_python], seed))
+    asyncio.run(bc.seed([venv_python], seed))
     assert len(said) == 1 and said[0].startswith(f"bytecode: compiled 2 sources the release's servers and a Ray head "
                                                  f"import at start-up into venv {venv.name} in "), said
     tag = sys.implementation.cache_tag
@@ -219,7 +219,7 @@ def test_a_venv_with_a_learned_user_is_not_seeded(venv_python: Path) -> None:
     _py(venv_python, cache.env, "-c", "import tinyparse")
     asyncio.run(harvest(venv_python, [cache]))
     said: list[str] = []
-    asyncio.run(EnvironmentBytecode(said.append).prepare([venv_python], ("tinyparse/extra.py",)))
+    asyncio.run(EnvironmentBytecode(said.append).seed([venv_python], ("tinyparse/extra.py",)))
     assert said == [] and [p.name for p in _pycache(venv, "tinyparse").iterdir()] == [
         f"__init__.{sys.implementation.cache_tag}.pyc"]
     assert learned(venv) == {KEY}

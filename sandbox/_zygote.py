@@ -10,8 +10,9 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
 
 * ``{"op": "preload", "modules": [...], "report": path | null}``: import each module that the
   venv has (a module it lacks is skipped; one whose import fails is reported); with ``report``,
-  then write there (atomically) the source file of every module imported, one path per line: the
-  daemon compiles those into the venv's shared bytecode cache (``gym_runtime/venvs/bytecode.py``). Answer ``{"op": "preloaded", "ok": [...],
+  then write there (atomically) the source file of every module imported whose bytecode was not
+  there to read (it was compiled in memory), one path per line: the daemon compiles those into the
+  venv's shared bytecode cache (``gym_runtime/venvs/bytecode.py``). Answer ``{"op": "preloaded", "ok": [...],
   "failed": {module: error}, "threads": [names], "seconds": s, "views": null | why}``;
   ``threads`` lists the Python threads alive afterwards, which a fork would not carry over, and
   ``views`` says why a child could not make its own mount namespace here (a trial fork); with
@@ -211,9 +212,29 @@ def _child(ctl, req, fds):
     sys.exit(0)
 
 
+def _fresh(source, cached):
+    """Whether ``cached`` holds bytecode of ``source`` as it is now (the import then read it): the
+    interpreter's magic number, and a timestamp header with the source's mtime and size, or a
+    hash-based one (PEP 552)."""
+    try:
+        with open(cached, "rb") as f:
+            head = f.read(16)
+        st = os.stat(source)
+    except (OSError, TypeError):
+        return False
+    if len(head) < 16 or head[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    flags, mtime, size = struct.unpack("<III", head[4:16])
+    return bool(flags & 1) or (mtime == int(st.st_mtime) & 0xFFFFFFFF and size == st.st_size & 0xFFFFFFFF)
+
+
 def _report(path):
+    """Write to ``path`` the source file of every imported module that was compiled here, not read
+    from bytecode (module doc)."""
     files = sorted({f for m in list(sys.modules.values())
-                    if isinstance(f := getattr(m, "__file__", None), str) and f.endswith(".py")})
+                    if isinstance(f := getattr(m, "__file__", None), str) and f.endswith(".py")
+                    and getattr(getattr(m, "__spec__", None), "origin", None) != "frozen"  # built into the interpreter
+                    and not _fresh(f, getattr(m, "__cached__", None))})
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as out:
         out.write("".join(f + "\n" for f in files))

@@ -16,8 +16,8 @@ Builds compile nothing: ``uv pip install --compile-bytecode`` compiles every fil
   (``<venv>/.gym-runtime/learn/<n>``, writable for that process alone) as its
   ``PYTHONPYCACHEPREFIX``, so its imports leave ``.pyc`` files there. A *reporting* user (the
   preloaded parent, ``sandbox/_zygote.py``) instead reads the shared cache and the standard
-  library's bytecode, writes nothing, and lists the source files of the modules it imported in
-  the dir's ``imported.txt`` (:data:`REPORT`). :func:`harvest` then reads only *names*: each names a
+  library's bytecode, writes nothing, and lists the source files of the modules it imported
+  without fresh bytecode to read (it compiled them) in the dir's ``imported.txt`` (:data:`REPORT`). :func:`harvest` then reads only *names*: each names a
   source file; the regular ``.py`` files inside the venv (never inside ``.gym-runtime``) are
   compiled by the daemon into the shared cache, the user is recorded and the dir is removed. A
   process's own bytecode is never copied. This runs in the background at a lower CPU priority

@@ -44,10 +44,14 @@ async def _prepared(sb: Sandbox, specs: list[ProcessSpec]) -> list[str]:
     return said
 
 
-async def _prepared_once(tmp_path: Path, python: Path, preload: Preload, env: dict | None = None) -> list[str]:
-    """A sandbox whose two servers of ``apps/preload`` share ``preload``, prepared, then closed; the lines said."""
+async def _prepared_once(tmp_path: Path, python: Path, preload: Preload, env: dict | None = None,
+                         read_only: list[Path] | None = None) -> list[str]:
+    """A sandbox whose two servers of ``apps/preload`` (``env`` added, ``read_only`` bound too)
+    share ``preload``, prepared, then closed; the lines said."""
     sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
     specs = _specs(tmp_path, python, preload, env={"PYTHONPATH": str(APPS / "preload"), **(env or {})})
+    for spec in specs:
+        spec.read_only_paths = [*spec.read_only_paths, *(read_only or [])]
     try:
         return await _prepared(sb, specs)
     finally:
@@ -181,17 +185,21 @@ def test_a_learning_parent_writes_what_it_compiles_into_its_own_dir(bwrap, tmp_p
     assert [p.name for p in learn.rglob("plainmod.*.pyc")] == [f"plainmod.{sys.implementation.cache_tag}.pyc"]
 
 
-def test_a_reporting_parent_lists_what_it_imported_and_writes_no_bytecode(bwrap, tmp_path, plain_python) -> None:
+def test_a_reporting_parent_lists_what_it_compiled_and_writes_no_bytecode(bwrap, tmp_path, plain_python) -> None:
     # the daemon's parents report (gym_runtime/venvs/bytecode.py): they read the venv's shared cache
-    # and the standard library's bytecode, and the daemon compiles what they list
+    # and the standard library's bytecode, and list what they had to compile for the daemon to compile
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "freshmod.py").write_text("VALUE = 1\n")  # no bytecode anywhere yet
     learn = tmp_path / "learn"
     learn.mkdir()
     report = learn / "imported.txt"
-    preload = Preload(("plainmod", "email.mime.text"), {"PYTHONDONTWRITEBYTECODE": "1"}, (learn,), report=str(report))
-    lines = asyncio.run(_prepared_once(tmp_path, plain_python, preload))
+    preload = Preload(("freshmod", "email.mime.text"), {"PYTHONDONTWRITEBYTECODE": "1"}, (learn,), report=str(report))
+    lines = asyncio.run(_prepared_once(tmp_path, plain_python, preload, {"PYTHONPATH": str(mods)}, [mods]))
     assert any("servers forked from one parent that imported 2 modules" in ln for ln in lines), lines
     listed = report.read_text().splitlines()
-    assert str(APPS / "preload" / "plainmod.py") in listed
-    assert any(p.endswith("/email/mime/text.py") for p in listed)
+    assert str(mods / "freshmod.py") in listed
+    assert not any(p.endswith("/email/mime/text.py") for p in listed), "the stdlib's own bytecode was read"
     assert all(p.endswith(".py") and p.startswith("/") for p in listed)
     assert [p.name for p in learn.iterdir()] == ["imported.txt"]  # no bytecode, no temporary file left
+    assert not (mods / "__pycache__").exists()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.config import token_capture
-from gym_runtime.errors import BuildError, GymRuntimeError, StartError
+from gym_runtime.errors import BuildError, GymRuntimeError
 from gym_runtime.gym_release.ray_use import ray_users
 from gym_runtime.gym_release.startup_imports import startup_imports
 from gym_runtime.ray_target import choose, ray_level, wait_reachable

@@ -55,9 +55,9 @@ def _read(path: Path) -> tuple[str, ...]:
 def startup_imports(release: GymRelease) -> tuple[str, ...]:
     """The start-up sources of ``release`` (paths relative to ``site-packages``): the list of the
     newest release of its line at or below its version; empty when its line has none."""
-    line = Version(release.first).release[:2]
-    fits = [v for v in _listed() if v.release[:2] == line and v <= release.version]
-    return _read(_listed()[max(fits)]) if fits else ()
+    line, listed = Version(release.first).release[:2], _listed()
+    fits = [v for v in listed if v.release[:2] == line and v <= release.version]
+    return _read(listed[max(fits)]) if fits else ()
 
 
 def site_packages(venv: Path) -> list[Path]:
@@ -67,19 +67,13 @@ def site_packages(venv: Path) -> list[Path]:
 
 def record(venv: Path, tag: str) -> list[str]:
     """The sources under ``venv``'s ``site-packages`` that its shared cache holds bytecode of
-    (``__pycache__/<stem>.<tag>.pyc``), relative to ``site-packages``, sorted."""
-    out = set()
-    suffix = f".{tag}.pyc"
-    for sp in site_packages(venv):
-        for dirpath, _dirs, files in os.walk(sp):
-            if os.path.basename(dirpath) != "__pycache__":
-                continue
-            parent = os.path.relpath(os.path.dirname(dirpath), sp)
-            for name in files:
-                stem = name[:-len(suffix)]
-                if name.endswith(suffix) and "." not in stem and os.path.isfile(os.path.join(sp, parent, stem + ".py")):
-                    out.add(os.path.normpath(os.path.join(parent, stem + ".py")))
-    return sorted(out)
+    (``__pycache__/<stem>.<tag>.pyc``, :func:`gym_runtime.venvs.pyc_store.shared_cache`), relative
+    to ``site-packages``, sorted."""
+    from gym_runtime.venvs.pyc_store import shared_cache
+
+    roots = [str(sp) + os.sep for sp in site_packages(venv)]
+    return sorted({os.path.normpath(src[len(root):]) for src, _pyc in shared_cache(venv, tag) for root in roots
+                   if src.startswith(root) and os.path.isfile(src)})
 
 
 def main(argv: list[str]) -> int:

@@ -186,7 +186,7 @@ class PycStore:
             old = self.index(digest)
             same = old is not None and old.get("tag") == interp.tag and old.get("magic") == interp.magic.hex()
             files: dict[str, Any] = dict(old["files"]) if same else {}
-            for src, pyc in _shared_cache(venv, interp.tag):
+            for src, pyc in shared_cache(venv, interp.tag):
                 if stop is not None and stop.is_set():
                     return 0
                 entry = self._save_one(src, pyc, interp)
@@ -236,7 +236,7 @@ class PycStore:
         return removed
 
 
-def _shared_cache(venv: Path, tag: str) -> list[tuple[str, str]]:
+def shared_cache(venv: Path, tag: str) -> list[tuple[str, str]]:
     """(source, .pyc) pairs of ``venv``'s ``__pycache__`` dirs for cache ``tag`` (not under its
     ``.gym-runtime`` dir; symlinked dirs are not followed)."""
     out = []

@@ -16,3 +16,22 @@ def test_the_0_7_line_has_a_list_of_what_its_servers_and_a_ray_head_import() -> 
 def test_a_line_without_a_list_seeds_nothing() -> None:
     assert startup_imports(release_for("0.4.0", "test")) == ()
     assert startup_imports(release_for("0.6.0", "test")) == ()
+
+
+def test_a_list_is_recorded_from_the_sources_a_venv_holds_bytecode_of(tmp_path) -> None:
+    from gym_runtime.gym_release.startup_imports import record
+
+    sp = tmp_path / "lib" / "python3.13" / "site-packages"
+    for rel, pyc in (("pkg/mod.py", True), ("pkg/plain.py", False), ("top.py", True)):
+        (sp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (sp / rel).write_text("X = 1\n")
+        if pyc:
+            cache = (sp / rel).parent / "__pycache__"
+            cache.mkdir(exist_ok=True)
+            (cache / f"{(sp / rel).stem}.cpython-313.pyc").write_bytes(b"")
+    (sp / "pkg" / "__pycache__" / "gone.cpython-313.pyc").write_bytes(b"")  # its source is not there
+    (sp / "pkg" / "__pycache__" / "mod.cpython-312.pyc").write_bytes(b"")  # another interpreter's
+    (tmp_path / "bin" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "bin" / "tool.py").write_text("")
+    (tmp_path / "bin" / "__pycache__" / "tool.cpython-313.pyc").write_bytes(b"")  # outside site-packages
+    assert record(tmp_path, "cpython-313") == ["pkg/mod.py", "top.py"]

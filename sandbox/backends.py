@@ -10,8 +10,10 @@ asks it, never its name:
   sandbox: the object servers are spawned by (``allocate_port``, ``publish``,
   ``expose_host_service``, ``expose_inside``, ``await prepare(specs, say)`` -> progress lines
   (what it made for the first starts, e.g. the private tree copies made without bubblewrap;
-  ``say`` takes the lines of what it goes on making in the background), ``spawn_after(spec)`` ->
-  a future to wait for before spawning ``spec`` (a preloaded parent still importing) or None,
+  ``say`` takes the lines of what it goes on making in the background),
+  ``parent_interpreters(servers)`` -> the interpreters whose servers will be forked from a
+  preloaded parent (known before any spec is made), ``spawn_after(spec)`` -> a future to wait
+  for before spawning ``spec`` (a preloaded parent still importing) or None,
   ``spawn(spec)``, ``close()``, ``level``, ``report``, ``processes``, ``denials``;
   :class:`sandbox.Sandbox` is the local one);
 * ``await backend.check()`` -> what ``doctor`` prints: the backend, the service and its version,

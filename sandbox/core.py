@@ -11,7 +11,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from gym_runtime.errors import IsolationError, StartError
@@ -21,10 +21,10 @@ from .launch import LOOPBACK_HOSTS, SANDBOX_HOSTNAME, ProcessSpec, bwrap_argv, l
 from .limits import CgroupSlot
 from .dns import NameForwards
 from .netns import NetnsHolder
-from .policy import EgressPolicy, normalize_host, parse_ip_literal
+from .policy import EgressPolicy, parse_ip_literal
 from .probe import IsolationLevel, IsolationReport, interpreter_roots, probe_isolation
 from .process import SandboxedProcess
-from .zygote import Zygote, start_parents
+from .zygote import Zygote, parent_groups, start_parents
 from .proxy import EgressProxy, Resolver, connect_or_close, host_dial, serve_forward, system_resolve
 
 log = logging.getLogger("sandbox")
@@ -347,6 +347,13 @@ class Sandbox:
             if pid is not None:
                 out[pid] = "preloaded parent"
         return out
+
+    def parent_interpreters(self, servers: Mapping[str, tuple[Sequence[str], bool]]) -> list[str]:
+        """The interpreters that :meth:`prepare` will give a preloaded parent, for ``servers``
+        (name -> argv, copy-on-write tree) that ask for one (the backend interface): those of two
+        or more servers that can be forked (:func:`sandbox.zygote.parent_groups`), under bubblewrap
+        only; known before any spec is made."""
+        return list(parent_groups(servers)[0]) if self.bwrap is not None else []
 
     def spawn_after(self, spec: ProcessSpec) -> asyncio.Future | None:
         """What must end before ``spec`` is spawned (the backend interface): its venv's preloaded

@@ -81,14 +81,31 @@ class ForkedChild:
             self.on_exit()
 
 
-def eligible(spec: Any) -> str | None:
-    """Why ``spec`` cannot be forked from a preloaded parent, or None."""
-    argv = list(spec.argv)
+def why_alone(argv: Sequence[str], copy_on_write: bool) -> str | None:
+    """Why a server run by ``argv`` (``copy_on_write``: its tree is a copy-on-write view) cannot be
+    forked from a preloaded parent, or None."""
+    argv = list(argv)
     if len(argv) < 2 or (argv[1].startswith("-") and (argv[1] != "-m" or len(argv) < 3)):
         return "it is not run as `python script` or `python -m module`"
-    if spec.cow_paths:
+    if copy_on_write:
         return "its tree is a copy-on-write view"
     return None
+
+
+def parent_groups(servers: Mapping[str, tuple[Sequence[str], bool]]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Which servers one preloaded parent forks. ``servers``: name -> (argv, copy_on_write) of
+    each server that asks for a parent. Returns interpreter (``argv[0]``) -> the names of the
+    servers its parent forks (two or more, in ``servers``' order), and name -> why a server
+    starts on its own (:func:`why_alone`); the one server of an interpreter is in neither."""
+    groups: dict[str, list[str]] = {}
+    alone: dict[str, str] = {}
+    for name, (argv, cow) in servers.items():
+        why = why_alone(argv, cow)
+        if why:
+            alone[name] = why
+        else:
+            groups.setdefault(str(argv[0]), []).append(name)
+    return {py: names for py, names in groups.items() if len(names) >= 2}, alone
 
 
 def _resolved(paths: Sequence[Any]) -> list[Path]:
@@ -170,7 +187,7 @@ class Zygote:
             return "its preloaded parent is still importing"
         if self.broken:
             return f"its preloaded parent forks nothing: {self.broken}"
-        why = eligible(spec)
+        why = why_alone(spec.argv, bool(spec.cow_paths))
         if why:
             return why
         missing = [p for p in _resolved([*spec.read_only_paths, spec.cwd])
@@ -229,7 +246,7 @@ class Zygote:
 
     def pending(self, spec: Any) -> asyncio.Future | None:
         """Its imports while they run and ``spec`` is one it would fork, else None."""
-        if self.ready is None or self.ready.done() or self.closed or eligible(spec):
+        if self.ready is None or self.ready.done() or self.closed or why_alone(spec.argv, bool(spec.cow_paths)):
             return None
         return self.ready
 
@@ -271,19 +288,13 @@ def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_dir: P
     (:attr:`Zygote.ready`, beside the rest of the start, e.g. the Ray head's) and ``say`` gets its
     progress line: what it imported and in how long, or why its servers start on their own. Call
     on the event-loop thread. Returns the parents by interpreter."""
-    groups: dict[str, list[Any]] = {}
-    for s in specs:
-        if getattr(s, "preload", None) is None:
-            continue
-        why = eligible(s)
-        if why:
-            say(f"preload: server {s.name} starts on its own: {why}")
-            continue
-        groups.setdefault(str(s.argv[0]), []).append(s)
+    asking = {s.name: s for s in specs if getattr(s, "preload", None) is not None}
+    groups, alone = parent_groups({n: (s.argv, bool(s.cow_paths)) for n, s in asking.items()})
+    for name, why in alone.items():
+        say(f"preload: server {name} starts on its own: {why}")
     parents: dict[str, Zygote] = {}
-    for python, group in groups.items():
-        if len(group) < 2:
-            continue
+    for python, names in groups.items():
+        group = [asking[n] for n in names]
         venv = Path(python).parent.parent.name
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setblocking(False)

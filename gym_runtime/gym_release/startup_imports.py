@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from gym_runtime.gym_release.sdk_index import INDEX_DIR
+from gym_runtime.venvs.layout import site_packages
 
 if TYPE_CHECKING:
     from gym_runtime.gym_release.base import GymRelease
@@ -58,11 +59,6 @@ def startup_imports(release: GymRelease) -> tuple[str, ...]:
     line, listed = Version(release.first).release[:2], _listed()
     fits = [v for v in listed if v.release[:2] == line and v <= release.version]
     return _read(listed[max(fits)]) if fits else ()
-
-
-def site_packages(venv: Path) -> list[Path]:
-    """The ``site-packages`` dirs of ``venv`` (``lib/pythonX.Y/site-packages``)."""
-    return sorted(p for p in (venv / "lib").glob("python*/site-packages") if p.is_dir())
 
 
 def record(venv: Path, tag: str) -> list[str]:

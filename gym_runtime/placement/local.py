@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,7 +149,7 @@ class LocalPlacement:
     async def add_servers(self, merged: Any) -> None:
         """Ports, the private Ray head (when chosen), one member per server, each published."""
         env = self.env
-        await env.bytecode.seed(self._parents_venvs(), startup_imports(merged.release))  # before any cache is made
+        await env.bytecode.seed(self._parents_venvs(merged), startup_imports(merged.release))  # before any cache is made
         self.addresses, self.head_inside = await self._assign_ports(merged)
         if env.task_sandboxes is not None:
             self.task_url = await task_sandboxes.inside_url(env.task_sandboxes, self.sandbox, self._fresh)
@@ -310,7 +309,7 @@ class LocalPlacement:
             environ.update(ray_workers.job_env(sdir, python))
         elif env.ray.mode == "own" and name in env.ray.needed_by:  # its own cluster in its sandbox (own_ray.py)
             environ.update(own_ray.server_env())
-        spec = ProcessSpec(name, [str(python), inst.entrypoint], sdir, environ,
+        spec = ProcessSpec(name, self._argv(python, inst), sdir, environ,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
                            writable_paths=[wd, *self._ray_dirs(), *cache.writable,
                                            *token_capture.writable_dir(env.merged.data, inst.server_type)],
@@ -320,13 +319,20 @@ class LocalPlacement:
                            preload=self._preload(python, name))
         return spec
 
-    def _parents_venvs(self) -> list[Path]:
-        """The interpreters of the venvs that get a preloaded parent (two or more servers, preloading
-        on, under bubblewrap: sandbox/zygote.py); what a server might still decline is not known yet."""
-        if not self.env.settings.preload or getattr(self.sandbox, "bwrap", None) is None:
+    def _parents_venvs(self, merged: Any) -> list[Path]:
+        """The interpreters of the venvs whose servers the sandbox will fork from a preloaded parent
+        (its own answer, from the argv and trees the specs will have); none with preloading off."""
+        if not self.env.settings.preload:
             return []
-        count = Counter(self.pythons.values())
-        return [py for py, n in count.items() if n >= 2]
+        settings = self.env.settings
+        servers = {name: (self._argv(self.pythons[name], inst), settings.writable_tree(name))
+                   for name, inst in merged.instances.items()}
+        return [Path(py) for py in self.sandbox.parent_interpreters(servers)]
+
+    @staticmethod
+    def _argv(python: Path, inst: Any) -> list[str]:
+        """How server ``inst`` is run: its venv's ``python`` and its entry point."""
+        return [str(python), inst.entrypoint]
 
     def _preload(self, python: Path, name: str) -> Any:
         """What the servers run by ``python`` import once in a preloaded parent (sandbox/zygote.py):

@@ -16,6 +16,8 @@ import base64
 import hashlib
 from pathlib import Path
 
+from gym_runtime.venvs.layout import site_packages
+
 DIST, MODULE, VERSION = "gym-runtime-sandbox", "gym_runtime_sandbox", "1.0"
 SOURCE = Path(__file__).with_name("dist") / f"{MODULE}.py"
 ENTRY_POINTS = f"[nemo_gym.sandbox_providers]\ngym_runtime = {MODULE}:GymRuntimeProvider\n"
@@ -29,7 +31,7 @@ def _record_line(rel: str, data: bytes) -> str:
 def install_provider(venv: Path) -> list[Path]:
     """Write the provider distribution into every ``lib/python*/site-packages`` of ``venv``;
     returns the dist-info directories written. Raises ``FileNotFoundError`` without site-packages."""
-    dirs = [d for d in sorted((venv / "lib").glob("python*/site-packages")) if d.is_dir()]
+    dirs = site_packages(venv)
     if not dirs:
         raise FileNotFoundError(f"no site-packages under {venv / 'lib'}")
     files = {
@@ -60,7 +62,7 @@ def ensure_provider(venv: Path) -> bool:
     (a venv built by an older runtime, or before the provider existed); True when written. A venv
     without site-packages is left alone."""
     want = SOURCE.read_bytes()
-    sites = [d for d in sorted((venv / "lib").glob("python*/site-packages")) if d.is_dir()]
+    sites = site_packages(venv)
     if not sites or all((d / f"{MODULE}.py").is_file() and (d / f"{MODULE}.py").read_bytes() == want
                         and (d / f"{MODULE}-{VERSION}.dist-info" / "entry_points.txt").is_file() for d in sites):
         return False

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gym_runtime.venvs.layout import site_packages
+
 HOOK_NAME = "_gym_runtime_exit.pth"
 HOOK_LINE = "import atexit, gc; atexit.register(gc.freeze)\n"
 RAY_MODULE = "_gym_runtime_ray_exit"
@@ -59,7 +61,7 @@ def install_exit_hook(venv: Path) -> Path:
     """Write the ``.pth`` line and the Ray driver module into ``venv``'s site-packages (every
     ``lib/python*/site-packages``); returns the first ``.pth`` written. Raises
     ``FileNotFoundError`` when the venv has no site-packages."""
-    dirs = [d for d in sorted((venv / "lib").glob("python*/site-packages")) if d.is_dir()]
+    dirs = site_packages(venv)
     if not dirs:
         raise FileNotFoundError(f"no site-packages under {venv / 'lib'}")
     for d in dirs:

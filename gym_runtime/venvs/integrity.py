@@ -17,9 +17,7 @@ import os
 import re
 from pathlib import Path
 
-
-def _site_packages(venv: Path) -> list[Path]:
-    return sorted(p for p in venv.glob("lib*/python*/site-packages") if p.is_dir())
+from gym_runtime.venvs.layout import site_packages
 
 
 def _dist_name(dist_info: Path) -> str:
@@ -31,7 +29,7 @@ def damaged(venv: Path) -> dict[str, list[str]]:
     """``{distribution: [problem, ...]}`` for every distribution whose RECORD lists a file that is
     missing or has another size (first 5 problems each); empty when all is in place."""
     out: dict[str, list[str]] = {}
-    for site in _site_packages(venv):
+    for site in site_packages(venv):
         for record in site.glob("*.dist-info/RECORD"):
             try:
                 rows = list(csv.reader(io.StringIO(record.read_text(errors="replace"))))

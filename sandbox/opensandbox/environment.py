@@ -188,6 +188,10 @@ class OpenSandboxEnvironment:
                                         [p for p in spec.writable_paths if Path(p).exists()])),
             connection_config=self.conn.sdk_config())
 
+    def parent_interpreters(self, servers: Any) -> list[str]:
+        """No preloaded parents: each server is a sandbox of its own (the backend interface)."""
+        return []
+
     def spawn_after(self, spec: Any) -> None:
         """Nothing to wait for before a spawn (the backend interface)."""
         return None

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import EgressPolicy, ProcessSpec, Sandbox
-from sandbox.zygote import Preload
+from sandbox.zygote import Preload, parent_groups
 from tests.sandbox._run import APPS
 
 SECRETS = {"s0": "sk-zero-" + "1" * 12, "s1": "sk-one-" + "2" * 12}
@@ -203,3 +203,15 @@ def test_a_reporting_parent_lists_what_it_compiled_and_writes_no_bytecode(bwrap,
     assert all(p.endswith(".py") and p.startswith("/") for p in listed)
     assert [p.name for p in learn.iterdir()] == ["imported.txt"]  # no bytecode, no temporary file left
     assert not (mods / "__pycache__").exists()
+
+
+def test_a_parent_forks_two_or_more_servers_of_one_interpreter_that_can_be_forked() -> None:
+    groups, alone = parent_groups({
+        "a": (["/v1/bin/python", "app.py"], False), "b": (["/v1/bin/python", "-m", "srv"], False),
+        "c": (["/v2/bin/python", "app.py"], False),           # the only one of its interpreter
+        "d": (["/v2/bin/python", "app.py"], True),            # a copy-on-write tree
+        "e": (["/v2/bin/python", "-c", "print(1)"], False),   # not `python script` / `python -m module`
+    })
+    assert groups == {"/v1/bin/python": ["a", "b"]}
+    assert alone == {"d": "its tree is a copy-on-write view",
+                     "e": "it is not run as `python script` or `python -m module`"}

@@ -134,6 +134,37 @@ def _releases_of(version: str) -> list[str]:
     return [r.version for r in RELEASES if r.python_spec.contains(version, prereleases=True)]
 
 
+def _pythons(settings: Any) -> list[Any]:
+    """The interpreters found on this host, and the one ``GYM_RUNTIME_PYTHON`` names (source
+    ``GYM_RUNTIME_PYTHON``) where the search does not find it."""
+    from dataclasses import replace
+
+    from gym_runtime.venvs.pythons import find_python, list_pythons
+
+    found = list_pythons(settings.environ)
+    if settings.python_explicit:
+        try:
+            chosen = find_python(settings.python, settings.environ)
+        except GymRuntimeError:  # `up` says why, with the fix; doctor lists what it can run
+            return found
+        if all(i.path != chosen.path for i in found):
+            found.append(replace(chosen, source="GYM_RUNTIME_PYTHON"))
+    return found
+
+
+def _no_current_python(pythons: list[dict]) -> list[str]:
+    """The hint line when no interpreter found runs the default Gym release, else none."""
+    from gym_runtime.gym_release import CURRENT, known_release
+
+    if any(CURRENT in p["gym_releases"] for p in pythons):
+        return []
+    spec = known_release(CURRENT).python_spec
+    return [f"hint: none runs NeMo Gym {CURRENT} (the default release; Python {spec}), which servers using the "
+            "Gym SDK need: install one (e.g. `uv python install 3.13`, which this search finds) and give it with "
+            "--python or GYM_RUNTIME_PYTHON (a version or a path; gym-runtime never downloads Python); packages of built-in servers only, like the bundled "
+            "example, run on any of these"]
+
+
 def _ranges(versions: list[str]) -> str:
     """``0.2.0-0.4.0, 0.7.0`` for runs of consecutive known releases."""
     from gym_runtime.gym_release import RELEASES
@@ -217,8 +248,6 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     """Every check as a JSON-ready dict."""
     from sandbox import EgressPolicy, probe_isolation
 
-    from gym_runtime.venvs.pythons import list_pythons
-
     settings = load_settings()
     report = probe_isolation()
     isolation = {"level": report.level.value, "reasons": list(report.reasons), **report.to_dict()}
@@ -232,7 +261,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         "isolation": isolation,
         "sandbox_backends": _sandbox_backends(settings, report.level.value, list(report.reasons)),
         "pythons": [{"version": i.version, "path": str(i.path), "source": i.source,
-                     "gym_releases": _releases_of(i.version)} for i in list_pythons(settings.environ)],
+                     "gym_releases": _releases_of(i.version)} for i in _pythons(settings)],
         "uv": _uv(settings),
         "venv_dir": _writable(settings.venv_dir),
         "home": _writable(settings.home),
@@ -304,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
     pythons = [f"{p['version']} {p['path']} [{p['source']}] " + (f"runs nemo-gym {_ranges(p['gym_releases'])}"
                if p["gym_releases"] else "runs no nemo-gym release")
                for p in out["pythons"]] or ["none"]
-    for i, line in enumerate(pythons):
+    for i, line in enumerate([*pythons, *_no_current_python(out["pythons"])]):
         print(("pythons:   " if i == 0 else " " * 11) + line)
     uv = out["uv"]
     print(f"uv:        {uv['version']} ({uv['binary']}); index {uv['index']}" + (" [offline]" if uv["offline"] else ""))

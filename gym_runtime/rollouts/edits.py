@@ -1,7 +1,9 @@
 """What an edit touched, for ``dry-run --watch``: file events from inotify, grouped and sorted (docs/rollouts.md).
 
-:class:`Edits` watches the package directory (recursively) and the dataset file (its directory,
-not recursively, so an editor that replaces the file by a rename is still seen) with
+:class:`Edits` watches the package directory (recursively), the server directories outside it
+that the environment runs (the runtime's built-in servers, ``servers/``: an edit there restarts its
+instances as one in the package does) and the dataset file (its directory, not recursively, so an
+editor that replaces the file by a rename is still seen) with
 ``watchfiles`` (inotify underneath, never polling). A save is several events (an editor writes a
 temporary file, renames it, touches the directory): ``watchfiles`` yields a group once no event
 came for :data:`QUIET_MS` milliseconds (at most :data:`MAX_GROUP_MS` after the first), and
@@ -15,8 +17,8 @@ came for :data:`QUIET_MS` milliseconds (at most :data:`MAX_GROUP_MS` after the f
 * an install file (``requirements.txt``, ``pyproject.toml``, ``overrides.txt``) at the top of a
   server directory -> ``requirements`` (that directory's venv is rebuilt in the background,
   :mod:`gym_runtime.rollouts.rebuild`);
-* any other file under a server directory of the package -> ``servers``: the server instances
-  whose implementation lives there (restarted);
+* any other file under a server directory (the package's or a built-in one) -> ``servers``: the
+  server instances whose implementation lives there (restarted);
 * anything else -> ``ignored``.
 """
 
@@ -71,7 +73,7 @@ def classify(paths: Iterable[Path], package: Path, dataset: Path, server_dirs: M
     edit = Edit()
     for p in paths:
         p = p.resolve()
-        owners = {n for n, d in server_dirs.items() if _under(p, d) and _under(d, package)}
+        owners = {n for n, d in server_dirs.items() if _under(p, d)}
         if p == dataset:
             edit.rows = True
         elif p == package / MANIFEST or (p.suffix in (".yaml", ".yml") and _under(p, package)
@@ -87,14 +89,16 @@ def classify(paths: Iterable[Path], package: Path, dataset: Path, server_dirs: M
 
 
 class Edits:
-    """Changed paths under ``package`` and the ``dataset`` file, one debounced group at a time.
+    """Changed paths under ``package``, under each of ``trees`` (server directories outside it) and
+    the ``dataset`` file, one debounced group at a time.
 
     Use as an async context manager (entered, the watches are set: an edit made after that is
     never missed); :meth:`next` -> the set of changed paths. Leaving it stops
     the watchers at once (their threads see the stop event within :data:`QUIET_MS`)."""
 
-    def __init__(self, package: Path, dataset: Path) -> None:
+    def __init__(self, package: Path, dataset: Path, trees: Iterable[Path] = ()) -> None:
         self.package, self.dataset = package, dataset
+        self.trees = sorted({t for t in trees if not _under(t, package)})
         self._stop = threading.Event()  # watchfiles' thread reads it (is_set)
         self._q: asyncio.Queue[set[Path]] = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []
@@ -110,7 +114,7 @@ class Edits:
                                         watch_filter=None if only is None else lambda _c, p: Path(p) == only):
                 self._q.put_nowait({Path(p) for _, p in changes})
 
-        self._tasks = [asyncio.create_task(pump(self.package)),
+        self._tasks = [asyncio.create_task(pump(self.package, *self.trees)),
                        asyncio.create_task(pump(dataset.parent, recursive=False, only=dataset))]
         # One turn of the loop runs each task up to its first wait, and awatch sets its inotify watches
         # (RustNotify) before that wait: from here on no edit is missed, however busy the host.

@@ -21,7 +21,8 @@ The stages are the dry-run's own (:mod:`gym_runtime.rollouts.dryrun`: :func:`pre
 5. restart the instances an edit touched (:func:`gym_runtime.supervise.reload.restart`); one that
    cannot start (a syntax error) has shown its error block: the rows wait for the next edit;
 6. run the rows again and show the table with each row's change against the previous table
-   (:mod:`gym_runtime.rollouts.compare`); back to 2.
+   (:mod:`gym_runtime.rollouts.compare`); back to 2. With the built-in stub model as policy, its
+   per-prompt counts are reset first, so a row the edit did not touch keeps its figures.
 
 It runs until cancelled (Ctrl-C, SIGTERM); rebuilds still running are cancelled (nothing of them
 is kept) and the environment is then stopped as after a dry-run.
@@ -30,6 +31,8 @@ is kept) and the environment is then stopped as after a dry-run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -82,10 +85,13 @@ async def watch_dry_run(req: DryRunRequest, say: Callable[[str], None], show: Sh
     try:
         ready = await rt.start()
         package, dataset = Path(req.package).resolve(), Path(req.dataset).resolve()
-        async with Edits(package, dataset) as edits:  # before the first table: an edit made while it runs is seen
+        edits = Edits(package, dataset, _server_dirs(rt).values())
+        async with edits:  # before the first table: an edit made while it runs is seen
             last = await run_rows(rt, req, prep, ready, on_start, on_result)
             show(last, None)
-            say(f"watching {package} and {dataset} for edits (Ctrl-C stops)")
+            built_in = (f", {len(edits.trees)} built-in server tree(s) under {os.path.commonpath(edits.trees)}"
+                        if edits.trees else "")
+            say(f"watching {package}{built_in} and {dataset} for edits (Ctrl-C stops)")
             rebuilds = Rebuilds(rt.env)
             events = _Events(edits, rebuilds)
             try:
@@ -96,12 +102,13 @@ async def watch_dry_run(req: DryRunRequest, say: Callable[[str], None], show: Sh
                         run = await _swap(rt, got, say)
                     else:
                         t0 = time.perf_counter()
-                        dirs = {n: Path(i.server_dir.path).resolve() for n, i in rt.env.merged.instances.items()}
+                        dirs = _server_dirs(rt)
                         edit = classify(got, package, dataset, dirs)
                         _start_rebuilds(rebuilds, edit, dirs, t0, say)
                         prep, run = await _apply(rt, req, edit, prep, say)
                     if not run:
                         continue
+                    await _fresh_samples(rt.env)
                     result = await run_rows(rt, req, prep, ready, on_start, on_result)
                     show(result, row_changes(result.rows, result.stats, last.rows, last.stats))
                     say(f"edit to new table: {time.perf_counter() - t0:.2f}s")
@@ -111,6 +118,26 @@ async def watch_dry_run(req: DryRunRequest, say: Callable[[str], None], show: Sh
                 await rebuilds.close()
     finally:
         await rt.stop()
+
+
+async def _fresh_samples(env: Any) -> None:
+    """With the built-in stub model as policy, have it count every prompt as unseen
+    (``POST /stub/reset``, :mod:`gym_runtime.stub_model.app`), so each run samples as the first
+    did and a row's change is the edit's own. A stub that does not answer costs only that."""
+    if not env.stub_url:
+        return
+    import httpx
+
+    key = env.merged.data.get("policy_api_key")
+    headers = {"authorization": f"Bearer {key}"} if isinstance(key, str) and key else {}
+    async with httpx.AsyncClient(trust_env=False, timeout=5.0) as client:
+        with contextlib.suppress(httpx.HTTPError):
+            await client.post(env.stub_url.rstrip("/").removesuffix("/v1") + "/stub/reset", headers=headers)
+
+
+def _server_dirs(rt: Any) -> dict[str, Path]:
+    """Server instance -> its implementation directory (in the package, or a built-in one)."""
+    return {n: Path(i.server_dir.path).resolve() for n, i in rt.env.merged.instances.items()}
 
 
 class _Events:

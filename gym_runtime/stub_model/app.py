@@ -2,7 +2,9 @@
 
 Endpoints (shapes as vLLM's OpenAI server):
 ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /tokenize``,
-``GET /health``, ``GET /``, and ``GET /stub/stats`` (``{"chat_completions": n}`` served so far, to observe replica choice).
+``GET /health``, ``GET /``, ``GET /stub/stats`` (``{"chat_completions": n}`` served so far, to observe replica choice),
+and ``POST /stub/reset`` (``{}``: the per-prompt counts below start again from 0, so the next run
+of the same rows samples as the first did; ``dry-run --watch`` calls it before each run).
 
 vLLM fields honoured on chat completions: ``logprobs``/``top_logprobs`` (``choices[].logprobs.
 content[]``), ``return_tokens_as_token_ids`` (tokens spelled ``token_id:<id>``), ``return_token_ids``
@@ -69,6 +71,10 @@ class _Sampler:
         self._seed = seed
         self._seen: Counter[str] = Counter()
         self.served = 0
+
+    def reset(self) -> None:
+        """Count every prompt as never seen (the next request of each samples as the first did)."""
+        self._seen.clear()
 
     def rng(self, prompt_key: str, request_seed: int | None) -> random.Random:
         self.served += 1
@@ -162,6 +168,11 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
     @app.get("/stub/stats")
     async def stats() -> dict:
         return {"chat_completions": sampler.served}
+
+    @app.post("/stub/reset")
+    async def reset() -> dict:
+        sampler.reset()
+        return {}
 
     @app.get("/v1/models")
     async def models() -> dict:

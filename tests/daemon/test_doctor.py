@@ -151,3 +151,27 @@ def test_passed_variables_are_named_per_server_never_their_values(tmp_path, caps
     err = json.loads(capsys.readouterr().out)["secrets"]["error"]
     assert err["code"] == "GR-SETTINGS-SERVER-ENV" and "acme_mat:GR_TEST_JUDGE_KEY names no server instance" \
         in err["message"] and err["hint"].startswith("did you mean 'acme_math'?")
+
+
+def _fake_python(path, version: str):
+    path.parent.mkdir(parents=True)
+    path.write_text(f"#!/bin/sh\necho CPython {version}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_no_interpreter_for_the_default_release_is_said_with_the_fix_and_gym_runtime_python_is_listed(tmp_path) -> None:
+    """A host whose Pythons all predate the default release's Requires-Python gets a hint line; the
+    interpreter GYM_RUNTIME_PYTHON names is listed even where the search does not look."""
+    from gym_runtime.gym_release import CURRENT
+
+    _fake_python(tmp_path / "pyenv" / "versions" / "3.12.1" / "bin" / "python3", "3.12.1")
+    env = {"PYENV_ROOT": str(tmp_path / "pyenv"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    text = _doctor(**env).stdout
+    if sys.version_info < (3, 13, 14):  # the runtime's own interpreter is listed too
+        assert f"hint: none runs NeMo Gym {CURRENT} (the default release" in text, text
+        assert "--python or GYM_RUNTIME_PYTHON" in text
+    own = _fake_python(tmp_path / "elsewhere" / "bin" / "python3", "3.13.15")
+    text = _doctor(**env, GYM_RUNTIME_PYTHON=str(own)).stdout
+    assert f"3.13.15 {own} [GYM_RUNTIME_PYTHON] runs nemo-gym 0.2.0-{CURRENT}" in text, text
+    assert "hint: none runs" not in text

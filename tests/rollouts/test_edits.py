@@ -56,3 +56,22 @@ def test_an_edit_of_install_files_asks_one_rebuild_per_server_directory(tmp_path
                                                                "requirements.txt"])}
     assert edit.servers == {"demo", "demo_b"}  # a requirements.txt below the top is the server's code
     assert not classify([sdir / "requirements.txt"], pkg, rows, dirs).acts  # the rebuild acts once it has ended
+
+
+def test_a_built_in_server_tree_the_environment_runs_is_watched_and_restarts_its_instances(tmp_path: Path) -> None:
+    pkg, rows, _app = _tree(tmp_path)
+    built_in = (tmp_path / "servers" / "resources_servers" / "example_arithmetic").resolve()
+    built_in.mkdir(parents=True)
+    (built_in / "app.py").write_text("REWARD = 1.0\n")
+    pkg, rows = pkg.resolve(), rows.resolve()
+
+    async def main() -> set[Path]:
+        async with Edits(pkg, rows, [built_in, pkg / "resources_servers" / "demo"]) as edits:
+            assert edits.trees == [built_in]  # a server directory inside the package is watched with it
+            (built_in / "app.py").write_text("REWARD = 0.0\n")
+            return await asyncio.wait_for(edits.next(), 30)
+
+    got = asyncio.run(main())
+    assert built_in / "app.py" in got
+    edit = classify(got, pkg, rows, {"arithmetic": built_in, "demo": (pkg / "resources_servers" / "demo").resolve()})
+    assert edit.servers == {"arithmetic"} and not edit.config and not edit.ignored

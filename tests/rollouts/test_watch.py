@@ -1,7 +1,8 @@
 """``dry-run --watch`` on a copy of the bundled example: real daemon, real files, the stub model.
 
 An edit of a resources server's ``verify()`` restarts that server and prints a new table whose
-``change`` column names each row's move; a syntax error shows the error block and the watch goes
+``change`` column names each row's move (the rows it did not touch stay ``same``: the stub model
+samples each run as the first); a syntax error shows the error block and the watch goes
 on; the next good edit recovers; Ctrl-C exits 130 and leaves no process.
 
 An edit of the server's ``requirements.txt`` rebuilds its venv in the background with real uv (a
@@ -48,7 +49,10 @@ def test_edit_verify_reruns_rows_with_changes_then_syntax_error_then_recovery(tm
         arithmetic = rows_of(second, "arithmetic_agent")
         assert {mean_of(r) for r in arithmetic} == {"0.00"}, second
         assert all(r.endswith("mean -1.00") for r in arithmetic), second
-        assert any(line.startswith("against run 1: ") for line in second), second
+        # the stub samples each run as the first (its counts reset): rows the edit did not touch stay
+        lookup = rows_of(second, "code_lookup_agent")
+        assert lookup and all(r.endswith(" same") for r in lookup), second
+        assert any(line.startswith(f"against run 1: {len(arithmetic)} row(s) changed") for line in second), second
 
         mark = len(run.err)
         set_reward(pkg, "REWARD = = 0.0")  # a syntax error

@@ -140,7 +140,9 @@ def _limits(req):
 
 
 def _become(req, private):
-    """Run the server as ``python argv[1:]`` would (module doc); returns its exit status."""
+    """Run the server as ``python argv[1:]`` would (module doc): an exception it does not catch is
+    printed by ``sys.excepthook`` from its own frames on (none of this file's, none of runpy's) and
+    ends it with status 1."""
     import runpy
 
     env = dict(req["env"])
@@ -158,14 +160,24 @@ def _become(req, private):
     if env.get("PYTHONUNBUFFERED"):
         for stream in (sys.stdout, sys.stderr):
             stream.reconfigure(write_through=True)
-    if argv[1] == "-m":
-        sys.argv = [argv[2], *argv[3:]]
-        sys.path[:] = [req["cwd"], *extra, *base]
-        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(argv[1:])
-        sys.path[:] = [os.path.dirname(os.path.abspath(argv[1])), *extra, *base]
-        runpy.run_path(argv[1], run_name="__main__")
+    try:
+        if argv[1] == "-m":
+            sys.argv = [argv[2], *argv[3:]]
+            sys.path[:] = [req["cwd"], *extra, *base]
+            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(argv[1:])
+            sys.path[:] = [os.path.dirname(os.path.abspath(argv[1])), *extra, *base]
+            runpy.run_path(argv[1], run_name="__main__")
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as e:  # what `python script` prints: the traceback from the server's own code on
+        tb = e.__traceback__
+        while tb is not None and (tb.tb_frame.f_code.co_filename == __file__
+                                  or tb.tb_frame.f_globals.get("__name__") == "runpy"):
+            tb = tb.tb_next
+        sys.excepthook(type(e), e.with_traceback(tb), tb)  # the hook reads the exception's own traceback
+        sys.exit(1)
 
 
 def _child(ctl, req, fds):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -215,3 +216,42 @@ def test_a_parent_forks_two_or_more_servers_of_one_interpreter_that_can_be_forke
     assert groups == {"/v1/bin/python": ["a", "b"]}
     assert alone == {"d": "its tree is a copy-on-write view",
                      "e": "it is not run as `python script` or `python -m module`"}
+
+
+BROKEN = {"syntax": "import json\nx = = 1\n",
+          "raises": "import json\n\n\ndef start():\n    raise RuntimeError('no config for this server')\n\n\nstart()\n"}
+
+
+def test_a_forked_server_that_fails_prints_what_python_script_prints(bwrap, tmp_path, plain_python) -> None:
+    """Its traceback starts in its own code (none of the parent's frames, no runpy), its exit status is 1;
+    the script is named as on its command line (``python script`` names it by its absolute path)."""
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    for name, text in BROKEN.items():
+        (apps / f"{name}.py").write_text(text)
+
+    async def main():
+        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
+        specs = []
+        for name in BROKEN:
+            out = os.open(tmp_path / f"{name}.out", os.O_WRONLY | os.O_CREAT, 0o600)
+            specs.append(ProcessSpec(name, [str(plain_python), f"{name}.py"], apps, {"PATH": "/usr/bin:/bin"},
+                                     read_only_paths=[apps, plain_python.parent.parent], stdout_fd=out, stderr_fd=out,
+                                     preload=Preload(("json",))))
+        try:
+            lines = await _prepared(sb, specs)
+            procs = [sb.spawn(s) for s in specs]
+            return lines, [await asyncio.wait_for(p.wait(), 60) for p in procs]
+        finally:
+            for s in specs:
+                os.close(s.stdout_fd)
+            await sb.close()
+
+    lines, codes = asyncio.run(main())
+    assert any("2 servers forked from one parent" in ln for ln in lines), lines
+    assert codes == [1, 1]
+    for name in BROKEN:
+        got = (tmp_path / f"{name}.out").read_text()
+        plain = subprocess.run([str(plain_python), f"{name}.py"], cwd=apps, capture_output=True, text=True)
+        assert got == plain.stderr.replace(f'"{apps}/', '"'), (got, plain.stderr)
+        assert "_zygote" not in got and "runpy" not in got

@@ -22,7 +22,7 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -121,6 +121,19 @@ def max_concurrent_rollouts(args: argparse.Namespace) -> int | None:
     return old
 
 
+def progress_line(console: Any) -> Callable[[str], None]:
+    """``say(msg)`` for ``console`` (a :class:`rich.console.Console`): the time, dimmed, then ``msg``
+    as written. ``msg`` is never read as rich markup: it carries servers' log lines (an error
+    block's cause), where ``[gym-runtime ...]`` notes, ``[INFO]`` or a stray ``[/x]`` are text."""
+    from rich.markup import escape
+
+    def say(msg: str) -> None:
+        console.print(f"[dim][{time.strftime('%H:%M:%S')}][/dim] {escape(msg)}", markup=True, highlight=False,
+                      soft_wrap=True)
+
+    return say
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -136,8 +149,7 @@ def run(args: argparse.Namespace) -> int:
                         console=err, transient=True, disable=not err.is_terminal)
     task = progress.add_task("rollouts", total=None)
 
-    def say(msg: str) -> None:
-        err.print(f"[dim][{time.strftime('%H:%M:%S')}][/dim] {msg}", markup=True, highlight=False, soft_wrap=True)
+    say = progress_line(err)
 
     def on_start(total: int) -> None:
         say(f"environment ready; running {total} rollout(s)")

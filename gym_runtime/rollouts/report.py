@@ -24,6 +24,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gym_runtime.rollouts.stats import ALL_MASKED, NO_SIGNAL, RowStats, Summary
@@ -48,8 +49,8 @@ def build_table(stats: list[RowStats], title: str | None = None, changes: dict[i
     """The per-row reward table (a :class:`rich.table.Table`); with ``changes`` (row index -> the
     text of :func:`gym_runtime.rollouts.compare.row_change`) a last column, ``change``, against
     the previous run (``dry-run --watch``)."""
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  padding=(0, 0))
+    table = Table(title=escape(title) if title else None, title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, padding=(0, 0))
     for name in COLUMNS + (("change",) if changes is not None else ()):
         table.add_column(name, justify="left" if name in ("agent", "signal", "change") else "right",
                          no_wrap=name not in ("signal", "change"), min_width=len(name),
@@ -65,7 +66,7 @@ def build_table(stats: list[RowStats], title: str | None = None, changes: dict[i
             signal = "[dim]unknown[/dim]"
         if s.out_of_range:
             signal += f" [red]{s.out_of_range} out of range[/red]"
-        cells = [str(s.row), str(s.line), s.agent, str(s.samples), _num(s.mean), _num(s.std), _num(s.min),
+        cells = [str(s.row), str(s.line), escape(s.agent), str(s.samples), _num(s.mean), _num(s.std), _num(s.min),
                  _num(s.max), _count(s.failures, "red"), _count(s.unknown_tool_calls, "red"),
                  _count(s.context_overflows, "yellow"), _count(s.bad_rewards, "red"), _count(s.masked, "yellow"),
                  _count(s.aborted, "yellow"), _count(s.unparsed_tool_calls, "red"),
@@ -94,8 +95,8 @@ def summary_lines(summary: Summary) -> list[str]:
         f"rollouts/s: {_num(summary.rollouts_per_s, 2)}",
     ]
     if summary.failures_by_code:
-        lines.append("[red]failures by code:[/red] " + ", ".join(f"{c}: {n}"
-                                                                 for c, n in summary.failures_by_code.items()))
+        lines.append("[red]failures by code:[/red] " + escape(", ".join(f"{c}: {n}"
+                                                                        for c, n in summary.failures_by_code.items())))
     if summary.unknown_tool_calls or summary.invalid_tool_arguments:
         lines.append(f"[red]tool calls refused:[/red] {summary.unknown_tool_calls} to tools the row did not offer "
                      f"(unk), {summary.invalid_tool_arguments} with arguments that are not a JSON object; the "
@@ -109,7 +110,7 @@ def summary_lines(summary: Summary) -> list[str]:
     if summary.out_of_range:
         lines.append(f"[red]{summary.out_of_range} reward(s) outside the resources server's reward_range[/red]")
     if summary.masked:
-        kinds = ", ".join(f"{k}: {n}" for k, n in summary.masked_by_kind.items())
+        kinds = escape(", ".join(f"{k}: {n}" for k, n in summary.masked_by_kind.items()))  # environment-sent
         lines.append(f"[yellow]{summary.masked} rollout(s) masked by their environment (mask_sample: the reward is "
                      f"no valid measurement; {kinds}); left out of the reward spread, see failure_reason in "
                      "--out[/yellow]")
@@ -144,7 +145,8 @@ def replica_table(replicas: list[dict[str, Any]], bound: int | None) -> Table:
     for name in ("replica", "agent", "node", "rollouts", "failed", "rollouts/s"):
         table.add_column(name, justify="left" if name in ("replica", "agent", "node") else "right", no_wrap=True)
     for r in replicas:
-        table.add_row(r["replica"] or "[dim](none: no answer)[/dim]", r["agent"], r["node"] or "-", str(r["rollouts"]),
+        table.add_row(escape(r["replica"]) if r["replica"] else "[dim](none: no answer)[/dim]", escape(r["agent"]),
+                      escape(r["node"] or "-"), str(r["rollouts"]),
                       _count(r["failed"], "red"), _num(r["rollouts_per_s"]))
     return table
 

@@ -130,3 +130,26 @@ def test_repaired_text_is_counted_per_rollout_row_and_run() -> None:
     obj = report_dict([first, second], summary)
     assert obj["rows"][0]["repaired_text"] == 3 and obj["summary"]["repaired_text"] == 5
     assert any("5 code point(s) of model output were no text" in line for line in summary_lines(summary))
+
+
+def test_names_and_log_lines_with_brackets_are_printed_as_written_never_read_as_markup() -> None:
+    """A package, agent or replica name and an error block's log lines are text: ``[/b]`` made rich
+    raise MarkupError (the command failed with a traceback) and ``[gym-runtime ...]`` notes of a
+    server's log vanished from the cause of an error block."""
+    import io
+
+    from gym_runtime.cli.dry_run import progress_line
+    from gym_runtime.rollouts.report import replica_table
+
+    results = [RolloutResult(0, i, 1, "agent[/b]", float(i % 2), 0.1, None) for i in range(4)]
+    stats = row_stats(results)
+    console = Console(record=True, width=200, color_system=None)
+    print_report(console, stats, summarize(stats, results, 1.0), title="dry-run: pkg[/x] · 1 row(s)")
+    console.print(replica_table([{"replica": "r[/i]", "agent": "agent[/b]", "node": "[n]", "rollouts": 4,
+                                  "failed": 0, "rollouts_per_s": 4.0}], 2))
+    text = console.export_text()
+    assert "dry-run: pkg[/x]" in text and "agent[/b]" in text and "r[/i]" in text and "[n]" in text
+    err = Console(file=io.StringIO(), width=200, color_system=None)
+    progress_line(err)("cause: [gym-runtime 2026-12-06T06:04:09] start #1: python app.py\n[/bold] [INFO] up")
+    said = err.file.getvalue()
+    assert "[gym-runtime 2026-12-06T06:04:09] start #1: python app.py" in said and "[/bold] [INFO] up" in said

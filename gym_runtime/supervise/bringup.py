@@ -419,6 +419,7 @@ class Environment:
         """Undo every stage in reverse, each a bounded, named step (teardown.py): an overrun is
         said with what it waited on, the later steps still run, and the exit code becomes 3."""
         sup, grace = self.supervisor, self.req.options.shutdown_grace_s
+        anything = self.head is not None or bool(sup.members)  # else the start failed before it started anything
         td = Teardown(self._say, lambda: set(sup._pgids), max(HARD_DEADLINE_S, grace + 10.0))
         td.arm()
         self._stopping.set()
@@ -476,7 +477,8 @@ class Environment:
             await td.step("bytecode compiler", self.bytecode.close(), 2.0, lambda: "its compiler processes")
         finally:
             td.disarm()
-        self._say(td.summary())
+        if anything or not td.clean:
+            self._say(td.summary())
         if not td.clean:
             self._say("unclean stop: " + "; ".join(f"{o.step} ({o.waiting_on})" for o in td.overruns))
         return (code or 0) if td.clean else (code or UNCLEAN_EXIT_CODE)

@@ -124,3 +124,17 @@ def _zombie(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
         return True
+
+
+def test_a_start_refused_before_anything_ran_says_no_stop(tmp_path: Path) -> None:
+    """An invalid package is refused before anything starts: its error block alone, no ``stop took 0.00s``."""
+    import shutil
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "native-quickstart", pkg)
+    manifest = pkg / "nemo-environment.yaml"
+    manifest.write_text(manifest.read_text().replace("arithmetic.yaml", "arithmetc.yaml"))
+    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg)], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "GYM_RUNTIME_HOME": str(tmp_path / "home")})
+    assert r.returncode == 1 and "GR-PKG-CONFIG-MISSING" in r.stderr, r.stderr
+    assert "stop took" not in r.stderr, r.stderr

@@ -78,18 +78,20 @@ def run(args: argparse.Namespace) -> int:
                          indent=2))
     else:
         print(f"head server {base}: {body.get('status')}" + (f" ({body.get('phase')})" if "phase" in body else ""))
+        width = max([24, *(len(s["process_name"]) for s in servers), *(len(s["name"]) for s in support)])
         for s in servers:
-            print(_line(s["process_name"], f"{s.get('server_type')}/{s.get('name')}", s))
+            print(_line(s["process_name"], f"{s.get('server_type')}/{s.get('name')}", s, width))
         for s in support:
-            print(_line(s["name"], f"({s.get('kind')})", s))
+            print(_line(s["name"], f"({s.get('kind')})", s, width))
         if procs_body is not None:
             _print_processes(procs_body)
     return 0 if health.status_code == 200 else EXIT_RUNTIME
 
 
-def _line(name: str, what: str, s: dict) -> str:
+def _line(name: str, what: str, s: dict, width: int = 24) -> str:
+    """One server's line; ``width``: the name column's (the longest name's, so the columns align)."""
     up = s.get("uptime_seconds")
-    return (f"  {name:<24} {s.get('state', '?'):<10} {s.get('url') or '-':<28} pid {s.get('pid') or '-':<8}"
+    return (f"  {name:<{width}} {s.get('state', '?'):<10} {s.get('url') or '-':<28} pid {s.get('pid') or '-':<8}"
             f" restarts {s.get('restarts', 0)}" + (f" up {up:.0f}s" if up else "") + f"  {what}"
             + (f"  node {s['node']} moves {s.get('moves', 0)}" if s.get("placement") == "ray" else "")
             + (f"  sandboxes {s['sandboxes']}" if s.get("sandboxes") else "")

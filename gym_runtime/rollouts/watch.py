@@ -67,7 +67,8 @@ def watch_request(req: DryRunRequest) -> DryRunRequest:
         raise UsageError("--watch runs the environment on this host only: it cannot be combined with --placement ray",
                          code="GR-USAGE-CONFLICT", hint="drop --placement ray (or --watch)")
     kwargs = dict(req.runtime_kwargs)
-    kwargs["options"] = replace(kwargs.get("options") or SuperviseOptions(), keep_going=True)
+    kwargs["options"] = replace(kwargs.get("options") or SuperviseOptions(), keep_going=True,
+                                after_fix="then save: the watch starts it again")
     return replace(req, runtime_kwargs=kwargs)
 
 

@@ -73,11 +73,11 @@ def seen(m: Member, now: float) -> str:
 
 
 def failure_report(members: dict[str, Member], phase: str, tail_lines: int, message: str, code: str,
-                   hint: str | None, names: list[str]) -> StartError:
+                   hint: str | None, names: list[str], after_fix: str = "then start again") -> StartError:
     """A StartError naming ``phase`` and carrying the last ``tail_lines`` log lines of ``names``
     (else of every member not ready); ``extra`` holds ``phase``, ``servers_ready``, ``log_tails``
     and, for a timeout, ``servers_seen``: a line per server not ready (:func:`seen`), also at the
-    top of the cause."""
+    top of the cause. ``after_fix``: the default hint's last words (``SuperviseOptions.after_fix``)."""
     pick = names or [n for n, m in members.items() if m.status != READY]
     tails: dict[str, list[str]] = {}
     for n in pick:
@@ -117,7 +117,7 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
     logs = [str(members[n].log.path) for n in pick]
     return StartError(f"{message} (phase: {phase}, {ready}/{len(members)} ready)", code=code, cause=cause,
                       hint=hint or "read the server's last log lines (cause) and its log file (log); fix the "
-                      "server or its config, then start again",
+                      f"server or its config, {after_fix}",
                       log=", ".join(logs) or None, extra=extra)
 
 

@@ -21,6 +21,8 @@ class SuperviseOptions:
     * ``backoff_s`` / ``backoff_max_s``: first restart delay, doubled each time up to the max (0.5 / 8).
     * ``shutdown_grace_s``: TERM -> wait -> KILL of each process group (case C05; default 5).
     * ``keep_going``: when a server fails for good, keep the others up instead of exiting non-zero.
+    * ``after_fix``: what a failure's hint says to do once the server is fixed ("then start again";
+      ``dry-run --watch``, which starts it again at the next edit, says so).
     * ``log_tail_lines``: lines kept in memory per server and shown in failure reports (40).
     * ``log_max_bytes``: a server log file is rotated (one ``.1`` backup) past this size (50 MB).
     * ``probe_policy``: before ready, probe each policy endpoint with a two-turn conversation that
@@ -44,6 +46,7 @@ class SuperviseOptions:
     backoff_max_s: float = 8.0
     shutdown_grace_s: float = 5.0
     keep_going: bool = False
+    after_fix: str = "then start again"
     log_tail_lines: int = 40
     log_max_bytes: int = 50 * 1024 * 1024
     probe_policy: bool = False

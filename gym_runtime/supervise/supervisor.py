@@ -246,8 +246,8 @@ class Supervisor:
                 self._fail(m.name, f"{m.kind} {m.name!r} {what} during start-up, the same way as on its previous "
                            f"start (last log line: {m.startup_exit[1]!r}); not restarted again, restarts are for "
                            "servers that were ready once", hint="the error is the same on every start: fix the "
-                           "server or its config (its last log lines are in cause, the whole log in log), then "
-                           "start again")
+                           "server or its config (its last log lines are in cause, the whole log in log), "
+                           + self.options.after_fix)
                 return
         crashes = m.restarts - m.node_losses
         if crashes < self.options.max_restarts:
@@ -386,7 +386,8 @@ class Supervisor:
                 self.request_stop()
 
     def _report(self, message: str, code: str, hint: str | None, names: list[str]) -> StartError:
-        return failure_report(self.members, self.phase, self.options.log_tail_lines, message, code, hint, names)
+        return failure_report(self.members, self.phase, self.options.log_tail_lines, message, code, hint, names,
+                              self.options.after_fix)
 
     def _timeout_error(self, message: str) -> StartError:
         return self._report(message, "GR-START-TIMEOUT", "raise --startup-timeout / --ready-timeout if the "

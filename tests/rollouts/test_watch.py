@@ -58,6 +58,7 @@ def test_edit_verify_reruns_rows_with_changes_then_syntax_error_then_recovery(tm
         set_reward(pkg, "REWARD = = 0.0")  # a syntax error
         block = run.stderr_after(mark, r"error\[GR-START-CRASH\]: server 'arithmetic'")
         run.stderr_after(block, r"SyntaxError")
+        run.stderr_after(block, r"then save: the watch starts it again")  # not "start again": it runs on
         run.stderr_after(block, r"not running the rows: arithmetic did not start")
         assert run.proc.poll() is None
         assert not any("· run 3" in line for line in run.out)

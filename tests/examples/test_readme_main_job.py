@@ -187,3 +187,27 @@ def test_first_readme_command_on_a_fresh_clone(kind: str, tmp_path: Path) -> Non
     assert not list(clone.glob(".uv-bootstrap.*")), "a temporary bootstrap directory was left behind"
     assert subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True,
                           check=True).stdout == "", "the command left untracked files the .gitignore misses"
+
+
+def test_uvw_has_uv_trust_the_system_certificate_store_unless_the_caller_chose(tmp_path: Path) -> None:
+    """uv trusts only its bundled roots by default; behind a TLS-inspecting proxy whose CA is in the
+    system store (where pip finds it) the bootstrap worked and every uv call after it failed with
+    ``invalid peer certificate: UnknownIssuer``. ``./uvw`` sets ``UV_SYSTEM_CERTS=1`` unless
+    ``UV_SYSTEM_CERTS`` or ``UV_NATIVE_TLS`` is set."""
+    front = tmp_path / "bin"
+    front.mkdir()
+    (front / "uv").write_text('#!/bin/sh\necho "UV_SYSTEM_CERTS=${UV_SYSTEM_CERTS:-unset}"\n')
+    (front / "uv").chmod(0o755)
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "uvw").write_bytes((ROOT / "uvw").read_bytes())
+    (checkout / "uvw").chmod(0o755)
+    env = _newcomer_env(tmp_path / "home", [str(front), *SYSTEM_PATH])
+
+    def seen(**extra: str) -> str:
+        return subprocess.run(["./uvw"], cwd=checkout, env={**env, **extra}, capture_output=True, text=True,
+                              check=True, timeout=60).stdout.strip()
+
+    assert seen() == "UV_SYSTEM_CERTS=1"
+    assert seen(UV_SYSTEM_CERTS="0") == "UV_SYSTEM_CERTS=0"
+    assert seen(UV_NATIVE_TLS="false") == "UV_SYSTEM_CERTS=unset"

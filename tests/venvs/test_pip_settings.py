@@ -43,3 +43,16 @@ def test_a_failed_resolution_names_the_pip_index_uv_ignored(tmp_path: Path, make
     with pytest.raises(BuildError) as ei:
         build_venvs(plan_venvs(merged_config(pkg), settings), settings)
     assert "PIP_INDEX_URL" not in ei.value.hint
+
+
+def test_uv_trust_settings_reach_uv_both_names() -> None:
+    """How uv trusts the index's certificate is the caller's to choose: ``UV_SYSTEM_CERTS`` (uv >= 0.13's
+    name, which ``./uvw`` sets) was scrubbed from the builds' uv, so a build behind a TLS-inspecting
+    proxy failed with ``invalid peer certificate: UnknownIssuer`` after ``./uvw`` itself had worked."""
+    from gym_runtime.venvs.uvrun import make_env
+
+    uv_env = make_env({"UV_SYSTEM_CERTS": "1", "UV_NATIVE_TLS": "true", "UV_SOMETHING_ELSE": "x",
+                       "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt", "PATH": "/usr/bin:/bin"}, None)
+    assert uv_env.env["UV_SYSTEM_CERTS"] == "1" and uv_env.env["UV_NATIVE_TLS"] == "true"
+    assert uv_env.env["SSL_CERT_FILE"] == "/etc/ssl/certs/ca-certificates.crt"
+    assert "UV_SOMETHING_ELSE" not in uv_env.env

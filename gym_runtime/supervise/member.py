@@ -57,6 +57,7 @@ class Member:
     proc: Any = None
     status: str = PENDING
     restarts: int = 0
+    starts: int = 0  # every spawn of this run, for the log's ``start #N`` (restarts resets after an edit)
     node_losses: int = 0  # restarts after a node's loss: not counted toward max_restarts
     started_wall: float | None = None
     spawned_at: float | None = None

@@ -189,7 +189,8 @@ class Supervisor:
             return
         w = m.log.open_pipe()
         m.spec.stdout_fd = m.spec.stderr_fd = w
-        m.log.note(f"start #{m.restarts + 1}: {' '.join(map(str, m.spec.argv))} (cwd {m.spec.cwd})")
+        m.starts += 1
+        m.log.note(f"start #{m.starts}: {' '.join(map(str, m.spec.argv))} (cwd {m.spec.cwd})")
         try:
             proc = m.launcher.spawn(m.spec)
         except StartError as e:

@@ -50,6 +50,8 @@ def test_edit_verify_reruns_rows_with_changes_then_syntax_error_then_recovery(tm
         assert {mean_of(r) for r in arithmetic} == {"0.00"}, second
         assert all(r.endswith("mean -1.00") for r in arithmetic), second
         # the stub samples each run as the first (its counts reset): rows the edit did not touch stay
+        log = (tmp_path / "run" / "logs" / "arithmetic.log").read_text()
+        assert "] start #2: " in log, log  # the restart after an edit goes on numbering (it said #1 again)
         lookup = rows_of(second, "code_lookup_agent")
         assert lookup and all(r.endswith(" same") for r in lookup), second
         assert any(line.startswith(f"against run 1: {len(arithmetic)} row(s) changed") for line in second), second

@@ -169,26 +169,30 @@ def run(args: argparse.Namespace) -> int:
             else:
                 work = run_dry_run(req, say, on_start, advance)
             result = uvloop.run(_stoppable(work))
-    except asyncio.CancelledError:  # SIGTERM: stopped like Ctrl-C (main() turns this into exit 130)
-        raise KeyboardInterrupt("SIGTERM") from None
+    except asyncio.CancelledError:  # SIGTERM or SIGINT (main() turns this into exit 130)
+        raise KeyboardInterrupt("stopped by a signal") from None
     finally:
         progress.stop()
     return report(result, args, err)
 
 
 async def _stoppable(work: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``work`` so that SIGTERM cancels it the way asyncio's own Ctrl-C handling does: the
-    environment is brought down by the cancellation, then ``CancelledError`` reaches the caller.
-    (Raising from a plain signal handler instead could strike inside the event loop and hang it.)"""
+    """Run ``work`` so that SIGTERM and SIGINT cancel it: the environment is brought down by the
+    cancellation, then ``CancelledError`` reaches the caller (exit 130). SIGINT is handled here too,
+    as ``up`` does, not left to Python's default: a process started in the background of a
+    non-interactive shell (``cmd &``) starts with SIGINT ignored, and a ``kill -INT`` then did
+    nothing. (Raising from a plain signal handler instead could strike inside the event loop and hang it.)"""
     import asyncio
 
     loop, me = asyncio.get_running_loop(), asyncio.current_task()
     assert me is not None
-    loop.add_signal_handler(signal.SIGTERM, me.cancel)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, me.cancel)
     try:
         return await work
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
 
 
 def _title(result: DryRunResult, args: argparse.Namespace) -> str:

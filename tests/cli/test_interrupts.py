@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gym_runtime.venvs.store import read_marker
 from tests.helpers.daemon import (descendants, interrupt_during_slow_build, kill_tree, simple_env,
                                   slow_build_package, wait_gone)
@@ -41,9 +43,11 @@ def test_sigterm_during_dry_run_stops_everything_and_exits_130(tmp_path: Path) -
     assert wait_gone(kids, 2.0) == []
 
 
-def test_sigterm_while_rollouts_run_stops_everything_and_exits_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_while_rollouts_run_stops_everything_and_exits_130(tmp_path: Path, sig: int) -> None:
     """Bug: SIGTERM raised KeyboardInterrupt from a plain signal handler inside the event loop and
-    the dry-run hung for good with rollouts in flight."""
+    the dry-run hung for good with rollouts in flight. SIGINT, to a dry-run started with SIGINT
+    ignored (``cmd &`` in a script does that), did nothing at all (bug): it stops it as SIGTERM does."""
     pkg = simple_env(tmp_path / "pkg")
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"responses_create_params": {"input": "hi"}, "agent_ref": {"type": "responses_api_agents", '
@@ -52,7 +56,8 @@ def test_sigterm_while_rollouts_run_stops_everything_and_exits_130(tmp_path: Pat
     proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(pkg), "--dataset",
                              str(rows), "--samples", "4", "--work-dir", str(tmp_path / "run")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         lines = []
         deadline = time.monotonic() + 120
@@ -62,7 +67,7 @@ def test_sigterm_while_rollouts_run_stops_everything_and_exits_130(tmp_path: Pat
         time.sleep(0.5)  # the rollouts are in flight (each sleeps 60 s in the agent)
         kids = [p.pid for p in descendants(proc.pid)]
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=20)
         took = time.monotonic() - t0
     finally:

@@ -92,6 +92,12 @@ def why_alone(argv: Sequence[str], copy_on_write: bool) -> str | None:
     return None
 
 
+def _shape(spec: Any) -> tuple[Sequence[str], bool]:
+    """What :func:`why_alone` and :func:`parent_groups` read of a ``ProcessSpec``: its argv, and
+    whether its tree is a copy-on-write view."""
+    return spec.argv, bool(spec.cow_paths)
+
+
 def parent_groups(servers: Mapping[str, tuple[Sequence[str], bool]]) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Which servers one preloaded parent forks. ``servers``: name -> (argv, copy_on_write) of
     each server that asks for a parent. Returns interpreter (``argv[0]``) -> the names of the
@@ -187,7 +193,7 @@ class Zygote:
             return "its preloaded parent is still importing"
         if self.broken:
             return f"its preloaded parent forks nothing: {self.broken}"
-        why = why_alone(spec.argv, bool(spec.cow_paths))
+        why = why_alone(*_shape(spec))
         if why:
             return why
         missing = [p for p in _resolved([*spec.read_only_paths, spec.cwd])
@@ -246,7 +252,7 @@ class Zygote:
 
     def pending(self, spec: Any) -> asyncio.Future | None:
         """Its imports while they run and ``spec`` is one it would fork, else None."""
-        if self.ready is None or self.ready.done() or self.closed or why_alone(spec.argv, bool(spec.cow_paths)):
+        if self.ready is None or self.ready.done() or self.closed or why_alone(*_shape(spec)):
             return None
         return self.ready
 
@@ -289,7 +295,7 @@ def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_dir: P
     progress line: what it imported and in how long, or why its servers start on their own. Call
     on the event-loop thread. Returns the parents by interpreter."""
     asking = {s.name: s for s in specs if getattr(s, "preload", None) is not None}
-    groups, alone = parent_groups({n: (s.argv, bool(s.cow_paths)) for n, s in asking.items()})
+    groups, alone = parent_groups({n: _shape(s) for n, s in asking.items()})
     for name, why in alone.items():
         say(f"preload: server {name} starts on its own: {why}")
     parents: dict[str, Zygote] = {}

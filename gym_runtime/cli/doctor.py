@@ -161,8 +161,8 @@ def _no_current_python(pythons: list[dict]) -> list[str]:
     spec = known_release(CURRENT).python_spec
     return [f"hint: none runs NeMo Gym {CURRENT} (the default release; Python {spec}), which servers using the "
             "Gym SDK need: install one (e.g. `uv python install 3.13`, `./uvw python install 3.13` in a checkout of "
-            "this repository; this search finds it) and give it with "
-            "--python or GYM_RUNTIME_PYTHON (a version or a path; gym-runtime never downloads Python); packages of built-in servers only, like the bundled "
+            "this repository; this search finds it) and give it with --python or GYM_RUNTIME_PYTHON (a version or "
+            "a path; gym-runtime never downloads Python); packages of built-in servers only, like the bundled "
             "example, run on any of these"]
 
 

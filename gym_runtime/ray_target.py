@@ -42,12 +42,14 @@ class RayTarget:
     """The decision: ``mode`` ``none`` | ``join`` | ``local`` | ``own`` (each server's own cluster in
     its sandbox: the module doc); ``address`` (join: ``host:port``);
     ``source`` (``--ray-address``, ``config ray_head_node_address``, ``RAY_ADDRESS``, ``auto``,
-    ``needed by <servers>``); ``needed_by``: servers that need Ray."""
+    ``needed by <servers>``); ``needed_by``: servers that need Ray; ``without``: servers NeMo Gym
+    would give a Ray driver that run without one (:mod:`gym_runtime.gym_release.ray_use`)."""
 
     mode: str
     address: str | None = None
     source: str = ""
     needed_by: tuple[str, ...] = ()
+    without: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One log line: ``ray: connected to H:P (from RAY_ADDRESS)`` and the like."""
@@ -61,7 +63,7 @@ class RayTarget:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "address": self.address, "source": self.source,
-                "needed_by": list(self.needed_by)}
+                "needed_by": list(self.needed_by), "without": list(self.without)}
 
 
 def _split(address: str, source: str) -> tuple[str, int]:

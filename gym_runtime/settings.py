@@ -40,6 +40,9 @@ Variables (all optional):
 ``GYM_RUNTIME_PRELOAD``             ``on`` (default) | ``off``: the servers of one venv are forked from one
                                     parent that imported their shared modules once (bubblewrap only;
                                     docs/architecture.md, "Preloaded parents")
+``GYM_RUNTIME_RAY_UNDECLARED``      what a NeMo Gym 0.7 server whose class declares no ``ray_enabled`` gets:
+                                    ``when-imported`` (default: a Ray driver only when its tree imports
+                                    Ray) | ``always`` (a driver, as NeMo Gym 0.7.0 gives it), docs/runtime.md "Ray"
 ``GYM_RUNTIME_SANDBOX_BACKEND``     where servers run sandboxed: ``local`` (default: namespaces and
                                     bubblewrap on this host) | ``opensandbox`` (the operator's OpenSandbox
                                     server); ``--sandbox-backend`` wins (docs/runtime.md, "Sandbox backends")
@@ -78,6 +81,7 @@ if TYPE_CHECKING:  # the config package (OmegaConf) loads only when policy value
 
 PIN_MODES = ("gym", "auto", "none")
 VENDOR_PLATFORMS = ("linux/amd64", "linux/arm64")
+RAY_UNDECLARED = ("when-imported", "always")  # GYM_RUNTIME_RAY_UNDECLARED, the default first
 DEFAULT_SERVER_PIDS = 4096
 PIN_VARS = {"nemo-gym": "GYM_RUNTIME_PIN_NEMO_GYM", "ray[default]": "GYM_RUNTIME_PIN_RAY",
             "openai": "GYM_RUNTIME_PIN_OPENAI"}
@@ -139,6 +143,7 @@ class RuntimeSettings:
     sandbox_backend: str = "local"  # GYM_RUNTIME_SANDBOX_BACKEND / --sandbox-backend (SANDBOX_BACKENDS)
     opensandbox: Any = None  # sandbox.opensandbox.connection.OpenSandboxConnection, when its variables are set
     preload: bool = True  # GYM_RUNTIME_PRELOAD (sandbox/zygote.py)
+    ray_undeclared: str = "when-imported"  # GYM_RUNTIME_RAY_UNDECLARED (RAY_UNDECLARED; gym_release/ray_use.py)
 
     def writable_tree(self, instance: str) -> bool:
         """Whether ``instance``'s server tree is a copy-on-write view (``GYM_RUNTIME_WRITABLE_TREES``)."""
@@ -216,6 +221,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     if preload not in ("on", "off"):
         raise SettingsError(f"GYM_RUNTIME_PRELOAD={preload!r} is neither `on` nor `off`", code="GR-SETTINGS-PRELOAD",
                             hint="`off` starts every server on its own; unset it for the default (`on`)")
+    undeclared = (env.get("GYM_RUNTIME_RAY_UNDECLARED") or RAY_UNDECLARED[0]).strip().lower()
+    if undeclared not in RAY_UNDECLARED:
+        raise SettingsError(f"GYM_RUNTIME_RAY_UNDECLARED={undeclared!r} is not one of {', '.join(RAY_UNDECLARED)}",
+                            code="GR-SETTINGS-RAY-UNDECLARED",
+                            hint="`always` gives every Gym server whose class declares no ray_enabled a Ray driver, "
+                            "as NeMo Gym does; unset it for the default (only when its tree imports Ray)")
     return RuntimeSettings(
         home=home,
         venv_dir=Path(env.get("GYM_RUNTIME_VENV_DIR") or home / "venvs").expanduser(),
@@ -237,6 +248,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         sandbox_backend=backend,
         opensandbox=opensandbox_connection(env),
         preload=preload == "on",
+        ray_undeclared=undeclared,
     )
 
 

@@ -142,3 +142,11 @@ def test_preload_is_on_unless_switched_off_and_an_odd_value_is_refused() -> None
     with pytest.raises(SettingsError) as refused:
         load_settings({"GYM_RUNTIME_PRELOAD": "sometimes"})
     assert refused.value.code == "GR-SETTINGS-PRELOAD"
+
+
+def test_ray_for_undeclared_classes_is_when_imported_unless_always_and_an_odd_value_is_refused() -> None:
+    assert load_settings({}).ray_undeclared == "when-imported"
+    assert load_settings({"GYM_RUNTIME_RAY_UNDECLARED": " Always "}).ray_undeclared == "always"
+    with pytest.raises(SettingsError) as refused:
+        load_settings({"GYM_RUNTIME_RAY_UNDECLARED": "never"})
+    assert refused.value.code == "GR-SETTINGS-RAY-UNDECLARED" and "GYM_RUNTIME_RAY_UNDECLARED" in refused.value.message

@@ -61,6 +61,8 @@ class GymRelease:
     declares_ray_enabled: ClassVar[bool] = False
     # the SDK modules its servers import at start-up, imported once per venv by a preloaded parent
     # (sandbox/zygote.py): the server bases and what they pull in
+    # what a server's tree imports when it calls Ray itself (gym_runtime/package/ray_imports.py)
+    ray_modules: ClassVar[tuple[str, ...]] = ("ray",)
     preload_modules: ClassVar[tuple[str, ...]] = (
         "nemo_gym.server_utils", "nemo_gym.base_resources_server", "nemo_gym.base_responses_api_agent",
         "nemo_gym.base_responses_api_model")
@@ -146,13 +148,20 @@ class GymRelease:
         """Whether ``environment_servers`` is a server type of this line (0.7 and later)."""
         return "environment_servers" in self.server_types
 
-    def server_uses_ray(self, sdk: bool, declared: bool | None) -> bool:
-        """Whether a server starts a Ray driver: ``sdk`` (its venv runs the Gym SDK) and
-        ``declared`` (its entrypoint class's literal ``ray_enabled``, None when undeclared;
-        :mod:`gym_runtime.package.server_class`). An SDK server of this line always does (NeMo Gym
-        0.4.0 ``nemo_gym/server_utils.py``: ``run_webserver`` calls ``initialize_ray``); any
+    def gym_starts_ray(self, sdk: bool, declared: bool | None) -> bool:
+        """Whether NeMo Gym itself gives a server a Ray driver: ``sdk`` (its venv runs the Gym SDK)
+        and ``declared`` (its entrypoint class's literal ``ray_enabled``, None when undeclared;
+        :mod:`gym_runtime.package.server_class`). An SDK server of a line that does not declare
+        always gets one (NeMo Gym 0.4.0 ``nemo_gym/server_utils.py``: ``run_webserver`` calls
+        ``initialize_ray``), from 0.7 one whose class does not say ``ray_enabled = False``; any
         server that declares ``ray_enabled = True`` does."""
         return declared is True or (sdk and (not self.declares_ray_enabled or declared is None))
+
+    def server_uses_ray(self, sdk: bool, declared: bool | None, reaches_ray: bool) -> bool:
+        """Whether the runtime gives a server a Ray driver: on this line as NeMo Gym does
+        (:meth:`gym_starts_ray`; ``reaches_ray``, whether its tree imports Ray
+        (:mod:`gym_runtime.package.ray_imports`), does not matter here)."""
+        return self.gym_starts_ray(sdk, declared)
 
     def describe(self) -> str:
         """The one line commands print: ``gym release: NeMo Gym 0.7.0 (line 0.7, Requires-Python

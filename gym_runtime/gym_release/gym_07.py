@@ -7,8 +7,9 @@ From NeMo Gym 0.7.0: a fourth server type, ``environment_servers`` (``nemo_gym/c
 ``HeadServer``: ``/livez`` always ``ok``; ``/readyz``, ``/healthz`` and ``/health`` 503 ``starting``
 until every server is ready, then 200 ``ok``); servers declare whether they use Ray
 (``ray_enabled`` on the server class, ``nemo_gym/server_utils.py`` ``_server_uses_ray``: undeclared
-still means Ray). Composition (docs/environment-packages.md, "Composition"): every
-agent no environment server names gets a generated ``legacy_agent`` relay
+still means Ray; here only when the server's tree imports Ray, :meth:`Gym07.server_uses_ray`).
+Composition (docs/environment-packages.md, "Composition"): every agent no environment server
+names gets a generated ``legacy_agent`` relay
 (``_front_agents_without_environment_server``), an agent moved by a top-level ``_inherit_from`` or
 renamed by unbound-agent composition is followed by the environment servers naming it
 (``_retarget_environment_servers``), and a resources server's ``allowed_model_types`` refuses an
@@ -30,6 +31,10 @@ class Gym07(Gym06):
     server_types: ClassVar[tuple[str, ...]] = Gym06.server_types + ("environment_servers",)
     preload_modules: ClassVar[tuple[str, ...]] = Gym06.preload_modules + ("nemo_gym.base_environment_server",)
     declares_ray_enabled: ClassVar[bool] = True
+    # the SDK's own Ray users a tree may import (nemo_gym/orchestration/ray_serve_gateway.py) and
+    # the call that makes a driver (nemo_gym/server_utils.py)
+    ray_modules: ClassVar[tuple[str, ...]] = Gym06.ray_modules + (
+        "nemo_gym.orchestration.ray_serve_gateway", "nemo_gym.server_utils.initialize_ray")
     reserved_keys: ClassVar[frozenset[str]] = Gym06.reserved_keys | {
         "environment_routing_mode", "environment_server_name", "environment_server_routes",
         "server_spinup_timeout_seconds", "uv_lock_timeout_seconds",
@@ -42,3 +47,13 @@ class Gym07(Gym06):
     # rows reach agents through the environment server fronting them; materialized tasks
     # (`task_id` + `task_input`) go to `environment_server_routes[taskset]` as episode requests
     rows_through_environment_servers: ClassVar[bool] = True
+
+    def server_uses_ray(self, sdk: bool, declared: bool | None, reaches_ray: bool) -> bool:
+        """A server that declares ``ray_enabled = True`` gets a Ray driver, and an SDK server whose
+        class declares nothing only when its tree imports Ray (``reaches_ray``,
+        :mod:`gym_runtime.package.ray_imports`). NeMo Gym 0.7.0 gives every undeclared class one
+        (with a warning that a future release defaults it to false); one that never calls Ray runs
+        here without it, told by ``GYM_RUNTIME_NO_RAY_DRIVER`` (:mod:`gym_runtime.venvs.ray_switch`):
+        no Ray head for it, no driver in its process, the host's best isolation (docs/runtime.md,
+        "Ray")."""
+        return declared is True or (sdk and declared is None and reaches_ray)

@@ -3,8 +3,9 @@
 A server uses Ray when the release's profile says so for what the server is
 (:meth:`~gym_runtime.gym_release.GymRelease.server_uses_ray`): whether its venv runs the Gym SDK
 (its install file names ``nemo-gym`` or Gym's ``../..`` line; after a build, whether the venv holds
-``nemo_gym``) and what its entrypoint class declares (``ray_enabled``, read statically:
-:mod:`gym_runtime.package.server_class`). The environment gets a Ray head only when some server
+``nemo_gym``), what its entrypoint class declares (``ray_enabled``, read statically:
+:mod:`gym_runtime.package.server_class`) and, for a class that declares nothing, whether its tree
+imports Ray (:mod:`gym_runtime.package.ray_imports`). The environment gets a Ray head only when some server
 uses Ray (:mod:`gym_runtime.ray_target`), and servers that do not are free to run at ``full``
 isolation.
 
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from gym_runtime.errors import BuildError, Violation
 from gym_runtime.gym_release.sdk_index import index_for
+from gym_runtime.package.ray_imports import ray_import
 from gym_runtime.package.server_class import ray_declaration
 
 if TYPE_CHECKING:
@@ -31,11 +33,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RayUse:
     """``uses``: the server starts a Ray driver; ``sdk``: its venv runs the Gym SDK; ``why``: one
-    phrase (``declares ray_enabled = False (app.py:20 ...)``, ``a Gym SDK server of the 0.4 line``)."""
+    phrase (``declares ray_enabled = False (app.py:20 ...)``, ``a Gym SDK server of the 0.4 line``);
+    ``skipped``: NeMo Gym would give it a driver, the runtime runs it without one (its class
+    declares nothing and its tree imports no Ray: :meth:`~gym_runtime.gym_release.gym_07.Gym07.server_uses_ray`)."""
 
     uses: bool
     sdk: bool
     why: str
+    skipped: bool = False
 
 
 def _sdk_source(inst: ServerInstance) -> bool:
@@ -49,8 +54,11 @@ def _sdk_source(inst: ServerInstance) -> bool:
         return False
 
 
-def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None, index=None) -> RayUse:
-    """The decision for one instance; ``sdk`` defaults to what its install file says."""
+def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None, index=None,
+            undeclared: str = "when-imported") -> RayUse:
+    """The decision for one instance; ``sdk`` defaults to what its install file says;
+    ``undeclared``: ``GYM_RUNTIME_RAY_UNDECLARED`` (``always``: every undeclared class of a line
+    that declares gets Ray, as NeMo Gym gives it)."""
     release = merged.release
     if inst.server_dir.origin == "builtin":  # the runtime's own trees: no SDK, no Ray
         return RayUse(False, False, "a built-in server (no Gym SDK, no ray_enabled = True)")
@@ -60,29 +68,43 @@ def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None,
     root = merged.package.root
     decl = ray_declaration(inst.server_dir.path, inst.entrypoint, root, index)
     declared = decl.value if decl.declared else None
+    reach = None
     if release is None:  # no profile (a config built without one): the oldest line's rule
         from gym_runtime.gym_release.base import GymRelease
 
-        uses = declared is True or sdk
+        uses = gym_would = declared is True or sdk
         line = GymRelease.line
     else:
-        uses, line = release.server_uses_ray(sdk, declared), release.line
+        line = release.line
+        if sdk and release.declares_ray_enabled and declared is None:
+            reach = ("GYM_RUNTIME_RAY_UNDECLARED=always" if undeclared == "always"
+                     else ray_import(inst.server_dir.path, release.ray_modules))
+        uses, gym_would = release.server_uses_ray(sdk, declared, reach is not None), release.gym_starts_ray(sdk, declared)
     if decl.declared and (release is None or release.declares_ray_enabled or not sdk):
         why = f"declares ray_enabled = {decl.value} ({decl.where})"
+    elif sdk and release is not None and release.declares_ray_enabled and uses:
+        why = (f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}) and whose tree "
+               f"imports Ray ({reach}): Ray, as NeMo Gym does" if undeclared != "always" else
+               f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}): Ray, as NeMo Gym "
+               "does (GYM_RUNTIME_RAY_UNDECLARED=always)")
     elif sdk and release is not None and release.declares_ray_enabled:
-        why = f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}): Ray, as NeMo Gym does"
+        why = (f"its class does not declare ray_enabled ({decl.where}) and nothing in its tree imports Ray: "
+               "no Ray driver (NeMo Gym would start one; declare `ray_enabled = True` on the class, or set "
+               "GYM_RUNTIME_RAY_UNDECLARED=always, to have it)")
     elif sdk:
         why = f"a Gym SDK server of the {line} line (run_webserver always starts Ray)"
     else:
         why = "no Gym SDK and no ray_enabled = True"
-    return RayUse(uses, sdk, why)
+    return RayUse(uses, sdk, why, gym_would and not uses)
 
 
-def ray_users(merged: MergedConfig, sdk: dict[str, bool] | None = None) -> dict[str, RayUse]:
+def ray_users(merged: MergedConfig, sdk: dict[str, bool] | None = None,
+              undeclared: str = "when-imported") -> dict[str, RayUse]:
     """:func:`ray_use` of every instance, in config order; ``sdk``: instance -> whether its (built)
     venv holds the Gym SDK, where known."""
     index = index_for(merged.release, merged.package)[0] if merged.release is not None else None
-    return {name: ray_use(inst, merged, (sdk or {}).get(name), index) for name, inst in merged.instances.items()}
+    return {name: ray_use(inst, merged, (sdk or {}).get(name), index, undeclared)
+            for name, inst in merged.instances.items()}
 
 
 def ray_enabled_keys(instances: dict[str, ServerInstance], sources: Sources) -> list[Violation]:

@@ -53,12 +53,14 @@ def _read(path: Path) -> tuple[str, ...]:
     return tuple(s for s in (line.strip() for line in lines) if s and not s.startswith("#"))
 
 
-def startup_imports(release: GymRelease) -> tuple[str, ...]:
+def startup_imports(release: GymRelease, ray: bool = True) -> tuple[str, ...]:
     """The start-up sources of ``release`` (paths relative to ``site-packages``): the list of the
-    newest release of its line at or below its version; empty when its line has none."""
+    newest release of its line at or below its version; empty when its line has none. ``ray``
+    False (no server uses Ray: no head, no driver) leaves out Ray's own sources (``ray/...``)."""
     line, listed = Version(release.first).release[:2], _listed()
     fits = [v for v in listed if v.release[:2] == line and v <= release.version]
-    return _read(listed[max(fits)]) if fits else ()
+    paths = _read(listed[max(fits)]) if fits else ()
+    return paths if ray else tuple(p for p in paths if not p.startswith("ray/"))
 
 
 def record(venv: Path, tag: str) -> list[str]:

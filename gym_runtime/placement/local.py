@@ -20,6 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import check_free
 from gym_runtime.task_sandboxes import bringup as task_sandboxes
 from gym_runtime.task_sandboxes.install import ensure_provider
+from gym_runtime.venvs import ray_switch
 from gym_runtime.venvs.bytecode import PRELOADED_PARENT, RAY_HEAD
 
 
@@ -49,8 +51,7 @@ def quiet_sandbox_log() -> Iterator[None]:
 
 
 # third-party modules that servers import at start-up (the built-in servers and NeMo Gym's alike)
-SHARED_MODULES = ("pydantic", "fastapi", "uvicorn", "starlette", "httpx", "aiohttp", "openai", "yaml", "omegaconf",
-                  "ray")
+SHARED_MODULES = ("pydantic", "fastapi", "uvicorn", "starlette", "httpx", "aiohttp", "openai", "yaml", "omegaconf")
 
 
 class LocalPlacement:
@@ -107,8 +108,9 @@ class LocalPlacement:
         record_build(env.settings.home, names, started, venvs=venvs)
         self.built = venvs
         self.pythons = {n: Path(venvs.for_instance(n).python) for n in merged.instances}
-        for venv in {p.parent.parent for p in self.pythons.values()}:  # a venv built before the provider existed
+        for venv in {p.parent.parent for p in self.pythons.values()}:  # a venv built before these existed
             await asyncio.to_thread(ensure_provider, venv)
+            await asyncio.to_thread(ray_switch.ensure_ray_switch, venv)
         await env.bytecode.prepare(list(self.pythons.values()))
 
     async def open(self) -> None:
@@ -119,13 +121,16 @@ class LocalPlacement:
         (:func:`gym_runtime.ray_target.choose`)."""
         env, req = self.env, self.env.req
         merged = env.merged
-        use = ray_users(merged, {n: contract.gym_sdk_venv(p) for n, p in self.pythons.items()})
+        use = ray_users(merged, {n: contract.gym_sdk_venv(p) for n, p in self.pythons.items()},
+                        env.settings.ray_undeclared)
         users = [n for n, u in use.items() if u.uses]
-        env.ray = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, users,
-                         env.backend.ray_scope)
+        env.ray = replace(choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ,
+                                 users, env.backend.ray_scope), without=tuple(n for n, u in use.items() if u.skipped))
         env._say(env.ray.describe())
         for n in users:
             env._say(f"ray: {n} uses Ray: {use[n].why}")
+        for n in env.ray.without:
+            env._say(f"ray: {n} runs without Ray: {use[n].why}")
         for n, (was, now) in own_ray.raised_limits(env.ray, env.settings.server_memory_mb).items():
             env._say(f"ray: {n}'s sandbox gets {now} MiB of memory, not {was} (GYM_RUNTIME_SERVER_MEMORY_MB): "
                      "its own Ray runs beside it")
@@ -149,7 +154,8 @@ class LocalPlacement:
     async def add_servers(self, merged: Any) -> None:
         """Ports, the private Ray head (when chosen), one member per server, each published."""
         env = self.env
-        await env.bytecode.seed(self._parents_venvs(merged), startup_imports(merged.release))  # before any cache is made
+        seed = startup_imports(merged.release, ray=bool(env.ray.needed_by))
+        await env.bytecode.seed(self._parents_venvs(merged), seed)  # before any cache is made
         self.addresses, self.head_inside = await self._assign_ports(merged)
         if env.task_sandboxes is not None:
             self.task_url = await task_sandboxes.inside_url(env.task_sandboxes, self.sandbox, self._fresh)
@@ -309,6 +315,8 @@ class LocalPlacement:
             environ.update(ray_workers.job_env(sdir, python))
         elif env.ray.mode == "own" and name in env.ray.needed_by:  # its own cluster in its sandbox (own_ray.py)
             environ.update(own_ray.server_env())
+        if name in env.ray.without:  # NeMo Gym would give it a driver; it calls no Ray (ray_use.py)
+            environ.update(ray_switch.server_env())
         spec = ProcessSpec(name, self._argv(python, inst), sdir, environ,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
                            writable_paths=[wd, *self._ray_dirs(), *cache.writable,
@@ -336,7 +344,8 @@ class LocalPlacement:
 
     def _preload(self, python: Path, name: str) -> Any:
         """What the servers run by ``python`` import once in a preloaded parent (sandbox/zygote.py):
-        the third-party modules every server imports and the release's SDK modules; the parent
+        the third-party modules every server imports (Ray too when a server of the venv uses it) and
+        the release's SDK modules; the parent
         reads the venv's shared bytecode cache and reports what it imported (a user of the venv,
         recorded once ``name``, its first server, is ready); it does not carry the run's mark (a process with the mark outside every server's
         group is a helper to reap at stop, orphans.py). None under ``GYM_RUNTIME_PRELOAD=off``."""
@@ -348,7 +357,8 @@ class LocalPlacement:
             cache = self.env.bytecode.user(python, PRELOADED_PARENT, f"the {PRELOADED_PARENT}", ready_as=name,
                                            report=True)
             report = str(cache.report_file) if cache.report_file is not None else None
-            self._preloads[python] = Preload(SHARED_MODULES + self.env.merged.release.preload_modules,
+            ray = ("ray",) if any(self.pythons[n] == python for n in self.env.ray.needed_by) else ()
+            self._preloads[python] = Preload(SHARED_MODULES + ray + self.env.merged.release.preload_modules,
                                              dict(cache.env), tuple(cache.writable), withheld=(run_mark.VAR,),
                                              report=report)
         return self._preloads[python]

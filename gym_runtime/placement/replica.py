@@ -42,6 +42,7 @@ from typing import Any
 
 from gym_runtime.errors import GymRuntimeError, StartError
 from gym_runtime.supervise.ray_head import NODE_RAY_ENV
+from gym_runtime.venvs import ray_switch
 from gym_runtime.venvs.progress import Reporter
 
 
@@ -124,6 +125,7 @@ class ServerReplica:
         self.proc: Any = None
         self.watchdog: Any = None
         self.uses_ray = False  # the server joins the Ray cluster (its tasks run as a Ray job: ray_workers.py)
+        self.without_ray = False  # NeMo Gym would give it a driver; it calls no Ray (gym_release/ray_use.py)
         self.merged: Any = None  # the instance's config on this node (MergedConfig), once built
         self.facts: dict[str, Any] = {}
         self.phases: list[tuple[str, float]] = []  # (phase, unix time) of steps 1-3, in order
@@ -194,6 +196,7 @@ class ServerReplica:
         from gym_runtime.errors import ConfigError, ViolationList
         from gym_runtime.package import load_package
         from gym_runtime.venvs import build_venvs, plan_venvs
+        from gym_runtime.venvs.ray_switch import ensure_ray_switch
 
         job = self.job
         pkg = load_package(root)
@@ -203,6 +206,7 @@ class ServerReplica:
         self.merged = merged = MergedConfig(pkg, job.data, {job.instance: instances[job.instance]}, release=job.release)
         plan = plan_venvs(merged, self.settings, job.python)
         venv = build_venvs(plan, self.settings, progress=_PhaseReporter(self._phase)).for_instance(job.instance)
+        ensure_ray_switch(Path(venv.path))  # a venv built before the switch existed
         return instances[job.instance], Path(venv.python), venv
 
     def _level(self, inst: Any, python: Path) -> str | None:
@@ -213,7 +217,8 @@ class ServerReplica:
         from gym_runtime.supervise.contract import gym_sdk_venv
 
         job = self.job
-        self.uses_ray = ray_use(inst, self.merged, gym_sdk_venv(python)).uses and bool(job.ray_address)
+        use = ray_use(inst, self.merged, gym_sdk_venv(python), undeclared=self.settings.ray_undeclared)
+        self.uses_ray, self.without_ray = use.uses and bool(job.ray_address), use.skipped
         if not self.uses_ray:
             return job.isolation
         target = RayTarget("join", job.ray_address, "placement", (inst.name,))
@@ -257,6 +262,8 @@ class ServerReplica:
         if self.uses_ray:  # its Ray tasks run in its venv with its PYTHONPATH, as for a server on the daemon's host
             env.update(ray_workers.job_env(sdir, python))
             env.update({k: os.environ[k] for k in NODE_RAY_ENV if k in os.environ})
+        if self.without_ray:
+            env.update(ray_switch.server_env())
         limits = ResourceLimits(memory_mb=self.settings.server_memory_mb, pids=self.settings.server_pids)
         return ProcessSpec(job.name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],

@@ -34,6 +34,7 @@ from gym_runtime.venvs import closure, integrity, resolutions, stages
 from gym_runtime.venvs.diagnose import STAGES, diagnose, uv_error_block
 from gym_runtime.venvs.diskspace import is_enospc, is_no_space, no_space_error
 from gym_runtime.venvs.exit_hook import install_exit_hook
+from gym_runtime.venvs.ray_switch import install_ray_switch
 from gym_runtime.venvs.index_options import first_index_hint
 from gym_runtime.task_sandboxes.install import install_provider
 from gym_runtime.venvs.maintenance import network_fs_warning
@@ -231,6 +232,7 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
             if before:
                 _record(settings, vp, before)
             install_exit_hook(tmp)
+            install_ray_switch(tmp)  # a Gym server run without Ray (ray_switch.py), where the venv holds Gym
             install_provider(tmp)  # NeMo Gym's `gym_runtime` sandbox provider (task_sandboxes/install.py)
             write_marker(tmp, {"digest": vp.digest, "servers": list(vp.instances), "python": vp.python.version,
                                "python_path": str(vp.python.path), "uv": ctx.uv_env.describe().splitlines()[0],

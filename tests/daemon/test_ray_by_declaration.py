@@ -1,8 +1,8 @@
 """Ray only where a server uses it (docs/runtime.md, "Ray"): a Gym SDK server of the 0.7 line whose
 class declares ``ray_enabled = False`` gets no Ray head and the host's best isolation; one that
 declares nothing uses Ray, as NeMo Gym 0.7.0 does (``nemo_gym/server_utils.py``
-``_server_uses_ray``); a ``ray_enabled`` key in the server's config is no longer read, with a
-warning saying what to do instead.
+``_server_uses_ray``), when its tree imports Ray, and runs without it otherwise; a ``ray_enabled``
+key in the server's config is no longer read, with a warning saying what to do instead.
 
 The server's venv holds a stand-in ``nemo_gym`` 0.7.0 (a tiny wheel offered through uv's own
 ``UV_FIND_LINKS``, no index), so the daemon sees a Gym SDK venv without PyPI; the server is the
@@ -26,12 +26,15 @@ from tests.helpers.wheels import build_wheel
 
 pytestmark = pytest.mark.slow
 
-DECLARED = {"false": "    ray_enabled = False\n", "undeclared": ""}
+DECLARED = {"false": "    ray_enabled = False\n", "undeclared": "", "undeclared-imports-ray": ""}
+# read, never run: the fixture's venv has no Ray
+IMPORTS_RAY = "\n\ndef _scale_out():\n    import ray\n\n    return ray\n"
 
 
 def sdk_server_package(root: Path, declaration: str) -> Path:
     app = ("class AcmeServer:\n" + DECLARED[declaration] + "    @classmethod\n    def run_webserver(cls):\n"
-           "        pass\n\n\nif __name__ == '__main__':\n    AcmeServer.run_webserver()\n" + FIXTURE_APP)
+           "        pass\n\n\nif __name__ == '__main__':\n    AcmeServer.run_webserver()\n" + FIXTURE_APP
+           + (IMPORTS_RAY if declaration == "undeclared-imports-ray" else ""))
     pkg = write_fixture_package(root, {"acme_math": {"resources_servers": {"acme_math": {
         "domain": "math", **({"ray_enabled": True} if declaration == "false" else {})}}}},
         apps={"acme_math": app})
@@ -39,7 +42,7 @@ def sdk_server_package(root: Path, declaration: str) -> Path:
     return pkg
 
 
-@pytest.mark.parametrize("declaration", ["false", "undeclared"])
+@pytest.mark.parametrize("declaration", sorted(DECLARED))
 def test_ray_head_only_for_servers_that_use_ray(tmp_path: Path, declaration: str) -> None:
     python = gym_python()
     links = tmp_path / "links"
@@ -59,7 +62,12 @@ def test_ray_head_only_for_servers_that_use_ray(tmp_path: Path, declaration: str
     if declaration == "false":
         assert info["ray"]["mode"] == "none" and info["isolation"] == best, err
         assert "warning[GR-CONFIG-RAY-ENABLED]" in err and "ray: acme_math uses Ray" not in err
+    elif declaration == "undeclared":
+        assert info["ray"]["mode"] == "none" and info["ray"]["without"] == ["acme_math"]
+        assert info["isolation"] == best, err
+        assert "ray: acme_math runs without Ray: its class does not declare ray_enabled" in err
     else:
         assert info["ray"]["mode"] == "local" and info["ray"]["needed_by"] == ["acme_math"]
         assert info["isolation"] == ("partial" if best == "full" else best)
         assert "ray: acme_math uses Ray: a Gym SDK server whose class does not declare ray_enabled" in err
+        assert "whose tree imports Ray (app.py:" in err and "imports ray)" in err

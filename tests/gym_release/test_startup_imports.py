@@ -13,6 +13,13 @@ def test_the_0_7_line_has_a_list_of_what_its_servers_and_a_ray_head_import() -> 
     assert all(p.endswith(".py") and not p.startswith("/") and ".." not in p.split("/") for p in listed)
 
 
+def test_without_ray_the_list_leaves_out_rays_own_sources_only() -> None:
+    release = release_for("0.7.0", "test")
+    full, without = startup_imports(release), startup_imports(release, ray=False)
+    assert without == tuple(p for p in full if not p.split("/")[0] == "ray") and len(without) < len(full)
+    assert "nemo_gym/server_utils.py" in without and "ray/__init__.py" not in without
+
+
 def test_a_line_without_a_list_seeds_nothing() -> None:
     assert startup_imports(release_for("0.4.0", "test")) == ()
     assert startup_imports(release_for("0.6.0", "test")) == ()

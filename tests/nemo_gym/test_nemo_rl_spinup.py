@@ -79,7 +79,8 @@ def test_nemo_rls_spinup_collects_token_ids_and_rewards_then_poll_and_shutdown(
         try:
             assert rh.ready_info["ray"] == {"mode": "join", "address": cluster.address,
                                             "source": "config ray_head_node_address",
-                                            "needed_by": rh.ready_info["ray"]["needed_by"]}
+                                            "needed_by": rh.ready_info["ray"]["needed_by"],
+                                            "without": rh.ready_info["ray"]["without"]}
             assert len(ours(cluster.proc.pid) - before) >= 2 + 4  # the stubs and the four servers
             rows = rows_of(on_the_node / "resources_servers/example_single_tool_call/data/example.jsonl", 4)
             results = collect(venv / "bin" / "python", head_port, rows)

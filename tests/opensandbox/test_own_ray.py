@@ -10,7 +10,8 @@ server on podman): each starts its own Ray inside its sandbox (Ray mode ``own``,
 * With Ray: NeMo Gym 0.7.0's ``example_single_tool_call`` tree from the PyPI wheel, unchanged, with
   its environment server (``tests/helpers/gym_package.py``; venvs on the interpreter
   ``.ci/provision-python`` builds, cached between runs), dry-run under each backend with the
-  built-in stub model: the rewards are equal on every row, each server that uses Ray said in its
+  built-in stub model and ``GYM_RUNTIME_RAY_UNDECLARED=always`` (the environment server's class
+  declares no ``ray_enabled`` and its tree imports no Ray: by default it would run without Ray): the rewards are equal on every row, each server that uses Ray said in its
   sandbox that Gym started a cluster (under ``local`` it joined the private head), and the stop
   leaves no sandbox.
 """
@@ -57,7 +58,7 @@ def test_a_server_that_uses_ray_gets_no_cluster_to_join(opensandbox_server, tmp_
     try:
         ready = json.loads(read_ready_line(proc, timeout=600))
         assert ready["ray"] == {"mode": "own", "address": None, "source": "needed by acme_math",
-                                "needed_by": ["acme_math"]}
+                                "needed_by": ["acme_math"], "without": []}
         seen = json.loads((tmp_path / "run" / "servers" / "acme_math" / "contract.json").read_text())["env"]
         config = seen["NEMO_GYM_CONFIG_DICT"]
         assert "acme_math" in config and "ray_head_node_address" not in config
@@ -102,7 +103,8 @@ def _dry_run(server, tree: tuple[Path, Path, str], backend: str, tmp: Path) -> t
     """``dry-run`` of the tree under ``backend``: ({row: sorted rewards}, its stderr)."""
     pkg, dataset, python = tree
     env = {**daemon_env(server, tmp / "home", backend), "GYM_RUNTIME_PYTHON": python,
-           "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")}  # the venvs the other real-tree tests use
+           "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),  # the venvs the other real-tree tests use
+           "GYM_RUNTIME_RAY_UNDECLARED": "always"}
     out = tmp / f"{backend}.jsonl"
     r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(pkg), "--dataset", str(dataset),
                         "--samples", "1", "--out", str(out), "--work-dir", str(tmp / backend)],

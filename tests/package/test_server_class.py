@@ -90,18 +90,22 @@ def test_hostile_trees_end(tmp_path: Path) -> None:
     assert ray_declaration(d, "c.py").where == "c.py cannot be read"
 
 
-@pytest.mark.parametrize(("version", "sdk", "declared", "uses"), [
-    ("0.4.0", True, False, True),    # before 0.7 every SDK server's run_webserver starts Ray
-    ("0.4.0", True, None, True),
-    ("0.4.0", False, None, False),
-    ("0.4.0", False, True, True),    # a declaration of Ray use is honoured on any line
-    ("0.7.0", True, False, False),
-    ("0.7.0", True, None, True),     # undeclared: Ray, as NeMo Gym 0.7.0 does (with a warning)
-    ("0.7.0", True, True, True),
-    ("0.7.0", False, None, False),
+@pytest.mark.parametrize(("version", "sdk", "declared", "reaches", "uses", "gym"), [
+    ("0.4.0", True, False, False, True, True),    # before 0.7 every SDK server's run_webserver starts Ray
+    ("0.4.0", True, None, False, True, True),
+    ("0.4.0", False, None, False, False, False),
+    ("0.4.0", False, True, False, True, True),    # a declaration of Ray use is honoured on any line
+    ("0.7.0", True, False, True, False, False),
+    ("0.7.0", True, None, True, True, True),      # undeclared and its tree imports Ray: Ray, as NeMo Gym 0.7.0
+    ("0.7.0", True, None, False, False, True),    # undeclared, no Ray in its tree: none (Gym would give one)
+    ("0.7.0", True, True, False, True, True),
+    ("0.7.0", False, None, True, False, False),
 ])
-def test_each_line_decides_ray_use(version: str, sdk: bool, declared: bool | None, uses: bool) -> None:
-    assert release_for(version, "test").server_uses_ray(sdk, declared) is uses
+def test_each_line_decides_ray_use(version: str, sdk: bool, declared: bool | None, reaches: bool, uses: bool,
+                                   gym: bool) -> None:
+    release = release_for(version, "test")
+    assert release.server_uses_ray(sdk, declared, reaches) is uses
+    assert release.gym_starts_ray(sdk, declared) is gym
 
 
 CONFIG_TREE = """

@@ -117,6 +117,8 @@ def test_ray_servers_on_two_pythons(tmp_path: Path, make_settings, host, capsys,
     pkg = synthetic_pkg(tmp_path / "pkg", {"acme_a": ("resources_servers", SDK), "acme_b": ("resources_servers", SDK),
                                            "acme_c": ("resources_servers", SDK)})
     (pkg / "resources_servers" / "acme_c" / "app.py").write_text(NO_RAY)
+    for name in ("acme_a", "acme_b"):  # undeclared classes whose trees import Ray (read, never run)
+        (pkg / "resources_servers" / name / "app.py").write_text("import ray\n")
     cfg = pkg / "resources_servers" / "acme_a" / "configs" / "env.yaml"
     text = cfg.read_text()
     for name, version in (("acme_a", "3.13.15"), ("acme_b", "3.13.18"), ("acme_c", "3.14.1")):

@@ -1,0 +1,58 @@
+"""What counts as a server tree reaching Ray (gym_runtime/package/ray_imports.py), with the modules
+the 0.7 release profile lists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gym_runtime.gym_release import release_for
+from gym_runtime.package.ray_imports import MAX_FILE_BYTES, ray_import
+
+MODULES = release_for("0.7.0", "test").ray_modules
+
+
+def tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(("source", "where"), [
+    ("import os\nimport ray\n", "app.py:2 imports ray"),
+    ("def f():\n    from ray.util import ActorPool\n", "app.py:2 imports ray.util"),
+    ("import ray.data as rd\n", "app.py:1 imports ray.data"),
+    ("from nemo_gym.server_utils import initialize_ray\n", "app.py:1 imports nemo_gym.server_utils.initialize_ray"),
+    ("from nemo_gym.orchestration import ray_serve_gateway\n",
+     "app.py:1 imports nemo_gym.orchestration.ray_serve_gateway"),
+    ("import importlib\nm = importlib.import_module('ray')\n", "app.py:2 imports ray"),
+    ("m = __import__('ray.util')\n", "app.py:1 imports ray.util"),
+])
+def test_an_import_of_ray_is_found_with_its_file_and_line(tmp_path: Path, source: str, where: str) -> None:
+    assert ray_import(tree(tmp_path, {"app.py": source}), MODULES) == where
+
+
+def test_a_tree_without_ray_reaches_none(tmp_path: Path) -> None:
+    t = tree(tmp_path, {
+        "app.py": "import raydium\nfrom nemo_gym.server_utils import ServerClient\nfrom . import rayish\n"
+                  "x = 'import ray'\n",
+        "rayish.py": "array = 1\n",
+        ".venv/lib/site.py": "import ray\n",        # a venv inside the tree is not the tree's code
+        "__pycache__/app.py": "import ray\n",
+        ".hidden/x.py": "import ray\n",
+    })
+    assert ray_import(t, MODULES) is None
+
+
+def test_a_file_in_a_subdirectory_counts(tmp_path: Path) -> None:
+    t = tree(tmp_path, {"app.py": "import lib.work\n", "lib/work.py": "\n\nimport ray\n"})
+    assert ray_import(t, MODULES) == "lib/work.py:3 imports ray"
+
+
+def test_what_cannot_be_read_counts_as_ray(tmp_path: Path) -> None:
+    assert ray_import(tree(tmp_path / "a", {"app.py": "def (:\n"}), MODULES) == "app.py cannot be read (SyntaxError)"
+    big = tree(tmp_path / "b", {"app.py": "x = 1\n"})
+    (big / "app.py").write_bytes(b"#" * (MAX_FILE_BYTES + 1))
+    assert ray_import(big, MODULES) == "app.py is larger than 4 MiB (not read)"

@@ -109,7 +109,7 @@ class EnvironmentBytecode:
             self._say(f"bytecode: the start-up seed was not compiled into {venv.name}: {e}")
             return
         self._seeded.add(venv)
-        self._say(f"bytecode: compiled {n} sources the release's servers and a Ray head import at start-up into "
+        self._say(f"bytecode: compiled {n} sources the release's processes import at start-up into "
                   f"venv {venv.name} in {time.monotonic() - started:.1f}s, before its processes start (nothing was "
                   "recorded for it)")
 

@@ -42,7 +42,7 @@ def test_servers_of_one_venv_are_forked_from_one_parent_unless_it_is_off(tmp_pat
     assert set(answers) >= SIMPLE_SERVERS and all(code < 500 for code in answers.values()), answers
     forked = [line for line in err.splitlines() if "servers forked from one parent that imported" in line]
     # a venv with nothing recorded (a state root of its own) is seeded only for a parent to read
-    seeded = [line for line in err.splitlines() if "the release's servers and a Ray head import at start-up" in line]
+    seeded = [line for line in err.splitlines() if "sources the release's processes import at start-up" in line]
     if mode == "on" and not writable:
         assert forked and f"{len(SIMPLE_SERVERS)} servers forked" in forked[0], err
         assert len(seeded) == 1 and "before its processes start" in seeded[0], err

@@ -59,10 +59,10 @@ class GymRelease:
     # whether servers of the line declare their Ray use (a `ray_enabled` class attribute, 0.7 and
     # later); before, `SimpleServer.run_webserver` calls `ray.init` in every SDK server
     declares_ray_enabled: ClassVar[bool] = False
-    # the SDK modules its servers import at start-up, imported once per venv by a preloaded parent
-    # (sandbox/zygote.py): the server bases and what they pull in
     # what a server's tree imports when it calls Ray itself (gym_runtime/package/ray_imports.py)
     ray_modules: ClassVar[tuple[str, ...]] = ("ray",)
+    # the SDK modules its servers import at start-up, imported once per venv by a preloaded parent
+    # (sandbox/zygote.py): the server bases and what they pull in
     preload_modules: ClassVar[tuple[str, ...]] = (
         "nemo_gym.server_utils", "nemo_gym.base_resources_server", "nemo_gym.base_responses_api_agent",
         "nemo_gym.base_responses_api_model")

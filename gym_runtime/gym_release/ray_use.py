@@ -5,9 +5,9 @@ A server uses Ray when the release's profile says so for what the server is
 (its install file names ``nemo-gym`` or Gym's ``../..`` line; after a build, whether the venv holds
 ``nemo_gym``), what its entrypoint class declares (``ray_enabled``, read statically:
 :mod:`gym_runtime.package.server_class`) and, for a class that declares nothing, whether its tree
-imports Ray (:mod:`gym_runtime.package.ray_imports`). The environment gets a Ray head only when some server
-uses Ray (:mod:`gym_runtime.ray_target`), and servers that do not are free to run at ``full``
-isolation.
+imports Ray (:mod:`gym_runtime.package.ray_imports`). The environment gets a Ray head only when
+some server uses Ray (:mod:`gym_runtime.ray_target`), and servers that do not are free to run at
+``full`` isolation.
 
 gym-runtime's own ``ray_enabled`` key in a server's config block is gone: the class declares it
 (NeMo Gym 0.7.0), and the key would only reach the server's config, where a model with
@@ -79,7 +79,8 @@ def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None,
         if sdk and release.declares_ray_enabled and declared is None:
             reach = ("GYM_RUNTIME_RAY_UNDECLARED=always" if undeclared == "always"
                      else ray_import(inst.server_dir.path, release.ray_modules))
-        uses, gym_would = release.server_uses_ray(sdk, declared, reach is not None), release.gym_starts_ray(sdk, declared)
+        uses = release.server_uses_ray(sdk, declared, reach is not None)
+        gym_would = release.gym_starts_ray(sdk, declared)
     if decl.declared and (release is None or release.declares_ray_enabled or not sdk):
         why = f"declares ray_enabled = {decl.value} ({decl.where})"
     elif sdk and release is not None and release.declares_ray_enabled and uses:

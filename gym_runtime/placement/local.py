@@ -345,10 +345,10 @@ class LocalPlacement:
     def _preload(self, python: Path, name: str) -> Any:
         """What the servers run by ``python`` import once in a preloaded parent (sandbox/zygote.py):
         the third-party modules every server imports (Ray too when a server of the venv uses it) and
-        the release's SDK modules; the parent
-        reads the venv's shared bytecode cache and reports what it imported (a user of the venv,
-        recorded once ``name``, its first server, is ready); it does not carry the run's mark (a process with the mark outside every server's
-        group is a helper to reap at stop, orphans.py). None under ``GYM_RUNTIME_PRELOAD=off``."""
+        the release's SDK modules; the parent reads the venv's shared bytecode cache and reports
+        what it imported (a user of the venv, recorded once ``name``, its first server, is ready);
+        it does not carry the run's mark (a process with the mark outside every server's group is a
+        helper to reap at stop, orphans.py). None under ``GYM_RUNTIME_PRELOAD=off``."""
         from sandbox.zygote import Preload
 
         if not self.env.settings.preload:

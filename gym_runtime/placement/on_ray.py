@@ -136,7 +136,7 @@ class RayPlacement:
     async def _place(self, merged: Any, blocks: dict[str, Any], inside: dict[str, int],
                      stable: dict[str, tuple[str, int]], digest: str) -> None:
         from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
-        from gym_runtime.placement.replica import ReplicaJob
+        from gym_runtime.placement.replica import ReplicaJob, job_settings
         from gym_runtime.config import token_capture
         from gym_runtime.supervise import passthrough
 
@@ -148,8 +148,7 @@ class RayPlacement:
                 job = ReplicaJob(instance=name, replica=i, name=member, run_id=env.work_dir.name,
                                  package_root=str(merged.package.root), package_digest=digest, data=merged.data,
                                  secrets=merged.secrets, inside=inside, stable=stable, ray_address=self.cluster.address, policy=env.egress,
-                                 settings={"pin_mode": s.pin_mode, "pins": s.pins, "pin_origins": s.pin_origins,
-                                           "python": s.python, "python_explicit": s.python_explicit},
+                                 settings=job_settings(s),
                                  python=req.python, isolation=req.isolation, require_full=req.require_isolation,
                                  passed={**passthrough.values_for(s, name),
                                          **token_capture.passed(merged.data, merged.instances[name].server_type,

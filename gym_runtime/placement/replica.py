@@ -84,9 +84,16 @@ class ReplicaJob:
 HEAD = "__head__"
 
 
+def job_settings(s: Any) -> dict[str, Any]:
+    """What a replica's node takes from the daemon's settings ``s`` (:func:`node_settings` applies it)."""
+    return {"pin_mode": s.pin_mode, "pins": s.pins, "pin_origins": s.pin_origins, "python": s.python,
+            "python_explicit": s.python_explicit, "ray_undeclared": s.ray_undeclared}
+
+
 def node_settings(job: ReplicaJob) -> Any:
     """This node's runtime settings (its own ``GYM_RUNTIME_HOME``, venv and uv cache dirs) with
-    the daemon's pin mode, pins (and where each came from) and default Python."""
+    the daemon's pin mode, pins (and where each came from), default Python and Ray rule for
+    undeclared classes (``GYM_RUNTIME_RAY_UNDECLARED``)."""
     from gym_runtime.settings import load_settings
 
     return load_settings(os.environ).with_overrides(**job.settings)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from gym_runtime.cli.main import main
-from gym_runtime.placement.replica import ReplicaJob, node_settings
+from gym_runtime.placement.replica import ReplicaJob, job_settings, node_settings
 from gym_runtime.settings import load_settings
 from tests.helpers.wheels import build_wheel
 from tests.venvs.conftest import synthetic_pkg
@@ -71,13 +71,13 @@ def test_a_node_gets_the_daemons_release_and_pins(tmp_path: Path, monkeypatch) -
     each pin came from, so the node installs what the daemon chose (a default pin stays a default)."""
     from gym_runtime.gym_release import release_for
 
-    daemon = load_settings({"HOME": str(tmp_path), "GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0"})
+    daemon = load_settings({"HOME": str(tmp_path), "GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0",
+                            "GYM_RUNTIME_RAY_UNDECLARED": "always"})
     release = release_for("0.4.0", "set by GYM_RUNTIME_PIN_NEMO_GYM")
     job = ReplicaJob("acme", 0, "acme", "run", str(tmp_path), "digest", {}, None, {}, {}, None, None,
-                     settings={"pin_mode": daemon.pin_mode, "pins": daemon.pins, "pin_origins": daemon.pin_origins,
-                               "python": daemon.python, "python_explicit": daemon.python_explicit},
-                     release=release)
+                     settings=job_settings(daemon), release=release)
     monkeypatch.delenv("GYM_RUNTIME_PIN_NEMO_GYM", raising=False)  # the node's own environment sets no pin
     node = node_settings(job)
     assert node.pins == daemon.pins and node.pin_explicit("nemo-gym") and not node.pin_explicit("openai")
+    assert node.ray_undeclared == "always"  # the node decides Ray for undeclared classes as the daemon does
     assert job.release.pins(node) == release.pins(daemon)

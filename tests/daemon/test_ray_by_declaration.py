@@ -12,15 +12,12 @@ stdlib fixture behind a class declaration. Its Python must meet 0.7.0's ``Requir
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
 
 from sandbox import probe_isolation
-from tests.helpers.daemon import FIXTURE_APP, kill_tree, read_ready_line, up_process, write_fixture_package
+from tests.helpers.daemon import FIXTURE_APP, ready_then_stop, up_process, write_fixture_package
 from tests.helpers.gym_python import gym_python
 from tests.helpers.wheels import build_wheel
 
@@ -49,14 +46,7 @@ def test_ray_head_only_for_servers_that_use_ray(tmp_path: Path, declaration: str
     build_wheel(links, "nemo-gym", "0.7.0", files={"nemo_gym/__init__.py": "__version__ = '0.7.0'\n"})
     env = {"GYM_RUNTIME_HOME": str(tmp_path / "home"), "GYM_RUNTIME_PYTHON": str(python),
            "GYM_RUNTIME_PIN_MODE": "none", "UV_FIND_LINKS": str(links), "UV_OFFLINE": "1"}
-    proc = up_process(sdk_server_package(tmp_path / "pkg", declaration), tmp_path, env=env)
-    try:
-        info = json.loads(read_ready_line(proc, timeout=600))
-        os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(60) == 0
-        err = proc.stderr.read()
-    finally:
-        kill_tree(proc)
+    info, err = ready_then_stop(up_process(sdk_server_package(tmp_path / "pkg", declaration), tmp_path, env=env))
     assert info["gym_release"]["version"] == "0.7.0"
     best = probe_isolation().level.value
     if declaration == "false":

@@ -13,9 +13,6 @@ without a Ray driver (docs/runtime.md, "Ray"; ``GYM_RUNTIME_RAY_UNDECLARED``).
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
 from pathlib import Path
 
@@ -23,7 +20,7 @@ import pytest
 
 from gym_runtime.venvs.ray_switch import SOURCE, VAR
 from sandbox import probe_isolation
-from tests.helpers.daemon import kill_tree, read_ready_line, up_process
+from tests.helpers.daemon import ready_then_stop, up_process
 from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_venv, gym_wheel, release_python
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
@@ -76,15 +73,9 @@ def test_the_switch_makes_the_sdk_answer_no_ray_for_an_undeclared_class_only(gym
 def _up(tmp: Path, python: str, env: dict[str, str]) -> tuple[dict, str, str]:
     """``up`` of the 0.7.0 example until ready, then SIGTERM: (ready JSON, stderr, the relay's log)."""
     pkg, _ = assemble_gym_package(gym_wheel(python, RELEASE), tmp / "pkg")
-    proc = up_process(pkg, tmp, "--python", python,
-                      env={"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"), **env})
-    try:
-        info = json.loads(read_ready_line(proc, timeout=1500))
-        os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(120) == 0
-        err = proc.stderr.read()
-    finally:
-        kill_tree(proc)
+    info, err = ready_then_stop(up_process(pkg, tmp, "--python", python,
+                                           env={"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"), **env}),
+                                timeout=1500, stop_s=120)
     return info, err, (Path(info["logs_dir"]) / f"{RELAY}.log").read_text()
 
 

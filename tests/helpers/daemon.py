@@ -18,6 +18,7 @@ its headers included, back unchanged), so the relays the 0.7 line generates in f
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -233,6 +234,18 @@ def read_ready_line(proc: subprocess.Popen, timeout: float = 120.0) -> str:
         proc.wait(10)
         raise AssertionError(f"up exited {proc.returncode} without a ready line; stderr:\n" + proc.stderr.read())
     return line
+
+
+def ready_then_stop(proc: subprocess.Popen, timeout: float = 600.0, stop_s: float = 60.0) -> tuple[dict, str]:
+    """Wait for ``up``'s ready line, then SIGTERM it and assert exit 0 within ``stop_s``: (the ready
+    JSON, its stderr). The process tree is killed whatever happens."""
+    try:
+        info = json.loads(read_ready_line(proc, timeout=timeout))
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(stop_s) == 0
+        return info, proc.stderr.read()
+    finally:
+        kill_tree(proc)
 
 
 def wait_log_lines(head: str, name: str, text: str, count: int = 1, timeout: float = 60.0) -> list[str]:

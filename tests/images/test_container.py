@@ -205,8 +205,10 @@ def test_up_cycles_in_one_container_leave_no_zombies(image: RuntimeImage, tmp_pa
 # Under qemu-user no Ray 2.60 head can serve a server: a driver finds its node's raylet by the
 # executable name in the process table (``ray/_private/services.py``, ``_is_raylet_process``), and an
 # emulated raylet's command line starts with qemu's interpreter (docs/container.md, "arm64 under
-# emulation"). The emulated image runs the same trees with the one Ray user left out: the config's
-# declared ``legacy_agent`` environment server, whose place the runtime's generated relay takes.
+# emulation"). The emulated image runs the same trees with the config's declared ``legacy_agent``
+# environment server left out (the runtime's generated relay takes its place): written when that
+# server was a Ray driver; it now runs without Ray (its class declares no ``ray_enabled`` and its
+# tree imports no Ray: docs/runtime.md, "Ray"), natively too.
 RAY_USER = "example_single_tool_call_environment_server"
 
 
@@ -232,8 +234,8 @@ def test_gym_07_tree_validate_build_up_and_one_row(image: RuntimeImage, gym07_pa
     """The image's Python runs the current Gym release: its server venvs get GYM_RUNTIME_PYTHON
     (>= 3.13.14) and the release's pins, and the stub model's row through Gym's own simple_agent
     and example_single_tool_call scores 1.0. Natively the config as Gym ships it (its
-    ``legacy_agent`` environment server a Ray driver, on a private Ray head); under emulation
-    without that one server (:data:`RAY_USER`), so nothing starts Ray."""
+    ``legacy_agent`` environment server runs without Ray: no head starts); under emulation
+    without that one server (:data:`RAY_USER`)."""
     emulated = image.arch != HOST
     source = gym07_package.with_name("gym07-without-ray") if emulated else gym07_package
     driver, pkg = "/job/tests/gym_tree_run.py", f"{IMAGE_WORKDIR}/gym07"
@@ -254,7 +256,7 @@ def test_gym_07_tree_validate_build_up_and_one_row(image: RuntimeImage, gym07_pa
     up = got["up"]
     assert up, f"up printed no ready line; its stderr:\n{got['stderr']}"
     assert {"policy_model", "example_single_tool_call", "example_single_tool_call_simple_agent", RAY_USER} <= set(up["servers"])
-    assert up["ray"]["mode"] == ("none" if emulated else "local"), up["ray"]
+    assert up["ray"]["mode"] == "none" and up["ray"]["without"] == ([] if emulated else [RAY_USER]), up["ray"]
     assert up["policy_model"]["stub"] is True
     assert got["row"] == {"reward": 1.0, "error": None,
                           "output_types": ["function_call", "function_call_output", "message"]}, got["row"]

@@ -77,17 +77,16 @@ def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None,
     else:
         line = release.line
         if sdk and release.declares_ray_enabled and declared is None:
-            reach = ("GYM_RUNTIME_RAY_UNDECLARED=always" if undeclared == "always"
-                     else ray_import(inst.server_dir.path, release.ray_modules))
+            reach = _unread_base(decl.missing, release) or (
+                "GYM_RUNTIME_RAY_UNDECLARED=always" if undeclared == "always"
+                else ray_import(inst.server_dir.path, release.ray_modules))
         uses = release.server_uses_ray(sdk, declared, reach is not None)
         gym_would = release.gym_starts_ray(sdk, declared)
     if decl.declared and (release is None or release.declares_ray_enabled or not sdk):
         why = f"declares ray_enabled = {decl.value} ({decl.where})"
     elif sdk and release is not None and release.declares_ray_enabled and uses:
-        why = (f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}) and whose tree "
-               f"imports Ray ({reach}): Ray, as NeMo Gym does" if undeclared != "always" else
-               f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}): Ray, as NeMo Gym "
-               "does (GYM_RUNTIME_RAY_UNDECLARED=always)")
+        why = (f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}): Ray, as NeMo Gym "
+               f"does, since {reach}")
     elif sdk and release is not None and release.declares_ray_enabled:
         why = (f"its class does not declare ray_enabled ({decl.where}) and nothing in its tree imports Ray: "
                "no Ray driver (NeMo Gym would start one; declare `ray_enabled = True` on the class, or set "
@@ -97,6 +96,15 @@ def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None,
     else:
         why = "no Gym SDK and no ray_enabled = True"
     return RayUse(uses, sdk, why, gym_would and not uses)
+
+
+def _unread_base(missing: tuple[str, ...], release) -> str | None:
+    """Why the class may declare Ray where it could not be read: a base from a Gym server tree
+    (``responses_api_agents.harbor_agent.app.HarborAgent``) the package does not ship."""
+    for name in missing:
+        if name.split(".")[0] in release.server_types:
+            return f"its base {name} is in no tree of this package (its ray_enabled is not read)"
+    return None
 
 
 def ray_users(merged: MergedConfig, sdk: dict[str, bool] | None = None,

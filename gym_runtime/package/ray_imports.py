@@ -8,16 +8,21 @@ runtime gives them none when nothing in their tree imports it (docs/runtime.md, 
 What counts, in every ``.py`` file under the server directory (hidden directories, ``__pycache__``
 and venvs left out): an ``import``/``from ... import`` of one of ``modules`` or a submodule of it
 (``ray``, ``ray.util``; a release's own Ray users, e.g. ``nemo_gym.orchestration.ray_serve_gateway``),
-a ``from M import name`` where ``M.name`` is listed (``nemo_gym.server_utils.initialize_ray``),
-and ``importlib.import_module("ray...")`` / ``__import__("ray...")`` with a literal name. A file
-that cannot be parsed counts as reaching Ray (the server keeps NeMo Gym's behaviour). Files are
-untrusted input: each is bounded in size and the walk in count.
+a ``from M import name`` where ``M.name`` is listed (``nemo_gym.server_utils.initialize_ray``) or
+``from M import *`` where something under ``M`` is, an attribute named like a listed function
+(``su.initialize_ray``, whatever ``su`` is), and ``importlib.import_module("ray...")`` /
+``__import__("ray...")`` with a literal name. What cannot be read whole counts as reaching Ray
+(the server keeps NeMo Gym's behaviour): a file that does not parse, a symbolic link (file or
+directory: it may lead out of the tree), anything but a regular file named ``*.py``, a file over
+:data:`MAX_FILE_BYTES`, a tree of more than :data:`MAX_FILES` entries. Files are untrusted input:
+none is opened unless it is a regular file, and each read is bounded.
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import stat
 from pathlib import Path
 
 MAX_FILE_BYTES = 4 << 20
@@ -29,26 +34,52 @@ def _listed(name: str, modules: tuple[str, ...]) -> bool:
     return any(name == m or name.startswith(m + ".") for m in modules)
 
 
+def _import_name(node: ast.Call, loaders: set[str]) -> str | None:
+    """The literal module name a call of one of ``loaders`` (``import_module``, ``__import__``, an
+    alias of ``importlib.import_module``) names."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if called not in loaders:
+        return None
+    args = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "name")]
+    return next((a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)), None)
+
+
 def _reach(tree: ast.AST, modules: tuple[str, ...]) -> tuple[int, str] | None:
-    """``(line, module)`` of the first statement of ``tree`` that reaches one of ``modules``."""
+    """``(line, what)`` of the first statement of ``tree`` that reaches one of ``modules``
+    (``imports ray.util``, ``calls .initialize_ray``)."""
+    functions = {m.rpartition(".")[2] for m in modules if "." in m}
+    loaders = {"import_module", "__import__"} | {
+        a.asname for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "importlib"
+        for a in n.names if a.name == "import_module" and a.asname}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if _listed(alias.name, modules):
-                    return node.lineno, alias.name
+                    return node.lineno, f"imports {alias.name}"
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             if _listed(node.module, modules):
-                return node.lineno, node.module
+                return node.lineno, f"imports {node.module}"
             for alias in node.names:
                 if _listed(f"{node.module}.{alias.name}", modules):
-                    return node.lineno, f"{node.module}.{alias.name}"
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            arg = node.args[0].value
-            if called in ("import_module", "__import__") and isinstance(arg, str) and _listed(arg, modules):
-                return node.lineno, arg
+                    return node.lineno, f"imports {node.module}.{alias.name}"
+                if alias.name == "*" and any(m.startswith(node.module + ".") for m in modules):
+                    return node.lineno, f"imports {node.module}.*"
+        elif isinstance(node, ast.Attribute) and node.attr in functions:
+            return node.lineno, f"calls .{node.attr}"
+        elif isinstance(node, ast.Call) and (name := _import_name(node, loaders)) and _listed(name, modules):
+            return node.lineno, f"imports {name}"
     return None
+
+
+def _read(path: Path) -> bytes:
+    """The bytes of regular file ``path``, at most ``MAX_FILE_BYTES + 1`` of them; raises
+    ``OSError``, or ``ValueError`` when it is no regular file."""
+    st = path.lstat()
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("not a regular file")
+    with path.open("rb") as f:
+        return f.read(MAX_FILE_BYTES + 1)
 
 
 def ray_import(server_dir: Path, modules: tuple[str, ...]) -> str | None:
@@ -57,19 +88,24 @@ def ray_import(server_dir: Path, modules: tuple[str, ...]) -> str | None:
     seen = 0
     for top, dirs, files in os.walk(server_dir):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP and not d.startswith("."))
+        seen += len(dirs) + len(files)
+        if seen > MAX_FILES:
+            return f"more than {MAX_FILES} entries under the tree (not all read)"
+        for d in dirs:
+            if (Path(top) / d).is_symlink():
+                return f"{(Path(top) / d).relative_to(server_dir)} is a symbolic link (not read)"
         for name in sorted(f for f in files if f.endswith(".py")):
-            seen += 1
             path = Path(top) / name
             rel = path.relative_to(server_dir)
-            if seen > MAX_FILES:
-                return f"more than {MAX_FILES} files under the tree (not all read)"
+            if path.is_symlink():
+                return f"{rel} is a symbolic link (not read)"
             try:
-                data = path.read_bytes()
+                data = _read(path)
                 if len(data) > MAX_FILE_BYTES:
                     return f"{rel} is larger than {MAX_FILE_BYTES >> 20} MiB (not read)"
                 found = _reach(ast.parse(data, filename=str(rel)), modules)
-            except (OSError, SyntaxError, ValueError, RecursionError) as e:
+            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError) as e:
                 return f"{rel} cannot be read ({type(e).__name__})"
             if found:
-                return f"{rel}:{found[0]} imports {found[1]}"
+                return f"{rel}:{found[0]} {found[1]}"
     return None

@@ -52,12 +52,15 @@ class RayDeclaration:
     """What the entrypoint's server class says: ``server_class`` (``None``: the entrypoint calls
     no ``run_webserver()``), ``declared`` (a literal ``ray_enabled`` was found on it or a base),
     ``value`` (``True``/``False``/``None``) and ``where`` (``app.py:41 ExampleServer.ray_enabled =
-    False``, or why nothing was found)."""
+    False``, or why nothing was found); ``missing``: bases imported from a module found neither in
+    the tree nor the package nor the SDK (``responses_api_agents.harbor_agent.app.HarborAgent``),
+    whose own declaration could not be read."""
 
     server_class: str | None
     declared: bool
     value: bool | None
     where: str
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class _Reader:
         self.base = package_root or server_dir
         self.index = index
         self.modules: dict[Path, _Module | None] = {}
+        self.missing: list[str] = []  # module.Class of each import whose module was found nowhere
 
     def load(self, path: Path) -> _Module | None:
         if path not in self.modules:
@@ -154,6 +158,8 @@ class _Reader:
             return f"{module}.{cls}"
         path = self.find_module(module, level, mod.path)
         target = self.load(path) if path else None
+        if target is None and not level:
+            self.missing.append(f"{module}.{cls}")
         return self.locate(cls, target, depth + 1) if target else None
 
     def lineage(self, name: str, mod: _Module, depth: int = 0):
@@ -218,7 +224,8 @@ def ray_declaration(server_dir: Path, entrypoint: str, package_root: Path | None
         return RayDeclaration(None, False, None, f"{mod.rel} calls no run_webserver()")
     found = reader.ray_enabled(cls, mod)
     if found is None:
-        return RayDeclaration(cls, False, None, f"{cls} ({mod.rel}) and its bases declare no ray_enabled")
+        return RayDeclaration(cls, False, None, f"{cls} ({mod.rel}) and its bases declare no ray_enabled",
+                              tuple(reader.missing))
     return RayDeclaration(cls, True, found[0], found[1])
 
 

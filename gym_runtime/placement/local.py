@@ -33,6 +33,7 @@ from gym_runtime.supervise import contract, own_ray, passthrough, ray_head, ray_
 from gym_runtime.supervise.interrupted import as_interrupted
 from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import check_free
+from gym_runtime.supervise.ray_env import server_ray_env
 from gym_runtime.task_sandboxes import bringup as task_sandboxes
 from gym_runtime.task_sandboxes.install import ensure_provider
 from gym_runtime.venvs import ray_switch
@@ -306,17 +307,8 @@ class LocalPlacement:
         cache = env.bytecode.user(python, f"{inst.server_type}/{inst.implementation} {sdir}", name)
         environ = {**contract.server_env(name, sdir, python, wd, env.settings.environ), **cache.env,
                    run_mark.VAR: env.supervisor.run_mark,
-                   **task_sandboxes.server_env(env.task_sandboxes, self.task_url, name)}
-        if env.ray.mode == "local":  # drivers of our private head agree with it on the loopback node address
-            environ.update(ray_head.LOOPBACK_ENV)
-        elif env.ray.mode == "join":  # drivers of a joined cluster share this node's own Ray settings
-            environ.update({k: env.settings.environ[k] for k in ray_head.NODE_RAY_ENV if k in env.settings.environ})
-        if env.ray.mode in ("local", "join"):  # its Ray tasks run in its venv with its PYTHONPATH (ray_workers.py)
-            environ.update(ray_workers.job_env(sdir, python))
-        elif env.ray.mode == "own" and name in env.ray.needed_by:  # its own cluster in its sandbox (own_ray.py)
-            environ.update(own_ray.server_env())
-        if name in env.ray.without:  # NeMo Gym would give it a driver; it calls no Ray (ray_use.py)
-            environ.update(ray_switch.server_env())
+                   **task_sandboxes.server_env(env.task_sandboxes, self.task_url, name),
+                   **server_ray_env(env.ray, name, sdir, python, env.settings.environ)}
         spec = ProcessSpec(name, self._argv(python, inst), sdir, environ,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
                            writable_paths=[wd, *self._ray_dirs(), *cache.writable,

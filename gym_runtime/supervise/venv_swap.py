@@ -67,7 +67,7 @@ def _check_ray(env: Any, changed: dict[str, Any]) -> None:
 
     sdk = {n: contract.gym_sdk_venv(Path(p)) for n, p in env.placement.pythons.items()}
     sdk.update({n: contract.gym_sdk_venv(Path(v.python)) for n, v in changed.items()})
-    use = ray_users(env.merged, sdk)
+    use = ray_users(env.merged, sdk, env.settings.ray_undeclared)
     users = [n for n in changed if use[n].uses]
     if not users:
         return

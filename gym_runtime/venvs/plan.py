@@ -333,7 +333,7 @@ def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | No
                          "(`gym-runtime validate PKG` lists them without building)", code="GR-PKG-WHEEL-METADATA",
                          extra={"stage": "preflight", "file": one.file, "servers": list(merged.instances)})
     pythons = {n: plans[d].python for n, d in by_instance.items()}
-    for v in ray_python_problems(pythons, ray_users(merged)):
+    for v in ray_python_problems(pythons, ray_users(merged, undeclared=settings.ray_undeclared)):
         raise BuildError(v.message, code=v.code, hint=v.hint, extra={"stage": "python", "servers": list(pythons)})
     notes = ()
     if merged.release is not None:

@@ -172,7 +172,7 @@ def python_problems(merged: MergedConfig, settings: RuntimeSettings, python: str
             if e.code != "GR-BUILD-PYTHON":
                 continue  # an unreadable install file is reported by the package checks
             out.append(Violation(e.code, e.message, file=rel, hint=e.hint))
-    return out + ray_python_problems(pythons, ray_users(merged))
+    return out + ray_python_problems(pythons, ray_users(merged, undeclared=settings.ray_undeclared))
 
 
 def target_python_problems(merged: MergedConfig, python: tuple[int, int]) -> list[Violation]:

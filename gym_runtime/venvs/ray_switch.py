@@ -12,6 +12,7 @@ undeclared class. A venv built before the module existed gets it at its next sta
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gym_runtime.venvs.layout import site_packages
@@ -24,8 +25,11 @@ VAR = "GYM_RUNTIME_NO_RAY_DRIVER"
 
 
 def server_env() -> dict[str, str]:
-    """The variable a server run without Ray gets (module doc)."""
-    return {VAR: "1"}
+    """The variables a server run without Ray gets (module doc): :data:`VAR`, and Ray's own
+    ``RAY_ENABLE_AUTO_CONNECT=0`` (Ray 2.60 ``ray/_private/auto_init_hook.py``, read when Ray is
+    imported), so a Ray call the runtime's reading missed raises Ray's "not initialized" error
+    instead of starting a cluster in the server's sandbox."""
+    return {VAR: "1", "RAY_ENABLE_AUTO_CONNECT": "0"}
 
 
 def _holds_gym(sites: list[Path]) -> bool:
@@ -34,23 +38,30 @@ def _holds_gym(sites: list[Path]) -> bool:
 
 def install_ray_switch(venv: Path) -> bool:
     """Write the module and its ``.pth`` line into every ``lib/python*/site-packages`` of ``venv``
-    when it holds NeMo Gym; True when written. Raises ``FileNotFoundError`` when the venv has no
-    site-packages."""
+    when it holds NeMo Gym, each file replaced whole; True when written. Raises
+    ``FileNotFoundError`` when the venv has no site-packages, ``OSError`` when it cannot be written."""
     dirs = site_packages(venv)
     if not dirs:
         raise FileNotFoundError(f"no site-packages under {venv / 'lib'}")
     if not _holds_gym(dirs):
         return False
     data = SOURCE.read_bytes()
-    for d in dirs:
-        (d / f"{MODULE}.py").write_bytes(data)
-        (d / PTH).write_text(PTH_LINE)
+    for d in dirs:  # each file whole or not at all: other environments may start on this venv meanwhile
+        _write(d / f"{MODULE}.py", data)
+        _write(d / PTH, PTH_LINE.encode())
     return True
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def ensure_ray_switch(venv: Path) -> bool:
     """Install or refresh the switch in ``venv`` (one holding NeMo Gym) when it differs from this
-    runtime's; True when written. A venv without site-packages is left alone."""
+    runtime's; True when written. A venv without site-packages is left alone; raises ``OSError``
+    when it cannot be written."""
     data, sites = SOURCE.read_bytes(), site_packages(venv)
     if not sites or all((d / f"{MODULE}.py").is_file() and (d / f"{MODULE}.py").read_bytes() == data
                         and (d / PTH).is_file() and (d / PTH).read_text() == PTH_LINE for d in sites):

@@ -42,12 +42,21 @@ class Undeclared(u.SimpleServer):
 class Declared(u.SimpleServer):
     ray_enabled = True
 
+class DeclaredFalse(u.SimpleServer):
+    ray_enabled = False
+
+def ask(cls):
+    try:
+        return u._server_uses_ray(cls)
+    except RuntimeError as e:
+        return "stop: " + str(e)[:60]
+
 answers = []
 for value in (None, "1"):
     os.environ.pop({var!r}, None)
     if value:
         os.environ[{var!r}] = value
-    answers.append([u._server_uses_ray(Undeclared), u._server_uses_ray(Declared)])
+    answers.append([ask(Undeclared), ask(Declared), ask(DeclaredFalse)])
 print(answers)
 """
 
@@ -67,7 +76,10 @@ def test_the_switch_makes_the_sdk_answer_no_ray_for_an_undeclared_class_only(gym
     code = ASK.format(dist=str(SOURCE.parent), before=before, var=VAR)
     r = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip().splitlines()[-1] == "[[True, True], [False, True]]"
+    # told: undeclared -> no Ray; a class found to declare True when it runs stops the server
+    # rather than have the SDK start a cluster in its sandbox
+    assert r.stdout.strip().splitlines()[-1] == (
+        "[[True, True, False], [False, 'stop: gym-runtime runs this server without Ray, but its class Decl', False]]")
 
 
 def _up(tmp: Path, python: str, env: dict[str, str]) -> tuple[dict, str, str]:
@@ -91,5 +103,5 @@ def test_the_gym_relay_runs_without_ray_and_no_head_starts(gym_python: str, tmp_
 def test_always_gives_the_undeclared_relay_a_driver_of_the_private_head(gym_python: str, tmp_path: Path) -> None:
     info, err, log = _up(tmp_path, gym_python, {"GYM_RUNTIME_RAY_UNDECLARED": "always"})
     assert (info["ray"]["mode"], info["ray"]["needed_by"], info["ray"]["without"]) == ("local", [RELAY], [])
-    assert f"ray: {RELAY} uses Ray: " in err and "GYM_RUNTIME_RAY_UNDECLARED=always" in err
+    assert f"ray: {RELAY} uses Ray: " in err and "as NeMo Gym does, since GYM_RUNTIME_RAY_UNDECLARED=always" in err
     assert "Connecting to Ray cluster at specified address" in log, log[-3000:]

@@ -5,8 +5,8 @@ checkout with ``../../../``), is found, built, started and scores a row under ``
 
 The package is the catalog sweep's (:func:`tests.helpers.gym_package.assemble_tree_package`: the
 resources server's tree and config, every tree it names, unchanged) with the environment server
-served by the built-in relay instead of Gym's ``legacy_agent``, which needs a Ray head (that relay
-is held by the catalog sweep and tests/daemon/test_ray_real.py). The parity of its config with
+served by the built-in relay instead of Gym's ``legacy_agent`` (which the catalog sweep and
+tests/daemon/test_ray_undeclared.py run). The parity of its config with
 Gym's parser is tests/config/test_gym_parity.py."""
 
 from __future__ import annotations

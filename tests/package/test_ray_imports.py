@@ -56,3 +56,28 @@ def test_what_cannot_be_read_counts_as_ray(tmp_path: Path) -> None:
     big = tree(tmp_path / "b", {"app.py": "x = 1\n"})
     (big / "app.py").write_bytes(b"#" * (MAX_FILE_BYTES + 1))
     assert ray_import(big, MODULES) == "app.py is larger than 4 MiB (not read)"
+
+
+@pytest.mark.parametrize(("source", "where"), [
+    ("import nemo_gym.server_utils as su\nsu.initialize_ray()\n", "app.py:2 calls .initialize_ray"),
+    ("from nemo_gym import server_utils\nray = server_utils._get_ray()\n", "app.py:2 calls ._get_ray"),
+    ("from nemo_gym.server_utils import *\n", "app.py:1 imports nemo_gym.server_utils.*"),
+    ("from importlib import import_module as load\nload(name='ray')\n", "app.py:2 imports ray"),
+])
+def test_the_sdks_ray_calls_reached_another_way_count_too(tmp_path: Path, source: str, where: str) -> None:
+    assert ray_import(tree(tmp_path, {"app.py": source}), MODULES) == where
+
+
+def test_links_and_what_is_no_regular_file_count_as_ray_and_are_never_opened(tmp_path: Path) -> None:
+    import os
+
+    outside = tree(tmp_path / "shared", {"work.py": "import ray\n"})
+    linked_dir = tree(tmp_path / "a", {"app.py": "x = 1\n"})
+    (linked_dir / "common").symlink_to(outside, target_is_directory=True)
+    assert ray_import(linked_dir, MODULES) == "common is a symbolic link (not read)"
+    linked_file = tree(tmp_path / "b", {"app.py": "x = 1\n"})
+    (linked_file / "zero.py").symlink_to("/dev/zero")
+    assert ray_import(linked_file, MODULES) == "zero.py is a symbolic link (not read)"
+    fifo = tree(tmp_path / "c", {"app.py": "x = 1\n"})
+    os.mkfifo(fifo / "pipe.py")  # opening it would wait for a writer forever
+    assert ray_import(fifo, MODULES) == "pipe.py cannot be read (ValueError)"

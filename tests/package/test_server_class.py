@@ -163,3 +163,19 @@ def test_no_config_class_when_none_is_annotated_or_it_is_the_sdks(tmp_path: Path
                   "class A:\n    config: BaseResourcesServerConfig\n" + MAIN.format(cls="A"),
         "script.py": "print('no server class')\n"})
     assert [config_class(d, f) for f in ("plain.py", "sdk.py", "script.py", "missing.py")] == [None] * 4
+
+
+def test_a_base_from_a_gym_tree_the_package_lacks_is_named_and_keeps_ray(tmp_path: Path) -> None:
+    """A class whose base comes from a Gym server tree that is not in the package (the wheel's
+    ``harbor_agent`` declares ``ray_enabled = True``) cannot be read whole: it keeps NeMo Gym's Ray."""
+    from gym_runtime.gym_release.ray_use import _unread_base
+
+    d = tmp_path / "responses_api_agents" / "bridge"
+    d.mkdir(parents=True)
+    (d / "app.py").write_text("from responses_api_agents.harbor_agent.app import HarborAgent\n\n\n"
+                              "class Bridge(HarborAgent):\n    pass\n\n\nif __name__ == '__main__':\n"
+                              "    Bridge.run_webserver()\n")
+    decl = ray_declaration(d, "app.py", tmp_path)
+    assert (decl.declared, decl.missing) == (False, ("responses_api_agents.harbor_agent.app.HarborAgent",))
+    assert "HarborAgent is in no tree of this package" in _unread_base(decl.missing, release_for("0.7.0", "test"))
+    assert _unread_base(("pydantic.BaseModel",), release_for("0.7.0", "test")) is None  # a library's base

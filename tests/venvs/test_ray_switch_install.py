@@ -34,3 +34,26 @@ def test_an_older_or_missing_switch_is_written_again_and_a_current_one_left(tmp_
     (site / f"{MODULE}.py").write_text("# an older switch\n")
     assert ensure_ray_switch(v) is True and (site / f"{MODULE}.py").read_bytes() == SOURCE.read_bytes()
     assert ensure_ray_switch(venv(tmp_path / "plain", False)) is False
+
+
+def test_a_release_without_the_sdks_decision_stops_a_told_server_that_would_start_ray(monkeypatch) -> None:
+    """Another NeMo Gym release whose ``server_utils`` has ``initialize_ray`` but no
+    ``_server_uses_ray``: a server told to run without Ray stops there instead of starting a cluster."""
+    import importlib.util
+    import types
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("switch_under_test", SOURCE)
+    switch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(switch)
+    started = []
+    sdk = types.SimpleNamespace(initialize_ray=lambda: started.append(1))
+    switch._wrap(sdk)
+    monkeypatch.delenv(switch.VAR, raising=False)
+    sdk.initialize_ray()
+    assert started == [1]  # not told: the release's own behaviour
+    monkeypatch.setenv(switch.VAR, "1")
+    with pytest.raises(RuntimeError, match="GYM_RUNTIME_RAY_UNDECLARED=always"):
+        sdk.initialize_ray()
+    assert started == [1]

@@ -93,9 +93,13 @@ class _NewVenv:
 
 
 class _Running:
-    """The parts of a running environment the check reads: its config, its Ray mode, each server's Python."""
+    """The parts of a running environment the check reads: its config, its Ray mode, each server's
+    Python, its settings (the default ``GYM_RUNTIME_RAY_UNDECLARED``)."""
 
     def __init__(self, merged: MergedConfig, mode: str) -> None:
+        from gym_runtime.settings import load_settings
+
         self.merged = merged
+        self.settings = load_settings({})
         self.ray = type("Ray", (), {"mode": mode})()
         self.placement = type("Placement", (), {"pythons": {n: Path("/old/bin/python") for n in merged.instances}})()

@@ -25,7 +25,8 @@ import os
 import stat
 from pathlib import Path
 
-MAX_FILE_BYTES = 4 << 20
+from gym_runtime.package.server_class import MAX_FILE_BYTES  # the same bound on a tree file read
+
 MAX_FILES = 2000
 _SKIP = {"__pycache__", ".venv", "venv", "node_modules"}
 

@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import GymRuntimeError, StartError
-from gym_runtime.supervise.ray_head import NODE_RAY_ENV
-from gym_runtime.venvs import ray_switch
+from gym_runtime.ray_target import RayTarget
 from gym_runtime.venvs.progress import Reporter
 
 
@@ -131,8 +130,9 @@ class ServerReplica:
         self.port: int | None = None
         self.proc: Any = None
         self.watchdog: Any = None
-        self.uses_ray = False  # the server joins the Ray cluster (its tasks run as a Ray job: ray_workers.py)
-        self.without_ray = False  # NeMo Gym would give it a driver; it calls no Ray (gym_release/ray_use.py)
+        # mode `join` when the server joins the Ray cluster (its tasks run as a Ray job: ray_workers.py);
+        # `without` names it when NeMo Gym would give it a driver but it calls no Ray (gym_release/ray_use.py)
+        self.ray = RayTarget("none")
         self.merged: Any = None  # the instance's config on this node (MergedConfig), once built
         self.facts: dict[str, Any] = {}
         self.phases: list[tuple[str, float]] = []  # (phase, unix time) of steps 1-3, in order
@@ -220,16 +220,17 @@ class ServerReplica:
         """The isolation level: the forced one, else the best here; ``none`` for a server that
         joins the Ray cluster (it needs the node's raylet: :func:`gym_runtime.ray_target.ray_level`)."""
         from gym_runtime.gym_release.ray_use import ray_use
-        from gym_runtime.ray_target import RayTarget, ray_level
+        from gym_runtime.ray_target import ray_level
         from gym_runtime.supervise.contract import gym_sdk_venv
 
         job = self.job
         use = ray_use(inst, self.merged, gym_sdk_venv(python), undeclared=self.settings.ray_undeclared)
-        self.uses_ray, self.without_ray = use.uses and bool(job.ray_address), use.skipped
-        if not self.uses_ray:
+        without = (inst.name,) if use.skipped else ()
+        if not (use.uses and job.ray_address):
+            self.ray = RayTarget("none", without=without)
             return job.isolation
-        target = RayTarget("join", job.ray_address, "placement", (inst.name,))
-        return ray_level(target, job.isolation, job.require_full)
+        self.ray = RayTarget("join", job.ray_address, "placement", (inst.name,), without)
+        return ray_level(self.ray, job.isolation, job.require_full)
 
     async def _start_sandbox(self, level: str | None) -> None:
         from sandbox import Sandbox
@@ -252,7 +253,8 @@ class ServerReplica:
         from sandbox import ProcessSpec, ResourceLimits
 
         from gym_runtime.config import token_capture
-        from gym_runtime.supervise import contract, ray_workers
+        from gym_runtime.supervise import contract
+        from gym_runtime.supervise.ray_env import server_ray_env
 
         job = self.job
         if self.sandbox.level.value == "none":  # host network: peers at their stable addresses
@@ -265,12 +267,8 @@ class ServerReplica:
         view = contract.config_view(job.data, addresses, head, job.ray_address)
         text = contract.server_config_yaml(view, job.secrets, job.instance)
         sdir = Path(inst.server_dir.path)
-        env = contract.server_env(job.instance, sdir, python, self.work, os.environ)
-        if self.uses_ray:  # its Ray tasks run in its venv with its PYTHONPATH, as for a server on the daemon's host
-            env.update(ray_workers.job_env(sdir, python))
-            env.update({k: os.environ[k] for k in NODE_RAY_ENV if k in os.environ})
-        if self.without_ray:
-            env.update(ray_switch.server_env())
+        env = {**contract.server_env(job.instance, sdir, python, self.work, os.environ),
+               **server_ray_env(self.ray, job.instance, sdir, python, os.environ)}  # as on the daemon's host
         limits = ResourceLimits(memory_mb=self.settings.server_memory_mb, pids=self.settings.server_pids)
         return ProcessSpec(job.name, [str(python), inst.entrypoint], sdir, env,
                            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],

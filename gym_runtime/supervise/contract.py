@@ -148,8 +148,8 @@ def server_env(instance: str, server_dir: Path, venv_python: Path, work_dir: Pat
 
 
 def gym_sdk_venv(venv_python: Path) -> bool:
-    """True when the venv holds the ``nemo_gym`` package (its servers call ``ray.init`` at start):
-    its files, or the ``nemo_gym-*.dist-info`` of an editable install, which keeps them elsewhere."""
-    lib = venv_python.parent.parent / "lib"
-    return any(lib.glob("python*/site-packages/nemo_gym/__init__.py")) or any(
-        lib.glob("python*/site-packages/nemo_gym-*.dist-info"))
+    """True when the venv of ``venv_python`` holds the ``nemo_gym`` package (its servers call
+    ``ray.init`` at start; :func:`gym_runtime.venvs.layout.holds_nemo_gym`)."""
+    from gym_runtime.venvs.layout import holds_nemo_gym
+
+    return holds_nemo_gym(venv_python.parent.parent)

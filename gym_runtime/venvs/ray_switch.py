@@ -2,7 +2,7 @@
 
 Which servers: :mod:`gym_runtime.gym_release.ray_use` (``RayUse.skipped``: a 0.7 class that
 declares no ``ray_enabled`` and whose tree imports no Ray). How: every venv the runtime builds that
-holds NeMo Gym (a ``nemo_gym-*.dist-info``, editable installs too) holds the module
+holds NeMo Gym (:func:`~gym_runtime.venvs.layout.holds_nemo_gym`) holds the module
 ``_gym_runtime_ray_switch`` (``dist/``) and a ``.pth`` line that installs it at every start of the
 venv's interpreter; such a server's environment gets :data:`VAR` = ``1``
 (:func:`server_env`), and the module makes NeMo Gym's ``_server_uses_ray`` answer False for its
@@ -12,10 +12,10 @@ undeclared class. A venv built before the module existed gets it at its next sta
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from gym_runtime.venvs.layout import site_packages
+from gym_runtime.files import write_bytes
+from gym_runtime.venvs.layout import holds_nemo_gym, site_packages
 
 MODULE = "_gym_runtime_ray_switch"
 SOURCE = Path(__file__).with_name("dist") / f"{MODULE}.py"
@@ -32,10 +32,6 @@ def server_env() -> dict[str, str]:
     return {VAR: "1", "RAY_ENABLE_AUTO_CONNECT": "0"}
 
 
-def _holds_gym(sites: list[Path]) -> bool:
-    return any(any(d.glob("nemo_gym-*.dist-info")) for d in sites)
-
-
 def install_ray_switch(venv: Path) -> bool:
     """Write the module and its ``.pth`` line into every ``lib/python*/site-packages`` of ``venv``
     when it holds NeMo Gym, each file replaced whole; True when written. Raises
@@ -43,27 +39,24 @@ def install_ray_switch(venv: Path) -> bool:
     dirs = site_packages(venv)
     if not dirs:
         raise FileNotFoundError(f"no site-packages under {venv / 'lib'}")
-    if not _holds_gym(dirs):
+    if not holds_nemo_gym(venv):
         return False
     data = SOURCE.read_bytes()
     for d in dirs:  # each file whole or not at all: other environments may start on this venv meanwhile
-        _write(d / f"{MODULE}.py", data)
-        _write(d / PTH, PTH_LINE.encode())
+        write_bytes(d / f"{MODULE}.py", data)
+        write_bytes(d / PTH, PTH_LINE.encode())
     return True
-
-
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def ensure_ray_switch(venv: Path) -> bool:
     """Install or refresh the switch in ``venv`` (one holding NeMo Gym) when it differs from this
     runtime's; True when written. A venv without site-packages is left alone; raises ``OSError``
     when it cannot be written."""
-    data, sites = SOURCE.read_bytes(), site_packages(venv)
-    if not sites or all((d / f"{MODULE}.py").is_file() and (d / f"{MODULE}.py").read_bytes() == data
-                        and (d / PTH).is_file() and (d / PTH).read_text() == PTH_LINE for d in sites):
+    sites = site_packages(venv)
+    if not sites or not holds_nemo_gym(venv):
+        return False
+    data = SOURCE.read_bytes()
+    if all((d / f"{MODULE}.py").is_file() and (d / f"{MODULE}.py").read_bytes() == data
+           and (d / PTH).is_file() and (d / PTH).read_text() == PTH_LINE for d in sites):
         return False
     return install_ray_switch(venv)

@@ -10,6 +10,7 @@ on stdout::
                      process of that node can make a user namespace, as on a host where an
                      operator set that sysctl to 0 (its sandboxes get isolation ``none``)
     kill NAME        SIGKILL the node's raylet (its workers and their children go with it)
+    alive NAME       which of the node's processes have exited   -> {"dead": [...], "log": "..."}
     stop             every node down                                 -> {"stopped": true}
 
 Why a separate process: the test process never becomes a Ray node or driver, and Ray's address
@@ -108,6 +109,16 @@ class LocalRayCluster:
         except RuntimeError:
             self.node_ids[name] = self._send(f"add {name} {json.dumps(args)}", timeout_s)["node_id"]
         return self.node_ids[name]
+
+    def ensure(self, name: str, args: dict) -> str:
+        """Worker ``name`` up: if any of its processes exited (on a loaded machine a raylet can miss
+        its health checks and be dropped by the cluster), start it again with ``args``. Returns
+        what was found dead and the tail of its logs, or "" when the node was whole."""
+        found = self._send(f"alive {name}")
+        if not found["dead"]:
+            return ""
+        self.add(name, args)
+        return f"node {name} had exited ({', '.join(found['dead'])}); started again. Its logs:\n{found['log']}"
 
     def kill_raylet(self, name: str) -> None:
         self._send(f"kill {name}")
@@ -263,6 +274,9 @@ def _serve(cluster, node_args, say) -> None:
                 else:
                     nodes[name] = cluster.add_node(**node_args(args))
                 say({"node_id": nodes[name].node_id})
+            elif cmd == "alive":
+                dead = nodes[rest].dead_processes() if rest in nodes else []
+                say({"dead": [kind for kind, _ in dead], "log": _log_tails(nodes.get(rest), [p for _, p in dead])})
             elif cmd == "kill":
                 nodes.pop(rest).kill_raylet()
                 say({"killed": rest})
@@ -270,6 +284,19 @@ def _serve(cluster, node_args, say) -> None:
                 break
         except Exception as e:  # answer, never hang the test
             say({"error": repr(e)})
+
+
+def _log_tails(node, dead: list, size: int = 2000) -> str:
+    """The last ``size`` bytes of each log file of ``node``'s processes in ``dead``."""
+    out = []
+    for infos in (node.all_processes.values() if node is not None else []):
+        for info in infos:
+            if info.process in dead:
+                for f in (info.stdout_file, info.stderr_file):
+                    name = getattr(f, "name", f)
+                    if isinstance(name, str) and os.path.isfile(name):
+                        out.append(f"--- {name}\n" + Path(name).read_bytes()[-size:].decode(errors="replace"))
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

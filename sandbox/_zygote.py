@@ -30,7 +30,11 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
   pid from the socket's credentials and moves it into its cgroups), reads its private variables
   (JSON, to the socket's end) and becomes the server: ``argv`` is ``[python, script, args...]``
   or ``[python, "-m", module, args...]``, run by ``runpy`` as ``python`` would run it, with
-  ``env`` plus the private variables as its whole environment. A step that fails writes
+  ``env`` plus the private variables as its whole environment. A server given a learning dir
+  (``PYTHONPYCACHEPREFIX``) and a report file (``GYM_RUNTIME_PYCACHE_REPORT``) by a parent that
+  reads the venv's shared cache reads that cache too, writes no bytecode, and appends to the report
+  file each source it compiles: as the parent, it compiles only what the cache lacks, where under
+  its own prefix it would compile everything it imports after the fork. A step that fails writes
   ``error: ...`` on the hello socket instead, and the child exits 126. Answer on ``CTL_FD``
   only when the fork itself fails: ``{"id", "error"}``; later ``{"exit": id, "status": N}`` (a
   signal N is ``-N``) once the child ended.
@@ -55,6 +59,7 @@ import threading
 import time
 import warnings
 
+REPORT_VAR = "GYM_RUNTIME_PYCACHE_REPORT"  # gym_runtime/venvs/bytecode.py's: a learning server's report file
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 15, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 CLONE_NEWNS = 0x00020000
@@ -153,8 +158,12 @@ def _become(req, private):
     argv = req["argv"]
     base = [p for p in sys.path[1:] if p]  # sys.path[0] is this file's directory
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None
-    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    prefix, report = env.get("PYTHONPYCACHEPREFIX") or None, env.get(REPORT_VAR)
+    reporting = bool(prefix and report and sys.pycache_prefix is None)  # the parent reads the shared cache
+    if reporting:
+        _list_compiled(report)
+    sys.pycache_prefix = None if reporting else prefix
+    sys.dont_write_bytecode = reporting or bool(env.get("PYTHONDONTWRITEBYTECODE"))
     if "numpy.random" in sys.modules:  # its global state was seeded in the parent: siblings would share it
         sys.modules["numpy.random"].seed()  # (the stdlib's random reseeds itself after a fork)
     if env.get("PYTHONUNBUFFERED"):
@@ -178,6 +187,30 @@ def _become(req, private):
             tb = tb.tb_next
         sys.excepthook(type(e), e.with_traceback(tb), tb)  # the hook reads the exception's own traceback
         sys.exit(1)
+
+
+def _list_compiled(path):
+    """From now on, append to ``path`` (one line each) the absolute path of every ``.py`` source
+    this process compiles, which importing a module without fresh bytecode does (the interpreter's
+    ``compile`` audit event): the learning server's report (module doc). Appends stop at the first
+    error (the daemon removed the file's directory once the server was recorded)."""
+    fd = None
+
+    def hook(event, args):
+        nonlocal fd
+        if event != "compile" or fd == -1:
+            return
+        name = args[1] if len(args) > 1 else None
+        if not (isinstance(name, str) and name.startswith("/") and name.endswith(".py")):
+            return
+        try:
+            if fd is None:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            os.write(fd, (name + "\n").encode("utf-8", "surrogateescape"))
+        except OSError:
+            fd = -1
+
+    sys.addaudithook(hook)
 
 
 def _child(ctl, req, fds):

@@ -17,7 +17,10 @@ Builds compile nothing: ``uv pip install --compile-bytecode`` compiles every fil
   ``PYTHONPYCACHEPREFIX``, so its imports leave ``.pyc`` files there. A *reporting* user (the
   preloaded parent, ``sandbox/_zygote.py``) instead reads the shared cache and the standard
   library's bytecode, writes nothing, and lists the source files of the modules it imported
-  without fresh bytecode to read (it compiled them) in the dir's ``imported.txt`` (:data:`REPORT`). :func:`harvest` then reads only *names*: each names a
+  without fresh bytecode to read (it compiled them) in the dir's ``imported.txt`` (:data:`REPORT`).
+  A learning server forked from such a parent reports too: it is offered the same file
+  (:data:`REPORT_VAR`), and takes it only when forked (a process started on its own learns under
+  its prefix). :func:`harvest` then reads only *names*: each names a
   source file; the regular ``.py`` files inside the venv (never inside ``.gym-runtime``) are
   compiled by the daemon into the shared cache, the user is recorded and the dir is removed. A
   process's own bytecode is never copied. This runs in the background at a lower CPU priority
@@ -52,6 +55,7 @@ from gym_runtime.files import try_lock, write_json
 
 LEARN = Path(".gym-runtime") / "learn"
 REPORT = "imported.txt"  # a reporting user's list of the sources it imported, one path per line
+REPORT_VAR = "GYM_RUNTIME_PYCACHE_REPORT"  # where a forked learning server may list what it compiled
 MAX_REPORT = 16 << 20  # bytes of a report read (a parent of the 0.7 SDK lists ~3,600 paths, ~400 KiB)
 RECORD = Path(".gym-runtime") / "pycache.json"
 RAY_HEAD = "ray_head"
@@ -83,10 +87,12 @@ class Pycache:
 
     @property
     def env(self) -> dict[str, str]:
-        """The variables to add to the process's environment."""
+        """The variables to add to the process's environment. A learning process also gets
+        :data:`REPORT_VAR`, its :data:`REPORT` file: a server forked from a preloaded parent that
+        reads the shared cache reads it too and lists there what it compiled (``sandbox/_zygote.py``)."""
         if self.prefix is None or self.report:
             return {"PYTHONDONTWRITEBYTECODE": "1"}
-        return {"PYTHONPYCACHEPREFIX": str(self.prefix)}
+        return {"PYTHONPYCACHEPREFIX": str(self.prefix), REPORT_VAR: str(self.prefix / REPORT)}
 
     @property
     def report_file(self) -> Path | None:

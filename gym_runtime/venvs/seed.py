@@ -8,8 +8,9 @@ behind them. Instead, for a venv that gets a preloaded parent,
 :meth:`gym_runtime.venvs.env_bytecode.EnvironmentBytecode.seed` first compiles, on every core, the
 sources the release's servers and a private Ray head import at start-up
 (:func:`gym_runtime.gym_release.startup_imports.startup_imports`) that the venv has, then its
-processes start as in a warm start: the preloaded parent and the Ray head read the shared cache;
-the parent reports what it imported, so what the seed lacked is compiled behind it. A venv
+processes start as in a warm start: the preloaded parent, the servers forked from it and the Ray
+head read the shared cache; the parent and its servers report what they compiled, so what the seed
+lacked is compiled behind them. A venv
 without a parent is not seeded: its servers learn under prefixes of their own, which hide the
 shared cache.
 """

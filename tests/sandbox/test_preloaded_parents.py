@@ -206,6 +206,51 @@ def test_a_reporting_parent_lists_what_it_compiled_and_writes_no_bytecode(bwrap,
     assert not (mods / "__pycache__").exists()
 
 
+def test_a_forked_learning_server_reads_the_shared_cache_and_lists_what_it_compiled(bwrap, tmp_path, plain_python) -> None:
+    # a server not learned yet gets a learning dir and a report file (gym_runtime/venvs/bytecode.py);
+    # forked from a parent that reads the shared cache, it reads it too (the standard library's
+    # bytecode included) instead of compiling everything it imports after the fork under its prefix
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "childmod.py").write_text("VALUE = 2\n")  # no bytecode anywhere yet
+    parent_dir = tmp_path / "parent-learn"
+    parent_dir.mkdir()
+    preload = Preload(("email.mime.text",), {"PYTHONDONTWRITEBYTECODE": "1"}, (parent_dir,),
+                      report=str(parent_dir / "imported.txt"))
+
+    async def main():
+        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
+        specs = _specs(tmp_path, plain_python, preload, env={"PYTHONPATH": str(mods),
+                                                             "GR_TEST_IMPORT": "childmod,xml.dom.minidom"})
+        for i, spec in enumerate(specs):
+            learn = tmp_path / f"learn{i}"
+            learn.mkdir()
+            spec.env.update({"PYTHONPYCACHEPREFIX": str(learn), "GYM_RUNTIME_PYCACHE_REPORT": str(learn / "imported.txt")})
+            spec.read_only_paths.append(mods)
+            spec.writable_paths.append(learn)
+        try:
+            lines = await _prepared(sb, specs)
+            procs = [sb.spawn(s) for s in specs]
+            for i in range(2):
+                (tmp_path / f"w{i}" / "go").touch()
+            return lines, [await asyncio.wait_for(p.wait(), 60) for p in procs], [p.bwrapped for p in procs]
+        finally:
+            for s in specs:
+                os.close(s.stdout_fd)
+            await sb.close()
+
+    lines, codes, bwrapped = asyncio.run(main())
+    assert any("2 servers forked from one parent" in ln for ln in lines), lines
+    assert codes == [0, 0] and bwrapped == [False, False]  # forked, not started on their own
+    for i in range(2):
+        learn = tmp_path / f"learn{i}"
+        listed = (learn / "imported.txt").read_text().splitlines()
+        assert str(mods / "childmod.py") in listed
+        assert not any("/xml/dom/" in p for p in listed), "the standard library's own bytecode was read"
+        assert [p.name for p in learn.iterdir()] == ["imported.txt"]  # no bytecode written
+    assert not (mods / "__pycache__").exists()
+
+
 def test_a_parent_forks_two_or_more_servers_of_one_interpreter_that_can_be_forked() -> None:
     groups, alone = parent_groups({
         "a": (["/v1/bin/python", "app.py"], False), "b": (["/v1/bin/python", "-m", "srv"], False),

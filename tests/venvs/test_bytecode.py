@@ -194,6 +194,20 @@ def test_a_reporting_user_writes_nothing_and_only_its_venv_sources_are_compiled(
     assert learned(venv) == {KEY} and cache.prefix is None
 
 
+def test_a_learning_user_is_offered_a_report_file_that_a_forked_server_can_take(venv_python: Path) -> None:
+    # a server forked from a parent that reads the shared cache lists what it compiled there
+    # (sandbox/_zygote.py reads the same variable; tests/sandbox/test_preloaded_parents.py runs it)
+    from gym_runtime.venvs.bytecode import REPORT_VAR
+    from sandbox import _zygote
+
+    venv = venv_python.parent.parent
+    cache = for_user(venv, KEY)
+    assert cache.env == {"PYTHONPYCACHEPREFIX": str(cache.prefix), REPORT_VAR: str(cache.prefix / "imported.txt")}
+    assert _zygote.REPORT_VAR == REPORT_VAR
+    (cache.prefix / "imported.txt").write_text(_pycache(venv, "tinyparse").parent.joinpath("extra.py").as_posix() + "\n")
+    assert asyncio.run(harvest(venv_python, [cache])) == 1 and learned(venv) == {KEY}
+
+
 def test_a_venv_with_nothing_recorded_gets_the_seed_compiled_before_its_processes(venv_python: Path) -> None:
     from gym_runtime.venvs.bytecode import RAY_HEAD
 

@@ -1,12 +1,17 @@
 """What a server forked from a preloaded parent sees: prints one JSON object, waits for the file
 ``go`` in its own directory ($GR_TEST_OWN; at most 60 s), then exits with argv[2].
 
-``python preload_probe.py OTHER_DIR EXIT_CODE``: OTHER_DIR is another server's writable directory."""
+``python preload_probe.py OTHER_DIR EXIT_CODE``: OTHER_DIR is another server's writable directory;
+it first imports the modules named in $GR_TEST_IMPORT (comma-separated), if any."""
 
+import importlib
 import json
 import os
 import sys
 import time
+
+for module in filter(None, os.environ.get("GR_TEST_IMPORT", "").split(",")):
+    importlib.import_module(module)
 
 other, code = sys.argv[1], int(sys.argv[2])
 with open("/tmp/mine", "w") as f:

@@ -186,16 +186,21 @@ def test_a_learning_parent_writes_what_it_compiles_into_its_own_dir(bwrap, tmp_p
     assert [p.name for p in learn.rglob("plainmod.*.pyc")] == [f"plainmod.{sys.implementation.cache_tag}.pyc"]
 
 
+def _reporting_parent(tmp_path: Path, fresh: str, modules: tuple[str, ...]) -> tuple[Path, Path, Preload]:
+    """A dir ``mods`` holding module ``fresh`` (no bytecode anywhere yet), the parent's learning
+    dir, and a parent that imports ``modules`` reading the shared cache and reporting there."""
+    mods, learn = tmp_path / "mods", tmp_path / "learn"
+    mods.mkdir()
+    learn.mkdir()
+    (mods / f"{fresh}.py").write_text("VALUE = 1\n")
+    return mods, learn, Preload(modules, {"PYTHONDONTWRITEBYTECODE": "1"}, (learn,), report=str(learn / "imported.txt"))
+
+
 def test_a_reporting_parent_lists_what_it_compiled_and_writes_no_bytecode(bwrap, tmp_path, plain_python) -> None:
     # the daemon's parents report (gym_runtime/venvs/bytecode.py): they read the venv's shared cache
     # and the standard library's bytecode, and list what they had to compile for the daemon to compile
-    mods = tmp_path / "mods"
-    mods.mkdir()
-    (mods / "freshmod.py").write_text("VALUE = 1\n")  # no bytecode anywhere yet
-    learn = tmp_path / "learn"
-    learn.mkdir()
+    mods, learn, preload = _reporting_parent(tmp_path, "freshmod", ("freshmod", "email.mime.text"))
     report = learn / "imported.txt"
-    preload = Preload(("freshmod", "email.mime.text"), {"PYTHONDONTWRITEBYTECODE": "1"}, (learn,), report=str(report))
     lines = asyncio.run(_prepared_once(tmp_path, plain_python, preload, {"PYTHONPATH": str(mods)}, [mods]))
     assert any("servers forked from one parent that imported 2 modules" in ln for ln in lines), lines
     listed = report.read_text().splitlines()
@@ -210,13 +215,7 @@ def test_a_forked_learning_server_reads_the_shared_cache_and_lists_what_it_compi
     # a server not learned yet gets a learning dir and a report file (gym_runtime/venvs/bytecode.py);
     # forked from a parent that reads the shared cache, it reads it too (the standard library's
     # bytecode included) instead of compiling everything it imports after the fork under its prefix
-    mods = tmp_path / "mods"
-    mods.mkdir()
-    (mods / "childmod.py").write_text("VALUE = 2\n")  # no bytecode anywhere yet
-    parent_dir = tmp_path / "parent-learn"
-    parent_dir.mkdir()
-    preload = Preload(("email.mime.text",), {"PYTHONDONTWRITEBYTECODE": "1"}, (parent_dir,),
-                      report=str(parent_dir / "imported.txt"))
+    mods, _, preload = _reporting_parent(tmp_path, "childmod", ("email.mime.text",))
 
     async def main():
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")

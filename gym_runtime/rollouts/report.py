@@ -164,7 +164,18 @@ def print_report(console: Console, stats: list[RowStats], summary: Summary, titl
                  changes: dict[int, str] | None = None) -> None:
     """Print the table (with the ``change`` column when ``changes`` is given, :func:`build_table`),
     the summary and, when :func:`spread_shown`, the per-replica table to ``console`` (``--json``
-    always carries the per-replica counts)."""
+    always carries the per-replica counts). Where ``console`` is no terminal (a file, a pipe, a
+    log), lines end without the spaces rich pads them with up to the table's width."""
+    if console.is_terminal:
+        _print_report(console, stats, summary, title, replicas, bound, changes)
+        return
+    with console.capture() as captured:
+        _print_report(console, stats, summary, title, replicas, bound, changes)
+    console.out("\n".join(line.rstrip() for line in captured.get().splitlines()), highlight=False)
+
+
+def _print_report(console: Console, stats: list[RowStats], summary: Summary, title: str | None,
+                  replicas: list[dict[str, Any]] | None, bound: int | None, changes: dict[int, str] | None) -> None:
     console.print(build_table(stats, title, changes))
     console.print(f"[dim]{LEGEND}[/dim]", highlight=False)
     for line in summary_lines(summary):

@@ -56,6 +56,7 @@ def test_table_and_json() -> None:
     print_report(console, stats, summary)
     text = console.export_text()
     assert NO_SIGNAL in text and "rows with GRPO signal: 1/2 (50%)" in text
+    assert [ln for ln in text.splitlines() if ln != ln.rstrip()] == []  # no padding left at a line's end
     assert "GR-ROLLOUT-HTTP: 3" in text and "unknown" in text
     obj = json.loads(json.dumps(report_dict(stats, summary, package="p")))
     assert obj["package"] == "p" and obj["rows"][1]["flag"] == NO_SIGNAL and obj["summary"]["rollouts"] == 12

@@ -33,7 +33,7 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
   ``env`` plus the private variables as its whole environment. A server given a learning dir
   (``PYTHONPYCACHEPREFIX``) and a report file (``GYM_RUNTIME_PYCACHE_REPORT``) by a parent that
   reads the venv's shared cache reads that cache too, writes no bytecode, and appends to the report
-  file each source it compiles: as the parent, it compiles only what the cache lacks, where under
+  file each source its imports compile: as the parent, it compiles only what the cache lacks, where under
   its own prefix it would compile everything it imports after the fork. A step that fails writes
   ``error: ...`` on the hello socket instead, and the child exits 126. Answer on ``CTL_FD``
   only when the fork itself fails: ``{"id", "error"}``; later ``{"exit": id, "status": N}`` (a
@@ -190,27 +190,28 @@ def _become(req, private):
 
 
 def _list_compiled(path):
-    """From now on, append to ``path`` (one line each) the absolute path of every ``.py`` source
-    this process compiles, which importing a module without fresh bytecode does (the interpreter's
-    ``compile`` audit event): the learning server's report (module doc). Appends stop at the first
-    error (the daemon removed the file's directory once the server was recorded)."""
-    fd = None
+    """From now on, append to ``path`` (one line each) the absolute path of every ``.py`` source an
+    import compiles, having no fresh bytecode to read (``SourceLoader.source_to_code``, which the
+    import system calls only then): the learning server's report (module doc). Nothing else pays
+    for it. Each append opens and closes the file; one that fails (the daemon removed the learning
+    dir once it recorded the server) is skipped, and never fails the import."""
+    from importlib import _bootstrap_external  # the import system's own loaders
 
-    def hook(event, args):
-        nonlocal fd
-        if event != "compile" or fd == -1:
-            return
-        name = args[1] if len(args) > 1 else None
-        if not (isinstance(name, str) and name.startswith("/") and name.endswith(".py")):
-            return
+    compile_source = _bootstrap_external.SourceLoader.source_to_code
+
+    def source_to_code(self, data, source_path, *args, **kwargs):
         try:
-            if fd is None:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            os.write(fd, (name + "\n").encode("utf-8", "surrogateescape"))
-        except OSError:
-            fd = -1
+            if isinstance(source_path, str) and source_path.startswith("/") and source_path.endswith(".py"):
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                try:
+                    os.write(fd, (source_path + "\n").encode("utf-8", "surrogateescape"))
+                finally:
+                    os.close(fd)
+        except Exception:  # noqa: BLE001 - speed only: the daemon then compiles nothing for it
+            pass
+        return compile_source(self, data, source_path, *args, **kwargs)
 
-    sys.addaudithook(hook)
+    _bootstrap_external.SourceLoader.source_to_code = source_to_code
 
 
 def _child(ctl, req, fds):

@@ -171,7 +171,8 @@ def print_report(console: Console, stats: list[RowStats], summary: Summary, titl
         return
     with console.capture() as captured:
         _print_report(console, stats, summary, title, replicas, bound, changes)
-    console.out("\n".join(line.rstrip() for line in captured.get().splitlines()), highlight=False)
+    text = captured.get().removesuffix("\n")  # split on "\n" alone: splitlines() also splits on \x1c-\x1e
+    console.out("\n".join(line.rstrip(" ") for line in text.split("\n")), highlight=False)
 
 
 def _print_report(console: Console, stats: list[RowStats], summary: Summary, title: str | None,

@@ -18,9 +18,9 @@ Builds compile nothing: ``uv pip install --compile-bytecode`` compiles every fil
   preloaded parent, ``sandbox/_zygote.py``) instead reads the shared cache and the standard
   library's bytecode, writes nothing, and lists the source files of the modules it imported
   without fresh bytecode to read (it compiled them) in the dir's ``imported.txt`` (:data:`REPORT`).
-  A learning server forked from such a parent reports too: it is offered the same file
-  (:data:`REPORT_VAR`), and takes it only when forked (a process started on its own learns under
-  its prefix). :func:`harvest` then reads only *names*: each names a
+  A learning server forked from such a parent reports too: it is offered its own learning dir's
+  report file (:data:`REPORT_VAR`) and takes it only when forked (a process started on its own
+  learns under its prefix). :func:`harvest` then reads only *names*: each names a
   source file; the regular ``.py`` files inside the venv (never inside ``.gym-runtime``) are
   compiled by the daemon into the shared cache, the user is recorded and the dir is removed. A
   process's own bytecode is never copied. This runs in the background at a lower CPU priority
@@ -44,6 +44,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Callable
@@ -87,9 +88,10 @@ class Pycache:
 
     @property
     def env(self) -> dict[str, str]:
-        """The variables to add to the process's environment. A learning process also gets
-        :data:`REPORT_VAR`, its :data:`REPORT` file: a server forked from a preloaded parent that
-        reads the shared cache reads it too and lists there what it compiled (``sandbox/_zygote.py``)."""
+        """The variables to add to the process's environment. A learning process (not a reporting
+        one) also gets :data:`REPORT_VAR`, its :data:`REPORT` file: a server forked from a preloaded
+        parent that reads the shared cache reads it too and lists there what it compiled
+        (``sandbox/_zygote.py``)."""
         if self.prefix is None or self.report:
             return {"PYTHONDONTWRITEBYTECODE": "1"}
         return {"PYTHONPYCACHEPREFIX": str(self.prefix), REPORT_VAR: str(self.prefix / REPORT)}
@@ -146,19 +148,25 @@ def for_user(venv: Path, key: str, report: bool = False) -> Pycache:
 
 
 def _reported(cache: Pycache) -> list[str]:
-    """The absolute paths a process listed in its learning dir's :data:`REPORT` (none if absent)."""
+    """The absolute paths a process listed in its learning dir's :data:`REPORT` (none if absent, or
+    if it is no regular file: the process may have put a link or a FIFO there)."""
     try:
-        with open(cache.prefix / REPORT, "rb") as f:
-            data = f.read(MAX_REPORT)
+        fd = os.open(cache.prefix / REPORT, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return []
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        data = f.read(MAX_REPORT)
     return [p for p in data.decode("utf-8", "replace").splitlines() if p.startswith("/") and p.endswith(".py")]
 
 
 def sources(cache: Pycache) -> list[str]:
     """Source files the learning dir has bytecode for, or that its process reported importing,
     kept only when they are regular ``.py`` files inside the venv and outside its ``.gym-runtime``
-    dir (names only: a process may have written anything there)."""
+    dir (names only: a process may have written anything there). Each is given by its real path:
+    a name through a link in the learning dir, which its process can point elsewhere between this
+    check and the compile, would let it choose what is compiled into the shared cache."""
     root = os.path.realpath(cache.venv)
     private = os.path.realpath(cache.venv / ".gym-runtime")
     named: list[str] = _reported(cache)
@@ -171,7 +179,7 @@ def sources(cache: Pycache) -> list[str]:
     for src in named:
         real = os.path.realpath(src)
         if real.startswith(root + os.sep) and not real.startswith(private + os.sep) and os.path.isfile(real):
-            out.add(src)  # the path the process imported it by: the cache entry it looks up
+            out.add(real)  # no link left on it: every directory on it is the venv's own, read-only to servers
     return sorted(out)
 
 

@@ -90,8 +90,8 @@ class EnvironmentBytecode:
         """Give each venv of ``pythons`` that still has no user learned the ``seed`` (the release's
         start-up sources, relative to ``site-packages``: :mod:`gym_runtime.venvs.seed`), before any
         user of it is made. Only for venvs whose processes read the shared cache: a preloaded
-        parent's (it reports what it imports) and a Ray head's; a server that learns under a
-        prefix of its own sees none of it."""
+        parent's and the servers it forks (they report what they compile) and a Ray head's; a
+        server started on its own learns under a prefix of its own and sees none of it."""
         if not seed:
             return
         for py in dict.fromkeys(Path(p) for p in pythons):

@@ -10,7 +10,8 @@ on stdout::
                      process of that node can make a user namespace, as on a host where an
                      operator set that sysctl to 0 (its sandboxes get isolation ``none``)
     kill NAME        SIGKILL the node's raylet (its workers and their children go with it)
-    alive NAME       which of the node's processes have exited   -> {"dead": [...], "log": "..."}
+    revive NAME {...}  if the node's raylet exited (or the node is not there), drop what is left of
+                     it and start it again with those args   -> {"node_id": ... | null, "log": "..."}
     stop             every node down                                 -> {"stopped": true}
 
 Why a separate process: the test process never becomes a Ray node or driver, and Ray's address
@@ -111,14 +112,14 @@ class LocalRayCluster:
         return self.node_ids[name]
 
     def ensure(self, name: str, args: dict) -> str:
-        """Worker ``name`` up: if any of its processes exited (on a loaded machine a raylet can miss
-        its health checks and be dropped by the cluster), start it again with ``args``. Returns
-        what was found dead and the tail of its logs, or "" when the node was whole."""
-        found = self._send(f"alive {name}")
-        if not found["dead"]:
+        """Worker ``name`` up: if its raylet exited (on a loaded machine a raylet can miss its health
+        checks and be dropped by the cluster) or it is not there, start it again with ``args``.
+        Returns what was found and the tail of the exited raylet's logs, or "" when it was up."""
+        found = self._send(f"revive {name} {json.dumps(args)}")
+        if found["node_id"] is None:
             return ""
-        self.add(name, args)
-        return f"node {name} had exited ({', '.join(found['dead'])}); started again. Its logs:\n{found['log']}"
+        self.node_ids[name] = found["node_id"]
+        return f"node {name} was down; started again. Its raylet's logs:\n{found['log']}"
 
     def kill_raylet(self, name: str) -> None:
         self._send(f"kill {name}")
@@ -267,16 +268,20 @@ def _serve(cluster, node_args, say) -> None:
         try:
             if cmd == "add":
                 name, _, text = rest.partition(" ")
-                args = json.loads(text)
-                if args.pop("no_user_namespaces", False):
-                    with _raylet_without_user_namespaces():
-                        nodes[name] = cluster.add_node(**node_args(args))
-                else:
-                    nodes[name] = cluster.add_node(**node_args(args))
+                nodes[name] = _add(cluster, node_args, json.loads(text))
                 say({"node_id": nodes[name].node_id})
-            elif cmd == "alive":
-                dead = nodes[rest].dead_processes() if rest in nodes else []
-                say({"dead": [kind for kind, _ in dead], "log": _log_tails(nodes.get(rest), [p for _, p in dead])})
+            elif cmd == "revive":
+                name, _, text = rest.partition(" ")
+                node = nodes.get(name)
+                dead = [p for kind, p in node.dead_processes() if kind == "raylet"] if node is not None else []
+                if node is not None and not dead:
+                    say({"node_id": None, "log": ""})
+                    continue
+                log = _log_tails(node, dead)
+                if node is not None:
+                    cluster.remove_node(node, allow_graceful=False)
+                nodes[name] = _add(cluster, node_args, json.loads(text))
+                say({"node_id": nodes[name].node_id, "log": log})
             elif cmd == "kill":
                 nodes.pop(rest).kill_raylet()
                 say({"killed": rest})
@@ -284,6 +289,14 @@ def _serve(cluster, node_args, say) -> None:
                 break
         except Exception as e:  # answer, never hang the test
             say({"error": repr(e)})
+
+
+def _add(cluster, node_args, args: dict):
+    """``cluster.add_node`` with ``args`` (``no_user_namespaces``: see the module doc)."""
+    if args.pop("no_user_namespaces", False):
+        with _raylet_without_user_namespaces():
+            return cluster.add_node(**node_args(args))
+    return cluster.add_node(**node_args(args))
 
 
 def _log_tails(node, dead: list, size: int = 2000) -> str:

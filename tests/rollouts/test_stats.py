@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -52,7 +53,7 @@ def test_summary() -> None:
 def test_table_and_json() -> None:
     stats = row_stats(RESULTS)
     summary = summarize(stats, RESULTS, 2.0)
-    console = Console(record=True, width=140, color_system=None)
+    console = Console(file=io.StringIO(), force_terminal=False, record=True, width=140, color_system=None)
     print_report(console, stats, summary)
     text = console.export_text()
     assert NO_SIGNAL in text and "rows with GRPO signal: 1/2 (50%)" in text
@@ -154,3 +155,14 @@ def test_names_and_log_lines_with_brackets_are_printed_as_written_never_read_as_
     progress_line(err)("cause: [gym-runtime 2026-12-06T06:04:09] start #1: python app.py\n[/bold] [INFO] up")
     said = err.file.getvalue()
     assert "[gym-runtime 2026-12-06T06:04:09] start #1: python app.py" in said and "[/bold] [INFO] up" in said
+
+
+def test_a_table_written_to_a_file_keeps_each_row_on_one_line() -> None:
+    # the padding is stripped line by line: a name holding \x1c (which str.splitlines splits on)
+    # must not break its row in two
+    results = [RolloutResult(0, s, 1, "ab\x1cx", r, 0.1, None) for s, r in enumerate((1.0, 0.0))]
+    stats = row_stats(results)
+    out = io.StringIO()
+    print_report(Console(file=out, force_terminal=False, width=140), stats, summarize(stats, results, 1.0))
+    (row,) = [ln for ln in out.getvalue().split("\n") if "ab\x1cx" in ln]
+    assert [cell for cell in row.split(" ") if cell][:3] == ["0", "1", "ab\x1cx"] and row == row.rstrip()

@@ -8,12 +8,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from gym_runtime.venvs import build_venvs, plan_venvs
-from gym_runtime.venvs.bytecode import for_user, harvest, learned, stale
+from gym_runtime.venvs.bytecode import compile_into_shared, for_user, harvest, learned, sources, stale
 from gym_runtime.venvs.env_bytecode import EnvironmentBytecode
 from gym_runtime.venvs.store import is_ready
 from tests.helpers.index import write_simple_index
@@ -237,3 +238,44 @@ def test_a_venv_with_a_learned_user_is_not_seeded(venv_python: Path) -> None:
     assert said == [] and [p.name for p in _pycache(venv, "tinyparse").iterdir()] == [
         f"__init__.{sys.implementation.cache_tag}.pyc"]
     assert learned(venv) == {KEY}
+
+
+def test_a_link_in_a_learning_dir_cannot_choose_what_is_compiled_into_the_shared_cache(venv_python: Path,
+                                                                                      tmp_path: Path) -> None:
+    # the process names a venv source through a link in its own dir, then, before the daemon
+    # compiles it, points the link at a look-alike whose __pycache__ is the venv's: the daemon
+    # compiles the real path it checked, never the name
+    venv = venv_python.parent.parent
+    cache = for_user(venv, KEY)
+    pkg = next(venv.glob("lib/python3.*/site-packages/tinyparse"))
+    (pkg / "__pycache__").mkdir(exist_ok=True)
+    link = cache.prefix / "link"
+    link.symlink_to(pkg)
+    (cache.prefix / "imported.txt").write_text(f"{link}/extra.py\n")
+    files = sources(cache)
+    assert files == [str(pkg / "extra.py")]
+
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "extra.py").write_text("X = 2\n")  # the real one's size, and (below) its mtime
+    st = (pkg / "extra.py").stat()
+    os.utime(fake / "extra.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    (fake / "__pycache__").symlink_to(pkg / "__pycache__")
+    link.unlink()
+    link.symlink_to(fake)
+    asyncio.run(compile_into_shared(venv, venv_python, files))
+    assert _py(venv_python, {"PYTHONDONTWRITEBYTECODE": "1"}, "-c", "import tinyparse.extra as e; print(e.X)").strip() == "1"
+
+
+def test_a_report_that_is_a_fifo_or_a_link_is_not_read(venv_python: Path, tmp_path: Path) -> None:
+    venv = venv_python.parent.parent
+    listed = tmp_path / "listed.txt"
+    listed.write_text(str(next(venv.glob("lib/python3.*/site-packages/tinyparse")) / "extra.py") + "\n")
+    for make in (os.mkfifo, lambda p: p.symlink_to(listed)):
+        cache = for_user(venv, KEY)
+        make(cache.prefix / "imported.txt")
+        got: list = []
+        reader = threading.Thread(target=lambda: got.append(sources(cache)), daemon=True)
+        reader.start()
+        reader.join(10)
+        assert got == [[]]  # read at once (a FIFO never blocks the harvest) and nothing taken from it

@@ -4,6 +4,7 @@
   ``rename(2)``), so a reader sees the old content or the new one, never half of it.
 * :func:`try_lock`: a non-blocking exclusive ``flock(2)`` on a lock file, held as long as the
   returned descriptor stays open.
+* :func:`read_regular`: a bounded read of a file that someone else may have made a link or a FIFO.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -50,3 +52,15 @@ def try_lock(path: Path, mode: int = 0o644) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``path``, read only when it is a regular file: it is opened without
+    following a link (``O_NOFOLLOW``) or waiting for a FIFO's writer (``O_NONBLOCK``) and checked on
+    the open descriptor, so a path a package or a sandboxed process made can neither redirect the
+    read nor hang it. Raises OSError (``ELOOP`` for a link), or ValueError when it is no regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        return f.read(limit)

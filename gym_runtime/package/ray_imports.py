@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import ast
 import os
-import stat
 from pathlib import Path
 
+from gym_runtime.files import read_regular
 from gym_runtime.package.server_class import MAX_FILE_BYTES  # the same bound on a tree file read
 
 MAX_FILES = 2000
@@ -73,16 +73,6 @@ def _reach(tree: ast.AST, modules: tuple[str, ...]) -> tuple[int, str] | None:
     return None
 
 
-def _read(path: Path) -> bytes:
-    """The bytes of regular file ``path``, at most ``MAX_FILE_BYTES + 1`` of them; raises
-    ``OSError``, or ``ValueError`` when it is no regular file."""
-    st = path.lstat()
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError("not a regular file")
-    with path.open("rb") as f:
-        return f.read(MAX_FILE_BYTES + 1)
-
-
 def ray_import(server_dir: Path, modules: tuple[str, ...]) -> str | None:
     """Where the tree at ``server_dir`` first reaches one of ``modules`` (``app.py:3 imports
     ray.util``), or None when nothing does (module doc)."""
@@ -101,7 +91,7 @@ def ray_import(server_dir: Path, modules: tuple[str, ...]) -> str | None:
             if path.is_symlink():
                 return f"{rel} is a symbolic link (not read)"
             try:
-                data = _read(path)
+                data = read_regular(path, MAX_FILE_BYTES + 1)
                 if len(data) > MAX_FILE_BYTES:
                     return f"{rel} is larger than {MAX_FILE_BYTES >> 20} MiB (not read)"
                 found = _reach(ast.parse(data, filename=str(rel)), modules)

@@ -44,7 +44,6 @@ import os
 import re
 import shutil
 import signal
-import stat
 import tempfile
 import threading
 from collections.abc import Callable
@@ -52,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gym_runtime.files import try_lock, write_json
+from gym_runtime.files import read_regular, try_lock, write_json
 
 LEARN = Path(".gym-runtime") / "learn"
 REPORT = "imported.txt"  # a reporting user's list of the sources it imported, one path per line
@@ -151,13 +150,9 @@ def _reported(cache: Pycache) -> list[str]:
     """The absolute paths a process listed in its learning dir's :data:`REPORT` (none if absent, or
     if it is no regular file: the process may have put a link or a FIFO there)."""
     try:
-        fd = os.open(cache.prefix / REPORT, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        data = read_regular(cache.prefix / REPORT, MAX_REPORT)
+    except (OSError, ValueError):
         return []
-    with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return []
-        data = f.read(MAX_REPORT)
     return [p for p in data.decode("utf-8", "replace").splitlines() if p.startswith("/") and p.endswith(".py")]
 
 

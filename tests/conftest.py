@@ -16,11 +16,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import tempfile
 
 import pytest
 
 from tests.helpers.opensandbox.fixture import opensandbox_server, skip_unselected  # noqa: F401 (a fixture)
+from tests.helpers.ray_cluster import LocalRayCluster
 from tests.helpers.registry import registry_reachable
 
 _SESSION_ENV = pytest.StashKey[tuple[pytest.MonkeyPatch, str]]()
@@ -92,3 +94,17 @@ def _isolated_runtime_settings(tmp_path_factory: pytest.TempPathFactory, monkeyp
     variables (``GYM_RUNTIME_TESTS_*``: offline, seed, report directory) are kept."""
     _scrub_runtime_environ(monkeypatch)
     monkeypatch.setenv("GYM_RUNTIME_HOME", str(tmp_path_factory.mktemp("gym-runtime-home")))
+
+
+@pytest.fixture(autouse=True)
+def _whole_ray_cluster(request: pytest.FixtureRequest) -> None:
+    """A test that takes a module's test cluster (a fixture named ``cluster``,
+    tests/helpers/ray_cluster.py) starts with every worker up: a worker an earlier test killed, or
+    that a loaded machine's cluster dropped after missed health checks, is started again, and what
+    its raylet logged goes to the test's stderr."""
+    if "cluster" not in request.fixturenames:
+        return
+    cluster = request.getfixturevalue("cluster")
+    if isinstance(cluster, LocalRayCluster):
+        for note in cluster.ensure_all():
+            print(note, file=sys.stderr)

@@ -58,6 +58,7 @@ class LocalRayCluster:
         self.proc: subprocess.Popen | None = None
         self.address = ""
         self.node_ids: dict[str, str] = {}
+        self.workers: dict[str, dict] = {}  # name -> the args it was added with
 
     def start(self, workers: dict[str, dict], timeout_s: float = 240, attempts: int = 3) -> LocalRayCluster:
         """Start the head, then each worker. On a loaded machine Ray's own start-up deadlines (30 s
@@ -105,21 +106,27 @@ class LocalRayCluster:
 
     def add(self, name: str, args: dict, timeout_s: float = 240) -> str:
         """Start worker ``name`` (tried twice: see :meth:`start`); returns its node id."""
+        self.workers[name] = args
         try:
             self.node_ids[name] = self._send(f"add {name} {json.dumps(args)}", timeout_s)["node_id"]
         except RuntimeError:
             self.node_ids[name] = self._send(f"add {name} {json.dumps(args)}", timeout_s)["node_id"]
         return self.node_ids[name]
 
-    def ensure(self, name: str, args: dict) -> str:
-        """Worker ``name`` up: if its raylet exited (on a loaded machine a raylet can miss its health
-        checks and be dropped by the cluster) or it is not there, start it again with ``args``.
-        Returns what was found and the tail of the exited raylet's logs, or "" when it was up."""
-        found = self._send(f"revive {name} {json.dumps(args)}")
+    def ensure(self, name: str) -> str:
+        """Worker ``name`` up: if its raylet exited (killed by a test, or on a loaded machine dropped
+        by the cluster after missed health checks) or it is not there, start it again with the args
+        it was added with. Returns what was found and the tail of the exited raylet's logs, or ""
+        when it was up."""
+        found = self._send(f"revive {name} {json.dumps(self.workers[name])}")
         if found["node_id"] is None:
             return ""
         self.node_ids[name] = found["node_id"]
         return f"node {name} was down; started again. Its raylet's logs:\n{found['log']}"
+
+    def ensure_all(self) -> list[str]:
+        """:meth:`ensure` for every worker; returns what was said for those that were down."""
+        return [note for name in list(self.workers) if (note := self.ensure(name))]
 
     def kill_raylet(self, name: str) -> None:
         self._send(f"kill {name}")

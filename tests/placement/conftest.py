@@ -3,7 +3,8 @@ resources and labels, every node on 127.0.0.1 (tests/helpers/ray_cluster.py). St
 module, with nothing left: the teardown fails when a raylet, GCS or worker process survives.
 
 Workers: ``a`` (2 CPUs, resource ``node_a``, label ``gr-pool=a``) and ``b`` (2 CPUs, ``node_b``,
-``gr-pool=b``). A test that kills a node's raylet adds the node back (:func:`restore`).
+``gr-pool=b``). A test that kills a node's raylet adds the node back (:func:`restore`); each test
+starts with every worker up anyway (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ def cluster() -> Iterator[LocalRayCluster]:
 
 def restore(cluster: LocalRayCluster, name: str) -> None:
     """Add worker ``name`` back after a test killed it."""
-    if name not in cluster.node_ids:
-        cluster.add(name, WORKERS[name])
+    cluster.ensure(name)
 
 
 @pytest.fixture(scope="module")

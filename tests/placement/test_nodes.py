@@ -51,16 +51,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluste
     assert not left, f"Ray processes left after the cluster stopped: {[p.pid for p in left]}"
 
 
-@pytest.fixture(autouse=True)
-def whole_cluster(cluster: LocalRayCluster) -> None:
-    """Each test starts with every worker up: a node that exited since the last test (a raylet
-    dropped after missed health checks on a loaded machine) is started again, and said so."""
-    for name, args in WORKERS.items():
-        note = cluster.ensure(name, args)
-        if note:
-            print(note, file=sys.stderr)
-
-
 def package(root: Path, math_placement: dict, requirements: str = "# stdlib only\n") -> Path:
     pkg = write_fixture_package(root, {
         "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": math_placement}}},

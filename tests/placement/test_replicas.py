@@ -46,17 +46,6 @@ def job_for(pkg: Path, instance: str = "acme_math", **kw) -> ReplicaJob:
     return ReplicaJob(**fields)
 
 
-async def answers(url: str, deadline_s: float = 60) -> dict:
-    until = time.monotonic() + deadline_s
-    async with httpx.AsyncClient(trust_env=False) as c:
-        while True:
-            try:
-                return (await c.get(url, timeout=2)).json()
-            except httpx.HTTPError:
-                assert time.monotonic() < until, f"{url} did not answer within {deadline_s}s"
-                await asyncio.sleep(0.1)
-
-
 class Replica:
     """A launcher with its stable address and a log pipe, as the daemon would hold them."""
 
@@ -81,6 +70,20 @@ class Replica:
     @property
     def url(self) -> str:
         return f"http://{self.address.address[0]}:{self.address.address[1]}"
+
+    async def answers(self, deadline_s: float = 60) -> dict:
+        """The replica's answer at its stable address; past ``deadline_s``, the assertion names the
+        node and shows the replica's log."""
+        until = time.monotonic() + deadline_s
+        async with httpx.AsyncClient(trust_env=False) as c:
+            while True:
+                try:
+                    return (await c.get(self.url + "/", timeout=2)).json()
+                except httpx.HTTPError as e:
+                    assert time.monotonic() < until, (
+                        f"{self.url} did not answer within {deadline_s}s ({e!r}); replica on node "
+                        f"{self.launcher.node_id}, exit {self.proc and self.proc.exit_info()}; its log:\n{self.log()}")
+                    await asyncio.sleep(0.1)
 
     def log(self) -> str:
         out = b""
@@ -111,7 +114,7 @@ def test_replica_runs_on_the_node_its_resources_name_and_answers_at_its_stable_a
             assert facts["package"] == "in place" and facts["isolation"] in ("full", "partial", "none")
             assert Path(facts["venv"]).is_dir() and facts["package_root"] == str(pkg)
             proc = rep.spawn()
-            assert (await answers(rep.url + "/")) == {"status": "ok"}
+            assert (await rep.answers()) == {"status": "ok"}
             where = proc.where
             assert where["node_id"] == cluster.node_ids["b"] and where["replica"] == 0
             assert proc.poll() is None and proc.pid is None and isinstance(proc.remote_pid, int)
@@ -135,7 +138,7 @@ def test_a_crash_on_a_worker_is_seen_and_the_replica_restarts_on_its_node(cluste
         await rep.start(driver.node_ip)
         try:
             proc = rep.spawn()
-            await answers(rep.url + "/")
+            await rep.answers()
             assert rep.launcher.node_id == cluster.node_ids["a"]
             os.kill(proc.remote_pid, signal.SIGKILL)
             t0 = time.monotonic()
@@ -145,7 +148,7 @@ def test_a_crash_on_a_worker_is_seen_and_the_replica_restarts_on_its_node(cluste
             assert info.reason == "signal" and info.returncode not in (0, None), info
             assert seen < 10
             again = rep.spawn()  # what the supervisor does after its backoff: same node, same actor
-            await answers(rep.url + "/")
+            await rep.answers()
             assert again.where["node_id"] == cluster.node_ids["a"] and again.remote_pid != proc.remote_pid
         finally:
             await rep.close()
@@ -163,7 +166,7 @@ def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_add
         await rep.start(driver.node_ip)
         try:
             proc = rep.spawn()
-            await answers(rep.url + "/")
+            await rep.answers()
             first = rep.launcher.node_id
             name = next(n for n, i in cluster.node_ids.items() if i == first)
             t0 = time.monotonic()
@@ -174,7 +177,7 @@ def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_add
             assert info.reason == "node-lost" and first[:8] in info.detail, info
             assert seen < 30 and first in driver.lost
             rep.spawn()
-            assert (await answers(rep.url + "/", 120)) == {"status": "ok"}  # the same stable address
+            assert (await rep.answers(120)) == {"status": "ok"}  # the same stable address
             assert rep.launcher.node_id not in (None, first)
         finally:
             await rep.close()
@@ -218,7 +221,7 @@ def test_a_node_lost_before_its_replica_ran_there_is_left_out_and_the_replica_pl
             assert rep.launcher.node_id == cluster.node_ids["b"] != lost and facts["node_id"] == rep.launcher.node_id
             assert any(f"({gone[:8]})" in line for line in said if "placing it again" in line for gone in driver.lost), said
             rep.spawn()
-            assert (await answers(rep.url + "/", 120)) == {"status": "ok"}
+            assert (await rep.answers(120)) == {"status": "ok"}
         finally:
             await rep.close()
             restore(cluster, "a")
@@ -240,7 +243,7 @@ def test_package_is_shipped_and_verified_when_its_path_is_not_on_the_node(cluste
             shipped = Path(facts["package_root"])
             assert shipped.name == package_digest(pkg) and package_digest(shipped) == package_digest(pkg)
             rep.spawn()
-            assert (await answers(rep.url + "/")) == {"status": "ok"}
+            assert (await rep.answers()) == {"status": "ok"}
         finally:
             await rep.close()
 
@@ -272,7 +275,7 @@ def test_nothing_of_a_replica_survives_its_close(cluster, driver, tmp_path: Path
         rep = Replica(driver, job_for(pkg), {"num_cpus": 0.5})
         await rep.start(driver.node_ip)
         proc = rep.spawn()
-        await answers(rep.url + "/")
+        await rep.answers()
         pid = proc.remote_pid
         await rep.close()
         return pid

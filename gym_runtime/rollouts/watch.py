@@ -19,7 +19,10 @@ The stages are the dry-run's own (:mod:`gym_runtime.rollouts.dryrun`: :func:`pre
    (:func:`prepare`); an error in any of these is shown as its block and the environment keeps
    running as it was;
 5. restart the instances an edit touched (:func:`gym_runtime.supervise.reload.restart`); one that
-   cannot start (a syntax error) has shown its error block: the rows wait for the next edit;
+   cannot start (a syntax error) has shown its error block: the rows wait for the next edit; an
+   edit after which a server uses Ray the running environment did not give it is refused first
+   (:func:`gym_runtime.supervise.watch_ray.check_edited`), its block shown, the servers left as
+   they were;
 6. run the rows again and show the table with each row's change against the previous table
    (:mod:`gym_runtime.rollouts.compare`); back to 2. With the built-in stub model as policy, its
    per-prompt counts are reset first, so a row the edit did not touch keeps its figures.
@@ -46,7 +49,7 @@ from gym_runtime.rollouts.dryrun import (DryRunRequest, DryRunResult, Prepared, 
 from gym_runtime.rollouts.edits import Edit, Edits, classify
 from gym_runtime.rollouts.rebuild import Rebuilds, Rebuilt
 from gym_runtime.rollouts.stats import RolloutResult
-from gym_runtime.supervise import reload, venv_swap
+from gym_runtime.supervise import reload, venv_swap, watch_ray
 from gym_runtime.supervise.member import FAILED
 from gym_runtime.supervise.options import SuperviseOptions
 
@@ -233,6 +236,7 @@ async def _apply(rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: C
     if not edit.acts:
         return prep, False
     restart = set(edit.servers)
+    sup = rt.env.supervisor
     try:
         if edit.config:
             changed = await reload.remerge(rt.env)
@@ -244,13 +248,13 @@ async def _apply(rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: C
             for note in prep.notes:
                 say(f"note: {note}")
             say(f"dataset: {len(prep.rows)} row(s) to run")
+        restart |= {n for n, m in sup.members.items() if m.kind == "server" and m.status == FAILED}  # another try
+        names = [n for n in rt.env.merged.instances if n in restart]
+        watch_ray.check_edited(rt.env, names)
     except GymRuntimeError as e:
         say(e.render() + "\n(the environment keeps running as it was; the next good edit applies)")
         return prep, False
-    sup = rt.env.supervisor
-    restart |= {n for n, m in sup.members.items() if m.kind == "server" and m.status == FAILED}  # another try
-    if restart:
-        names = [n for n in rt.env.merged.instances if n in restart]
+    if names:
         say(f"restarting {', '.join(names)}")
         if not await _restart(sup, names, say):
             return prep, False

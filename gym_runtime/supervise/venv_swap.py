@@ -13,9 +13,7 @@ another than the one they run on.
 (:meth:`gym_runtime.placement.local.LocalPlacement.reseat`) and places the bytecode the store
 holds for it; the caller restarts them (:func:`gym_runtime.supervise.reload.restart`). A server
 that uses Ray is not moved (``GR-BUILD-WATCH-RAY``) unless the environment joined a Ray cluster
-or each server starts its own in its sandbox (Ray mode ``own``, :mod:`.own_ray`):
-the private Ray head's sandbox reads the venvs it started with, and an environment started
-without Ray has none to give.
+or each server starts its own in its sandbox (:mod:`gym_runtime.supervise.watch_ray`).
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import BuildError
-from gym_runtime.supervise import contract
+from gym_runtime.supervise import watch_ray
 
 
 async def rebuild(env: Any, names: list[str], cancel: threading.Event) -> dict[str, Any]:
@@ -54,31 +52,8 @@ async def rebuild(env: Any, names: list[str], cancel: threading.Event) -> dict[s
     record_build(env.settings.home, names, started, venvs=venvs)
     pythons = env.placement.pythons
     changed = {n: venvs.for_instance(n) for n in names if Path(venvs.for_instance(n).python) != pythons.get(n)}
-    _check_ray(env, changed)
+    watch_ray.check_rebuilt(env, changed)
     return changed
-
-
-def _check_ray(env: Any, changed: dict[str, Any]) -> None:
-    """Raise ``GR-BUILD-WATCH-RAY`` for the servers of ``changed`` that use Ray with their new venv,
-    unless the environment joined a Ray cluster or each server runs its own (module doc)."""
-    if not changed or env.ray.mode in ("join", "own"):
-        return
-    from gym_runtime.gym_release.ray_use import ray_users
-
-    sdk = {n: contract.gym_sdk_venv(Path(p)) for n, p in env.placement.pythons.items()}
-    sdk.update({n: contract.gym_sdk_venv(Path(v.python)) for n, v in changed.items()})
-    use = ray_users(env.merged, sdk, env.settings.ray_undeclared)
-    users = [n for n in changed if use[n].uses]
-    if not users:
-        return
-    why = "; ".join(f"{n} {use[n].why}" for n in users)
-    runs = ("its private Ray head runs with the venvs the environment started with" if env.ray.mode == "local"
-            else "it was started without Ray")
-    label = ", ".join(users)
-    raise BuildError(f"the rebuilt venv of {label} cannot be used by the running environment: {label} "
-                     f"use{'s' if len(users) == 1 else ''} Ray ({why}) and {runs}", code="GR-BUILD-WATCH-RAY",
-                     hint=f"stop with Ctrl-C and start dry-run --watch again to bring {label} up on the new venv "
-                     "(it is built: the start reuses it)", extra={"servers": users, "stage": "watch"})
 
 
 async def reseat(env: Any, changed: dict[str, Any]) -> None:

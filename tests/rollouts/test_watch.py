@@ -3,7 +3,9 @@
 An edit of a resources server's ``verify()`` restarts that server and prints a new table whose
 ``change`` column names each row's move (the rows it did not touch stay ``same``: the stub model
 samples each run as the first); a syntax error shows the error block and the watch goes
-on; the next good edit recovers; Ctrl-C exits 130 and leaves no process.
+on; the next good edit recovers; an edit that declares Ray in the server, which the environment
+started without, is refused with its block and the server keeps running; Ctrl-C exits 130 and
+leaves no process.
 
 An edit of the server's ``requirements.txt`` rebuilds its venv in the background with real uv (a
 tiny wheel from a loopback index the test holds until it has seen an app edit's table, or from a
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.daemon import descendants, wait_gone
+from tests.helpers.daemon import declaring_ray, descendants, wait_gone
 from tests.helpers.environments import shared_venvs
 from tests.helpers.index import SimpleIndex
 from tests.helpers.watch import (WatchRun, has_module, mean_of, rows_of, running_venvs, set_requirements, set_reward,
@@ -70,6 +72,17 @@ def test_edit_verify_reruns_rows_with_changes_then_syntax_error_then_recovery(tm
         arithmetic = rows_of(third, "arithmetic_agent")
         assert {mean_of(r) for r in arithmetic} == {"1.00"}, third
         assert all(r.endswith("mean +1.00") for r in arithmetic), third  # against run 2, not the broken edit
+
+        mark = len(run.err)
+        app = pkg / "resources_servers" / "example_arithmetic" / "app.py"
+        good = app.read_text()
+        app.write_text(declaring_ray(good))  # the environment started without Ray
+        block = run.stderr_after(mark, r"error\[GR-START-WATCH-RAY\]: after this edit arithmetic uses Ray")
+        run.stderr_after(block, r"start dry-run --watch again to bring arithmetic up with Ray")
+        run.stderr_after(block, r"the environment keeps running as it was")
+        app.write_text(good)
+        fourth = run.table(4)  # the server was never stopped: the undo is one more edit
+        assert _means(fourth) == {"1.00"} and not any("· run 5" in line for line in run.out), fourth
 
         kids = [p.pid for p in descendants(run.proc.pid)]
         assert kids

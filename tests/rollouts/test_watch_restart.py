@@ -3,7 +3,8 @@
 another implementation, port or host), so the running servers keep the config they started with;
 an edit of a server's own keys is not refused. A venv rebuilt after an edit of its install file
 is not given to a server that uses Ray unless the environment joined a Ray cluster
-(``GR-BUILD-WATCH-RAY``)."""
+(``GR-BUILD-WATCH-RAY``); an edit of a server's tree after which it uses Ray, where the
+environment started it without, is refused (``GR-START-WATCH-RAY``)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ import pytest
 
 from gym_runtime.cli.validate import PLACEHOLDERS
 from gym_runtime.config import MergedConfig, PolicyValues, build_config
-from gym_runtime.errors import BuildError, ConfigError
+from gym_runtime.errors import BuildError, ConfigError, StartError
 from gym_runtime.package import load_package
 from gym_runtime.supervise.reload import _check_compatible
-from gym_runtime.supervise.venv_swap import _check_ray
-from tests.helpers.daemon import simple_env
+from gym_runtime.supervise.watch_ray import check_edited, check_rebuilt
+from tests.helpers.daemon import FIXTURE_APP, declaring_ray, simple_env
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "native-quickstart"
 ARITHMETIC = "resources_servers/example_arithmetic/configs/arithmetic.yaml"
@@ -73,16 +74,38 @@ def test_a_rebuilt_venv_of_a_ray_user_is_kept_for_the_next_start(tmp_path: Path,
     merged = _merged(simple_env(tmp_path / "pkg", ray=True))
     env = _Running(merged, mode)
     with pytest.raises(BuildError) as ei:
-        _check_ray(env, {"acme_math": _NewVenv(tmp_path / "new")})
+        check_rebuilt(env, {"acme_math": _NewVenv(tmp_path / "new")})
     assert ei.value.code == "GR-BUILD-WATCH-RAY" and ei.value.extra["servers"] == ["acme_math"]
     assert "the rebuilt venv of acme_math cannot be used by the running environment" in ei.value.message
     assert ("private Ray head" if mode == "local" else "started without Ray") in ei.value.message
-    _check_ray(env, {"acme_agent": _NewVenv(tmp_path / "new")})  # a server without Ray moves
+    check_rebuilt(env, {"acme_agent": _NewVenv(tmp_path / "new")})  # a server without Ray moves
 
 
 def test_a_joined_cluster_takes_the_rebuilt_venv(tmp_path: Path) -> None:
     merged = _merged(simple_env(tmp_path / "pkg", ray=True))
-    _check_ray(_Running(merged, "join"), {"acme_math": _NewVenv(tmp_path / "new")})  # nothing raised
+    check_rebuilt(_Running(merged, "join"), {"acme_math": _NewVenv(tmp_path / "new")})  # nothing raised
+
+
+@pytest.mark.parametrize("mode", ["none", "local", "join"])
+def test_a_tree_edit_that_brings_ray_to_a_server_started_without_is_refused(tmp_path: Path, mode: str) -> None:
+    pkg = simple_env(tmp_path / "pkg")
+    env = _Running(_merged(pkg), mode, needed_by=("other",) if mode != "none" else ())
+    check_edited(env, ["acme_math", "acme_agent"])  # as it started: nothing to refuse
+    (pkg / "resources_servers/acme_math/app.py").write_text(declaring_ray(FIXTURE_APP))
+    env.merged = _merged(pkg)
+    with pytest.raises(StartError) as ei:
+        check_edited(env, ["acme_math", "acme_agent"])
+    assert ei.value.code == "GR-START-WATCH-RAY" and ei.value.extra["servers"] == ["acme_math"]
+    assert ei.value.message.startswith("after this edit acme_math uses Ray (declares ray_enabled = True (")
+    assert "started it without Ray: it keeps running the code it started with" in ei.value.message
+    assert "start dry-run --watch again to bring acme_math up with Ray" in ei.value.hint
+
+
+def test_a_server_given_ray_at_the_start_restarts_after_any_edit(tmp_path: Path) -> None:
+    pkg = simple_env(tmp_path / "pkg", ray=True)
+    check_edited(_Running(_merged(pkg), "local", needed_by=("acme_math",)), ["acme_math"])  # nothing raised
+    (pkg / "resources_servers/acme_math/app.py").write_text(FIXTURE_APP)  # and one that stops using Ray
+    check_edited(_Running(_merged(pkg), "local", needed_by=("acme_math",)), ["acme_math"])
 
 
 class _NewVenv:
@@ -93,13 +116,13 @@ class _NewVenv:
 
 
 class _Running:
-    """The parts of a running environment the check reads: its config, its Ray mode, each server's
-    Python, its settings (the default ``GYM_RUNTIME_RAY_UNDECLARED``)."""
+    """The parts of a running environment the checks read: its config, its Ray mode and the servers
+    given Ray, each server's Python, its settings (the default ``GYM_RUNTIME_RAY_UNDECLARED``)."""
 
-    def __init__(self, merged: MergedConfig, mode: str) -> None:
+    def __init__(self, merged: MergedConfig, mode: str, needed_by: tuple[str, ...] = ()) -> None:
         from gym_runtime.settings import load_settings
 
         self.merged = merged
         self.settings = load_settings({})
-        self.ray = type("Ray", (), {"mode": mode})()
+        self.ray = type("Ray", (), {"mode": mode, "needed_by": needed_by})()
         self.placement = type("Placement", (), {"pythons": {n: Path("/old/bin/python") for n in merged.instances}})()

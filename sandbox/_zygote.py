@@ -114,12 +114,16 @@ def _scope_signals():
 def _view(req):
     """The child's own mount namespace (module doc). The parent's mounts are locked (bubblewrap's
     nested user namespace), so nothing is unmounted: what the child must not see is covered by
-    an empty read-only tmpfs, and its own paths below ``/tmp`` (``keep``) are bound again on top
+    an empty read-only tmpfs (a path the host has removed since, which no lookup reaches, is left
+    as it is), and its own paths below ``/tmp`` (``keep``) are bound again on top
     of its new ``/tmp``, each with the flags it had (read-only stays read-only)."""
     _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     for path in req.get("hide", []):
-        _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=000,size=4k")
+        try:
+            _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=000,size=4k")
+        except FileNotFoundError:  # removed since the parent's view was made (a harvested learning dir): nothing to see
+            pass
     if req.get("resolv"):  # a file of the parent's read-only view: the bind is read-only too
         _mount(req["resolv"], "/etc/resolv.conf", None, MS_BIND)
     held = [(path, os.open(path, os.O_PATH)) for path in req.get("keep", [])]

@@ -164,6 +164,7 @@ class LocalPlacement:
             self.gate_addr = await task_sandboxes.gate_address(env.osb_gate, self.sandbox, self._fresh)
         env.ray_inside = self._add_ray_member() if env.ray.mode == "local" else env.ray.address
         env.supervisor.rebind = self._rebind
+        env.bytecode.finished = self.respec_learned
         inside = contract.config_view(merged.data, self.addresses, self.head_inside, env.ray_inside)
         patch = task_sandboxes.gate_patch(env.osb_gate, self.gate_addr, merged.instances)
         for name, inst in merged.instances.items():
@@ -277,15 +278,29 @@ class LocalPlacement:
         server's requirements, :mod:`gym_runtime.supervise.venv_swap`)."""
         from gym_runtime.venvs.build import VenvSet
 
-        env = self.env
-        m = env.supervisor.members[name]
         self.pythons[name] = Path(venv.python)
-        m.spec = self._server_spec(name, env.merged.instances[name], Path(venv.python), m.spec.private_env,
-                                   self.addresses[name])
+        self._spec_again(name)
         if self.built is not None:
             by_instance = {**self.built.by_instance, name: venv.digest}
             kept = {v.digest: v for v in (*self.built.venvs, venv) if v.digest in by_instance.values()}
             self.built = VenvSet(tuple(kept.values()), by_instance)
+
+    def respec_learned(self, name: str) -> None:
+        """The learning dir of process ``name`` was harvested and removed
+        (:attr:`~gym_runtime.venvs.env_bytecode.EnvironmentBytecode.finished`): a server among them
+        reads its venv's shared cache from its next start on (a crash's restart, an edit's), where
+        its spec would still bind that dir (a forked server could then not be made, and started
+        on its own). Its spec is made again as at the start; the running process is not touched."""
+        m = self.env.supervisor.members.get(name)
+        if m is not None and m.kind == "server" and m.launcher is self.sandbox:
+            self._spec_again(name)
+
+    def _spec_again(self, name: str) -> None:
+        """Make server ``name``'s spec again as at the start: its venv's Python, address and
+        bytecode cache as they are now, its config as the last :meth:`respec` gave it."""
+        m = self.env.supervisor.members[name]
+        m.spec = self._server_spec(name, self.env.merged.instances[name], self.pythons[name], m.spec.private_env,
+                                   self.addresses[name])
 
     def _add_server(self, name: str, inst: Any, python: Path, config_yaml: str, addr: tuple[str, int]) -> None:
         env = self.env

@@ -36,7 +36,10 @@ class EnvironmentBytecode:
     ``user(python, key, name)`` per process, ``learn(ready)`` when they are spawned (harvests in
     the background while they start; a user is recorded once ``ready(name)`` says its process is
     done with its start-up imports; once all are ready, the venvs' caches are saved to
-    ``store``), ``await settled(timeout_s)`` to wait for that work, ``await close()`` on stop."""
+    ``store``), ``await settled(timeout_s)`` to wait for that work, ``await close()`` on stop.
+    ``finished(name)`` is called once process ``name``'s learning dir is harvested and removed:
+    what starts it again (a crash's restart, an edit's) must no longer give it that dir
+    (:meth:`gym_runtime.placement.local.LocalPlacement.respec_learned`)."""
 
     def __init__(self, progress=None, store: PycStore | None = None) -> None:
         self.caches: list[tuple[Path, str, Pycache]] = []
@@ -48,6 +51,7 @@ class EnvironmentBytecode:
         self._interp: dict[Path, Interpreter] = {}
         self._seeded: set[Path] = set()  # venvs given the start-up seed in this run
         self._stop = threading.Event()
+        self.finished: Callable[[str], None] = lambda name: None
 
     async def prepare(self, pythons: list[Path]) -> None:
         """Harvest learning dirs earlier runs left in the venvs of ``pythons`` (``<venv>/bin/python``),
@@ -156,6 +160,7 @@ class EnvironmentBytecode:
                     seen.update(new)
                     if final:
                         await in_background(finish, [cache])  # never block the loop on rmtree
+                        self.finished(name)
                 except (RuntimeError, OSError) as e:  # a failed compile costs speed only, never correctness
                     self._say(f"bytecode: {e}")
                     final = True

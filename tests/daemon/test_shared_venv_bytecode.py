@@ -2,17 +2,21 @@
 share one venv and each start; the first run learns each
 server's imports in a learning dir of its own, the daemon fills the venv's shared bytecode cache,
 and the next run gives both servers that cache (read-only, no writes). The cache is saved to the
-bytecode store, so a run after the venvs were deleted learns nothing either."""
+bytecode store, so a run after the venvs were deleted learns nothing either. A server restarted
+once its imports are learned reads the shared cache."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import time
 from pathlib import Path
 
-from gym_runtime.venvs.bytecode import PRELOADED_PARENT, learned
+import httpx
+
+from gym_runtime.venvs.bytecode import PRELOADED_PARENT, REPORT_VAR, learned
 from gym_runtime.venvs.pyc_store import PycStore
 from gym_runtime.venvs.store import read_marker
 from tests.helpers.daemon import SIMPLE_SERVERS, kill_tree, read_ready_line, simple_env, up_process
@@ -73,3 +77,34 @@ def test_a_rebuilt_venv_starts_with_the_stored_bytecode_and_learns_nothing(tmp_p
     for env in second.values():  # placed before the servers started: no learning dir
         assert "PYTHONPYCACHEPREFIX" not in env and env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert not (venv / ".gym-runtime" / "learn").exists(), "no learning dir was made"
+
+
+def test_a_server_restarted_once_its_imports_are_learned_reads_the_shared_cache(tmp_path: Path) -> None:
+    """Once the daemon has harvested a server's learning dir and removed it, the server's next
+    start (here a crash's restart) reads the venv's shared cache: it is given neither the removed
+    dir as its prefix nor a report file there (its spec is made again: placement/local.py)."""
+    pkg = simple_env(tmp_path / "pkg")
+    tmp = tmp_path / "a"
+    proc = up_process(pkg, tmp, "--policy-base-url", "http://127.0.0.1:9/v1",
+                      env={"GYM_RUNTIME_HOME": str(tmp_path / "home"), "PYTHONDONTWRITEBYTECODE": "1"})
+    try:
+        info = json.loads(read_ready_line(proc))
+        contract = tmp / "run/servers/acme_math/contract.json"
+        prefix = Path(json.loads(contract.read_text())["env"]["PYTHONPYCACHEPREFIX"])
+        deadline = time.monotonic() + 60
+        while prefix.exists() and time.monotonic() < deadline:  # harvested, then removed
+            time.sleep(0.1)
+        assert not prefix.exists()
+        rows = httpx.get(info["head_server"] + "/processes", trust_env=False, timeout=10).json()["processes"]
+        pid = min(r["pid"] for r in rows if r["role"] == "server" and r["member"] == "acme_math")
+        contract.unlink()
+        os.kill(pid, signal.SIGKILL)
+        while not contract.exists() and time.monotonic() < deadline + 60:  # restarted after its backoff
+            time.sleep(0.1)
+        env = json.loads(contract.read_text())["env"]
+        assert "PYTHONPYCACHEPREFIX" not in env and REPORT_VAR not in env, env
+        assert env["PYTHONDONTWRITEBYTECODE"] == "1" and not prefix.exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        kill_tree(proc)

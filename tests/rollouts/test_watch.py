@@ -93,6 +93,29 @@ def test_edit_verify_reruns_rows_with_changes_then_syntax_error_then_recovery(tm
         run.close()
 
 
+@pytest.mark.timeout(600)
+def test_a_server_restarted_once_its_imports_are_learned_is_forked_from_its_parent_again(tmp_path: Path) -> None:
+    """Venvs of its own (a home of its own): each server learns its imports at the start and the
+    daemon removes its learning dir once harvested; a config edit then restarts ``code_lookup``,
+    which is forked from its venv's preloaded parent again, reading the shared cache (it was
+    started on its own, and the parent forked nothing more)."""
+    pkg, rows = watched_quickstart(tmp_path)
+    run = WatchRun(pkg, rows, tmp_path / "run", env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
+    try:
+        run.table(1)
+        run.stderr_after(0, r"bytecode: compiled what code_lookup imports into venv")
+        config = pkg / "resources_servers" / "example_code_lookup" / "configs" / "code_lookup.yaml"
+        config.write_text(config.read_text().replace("salt: quickstart", "salt: edited"))
+        mark = len(run.err)
+        run.table(2)
+        run.stderr_after(mark, r"code_lookup: ready in")
+        said = "".join(run.err)
+        assert "starts on its own" not in said and "could not be forked" not in said, said
+        assert not list((tmp_path / "home").glob("venvs/*/.gym-runtime/learn/*")), "a learning dir was made again"
+    finally:
+        run.close()
+
+
 def _means(table: list[str]) -> set[str]:
     return {mean_of(r) for r in rows_of(table, "arithmetic_agent")}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +150,39 @@ def test_stop_and_restart_fork_again_and_a_lost_parent_ends_its_servers(bwrap, t
     assert first != again and again_bwrapped is False
     assert lost == -9  # its parent's pid namespace ended, and the waiter woke
     assert alone_bwrapped is True
+
+
+def test_a_server_is_forked_again_after_the_host_removed_a_directory_its_parent_binds(bwrap, tmp_path, plain_python) -> None:
+    # the daemon removes a server's learning dir once it has harvested it (gym_runtime/venvs/bytecode.py)
+    # while the parent's view still binds it: a later fork, which covers the other servers' directories,
+    # skips what is gone (a fork that failed there left the parent forking nothing more)
+    async def main():
+        sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
+        specs = _specs(tmp_path, plain_python, Preload(("email.mime.text",)))
+        learning = [tmp_path / "learn0", tmp_path / "learn1"]
+        for s, d in zip(specs, learning):
+            d.mkdir()
+            s.writable_paths = [*s.writable_paths, d]
+            s.argv = [str(plain_python), "-m", "http.server", "0", "--bind", "127.0.0.1"]
+        try:
+            await _prepared(sb, specs)
+            first = sb.spawn(specs[0])
+            await asyncio.sleep(0.5)
+            await first.stop(grace_s=5)
+            for d in learning:
+                shutil.rmtree(d)
+            specs[0].writable_paths = [p for p in specs[0].writable_paths if p != learning[0]]  # its spec made again
+            again = sb.spawn(specs[0])
+            await asyncio.sleep(0.5)
+            return first.bwrapped, again.bwrapped, again.poll()
+        finally:
+            for s in specs:
+                os.close(s.stdout_fd)
+            await sb.close()
+
+    first, again, running = asyncio.run(main())
+    assert first is False and again is False  # forked both times
+    assert running is None
 
 
 def test_a_parent_whose_imports_start_a_thread_forks_nothing(bwrap, tmp_path, plain_python) -> None:

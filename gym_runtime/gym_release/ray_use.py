@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from gym_runtime.errors import BuildError, Violation
 from gym_runtime.gym_release.sdk_index import index_for
-from gym_runtime.package.ray_imports import ray_import
+from gym_runtime.package.ray_imports import Reach, ray_import
 from gym_runtime.package.server_class import ray_declaration
 
 if TYPE_CHECKING:
@@ -35,12 +35,15 @@ class RayUse:
     """``uses``: the server starts a Ray driver; ``sdk``: its venv runs the Gym SDK; ``why``: one
     phrase (``declares ray_enabled = False (app.py:20 ...)``, ``a Gym SDK server of the 0.4 line``);
     ``skipped``: NeMo Gym would give it a driver, the runtime runs it without one (its class
-    declares nothing and its tree imports no Ray: :meth:`~gym_runtime.gym_release.gym_07.Gym07.server_uses_ray`)."""
+    declares nothing and its tree imports no Ray: :meth:`~gym_runtime.gym_release.gym_07.Gym07.server_uses_ray`);
+    ``broken``: it uses Ray only because a file of its tree does not compile (its start fails
+    with that error first)."""
 
     uses: bool
     sdk: bool
     why: str
     skipped: bool = False
+    broken: bool = False
 
 
 def _sdk_source(inst: ServerInstance) -> bool:
@@ -78,7 +81,7 @@ def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None,
         line = release.line
         if sdk and release.declares_ray_enabled and declared is None:
             reach = _unread_base(decl.missing, release) or (
-                "GYM_RUNTIME_RAY_UNDECLARED=always" if undeclared == "always"
+                Reach("GYM_RUNTIME_RAY_UNDECLARED=always") if undeclared == "always"
                 else ray_import(inst.server_dir.path, release.ray_modules))
         uses = release.server_uses_ray(sdk, declared, reach is not None)
         gym_would = release.gym_starts_ray(sdk, declared)
@@ -86,7 +89,7 @@ def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None,
         why = f"declares ray_enabled = {decl.value} ({decl.where})"
     elif sdk and release is not None and release.declares_ray_enabled and uses:
         why = (f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}): Ray, as NeMo Gym "
-               f"does, since {reach}")
+               f"does, since {reach.where}")
     elif sdk and release is not None and release.declares_ray_enabled:
         why = (f"its class does not declare ray_enabled ({decl.where}) and nothing in its tree imports Ray: "
                "no Ray driver (NeMo Gym would start one; declare `ray_enabled = True` on the class, or set "
@@ -95,15 +98,15 @@ def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None,
         why = f"a Gym SDK server of the {line} line (run_webserver always starts Ray)"
     else:
         why = "no Gym SDK and no ray_enabled = True"
-    return RayUse(uses, sdk, why, gym_would and not uses)
+    return RayUse(uses, sdk, why, gym_would and not uses, uses and reach is not None and reach.broken)
 
 
-def _unread_base(missing: tuple[str, ...], release) -> str | None:
+def _unread_base(missing: tuple[str, ...], release) -> Reach | None:
     """Why the class may declare Ray where it could not be read: a base from a Gym server tree
     (``responses_api_agents.harbor_agent.app.HarborAgent``) the package does not ship."""
     for name in missing:
         if name.split(".")[0] in release.server_types:
-            return f"its base {name} is in no tree of this package (its ray_enabled is not read)"
+            return Reach(f"its base {name} is in no tree of this package (its ray_enabled is not read)")
     return None
 
 

@@ -23,12 +23,22 @@ from __future__ import annotations
 import ast
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from gym_runtime.files import read_regular
 from gym_runtime.package.server_class import MAX_FILE_BYTES  # the same bound on a tree file read
 
 MAX_FILES = 2000
 _SKIP = {"__pycache__", ".venv", "venv", "node_modules"}
+
+
+class Reach(NamedTuple):
+    """Where a tree reaches Ray (``app.py:3 imports ray.util``), or why it counts as reaching it
+    (``app.py cannot be read (SyntaxError)``); ``broken``: that file does not compile, so the
+    server's start fails with the compiler's error whatever its Ray."""
+
+    where: str
+    broken: bool = False
 
 
 def _listed(name: str, modules: tuple[str, ...]) -> bool:
@@ -73,30 +83,30 @@ def _reach(tree: ast.AST, modules: tuple[str, ...]) -> tuple[int, str] | None:
     return None
 
 
-def ray_import(server_dir: Path, modules: tuple[str, ...]) -> str | None:
-    """Where the tree at ``server_dir`` first reaches one of ``modules`` (``app.py:3 imports
-    ray.util``), or None when nothing does (module doc)."""
+def ray_import(server_dir: Path, modules: tuple[str, ...]) -> Reach | None:
+    """Where the tree at ``server_dir`` first reaches one of ``modules``, or None when nothing
+    does (module doc)."""
     seen = 0
     for top, dirs, files in os.walk(server_dir):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP and not d.startswith("."))
         seen += len(dirs) + len(files)
         if seen > MAX_FILES:
-            return f"more than {MAX_FILES} entries under the tree (not all read)"
+            return Reach(f"more than {MAX_FILES} entries under the tree (not all read)")
         for d in dirs:
             if (Path(top) / d).is_symlink():
-                return f"{(Path(top) / d).relative_to(server_dir)} is a symbolic link (not read)"
+                return Reach(f"{(Path(top) / d).relative_to(server_dir)} is a symbolic link (not read)")
         for name in sorted(f for f in files if f.endswith(".py")):
             path = Path(top) / name
             rel = path.relative_to(server_dir)
             if path.is_symlink():
-                return f"{rel} is a symbolic link (not read)"
+                return Reach(f"{rel} is a symbolic link (not read)")
             try:
                 data = read_regular(path, MAX_FILE_BYTES + 1)
                 if len(data) > MAX_FILE_BYTES:
-                    return f"{rel} is larger than {MAX_FILE_BYTES >> 20} MiB (not read)"
+                    return Reach(f"{rel} is larger than {MAX_FILE_BYTES >> 20} MiB (not read)")
                 found = _reach(ast.parse(data, filename=str(rel)), modules)
             except (OSError, SyntaxError, ValueError, RecursionError, MemoryError) as e:
-                return f"{rel} cannot be read ({type(e).__name__})"
+                return Reach(f"{rel} cannot be read ({type(e).__name__})", isinstance(e, SyntaxError))
             if found:
-                return f"{rel}:{found[0]} {found[1]}"
+                return Reach(f"{rel}:{found[0]} {found[1]}")
     return None

@@ -12,7 +12,8 @@ change what a server is:
 * its tree (its class now declares ``ray_enabled = True``, or its code now imports Ray): a server
   that the start ran without Ray is not restarted on it (``GR-START-WATCH-RAY``): it would start
   without a driver, or stop at once when its class declares Ray while it runs
-  (:mod:`gym_runtime.venvs.ray_switch`).
+  (:mod:`gym_runtime.venvs.ray_switch`). A tree counted as reaching Ray only because a file of it
+  does not compile is restarted: its start fails with the compiler's error, the one to show.
 
 Either way the server keeps running as it was; starting the watch again decides anew (a rebuilt
 venv is then reused). A server that stops using Ray is followed: a driver it no longer calls costs
@@ -75,7 +76,7 @@ def check_edited(env: Any, names: list[str]) -> None:
     environment ``env`` started them without it (module doc)."""
     given = set(env.ray.needed_by)
     use = _uses(env, [n for n in names if n not in given], env.placement.pythons)
-    users = [n for n in names if n in use and use[n].uses]
+    users = [n for n in names if n in use and use[n].uses and not use[n].broken]  # broken: its start names the error
     if not users:
         return
     label = ", ".join(users)

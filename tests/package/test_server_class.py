@@ -177,5 +177,5 @@ def test_a_base_from_a_gym_tree_the_package_lacks_is_named_and_keeps_ray(tmp_pat
                               "    Bridge.run_webserver()\n")
     decl = ray_declaration(d, "app.py", tmp_path)
     assert (decl.declared, decl.missing) == (False, ("responses_api_agents.harbor_agent.app.HarborAgent",))
-    assert "HarborAgent is in no tree of this package" in _unread_base(decl.missing, release_for("0.7.0", "test"))
+    assert "HarborAgent is in no tree of this package" in _unread_base(decl.missing, release_for("0.7.0", "test")).where
     assert _unread_base(("pydantic.BaseModel",), release_for("0.7.0", "test")) is None  # a library's base

@@ -108,6 +108,37 @@ def test_a_server_given_ray_at_the_start_restarts_after_any_edit(tmp_path: Path)
     check_edited(_Running(_merged(pkg), "local", needed_by=("acme_math",)), ["acme_math"])
 
 
+UNDECLARED = """class S:
+    @classmethod
+    def run_webserver(cls):
+        pass
+
+
+S.run_webserver()
+"""
+
+
+def test_an_sdk_server_that_now_imports_ray_is_refused_and_one_that_does_not_compile_restarts(tmp_path: Path) -> None:
+    """A NeMo Gym 0.7 server whose class declares nothing runs without Ray while its tree imports
+    none; an edit that imports Ray is refused, an edit that does not compile is not (its start
+    shows the SyntaxError, where the reading could only say "cannot be read")."""
+    pkg = simple_env(tmp_path / "pkg")
+    sdk = tmp_path / "venv"
+    (sdk / "lib/python3.13/site-packages/nemo_gym").mkdir(parents=True)
+    (sdk / "lib/python3.13/site-packages/nemo_gym/__init__.py").write_text("")
+    env = _Running(_merged(pkg), "none")
+    env.placement.pythons = {n: sdk / "bin" / "python" for n in env.merged.instances}
+    app = pkg / "resources_servers/acme_math/app.py"
+    app.write_text(UNDECLARED + "def broken(:\n")
+    env.merged = _merged(pkg)
+    check_edited(env, ["acme_math"])  # nothing raised: the restart shows the SyntaxError
+    app.write_text(UNDECLARED + "import ray\n")
+    env.merged = _merged(pkg)
+    with pytest.raises(StartError) as ei:
+        check_edited(env, ["acme_math"])
+    assert ei.value.code == "GR-START-WATCH-RAY" and "since app.py:8 imports ray" in ei.value.message
+
+
 class _NewVenv:
     """What :func:`gym_runtime.supervise.venv_swap.rebuild` hands the check: a built venv's ``python``."""
 

@@ -75,14 +75,14 @@ def seen(m: Member, now: float) -> str:
 def failure_report(members: dict[str, Member], phase: str, tail_lines: int, message: str, code: str,
                    hint: str | None, names: list[str], after_fix: str = "then start again") -> StartError:
     """A StartError naming ``phase`` and carrying the last ``tail_lines`` log lines of ``names``
-    (else of every member not ready); ``extra`` holds ``phase``, ``servers_ready``, ``log_tails``
+    (else of every member not ready) since each one's latest start; ``extra`` holds ``phase``, ``servers_ready``, ``log_tails``
     and, for a timeout, ``servers_seen``: a line per server not ready (:func:`seen`), also at the
     top of the cause. ``after_fix``: the default hint's last words (``SuperviseOptions.after_fix``)."""
     pick = names or [n for n, m in members.items() if m.status != READY]
     tails: dict[str, list[str]] = {}
     for n in pick:
         members[n].log.drain_now()
-        tails[n] = members[n].log.tail(tail_lines)
+        tails[n] = members[n].log.since_start(tail_lines)
     cause = "\n".join(f"--- last {len(t)} log lines of {n} ({members[n].log.path}):\n" + "\n".join(t)
                       for n, t in tails.items() if t) or None
     ready = sum(m.status == READY for m in members.values())

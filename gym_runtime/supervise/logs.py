@@ -138,6 +138,14 @@ class LogSink:
         lines = list(self._tail)[-n:]
         return lines if pending is None else [*lines, pending][-n:]
 
+    def since_start(self, n: int = 40) -> list[str]:
+        """The last ``n`` lines (:meth:`tail`), none from before the daemon's last ``start #``
+        note: what the process's latest start wrote, after that note (an error block shows them,
+        not what earlier starts of the run logged)."""
+        lines = self.tail(n)
+        starts = [i for i, line in enumerate(lines) if line.startswith("[gym-runtime ") and "] start #" in line]
+        return lines[starts[-1]:] if starts else lines
+
     def last_line(self) -> str | None:
         """The last non-empty line the process itself wrote since the daemon's last ``start #`` note
         (daemon notes skipped), or None when it wrote nothing since."""

@@ -53,6 +53,21 @@ def test_chunking_never_changes_the_lines() -> None:
     assert one == many == ["a", "c", "z", "end"]
 
 
+def test_an_error_block_shows_the_latest_start_only(tmp_path: Path) -> None:
+    """What a failed start shows of a server's log begins at its latest start note: the lines an
+    earlier start of the run wrote (a server restarted after an edit) are not the failure's."""
+    sink = LogSink(tmp_path / "s.log")
+    sink.note("start #1: python app.py (cwd /srv)")
+    sink._write(b"INFO: 127.0.0.1 - GET / 200\n" * 30)
+    sink.note("start #2: python app.py (cwd /srv)")
+    sink._write(b"Traceback (most recent call last):\nNameError: name 'x' is not defined\n")
+    lines = sink.since_start(40)
+    assert "] start #2: " in lines[0] and lines[-1] == "NameError: name 'x' is not defined" and len(lines) == 3
+    assert len(sink.tail(40)) == 34  # the log itself keeps them all
+    assert sink.since_start(2) == sink.tail(2)  # fewer lines than since the note: the last ones
+    sink.close()
+
+
 def test_the_case_probe_keeps_the_partial_line_bounded(tmp_path: Path) -> None:
     """The case's unit probe (~64 KB chunks of redraws, logsink_probe.py) through a sink
     (30 MB) end with one pending line, a single redraw, and every byte in the file."""

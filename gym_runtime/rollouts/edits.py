@@ -7,13 +7,17 @@ editor that replaces the file by a rename is still seen) with
 ``watchfiles`` (inotify underneath, never polling). A save is several events (an editor writes a
 temporary file, renames it, touches the directory): ``watchfiles`` yields a group once no event
 came for :data:`QUIET_MS` milliseconds (at most :data:`MAX_GROUP_MS` after the first), and
-:meth:`Edits.next` merges the groups already waiting. Editor droppings, ``__pycache__`` and
-``.pyc`` files are left out by ``watchfiles``' default filter.
+:meth:`Edits.next` merges the groups already waiting. Editor droppings (``.swp``, ``~``, ``.#``),
+``__pycache__`` and ``.pyc`` files are left out by ``watchfiles``' default filter, and a file
+made and removed within one group (an editor's or ``sed -i``'s temporary file) is no edit.
 
 :func:`classify` sorts the changed paths of one group into an :class:`Edit`:
 
 * the dataset file -> ``rows`` (re-read);
-* the manifest, or a YAML file under a ``configs/`` directory -> ``config`` (merged again);
+* the manifest, a YAML file under a ``configs/`` directory, or any file under a server folder of
+  the package (``{server_type}/{implementation}/``) that no running server is from (an ``app.py``
+  added next to the configs of a built-in implementation) -> ``config`` (merged again: an
+  instance whose implementation moves is named by ``GR-CONFIG-WATCH-RESTART``);
 * an install file (``requirements.txt``, ``pyproject.toml``, ``overrides.txt``) at the top of a
   server directory -> ``requirements`` (that directory's venv is rebuilt in the background,
   :mod:`gym_runtime.rollouts.rebuild`);
@@ -25,10 +29,12 @@ came for :data:`QUIET_MS` milliseconds (at most :data:`MAX_GROUP_MS` after the f
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 QUIET_MS = 100  # a group ends after this long without an event
 MAX_GROUP_MS = 1600  # ... or this long after its first event
@@ -67,18 +73,23 @@ def _under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def classify(paths: Iterable[Path], package: Path, dataset: Path, server_dirs: Mapping[str, Path]) -> Edit:
+def classify(paths: Iterable[Path], package: Path, dataset: Path, server_dirs: Mapping[str, Path],
+             server_types: Iterable[str] = ()) -> Edit:
     """Sort ``paths`` (module doc). ``server_dirs``: server instance -> its implementation
-    directory; ``package`` and ``dataset`` resolved."""
+    directory; ``package`` and ``dataset`` resolved; ``server_types``: the release's server type
+    folders (``resources_servers``, ...)."""
     edit = Edit()
+    types = set(server_types)
     for p in paths:
         p = p.resolve()
         owners = {n for n, d in server_dirs.items() if _under(p, d)}
+        inside = p.relative_to(package).parts if _under(p, package) else ()
         if p == dataset:
             edit.rows = True
-        elif p == package / MANIFEST or (p.suffix in (".yaml", ".yml") and _under(p, package)
-                                        and "configs" in p.relative_to(package).parts):
+        elif p == package / MANIFEST or (p.suffix in (".yaml", ".yml") and "configs" in inside):
             edit.config = True
+        elif not owners and len(inside) > 2 and inside[0] in types:  # a server folder no running server is
+            edit.config = True  # from (e.g. an app.py added over a built-in tree): the config says what it changes
         elif owners and p.name in INSTALL_FILES and any(p.parent == server_dirs[n] for n in owners):
             edit.requirements.add(p)
         elif owners:
@@ -86,6 +97,18 @@ def classify(paths: Iterable[Path], package: Path, dataset: Path, server_dirs: M
         else:
             edit.ignored.add(p)
     return edit
+
+
+def _lasting(changes: Iterable[tuple[Any, str]]) -> set[Path]:
+    """The paths of one group of ``(Change, path)`` events, less those made and removed within it
+    that are gone (an editor's or ``sed -i``'s temporary file, renamed over the file it saves)."""
+    from watchfiles import Change
+
+    seen: dict[Path, set[Any]] = {}
+    for change, p in changes:
+        seen.setdefault(Path(p), set()).add(change)
+    return {p for p, kinds in seen.items()
+            if not ({Change.added, Change.deleted} <= kinds and not os.path.lexists(p))}
 
 
 class Edits:
@@ -104,15 +127,16 @@ class Edits:
         self._tasks: list[asyncio.Task] = []
 
     async def __aenter__(self) -> Edits:
-        from watchfiles import awatch
+        from watchfiles import DefaultFilter, awatch
 
         dataset = self.dataset
 
         async def pump(*paths: Path, recursive: bool = True, only: Path | None = None) -> None:
             async for changes in awatch(*paths, recursive=recursive, step=QUIET_MS, debounce=MAX_GROUP_MS,
                                         stop_event=self._stop,
-                                        watch_filter=None if only is None else lambda _c, p: Path(p) == only):
-                self._q.put_nowait({Path(p) for _, p in changes})
+                                        watch_filter=DefaultFilter() if only is None else lambda _c, p: Path(p) == only):
+                if got := _lasting(changes):
+                    self._q.put_nowait(got)
 
         self._tasks = [asyncio.create_task(pump(self.package, *self.trees)),
                        asyncio.create_task(pump(dataset.parent, recursive=False, only=dataset))]

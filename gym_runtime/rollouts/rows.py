@@ -266,7 +266,7 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
         raise DatasetError(f"dataset {where} has {len(problems)} problem{'s' if len(problems) != 1 else ''} "
                            f"on {lines} line{'s' if lines != 1 else ''}" + (f" (first {len(shown)} shown)"
                                                                            if more else ""),
-                           violations=shown, hint="fix the rows; nothing was started")
+                           violations=shown, hint="fix the rows; no row was run")
     if not rows:
         raise DatasetError(f"dataset {where} holds no rows", hint="one JSON object per line, see docs/environment-packages.md (Dataset rows)")
     return rows

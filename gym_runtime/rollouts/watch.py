@@ -107,7 +107,8 @@ async def watch_dry_run(req: DryRunRequest, say: Callable[[str], None], show: Sh
                     else:
                         t0 = time.perf_counter()
                         dirs = _server_dirs(rt)
-                        edit = classify(got, package, dataset, dirs)
+                        release = rt.env.merged.release
+                        edit = classify(got, package, dataset, dirs, release.server_types if release else ())
                         _start_rebuilds(rebuilds, edit, dirs, t0, say)
                         prep, run = await _apply(rt, req, edit, prep, say)
                     if not run:

@@ -90,8 +90,9 @@ def _check_compatible(old: MergedConfig, new: MergedConfig) -> None:
         for what, x, y in (("implementation", f"{a.server_type}/{a.implementation}",
                             f"{b.server_type}/{b.implementation}"),
                            ("server directory", a.server_dir.path, b.server_dir.path),
-                           ("entrypoint", a.entrypoint, b.entrypoint), ("port", a.port, b.port),
-                           ("host", a.host, b.host)):
+                           ("entrypoint", a.entrypoint, b.entrypoint),
+                           ("port", a.port or "a free port", b.port or "a free port"),
+                           ("host", a.host or "the default", b.host or "the default")):
             if x != y:
                 problems.append(f"{n!r} changed its {what} ({x} -> {y})")
     if problems:

@@ -75,3 +75,40 @@ def test_a_built_in_server_tree_the_environment_runs_is_watched_and_restarts_its
     assert built_in / "app.py" in got
     edit = classify(got, pkg, rows, {"arithmetic": built_in, "demo": (pkg / "resources_servers" / "demo").resolve()})
     assert edit.servers == {"arithmetic"} and not edit.config and not edit.ignored
+
+
+def test_a_file_in_a_server_folder_no_running_server_is_from_merges_the_config_again(tmp_path: Path) -> None:
+    """An ``app.py`` added next to the configs of a built-in implementation moves the instance to
+    the package's folder: the config is merged again, which names that move (it was ignored)."""
+    pkg, rows, app = _tree(tmp_path)
+    pkg, rows = pkg.resolve(), rows.resolve()
+    built_in = (tmp_path / "servers" / "resources_servers" / "example_arithmetic").resolve()
+    dirs = {"demo": app.parent.resolve(), "arithmetic": built_in}
+    added = pkg / "resources_servers" / "example_arithmetic" / "app.py"
+    edit = classify([added], pkg, rows, dirs, ("resources_servers", "responses_api_agents"))
+    assert edit.config and not edit.servers and not edit.ignored
+    edit = classify([pkg / "notes" / "x" / "app.py", pkg / "README.md"], pkg, rows, dirs, ("resources_servers",))
+    assert not edit.acts and len(edit.ignored) == 2  # not a server folder
+
+
+def test_editor_droppings_and_files_made_and_removed_within_a_save_are_no_edit(tmp_path: Path) -> None:
+    """A vim swap file, and the temporary file an editor or ``sed -i`` writes and renames over the
+    file it saves, are no edit of the server (each restarted it); the saved file is."""
+    pkg, rows, app = _tree(tmp_path)
+    pkg, rows, app = pkg.resolve(), rows.resolve(), app.resolve()
+
+    async def main() -> set[Path]:
+        async with Edits(pkg, rows) as edits:
+            (app.parent / ".app.py.swp").write_text("swap")
+            (app.parent / "4913").write_text("")  # vim's probe of the directory
+            (app.parent / "4913").unlink()
+            temp = app.parent / "sedAbC123"
+            temp.write_text("REWARD = 0.5\n")
+            temp.rename(app)
+            got = await asyncio.wait_for(edits.next(), 30)
+            await asyncio.sleep(0.5)  # anything left over comes in a later group
+            while not edits._q.empty():
+                got |= edits._q.get_nowait()
+            return got
+
+    assert asyncio.run(main()) == {app}

@@ -53,7 +53,7 @@ def test_a_fixed_port_is_named(pkg: Path) -> None:
     with pytest.raises(ConfigError) as ei:
         _check_compatible(before, _merged(pkg))
     assert ei.value.code == "GR-CONFIG-WATCH-RESTART"
-    assert "'arithmetic' changed its port (None -> 18123)" in ei.value.message
+    assert "'arithmetic' changed its port (a free port -> 18123)" in ei.value.message
     assert "start dry-run --watch again" in ei.value.hint
 
 

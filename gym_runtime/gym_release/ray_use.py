@@ -18,6 +18,7 @@ the warning ``GR-CONFIG-RAY-ENABLED`` saying what to do instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gym_runtime.errors import BuildError, Violation
@@ -36,14 +37,14 @@ class RayUse:
     phrase (``declares ray_enabled = False (app.py:20 ...)``, ``a Gym SDK server of the 0.4 line``);
     ``skipped``: NeMo Gym would give it a driver, the runtime runs it without one (its class
     declares nothing and its tree imports no Ray: :meth:`~gym_runtime.gym_release.gym_07.Gym07.server_uses_ray`);
-    ``broken``: it uses Ray only because a file of its tree does not compile (its start fails
-    with that error first)."""
+    ``unparsed``: the file of its tree it uses Ray for only because this interpreter could not
+    parse it (:class:`~gym_runtime.package.ray_imports.Reach`)."""
 
     uses: bool
     sdk: bool
     why: str
     skipped: bool = False
-    broken: bool = False
+    unparsed: Path | None = None
 
 
 def _sdk_source(inst: ServerInstance) -> bool:
@@ -98,7 +99,7 @@ def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None,
         why = f"a Gym SDK server of the {line} line (run_webserver always starts Ray)"
     else:
         why = "no Gym SDK and no ray_enabled = True"
-    return RayUse(uses, sdk, why, gym_would and not uses, uses and reach is not None and reach.broken)
+    return RayUse(uses, sdk, why, gym_would and not uses, reach.unparsed if uses and reach is not None else None)
 
 
 def _unread_base(missing: tuple[str, ...], release) -> Reach | None:

@@ -34,11 +34,12 @@ _SKIP = {"__pycache__", ".venv", "venv", "node_modules"}
 
 class Reach(NamedTuple):
     """Where a tree reaches Ray (``app.py:3 imports ray.util``), or why it counts as reaching it
-    (``app.py cannot be read (SyntaxError)``); ``broken``: that file does not compile, so the
-    server's start fails with the compiler's error whatever its Ray."""
+    (``app.py cannot be read (SyntaxError)``); ``unparsed``: the file this interpreter could not
+    parse when that is the only reason (a file of a newer Python's syntax, or one that does not
+    compile at all: the server's start then fails with the compiler's error)."""
 
     where: str
-    broken: bool = False
+    unparsed: Path | None = None
 
 
 def _listed(name: str, modules: tuple[str, ...]) -> bool:
@@ -85,8 +86,10 @@ def _reach(tree: ast.AST, modules: tuple[str, ...]) -> tuple[int, str] | None:
 
 def ray_import(server_dir: Path, modules: tuple[str, ...]) -> Reach | None:
     """Where the tree at ``server_dir`` first reaches one of ``modules``, or None when nothing
-    does (module doc)."""
+    does (module doc). A file that does not parse is passed over while another file may still
+    show a real import; it is the answer only when none does."""
     seen = 0
+    unparsed: Reach | None = None
     for top, dirs, files in os.walk(server_dir):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP and not d.startswith("."))
         seen += len(dirs) + len(files)
@@ -105,8 +108,11 @@ def ray_import(server_dir: Path, modules: tuple[str, ...]) -> Reach | None:
                 if len(data) > MAX_FILE_BYTES:
                     return Reach(f"{rel} is larger than {MAX_FILE_BYTES >> 20} MiB (not read)")
                 found = _reach(ast.parse(data, filename=str(rel)), modules)
-            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError) as e:
-                return Reach(f"{rel} cannot be read ({type(e).__name__})", isinstance(e, SyntaxError))
+            except SyntaxError:
+                unparsed = unparsed or Reach(f"{rel} cannot be read (SyntaxError)", path)
+                continue
+            except (OSError, ValueError, RecursionError, MemoryError) as e:
+                return Reach(f"{rel} cannot be read ({type(e).__name__})")
             if found:
                 return Reach(f"{rel}:{found[0]} {found[1]}")
-    return None
+    return unparsed

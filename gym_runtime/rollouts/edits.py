@@ -8,16 +8,16 @@ editor that replaces the file by a rename is still seen) with
 temporary file, renames it, touches the directory): ``watchfiles`` yields a group once no event
 came for :data:`QUIET_MS` milliseconds (at most :data:`MAX_GROUP_MS` after the first), and
 :meth:`Edits.next` merges the groups already waiting. Editor droppings (``.swp``, ``~``, ``.#``),
-``__pycache__`` and ``.pyc`` files are left out by ``watchfiles``' default filter, and a file
+``__pycache__`` and ``.pyc`` files are left out by ``watchfiles``' default filter (:class:`_Droppings`), and a file
 made and removed within one group (an editor's or ``sed -i``'s temporary file) is no edit.
 
 :func:`classify` sorts the changed paths of one group into an :class:`Edit`:
 
 * the dataset file -> ``rows`` (re-read);
-* the manifest, a YAML file under a ``configs/`` directory, or any file under a server folder of
-  the package (``{server_type}/{implementation}/``) that no running server is from (an ``app.py``
-  added next to the configs of a built-in implementation) -> ``config`` (merged again: an
-  instance whose implementation moves is named by ``GR-CONFIG-WATCH-RESTART``);
+* the manifest, a YAML file under a ``configs/`` directory, or a ``.py`` or install file under a
+  server folder of the package (``{server_type}/{implementation}/``) that no running server is
+  from (an ``app.py`` added next to the configs of a built-in implementation) -> ``config``
+  (merged again: an instance whose implementation moves is named by ``GR-CONFIG-WATCH-RESTART``);
 * an install file (``requirements.txt``, ``pyproject.toml``, ``overrides.txt``) at the top of a
   server directory -> ``requirements`` (that directory's venv is rebuilt in the background,
   :mod:`gym_runtime.rollouts.rebuild`);
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -88,8 +89,8 @@ def classify(paths: Iterable[Path], package: Path, dataset: Path, server_dirs: M
             edit.rows = True
         elif p == package / MANIFEST or (p.suffix in (".yaml", ".yml") and "configs" in inside):
             edit.config = True
-        elif not owners and len(inside) > 2 and inside[0] in types:  # a server folder no running server is
-            edit.config = True  # from (e.g. an app.py added over a built-in tree): the config says what it changes
+        elif not owners and len(inside) > 2 and inside[0] in types and (p.suffix == ".py" or p.name in INSTALL_FILES):
+            edit.config = True  # code in a server folder no running server is from (an app.py added over a built-in)
         elif owners and p.name in INSTALL_FILES and any(p.parent == server_dirs[n] for n in owners):
             edit.requirements.add(p)
         elif owners:
@@ -97,6 +98,26 @@ def classify(paths: Iterable[Path], package: Path, dataset: Path, server_dirs: M
         else:
             edit.ignored.add(p)
     return edit
+
+
+class _Droppings:
+    """``watchfiles``' default filter (its ``DefaultFilter`` lists: ``__pycache__``, ``.git``, ...
+    directories; ``.pyc``, ``.swp``, ``~``, ``.#`` files) applied to each path below the watched
+    root it is under: the default looks at every part of the absolute path, so a runtime installed
+    in a ``.venv`` would have had its built-in server trees filtered out whole."""
+
+    def __init__(self, roots: Iterable[Path]) -> None:
+        from watchfiles import DefaultFilter
+
+        self.roots = sorted((Path(r) for r in roots), key=lambda r: len(r.parts), reverse=True)
+        self.dirs = set(DefaultFilter.ignore_dirs)
+        self.names = [re.compile(p) for p in DefaultFilter.ignore_entity_patterns]
+
+    def __call__(self, _change: Any, path: str) -> bool:
+        p = Path(path)
+        root = next((r for r in self.roots if _under(p, r)), p.parent)
+        return not (any(part in self.dirs for part in p.relative_to(root).parts)
+                    or any(r.search(p.name) for r in self.names))
 
 
 def _lasting(changes: Iterable[tuple[Any, str]]) -> set[Path]:
@@ -127,14 +148,14 @@ class Edits:
         self._tasks: list[asyncio.Task] = []
 
     async def __aenter__(self) -> Edits:
-        from watchfiles import DefaultFilter, awatch
+        from watchfiles import awatch
 
         dataset = self.dataset
 
         async def pump(*paths: Path, recursive: bool = True, only: Path | None = None) -> None:
             async for changes in awatch(*paths, recursive=recursive, step=QUIET_MS, debounce=MAX_GROUP_MS,
                                         stop_event=self._stop,
-                                        watch_filter=DefaultFilter() if only is None else lambda _c, p: Path(p) == only):
+                                        watch_filter=_Droppings(paths) if only is None else lambda _c, p: Path(p) == only):
                 if got := _lasting(changes):
                     self._q.put_nowait(got)
 

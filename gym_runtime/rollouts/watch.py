@@ -233,30 +233,37 @@ async def _apply(rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: C
                  ) -> tuple[Prepared, bool]:
     """Bring the running environment and the rows (``prep``) in line with ``edit``; returns the rows
     from now on and whether to run them (not when there is nothing to do, or after an error whose
-    block was said)."""
+    block was said). An edit refused (its Ray, its config) changes nothing; rows that cannot be read
+    do not keep a config merged with them from restarting the servers it changed."""
     if not edit.acts:
         return prep, False
-    restart = set(edit.servers)
     sup = rt.env.supervisor
+    failed = {n for n, m in sup.members.items() if m.kind == "server" and m.status == FAILED}  # another try
+    restart = set(edit.servers) | failed
     try:
+        # first: a refused edit changes nothing (a config edit cannot change which servers use Ray)
+        watch_ray.check_edited(rt.env, [n for n in rt.env.merged.instances if n in restart])
         if edit.config:
             changed = await reload.remerge(rt.env)
             say("config merged again: " + (f"restarting {', '.join(changed)}" if changed
                                            else "no server instance's block changed"))
             restart |= set(changed)
-        if edit.config or edit.rows:
+    except GymRuntimeError as e:
+        say(e.render() + "\n(the environment keeps running as it was; the next good edit applies)")
+        return prep, False
+    rows = True
+    if edit.config or edit.rows:
+        try:
             prep = _prepared(req)
             for note in prep.notes:
                 say(f"note: {note}")
             say(f"dataset: {len(prep.rows)} row(s) to run")
-        restart |= {n for n, m in sup.members.items() if m.kind == "server" and m.status == FAILED}  # another try
-        names = [n for n in rt.env.merged.instances if n in restart]
-        watch_ray.check_edited(rt.env, names)
-    except GymRuntimeError as e:
-        say(e.render() + "\n(the environment keeps running as it was; the next good edit applies)")
-        return prep, False
+        except GymRuntimeError as e:  # the config, merged above, still applies: its servers restart
+            say(e.render() + "\n(no row runs until the next good edit of the rows)")
+            rows = False
+    names = [n for n in rt.env.merged.instances if n in restart]
     if names:
         say(f"restarting {', '.join(names)}")
         if not await _restart(sup, names, say):
             return prep, False
-    return prep, True
+    return prep, rows

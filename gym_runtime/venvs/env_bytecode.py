@@ -160,7 +160,7 @@ class EnvironmentBytecode:
                     seen.update(new)
                     if final:
                         await in_background(finish, [cache])  # never block the loop on rmtree
-                        self.finished(name)
+                        self._finished(name)
                 except (RuntimeError, OSError) as e:  # a failed compile costs speed only, never correctness
                     self._say(f"bytecode: {e}")
                     final = True
@@ -178,6 +178,14 @@ class EnvironmentBytecode:
             while not all(ready(self._ready_as.get(name, name)) for _, name, _ in self.caches):
                 await asyncio.sleep(every_s)
             await self._save()
+
+    def _finished(self, name: str) -> None:
+        """Call :attr:`finished`; what it raises is said and stops neither the harvest nor the save."""
+        try:
+            self.finished(name)
+        except Exception as e:  # noqa: BLE001 - a later restart costs speed only (it then starts on its own)
+            self._say(f"bytecode: {name}'s next start could not be told its imports are learned: "
+                      f"{type(e).__name__}: {e}")
 
     async def _save(self) -> None:
         for venv in self._unsaved():

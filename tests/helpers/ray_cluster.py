@@ -118,7 +118,10 @@ class LocalRayCluster:
         by the cluster after missed health checks) or it is not there, start it again with the args
         it was added with. Returns what was found and the tail of the exited raylet's logs, or ""
         when it was up."""
-        found = self._send(f"revive {name} {json.dumps(self.workers[name])}")
+        try:
+            found = self._send(f"revive {name} {json.dumps(self.workers[name])}")
+        except RuntimeError:  # Ray's start-up deadline passed on a loaded machine: once more, as add() does
+            found = self._send(f"revive {name} {json.dumps(self.workers[name])}")
         if found["node_id"] is None:
             return ""
         self.node_ids[name] = found["node_id"]
@@ -285,7 +288,7 @@ def _serve(cluster, node_args, say) -> None:
                     say({"node_id": None, "log": ""})
                     continue
                 log = _log_tails(node, dead)
-                if node is not None:
+                if nodes.pop(name, None) is not None:  # once: a failed add below leaves nothing to remove again
                     cluster.remove_node(node, allow_graceful=False)
                 nodes[name] = _add(cluster, node_args, json.loads(text))
                 say({"node_id": nodes[name].node_id, "log": log})

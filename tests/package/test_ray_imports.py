@@ -31,7 +31,7 @@ def tree(root: Path, files: dict[str, str]) -> Path:
     ("m = __import__('ray.util')\n", "app.py:1 imports ray.util"),
 ])
 def test_an_import_of_ray_is_found_with_its_file_and_line(tmp_path: Path, source: str, where: str) -> None:
-    assert ray_import(tree(tmp_path, {"app.py": source}), MODULES) == (where, False)
+    assert ray_import(tree(tmp_path, {"app.py": source}), MODULES) == (where, None)
 
 
 def test_a_tree_without_ray_reaches_none(tmp_path: Path) -> None:
@@ -48,15 +48,15 @@ def test_a_tree_without_ray_reaches_none(tmp_path: Path) -> None:
 
 def test_a_file_in_a_subdirectory_counts(tmp_path: Path) -> None:
     t = tree(tmp_path, {"app.py": "import lib.work\n", "lib/work.py": "\n\nimport ray\n"})
-    assert ray_import(t, MODULES) == ("lib/work.py:3 imports ray", False)
+    assert ray_import(t, MODULES) == ("lib/work.py:3 imports ray", None)
 
 
 def test_what_cannot_be_read_counts_as_ray(tmp_path: Path) -> None:
-    assert ray_import(tree(tmp_path / "a", {"app.py": "def (:\n"}), MODULES) == ("app.py cannot be read (SyntaxError)",
-                                                                                True)  # broken: its start says so
+    broken = tree(tmp_path / "a", {"app.py": "def (:\n"})
+    assert ray_import(broken, MODULES) == ("app.py cannot be read (SyntaxError)", broken / "app.py")
     big = tree(tmp_path / "b", {"app.py": "x = 1\n"})
     (big / "app.py").write_bytes(b"#" * (MAX_FILE_BYTES + 1))
-    assert ray_import(big, MODULES) == ("app.py is larger than 4 MiB (not read)", False)
+    assert ray_import(big, MODULES) == ("app.py is larger than 4 MiB (not read)", None)
 
 
 @pytest.mark.parametrize(("source", "where"), [
@@ -66,7 +66,7 @@ def test_what_cannot_be_read_counts_as_ray(tmp_path: Path) -> None:
     ("from importlib import import_module as load\nload(name='ray')\n", "app.py:2 imports ray"),
 ])
 def test_the_sdks_ray_calls_reached_another_way_count_too(tmp_path: Path, source: str, where: str) -> None:
-    assert ray_import(tree(tmp_path, {"app.py": source}), MODULES) == (where, False)
+    assert ray_import(tree(tmp_path, {"app.py": source}), MODULES) == (where, None)
 
 
 def test_links_and_what_is_no_regular_file_count_as_ray_and_are_never_opened(tmp_path: Path) -> None:
@@ -75,10 +75,15 @@ def test_links_and_what_is_no_regular_file_count_as_ray_and_are_never_opened(tmp
     outside = tree(tmp_path / "shared", {"work.py": "import ray\n"})
     linked_dir = tree(tmp_path / "a", {"app.py": "x = 1\n"})
     (linked_dir / "common").symlink_to(outside, target_is_directory=True)
-    assert ray_import(linked_dir, MODULES) == ("common is a symbolic link (not read)", False)
+    assert ray_import(linked_dir, MODULES) == ("common is a symbolic link (not read)", None)
     linked_file = tree(tmp_path / "b", {"app.py": "x = 1\n"})
     (linked_file / "zero.py").symlink_to("/dev/zero")
-    assert ray_import(linked_file, MODULES) == ("zero.py is a symbolic link (not read)", False)
+    assert ray_import(linked_file, MODULES) == ("zero.py is a symbolic link (not read)", None)
     fifo = tree(tmp_path / "c", {"app.py": "x = 1\n"})
     os.mkfifo(fifo / "pipe.py")  # opening it would wait for a writer forever
-    assert ray_import(fifo, MODULES) == ("pipe.py cannot be read (ValueError)", False)
+    assert ray_import(fifo, MODULES) == ("pipe.py cannot be read (ValueError)", None)
+
+
+def test_a_file_that_does_not_parse_does_not_hide_a_real_import(tmp_path: Path) -> None:
+    t = tree(tmp_path, {"a_util.py": "def (:\n", "app.py": "import ray\n"})
+    assert ray_import(t, MODULES) == ("app.py:1 imports ray", None)

@@ -87,8 +87,9 @@ def test_a_file_in_a_server_folder_no_running_server_is_from_merges_the_config_a
     added = pkg / "resources_servers" / "example_arithmetic" / "app.py"
     edit = classify([added], pkg, rows, dirs, ("resources_servers", "responses_api_agents"))
     assert edit.config and not edit.servers and not edit.ignored
-    edit = classify([pkg / "notes" / "x" / "app.py", pkg / "README.md"], pkg, rows, dirs, ("resources_servers",))
-    assert not edit.acts and len(edit.ignored) == 2  # not a server folder
+    edit = classify([pkg / "notes" / "x" / "app.py", pkg / "README.md", added.with_name("NOTES.md")], pkg, rows, dirs,
+                    ("resources_servers",))
+    assert not edit.acts and len(edit.ignored) == 3  # not a server folder, or no code there
 
 
 def test_editor_droppings_and_files_made_and_removed_within_a_save_are_no_edit(tmp_path: Path) -> None:
@@ -110,5 +111,21 @@ def test_editor_droppings_and_files_made_and_removed_within_a_save_are_no_edit(t
             while not edits._q.empty():
                 got |= edits._q.get_nowait()
             return got
+
+    assert asyncio.run(main()) == {app}
+
+
+def test_a_tree_under_a_folder_named_like_a_dropping_is_still_watched(tmp_path: Path) -> None:
+    """The droppings filter reads a path below its watched root: a runtime installed in a ``.venv``
+    (its built-in server trees there) or a package kept under one is watched."""
+    pkg, rows, app = _tree(tmp_path / ".venv" / "lib")
+    pkg, rows, app = pkg.resolve(), rows.resolve(), app.resolve()
+
+    async def main() -> set[Path]:
+        async with Edits(pkg, rows) as edits:
+            (app.parent / "__pycache__").mkdir()
+            (app.parent / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"")
+            app.write_text("REWARD = 0.5\n")
+            return await asyncio.wait_for(edits.next(), 30)
 
     assert asyncio.run(main()) == {app}

@@ -9,6 +9,7 @@ environment started it without, is refused (``GR-START-WATCH-RAY``)."""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from gym_runtime.package import load_package
 from gym_runtime.supervise.reload import _check_compatible
 from gym_runtime.supervise.watch_ray import check_edited, check_rebuilt
 from tests.helpers.daemon import FIXTURE_APP, declaring_ray, simple_env
+from tests.helpers.gym_package import python_312_plus
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "native-quickstart"
 ARITHMETIC = "resources_servers/example_arithmetic/configs/arithmetic.yaml"
@@ -77,13 +79,18 @@ def test_a_rebuilt_venv_of_a_ray_user_is_kept_for_the_next_start(tmp_path: Path,
         check_rebuilt(env, {"acme_math": _NewVenv(tmp_path / "new")})
     assert ei.value.code == "GR-BUILD-WATCH-RAY" and ei.value.extra["servers"] == ["acme_math"]
     assert "the rebuilt venv of acme_math cannot be used by the running environment" in ei.value.message
-    assert ("private Ray head" if mode == "local" else "started without Ray") in ei.value.message
+    assert ("private Ray head" if mode == "local" else "started it without Ray") in ei.value.message
     check_rebuilt(env, {"acme_agent": _NewVenv(tmp_path / "new")})  # a server without Ray moves
 
 
-def test_a_joined_cluster_takes_the_rebuilt_venv(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["join", "own"])
+def test_a_joined_cluster_or_a_servers_own_ray_takes_the_rebuilt_venv_of_a_server_given_ray(tmp_path: Path,
+                                                                                             mode: str) -> None:
     merged = _merged(simple_env(tmp_path / "pkg", ray=True))
-    check_rebuilt(_Running(merged, "join"), {"acme_math": _NewVenv(tmp_path / "new")})  # nothing raised
+    check_rebuilt(_Running(merged, mode, needed_by=("acme_math",)), {"acme_math": _NewVenv(tmp_path / "new")})
+    with pytest.raises(BuildError) as ei:  # a server the start gave no Ray has none to use on its new venv
+        check_rebuilt(_Running(merged, mode), {"acme_math": _NewVenv(tmp_path / "new")})
+    assert "the running environment started it without Ray" in ei.value.message
 
 
 @pytest.mark.parametrize("mode", ["none", "local", "join"])
@@ -123,11 +130,8 @@ def test_an_sdk_server_that_now_imports_ray_is_refused_and_one_that_does_not_com
     none; an edit that imports Ray is refused, an edit that does not compile is not (its start
     shows the SyntaxError, where the reading could only say "cannot be read")."""
     pkg = simple_env(tmp_path / "pkg")
-    sdk = tmp_path / "venv"
-    (sdk / "lib/python3.13/site-packages/nemo_gym").mkdir(parents=True)
-    (sdk / "lib/python3.13/site-packages/nemo_gym/__init__.py").write_text("")
     env = _Running(_merged(pkg), "none")
-    env.placement.pythons = {n: sdk / "bin" / "python" for n in env.merged.instances}
+    env.placement.pythons = {n: _sdk_venv(tmp_path / "venv", sys.executable) for n in env.merged.instances}
     app = pkg / "resources_servers/acme_math/app.py"
     app.write_text(UNDECLARED + "def broken(:\n")
     env.merged = _merged(pkg)
@@ -137,6 +141,31 @@ def test_an_sdk_server_that_now_imports_ray_is_refused_and_one_that_does_not_com
     with pytest.raises(StartError) as ei:
         check_edited(env, ["acme_math"])
     assert ei.value.code == "GR-START-WATCH-RAY" and "since app.py:8 imports ray" in ei.value.message
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="needs a daemon Python older than the f-strings of 3.12")
+def test_a_file_only_the_servers_newer_python_parses_still_counts_as_ray(tmp_path: Path) -> None:
+    newer = python_312_plus()
+    if newer is None:
+        pytest.skip("no Python 3.12+ here")
+    pkg = simple_env(tmp_path / "pkg")
+    env = _Running(_merged(pkg), "none")
+    env.placement.pythons = {n: _sdk_venv(tmp_path / "venv", newer) for n in env.merged.instances}
+    (pkg / "resources_servers/acme_math/app.py").write_text(UNDECLARED + 'd = {"k": 1}\nx = f"{d["k"]}"\n')
+    env.merged = _merged(pkg)
+    with pytest.raises(StartError) as ei:  # it compiles where it runs: not a broken file, its Ray is unread
+        check_edited(env, ["acme_math"])
+    assert "app.py cannot be read (SyntaxError)" in ei.value.message
+
+
+def _sdk_venv(root: Path, python: str) -> Path:
+    """A directory shaped like a venv holding the Gym SDK, whose ``bin/python`` is ``python``."""
+    (root / "lib/python3.13/site-packages/nemo_gym").mkdir(parents=True, exist_ok=True)
+    (root / "lib/python3.13/site-packages/nemo_gym/__init__.py").write_text("")
+    (root / "bin").mkdir(exist_ok=True)
+    if not (root / "bin/python").exists():
+        (root / "bin/python").symlink_to(python)
+    return root / "bin" / "python"
 
 
 class _NewVenv:

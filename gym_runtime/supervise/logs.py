@@ -143,14 +143,14 @@ class LogSink:
         note: what the process's latest start wrote, after that note (an error block shows them,
         not what earlier starts of the run logged)."""
         lines = self.tail(n)
-        starts = [i for i, line in enumerate(lines) if line.startswith("[gym-runtime ") and "] start #" in line]
+        starts = [i for i, line in enumerate(lines) if _start_note(line)]
         return lines[starts[-1]:] if starts else lines
 
     def last_line(self) -> str | None:
         """The last non-empty line the process itself wrote since the daemon's last ``start #`` note
         (daemon notes skipped), or None when it wrote nothing since."""
         for line in reversed(self.tail(len(self._tail) + 1)):
-            if line.startswith("[gym-runtime ") and "] start #" in line:
+            if _start_note(line):
                 return None
             if line.strip() and not line.startswith("[gym-runtime "):
                 return line.strip()
@@ -159,3 +159,8 @@ class LogSink:
     def close(self) -> None:
         self.detach()
         self._file.close()
+
+
+def _start_note(line: str) -> bool:
+    """Whether ``line`` is the daemon's ``start #N`` note (:meth:`LogSink.note`)."""
+    return line.startswith("[gym-runtime ") and "] start #" in line

@@ -119,9 +119,7 @@ async def wait_log(log: Any, text: str, deadline: float) -> bool:
     that announce readiness this way and serve no HTTP (the Ray head)."""
     while True:
         log.drain_now()
-        lines = log.tail(200)
-        starts = [i for i, line in enumerate(lines) if line.startswith("[gym-runtime") and "] start #" in line]
-        if any(text in line for line in lines[(starts[-1] if starts else 0):]):
+        if any(text in line for line in log.since_start(200)):
             return True
         if time.monotonic() >= deadline:
             return False

@@ -20,6 +20,7 @@ from opensandbox.models.execd import RunCommandOpts
 from opensandbox.models.filesystem import WriteEntry
 from opensandbox.models.sandboxes import Host, Volume
 
+from tests.helpers.opensandbox.create import create_tried
 from tests.helpers.opensandbox.server import OpenSandboxServer
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.timeout(900)]
@@ -39,9 +40,9 @@ http.server.HTTPServer(("127.0.0.1", 9000), H).serve_forever()
 
 
 async def create(server: OpenSandboxServer, run: str, **kw) -> Sandbox:
-    return await Sandbox.create(server.image, connection_config=server.connection_config(
+    return await create_tried(lambda: Sandbox.create(server.image, connection_config=server.connection_config(
         request_timeout=timedelta(seconds=60)), metadata={"run": run}, timeout=timedelta(minutes=10),
-        ready_timeout=timedelta(seconds=DEADLINE_S), **kw)
+        ready_timeout=timedelta(seconds=DEADLINE_S), **kw))
 
 
 async def until(probe, what: str):

@@ -30,6 +30,7 @@ from gym_runtime.task_sandboxes.osb_gate import TASK_LABEL, OpenSandboxGate
 from sandbox import EgressPolicy
 from sandbox.opensandbox.spec import LABEL_RUN, RunLabels
 from tests.helpers.daemon import JSON_HANDLER
+from tests.helpers.opensandbox.create import create_tried
 from tests.helpers.opensandbox.server import OpenSandboxServer
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.timeout(900)]
@@ -77,8 +78,9 @@ def test_the_gate_creates_approved_images_on_the_operators_server(opensandbox_se
         out: dict = {}
         try:
             swe = _as_provider(gate, "swe")
-            box = await Sandbox.create(server.image, connection_config=swe, metadata={"bench": "swe"},
-                                       timeout=timedelta(minutes=10), ready_timeout=timedelta(seconds=120))
+            box = await create_tried(lambda: Sandbox.create(
+                server.image, connection_config=swe, metadata={"bench": "swe"}, timeout=timedelta(minutes=10),
+                ready_timeout=timedelta(seconds=120)))
             listed = {b["id"]: b for b in _mine(server, labels.run)}
             out["listed"] = listed.get(box.id)
             done = await box.commands.run("echo from-the-task-sandbox")
@@ -130,8 +132,9 @@ def test_the_gate_creates_approved_images_on_the_operators_server(opensandbox_se
             out["after_owner_ended"] = [b["id"] for b in _mine(server, labels.run)]
             await box.close()
 
-            second = await Sandbox.create(server.image, connection_config=_as_provider(gate, "judge"),
-                                          timeout=timedelta(minutes=10), ready_timeout=timedelta(seconds=120))
+            second = await create_tried(lambda: Sandbox.create(
+                server.image, connection_config=_as_provider(gate, "judge"), timeout=timedelta(minutes=10),
+                ready_timeout=timedelta(seconds=120)))
             out["second"] = second.id
             await second.close()
         finally:

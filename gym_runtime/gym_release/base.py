@@ -93,6 +93,10 @@ class GymRelease:
     # agent with `agent_ref` and go to its `/run` (`nemo_gym/rollout_collection.py`)
     rows_name_task_source: ClassVar[bool] = False
     rows_through_environment_servers: ClassVar[bool] = False
+    # the run-level routing a collection reads (gym_runtime/rollouts/rerouting.py): False = `agent_name`
+    # only fills rows without `agent_ref`; True = `agent_map` (with `agent_name` as its `_default`)
+    # re-routes every row and `fan_out` runs a row on several agents (`RolloutCollectionConfig`, 0.6.0)
+    rows_rerouted_by_agent_map: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- the head server
     # the head server's probe routes (Gym's `HeadServer`): liveness routes answer 200 `{"status": "ok"}`

@@ -9,7 +9,8 @@ merges the include tree in post-order), renamed bundles and agents keep their ol
 (``compose_unbound_agent``, with the ``allowed_agents`` pairing check), and ``skip_verification``
 reaches every agent (``validate_and_populate_defaults``); dataset rows may name the instance
 declaring their dataset (``task_source``) instead of an agent (``nemo_gym/rollout_collection.py``
-``resolve_task_sources``).
+``resolve_task_sources``), and a collection's ``agent_name`` is ``agent_map._default``, which
+re-routes every row, beside ``fan_out`` (``RolloutCollectionConfig``).
 """
 
 from __future__ import annotations
@@ -55,3 +56,4 @@ class Gym06(GymRelease):
     applies_skip_verification: ClassVar[bool] = True
     pairing_keys: ClassVar[tuple[str, ...]] = ("allowed_agents",)
     rows_name_task_source: ClassVar[bool] = True
+    rows_rerouted_by_agent_map: ClassVar[bool] = True

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gym_runtime.config import PolicyValues, build_config
-from gym_runtime.errors import UsageError
+from gym_runtime.errors import ConfigError, UsageError, Violation, ViolationList
 from gym_runtime.package import load_package
 from gym_runtime.rollouts import ROLLOUT_TIMEOUT_S
 from gym_runtime.rollouts.routing import Routing
@@ -111,9 +111,16 @@ def prepare(req: DryRunRequest, notes: list[str] | None = None
     release = choose_release(pkg, req.runtime_kwargs.get("settings") or load_settings())
     merged = build_config(pkg, req.overrides, req.policy, defaults=PLACEHOLDERS, release=release)
     agents = {i.name: i for i in merged.of_type("responses_api_agents")}
-    rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id, notes, Routing.from_config(merged))
+    routing = Routing.from_config(merged)
+    ViolationList([Violation("GR-CONFIG-AGENT-ROUTING", p.message, file=merged.sources.of(p.key), key=p.key,
+                             hint=p.hint) for p in routing.problems]).raise_if_any(
+        ConfigError, "the run-level agent routing (agent_name, agent_map, fan_out) cannot be used")
+    rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id, notes, routing)
     facts = agent_facts(merged.instances)
-    return pkg.name, rows[: req.limit] if req.limit else rows, facts
+    if req.limit:  # the first `limit` rows of the file, with every copy fan_out made of them
+        kept = sorted({r.line for r in rows})[: req.limit]
+        rows = [r for r in rows if r.line <= kept[-1]]
+    return pkg.name, rows, facts
 
 
 def offers_tools(rows: list[DatasetRow]) -> bool:

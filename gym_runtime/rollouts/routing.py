@@ -28,6 +28,10 @@ The 0.4 line (NeMo Gym 0.4.0 ``nemo_gym/rollout_collection.py``): a row names it
   the config sets ``error_on_agent_without_environment_server: true`` (Gym's switch): then the row is
   refused.
 
+Before all of these, the run-level settings ``agent_name``, ``agent_map`` and ``fan_out`` may
+re-route a row to another agent, or run it on several, by the line's rules (:mod:`.rerouting`;
+``GymRelease.rows_rerouted_by_agent_map``).
+
 A row that cannot be routed is a :class:`RouteError` naming what is wrong and the fix: a dataset
 error before ``dry-run`` starts anything (:mod:`.rows`), a row error of ``/rollouts/run``
 (:mod:`.dispatch`).
@@ -40,6 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gym_runtime.rollouts.rerouting import Problem, Rerouting
 from gym_runtime.rollouts.tasks import ENVIRONMENT_SERVER_STAMP, TASK_SOURCE, is_materialized, materialized_taskset
 
 AGENT_TYPE = "responses_api_agents"
@@ -119,11 +124,13 @@ def attributed_agent(config: Mapping[str, Any]) -> str | None:
 
 class Routing:
     """The routing rules of one environment (see the module doc). ``data`` is the resolved config,
-    ``task_source`` / ``environment_servers`` whether the release line has them
-    (:meth:`from_config` asks the profile)."""
+    ``task_source`` / ``environment_servers`` whether the release line has them, ``by_map`` whether
+    it reads ``agent_map`` and ``fan_out`` (:meth:`from_config` asks the profile). ``problems``: the
+    run-level settings it cannot use (:class:`~gym_runtime.rollouts.rerouting.Problem`, a setting
+    routing to no configured agent included); while there are any, every row's route is refused."""
 
     def __init__(self, data: Mapping[str, Any], *, task_source: bool = False,
-                 environment_servers: bool = False) -> None:
+                 environment_servers: bool = False, by_map: bool = False) -> None:
         self.data = data
         self.task_source, self.through_environment_servers = task_source, environment_servers
         typed = {n: t for n in data if isinstance(n, str) and (t := _inner(data, n)) is not None}
@@ -138,6 +145,11 @@ class Routing:
         routes = data.get("environment_server_routes")
         self.routes: Mapping[str, Any] = routes if isinstance(routes, dict) else {}
         self.strict = data.get("error_on_agent_without_environment_server") is True
+        self.rerouting = Rerouting.from_config(data, by_map)
+        self.problems = self.rerouting.problems + tuple(
+            Problem(where, f"routes to {agent!r}, which is not a configured {AGENT_TYPE} instance",
+                    self._agents_hint(agent)) for where, agent in self.rerouting.destinations()
+            if agent not in self.agents)
 
     @classmethod
     def from_config(cls, merged: Any) -> Routing:
@@ -145,12 +157,39 @@ class Routing:
         (the 0.4 line's rules when it has none)."""
         release = merged.release
         return cls(merged.data, task_source=bool(release and release.rows_name_task_source),
-                   environment_servers=bool(release and release.rows_through_environment_servers))
+                   environment_servers=bool(release and release.rows_through_environment_servers),
+                   by_map=bool(release and release.rows_rerouted_by_agent_map))
+
+    # ------------------------------------------------------------------ run-level re-routing
+    def _left_alone(self, row: Mapping[str, Any]) -> bool:
+        """True for a row an environment server takes whatever its agent (a materialized task; any
+        flat row under ``environment_routing_mode: legacy``): re-routing leaves it as it is."""
+        return self.through_environment_servers and (is_materialized(row) or self.mode == "legacy")
+
+    def rerouted(self, row: Mapping[str, Any]) -> bool:
+        """True when the run-level settings choose ``row``'s agent (``agent_name``, ``agent_map``,
+        ``fan_out``), so its own ``agent_ref`` need not name a configured agent."""
+        return not self._left_alone(row) and (self.rerouting.mapped(row) is not None
+                                              or self.rerouting.fanned(row) is not None)
+
+    def fanned(self, row: Mapping[str, Any]) -> tuple[str, ...] | None:
+        """The agents ``row`` runs on once each (``fan_out``, 0.6 and later), or None: it runs once.
+        A copy for agent ``a`` is the row with ``agent_ref: {name: a}``, routed by
+        ``route(copy, agent=a)``."""
+        return None if self._left_alone(row) else self.rerouting.fanned(row)
 
     # ------------------------------------------------------------------ a row's agent
-    def agent_of(self, row: Mapping[str, Any]) -> tuple[str | None, bool]:
-        """``(agent, from task_source)``: the agent ``agent_ref`` names (checked by the caller), else
-        the one its ``task_source`` resolves to; ``(None, False)`` when the row names neither."""
+    def agent_of(self, row: Mapping[str, Any], agent: str | None = None) -> tuple[str | None, bool]:
+        """``(agent, stamped)``: ``agent`` when given (a ``fan_out`` copy's, already on the row); the
+        one ``agent_name`` / ``agent_map`` send the row to; the agent ``agent_ref`` names (checked by
+        the caller); else the one its ``task_source`` resolves to; ``(None, False)`` when the row
+        names none. ``stamped``: the row is sent with ``agent_ref: {name: agent}``, as Gym's
+        collector stamps a re-routed or ``task_source`` row."""
+        if agent is not None:
+            return agent, False
+        mapped = None if self._left_alone(row) else self.rerouting.mapped(row)
+        if mapped is not None:
+            return mapped[1], True
         ref = row.get("agent_ref")
         if isinstance(ref, dict) and ref.get("name") is not None:
             if ref.get("type", AGENT_TYPE) != AGENT_TYPE:
@@ -201,13 +240,17 @@ class Routing:
         return users[0]
 
     # ------------------------------------------------------------------ a row's server
-    def route(self, row: Mapping[str, Any]) -> Route:
-        """Where ``row`` goes (module doc). The row's ``agent_ref`` type and the agent's existence
-        are checked here too. Raises :class:`RouteError`."""
+    def route(self, row: Mapping[str, Any], agent: str | None = None) -> Route:
+        """Where ``row`` goes (module doc); ``agent``: the agent of a ``fan_out`` copy
+        (:meth:`fanned`). The row's ``agent_ref`` type and the agent's existence are checked here
+        too. Raises :class:`RouteError`, for every row while the run-level settings have problems."""
+        if self.problems:
+            first = self.problems[0]
+            raise RouteError("agent", f"{first.key} {first.message}", first.key, first.hint)
         if self.through_environment_servers:
             stamped = row.get(ENVIRONMENT_SERVER_STAMP)
             if stamped is not None:
-                return self._stamped(row, stamped)
+                return self._stamped(row, stamped, agent)
             taskset = materialized_taskset(row)
             if taskset is not None:
                 return self._episode(taskset)
@@ -215,11 +258,12 @@ class Routing:
                 raise RouteError("environment", "a materialized task needs task_id.taskset, a non-empty string",
                                  "task_id.taskset", 'write "task_id": {"taskset": "<environment>:<taskset>", '
                                  '"task_id": "<id>"}')
-        agent, resolved = self.agent_of(row)
+        agent, resolved = self.agent_of(row, agent)
         if agent is None:
             raise RouteError("agent", "the row names no agent: agent_ref is missing"
                              + (" and it has no task_source" if self.task_source else ""), "agent_ref",
-                             f'add "agent_ref": {{"type": "{AGENT_TYPE}", "name": "<agent>"}}; configured agents: '
+                             f'add "agent_ref": {{"type": "{AGENT_TYPE}", "name": "<agent>"}}, or give every such '
+                             f"row one with the override agent_name=<agent>; configured agents: "
                              f"{', '.join(self.agents) or '(none)'}")
         self._check_agent(agent)
         ref = agent if resolved else None
@@ -253,10 +297,12 @@ class Routing:
 
     def _check_agent(self, agent: Any) -> None:
         if not isinstance(agent, str) or agent not in self.agents:
-            close = difflib.get_close_matches(str(agent), self.agents, n=1)
             raise RouteError("agent", f"agent {agent!r} is not a configured {AGENT_TYPE} instance", "agent_ref.name",
-                             (f"did you mean {close[0]!r}? " if close else "")
-                             + f"configured agents: {', '.join(self.agents) or '(none)'}")
+                             self._agents_hint(agent))
+
+    def _agents_hint(self, agent: Any) -> str:
+        close = difflib.get_close_matches(str(agent), self.agents, n=1)
+        return (f"did you mean {close[0]!r}? " if close else "") + f"configured agents: {', '.join(self.agents) or '(none)'}"
 
     def _named(self, name: Any, key: str) -> str:
         if not isinstance(name, str) or name not in self.environment:
@@ -270,10 +316,10 @@ class Routing:
     def _via(self, server: str, agent: str, ref: str | None) -> Route:
         return Route(server, agent, server, self.environment[server][1], agent_ref=ref)
 
-    def _stamped(self, row: Mapping[str, Any], name: Any) -> Route:
+    def _stamped(self, row: Mapping[str, Any], name: Any, fanned: str | None) -> Route:
         server = self._named(name, ENVIRONMENT_SERVER_STAMP)
         cfg = self.environment[server][2]
-        agent, resolved = self.agent_of(row)
+        agent, resolved = self.agent_of(row, fanned)
         agents = fronted_agents(cfg)
         if agent is not None and agents and agent not in agents:
             raise RouteError("environment", f"agent {agent!r} is not an agent of environment server {server!r} "

@@ -5,7 +5,8 @@ Contract: docs/architecture.md §9 and NMP's `GymDatasetRow` schema (NMP's ``Gym
 
 - required: ``responses_create_params`` (a mapping whose ``input`` is a non-empty string or a
   list of Responses API items) and ``agent_ref: {type: responses_api_agents, name: <instance>}``
-  naming a configured agent instance;
+  naming a configured agent instance, unless the run-level ``agent_name`` / ``agent_map`` give the
+  row its agent (:mod:`gym_runtime.rollouts.rerouting`);
 - optional, type-checked: ``task_idx`` (int), ``question`` / ``answer`` / ``task`` (str),
   ``example_id`` (int or str), ``info`` (mapping), ``vf_env_id`` (str);
 - rows for a ``verifiers_agent`` need an int ``task_idx`` and a ``vf_env_id`` (on the row or in
@@ -20,7 +21,8 @@ may name ``task_source`` instead of ``agent_ref`` (0.6 and later); a materialize
 (:func:`gym_runtime.rollouts.tasks.stamp_problems`); and every row must have a route, so a row no
 environment server can take (an agent fronted by several, a taskset without a route) is a dataset
 error naming the line before anything starts (``GR-DATASET-TASK-SOURCE``,
-``GR-DATASET-ENVIRONMENT-SERVER``).
+``GR-DATASET-ENVIRONMENT-SERVER``). A row ``fan_out`` runs on several agents (0.6 and later) is
+one :class:`DatasetRow` per agent, in the order listed, each its own row of the report.
 
 Records are separated by ``\n`` only (one trailing ``\r`` is dropped, so ``\r\n`` files work);
 U+2028, U+2029, U+0085, form feed and the other characters ``str.splitlines`` breaks on are data
@@ -100,8 +102,10 @@ class _RowChecker:
                  routing: Routing | None = None) -> None:
         self.where, self.agents, self.manifest_vf, self.routing = where, agents, manifest_vf_env_id, routing
 
-    def check(self, line: int, row: Any) -> tuple[list[Violation], str | None, Route | None]:
-        """``(violations, the agent its rollouts count for, its route)`` of one row."""
+    def check(self, line: int, row: Any, fanned: str | None = None
+              ) -> tuple[list[Violation], str | None, Route | None]:
+        """``(violations, the agent its rollouts count for, its route)`` of one row; ``fanned``: the
+        agent of a ``fan_out`` copy."""
         file = f"{self.where}:{line}"
         if not isinstance(row, dict):
             return [Violation("GR-DATASET-ROW", f"a row must be a JSON object, got {_type_name(row)}", file=file,
@@ -116,9 +120,9 @@ class _RowChecker:
         if rt is not None:
             out += [Violation("GR-DATASET-FIELD", what, file=file, key=key) for key, what in stamp_problems(row)]
         agent: str | None = None
-        by_route = rt is not None and "agent_ref" not in row and (
+        by_route = rt is not None and (fanned is not None or rt.rerouted(row) or "agent_ref" not in row and (
             task or ENVIRONMENT_SERVER_STAMP in row and rt.through_environment_servers
-            or TASK_SOURCE in row and rt.task_source)
+            or TASK_SOURCE in row and rt.task_source))
         if not by_route:
             agent, ref_violations = self._agent_ref(file, row.get("agent_ref", _MISSING))
             out += ref_violations
@@ -127,7 +131,7 @@ class _RowChecker:
         route = None
         if rt is not None and not out:
             try:
-                route = rt.route(row)
+                route = rt.route(row, fanned)
             except RouteError as e:
                 code = _ROUTE_CODES.get(e.kind if e.kind == "environment" else e.key, "GR-DATASET-AGENT-REF")
                 return out + [Violation(code, e.message, file=file, key=e.key, hint=e.hint)], None, None
@@ -166,7 +170,8 @@ class _RowChecker:
         if ref is _MISSING:
             return None, [Violation("GR-DATASET-MISSING-FIELD", "required field is missing", file=file,
                                     key="agent_ref", hint=f'add "agent_ref": {{"type": "{AGENT_TYPE}", "name": '
-                                    f'"<agent>"}}; configured agents: {known}')]
+                                    f'"<agent>"}}, or give every such row one with the override '
+                                    f'agent_name=<agent>; configured agents: {known}')]
         if not isinstance(ref, dict):
             return None, [Violation("GR-DATASET-FIELD", f"must be a mapping {{type, name}}, got {_type_name(ref)}",
                                     file=file, key="agent_ref")]
@@ -255,10 +260,15 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
             problems.append(Violation("GR-DATASET-JSON", f"JSON that cannot be read: {what}",
                                       file=f"{where}:{line_no}", hint="one JSON object per line (JSONL)"))
             continue
-        found, agent, route = checker.check(line_no, obj)
-        problems += found
-        if not found and agent is not None:
-            rows.append(DatasetRow(len(rows), line_no, agent, obj, route))
+        targets = routing.fanned(obj) if routing is not None and isinstance(obj, dict) else None
+        faults: dict[Violation, None] = {}  # a fault every copy of a fanned row shares is said once
+        for target, body in ([(t, {**obj, "agent_ref": {"name": t}}) for t in targets] if targets
+                             else [(None, obj)]):
+            found, agent, route = checker.check(line_no, body, target)
+            faults.update(dict.fromkeys(found))
+            if not found and agent is not None:
+                rows.append(DatasetRow(len(rows), line_no, agent, body, route))
+        problems += faults
     if problems:
         shown = problems[:MAX_REPORTED]
         more = len(problems) - len(shown)

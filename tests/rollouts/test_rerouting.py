@@ -10,13 +10,9 @@ sent over real loopback HTTP, stamped as Gym's collector stamps them."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from gym_runtime.errors import ConfigError, DatasetError
@@ -25,6 +21,7 @@ from gym_runtime.rollouts.dispatch import run_rows
 from gym_runtime.rollouts.dryrun import DryRunRequest, prepare
 from gym_runtime.rollouts.routing import Route, RouteError, Routing
 from gym_runtime.rollouts.rows import parse_rows
+from tests.helpers.loopback_app import serving
 from tests.rollouts.test_routing import agent, config, relay
 from tests.rollouts.test_rows import Agent, jsonl
 
@@ -142,17 +139,8 @@ def test_a_re_routed_row_reaches_its_agent_stamped_as_gyms_collector_stamps_it()
         seen.append(body)
         return {"reward": 1.0}
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with serving(app) as url:
         batch = asyncio.run(run_rows([BARE, OLD], {"a2": url}, routing=line06(agent_name="a2")))
-    finally:
-        server.should_exit = True
     assert [r.get("reward") for r in batch.results] == [1.0, 1.0] and batch.agents == ["a2", "a2"]
     assert [b["agent_ref"] for b in seen] == [{"name": "a2"}, {"name": "a2"}]
 

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
@@ -26,21 +22,12 @@ from gym_runtime.rollouts.routing import Routing
 from gym_runtime.rollouts.rows import parse_rows
 from gym_runtime.rollouts.sampler import sample_rows
 from gym_runtime.rollouts.stats import row_stats, summarize
+from tests.helpers.loopback_app import serving
 from tests.rollouts.test_routing import agent, config, relay
 from tests.rollouts.test_rows import AGENTS, Agent, jsonl
 
 SEEN: dict[str, list] = {"agent": [], "env": []}
 TASK = {"task_id": {"taskset": "math:test", "task_id": "7"}, "task_input": {"question": "2+2?", "kind": "ok"}}
-
-
-def _serve(app: FastAPI) -> tuple[uvicorn.Server, str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
-    while not server.started:
-        time.sleep(0.01)
-    return server, f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def make_agent() -> FastAPI:
@@ -86,10 +73,8 @@ def make_environment(agent_url: str) -> FastAPI:
 
 @pytest.fixture(scope="module")
 def urls() -> Iterator[dict[str, str]]:
-    agent_server, agent_url = _serve(make_agent())
-    env_server, env_url = _serve(make_environment(agent_url))
-    yield {"math_agent": agent_url, "math_env": env_url}
-    agent_server.should_exit = env_server.should_exit = True
+    with serving(make_agent()) as agent_url, serving(make_environment(agent_url)) as env_url:
+        yield {"math_agent": agent_url, "math_env": env_url}
 
 
 @pytest.fixture(autouse=True)

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse, Response
 
 from gym_runtime.rollouts.rows import DatasetRow
 from gym_runtime.rollouts.sampler import sample_rows
 from gym_runtime.rollouts.verdict import BAD_REWARD, AgentFacts
+from tests.helpers.loopback_app import serving
 
 STATE = {"in_flight": 0, "peak": 0, "calls": 0}
 # an upstream chain's message whose last words come after 500 characters of prefixes
@@ -68,17 +65,8 @@ def make_agent() -> FastAPI:
 
 @pytest.fixture(scope="module")
 def agent_url() -> Iterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(make_agent(), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(5)
+    with serving(make_agent()) as url:
+        yield url
 
 
 def rows(*kinds: str, agent: str = "a") -> list[DatasetRow]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gym_runtime.config import PolicyValues, build_config
-from gym_runtime.errors import ConfigError, UsageError, Violation, ViolationList
+from gym_runtime.errors import ConfigError, UsageError, ViolationList
 from gym_runtime.package import load_package
 from gym_runtime.rollouts import ROLLOUT_TIMEOUT_S
 from gym_runtime.rollouts.routing import Routing
@@ -112,9 +112,11 @@ def prepare(req: DryRunRequest, notes: list[str] | None = None
     merged = build_config(pkg, req.overrides, req.policy, defaults=PLACEHOLDERS, release=release)
     agents = {i.name: i for i in merged.of_type("responses_api_agents")}
     routing = Routing.from_config(merged)
-    ViolationList([Violation("GR-CONFIG-AGENT-ROUTING", p.message, file=merged.sources.of(p.key), key=p.key,
-                             hint=p.hint) for p in routing.problems]).raise_if_any(
+    found = routing.violations(merged.sources)
+    ViolationList(found[:len(routing.problems)]).raise_if_any(
         ConfigError, "the run-level agent routing (agent_name, agent_map, fan_out) cannot be used")
+    if notes is not None:
+        notes += [v.render() for v in found]  # only unread keys are left: the problems raised
     rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id, notes, routing)
     facts = agent_facts(merged.instances)
     if req.limit:  # the first `limit` rows of the file, with every copy fan_out made of them

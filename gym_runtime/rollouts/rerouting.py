@@ -23,8 +23,10 @@ line (``GymRelease.rows_rerouted_by_agent_map``):
 ``agent_map`` but not ``fan_out``: a caller sends one row per agent (docs/rollouts.md).
 
 A setting that is not what the line reads (a wrong type, an empty or repeated ``fan_out`` list,
-``agent_name`` against ``agent_map._default``) is a :class:`Problem`, reported by the dry-run as a
-configuration error before anything starts and by ``/rollouts/run`` as every row's error.
+``agent_name`` against ``agent_map._default``, an agent that is not configured) is a
+:class:`Problem`: the dry-run's configuration error before anything starts, ``up``'s warning at
+start, and every ``/rollouts/run`` row's error (:func:`violations`). Under 0.2 to 0.5 an
+``agent_map`` or ``fan_out`` that is set is said to be unread (:attr:`Rerouting.unread`).
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gym_runtime.errors import Violation
 from gym_runtime.rollouts.tasks import TASK_SOURCE
 
 DEFAULT = "_default"
-KEYS = ("agent_name", "agent_map", "fan_out")
+CODE = "GR-CONFIG-AGENT-ROUTING"
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class Rerouting:
     overrides: bool = False
     problems: tuple[Problem, ...] = ()
     default_key: str = "agent_name"  # where the `_default` entry was set
+    unread: tuple[str, ...] = ()  # keys set that the line does not read (0.2 to 0.5: agent_map, fan_out)
 
     @classmethod
     def from_config(cls, data: Mapping[str, Any], by_map: bool) -> Rerouting:
@@ -71,7 +75,8 @@ class Rerouting:
                                     "write agent_name=<agent instance>"))
             name = None
         if not by_map:
-            return cls({DEFAULT: name} if name else {}, {}, False, tuple(problems))
+            unread = tuple(k for k in ("agent_map", "fan_out") if data.get(k) is not None)
+            return cls({DEFAULT: name} if name else {}, {}, False, tuple(problems), unread=unread)
         default_key = "agent_name" if name is not None else f"agent_map.{DEFAULT}"
         routes: dict[str, str] = {}
         for key, agent in _mapping(data, "agent_map", problems).items():
@@ -82,7 +87,7 @@ class Rerouting:
                                         "write <row agent or task_source>: <agent instance>"))
         if name is not None:
             if routes.get(DEFAULT, name) != name:
-                problems.append(Problem("agent_name", f"agent_name={name!r} conflicts with agent_map._default="
+                problems.append(Problem("agent_name", f"names {name!r}, while agent_map._default names "
                                         f"{routes[DEFAULT]!r}", "set only one of them"))
             routes[DEFAULT] = name
         fans: dict[str, tuple[str, ...]] = {}
@@ -95,7 +100,7 @@ class Rerouting:
             elif len(set(agents)) < len(agents):
                 twice = sorted({a for a in agents if agents.count(a) > 1})
                 problems.append(Problem(where, f"lists the same agent more than once: {', '.join(twice)}",
-                                        "list each agent once; --samples repeats rows"))
+                                        "list each agent once (each runs every matching row already)"))
             else:
                 fans[key] = tuple(agents)
         return cls(routes, fans, True, tuple(problems), default_key)
@@ -107,28 +112,59 @@ class Rerouting:
         for key, agents in self.fan_out.items():
             yield from ((f"fan_out.{key}", a) for a in agents)
 
-    def basis(self, row: Mapping[str, Any]) -> str | None:
-        """The name ``row`` routes by: its ``agent_ref.name``, else its ``task_source``."""
-        ref = row.get("agent_ref")
-        name = ref.get("name") if isinstance(ref, dict) else None
-        return name if name is not None else row.get(TASK_SOURCE)
-
-    def mapped(self, row: Mapping[str, Any]) -> tuple[str, str] | None:
-        """``(config path, agent)`` the settings send ``row`` to, or None when the row keeps its own route."""
-        ref = row.get("agent_ref")
-        name = ref.get("name") if isinstance(ref, dict) else None
+    def mapped(self, row: Mapping[str, Any]) -> str | None:
+        """The agent the settings send ``row`` to, or None when the row keeps its own route."""
         if not self.overrides:  # 0.4.0: `row.setdefault("agent_ref", {"name": agent_name})`
-            filled = "agent_ref" not in row and DEFAULT in self.agent_map
-            return (self.default_key, self.agent_map[DEFAULT]) if filled else None
-        for key in (name, row.get(TASK_SOURCE)):
-            if isinstance(key, str) and key != DEFAULT and key in self.agent_map:
-                return f"agent_map.{key}", self.agent_map[key]
-        return (self.default_key, self.agent_map[DEFAULT]) if DEFAULT in self.agent_map else None
+            return self.agent_map.get(DEFAULT) if "agent_ref" not in row else None
+        for key in (ref_name(row), row.get(TASK_SOURCE)):
+            if isinstance(key, str) and key in self.agent_map:
+                return self.agent_map[key]
+        return self.agent_map.get(DEFAULT)
+
+    def fan_key(self, row: Mapping[str, Any]) -> str | None:
+        """The ``fan_out`` key ``row`` matches (its basis: ``agent_ref.name``, else ``task_source``), or None."""
+        name = ref_name(row)
+        basis = name if name is not None else row.get(TASK_SOURCE)
+        return basis if isinstance(basis, str) and basis in self.fan_out else None
 
     def fanned(self, row: Mapping[str, Any]) -> tuple[str, ...] | None:
-        """The agents ``row`` runs on once each (``fan_out[basis]``), or None."""
-        basis = self.basis(row)
-        return self.fan_out.get(basis) if isinstance(basis, str) else None
+        """The agents ``row`` runs on once each (``fan_out`` of its :meth:`fan_key`), or None."""
+        key = self.fan_key(row)
+        return self.fan_out[key] if key is not None else None
+
+    def missing_agent_hint(self) -> str:
+        """How a row that names no agent gets one, in the line's words."""
+        return missing_agent_hint(self.overrides)
+
+
+def missing_agent_hint(by_map: bool) -> str:
+    """The fix for a row without ``agent_ref``: name one, or the override ``agent_name`` (which
+    from 0.6 on sends every row to that agent)."""
+    return ('add "agent_ref": {"type": "responses_api_agents", "name": "<agent>"}, or '
+            + ("run every row on one agent with the override agent_name=<agent>" if by_map else
+               "give every row without one an agent with the override agent_name=<agent>"))
+
+
+def fan_copy(row: Mapping[str, Any], agent: str) -> dict[str, Any]:
+    """The copy of ``row`` that runs on ``agent``: the row itself when it names that agent already
+    (its ``agent_ref`` kept whole, as Gym keeps it), else the row with ``agent_ref: {name: agent}``."""
+    return dict(row) if ref_name(row) == agent else {**row, "agent_ref": {"name": agent}}
+
+
+def ref_name(row: Mapping[str, Any]) -> Any:
+    """``row``'s ``agent_ref.name``, or None."""
+    ref = row.get("agent_ref")
+    return ref.get("name") if isinstance(ref, dict) else None
+
+
+def violations(problems: tuple[Problem, ...], unread: tuple[str, ...], sources: Any) -> list[Violation]:
+    """``problems``, then one violation per key the line does not read (``unread``), as
+    :data:`CODE` violations naming the file each key came from (``sources``: a
+    :class:`~gym_runtime.config.merge.Sources`)."""
+    out = [Violation(CODE, p.message, file=sources.of(p.key), key=p.key, hint=p.hint) for p in problems]
+    return out + [Violation(CODE, "is not read by this Gym release line (0.6 and later read it)",
+                            file=sources.of(k), key=k, hint="route rows with agent_ref or agent_name")
+                  for k in unread]
 
 
 def _agent(value: Any) -> bool:

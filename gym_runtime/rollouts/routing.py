@@ -28,9 +28,12 @@ The 0.4 line (NeMo Gym 0.4.0 ``nemo_gym/rollout_collection.py``): a row names it
   the config sets ``error_on_agent_without_environment_server: true`` (Gym's switch): then the row is
   refused.
 
-Before all of these, the run-level settings ``agent_name``, ``agent_map`` and ``fan_out`` may
-re-route a row to another agent, or run it on several, by the line's rules (:mod:`.rerouting`;
-``GymRelease.rows_rerouted_by_agent_map``).
+The run-level settings ``agent_name``, ``agent_map`` and ``fan_out`` may first re-route a row to
+another agent, or run it on several, by the line's rules (:mod:`.rerouting`;
+``GymRelease.rows_rerouted_by_agent_map``); under 0.7 a materialized task, and every flat row under
+``environment_routing_mode: legacy``, is left as it is. A row ``fan_out`` would copy is refused by
+:meth:`Routing.route` unless it is given the copy's agent (``/rollouts/run`` answers one result per
+row: its caller sends one row per agent).
 
 A row that cannot be routed is a :class:`RouteError` naming what is wrong and the fix: a dataset
 error before ``dry-run`` starts anything (:mod:`.rows`), a row error of ``/rollouts/run``
@@ -44,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gym_runtime.rollouts.rerouting import Problem, Rerouting
+from gym_runtime.rollouts.rerouting import Problem, Rerouting, fan_copy, violations
 from gym_runtime.rollouts.tasks import ENVIRONMENT_SERVER_STAMP, TASK_SOURCE, is_materialized, materialized_taskset
 
 AGENT_TYPE = "responses_api_agents"
@@ -172,11 +175,18 @@ class Routing:
         return not self._left_alone(row) and (self.rerouting.mapped(row) is not None
                                               or self.rerouting.fanned(row) is not None)
 
-    def fanned(self, row: Mapping[str, Any]) -> tuple[str, ...] | None:
-        """The agents ``row`` runs on once each (``fan_out``, 0.6 and later), or None: it runs once.
-        A copy for agent ``a`` is the row with ``agent_ref: {name: a}``, routed by
-        ``route(copy, agent=a)``."""
-        return None if self._left_alone(row) else self.rerouting.fanned(row)
+    def copies(self, row: Mapping[str, Any]) -> list[tuple[str | None, Mapping[str, Any]]]:
+        """``(agent, body)`` of each run of ``row``: one per agent ``fan_out`` lists for it (0.6
+        and later; :func:`~gym_runtime.rollouts.rerouting.fan_copy`, routed by ``route(body,
+        agent)``), else ``[(None, row)]``."""
+        agents = None if self._left_alone(row) else self.rerouting.fanned(row)
+        return [(a, fan_copy(row, a)) for a in agents] if agents else [(None, row)]
+
+    def violations(self, sources: Any) -> list[Any]:
+        """The problems and unread keys of the run-level settings as ``GR-CONFIG-AGENT-ROUTING``
+        violations (:func:`~gym_runtime.rollouts.rerouting.violations`; ``sources``: the merged
+        config's)."""
+        return violations(self.problems, self.rerouting.unread, sources)
 
     # ------------------------------------------------------------------ a row's agent
     def agent_of(self, row: Mapping[str, Any], agent: str | None = None) -> tuple[str | None, bool]:
@@ -189,7 +199,7 @@ class Routing:
             return agent, False
         mapped = None if self._left_alone(row) else self.rerouting.mapped(row)
         if mapped is not None:
-            return mapped[1], True
+            return mapped, True
         ref = row.get("agent_ref")
         if isinstance(ref, dict) and ref.get("name") is not None:
             if ref.get("type", AGENT_TYPE) != AGENT_TYPE:
@@ -247,6 +257,11 @@ class Routing:
         if self.problems:
             first = self.problems[0]
             raise RouteError("agent", f"{first.key} {first.message}", first.key, first.hint)
+        if agent is None and not self._left_alone(row) and (key := self.rerouting.fan_key(row)) is not None:
+            fans = self.rerouting.fan_out[key]
+            raise RouteError("agent", f"fan_out.{key} runs this row on {len(fans)} agents ({', '.join(fans)}), and "
+                             "one row gets one result here", f"fan_out.{key}",
+                             "send one row per agent, each with its agent_ref (dry-run makes the copies itself)")
         if self.through_environment_servers:
             stamped = row.get(ENVIRONMENT_SERVER_STAMP)
             if stamped is not None:
@@ -262,8 +277,7 @@ class Routing:
         if agent is None:
             raise RouteError("agent", "the row names no agent: agent_ref is missing"
                              + (" and it has no task_source" if self.task_source else ""), "agent_ref",
-                             f'add "agent_ref": {{"type": "{AGENT_TYPE}", "name": "<agent>"}}, or give every such '
-                             f"row one with the override agent_name=<agent>; configured agents: "
+                             f"{self.rerouting.missing_agent_hint()}; configured agents: "
                              f"{', '.join(self.agents) or '(none)'}")
         self._check_agent(agent)
         ref = agent if resolved else None

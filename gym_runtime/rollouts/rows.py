@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gym_runtime.errors import DatasetError, Violation
+from gym_runtime.rollouts.rerouting import missing_agent_hint
 from gym_runtime.rollouts.routing import Route, RouteError, Routing
 from gym_runtime.rollouts.tasks import ENVIRONMENT_SERVER_STAMP, TASK_SOURCE, is_materialized, stamp_problems
 
@@ -128,6 +129,9 @@ class _RowChecker:
             out += ref_violations
             if agent is None:
                 return out, None, None
+        elif "agent_ref" in row and not isinstance(row["agent_ref"], dict):  # re-routed: still a mapping
+            out.append(Violation("GR-DATASET-FIELD", f"must be a mapping {{type, name}}, got "
+                                 f"{_type_name(row['agent_ref'])}", file=file, key="agent_ref"))
         route = None
         if rt is not None and not out:
             try:
@@ -168,10 +172,9 @@ class _RowChecker:
     def _agent_ref(self, file: str, ref: Any) -> tuple[str | None, list[Violation]]:
         known = ", ".join(sorted(self.agents)) or "(none)"
         if ref is _MISSING:
+            by_map = self.routing is not None and self.routing.rerouting.overrides
             return None, [Violation("GR-DATASET-MISSING-FIELD", "required field is missing", file=file,
-                                    key="agent_ref", hint=f'add "agent_ref": {{"type": "{AGENT_TYPE}", "name": '
-                                    f'"<agent>"}}, or give every such row one with the override '
-                                    f'agent_name=<agent>; configured agents: {known}')]
+                                    key="agent_ref", hint=f"{missing_agent_hint(by_map)}; configured agents: {known}")]
         if not isinstance(ref, dict):
             return None, [Violation("GR-DATASET-FIELD", f"must be a mapping {{type, name}}, got {_type_name(ref)}",
                                     file=file, key="agent_ref")]
@@ -260,10 +263,8 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
             problems.append(Violation("GR-DATASET-JSON", f"JSON that cannot be read: {what}",
                                       file=f"{where}:{line_no}", hint="one JSON object per line (JSONL)"))
             continue
-        targets = routing.fanned(obj) if routing is not None and isinstance(obj, dict) else None
         faults: dict[Violation, None] = {}  # a fault every copy of a fanned row shares is said once
-        for target, body in ([(t, {**obj, "agent_ref": {"name": t}}) for t in targets] if targets
-                             else [(None, obj)]):
+        for target, body in routing.copies(obj) if routing is not None and isinstance(obj, dict) else [(None, obj)]:
             found, agent, route = checker.check(line_no, body, target)
             faults.update(dict.fromkeys(found))
             if not found and agent is not None:

@@ -176,7 +176,7 @@ class Environment:
             passed = passthrough.describe(self.settings, merged.instances)
             self._say("variables passed to servers (GYM_RUNTIME_SERVER_ENV, names only): "
                       + "; ".join(f"{n}: {passthrough.summary(rows)}" for n, rows in passed.items()))
-        for w in merged.warnings:
+        for w in [*merged.warnings, *self._routing.violations(merged.sources)]:  # up runs no rows itself
             self._say("warning" + w.render())
         check_given(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ,
                     self.backend.ray_scope)

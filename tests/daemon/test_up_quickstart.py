@@ -54,3 +54,24 @@ def test_training_pod_command_without_an_api_key(tmp_path: Path, stub_endpoint) 
         assert "using 'EMPTY'" in proc.stderr.read()
     finally:
         kill_tree(proc)
+
+
+def test_up_warns_of_a_run_level_agent_routing_it_cannot_use_and_its_rows_say_why(tmp_path: Path) -> None:
+    """``up`` starts whatever ``agent_name`` says (a collection setting), says what is wrong with it
+    at start, and its ``/rollouts/run`` refuses each row with that reason (docs/rollouts.md)."""
+    row = json.loads((EXAMPLES / "native-quickstart.jsonl").read_text().splitlines()[0])
+    proc = up_process(EXAMPLES / "native-quickstart", tmp_path, "agent_name=arithmetic_agnet",
+                      env={"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")})
+    try:
+        info = json.loads(read_ready_line(proc, timeout=600))
+        r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": [row]}, timeout=120, trust_env=False)
+        (result,) = json.loads(r.text)["results"]
+        assert result["error"]["code"] == "GR-ROLLOUT-AGENT-REF"
+        assert result["error"]["message"].startswith("agent_name routes to 'arithmetic_agnet', which is not a "
+                                                     "configured responses_api_agents instance")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(15) == 0
+        said = proc.stderr.read()
+        assert "warning[GR-CONFIG-AGENT-ROUTING] override: agent_name: routes to 'arithmetic_agnet'" in said, said
+    finally:
+        kill_tree(proc)

@@ -46,13 +46,18 @@ def line06(**top) -> Routing:
 
 def test_the_04_line_fills_rows_without_an_agent_and_reads_no_map() -> None:
     r = line04(agent_name="a2", agent_map={"a1": "nowhere"}, fan_out={"a1": []})
-    assert r.problems == ()  # agent_map and fan_out are not read before 0.6
+    assert r.problems == ()  # agent_map and fan_out are not read before 0.6, and said to be unread
+    assert r.rerouting.unread == ("agent_map", "fan_out")
     assert r.route(BARE) == Route("a2", "a2", agent_ref="a2")  # stamped, as 0.4.0's setdefault does
     assert r.route(A1) == Route("a1", "a1")  # a row that names its agent keeps it
-    assert r.fanned(A1) is None
+    assert r.copies(A1) == [(None, A1)]
     with pytest.raises(RouteError) as ei:
         line04().route(BARE)
-    assert "agent_name=<agent>" in ei.value.hint and "configured agents: a1, a2" in ei.value.hint
+    assert "give every row without one an agent with the override agent_name=<agent>" in ei.value.hint
+    assert "configured agents: a1, a2" in ei.value.hint
+    with pytest.raises(RouteError) as ei:
+        line06().route(BARE)
+    assert "run every row on one agent with the override agent_name=<agent>" in ei.value.hint
 
 
 def test_from_06_agent_name_re_routes_every_row() -> None:
@@ -74,17 +79,22 @@ def test_agent_map_precedence_row_agent_then_task_source_then_default() -> None:
 
 
 def test_fan_out_runs_a_row_on_each_agent_ahead_of_agent_map() -> None:
-    r = line06(fan_out={"old_agent": ["a1", "a2"]}, agent_map={"old_agent": "a1"})
-    assert r.fanned(OLD) == ("a1", "a2") and r.fanned(A1) is None
+    r = line06(fan_out={"old_agent": ["a1", "a2"], "a1": ["a1", "a2"]}, agent_map={"old_agent": "a1"})
+    assert r.copies(OLD) == [("a1", {**OLD, "agent_ref": {"name": "a1"}}), ("a2", {**OLD, "agent_ref": {"name": "a2"}})]
     rows = parse_rows(jsonl(OLD, A1), "rows.jsonl", SPECS, routing=r)
     assert [(r.index, r.line, r.agent, r.data["agent_ref"]) for r in rows] == [
         (0, 1, "a1", {"name": "a1"}), (1, 1, "a2", {"name": "a2"}),
-        (2, 2, "a1", A1["agent_ref"])]
+        (2, 2, "a1", A1["agent_ref"]), (3, 2, "a2", {"name": "a2"})]  # its own agent's copy keeps its agent_ref
     assert all(row.route.agent_ref is None for row in rows)  # each copy carries its agent already
+    with pytest.raises(RouteError) as ei:  # /rollouts/run: one result per row, so no copies
+        r.route(OLD)
+    assert ei.value.key == "fan_out.old_agent" and "runs this row on 2 agents (a1, a2)" in ei.value.message
+    assert "send one row per agent" in ei.value.hint
 
 
 @pytest.mark.parametrize("top, key, words", [
-    ({"agent_name": "a1", "agent_map": {"_default": "a2"}}, "agent_name", "conflicts with agent_map._default='a2'"),
+    ({"agent_name": "a1", "agent_map": {"_default": "a2"}}, "agent_name",
+     "names 'a1', while agent_map._default names 'a2'"),
     ({"fan_out": {"old_agent": []}}, "fan_out.old_agent", "must be a non-empty list"),
     ({"fan_out": {"old_agent": ["a1", "a1"]}}, "fan_out.old_agent", "lists the same agent more than once: a1"),
     ({"agent_map": ["a1"]}, "agent_map", "must be a mapping"),
@@ -99,6 +109,13 @@ def test_settings_the_line_cannot_use_refuse_every_row(top: dict, key: str, word
     with pytest.raises(RouteError) as ei:
         r.route(A1)
     assert ei.value.key == key and r.problems[0].hint == ei.value.hint
+
+
+def test_a_re_routed_row_must_still_hold_a_mapping_agent_ref() -> None:
+    with pytest.raises(DatasetError) as ei:
+        parse_rows(jsonl({**PARAMS, "agent_ref": "a1"}), "rows.jsonl", SPECS, routing=line06(agent_name="a2"))
+    (v,) = ei.value.violations
+    assert (v.code, v.key, v.message) == ("GR-DATASET-FIELD", "agent_ref", "must be a mapping {type, name}, got str")
 
 
 def test_an_unknown_destination_under_04_is_named_as_agent_name() -> None:

@@ -195,9 +195,11 @@ async def _stoppable(work: Coroutine[Any, Any, Any]) -> Any:
             loop.remove_signal_handler(sig)
 
 
-def _title(result: DryRunResult, args: argparse.Namespace) -> str:
-    return (f"dry-run: {result.package} · {len(result.rows)} row(s) × {args.samples} sample(s) · "
-            f"startup {result.ready.get('startup_s')} s")
+def _title(result: DryRunResult, args: argparse.Namespace, startup: bool = True) -> str:
+    """The table's title; ``startup``: with the environment's start-up time (the first table only:
+    a watch's later tables follow an edit, timed on their own line)."""
+    return (f"dry-run: {result.package} · {len(result.rows)} row(s) × {args.samples} sample(s)"
+            + (f" · startup {result.ready.get('startup_s')} s" if startup else ""))
 
 
 def _shower(args: argparse.Namespace, out: Any, progress: Any):
@@ -215,7 +217,7 @@ def _shower(args: argparse.Namespace, out: Any, progress: Any):
         progress.stop()
         runs[0] += 1
         console = Console(file=out, width=None if out.isatty() else 160)
-        print_report(console, result.stats, result.summary, f"{_title(result, args)} · run {runs[0]}",
+        print_report(console, result.stats, result.summary, f"{_title(result, args, runs[0] == 1)} · run {runs[0]}",
                      result.replicas, result.max_concurrent_rollouts, changes)
         if changes is not None:
             c = change_summary(changes)

@@ -48,6 +48,7 @@ def test_edit_verify_reruns_rows_with_changes_then_syntax_error_then_recovery(tm
         set_reward(pkg, "REWARD = 0.0")
         second = run.table(2)
         assert run.stderr_after(mark, r"restarting arithmetic$") >= mark
+        assert "· startup " in first[0] and "· startup " not in second[0]  # the start was timed once
         arithmetic = rows_of(second, "arithmetic_agent")
         assert {mean_of(r) for r in arithmetic} == {"0.00"}, second
         assert all(r.endswith("mean -1.00") for r in arithmetic), second

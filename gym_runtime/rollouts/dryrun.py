@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gym_runtime.config import PolicyValues, build_config
-from gym_runtime.errors import ConfigError, UsageError, ViolationList
+from gym_runtime.errors import ConfigError, UsageError
 from gym_runtime.package import load_package
 from gym_runtime.rollouts import ROLLOUT_TIMEOUT_S
 from gym_runtime.rollouts.routing import Routing
@@ -113,8 +113,10 @@ def prepare(req: DryRunRequest, notes: list[str] | None = None
     agents = {i.name: i for i in merged.of_type("responses_api_agents")}
     routing = Routing.from_config(merged)
     found = routing.violations(merged.sources)
-    ViolationList(found[:len(routing.problems)]).raise_if_any(
-        ConfigError, "the run-level agent routing (agent_name, agent_map, fan_out) cannot be used")
+    if routing.problems:
+        raise ConfigError("the run-level agent routing (agent_name, agent_map, fan_out) cannot be used",
+                          violations=found[:len(routing.problems)],
+                          hint="fix the keys named, in their file or override; no row was run")
     if notes is not None:
         notes += [v.render() for v in found]  # only unread keys are left: the problems raised
     rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id, notes, routing)

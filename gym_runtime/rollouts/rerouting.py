@@ -49,6 +49,7 @@ class Problem:
     key: str
     message: str
     hint: str
+    also: str | None = None  # a second key at fault, whose file is named too
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class Rerouting:
         if name is not None:
             if routes.get(DEFAULT, name) != name:
                 problems.append(Problem("agent_name", f"names {name!r}, while agent_map._default names "
-                                        f"{routes[DEFAULT]!r}", "set only one of them"))
+                                        f"{routes[DEFAULT]!r}", "set only one of them", also=f"agent_map.{DEFAULT}"))
             routes[DEFAULT] = name
         fans: dict[str, tuple[str, ...]] = {}
         for key, agents in _mapping(data, "fan_out", problems).items():
@@ -140,9 +141,10 @@ class Rerouting:
 def missing_agent_hint(by_map: bool) -> str:
     """The fix for a row without ``agent_ref``: name one, or the override ``agent_name`` (which
     from 0.6 on sends every row to that agent)."""
-    return ('add "agent_ref": {"type": "responses_api_agents", "name": "<agent>"}, or '
-            + ("run every row on one agent with the override agent_name=<agent>" if by_map else
-               "give every row without one an agent with the override agent_name=<agent>"))
+    return ('add "agent_ref": {"type": "responses_api_agents", "name": "<agent>"}'
+            + (' (or "task_source": "<the instance declaring its dataset>"), or run every row on one agent with '
+               "the override agent_name=<agent>" if by_map else
+               ", or give every row without one an agent with the override agent_name=<agent>"))
 
 
 def fan_copy(row: Mapping[str, Any], agent: str) -> dict[str, Any]:
@@ -161,7 +163,8 @@ def violations(problems: tuple[Problem, ...], unread: tuple[str, ...], sources: 
     """``problems``, then one violation per key the line does not read (``unread``), as
     :data:`CODE` violations naming the file each key came from (``sources``: a
     :class:`~gym_runtime.config.merge.Sources`)."""
-    out = [Violation(CODE, p.message, file=sources.of(p.key), key=p.key, hint=p.hint) for p in problems]
+    out = [Violation(CODE, p.message + (f" (set in {sources.of(p.also)})" if p.also and sources.of(p.also) else ""),
+                     file=sources.of(p.key), key=p.key, hint=p.hint) for p in problems]
     return out + [Violation(CODE, "is not read by this Gym release line (0.6 and later read it)",
                             file=sources.of(k), key=k, hint="route rows with agent_ref or agent_name")
                   for k in unread]

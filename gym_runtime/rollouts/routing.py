@@ -256,7 +256,8 @@ class Routing:
         too. Raises :class:`RouteError`, for every row while the run-level settings have problems."""
         if self.problems:
             first = self.problems[0]
-            raise RouteError("agent", f"{first.key} {first.message}", first.key, first.hint)
+            raise RouteError("agent", f"{first.key} {first.message}", first.key,
+                             f"{first.hint}; then start the environment again (up said this at start)")
         if agent is None and not self._left_alone(row) and (key := self.rerouting.fan_key(row)) is not None:
             fans = self.rerouting.fan_out[key]
             raise RouteError("agent", f"fan_out.{key} runs this row on {len(fans)} agents ({', '.join(fans)}), and "

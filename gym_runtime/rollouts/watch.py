@@ -259,7 +259,7 @@ async def _apply(rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: C
                 say(f"note: {note}")
             say(f"dataset: {len(prep.rows)} row(s) to run")
         except GymRuntimeError as e:  # the config, merged above, still applies: its servers restart
-            say(e.render() + "\n(no row runs until the next good edit of the rows)")
+            say(e.render() + "\n(no row runs until the next good edit of the rows or the config)")
             rows = False
     names = [n for n in rt.env.merged.instances if n in restart]
     if names:

@@ -108,7 +108,7 @@ def test_settings_the_line_cannot_use_refuse_every_row(top: dict, key: str, word
     assert r.problems and r.problems[0].key == key and words in r.problems[0].message
     with pytest.raises(RouteError) as ei:
         r.route(A1)
-    assert ei.value.key == key and r.problems[0].hint == ei.value.hint
+    assert ei.value.key == key and ei.value.hint.startswith(r.problems[0].hint)
 
 
 def test_a_re_routed_row_must_still_hold_a_mapping_agent_ref() -> None:
@@ -176,3 +176,8 @@ def test_a_dry_run_refuses_bad_settings_before_the_rows_and_limits_input_rows(tm
     assert v.code == "GR-CONFIG-AGENT-ROUTING" and v.key == "agent_name"
     assert v.hint.startswith("did you mean 'arithmetic_agent'?")
     assert v.file is not None and "override" in v.file
+    assert ei.value.hint == "fix the keys named, in their file or override; no row was run"
+    with pytest.raises(ConfigError) as ei:  # a conflict names where the other key was set too
+        prepare(DryRunRequest(pkg, rows, ["agent_name=arithmetic_agent", "agent_map._default=code_lookup_agent"]))
+    (v,) = ei.value.violations
+    assert v.message == f"names 'arithmetic_agent', while agent_map._default names 'code_lookup_agent' (set in {v.file})"

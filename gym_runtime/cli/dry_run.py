@@ -203,9 +203,9 @@ def _title(result: DryRunResult, args: argparse.Namespace, startup: bool = True)
 
 
 def _shower(args: argparse.Namespace, out: Any, progress: Any):
-    """``--watch``'s ``show(result, changes)``: each run's table on ``out`` (the real stdout), titled
-    with the run's number; from the second on with the ``change`` column and a line counting the
-    rows whose signal was gained or lost."""
+    """``--watch``'s ``show(result, changes, gone)``: each run's table on ``out`` (the real stdout),
+    titled with the run's number; from the second on with the ``change`` column and a line counting
+    the rows changed, whose signal was gained or lost, new, and gone (removed from the dataset)."""
     from rich.console import Console
 
     from gym_runtime.rollouts.compare import change_summary
@@ -213,7 +213,7 @@ def _shower(args: argparse.Namespace, out: Any, progress: Any):
 
     runs = [0]
 
-    def show(result: DryRunResult, changes: dict[int, str] | None) -> None:
+    def show(result: DryRunResult, changes: dict[int, str] | None, gone: int) -> None:
         progress.stop()
         runs[0] += 1
         console = Console(file=out, width=None if out.isatty() else 160)
@@ -222,7 +222,8 @@ def _shower(args: argparse.Namespace, out: Any, progress: Any):
         if changes is not None:
             c = change_summary(changes)
             console.print(f"against run {runs[0] - 1}: {c['changed']} row(s) changed, signal gained in "
-                          f"{c['signal_gained']}, lost in {c['signal_lost']}, {c['new']} new", highlight=False)
+                          f"{c['signal_gained']}, lost in {c['signal_lost']}, {c['new']} new, {gone} gone",
+                          highlight=False)
         out.flush()
 
     return show

@@ -9,7 +9,8 @@ prompts); its change is a short text for the table's ``change`` column:
   when the row's GRPO signal (rewards that differ) appeared or went;
 * ``same`` when none of these moved; ``new`` for a row the previous run did not have.
 
-:func:`change_summary` counts the rows whose signal was gained and lost, for the line under the table.
+:func:`change_summary` counts the rows whose signal was gained and lost, for the line under the
+table, and :func:`gone_rows` the rows of the previous run the new one no longer has.
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ def row_changes(rows: Sequence[DatasetRow], stats: Sequence[RowStats], prev_rows
             before.setdefault(_key(r), by_row[r.index])
     now = {s.row: s for s in stats}
     return {r.index: row_change(now[r.index], before.get(_key(r))) for r in rows if r.index in now}
+
+
+def gone_rows(rows: Sequence[DatasetRow], prev_rows: Sequence[DatasetRow]) -> int:
+    """How many rows of the previous run (``prev_rows``) have no row of the same content in ``rows``
+    (a row removed or rewritten by a dataset edit; each copy counted)."""
+    now = {_key(r) for r in rows}
+    return sum(_key(r) not in now for r in prev_rows)
 
 
 def change_summary(changes: dict[int, str]) -> dict[str, Any]:

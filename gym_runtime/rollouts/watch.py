@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import GymRuntimeError, UsageError
-from gym_runtime.rollouts.compare import row_changes
+from gym_runtime.rollouts.compare import gone_rows, row_changes
 from gym_runtime.rollouts.dryrun import (DryRunRequest, DryRunResult, Prepared, make_runtime, offers_tools, prepare,
                                          run_rows)
 from gym_runtime.rollouts.edits import Edit, Edits, classify
@@ -53,8 +53,9 @@ from gym_runtime.supervise import reload, venv_swap, watch_ray
 from gym_runtime.supervise.member import FAILED
 from gym_runtime.supervise.options import SuperviseOptions
 
-# show(result, changes): print one table; changes is None for the first, else row index -> change text
-Show = Callable[[DryRunResult, "dict[int, str] | None"], None]
+# show(result, changes, gone): print one table; changes is None for the first, else row index -> change
+# text; gone: the previous run's rows the new one no longer has
+Show = Callable[[DryRunResult, "dict[int, str] | None", int], None]
 
 
 def _prepared(req: DryRunRequest) -> Prepared:
@@ -92,7 +93,7 @@ async def watch_dry_run(req: DryRunRequest, say: Callable[[str], None], show: Sh
         edits = Edits(package, dataset, _server_dirs(rt).values())
         async with edits:  # before the first table: an edit made while it runs is seen
             last = await run_rows(rt, req, prep, ready, on_start, on_result)
-            show(last, None)
+            show(last, None, 0)
             built_in = (f", {len(edits.trees)} built-in server tree(s) under {os.path.commonpath(edits.trees)}"
                         if edits.trees else "")
             say(f"watching {package}{built_in} and {dataset} for edits (Ctrl-C stops)")
@@ -115,7 +116,8 @@ async def watch_dry_run(req: DryRunRequest, say: Callable[[str], None], show: Sh
                         continue
                     await _fresh_samples(rt.env)
                     result = await run_rows(rt, req, prep, ready, on_start, on_result)
-                    show(result, row_changes(result.rows, result.stats, last.rows, last.stats))
+                    show(result, row_changes(result.rows, result.stats, last.rows, last.stats),
+                         gone_rows(result.rows, last.rows))
                     say(f"edit to new table: {time.perf_counter() - t0:.2f}s")
                     last = result
             finally:

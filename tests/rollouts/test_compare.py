@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gym_runtime.rollouts.compare import change_summary, row_changes
+from gym_runtime.rollouts.compare import change_summary, gone_rows, row_changes
 from gym_runtime.rollouts.rows import DatasetRow
 from gym_runtime.rollouts.stats import RolloutResult, row_stats
 
@@ -32,3 +32,5 @@ def test_rows_are_matched_by_content_not_position() -> None:
     changes = row_changes(now_rows, _stats({0: [1.0, 1.0], 1: [1.0, 1.0], 2: [0.0, 0.0]}), before_rows,
                           _stats({0: [1.0, 1.0], 1: [0.0, 0.0]}))
     assert changes == {0: "new", 1: "same", 2: "same"}
+    assert gone_rows(now_rows, before_rows) == 0
+    assert gone_rows(before_rows[1:], now_rows) == 2  # "new prompt" and "a" are no longer there

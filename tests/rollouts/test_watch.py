@@ -85,6 +85,12 @@ def test_edit_verify_reruns_rows_with_changes_then_syntax_error_then_recovery(tm
         fourth = run.table(4)  # the server was never stopped: the undo is one more edit
         assert _means(fourth) == {"1.00"} and not any("· run 5" in line for line in run.out), fourth
 
+        lines = rows.read_text().splitlines(keepends=True)
+        rows.write_text("".join(lines[1:]))  # a row removed from the dataset is counted as gone
+        fifth = run.table(5)
+        assert any(line.startswith("against run 4: 0 row(s) changed") and line.rstrip().endswith("0 new, 1 gone")
+                   for line in fifth), fifth
+
         kids = [p.pid for p in descendants(run.proc.pid)]
         assert kids
         assert run.interrupt() == 130, "".join(run.err[-20:])

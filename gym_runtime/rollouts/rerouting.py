@@ -133,10 +133,6 @@ class Rerouting:
         key = self.fan_key(row)
         return self.fan_out[key] if key is not None else None
 
-    def missing_agent_hint(self) -> str:
-        """How a row that names no agent gets one, in the line's words."""
-        return missing_agent_hint(self.overrides)
-
 
 def missing_agent_hint(by_map: bool) -> str:
     """The fix for a row without ``agent_ref``: name one, or the override ``agent_name`` (which

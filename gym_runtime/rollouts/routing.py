@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gym_runtime.rollouts.rerouting import Problem, Rerouting, fan_copy, violations
+from gym_runtime.rollouts.rerouting import Problem, Rerouting, fan_copy, missing_agent_hint, violations
 from gym_runtime.rollouts.tasks import ENVIRONMENT_SERVER_STAMP, TASK_SOURCE, is_materialized, materialized_taskset
 
 AGENT_TYPE = "responses_api_agents"
@@ -252,7 +252,7 @@ class Routing:
     # ------------------------------------------------------------------ a row's server
     def route(self, row: Mapping[str, Any], agent: str | None = None) -> Route:
         """Where ``row`` goes (module doc); ``agent``: the agent of a ``fan_out`` copy
-        (:meth:`fanned`). The row's ``agent_ref`` type and the agent's existence are checked here
+        (:meth:`copies`). The row's ``agent_ref`` type and the agent's existence are checked here
         too. Raises :class:`RouteError`, for every row while the run-level settings have problems."""
         if self.problems:
             first = self.problems[0]
@@ -278,7 +278,7 @@ class Routing:
         if agent is None:
             raise RouteError("agent", "the row names no agent: agent_ref is missing"
                              + (" and it has no task_source" if self.task_source else ""), "agent_ref",
-                             f"{self.rerouting.missing_agent_hint()}; configured agents: "
+                             f"{missing_agent_hint(self.rerouting.overrides)}; configured agents: "
                              f"{', '.join(self.agents) or '(none)'}")
         self._check_agent(agent)
         ref = agent if resolved else None

@@ -18,8 +18,13 @@ import re
 from pathlib import Path
 
 LEVELS = ("full", "partial", "none")
-SHOWN = {"blocked": "blocked", "contained": "contained", "not blocked": "**not blocked**",
-         "skipped": "not run", "error": "**attempt failed**"}
+SHOWN = {
+    "blocked": "blocked",
+    "contained": "contained",
+    "not blocked": "**not blocked**",
+    "skipped": "not run",
+    "error": "**attempt failed**",
+}
 BEGIN, END = "<!-- attempts-table:begin -->", "<!-- attempts-table:end -->"
 
 
@@ -42,15 +47,15 @@ def _cell(text: str) -> str:
 def render(table: dict[str, dict[str, dict]]) -> str:
     """The markdown table, then what each run saw."""
     levels = [lv for lv in LEVELS if any(lv in row for row in table.values())]
-    lines = ["| attempt | " + " | ".join(f"`{lv}`" for lv in levels) + " |",
-             "|---|" + "---|" * len(levels)]
+    lines = ["| attempt | " + " | ".join(f"`{lv}`" for lv in levels) + " |", "|---|" + "---|" * len(levels)]
     for attempt, row in table.items():
         cells = [SHOWN.get(row[lv]["outcome"], row[lv]["outcome"]) if lv in row else "-" for lv in levels]
         lines.append(f"| {attempt} | " + " | ".join(cells) + " |")
     lines += ["", "What each run saw:", ""]
     for attempt, row in table.items():
-        lines.append(f"- **{attempt}**: " + "; ".join(f"`{lv}`: {_cell(row[lv]['detail'])}" for lv in levels
-                                                      if lv in row))
+        lines.append(
+            f"- **{attempt}**: " + "; ".join(f"`{lv}`: {_cell(row[lv]['detail'])}" for lv in levels if lv in row)
+        )
     return "\n".join(lines) + "\n"
 
 

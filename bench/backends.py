@@ -58,7 +58,7 @@ from tests.helpers.opensandbox.runs import EXAMPLE, daemon_env, kill_server_insi
 
 BACKENDS = ("local", "opensandbox")
 KILLED = "arithmetic"
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def tree_rss(pid: int | None) -> int:
@@ -152,18 +152,25 @@ def one_start(server, home: Path, work: Path, backend: str, args: argparse.Names
 def report(backend: str, figs: list[dict]) -> None:
     med = statistics.median
     walls = [f["wall"] for f in figs]
-    print(f"{backend}: time to ready (median of {len(figs)}): {med(walls):.2f} s wall "
-          f"({', '.join(f'{x:.2f}' for x in walls)}), {med(f['startup_s'] for f in figs):.2f} s in the daemon")
+    print(
+        f"{backend}: time to ready (median of {len(figs)}): {med(walls):.2f} s wall "
+        f"({', '.join(f'{x:.2f}' for x in walls)}), {med(f['startup_s'] for f in figs):.2f} s in the daemon"
+    )
     mem = {k: med(f["memory"][k] for f in figs) for k in figs[0]["memory"]}
     print(f"{backend}: memory at ready (median, MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in mem.items()))
     for label in ("batch", "direct"):
         pooled = [x for f in figs for x in f[label]]
         where = "/rollouts/run (head server)" if label == "batch" else "agents' /run"
-        print(f"{backend}: {where}: p50 {1000 * percentile(pooled, .5):.0f} ms, p90 "
-              f"{1000 * percentile(pooled, .9):.0f} ms over {len(pooled)} rows")
+        print(
+            f"{backend}: {where}: p50 {1000 * percentile(pooled, 0.5):.0f} ms, p90 "
+            f"{1000 * percentile(pooled, 0.9):.0f} ms over {len(pooled)} rows"
+        )
     seen = [f["exit_seen"] for f in figs]
-    print(f"{backend}: server killed -> exit seen: median {med(seen):.2f} s, max {max(seen):.2f} s "
-          f"({', '.join(f'{x:.2f}' for x in seen)})", flush=True)
+    print(
+        f"{backend}: server killed -> exit seen: median {med(seen):.2f} s, max {max(seen):.2f} s "
+        f"({', '.join(f'{x:.2f}' for x in seen)})",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -177,8 +184,11 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4)
     args = ap.parse_args()
     load0 = os.getloadavg()
-    print(f"host: {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.1f} GiB, {platform.machine()}; "
-          f"load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
+    print(
+        f"host: {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.1f} GiB, {platform.machine()}; "
+        f"load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}",
+        flush=True,
+    )
     if os.geteuid() != 0:
         raise SystemExit("needs root: the OpenSandbox server runs on rootful podman's Docker API")
     try:
@@ -196,8 +206,11 @@ def main() -> None:
             for backend in BACKENDS:
                 figs[backend].append(one_start(server, work / "home", work / f"{backend}-{i}", backend, args, True))
                 f = figs[backend][-1]
-                print(f"round {i + 1} {backend}: ready {f['wall']:.2f} s, exit seen {f['exit_seen']:.2f} s; "
-                      f"load {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"round {i + 1} {backend}: ready {f['wall']:.2f} s, exit seen {f['exit_seen']:.2f} s; "
+                    f"load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
         for backend in BACKENDS:
             report(backend, figs[backend])
     shutil.rmtree(work, ignore_errors=True)

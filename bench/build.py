@@ -55,8 +55,10 @@ def _report(title: str, root: Path, index: str | None, tmp: Path, builtin: Path 
     settings = _settings(tmp / f"home-{title}", cache, index)
     cold, servers, venvs, built = _timed(root, settings, builtin)
     warm, _, _, rebuilt = _timed(root, settings, builtin)
-    print(f"{title}: {servers} servers -> {venvs} venv(s); cold build (warm uv cache) {cold:.2f}s, "
-          f"built {built}; warm rebuild {warm:.3f}s, rebuilt {rebuilt}")
+    print(
+        f"{title}: {servers} servers -> {venvs} venv(s); cold build (warm uv cache) {cold:.2f}s, "
+        f"built {built}; warm rebuild {warm:.3f}s, rebuilt {rebuilt}"
+    )
 
 
 def main() -> int:
@@ -70,8 +72,9 @@ def main() -> int:
         build_wheel(files, "tinyparse", "0.3.0")
         build_wheel(files, "judgekit", "1.0.0", requires=["tinyparse>=0.3"])
         index = write_simple_index(files, tmp / "index")
-        pkg = synthetic_pkg(tmp / "pkg20", {f"srv{i}": ("resources_servers", "judgekit==1.0.0\n")
-                                            for i in range(args.servers)})
+        pkg = synthetic_pkg(
+            tmp / "pkg20", {f"srv{i}": ("resources_servers", "judgekit==1.0.0\n") for i in range(args.servers)}
+        )
         _report(f"{args.servers}-server package", pkg, index, tmp, builtin=tmp / "none")
         if registry_reachable():
             _report(f"example {Path(args.example).name}", Path(args.example), None, tmp)

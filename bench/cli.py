@@ -47,26 +47,42 @@ def main() -> None:
     home = tempfile.mkdtemp(prefix="gym-runtime-cli-bench-")
     env = {**os.environ, "GYM_RUNTIME_HOME": home}
     cached = list((ROOT / "gym_runtime" / "cli" / "__pycache__").glob("main.*.pyc"))
-    print(f"bytecode: {'present' if cached else 'absent'} for gym_runtime/cli (python {sys.version.split()[0]}); "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"bytecode: {'present' if cached else 'absent'} for gym_runtime/cli (python {sys.version.split()[0]}); "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     med, best = timed([sys.executable, "-c", "pass"], env, args.runs)
     print(f"{'python -c pass':<22} median {med * 1000:6.0f} ms   min {best * 1000:6.0f} ms   (the interpreter alone)")
-    for label, argv in (("--help", ["--help"]), ("status (no daemon)", ["status"]),
-                        ("validate example", ["validate", str(EXAMPLE)]),
-                        ("config example", ["config", str(EXAMPLE)])):
+    for label, argv in (
+        ("--help", ["--help"]),
+        ("status (no daemon)", ["status"]),
+        ("validate example", ["validate", str(EXAMPLE)]),
+        ("config example", ["config", str(EXAMPLE)]),
+    ):
         med, best = timed([args.bin, *argv], env, args.runs)
         print(f"{label:<22} median {med * 1000:6.0f} ms   min {best * 1000:6.0f} ms   (target < 300 ms)")
     for pkg in args.package:
         med, best = timed([args.bin, "validate", pkg], env, args.runs)
-        print(f"{'validate ' + Path(pkg).name:<22} median {med * 1000:6.0f} ms   min {best * 1000:6.0f} ms   (target < 1 s)")
+        print(
+            f"{'validate ' + Path(pkg).name:<22} median {med * 1000:6.0f} ms   min {best * 1000:6.0f} ms   (target < 1 s)"
+        )
     for pkg in [str(EXAMPLE), *args.package]:
         scan, python = release_checks(pkg, args.runs)
-        print(f"  {Path(pkg).name}: SDK import scan {scan * 1000:.0f} ms, Python choice of every server "
-              f"{python * 1000:.0f} ms (in process, best of {args.runs})")
-    imp = subprocess.run([sys.executable, "-X", "importtime", "-m", "gym_runtime.cli.main", "--help"], env=env,
-                         capture_output=True, text=True).stderr.splitlines()
-    rows = sorted((int(ln.split("|")[1]), ln.split("|")[2].strip()) for ln in imp if ln.startswith("import time:")
-                  and ln.split("|")[1].strip().isdigit())
+        print(
+            f"  {Path(pkg).name}: SDK import scan {scan * 1000:.0f} ms, Python choice of every server "
+            f"{python * 1000:.0f} ms (in process, best of {args.runs})"
+        )
+    imp = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gym_runtime.cli.main", "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stderr.splitlines()
+    rows = sorted(
+        (int(ln.split("|")[1]), ln.split("|")[2].strip())
+        for ln in imp
+        if ln.startswith("import time:") and ln.split("|")[1].strip().isdigit()
+    )
     print("--help, largest cumulative imports: " + ", ".join(f"{n} {us / 1000:.0f} ms" for us, n in rows[-5:][::-1]))
 
 

@@ -76,10 +76,18 @@ def collect(gym_bin: Path, head: str, rows: list[dict], n: int, concurrency: int
     data = work / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = work / "out.jsonl"
-    argv = [str(gym_bin / "ng_collect_rollouts"), f"+input_jsonl_fpath={data}", f"+output_jsonl_fpath={out}",
-            f"+agent_name={AGENT}", f"+num_repeats={max(1, n // len(rows))}",
-            f"+num_samples_in_parallel={concurrency}", f"+head_server.host={host}", f"+head_server.port={port}",
-            "+observability_enabled=true", f"+model_call_capture_dir={work / 'capture'}"]  # rows get ng_perf
+    argv = [
+        str(gym_bin / "ng_collect_rollouts"),
+        f"+input_jsonl_fpath={data}",
+        f"+output_jsonl_fpath={out}",
+        f"+agent_name={AGENT}",
+        f"+num_repeats={max(1, n // len(rows))}",
+        f"+num_samples_in_parallel={concurrency}",
+        f"+head_server.host={host}",
+        f"+head_server.port={port}",
+        "+observability_enabled=true",
+        f"+model_call_capture_dir={work / 'capture'}",
+    ]  # rows get ng_perf
     env = {"PATH": f"{gym_bin}:/usr/bin:/bin", "HOME": str(work), "NO_PROXY": "127.0.0.1"}
     t0 = time.monotonic()
     done = subprocess.run(argv, cwd=work, capture_output=True, text=True, env=env, timeout=3600)
@@ -90,18 +98,28 @@ def collect(gym_bin: Path, head: str, rows: list[dict], n: int, concurrency: int
     results = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     failed = [r for r in results if r.get("_ng_failure_class") or "reward" not in r]
     rewards = [r["reward"] for r in results if isinstance(r.get("reward"), (int, float))]
-    latency = [float(r["ng_perf"]["total_latency_ms"]) for r in results
-               if isinstance((r.get("ng_perf") or {}).get("total_latency_ms"), (int, float))]
+    latency = [
+        float(r["ng_perf"]["total_latency_ms"])
+        for r in results
+        if isinstance((r.get("ng_perf") or {}).get("total_latency_ms"), (int, float))
+    ]
     finished = re.findall(r"Finished (\d+) / (\d+) rollouts \(100%\) in \S+ \(([\d.]+) rollouts/min\)", done.stdout)
-    print(f"collector: nemo-gym {RELEASE} ng_collect_rollouts, {len(results)} rollouts ({len(failed)} failed), "
-          f"concurrency {concurrency}, head {head}; load {os.getloadavg()[0]:.1f}")
-    rate = f"{float(finished[-1][2]) / 60:.1f} rollouts/s (Gym's own figure over its collection)" if finished \
+    print(
+        f"collector: nemo-gym {RELEASE} ng_collect_rollouts, {len(results)} rollouts ({len(failed)} failed), "
+        f"concurrency {concurrency}, head {head}; load {os.getloadavg()[0]:.1f}"
+    )
+    rate = (
+        f"{float(finished[-1][2]) / 60:.1f} rollouts/s (Gym's own figure over its collection)"
+        if finished
         else "no rate printed by Gym"
+    )
     print(f"{rate}; wall {wall:.1f} s with the collector's own start")
     if latency:
-        print("per-rollout latency (ng_perf.total_latency_ms): " + ", ".join(
-            f"{k} {quantile(latency, q):.0f} ms" for k, q in (("p50", .5), ("p90", .9), ("p99", .99))) +
-            f", max {max(latency):.0f} ms")
+        print(
+            "per-rollout latency (ng_perf.total_latency_ms): "
+            + ", ".join(f"{k} {quantile(latency, q):.0f} ms" for k, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)))
+            + f", max {max(latency):.0f} ms"
+        )
     else:
         print("per-rollout latency: the rows carry no ng_perf.total_latency_ms")
     if rewards:
@@ -135,24 +153,52 @@ def main() -> None:
         policy = args.policy_base_url
         if policy is None:
             port = free_port()
-            procs.append(subprocess.Popen([sys.executable, "-m", "gym_runtime.stub_model", "--port", str(port),
-                                           "--p-correct", "1.0"], start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "gym_runtime.stub_model", "--port", str(port), "--p-correct", "1.0"],
+                    start_new_session=True,
+                )
+            )
             wait_http(f"http://127.0.0.1:{port}/v1/models", 60)
             policy = f"http://127.0.0.1:{port}/v1"
-        up = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--python", python,
-                               "--work-dir", str(work / "run"), "--policy-base-url", policy,
-                               "--policy-model-name", args.policy_model_name, "--policy-api-key-env",
-                               "BENCH_POLICY_KEY"], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-                              env={**os.environ, "BENCH_POLICY_KEY": "dummy", "GYM_RUNTIME_HOME": str(work / "home"),
-                                   "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")})
+        up = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gym_runtime.cli.main",
+                "up",
+                str(pkg),
+                "--python",
+                python,
+                "--work-dir",
+                str(work / "run"),
+                "--policy-base-url",
+                policy,
+                "--policy-model-name",
+                args.policy_model_name,
+                "--policy-api-key-env",
+                "BENCH_POLICY_KEY",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            env={
+                **os.environ,
+                "BENCH_POLICY_KEY": "dummy",
+                "GYM_RUNTIME_HOME": str(work / "home"),
+                "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),
+            },
+        )
         procs.append(up)
         line = up.stdout.readline() if up.stdout else ""
         if not line:
             raise SystemExit(f"gym-runtime up exited {up.wait()} before ready (logs under {work / 'run'})")
         info = json.loads(line)
-        print(f"gym-runtime up ready in {info['startup_s']:.1f} s (policy {policy}); "
-              f"background compiles done {builds_quiet(info['head_server'], 3.0, 300.0, 0.5):.1f} s later")
+        print(
+            f"gym-runtime up ready in {info['startup_s']:.1f} s (policy {policy}); "
+            f"background compiles done {builds_quiet(info['head_server'], 3.0, 300.0, 0.5):.1f} s later"
+        )
         collect(gym_bin, info["head_server"].split("//", 1)[1], rows, args.rows, args.concurrency, work)
     finally:
         for proc in reversed(procs):

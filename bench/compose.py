@@ -27,8 +27,12 @@ sys.path.insert(0, str(ROOT))
 
 from tests.helpers.gym_bundle import POLICY, bundle_package, gym_wheel_of  # noqa: E402
 
-LARGEST = ["benchmarks/gdpval/config.yaml", "benchmarks/browsecomp/config.yaml", "benchmarks/aime24/config.yaml",
-           "environments/nemo_user_sim/config.yaml"]
+LARGEST = [
+    "benchmarks/gdpval/config.yaml",
+    "benchmarks/browsecomp/config.yaml",
+    "benchmarks/aime24/config.yaml",
+    "environments/nemo_user_sim/config.yaml",
+]
 
 
 def collect_times(pkg: Path, runs: int) -> tuple[float, float]:
@@ -51,9 +55,17 @@ def main() -> None:
     ap.add_argument("--configs", default=",".join(LARGEST))
     ap.add_argument("--gym", action="store_true")
     a = ap.parse_args()
-    imports = subprocess.run([sys.executable, "-c", "import time; t=time.perf_counter(); "
-                              "import gym_runtime.cli.validate, gym_runtime.config; print(time.perf_counter()-t)"],
-                             capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    imports = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import time; t=time.perf_counter(); "
+            "import gym_runtime.cli.validate, gym_runtime.config; print(time.perf_counter()-t)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    ).stdout.strip()
     print(f"imports (validate, config): {float(imports):.3f} s")
     med, best = collect_times(ROOT / "examples" / "native-quickstart", a.runs)
     print(f"validate examples/native-quickstart: median {med:.3f} s, best {best:.3f} s")
@@ -64,7 +76,9 @@ def main() -> None:
         for c, pkg in pkgs.items():
             files = sum(1 for p in pkg.rglob("*.yaml"))
             med, best = collect_times(pkg, a.runs)
-            print(f"validate {c} ({a.version}, {files} YAML files in the package): median {med:.3f} s, best {best:.3f} s")
+            print(
+                f"validate {c} ({a.version}, {files} YAML files in the package): median {med:.3f} s, best {best:.3f} s"
+            )
         if a.gym:
             from tests.helpers.gym_parser import GymParser, parser_venv
 
@@ -72,9 +86,15 @@ def main() -> None:
             if venv is None:
                 print("no Python for Gym's parser")
                 return
-            out = subprocess.run([str(venv / "bin/python"), "-c", "import time; t=time.perf_counter(); "
-                                  "import nemo_gym.global_config; print(time.perf_counter()-t)"],
-                                 capture_output=True, text=True).stdout.strip()
+            out = subprocess.run(
+                [
+                    str(venv / "bin/python"),
+                    "-c",
+                    "import time; t=time.perf_counter(); import nemo_gym.global_config; print(time.perf_counter()-t)",
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
             print(f"Gym {a.version}: import nemo_gym.global_config {float(out):.3f} s")
             values = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "k", "policy_model_name": "m"}
             with GymParser(venv) as parser:
@@ -82,8 +102,10 @@ def main() -> None:
                     parser.parse(pkg, [POLICY, c], values)
                     t = time.perf_counter()
                     answer = parser.parse(pkg, [POLICY, c], values)
-                    print(f"Gym {a.version}: parse {c}: {time.perf_counter() - t:.3f} s "
-                          f"({'ok' if 'config' in answer else answer.get('error')})")
+                    print(
+                        f"Gym {a.version}: parse {c}: {time.perf_counter() - t:.3f} s "
+                        f"({'ok' if 'config' in answer else answer.get('error')})"
+                    )
 
 
 if __name__ == "__main__":

@@ -62,8 +62,9 @@ def cold_base(arch: str, tmp: Path) -> tuple[str, float]:
     return tag, round(time.monotonic() - t0, 1)
 
 
-def cycles(image: RuntimeImage, n: int, up_args: list[str], security: list[str], init: bool,
-           mounts: tuple[str, ...] = ()) -> dict:
+def cycles(
+    image: RuntimeImage, n: int, up_args: list[str], security: list[str], init: bool, mounts: tuple[str, ...] = ()
+) -> dict:
     """The in-container driver's result (tests/images/up_cycles.py), or ``{"error": stderr}``."""
     entry = ["--entrypoint", "tini"] if init else ["--entrypoint", "python3"]
     args = ["--", "python3", DRIVER] if init else [DRIVER]
@@ -108,9 +109,12 @@ def main() -> int:
                 figures["isolation"][label] = {"level": iso["level"], "reasons": iso.get("reasons", [])}
             quickstart = cycles(image, args.cycles, ["examples/native-quickstart"], SECURITY["unmask=/proc/*"], True)
             ready = [c["startup_s"] for c in quickstart.get("cycles", [])]
-            figures["ready_s"] = {"first": ready[0] if ready else None,
-                                  "median_warm": statistics.median(ready[1:]) if len(ready) > 1 else None,
-                                  "all": ready, "error": quickstart.get("error")}
+            figures["ready_s"] = {
+                "first": ready[0] if ready else None,
+                "median_warm": statistics.median(ready[1:]) if len(ready) > 1 else None,
+                "all": ready,
+                "error": quickstart.get("error"),
+            }
             pkg = orphaning_env(Path(tmp) / "acme-orphans")
             subprocess.run(["chmod", "-R", "a+rX", str(pkg)], check=True)
             orphan_args = ["acme-orphans", "--policy-base-url", "http://127.0.0.1:9/v1"]
@@ -122,15 +126,21 @@ def main() -> int:
             for t in cleanup:
                 podman("rmi", "-f", t, timeout=300, check=False)
     mib = 1024 * 1024
-    print(f"base: {figures['base_s']} s ({'made anew' if args.cold else figures.get('base_source')}), "
-          f"{figures['base_bytes'] / mib:.0f} MiB")
+    print(
+        f"base: {figures['base_s']} s ({'made anew' if args.cold else figures.get('base_source')}), "
+        f"{figures['base_bytes'] / mib:.0f} MiB"
+    )
     print(f"build: {figures['build_s']} s; image {figures['image_bytes'] / mib:.0f} MiB")
     for label, iso in figures["isolation"].items():
         print(f"isolation [{label}]: {iso['level']} {'; '.join(iso['reasons'])}")
-    print(f"ready: first {figures['ready_s']['first']} s, then median {figures['ready_s']['median_warm']} s "
-          f"(load {figures['load_avg_1m']:.1f} on {figures['cpus']} CPUs)")
-    print(f"zombies after {args.cycles} orphaning cycles: under tini {figures['zombies_tini']}, "
-          f"driver as PID 1 {figures['zombies_no_init']}")
+    print(
+        f"ready: first {figures['ready_s']['first']} s, then median {figures['ready_s']['median_warm']} s "
+        f"(load {figures['load_avg_1m']:.1f} on {figures['cpus']} CPUs)"
+    )
+    print(
+        f"zombies after {args.cycles} orphaning cycles: under tini {figures['zombies_tini']}, "
+        f"driver as PID 1 {figures['zombies_no_init']}"
+    )
     print(json.dumps(figures))
     return 0
 

@@ -40,8 +40,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAT = json.dumps({"model": "stub-model", "messages": [{"role": "user", "content": "What is 17 + 25?"}],
-                   "max_tokens": 32, "temperature": 0}).encode()
+CHAT = json.dumps(
+    {
+        "model": "stub-model",
+        "messages": [{"role": "user", "content": "What is 17 + 25?"}],
+        "max_tokens": 32,
+        "temperature": 0,
+    }
+).encode()
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -61,8 +67,10 @@ async def _response(r: asyncio.StreamReader) -> bytes:
 async def _keepalive(host: str, port: int, n: int, lat: list[float]) -> None:
     r, w = await asyncio.open_connection(host, port)
     w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-           f"Content-Length: {len(CHAT)}\r\n\r\n").encode() + CHAT
+    req = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(CHAT)}\r\n\r\n"
+    ).encode() + CHAT
     for i in range(n + 1):
         t = time.perf_counter()
         w.write(req)
@@ -91,10 +99,13 @@ async def _newconn(host: str, port: int, n: int, via_proxy: str | None, lat: lis
 
 def client(spec: dict) -> dict:
     """Run one case; returns ``{"lat": [seconds], "cpu_s": this process's CPU time}``."""
+
     async def run() -> list[float]:
         lat: list[float] = []
         if spec["case"] == "keepalive":
-            await asyncio.gather(*(_keepalive(spec["host"], spec["port"], spec["per"], lat) for _ in range(spec["conc"])))
+            await asyncio.gather(
+                *(_keepalive(spec["host"], spec["port"], spec["per"], lat) for _ in range(spec["conc"]))
+            )
         else:
             await _newconn(spec["host"], spec["port"], spec["per"], spec.get("proxy"), lat)
         return lat
@@ -114,7 +125,9 @@ def fixed_model(port_file: str, delay_s: float) -> None:
         try:
             while True:
                 head = await r.readuntil(b"\r\n\r\n")
-                n = next((int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")), 0)
+                n = next(
+                    (int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")), 0
+                )
                 await r.readexactly(n)
                 await asyncio.sleep(delay_s)
                 w.write(resp)
@@ -148,8 +161,16 @@ async def _start_stub(python: str) -> tuple[asyncio.subprocess.Process, int]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = await asyncio.create_subprocess_exec(
-        python, "-m", "gym_runtime.stub_model", "--host", "127.0.0.1", "--port", str(port),
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8"}, stdout=asyncio.subprocess.DEVNULL)
+        python,
+        "-m",
+        "gym_runtime.stub_model",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8"},
+        stdout=asyncio.subprocess.DEVNULL,
+    )
     await _wait_port(port)
     return proc, port
 
@@ -191,9 +212,17 @@ class Runner:
         with open(out, "wb") as f:
             argv = [str(self.python), __file__, "--client", str(path)]
             if boxed:
-                p = self.sb.spawn(ProcessSpec("bench", argv, self.work, {"PATH": "/usr/bin"},
-                                              read_only_paths=[self.python.parent.parent, Path(__file__).parent],
-                                              writable_paths=[self.work], stdout_fd=f.fileno()))
+                p = self.sb.spawn(
+                    ProcessSpec(
+                        "bench",
+                        argv,
+                        self.work,
+                        {"PATH": "/usr/bin"},
+                        read_only_paths=[self.python.parent.parent, Path(__file__).parent],
+                        writable_paths=[self.work],
+                        stdout_fd=f.fileno(),
+                    )
+                )
                 await p.wait()
             else:
                 p = await asyncio.create_subprocess_exec(*argv, stdout=f)
@@ -219,24 +248,32 @@ async def _latency(runner: Runner, rounds: int, cases: dict[str, dict]) -> list[
     for key, a in acc.items():
         med = lambda side, f: statistics.median(f(r) for r in a[side])  # noqa: E731
         d50, b50 = med("d", lambda r: pct(r["lat"], 50)), med("b", lambda r: pct(r["lat"], 50))
-        rows.append({
-            "case": key, "requests": len(a["b"][0]["lat"]),
-            "direct_p50_ms": round(d50, 3), "sandbox_p50_ms": round(b50, 3),
-            "direct_p99_ms": round(med("d", lambda r: pct(r["lat"], 99)), 3),
-            "sandbox_p99_ms": round(med("b", lambda r: pct(r["lat"], 99)), 3),
-            "p50_overhead_pct": round(100 * (b50 - d50) / d50, 1), "p50_overhead_ms": round(b50 - d50, 3),
-            "p50_overhead_pct_rounds": [round(100 * (pct(b["lat"], 50) - pct(d["lat"], 50)) / pct(d["lat"], 50), 1)
-                                        for d, b in zip(a["d"], a["b"])],
-            "fwd_cpu_us_per_req": round(med("b", lambda r: r["host_cpu_us_per_req"]), 1),
-            "idle_cpu_us_per_req": round(med("d", lambda r: r["host_cpu_us_per_req"]), 1),
-            "model_cpu_us_per_req": round(med("d", lambda r: r["model_cpu_us_per_req"]), 1),
-            "client_cpu_us_per_req_direct": round(med("d", lambda r: r["cpu_s"] / len(r["lat"]) * 1e6), 1),
-            "client_cpu_us_per_req_sandbox": round(med("b", lambda r: r["cpu_s"] / len(r["lat"]) * 1e6), 1),
-            "fds": [r["fds"] for r in a["b"]],
-        })
+        rows.append(
+            {
+                "case": key,
+                "requests": len(a["b"][0]["lat"]),
+                "direct_p50_ms": round(d50, 3),
+                "sandbox_p50_ms": round(b50, 3),
+                "direct_p99_ms": round(med("d", lambda r: pct(r["lat"], 99)), 3),
+                "sandbox_p99_ms": round(med("b", lambda r: pct(r["lat"], 99)), 3),
+                "p50_overhead_pct": round(100 * (b50 - d50) / d50, 1),
+                "p50_overhead_ms": round(b50 - d50, 3),
+                "p50_overhead_pct_rounds": [
+                    round(100 * (pct(b["lat"], 50) - pct(d["lat"], 50)) / pct(d["lat"], 50), 1)
+                    for d, b in zip(a["d"], a["b"])
+                ],
+                "fwd_cpu_us_per_req": round(med("b", lambda r: r["host_cpu_us_per_req"]), 1),
+                "idle_cpu_us_per_req": round(med("d", lambda r: r["host_cpu_us_per_req"]), 1),
+                "model_cpu_us_per_req": round(med("d", lambda r: r["model_cpu_us_per_req"]), 1),
+                "client_cpu_us_per_req_direct": round(med("d", lambda r: r["cpu_s"] / len(r["lat"]) * 1e6), 1),
+                "client_cpu_us_per_req_sandbox": round(med("b", lambda r: r["cpu_s"] / len(r["lat"]) * 1e6), 1),
+                "fds": [r["fds"] for r in a["b"]],
+            }
+        )
         r = rows[-1]  # the forward's CPU as a share of what a direct call costs the host (model + client)
-        r["fwd_cpu_share_pct"] = round(100 * r["fwd_cpu_us_per_req"] / (r["model_cpu_us_per_req"]
-                                                                       + r["client_cpu_us_per_req_direct"]), 1)
+        r["fwd_cpu_share_pct"] = round(
+            100 * r["fwd_cpu_us_per_req"] / (r["model_cpu_us_per_req"] + r["client_cpu_us_per_req_direct"]), 1
+        )
     return rows
 
 
@@ -250,8 +287,15 @@ async def _start_overhead(sb, python: Path, runs: int) -> tuple[list[float], lis
         await p.wait()
         plain.append(time.perf_counter() - t)
         t = time.perf_counter()
-        sp = sb.spawn(ProcessSpec("start", [str(python), "-c", "pass"], python.parent, {"PATH": "/usr/bin"},
-                                  read_only_paths=[python.parent.parent]))
+        sp = sb.spawn(
+            ProcessSpec(
+                "start",
+                [str(python), "-c", "pass"],
+                python.parent,
+                {"PATH": "/usr/bin"},
+                read_only_paths=[python.parent.parent],
+            )
+        )
         await sp.wait()
         boxed.append(time.perf_counter() - t)
     return plain, boxed
@@ -266,7 +310,9 @@ async def main(args: argparse.Namespace) -> None:
     load0 = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="bench-egress-"))
     python = tmp / "venv" / "bin" / "python"
-    await (await asyncio.create_subprocess_exec(uv.find_uv_bin(), "venv", "-q", "--python", "3.11", str(tmp / "venv"))).wait()
+    await (
+        await asyncio.create_subprocess_exec(uv.find_uv_bin(), "venv", "-q", "--python", "3.11", str(tmp / "venv"))
+    ).wait()
     stub, port = await _start_stub(sys.executable)
     models = [stub]
     endpoints = [f"http://127.0.0.1:{port}/v1"]
@@ -284,11 +330,15 @@ async def main(args: argparse.Namespace) -> None:
         work.mkdir(parents=True)
         runner = Runner(sb, python, work, {port: stub.pid, **({fport: fixed.pid} if args.model_ms > 0 else {})})
         ka = lambda p, c, n: {"case": "keepalive", "host": "127.0.0.1", "port": p, "conc": c, "per": n}  # noqa: E731
-        cases = {"stub_c1": {"direct": ka(port, 1, args.requests * 10), "boxed": ka(port, 1, args.requests * 10)},
-                 "stub_c100": {"direct": ka(port, 100, args.requests), "boxed": ka(port, 100, args.requests)}}
+        cases = {
+            "stub_c1": {"direct": ka(port, 1, args.requests * 10), "boxed": ka(port, 1, args.requests * 10)},
+            "stub_c100": {"direct": ka(port, 100, args.requests), "boxed": ka(port, 100, args.requests)},
+        }
         if args.model_ms > 0:
-            cases[f"fixed{args.model_ms:g}ms_c100"] = {"direct": ka(fport, 100, args.requests),
-                                                       "boxed": ka(fport, 100, args.requests)}
+            cases[f"fixed{args.model_ms:g}ms_c100"] = {
+                "direct": ka(fport, 100, args.requests),
+                "boxed": ka(fport, 100, args.requests),
+            }
         nc = {"case": "newconn", "host": "127.0.0.1", "port": port, "per": args.new}
         cases["newconn_forward"] = {"direct": nc, "boxed": nc}
         cases["newconn_connect"] = {"direct": nc, "boxed": {**nc, "host": "bench.example.net", "proxy": "env"}}
@@ -301,31 +351,56 @@ async def main(args: argparse.Namespace) -> None:
             await m.wait()
         shutil.rmtree(tmp, ignore_errors=True)
     load1 = os.getloadavg()
-    start = {"sandbox_start_ms": round(sb_start * 1000, 1),
-             "plain_spawn_median_ms": round(statistics.median(plain_start) * 1000, 1),
-             "sandboxed_spawn_median_ms": round(statistics.median(boxed_start) * 1000, 1),
-             "start_overhead_ms": round((statistics.median(boxed_start) - statistics.median(plain_start)) * 1000, 1)}
+    start = {
+        "sandbox_start_ms": round(sb_start * 1000, 1),
+        "plain_spawn_median_ms": round(statistics.median(plain_start) * 1000, 1),
+        "sandboxed_spawn_median_ms": round(statistics.median(boxed_start) * 1000, 1),
+        "start_overhead_ms": round((statistics.median(boxed_start) - statistics.median(plain_start)) * 1000, 1),
+    }
     loop_name = type(asyncio.get_running_loop()).__module__.split(".")[0]
-    print(f"isolation: {sb.level.value}; loop: {loop_name}; {os.cpu_count()} cpus; load average "
-          f"{load0[0]:.2f} -> {load1[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-          f"medians of {args.rounds} rounds")
-    print(f"{'case':18} {'direct p50':>10} {'sbox p50':>10} {'direct p99':>10} {'sbox p99':>10} "
-          f"{'p50 overhead':>20} {'fwd cpu/req':>11} {'cpu share':>9} {'fds before/after':>16}")
+    print(
+        f"isolation: {sb.level.value}; loop: {loop_name}; {os.cpu_count()} cpus; load average "
+        f"{load0[0]:.2f} -> {load1[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"medians of {args.rounds} rounds"
+    )
+    print(
+        f"{'case':18} {'direct p50':>10} {'sbox p50':>10} {'direct p99':>10} {'sbox p99':>10} "
+        f"{'p50 overhead':>20} {'fwd cpu/req':>11} {'cpu share':>9} {'fds before/after':>16}"
+    )
     for r in rows:
         fds = f"{r['fds'][0][0]}/{r['fds'][-1][1]}"
-        print(f"{r['case']:18} {r['direct_p50_ms']:>8.3f}ms {r['sandbox_p50_ms']:>8.3f}ms {r['direct_p99_ms']:>8.3f}ms "
-              f"{r['sandbox_p99_ms']:>8.3f}ms {r['p50_overhead_pct']:>6.1f}% ({r['p50_overhead_ms']:+.3f} ms) "
-              f"{r['fwd_cpu_us_per_req']:>8.1f} us {r['fwd_cpu_share_pct']:>8.1f}% {fds:>16}")
-    print("fwd cpu/req: this process (the forward) per sandboxed request (idle floor: "
-          + ", ".join(f"{r['idle_cpu_us_per_req']}" for r in rows) + " us); cpu share: that over the model's and "
-          "the client's CPU per direct request (model " + ", ".join(f"{r['model_cpu_us_per_req']}" for r in rows)
-          + " us; client " + ", ".join(f"{r['client_cpu_us_per_req_direct']}" for r in rows) + " us), the p50 "
-          "overhead to expect when the host's CPU is the bottleneck")
+        print(
+            f"{r['case']:18} {r['direct_p50_ms']:>8.3f}ms {r['sandbox_p50_ms']:>8.3f}ms {r['direct_p99_ms']:>8.3f}ms "
+            f"{r['sandbox_p99_ms']:>8.3f}ms {r['p50_overhead_pct']:>6.1f}% ({r['p50_overhead_ms']:+.3f} ms) "
+            f"{r['fwd_cpu_us_per_req']:>8.1f} us {r['fwd_cpu_share_pct']:>8.1f}% {fds:>16}"
+        )
+    print(
+        "fwd cpu/req: this process (the forward) per sandboxed request (idle floor: "
+        + ", ".join(f"{r['idle_cpu_us_per_req']}" for r in rows)
+        + " us); cpu share: that over the model's and "
+        "the client's CPU per direct request (model "
+        + ", ".join(f"{r['model_cpu_us_per_req']}" for r in rows)
+        + " us; client "
+        + ", ".join(f"{r['client_cpu_us_per_req_direct']}" for r in rows)
+        + " us), the p50 "
+        "overhead to expect when the host's CPU is the bottleneck"
+    )
     print("newconn_forward = a new connection + GET through the forward; newconn_connect = proxy CONNECT + GET")
-    print(f"start: Sandbox.start {start['sandbox_start_ms']} ms; python -c pass plain {start['plain_spawn_median_ms']} ms, "
-          f"sandboxed {start['sandboxed_spawn_median_ms']} ms -> overhead {start['start_overhead_ms']} ms per server")
-    print(json.dumps({"isolation": sb.level.value, "loop": loop_name, "load": [load0[0], load1[0]], "latency": rows,
-                      "start": start}))
+    print(
+        f"start: Sandbox.start {start['sandbox_start_ms']} ms; python -c pass plain {start['plain_spawn_median_ms']} ms, "
+        f"sandboxed {start['sandboxed_spawn_median_ms']} ms -> overhead {start['start_overhead_ms']} ms per server"
+    )
+    print(
+        json.dumps(
+            {
+                "isolation": sb.level.value,
+                "loop": loop_name,
+                "load": [load0[0], load1[0]],
+                "latency": rows,
+                "start": start,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
@@ -336,8 +411,12 @@ if __name__ == "__main__":
     ap.add_argument("--new", type=int, default=200, help="new connections per newconn case")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop",
-                    help="event loop of the forwards (the daemon's is uvloop)")
+    ap.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="uvloop",
+        help="event loop of the forwards (the daemon's is uvloop)",
+    )
     ap.add_argument("--model-ms", type=float, default=1.0, help="also a fixed-time model answering after MS (0: off)")
     a = ap.parse_args()
     if a.client:

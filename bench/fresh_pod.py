@@ -41,20 +41,34 @@ from bench.up import cpu_s, ready, stop, tree  # noqa: E402
 RELEASE = "0.7.0"
 
 
-def starts(label: str, pkg: Path, work: Path, env: dict[str, str], python: str, runs: int,
-           reset: Callable[[], None], peer_cold: float | None) -> None:
+def starts(
+    label: str,
+    pkg: Path,
+    work: Path,
+    env: dict[str, str],
+    python: str,
+    runs: int,
+    reset: Callable[[], None],
+    peer_cold: float | None,
+) -> None:
     """``runs`` starts, ``reset()`` ahead of each; one line per start and the median."""
     took = []
     for i in range(runs):
         reset()
         # a loaded host's learning start takes minutes: deadlines far above up's defaults
-        proc, info, wall = ready(pkg, work / f"{label.split()[0]}-{i}", env,
-                                 ("--python", python, "--ready-timeout", "900", "--startup-timeout", "1800"))
+        proc, info, wall = ready(
+            pkg,
+            work / f"{label.split()[0]}-{i}",
+            env,
+            ("--python", python, "--ready-timeout", "900", "--startup-timeout", "1800"),
+        )
         cpu = cpu_s(tree(proc.pid))
         stopped, left = stop(proc)
         took.append(wall)
-        print(f"  {label}, start {i + 1}: ready {info['startup_s']:.2f} s in the daemon, {wall:.2f} s wall, "
-              f"{cpu:.1f} CPU s to ready; stop {stopped:.2f} s, {left} left; load {os.getloadavg()[0]:.1f}")
+        print(
+            f"  {label}, start {i + 1}: ready {info['startup_s']:.2f} s in the daemon, {wall:.2f} s wall, "
+            f"{cpu:.1f} CPU s to ready; stop {stopped:.2f} s, {left} left; load {os.getloadavg()[0]:.1f}"
+        )
     med = statistics.median(took)
     ratio = f" = {med / peer_cold:.2f}x the peer's cold {peer_cold:.1f} s" if peer_cold else ""
     print(f"{label}: median ready {med:.2f} s wall{ratio}")
@@ -62,8 +76,13 @@ def starts(label: str, pkg: Path, work: Path, env: dict[str, str], python: str, 
 
 def prefetch(argv: list[str], env: dict[str, str]) -> float:
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "prefetch", *argv, "--drop-venvs"],
-                          capture_output=True, text=True, env={**os.environ, **env}, timeout=3600)
+    done = subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "prefetch", *argv, "--drop-venvs"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=3600,
+    )
     if done.returncode != 0:
         raise SystemExit(f"prefetch {' '.join(argv)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     return time.monotonic() - t0
@@ -87,25 +106,44 @@ def main() -> None:
         env = {"GYM_RUNTIME_HOME": str(home), "GYM_RUNTIME_VENV_DIR": str(home / "venvs")}
         print(f"image build (prefetch PKG --drop-venvs): {prefetch([str(pkg), '--python', python], env):.1f} s")
         venvs = home / "venvs"
-        starts("fresh pod from the image", pkg, work, env, python, args.runs,
-               lambda: shutil.rmtree(venvs, ignore_errors=True), args.peer_cold)
+        starts(
+            "fresh pod from the image",
+            pkg,
+            work,
+            env,
+            python,
+            args.runs,
+            lambda: shutil.rmtree(venvs, ignore_errors=True),
+            args.peer_cold,
+        )
 
         home = work / "release-home"
         env = {"GYM_RUNTIME_HOME": str(home), "GYM_RUNTIME_VENV_DIR": str(home / "venvs")}
-        print(f"release seed (prefetch --gym-release --drop-venvs): "
-              f"{prefetch(['--gym-release', '--python', python], env):.1f} s")
+        print(
+            f"release seed (prefetch --gym-release --drop-venvs): "
+            f"{prefetch(['--gym-release', '--python', python], env):.1f} s"
+        )
         seed = work / "release-seed"
         shutil.copytree(home, seed)
 
         def from_seed(home: Path = home) -> None:  # each start begins from the seed alone
             shutil.rmtree(home, ignore_errors=True)
             shutil.copytree(seed, home)
+
         starts("release-seeded pod", pkg, work, env, python, args.runs, from_seed, args.peer_cold)
 
         home = work / "cold-home"
         env = {"GYM_RUNTIME_HOME": str(home), "GYM_RUNTIME_VENV_DIR": str(home / "venvs")}
-        starts("cold (uv cache only)", pkg, work, env, python, args.runs,
-               lambda: shutil.rmtree(home, ignore_errors=True), args.peer_cold)
+        starts(
+            "cold (uv cache only)",
+            pkg,
+            work,
+            env,
+            python,
+            args.runs,
+            lambda: shutil.rmtree(home, ignore_errors=True),
+            args.peer_cold,
+        )
     except BaseException:
         print(f"kept {work} (the runs' logs) for a look")
         raise

@@ -49,19 +49,34 @@ from tests.helpers.gym_package import assemble_tree_package, cache_dir, release_
 
 # (tree, config): no GPU, no paid API (every model reference is the policy model), CPU-only deps.
 TREES = [
-    ("example_single_tool_call", "example_single_tool_call.yaml"), ("example_multi_step", "example_multi_step.yaml"),
+    ("example_single_tool_call", "example_single_tool_call.yaml"),
+    ("example_multi_step", "example_multi_step.yaml"),
     ("example_session_state_mgmt", "example_session_state_mgmt.yaml"),
     ("example_tool_call_multireward", "example_tool_call_multireward.yaml"),
-    ("example_multi_turn_gymnasium", "example_multi_turn_gymnasium.yaml"), ("arc_agi", "arc_agi.yaml"),
-    ("calendar", "calendar.yaml"), ("structured_outputs", "structured_outputs_json.yaml"),
-    ("reasoning_gym", "reasoning_gym.yaml"), ("math_with_code", "math_with_code.yaml"),
-    ("workplace_assistant", "workplace_assistant.yaml"), ("xlam_fc", "xlam_fc.yaml"), ("mcqa", "mcqa.yaml"),
-    ("math_with_judge", "math_with_judge.yaml"), ("grl_sokoban", "grl_sokoban.yaml"),
-    ("grl_tetris", "grl_tetris.yaml"), ("code_gen", "code_gen.yaml"), ("newton_bench", "newton_bench.yaml"),
-    ("ifbench", "ifbench.yaml"), ("equivalence_rule", "lc.yaml"), ("blackjack", "blackjack.yaml"),
-    ("gymnasium", "gymnasium.yaml"), ("gpqa_diamond", "gpqa_diamond.yaml"),
-    ("competitive_coding_challenges", "competitive_coding_challenges.yaml"), ("text_to_sql", "text_to_sql.yaml"),
-    ("scicode", "scicode.yaml"), ("spider2_lite", "spider2_lite.yaml"), ("circle_count", "circle_count.yaml"),
+    ("example_multi_turn_gymnasium", "example_multi_turn_gymnasium.yaml"),
+    ("arc_agi", "arc_agi.yaml"),
+    ("calendar", "calendar.yaml"),
+    ("structured_outputs", "structured_outputs_json.yaml"),
+    ("reasoning_gym", "reasoning_gym.yaml"),
+    ("math_with_code", "math_with_code.yaml"),
+    ("workplace_assistant", "workplace_assistant.yaml"),
+    ("xlam_fc", "xlam_fc.yaml"),
+    ("mcqa", "mcqa.yaml"),
+    ("math_with_judge", "math_with_judge.yaml"),
+    ("grl_sokoban", "grl_sokoban.yaml"),
+    ("grl_tetris", "grl_tetris.yaml"),
+    ("code_gen", "code_gen.yaml"),
+    ("newton_bench", "newton_bench.yaml"),
+    ("ifbench", "ifbench.yaml"),
+    ("equivalence_rule", "lc.yaml"),
+    ("blackjack", "blackjack.yaml"),
+    ("gymnasium", "gymnasium.yaml"),
+    ("gpqa_diamond", "gpqa_diamond.yaml"),
+    ("competitive_coding_challenges", "competitive_coding_challenges.yaml"),
+    ("text_to_sql", "text_to_sql.yaml"),
+    ("scicode", "scicode.yaml"),
+    ("spider2_lite", "spider2_lite.yaml"),
+    ("circle_count", "circle_count.yaml"),
     ("single_step_tool_use_with_argument_comparison", "single_step_tool_use_with_argument_comparison.yaml"),
 ]
 
@@ -74,94 +89,172 @@ TREES = [
 TREES_07 = [
     ("example_single_tool_call", "example_single_tool_call.yaml"),
     ("example_single_tool_call", "example_single_tool_call_single_agent_turn.yaml"),
-    ("example_multi_step", "example_multi_step.yaml"), ("example_session_state_mgmt", "example_session_state_mgmt.yaml"),
+    ("example_multi_step", "example_multi_step.yaml"),
+    ("example_session_state_mgmt", "example_session_state_mgmt.yaml"),
     ("example_tool_call_multireward", "example_tool_call_multireward.yaml"),
     ("example_multi_turn_gymnasium", "example_multi_turn_gymnasium.yaml"),
-    ("example_mcp_weather", "example_mcp_weather.yaml"), ("workplace_assistant", "workplace_assistant.yaml"),
-    ("xlam_fc", "xlam_fc.yaml"), ("blackjack", "blackjack.yaml"), ("gpqa_diamond", "gpqa_diamond.yaml"),
-    ("text_to_sql", "text_to_sql.yaml"), ("circle_count", "circle_count.yaml"), ("wordle", "wordle.yaml"),
-    ("arc_agi", "arc_agi.yaml"), ("calendar", "calendar.yaml"), ("code_gen", "code_gen.yaml"),
-    ("evalplus", "evalplus.yaml"), ("code_fim", "code_fim.yaml"), ("spider2_lite", "spider2_lite.yaml"),
-    ("math_with_code", "math_with_code.yaml"), ("mcqa", "mcqa.yaml"), ("math_with_judge", "math_with_judge.yaml"),
-    ("structured_outputs", "structured_outputs_json.yaml"), ("toolsandbox", "toolsandbox.yaml"),
-    ("string_match", "string_match.yaml"), ("grl_sokoban", "grl_sokoban.yaml"),
-    ("frontierscience_judge", "frontierscience_judge.yaml"), ("tavily_search", "tavily_search_judge_vllm_model.yaml"),
-    ("finance_agent_v2", "finance_agent_v2.yaml"), ("nemo_user_sim", "nemo_user_sim.yaml"),
-    ("instruction_following", "instruction_following.yaml"), ("newton_bench", "newton_bench.yaml"),
+    ("example_mcp_weather", "example_mcp_weather.yaml"),
+    ("workplace_assistant", "workplace_assistant.yaml"),
+    ("xlam_fc", "xlam_fc.yaml"),
+    ("blackjack", "blackjack.yaml"),
+    ("gpqa_diamond", "gpqa_diamond.yaml"),
+    ("text_to_sql", "text_to_sql.yaml"),
+    ("circle_count", "circle_count.yaml"),
+    ("wordle", "wordle.yaml"),
+    ("arc_agi", "arc_agi.yaml"),
+    ("calendar", "calendar.yaml"),
+    ("code_gen", "code_gen.yaml"),
+    ("evalplus", "evalplus.yaml"),
+    ("code_fim", "code_fim.yaml"),
+    ("spider2_lite", "spider2_lite.yaml"),
+    ("math_with_code", "math_with_code.yaml"),
+    ("mcqa", "mcqa.yaml"),
+    ("math_with_judge", "math_with_judge.yaml"),
+    ("structured_outputs", "structured_outputs_json.yaml"),
+    ("toolsandbox", "toolsandbox.yaml"),
+    ("string_match", "string_match.yaml"),
+    ("grl_sokoban", "grl_sokoban.yaml"),
+    ("frontierscience_judge", "frontierscience_judge.yaml"),
+    ("tavily_search", "tavily_search_judge_vllm_model.yaml"),
+    ("finance_agent_v2", "finance_agent_v2.yaml"),
+    ("nemo_user_sim", "nemo_user_sim.yaml"),
+    ("instruction_following", "instruction_following.yaml"),
+    ("newton_bench", "newton_bench.yaml"),
     ("reasoning_gym", "reasoning_gym.yaml"),
 ]
 
 # Analysed failures: (tree, error code) -> (fault, why). Anything else gets a guess from GUESS.
 VERDICTS: dict[tuple[str, str], tuple[str, str]] = {
-    ("grl_sokoban", "GR-ROLLOUT-HTTP"): ("tree", "an answer without `<action>...</action>` is a 400 from the tree's "
-                                        "/step, which its agent turns into a 500 (the stub answers in prose)"),
-    ("grl_tetris", "GR-ROLLOUT-HTTP"): ("tree", "an answer without `<action>...</action>` is a 400 from the tree's "
-                                       "/step, which its agent turns into a 500 (the stub answers in prose)"),
-    ("newton_bench", "GR-START-CRASH"): ("tree", "clones NewtonBench from GitHub at start-up into its install "
-                                        "directory (the venv's site-packages): read-only in the sandbox, and egress "
-                                        "is denied; the start error says the write was refused"),
-    ("ifbench", "GR-BUILD-UV"): ("host", "its requirements.txt installs a wheel from github.com; this host reaches "
-                                 "PyPI only (uv's words: dns error)"),
-    ("equivalence_rule", "GR-ROLLOUT-HTTP"): ("tree", "its example rows carry `metadata: null`, which Gym's own "
-                                             "vllm_model rejects (AttributeError), as under NeMo Gym's launcher"),
-    ("gymnasium", "GR-START-CRASH"): ("tree", "a base class (its config: 'Not a standalone server'): base.py defines "
-                                     "classes and exits 0"),
-    ("competitive_coding_challenges", "GR-START-TIMEOUT"): ("tree", "loads ~27 GB of test metadata at start-up "
-                                                            "(data/test_metadata.jsonl, CCC_TEST_FILE), which a "
-                                                            "package cannot hold"),
-    ("scicode", "GR-ROLLOUT-HTTP"): ("tree", "verify needs SciCode's test_data.h5 staged and test_data_fpath set "
-                                    "(RuntimeError from the tree's /verify)"),
-    ("spider2_lite", "GR-START-CRASH"): ("tree", "downloads its SQLite databases from Google Drive at start-up into "
-                                        "its server directory: read-only in the sandbox, and egress is denied"),
+    ("grl_sokoban", "GR-ROLLOUT-HTTP"): (
+        "tree",
+        "an answer without `<action>...</action>` is a 400 from the tree's "
+        "/step, which its agent turns into a 500 (the stub answers in prose)",
+    ),
+    ("grl_tetris", "GR-ROLLOUT-HTTP"): (
+        "tree",
+        "an answer without `<action>...</action>` is a 400 from the tree's "
+        "/step, which its agent turns into a 500 (the stub answers in prose)",
+    ),
+    ("newton_bench", "GR-START-CRASH"): (
+        "tree",
+        "clones NewtonBench from GitHub at start-up into its install "
+        "directory (the venv's site-packages): read-only in the sandbox, and egress "
+        "is denied; the start error says the write was refused",
+    ),
+    ("ifbench", "GR-BUILD-UV"): (
+        "host",
+        "its requirements.txt installs a wheel from github.com; this host reaches PyPI only (uv's words: dns error)",
+    ),
+    ("equivalence_rule", "GR-ROLLOUT-HTTP"): (
+        "tree",
+        "its example rows carry `metadata: null`, which Gym's own "
+        "vllm_model rejects (AttributeError), as under NeMo Gym's launcher",
+    ),
+    ("gymnasium", "GR-START-CRASH"): (
+        "tree",
+        "a base class (its config: 'Not a standalone server'): base.py defines classes and exits 0",
+    ),
+    ("competitive_coding_challenges", "GR-START-TIMEOUT"): (
+        "tree",
+        "loads ~27 GB of test metadata at start-up "
+        "(data/test_metadata.jsonl, CCC_TEST_FILE), which a "
+        "package cannot hold",
+    ),
+    ("scicode", "GR-ROLLOUT-HTTP"): (
+        "tree",
+        "verify needs SciCode's test_data.h5 staged and test_data_fpath set (RuntimeError from the tree's /verify)",
+    ),
+    ("spider2_lite", "GR-START-CRASH"): (
+        "tree",
+        "downloads its SQLite databases from Google Drive at start-up into "
+        "its server directory: read-only in the sandbox, and egress is denied",
+    ),
     ("single_step_tool_use_with_argument_comparison", "GR-ROLLOUT-HTTP"): (
-        "tree", "its example rows carry `metadata: null`, which Gym's own vllm_model rejects (AttributeError)"),
+        "tree",
+        "its example rows carry `metadata: null`, which Gym's own vllm_model rejects (AttributeError)",
+    ),
 }
 # The 0.7.0 sweep's, looked up first for a wheel of 0.5 or later. Faults: ``network`` (needs more
 # than PyPI, which is all this host reaches), ``key`` (a secret the operator did not pass), ``gpu``.
 VERDICTS_07: dict[tuple[str, str], tuple[str, str]] = {
     ("example_mcp_weather", "GR-CONFIG-INTERPOLATION"): (
-        "key", "its agent is `claude_code_agent` (Claude Code against Anthropic's API): `anthropic_api_key` is unset, "
-        "and `validate` names it; with a key it would still need api.anthropic.com, which this host cannot reach"),
+        "key",
+        "its agent is `claude_code_agent` (Claude Code against Anthropic's API): `anthropic_api_key` is unset, "
+        "and `validate` names it; with a key it would still need api.anthropic.com, which this host cannot reach",
+    ),
     ("wordle", "GR-ROLLOUT-HTTP"): (
-        "network", "its word lists (`data/guesses.txt`) are made by the tree's `generate_data.py`, which downloads a "
-        "dictionary from GitHub; the wheel ships none, so `/step` raises FileNotFoundError (its agent's 500)"),
+        "network",
+        "its word lists (`data/guesses.txt`) are made by the tree's `generate_data.py`, which downloads a "
+        "dictionary from GitHub; the wheel ships none, so `/step` raises FileNotFoundError (its agent's 500)",
+    ),
     ("evalplus", "GR-START-EGRESS"): (
-        "network", "downloads the HumanEval+ problems from GitHub at start-up; the start error names the hosts the "
-        "sandbox denied (`Tunnel connection failed: 403`)"),
+        "network",
+        "downloads the HumanEval+ problems from GitHub at start-up; the start error names the hosts the "
+        "sandbox denied (`Tunnel connection failed: 403`)",
+    ),
     ("code_fim", "GR-START-CRASH"): (
-        "tree", "its pyproject.toml asks for `human-eval-infilling`, whose only PyPI release (2.15.0) is an empty "
-        "placeholder: `import human_eval_infilling` fails at start-up, as under NeMo Gym's launcher"),
+        "tree",
+        "its pyproject.toml asks for `human-eval-infilling`, whose only PyPI release (2.15.0) is an empty "
+        "placeholder: `import human_eval_infilling` fails at start-up, as under NeMo Gym's launcher",
+    ),
     ("spider2_lite", "GR-START-CRASH"): (
-        "network", "downloads its SQLite databases from Google Drive at start-up into its server directory: egress "
-        "is denied, and the directory is read-only in the sandbox"),
+        "network",
+        "downloads its SQLite databases from Google Drive at start-up into its server directory: egress "
+        "is denied, and the directory is read-only in the sandbox",
+    ),
     ("tavily_search", "GR-CONFIG-INTERPOLATION"): (
-        "key", "`tavily_api_key` (Tavily's search API) and its judge's `search_judge_model_*` are unset; `validate` "
-        "names the first; with them it would still need api.tavily.com, which this host cannot reach"),
+        "key",
+        "`tavily_api_key` (Tavily's search API) and its judge's `search_judge_model_*` are unset; `validate` "
+        "names the first; with them it would still need api.tavily.com, which this host cannot reach",
+    ),
     ("frontierscience_judge", "GR-CONFIG-NULL"): (
-        "key", "`NVIDIA_API_KEY` is unset, so its judge's `openai_api_key` (`${judge_api_key}`, "
+        "key",
+        "`NVIDIA_API_KEY` is unset, so its judge's `openai_api_key` (`${judge_api_key}`, "
         "`${oc.env:NVIDIA_API_KEY,null}`) is null where the tree's `openai_model` config class declares `str`; "
-        "`validate` names the variable; with a key, integrate.api.nvidia.com is still out of this host's reach"),
+        "`validate` names the variable; with a key, integrate.api.nvidia.com is still out of this host's reach",
+    ),
     ("finance_agent_v2", "GR-BUILD-UV"): (
-        "network", "its requirements.txt installs `finance-agent` from GitHub (git+https); this host reaches PyPI only "
-        "(the build error carries git's words: Could not resolve host: github.com)"),
+        "network",
+        "its requirements.txt installs `finance-agent` from GitHub (git+https); this host reaches PyPI only "
+        "(the build error carries git's words: Could not resolve host: github.com)",
+    ),
     ("nemo_user_sim", "GR-BUILD-UV"): (
-        "network", "its requirements.txt installs `nemo-usersim` from GitHub (git+https); this host reaches PyPI only"),
+        "network",
+        "its requirements.txt installs `nemo-usersim` from GitHub (git+https); this host reaches PyPI only",
+    ),
     ("instruction_following", "GR-BUILD-UV"): (
-        "network", "its requirements.txt installs `verifiable-instructions` from GitHub (git+https); this host reaches "
-        "PyPI only"),
+        "network",
+        "its requirements.txt installs `verifiable-instructions` from GitHub (git+https); this host reaches PyPI only",
+    ),
     ("newton_bench", "GR-START-CRASH"): (
-        "network", "clones NewtonBench from GitHub at start-up into its install directory: egress is denied, and the "
-        "venv is read-only in the sandbox; the start error says the write was refused"),
+        "network",
+        "clones NewtonBench from GitHub at start-up into its install directory: egress is denied, and the "
+        "venv is read-only in the sandbox; the start error says the write was refused",
+    ),
 }
-GUESS = [("GR-START-EGRESS", "network"), ("GR-BUILD-PYTHON", "host"), ("GR-SANDBOX", "host"), ("GR-START-PORT", "host"),
-         ("GR-DAEMON", "host"), ("GR-START-TIMEOUT", "host"), ("GR-BUILD", "tree"), ("GR-ROLLOUT", "tree"),
-         ("GR-START-CRASH", "tree"), ("GR-PKG", "ours"), ("GR-CONFIG", "ours"), ("GR-INTERNAL", "ours")]
+GUESS = [
+    ("GR-START-EGRESS", "network"),
+    ("GR-BUILD-PYTHON", "host"),
+    ("GR-SANDBOX", "host"),
+    ("GR-START-PORT", "host"),
+    ("GR-DAEMON", "host"),
+    ("GR-START-TIMEOUT", "host"),
+    ("GR-BUILD", "tree"),
+    ("GR-ROLLOUT", "tree"),
+    ("GR-START-CRASH", "tree"),
+    ("GR-PKG", "ours"),
+    ("GR-CONFIG", "ours"),
+    ("GR-INTERNAL", "ours"),
+]
 
 
 def gym_env(version: str) -> dict[str, str]:
     """The pins of a sweep of release ``version``: that SDK and the openai it defaults to."""
-    return {"GYM_RUNTIME_PIN_NEMO_GYM": version, "GYM_RUNTIME_PIN_OPENAI": known_release(version).default_openai,
-            "GYM_RUNTIME_PIN_MODE": "gym"}
+    return {
+        "GYM_RUNTIME_PIN_NEMO_GYM": version,
+        "GYM_RUNTIME_PIN_OPENAI": known_release(version).default_openai,
+        "GYM_RUNTIME_PIN_MODE": "gym",
+    }
 
 
 @dataclass
@@ -187,21 +280,24 @@ class Result:
         secs = " ".join(f"{k}={v:.0f}s" for k, v in self.seconds.items())
         reward = "-" if self.reward is None else f"{self.reward:g}"
         verdict = f"fault={self.fault}" if self.fault else ""
-        return (f"{self.tree:<46} {self.stage:<8} {secs:<52} servers={self.servers or '-'} "
-                f"isolation={self.isolation or '-'} http={self.http or '-'} reward={reward} "
-                f"{self.code or ''} {verdict} {self.detail[:160]}").rstrip()
+        return (
+            f"{self.tree:<46} {self.stage:<8} {secs:<52} servers={self.servers or '-'} "
+            f"isolation={self.isolation or '-'} http={self.http or '-'} reward={reward} "
+            f"{self.code or ''} {verdict} {self.detail[:160]}"
+        ).rstrip()
 
 
 def _cli(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def _error_of(text: str) -> tuple[str | None, str]:
     """``(code, message)`` of a command's JSON error object (an invalid package: its first problem)
     or else of its first error block (``error[CODE]: ...``)."""
     try:
-        doc, _ = json.JSONDecoder().raw_decode(text[text.index("{"):])
+        doc, _ = json.JSONDecoder().raw_decode(text[text.index("{") :])
         err = doc.get("error") if isinstance(doc, dict) else None
     except ValueError:
         err = None
@@ -227,8 +323,9 @@ def judge(res: Result, version: str) -> None:
     the code (a guess, marked ``?``)."""
     if res.stage == "ok" or res.code is None:
         return
-    known = (VERDICTS_07.get((res.tree, res.code)) if Version(version) >= Version("0.5") else None) or \
-        VERDICTS.get((res.tree, res.code))
+    known = (VERDICTS_07.get((res.tree, res.code)) if Version(version) >= Version("0.5") else None) or VERDICTS.get(
+        (res.tree, res.code)
+    )
     if known:
         res.fault, res.detail = known[0], known[1]
         return
@@ -246,14 +343,20 @@ def _routed(row: dict, agents: list[str]) -> bool:
 
 def sweep_one(wheel: Path, tree: str, config: str, python: str, work: Path, isolation: str | None) -> Result:
     res = Result(tree, config)
-    env = {**os.environ, **gym_env(wheel_version(wheel)), "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),
-           "GYM_RUNTIME_HOME": str(work / "home")}
+    env = {
+        **os.environ,
+        **gym_env(wheel_version(wheel)),
+        "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),
+        "GYM_RUNTIME_HOME": str(work / "home"),
+    }
     t = time.monotonic()
     pkg, rows = assemble_tree_package(wheel, tree, config, work / "pkg")
     agents = _agents_of(pkg, tree, config)
     res.seconds["package"] = time.monotonic() - t
-    for stage, args, timeout in (("validate", ["validate", str(pkg), "--json"], 300),
-                                 ("build", ["build", str(pkg), "--python", python, "--json"], 3600)):
+    for stage, args, timeout in (
+        ("validate", ["validate", str(pkg), "--json"], 300),
+        ("build", ["build", str(pkg), "--python", python, "--json"], 3600),
+    ):
         res.stage = stage
         t = time.monotonic()
         done = _cli(*args, env=env, timeout=timeout)
@@ -263,8 +366,20 @@ def sweep_one(wheel: Path, tree: str, config: str, python: str, work: Path, isol
             return res
     res.stage = "up"
     t = time.monotonic()
-    argv = [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work / "run"),
-            "--python", python, "--shutdown-grace", "15", *(["--isolation", isolation] if isolation else [])]
+    argv = [
+        sys.executable,
+        "-m",
+        "gym_runtime.cli.main",
+        "up",
+        str(pkg),
+        "--work-dir",
+        str(work / "run"),
+        "--python",
+        python,
+        "--shutdown-grace",
+        "15",
+        *(["--isolation", isolation] if isolation else []),
+    ]
     err_path = work / "up.stderr"
     with open(err_path, "w") as err:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env, start_new_session=True)
@@ -282,8 +397,9 @@ def sweep_one(wheel: Path, tree: str, config: str, python: str, work: Path, isol
             if not _routed(row, agents):
                 row = {**row, "agent_ref": {"type": "responses_api_agents", "name": agents[0] if agents else None}}
             t = time.monotonic()
-            r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": [row]}, timeout=900,
-                           trust_env=False)
+            r = httpx.post(
+                info["head_server"] + "/rollouts/run", json={"examples": [row]}, timeout=900, trust_env=False
+            )
             res.seconds["row"] = time.monotonic() - t
             (out,) = json.loads(r.text)["results"]
             if "error" in out:
@@ -313,17 +429,25 @@ def sweep_one(wheel: Path, tree: str, config: str, python: str, work: Path, isol
 
 
 def versions(python: str, version: str) -> dict[str, str]:
-    py = subprocess.run([python, "-c", "import platform; print(platform.python_version())"], capture_output=True,
-                        text=True).stdout.strip()
-    return {"gym-runtime": metadata.version("gym-runtime"), "nemo-gym": version, "server python": py,
-            "ray": os.environ.get("GYM_RUNTIME_PIN_RAY", metadata.version("ray")),
-            "openai pin": gym_env(version)["GYM_RUNTIME_PIN_OPENAI"],
-            "uv": metadata.version("uv"), "host": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"}
+    py = subprocess.run(
+        [python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "gym-runtime": metadata.version("gym-runtime"),
+        "nemo-gym": version,
+        "server python": py,
+        "ray": os.environ.get("GYM_RUNTIME_PIN_RAY", metadata.version("ray")),
+        "openai pin": gym_env(version)["GYM_RUNTIME_PIN_OPENAI"],
+        "uv": metadata.version("uv"),
+        "host": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
+    }
 
 
 def markdown(results: list[Result], info: dict[str, str]) -> str:
-    head = ("| tree (config) | stage (failed) | validate | build | up | servers (isolation) | row | stop | HTTP | "
-            "reward | fault | notes |\n")
+    head = (
+        "| tree (config) | stage (failed) | validate | build | up | servers (isolation) | row | stop | HTTP | "
+        "reward | fault | notes |\n"
+    )
     head += "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     body = ""
     for r in results:
@@ -331,8 +455,10 @@ def markdown(results: list[Result], info: dict[str, str]) -> str:
         s.insert(3, f"{r.servers} ({r.isolation})" if r.servers else "")
         reward = "" if r.reward is None else f"{r.reward:g}"
         note = (f"`{r.code}` " if r.code else "") + r.detail.replace("|", "\\|")[:200]
-        body += (f"| {r.tree} (`{r.config}`) | {r.stage} | {' | '.join(s)} | {r.http or ''} | {reward} | "
-                 f"{r.fault or ''} | {note.strip()} |\n")
+        body += (
+            f"| {r.tree} (`{r.config}`) | {r.stage} | {' | '.join(s)} | {r.http or ''} | {reward} | "
+            f"{r.fault or ''} | {note.strip()} |\n"
+        )
     meta = ", ".join(f"{k} {v}" for k, v in info.items())
     return f"{time.strftime('%Y-%m-%d')}; {meta}\n\n{head}{body}"
 
@@ -346,18 +472,28 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write every result as JSON here")
     ap.add_argument("--markdown", type=Path, help="write the table (with date and versions) here")
     ap.add_argument("--keep", type=Path, help="keep each tree's package, run dir and logs under this directory")
-    ap.add_argument("--render", type=Path, nargs="+", help="judge the results of earlier --json files again (after "
-                    "VERDICTS changed; a later file's tree:config replaces an earlier one's) and print / write them, "
-                    "running nothing")
+    ap.add_argument(
+        "--render",
+        type=Path,
+        nargs="+",
+        help="judge the results of earlier --json files again (after "
+        "VERDICTS changed; a later file's tree:config replaces an earlier one's) and print / write them, "
+        "running nothing",
+    )
     args = ap.parse_args()
     version = wheel_version(args.wheel)
     python = args.python or release_python(version)
     if python is None:
-        sys.exit(f"no Python for nemo-gym {version} (Requires-Python {known_release(version).requires_python}): "
-                 "give one with --python")
+        sys.exit(
+            f"no Python for nemo-gym {version} (Requires-Python {known_release(version).requires_python}): "
+            "give one with --python"
+        )
     default = TREES if Version(version) < Version("0.5") else TREES_07
-    trees = default if not args.trees else [(t.split(":")[0], t.split(":")[1] if ":" in t else f"{t}.yaml")
-                                          for t in args.trees.split(",")]
+    trees = (
+        default
+        if not args.trees
+        else [(t.split(":")[0], t.split(":")[1] if ":" in t else f"{t}.yaml") for t in args.trees.split(",")]
+    )
     info = versions(python, version)
     print("versions:", json.dumps(info), flush=True)
     results: list[Result] = []
@@ -387,8 +523,11 @@ def main() -> None:
         if r.stage != "ok":
             by_fault.setdefault(r.fault or "?", []).append(r.tree)
     faults = "; ".join(f"{f}: {', '.join(ts)}" for f, ts in sorted(by_fault.items()))
-    print(f"summary: {len(ok)}/{len(results)} trees answered a row and stopped cleanly"
-          + (f"; {faults}" if faults else ""), flush=True)
+    print(
+        f"summary: {len(ok)}/{len(results)} trees answered a row and stopped cleanly"
+        + (f"; {faults}" if faults else ""),
+        flush=True,
+    )
     if args.markdown:
         args.markdown.write_text(markdown(results, info))
 

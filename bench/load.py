@@ -30,8 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process  # noqa: E402
-from tests.helpers.load import (example_rows, footprint, percentile, restarts, run_batch, run_direct,  # noqa: E402
-                                unanswered)
+from tests.helpers.load import (
+    example_rows,
+    footprint,
+    percentile,
+    restarts,
+    run_batch,
+    run_direct,  # noqa: E402
+    unanswered,
+)
 
 
 def phase(label: str, send, total: int, batch: int, pid: int, head: str) -> dict:
@@ -50,16 +57,27 @@ def phase(label: str, send, total: int, batch: int, pid: int, head: str) -> dict
         codes.update(r["error"]["code"] for r in run.results if isinstance(r.get("error"), dict))
     wall = time.monotonic() - t0
     after = footprint(pid)
-    out = {"phase": label, "rollouts": total, "wall_s": round(wall, 1), "rollouts_per_s": round(total / wall, 1),
-           "p50_s": round(percentile(latencies, 0.50), 3), "p99_s": round(percentile(latencies, 0.99), 3),
-           "before": before, "after": after, "lost": lost, "failed": dict(codes),
-           "restarts": {k: v for k, v in restarts(head).items() if v}}
+    out = {
+        "phase": label,
+        "rollouts": total,
+        "wall_s": round(wall, 1),
+        "rollouts_per_s": round(total / wall, 1),
+        "p50_s": round(percentile(latencies, 0.50), 3),
+        "p99_s": round(percentile(latencies, 0.99), 3),
+        "before": before,
+        "after": after,
+        "lost": lost,
+        "failed": dict(codes),
+        "restarts": {k: v for k, v in restarts(head).items() if v},
+    }
     rss = 100 * (after["rss_mb"] - before["rss_mb"]) / before["rss_mb"]
-    print(f"{label}: {total} rollouts in {wall:.1f} s = {out['rollouts_per_s']} rollouts/s; latency p50 "
-          f"{out['p50_s']} s, p99 {out['p99_s']} s; daemon RSS {before['rss_mb']} -> {after['rss_mb']} MB "
-          f"({rss:+.1f}%), fds {before['fds']} -> {after['fds']}, TCP connections {before['connections']} -> "
-          f"{after['connections']}; lost rows {lost}; failed {dict(codes) or 0}; restarts {out['restarts'] or 0}",
-          flush=True)
+    print(
+        f"{label}: {total} rollouts in {wall:.1f} s = {out['rollouts_per_s']} rollouts/s; latency p50 "
+        f"{out['p50_s']} s, p99 {out['p99_s']} s; daemon RSS {before['rss_mb']} -> {after['rss_mb']} MB "
+        f"({rss:+.1f}%), fds {before['fds']} -> {after['fds']}, TCP connections {before['connections']} -> "
+        f"{after['connections']}; lost rows {lost}; failed {dict(codes) or 0}; restarts {out['restarts'] or 0}",
+        flush=True,
+    )
     return out
 
 
@@ -75,9 +93,12 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gym-runtime-load-"))
     load0 = os.getloadavg()
-    print(f"package {args.package}; {args.rollouts} rollouts per phase in batches of {args.batch}; "
-          f"isolation {args.isolation}; host: {os.cpu_count()} cores, load average {load0[0]:.2f} {load0[1]:.2f} "
-          f"{load0[2]:.2f}", flush=True)
+    print(
+        f"package {args.package}; {args.rollouts} rollouts per phase in batches of {args.batch}; "
+        f"isolation {args.isolation}; host: {os.cpu_count()} cores, load average {load0[0]:.2f} {load0[1]:.2f} "
+        f"{load0[2]:.2f}",
+        flush=True,
+    )
     flags = ("--isolation", args.isolation) + (("--require-isolation",) if args.isolation == "full" else ())
     proc = up_process(Path(args.package), work, *flags)
     figures: list[dict] = []
@@ -86,12 +107,27 @@ def main() -> None:
         head = info["head_server"]
         print(f"ready in {info['startup_s']} s (isolation {info['isolation']})", flush=True)
         for c in args.concurrency:
-            figures.append(phase(f"/rollouts/run, concurrency {c}", lambda rows, c=c: run_batch(head, rows, c),
-                                 args.rollouts, args.batch, proc.pid, head))
+            figures.append(
+                phase(
+                    f"/rollouts/run, concurrency {c}",
+                    lambda rows, c=c: run_batch(head, rows, c),
+                    args.rollouts,
+                    args.batch,
+                    proc.pid,
+                    head,
+                )
+            )
             if not args.skip_direct:
-                figures.append(phase(f"agents' /run directly, concurrency {c}",
-                                     lambda rows, c=c: run_direct(info["servers"], rows, c),
-                                     args.rollouts, args.batch, proc.pid, head))
+                figures.append(
+                    phase(
+                        f"agents' /run directly, concurrency {c}",
+                        lambda rows, c=c: run_direct(info["servers"], rows, c),
+                        args.rollouts,
+                        args.batch,
+                        proc.pid,
+                        head,
+                    )
+                )
         proc.terminate()
         print(f"stopped with exit code {proc.wait(60)}")
     finally:
@@ -99,8 +135,18 @@ def main() -> None:
     load1 = os.getloadavg()
     print(f"load average at the end: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"load_start": load0, "load_end": load1, "cores": os.cpu_count(),
-                                               "isolation": args.isolation, "phases": figures}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "load_start": load0,
+                    "load_end": load1,
+                    "cores": os.cpu_count(),
+                    "isolation": args.isolation,
+                    "phases": figures,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

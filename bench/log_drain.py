@@ -45,9 +45,14 @@ def one(mb: float, tmp: Path, idle: float) -> dict:
     app.write_text(progress_bar_app(mb, go_file="go") + app.read_text())
     env = {**os.environ, "GYM_RUNTIME_HOME": str(tmp / "home")}
     work = tmp / f"run-{mb:g}"
-    proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         line = proc.stdout.readline()
         if not line:
@@ -68,13 +73,27 @@ def one(mb: float, tmp: Path, idle: float) -> dict:
         time.sleep(idle)
         cpu_idle, rss_idle = cpu(daemon) - cpu1, daemon.memory_info().rss
         api = httpx.get(f"{head}/servers/acme_math/logs?tail=3", timeout=60, trust_env=False).content
-        cli = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "logs", "acme_math"], env=env,
-                             capture_output=True, timeout=120).stdout
+        cli = subprocess.run(
+            [sys.executable, "-m", "gym_runtime.cli.main", "logs", "acme_math"],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        ).stdout
         log = work / "logs/acme_math.log"
         size = sum(p.stat().st_size for p in (log, log.with_name(log.name + ".1")) if p.exists())
-        return {"mb": mb, "wall": wall, "cpu_bar": cpu_bar, "cpu_idle": cpu_idle, "rss0": rss0 / 2**20,
-                "rss_bar": rss_bar / 2**20, "rss_idle": rss_idle / 2**20, "log_bytes": size, "api_bytes": len(api),
-                "cli_bytes": len(cli), "cli_lines": cli.count(b"\n")}
+        return {
+            "mb": mb,
+            "wall": wall,
+            "cpu_bar": cpu_bar,
+            "cpu_idle": cpu_idle,
+            "rss0": rss0 / 2**20,
+            "rss_bar": rss_bar / 2**20,
+            "rss_idle": rss_idle / 2**20,
+            "log_bytes": size,
+            "api_bytes": len(api),
+            "cli_bytes": len(cli),
+            "cli_lines": cli.count(b"\n"),
+        }
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(60)
@@ -91,13 +110,17 @@ def main() -> None:
         load = os.getloadavg()[0]
         rows = [one(mb, tmp, args.idle) for mb in args.mb]
     print(f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
-    print(f"| bar MB | drained in | daemon CPU for the bar | CPU per MB | CPU over {args.idle:g} s after "
-          "| RSS before -> after bar -> idle | log files | /servers/acme_math/logs?tail=3 | `logs acme_math` |")
+    print(
+        f"| bar MB | drained in | daemon CPU for the bar | CPU per MB | CPU over {args.idle:g} s after "
+        "| RSS before -> after bar -> idle | log files | /servers/acme_math/logs?tail=3 | `logs acme_math` |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['mb']:g} | {r['wall']:.1f} s | {r['cpu_bar']:.2f} s | {r['cpu_bar'] / r['mb']:.3f} s "
-              f"| {r['cpu_idle']:.2f} s | {r['rss0']:.1f} -> {r['rss_bar']:.1f} -> {r['rss_idle']:.1f} MB "
-              f"| {r['log_bytes']:,} B | {r['api_bytes']:,} B | {r['cli_bytes']:,} B, {r['cli_lines']} lines |")
+        print(
+            f"| {r['mb']:g} | {r['wall']:.1f} s | {r['cpu_bar']:.2f} s | {r['cpu_bar'] / r['mb']:.3f} s "
+            f"| {r['cpu_idle']:.2f} s | {r['rss0']:.1f} -> {r['rss_bar']:.1f} -> {r['rss_idle']:.1f} MB "
+            f"| {r['log_bytes']:,} B | {r['api_bytes']:,} B | {r['cli_bytes']:,} B, {r['cli_lines']} lines |"
+        )
 
 
 if __name__ == "__main__":

@@ -52,9 +52,14 @@ def parent(pid: int) -> int | None:
 
 
 def one_run(pkg: Path, work: Path, env: dict[str, str], args: tuple[str, ...], settle: float) -> dict:
-    proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work),
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            start_new_session=True, env={**os.environ, **env})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **env},
+    )
     line = proc.stdout.readline()
     if not line:
         proc.wait()
@@ -84,7 +89,11 @@ def main() -> None:
     runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 3
     settle = float(argv[argv.index("--settle") + 1]) if "--settle" in argv else 5.0
     # --work DIR: reuse an earlier run's directory (its venvs), e.g. to compare two versions of the code
-    work = Path(argv[argv.index("--work") + 1]) if "--work" in argv else Path(tempfile.mkdtemp(prefix="gym-runtime-rayhead-"))
+    work = (
+        Path(argv[argv.index("--work") + 1])
+        if "--work" in argv
+        else Path(tempfile.mkdtemp(prefix="gym-runtime-rayhead-"))
+    )
     venvs = work / "venvs"
     env = {"GYM_RUNTIME_HOME": str(work / "home"), "GYM_RUNTIME_VENV_DIR": str(venvs)}
     pkg, _, _, genv, args = gym_rows(work)
@@ -97,9 +106,23 @@ def main() -> None:
     else:
         raise SystemExit("no learning run reached ready")
     # the learning run stopped at ready: start once more so the daemon harvests the learning dirs
-    proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir",
-                             str(work / f"harvest-{os.getpid()}"), *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, start_new_session=True, env={**os.environ, **env})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "up",
+            str(pkg),
+            "--work-dir",
+            str(work / f"harvest-{os.getpid()}"),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **env},
+    )
     proc.stdout.readline()
     t0 = time.monotonic()
     while learned_users(venvs)[0] < 4 and time.monotonic() - t0 < 300:
@@ -125,25 +148,37 @@ def main() -> None:
         for comp, (rss, pss, cpu, n) in sorted(by_comp.items(), key=lambda kv: -kv[1][0]):
             print(f"  {comp:20s} x{n}  RSS {rss:6.1f}  PSS {pss:6.1f}  CPU {cpu:5.2f} s")
             per.setdefault(comp, []).append((rss, pss, cpu))
-        ray_tot = (sum(v[0] for v in by_comp.values()), sum(v[1] for v in by_comp.values()),
-                   sum(v[2] for v in by_comp.values()), sum(v[3] for v in by_comp.values()))
+        ray_tot = (
+            sum(v[0] for v in by_comp.values()),
+            sum(v[1] for v in by_comp.values()),
+            sum(v[2] for v in by_comp.values()),
+            sum(v[3] for v in by_comp.values()),
+        )
         tree_rss = sum(v["rss_mb"] for v in r["by_role"].values())
         tree_pss = sum(v["pss_mb"] or 0.0 for v in r["by_role"].values())
-        print(f"  Ray total: {ray_tot[3]} processes, RSS {ray_tot[0]:.0f}, PSS {ray_tot[1]:.0f}, CPU {ray_tot[2]:.2f} s")
-        print("  tree by role: " + ", ".join(f"{k} {v['rss_mb']:.0f}/{(v['pss_mb'] or 0):.0f}"
-                                             for k, v in sorted(r["by_role"].items())) +
-              f"; total RSS {tree_rss:.0f}, PSS {tree_pss:.0f} MiB")
+        print(
+            f"  Ray total: {ray_tot[3]} processes, RSS {ray_tot[0]:.0f}, PSS {ray_tot[1]:.0f}, CPU {ray_tot[2]:.2f} s"
+        )
+        print(
+            "  tree by role: "
+            + ", ".join(f"{k} {v['rss_mb']:.0f}/{(v['pss_mb'] or 0):.0f}" for k, v in sorted(r["by_role"].items()))
+            + f"; total RSS {tree_rss:.0f}, PSS {tree_pss:.0f} MiB"
+        )
         print(f"  stop (SIGINT): {r['stop_s']:.2f} s, exit {r['exit']}, processes left {r['left']}")
         totals.append((*ray_tot[:3], tree_rss, tree_pss))
         stops.append(r["stop_s"])
     if totals:
         med = [statistics.median(t[k] for t in totals) for k in range(5)]
-        print(f"medians over {len(totals)} runs: Ray RSS {med[0]:.0f}, PSS {med[1]:.0f}, CPU {med[2]:.2f} s; "
-              f"tree RSS {med[3]:.0f}, PSS {med[4]:.0f} MiB; stop min {min(stops):.2f}, "
-              f"median {statistics.median(stops):.2f}, max {max(stops):.2f} s")
+        print(
+            f"medians over {len(totals)} runs: Ray RSS {med[0]:.0f}, PSS {med[1]:.0f}, CPU {med[2]:.2f} s; "
+            f"tree RSS {med[3]:.0f}, PSS {med[4]:.0f} MiB; stop min {min(stops):.2f}, "
+            f"median {statistics.median(stops):.2f}, max {max(stops):.2f} s"
+        )
         for comp, vals in sorted(per.items()):
-            print(f"  {comp:20s} RSS {statistics.median(v[0] for v in vals):6.1f}  "
-                  f"PSS {statistics.median(v[1] for v in vals):6.1f}  CPU {statistics.median(v[2] for v in vals):5.2f} s")
+            print(
+                f"  {comp:20s} RSS {statistics.median(v[0] for v in vals):6.1f}  "
+                f"PSS {statistics.median(v[1] for v in vals):6.1f}  CPU {statistics.median(v[2] for v in vals):5.2f} s"
+            )
 
 
 if __name__ == "__main__":

@@ -42,13 +42,19 @@ def one_start(pkg: Path, work: Path, env: dict[str, str], python: str) -> dict[s
     proc, info, _ = ready(pkg, work, env, ("--python", python))
     try:
         head = info["head_server"]
-        row = next(r for r in httpx.get(head + "/server_instances", trust_env=False).json()
-                   if r["process_name"] == RELAY)
+        row = next(
+            r for r in httpx.get(head + "/server_instances", trust_env=False).json() if r["process_name"] == RELAY
+        )
         procs = httpx.get(head + "/processes", trust_env=False).json()["processes"]
         relay = next(p for p in procs if p["member"] == RELAY and p["role"] == "server")
         total = sum(p.memory_info().rss for p in tree(proc.pid) if p.is_running()) / 2**20
-        return {"startup_s": info["startup_s"], "relay ready_after_s": row["ready_after_s"],
-                "relay rss_mb": relay["rss_mb"], "relay pss_mb": relay["pss_mb"] or 0.0, "tree rss_mb": total}
+        return {
+            "startup_s": info["startup_s"],
+            "relay ready_after_s": row["ready_after_s"],
+            "relay rss_mb": relay["rss_mb"],
+            "relay pss_mb": relay["pss_mb"] or 0.0,
+            "tree rss_mb": total,
+        }
     finally:
         stop(proc)
 
@@ -76,8 +82,7 @@ def main() -> None:
                 figures[label].append(f)
                 print(f"run {run + 1} {label}: " + ", ".join(f"{k} {v:.2f}" for k, v in f.items()))
         for label, runs in figures.items():
-            print(f"median {label}: " + ", ".join(f"{k} {statistics.median(r[k] for r in runs):.2f}"
-                                                  for k in runs[0]))
+            print(f"median {label}: " + ", ".join(f"{k} {statistics.median(r[k] for r in runs):.2f}" for k in runs[0]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

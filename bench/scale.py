@@ -55,7 +55,9 @@ def peers():
     return out
 '''
 
-RESOURCES = PEERS + r'''
+RESOURCES = (
+    PEERS
+    + r"""
 import time
 from http.server import HTTPServer, BaseHTTPRequestHandler
 me = peers()[os.environ["NEMO_GYM_CONFIG_PATH"]]
@@ -76,9 +78,12 @@ class H(BaseHTTPRequestHandler):  # HTTP/1.0: one request per connection, so no 
 class S(HTTPServer):
     request_queue_size = 256  # the rows in flight wait in the backlog, not in SYN retries (default 5)
 S((me["host"], int(me["port"])), H).serve_forever()
-'''
+"""
+)
 
-AGENT = PEERS + r'''
+AGENT = (
+    PEERS
+    + r"""
 import http.client
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 cfg = peers()
@@ -100,9 +105,12 @@ class H(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 ThreadingHTTPServer((me["host"], int(me["port"])), H).serve_forever()
-'''
+"""
+)
 
-SLOW_AGENT = PEERS + r'''
+SLOW_AGENT = (
+    PEERS
+    + r"""
 import time
 from http.server import HTTPServer, BaseHTTPRequestHandler
 me = peers()[os.environ["NEMO_GYM_CONFIG_PATH"]]
@@ -123,16 +131,26 @@ class H(BaseHTTPRequestHandler):  # HTTP/1.0 and not threaded: one /run at a tim
 class S(HTTPServer):
     request_queue_size = 256  # the rows in flight wait in the backlog, not in SYN retries (default 5)
 S((me["host"], int(me["port"])), H).serve_forever()
-'''
+"""
+)
 
 
 def package(root: Path, math_placement: dict, agent_placement: dict | None = None, agent: str = AGENT) -> Path:
-    return write_fixture_package(root, {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": math_placement}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_math"},
-            "placement": agent_placement or {"num_cpus": 0.25}}}},
-    }, apps={"acme_math": RESOURCES, "acme_agent": agent})
+    return write_fixture_package(
+        root,
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": math_placement}}},
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {
+                        "resources_server": {"type": "resources_servers", "name": "acme_math"},
+                        "placement": agent_placement or {"num_cpus": 0.25},
+                    }
+                }
+            },
+        },
+        apps={"acme_math": RESOURCES, "acme_agent": agent},
+    )
 
 
 def rows(n: int) -> list[dict]:
@@ -140,8 +158,9 @@ def rows(n: int) -> list[dict]:
 
 
 def start(cluster: LocalRayCluster, pkg: Path, tmp: Path):
-    proc = up_process(pkg, tmp, "--placement", "ray", "--ray-address", cluster.address, "--shutdown-grace", "2",
-                      env=cluster.env)
+    proc = up_process(
+        pkg, tmp, "--placement", "ray", "--ray-address", cluster.address, "--shutdown-grace", "2", env=cluster.env
+    )
     return proc, json.loads(read_ready_line(proc, timeout=900))
 
 
@@ -171,13 +190,15 @@ def throughput(cluster: LocalRayCluster, tmp: Path, replicas: int, n_rows: int) 
         stop(proc)
 
 
-def agent_throughput(cluster: LocalRayCluster, tmp: Path, replicas: int, n_rows: int,
-                     hold_ms: int) -> tuple[float, dict]:
+def agent_throughput(
+    cluster: LocalRayCluster, tmp: Path, replicas: int, n_rows: int, hold_ms: int
+) -> tuple[float, dict]:
     """rollouts/s through N agent replicas (1.5 CPUs each: one per worker) that hold each ``/run``
     ``hold_ms``, and the batch's ``summary``."""
     agent = SLOW_AGENT.replace("HOLD_S = 0.05", f"HOLD_S = {hold_ms / 1000}")
-    pkg = package(tmp / f"pkg-agent{replicas}-{hold_ms}", {"num_cpus": 0.25}, {"num_cpus": 1.5, "replicas": replicas},
-                  agent)
+    pkg = package(
+        tmp / f"pkg-agent{replicas}-{hold_ms}", {"num_cpus": 0.25}, {"num_cpus": 1.5, "replicas": replicas}, agent
+    )
     proc, info = start(cluster, pkg, tmp / f"run-agent{replicas}-{hold_ms}")
     try:
         with httpx.Client(trust_env=False, timeout=600) as c:
@@ -195,10 +216,12 @@ def agent_throughput(cluster: LocalRayCluster, tmp: Path, replicas: int, n_rows:
 def timeline(proc, t0: list[float], lines: list[str]) -> threading.Thread:
     """Copy the daemon's progress lines (stderr) into ``lines``, stamped in seconds since ``t0[0]``
     once it is set (the moment the raylet is killed): where the recovery time goes."""
+
     def read() -> None:
         for line in proc.stderr:
             if t0:
                 lines.append(f"  +{time.perf_counter() - t0[0]:6.2f}s {line.rstrip()[:160]}")
+
     t = threading.Thread(target=read, daemon=True)
     t.start()
     return t
@@ -243,8 +266,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=120, help="rows per measurement (default 120)")
     ap.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--agent-replicas", type=int, nargs="+", default=[1, 2], choices=[1, 2])
-    ap.add_argument("--agent-hold-ms", type=int, nargs="+", default=[50, 200],
-                    help="how long an agent replica holds each /run (default 50 and 200 ms)")
+    ap.add_argument(
+        "--agent-hold-ms",
+        type=int,
+        nargs="+",
+        default=[50, 200],
+        help="how long an agent replica holds each /run (default 50 and 200 ms)",
+    )
     ap.add_argument("--skip", nargs="+", default=[], choices=["resources", "agents", "node-loss"])
     args = ap.parse_args()
     cluster = LocalRayCluster()
@@ -252,29 +280,39 @@ def main() -> None:
         tmp = Path(d)
         try:
             t0 = time.perf_counter()
-            cluster.start({"a": {"num_cpus": 2, "resources": {"node_a": 1}},
-                           "b": {"num_cpus": 2, "resources": {"node_b": 1}}})
+            cluster.start(
+                {"a": {"num_cpus": 2, "resources": {"node_a": 1}}, "b": {"num_cpus": 2, "resources": {"node_b": 1}}}
+            )
             print(f"cluster: head + 2 workers on 127.0.0.1 in {time.perf_counter() - t0:.1f}s", flush=True)
             base = None
             for n in [] if "resources" in args.skip else args.replicas:
                 rate, where = throughput(cluster, tmp, n, args.rows * n)
                 base = base or rate
                 nodes = ", ".join(f"{k}@{v}" for k, v in sorted(where.items()) if k.startswith("acme_math"))
-                print(f"replicas={n}: {rate:6.1f} rollouts/s  ({rate / base:.2f} x the 1-replica figure; goal >= "
-                      f"{0.8 * n:.1f} x)  [{nodes}]", flush=True)
+                print(
+                    f"replicas={n}: {rate:6.1f} rollouts/s  ({rate / base:.2f} x the 1-replica figure; goal >= "
+                    f"{0.8 * n:.1f} x)  [{nodes}]",
+                    flush=True,
+                )
             for hold in [] if "agents" in args.skip else args.agent_hold_ms:
                 base = None
                 for n in args.agent_replicas:
                     rate, summary = agent_throughput(cluster, tmp, n, args.rows * n, hold)
                     base = base or rate
                     counts = ", ".join(f"{r['replica']}@{r['node']}: {r['rollouts']}" for r in summary["replicas"])
-                    print(f"agent replicas={n}, {hold} ms a /run: {rate:6.1f} rollouts/s ({rate / base:.2f} x; the "
-                          f"head's own figure {summary['rollouts_per_s']}/s at concurrency {summary['concurrency']})"
-                          f"  [{counts}]", flush=True)
+                    print(
+                        f"agent replicas={n}, {hold} ms a /run: {rate:6.1f} rollouts/s ({rate / base:.2f} x; the "
+                        f"head's own figure {summary['rollouts_per_s']}/s at concurrency {summary['concurrency']})"
+                        f"  [{counts}]",
+                        flush=True,
+                    )
             if "node-loss" not in args.skip:
                 seen, answered, name, lines = node_loss(cluster, tmp)
-                print(f"node loss (worker {name}, raylet SIGKILLed): seen after {seen:.2f}s (goal < 5 s), the stable "
-                      f"address answered again after {answered:.2f}s (goal < 10 s); the daemon's lines:", flush=True)
+                print(
+                    f"node loss (worker {name}, raylet SIGKILLed): seen after {seen:.2f}s (goal < 5 s), the stable "
+                    f"address answered again after {answered:.2f}s (goal < 10 s); the daemon's lines:",
+                    flush=True,
+                )
                 print("\n".join(lines), flush=True)
         finally:
             cluster.stop()

@@ -63,16 +63,31 @@ def gym_rows(work: Path, version: str = "0.4.0") -> tuple[Path, list[dict], str,
     if python is None:
         raise SystemExit(f"--gym needs a Python that nemo-gym {version} accepts under pyenv")
     pkg, rows = assemble_gym_package(gym_wheel(python, version), work / "gym-pkg")
-    env = {"GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0", "GYM_RUNTIME_PIN_OPENAI": "2.7.2", "GYM_RUNTIME_PIN_MODE": "gym"} \
-        if version == "0.4.0" else {"GYM_RUNTIME_PIN_NEMO_GYM": version}
+    env = (
+        {"GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0", "GYM_RUNTIME_PIN_OPENAI": "2.7.2", "GYM_RUNTIME_PIN_MODE": "gym"}
+        if version == "0.4.0"
+        else {"GYM_RUNTIME_PIN_NEMO_GYM": version}
+    )
     return pkg, rows, "example_single_tool_call_simple_agent", env, ("--python", python)
 
 
-def one_stop(pkg: Path, rows: list[dict], work: Path, env: dict[str, str], args: tuple[str, ...],
-             sig: int, at: float | None = None) -> dict:
-    proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work),
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, **env})
+def one_stop(
+    pkg: Path,
+    rows: list[dict],
+    work: Path,
+    env: dict[str, str],
+    args: tuple[str, ...],
+    sig: int,
+    at: float | None = None,
+) -> dict:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **env},
+    )
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
     reader.start()
@@ -106,32 +121,47 @@ def one_stop(pkg: Path, rows: list[dict], work: Path, env: dict[str, str], args:
     left = sum(running(p) for p in pids)
     slow = [ln.strip() for ln in err if any(m in ln for m in SLOW_MARKS)]
     steps = next((ln.split("] ", 1)[-1].strip() for ln in err if "stop took" in ln), "")
-    return {"stop_s": took, "exit": code, "left": left, "slow": slow, "steps": steps, "load": os.getloadavg()[0],
-            "phase": phase}
+    return {
+        "stop_s": took,
+        "exit": code,
+        "left": left,
+        "slow": slow,
+        "steps": steps,
+        "load": os.getloadavg()[0],
+        "phase": phase,
+    }
 
 
 def main() -> None:
     argv = sys.argv[1:]
     runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 10
-    sig = signal.SIGTERM if "TERM" in (argv[argv.index("--signal") + 1] if "--signal" in argv else "INT") \
+    sig = (
+        signal.SIGTERM
+        if "TERM" in (argv[argv.index("--signal") + 1] if "--signal" in argv else "INT")
         else signal.SIGINT
+    )
     extra = ("--isolation", argv[argv.index("--isolation") + 1]) if "--isolation" in argv else ()
     work = Path(tempfile.mkdtemp(prefix="gym-runtime-stops-"))
     env = {"GYM_RUNTIME_HOME": str(work / "home"), "GYM_RUNTIME_VENV_DIR": str(work / "venvs")}
     if "--gym" in argv:
-        pkg, rows, agent, genv, args = gym_rows(work, argv[argv.index("--gym-version") + 1]
-                                                if "--gym-version" in argv else "0.4.0")
+        pkg, rows, agent, genv, args = gym_rows(
+            work, argv[argv.index("--gym-version") + 1] if "--gym-version" in argv else "0.4.0"
+        )
         env.update(genv)
         rows = rows_for(rows, agent, 11)
     else:
-        positional = [a for i, a in enumerate(argv) if not a.startswith("--") and (i == 0 or not argv[i - 1].startswith("--"))]
+        positional = [
+            a for i, a in enumerate(argv) if not a.startswith("--") and (i == 0 or not argv[i - 1].startswith("--"))
+        ]
         pkg, rows, agent = example_rows()
         pkg = Path(positional[0]).resolve() if positional else pkg
         rows, args = rows_for(rows, agent, 24), ()
     at = float(argv[argv.index("--at") + 1]) if "--at" in argv else None
     cold = "--cold" in argv
-    print(f"package: {pkg}; {runs} stops by {signal.Signals(sig).name}"
-          + (f", {at:g} s after the launch{' with the venvs deleted' if cold else ''}" if at is not None else ""))
+    print(
+        f"package: {pkg}; {runs} stops by {signal.Signals(sig).name}"
+        + (f", {at:g} s after the launch{' with the venvs deleted' if cold else ''}" if at is not None else "")
+    )
     if at is not None and not cold:
         r = one_stop(pkg, rows, work / "prepare", env, (*args, *extra), sig)
         print("venvs prepared by a run to ready" if "error" not in r else f"preparing run: {r['error']}")
@@ -144,15 +174,20 @@ def main() -> None:
             print(f"run {i + 1}: {r['error']}")
             continue
         times.append(r["stop_s"])
-        print(f"run {i + 1}: stop {r['stop_s']:.2f} s (load average {r['load']:.1f}), exit {r['exit']}, "
-              f"processes left {r['left']}" + (f"; slow: {' | '.join(r['slow'])}" if r["slow"] else "")
-              + (f"\n  at: {r['phase']}" if at is not None else "")
-              + (f"\n  daemon: {r['steps']}" if r["steps"] else ""))
+        print(
+            f"run {i + 1}: stop {r['stop_s']:.2f} s (load average {r['load']:.1f}), exit {r['exit']}, "
+            f"processes left {r['left']}"
+            + (f"; slow: {' | '.join(r['slow'])}" if r["slow"] else "")
+            + (f"\n  at: {r['phase']}" if at is not None else "")
+            + (f"\n  daemon: {r['steps']}" if r["steps"] else "")
+        )
     if times:
         times.sort()
         p90 = times[min(len(times) - 1, int(0.9 * len(times)))]
-        print(f"stop seconds over {len(times)} runs: min {times[0]:.2f}, median {statistics.median(times):.2f}, "
-              f"p90 {p90:.2f}, max {times[-1]:.2f}")
+        print(
+            f"stop seconds over {len(times)} runs: min {times[0]:.2f}, median {statistics.median(times):.2f}, "
+            f"p90 {p90:.2f}, max {times[-1]:.2f}"
+        )
 
 
 if __name__ == "__main__":

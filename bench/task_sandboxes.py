@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-CLIENT = r'''
+CLIENT = r"""
 import asyncio, json, statistics, sys, time
 from nemo_gym.sandbox import AsyncSandbox, SandboxSpec
 
@@ -68,7 +68,7 @@ async def main():
     print(json.dumps(out))
 
 asyncio.run(main())
-'''
+"""
 
 
 async def run(args: argparse.Namespace) -> dict:
@@ -85,11 +85,22 @@ async def run(args: argparse.Namespace) -> dict:
         server = TaskSandboxServer(service)
         await server.start()
         try:
-            env = {"PATH": "/usr/bin:/bin", "GYM_RUNTIME_SANDBOX_URL": server.url,
-                   "GYM_RUNTIME_SANDBOX_TOKEN": service.token("bench")}
+            env = {
+                "PATH": "/usr/bin:/bin",
+                "GYM_RUNTIME_SANDBOX_URL": server.url,
+                "GYM_RUNTIME_SANDBOX_TOKEN": service.token("bench"),
+            }
             proc = await asyncio.create_subprocess_exec(
-                str(python), "-c", CLIENT, str(args.creates), str(args.execs), str(args.parallel), env=env,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                str(python),
+                "-c",
+                CLIENT,
+                str(args.creates),
+                str(args.execs),
+                str(args.parallel),
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
             out, err = await proc.communicate()
             if proc.returncode != 0:
                 raise SystemExit(err.decode()[-3000:])
@@ -109,8 +120,7 @@ def main() -> None:
     print(f"{'provider':<14}" + "".join(f"{k:>26}" for k in keys))
     for name in ("gym_runtime", "local"):
         print(f"{name:<14}" + "".join(f"{res[name][k]:>26}" for k in keys))
-    print(f"(gym_runtime sandboxes at level {res['level']}: own user, pid, mount and network namespaces; "
-          "local: none)")
+    print(f"(gym_runtime sandboxes at level {res['level']}: own user, pid, mount and network namespaces; local: none)")
     print(json.dumps({"bench": "task_sandboxes", **vars(args), **res}))
 
 

@@ -46,8 +46,10 @@ def bench(label: str, tree: Path, runs: int, scratch: Path) -> None:
         treecopy.remove(dest)
     assert last is not None
     med = statistics.median(seconds) * 1000
-    print(f"  {label:<32} {last.files:>6} files {treecopy.human(last.size):>10}  median {med:8.1f} ms"
-          f"  (min {min(seconds) * 1000:.1f}, max {max(seconds) * 1000:.1f}; {tree})")
+    print(
+        f"  {label:<32} {last.files:>6} files {treecopy.human(last.size):>10}  median {med:8.1f} ms"
+        f"  (min {min(seconds) * 1000:.1f}, max {max(seconds) * 1000:.1f}; {tree})"
+    )
 
 
 def main() -> None:
@@ -65,8 +67,10 @@ def main() -> None:
             for name, tree in found.items():
                 bench(name, tree, args.runs, scratch)
             total = [treecopy.make(t, t.parent.parent, scratch / f"all-{n}") for n, t in found.items()]
-            print(f"  all {len(total)} trees at one start: {sum(c.files for c in total)} files, "
-                  f"{treecopy.human(sum(c.size for c in total))}, {sum(c.seconds for c in total) * 1000:.1f} ms")
+            print(
+                f"  all {len(total)} trees at one start: {sum(c.files for c in total)} files, "
+                f"{treecopy.human(sum(c.size for c in total))}, {sum(c.seconds for c in total) * 1000:.1f} ms"
+            )
             for n in found:
                 treecopy.remove(scratch / f"all-{n}")
         if args.synthetic_mb:

@@ -39,13 +39,19 @@ from tests.helpers.daemon import running  # noqa: E402
 
 
 def launch(pkg: Path, work: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work),
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            start_new_session=True, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
-def ready(pkg: Path, work: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
-          ) -> tuple[subprocess.Popen, dict, float]:
+def ready(
+    pkg: Path, work: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen, dict, float]:
     """Start ``up`` and wait for its ready line: (process, ready info, wall seconds)."""
     t0 = time.monotonic()
     proc = launch(pkg, work, env, args)
@@ -57,15 +63,18 @@ def ready(pkg: Path, work: Path, env: dict[str, str] | None = None, args: tuple[
     return proc, json.loads(line), wall
 
 
-def start_figure(label: str, pkg: Path, work: Path, env: dict[str, str] | None = None,
-                 args: tuple[str, ...] = ()) -> tuple[subprocess.Popen, dict]:
+def start_figure(
+    label: str, pkg: Path, work: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen, dict]:
     """Print one time-to-ready line (and the tree's memory); returns the running daemon."""
     proc, info, wall = ready(pkg, work, env, args)
     procs = tree(proc.pid)
     rss = sum(p.memory_info().rss for p in procs if p.is_running())
-    print(f"time-to-ready, {label}: {info['startup_s']:.2f} s in the daemon, {wall:.2f} s wall "
-          f"(isolation {info['isolation']}, ray {info['ray']['mode']}); tree {len(procs)} processes, "
-          f"{rss / 2**20:.0f} MB RSS, {cpu_s(procs):.1f} CPU s; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"time-to-ready, {label}: {info['startup_s']:.2f} s in the daemon, {wall:.2f} s wall "
+        f"(isolation {info['isolation']}, ray {info['ray']['mode']}); tree {len(procs)} processes, "
+        f"{rss / 2**20:.0f} MB RSS, {cpu_s(procs):.1f} CPU s; load average {os.getloadavg()[0]:.1f}"
+    )
     return proc, info
 
 
@@ -126,17 +135,25 @@ def gym_figures(work: Path) -> None:
         return
     pkg, _ = assemble_gym_package(gym_wheel(python), work / "gym-pkg")
     venvs = work / "gym-venvs"
-    env = {"GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0", "GYM_RUNTIME_PIN_OPENAI": "2.7.2", "GYM_RUNTIME_PIN_MODE": "gym",
-           "GYM_RUNTIME_VENV_DIR": str(venvs), "GYM_RUNTIME_HOME": str(work / "home")}
+    env = {
+        "GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0",
+        "GYM_RUNTIME_PIN_OPENAI": "2.7.2",
+        "GYM_RUNTIME_PIN_MODE": "gym",
+        "GYM_RUNTIME_VENV_DIR": str(venvs),
+        "GYM_RUNTIME_HOME": str(work / "home"),
+    }
     print(f"real Gym package (nemo-gym 0.4.0: vllm_model, example_single_tool_call, simple_agent; {python})")
-    proc, info = start_figure("no venvs (uv cache warm), learning bytecode", pkg, work / "gym-cold", env,
-                              ("--python", python))
+    proc, info = start_figure(
+        "no venvs (uv cache warm), learning bytecode", pkg, work / "gym-cold", env, ("--python", python)
+    )
     t0, users = time.monotonic(), len(info["servers"]) + (info["ray"]["mode"] == "local")
     while learned_users(venvs)[0] < users and time.monotonic() - t0 < 300:
         time.sleep(0.2)
     learned, pycs = learned_users(venvs)
-    print(f"bytecode learned for {learned}/{users} processes {time.monotonic() - t0:.2f} s after ready "
-          f"({pycs} .pyc in the venvs)")
+    print(
+        f"bytecode learned for {learned}/{users} processes {time.monotonic() - t0:.2f} s after ready "
+        f"({pycs} .pyc in the venvs)"
+    )
     while stored_users(work / "home") < learned and time.monotonic() - t0 < 300:
         time.sleep(0.2)
     print(f"saved to the bytecode store {time.monotonic() - t0:.2f} s after ready")
@@ -146,13 +163,16 @@ def gym_figures(work: Path) -> None:
         proc, info, wall = ready(pkg, work / f"gym-cached{i}", env, ("--python", python))
         best = min(best or info["startup_s"], info["startup_s"])
         took, left = stop(proc)
-        print(f"time-to-ready, venvs and bytecode cached, run {i + 1}: {info['startup_s']:.2f} s in the daemon, "
-              f"{wall:.2f} s wall; shutdown {took:.2f} s, processes left: {left}")
+        print(
+            f"time-to-ready, venvs and bytecode cached, run {i + 1}: {info['startup_s']:.2f} s in the daemon, "
+            f"{wall:.2f} s wall; shutdown {took:.2f} s, processes left: {left}"
+        )
     print(f"real Gym package cached start (best of 3): {best:.2f} s (target <= 16 s)")
     for i in range(2):
         shutil.rmtree(venvs)  # the uv cache and the bytecode store are kept
-        proc, info = start_figure(f"no venvs, bytecode store kept, run {i + 1}", pkg, work / f"gym-stored{i}", env,
-                                  ("--python", python))
+        proc, info = start_figure(
+            f"no venvs, bytecode store kept, run {i + 1}", pkg, work / f"gym-stored{i}", env, ("--python", python)
+        )
         stop(proc)
 
 
@@ -189,8 +209,11 @@ def main() -> None:
     proc, _ = start_figure("no venvs, bytecode store kept", pkg, work / "stored", cached)
     stop(proc)
 
-    phases = ((0.4, "config / venv check", cached), (1.0, "venvs building", {**cached, "GYM_RUNTIME_VENV_DIR": str(work / "v2")}),
-              (1.2, "servers starting", cached))
+    phases = (
+        (0.4, "config / venv check", cached),
+        (1.0, "venvs building", {**cached, "GYM_RUNTIME_VENV_DIR": str(work / "v2")}),
+        (1.2, "servers starting", cached),
+    )
     for delay, phase, env in phases:
         proc = launch(pkg, work / f"mid{delay}", env)
         time.sleep(delay)

@@ -66,13 +66,20 @@ def model_figures() -> None:
     python = vllm_engine.vllm_venv() / "bin" / "python"
     with tempfile.TemporaryDirectory(prefix="tiny-model-") as out:
         t0, cpu0 = time.monotonic(), sum(os.times()[2:4])
-        done = subprocess.run([str(python), str(vllm_engine.MAKER), out], capture_output=True, text=True,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True)
+        done = subprocess.run(
+            [str(python), str(vllm_engine.MAKER), out],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            check=True,
+        )
         took = time.monotonic() - t0
         facts = json.loads(done.stdout.strip().splitlines()[-1])
         cpu = sum(os.times()[2:4]) - cpu0
-        print(f"tiny model made: {took:.1f} s wall, {cpu:.1f} s CPU ({facts['seconds']} s after the imports, "
-              f"{facts['parameters']} parameters, vocab {facts['vocab']}), {size_mb(Path(out)):.2f} MB")
+        print(
+            f"tiny model made: {took:.1f} s wall, {cpu:.1f} s CPU ({facts['seconds']} s after the imports, "
+            f"{facts['parameters']} parameters, vocab {facts['vocab']}), {size_mb(Path(out)):.2f} MB"
+        )
 
 
 def median_ms(url: str, body: dict, n: int) -> float:
@@ -86,22 +93,46 @@ def median_ms(url: str, body: dict, n: int) -> float:
 
 
 def up_figures(engine: VLLMServer, n: int, work: Path) -> None:
-    env = {**os.environ, **shared_venvs(), "GYM_RUNTIME_POLICY_API_KEY": "EMPTY",
-           "GYM_RUNTIME_HOME": str(work / "home")}
+    env = {
+        **os.environ,
+        **shared_venvs(),
+        "GYM_RUNTIME_POLICY_API_KEY": "EMPTY",
+        "GYM_RUNTIME_HOME": str(work / "home"),
+    }
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(QUICKSTART), "--work-dir",
-                             str(work / "up"), "--policy-base-url", engine.base_url, "--policy-model-name",
-                             engine.model, "--probe-policy", "policy_model.responses_api_models.vllm_model."
-                             "uses_reasoning_parser=true"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, start_new_session=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "up",
+            str(QUICKSTART),
+            "--work-dir",
+            str(work / "up"),
+            "--policy-base-url",
+            engine.base_url,
+            "--policy-model-name",
+            engine.model,
+            "--probe-policy",
+            "policy_model.responses_api_models.vllm_model.uses_reasoning_parser=true",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
     try:
         line = proc.stdout.readline()
         if not line:
             raise SystemExit(f"up exited {proc.wait()} without a ready line (logs: {work / 'up'})")
         print(f"up --probe-policy ready against the engine: {time.monotonic() - t0:.1f} s")
         model = json.loads(line)["servers"]["policy_model"]
-        body = {"input": [{"role": "user", "content": "Reply with the word OK."}], "temperature": 0,
-                "max_output_tokens": 16}
+        body = {
+            "input": [{"role": "user", "content": "Reply with the word OK."}],
+            "temperature": 0,
+            "max_output_tokens": 16,
+        }
         took = median_ms(model + "/v1/responses", body, n)
         print(f"the same turn through the built-in vllm_model (/v1/responses): median {took:.0f} ms")
     finally:
@@ -130,10 +161,16 @@ def main() -> None:
             cpu0 = sum(sum(p.cpu_times()[:2]) for p in tree)
             time.sleep(5)
             print(f"engine idle CPU: {(sum(sum(p.cpu_times()[:2]) for p in tree) - cpu0) / 5 * 100:.1f} %")
-            body = {"model": engine.model, "messages": [{"role": "user", "content": "Reply with the word OK."}],
-                    "temperature": 0, "max_tokens": 16}
-            print(f"the OK turn (think block and reply, <= 16 tokens) straight to the engine: median "
-                  f"{median_ms(engine.base_url + '/chat/completions', body, args.completions):.0f} ms")
+            body = {
+                "model": engine.model,
+                "messages": [{"role": "user", "content": "Reply with the word OK."}],
+                "temperature": 0,
+                "max_tokens": 16,
+            }
+            print(
+                f"the OK turn (think block and reply, <= 16 tokens) straight to the engine: median "
+                f"{median_ms(engine.base_url + '/chat/completions', body, args.completions):.0f} ms"
+            )
             up_figures(engine, args.completions, work)
         finally:
             t0 = time.monotonic()

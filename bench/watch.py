@@ -32,8 +32,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         pkg, rows = watched_quickstart(work)
-        run = WatchRun(pkg, rows, work / "run", "--samples", str(a.samples),
-                       env={"GYM_RUNTIME_HOME": str(work / "home"), **shared_venvs()})
+        run = WatchRun(
+            pkg,
+            rows,
+            work / "run",
+            "--samples",
+            str(a.samples),
+            env={"GYM_RUNTIME_HOME": str(work / "home"), **shared_venvs()},
+        )
         try:
             run.table(1)
             took = []
@@ -43,8 +49,10 @@ def main() -> None:
                 run.table(i + 2)
                 took.append(time.perf_counter() - t0)
                 print(f"edit {i + 1}: {took[-1]:.2f} s", flush=True)
-            print(f"median edit -> new table: {statistics.median(took):.2f} s over {len(took)} edits "
-                  f"(min {min(took):.2f}, max {max(took):.2f}); load average {os.getloadavg()}")
+            print(
+                f"median edit -> new table: {statistics.median(took):.2f} s over {len(took)} edits "
+                f"(min {min(took):.2f}, max {max(took):.2f}); load average {os.getloadavg()}"
+            )
             print(f"exit on Ctrl-C: {run.interrupt()}")
         finally:
             run.close()

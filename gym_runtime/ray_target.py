@@ -62,15 +62,23 @@ class RayTarget:
         return "ray: not used (no address given and no server needs it)"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "address": self.address, "source": self.source,
-                "needed_by": list(self.needed_by), "without": list(self.without)}
+        return {
+            "mode": self.mode,
+            "address": self.address,
+            "source": self.source,
+            "needed_by": list(self.needed_by),
+            "without": list(self.without),
+        }
 
 
 def _split(address: str, source: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise SettingsError(f"{source}={address!r} is not a Ray GCS address host:port, 'auto' or 'local'",
-                            code="GR-RAY-ADDRESS", hint="use the head node's GCS address, e.g. 10.0.0.5:6379")
+        raise SettingsError(
+            f"{source}={address!r} is not a Ray GCS address host:port, 'auto' or 'local'",
+            code="GR-RAY-ADDRESS",
+            hint="use the head node's GCS address, e.g. 10.0.0.5:6379",
+        )
     return host.strip("[]"), int(port)
 
 
@@ -78,12 +86,17 @@ def check_address(address: str, source: str) -> None:
     """Reject dashboard / Ray Client URLs (C26 case 1); raises :class:`SettingsError`."""
     low = address.lower()
     if low.startswith(("http://", "https://")):
-        raise SettingsError(f"{source}={address} looks like a dashboard URL; ray.init needs the GCS "
-                            "address (host:6379) or 'auto'", code="GR-RAY-DASHBOARD-URL",
-                            hint=f"set {source} to the head node's GCS address host:port (`ray status` shows it)")
+        raise SettingsError(
+            f"{source}={address} looks like a dashboard URL; ray.init needs the GCS address (host:6379) or 'auto'",
+            code="GR-RAY-DASHBOARD-URL",
+            hint=f"set {source} to the head node's GCS address host:port (`ray status` shows it)",
+        )
     if low.startswith("ray://"):
-        raise SettingsError(f"{source}={address} is a Ray Client address; servers join with the GCS address",
-                            code="GR-RAY-CLIENT-URL", hint="use host:port of the head node's GCS (default 6379)")
+        raise SettingsError(
+            f"{source}={address} is a Ray Client address; servers join with the GCS address",
+            code="GR-RAY-CLIENT-URL",
+            hint="use host:port of the head node's GCS (default 6379)",
+        )
     if low not in ("auto", "local"):
         _split(address, source)
 
@@ -104,8 +117,11 @@ def find_running_cluster() -> str | None:
     latest = services.find_bootstrap_address(None)
     if latest and _over_loopback(latest) in running:
         return _over_loopback(latest)
-    raise SettingsError(f"ray address 'auto' is ambiguous: {len(running)} clusters run here ({', '.join(running)})",
-                        code="GR-RAY-AUTO", hint="give the GCS address host:port of the one to join")
+    raise SettingsError(
+        f"ray address 'auto' is ambiguous: {len(running)} clusters run here ({', '.join(running)})",
+        code="GR-RAY-AUTO",
+        hint="give the GCS address host:port of the one to join",
+    )
 
 
 def _over_loopback(address: str) -> str:
@@ -126,16 +142,21 @@ def wait_reachable(address: str, source: str, timeout_s: float) -> None:
         with socket.create_connection((host, port), timeout=timeout_s):
             return
     except OSError as e:
-        raise StartError(f"ray: cannot reach the cluster at {address} (from {source}) within {timeout_s:g}s: "
-                         f"{e.strerror or e}", code="GR-RAY-UNREACHABLE",
-                         hint=f"start that cluster, fix {source}, or unset it to let gym-runtime decide") from None
+        raise StartError(
+            f"ray: cannot reach the cluster at {address} (from {source}) within {timeout_s:g}s: {e.strerror or e}",
+            code="GR-RAY-UNREACHABLE",
+            hint=f"start that cluster, fix {source}, or unset it to let gym-runtime decide",
+        ) from None
 
 
 def given(flag: str | None, config_value: Any, environ: Mapping[str, str]) -> tuple[str, str] | None:
     """The address that decides, as ``(value, source)``, checked (a dashboard URL raises
     :class:`SettingsError` before anything is built); None when no source gives one."""
-    for value, source in ((flag, "--ray-address"), (config_value, "config ray_head_node_address"),
-                          (environ.get("RAY_ADDRESS"), "RAY_ADDRESS")):
+    for value, source in (
+        (flag, "--ray-address"),
+        (config_value, "config ray_head_node_address"),
+        (environ.get("RAY_ADDRESS"), "RAY_ADDRESS"),
+    ):
         if value not in (None, ""):
             value = str(value).strip()
             check_address(value, source)
@@ -151,8 +172,9 @@ def check_given(flag: str | None, config_value: Any, environ: Mapping[str, str],
         raise _no_join(*chosen, ())
 
 
-def choose(flag: str | None, config_value: Any, environ: Mapping[str, str], needed_by: list[str],
-           scope: str = "environment") -> RayTarget:
+def choose(
+    flag: str | None, config_value: Any, environ: Mapping[str, str], needed_by: list[str], scope: str = "environment"
+) -> RayTarget:
     """Decide the target (no I/O except ``auto`` discovery). ``scope``: the sandbox backend's
     ``ray_scope`` (module doc). Raises :class:`SettingsError`, and under scope ``server``
     :class:`SandboxServiceSettingsError` ``GR-OSB-RAY`` for an address to join."""
@@ -170,10 +192,12 @@ def choose(flag: str | None, config_value: Any, environ: Mapping[str, str], need
         return RayTarget("join", value, source, needs)
     found = find_running_cluster()
     if found is None:
-        raise SettingsError(f"{source}=auto but no running Ray cluster was found on this host (no gcs_server "
-                            "process)", code="GR-RAY-AUTO",
-                            hint="start the cluster first, give its GCS address host:port, or use 'local' for a "
-                            "private instance; gym-runtime never starts a second cluster silently")
+        raise SettingsError(
+            f"{source}=auto but no running Ray cluster was found on this host (no gcs_server process)",
+            code="GR-RAY-AUTO",
+            hint="start the cluster first, give its GCS address host:port, or use 'local' for a "
+            "private instance; gym-runtime never starts a second cluster silently",
+        )
     return RayTarget("join", found, f"{source}=auto (found running cluster)", needs)
 
 
@@ -184,10 +208,12 @@ def _no_join(value: str, source: str, needs: tuple[str, ...]) -> SandboxServiceS
     return SandboxServiceSettingsError(
         f"sandbox backend opensandbox cannot join the Ray cluster given by {source}={value}{users}: a Ray driver "
         "joins a cluster only from one of the cluster's nodes (ray.init(address=...) needs that node's raylet on "
-        "its own host), and a server's sandbox is no node of it", code="GR-OSB-RAY",
+        "its own host), and a server's sandbox is no node of it",
+        code="GR-OSB-RAY",
         hint=f"unset {source} to let each server that uses Ray start its own in its sandbox (NeMo Gym's "
         "initialize_ray without ray_head_node_address), or use --sandbox-backend local to join the cluster "
-        "(docs/runtime.md, \"Sandbox backends\")")
+        '(docs/runtime.md, "Sandbox backends")',
+    )
 
 
 def ray_level(target: RayTarget, requested: str | None, require_full: bool) -> str | None:
@@ -206,11 +232,14 @@ def ray_level(target: RayTarget, requested: str | None, require_full: bool) -> s
     if best == "none" or best == want:
         return requested
     if require_full:
-        raise IsolationError(f"full isolation required (--require-isolation) but {', '.join(target.needed_by)} "
-                             "use Ray, whose drivers find their raylet by scanning the process table, which a "
-                             "private pid namespace hides" + (" (and a cluster outside the sandbox is only "
-                             "reachable on the host network)" if want == "none" else ""), code="GR-SANDBOX-RAY",
-                             hint="drop --require-isolation (Ray servers then run at 'partial': own network "
-                             "namespace and filesystem view, host /proc read-only), or declare `ray_enabled = False` "
-                             "on the server classes that never call Ray (NeMo Gym 0.7)")
+        raise IsolationError(
+            f"full isolation required (--require-isolation) but {', '.join(target.needed_by)} "
+            "use Ray, whose drivers find their raylet by scanning the process table, which a "
+            "private pid namespace hides"
+            + (" (and a cluster outside the sandbox is only reachable on the host network)" if want == "none" else ""),
+            code="GR-SANDBOX-RAY",
+            hint="drop --require-isolation (Ray servers then run at 'partial': own network "
+            "namespace and filesystem view, host /proc read-only), or declare `ray_enabled = False` "
+            "on the server classes that never call Ray (NeMo Gym 0.7)",
+        )
     return want

@@ -51,20 +51,46 @@ class Runtime:
     callable receiving human progress lines).
     """
 
-    def __init__(self, package: Any, *, overrides: list[str] | None = None,
-                 job_config: tuple[dict[str, Any], str] | None = None,
-                 policy_base_url: str | list[str] | None = None, policy_api_key: str | None = None,
-                 policy_model_name: str | None = None, head_host: str = "127.0.0.1", head_port: int | None = None,
-                 ray_address: str | None = None, work_dir: str | Path | None = None, require_isolation: bool = False,
-                 isolation: str | None = None, python: str | None = None, placement: str = "local",
-                 max_concurrent_rollouts: int | None = None, options: SuperviseOptions | None = None,
-                 settings: RuntimeSettings | None = None, progress=None, sandbox_backend: str | None = None) -> None:
+    def __init__(
+        self,
+        package: Any,
+        *,
+        overrides: list[str] | None = None,
+        job_config: tuple[dict[str, Any], str] | None = None,
+        policy_base_url: str | list[str] | None = None,
+        policy_api_key: str | None = None,
+        policy_model_name: str | None = None,
+        head_host: str = "127.0.0.1",
+        head_port: int | None = None,
+        ray_address: str | None = None,
+        work_dir: str | Path | None = None,
+        require_isolation: bool = False,
+        isolation: str | None = None,
+        python: str | None = None,
+        placement: str = "local",
+        max_concurrent_rollouts: int | None = None,
+        options: SuperviseOptions | None = None,
+        settings: RuntimeSettings | None = None,
+        progress=None,
+        sandbox_backend: str | None = None,
+    ) -> None:
         self.request = UpRequest(
-            package, list(overrides or []), PolicyValues(policy_base_url, policy_api_key, policy_model_name),
-            head_host, head_port, ray_address, Path(work_dir) if work_dir else None, require_isolation, isolation,
-            python, options=options or SuperviseOptions(), placement=placement,
-            max_concurrent_rollouts=max_concurrent_rollouts, job_config=job_config,
-            sandbox_backend=sandbox_backend)
+            package,
+            list(overrides or []),
+            PolicyValues(policy_base_url, policy_api_key, policy_model_name),
+            head_host,
+            head_port,
+            ray_address,
+            Path(work_dir) if work_dir else None,
+            require_isolation,
+            isolation,
+            python,
+            options=options or SuperviseOptions(),
+            placement=placement,
+            max_concurrent_rollouts=max_concurrent_rollouts,
+            job_config=job_config,
+            sandbox_backend=sandbox_backend,
+        )
         self.settings = settings or load_settings()
         self.progress = progress
         self.env: Environment | None = None

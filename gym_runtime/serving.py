@@ -51,8 +51,9 @@ class LoopServer:
             self._task = None
 
 
-def listening_socket(host: str, port: int = 0, *, reuse: bool = False,
-                     prepare: Callable[[socket.socket], None] | None = None) -> socket.socket:
+def listening_socket(
+    host: str, port: int = 0, *, reuse: bool = False, prepare: Callable[[socket.socket], None] | None = None
+) -> socket.socket:
     """A TCP socket bound to ``host:port`` (0: a free port) and listening (backlog 512), IPv6 when
     ``host`` holds a colon; ``reuse`` sets ``SO_REUSEADDR``, ``prepare`` runs before the bind. ``IPPROTO_TCP``: asyncio sets ``TCP_NODELAY`` only on sockets of that
     protocol; without it an answer's head and body wait for the client's delayed ACK (40 ms a call)."""

@@ -83,17 +83,37 @@ PIN_MODES = ("gym", "auto", "none")
 VENDOR_PLATFORMS = ("linux/amd64", "linux/arm64")
 RAY_UNDECLARED = ("when-imported", "always")  # GYM_RUNTIME_RAY_UNDECLARED, the default first
 DEFAULT_SERVER_PIDS = 4096
-PIN_VARS = {"nemo-gym": "GYM_RUNTIME_PIN_NEMO_GYM", "ray[default]": "GYM_RUNTIME_PIN_RAY",
-            "openai": "GYM_RUNTIME_PIN_OPENAI"}
+PIN_VARS = {
+    "nemo-gym": "GYM_RUNTIME_PIN_NEMO_GYM",
+    "ray[default]": "GYM_RUNTIME_PIN_RAY",
+    "openai": "GYM_RUNTIME_PIN_OPENAI",
+}
 SERVER_ENV_VAR = "GYM_RUNTIME_SERVER_ENV"
 # What GYM_RUNTIME_SERVER_ENV cannot pass: the variables the server process contract sets itself
 # (gym_runtime/supervise/contract.py; a test holds the two together), and whole families the runtime
 # owns (its settings, the operator's egress, Ray's and uv's, the interpreter's and the loader's).
-SERVER_ENV_RESERVED = frozenset({
-    "PATH", "VIRTUAL_ENV", "HOME", "TMPDIR", "LANG", "NEMO_GYM_CONFIG_DICT", "NEMO_GYM_CONFIG_PATH", "HF_HOME",
-    "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
-    "http_proxy", "https_proxy", "no_proxy", "all_proxy",
-})
+SERVER_ENV_RESERVED = frozenset(
+    {
+        "PATH",
+        "VIRTUAL_ENV",
+        "HOME",
+        "TMPDIR",
+        "LANG",
+        "NEMO_GYM_CONFIG_DICT",
+        "NEMO_GYM_CONFIG_PATH",
+        "HF_HOME",
+        "HF_DATASETS_CACHE",
+        "TOKENIZERS_PARALLELISM",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "all_proxy",
+    }
+)
 SERVER_ENV_RESERVED_PREFIXES = ("GYM_RUNTIME_", "NMP_RL_SANDBOX_", "RAY_", "UV_", "PYTHON", "LD_", "OPENSANDBOX_")
 SANDBOX_BACKENDS = ("local", "opensandbox")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -178,8 +198,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     home = Path(env.get("GYM_RUNTIME_HOME") or Path.home() / ".cache" / "gym-runtime").expanduser()
     mode = env.get("GYM_RUNTIME_PIN_MODE", "auto")
     if mode not in PIN_MODES:
-        raise SettingsError(f"GYM_RUNTIME_PIN_MODE={mode!r} is not one of {', '.join(PIN_MODES)}",
-                            hint="unset it for the default (auto)")
+        raise SettingsError(
+            f"GYM_RUNTIME_PIN_MODE={mode!r} is not one of {', '.join(PIN_MODES)}",
+            hint="unset it for the default (auto)",
+        )
     from gym_runtime.gym_release.releases import CURRENT, known_release
 
     sdk = env.get(PIN_VARS["nemo-gym"]) or CURRENT
@@ -189,8 +211,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         openai = known_release(CURRENT).default_openai
     defaults = {
         "nemo-gym": (CURRENT, "the runtime's default: the current NeMo Gym release"),
-        "ray[default]": (_installed("ray", "2.60.0"), "the runtime's default (the ray version it runs with, "
-                         "so servers can join its cluster)"),
+        "ray[default]": (
+            _installed("ray", "2.60.0"),
+            "the runtime's default (the ray version it runs with, so servers can join its cluster)",
+        ),
         "openai": (openai, f"the runtime's default (the newest openai nemo-gym {sdk} accepts)"),
     }
     pins, origins = {}, {}
@@ -204,29 +228,37 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     pids = _limit(env, "GYM_RUNTIME_SERVER_PIDS", DEFAULT_SERVER_PIDS)
     vendor_platform = env.get("GYM_RUNTIME_VENDOR_PLATFORM") or None
     if vendor_platform is not None and vendor_platform not in VENDOR_PLATFORMS:
-        raise SettingsError(f"GYM_RUNTIME_VENDOR_PLATFORM={vendor_platform!r} is not one of "
-                            f"{', '.join(VENDOR_PLATFORMS)}", hint="unset it to require `vendor --platform`")
+        raise SettingsError(
+            f"GYM_RUNTIME_VENDOR_PLATFORM={vendor_platform!r} is not one of {', '.join(VENDOR_PLATFORMS)}",
+            hint="unset it to require `vendor --platform`",
+        )
     from gym_runtime.task_sandboxes.settings import load as load_task_sandboxes
 
     capture = env.get("GYM_RUNTIME_TOKEN_CAPTURE_DIR") or None
     if capture is not None and not Path(capture).is_absolute():
-        raise SettingsError(f"GYM_RUNTIME_TOKEN_CAPTURE_DIR={capture!r} is not an absolute path",
-                            code="GR-SETTINGS-TOKEN-CAPTURE-DIR",
-                            hint="give the absolute directory the model servers write token ids to and the trainer "
-                            "reads (node-local), or unset it")
+        raise SettingsError(
+            f"GYM_RUNTIME_TOKEN_CAPTURE_DIR={capture!r} is not an absolute path",
+            code="GR-SETTINGS-TOKEN-CAPTURE-DIR",
+            hint="give the absolute directory the model servers write token ids to and the trainer "
+            "reads (node-local), or unset it",
+        )
 
-    backend = check_sandbox_backend(env.get("GYM_RUNTIME_SANDBOX_BACKEND") or "local",
-                                    "GYM_RUNTIME_SANDBOX_BACKEND")
+    backend = check_sandbox_backend(env.get("GYM_RUNTIME_SANDBOX_BACKEND") or "local", "GYM_RUNTIME_SANDBOX_BACKEND")
     preload = (env.get("GYM_RUNTIME_PRELOAD") or "on").strip().lower()
     if preload not in ("on", "off"):
-        raise SettingsError(f"GYM_RUNTIME_PRELOAD={preload!r} is neither `on` nor `off`", code="GR-SETTINGS-PRELOAD",
-                            hint="`off` starts every server on its own; unset it for the default (`on`)")
+        raise SettingsError(
+            f"GYM_RUNTIME_PRELOAD={preload!r} is neither `on` nor `off`",
+            code="GR-SETTINGS-PRELOAD",
+            hint="`off` starts every server on its own; unset it for the default (`on`)",
+        )
     undeclared = (env.get("GYM_RUNTIME_RAY_UNDECLARED") or RAY_UNDECLARED[0]).strip().lower()
     if undeclared not in RAY_UNDECLARED:
-        raise SettingsError(f"GYM_RUNTIME_RAY_UNDECLARED={undeclared!r} is not one of {', '.join(RAY_UNDECLARED)}",
-                            code="GR-SETTINGS-RAY-UNDECLARED",
-                            hint="`always` gives every Gym server whose class declares no ray_enabled a Ray driver, "
-                            "as NeMo Gym does; unset it for the default (only when its tree imports Ray)")
+        raise SettingsError(
+            f"GYM_RUNTIME_RAY_UNDECLARED={undeclared!r} is not one of {', '.join(RAY_UNDECLARED)}",
+            code="GR-SETTINGS-RAY-UNDECLARED",
+            hint="`always` gives every Gym server whose class declares no ray_enabled a Ray driver, "
+            "as NeMo Gym does; unset it for the default (only when its tree imports Ray)",
+        )
     return RuntimeSettings(
         home=home,
         venv_dir=Path(env.get("GYM_RUNTIME_VENV_DIR") or home / "venvs").expanduser(),
@@ -256,10 +288,13 @@ def check_sandbox_backend(name: str, where: str) -> str:
     """``name`` when it is one of :data:`SANDBOX_BACKENDS`; raises :class:`SettingsError`
     (``GR-SETTINGS-SANDBOX-BACKEND``) naming ``where`` it came from (the variable or the flag)."""
     if name not in SANDBOX_BACKENDS:
-        raise SettingsError(f"{where}={name!r} is not one of {', '.join(SANDBOX_BACKENDS)}",
-                            code="GR-SETTINGS-SANDBOX-BACKEND", hint="use local (namespaces on this host, the "
-                            "default) or opensandbox (the operator's OpenSandbox server: set OPENSANDBOX_DOMAIN, "
-                            "OPENSANDBOX_API_KEY and GYM_RUNTIME_OPENSANDBOX_IMAGE)")
+        raise SettingsError(
+            f"{where}={name!r} is not one of {', '.join(SANDBOX_BACKENDS)}",
+            code="GR-SETTINGS-SANDBOX-BACKEND",
+            hint="use local (namespaces on this host, the "
+            "default) or opensandbox (the operator's OpenSandbox server: set OPENSANDBOX_DOMAIN, "
+            "OPENSANDBOX_API_KEY and GYM_RUNTIME_OPENSANDBOX_IMAGE)",
+        )
     return name
 
 
@@ -275,16 +310,22 @@ def opensandbox_connection(env: Mapping[str, str]) -> Any:
 
     protocol = env.get("OPENSANDBOX_PROTOCOL") or "http"
     if protocol not in ("http", "https"):
-        raise SettingsError(f"OPENSANDBOX_PROTOCOL={protocol!r} is not http or https",
-                            code="GR-SETTINGS-OPENSANDBOX", hint="unset it for http")
+        raise SettingsError(
+            f"OPENSANDBOX_PROTOCOL={protocol!r} is not http or https",
+            code="GR-SETTINGS-OPENSANDBOX",
+            hint="unset it for http",
+        )
     cpu = env.get("GYM_RUNTIME_OPENSANDBOX_CPU") or "1"
     try:
         ok = float(cpu) > 0
     except ValueError:
         ok = False
     if not ok:
-        raise SettingsError(f"GYM_RUNTIME_OPENSANDBOX_CPU={cpu!r} is not a number of CPUs > 0",
-                            code="GR-SETTINGS-OPENSANDBOX", hint="e.g. 1 or 0.5; unset it for 1")
+        raise SettingsError(
+            f"GYM_RUNTIME_OPENSANDBOX_CPU={cpu!r} is not a number of CPUs > 0",
+            code="GR-SETTINGS-OPENSANDBOX",
+            hint="e.g. 1 or 0.5; unset it for 1",
+        )
     daemon_host = (env.get("GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST") or "").strip() or None
     if daemon_host is not None:
         import ipaddress
@@ -292,25 +333,40 @@ def opensandbox_connection(env: Mapping[str, str]) -> Any:
         try:
             ipaddress.ip_address(daemon_host)
         except ValueError:
-            raise SettingsError(f"GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST={daemon_host!r} is not an IP address",
-                                code="GR-SETTINGS-OPENSANDBOX", hint="give this host's address on the sandboxes' "
-                                "network (it becomes an allow rule of their networkPolicy)") from None
+            raise SettingsError(
+                f"GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST={daemon_host!r} is not an IP address",
+                code="GR-SETTINGS-OPENSANDBOX",
+                hint="give this host's address on the sandboxes' "
+                "network (it becomes an allow rule of their networkPolicy)",
+            ) from None
     egress = env.get("GYM_RUNTIME_OPENSANDBOX_EGRESS") or "enforced"
     if egress not in ("enforced", "unenforced"):
-        raise SettingsError(f"GYM_RUNTIME_OPENSANDBOX_EGRESS={egress!r} is not enforced or unenforced",
-                            code="GR-SETTINGS-OPENSANDBOX", hint="unset it: the allowlist is enforced by the "
-                            "server's egress sidecar")
+        raise SettingsError(
+            f"GYM_RUNTIME_OPENSANDBOX_EGRESS={egress!r} is not enforced or unenforced",
+            code="GR-SETTINGS-OPENSANDBOX",
+            hint="unset it: the allowlist is enforced by the server's egress sidecar",
+        )
     from gym_runtime.task_sandboxes.approval import SETTING, ApprovedImages
 
     try:
         task_images = ApprovedImages.parse(env.get(SETTING) or "")
     except ValueError as e:
-        raise SettingsError(f"{SETTING}: {e}", code="GR-SETTINGS-OPENSANDBOX",
-                            hint="give images (registry.example/team/task:1) and prefixes ending in '/' "
-                            "(registry.example/team/), comma-separated") from None
-    return OpenSandboxConnection(domain=domain, api_key=env.get("OPENSANDBOX_API_KEY") or None, protocol=protocol,
-                                 image=env.get("GYM_RUNTIME_OPENSANDBOX_IMAGE") or None, cpu=cpu,
-                                 daemon_host=daemon_host, egress=egress, task_images=task_images)
+        raise SettingsError(
+            f"{SETTING}: {e}",
+            code="GR-SETTINGS-OPENSANDBOX",
+            hint="give images (registry.example/team/task:1) and prefixes ending in '/' "
+            "(registry.example/team/), comma-separated",
+        ) from None
+    return OpenSandboxConnection(
+        domain=domain,
+        api_key=env.get("OPENSANDBOX_API_KEY") or None,
+        protocol=protocol,
+        image=env.get("GYM_RUNTIME_OPENSANDBOX_IMAGE") or None,
+        cpu=cpu,
+        daemon_host=daemon_host,
+        egress=egress,
+        task_images=task_images,
+    )
 
 
 def parse_server_env(raw: str) -> tuple[tuple[str, str | None], ...]:
@@ -323,14 +379,19 @@ def parse_server_env(raw: str) -> tuple[tuple[str, str | None], ...]:
             continue
         instance, _, name = entry.rpartition(":")
         if not _ENV_NAME.match(name) or (instance and not _INSTANCE_NAME.match(instance)) or entry.startswith(":"):
-            raise SettingsError(f"{SERVER_ENV_VAR}: {entry!r} is neither a variable name nor INSTANCE:NAME",
-                                code="GR-SETTINGS-SERVER-ENV", hint=f"write {SERVER_ENV_VAR}=OPENROUTER_API_KEY,"
-                                "my_judge:JUDGE_TOKEN (names only: the values are read from this environment)")
+            raise SettingsError(
+                f"{SERVER_ENV_VAR}: {entry!r} is neither a variable name nor INSTANCE:NAME",
+                code="GR-SETTINGS-SERVER-ENV",
+                hint=f"write {SERVER_ENV_VAR}=OPENROUTER_API_KEY,"
+                "my_judge:JUDGE_TOKEN (names only: the values are read from this environment)",
+            )
         if name in SERVER_ENV_RESERVED or name.startswith(SERVER_ENV_RESERVED_PREFIXES):
-            raise SettingsError(f"{SERVER_ENV_VAR}: {name} is set or owned by gym-runtime for every server, so it "
-                                "cannot be passed through", code="GR-SETTINGS-SERVER-ENV",
-                                hint=f"remove {name} from {SERVER_ENV_VAR} (docs/architecture.md §7.1 lists what "
-                                "each server gets)")
+            raise SettingsError(
+                f"{SERVER_ENV_VAR}: {name} is set or owned by gym-runtime for every server, so it "
+                "cannot be passed through",
+                code="GR-SETTINGS-SERVER-ENV",
+                hint=f"remove {name} from {SERVER_ENV_VAR} (docs/architecture.md §7.1 lists what each server gets)",
+            )
         pair = (name, instance or None)
         if pair not in out:
             out.append(pair)
@@ -354,8 +415,9 @@ def _limit(env: Mapping[str, str], var: str, default: int | None) -> int | None:
     except ValueError:
         value = -1
     if value < 0:
-        raise SettingsError(f"{var}={raw!r} is not a whole number >= 0", hint=f"unset {var} for the default, "
-                            "or set 0 for no limit")
+        raise SettingsError(
+            f"{var}={raw!r} is not a whole number >= 0", hint=f"unset {var} for the default, or set 0 for no limit"
+        )
     return value or None
 
 
@@ -368,5 +430,9 @@ def policy_from_environ(environ: Mapping[str, str] | None = None) -> PolicyValue
     urls: str | list[str] | None = url
     if url and "," in url:
         urls = [u.strip() for u in url.split(",") if u.strip()]
-    return PolicyValues(urls, env.get("GYM_RUNTIME_POLICY_API_KEY") or None,
-                        env.get("GYM_RUNTIME_POLICY_MODEL_NAME") or None, origin="environment")
+    return PolicyValues(
+        urls,
+        env.get("GYM_RUNTIME_POLICY_API_KEY") or None,
+        env.get("GYM_RUNTIME_POLICY_MODEL_NAME") or None,
+        origin="environment",
+    )

@@ -32,16 +32,19 @@ def problems() -> list[str]:
     own = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
     out = []
     if python.path != own:
-        out.append(f"GYM_RUNTIME_PYTHON={settings.python} is {python.describe()}, not the runtime's own "
-                   f"interpreter {own}")
+        out.append(
+            f"GYM_RUNTIME_PYTHON={settings.python} is {python.describe()}, not the runtime's own interpreter {own}"
+        )
     for need, rows in groupby(RELEASES, key=lambda r: r.requires_python):
         versions = [r.version for r in rows]
         ok = known_release(versions[0]).python_spec.contains(python.version, prereleases=True)
         print(f"nemo-gym {versions[0]}-{versions[-1]}: Python {need}: {'ok' if ok else 'NO'} ({python.version})")
     current = known_release(CURRENT).python_spec
     if not current.contains(python.version, prereleases=True):
-        out.append(f"{python.describe()} cannot run nemo-gym {CURRENT}, the current release, which needs Python "
-                   f"{current}: use a base whose python3.13 is new enough (docs/container.md)")
+        out.append(
+            f"{python.describe()} cannot run nemo-gym {CURRENT}, the current release, which needs Python "
+            f"{current}: use a base whose python3.13 is new enough (docs/container.md)"
+        )
     if settings.vendor_platform is None:
         out.append("GYM_RUNTIME_VENDOR_PLATFORM is not set (each Dockerfile sets its architecture's)")
         return out
@@ -50,8 +53,10 @@ def problems() -> list[str]:
     print(f"vendor default: {target.describe()}, platform tags {tags[0]} ... {tags[-1]}")
     if tags[0] not in {t.platform for t in sys_tags()}:
         libc = " ".join(platform.libc_ver())
-        out.append(f"this interpreter ({platform.machine()}, {libc}) does not install {tags[0]} wheels: the base "
-                   f"is not {settings.vendor_platform}, or its glibc is older than the target's")
+        out.append(
+            f"this interpreter ({platform.machine()}, {libc}) does not install {tags[0]} wheels: the base "
+            f"is not {settings.vendor_platform}, or its glibc is older than the target's"
+        )
     return out
 
 

@@ -111,7 +111,7 @@ def _copy(src, dst):
             return
         view = memoryview(chunk)
         while view:
-            view = view[os.write(dst, view):]
+            view = view[os.write(dst, view) :]
 
 
 def _child_file(ctl, req, fds):

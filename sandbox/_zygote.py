@@ -79,8 +79,10 @@ def _check(ret, what):
 
 
 def _mount(src, target, fstype, flags, data=None):
-    _check(libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(), flags,
-                      data and data.encode()), "mount %s" % target)
+    _check(
+        libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(), flags, data and data.encode()),
+        "mount %s" % target,
+    )
 
 
 def _drop_capabilities():
@@ -99,8 +101,11 @@ def _scope_signals():
     what it starts may signal (or trace) only themselves, not the parent nor another server."""
     abi = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, LANDLOCK_CREATE_RULESET_VERSION)
     if abi < 6:
-        raise OSError(errno.ENOSYS, "Landlock cannot scope signals on this kernel (ABI %s, 6 needed: Linux 6.12)"
-                      % (abi if abi >= 0 else "none"))
+        raise OSError(
+            errno.ENOSYS,
+            "Landlock cannot scope signals on this kernel (ABI %s, 6 needed: Linux 6.12)"
+            % (abi if abi >= 0 else "none"),
+        )
     attr = ctypes.create_string_buffer(struct.pack("QQQ", 0, 0, LANDLOCK_SCOPE_SIGNAL), 24)
     fd = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, attr, 24, 0)
     if fd < 0:
@@ -186,8 +191,9 @@ def _become(req, private):
         raise
     except BaseException as e:  # what `python script` prints: the traceback from the server's own code on
         tb = e.__traceback__
-        while tb is not None and (tb.tb_frame.f_code.co_filename == __file__
-                                  or tb.tb_frame.f_globals.get("__name__") == "runpy"):
+        while tb is not None and (
+            tb.tb_frame.f_code.co_filename == __file__ or tb.tb_frame.f_globals.get("__name__") == "runpy"
+        ):
             tb = tb.tb_next
         sys.excepthook(type(e), e.with_traceback(tb), tb)  # the hook reads the exception's own traceback
         sys.exit(1)
@@ -281,10 +287,16 @@ def _fresh(source, cached):
 def _report(path):
     """Write to ``path`` the source file of every imported module that was compiled here, not read
     from bytecode (module doc)."""
-    files = sorted({f for m in list(sys.modules.values())
-                    if isinstance(f := getattr(m, "__file__", None), str) and f.endswith(".py")
-                    and getattr(getattr(m, "__spec__", None), "origin", None) != "frozen"  # built into the interpreter
-                    and not _fresh(f, getattr(m, "__cached__", None))})
+    files = sorted(
+        {
+            f
+            for m in list(sys.modules.values())
+            if isinstance(f := getattr(m, "__file__", None), str)
+            and f.endswith(".py")
+            and getattr(getattr(m, "__spec__", None), "origin", None) != "frozen"  # built into the interpreter
+            and not _fresh(f, getattr(m, "__cached__", None))
+        }
+    )
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as out:
         out.write("".join(f + "\n" for f in files))
@@ -309,8 +321,14 @@ def _preload(modules, report=None):
             pass
     gc.collect()
     gc.freeze()  # what it imported is left out of the children's collections: their pages stay shared
-    return {"op": "preloaded", "ok": ok, "failed": failed, "threads": threads,
-            "seconds": round(time.monotonic() - started, 3), "views": _try_view()}
+    return {
+        "op": "preloaded",
+        "ok": ok,
+        "failed": failed,
+        "threads": threads,
+        "seconds": round(time.monotonic() - started, 3),
+        "views": _try_view(),
+    }
 
 
 def _try_view():
@@ -380,7 +398,7 @@ def main():
             return
         for level, kind, data in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
         req = json.loads(msg)
         if req["op"] == "preload":
             _send(ctl, _preload(req["modules"], req.get("report")))

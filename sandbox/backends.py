@@ -38,12 +38,12 @@ from .policy import EgressPolicy
 
 LOCAL_GIVES = {
     "full": "user, network, pid, mount, ipc and uts namespaces (bubblewrap), an egress proxy enforcing "
-            "the allowlist, per-server cgroup limits",
+    "the allowlist, per-server cgroup limits",
     "partial": "network namespace and egress proxy; no private /proc (masked-/proc fallback); without "
-               "bubblewrap each server runs from a private copy of its tree (what it writes there stays out "
-               "of the package)",
+    "bubblewrap each server runs from a private copy of its tree (what it writes there stays out "
+    "of the package)",
     "none": "no isolation: servers share the host's network, files and processes (egress not enforced); each "
-            "runs from a private copy of its tree (what it writes there stays out of the package)",
+    "runs from a private copy of its tree (what it writes there stays out of the package)",
 }
 
 
@@ -59,8 +59,9 @@ class LocalBackend:
     async def reap_leftovers(self) -> list[str]:
         return []
 
-    async def start(self, policy: EgressPolicy, work_dir: Path, *, require_full: bool = False,
-                    level: str | None = None) -> Any:
+    async def start(
+        self, policy: EgressPolicy, work_dir: Path, *, require_full: bool = False, level: str | None = None
+    ) -> Any:
         """:meth:`sandbox.Sandbox.start` (raises :class:`~gym_runtime.errors.IsolationError`)."""
         from .core import Sandbox
 
@@ -71,8 +72,13 @@ class LocalBackend:
 
         report = await asyncio.to_thread(probe_isolation)
         level = report.level.value
-        return {"backend": self.name, "status": "ok", "isolation": level, "gives": LOCAL_GIVES[level],
-                "reasons": list(report.reasons)}
+        return {
+            "backend": self.name,
+            "status": "ok",
+            "isolation": level,
+            "gives": LOCAL_GIVES[level],
+            "reasons": list(report.reasons),
+        }
 
     async def close(self) -> None:
         return None

@@ -92,8 +92,16 @@ def _etc_files(dirs: BoxDirs, hostname: str | None) -> tuple[Path, Path]:
     return hosts, resolv
 
 
-def box_bwrap_argv(bwrap: str, root: BoxRoot, dirs: BoxDirs, workdir: str, proc_mode: str, info_fd: int,
-                   extra_ro: Sequence[tuple[Path, str]] = (), hostname: str | None = SANDBOX_HOSTNAME) -> list[str]:
+def box_bwrap_argv(
+    bwrap: str,
+    root: BoxRoot,
+    dirs: BoxDirs,
+    workdir: str,
+    proc_mode: str,
+    info_fd: int,
+    extra_ro: Sequence[tuple[Path, str]] = (),
+    hostname: str | None = SANDBOX_HOSTNAME,
+) -> list[str]:
     """The keeper's bubblewrap command for ``root`` (module doc). ``workdir``: the box's working
     directory inside (made writable); ``info_fd``: where bubblewrap writes its JSON info
     (``child-pid``: the host pid of the box's init); ``extra_ro``: (host path, path inside) pairs
@@ -101,9 +109,20 @@ def box_bwrap_argv(bwrap: str, root: BoxRoot, dirs: BoxDirs, workdir: str, proc_
     (``launch.base_bwrap_args``)."""
     hosts, resolv = _etc_files(dirs, hostname)
     if root.kind == "host":
-        args = [bwrap, *base_bwrap_args(proc_mode, hostname), "--unshare-net",
-                "--ro-bind", str(hosts), "/etc/hosts", "--ro-bind", str(resolv), "/etc/resolv.conf",
-                "--bind", str(dirs.home), "/root"]
+        args = [
+            bwrap,
+            *base_bwrap_args(proc_mode, hostname),
+            "--unshare-net",
+            "--ro-bind",
+            str(hosts),
+            "/etc/hosts",
+            "--ro-bind",
+            str(resolv),
+            "/etc/resolv.conf",
+            "--bind",
+            str(dirs.home),
+            "/root",
+        ]
         if not (workdir == "/tmp" or workdir.startswith("/tmp/")):
             (dirs.base / "workdir").mkdir(exist_ok=True)
             args += ["--bind", str(dirs.base / "workdir"), workdir]
@@ -115,11 +134,27 @@ def box_bwrap_argv(bwrap: str, root: BoxRoot, dirs: BoxDirs, workdir: str, proc_
         etc.mkdir(exist_ok=True)
         (etc / "hosts").write_text(hosts.read_text())
         (etc / "resolv.conf").write_text(resolv.read_text())
-        args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                *(["--hostname", hostname] if hostname else []), "--unshare-net",
-                "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-                "--disable-userns", "--overlay-src", str(root.path), "--overlay", str(dirs.upper), str(dirs.work),
-                "/"]
+        args = [
+            bwrap,
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            *(["--hostname", hostname] if hostname else []),
+            "--unshare-net",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--disable-userns",
+            "--overlay-src",
+            str(root.path),
+            "--overlay",
+            str(dirs.upper),
+            str(dirs.work),
+            "/",
+        ]
         args += ["--proc", "/proc"] if proc_mode == "mount" else ["--ro-bind", "/proc", "/proc"]
         args += ["--dev", "/dev", "--dir", workdir]
     for host_path, inside in extra_ro:

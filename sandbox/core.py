@@ -30,15 +30,23 @@ from .proxy import EgressProxy, Resolver, connect_or_close, host_dial, serve_for
 log = logging.getLogger("sandbox")
 MAX_DENIALS = 1000
 PORT_RANGE = range(20000, 32768)  # below Linux's ephemeral range, so client sockets never collide
-_HINT = ("run where unprivileged user namespaces are allowed (user.max_user_namespaces > 0, no AppArmor/seccomp "
-         "block), with an unmasked /proc (Kubernetes: procMount: Unmasked) and bubblewrap available")
+_HINT = (
+    "run where unprivileged user namespaces are allowed (user.max_user_namespaces > 0, no AppArmor/seccomp "
+    "block), with an unmasked /proc (Kubernetes: procMount: Unmasked) and bubblewrap available"
+)
 
 
 class Sandbox:
     """One environment's sandbox. Create with ``await Sandbox.start(...)``; see the package docstring."""
 
-    def __init__(self, policy: EgressPolicy, work_dir: Path, report: IsolationReport, level: IsolationLevel,
-                 resolver: Resolver | None) -> None:
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        work_dir: Path,
+        report: IsolationReport,
+        level: IsolationLevel,
+        resolver: Resolver | None,
+    ) -> None:
         self.policy = policy
         self.work_dir = Path(work_dir)
         self.report = report
@@ -71,20 +79,32 @@ class Sandbox:
 
     # ---------------------------------------------------------------- start / stop
     @classmethod
-    async def start(cls, policy: EgressPolicy, work_dir: Path, require_full: bool = False,
-                    level: IsolationLevel | None = None, resolver: Resolver | None = None) -> Sandbox:
+    async def start(
+        cls,
+        policy: EgressPolicy,
+        work_dir: Path,
+        require_full: bool = False,
+        level: IsolationLevel | None = None,
+        resolver: Resolver | None = None,
+    ) -> Sandbox:
         """Probe (cached), pick the level (``level`` forces a lower one), start the namespace holder
         and the endpoint forwards. Call from the event-loop thread. Raises IsolationError when
         ``require_full`` and the level is below full, or when ``level`` is above what the host allows."""
         report = await asyncio.to_thread(probe_isolation)
         chosen = report.level if level is None else IsolationLevel(level)
         if chosen.rank > report.level.rank:
-            raise IsolationError(f"isolation level {chosen.value!r} requested but this host allows only "
-                                 f"{report.level.value!r}", cause="; ".join(report.reasons), hint=_HINT)
+            raise IsolationError(
+                f"isolation level {chosen.value!r} requested but this host allows only {report.level.value!r}",
+                cause="; ".join(report.reasons),
+                hint=_HINT,
+            )
         if require_full and chosen != IsolationLevel.FULL:
             why = "; ".join(report.reasons) or f"level forced to {chosen.value}"
-            raise IsolationError(f"full isolation required (--require-isolation) but only {chosen.value!r} "
-                                 "is available", cause=why, hint=_HINT)
+            raise IsolationError(
+                f"full isolation required (--require-isolation) but only {chosen.value!r} is available",
+                cause=why,
+                hint=_HINT,
+            )
         Path(work_dir).mkdir(parents=True, exist_ok=True)
         sb = cls(policy, Path(work_dir), report, chosen, resolver)
         if chosen != report.level:
@@ -259,8 +279,14 @@ class Sandbox:
                 peers.append(host)
         peers += list(self._endpoint_addrs.values())
         no_proxy = ",".join(dict.fromkeys(peers))
-        return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
-                "NO_PROXY": no_proxy, "no_proxy": no_proxy}
+        return {
+            "HTTP_PROXY": url,
+            "HTTPS_PROXY": url,
+            "http_proxy": url,
+            "https_proxy": url,
+            "NO_PROXY": no_proxy,
+            "no_proxy": no_proxy,
+        }
 
     # ---------------------------------------------------------------- processes
     def _spawn_sync(self, spec: ProcessSpec, proxy_port: int) -> SandboxedProcess:
@@ -275,16 +301,21 @@ class Sandbox:
         ro = [*spec.read_only_paths, *interpreter_roots(spec.argv[0])]
         uncovered = [p for p in spec.cow_paths if spec.tree is None or Path(p) != Path(spec.tree)]
         if uncovered and self.bwrap is None:  # the tree's own copy is its writable view (treecopy.py)
-            log.warning("server %s: no copy-on-write view of %s without bubblewrap (isolation %s)", spec.name,
-                        ", ".join(uncovered), self.level.value)
+            log.warning(
+                "server %s: no copy-on-write view of %s without bubblewrap (isolation %s)",
+                spec.name,
+                ", ".join(uncovered),
+                self.level.value,
+            )
         fd, rest = None, None
         if self.bwrap is not None:
             command = list(spec.argv)
             if spec.private_env:  # never in bubblewrap's environment: a pipe to the launcher (launch.py)
                 fd, rest = private_pipe(spec.private_env)
                 command = launcher_argv(spec.argv, fd)
-            argv = bwrap_argv(self.bwrap, spec, self.proc_mode, ro, self._state / "hosts", resolv, command,
-                              self.hostname)
+            argv = bwrap_argv(
+                self.bwrap, spec, self.proc_mode, ro, self._state / "hosts", resolv, command, self.hostname
+            )
         else:
             argv = list(spec.argv)
             env.update(spec.private_env)  # the process started is the server itself
@@ -304,8 +335,14 @@ class Sandbox:
                 log.info("server %s starts on its own: %s", spec.name, why)
         try:
             popen = subprocess.Popen(
-                argv, cwd=str(spec.cwd), env=env, stdin=subprocess.DEVNULL, stdout=spec.stdout_fd,
-                stderr=spec.stderr_fd, close_fds=True, start_new_session=True,
+                argv,
+                cwd=str(spec.cwd),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=spec.stdout_fd,
+                stderr=spec.stderr_fd,
+                close_fds=True,
+                start_new_session=True,
                 pass_fds=(*spec.pass_fds, *(() if fd is None else (fd,))),
                 preexec_fn=make_preexec(spec.limits, cg.procs_files, join, os.getpid()),
             )
@@ -313,8 +350,10 @@ class Sandbox:
             cg.remove()
             if rest is not None:  # ends on EPIPE once the read end is closed, closing the write end
                 rest.start()
-            raise StartError(f"server {spec.name!r} could not be started in the sandbox: {e}",
-                             hint=f"argv[0]={spec.argv[0]!r} must be an absolute interpreter path") from e
+            raise StartError(
+                f"server {spec.name!r} could not be started in the sandbox: {e}",
+                hint=f"argv[0]={spec.argv[0]!r} must be an absolute interpreter path",
+            ) from e
         finally:
             if fd is not None:
                 os.close(fd)
@@ -326,8 +365,9 @@ class Sandbox:
             self._ensure_watcher()
         return proc
 
-    def _fork(self, parent: Zygote, spec: ProcessSpec, env: dict[str, str], resolv: Path,
-              cg: CgroupSlot) -> SandboxedProcess:
+    def _fork(
+        self, parent: Zygote, spec: ProcessSpec, env: dict[str, str], resolv: Path, cg: CgroupSlot
+    ) -> SandboxedProcess:
         """Server ``spec`` forked from its venv's preloaded parent (sandbox/zygote.py); raises
         StartError when the fork failed (nothing of it runs: it never reached its cgroups)."""
         child = parent.fork(spec, env, resolv if self.holder is not None else None, cg.procs_files)

@@ -56,8 +56,14 @@ class NameForwards:
     """The DNS answers and forwards of one network namespace. ``listen(ip, port)`` makes a
     listening TCP socket inside it (or an awaitable of one); ``subnet`` is the second octet of the answered addresses."""
 
-    def __init__(self, policy: EgressPolicy, on_deny: Callable[[dict], None],
-                 listen: Callable[[str, int], Any], resolver: Resolver | None = None, subnet: int = 2) -> None:
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        on_deny: Callable[[dict], None],
+        listen: Callable[[str, int], Any],
+        resolver: Resolver | None = None,
+        subnet: int = 2,
+    ) -> None:
         self.policy, self.on_deny, self.listen, self.resolver, self.subnet = policy, on_deny, listen, resolver, subnet
         self._clients: dict[str, int] = {}
         self._names: dict[tuple[str, str], str] = {}
@@ -93,8 +99,13 @@ class NameForwards:
     def _deny(self, client: str, host: str, rule: str, port: int | None = None) -> None:
         """One denial: of a lookup (``port`` None) or of a connection to a forward (its port)."""
         if port is None:
-            log.warning("egress DENY server=%s host=%s rule=%s via=dns (a DNS lookup by a client that resolves "
-                        "names itself instead of asking HTTPS_PROXY)", client, host, rule)
+            log.warning(
+                "egress DENY server=%s host=%s rule=%s via=dns (a DNS lookup by a client that resolves "
+                "names itself instead of asking HTTPS_PROXY)",
+                client,
+                host,
+                rule,
+            )
         else:
             log.warning("egress DENY server=%s host=%s port=%s rule=%s via=dns", client, host, port, rule)
         self.on_deny({"server": client, "host": host, "port": port, "rule": rule, "via": "dns"})
@@ -112,8 +123,11 @@ class NameForwards:
         host = q.name.to_text(omit_final_dot=True).lower()
         if host in OWN_NAMES:
             if q.rdtype == dns.rdatatype.A:
-                resp.answer.append(dns.rrset.from_rdata(q.name, TTL_S, dns.rdata.from_text(
-                    dns.rdataclass.IN, dns.rdatatype.A, "127.0.0.1")))
+                resp.answer.append(
+                    dns.rrset.from_rdata(
+                        q.name, TTL_S, dns.rdata.from_text(dns.rdataclass.IN, dns.rdatatype.A, "127.0.0.1")
+                    )
+                )
             return resp.to_wire()
         ports = self.policy.ports_for(host)
         if not ports:
@@ -126,13 +140,18 @@ class NameForwards:
         try:
             addrs = await self._resolve(host)
         except OSError as e:
-            log.warning("egress DNS FAILED server=%s host=%s: the host's resolver failed (%s); not a policy "
-                        "denial", client, host, e)
+            log.warning(
+                "egress DNS FAILED server=%s host=%s: the host's resolver failed (%s); not a policy denial",
+                client,
+                host,
+                e,
+            )
             resp.set_rcode(dns.rcode.SERVFAIL)
             return resp.to_wire()
         if not addrs:
-            log.warning("egress DNS FAILED server=%s host=%s: no IPv4 address on this host; not a policy denial",
-                        client, host)
+            log.warning(
+                "egress DNS FAILED server=%s host=%s: no IPv4 address on this host; not a policy denial", client, host
+            )
             resp.set_rcode(dns.rcode.NXDOMAIN)
             return resp.to_wire()
         decision = self.policy.decide(host, ports[0], addrs)
@@ -159,6 +178,7 @@ class NameForwards:
             return None
         ip = f"127.{self.subnet}.{self._clients.get(client, 1)}.{n}"
         for port in ports:
+
             async def dial(port: int = port) -> socket.socket:
                 addrs = await self._resolve(host)  # OSError: the host's resolver failed (not a denial)
                 if not addrs:

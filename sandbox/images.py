@@ -59,7 +59,7 @@ def normalize(ref: str) -> str:
     ref = ref.strip()
     for prefix in ("docker://", "oci://"):
         if ref.startswith(prefix):
-            ref = ref[len(prefix):]
+            ref = ref[len(prefix) :]
     name, digest = (ref.split("@", 1) + [""])[:2]
     first, _, rest = name.partition("/")
     if rest and ("." in first or ":" in first or first == "localhost"):
@@ -155,8 +155,14 @@ class ImageStore:
                 if not (dest / "ready.json").is_file():
                     _unpack(path, dest)
         meta = json.loads((dest / "ready.json").read_text())
-        return BoxRoot("rootfs", dest / "rootfs", image, tuple(meta.get("env") or ()), meta.get("workdir") or None,
-                       source=f"{source} (unpacked in {dest})")
+        return BoxRoot(
+            "rootfs",
+            dest / "rootfs",
+            image,
+            tuple(meta.get("env") or ()),
+            meta.get("workdir") or None,
+            source=f"{source} (unpacked in {dest})",
+        )
 
 
 def _bundle_config(bundle: Path) -> tuple[tuple[str, ...], str | None]:
@@ -194,8 +200,9 @@ def _unpack(path: Path, dest: Path) -> None:
         for layer in layers:
             _apply_layer(layer, rootfs)
         cfg = config.get("config") or config.get("Config") or {}
-        (tmp / "ready.json").write_text(json.dumps({"source": str(path), "env": cfg.get("Env") or [],
-                                                    "workdir": cfg.get("WorkingDir") or None}))
+        (tmp / "ready.json").write_text(
+            json.dumps({"source": str(path), "env": cfg.get("Env") or [], "workdir": cfg.get("WorkingDir") or None})
+        )
         if (tmp / "archive").exists():
             shutil.rmtree(tmp / "archive")
         shutil.rmtree(dest, ignore_errors=True)
@@ -231,8 +238,10 @@ def _open_layer(path: Path) -> tarfile.TarFile:
     if magic[:2] == b"\x1f\x8b":
         return tarfile.open(fileobj=gzip.open(path), mode="r|")
     if magic == b"\x28\xb5\x2f\xfd":
-        raise ImageError(f"layer {path.name} is zstd-compressed, which this runtime cannot read; "
-                         "unpack the image (umoci unpack) and provide its rootfs instead")
+        raise ImageError(
+            f"layer {path.name} is zstd-compressed, which this runtime cannot read; "
+            "unpack the image (umoci unpack) and provide its rootfs instead"
+        )
     return tarfile.open(path, mode="r|")
 
 

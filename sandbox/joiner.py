@@ -45,10 +45,15 @@ class JoinerFactory:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
         def spawn() -> subprocess.Popen:
-            return subprocess.Popen([sys.executable, "-I", "-S", "-B", str(JOINER), "--factory", str(theirs.fileno()),
-                                     str(os.getpid())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={},
-                                    start_new_session=True)
+            return subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", str(JOINER), "--factory", str(theirs.fileno()), str(os.getpid())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={},
+                start_new_session=True,
+            )
 
         try:
             proc = await asyncio.get_running_loop().run_in_executor(spawner, spawn)
@@ -62,8 +67,11 @@ class JoinerFactory:
         loop = asyncio.get_running_loop()
         async with self._lock:
             try:
-                socket.send_fds(self.ctl, [json.dumps({"keeper": keeper, "cgroups": procs,
-                                                       "affinity": affinity}).encode()], [box_ctl.fileno()])
+                socket.send_fds(
+                    self.ctl,
+                    [json.dumps({"keeper": keeper, "cgroups": procs, "affinity": affinity}).encode()],
+                    [box_ctl.fileno()],
+                )
                 reply = await asyncio.wait_for(loop.sock_recv(self.ctl, 4096), START_TIMEOUT_S)
             except (OSError, asyncio.TimeoutError) as e:
                 raise BoxError(f"the joiner factory did not answer ({e!r})") from None
@@ -141,7 +149,9 @@ class Joiner:
         obj = {**obj, "id": self._next}
         data = json.dumps(obj).encode()
         if len(data) > MAX_REQUEST:  # the joiner reads one message of at most that size
-            raise RequestTooLarge(f"a request of {len(data)} bytes is over the joiner's {MAX_REQUEST} (command or env too long)")
+            raise RequestTooLarge(
+                f"a request of {len(data)} bytes is over the joiner's {MAX_REQUEST} (command or env too long)"
+            )
         fut = self._replies[self._next] = asyncio.get_running_loop().create_future()
         try:
             if fds:

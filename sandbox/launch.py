@@ -44,8 +44,18 @@ SANDBOX_HOSTNAME = "gym-sandbox"
 LOOPBACK_HOSTS = (f"127.0.0.1 localhost {SANDBOX_HOSTNAME}", "::1 localhost ip6-localhost ip6-loopback")
 
 # Harmless system files a Python server may need; never all of /etc (as mapped root, /etc/shadow would be readable).
-ETC_FILES = ("/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
-             "/etc/localtime", "/etc/mime.types", "/etc/ld.so.cache", "/etc/alternatives")
+ETC_FILES = (
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/mime.types",
+    "/etc/ld.so.cache",
+    "/etc/alternatives",
+)
 
 
 @dataclass
@@ -95,11 +105,13 @@ class ProcessSpec:
 
 # Run by argv[0] with -I -S (no site, no PYTHON* variables): read the private variables (JSON) from
 # the fd in argv[1], close it, become the server (argv[2:]) with them added to the environment.
-LAUNCHER = ("import json,os,sys\n"
-            "fd=int(sys.argv[1]);b=b''\n"
-            "while 1:\n c=os.read(fd,65536)\n if not c:break\n b+=c\n"
-            "os.close(fd);e=dict(os.environ);e.update(json.loads(b))\n"
-            "os.execve(sys.argv[2],sys.argv[2:],e)\n")
+LAUNCHER = (
+    "import json,os,sys\n"
+    "fd=int(sys.argv[1]);b=b''\n"
+    "while 1:\n c=os.read(fd,65536)\n if not c:break\n b+=c\n"
+    "os.close(fd);e=dict(os.environ);e.update(json.loads(b))\n"
+    "os.execve(sys.argv[2],sys.argv[2:],e)\n"
+)
 
 
 def launcher_argv(argv: Sequence[str], fd: int) -> list[str]:
@@ -134,7 +146,7 @@ def private_pipe(env: Mapping[str, str]) -> tuple[int, threading.Thread | None]:
         view = rest
         try:
             while view:
-                view = view[os.write(w, view):]
+                view = view[os.write(w, view) :]
         except OSError:  # the child ended before reading everything
             pass
         finally:
@@ -152,10 +164,24 @@ def base_bwrap_args(proc_mode: str = "mount", hostname: str | None = SANDBOX_HOS
     ``sethostname`` in it (podman's default seccomp profile does): the namespace then keeps the
     host's name (the probe's ``details["hostname"]`` says which, ``probe.py``).
     """
-    args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            *(["--hostname", hostname] if hostname else []), "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--disable-userns",
-            "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]
+    args = [
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        *(["--hostname", hostname] if hostname else []),
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--disable-userns",
+        "--tmpfs",
+        "/tmp",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
@@ -169,9 +195,16 @@ def base_bwrap_args(proc_mode: str = "mount", hostname: str | None = SANDBOX_HOS
     return args
 
 
-def bwrap_argv(bwrap: str, spec: ProcessSpec, proc_mode: str, ro: Sequence[Path],
-               hosts_file: Path | None, resolv_file: Path | None, command: Sequence[str] | None = None,
-               hostname: str | None = SANDBOX_HOSTNAME) -> list[str]:
+def bwrap_argv(
+    bwrap: str,
+    spec: ProcessSpec,
+    proc_mode: str,
+    ro: Sequence[Path],
+    hosts_file: Path | None,
+    resolv_file: Path | None,
+    command: Sequence[str] | None = None,
+    hostname: str | None = SANDBOX_HOSTNAME,
+) -> list[str]:
     """The full bubblewrap command for ``spec`` (binds sorted parent-first so nested rw-in-ro works),
     running ``command`` (default ``spec.argv``) inside; ``hostname`` as in :func:`base_bwrap_args`.
 
@@ -183,7 +216,9 @@ def bwrap_argv(bwrap: str, spec: ProcessSpec, proc_mode: str, ro: Sequence[Path]
         args += ["--ro-bind", str(hosts_file), "/etc/hosts"]
     if resolv_file is not None:
         args += ["--ro-bind", str(resolv_file), "/etc/resolv.conf"]
-    binds = [(Path(p).resolve(), "--ro-bind") for p in ro] + [(Path(p).resolve(), "--bind") for p in spec.writable_paths]
+    binds = [(Path(p).resolve(), "--ro-bind") for p in ro] + [
+        (Path(p).resolve(), "--bind") for p in spec.writable_paths
+    ]
     cwd = Path(spec.cwd).resolve()
     if not any(cwd == b or b in cwd.parents for b, _ in binds):
         binds.append((cwd, "--ro-bind"))  # the working directory is always visible (read-only unless listed)
@@ -203,8 +238,9 @@ def bwrap_argv(bwrap: str, spec: ProcessSpec, proc_mode: str, ro: Sequence[Path]
     return args
 
 
-def make_preexec(limits: ResourceLimits, procs_files: list[str], join: Callable[[], None] | None,
-                 parent_pid: int) -> Callable[[], None]:
+def make_preexec(
+    limits: ResourceLimits, procs_files: list[str], join: Callable[[], None] | None, parent_pid: int
+) -> Callable[[], None]:
     """The preexec_fn for one server (see module doc for the order)."""
 
     def preexec() -> None:

@@ -266,7 +266,9 @@ class EgressPolicy:
                 return Decision(True, "loopback-peer")
             for e in self.operator_list if self.allow_internet else ():
                 if canonical and e.pattern == str(ip):
-                    return Decision(True, f"allow:{e}") if e.port_ok(port) else Decision(False, f"port-not-allowed:{port}")
+                    return (
+                        Decision(True, f"allow:{e}") if e.port_ok(port) else Decision(False, f"port-not-allowed:{port}")
+                    )
             return Decision(False, "ip-literal")
         assert norm is not None
         if norm == "localhost":
@@ -307,18 +309,28 @@ class EgressPolicy:
         out = [{"allow": "127.0.0.0/8, ::1, localhost", "source": "built-in: the environment's own servers"}]
         out += [{"allow": f"{h}:{p}", "source": "policy endpoint, policy_base_url"} for h, p in self.endpoints]
         if self.allow_internet:
-            out += [{"allow": str(e) if e.port else f"{e}:{ports}", "source": ENV_DNS_ALLOW}
-                    for e in self.operator_list]
-            out += [{"allow": f"{s}:{ports}", "source": f"built-in while {ENV_ALLOW_INTERNET}=true"}
-                    for s in DEFAULT_SUFFIXES]
+            out += [
+                {"allow": str(e) if e.port else f"{e}:{ports}", "source": ENV_DNS_ALLOW} for e in self.operator_list
+            ]
+            out += [
+                {"allow": f"{s}:{ports}", "source": f"built-in while {ENV_ALLOW_INTERNET}=true"}
+                for s in DEFAULT_SUFFIXES
+            ]
         return out
 
     def summary(self) -> str:
         """The effective allowlist as one line for a person (``up`` prints it at start)."""
         entries = "; ".join(f"{e['allow']} ({e['source']})" for e in self.effective_allowlist())
-        off = "" if self.allow_internet else f"; internet off ({ENV_ALLOW_INTERNET})" + (
-            f", so {ENV_DNS_ALLOW} ({', '.join(map(str, self.operator_list))}) is not in effect"
-            if self.operator_list else "")
+        off = (
+            ""
+            if self.allow_internet
+            else f"; internet off ({ENV_ALLOW_INTERNET})"
+            + (
+                f", so {ENV_DNS_ALLOW} ({', '.join(map(str, self.operator_list))}) is not in effect"
+                if self.operator_list
+                else ""
+            )
+        )
         return f"egress allowlist (everything else denied): {entries}{off}"
 
     def describe(self) -> dict:
@@ -329,7 +341,9 @@ class EgressPolicy:
             "allow_internet": self.allow_internet,
             "always_allowed": ["loopback peers (127.0.0.0/8, ::1, localhost)"]
             + [f"{h}:{p} (policy endpoint)" for h, p in self.endpoints],
-            "allowed_names": ([str(e) for e in self.operator_list] + list(DEFAULT_SUFFIXES)) if self.allow_internet else [],
+            "allowed_names": ([str(e) for e in self.operator_list] + list(DEFAULT_SUFFIXES))
+            if self.allow_internet
+            else [],
             "operator_list": [str(e) for e in self.operator_list],
             "operator_list_active": self.allow_internet,
             "default_ports": sorted(DEFAULT_PORTS),

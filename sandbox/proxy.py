@@ -81,7 +81,9 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             pass
 
 
-async def splice(a: tuple[asyncio.StreamReader, asyncio.StreamWriter], b: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+async def splice(
+    a: tuple[asyncio.StreamReader, asyncio.StreamWriter], b: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+) -> None:
     """Copy both ways until both sides are done, then close both writers."""
     try:
         await asyncio.gather(_pump(a[0], b[1]), _pump(b[0], a[1]))
@@ -103,8 +105,13 @@ class EgressProxy:
     denials carry the server. ``loopback_dial`` connects to loopback peers (inside the netns).
     """
 
-    def __init__(self, policy: EgressPolicy, on_deny: Callable[[dict], None], resolver: Resolver | None = None,
-                 loopback_dial: Dialer = host_dial) -> None:
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        on_deny: Callable[[dict], None],
+        resolver: Resolver | None = None,
+        loopback_dial: Dialer = host_dial,
+    ) -> None:
         self.policy = policy
         self.on_deny = on_deny
         self.resolver = resolver
@@ -132,19 +139,33 @@ class EgressProxy:
         out = self.resolver(host)
         return list(await out) if inspect.isawaitable(out) else list(out)
 
-    async def _refuse(self, writer: asyncio.StreamWriter, server: str | None, host: str, port: int, rule: str,
-                    status: str = "403 Forbidden") -> None:
+    async def _refuse(
+        self,
+        writer: asyncio.StreamWriter,
+        server: str | None,
+        host: str,
+        port: int,
+        rule: str,
+        status: str = "403 Forbidden",
+    ) -> None:
         if status.startswith("403"):
             log.warning("egress DENY server=%s host=%s port=%s rule=%s", server, host, port, rule)
             self.on_deny({"server": server, "host": host, "port": port, "rule": rule})
             body, header = f"egress denied by sandbox policy: {host}:{port} ({rule})\n".encode(), "X-Sandbox-Deny"
         else:  # a bad request or a failed lookup or connection: what it is, never a denial
-            log.warning("egress FAILED server=%s host=%s port=%s: %s (%s; not a policy denial)", server, host, port,
-                        rule, status)
+            log.warning(
+                "egress FAILED server=%s host=%s port=%s: %s (%s; not a policy denial)",
+                server,
+                host,
+                port,
+                rule,
+                status,
+            )
             body, header = f"egress failed, not denied: {host}:{port}: {rule}\n".encode(), "X-Sandbox-Error"
         writer.write(
             f"HTTP/1.1 {status}\r\n{header}: {rule}\r\nContent-Type: text/plain\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
         )
         try:
             await writer.drain()
@@ -152,7 +173,9 @@ class EgressProxy:
             pass
         writer.close()
 
-    async def _connect(self, host: str, port: int, server: str | None, writer: asyncio.StreamWriter) -> socket.socket | None:
+    async def _connect(
+        self, host: str, port: int, server: str | None, writer: asyncio.StreamWriter
+    ) -> socket.socket | None:
         """Decide, resolve, re-check and connect; on refusal answer the client and return None."""
         decision = self.policy.decide(host, port)
         if not decision.allowed:
@@ -220,7 +243,9 @@ class EgressProxy:
             if url.query:
                 path += "?" + url.query
             keep = [ln for ln in lines[1:] if ln and ln.split(":", 1)[0].strip().lower() not in _HOP]
-            up[1].write(("\r\n".join([f"{method} {path} {version}", *keep, "Connection: close"]) + "\r\n\r\n").encode("latin-1"))
+            up[1].write(
+                ("\r\n".join([f"{method} {path} {version}", *keep, "Connection: close"]) + "\r\n\r\n").encode("latin-1")
+            )
         await splice((reader, writer), up)
 
 

@@ -122,10 +122,22 @@ class TaskBox:
 
     # ---------------------------------------------------------------- start
     @classmethod
-    async def start(cls, name: str, root: BoxRoot, base: Path, limits: BoxLimits, policy: EgressPolicy,
-                    spawner: concurrent.futures.Executor, bwrap: str, proc_mode: str, workdir: str | None = None,
-                    env: dict[str, str] | None = None, on_deny: Callable[[dict], None] | None = None,
-                    resolver=None, factory: JoinerFactory | None = None) -> TaskBox:
+    async def start(
+        cls,
+        name: str,
+        root: BoxRoot,
+        base: Path,
+        limits: BoxLimits,
+        policy: EgressPolicy,
+        spawner: concurrent.futures.Executor,
+        bwrap: str,
+        proc_mode: str,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        on_deny: Callable[[dict], None] | None = None,
+        resolver=None,
+        factory: JoinerFactory | None = None,
+    ) -> TaskBox:
         """Make a box and return it running; raises :class:`BoxError` (nothing is left then).
         ``factory``: forks its joiner (else a joiner process of its own is started)."""
         dirs = BoxDirs(base)
@@ -138,15 +150,27 @@ class TaskBox:
             raise
         return box
 
-    async def _start(self, policy: EgressPolicy, spawner: concurrent.futures.Executor, bwrap: str, proc_mode: str,
-                     env: dict[str, str], on_deny, resolver, factory: JoinerFactory | None = None) -> None:
+    async def _start(
+        self,
+        policy: EgressPolicy,
+        spawner: concurrent.futures.Executor,
+        bwrap: str,
+        proc_mode: str,
+        env: dict[str, str],
+        on_deny,
+        resolver,
+        factory: JoinerFactory | None = None,
+    ) -> None:
         loop = asyncio.get_running_loop()
         tag = f"box-{self.dirs.base.name}"
         self._cg = CgroupSlot(tag, ResourceLimits(self.limits.memory_mb, self.limits.pids))
         cpu_files, self._cpu_dirs, cpu_ok = _cpu_slot(f"gym-runtime-{os.getpid()}-{tag}", self.limits.cpus, self._cg)
         procs = self._cg.procs_files + cpu_files
-        self.enforced = {k: "cgroup" for k, on in (("memory", self._cg.enforces_memory), ("pids", self._cg.enforces_pids),
-                                                   ("cpu", cpu_ok)) if on}
+        self.enforced = {
+            k: "cgroup"
+            for k, on in (("memory", self._cg.enforces_memory), ("pids", self._cg.enforces_pids), ("cpu", cpu_ok))
+            if on
+        }
         affinity = None
         if self.limits.cpus is not None and not cpu_ok:
             affinity = sorted(os.sched_getaffinity(0))[: max(1, math.ceil(self.limits.cpus))]
@@ -164,9 +188,18 @@ class TaskBox:
                 if affinity:
                     os.sched_setaffinity(0, affinity)
                 preexec()
-            return subprocess.Popen(argv, stdin=keep_r, stdout=errlog, stderr=errlog, pass_fds=(info_w,),
-                                    start_new_session=True, close_fds=True, env={"PATH": "/usr/bin:/bin"},
-                                    preexec_fn=pre)
+
+            return subprocess.Popen(
+                argv,
+                stdin=keep_r,
+                stdout=errlog,
+                stderr=errlog,
+                pass_fds=(info_w,),
+                start_new_session=True,
+                close_fds=True,
+                env={"PATH": "/usr/bin:/bin"},
+                preexec_fn=pre,
+            )
 
         try:
             self.keeper = await loop.run_in_executor(spawner, spawn_keeper)
@@ -178,8 +211,9 @@ class TaskBox:
         if "child-pid" not in info:
             await loop.run_in_executor(None, self.keeper.wait)
             why = (self.dirs.base / "keeper.log").read_text(errors="replace").strip()[-800:]
-            raise BoxError(f"the box's keeper did not start (bubblewrap exit {self.keeper.returncode}): "
-                           f"{why or 'no output'}")
+            raise BoxError(
+                f"the box's keeper did not start (bubblewrap exit {self.keeper.returncode}): {why or 'no output'}"
+            )
         keeper_pid = await _child_of(int(info["child-pid"]))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
@@ -188,10 +222,26 @@ class TaskBox:
                 if affinity:
                     os.sched_setaffinity(0, affinity)
                 os.setsid()
-            return subprocess.Popen([sys.executable, "-I", "-S", "-B", str(JOINER), str(theirs.fileno()),
-                                     str(os.getpid()), str(keeper_pid), *procs],
-                                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, env={}, preexec_fn=pre)
+
+            return subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-B",
+                    str(JOINER),
+                    str(theirs.fileno()),
+                    str(os.getpid()),
+                    str(keeper_pid),
+                    *procs,
+                ],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={},
+                preexec_fn=pre,
+            )
 
         try:
             if factory is not None:
@@ -219,9 +269,18 @@ class TaskBox:
         dns_sock = socket.socket(fileno=fds[0])
         dns_sock.setblocking(False)
         await self._dns.serve(dns_sock, self.name)
-        self.env = {**self.root.default_env(), "HOME": "/root", "LANG": "C.UTF-8", **env,
-                    "HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
-                    "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"}
+        self.env = {
+            **self.root.default_env(),
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
+            **env,
+            "HTTP_PROXY": url,
+            "HTTPS_PROXY": url,
+            "http_proxy": url,
+            "https_proxy": url,
+            "NO_PROXY": "localhost,127.0.0.1,::1",
+            "no_proxy": "localhost,127.0.0.1,::1",
+        }
 
     def _denied(self, on_deny: Callable[[dict], None] | None) -> Callable[[dict], None]:
         def note(event: dict) -> None:
@@ -230,6 +289,7 @@ class TaskBox:
             self.denials = [*self.denials[-99:], event]
             if on_deny is not None:
                 on_deny(event)
+
         return note
 
     # ---------------------------------------------------------------- use
@@ -237,8 +297,9 @@ class TaskBox:
     def alive(self) -> bool:
         return not self._closed and self.keeper is not None and self.keeper.poll() is None
 
-    async def exec(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None,
-                   timeout_s: float | None = None) -> ExecOutcome:
+    async def exec(
+        self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None, timeout_s: float | None = None
+    ) -> ExecOutcome:
         """Run ``argv`` in the box (stdin empty) and collect its output. A command past
         ``timeout_s`` is killed with its process group (``timed_out``). Raises BoxError when the
         box is gone."""
@@ -247,8 +308,10 @@ class TaskBox:
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            reply, _ = await joiner.request({"op": "exec", "argv": argv, "env": {**self.env, **(env or {})},
-                                             "cwd": cwd or self.workdir}, (null, out_w, err_w))
+            reply, _ = await joiner.request(
+                {"op": "exec", "argv": argv, "env": {**self.env, **(env or {})}, "cwd": cwd or self.workdir},
+                (null, out_w, err_w),
+            )
         except BaseException:
             for fd in (out_r, err_r):
                 os.close(fd)
@@ -336,8 +399,10 @@ class TaskBox:
     def processes(self) -> list[psutil.Process]:
         """Every process of the box (keeper tree and what the joiner started), for accounting."""
         out: list[psutil.Process] = []
-        pids = [self.keeper.pid if self.keeper is not None and self.keeper.poll() is None else None,
-                self.joiner.pid if self.joiner is not None and not self.joiner.ctl._closed else None]
+        pids = [
+            self.keeper.pid if self.keeper is not None and self.keeper.poll() is None else None,
+            self.joiner.pid if self.joiner is not None and not self.joiner.ctl._closed else None,
+        ]
         for pid in pids:
             if pid is None:
                 continue

@@ -71,8 +71,12 @@ class TreeCopy:
                 value = repath(value, old, str(self.path))
             return value
 
-        return replace(spec, cwd=fix(str(spec.cwd)), argv=[fix(str(a)) for a in spec.argv],
-                       env={k: fix(v) for k, v in spec.env.items()})
+        return replace(
+            spec,
+            cwd=fix(str(spec.cwd)),
+            argv=[fix(str(a)) for a in spec.argv],
+            env={k: fix(v) for k, v in spec.env.items()},
+        )
 
 
 def repath(value: str, old: str, new: str) -> str:
@@ -142,13 +146,16 @@ def failure(name: str, tree: Path | str, dest: Path, level: str, err: BaseExcept
     if isinstance(err, shutil.Error) and err.args and isinstance(err.args[0], list) and err.args[0]:
         _src, _dst, reason = err.args[0][0]  # the reason names the file
         why = f"{reason}" + (f" (and {len(err.args[0]) - 1} more)" if len(err.args[0]) > 1 else "")
-    return StartError(f"server {name!r}: its tree {tree} could not be copied to {dest}: {why}",
-                      code="GR-START-TREE-COPY", cause=str(err),
-                      hint=f"isolation {level} has no bubblewrap, so each server runs from a private copy of its "
-                           "tree (what it writes there stays out of the package); free space where the run's work "
-                           "directory is (GYM_RUNTIME_HOME or --work-dir) or remove what cannot be copied (a socket, "
-                           "a pipe) from the tree; where bubblewrap runs (isolation full) the tree is used in place, "
-                           "read-only")
+    return StartError(
+        f"server {name!r}: its tree {tree} could not be copied to {dest}: {why}",
+        code="GR-START-TREE-COPY",
+        cause=str(err),
+        hint=f"isolation {level} has no bubblewrap, so each server runs from a private copy of its "
+        "tree (what it writes there stays out of the package); free space where the run's work "
+        "directory is (GYM_RUNTIME_HOME or --work-dir) or remove what cannot be copied (a socket, "
+        "a pipe) from the tree; where bubblewrap runs (isolation full) the tree is used in place, "
+        "read-only",
+    )
 
 
 def summary(level: str, copies: list[tuple[str, TreeCopy]]) -> list[str]:
@@ -160,12 +167,16 @@ def summary(level: str, copies: list[tuple[str, TreeCopy]]) -> list[str]:
     size = sum(c.size for _, c in copies)
     secs = sum(c.seconds for _, c in copies)
     names = ", ".join(n for n, _ in copies)
-    lines = [f"isolation {level}, no bubblewrap: each server runs from a private copy of its tree, so what it "
-             f"writes there stays out of the package ({len(copies)} tree(s): {names}; {files} files, {human(size)}, "
-             f"copied in {secs:.2f}s; a fresh copy at each start of a server, removed at stop)"]
+    lines = [
+        f"isolation {level}, no bubblewrap: each server runs from a private copy of its tree, so what it "
+        f"writes there stays out of the package ({len(copies)} tree(s): {names}; {files} files, {human(size)}, "
+        f"copied in {secs:.2f}s; a fresh copy at each start of a server, removed at stop)"
+    ]
     for name, c in copies:
         if c.size > LARGE_BYTES:
-            lines.append(f"WARNING: server {name}'s tree is {human(c.size)} ({c.files} files): copying it took "
-                         f"{c.seconds:.1f}s and is done again at each of its starts; keep large data out of server "
-                         "trees, or run where bubblewrap works (isolation full), where the tree is used in place")
+            lines.append(
+                f"WARNING: server {name}'s tree is {human(c.size)} ({c.files} files): copying it took "
+                f"{c.seconds:.1f}s and is done again at each of its starts; keep large data out of server "
+                "trees, or run where bubblewrap works (isolation full), where the tree is used in place"
+            )
     return lines

@@ -146,8 +146,9 @@ class Zygote:
         try:
             raw = await asyncio.wait_for(loop.sock_recv(self.ctl, MAX_MESSAGE), PRELOAD_TIMEOUT_S)
         except asyncio.TimeoutError:
-            raise StartError(f"the preloaded parent of {self.python} did not import its modules within "
-                             f"{PRELOAD_TIMEOUT_S:g}s") from None
+            raise StartError(
+                f"the preloaded parent of {self.python} did not import its modules within {PRELOAD_TIMEOUT_S:g}s"
+            ) from None
         if not raw:
             raise StartError(f"the preloaded parent of {self.python} ended while importing its modules")
         answer = json.loads(raw)
@@ -196,8 +197,11 @@ class Zygote:
         why = why_alone(*_shape(spec))
         if why:
             return why
-        missing = [p for p in _resolved([*spec.read_only_paths, spec.cwd])
-                   if not any(p == r or r in p.parents for r in self.ro + self.writable)]
+        missing = [
+            p
+            for p in _resolved([*spec.read_only_paths, spec.cwd])
+            if not any(p == r or r in p.parents for r in self.ro + self.writable)
+        ]
         missing += [p for p in _resolved(spec.writable_paths) if p not in self.writable]
         return f"{missing[0]} is not in its preloaded parent's view" if missing else None
 
@@ -212,16 +216,28 @@ class Zygote:
         seen = _resolved([*spec.read_only_paths, spec.cwd, *interpreter_roots(str(spec.argv[0]))])
         keep = sorted({str(p) for p in [*seen, *own] if tmp in p.parents}, key=lambda k: k.count("/"))
         rid = next(self._ids)
-        request = {"op": "fork", "id": rid, "name": spec.name, "argv": list(spec.argv), "cwd": str(spec.cwd), "env": dict(env),
-                   "nofile": spec.limits.nofile, "hide": hide, "keep": keep, "resolv": str(resolv) if resolv else None}
+        request = {
+            "op": "fork",
+            "id": rid,
+            "name": spec.name,
+            "argv": list(spec.argv),
+            "cwd": str(spec.cwd),
+            "env": dict(env),
+            "nofile": spec.limits.nofile,
+            "hide": hide,
+            "keep": keep,
+            "resolv": str(resolv) if resolv else None,
+        }
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with ours:
             ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             out = spec.stdout_fd if spec.stdout_fd is not None else 1
             err = spec.stderr_fd if spec.stderr_fd is not None else 2
             try:
-                self.ctl.sendmsg([json.dumps(request).encode()],
-                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out, err, theirs.fileno()]))])
+                self.ctl.sendmsg(
+                    [json.dumps(request).encode()],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out, err, theirs.fileno()]))],
+                )
             except OSError as e:
                 raise StartError(f"server {spec.name!r}: its preloaded parent did not take the fork: {e}") from None
             finally:
@@ -242,12 +258,20 @@ class Zygote:
             msg, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(_UCRED.size))
         except OSError as e:
             raise StartError(f"server {name!r}: no answer from its fork within {HELLO_TIMEOUT_S:g}s: {e}") from None
-        pid = next((_UCRED.unpack(data[:_UCRED.size])[0] for level, kind, data in anc
-                    if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS), None)
+        pid = next(
+            (
+                _UCRED.unpack(data[: _UCRED.size])[0]
+                for level, kind, data in anc
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS
+            ),
+            None,
+        )
         if msg != b"hello" or pid is None:
             said = msg.decode(errors="replace") or "it ended before setting itself up"
-            raise StartError(f"server {name!r} could not be forked from its preloaded parent: {said}",
-                             hint="GYM_RUNTIME_PRELOAD=off starts every server on its own")
+            raise StartError(
+                f"server {name!r} could not be forked from its preloaded parent: {said}",
+                hint="GYM_RUNTIME_PRELOAD=off starts every server on its own",
+            )
         return pid
 
     def pending(self, spec: Any) -> asyncio.Future | None:
@@ -263,8 +287,9 @@ class Zygote:
         self.ctl.close()
 
 
-def parent_spec(name: str, python: str, specs: Sequence[Any], preload: Preload, work_dir: Path,
-                state: Path, ctl_fd: int) -> Any:
+def parent_spec(
+    name: str, python: str, specs: Sequence[Any], preload: Preload, work_dir: Path, state: Path, ctl_fd: int
+) -> Any:
     """The ``ProcessSpec`` of the parent of ``specs`` (all run by ``python``): every path they read
     and write, the sandbox's state (their ``resolv.conf`` files), its own bytecode cache."""
     from .launch import ProcessSpec
@@ -274,21 +299,30 @@ def parent_spec(name: str, python: str, specs: Sequence[Any], preload: Preload, 
     for s in specs:
         ro += [*s.read_only_paths, s.cwd]
         writable += list(s.writable_paths)
-    shared = {k: v for k, v in specs[0].env.items()
-              if k not in preload.withheld and all(s.env.get(k) == v for s in specs[1:])}
+    shared = {
+        k: v for k, v in specs[0].env.items() if k not in preload.withheld and all(s.env.get(k) == v for s in specs[1:])
+    }
     env = {**shared, **preload.env, "HOME": str(work_dir)}
     if "PYTHONPYCACHEPREFIX" in preload.env:  # learning: it writes what it compiles into its own dir
         env.pop("PYTHONDONTWRITEBYTECODE", None)
     else:  # it reads the venv's shared cache and writes nothing
         env.pop("PYTHONPYCACHEPREFIX", None)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return ProcessSpec(name, [python, str(PARENT), str(ctl_fd)], work_dir, env,
-                       read_only_paths=list(dict.fromkeys(ro)), writable_paths=list(dict.fromkeys([work_dir, *writable])),
-                       keep_caps=("CAP_SYS_ADMIN",), pass_fds=(ctl_fd,))
+    return ProcessSpec(
+        name,
+        [python, str(PARENT), str(ctl_fd)],
+        work_dir,
+        env,
+        read_only_paths=list(dict.fromkeys(ro)),
+        writable_paths=list(dict.fromkeys([work_dir, *writable])),
+        keep_caps=("CAP_SYS_ADMIN",),
+        pass_fds=(ctl_fd,),
+    )
 
 
-def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_dir: Path, state: Path,
-                  say: Callable[[str], None]) -> dict[str, Zygote]:
+def start_parents(
+    specs: Sequence[Any], spawn: Callable[[Any], Any], work_dir: Path, state: Path, say: Callable[[str], None]
+) -> dict[str, Zygote]:
     """One preloaded parent per venv of two or more eligible ``specs`` with a ``preload``, started
     with ``spawn(spec)`` (the sandbox's own launch); each imports its modules in the background
     (:attr:`Zygote.ready`, beside the rest of the start, e.g. the Ray head's) and ``say`` gets its
@@ -316,8 +350,10 @@ def start_parents(specs: Sequence[Any], spawn: Callable[[Any], Any], work_dir: P
                 theirs.close()
         except (StartError, OSError) as e:
             ours.close()
-            say(f"preload: venv {venv}: no preloaded parent ({getattr(e, 'message', e)}); its servers start on "
-                "their own")
+            say(
+                f"preload: venv {venv}: no preloaded parent ({getattr(e, 'message', e)}); its servers start on "
+                "their own"
+            )
             continue
         z = Zygote(python, ours, _resolved(spec.read_only_paths), _resolved(spec.writable_paths))
         z.process = handle
@@ -335,12 +371,16 @@ async def _preloaded(z: Zygote, preload: Preload, venv: str, servers: int, say: 
         say(f"preload: venv {venv}: {z.broken}; its servers start on their own")
         return
     if answer.get("threads"):
-        z.broken = f"importing its modules started threads ({', '.join(answer['threads'])}), which a fork does not carry"
+        z.broken = (
+            f"importing its modules started threads ({', '.join(answer['threads'])}), which a fork does not carry"
+        )
     elif answer.get("views"):
         z.broken = f"a server forked there could not have a view of its own ({answer['views']})"
     if z.broken:
         say(f"preload: venv {venv}: {z.broken}; its servers start on their own")
         return
     failed = "; ".join(f"{m}: {e}" for m, e in answer.get("failed", {}).items())
-    say(f"preload: venv {venv}: {servers} servers forked from one parent that imported {len(z.modules)} modules in "
-        f"{answer.get('seconds', 0):.2f}s" + (f" (not imported: {failed})" if failed else ""))
+    say(
+        f"preload: venv {venv}: {servers} servers forked from one parent that imported {len(z.modules)} modules in "
+        f"{answer.get('seconds', 0):.2f}s" + (f" (not imported: {failed})" if failed else "")
+    )

@@ -36,8 +36,11 @@ def _scrub_runtime_environ(mp: pytest.MonkeyPatch) -> None:
     index settings, docs/runtime.md) and ``PYTHONUNBUFFERED`` (a user's shell seldom sets it:
     commands must flush what they print themselves, as a pipe block-buffers it)."""
     for var in list(os.environ):
-        if var.startswith(("GYM_RUNTIME_", "NMP_RL_SANDBOX_", "PIP_")) and not var.startswith("GYM_RUNTIME_TESTS_") \
-                or var in ("NMP_GYM_GLOBAL_CONFIG", "NHX_GYM_GLOBAL_CONFIG"):
+        if (
+            var.startswith(("GYM_RUNTIME_", "NMP_RL_SANDBOX_", "PIP_"))
+            and not var.startswith("GYM_RUNTIME_TESTS_")
+            or var in ("NMP_GYM_GLOBAL_CONFIG", "NHX_GYM_GLOBAL_CONFIG")
+        ):
             mp.delenv(var)
     mp.setenv("PIP_CONFIG_FILE", os.devnull)
     mp.delenv("PYTHONUNBUFFERED", raising=False)

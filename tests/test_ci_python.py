@@ -16,7 +16,7 @@ SCRIPT = ROOT / ".ci" / "provision-python"
 def _fake(root: Path, version: str, works: bool = True) -> Path:
     exe = root / version / "bin" / "python3"
     exe.parent.mkdir(parents=True)
-    exe.write_text(f"#!/bin/sh\n[ \"$1\" = -V ] && echo Python {version}\nexit {0 if works else 1}\n")
+    exe.write_text(f'#!/bin/sh\n[ "$1" = -V ] && echo Python {version}\nexit {0 if works else 1}\n')
     exe.chmod(0o755)
     return exe
 
@@ -28,8 +28,8 @@ def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_an_interpreter_already_there_is_kept(tmp_path: Path) -> None:
     assert _run(tmp_path, "--print").returncode == 1  # nothing provisioned, nothing built
-    _fake(tmp_path, "3.13.5")                 # below 3.13.14
-    _fake(tmp_path, "3.13.30", works=False)   # lacks a standard module: not counted
+    _fake(tmp_path, "3.13.5")  # below 3.13.14
+    _fake(tmp_path, "3.13.30", works=False)  # lacks a standard module: not counted
     good = _fake(tmp_path, "3.13.16")
     done = _run(tmp_path, "--print")
     assert done.returncode == 0 and done.stdout == f"{good}\n"

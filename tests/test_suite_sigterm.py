@@ -15,7 +15,7 @@ from tests.helpers.daemon import running
 
 REPO = Path(__file__).resolve().parents[1]
 
-INNER = '''
+INNER = """
 import subprocess, sys, time
 
 def test_holds_a_helper():
@@ -26,15 +26,32 @@ def test_holds_a_helper():
     finally:
         helper.kill()
         helper.wait()
-'''
+"""
 
 
 def test_sigterm_to_pytest_runs_the_tests_cleanup(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_configure, pytest_unconfigure  # noqa: F401\n")
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import pytest_configure, pytest_unconfigure  # noqa: F401\n"
+    )
     (tmp_path / "test_inner.py").write_text(INNER)
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--rootdir",
-                             str(tmp_path), str(tmp_path / "test_inner.py")], cwd=tmp_path, stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-s",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_inner.py"),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     helper = None
     try:
         for line in proc.stdout:

@@ -28,10 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build", help="build (or reuse) one venv per server")
     add_package_args(p)
     add_policy_args(p)
-    p.add_argument("--python", help="interpreter for the server venvs: a version (3.13) or a path "
-                   "(a server's own python_version wins)")
-    p.add_argument("--pin-mode", choices=PIN_MODES, help="how image pins are applied (default: "
-                   "GYM_RUNTIME_PIN_MODE or auto)")
+    p.add_argument(
+        "--python",
+        help="interpreter for the server venvs: a version (3.13) or a path (a server's own python_version wins)",
+    )
+    p.add_argument(
+        "--pin-mode", choices=PIN_MODES, help="how image pins are applied (default: GYM_RUNTIME_PIN_MODE or auto)"
+    )
     p.add_argument("--jobs", type=int, default=None, help="parallel builds (default: CPU count)")
     p.add_argument("--json", action="store_true", help="print the plan and results as JSON")
     p.set_defaults(func=run)
@@ -66,8 +69,11 @@ def run(args: argparse.Namespace) -> int:
         raise
     if not args.json:
         print(release.describe(), file=sys.stderr)
-        print(f"plan: {len(plan.venvs)} venv(s) for {len(plan.by_instance)} server(s); pin mode {plan.pin_mode}; "
-              f"uv {plan.uv_version}", file=sys.stderr)
+        print(
+            f"plan: {len(plan.venvs)} venv(s) for {len(plan.by_instance)} server(s); pin mode {plan.pin_mode}; "
+            f"uv {plan.uv_version}",
+            file=sys.stderr,
+        )
         for note in plan.notes:
             print(f"  note: {note}", file=sys.stderr)
         for vp in plan.venvs:
@@ -85,8 +91,12 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     record_build(settings.home, names, started, venvs=venvs)
     if args.json:
-        out = {"gym_release": release.to_dict(), "plan": plan.to_dict(), **venvs.to_dict(),
-               "servers": {n: venvs.for_instance(n).to_dict() for n in plan.by_instance}}
+        out = {
+            "gym_release": release.to_dict(),
+            "plan": plan.to_dict(),
+            **venvs.to_dict(),
+            "servers": {n: venvs.for_instance(n).to_dict() for n in plan.by_instance},
+        }
         print(json.dumps(out, indent=2))
         return 0
     for name in plan.by_instance:

@@ -49,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
     pkg = load_package(args.package)
     release = choose_release(pkg, settings)
     policy = policy_from_args(args)  # a base URL without a key gets `EMPTY`, as at `up`
-    merged = build_config(pkg, args.overrides, policy, defaults=policy.with_overrides(args.overrides).keyless_defaults(),
-                          release=release)
+    merged = build_config(
+        pkg, args.overrides, policy, defaults=policy.with_overrides(args.overrides).keyless_defaults(), release=release
+    )
     passthrough.check(settings, merged.instances)
     passed = passthrough.describe(settings, merged.instances)
     providers: list[str] = []  # what `up` does to sandbox-provider blocks on this host (docs/runtime.md)
@@ -60,22 +61,43 @@ def run(args: argparse.Namespace) -> int:
     replaced = list(merged.sources.replaced_lists.values())
     print_warnings(merged.warnings)
     if args.json:
-        servers = [{"name": i.name, "server_type": i.server_type, "implementation": i.implementation,
-                    "server_dir": str(i.server_dir.path), "origin": i.server_dir.origin, "source": i.source,
-                    **provenance(merged.sources, i.name),
-                    "secrets": merged.secrets.keys_for(i.name, merged.data), "passed_env": passed[i.name]}
-                   for i in merged.instances.values()]
-        print(json.dumps({"config": data, "gym_release": release.to_dict(), "servers": servers, "masked": masked,
-                          "replaced_lists": [r.to_dict() for r in replaced],
-                          "overridden": [r.to_dict() for r in merged.sources.overridden.values()],
-                          "warnings": [w.to_dict() for w in merged.warnings], "sandbox_providers": providers},
-                         indent=2))
+        servers = [
+            {
+                "name": i.name,
+                "server_type": i.server_type,
+                "implementation": i.implementation,
+                "server_dir": str(i.server_dir.path),
+                "origin": i.server_dir.origin,
+                "source": i.source,
+                **provenance(merged.sources, i.name),
+                "secrets": merged.secrets.keys_for(i.name, merged.data),
+                "passed_env": passed[i.name],
+            }
+            for i in merged.instances.values()
+        ]
+        print(
+            json.dumps(
+                {
+                    "config": data,
+                    "gym_release": release.to_dict(),
+                    "servers": servers,
+                    "masked": masked,
+                    "replaced_lists": [r.to_dict() for r in replaced],
+                    "overridden": [r.to_dict() for r in merged.sources.overridden.values()],
+                    "warnings": [w.to_dict() for w in merged.warnings],
+                    "sandbox_providers": providers,
+                },
+                indent=2,
+            )
+        )
     else:
         print(merged.to_yaml(), end="")
         print("# " + release.describe())
         if merged.sources.of("policy_api_key") == "default":  # the keyless default, shown as it is (redact.py)
-            print(f"# policy_api_key: no key given, so {KEYLESS_API_KEY} (what OpenAI clients send to an endpoint "
-                  "without a key); pass --policy-api-key-env VAR to send one")
+            print(
+                f"# policy_api_key: no key given, so {KEYLESS_API_KEY} (what OpenAI clients send to an endpoint "
+                "without a key); pass --policy-api-key-env VAR to send one"
+            )
         if masked:
             print("# masked secrets: " + ", ".join(masked))
         for name, inst in merged.instances.items():
@@ -86,8 +108,10 @@ def run(args: argparse.Namespace) -> int:
             if passed[name]:
                 print(f"# {name} is passed (GYM_RUNTIME_SERVER_ENV): {passthrough.summary(passed[name])}")
         for r in replaced:
-            print(f"# list {r.key}: the list from {r.winner} is in effect; it replaced the list from "
-                  f"{', then '.join(r.replaced)} (a later file replaces a list, it never adds to it)")
+            print(
+                f"# list {r.key}: the list from {r.winner} is in effect; it replaced the list from "
+                f"{', then '.join(r.replaced)} (a later file replaces a list, it never adds to it)"
+            )
         for note in providers:
             print(f"# {note}")
     return 0
@@ -98,13 +122,16 @@ def provenance(sources: Sources, name: str) -> dict[str, Any]:
     every block under it that took a template), ``generated`` (the composition step that made it,
     when one did) and ``overridden`` (``[{"key", "winner", "replaced"}]``: values and lists a file
     set over another file's)."""
+
     def mine(key: str) -> bool:
         return key == name or key.startswith((name + ".", name + "["))
 
     out: dict[str, Any] = {
         "inherits": [{"key": k, "template": t, "file": f} for k, (t, f) in sources.inherits.items() if mine(k)],
-        "overridden": [r.to_dict() for table in (sources.overridden, sources.replaced_lists)
-                       for k, r in table.items() if mine(k)]}
+        "overridden": [
+            r.to_dict() for table in (sources.overridden, sources.replaced_lists) for k, r in table.items() if mine(k)
+        ],
+    }
     origin = sources.of(name) or ""
     if origin.startswith("generated: "):
         out["generated"] = origin.removeprefix("generated: ")

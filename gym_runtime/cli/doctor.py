@@ -34,8 +34,11 @@ from gym_runtime.settings import RuntimeSettings, load_settings, policy_from_env
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check what this host offers: isolation, Pythons, uv, dirs, index, Ray, egress")
     p.add_argument("--ray-address", metavar="ADDR", help="check this Ray address instead of RAY_ADDRESS")
-    p.add_argument("--package", metavar="PKG", help="also show the Gym release PKG runs (and why) and which secret "
-                   "keys each server of PKG receives")
+    p.add_argument(
+        "--package",
+        metavar="PKG",
+        help="also show the Gym release PKG runs (and why) and which secret keys each server of PKG receives",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -61,10 +64,15 @@ def _uv(settings: RuntimeSettings) -> dict[str, Any]:
         cache = Path(res.stdout.strip()) if res.returncode == 0 else None
     env = settings.environ
     index = env.get("UV_DEFAULT_INDEX") or env.get("UV_INDEX_URL") or "https://pypi.org/simple (uv default)"
-    return {"binary": exe, "version": out.stdout.strip(), "cache_dir": _writable(cache) if cache else None,
-            "index": index, "extra_index": env.get("UV_EXTRA_INDEX_URL") or env.get("UV_INDEX"),
-            "offline": env.get("UV_OFFLINE") not in (None, "", "0", "false"),
-            "pip_settings_ignored": [s.describe() for s in ignored_pip_indexes(env)]}
+    return {
+        "binary": exe,
+        "version": out.stdout.strip(),
+        "cache_dir": _writable(cache) if cache else None,
+        "index": index,
+        "extra_index": env.get("UV_EXTRA_INDEX_URL") or env.get("UV_INDEX"),
+        "offline": env.get("UV_OFFLINE") not in (None, "", "0", "false"),
+        "pip_settings_ignored": [s.describe() for s in ignored_pip_indexes(env)],
+    }
 
 
 def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
@@ -107,15 +115,22 @@ def _package(package: str, settings: RuntimeSettings) -> tuple[dict[str, Any], d
         release = choose_release(pkg, settings)
     except GymRuntimeError as e:
         return error(e), error(e)
-    chosen = {"status": "ok", **release.to_dict(), "summary": release.describe().removeprefix("gym release: "),
-              "why": _why(release.source)}
+    chosen = {
+        "status": "ok",
+        **release.to_dict(),
+        "summary": release.describe().removeprefix("gym release: "),
+        "why": _why(release.source),
+    }
     try:
         merged = build_config(pkg, [], policy_from_environ(), defaults=PLACEHOLDERS, release=release)
         passthrough.check(settings, merged.instances)
     except GymRuntimeError as e:
         return chosen, error(e)
-    return chosen, {"status": "ok", "servers": {n: merged.secrets.keys_for(n, merged.data) for n in merged.instances},
-                    "passed_env": passthrough.describe(settings, merged.instances)}
+    return chosen, {
+        "status": "ok",
+        "servers": {n: merged.secrets.keys_for(n, merged.data) for n in merged.instances},
+        "passed_env": passthrough.describe(settings, merged.instances),
+    }
 
 
 def _why(source: str) -> str:
@@ -159,11 +174,13 @@ def _no_current_python(pythons: list[dict]) -> list[str]:
     if any(CURRENT in p["gym_releases"] for p in pythons):
         return []
     spec = known_release(CURRENT).python_spec
-    return [f"hint: none runs NeMo Gym {CURRENT} (the default release; Python {spec}), which servers using the "
-            "Gym SDK need: install one (e.g. `uv python install 3.13`, `./uvw python install 3.13` in a checkout of "
-            "this repository; this search finds it) and give it with --python or GYM_RUNTIME_PYTHON (a version or "
-            "a path; gym-runtime never downloads Python); packages of built-in servers only, like the bundled "
-            "example, run on any of these"]
+    return [
+        f"hint: none runs NeMo Gym {CURRENT} (the default release; Python {spec}), which servers using the "
+        "Gym SDK need: install one (e.g. `uv python install 3.13`, `./uvw python install 3.13` in a checkout of "
+        "this repository; this search finds it) and give it with --python or GYM_RUNTIME_PYTHON (a version or "
+        "a path; gym-runtime never downloads Python); packages of built-in servers only, like the bundled "
+        "example, run on any of these"
+    ]
 
 
 def _ranges(versions: list[str]) -> str:
@@ -205,11 +222,12 @@ def _task_sandboxes(report: Any, settings: RuntimeSettings) -> dict[str, Any]:
 
     support = box_support(report)
     ts = settings.task_sandboxes
-    out: dict[str, Any] = {"level": "unavailable" if isinstance(support, str) else
-                           ("full" if support[1] == "mount" else "partial"),
-                           "provider_mode": ts.provider_mode if ts else "auto",
-                           "images": [str(d) for d in ts.image_dirs] if ts else [],
-                           "image_map": dict(ts.image_map) if ts else {}}
+    out: dict[str, Any] = {
+        "level": "unavailable" if isinstance(support, str) else ("full" if support[1] == "mount" else "partial"),
+        "provider_mode": ts.provider_mode if ts else "auto",
+        "images": [str(d) for d in ts.image_dirs] if ts else [],
+        "image_map": dict(ts.image_map) if ts else {},
+    }
     if isinstance(support, str):
         out["reason"] = support
     return out
@@ -223,12 +241,18 @@ def _sandbox_backends(settings: RuntimeSettings, local_level: str, reasons: list
     from sandbox.backends import LOCAL_GIVES
     from sandbox.opensandbox.backend import OpenSandboxBackend
 
-    out: dict[str, Any] = {"chosen": settings.sandbox_backend,
-                           "local": {"isolation": local_level, "gives": LOCAL_GIVES[local_level], "reasons": reasons}}
+    out: dict[str, Any] = {
+        "chosen": settings.sandbox_backend,
+        "local": {"isolation": local_level, "gives": LOCAL_GIVES[local_level], "reasons": reasons},
+    }
     if settings.opensandbox is None:
-        out["opensandbox"] = {"status": "not configured", "hint": "set OPENSANDBOX_DOMAIN (and OPENSANDBOX_API_KEY, "
-                              "GYM_RUNTIME_OPENSANDBOX_IMAGE, GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST) to use it"}
+        out["opensandbox"] = {
+            "status": "not configured",
+            "hint": "set OPENSANDBOX_DOMAIN (and OPENSANDBOX_API_KEY, "
+            "GYM_RUNTIME_OPENSANDBOX_IMAGE, GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST) to use it",
+        }
     else:
+
         async def ask() -> dict[str, Any]:
             backend = OpenSandboxBackend(settings.opensandbox, None)
             try:
@@ -240,8 +264,10 @@ def _sandbox_backends(settings: RuntimeSettings, local_level: str, reasons: list
     chosen = out[settings.sandbox_backend]
     if settings.sandbox_backend == "opensandbox" and chosen.get("status") != "ok":
         out["status"] = "error"
-        out["invalid_input"] = (chosen.get("error") or {}).get("code") in ("GR-OSB-AUTH", "GR-OSB-SETTINGS") or \
-            chosen.get("status") == "not configured"
+        out["invalid_input"] = (chosen.get("error") or {}).get("code") in (
+            "GR-OSB-AUTH",
+            "GR-OSB-SETTINGS",
+        ) or chosen.get("status") == "not configured"
     return out
 
 
@@ -261,8 +287,10 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     out = {
         "isolation": isolation,
         "sandbox_backends": _sandbox_backends(settings, report.level.value, list(report.reasons)),
-        "pythons": [{"version": i.version, "path": str(i.path), "source": i.source,
-                     "gym_releases": _releases_of(i.version)} for i in _pythons(settings)],
+        "pythons": [
+            {"version": i.version, "path": str(i.path), "source": i.source, "gym_releases": _releases_of(i.version)}
+            for i in _pythons(settings)
+        ],
         "uv": _uv(settings),
         "venv_dir": _writable(settings.venv_dir),
         "home": _writable(settings.home),
@@ -283,31 +311,46 @@ def egress_lines(d: dict[str, Any]) -> list[str]:
         err = d.get("error", {})
         return [f"ERROR {err.get('message', '?')}", *([f"hint: {err['hint']}"] if err.get("hint") else [])]
     internet = d.get("allow_internet")
-    lines = [f"{d.get('default', 'deny')} by default; internet {'ALLOWED' if internet else 'off'} "
-             "(NMP_RL_SANDBOX_ALLOW_INTERNET); the effective allowlist:"]
+    lines = [
+        f"{d.get('default', 'deny')} by default; internet {'ALLOWED' if internet else 'off'} "
+        "(NMP_RL_SANDBOX_ALLOW_INTERNET); the effective allowlist:"
+    ]
     lines += [f"  allow {e['allow']}  ({e['source']})" for e in d.get("allowlist", [])]
     if d.get("operator_list") and not d.get("operator_list_active"):
-        lines.append("operator list (NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW): " + ", ".join(d["operator_list"])
-                     + " -- not in effect while internet is off")
+        lines.append(
+            "operator list (NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW): "
+            + ", ".join(d["operator_list"])
+            + " -- not in effect while internet is off"
+        )
     ranges = d.get("denied_ranges", [])
-    lines.append(f"never: {len(ranges)} private/link-local/metadata ranges ({', '.join(ranges[:3])}, ...) "
-                 "unless a policy endpoint")
+    lines.append(
+        f"never: {len(ranges)} private/link-local/metadata ranges ({', '.join(ranges[:3])}, ...) "
+        "unless a policy endpoint"
+    )
     return lines
 
 
 def backend_lines(d: dict[str, Any]) -> list[str]:
     """The sandbox backends (:func:`_sandbox_backends`) as short human lines."""
-    lines = [f"servers run in the {d['chosen']} backend (GYM_RUNTIME_SANDBOX_BACKEND, --sandbox-backend)",
-             f"local: isolation {d['local']['isolation']}: {d['local']['gives']}"]
+    lines = [
+        f"servers run in the {d['chosen']} backend (GYM_RUNTIME_SANDBOX_BACKEND, --sandbox-backend)",
+        f"local: isolation {d['local']['isolation']}: {d['local']['gives']}",
+    ]
     osb = d["opensandbox"]
     if osb.get("status") == "ok":
-        lines.append(f"opensandbox: server {osb['server']} version {osb['version']} (API key {osb['api_key']}; "
-                     f"image {osb['image'] or 'NOT SET'}): {osb['gives']}")
-        lines.append(f"opensandbox: task sandboxes of configs' opensandbox provider blocks are made there; images "
-                     f"approved: {osb.get('task_images', 'nothing (unset)')} (GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES)")
+        lines.append(
+            f"opensandbox: server {osb['server']} version {osb['version']} (API key {osb['api_key']}; "
+            f"image {osb['image'] or 'NOT SET'}): {osb['gives']}"
+        )
+        lines.append(
+            f"opensandbox: task sandboxes of configs' opensandbox provider blocks are made there; images "
+            f"approved: {osb.get('task_images', 'nothing (unset)')} (GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES)"
+        )
     elif osb.get("status") == "error":
         err = osb.get("error", {})
-        lines.append(f"opensandbox: server {osb.get('server')}: ERROR [{err.get('code', '?')}] {err.get('message', '?')}")
+        lines.append(
+            f"opensandbox: server {osb.get('server')}: ERROR [{err.get('code', '?')}] {err.get('message', '?')}"
+        )
         lines += [f"hint: {err['hint']}"] if err.get("hint") else []
     else:
         lines.append(f"opensandbox: {osb['status']} ({osb['hint']})")
@@ -331,9 +374,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"isolation: {iso['level']}" + (f" ({'; '.join(iso['reasons'])})" if iso["reasons"] else ""))
     for i, line in enumerate(backend_lines(out["sandbox_backends"])):
         print(("backends:  " if i == 0 else " " * 11) + line)
-    pythons = [f"{p['version']} {p['path']} [{p['source']}] " + (f"runs nemo-gym {_ranges(p['gym_releases'])}"
-               if p["gym_releases"] else "runs no nemo-gym release")
-               for p in out["pythons"]] or ["none"]
+    pythons = [
+        f"{p['version']} {p['path']} [{p['source']}] "
+        + (f"runs nemo-gym {_ranges(p['gym_releases'])}" if p["gym_releases"] else "runs no nemo-gym release")
+        for p in out["pythons"]
+    ] or ["none"]
     for i, line in enumerate([*pythons, *_no_current_python(out["pythons"])]):
         print(("pythons:   " if i == 0 else " " * 11) + line)
     uv = out["uv"]
@@ -344,26 +389,43 @@ def run(args: argparse.Namespace) -> int:
         if d:
             print(f"{key + ':':<10} {d['path']} ({'writable' if d['writable'] else 'NOT writable'})")
     ray = out["ray"]
-    print("ray:       " + (ray.get("summary") or ray.get("error", {}).get("message", "?"))
-          + ("" if ray.get("reachable", True) else f" -- {ray['error']['message']}"))
+    print(
+        "ray:       "
+        + (ray.get("summary") or ray.get("error", {}).get("message", "?"))
+        + ("" if ray.get("reachable", True) else f" -- {ray['error']['message']}")
+    )
     for i, line in enumerate(egress_lines(out["egress"])):
         print(("egress:    " if i == 0 else " " * 11) + line)
     ts = out["task_sandboxes"]
-    print(f"sandboxes: task sandboxes {ts['level']}" + (f" ({ts['reason']})" if ts.get("reason") else "")
-          + f"; provider {ts['provider_mode']} (GYM_RUNTIME_SANDBOX_PROVIDER); images in " + (", ".join(ts["images"]) or "-")
-          + (f"; image map {', '.join(f'{k}={v}' for k, v in ts['image_map'].items())}" if ts["image_map"] else ""))
+    print(
+        f"sandboxes: task sandboxes {ts['level']}"
+        + (f" ({ts['reason']})" if ts.get("reason") else "")
+        + f"; provider {ts['provider_mode']} (GYM_RUNTIME_SANDBOX_PROVIDER); images in "
+        + (", ".join(ts["images"]) or "-")
+        + (f"; image map {', '.join(f'{k}={v}' for k, v in ts['image_map'].items())}" if ts["image_map"] else "")
+    )
     if out["server_env"]:
-        print("server env: " + ", ".join(f"{e['instance'] + ':' if e['instance'] else ''}{e['name']}"
-                                         + ("" if e["set"] else " (not set)") for e in out["server_env"])
-              + " (GYM_RUNTIME_SERVER_ENV; names only)")
+        print(
+            "server env: "
+            + ", ".join(
+                f"{e['instance'] + ':' if e['instance'] else ''}{e['name']}" + ("" if e["set"] else " (not set)")
+                for e in out["server_env"]
+            )
+            + " (GYM_RUNTIME_SERVER_ENV; names only)"
+        )
     if "gym_release" in out:
         rel = out["gym_release"]
-        print("gym:       " + (f"{rel['summary']}: {rel['why']}" if rel["status"] == "ok" else
-                               f"ERROR {rel['error']['message']}"))
+        print(
+            "gym:       "
+            + (f"{rel['summary']}: {rel['why']}" if rel["status"] == "ok" else f"ERROR {rel['error']['message']}")
+        )
     if "secrets" in out:
         sec = out["secrets"]
-        lines = ([f"{n}: {', '.join(keys) or 'no secrets'}" for n, keys in sec["servers"].items()]
-                 if sec["status"] == "ok" else [f"ERROR {sec['error']['message']}"])
+        lines = (
+            [f"{n}: {', '.join(keys) or 'no secrets'}" for n, keys in sec["servers"].items()]
+            if sec["status"] == "ok"
+            else [f"ERROR {sec['error']['message']}"]
+        )
         for i, line in enumerate(lines):
             print(("secrets:   " if i == 0 else " " * 11) + line)
         passed = {n: rows for n, rows in sec.get("passed_env", {}).items() if rows}
@@ -373,9 +435,13 @@ def run(args: argparse.Namespace) -> int:
     if d is None:
         print("daemon:    none running on this GYM_RUNTIME_HOME")
     else:
-        roles = ", ".join(f"{role} {t['processes']} ({t['rss_mb']:.0f} MiB)" for role, t in (d.get("processes") or {}).items())
-        print(f"daemon:    pid {d['pid']}, head server {d.get('head_server') or '(starting)'}"
-              + (f"; processes: {roles}" if roles else ""))
+        roles = ", ".join(
+            f"{role} {t['processes']} ({t['rss_mb']:.0f} MiB)" for role, t in (d.get("processes") or {}).items()
+        )
+        print(
+            f"daemon:    pid {d['pid']}, head server {d.get('head_server') or '(starting)'}"
+            + (f"; processes: {roles}" if roles else "")
+        )
     if bad:
         print("problems:  " + ", ".join(bad) + (f" (bad setting values: {', '.join(invalid)})" if invalid else ""))
     return code

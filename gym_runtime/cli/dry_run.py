@@ -26,8 +26,14 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gym_runtime.cli.common import (add_liveness_args, add_package_args, add_policy_args, liveness_from_args,
-                                    policy_from_args, stdout_for_the_command)
+from gym_runtime.cli.common import (
+    add_liveness_args,
+    add_package_args,
+    add_policy_args,
+    liveness_from_args,
+    policy_from_args,
+    stdout_for_the_command,
+)
 from gym_runtime.errors import EXIT_OK, EXIT_RUNTIME, RolloutError, UsageError
 from gym_runtime.rollouts import ROLLOUT_TIMEOUT_S
 from gym_runtime.supervise.options import SuperviseOptions
@@ -41,43 +47,80 @@ if TYPE_CHECKING:  # rich and the rollout machinery load only when a dry run run
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dry-run", help="run dataset rows k times against the environment and report reward spread")
     add_package_args(p)
-    p.add_argument("--dataset", type=Path, metavar="ROWS.jsonl", help="dataset rows, one JSON object per line "
-                   "(default: PKG.jsonl next to the package directory, the layout of examples/)")
+    p.add_argument(
+        "--dataset",
+        type=Path,
+        metavar="ROWS.jsonl",
+        help="dataset rows, one JSON object per line "
+        "(default: PKG.jsonl next to the package directory, the layout of examples/)",
+    )
     p.add_argument("--samples", "-k", type=int, default=4, metavar="K", help="rollouts per row (default 4)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N rows (all rows are still checked)")
-    p.add_argument("--max-concurrent-rollouts", type=int, metavar="N", help="rollouts in flight (default: 32 per "
-                   "agent replica)")
+    p.add_argument(
+        "--max-concurrent-rollouts", type=int, metavar="N", help="rollouts in flight (default: 32 per agent replica)"
+    )
     p.add_argument("--concurrency", type=int, metavar="C", help="deprecated alias of --max-concurrent-rollouts")
-    p.add_argument("--rollout-timeout", type=float, default=ROLLOUT_TIMEOUT_S, metavar="S",
-                   help="seconds per rollout; a rollout past it fails with GR-ROLLOUT-DEADLINE (default %(default)g; "
-                   "0: no limit)")
-    p.add_argument("--out", type=Path, metavar="results.jsonl", help="write every rollout (row, sample, reward, "
-                   "latency, error) as JSONL")
+    p.add_argument(
+        "--rollout-timeout",
+        type=float,
+        default=ROLLOUT_TIMEOUT_S,
+        metavar="S",
+        help="seconds per rollout; a rollout past it fails with GR-ROLLOUT-DEADLINE (default %(default)g; 0: no limit)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="results.jsonl",
+        help="write every rollout (row, sample, reward, latency, error) as JSONL",
+    )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
-    p.add_argument("--watch", action="store_true", help="after the table keep the environment up; on each edit "
-                   "of a server's tree, a config or the dataset restart what it touched (a server's requirements: "
-                   "rebuild its venv in the background first), run the rows again and print the table with each "
-                   "row's change (docs/rollouts.md); Ctrl-C stops")
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="after the table keep the environment up; on each edit "
+        "of a server's tree, a config or the dataset restart what it touched (a server's requirements: "
+        "rebuild its venv in the background first), run the rows again and print the table with each "
+        "row's change (docs/rollouts.md); Ctrl-C stops",
+    )
     add_policy_args(p)
     g = p.add_argument_group("environment")
     g.add_argument("--stub-seed", type=int, default=0, metavar="N", help="seed of the built-in stub model (default 0)")
     g.add_argument("--python", help="interpreter for server venvs (version or path)")
     g.add_argument("--isolation", choices=["full", "partial", "none"], help="force a lower isolation level")
-    g.add_argument("--work-dir", type=Path, metavar="DIR", help="run directory for logs (default "
-                   "$GYM_RUNTIME_HOME/runs/<time>)")
-    g.add_argument("--placement", choices=["local", "ray"], default="local",
-                   help="where servers run: this host (default), or nodes of the --ray-address cluster "
-                   "(docs/scale-out.md); the environment is brought down on every node at the end")
+    g.add_argument(
+        "--work-dir", type=Path, metavar="DIR", help="run directory for logs (default $GYM_RUNTIME_HOME/runs/<time>)"
+    )
+    g.add_argument(
+        "--placement",
+        choices=["local", "ray"],
+        default="local",
+        help="where servers run: this host (default), or nodes of the --ray-address cluster "
+        "(docs/scale-out.md); the environment is brought down on every node at the end",
+    )
     g.add_argument("--ray-address", metavar="ADDR", help="Ray cluster: host:port (GCS), 'auto' or 'local'")
-    g.add_argument("--sandbox-backend", choices=["local", "opensandbox"], default=None,
-                   help="where servers are sandboxed: local (namespaces on this host, the default) or opensandbox "
-                   "(the operator's OpenSandbox server, OPENSANDBOX_*); default GYM_RUNTIME_SANDBOX_BACKEND or local")
+    g.add_argument(
+        "--sandbox-backend",
+        choices=["local", "opensandbox"],
+        default=None,
+        help="where servers are sandboxed: local (namespaces on this host, the default) or opensandbox "
+        "(the operator's OpenSandbox server, OPENSANDBOX_*); default GYM_RUNTIME_SANDBOX_BACKEND or local",
+    )
     d = SuperviseOptions()
     g = p.add_argument_group("supervision (as for up)")
-    g.add_argument("--ready-timeout", type=float, default=d.server_ready_timeout_s, metavar="S",
-                   help="per-server seconds until GET / answers (default %(default)s)")
-    g.add_argument("--startup-timeout", type=float, default=d.startup_timeout_s, metavar="S",
-                   help="whole start-up, seconds (default %(default)s)")
+    g.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=d.server_ready_timeout_s,
+        metavar="S",
+        help="per-server seconds until GET / answers (default %(default)s)",
+    )
+    g.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=d.startup_timeout_s,
+        metavar="S",
+        help="whole start-up, seconds (default %(default)s)",
+    )
     add_liveness_args(g)
     p.set_defaults(func=run)
 
@@ -86,8 +129,10 @@ def default_dataset(package: str) -> Path:
     """``<package dir>.jsonl`` beside the package; :class:`UsageError` when there is none."""
     candidate = Path(package).resolve().with_name(Path(package).resolve().name + ".jsonl")
     if not candidate.is_file():
-        raise UsageError(f"--dataset is required: no {candidate.name} next to the package",
-                         hint="pass --dataset ROWS.jsonl (dataset rows never live inside a package)")
+        raise UsageError(
+            f"--dataset is required: no {candidate.name} next to the package",
+            hint="pass --dataset ROWS.jsonl (dataset rows never live inside a package)",
+        )
     return candidate
 
 
@@ -96,15 +141,37 @@ def request_from_args(args: argparse.Namespace) -> DryRunRequest:
 
     if args.dataset is None:
         args.dataset = default_dataset(args.package)
-    runtime = {k: v for k, v in (("python", args.python), ("isolation", args.isolation), ("work_dir", args.work_dir),
-                                 ("placement", args.placement), ("ray_address", args.ray_address),
-                                 ("sandbox_backend", args.sandbox_backend)) if v is not None}
-    runtime["options"] = SuperviseOptions(server_ready_timeout_s=args.ready_timeout, startup_timeout_s=args.startup_timeout,
-                                          probe_policy=args.probe_policy, **liveness_from_args(args))
-    return DryRunRequest(args.package, args.dataset, list(args.overrides), policy_from_args(args), args.samples,
-                         args.limit, max_concurrent_rollouts(args), args.rollout_timeout or None, args.out,
-                         args.stub_seed,
-                         runtime)
+    runtime = {
+        k: v
+        for k, v in (
+            ("python", args.python),
+            ("isolation", args.isolation),
+            ("work_dir", args.work_dir),
+            ("placement", args.placement),
+            ("ray_address", args.ray_address),
+            ("sandbox_backend", args.sandbox_backend),
+        )
+        if v is not None
+    }
+    runtime["options"] = SuperviseOptions(
+        server_ready_timeout_s=args.ready_timeout,
+        startup_timeout_s=args.startup_timeout,
+        probe_policy=args.probe_policy,
+        **liveness_from_args(args),
+    )
+    return DryRunRequest(
+        args.package,
+        args.dataset,
+        list(args.overrides),
+        policy_from_args(args),
+        args.samples,
+        args.limit,
+        max_concurrent_rollouts(args),
+        args.rollout_timeout or None,
+        args.out,
+        args.stub_seed,
+        runtime,
+    )
 
 
 def max_concurrent_rollouts(args: argparse.Namespace) -> int | None:
@@ -114,9 +181,12 @@ def max_concurrent_rollouts(args: argparse.Namespace) -> int | None:
     if old is None:
         return new
     if new is not None and new != old:
-        raise UsageError(f"--concurrency {old} and --max-concurrent-rollouts {new} conflict: the first is the "
-                         "deprecated name of the second", code="GR-USAGE-CONFLICT",
-                         hint="keep --max-concurrent-rollouts only")
+        raise UsageError(
+            f"--concurrency {old} and --max-concurrent-rollouts {new} conflict: the first is the "
+            "deprecated name of the second",
+            code="GR-USAGE-CONFLICT",
+            hint="keep --max-concurrent-rollouts only",
+        )
     print("note: --concurrency is deprecated; use --max-concurrent-rollouts (same meaning)", file=sys.stderr)
     return old
 
@@ -128,8 +198,9 @@ def progress_line(console: Any) -> Callable[[str], None]:
     from rich.markup import escape
 
     def say(msg: str) -> None:
-        console.print(f"[dim][{time.strftime('%H:%M:%S')}][/dim] {escape(msg)}", markup=True, highlight=False,
-                      soft_wrap=True)
+        console.print(
+            f"[dim][{time.strftime('%H:%M:%S')}][/dim] {escape(msg)}", markup=True, highlight=False, soft_wrap=True
+        )
 
     return say
 
@@ -145,8 +216,15 @@ def run(args: argparse.Namespace) -> int:
 
     req = request_from_args(args)
     err = Console(stderr=True)
-    progress = Progress(TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=err, transient=True, disable=not err.is_terminal)
+    progress = Progress(
+        TextColumn("rollouts"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
     task = progress.add_task("rollouts", total=None)
 
     say = progress_line(err)
@@ -157,8 +235,11 @@ def run(args: argparse.Namespace) -> int:
         progress.start()
 
     if args.watch and args.json:
-        raise UsageError("--watch prints a table per run; it cannot be combined with --json", code="GR-USAGE-CONFLICT",
-                         hint="drop --json (each run's rollouts can still be written with --out)")
+        raise UsageError(
+            "--watch prints a table per run; it cannot be combined with --json",
+            code="GR-USAGE-CONFLICT",
+            hint="drop --json (each run's rollouts can still be written with --out)",
+        )
     try:
         with stdout_for_the_command() as out:  # stdout carries the report only
             advance = lambda r: progress.advance(task)  # noqa: E731
@@ -198,8 +279,9 @@ async def _stoppable(work: Coroutine[Any, Any, Any]) -> Any:
 def _title(result: DryRunResult, args: argparse.Namespace, startup: bool = True) -> str:
     """The table's title; ``startup``: with the environment's start-up time (the first table only:
     a watch's later tables follow an edit, timed on their own line)."""
-    return (f"dry-run: {result.package} · {len(result.rows)} row(s) × {args.samples} sample(s)"
-            + (f" · startup {result.ready.get('startup_s')} s" if startup else ""))
+    return f"dry-run: {result.package} · {len(result.rows)} row(s) × {args.samples} sample(s)" + (
+        f" · startup {result.ready.get('startup_s')} s" if startup else ""
+    )
 
 
 def _shower(args: argparse.Namespace, out: Any, progress: Any):
@@ -217,13 +299,22 @@ def _shower(args: argparse.Namespace, out: Any, progress: Any):
         progress.stop()
         runs[0] += 1
         console = Console(file=out, width=None if out.isatty() else 160)
-        print_report(console, result.stats, result.summary, f"{_title(result, args, runs[0] == 1)} · run {runs[0]}",
-                     result.replicas, result.max_concurrent_rollouts, changes)
+        print_report(
+            console,
+            result.stats,
+            result.summary,
+            f"{_title(result, args, runs[0] == 1)} · run {runs[0]}",
+            result.replicas,
+            result.max_concurrent_rollouts,
+            changes,
+        )
         if changes is not None:
             c = change_summary(changes)
-            console.print(f"against run {runs[0] - 1}: {c['changed']} row(s) changed, signal gained in "
-                          f"{c['signal_gained']}, lost in {c['signal_lost']}, {c['new']} new, {gone} gone",
-                          highlight=False)
+            console.print(
+                f"against run {runs[0] - 1}: {c['changed']} row(s) changed, signal gained in "
+                f"{c['signal_gained']}, lost in {c['signal_lost']}, {c['new']} new, {gone} gone",
+                highlight=False,
+            )
         out.flush()
 
     return show
@@ -235,10 +326,17 @@ def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
 
     from gym_runtime.rollouts.report import print_report, report_dict
 
-    extra = {"package": result.package, "dataset": str(args.dataset), "samples": args.samples,
-             "startup_s": result.ready.get("startup_s"), "isolation": result.ready.get("isolation"),
-             "placement": result.ready.get("placement"), "policy_model": result.ready.get("policy_model"),
-             "max_concurrent_rollouts": result.max_concurrent_rollouts, "replicas": result.replicas}
+    extra = {
+        "package": result.package,
+        "dataset": str(args.dataset),
+        "samples": args.samples,
+        "startup_s": result.ready.get("startup_s"),
+        "isolation": result.ready.get("isolation"),
+        "placement": result.ready.get("placement"),
+        "policy_model": result.ready.get("policy_model"),
+        "max_concurrent_rollouts": result.max_concurrent_rollouts,
+        "replicas": result.replicas,
+    }
     if args.out:
         extra["out"] = str(args.out)
     if result.notes:
@@ -248,16 +346,31 @@ def report(result: DryRunResult, args: argparse.Namespace, err: Console) -> int:
     else:
         title = _title(result, args)
         # off a terminal (a log, a pipe) rich would wrap the table at 80 columns: give it room instead
-        print_report(Console(width=None if sys.stdout.isatty() else 160), result.stats, result.summary, title,
-                     result.replicas, result.max_concurrent_rollouts)
+        print_report(
+            Console(width=None if sys.stdout.isatty() else 160),
+            result.stats,
+            result.summary,
+            title,
+            result.replicas,
+            result.max_concurrent_rollouts,
+        )
     if result.ok:
         return EXIT_OK
     codes = ", ".join(f"{c}: {n}" for c, n in result.summary.failures_by_code.items())
-    what = f"{result.summary.failures} of {result.summary.rollouts} rollouts failed ({codes})" \
-        if result.summary.failures else f"{result.summary.masked_rows} row(s) had every sample masked by the " \
+    what = (
+        f"{result.summary.failures} of {result.summary.rollouts} rollouts failed ({codes})"
+        if result.summary.failures
+        else f"{result.summary.masked_rows} row(s) had every sample masked by the "
         f"environment ({', '.join(f'{k}: {n}' for k, n in result.summary.masked_by_kind.items())})"
-    e = RolloutError(what, hint=("see the error of each rollout in --out" if result.summary.failures else
-                                 "see the failure_reason of each masked rollout in --out") +
-                     f", and the server logs under {result.ready.get('logs_dir')}")
+    )
+    e = RolloutError(
+        what,
+        hint=(
+            "see the error of each rollout in --out"
+            if result.summary.failures
+            else "see the failure_reason of each masked rollout in --out"
+        )
+        + f", and the server logs under {result.ready.get('logs_dir')}",
+    )
     err.print(e.render(), markup=False, highlight=False)
     return EXIT_RUNTIME

@@ -51,8 +51,11 @@ def run(args: argparse.Namespace) -> int:
     if r.status_code == 404:
         names = [s["process_name"] for s in get(base + "/server_instances").json()]
         names += [s["name"] for s in get(base + "/support_processes").json()]
-        raise UserError(f"no server instance named {args.instance!r}", code="GR-LOGS-UNKNOWN",
-                        hint="instances: " + (", ".join(names) or "(none)"))
+        raise UserError(
+            f"no server instance named {args.instance!r}",
+            code="GR-LOGS-UNKNOWN",
+            hint="instances: " + (", ".join(names) or "(none)"),
+        )
     body = r.json()
     for line in body["lines"]:
         print(line)
@@ -140,22 +143,30 @@ def _from_files(instance: str, tail: int, home: Path) -> int:
 
     last = read_json(home / LAST_RUN) or {}
     build = last_build(home)
-    if build is not None and not (build.get("pid") == last.get("pid")
-                                  or float(build.get("started_at") or 0) >= float(last.get("started_at") or 0)):
+    if build is not None and not (
+        build.get("pid") == last.get("pid") or float(build.get("started_at") or 0) >= float(last.get("started_at") or 0)
+    ):
         build = None  # an older build than the last run: it says nothing about that run
     entry = (build or {}).get("servers", {}).get(instance)
     if entry and entry.get("status") in ("failed", "cancelled"):
         return _failed_build(instance, entry, build, last, home, tail)
     last_log = Path(last["logs_dir"]) / f"{instance}.log" if last.get("logs_dir") else None
-    older = sorted((p for p in (home / "runs").glob(f"*/logs/{instance}.log") if p != last_log),
-                   key=_mtime, reverse=True)
+    older = sorted(
+        (p for p in (home / "runs").glob(f"*/logs/{instance}.log") if p != last_log), key=_mtime, reverse=True
+    )
     build_logs = sorted((home / "logs" / "build").glob(f"{instance}-*.log"), key=_mtime, reverse=True)
-    shown, what = (last_log, "last run") if last_log is not None and last_log.is_file() else \
-        ((older[0], "older run") if older else (None, ""))
+    shown, what = (
+        (last_log, "last run")
+        if last_log is not None and last_log.is_file()
+        else ((older[0], "older run") if older else (None, ""))
+    )
     if shown is None and not build_logs:
-        raise UserError(f"no running daemon (GYM_RUNTIME_HOME={home}) and no log file for {instance!r}",
-                        code="GR-LOGS-NO-DAEMON", hint="start it with `gym-runtime up PKG`, or pass --head URL "
-                        f"of a running daemon; looked in {home / 'runs'}/*/logs and {home / 'logs' / 'build'}")
+        raise UserError(
+            f"no running daemon (GYM_RUNTIME_HOME={home}) and no log file for {instance!r}",
+            code="GR-LOGS-NO-DAEMON",
+            hint="start it with `gym-runtime up PKG`, or pass --head URL "
+            f"of a running daemon; looked in {home / 'runs'}/*/logs and {home / 'logs' / 'build'}",
+        )
     err = sys.stderr
     print(f"no running daemon (GYM_RUNTIME_HOME={home}); log files for {instance!r}:", file=err)
     for p in ([shown] if shown is not None else []) + build_logs:
@@ -164,13 +175,14 @@ def _from_files(instance: str, tail: int, home: Path) -> int:
         print(f"last {tail} lines of {shown}:", file=err)
     elif last:
         never = last.get("work_dir") and not Path(last["work_dir"]).is_dir()
-        note = (f"the last run (pid {last.get('pid', '?')}, started {_stamp(last.get('started_at'))}) left no log "
-                f"for {instance!r}" + (" (it stopped before creating its run directory)" if never else ""))
+        note = (
+            f"the last run (pid {last.get('pid', '?')}, started {_stamp(last.get('started_at'))}) left no log "
+            f"for {instance!r}" + (" (it stopped before creating its run directory)" if never else "")
+        )
         if entry and entry.get("status") == "not built":
             note += f"; its venv builds failed before {instance!r}'s was done (see `gym-runtime logs` of those)"
         if what == "older run":
-            note += (f".\nshowing the log of an older run, {shown.parent.parent} (last written "
-                     f"{_stamp(_mtime(shown))}):")
+            note += f".\nshowing the log of an older run, {shown.parent.parent} (last written {_stamp(_mtime(shown))}):"
         print(note, file=err)
     elif what == "older run":
         print(f"showing the log of the run {shown.parent.parent} (last written {_stamp(_mtime(shown))}):", file=err)
@@ -191,12 +203,18 @@ def _failed_build(instance: str, entry: dict, build: dict, last: dict, home: Pat
         if last.get("work_dir") and not Path(last["work_dir"]).is_dir():
             who += ", which stopped before creating its run directory,"
     else:
-        who = f"the last `gym-runtime {build.get('command', 'build')}` (pid {build.get('pid', '?')}, started " \
-              f"{_stamp(build.get('started_at'))})"
-    print(f"no running daemon (GYM_RUNTIME_HOME={home}); {who} "
-          + ("was cancelled while building" if entry["status"] == "cancelled" else "failed building")
-          + f" the venv of {instance!r}" + (f" at {entry['stage']}" if entry.get("stage") else "")
-          + (f": [{entry['code']}] {entry['message']}" if entry.get("code") else ""), file=err)
+        who = (
+            f"the last `gym-runtime {build.get('command', 'build')}` (pid {build.get('pid', '?')}, started "
+            f"{_stamp(build.get('started_at'))})"
+        )
+    print(
+        f"no running daemon (GYM_RUNTIME_HOME={home}); {who} "
+        + ("was cancelled while building" if entry["status"] == "cancelled" else "failed building")
+        + f" the venv of {instance!r}"
+        + (f" at {entry['stage']}" if entry.get("stage") else "")
+        + (f": [{entry['code']}] {entry['message']}" if entry.get("code") else ""),
+        file=err,
+    )
     log = Path(entry["log"]) if entry.get("log") else None
     if log is not None and log.is_file():
         text = log.read_text(encoding="utf-8", errors="replace")

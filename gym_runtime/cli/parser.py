@@ -13,7 +13,19 @@ from collections.abc import Sequence
 
 from gym_runtime.errors import EXIT_USAGE
 
-COMMANDS = ["validate", "config_cmd", "build", "prefetch", "vendor", "up", "status", "logs", "doctor", "dry_run", "prune"]
+COMMANDS = [
+    "validate",
+    "config_cmd",
+    "build",
+    "prefetch",
+    "vendor",
+    "up",
+    "status",
+    "logs",
+    "doctor",
+    "dry_run",
+    "prune",
+]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,8 +41,9 @@ class _Parser(argparse.ArgumentParser):
 
 def make_parser() -> argparse.ArgumentParser:
     """The parser of every sub-command (importing their modules takes about a second)."""
-    parser = _Parser(prog="gym-runtime", description="Bring up NeMo Gym reward environments: validate, "
-                     "config, build, up, dry-run.")
+    parser = _Parser(
+        prog="gym-runtime", description="Bring up NeMo Gym reward environments: validate, config, build, up, dry-run."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:

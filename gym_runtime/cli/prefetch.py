@@ -46,28 +46,59 @@ LEARN_TIMEOUT_S = 300.0  # after ready: compiling ~3,700 files takes ~7 CPU s on
 
 def register(sub: argparse._SubParsersAction) -> None:
     d = SuperviseOptions()
-    p = sub.add_parser("prefetch", help="fill the uv cache, recorded resolutions and bytecode store for a package",
-                       description="Fill the caches a first start reads (uv cache, recorded resolutions, bytecode "
-                       "store): build every server venv, start the environment once until every server answers, "
-                       "save what its processes imported, stop.")
-    p.add_argument("package", metavar="PKG", nargs="?", help="environment package directory (holds "
-                   "nemo-environment.yaml); omit it with --gym-release")
+    p = sub.add_parser(
+        "prefetch",
+        help="fill the uv cache, recorded resolutions and bytecode store for a package",
+        description="Fill the caches a first start reads (uv cache, recorded resolutions, bytecode "
+        "store): build every server venv, start the environment once until every server answers, "
+        "save what its processes imported, stop.",
+    )
+    p.add_argument(
+        "package",
+        metavar="PKG",
+        nargs="?",
+        help="environment package directory (holds nemo-environment.yaml); omit it with --gym-release",
+    )
     p.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, optional")
-    p.add_argument("--gym-release", action="store_true", help="instead of a package: the closure of the Gym release "
-                   "the pins choose (GYM_RUNTIME_PIN_NEMO_GYM; uv cache and recorded resolution, no bytecode)")
+    p.add_argument(
+        "--gym-release",
+        action="store_true",
+        help="instead of a package: the closure of the Gym release "
+        "the pins choose (GYM_RUNTIME_PIN_NEMO_GYM; uv cache and recorded resolution, no bytecode)",
+    )
     add_policy_args(p)
     p.add_argument("--python", help="interpreter for server venvs (version or path), as for up")
     p.add_argument("--isolation", choices=["full", "partial", "none"], help="force a lower isolation level, as for up")
-    p.add_argument("--drop-venvs", action="store_true", help="remove the venvs this run built once the caches are "
-                   "filled (a later start rebuilds them offline from the caches)")
-    p.add_argument("--work-dir", type=Path, metavar="DIR", help="run directory for logs (default "
-                   "$GYM_RUNTIME_HOME/runs/<time>)")
-    p.add_argument("--ready-timeout", type=float, default=d.server_ready_timeout_s, metavar="S",
-                   help="per-server seconds until GET / answers (default %(default)s)")
-    p.add_argument("--startup-timeout", type=float, default=d.startup_timeout_s, metavar="S",
-                   help="whole start-up, seconds (default %(default)s)")
-    p.add_argument("--learn-timeout", type=float, default=LEARN_TIMEOUT_S, metavar="S",
-                   help="seconds after ready to compile and save what the processes imported (default %(default)g)")
+    p.add_argument(
+        "--drop-venvs",
+        action="store_true",
+        help="remove the venvs this run built once the caches are "
+        "filled (a later start rebuilds them offline from the caches)",
+    )
+    p.add_argument(
+        "--work-dir", type=Path, metavar="DIR", help="run directory for logs (default $GYM_RUNTIME_HOME/runs/<time>)"
+    )
+    p.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=d.server_ready_timeout_s,
+        metavar="S",
+        help="per-server seconds until GET / answers (default %(default)s)",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=d.startup_timeout_s,
+        metavar="S",
+        help="whole start-up, seconds (default %(default)s)",
+    )
+    p.add_argument(
+        "--learn-timeout",
+        type=float,
+        default=LEARN_TIMEOUT_S,
+        metavar="S",
+        help="seconds after ready to compile and save what the processes imported (default %(default)g)",
+    )
     p.add_argument("--json", action="store_true", help="print what was filled as one JSON object")
     p.set_defaults(func=run)
 
@@ -87,10 +118,18 @@ async def prefetch(args: argparse.Namespace) -> dict[str, Any]:
     from gym_runtime.supervise.daemon_record import DaemonRecord
 
     settings = load_settings()
-    opts = SuperviseOptions(server_ready_timeout_s=args.ready_timeout, startup_timeout_s=args.startup_timeout,
-                            liveness_interval_s=0)
-    req = UpRequest(args.package, list(args.overrides), policy_from_args(args), work_dir=args.work_dir,
-                    isolation=args.isolation, python=args.python, options=opts)
+    opts = SuperviseOptions(
+        server_ready_timeout_s=args.ready_timeout, startup_timeout_s=args.startup_timeout, liveness_interval_s=0
+    )
+    req = UpRequest(
+        args.package,
+        list(args.overrides),
+        policy_from_args(args),
+        work_dir=args.work_dir,
+        isolation=args.isolation,
+        python=args.python,
+        options=opts,
+    )
     env = Environment(req, settings, _say)
     record = DaemonRecord(env.settings.home, env.work_dir, args.work_dir is not None, _say)
     record.claim()  # one daemon per state directory: another one may be saving to the same store
@@ -109,20 +148,33 @@ async def prefetch(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             code = await env.stop()
         if not saved:
-            raise StartError(f"the bytecode of {args.package} was not saved within --learn-timeout "
-                             f"{args.learn_timeout:g}s after ready", code="GR-PREFETCH-LEARN",
-                             hint="give a longer --learn-timeout (compiling is slow on a loaded host); the uv cache "
-                             "and the recorded resolutions are filled already", extra={"logs_dir": str(env.logs_dir)})
+            raise StartError(
+                f"the bytecode of {args.package} was not saved within --learn-timeout "
+                f"{args.learn_timeout:g}s after ready",
+                code="GR-PREFETCH-LEARN",
+                hint="give a longer --learn-timeout (compiling is slow on a loaded host); the uv cache "
+                "and the recorded resolutions are filled already",
+                extra={"logs_dir": str(env.logs_dir)},
+            )
         if code != 0:
-            raise StartError(f"the environment of {args.package} did not stop cleanly (exit {code})",
-                             code="GR-PREFETCH-STOP", hint=f"see the server logs under {env.logs_dir}")
+            raise StartError(
+                f"the environment of {args.package} did not stop cleanly (exit {code})",
+                code="GR-PREFETCH-STOP",
+                hint=f"see the server logs under {env.logs_dir}",
+            )
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         record.release()
     venvs = await asyncio.to_thread(_venv_rows, env.placement.local_venvs(), args.drop_venvs)
-    return {"package": str(Path(args.package).resolve()), "startup_s": info["startup_s"],
-            "learn_s": round(learn_s, 3), "venvs": venvs, **_caches(settings), "bytecode_store": str(settings.bytecode_dir)}
+    return {
+        "package": str(Path(args.package).resolve()),
+        "startup_s": info["startup_s"],
+        "learn_s": round(learn_s, 3),
+        "venvs": venvs,
+        **_caches(settings),
+        "bytecode_store": str(settings.bytecode_dir),
+    }
 
 
 def _venv_rows(venvs: list[Any], drop: bool, servers: list[str] | None = None) -> list[dict[str, Any]]:
@@ -134,8 +186,15 @@ def _venv_rows(venvs: list[Any], drop: bool, servers: list[str] | None = None) -
         dropped = bool(drop and not v.reused)
         if dropped:
             shutil.rmtree(v.path, ignore_errors=True)
-        rows.append({"path": str(v.path), "digest": v.digest, "servers": servers or list(v.instances),
-                     "status": v.status, "dropped": dropped})
+        rows.append(
+            {
+                "path": str(v.path),
+                "digest": v.digest,
+                "servers": servers or list(v.instances),
+                "status": v.status,
+                "dropped": dropped,
+            }
+        )
     return rows
 
 
@@ -162,8 +221,12 @@ def release_closure(args: argparse.Namespace) -> dict[str, Any]:
     t = time.monotonic()
     venvs = build_venvs(plan_venvs(merged, settings, python=args.python), settings, progress=False)
     rows = _venv_rows(venvs.venvs, args.drop_venvs, ["the Gym SDK alone"])
-    return {"gym_release": release.to_dict(), "build_s": round(time.monotonic() - t, 3), "venvs": rows,
-            **_caches(settings)}
+    return {
+        "gym_release": release.to_dict(),
+        "build_s": round(time.monotonic() - t, 3),
+        "venvs": rows,
+        **_caches(settings),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -172,8 +235,11 @@ def run(args: argparse.Namespace) -> int:
     import uvloop  # the daemon's loop, as for `up`
 
     if bool(args.package) == args.gym_release:
-        raise UsageError("give either PKG or --gym-release", hint="`gym-runtime prefetch PKG` fills the caches of a "
-                         "package; `gym-runtime prefetch --gym-release` those of the Gym release's closure")
+        raise UsageError(
+            "give either PKG or --gym-release",
+            hint="`gym-runtime prefetch PKG` fills the caches of a "
+            "package; `gym-runtime prefetch --gym-release` those of the Gym release's closure",
+        )
     try:
         with stdout_for_the_command():  # stdout carries the report only
             report = release_closure(args) if args.gym_release else uvloop.run(prefetch(args))
@@ -188,6 +254,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"uv cache: {report['uv_cache']}")
     print(f"recorded resolutions: {report['resolutions']}")
     if "bytecode_store" in report:
-        print(f"bytecode store: {report['bytecode_store']} (saved {report['learn_s']:.1f}s after a start of "
-              f"{report['startup_s']:.1f}s)")
+        print(
+            f"bytecode store: {report['bytecode_store']} (saved {report['learn_s']:.1f}s after a start of "
+            f"{report['startup_s']:.1f}s)"
+        )
     return EXIT_OK

@@ -17,13 +17,21 @@ from gym_runtime.errors import EXIT_OK, BuildError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("prune", help="remove unused entries from the uv cache, waiting for running builds",
-                       description="Run `uv cache prune` while holding the uv cache's maintenance lock: it waits for "
-                       "running builds (a start, a `build`) and never races one. Run the venv's own "
-                       "`gym-runtime` (e.g. `.venv/bin/gym-runtime prune`): a `uv run` holds uv's lock on the "
-                       "cache while its command runs.")
-    p.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
-                   help="how long to wait for running builds before giving up (default 600)")
+    p = sub.add_parser(
+        "prune",
+        help="remove unused entries from the uv cache, waiting for running builds",
+        description="Run `uv cache prune` while holding the uv cache's maintenance lock: it waits for "
+        "running builds (a start, a `build`) and never races one. Run the venv's own "
+        "`gym-runtime` (e.g. `.venv/bin/gym-runtime prune`): a `uv run` holds uv's lock on the "
+        "cache while its command runs.",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long to wait for running builds before giving up (default 600)",
+    )
     p.add_argument("--json", action="store_true", help='print {"pruned": true, "uv_cache": ...}')
     p.set_defaults(func=run)
 
@@ -36,9 +44,12 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     lock = cache_lock_path(settings.uv_cache_dir)
     if not prune_cache(settings, wait_s=max(0.0, args.wait)):
-        raise BuildError(f"the uv cache was not pruned: builds held it for {args.wait:g}s", code="GR-BUILD-CACHE-BUSY",
-                         cause=f"a build holds {lock} (a daemon starting, or `gym-runtime build`)",
-                         hint="run `gym-runtime prune` again when the builds are done, or give a longer --wait")
+        raise BuildError(
+            f"the uv cache was not pruned: builds held it for {args.wait:g}s",
+            code="GR-BUILD-CACHE-BUSY",
+            cause=f"a build holds {lock} (a daemon starting, or `gym-runtime build`)",
+            hint="run `gym-runtime prune` again when the builds are done, or give a longer --wait",
+        )
     cache = str(lock.parent)
     print(json.dumps({"pruned": True, "uv_cache": cache}) if args.json else f"pruned the uv cache at {cache}")
     return EXIT_OK

@@ -26,8 +26,12 @@ if TYPE_CHECKING:  # httpx loads only when a head server is asked
 
 
 def add_head_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--head", metavar="URL", help="head server URL (default: the running daemon's, from "
-                   "$GYM_RUNTIME_HOME/daemon.json); `up` prints it in its ready line")
+    p.add_argument(
+        "--head",
+        metavar="URL",
+        help="head server URL (default: the running daemon's, from "
+        "$GYM_RUNTIME_HOME/daemon.json); `up` prints it in its ready line",
+    )
 
 
 def head_url(args: argparse.Namespace) -> str:
@@ -37,11 +41,18 @@ def head_url(args: argparse.Namespace) -> str:
     home = load_settings().home
     record = running(home)
     if record is None:
-        raise UserError(f"no --head given and no running daemon recorded in {home / RECORD}", code="GR-HEAD-UNKNOWN",
-                        hint="pass --head http://host:port (the head_server of `up`'s ready line)")
+        raise UserError(
+            f"no --head given and no running daemon recorded in {home / RECORD}",
+            code="GR-HEAD-UNKNOWN",
+            hint="pass --head http://host:port (the head_server of `up`'s ready line)",
+        )
     if not record.get("head_server"):
-        raise StartError(f"the daemon (pid {record.get('pid')}) is still reading its config: its head server "
-                         "serves right after that", code="GR-HEAD-STARTING", hint="try again in a moment")
+        raise StartError(
+            f"the daemon (pid {record.get('pid')}) is still reading its config: its head server "
+            "serves right after that",
+            code="GR-HEAD-STARTING",
+            hint="try again in a moment",
+        )
     return str(record["head_server"]).rstrip("/")
 
 
@@ -52,9 +63,11 @@ def get(url: str, timeout: float = 5.0) -> httpx.Response:
     try:
         return httpx.get(url, timeout=timeout, trust_env=False)
     except httpx.HTTPError as e:
-        raise StartError(f"cannot reach the head server at {url}: {e}", code="GR-HEAD-UNREACHABLE",
-                         hint="is `gym-runtime up` running? pass the head_server URL from its ready line "
-                         "with --head") from None
+        raise StartError(
+            f"cannot reach the head server at {url}: {e}",
+            code="GR-HEAD-UNREACHABLE",
+            hint="is `gym-runtime up` running? pass the head_server URL from its ready line with --head",
+        ) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,9 +86,18 @@ def run(args: argparse.Namespace) -> int:
     procs_body = procs.json() if procs.status_code == 200 else None
     body = health.json()
     if args.json:
-        print(json.dumps({"head_server": base, "health": body, "servers": servers, "support_processes": support,
-                          "processes": procs_body},
-                         indent=2))
+        print(
+            json.dumps(
+                {
+                    "head_server": base,
+                    "health": body,
+                    "servers": servers,
+                    "support_processes": support,
+                    "processes": procs_body,
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"head server {base}: {body.get('status')}" + (f" ({body.get('phase')})" if "phase" in body else ""))
         width = max([24, *(len(s["process_name"]) for s in servers), *(len(s["name"]) for s in support)])
@@ -91,11 +113,15 @@ def run(args: argparse.Namespace) -> int:
 def _line(name: str, what: str, s: dict, width: int = 24) -> str:
     """One server's line; ``width``: the name column's (the longest name's, so the columns align)."""
     up = s.get("uptime_seconds")
-    return (f"  {name:<{width}} {s.get('state', '?'):<10} {s.get('url') or '-':<28} pid {s.get('pid') or '-':<8}"
-            f" restarts {s.get('restarts', 0)}" + (f" up {up:.0f}s" if up else "") + f"  {what}"
-            + (f"  node {s['node']} moves {s.get('moves', 0)}" if s.get("placement") == "ray" else "")
-            + (f"  sandboxes {s['sandboxes']}" if s.get("sandboxes") else "")
-            + (f"  error: {s['error']}" if s.get("error") else ""))
+    return (
+        f"  {name:<{width}} {s.get('state', '?'):<10} {s.get('url') or '-':<28} pid {s.get('pid') or '-':<8}"
+        f" restarts {s.get('restarts', 0)}"
+        + (f" up {up:.0f}s" if up else "")
+        + f"  {what}"
+        + (f"  node {s['node']} moves {s.get('moves', 0)}" if s.get("placement") == "ray" else "")
+        + (f"  sandboxes {s['sandboxes']}" if s.get("sandboxes") else "")
+        + (f"  error: {s['error']}" if s.get("error") else "")
+    )
 
 
 def _print_processes(body: dict) -> None:

@@ -16,8 +16,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from gym_runtime.cli.common import (add_liveness_args, add_package_args, add_policy_args, liveness_from_args,
-                                    policy_from_args, stdout_for_the_command)
+from gym_runtime.cli.common import (
+    add_liveness_args,
+    add_package_args,
+    add_policy_args,
+    liveness_from_args,
+    policy_from_args,
+    stdout_for_the_command,
+)
 from gym_runtime.errors import GymRuntimeError, UsageError
 from gym_runtime.host import HOST_MODES, ROLLOUT_DEADLINE_S
 from gym_runtime.settings import load_settings
@@ -45,49 +51,104 @@ read exits 1 at once"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("up", help="start, supervise and serve an environment (prints one JSON line when ready)",
-                       description="Start, supervise and serve an environment until SIGTERM/SIGINT. stdout gets "
-                       "one JSON line when every server is ready; progress goes to stderr.",
-                       epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "up",
+        help="start, supervise and serve an environment (prints one JSON line when ready)",
+        description="Start, supervise and serve an environment until SIGTERM/SIGINT. stdout gets "
+        "one JSON line when every server is ready; progress goes to stderr.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_package_args(p)
     add_policy_args(p)
     p.add_argument("--head-host", default="127.0.0.1", help="head server address (default 127.0.0.1)")
     p.add_argument("--head-port", type=int, default=None, help="head server port (default: a free port)")
     p.add_argument("--ray-address", metavar="ADDR", help="Ray cluster: host:port (GCS), 'auto' or 'local'")
-    p.add_argument("--placement", choices=["local", "ray"], default="local",
-                   help="where servers run: this host (default), or nodes of the --ray-address cluster chosen by "
-                   "Ray from each instance's placement: block (docs/scale-out.md)")
-    p.add_argument("--sandbox-backend", choices=["local", "opensandbox"], default=None,
-                   help="where servers are sandboxed: local (namespaces on this host, the default) or opensandbox "
-                   "(the operator's OpenSandbox server, OPENSANDBOX_*); default GYM_RUNTIME_SANDBOX_BACKEND or local")
-    p.add_argument("--max-concurrent-rollouts", type=int, metavar="N", help="rollouts in flight per POST "
-                   "/rollouts/run batch unless its body gives concurrency (default: 32 per agent replica)")
-    p.add_argument("--work-dir", metavar="DIR", help="run directory: logs, server homes (default "
-                   "$GYM_RUNTIME_HOME/runs/<time>)")
+    p.add_argument(
+        "--placement",
+        choices=["local", "ray"],
+        default="local",
+        help="where servers run: this host (default), or nodes of the --ray-address cluster chosen by "
+        "Ray from each instance's placement: block (docs/scale-out.md)",
+    )
+    p.add_argument(
+        "--sandbox-backend",
+        choices=["local", "opensandbox"],
+        default=None,
+        help="where servers are sandboxed: local (namespaces on this host, the default) or opensandbox "
+        "(the operator's OpenSandbox server, OPENSANDBOX_*); default GYM_RUNTIME_SANDBOX_BACKEND or local",
+    )
+    p.add_argument(
+        "--max-concurrent-rollouts",
+        type=int,
+        metavar="N",
+        help="rollouts in flight per POST "
+        "/rollouts/run batch unless its body gives concurrency (default: 32 per agent replica)",
+    )
+    p.add_argument(
+        "--work-dir", metavar="DIR", help="run directory: logs, server homes (default $GYM_RUNTIME_HOME/runs/<time>)"
+    )
     p.add_argument("--require-isolation", action="store_true", help="fail unless full isolation is available")
     p.add_argument("--isolation", choices=["full", "partial", "none"], help="force a lower isolation level")
     p.add_argument("--python", help="interpreter for server venvs (version or path)")
     p.add_argument("--stub-seed", type=int, default=0, metavar="N", help="seed of the built-in stub model")
-    h = p.add_argument_group("host mode (docs/runtime.md, \"Host mode\")")
-    h.add_argument("--host-mode", choices=HOST_MODES, help="serve as NMP's sandboxed Gym host: the Gym global "
-                   "config from NMP_GYM_GLOBAL_CONFIG (or NHX_GYM_GLOBAL_CONFIG), the head server bound at once in "
-                   "the port range and answering GET /health (starting | ready | failed) from the first moment, "
-                   "POST /rollouts/run answers joined on _rowidx; a failure keeps /health answering failed")
-    h.add_argument("--head-port-range", metavar="LOW-HIGH", help="with --host-mode: the head server's port is the "
-                   "first free one of this range (default: the global config's port_range_low-port_range_high, "
-                   "else 5000-5999); --head-port takes one port instead")
-    h.add_argument("--heartbeat-interval", type=float, default=15.0, metavar="S", help="seconds between the "
-                   "spaces a running POST /rollouts/run batch writes before its JSON (default %(default)g)")
-    h.add_argument("--rollout-deadline", type=float, metavar="S", help="seconds after which a /rollouts/run batch "
-                   "stops and answers with the rows that finished, unless its body gives deadline_s (default: "
-                   f"{ROLLOUT_DEADLINE_S:g} with --host-mode, else 3600)")
+    h = p.add_argument_group('host mode (docs/runtime.md, "Host mode")')
+    h.add_argument(
+        "--host-mode",
+        choices=HOST_MODES,
+        help="serve as NMP's sandboxed Gym host: the Gym global "
+        "config from NMP_GYM_GLOBAL_CONFIG (or NHX_GYM_GLOBAL_CONFIG), the head server bound at once in "
+        "the port range and answering GET /health (starting | ready | failed) from the first moment, "
+        "POST /rollouts/run answers joined on _rowidx; a failure keeps /health answering failed",
+    )
+    h.add_argument(
+        "--head-port-range",
+        metavar="LOW-HIGH",
+        help="with --host-mode: the head server's port is the "
+        "first free one of this range (default: the global config's port_range_low-port_range_high, "
+        "else 5000-5999); --head-port takes one port instead",
+    )
+    h.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="seconds between the "
+        "spaces a running POST /rollouts/run batch writes before its JSON (default %(default)g)",
+    )
+    h.add_argument(
+        "--rollout-deadline",
+        type=float,
+        metavar="S",
+        help="seconds after which a /rollouts/run batch "
+        "stops and answers with the rows that finished, unless its body gives deadline_s (default: "
+        f"{ROLLOUT_DEADLINE_S:g} with --host-mode, else 3600)",
+    )
     g = p.add_argument_group("supervision")
-    g.add_argument("--ready-timeout", type=float, default=D.server_ready_timeout_s, help="per-server seconds (default %(default)s)")
-    g.add_argument("--startup-timeout", type=float, default=D.startup_timeout_s, help="whole start-up, seconds (default %(default)s)")
-    g.add_argument("--model-endpoint-timeout", type=float, default=D.model_endpoint_timeout_s,
-                   help="policy endpoint /models deadline, seconds; 0 skips the check (default %(default)s)")
-    g.add_argument("--max-restarts", type=int, default=D.max_restarts, help="restarts per server before failing; a restart after its node's loss (placement ray) is not counted (default %(default)s)")
-    g.add_argument("--shutdown-grace", type=float, default=D.shutdown_grace_s, help="TERM -> KILL seconds (default %(default)s)")
+    g.add_argument(
+        "--ready-timeout", type=float, default=D.server_ready_timeout_s, help="per-server seconds (default %(default)s)"
+    )
+    g.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=D.startup_timeout_s,
+        help="whole start-up, seconds (default %(default)s)",
+    )
+    g.add_argument(
+        "--model-endpoint-timeout",
+        type=float,
+        default=D.model_endpoint_timeout_s,
+        help="policy endpoint /models deadline, seconds; 0 skips the check (default %(default)s)",
+    )
+    g.add_argument(
+        "--max-restarts",
+        type=int,
+        default=D.max_restarts,
+        help="restarts per server before failing; a restart after its node's loss (placement ray) is not counted (default %(default)s)",
+    )
+    g.add_argument(
+        "--shutdown-grace", type=float, default=D.shutdown_grace_s, help="TERM -> KILL seconds (default %(default)s)"
+    )
     g.add_argument("--keep-going", action="store_true", help="keep the other servers up when one fails for good")
     add_liveness_args(g)
     p.set_defaults(func=run)
@@ -96,17 +157,38 @@ def register(sub: argparse._SubParsersAction) -> None:
 def request_from_args(args: argparse.Namespace) -> UpRequest:
     from gym_runtime.supervise.bringup import UpRequest
 
-    opts = SuperviseOptions(server_ready_timeout_s=args.ready_timeout, startup_timeout_s=args.startup_timeout,
-                            model_endpoint_timeout_s=args.model_endpoint_timeout, max_restarts=args.max_restarts,
-                            shutdown_grace_s=args.shutdown_grace, keep_going=args.keep_going,
-                            probe_policy=args.probe_policy, **liveness_from_args(args))
+    opts = SuperviseOptions(
+        server_ready_timeout_s=args.ready_timeout,
+        startup_timeout_s=args.startup_timeout,
+        model_endpoint_timeout_s=args.model_endpoint_timeout,
+        max_restarts=args.max_restarts,
+        shutdown_grace_s=args.shutdown_grace,
+        keep_going=args.keep_going,
+        probe_policy=args.probe_policy,
+        **liveness_from_args(args),
+    )
     if args.heartbeat_interval <= 0 or (args.rollout_deadline is not None and args.rollout_deadline <= 0):
         raise UsageError("--heartbeat-interval and --rollout-deadline must be > 0 seconds")
-    return UpRequest(args.package, list(args.overrides), policy_from_args(args), args.head_host, args.head_port,
-                     args.ray_address, Path(args.work_dir) if args.work_dir else None, args.require_isolation,
-                     args.isolation, args.python, args.stub_seed, opts, args.placement, args.max_concurrent_rollouts,
-                     host_mode_from_args(args), args.heartbeat_interval, args.rollout_deadline,
-                     sandbox_backend=args.sandbox_backend)
+    return UpRequest(
+        args.package,
+        list(args.overrides),
+        policy_from_args(args),
+        args.head_host,
+        args.head_port,
+        args.ray_address,
+        Path(args.work_dir) if args.work_dir else None,
+        args.require_isolation,
+        args.isolation,
+        args.python,
+        args.stub_seed,
+        opts,
+        args.placement,
+        args.max_concurrent_rollouts,
+        host_mode_from_args(args),
+        args.heartbeat_interval,
+        args.rollout_deadline,
+        sandbox_backend=args.sandbox_backend,
+    )
 
 
 def host_mode_from_args(args: argparse.Namespace) -> HostMode | None:
@@ -118,7 +200,9 @@ def host_mode_from_args(args: argparse.Namespace) -> HostMode | None:
 
     if args.host_mode is None:
         if args.head_port_range is not None:
-            raise UsageError("--head-port-range is for --host-mode only", hint="add --host-mode nmp, or use --head-port")
+            raise UsageError(
+                "--head-port-range is for --host-mode only", hint="add --host-mode nmp, or use --head-port"
+            )
         return None
     job = read_host_job(os.environ)
     try:
@@ -189,8 +273,10 @@ async def serve(req: UpRequest, out: TextIO) -> int:
             raise e from None
         print(json.dumps(info), file=out, flush=True)
         record.ready(info)
-        _progress(f"ready in {info['startup_s']:.2f}s; head server {info['head_server']}; supervising "
-                  "(SIGTERM/SIGINT to stop)")
+        _progress(
+            f"ready in {info['startup_s']:.2f}s; head server {info['head_server']}; supervising "
+            "(SIGTERM/SIGINT to stop)"
+        )
         await env.supervisor.wait_stopped()
         failure = env.supervisor.failure
         if req.host is not None and not signals and failure is not None:
@@ -218,8 +304,7 @@ async def _hold_failed(env, error: GymRuntimeError, out: TextIO, stop_requested)
     await env.fail(error)
     print(error.render(), file=sys.stderr, flush=True)
     _line(out, {"status": "failed", "head_server": env.head.url, "error": error.to_dict()})
-    _progress(f"failed in phase {env.failed_phase!r}; GET /health answers failed with this error until "
-              "SIGTERM/SIGINT")
+    _progress(f"failed in phase {env.failed_phase!r}; GET /health answers failed with this error until SIGTERM/SIGINT")
     await stop_requested.wait()
     await env.close_head()
     return error.exit_code

@@ -26,24 +26,41 @@ from gym_runtime.errors import EXIT_INVALID, EXIT_OK, GymRuntimeError, PackageIn
 if TYPE_CHECKING:
     from gym_runtime.config import MergedConfig
 
-PLACEHOLDERS = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "placeholder",
-                "policy_model_name": "placeholder"}
+PLACEHOLDERS = {
+    "policy_base_url": "http://127.0.0.1:8000/v1",
+    "policy_api_key": "placeholder",
+    "policy_model_name": "placeholder",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check an environment package against every rule")
     add_package_args(p)
     add_policy_args(p)
-    p.add_argument("--platform", choices=["linux/amd64", "linux/arm64"],
-                   help="also check every vendored wheel installs on this platform")
-    p.add_argument("--python", default=None, help="the job's interpreter (a version or a path), checked as `build` "
-                   "would use it; with --platform, the target's Python version instead (default 3.13)")
-    p.add_argument("--glibc", default=None,
-                   help="target glibc for --platform (default 2.36: Debian 12 and newer, the runtime image included)")
-    p.add_argument("--json", action="store_true", help="also print a failure as JSON on stdout: "
-                   '{"valid": false, "format": ..., "name": ..., "error": {"code", "message", "violations", "hint"}} '
-                   "(the error block stays on stderr; success always prints "
-                   '{"valid": true, "format": ..., "name": ...})')
+    p.add_argument(
+        "--platform",
+        choices=["linux/amd64", "linux/arm64"],
+        help="also check every vendored wheel installs on this platform",
+    )
+    p.add_argument(
+        "--python",
+        default=None,
+        help="the job's interpreter (a version or a path), checked as `build` "
+        "would use it; with --platform, the target's Python version instead (default 3.13)",
+    )
+    p.add_argument(
+        "--glibc",
+        default=None,
+        help="target glibc for --platform (default 2.36: Debian 12 and newer, the runtime image included)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="also print a failure as JSON on stdout: "
+        '{"valid": false, "format": ..., "name": ..., "error": {"code", "message", "violations", "hint"}} '
+        "(the error block stays on stderr; success always prints "
+        '{"valid": true, "format": ..., "name": ...})',
+    )
     p.set_defaults(func=run)
 
 
@@ -83,15 +100,19 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
             merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS, release=release)
             from gym_runtime.package.sqlite_wal import wal_warnings
 
-            summary["warnings"] = (merged.warnings + wal_warnings(pkg.root, _package_trees(merged))
-                                   + package_index_notes(pkg))
+            summary["warnings"] = (
+                merged.warnings + wal_warnings(pkg.root, _package_trees(merged)) + package_index_notes(pkg)
+            )
             # what `build` would refuse before any install: the SDK's imports, each server's Python
             found, source, checked = check_imports(pkg, release)
             violations += found
             if not checked:
                 summary["notes"] = [skipped_note(source)]
-            violations += target_python_problems(merged, target.python) if target is not None else \
-                python_problems(merged, settings, args.python)
+            violations += (
+                target_python_problems(merged, target.python)
+                if target is not None
+                else python_problems(merged, settings, args.python)
+            )
             if target is not None and not any((v.file or "").startswith("wheels") for v in violations):
                 # the proof stage 2 runs first, for the target (a broken wheels/ is reported above)
                 violations += package_proof(merged, settings, target)
@@ -130,13 +151,24 @@ def run(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
     if not violations:
-        print(json.dumps({"valid": True, "format": summary["format"], "name": summary["name"],
-                          **({"gym_release": summary["gym_release"]} if release is not None else {}),
-                          **({"notes": notes} if notes else {}),
-                          **({"warnings": [w.to_dict() for w in warnings]} if warnings else {})}))
+        print(
+            json.dumps(
+                {
+                    "valid": True,
+                    "format": summary["format"],
+                    "name": summary["name"],
+                    **({"gym_release": summary["gym_release"]} if release is not None else {}),
+                    **({"notes": notes} if notes else {}),
+                    **({"warnings": [w.to_dict() for w in warnings]} if warnings else {}),
+                }
+            )
+        )
         return EXIT_OK
-    err = PackageInvalidError(f"environment package {args.package} is invalid", violations=violations,
-                              hint="fix each problem, then run `gym-runtime validate` again")
+    err = PackageInvalidError(
+        f"environment package {args.package} is invalid",
+        violations=violations,
+        hint="fix each problem, then run `gym-runtime validate` again",
+    )
     if args.json:
         print(json.dumps({"valid": False, **summary, "error": err.to_dict()}, indent=2))
     print(err.render(), file=sys.stderr)

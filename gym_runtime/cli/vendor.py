@@ -22,11 +22,15 @@ from gym_runtime.settings import VENDOR_PLATFORMS, load_settings
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("vendor", help="build a complete wheels/ closure for a target platform")
     add_package_args(p)
-    p.add_argument("--platform", choices=list(VENDOR_PLATFORMS),
-                   help="target platform (default: GYM_RUNTIME_VENDOR_PLATFORM, set in the runtime images)")
+    p.add_argument(
+        "--platform",
+        choices=list(VENDOR_PLATFORMS),
+        help="target platform (default: GYM_RUNTIME_VENDOR_PLATFORM, set in the runtime images)",
+    )
     p.add_argument("--python", default="3.13", help="target Python (default 3.13)")
-    p.add_argument("--glibc", default=None,
-                   help="target glibc (default 2.36: Debian 12 and newer, the runtime image included)")
+    p.add_argument(
+        "--glibc", default=None, help="target glibc (default 2.36: Debian 12 and newer, the runtime image included)"
+    )
     p.add_argument("--json", action="store_true", help="print the vendored files as JSON")
     p.set_defaults(func=run)
 
@@ -40,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     platform = args.platform or settings.vendor_platform
     if platform is None:
-        raise UsageError("vendor needs a target platform: give --platform linux/amd64 or linux/arm64",
-                         hint="or set GYM_RUNTIME_VENDOR_PLATFORM (the runtime images set it to their own)")
+        raise UsageError(
+            "vendor needs a target platform: give --platform linux/amd64 or linux/arm64",
+            hint="or set GYM_RUNTIME_VENDOR_PLATFORM (the runtime images set it to their own)",
+        )
     try:
         target = parse_target(platform, args.python, args.glibc)
     except ValueError as e:
@@ -49,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
     pkg, _violations = check_package(args.package)  # wheels/ may be missing or stale: it is rebuilt
     if pkg is None:
         raise UsageError(f"{args.package} is not an environment package", hint="run `gym-runtime validate` first")
-    merged = build_config(pkg, args.overrides, PolicyValues(), defaults=PLACEHOLDERS,
-                          release=choose_release(pkg, settings))
+    merged = build_config(
+        pkg, args.overrides, PolicyValues(), defaults=PLACEHOLDERS, release=choose_release(pkg, settings)
+    )
     done = vendor(merged, settings, target)
     if args.json:
         print(json.dumps([d.__dict__ for d in done], indent=2))

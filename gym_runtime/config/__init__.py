@@ -37,7 +37,13 @@ from gym_runtime.config.blocks import named_blocks
 from gym_runtime.config.episodes import unbounded_agents
 from gym_runtime.config import token_capture
 from gym_runtime.config.builtin_keys import builtin_key_problems
-from gym_runtime.config.instances import ServerInstance, build_instances, declare, find_instances, python_version_problems
+from gym_runtime.config.instances import (
+    ServerInstance,
+    build_instances,
+    declare,
+    find_instances,
+    python_version_problems,
+)
 from gym_runtime.config.compose import compose
 from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources
 from gym_runtime.config.null_fields import null_field_problems
@@ -93,10 +99,15 @@ def builtin_server_dirs(root: Path) -> dict:
     return dirs
 
 
-def build_config(package: Package, overrides: list[str] | None = None, policy: PolicyValues | None = None,
-                 builtin_root: Path | None = None, defaults: dict[str, Any] | None = None,
-                 release: GymRelease | None = None,
-                 job_config: tuple[dict[str, Any], str] | None = None) -> MergedConfig:
+def build_config(
+    package: Package,
+    overrides: list[str] | None = None,
+    policy: PolicyValues | None = None,
+    builtin_root: Path | None = None,
+    defaults: dict[str, Any] | None = None,
+    release: GymRelease | None = None,
+    job_config: tuple[dict[str, Any], str] | None = None,
+) -> MergedConfig:
     """Merge and check the package's configuration; raises a :class:`ConfigError` subclass.
 
     ``defaults`` are merged beneath the files (e.g. placeholders for ``validate``);
@@ -111,8 +122,15 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     settings = load_settings()
     release = release or choose_release(package, settings)
 
-    composed = compose(package, list(overrides or []), policy or PolicyValues(), release, defaults,
-                       settings.allow_unsupported_pairing, job_config)
+    composed = compose(
+        package,
+        list(overrides or []),
+        policy or PolicyValues(),
+        release,
+        defaults,
+        settings.allow_unsupported_pairing,
+        job_config,
+    )
     cfg, sources = composed.cfg, composed.sources
     raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
     v = ViolationList(find_instances(raw, sources))
@@ -131,8 +149,9 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     capture_errors, capture_warnings = token_capture.apply(data, sources, settings.token_capture_dir)
     problems, warnings = problems + capture_errors, warnings + capture_warnings
     builtin = builtin_server_dirs(builtin_root or builtin_servers_dir())
-    instances, declared, inst_violations = build_instances(data, sources, package.server_dirs, builtin, package.root,
-                                                           release)
+    instances, declared, inst_violations = build_instances(
+        data, sources, package.server_dirs, builtin, package.root, release
+    )
     problems += inst_violations + builtin_key_problems(instances, sources)
     problems += null_field_problems(instances, raw, sources, package.root)
     problems += python_version_problems(data.get("python_version"), "python_version", sources.of("python_version"))
@@ -141,22 +160,38 @@ def build_config(package: Package, overrides: list[str] | None = None, policy: P
     problems += secret_violations
     refs, ref_violations = check_refs(declared, sources)
     if ref_violations:
-        raise ServerRefNotFoundError(f"ServerRefNotFoundError: {_refs_summary(len(ref_violations))}",
-                                     violations=ref_violations + problems,
-                                     hint="define the missing instance (e.g. add its config to config_paths) "
-                                     "or fix the name")
+        raise ServerRefNotFoundError(
+            f"ServerRefNotFoundError: {_refs_summary(len(ref_violations))}",
+            violations=ref_violations + problems,
+            hint="define the missing instance (e.g. add its config to config_paths) or fix the name",
+        )
     ViolationList(problems).raise_if_any(ConfigError, "server instances are invalid")
     if not instances:
-        raise ConfigError("no server instances are configured, so there is nothing to run", code="GR-CONFIG-NO-INSTANCES",
-                          hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
-                          "{entrypoint: app.py}}}` block")
+        raise ConfigError(
+            "no server instances are configured, so there is nothing to run",
+            code="GR-CONFIG-NO-INSTANCES",
+            hint="config_paths must define at least one `<name>: {<server_type>: {<impl>: "
+            "{entrypoint: app.py}}}` block",
+        )
     named = named_blocks(data, instances, release.block_reference_keys)
     secrets = secret_map(raw, data, list(instances), extra_secrets, named)
     warnings += yaml_boolean_warnings(package.root, composed.files, data, instances, sources)
     warnings += data_file_warnings(package.root, instances, composed.files)
-    return MergedConfig(package, data, instances, refs, sources, secrets,
-                        composed.warnings + warnings + url_credential_warnings(secrets, data, sources) + _settings_in_config(raw, sources, named)
-                        + ray_enabled_keys(instances, sources) + unbounded_agents(instances), release)
+    return MergedConfig(
+        package,
+        data,
+        instances,
+        refs,
+        sources,
+        secrets,
+        composed.warnings
+        + warnings
+        + url_credential_warnings(secrets, data, sources)
+        + _settings_in_config(raw, sources, named)
+        + ray_enabled_keys(instances, sources)
+        + unbounded_agents(instances),
+        release,
+    )
 
 
 def _refs_summary(n: int) -> str:
@@ -170,11 +205,18 @@ def _settings_in_config(raw: dict[str, Any], sources: Sources, named: dict[str, 
     sandbox provider block, the server's own input (:mod:`gym_runtime.config.blocks`)."""
     if not isinstance(raw.get("sandbox"), dict) or any("sandbox" in blocks for blocks in named.values()):
         return []
-    return [Violation("GR-CONFIG-NOT-A-SETTING", "gym-runtime does not read sandbox or egress settings from a "
-                      "package config: the sandbox allows what the operator sets (this key only reaches the "
-                      "servers' config)", file=sources.of("sandbox"), key="sandbox",
-                      hint="ask the operator to add the hosts to NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW (with "
-                      "NMP_RL_SANDBOX_ALLOW_INTERNET=true); `gym-runtime doctor` prints the effective allowlist")]
+    return [
+        Violation(
+            "GR-CONFIG-NOT-A-SETTING",
+            "gym-runtime does not read sandbox or egress settings from a "
+            "package config: the sandbox allows what the operator sets (this key only reaches the "
+            "servers' config)",
+            file=sources.of("sandbox"),
+            key="sandbox",
+            hint="ask the operator to add the hosts to NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW (with "
+            "NMP_RL_SANDBOX_ALLOW_INTERNET=true); `gym-runtime doctor` prints the effective allowlist",
+        )
+    ]
 
 
 __all__ = ["POLICY_KEYS", "MergedConfig", "PolicyValues", "ServerInstance", "ServerRef", "build_config"]

@@ -33,8 +33,12 @@ from typing import Any
 from gym_runtime.config.merge import Sources
 from gym_runtime.errors import Violation
 
-AGENTS, RESOURCES, MODELS, ENVIRONMENTS = "responses_api_agents", "resources_servers", "responses_api_models", \
-    "environment_servers"
+AGENTS, RESOURCES, MODELS, ENVIRONMENTS = (
+    "responses_api_agents",
+    "resources_servers",
+    "responses_api_models",
+    "environment_servers",
+)
 CARRIED = ("resources_server", "model_server", "datasets")
 COMPOSITION = "composition"
 
@@ -79,8 +83,9 @@ def _one_impl(cfg: dict[str, Any], name: Any, server_type: str) -> tuple[str, di
     return next(iter(inner.items()))
 
 
-def allowed(cfg: dict[str, Any], resources_server: Any, key: str, sources: Sources,
-            errors: list[Violation]) -> tuple[list[str], str] | None:
+def allowed(
+    cfg: dict[str, Any], resources_server: Any, key: str, sources: Sources, errors: list[Violation]
+) -> tuple[list[str], str] | None:
     """``(names, key path)`` a resources server declares under ``key`` (a string is one name), or None
     when it declares none (any pairing goes)."""
     impl = _one_impl(cfg, resources_server, RESOURCES)
@@ -91,8 +96,14 @@ def allowed(cfg: dict[str, Any], resources_server: Any, key: str, sources: Sourc
     if isinstance(declared, str):
         return [declared], path
     if not isinstance(declared, list):
-        errors.append(Violation("GR-CONFIG-PAIRING", f"{key} must be a list of names, got a "
-                                f"{type(declared).__name__}", file=sources.of(path), key=path))
+        errors.append(
+            Violation(
+                "GR-CONFIG-PAIRING",
+                f"{key} must be a list of names, got a {type(declared).__name__}",
+                file=sources.of(path),
+                key=path,
+            )
+        )
         return None
     return [str(n) for n in declared], path
 
@@ -120,8 +131,14 @@ def unbound_renames(cfg: dict[str, Any], reserved: frozenset[str]) -> set[str]:
     return {composed_name(a, unbound[0].agent_type) for a in found if a.name != unbound[0].name}
 
 
-def compose_unbound(cfg: dict[str, Any], sources: Sources, reserved: frozenset[str], pairing_waived: bool,
-                    check_agents: bool, held: dict[str, Any]) -> tuple[dict[str, str], list[Violation]]:
+def compose_unbound(
+    cfg: dict[str, Any],
+    sources: Sources,
+    reserved: frozenset[str],
+    pairing_waived: bool,
+    check_agents: bool,
+    held: dict[str, Any],
+) -> tuple[dict[str, str], list[Violation]]:
     """Compose the unbound agent onto the other agents in place (module doc). ``held``: overrides
     by the instance name they address. Returns ``(old name -> new name, errors)``."""
     found = agents(cfg, reserved)
@@ -130,36 +147,66 @@ def compose_unbound(cfg: dict[str, Any], sources: Sources, reserved: frozenset[s
         return {}, []
     if len(unbound) > 1:
         names = ", ".join(a.name for a in unbound)
-        return {}, [Violation("GR-CONFIG-COMPOSE", f"{len(unbound)} agent instances leave resources_server.name "
-                              f"unset ({names}), so no single agent can be composed onto the others",
-                              file=sources.of(a.name), key=f"{a.name}.{AGENTS}.{a.agent_type}.resources_server.name",
-                              hint="keep one standalone agent config in config_paths, or bind the others")
-                    for a in unbound]
+        return {}, [
+            Violation(
+                "GR-CONFIG-COMPOSE",
+                f"{len(unbound)} agent instances leave resources_server.name "
+                f"unset ({names}), so no single agent can be composed onto the others",
+                file=sources.of(a.name),
+                key=f"{a.name}.{AGENTS}.{a.agent_type}.resources_server.name",
+                hint="keep one standalone agent config in config_paths, or bind the others",
+            )
+            for a in unbound
+        ]
     source = unbound[0]
     targets = [a for a in found if a.name != source.name and a.resources_ref is not None]
-    where = {"file": sources.of(source.name), "key": f"{source.name}.{AGENTS}.{source.agent_type}.resources_server.name"}
+    where = {
+        "file": sources.of(source.name),
+        "key": f"{source.name}.{AGENTS}.{source.agent_type}.resources_server.name",
+    }
     if not targets:
-        return {}, [Violation("GR-CONFIG-COMPOSE", f"agent instance {source.name!r} leaves resources_server.name "
-                              "unset, but no other agent instance is there to compose it onto", **where,
-                              hint="add an environment, benchmark or resources-server config to config_paths")]
+        return {}, [
+            Violation(
+                "GR-CONFIG-COMPOSE",
+                f"agent instance {source.name!r} leaves resources_server.name "
+                "unset, but no other agent instance is there to compose it onto",
+                **where,
+                hint="add an environment, benchmark or resources-server config to config_paths",
+            )
+        ]
     errors = _agent_pairings(cfg, source, targets, sources) if check_agents and not pairing_waived else []
     renames = {t.name: composed_name(t, source.agent_type) for t in targets}
     taken = set(cfg) - set(renames) - {source.name}
-    clashes = sorted(f"{old} -> {new}" for old, new in renames.items()
-                     if new in taken or list(renames.values()).count(new) > 1)
+    clashes = sorted(
+        f"{old} -> {new}" for old, new in renames.items() if new in taken or list(renames.values()).count(new) > 1
+    )
     if clashes:
-        errors.append(Violation("GR-CONFIG-COMPOSE", f"composing {source.name!r} would give two instances one name: "
-                                f"{', '.join(clashes)}", **where, hint="rename the environment's agent instance"))
+        errors.append(
+            Violation(
+                "GR-CONFIG-COMPOSE",
+                f"composing {source.name!r} would give two instances one name: {', '.join(clashes)}",
+                **where,
+                hint="rename the environment's agent instance",
+            )
+        )
     if errors:
         return {}, errors
     template = sources.under(f"{source.name}.{AGENTS}.{source.agent_type}")
     del cfg[source.name]
     sources.drop(source.name)
     for target in targets:
-        errors += _swap(cfg, sources, source, target, renames[target.name], template, held.pop(renames[target.name], None))
-    errors += [Violation("GR-CONFIG-OVERRIDE", f"override names instance {name!r}, which composition did not "
-                         "produce", key=name, hint=f"use a name `gym-runtime config` lists: {', '.join(renames.values())}")
-               for name in held]
+        errors += _swap(
+            cfg, sources, source, target, renames[target.name], template, held.pop(renames[target.name], None)
+        )
+    errors += [
+        Violation(
+            "GR-CONFIG-OVERRIDE",
+            f"override names instance {name!r}, which composition did not produce",
+            key=name,
+            hint=f"use a name `gym-runtime config` lists: {', '.join(renames.values())}",
+        )
+        for name in held
+    ]
     errors += _outdated_routes(cfg, renames, sources)
     declared = cfg.get("agent_map")
     cfg["agent_map"] = {**renames, **(declared if isinstance(declared, dict) else {})}
@@ -167,15 +214,21 @@ def compose_unbound(cfg: dict[str, Any], sources: Sources, reserved: frozenset[s
     return renames, errors
 
 
-def _swap(cfg: dict[str, Any], sources: Sources, source: Agent, target: Agent, new: str, template: dict[str, str],
-          override: Any) -> list[Violation]:
+def _swap(
+    cfg: dict[str, Any],
+    sources: Sources,
+    source: Agent,
+    target: Agent,
+    new: str,
+    template: dict[str, str],
+    override: Any,
+) -> list[Violation]:
     composed = copy.deepcopy(source.config)
     for key in CARRIED:
         if key in target.config:
             composed[key] = copy.deepcopy(target.config[key])
     inner_old = f"{target.name}.{AGENTS}.{target.agent_type}"
-    carried = {s: f for s, f in sources.under(inner_old).items()
-               if s and s[1:].split(".")[0].split("[")[0] in CARRIED}
+    carried = {s: f for s, f in sources.under(inner_old).items() if s and s[1:].split(".")[0].split("[")[0] in CARRIED}
     root = sources.by_key.get(target.name, COMPOSITION)
     instance = cfg.pop(target.name)
     sources.drop(target.name)
@@ -191,9 +244,15 @@ def _swap(cfg: dict[str, Any], sources: Sources, source: Agent, target: Agent, n
     fields = (override.get(AGENTS) or {}).get(source.agent_type) if isinstance(override.get(AGENTS), dict) else None
     unknown = sorted(set(fields or {}) - set(composed))
     if unknown:
-        return [Violation("GR-CONFIG-OVERRIDE", f"override sets {', '.join(unknown)} on {new!r}, whose agent "
-                          f"{source.agent_type} has no such field", file="override", key=f"{inner_new}.{unknown[0]}",
-                          hint=f"set a field {source.agent_type} declares")]
+        return [
+            Violation(
+                "GR-CONFIG-OVERRIDE",
+                f"override sets {', '.join(unknown)} on {new!r}, whose agent {source.agent_type} has no such field",
+                file="override",
+                key=f"{inner_new}.{unknown[0]}",
+                hint=f"set a field {source.agent_type} declares",
+            )
+        ]
     from omegaconf import OmegaConf
 
     merged = OmegaConf.merge(OmegaConf.create(composed), OmegaConf.create(fields or {}))
@@ -210,15 +269,25 @@ def _agent_pairings(cfg: dict[str, Any], source: Agent, targets: list[Agent], so
         if found is None or source.agent_type in found[0]:
             continue
         names, path = found
-        errors.append(Violation("GR-CONFIG-PAIRING", f"agent {source.name!r} ({source.agent_type}) would replace the "
-                                f"agent of {target.name!r}, but resources server {rs!r} accepts only "
-                                f"{', '.join(names)}", file=sources.of(path), key=path, hint=waive_hint(names)))
+        errors.append(
+            Violation(
+                "GR-CONFIG-PAIRING",
+                f"agent {source.name!r} ({source.agent_type}) would replace the "
+                f"agent of {target.name!r}, but resources server {rs!r} accepts only "
+                f"{', '.join(names)}",
+                file=sources.of(path),
+                key=path,
+                hint=waive_hint(names),
+            )
+        )
     return errors
 
 
 def waive_hint(names: list[str]) -> str:
-    return (f"use one of: {', '.join(names)}; or set allow_unsupported_pairing: true in a config (or "
-            "NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING=1 for the runtime) to run the pairing anyway")
+    return (
+        f"use one of: {', '.join(names)}; or set allow_unsupported_pairing: true in a config (or "
+        "NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING=1 for the runtime) to run the pairing anyway"
+    )
 
 
 def model_pairings(cfg: dict[str, Any], reserved: frozenset[str], sources: Sources) -> list[Violation]:
@@ -233,10 +302,17 @@ def model_pairings(cfg: dict[str, Any], reserved: frozenset[str], sources: Sourc
         impl = _one_impl(cfg, model.get("name"), MODELS)
         if found is None or impl is None or impl[0] == "dummy_model" or impl[0] in found[0]:
             continue
-        errors.append(Violation("GR-CONFIG-PAIRING", f"agent {agent.name!r} uses model server {model.get('name')!r} "
-                                f"({impl[0]}), but resources server {rs.get('name')!r} accepts only model types "
-                                f"{', '.join(found[0])}", file=sources.of(found[1]), key=found[1],
-                                hint=waive_hint(found[0])))
+        errors.append(
+            Violation(
+                "GR-CONFIG-PAIRING",
+                f"agent {agent.name!r} uses model server {model.get('name')!r} "
+                f"({impl[0]}), but resources server {rs.get('name')!r} accepts only model types "
+                f"{', '.join(found[0])}",
+                file=sources.of(found[1]),
+                key=found[1],
+                hint=waive_hint(found[0]),
+            )
+        )
     return errors
 
 
@@ -253,9 +329,17 @@ def _routes(cfg: dict[str, Any]) -> Iterator[tuple[str, Any]]:
 
 
 def _outdated_routes(cfg: dict[str, Any], renames: dict[str, str], sources: Sources) -> list[Violation]:
-    return [Violation("GR-CONFIG-COMPOSE", f"routes to {dest!r}, which composition renamed {renames[dest]!r}",
-                      file=sources.of(where), key=where, hint=f"write {renames[dest]}")
-            for where, dest in _routes(cfg) if isinstance(dest, str) and dest in renames]
+    return [
+        Violation(
+            "GR-CONFIG-COMPOSE",
+            f"routes to {dest!r}, which composition renamed {renames[dest]!r}",
+            file=sources.of(where),
+            key=where,
+            hint=f"write {renames[dest]}",
+        )
+        for where, dest in _routes(cfg)
+        if isinstance(dest, str) and dest in renames
+    ]
 
 
 def legacy_agent_names(cfg: dict[str, Any], aliases: dict[str, str] | Any, sources: Sources) -> list[Violation]:
@@ -263,8 +347,9 @@ def legacy_agent_names(cfg: dict[str, Any], aliases: dict[str, str] | Any, sourc
     (``agent_map``); rewrite routing that names the old one. Returns the warnings."""
     declared = cfg.get("agent_map")
     routes = dict(declared) if isinstance(declared, dict) else {}
-    active = {old: routes.get(new, new) for old, new in aliases.items()
-              if old not in cfg and routes.get(new, new) in cfg}
+    active = {
+        old: routes.get(new, new) for old, new in aliases.items() if old not in cfg and routes.get(new, new) in cfg
+    }
     if not active:
         return []
     used = sorted({str(d) for _, d in _routes(cfg) if isinstance(d, str) and d in active})
@@ -276,7 +361,16 @@ def legacy_agent_names(cfg: dict[str, Any], aliases: dict[str, str] | Any, sourc
     cfg["agent_map"] = routes
     sources.by_key.setdefault("agent_map", COMPOSITION)
     if isinstance(cfg.get("fan_out"), dict):
-        cfg["fan_out"] = {k: [active.get(d, d) for d in v] if isinstance(v, list) else v
-                          for k, v in cfg["fan_out"].items()}
-    return [Violation("GR-CONFIG-LEGACY-NAME", f"routes to {old!r}, the old name of {active[old]!r}", key="agent_map",
-                      file=sources.of("agent_name"), hint=f"write {active[old]}") for old in used]
+        cfg["fan_out"] = {
+            k: [active.get(d, d) for d in v] if isinstance(v, list) else v for k, v in cfg["fan_out"].items()
+        }
+    return [
+        Violation(
+            "GR-CONFIG-LEGACY-NAME",
+            f"routes to {old!r}, the old name of {active[old]!r}",
+            key="agent_map",
+            file=sources.of("agent_name"),
+            hint=f"write {active[old]}",
+        )
+        for old in used
+    ]

@@ -26,8 +26,11 @@ def named_blocks(data: dict[str, Any], instances: Iterable[str], keys: Iterable[
     wanted = frozenset(keys)
     out: dict[str, tuple[str, ...]] = {}
     for inst in names:
-        found = [v for k, v in _pairs(data.get(inst)) if k in wanted and isinstance(v, str)
-                 and v not in names and isinstance(data.get(v), dict)]
+        found = [
+            v
+            for k, v in _pairs(data.get(inst))
+            if k in wanted and isinstance(v, str) and v not in names and isinstance(data.get(v), dict)
+        ]
         if found:
             out[inst] = tuple(dict.fromkeys(found))
     return {n: out[n] for n in data if n in out}

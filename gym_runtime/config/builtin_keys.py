@@ -40,7 +40,11 @@ def _schema(path: Path) -> tuple[frozenset[str], dict[str, str], dict[str, Any]]
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     model: type[BaseModel] = module.SCHEMA
-    return frozenset(model.model_fields), dict(getattr(module, "REFUSED", {})), dict(getattr(module, "REFUSED_DEFAULTS", {}))
+    return (
+        frozenset(model.model_fields),
+        dict(getattr(module, "REFUSED", {})),
+        dict(getattr(module, "REFUSED_DEFAULTS", {})),
+    )
 
 
 def builtin_key_problems(instances: Mapping[str, Any], sources: Any) -> list[Violation]:
@@ -59,16 +63,26 @@ def builtin_key_problems(instances: Mapping[str, Any], sources: Any) -> list[Vio
             file = sources.of(path) or inst.source
             if key not in known:
                 close = difflib.get_close_matches(str(key), sorted(known), n=1)
-                out.append(Violation(
-                    "GR-CONFIG-UNKNOWN-KEY", f"the built-in {inst.implementation} has no config key {key!r}: it "
-                    "would be ignored", file=file, key=path,
-                    hint=(f"did you mean {close[0]!r}? " if close else "")
-                    + f"the keys of the built-in {inst.implementation} are in docs/rollouts.md; remove the key, "
-                    f"or ship the server tree {inst.server_type}/{inst.implementation}/ that reads it in the package"))
+                out.append(
+                    Violation(
+                        "GR-CONFIG-UNKNOWN-KEY",
+                        f"the built-in {inst.implementation} has no config key {key!r}: it would be ignored",
+                        file=file,
+                        key=path,
+                        hint=(f"did you mean {close[0]!r}? " if close else "")
+                        + f"the keys of the built-in {inst.implementation} are in docs/rollouts.md; remove the key, "
+                        f"or ship the server tree {inst.server_type}/{inst.implementation}/ that reads it in the package",
+                    )
+                )
             elif key in refused and inst.config[key] != defaults.get(key):
-                out.append(Violation(
-                    "GR-CONFIG-UNSUPPORTED-KEY", f"the built-in {inst.implementation} does not serve {key}: "
-                    f"{refused[key]}", file=file, key=path,
-                    hint=f"remove {key}, or ship NeMo Gym's own {inst.server_type}/{inst.implementation}/ tree in "
-                    "the package (it is run instead of the built-in one)"))
+                out.append(
+                    Violation(
+                        "GR-CONFIG-UNSUPPORTED-KEY",
+                        f"the built-in {inst.implementation} does not serve {key}: {refused[key]}",
+                        file=file,
+                        key=path,
+                        hint=f"remove {key}, or ship NeMo Gym's own {inst.server_type}/{inst.implementation}/ tree in "
+                        "the package (it is run instead of the built-in one)",
+                    )
+                )
     return out

@@ -57,9 +57,15 @@ class Composed:
     files: list[str] = field(default_factory=list)
 
 
-def compose(package: Package, overrides: list[str], policy: PolicyValues, release: GymRelease,
-            defaults: dict[str, Any] | None = None, pairing_waived: bool = False,
-            job_config: tuple[dict[str, Any], str] | None = None) -> Composed:
+def compose(
+    package: Package,
+    overrides: list[str],
+    policy: PolicyValues,
+    release: GymRelease,
+    defaults: dict[str, Any] | None = None,
+    pairing_waived: bool = False,
+    job_config: tuple[dict[str, Any], str] | None = None,
+) -> Composed:
     """Compose ``package``'s configuration for ``release`` (module doc). ``defaults`` lie beneath
     every file; ``pairing_waived``: the runtime's ``NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING``;
     ``job_config``: the job's global config layer, above the files and beneath the overrides
@@ -94,21 +100,28 @@ def compose(package: Package, overrides: list[str], policy: PolicyValues, releas
 
     waived = pairing_waived or _flag(cfg, "allow_unsupported_pairing")
     if release.composes_unbound_agent:
-        renames, errors = agent_rules.compose_unbound(cfg, sources, reserved, waived,
-                                                      "allowed_agents" in release.pairing_keys, held)
+        renames, errors = agent_rules.compose_unbound(
+            cfg, sources, reserved, waived, "allowed_agents" in release.pairing_keys, held
+        )
         if renames and release.has_environment_servers:
             relays.retarget(cfg, renames)
         _raise(errors, "the unbound agent cannot be composed")
         warnings += agent_rules.legacy_agent_names(cfg, dict(release.agent_aliases), sources)
     if release.relay_implementation:
-        errors, more = relays.front_agents(cfg, reserved, release.relay_implementation,
-                                           _flag(cfg, "error_on_agent_without_environment_server"), sources)
+        errors, more = relays.front_agents(
+            cfg,
+            reserved,
+            release.relay_implementation,
+            _flag(cfg, "error_on_agent_without_environment_server"),
+            sources,
+        )
         warnings += more
         _raise(errors, "agents have no environment server")
     _merge_dummy_models(cfg, sources)
     if "allowed_model_types" in release.pairing_keys and not waived:
-        _raise(agent_rules.model_pairings(cfg, reserved, sources), "a model server is not one its resources "
-               "server accepts")
+        _raise(
+            agent_rules.model_pairings(cfg, reserved, sources), "a model server is not one its resources server accepts"
+        )
     if release.applies_skip_verification:
         _skip_verification(cfg, reserved, sources)
     return Composed(OmegaConf.create(cfg), sources, tree.entries, warnings, [f.label for f in tree.files])

@@ -30,12 +30,20 @@ def unbounded_agents(instances: Mapping[str, Any]) -> list[Violation]:
         if (inst.server_type, inst.implementation) != AGENT or inst.config.get("max_steps") is not None:
             continue
         if inst.server_dir.origin == "builtin":
-            what = (f"its episodes stop at the built-in default of {BUILTIN_MAX_STEPS} model calls, or after "
-                    "max_idle_turns (2) turns with neither a message nor a tool call")
+            what = (
+                f"its episodes stop at the built-in default of {BUILTIN_MAX_STEPS} model calls, or after "
+                "max_idle_turns (2) turns with neither a message nor a tool call"
+            )
         else:
             what = "the package's own simple_agent may call the model without end (NeMo Gym's has no default cap)"
-        out.append(Violation("GR-CONFIG-NO-MAX-STEPS", f"agent '{inst.name}' sets no max_steps: {what}",
-                             file=inst.source, key=f"{inst.name}.responses_api_agents.simple_agent.max_steps",
-                             hint="set max_steps to the most model calls a task of this environment needs "
-                             "(1 for a single-turn task); see docs/rollouts.md, \"Bounded episodes\""))
+        out.append(
+            Violation(
+                "GR-CONFIG-NO-MAX-STEPS",
+                f"agent '{inst.name}' sets no max_steps: {what}",
+                file=inst.source,
+                key=f"{inst.name}.responses_api_agents.simple_agent.max_steps",
+                hint="set max_steps to the most model calls a task of this environment needs "
+                '(1 for a single-turn task); see docs/rollouts.md, "Bounded episodes"',
+            )
+        )
     return out

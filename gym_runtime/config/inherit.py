@@ -113,14 +113,22 @@ class _Templates:
             if seen and not reported & set(seen):
                 reported |= set(seen)
                 self.skip |= set(seen)
-                self.errors.append(Violation(
-                    "GR-CONFIG-INHERIT-CYCLE", f"inherits {links[start]}, which leads back to itself "
-                    f"({' -> '.join(seen + [at])})", file=self._directive_source(start), key=start,
-                    hint="break the cycle: a template must not inherit from the block that uses it"))
+                self.errors.append(
+                    Violation(
+                        "GR-CONFIG-INHERIT-CYCLE",
+                        f"inherits {links[start]}, which leads back to itself ({' -> '.join(seen + [at])})",
+                        file=self._directive_source(start),
+                        key=start,
+                        hint="break the cycle: a template must not inherit from the block that uses it",
+                    )
+                )
 
     def _directive_source(self, path: str) -> str | None:
-        return self.sources.by_key.get(f"{path}.{INHERIT}") or self.sources.by_key.get(f"{path}.{COPY}") or \
-            self.sources.of(path)
+        return (
+            self.sources.by_key.get(f"{path}.{INHERIT}")
+            or self.sources.by_key.get(f"{path}.{COPY}")
+            or self.sources.of(path)
+        )
 
     # -------------------------------------------------------------- the walk
     def walk(self, node: dict[str, Any], prefix: str) -> None:
@@ -136,10 +144,16 @@ class _Templates:
             d = directive(v)
             if d is None or path in self.skip:
                 if d is None and pending:
-                    self.warnings.append(Violation(
-                        "GR-CONFIG-DELETE-NOTHING", f"_delete_key names {', '.join(sorted(pending))}, which "
-                        "this block does not have; nothing was deleted", file=self.sources.of(path), key=path,
-                        hint="remove the names from _delete_key (it deletes keys the block has or inherits)"))
+                    self.warnings.append(
+                        Violation(
+                            "GR-CONFIG-DELETE-NOTHING",
+                            f"_delete_key names {', '.join(sorted(pending))}, which "
+                            "this block does not have; nothing was deleted",
+                            file=self.sources.of(path),
+                            key=path,
+                            hint="remove the names from _delete_key (it deletes keys the block has or inherits)",
+                        )
+                    )
                 if d is not None and isinstance(v, dict):
                     v.pop(INHERIT, None), v.pop(COPY, None)
                 continue
@@ -151,9 +165,15 @@ class _Templates:
             return set()
         names = v.pop(DELETE)
         if not isinstance(names, str):
-            self.errors.append(Violation("GR-CONFIG-DELETE-KEY", f"_delete_key must be a comma-separated string of "
-                                         f"key names, got {names!r}", file=self.sources.of(f"{path}.{DELETE}"),
-                                         key=f"{path}.{DELETE}", hint='write _delete_key: "key_one, key_two"'))
+            self.errors.append(
+                Violation(
+                    "GR-CONFIG-DELETE-KEY",
+                    f"_delete_key must be a comma-separated string of key names, got {names!r}",
+                    file=self.sources.of(f"{path}.{DELETE}"),
+                    key=f"{path}.{DELETE}",
+                    hint='write _delete_key: "key_one, key_two"',
+                )
+            )
             return set()
         wanted = {n.strip() for n in names.split(",")} - {""}
         present = wanted & set(v)
@@ -162,16 +182,24 @@ class _Templates:
             self.sources.drop(f"{path}.{name}")
         return wanted - present
 
-    def _apply(self, node: dict[str, Any], k: str, v: Any, path: str, d: tuple[str, str | None, bool],
-               pending: set[str]) -> None:
+    def _apply(
+        self, node: dict[str, Any], k: str, v: Any, path: str, d: tuple[str, str | None, bool], pending: set[str]
+    ) -> None:
         kind, target, as_key = d
-        where = {"file": self._directive_source(path), "key": f"{path}.{INHERIT if kind == 'inherit' else COPY}"
-                 if as_key else path}
+        where = {
+            "file": self._directive_source(path),
+            "key": f"{path}.{INHERIT if kind == 'inherit' else COPY}" if as_key else path,
+        }
         if as_key:
             v.pop(INHERIT, None), v.pop(COPY, None)
         if target is None:
-            self.errors.append(Violation("GR-CONFIG-INHERIT", f"the {kind} directive must name a key path, e.g. "
-                                         "`_inherit_from: my_template`", **where))
+            self.errors.append(
+                Violation(
+                    "GR-CONFIG-INHERIT",
+                    f"the {kind} directive must name a key path, e.g. `_inherit_from: my_template`",
+                    **where,
+                )
+            )
             return
         parts = target.split(".")
         try:
@@ -181,10 +209,15 @@ class _Templates:
                 self.sources.drop(target)
             template = _index(self.frozen, parts)
         except _NotFound:
-            self.errors.append(Violation("GR-CONFIG-INHERIT", f"{'inherits' if kind == 'inherit' else 'copies'} "
-                                         f"{target}, which is not in the merged config", **where,
-                                         hint="name a top-level block (e.g. an instance) or a dotted path to one, "
-                                         "defined in a config in config_paths"))
+            self.errors.append(
+                Violation(
+                    "GR-CONFIG-INHERIT",
+                    f"{'inherits' if kind == 'inherit' else 'copies'} {target}, which is not in the merged config",
+                    **where,
+                    hint="name a top-level block (e.g. an instance) or a dotted path to one, "
+                    "defined in a config in config_paths",
+                )
+            )
             return
         if holder is _MISSING or template is _MISSING:
             node[k] = "???"
@@ -192,16 +225,27 @@ class _Templates:
         result = copy.deepcopy(template)
         if as_key:
             if not isinstance(template, dict):
-                self.errors.append(Violation("GR-CONFIG-INHERIT", f"{target} is a {type(template).__name__}, not a "
-                                             "block, so this block cannot add keys to it", **where,
-                                             hint=f"write `{k}: ${{{kind}_from:{target}}}`".replace("copy_from", "copy")))
+                self.errors.append(
+                    Violation(
+                        "GR-CONFIG-INHERIT",
+                        f"{target} is a {type(template).__name__}, not a block, so this block cannot add keys to it",
+                        **where,
+                        hint=f"write `{k}: ${{{kind}_from:{target}}}`".replace("copy_from", "copy"),
+                    )
+                )
                 return
             try:
-                result = OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(result), OmegaConf.create(v)),
-                                                resolve=False)
+                result = OmegaConf.to_container(
+                    OmegaConf.merge(OmegaConf.create(result), OmegaConf.create(v)), resolve=False
+                )
             except (OmegaConfBaseException, TypeError, ValueError) as e:
-                self.errors.append(Violation("GR-CONFIG-INHERIT", f"cannot be merged over {target}: "
-                                             f"{str(e).strip().splitlines()[0]}", **where))
+                self.errors.append(
+                    Violation(
+                        "GR-CONFIG-INHERIT",
+                        f"cannot be merged over {target}: {str(e).strip().splitlines()[0]}",
+                        **where,
+                    )
+                )
                 return
         node[k] = result
         self._adopt(path, target, v if as_key else {}, result)
@@ -210,22 +254,37 @@ class _Templates:
                 del result[name]
                 self.sources.drop(f"{path}.{name}")
             else:
-                self.errors.append(Violation("GR-CONFIG-DELETE-KEY", f"_delete_key names {name}, which neither this "
-                                             f"block nor {target} has", file=self.sources.of(path), key=path,
-                                             hint=f"remove {name} from _delete_key"))
+                self.errors.append(
+                    Violation(
+                        "GR-CONFIG-DELETE-KEY",
+                        f"_delete_key names {name}, which neither this block nor {target} has",
+                        file=self.sources.of(path),
+                        key=path,
+                        hint=f"remove {name} from _delete_key",
+                    )
+                )
         if isinstance(result, dict) and directive(result):
-            self.warnings.append(Violation(
-                "GR-CONFIG-INHERIT-CHAIN", f"inherits {target}, which itself inherits {directive(result)[1]}: one "
-                "level of templates is applied, so the directive stays in this block", key=path,
-                file=self.sources.of(path), hint=f"inherit from {directive(result)[1]} here and repeat {target}'s "
-                "own keys, so the result does not depend on the order of the blocks"))
+            self.warnings.append(
+                Violation(
+                    "GR-CONFIG-INHERIT-CHAIN",
+                    f"inherits {target}, which itself inherits {directive(result)[1]}: one "
+                    "level of templates is applied, so the directive stays in this block",
+                    key=path,
+                    file=self.sources.of(path),
+                    hint=f"inherit from {directive(result)[1]} here and repeat {target}'s "
+                    "own keys, so the result does not depend on the order of the blocks",
+                )
+            )
 
     def _adopt(self, path: str, target: str, own: Any, result: Any) -> None:
         """Provenance of the block at ``path`` after it took ``target`` as its template: each key keeps
         the source that set it (own keys over the template's), and each own value that replaced a
         different template value is noted."""
-        mine = {s: f for s, f in self.sources.under(path).items()
-                if not s.startswith((f".{INHERIT}", f".{COPY}", f".{DELETE}"))}
+        mine = {
+            s: f
+            for s, f in self.sources.under(path).items()
+            if not s.startswith((f".{INHERIT}", f".{COPY}", f".{DELETE}"))
+        }
         theirs = self.frozen_sources.under(target)
         self.sources.drop(path)
         self.sources.by_key.update({path + suffix: src for suffix, src in theirs.items()})

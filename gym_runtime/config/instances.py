@@ -32,12 +32,36 @@ from gym_runtime.gym_release import GymRelease, first_release_with
 from gym_runtime.package.layout import SERVER_TYPES, ServerDir, is_regular_file
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-DOMAINS = ("math", "coding", "agent", "knowledge", "instruction_following", "long_context", "safety", "games",
-           "translation", "e2e", "rlhf", "other")
+DOMAINS = (
+    "math",
+    "coding",
+    "agent",
+    "knowledge",
+    "instruction_following",
+    "long_context",
+    "safety",
+    "games",
+    "translation",
+    "e2e",
+    "rlhf",
+    "other",
+)
 # Reserved top-level keys of Gym's global config (NeMo Gym 0.4.0 `nemo_gym/global_config.py`, reserved top-level keys): never instances.
-RESERVED = {"config_paths", "entrypoint", "default_host", "head_server", "disallowed_ports", "head_server_deps",
-            "python_version", "ray_head_node_address", "port_range_low", "port_range_high", "policy_base_url",
-            "policy_api_key", "policy_model_name"}
+RESERVED = {
+    "config_paths",
+    "entrypoint",
+    "default_host",
+    "head_server",
+    "disallowed_ports",
+    "head_server_deps",
+    "python_version",
+    "ray_head_node_address",
+    "port_range_low",
+    "port_range_high",
+    "policy_base_url",
+    "policy_api_key",
+    "policy_model_name",
+}
 
 # Keys of an instance's block that the runtime reads and no Gym server does: the `placement:` block
 # (gym_runtime/config/placement.py), a resources server's `reward_range` (dry-run) and a server's
@@ -95,27 +119,54 @@ def find_instances(raw: dict[str, Any], sources: Sources) -> list[Violation]:
         file = sources.of(name)
         if not NAME_RE.match(name):
             fixed = re.sub(r"[^A-Za-z0-9_-]", "_", name)
-            why = ("contains '.', which config paths and ${...} references treat as a separator"
-                   if "." in name else "may only use letters, digits, '_' and '-'")
-            out.append(Violation("GR-CONFIG-INSTANCE-NAME", f"server instance name {name!r} ({file}) {why}",
-                                 file=file, key=name,
-                                 hint=f"rename it (e.g. {fixed!r}) and update every reference to it"))
+            why = (
+                "contains '.', which config paths and ${...} references treat as a separator"
+                if "." in name
+                else "may only use letters, digits, '_' and '-'"
+            )
+            out.append(
+                Violation(
+                    "GR-CONFIG-INSTANCE-NAME",
+                    f"server instance name {name!r} ({file}) {why}",
+                    file=file,
+                    key=name,
+                    hint=f"rename it (e.g. {fixed!r}) and update every reference to it",
+                )
+            )
         types = [k for k in value if k in SERVER_TYPES]
         if len(types) > 1 or len(value) > 1:
-            out.append(Violation("GR-CONFIG-INSTANCE-SHAPE", f"instance {name!r} must hold exactly one server type "
-                                 f"key, has {sorted(map(str, value))}", file=file, key=name))
+            out.append(
+                Violation(
+                    "GR-CONFIG-INSTANCE-SHAPE",
+                    f"instance {name!r} must hold exactly one server type key, has {sorted(map(str, value))}",
+                    file=file,
+                    key=name,
+                )
+            )
             continue
         impls = value[types[0]]
         if not isinstance(impls, dict) or not impls:
-            out.append(Violation("GR-CONFIG-INSTANCE-SHAPE", f"instance {name!r}: {types[0]} must map an "
-                                 "implementation name to its config", file=file, key=f"{name}.{types[0]}"))
+            out.append(
+                Violation(
+                    "GR-CONFIG-INSTANCE-SHAPE",
+                    f"instance {name!r}: {types[0]} must map an implementation name to its config",
+                    file=file,
+                    key=f"{name}.{types[0]}",
+                )
+            )
         elif len(impls) > 1:
             parts = [f"{impl} ({sources.of(f'{name}.{types[0]}.{impl}') or '?'})" for impl in impls]
-            out.append(Violation("GR-CONFIG-TWO-IMPLEMENTATIONS", f"server instance {name} has {len(impls)} "
-                                 f"implementations under {types[0]}: {', '.join(parts)}; exactly one is allowed",
-                                 file=file,
-                                 key=f"{name}.{types[0]}", hint="configs were deep-merged by instance name: "
-                                 "remove one of them, or give one of the instances another name"))
+            out.append(
+                Violation(
+                    "GR-CONFIG-TWO-IMPLEMENTATIONS",
+                    f"server instance {name} has {len(impls)} "
+                    f"implementations under {types[0]}: {', '.join(parts)}; exactly one is allowed",
+                    file=file,
+                    key=f"{name}.{types[0]}",
+                    hint="configs were deep-merged by instance name: "
+                    "remove one of them, or give one of the instances another name",
+                )
+            )
     return out
 
 
@@ -133,21 +184,28 @@ def declare(config: dict[str, Any]) -> dict[str, Declared]:
     return out
 
 
-def _no_implementation(name: str, stype: str, impl: str, entry: Any, known: list[str],
-                       configs_only: bool) -> tuple[str, str]:
+def _no_implementation(
+    name: str, stype: str, impl: str, entry: Any, known: list[str], configs_only: bool
+) -> tuple[str, str]:
     """``(message, hint)`` for an implementation found nowhere. The hint is the whole fix (the
     entrypoint *and* an install file), so following it never leads to a second error."""
     app = entry if _good_entry(entry) else "app.py"
     near = difflib.get_close_matches(impl, known, n=1, cutoff=0.6)
     builtin = f"use a built-in implementation ({', '.join(known) or 'none for ' + stype})" + (
-        f"; did you mean {near[0]!r}?" if near else "")
+        f"; did you mean {near[0]!r}?" if near else ""
+    )
     ship = f"add {stype}/{impl}/{app} (the entrypoint) and {stype}/{impl}/requirements.txt (a comment line is fine)"
     if configs_only:
-        return (f"implementation {impl!r} of instance {name!r}: {stype}/{impl}/ in the package holds only configs/, "
-                f"which configures a built-in server, and there is no built-in {impl!r}",
-                f"to ship the server, {ship}; or {builtin}")
-    return (f"implementation {impl!r} of instance {name!r} is neither a directory {stype}/{impl}/ in the package "
-            "nor a built-in server", f"{builtin}; or {ship}")
+        return (
+            f"implementation {impl!r} of instance {name!r}: {stype}/{impl}/ in the package holds only configs/, "
+            f"which configures a built-in server, and there is no built-in {impl!r}",
+            f"to ship the server, {ship}; or {builtin}",
+        )
+    return (
+        f"implementation {impl!r} of instance {name!r} is neither a directory {stype}/{impl}/ in the package "
+        "nor a built-in server",
+        f"{builtin}; or {ship}",
+    )
 
 
 def server_type_problem(name: str, stype: str, release: GymRelease, file: str | None) -> Violation | None:
@@ -161,16 +219,25 @@ def server_type_problem(name: str, stype: str, release: GymRelease, file: str | 
         change = f"vendor nemo-gym {first} or newer into wheels/ (it replaces {release.source})"
     else:
         change = f"run it with GYM_RUNTIME_PIN_NEMO_GYM={first} or newer (the release now comes from {release.source})"
-    return Violation("GR-CONFIG-SERVER-TYPE", f"server instance {name!r} has server type {stype}, but NeMo Gym "
-                     f"{release.version} (release line {release.line}) has no {stype}: its server types are "
-                     f"{', '.join(release.server_types)}; {stype} arrived in NeMo Gym {first}", file=file,
-                     key=f"{name}.{stype}", hint=f"{change}, or remove the instance for a release without {stype}")
+    return Violation(
+        "GR-CONFIG-SERVER-TYPE",
+        f"server instance {name!r} has server type {stype}, but NeMo Gym "
+        f"{release.version} (release line {release.line}) has no {stype}: its server types are "
+        f"{', '.join(release.server_types)}; {stype} arrived in NeMo Gym {first}",
+        file=file,
+        key=f"{name}.{stype}",
+        hint=f"{change}, or remove the instance for a release without {stype}",
+    )
 
 
-def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: dict[tuple[str, str], ServerDir],
-                    builtin_dirs: dict[tuple[str, str], ServerDir], package_root: Path | None = None,
-                    release: GymRelease | None = None
-                    ) -> tuple[dict[str, ServerInstance], dict[str, Declared], list[Violation]]:
+def build_instances(
+    resolved: dict[str, Any],
+    sources: Sources,
+    package_dirs: dict[tuple[str, str], ServerDir],
+    builtin_dirs: dict[tuple[str, str], ServerDir],
+    package_root: Path | None = None,
+    release: GymRelease | None = None,
+) -> tuple[dict[str, ServerInstance], dict[str, Declared], list[Violation]]:
     """Build :class:`ServerInstance` objects from the resolved config (shape already checked).
 
     The implementation directory is looked up in the package (under ``package_root``) first,
@@ -190,8 +257,9 @@ def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: di
         key = f"{name}.{stype}.{impl}"
         file = sources.of(key)
         if not isinstance(inner, dict):
-            out.append(Violation("GR-CONFIG-INSTANCE-SHAPE", "implementation config must be a mapping",
-                                 file=file, key=key))
+            out.append(
+                Violation("GR-CONFIG-INSTANCE-SHAPE", "implementation config must be a mapping", file=file, key=key)
+            )
             continue
         declared[name] = Declared(name, stype, impl, inner)
         wrong_type = server_type_problem(name, stype, release, sources.of(name)) if release is not None else None
@@ -209,8 +277,14 @@ def build_instances(resolved: dict[str, Any], sources: Sources, package_dirs: di
             out.append(Violation("GR-CONFIG-IMPLEMENTATION", message, file=file, key=key, hint=hint))
             continue
         if _good_entry(entry) and not is_regular_file(sdir.path / entry):
-            out.append(Violation("GR-CONFIG-ENTRYPOINT", f"entrypoint {entry!r} does not exist in "
-                                 f"{stype}/{impl}/ ({sdir.origin})", file=file, key=f"{key}.entrypoint"))
+            out.append(
+                Violation(
+                    "GR-CONFIG-ENTRYPOINT",
+                    f"entrypoint {entry!r} does not exist in {stype}/{impl}/ ({sdir.origin})",
+                    file=file,
+                    key=f"{key}.entrypoint",
+                )
+            )
             continue
         if not problems:
             instances[name] = ServerInstance(name, stype, impl, entry, sdir, inner, file)
@@ -221,9 +295,15 @@ def python_version_problems(value: Any, key: str, file: str | None) -> list[Viol
     """An unquoted ``python_version: 3.10`` is the YAML number 3.1: refuse the numbers that
     lost a trailing zero (3.1, 3.2); other numbers (3.12, 3.13) mean what they say."""
     if isinstance(value, float) and str(value).split(".")[1] in ("1", "2"):
-        return [Violation("GR-CONFIG-PYTHON-VERSION", f"python_version is the number {value!r}: YAML reads an "
-                          f"unquoted {value}0 as {value}", file=file, key=key,
-                          hint=f'write it as a string, e.g. python_version: "{value}0"')]
+        return [
+            Violation(
+                "GR-CONFIG-PYTHON-VERSION",
+                f"python_version is the number {value!r}: YAML reads an unquoted {value}0 as {value}",
+                file=file,
+                key=key,
+                hint=f'write it as a string, e.g. python_version: "{value}0"',
+            )
+        ]
     return []
 
 
@@ -231,41 +311,78 @@ def _good_entry(entry: Any) -> bool:
     return isinstance(entry, str) and bool(entry) and not entry.startswith("/") and ".." not in Path(entry).parts
 
 
-def _inner_problems(name: str, stype: str, inner: dict[str, Any], key: str, file: str | None,
-                    ports: dict[int, tuple[str, str | None]], sources: Sources) -> list[Violation]:
+def _inner_problems(
+    name: str,
+    stype: str,
+    inner: dict[str, Any],
+    key: str,
+    file: str | None,
+    ports: dict[int, tuple[str, str | None]],
+    sources: Sources,
+) -> list[Violation]:
     """Checks that need no server directory: entrypoint shape, domain, port (``ports`` is updated)."""
     out: list[Violation] = []
     entry = inner.get("entrypoint")
     if "entrypoint" not in inner:
         near = difflib.get_close_matches("entrypoint", [str(k) for k in inner], n=1, cutoff=0.75)
-        out.append(Violation("GR-CONFIG-ENTRYPOINT", f"instance {name!r} has no `entrypoint`" +
-                             (f" (it has an unknown key `{near[0]}`)" if near else ""), file=file,
-                             key=f"{key}.entrypoint", hint=f"did you mean `entrypoint` instead of `{near[0]}`?"
-                             if near else "Gym servers use `entrypoint: app.py`"))
+        out.append(
+            Violation(
+                "GR-CONFIG-ENTRYPOINT",
+                f"instance {name!r} has no `entrypoint`" + (f" (it has an unknown key `{near[0]}`)" if near else ""),
+                file=file,
+                key=f"{key}.entrypoint",
+                hint=f"did you mean `entrypoint` instead of `{near[0]}`?"
+                if near
+                else "Gym servers use `entrypoint: app.py`",
+            )
+        )
     elif not _good_entry(entry):
-        out.append(Violation("GR-CONFIG-ENTRYPOINT", f"entrypoint must be a relative path inside the server "
-                             f"directory, got {entry!r}", file=file, key=f"{key}.entrypoint",
-                             hint="Gym servers use `entrypoint: app.py`"))
+        out.append(
+            Violation(
+                "GR-CONFIG-ENTRYPOINT",
+                f"entrypoint must be a relative path inside the server directory, got {entry!r}",
+                file=file,
+                key=f"{key}.entrypoint",
+                hint="Gym servers use `entrypoint: app.py`",
+            )
+        )
     if stype == "resources_servers" and inner.get("domain") not in DOMAINS:
         got = inner.get("domain")
-        out.append(Violation("GR-CONFIG-DOMAIN", f"resources server {name!r} needs a domain from Gym's closed "
-                             f"set, got {got!r}" if "domain" in inner else f"resources server {name!r} has no "
-                             "domain (Gym would report it as an almost-server and abort)", file=file,
-                             key=f"{key}.domain", hint=f"use one of: {', '.join(DOMAINS)}"))
-    out += python_version_problems(inner.get("python_version"), f"{key}.python_version",
-                                   sources.of(f"{key}.python_version"))
+        out.append(
+            Violation(
+                "GR-CONFIG-DOMAIN",
+                f"resources server {name!r} needs a domain from Gym's closed set, got {got!r}"
+                if "domain" in inner
+                else f"resources server {name!r} has no domain (Gym would report it as an almost-server and abort)",
+                file=file,
+                key=f"{key}.domain",
+                hint=f"use one of: {', '.join(DOMAINS)}",
+            )
+        )
+    out += python_version_problems(
+        inner.get("python_version"), f"{key}.python_version", sources.of(f"{key}.python_version")
+    )
     out += placement_problems(inner, key, sources)
     port = inner.get("port")
     if port is not None and not isinstance(port, str):  # a string port is a GR-CONFIG-TYPE problem (types.py)
         pfile = sources.of(f"{key}.port")
         if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-            out.append(Violation("GR-CONFIG-PORT", f"port must be an integer 1-65535, got {port!r}",
-                                 file=pfile, key=f"{key}.port"))
+            out.append(
+                Violation(
+                    "GR-CONFIG-PORT", f"port must be an integer 1-65535, got {port!r}", file=pfile, key=f"{key}.port"
+                )
+            )
         elif port in ports:
             other, ofile = ports[port]
-            out.append(Violation("GR-CONFIG-PORT-DUPLICATE", f"port {port} is used by both {other!r} ({ofile}) "
-                                 f"and {name!r} ({pfile})", file=pfile, key=f"{key}.port",
-                                 hint="give one of them another port, or remove `port` to have one assigned"))
+            out.append(
+                Violation(
+                    "GR-CONFIG-PORT-DUPLICATE",
+                    f"port {port} is used by both {other!r} ({ofile}) and {name!r} ({pfile})",
+                    file=pfile,
+                    key=f"{key}.port",
+                    hint="give one of them another port, or remove `port` to have one assigned",
+                )
+            )
         else:
             ports[port] = (name, pfile)
     return out

@@ -52,8 +52,9 @@ class PolicyValues:
         for key in POLICY_KEYS:
             if values[key] is None and given.get(key) is not None:
                 values[key] = given[key]
-        return PolicyValues(values["policy_base_url"], values["policy_api_key"], values["policy_model_name"],
-                            origin=self.origin)
+        return PolicyValues(
+            values["policy_base_url"], values["policy_api_key"], values["policy_model_name"], origin=self.origin
+        )
 
     def completed_by(self, other: PolicyValues) -> PolicyValues:
         """These values, each one not given taken from ``other`` (its ``origin`` then names both)."""
@@ -111,8 +112,7 @@ class Sources:
                     self.note_replaced_lists(base[k], v, source, f"{prefix}.{k}" if prefix else str(k))
         elif isinstance(base, list) and isinstance(new, list) and base != new:
             self._note(self.replaced_lists, prefix, source)
-        elif not isinstance(base, (dict, list)) and not isinstance(new, (dict, list)) and base != new \
-                and new != "???":
+        elif not isinstance(base, (dict, list)) and not isinstance(new, (dict, list)) and base != new and new != "???":
             self._note(self.overridden, prefix, source)
 
     def _note(self, table: dict[str, ReplacedList], key: str, source: str) -> None:
@@ -145,8 +145,11 @@ class Sources:
     def under(self, prefix: str) -> dict[str, str]:
         """The recorded entries at ``prefix`` and below it, keyed by their path below ``prefix``
         (``''`` for ``prefix`` itself, ``.x`` / ``[0]`` for the rest)."""
-        return {k[len(prefix):]: s for k, s in self.by_key.items()
-                if k == prefix or k.startswith((prefix + ".", prefix + "["))}
+        return {
+            k[len(prefix) :]: s
+            for k, s in self.by_key.items()
+            if k == prefix or k.startswith((prefix + ".", prefix + "["))
+        }
 
     def drop(self, prefix: str) -> None:
         """Forget every entry at ``prefix`` and below it (a block that composition removed)."""
@@ -187,8 +190,12 @@ def _check_top(data: Any, rel: str, v: ViolationList) -> dict[str, Any] | None:
         return None
     bad = [k for k in data if not isinstance(k, str)]
     if bad:
-        v.add("GR-CONFIG-YAML", f"top-level keys must be strings (instance or setting names), got {bad[0]!r}",
-              file=rel, hint="quote the key")
+        v.add(
+            "GR-CONFIG-YAML",
+            f"top-level keys must be strings (instance or setting names), got {bad[0]!r}",
+            file=rel,
+            hint="quote the key",
+        )
         return None
     return data
 
@@ -210,8 +217,13 @@ def parse_overrides(overrides: list[str]) -> tuple[dict[str, Any], list[Violatio
         text = item.lstrip("+")
         key = text.split("=", 1)[0].strip()
         if "=" not in text or not _OVERRIDE_KEY.fullmatch(key):
-            v.append(Violation("GR-CONFIG-OVERRIDE", f"override {item!r} is not KEY=VALUE with a dotted key of "
-                               "letters, digits, '_' and '-'", hint=hint))
+            v.append(
+                Violation(
+                    "GR-CONFIG-OVERRIDE",
+                    f"override {item!r} is not KEY=VALUE with a dotted key of letters, digits, '_' and '-'",
+                    hint=hint,
+                )
+            )
             continue
         secret = _secret_on_argv(key, text.split("=", 1)[1])
         if secret:
@@ -239,12 +251,18 @@ def _secret_on_argv(key: str, value: str) -> Violation | None:
         return None
     if _ONLY_INTERPOLATION.fullmatch(value.strip().strip("'\"")):
         return None
-    flag = " (for the policy model's key: --policy-api-key-env VAR, or GYM_RUNTIME_POLICY_API_KEY)" \
-        if key.split(".")[-1] == "policy_api_key" else ""
-    return Violation("GR-CONFIG-OVERRIDE-SECRET", f"override {key}=... puts a secret on the command line, where "
-                     "every user of this host can read it (ps, /proc/PID/cmdline); it was not applied",
-                     key=key, hint=f"export it in an environment variable and pass {key}='${{oc.env:VAR}}' "
-                     f"instead{flag}")
+    flag = (
+        " (for the policy model's key: --policy-api-key-env VAR, or GYM_RUNTIME_POLICY_API_KEY)"
+        if key.split(".")[-1] == "policy_api_key"
+        else ""
+    )
+    return Violation(
+        "GR-CONFIG-OVERRIDE-SECRET",
+        f"override {key}=... puts a secret on the command line, where "
+        "every user of this host can read it (ps, /proc/PID/cmdline); it was not applied",
+        key=key,
+        hint=f"export it in an environment variable and pass {key}='${{oc.env:VAR}}' instead{flag}",
+    )
 
 
 def _kind(x: Any) -> str:
@@ -281,8 +299,9 @@ def load_text_layer(text: bytes, label: str, v: ViolationList) -> dict[str, Any]
     return _check_top(data, label, v)
 
 
-def job_layers(overrides: list[str], policy: PolicyValues, v: ViolationList,
-               job_config: tuple[dict[str, Any], str] | None = None) -> list[tuple[dict[str, Any], str]]:
+def job_layers(
+    overrides: list[str], policy: PolicyValues, v: ViolationList, job_config: tuple[dict[str, Any], str] | None = None
+) -> list[tuple[dict[str, Any], str]]:
     """The layers the job adds over the files: the job's global config (``job_config``: ``(data,
     label)``, a sandboxed host's, :mod:`gym_runtime.host.global_config`), ``key=value`` overrides
     (``override``), then the policy values (``--policy-base-url (flags)``, ...); bad overrides are
@@ -297,8 +316,9 @@ def job_layers(overrides: list[str], policy: PolicyValues, v: ViolationList,
     return layers
 
 
-def merge_layers(layers: list[tuple[dict[str, Any], str]], sources: Sources | None = None
-                 ) -> tuple[DictConfig, Sources]:
+def merge_layers(
+    layers: list[tuple[dict[str, Any], str]], sources: Sources | None = None
+) -> tuple[DictConfig, Sources]:
     """Merge plain-mapping ``layers`` (``(data, label)``, lowest priority first) with OmegaConf.
 
     Returns the merged, **unresolved** config and its provenance (recorded against a plain mirror
@@ -342,12 +362,17 @@ def _raise_conflict(layers: list[tuple[dict[str, Any], str]]) -> None:
         except (OmegaConfBaseException, TypeError, ValueError) as e:
             c = _conflict(OmegaConf.to_container(merged, resolve=False), data)
             if c is None:
-                raise ConfigError(f"{label} cannot be merged: {str(e).strip().splitlines()[0]}",
-                                  code="GR-CONFIG-MERGE") from None
+                raise ConfigError(
+                    f"{label} cannot be merged: {str(e).strip().splitlines()[0]}", code="GR-CONFIG-MERGE"
+                ) from None
             key, was, now = c
-            raise ConfigError(f"key {key} is a {now} in {label} but a {was} in {sources.of(key)}",
-                              code="GR-CONFIG-MERGE", violations=[Violation("GR-CONFIG-MERGE", f"is a {now} here, "
-                              f"a {was} in {sources.of(key)}", file=label, key=key)],
-                              hint="a later config can replace values but not turn a mapping into a value or "
-                              "list (or back); rename one of the keys") from None
+            raise ConfigError(
+                f"key {key} is a {now} in {label} but a {was} in {sources.of(key)}",
+                code="GR-CONFIG-MERGE",
+                violations=[
+                    Violation("GR-CONFIG-MERGE", f"is a {now} here, a {was} in {sources.of(key)}", file=label, key=key)
+                ],
+                hint="a later config can replace values but not turn a mapping into a value or "
+                "list (or back); rename one of the keys",
+            ) from None
         sources.record(data, label)

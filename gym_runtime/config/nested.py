@@ -93,8 +93,12 @@ class _Roots:
         path = self.root / entry
         chain = [self.root.joinpath(*entry.split("/")[: n + 1]) for n in range(entry.count("/") + 1)]
         if any(is_link(c) for c in chain):
-            v.add("GR-CONFIG-NESTED-PATH", f"names {entry}, which is (or is reached through) a symlink", **where,
-                  hint="copy the file into the package")
+            v.add(
+                "GR-CONFIG-NESTED-PATH",
+                f"names {entry}, which is (or is reached through) a symlink",
+                **where,
+                hint="copy the file into the package",
+            )
             return entry, None
         if is_regular_file(path):
             return entry, load_layer(path, entry, v)
@@ -151,8 +155,13 @@ def collect(package: Package, release: GymRelease, v: ViolationList, warnings: l
         if "config_paths" in current.data:
             nested = True
         if listed is not None and not isinstance(listed, list):
-            v.add("GR-CONFIG-NESTED-PATH", f"config_paths must be a list of paths, got a {type(listed).__name__}",
-                  file=current.label, key="config_paths", hint="write config_paths: [path/one.yaml, path/two.yaml]")
+            v.add(
+                "GR-CONFIG-NESTED-PATH",
+                f"config_paths must be a list of paths, got a {type(listed).__name__}",
+                file=current.label,
+                key="config_paths",
+                hint="write config_paths: [path/one.yaml, path/two.yaml]",
+            )
             listed = []
         for i, entry in enumerate(listed or []):
             where = {"file": current.label, "key": f"config_paths[{i}]"}
@@ -164,9 +173,12 @@ def collect(package: Package, release: GymRelease, v: ViolationList, warnings: l
             if entry in known:
                 if known[entry] in _ancestors(files, index):
                     chain = " -> ".join(files[n].label for n in reversed(_ancestors(files, index)))
-                    v.add("GR-CONFIG-NESTED-CYCLE", f"names {entry}, which pulls in this file again ({chain} -> "
-                          f"{entry})", **where, hint="remove one of the entries: which file overrides which "
-                          "is undefined in a cycle")
+                    v.add(
+                        "GR-CONFIG-NESTED-CYCLE",
+                        f"names {entry}, which pulls in this file again ({chain} -> {entry})",
+                        **where,
+                        hint="remove one of the entries: which file overrides which is undefined in a cycle",
+                    )
                 continue  # a file two others pull in is read once
             found = _find(roots, entry, release, v, where, warnings)
             if found is None:
@@ -180,8 +192,9 @@ def collect(package: Package, release: GymRelease, v: ViolationList, warnings: l
     return IncludeTree(files, _merge_order(files, package, release), nested)
 
 
-def _find(roots: _Roots, entry: str, release: GymRelease, v: ViolationList, where: dict[str, str],
-          warnings: list[Violation]) -> tuple[str, str, dict[str, Any] | None] | None:
+def _find(
+    roots: _Roots, entry: str, release: GymRelease, v: ViolationList, where: dict[str, str], warnings: list[Violation]
+) -> tuple[str, str, dict[str, Any] | None] | None:
     """``(entry as used, label, data)`` for a nested entry, trying the release's new name for a
     renamed config; None (with a violation) when found nowhere."""
     hit = roots.find(entry, v, where)
@@ -190,13 +203,27 @@ def _find(roots: _Roots, entry: str, release: GymRelease, v: ViolationList, wher
     renamed = release.config_path_aliases.get(entry)
     hit = roots.find(renamed, v, where) if renamed else None
     if hit is not None and renamed:
-        warnings.append(Violation("GR-CONFIG-LEGACY-PATH", f"names {entry}, which NeMo Gym {release.version} calls "
-                                  f"{renamed}; {renamed} was used", **where, hint=f"write {renamed}"))
+        warnings.append(
+            Violation(
+                "GR-CONFIG-LEGACY-PATH",
+                f"names {entry}, which NeMo Gym {release.version} calls {renamed}; {renamed} was used",
+                **where,
+                hint=f"write {renamed}",
+            )
+        )
         return renamed, *hit
-    v.add("GR-CONFIG-NESTED-MISSING", f"names {entry}, which is not in {roots.describe()}", **where,
-          hint="add the file to the package at that path (relative to the package root), or fix the entry"
-          + ("" if roots.wheel else "; a native-v1 package reaches only its own files, a wheels-v1 package that "
-             "vendors nemo_gym also reaches the files of that wheel"))
+    v.add(
+        "GR-CONFIG-NESTED-MISSING",
+        f"names {entry}, which is not in {roots.describe()}",
+        **where,
+        hint="add the file to the package at that path (relative to the package root), or fix the entry"
+        + (
+            ""
+            if roots.wheel
+            else "; a native-v1 package reaches only its own files, a wheels-v1 package that "
+            "vendors nemo_gym also reaches the files of that wheel"
+        ),
+    )
     return None
 
 
@@ -215,4 +242,3 @@ def _merge_order(files: list[ConfigFile], package: Package, release: GymRelease)
     for root in range(len(package.config_files)):
         visit(root)
     return out
-

@@ -62,13 +62,16 @@ def source_of_null(raw: Mapping[str, Any], path: str) -> tuple[str, str] | None:
     return None
 
 
-_SAY = {"variable": ("{} is not set", "export {}"),
-        "key": ("{} is not in the config", "give {} a value (a config file or an override)"),
-        "null": ("copied from {}, which is null", "give {} a value (a config file or an override)")}
+_SAY = {
+    "variable": ("{} is not set", "export {}"),
+    "key": ("{} is not in the config", "give {} a value (a config file or an override)"),
+    "null": ("copied from {}, which is null", "give {} a value (a config file or an override)"),
+}
 
 
-def null_field_problems(instances: Mapping[str, Any], raw: Mapping[str, Any], sources: Sources,
-                        package_root: Path | None) -> list[Violation]:
+def null_field_problems(
+    instances: Mapping[str, Any], raw: Mapping[str, Any], sources: Sources, package_root: Path | None
+) -> list[Violation]:
     """``GR-CONFIG-NULL`` for every key of a package tree's instance (``ServerInstance``) that is
     None where its config class declares plain ``str`` (module doc)."""
     out: list[Violation] = []
@@ -85,8 +88,14 @@ def null_field_problems(instances: Mapping[str, Any], raw: Mapping[str, Any], so
             path = f"{inst.name}.{inst.server_type}.{inst.implementation}.{key}"
             src = source_of_null(raw, path)
             why, fix = (_SAY[src[0]][0].format(src[1]), _SAY[src[0]][1].format(src[1])) if src else (None, None)
-            out.append(Violation(
-                "GR-CONFIG-NULL", f"is null{f' ({why})' if why else ''}, but {declared}: the server would refuse "
-                "its config at start-up", file=sources.of(path) or inst.source, key=path,
-                hint=fix or f"give {key} a value"))
+            out.append(
+                Violation(
+                    "GR-CONFIG-NULL",
+                    f"is null{f' ({why})' if why else ''}, but {declared}: the server would refuse "
+                    "its config at start-up",
+                    file=sources.of(path) or inst.source,
+                    key=path,
+                    hint=fix or f"give {key} a value",
+                )
+            )
     return out

@@ -111,9 +111,15 @@ def placement_problems(inner: dict[str, Any], key: str, sources: Sources) -> lis
     if block is None:
         return []
     if not isinstance(block, dict):
-        return [Violation("GR-CONFIG-PLACEMENT", f"`{KEY}` must be a mapping of placement keys, got "
-                          f"{type(block).__name__} {block!r}", file=sources.of(where), key=where,
-                          hint="e.g. placement: {num_cpus: 1, replicas: 2}; see docs/scale-out.md")]
+        return [
+            Violation(
+                "GR-CONFIG-PLACEMENT",
+                f"`{KEY}` must be a mapping of placement keys, got {type(block).__name__} {block!r}",
+                file=sources.of(where),
+                key=where,
+                hint="e.g. placement: {num_cpus: 1, replicas: 2}; see docs/scale-out.md",
+            )
+        ]
     out: list[Violation] = []
     try:
         Placement.model_validate(block)
@@ -126,8 +132,15 @@ def placement_problems(inner: dict[str, Any], key: str, sources: Sources) -> lis
         if name in RAY_BUILTIN_RESOURCES:
             path = f"{where}.resources.{name}"
             field = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(name, "memory")
-            out.append(Violation("GR-CONFIG-PLACEMENT", f"`{name}` is one of Ray's built-in resources, not a custom "
-                                 "one", file=sources.of(path), key=path, hint=f"use `{KEY}.{field}` instead"))
+            out.append(
+                Violation(
+                    "GR-CONFIG-PLACEMENT",
+                    f"`{name}` is one of Ray's built-in resources, not a custom one",
+                    file=sources.of(path),
+                    key=path,
+                    hint=f"use `{KEY}.{field}` instead",
+                )
+            )
     return out
 
 
@@ -135,8 +148,17 @@ def _violation(err: dict[str, Any], path: str, file: str | None) -> Violation:
     if err["type"] == "extra_forbidden":
         name = str(err["loc"][-1])
         near = difflib.get_close_matches(name, list(Placement.model_fields), n=1, cutoff=0.6)
-        return Violation("GR-CONFIG-PLACEMENT", f"unknown placement key `{name}`", file=file, key=path,
-                         hint=(f"did you mean `{near[0]}`? " if near else "") +
-                         f"known keys: {', '.join(Placement.model_fields)}")
-    return Violation("GR-CONFIG-PLACEMENT", f"{err['msg']}, got {err.get('input')!r}", file=file, key=path,
-                     hint="see docs/scale-out.md for the placement keys and their types")
+        return Violation(
+            "GR-CONFIG-PLACEMENT",
+            f"unknown placement key `{name}`",
+            file=file,
+            key=path,
+            hint=(f"did you mean `{near[0]}`? " if near else "") + f"known keys: {', '.join(Placement.model_fields)}",
+        )
+    return Violation(
+        "GR-CONFIG-PLACEMENT",
+        f"{err['msg']}, got {err.get('input')!r}",
+        file=file,
+        key=path,
+        hint="see docs/scale-out.md for the placement keys and their types",
+    )

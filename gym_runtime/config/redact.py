@@ -18,8 +18,9 @@ MASK = "****"
 # a job's policy_api_key gets when none is given (merge.PolicyValues.keyless_defaults). No secret.
 KEYLESS_API_KEY = "EMPTY"
 _SECRET = re.compile(r"(api_?key|token|password|passwd|secret|authorization|credential)", re.I)
-_NOT_SECRET = re.compile(r"(token_id|token_ids|max_tokens|_tokens$|tokenizer|num_tokens|token_count|tokens_|^secret_keys$)",
-                         re.I)
+_NOT_SECRET = re.compile(
+    r"(token_id|token_ids|max_tokens|_tokens$|tokenizer|num_tokens|token_count|tokens_|^secret_keys$)", re.I
+)
 
 
 def is_secret_key(key: str) -> bool:

@@ -45,8 +45,12 @@ def find_refs(instance: Declared) -> list[ServerRef]:
     out: list[ServerRef] = []
     if instance.server_type == ENVIRONMENT_SERVERS:
         agent = instance.config.get(AGENT_SERVER_FIELD)
-        if isinstance(agent, dict) and set(agent) <= {"type", "name"} and agent.get("type") is None \
-                and isinstance(agent.get("name"), str):
+        if (
+            isinstance(agent, dict)
+            and set(agent) <= {"type", "name"}
+            and agent.get("type") is None
+            and isinstance(agent.get("name"), str)
+        ):
             out.append(ServerRef(instance.name, f"{base}.{AGENT_SERVER_FIELD}", AGENTS, agent["name"]))
 
     def walk(node: Any, path: str) -> None:
@@ -88,7 +92,14 @@ def check_refs(instances: dict[str, Declared], sources: Sources) -> tuple[list[S
         hint = f"Did you mean {' or '.join(repr(c) for c in close)}? {available}" if close else available
         if target is not None:
             hint = f"{r.name!r} is a {target.server_type} instance, not {r.server_type}. " + hint
-        out.append(Violation("GR-CONFIG-REF", f"In server instance {r.instance!r}, field {r.key.split('.')[-1]!r} "
-                             f"references {r.server_type}/{r.name}, which is not defined in the merged config",
-                             file=sources.of(r.key), key=r.key, hint=hint))
+        out.append(
+            Violation(
+                "GR-CONFIG-REF",
+                f"In server instance {r.instance!r}, field {r.key.split('.')[-1]!r} "
+                f"references {r.server_type}/{r.name}, which is not defined in the merged config",
+                file=sources.of(r.key),
+                key=r.key,
+                hint=hint,
+            )
+        )
     return refs, out

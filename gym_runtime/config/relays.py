@@ -39,10 +39,11 @@ def agent_refs(cfg: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for name, value in cfg.items():
         servers = value.get(ENVIRONMENTS) if isinstance(value, dict) else None
-        for impl, server in (servers.items() if isinstance(servers, dict) else ()):
-            for field, ref in (server.items() if isinstance(server, dict) else ()):
-                if isinstance(ref, dict) and (ref.get("type") == AGENTS or (field == "agent_server"
-                                                                             and ref.get("type") is None)):
+        for impl, server in servers.items() if isinstance(servers, dict) else ():
+            for field, ref in server.items() if isinstance(server, dict) else ():
+                if isinstance(ref, dict) and (
+                    ref.get("type") == AGENTS or (field == "agent_server" and ref.get("type") is None)
+                ):
                     out.append((f"{name}.{ENVIRONMENTS}.{impl}.{field}", ref))
     return out
 
@@ -65,36 +66,53 @@ def inherited_agents(cfg: dict[str, Any], reserved: frozenset[str]) -> dict[str,
     return dict(out)
 
 
-def follow_moves(cfg: dict[str, Any], moves: dict[str, list[str]], reserved: frozenset[str],
-                 sources: Sources) -> list[Violation]:
+def follow_moves(
+    cfg: dict[str, Any], moves: dict[str, list[str]], reserved: frozenset[str], sources: Sources
+) -> list[Violation]:
     """After templates apply: retarget references to each agent a single block inherited (module doc);
     one violation per reference left naming an agent several blocks inherited."""
     final = {a.name for a in agents(cfg, reserved)}
     moves = {src: [t for t in targets if t in final] for src, targets in moves.items() if src not in cfg}
     retarget(cfg, {src: targets[0] for src, targets in moves.items() if len(targets) == 1})
-    return [Violation("GR-CONFIG-INHERIT-AMBIGUOUS", f"references agent {ref['name']!r}, which "
-                      f"{', '.join(moves[ref['name']])} all inherit, so which one this environment server "
-                      "fronts is not known", file=sources.of(f"{path}.name"), key=f"{path}.name",
-                      hint="give each inheriting agent its own environment server, or name one of them here")
-            for path, ref in agent_refs(cfg) if len(moves.get(ref.get("name"), [])) > 1]
+    return [
+        Violation(
+            "GR-CONFIG-INHERIT-AMBIGUOUS",
+            f"references agent {ref['name']!r}, which "
+            f"{', '.join(moves[ref['name']])} all inherit, so which one this environment server "
+            "fronts is not known",
+            file=sources.of(f"{path}.name"),
+            key=f"{path}.name",
+            hint="give each inheriting agent its own environment server, or name one of them here",
+        )
+        for path, ref in agent_refs(cfg)
+        if len(moves.get(ref.get("name"), [])) > 1
+    ]
 
 
-def front_agents(cfg: dict[str, Any], reserved: frozenset[str], implementation: str, required: bool,
-                 sources: Sources) -> tuple[list[Violation], list[Violation]]:
+def front_agents(
+    cfg: dict[str, Any], reserved: frozenset[str], implementation: str, required: bool, sources: Sources
+) -> tuple[list[Violation], list[Violation]]:
     """Generate a relay for every agent no environment server names (module doc); ``required``:
     ``error_on_agent_without_environment_server`` is set. Returns ``(errors, warnings)``."""
     fronted = {ref.get("name") for _, ref in agent_refs(cfg) if ref.get("name") is not None}
     found = {a.name: a for a in agents(cfg, reserved)}
-    alone = sorted(n for n, a in found.items() if not a.unbound and n not in fronted
-                   and a.config.get("entrypoint") is not None)
+    alone = sorted(
+        n for n, a in found.items() if not a.unbound and n not in fronted and a.config.get("entrypoint") is not None
+    )
     if not alone:
         return [], []
     if required:
-        return [Violation("GR-CONFIG-NO-ENVIRONMENT-SERVER", f"agent {n!r} has no environment server, so rollouts "
-                          "cannot reach it", file=sources.of(n), key=n,
-                          hint=f"declare one naming it in agent_server: {_block_text(_relay_name(n, found[n].agent_type), implementation, n)}"
-                          "; or unset error_on_agent_without_environment_server to have one generated")
-                for n in alone], []
+        return [
+            Violation(
+                "GR-CONFIG-NO-ENVIRONMENT-SERVER",
+                f"agent {n!r} has no environment server, so rollouts cannot reach it",
+                file=sources.of(n),
+                key=n,
+                hint=f"declare one naming it in agent_server: {_block_text(_relay_name(n, found[n].agent_type), implementation, n)}"
+                "; or unset error_on_agent_without_environment_server to have one generated",
+            )
+            for n in alone
+        ], []
     declares = any(isinstance(v, dict) and ENVIRONMENTS in v for v in cfg.values())
     generated: dict[str, str] = {}
     for n in alone:
@@ -109,11 +127,16 @@ def front_agents(cfg: dict[str, Any], reserved: frozenset[str], implementation: 
     if not declares:  # a config written before environment servers: every agent relayed, as intended
         return [], []
     listing = "; ".join(_block_text(s, implementation, a) for a, s in generated.items())
-    return [], [Violation("GR-CONFIG-RELAY", f"agent{'s' if len(generated) > 1 else ''} "
-                          f"{', '.join(generated)} {'have' if len(generated) > 1 else 'has'} no environment server; "
-                          f"generated {', '.join(generated.values())} ({implementation}, which relays /run unchanged)",
-                          hint=f"declare them in a config (NeMo Gym will refuse such configs): {listing}; set "
-                          "error_on_agent_without_environment_server: true to make this an error")]
+    return [], [
+        Violation(
+            "GR-CONFIG-RELAY",
+            f"agent{'s' if len(generated) > 1 else ''} "
+            f"{', '.join(generated)} {'have' if len(generated) > 1 else 'has'} no environment server; "
+            f"generated {', '.join(generated.values())} ({implementation}, which relays /run unchanged)",
+            hint=f"declare them in a config (NeMo Gym will refuse such configs): {listing}; set "
+            "error_on_agent_without_environment_server: true to make this an error",
+        )
+    ]
 
 
 def _relay_name(agent: str, agent_type: str) -> str:
@@ -126,4 +149,3 @@ def _block(implementation: str, agent: str) -> dict[str, Any]:
 
 def _block_text(name: str, implementation: str, agent: str) -> str:
     return yaml.safe_dump({name: _block(implementation, agent)}, default_flow_style=True, sort_keys=False).strip()
-

@@ -35,10 +35,12 @@ from gym_runtime.errors import MissingValuesError, Violation
 
 _INTERP = re.compile(r"\$\{([^${}]+)\}")
 # how the job gives each policy value (flag or GYM_RUNTIME_* variable); a key never goes on a command line
-_GIVE_POLICY = {"policy_base_url": "pass --policy-base-url URL (or set GYM_RUNTIME_POLICY_BASE_URL)",
-                "policy_model_name": "pass --policy-model-name NAME (or set GYM_RUNTIME_POLICY_MODEL_NAME)",
-                "policy_api_key": "export the key as VAR and pass --policy-api-key-env VAR (or export it as "
-                "GYM_RUNTIME_POLICY_API_KEY)"}
+_GIVE_POLICY = {
+    "policy_base_url": "pass --policy-base-url URL (or set GYM_RUNTIME_POLICY_BASE_URL)",
+    "policy_model_name": "pass --policy-model-name NAME (or set GYM_RUNTIME_POLICY_MODEL_NAME)",
+    "policy_api_key": "export the key as VAR and pass --policy-api-key-env VAR (or export it as "
+    "GYM_RUNTIME_POLICY_API_KEY)",
+}
 
 
 def _override(key: str) -> str:
@@ -61,7 +63,7 @@ def _refs(raw: str) -> list[str]:
 
 def _env_var(ref: str) -> str | None:
     if ref.startswith("oc.env:"):
-        return ref[len("oc.env:"):].split(",", 1)[0].strip()
+        return ref[len("oc.env:") :].split(",", 1)[0].strip()
     return None
 
 
@@ -74,23 +76,37 @@ def _problem(key: str, raw: Any, err: Exception | None, sources: Sources, resolv
         var = env_vars[0]
         state = "is set but empty" if os.environ.get(var) == "" else "is not set"
         where = ", or set it in a config in config_paths" if is_secret_key(key) else f", or override {key}=VALUE"
-        return Violation("GR-CONFIG-MISSING", f"value comes from environment variable {var}, which {state} "
-                         f"(interpolation {text!r})", file=file, key=key,
-                         hint=f"export {var}=<value> before starting{where}")
+        return Violation(
+            "GR-CONFIG-MISSING",
+            f"value comes from environment variable {var}, which {state} (interpolation {text!r})",
+            file=file,
+            key=key,
+            hint=f"export {var}=<value> before starting{where}",
+        )
     if isinstance(err, MissingMandatoryValue) or (err is None and resolved == "???" and not refs):
-        return Violation("GR-CONFIG-MISSING", "required value is unset ('???')", file=file, key=key,
-                         hint=value_sources_hint(key))
+        return Violation(
+            "GR-CONFIG-MISSING", "required value is unset ('???')", file=file, key=key, hint=value_sources_hint(key)
+        )
     if refs:
         plain = [r for r in refs if ":" not in r]
         target = plain[0] if plain else refs[0]
-        why = "which is not set after merging" if isinstance(err, (InterpolationKeyError, type(None))) or \
-            "not found" in str(err) else f"which cannot be resolved: {_first_line(err)}"
+        why = (
+            "which is not set after merging"
+            if isinstance(err, (InterpolationKeyError, type(None))) or "not found" in str(err)
+            else f"which cannot be resolved: {_first_line(err)}"
+        )
         if err is None:
             why = "which resolves to the unset marker '???'"
         top = target.split(".")[0].split("[")[0]
-        return Violation("GR-CONFIG-INTERPOLATION", f"references {target!r}, {why}", file=file, key=key,
-                         hint=value_sources_hint(top) if top == target else
-                         f"define {target} in a config in config_paths" + _override(target))
+        return Violation(
+            "GR-CONFIG-INTERPOLATION",
+            f"references {target!r}, {why}",
+            file=file,
+            key=key,
+            hint=value_sources_hint(top)
+            if top == target
+            else f"define {target} in a config in config_paths" + _override(target),
+        )
     return Violation("GR-CONFIG-INTERPOLATION", f"cannot be resolved: {_first_line(err)}", file=file, key=key)
 
 
@@ -146,20 +162,28 @@ def resolve_config(cfg: DictConfig, sources: Sources) -> dict[str, Any]:
         n = len(problems)
         hint = "nothing was built or started; give the values and run again"
         if any("'policy_base_url'" in v.message for v in problems):
-            hint += (" (without --policy-base-url, `up` and `dry-run` start the built-in stub model in its place; "
-                     "`config` shows what a job with its own policy endpoint gets)")
+            hint += (
+                " (without --policy-base-url, `up` and `dry-run` start the built-in stub model in its place; "
+                "`config` shows what a job with its own policy endpoint gets)"
+            )
         raise MissingValuesError(
             f"{n} config value{'s are' if n != 1 else ' is'} missing or cannot be resolved",
-            violations=problems, hint=hint)
+            violations=problems,
+            hint=hint,
+        )
     try:
         data: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore
     except (InterpolationResolutionError, OmegaConfBaseException) as e:  # pragma: no cover - walk covers these
         raise MissingValuesError(f"config cannot be resolved: {_first_line(e)}") from None
     left = list(_markers(data, ""))
     if left:  # pragma: no cover - the walk reports these first; kept as the final guarantee (case C20)
-        raise MissingValuesError(f"{len(left)} config values are still '???' after resolution", violations=[
-            Violation("GR-CONFIG-MISSING", "resolves to the unset marker '???'", file=sources.of(k), key=k)
-            for k in left])
+        raise MissingValuesError(
+            f"{len(left)} config values are still '???' after resolution",
+            violations=[
+                Violation("GR-CONFIG-MISSING", "resolves to the unset marker '???'", file=sources.of(k), key=k)
+                for k in left
+            ],
+        )
     return data
 
 

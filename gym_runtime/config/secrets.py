@@ -94,8 +94,11 @@ class SecretMap:
     def keys_for(self, instance: str, data: dict[str, Any]) -> list[str]:
         """Dotted paths of the secret values ``instance`` receives (names only), sorted."""
         got = self.received.get(instance, frozenset())
-        return sorted(dotted(p) for p, s in self.leaves.items()
-                      if s <= got and (parent := _parent(data, p)[0]) is not None and holds_a_secret(parent[p[-1]]))
+        return sorted(
+            dotted(p)
+            for p, s in self.leaves.items()
+            if s <= got and (parent := _parent(data, p)[0]) is not None and holds_a_secret(parent[p[-1]])
+        )
 
 
 def _parent(data: Any, path: Path) -> tuple[Any, Any]:
@@ -119,25 +122,45 @@ def secret_key_names(raw: dict[str, Any], sources: Sources) -> tuple[tuple[str, 
     if SECRET_KEYS not in raw:
         return (), []
     value, file = raw[SECRET_KEYS], sources.of(SECRET_KEYS)
-    hint = ("write `secret_keys: [judge_credential, x_auth]`: key names (letters, digits, _ and -) that are "
-            "secrets wherever they appear, in addition to the built-in rule")
+    hint = (
+        "write `secret_keys: [judge_credential, x_auth]`: key names (letters, digits, _ and -) that are "
+        "secrets wherever they appear, in addition to the built-in rule"
+    )
     if not isinstance(value, list):
-        return (), [Violation("GR-CONFIG-SECRET-KEYS", f"secret_keys must be a list of key names, got "
-                              f"{type(value).__name__} {value!r}", file=file, key=SECRET_KEYS, hint=hint)]
+        return (), [
+            Violation(
+                "GR-CONFIG-SECRET-KEYS",
+                f"secret_keys must be a list of key names, got {type(value).__name__} {value!r}",
+                file=file,
+                key=SECRET_KEYS,
+                hint=hint,
+            )
+        ]
     names, out = [], []
     for i, item in enumerate(value):
         if isinstance(item, str) and _NAME.match(item):
             names.append(item.lower())
         else:
             why = "an interpolation" if isinstance(item, str) and "${" in item else repr(item)
-            out.append(Violation("GR-CONFIG-SECRET-KEYS", f"secret_keys entries must be literal key names, got "
-                                 f"{why}", file=sources.of(f"{SECRET_KEYS}[{i}]") or file,
-                                 key=f"{SECRET_KEYS}[{i}]", hint=hint))
+            out.append(
+                Violation(
+                    "GR-CONFIG-SECRET-KEYS",
+                    f"secret_keys entries must be literal key names, got {why}",
+                    file=sources.of(f"{SECRET_KEYS}[{i}]") or file,
+                    key=f"{SECRET_KEYS}[{i}]",
+                    hint=hint,
+                )
+            )
     return tuple(dict.fromkeys(names)), out
 
 
-def secret_map(raw: dict[str, Any], data: dict[str, Any], instances: list[str],
-               extra_names: tuple[str, ...] = (), named: Mapping[str, tuple[str, ...]] | None = None) -> SecretMap:
+def secret_map(
+    raw: dict[str, Any],
+    data: dict[str, Any],
+    instances: list[str],
+    extra_names: tuple[str, ...] = (),
+    named: Mapping[str, tuple[str, ...]] | None = None,
+) -> SecretMap:
     """Analyse one config: ``raw`` is the merged, *unresolved* plain container (``${...}`` as
     written), ``data`` the same config resolved, ``instances`` the server instance names, ``named``
     the top-level blocks each instance names by string (:func:`gym_runtime.config.blocks.named_blocks`):
@@ -150,8 +173,10 @@ def secret_map(raw: dict[str, Any], data: dict[str, Any], instances: list[str],
     a = _Analysis(raw, data, is_secret)
     leaves = {p: s for p in a.paths if (s := a.sources(p))}
     named = dict(named or {})
-    received = {name: frozenset().union(*(s for p, s in leaves.items() if p[0] == name or p[0] in named.get(name, ())))
-                for name in instances}
+    received = {
+        name: frozenset().union(*(s for p, s in leaves.items() if p[0] == name or p[0] in named.get(name, ())))
+        for name in instances
+    }
     url_only = frozenset(p for p, s in leaves.items() if s <= a.url_sources)
     return SecretMap(leaves, received, tuple(sorted(extra)), named, url_only)
 
@@ -167,13 +192,23 @@ def url_credential_warnings(smap: SecretMap, data: dict[str, Any], sources: Sour
             continue  # it comes from another value, which is warned about itself
         what = " and ".join(url_credentials(_get(data, path)))
         policy = path[0] == "policy_base_url"
-        hint = ("give the URL without it and pass the key with --policy-api-key-env VAR (the variable's name; "
-                "vllm_model sends it as its API key)" if policy else
-                "give the URL without it and put the key in a secret-named key of the server's config "
-                "(e.g. api_key: ${oc.env:JUDGE_API_KEY}); for the policy endpoint pass --policy-api-key-env VAR")
-        out.append(Violation("GR-CONFIG-URL-CREDENTIAL", f"the URL carries a credential ({what}): it is masked "
-                             "wherever it is shown and given only to the server instances whose config uses it",
-                             file=sources.of(key) or sources.of(str(path[0])), key=key, hint=hint))
+        hint = (
+            "give the URL without it and pass the key with --policy-api-key-env VAR (the variable's name; "
+            "vllm_model sends it as its API key)"
+            if policy
+            else "give the URL without it and put the key in a secret-named key of the server's config "
+            "(e.g. api_key: ${oc.env:JUDGE_API_KEY}); for the policy endpoint pass --policy-api-key-env VAR"
+        )
+        out.append(
+            Violation(
+                "GR-CONFIG-URL-CREDENTIAL",
+                f"the URL carries a credential ({what}): it is masked "
+                "wherever it is shown and given only to the server instances whose config uses it",
+                file=sources.of(key) or sources.of(str(path[0])),
+                key=key,
+                hint=hint,
+            )
+        )
     return out
 
 
@@ -282,8 +317,9 @@ def _references(text: str, where: Path, data: dict[str, Any]) -> list[_Ref]:
         return "x"
 
     try:
-        GrammarVisitor(node_interpolation_callback=on_node, resolver_interpolation_callback=on_resolver,
-                       memo=None).visit(parse(text))
+        GrammarVisitor(
+            node_interpolation_callback=on_node, resolver_interpolation_callback=on_resolver, memo=None
+        ).visit(parse(text))
     except Exception:  # noqa: BLE001 - anything OmegaConf's grammar cannot read is kept to its owner
         return [_Ref("opaque", dotted(where) if where else "?")]
     return refs
@@ -296,7 +332,7 @@ def _split(key: str) -> tuple[str, ...]:
 def _absolute(dots: int, parts: Any, where: Path, data: dict[str, Any]) -> Path:
     """A key as written (``a.b``, ``.sibling``, ``..up.x``) -> a path in ``data`` (list indices as
     ints). A relative key counts from the container of the value at ``where`` (OmegaConf's rule)."""
-    base = where[:max(len(where) - dots, 0)] if dots else ()
+    base = where[: max(len(where) - dots, 0)] if dots else ()
     out: list[str | int] = list(base)
     node: Any = _get(data, base)
     for part in parts:

@@ -50,19 +50,31 @@ def apply(data: dict, sources: Any, directory: Path | None) -> tuple[list[Violat
     key = f"{BLOCK}.dir"
     if directory is None:
         if enabled(data) and not block.get("sink"):
-            return [Violation("GR-CONFIG-TOKEN-CAPTURE-DIR", "token_id_capture is enabled, but the operator set no "
-                              f"directory for it ({SETTING}): the model servers could write the token ids nowhere "
-                              "(a directory in the config is not used)", file=sources.of(f"{BLOCK}.enabled"),
-                              key=f"{BLOCK}.enabled",
-                              hint=f"set {SETTING} to an absolute directory the trainer reads (node-local), or "
-                              "turn token_id_capture off")], []
+            return [
+                Violation(
+                    "GR-CONFIG-TOKEN-CAPTURE-DIR",
+                    "token_id_capture is enabled, but the operator set no "
+                    f"directory for it ({SETTING}): the model servers could write the token ids nowhere "
+                    "(a directory in the config is not used)",
+                    file=sources.of(f"{BLOCK}.enabled"),
+                    key=f"{BLOCK}.enabled",
+                    hint=f"set {SETTING} to an absolute directory the trainer reads (node-local), or "
+                    "turn token_id_capture off",
+                )
+            ], []
         return [], []
     warnings = []
     if block and block.get("dir") not in (None, str(directory)):
-        warnings.append(Violation("GR-CONFIG-TOKEN-CAPTURE-DIR", f"token_id_capture.dir {block['dir']!r} is replaced "
-                                  f"by the operator's {SETTING} ({directory})", file=sources.of(key), key=key,
-                                  hint="remove token_id_capture.dir from the config: where token ids are written "
-                                  "is the operator's setting"))
+        warnings.append(
+            Violation(
+                "GR-CONFIG-TOKEN-CAPTURE-DIR",
+                f"token_id_capture.dir {block['dir']!r} is replaced by the operator's {SETTING} ({directory})",
+                file=sources.of(key),
+                key=key,
+                hint="remove token_id_capture.dir from the config: where token ids are written "
+                "is the operator's setting",
+            )
+        )
     data[BLOCK] = {**(block or {}), "dir": str(directory)}
     return [], warnings
 

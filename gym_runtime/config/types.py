@@ -34,14 +34,27 @@ from gym_runtime.errors import Violation
 from gym_runtime.package.layout import SERVER_TYPES
 
 TOP_LEVEL: dict[str, type] = {
-    "dry_run": bool, "skip_venv_if_present": bool, "pip_install_verbose": bool, "uv_pip_set_python": bool,
-    "use_absolute_ip": bool, "verbose": bool, "json": bool, "error_on_almost_servers": bool,
-    "allow_openai_version_skew": bool, "port_range_low": int, "port_range_high": int,
-    "model_endpoint_readiness_timeout_seconds": float, "uvicorn_timeout_worker_healthcheck": float,
+    "dry_run": bool,
+    "skip_venv_if_present": bool,
+    "pip_install_verbose": bool,
+    "uv_pip_set_python": bool,
+    "use_absolute_ip": bool,
+    "verbose": bool,
+    "json": bool,
+    "error_on_almost_servers": bool,
+    "allow_openai_version_skew": bool,
+    "port_range_low": int,
+    "port_range_high": int,
+    "model_endpoint_readiness_timeout_seconds": float,
+    "uvicorn_timeout_worker_healthcheck": float,
 }
 HEAD_SERVER: dict[str, type] = {"port": int}
 INSTANCE: dict[str, type] = {"port": int, "num_workers": int}
-_NODES = {int: (IntegerNode, "an integer"), bool: (BooleanNode, "a boolean (true/false)"), float: (FloatNode, "a number")}
+_NODES = {
+    int: (IntegerNode, "an integer"),
+    bool: (BooleanNode, "a boolean (true/false)"),
+    float: (FloatNode, "a number"),
+}
 # the variable of an ``${oc.env:VAR...}`` interpolation (its first, with ``search``)
 ENV_REF = re.compile(r"\$\{oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -77,8 +90,9 @@ def _get(node: Any, key: str) -> Any:
     return node.get(key) if isinstance(node, dict) else None
 
 
-def apply_known_types(data: dict[str, Any], raw: dict[str, Any], sources: Sources
-                      ) -> tuple[dict[str, Any], list[Violation], list[Violation]]:
+def apply_known_types(
+    data: dict[str, Any], raw: dict[str, Any], sources: Sources
+) -> tuple[dict[str, Any], list[Violation], list[Violation]]:
     """Type the known fields of the resolved ``data`` (``raw``: the same config unresolved, to name
     the variable a value came from). Returns ``(typed copy, errors, warnings)``."""
     out = copy.deepcopy(data)
@@ -94,10 +108,18 @@ def apply_known_types(data: dict[str, Any], raw: dict[str, Any], sources: Source
             container[field] = typed
             return
         origin, what = _origin(_get(raw_container, field)), _NODES[kind][1]
-        var = origin[len(" (from "):-1]
-        errors.append(Violation("GR-CONFIG-TYPE", f"{container[field]!r}{origin} is not {what}",
-                                file=sources.of(path), key=path, hint=f"set {var} to {what}, or unset it for the "
-                                "config's default" if var else f"write {what} for {path}"))
+        var = origin[len(" (from ") : -1]
+        errors.append(
+            Violation(
+                "GR-CONFIG-TYPE",
+                f"{container[field]!r}{origin} is not {what}",
+                file=sources.of(path),
+                key=path,
+                hint=f"set {var} to {what}, or unset it for the config's default"
+                if var
+                else f"write {what} for {path}",
+            )
+        )
 
     for field, kind in TOP_LEVEL.items():
         check(out, raw, field, kind, field)
@@ -128,8 +150,14 @@ def _truthy_warnings(data: Any, raw: Any, sources: Sources, known: set[str], pat
             r = raw[i] if isinstance(raw, list) and i < len(raw) else None
             out += _truthy_warnings(v, r, sources, known, f"{path}[{i}]")
     elif path not in known and _false_looking(data) and _origin(raw):
-        var = _origin(raw)[len(" (from "):-1]
-        out.append(Violation("GR-CONFIG-TRUTHY", f"is the string {data!r}{_origin(raw)}, which code testing it as "
-                             "a flag (`if cfg.x:`) takes as true", file=sources.of(path), key=path,
-                             hint=f"if it is a flag, write ${{oc.decode:${{oc.env:{var},false}}}} to get a boolean"))
+        var = _origin(raw)[len(" (from ") : -1]
+        out.append(
+            Violation(
+                "GR-CONFIG-TRUTHY",
+                f"is the string {data!r}{_origin(raw)}, which code testing it as a flag (`if cfg.x:`) takes as true",
+                file=sources.of(path),
+                key=path,
+                hint=f"if it is a flag, write ${{oc.decode:${{oc.env:{var},false}}}} to get a boolean",
+            )
+        )
     return out

@@ -43,8 +43,9 @@ def url_credentials(value: Any) -> list[str]:
     except ValueError:
         return []
     found = ["userinfo"] if parts.username is not None or parts.password is not None else []
-    found += [f"query parameter {name!r}" for name, _ in parse_qsl(parts.query, keep_blank_values=True)
-              if is_key_param(name)]
+    found += [
+        f"query parameter {name!r}" for name, _ in parse_qsl(parts.query, keep_blank_values=True) if is_key_param(name)
+    ]
     return list(dict.fromkeys(found))
 
 
@@ -67,8 +68,10 @@ def mask_url(value: str) -> str:
             netloc += f":{parts.port}"
     except ValueError:
         return MASK
-    query = "&".join(f"{quote(k, safe='')}={MASK if is_key_param(k) else quote(v, safe='')}"
-                     for k, v in parse_qsl(parts.query, keep_blank_values=True))
+    query = "&".join(
+        f"{quote(k, safe='')}={MASK if is_key_param(k) else quote(v, safe='')}"
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

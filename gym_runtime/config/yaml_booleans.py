@@ -61,13 +61,20 @@ class Word:
 
 
 def _is_word(node: yaml.Node) -> bool:
-    return (isinstance(node, yaml.ScalarNode) and node.style is None and node.tag == BOOL_TAG
-            and node.value.lower() not in _YAML12)
+    return (
+        isinstance(node, yaml.ScalarNode)
+        and node.style is None
+        and node.tag == BOOL_TAG
+        and node.value.lower() not in _YAML12
+    )
 
 
 def _quoted(node: yaml.Node) -> str:
-    return f'"{node.value}"' if isinstance(node, yaml.ScalarNode) and (_is_word(node) or node.tag == STR_TAG) \
+    return (
+        f'"{node.value}"'
+        if isinstance(node, yaml.ScalarNode) and (_is_word(node) or node.tag == STR_TAG)
         else (node.value if isinstance(node, yaml.ScalarNode) else "...")
+    )
 
 
 def words(text: str) -> list[Word]:
@@ -117,8 +124,9 @@ def _get(data: Any, path: Path_) -> Any:
     return data
 
 
-def yaml_boolean_warnings(root: Path, files: list[str], data: dict[str, Any], instances: Mapping[str, Any],
-                          sources: Sources) -> list[Violation]:
+def yaml_boolean_warnings(
+    root: Path, files: list[str], data: dict[str, Any], instances: Mapping[str, Any], sources: Sources
+) -> list[Violation]:
     """``GR-CONFIG-YAML-BOOLEAN`` warnings (module doc) for the config ``files`` (labels relative to
     the package ``root``; a label that is no file there, such as a vendored wheel's member, is
     skipped), given the resolved ``data``, its server ``instances`` (``ServerInstance`` by name) and
@@ -172,9 +180,13 @@ def _list_warning(label: str, w: Word) -> Violation:
     key = _dotted(w.path[:-1])
     spelled = ", ".join(f"{t} -> {_read_as(t)}" for t in w.bools)
     return Violation(
-        "GR-CONFIG-YAML-BOOLEAN", f"line {w.line}: the list holds unquoted YAML 1.1 boolean words ({spelled}): "
+        "GR-CONFIG-YAML-BOOLEAN",
+        f"line {w.line}: the list holds unquoted YAML 1.1 boolean words ({spelled}): "
         "YAML (and so the server) reads them as true/false, not as the text written",
-        file=label, key=key, hint=f"quote them: {key.rsplit('.', 1)[-1]}: [{', '.join(w.items or ())}]")
+        file=label,
+        key=key,
+        hint=f"quote them: {key.rsplit('.', 1)[-1]}: [{', '.join(w.items or ())}]",
+    )
 
 
 def _declared_warning(label: str, w: Word, declared: str) -> Violation:
@@ -182,9 +194,13 @@ def _declared_warning(label: str, w: Word, declared: str) -> Violation:
     leaf = key.rsplit(".", 1)[-1]
     fix = f'{leaf}: "{w.token}"' if w.items is None else f"{leaf.split('[')[0]}: [{', '.join(w.items)}]"
     return Violation(
-        "GR-CONFIG-YAML-BOOLEAN", f"line {w.line}: unquoted {w.token} is a YAML 1.1 boolean ({_read_as(w.token)}), "
+        "GR-CONFIG-YAML-BOOLEAN",
+        f"line {w.line}: unquoted {w.token} is a YAML 1.1 boolean ({_read_as(w.token)}), "
         f"but {declared} takes text: the server would refuse it or compare against {_read_as(w.token).title()}",
-        file=label, key=key, hint=f"quote it: {fix}")
+        file=label,
+        key=key,
+        hint=f"quote it: {fix}",
+    )
 
 
 DATA_SUFFIXES = (".yaml", ".yml")
@@ -241,6 +257,13 @@ def data_file_warnings(root: Path, instances: Mapping[str, Any], config_files: l
                 if w.items is not None and w.texty and w.path[:-1] not in lists:
                     lists.add(w.path[:-1])
                     v = _list_warning(label, w)
-                    out.append(Violation(v.code, f"{v.message} (a data file the config names: {named})",
-                                         file=v.file, key=v.key, hint=v.hint))
+                    out.append(
+                        Violation(
+                            v.code,
+                            f"{v.message} (a data file the config names: {named})",
+                            file=v.file,
+                            key=v.key,
+                            hint=v.hint,
+                        )
+                    )
     return out

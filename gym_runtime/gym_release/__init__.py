@@ -51,6 +51,19 @@ def release_for(version: str | Version, source: str, metadata: KnownRelease | No
     return line_for(version)(version, source, metadata or known_release(version))
 
 
-__all__ = ["CURRENT", "LINES", "RELEASES", "SDK_NAME", "Gym06", "Gym07", "GymRelease", "KnownRelease",
-           "choose_release", "first_release_with", "known_release", "known_server_types", "line_for",
-           "release_for"]
+__all__ = [
+    "CURRENT",
+    "LINES",
+    "RELEASES",
+    "SDK_NAME",
+    "Gym06",
+    "Gym07",
+    "GymRelease",
+    "KnownRelease",
+    "choose_release",
+    "first_release_with",
+    "known_release",
+    "known_server_types",
+    "line_for",
+    "release_for",
+]

@@ -47,14 +47,38 @@ class GymRelease:
     server_types: ClassVar[tuple[str, ...]] = ("responses_api_models", "responses_api_agents", "resources_servers")
     # top-level keys Gym never reads as a server instance (`NEMO_GYM_RESERVED_TOP_LEVEL_KEYS`; 0.5's
     # additions are scalars, so the 0.4.0 list and 0.5.0's read the same configs alike)
-    reserved_keys: ClassVar[frozenset[str]] = frozenset({
-        "config_paths", "entrypoint", "default_host", "head_server", "disallowed_ports", "head_server_deps",
-        "python_version", "pip_install_verbose", "use_absolute_ip", "uv_pip_set_python", "skip_venv_if_present",
-        "hf_token", "ray_head_node_address", "port_range_low", "port_range_high", "dry_run", "uv_cache_dir",
-        "uv_venv_dir", "_inherit_from", "_copy", "nemo_gym_log_dir", "verbose", "json", "query",
-        "component_name", "model_call_capture_dir", "model_endpoint_readiness_timeout_seconds",
-        "observability_enabled",
-    })
+    reserved_keys: ClassVar[frozenset[str]] = frozenset(
+        {
+            "config_paths",
+            "entrypoint",
+            "default_host",
+            "head_server",
+            "disallowed_ports",
+            "head_server_deps",
+            "python_version",
+            "pip_install_verbose",
+            "use_absolute_ip",
+            "uv_pip_set_python",
+            "skip_venv_if_present",
+            "hf_token",
+            "ray_head_node_address",
+            "port_range_low",
+            "port_range_high",
+            "dry_run",
+            "uv_cache_dir",
+            "uv_venv_dir",
+            "_inherit_from",
+            "_copy",
+            "nemo_gym_log_dir",
+            "verbose",
+            "json",
+            "query",
+            "component_name",
+            "model_call_capture_dir",
+            "model_endpoint_readiness_timeout_seconds",
+            "observability_enabled",
+        }
+    )
 
     # whether servers of the line declare their Ray use (a `ray_enabled` class attribute, 0.7 and
     # later); before, `SimpleServer.run_webserver` calls `ray.init` in every SDK server
@@ -64,8 +88,11 @@ class GymRelease:
     # the SDK modules its servers import at start-up, imported once per venv by a preloaded parent
     # (sandbox/zygote.py): the server bases and what they pull in
     preload_modules: ClassVar[tuple[str, ...]] = (
-        "nemo_gym.server_utils", "nemo_gym.base_resources_server", "nemo_gym.base_responses_api_agent",
-        "nemo_gym.base_responses_api_model")
+        "nemo_gym.server_utils",
+        "nemo_gym.base_resources_server",
+        "nemo_gym.base_responses_api_agent",
+        "nemo_gym.base_responses_api_model",
+    )
 
     # ---------------------------------------------------------------- composition (docs/environment-packages.md,
     # "Composition"; the mechanism is gym_runtime/config/compose.py, the rules per line below)
@@ -142,8 +169,10 @@ class GymRelease:
             pins[SDK_NAME], origins[SDK_NAME] = str(self.version), f"the SDK this environment runs ({self.source})"
         if "openai" in pins and not settings.pin_explicit("openai"):
             pins["openai"] = self.metadata.default_openai
-            origins["openai"] = f"the runtime's default for nemo-gym {self.version} (the newest openai it accepts: " \
-                                f"{self.metadata.openai})"
+            origins["openai"] = (
+                f"the runtime's default for nemo-gym {self.version} (the newest openai it accepts: "
+                f"{self.metadata.openai})"
+            )
         return pins, origins
 
     # ------------------------------------------------------------------ the line's contract
@@ -170,13 +199,20 @@ class GymRelease:
     def describe(self) -> str:
         """The one line commands print: ``gym release: NeMo Gym 0.7.0 (line 0.7, Requires-Python
         >=3.13.14; from set by GYM_RUNTIME_PIN_NEMO_GYM)``."""
-        return (f"gym release: NeMo Gym {self.version} (line {self.line}, Requires-Python {self.requires_python}; "
-                f"from {self.source})")
+        return (
+            f"gym release: NeMo Gym {self.version} (line {self.line}, Requires-Python {self.requires_python}; "
+            f"from {self.source})"
+        )
 
     def to_dict(self) -> dict[str, str]:
-        return {"version": str(self.version), "line": self.line, "source": self.source,
-                "requires_python": str(self.requires_python), "openai": str(self.openai_requirement),
-                "ray": str(self.ray_requirement)}
+        return {
+            "version": str(self.version),
+            "line": self.line,
+            "source": self.source,
+            "requires_python": str(self.requires_python),
+            "openai": str(self.openai_requirement),
+            "ray": str(self.ray_requirement),
+        }
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.version} from {self.source}>"

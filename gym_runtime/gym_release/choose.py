@@ -59,8 +59,13 @@ def wheel_metadata(wheel: WheelFile) -> KnownRelease:
             found[canonicalize_name(req.name)] = str(req.specifier)
     openai = found.get("openai", table.openai)
     exact = openai[2:] if openai.startswith("==") and "," not in openai else table.default_openai
-    return KnownRelease(str(wheel.version), meta.get("Requires-Python") or table.requires_python, openai,
-                        found.get("ray", table.ray), exact)
+    return KnownRelease(
+        str(wheel.version),
+        meta.get("Requires-Python") or table.requires_python,
+        openai,
+        found.get("ray", table.ray),
+        exact,
+    )
 
 
 def choose_release(package: Package | None, settings: RuntimeSettings) -> GymRelease:
@@ -79,18 +84,24 @@ def choose_release(package: Package | None, settings: RuntimeSettings) -> GymRel
         if settings.pin_explicit("nemo-gym") and pin and Version(pin) != wheel.version:
             raise SdkSkewError(
                 f"the package vendors nemo-gym {wheel.version} ({rel}) but the image pins nemo-gym {pin} ({origin})",
-                violations=[Violation("GR-SDK-SKEW", f"vendors nemo-gym {wheel.version}; the pin is {pin} ({origin})",
-                                      file=rel)],
+                violations=[
+                    Violation("GR-SDK-SKEW", f"vendors nemo-gym {wheel.version}; the pin is {pin} ({origin})", file=rel)
+                ],
                 hint=f"vendor the package again for nemo-gym {pin} (`gym-runtime vendor PKG --platform ... "
                 f"--python ...` with GYM_RUNTIME_PIN_NEMO_GYM={pin}), or run it where the image ships nemo-gym "
-                f"{wheel.version} (GYM_RUNTIME_PIN_NEMO_GYM={wheel.version})")
+                f"{wheel.version} (GYM_RUNTIME_PIN_NEMO_GYM={wheel.version})",
+            )
         return release_for(wheel.version, rel, wheel_metadata(wheel))
     if not pin:
         from gym_runtime.gym_release.releases import CURRENT
+
         return release_for(CURRENT, "the runtime's default")
     try:
         version = Version(pin)
     except InvalidVersion:
-        raise SettingsError(f"GYM_RUNTIME_PIN_NEMO_GYM={pin!r} is not a version", code="GR-SETTINGS-PIN",
-                            hint="set an exact release such as 0.7.0, or unset it for the current release") from None
+        raise SettingsError(
+            f"GYM_RUNTIME_PIN_NEMO_GYM={pin!r} is not a version",
+            code="GR-SETTINGS-PIN",
+            hint="set an exact release such as 0.7.0, or unset it for the current release",
+        ) from None
     return release_for(version, origin or "the runtime's pin settings")

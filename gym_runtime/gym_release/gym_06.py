@@ -31,11 +31,13 @@ _RENAMED_ENVIRONMENTS = {
     "reasoning_gym_rewoo": "langgraph_rewoo_reasoning_gym",
 }
 _RENAMED_CONFIGS = {
-    **{f"environments/{old}/config.yaml": f"environments/{new}/config.yaml" for old, new in _RENAMED_ENVIRONMENTS.items()},
+    **{
+        f"environments/{old}/config.yaml": f"environments/{new}/config.yaml"
+        for old, new in _RENAMED_ENVIRONMENTS.items()
+    },
     "responses_api_agents/stirrup_agent/configs/stirrup_gdpval.yaml": "responses_api_agents/stirrup_agent/configs/stirrup_agent.yaml",
     "responses_api_agents/tau2/configs/tau2_agent.yaml": "responses_api_agents/tau2/configs/tau2.yaml",
-    "responses_api_agents/verifiers_agent/configs/acereason-math.yaml":
-        "responses_api_agents/verifiers_agent/configs/verifiers_agent.yaml",
+    "responses_api_agents/verifiers_agent/configs/acereason-math.yaml": "responses_api_agents/verifiers_agent/configs/verifiers_agent.yaml",
 }
 
 
@@ -45,13 +47,20 @@ class Gym06(GymRelease):
     line: ClassVar[str] = "0.6"
     first: ClassVar[str] = "0.6.0"
     reserved_keys: ClassVar[frozenset[str]] = GymRelease.reserved_keys | {
-        "allow_openai_version_skew", "allow_unsupported_pairing", "cache_dir", "results_dir", "skip_verification",
-        "skip_verification_reward", "token_id_capture", "telemetry",
+        "allow_openai_version_skew",
+        "allow_unsupported_pairing",
+        "cache_dir",
+        "results_dir",
+        "skip_verification",
+        "skip_verification_reward",
+        "token_id_capture",
+        "telemetry",
     }
     includer_wins: ClassVar[bool] = True
     config_path_aliases: ClassVar[Mapping[str, str]] = MappingProxyType(_RENAMED_CONFIGS)
     agent_aliases: ClassVar[Mapping[str, str]] = MappingProxyType(
-        {f"{old}_agent": f"{new}_agent" for old, new in _RENAMED_ENVIRONMENTS.items()})
+        {f"{old}_agent": f"{new}_agent" for old, new in _RENAMED_ENVIRONMENTS.items()}
+    )
     composes_unbound_agent: ClassVar[bool] = True
     applies_skip_verification: ClassVar[bool] = True
     pairing_keys: ClassVar[tuple[str, ...]] = ("allowed_agents",)

@@ -34,11 +34,16 @@ class Gym07(Gym06):
     # the SDK's own Ray users a tree may import (nemo_gym/orchestration/ray_serve_gateway.py) and
     # the call that makes a driver (nemo_gym/server_utils.py)
     ray_modules: ClassVar[tuple[str, ...]] = Gym06.ray_modules + (
-        "nemo_gym.orchestration.ray_serve_gateway", "nemo_gym.server_utils.initialize_ray",
-        "nemo_gym.server_utils._get_ray")
+        "nemo_gym.orchestration.ray_serve_gateway",
+        "nemo_gym.server_utils.initialize_ray",
+        "nemo_gym.server_utils._get_ray",
+    )
     reserved_keys: ClassVar[frozenset[str]] = Gym06.reserved_keys | {
-        "environment_routing_mode", "environment_server_name", "environment_server_routes",
-        "server_spinup_timeout_seconds", "uv_lock_timeout_seconds",
+        "environment_routing_mode",
+        "environment_server_name",
+        "environment_server_routes",
+        "server_spinup_timeout_seconds",
+        "uv_lock_timeout_seconds",
     }
     head_liveness_routes: ClassVar[tuple[str, ...]] = ("/livez",)
     head_readiness_routes: ClassVar[tuple[str, ...]] = ("/readyz", "/healthz", "/health")

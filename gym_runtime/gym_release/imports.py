@@ -95,10 +95,17 @@ def file_imports(text: str, rel: str) -> list[SdkImport]:
         if guarded:
             continue
         if isinstance(node, ast.Import):
-            out += [SdkImport(rel, node.lineno, a.name, None) for a in node.names
-                    if a.name == SDK or a.name.startswith(SDK + ".")]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
-                (node.module == SDK or node.module.startswith(SDK + ".")):
+            out += [
+                SdkImport(rel, node.lineno, a.name, None)
+                for a in node.names
+                if a.name == SDK or a.name.startswith(SDK + ".")
+            ]
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and (node.module == SDK or node.module.startswith(SDK + "."))
+        ):
             out += [SdkImport(rel, node.lineno, node.module, None if a.name == "*" else a.name) for a in node.names]
     return sorted(out, key=lambda i: i.line)
 
@@ -130,13 +137,18 @@ def package_imports(package: Package) -> list[SdkImport]:
 
 def missing_imports(imports: list[SdkImport], index) -> list[SdkImport]:
     """The imports ``index`` (an :class:`~.sdk_index.SdkIndex` or ``WheelIndex``) cannot satisfy."""
-    return [i for i in imports if not (index.has_module(i.module) and (i.name is None or index.has_name(i.module, i.name)))]
+    return [
+        i for i in imports if not (index.has_module(i.module) and (i.name is None or index.has_name(i.module, i.name)))
+    ]
 
 
 def _having(i: SdkImport) -> list[str]:
     """The known releases whose SDK has what ``i`` imports."""
-    return [str(x.version) for x in known_indexes()
-            if x.has_module(i.module) and (i.name is None or x.has_name(i.module, i.name))]
+    return [
+        str(x.version)
+        for x in known_indexes()
+        if x.has_module(i.module) and (i.name is None or x.has_name(i.module, i.name))
+    ]
 
 
 def check_imports(package: Package, release: GymRelease) -> tuple[list[Violation], str, bool]:
@@ -153,16 +165,32 @@ def check_imports(package: Package, release: GymRelease) -> tuple[list[Violation
     for i in missing_imports(imports, index):
         having = _having(i)
         if not index.has_module(i.module):
-            what = f"imports {i.module}" + (f" ({i.name})" if i.name else "") + \
-                f": nemo-gym {release.version} has no module {i.module}"
+            what = (
+                f"imports {i.module}"
+                + (f" ({i.name})" if i.name else "")
+                + f": nemo-gym {release.version} has no module {i.module}"
+            )
         else:
             what = f"imports {i.name} from {i.module}, which nemo-gym {release.version} does not define"
-        has = f"nemo-gym {', '.join(having)} {'has' if len(having) == 1 else 'have'} it" if having else \
-            "no release the runtime knows has it"
-        fix = f"run the release the tree was written for (GYM_RUNTIME_PIN_NEMO_GYM={having[-1]})" if having else \
-            "fix the import"
-        out.append(Violation("GR-SDK-IMPORT", f"{what}; {has}", file=i.file, key=f"line {i.line}",
-                             hint=f"{fix}, or change the import to what nemo-gym {release.version} offers"))
+        has = (
+            f"nemo-gym {', '.join(having)} {'has' if len(having) == 1 else 'have'} it"
+            if having
+            else "no release the runtime knows has it"
+        )
+        fix = (
+            f"run the release the tree was written for (GYM_RUNTIME_PIN_NEMO_GYM={having[-1]})"
+            if having
+            else "fix the import"
+        )
+        out.append(
+            Violation(
+                "GR-SDK-IMPORT",
+                f"{what}; {has}",
+                file=i.file,
+                key=f"line {i.line}",
+                hint=f"{fix}, or change the import to what nemo-gym {release.version} offers",
+            )
+        )
     return out, source, True
 
 
@@ -182,5 +210,6 @@ def raise_on_missing(package: Package, release: GymRelease) -> str | None:
             f"{source})",
             violations=violations,
             hint="run the Gym release the trees were written for (GYM_RUNTIME_PIN_NEMO_GYM=X; a wheels-v1 "
-            "package vendors it as wheels/nemo_gym-X-*.whl), or change the trees' imports")
+            "package vendors it as wheels/nemo_gym-X-*.whl), or change the trees' imports",
+        )
     return None if checked else skipped_note(source)

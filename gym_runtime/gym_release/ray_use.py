@@ -58,8 +58,9 @@ def _sdk_source(inst: ServerInstance) -> bool:
         return False
 
 
-def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None, index=None,
-            undeclared: str = "when-imported") -> RayUse:
+def ray_use(
+    inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None, index=None, undeclared: str = "when-imported"
+) -> RayUse:
     """The decision for one instance; ``sdk`` defaults to what its install file says;
     ``undeclared``: ``GYM_RUNTIME_RAY_UNDECLARED`` (``always``: every undeclared class of a line
     that declares gets Ray, as NeMo Gym gives it)."""
@@ -82,19 +83,25 @@ def ray_use(inst: ServerInstance, merged: MergedConfig, sdk: bool | None = None,
         line = release.line
         if sdk and release.declares_ray_enabled and declared is None:
             reach = _unread_base(decl.missing, release) or (
-                Reach("GYM_RUNTIME_RAY_UNDECLARED=always") if undeclared == "always"
-                else ray_import(inst.server_dir.path, release.ray_modules))
+                Reach("GYM_RUNTIME_RAY_UNDECLARED=always")
+                if undeclared == "always"
+                else ray_import(inst.server_dir.path, release.ray_modules)
+            )
         uses = release.server_uses_ray(sdk, declared, reach is not None)
         gym_would = release.gym_starts_ray(sdk, declared)
     if decl.declared and (release is None or release.declares_ray_enabled or not sdk):
         why = f"declares ray_enabled = {decl.value} ({decl.where})"
     elif sdk and release is not None and release.declares_ray_enabled and uses:
-        why = (f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}): Ray, as NeMo Gym "
-               f"does, since {reach.where}")
+        why = (
+            f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}): Ray, as NeMo Gym "
+            f"does, since {reach.where}"
+        )
     elif sdk and release is not None and release.declares_ray_enabled:
-        why = (f"its class does not declare ray_enabled ({decl.where}) and nothing in its tree imports Ray: "
-               "no Ray driver (NeMo Gym would start one; declare `ray_enabled = True` on the class, or set "
-               "GYM_RUNTIME_RAY_UNDECLARED=always, to have it)")
+        why = (
+            f"its class does not declare ray_enabled ({decl.where}) and nothing in its tree imports Ray: "
+            "no Ray driver (NeMo Gym would start one; declare `ray_enabled = True` on the class, or set "
+            "GYM_RUNTIME_RAY_UNDECLARED=always, to have it)"
+        )
     elif sdk:
         why = f"a Gym SDK server of the {line} line (run_webserver always starts Ray)"
     else:
@@ -111,13 +118,15 @@ def _unread_base(missing: tuple[str, ...], release) -> Reach | None:
     return None
 
 
-def ray_users(merged: MergedConfig, sdk: dict[str, bool] | None = None,
-              undeclared: str = "when-imported") -> dict[str, RayUse]:
+def ray_users(
+    merged: MergedConfig, sdk: dict[str, bool] | None = None, undeclared: str = "when-imported"
+) -> dict[str, RayUse]:
     """:func:`ray_use` of every instance, in config order; ``sdk``: instance -> whether its (built)
     venv holds the Gym SDK, where known."""
     index = index_for(merged.release, merged.package)[0] if merged.release is not None else None
-    return {name: ray_use(inst, merged, (sdk or {}).get(name), index, undeclared)
-            for name, inst in merged.instances.items()}
+    return {
+        name: ray_use(inst, merged, (sdk or {}).get(name), index, undeclared) for name, inst in merged.instances.items()
+    }
 
 
 def ray_enabled_keys(instances: dict[str, ServerInstance], sources: Sources) -> list[Violation]:
@@ -127,12 +136,18 @@ def ray_enabled_keys(instances: dict[str, ServerInstance], sources: Sources) -> 
         if "ray_enabled" not in inst.config:
             continue
         key = f"{name}.{inst.server_type}.{inst.implementation}.ray_enabled"
-        out.append(Violation(
-            "GR-CONFIG-RAY-ENABLED", "gym-runtime does not read ray_enabled from a server's config: the server's "
-            "class declares whether it uses Ray; the key only reaches the server's config, where a config model "
-            "with extra=\"forbid\" refuses it", file=sources.of(key), key=key,
-            hint="remove the key and declare `ray_enabled = True` (or False) on the server class whose "
-            "run_webserver() the entrypoint calls, as NeMo Gym 0.7 servers do"))
+        out.append(
+            Violation(
+                "GR-CONFIG-RAY-ENABLED",
+                "gym-runtime does not read ray_enabled from a server's config: the server's "
+                "class declares whether it uses Ray; the key only reaches the server's config, where a config model "
+                'with extra="forbid" refuses it',
+                file=sources.of(key),
+                key=key,
+                hint="remove the key and declare `ray_enabled = True` (or False) on the server class whose "
+                "run_webserver() the entrypoint calls, as NeMo Gym 0.7 servers do",
+            )
+        )
     return out
 
 

@@ -59,13 +59,21 @@ class SdkIndex:
         return (qualname in self.ray_enabled, self.ray_enabled.get(qualname))
 
     def to_json(self) -> dict:
-        return {"version": self.version, "modules": {m: " ".join(sorted(n)) for m, n in sorted(self.modules.items())},
-                "open": sorted(self.open), "ray_enabled": dict(sorted(self.ray_enabled.items()))}
+        return {
+            "version": self.version,
+            "modules": {m: " ".join(sorted(n)) for m, n in sorted(self.modules.items())},
+            "open": sorted(self.open),
+            "ray_enabled": dict(sorted(self.ray_enabled.items())),
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> SdkIndex:
-        return cls(str(data["version"]), {m: frozenset(n.split()) for m, n in data["modules"].items()},
-                   frozenset(data.get("open", ())), dict(data.get("ray_enabled", {})))
+        return cls(
+            str(data["version"]),
+            {m: frozenset(n.split()) for m, n in data["modules"].items()},
+            frozenset(data.get("open", ())),
+            dict(data.get("ray_enabled", {})),
+        )
 
 
 # ---------------------------------------------------------------------------------------------- building
@@ -107,8 +115,12 @@ def ray_enabled_stmt(node: ast.ClassDef) -> ast.Assign | ast.AnnAssign | None:
             target, value = stmt.targets[0], stmt.value
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             target, value = stmt.target, stmt.value
-        if isinstance(target, ast.Name) and target.id == "ray_enabled" and isinstance(value, ast.Constant) \
-                and value.value in (True, False, None):
+        if (
+            isinstance(target, ast.Name)
+            and target.id == "ray_enabled"
+            and isinstance(value, ast.Constant)
+            and value.value in (True, False, None)
+        ):
             return stmt
     return None
 
@@ -166,8 +178,9 @@ def index_sources(version: str, sources: Iterable[tuple[str, bool, str]]) -> Sdk
             for src in r.stars:
                 names[module] |= {n for n in names.get(src, ()) if not n.startswith("_")}
     ray = {k: v for r in read.values() for k, v in r.ray.items()}
-    return SdkIndex(version, {m: frozenset(n) for m, n in names.items()},
-                    frozenset(m for m, r in read.items() if r.open), ray)
+    return SdkIndex(
+        version, {m: frozenset(n) for m, n in names.items()}, frozenset(m for m, r in read.items() if r.open), ray
+    )
 
 
 class WheelIndex:
@@ -229,8 +242,10 @@ def index_wheel(path: Path) -> SdkIndex:
     file that is not a readable wheel."""
     lazy = WheelIndex(path)
     with zipfile.ZipFile(path) as z:
-        sources = [(m, package, z.read(member).decode("utf-8", "replace"))
-                   for m, (member, package) in sorted(lazy._files.items())]
+        sources = [
+            (m, package, z.read(member).decode("utf-8", "replace"))
+            for m, (member, package) in sorted(lazy._files.items())
+        ]
     return index_sources(lazy.version, sources)
 
 
@@ -252,8 +267,9 @@ def known_indexes() -> list[SdkIndex]:
     """Every committed index, oldest release first (for "which releases have it")."""
     from packaging.version import Version
 
-    versions = sorted((p.name.removeprefix("nemo-gym-").removesuffix(".json.gz") for p in INDEX_DIR.glob("*.json.gz")),
-                      key=Version)
+    versions = sorted(
+        (p.name.removeprefix("nemo-gym-").removesuffix(".json.gz") for p in INDEX_DIR.glob("*.json.gz")), key=Version
+    )
     return [i for v in versions if (i := committed_index(v)) is not None]
 
 
@@ -277,8 +293,11 @@ def index_for(release: GymRelease, package: Package | None) -> tuple[SdkIndex | 
         except (OSError, zipfile.BadZipFile):
             return None, f"wheels/{wheel.filename} cannot be read"
     found = committed_index(str(release.version))
-    return found, (f"the index of nemo-gym {release.version}" if found else
-                   f"the runtime has no index of nemo-gym {release.version}")
+    return found, (
+        f"the index of nemo-gym {release.version}"
+        if found
+        else f"the runtime has no index of nemo-gym {release.version}"
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -292,8 +311,10 @@ def main(argv: list[str]) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(idx.to_json(), separators=(",", ":"), sort_keys=True).encode()
     out.write_bytes(gzip.compress(text, compresslevel=9, mtime=0))
-    print(f"{out}: {len(idx.modules)} modules, {sum(map(len, idx.modules.values()))} names, "
-          f"{len(idx.open)} open, {out.stat().st_size} bytes")
+    print(
+        f"{out}: {len(idx.modules)} modules, {sum(map(len, idx.modules.values()))} names, "
+        f"{len(idx.open)} open, {out.stat().st_size} bytes"
+    )
     return 0
 
 

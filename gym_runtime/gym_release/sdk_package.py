@@ -29,7 +29,10 @@ def write_sdk_package(root: Path) -> Path:
     (tree / "app.py").write_text('"""Built by `gym-runtime prefetch --gym-release`, never started."""\n')
     config = {SERVER: {"resources_servers": {SERVER: {"entrypoint": "app.py", "domain": "other"}}}}
     (tree / "configs" / f"{SERVER}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    manifest = {"format": "native-v1", "config_paths": [f"resources_servers/{SERVER}/configs/{SERVER}.yaml"],
-                "metadata": {"name": "gym-sdk-closure"}}
+    manifest = {
+        "format": "native-v1",
+        "config_paths": [f"resources_servers/{SERVER}/configs/{SERVER}.yaml"],
+        "metadata": {"name": "gym-sdk-closure"},
+    }
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return root

@@ -41,7 +41,7 @@ def _listed() -> dict[Version, Path]:
     out = {}
     for p in INDEX_DIR.glob(f"nemo-gym-*{SUFFIX}"):
         try:
-            out[Version(p.name[len("nemo-gym-"):-len(SUFFIX)])] = p
+            out[Version(p.name[len("nemo-gym-") : -len(SUFFIX)])] = p
         except InvalidVersion:
             continue
     return out
@@ -70,8 +70,14 @@ def record(venv: Path, tag: str) -> list[str]:
     from gym_runtime.venvs.pyc_store import shared_cache
 
     roots = [str(sp) + os.sep for sp in site_packages(venv)]
-    return sorted({os.path.normpath(src[len(root):]) for src, _pyc in shared_cache(venv, tag) for root in roots
-                   if src.startswith(root) and os.path.isfile(src)})
+    return sorted(
+        {
+            os.path.normpath(src[len(root) :])
+            for src, _pyc in shared_cache(venv, tag)
+            for root in roots
+            if src.startswith(root) and os.path.isfile(src)
+        }
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -85,7 +91,7 @@ def main(argv: list[str]) -> int:
     if not found:
         print(f"{venv}: no nemo_gym-*.dist-info under site-packages", file=sys.stderr)
         return 1
-    version = found[0].name[len("nemo_gym-"):-len(".dist-info")]
+    version = found[0].name[len("nemo_gym-") : -len(".dist-info")]
     files = record(venv, tag)
     out = INDEX_DIR / f"nemo-gym-{version}{SUFFIX}"
     head = f"# start-up imports of NeMo Gym {version}'s example servers and a private Ray head ({len(files)} sources)\n"

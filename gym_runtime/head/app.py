@@ -157,16 +157,21 @@ class RolloutBatch(BaseModel):
 
 def bad_batch_message(exc: RequestValidationError) -> str:
     """One sentence naming the expected body and what was wrong (pydantic's locations and messages)."""
-    problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
-                         for e in exc.errors()[:5])
-    return ('expected a JSON object {"examples": [rows]} (a list of dataset rows, each a JSON object with an '
-            f"agent_ref): {problems}")
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
+        for e in exc.errors()[:5]
+    )
+    return (
+        'expected a JSON object {"examples": [rows]} (a list of dataset rows, each a JSON object with an '
+        f"agent_ref): {problems}"
+    )
 
 
 def error_response(status: int, code: str, message: str, hint: str | None = None) -> JSONResponse:
     """Our error envelope ``{"error": {"code", "message", "hint"?}}`` with HTTP ``status``."""
-    return JSONResponse({"error": {"code": code, "message": message, **({"hint": hint} if hint else {})}},
-                        status_code=status)
+    return JSONResponse(
+        {"error": {"code": code, "message": message, **({"hint": hint} if hint else {})}}, status_code=status
+    )
 
 
 def shutdown_body(results: list[dict[str, Any] | None]) -> bytes:
@@ -174,12 +179,19 @@ def shutdown_body(results: list[dict[str, Any] | None]) -> bytes:
     already finished keep their results, every other row gets the row error ``GR-ROLLOUT-SHUTDOWN``,
     and a top-level ``error`` says how many of each."""
     n, done = len(results), sum(r is not None for r in results)
-    cut = row_error("GR-ROLLOUT-SHUTDOWN", "the daemon shut down before this row finished; send it again to a "
-                    "running daemon")
-    message = (f"the daemon is shutting down: {done} of {n} row(s) finished before it (their results are "
-               f"included); the other {n - done} row(s) were cancelled and end with GR-ROLLOUT-SHUTDOWN")
-    return json.dumps({"results": [r if r is not None else cut for r in results],
-                       "error": {"code": "GR-ROLLOUT-SHUTDOWN", "message": message}}).encode()
+    cut = row_error(
+        "GR-ROLLOUT-SHUTDOWN", "the daemon shut down before this row finished; send it again to a running daemon"
+    )
+    message = (
+        f"the daemon is shutting down: {done} of {n} row(s) finished before it (their results are "
+        f"included); the other {n - done} row(s) were cancelled and end with GR-ROLLOUT-SHUTDOWN"
+    )
+    return json.dumps(
+        {
+            "results": [r if r is not None else cut for r in results],
+            "error": {"code": "GR-ROLLOUT-SHUTDOWN", "message": message},
+        }
+    ).encode()
 
 
 def strict_json(answer: dict[str, Any]) -> bytes:
@@ -204,17 +216,22 @@ def strict_json(answer: dict[str, Any]) -> bytes:
     return json.dumps(root[0], allow_nan=False).encode()
 
 
-def batch_summary(batch: Batch, concurrency: int, agent_replicas: Mapping[str, Mapping[str, str | None]]
-                  ) -> dict[str, Any]:
+def batch_summary(
+    batch: Batch, concurrency: int, agent_replicas: Mapping[str, Mapping[str, str | None]]
+) -> dict[str, Any]:
     """The ``summary`` of a ``/rollouts/run`` answer: ``rollouts``, ``failed``, ``wall_s`` (the
     batch's wall time), ``rollouts_per_s`` (rows / wall second), ``concurrency`` (the bound it ran
     with) and ``replicas``, the per-replica counts of :func:`gym_runtime.rollouts.spread.replica_counts`."""
     failed = ["error" in r for r in batch.results]
     n = len(batch.results)
-    return {"rollouts": n, "failed": sum(failed), "wall_s": batch.wall_s,
-            "rollouts_per_s": round(n / batch.wall_s, 3) if batch.wall_s > 0 and n else None,
-            "concurrency": concurrency,
-            "replicas": replica_counts(zip(batch.agents, batch.replicas, failed), agent_replicas, batch.wall_s)}
+    return {
+        "rollouts": n,
+        "failed": sum(failed),
+        "wall_s": batch.wall_s,
+        "rollouts_per_s": round(n / batch.wall_s, 3) if batch.wall_s > 0 and n else None,
+        "concurrency": concurrency,
+        "replicas": replica_counts(zip(batch.agents, batch.replicas, failed), agent_replicas, batch.wall_s),
+    }
 
 
 def begin_close(app: FastAPI) -> None:
@@ -242,11 +259,23 @@ class ServersListener:
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         local = scope.get("server") or (None, None)
-        if scope["type"] == "http" and local[1] in self.ports and (
-                scope["method"] != "GET" or scope["path"] not in self.routes):
-            refusal = JSONResponse({"error": {"code": "GR-HEAD-SERVERS-ROUTE", "message": (
-                f"{scope['method']} {scope['path']} is not served to the environment's servers: they may read "
-                f"{', '.join(sorted(self.routes))} only")}}, status_code=403)
+        if (
+            scope["type"] == "http"
+            and local[1] in self.ports
+            and (scope["method"] != "GET" or scope["path"] not in self.routes)
+        ):
+            refusal = JSONResponse(
+                {
+                    "error": {
+                        "code": "GR-HEAD-SERVERS-ROUTE",
+                        "message": (
+                            f"{scope['method']} {scope['path']} is not served to the environment's servers: they may read "
+                            f"{', '.join(sorted(self.routes))} only"
+                        ),
+                    }
+                },
+                status_code=403,
+            )
             await refusal(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -259,17 +288,27 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
     app.state.closing, app.state.open_batches = asyncio.Event(), 0
 
     if servers_ports:
-        app.add_middleware(ServersListener, ports=frozenset(servers_ports),
-                           routes=SERVERS_ROUTES | {*backend.liveness_routes, *backend.readiness_routes})
+        app.add_middleware(
+            ServersListener,
+            ports=frozenset(servers_ports),
+            routes=SERVERS_ROUTES | {*backend.liveness_routes, *backend.readiness_routes},
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def unreadable_body(request: Request, exc: StarletteHTTPException) -> Response:
         if request.url.path == "/rollouts/run" and exc.status_code == 400:  # e.g. a body that is not UTF-8 JSON
-            return error_response(400, "GR-ROLLOUT-BAD-REQUEST", 'expected a JSON object {"examples": [rows]}: '
-                                  f"the body cannot be read as JSON ({exc.detail})")
+            return error_response(
+                400,
+                "GR-ROLLOUT-BAD-REQUEST",
+                f'expected a JSON object {{"examples": [rows]}}: the body cannot be read as JSON ({exc.detail})',
+            )
         code = {404: "GR-HEAD-NOT-FOUND", 405: "GR-HEAD-METHOD"}.get(exc.status_code, "GR-HEAD-BAD-REQUEST")
-        return error_response(exc.status_code, code, f"{request.method} {request.url.path}: {exc.detail}",
-                              "GET /docs lists the head server's routes" if exc.status_code in (404, 405) else None)
+        return error_response(
+            exc.status_code,
+            code,
+            f"{request.method} {request.url.path}: {exc.detail}",
+            "GET /docs lists the head server's routes" if exc.status_code in (404, 405) else None,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -286,8 +325,12 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
     async def global_config_dict_yaml() -> Any:
         text = backend.config_yaml()
         if text is None:
-            return error_response(503, "GR-HEAD-STARTING", "the environment is still starting: the servers have no "
-                                  "addresses yet", "poll GET /health until it answers 200 (status ready)")
+            return error_response(
+                503,
+                "GR-HEAD-STARTING",
+                "the environment is still starting: the servers have no addresses yet",
+                "poll GET /health until it answers 200 (status ready)",
+            )
         return text
 
     @app.get("/server_instances")
@@ -315,15 +358,17 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
         out = backend.logs(name, tail)
         if out is None:
             names = ", ".join(r["name"] for r in backend.instances()) or "(none)"
-            return error_response(404, "GR-HEAD-UNKNOWN-SERVER", f"no server instance named {name!r}",
-                                  f"instances: {names}")
+            return error_response(
+                404, "GR-HEAD-UNKNOWN-SERVER", f"no server instance named {name!r}", f"instances: {names}"
+            )
         return out
 
     @app.get("/processes")
     async def processes() -> dict[str, Any]:
         if backend.processes is None:
-            return error_response(404, "GR-HEAD-NO-PROCESSES", "process accounting is not available in this "
-                                  "environment")
+            return error_response(
+                404, "GR-HEAD-NO-PROCESSES", "process accounting is not available in this environment"
+            )
         return await asyncio.to_thread(backend.processes)
 
     @app.post("/rollouts/run")
@@ -338,21 +383,34 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
         finished: list[dict[str, Any] | None] = [None] * len(batch.examples)
         concurrency, replicas = batch.concurrency or backend.rollout_concurrency(), backend.agent_replicas()
         deadline_s = batch.deadline_s or backend.rollout_deadline_s
-        task = asyncio.create_task(run_rows(batch.examples, backend.agents(), concurrency=concurrency,
-                                            deadline_s=deadline_s, facts=backend.agent_facts(),
-                                            results=finished, replicas=replicas, routing=backend.routing()))
+        task = asyncio.create_task(
+            run_rows(
+                batch.examples,
+                backend.agents(),
+                concurrency=concurrency,
+                deadline_s=deadline_s,
+                facts=backend.agent_facts(),
+                results=finished,
+                replicas=replicas,
+                routing=backend.routing(),
+            )
+        )
 
         async def body() -> AsyncIterator[bytes]:
             closing = asyncio.create_task(app.state.closing.wait())
             app.state.open_batches += 1
             try:
                 while not task.done():
-                    done, _ = await asyncio.wait({task, closing}, timeout=backend.heartbeat_s,
-                                                 return_when=asyncio.FIRST_COMPLETED)
+                    done, _ = await asyncio.wait(
+                        {task, closing}, timeout=backend.heartbeat_s, return_when=asyncio.FIRST_COMPLETED
+                    )
                     if closing in done and task not in done:
                         task.cancel()
-                        yield (strict_json(keyed_answer(batch.examples, keys, finished, deadline_s, None, True))
-                               if backend.keyed_rows else shutdown_body(finished))
+                        yield (
+                            strict_json(keyed_answer(batch.examples, keys, finished, deadline_s, None, True))
+                            if backend.keyed_rows
+                            else shutdown_body(finished)
+                        )
                         return
                     if not done:
                         yield b" "
@@ -361,8 +419,14 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
                 if backend.keyed_rows:
                     yield strict_json(keyed_answer(batch.examples, keys, finished, deadline_s, summary))
                     return
-                yield strict_json({"results": done_batch.results, "latency_s": done_batch.latency_s,
-                                   "replica": done_batch.replicas, "summary": summary})
+                yield strict_json(
+                    {
+                        "results": done_batch.results,
+                        "latency_s": done_batch.latency_s,
+                        "replica": done_batch.replicas,
+                        "summary": summary,
+                    }
+                )
             finally:
                 app.state.open_batches -= 1
                 task.cancel()

@@ -46,24 +46,46 @@ PLACED = ("placement", "instance", "replica", "node", "node_id", "isolation", "r
 
 def server_instance(snap: dict[str, Any]) -> dict[str, Any]:
     """One ``/server_instances`` entry from a server member's snapshot (``Member.snapshot``)."""
-    out = {"process_name": snap["name"], "server_type": snap.get("server_type"), "name": snap.get("implementation"),
-           "dir_path": snap.get("dir_path"), "entrypoint": snap.get("entrypoint"), "host": snap.get("host"),
-           "port": snap.get("port"), "url": snap.get("url"), "pid": snap.get("pid"),
-           "config_path": snap.get("config_path") or snap["name"]}
+    out = {
+        "process_name": snap["name"],
+        "server_type": snap.get("server_type"),
+        "name": snap.get("implementation"),
+        "dir_path": snap.get("dir_path"),
+        "entrypoint": snap.get("entrypoint"),
+        "host": snap.get("host"),
+        "port": snap.get("port"),
+        "url": snap.get("url"),
+        "pid": snap.get("pid"),
+        "config_path": snap.get("config_path") or snap["name"],
+    }
     if snap.get("start_time") is not None:
         out["start_time"] = snap["start_time"]
-    out.update(status=None, uptime_seconds=snap.get("uptime_seconds"), implementation=snap.get("implementation"),
-               state=snap.get("status"), **{k: snap.get(k) for k in OURS})
+    out.update(
+        status=None,
+        uptime_seconds=snap.get("uptime_seconds"),
+        implementation=snap.get("implementation"),
+        state=snap.get("status"),
+        **{k: snap.get(k) for k in OURS},
+    )
     out.update({k: snap[k] for k in PLACED if k in snap})
     return out
 
 
 def support_process(snap: dict[str, Any]) -> dict[str, Any]:
     """One ``/support_processes`` entry (stub model, Ray head) from a member's snapshot."""
-    return {"name": snap["name"], "kind": snap.get("kind"), "implementation": snap.get("implementation"),
-            "host": snap.get("host"), "port": snap.get("port"), "url": snap.get("url"), "pid": snap.get("pid"),
-            "state": snap.get("status"), "start_time": snap.get("start_time"),
-            "uptime_seconds": snap.get("uptime_seconds"), **{k: snap.get(k) for k in OURS}}
+    return {
+        "name": snap["name"],
+        "kind": snap.get("kind"),
+        "implementation": snap.get("implementation"),
+        "host": snap.get("host"),
+        "port": snap.get("port"),
+        "url": snap.get("url"),
+        "pid": snap.get("pid"),
+        "state": snap.get("status"),
+        "start_time": snap.get("start_time"),
+        "uptime_seconds": snap.get("uptime_seconds"),
+        **{k: snap.get(k) for k in OURS},
+    }
 
 
 def split(snapshots: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -60,10 +60,12 @@ class HostJob:
         if strays:
             raise SettingsError(
                 f"{self.label}: config_paths names {len(strays)} file(s) the environment package's manifest does not "
-                f"list: {', '.join(repr(p) for p in strays)}", code="GR-HOST-CONFIG-PATHS",
+                f"list: {', '.join(repr(p) for p in strays)}",
+                code="GR-HOST-CONFIG-PATHS",
                 hint="in host mode the package's nemo-environment.yaml says which config files make the environment: "
                 f"drop config_paths from {self.label}, or list only files the manifest lists "
-                f"({', '.join(manifest_paths)})")
+                f"({', '.join(manifest_paths)})",
+            )
 
 
 def _norm(path: str) -> str:
@@ -75,15 +77,18 @@ def read_host_job(environ: Mapping[str, str]) -> HostJob:
     doc); raises :class:`SettingsError` ``GR-HOST-CONFIG`` with one message naming the variable."""
     name = next((n for n in GLOBAL_CONFIG_VARS if environ.get(n) is not None), None)
     if name is None:
-        raise SettingsError(f"host mode needs the job's Gym global config in {GLOBAL_CONFIG_VARS[0]}, which is not "
-                            "set", code="GR-HOST-CONFIG",
-                            hint=f"export {GLOBAL_CONFIG_VARS[0]}='{{\"policy_base_url\": ..., \"policy_model_name\": "
-                            f"...}}' (YAML or JSON text; {GLOBAL_CONFIG_VARS[1]} is read when it is unset)")
+        raise SettingsError(
+            f"host mode needs the job's Gym global config in {GLOBAL_CONFIG_VARS[0]}, which is not set",
+            code="GR-HOST-CONFIG",
+            hint=f'export {GLOBAL_CONFIG_VARS[0]}=\'{{"policy_base_url": ..., "policy_model_name": '
+            f"...}}' (YAML or JSON text; {GLOBAL_CONFIG_VARS[1]} is read when it is unset)",
+        )
     return parse_host_job(environ[name], name)
 
 
 def parse_host_job(text: str, label: str) -> HostJob:
     """Parse ``text`` (YAML or JSON) from variable ``label`` into a :class:`HostJob`."""
+
     def bad(what: str, hint: str = "give a YAML or JSON mapping of Gym global config keys") -> SettingsError:
         return SettingsError(f"{label} {what}", code="GR-HOST-CONFIG", hint=hint)
 
@@ -110,8 +115,9 @@ def parse_host_job(text: str, label: str) -> HostJob:
 
 def _policy(data: dict[str, Any], label: str, bad: Any) -> PolicyValues:
     url = data.get("policy_base_url")
-    if url is not None and not (isinstance(url, str) or (isinstance(url, list) and url
-                                                          and all(isinstance(u, str) for u in url))):
+    if url is not None and not (
+        isinstance(url, str) or (isinstance(url, list) and url and all(isinstance(u, str) for u in url))
+    ):
         raise bad("key policy_base_url must be a URL or a non-empty list of URLs (one per replica)")
     for key in ("policy_api_key", "policy_model_name"):
         if data.get(key) is not None and not isinstance(data[key], str):
@@ -122,8 +128,10 @@ def _policy(data: dict[str, Any], label: str, bad: Any) -> PolicyValues:
 def _port_range(data: dict[str, Any], bad: Any) -> tuple[int, int]:
     low, high = data.get("port_range_low", DEFAULT_PORT_RANGE[0]), data.get("port_range_high", DEFAULT_PORT_RANGE[1])
     if not all(isinstance(p, int) and not isinstance(p, bool) for p in (low, high)) or not 1 <= low <= high <= 65535:
-        raise bad(f"keys port_range_low/port_range_high must be ports with low <= high, got {low!r}-{high!r}",
-                  "e.g. port_range_low: 5000, port_range_high: 5999")
+        raise bad(
+            f"keys port_range_low/port_range_high must be ports with low <= high, got {low!r}-{high!r}",
+            "e.g. port_range_low: 5000, port_range_high: 5999",
+        )
     return low, high
 
 

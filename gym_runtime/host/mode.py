@@ -41,8 +41,11 @@ def bind_in_range(host: str, low: int, high: int) -> socket.socket:
             probe.bind((host, port))
         except OSError as e:
             if e.errno != errno.EADDRINUSE:
-                raise StartError(f"head server: cannot bind {host}:{port}: {e.strerror}", code="GR-START-PORT",
-                                 hint="use an address this host has (--head-host)") from None
+                raise StartError(
+                    f"head server: cannot bind {host}:{port}: {e.strerror}",
+                    code="GR-START-PORT",
+                    hint="use an address this host has (--head-host)",
+                ) from None
             continue
         finally:
             probe.close()
@@ -51,6 +54,9 @@ def bind_in_range(host: str, low: int, high: int) -> socket.socket:
         except StartError as e:
             if e.code != "GR-START-PORT-IN-USE":
                 raise
-    raise StartError(f"head server: no free port on {host} in {low}-{high}: every one is in use",
-                     code="GR-HOST-NO-PORT", hint="widen port_range_low/port_range_high in the global config or "
-                     "--head-port-range, or stop what holds those ports")
+    raise StartError(
+        f"head server: no free port on {host} in {low}-{high}: every one is in use",
+        code="GR-HOST-NO-PORT",
+        hint="widen port_range_low/port_range_high in the global config or "
+        "--head-port-range, or stop what holds those ports",
+    )

@@ -41,8 +41,10 @@ def row_keys(rows: list[Any]) -> list[int | str]:
     if len(set(keys)) != len(keys):
         seen: set[int | str] = set()
         dup = sorted({repr(k) for k in keys if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
-        raise ValueError(f"{ROW_KEY} must be unique within a batch (a row without one counts as its position): "
-                         f"{', '.join(dup)} appear(s) more than once")
+        raise ValueError(
+            f"{ROW_KEY} must be unique within a batch (a row without one counts as its position): "
+            f"{', '.join(dup)} appear(s) more than once"
+        )
     return keys
 
 
@@ -57,21 +59,36 @@ def joined(result: dict[str, Any], row: Any, key: int | str) -> dict[str, Any]:
     return out
 
 
-def keyed_answer(rows: list[Any], keys: list[int | str], finished: list[dict[str, Any] | None],
-                 deadline_s: float | None, summary: dict[str, Any] | None, shutdown: bool = False) -> dict[str, Any]:
+def keyed_answer(
+    rows: list[Any],
+    keys: list[int | str],
+    finished: list[dict[str, Any] | None],
+    deadline_s: float | None,
+    summary: dict[str, Any] | None,
+    shutdown: bool = False,
+) -> dict[str, Any]:
     """The answer (module doc) of a batch whose row ``i`` ended with ``finished[i]`` (None: cut by
     the deadline of ``deadline_s`` seconds, or with ``shutdown`` by the daemon's shutdown: then
     the code is ``GR-ROLLOUT-SHUTDOWN`` and there is no ``summary``)."""
     results = [joined(r, rows[i], keys[i]) for i, r in enumerate(finished) if r is not None]
     cut = [i for i, r in enumerate(finished) if r is None]
-    code, why = ("GR-ROLLOUT-SHUTDOWN", "the daemon shut down") if shutdown else \
-        ("GR-ROLLOUT-DEADLINE", f"the rollout deadline of {deadline_s:g}s passed")
-    answer: dict[str, Any] = {"results": results, "unfinished": [
-        {ROW_KEY: keys[i], **row_error(code, f"{why} before this row finished")} for i in cut]}
+    code, why = (
+        ("GR-ROLLOUT-SHUTDOWN", "the daemon shut down")
+        if shutdown
+        else ("GR-ROLLOUT-DEADLINE", f"the rollout deadline of {deadline_s:g}s passed")
+    )
+    answer: dict[str, Any] = {
+        "results": results,
+        "unfinished": [{ROW_KEY: keys[i], **row_error(code, f"{why} before this row finished")} for i in cut],
+    }
     if summary is not None:
         answer["summary"] = summary
     if cut:
-        answer["error"] = {"code": code, "message": (
-            f"{why}: {len(results)} of {len(rows)} row(s) finished (in results); the other {len(cut)} were "
-            "cancelled (in unfinished)")}
+        answer["error"] = {
+            "code": code,
+            "message": (
+                f"{why}: {len(results)} of {len(rows)} row(s) finished (in results); the other {len(cut)} were "
+                "cancelled (in unfinished)"
+            ),
+        }
     return answer

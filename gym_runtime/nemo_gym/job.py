@@ -87,8 +87,12 @@ def _plain(value: Any) -> dict[str, Any]:
 
 
 def _refuse(message: str, key: str, hint: str) -> ConfigError:
-    return ConfigError(message, code="GR-NEMOGYM-CONFIG", hint=hint,
-                       violations=[Violation("GR-NEMOGYM-CONFIG", message, file="the global config", key=key)])
+    return ConfigError(
+        message,
+        code="GR-NEMOGYM-CONFIG",
+        hint=hint,
+        violations=[Violation("GR-NEMOGYM-CONFIG", message, file="the global config", key=key)],
+    )
 
 
 def _dotenv(cfg: GlobalConfigDictParserConfig, cwd: Path) -> tuple[dict[str, Any], str] | None:
@@ -97,8 +101,11 @@ def _dotenv(cfg: GlobalConfigDictParserConfig, cwd: Path) -> tuple[dict[str, Any
         return None
     data = load_yaml_file(Path(path)) or {}
     if not isinstance(data, dict):
-        raise _refuse(f"dotenv file {path} holds a {type(data).__name__}, not a mapping", "dotenv_path",
-                      "write it as YAML keys, e.g. policy_api_key: ...")
+        raise _refuse(
+            f"dotenv file {path} holds a {type(data).__name__}, not a mapping",
+            "dotenv_path",
+            "write it as YAML keys, e.g. policy_api_key: ...",
+        )
     return data, str(path)
 
 
@@ -125,19 +132,27 @@ def read_job(cfg: GlobalConfigDictParserConfig, cwd: Path, argv: list[str]) -> J
 
     paths = take("config_paths")
     if paths is None:
-        raise _refuse("the global config has no config_paths", "config_paths",
-                      "set initial_global_config_dict['config_paths'] to the Gym YAML files to start")
+        raise _refuse(
+            "the global config has no config_paths",
+            "config_paths",
+            "set initial_global_config_dict['config_paths'] to the Gym YAML files to start",
+        )
     head = take("head_server") or {}
     if not isinstance(head, dict):
-        raise _refuse(f"head_server must be a mapping {{host, port}}, got {head!r}", "head_server",
-                      "set head_server: {host: 0.0.0.0, port: <free port>}")
+        raise _refuse(
+            f"head_server must be a mapping {{host, port}}, got {head!r}",
+            "head_server",
+            "set head_server: {host: 0.0.0.0, port: <free port>}",
+        )
     log_dir = take("nemo_gym_log_dir")
     deadline = "server_spinup_timeout_seconds"  # stays in the config too: Gym's servers may read it
     timeout = next((data[deadline] for data, _ in reversed(layers) if deadline in data), None)
     policy = take("policy_base_url"), take("policy_api_key"), take("policy_model_name")
     merged = OmegaConf.merge(*(OmegaConf.create(data) for data, _ in layers))
-    layer = (OmegaConf.to_container(merged, resolve=False),
-             " over ".join(name for _, name in reversed(layers)))  # "initial_global_config_dict over .../env.yaml"
+    layer = (
+        OmegaConf.to_container(merged, resolve=False),
+        " over ".join(name for _, name in reversed(layers)),
+    )  # "initial_global_config_dict over .../env.yaml"
     job = Job(package_from_config_paths(paths, cwd), layer, overrides, *policy)
     if isinstance(job.policy_base_url, (list, tuple)) and len(job.policy_base_url) == 1:
         job.policy_base_url = str(job.policy_base_url[0])

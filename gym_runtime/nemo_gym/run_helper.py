@@ -64,19 +64,30 @@ class RunHelper:
         :class:`GymRuntimeError` subclass after stopping what was started."""
         with self._lock:
             if self._runtime is not None or not self._start_left.is_set():
-                raise StartError("this RunHelper was already started", code="GR-NEMOGYM-STARTED",
-                                 hint="make one RunHelper per environment")
+                raise StartError(
+                    "this RunHelper was already started",
+                    code="GR-NEMOGYM-STARTED",
+                    hint="make one RunHelper per environment",
+                )
             if self._shutting_down:
                 raise StartInterrupted("shutdown() was called before start()")
             self._start_left.clear()
         try:
             job = read_job(global_config_dict_parser_config, Path.cwd(), sys.argv[1:])
             options = SuperviseOptions(startup_timeout_s=job.startup_timeout_s) if job.startup_timeout_s else None
-            runtime = Runtime(job.package, job_config=job.job_config, overrides=job.overrides,
-                              policy_base_url=job.policy_base_url, policy_api_key=job.policy_api_key,
-                              policy_model_name=job.policy_model_name, head_host=job.head_host,
-                              head_port=job.head_port, work_dir=job.work_dir,
-                              options=options, progress=lambda line: print(line, file=sys.stderr, flush=True))
+            runtime = Runtime(
+                job.package,
+                job_config=job.job_config,
+                overrides=job.overrides,
+                policy_base_url=job.policy_base_url,
+                policy_api_key=job.policy_api_key,
+                policy_model_name=job.policy_model_name,
+                head_host=job.head_host,
+                head_port=job.head_port,
+                work_dir=job.work_dir,
+                options=options,
+                progress=lambda line: print(line, file=sys.stderr, flush=True),
+            )
             with self._lock:
                 if self._shutting_down:
                     raise StartInterrupted("shutdown() was called while start() read the config")
@@ -94,9 +105,12 @@ class RunHelper:
             self._close(forget=True)
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
-            raise StartError(f"start-up failed: {type(e).__name__}: {e}", code="GR-NEMOGYM-START",
-                             hint="everything started was stopped; each server's log is in the run "
-                             "directory's logs/ (nemo_gym_log_dir, when given)") from None
+            raise StartError(
+                f"start-up failed: {type(e).__name__}: {e}",
+                code="GR-NEMOGYM-START",
+                hint="everything started was stopped; each server's log is in the run "
+                "directory's logs/ (nemo_gym_log_dir, when given)",
+            ) from None
         finally:
             self._start_left.set()
 
@@ -104,14 +118,18 @@ class RunHelper:
         """Raise once a server failed for good or the environment stopped (module doc)."""
         runtime = self._runtime
         if runtime is None or runtime.env is None or self.ready_info is None:
-            raise StartError("poll() before start() returned", code="GR-NEMOGYM-NOT-STARTED",
-                             hint="call RunHelper.start(...) first")
+            raise StartError(
+                "poll() before start() returned", code="GR-NEMOGYM-NOT-STARTED", hint="call RunHelper.start(...) first"
+            )
         sup = runtime.env.supervisor
         if sup.failure is not None:
             raise copy.copy(sup.failure)
         if sup.state in ("stopping", "stopped") or self._thread is None or not self._thread.is_alive():
-            raise StartError(f"the environment is no longer running (state {sup.state})", code="GR-NEMOGYM-STOPPED",
-                             hint="start a new RunHelper")
+            raise StartError(
+                f"the environment is no longer running (state {sup.state})",
+                code="GR-NEMOGYM-STOPPED",
+                hint="start a new RunHelper",
+            )
 
     def shutdown(self) -> None:
         """Stop everything this helper started and wait until nothing is left (module doc)."""

@@ -45,39 +45,70 @@ def package_from_config_paths(config_paths: list[str], cwd: Path, name: str = "g
     Raises :class:`PackageInvalidError` with every problem at once."""
     problems: list[Violation] = []
     if not isinstance(config_paths, list) or not config_paths or not all(isinstance(p, str) for p in config_paths):
-        raise PackageInvalidError("config_paths must be a non-empty list of YAML file paths", violations=[
-            Violation("GR-PKG-CONFIG-PATH", f"got {config_paths!r}", file=SOURCE, key="config_paths",
-                      hint="list the Gym config files, e.g. [resources_servers/x/configs/x.yaml]")])
+        raise PackageInvalidError(
+            "config_paths must be a non-empty list of YAML file paths",
+            violations=[
+                Violation(
+                    "GR-PKG-CONFIG-PATH",
+                    f"got {config_paths!r}",
+                    file=SOURCE,
+                    key="config_paths",
+                    hint="list the Gym config files, e.g. [resources_servers/x/configs/x.yaml]",
+                )
+            ],
+        )
     files: list[Path] = []
     root: Path | None = None
     for i, entry in enumerate(config_paths):
         key = f"config_paths[{i}]"
         path = (cwd / entry).absolute() if not Path(entry).is_absolute() else Path(entry)
         if not is_regular_file(path):
-            problems.append(Violation("GR-PKG-CONFIG-MISSING", f"{entry} is not a file (looked in {cwd} for a "
-                                      "relative path)", file=SOURCE, key=key,
-                                      hint="give the path relative to the working directory, or an absolute one"))
+            problems.append(
+                Violation(
+                    "GR-PKG-CONFIG-MISSING",
+                    f"{entry} is not a file (looked in {cwd} for a relative path)",
+                    file=SOURCE,
+                    key=key,
+                    hint="give the path relative to the working directory, or an absolute one",
+                )
+            )
             continue
         found = _tree_root(path)
         if found is None:
-            problems.append(Violation("GR-PKG-CONFIG-PREFIX", f"{entry} is not under a server type directory "
-                                      f"({', '.join(SERVER_TYPES)}), so the trees it configures cannot be found",
-                                      file=SOURCE, key=key, hint="keep each config in its server's "
-                                      "{server_type}/{implementation}/configs/ directory, as Gym lays them out"))
+            problems.append(
+                Violation(
+                    "GR-PKG-CONFIG-PREFIX",
+                    f"{entry} is not under a server type directory "
+                    f"({', '.join(SERVER_TYPES)}), so the trees it configures cannot be found",
+                    file=SOURCE,
+                    key=key,
+                    hint="keep each config in its server's "
+                    "{server_type}/{implementation}/configs/ directory, as Gym lays them out",
+                )
+            )
             continue
         if root is None:
             root = found
         elif found != root:
-            problems.append(Violation("GR-PKG-CONFIG-ROOT", f"{entry} lies under {found}, the first config under "
-                                      f"{root}: one environment's trees live under one root", file=SOURCE, key=key,
-                                      hint="copy the trees under one directory"))
+            problems.append(
+                Violation(
+                    "GR-PKG-CONFIG-ROOT",
+                    f"{entry} lies under {found}, the first config under "
+                    f"{root}: one environment's trees live under one root",
+                    file=SOURCE,
+                    key=key,
+                    hint="copy the trees under one directory",
+                )
+            )
             continue
         files.append(path)
     if problems or root is None:
-        raise PackageInvalidError(f"config_paths of {SOURCE} cannot be read as Gym server trees",
-                                  violations=problems, hint="fix each entry of config_paths")
+        raise PackageInvalidError(
+            f"config_paths of {SOURCE} cannot be read as Gym server trees",
+            violations=problems,
+            hint="fix each entry of config_paths",
+        )
     rel = [p.relative_to(root).as_posix() for p in files]
-    manifest = NativeManifest(format="native-v1", config_paths=list(dict.fromkeys(rel)),
-                              metadata=Metadata(name=name))
+    manifest = NativeManifest(format="native-v1", config_paths=list(dict.fromkeys(rel)), metadata=Metadata(name=name))
     server_dirs, _ = find_server_dirs(root)  # a tree with no install file is no server (module doc)
     return Package(root, manifest, tuple(dict.fromkeys(files)), (), server_dirs)

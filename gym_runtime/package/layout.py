@@ -48,18 +48,36 @@ def check_config_paths(root: Path, config_paths: list[str]) -> tuple[list[Path],
         chain = [root / "/".join(rel.split("/")[: n + 1]) for n in range(len(rel.split("/")))]
         links = [c for c in chain if is_link(c)]
         if links:
-            v.append(Violation("GR-PKG-CONFIG-SYMLINK", f"config symlinks are not allowed: {rel} (symlink: "
-                               f"{links[0].relative_to(root).as_posix()})", file="nemo-environment.yaml", key=key,
-                               hint="copy the file into the package"))
+            v.append(
+                Violation(
+                    "GR-PKG-CONFIG-SYMLINK",
+                    f"config symlinks are not allowed: {rel} (symlink: {links[0].relative_to(root).as_posix()})",
+                    file="nemo-environment.yaml",
+                    key=key,
+                    hint="copy the file into the package",
+                )
+            )
         if not _inside(p, real_root):
-            v.append(Violation("GR-PKG-CONFIG-ESCAPE", f"config path escapes the package root after resolving "
-                               f"symlinks: {rel}", file="nemo-environment.yaml", key=key))
+            v.append(
+                Violation(
+                    "GR-PKG-CONFIG-ESCAPE",
+                    f"config path escapes the package root after resolving symlinks: {rel}",
+                    file="nemo-environment.yaml",
+                    key=key,
+                )
+            )
         if links:
             continue
         if not is_regular_file(p):
-            v.append(Violation("GR-PKG-CONFIG-MISSING", f"config_paths references a file that is not in the "
-                               f"package: {rel}", file="nemo-environment.yaml", key=key,
-                               hint="fix the path (relative to the package root) or add the file"))
+            v.append(
+                Violation(
+                    "GR-PKG-CONFIG-MISSING",
+                    f"config_paths references a file that is not in the package: {rel}",
+                    file="nemo-environment.yaml",
+                    key=key,
+                    hint="fix the path (relative to the package root) or add the file",
+                )
+            )
             continue
         files.append(p)
     return files, v
@@ -98,9 +116,15 @@ def find_jsonl(root: Path) -> list[Violation]:
         for f in sorted(filenames):
             if f.lower().endswith(".jsonl"):
                 rel = (Path(dirpath) / f).relative_to(root).as_posix()
-                out.append(Violation("GR-PKG-JSONL", "JSONL files must not live in an environment package",
-                                     file=rel, hint="move dataset rows out of the package and pass them with "
-                                     "--dataset (dry-run) or as a separate dataset"))
+                out.append(
+                    Violation(
+                        "GR-PKG-JSONL",
+                        "JSONL files must not live in an environment package",
+                        file=rel,
+                        hint="move dataset rows out of the package and pass them with "
+                        "--dataset (dry-run) or as a separate dataset",
+                    )
+                )
     return out
 
 
@@ -127,35 +151,56 @@ def find_server_dirs(root: Path, origin: str = "package") -> tuple[dict[tuple[st
 
 
 def _subdirs(d: Path) -> list[Path]:
-    return [c for c in sorted(d.iterdir()) if c.is_dir() and not c.name.startswith((".", "_")) and c.name not in _SKIP_DIRS]
+    return [
+        c for c in sorted(d.iterdir()) if c.is_dir() and not c.name.startswith((".", "_")) and c.name not in _SKIP_DIRS
+    ]
 
 
 def _installs(d: Path) -> list[str]:
     return [f for f in INSTALL_FILES if (d / f).is_file()]
 
 
-def _scan(root: Path, st: str, d: Path, origin: str, found: dict[tuple[str, str], ServerDir], v: list[Violation]) -> None:
+def _scan(
+    root: Path, st: str, d: Path, origin: str, found: dict[tuple[str, str], ServerDir], v: list[Violation]
+) -> None:
     """One directory below server type ``st`` (module doc), and the nested implementations in it."""
     rel = d.relative_to(root).as_posix()
     if d.is_symlink() and not _inside(d, root.resolve()):
-        v.append(Violation("GR-PKG-ESCAPE", "server directory is a symlink to outside the package",
-                           file=rel, hint="copy the server into the package"))
+        v.append(
+            Violation(
+                "GR-PKG-ESCAPE",
+                "server directory is a symlink to outside the package",
+                file=rel,
+                hint="copy the server into the package",
+            )
+        )
         return
     present = _installs(d)
     nested = [c for c in _subdirs(d) if _installs(c)]
     if len(present) == 2:
-        v.append(Violation("GR-PKG-SERVER-BOTH", "server directory has both requirements.txt and "
-                           "pyproject.toml", file=rel + "/", hint="keep exactly one of them"))
+        v.append(
+            Violation(
+                "GR-PKG-SERVER-BOTH",
+                "server directory has both requirements.txt and pyproject.toml",
+                file=rel + "/",
+                hint="keep exactly one of them",
+            )
+        )
     elif present:
         impl = d.relative_to(root / st).as_posix()
         found[(st, impl)] = ServerDir(st, impl, d, d / present[0], origin)
     elif not nested and not _only_configs(d):  # configs-only: native-v1 configs for a built-in server
         app = "" if any(d.glob("*.py")) else " and the server's entrypoint (Gym servers use app.py)"
-        v.append(Violation("GR-PKG-SERVER-NO-INSTALL", "server directory has neither requirements.txt "
-                           "nor pyproject.toml, so it is not a server and a built-in of the same name "
-                           "would silently shadow it", file=rel + "/",
-                           hint=f"add a requirements.txt (a comment line is fine){app}, or rename the "
-                           "directory"))
+        v.append(
+            Violation(
+                "GR-PKG-SERVER-NO-INSTALL",
+                "server directory has neither requirements.txt "
+                "nor pyproject.toml, so it is not a server and a built-in of the same name "
+                "would silently shadow it",
+                file=rel + "/",
+                hint=f"add a requirements.txt (a comment line is fine){app}, or rename the directory",
+            )
+        )
     for c in nested:
         _scan(root, st, c, origin, found, v)
 

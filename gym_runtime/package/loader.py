@@ -66,15 +66,28 @@ def check_package(path: str | Path, target: Target | None = None) -> tuple[Packa
     try:
         exists, is_dir = root.exists(), root.is_dir()
     except (OSError, ValueError) as e:
-        return None, [Violation("GR-PKG-NOT-FOUND", f"package path cannot be read: {str(path)!r}: "
-                                f"{getattr(e, 'strerror', None) or e}")]
+        return None, [
+            Violation(
+                "GR-PKG-NOT-FOUND", f"package path cannot be read: {str(path)!r}: {getattr(e, 'strerror', None) or e}"
+            )
+        ]
     if not exists:
         shown = str(root) if str(root).isprintable() else ascii(str(root))
-        return None, [Violation("GR-PKG-NOT-FOUND", f"package path does not exist: {shown}",
-                                hint="pass the directory that holds nemo-environment.yaml")]
+        return None, [
+            Violation(
+                "GR-PKG-NOT-FOUND",
+                f"package path does not exist: {shown}",
+                hint="pass the directory that holds nemo-environment.yaml",
+            )
+        ]
     if not is_dir:
-        return None, [Violation("GR-PKG-NOT-A-DIR", f"package path is a file, not a directory: {root}",
-                                hint="pass the directory that holds nemo-environment.yaml, not the file itself")]
+        return None, [
+            Violation(
+                "GR-PKG-NOT-A-DIR",
+                f"package path is a file, not a directory: {root}",
+                hint="pass the directory that holds nemo-environment.yaml, not the file itself",
+            )
+        ]
     root = root.resolve()
     manifest, violations = parse_manifest(root)
     violations += find_jsonl(root)
@@ -98,6 +111,9 @@ def load_package(path: str | Path, target: Target | None = None) -> Package:
     """Load and validate a package; raises :class:`PackageInvalidError` listing every violation."""
     pkg, violations = check_package(path, target)
     if violations or pkg is None:
-        raise PackageInvalidError(f"environment package {path} is invalid", violations=violations,
-                                  hint="fix each problem, then run `gym-runtime validate` again")
+        raise PackageInvalidError(
+            f"environment package {path} is invalid",
+            violations=violations,
+            hint="fix each problem, then run `gym-runtime validate` again",
+        )
     return pkg

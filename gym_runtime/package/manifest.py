@@ -58,28 +58,38 @@ class Adapter(_Closed):
 
 def _check_path_text(p: str) -> str:
     if not p or p != p.strip():
-        raise PydanticCustomError("gr_config_path", "config paths must be non-empty and cannot have surrounding "
-                                  "whitespace: '{p}'", {"p": p})
+        raise PydanticCustomError(
+            "gr_config_path", "config paths must be non-empty and cannot have surrounding whitespace: '{p}'", {"p": p}
+        )
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in p) or len(p) > 1024:
-        raise PydanticCustomError("gr_config_path", "config paths cannot contain control characters or be longer "
-                                  "than 1024 characters: {p}", {"p": ascii(p)[:80]})
+        raise PydanticCustomError(
+            "gr_config_path",
+            "config paths cannot contain control characters or be longer than 1024 characters: {p}",
+            {"p": ascii(p)[:80]},
+        )
     if "\\" in p:
         raise PydanticCustomError("gr_config_path", "config paths must use POSIX '/' separators: '{p}'", {"p": p})
     if p.startswith("/"):
-        raise PydanticCustomError("gr_config_path", "config paths must be relative to the package root: '{p}'",
-                                  {"p": p})
+        raise PydanticCustomError(
+            "gr_config_path", "config paths must be relative to the package root: '{p}'", {"p": p}
+        )
     if any(seg in (".", "..", "") for seg in p.split("/")):
-        raise PydanticCustomError("gr_config_path", "config paths cannot contain '.', '..' or empty segments: "
-                                  "'{p}'", {"p": p})
+        raise PydanticCustomError(
+            "gr_config_path", "config paths cannot contain '.', '..' or empty segments: '{p}'", {"p": p}
+        )
     return p
 
 
 def _prefix_rule(fmt: str, prefixes: tuple[str, ...]) -> AfterValidator:
     def check(p: str) -> str:
         if not p.startswith(prefixes):
-            raise PydanticCustomError("gr_config_prefix", "{fmt} config_paths must be under {where}: '{p}'",
-                                      {"fmt": fmt, "where": " or ".join(prefixes), "p": p})
+            raise PydanticCustomError(
+                "gr_config_prefix",
+                "{fmt} config_paths must be under {where}: '{p}'",
+                {"fmt": fmt, "where": " or ".join(prefixes), "p": p},
+            )
         return p
+
     return AfterValidator(check)
 
 
@@ -92,8 +102,11 @@ def _no_duplicates(v: list[str]) -> list[str]:
     seen: dict[str, int] = {}
     for i, p in enumerate(v):
         if p in seen:
-            raise PydanticCustomError("gr_config_duplicate", "config_paths cannot contain duplicates: '{p}' is "
-                                      "listed as entry {first} and entry {i}", {"p": p, "first": seen[p], "i": i})
+            raise PydanticCustomError(
+                "gr_config_duplicate",
+                "config_paths cannot contain duplicates: '{p}' is listed as entry {first} and entry {i}",
+                {"p": p, "first": seen[p], "i": i},
+            )
         seen[p] = i
     return v
 
@@ -101,9 +114,11 @@ def _no_duplicates(v: list[str]) -> list[str]:
 def _non_empty(fmt: str) -> AfterValidator:
     def check(v: list[str]) -> list[str]:
         if not v:
-            raise PydanticCustomError("gr_config_path", "{fmt} config_paths must name at least one config",
-                                      {"fmt": fmt})
+            raise PydanticCustomError(
+                "gr_config_path", "{fmt} config_paths must name at least one config", {"fmt": fmt}
+            )
         return v
+
     return AfterValidator(check)
 
 
@@ -145,8 +160,11 @@ class _AnyFormat(_Closed):
 Manifest = Annotated[Union[NativeManifest, WheelsManifest, AdapterManifest], Field(discriminator="format")]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Manifest)
 FORMATS = ("native-v1", "wheels-v1", "adapter-wheels-v1")
-_CUSTOM_CODES = {"gr_config_path": "GR-PKG-CONFIG-PATH", "gr_config_prefix": "GR-PKG-CONFIG-PREFIX",
-                 "gr_config_duplicate": "GR-PKG-CONFIG-DUPLICATE"}
+_CUSTOM_CODES = {
+    "gr_config_path": "GR-PKG-CONFIG-PATH",
+    "gr_config_prefix": "GR-PKG-CONFIG-PREFIX",
+    "gr_config_duplicate": "GR-PKG-CONFIG-DUPLICATE",
+}
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -182,8 +200,9 @@ def _violation(e: dict[str, Any], fmt: Any) -> Violation:
         code, msg = "GR-PKG-ADAPTER", "adapter is required for format adapter-wheels-v1"
         hint = "add adapter: {agent: verifiers_agent, agent_type: responses_api_agents}"
     elif key and key.split(".")[0].split("[")[0] in ("config_paths", "metadata", "adapter"):
-        code = {"config_paths": "GR-PKG-CONFIG-PATH", "metadata": "GR-PKG-METADATA",
-                "adapter": "GR-PKG-ADAPTER"}[key.split(".")[0].split("[")[0]]
+        code = {"config_paths": "GR-PKG-CONFIG-PATH", "metadata": "GR-PKG-METADATA", "adapter": "GR-PKG-ADAPTER"}[
+            key.split(".")[0].split("[")[0]
+        ]
         if kind == "missing":
             msg = f"required key {key!r} is missing"
     elif kind == "missing":
@@ -194,13 +213,19 @@ def _violation(e: dict[str, Any], fmt: Any) -> Violation:
 def _format_violation(data: dict[Any, Any]) -> Violation:
     fmt = data.get("format")
     got = "is missing" if "format" not in data else f"{fmt!r} is not a known format"
-    return Violation("GR-PKG-FORMAT", f"format {got}; it must be one of {', '.join(FORMATS)}", file=MANIFEST_NAME,
-                     key="format", hint="native-v1 for Gym server trees, wheels-v1 when wheels/ vendors the "
-                     "dependencies, adapter-wheels-v1 for a built-in adapter agent")
+    return Violation(
+        "GR-PKG-FORMAT",
+        f"format {got}; it must be one of {', '.join(FORMATS)}",
+        file=MANIFEST_NAME,
+        key="format",
+        hint="native-v1 for Gym server trees, wheels-v1 when wheels/ vendors the "
+        "dependencies, adapter-wheels-v1 for a built-in adapter agent",
+    )
 
 
-def validate_manifest(data: dict[Any, Any]) -> tuple[NativeManifest | WheelsManifest | AdapterManifest | None,
-                                                     list[Violation]]:
+def validate_manifest(
+    data: dict[Any, Any],
+) -> tuple[NativeManifest | WheelsManifest | AdapterManifest | None, list[Violation]]:
     """Validate a parsed manifest mapping; returns the model or every violation.
 
     When ``format`` is missing or unknown, the rest is still checked against the rules all
@@ -230,22 +255,45 @@ def parse_manifest(root: Path) -> tuple[NativeManifest | WheelsManifest | Adapte
     path = root / MANIFEST_NAME
     hint = "an environment package is a directory with nemo-environment.yaml at its root"
     if path.is_symlink():
-        return None, [Violation("GR-PKG-MANIFEST-SYMLINK", f"{MANIFEST_NAME} must be a regular file, not a symlink",
-                                file=MANIFEST_NAME, hint="copy the file into the package")]
+        return None, [
+            Violation(
+                "GR-PKG-MANIFEST-SYMLINK",
+                f"{MANIFEST_NAME} must be a regular file, not a symlink",
+                file=MANIFEST_NAME,
+                hint="copy the file into the package",
+            )
+        ]
     if not path.exists():
-        return None, [Violation("GR-PKG-NO-MANIFEST", f"missing {MANIFEST_NAME} at the package root ({root})",
-                                file=MANIFEST_NAME, hint=hint)]
+        return None, [
+            Violation(
+                "GR-PKG-NO-MANIFEST",
+                f"missing {MANIFEST_NAME} at the package root ({root})",
+                file=MANIFEST_NAME,
+                hint=hint,
+            )
+        ]
     if not path.is_file():
-        return None, [Violation("GR-PKG-NO-MANIFEST", f"{MANIFEST_NAME} is not a file", file=MANIFEST_NAME,
-                                hint=hint)]
+        return None, [Violation("GR-PKG-NO-MANIFEST", f"{MANIFEST_NAME} is not a file", file=MANIFEST_NAME, hint=hint)]
     try:
         data = load_yaml_file(path)
     except (YamlProblem, OSError) as e:
         return None, [Violation("GR-PKG-MANIFEST-YAML", str(e), file=MANIFEST_NAME)]
     if data is None:
-        return None, [Violation("GR-PKG-MANIFEST-YAML", "is empty; it must be a mapping with format, config_paths "
-                                "and metadata", file=MANIFEST_NAME, hint="see docs/environment-packages.md for the keys")]
+        return None, [
+            Violation(
+                "GR-PKG-MANIFEST-YAML",
+                "is empty; it must be a mapping with format, config_paths and metadata",
+                file=MANIFEST_NAME,
+                hint="see docs/environment-packages.md for the keys",
+            )
+        ]
     if not isinstance(data, dict):
-        return None, [Violation("GR-PKG-MANIFEST-YAML", f"must be a mapping, got a {type(data).__name__}",
-                                file=MANIFEST_NAME, hint="see docs/environment-packages.md for the keys")]
+        return None, [
+            Violation(
+                "GR-PKG-MANIFEST-YAML",
+                f"must be a mapping, got a {type(data).__name__}",
+                file=MANIFEST_NAME,
+                hint="see docs/environment-packages.md for the keys",
+            )
+        ]
     return validate_manifest(data)

@@ -62,8 +62,12 @@ def _reach(tree: ast.AST, modules: tuple[str, ...]) -> tuple[int, str] | None:
     (``imports ray.util``, ``calls .initialize_ray``)."""
     functions = {m.rpartition(".")[2] for m in modules if "." in m}
     loaders = {"import_module", "__import__"} | {
-        a.asname for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "importlib"
-        for a in n.names if a.name == "import_module" and a.asname}
+        a.asname
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module == "importlib"
+        for a in n.names
+        if a.name == "import_module" and a.asname
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:

@@ -196,16 +196,22 @@ def _entry_class(tree: ast.Module) -> str | None:
     "__main__":``, else the first call anywhere."""
     mains = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.dump(n.test)]
     for scope in (*mains, tree):
-        calls = sorted((n.lineno, name) for n in ast.walk(scope) if isinstance(n, ast.Call)
-                       and isinstance(n.func, ast.Attribute) and n.func.attr == "run_webserver"
-                       and (name := _dotted(n.func.value)) is not None)
+        calls = sorted(
+            (n.lineno, name)
+            for n in ast.walk(scope)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "run_webserver"
+            and (name := _dotted(n.func.value)) is not None
+        )
         if calls:
             return calls[0][1]
     return None
 
 
-def ray_declaration(server_dir: Path, entrypoint: str, package_root: Path | None = None,
-                    index: Any = None) -> RayDeclaration:
+def ray_declaration(
+    server_dir: Path, entrypoint: str, package_root: Path | None = None, index: Any = None
+) -> RayDeclaration:
     """What the entrypoint's server class declares (module doc). ``index``: the SDK index of the
     release in force (``has ray_of``), or None."""
     reader = _Reader(server_dir, package_root, index)
@@ -224,8 +230,9 @@ def ray_declaration(server_dir: Path, entrypoint: str, package_root: Path | None
         return RayDeclaration(None, False, None, f"{mod.rel} calls no run_webserver()")
     found = reader.ray_enabled(cls, mod)
     if found is None:
-        return RayDeclaration(cls, False, None, f"{cls} ({mod.rel}) and its bases declare no ray_enabled",
-                              tuple(reader.missing))
+        return RayDeclaration(
+            cls, False, None, f"{cls} ({mod.rel}) and its bases declare no ray_enabled", tuple(reader.missing)
+        )
     return RayDeclaration(cls, True, found[0], found[1])
 
 
@@ -236,22 +243,43 @@ def _converts_first(node: ast.ClassDef) -> bool:
     """Whether a method of ``node`` is a pydantic validator that runs before the type checks."""
     for fn in node.body:
         for dec in getattr(fn, "decorator_list", []):
-            if isinstance(dec, ast.Call) and (_dotted(dec.func) or "").endswith("validator") and any(
+            if (
+                isinstance(dec, ast.Call)
+                and (_dotted(dec.func) or "").endswith("validator")
+                and any(
                     (k.arg == "mode" and isinstance(k.value, ast.Constant) and k.value.value in _CONVERTING)
                     or (k.arg == "pre" and isinstance(k.value, ast.Constant) and k.value.value is True)
-                    for k in dec.keywords):
+                    for k in dec.keywords
+                )
+            ):
                 return True
     return False
 
 
 def _plain_str(annotation: ast.expr) -> bool:
     return (isinstance(annotation, ast.Name) and annotation.id == "str") or (
-        isinstance(annotation, ast.Constant) and annotation.value == "str")
+        isinstance(annotation, ast.Constant) and annotation.value == "str"
+    )
 
 
-_TEXT_CONTAINERS = frozenset({"list", "List", "tuple", "Tuple", "set", "Set", "frozenset", "FrozenSet", "Sequence",
-                               "typing.List", "typing.Sequence", "collections.abc.Sequence", "Optional",
-                               "typing.Optional"})
+_TEXT_CONTAINERS = frozenset(
+    {
+        "list",
+        "List",
+        "tuple",
+        "Tuple",
+        "set",
+        "Set",
+        "frozenset",
+        "FrozenSet",
+        "Sequence",
+        "typing.List",
+        "typing.Sequence",
+        "collections.abc.Sequence",
+        "Optional",
+        "typing.Optional",
+    }
+)
 
 
 def _text_like(annotation: ast.expr) -> bool:
@@ -263,7 +291,8 @@ def _text_like(annotation: ast.expr) -> bool:
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
         sides = (annotation.left, annotation.right)
         return any(_text_like(s) for s in sides) and all(
-            _text_like(s) or (isinstance(s, ast.Constant) and s.value is None) for s in sides)
+            _text_like(s) or (isinstance(s, ast.Constant) and s.value is None) for s in sides
+        )
     if isinstance(annotation, ast.Subscript):
         outer = _dotted(annotation.value) or ""
         inner = annotation.slice
@@ -272,7 +301,8 @@ def _text_like(annotation: ast.expr) -> bool:
             return all(isinstance(i, ast.Constant) and isinstance(i.value, str) for i in items)
         if outer in _TEXT_CONTAINERS:
             return any(_text_like(i) for i in items) and all(
-                _text_like(i) or (isinstance(i, ast.Constant) and i.value in (None, Ellipsis)) for i in items)
+                _text_like(i) or (isinstance(i, ast.Constant) and i.value in (None, Ellipsis)) for i in items
+            )
     return False
 
 
@@ -290,8 +320,11 @@ def config_class(server_dir: Path, entrypoint: str, package_root: Path | None = 
     if cls is None:
         return None
     for found in reader.lineage(cls, mod):
-        ann = next((a for a in _annotated(found[0]) if a.target.id == "config"), None) \
-            if isinstance(found, tuple) else None
+        ann = (
+            next((a for a in _annotated(found[0]) if a.target.id == "config"), None)
+            if isinstance(found, tuple)
+            else None
+        )
         if ann is not None:
             name, where = _dotted(ann.annotation), found[1]
             break

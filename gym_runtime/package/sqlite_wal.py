@@ -57,11 +57,16 @@ def wal_warnings(root: Path, trees: Iterable[tuple[str, Path]]) -> list[Violatio
     for names, tree in trees:
         for db in wal_databases(tree):
             rel = db.relative_to(root).as_posix() if db.is_relative_to(root) else str(db)
-            out.append(Violation(
-                "GR-PKG-SQLITE-WAL", "a SQLite database in WAL mode inside a server tree: opening it (even "
-                "read-only) creates -wal and -shm files beside it, which the sandbox's read-only tree refuses "
-                "('unable to open database file', 'attempt to write a readonly database')", file=rel,
-                hint=f"convert it once: sqlite3 {db.name} 'PRAGMA journal_mode=DELETE;' (the mode is stored in the "
-                "file); or open it with 'file:...?immutable=1' (uri=True); or have the operator give the tree a "
-                f"writable copy-on-write view: GYM_RUNTIME_WRITABLE_TREES={names}"))
+            out.append(
+                Violation(
+                    "GR-PKG-SQLITE-WAL",
+                    "a SQLite database in WAL mode inside a server tree: opening it (even "
+                    "read-only) creates -wal and -shm files beside it, which the sandbox's read-only tree refuses "
+                    "('unable to open database file', 'attempt to write a readonly database')",
+                    file=rel,
+                    hint=f"convert it once: sqlite3 {db.name} 'PRAGMA journal_mode=DELETE;' (the mode is stored in the "
+                    "file); or open it with 'file:...?immutable=1' (uri=True); or have the operator give the tree a "
+                    f"writable copy-on-write view: GYM_RUNTIME_WRITABLE_TREES={names}",
+                )
+            )
     return out

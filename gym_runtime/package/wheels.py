@@ -24,8 +24,10 @@ from gym_runtime.errors import Violation
 
 ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 DEFAULT_GLIBC = (2, 36)  # Debian 12: what runs there also runs on the runtime image (Debian 13, glibc 2.41)
-_VENDOR_HINT = ("run `gym-runtime vendor PKG --platform linux/amd64 --python 3.13` (it resolves the servers' "
-                "requirements and downloads the closure as wheels into wheels/)")
+_VENDOR_HINT = (
+    "run `gym-runtime vendor PKG --platform linux/amd64 --python 3.13` (it resolves the servers' "
+    "requirements and downloads the closure as wheels into wheels/)"
+)
 
 
 @dataclass(frozen=True)
@@ -106,24 +108,36 @@ def read_wheelhouse(wheels_dir: Path, rel_to: Path) -> tuple[list[WheelFile], li
     if wheels_dir.is_symlink():
         return [], [Violation("GR-PKG-WHEELS-SYMLINK", "wheelhouse symlinks are not allowed", file=rel)]
     if not wheels_dir.is_dir():
-        return [], [Violation("GR-PKG-WHEELS-MISSING", "this format installs its dependencies offline, so the "
-                              "package must carry a non-empty wheels/ directory", file=rel,
-                              hint=_VENDOR_HINT)]
+        return [], [
+            Violation(
+                "GR-PKG-WHEELS-MISSING",
+                "this format installs its dependencies offline, so the "
+                "package must carry a non-empty wheels/ directory",
+                file=rel,
+                hint=_VENDOR_HINT,
+            )
+        ]
     wheels: list[WheelFile] = []
     entries = sorted(wheels_dir.iterdir())
     if not entries:
-        v.append(Violation("GR-PKG-WHEELS-EMPTY", "wheels/ is empty", file=rel,
-                           hint=_VENDOR_HINT))
+        v.append(Violation("GR-PKG-WHEELS-EMPTY", "wheels/ is empty", file=rel, hint=_VENDOR_HINT))
     for p in entries:
         prel = p.relative_to(rel_to).as_posix()
         if p.is_symlink():
             v.append(Violation("GR-PKG-WHEELS-SYMLINK", "wheel symlinks are not allowed", file=prel))
         elif p.is_dir():
-            v.append(Violation("GR-PKG-WHEELS-NESTED", "wheels/ must be flat; nested entries are not supported",
-                               file=prel))
+            v.append(
+                Violation("GR-PKG-WHEELS-NESTED", "wheels/ must be flat; nested entries are not supported", file=prel)
+            )
         elif not p.name.endswith(".whl"):
-            v.append(Violation("GR-PKG-WHEELS-NON-WHEEL", "non-wheel file in wheels/", file=prel,
-                               hint="sdists cannot be installed offline without a build backend; build a wheel"))
+            v.append(
+                Violation(
+                    "GR-PKG-WHEELS-NON-WHEEL",
+                    "non-wheel file in wheels/",
+                    file=prel,
+                    hint="sdists cannot be installed offline without a build backend; build a wheel",
+                )
+            )
         else:
             try:
                 name, version, _build, tags = parse_wheel_filename(p.name)
@@ -138,9 +152,14 @@ def read_wheelhouse(wheels_dir: Path, rel_to: Path) -> tuple[list[WheelFile], li
         if len(versions) > 1:
             vs = ", ".join(sorted(versions, key=Version))
             files = ", ".join(sorted(w.filename for w in wheels if w.name == name))
-            v.append(Violation("GR-PKG-WHEELS-DUPLICATE",
-                               f"vendors multiple versions of {name} ({vs}): {files}", file=rel,
-                               hint="regenerate wheels/ with one resolved version per distribution"))
+            v.append(
+                Violation(
+                    "GR-PKG-WHEELS-DUPLICATE",
+                    f"vendors multiple versions of {name} ({vs}): {files}",
+                    file=rel,
+                    hint="regenerate wheels/ with one resolved version per distribution",
+                )
+            )
     return wheels, v
 
 
@@ -155,8 +174,7 @@ def _reason(w: WheelFile, target: Target) -> str:
     glibc = [tuple(int(x) for x in p.split("_")[1:3]) for p in plats if p.startswith("manylinux_")]
     ok_plats = set(target.platform_tags()) | {"any"}
     if glibc and not plats & ok_plats:
-        return (f"needs glibc {min(glibc)[0]}.{min(glibc)[1]}, the target has glibc "
-                f"{target.glibc[0]}.{target.glibc[1]}")
+        return f"needs glibc {min(glibc)[0]}.{min(glibc)[1]}, the target has glibc {target.glibc[0]}.{target.glibc[1]}"
     if not plats & ok_plats:
         return f"platform tags {', '.join(sorted(plats))} are not supported on {target.describe()}"
     interp = sorted({f"{t.interpreter}-{t.abi}" for t in w.tags})
@@ -171,10 +189,14 @@ def incompatible_wheels(wheels: list[WheelFile], target: Target, rel_to: Path) -
         if w.tags & ok:
             continue
         have = ", ".join(sorted(str(t) for t in w.tags))
-        out.append(Violation("GR-PKG-WHEEL-TAG",
-                             f"not installable on {target.describe()}: {_reason(w, target)} (tags: {have})",
-                             file=w.path.relative_to(rel_to).as_posix(),
-                             hint=f"vendor a wheel built for {target.describe()} (or a py3-none-any wheel)"))
+        out.append(
+            Violation(
+                "GR-PKG-WHEEL-TAG",
+                f"not installable on {target.describe()}: {_reason(w, target)} (tags: {have})",
+                file=w.path.relative_to(rel_to).as_posix(),
+                hint=f"vendor a wheel built for {target.describe()} (or a py3-none-any wheel)",
+            )
+        )
     return out
 
 
@@ -184,14 +206,15 @@ def wheel_dist_info(path: Path) -> list[str] | None:
     try:
         with zipfile.ZipFile(path) as z:
             name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
-            meta = Parser().parsestr(z.read(name)[:1 << 16].decode("utf-8", "replace"), headersonly=True)
+            meta = Parser().parsestr(z.read(name)[: 1 << 16].decode("utf-8", "replace"), headersonly=True)
     except (OSError, zipfile.BadZipFile, StopIteration, KeyError):
         return None
     return [name.split("/")[0], str(meta.get("Name") or ""), str(meta.get("Version") or "")]
 
 
-def metadata_mismatches(wheels: Iterable[WheelFile], rel_to: Path,
-                        read: Callable[[Path], list[str] | None] = wheel_dist_info) -> list[Violation]:
+def metadata_mismatches(
+    wheels: Iterable[WheelFile], rel_to: Path, read: Callable[[Path], list[str] | None] = wheel_dist_info
+) -> list[Violation]:
     """One ``GR-PKG-WHEEL-METADATA`` violation per wheel whose file name and ``METADATA`` disagree on
     the distribution's name or version (case C50: a wheel renamed or re-tagged by hand, a local
     ``+cu130`` added to the file name only), or that has no readable ``METADATA``. uv refuses to
@@ -203,8 +226,14 @@ def metadata_mismatches(wheels: Iterable[WheelFile], rel_to: Path,
         rel = w.path.relative_to(rel_to).as_posix()
         info = read(w.path)
         if info is None:
-            out.append(Violation("GR-PKG-WHEEL-METADATA", "not a readable wheel: no *.dist-info/METADATA in it",
-                                 file=rel, hint="rebuild the wheel, or remove it from wheels/"))
+            out.append(
+                Violation(
+                    "GR-PKG-WHEEL-METADATA",
+                    "not a readable wheel: no *.dist-info/METADATA in it",
+                    file=rel,
+                    hint="rebuild the wheel, or remove it from wheels/",
+                )
+            )
             continue
         dist_info, name, version = info
         try:
@@ -212,10 +241,15 @@ def metadata_mismatches(wheels: Iterable[WheelFile], rel_to: Path,
         except InvalidVersion:
             same = False
         if not same:
-            out.append(Violation(
-                "GR-PKG-WHEEL-METADATA", f"the file name says {w.name} {w.version}, but its METADATA ({dist_info}) "
-                f"says {name or '(no Name)'} {version or '(no Version)'}; uv refuses to install a wheel whose name "
-                "and METADATA disagree", file=rel,
-                hint=f"rebuild or rename the wheel: build it again as {w.name} {w.version}, or name the file after "
-                f"what it holds ({canonicalize_name(name or w.name).replace('-', '_')}-{version}-...whl)"))
+            out.append(
+                Violation(
+                    "GR-PKG-WHEEL-METADATA",
+                    f"the file name says {w.name} {w.version}, but its METADATA ({dist_info}) "
+                    f"says {name or '(no Name)'} {version or '(no Version)'}; uv refuses to install a wheel whose name "
+                    "and METADATA disagree",
+                    file=rel,
+                    hint=f"rebuild or rename the wheel: build it again as {w.name} {w.version}, or name the file after "
+                    f"what it holds ({canonicalize_name(name or w.name).replace('-', '_')}-{version}-...whl)",
+                )
+            )
     return out

@@ -65,14 +65,16 @@ def check_structure(data: Any, plain: bool = False) -> None:
                 sub = f"{path}.{k}" if isinstance(node, dict) else f"{path}[{k}]"
                 total += size(v, sub.lstrip("."), depth + 1)
                 if total > MAX_NODES:
-                    raise YamlProblem(f"expands to more than {MAX_NODES} values (YAML aliases?) at "
-                                      f"{path or 'the top level'}")
+                    raise YamlProblem(
+                        f"expands to more than {MAX_NODES} values (YAML aliases?) at {path or 'the top level'}"
+                    )
             active.discard(id(node))
             sizes[id(node)] = total
             return total
         if plain and not isinstance(node, _PLAIN):
-            raise YamlProblem(f"has a value of unsupported type {type(node).__name__} at {path} "
-                              "(quote it to make it a string)")
+            raise YamlProblem(
+                f"has a value of unsupported type {type(node).__name__} at {path} (quote it to make it a string)"
+            )
         return 1
 
     size(data, "", 0)

@@ -41,5 +41,8 @@ def make_placement(kind: str, env: Any) -> Any:
         from gym_runtime.placement.on_ray import RayPlacement
 
         return RayPlacement(env)
-    raise UsageError(f"placement {kind!r} is not one of {', '.join(KINDS)}", code="GR-USAGE-PLACEMENT",
-                     hint="use --placement local (this host) or --placement ray (nodes of --ray-address)")
+    raise UsageError(
+        f"placement {kind!r} is not one of {', '.join(KINDS)}",
+        code="GR-USAGE-PLACEMENT",
+        hint="use --placement local (this host) or --placement ray (nodes of --ray-address)",
+    )

@@ -72,8 +72,7 @@ class RayCluster:
             demands = get_cluster_status(self.address, timeout=5).resource_demands.ray_task_actor_demand
         except Exception:  # noqa: BLE001 - a reason to give, never a failure of the placement
             return True
-        return any({k: float(v) for k, v in b.bundle.items() if v} == want
-                   for d in demands for b in d.bundles_by_count)
+        return any({k: float(v) for k, v in b.bundle.items() if v} == want for d in demands for b in d.bundles_by_count)
 
     def why_no_room(self, options: dict[str, Any]) -> str:
         """Why Ray has given no node to a replica asking ``options`` (the instance's Ray actor
@@ -88,16 +87,22 @@ class RayCluster:
         asks = _asks(options)
         total, free = ray.cluster_resources(), ray.available_resources()
         live = sum(1 for n in ray.nodes() if n.get("Alive"))
-        nodes = f"{live} live node(s)" + (f"; lost this run: {', '.join(self.node_of(i) for i in sorted(self.lost))}"
-                                          if self.lost else "")
-        short = [f"{k} {v:g} (free {free.get(k, 0):g} of {total.get(k, 0):g})" for k, v in asks.items()
-                 if v and free.get(k, 0) < v]
+        nodes = f"{live} live node(s)" + (
+            f"; lost this run: {', '.join(self.node_of(i) for i in sorted(self.lost))}" if self.lost else ""
+        )
+        short = [
+            f"{k} {v:g} (free {free.get(k, 0):g} of {total.get(k, 0):g})"
+            for k, v in asks.items()
+            if v and free.get(k, 0) < v
+        ]
         if short:
             return f"no node has room: it asks {', '.join(short)} on {nodes}"
         room = ", ".join(f"{k} {free.get(k, 0):g} free of {total.get(k, 0):g}" for k, v in asks.items() if v)
         labels = options.get("label_selector")
-        return (f"the live nodes have room in all ({room or 'it asks no resources'}; {nodes}), but no single node "
-                "has it" + (f" with the labels {labels}" if labels else ""))
+        return (
+            f"the live nodes have room in all ({room or 'it asks no resources'}; {nodes}), but no single node "
+            "has it" + (f" with the labels {labels}" if labels else "")
+        )
 
     def shutdown(self) -> None:
         """Disconnect if we connected (Ray then kills every actor we own)."""
@@ -109,8 +114,12 @@ class RayCluster:
 
 def _asks(options: dict[str, Any]) -> dict[str, float]:
     """Ray actor options as Ray's resource names: ``CPU``, ``GPU``, ``memory`` and custom ones."""
-    return {"CPU": options.get("num_cpus") or 0, "GPU": options.get("num_gpus") or 0,
-            "memory": options.get("memory") or 0, **(options.get("resources") or {})}
+    return {
+        "CPU": options.get("num_cpus") or 0,
+        "GPU": options.get("num_gpus") or 0,
+        "memory": options.get("memory") or 0,
+        **(options.get("resources") or {}),
+    }
 
 
 def code_env() -> dict[str, Any]:
@@ -160,23 +169,36 @@ def connect(address: str, source: str) -> RayCluster:
         quiet = logging.getLogger("ray._private.worker")  # "SIGTERM handler is not set": the daemon has its own
         was, quiet.disabled = quiet.disabled, True
         try:
-            ray.init(address=address, namespace=NAMESPACE, runtime_env=code_env(), log_to_driver=False,
-                     logging_level=logging.WARNING, configure_logging=False)
+            ray.init(
+                address=address,
+                namespace=NAMESPACE,
+                runtime_env=code_env(),
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                configure_logging=False,
+            )
         except RuntimeError as e:
             text = str(e)
             if text.startswith("Version mismatch"):
-                raise StartError(f"ray: the cluster at {address} (from {source}) runs another Ray or Python version "
-                                 "than this runtime; nothing was placed", code="GR-PLACE-RAY-VERSION",
-                                 cause=text.replace("Version mismatch: ", "").strip(),
-                                 hint="run gym-runtime with the cluster's Ray and Python versions (the same image "
-                                 "as the cluster), or pin GYM_RUNTIME_PIN_RAY and install that Ray") from None
-            raise StartError(f"ray: cannot join the cluster at {address} (from {source}): {text}",
-                             code="GR-PLACE-RAY-CONNECT", hint="gym-runtime must run on a node of the cluster "
-                             "(a Ray driver needs a raylet on its host)") from None
+                raise StartError(
+                    f"ray: the cluster at {address} (from {source}) runs another Ray or Python version "
+                    "than this runtime; nothing was placed",
+                    code="GR-PLACE-RAY-VERSION",
+                    cause=text.replace("Version mismatch: ", "").strip(),
+                    hint="run gym-runtime with the cluster's Ray and Python versions (the same image "
+                    "as the cluster), or pin GYM_RUNTIME_PIN_RAY and install that Ray",
+                ) from None
+            raise StartError(
+                f"ray: cannot join the cluster at {address} (from {source}): {text}",
+                code="GR-PLACE-RAY-CONNECT",
+                hint="gym-runtime must run on a node of the cluster (a Ray driver needs a raylet on its host)",
+            ) from None
         except ConnectionError as e:
-            raise StartError(f"ray: cannot join the cluster at {address} (from {source}): {e}",
-                             code="GR-PLACE-RAY-CONNECT", hint="gym-runtime must run on a node of the cluster "
-                             "(a Ray driver needs a raylet on its host)") from None
+            raise StartError(
+                f"ray: cannot join the cluster at {address} (from {source}): {e}",
+                code="GR-PLACE-RAY-CONNECT",
+                hint="gym-runtime must run on a node of the cluster (a Ray driver needs a raylet on its host)",
+            ) from None
         finally:
             quiet.disabled = was
     ctx = ray.get_runtime_context()

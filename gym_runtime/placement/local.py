@@ -122,19 +122,30 @@ class LocalPlacement:
         (:func:`gym_runtime.ray_target.choose`)."""
         env, req = self.env, self.env.req
         merged = env.merged
-        use = ray_users(merged, {n: contract.gym_sdk_venv(p) for n, p in self.pythons.items()},
-                        env.settings.ray_undeclared)
+        use = ray_users(
+            merged, {n: contract.gym_sdk_venv(p) for n, p in self.pythons.items()}, env.settings.ray_undeclared
+        )
         users = [n for n, u in use.items() if u.uses]
-        env.ray = replace(choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ,
-                                 users, env.backend.ray_scope), without=tuple(n for n, u in use.items() if u.skipped))
+        env.ray = replace(
+            choose(
+                req.ray_address,
+                merged.data.get("ray_head_node_address"),
+                env.settings.environ,
+                users,
+                env.backend.ray_scope,
+            ),
+            without=tuple(n for n, u in use.items() if u.skipped),
+        )
         env._say(env.ray.describe())
         for n in users:
             env._say(f"ray: {n} uses Ray: {use[n].why}")
         for n in env.ray.without:
             env._say(f"ray: {n} runs without Ray: {use[n].why}")
         for n, (was, now) in own_ray.raised_limits(env.ray, env.settings.server_memory_mb).items():
-            env._say(f"ray: {n}'s sandbox gets {now} MiB of memory, not {was} (GYM_RUNTIME_SERVER_MEMORY_MB): "
-                     "its own Ray runs beside it")
+            env._say(
+                f"ray: {n}'s sandbox gets {now} MiB of memory, not {was} (GYM_RUNTIME_SERVER_MEMORY_MB): "
+                "its own Ray runs beside it"
+            )
         if env.ray.mode == "join":
             await asyncio.to_thread(wait_reachable, env.ray.address, env.ray.source, 30.0)
         elif env.ray.mode == "local":
@@ -142,11 +153,14 @@ class LocalPlacement:
             await asyncio.to_thread(ray_head.check_native, self.ray_bin, env.ray.source)
         level = await asyncio.to_thread(ray_level, env.ray, req.isolation, req.require_isolation)
         if level != req.isolation:
-            env._say(f"isolation: {level} for this environment: {', '.join(env.ray.needed_by)} use Ray, whose "
-                     "drivers find their raylet by scanning the process table (a private /proc hides it)")
+            env._say(
+                f"isolation: {level} for this environment: {', '.join(env.ray.needed_by)} use Ray, whose "
+                "drivers find their raylet by scanning the process table (a private /proc hides it)"
+            )
         with quiet_sandbox_log():  # its level warning is said once, below, with our progress lines
-            self.sandbox = await env.backend.start(env.egress, env.work_dir / "sandbox",
-                                                   require_full=req.require_isolation, level=level)
+            self.sandbox = await env.backend.start(
+                env.egress, env.work_dir / "sandbox", require_full=req.require_isolation, level=level
+            )
         if self.sandbox.report.warning:
             env._say("WARNING: " + self.sandbox.report.warning)
         if self.sandbox.level.value == "none":  # no pid namespace takes helpers down
@@ -168,8 +182,13 @@ class LocalPlacement:
         inside = contract.config_view(merged.data, self.addresses, self.head_inside, env.ray_inside)
         patch = task_sandboxes.gate_patch(env.osb_gate, self.gate_addr, merged.instances)
         for name, inst in merged.instances.items():
-            self._add_server(name, inst, self.pythons[name],
-                             contract.server_config_yaml(inside, merged.secrets, name, patch), self.addresses[name])
+            self._add_server(
+                name,
+                inst,
+                self.pythons[name],
+                contract.server_config_yaml(inside, merged.secrets, name, patch),
+                self.addresses[name],
+            )
         for m in env.supervisor.members.values():
             if m.public is None and m.port is not None and m.launcher is self.sandbox:
                 m.public = tuple(await self.sandbox.publish(m.port))
@@ -235,8 +254,9 @@ class LocalPlacement:
         self._taken = taken
         out = {n: (i.host or "127.0.0.1", explicit.get(n) or self._fresh()) for n, i in merged.instances.items()}
         # servers reach the head server on a listener of its own, which serves them Gym's read-only routes only
-        head_inside = await self.sandbox.expose_host_service(self._fresh() if not none_level else servers_addr[1],
-                                                             *servers_addr)
+        head_inside = await self.sandbox.expose_host_service(
+            self._fresh() if not none_level else servers_addr[1], *servers_addr
+        )
         return out, tuple(head_inside)
 
     def _fresh(self) -> int:
@@ -266,9 +286,9 @@ class LocalPlacement:
         patch = task_sandboxes.gate_patch(env.osb_gate, self.gate_addr, env.merged.instances)
         for s in env.supervisor.members.values():
             if s.kind == "server":
-                s.spec.private_env = contract.private_env(contract.server_config_yaml(inside, env.merged.secrets,
-                                                                                     s.name, patch),
-                                                          self._passed(s.name))
+                s.spec.private_env = contract.private_env(
+                    contract.server_config_yaml(inside, env.merged.secrets, s.name, patch), self._passed(s.name)
+                )
         env.refresh_outside()
 
     def reseat(self, name: str, venv: Any) -> None:
@@ -299,17 +319,31 @@ class LocalPlacement:
         """Make server ``name``'s spec again as at the start: its venv's Python, address and
         bytecode cache as they are now, its config as the last :meth:`respec` gave it."""
         m = self.env.supervisor.members[name]
-        m.spec = self._server_spec(name, self.env.merged.instances[name], self.pythons[name], m.spec.private_env,
-                                   self.addresses[name])
+        m.spec = self._server_spec(
+            name, self.env.merged.instances[name], self.pythons[name], m.spec.private_env, self.addresses[name]
+        )
 
     def _add_server(self, name: str, inst: Any, python: Path, config_yaml: str, addr: tuple[str, int]) -> None:
         env = self.env
         spec = self._server_spec(name, inst, python, contract.private_env(config_yaml, self._passed(name)), addr)
         sdir = Path(inst.server_dir.path)
-        env._member(name, "server", spec, self.sandbox, addr[1], host=addr[0], auto_port=not inst.port,
-                    load_bound_start=own_ray.load_bound_start(env.ray, name),
-                    info={"server_type": inst.server_type, "implementation": inst.implementation,
-                          "config_path": name, "dir_path": str(sdir), "entrypoint": inst.entrypoint})
+        env._member(
+            name,
+            "server",
+            spec,
+            self.sandbox,
+            addr[1],
+            host=addr[0],
+            auto_port=not inst.port,
+            load_bound_start=own_ray.load_bound_start(env.ray, name),
+            info={
+                "server_type": inst.server_type,
+                "implementation": inst.implementation,
+                "config_path": name,
+                "dir_path": str(sdir),
+                "entrypoint": inst.entrypoint,
+            },
+        )
 
     def _server_spec(self, name: str, inst: Any, python: Path, private_env: Any, addr: tuple[str, int]) -> Any:
         """The sandbox ``ProcessSpec`` of server ``name`` run by ``python`` on ``addr``."""
@@ -320,18 +354,33 @@ class LocalPlacement:
         wd.mkdir(parents=True, exist_ok=True)
         sdir = Path(inst.server_dir.path)
         cache = env.bytecode.user(python, f"{inst.server_type}/{inst.implementation} {sdir}", name)
-        environ = {**contract.server_env(name, sdir, python, wd, env.settings.environ), **cache.env,
-                   run_mark.VAR: env.supervisor.run_mark,
-                   **task_sandboxes.server_env(env.task_sandboxes, self.task_url, name),
-                   **server_ray_env(env.ray, name, sdir, python, env.settings.environ)}
-        spec = ProcessSpec(name, self._argv(python, inst), sdir, environ,
-                           read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
-                           writable_paths=[wd, *self._ray_dirs(), *cache.writable,
-                                           *token_capture.writable_dir(env.merged.data, inst.server_type)],
-                           private_env=private_env, limits=self._limits(name),
-                           cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {},
-                           tree=sdir, tree_root=sdir.parent.parent, ports=[addr[1]],
-                           preload=self._preload(python, name))
+        environ = {
+            **contract.server_env(name, sdir, python, wd, env.settings.environ),
+            **cache.env,
+            run_mark.VAR: env.supervisor.run_mark,
+            **task_sandboxes.server_env(env.task_sandboxes, self.task_url, name),
+            **server_ray_env(env.ray, name, sdir, python, env.settings.environ),
+        }
+        spec = ProcessSpec(
+            name,
+            self._argv(python, inst),
+            sdir,
+            environ,
+            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(environ)],
+            writable_paths=[
+                wd,
+                *self._ray_dirs(),
+                *cache.writable,
+                *token_capture.writable_dir(env.merged.data, inst.server_type),
+            ],
+            private_env=private_env,
+            limits=self._limits(name),
+            cow_paths={str(sdir): str(wd / "tree")} if env.settings.writable_tree(name) else {},
+            tree=sdir,
+            tree_root=sdir.parent.parent,
+            ports=[addr[1]],
+            preload=self._preload(python, name),
+        )
         return spec
 
     def _parents_venvs(self, merged: Any) -> list[Path]:
@@ -340,8 +389,10 @@ class LocalPlacement:
         if not self.env.settings.preload:
             return []
         settings = self.env.settings
-        servers = {name: (self._argv(self.pythons[name], inst), settings.writable_tree(name))
-                   for name, inst in merged.instances.items()}
+        servers = {
+            name: (self._argv(self.pythons[name], inst), settings.writable_tree(name))
+            for name, inst in merged.instances.items()
+        }
         return [Path(py) for py in self.sandbox.parent_interpreters(servers)]
 
     @staticmethod
@@ -361,13 +412,18 @@ class LocalPlacement:
         if not self.env.settings.preload:
             return None
         if python not in self._preloads:
-            cache = self.env.bytecode.user(python, PRELOADED_PARENT, f"the {PRELOADED_PARENT}", ready_as=name,
-                                           report=True)
+            cache = self.env.bytecode.user(
+                python, PRELOADED_PARENT, f"the {PRELOADED_PARENT}", ready_as=name, report=True
+            )
             report = str(cache.report_file) if cache.report_file is not None else None
             ray = ("ray",) if any(self.pythons[n] == python for n in self.env.ray.needed_by) else ()
-            self._preloads[python] = Preload(SHARED_MODULES + ray + self.env.merged.release.preload_modules,
-                                             dict(cache.env), tuple(cache.writable), withheld=(run_mark.VAR,),
-                                             report=report)
+            self._preloads[python] = Preload(
+                SHARED_MODULES + ray + self.env.merged.release.preload_modules,
+                dict(cache.env),
+                tuple(cache.writable),
+                withheld=(run_mark.VAR,),
+                report=report,
+            )
         return self._preloads[python]
 
     def _passed(self, name: str) -> dict[str, str]:
@@ -375,8 +431,10 @@ class LocalPlacement:
         and the token-capture control token for a model server, config/token_capture.py)."""
         env = self.env
         inst = env.merged.instances[name]
-        return {**passthrough.values_for(env.settings, name),
-                **token_capture.passed(env.merged.data, inst.server_type, dict(env.settings.environ))}
+        return {
+            **passthrough.values_for(env.settings, name),
+            **token_capture.passed(env.merged.data, inst.server_type, dict(env.settings.environ)),
+        }
 
     def _limits(self, name: str) -> Any:
         """Server ``name``'s resource limits (docs/runtime.md, "Resource limits"; settings), its
@@ -404,12 +462,26 @@ class LocalPlacement:
             cache = env.bytecode.user(ray_bin.parent / "python", RAY_HEAD, "ray_head")
             environ, writable = {**environ, **cache.env}, [tmp, *cache.writable]
         ports = [self._fresh() for _ in ray_head.PORT_FLAGS]
-        spec = ProcessSpec("ray_head", ray_head.head_argv(ray_bin, port, tmp, ports), tmp, environ,
-                           read_only_paths=[ray_bin.parent.parent, *venvs, *trees, ray_head.HOLD_DIR],
-                           writable_paths=writable)
-        env._member("ray_head", "ray", spec, self.sandbox, port, probe_path="log:" + ray_head.READY_TEXT,
-                    kill_on_stop=True, load_bound_start=True, wave=0,
-                    info={"server_type": "ray", "implementation": f"ray ({ray_bin})"})
+        spec = ProcessSpec(
+            "ray_head",
+            ray_head.head_argv(ray_bin, port, tmp, ports),
+            tmp,
+            environ,
+            read_only_paths=[ray_bin.parent.parent, *venvs, *trees, ray_head.HOLD_DIR],
+            writable_paths=writable,
+        )
+        env._member(
+            "ray_head",
+            "ray",
+            spec,
+            self.sandbox,
+            port,
+            probe_path="log:" + ray_head.READY_TEXT,
+            kill_on_stop=True,
+            load_bound_start=True,
+            wave=0,
+            info={"server_type": "ray", "implementation": f"ray ({ray_bin})"},
+        )
         return f"127.0.0.1:{port}"
 
     def _ray_dirs(self) -> list[Path]:

@@ -79,9 +79,12 @@ class RayPlacement:
         env, req = self.env, self.env.req
         target = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, [])
         if target.mode != "join":
-            raise StartError("--placement ray needs a Ray cluster to join, and none was given",
-                             code="GR-PLACE-NO-CLUSTER", hint="give its GCS address with --ray-address host:port "
-                             "(or 'auto' on a node of it), the config's ray_head_node_address, or RAY_ADDRESS")
+            raise StartError(
+                "--placement ray needs a Ray cluster to join, and none was given",
+                code="GR-PLACE-NO-CLUSTER",
+                hint="give its GCS address with --ray-address host:port "
+                "(or 'auto' on a node of it), the config's ray_head_node_address, or RAY_ADDRESS",
+            )
         env.ray, env.ray_inside = target, target.address
         env._say(target.describe())
         await asyncio.to_thread(wait_reachable, target.address, target.source, 30.0)
@@ -90,8 +93,10 @@ class RayPlacement:
         self.head_forward = ReplicaAddress(HEAD_NAME)  # to the head server's listener for servers (read-only routes)
         self.head_forward.point(tuple(env.servers_addr))
         head = await self.head_forward.start(host)
-        blocks = {n: placement_of(i.config, default_num_cpus(i.server_type, i.server_dir.origin))
-                  for n, i in merged.instances.items()}
+        blocks = {
+            n: placement_of(i.config, default_num_cpus(i.server_type, i.server_dir.origin))
+            for n, i in merged.instances.items()
+        }
         for name, block in blocks.items():
             for member in replica_names(name, block.replicas):
                 self.addresses[member] = ReplicaAddress(member)
@@ -123,18 +128,30 @@ class RayPlacement:
             """Where each replica answers, only once its readiness probe passed: a replica placed
             again has an address before its server listens."""
             table = self.env.supervisor.members
-            return [a.target if getattr(table.get(m), "status", None) == READY else None
-                    for m, a in zip(members, addresses)]
+            return [
+                a.target if getattr(table.get(m), "status", None) == READY else None for m, a in zip(members, addresses)
+            ]
 
         async def verdict(replica: int, since: float) -> dict[str, Any] | None:
             return await self.launchers[members[replica]].lost_since(since)
 
-        router = self.routers[name] = Router(name, ready_targets, verdict=verdict, retry_paths=block.retry_paths(),
-                                             keep_relayed_replica=server_type == ENVIRONMENT_SERVERS)
+        router = self.routers[name] = Router(
+            name,
+            ready_targets,
+            verdict=verdict,
+            retry_paths=block.retry_paths(),
+            keep_relayed_replica=server_type == ENVIRONMENT_SERVERS,
+        )
         return await router.start(self.cluster.node_ip)
 
-    async def _place(self, merged: Any, blocks: dict[str, Any], inside: dict[str, int],
-                     stable: dict[str, tuple[str, int]], digest: str) -> None:
+    async def _place(
+        self,
+        merged: Any,
+        blocks: dict[str, Any],
+        inside: dict[str, int],
+        stable: dict[str, tuple[str, int]],
+        digest: str,
+    ) -> None:
         from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
         from gym_runtime.placement.replica import ReplicaJob, job_settings
         from gym_runtime.config import token_capture
@@ -145,17 +162,32 @@ class RayPlacement:
         shipper = PackageShipper(str(merged.package.root))
         for name, block in blocks.items():
             for i, member in enumerate(replica_names(name, block.replicas)):
-                job = ReplicaJob(instance=name, replica=i, name=member, run_id=env.work_dir.name,
-                                 package_root=str(merged.package.root), package_digest=digest, data=merged.data,
-                                 secrets=merged.secrets, inside=inside, stable=stable, ray_address=self.cluster.address, policy=env.egress,
-                                 settings=job_settings(s),
-                                 python=req.python, isolation=req.isolation, require_full=req.require_isolation,
-                                 passed={**passthrough.values_for(s, name),
-                                         **token_capture.passed(merged.data, merged.instances[name].server_type,
-                                                                dict(s.environ))},
-                                 release=merged.release)
-                self.launchers[member] = ReplicaLauncher(self.cluster, job, block.ray_options(),
-                                                         self.addresses[member], shipper, env._say, self._phase)
+                job = ReplicaJob(
+                    instance=name,
+                    replica=i,
+                    name=member,
+                    run_id=env.work_dir.name,
+                    package_root=str(merged.package.root),
+                    package_digest=digest,
+                    data=merged.data,
+                    secrets=merged.secrets,
+                    inside=inside,
+                    stable=stable,
+                    ray_address=self.cluster.address,
+                    policy=env.egress,
+                    settings=job_settings(s),
+                    python=req.python,
+                    isolation=req.isolation,
+                    require_full=req.require_isolation,
+                    passed={
+                        **passthrough.values_for(s, name),
+                        **token_capture.passed(merged.data, merged.instances[name].server_type, dict(s.environ)),
+                    },
+                    release=merged.release,
+                )
+                self.launchers[member] = ReplicaLauncher(
+                    self.cluster, job, block.ray_options(), self.addresses[member], shipper, env._say, self._phase
+                )
         env._say(f"placing {len(self.launchers)} replica(s) on the Ray cluster at {self.cluster.address}")
         results = await asyncio.gather(*(lz.place() for lz in self.launchers.values()), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -172,8 +204,11 @@ class RayPlacement:
         def one(lz: Any) -> str:
             return f"{lz.phase} on node {lz.node}" if lz.node else lz.phase
 
-        self.env.build_state[name] = (one(mine[0]) if len(mine) == 1 and mine[0].job.name == name
-                                      else "; ".join(f"{lz.job.name}: {one(lz)}" for lz in mine))
+        self.env.build_state[name] = (
+            one(mine[0])
+            if len(mine) == 1 and mine[0].job.name == name
+            else "; ".join(f"{lz.job.name}: {one(lz)}" for lz in mine)
+        )
 
     async def open(self) -> None:
         """Nothing left: each node started its sandbox while it was prepared."""
@@ -184,12 +219,27 @@ class RayPlacement:
 
         for member, lz in self.launchers.items():
             inst = merged.instances[lz.job.instance]
-            spec = ProcessSpec(member, ["<venv on its node>/bin/python", inst.entrypoint],
-                               f"{inst.server_type}/{inst.implementation}", {})
-            m = self.env._member(member, "server", spec, lz, None,
-                                 info={"server_type": inst.server_type, "implementation": inst.implementation,
-                                       "config_path": inst.name, "instance": inst.name,
-                                       "entrypoint": inst.entrypoint, "placement": "ray"})
+            spec = ProcessSpec(
+                member,
+                ["<venv on its node>/bin/python", inst.entrypoint],
+                f"{inst.server_type}/{inst.implementation}",
+                {},
+            )
+            m = self.env._member(
+                member,
+                "server",
+                spec,
+                lz,
+                None,
+                info={
+                    "server_type": inst.server_type,
+                    "implementation": inst.implementation,
+                    "config_path": inst.name,
+                    "instance": inst.name,
+                    "entrypoint": inst.entrypoint,
+                    "placement": "ray",
+                },
+            )
             m.public = self.addresses[member].address
 
     # ------------------------------------------------------------------ what the rest of the daemon reads
@@ -208,7 +258,7 @@ class RayPlacement:
 
         merged = self.env.merged
         out: dict[str, dict[str, str | None]] = {}
-        for name, inst in (merged.instances.items() if merged is not None else ()):
+        for name, inst in merged.instances.items() if merged is not None else ():
             for member in replica_names(name, placement_of(inst.config).replicas):
                 lz = self.launchers.get(member)
                 out.setdefault(name, {})[member] = lz.node if lz is not None else None

@@ -75,18 +75,23 @@ def unpack(blob: bytes, sha256: str, digest: str, cache: Path) -> Path:
             return final
         got = hashlib.sha256(blob).hexdigest()
         if got != sha256:
-            raise StartError(f"the shipped package archive is corrupt: sha256 {got[:16]}..., expected {sha256[:16]}...",
-                             code="GR-PLACE-PACKAGE", hint="start again; if it repeats, check the node's memory "
-                             "and the Ray object store")
+            raise StartError(
+                f"the shipped package archive is corrupt: sha256 {got[:16]}..., expected {sha256[:16]}...",
+                code="GR-PLACE-PACKAGE",
+                hint="start again; if it repeats, check the node's memory and the Ray object store",
+            )
         tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:24]}.", dir=cache))
         try:
             with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
                 tar.extractall(tmp, filter="data")
             found = package_digest(tmp)
             if found != digest:
-                raise StartError(f"the shipped package does not match the driver's: tree digest {found[:16]}..., "
-                                 f"expected {digest[:16]}...", code="GR-PLACE-PACKAGE",
-                                 hint="a file changed while the package was being archived: start again")
+                raise StartError(
+                    f"the shipped package does not match the driver's: tree digest {found[:16]}..., "
+                    f"expected {digest[:16]}...",
+                    code="GR-PLACE-PACKAGE",
+                    hint="a file changed while the package was being archived: start again",
+                )
             if final.exists():
                 shutil.rmtree(final)
             os.rename(tmp, final)

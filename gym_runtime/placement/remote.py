@@ -58,8 +58,13 @@ def node_error(name: str, node: str | None, err: dict[str, Any]) -> StartError:
     and the node; its code stays (e.g. ``GR-BUILD-PYTHON``), violations go into the cause."""
     lines = [v["message"] for v in err.get("violations", [])] + ([err["cause"]] if err.get("cause") else [])
     cause = "\n".join(lines)
-    return StartError(f"server {name!r} on node {node}: {err['message']}", code=err["code"], cause=cause or None,
-                      hint=err.get("hint"), log=err.get("log"))
+    return StartError(
+        f"server {name!r} on node {node}: {err['message']}",
+        code=err["code"],
+        cause=cause or None,
+        hint=err.get("hint"),
+        log=err.get("log"),
+    )
 
 
 class PackageShipper:
@@ -89,8 +94,16 @@ class ReplicaLauncher:
     ``address``: its started :class:`ReplicaAddress`; ``progress``: a callable for lines;
     ``on_phase``: called with the launcher whenever ``phase`` changes (module doc)."""
 
-    def __init__(self, cluster: RayCluster, job: ReplicaJob, options: dict[str, Any], address: ReplicaAddress,
-                 shipper: PackageShipper, progress=None, on_phase=None) -> None:
+    def __init__(
+        self,
+        cluster: RayCluster,
+        job: ReplicaJob,
+        options: dict[str, Any],
+        address: ReplicaAddress,
+        shipper: PackageShipper,
+        progress=None,
+        on_phase=None,
+    ) -> None:
         self.cluster, self.job, self.options, self.address = cluster, job, options, address
         self.shipper = shipper
         self.progress = progress or (lambda msg: None)
@@ -134,23 +147,34 @@ class ReplicaLauncher:
                 init_failed = getattr(e, "actor_init_failed", False)
                 if init_failed or not (ran or dead):  # nothing to leave out: asking again would end the same
                     self.forget()
-                    raise StartError(f"server {self.job.name!r}: its replica actor ended "
-                                     + ("in its own start" if init_failed else "before it ran, and Ray named no "
-                                        "lost node") + f" (node {node or 'not known'})", code="GR-PLACE-ACTOR",
-                                     cause=str(e)) from None
+                    raise StartError(
+                        f"server {self.job.name!r}: its replica actor ended "
+                        + ("in its own start" if init_failed else "before it ran, and Ray named no lost node")
+                        + f" (node {node or 'not known'})",
+                        code="GR-PLACE-ACTOR",
+                        cause=str(e),
+                    ) from None
                 self.forget(lost=True)
                 if dead:
                     self.cluster.lost.add(dead)
                     node = node or f"({dead[:8]})"
                 if time.monotonic() >= deadline:
-                    raise StartError(f"server {self.job.name!r}: its node {node or '(not known)'} was lost while it "
-                                     "was being placed, "
-                                     f"and no other node took it within {PLACE_TIMEOUT_S:g}s",
-                                     code="GR-PLACE-NODE-LOST", cause=str(e)) from None
-                self.progress(f"{self.job.name}: " + (f"node {node} was lost while it was being placed there" if ran
-                                                      else "the node Ray gave it" + (f", {node}," if node else "")
-                                                      + " was lost before it ran there")
-                              + f" ({type(e).__name__}); placing it again on another node")
+                    raise StartError(
+                        f"server {self.job.name!r}: its node {node or '(not known)'} was lost while it "
+                        "was being placed, "
+                        f"and no other node took it within {PLACE_TIMEOUT_S:g}s",
+                        code="GR-PLACE-NODE-LOST",
+                        cause=str(e),
+                    ) from None
+                self.progress(
+                    f"{self.job.name}: "
+                    + (
+                        f"node {node} was lost while it was being placed there"
+                        if ran
+                        else "the node Ray gave it" + (f", {node}," if node else "") + " was lost before it ran there"
+                    )
+                    + f" ({type(e).__name__}); placing it again on another node"
+                )
 
     async def _place_once(self, deadline: float) -> dict[str, Any]:
         """One try of :meth:`place`: Ray's actor error or :class:`NodeLost` when the node is lost
@@ -172,12 +196,18 @@ class ReplicaLauncher:
             if not isinstance(e, asyncio.TimeoutError):
                 raise
             waits = await asyncio.to_thread(self.cluster.waits_for_room, self.options)
-            why = (await asyncio.to_thread(self.cluster.why_no_room, self.options) if waits
-                   else "Ray gave it a node, where its worker process did not start")
-            raise StartError(f"server {self.job.name!r}: no node of the cluster took it within {PLACE_TIMEOUT_S:g}s: "
-                             f"{why}", code="GR-PLACE-INFEASIBLE", cause=f"it asks for {self._asks()}",
-                             hint="give the cluster a node with those resources and labels, or lower the "
-                             "server's placement block (docs/scale-out.md)") from None
+            why = (
+                await asyncio.to_thread(self.cluster.why_no_room, self.options)
+                if waits
+                else "Ray gave it a node, where its worker process did not start"
+            )
+            raise StartError(
+                f"server {self.job.name!r}: no node of the cluster took it within {PLACE_TIMEOUT_S:g}s: {why}",
+                code="GR-PLACE-INFEASIBLE",
+                cause=f"it asks for {self._asks()}",
+                hint="give the cluster a node with those resources and labels, or lower the "
+                "server's placement block (docs/scale-out.md)",
+            ) from None
         self.actor, self.node_id = actor, where["node_id"]
         self.facts = {"node_ip": where["node_ip"]}
         took = {"actor": time.monotonic() - t0}
@@ -195,9 +225,11 @@ class ReplicaLauncher:
         self._phase("placed")
         took.update(facts.get("took_s") or {})
         steps = ", ".join(f"{k} {v:.1f}s" for k, v in took.items())
-        self.progress(f"{self.job.name}: placed on node {self.node} in {time.monotonic() - t0:.1f}s ({steps}): "
-                      f"package {facts['package']}, venv {'reused' if facts['reused'] else 'built'}, "
-                      f"isolation {facts['isolation']}")
+        self.progress(
+            f"{self.job.name}: placed on node {self.node} in {time.monotonic() - t0:.1f}s ({steps}): "
+            f"package {facts['package']}, venv {'reused' if facts['reused'] else 'built'}, "
+            f"isolation {facts['isolation']}"
+        )
         return facts
 
     async def _node_for(self, actor: Any, deadline: float) -> dict[str, Any]:
@@ -216,8 +248,10 @@ class ReplicaLauncher:
                 else:
                     why = await asyncio.to_thread(self.cluster.why_no_room, self.options)
                     self._phase(f"waiting for a node: {why}")
-                    self.progress(f"{self.job.name}: waiting for a node ({ROOM_CHECK_S:g}s so far, up to "
-                                  f"{PLACE_TIMEOUT_S:g}s): {why}")
+                    self.progress(
+                        f"{self.job.name}: waiting for a node ({ROOM_CHECK_S:g}s so far, up to "
+                        f"{PLACE_TIMEOUT_S:g}s): {why}"
+                    )
             return await call
         finally:
             if not call.done():

@@ -64,8 +64,14 @@ class RemoteProcess(ElsewhereExit):
     def where(self) -> dict[str, Any]:
         """Node, node id, replica index, isolation and remote pid, for ``/server_instances``."""
         lz = self.launcher
-        return {"node": lz.node, "node_id": lz.node_id, "replica": lz.job.replica,
-                "isolation": lz.facts.get("isolation"), "remote_pid": self.remote_pid, "moves": lz.moves}
+        return {
+            "node": lz.node,
+            "node_id": lz.node_id,
+            "replica": lz.job.replica,
+            "isolation": lz.facts.get("isolation"),
+            "remote_pid": self.remote_pid,
+            "moves": lz.moves,
+        }
 
     # --- the replica's life ---------------------------------------------------------------------
     async def _run(self) -> None:

@@ -85,8 +85,14 @@ HEAD = "__head__"
 
 def job_settings(s: Any) -> dict[str, Any]:
     """What a replica's node takes from the daemon's settings ``s`` (:func:`node_settings` applies it)."""
-    return {"pin_mode": s.pin_mode, "pins": s.pins, "pin_origins": s.pin_origins, "python": s.python,
-            "python_explicit": s.python_explicit, "ray_undeclared": s.ray_undeclared}
+    return {
+        "pin_mode": s.pin_mode,
+        "pins": s.pins,
+        "pin_origins": s.pin_origins,
+        "python": s.python,
+        "python_explicit": s.python_explicit,
+        "ray_undeclared": s.ray_undeclared,
+    }
 
 
 def node_settings(job: ReplicaJob) -> Any:
@@ -177,8 +183,9 @@ class ServerReplica:
             if shipped is None:
                 raise StartError("the package is not on this node and was not shipped", code="GR-PLACE-PACKAGE")
             self._phase("unpacking package")
-            root = await asyncio.to_thread(unpack, shipped[0], shipped[1], job.package_digest,
-                                           self.settings.home / "packages")
+            root = await asyncio.to_thread(
+                unpack, shipped[0], shipped[1], job.package_digest, self.settings.home / "packages"
+            )
             how = "shipped"
         self._phase("planning venv")
         took["package"], t0 = time.monotonic() - t0, time.monotonic()
@@ -190,10 +197,17 @@ class ServerReplica:
         self._phase("placed")
         self.spec = self._spec(inst, python)
         took["sandbox"] = time.monotonic() - t0
-        self.facts = {"node_id": self.node_id, "node_ip": self.node_ip, "package": how, "package_root": str(root),
-                      "venv": str(venv.path), "reused": venv.reused, "isolation": self.sandbox.level.value,
-                      "warning": self.sandbox.report.warning or None,
-                      "took_s": {k: round(v, 2) for k, v in took.items()}}
+        self.facts = {
+            "node_id": self.node_id,
+            "node_ip": self.node_ip,
+            "package": how,
+            "package_root": str(root),
+            "venv": str(venv.path),
+            "reused": venv.reused,
+            "isolation": self.sandbox.level.value,
+            "warning": self.sandbox.report.warning or None,
+            "took_s": {k: round(v, 2) for k, v in took.items()},
+        }
         return self.facts
 
     def _build(self, root: Path) -> tuple[Any, Path, Any]:
@@ -207,8 +221,9 @@ class ServerReplica:
 
         job = self.job
         pkg = load_package(root)
-        instances, _, problems = build_instances(job.data, Sources(), pkg.server_dirs,
-                                                 builtin_server_dirs(builtin_root()))
+        instances, _, problems = build_instances(
+            job.data, Sources(), pkg.server_dirs, builtin_server_dirs(builtin_root())
+        )
         ViolationList(problems).raise_if_any(ConfigError, f"server instance {job.instance!r} is invalid on this node")
         self.merged = merged = MergedConfig(pkg, job.data, {job.instance: instances[job.instance]}, release=job.release)
         plan = plan_venvs(merged, self.settings, job.python)
@@ -238,8 +253,9 @@ class ServerReplica:
         from gym_runtime.supervise.orphans import Watchdog
 
         job = self.job
-        self.sandbox = sb = await Sandbox.start(job.policy, self.work / "sandbox", require_full=job.require_full,
-                                                level=level)
+        self.sandbox = sb = await Sandbox.start(
+            job.policy, self.work / "sandbox", require_full=job.require_full, level=level
+        )
         if sb.level.value == "none":
             self.watchdog = Watchdog.start()
             self.port = sb.allocate_port()
@@ -267,14 +283,23 @@ class ServerReplica:
         view = contract.config_view(job.data, addresses, head, job.ray_address)
         text = contract.server_config_yaml(view, job.secrets, job.instance)
         sdir = Path(inst.server_dir.path)
-        env = {**contract.server_env(job.instance, sdir, python, self.work, os.environ),
-               **server_ray_env(self.ray, job.instance, sdir, python, os.environ)}  # as on the daemon's host
+        env = {
+            **contract.server_env(job.instance, sdir, python, self.work, os.environ),
+            **server_ray_env(self.ray, job.instance, sdir, python, os.environ),
+        }  # as on the daemon's host
         limits = ResourceLimits(memory_mb=self.settings.server_memory_mb, pids=self.settings.server_pids)
-        return ProcessSpec(job.name, [str(python), inst.entrypoint], sdir, env,
-                           read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
-                           writable_paths=[self.work, *token_capture.writable_dir(job.data, inst.server_type)],
-                           private_env=contract.private_env(text, job.passed),
-                           limits=limits, tree=sdir, tree_root=sdir.parent.parent)
+        return ProcessSpec(
+            job.name,
+            [str(python), inst.entrypoint],
+            sdir,
+            env,
+            read_only_paths=[sdir.parent.parent, python.parent.parent, *contract.trust_paths(env)],
+            writable_paths=[self.work, *token_capture.writable_dir(job.data, inst.server_type)],
+            private_env=contract.private_env(text, job.passed),
+            limits=limits,
+            tree=sdir,
+            tree_root=sdir.parent.parent,
+        )
 
     # ------------------------------------------------------------------ the process
     async def spawn(self) -> dict[str, Any]:
@@ -370,4 +395,3 @@ def free_inside_ports(count: int, avoid: set[int], start: int = 20000) -> list[i
             out.append(port)
         port += 1
     return out
-

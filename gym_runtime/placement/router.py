@@ -56,8 +56,18 @@ from gym_runtime.serving import LoopServer, listening_socket
 MAX_SESSIONS = 100_000
 NODE_LOST = "GR-ROLLOUT-NODE-LOST"
 CUT_POLL_S = 0.25  # how often a request waiting for its answer checks that its replica is still there
-HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-       "transfer-encoding", "upgrade", "host", "content-length"}
+HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
 REPLICA_HEADER = "x-gym-runtime-replica"  # set by the router only (gym_runtime/rollouts/spread.py reads it)
 
 
@@ -78,9 +88,15 @@ class Router:
     after ``since`` (``time.monotonic()``); returns ``{"node": "<address> (<id>)", ...}`` or None
     (not lost). ``retry_paths``: paths whose ``POST`` is sent once more after a node's loss."""
 
-    def __init__(self, name: str, targets: Callable[[], list[tuple[str, int] | None]], wait_s: float = 30.0,
-                 verdict: Callable[[int, float], Awaitable[dict[str, Any] | None]] | None = None,
-                 retry_paths: frozenset[str] = frozenset(), keep_relayed_replica: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        targets: Callable[[], list[tuple[str, int] | None]],
+        wait_s: float = 30.0,
+        verdict: Callable[[int, float], Awaitable[dict[str, Any] | None]] | None = None,
+        retry_paths: frozenset[str] = frozenset(),
+        keep_relayed_replica: bool = False,
+    ) -> None:
         self.name = name
         self.keep_relayed_replica = keep_relayed_replica
         self.targets = targets
@@ -93,10 +109,12 @@ class Router:
         self.in_flight: dict[int, int] = {}
         self.counts: dict[int, int] = {}
         self.address: tuple[str, int] | None = None
-        self._client = httpx.AsyncClient(trust_env=False, timeout=None,
-                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
-        routes = [Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD",
-                                                                "OPTIONS"])]
+        self._client = httpx.AsyncClient(
+            trust_env=False, timeout=None, limits=httpx.Limits(max_connections=None, max_keepalive_connections=256)
+        )
+        routes = [
+            Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"])
+        ]
         self.app = Starlette(routes=routes)
         self._serving = LoopServer(self.app, server_header=False, date_header=False)
 
@@ -145,8 +163,15 @@ class Router:
         while True:
             choice = await self._pick(request.headers.get("cookie", ""))
             if choice is None:
-                return JSONResponse({"error": {"code": "GR-PLACE-NO-REPLICA", "message": f"{self.name}: no replica "
-                                               f"is running (waited {self.wait_s:g}s)"}}, status_code=503)
+                return JSONResponse(
+                    {
+                        "error": {
+                            "code": "GR-PLACE-NO-REPLICA",
+                            "message": f"{self.name}: no replica is running (waited {self.wait_s:g}s)",
+                        }
+                    },
+                    status_code=503,
+                )
             replica, (host, port) = choice
             headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP]
             url = httpx.URL(scheme="http", host=host, port=port, path=request.url.path)
@@ -155,16 +180,24 @@ class Router:
             self.in_flight[replica] = self.in_flight.get(replica, 0) + 1
             sent = time.monotonic()
             try:
-                upstream = await self._send(replica, (host, port),
-                                            self._client.build_request(request.method, url, headers=headers,
-                                                                       content=body))
+                upstream = await self._send(
+                    replica,
+                    (host, port),
+                    self._client.build_request(request.method, url, headers=headers, content=body),
+                )
             except httpx.HTTPError as e:
                 self.in_flight[replica] -= 1
                 lost = await self.verdict(replica, sent) if self.verdict is not None else None
                 if lost is None:
-                    return JSONResponse({"error": {"code": "GR-PLACE-NO-REPLICA", "message": f"{self.name}: "
-                                                   f"replica {replica} at {host}:{port} did not answer: {e!r}"}},
-                                        status_code=502)
+                    return JSONResponse(
+                        {
+                            "error": {
+                                "code": "GR-PLACE-NO-REPLICA",
+                                "message": f"{self.name}: replica {replica} at {host}:{port} did not answer: {e!r}",
+                            }
+                        },
+                        status_code=502,
+                    )
                 if retry and not retried:
                     retried, self.retried = True, self.retried + 1
                     continue
@@ -177,12 +210,16 @@ class Router:
             self.in_flight[replica] -= 1
             self.counts[replica] = self.counts.get(replica, 0) + 1
 
-        response = StreamingResponse(upstream.aiter_raw(), status_code=upstream.status_code,
-                                     background=BackgroundTask(done))
+        response = StreamingResponse(
+            upstream.aiter_raw(), status_code=upstream.status_code, background=BackgroundTask(done)
+        )
         relayed = self.keep_relayed_replica and REPLICA_HEADER in upstream.headers
         dropped = HOP if relayed else HOP | {REPLICA_HEADER}
-        response.raw_headers = [(k.encode("latin-1"), v.encode("latin-1"))
-                                for k, v in upstream.headers.multi_items() if k.lower() not in dropped]
+        response.raw_headers = [
+            (k.encode("latin-1"), v.encode("latin-1"))
+            for k, v in upstream.headers.multi_items()
+            if k.lower() not in dropped
+        ]
         if not relayed:
             response.raw_headers.append((REPLICA_HEADER.encode(), f"{self.name}.{replica}".encode("latin-1")))
         return response
@@ -209,10 +246,25 @@ class Router:
         self.lost_answers += 1
         node = lost.get("node") or "(unknown)"
         what = f"{request.method} {request.url.path}"
-        message = (f"{self.name}: node {node} was lost while replica {replica} of server instance {self.name!r} "
-                   f"was answering {what}; it got no answer" + (" (also after one retry)" if retried else ""))
+        message = (
+            f"{self.name}: node {node} was lost while replica {replica} of server instance {self.name!r} "
+            f"was answering {what}; it got no answer" + (" (also after one retry)" if retried else "")
+        )
         if not retried and what == "POST /run":
-            message += ("; declare placement.retry_run_on_node_loss: true on the agent if its /run is safe to "
-                        "send again (docs/scale-out.md)")
-        return JSONResponse({"error": {"code": NODE_LOST, "message": message, "node": node, "instance": self.name,
-                                       "replica": replica, "retried": retried}}, status_code=502)
+            message += (
+                "; declare placement.retry_run_on_node_loss: true on the agent if its /run is safe to "
+                "send again (docs/scale-out.md)"
+            )
+        return JSONResponse(
+            {
+                "error": {
+                    "code": NODE_LOST,
+                    "message": message,
+                    "node": node,
+                    "instance": self.name,
+                    "replica": replica,
+                    "retried": retried,
+                }
+            },
+            status_code=502,
+        )

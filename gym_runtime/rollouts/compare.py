@@ -48,8 +48,12 @@ def row_change(now: RowStats, before: RowStats | None) -> str:
     return " ".join(parts) or SAME
 
 
-def row_changes(rows: Sequence[DatasetRow], stats: Sequence[RowStats], prev_rows: Sequence[DatasetRow],
-                prev_stats: Sequence[RowStats]) -> dict[int, str]:
+def row_changes(
+    rows: Sequence[DatasetRow],
+    stats: Sequence[RowStats],
+    prev_rows: Sequence[DatasetRow],
+    prev_stats: Sequence[RowStats],
+) -> dict[int, str]:
     """Row index (of ``rows``) -> its change text against the previous run (``prev_rows`` with
     ``prev_stats``); ``stats`` and ``prev_stats`` are per row, matched by ``RowStats.row``."""
     before: dict[str, RowStats] = {}
@@ -71,5 +75,9 @@ def gone_rows(rows: Sequence[DatasetRow], prev_rows: Sequence[DatasetRow]) -> in
 def change_summary(changes: dict[int, str]) -> dict[str, Any]:
     """``{"changed", "signal_gained", "signal_lost", "new"}``: rows counted from ``changes``."""
     values = list(changes.values())
-    return {"changed": sum(v not in (SAME, NEW) for v in values), "signal_gained": sum(GAINED in v for v in values),
-            "signal_lost": sum(LOST in v for v in values), "new": values.count(NEW)}
+    return {
+        "changed": sum(v not in (SAME, NEW) for v in values),
+        "signal_gained": sum(GAINED in v for v in values),
+        "signal_lost": sum(LOST in v for v in values),
+        "new": values.count(NEW),
+    }

@@ -49,17 +49,27 @@ import httpx
 
 from gym_runtime.rollouts.routing import Route, RouteError, Routing
 from gym_runtime.rollouts.spread import REPLICA_HEADER, served_by
-from gym_runtime.rollouts.tasks import (EPISODE_FAILED, ENVIRONMENT_SERVER_STAMP, RESULT_TYPE_STAMP, episode_record,
-                                        episode_request, with_indexes)
+from gym_runtime.rollouts.tasks import (
+    EPISODE_FAILED,
+    ENVIRONMENT_SERVER_STAMP,
+    RESULT_TYPE_STAMP,
+    episode_record,
+    episode_request,
+    with_indexes,
+)
 from gym_runtime.rollouts.verdict import BAD_REWARD, COUNTERS, AgentFacts, bad_reward
 from servers._kit.text import repaired
 
 AGENT_TYPE = "responses_api_agents"
 POLICY_UNAVAILABLE = "GR-ROLLOUT-POLICY-UNAVAILABLE"
 # error.type of a built-in agent's 502 -> the row's code
-AGENT_ERROR_CODES = {"bad_reward": BAD_REWARD, "model_unavailable": POLICY_UNAVAILABLE,
-                     "tool_parser_missing": "GR-ROLLOUT-TOOL-PARSER", "bad_token_ids": "GR-ROLLOUT-TOKEN-IDS",
-                     "reasoning_field_rejected": "GR-ROLLOUT-REASONING-FIELD"}
+AGENT_ERROR_CODES = {
+    "bad_reward": BAD_REWARD,
+    "model_unavailable": POLICY_UNAVAILABLE,
+    "tool_parser_missing": "GR-ROLLOUT-TOOL-PARSER",
+    "bad_token_ids": "GR-ROLLOUT-TOKEN-IDS",
+    "reasoning_field_rejected": "GR-ROLLOUT-REASONING-FIELD",
+}
 # error.code of a stable address's own answer (placement ray), kept as the row's code
 PLACEMENT_CODES = frozenset({"GR-ROLLOUT-NODE-LOST", "GR-PLACE-NO-REPLICA"})
 MAX_MESSAGE = 8000
@@ -94,10 +104,19 @@ class Reply:
     replica: str | None = None
 
 
-async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any,
-                  timeout_s: float | None = None, facts: Mapping[str, AgentFacts] | None = None,
-                  replicas: Mapping[str, Mapping[str, Any]] | None = None, *, routing: Routing | None = None,
-                  route: Route | None = None, index: int = 0, sample: int = 0) -> Reply:
+async def run_row(
+    client: httpx.AsyncClient,
+    agents: Mapping[str, str],
+    row: Any,
+    timeout_s: float | None = None,
+    facts: Mapping[str, AgentFacts] | None = None,
+    replicas: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    routing: Routing | None = None,
+    route: Route | None = None,
+    index: int = 0,
+    sample: int = 0,
+) -> Reply:
     """POST one row to its server's ``/run``; a :class:`Reply` (never raises). ``agents`` maps the
     running servers rows may go to (agents, and environment servers) to base URLs; ``facts``
     (agent -> :class:`AgentFacts`) lets a bad-reward error name the resources server; ``replicas``
@@ -114,7 +133,9 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
     if routing is None and route is None:
         name = agent_name(row)
         if name is None:
-            return Reply(row_error("GR-ROLLOUT-AGENT-REF", "row has no agent_ref {type: responses_api_agents, name: ...}"))
+            return Reply(
+                row_error("GR-ROLLOUT-AGENT-REF", "row has no agent_ref {type: responses_api_agents, name: ...}")
+            )
         route = Route(name, name)
     elif route is None:
         if not isinstance(row, dict):
@@ -129,21 +150,33 @@ async def run_row(client: httpx.AsyncClient, agents: Mapping[str, str], row: Any
         kind = "environment server" if route.environment_server else "agent"
         known = ", ".join(sorted(agents)) or "(none)"
         code = "GR-ROLLOUT-ENVIRONMENT-SERVER" if route.environment_server else "GR-ROLLOUT-AGENT-REF"
-        return Reply(row_error(code, f"the row goes to {kind} {route.server!r}, which is not running "
-                               f"(running: {known})"))
+        return Reply(
+            row_error(code, f"the row goes to {kind} {route.server!r}, which is not running (running: {known})")
+        )
     url = base.rstrip("/") + "/run"
-    body = episode_request(row, index, sample) if route.episode else \
-        {**row, "agent_ref": {"name": route.agent_ref}} if route.agent_ref else row
+    body = (
+        episode_request(row, index, sample)
+        if route.episode
+        else {**row, "agent_ref": {"name": route.agent_ref}}
+        if route.agent_ref
+        else row
+    )
     if route.environment_server is not None and not route.episode:
         body = with_indexes(body, index, sample)
     try:
         r = await client.post(url, json=body, timeout=timeout_s)
     except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
-        return Reply(row_error("GR-ROLLOUT-DEADLINE", f"{route.server}: POST {url} did not answer within the rollout "
-                               f"deadline of {timeout_s:g}s"), route.agent)
+        return Reply(
+            row_error(
+                "GR-ROLLOUT-DEADLINE",
+                f"{route.server}: POST {url} did not answer within the rollout deadline of {timeout_s:g}s",
+            ),
+            route.agent,
+        )
     except httpx.HTTPError as e:
-        return Reply(row_error("GR-ROLLOUT-CONNECT", f"{route.server}: POST {url} failed: {type(e).__name__}: {e}"),
-                     route.agent)
+        return Reply(
+            row_error("GR-ROLLOUT-CONNECT", f"{route.server}: POST {url} failed: {type(e).__name__}: {e}"), route.agent
+        )
     answer = _judge(route, url, r, (facts or {}).get(route.agent))
     if route.environment_server is not None and (answer.get("error") or {}).get("code") in (None, EPISODE_FAILED):
         answer = {**answer, ENVIRONMENT_SERVER_STAMP: route.environment_server, RESULT_TYPE_STAMP: route.result_type}
@@ -155,8 +188,9 @@ def _counters(error: dict[str, Any]) -> dict[str, int]:
     found = error.get("counters")
     if not isinstance(found, dict):
         return {}
-    return {k: v for k, v in found.items() if k in COUNTERS and isinstance(v, int) and not isinstance(v, bool)
-            and v >= 0}
+    return {
+        k: v for k, v in found.items() if k in COUNTERS and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    }
 
 
 def _judge(route: Route, url: str, r: httpx.Response, fact: AgentFacts | None) -> dict[str, Any]:
@@ -175,8 +209,10 @@ def _judge(route: Route, url: str, r: httpx.Response, fact: AgentFacts | None) -
         said = str(error["message"]) if error.get("message") is not None else repaired(r.text)[0]
         if code is not None:  # a built-in agent's own typed error: named by the agent, relayed or not
             return {**row_error(code, f"{route.agent}: {said[:MAX_MESSAGE]}"), **_counters(error)}
-        return {**row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {said[:MAX_MESSAGE]}"),
-                **_counters(error)}
+        return {
+            **row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {said[:MAX_MESSAGE]}"),
+            **_counters(error),
+        }
     if body is None:
         return row_error("GR-ROLLOUT-BAD-JSON", f"{name}: POST {url} answered non-JSON: {r.text[:200]!r}")
     if route.episode:
@@ -206,13 +242,18 @@ class Batch:
     wall_s: float
 
 
-async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Mapping[str, str]], *,
-                   concurrency: int = 32, deadline_s: float | None = None,
-                   client: httpx.AsyncClient | None = None,
-                   facts: Mapping[str, AgentFacts] | None = None,
-                   results: list[dict[str, Any] | None] | None = None,
-                   replicas: Mapping[str, Mapping[str, Any]] | None = None,
-                   routing: Routing | None = None) -> Batch:
+async def run_rows(
+    rows: list[Any],
+    agents: Mapping[str, str] | Callable[[], Mapping[str, str]],
+    *,
+    concurrency: int = 32,
+    deadline_s: float | None = None,
+    client: httpx.AsyncClient | None = None,
+    facts: Mapping[str, AgentFacts] | None = None,
+    results: list[dict[str, Any] | None] | None = None,
+    replicas: Mapping[str, Mapping[str, Any]] | None = None,
+    routing: Routing | None = None,
+) -> Batch:
     """Run every row (at most ``concurrency`` at once); see :class:`Batch`.
 
     ``agents`` maps the servers rows may go to (agents; with ``routing``, environment servers too)
@@ -232,8 +273,9 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
     names: list[str | None] = [None] * len(rows)
     served: list[str | None] = [None] * len(rows)
     own = client is None
-    http = client or httpx.AsyncClient(trust_env=False, timeout=None,
-                                       limits=httpx.Limits(max_connections=max(concurrency, 10)))
+    http = client or httpx.AsyncClient(
+        trust_env=False, timeout=None, limits=httpx.Limits(max_connections=max(concurrency, 10))
+    )
 
     async def one(i: int, row: Any) -> None:
         async with sem:
@@ -242,8 +284,11 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
                 reply = await run_row(http, table, row, facts=facts, replicas=replicas, routing=routing, index=i)
                 results[i], names[i], served[i] = reply.answer, reply.agent, reply.replica
             except Exception as e:  # noqa: BLE001 - a bug here must cost one row, never the batch
-                results[i] = row_error("GR-INTERNAL", f"the row could not be dispatched: {type(e).__name__}: {e} "
-                                       "(a bug in gym-runtime: please report it)")
+                results[i] = row_error(
+                    "GR-INTERNAL",
+                    f"the row could not be dispatched: {type(e).__name__}: {e} "
+                    "(a bug in gym-runtime: please report it)",
+                )
             finally:
                 latency[i] = round(time.monotonic() - t0, 4)
 
@@ -261,6 +306,17 @@ async def run_rows(rows: list[Any], agents: Mapping[str, str] | Callable[[], Map
         await asyncio.gather(*tasks, return_exceptions=True)
         if own:
             await http.aclose()
-    return Batch([r if r is not None else row_error("GR-ROLLOUT-DEADLINE", f"the batch deadline of {deadline_s:g}s "
-                                                    "passed before this row finished") for r in results], latency,
-                 names, served, round(time.monotonic() - started, 4))
+    return Batch(
+        [
+            r
+            if r is not None
+            else row_error(
+                "GR-ROLLOUT-DEADLINE", f"the batch deadline of {deadline_s:g}s passed before this row finished"
+            )
+            for r in results
+        ],
+        latency,
+        names,
+        served,
+        round(time.monotonic() - started, 4),
+    )

@@ -35,8 +35,11 @@ from gym_runtime.rollouts.stats import RolloutResult, RowStats, Summary, row_sta
 from gym_runtime.rollouts.verdict import AgentFacts, agent_facts
 
 # Policy values used only to check the configuration before start (the stub or the job fills them).
-PLACEHOLDERS = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "placeholder",
-                "policy_model_name": "placeholder"}
+PLACEHOLDERS = {
+    "policy_base_url": "http://127.0.0.1:8000/v1",
+    "policy_api_key": "placeholder",
+    "policy_model_name": "placeholder",
+}
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,7 @@ class DryRunResult:
         return self.summary.failures == 0 and self.summary.masked_rows == 0
 
 
-def prepare(req: DryRunRequest, notes: list[str] | None = None
-            ) -> tuple[str, list[DatasetRow], dict[str, AgentFacts]]:
+def prepare(req: DryRunRequest, notes: list[str] | None = None) -> tuple[str, list[DatasetRow], dict[str, AgentFacts]]:
     """Check the package, its configuration and every row; nothing is started.
 
     Returns the package name, the rows to run (the first ``limit``) and what the report knows of
@@ -114,9 +116,11 @@ def prepare(req: DryRunRequest, notes: list[str] | None = None
     routing = Routing.from_config(merged)
     found = routing.violations(merged.sources)
     if routing.problems:
-        raise ConfigError("the run-level agent routing (agent_name, agent_map, fan_out) cannot be used",
-                          violations=found[:len(routing.problems)],
-                          hint="fix the keys named, in their file or override; no row was run")
+        raise ConfigError(
+            "the run-level agent routing (agent_name, agent_map, fan_out) cannot be used",
+            violations=found[: len(routing.problems)],
+            hint="fix the keys named, in their file or override; no row was run",
+        )
     if notes is not None:
         notes += [v.render() for v in found]  # only unread keys are left: the problems raised
     rows = load_rows(req.dataset, agents, pkg.manifest.metadata.vf_env_id, notes, routing)
@@ -142,16 +146,26 @@ def make_runtime(req: DryRunRequest, progress: Callable[[str], None] | None, too
     kwargs = dict(req.runtime_kwargs)
     if tools:
         kwargs["options"] = replace(kwargs.get("options") or SuperviseOptions(), probe_tools=True)
-    rt = Runtime(req.package, overrides=req.overrides, policy_base_url=p.base_url, policy_api_key=p.api_key,
-                 policy_model_name=p.model_name, progress=progress, max_concurrent_rollouts=req.max_concurrent_rollouts,
-                 **kwargs)
+    rt = Runtime(
+        req.package,
+        overrides=req.overrides,
+        policy_base_url=p.base_url,
+        policy_api_key=p.api_key,
+        policy_model_name=p.model_name,
+        progress=progress,
+        max_concurrent_rollouts=req.max_concurrent_rollouts,
+        **kwargs,
+    )
     rt.request.stub_seed = req.stub_seed
     return rt
 
 
-async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None = None,
-                      on_start: Callable[[int], None] | None = None,
-                      on_result: Callable[[RolloutResult], None] | None = None) -> DryRunResult:
+async def run_dry_run(
+    req: DryRunRequest,
+    progress: Callable[[str], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_result: Callable[[RolloutResult], None] | None = None,
+) -> DryRunResult:
     """Run the whole dry-run on the current event loop.
 
     ``progress`` receives human start-up lines; ``on_start(total_rollouts)`` is called once the
@@ -177,8 +191,9 @@ async def run_dry_run(req: DryRunRequest, progress: Callable[[str], None] | None
 LEARN_WAIT_S = 60.0
 
 
-async def finish_learning(bytecode: Any, progress: Callable[[str], None] | None = None,
-                          wait_s: float = LEARN_WAIT_S) -> None:
+async def finish_learning(
+    bytecode: Any, progress: Callable[[str], None] | None = None, wait_s: float = LEARN_WAIT_S
+) -> None:
     """Before a dry-run stops, let the daemon finish compiling what this run's processes imported
     (:meth:`gym_runtime.venvs.env_bytecode.EnvironmentBytecode.settled`, at most ``wait_s`` seconds), so
     the author's next dry-run starts warm instead of compiling it first. Compiling costs speed only:
@@ -200,9 +215,14 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
 
 
-async def run_rows(rt: Any, req: DryRunRequest, prep: Prepared, ready: dict[str, Any],
-                   on_start: Callable[[int], None] | None = None,
-                   on_result: Callable[[RolloutResult], None] | None = None) -> DryRunResult:
+async def run_rows(
+    rt: Any,
+    req: DryRunRequest,
+    prep: Prepared,
+    ready: dict[str, Any],
+    on_start: Callable[[int], None] | None = None,
+    on_result: Callable[[RolloutResult], None] | None = None,
+) -> DryRunResult:
     """Sample every row of ``prep`` ``req.samples`` times against the started
     :class:`gym_runtime.Runtime` ``rt`` (``ready``: its ready info) and return the result; every
     rollout is written to ``req.out`` (rewritten by each call). The environment keeps running."""
@@ -214,6 +234,7 @@ async def run_rows(rt: Any, req: DryRunRequest, prep: Prepared, ready: dict[str,
         req.out.parent.mkdir(parents=True, exist_ok=True)
         out = req.out.open("w", encoding="utf-8")
     try:
+
         def record(result: RolloutResult) -> None:
             if out is not None:
                 out.write(json.dumps(result.to_dict()) + "\n")
@@ -224,8 +245,9 @@ async def run_rows(rt: Any, req: DryRunRequest, prep: Prepared, ready: dict[str,
         if on_start is not None:
             on_start(len(rows) * req.samples)
         t0 = time.perf_counter()
-        results = await sample_rows(rows, agents, req.samples, bound, record, req.rollout_timeout_s, prep.facts,
-                                    replicas)
+        results = await sample_rows(
+            rows, agents, req.samples, bound, record, req.rollout_timeout_s, prep.facts, replicas
+        )
         wall = time.perf_counter() - t0
         replicas = rt.env.agent_replicas()  # nodes as they are now (a replica may have moved)
     finally:
@@ -233,5 +255,6 @@ async def run_rows(rt: Any, req: DryRunRequest, prep: Prepared, ready: dict[str,
             out.close()
     stats = row_stats(results)
     counts = replica_counts(((r.agent, r.replica, not r.ok) for r in results), replicas, wall)
-    return DryRunResult(prep.package, rows, results, stats, summarize(stats, results, wall), ready, prep.notes,
-                        counts, bound)
+    return DryRunResult(
+        prep.package, rows, results, stats, summarize(stats, results, wall), ready, prep.notes, counts, bound
+    )

@@ -74,8 +74,13 @@ def _under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def classify(paths: Iterable[Path], package: Path, dataset: Path, server_dirs: Mapping[str, Path],
-             server_types: Iterable[str] = ()) -> Edit:
+def classify(
+    paths: Iterable[Path],
+    package: Path,
+    dataset: Path,
+    server_dirs: Mapping[str, Path],
+    server_types: Iterable[str] = (),
+) -> Edit:
     """Sort ``paths`` (module doc). ``server_dirs``: server instance -> its implementation
     directory; ``package`` and ``dataset`` resolved; ``server_types``: the release's server type
     folders (``resources_servers``, ...)."""
@@ -116,8 +121,9 @@ class _Droppings:
     def __call__(self, _change: Any, path: str) -> bool:
         p = Path(path)
         root = next((r for r in self.roots if _under(p, r)), p.parent)
-        return not (any(part in self.dirs for part in p.relative_to(root).parts)
-                    or any(r.search(p.name) for r in self.names))
+        return not (
+            any(part in self.dirs for part in p.relative_to(root).parts) or any(r.search(p.name) for r in self.names)
+        )
 
 
 def _lasting(changes: Iterable[tuple[Any, str]]) -> set[Path]:
@@ -128,8 +134,7 @@ def _lasting(changes: Iterable[tuple[Any, str]]) -> set[Path]:
     seen: dict[Path, set[Any]] = {}
     for change, p in changes:
         seen.setdefault(Path(p), set()).add(change)
-    return {p for p, kinds in seen.items()
-            if not ({Change.added, Change.deleted} <= kinds and not os.path.lexists(p))}
+    return {p for p, kinds in seen.items() if not ({Change.added, Change.deleted} <= kinds and not os.path.lexists(p))}
 
 
 class Edits:
@@ -153,14 +158,21 @@ class Edits:
         dataset = self.dataset
 
         async def pump(*paths: Path, recursive: bool = True, only: Path | None = None) -> None:
-            async for changes in awatch(*paths, recursive=recursive, step=QUIET_MS, debounce=MAX_GROUP_MS,
-                                        stop_event=self._stop,
-                                        watch_filter=_Droppings(paths) if only is None else lambda _c, p: Path(p) == only):
+            async for changes in awatch(
+                *paths,
+                recursive=recursive,
+                step=QUIET_MS,
+                debounce=MAX_GROUP_MS,
+                stop_event=self._stop,
+                watch_filter=_Droppings(paths) if only is None else lambda _c, p: Path(p) == only,
+            ):
                 if got := _lasting(changes):
                     self._q.put_nowait(got)
 
-        self._tasks = [asyncio.create_task(pump(self.package, *self.trees)),
-                       asyncio.create_task(pump(dataset.parent, recursive=False, only=dataset))]
+        self._tasks = [
+            asyncio.create_task(pump(self.package, *self.trees)),
+            asyncio.create_task(pump(dataset.parent, recursive=False, only=dataset)),
+        ]
         # One turn of the loop runs each task up to its first wait, and awatch sets its inotify watches
         # (RustNotify) before that wait: from here on no edit is missed, however busy the host.
         await asyncio.sleep(0)

@@ -72,8 +72,9 @@ class Rerouting:
         problems: list[Problem] = []
         name = data.get("agent_name")
         if name is not None and not _agent(name):
-            problems.append(Problem("agent_name", f"must name an agent instance, got {name!r}",
-                                    "write agent_name=<agent instance>"))
+            problems.append(
+                Problem("agent_name", f"must name an agent instance, got {name!r}", "write agent_name=<agent instance>")
+            )
             name = None
         if not by_map:
             unread = tuple(k for k in ("agent_map", "fan_out") if data.get(k) is not None)
@@ -84,24 +85,44 @@ class Rerouting:
             if _agent(agent):
                 routes[key] = agent
             else:
-                problems.append(Problem(f"agent_map.{key}", f"must name an agent instance, got {agent!r}",
-                                        "write <row agent or task_source>: <agent instance>"))
+                problems.append(
+                    Problem(
+                        f"agent_map.{key}",
+                        f"must name an agent instance, got {agent!r}",
+                        "write <row agent or task_source>: <agent instance>",
+                    )
+                )
         if name is not None:
             if routes.get(DEFAULT, name) != name:
-                problems.append(Problem("agent_name", f"names {name!r}, while agent_map._default names "
-                                        f"{routes[DEFAULT]!r}", "set only one of them", also=f"agent_map.{DEFAULT}"))
+                problems.append(
+                    Problem(
+                        "agent_name",
+                        f"names {name!r}, while agent_map._default names {routes[DEFAULT]!r}",
+                        "set only one of them",
+                        also=f"agent_map.{DEFAULT}",
+                    )
+                )
             routes[DEFAULT] = name
         fans: dict[str, tuple[str, ...]] = {}
         for key, agents in _mapping(data, "fan_out", problems).items():
             where = f"fan_out.{key}"
             if not isinstance(agents, list) or not agents or not all(_agent(a) for a in agents):
-                problems.append(Problem(where, f"must be a non-empty list of agent instances, got {agents!r}",
-                                        "list the agents every matching row runs on; an empty list would drop "
-                                        "every such row"))
+                problems.append(
+                    Problem(
+                        where,
+                        f"must be a non-empty list of agent instances, got {agents!r}",
+                        "list the agents every matching row runs on; an empty list would drop every such row",
+                    )
+                )
             elif len(set(agents)) < len(agents):
                 twice = sorted({a for a in agents if agents.count(a) > 1})
-                problems.append(Problem(where, f"lists the same agent more than once: {', '.join(twice)}",
-                                        "list each agent once (each runs every matching row already)"))
+                problems.append(
+                    Problem(
+                        where,
+                        f"lists the same agent more than once: {', '.join(twice)}",
+                        "list each agent once (each runs every matching row already)",
+                    )
+                )
             else:
                 fans[key] = tuple(agents)
         return cls(routes, fans, True, tuple(problems), default_key)
@@ -137,10 +158,12 @@ class Rerouting:
 def missing_agent_hint(by_map: bool) -> str:
     """The fix for a row without ``agent_ref``: name one, or the override ``agent_name`` (which
     from 0.6 on sends every row to that agent)."""
-    return ('add "agent_ref": {"type": "responses_api_agents", "name": "<agent>"}'
-            + (' (or "task_source": "<the instance declaring its dataset>"), or run every row on one agent with '
-               "the override agent_name=<agent>" if by_map else
-               ", or give every row without one an agent with the override agent_name=<agent>"))
+    return 'add "agent_ref": {"type": "responses_api_agents", "name": "<agent>"}' + (
+        ' (or "task_source": "<the instance declaring its dataset>"), or run every row on one agent with '
+        "the override agent_name=<agent>"
+        if by_map
+        else ", or give every row without one an agent with the override agent_name=<agent>"
+    )
 
 
 def fan_copy(row: Mapping[str, Any], agent: str) -> dict[str, Any]:
@@ -159,11 +182,26 @@ def violations(problems: tuple[Problem, ...], unread: tuple[str, ...], sources: 
     """``problems``, then one violation per key the line does not read (``unread``), as
     :data:`CODE` violations naming the file each key came from (``sources``: a
     :class:`~gym_runtime.config.merge.Sources`)."""
-    out = [Violation(CODE, p.message + (f" (set in {sources.of(p.also)})" if p.also and sources.of(p.also) else ""),
-                     file=sources.of(p.key), key=p.key, hint=p.hint) for p in problems]
-    return out + [Violation(CODE, "is not read by this Gym release line (0.6 and later read it)",
-                            file=sources.of(k), key=k, hint="route rows with agent_ref or agent_name")
-                  for k in unread]
+    out = [
+        Violation(
+            CODE,
+            p.message + (f" (set in {sources.of(p.also)})" if p.also and sources.of(p.also) else ""),
+            file=sources.of(p.key),
+            key=p.key,
+            hint=p.hint,
+        )
+        for p in problems
+    ]
+    return out + [
+        Violation(
+            CODE,
+            "is not read by this Gym release line (0.6 and later read it)",
+            file=sources.of(k),
+            key=k,
+            hint="route rows with agent_ref or agent_name",
+        )
+        for k in unread
+    ]
 
 
 def _agent(value: Any) -> bool:
@@ -175,7 +213,12 @@ def _mapping(data: Mapping[str, Any], key: str, problems: list[Problem]) -> dict
     if value is None:
         return {}
     if not isinstance(value, dict):
-        problems.append(Problem(key, f"must be a mapping, got {type(value).__name__}",
-                                f"write {key}: {{<row agent or task_source>: ...}}"))
+        problems.append(
+            Problem(
+                key,
+                f"must be a mapping, got {type(value).__name__}",
+                f"write {key}: {{<row agent or task_source>: ...}}",
+            )
+        )
         return {}
     return {str(k): v for k, v in value.items()}

@@ -108,8 +108,9 @@ def fronted_agents(config: Mapping[str, Any]) -> list[str]:
     top-level field ``{type: responses_api_agents, name}``, in field order."""
     out = []
     for field, ref in config.items():
-        if isinstance(ref, dict) and (ref.get("type") == AGENT_TYPE or (field == "agent_server" and
-                                                                         ref.get("type") is None)):
+        if isinstance(ref, dict) and (
+            ref.get("type") == AGENT_TYPE or (field == "agent_server" and ref.get("type") is None)
+        ):
             if isinstance(ref.get("name"), str) and ref["name"] not in out:
                 out.append(ref["name"])
     return out
@@ -132,8 +133,14 @@ class Routing:
     run-level settings it cannot use (:class:`~gym_runtime.rollouts.rerouting.Problem`, a setting
     routing to no configured agent included); while there are any, every row's route is refused."""
 
-    def __init__(self, data: Mapping[str, Any], *, task_source: bool = False,
-                 environment_servers: bool = False, by_map: bool = False) -> None:
+    def __init__(
+        self,
+        data: Mapping[str, Any],
+        *,
+        task_source: bool = False,
+        environment_servers: bool = False,
+        by_map: bool = False,
+    ) -> None:
         self.data = data
         self.task_source, self.through_environment_servers = task_source, environment_servers
         typed = {n: t for n in data if isinstance(n, str) and (t := _inner(data, n)) is not None}
@@ -150,18 +157,24 @@ class Routing:
         self.strict = data.get("error_on_agent_without_environment_server") is True
         self.rerouting = Rerouting.from_config(data, by_map)
         self.problems = self.rerouting.problems + tuple(
-            Problem(where, f"routes to {agent!r}, which is not a configured {AGENT_TYPE} instance",
-                    self._agents_hint(agent)) for where, agent in self.rerouting.destinations()
-            if agent not in self.agents)
+            Problem(
+                where, f"routes to {agent!r}, which is not a configured {AGENT_TYPE} instance", self._agents_hint(agent)
+            )
+            for where, agent in self.rerouting.destinations()
+            if agent not in self.agents
+        )
 
     @classmethod
     def from_config(cls, merged: Any) -> Routing:
         """The routing of a :class:`~gym_runtime.config.MergedConfig`, under its release profile
         (the 0.4 line's rules when it has none)."""
         release = merged.release
-        return cls(merged.data, task_source=bool(release and release.rows_name_task_source),
-                   environment_servers=bool(release and release.rows_through_environment_servers),
-                   by_map=bool(release and release.rows_rerouted_by_agent_map))
+        return cls(
+            merged.data,
+            task_source=bool(release and release.rows_name_task_source),
+            environment_servers=bool(release and release.rows_through_environment_servers),
+            by_map=bool(release and release.rows_rerouted_by_agent_map),
+        )
 
     # ------------------------------------------------------------------ run-level re-routing
     def _left_alone(self, row: Mapping[str, Any]) -> bool:
@@ -172,8 +185,9 @@ class Routing:
     def rerouted(self, row: Mapping[str, Any]) -> bool:
         """True when the run-level settings choose ``row``'s agent (``agent_name``, ``agent_map``,
         ``fan_out``), so its own ``agent_ref`` need not name a configured agent."""
-        return not self._left_alone(row) and (self.rerouting.mapped(row) is not None
-                                              or self.rerouting.fanned(row) is not None)
+        return not self._left_alone(row) and (
+            self.rerouting.mapped(row) is not None or self.rerouting.fanned(row) is not None
+        )
 
     def copies(self, row: Mapping[str, Any]) -> list[tuple[str | None, Mapping[str, Any]]]:
         """``(agent, body)`` of each run of ``row``: one per agent ``fan_out`` lists for it (0.6
@@ -203,8 +217,12 @@ class Routing:
         ref = row.get("agent_ref")
         if isinstance(ref, dict) and ref.get("name") is not None:
             if ref.get("type", AGENT_TYPE) != AGENT_TYPE:
-                raise RouteError("agent", f"agent_ref.type must be {AGENT_TYPE!r}, got {ref.get('type')!r}",
-                                 "agent_ref.type", "leave the type out, or write responses_api_agents")
+                raise RouteError(
+                    "agent",
+                    f"agent_ref.type must be {AGENT_TYPE!r}, got {ref.get('type')!r}",
+                    "agent_ref.type",
+                    "leave the type out, or write responses_api_agents",
+                )
             return ref.get("name"), False
         if self.task_source and row.get(TASK_SOURCE) is not None:
             return self.resolve_task_source(row[TASK_SOURCE]), True
@@ -212,41 +230,75 @@ class Routing:
 
     def resolve_task_source(self, source: Any) -> str:
         """The agent a ``task_source`` runs on (module doc); raises :class:`RouteError`."""
-        hint = ("name the agent with agent_ref, or make task_source an agent instance or a resources "
-                "server exactly one agent references")
+        hint = (
+            "name the agent with agent_ref, or make task_source an agent instance or a resources "
+            "server exactly one agent references"
+        )
         if not isinstance(source, str) or not source:
             raise RouteError("agent", f"task_source must name a config instance, got {source!r}", TASK_SOURCE, hint)
         kind = _inner(self.data, source)
         if kind is None:
             close = difflib.get_close_matches(source, [n for n in self.data if isinstance(n, str)], n=1)
-            raise RouteError("agent", f"task_source {source!r} is no server instance of this environment"
-                             + (f" (did you mean {close[0]!r}?)" if close else ""), TASK_SOURCE, hint)
-        pins = [d["agent"] for d in kind[2].get("datasets") or [] if isinstance(d, dict) and isinstance(d.get("agent"), str)]
+            raise RouteError(
+                "agent",
+                f"task_source {source!r} is no server instance of this environment"
+                + (f" (did you mean {close[0]!r}?)" if close else ""),
+                TASK_SOURCE,
+                hint,
+            )
+        pins = [
+            d["agent"] for d in kind[2].get("datasets") or [] if isinstance(d, dict) and isinstance(d.get("agent"), str)
+        ]
         pins = list(dict.fromkeys(pins))
         if len(pins) > 1:
-            raise RouteError("agent", f"task_source {source!r}: its datasets pin several agents ({', '.join(pins)})",
-                             TASK_SOURCE, "name the agent with agent_ref on these rows")
+            raise RouteError(
+                "agent",
+                f"task_source {source!r}: its datasets pin several agents ({', '.join(pins)})",
+                TASK_SOURCE,
+                "name the agent with agent_ref on these rows",
+            )
         if kind[0] == AGENT_TYPE:
             if pins and pins[0] != source:
-                raise RouteError("agent", f"task_source {source!r} is an agent whose dataset pins agent {pins[0]!r}",
-                                 TASK_SOURCE, "drop the dataset's `agent:` pin, or declare the dataset on the "
-                                 "resources server")
+                raise RouteError(
+                    "agent",
+                    f"task_source {source!r} is an agent whose dataset pins agent {pins[0]!r}",
+                    TASK_SOURCE,
+                    "drop the dataset's `agent:` pin, or declare the dataset on the resources server",
+                )
             return source
         if kind[0] != RESOURCES_TYPE:
-            raise RouteError("agent", f"task_source {source!r} is a {kind[0]} instance; it must be an agent or a "
-                             "resources server", TASK_SOURCE, hint)
-        users = [a for a in self.agents if isinstance(ref := (_inner(self.data, a) or ("", "", {}))[2]
-                                                           .get("resources_server"), dict) and ref.get("name") == source]
+            raise RouteError(
+                "agent",
+                f"task_source {source!r} is a {kind[0]} instance; it must be an agent or a resources server",
+                TASK_SOURCE,
+                hint,
+            )
+        users = [
+            a
+            for a in self.agents
+            if isinstance(ref := (_inner(self.data, a) or ("", "", {}))[2].get("resources_server"), dict)
+            and ref.get("name") == source
+        ]
         if pins:
             if pins[0] not in users:
-                raise RouteError("agent", f"task_source {source!r}: its dataset pins agent {pins[0]!r}, which does not "
-                                 f"reference it (agents that do: {', '.join(users) or 'none'})", TASK_SOURCE, hint)
+                raise RouteError(
+                    "agent",
+                    f"task_source {source!r}: its dataset pins agent {pins[0]!r}, which does not "
+                    f"reference it (agents that do: {', '.join(users) or 'none'})",
+                    TASK_SOURCE,
+                    hint,
+                )
             return pins[0]
         if len(users) != 1:
             what = "no agent references it" if not users else f"{len(users)} agents reference it ({', '.join(users)})"
-            raise RouteError("agent", f"task_source {source!r}: {what}", TASK_SOURCE,
-                             "name the agent with agent_ref, or pin it with `agent:` on the resources server's "
-                             "dataset" if users else hint)
+            raise RouteError(
+                "agent",
+                f"task_source {source!r}: {what}",
+                TASK_SOURCE,
+                "name the agent with agent_ref, or pin it with `agent:` on the resources server's dataset"
+                if users
+                else hint,
+            )
         return users[0]
 
     # ------------------------------------------------------------------ a row's server
@@ -256,13 +308,21 @@ class Routing:
         too. Raises :class:`RouteError`, for every row while the run-level settings have problems."""
         if self.problems:
             first = self.problems[0]
-            raise RouteError("agent", f"{first.key} {first.message}", first.key,
-                             f"{first.hint}; then start the environment again (up said this at start)")
+            raise RouteError(
+                "agent",
+                f"{first.key} {first.message}",
+                first.key,
+                f"{first.hint}; then start the environment again (up said this at start)",
+            )
         if agent is None and not self._left_alone(row) and (key := self.rerouting.fan_key(row)) is not None:
             fans = self.rerouting.fan_out[key]
-            raise RouteError("agent", f"fan_out.{key} runs this row on {len(fans)} agents ({', '.join(fans)}), and "
-                             "one row gets one result here", f"fan_out.{key}",
-                             "send one row per agent, each with its agent_ref (dry-run makes the copies itself)")
+            raise RouteError(
+                "agent",
+                f"fan_out.{key} runs this row on {len(fans)} agents ({', '.join(fans)}), and "
+                "one row gets one result here",
+                f"fan_out.{key}",
+                "send one row per agent, each with its agent_ref (dry-run makes the copies itself)",
+            )
         if self.through_environment_servers:
             stamped = row.get(ENVIRONMENT_SERVER_STAMP)
             if stamped is not None:
@@ -271,61 +331,93 @@ class Routing:
             if taskset is not None:
                 return self._episode(taskset)
             if is_materialized(row):
-                raise RouteError("environment", "a materialized task needs task_id.taskset, a non-empty string",
-                                 "task_id.taskset", 'write "task_id": {"taskset": "<environment>:<taskset>", '
-                                 '"task_id": "<id>"}')
+                raise RouteError(
+                    "environment",
+                    "a materialized task needs task_id.taskset, a non-empty string",
+                    "task_id.taskset",
+                    'write "task_id": {"taskset": "<environment>:<taskset>", "task_id": "<id>"}',
+                )
         agent, resolved = self.agent_of(row, agent)
         if agent is None:
-            raise RouteError("agent", "the row names no agent: agent_ref is missing"
-                             + (" and it has no task_source" if self.task_source else ""), "agent_ref",
-                             f"{missing_agent_hint(self.rerouting.overrides)}; configured agents: "
-                             f"{', '.join(self.agents) or '(none)'}")
+            raise RouteError(
+                "agent",
+                "the row names no agent: agent_ref is missing"
+                + (" and it has no task_source" if self.task_source else ""),
+                "agent_ref",
+                f"{missing_agent_hint(self.rerouting.overrides)}; configured agents: "
+                f"{', '.join(self.agents) or '(none)'}",
+            )
         self._check_agent(agent)
         ref = agent if resolved else None
         if not self.through_environment_servers:
             return Route(agent, agent, agent_ref=ref)
         if self.mode == "legacy":
-            return self._via(self._named(self.data.get("environment_server_name"), "environment_server_name"),
-                             agent, ref)
+            return self._via(
+                self._named(self.data.get("environment_server_name"), "environment_server_name"), agent, ref
+            )
         if self.mode == "taskset":
-            raise RouteError("environment", "environment_routing_mode is taskset, which takes materialized tasks "
-                             "(task_id {taskset, task_id} and task_input) only", "task_id",
-                             "materialize the row, or set environment_routing_mode: agent")
+            raise RouteError(
+                "environment",
+                "environment_routing_mode is taskset, which takes materialized tasks "
+                "(task_id {taskset, task_id} and task_input) only",
+                "task_id",
+                "materialize the row, or set environment_routing_mode: agent",
+            )
         if self.mode != "agent":
-            raise RouteError("environment", f"environment_routing_mode {self.mode!r} is not one of "
-                             f"{', '.join(ROUTING_MODES)}", "environment_routing_mode",
-                             "fix the config's environment_routing_mode")
+            raise RouteError(
+                "environment",
+                f"environment_routing_mode {self.mode!r} is not one of {', '.join(ROUTING_MODES)}",
+                "environment_routing_mode",
+                "fix the config's environment_routing_mode",
+            )
         servers = self.fronting.get(agent, [])
         if len(servers) > 1:
-            raise RouteError("environment", f"agent {agent!r} is fronted by several environment servers "
-                             f"({', '.join(sorted(servers))}), so a row routed by its agent cannot choose",
-                             "agent_ref", "stamp the row with _ng_environment_server, or set "
-                             "environment_routing_mode: legacy with environment_server_name")
+            raise RouteError(
+                "environment",
+                f"agent {agent!r} is fronted by several environment servers "
+                f"({', '.join(sorted(servers))}), so a row routed by its agent cannot choose",
+                "agent_ref",
+                "stamp the row with _ng_environment_server, or set "
+                "environment_routing_mode: legacy with environment_server_name",
+            )
         if not servers:
             if self.strict:
-                raise RouteError("environment", f"no environment server fronts agent {agent!r}, and "
-                                 "error_on_agent_without_environment_server is set", "agent_ref",
-                                 f"add an environment server whose agent_server names {agent!r} (Gym's "
-                                 "environment_servers/legacy_agent relays /run to it)")
+                raise RouteError(
+                    "environment",
+                    f"no environment server fronts agent {agent!r}, and "
+                    "error_on_agent_without_environment_server is set",
+                    "agent_ref",
+                    f"add an environment server whose agent_server names {agent!r} (Gym's "
+                    "environment_servers/legacy_agent relays /run to it)",
+                )
             return Route(agent, agent, agent_ref=ref)
         return self._via(servers[0], agent, ref)
 
     def _check_agent(self, agent: Any) -> None:
         if not isinstance(agent, str) or agent not in self.agents:
-            raise RouteError("agent", f"agent {agent!r} is not a configured {AGENT_TYPE} instance", "agent_ref.name",
-                             self._agents_hint(agent))
+            raise RouteError(
+                "agent",
+                f"agent {agent!r} is not a configured {AGENT_TYPE} instance",
+                "agent_ref.name",
+                self._agents_hint(agent),
+            )
 
     def _agents_hint(self, agent: Any) -> str:
         close = difflib.get_close_matches(str(agent), self.agents, n=1)
-        return (f"did you mean {close[0]!r}? " if close else "") + f"configured agents: {', '.join(self.agents) or '(none)'}"
+        return (
+            f"did you mean {close[0]!r}? " if close else ""
+        ) + f"configured agents: {', '.join(self.agents) or '(none)'}"
 
     def _named(self, name: Any, key: str) -> str:
         if not isinstance(name, str) or name not in self.environment:
             known = ", ".join(sorted(self.environment)) or "(none)"
             close = difflib.get_close_matches(str(name), list(self.environment), n=1)
-            raise RouteError("environment", f"{key} names {name!r}, which is not an environment server of this "
-                             "environment", key, (f"did you mean {close[0]!r}? " if close else "")
-                             + f"environment servers: {known}")
+            raise RouteError(
+                "environment",
+                f"{key} names {name!r}, which is not an environment server of this environment",
+                key,
+                (f"did you mean {close[0]!r}? " if close else "") + f"environment servers: {known}",
+            )
         return name
 
     def _via(self, server: str, agent: str, ref: str | None) -> Route:
@@ -337,19 +429,32 @@ class Routing:
         agent, resolved = self.agent_of(row, fanned)
         agents = fronted_agents(cfg)
         if agent is not None and agents and agent not in agents:
-            raise RouteError("environment", f"agent {agent!r} is not an agent of environment server {server!r} "
-                             f"({', '.join(agents)})", "agent_ref.name",
-                             f"stamp the environment server that fronts {agent!r}, or drop the stamp")
+            raise RouteError(
+                "environment",
+                f"agent {agent!r} is not an agent of environment server {server!r} ({', '.join(agents)})",
+                "agent_ref.name",
+                f"stamp the environment server that fronts {agent!r}, or drop the stamp",
+            )
         label = agent if isinstance(agent, str) else attributed_agent(cfg) or server
-        return Route(server, label, server, self.environment[server][1], materialized_taskset(row) is not None,
-                     agent_ref=agent if resolved else None)
+        return Route(
+            server,
+            label,
+            server,
+            self.environment[server][1],
+            materialized_taskset(row) is not None,
+            agent_ref=agent if resolved else None,
+        )
 
     def _episode(self, taskset: str) -> Route:
         if taskset not in self.routes:
-            raise RouteError("environment", f"no environment_server_routes entry for taskset {taskset!r}",
-                             "task_id.taskset", f"add `environment_server_routes: {{{taskset}: <environment "
-                             f"server>}}` to the config; environment servers: "
-                             f"{', '.join(sorted(self.environment)) or '(none)'}")
+            raise RouteError(
+                "environment",
+                f"no environment_server_routes entry for taskset {taskset!r}",
+                "task_id.taskset",
+                f"add `environment_server_routes: {{{taskset}: <environment "
+                f"server>}}` to the config; environment servers: "
+                f"{', '.join(sorted(self.environment)) or '(none)'}",
+            )
         server = self._named(self.routes[taskset], f"environment_server_routes.{taskset}")
         cfg = self.environment[server][2]
         return Route(server, attributed_agent(cfg) or server, server, self.environment[server][1], True)

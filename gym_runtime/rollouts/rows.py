@@ -99,39 +99,69 @@ class _RowChecker:
     """Checks one row object against the agents, the manifest's ``vf_env_id`` and, when given, the
     environment's routing rules."""
 
-    def __init__(self, where: str, agents: Mapping[str, AgentSpec], manifest_vf_env_id: str | None,
-                 routing: Routing | None = None) -> None:
+    def __init__(
+        self,
+        where: str,
+        agents: Mapping[str, AgentSpec],
+        manifest_vf_env_id: str | None,
+        routing: Routing | None = None,
+    ) -> None:
         self.where, self.agents, self.manifest_vf, self.routing = where, agents, manifest_vf_env_id, routing
 
-    def check(self, line: int, row: Any, fanned: str | None = None
-              ) -> tuple[list[Violation], str | None, Route | None]:
+    def check(self, line: int, row: Any, fanned: str | None = None) -> tuple[list[Violation], str | None, Route | None]:
         """``(violations, the agent its rollouts count for, its route)`` of one row; ``fanned``: the
         agent of a ``fan_out`` copy."""
         file = f"{self.where}:{line}"
         if not isinstance(row, dict):
-            return [Violation("GR-DATASET-ROW", f"a row must be a JSON object, got {_type_name(row)}", file=file,
-                              hint="write one JSON object per line")], None, None
+            return (
+                [
+                    Violation(
+                        "GR-DATASET-ROW",
+                        f"a row must be a JSON object, got {_type_name(row)}",
+                        file=file,
+                        hint="write one JSON object per line",
+                    )
+                ],
+                None,
+                None,
+            )
         rt = self.routing
         task = rt is not None and rt.through_environment_servers and is_materialized(row)
         out = [] if task else self._params(file, row.get("responses_create_params", _MISSING))
         for key, (types, what) in _OPTIONAL_TYPES.items():
             if key in row and not _is(row[key], types):
-                out.append(Violation("GR-DATASET-FIELD", f"must be {what}, got {_type_name(row[key])}",
-                                     file=file, key=key))
+                out.append(
+                    Violation("GR-DATASET-FIELD", f"must be {what}, got {_type_name(row[key])}", file=file, key=key)
+                )
         if rt is not None:
             out += [Violation("GR-DATASET-FIELD", what, file=file, key=key) for key, what in stamp_problems(row)]
         agent: str | None = None
-        by_route = rt is not None and (fanned is not None or rt.rerouted(row) or "agent_ref" not in row and (
-            task or ENVIRONMENT_SERVER_STAMP in row and rt.through_environment_servers
-            or TASK_SOURCE in row and rt.task_source))
+        by_route = rt is not None and (
+            fanned is not None
+            or rt.rerouted(row)
+            or "agent_ref" not in row
+            and (
+                task
+                or ENVIRONMENT_SERVER_STAMP in row
+                and rt.through_environment_servers
+                or TASK_SOURCE in row
+                and rt.task_source
+            )
+        )
         if not by_route:
             agent, ref_violations = self._agent_ref(file, row.get("agent_ref", _MISSING))
             out += ref_violations
             if agent is None:
                 return out, None, None
         elif "agent_ref" in row and not isinstance(row["agent_ref"], dict):  # re-routed: still a mapping
-            out.append(Violation("GR-DATASET-FIELD", f"must be a mapping {{type, name}}, got "
-                                 f"{_type_name(row['agent_ref'])}", file=file, key="agent_ref"))
+            out.append(
+                Violation(
+                    "GR-DATASET-FIELD",
+                    f"must be a mapping {{type, name}}, got {_type_name(row['agent_ref'])}",
+                    file=file,
+                    key="agent_ref",
+                )
+            )
         route = None
         if rt is not None and not out:
             try:
@@ -146,55 +176,116 @@ class _RowChecker:
 
     def _params(self, file: str, params: Any) -> list[Violation]:
         if params is _MISSING:
-            return [Violation("GR-DATASET-MISSING-FIELD", "required field is missing", file=file,
-                              key="responses_create_params",
-                              hint='add {"responses_create_params": {"input": [{"role": "user", "content": "..."}]}}')]
+            return [
+                Violation(
+                    "GR-DATASET-MISSING-FIELD",
+                    "required field is missing",
+                    file=file,
+                    key="responses_create_params",
+                    hint='add {"responses_create_params": {"input": [{"role": "user", "content": "..."}]}}',
+                )
+            ]
         if not isinstance(params, dict):
-            return [Violation("GR-DATASET-FIELD", f"must be a mapping, got {_type_name(params)}", file=file,
-                              key="responses_create_params")]
+            return [
+                Violation(
+                    "GR-DATASET-FIELD",
+                    f"must be a mapping, got {_type_name(params)}",
+                    file=file,
+                    key="responses_create_params",
+                )
+            ]
         key = "responses_create_params.input"
         if "input" not in params:
-            return [Violation("GR-DATASET-MISSING-FIELD", "required field is missing (the prompt, Responses API "
-                              "shape)", file=file, key=key)]
+            return [
+                Violation(
+                    "GR-DATASET-MISSING-FIELD",
+                    "required field is missing (the prompt, Responses API shape)",
+                    file=file,
+                    key=key,
+                )
+            ]
         value = params["input"]
         if isinstance(value, str):
             return [] if value.strip() else [Violation("GR-DATASET-FIELD", "must not be empty", file=file, key=key)]
         if not isinstance(value, list) or not value:
-            return [Violation("GR-DATASET-FIELD", "must be a non-empty string or a non-empty list of input items, "
-                              f"got {_type_name(value) if value != [] else 'an empty list'}", file=file, key=key)]
+            return [
+                Violation(
+                    "GR-DATASET-FIELD",
+                    "must be a non-empty string or a non-empty list of input items, "
+                    f"got {_type_name(value) if value != [] else 'an empty list'}",
+                    file=file,
+                    key=key,
+                )
+            ]
         out = []
         for i, item in enumerate(value):
             if not isinstance(item, dict) or not ("role" in item or "type" in item):
-                out.append(Violation("GR-DATASET-FIELD", "each input item must be an object with `role` and "
-                                     "`content` (a message) or a `type`", file=file, key=f"{key}[{i}]"))
+                out.append(
+                    Violation(
+                        "GR-DATASET-FIELD",
+                        "each input item must be an object with `role` and `content` (a message) or a `type`",
+                        file=file,
+                        key=f"{key}[{i}]",
+                    )
+                )
         return out
 
     def _agent_ref(self, file: str, ref: Any) -> tuple[str | None, list[Violation]]:
         known = ", ".join(sorted(self.agents)) or "(none)"
         if ref is _MISSING:
             by_map = self.routing is not None and self.routing.rerouting.overrides
-            return None, [Violation("GR-DATASET-MISSING-FIELD", "required field is missing", file=file,
-                                    key="agent_ref", hint=f"{missing_agent_hint(by_map)}; configured agents: {known}")]
+            return None, [
+                Violation(
+                    "GR-DATASET-MISSING-FIELD",
+                    "required field is missing",
+                    file=file,
+                    key="agent_ref",
+                    hint=f"{missing_agent_hint(by_map)}; configured agents: {known}",
+                )
+            ]
         if not isinstance(ref, dict):
-            return None, [Violation("GR-DATASET-FIELD", f"must be a mapping {{type, name}}, got {_type_name(ref)}",
-                                    file=file, key="agent_ref")]
+            return None, [
+                Violation(
+                    "GR-DATASET-FIELD",
+                    f"must be a mapping {{type, name}}, got {_type_name(ref)}",
+                    file=file,
+                    key="agent_ref",
+                )
+            ]
         out = []
         if ref.get("type") != AGENT_TYPE:
-            out.append(Violation("GR-DATASET-AGENT-REF", f"type must be {AGENT_TYPE!r}, got {ref.get('type')!r}",
-                                 file=file, key="agent_ref.type"))
+            out.append(
+                Violation(
+                    "GR-DATASET-AGENT-REF",
+                    f"type must be {AGENT_TYPE!r}, got {ref.get('type')!r}",
+                    file=file,
+                    key="agent_ref.type",
+                )
+            )
         name = ref.get("name")
         if not isinstance(name, str) or not name:
-            out.append(Violation("GR-DATASET-MISSING-FIELD" if name is None else "GR-DATASET-FIELD",
-                                 "must name an agent instance", file=file, key="agent_ref.name",
-                                 hint=f"configured agents: {known}"))
+            out.append(
+                Violation(
+                    "GR-DATASET-MISSING-FIELD" if name is None else "GR-DATASET-FIELD",
+                    "must name an agent instance",
+                    file=file,
+                    key="agent_ref.name",
+                    hint=f"configured agents: {known}",
+                )
+            )
             return None, out
         if name not in self.agents:
             close = difflib.get_close_matches(name, list(self.agents), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            out.append(Violation("GR-DATASET-AGENT-REF", f"agent {name!r} is not a configured "
-                                 f"{AGENT_TYPE} instance", file=file, key="agent_ref.name",
-                                 hint=f"{hint}configured agents: {known} (use the instance name, not the "
-                                 "implementation folder)"))
+            out.append(
+                Violation(
+                    "GR-DATASET-AGENT-REF",
+                    f"agent {name!r} is not a configured {AGENT_TYPE} instance",
+                    file=file,
+                    key="agent_ref.name",
+                    hint=f"{hint}configured agents: {known} (use the instance name, not the implementation folder)",
+                )
+            )
             return None, out
         return name, out
 
@@ -206,20 +297,37 @@ class _RowChecker:
         out = []
         if isinstance(got, str) and expected and got != expected:
             origin = f"agent {agent!r}" if agent_vf else "the manifest's metadata.vf_env_id"
-            out.append(Violation("GR-DATASET-VF-ENV-ID", f"vf_env_id {got!r} != expected {expected!r} "
-                                 f"(from {origin})", file=file, key="vf_env_id",
-                                 hint="fix the row, or regenerate the dataset for this environment"))
+            out.append(
+                Violation(
+                    "GR-DATASET-VF-ENV-ID",
+                    f"vf_env_id {got!r} != expected {expected!r} (from {origin})",
+                    file=file,
+                    key="vf_env_id",
+                    hint="fix the row, or regenerate the dataset for this environment",
+                )
+            )
         if spec.implementation == VERIFIERS_AGENT:
             if "task_idx" not in row:
-                out.append(Violation("GR-DATASET-MISSING-FIELD", f"required for rows sent to {VERIFIERS_AGENT} "
-                                     f"(agent {agent!r})", file=file, key="task_idx",
-                                     hint="task_idx is the index of the example in the verifiers dataset"))
+                out.append(
+                    Violation(
+                        "GR-DATASET-MISSING-FIELD",
+                        f"required for rows sent to {VERIFIERS_AGENT} (agent {agent!r})",
+                        file=file,
+                        key="task_idx",
+                        hint="task_idx is the index of the example in the verifiers dataset",
+                    )
+                )
             if not got and not agent_vf:
-                out.append(Violation("GR-DATASET-MISSING-FIELD", f"required: agent {agent!r} has no vf_env_id in "
-                                     "its config, so the row must name the environment", file=file,
-                                     key="vf_env_id"))
+                out.append(
+                    Violation(
+                        "GR-DATASET-MISSING-FIELD",
+                        f"required: agent {agent!r} has no vf_env_id in "
+                        "its config, so the row must name the environment",
+                        file=file,
+                        key="vf_env_id",
+                    )
+                )
         return out
-
 
 
 def records(text: str) -> list[tuple[int, str]]:
@@ -231,9 +339,14 @@ def records(text: str) -> list[tuple[int, str]]:
     return [(n, line[:-1] if line.endswith("\r") else line) for n, line in enumerate(lines, start=1)]
 
 
-def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
-               manifest_vf_env_id: str | None = None, notes: list[str] | None = None,
-               routing: Routing | None = None) -> list[DatasetRow]:
+def parse_rows(
+    text: str,
+    where: str,
+    agents: Mapping[str, AgentSpec],
+    manifest_vf_env_id: str | None = None,
+    notes: list[str] | None = None,
+    routing: Routing | None = None,
+) -> list[DatasetRow]:
     """Parse and check JSONL ``text``; ``where`` names the file in messages.
 
     ``agents`` maps agent instance names to their spec (implementation, resolved config);
@@ -243,7 +356,7 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
     first :data:`MAX_REPORTED`), or when the file holds no row at all.
     """
     if text.startswith(BOM):
-        text = text[len(BOM):]
+        text = text[len(BOM) :]
         if notes is not None:
             notes.append(f"dataset {where} starts with a UTF-8 byte order mark (BOM); it was ignored")
     checker = _RowChecker(where, agents, manifest_vf_env_id, routing)
@@ -255,13 +368,25 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            problems.append(Violation("GR-DATASET-JSON", f"not valid JSON at column {e.colno}: {e.msg}",
-                                      file=f"{where}:{line_no}", hint="one JSON object per line (JSONL)"))
+            problems.append(
+                Violation(
+                    "GR-DATASET-JSON",
+                    f"not valid JSON at column {e.colno}: {e.msg}",
+                    file=f"{where}:{line_no}",
+                    hint="one JSON object per line (JSONL)",
+                )
+            )
             continue
         except (RecursionError, ValueError) as e:  # nested past the parser's depth; a number over 4300 digits
             what = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0]
-            problems.append(Violation("GR-DATASET-JSON", f"JSON that cannot be read: {what}",
-                                      file=f"{where}:{line_no}", hint="one JSON object per line (JSONL)"))
+            problems.append(
+                Violation(
+                    "GR-DATASET-JSON",
+                    f"JSON that cannot be read: {what}",
+                    file=f"{where}:{line_no}",
+                    hint="one JSON object per line (JSONL)",
+                )
+            )
             continue
         faults: dict[Violation, None] = {}  # a fault every copy of a fanned row shares is said once
         for target, body in routing.copies(obj) if routing is not None and isinstance(obj, dict) else [(None, obj)]:
@@ -274,18 +399,27 @@ def parse_rows(text: str, where: str, agents: Mapping[str, AgentSpec],
         shown = problems[:MAX_REPORTED]
         more = len(problems) - len(shown)
         lines = len({v.file for v in problems})
-        raise DatasetError(f"dataset {where} has {len(problems)} problem{'s' if len(problems) != 1 else ''} "
-                           f"on {lines} line{'s' if lines != 1 else ''}" + (f" (first {len(shown)} shown)"
-                                                                           if more else ""),
-                           violations=shown, hint="fix the rows; no row was run")
+        raise DatasetError(
+            f"dataset {where} has {len(problems)} problem{'s' if len(problems) != 1 else ''} "
+            f"on {lines} line{'s' if lines != 1 else ''}" + (f" (first {len(shown)} shown)" if more else ""),
+            violations=shown,
+            hint="fix the rows; no row was run",
+        )
     if not rows:
-        raise DatasetError(f"dataset {where} holds no rows", hint="one JSON object per line, see docs/environment-packages.md (Dataset rows)")
+        raise DatasetError(
+            f"dataset {where} holds no rows",
+            hint="one JSON object per line, see docs/environment-packages.md (Dataset rows)",
+        )
     return rows
 
 
-def load_rows(path: str | Path, agents: Mapping[str, AgentSpec],
-              manifest_vf_env_id: str | None = None, notes: list[str] | None = None,
-              routing: Routing | None = None) -> list[DatasetRow]:
+def load_rows(
+    path: str | Path,
+    agents: Mapping[str, AgentSpec],
+    manifest_vf_env_id: str | None = None,
+    notes: list[str] | None = None,
+    routing: Routing | None = None,
+) -> list[DatasetRow]:
     """Read and check the JSONL file at ``path`` (see :func:`parse_rows`; bytes are decoded as
     UTF-8 without newline translation, so only ``\n`` ends a record).
 
@@ -295,9 +429,11 @@ def load_rows(path: str | Path, agents: Mapping[str, AgentSpec],
     try:
         text = p.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise DatasetError(f"dataset file not found: {p} (looked for {p.absolute()})",
-                           hint="check the path given to --dataset: a relative path is read from the current "
-                           "directory, not from the package") from None
+        raise DatasetError(
+            f"dataset file not found: {p} (looked for {p.absolute()})",
+            hint="check the path given to --dataset: a relative path is read from the current "
+            "directory, not from the package",
+        ) from None
     except IsADirectoryError:
         raise DatasetError(f"dataset path is a directory: {p}", hint="pass the .jsonl file itself") from None
     except UnicodeDecodeError as e:

@@ -39,8 +39,11 @@ def served_by(agent: str, header: str | None, agent_replicas: Mapping[str, Mappi
     return header if header in members else None
 
 
-def replica_counts(served: Iterable[tuple[str | None, str | None, bool]],
-                   agent_replicas: Mapping[str, Mapping[str, str | None]], wall_s: float) -> list[dict[str, Any]]:
+def replica_counts(
+    served: Iterable[tuple[str | None, str | None, bool]],
+    agent_replicas: Mapping[str, Mapping[str, str | None]],
+    wall_s: float,
+) -> list[dict[str, Any]]:
     """Per-replica counts of a batch: ``served`` holds ``(agent, replica, failed)`` per rollout
     (agent None: the row named no running agent; replica None: unknown). Returns one entry per
     replica of every agent that got rollouts, in name order, ``{"agent", "replica", "node",
@@ -51,7 +54,7 @@ def replica_counts(served: Iterable[tuple[str | None, str | None, bool]],
     for agent, replica, failed in served:
         if agent is None or agent not in agent_replicas:
             continue
-        for member in (agent_replicas.get(agent) or {}):
+        for member in agent_replicas.get(agent) or {}:
             counts.setdefault((agent, member), [0, 0])
         c = counts.setdefault((agent, replica), [0, 0])
         c[0] += 1
@@ -59,6 +62,14 @@ def replica_counts(served: Iterable[tuple[str | None, str | None, bool]],
     out = []
     for (agent, replica), (n, failed) in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "~")):
         node = (agent_replicas.get(agent) or {}).get(replica) if replica is not None else None
-        out.append({"agent": agent, "replica": replica, "node": node, "rollouts": n, "failed": failed,
-                    "rollouts_per_s": round(n / wall_s, 3) if wall_s > 0 else None})
+        out.append(
+            {
+                "agent": agent,
+                "replica": replica,
+                "node": node,
+                "rollouts": n,
+                "failed": failed,
+                "rollouts_per_s": round(n / wall_s, 3) if wall_s > 0 else None,
+            }
+        )
     return out

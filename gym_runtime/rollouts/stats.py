@@ -189,24 +189,32 @@ def row_stats(results: Iterable[RolloutResult]) -> list[RowStats]:
         items = sorted(groups[row], key=lambda r: r.sample)
         rewards = [float(r.reward) for r in items if r.measured]  # type: ignore[arg-type]
         have = bool(rewards)
-        out.append(RowStats(
-            row=row, line=items[0].line, agent=items[0].agent, samples=len(items), rewards=rewards,
-            failures=sum(not r.ok for r in items),
-            mean=statistics.fmean(rewards) if have else None,
-            std=statistics.pstdev(rewards) if have else None,
-            min=min(rewards) if have else None, max=max(rewards) if have else None,
-            signal=(not _all_equal(rewards)) if len(rewards) >= 2 else None,
-            unknown_tool_calls=_total(r.unknown_tool_calls for r in items),
-            invalid_tool_arguments=_total(r.invalid_tool_arguments for r in items),
-            context_overflows=sum(r.context_overflow for r in items),
-            bad_rewards=sum((r.error or {}).get("code") == BAD_REWARD for r in items),
-            out_of_range=sum(r.out_of_range for r in items),
-            masked=sum(r.ok and r.mask_sample for r in items),
-            unparsed_tool_calls=_total(r.unparsed_tool_calls for r in items),
-            step_capped=sum(r.step_capped for r in items), idle_capped=sum(r.idle_capped for r in items),
-            aborted=sum(r.aborted_calls or 0 for r in items),
-            repaired_text=sum(r.repaired_text or 0 for r in items),
-        ))
+        out.append(
+            RowStats(
+                row=row,
+                line=items[0].line,
+                agent=items[0].agent,
+                samples=len(items),
+                rewards=rewards,
+                failures=sum(not r.ok for r in items),
+                mean=statistics.fmean(rewards) if have else None,
+                std=statistics.pstdev(rewards) if have else None,
+                min=min(rewards) if have else None,
+                max=max(rewards) if have else None,
+                signal=(not _all_equal(rewards)) if len(rewards) >= 2 else None,
+                unknown_tool_calls=_total(r.unknown_tool_calls for r in items),
+                invalid_tool_arguments=_total(r.invalid_tool_arguments for r in items),
+                context_overflows=sum(r.context_overflow for r in items),
+                bad_rewards=sum((r.error or {}).get("code") == BAD_REWARD for r in items),
+                out_of_range=sum(r.out_of_range for r in items),
+                masked=sum(r.ok and r.mask_sample for r in items),
+                unparsed_tool_calls=_total(r.unparsed_tool_calls for r in items),
+                step_capped=sum(r.step_capped for r in items),
+                idle_capped=sum(r.idle_capped for r in items),
+                aborted=sum(r.aborted_calls or 0 for r in items),
+                repaired_text=sum(r.repaired_text or 0 for r in items),
+            )
+        )
     return out
 
 
@@ -220,8 +228,13 @@ def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: f
     no_signal = sum(s.signal is False for s in stats)
     known = signal + no_signal
     return Summary(
-        rows=len(stats), rollouts=len(results), succeeded=succeeded, failures=len(results) - succeeded,
-        signal_rows=signal, no_signal_rows=no_signal, unknown_signal_rows=len(stats) - known,
+        rows=len(stats),
+        rollouts=len(results),
+        succeeded=succeeded,
+        failures=len(results) - succeeded,
+        signal_rows=signal,
+        no_signal_rows=no_signal,
+        unknown_signal_rows=len(stats) - known,
         signal_share=signal / known if known else None,
         reward_mean=statistics.fmean(rewards) if rewards else None,
         wall_s=round(wall_s, 3),
@@ -230,11 +243,16 @@ def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: f
         unknown_tool_calls=sum(s.unknown_tool_calls or 0 for s in stats),
         invalid_tool_arguments=sum(s.invalid_tool_arguments or 0 for s in stats),
         context_overflows=sum(s.context_overflows for s in stats),
-        bad_rewards=sum(s.bad_rewards for s in stats), out_of_range=sum(s.out_of_range for s in stats),
-        masked=sum(s.masked for s in stats), masked_rows=sum(s.all_masked for s in stats),
-        masked_by_kind=dict(sorted(Counter(r.failure_kind or "unknown" for r in results
-                                           if r.ok and r.mask_sample).items())),
+        bad_rewards=sum(s.bad_rewards for s in stats),
+        out_of_range=sum(s.out_of_range for s in stats),
+        masked=sum(s.masked for s in stats),
+        masked_rows=sum(s.all_masked for s in stats),
+        masked_by_kind=dict(
+            sorted(Counter(r.failure_kind or "unknown" for r in results if r.ok and r.mask_sample).items())
+        ),
         unparsed_tool_calls=sum(s.unparsed_tool_calls or 0 for s in stats),
-        step_capped=sum(s.step_capped for s in stats), idle_capped=sum(s.idle_capped for s in stats),
-        aborted=sum(s.aborted for s in stats), repaired_text=sum(s.repaired_text for s in stats),
+        step_capped=sum(s.step_capped for s in stats),
+        idle_capped=sum(s.idle_capped for s in stats),
+        aborted=sum(s.aborted for s in stats),
+        repaired_text=sum(s.repaired_text for s in stats),
     )

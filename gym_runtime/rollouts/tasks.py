@@ -62,10 +62,16 @@ def stamp_problems(row: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(key, what is wrong)`` for each bad stamp or materialized-task field of ``row``."""
     out = [(k, f"must be a whole number >= 0, got {row[k]!r}") for k in _INDEXES if k in row and not _whole(row[k])]
     if ROLLOUT_ID in row and not (isinstance(row[ROLLOUT_ID], str) and _ROLLOUT_ID.match(row[ROLLOUT_ID])):
-        out.append((ROLLOUT_ID, "must be letters, digits, '.', '_' or '-', starting with a letter or digit, got "
-                    f"{row[ROLLOUT_ID]!r}"))
+        out.append(
+            (
+                ROLLOUT_ID,
+                f"must be letters, digits, '.', '_' or '-', starting with a letter or digit, got {row[ROLLOUT_ID]!r}",
+            )
+        )
     if ENVIRONMENT_SERVER_STAMP in row and not isinstance(row[ENVIRONMENT_SERVER_STAMP], str):
-        out.append((ENVIRONMENT_SERVER_STAMP, f"must name an environment server, got {row[ENVIRONMENT_SERVER_STAMP]!r}"))
+        out.append(
+            (ENVIRONMENT_SERVER_STAMP, f"must name an environment server, got {row[ENVIRONMENT_SERVER_STAMP]!r}")
+        )
     if is_materialized(row):
         for key in ("taskset", "task_id"):
             value = row["task_id"].get(key)
@@ -98,29 +104,43 @@ def with_indexes(row: Mapping[str, Any], task_index: int, rollout_index: int) ->
 
 def episode_request(row: Mapping[str, Any], task_index: int, rollout_index: int) -> dict[str, Any]:
     """The body an environment server's ``/run`` takes for a materialized task (``BaseEpisodeRequest``)."""
-    return {"episode_id": {"rollout_id": rollout_id(row, task_index, rollout_index),
-                           "attempt": row.get(ATTEMPT_INDEX, 0)},
-            "task": {"task_id": row["task_id"], "task_input": row["task_input"]}}
+    return {
+        "episode_id": {"rollout_id": rollout_id(row, task_index, rollout_index), "attempt": row.get(ATTEMPT_INDEX, 0)},
+        "task": {"task_id": row["task_id"], "task_input": row["task_input"]},
+    }
 
 
 def episode_record(server: str, reply: Any) -> dict[str, Any]:
     """An environment server's answer to an episode request as the row's result: the ``result``
     with ``_ng_task_id``, or for a ``failure`` the row error :data:`EPISODE_FAILED` with the
     failure's fields beside it; an answer of another shape is ``GR-ROLLOUT-BAD-JSON``."""
-    shaped = isinstance(reply, Mapping) and isinstance(reply.get("episode_id"), Mapping) and \
-        isinstance(reply.get("task_id"), Mapping) and (reply.get("result") is None) != (reply.get("failure") is None)
+    shaped = (
+        isinstance(reply, Mapping)
+        and isinstance(reply.get("episode_id"), Mapping)
+        and isinstance(reply.get("task_id"), Mapping)
+        and (reply.get("result") is None) != (reply.get("failure") is None)
+    )
     if not shaped:
-        return {"error": {"code": "GR-ROLLOUT-BAD-JSON", "message": f"{server}: the answer to an episode request is "
-                          "not {episode_id, task_id, result | failure} (exactly one of result and failure)"}}
+        return {
+            "error": {
+                "code": "GR-ROLLOUT-BAD-JSON",
+                "message": f"{server}: the answer to an episode request is "
+                "not {episode_id, task_id, result | failure} (exactly one of result and failure)",
+            }
+        }
     failure = reply.get("failure")
     if failure is not None:
         if not isinstance(failure, Mapping):
-            return {"error": {"code": "GR-ROLLOUT-BAD-JSON", "message": f"{server}: the episode's failure is not an "
-                              "object"}}
+            return {
+                "error": {"code": "GR-ROLLOUT-BAD-JSON", "message": f"{server}: the episode's failure is not an object"}
+            }
         reason = str(failure.get("failure_reason", ""))[:2000]
         kind = f" ({failure['failure_kind']})" if isinstance(failure.get("failure_kind"), str) else ""
-        return {"error": {"code": EPISODE_FAILED, "message": f"{server}: the episode failed{kind}: {reason}"},
-                TASK_ID_STAMP: reply["task_id"], **{k: failure[k] for k in FAILURE_FIELDS if k in failure}}
+        return {
+            "error": {"code": EPISODE_FAILED, "message": f"{server}: the episode failed{kind}: {reason}"},
+            TASK_ID_STAMP: reply["task_id"],
+            **{k: failure[k] for k in FAILURE_FIELDS if k in failure},
+        }
     result = reply["result"]
     if not isinstance(result, Mapping):
         return {"error": {"code": "GR-ROLLOUT-BAD-JSON", "message": f"{server}: the episode's result is not an object"}}

@@ -32,8 +32,16 @@ from typing import Any
 from gym_runtime.errors import ConfigError, Violation
 
 BAD_REWARD = "GR-ROLLOUT-BAD-REWARD"
-COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops", "unparsed_tool_calls",
-            "max_steps_stops", "idle_turn_stops", "aborted_calls", "repaired_text")
+COUNTERS = (
+    "unknown_tool_calls",
+    "invalid_tool_arguments",
+    "context_overflow_stops",
+    "unparsed_tool_calls",
+    "max_steps_stops",
+    "idle_turn_stops",
+    "aborted_calls",
+    "repaired_text",
+)
 AGENT_TYPE = "responses_api_agents"
 
 
@@ -78,8 +86,10 @@ def bad_reward(answer: Any, agent: str, facts: AgentFacts | None = None) -> dict
     problem = reward_problem(answer)
     if problem is None:
         return None
-    return {"code": BAD_REWARD, "message": f"{(facts or AgentFacts()).describe(agent)} answered an unusable "
-                                           f"reward: {problem}"}
+    return {
+        "code": BAD_REWARD,
+        "message": f"{(facts or AgentFacts()).describe(agent)} answered an unusable reward: {problem}",
+    }
 
 
 def _count(answer: dict[str, Any], key: str) -> int | None:
@@ -113,9 +123,11 @@ def _validity(answer: dict[str, Any]) -> dict[str, Any]:
     """``mask_sample``, ``failure_kind``, ``failure_reason`` of an answer (untrusted: a mask is only
     ``true``; the strings are bounded)."""
     kind, reason = answer.get("failure_kind"), answer.get("failure_reason")
-    return {"mask_sample": answer.get("mask_sample") is True,
-            "failure_kind": kind[:200] if isinstance(kind, str) else None,
-            "failure_reason": reason[:2000] if isinstance(reason, str) else None}
+    return {
+        "mask_sample": answer.get("mask_sample") is True,
+        "failure_kind": kind[:200] if isinstance(kind, str) else None,
+        "failure_reason": reason[:2000] if isinstance(reason, str) else None,
+    }
 
 
 def judge(answer: dict[str, Any], agent: str, facts: AgentFacts | None = None) -> Verdict:
@@ -127,8 +139,13 @@ def judge(answer: dict[str, Any], agent: str, facts: AgentFacts | None = None) -
     overflow = bool(_count(answer, "context_overflow_stops") or response.get("context_overflow"))
     validity = {**_validity(answer), "counts": {k: c for k in COUNTERS if (c := _count(answer, k)) is not None}}
     if error is not None:
-        return Verdict(None, {"code": str(error["code"]), "message": str(error.get("message", ""))}, **counts,
-                       context_overflow=overflow, **validity)
+        return Verdict(
+            None,
+            {"code": str(error["code"]), "message": str(error.get("message", ""))},
+            **counts,
+            context_overflow=overflow,
+            **validity,
+        )
     unusable = bad_reward(answer, agent, facts)
     if unusable is not None:
         return Verdict(None, unusable, **counts, context_overflow=overflow, **validity)
@@ -146,16 +163,28 @@ def reward_range(instance: Any) -> tuple[float, float] | None:
     value = instance.config.get("reward_range")
     if value is None:
         return None
-    ok = (isinstance(value, (list, tuple)) and len(value) == 2
-          and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
-          and value[0] <= value[1])
+    ok = (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+        and value[0] <= value[1]
+    )
     if not ok:
         key = f"{instance.name}.{instance.server_type}.{instance.implementation}.reward_range"
-        raise ConfigError(f"{key} must be [low, high], two numbers with low <= high; got {value!r}",
-                          code="GR-CONFIG-REWARD-RANGE",
-                          violations=[Violation("GR-CONFIG-REWARD-RANGE", f"got {value!r}", file=instance.source,
-                                                key=key, hint="e.g. reward_range: [0, 1]")],
-                          hint="declare the rewards the resources server gives, e.g. reward_range: [0, 1]")
+        raise ConfigError(
+            f"{key} must be [low, high], two numbers with low <= high; got {value!r}",
+            code="GR-CONFIG-REWARD-RANGE",
+            violations=[
+                Violation(
+                    "GR-CONFIG-REWARD-RANGE",
+                    f"got {value!r}",
+                    file=instance.source,
+                    key=key,
+                    hint="e.g. reward_range: [0, 1]",
+                )
+            ],
+            hint="declare the rewards the resources server gives, e.g. reward_range: [0, 1]",
+        )
     return float(value[0]), float(value[1])
 
 

@@ -44,8 +44,15 @@ from typing import Any
 
 from gym_runtime.errors import GymRuntimeError, UsageError
 from gym_runtime.rollouts.compare import gone_rows, row_changes
-from gym_runtime.rollouts.dryrun import (DryRunRequest, DryRunResult, Prepared, make_runtime, offers_tools, prepare,
-                                         run_rows)
+from gym_runtime.rollouts.dryrun import (
+    DryRunRequest,
+    DryRunResult,
+    Prepared,
+    make_runtime,
+    offers_tools,
+    prepare,
+    run_rows,
+)
 from gym_runtime.rollouts.edits import Edit, Edits, classify
 from gym_runtime.rollouts.rebuild import Rebuilds, Rebuilt
 from gym_runtime.rollouts.stats import RolloutResult
@@ -68,17 +75,25 @@ def watch_request(req: DryRunRequest) -> DryRunRequest:
     """``req`` as the watch runs it: supervised with ``keep_going``. Raises :class:`UsageError`
     (``GR-USAGE-CONFLICT``) for ``placement="ray"``: replicas on Ray nodes are not restarted in place."""
     if req.runtime_kwargs.get("placement", "local") != "local":
-        raise UsageError("--watch runs the environment on this host only: it cannot be combined with --placement ray",
-                         code="GR-USAGE-CONFLICT", hint="drop --placement ray (or --watch)")
+        raise UsageError(
+            "--watch runs the environment on this host only: it cannot be combined with --placement ray",
+            code="GR-USAGE-CONFLICT",
+            hint="drop --placement ray (or --watch)",
+        )
     kwargs = dict(req.runtime_kwargs)
-    kwargs["options"] = replace(kwargs.get("options") or SuperviseOptions(), keep_going=True,
-                                after_fix="then save: the watch starts it again")
+    kwargs["options"] = replace(
+        kwargs.get("options") or SuperviseOptions(), keep_going=True, after_fix="then save: the watch starts it again"
+    )
     return replace(req, runtime_kwargs=kwargs)
 
 
-async def watch_dry_run(req: DryRunRequest, say: Callable[[str], None], show: Show,
-                        on_start: Callable[[int], None] | None = None,
-                        on_result: Callable[[RolloutResult], None] | None = None) -> None:
+async def watch_dry_run(
+    req: DryRunRequest,
+    say: Callable[[str], None],
+    show: Show,
+    on_start: Callable[[int], None] | None = None,
+    on_result: Callable[[RolloutResult], None] | None = None,
+) -> None:
     """Run the dry-run, then again after every edit, until cancelled (module doc). ``say`` gets
     progress lines and error blocks; ``show`` each result. Raises what the first
     :func:`prepare` and the start raise (nothing has started then, or it is stopped again)."""
@@ -94,8 +109,11 @@ async def watch_dry_run(req: DryRunRequest, say: Callable[[str], None], show: Sh
         async with edits:  # before the first table: an edit made while it runs is seen
             last = await run_rows(rt, req, prep, ready, on_start, on_result)
             show(last, None, 0)
-            built_in = (f", {len(edits.trees)} built-in server tree(s) under {os.path.commonpath(edits.trees)}"
-                        if edits.trees else "")
+            built_in = (
+                f", {len(edits.trees)} built-in server tree(s) under {os.path.commonpath(edits.trees)}"
+                if edits.trees
+                else ""
+            )
             say(f"watching {package}{built_in} and {dataset} for edits (Ctrl-C stops)")
             rebuilds = Rebuilds(rt.env)
             events = _Events(edits, rebuilds)
@@ -116,8 +134,11 @@ async def watch_dry_run(req: DryRunRequest, say: Callable[[str], None], show: Sh
                         continue
                     await _fresh_samples(rt.env)
                     result = await run_rows(rt, req, prep, ready, on_start, on_result)
-                    show(result, row_changes(result.rows, result.stats, last.rows, last.stats),
-                         gone_rows(result.rows, last.rows))
+                    show(
+                        result,
+                        row_changes(result.rows, result.stats, last.rows, last.stats),
+                        gone_rows(result.rows, last.rows),
+                    )
                     say(f"edit to new table: {time.perf_counter() - t0:.2f}s")
                     last = result
             finally:
@@ -175,8 +196,9 @@ class _Events:
         await asyncio.gather(*waits, return_exceptions=True)
 
 
-def _start_rebuilds(rebuilds: Rebuilds, edit: Edit, dirs: dict[str, Path], edited_at: float,
-                    say: Callable[[str], None]) -> None:
+def _start_rebuilds(
+    rebuilds: Rebuilds, edit: Edit, dirs: dict[str, Path], edited_at: float, say: Callable[[str], None]
+) -> None:
     """Start a venv rebuild for each server directory whose install files ``edit`` changed."""
     for server_dir, (names, files) in edit.rebuilds(dirs).items():
         label = ", ".join(names)
@@ -201,18 +223,25 @@ async def _swap(rt: Any, done: Rebuilt, say: Callable[[str], None]) -> bool:
     if done.error is not None:
         if not isinstance(done.error, GymRuntimeError):
             raise done.error
-        say(done.error.render() + f"\n({label} {_keep(done.names)} serving on {_their(done.names)} current venv; "
-            "the next good edit of its install files applies)")
+        say(
+            done.error.render() + f"\n({label} {_keep(done.names)} serving on {_their(done.names)} current venv; "
+            "the next good edit of its install files applies)"
+        )
         return False
     if not done.venvs:
-        say(f"venv for {label}: {', '.join(done.files)} asks for the venv {label} already "
-            f"{'runs' if len(done.names) == 1 else 'run'} on; nothing to restart")
+        say(
+            f"venv for {label}: {', '.join(done.files)} asks for the venv {label} already "
+            f"{'runs' if len(done.names) == 1 else 'run'} on; nothing to restart"
+        )
         return False
     sup = rt.env.supervisor
     failed = {n for n, m in sup.members.items() if m.kind == "server" and m.status == FAILED}
     names = [n for n in rt.env.merged.instances if n in done.venvs or n in failed]
-    how = "rebuilt" if any(not v.reused for v in done.venvs.values()) else \
-        "found ready (built before from the same inputs)"
+    how = (
+        "rebuilt"
+        if any(not v.reused for v in done.venvs.values())
+        else "found ready (built before from the same inputs)"
+    )
     say(f"venv for {label} {how} in {done.seconds:.1f} s; restarting {', '.join(names)}")
     await venv_swap.reseat(rt.env, done.venvs)
     ok = await _restart(sup, names, say)  # right after the reseat (venv_swap.reseat)
@@ -225,14 +254,14 @@ async def _restart(sup: Any, names: list[str], say: Callable[[str], None]) -> bo
     failed = await reload.restart(sup, names)
     broken = [n for n, error in failed.items() if error]
     if broken:
-        say(f"not running the rows: {', '.join(broken)} did not start (its error is above); "
-            "watching for the next edit")
+        say(f"not running the rows: {', '.join(broken)} did not start (its error is above); watching for the next edit")
         return False
     return True
 
 
-async def _apply(rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: Callable[[str], None]
-                 ) -> tuple[Prepared, bool]:
+async def _apply(
+    rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: Callable[[str], None]
+) -> tuple[Prepared, bool]:
     """Bring the running environment and the rows (``prep``) in line with ``edit``; returns the rows
     from now on and whether to run them (not when there is nothing to do, or after an error whose
     block was said). An edit refused (its Ray, its config) changes nothing; rows that cannot be read
@@ -247,8 +276,10 @@ async def _apply(rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: C
         watch_ray.check_edited(rt.env, [n for n in rt.env.merged.instances if n in restart])
         if edit.config:
             changed = await reload.remerge(rt.env)
-            say("config merged again: " + (f"restarting {', '.join(changed)}" if changed
-                                           else "no server instance's block changed"))
+            say(
+                "config merged again: "
+                + (f"restarting {', '.join(changed)}" if changed else "no server instance's block changed")
+            )
             restart |= set(changed)
     except GymRuntimeError as e:
         say(e.render() + "\n(the environment keeps running as it was; the next good edit applies)")

@@ -35,9 +35,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Serve the stub until interrupted."""
     args = parse_args(argv)
-    app = create_app(seed=args.seed, model=args.model, p_correct=args.p_correct,
-                     max_model_len=args.max_model_len, reasoning=args.reasoning, api_key=args.api_key,
-                     modes=tuple(args.mode))
+    app = create_app(
+        seed=args.seed,
+        model=args.model,
+        p_correct=args.p_correct,
+        max_model_len=args.max_model_len,
+        reasoning=args.reasoning,
+        api_key=args.api_key,
+        modes=tuple(args.mode),
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=1)
 
 

@@ -87,8 +87,9 @@ class _Sampler:
         return random.Random(hashlib.sha256(material.encode()).hexdigest())
 
 
-def _choice(index: int, turn, rng: random.Random, body: dict, limit: int, reasoning: bool,
-            directives: Directives) -> tuple[dict, list[int]]:
+def _choice(
+    index: int, turn, rng: random.Random, body: dict, limit: int, reasoning: bool, directives: Directives
+) -> tuple[dict, list[int]]:
     cut = False
     reasoning = reasoning or bool(directives.reasoning)
     if directives.think:
@@ -99,8 +100,11 @@ def _choice(index: int, turn, rng: random.Random, body: dict, limit: int, reason
     for call in turn.tool_calls:
         raw += render_tool_call(call["name"], call["arguments"])
         calls.append(
-            {"id": f"chatcmpl-tool-{rng.getrandbits(64):016x}", "type": "function",
-             "function": {"name": call["name"], "arguments": call["arguments"]}}
+            {
+                "id": f"chatcmpl-tool-{rng.getrandbits(64):016x}",
+                "type": "function",
+                "function": {"name": call["name"], "arguments": call["arguments"]},
+            }
         )
     thought = turn.reasoning if reasoning else None
     if thought:
@@ -109,8 +113,14 @@ def _choice(index: int, turn, rng: random.Random, body: dict, limit: int, reason
     finish = "length" if cut else ("tool_calls" if calls else "stop")
     if not cut:  # vLLM's generated ids end with the end-of-turn token the model emitted
         ids, pieces = ids + [SPECIAL_TOKENS["<|im_end|>"]], pieces + ["<|im_end|>"]
-    message = {"role": "assistant", "content": turn.content, "refusal": None, "annotations": None,
-               "audio": None, "function_call": None}
+    message = {
+        "role": "assistant",
+        "content": turn.content,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+    }
     if len(ids) > limit:
         ids, pieces = ids[:limit], pieces[:limit]
         text = "".join(pieces)
@@ -127,15 +137,27 @@ def _choice(index: int, turn, rng: random.Random, body: dict, limit: int, reason
         message[field] = thought
     greedy = body.get("temperature") == 0
     logprobs = [0.0 if greedy else -round(rng.random() * 2, 4) for _ in ids]
-    choice = {"index": index, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None,
-              "token_ids": None}
+    choice = {
+        "index": index,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": finish,
+        "stop_reason": None,
+        "token_ids": None,
+    }
     if body.get("logprobs"):
         as_ids = body.get("return_tokens_as_token_ids")
-        choice["logprobs"] = {"content": [
-            {"token": f"token_id:{i}" if as_ids else piece, "logprob": lp,
-             "bytes": list(piece.encode()), "top_logprobs": []}
-            for i, piece, lp in zip(ids, pieces, logprobs)
-        ]}
+        choice["logprobs"] = {
+            "content": [
+                {
+                    "token": f"token_id:{i}" if as_ids else piece,
+                    "logprob": lp,
+                    "bytes": list(piece.encode()),
+                    "top_logprobs": [],
+                }
+                for i, piece, lp in zip(ids, pieces, logprobs)
+            ]
+        }
     if body.get("return_token_ids"):
         choice["token_ids"] = ids
     reasoning_ids = len(tokenize(f"<think>{thought}</think>")[0]) if thought else 0
@@ -176,8 +198,15 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict:
-        card = {"id": settings.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                "root": settings.model, "parent": None, "max_model_len": settings.max_model_len}
+        card = {
+            "id": settings.model,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "vllm",
+            "root": settings.model,
+            "parent": None,
+            "max_model_len": settings.max_model_len,
+        }
         return {"object": "list", "data": [card]}
 
     @app.post("/tokenize")
@@ -188,8 +217,12 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
         else:
             text = body.get("prompt", "")
         ids, pieces = tokenize(text)
-        return {"count": len(ids), "max_model_len": settings.max_model_len, "tokens": ids,
-                "token_strs": pieces if body.get("return_token_strs") else None}
+        return {
+            "count": len(ids),
+            "max_model_len": settings.max_model_len,
+            "tokens": ids,
+            "token_strs": pieces if body.get("return_token_strs") else None,
+        }
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -204,8 +237,12 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
             return _error(400, "the stub model does not stream")
         requested_model = body.get("model")
         if requested_model not in (None, settings.model):
-            return _error(404, f"The model `{requested_model}` does not exist. Valid aliases: {settings.model}.",
-                          "NotFoundError", "model")
+            return _error(
+                404,
+                f"The model `{requested_model}` does not exist. Valid aliases: {settings.model}.",
+                "NotFoundError",
+                "model",
+            )
         directives = read_directives(messages, settings.modes)
         if directives.error_status:
             return _error(directives.error_status, "stub error requested by [stub:error]", "InternalServerError")
@@ -214,8 +251,10 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
         prompt_ids, _ = tokenize(render_chat(messages, tools))
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
         if directives.overflow:
-            return JSONResponse(status_code=400, content=overflow_body(directives.overflow, len(prompt_ids),
-                                                                       settings.max_model_len, max_tokens))
+            return JSONResponse(
+                status_code=400,
+                content=overflow_body(directives.overflow, len(prompt_ids), settings.max_model_len, max_tokens),
+            )
         refused = too_long(len(prompt_ids), settings.max_model_len, max_tokens)
         if refused is not None:
             return JSONResponse(status_code=400, content=refused)
@@ -232,12 +271,21 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
             completion_tokens += len(ids)
             reasoning_tokens += thought_ids
         result = {
-            "id": f"chatcmpl-{uuid.UUID(int=rng.getrandbits(128)).hex}", "object": "chat.completion",
-            "created": int(time.time()), "model": settings.model, "choices": choices,
-            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": completion_tokens,
-                      "total_tokens": len(prompt_ids) + completion_tokens, "prompt_tokens_details": None,
-                      "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}},
-            "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None,
+            "id": f"chatcmpl-{uuid.UUID(int=rng.getrandbits(128)).hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": settings.model,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": completion_tokens,
+                "total_tokens": len(prompt_ids) + completion_tokens,
+                "prompt_tokens_details": None,
+                "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            },
+            "prompt_logprobs": None,
+            "prompt_token_ids": None,
+            "kv_transfer_params": None,
         }
         if body.get("return_token_ids"):
             result["prompt_token_ids"] = prompt_ids
@@ -257,31 +305,56 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
         else:
             return _error(400, "prompt must be a string or a list of token ids")
         if body.get("model") not in (None, settings.model):
-            return _error(404, f"The model `{body.get('model')}` does not exist. Valid aliases: {settings.model}.",
-                          "NotFoundError", "model")
+            return _error(
+                404,
+                f"The model `{body.get('model')}` does not exist. Valid aliases: {settings.model}.",
+                "NotFoundError",
+                "model",
+            )
         max_tokens = body.get("max_tokens", 16)
         refused = too_long(len(prompt_ids), settings.max_model_len, max_tokens)
         if refused is not None:
             return JSONResponse(status_code=400, content=refused)
         rng = sampler.rng(hashlib.sha256(json.dumps(prompt).encode()).hexdigest(), body.get("seed"))
-        turn = generate([{"role": "user", "content": text}], None, rng, settings.p_correct,
-                        body.get("temperature") == 0)
+        turn = generate(
+            [{"role": "user", "content": text}], None, rng, settings.p_correct, body.get("temperature") == 0
+        )
         ids, pieces = tokenize(turn.content or "")
         ids, pieces = ids + [SPECIAL_TOKENS["<|im_end|>"]], pieces + [""]
         limit = min(max_tokens, settings.max_model_len - len(prompt_ids))
         finish = "length" if len(ids) > limit else "stop"
         ids, pieces = ids[:limit], pieces[:limit]
-        choice = {"index": 0, "text": "".join(pieces), "logprobs": None, "finish_reason": finish,
-                  "stop_reason": None, "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None}
+        choice = {
+            "index": 0,
+            "text": "".join(pieces),
+            "logprobs": None,
+            "finish_reason": finish,
+            "stop_reason": None,
+            "token_ids": None,
+            "prompt_logprobs": None,
+            "prompt_token_ids": None,
+        }
         if body.get("logprobs") is not None:
             as_ids = body.get("return_tokens_as_token_ids")
-            choice["logprobs"] = {"text_offset": [], "token_logprobs": [0.0] * len(ids), "top_logprobs": None,
-                                  "tokens": [f"token_id:{i}" if as_ids else p for i, p in zip(ids, pieces)]}
+            choice["logprobs"] = {
+                "text_offset": [],
+                "token_logprobs": [0.0] * len(ids),
+                "top_logprobs": None,
+                "tokens": [f"token_id:{i}" if as_ids else p for i, p in zip(ids, pieces)],
+            }
         if body.get("return_token_ids"):
             choice.update(token_ids=ids, prompt_token_ids=prompt_ids)
-        return {"id": f"cmpl-{uuid.UUID(int=rng.getrandbits(128)).hex}", "object": "text_completion",
-                "created": int(time.time()), "model": settings.model, "choices": [choice],
-                "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids),
-                          "total_tokens": len(prompt_ids) + len(ids)}}
+        return {
+            "id": f"cmpl-{uuid.UUID(int=rng.getrandbits(128)).hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": settings.model,
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": len(ids),
+                "total_tokens": len(prompt_ids) + len(ids),
+            },
+        }
 
     return app

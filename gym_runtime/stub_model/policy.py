@@ -159,8 +159,14 @@ def tool_arguments(tool: dict, text: str) -> dict:
     return {name: _argument_for(name, properties.get(name, {}), text) for name in required}
 
 
-def generate(messages: list[dict], tools: list[dict] | None, rng: random.Random, p: float, greedy: bool,
-             directives: Directives | None = None) -> Turn:
+def generate(
+    messages: list[dict],
+    tools: list[dict] | None,
+    rng: random.Random,
+    p: float,
+    greedy: bool,
+    directives: Directives | None = None,
+) -> Turn:
     """One assistant turn for ``messages`` (see the module docstring for the rules)."""
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     user_text = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
@@ -174,8 +180,10 @@ def generate(messages: list[dict], tools: list[dict] | None, rng: random.Random,
     if blocks:
         return Turn(content=blocks[-1], reasoning="I will write the code.")
     if (tools or directives.call) and not tool_results:
-        tool = next((t for t in tools or [] if t.get("function", t).get("name") == directives.call),
-                    None if directives.call else tools[0])
+        tool = next(
+            (t for t in tools or [] if t.get("function", t).get("name") == directives.call),
+            None if directives.call else tools[0],
+        )
         name = directives.call or tool.get("function", tool).get("name", "")
         proper = tool_arguments(tool, user_text) if tool else quirks.grader_body(user_text)
         arguments = quirks.tool_arguments_of(directives.tool_args, proper)

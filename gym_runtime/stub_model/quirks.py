@@ -38,9 +38,13 @@ def grader_body(user_text: str) -> dict[str, Any]:
 def tool_arguments_of(kind: str | None, proper: dict[str, Any]) -> str:
     """The ``arguments`` string of a tool call: ``proper`` as JSON, or the malformed ``kind``."""
     shapes = {
-        None: lambda: json.dumps(proper), "empty": lambda: "", "null": lambda: "null",
-        "list": lambda: json.dumps(list(proper.values())), "string": lambda: json.dumps("just text"),
-        "number": lambda: "42", "invalid": lambda: json.dumps(proper)[:-1],
+        None: lambda: json.dumps(proper),
+        "empty": lambda: "",
+        "null": lambda: "null",
+        "list": lambda: json.dumps(list(proper.values())),
+        "string": lambda: json.dumps("just text"),
+        "number": lambda: "42",
+        "invalid": lambda: json.dumps(proper)[:-1],
         "huge": lambda: json.dumps({**proper, "padding": "x" * 1_200_000}),
         "deep": lambda: "[" * 10_000 + "]" * 10_000,
     }
@@ -71,24 +75,30 @@ def _old(message: str) -> dict[str, Any]:  # vLLM before v0.7 answered errors at
 OVERFLOW = {
     "vllm-context-length": lambda p, m, t: _old(
         f"This model's maximum context length is {m} tokens. However, you requested {p + t} tokens ({p} in the "
-        f"messages, {t} in the completion). Please reduce the length of the messages or completion."),
+        f"messages, {t} in the completion). Please reduce the length of the messages or completion."
+    ),
     "vllm-context-length-input": lambda p, m, t: _new(
         f"This model's maximum context length is {m} tokens. However, your request has {p} input tokens. "
-        "Please reduce the length of the input messages."),
+        "Please reduce the length of the input messages."
+    ),
     "vllm-max-tokens": lambda p, m, t: _new(
         f"'max_tokens' or 'max_completion_tokens' is too large: {t}. This model's maximum context length is {m} "
-        f"tokens and your request has {p} input tokens ({t} > {m} - {p})."),
+        f"tokens and your request has {p} input tokens ({t} > {m} - {p})."
+    ),
     "vllm-prompt-length": lambda p, m, t: _new(f"Prompt length of {p} is longer than the maximum model length of {m}."),
     "vllm-decoder-prompt": lambda p, m, t: _old(
         f"The decoder prompt (length {p}) is longer than the maximum model length of {m}. Make sure that "
-        "`max_model_len` is no smaller than the number of text tokens."),
+        "`max_model_len` is no smaller than the number of text tokens."
+    ),
     "vllm-decoder-prompt-output": lambda p, m, t: _new(
         f"The decoder prompt (length {p}) plus the number of requested output tokens (at least 1) is longer than "
         f"the maximum model length of {m}. Make sure that `max_model_len` is no smaller than the number of text "
-        "tokens (prompt + requested output tokens)."),
+        "tokens (prompt + requested output tokens)."
+    ),
     "vllm-too-long-to-fit": lambda p, m, t: _old(
         f"The prompt (total length {p}) is too long to fit into the model (context length {m}). Make sure that "
-        "`max_model_len` is no smaller than the number of text tokens plus multimodal tokens."),
+        "`max_model_len` is no smaller than the number of text tokens plus multimodal tokens."
+    ),
     "vllm-max-tokens-min": lambda p, m, t: _new("max_tokens must be at least 1, got 0."),
 }
 
@@ -99,12 +109,17 @@ V032 = {
     "prompt": lambda p, m, t: _new(
         f"This model's maximum context length is {m} tokens. However, your prompt contains at least {m + 1} input "
         "tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input "
-        f"prompt. (parameter=input_tokens, value={m + 1})", "input_tokens"),
-    "no_room": lambda p, m, t: _new("max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
-                                    "max_tokens"),
+        f"prompt. (parameter=input_tokens, value={m + 1})",
+        "input_tokens",
+    ),
+    "no_room": lambda p, m, t: _new(
+        "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)", "max_tokens"
+    ),
     "max_tokens": lambda p, m, t: _new(
         f"max_tokens={t} cannot be greater than max_model_len={m}. Please request fewer output tokens. "
-        f"(parameter=max_tokens, value={t})", "max_tokens"),
+        f"(parameter=max_tokens, value={t})",
+        "max_tokens",
+    ),
 }
 
 

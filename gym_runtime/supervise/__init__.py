@@ -10,8 +10,13 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-_NAMES = {"LogSink": "logs", "Member": "member", "SuperviseOptions": "options", "Event": "supervisor",
-          "Supervisor": "supervisor"}
+_NAMES = {
+    "LogSink": "logs",
+    "Member": "member",
+    "SuperviseOptions": "options",
+    "Event": "supervisor",
+    "Supervisor": "supervisor",
+}
 
 __all__ = ["Event", "LogSink", "Member", "SuperviseOptions", "Supervisor"]
 

@@ -31,8 +31,17 @@ from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
 from gym_runtime.ray_target import RayTarget, check_given
 from gym_runtime.settings import RuntimeSettings, check_sandbox_backend
-from gym_runtime.supervise import (contract, head_view, passthrough, policy_probe, preflight, processes, readiness,
-                                   ray_head, run_mark)
+from gym_runtime.supervise import (
+    contract,
+    head_view,
+    passthrough,
+    policy_probe,
+    preflight,
+    processes,
+    readiness,
+    ray_head,
+    run_mark,
+)
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.logs import LogSink
@@ -76,6 +85,7 @@ class UpRequest:
         if self.rollout_deadline_s is not None:
             return self.rollout_deadline_s
         return ROLLOUT_DEADLINE_S if self.host is not None else 3600.0
+
     job_config: tuple[dict[str, Any], str] | None = None  # a config layer over the files (gym_runtime.nemo_gym)
 
 
@@ -103,8 +113,9 @@ class Environment:
 
     def __init__(self, req: UpRequest, settings: RuntimeSettings, progress=None) -> None:
         if req.sandbox_backend is not None:  # the flag wins over the variable
-            settings = settings.with_overrides(sandbox_backend=check_sandbox_backend(req.sandbox_backend,
-                                                                                     "--sandbox-backend"))
+            settings = settings.with_overrides(
+                sandbox_backend=check_sandbox_backend(req.sandbox_backend, "--sandbox-backend")
+            )
         self.req, self.settings = req, settings
         self.backend: Any = None  # the sandbox backend (sandbox/backends.py), made once when start() begins
         self.progress = progress or (lambda msg: None)
@@ -153,13 +164,21 @@ class Environment:
         preflight.check_flags(self.req.require_isolation, self.req.isolation, self.req.max_concurrent_rollouts)
         host = self.req.host
         if host is not None:  # host mode: GET /health answers before anything else is done (docs/runtime.md)
-            await self._serve_head(bind_listener(self.req.head_host, self.req.head_port, "head server")
-                                   if self.req.head_port is not None else bind_in_range(self.req.head_host,
-                                                                                        *host.port_range))
+            await self._serve_head(
+                bind_listener(self.req.head_host, self.req.head_port, "head server")
+                if self.req.head_port is not None
+                else bind_in_range(self.req.head_host, *host.port_range)
+            )
         await self._open_backend()
-        merged, self.stub_url = await job_policy.configure(self.req.package, self.req.overrides, self.req.policy,
-                                                           self._say, self.settings, host.job if host else None,
-                                                           self.req.job_config)
+        merged, self.stub_url = await job_policy.configure(
+            self.req.package,
+            self.req.overrides,
+            self.req.policy,
+            self._say,
+            self.settings,
+            host.job if host else None,
+            self.req.job_config,
+        )
         from gym_runtime.rollouts.routing import Routing
 
         self._routing = Routing.from_config(merged)
@@ -167,28 +186,39 @@ class Environment:
         if stale := await asyncio.to_thread(run_mark.kill_stale, self.supervisor.owner):  # a killed run's helpers
             self._say(f"stopped {len(stale)} process(es) left by a run whose daemon was killed: {'; '.join(stale)}")
         if gone := await asyncio.to_thread(ray_head.remove_stale_temp_dirs):
-            self._say(f"removed {len(gone)} Ray temp dir(s) left by runs whose daemon was killed: "
-                      + ", ".join(map(str, gone)))
+            self._say(
+                f"removed {len(gone)} Ray temp dir(s) left by runs whose daemon was killed: "
+                + ", ".join(map(str, gone))
+            )
         self._say(release_line(merged))
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
         passthrough.check(self.settings, merged.instances)
         if self.settings.server_env:
             passed = passthrough.describe(self.settings, merged.instances)
-            self._say("variables passed to servers (GYM_RUNTIME_SERVER_ENV, names only): "
-                      + "; ".join(f"{n}: {passthrough.summary(rows)}" for n, rows in passed.items()))
+            self._say(
+                "variables passed to servers (GYM_RUNTIME_SERVER_ENV, names only): "
+                + "; ".join(f"{n}: {passthrough.summary(rows)}" for n, rows in passed.items())
+            )
         for w in [*merged.warnings, *self._routing.violations(merged.sources)]:  # up runs no rows itself
             self._say("warning" + w.render())
-        check_given(self.req.ray_address, merged.data.get("ray_head_node_address"), self.settings.environ,
-                    self.backend.ray_scope)
+        check_given(
+            self.req.ray_address,
+            merged.data.get("ray_head_node_address"),
+            self.settings.environ,
+            self.backend.ray_scope,
+        )
         if self.head is None:
             cfg_head = merged.data.get("head_server") if isinstance(merged.data.get("head_server"), dict) else {}
             head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)
             await self._serve_head(bind_listener(self.req.head_host, int(head_port or 0), "head server"))
         # on Ray nodes each node checks its own isolation; a sandbox service's is not this host's
         here = self.placement.kind == "local" and self.backend.host_isolation
-        self.egress = await preflight.check_host(self.settings.environ, model_base_urls(merged.data),
-                                                 self.req.require_isolation and here,
-                                                 self.req.isolation if here else None)
+        self.egress = await preflight.check_host(
+            self.settings.environ,
+            model_base_urls(merged.data),
+            self.req.require_isolation and here,
+            self.req.isolation if here else None,
+        )
         self._say(self.egress.summary())
         task_sandboxes.choose_providers(merged, self.settings, self._say, gate=self.placement.kind == "local")
         self._check_stop()
@@ -221,13 +251,21 @@ class Environment:
                 await policy_probe.run_probes(client, merged.instances, opts.probe_policy, opts.probe_tools, self._say)
         self.phase = "ready"
         self.ready_info = {
-            "status": "ready", "head_server": self.head.url,
-            "servers": self.placement.servers(), "placement": self.placement.kind,
-            "isolation": self.placement.isolation, "startup_s": round(time.monotonic() - self._t0, 3),
+            "status": "ready",
+            "head_server": self.head.url,
+            "servers": self.placement.servers(),
+            "placement": self.placement.kind,
+            "isolation": self.placement.isolation,
+            "startup_s": round(time.monotonic() - self._t0, 3),
             "gym_release": merged.release.to_dict(),
-            "policy_model": {"base_url": mask_urls(merged.data.get("policy_base_url")), "stub": self.stub_url is not None},
+            "policy_model": {
+                "base_url": mask_urls(merged.data.get("policy_base_url")),
+                "stub": self.stub_url is not None,
+            },
             "max_concurrent_rollouts": self.max_concurrent_rollouts(),
-            "ray": self.ray.to_dict(), "logs_dir": str(self.logs_dir)}
+            "ray": self.ray.to_dict(),
+            "logs_dir": str(self.logs_dir),
+        }
         return self.ready_info
 
     async def _supervise(self, merged: MergedConfig) -> None:
@@ -251,8 +289,10 @@ class Environment:
             except StartError as e:
                 if e.code == "GR-START-MODEL-ENDPOINT":
                     urls = {u: readiness.model_probe_url(u) for u, s in sup.endpoints.items() if s == "failed"}
-                    lines = [f"last probe: GET {mask_url(p)}: {await readiness.probe(client, p) or last.get(u) or 'answered'}"
-                             for u, p in urls.items()]
+                    lines = [
+                        f"last probe: GET {mask_url(p)}: {await readiness.probe(client, p) or last.get(u) or 'answered'}"
+                        for u, p in urls.items()
+                    ]
                     e.cause = "\n".join(lines + ([e.cause] if e.cause else [])) or None
                 raise
             finally:
@@ -269,14 +309,18 @@ class Environment:
         self.run_labels = RunLabels.new(Path(slot), socket.gethostname())
         backend = make_backend(self.settings.sandbox_backend, self.settings.opensandbox, self.run_labels)
         if self.placement.kind != "local" and backend.name != "local":
-            raise UsageError(f"--sandbox-backend {backend.name} runs servers on this host's placement only",
-                             code="GR-USAGE-SANDBOX-BACKEND", hint="use --placement local with it, or the local "
-                             "backend with --placement ray")
+            raise UsageError(
+                f"--sandbox-backend {backend.name} runs servers on this host's placement only",
+                code="GR-USAGE-SANDBOX-BACKEND",
+                hint="use --placement local with it, or the local backend with --placement ray",
+            )
         self.backend = backend
         reaped = await backend.reap_leftovers()
         if reaped:
-            self._say(f"sandbox backend {backend.name}: deleted {len(reaped)} sandbox(es) a stopped daemon of this "
-                      f"state directory left: {', '.join(reaped)}")
+            self._say(
+                f"sandbox backend {backend.name}: deleted {len(reaped)} sandbox(es) a stopped daemon of this "
+                f"state directory left: {', '.join(reaped)}"
+            )
 
     async def _start_stub_launcher(self) -> None:
         """The launcher of the built-in stub model: a plain supervised process on this host (it
@@ -290,13 +334,15 @@ class Environment:
     def refresh_outside(self) -> None:
         """The config as seen from this host (served by the head server): every instance at the
         address the placement gives it."""
-        self.outside = contract.config_view(self.merged.data, self.placement.public(), self.head_addr,
-                                            self.ray_inside)
+        self.outside = contract.config_view(self.merged.data, self.placement.public(), self.head_addr, self.ray_inside)
 
     def agent_replicas(self) -> dict[str, dict[str, str | None]]:
         """Agent instance -> {replica: node} (the placement's, :mod:`gym_runtime.rollouts.spread`)."""
-        return {n: r for n, r in self.placement.replica_nodes().items()
-                if self.merged.instances[n].server_type == "responses_api_agents"}
+        return {
+            n: r
+            for n, r in self.placement.replica_nodes().items()
+            if self.merged.instances[n].server_type == "responses_api_agents"
+        }
 
     def max_concurrent_rollouts(self) -> int:
         """Rollouts in flight per batch: ``--max-concurrent-rollouts``, else sized to the agent replicas."""
@@ -315,16 +361,40 @@ class Environment:
 
         root = str(Path(__file__).resolve().parents[2])
         served = self.merged.data.get("policy_model_name") or job_policy.STUB_MODEL_NAME  # what servers ask for
-        argv = [sys.executable, "-m", "gym_runtime.stub_model", "--host", "127.0.0.1", "--port", str(port),
-                "--seed", str(self.req.stub_seed), "--model", served]
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": root, "PYTHONUNBUFFERED": "1",
-               "HOME": str(self.work_dir), "LANG": "C.UTF-8"}
+        argv = [
+            sys.executable,
+            "-m",
+            "gym_runtime.stub_model",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--seed",
+            str(self.req.stub_seed),
+            "--model",
+            served,
+        ]
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "PYTHONPATH": root,
+            "PYTHONUNBUFFERED": "1",
+            "HOME": str(self.work_dir),
+            "LANG": "C.UTF-8",
+        }
         key = self.merged.data.get("policy_api_key")
         if isinstance(key, str) and key:  # like a real endpoint, it refuses requests without the job's key
             env["STUB_MODEL_API_KEY"] = key
-        m = self._member("stub_model", "model", ProcessSpec("stub_model", argv, self.work_dir, env),
-                         self.host_launcher, port, probe_path="/v1/models", wave=0, kill_on_stop=True,
-                         info={"server_type": "stub_model", "implementation": "gym_runtime.stub_model"})
+        m = self._member(
+            "stub_model",
+            "model",
+            ProcessSpec("stub_model", argv, self.work_dir, env),
+            self.host_launcher,
+            port,
+            probe_path="/v1/models",
+            wave=0,
+            kill_on_stop=True,
+            info={"server_type": "stub_model", "implementation": "gym_runtime.stub_model"},
+        )
         m.public = ("127.0.0.1", port)
 
     async def _serve_head(self, head_sock: Any) -> None:
@@ -346,22 +416,31 @@ class Environment:
         from gym_runtime.rollouts.routing import ROLLOUT_TARGETS
         from gym_runtime.rollouts.verdict import agent_facts
 
-        backend = HeadBackend(config_yaml=lambda: contract.to_yaml(self.merged.secrets.view(self.outside))
-                              if self.outside else None,
-                              instances=lambda: head_view.instances(self), health=self.health,
-                              logs=lambda name, n: head_view.logs(self, name, n),
-                              agents=lambda: {n: u for n, u in self.placement.servers().items() if u and self.merged
-                                              and self.merged.instances[n].server_type in ROLLOUT_TARGETS},
-                              routing=lambda: self._routing,
-                              agent_facts=lambda: agent_facts(self.merged.instances, ranges=False) if self.merged else {},
-                              agent_replicas=self.agent_replicas, rollout_concurrency=self.max_concurrent_rollouts,
-                              rollout_deadline_s=self.req.batch_deadline_s(), heartbeat_s=self.req.heartbeat_s,
-                              rollouts_refused=(lambda: head_view.rollouts_refused(self)) if self.req.host else
-                              (lambda: None), keyed_rows=self.req.host is not None,
-                              processes=lambda: processes.of_environment(
-                                  self.supervisor, (*self.placement.sandboxes(), self.host_launcher),
-                                  self.task_sandboxes.service if self.task_sandboxes is not None else None),
-                              **head_view.probe_routes(self.merged.release if self.merged else None))
+        backend = HeadBackend(
+            config_yaml=lambda: contract.to_yaml(self.merged.secrets.view(self.outside)) if self.outside else None,
+            instances=lambda: head_view.instances(self),
+            health=self.health,
+            logs=lambda name, n: head_view.logs(self, name, n),
+            agents=lambda: {
+                n: u
+                for n, u in self.placement.servers().items()
+                if u and self.merged and self.merged.instances[n].server_type in ROLLOUT_TARGETS
+            },
+            routing=lambda: self._routing,
+            agent_facts=lambda: agent_facts(self.merged.instances, ranges=False) if self.merged else {},
+            agent_replicas=self.agent_replicas,
+            rollout_concurrency=self.max_concurrent_rollouts,
+            rollout_deadline_s=self.req.batch_deadline_s(),
+            heartbeat_s=self.req.heartbeat_s,
+            rollouts_refused=(lambda: head_view.rollouts_refused(self)) if self.req.host else (lambda: None),
+            keyed_rows=self.req.host is not None,
+            processes=lambda: processes.of_environment(
+                self.supervisor,
+                (*self.placement.sandboxes(), self.host_launcher),
+                self.task_sandboxes.service if self.task_sandboxes is not None else None,
+            ),
+            **head_view.probe_routes(self.merged.release if self.merged else None),
+        )
         servers_port = self._servers_sock.getsockname()[1]
         self.head = HeadServer(create_app(backend, servers_ports={servers_port}), sock, [self._servers_sock])
         await self.head.start()
@@ -429,8 +508,9 @@ class Environment:
             task = self._start_task
             if task is not None and not task.done() and task is not asyncio.current_task():
                 task.cancel()
-                await td.step("start-up", asyncio.gather(task, return_exceptions=True), 10.0,
-                              lambda: f"phase {self.phase!r}")
+                await td.step(
+                    "start-up", asyncio.gather(task, return_exceptions=True), 10.0, lambda: f"phase {self.phase!r}"
+                )
             if self.head is not None:  # batches end with GR-ROLLOUT-SHUTDOWN, not with their agents' deaths
                 await td.step("rollout batches", self.head.close_batches(), 4.0, lambda: "open /rollouts/run answers")
             head_stop = boxes_stop = None
@@ -446,11 +526,19 @@ class Environment:
                 if boxes_stop is not None and not sup.servers_stopped.is_set():
                     boxes_stop.cancel()  # the servers overran: close them now
                     boxes_stop = None
-                await td.step("task sandboxes", boxes_stop or self.task_sandboxes.stop(), 8.0,
-                              lambda: f"{len(self.task_sandboxes.service.boxes)} task sandbox(es)")
+                await td.step(
+                    "task sandboxes",
+                    boxes_stop or self.task_sandboxes.stop(),
+                    8.0,
+                    lambda: f"{len(self.task_sandboxes.service.boxes)} task sandbox(es)",
+                )
             if self.osb_gate is not None:
-                await td.step("task sandboxes on the OpenSandbox server", self.osb_gate.stop(), 30.0,
-                              lambda: f"{len(self.osb_gate.boxes)} task sandbox(es)")
+                await td.step(
+                    "task sandboxes on the OpenSandbox server",
+                    self.osb_gate.stop(),
+                    30.0,
+                    lambda: f"{len(self.osb_gate.boxes)} task sandbox(es)",
+                )
             if keep_head:
                 pass
             elif self.head is not None:
@@ -467,8 +555,12 @@ class Environment:
             if self.backend is not None:
                 await td.step("sandbox backend", self.backend.close(), 5.0, lambda: "its connection")
             if self.host_launcher is not None:
-                await td.step("stub model launcher", self.host_launcher.close(), 5.0,
-                              lambda: f"{len(self.host_launcher.processes)} process handle(s)")
+                await td.step(
+                    "stub model launcher",
+                    self.host_launcher.close(),
+                    5.0,
+                    lambda: f"{len(self.host_launcher.processes)} process handle(s)",
+                )
             if sup.watchdog is not None:
                 await td.step("watchdog", asyncio.to_thread(sup.watchdog.close), 4.0, lambda: "the watchdog's exit")
                 sup.watchdog = None

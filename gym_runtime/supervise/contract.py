@@ -39,8 +39,18 @@ from gym_runtime.package.layout import SERVER_TYPES
 
 CONFIG_VAR = "NEMO_GYM_CONFIG_DICT"
 # Variables copied from the daemon's environment into a server's (when set).
-ENV_ALLOW = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
-             "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+ENV_ALLOW = (
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TERM",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
 
 TRUST_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
 
@@ -60,15 +70,19 @@ def trust_paths(env: Mapping[str, str]) -> list[Path]:
     return found
 
 
-def config_view(data: dict[str, Any], addresses: Mapping[str, tuple[str, int]], head: tuple[str, int],
-                ray_address: str | None) -> dict[str, Any]:
+def config_view(
+    data: dict[str, Any], addresses: Mapping[str, tuple[str, int]], head: tuple[str, int], ray_address: str | None
+) -> dict[str, Any]:
     """A copy of the resolved config with each instance's ``host``/``port`` from ``addresses``
     (instance name -> (host, port)), ``head_server`` and, if given, ``ray_head_node_address``;
     the runtime's own keys (:data:`RUNTIME_INSTANCE_KEYS`) are left out of every instance block."""
     out = copy.deepcopy(data)
     for name, value in out.items():
-        inner = _inner(out, name) if isinstance(value, dict) and len(value) == 1 and \
-            next(iter(value)) in SERVER_TYPES else None
+        inner = (
+            _inner(out, name)
+            if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in SERVER_TYPES
+            else None
+        )
         for key in RUNTIME_INSTANCE_KEYS if inner is not None else ():
             inner.pop(key, None)
     for name, (host, port) in addresses.items():
@@ -105,8 +119,12 @@ def to_yaml(view: dict[str, Any]) -> str:
     return yaml.safe_dump(escape_interpolations(view), sort_keys=False)
 
 
-def server_config_yaml(inside: dict[str, Any], secrets: SecretMap, instance: str,
-                       patch: Callable[[dict[str, Any], str], None] | None = None) -> str:
+def server_config_yaml(
+    inside: dict[str, Any],
+    secrets: SecretMap,
+    instance: str,
+    patch: Callable[[dict[str, Any], str], None] | None = None,
+) -> str:
     """``NEMO_GYM_CONFIG_DICT`` for ``instance``: the inside view (:func:`config_view`) with every
     secret its own config does not reference masked (:meth:`SecretMap.view`), as YAML. ``patch``
     changes that view for that instance alone (the OpenSandbox gate's address and the instance's
@@ -124,25 +142,28 @@ def private_env(config_yaml: str, passed: Mapping[str, str] | None = None) -> di
     return {**(passed or {}), CONFIG_VAR: config_yaml}
 
 
-def server_env(instance: str, server_dir: Path, venv_python: Path, work_dir: Path,
-               environ: Mapping[str, str]) -> dict[str, str]:
+def server_env(
+    instance: str, server_dir: Path, venv_python: Path, work_dir: Path, environ: Mapping[str, str]
+) -> dict[str, str]:
     """The environment of one server process, without its config (:func:`private_env`)."""
     venv_bin = venv_python.parent
     env = {k: environ[k] for k in ENV_ALLOW if k in environ}
-    env.update({
-        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
-        "VIRTUAL_ENV": str(venv_bin.parent),
-        "HOME": str(work_dir),
-        "TMPDIR": "/tmp",
-        "PYTHONPATH": str(server_dir),
-        "PYTHONUNBUFFERED": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "HF_HOME": str(work_dir / "huggingface"),
-        # Gym's SDK sets it, when unset, under the server's cwd: the server directory, read-only here
-        "HF_DATASETS_CACHE": str(work_dir / "huggingface" / "datasets"),
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "NEMO_GYM_CONFIG_PATH": instance,
-    })
+    env.update(
+        {
+            "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+            "VIRTUAL_ENV": str(venv_bin.parent),
+            "HOME": str(work_dir),
+            "TMPDIR": "/tmp",
+            "PYTHONPATH": str(server_dir),
+            "PYTHONUNBUFFERED": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HOME": str(work_dir / "huggingface"),
+            # Gym's SDK sets it, when unset, under the server's cwd: the server directory, read-only here
+            "HF_DATASETS_CACHE": str(work_dir / "huggingface" / "datasets"),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "NEMO_GYM_CONFIG_PATH": instance,
+        }
+    )
     env.setdefault("LANG", "C.UTF-8")
     return env
 

@@ -58,8 +58,6 @@ def running(slot: Path) -> dict[str, Any] | None:
     return None
 
 
-
-
 class DaemonRecord:
     """This daemon's slots. ``claim()`` before anything starts (raises :class:`StartError`
     ``GR-DAEMON-RUNNING`` when the slot it needs is held by a live daemon), ``head(url)`` once the
@@ -78,22 +76,32 @@ class DaemonRecord:
             try:
                 fd = _lock(slot)
             except OSError as e:
-                raise StartError(f"cannot record the daemon in {slot}: {e.strerror or e}", code="GR-DAEMON-RECORD",
-                                 hint="make it writable, or choose another GYM_RUNTIME_HOME / --work-dir") from None
+                raise StartError(
+                    f"cannot record the daemon in {slot}: {e.strerror or e}",
+                    code="GR-DAEMON-RECORD",
+                    hint="make it writable, or choose another GYM_RUNTIME_HOME / --work-dir",
+                ) from None
             if fd is None:
                 other = running(slot) or {}
                 if slot == self.required:
                     raise self._conflict(slot, other)
-                self.say(f"another daemon (pid {other.get('pid', '?')}) is recorded in {slot / RECORD}: pass "
-                         "--head URL (from this daemon's ready line) to `gym-runtime status` / `logs`")
+                self.say(
+                    f"another daemon (pid {other.get('pid', '?')}) is recorded in {slot / RECORD}: pass "
+                    "--head URL (from this daemon's ready line) to `gym-runtime status` / `logs`"
+                )
                 continue
             stale = read_json(slot / RECORD)
             if stale is not None and stale.get("pid") != os.getpid():
-                self.say(f"replacing the stale record of daemon pid {stale.get('pid', '?')} (not running) "
-                         f"in {slot / RECORD}")
+                self.say(
+                    f"replacing the stale record of daemon pid {stale.get('pid', '?')} (not running) in {slot / RECORD}"
+                )
             self._fds[slot] = fd
-        self._base = {"pid": os.getpid(), "work_dir": str(self.work_dir), "logs_dir": str(self.work_dir / "logs"),
-                      "started_at": time.time()}
+        self._base = {
+            "pid": os.getpid(),
+            "work_dir": str(self.work_dir),
+            "logs_dir": str(self.work_dir / "logs"),
+            "started_at": time.time(),
+        }
         self.write_json({"status": "starting"})
 
     def head(self, url: str) -> None:
@@ -121,8 +129,11 @@ class DaemonRecord:
     def _conflict(self, slot: Path, other: dict[str, Any]) -> StartError:
         head = other.get("head_server") or "(head server not up yet: still starting)"
         where = "GYM_RUNTIME_HOME" if slot == self.home else "--work-dir"
-        return StartError(f"another gym-runtime daemon is running with this {where} ({slot}): pid "
-                          f"{other.get('pid', '?')}, head server {head}", code="GR-DAEMON-RUNNING",
-                          hint=f"stop it first (kill -TERM {other.get('pid', 'PID')}), or give this one its own "
-                          "state: GYM_RUNTIME_HOME=DIR or --work-dir DIR (then pass --head URL to "
-                          "`gym-runtime status` / `logs`)")
+        return StartError(
+            f"another gym-runtime daemon is running with this {where} ({slot}): pid "
+            f"{other.get('pid', '?')}, head server {head}",
+            code="GR-DAEMON-RUNNING",
+            hint=f"stop it first (kill -TERM {other.get('pid', 'PID')}), or give this one its own "
+            "state: GYM_RUNTIME_HOME=DIR or --work-dir DIR (then pass --head URL to "
+            "`gym-runtime status` / `logs`)",
+        )

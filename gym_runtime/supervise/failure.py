@@ -55,25 +55,45 @@ def seen(m: Member, now: float) -> str:
         return f"{m.name}: not started (it starts once the servers before it are ready)"
     since = now - (m.spawned_at or now)
     alive = m.proc.poll() is None
-    parts = [f"process alive (pid {m.proc.app_pid() or m.proc.pid}) for {since:.1f}s" if alive else
-             f"process exited ({(m.last_exit or {}).get('reason', 'exited')}, status "
-             f"{(m.last_exit or {}).get('returncode')})"]
+    parts = [
+        f"process alive (pid {m.proc.app_pid() or m.proc.pid}) for {since:.1f}s"
+        if alive
+        else f"process exited ({(m.last_exit or {}).get('reason', 'exited')}, status "
+        f"{(m.last_exit or {}).get('returncode')})"
+    ]
     if m.probe_path and m.probe_path.startswith(("/", "tcp")):
-        bound = m.port_bound_s if m.port_bound_s is not None else (
-            since if alive and port_listening(m.proc.app_pid() or m.proc.pid, m.port) else None)
+        bound = (
+            m.port_bound_s
+            if m.port_bound_s is not None
+            else (since if alive and port_listening(m.proc.app_pid() or m.proc.pid, m.port) else None)
+        )
         if m.port is not None:  # none: a replica on a Ray node, whose port is not on this host
-            parts.append(f"port {m.port} bound after {bound:.1f}s" if bound is not None else
-                         f"port {m.port} not bound" + (f" in {since:.1f}s" if alive else ""))
+            parts.append(
+                f"port {m.port} bound after {bound:.1f}s"
+                if bound is not None
+                else f"port {m.port} not bound" + (f" in {since:.1f}s" if alive else "")
+            )
         if m.probe_path != "tcp":
-            parts.append(f"GET {m.probe_path} not answered" + (f" ({m.probe_note})" if m.probe_note else "")
-                         + (f" in the {since - bound:.1f}s since" if bound is not None and alive else ""))
+            parts.append(
+                f"GET {m.probe_path} not answered"
+                + (f" ({m.probe_note})" if m.probe_note else "")
+                + (f" in the {since - bound:.1f}s since" if bound is not None and alive else "")
+            )
     last = m.log.last_line()
     parts.append(f"last log line: {last!r}" if last else "no log output")
     return f"{m.name}: " + "; ".join(parts)
 
 
-def failure_report(members: dict[str, Member], phase: str, tail_lines: int, message: str, code: str,
-                   hint: str | None, names: list[str], after_fix: str = "then start again") -> StartError:
+def failure_report(
+    members: dict[str, Member],
+    phase: str,
+    tail_lines: int,
+    message: str,
+    code: str,
+    hint: str | None,
+    names: list[str],
+    after_fix: str = "then start again",
+) -> StartError:
     """A StartError naming ``phase`` and carrying the last ``tail_lines`` log lines of ``names``
     (else of every member not ready) since each one's latest start; ``extra`` holds ``phase``, ``servers_ready``, ``log_tails``
     and, for a timeout, ``servers_seen``: a line per server not ready (:func:`seen`), also at the
@@ -83,8 +103,14 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
     for n in pick:
         members[n].log.drain_now()
         tails[n] = members[n].log.since_start(tail_lines)
-    cause = "\n".join(f"--- last {len(t)} log lines of {n} ({members[n].log.path}):\n" + "\n".join(t)
-                      for n, t in tails.items() if t) or None
+    cause = (
+        "\n".join(
+            f"--- last {len(t)} log lines of {n} ({members[n].log.path}):\n" + "\n".join(t)
+            for n, t in tails.items()
+            if t
+        )
+        or None
+    )
     ready = sum(m.status == READY for m in members.values())
     extra = {"phase": phase, "servers_ready": f"{ready}/{len(members)}", "log_tails": tails}
     if code == "GR-START-TIMEOUT":
@@ -92,8 +118,11 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
         lines = [seen(m, now) for m in members.values() if m.status != READY]
         extra["servers_seen"] = lines
         message += f"; not ready: {', '.join(n for n, m in members.items() if m.status != READY)}"
-        cause = "what start-up saw of each server not ready:\n" + "\n".join(f"  {ln}" for ln in lines) + \
-            (f"\n{cause}" if cause else "")
+        cause = (
+            "what start-up saw of each server not ready:\n"
+            + "\n".join(f"  {ln}" for ln in lines)
+            + (f"\n{cause}" if cause else "")
+        )
     denied = {n: hosts for n in pick if (hosts := denied_hosts(members[n]))}
     special = {n: names for n in pick if (names := special_names(members[n]))}
     if (denied or special) and code in ("GR-START-CRASH", "GR-START-TIMEOUT"):
@@ -102,23 +131,35 @@ def failure_report(members: dict[str, Member], phase: str, tail_lines: int, mess
         extra["egress_denied"] = {n: [*special.get(n, []), *denied.get(n, [])] for n in {**special, **denied}}
     elif code == "GR-START-CRASH" and (readonly := [n for n, t in tails.items() if _read_only(t)]):
         sqlite = [n for n in readonly if any(w in ln for ln in tails[n] for w in SQLITE_READ_ONLY)]
-        message = (f"{message}: {', '.join(readonly)} tried to write where the sandbox is read-only (its package "
-                   "and venv are read-only; $HOME, its work dir, and /tmp are writable)")
-        hint = ("the tree writes into its own install directory at start-up (e.g. clones or downloads next "
-                "to its code): ship that content in the package, make the tree write under $HOME or /tmp, or have "
-                f"the operator give it a writable copy-on-write view of its tree: GYM_RUNTIME_WRITABLE_TREES="
-                f"{','.join(readonly)}")
+        message = (
+            f"{message}: {', '.join(readonly)} tried to write where the sandbox is read-only (its package "
+            "and venv are read-only; $HOME, its work dir, and /tmp are writable)"
+        )
+        hint = (
+            "the tree writes into its own install directory at start-up (e.g. clones or downloads next "
+            "to its code): ship that content in the package, make the tree write under $HOME or /tmp, or have "
+            f"the operator give it a writable copy-on-write view of its tree: GYM_RUNTIME_WRITABLE_TREES="
+            f"{','.join(readonly)}"
+        )
         if sqlite:
-            hint = (f"{', '.join(sqlite)} opens a SQLite database in its read-only tree; a database in WAL mode needs "
-                    "-wal and -shm files beside it even when opened read-only: convert it once with "
-                    "'PRAGMA journal_mode=DELETE', open it with 'file:...?immutable=1', or have the operator give "
-                    f"the tree a writable copy-on-write view: GYM_RUNTIME_WRITABLE_TREES={','.join(readonly)} "
-                    "(`gym-runtime validate` names such databases)")
+            hint = (
+                f"{', '.join(sqlite)} opens a SQLite database in its read-only tree; a database in WAL mode needs "
+                "-wal and -shm files beside it even when opened read-only: convert it once with "
+                "'PRAGMA journal_mode=DELETE', open it with 'file:...?immutable=1', or have the operator give "
+                f"the tree a writable copy-on-write view: GYM_RUNTIME_WRITABLE_TREES={','.join(readonly)} "
+                "(`gym-runtime validate` names such databases)"
+            )
     logs = [str(members[n].log.path) for n in pick]
-    return StartError(f"{message} (phase: {phase}, {ready}/{len(members)} ready)", code=code, cause=cause,
-                      hint=hint or "read the server's last log lines (cause) and its log file (log); fix the "
-                      f"server or its config, {after_fix}",
-                      log=", ".join(logs) or None, extra=extra)
+    return StartError(
+        f"{message} (phase: {phase}, {ready}/{len(members)} ready)",
+        code=code,
+        cause=cause,
+        hint=hint
+        or "read the server's last log lines (cause) and its log file (log); fix the "
+        f"server or its config, {after_fix}",
+        log=", ".join(logs) or None,
+        extra=extra,
+    )
 
 
 def _refusals(member: Member) -> list[dict]:
@@ -169,21 +210,28 @@ def egress_words(message: str, denied: dict[str, list[str]], special: dict[str, 
 
     said, hints = [], []
     if denied:
-        said.append("; ".join(f"{n} was denied egress to {', '.join(h)}" for n, h in denied.items())
-                    + " (this tree needs the network at start-up, and egress is denied)")
+        said.append(
+            "; ".join(f"{n} was denied egress to {', '.join(h)}" for n, h in denied.items())
+            + " (this tree needs the network at start-up, and egress is denied)"
+        )
         exact, wide = suggest_allow(h.removesuffix(" (DNS lookup)") for hosts in denied.values() for h in hosts)
-        hints.append("ship what the tree fetches at start-up inside the package (or bake it into the image), or have "
-                     f"the operator allow the host: NMP_RL_SANDBOX_ALLOW_INTERNET=true, {ENV_DNS_ALLOW}={exact}"
-                     + (f" (or {wide}: every host below those domains, as a service's redirect hosts need)" if wide
-                        else ""))
+        hints.append(
+            "ship what the tree fetches at start-up inside the package (or bake it into the image), or have "
+            f"the operator allow the host: NMP_RL_SANDBOX_ALLOW_INTERNET=true, {ENV_DNS_ALLOW}={exact}"
+            + (f" (or {wide}: every host below those domains, as a service's redirect hosts need)" if wide else "")
+        )
     if special:
-        said.append("; ".join(f"{n} looked up {', '.join(h)}" for n, h in special.items())
-                    + ": a name that resolves to a loopback, private or other special address is never reached from "
-                    "the sandbox, whatever the allowlist")
-        hints.append("reach the environment's own servers at localhost or 127.0.0.1 (inside the sandbox a server's "
-                     f"own host name is {SANDBOX_HOSTNAME}, which resolves there too), and a private service by its IP "
-                     f"address, which the operator lists in {ENV_DNS_ALLOW} (a listed address is not range-checked); "
-                     "allowing the name does not help")
+        said.append(
+            "; ".join(f"{n} looked up {', '.join(h)}" for n, h in special.items())
+            + ": a name that resolves to a loopback, private or other special address is never reached from "
+            "the sandbox, whatever the allowlist"
+        )
+        hints.append(
+            "reach the environment's own servers at localhost or 127.0.0.1 (inside the sandbox a server's "
+            f"own host name is {SANDBOX_HOSTNAME}, which resolves there too), and a private service by its IP "
+            f"address, which the operator lists in {ENV_DNS_ALLOW} (a listed address is not range-checked); "
+            "allowing the name does not help"
+        )
     return f"{message}: {'; '.join(said)}", "; ".join(hints)
 
 
@@ -197,21 +245,33 @@ def endpoint_failure(url: str, outcome: str | tuple, timeout_s: float) -> tuple[
     if isinstance(outcome, tuple) and outcome[0] == "not-root":
         _, suggestion, detail = outcome
         suggestion = mask_url(suggestion)
-        return (f"model endpoint {url} is not an OpenAI API root ({detail}): did you mean {suggestion}?",
-                "GR-START-MODEL-URL", f"pass --policy-base-url {suggestion} (or fix the base_url in the config): "
-                "the root that /chat/completions and /models hang under, /v1 for vLLM; for an endpoint that is "
-                "not OpenAI-shaped at all, --model-endpoint-timeout 0 skips the endpoint checks")
+        return (
+            f"model endpoint {url} is not an OpenAI API root ({detail}): did you mean {suggestion}?",
+            "GR-START-MODEL-URL",
+            f"pass --policy-base-url {suggestion} (or fix the base_url in the config): "
+            "the root that /chat/completions and /models hang under, /v1 for vLLM; for an endpoint that is "
+            "not OpenAI-shaped at all, --model-endpoint-timeout 0 skips the endpoint checks",
+        )
     if isinstance(outcome, tuple) and outcome[0] == "auth":
-        return (f"model endpoint {url} refused the policy API key: GET {readiness.model_probe_url(url)} answered "
-                f"HTTP {outcome[1]}", "GR-START-MODEL-AUTH",
-                "pass the endpoint's key with --policy-api-key-env VAR (or GYM_RUNTIME_POLICY_API_KEY); a keyless "
-                "vLLM needs none")
+        return (
+            f"model endpoint {url} refused the policy API key: GET {readiness.model_probe_url(url)} answered "
+            f"HTTP {outcome[1]}",
+            "GR-START-MODEL-AUTH",
+            "pass the endpoint's key with --policy-api-key-env VAR (or GYM_RUNTIME_POLICY_API_KEY); a keyless "
+            "vLLM needs none",
+        )
     if isinstance(outcome, tuple):
         _, name, served = outcome
-        return (f"model endpoint {url} does not serve the model {name!r} (policy_model_name); it serves: "
-                f"{', '.join(map(repr, served)) or '(none)'}", "GR-START-MODEL-NAME",
-                "pass --policy-model-name with a name the endpoint serves (vLLM: its --served-model-name), or "
-                f"point --policy-base-url at the endpoint serving {name!r}")
-    return (f"model endpoint {url} never answered GET {readiness.model_probe_url(url)} within {timeout_s:g}s",
-            "GR-START-MODEL-ENDPOINT", "check --policy-base-url and that the model server is up; raise "
-            "--model-endpoint-timeout to wait longer, or set it to 0 to skip this check")
+        return (
+            f"model endpoint {url} does not serve the model {name!r} (policy_model_name); it serves: "
+            f"{', '.join(map(repr, served)) or '(none)'}",
+            "GR-START-MODEL-NAME",
+            "pass --policy-model-name with a name the endpoint serves (vLLM: its --served-model-name), or "
+            f"point --policy-base-url at the endpoint serving {name!r}",
+        )
+    return (
+        f"model endpoint {url} never answered GET {readiness.model_probe_url(url)} within {timeout_s:g}s",
+        "GR-START-MODEL-ENDPOINT",
+        "check --policy-base-url and that the model server is up; raise "
+        "--model-endpoint-timeout to wait longer, or set it to 0 to skip this check",
+    )

@@ -19,11 +19,20 @@ def instances(env: Any) -> list[dict[str, Any]]:
     members = env.supervisor.members
     rows = [m.snapshot() for m in members.values()]
     have = {m.info.get("instance", m.name) for m in members.values()}
-    for name, inst in (env.merged.instances.items() if env.merged else ()):
+    for name, inst in env.merged.instances.items() if env.merged else ():
         if name not in have:
-            rows.append({"name": name, "kind": "server", "server_type": inst.server_type,
-                         "implementation": inst.implementation, "status": env.build_state.get(name, "pending"),
-                         "url": None, "pid": None, "restarts": 0})
+            rows.append(
+                {
+                    "name": name,
+                    "kind": "server",
+                    "server_type": inst.server_type,
+                    "implementation": inst.implementation,
+                    "status": env.build_state.get(name, "pending"),
+                    "url": None,
+                    "pid": None,
+                    "restarts": 0,
+                }
+            )
     return rows
 
 
@@ -65,9 +74,14 @@ def rollouts_refused(env: Any) -> tuple[int, dict[str, Any]] | None:
     if failure is not None:
         return 503, {"error": failure.to_dict()}
     if env.ready_info is None:
-        return 503, {"error": {"code": "GR-HEAD-STARTING", "message": f"the environment is not ready (phase "
-                               f"{env.phase!r}): no rollout batch is taken before GET /health answers 200",
-                               "hint": "poll GET /health until it answers 200 (status ready)"}}
+        return 503, {
+            "error": {
+                "code": "GR-HEAD-STARTING",
+                "message": f"the environment is not ready (phase "
+                f"{env.phase!r}): no rollout batch is taken before GET /health answers 200",
+                "hint": "poll GET /health until it answers 200 (status ready)",
+            }
+        }
     return None
 
 
@@ -78,11 +92,17 @@ def logs(env: Any, name: str, n: int) -> dict[str, Any] | None:
     m = env.supervisor.members.get(name)
     replicas = [r for r, o in env.supervisor.members.items() if m is None and o.info.get("instance") == name]
     if replicas:  # placed on Ray nodes as several replicas, each with its own log
-        return {"name": name, "log_file": None, "lines": [
-            f"[gym-runtime] {name} runs as replicas {', '.join(replicas)}; each has its own log"]}
+        return {
+            "name": name,
+            "log_file": None,
+            "lines": [f"[gym-runtime] {name} runs as replicas {', '.join(replicas)}; each has its own log"],
+        }
     if m is None and env.merged is not None and name in env.merged.instances:
-        return {"name": name, "log_file": None, "lines": [
-            f"[gym-runtime] {name}: {env.build_state.get(name, 'pending')}; it has no server log yet"]}
+        return {
+            "name": name,
+            "log_file": None,
+            "lines": [f"[gym-runtime] {name}: {env.build_state.get(name, 'pending')}; it has no server log yet"],
+        }
     if m is None:
         return None
     m.log.drain_now()

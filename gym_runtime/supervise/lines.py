@@ -112,7 +112,7 @@ class Lines:
         room = half - len(self._head)
         if room > 0:
             take = min(room, stop - start)
-            self._head += data[start:start + take]
+            self._head += data[start : start + take]
             start += take
         if start >= stop:
             return
@@ -120,7 +120,7 @@ class Lines:
         piece = stop - start
         if piece >= keep:  # the new bytes alone fill the tail window
             self._cut += len(self._tail) + piece - keep
-            self._tail[:] = data[stop - keep:stop]
+            self._tail[:] = data[stop - keep : stop]
             return
         self._tail += data[start:stop]
         over = len(self._tail) - keep

@@ -119,7 +119,7 @@ class LogSink:
         view = memoryview(data)
         try:
             while view:
-                view = view[self._file.write(view) or 0:]
+                view = view[self._file.write(view) or 0 :]
         except OSError as e:
             self.lost += len(view)
             return e
@@ -144,7 +144,7 @@ class LogSink:
         not what earlier starts of the run logged)."""
         lines = self.tail(n)
         starts = [i for i, line in enumerate(lines) if _start_note(line)]
-        return lines[starts[-1]:] if starts else lines
+        return lines[starts[-1] :] if starts else lines
 
     def last_line(self) -> str | None:
         """The last non-empty line the process itself wrote since the daemon's last ``start #`` note

@@ -14,7 +14,14 @@ from gym_runtime.supervise.logs import LogSink
 
 # Status values, in the order a healthy server goes through them.
 PENDING, STARTING, READY, RESTARTING, FAILED, STOPPING, STOPPED = (
-    "pending", "starting", "ready", "restarting", "failed", "stopping", "stopped")
+    "pending",
+    "starting",
+    "ready",
+    "restarting",
+    "failed",
+    "stopping",
+    "stopped",
+)
 
 # The exit reason of a server whose node was lost (placement ray: gym_runtime/placement/remote.py):
 # not the server's failure, so never counted toward ``max_restarts`` (supervisor.py).
@@ -91,11 +98,22 @@ class Member:
             pid = self.proc.app_pid() or self.proc.pid
         up = time.time() - self.started_wall if (self.started_wall and self.status == READY) else None
         where = getattr(self.proc, "where", None) or {}  # a replica on a Ray node: node, replica, isolation
-        return {"name": self.name, "kind": self.kind, **self.info, **where,
-                "host": self.public[0] if self.public else None,
-                "port": self.public[1] if self.public else None, "url": self.url, "pid": pid,
-                "status": self.status, "restarts": self.restarts, "start_time": self.started_wall,
-                "uptime_seconds": round(up, 3) if up is not None else None,
-                "ready_after_s": round(self.ready_s, 3) if self.ready_s is not None else None,
-                "last_exit": self.last_exit, "error": self.error, "wedged": self.wedged,
-                "log_file": str(self.log.path)}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            **self.info,
+            **where,
+            "host": self.public[0] if self.public else None,
+            "port": self.public[1] if self.public else None,
+            "url": self.url,
+            "pid": pid,
+            "status": self.status,
+            "restarts": self.restarts,
+            "start_time": self.started_wall,
+            "uptime_seconds": round(up, 3) if up is not None else None,
+            "ready_after_s": round(self.ready_s, 3) if self.ready_s is not None else None,
+            "last_exit": self.last_exit,
+            "error": self.error,
+            "wedged": self.wedged,
+            "log_file": str(self.log.path),
+        }

@@ -57,4 +57,4 @@ class SuperviseOptions:
 
     def backoff(self, restarts_done: int) -> float:
         """Delay before restart number ``restarts_done + 1``: ``backoff_s * 2**n`` capped at the max."""
-        return min(self.backoff_s * (2 ** restarts_done), self.backoff_max_s)
+        return min(self.backoff_s * (2**restarts_done), self.backoff_max_s)

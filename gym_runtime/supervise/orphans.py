@@ -38,10 +38,15 @@ class Watchdog:
         whose processes it kills too once the daemon is gone."""
         r, w = os.pipe()  # both ends non-inheritable: servers never hold the write end
         try:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", str(SCRIPT), str(os.getpid()), *([mark] if mark else [])],
-                                    stdin=r,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                    close_fds=True, env={})  # nothing of the daemon's environment (its secrets)
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(SCRIPT), str(os.getpid()), *([mark] if mark else [])],
+                stdin=r,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                env={},
+            )  # nothing of the daemon's environment (its secrets)
         finally:
             os.close(r)
         return cls(proc, w)
@@ -120,8 +125,11 @@ def _adopted() -> list[psutil.Process]:
     its ``wait()`` would never return."""
     import gc
 
-    tracked = {o.pid for o in gc.get_objects()
-               if isinstance(o, (subprocess.Popen, asyncio.subprocess.Process)) and o.returncode is None}
+    tracked = {
+        o.pid
+        for o in gc.get_objects()
+        if isinstance(o, (subprocess.Popen, asyncio.subprocess.Process)) and o.returncode is None
+    }
     try:
         return [c for c in psutil.Process().children() if c.pid not in tracked]
     except psutil.Error:

@@ -47,10 +47,12 @@ def check(settings: RuntimeSettings, instances: Iterable[str]) -> None:
     for name, scope in settings.server_env:
         if scope is not None and scope not in known:
             close = difflib.get_close_matches(scope, known, n=1)
-            raise SettingsError(f"{SERVER_ENV_VAR}: {scope}:{name} names no server instance of this environment",
-                                code="GR-SETTINGS-SERVER-ENV",
-                                hint=(f"did you mean '{close[0]}'? " if close else "")
-                                + f"the server instances are: {', '.join(known)}")
+            raise SettingsError(
+                f"{SERVER_ENV_VAR}: {scope}:{name} names no server instance of this environment",
+                code="GR-SETTINGS-SERVER-ENV",
+                hint=(f"did you mean '{close[0]}'? " if close else "")
+                + f"the server instances are: {', '.join(known)}",
+            )
 
 
 def describe(settings: RuntimeSettings, instances: Iterable[str]) -> dict[str, list[dict[str, Any]]]:

@@ -32,7 +32,8 @@ STUB_MODEL_NAME = "stub-model"
 def uses_policy(merged: MergedConfig, url: str) -> bool:
     """True when an instance is ``policy_model``, refers to it, or holds ``url`` in its config."""
     if "policy_model" in merged.instances or any(
-            r.name == "policy_model" and r.server_type == "responses_api_models" for r in merged.refs):
+        r.name == "policy_model" and r.server_type == "responses_api_models" for r in merged.refs
+    ):
         return True
 
     def holds(node: Any) -> bool:
@@ -45,10 +46,16 @@ def uses_policy(merged: MergedConfig, url: str) -> bool:
     return any(holds(merged.data.get(name)) for name in merged.instances)
 
 
-async def configure(package: Any, overrides: list[str], given: PolicyValues, say: Callable[[str], None],
-                    settings: RuntimeSettings, host_job: HostJob | None = None,
-                    job_config: tuple[dict[str, Any], str] | None = None,
-                    stub_url: str | None = None) -> tuple[MergedConfig, str | None]:
+async def configure(
+    package: Any,
+    overrides: list[str],
+    given: PolicyValues,
+    say: Callable[[str], None],
+    settings: RuntimeSettings,
+    host_job: HostJob | None = None,
+    job_config: tuple[dict[str, Any], str] | None = None,
+    stub_url: str | None = None,
+) -> tuple[MergedConfig, str | None]:
     """Load the package (a directory, or a :class:`~gym_runtime.package.Package` already made, e.g.
     by :func:`~gym_runtime.package.bare.package_from_config_paths`), choose the Gym release it runs
     under ``settings`` (once: :func:`~gym_runtime.gym_release.choose_release`) and build its config
@@ -69,23 +76,30 @@ async def configure(package: Any, overrides: list[str], given: PolicyValues, say
     job = given.with_overrides(overrides)  # `policy_base_url=URL` counts as --policy-base-url URL
     if job.base_url is None:
         stub_url = stub_url or f"http://127.0.0.1:{free_port()}/v1"
-        stub = PolicyValues(stub_url, given.api_key or "stub-key", job.model_name or STUB_MODEL_NAME,
-                            origin="built-in stub model")
+        stub = PolicyValues(
+            stub_url, given.api_key or "stub-key", job.model_name or STUB_MODEL_NAME, origin="built-in stub model"
+        )
         merged = await asyncio.to_thread(build_config, pkg, overrides, stub)
         if uses_policy(merged, stub_url):
-            say(f"no --policy-base-url: starting the built-in stub model at {stub_url} "
-                f"(model {stub.model_name!r}) and pointing policy_model at it")
+            say(
+                f"no --policy-base-url: starting the built-in stub model at {stub_url} "
+                f"(model {stub.model_name!r}) and pointing policy_model at it"
+            )
             return merged, stub_url
         try:
             merged = await asyncio.to_thread(build_config, pkg, overrides, given)
         except ConfigError:  # something needs the policy values after all: keep the stub
             return merged, stub_url
-        say("no --policy-base-url, and no policy_model instance or reference to one: the built-in stub model "
-            "is not started")
+        say(
+            "no --policy-base-url, and no policy_model instance or reference to one: the built-in stub model "
+            "is not started"
+        )
         return merged, None
     defaults = job.keyless_defaults()
     merged = await asyncio.to_thread(build_config, pkg, overrides, given, defaults=defaults)
     if defaults and merged.sources.of("policy_api_key") == "default":
-        say(f"no policy API key given (--policy-api-key-env VAR or GYM_RUNTIME_POLICY_API_KEY): using "
-            f"{KEYLESS_API_KEY!r}, the OpenAI-client convention for a keyless endpoint such as vLLM")
+        say(
+            f"no policy API key given (--policy-api-key-env VAR or GYM_RUNTIME_POLICY_API_KEY): using "
+            f"{KEYLESS_API_KEY!r}, the OpenAI-client convention for a keyless endpoint such as vLLM"
+        )
     return merged, None

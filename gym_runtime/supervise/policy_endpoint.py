@@ -51,7 +51,9 @@ def endpoint_path(base_url: str) -> str | None:
     return next((s for s in ENDPOINT_PATHS if path.endswith(s)), None)
 
 
-async def model_list(client: httpx.AsyncClient, base_url: str, api_key: str | None) -> tuple[int | None, list[str] | None]:
+async def model_list(
+    client: httpx.AsyncClient, base_url: str, api_key: str | None
+) -> tuple[int | None, list[str] | None]:
     """``(status, ids)`` of ``GET {base}/models``: the status (None when nothing answered) and the
     model ids when the answer is an OpenAI model list (``{"data": [{"id": ...}]}``), else None."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

@@ -55,12 +55,21 @@ from gym_runtime.errors import StartError
 from servers._kit.text import repaired
 
 PROBE_COMPLETION_TIMEOUT_S = 60.0
-PROBE_TOOL = {"type": "function", "function": {
-    "name": "get_time", "description": "The current time.", "parameters": {"type": "object", "properties": {}}}}
+PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The current time.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
 TOKEN_ID_RE = re.compile(r"token_id:[0-9]+", re.ASCII)
 TOOL_CHOICE_RE = re.compile(r"enable-auto-tool-choice|tool-call-parser|auto\"? tool choice", re.I)
-REASONING_KEYS = {"both": ("reasoning_content", "reasoning"), "reasoning": ("reasoning",),
-                  "reasoning_content": ("reasoning_content",)}
+REASONING_KEYS = {
+    "both": ("reasoning_content", "reasoning"),
+    "reasoning": ("reasoning",),
+    "reasoning_content": ("reasoning_content",),
+}
 MAX_SHOWN = 4000
 
 
@@ -96,8 +105,11 @@ def plans(instances: dict[str, Any], explicit: bool, tools: bool) -> list[Plan]:
         parser = bool(cfg["uses_reasoning_parser"]) if "uses_reasoning_parser" in cfg else None
         field = cfg.get("reasoning_field") if cfg.get("reasoning_field") in REASONING_KEYS else "both"
         key = cfg.get("api_key") if isinstance(cfg.get("api_key"), str) else None
-        out += [Plan(name, u.rstrip("/"), str(cfg["model"]), key, explicit or tools, token_ids, explicit, parser, field)
-                for u in urls if isinstance(u, str)]
+        out += [
+            Plan(name, u.rstrip("/"), str(cfg["model"]), key, explicit or tools, token_ids, explicit, parser, field)
+            for u in urls
+            if isinstance(u, str)
+        ]
     return out
 
 
@@ -157,40 +169,56 @@ class Probe:
         try:
             r = await self.client.post(url, json=body, headers=self.headers, timeout=PROBE_COMPLETION_TIMEOUT_S)
         except httpx.HTTPError as e:
-            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {shown} failed: "
-                            f"{type(e).__name__}: {e}", "check the policy endpoint; drop --probe-policy to skip "
-                            "this check") from None
+            raise self.fail(
+                "GR-START-POLICY-PROBE",
+                f"the {turn} of the probe of '{p.instance}' at {shown} failed: {type(e).__name__}: {e}",
+                "check the policy endpoint; drop --probe-policy to skip this check",
+            ) from None
         if r.status_code >= 400:
             said = words(r)
             if r.status_code == 400 and body.get("tools") and TOOL_CHOICE_RE.search(said):
-                raise self.fail("GR-START-TOOL-PARSER", f"policy endpoint {mask_url(p.url)} refuses requests that offer tools "
-                                f"(HTTP 400: {said}), so every rollout whose row offers tools would fail",
-                                f"restart vLLM with --enable-auto-tool-choice --tool-call-parser <parser for "
-                                f"{p.model}> (e.g. hermes for Qwen models); see docs/rollouts.md")
-            carried = [k for m in body["messages"] if m.get("role") == "assistant" for k in REASONING_KEYS["both"]
-                       if m.get(k)]
+                raise self.fail(
+                    "GR-START-TOOL-PARSER",
+                    f"policy endpoint {mask_url(p.url)} refuses requests that offer tools "
+                    f"(HTTP 400: {said}), so every rollout whose row offers tools would fail",
+                    f"restart vLLM with --enable-auto-tool-choice --tool-call-parser <parser for "
+                    f"{p.model}> (e.g. hermes for Qwen models); see docs/rollouts.md",
+                )
+            carried = [
+                k for m in body["messages"] if m.get("role") == "assistant" for k in REASONING_KEYS["both"] if m.get(k)
+            ]
             if carried and r.status_code in (400, 422) and "reasoning" in said.lower():
                 others = " or ".join(f for f in ("both", "reasoning", "reasoning_content") if f != p.reasoning_field)
-                raise self.fail("GR-START-REASONING-FIELD", f"policy endpoint {mask_url(p.url)} refuses an assistant message "
-                                f"that carries its reasoning under {' and '.join(map(repr, sorted(set(carried))))} "
-                                f"(reasoning_field: {p.reasoning_field}; HTTP {r.status_code}: {said}), so every "
-                                "multi-turn rollout would fail on its second model call",
-                                f"set reasoning_field: {others} in the config of '{p.instance}' (the field the "
-                                "endpoint returns); see docs/rollouts.md, \"Reasoning\"")
-            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {shown} failed "
-                            f"(HTTP {r.status_code}: {said})", "check the policy endpoint and model name; drop "
-                            "--probe-policy to skip this check")
+                raise self.fail(
+                    "GR-START-REASONING-FIELD",
+                    f"policy endpoint {mask_url(p.url)} refuses an assistant message "
+                    f"that carries its reasoning under {' and '.join(map(repr, sorted(set(carried))))} "
+                    f"(reasoning_field: {p.reasoning_field}; HTTP {r.status_code}: {said}), so every "
+                    "multi-turn rollout would fail on its second model call",
+                    f"set reasoning_field: {others} in the config of '{p.instance}' (the field the "
+                    'endpoint returns); see docs/rollouts.md, "Reasoning"',
+                )
+            raise self.fail(
+                "GR-START-POLICY-PROBE",
+                f"the {turn} of the probe of '{p.instance}' at {shown} failed (HTTP {r.status_code}: {said})",
+                "check the policy endpoint and model name; drop --probe-policy to skip this check",
+            )
         try:
             completion, fixed = repaired(r.json())
             message = completion["choices"][0]["message"]
             assert isinstance(message, dict)
         except (ValueError, KeyError, IndexError, TypeError, AssertionError, RecursionError):
-            raise self.fail("GR-START-POLICY-PROBE", f"the {turn} of the probe of '{p.instance}' at {shown} answered "
-                            f"a body that is not a chat completion: {_shown(r.text)}",
-                            "point the model server at an OpenAI-compatible /v1 root") from None
+            raise self.fail(
+                "GR-START-POLICY-PROBE",
+                f"the {turn} of the probe of '{p.instance}' at {shown} answered "
+                f"a body that is not a chat completion: {_shown(r.text)}",
+                "point the model server at an OpenAI-compatible /v1 root",
+            ) from None
         if fixed:
-            self.found.append(f"{turn}: {fixed} code point(s) that are no text replaced by U+FFFD (counted as "
-                              "repaired_text in rollouts)")
+            self.found.append(
+                f"{turn}: {fixed} code point(s) that are no text replaced by U+FFFD (counted as "
+                "repaired_text in rollouts)"
+            )
         return completion
 
     async def run(self) -> None:
@@ -212,8 +240,10 @@ class Probe:
                 self.check_token_spelling(answer)
             history += ask + self.replayed(answer["choices"][0]["message"])
         if p.two_turns:
-            await self.complete(self.body(history + [{"role": "user", "content": "Thanks. Reply with OK again."}],
-                                          tools=p.tools), "turn 2")
+            await self.complete(
+                self.body(history + [{"role": "user", "content": "Thanks. Reply with OK again."}], tools=p.tools),
+                "turn 2",
+            )
             self.found.append(f"turn 2 with reasoning_field: {p.reasoning_field} ok")
         self.say(f"policy probe: {p.url} ({p.instance}): " + "; ".join(self.found))
 
@@ -226,17 +256,25 @@ class Probe:
         content = message.get("content") if isinstance(message.get("content"), str) else ""
         tags = "<think>" in content or "</think>" in content
         if fields and not p.parser:
-            raise self.fail("GR-START-REASONING-PARSER", f"policy endpoint {p.url} returns reasoning (field "
-                            f"{fields[0]!r}), but '{p.instance}' has uses_reasoning_parser: false, so every rollout "
-                            "would fail", f"set uses_reasoning_parser: true in the config of '{p.instance}' (or "
-                            "serve the model without a reasoning parser); see docs/rollouts.md, \"Reasoning\"")
+            raise self.fail(
+                "GR-START-REASONING-PARSER",
+                f"policy endpoint {p.url} returns reasoning (field "
+                f"{fields[0]!r}), but '{p.instance}' has uses_reasoning_parser: false, so every rollout "
+                "would fail",
+                f"set uses_reasoning_parser: true in the config of '{p.instance}' (or "
+                'serve the model without a reasoning parser); see docs/rollouts.md, "Reasoning"',
+            )
         if tags and not p.parser:
-            self.say(f"WARNING: policy endpoint {p.url} answers with <think> tags in the content and '{p.instance}' "
-                     "has uses_reasoning_parser: false: the reasoning would reach the grader as part of the answer; "
-                     "set uses_reasoning_parser: true for a reasoning model (docs/rollouts.md)")
+            self.say(
+                f"WARNING: policy endpoint {p.url} answers with <think> tags in the content and '{p.instance}' "
+                "has uses_reasoning_parser: false: the reasoning would reach the grader as part of the answer; "
+                "set uses_reasoning_parser: true for a reasoning model (docs/rollouts.md)"
+            )
         else:
-            self.found.append(f"reasoning fields {fields or 'none'}, <think> tags {'yes' if tags else 'no'}; "
-                              f"uses_reasoning_parser: {str(p.parser).lower()} fits")
+            self.found.append(
+                f"reasoning fields {fields or 'none'}, <think> tags {'yes' if tags else 'no'}; "
+                f"uses_reasoning_parser: {str(p.parser).lower()} fits"
+            )
 
     def replayed(self, message: dict) -> list[dict]:
         """The turn-1 answer as the model server sends it back: content, reasoning under the
@@ -249,13 +287,16 @@ class Probe:
         calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict) and c.get("id")]
         if calls:
             sent["tool_calls"] = calls
-        return [sent] + [{"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"time": "12:00"})}
-                         for c in calls]
+        return [sent] + [
+            {"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"time": "12:00"})} for c in calls
+        ]
 
     def token_hint(self) -> str:
-        return (f"use an endpoint that returns token ids (vLLM's OpenAI server; SGLang 0.5 ignores "
-                f"return_tokens_as_token_ids), or set return_token_id_information: false in '{self.plan.instance}' "
-                "when no trainer needs them")
+        return (
+            f"use an endpoint that returns token ids (vLLM's OpenAI server; SGLang 0.5 ignores "
+            f"return_tokens_as_token_ids), or set return_token_id_information: false in '{self.plan.instance}' "
+            "when no trainer needs them"
+        )
 
     def check_token_spelling(self, completion: dict) -> list:
         """The logprob entries of ``completion``; :class:`StartError` unless each token is ``token_id:<int>``."""
@@ -263,15 +304,28 @@ class Probe:
         choice = completion["choices"][0]
         entries = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
         if not isinstance(entries, list) or not entries:
-            raise self.fail("GR-START-TOKEN-IDS", f"policy endpoint {p.url} returned no per-token logprobs although "
-                            f"'{p.instance}' asks for token ids (return_token_id_information: true)", hint)
-        bad = next((e.get("token") if isinstance(e, dict) else e for e in entries
-                    if not (isinstance(e, dict) and isinstance(e.get("token"), str)
-                            and TOKEN_ID_RE.fullmatch(e["token"]))), None)
+            raise self.fail(
+                "GR-START-TOKEN-IDS",
+                f"policy endpoint {p.url} returned no per-token logprobs although "
+                f"'{p.instance}' asks for token ids (return_token_id_information: true)",
+                hint,
+            )
+        bad = next(
+            (
+                e.get("token") if isinstance(e, dict) else e
+                for e in entries
+                if not (isinstance(e, dict) and isinstance(e.get("token"), str) and TOKEN_ID_RE.fullmatch(e["token"]))
+            ),
+            None,
+        )
         if bad is not None or any(not isinstance(e, dict) for e in entries):
-            raise self.fail("GR-START-TOKEN-IDS", f"policy endpoint {p.url} ignores return_tokens_as_token_ids: a "
-                            f"logprob token is {str(bad)[:60]!r}, not 'token_id:<int>' (SGLang? use an endpoint "
-                            "that returns token ids)", hint)
+            raise self.fail(
+                "GR-START-TOKEN-IDS",
+                f"policy endpoint {p.url} ignores return_tokens_as_token_ids: a "
+                f"logprob token is {str(bad)[:60]!r}, not 'token_id:<int>' (SGLang? use an endpoint "
+                "that returns token ids)",
+                hint,
+            )
         return entries
 
     async def check_token_ids(self, completion: dict, body: dict) -> None:
@@ -283,8 +337,12 @@ class Probe:
         usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
         tokenize = {k: body[k] for k in ("model", "messages", "tools") if k in body}
         try:
-            r = await self.client.post(f"{p.url.removesuffix('/v1')}/tokenize", json=tokenize, headers=self.headers,
-                                       timeout=PROBE_COMPLETION_TIMEOUT_S)
+            r = await self.client.post(
+                f"{p.url.removesuffix('/v1')}/tokenize",
+                json=tokenize,
+                headers=self.headers,
+                timeout=PROBE_COMPLETION_TIMEOUT_S,
+            )
         except httpx.HTTPError:
             r = None
         if r is None or r.status_code in (404, 405):
@@ -298,15 +356,23 @@ class Probe:
         ok = isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens)
         counted = usage.get("prompt_tokens")
         if not ok or (isinstance(counted, int) and counted != len(tokens)):
-            detail = (f"answered HTTP {r.status_code}: {_shown(r.text)}" if not ok else
-                      f"gives {len(tokens)} tokens for the probe's prompt, while its completion counted {counted}")
-            raise self.fail("GR-START-TOKEN-IDS", f"the /tokenize of policy endpoint {p.url} {detail}: prompt token "
-                            "ids taken from it would not be the ones the model saw", hint)
+            detail = (
+                f"answered HTTP {r.status_code}: {_shown(r.text)}"
+                if not ok
+                else f"gives {len(tokens)} tokens for the probe's prompt, while its completion counted {counted}"
+            )
+            raise self.fail(
+                "GR-START-TOKEN-IDS",
+                f"the /tokenize of policy endpoint {p.url} {detail}: prompt token "
+                "ids taken from it would not be the ones the model saw",
+                hint,
+            )
         self.found.append(said + f"; /tokenize agrees on {len(tokens)} prompt tokens")
 
 
-async def run_probes(client: httpx.AsyncClient, instances: dict[str, Any], explicit: bool, tools: bool,
-                     say: Callable[[str], None]) -> None:
+async def run_probes(
+    client: httpx.AsyncClient, instances: dict[str, Any], explicit: bool, tools: bool, say: Callable[[str], None]
+) -> None:
     """Run every planned probe (:func:`plans`) in config order; raises the first :class:`StartError`
     (an :class:`Inconclusive` probe is said as a warning)."""
     for plan in plans(instances, explicit, tools):

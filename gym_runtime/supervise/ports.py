@@ -45,8 +45,11 @@ def bind_listener(host: str, port: int, what: str) -> socket.socket:
         s.close()
         if e.errno == errno.EADDRINUSE:
             raise port_in_use(what, host, port) from None
-        raise StartError(f"{what}: cannot bind {host}:{port}: {e.strerror}", code="GR-START-PORT",
-                         hint="use a loopback address this host has, or another port") from None
+        raise StartError(
+            f"{what}: cannot bind {host}:{port}: {e.strerror}",
+            code="GR-START-PORT",
+            hint="use a loopback address this host has, or another port",
+        ) from None
     s.listen(512)
     s.setblocking(False)
     return s
@@ -55,10 +58,12 @@ def bind_listener(host: str, port: int, what: str) -> socket.socket:
 def port_in_use(what: str, host: str, port: int) -> StartError:
     """The C04 error: ``<what>: host:port is already in use (pid N (cmd))`` with a hint."""
     owner = port_owner(port)
-    return StartError(f"{what}: {host}:{port} is already in use" + (f" by {owner}" if owner else ""),
-                      code="GR-START-PORT-IN-USE",
-                      hint="stop that process (often a server left from an earlier run), or change the port "
-                      "in the config / remove `port` to have one assigned")
+    return StartError(
+        f"{what}: {host}:{port} is already in use" + (f" by {owner}" if owner else ""),
+        code="GR-START-PORT-IN-USE",
+        hint="stop that process (often a server left from an earlier run), or change the port "
+        "in the config / remove `port` to have one assigned",
+    )
 
 
 def check_free(host: str, port: int, what: str) -> None:

@@ -30,11 +30,19 @@ from typing import Any
 
 import psutil
 
-_RAY = (("gcs_server", "gcs_server"), ("raylet", "raylet"), ("dashboard/agent.py", "dashboard agent"),
-        ("runtime_env/agent/main.py", "runtime-env agent"), ("log_monitor.py", "log monitor"),
-        ("dashboard/dashboard.py", "api server"), ("ray::", "worker"), ("default_worker.py", "worker"),
-        ("ray.util.client.server", "ray client server"), ("gym_runtime_ray_hold.py", "head holder"),
-        ("/bin/ray start", "ray start"))
+_RAY = (
+    ("gcs_server", "gcs_server"),
+    ("raylet", "raylet"),
+    ("dashboard/agent.py", "dashboard agent"),
+    ("runtime_env/agent/main.py", "runtime-env agent"),
+    ("log_monitor.py", "log monitor"),
+    ("dashboard/dashboard.py", "api server"),
+    ("ray::", "worker"),
+    ("default_worker.py", "worker"),
+    ("ray.util.client.server", "ray client server"),
+    ("gym_runtime_ray_hold.py", "head holder"),
+    ("/bin/ray start", "ray start"),
+)
 MIB = 1024 * 1024
 
 
@@ -54,8 +62,9 @@ def _subtree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def account(members: Iterable[Any], helpers: dict[int, str], daemon_pid: int | None = None,
-            boxes: dict[int, str] | None = None) -> list[dict[str, Any]]:
+def account(
+    members: Iterable[Any], helpers: dict[int, str], daemon_pid: int | None = None, boxes: dict[int, str] | None = None
+) -> list[dict[str, Any]]:
     """One row per process of the daemon's tree: ``pid``, ``role``, ``member``, ``component``,
     ``rss_mb``, ``pss_mb`` (None when unreadable). ``members``: the supervisor's members (their
     ``proc.pid`` roots a subtree; ``kind`` ``server``/``ray``/``model``); ``helpers``: other known
@@ -96,8 +105,16 @@ def account(members: Iterable[Any], helpers: dict[int, str], daemon_pid: int | N
             component = _component(p)
         elif role == "other" and (name == "uv" or "import compileall" in " ".join(_cmdline(p))):
             role = "build"
-        rows.append({"pid": p.pid, "role": role, "member": member, "component": component or name,
-                     "rss_mb": round(rss / MIB, 1), "pss_mb": round(pss, 1) if pss is not None else None})
+        rows.append(
+            {
+                "pid": p.pid,
+                "role": role,
+                "member": member,
+                "component": component or name,
+                "rss_mb": round(rss / MIB, 1),
+                "pss_mb": round(pss, 1) if pss is not None else None,
+            }
+        )
     return rows
 
 
@@ -127,7 +144,8 @@ def of_environment(supervisor: Any, sandboxes: Iterable[Any], task_sandboxes: An
     helpers = {pid: what for sb in sandboxes if sb is not None for pid, what in sb.helpers.items()}
     if supervisor.watchdog is not None:
         helpers[supervisor.watchdog.proc.pid] = "orphan watchdog"
-    boxes = {p.pid: rec.owner for rec in list(getattr(task_sandboxes, "boxes", {}).values())
-             for p in rec.box.processes()}
+    boxes = {
+        p.pid: rec.owner for rec in list(getattr(task_sandboxes, "boxes", {}).values()) for p in rec.box.processes()
+    }
     rows = account(list(supervisor.members.values()), helpers, boxes=boxes)
     return {"processes": rows, "by_role": summary(rows)}

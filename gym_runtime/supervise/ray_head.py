@@ -83,8 +83,11 @@ DEFAULT_TEMP_DIR = Path("/tmp/ray")  # where a cluster started without --temp-di
 # with LOOPBACK_ENV) and where the node keeps its sessions.
 NODE_RAY_ENV = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_TMPDIR")
 # usage stats off and their report sent nowhere ("Quiet start" in the module doc)
-USAGE_STATS_OFF = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
-                   "RAY_USAGE_STATS_PROMPT_ENABLED": "0"}
+USAGE_STATS_OFF = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
+    "RAY_USAGE_STATS_PROMPT_ENABLED": "0",
+}
 # no idle workers started ahead of tasks (one per CPU at start and at the first driver; "Lean start")
 NO_PRESTART = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
 # a raylet's connection to its own object store retried every 50 ms, 200 times (the same 10 s as Ray's
@@ -110,8 +113,12 @@ def interpreter_of(executable: Path, timeout_s: float = 60.0) -> str | None:
     closes. ``subprocess.Popen`` returns once the exec is under way; the new program's command line
     can still read empty for a moment (the kernel sets it up after the old memory is released), so
     it is read until it is not."""
-    proc = subprocess.Popen([str(executable), "-I", "-S", "-c", "import sys; sys.stdin.read()"],
-                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(executable), "-I", "-S", "-c", "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline, first = time.monotonic() + timeout_s, ""
     try:
         while not first and proc.poll() is None and time.monotonic() < deadline:
@@ -136,12 +143,15 @@ def check_native(ray_bin: Path, why: str) -> None:
 
     interpreter = interpreter_of(ray_bin.parent / "python")
     if interpreter is not None:
-        raise StartError(f"ray: a private Ray head is wanted ({why}), but this host runs {ray_bin.parent / 'python'} "
-                         f"through {interpreter} (CPU emulation), where Ray's drivers cannot find their node's raylet: "
-                         "they look for a process whose executable is named raylet, and every emulated process is "
-                         "named after the interpreter", code="GR-RAY-EMULATED",
-                         hint="run the image built for this host's architecture, or declare `ray_enabled = False` "
-                         "on the server classes that never call Ray (NeMo Gym 0.7)")
+        raise StartError(
+            f"ray: a private Ray head is wanted ({why}), but this host runs {ray_bin.parent / 'python'} "
+            f"through {interpreter} (CPU emulation), where Ray's drivers cannot find their node's raylet: "
+            "they look for a process whose executable is named raylet, and every emulated process is "
+            "named after the interpreter",
+            code="GR-RAY-EMULATED",
+            hint="run the image built for this host's architecture, or declare `ray_enabled = False` "
+            "on the server classes that never call Ray (NeMo Gym 0.7)",
+        )
 
 
 def make_temp_dir() -> Path:
@@ -188,8 +198,14 @@ def _made_at(path: Path) -> float:
 # Listeners of a head whose defaults are fixed ports (dashboard agent 52365...): each gets a port of
 # its own, so a head at isolation none never collides with another Ray on the host (e.g. a training
 # job's cluster on the same node).
-PORT_FLAGS = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
-              "--metrics-export-port", "--node-manager-port", "--object-manager-port")
+PORT_FLAGS = (
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+    "--metrics-export-port",
+    "--node-manager-port",
+    "--object-manager-port",
+)
 # The head's holder (and ``ray start``'s RAY_START_HOOK): a plain script in a directory of its own,
 # which the head's sandbox binds read-only.
 HOLD_DIR = Path(__file__).with_name("ray_hold")
@@ -203,14 +219,38 @@ def head_argv(ray_bin: Path, gcs_port: int, temp_dir: Path, ports: Iterable[int]
     stats, no Ray Client server (the holder's hook); ``ports``: one free port per flag of
     :data:`PORT_FLAGS`."""
     given = [a for flag, port in zip(PORT_FLAGS, ports) for a in (flag, str(port))]
-    return [str(ray_bin.parent / "python"), "-I", "-S", str(HOLD_SCRIPT),
-            str(ray_bin), "start", "--head", "--port", str(gcs_port), "--node-ip-address", "127.0.0.1",
-            *given, "--include-dashboard", "false", "--no-monitor", "--disable-usage-stats",
-            "--temp-dir", str(temp_dir)]
+    return [
+        str(ray_bin.parent / "python"),
+        "-I",
+        "-S",
+        str(HOLD_SCRIPT),
+        str(ray_bin),
+        "start",
+        "--head",
+        "--port",
+        str(gcs_port),
+        "--node-ip-address",
+        "127.0.0.1",
+        *given,
+        "--include-dashboard",
+        "false",
+        "--no-monitor",
+        "--disable-usage-stats",
+        "--temp-dir",
+        str(temp_dir),
+    ]
 
 
 def head_env(ray_bin: Path, temp_dir: Path) -> dict[str, str]:
     """The head's complete environment (no ``RAY_ADDRESS``, nothing from the daemon's shell; usage
     stats off and their report sent nowhere, see the module doc; loopback only, :data:`LOOPBACK_ENV`)."""
-    return {"PATH": f"{ray_bin.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(temp_dir), "LANG": "C.UTF-8",
-            **USAGE_STATS_OFF, "PYTHONUNBUFFERED": "1", **LOOPBACK_ENV, **NO_PRESTART, **PROMPT_STORE}
+    return {
+        "PATH": f"{ray_bin.parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(temp_dir),
+        "LANG": "C.UTF-8",
+        **USAGE_STATS_OFF,
+        "PYTHONUNBUFFERED": "1",
+        **LOOPBACK_ENV,
+        **NO_PRESTART,
+        **PROMPT_STORE,
+    }

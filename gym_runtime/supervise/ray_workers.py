@@ -62,8 +62,12 @@ def job_env(server_dir: Path, venv_python: Path) -> dict[str, str]:
     daemon's ``uv run``; and whose driver exits without Ray's 0.5 s sleep (see the module doc).
     ``venv_python`` must be in a venv this runtime built (it holds the hook's module)."""
     runtime_env = {"py_executable": str(venv_python), "env_vars": {"PYTHONPATH": str(server_dir)}}
-    return {JOB_CONFIG_VAR: json.dumps({"runtime_env": runtime_env}), OVERRIDE_VAR: "1", UV_RUN_HOOK_VAR: "0",
-            RUNTIME_ENV_HOOK_VAR: RAY_HOOK}
+    return {
+        JOB_CONFIG_VAR: json.dumps({"runtime_env": runtime_env}),
+        OVERRIDE_VAR: "1",
+        UV_RUN_HOOK_VAR: "0",
+        RUNTIME_ENV_HOOK_VAR: RAY_HOOK,
+    }
 
 
 def head_read_only_paths(server_dirs: Iterable[Path]) -> list[Path]:

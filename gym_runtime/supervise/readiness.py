@@ -64,9 +64,13 @@ def _reason(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-async def report_endpoint_wait(client: httpx.AsyncClient, waiting: Callable[[], list[str]],
-                               say: Callable[[str], None], last: dict[str, str],
-                               every_s: float = REPORT_EVERY_S) -> None:
+async def report_endpoint_wait(
+    client: httpx.AsyncClient,
+    waiting: Callable[[], list[str]],
+    say: Callable[[str], None],
+    last: dict[str, str],
+    every_s: float = REPORT_EVERY_S,
+) -> None:
     """Report a wait for model endpoints (run as a task; cancel it when the start-up ends).
 
     While ``waiting()`` (the base URLs the start-up waits for now, empty while it waits for
@@ -84,7 +88,9 @@ async def report_endpoint_wait(client: httpx.AsyncClient, waiting: Callable[[], 
                 failed[url] = last[url] = reason
         if failed and (said_at is None or time.monotonic() - said_at >= every_s):
             said_at = time.monotonic()
-            say(f"{ENDPOINT_PHASE}: " + "; ".join(f"GET {mask_url(model_probe_url(u))}: {r}" for u, r in failed.items()))
+            say(
+                f"{ENDPOINT_PHASE}: " + "; ".join(f"GET {mask_url(model_probe_url(u))}: {r}" for u, r in failed.items())
+            )
         await asyncio.sleep(1.0 if urls else 0.1)
 
 
@@ -156,8 +162,11 @@ def policy_models(data: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
     urls, name, key = data.get("policy_base_url"), data.get("policy_model_name"), data.get("policy_api_key")
     if not isinstance(name, str) or not name:
         return {}
-    return {u.rstrip("/"): (name, key if isinstance(key, str) else None)
-            for u in (urls if isinstance(urls, list) else [urls]) if isinstance(u, str)}
+    return {
+        u.rstrip("/"): (name, key if isinstance(key, str) else None)
+        for u in (urls if isinstance(urls, list) else [urls])
+        if isinstance(u, str)
+    }
 
 
 def model_probe_url(base_url: str) -> str:

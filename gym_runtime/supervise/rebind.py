@@ -42,8 +42,10 @@ def handle_bind_race(sup: Any, m: Member) -> bool:
     old = m.port
     sup.rebind(m.name)
     m.rebinds += 1
-    sup._progress(f"{why}, taken between choice and bind: {m.name} moves from port {old} to {m.port}; "
-                  "servers restart with the new addresses")
+    sup._progress(
+        f"{why}, taken between choice and bind: {m.name} moves from port {old} to {m.port}; "
+        "servers restart with the new addresses"
+    )
     m.log.note(f"port {old} was taken before this server bound it; new port {m.port}")
     for other in sup.members.values():
         if other is not m and other.kind == "server" and other.proc is not None and other.proc.poll() is None:

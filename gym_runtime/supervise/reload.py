@@ -62,8 +62,15 @@ async def remerge(env: Any) -> list[str]:
     Raises what :func:`gym_runtime.config.build_config` raises, or :class:`ConfigError`
     ``GR-CONFIG-WATCH-RESTART``; on any error the running environment is left as it was."""
     old: MergedConfig = env.merged
-    new, _ = await job_policy.configure(env.req.package, env.req.overrides, env.req.policy, lambda msg: None,
-                                        env.settings, job_config=env.req.job_config, stub_url=env.stub_url)
+    new, _ = await job_policy.configure(
+        env.req.package,
+        env.req.overrides,
+        env.req.policy,
+        lambda msg: None,
+        env.settings,
+        job_config=env.req.job_config,
+        stub_url=env.stub_url,
+    )
     _check_compatible(old, new)
     from gym_runtime.task_sandboxes.bringup import choose_providers
 
@@ -87,15 +94,19 @@ def _check_compatible(old: MergedConfig, new: MergedConfig) -> None:
     problems += [f"{n!r} was removed" for n in old.instances if n not in new.instances]
     for n in set(old.instances) & set(new.instances):
         a, b = old.instances[n], new.instances[n]
-        for what, x, y in (("implementation", f"{a.server_type}/{a.implementation}",
-                            f"{b.server_type}/{b.implementation}"),
-                           ("server directory", a.server_dir.path, b.server_dir.path),
-                           ("entrypoint", a.entrypoint, b.entrypoint),
-                           ("port", a.port or "a free port", b.port or "a free port"),
-                           ("host", a.host or "the default", b.host or "the default")):
+        for what, x, y in (
+            ("implementation", f"{a.server_type}/{a.implementation}", f"{b.server_type}/{b.implementation}"),
+            ("server directory", a.server_dir.path, b.server_dir.path),
+            ("entrypoint", a.entrypoint, b.entrypoint),
+            ("port", a.port or "a free port", b.port or "a free port"),
+            ("host", a.host or "the default", b.host or "the default"),
+        ):
             if x != y:
                 problems.append(f"{n!r} changed its {what} ({x} -> {y})")
     if problems:
-        raise ConfigError("the config change cannot be applied to the running environment: " + "; ".join(problems),
-                          code="GR-CONFIG-WATCH-RESTART", hint="stop with Ctrl-C and start dry-run --watch again "
-                          "to bring the environment up with it (the running servers keep the previous config)")
+        raise ConfigError(
+            "the config change cannot be applied to the running environment: " + "; ".join(problems),
+            code="GR-CONFIG-WATCH-RESTART",
+            hint="stop with Ctrl-C and start dry-run --watch again "
+            "to bring the environment up with it (the running servers keep the previous config)",
+        )

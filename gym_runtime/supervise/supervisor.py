@@ -34,8 +34,17 @@ from gym_runtime.errors import StartError
 from gym_runtime.supervise import policy_endpoint, port_owner, readiness, run_mark, wedged
 from gym_runtime.supervise.failure import endpoint_failure, failure_report, port_listening
 from gym_runtime.supervise.interrupted import StartInterrupted
-from gym_runtime.supervise.member import (FAILED, NODE_LOST, PENDING, READY, RESTARTING, STARTING, STOPPED,
-                                          STOPPING, Member)
+from gym_runtime.supervise.member import (
+    FAILED,
+    NODE_LOST,
+    PENDING,
+    READY,
+    RESTARTING,
+    STARTING,
+    STOPPED,
+    STOPPING,
+    Member,
+)
 from gym_runtime.supervise.orphans import group_empty, reap_orphans
 from gym_runtime.supervise.rebind import handle_bind_race, respawn_after_exit
 from gym_runtime.supervise.shutdown import stop_group
@@ -225,16 +234,22 @@ class Supervisor:
             return
         m.log.drain_now()
         info = ev.proc.exit_info()
-        m.last_exit = {"returncode": info.returncode, "reason": info.reason, "detail": info.detail,
-                       "at": time.time()}
+        m.last_exit = {"returncode": info.returncode, "reason": info.reason, "detail": info.detail, "at": time.time()}
         m.log.note(f"exited: status {info.returncode} ({info.reason}{': ' + info.detail if info.detail else ''})")
         if self.watchdog is not None and m.pgid in self._pgids and group_empty(m.pgid):
             self.watchdog.forget(m.pgid)  # an empty group's id may be reused by an unrelated process
-        if respawn_after_exit(self, m) or m.status in (STOPPING, STOPPED) or self._stop_started \
-                or handle_bind_race(self, m):
+        if (
+            respawn_after_exit(self, m)
+            or m.status in (STOPPING, STOPPED)
+            or self._stop_started
+            or handle_bind_race(self, m)
+        ):
             return
-        what = f"exited with status {info.returncode}" + (" although nobody asked it to stop" if info.returncode
-                                                            == 0 else "") + f" ({info.reason})"
+        what = (
+            f"exited with status {info.returncode}"
+            + (" although nobody asked it to stop" if info.returncode == 0 else "")
+            + f" ({info.reason})"
+        )
         if m.status == wedged.WEDGED:
             what = f"was killed because it was wedged ({m.wedged})"
         if info.reason == NODE_LOST:  # not the server's failure: never ends the run (module doc)
@@ -244,11 +259,15 @@ class Supervisor:
             seen, m.startup_exit = m.startup_exit, (info.returncode, m.log.last_line())
             if seen == m.startup_exit:
                 m.status = FAILED
-                self._fail(m.name, f"{m.kind} {m.name!r} {what} during start-up, the same way as on its previous "
-                           f"start (last log line: {m.startup_exit[1]!r}); not restarted again, restarts are for "
-                           "servers that were ready once", hint="the error is the same on every start: fix the "
-                           "server or its config (its last log lines are in cause, the whole log in log), "
-                           + self.options.after_fix)
+                self._fail(
+                    m.name,
+                    f"{m.kind} {m.name!r} {what} during start-up, the same way as on its previous "
+                    f"start (last log line: {m.startup_exit[1]!r}); not restarted again, restarts are for "
+                    "servers that were ready once",
+                    hint="the error is the same on every start: fix the "
+                    "server or its config (its last log lines are in cause, the whole log in log), "
+                    + self.options.after_fix,
+                )
                 return
         crashes = m.restarts - m.node_losses
         if crashes < self.options.max_restarts:
@@ -271,8 +290,10 @@ class Supervisor:
         m.node_losses += 1
         m.startup_exit = None  # its next start is on another node: not a repeat of an earlier one
         m.status, m.error = RESTARTING, what
-        self._progress(f"{m.name}: {what}; restart in {delay:g}s on another node (a node's loss is not counted "
-                       f"toward the {self.options.max_restarts} restarts)")
+        self._progress(
+            f"{m.name}: {what}; restart in {delay:g}s on another node (a node's loss is not counted "
+            f"toward the {self.options.max_restarts} restarts)"
+        )
         asyncio.get_running_loop().call_later(delay, self.post, Event("spawn", m.name))
 
     def _on_ready(self, ev: Event) -> None:
@@ -296,10 +317,16 @@ class Supervisor:
         m.status = FAILED
         m.proc.mark("killed", "not ready in time")
         self._spawn_task(m.proc.stop(0.5))
-        what = (f"did not print {m.probe_path[4:]!r}" if m.probe_path.startswith("log:")
-                else f"did not answer GET {m.probe_path} at {m.url}")
-        self._fail(m.name, f"{m.kind} {m.name!r} {what} within {self.options.server_ready_timeout_s:g}s",
-                   code="GR-START-TIMEOUT")
+        what = (
+            f"did not print {m.probe_path[4:]!r}"
+            if m.probe_path.startswith("log:")
+            else f"did not answer GET {m.probe_path} at {m.url}"
+        )
+        self._fail(
+            m.name,
+            f"{m.kind} {m.name!r} {what} within {self.options.server_ready_timeout_s:g}s",
+            code="GR-START-TIMEOUT",
+        )
 
     def _on_squatted(self, ev: Event) -> None:
         m = self.members[ev.name]
@@ -307,10 +334,14 @@ class Supervisor:
             return
         m.status = FAILED
         self._spawn_task(m.proc.stop(0.5))
-        self._fail(m.name, f"{m.kind} {m.name!r}: its port {m.port} answers, but the listener is held by {ev.data}, "
-                   f"not by {m.name!r} (port squatting): that process would receive {m.name!r}'s requests",
-                   code="GR-START-PORT-SQUAT", hint="a server of this environment binds ports that are not its own: "
-                   "remove it from the package, or report it to the environment's author")
+        self._fail(
+            m.name,
+            f"{m.kind} {m.name!r}: its port {m.port} answers, but the listener is held by {ev.data}, "
+            f"not by {m.name!r} (port squatting): that process would receive {m.name!r}'s requests",
+            code="GR-START-PORT-SQUAT",
+            hint="a server of this environment binds ports that are not its own: "
+            "remove it from the package, or report it to the environment's author",
+        )
 
     def _on_endpoint(self, ev: Event) -> None:
         self.endpoints[ev.name] = ev.data if isinstance(ev.data, str) else "failed"
@@ -362,8 +393,7 @@ class Supervisor:
         started = [m for m in self.members.values() if m.status != PENDING]
         if started and all(m.status == READY for m in started) and self._spawn_wave():
             return
-        if all(m.status == READY for m in self.members.values()) and all(
-                s == "ready" for s in self.endpoints.values()):
+        if all(m.status == READY for m in self.members.values()) and all(s == "ready" for s in self.endpoints.values()):
             self.state, self.phase = "ready", "ready"
             self._startup.set_result(None)
 
@@ -387,12 +417,14 @@ class Supervisor:
                 self.request_stop()
 
     def _report(self, message: str, code: str, hint: str | None, names: list[str]) -> StartError:
-        return failure_report(self.members, self.phase, self.options.log_tail_lines, message, code, hint, names,
-                              self.options.after_fix)
+        return failure_report(
+            self.members, self.phase, self.options.log_tail_lines, message, code, hint, names, self.options.after_fix
+        )
 
     def _timeout_error(self, message: str) -> StartError:
-        return self._report(message, "GR-START-TIMEOUT", "raise --startup-timeout / --ready-timeout if the "
-                            "servers are merely slow", [])
+        return self._report(
+            message, "GR-START-TIMEOUT", "raise --startup-timeout / --ready-timeout if the servers are merely slow", []
+        )
 
     # ------------------------------------------------------------------ watchers (post events only)
     def _spawn_task(self, coro) -> asyncio.Task:
@@ -442,15 +474,19 @@ class Supervisor:
         assert self._client is not None
         t = self.options.model_endpoint_timeout_s
         ok = t <= 0 or await readiness.wait_http(self._client, readiness.model_probe_url(url), time.monotonic() + t)
-        outcome = await policy_endpoint.check(self._client, url, model) if ok and t > 0 else \
-            ("ready" if ok else "failed")
+        outcome = (
+            await policy_endpoint.check(self._client, url, model) if ok and t > 0 else ("ready" if ok else "failed")
+        )
         self.post(Event("endpoint", url, data=outcome))
 
     def running(self) -> str:
         """What a stop is still waiting on: ``name (pid N, status)`` of every member not yet
         reaped, or ``""``."""
-        left = [f"{m.name} (pid {m.proc.pid}, {m.status})" for m in self.members.values()
-                if m.proc is not None and m.proc.poll() is None]
+        left = [
+            f"{m.name} (pid {m.proc.pid}, {m.status})"
+            for m in self.members.values()
+            if m.proc is not None and m.proc.poll() is None
+        ]
         return ", ".join(left)
 
     async def _shutdown(self, grace: float) -> None:
@@ -468,15 +504,18 @@ class Supervisor:
         if stuck or stuck_rest:
             self.exit_code = self.exit_code or 3
         if servers and rest:
-            self.stop_split = (f"server instances {took_servers:.2f}s, then {' and '.join(m.name for m in rest)} "
-                               f"{took_rest:.2f}s")
+            self.stop_split = (
+                f"server instances {took_servers:.2f}s, then {' and '.join(m.name for m in rest)} {took_rest:.2f}s"
+            )
         for m in self.members.values():
             m.status = FAILED if m.status == FAILED else STOPPED
             m.log.detach()
         await reap_orphans(self._pgids)
         if left := await asyncio.to_thread(run_mark.kill_marked, self.run_mark):
-            self._progress(f"stopped {len(left)} process(es) that had left their server's process group "
-                           f"(setsid): {'; '.join(left)}")
+            self._progress(
+                f"stopped {len(left)} process(es) that had left their server's process group "
+                f"(setsid): {'; '.join(left)}"
+            )
         if self._client is not None:
             await self._client.aclose()
         self.post(Event("stopped"))

@@ -47,8 +47,12 @@ class Teardown:
     with what :meth:`note` added to it.
     """
 
-    def __init__(self, say: Callable[[str], None], process_groups: Callable[[], Iterable[int]] = tuple,
-                 hard_deadline_s: float = HARD_DEADLINE_S) -> None:
+    def __init__(
+        self,
+        say: Callable[[str], None],
+        process_groups: Callable[[], Iterable[int]] = tuple,
+        hard_deadline_s: float = HARD_DEADLINE_S,
+    ) -> None:
         self._say = say
         self._groups = process_groups
         self.hard_deadline_s = hard_deadline_s
@@ -78,8 +82,9 @@ class Teardown:
             self._timer.cancel()
             self._timer = None
 
-    async def step(self, name: str, work: Awaitable[Any], deadline_s: float,
-                   waiting_on: Callable[[], str] = lambda: "") -> Any:
+    async def step(
+        self, name: str, work: Awaitable[Any], deadline_s: float, waiting_on: Callable[[], str] = lambda: ""
+    ) -> Any:
         """Await ``work`` for at most ``deadline_s`` seconds (less if the whole stop's time runs
         out first: 2 s are kept for the steps after it). Returns its result, or None when it
         overran or raised; either is recorded and said, never raised."""
@@ -111,14 +116,19 @@ class Teardown:
     def summary(self) -> str:
         """``stop took 1.42s: servers 1.20s (server instances 1.00s, then stub_model 0.15s), head server
         0.01s, ...``: the whole stop, then each step of 5 ms or more with its :meth:`note`."""
-        steps = ", ".join(f"{name} {s:.2f}s" + (f" ({self.notes[name]})" if name in self.notes else "")
-                          for name, s in self.timings if s >= 0.005)
+        steps = ", ".join(
+            f"{name} {s:.2f}s" + (f" ({self.notes[name]})" if name in self.notes else "")
+            for name, s in self.timings
+            if s >= 0.005
+        )
         return f"stop took {time.monotonic() - self._t0:.2f}s" + (f": {steps}" if steps else "")
 
     def _backstop(self) -> None:
         """The whole stop overran: say where it was, dump every stack, kill what is left, exit 3."""
-        sys.stderr.write(f"stop: not finished after {self.hard_deadline_s:g}s (in step: {self.current}); "
-                         "killing every server process group and exiting (3); stacks follow\n")
+        sys.stderr.write(
+            f"stop: not finished after {self.hard_deadline_s:g}s (in step: {self.current}); "
+            "killing every server process group and exiting (3); stacks follow\n"
+        )
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         for pgid in list(self._groups()):

@@ -33,8 +33,10 @@ from gym_runtime.errors import BuildError, StartError
 from gym_runtime.supervise import contract
 
 # exit 3 when the file given does not compile (a SyntaxError); 0 when it does
-_COMPILE = ("import sys\ntry:\n    compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')\n"
-            "except SyntaxError:\n    sys.exit(3)\n")
+_COMPILE = (
+    "import sys\ntry:\n    compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')\n"
+    "except SyntaxError:\n    sys.exit(3)\n"
+)
 
 
 def _uses(env: Any, names: list[str], pythons: dict[str, Path]) -> dict[str, Any]:
@@ -47,8 +49,10 @@ def _uses(env: Any, names: list[str], pythons: dict[str, Path]) -> dict[str, Any
         return {}
     merged = env.merged
     index = index_for(merged.release, merged.package)[0] if merged.release is not None else None
-    return {n: ray_use(merged.instances[n], merged, contract.gym_sdk_venv(pythons[n]), index,
-                      env.settings.ray_undeclared) for n in names}
+    return {
+        n: ray_use(merged.instances[n], merged, contract.gym_sdk_venv(pythons[n]), index, env.settings.ray_undeclared)
+        for n in names
+    }
 
 
 def _because(use: dict[str, Any], users: list[str]) -> str:
@@ -73,13 +77,19 @@ def check_rebuilt(env: Any, changed: dict[str, Any]) -> None:
         return
     label = ", ".join(users)
     one = len(users) == 1
-    runs = ("its private Ray head runs with the venvs the environment started with" if env.ray.mode == "local"
-            else f"the running environment started {'it' if one else 'them'} without Ray")
-    raise BuildError(f"the rebuilt venv of {label} cannot be used by the running environment: {label} "
-                     f"use{'s' if one else ''} Ray ({_because(use, users)}) and {runs}",
-                     code="GR-BUILD-WATCH-RAY",
-                     hint=f"stop with Ctrl-C and start dry-run --watch again to bring {label} up on the new venv "
-                     "(it is built: the start reuses it)", extra={"servers": users, "stage": "watch"})
+    runs = (
+        "its private Ray head runs with the venvs the environment started with"
+        if env.ray.mode == "local"
+        else f"the running environment started {'it' if one else 'them'} without Ray"
+    )
+    raise BuildError(
+        f"the rebuilt venv of {label} cannot be used by the running environment: {label} "
+        f"use{'s' if one else ''} Ray ({_because(use, users)}) and {runs}",
+        code="GR-BUILD-WATCH-RAY",
+        hint=f"stop with Ctrl-C and start dry-run --watch again to bring {label} up on the new venv "
+        "(it is built: the start reuses it)",
+        extra={"servers": users, "stage": "watch"},
+    )
 
 
 def _fails_to_compile(source: Path | None, python: Path) -> bool:
@@ -100,15 +110,20 @@ def check_edited(env: Any, names: list[str]) -> None:
     environment ``env`` started them without it (module doc)."""
     given = set(env.ray.needed_by)
     use = _uses(env, [n for n in names if n not in given], env.placement.pythons)
-    users = [n for n in names if n in use and use[n].uses and not _fails_to_compile(use[n].unparsed,
-                                                                                   env.placement.pythons[n])]
+    users = [
+        n
+        for n in names
+        if n in use and use[n].uses and not _fails_to_compile(use[n].unparsed, env.placement.pythons[n])
+    ]
     if not users:
         return
     label = ", ".join(users)
     one = len(users) == 1
-    raise StartError(f"after this edit {label} use{'s' if one else ''} Ray ({_because(use, users)}), but the "
-                     f"running environment started {'it' if one else 'them'} without Ray: "
-                     f"{'it keeps' if one else 'they keep'} running the code {'it' if one else 'they'} started with",
-                     code="GR-START-WATCH-RAY",
-                     hint=f"stop with Ctrl-C and start dry-run --watch again to bring {label} up with Ray (or undo "
-                     "the edit)", extra={"servers": users, "stage": "watch"})
+    raise StartError(
+        f"after this edit {label} use{'s' if one else ''} Ray ({_because(use, users)}), but the "
+        f"running environment started {'it' if one else 'them'} without Ray: "
+        f"{'it keeps' if one else 'they keep'} running the code {'it' if one else 'they'} started with",
+        code="GR-START-WATCH-RAY",
+        hint=f"stop with Ctrl-C and start dry-run --watch again to bring {label} up with Ray (or undo the edit)",
+        extra={"servers": users, "stage": "watch"},
+    )

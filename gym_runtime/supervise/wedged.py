@@ -45,8 +45,15 @@ async def watch(sup: Any, m: Member, proc: Any) -> None:
             return
         misses = misses + 1 if reason is not None else 0
         if misses >= opts.liveness_misses:
-            sup.post(Event("wedged", m.name, proc, data=f"did not answer GET {m.probe_path} {misses} times in a row "
-                           f"(last: {reason}; one probe every {opts.liveness_interval_s:g}s)"))
+            sup.post(
+                Event(
+                    "wedged",
+                    m.name,
+                    proc,
+                    data=f"did not answer GET {m.probe_path} {misses} times in a row "
+                    f"(last: {reason}; one probe every {opts.liveness_interval_s:g}s)",
+                )
+            )
             return
 
 

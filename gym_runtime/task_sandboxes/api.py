@@ -83,16 +83,28 @@ def create_app(service: TaskSandboxService) -> FastAPI:
         body = await _json(request)
         command = body.get("command")
         if not isinstance(command, str) or len(command) > MAX_COMMAND:
-            raise TaskSandboxError("GR-SANDBOX-TASK-SPEC", f"exec needs a string `command` of at most {MAX_COMMAND} "
-                                   "characters (upload a longer script as a file)", 400)
+            raise TaskSandboxError(
+                "GR-SANDBOX-TASK-SPEC",
+                f"exec needs a string `command` of at most {MAX_COMMAND} characters (upload a longer script as a file)",
+                400,
+            )
         if body.get("user") not in (None, "root", 0, "0"):
-            raise TaskSandboxError("GR-SANDBOX-TASK-SPEC", f"task sandboxes run commands as root only (one uid is "
-                                   f"mapped into a box), not as {body['user']!r}", 400)
+            raise TaskSandboxError(
+                "GR-SANDBOX-TASK-SPEC",
+                f"task sandboxes run commands as root only (one uid is mapped into a box), not as {body['user']!r}",
+                400,
+            )
         env = body.get("env") or {}
-        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()) \
-                or sum(len(k) + len(v) for k, v in env.items()) > MAX_ENV_BYTES:
-            raise TaskSandboxError("GR-SANDBOX-TASK-SPEC", f"exec `env` must map names to strings, at most "
-                                   f"{MAX_ENV_BYTES} bytes in all", 400)
+        if (
+            not isinstance(env, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+            or sum(len(k) + len(v) for k, v in env.items()) > MAX_ENV_BYTES
+        ):
+            raise TaskSandboxError(
+                "GR-SANDBOX-TASK-SPEC",
+                f"exec `env` must map names to strings, at most {MAX_ENV_BYTES} bytes in all",
+                400,
+            )
         timeout = body.get("timeout_s")
         timeout = DEFAULT_TIMEOUT_S if timeout is None else min(max(float(timeout), 0.001), MAX_TIMEOUT_S)
         from sandbox.joiner import RequestTooLarge
@@ -108,8 +120,12 @@ def create_app(service: TaskSandboxService) -> FastAPI:
         if out.truncated:
             stderr += "\n[gym-runtime: output over 16 MiB was dropped]"
         if out.timed_out:
-            return {"stdout": stdout, "stderr": (stderr + f"\ncommand timed out after {timeout:g}s").lstrip("\n"),
-                    "return_code": RUNTIME_CODE, "error_type": "timeout"}
+            return {
+                "stdout": stdout,
+                "stderr": (stderr + f"\ncommand timed out after {timeout:g}s").lstrip("\n"),
+                "return_code": RUNTIME_CODE,
+                "error_type": "timeout",
+            }
         if out.returncode is None:
             return {"stdout": None, "stderr": out.error, "return_code": RUNTIME_CODE, "error_type": "sandbox"}
         return {"stdout": stdout, "stderr": stderr, "return_code": out.returncode, "error_type": None}

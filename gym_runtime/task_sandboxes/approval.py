@@ -107,8 +107,10 @@ def config_problems(data: dict[str, Any], instances: Any, sources: Any, settings
     if not keeps_opensandbox(mode, conn.url if conn is not None else None):
         return []
     approved: ApprovedImages = conn.task_images
-    hint = (f"add the image, or a prefix of it ending in '/', to {SETTING} (comma-separated; now: "
-            f"{approved.describe()}); docs/runtime.md, \"Task sandboxes on an OpenSandbox server\"")
+    hint = (
+        f"add the image, or a prefix of it ending in '/', to {SETTING} (comma-separated; now: "
+        f'{approved.describe()}); docs/runtime.md, "Task sandboxes on an OpenSandbox server"'
+    )
     out: list[Violation] = []
     for block in provider_blocks(data, instances):
         if block.provider != OSB:
@@ -117,13 +119,27 @@ def config_problems(data: dict[str, Any], instances: Any, sources: Any, settings
             named = _images(data.get(inst), inst)
             for key, image in named:
                 if not approved.approves(image):
-                    out.append(Violation("GR-CONFIG-TASK-IMAGE", f"server {inst!r} makes its task sandboxes on "
-                                         f"the OpenSandbox server {conn.url} (provider block {block.path}), but "
-                                         f"image {image!r} is not approved by {SETTING}", file=sources.of(key),
-                                         key=key, hint=hint))
+                    out.append(
+                        Violation(
+                            "GR-CONFIG-TASK-IMAGE",
+                            f"server {inst!r} makes its task sandboxes on "
+                            f"the OpenSandbox server {conn.url} (provider block {block.path}), but "
+                            f"image {image!r} is not approved by {SETTING}",
+                            file=sources.of(key),
+                            key=key,
+                            hint=hint,
+                        )
+                    )
             if not named and not approved:
-                out.append(Violation("GR-CONFIG-TASK-IMAGE", f"server {inst!r} makes its task sandboxes on the "
-                                     f"OpenSandbox server {conn.url} (provider block {block.path}), but {SETTING} "
-                                     "approves no image, so every sandbox it asks for would be refused",
-                                     file=sources.of(block.path), key=block.path, hint=hint))
+                out.append(
+                    Violation(
+                        "GR-CONFIG-TASK-IMAGE",
+                        f"server {inst!r} makes its task sandboxes on the "
+                        f"OpenSandbox server {conn.url} (provider block {block.path}), but {SETTING} "
+                        "approves no image, so every sandbox it asks for would be refused",
+                        file=sources.of(block.path),
+                        key=block.path,
+                        hint=hint,
+                    )
+                )
     return out

@@ -62,10 +62,14 @@ async def start_gate(env: Any) -> Any:
     gate = OpenSandboxGate(settings.opensandbox, env.run_labels, env.egress, env.supervisor.members, env._say, limit)
     reaped = await gate.start()
     if reaped:
-        env._say(f"task sandboxes: deleted {len(reaped)} a stopped daemon of this state directory left on the "
-                 f"OpenSandbox server: {', '.join(reaped)}")
-    env._say(f"task sandboxes of {', '.join(gate_users(env.merged))} go to the OpenSandbox server "
-             f"{settings.opensandbox.url}; images approved: {gate.approved.describe()}")
+        env._say(
+            f"task sandboxes: deleted {len(reaped)} a stopped daemon of this state directory left on the "
+            f"OpenSandbox server: {', '.join(reaped)}"
+        )
+    env._say(
+        f"task sandboxes of {', '.join(gate_users(env.merged))} go to the OpenSandbox server "
+        f"{settings.opensandbox.url}; images approved: {gate.approved.describe()}"
+    )
     return gate
 
 
@@ -93,8 +97,9 @@ async def start_service(env: Any) -> Any:
     from gym_runtime.task_sandboxes.settings import TaskSandboxSettings
 
     settings = env.settings.task_sandboxes or TaskSandboxSettings()
-    service = TaskSandboxService(settings, env.egress, env.work_dir / "task-sandboxes", env.supervisor.members,
-                                 env._say)
+    service = TaskSandboxService(
+        settings, env.egress, env.work_dir / "task-sandboxes", env.supervisor.members, env._say
+    )
     server = TaskSandboxServer(service)
     await server.start()
     return server

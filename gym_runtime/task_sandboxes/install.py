@@ -36,8 +36,10 @@ def install_provider(venv: Path) -> list[Path]:
         raise FileNotFoundError(f"no site-packages under {venv / 'lib'}")
     files = {
         f"{MODULE}.py": SOURCE.read_bytes(),
-        "METADATA": (f"Metadata-Version: 2.1\nName: {DIST}\nVersion: {VERSION}\nSummary: NeMo Gym sandbox "
-                     "provider of gym-runtime (task sandboxes made by the daemon)\n").encode(),
+        "METADATA": (
+            f"Metadata-Version: 2.1\nName: {DIST}\nVersion: {VERSION}\nSummary: NeMo Gym sandbox "
+            "provider of gym-runtime (task sandboxes made by the daemon)\n"
+        ).encode(),
         "entry_points.txt": ENTRY_POINTS.encode(),
         "top_level.txt": f"{MODULE}\n".encode(),
         "INSTALLER": b"gym-runtime\n",
@@ -63,8 +65,12 @@ def ensure_provider(venv: Path) -> bool:
     without site-packages is left alone."""
     want = SOURCE.read_bytes()
     sites = site_packages(venv)
-    if not sites or all((d / f"{MODULE}.py").is_file() and (d / f"{MODULE}.py").read_bytes() == want
-                        and (d / f"{MODULE}-{VERSION}.dist-info" / "entry_points.txt").is_file() for d in sites):
+    if not sites or all(
+        (d / f"{MODULE}.py").is_file()
+        and (d / f"{MODULE}.py").read_bytes() == want
+        and (d / f"{MODULE}-{VERSION}.dist-info" / "entry_points.txt").is_file()
+        for d in sites
+    ):
         return False
     install_provider(venv)
     return True

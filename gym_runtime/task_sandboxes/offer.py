@@ -38,8 +38,13 @@ OSB = "opensandbox"
 # the domain a kept opensandbox block holds until a server's view gets the gate's address: a name
 # under .invalid never resolves, so a view that missed it fails closed
 GATE_PLACEHOLDER = "gym-runtime-gate.invalid"
-REMOTE = {"opensandbox": "the OpenSandbox service", "daytona": "Daytona's service", "e2b": "E2B's service",
-          "ecs_fargate": "AWS ECS", "openshell": "an OpenShell service"}
+REMOTE = {
+    "opensandbox": "the OpenSandbox service",
+    "daytona": "Daytona's service",
+    "e2b": "E2B's service",
+    "ecs_fargate": "AWS ECS",
+    "openshell": "an OpenShell service",
+}
 
 
 def _binary(name: str) -> Callable[[], str | None]:
@@ -55,7 +60,9 @@ def _docker() -> str | None:
 
 
 CHECKS: dict[str, Callable[[], str | None]] = {
-    "docker": _docker, "apptainer": _binary("apptainer"), "enroot": _binary("enroot"),
+    "docker": _docker,
+    "apptainer": _binary("apptainer"),
+    "enroot": _binary("enroot"),
     "local": lambda: "it runs model-written code unconfined on the host and writes into the server's read-only tree",
     **{name: (lambda what=what: f"it needs {what}, its credentials and egress to it") for name, what in REMOTE.items()},
 }
@@ -148,8 +155,9 @@ def has_blocks(data: dict[str, Any], instances: dict[str, Any]) -> bool:
     return bool(provider_blocks(data, instances))
 
 
-def offer(data: dict[str, Any], instances: dict[str, Any], mode: str, available: str | None,
-          remote: str | None = None) -> list[str]:
+def offer(
+    data: dict[str, Any], instances: dict[str, Any], mode: str, available: str | None, remote: str | None = None
+) -> list[str]:
     """Rewrite the provider blocks of ``data`` (the merged config, in place) for ``mode``; returns
     one note per block rewritten or worth a word. ``available``: why this daemon cannot give
     ``gym_runtime`` sandboxes (None when it can); ``remote``: the operator's OpenSandbox server
@@ -159,16 +167,19 @@ def offer(data: dict[str, Any], instances: dict[str, Any], mode: str, available:
         block, name = b.parent[b.key], b.provider
         if name == OSB and keeps_opensandbox(mode, remote):
             gate_connection(block)
-            notes.append(f"sandbox provider {b.where}: 'opensandbox' is kept: its task sandboxes are made on the "
-                         f"OpenSandbox server {remote} through this daemon (each server its own credentials; "
-                         "images approved by GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES)")
+            notes.append(
+                f"sandbox provider {b.where}: 'opensandbox' is kept: its task sandboxes are made on the "
+                f"OpenSandbox server {remote} through this daemon (each server its own credentials; "
+                "images approved by GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES)"
+            )
             continue
         if mode == "config":
             continue
         if name is None or name == OURS:
             if name == OURS and available:
-                notes.append(f"sandbox provider {b.where}: gym_runtime, but this host cannot make task sandboxes "
-                             f"({available})")
+                notes.append(
+                    f"sandbox provider {b.where}: gym_runtime, but this host cannot make task sandboxes ({available})"
+                )
             continue
         why = "GYM_RUNTIME_SANDBOX_PROVIDER=gym_runtime" if mode == OURS else (CHECKS.get(name) or (lambda: None))()
         if why is None:
@@ -179,8 +190,10 @@ def offer(data: dict[str, Any], instances: dict[str, Any], mode: str, available:
         tail = "" if mode == OURS else "; set GYM_RUNTIME_SANDBOX_PROVIDER=config to keep it"
         if name == OSB and mode != OURS:
             tail = "; configure the operator's OpenSandbox server (OPENSANDBOX_DOMAIN, OPENSANDBOX_API_KEY) to keep it"
-        notes.append(f"sandbox provider {b.where}: {name!r} cannot be given here ({why}); it gets gym_runtime "
-                     f"(task sandboxes of this daemon) instead{tail}")
+        notes.append(
+            f"sandbox provider {b.where}: {name!r} cannot be given here ({why}); it gets gym_runtime "
+            f"(task sandboxes of this daemon) instead{tail}"
+        )
         if available:
             notes[-1] += f", but this host cannot make those either ({available})"
     return notes

@@ -55,9 +55,21 @@ from starlette.routing import Route
 
 from gym_runtime.serving import LoopbackListener
 from gym_runtime.task_sandboxes.approval import SETTING, ApprovedImages
-from gym_runtime.task_sandboxes.osb_requests import (HOP, KEY_HEADER, PASSED, TASK_LABEL, GateError, checked_create,
-                                                     forwarded, json_object, labelled, list_query, plain, plain_path,
-                                                     read_body)
+from gym_runtime.task_sandboxes.osb_requests import (
+    HOP,
+    KEY_HEADER,
+    PASSED,
+    TASK_LABEL,
+    GateError,
+    checked_create,
+    forwarded,
+    json_object,
+    labelled,
+    list_query,
+    plain,
+    plain_path,
+    read_body,
+)
 from gym_runtime.task_sandboxes.owners import ProcessEnds
 from sandbox.opensandbox.failures import CREATE_TRIES, server_error_code
 
@@ -89,15 +101,23 @@ class OpenSandboxGate:
     ``members``: the supervisor's members by instance name (a member's ``proc`` ending ends the
     sandboxes it made)."""
 
-    def __init__(self, conn: Any, labels: Any, policy: Any, members: Mapping[str, Any] | None = None,
-                 say: Callable[[str], None] = lambda m: None, max_per_server: int = 256) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        labels: Any,
+        policy: Any,
+        members: Mapping[str, Any] | None = None,
+        say: Callable[[str], None] = lambda m: None,
+        max_per_server: int = 256,
+    ) -> None:
         from sandbox.opensandbox.spec import network_policy
 
         self.conn, self.labels, self.say, self.max_per_server = conn, labels, say, max_per_server
         self.approved: ApprovedImages = conn.task_images or ApprovedImages()
         self.members = members if members is not None else {}
-        self.policy_wire = (network_policy(dataclasses.replace(policy, endpoints=()))
-                            if conn.egress == "enforced" else None)
+        self.policy_wire = (
+            network_policy(dataclasses.replace(policy, endpoints=())) if conn.egress == "enforced" else None
+        )
         self.boxes: dict[str, Owned] = {}
         self.ended: dict[str, tuple[str, str]] = {}  # id -> (owner, why): answered 404 afterwards
         self.created = 0
@@ -107,13 +127,21 @@ class OpenSandboxGate:
         self._ends = ProcessEnds()
         self._closed = False
         headers = {"OPEN-SANDBOX-API-KEY": conn.api_key} if conn.api_key else {}
-        self._client = httpx.AsyncClient(base_url=conn.url, headers=headers, trust_env=False,
-                                         timeout=httpx.Timeout(None, connect=30.0),
-                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
-        app = Starlette(routes=[Route("/v1/sandboxes", self._collection, methods=["GET", "POST"]),
-                                Route("/v1/sandboxes/{sid}", self._one, methods=METHODS),
-                                Route("/v1/sandboxes/{sid}/{rest:path}", self._sub, methods=METHODS),
-                                Route("/{path:path}", self._other, methods=METHODS)])
+        self._client = httpx.AsyncClient(
+            base_url=conn.url,
+            headers=headers,
+            trust_env=False,
+            timeout=httpx.Timeout(None, connect=30.0),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        )
+        app = Starlette(
+            routes=[
+                Route("/v1/sandboxes", self._collection, methods=["GET", "POST"]),
+                Route("/v1/sandboxes/{sid}", self._one, methods=METHODS),
+                Route("/v1/sandboxes/{sid}/{rest:path}", self._sub, methods=METHODS),
+                Route("/{path:path}", self._other, methods=METHODS),
+            ]
+        )
         self._listener = LoopbackListener(app, server_header=False, date_header=False)
         self.host, self.port = self._listener.host, self._listener.port
         self._renew: asyncio.Task | None = None
@@ -161,8 +189,10 @@ class OpenSandboxGate:
                 try:
                     deleted = await service.kill(sorted(ids), "deleting this run's task sandboxes")
                 except Exception as e:  # the server keeps them until their TTL; said, not raised
-                    self.say(f"task sandboxes on the OpenSandbox server: deleting failed ({getattr(e, 'message', e)}); "
-                             "they end at their TTL")
+                    self.say(
+                        f"task sandboxes on the OpenSandbox server: deleting failed ({getattr(e, 'message', e)}); "
+                        "they end at their TTL"
+                    )
         finally:
             await service.close()
         for sid in list(self.boxes):
@@ -182,9 +212,13 @@ class OpenSandboxGate:
     def _owner(self, request: Request) -> str:
         owner = self._tokens.get(request.headers.get(KEY_HEADER, ""))
         if owner is None:
-            raise GateError("GR-SANDBOX-TASK-AUTH", "the request carries no task-sandbox token of a server of this "
-                            "environment", 403, hint="only the environment's servers reach the OpenSandbox server "
-                            "through gym-runtime; each gets its token in its own config (connection.api_key)")
+            raise GateError(
+                "GR-SANDBOX-TASK-AUTH",
+                "the request carries no task-sandbox token of a server of this environment",
+                403,
+                hint="only the environment's servers reach the OpenSandbox server "
+                "through gym-runtime; each gets its token in its own config (connection.api_key)",
+            )
         return owner
 
     def _mine(self, sid: str, owner: str) -> Owned:
@@ -192,11 +226,17 @@ class OpenSandboxGate:
         if rec is not None and rec.owner == owner:
             return rec
         if sid in self.ended and self.ended[sid][0] == owner:
-            raise GateError("GR-SANDBOX-TASK-UNKNOWN", f"task sandbox {sid!r} of server {owner!r} not found: "
-                            f"it was deleted ({self.ended[sid][1]})", 404)
-        raise GateError("GR-SANDBOX-TASK-AUTH", f"sandbox {sid!r} was not made by server {owner!r} through this "
-                        "daemon, so it cannot reach it", 403,
-                        hint="a server reaches only the task sandboxes it made itself")
+            raise GateError(
+                "GR-SANDBOX-TASK-UNKNOWN",
+                f"task sandbox {sid!r} of server {owner!r} not found: it was deleted ({self.ended[sid][1]})",
+                404,
+            )
+        raise GateError(
+            "GR-SANDBOX-TASK-AUTH",
+            f"sandbox {sid!r} was not made by server {owner!r} through this daemon, so it cannot reach it",
+            403,
+            hint="a server reaches only the task sandboxes it made itself",
+        )
 
     # ------------------------------------------------------------------ routes
     async def _collection(self, request: Request) -> Response:
@@ -234,25 +274,36 @@ class OpenSandboxGate:
             if head == "endpoints" and request.method == "GET":
                 return await self._endpoint(request, sid, rest)
             if request.method not in PASSED.get(head, ()):
-                raise GateError("GR-SANDBOX-TASK-SPEC", f"{request.method} /v1/sandboxes/{{id}}/{head} is not passed "
-                                f"on to the OpenSandbox server (server {owner!r})", 403,
-                                hint="gym-runtime passes on create, list, status, delete, endpoints, the proxy, "
-                                "renewal, pause, resume and metadata; egress is the operator's setting")
+                raise GateError(
+                    "GR-SANDBOX-TASK-SPEC",
+                    f"{request.method} /v1/sandboxes/{{id}}/{head} is not passed "
+                    f"on to the OpenSandbox server (server {owner!r})",
+                    403,
+                    hint="gym-runtime passes on create, list, status, delete, endpoints, the proxy, "
+                    "renewal, pause, resume and metadata; egress is the operator's setting",
+                )
             body = await read_body(request)
             if head == "metadata":
                 patch = json_object(body, owner)
                 if any(str(k).startswith("gym-runtime-") for k in patch):
-                    raise GateError("GR-SANDBOX-TASK-SPEC", f"server {owner!r} may not change the gym-runtime-* "
-                                    "labels of its sandbox", 400)
-            answer = await self._send(request.method, f"/v1/sandboxes/{sid}/{rest}", content=body,
-                                      headers=forwarded(request))
+                    raise GateError(
+                        "GR-SANDBOX-TASK-SPEC",
+                        f"server {owner!r} may not change the gym-runtime-* labels of its sandbox",
+                        400,
+                    )
+            answer = await self._send(
+                request.method, f"/v1/sandboxes/{sid}/{rest}", content=body, headers=forwarded(request)
+            )
             return plain(answer)
         except GateError as e:
             return e.response()
 
     async def _other(self, request: Request) -> Response:
-        return GateError("GR-SANDBOX-TASK-SPEC", f"{request.method} {request.url.path} is not passed on to the "
-                         "OpenSandbox server", 403 if request.url.path.startswith("/v1/") else 404).response()
+        return GateError(
+            "GR-SANDBOX-TASK-SPEC",
+            f"{request.method} {request.url.path} is not passed on to the OpenSandbox server",
+            403 if request.url.path.startswith("/v1/") else 404,
+        ).response()
 
     # ------------------------------------------------------------------ what each does
     async def _create(self, request: Request, owner: str) -> Response:
@@ -262,16 +313,22 @@ class OpenSandboxGate:
         except GateError as e:
             if e.code == "GR-SANDBOX-TASK-IMAGE-DENIED":
                 self.denied += 1
-                self.say(f"task sandbox DENY server={owner} image={spec.get('image', {}).get('uri')!r}: not approved "
-                         f"by {SETTING} ({self.approved.describe()})")
+                self.say(
+                    f"task sandbox DENY server={owner} image={spec.get('image', {}).get('uri')!r}: not approved "
+                    f"by {SETTING} ({self.approved.describe()})"
+                )
             raise
         if self._closed:
             raise GateError("GR-SANDBOX-TASK-FAILED", "the daemon is stopping", 503)
         live = sum(1 for r in self.boxes.values() if r.owner == owner)
         if live >= self.max_per_server:
-            raise GateError("GR-SANDBOX-TASK-LIMIT", f"server {owner!r} already has {live} live task sandboxes "
-                            f"(GYM_RUNTIME_SANDBOX_MAX={self.max_per_server})", 429,
-                            hint="close sandboxes that are done, or raise GYM_RUNTIME_SANDBOX_MAX")
+            raise GateError(
+                "GR-SANDBOX-TASK-LIMIT",
+                f"server {owner!r} already has {live} live task sandboxes "
+                f"(GYM_RUNTIME_SANDBOX_MAX={self.max_per_server})",
+                429,
+                hint="close sandboxes that are done, or raise GYM_RUNTIME_SANDBOX_MAX",
+            )
         renew = labelled(spec, self.labels, owner, self.policy_wire)
         answer = await self._create_upstream(spec, owner)
         if answer.status_code < 300:
@@ -295,13 +352,19 @@ class OpenSandboxGate:
             code = server_error_code(answer)
             if answer.status_code != 500 or not code:
                 return answer
-            log.info("task sandbox of server %s: the OpenSandbox server failed the create (%s), trying again "
-                     "(%d of %d)", owner, code, attempt + 1, CREATE_TRIES)
+            log.info(
+                "task sandbox of server %s: the OpenSandbox server failed the create (%s), trying again (%d of %d)",
+                owner,
+                code,
+                attempt + 1,
+                CREATE_TRIES,
+            )
         return await self._send("POST", "/v1/sandboxes", json=spec)
 
     async def _list(self, request: Request, owner: str) -> Response:
-        return plain(await self._send("GET", "/v1/sandboxes", params=list_query(request.query_params, self.labels,
-                                                                                  owner)))
+        return plain(
+            await self._send("GET", "/v1/sandboxes", params=list_query(request.query_params, self.labels, owner))
+        )
 
     async def _endpoint(self, request: Request, sid: str, rest: str) -> Response:
         parts = rest.split("/")
@@ -327,14 +390,22 @@ class OpenSandboxGate:
         if "content-length" in request.headers:
             headers["content-length"] = request.headers["content-length"]
         try:
-            upstream = await self._client.send(self._client.build_request(
-                request.method, url, headers=headers, content=request.stream() if has_body else None), stream=True)
+            upstream = await self._client.send(
+                self._client.build_request(
+                    request.method, url, headers=headers, content=request.stream() if has_body else None
+                ),
+                stream=True,
+            )
         except httpx.HTTPError as e:
             raise self._unreachable(e) from None
-        response = StreamingResponse(upstream.aiter_raw(), status_code=upstream.status_code,
-                                     background=BackgroundTask(upstream.aclose))
-        response.raw_headers = [(k.encode("latin-1"), v.encode("latin-1"))
-                                for k, v in upstream.headers.multi_items() if k.lower() not in HOP]
+        response = StreamingResponse(
+            upstream.aiter_raw(), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
+        )
+        response.raw_headers = [
+            (k.encode("latin-1"), v.encode("latin-1"))
+            for k, v in upstream.headers.multi_items()
+            if k.lower() not in HOP
+        ]
         return response
 
     async def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -344,8 +415,9 @@ class OpenSandboxGate:
             raise self._unreachable(e) from None
 
     def _unreachable(self, e: Exception) -> GateError:
-        return GateError("GR-OSB-UNREACHABLE", f"the OpenSandbox server {self.conn.url} did not answer: "
-                         f"{type(e).__name__}", 502)
+        return GateError(
+            "GR-OSB-UNREACHABLE", f"the OpenSandbox server {self.conn.url} did not answer: {type(e).__name__}", 502
+        )
 
     # ------------------------------------------------------------------ lifetime
     def _forget(self, sid: str, why: str) -> None:
@@ -359,8 +431,10 @@ class OpenSandboxGate:
         ids = [r.id for r in self.boxes.values() if r.owner == rec.owner and r.incarnation is proc]
         if ids and not self._closed:
             await self._delete(ids, "the server's process ended")
-            self.say(f"task sandboxes: {len(ids)} of server {rec.owner} on the OpenSandbox server deleted "
-                     "(the server's process ended)")
+            self.say(
+                f"task sandboxes: {len(ids)} of server {rec.owner} on the OpenSandbox server deleted "
+                "(the server's process ended)"
+            )
 
     async def _delete(self, ids: list[str], why: str) -> None:
         for sid in ids:
@@ -377,7 +451,8 @@ class OpenSandboxGate:
             until = (datetime.now(timezone.utc) + timedelta(seconds=TTL_S)).isoformat()
             for rec in [r for r in self.boxes.values() if r.renew]:
                 with contextlib.suppress(GateError):
-                    answer = await self._send("POST", f"/v1/sandboxes/{rec.id}/renew-expiration",
-                                              json={"expiresAt": until})
+                    answer = await self._send(
+                        "POST", f"/v1/sandboxes/{rec.id}/renew-expiration", json={"expiresAt": until}
+                    )
                     if answer.status_code == 404:
                         self._forget(rec.id, "gone from the OpenSandbox server")

@@ -17,10 +17,33 @@ from gym_runtime.task_sandboxes.approval import SETTING
 KEY_HEADER = "open-sandbox-api-key"
 TASK_LABEL = "gym-runtime-task-server"  # beside the run and owner labels (sandbox/opensandbox/spec.py)
 MAX_BODY = 1 << 20  # a create, metadata or renewal body; proxied bodies (uploads) are streamed
-HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-       "transfer-encoding", "upgrade", "host", "content-length", KEY_HEADER}
-CREATE_FIELDS = {"image", "platform", "timeout", "resourceLimits", "resourceRequests", "env", "metadata",
-                 "entrypoint", "extensions", "networkPolicy", "lifecycle", "secureAccess"}
+HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    KEY_HEADER,
+}
+CREATE_FIELDS = {
+    "image",
+    "platform",
+    "timeout",
+    "resourceLimits",
+    "resourceRequests",
+    "env",
+    "metadata",
+    "entrypoint",
+    "extensions",
+    "networkPolicy",
+    "lifecycle",
+    "secureAccess",
+}
 REFUSED_FIELDS = {
     "volumes": "volumes (a host path or a volume claim would reach files outside the sandbox)",
     "snapshotId": "a snapshot instead of an image (no approved image to check)",
@@ -31,8 +54,13 @@ REFUSED_FIELDS = {
 # renew-on-access; others are the operator's (e.g. `bootstrap.execd.isolation` grants CAP_SYS_ADMIN,
 # `poolRef` takes a pool's image instead of the one asked for)
 EXTENSIONS = {"imagePullPolicy", "opensandbox.extensions.image-pull-policy", "access.renew.extend.seconds"}
-PASSED = {"renew-expiration": {"POST"}, "pause": {"POST"}, "resume": {"POST"}, "metadata": {"PATCH"},
-          "networkpolicy": {"GET"}}
+PASSED = {
+    "renew-expiration": {"POST"},
+    "pause": {"POST"},
+    "resume": {"POST"},
+    "metadata": {"PATCH"},
+    "networkpolicy": {"GET"},
+}
 
 
 class GateError(Exception):
@@ -55,21 +83,32 @@ def checked_create(spec: dict[str, Any], owner: str, approved: Any, url: str) ->
     ``GR-SANDBOX-TASK-IMAGE-DENIED`` (403) for an image (or none) the operator did not approve."""
     for key in spec:
         if key in REFUSED_FIELDS:
-            raise GateError("GR-SANDBOX-TASK-SPEC", f"server {owner!r} asked for {REFUSED_FIELDS[key]} "
-                            f"(`{key}`), which gym-runtime does not pass on", 400)
+            raise GateError(
+                "GR-SANDBOX-TASK-SPEC",
+                f"server {owner!r} asked for {REFUSED_FIELDS[key]} (`{key}`), which gym-runtime does not pass on",
+                400,
+            )
         if key not in CREATE_FIELDS:
             raise GateError("GR-SANDBOX-TASK-SPEC", f"server {owner!r} sent the unknown create field `{key}`", 400)
     extensions = spec.get("extensions") or {}
     bad = sorted(str(k) for k in extensions if k not in EXTENSIONS) if isinstance(extensions, dict) else ["(not a map)"]
     if bad:
-        raise GateError("GR-SANDBOX-TASK-SPEC", f"server {owner!r} asked for the extensions {', '.join(bad)}, which "
-                        f"gym-runtime does not pass on (only {', '.join(sorted(EXTENSIONS))})", 400)
+        raise GateError(
+            "GR-SANDBOX-TASK-SPEC",
+            f"server {owner!r} asked for the extensions {', '.join(bad)}, which "
+            f"gym-runtime does not pass on (only {', '.join(sorted(EXTENSIONS))})",
+            400,
+        )
     image = spec["image"].get("uri") if isinstance(spec.get("image"), dict) else None
     if not approved.approves(image):
-        raise GateError("GR-SANDBOX-TASK-IMAGE-DENIED", f"server {owner!r} asked for a task sandbox of image "
-                        f"{image!r} on the OpenSandbox server {url}, which {SETTING} does not approve", 403,
-                        hint=f"the operator adds the image, or a prefix of it ending in '/', to {SETTING} "
-                        f"(now: {approved.describe()})")
+        raise GateError(
+            "GR-SANDBOX-TASK-IMAGE-DENIED",
+            f"server {owner!r} asked for a task sandbox of image "
+            f"{image!r} on the OpenSandbox server {url}, which {SETTING} does not approve",
+            403,
+            hint=f"the operator adds the image, or a prefix of it ending in '/', to {SETTING} "
+            f"(now: {approved.describe()})",
+        )
     return image
 
 
@@ -83,8 +122,12 @@ def labelled(spec: dict[str, Any], labels: Any, owner: str, policy_wire: dict[st
 
     meta = spec.get("metadata") if isinstance(spec.get("metadata"), dict) else {}
     meta = {str(k): str(v) for k, v in meta.items() if not str(k).startswith("gym-runtime-")}
-    spec["metadata"] = {**meta, LABEL_RUN: labels.run, LABEL_OWNER: labels.owner,
-                        TASK_LABEL: labels.metadata(owner)[LABEL_SERVER]}
+    spec["metadata"] = {
+        **meta,
+        LABEL_RUN: labels.run,
+        LABEL_OWNER: labels.owner,
+        TASK_LABEL: labels.metadata(owner)[LABEL_SERVER],
+    }
     renew = spec.get("timeout") is None
     if renew:  # "manual cleanup" becomes the run's TTL, renewed while the run lives
         spec["timeout"] = TTL_S
@@ -114,10 +157,15 @@ def plain_path(rest: str, owner: str) -> None:
     it (``..`` or ``.`` segments, also percent-encoded, which arrive decoded here; an empty
     segment but the last; ``?``, ``#``, ``\\`` or a control character): ``GR-SANDBOX-TASK-SPEC``."""
     parts = rest.split("/")
-    if any(p in (".", "..") or any(c in p for c in "?#\\") or any(ord(c) < 32 for c in p) for p in parts) \
-            or "" in parts[:-1]:
-        raise GateError("GR-SANDBOX-TASK-SPEC", f"server {owner!r} asked for a path below its sandbox that is not "
-                        f"plain: {rest[:200]!r}", 400)
+    if (
+        any(p in (".", "..") or any(c in p for c in "?#\\") or any(ord(c) < 32 for c in p) for p in parts)
+        or "" in parts[:-1]
+    ):
+        raise GateError(
+            "GR-SANDBOX-TASK-SPEC",
+            f"server {owner!r} asked for a path below its sandbox that is not plain: {rest[:200]!r}",
+            400,
+        )
 
 
 def forwarded(request: Request) -> dict[str, str]:

@@ -76,10 +76,20 @@ class BoxRecord:
 
     def describe(self) -> dict[str, Any]:
         b = self.box
-        return {"sandbox_id": self.id, "owner": self.owner, "image": self.image, "root": self.source,
-                "workdir": b.workdir, "status": "running" if b.alive else "stopped",
-                "limits": dataclasses.asdict(b.limits), "enforced": b.enforced, "ports": list(self.ports),
-                "created": self.created, "expires": self.expires, "denials": b.denial_count}
+        return {
+            "sandbox_id": self.id,
+            "owner": self.owner,
+            "image": self.image,
+            "root": self.source,
+            "workdir": b.workdir,
+            "status": "running" if b.alive else "stopped",
+            "limits": dataclasses.asdict(b.limits),
+            "enforced": b.enforced,
+            "ports": list(self.ports),
+            "created": self.created,
+            "expires": self.expires,
+            "denials": b.denial_count,
+        }
 
 
 class TaskSandboxService:
@@ -87,8 +97,14 @@ class TaskSandboxService:
     ``proc`` is the process whose end ends its boxes, its ``info`` receives the count); ``policy``:
     the environment's :class:`sandbox.EgressPolicy` (its policy endpoints are dropped for boxes)."""
 
-    def __init__(self, settings: TaskSandboxSettings, policy: Any, work_dir: Path,
-                 members: Mapping[str, Any] | None = None, say: Callable[[str], None] = lambda m: None) -> None:
+    def __init__(
+        self,
+        settings: TaskSandboxSettings,
+        policy: Any,
+        work_dir: Path,
+        members: Mapping[str, Any] | None = None,
+        say: Callable[[str], None] = lambda m: None,
+    ) -> None:
         from sandbox import probe_isolation
         from sandbox.images import ImageStore
         from sandbox.taskbox import box_support
@@ -134,10 +150,13 @@ class TaskSandboxService:
         """The server a token belongs to; raises ``GR-SANDBOX-TASK-AUTH`` (403)."""
         owner = self._tokens.get(token or "")
         if owner is None:
-            raise TaskSandboxError("GR-SANDBOX-TASK-AUTH", "the request carries no task-sandbox token of a "
-                                   "server of this environment", 403,
-                                   hint="only the environment's servers reach task sandboxes; the provider "
-                                   "reads GYM_RUNTIME_SANDBOX_TOKEN from the server's environment")
+            raise TaskSandboxError(
+                "GR-SANDBOX-TASK-AUTH",
+                "the request carries no task-sandbox token of a server of this environment",
+                403,
+                hint="only the environment's servers reach task sandboxes; the provider "
+                "reads GYM_RUNTIME_SANDBOX_TOKEN from the server's environment",
+            )
         return owner
 
     def record(self, box_id: str, owner: str, lease: str | None = None) -> BoxRecord:
@@ -145,13 +164,21 @@ class TaskSandboxService:
         ``GR-SANDBOX-TASK-UNKNOWN`` (404) or ``GR-SANDBOX-TASK-AUTH`` (403)."""
         rec = self.boxes.get(box_id)
         if rec is None:
-            raise TaskSandboxError("GR-SANDBOX-TASK-UNKNOWN", f"task sandbox {box_id!r} does not exist (it was "
-                                   "closed, its ttl_s passed, or the server that made it stopped)", 404)
+            raise TaskSandboxError(
+                "GR-SANDBOX-TASK-UNKNOWN",
+                f"task sandbox {box_id!r} does not exist (it was "
+                "closed, its ttl_s passed, or the server that made it stopped)",
+                404,
+            )
         if rec.owner != owner and not (lease and secrets.compare_digest(lease, rec.lease)):
-            raise TaskSandboxError("GR-SANDBOX-TASK-AUTH", f"task sandbox {box_id!r} belongs to server {rec.owner!r}; "
-                                   f"server {owner!r} may use it only with the lease its owner hands on", 403,
-                                   hint="the owner serializes the sandbox (AsyncSandbox.serialize) and passes "
-                                   "the descriptor, whose lease grants access")
+            raise TaskSandboxError(
+                "GR-SANDBOX-TASK-AUTH",
+                f"task sandbox {box_id!r} belongs to server {rec.owner!r}; "
+                f"server {owner!r} may use it only with the lease its owner hands on",
+                403,
+                hint="the owner serializes the sandbox (AsyncSandbox.serialize) and passes "
+                "the descriptor, whose lease grants access",
+            )
         return rec
 
     def counts(self) -> dict[str, int]:
@@ -171,14 +198,22 @@ class TaskSandboxService:
         if self._closed:
             raise TaskSandboxError("GR-SANDBOX-TASK-FAILED", "the daemon is stopping", 503)
         if isinstance(self.support, str):
-            raise TaskSandboxError("GR-SANDBOX-TASK-UNAVAILABLE", f"this host cannot make task sandboxes: "
-                                   f"{self.support}", 503, hint="run where unprivileged user namespaces and "
-                                   "bubblewrap work (`gym-runtime doctor` says what this host gives)")
+            raise TaskSandboxError(
+                "GR-SANDBOX-TASK-UNAVAILABLE",
+                f"this host cannot make task sandboxes: {self.support}",
+                503,
+                hint="run where unprivileged user namespaces and "
+                "bubblewrap work (`gym-runtime doctor` says what this host gives)",
+            )
         live = self.counts().get(owner, 0)
         if live >= self.settings.max_per_server:
-            raise TaskSandboxError("GR-SANDBOX-TASK-LIMIT", f"server {owner!r} already has {live} live task "
-                                   f"sandboxes (GYM_RUNTIME_SANDBOX_MAX={self.settings.max_per_server})", 429,
-                                   hint="close sandboxes that are done, or raise GYM_RUNTIME_SANDBOX_MAX")
+            raise TaskSandboxError(
+                "GR-SANDBOX-TASK-LIMIT",
+                f"server {owner!r} already has {live} live task "
+                f"sandboxes (GYM_RUNTIME_SANDBOX_MAX={self.settings.max_per_server})",
+                429,
+                hint="close sandboxes that are done, or raise GYM_RUNTIME_SANDBOX_MAX",
+            )
         req = box_request(spec, self.settings, owner)
         root = self._root(req.image, owner)
         from sandbox.taskbox import BoxError, TaskBox
@@ -192,21 +227,45 @@ class TaskSandboxService:
                     from sandbox.taskbox import JoinerFactory
 
                     self._factory = await JoinerFactory.start(self._spawner)
-            box = await TaskBox.start(f"{owner}/{box_id}", root, self.work_dir / box_id, req.limits, self.policy,
-                                      self._spawner, bwrap, proc_mode, req.workdir, req.env, factory=self._factory)
+            box = await TaskBox.start(
+                f"{owner}/{box_id}",
+                root,
+                self.work_dir / box_id,
+                req.limits,
+                self.policy,
+                self._spawner,
+                bwrap,
+                proc_mode,
+                req.workdir,
+                req.env,
+                factory=self._factory,
+            )
         except (BoxError, OSError, asyncio.TimeoutError) as e:  # nothing of it is left (TaskBox.start)
-            raise TaskSandboxError("GR-SANDBOX-TASK-FAILED", f"task sandbox for server {owner!r} (image "
-                                   f"{req.image or 'host root'}) did not start: {e or type(e).__name__}", 500) from None
-        rec = BoxRecord(box_id, owner, secrets.token_urlsafe(24), box, _shell(root), req.image, root.source,
-                        req.ports, incarnation=getattr(member, "proc", None))
+            raise TaskSandboxError(
+                "GR-SANDBOX-TASK-FAILED",
+                f"task sandbox for server {owner!r} (image "
+                f"{req.image or 'host root'}) did not start: {e or type(e).__name__}",
+                500,
+            ) from None
+        rec = BoxRecord(
+            box_id,
+            owner,
+            secrets.token_urlsafe(24),
+            box,
+            _shell(root),
+            req.image,
+            root.source,
+            req.ports,
+            incarnation=getattr(member, "proc", None),
+        )
         self.boxes[box_id] = rec
         self.created += 1
         if req.ttl_s:
             rec.expires = rec.created + req.ttl_s
             rec._ttl = asyncio.get_running_loop().call_later(
-                req.ttl_s, lambda: self._ends.spawn(self.close(box_id, f"its ttl_s ({req.ttl_s:g} s) passed")))
-        self._ends.follow(rec.incarnation,
-                          lambda proc: self.close_owner(rec.owner, "the server's process ended", proc))
+                req.ttl_s, lambda: self._ends.spawn(self.close(box_id, f"its ttl_s ({req.ttl_s:g} s) passed"))
+            )
+        self._ends.follow(rec.incarnation, lambda proc: self.close_owner(rec.owner, "the server's process ended", proc))
         self._count(owner)
         if self._watch is None and any(k not in box.enforced for k in ("memory", "pids")):
             self._watch = asyncio.get_running_loop().create_task(self._watch_limits())
@@ -219,11 +278,15 @@ class TaskSandboxService:
         try:
             return self.store.resolve(image)
         except ImageNotFound as e:
-            raise TaskSandboxError("GR-SANDBOX-TASK-IMAGE", f"server {owner!r} asked for image {image!r}, which "
-                                   f"this host does not provide; looked at: {'; '.join(e.looked)}", 404,
-                                   hint="put the image's root filesystem, OCI layout or archive there, or map it "
-                                   "(GYM_RUNTIME_SANDBOX_IMAGE_MAP, e.g. 'REF=host' for the host's read-only "
-                                   "root); docs/runtime.md, \"Task sandboxes\"") from None
+            raise TaskSandboxError(
+                "GR-SANDBOX-TASK-IMAGE",
+                f"server {owner!r} asked for image {image!r}, which "
+                f"this host does not provide; looked at: {'; '.join(e.looked)}",
+                404,
+                hint="put the image's root filesystem, OCI layout or archive there, or map it "
+                "(GYM_RUNTIME_SANDBOX_IMAGE_MAP, e.g. 'REF=host' for the host's read-only "
+                'root); docs/runtime.md, "Task sandboxes"',
+            ) from None
         except ImageError as e:
             raise TaskSandboxError("GR-SANDBOX-TASK-IMAGE", f"image {image!r}: {e}", 400) from None
 
@@ -233,9 +296,13 @@ class TaskSandboxService:
         from gym_runtime.task_sandboxes.spec import _bad
 
         if port not in rec.ports:
-            raise _bad(rec.owner, f"an endpoint for port {port}, which sandbox {rec.id} did not declare "
-                                  f"(SandboxSpec.ports: {list(rec.ports)})")
+            raise _bad(
+                rec.owner,
+                f"an endpoint for port {port}, which sandbox {rec.id} did not declare "
+                f"(SandboxSpec.ports: {list(rec.ports)})",
+            )
         if port not in rec.endpoints:
+
             async def dial():
                 return await rec.box.dial(port)
 
@@ -273,7 +340,11 @@ class TaskSandboxService:
 
     async def close_owner(self, owner: str, why: str, incarnation: Any = None) -> int:
         """End every box of ``owner`` (of one process of it, when ``incarnation`` is given)."""
-        ids = [i for i, r in self.boxes.items() if r.owner == owner and (incarnation is None or r.incarnation is incarnation)]
+        ids = [
+            i
+            for i, r in self.boxes.items()
+            if r.owner == owner and (incarnation is None or r.incarnation is incarnation)
+        ]
         await asyncio.gather(*(self.close(i, why) for i in ids))
         if ids:
             self.say(f"task sandboxes: {len(ids)} of server {owner} ended ({why})")

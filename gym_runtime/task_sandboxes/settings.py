@@ -46,8 +46,11 @@ def _number(env: Mapping[str, str], var: str, default: int | None, zero_is_none:
     except ValueError:
         value = -1
     if value < 0 or (value == 0 and not zero_is_none):
-        raise SettingsError(f"{var}={raw!r} is not a whole number {'>= 0' if zero_is_none else '> 0'}",
-                            code="GR-SETTINGS-SANDBOX", hint=f"unset {var} for the default")
+        raise SettingsError(
+            f"{var}={raw!r} is not a whole number {'>= 0' if zero_is_none else '> 0'}",
+            code="GR-SETTINGS-SANDBOX",
+            hint=f"unset {var} for the default",
+        )
     return value or None
 
 
@@ -55,8 +58,11 @@ def load(env: Mapping[str, str], home: Path) -> TaskSandboxSettings:
     """Read the variables; raises :class:`SettingsError` (``GR-SETTINGS-SANDBOX``) naming the bad one."""
     mode = env.get("GYM_RUNTIME_SANDBOX_PROVIDER") or "auto"
     if mode not in PROVIDER_MODES:
-        raise SettingsError(f"GYM_RUNTIME_SANDBOX_PROVIDER={mode!r} is not one of {', '.join(PROVIDER_MODES)}",
-                            code="GR-SETTINGS-SANDBOX", hint="unset it for the default (auto)")
+        raise SettingsError(
+            f"GYM_RUNTIME_SANDBOX_PROVIDER={mode!r} is not one of {', '.join(PROVIDER_MODES)}",
+            code="GR-SETTINGS-SANDBOX",
+            hint="unset it for the default (auto)",
+        )
     raw_dirs = env.get("GYM_RUNTIME_SANDBOX_IMAGES")
     dirs = tuple(Path(d).expanduser() for d in raw_dirs.split(":") if d) if raw_dirs else (home / "images",)
     try:
@@ -66,9 +72,17 @@ def load(env: Mapping[str, str], home: Path) -> TaskSandboxSettings:
 
             mapping = parse_image_map(env["GYM_RUNTIME_SANDBOX_IMAGE_MAP"])
     except ValueError as e:
-        raise SettingsError(f"GYM_RUNTIME_SANDBOX_IMAGE_MAP: {e}", code="GR-SETTINGS-SANDBOX",
-                            hint="use a comma list of REF=/absolute/path or REF=host (REF may be *)") from None
-    return TaskSandboxSettings(mode, dirs, mapping, _number(env, "GYM_RUNTIME_SANDBOX_MEMORY_MB", 4096),
-                               _number(env, "GYM_RUNTIME_SANDBOX_PIDS", 1024),
-                               _number(env, "GYM_RUNTIME_SANDBOX_MAX", 256, zero_is_none=False) or 256,
-                               home / "images-unpacked")
+        raise SettingsError(
+            f"GYM_RUNTIME_SANDBOX_IMAGE_MAP: {e}",
+            code="GR-SETTINGS-SANDBOX",
+            hint="use a comma list of REF=/absolute/path or REF=host (REF may be *)",
+        ) from None
+    return TaskSandboxSettings(
+        mode,
+        dirs,
+        mapping,
+        _number(env, "GYM_RUNTIME_SANDBOX_MEMORY_MB", 4096),
+        _number(env, "GYM_RUNTIME_SANDBOX_PIDS", 1024),
+        _number(env, "GYM_RUNTIME_SANDBOX_MAX", 256, zero_is_none=False) or 256,
+        home / "images-unpacked",
+    )

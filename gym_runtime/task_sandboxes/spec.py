@@ -50,12 +50,15 @@ def box_request(spec: Mapping[str, Any], settings: TaskSandboxSettings, owner: s
     if image is not None and (not isinstance(image, str) or len(image) > 512):
         raise _bad(owner, f"image {str(image)[:80]!r} (a reference string)")
     workdir = spec.get("workdir")
-    if workdir is not None and (not isinstance(workdir, str) or not workdir.startswith("/") or "\0" in workdir
-                                or ".." in workdir.split("/")):
+    if workdir is not None and (
+        not isinstance(workdir, str) or not workdir.startswith("/") or "\0" in workdir or ".." in workdir.split("/")
+    ):
         raise _bad(owner, f"workdir {str(workdir)[:80]!r} (an absolute path without '..')")
     env = spec.get("env") or {}
-    if not isinstance(env, Mapping) or not all(isinstance(k, str) and k and "=" not in k and "\0" not in k
-                                               and isinstance(v, str) and "\0" not in v for k, v in env.items()):
+    if not isinstance(env, Mapping) or not all(
+        isinstance(k, str) and k and "=" not in k and "\0" not in k and isinstance(v, str) and "\0" not in v
+        for k, v in env.items()
+    ):
         raise _bad(owner, "env that is not a mapping of names to strings")
     if sum(len(k) + len(v) for k, v in env.items()) > MAX_ENV_BYTES:
         raise _bad(owner, f"env over {MAX_ENV_BYTES} bytes")
@@ -71,11 +74,16 @@ def box_request(spec: Mapping[str, Any], settings: TaskSandboxSettings, owner: s
         ports = tuple(int(p) for p in spec.get("ports") or ())
     except (TypeError, ValueError) as e:
         raise _bad(owner, f"a resource, ttl_s or port that is not a number ({e})") from None
-    if (cpu is not None and cpu <= 0) or (mem is not None and mem <= 0) or (ttl is not None and ttl <= 0) \
-            or any(not 0 < p < 65536 for p in ports):
+    if (
+        (cpu is not None and cpu <= 0)
+        or (mem is not None and mem <= 0)
+        or (ttl is not None and ttl <= 0)
+        or any(not 0 < p < 65536 for p in ports)
+    ):
         raise _bad(owner, "a cpu, memory_mib, ttl_s or port <= 0 (or a port above 65535)")
     cap = settings.memory_mb
     memory = min(mem, cap) if (mem and cap) else (mem or cap)
     cores = len(os.sched_getaffinity(0))
-    return BoxRequest(image, workdir, dict(env), BoxLimits(memory, settings.pids, min(cpu, cores) if cpu else None),
-                      ttl, ports)
+    return BoxRequest(
+        image, workdir, dict(env), BoxLimits(memory, settings.pids, min(cpu, cores) if cpu else None), ttl, ports
+    )

@@ -13,8 +13,15 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-_NAMES = {"Venv": "build", "VenvSet": "build", "build_venvs": "build", "InstallPlan": "plan", "Pin": "plan",
-          "VenvPlan": "plan", "plan_venvs": "plan"}
+_NAMES = {
+    "Venv": "build",
+    "VenvSet": "build",
+    "build_venvs": "build",
+    "InstallPlan": "plan",
+    "Pin": "plan",
+    "VenvPlan": "plan",
+    "plan_venvs": "plan",
+}
 
 __all__ = ["InstallPlan", "Pin", "Venv", "VenvPlan", "VenvSet", "build_venvs", "plan_venvs"]
 

@@ -43,14 +43,25 @@ from gym_runtime.venvs.plan import InstallPlan, VenvPlan
 from gym_runtime.venvs.progress import Reporter, make_reporter
 from gym_runtime.venvs.reasons import previous, rebuild_reasons, remember
 from gym_runtime.venvs.stages import StageContext, StepFailure
-from gym_runtime.venvs.store import (cache_lock, install, is_ready, remove_abandoned, remove_stale, tmp_dir,
-                                     venv_lock, write_marker)
+from gym_runtime.venvs.store import (
+    cache_lock,
+    install,
+    is_ready,
+    remove_abandoned,
+    remove_stale,
+    tmp_dir,
+    venv_lock,
+    write_marker,
+)
 from gym_runtime.venvs.uvrun import Cancelled, UvResult
 
 # stage-1 failures about what the index offers: their hint names pip index settings uv ignores
 INDEX_FAILURES = ("GR-BUILD-MISSING", "GR-BUILD-PIN-MISSING", "GR-BUILD-WHEEL-TAGS", "GR-BUILD-YANKED", "GR-BUILD-UV")
-_CACHE_ERR = re.compile(r"(failed to (read|open) (file|directory)|No such file or directory).*"
-                        r"(archive-v\d|wheels-v\d|sdists-v\d|\.dist-info)", re.I)
+_CACHE_ERR = re.compile(
+    r"(failed to (read|open) (file|directory)|No such file or directory).*"
+    r"(archive-v\d|wheels-v\d|sdists-v\d|\.dist-info)",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -75,9 +86,16 @@ class Venv:
         return f"rebuilt ({'; '.join(self.reasons)})" if self.reasons else "built"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "python": str(self.python), "digest": self.digest, "reused": self.reused,
-                "servers": list(self.instances), "warnings": list(self.warnings), "seconds": round(self.seconds, 3),
-                "reasons": list(self.reasons)}
+        return {
+            "path": str(self.path),
+            "python": str(self.python),
+            "digest": self.digest,
+            "reused": self.reused,
+            "servers": list(self.instances),
+            "warnings": list(self.warnings),
+            "seconds": round(self.seconds, 3),
+            "reasons": list(self.reasons),
+        }
 
 
 @dataclass(frozen=True)
@@ -97,8 +115,7 @@ class VenvSet:
         return sum(not v.reused for v in self.venvs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"venvs": [v.to_dict() for v in self.venvs], "built": self.built,
-                "reused": len(self.venvs) - self.built}
+        return {"venvs": [v.to_dict() for v in self.venvs], "built": self.built, "reused": len(self.venvs) - self.built}
 
 
 def _cache_retry_names(output: str) -> tuple[str, ...]:
@@ -119,8 +136,7 @@ def _run_step(step: Any, vp: VenvPlan, tmp: Path, ctx: StageContext) -> Any:
         return step(vp, tmp, ctx, refresh=names)
 
 
-def _replay(vp: VenvPlan, tmp: Path, ctx: StageContext, settings: RuntimeSettings,
-            announce: Any) -> UvResult | None:
+def _replay(vp: VenvPlan, tmp: Path, ctx: StageContext, settings: RuntimeSettings, announce: Any) -> UvResult | None:
     """Stage 1 offline from the resolution recorded for ``vp`` (:mod:`gym_runtime.venvs.resolutions`);
     None when there is none to replay (no record, hash mode, packages to refresh) or uv could not
     do it offline: the venv is then made afresh for the usual stage 1, and the log says why."""
@@ -138,8 +154,10 @@ def _replay(vp: VenvPlan, tmp: Path, ctx: StageContext, settings: RuntimeSetting
         shutil.rmtree(tmp, ignore_errors=True)
         stages.create_venv(vp, tmp, ctx)
         with open(e.result.log, "a") as fh:
-            fh.write(f"[gym-runtime] the recorded resolution ({source}) could not be installed offline:\n{why}\n"
-                     "[gym-runtime] resolving against the index instead\n")
+            fh.write(
+                f"[gym-runtime] the recorded resolution ({source}) could not be installed offline:\n{why}\n"
+                "[gym-runtime] resolving against the index instead\n"
+            )
         return None
 
 
@@ -162,25 +180,34 @@ def _mend(step: Any, vp: VenvPlan, tmp: Path, ctx: StageContext) -> list[str]:
     cache = ctx.uv_env.env.get("UV_CACHE_DIR") or "uv's default cache (`uv cache dir` prints it)"
     log = ctx.log(vp, "stage2" if step is stages.stage2 else "stage1")
     with open(log, "a") as fh:
-        fh.write(f"[gym-runtime] installed from a damaged uv cache entry:\n{integrity.describe(found)}\n"
-                 f"[gym-runtime] installing {' '.join(names)} again without the cache\n")
+        fh.write(
+            f"[gym-runtime] installed from a damaged uv cache entry:\n{integrity.describe(found)}\n"
+            f"[gym-runtime] installing {' '.join(names)} again without the cache\n"
+        )
     step(vp, tmp, ctx, uncached=names)
     still = integrity.damaged(tmp)
     fix = f"uv cache clean {' '.join(names)}"
     if still:
         label = ", ".join(vp.instances)
-        raise BuildError(f"venv build failed for {label} ({vp.rel_file}): {', '.join(sorted(still))} installed "
-                         f"with files missing, also without the uv cache ({cache})", code="GR-BUILD-CACHE",
-                         cause=integrity.describe(still), log=log,
-                         hint=f"remove the damaged entries with `{fix}` (with UV_CACHE_DIR={cache} if set) and build "
-                         "again; if it persists, the distribution's own wheel is broken",
-                         extra={"server": vp.instances[0], "servers": list(vp.instances), "file": vp.rel_file})
-    return [f"the uv cache's copy of {', '.join(names)} was damaged ({integrity.describe(found)}); installed again "
-            f"without the cache. Remove the damaged entries: `{fix}` (uv cache: {cache})"]
+        raise BuildError(
+            f"venv build failed for {label} ({vp.rel_file}): {', '.join(sorted(still))} installed "
+            f"with files missing, also without the uv cache ({cache})",
+            code="GR-BUILD-CACHE",
+            cause=integrity.describe(still),
+            log=log,
+            hint=f"remove the damaged entries with `{fix}` (with UV_CACHE_DIR={cache} if set) and build "
+            "again; if it persists, the distribution's own wheel is broken",
+            extra={"server": vp.instances[0], "servers": list(vp.instances), "file": vp.rel_file},
+        )
+    return [
+        f"the uv cache's copy of {', '.join(names)} was damaged ({integrity.describe(found)}); installed again "
+        f"without the cache. Remove the damaged entries: `{fix}` (uv cache: {cache})"
+    ]
 
 
-def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, reporter: Reporter,
-              honoured: dict[str, str]) -> Venv:
+def build_one(
+    vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, reporter: Reporter, honoured: dict[str, str]
+) -> Venv:
     """Make ``vp`` ready (or find it ready); raises :class:`BuildError` or :class:`Cancelled`."""
     t0 = time.monotonic()
     label = ", ".join(vp.instances)
@@ -199,14 +226,20 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
             with cache_lock(settings.uv_cache_dir):
                 reporter.stage(vp.digest, label, "venv")
                 stages.create_venv(vp, tmp, ctx)
-                if vp.stage2 and not closure.nothing_to_prove(vp.source, [(p.requirement, p.as_constraint)
-                                                                          for p in vp.pins]):
+                if vp.stage2 and not closure.nothing_to_prove(
+                    vp.source, [(p.requirement, p.as_constraint) for p in vp.pins]
+                ):
                     reporter.stage(vp.digest, label, "stage 2: closure check (offline)")
                     stages.closure_check(vp, tmp, ctx)
                 before: dict[str, str] = {}
                 if stages.has_stage1(vp):
-                    res = _replay(vp, tmp, ctx, settings, lambda: reporter.stage(
-                        vp.digest, label, "stage 1 (the recorded resolution, offline)"))
+                    res = _replay(
+                        vp,
+                        tmp,
+                        ctx,
+                        settings,
+                        lambda: reporter.stage(vp.digest, label, "stage 1 (the recorded resolution, offline)"),
+                    )
                     if res is None:
                         reporter.stage(vp.digest, label, "stage 1")
                         res = _run_step(stages.stage1, vp, tmp, ctx)
@@ -222,28 +255,47 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
             warnings += stages.overridden(before, have) if vp.stage2 else []
             missing = stages.missing_after_install(vp, have)
             if missing:
-                raise BuildError(f"venv build failed for {label} at verify ({vp.rel_file}): "
-                                 f"{', '.join(missing)} not installed inside the venv", code="GR-BUILD-VERIFY",
-                                 cause=f"installed under {tmp}: {', '.join(sorted(have)) or '(nothing)'}",
-                                 hint="an inherited setting redirected the install; see the scrubbed variables "
-                                 "at the top of the venv log", log=ctx.log(vp, "venv"),
-                                 extra={"server": vp.instances[0], "servers": list(vp.instances),
-                                        "stage": "verify", "file": vp.rel_file})
+                raise BuildError(
+                    f"venv build failed for {label} at verify ({vp.rel_file}): "
+                    f"{', '.join(missing)} not installed inside the venv",
+                    code="GR-BUILD-VERIFY",
+                    cause=f"installed under {tmp}: {', '.join(sorted(have)) or '(nothing)'}",
+                    hint="an inherited setting redirected the install; see the scrubbed variables "
+                    "at the top of the venv log",
+                    log=ctx.log(vp, "venv"),
+                    extra={
+                        "server": vp.instances[0],
+                        "servers": list(vp.instances),
+                        "stage": "verify",
+                        "file": vp.rel_file,
+                    },
+                )
             if before:
                 _record(settings, vp, before)
             install_exit_hook(tmp)
             install_ray_switch(tmp)  # a Gym server run without Ray (ray_switch.py), where the venv holds Gym
             install_provider(tmp)  # NeMo Gym's `gym_runtime` sandbox provider (task_sandboxes/install.py)
-            write_marker(tmp, {"digest": vp.digest, "servers": list(vp.instances), "python": vp.python.version,
-                               "python_path": str(vp.python.path), "uv": ctx.uv_env.describe().splitlines()[0],
-                               "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "installed": have,
-                               "warnings": warnings, "plan": vp.to_dict()})
+            write_marker(
+                tmp,
+                {
+                    "digest": vp.digest,
+                    "servers": list(vp.instances),
+                    "python": vp.python.version,
+                    "python_path": str(vp.python.path),
+                    "uv": ctx.uv_env.describe().splitlines()[0],
+                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "installed": have,
+                    "warnings": warnings,
+                    "plan": vp.to_dict(),
+                },
+            )
             install(tmp, vp.path)
         except StepFailure as e:
             shutil.rmtree(tmp, ignore_errors=True)
             if is_no_space(e.result.output):
-                raise _no_space(vp, settings, STAGES.get(e.stage, e.stage), uv_error_block(e.result.output),
-                                e.result.log) from None
+                raise _no_space(
+                    vp, settings, STAGES.get(e.stage, e.stage), uv_error_block(e.result.output), e.result.log
+                ) from None
             err = diagnose(vp, e, honoured, ctx.package_root)
             if e.stage == "stage1" and (rule := first_index_hint(vp.source, vp.rel_file, err.cause or "")):
                 err.hint = rule  # uv's first-index rule at work: pip's settings have nothing to do with it
@@ -258,8 +310,9 @@ def build_one(vp: VenvPlan, settings: RuntimeSettings, ctx: StageContext, report
             if is_enospc(e):
                 raise _no_space(vp, settings, "the build", f"{e}", None) from None
             raise
-    return Venv(vp.path, vp.path / "bin" / "python", vp.digest, False, vp.instances, tuple(warnings),
-                time.monotonic() - t0)
+    return Venv(
+        vp.path, vp.path / "bin" / "python", vp.digest, False, vp.instances, tuple(warnings), time.monotonic() - t0
+    )
 
 
 def _with_reasons(v: Venv, vp: VenvPlan, settings: RuntimeSettings, package_root: Path | None) -> Venv:
@@ -268,9 +321,9 @@ def _with_reasons(v: Venv, vp: VenvPlan, settings: RuntimeSettings, package_root
     for name in vp.instances:
         before = previous(settings.venv_dir, package_root, name)
         if not v.reused and before is not None:
-            why = rebuild_reasons(before["inputs"], vp.inputs, vp.rel_file) or \
-                ["same inputs; the previous venv was removed" if before.get("digest") == vp.digest else
-                 "inputs changed"]
+            why = rebuild_reasons(before["inputs"], vp.inputs, vp.rel_file) or [
+                "same inputs; the previous venv was removed" if before.get("digest") == vp.digest else "inputs changed"
+            ]
             reasons += [r for r in why if r not in reasons]
         remember(settings.venv_dir, package_root, name, vp.digest, vp.inputs)
     return replace(v, reasons=tuple(reasons))
@@ -286,17 +339,33 @@ def _combine(errors: list[BuildError]) -> BuildError:
     log (on a line under the hint); the full blocks (uv's causes) are in ``extra["failures"]``."""
     if len(errors) == 1:
         return errors[0]
-    violations = [Violation(e.code, e.message, file=e.extra.get("file"),
-                            hint="\n    ".join([*([e.hint] if e.hint else []), *([f"log: {e.log}"] if e.log else [])])
-                            or None) for e in errors]
-    return BuildError(f"{len(errors)} venv builds failed", code="GR-BUILD-MANY", violations=violations,
-                      hint="fix each failure; its log (uv's full output) is listed under it",
-                      extra={"failures": [e.to_dict() for e in errors]})
+    violations = [
+        Violation(
+            e.code,
+            e.message,
+            file=e.extra.get("file"),
+            hint="\n    ".join([*([e.hint] if e.hint else []), *([f"log: {e.log}"] if e.log else [])]) or None,
+        )
+        for e in errors
+    ]
+    return BuildError(
+        f"{len(errors)} venv builds failed",
+        code="GR-BUILD-MANY",
+        violations=violations,
+        hint="fix each failure; its log (uv's full output) is listed under it",
+        extra={"failures": [e.to_dict() for e in errors]},
+    )
 
 
-def build_venvs(plan: InstallPlan, settings: RuntimeSettings, *, progress: bool | Reporter = False,
-                cancel: threading.Event | None = None, max_workers: int | None = None,
-                fail_fast: bool = False) -> VenvSet:
+def build_venvs(
+    plan: InstallPlan,
+    settings: RuntimeSettings,
+    *,
+    progress: bool | Reporter = False,
+    cancel: threading.Event | None = None,
+    max_workers: int | None = None,
+    fail_fast: bool = False,
+) -> VenvSet:
     """Build (or reuse) every venv of ``plan``; return them by server instance.
 
     ``max_workers`` bounds parallel builds (default: CPU count). ``fail_fast`` cancels the other
@@ -307,8 +376,14 @@ def build_venvs(plan: InstallPlan, settings: RuntimeSettings, *, progress: bool 
     cancel = cancel or threading.Event()
     reporter = make_reporter(progress)
     fs_warning = network_fs_warning(settings.uv_cache_dir)
-    ctx = StageContext(plan.uv_env, settings.logs_dir / "build", cancel, settings.venv_dir / ".tmp",
-                       notes=f"WARNING: {fs_warning}\n" if fs_warning else "", package_root=plan.package_root)
+    ctx = StageContext(
+        plan.uv_env,
+        settings.logs_dir / "build",
+        cancel,
+        settings.venv_dir / ".tmp",
+        notes=f"WARNING: {fs_warning}\n" if fs_warning else "",
+        package_root=plan.package_root,
+    )
     ctx.cwd.mkdir(parents=True, exist_ok=True)
     remove_abandoned(settings.venv_dir)  # builds of a daemon that was SIGKILLed
     results: dict[str, Venv] = {}
@@ -357,7 +432,9 @@ def build_venvs(plan: InstallPlan, settings: RuntimeSettings, *, progress: bool 
         order = {vp.instances[0]: i for i, vp in enumerate(todo)}  # plan order, not completion order
         raise _combine(sorted(errors, key=lambda e: order.get(e.extra.get("server", ""), len(order))))
     if len(results) < len(todo):
-        raise BuildCancelledError("venv builds were cancelled; nothing half-built was kept",
-                                  hint="run the build again; finished venvs are reused")
+        raise BuildCancelledError(
+            "venv builds were cancelled; nothing half-built was kept",
+            hint="run the build again; finished venvs are reused",
+        )
     by_instance = dict(plan.by_instance)
     return VenvSet(tuple(results[vp.digest] for vp in todo), by_instance)

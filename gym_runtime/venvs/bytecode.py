@@ -63,9 +63,11 @@ PRELOADED_PARENT = "preloaded parent"  # the user of a venv's preloaded parent (
 NICE = 10  # compilers' CPU priority (a higher nice value yields to the servers)
 _PYC = re.compile(r"^(?P<stem>[^.]+)\.[a-z]+-\d+(\.opt-\d)?\.pyc$")
 # compileall skips files whose cached bytecode is already up to date; prints how many it compiled
-_COMPILE = ("import compileall, sys\n"
-            "ok = sum(bool(compileall.compile_file(p, quiet=2)) for p in sys.stdin.read().splitlines() if p)\n"
-            "print(ok)\n")
+_COMPILE = (
+    "import compileall, sys\n"
+    "ok = sum(bool(compileall.compile_file(p, quiet=2)) for p in sys.stdin.read().splitlines() if p)\n"
+    "print(ok)\n"
+)
 
 
 @dataclass
@@ -205,8 +207,9 @@ async def in_background(fn: Callable[..., Any], *args: Any) -> Any:
     return await fut
 
 
-async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: int | None = None,
-                              nice: int = NICE) -> int:
+async def compile_into_shared(
+    venv: Path, python: Path, files: list[str], jobs: int | None = None, nice: int = NICE
+) -> int:
     """Compile ``files`` (sources inside ``venv``) into their ``__pycache__`` dirs with the venv's
     own interpreter, ``jobs`` processes at once (default: CPU count) at CPU priority ``nice``;
     returns how many compiled (up to date counts). Raises ``RuntimeError`` when a compiler process
@@ -216,10 +219,17 @@ async def compile_into_shared(venv: Path, python: Path, files: list[str], jobs: 
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
     argv = [str(python), "-I", "-S", "-c", _COMPILE]
     chunks = [files[i::jobs] for i in range(jobs)]
-    procs = [await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                                  stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
-                                                  env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
-             for _ in chunks]
+    procs = [
+        await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        )
+        for _ in chunks
+    ]
     try:
         for p in procs:  # background work (unless the processes wait for it): theirs come first
             with contextlib.suppress(OSError):

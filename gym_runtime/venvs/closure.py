@@ -59,9 +59,17 @@ class ClosureTarget:
     def markers(self) -> dict[str, str]:
         """PEP 508 marker values of the target (for following ``Requires-Dist`` lines)."""
         machine = next((m for m, p in _ARCH.items() if p == self.platform), "x86_64")
-        return {"python_version": self.python, "python_full_version": f"{self.python}.0", "os_name": "posix",
-                "sys_platform": "linux", "platform_system": "Linux", "platform_machine": machine,
-                "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+        return {
+            "python_version": self.python,
+            "python_full_version": f"{self.python}.0",
+            "os_name": "posix",
+            "sys_platform": "linux",
+            "platform_system": "Linux",
+            "platform_machine": machine,
+            "implementation_name": "cpython",
+            "platform_python_implementation": "CPython",
+            "extra": "",
+        }
 
 
 def platform_of(machine: str) -> str:
@@ -134,16 +142,44 @@ def override_args(overrides: Overrides | None, directory: Path) -> list[str]:
     return ["--overrides", str(path)]
 
 
-def prove(files: list[str], wheels_dir: Path, target: ClosureTarget, *, env: dict[str, str], log: Path,
-          cwd: Path, cancel: threading.Event | None = None) -> UvResult:
+def prove(
+    files: list[str],
+    wheels_dir: Path,
+    target: ClosureTarget,
+    *,
+    env: dict[str, str],
+    log: Path,
+    cwd: Path,
+    cancel: threading.Event | None = None,
+) -> UvResult:
     """``uv pip compile`` of ``files`` against ``wheels_dir`` only (no index, offline, no uv config);
     the result's ``returncode`` is 0 when the closure is complete."""
     env = {k: v for k, v in env.items() if k != "UV_FIND_LINKS"}
-    args = ["pip", "compile", "--no-index", "--offline", "--no-config", "--no-python-downloads", "--find-links",
-            str(wheels_dir), *target.uv_args(), "--no-header", "--no-annotate", "--output-file", "/dev/null", *files]
-    return run_uv(args, env=env, log=log, cwd=cwd, cancel=cancel,
-                  header=f"closure check: does wheels/ alone satisfy the install file for CPython {target.python} "
-                  f"{target.platform}? (no index, offline)\n")
+    args = [
+        "pip",
+        "compile",
+        "--no-index",
+        "--offline",
+        "--no-config",
+        "--no-python-downloads",
+        "--find-links",
+        str(wheels_dir),
+        *target.uv_args(),
+        "--no-header",
+        "--no-annotate",
+        "--output-file",
+        "/dev/null",
+        *files,
+    ]
+    return run_uv(
+        args,
+        env=env,
+        log=log,
+        cwd=cwd,
+        cancel=cancel,
+        header=f"closure check: does wheels/ alone satisfy the install file for CPython {target.python} "
+        f"{target.platform}? (no index, offline)\n",
+    )
 
 
 def gap(output: str, wheels_dir: Path, roots: list[str], root_label: str, target: ClosureTarget) -> ClosureGap | None:
@@ -151,8 +187,9 @@ def gap(output: str, wheels_dir: Path, roots: list[str], root_label: str, target
     m = re.search(_NAME + r" was not found in the provided package locations", output)
     what = "missing"
     if m is None:
-        m = re.search(_NAME + r"(?:==\S+)? has no wheels with a matching", output) or \
-            re.search(_NAME + r"(?:==\S+)? has no (?:usable )?wheels?", output)
+        m = re.search(_NAME + r"(?:==\S+)? has no wheels with a matching", output) or re.search(
+            _NAME + r"(?:==\S+)? has no (?:usable )?wheels?", output
+        )
         what = "present but has no wheel for the target"
     if m is None:
         m = re.search(r"(?:only|no versions of|there is no version of) " + _NAME, output)
@@ -183,8 +220,7 @@ def chain(wheels_dir: Path, roots: list[str], project: str, root_label: str, tar
         except ValueError:
             continue
         env = target.markers()
-        deps[name] = [canonicalize_name(r.name) for r in _requires(w)
-                      if r.marker is None or r.marker.evaluate(env)]
+        deps[name] = [canonicalize_name(r.name) for r in _requires(w) if r.marker is None or r.marker.evaluate(env)]
     start = [canonicalize_name(r) for r in roots]
     seen = {r: (r,) for r in start}
     queue = deque(start)
@@ -210,7 +246,9 @@ def package_proof(merged: MergedConfig, settings: RuntimeSettings, target: Targe
         return []
     uv_env = make_env(settings.environ, settings.uv_cache_dir)
     py = f"{target.python[0]}.{target.python[1]}"
-    goal = ClosureTarget(py, target.platform, uv_platform=f"{target.arch}-manylinux_{target.glibc[0]}_{target.glibc[1]}")
+    goal = ClosureTarget(
+        py, target.platform, uv_platform=f"{target.arch}-manylinux_{target.glibc[0]}_{target.glibc[1]}"
+    )
     groups: dict[Path, list[ServerInstance]] = {}
     for inst in merged.instances.values():
         if inst.server_type in STAGE2_TYPES:
@@ -225,26 +263,48 @@ def package_proof(merged: MergedConfig, settings: RuntimeSettings, target: Targe
                 continue
             files = write_inputs(Path(d) / str(i), proof_text(source, sdk_line(settings)), pins)
             files += override_args(read_overrides(source, server=names), Path(d) / str(i))
-            res = prove(files, pkg.wheels_dir, goal, env=uv_env.env, cwd=Path(d),
-                        log=settings.logs_dir / "validate" / f"{insts[0].name}.closure.log")
+            res = prove(
+                files,
+                pkg.wheels_dir,
+                goal,
+                env=uv_env.env,
+                cwd=Path(d),
+                log=settings.logs_dir / "validate" / f"{insts[0].name}.closure.log",
+            )
             if res.returncode == 0:
                 continue
-            rel = pkg.rel(file) if insts[0].server_dir.origin == "package" else \
-                f"servers/{insts[0].server_type}/{insts[0].implementation}/{file.name} (built-in)"
+            rel = (
+                pkg.rel(file)
+                if insts[0].server_dir.origin == "package"
+                else f"servers/{insts[0].server_type}/{insts[0].implementation}/{file.name} (built-in)"
+            )
             found = gap(res.output, pkg.wheels_dir, roots_of(source, pins), insts[0].implementation, goal)
-            what = found.describe(_versions(pkg.wheels_dir, found.project)) if found else \
-                "uv cannot resolve it from wheels/ alone: " + _uv_cause(res.output)
-            out.append(Violation("GR-BUILD-CLOSURE", f"{names}: wheels/ does not hold the whole closure for "
-                                 f"{target.describe()}: {what}", file=rel,
-                                 hint=f"vendor the closure: `gym-runtime vendor {pkg.root} --platform {target.platform}"
-                                 f" --python {py}`" + (f" (or add a wheel of {found.project} for the target to wheels/)"
-                                                       if found else "")))
+            what = (
+                found.describe(_versions(pkg.wheels_dir, found.project))
+                if found
+                else "uv cannot resolve it from wheels/ alone: " + _uv_cause(res.output)
+            )
+            out.append(
+                Violation(
+                    "GR-BUILD-CLOSURE",
+                    f"{names}: wheels/ does not hold the whole closure for {target.describe()}: {what}",
+                    file=rel,
+                    hint=f"vendor the closure: `gym-runtime vendor {pkg.root} --platform {target.platform}"
+                    f" --python {py}`"
+                    + (f" (or add a wheel of {found.project} for the target to wheels/)" if found else ""),
+                )
+            )
     return out
 
 
 def _versions(wheels_dir: Path, project: str) -> str:
-    found = sorted({str(parse_wheel_filename(w.name)[1]) for w in wheels_dir.glob("*.whl")
-                    if canonicalize_name(parse_wheel_filename(w.name)[0]) == project})
+    found = sorted(
+        {
+            str(parse_wheel_filename(w.name)[1])
+            for w in wheels_dir.glob("*.whl")
+            if canonicalize_name(parse_wheel_filename(w.name)[0]) == project
+        }
+    )
     return ", ".join(found) or "none"
 
 

@@ -61,8 +61,9 @@ def full_path(text: str, candidates: list[Path]) -> Path:
     return candidates[0]
 
 
-def no_space_error(servers: list[str], stage: str, file: str, text: str, roots: dict[str, Path],
-                   log: Path | None = None) -> BuildError:
+def no_space_error(
+    servers: list[str], stage: str, file: str, text: str, roots: dict[str, Path], log: Path | None = None
+) -> BuildError:
     """``GR-BUILD-NO-SPACE`` for a build of ``servers`` that filled a disk during ``stage``.
     ``roots`` maps what each directory is (``venv root``, ``uv cache``, ``logs``) to its path;
     ``text`` is uv's error block or the exception's text."""
@@ -74,19 +75,35 @@ def no_space_error(servers: list[str], stage: str, file: str, text: str, roots: 
     if m and Path(m.group(1)).is_dir():
         size = _tree_size(Path(m.group(1)))
         dist = re.search(r"Failed to install: (\S+)", text)
-        needed = f"; installing {dist.group(1) if dist else 'the distribution it was copying'} alone needs " \
-                 f"{_mb(size)} (its unpacked size in the uv cache)"
+        needed = (
+            f"; installing {dist.group(1) if dist else 'the distribution it was copying'} alone needs "
+            f"{_mb(size)} (its unpacked size in the uv cache)"
+        )
     what = names.get(where, "directory")
-    message = (f"venv build failed for {', '.join(servers)} at {stage} ({file}): the disk holding the {what} "
-               f"{where} is full: {_mb(usage.free)} free of {_mb(usage.total)} now that the unfinished venv "
-               f"was removed{needed}")
-    env = {"venv root": "GYM_RUNTIME_VENV_DIR", "uv cache": "GYM_RUNTIME_UV_CACHE_DIR",
-           "logs": "GYM_RUNTIME_HOME"}.get(what, "GYM_RUNTIME_VENV_DIR")
-    return BuildError(message, code="GR-BUILD-NO-SPACE", cause=text.strip()[-2000:] or None, log=log,
-                      hint=f"free space on that disk (old venvs under the venv root can be removed), or point "
-                      f"{env} at a larger disk, then build again; nothing of this build was kept",
-                      extra={"server": servers[0], "servers": servers, "stage": stage, "file": file,
-                             "path": str(where), "free_bytes": usage.free})
+    message = (
+        f"venv build failed for {', '.join(servers)} at {stage} ({file}): the disk holding the {what} "
+        f"{where} is full: {_mb(usage.free)} free of {_mb(usage.total)} now that the unfinished venv "
+        f"was removed{needed}"
+    )
+    env = {"venv root": "GYM_RUNTIME_VENV_DIR", "uv cache": "GYM_RUNTIME_UV_CACHE_DIR", "logs": "GYM_RUNTIME_HOME"}.get(
+        what, "GYM_RUNTIME_VENV_DIR"
+    )
+    return BuildError(
+        message,
+        code="GR-BUILD-NO-SPACE",
+        cause=text.strip()[-2000:] or None,
+        log=log,
+        hint=f"free space on that disk (old venvs under the venv root can be removed), or point "
+        f"{env} at a larger disk, then build again; nothing of this build was kept",
+        extra={
+            "server": servers[0],
+            "servers": servers,
+            "stage": stage,
+            "file": file,
+            "path": str(where),
+            "free_bytes": usage.free,
+        },
+    )
 
 
 def is_enospc(exc: BaseException) -> bool:

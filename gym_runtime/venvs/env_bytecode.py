@@ -64,9 +64,11 @@ class EnvironmentBytecode:
                 self._say(f"bytecode: {e}")
                 continue
             if n:
-                self._say(f"bytecode: compiled what an earlier run's processes imported into venv {venv.name} "
-                          f"({n} files; that run stopped before compiling them); later starts load it instead of "
-                          "compiling")
+                self._say(
+                    f"bytecode: compiled what an earlier run's processes imported into venv {venv.name} "
+                    f"({n} files; that run stopped before compiling them); later starts load it instead of "
+                    "compiling"
+                )
             digest = (read_marker(venv) or {}).get("digest")
             if self.store is not None and isinstance(digest, str):
                 self._venvs[venv] = (py, digest)
@@ -113,9 +115,11 @@ class EnvironmentBytecode:
             self._say(f"bytecode: the start-up seed was not compiled into {venv.name}: {e}")
             return
         self._seeded.add(venv)
-        self._say(f"bytecode: compiled {n} sources the release's processes import at start-up into "
-                  f"venv {venv.name} in {time.monotonic() - started:.1f}s, before its processes start (nothing was "
-                  "recorded for it)")
+        self._say(
+            f"bytecode: compiled {n} sources the release's processes import at start-up into "
+            f"venv {venv.name} in {time.monotonic() - started:.1f}s, before its processes start (nothing was "
+            "recorded for it)"
+        )
 
     def user(self, python: Path, key: str, name: str, ready_as: str | None = None, report: bool = False) -> Pycache:
         """The cache for process ``name`` run by ``python`` (``<venv>/bin/python``) as user ``key``;
@@ -166,8 +170,10 @@ class EnvironmentBytecode:
                     final = True
                 if final:
                     pending.remove(entry)
-                    self._say(f"bytecode: compiled what {name} imports into venv {cache.venv.name} "
-                              f"({len(seen)} files so far); later starts load it instead of compiling")
+                    self._say(
+                        f"bytecode: compiled what {name} imports into venv {cache.venv.name} "
+                        f"({len(seen)} files so far); later starts load it instead of compiling"
+                    )
             pending += [entry for entry in self.caches[seen_caches:] if entry[2].learning]  # made meanwhile
             seen_caches = len(self.caches)
             await asyncio.sleep(every_s)
@@ -184,21 +190,25 @@ class EnvironmentBytecode:
         try:
             self.finished(name)
         except Exception as e:  # noqa: BLE001 - a later restart costs speed only (it then starts on its own)
-            self._say(f"bytecode: {name}'s next start could not be told its imports are learned: "
-                      f"{type(e).__name__}: {e}")
+            self._say(
+                f"bytecode: {name}'s next start could not be told its imports are learned: {type(e).__name__}: {e}"
+            )
 
     async def _save(self) -> None:
         for venv in self._unsaved():
             py, digest = self._venvs[venv]
             try:
-                n = await in_background(self.store.save, venv, digest, await self._interpreter(py),
-                                            learned(venv), self._stop)
+                n = await in_background(
+                    self.store.save, venv, digest, await self._interpreter(py), learned(venv), self._stop
+                )
             except (OSError, subprocess.SubprocessError, IndexError, ValueError) as e:  # speed only
                 self._say(f"bytecode: {venv.name}'s cache was not saved to the store: {e}")
                 continue
             if n:
-                self._say(f"bytecode: saved {n} compiled files of venv {venv.name} to the store "
-                          "(a rebuilt venv starts with them)")
+                self._say(
+                    f"bytecode: saved {n} compiled files of venv {venv.name} to the store "
+                    "(a rebuilt venv starts with them)"
+                )
 
     async def settled(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` seconds for the background harvest and save that :meth:`learn`

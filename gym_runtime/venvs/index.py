@@ -51,8 +51,12 @@ def _read(url: str, timeout_s: float) -> tuple[str, str]:
         p = Path(unquote(urlparse(url).path))
         p = p / "index.html" if p.is_dir() else p
         return p.read_text(), "text/html"
-    r = httpx.get(url, timeout=timeout_s, follow_redirects=True,
-                  headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.5"})
+    r = httpx.get(
+        url,
+        timeout=timeout_s,
+        follow_redirects=True,
+        headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.5"},
+    )
     r.raise_for_status()
     return r.text, r.headers.get("content-type", "")
 
@@ -68,9 +72,15 @@ def project_files(index: str, name: str, timeout_s: float = 10.0) -> list[IndexF
         import json
 
         data = json.loads(text)
-        return [IndexFile(f["filename"], urljoin(url, f["url"]), (f.get("hashes") or {}).get("sha256"),
-                          (f["yanked"] if isinstance(f.get("yanked"), str) else ("yanked" if f.get("yanked") else None)))
-                for f in data.get("files", [])]
+        return [
+            IndexFile(
+                f["filename"],
+                urljoin(url, f["url"]),
+                (f.get("hashes") or {}).get("sha256"),
+                (f["yanked"] if isinstance(f.get("yanked"), str) else ("yanked" if f.get("yanked") else None)),
+            )
+            for f in data.get("files", [])
+        ]
     out = []
     for attrs, label in _A.findall(text):
         a = dict(_ATTR.findall(attrs))

@@ -29,8 +29,14 @@ from gym_runtime.venvs.uvrun import redact_url
 if TYPE_CHECKING:
     from gym_runtime.package import Package
 
-INDEX_FLAGS = {"-i": "--index-url", "--index-url": "--index-url", "--extra-index-url": "--extra-index-url",
-               "-f": "--find-links", "--find-links": "--find-links", "--no-index": "--no-index"}
+INDEX_FLAGS = {
+    "-i": "--index-url",
+    "--index-url": "--index-url",
+    "--extra-index-url": "--extra-index-url",
+    "-f": "--find-links",
+    "--find-links": "--find-links",
+    "--no-index": "--no-index",
+}
 # uv's words when the first index holding a package lacks the version asked for (uv 0.13 resolver hint)
 _FIRST_INDEX = re.compile(r"`?([A-Za-z0-9][A-Za-z0-9._-]*)`? was found on (\S+?),? but not at the requested version")
 
@@ -67,16 +73,26 @@ def index_option_notes(source: InstallSource, rel_file: str) -> list[Violation]:
     file's name in the package, for the message)."""
     out = []
     for ln, option, _ in index_option_lines(source):
-        what = ("stage 1 installs from this index only" if option == "--index-url" else
-                "stage 1 installs from no index" if option == "--no-index" else
-                "stage 1 also asks this index (another host than the operator's index)")
-        out.append(Violation(
-            "GR-BUILD-INDEX-OPTION", f"`{_shown(ln)}`: {what}; under uv a package's versions come only from the "
-            "first index that has it (pip takes the best match across indexes), so an index that also hosts old "
-            "copies of common packages can make a requirement unsatisfiable", file=rel_file, key=f"line {ln.lineno}",
-            hint="pin what you need from that index (e.g. torch==2.5.1+cpu) and check the build with `gym-runtime "
-            "build`; where uv then finds a package only at an old version there, the operator can set "
-            "UV_INDEX_STRATEGY=unsafe-best-match (uv's --index-strategy; a requirements file cannot carry it)"))
+        what = (
+            "stage 1 installs from this index only"
+            if option == "--index-url"
+            else "stage 1 installs from no index"
+            if option == "--no-index"
+            else "stage 1 also asks this index (another host than the operator's index)"
+        )
+        out.append(
+            Violation(
+                "GR-BUILD-INDEX-OPTION",
+                f"`{_shown(ln)}`: {what}; under uv a package's versions come only from the "
+                "first index that has it (pip takes the best match across indexes), so an index that also hosts old "
+                "copies of common packages can make a requirement unsatisfiable",
+                file=rel_file,
+                key=f"line {ln.lineno}",
+                hint="pin what you need from that index (e.g. torch==2.5.1+cpu) and check the build with `gym-runtime "
+                "build`; where uv then finds a package only at an old version there, the operator can set "
+                "UV_INDEX_STRATEGY=unsafe-best-match (uv's --index-strategy; a requirements file cannot carry it)",
+            )
+        )
     return out
 
 
@@ -87,14 +103,17 @@ def first_index_hint(source: InstallSource, rel_file: str, block: str) -> str | 
     if not m:
         return None
     project, index = m.group(1), redact_url(m.group(2).rstrip(",."))
-    lines = [f"line {ln.lineno} `{_shown(ln)}`" for ln, option, value in index_option_lines(source)
-             if option != "--no-index"]
+    lines = [
+        f"line {ln.lineno} `{_shown(ln)}`" for ln, option, value in index_option_lines(source) if option != "--no-index"
+    ]
     added = f" ({rel_file} {', '.join(lines)} adds it)" if lines else ""
-    return (f"{project} was found first on {index}{added}, which lacks the version asked for, and uv takes a "
-            "package's versions only from the first index that has it (uv's first-index rule; pip takes the best "
-            f"match across indexes): pin {project} to a version that index has, drop the index line if nothing "
-            "needs it, or have the operator set UV_INDEX_STRATEGY=unsafe-best-match (uv's --index-strategy; it "
-            "cannot be written in a requirements file, and changes every venv's resolution)")
+    return (
+        f"{project} was found first on {index}{added}, which lacks the version asked for, and uv takes a "
+        "package's versions only from the first index that has it (uv's first-index rule; pip takes the best "
+        f"match across indexes): pin {project} to a version that index has, drop the index line if nothing "
+        "needs it, or have the operator set UV_INDEX_STRATEGY=unsafe-best-match (uv's --index-strategy; it "
+        "cannot be written in a requirements file, and changes every venv's resolution)"
+    )
 
 
 def package_index_notes(package: Package) -> list[Violation]:

@@ -16,4 +16,5 @@ def holds_nemo_gym(venv: Path) -> bool:
     of an editable install, which keeps them elsewhere."""
     lib = Path(venv) / "lib"
     return any(lib.glob("python*/site-packages/nemo_gym/__init__.py")) or any(
-        lib.glob("python*/site-packages/nemo_gym-*.dist-info"))
+        lib.glob("python*/site-packages/nemo_gym-*.dist-info")
+    )

@@ -43,13 +43,14 @@ def network_fs_warning(cache_dir: Path | None) -> str | None:
     probe = base if base.exists() else base.parent
     kind = filesystem_type(probe)
     if kind in NETWORK_FS:
-        return (f"the uv cache {base} is on a network filesystem ({kind}); parallel builds may corrupt it. "
-                "Set GYM_RUNTIME_UV_CACHE_DIR to a local disk")
+        return (
+            f"the uv cache {base} is on a network filesystem ({kind}); parallel builds may corrupt it. "
+            "Set GYM_RUNTIME_UV_CACHE_DIR to a local disk"
+        )
     return None
 
 
-def prune_cache(settings: RuntimeSettings, wait_s: float | None = None,
-                cancel: threading.Event | None = None) -> bool:
+def prune_cache(settings: RuntimeSettings, wait_s: float | None = None, cancel: threading.Event | None = None) -> bool:
     """Run ``uv cache prune`` holding the cache exclusively (``gym-runtime prune``); ``False`` when
     skipped after ``wait_s`` seconds of running builds. uv takes its own lock on the cache too, which
     every other uv process using it holds shared (``uv run`` for as long as its command runs): uv
@@ -66,17 +67,23 @@ def prune_cache(settings: RuntimeSettings, wait_s: float | None = None,
         log = settings.logs_dir / "build" / "cache-maintenance.log"
         res = run_uv(["cache", "prune"], env=env, log=log, cwd=settings.logs_dir, cancel=cancel)
         if res.returncode != 0 and "waiting for lock" in res.output:
-            raise BuildError("the uv cache was not pruned: another uv process holds uv's own lock on it",
-                             code="GR-BUILD-CACHE-BUSY", cause=_last_line(res.output, "waiting for lock"),
-                             hint="a `uv run` (or `./uvw run`) holds it for as long as the command it started "
-                             "runs, this one included: run the venv's own `gym-runtime prune` (e.g. "
-                             "`.venv/bin/gym-runtime prune`), or wait for the other uv process",
-                             log=str(log))
+            raise BuildError(
+                "the uv cache was not pruned: another uv process holds uv's own lock on it",
+                code="GR-BUILD-CACHE-BUSY",
+                cause=_last_line(res.output, "waiting for lock"),
+                hint="a `uv run` (or `./uvw run`) holds it for as long as the command it started "
+                "runs, this one included: run the venv's own `gym-runtime prune` (e.g. "
+                "`.venv/bin/gym-runtime prune`), or wait for the other uv process",
+                log=str(log),
+            )
         if res.returncode != 0:
-            raise BuildError(f"`uv cache prune` failed (exit {res.returncode})", code="GR-BUILD-CACHE-PRUNE",
-                             cause=_last_line(res.output, ""),
-                             hint="see the log; a damaged cache can be removed whole with `uv cache clean`",
-                             log=str(log))
+            raise BuildError(
+                f"`uv cache prune` failed (exit {res.returncode})",
+                code="GR-BUILD-CACHE-PRUNE",
+                cause=_last_line(res.output, ""),
+                hint="see the log; a damaged cache can be removed whole with `uv cache clean`",
+                log=str(log),
+            )
         return True
 
 

@@ -65,8 +65,11 @@ class Overrides:
     def removed(self, python_version: str) -> set[str]:
         """Distributions an override takes out of the resolution for a CPython ``python_version``
         on this host (a marker that does not hold, e.g. ``sys_platform == 'never'``)."""
-        env = {**default_environment(), "python_version": ".".join(python_version.split(".")[:2]),
-               "python_full_version": python_version}
+        env = {
+            **default_environment(),
+            "python_version": ".".join(python_version.split(".")[:2]),
+            "python_full_version": python_version,
+        }
         out = set()
         for ln in self.lines:
             try:
@@ -92,8 +95,12 @@ def read_overrides(source: InstallSource, *, server: str) -> Overrides | None:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise BuildError(f"{server}: cannot read {path}", cause=str(e), code="GR-BUILD-OVERRIDE",
-                         hint=f"make {FILE_NAME} a UTF-8 text file of requirement lines") from None
+        raise BuildError(
+            f"{server}: cannot read {path}",
+            cause=str(e),
+            code="GR-BUILD-OVERRIDE",
+            hint=f"make {FILE_NAME} a UTF-8 text file of requirement lines",
+        ) from None
     lines = tuple(classify(n, t) for n, t in logical_lines(text))
     return Overrides(path, lines, max(len(text.splitlines()), 1))
 
@@ -103,8 +110,10 @@ def ignored_note(source: InstallSource, rel_file: str) -> str | None:
     if source.kind == "requirements" or not overrides_path(source.file).is_file():
         return None
     rel = rel_file.rsplit("/", 1)[0] + "/" + FILE_NAME if "/" in rel_file else FILE_NAME
-    return (f"{rel} is not applied: overrides are read beside requirements.txt only (as Gym's launcher "
-            "does); to apply them, list the server's dependencies in requirements.txt instead of pyproject.toml")
+    return (
+        f"{rel} is not applied: overrides are read beside requirements.txt only (as Gym's launcher "
+        "does); to apply them, list the server's dependencies in requirements.txt instead of pyproject.toml"
+    )
 
 
 def override_checks(ov: Overrides, rel_file: str, *, offline: bool) -> list[Violation]:
@@ -116,18 +125,31 @@ def override_checks(ov: Overrides, rel_file: str, *, offline: bool) -> list[Viol
             why = f"is not a valid requirement: {ln.error}"
         elif ln.kind not in _ALLOWED:
             why = {"option": "is an option line", "include": "includes another file"}.get(
-                ln.kind, "is a local path, which an override cannot be")
+                ln.kind, "is a local path, which an override cannot be"
+            )
         elif ln.name is None:
             why = "names no distribution"
         else:
             if offline and ln.kind != "requirement":
-                out.append(Violation("GR-BUILD-NEEDS-NETWORK", f"override `{ln.text}` needs network ({ln.kind}), "
-                                     "but this package installs offline from wheels/", file=rel_file,
-                                     key=f"line {ln.lineno}", hint=f"override {ln.name} by version "
-                                     f"(`{ln.name}==X`) and vendor that wheel into wheels/"))
+                out.append(
+                    Violation(
+                        "GR-BUILD-NEEDS-NETWORK",
+                        f"override `{ln.text}` needs network ({ln.kind}), "
+                        "but this package installs offline from wheels/",
+                        file=rel_file,
+                        key=f"line {ln.lineno}",
+                        hint=f"override {ln.name} by version (`{ln.name}==X`) and vendor that wheel into wheels/",
+                    )
+                )
             continue
-        out.append(Violation("GR-BUILD-OVERRIDE", f"`{ln.text}` {why}; every line of {FILE_NAME} must be a "
-                             "requirement that overrides one distribution", file=rel_file, key=f"line {ln.lineno}",
-                             hint="write `name==version`, `name>=low,<high`, `name; <marker>` (a marker that "
-                             "never holds drops the distribution) or `name @ URL`"))
+        out.append(
+            Violation(
+                "GR-BUILD-OVERRIDE",
+                f"`{ln.text}` {why}; every line of {FILE_NAME} must be a requirement that overrides one distribution",
+                file=rel_file,
+                key=f"line {ln.lineno}",
+                hint="write `name==version`, `name>=low,<high`, `name; <marker>` (a marker that "
+                "never holds drops the distribution) or `name @ URL`",
+            )
+        )
     return out

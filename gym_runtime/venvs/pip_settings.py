@@ -21,9 +21,11 @@ from pathlib import Path
 from gym_runtime.venvs.uvrun import redact_url
 
 # pip's setting -> (its variable, uv's equivalent variable)
-SETTINGS = {"index-url": ("PIP_INDEX_URL", "UV_DEFAULT_INDEX"),
-            "extra-index-url": ("PIP_EXTRA_INDEX_URL", "UV_INDEX"),
-            "find-links": ("PIP_FIND_LINKS", "UV_FIND_LINKS")}
+SETTINGS = {
+    "index-url": ("PIP_INDEX_URL", "UV_DEFAULT_INDEX"),
+    "extra-index-url": ("PIP_EXTRA_INDEX_URL", "UV_INDEX"),
+    "find-links": ("PIP_FIND_LINKS", "UV_FIND_LINKS"),
+}
 
 
 @dataclass(frozen=True)
@@ -82,5 +84,9 @@ def pip_hint(environ: Mapping[str, str]) -> str:
     found = ignored_pip_indexes(environ)
     if not found:
         return ""
-    return ("note: " + "; ".join(s.describe() for s in found) + ": give the index to uv instead, e.g. "
-            + ", ".join(sorted({f"{s.uv}=<url>" for s in found})))
+    return (
+        "note: "
+        + "; ".join(s.describe() for s in found)
+        + ": give the index to uv instead, e.g. "
+        + ", ".join(sorted({f"{s.uv}=<url>" for s in found}))
+    )

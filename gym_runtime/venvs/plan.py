@@ -122,8 +122,11 @@ class VenvPlan:
         if self.overrides is None:
             return None
         head = self.rel_file.removesuffix(" (built-in)").rsplit("/", 1)
-        return (f"{head[0]}/" if len(head) == 2 else "") + self.overrides.file.name + \
-            (" (built-in)" if self.rel_file.endswith(" (built-in)") else "")
+        return (
+            (f"{head[0]}/" if len(head) == 2 else "")
+            + self.overrides.file.name
+            + (" (built-in)" if self.rel_file.endswith(" (built-in)") else "")
+        )
 
     def pool_of(self, name: str) -> list[PoolFile]:
         n = canonicalize_name(name)
@@ -134,13 +137,25 @@ class VenvPlan:
         return next((p for p in self.pins if p.name == n), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"digest": self.digest, "path": str(self.path), "servers": list(self.instances),
-                "install_file": self.rel_file, "overrides_file": self.rel_overrides, "python": self.python.version, "python_path": str(self.python.path),
-                "python_origin": self.python_origin, "pin_mode": self.pin_mode,
-                "pins": [{"requirement": p.requirement, "as_constraint": p.as_constraint, "origin": p.origin}
-                         for p in self.pins],
-                "wheels_dir": str(self.wheels_dir) if self.wheels_dir else None, "wheel_pool": len(self.pool),
-                "stage2": self.stage2, "hash_mode": self.hash_mode, "notes": list(self.notes)}
+        return {
+            "digest": self.digest,
+            "path": str(self.path),
+            "servers": list(self.instances),
+            "install_file": self.rel_file,
+            "overrides_file": self.rel_overrides,
+            "python": self.python.version,
+            "python_path": str(self.python.path),
+            "python_origin": self.python_origin,
+            "pin_mode": self.pin_mode,
+            "pins": [
+                {"requirement": p.requirement, "as_constraint": p.as_constraint, "origin": p.origin} for p in self.pins
+            ],
+            "wheels_dir": str(self.wheels_dir) if self.wheels_dir else None,
+            "wheel_pool": len(self.pool),
+            "stage2": self.stage2,
+            "hash_mode": self.hash_mode,
+            "notes": list(self.notes),
+        }
 
 
 @dataclass(frozen=True)
@@ -160,12 +175,17 @@ class InstallPlan:
         return next(v for v in self.venvs if v.digest == digest)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pin_mode": self.pin_mode, "uv": self.uv_version, "venvs": [v.to_dict() for v in self.venvs],
-                "servers": dict(self.by_instance)}
+        return {
+            "pin_mode": self.pin_mode,
+            "uv": self.uv_version,
+            "venvs": [v.to_dict() for v in self.venvs],
+            "servers": dict(self.by_instance),
+        }
 
 
-def pins_for(settings: RuntimeSettings, mode: str, source: InstallSource,
-             release: GymRelease | None = None) -> tuple[Pin, ...]:
+def pins_for(
+    settings: RuntimeSettings, mode: str, source: InstallSource, release: GymRelease | None = None
+) -> tuple[Pin, ...]:
     """The injected pins for one install source in ``mode`` (see module doc); ``release`` (the Gym
     release the environment runs) fills the pins the operator did not set (:meth:`GymRelease.pins`)."""
     if mode == "none":
@@ -224,8 +244,15 @@ def _local_inputs(source: InstallSource, cache: HashCache) -> dict[str, str]:
     return out
 
 
-def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeSettings, python: str | None,
-                  uv_env: UvEnv, cache: HashCache, shared: SpecifierSet | None = None) -> VenvPlan:
+def plan_instance(
+    inst: ServerInstance,
+    merged: MergedConfig,
+    settings: RuntimeSettings,
+    python: str | None,
+    uv_env: UvEnv,
+    cache: HashCache,
+    shared: SpecifierSet | None = None,
+) -> VenvPlan:
     """The plan of one instance (its digest decides sharing); ``shared``: what every package
     server's Python must meet (:func:`~gym_runtime.venvs.python_choice.shared_requirement`)."""
     sdir = inst.server_dir
@@ -234,8 +261,11 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     mode = settings.pin_mode
     pins = pins_for(settings, mode, source, merged.release)
     pkg = merged.package
-    rel_file = pkg.rel(sdir.install_file) if sdir.origin == "package" else \
-        f"servers/{sdir.server_type}/{sdir.implementation}/{sdir.install_file.name} (built-in)"
+    rel_file = (
+        pkg.rel(sdir.install_file)
+        if sdir.origin == "package"
+        else f"servers/{sdir.server_type}/{sdir.implementation}/{sdir.install_file.name} (built-in)"
+    )
     interp, origin = choose_python(inst, merged, settings, python, source, rel_file, shared)
     wheels_dir = pkg.wheels_dir if pkg.wheels_dir and pkg.wheels_dir.is_dir() else None
     pool = read_pool(wheels_dir, cache)
@@ -251,8 +281,10 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     for ln in source.lines:
         if ln.takes_sdk_pin and ln.sdk_requirement(sdk_replacement) != ln.text:
             why = "Gym's editable checkout line" if ln.gym_sdk else "the Gym SDK without a version"
-            notes.append(f"{source.where(ln)}: `{ln.text}` replaced by `{ln.sdk_requirement(sdk_replacement)}` "
-                         f"({why}; the runtime installs the pinned SDK)")
+            notes.append(
+                f"{source.where(ln)}: `{ln.text}` replaced by `{ln.sdk_requirement(sdk_replacement)}` "
+                f"({why}; the runtime installs the pinned SDK)"
+            )
     if pins:
         how = "constraints only" if pins[0].as_constraint else "installed"
         notes.append(f"pins ({mode} mode, {how}): " + ", ".join(p.requirement for p in pins))
@@ -262,10 +294,14 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     # what uv is given decides the venv, not the file kind or its blank lines: a pyproject server
     # and a requirements.txt server asking for the same requirements share one venv
     inputs = {
-        "install": [ln for ln in rendered.splitlines() if ln.strip()], "local": _local_inputs(source, cache),
-        "pins": [[p.requirement, p.as_constraint] for p in pins], "hash_mode": hash_mode,
-        "python": [str(interp.path), interp.implementation, interp.version], "uv": uv_version(),
-        "pool": [[f.path.name, f.sha256] for f in pool], "closure": list(closure),
+        "install": [ln for ln in rendered.splitlines() if ln.strip()],
+        "local": _local_inputs(source, cache),
+        "pins": [[p.requirement, p.as_constraint] for p in pins],
+        "hash_mode": hash_mode,
+        "python": [str(interp.path), interp.implementation, interp.version],
+        "uv": uv_version(),
+        "pool": [[f.path.name, f.sha256] for f in pool],
+        "closure": list(closure),
         "index": uv_env.index_settings(),
     }
     if overrides is not None:  # only then: a venv without overrides keeps the digest it had
@@ -273,13 +309,33 @@ def plan_instance(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     digest = plan_digest(inputs)
     # a wheel rebuilt under the same file name: make uv re-read it instead of using its cached copy
     refresh = tuple(sorted({f.name for f in pool if cache.changed_since_seen(f.path.name, f.sha256)}))
-    return VenvPlan(digest, settings.venv_dir / digest[:24], (inst.name,), inst.server_type, sdir.path, source,
-                    rel_file, pins, mode, interp, origin, wheels_dir, pool, closure, hash_mode, sdk_replacement,
-                    tuple(notes), refresh, overrides, inputs)
+    return VenvPlan(
+        digest,
+        settings.venv_dir / digest[:24],
+        (inst.name,),
+        inst.server_type,
+        sdir.path,
+        source,
+        rel_file,
+        pins,
+        mode,
+        interp,
+        origin,
+        wheels_dir,
+        pool,
+        closure,
+        hash_mode,
+        sdk_replacement,
+        tuple(notes),
+        refresh,
+        overrides,
+        inputs,
+    )
 
 
-def _override_notes(source: InstallSource, overrides: Overrides | None, rel_file: str,
-                    pins: tuple[Pin, ...]) -> list[str]:
+def _override_notes(
+    source: InstallSource, overrides: Overrides | None, rel_file: str, pins: tuple[Pin, ...]
+) -> list[str]:
     """The plan's words on ``overrides.txt``: what it overrides (and which injected pin it beats),
     or why one beside a ``pyproject.toml`` is not applied."""
     if overrides is None:
@@ -287,8 +343,10 @@ def _override_notes(source: InstallSource, overrides: Overrides | None, rel_file
         return [note] if note else []
     if not overrides.lines:
         return []
-    out = [f"overrides ({overrides.file.name}, every requirement on these distributions): "
-           + ", ".join(overrides.requirements)]
+    out = [
+        f"overrides ({overrides.file.name}, every requirement on these distributions): "
+        + ", ".join(overrides.requirements)
+    ]
     for p in pins:
         ln = overrides.line_of(p.name)
         if ln is not None and ln.text.replace(" ", "") != p.constraint:
@@ -326,12 +384,17 @@ def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | No
     cache.save()
     if bad_wheels:  # uv refuses them at install, and stage 2 installs all of wheels/ into each venv (C50)
         one = bad_wheels[0]
-        raise BuildError(f"{one.file}: {one.message}" if len(bad_wheels) == 1 else
-                         f"{len(bad_wheels)} wheels in wheels/ cannot be installed: their file names and METADATA "
-                         "disagree", violations=bad_wheels if len(bad_wheels) > 1 else None,
-                         hint=one.hint if len(bad_wheels) == 1 else "rebuild or rename each wheel "
-                         "(`gym-runtime validate PKG` lists them without building)", code="GR-PKG-WHEEL-METADATA",
-                         extra={"stage": "preflight", "file": one.file, "servers": list(merged.instances)})
+        raise BuildError(
+            f"{one.file}: {one.message}"
+            if len(bad_wheels) == 1
+            else f"{len(bad_wheels)} wheels in wheels/ cannot be installed: their file names and METADATA disagree",
+            violations=bad_wheels if len(bad_wheels) > 1 else None,
+            hint=one.hint
+            if len(bad_wheels) == 1
+            else "rebuild or rename each wheel (`gym-runtime validate PKG` lists them without building)",
+            code="GR-PKG-WHEEL-METADATA",
+            extra={"stage": "preflight", "file": one.file, "servers": list(merged.instances)},
+        )
     pythons = {n: plans[d].python for n, d in by_instance.items()}
     for v in ray_python_problems(pythons, ray_users(merged, undeclared=settings.ray_undeclared)):
         raise BuildError(v.message, code=v.code, hint=v.hint, extra={"stage": "python", "servers": list(pythons)})
@@ -340,5 +403,6 @@ def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | No
         note = raise_on_missing(merged.package, merged.release)
         notes = (note,) if note else ()
     preflight(list(plans.values()), merged.package.format)
-    return InstallPlan(tuple(plans.values()), by_instance, settings.pin_mode, uv_version(), uv_env,
-                       merged.package.root, notes)
+    return InstallPlan(
+        tuple(plans.values()), by_instance, settings.pin_mode, uv_version(), uv_env, merged.package.root, notes
+    )

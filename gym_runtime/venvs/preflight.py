@@ -68,8 +68,9 @@ def build_requires_of(path: Path) -> list[str] | None:
             text = f.read_text() if f.is_file() else ""
         elif path.name.endswith(".tar.gz"):
             with tarfile.open(path) as tf:
-                m = next((m for m in tf.getmembers() if m.name.count("/") == 1 and
-                          m.name.endswith("/pyproject.toml")), None)
+                m = next(
+                    (m for m in tf.getmembers() if m.name.count("/") == 1 and m.name.endswith("/pyproject.toml")), None
+                )
                 text = tf.extractfile(m).read().decode() if m else ""  # type: ignore[union-attr]
         elif path.name.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
@@ -96,14 +97,14 @@ def missing_backend(requires: list[str], pool: Sequence[PoolEntry]) -> list[str]
             missing.append(r)
             continue
         name = canonicalize_name(req.name)
-        if not any(f.is_wheel and f.name == name and req.specifier.contains(Version(f.version), prereleases=True)
-                   for f in pool):
+        if not any(
+            f.is_wheel and f.name == name and req.specifier.contains(Version(f.version), prereleases=True) for f in pool
+        ):
             missing.append(r)
     return missing
 
 
-def source_checks(source: InstallSource, rel_file: str, pool: Sequence[PoolEntry], *,
-                  offline: bool) -> list[Violation]:
+def source_checks(source: InstallSource, rel_file: str, pool: Sequence[PoolEntry], *, offline: bool) -> list[Violation]:
     """What an install file's text and the pool's file names tell without installing anything.
 
     Always: lines that are not valid requirements (``GR-BUILD-REQUIREMENT``). When the server
@@ -115,30 +116,60 @@ def source_checks(source: InstallSource, rel_file: str, pool: Sequence[PoolEntry
     out: list[Violation] = []
     for ln in source.lines:
         if ln.error:
-            out.append(Violation("GR-BUILD-REQUIREMENT", f"`{ln.text}` is not a valid requirement: {ln.error}",
-                                 file=rel_file, key=f"line {ln.lineno}", hint="write a PEP 508 requirement "
-                                 "(`name[extras]>=version`, `name @ URL`), a local path, or a pip option line"))
+            out.append(
+                Violation(
+                    "GR-BUILD-REQUIREMENT",
+                    f"`{ln.text}` is not a valid requirement: {ln.error}",
+                    file=rel_file,
+                    key=f"line {ln.lineno}",
+                    hint="write a PEP 508 requirement "
+                    "(`name[extras]>=version`, `name @ URL`), a local path, or a pip option line",
+                )
+            )
         elif problem := local_path_problem(source, ln):
-            out.append(Violation("GR-BUILD-LOCAL-PATH", f"`{ln.text}` {problem}", file=rel_file,
-                                 key=f"line {ln.lineno}", hint="ship the project inside the package and point at "
-                                 "it relative to the server directory, require it by name (an index or wheels/), "
-                                 "or point at the Gym SDK with `-e nemo-gym[dev] @ ../../` (installed as the "
-                                 "pinned nemo-gym)"))
+            out.append(
+                Violation(
+                    "GR-BUILD-LOCAL-PATH",
+                    f"`{ln.text}` {problem}",
+                    file=rel_file,
+                    key=f"line {ln.lineno}",
+                    hint="ship the project inside the package and point at "
+                    "it relative to the server directory, require it by name (an index or wheels/), "
+                    "or point at the Gym SDK with `-e nemo-gym[dev] @ ../../` (installed as the "
+                    "pinned nemo-gym)",
+                )
+            )
     if not offline:
         return out
     for ln in source.lines:
         if ln.kind in ("url", "vcs"):
             have = [f for f in pool if ln.name and f.name == ln.name]
-            use = f"wheels/ has {have[0].path.name}: use `{ln.name}=={have[0].version}`" if have else \
-                f"vendor a wheel for {ln.name or 'it'} into wheels/ and require it by version"
-            out.append(Violation("GR-BUILD-NEEDS-NETWORK", f"`{ln.text}` needs network ({ln.kind} requirement), "
-                                 "but this package installs offline from wheels/", file=rel_file,
-                                 key=f"line {ln.lineno}", hint=use))
+            use = (
+                f"wheels/ has {have[0].path.name}: use `{ln.name}=={have[0].version}`"
+                if have
+                else f"vendor a wheel for {ln.name or 'it'} into wheels/ and require it by version"
+            )
+            out.append(
+                Violation(
+                    "GR-BUILD-NEEDS-NETWORK",
+                    f"`{ln.text}` needs network ({ln.kind} requirement), "
+                    "but this package installs offline from wheels/",
+                    file=rel_file,
+                    key=f"line {ln.lineno}",
+                    hint=use,
+                )
+            )
     for ln in source.lines:
         if ln.kind in ("path", "editable") and ln.target and not ln.gym_sdk and not local_path_problem(source, ln):
             p = _resolve(source, ln)
-            out += _backend_check(f"`{ln.text}` ({source.where(ln)}) is a local project", p, rel_file, ln.name, pool,
-                                  key=f"line {ln.lineno}")
+            out += _backend_check(
+                f"`{ln.text}` ({source.where(ln)}) is a local project",
+                p,
+                rel_file,
+                ln.name,
+                pool,
+                key=f"line {ln.lineno}",
+            )
     return out
 
 
@@ -169,16 +200,23 @@ def local_path_problem(source: InstallSource, ln: ReqLine) -> str | None:
     return None
 
 
-def _backend_check(what: str, path: Path, file: str, name: str | None, pool: Sequence[PoolEntry],
-                   key: str | None = None) -> list[Violation]:
+def _backend_check(
+    what: str, path: Path, file: str, name: str | None, pool: Sequence[PoolEntry], key: str | None = None
+) -> list[Violation]:
     requires = build_requires_of(path)
     missing = missing_backend(requires, pool) if requires is not None else []
     if not missing:
         return []
-    return [Violation("GR-BUILD-SDIST-BACKEND", f"{what}; building it offline needs {', '.join(missing)}, which "
-                      "is not in wheels/", file=file, key=key,
-                      hint=f"ship a wheel for {name or path.name} in wheels/, or add the build backend's wheel "
-                      f"({', '.join(missing)}) to wheels/")]
+    return [
+        Violation(
+            "GR-BUILD-SDIST-BACKEND",
+            f"{what}; building it offline needs {', '.join(missing)}, which is not in wheels/",
+            file=file,
+            key=key,
+            hint=f"ship a wheel for {name or path.name} in wheels/, or add the build backend's wheel "
+            f"({', '.join(missing)}) to wheels/",
+        )
+    ]
 
 
 def _offline_checks(vp: VenvPlan) -> list[Violation]:
@@ -189,10 +227,15 @@ def _offline_checks(vp: VenvPlan) -> list[Violation]:
     for name, vs in sorted(versions.items()):
         if len(vs) > 1 and any(fits(f.path.name, vp.python) for f in vp.pool_of(name)):
             files = ", ".join(f.path.name for f in vp.pool_of(name))
-            out.append(Violation("GR-BUILD-WHEELS-DUPLICATE", f"wheels/ vendors {len(vs)} versions of {name} "
-                                 f"({files}); the offline stage would install conflicting pins",
-                                 file="wheels/", hint="keep one resolved version per distribution "
-                                 "(`gym-runtime vendor` writes exactly one)"))
+            out.append(
+                Violation(
+                    "GR-BUILD-WHEELS-DUPLICATE",
+                    f"wheels/ vendors {len(vs)} versions of {name} "
+                    f"({files}); the offline stage would install conflicting pins",
+                    file="wheels/",
+                    hint="keep one resolved version per distribution (`gym-runtime vendor` writes exactly one)",
+                )
+            )
     for f in vp.pool:
         if not f.is_wheel:
             out += _backend_check(f"wheels/{f.path.name} is a source distribution", f.path, "wheels/", f.name, vp.pool)
@@ -218,8 +261,14 @@ def package_checks(package: Package) -> list[Violation]:
         try:
             ov = read_overrides(source, server=f"{stype}/{impl}")
         except BuildError as e:
-            out.append(Violation(e.code, e.message + (f": {e.cause}" if e.cause else ""),
-                                 file=package.rel(sdir.install_file.parent / OVERRIDES_FILE), hint=e.hint))
+            out.append(
+                Violation(
+                    e.code,
+                    e.message + (f": {e.cause}" if e.cause else ""),
+                    file=package.rel(sdir.install_file.parent / OVERRIDES_FILE),
+                    hint=e.hint,
+                )
+            )
             continue
         if ov is not None:
             out += override_checks(ov, package.rel(ov.file), offline=offline)
@@ -232,24 +281,43 @@ def _hash_checks(vp: VenvPlan) -> list[Violation]:
         if p.as_constraint:
             continue
         if not any(f.version == p.version for f in vp.pool_of(p.name)):
-            out.append(Violation("GR-BUILD-HASH-PIN", f"{vp.rel_file} uses --hash, so every installed "
-                                 f"requirement needs a hash, but the injected pin {p.requirement} ({p.origin}) "
-                                 "has no file in wheels/ to hash", file=vp.rel_file,
-                                 hint=f"ship {p.name}=={p.version} in wheels/, or set GYM_RUNTIME_PIN_MODE=none"))
+            out.append(
+                Violation(
+                    "GR-BUILD-HASH-PIN",
+                    f"{vp.rel_file} uses --hash, so every installed "
+                    f"requirement needs a hash, but the injected pin {p.requirement} ({p.origin}) "
+                    "has no file in wheels/ to hash",
+                    file=vp.rel_file,
+                    hint=f"ship {p.name}=={p.version} in wheels/, or set GYM_RUNTIME_PIN_MODE=none",
+                )
+            )
     for ln in vp.source.lines:
         m = re.match(r"^[^=<>!~;\s]+\s*==\s*([^\s;,]+)", ln.text)
         files = [f for f in vp.pool_of(ln.name) if m and f.version == m.group(1)] if ln.name and ln.hashes else []
         if files and not any(h.removeprefix("sha256:") == f.sha256 for f in files for h in ln.hashes):
             got = ", ".join(f"wheels/{f.path.name} (computed sha256:{f.sha256})" for f in files)
-            out.append(Violation("GR-BUILD-HASH", f"hash mismatch for {ln.name}: {got} does not match "
-                                 f"{vp.source.where(ln)} (expected {', '.join(ln.hashes)})", file=vp.rel_file,
-                                 key=f"line {ln.lineno}", hint="the file was rebuilt or replaced: update the "
-                                 f"--hash in {vp.rel_file}, or restore the original file"))
+            out.append(
+                Violation(
+                    "GR-BUILD-HASH",
+                    f"hash mismatch for {ln.name}: {got} does not match "
+                    f"{vp.source.where(ln)} (expected {', '.join(ln.hashes)})",
+                    file=vp.rel_file,
+                    key=f"line {ln.lineno}",
+                    hint="the file was rebuilt or replaced: update the "
+                    f"--hash in {vp.rel_file}, or restore the original file",
+                )
+            )
         if ln.kind in ("url", "vcs", "path", "editable") and not ln.gym_sdk:
-            out.append(Violation("GR-BUILD-HASH-LINE", f"`{ln.text}` cannot be hash-checked ({ln.kind} "
-                                 "requirement), and the file uses --hash (require-hashes mode)",
-                                 file=vp.rel_file, key=f"line {ln.lineno}",
-                                 hint="require it by name==version with a --hash, from an index or wheels/"))
+            out.append(
+                Violation(
+                    "GR-BUILD-HASH-LINE",
+                    f"`{ln.text}` cannot be hash-checked ({ln.kind} "
+                    "requirement), and the file uses --hash (require-hashes mode)",
+                    file=vp.rel_file,
+                    key=f"line {ln.lineno}",
+                    hint="require it by name==version with a --hash, from an index or wheels/",
+                )
+            )
     return out
 
 
@@ -257,8 +325,9 @@ def preflight(plans: list[VenvPlan], package_format: str) -> None:
     """Run every check on every plan; raise one :class:`BuildError` listing all problems."""
     problems: list[tuple[VenvPlan, Violation]] = []
     for vp in plans:
-        found = (_offline_checks(vp) if vp.stage2 else []) + source_checks(vp.source, vp.rel_file, vp.pool,
-                                                                           offline=vp.stage2)
+        found = (_offline_checks(vp) if vp.stage2 else []) + source_checks(
+            vp.source, vp.rel_file, vp.pool, offline=vp.stage2
+        )
         found += _hash_checks(vp) if vp.hash_mode else []
         if vp.overrides is not None:
             found += override_checks(vp.overrides, vp.rel_overrides or OVERRIDES_FILE, offline=vp.stage2)
@@ -266,14 +335,27 @@ def preflight(plans: list[VenvPlan], package_format: str) -> None:
     if not problems:
         return
     vp, first = problems[0]
-    violations = [Violation(v.code, f"{_servers(p)}: {v.message}", file=v.file, key=v.key, hint=v.hint)
-                  for p, v in problems]
+    violations = [
+        Violation(v.code, f"{_servers(p)}: {v.message}", file=v.file, key=v.key, hint=v.hint) for p, v in problems
+    ]
     line = f"{first.file} {first.key}: " if first.key else ""
-    msg = f"{_servers(vp)}: {line}{first.message}" if len(problems) == 1 else \
-        f"{len(problems)} problems would make the venv builds fail ({package_format} package)"
-    raise BuildError(msg, violations=violations if len(problems) > 1 else None,
-                     hint=first.hint if len(problems) == 1 else "fix each problem (`gym-runtime validate PKG` "
-                     "lists them all without building), then run again",
-                     code=first.code if len(problems) == 1 else "GR-BUILD-PREFLIGHT",
-                     extra={"server": vp.instances[0], "servers": list(vp.instances), "stage": "preflight",
-                            "file": first.file, "key": first.key})
+    msg = (
+        f"{_servers(vp)}: {line}{first.message}"
+        if len(problems) == 1
+        else f"{len(problems)} problems would make the venv builds fail ({package_format} package)"
+    )
+    raise BuildError(
+        msg,
+        violations=violations if len(problems) > 1 else None,
+        hint=first.hint
+        if len(problems) == 1
+        else "fix each problem (`gym-runtime validate PKG` lists them all without building), then run again",
+        code=first.code if len(problems) == 1 else "GR-BUILD-PREFLIGHT",
+        extra={
+            "server": vp.instances[0],
+            "servers": list(vp.instances),
+            "stage": "preflight",
+            "file": first.file,
+            "key": first.key,
+        },
+    )

@@ -48,9 +48,14 @@ class RichReporter(Reporter):
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self._progress = Progress(SpinnerColumn(), TextColumn("{task.fields[label]}", style="bold", markup=False),
-                                  TextColumn("{task.fields[stage]}", markup=False), TimeElapsedColumn(),  # names: text
-                                  console=Console(file=stream or sys.stderr), transient=False)
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.fields[label]}", style="bold", markup=False),
+            TextColumn("{task.fields[stage]}", markup=False),
+            TimeElapsedColumn(),  # names: text
+            console=Console(file=stream or sys.stderr),
+            transient=False,
+        )
         self._tasks: dict[str, int] = {}
         self._t0: dict[str, float] = {}
         self._lock = threading.Lock()

@@ -58,8 +58,14 @@ class Interpreter:
 def interpreter(python: Path) -> Interpreter:
     """Ask ``python`` (isolated, no ``site``) for its cache tag and magic number. Raises OSError or
     ``subprocess.SubprocessError`` when it does not run."""
-    out = subprocess.run([str(python), "-I", "-S", "-c", _PROBE], capture_output=True, text=True, check=True,
-                         timeout=30, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}).stdout.split()
+    out = subprocess.run(
+        [str(python), "-I", "-S", "-c", _PROBE],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+    ).stdout.split()
     return Interpreter(out[0], bytes.fromhex(out[1]))
 
 
@@ -106,8 +112,12 @@ class PycStore:
             data = json.loads(self._index_path(digest).read_text())
         except (OSError, ValueError):
             return None
-        ok = (isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("users"), list)
-              and isinstance(data.get("files"), dict))
+        ok = (
+            isinstance(data, dict)
+            and data.get("schema") == SCHEMA
+            and isinstance(data.get("users"), list)
+            and isinstance(data.get("files"), dict)
+        )
         return data if ok else None
 
     def users(self, digest: str) -> set[str]:
@@ -161,8 +171,11 @@ class PycStore:
                 if data[:4] != interp.magic or _HEADER.unpack_from(data)[1] != 0:
                     return False
                 target.parent.mkdir(exist_ok=True)
-                write_bytes(target, _HEADER.pack(interp.magic, 0, int(st.st_mtime) & 0xFFFFFFFF,
-                                              st.st_size & 0xFFFFFFFF) + data[_HEADER.size:])
+                write_bytes(
+                    target,
+                    _HEADER.pack(interp.magic, 0, int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF)
+                    + data[_HEADER.size :],
+                )
                 return True
             target.parent.mkdir(exist_ok=True)
             write_bytes(target, link=obj)
@@ -171,8 +184,9 @@ class PycStore:
             return False
 
     # ------------------------------------------------------------------ saving
-    def save(self, venv: Path, digest: str, interp: Interpreter, users: set[str],
-             stop: threading.Event | None = None) -> int:
+    def save(
+        self, venv: Path, digest: str, interp: Interpreter, users: set[str], stop: threading.Event | None = None
+    ) -> int:
         """Record ``venv``'s shared cache for ``digest`` and its ``users`` (merged with what the
         store has), then :meth:`prune`; returns the files recorded (0 when another daemon holds
         the store or ``stop`` was set). Raises OSError when the store cannot be written."""
@@ -193,8 +207,17 @@ class PycStore:
                 if entry is not None:
                     files[os.path.relpath(src, venv)] = entry
             known = set(old["users"]) if same else set()
-            write_json(self._index_path(digest), {"schema": SCHEMA, "tag": interp.tag, "magic": interp.magic.hex(),
-                                                  "users": sorted(known | users), "files": files}, indent=0)
+            write_json(
+                self._index_path(digest),
+                {
+                    "schema": SCHEMA,
+                    "tag": interp.tag,
+                    "magic": interp.magic.hex(),
+                    "users": sorted(known | users),
+                    "files": files,
+                },
+                indent=0,
+            )
             self.prune()
             return len(files)
         finally:
@@ -248,6 +271,6 @@ def shared_cache(venv: Path, tag: str) -> list[tuple[str, str]]:
             continue
         parent = os.path.dirname(dirpath)
         for name in files:
-            if name.endswith(suffix) and "." not in name[:-len(suffix)]:
-                out.append((os.path.join(parent, name[:-len(suffix)] + ".py"), os.path.join(dirpath, name)))
+            if name.endswith(suffix) and "." not in name[: -len(suffix)]:
+                out.append((os.path.join(parent, name[: -len(suffix)] + ".py"), os.path.join(dirpath, name)))
     return out

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 BUILTIN_REQUIRES_PYTHON = ">=3.11"
 
 
-def python_request(inst: ServerInstance, merged: MergedConfig, python: str | None,
-                   settings: RuntimeSettings) -> tuple[str | None, str]:
+def python_request(
+    inst: ServerInstance, merged: MergedConfig, python: str | None, settings: RuntimeSettings
+) -> tuple[str | None, str]:
     """``(request, origin)``: the interpreter asked for ``inst`` and who asked; ``(None, ...)`` when
     nobody did (the runtime's own ``X.Y`` is the default)."""
     key = f"{inst.name}.{inst.server_type}.{inst.implementation}.python_version"
@@ -57,19 +58,23 @@ def python_request(inst: ServerInstance, merged: MergedConfig, python: str | Non
     return None, "the runtime's own Python version"
 
 
-def python_requirement(inst: ServerInstance, source: InstallSource, rel_file: str,
-                       merged: MergedConfig) -> tuple[SpecifierSet | None, str]:
+def python_requirement(
+    inst: ServerInstance, source: InstallSource, rel_file: str, merged: MergedConfig
+) -> tuple[SpecifierSet | None, str]:
     """``(specifier, who needs it)``: the Python versions ``inst`` runs on (``None``: no limit)."""
     spec, who = source.requires_python, f"{rel_file} ([project].requires-python)"
     if inst.server_dir.origin == "builtin":
         builtin = SpecifierSet(BUILTIN_REQUIRES_PYTHON)
-        return (builtin & spec if spec is not None else builtin,
-                f"the built-in server {inst.server_type}/{inst.implementation} (it runs gym-runtime's server kit)")
+        return (
+            builtin & spec if spec is not None else builtin,
+            f"the built-in server {inst.server_type}/{inst.implementation} (it runs gym-runtime's server kit)",
+        )
     release = merged.release
     if release is not None and source.uses_gym_sdk:
         sdk = release.requires_python
-        who = f"nemo-gym {release.version} (the Gym SDK release this environment runs; {rel_file} installs it)" \
-            + (f" and its [project].requires-python ({spec})" if spec else "")
+        who = f"nemo-gym {release.version} (the Gym SDK release this environment runs; {rel_file} installs it)" + (
+            f" and its [project].requires-python ({spec})" if spec else ""
+        )
         spec = sdk & spec if spec is not None else sdk
     return spec, who
 
@@ -80,17 +85,24 @@ def _fix(inst: ServerInstance, merged: MergedConfig, spec: SpecifierSet, request
     version = request if request and re.fullmatch(r"\d+\.\d+(\.\d+)?", request) else None
     probe = f"{version}.99" if version and version.count(".") == 1 else version  # a minor: its newest patch
     runs = [r.version for r in RELEASES if probe and r.python_spec.contains(probe)]
-    older = f", or run a Gym release whose Requires-Python it meets (GYM_RUNTIME_PIN_NEMO_GYM={runs[-1]})" \
-        if runs and release is not None and runs[-1] != str(release.version) else ""
-    return (f"ask for one that meets Python {spec} (the server's python_version, --python or GYM_RUNTIME_PYTHON: "
-            f"a version found, or a path), or install one on the host (gym-runtime never downloads Python)"
-            + older)
+    older = (
+        f", or run a Gym release whose Requires-Python it meets (GYM_RUNTIME_PIN_NEMO_GYM={runs[-1]})"
+        if runs and release is not None and runs[-1] != str(release.version)
+        else ""
+    )
+    return (
+        f"ask for one that meets Python {spec} (the server's python_version, --python or GYM_RUNTIME_PYTHON: "
+        f"a version found, or a path), or install one on the host (gym-runtime never downloads Python)" + older
+    )
 
 
 def _rel(inst: ServerInstance, merged: MergedConfig) -> str:
     sdir = inst.server_dir
-    return merged.package.rel(sdir.install_file) if sdir.origin == "package" else \
-        f"servers/{sdir.server_type}/{sdir.implementation}/{sdir.install_file.name} (built-in)"
+    return (
+        merged.package.rel(sdir.install_file)
+        if sdir.origin == "package"
+        else f"servers/{sdir.server_type}/{sdir.implementation}/{sdir.install_file.name} (built-in)"
+    )
 
 
 def shared_requirement(merged: MergedConfig) -> SpecifierSet | None:
@@ -111,8 +123,15 @@ def shared_requirement(merged: MergedConfig) -> SpecifierSet | None:
     return shared
 
 
-def choose_python(inst: ServerInstance, merged: MergedConfig, settings: RuntimeSettings, python: str | None,
-                  source: InstallSource, rel_file: str, shared: SpecifierSet | None = None) -> tuple[Interpreter, str]:
+def choose_python(
+    inst: ServerInstance,
+    merged: MergedConfig,
+    settings: RuntimeSettings,
+    python: str | None,
+    source: InstallSource,
+    rel_file: str,
+    shared: SpecifierSet | None = None,
+) -> tuple[Interpreter, str]:
     """``(interpreter, origin)`` of ``inst``'s venv (module doc); ``shared``: what every package
     server needs (:func:`shared_requirement`), met first when the interpreter is chosen here.
     Raises ``GR-BUILD-PYTHON`` (:class:`~gym_runtime.venvs.pythons.PythonRequestError` for a
@@ -122,13 +141,13 @@ def choose_python(inst: ServerInstance, merged: MergedConfig, settings: RuntimeS
     environ = settings.environ or os.environ
     fix = _fix(inst, merged, spec, request) if spec is not None else ""
     if request is not None:
-        return find_python(request, environ, server=inst.name, origin=origin, requires=spec, requires_why=why,
-                           fix=fix), origin
+        return find_python(
+            request, environ, server=inst.name, origin=origin, requires=spec, requires_why=why, fix=fix
+        ), origin
     own = settings.python  # the runtime's own X.Y: worth a look only when some X.Y.z can meet the need
     if spec is None or inst.server_dir.origin == "builtin" or spec.contains(f"{own}.999", prereleases=True):
         try:
-            return find_python(own, environ, server=inst.name, origin=origin, requires=spec,
-                               requires_why=why), origin
+            return find_python(own, environ, server=inst.name, origin=origin, requires=spec, requires_why=why), origin
         except BuildError:
             if spec is None or inst.server_dir.origin == "builtin":
                 raise
@@ -149,10 +168,15 @@ def ray_python_problems(pythons: dict[str, Interpreter], users: dict[str, RayUse
     if len(versions) < 2:
         return []
     listing = "; ".join(f"{n}: Python {i.version} ({i.path})" for n, i in on_ray.items())
-    return [Violation("GR-RAY-PYTHON", f"servers that use Ray would run different Pythons and share one Ray head, "
-                      f"which refuses a driver whose Python version differs from the cluster's: {listing}",
-                      hint=f"give them one interpreter: the same python_version on each (e.g. {versions[-1]}), or "
-                      f"one --python / GYM_RUNTIME_PYTHON for the job")]
+    return [
+        Violation(
+            "GR-RAY-PYTHON",
+            f"servers that use Ray would run different Pythons and share one Ray head, "
+            f"which refuses a driver whose Python version differs from the cluster's: {listing}",
+            hint=f"give them one interpreter: the same python_version on each (e.g. {versions[-1]}), or "
+            f"one --python / GYM_RUNTIME_PYTHON for the job",
+        )
+    ]
 
 
 def python_problems(merged: MergedConfig, settings: RuntimeSettings, python: str | None = None) -> list[Violation]:
@@ -193,6 +217,12 @@ def target_python_problems(merged: MergedConfig, python: tuple[int, int]) -> lis
         rel = merged.package.rel(inst.server_dir.install_file)
         spec, why = python_requirement(inst, source, rel, merged)
         if spec is not None and not spec.contains(f"{minor}.99"):
-            out.append(Violation("GR-BUILD-PYTHON", f"{name}: the target Python {minor} does not meet {why}: it needs "
-                                 f"Python {spec}", file=rel, hint=_fix(inst, merged, spec, minor)))
+            out.append(
+                Violation(
+                    "GR-BUILD-PYTHON",
+                    f"{name}: the target Python {minor} does not meet {why}: it needs Python {spec}",
+                    file=rel,
+                    hint=_fix(inst, merged, spec, minor),
+                )
+            )
     return out

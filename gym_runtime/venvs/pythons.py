@@ -81,8 +81,13 @@ def probe(path: Path, source: str) -> Interpreter | None:
         _CACHE[key] = (platform.python_implementation(), ".".join(map(str, sys.version_info[:3])))
     if key not in _CACHE:
         try:
-            out = subprocess.run([str(real), "-I", "-c", _PROBE], capture_output=True, text=True, timeout=20,
-                                 env={"PATH": "/usr/bin:/bin"})
+            out = subprocess.run(
+                [str(real), "-I", "-c", _PROBE],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                env={"PATH": "/usr/bin:/bin"},
+            )
             parts = out.stdout.split()
             _CACHE[key] = (parts[0], parts[1]) if out.returncode == 0 and len(parts) == 2 else None
         except (OSError, subprocess.SubprocessError):
@@ -121,8 +126,14 @@ def candidates(environ: Mapping[str, str], minor: str | None = None) -> list[tup
         if vdir.is_dir():
             for v in sorted(vdir.iterdir(), reverse=True):
                 if minor is None or v.name == minor or v.name.startswith(minor + "."):
-                    exe = next((v / "bin" / n for n in (f"python{minor}" if minor else "python3", "python3")
-                                if (v / "bin" / n).exists()), None)
+                    exe = next(
+                        (
+                            v / "bin" / n
+                            for n in (f"python{minor}" if minor else "python3", "python3")
+                            if (v / "bin" / n).exists()
+                        ),
+                        None,
+                    )
                     if exe:
                         out.append((exe, "pyenv"))
     udir = _uv_python_dir(environ)
@@ -157,8 +168,9 @@ def _below_floor(path: Path, requires: SpecifierSet) -> bool:
         m = _MINOR_NAME.match(path.resolve().name)
     except OSError:
         return False
-    return bool(m) and any(s.operator in (">=", ">") and not s.contains(f"{m.group(1)}.999", prereleases=True)
-                           for s in requires)
+    return bool(m) and any(
+        s.operator in (">=", ">") and not s.contains(f"{m.group(1)}.999", prereleases=True) for s in requires
+    )
 
 
 def list_pythons(environ: Mapping[str, str], requires: SpecifierSet | None = None) -> list[Interpreter]:
@@ -185,8 +197,16 @@ def _looks_like_path(req: str) -> bool:
     return "/" in req or req.startswith(("~", "."))
 
 
-def find_python(request: str, environ: Mapping[str, str], *, server: str = "", origin: str = "",
-                requires: SpecifierSet | None = None, requires_why: str = "", fix: str = "") -> Interpreter:
+def find_python(
+    request: str,
+    environ: Mapping[str, str],
+    *,
+    server: str = "",
+    origin: str = "",
+    requires: SpecifierSet | None = None,
+    requires_why: str = "",
+    fix: str = "",
+) -> Interpreter:
     """The interpreter for ``request`` (version or path), which must satisfy ``requires`` (the
     Python versions the server runs on; ``requires_why`` says who needs them, for the message;
     ``fix`` replaces the hint's generic advice).
@@ -202,14 +222,30 @@ def find_python(request: str, environ: Mapping[str, str], *, server: str = "", o
     if not _VERSION_RE.match(req):
         p = Path(req).expanduser()
         if not _looks_like_path(req) and not p.exists():
-            _raise(server, req, origin, environ, f"{req!r} is neither a Python version (like 3.13) nor a path "
-                   "to an interpreter", PythonRequestError, need, fix)
+            _raise(
+                server,
+                req,
+                origin,
+                environ,
+                f"{req!r} is neither a Python version (like 3.13) nor a path to an interpreter",
+                PythonRequestError,
+                need,
+                fix,
+            )
         if not p.exists():
             _raise(server, req, origin, environ, f"{req} does not exist", PythonRequestError, need, fix)
         it = probe(p, "path")
         if it is None:
-            _raise(server, req, origin, environ, f"{req} is not a runnable Python interpreter", PythonRequestError,
-                   need, fix)
+            _raise(
+                server,
+                req,
+                origin,
+                environ,
+                f"{req} is not a runnable Python interpreter",
+                PythonRequestError,
+                need,
+                fix,
+            )
     else:
         minor = ".".join(req.split(".")[:2])
         # a request like 3.13 takes the first 3.13.x that fits the server (3.13.15 over a 3.13.0 found first)
@@ -225,13 +261,22 @@ def find_python(request: str, environ: Mapping[str, str], *, server: str = "", o
         it = it or first
     assert it is not None
     if requires is not None and not requires.contains(it.version, prereleases=True):
-        _raise(server, req, origin, environ, f"that is {it.implementation} {it.version}, but {requires_why} "
-               f"needs Python {requires}", BuildError, need, fix)
+        _raise(
+            server,
+            req,
+            origin,
+            environ,
+            f"that is {it.implementation} {it.version}, but {requires_why} needs Python {requires}",
+            BuildError,
+            need,
+            fix,
+        )
     return it
 
 
-def pick_python(requires: SpecifierSet, environ: Mapping[str, str], *, server: str = "", requires_why: str = "",
-                fix: str = "") -> Interpreter:
+def pick_python(
+    requires: SpecifierSet, environ: Mapping[str, str], *, server: str = "", requires_why: str = "", fix: str = ""
+) -> Interpreter:
     """An interpreter of this host that satisfies ``requires``, for a server whose Python nobody
     asked for: the oldest minor version that has one, at its newest patch (``3.13.18`` over
     ``3.13.15`` and over ``3.14.1``; docs/runtime.md "Venvs": a dependency closure has wheels for
@@ -241,12 +286,18 @@ def pick_python(requires: SpecifierSet, environ: Mapping[str, str], *, server: s
     fits = list_pythons(environ, requires)
     if not fits:
         found = ", ".join(f"{i.version} ({i.path})" for i in list_pythons(environ)) or "none"
-        raise BuildError(f"{server + ': ' if server else ''}no Python on this host meets {requires_why}: it needs "
-                         f"Python {requires}; found: {found}",
-                         hint=fix or "install such an interpreter on the host (gym-runtime never downloads Python)",
-                         code="GR-BUILD-PYTHON", extra={"server": server, "stage": "python",
-                                                        "requires_python": str(requires),
-                                                        "found": [i.version for i in list_pythons(environ)]})
+        raise BuildError(
+            f"{server + ': ' if server else ''}no Python on this host meets {requires_why}: it needs "
+            f"Python {requires}; found: {found}",
+            hint=fix or "install such an interpreter on the host (gym-runtime never downloads Python)",
+            code="GR-BUILD-PYTHON",
+            extra={
+                "server": server,
+                "stage": "python",
+                "requires_python": str(requires),
+                "found": [i.version for i in list_pythons(environ)],
+            },
+        )
 
     def key(i: Interpreter) -> tuple[int, ...]:
         major, minor, *patch = (int(x) for x in i.version.split("."))
@@ -255,18 +306,33 @@ def pick_python(requires: SpecifierSet, environ: Mapping[str, str], *, server: s
     return min(fits, key=key)
 
 
-def _raise(server: str, req: str, origin: str, environ: Mapping[str, str], what: str,
-           error: type[BuildError], need: tuple[SpecifierSet | None, str], fix: str = "") -> None:
+def _raise(
+    server: str,
+    req: str,
+    origin: str,
+    environ: Mapping[str, str],
+    what: str,
+    error: type[BuildError],
+    need: tuple[SpecifierSet | None, str],
+    fix: str = "",
+) -> None:
     requires, why = need
     found = [i for i in list_pythons(environ) if requires is None or requires.contains(i.version, prereleases=True)]
     listing = ", ".join(f"{i.version} ({i.path})" for i in found) or "(none)"
     where = f" (set in {origin})" if origin else ""
     found_what = "found" if requires is None else f"found that would work (Python {requires}):"
-    hint = ("give a version such as 3.13 or the path of a Python executable; " if error is PythonRequestError
-            else "") + (fix or "use one of the versions found, or install the interpreter on the host "
-                        "(gym-runtime never downloads Python)")
+    hint = (
+        "give a version such as 3.13 or the path of a Python executable; " if error is PythonRequestError else ""
+    ) + (
+        fix
+        or "use one of the versions found, or install the interpreter on the host (gym-runtime never downloads Python)"
+    )
     extra = {"server": server, "stage": "python", "requested": req, "found": [i.version for i in found]}
     if requires is not None:
         extra["requires_python"] = str(requires)
-    raise error(f"{server + ': ' if server else ''}python {req}{where}: {what}; {found_what} {listing}",
-                hint=hint, code="GR-BUILD-PYTHON", extra=extra)
+    raise error(
+        f"{server + ': ' if server else ''}python {req}{where}: {what}; {found_what} {listing}",
+        hint=hint,
+        code="GR-BUILD-PYTHON",
+        extra=extra,
+    )

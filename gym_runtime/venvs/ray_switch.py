@@ -56,7 +56,12 @@ def ensure_ray_switch(venv: Path) -> bool:
     if not sites or not holds_nemo_gym(venv):
         return False
     data = SOURCE.read_bytes()
-    if all((d / f"{MODULE}.py").is_file() and (d / f"{MODULE}.py").read_bytes() == data
-           and (d / PTH).is_file() and (d / PTH).read_text() == PTH_LINE for d in sites):
+    if all(
+        (d / f"{MODULE}.py").is_file()
+        and (d / f"{MODULE}.py").read_bytes() == data
+        and (d / PTH).is_file()
+        and (d / PTH).read_text() == PTH_LINE
+        for d in sites
+    ):
         return False
     return install_ray_switch(venv)

@@ -59,8 +59,8 @@ def _install_lines(old: Any, new: Any, rel_file: str) -> list[str]:
             continue
         pairs = min(i2 - i1, j2 - j1) if tag == "replace" else 0
         out += [f"{rel_file}: `{a[i1 + k]}` -> `{b[j1 + k]}`" for k in range(pairs)]
-        out += [f"{rel_file}: removed `{x}`" for x in a[i1 + pairs:i2]]
-        out += [f"{rel_file}: added `{y}`" for y in b[j1 + pairs:j2]]
+        out += [f"{rel_file}: removed `{x}`" for x in a[i1 + pairs : i2]]
+        out += [f"{rel_file}: added `{y}`" for y in b[j1 + pairs : j2]]
     if len(out) > MAX_LINES:
         out = out[:MAX_LINES] + [f"... and {len(out) - MAX_LINES} more change(s) in {rel_file}"]
     return out
@@ -68,8 +68,11 @@ def _install_lines(old: Any, new: Any, rel_file: str) -> list[str]:
 
 def _pool(old: list[list[str]], new: list[list[str]]) -> list[str]:
     a, b = dict(map(tuple, old)), dict(map(tuple, new))
-    out = [f"wheels/{n} changed: sha256 {a[n][:12]}... -> {b[n][:12]}... (same file name, new contents)"
-           for n in sorted(a.keys() & b.keys()) if a[n] != b[n]]
+    out = [
+        f"wheels/{n} changed: sha256 {a[n][:12]}... -> {b[n][:12]}... (same file name, new contents)"
+        for n in sorted(a.keys() & b.keys())
+        if a[n] != b[n]
+    ]
     out += [f"wheels/{n} added" for n in sorted(b.keys() - a.keys())]
     out += [f"wheels/{n} removed" for n in sorted(a.keys() - b.keys())]
     return out
@@ -91,8 +94,11 @@ def rebuild_reasons(old: dict[str, Any], new: dict[str, Any], rel_file: str) -> 
     if old.get("install") != new.get("install"):
         out += _install_lines(old.get("install"), new.get("install"), rel_file)
     if old.get("overrides") != new.get("overrides"):
-        out += _install_lines(old.get("overrides") or [], new.get("overrides") or [],
-                              rel_file.rsplit("/", 1)[0] + "/overrides.txt" if "/" in rel_file else "overrides.txt")
+        out += _install_lines(
+            old.get("overrides") or [],
+            new.get("overrides") or [],
+            rel_file.rsplit("/", 1)[0] + "/overrides.txt" if "/" in rel_file else "overrides.txt",
+        )
     out += _pool(old.get("pool", []), new.get("pool", []))
     if old.get("python") != new.get("python"):
         (op, _, ov), (np_, _, nv) = old.get("python", ["?", "", "?"]), new.get("python", ["?", "", "?"])
@@ -108,7 +114,19 @@ def rebuild_reasons(old: dict[str, Any], new: dict[str, Any], rel_file: str) -> 
         out.append(f"uv index settings changed (now: {shown or 'uv defaults'})")
     local_old, local_new = old.get("local", {}), new.get("local", {})
     out += [f"local project {p} changed" for p in sorted(local_new) if local_old.get(p) != local_new[p]]
-    known = {"install_kind", "install", "overrides", "pool", "python", "pins", "uv", "hash_mode", "index", "local", "closure"}
+    known = {
+        "install_kind",
+        "install",
+        "overrides",
+        "pool",
+        "python",
+        "pins",
+        "uv",
+        "hash_mode",
+        "index",
+        "local",
+        "closure",
+    }
     if not out and any(old.get(k) != new.get(k) for k in (old.keys() | new.keys()) - known):
         out.append("the runtime's venv layout changed")
     return out

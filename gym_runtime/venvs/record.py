@@ -30,8 +30,9 @@ def _failures(err: BuildError) -> list[dict[str, Any]]:
     return [{**err.to_dict(), **err.extra}]
 
 
-def record_build(home: Path, instances: list[str], started_at: float, *, venvs: Any = None,
-                 error: BuildError | None = None) -> None:
+def record_build(
+    home: Path, instances: list[str], started_at: float, *, venvs: Any = None, error: BuildError | None = None
+) -> None:
     """Write ``last_build.json`` for a build of ``instances`` that ended with ``venvs`` (a
     :class:`~gym_runtime.venvs.VenvSet`) or ``error``. Errors writing it are ignored (the build's
     own outcome is what matters)."""
@@ -44,13 +45,24 @@ def record_build(home: Path, instances: list[str], started_at: float, *, venvs: 
         for f in _failures(error):
             for name in f.get("servers") or [f.get("server")]:
                 if name:
-                    servers[name] = {"status": "failed", "stage": f.get("stage"), "code": f.get("code"),
-                                     "message": f.get("message"), "log": f.get("log")}
+                    servers[name] = {
+                        "status": "failed",
+                        "stage": f.get("stage"),
+                        "code": f.get("code"),
+                        "message": f.get("message"),
+                        "log": f.get("log"),
+                    }
         rest = "cancelled" if isinstance(error, BuildCancelledError) else "not built"
         servers.update({n: {"status": rest} for n in instances if n not in servers})
     command = next((a for a in sys.argv[1:] if a in _COMMANDS), "python")
-    data = {"pid": os.getpid(), "command": command, "started_at": started_at, "finished_at": time.time(),
-            "servers": servers, **({"error": {"code": error.code, "message": error.message}} if error else {})}
+    data = {
+        "pid": os.getpid(),
+        "command": command,
+        "started_at": started_at,
+        "finished_at": time.time(),
+        "servers": servers,
+        **({"error": {"code": error.code, "message": error.message}} if error else {}),
+    }
     try:
         home.mkdir(parents=True, exist_ok=True)
         write_json(home / LAST_BUILD, data, indent=2)

@@ -69,8 +69,9 @@ class ReqLine:
     def takes_sdk_pin(self) -> bool:
         """Gym's SDK line, or a bare ``nemo-gym[extras]`` requirement (no version, marker or URL):
         both become the pinned SDK (:meth:`InstallSource.render`)."""
-        return self.gym_sdk or (self.kind == "requirement" and self.name == SDK_NAME
-                                and _BARE.match(self.text) is not None)
+        return self.gym_sdk or (
+            self.kind == "requirement" and self.name == SDK_NAME and _BARE.match(self.text) is not None
+        )
 
     def sdk_requirement(self, sdk: str) -> str:
         """``sdk`` (``nemo-gym==0.4.0`` or ``nemo-gym``) with this line's extras: ``nemo-gym[dev]==0.4.0``."""
@@ -109,8 +110,11 @@ class InstallSource:
         return next((ln for ln in self.lines if ln.name == n), None)
 
     def where(self, line: ReqLine) -> str:
-        return f"{self.file.name} line {line.lineno}" if self.kind == "requirements" else \
-            f"{self.file.name} [project].dependencies[{line.lineno - 1}]"
+        return (
+            f"{self.file.name} line {line.lineno}"
+            if self.kind == "requirements"
+            else f"{self.file.name} [project].dependencies[{line.lineno - 1}]"
+        )
 
     def render(self, sdk_replacement: str) -> str:
         """The text uv installs (same line numbers); ``sdk_replacement`` (``nemo-gym==0.4.0``), with
@@ -200,8 +204,16 @@ def classify(lineno: int, text: str, sdk_path: str = "../..") -> ReqLine:
         name, target, error = _name_and_target(spec)
         kind = "vcs" if (target or "").startswith(_VCS) else "editable"
         sdk = _is_sdk(target, sdk_path)
-        return ReqLine(lineno, text, kind, name, target, gym_sdk=sdk, error=error,
-                       extras=_extras(spec) if sdk or name == SDK_NAME else ())
+        return ReqLine(
+            lineno,
+            text,
+            kind,
+            name,
+            target,
+            gym_sdk=sdk,
+            error=error,
+            extras=_extras(spec) if sdk or name == SDK_NAME else (),
+        )
     if text.startswith("-"):
         return ReqLine(lineno, text, "option")
     parts = text.split(" --hash")
@@ -217,8 +229,17 @@ def classify(lineno: int, text: str, sdk_path: str = "../..") -> ReqLine:
     else:
         kind = "path"
     sdk = _is_sdk(target, sdk_path)
-    return ReqLine(lineno, text, kind, name, target, hashes, gym_sdk=sdk, error=error,
-                   extras=_extras(spec) if sdk or name == SDK_NAME else ())
+    return ReqLine(
+        lineno,
+        text,
+        kind,
+        name,
+        target,
+        hashes,
+        gym_sdk=sdk,
+        error=error,
+        extras=_extras(spec) if sdk or name == SDK_NAME else (),
+    )
 
 
 def _extras(spec: str) -> tuple[str, ...]:
@@ -260,8 +281,12 @@ def _requires_python(project: dict, path: Path, server: str) -> SpecifierSet | N
     try:
         return SpecifierSet(str(text))
     except InvalidSpecifier as e:
-        raise BuildError(f"{server}: {path} [project].requires-python {text!r} is not a version specifier",
-                         cause=str(e), hint="write it like `>=3.11`", code="GR-BUILD-INSTALL-FILE") from None
+        raise BuildError(
+            f"{server}: {path} [project].requires-python {text!r} is not a version specifier",
+            cause=str(e),
+            hint="write it like `>=3.11`",
+            code="GR-BUILD-INSTALL-FILE",
+        ) from None
 
 
 def read_install_source(path: Path, *, server: str) -> InstallSource:
@@ -276,13 +301,16 @@ def read_install_source(path: Path, *, server: str) -> InstallSource:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
-            raise BuildError(f"{server}: {path} is not valid TOML", cause=str(e),
-                             code="GR-BUILD-INSTALL-FILE") from None
+            raise BuildError(
+                f"{server}: {path} is not valid TOML", cause=str(e), code="GR-BUILD-INSTALL-FILE"
+            ) from None
         project = data.get("project", {})
         if "dependencies" in project.get("dynamic", []):
-            raise BuildError(f"{server}: {path} declares dynamic dependencies, which need a build to read",
-                             hint="list the dependencies statically under [project].dependencies",
-                             code="GR-BUILD-INSTALL-FILE")
+            raise BuildError(
+                f"{server}: {path} declares dynamic dependencies, which need a build to read",
+                hint="list the dependencies statically under [project].dependencies",
+                code="GR-BUILD-INSTALL-FILE",
+            )
         deps = [str(d) for d in project.get("dependencies", [])]
         lines = tuple(classify(i, d, sdk_root(path)) for i, d in enumerate(deps, 1))
         return InstallSource(path, "pyproject", lines, len(deps), _requires_python(project, path, server))

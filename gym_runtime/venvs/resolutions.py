@@ -53,8 +53,13 @@ def recorded(root: Path, digest: str) -> dict[str, str] | None:
     if not isinstance(installed, dict) or not installed:
         return None
     try:
-        ok = all(isinstance(n, str) and isinstance(v, str) and canonicalize_name(n, validate=True) == n
-                 and Version(v) is not None for n, v in installed.items())
+        ok = all(
+            isinstance(n, str)
+            and isinstance(v, str)
+            and canonicalize_name(n, validate=True) == n
+            and Version(v) is not None
+            for n, v in installed.items()
+        )
     except (InvalidName, InvalidVersion):
         ok = False
     if not ok:
@@ -71,8 +76,16 @@ def record(root: Path, digest: str, python: str, installed: dict[str, str], keep
     recently used records. Returns the record's path; raises ``OSError`` when it cannot be written."""
     path = record_path(root, digest)
     root.mkdir(parents=True, exist_ok=True)
-    write_json(path, {"digest": digest, "python": python, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                      "installed": dict(sorted(installed.items()))}, indent=1)
+    write_json(
+        path,
+        {
+            "digest": digest,
+            "python": python,
+            "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "installed": dict(sorted(installed.items())),
+        },
+        indent=1,
+    )
     records = sorted(root.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in records[keep:]:
         old.unlink(missing_ok=True)

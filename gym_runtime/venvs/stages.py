@@ -100,20 +100,23 @@ def write_inputs(vp: VenvPlan, venv: Path) -> tuple[Path, Path | None]:
     pins = d / ("gym-runtime-constraints.txt" if constraint else "gym-runtime-pins.txt")
     lines = ["# injected by gym-runtime (pin mode " + vp.pin_mode + "); not part of the server's requirements"]
     for p in vp.pins:
-        hashes = [f" --hash=sha256:{f.sha256}" for f in vp.pool_of(p.name) if f.version == p.version] \
-            if vp.hash_mode else []
+        hashes = (
+            [f" --hash=sha256:{f.sha256}" for f in vp.pool_of(p.name) if f.version == p.version] if vp.hash_mode else []
+        )
         lines.append(f"{p.constraint if constraint else p.requirement}{''.join(hashes)}    # {p.origin}")
     pins.write_text("\n".join(lines) + "\n")
     return req, pins
 
 
 def create_venv(vp: VenvPlan, venv: Path, ctx: StageContext) -> UvResult:
-    header = ctx.notes + ctx.uv_env.describe() + f"\nservers: {', '.join(vp.instances)}\ndigest: {vp.digest}\n" \
+    header = (
+        ctx.notes + ctx.uv_env.describe() + f"\nservers: {', '.join(vp.instances)}\ndigest: {vp.digest}\n"
         f"python: {vp.python.describe()} (requested by {vp.python_origin})\n"
-    args = ["venv", "--relocatable", "--no-config", "--no-python-downloads", "--python", str(vp.python.path),
-            str(venv)]
-    return _check("venv", run_uv(args, env=ctx.uv_env.env, log=ctx.log(vp, "venv"), cwd=ctx.cwd,
-                                 cancel=ctx.cancel, header=header))
+    )
+    args = ["venv", "--relocatable", "--no-config", "--no-python-downloads", "--python", str(vp.python.path), str(venv)]
+    return _check(
+        "venv", run_uv(args, env=ctx.uv_env.env, log=ctx.log(vp, "venv"), cwd=ctx.cwd, cancel=ctx.cancel, header=header)
+    )
 
 
 def closure_check(vp: VenvPlan, venv: Path, ctx: StageContext) -> UvResult:
@@ -122,10 +125,17 @@ def closure_check(vp: VenvPlan, venv: Path, ctx: StageContext) -> UvResult:
     pins = [(p.requirement, p.as_constraint) for p in vp.pins]
     files = closure.write_inputs(venv / INPUTS_DIR, closure.proof_text(vp.source, vp.sdk_replacement), pins)
     files += write_overrides(vp, venv)
-    target = closure.ClosureTarget(".".join(vp.python.version.split(".")[:2]), closure.platform_of(platform.machine()),
-                                   interpreter=venv / "bin" / "python")
-    return _check("closure", closure.prove(files, vp.wheels_dir, target, env=ctx.uv_env.env,
-                                           log=ctx.log(vp, "closure"), cwd=ctx.cwd, cancel=ctx.cancel))
+    target = closure.ClosureTarget(
+        ".".join(vp.python.version.split(".")[:2]),
+        closure.platform_of(platform.machine()),
+        interpreter=venv / "bin" / "python",
+    )
+    return _check(
+        "closure",
+        closure.prove(
+            files, vp.wheels_dir, target, env=ctx.uv_env.env, log=ctx.log(vp, "closure"), cwd=ctx.cwd, cancel=ctx.cancel
+        ),
+    )
 
 
 def has_stage1(vp: VenvPlan) -> bool:
@@ -133,8 +143,14 @@ def has_stage1(vp: VenvPlan) -> bool:
     return bool(installs) or any(not p.as_constraint for p in vp.pins)
 
 
-def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = (),
-           uncached: tuple[str, ...] = (), replay: tuple[Path, dict[str, str]] | None = None) -> UvResult:
+def stage1(
+    vp: VenvPlan,
+    venv: Path,
+    ctx: StageContext,
+    refresh: tuple[str, ...] = (),
+    uncached: tuple[str, ...] = (),
+    replay: tuple[Path, dict[str, str]] | None = None,
+) -> UvResult:
     """``uv pip install`` of the install file and pins; ``refresh``: ``--refresh-package`` names;
     ``uncached``: distributions to install again without the uv cache (``--reinstall-package``,
     ``--no-cache``: their cached copy was damaged, :mod:`gym_runtime.venvs.integrity`);
@@ -159,20 +175,48 @@ def stage1(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...]
     args += _uncached(uncached)
     ov = venv / INPUTS_DIR / "overrides.txt" if vp.overrides is not None else None
     shown = "".join(f"--- {p.name}\n{p.read_text()}" for p in (req, pins, ov, recorded) if p is not None)
-    return _check("stage1", run_uv(args, env=ctx.uv_env.env, log=ctx.log(vp, "stage1"), cwd=ctx.cwd,
-                                   cancel=ctx.cancel, header=shown))
+    return _check(
+        "stage1",
+        run_uv(args, env=ctx.uv_env.env, log=ctx.log(vp, "stage1"), cwd=ctx.cwd, cancel=ctx.cancel, header=shown),
+    )
 
 
-def stage2(vp: VenvPlan, venv: Path, ctx: StageContext, refresh: tuple[str, ...] = (),  # noqa: ARG001
-           uncached: tuple[str, ...] = ()) -> UvResult:
+def stage2(
+    vp: VenvPlan,
+    venv: Path,
+    ctx: StageContext,
+    refresh: tuple[str, ...] = (),  # noqa: ARG001
+    uncached: tuple[str, ...] = (),
+) -> UvResult:
     """The vendored closure offline; ``uncached`` as for :func:`stage1`."""
     env = {k: v for k, v in ctx.uv_env.env.items() if k != "UV_FIND_LINKS"}
-    args = ["pip", "install", "--python", str(venv / "bin" / "python"), "--no-python-downloads", "--no-index",
-            "--offline", "--no-config", "--find-links", str(vp.wheels_dir), *write_overrides(vp, venv),
-            *_uncached(uncached), *vp.closure]
+    args = [
+        "pip",
+        "install",
+        "--python",
+        str(venv / "bin" / "python"),
+        "--no-python-downloads",
+        "--no-index",
+        "--offline",
+        "--no-config",
+        "--find-links",
+        str(vp.wheels_dir),
+        *write_overrides(vp, venv),
+        *_uncached(uncached),
+        *vp.closure,
+    ]
     # uv refuses --refresh with --offline; stage 1 (run first) already refreshed rebuilt wheels
-    return _check("stage2", run_uv(args, env=env, log=ctx.log(vp, "stage2"), cwd=ctx.cwd, cancel=ctx.cancel,
-                                   header="offline: only wheels/ is consulted; nothing may reach the network\n"))
+    return _check(
+        "stage2",
+        run_uv(
+            args,
+            env=env,
+            log=ctx.log(vp, "stage2"),
+            cwd=ctx.cwd,
+            cancel=ctx.cancel,
+            header="offline: only wheels/ is consulted; nothing may reach the network\n",
+        ),
+    )
 
 
 def _uncached(names: tuple[str, ...]) -> list[str]:
@@ -183,8 +227,16 @@ def _uncached(names: tuple[str, ...]) -> list[str]:
 
 def installed(vp: VenvPlan, venv: Path, ctx: StageContext, stage: str) -> dict[str, str]:
     """``{name: version}`` of every distribution installed under the venv's prefix."""
-    res = _check(stage, run_command([str(venv / "bin" / "python"), "-I", "-c", _LIST], env={"PATH": "/usr/bin:/bin"},
-                                    log=ctx.log(vp, "verify"), cwd=ctx.cwd, cancel=ctx.cancel))
+    res = _check(
+        stage,
+        run_command(
+            [str(venv / "bin" / "python"), "-I", "-c", _LIST],
+            env={"PATH": "/usr/bin:/bin"},
+            log=ctx.log(vp, "verify"),
+            cwd=ctx.cwd,
+            cancel=ctx.cancel,
+        ),
+    )
     line = [ln for ln in res.output.splitlines() if ln.startswith("{")][-1]
     return dict(json.loads(line)["installed"])
 
@@ -208,15 +260,20 @@ def pool_bypassed(vp: VenvPlan, have: dict[str, str]) -> list[str]:
             continue
         versions = ", ".join(sorted({f.version for f in files}))
         why = [f"{f.path.name}: {r}" for f in files if (r := rejection(f.path.name, vp.python))]
-        out.append(f"wheels/ has {name} {versions} but stage 1 installed {name} {version} from the index"
-                   + (" (" + "; ".join(why) + ")" if why else ""))
+        out.append(
+            f"wheels/ has {name} {versions} but stage 1 installed {name} {version} from the index"
+            + (" (" + "; ".join(why) + ")" if why else "")
+        )
     return out
 
 
 def overridden(before: dict[str, str], after: dict[str, str]) -> list[str]:
     """Warnings for stage-1 choices the stage-2 closure replaced (cases C12, C15)."""
-    return [f"stage 2 replaced {n} {before[n]} (chosen in stage 1) by {after[n]} from wheels/"
-            for n in sorted(before) if n in after and after[n] != before[n]]
+    return [
+        f"stage 2 replaced {n} {before[n]} (chosen in stage 1) by {after[n]} from wheels/"
+        for n in sorted(before)
+        if n in after and after[n] != before[n]
+    ]
 
 
 def uv_warnings(output: str) -> list[str]:

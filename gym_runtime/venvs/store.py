@@ -109,8 +109,7 @@ def install(tmp: Path, final: Path) -> None:
 
 
 @contextlib.contextmanager
-def venv_lock(root: Path, digest: str, cancel: threading.Event | None = None,
-              on_wait: Any = None) -> Iterator[None]:
+def venv_lock(root: Path, digest: str, cancel: threading.Event | None = None, on_wait: Any = None) -> Iterator[None]:
     """Hold the per-venv file lock; poll so a cancel is noticed while another builder holds it.
 
     ``on_wait()`` is called once if the lock is busy. Raises :class:`Cancelled` on cancel.

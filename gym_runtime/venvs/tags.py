@@ -59,6 +59,8 @@ def rejection(filename: str, interp: Interpreter) -> str | None:
     plats = set(host_platforms()) | {"any"}
     have = ", ".join(sorted(str(t) for t in tags))
     if any(t.platform in plats for t in tags):
-        return (f"Python/ABI tag mismatch: the venv runs {interp.implementation} {interp.version} "
-                f"({abi_tag(interp)}); the file has {have}")
-    return (f"platform tag mismatch: this host supports up to {highest_platform()}; the file has {have}")
+        return (
+            f"Python/ABI tag mismatch: the venv runs {interp.implementation} {interp.version} "
+            f"({abi_tag(interp)}); the file has {have}"
+        )
+    return f"platform tag mismatch: this host supports up to {highest_platform()}; the file has {have}"

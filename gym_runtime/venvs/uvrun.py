@@ -27,16 +27,52 @@ from pathlib import Path
 
 from uv import find_uv_bin
 
-HONOURED = ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX", "UV_INDEX_STRATEGY",
-            "UV_FIND_LINKS", "UV_KEYRING_PROVIDER", "UV_NATIVE_TLS", "UV_SYSTEM_CERTS",  # the latter: uv >= 0.13's name
-            "UV_HTTP_TIMEOUT", "UV_INSECURE_HOST", "UV_OFFLINE", "UV_CONFIG_FILE", "UV_CACHE_DIR", "UV_LINK_MODE",
-            "UV_PRERELEASE", "UV_CONCURRENT_DOWNLOADS", "UV_CONCURRENT_BUILDS", "UV_CONCURRENT_INSTALLS",
-            "UV_REQUEST_TIMEOUT")
+HONOURED = (
+    "UV_INDEX_URL",
+    "UV_EXTRA_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_INDEX",
+    "UV_INDEX_STRATEGY",
+    "UV_FIND_LINKS",
+    "UV_KEYRING_PROVIDER",
+    "UV_NATIVE_TLS",
+    "UV_SYSTEM_CERTS",  # the latter: uv >= 0.13's name
+    "UV_HTTP_TIMEOUT",
+    "UV_INSECURE_HOST",
+    "UV_OFFLINE",
+    "UV_CONFIG_FILE",
+    "UV_CACHE_DIR",
+    "UV_LINK_MODE",
+    "UV_PRERELEASE",
+    "UV_CONCURRENT_DOWNLOADS",
+    "UV_CONCURRENT_BUILDS",
+    "UV_CONCURRENT_INSTALLS",
+    "UV_REQUEST_TIMEOUT",
+)
 _HONOURED_RE = re.compile(r"^UV_INDEX_[A-Z0-9_]+_(USERNAME|PASSWORD)$")
-_PY_SCRUB = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONNOUSERSITE",
-             "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "PYTHONSAFEPATH", "PYTHONEXECUTABLE")
-INDEX_KEYS = ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX", "UV_INDEX_STRATEGY",
-              "UV_FIND_LINKS", "UV_OFFLINE", "UV_CONFIG_FILE", "UV_PRERELEASE", "UV_INSECURE_HOST")
+_PY_SCRUB = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "PYTHONNOUSERSITE",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONPYCACHEPREFIX",
+    "PYTHONSAFEPATH",
+    "PYTHONEXECUTABLE",
+)
+INDEX_KEYS = (
+    "UV_INDEX_URL",
+    "UV_EXTRA_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_INDEX",
+    "UV_INDEX_STRATEGY",
+    "UV_FIND_LINKS",
+    "UV_OFFLINE",
+    "UV_CONFIG_FILE",
+    "UV_PRERELEASE",
+    "UV_INSECURE_HOST",
+)
 GRACE_S = 2.0
 
 
@@ -72,8 +108,10 @@ class UvEnv:
         lines = [f"uv {uv_version()} ({uv_binary()})", "python downloads: never (UV_PYTHON_DOWNLOADS=never)"]
         lines.append("removed from the inherited environment: " + (", ".join(self.scrubbed) or "(nothing)"))
         kept = {k: ("***" if "PASSWORD" in k else redact_url(v)) for k, v in self.honoured.items()}
-        lines.append("honoured uv settings: " + (", ".join(f"{k}={v}" for k, v in kept.items()) or
-                                                   "(none: uv defaults and uv config files)"))
+        lines.append(
+            "honoured uv settings: "
+            + (", ".join(f"{k}={v}" for k, v in kept.items()) or "(none: uv defaults and uv config files)")
+        )
         return "\n".join(lines)
 
     def index_settings(self) -> dict[str, str]:
@@ -118,8 +156,15 @@ class UvResult:
     seconds: float
 
 
-def run_uv(args: list[str], *, env: Mapping[str, str], log: Path, cwd: Path,
-           cancel: threading.Event | None = None, header: str = "") -> UvResult:
+def run_uv(
+    args: list[str],
+    *,
+    env: Mapping[str, str],
+    log: Path,
+    cwd: Path,
+    cancel: threading.Event | None = None,
+    header: str = "",
+) -> UvResult:
     """Run ``uv <args>`` appending to ``log``; return its result (never raises for a non-zero exit).
 
     Raises :class:`Cancelled` when ``cancel`` is set while it runs (the process group is killed).
@@ -127,8 +172,15 @@ def run_uv(args: list[str], *, env: Mapping[str, str], log: Path, cwd: Path,
     return run_command([uv_binary(), *args], env=env, log=log, cwd=cwd, cancel=cancel, header=header)
 
 
-def run_command(argv: list[str], *, env: Mapping[str, str], log: Path, cwd: Path,
-                cancel: threading.Event | None = None, header: str = "") -> UvResult:
+def run_command(
+    argv: list[str],
+    *,
+    env: Mapping[str, str],
+    log: Path,
+    cwd: Path,
+    cancel: threading.Event | None = None,
+    header: str = "",
+) -> UvResult:
     """Run ``argv`` in its own process group with output appended to ``log`` (see :func:`run_uv`)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -139,9 +191,16 @@ def run_command(argv: list[str], *, env: Mapping[str, str], log: Path, cwd: Path
         fh.flush()
         if cancel is not None and cancel.is_set():
             raise Cancelled()
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=dict(env), cwd=cwd, start_new_session=True,
-                                preexec_fn=_die_with_parent(os.getpid()))
+        proc = subprocess.Popen(
+            argv,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(os.getpid()),
+        )
         try:
             while True:
                 try:

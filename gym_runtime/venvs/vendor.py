@@ -46,8 +46,10 @@ class Vendored:
 
 def _ordered_tags(target: Target) -> list[str]:
     plats = target.platform_tags()
-    return [str(t) for t in [*cpython_tags(target.python, platforms=plats),
-                             *compatible_tags(target.python, platforms=plats)]]
+    return [
+        str(t)
+        for t in [*cpython_tags(target.python, platforms=plats), *compatible_tags(target.python, platforms=plats)]
+    ]
 
 
 def _rank(filename: str, order: dict[str, int]) -> int | None:
@@ -76,8 +78,11 @@ def requirement_lines(merged: MergedConfig, settings: RuntimeSettings) -> tuple[
         uses_sdk = uses_sdk or src.uses_gym_sdk
         for ln in src.lines:
             if ln.kind in ("url", "vcs", "path", "editable") and not ln.gym_sdk:
-                raise BuildError(f"{inst.name}: `{ln.text}` ({src.where(ln)}) cannot be vendored as a wheel from "
-                                 "an index", code="GR-VENDOR-LINE", hint="require it by name==version")
+                raise BuildError(
+                    f"{inst.name}: `{ln.text}` ({src.where(ln)}) cannot be vendored as a wheel from an index",
+                    code="GR-VENDOR-LINE",
+                    hint="require it by name==version",
+                )
             if ln.kind != "option":
                 text = ln.sdk_requirement(sdk) if ln.takes_sdk_pin else ln.text.split(" --hash")[0]
                 lines.append(text if ln.kind != "include" else src.render(sdk).splitlines()[ln.lineno - 1])
@@ -117,8 +122,9 @@ def override_lines(merged: MergedConfig) -> list[str]:
     return out
 
 
-def vendor(merged: MergedConfig, settings: RuntimeSettings, target: Target, *,
-           wheels_dir: Path | None = None) -> list[Vendored]:
+def vendor(
+    merged: MergedConfig, settings: RuntimeSettings, target: Target, *, wheels_dir: Path | None = None
+) -> list[Vendored]:
     """Rebuild ``wheels_dir`` (default: the package's ``wheels/``); return what was vendored.
 
     Raises :class:`BuildError` (``GR-VENDOR-*``) when resolution fails, a file for the target
@@ -141,18 +147,47 @@ def vendor(merged: MergedConfig, settings: RuntimeSettings, target: Target, *,
         (tmp / "overrides.txt").write_text("\n".join(override_lines(merged)) + "\n")
         platform = f"{target.arch}-manylinux_{target.glibc[0]}_{target.glibc[1]}"
         log = settings.logs_dir / "vendor.log"
-        res = run_uv(["pip", "compile", "--no-header", "--no-annotate", "--no-python-downloads",
-                      "--python-version", f"{target.python[0]}.{target.python[1]}", "--python-platform", platform,
-                      "--only-binary", ":all:", "--find-links", str(old), "--constraint", str(tmp / "constraints.txt"),
-                      "--overrides", str(tmp / "overrides.txt"), str(tmp / "all.txt"),
-                      "-o", str(tmp / "resolved.txt")], env=uv_env.env, log=log, cwd=tmp)
+        res = run_uv(
+            [
+                "pip",
+                "compile",
+                "--no-header",
+                "--no-annotate",
+                "--no-python-downloads",
+                "--python-version",
+                f"{target.python[0]}.{target.python[1]}",
+                "--python-platform",
+                platform,
+                "--only-binary",
+                ":all:",
+                "--find-links",
+                str(old),
+                "--constraint",
+                str(tmp / "constraints.txt"),
+                "--overrides",
+                str(tmp / "overrides.txt"),
+                str(tmp / "all.txt"),
+                "-o",
+                str(tmp / "resolved.txt"),
+            ],
+            env=uv_env.env,
+            log=log,
+            cwd=tmp,
+        )
         if res.returncode != 0:
-            raise BuildError(f"cannot resolve the closure for {target.describe()}", code="GR-VENDOR-RESOLVE",
-                             cause="\n".join(res.output.strip().splitlines()[-25:]) or None, log=log,
-                             hint="the image pins (GYM_RUNTIME_PIN_*) and the servers' requirements must be "
-                             "satisfiable together for the target Python")
-        pins = [ln.split(";")[0].strip() for ln in (tmp / "resolved.txt").read_text().splitlines()
-                if "==" in ln and not ln.lstrip().startswith("#")]
+            raise BuildError(
+                f"cannot resolve the closure for {target.describe()}",
+                code="GR-VENDOR-RESOLVE",
+                cause="\n".join(res.output.strip().splitlines()[-25:]) or None,
+                log=log,
+                hint="the image pins (GYM_RUNTIME_PIN_*) and the servers' requirements must be "
+                "satisfiable together for the target Python",
+            )
+        pins = [
+            ln.split(";")[0].strip()
+            for ln in (tmp / "resolved.txt").read_text().splitlines()
+            if "==" in ln and not ln.lstrip().startswith("#")
+        ]
         staged = tmp / "new"
         staged.mkdir()
         done = [_fetch(p, old, index, order, staged, target) for p in pins]
@@ -162,28 +197,44 @@ def vendor(merged: MergedConfig, settings: RuntimeSettings, target: Target, *,
     wheels, violations = read_wheelhouse(out_dir, out_dir.parent)
     violations += incompatible_wheels(wheels, target, out_dir.parent)
     if violations:
-        raise BuildError("the vendored closure breaks wheelhouse rules", violations=violations,
-                         code="GR-VENDOR-CHECK")
+        raise BuildError("the vendored closure breaks wheelhouse rules", violations=violations, code="GR-VENDOR-CHECK")
     return done
 
 
 def _fetch(pin: str, old: Path, index: str, order: dict[str, int], dest: Path, target: Target) -> Vendored:
     name, _, version = pin.partition("==")
     name = canonicalize_name(name.split("[")[0])
-    local = [f for f in old.glob("*.whl") if parse_wheel_filename(f.name)[0] == name
-             and str(parse_wheel_filename(f.name)[1]) == version and _rank(f.name, order) is not None]
+    local = [
+        f
+        for f in old.glob("*.whl")
+        if parse_wheel_filename(f.name)[0] == name
+        and str(parse_wheel_filename(f.name)[1]) == version
+        and _rank(f.name, order) is not None
+    ]
     if local:
         best = min(local, key=lambda f: _rank(f.name, order) or 0)
         shutil.copy2(best, dest / best.name)
         return Vendored(name, version, best.name, "wheels/ (kept)")
-    files = [f for f in project_files(index, name) if f.filename.endswith(".whl") and f.version == version
-             and not f.yanked and _rank(f.filename, order) is not None]
+    files = [
+        f
+        for f in project_files(index, name)
+        if f.filename.endswith(".whl")
+        and f.version == version
+        and not f.yanked
+        and _rank(f.filename, order) is not None
+    ]
     if not files:
-        raise BuildError(f"no wheel of {name}=={version} for {target.describe()} on {index}",
-                         code="GR-VENDOR-NO-WHEEL", hint="pick another version, or build the wheel for the target")
+        raise BuildError(
+            f"no wheel of {name}=={version} for {target.describe()} on {index}",
+            code="GR-VENDOR-NO-WHEEL",
+            hint="pick another version, or build the wheel for the target",
+        )
     best = min(files, key=lambda f: _rank(f.filename, order) or 0)
-    data = Path(best.url.removeprefix("file://")).read_bytes() if best.url.startswith("file:") else \
-        httpx.get(best.url, timeout=120, follow_redirects=True).raise_for_status().content
+    data = (
+        Path(best.url.removeprefix("file://")).read_bytes()
+        if best.url.startswith("file:")
+        else httpx.get(best.url, timeout=120, follow_redirects=True).raise_for_status().content
+    )
     if best.sha256 and hashlib.sha256(data).hexdigest() != best.sha256:
         raise BuildError(f"{best.filename}: sha256 differs from the index's", code="GR-VENDOR-HASH")
     (dest / best.filename).write_bytes(data)

@@ -13,18 +13,22 @@ from .connection import OpenSandboxConnection
 from .service import SandboxService
 from .spec import RunLabels
 
-GIVES = ("one sandbox per server on the operator's OpenSandbox server (a container or a Kata VM, as the operator "
-         "runs it): its own filesystem, processes and /tmp, trees and venvs read-only, egress by the sandbox's "
-         "networkPolicy (deny by default), memory and CPU limits; secrets only in the sandbox of the server "
-         "that uses them")
+GIVES = (
+    "one sandbox per server on the operator's OpenSandbox server (a container or a Kata VM, as the operator "
+    "runs it): its own filesystem, processes and /tmp, trees and venvs read-only, egress by the sandbox's "
+    "networkPolicy (deny by default), memory and CPU limits; secrets only in the sandbox of the server "
+    "that uses them"
+)
 
 
 def _require(conn: OpenSandboxConnection | None) -> OpenSandboxConnection:
     if conn is None:
-        raise SandboxServiceSettingsError("sandbox backend opensandbox needs an OpenSandbox server, but "
-                                          "OPENSANDBOX_DOMAIN is not set", code="GR-OSB-SETTINGS",
-                                          hint="set OPENSANDBOX_DOMAIN=host:port (and OPENSANDBOX_API_KEY, "
-                                          "GYM_RUNTIME_OPENSANDBOX_IMAGE), or use --sandbox-backend local")
+        raise SandboxServiceSettingsError(
+            "sandbox backend opensandbox needs an OpenSandbox server, but OPENSANDBOX_DOMAIN is not set",
+            code="GR-OSB-SETTINGS",
+            hint="set OPENSANDBOX_DOMAIN=host:port (and OPENSANDBOX_API_KEY, "
+            "GYM_RUNTIME_OPENSANDBOX_IMAGE), or use --sandbox-backend local",
+        )
     return conn
 
 
@@ -50,8 +54,9 @@ class OpenSandboxBackend:
         await self.service.version()  # GR-OSB-UNREACHABLE at once (listing retries for seconds first)
         return await self.service.reap(self.labels)
 
-    async def start(self, policy: EgressPolicy, work_dir: Path, *, require_full: bool = False,
-                    level: str | None = None) -> Any:
+    async def start(
+        self, policy: EgressPolicy, work_dir: Path, *, require_full: bool = False, level: str | None = None
+    ) -> Any:
         """The environment's :class:`~sandbox.opensandbox.environment.OpenSandboxEnvironment`;
         ``require_full`` is met (every server is in a sandbox of its own); ``level`` (a forced
         local level) does not apply. Raises ``GR-OSB-*``."""
@@ -59,22 +64,27 @@ class OpenSandboxBackend:
 
         assert self.labels is not None
         if not self.conn.image:
-            raise SandboxServiceSettingsError("sandbox backend opensandbox needs the image servers run in, but "
-                                              "GYM_RUNTIME_OPENSANDBOX_IMAGE is not set", code="GR-OSB-SETTINGS",
-                                              hint="set it to an image the OpenSandbox server's runtime has: "
-                                              "Debian-based, with the libraries the servers' Python needs")
+            raise SandboxServiceSettingsError(
+                "sandbox backend opensandbox needs the image servers run in, but "
+                "GYM_RUNTIME_OPENSANDBOX_IMAGE is not set",
+                code="GR-OSB-SETTINGS",
+                hint="set it to an image the OpenSandbox server's runtime has: "
+                "Debian-based, with the libraries the servers' Python needs",
+            )
         if not self.conn.daemon_host:
-            raise SandboxServiceSettingsError("sandbox backend opensandbox needs the address sandboxes reach this "
-                                              "daemon at, but GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST is not set",
-                                              code="GR-OSB-SETTINGS", hint="set it to this host's address on the "
-                                              "sandboxes' network (the container bridge's gateway for a "
-                                              "docker/podman runtime, the pod IP on Kubernetes)")
+            raise SandboxServiceSettingsError(
+                "sandbox backend opensandbox needs the address sandboxes reach this "
+                "daemon at, but GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST is not set",
+                code="GR-OSB-SETTINGS",
+                hint="set it to this host's address on the "
+                "sandboxes' network (the container bridge's gateway for a "
+                "docker/podman runtime, the pod IP on Kubernetes)",
+            )
         return await OpenSandboxEnvironment.open(self.service, self.labels, policy, Path(work_dir))
 
     async def check(self) -> dict[str, Any]:
         """What ``doctor`` says: server, version, whether the key is accepted, the isolation it gives."""
-        out: dict[str, Any] = {"backend": self.name, **self.conn.describe(), "isolation": "opensandbox",
-                               "gives": GIVES}
+        out: dict[str, Any] = {"backend": self.name, **self.conn.describe(), "isolation": "opensandbox", "gives": GIVES}
         try:
             out["version"] = await self.service.version()
             await self.service.list_ids({"gym-runtime-probe": "1"}, "checking the API key")

@@ -41,14 +41,23 @@ class OpenSandboxConnection:
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready facts for ``doctor`` and the ready line: no key, only whether one is set."""
-        return {"server": self.url, "api_key": "set" if self.api_key else "not set", "image": self.image,
-                "cpu": self.cpu, "daemon_host": self.daemon_host,
-                "egress": self.egress,
-                "task_images": self.task_images.describe() if self.task_images is not None else "nothing (unset)"}
+        return {
+            "server": self.url,
+            "api_key": "set" if self.api_key else "not set",
+            "image": self.image,
+            "cpu": self.cpu,
+            "daemon_host": self.daemon_host,
+            "egress": self.egress,
+            "task_images": self.task_images.describe() if self.task_images is not None else "nothing (unset)",
+        }
 
     def sdk_config(self, request_timeout_s: float = 30.0) -> Any:
         """The SDK's ``ConnectionConfig`` (opensandbox 1.1.1, ``opensandbox/config/connection.py``)."""
         from opensandbox.config import ConnectionConfig
 
-        return ConnectionConfig(domain=self.domain, api_key=self.api_key, protocol=self.protocol,
-                                request_timeout=timedelta(seconds=request_timeout_s))
+        return ConnectionConfig(
+            domain=self.domain,
+            api_key=self.api_key,
+            protocol=self.protocol,
+            request_timeout=timedelta(seconds=request_timeout_s),
+        )

@@ -37,14 +37,27 @@ from .failures import CREATE_TRIES, translate
 from .process import ServerProcess
 from .relay import Relay, free_bind
 from .service import SandboxService
-from .spec import (RENEW_EVERY_S, TTL_S, RunLabels, network_policy, resource_limits, sdk_network_policy,
-                   sdk_volumes, volumes)
+from .spec import (
+    RENEW_EVERY_S,
+    TTL_S,
+    RunLabels,
+    network_policy,
+    resource_limits,
+    sdk_network_policy,
+    sdk_volumes,
+    volumes,
+)
 
 log = logging.getLogger("sandbox.opensandbox")
 logging.getLogger("opensandbox").setLevel(logging.CRITICAL)  # its failures reach the user as GR-OSB-* blocks
 PORT_START = 20000
 SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # the image's own, never mounted
-ENDED = ("Failed", "Terminated", "Stopping", "Stopped")  # sandbox states (opensandbox-server 1.1.1) that never run again
+ENDED = (
+    "Failed",
+    "Terminated",
+    "Stopping",
+    "Stopped",
+)  # sandbox states (opensandbox-server 1.1.1) that never run again
 CREATE_AT_ONCE = 4
 READY_TIMEOUT_S = 120.0
 
@@ -85,8 +98,10 @@ class OpenSandboxEnvironment:
         self.daemon_host = str(self.conn.daemon_host)
         self.policy_wire = network_policy(policy, [self.daemon_host]) if self.conn.egress == "enforced" else None
         if self.policy_wire is None:
-            self.report.warning = ("EGRESS NOT ENFORCED: GYM_RUNTIME_OPENSANDBOX_EGRESS=unenforced sends no "
-                                   "networkPolicy, so servers reach whatever the sandboxes' network reaches")
+            self.report.warning = (
+                "EGRESS NOT ENFORCED: GYM_RUNTIME_OPENSANDBOX_EGRESS=unenforced sends no "
+                "networkPolicy, so servers reach whatever the sandboxes' network reaches"
+            )
         self._next_port = PORT_START
         self._reserved: set[int] = set()
         self._routes: dict[int, tuple[str, int]] = {}  # inside port -> where the daemon answers it
@@ -97,8 +112,9 @@ class OpenSandboxEnvironment:
         self._renew: asyncio.Task | None = None
 
     @classmethod
-    async def open(cls, service: SandboxService, labels: RunLabels, policy: EgressPolicy,
-                   work_dir: Path) -> OpenSandboxEnvironment:
+    async def open(
+        cls, service: SandboxService, labels: RunLabels, policy: EgressPolicy, work_dir: Path
+    ) -> OpenSandboxEnvironment:
         env = cls(service, labels, policy, work_dir)
         for host, port in policy.endpoints:  # loopback endpoints: reached through the daemon
             ip = parse_ip_literal(host)
@@ -150,8 +166,11 @@ class OpenSandboxEnvironment:
 
     def relay_for(self, spec: Any) -> Relay:
         if not spec.ports or spec.ports[0] not in self._relays:
-            raise StartError(f"server {spec.name!r} has no published port under the opensandbox backend",
-                             code="GR-OSB-PORT", hint="a server must listen on the port its config names")
+            raise StartError(
+                f"server {spec.name!r} has no published port under the opensandbox backend",
+                code="GR-OSB-PORT",
+                hint="a server must listen on the port its config names",
+            )
         return self._relays[spec.ports[0]]
 
     # ------------------------------------------------------------------ sandboxes
@@ -159,11 +178,16 @@ class OpenSandboxEnvironment:
         """A new sandbox for ``spec``: its image, labels, TTL, limits, network policy and mounts."""
         from opensandbox import Sandbox
 
-        ro = [p for p in (*spec.read_only_paths, *interpreter_roots(str(spec.argv[0])), spec.cwd)
-              if not any(str(p) == s or str(p).startswith(s + "/") for s in SYSTEM)]
+        ro = [
+            p
+            for p in (*spec.read_only_paths, *interpreter_roots(str(spec.argv[0])), spec.cwd)
+            if not any(str(p) == s or str(p).startswith(s + "/") for s in SYSTEM)
+        ]
         if spec.cow_paths:
-            log.warning("server %s: a copy-on-write tree is not available under the opensandbox backend; its tree "
-                        "is read-only", spec.name)
+            log.warning(
+                "server %s: a copy-on-write tree is not available under the opensandbox backend; its tree is read-only",
+                spec.name,
+            )
         what = f"creating the sandbox of server {spec.name!r}"
         for attempt in range(CREATE_TRIES):
             try:
@@ -180,13 +204,17 @@ class OpenSandboxEnvironment:
     async def _create_once(self, sandbox_cls: Any, spec: Any, ro: list[Any]) -> Any:
         """One ``Sandbox.create`` (the SDK deletes a sandbox whose create failed half-way)."""
         return await sandbox_cls.create(
-            self.conn.image, timeout=timedelta(seconds=TTL_S), ready_timeout=timedelta(seconds=READY_TIMEOUT_S),
+            self.conn.image,
+            timeout=timedelta(seconds=TTL_S),
+            ready_timeout=timedelta(seconds=READY_TIMEOUT_S),
             metadata=self.labels.metadata(spec.name),  # commands run in the background: no stream grace to shorten
             resource=resource_limits(spec.limits, self.conn.cpu),
             network_policy=sdk_network_policy(self.policy_wire) if self.policy_wire is not None else None,
-            volumes=sdk_volumes(volumes([p for p in ro if Path(p).exists()],
-                                        [p for p in spec.writable_paths if Path(p).exists()])),
-            connection_config=self.conn.sdk_config())
+            volumes=sdk_volumes(
+                volumes([p for p in ro if Path(p).exists()], [p for p in spec.writable_paths if Path(p).exists()])
+            ),
+            connection_config=self.conn.sdk_config(),
+        )
 
     def parent_interpreters(self, servers: Any) -> list[str]:
         """No preloaded parents: each server is a sandbox of its own (the backend interface)."""

@@ -43,13 +43,18 @@ def _server_words(exc: BaseException) -> str:
 
 def unreachable(conn: OpenSandboxConnection, what: str, cause: str) -> SandboxServiceError:
     """``GR-OSB-UNREACHABLE``: no answer from the server while doing ``what``."""
-    return SandboxServiceError(f"the OpenSandbox server {conn.url} did not answer while {what}",
-                               code="GR-OSB-UNREACHABLE", cause=cause,
-                               hint="start it or point OPENSANDBOX_DOMAIN (host:port) and OPENSANDBOX_PROTOCOL at "
-                               "it; `gym-runtime doctor` asks it for its version")
+    return SandboxServiceError(
+        f"the OpenSandbox server {conn.url} did not answer while {what}",
+        code="GR-OSB-UNREACHABLE",
+        cause=cause,
+        hint="start it or point OPENSANDBOX_DOMAIN (host:port) and OPENSANDBOX_PROTOCOL at "
+        "it; `gym-runtime doctor` asks it for its version",
+    )
 
 
-def translate(exc: BaseException, conn: OpenSandboxConnection, what: str, sandbox: str | None = None) -> GymRuntimeError:
+def translate(
+    exc: BaseException, conn: OpenSandboxConnection, what: str, sandbox: str | None = None
+) -> GymRuntimeError:
     """The error for ``exc`` raised while doing ``what`` (e.g. ``"creating the sandbox of server
     'x'"``); ``sandbox``: its id once known. Never includes the API key (the SDK's messages do
     not hold headers)."""
@@ -60,42 +65,64 @@ def translate(exc: BaseException, conn: OpenSandboxConnection, what: str, sandbo
         status, code = exc.status_code, getattr(exc.error, "code", "") or ""
         words = _server_words(exc)
         if status == 401 or (status == 403 and code not in QUOTA_CODES):
-            return SandboxServiceSettingsError(f"the OpenSandbox server {conn.url} refused the API key while {what}",
-                                               code="GR-OSB-AUTH", cause=words,
-                                               hint="set OPENSANDBOX_API_KEY to the server's [server] api_key")
+            return SandboxServiceSettingsError(
+                f"the OpenSandbox server {conn.url} refused the API key while {what}",
+                code="GR-OSB-AUTH",
+                cause=words,
+                hint="set OPENSANDBOX_API_KEY to the server's [server] api_key",
+            )
         if code in IMAGE_CODES:
-            return SandboxServiceSettingsError(f"the OpenSandbox server {conn.url} has no image {conn.image!r} "
-                                               f"while {what}{where}", code="GR-OSB-IMAGE", cause=words,
-                                               hint="set GYM_RUNTIME_OPENSANDBOX_IMAGE to an image its runtime has "
-                                               "(a Debian-based image with the servers' Python libraries; the "
-                                               "runtime images qualify), or load it there first")
+            return SandboxServiceSettingsError(
+                f"the OpenSandbox server {conn.url} has no image {conn.image!r} while {what}{where}",
+                code="GR-OSB-IMAGE",
+                cause=words,
+                hint="set GYM_RUNTIME_OPENSANDBOX_IMAGE to an image its runtime has "
+                "(a Debian-based image with the servers' Python libraries; the "
+                "runtime images qualify), or load it there first",
+            )
         if status == 400 and "egress" in words and "networkPolicy" in words:
-            return SandboxServiceError(f"the OpenSandbox server {conn.url} cannot enforce a networkPolicy while "
-                                       f"{what}", code="GR-OSB-EGRESS", cause=words,
-                                       hint="configure its egress sidecar ([egress] image, mode \"dns+nft\"); "
-                                       "only where egress needs no enforcing, set GYM_RUNTIME_OPENSANDBOX_EGRESS="
-                                       "unenforced")
+            return SandboxServiceError(
+                f"the OpenSandbox server {conn.url} cannot enforce a networkPolicy while {what}",
+                code="GR-OSB-EGRESS",
+                cause=words,
+                hint='configure its egress sidecar ([egress] image, mode "dns+nft"); '
+                "only where egress needs no enforcing, set GYM_RUNTIME_OPENSANDBOX_EGRESS="
+                "unenforced",
+            )
         if code in MOUNT_CODES:
-            return SandboxServiceError(f"the OpenSandbox server {conn.url} refused a mount while {what}{where}",
-                                       code="GR-OSB-MOUNT", cause=words,
-                                       hint="the server bind-mounts only under its [storage] allowed_host_paths: add "
-                                       "the venv and package directories (GYM_RUNTIME_HOME, GYM_RUNTIME_VENV_DIR, the "
-                                       "package) to that list, or run from a directory under it")
+            return SandboxServiceError(
+                f"the OpenSandbox server {conn.url} refused a mount while {what}{where}",
+                code="GR-OSB-MOUNT",
+                cause=words,
+                hint="the server bind-mounts only under its [storage] allowed_host_paths: add "
+                "the venv and package directories (GYM_RUNTIME_HOME, GYM_RUNTIME_VENV_DIR, the "
+                "package) to that list, or run from a directory under it",
+            )
         if status in (403, 429) or code in QUOTA_CODES:
-            return SandboxServiceError(f"the OpenSandbox server {conn.url} refused a sandbox for want of capacity "
-                                       f"while {what}", code="GR-OSB-QUOTA", cause=words,
-                                       hint="free sandboxes on it (its quota or pool is full) or raise its quota, "
-                                       "then start again")
+            return SandboxServiceError(
+                f"the OpenSandbox server {conn.url} refused a sandbox for want of capacity while {what}",
+                code="GR-OSB-QUOTA",
+                cause=words,
+                hint="free sandboxes on it (its quota or pool is full) or raise its quota, then start again",
+            )
         if status == 404:
-            return SandboxServiceError(f"the sandbox{where} is gone from the OpenSandbox server {conn.url} "
-                                       f"while {what}", code="GR-OSB-SANDBOX-GONE", cause=words,
-                                       hint="something deleted it from outside (or its TTL ran out while the "
-                                       "daemon was stopped); start again")
-        return SandboxServiceError(f"the OpenSandbox server {conn.url} failed while {what}{where} (HTTP {status})",
-                                   code="GR-OSB-SERVER", cause=words,
-                                   hint="its own log says more; start again once it is healthy")
+            return SandboxServiceError(
+                f"the sandbox{where} is gone from the OpenSandbox server {conn.url} while {what}",
+                code="GR-OSB-SANDBOX-GONE",
+                cause=words,
+                hint="something deleted it from outside (or its TTL ran out while the daemon was stopped); start again",
+            )
+        return SandboxServiceError(
+            f"the OpenSandbox server {conn.url} failed while {what}{where} (HTTP {status})",
+            code="GR-OSB-SERVER",
+            cause=words,
+            hint="its own log says more; start again once it is healthy",
+        )
     if isinstance(exc, (SandboxConnectionException, SandboxTimeoutException, OSError, TimeoutError)):
         return unreachable(conn, what, _server_words(exc))
-    return SandboxServiceError(f"the OpenSandbox server {conn.url} failed while {what}{where}",
-                               code="GR-OSB-SERVER", cause=_server_words(exc),
-                               hint="its own log says more; start again once it is healthy")
+    return SandboxServiceError(
+        f"the OpenSandbox server {conn.url} failed while {what}{where}",
+        code="GR-OSB-SERVER",
+        cause=_server_words(exc),
+        hint="its own log says more; start again once it is healthy",
+    )

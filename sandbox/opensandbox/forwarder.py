@@ -37,6 +37,7 @@ def _handler(host, port):
             writer.close()
             return
         await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
     return handle
 
 

@@ -128,12 +128,15 @@ class ServerProcess(ElsewhereExit):
         spec, box = self.spec, self.box
         routes = self.env.routes_for(spec)
         if routes:
-            await box.commands.run([str(spec.argv[0]), "-I", "-S", "-c", FORWARDER, json.dumps(routes)],
-                                   opts=RunCommandOpts(background=True, working_directory="/"))
+            await box.commands.run(
+                [str(spec.argv[0]), "-I", "-S", "-c", FORWARDER, json.dumps(routes)],
+                opts=RunCommandOpts(background=True, working_directory="/"),
+            )
         envs = {**spec.env, **spec.private_env}
-        execution = await box.commands.run([str(a) for a in spec.argv],
-                                           opts=RunCommandOpts(background=True, working_directory=str(spec.cwd),
-                                                               envs=envs))
+        execution = await box.commands.run(
+            [str(a) for a in spec.argv],
+            opts=RunCommandOpts(background=True, working_directory=str(spec.cwd), envs=envs),
+        )
         self.command = execution.id
 
     async def _pump_logs(self) -> None:
@@ -160,11 +163,17 @@ class ServerProcess(ElsewhereExit):
                 except asyncio.TimeoutError:
                     alive = True  # the server does not answer: ridden out for SERVICE_GRACE_S
                 if not alive:
-                    return {"exit_code": -1, "reason": "sandbox-gone",
-                            "detail": f"sandbox {self.box.id} was deleted or killed from outside"}
+                    return {
+                        "exit_code": -1,
+                        "reason": "sandbox-gone",
+                        "detail": f"sandbox {self.box.id} was deleted or killed from outside",
+                    }
                 if time.monotonic() - silent_since > SERVICE_GRACE_S:
-                    return {"exit_code": -1, "reason": "service-lost", "detail": f"no answer about sandbox "
-                            f"{self.box.id} for {SERVICE_GRACE_S:g}s"}
+                    return {
+                        "exit_code": -1,
+                        "reason": "service-lost",
+                        "detail": f"no answer about sandbox {self.box.id} for {SERVICE_GRACE_S:g}s",
+                    }
                 continue
             if st.running is False:
                 code = st.exit_code if st.exit_code is not None else -1

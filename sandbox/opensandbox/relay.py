@@ -34,8 +34,18 @@ from gym_runtime.serving import LoopServer, listening_socket
 
 from . import NO_SERVER
 
-HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-       "transfer-encoding", "upgrade", "host", "content-length"}
+HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
@@ -59,8 +69,9 @@ class Relay:
         self.endpoint: str | None = None
         self.address: tuple[str, int] | None = None
         self._changed = asyncio.Event()
-        self._client = httpx.AsyncClient(trust_env=False, timeout=None,
-                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        self._client = httpx.AsyncClient(
+            trust_env=False, timeout=None, limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        )
         app = Starlette(routes=[Route("/{path:path}", self._forward, methods=METHODS)])
         self._serving = LoopServer(app, server_header=False, date_header=False)
 
@@ -94,22 +105,43 @@ class Relay:
         body = await request.body()
         endpoint = await self._target()
         if endpoint is None:
-            return JSONResponse({"error": {"code": "GR-OSB-NO-SANDBOX", "message": f"{self.name}: no sandbox runs "
-                                           f"the server (waited {self.wait_s:g}s)"}}, status_code=503,
-                                headers={NO_SERVER: "no sandbox"})
-        url = f"http://{endpoint.rstrip('/')}{request.url.path}" + (f"?{request.url.query}" if request.url.query else "")
+            return JSONResponse(
+                {
+                    "error": {
+                        "code": "GR-OSB-NO-SANDBOX",
+                        "message": f"{self.name}: no sandbox runs the server (waited {self.wait_s:g}s)",
+                    }
+                },
+                status_code=503,
+                headers={NO_SERVER: "no sandbox"},
+            )
+        url = f"http://{endpoint.rstrip('/')}{request.url.path}" + (
+            f"?{request.url.query}" if request.url.query else ""
+        )
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP]
         try:
-            upstream = await self._client.send(self._client.build_request(request.method, url, headers=headers,
-                                                                          content=body), stream=True)
+            upstream = await self._client.send(
+                self._client.build_request(request.method, url, headers=headers, content=body), stream=True
+            )
         except httpx.HTTPError as e:
-            return JSONResponse({"error": {"code": "GR-OSB-NO-SANDBOX", "message": f"{self.name}: its sandbox at "
-                                           f"{endpoint} did not answer: {type(e).__name__}"}}, status_code=502,
-                                headers={NO_SERVER: "sandbox not answering"})
-        response = StreamingResponse(upstream.aiter_raw(), status_code=upstream.status_code,
-                                     background=BackgroundTask(upstream.aclose))
-        response.raw_headers = [(k.encode("latin-1"), v.encode("latin-1"))
-                                for k, v in upstream.headers.multi_items() if k.lower() not in HOP | {NO_SERVER}]
+            return JSONResponse(
+                {
+                    "error": {
+                        "code": "GR-OSB-NO-SANDBOX",
+                        "message": f"{self.name}: its sandbox at {endpoint} did not answer: {type(e).__name__}",
+                    }
+                },
+                status_code=502,
+                headers={NO_SERVER: "sandbox not answering"},
+            )
+        response = StreamingResponse(
+            upstream.aiter_raw(), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
+        )
+        response.raw_headers = [
+            (k.encode("latin-1"), v.encode("latin-1"))
+            for k, v in upstream.headers.multi_items()
+            if k.lower() not in HOP | {NO_SERVER}
+        ]
         if upstream.status_code == 502:  # execd's proxy: nothing listens on the server's port (yet)
             response.raw_headers.append((NO_SERVER.encode(), b"not listening"))
         return response

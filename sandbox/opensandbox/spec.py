@@ -87,8 +87,7 @@ def network_policy(policy: EgressPolicy, daemon_addresses: Iterable[str] = ()) -
             ip = parse_ip_literal(entry.pattern)
             targets.append(_cidr(str(ip)) if ip is not None else entry.pattern)
         targets += list(DEFAULT_SUFFIXES)
-    return {"defaultAction": "deny",
-            "egress": [{"action": "allow", "target": t} for t in dict.fromkeys(targets)]}
+    return {"defaultAction": "deny", "egress": [{"action": "allow", "target": t} for t in dict.fromkeys(targets)]}
 
 
 def resource_limits(limits: ResourceLimits, cpu: str) -> dict[str, str]:
@@ -121,10 +120,12 @@ def volumes(read_only: Sequence[Path | str], writable: Sequence[Path | str]) -> 
     rw = _outermost(Path(p).resolve() for p in writable)
     rw_set = set(rw)
     ro = [p for p in ro if p not in rw_set]
-    out = [{"name": f"ro-{i}", "host": {"path": str(p)}, "mountPath": str(p), "readOnly": True}
-           for i, p in enumerate(ro)]
-    out += [{"name": f"rw-{i}", "host": {"path": str(p)}, "mountPath": str(p), "readOnly": False}
-            for i, p in enumerate(rw)]
+    out = [
+        {"name": f"ro-{i}", "host": {"path": str(p)}, "mountPath": str(p), "readOnly": True} for i, p in enumerate(ro)
+    ]
+    out += [
+        {"name": f"rw-{i}", "host": {"path": str(p)}, "mountPath": str(p), "readOnly": False} for i, p in enumerate(rw)
+    ]
     return out
 
 

@@ -72,7 +72,9 @@ def resolved(global_config: DictConfig, name: str) -> dict[str, Any]:
         inner = OmegaConf.to_container(node, resolve=True)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", "") or ""
-        raise StartupError(f"cannot resolve the config of '{name}' ({server_type}/{impl}): {key} {exc.msg if hasattr(exc, 'msg') else exc}") from exc
+        raise StartupError(
+            f"cannot resolve the config of '{name}' ({server_type}/{impl}): {key} {exc.msg if hasattr(exc, 'msg') else exc}"
+        ) from exc
     return {**inner, "name": name}
 
 

@@ -20,8 +20,14 @@ from __future__ import annotations
 import json
 import re
 
-MARKERS = ("<tool_call>", "<|tool_call|>", "[TOOL_CALLS]", "<|python_tag|>", "<｜tool▁calls▁begin｜>",
-           "<|tool_calls_section_begin|>")
+MARKERS = (
+    "<tool_call>",
+    "<|tool_call|>",
+    "[TOOL_CALLS]",
+    "<|python_tag|>",
+    "<｜tool▁calls▁begin｜>",
+    "<|tool_calls_section_begin|>",
+)
 SCAN_CHARS = 200_000
 MAX_CANDIDATES = 32
 _DECODER = json.JSONDecoder()

@@ -36,8 +36,11 @@ def _image_part(block: dict) -> dict:
     source = block.get("source") or {}
     if source.get("type") != "base64":
         raise ValueError("an image block must carry a base64 source")
-    return {"type": "input_image", "image_url": f"data:{source.get('media_type')};base64,{source.get('data')}",
-            "detail": "auto"}
+    return {
+        "type": "input_image",
+        "image_url": f"data:{source.get('media_type')};base64,{source.get('data')}",
+        "detail": "auto",
+    }
 
 
 def _items_of(role: str, content: Any) -> list[dict]:
@@ -60,16 +63,34 @@ def _items_of(role: str, content: Any) -> list[dict]:
             parts.append(_image_part(block))
         elif kind == "tool_use":
             flush()
-            items.append({"type": "function_call", "call_id": block["id"], "id": block["id"], "name": block["name"],
-                          "arguments": json.dumps(block.get("input") or {}), "status": "completed"})
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": block["id"],
+                    "id": block["id"],
+                    "name": block["name"],
+                    "arguments": json.dumps(block.get("input") or {}),
+                    "status": "completed",
+                }
+            )
         elif kind == "tool_result":
             flush()
-            items.append({"type": "function_call_output", "call_id": block["tool_use_id"],
-                          "output": _tool_result_output(block.get("content", ""))})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": block["tool_use_id"],
+                    "output": _tool_result_output(block.get("content", "")),
+                }
+            )
         elif kind == "thinking":
             flush()
-            items.append({"type": "reasoning", "id": f"rs_{uuid.uuid4().hex}",
-                          "summary": [{"type": "summary_text", "text": block.get("thinking", "")}]})
+            items.append(
+                {
+                    "type": "reasoning",
+                    "id": f"rs_{uuid.uuid4().hex}",
+                    "summary": [{"type": "summary_text", "text": block.get("thinking", "")}],
+                }
+            )
         else:
             raise ValueError(f"a Messages content block of type {kind!r} has no Responses form")
     flush()
@@ -98,16 +119,29 @@ def to_responses_request(body: dict) -> dict:
     params: dict[str, Any] = {"input": items}
     system = body.get("system")
     if system:
-        params["instructions"] = system if isinstance(system, str) else "\n".join(
-            b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text")
-    for src, dst in (("max_tokens", "max_output_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
-                     ("metadata", "metadata")):
+        params["instructions"] = (
+            system
+            if isinstance(system, str)
+            else "\n".join(b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text")
+        )
+    for src, dst in (
+        ("max_tokens", "max_output_tokens"),
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("metadata", "metadata"),
+    ):
         if body.get(src) is not None:
             params[dst] = body[src]
     if body.get("tools"):
-        params["tools"] = [{"type": "function", "name": t["name"], "description": t.get("description"),
-                            "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}
-                           for t in body["tools"]]
+        params["tools"] = [
+            {
+                "type": "function",
+                "name": t["name"],
+                "description": t.get("description"),
+                "parameters": t.get("input_schema") or {"type": "object", "properties": {}},
+            }
+            for t in body["tools"]
+        ]
     choice = _tool_choice(body.get("tool_choice"))
     if choice is not None:
         params["tool_choice"] = choice
@@ -129,22 +163,38 @@ def to_message(response: dict, model: str) -> dict:
     for item in response.get("output") or []:
         kind = item.get("type")
         if kind == "reasoning":
-            content += [{"type": "thinking", "thinking": s.get("text", ""), "signature": ""}
-                        for s in item.get("summary") or []]
+            content += [
+                {"type": "thinking", "thinking": s.get("text", ""), "signature": ""} for s in item.get("summary") or []
+            ]
         elif kind == "message":
-            content += [{"type": "text", "text": p.get("text", p.get("refusal", ""))} for p in item.get("content") or []]
+            content += [
+                {"type": "text", "text": p.get("text", p.get("refusal", ""))} for p in item.get("content") or []
+            ]
         elif kind == "function_call":
             tool_use = True
-            content.append({"type": "tool_use", "id": item.get("call_id") or item.get("id"), "name": item["name"],
-                            "input": _input_of(item.get("arguments", ""))})
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": item.get("call_id") or item.get("id"),
+                    "name": item["name"],
+                    "input": _input_of(item.get("arguments", "")),
+                }
+            )
     if response.get("status") == "incomplete":
         stop = "max_tokens"
     else:
         stop = "tool_use" if tool_use else "end_turn"
     usage = response.get("usage") or {}
-    out = {"id": response.get("id") or f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant",
-           "model": model, "content": content, "stop_reason": stop, "stop_sequence": None,
-           "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": usage.get("output_tokens", 0)}}
+    out = {
+        "id": response.get("id") or f"msg_{uuid.uuid4().hex}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": usage.get("output_tokens", 0)},
+    }
     for key in ("context_overflow", "aborted_calls"):
         if response.get(key):
             out[key] = response[key]
@@ -158,18 +208,37 @@ def _sse(kind: str, data: dict) -> str:
 def message_events(message: dict) -> Iterator[str]:
     """The Messages SSE stream of a complete Messages answer."""
     usage = message.get("usage") or {}
-    yield _sse("message_start", {"message": {**message, "content": [], "stop_reason": None,
-                                             "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": 0}}})
+    yield _sse(
+        "message_start",
+        {
+            "message": {
+                **message,
+                "content": [],
+                "stop_reason": None,
+                "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": 0},
+            }
+        },
+    )
     for index, block in enumerate(message.get("content") or []):
         kind = block["type"]
-        empty = {"text": {"type": "text", "text": ""}, "thinking": {"type": "thinking", "thinking": "", "signature": ""},
-                 "tool_use": {"type": "tool_use", "id": block.get("id"), "name": block.get("name"), "input": {}}}[kind]
+        empty = {
+            "text": {"type": "text", "text": ""},
+            "thinking": {"type": "thinking", "thinking": "", "signature": ""},
+            "tool_use": {"type": "tool_use", "id": block.get("id"), "name": block.get("name"), "input": {}},
+        }[kind]
         yield _sse("content_block_start", {"index": index, "content_block": empty})
-        delta = {"text": lambda: {"type": "text_delta", "text": block["text"]},
-                 "thinking": lambda: {"type": "thinking_delta", "thinking": block["thinking"]},
-                 "tool_use": lambda: {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}}[kind]()
+        delta = {
+            "text": lambda: {"type": "text_delta", "text": block["text"]},
+            "thinking": lambda: {"type": "thinking_delta", "thinking": block["thinking"]},
+            "tool_use": lambda: {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+        }[kind]()
         yield _sse("content_block_delta", {"index": index, "delta": delta})
         yield _sse("content_block_stop", {"index": index})
-    yield _sse("message_delta", {"delta": {"stop_reason": message.get("stop_reason"), "stop_sequence": None},
-                                 "usage": {"output_tokens": usage.get("output_tokens", 0)}})
+    yield _sse(
+        "message_delta",
+        {
+            "delta": {"stop_reason": message.get("stop_reason"), "stop_sequence": None},
+            "usage": {"output_tokens": usage.get("output_tokens", 0)},
+        },
+    )
     yield _sse("message_stop", {})

@@ -65,12 +65,21 @@ def _w(id_: str, pattern: str, source: str) -> Wording:
 
 
 WORDINGS: tuple[Wording, ...] = (
-    _w("vllm-max-tokens", r"max_(?:completion_)?tokens\W+(?:or\W+max_completion_tokens\W+)?is too large",
-       "vLLM serving_engine.py _validate_input, v0.7 to current; OpenAI"),
-    _w("vllm-prompt-length", r"prompt length of \d+ is longer than the maximum model length",
-       "vLLM V1 v1/engine/processor.py, v0.7-v0.8"),
-    _w("vllm-decoder-prompt", r"(?:decoder|encoder) prompt \(length \d+\).*longer than the maximum model length",
-       "vLLM engine/llm_engine.py v0.6-v0.10; v1/engine/processor.py, input_processor.py v0.9 to current"),
+    _w(
+        "vllm-max-tokens",
+        r"max_(?:completion_)?tokens\W+(?:or\W+max_completion_tokens\W+)?is too large",
+        "vLLM serving_engine.py _validate_input, v0.7 to current; OpenAI",
+    ),
+    _w(
+        "vllm-prompt-length",
+        r"prompt length of \d+ is longer than the maximum model length",
+        "vLLM V1 v1/engine/processor.py, v0.7-v0.8",
+    ),
+    _w(
+        "vllm-decoder-prompt",
+        r"(?:decoder|encoder) prompt \(length \d+\).*longer than the maximum model length",
+        "vLLM engine/llm_engine.py v0.6-v0.10; v1/engine/processor.py, input_processor.py v0.9 to current",
+    ),
     _w("vllm-too-long-to-fit", r"too long to fit into the model", "vLLM engine/llm_engine.py, v0.6"),
     _w("vllm-max-tokens-min", r"max_(?:completion_)?tokens must be at least 1", "vLLM sampling_params.py"),
     _w("vllm-context-length", r"maximum context length is \d+", "vLLM serving_engine.py, v0.2 to current"),

@@ -43,8 +43,16 @@ class UpstreamError(Exception):
     ``role`` names what the upstream is ("resources server", "model server") in the message;
     ``extra`` holds fields added to the error body (an agent's counters so far)."""
 
-    def __init__(self, upstream: str, url: str, message: str, status: int | None = None, body: Any = None,
-                 kind: str = "upstream_error", role: str | None = None):
+    def __init__(
+        self,
+        upstream: str,
+        url: str,
+        message: str,
+        status: int | None = None,
+        body: Any = None,
+        kind: str = "upstream_error",
+        role: str | None = None,
+    ):
         who = f"{role} {upstream!r}" if role else f"upstream {upstream}"
         super().__init__(f"{who} ({url}) {message}")
         self.upstream, self.url, self.status, self.body, self.kind = upstream, url, status, body, kind
@@ -52,8 +60,13 @@ class UpstreamError(Exception):
 
     def details(self) -> dict[str, Any]:
         """Fields added to the 502 error body."""
-        return {"upstream": self.upstream, "url": self.url, "upstream_status": self.status, "upstream_body": self.body,
-                **self.extra}
+        return {
+            "upstream": self.upstream,
+            "url": self.url,
+            "upstream_status": self.status,
+            "upstream_body": self.body,
+            **self.extra,
+        }
 
 
 class CookieJar:
@@ -116,16 +129,32 @@ class Peers:
     ``retry``: the default :class:`~_kit.retry.RetryRule`; ``gave_up``: the error kind of a call
     that kept failing until its retry deadline."""
 
-    def __init__(self, timeout: float | None = None, headers: dict[str, str] | None = None,
-                 retry: RetryRule = PEER_CONNECT, gave_up: str = "unavailable") -> None:
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=30.0), headers=headers,
-                                        cookies=_StdCookieJar(policy=_KeepNone()))
+    def __init__(
+        self,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+        retry: RetryRule = PEER_CONNECT,
+        gave_up: str = "unavailable",
+    ) -> None:
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=30.0), headers=headers, cookies=_StdCookieJar(policy=_KeepNone())
+        )
         self.timeout, self.retry, self.gave_up = timeout, retry, gave_up
 
-    async def post(self, upstream: str, url: str, json: Any, jar: CookieJar | None = None,
-                   headers: dict[str, str] | None = None, check: bool = True, *, role: str | None = None,
-                   timeout: float | None = None, deadline_name: str | None = None,
-                   content: bytes | None = None) -> httpx.Response:
+    async def post(
+        self,
+        upstream: str,
+        url: str,
+        json: Any,
+        jar: CookieJar | None = None,
+        headers: dict[str, str] | None = None,
+        check: bool = True,
+        *,
+        role: str | None = None,
+        timeout: float | None = None,
+        deadline_name: str | None = None,
+        content: bytes | None = None,
+    ) -> httpx.Response:
         """POST ``json`` (or the raw bytes ``content``, sent as they are) to ``url``, retried by
         :attr:`retry`; raises :class:`UpstreamError` if unreachable, silent past the read deadline
         (``timeout`` seconds, else the :class:`Peers` default; ``deadline_name`` is the config key
@@ -137,15 +166,17 @@ class Peers:
         while True:
             failure: str | None = None
             try:
-                response = await (self.client.post(url, content=content, headers=sent, timeout=limit)
-                                  if content is not None else
-                                  self.client.post(url, json=json, headers=sent, timeout=limit))
+                response = await (
+                    self.client.post(url, content=content, headers=sent, timeout=limit)
+                    if content is not None
+                    else self.client.post(url, json=json, headers=sent, timeout=limit)
+                )
             except httpx.ReadTimeout as exc:
                 said = f" ({deadline_name})" if deadline_name else ""
                 raise UpstreamError(upstream, url, f"did not answer within {read_s:g}s{said}", role=role) from exc
             except httpx.HTTPError as exc:
                 if not rule.retriable_error(exc):
-                    what = ("closed the connection before it answered" if isinstance(exc, LOST) else "is unreachable")
+                    what = "closed the connection before it answered" if isinstance(exc, LOST) else "is unreachable"
                     raise UpstreamError(upstream, url, f"{what}: {type(exc).__name__}: {exc}", role=role) from exc
                 failure = f"{type(exc).__name__}: {exc}"
             else:
@@ -156,25 +187,51 @@ class Peers:
             delay = rule.delay(attempt)
             attempt += 1
             if waited + delay > rule.deadline_s:
-                raise UpstreamError(upstream, url, f"stayed unavailable for {waited:.1f}s ({attempt} attempt"
-                                    f"{'s' if attempt != 1 else ''}, last: {failure}); gave up at its retry "
-                                    f"deadline of {rule.deadline_s:g}s", kind=self.gave_up, role=role)
+                raise UpstreamError(
+                    upstream,
+                    url,
+                    f"stayed unavailable for {waited:.1f}s ({attempt} attempt"
+                    f"{'s' if attempt != 1 else ''}, last: {failure}); gave up at its retry "
+                    f"deadline of {rule.deadline_s:g}s",
+                    kind=self.gave_up,
+                    role=role,
+                )
             await asyncio.sleep(delay)
         if jar is not None:
             jar.update(response)
         if check and response.status_code >= 400:
             body = body_of(response)
-            raise UpstreamError(upstream, url, f"answered HTTP {response.status_code}: {words_of(body)}",
-                                status=response.status_code, body=body, kind=_kind_of(body), role=role)
+            raise UpstreamError(
+                upstream,
+                url,
+                f"answered HTTP {response.status_code}: {words_of(body)}",
+                status=response.status_code,
+                body=body,
+                kind=_kind_of(body),
+                role=role,
+            )
         return response
 
-    async def json(self, upstream: str, url: str, json: Any, jar: CookieJar | None = None,
-                   headers: dict[str, str] | None = None, **how: Any) -> Any:
+    async def json(
+        self,
+        upstream: str,
+        url: str,
+        json: Any,
+        jar: CookieJar | None = None,
+        headers: dict[str, str] | None = None,
+        **how: Any,
+    ) -> Any:
         """POST (``how``: :meth:`post`'s keywords) and return the JSON body; a non-JSON success
         body is an :class:`UpstreamError`."""
         response = await self.post(upstream, url, json, jar, headers, **how)
         try:
             return response.json()
         except ValueError as exc:
-            raise UpstreamError(upstream, url, "answered a body that is not JSON", response.status_code,
-                                response.text[:500], role=how.get("role")) from exc
+            raise UpstreamError(
+                upstream,
+                url,
+                "answered a body that is not JSON",
+                response.status_code,
+                response.text[:500],
+                role=how.get("role"),
+            ) from exc

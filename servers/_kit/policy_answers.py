@@ -60,17 +60,21 @@ def token_ids(entries: Any) -> tuple[list[int], list[float]]:
     token is not ``token_id:<int>`` (the endpoint ignores ``return_tokens_as_token_ids``) or a
     logprob is not a number."""
     if not isinstance(entries, list):
-        raise TokenIdsError("returned no per-token logprobs although logprobs were requested "
-                            "(return_token_id_information: true); an endpoint with a reasoning or tool parser "
-                            "that drops logprobs (SGLang 0.5) cannot give training token ids")
+        raise TokenIdsError(
+            "returned no per-token logprobs although logprobs were requested "
+            "(return_token_id_information: true); an endpoint with a reasoning or tool parser "
+            "that drops logprobs (SGLang 0.5) cannot give training token ids"
+        )
     ids, logprobs = [], []
     for i, entry in enumerate(entries):
         token = entry.get("token") if isinstance(entry, dict) else None
         match = TOKEN_ID_RE.fullmatch(token) if isinstance(token, str) else None
         if match is None:
             shown = repr(token) if len(repr(token)) <= 60 else repr(token)[:60] + "..."
-            raise TokenIdsError(f"ignores return_tokens_as_token_ids: logprobs.content[{i}].token is {shown}, not "
-                                "'token_id:<int>' (SGLang? use an endpoint that returns token ids, such as vLLM)")
+            raise TokenIdsError(
+                f"ignores return_tokens_as_token_ids: logprobs.content[{i}].token is {shown}, not "
+                "'token_id:<int>' (SGLang? use an endpoint that returns token ids, such as vLLM)"
+            )
         logprob = entry.get("logprob")
         if isinstance(logprob, bool) or not isinstance(logprob, (int, float)) or math.isnan(logprob):
             raise TokenIdsError(f"logprobs.content[{i}].logprob is {logprob!r}, not a number")
@@ -89,13 +93,19 @@ def prompt_ids(tokens: Any, where: str) -> list[int]:
 
 def carried_reasoning(body: dict) -> list[str]:
     """The reasoning keys the assistant messages of a chat request carry (sorted, deduplicated)."""
-    keys = {k for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "assistant"
-            for k in REASONING_FIELDS if m.get(k)}
+    keys = {
+        k
+        for m in body.get("messages") or []
+        if isinstance(m, dict) and m.get("role") == "assistant"
+        for k in REASONING_FIELDS
+        if m.get(k)
+    }
     return sorted(keys)
 
 
-def explain(status: int | None, words: str, body: dict, instance: str, setting: str, model: str
-            ) -> tuple[str, str] | None:
+def explain(
+    status: int | None, words: str, body: dict, instance: str, setting: str, model: str
+) -> tuple[str, str] | None:
     """``(error kind, advice)`` for an upstream refusal that a setting explains, else None.
 
     ``words`` is what the endpoint said, ``body`` the chat request it refused, ``setting`` the
@@ -103,14 +113,18 @@ def explain(status: int | None, words: str, body: dict, instance: str, setting: 
     for want of vLLM's tool flags) and ``reasoning_field_rejected`` (a 400/422 about reasoning for
     a request whose assistant messages carry reasoning)."""
     if status == 400 and body.get("tools") and _TOOL_CHOICE_RE.search(words):
-        return "tool_parser_missing", (f"the endpoint serves requests with tools only when vLLM runs with "
-                                       f"{TOOL_CHOICE_FLAGS} <parser for {model}>: restart it with both flags "
-                                       "(e.g. --tool-call-parser hermes for Qwen models)")
+        return "tool_parser_missing", (
+            f"the endpoint serves requests with tools only when vLLM runs with "
+            f"{TOOL_CHOICE_FLAGS} <parser for {model}>: restart it with both flags "
+            "(e.g. --tool-call-parser hermes for Qwen models)"
+        )
     carried = carried_reasoning(body)
     if status in (400, 422) and carried and "reasoning" in words.lower():
         others = [f for f in ("both", *REASONING_FIELDS) if f != setting]
-        return "reasoning_field_rejected", (f"the request's assistant messages carry their reasoning under "
-                                            f"{' and '.join(map(repr, carried))} (reasoning_field: {setting}): set "
-                                            f"reasoning_field: {' or '.join(others)} in the config of '{instance}' "
-                                            "(the field the endpoint itself returns)")
+        return "reasoning_field_rejected", (
+            f"the request's assistant messages carry their reasoning under "
+            f"{' and '.join(map(repr, carried))} (reasoning_field: {setting}): set "
+            f"reasoning_field: {' or '.join(others)} in the config of '{instance}' "
+            "(the field the endpoint itself returns)"
+        )
     return None

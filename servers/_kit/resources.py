@@ -63,14 +63,26 @@ def last_user_text(params: dict) -> str:
 
 
 def _stats(rows: list[dict]) -> dict[str, float]:
-    fields = sorted({k for row in rows for k, v in row.items()
-                     if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("_ng_")})
+    fields = sorted(
+        {
+            k
+            for row in rows
+            for k, v in row.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("_ng_")
+        }
+    )
     out: dict[str, float] = {}
     for name in fields:
         values = [float(r[name]) for r in rows if isinstance(r.get(name), (int, float))]
-        out.update({f"mean/{name}": statistics.fmean(values), f"max/{name}": max(values),
-                    f"min/{name}": min(values), f"median/{name}": statistics.median(values),
-                    f"std/{name}": statistics.pstdev(values)})
+        out.update(
+            {
+                f"mean/{name}": statistics.fmean(values),
+                f"max/{name}": max(values),
+                f"min/{name}": min(values),
+                f"median/{name}": statistics.median(values),
+                f"std/{name}": statistics.pstdev(values),
+            }
+        )
     return out
 
 
@@ -81,10 +93,15 @@ def aggregate(verify_responses: list[dict]) -> dict:
     groups: dict[Any, list[dict]] = {}
     for row in verify_responses:
         groups.setdefault(row.get(TASK_INDEX, 0), []).append(row)
-    group_metrics = [{TASK_INDEX: index, **_stats(rows)} for index, rows in sorted(groups.items(), key=lambda g: str(g[0]))]
+    group_metrics = [
+        {TASK_INDEX: index, **_stats(rows)} for index, rows in sorted(groups.items(), key=lambda g: str(g[0]))
+    ]
     agent = _stats(verify_responses)
-    return {"group_level_metrics": group_metrics, "agent_metrics": agent,
-            "key_metrics": {k: v for k, v in agent.items() if k.startswith("mean/")}}
+    return {
+        "group_level_metrics": group_metrics,
+        "agent_metrics": agent,
+        "key_metrics": {k: v for k, v in agent.items() if k.startswith("mean/")},
+    }
 
 
 def add_resources_routes(app: FastAPI, verify: Callable[[VerifyRequest], Awaitable[dict]]) -> None:

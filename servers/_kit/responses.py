@@ -24,11 +24,38 @@ from typing import Any
 from _kit.reasoning import split_think
 
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
-_PASSTHROUGH = ("temperature", "top_p", "tool_choice", "parallel_tool_calls", "user", "metadata", "seed",
-                "top_logprobs", "stop", "model")
-_ECHOED = ("tool_choice", "parallel_tool_calls", "tools", "temperature", "top_p", "background", "max_output_tokens",
-           "max_tool_calls", "previous_response_id", "prompt", "reasoning", "service_tier", "text", "top_logprobs",
-           "truncation", "metadata", "instructions", "user")
+_PASSTHROUGH = (
+    "temperature",
+    "top_p",
+    "tool_choice",
+    "parallel_tool_calls",
+    "user",
+    "metadata",
+    "seed",
+    "top_logprobs",
+    "stop",
+    "model",
+)
+_ECHOED = (
+    "tool_choice",
+    "parallel_tool_calls",
+    "tools",
+    "temperature",
+    "top_p",
+    "background",
+    "max_output_tokens",
+    "max_tool_calls",
+    "previous_response_id",
+    "prompt",
+    "reasoning",
+    "service_tier",
+    "text",
+    "top_logprobs",
+    "truncation",
+    "metadata",
+    "instructions",
+    "user",
+)
 
 
 def text_of(content: Any) -> str:
@@ -72,8 +99,13 @@ class _Builder:
             self.text += "".join(f"<think>{s.get('text', '')}</think>" for s in item.get("summary") or [])
         elif kind == "function_call":
             self.open = True
-            self.calls.append({"id": item["call_id"], "type": "function",
-                               "function": {"name": item["name"], "arguments": item["arguments"]}})
+            self.calls.append(
+                {
+                    "id": item["call_id"],
+                    "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]},
+                }
+            )
         elif kind == "function_call_output":
             self.flush()
             self.messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text_of(item["output"])})
@@ -98,8 +130,15 @@ def _chat_content(content: Any) -> Any:
             parts.append({"type": "text", "text": part.get("text", "")})
         elif part.get("type") == "input_image":
             url = part.get("image_url")
-            parts.append({"type": "image_url", "image_url": {"url": url.get("url") if isinstance(url, dict) else url,
-                                                             "detail": part.get("detail", "auto")}})
+            parts.append(
+                {
+                    "type": "image_url",
+                    "image_url": {
+                        "url": url.get("url") if isinstance(url, dict) else url,
+                        "detail": part.get("detail", "auto"),
+                    },
+                }
+            )
         else:
             raise ValueError(f"content part of type {part.get('type')!r} has no Chat Completions form")
     return parts
@@ -131,8 +170,9 @@ def to_chat_request(body: dict, token_info: bool = False) -> dict:
         chat["reasoning_effort"] = body["reasoning"]["effort"]
     tools = [t for t in body.get("tools") or [] if t.get("type", "function") == "function"]
     if tools:
-        chat["tools"] = [{"type": "function", "function": {k: v for k, v in t.items() if k not in ("type", "strict")}}
-                         for t in tools]
+        chat["tools"] = [
+            {"type": "function", "function": {k: v for k, v in t.items() if k not in ("type", "strict")}} for t in tools
+        ]
     else:
         chat.pop("tool_choice", None)
         chat.pop("parallel_tool_calls", None)
@@ -147,15 +187,36 @@ def message_to_items(message: dict, reasoning_parser: bool, token_info: bool) ->
         thoughts, text = split_think(text)
     items: list[dict] = []
     if thoughts:
-        items.append({"id": f"rs_{uuid.uuid4().hex}", "type": "reasoning", "status": "completed",
-                      "summary": [{"type": "summary_text", "text": t} for t in thoughts]})
+        items.append(
+            {
+                "id": f"rs_{uuid.uuid4().hex}",
+                "type": "reasoning",
+                "status": "completed",
+                "summary": [{"type": "summary_text", "text": t} for t in thoughts],
+            }
+        )
     calls = message.get("tool_calls") or []
     if text or not (items or calls):
-        items.append({"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "status": "completed",
-                      "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        items.append(
+            {
+                "id": f"msg_{uuid.uuid4().hex}",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        )
     for call in calls:
-        items.append({"id": call["id"], "call_id": call["id"], "type": "function_call", "status": "completed",
-                      "name": call["function"]["name"], "arguments": call["function"]["arguments"]})
+        items.append(
+            {
+                "id": call["id"],
+                "call_id": call["id"],
+                "type": "function_call",
+                "status": "completed",
+                "name": call["function"]["name"],
+                "arguments": call["function"]["arguments"],
+            }
+        )
     if token_info and all(message.get(f) is not None for f in TOKEN_FIELDS):
         items[-1].update({f: message[f] for f in TOKEN_FIELDS})
     return items
@@ -168,16 +229,31 @@ def to_response(request: dict, completion: dict, reasoning_parser: bool, token_i
     usage = None
     if completion.get("usage"):
         u = completion["usage"]
-        usage = {"input_tokens": u.get("prompt_tokens", 0), "output_tokens": u.get("completion_tokens", 0),
-                 "total_tokens": u.get("total_tokens", 0),
-                 "input_tokens_details": {"cached_tokens": ((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)},
-                 "output_tokens_details": {"reasoning_tokens": ((u.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)}}
+        usage = {
+            "input_tokens": u.get("prompt_tokens", 0),
+            "output_tokens": u.get("completion_tokens", 0),
+            "total_tokens": u.get("total_tokens", 0),
+            "input_tokens_details": {
+                "cached_tokens": ((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+            },
+            "output_tokens_details": {
+                "reasoning_tokens": ((u.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
+            },
+        }
     incomplete = {"length": {"reason": "max_output_tokens"}, "content_filter": {"reason": "content_filter"}}.get(
-        choice.get("finish_reason"))
-    response = {"id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": completion.get("created") or int(time.time()),
-                "model": request.get("model") or completion.get("model"), "output": output,
-                "status": "incomplete" if incomplete else "completed", "incomplete_details": incomplete,
-                "usage": usage, "error": None}
+        choice.get("finish_reason")
+    )
+    response = {
+        "id": f"resp_{uuid.uuid4().hex}",
+        "object": "response",
+        "created_at": completion.get("created") or int(time.time()),
+        "model": request.get("model") or completion.get("model"),
+        "output": output,
+        "status": "incomplete" if incomplete else "completed",
+        "incomplete_details": incomplete,
+        "usage": usage,
+        "error": None,
+    }
     response.update({k: request.get(k) for k in _ECHOED})
     response["tool_choice"] = request.get("tool_choice") or "auto"
     response["parallel_tool_calls"] = request.get("parallel_tool_calls", True)

@@ -52,7 +52,7 @@ class RetryRule:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (0-based)."""
-        return min(self.max_s, self.first_s * (2 ** attempt)) * random.uniform(0.5, 1.0)
+        return min(self.max_s, self.first_s * (2**attempt)) * random.uniform(0.5, 1.0)
 
 
 # A call that only reaches a peer of the environment: sent again only when it never arrived,

@@ -62,7 +62,9 @@ class ServerContext:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
             )
-            raise StartupError(f"invalid config for '{self.name}' ({self.server_type}/{self.impl}): {problems}") from exc
+            raise StartupError(
+                f"invalid config for '{self.name}' ({self.server_type}/{self.impl}): {problems}"
+            ) from exc
 
     def peer(self, ref: Any, server_type: str) -> str:
         """Base URL of the instance a reference ``{type, name}`` points to (checked against ``server_type``)."""
@@ -125,8 +127,14 @@ def serve(app: FastAPI, ctx: ServerContext) -> None:
     port = ctx.config.get("port")
     if port is None:
         raise StartupError(f"'{ctx.name}' has no port assigned")
-    uvicorn.run(RolloutPathMiddleware(CancelOnDisconnect(app)), host=ctx.config.get("host") or "127.0.0.1", port=int(port),
-                log_level="warning", timeout_graceful_shutdown=0.5, timeout_keep_alive=30)
+    uvicorn.run(
+        RolloutPathMiddleware(CancelOnDisconnect(app)),
+        host=ctx.config.get("host") or "127.0.0.1",
+        port=int(port),
+        log_level="warning",
+        timeout_graceful_shutdown=0.5,
+        timeout_keep_alive=30,
+    )
 
 
 def run_server(server_type: str, create_app: Callable[[ServerContext], FastAPI]) -> None:

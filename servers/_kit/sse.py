@@ -51,8 +51,10 @@ def _item_events(item: dict, index: int, seq: int) -> Iterator[tuple[str, dict]]
     elif kind == "reasoning":
         for s, part in enumerate(item.get("summary") or []):
             text = part.get("text", "")
-            yield "response.reasoning_summary_part.added", {**where, "summary_index": s,
-                                                            "part": {"type": "summary_text", "text": ""}}
+            yield (
+                "response.reasoning_summary_part.added",
+                {**where, "summary_index": s, "part": {"type": "summary_text", "text": ""}},
+            )
             yield "response.reasoning_summary_text.delta", {**where, "summary_index": s, "delta": text}
             yield "response.reasoning_summary_text.done", {**where, "summary_index": s, "text": text}
             yield "response.reasoning_summary_part.done", {**where, "summary_index": s, "part": part}
@@ -66,8 +68,12 @@ def responses_events(response: dict) -> Iterator[str]:
         yield _event(kind, seq, response=opening)
         seq += 1
     for index, item in enumerate(response.get("output") or []):
-        empty = {**item, **({"content": []} if item.get("type") == "message" else {}),
-                 **({"arguments": ""} if item.get("type") == "function_call" else {}), "status": "in_progress"}
+        empty = {
+            **item,
+            **({"content": []} if item.get("type") == "message" else {}),
+            **({"arguments": ""} if item.get("type") == "function_call" else {}),
+            "status": "in_progress",
+        }
         yield _event("response.output_item.added", seq, output_index=index, item=empty)
         seq += 1
         for kind, fields in _item_events(item, index, seq):
@@ -83,14 +89,19 @@ def failed_events(message: str, kind: str = "server_error") -> Iterator[str]:
     """A stream that fails at once: ``response.created`` then ``response.failed`` with ``message``."""
     shell = {"id": "resp_failed", "object": "response", "status": "in_progress", "output": []}
     yield _event("response.created", 0, response=shell)
-    yield _event("response.failed", 1, response={**shell, "status": "failed",
-                                                  "error": {"code": kind, "message": message}})
+    yield _event(
+        "response.failed", 1, response={**shell, "status": "failed", "error": {"code": kind, "message": message}}
+    )
 
 
 def chat_chunks(completion: dict) -> Iterator[str]:
     """The Chat Completions chunk stream of a complete chat completion (first choice)."""
-    base = {"id": completion.get("id"), "object": "chat.completion.chunk", "created": completion.get("created"),
-            "model": completion.get("model")}
+    base = {
+        "id": completion.get("id"),
+        "object": "chat.completion.chunk",
+        "created": completion.get("created"),
+        "model": completion.get("model"),
+    }
     choice = completion["choices"][0]
     message = choice.get("message") or {}
 
@@ -105,8 +116,13 @@ def chat_chunks(completion: dict) -> Iterator[str]:
     if message.get("content"):
         yield chunk({"content": message["content"]})
     for i, call in enumerate(message.get("tool_calls") or []):
-        yield chunk({"tool_calls": [{"index": i, "id": call.get("id"), "type": "function",
-                                     "function": dict(call.get("function") or {})}]})
+        yield chunk(
+            {
+                "tool_calls": [
+                    {"index": i, "id": call.get("id"), "type": "function", "function": dict(call.get("function") or {})}
+                ]
+            }
+        )
     yield chunk({}, choice.get("finish_reason") or "stop")
     if completion.get("usage"):
         yield f"data: {json.dumps({**base, 'choices': [], 'usage': completion['usage']})}\n\n"

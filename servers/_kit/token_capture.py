@@ -57,12 +57,16 @@ def capture_dir(global_config: dict) -> Path | None:
         return None
     for key in ("sink", "external_staging"):
         if block.get(key):
-            raise ValueError(f"token_id_capture.{key} is not supported by the built-in vllm_model (it writes NeMo "
-                             "Gym's file store); ship NeMo Gym's own vllm_model tree for it")
+            raise ValueError(
+                f"token_id_capture.{key} is not supported by the built-in vllm_model (it writes NeMo "
+                "Gym's file store); ship NeMo Gym's own vllm_model tree for it"
+            )
     directory = block.get("dir") or global_config.get("model_call_capture_dir")
     if not directory:
-        raise ValueError("token_id_capture is enabled but names no directory (token_id_capture.dir; under "
-                         "gym-runtime the operator sets GYM_RUNTIME_TOKEN_CAPTURE_DIR)")
+        raise ValueError(
+            "token_id_capture is enabled but names no directory (token_id_capture.dir; under "
+            "gym-runtime the operator sets GYM_RUNTIME_TOKEN_CAPTURE_DIR)"
+        )
     if not Path(str(directory)).is_absolute():
         raise ValueError(f"token_id_capture.dir must be an absolute path, not {directory!r}")
     return Path(str(directory))
@@ -150,11 +154,18 @@ class TokenCapture:
             if len(carriers) != 1 or any(items[carriers[0]].get(f) is None for f in TOKEN_FIELDS):
                 raise ValueError("the answer carries no complete token ids")
             tokens = {f: list(items[carriers[0]][f]) for f in TOKEN_FIELDS}
-            entry = {"schema_version": 1, "rollout_id": rollout_id, "model_call_id": call_id, "model": self.model,
-                     **tokens, "output_items": [{k: v for k, v in item.items() if k not in TOKEN_FIELDS}
-                                                for item in items],
-                     "token_item_index": carriers[0], "response_id": payload.get("id"), "created_at": time.time(),
-                     "prompt_is_delta": False}
+            entry = {
+                "schema_version": 1,
+                "rollout_id": rollout_id,
+                "model_call_id": call_id,
+                "model": self.model,
+                **tokens,
+                "output_items": [{k: v for k, v in item.items() if k not in TOKEN_FIELDS} for item in items],
+                "token_item_index": carriers[0],
+                "response_id": payload.get("id"),
+                "created_at": time.time(),
+                "prompt_is_delta": False,
+            }
             with self._locked(rollout_id):
                 if self._closed(rollout_id):
                     _say(f"rollout {rollout_id} was frozen before call {call_id} answered: not captured")
@@ -174,11 +185,14 @@ class TokenCapture:
             if entry.get("prompt_is_delta"):
                 continue
             cumulative = list(entry.get("prompt_token_ids") or []) + list(entry.get("generation_token_ids") or [])
-            if best_len < len(cumulative) <= len(prompt) and prompt[:len(cumulative)] == cumulative:
+            if best_len < len(cumulative) <= len(prompt) and prompt[: len(cumulative)] == cumulative:
                 best, best_len = entry["model_call_id"], len(cumulative)
         if best is None:
-            return {"parent_resolution": "unresolved", "parent_call_id": None,
-                    "parent_resolution_reason": "no captured call of the rollout is a token prefix of the prompt"}
+            return {
+                "parent_resolution": "unresolved",
+                "parent_call_id": None,
+                "parent_resolution_reason": "no captured call of the rollout is a token prefix of the prompt",
+            }
         return {"parent_resolution": "resolved", "parent_call_id": best, "cum_len": None}
 
     def incomplete(self, rollout_id: str, call_id: str = "") -> None:
@@ -188,8 +202,16 @@ class TokenCapture:
                 state = self._state(rollout_id)
                 if state.get("retired"):
                     return
-                state = {"frozen": False, "retired": False, "snapshot_id": "", "version": 0, "entry_digests": {},
-                         "indexed_size": 0, **state, "incomplete": True}
+                state = {
+                    "frozen": False,
+                    "retired": False,
+                    "snapshot_id": "",
+                    "version": 0,
+                    "entry_digests": {},
+                    "indexed_size": 0,
+                    **state,
+                    "incomplete": True,
+                }
                 state["version"] = int(state.get("version", 0)) + 1
                 with tempfile.NamedTemporaryFile(dir=self.root, prefix=".tokens-state-", delete=False) as tmp:
                     tmp.write(json.dumps(state, sort_keys=True).encode() + b"\n")

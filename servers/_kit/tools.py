@@ -37,8 +37,21 @@ from _kit.text import repaired
 
 # Routes every Gym resources server has (NeMo Gym 0.4.0 ``nemo_gym/base_resources_server.py``) and
 # FastAPI's own pages: never reachable as tools.
-CONTROL_ROUTES = frozenset({"seed_session", "verify", "aggregate_metrics", "reverify_mode", "run", "docs", "redoc",
-                            "openapi", "openapi.json", "health", "v1"})
+CONTROL_ROUTES = frozenset(
+    {
+        "seed_session",
+        "verify",
+        "aggregate_metrics",
+        "reverify_mode",
+        "run",
+        "docs",
+        "redoc",
+        "openapi",
+        "openapi.json",
+        "health",
+        "v1",
+    }
+)
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_ARGUMENT_BYTES = 1_000_000
 UNKNOWN, INVALID = "unknown_tool", "invalid_arguments"
@@ -113,8 +126,11 @@ def check_call(item: dict[str, Any], offered: list[str], max_bytes: int = MAX_AR
     shown = name if isinstance(name, str) else repr(name)
     if not isinstance(name, str) or name not in offered or not executable_name(name):
         why = "is a route of the resources server, not a tool" if name in CONTROL_ROUTES else ""
-        message = f"unknown tool {_shown(name)}; available: {offered}" if not why else \
-            f"unknown tool {_shown(name)} ({why}); available: {offered}"
+        message = (
+            f"unknown tool {_shown(name)}; available: {offered}"
+            if not why
+            else f"unknown tool {_shown(name)} ({why}); available: {offered}"
+        )
         return _refuse(shown, call_id, UNKNOWN, message)
     arguments, problem = parse_arguments(item.get("arguments"), max_bytes)
     if problem is not None:

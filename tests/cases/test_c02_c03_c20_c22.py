@@ -39,6 +39,7 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 # --- C02: missing env.yaml -> one error listing all three keys -------------------------------------------------
 
+
 def test_c02_all_three_interpolations_in_one_error(tmp_path: Path, no_builtins: Path, capsys) -> None:
     cp = case_package("C02", tmp_path / "pkg")
     with pytest.raises(MissingValuesError) as e:
@@ -46,8 +47,9 @@ def test_c02_all_three_interpolations_in_one_error(tmp_path: Path, no_builtins: 
     vs = e.value.violations
     pre = "policy_model.responses_api_models.openai_model."
     assert {v.key for v in vs} == {pre + "openai_base_url", pre + "openai_api_key", pre + "openai_model"}
-    assert all(v.file == cp.moved["configs/policy_model.yaml"] and v.file.endswith("configs/policy_model.yaml")
-               for v in vs)
+    assert all(
+        v.file == cp.moved["configs/policy_model.yaml"] and v.file.endswith("configs/policy_model.yaml") for v in vs
+    )
     text = e.value.render()
     for var in ("policy_base_url", "policy_api_key", "policy_model_name"):
         assert f"references {var!r}" in text
@@ -67,8 +69,13 @@ def test_c02_fixed_with_env_example(tmp_path: Path, no_builtins: Path) -> None:
     m["config_paths"].append(env_rel)
     (cp.root / "nemo-environment.yaml").write_text(yaml.safe_dump(m))
     # the case's acme_math has no domain, which Gym rejects too (almost-server): supply it as an override
-    merged = build_config(load_package(cp.root), ["acme_math.resources_servers.acme_math.domain=math"],
-                          PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
+    merged = build_config(
+        load_package(cp.root),
+        ["acme_math.resources_servers.acme_math.domain=math"],
+        PolicyValues(),
+        builtin_root=no_builtins,
+        release=CASES_RELEASE,
+    )
     inner = merged.data["policy_model"]["responses_api_models"]["openai_model"]
     assert inner["openai_base_url"] == "http://127.0.0.1:8000/v1" and inner["openai_model"] == "acme-policy-7b"
     assert set(merged.instances) == {"policy_model", "acme_math", "acme_math_agent"}
@@ -76,6 +83,7 @@ def test_c02_fixed_with_env_example(tmp_path: Path, no_builtins: Path) -> None:
 
 
 # --- C03a: reference to an undefined instance ---------------------------------------------------------------------
+
 
 def test_c03a_server_ref_not_found(tmp_path: Path, no_builtins: Path, capsys) -> None:
     cp = case_package("C03", tmp_path / "pkg")
@@ -96,8 +104,13 @@ def test_c03a_name_exists_with_another_type(tmp_path: Path, no_builtins: Path) -
     cp = case_package("C03", tmp_path / "pkg")
     key = "acme_quiz_agent.responses_api_agents.multi_turn_agent.user_model_server"
     with pytest.raises(ServerRefNotFoundError) as e:
-        build_config(load_package(cp.root), [f"{key}.type=resources_servers", f"{key}.name=policy_model"],
-                     PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
+        build_config(
+            load_package(cp.root),
+            [f"{key}.type=resources_servers", f"{key}.name=policy_model"],
+            PolicyValues(),
+            builtin_root=no_builtins,
+            release=CASES_RELEASE,
+        )
     (v,) = [x for x in e.value.violations if x.code == "GR-CONFIG-REF"]
     assert v.key == key and "resources_servers/policy_model" in v.message
     assert "is a responses_api_models instance" in v.hint and "Available resources_servers: acme_quiz" in v.hint
@@ -105,8 +118,10 @@ def test_c03a_name_exists_with_another_type(tmp_path: Path, no_builtins: Path) -
 
 # --- C03b: two implementations merged into one instance ---------------------------------------------------------
 
-def test_c03b_a_dummy_model_placeholder_is_merged_beneath_the_real_implementation(tmp_path: Path,
-                                                                                 no_builtins: Path) -> None:
+
+def test_c03b_a_dummy_model_placeholder_is_merged_beneath_the_real_implementation(
+    tmp_path: Path, no_builtins: Path
+) -> None:
     # NeMo Gym's parser (every release) folds the `dummy_model` placeholder into the real model
     # implementation of the same instance, so the case's placeholder + real model is one instance
     cp = case_package("C03", tmp_path / "pkg", variant="variant_b")
@@ -128,19 +143,25 @@ def test_c03b_two_real_implementations_in_one_instance_name_both_files(tmp_path:
         build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
     (v,) = e.value.violations
     assert v.code == "GR-CONFIG-TWO-IMPLEMENTATIONS"
-    assert (f"server instance policy_model has 2 implementations under responses_api_models: vllm_model ({a}), "
-            f"openai_model ({b}); exactly one is allowed") == v.message
+    assert (
+        f"server instance policy_model has 2 implementations under responses_api_models: vllm_model ({a}), "
+        f"openai_model ({b}); exactly one is allowed"
+    ) == v.message
 
 
 # --- C20: ${oc.env:VAR,???} is missing, under the installed OmegaConf --------------------------------------------
 
-KEYS = {"policy_model.responses_api_models.openai_model.openai_base_url": "POLICY_BASE_URL",
-        "policy_model.responses_api_models.openai_model.openai_api_key": "POLICY_API_KEY"}
+KEYS = {
+    "policy_model.responses_api_models.openai_model.openai_base_url": "POLICY_BASE_URL",
+    "policy_model.responses_api_models.openai_model.openai_api_key": "POLICY_API_KEY",
+}
 
 
 def _c20(tmp_path: Path, no_builtins: Path):
     cp = case_package("C20", tmp_path / "pkg")
-    return cp, lambda: build_config(load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE)
+    return cp, lambda: build_config(
+        load_package(cp.root), [], PolicyValues(), builtin_root=no_builtins, release=CASES_RELEASE
+    )
 
 
 def test_c20_case1_both_unset(tmp_path: Path, no_builtins: Path, monkeypatch, capsys) -> None:
@@ -161,7 +182,8 @@ def test_c20_case1_both_unset(tmp_path: Path, no_builtins: Path, monkeypatch, ca
     assert url.hint.endswith("or override policy_model.responses_api_models.openai_model.openai_base_url=VALUE")
     code, out, err = cli(capsys, "config", str(cp.root), "--json")
     assert code == 1 and "???" not in out.replace("'${oc.env:POLICY_BASE_URL,???}'", "").replace(
-        "'${oc.env:POLICY_API_KEY,???}'", "")
+        "'${oc.env:POLICY_API_KEY,???}'", ""
+    )
     assert "openai_api_key=" not in out + err and "openai_base_url=VALUE" in err
 
 
@@ -189,6 +211,7 @@ def test_c20_case3_success_and_masked(tmp_path: Path, no_builtins: Path, monkeyp
 
 # --- C22: an instance name containing a dot -----------------------------------------------------------------------
 
+
 def test_c22_dotted_instance_name_before_refs(tmp_path: Path, no_builtins: Path, capsys) -> None:
     cp = case_package("C22", tmp_path / "pkg")
     with pytest.raises(ConfigError) as e:
@@ -197,8 +220,10 @@ def test_c22_dotted_instance_name_before_refs(tmp_path: Path, no_builtins: Path,
     (v,) = e.value.violations
     f = cp.moved["configs/math_v2.yaml"]
     assert v.code == "GR-CONFIG-INSTANCE-NAME" and v.key == "math.v2" and v.file == f
-    assert v.message == (f"server instance name 'math.v2' ({f}) contains '.', which config paths and ${{...}} "
-                         "references treat as a separator")
+    assert v.message == (
+        f"server instance name 'math.v2' ({f}) contains '.', which config paths and ${{...}} "
+        "references treat as a separator"
+    )
     assert "math_v2" in v.hint
     code, _, err = cli(capsys, "validate", str(cp.root))
     assert code == 1 and "GR-CONFIG-INSTANCE-NAME" in err and "GR-CONFIG-REF" not in err

@@ -38,8 +38,10 @@ def test_c19_config_names_the_file_whose_list_won(tmp_path: Path, capsys) -> Non
 
     assert main(["config", str(cp.root), DOMAIN]) == 0
     out = capsys.readouterr().out
-    assert (f"# list {KEY}: the list from {judge} is in effect; it replaced the list from {base} "
-            "(a later file replaces a list, it never adds to it)") in out
+    assert (
+        f"# list {KEY}: the list from {judge} is in effect; it replaced the list from {base} "
+        "(a later file replaces a list, it never adds to it)"
+    ) in out
 
 
 def test_c19_effective_allowlist_at_up_start_and_in_health(tmp_path: Path) -> None:
@@ -47,8 +49,11 @@ def test_c19_effective_allowlist_at_up_start_and_in_health(tmp_path: Path) -> No
     cp = case_package("C19", tmp_path / "pkg")
     (cp.root / "resources_servers/acme_judge/app.py").write_text(FIXTURE_APP)
     hosts = "pypi.org,files.pythonhosted.org,judge-api.example.net"
-    env = {"GYM_RUNTIME_HOME": str(tmp_path / "home"), "NMP_RL_SANDBOX_ALLOW_INTERNET": "true",
-           "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": hosts}
+    env = {
+        "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+        "NMP_RL_SANDBOX_ALLOW_INTERNET": "true",
+        "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": hosts,
+    }
     proc = up_process(cp.root, tmp_path, DOMAIN, env=env)
     try:
         info = json.loads(read_ready_line(proc))

@@ -29,7 +29,9 @@ VARS = ("ACME_SKIP_VENV", "ACME_SANDBOX", "ACME_MATH_PORT", "POLICY_DROP_REASONI
 
 def env_case(n: int) -> dict[str, str]:
     """The variables of case ``n`` in the case's env_cases.txt (``VAR=value`` pairs on its line)."""
-    line = next(ln for ln in (case_dir("C21") / "env_cases.txt").read_text().splitlines() if ln.startswith(f"case {n}:"))
+    line = next(
+        ln for ln in (case_dir("C21") / "env_cases.txt").read_text().splitlines() if ln.startswith(f"case {n}:")
+    )
     return dict(re.findall(r"([A-Z_]+)=([^,\s]+)", line.split("->")[0]))
 
 
@@ -43,8 +45,11 @@ def pkg(tmp_path: Path) -> Path:
     m["config_paths"].append(opts.relative_to(cp.root).as_posix())
     (cp.root / "nemo-environment.yaml").write_text(yaml.safe_dump(m))
     flags = cp.root / cp.moved["configs/flags.yaml"]  # acme_math needs Gym's domain to be a resources server
-    flags.write_text(flags.read_text().replace("entrypoint: app.py\n      port:",
-                                               "entrypoint: app.py\n      domain: math\n      port:"))
+    flags.write_text(
+        flags.read_text().replace(
+            "entrypoint: app.py\n      port:", "entrypoint: app.py\n      domain: math\n      port:"
+        )
+    )
     return cp.root
 
 
@@ -96,8 +101,10 @@ def test_known_flag_from_env_is_a_boolean(pkg: Path, tmp_path: Path, monkeypatch
     """``use_absolute_ip: ${oc.env:X,false}`` (a Gym flag read by truthiness) must be the boolean False;
     ``num_workers`` the integer."""
     flags = pkg / "responses_api_models/openai_model/configs/flags.yaml"
-    flags.write_text(flags.read_text().replace("domain: math", "domain: math\n      num_workers: ${oc.env:ACME_WORKERS,2}")
-                     + "use_absolute_ip: ${oc.env:ACME_ABSOLUTE_IP,false}\n")
+    flags.write_text(
+        flags.read_text().replace("domain: math", "domain: math\n      num_workers: ${oc.env:ACME_WORKERS,2}")
+        + "use_absolute_ip: ${oc.env:ACME_ABSOLUTE_IP,false}\n"
+    )
     merged = _build(pkg, tmp_path, monkeypatch, 1)
     assert merged.data["use_absolute_ip"] is False and merged.instances["acme_math"].config["num_workers"] == 2
     monkeypatch.setenv("ACME_ABSOLUTE_IP", "maybe")

@@ -34,7 +34,10 @@ def test_c27_unicode_line_breaks_inside_strings_are_data() -> None:
     rows = load_rows(ROWS, AGENTS)
     assert [(r.index, r.line) for r in rows] == [(0, 1), (1, 2)]
     prompts = [r.data["responses_create_params"]["input"][0]["content"] for r in rows]
-    assert prompts == ["Compute 6 * 7.\u2028Reply with the number only.", "Compute 9 + 10.\u0085Reply with the number only."]
+    assert prompts == [
+        "Compute 6 * 7.\u2028Reply with the number only.",
+        "Compute 9 + 10.\u0085Reply with the number only.",
+    ]
 
 
 @pytest.mark.parametrize("breaker", ["\u2028", "\u2029", "\u0085"])

@@ -25,16 +25,35 @@ ENV = {"GYM_RUNTIME_POLICY_API_KEY": "dummy"}
 
 def case_run(case: str, tmp_path: Path, base_url: str, *args: str):
     out = tmp_path / "out.jsonl"
-    run = dry_run(CASES / case / "pkg", CASES / case / "rows.jsonl", "--samples", "1", "--json", "--out", str(out),
-                  "--policy-base-url", base_url, "--policy-model-name", MODEL, *args, env=ENV, timeout=400)
+    run = dry_run(
+        CASES / case / "pkg",
+        CASES / case / "rows.jsonl",
+        "--samples",
+        "1",
+        "--json",
+        "--out",
+        str(out),
+        "--policy-base-url",
+        base_url,
+        "--policy-model-name",
+        MODEL,
+        *args,
+        env=ENV,
+        timeout=400,
+    )
     results = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
     return run, results
 
 
 def test_c30_the_cases_four_wordings_are_context_overflows() -> None:
     """tests/cases/data/C30/README.md: the case's check_classifier.py says True for all four."""
-    done = subprocess.run([sys.executable, str(CASES / "C30" / "check_classifier.py")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(CASES / "C30" / "check_classifier.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     verdicts = re.findall(r"treated as context length: (\w+)", done.stdout)
     assert verdicts == ["True"] * 4
@@ -73,8 +92,18 @@ def test_c31_a_call_to_verify_is_refused_and_counted(tmp_path: Path) -> None:
     in the table and in --json."""
     with start_stub(tmp_path, "--model", MODEL, "--mode", "call=verify") as stub:
         run, results = case_run("C31", tmp_path, stub.url + "/v1")
-        table = dry_run(CASES / "C31" / "pkg", CASES / "C31" / "rows.jsonl", "--samples", "1", "--policy-base-url",
-                        stub.url + "/v1", "--policy-model-name", MODEL, env=ENV, timeout=400)
+        table = dry_run(
+            CASES / "C31" / "pkg",
+            CASES / "C31" / "rows.jsonl",
+            "--samples",
+            "1",
+            "--policy-base-url",
+            stub.url + "/v1",
+            "--policy-model-name",
+            MODEL,
+            env=ENV,
+            timeout=400,
+        )
     assert run.code == 0, run.stderr
     row = run.json()["rows"][0]
     assert (row["mean"], row["unknown_tool_calls"], row["failures"]) == (0.0, 1, 0)
@@ -91,9 +120,19 @@ def test_c35_a_base_url_that_is_not_the_v1_root_fails_before_ready(tmp_path: Pat
     """tests/cases/data/C35/README.md, ``run.sh PORT SUFFIX``: nothing is reported ready, exit 3, the
     error names the /v1 root to use; no rollout runs and nothing is left running."""
     with start_stub(tmp_path, "--model", "stub-model") as stub:
-        run = dry_run(CASES / "C35" / "pkg", CASES / "C35" / "rows.jsonl", "--samples", "1", "--json",
-                      "--policy-base-url", stub.url + suffix, "--policy-model-name", "stub-model", env=ENV,
-                      timeout=400)
+        run = dry_run(
+            CASES / "C35" / "pkg",
+            CASES / "C35" / "rows.jsonl",
+            "--samples",
+            "1",
+            "--json",
+            "--policy-base-url",
+            stub.url + suffix,
+            "--policy-model-name",
+            "stub-model",
+            env=ENV,
+            timeout=400,
+        )
     assert run.code == 3
     error = run.json()["error"]
     assert error["code"] == "GR-START-MODEL-URL"
@@ -106,8 +145,9 @@ def test_c35_up_prints_no_ready_line(tmp_path: Path) -> None:
     """tests/cases/data/C35/README.md: ``gym-runtime up .../C35/pkg --policy-base-url http://host:port``
     never prints the ready line a training job would start on."""
     with start_stub(tmp_path, "--model", "stub-model") as stub:
-        proc = up_process(CASES / "C35" / "pkg", tmp_path, "--policy-base-url", stub.url, "--policy-model-name",
-                          "stub-model", env=ENV)
+        proc = up_process(
+            CASES / "C35" / "pkg", tmp_path, "--policy-base-url", stub.url, "--policy-model-name", "stub-model", env=ENV
+        )
         try:
             out, err = proc.communicate(timeout=400)
         finally:

@@ -48,8 +48,13 @@ def test_c38_reasoning_only_turns_end_the_episode_after_max_idle_turns(tmp_path:
 @pytest.mark.pypi
 def test_c38_the_default_step_cap_bounds_an_episode_the_idle_cap_does_not(tmp_path: Path) -> None:
     with start_fake(tmp_path, "reasoning_only") as fake:
-        run, results = dry(tmp_path, example_rows("code_lookup_agent")[:1], *UNBOUNDED,
-                           f"{AGENT_KEY}.max_idle_turns=1000", fake_url=fake.url)
+        run, results = dry(
+            tmp_path,
+            example_rows("code_lookup_agent")[:1],
+            *UNBOUNDED,
+            f"{AGENT_KEY}.max_idle_turns=1000",
+            fake_url=fake.url,
+        )
         model_calls = calls(fake.url)
     assert run.code == 0, run.stderr
     assert model_calls == 32 + PROBE  # the built-in agent's default max_steps
@@ -61,9 +66,16 @@ def test_c38_the_default_step_cap_bounds_an_episode_the_idle_cap_does_not(tmp_pa
 def test_c38_a_dry_run_rollout_has_a_deadline(tmp_path: Path) -> None:
     """No cap at all (both set very high): the rollout ends at ``--rollout-timeout``, by name."""
     with start_fake(tmp_path, "reasoning_only") as fake:
-        run, results = dry(tmp_path, example_rows("code_lookup_agent")[:1], *UNBOUNDED,
-                           f"{AGENT_KEY}.max_idle_turns=100000", f"{AGENT_KEY}.max_steps=100000", "--rollout-timeout",
-                           "3", fake_url=fake.url)
+        run, results = dry(
+            tmp_path,
+            example_rows("code_lookup_agent")[:1],
+            *UNBOUNDED,
+            f"{AGENT_KEY}.max_idle_turns=100000",
+            f"{AGENT_KEY}.max_steps=100000",
+            "--rollout-timeout",
+            "3",
+            fake_url=fake.url,
+        )
     assert run.code == 3, run.stderr
     assert results[0]["error"]["code"] == "GR-ROLLOUT-DEADLINE"
     assert "did not answer within the rollout deadline of 3s" in results[0]["error"]["message"]

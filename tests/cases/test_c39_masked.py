@@ -23,32 +23,68 @@ AGENT_APP = FIXTURE_APP.replace(
     '        self._send(200, {"reward": row.get("fixture_reward", 1.0), "instance": name, "row": row})',
     '        CALLS[row.get("judge")] = CALLS.get(row.get("judge"), 0) + 1\n'
     '        if row.get("judge") == "down" or (row.get("judge") == "flaky" and CALLS["flaky"] % 2):\n'
-    f'            return self._send(200, {MASKED})\n'
+    f"            return self._send(200, {MASKED})\n"
     '        self._send(200, {"reward": float(CALLS[row.get("judge")] % 4 == 0), "instance": name})',
 ).replace("class H(JSONHandler):", "CALLS = {}\n\nclass H(JSONHandler):")
 
 
 def test_c39_masked_samples_are_kept_out_of_the_spread_and_an_all_masked_row_fails(tmp_path: Path) -> None:
     assert "CALLS[" in AGENT_APP and MASKED in AGENT_APP
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_judge": {"resources_servers": {"acme_judge": {"domain": "math"}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_judge"}}}},
-    }, apps={"acme_agent": AGENT_APP})
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {
+            "acme_judge": {"resources_servers": {"acme_judge": {"domain": "math"}}},
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {"resources_server": {"type": "resources_servers", "name": "acme_judge"}}
+                }
+            },
+        },
+        apps={"acme_agent": AGENT_APP},
+    )
     ref = {"type": "responses_api_agents", "name": "acme_agent"}
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"responses_create_params": {"input": "2+2?"}, "agent_ref": ref,
-                                        "judge": judge}) + "\n" for judge in ("down", "flaky")))
+    rows.write_text(
+        "".join(
+            json.dumps({"responses_create_params": {"input": "2+2?"}, "agent_ref": ref, "judge": judge}) + "\n"
+            for judge in ("down", "flaky")
+        )
+    )
     out = tmp_path / "out.jsonl"
-    done = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(pkg), "--dataset", str(rows),
-                           "--samples", "4", "--max-concurrent-rollouts", "1", "--json", "--out", str(out),
-                           "--work-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "dry-run",
+            str(pkg),
+            "--dataset",
+            str(rows),
+            "--samples",
+            "4",
+            "--max-concurrent-rollouts",
+            "1",
+            "--json",
+            "--out",
+            str(out),
+            "--work-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 3, done.stderr
     assert "1 row(s) had every sample masked by the environment (judge_failed: 6)" in " ".join(done.stderr.split())
     report = json.loads(done.stdout)
     down, flaky = report["rows"]
-    assert (down["masked"], down["failures"], down["rewards"], down["mean"], down["flag"]) == (4, 0, [], None,
-                                                                                           "all masked")
+    assert (down["masked"], down["failures"], down["rewards"], down["mean"], down["flag"]) == (
+        4,
+        0,
+        [],
+        None,
+        "all masked",
+    )
     assert (flaky["masked"], flaky["rewards"], flaky["flag"]) == (2, [0.0, 1.0], None)  # the two measured samples
     assert flaky["signal"] is True and flaky["mean"] == 0.5
     summary = report["summary"]
@@ -56,5 +92,10 @@ def test_c39_masked_samples_are_kept_out_of_the_spread_and_an_all_masked_row_fai
     assert (summary["succeeded"], summary["failures"], summary["reward_mean"]) == (8, 0, 0.5)
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     masked = [x for x in lines if x["mask_sample"]]
-    assert len(masked) == 6 and all(x["failure_kind"] == "judge_failed" and x["failure_reason"] == "judge 503"
-                                    and x["reward"] == 0.0 and x["error"] is None for x in masked)
+    assert len(masked) == 6 and all(
+        x["failure_kind"] == "judge_failed"
+        and x["failure_reason"] == "judge 503"
+        and x["reward"] == 0.0
+        and x["error"] is None
+        for x in masked
+    )

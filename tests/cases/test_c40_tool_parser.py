@@ -40,8 +40,16 @@ def test_c40_a_row_offering_tools_makes_the_start_up_probe_name_the_missing_vllm
 def test_c40_probe_policy_finds_it_without_any_row(tmp_path: Path) -> None:
     """``up --probe-policy``: no ready line, exit 3, the named code."""
     with start_fake(tmp_path, "no_tool_parser") as fake:
-        proc = up_process(QUICKSTART, tmp_path, "--policy-base-url", fake.url + "/v1", "--policy-model-name", MODEL,
-                          "--probe-policy", env=ENV)
+        proc = up_process(
+            QUICKSTART,
+            tmp_path,
+            "--policy-base-url",
+            fake.url + "/v1",
+            "--policy-model-name",
+            MODEL,
+            "--probe-policy",
+            env=ENV,
+        )
         try:
             out, err = proc.communicate(timeout=400)
         finally:
@@ -52,9 +60,18 @@ def test_c40_probe_policy_finds_it_without_any_row(tmp_path: Path) -> None:
 
 def test_c40_a_tool_row_fails_by_name_with_vllms_words_whole(tmp_path: Path) -> None:
     rows = example_rows("code_lookup_agent")[:1] + example_rows("arithmetic_agent")[:1]
-    with start_fake(tmp_path, "no_tool_parser") as fake, running_up(
-            QUICKSTART, tmp_path, "--policy-base-url", fake.url + "/v1", "--policy-model-name", MODEL,
-            env={**ENV, **shared_venvs()}) as (proc, info):
+    with (
+        start_fake(tmp_path, "no_tool_parser") as fake,
+        running_up(
+            QUICKSTART,
+            tmp_path,
+            "--policy-base-url",
+            fake.url + "/v1",
+            "--policy-model-name",
+            MODEL,
+            env={**ENV, **shared_venvs()},
+        ) as (proc, info),
+    ):
         tool_row, plain_row = run_batch(info["head_server"], rows).results
         code, err = stop_cleanly(proc)
     assert tool_row["error"]["code"] == "GR-ROLLOUT-TOOL-PARSER"

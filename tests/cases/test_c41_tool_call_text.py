@@ -26,8 +26,18 @@ def test_c41_tool_call_markup_in_the_final_answer_is_counted_and_warned_about(tm
     rows = example_rows("code_lookup_agent")[:1]
     with start_fake(tmp_path, "tool_call_text") as fake:
         run, results = dry(tmp_path, rows, fake_url=fake.url, samples=2)
-        table = dry_run(QUICKSTART, write_rows(tmp_path, rows, "table.jsonl"), "--samples", "2", "--policy-base-url",
-                        fake.url + "/v1", "--policy-model-name", MODEL, env=ENV, timeout=400)
+        table = dry_run(
+            QUICKSTART,
+            write_rows(tmp_path, rows, "table.jsonl"),
+            "--samples",
+            "2",
+            "--policy-base-url",
+            fake.url + "/v1",
+            "--policy-model-name",
+            MODEL,
+            env=ENV,
+            timeout=400,
+        )
     assert run.code == 0, run.stderr
     report = run.json()
     assert report["rows"][0]["unparsed_tool_calls"] == 2 and report["summary"]["unparsed_tool_calls"] == 2

@@ -30,9 +30,19 @@ PARSER = f"{MODEL_KEY}.uses_reasoning_parser=true"
 
 def test_c42_the_row_error_names_reasoning_field(tmp_path: Path) -> None:
     """``up`` (which knows no rows: its start-up probe is the plain turn) and ``/rollouts/run``."""
-    with start_fake(tmp_path, "duplicate_reasoning") as fake, running_up(
-            QUICKSTART, tmp_path, PARSER, "--policy-base-url", fake.url + "/v1", "--policy-model-name", MODEL,
-            env={**ENV, **shared_venvs()}) as (proc, info):
+    with (
+        start_fake(tmp_path, "duplicate_reasoning") as fake,
+        running_up(
+            QUICKSTART,
+            tmp_path,
+            PARSER,
+            "--policy-base-url",
+            fake.url + "/v1",
+            "--policy-model-name",
+            MODEL,
+            env={**ENV, **shared_venvs()},
+        ) as (proc, info),
+    ):
         [result] = run_batch(info["head_server"], example_rows("code_lookup_agent")[:1]).results
         code, err = stop_cleanly(proc)
     assert code == 0, err
@@ -55,8 +65,14 @@ def test_c42_the_start_up_probe_sends_the_reasoning_back_and_names_the_setting(t
 
 def test_c42_reasoning_field_reasoning_sends_one_key_and_the_rollouts_run(tmp_path: Path) -> None:
     with start_fake(tmp_path, "duplicate_reasoning") as fake:
-        run, results = dry(tmp_path, example_rows("code_lookup_agent")[:1], PARSER, f"{MODEL_KEY}.reasoning_field=reasoning",
-                           "--probe-policy", fake_url=fake.url)
+        run, results = dry(
+            tmp_path,
+            example_rows("code_lookup_agent")[:1],
+            PARSER,
+            f"{MODEL_KEY}.reasoning_field=reasoning",
+            "--probe-policy",
+            fake_url=fake.url,
+        )
         sent = httpx.get(fake.url + "/fake/requests", timeout=10, trust_env=False).json()
     assert run.code == 0, run.stderr
     assert results[0]["error"] is None and results[0]["reward"] == 1.0

@@ -31,7 +31,10 @@ def test_c43_an_answer_aborted_until_the_retry_deadline_fails_the_row_and_is_nev
     assert "finish_reason 'abort'" in message and "retry deadline of 2s" in message and "never scored" in message
     assert all(r["aborted_calls"] >= 2 for r in results)
     row = run.json()["rows"][0]
-    assert row["aborted"] == sum(r["aborted_calls"] for r in results) and run.json()["summary"]["aborted"] == row["aborted"]
+    assert (
+        row["aborted"] == sum(r["aborted_calls"] for r in results)
+        and run.json()["summary"]["aborted"] == row["aborted"]
+    )
 
 
 def test_c43_an_answer_aborted_once_is_asked_again_scored_and_counted(tmp_path: Path) -> None:

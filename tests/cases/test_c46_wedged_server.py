@@ -37,13 +37,22 @@ def package(tmp: Path, **agent: object) -> Path:
 
 def test_c46_the_agents_read_deadline_names_the_resources_server_and_the_call(tmp_path: Path) -> None:
     """Liveness off: the agent's ``resources_timeout_seconds`` alone bounds the rollout."""
-    run, results = dry(tmp_path, [row_for("stuck_agent")], "--liveness-interval", "0",
-                       pkg=package(tmp_path, resources_timeout_seconds=2), samples=2, env=shared_venvs())
+    run, results = dry(
+        tmp_path,
+        [row_for("stuck_agent")],
+        "--liveness-interval",
+        "0",
+        pkg=package(tmp_path, resources_timeout_seconds=2),
+        samples=2,
+        env=shared_venvs(),
+    )
     assert run.code == 3, run.stderr
     messages = [r["error"]["message"] for r in results]
     assert [r["error"]["code"] for r in results] == ["GR-ROLLOUT-HTTP"] * 2
-    assert all("resources server 'stuck' (http://" in m and "did not answer within 2s (resources_timeout_seconds)"
-               in m for m in messages), messages
+    assert all(
+        "resources server 'stuck' (http://" in m and "did not answer within 2s (resources_timeout_seconds)" in m
+        for m in messages
+    ), messages
     assert any("/verify) did not answer" in m for m in messages)  # the other waited behind it (one thread)
     assert max(r["latency_s"] for r in results) < 60
 
@@ -62,8 +71,13 @@ def test_c46_a_wedged_server_is_named_in_status_and_health_restarted_and_its_row
             time.sleep(0.2)
         assert health.get("status") == "degraded" and "stuck" in health["wedged"], health
         assert "did not answer GET / 2 times in a row" in health["wedged"]["stuck"]
-        status = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "status", "--head", head, "--json"],
-                                capture_output=True, text=True, timeout=60, cwd=ROOT)
+        status = subprocess.run(
+            [sys.executable, "-m", "gym_runtime.cli.main", "status", "--head", head, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
         stuck = next(s for s in json.loads(status.stdout)["servers"] if s["process_name"] == "stuck")
         assert status.returncode == 3 and stuck["wedged"] and stuck["state"] in ("wedged", "restarting", "starting")
         client.join(120)

@@ -35,8 +35,9 @@ def c50_package(tmp_path: Path) -> Path:
     renamed = tmp_path / "renamed" / WHEEL
     renamed.parent.mkdir()
     shutil.copy(built, renamed)
-    return synthetic_pkg(tmp_path / "pkg", {"acme_parse": ("resources_servers", "tinyparse==1.0.0\n")},
-                         wheels=[renamed])
+    return synthetic_pkg(
+        tmp_path / "pkg", {"acme_parse": ("resources_servers", "tinyparse==1.0.0\n")}, wheels=[renamed]
+    )
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -84,10 +85,28 @@ def test_uvs_own_refusal_has_its_own_code(tmp_path: Path, make_settings) -> None
     uv_env = make_env(settings.environ, settings.uv_cache_dir)
     vp = plan_instance(merged.instances["acme_parse"], merged, settings, None, uv_env, HashCache(None))
     venv, log = tmp_path / "venv", tmp_path / "uv.log"
-    assert run_uv(["venv", "--quiet", "--python", str(vp.python.path), str(venv)], env=uv_env.env, log=log,
-                  cwd=tmp_path).returncode == 0
-    result = run_uv(["pip", "install", "--python", str(venv / "bin" / "python"), "--no-index", "--offline",
-                     "--find-links", str(pkg / "wheels"), "tinyparse==1.0.0"], env=uv_env.env, log=log, cwd=tmp_path)
+    assert (
+        run_uv(
+            ["venv", "--quiet", "--python", str(vp.python.path), str(venv)], env=uv_env.env, log=log, cwd=tmp_path
+        ).returncode
+        == 0
+    )
+    result = run_uv(
+        [
+            "pip",
+            "install",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--no-index",
+            "--offline",
+            "--find-links",
+            str(pkg / "wheels"),
+            "tinyparse==1.0.0",
+        ],
+        env=uv_env.env,
+        log=log,
+        cwd=tmp_path,
+    )
     assert result.returncode != 0 and "Wheel version does not match filename" in result.output
     err = diagnose(vp, StepFailure("stage2", result))
     assert err.code == "GR-BUILD-WHEEL-METADATA"

@@ -31,8 +31,13 @@ DB = "resources_servers/sql_env/data/tasks.db"
 
 
 def validate(pkg: Path) -> dict:
-    done = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "validate", str(pkg), "--json"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "validate", str(pkg), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -57,17 +62,22 @@ def test_c52_a_database_converted_to_the_rollback_journal_draws_no_warning(tmp_p
 
 
 # The case's server opening its database at start-up, as a stdlib fixture (no venv to build).
-OPENS_DB = ("import sqlite3\nfrom pathlib import Path\n"
-            "DB = Path(__file__).resolve().parent / 'data' / 'tasks.db'\n"
-            "sqlite3.connect(f'file:{DB}?mode=ro', uri=True).execute('SELECT count(*) FROM singer').fetchone()\n"
-            ) + FIXTURE_APP
+OPENS_DB = (
+    "import sqlite3\nfrom pathlib import Path\n"
+    "DB = Path(__file__).resolve().parent / 'data' / 'tasks.db'\n"
+    "sqlite3.connect(f'file:{DB}?mode=ro', uri=True).execute('SELECT count(*) FROM singer').fetchone()\n"
+) + FIXTURE_APP
 
 
 def test_c52_a_start_refused_by_sqlite_gets_the_read_only_hint(tmp_path: Path) -> None:
     if probe_isolation().details.get("bwrap") is None:
         pytest.skip("a read-only tree needs bubblewrap")
-    pkg = write_fixture_package(tmp_path / "pkg", {"acme_sql": {"resources_servers": {"acme_sql": {"domain": "coding"}}}},
-                                apps={"acme_sql": OPENS_DB}, name="acme-sql")
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {"acme_sql": {"resources_servers": {"acme_sql": {"domain": "coding"}}}},
+        apps={"acme_sql": OPENS_DB},
+        name="acme-sql",
+    )
     data = pkg / "resources_servers" / "acme_sql" / "data"
     data.mkdir()
     shutil.copyfile(CASE / "pkg" / DB, data / "tasks.db")
@@ -101,8 +111,17 @@ def test_c52_isolation_none_scores_and_leaves_the_package_as_it_was(tmp_path: Pa
     pkg = shutil.copytree(CASE / "pkg", tmp_path / "pkg")  # a failure must not write into the repository
     before = files_of(pkg)
     assert (pkg / DB).read_bytes()[18:20] == b"\x02\x02"  # WAL mode, as shipped
-    run = dry_run(pkg, CASE / "rows.jsonl", "--samples", "2", "--isolation", "none",
-                  "--work-dir", str(tmp_path / "run"), timeout=900)
+    run = dry_run(
+        pkg,
+        CASE / "rows.jsonl",
+        "--samples",
+        "2",
+        "--isolation",
+        "none",
+        "--work-dir",
+        str(tmp_path / "run"),
+        timeout=900,
+    )
     assert run.code == 0, run.stderr[-3000:]
     assert re.search(r"rollouts: 2\s+succeeded: 2\s+failed: 0", run.stdout), run.stdout[-2000:]
     assert "mean reward: 1.000" in run.stdout

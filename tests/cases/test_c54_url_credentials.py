@@ -40,7 +40,10 @@ def test_c54_userinfo_and_key_parameters_are_found_and_masked_by_urllib() -> Non
     assert url_credentials(url(1)) == ["userinfo"]
     assert url_credentials("https://g.invalid/v1?key=AIza123&alt=json") == ["query parameter 'key'"]
     assert url_credentials("https://g.invalid/v1?sig=abc&api_key=k&X-Amz-Signature=s") == [
-        "query parameter 'sig'", "query parameter 'api_key'", "query parameter 'X-Amz-Signature'"]
+        "query parameter 'sig'",
+        "query parameter 'api_key'",
+        "query parameter 'X-Amz-Signature'",
+    ]
     assert url_credentials("http://127.0.0.1:8000/v1") == [] and url_credentials("no url") == []
     assert mask_url(url(23542)) == "http://****@127.0.0.1:23542/v1"
     assert mask_url("https://[::1]:9/v1?key=AIza123&alt=json") == "https://[::1]:9/v1?key=****&alt=json"
@@ -49,9 +52,24 @@ def test_c54_userinfo_and_key_parameters_are_found_and_masked_by_urllib() -> Non
 
 def test_c54_config_masks_the_password_and_warns_with_the_flag_to_use() -> None:
     """run.sh's first step: ``config examples/native-quickstart --policy-base-url URL --json``."""
-    done = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "config", "examples/native-quickstart",
-                           "--policy-base-url", url(23542), "--policy-model-name", "fake-model", "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "config",
+            "examples/native-quickstart",
+            "--policy-base-url",
+            url(23542),
+            "--policy-model-name",
+            "fake-model",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert PASSWORD not in done.stdout + done.stderr
     report = json.loads(done.stdout)
@@ -83,14 +101,29 @@ def test_c54_a_key_parameter_in_any_base_url_reaches_only_its_server(tmp_path: P
 def _package(root: Path) -> Path:
     """simple_env plus a ``policy_model`` configured as Gym's vllm_model is (base_url and api_key from
     the job's policy values), all stdlib fixtures."""
-    return write_fixture_package(root, {
-        "policy_model": {"responses_api_models": {"acme_model": {
-            "base_url": "${policy_base_url}", "api_key": "${policy_api_key}", "model": "${policy_model_name}"}}},
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_math"},
-            "model_server": {"type": "responses_api_models", "name": "policy_model"}}}},
-    })
+    return write_fixture_package(
+        root,
+        {
+            "policy_model": {
+                "responses_api_models": {
+                    "acme_model": {
+                        "base_url": "${policy_base_url}",
+                        "api_key": "${policy_api_key}",
+                        "model": "${policy_model_name}",
+                    }
+                }
+            },
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {
+                        "resources_server": {"type": "resources_servers", "name": "acme_math"},
+                        "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                    }
+                }
+            },
+        },
+    )
 
 
 def _holding(root: Path, needle: bytes) -> list[Path]:
@@ -126,10 +159,23 @@ def test_c54_up_behind_a_basic_auth_gateway_shows_the_password_nowhere(tmp_path:
     password, so the endpoint check passing proves the URL still reaches the model server whole."""
     port = free_port()
     env = {**os.environ, "FAKE_PASSWORD": PASSWORD}
-    with spawn([sys.executable, str(CASE / "fake_openai.py"), str(port), "auth"], tmp_path, env,
-               f"http://127.0.0.1:{port}", tmp_path / "fake.log"):
-        proc = up_process(_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", url(port),
-                          "--policy-model-name", "fake-model", "--isolation", "none")
+    with spawn(
+        [sys.executable, str(CASE / "fake_openai.py"), str(port), "auth"],
+        tmp_path,
+        env,
+        f"http://127.0.0.1:{port}",
+        tmp_path / "fake.log",
+    ):
+        proc = up_process(
+            _package(tmp_path / "pkg"),
+            tmp_path,
+            "--policy-base-url",
+            url(port),
+            "--policy-model-name",
+            "fake-model",
+            "--isolation",
+            "none",
+        )
         try:
             line = read_ready_line(proc, timeout=300)
             ready = json.loads(line)

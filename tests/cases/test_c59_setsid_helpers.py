@@ -26,19 +26,27 @@ CASE_APP = CASES / "C59" / "pkg" / "resources_servers" / "exec_env" / "app.py"
 
 
 def _app(port: int, tag: str) -> str:
-    helper = ("import socket, time\n"
-              "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
-              f"s.bind(('127.0.0.1', {port})); s.listen()\n"
-              "while True: time.sleep(3600)\n")
-    return ("import subprocess, sys\n"
-            f"subprocess.Popen([sys.executable, '-c', {helper!r}, {tag!r}], start_new_session=True)\n" + FIXTURE_APP)
+    helper = (
+        "import socket, time\n"
+        "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        f"s.bind(('127.0.0.1', {port})); s.listen()\n"
+        "while True: time.sleep(3600)\n"
+    )
+    return (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', {helper!r}, {tag!r}], start_new_session=True)\n" + FIXTURE_APP
+    )
 
 
 def _package(tmp_path: Path) -> tuple[Path, int, str]:
     assert "start_new_session=True" in CASE_APP.read_text()  # what the case's server does
     port, tag = free_port(), f"c59-executor-daemon-{tmp_path.name}"
-    pkg = write_fixture_package(tmp_path / "pkg", {"exec_env": {"resources_servers": {"exec_env": {"domain": "coding"}}}},
-                                apps={"exec_env": _app(port, tag)}, name="c59-exec")
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {"exec_env": {"resources_servers": {"exec_env": {"domain": "coding"}}}},
+        apps={"exec_env": _app(port, tag)},
+        name="c59-exec",
+    )
     return pkg, port, tag
 
 

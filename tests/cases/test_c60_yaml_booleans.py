@@ -28,8 +28,9 @@ LABELS = "label_env.resources_servers.label_env.labels"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_c60_validate_names_file_key_line_and_the_quoted_fix() -> None:
@@ -42,8 +43,9 @@ def test_c60_validate_names_file_key_line_and_the_quoted_fix() -> None:
 
 
 def test_c60_config_keeps_yamls_meaning_and_warns_on_stderr() -> None:
-    done = cli("config", str(CASE / "pkg"), "--policy-base-url", "http://127.0.0.1:9/v1", "--policy-model-name", "m",
-               "--json")
+    done = cli(
+        "config", str(CASE / "pkg"), "--policy-base-url", "http://127.0.0.1:9/v1", "--policy-model-name", "m", "--json"
+    )
     assert done.returncode == 0, done.stderr
     block = json.loads(done.stdout)["config"]["label_env"]["resources_servers"]["label_env"]
     assert block["labels"] == [True, False] and block["unknown_label"] is False  # what Gym's parser gives too
@@ -57,14 +59,15 @@ def test_c60_the_quoted_fix_draws_no_warning() -> None:
 
 
 def test_c60_an_override_replacing_the_list_draws_no_warning() -> None:
-    merged = build_config(load_package(CASE / "pkg"), [f"{LABELS}=[maybe,never]"],
-                          PolicyValues("http://127.0.0.1:9/v1", "EMPTY", "m"))
+    merged = build_config(
+        load_package(CASE / "pkg"), [f"{LABELS}=[maybe,never]"], PolicyValues("http://127.0.0.1:9/v1", "EMPTY", "m")
+    )
     assert [w for w in merged.warnings if w.code == "GR-CONFIG-YAML-BOOLEAN"] == []
 
 
 # The case's server with a pydantic config class (read statically, never run): a key declared to take
 # text gets the warning even alone (`unknown_label: off`).
-CONFIG_CLASS = '''
+CONFIG_CLASS = """
 from pydantic import BaseModel
 
 
@@ -80,7 +83,7 @@ class LabelServer:
 
 if __name__ == "__main__":
     LabelServer.run_webserver()
-'''
+"""
 
 
 def test_c60_a_key_declared_str_is_warned_about_alone(tmp_path: Path) -> None:
@@ -99,14 +102,17 @@ def test_c60_a_key_declared_str_is_warned_about_alone(tmp_path: Path) -> None:
     assert w.hint == 'quote it: unknown_label: "off"'
 
 
-@pytest.mark.parametrize(("text", "flagged"), [
-    ("a: [yes, no]", [("a", 0, "yes"), ("a", 1, "no")]),
-    ("a: [YES, Off, maybe]", [("a", 0, "YES"), ("a", 1, "Off")]),
-    ("a: ['yes', \"no\"]", []),
-    ("a: [true, false, True]", []),
-    ("a: {b: On}", [("a", "b", "On")]),
-    ("a:\n  - x\n  - - no\n", [("a", 1, 0, "no")]),
-])
+@pytest.mark.parametrize(
+    ("text", "flagged"),
+    [
+        ("a: [yes, no]", [("a", 0, "yes"), ("a", 1, "no")]),
+        ("a: [YES, Off, maybe]", [("a", 0, "YES"), ("a", 1, "Off")]),
+        ("a: ['yes', \"no\"]", []),
+        ("a: [true, false, True]", []),
+        ("a: {b: On}", [("a", "b", "On")]),
+        ("a:\n  - x\n  - - no\n", [("a", 1, 0, "no")]),
+    ],
+)
 def test_c60_words_are_read_from_the_source_token(text: str, flagged: list[tuple]) -> None:
     assert [(*w.path, w.token) for w in words(text)] == flagged
 
@@ -127,9 +133,14 @@ def test_c60_a_yaml_data_file_the_config_names_is_read_too(tmp_path: Path, named
     config.write_text(config.read_text().replace("      domain:", f"      labels_file: {named}\n      domain:", 1))
     merged = build_config(load_package(pkg), [], PolicyValues("http://127.0.0.1:9/v1", "k", "m"))
     found = sorted((w.key, w.message, w.hint) for w in merged.warnings if w.code == "GR-CONFIG-YAML-BOOLEAN")
-    assert [(k, h) for k, _, h in found] == [("labels", 'quote them: labels: ["yes", "no"]'),
-                                            ("regions", 'quote them: regions: ["NO", "SE"]')]
-    assert all(w.file == "resources_servers/label_env/data/labels.yaml" for w in merged.warnings
-               if w.code == "GR-CONFIG-YAML-BOOLEAN")
+    assert [(k, h) for k, _, h in found] == [
+        ("labels", 'quote them: labels: ["yes", "no"]'),
+        ("regions", 'quote them: regions: ["NO", "SE"]'),
+    ]
+    assert all(
+        w.file == "resources_servers/label_env/data/labels.yaml"
+        for w in merged.warnings
+        if w.code == "GR-CONFIG-YAML-BOOLEAN"
+    )
     assert "a data file the config names: label_env.resources_servers.label_env.labels_file" in found[0][1]
     assert "line 3" in found[0][1]

@@ -30,14 +30,20 @@ def test_bad_python_request_is_invalid_input(tmp_path: Path, capsys, home: Path,
     pkg = synthetic_pkg(tmp_path / "pkg", {"acme": ("resources_servers", "# nothing\n")})
     not_python = tmp_path / "not-python"
     not_python.write_text("just text\n")
-    request = {"malformed": "banana", "missing-path": str(tmp_path / "nowhere" / "python3"),
-               "not-python": str(not_python)}[request_kind]
+    request = {
+        "malformed": "banana",
+        "missing-path": str(tmp_path / "nowhere" / "python3"),
+        "not-python": str(not_python),
+    }[request_kind]
     code, err = _build(capsys, str(pkg), "--python", request)
     assert code == 1, err
     assert err.startswith("error[GR-BUILD-PYTHON]: acme: python ") and request in err
     assert "(set in the job's --python)" in err and "found " in err
-    assert {"malformed": "is neither a Python version", "missing-path": "does not exist",
-            "not-python": "is not a runnable Python interpreter"}[request_kind] in err
+    assert {
+        "malformed": "is neither a Python version",
+        "missing-path": "does not exist",
+        "not-python": "is not a runnable Python interpreter",
+    }[request_kind] in err
     assert not (home / "venvs").exists() or not any((home / "venvs").iterdir())
 
 

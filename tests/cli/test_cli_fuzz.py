@@ -25,8 +25,12 @@ def test_cli_never_tracebacks_on_generated_packages(monkeypatch) -> None:
     base = Path(tempfile.mkdtemp(prefix="gr-fuzz-"))
     seen = {"n": 0, "ok": 0}
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+    )
     @given(case=package())
     def check(case: dict) -> None:
         seen["n"] += 1

@@ -34,9 +34,20 @@ def _inner(data: dict) -> dict:
 def test_flags_fill_policy_values_and_key_is_masked(tmp_path: Path, capsys, monkeypatch) -> None:
     root = make_package(tmp_path / "p", "native-v1")
     monkeypatch.setenv("MY_KEY", "sk-very-secret")
-    rc, out, err = run(capsys, "config", str(root), "--json", "--policy-base-url", "http://127.0.0.1:8000/v1",
-                       "--policy-base-url", "http://127.0.0.1:8001/v1", "--policy-model-name", "m1",
-                       "--policy-api-key-env", "MY_KEY")
+    rc, out, err = run(
+        capsys,
+        "config",
+        str(root),
+        "--json",
+        "--policy-base-url",
+        "http://127.0.0.1:8000/v1",
+        "--policy-base-url",
+        "http://127.0.0.1:8001/v1",
+        "--policy-model-name",
+        "m1",
+        "--policy-api-key-env",
+        "MY_KEY",
+    )
     assert rc == 0 and err == ""
     doc = json.loads(out)
     assert "sk-very-secret" not in out
@@ -46,7 +57,10 @@ def test_flags_fill_policy_values_and_key_is_masked(tmp_path: Path, capsys, monk
     assert sorted(doc["masked"]) == ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"]
     assert {s["name"]: s["secrets"] for s in doc["servers"]} == {  # names only, per server
         "policy_model": ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"],
-        "acme_math": [], "acme_math_agent": [], "acme_math_environment_server": []}
+        "acme_math": [],
+        "acme_math_agent": [],
+        "acme_math_environment_server": [],
+    }
 
 
 def test_environment_variables_and_yaml_dump(tmp_path: Path, capsys, monkeypatch) -> None:
@@ -61,10 +75,16 @@ def test_environment_variables_and_yaml_dump(tmp_path: Path, capsys, monkeypatch
     assert _inner(data)["base_url"] == ["http://127.0.0.1:9000/v1", "http://127.0.0.1:9001/v1"]
     assert data["acme_math"]["resources_servers"]["acme_math"]["port"] == 9300
     masked_line, *receives = comment.strip().splitlines()
-    assert sorted(masked_line.split(", ")) == ["policy_api_key", "policy_model.responses_api_models.policy_stub.api_key"]
-    assert receives == ["# policy_model receives: policy_api_key, policy_model.responses_api_models.policy_stub.api_key",
-                        "# acme_math receives: no secrets", "# acme_math_agent receives: no secrets",
-                        "# acme_math_environment_server receives: no secrets"]
+    assert sorted(masked_line.split(", ")) == [
+        "policy_api_key",
+        "policy_model.responses_api_models.policy_stub.api_key",
+    ]
+    assert receives == [
+        "# policy_model receives: policy_api_key, policy_model.responses_api_models.policy_stub.api_key",
+        "# acme_math receives: no secrets",
+        "# acme_math_agent receives: no secrets",
+        "# acme_math_environment_server receives: no secrets",
+    ]
 
 
 def test_missing_policy_values_listed_with_sources(tmp_path: Path, capsys) -> None:
@@ -75,8 +95,10 @@ def test_missing_policy_values_listed_with_sources(tmp_path: Path, capsys) -> No
     assert doc["code"] == "GR-CONFIG-MISSING" and len(doc["violations"]) == 3
     assert all(v["file"] == "responses_api_models/policy_stub/configs/policy_model.yaml" for v in doc["violations"])
     key_hint = next(v["hint"] for v in doc["violations"] if "'policy_api_key'" in v["message"])
-    assert key_hint == ("export the key as VAR and pass --policy-api-key-env VAR (or export it as "
-                        "GYM_RUNTIME_POLICY_API_KEY), or add `policy_api_key: ...` to a config in config_paths")
+    assert key_hint == (
+        "export the key as VAR and pass --policy-api-key-env VAR (or export it as "
+        "GYM_RUNTIME_POLICY_API_KEY), or add `policy_api_key: ...` to a config in config_paths"
+    )
     assert key_hint in err
 
 
@@ -110,8 +132,10 @@ def test_base_url_without_a_key_uses_the_keyless_convention_as_up_does(capsys, m
     """Bug: `config PKG --policy-base-url URL` failed on the unset policy_api_key while `up` used EMPTY.
     Bug: that EMPTY was shown as '****', as if a key were set: a value that holds no key is shown as it is."""
     url = "http://127.0.0.1:9/v1"
-    for argv in (["--policy-base-url", url, "--policy-model-name", "m"],
-                 ["policy_base_url=" + url, "policy_model_name=m"]):  # the same values as overrides count the same
+    for argv in (
+        ["--policy-base-url", url, "--policy-model-name", "m"],
+        ["policy_base_url=" + url, "policy_model_name=m"],
+    ):  # the same values as overrides count the same
         rc, out, _ = run(capsys, "config", EXAMPLE, *argv, "--json")
         doc = json.loads(out)
         inner = doc["config"]
@@ -121,16 +145,27 @@ def test_base_url_without_a_key_uses_the_keyless_convention_as_up_does(capsys, m
         assert doc["masked"] == [] and all(s["secrets"] == [] for s in doc["servers"])
     rc, out, _ = run(capsys, "config", EXAMPLE, "--policy-base-url", url, "--policy-model-name", "m")
     assert rc == 0 and "policy_api_key: EMPTY\n" in out and "****" not in out
-    assert ("# policy_api_key: no key given, so EMPTY (what OpenAI clients send to an endpoint without a key); "
-            "pass --policy-api-key-env VAR to send one\n") in out
+    assert (
+        "# policy_api_key: no key given, so EMPTY (what OpenAI clients send to an endpoint without a key); "
+        "pass --policy-api-key-env VAR to send one\n"
+    ) in out
     rc, _, err = run(capsys, "config", EXAMPLE)  # no policy values at all: still the C02 error
     assert rc == 1 and "policy_base_url" in err
 
 
 def test_a_given_key_stays_masked_even_beside_the_keyless_value(capsys, monkeypatch) -> None:
     monkeypatch.setenv("MY_KEY", "sk-given-secret")
-    rc, out, _ = run(capsys, "config", EXAMPLE, "--policy-base-url", "http://127.0.0.1:9/v1", "--policy-model-name",
-                     "m", "--policy-api-key-env", "MY_KEY")
+    rc, out, _ = run(
+        capsys,
+        "config",
+        EXAMPLE,
+        "--policy-base-url",
+        "http://127.0.0.1:9/v1",
+        "--policy-model-name",
+        "m",
+        "--policy-api-key-env",
+        "MY_KEY",
+    )
     assert rc == 0 and "sk-given-secret" not in out and "policy_api_key: '****'\n" in out
     assert "EMPTY" not in out and "no key given" not in out
     assert "# masked secrets: " in out
@@ -146,8 +181,12 @@ def test_passed_variables_are_listed_per_server(tmp_path: Path, capsys, monkeypa
     rc, out, _ = run(capsys, "config", str(root), "--json", *policy)
     assert rc == 0 and "sk-judge-secret" not in out
     passed = {s["name"]: s["passed_env"] for s in json.loads(out)["servers"]}
-    assert passed == {"policy_model": [], "acme_math_agent": [], "acme_math_environment_server": [],
-                      "acme_math": [{"name": "GR_TEST_JUDGE_KEY", "scope": "this server", "set": True}]}
+    assert passed == {
+        "policy_model": [],
+        "acme_math_agent": [],
+        "acme_math_environment_server": [],
+        "acme_math": [{"name": "GR_TEST_JUDGE_KEY", "scope": "this server", "set": True}],
+    }
     rc, out, _ = run(capsys, "config", str(root), *policy)
     assert "# acme_math is passed (GYM_RUNTIME_SERVER_ENV): GR_TEST_JUDGE_KEY (this server)" in out.splitlines()
     monkeypatch.setenv("GYM_RUNTIME_SERVER_ENV", "judge:GR_TEST_JUDGE_KEY")

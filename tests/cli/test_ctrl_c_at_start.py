@@ -22,7 +22,7 @@ EXAMPLE = ROOT / "examples" / "native-quickstart"
 
 # Python imports ``sitecustomize`` at start-up; this one holds the first import of the module named
 # by GATE_MODULE: it writes GATE_FILE, then sleeps until the signal arrives (60 s at most).
-_GATE = '''
+_GATE = """
 import os, sys, time
 class _Gate:
     fired = False
@@ -35,7 +35,7 @@ class _Gate:
                 time.sleep(0.01)
         return None
 sys.meta_path.insert(0, _Gate())
-'''
+"""
 
 # Modules ``validate`` imports after the console script's entry point started, from the first (the
 # parser) to deep inside the command (the package loader and the libraries it pulls in).
@@ -45,10 +45,21 @@ GATES = ("gym_runtime.cli.parser", "gym_runtime.errors", "pydantic", "omegaconf"
 def _interrupt_at_import_of(module: str, tmp: Path) -> tuple[int, str]:
     (tmp / "sitecustomize.py").write_text(_GATE)
     gate_file = tmp / f"held-{module}"
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "GATE_MODULE": module, "GATE_FILE": str(gate_file),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen([str(SCRIPT), "validate", str(EXAMPLE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+    env = {
+        **os.environ,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "GATE_MODULE": module,
+        "GATE_FILE": str(gate_file),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp), os.environ.get("PYTHONPATH")])),
+    }
+    proc = subprocess.Popen(
+        [str(SCRIPT), "validate", str(EXAMPLE)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while not gate_file.exists():
         assert proc.poll() is None, f"finished before importing {module}: {proc.communicate()}"

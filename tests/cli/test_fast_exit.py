@@ -9,7 +9,7 @@ import sys
 
 # A command that leaves garbage in a reference cycle (a collection would run its __del__), registers
 # an atexit handler of its own, and returns 3.
-PROGRAM = r'''
+PROGRAM = r"""
 import atexit
 from gym_runtime.cli import main as cli
 
@@ -26,7 +26,7 @@ def command():
 
 cli.main = command
 cli.console()
-'''
+"""
 
 
 def test_the_console_script_freezes_the_heap_after_every_atexit_handler_and_keeps_the_exit_code() -> None:

@@ -15,8 +15,14 @@ from pathlib import Path
 import pytest
 
 from gym_runtime.venvs.store import read_marker
-from tests.helpers.daemon import (descendants, interrupt_during_slow_build, kill_tree, simple_env,
-                                  slow_build_package, wait_gone)
+from tests.helpers.daemon import (
+    descendants,
+    interrupt_during_slow_build,
+    kill_tree,
+    simple_env,
+    slow_build_package,
+    wait_gone,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,10 +40,13 @@ def test_ctrl_c_during_build_exits_130_and_keeps_nothing(tmp_path: Path) -> None
 def test_sigterm_during_dry_run_stops_everything_and_exits_130(tmp_path: Path) -> None:
     pkg = slow_build_package(tmp_path / "pkg")
     rows = tmp_path / "rows.jsonl"
-    rows.write_text('{"responses_create_params": {"input": "hi"}, "agent_ref": {"type": "responses_api_agents", '
-                    '"name": "acme_agent"}}\n')
+    rows.write_text(
+        '{"responses_create_params": {"input": "hi"}, "agent_ref": {"type": "responses_api_agents", '
+        '"name": "acme_agent"}}\n'
+    )
     code, _, err, kids = interrupt_during_slow_build(
-        tmp_path, ["dry-run", str(pkg), "--dataset", str(rows), "--work-dir", str(tmp_path / "run")], signal.SIGTERM)
+        tmp_path, ["dry-run", str(pkg), "--dataset", str(rows), "--work-dir", str(tmp_path / "run")], signal.SIGTERM
+    )
     assert code == 130, err
     assert "Traceback" not in err
     assert wait_gone(kids, 2.0) == []
@@ -50,14 +59,33 @@ def test_sigterm_while_rollouts_run_stops_everything_and_exits_130(tmp_path: Pat
     ignored (``cmd &`` in a script does that), did nothing at all (bug): it stops it as SIGTERM does."""
     pkg = simple_env(tmp_path / "pkg")
     rows = tmp_path / "rows.jsonl"
-    rows.write_text('{"responses_create_params": {"input": "hi"}, "agent_ref": {"type": "responses_api_agents", '
-                    '"name": "acme_agent"}, "sleep": 60}\n')
+    rows.write_text(
+        '{"responses_create_params": {"input": "hi"}, "agent_ref": {"type": "responses_api_agents", '
+        '"name": "acme_agent"}, "sleep": 60}\n'
+    )
     env = {**os.environ, "GYM_RUNTIME_HOME": str(tmp_path / "home")}
-    proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(pkg), "--dataset",
-                             str(rows), "--samples", "4", "--work-dir", str(tmp_path / "run")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                            start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "dry-run",
+            str(pkg),
+            "--dataset",
+            str(rows),
+            "--samples",
+            "4",
+            "--work-dir",
+            str(tmp_path / "run"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     try:
         lines = []
         deadline = time.monotonic() + 120

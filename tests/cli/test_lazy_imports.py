@@ -10,9 +10,23 @@ import sys
 
 import pytest
 
-HEAVY = ("omegaconf", "pydantic", "fastapi", "uvicorn", "rich", "httpx", "yaml", "psutil", "asyncio",
-         "gym_runtime.config", "gym_runtime.package", "gym_runtime.venvs", "gym_runtime.supervise.bringup",
-         "gym_runtime.supervise.supervisor", "sandbox")
+HEAVY = (
+    "omegaconf",
+    "pydantic",
+    "fastapi",
+    "uvicorn",
+    "rich",
+    "httpx",
+    "yaml",
+    "psutil",
+    "asyncio",
+    "gym_runtime.config",
+    "gym_runtime.package",
+    "gym_runtime.venvs",
+    "gym_runtime.supervise.bringup",
+    "gym_runtime.supervise.supervisor",
+    "sandbox",
+)
 PROBE = """
 import json, sys
 from gym_runtime.cli.main import main
@@ -29,15 +43,31 @@ def _loaded(*argv: str) -> set[str]:
     return set(json.loads(r.stderr.strip().splitlines()[-1]))
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["validate", "--help"], ["config", "--help"],
-                                  ["up", "--help"], ["dry-run", "--help"], ["build", "--help"], ["nope"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["status", "--help"],
+        ["validate", "--help"],
+        ["config", "--help"],
+        ["up", "--help"],
+        ["dry-run", "--help"],
+        ["build", "--help"],
+        ["nope"],
+    ],
+)
 def test_parsing_loads_nothing_heavy(argv: list[str]) -> None:
     loaded = _loaded(*argv)
     assert not {m for m in loaded for h in HEAVY if m == h or m.startswith(h + ".")}
 
 
 def test_status_without_a_daemon_loads_nothing_heavy(tmp_path) -> None:
-    r = subprocess.run([sys.executable, "-c", PROBE, "status"], capture_output=True, text=True, timeout=120,
-                       env={"PATH": "/usr/bin:/bin", "GYM_RUNTIME_HOME": str(tmp_path)})
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, "status"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "GYM_RUNTIME_HOME": str(tmp_path)},
+    )
     loaded = set(json.loads(r.stderr.strip().splitlines()[-1]))
     assert not {m for m in loaded for h in HEAVY if m == h or m.startswith(h + ".")}

@@ -11,8 +11,18 @@ EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "native-quickst
 
 
 def test_override_after_flags_is_applied(capsys):
-    rc = main(["config", EXAMPLE, "--policy-base-url", "http://127.0.0.1:9/v1", "--policy-model-name", "m",
-               "head_server.port=12345", "--json"])
+    rc = main(
+        [
+            "config",
+            EXAMPLE,
+            "--policy-base-url",
+            "http://127.0.0.1:9/v1",
+            "--policy-model-name",
+            "m",
+            "head_server.port=12345",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert out["config"]["policy_model_name"] == "m"

@@ -38,14 +38,31 @@ def _package(root: Path) -> Path:
 
 
 def _env(tmp: Path, index: SimpleIndex) -> dict[str, str]:
-    return {"GYM_RUNTIME_HOME": str(tmp / "home"), "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache"),
-            "UV_INDEX_URL": index.url, "PYTHONDONTWRITEBYTECODE": "1"}
+    return {
+        "GYM_RUNTIME_HOME": str(tmp / "home"),
+        "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache"),
+        "UV_INDEX_URL": index.url,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 def _prefetch(pkg: Path, tmp: Path, index: SimpleIndex, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "prefetch", str(pkg), "--work-dir",
-                           str(tmp / "prefetch"), *args], capture_output=True, text=True,
-                          env={**os.environ, **_env(tmp, index)}, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "prefetch",
+            str(pkg),
+            "--work-dir",
+            str(tmp / "prefetch"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **_env(tmp, index)},
+        timeout=300,
+    )
 
 
 def test_prefetch_fills_the_caches_and_the_next_start_learns_nothing(tmp_path: Path, index: SimpleIndex) -> None:
@@ -114,8 +131,23 @@ def test_the_gym_release_closure_is_the_venv_every_sdk_only_gym_tree_gets(tmp_pa
 
     python = gym07_python()
     env = {**os.environ, "GYM_RUNTIME_HOME": str(tmp_path / "home"), "GYM_RUNTIME_PIN_NEMO_GYM": "0.7.0"}
-    done = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "prefetch", "--gym-release", "--python",
-                           python, "--drop-venvs", "--json"], capture_output=True, text=True, env=env, timeout=1800)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "prefetch",
+            "--gym-release",
+            "--python",
+            python,
+            "--drop-venvs",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["gym_release"]["version"] == "0.7.0"
@@ -123,10 +155,17 @@ def test_the_gym_release_closure_is_the_venv_every_sdk_only_gym_tree_gets(tmp_pa
     assert venv["dropped"] and not Path(venv["path"]).exists()
     assert resolutions.recorded(tmp_path / "home" / "resolutions", venv["digest"])
 
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_math"}}}}})
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {"resources_server": {"type": "resources_servers", "name": "acme_math"}}
+                }
+            },
+        },
+    )
     for req in pkg.glob("*/*/requirements.txt"):
         req.write_text("-e nemo-gym[dev] @ ../../\n")
     for k, v in env.items():

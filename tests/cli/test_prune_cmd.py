@@ -14,8 +14,13 @@ from gym_runtime.venvs.store import cache_lock
 
 def _prune(tmp: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GYM_RUNTIME_HOME": str(tmp / "home"), "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv")}
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "prune", *args], capture_output=True,
-                          text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "prune", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def test_prune_runs_uv_cache_prune(tmp_path: Path) -> None:

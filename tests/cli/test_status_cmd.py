@@ -9,12 +9,29 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-SERVERS = [{"process_name": "code_lookup_environment_server", "server_type": "environment_servers",
-            "name": "legacy_agent", "state": "ready", "url": "http://127.0.0.1:40001", "pid": 101},
-           {"process_name": "arithmetic", "server_type": "resources_servers", "name": "example_arithmetic",
-            "state": "ready", "url": "http://127.0.0.1:40002", "pid": 102}]
-BODIES = {"/health": {"status": "ok"}, "/server_instances": SERVERS,
-          "/support_processes": [{"name": "stub_model", "kind": "model", "state": "ready", "pid": 103}]}
+SERVERS = [
+    {
+        "process_name": "code_lookup_environment_server",
+        "server_type": "environment_servers",
+        "name": "legacy_agent",
+        "state": "ready",
+        "url": "http://127.0.0.1:40001",
+        "pid": 101,
+    },
+    {
+        "process_name": "arithmetic",
+        "server_type": "resources_servers",
+        "name": "example_arithmetic",
+        "state": "ready",
+        "url": "http://127.0.0.1:40002",
+        "pid": 102,
+    },
+]
+BODIES = {
+    "/health": {"status": "ok"},
+    "/server_instances": SERVERS,
+    "/support_processes": [{"name": "stub_model", "kind": "model", "state": "ready", "pid": 103}],
+}
 
 
 class _Head(BaseHTTPRequestHandler):
@@ -34,8 +51,19 @@ def test_server_lines_align_with_long_names() -> None:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Head)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "status", "--head",
-                            f"http://127.0.0.1:{srv.server_address[1]}"], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gym_runtime.cli.main",
+                "status",
+                "--head",
+                f"http://127.0.0.1:{srv.server_address[1]}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         srv.shutdown()
     assert r.returncode == 0, r.stderr

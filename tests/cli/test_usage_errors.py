@@ -8,9 +8,14 @@ import pytest
 from gym_runtime.cli.main import main
 
 
-@pytest.mark.parametrize("argv", [["dry-run", "pkg", "--dataset", "rows.jsonl", "--fast"],
-                                  ["dry-run", "pkg", "--dataset", "rows.jsonl", "--sample", "2"],
-                                  ["up", "pkg", "--max-concurrent", "4"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["dry-run", "pkg", "--dataset", "rows.jsonl", "--fast"],
+        ["dry-run", "pkg", "--dataset", "rows.jsonl", "--sample", "2"],
+        ["up", "pkg", "--max-concurrent", "4"],
+    ],
+)
 def test_an_unknown_or_abbreviated_flag_is_a_usage_error_of_that_command(capsys, argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         main(argv)

@@ -29,10 +29,18 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_valid_package_prints_exactly(tmp_path: Path, capsys, fmt: str, as_json: bool) -> None:
     root = make_package(tmp_path / "p", fmt)
     code, out, err = run(capsys, "validate", str(root), *(["--json"] if as_json else []))
-    release = {"version": "0.7.0", "line": "0.7", "source": "the runtime's default: the current NeMo Gym release",
-               "requires_python": ">=3.13.14", "openai": "==2.44.0", "ray": ">=2.58.0"}
-    line = ("gym release: NeMo Gym 0.7.0 (line 0.7, Requires-Python >=3.13.14; from the runtime's default: the "
-            "current NeMo Gym release)\n")
+    release = {
+        "version": "0.7.0",
+        "line": "0.7",
+        "source": "the runtime's default: the current NeMo Gym release",
+        "requires_python": ">=3.13.14",
+        "openai": "==2.44.0",
+        "ray": ">=2.58.0",
+    }
+    line = (
+        "gym release: NeMo Gym 0.7.0 (line 0.7, Requires-Python >=3.13.14; from the runtime's default: the "
+        "current NeMo Gym release)\n"
+    )
     assert code == 0 and err == ("" if as_json else line)
     want = {"valid": True, "format": fmt, "name": "acme-math-env", "gym_release": release}
     assert out == json.dumps(want) + "\n"
@@ -79,71 +87,230 @@ BREAKS = [
     ("format-missing", "native-v1", _manifest(lambda d: d.pop("format")), "GR-PKG-FORMAT", "format"),
     ("format-unknown", "native-v1", _manifest(lambda d: d.update(format="v9")), "GR-PKG-FORMAT", "v9"),
     ("unknown-key", "native-v1", _manifest(lambda d: d.update(egress="all")), "GR-PKG-MANIFEST-UNKNOWN-KEY", "egress"),
-    ("name-missing", "native-v1", _manifest(lambda d: d["metadata"].pop("name")), "GR-PKG-METADATA",
-     "metadata.name"),
-    ("name-too-long", "wheels-v1", _manifest(lambda d: d["metadata"].update(name="n" * 256)), "GR-PKG-METADATA",
-     "metadata.name"),
-    ("adapter-elsewhere", "wheels-v1", _manifest(lambda d: d.update(adapter={"agent": "verifiers_agent"})),
-     "GR-PKG-ADAPTER", "adapter"),
+    ("name-missing", "native-v1", _manifest(lambda d: d["metadata"].pop("name")), "GR-PKG-METADATA", "metadata.name"),
+    (
+        "name-too-long",
+        "wheels-v1",
+        _manifest(lambda d: d["metadata"].update(name="n" * 256)),
+        "GR-PKG-METADATA",
+        "metadata.name",
+    ),
+    (
+        "adapter-elsewhere",
+        "wheels-v1",
+        _manifest(lambda d: d.update(adapter={"agent": "verifiers_agent"})),
+        "GR-PKG-ADAPTER",
+        "adapter",
+    ),
     ("adapter-missing", "adapter-wheels-v1", _manifest(lambda d: d.pop("adapter")), "GR-PKG-ADAPTER", "adapter"),
-    ("adapter-unknown-agent", "adapter-wheels-v1", _manifest(lambda d: d["adapter"].update(agent="x_agent")),
-     "GR-PKG-ADAPTER", "x_agent"),
-    ("dotdot", "wheels-v1", _manifest(lambda d: d["config_paths"].append("../x.yaml")), "GR-PKG-CONFIG-PATH",
-     "../x.yaml"),
-    ("duplicate", "wheels-v1", _manifest(lambda d: d["config_paths"].append(d["config_paths"][0])),
-     "GR-PKG-CONFIG-DUPLICATE", "configs/policy_model.yaml"),
-    ("native-prefix", "native-v1", _manifest(lambda d: d["config_paths"].append("configs/a.yaml")),
-     "GR-PKG-CONFIG-PREFIX", "configs/a.yaml"),
-    ("adapter-prefix", "adapter-wheels-v1", _manifest(lambda d: d["config_paths"].append("x/a.yaml")),
-     "GR-PKG-CONFIG-PREFIX", "x/a.yaml"),
-    ("config-missing", "wheels-v1", _manifest(lambda d: d["config_paths"].append("configs/none.yaml")),
-     "GR-PKG-CONFIG-MISSING", "configs/none.yaml"),
-    ("config-symlink", "wheels-v1", lambda r: (os.symlink("acme_math.yaml", r / "configs/l.yaml"), _yaml_edit(
-        r / "nemo-environment.yaml", lambda d: d["config_paths"].append("configs/l.yaml"))), "GR-PKG-CONFIG-SYMLINK",
-     "configs/l.yaml"),
-    ("config-escape", "wheels-v1", lambda r: (os.symlink("/etc", r / "configs/etc"), _yaml_edit(
-        r / "nemo-environment.yaml", lambda d: d["config_paths"].append("configs/etc/hostname"))),
-     "GR-PKG-CONFIG-ESCAPE", "configs/etc/hostname"),
+    (
+        "adapter-unknown-agent",
+        "adapter-wheels-v1",
+        _manifest(lambda d: d["adapter"].update(agent="x_agent")),
+        "GR-PKG-ADAPTER",
+        "x_agent",
+    ),
+    (
+        "dotdot",
+        "wheels-v1",
+        _manifest(lambda d: d["config_paths"].append("../x.yaml")),
+        "GR-PKG-CONFIG-PATH",
+        "../x.yaml",
+    ),
+    (
+        "duplicate",
+        "wheels-v1",
+        _manifest(lambda d: d["config_paths"].append(d["config_paths"][0])),
+        "GR-PKG-CONFIG-DUPLICATE",
+        "configs/policy_model.yaml",
+    ),
+    (
+        "native-prefix",
+        "native-v1",
+        _manifest(lambda d: d["config_paths"].append("configs/a.yaml")),
+        "GR-PKG-CONFIG-PREFIX",
+        "configs/a.yaml",
+    ),
+    (
+        "adapter-prefix",
+        "adapter-wheels-v1",
+        _manifest(lambda d: d["config_paths"].append("x/a.yaml")),
+        "GR-PKG-CONFIG-PREFIX",
+        "x/a.yaml",
+    ),
+    (
+        "config-missing",
+        "wheels-v1",
+        _manifest(lambda d: d["config_paths"].append("configs/none.yaml")),
+        "GR-PKG-CONFIG-MISSING",
+        "configs/none.yaml",
+    ),
+    (
+        "config-symlink",
+        "wheels-v1",
+        lambda r: (
+            os.symlink("acme_math.yaml", r / "configs/l.yaml"),
+            _yaml_edit(r / "nemo-environment.yaml", lambda d: d["config_paths"].append("configs/l.yaml")),
+        ),
+        "GR-PKG-CONFIG-SYMLINK",
+        "configs/l.yaml",
+    ),
+    (
+        "config-escape",
+        "wheels-v1",
+        lambda r: (
+            os.symlink("/etc", r / "configs/etc"),
+            _yaml_edit(r / "nemo-environment.yaml", lambda d: d["config_paths"].append("configs/etc/hostname")),
+        ),
+        "GR-PKG-CONFIG-ESCAPE",
+        "configs/etc/hostname",
+    ),
     ("jsonl", "native-v1", lambda r: (r / "train.jsonl").write_text("{}\n"), "GR-PKG-JSONL", "train.jsonl"),
     ("wheels-missing", "wheels-v1", lambda r: shutil.rmtree(r / "wheels"), "GR-PKG-WHEELS-MISSING", "wheels"),
-    ("wheels-empty", "wheels-v1", lambda r: [p.unlink() for p in (r / "wheels").iterdir()], "GR-PKG-WHEELS-EMPTY",
-     "wheels"),
-    ("wheels-nested", "wheels-v1", lambda r: write_wheel(r / "wheels/sub", "a-1.0-py3-none-any.whl"),
-     "GR-PKG-WHEELS-NESTED", "wheels/sub"),
-    ("wheels-non-wheel", "adapter-wheels-v1", lambda r: (r / "wheels/a-1.0.tar.gz").write_text("x"),
-     "GR-PKG-WHEELS-NON-WHEEL", "wheels/a-1.0.tar.gz"),
-    ("wheels-symlink", "wheels-v1", lambda r: os.symlink("pip-24.0-py3-none-any.whl",
-                                                         r / "wheels/pop-1.0-py3-none-any.whl"),
-     "GR-PKG-WHEELS-SYMLINK", "pop-1.0"),
-    ("wheels-duplicate", "wheels-v1", lambda r: write_wheel(r / "wheels", "Acme_Math_Lib-0.2.0-py3-none-any.whl"),
-     "GR-PKG-WHEELS-DUPLICATE", "acme-math-lib"),
-    ("server-both", "native-v1", lambda r: (r / "resources_servers/acme_math/pyproject.toml").write_text(""),
-     "GR-PKG-SERVER-BOTH", "resources_servers/acme_math/"),
-    ("server-neither", "native-v1", lambda r: (r / "resources_servers/acme_math/requirements.txt").unlink(),
-     "GR-PKG-SERVER-NO-INSTALL", "resources_servers/acme_math/"),
-    ("two-implementations", "wheels-v1", _config("configs/acme_math.yaml", lambda d: d["acme_math"][
-        "resources_servers"].update(other={"entrypoint": "app.py"})), "GR-CONFIG-TWO-IMPLEMENTATIONS", "other"),
-    ("instance-dot", "wheels-v1", _config("configs/acme_math.yaml", lambda d: d.update(
-        {"a.b": d.pop("acme_math_agent")})), "GR-CONFIG-INSTANCE-NAME", "a.b"),
-    ("domain-missing", "native-v1", _config("resources_servers/acme_math/configs/acme_math.yaml", lambda d: d[
-        "acme_math"]["resources_servers"]["acme_math"].pop("domain")), "GR-CONFIG-DOMAIN", RES + ".domain"),
-    ("domain-bad", "wheels-v1", _config("configs/acme_math.yaml", lambda d: d["acme_math"]["resources_servers"][
-        "acme_math"].update(domain="maths")), "GR-CONFIG-DOMAIN", "maths"),
-    ("implementation-missing", "wheels-v1", lambda r: shutil.rmtree(r / "responses_api_agents/acme_agent"),
-     "GR-CONFIG-IMPLEMENTATION", "responses_api_agents/acme_agent/"),
-    ("port-duplicate", "wheels-v1", _config("configs/acme_math.yaml", lambda d: (
-        d["acme_math"]["resources_servers"]["acme_math"].update(port=9100),
-        d["acme_math_agent"]["responses_api_agents"]["acme_agent"].update(port=9100))),
-     "GR-CONFIG-PORT-DUPLICATE", "'acme_math_agent'"),
-    ("ref-missing", "wheels-v1", _config("configs/acme_math.yaml", lambda d: d["acme_math_agent"][
-        "responses_api_agents"]["acme_agent"]["resources_server"].update(name="acme_mat")), "GR-CONFIG-REF",
-     AGENT + ".resources_server"),
-    ("missing-value", "wheels-v1", _config("configs/acme_math.yaml", lambda d: d["acme_math_agent"][
-        "responses_api_agents"]["acme_agent"].update(judge="???")), "GR-CONFIG-MISSING", AGENT + ".judge"),
-    ("interpolation", "wheels-v1", _config("configs/acme_math.yaml", lambda d: d["acme_math_agent"][
-        "responses_api_agents"]["acme_agent"].update(judge="${judge_url}")), "GR-CONFIG-INTERPOLATION", "judge_url"),
-    ("config-yaml", "wheels-v1", lambda r: (r / "configs/acme_math.yaml").write_text("a: [\n"), "GR-CONFIG-YAML",
-     "line 2"),
+    (
+        "wheels-empty",
+        "wheels-v1",
+        lambda r: [p.unlink() for p in (r / "wheels").iterdir()],
+        "GR-PKG-WHEELS-EMPTY",
+        "wheels",
+    ),
+    (
+        "wheels-nested",
+        "wheels-v1",
+        lambda r: write_wheel(r / "wheels/sub", "a-1.0-py3-none-any.whl"),
+        "GR-PKG-WHEELS-NESTED",
+        "wheels/sub",
+    ),
+    (
+        "wheels-non-wheel",
+        "adapter-wheels-v1",
+        lambda r: (r / "wheels/a-1.0.tar.gz").write_text("x"),
+        "GR-PKG-WHEELS-NON-WHEEL",
+        "wheels/a-1.0.tar.gz",
+    ),
+    (
+        "wheels-symlink",
+        "wheels-v1",
+        lambda r: os.symlink("pip-24.0-py3-none-any.whl", r / "wheels/pop-1.0-py3-none-any.whl"),
+        "GR-PKG-WHEELS-SYMLINK",
+        "pop-1.0",
+    ),
+    (
+        "wheels-duplicate",
+        "wheels-v1",
+        lambda r: write_wheel(r / "wheels", "Acme_Math_Lib-0.2.0-py3-none-any.whl"),
+        "GR-PKG-WHEELS-DUPLICATE",
+        "acme-math-lib",
+    ),
+    (
+        "server-both",
+        "native-v1",
+        lambda r: (r / "resources_servers/acme_math/pyproject.toml").write_text(""),
+        "GR-PKG-SERVER-BOTH",
+        "resources_servers/acme_math/",
+    ),
+    (
+        "server-neither",
+        "native-v1",
+        lambda r: (r / "resources_servers/acme_math/requirements.txt").unlink(),
+        "GR-PKG-SERVER-NO-INSTALL",
+        "resources_servers/acme_math/",
+    ),
+    (
+        "two-implementations",
+        "wheels-v1",
+        _config(
+            "configs/acme_math.yaml",
+            lambda d: d["acme_math"]["resources_servers"].update(other={"entrypoint": "app.py"}),
+        ),
+        "GR-CONFIG-TWO-IMPLEMENTATIONS",
+        "other",
+    ),
+    (
+        "instance-dot",
+        "wheels-v1",
+        _config("configs/acme_math.yaml", lambda d: d.update({"a.b": d.pop("acme_math_agent")})),
+        "GR-CONFIG-INSTANCE-NAME",
+        "a.b",
+    ),
+    (
+        "domain-missing",
+        "native-v1",
+        _config(
+            "resources_servers/acme_math/configs/acme_math.yaml",
+            lambda d: d["acme_math"]["resources_servers"]["acme_math"].pop("domain"),
+        ),
+        "GR-CONFIG-DOMAIN",
+        RES + ".domain",
+    ),
+    (
+        "domain-bad",
+        "wheels-v1",
+        _config(
+            "configs/acme_math.yaml", lambda d: d["acme_math"]["resources_servers"]["acme_math"].update(domain="maths")
+        ),
+        "GR-CONFIG-DOMAIN",
+        "maths",
+    ),
+    (
+        "implementation-missing",
+        "wheels-v1",
+        lambda r: shutil.rmtree(r / "responses_api_agents/acme_agent"),
+        "GR-CONFIG-IMPLEMENTATION",
+        "responses_api_agents/acme_agent/",
+    ),
+    (
+        "port-duplicate",
+        "wheels-v1",
+        _config(
+            "configs/acme_math.yaml",
+            lambda d: (
+                d["acme_math"]["resources_servers"]["acme_math"].update(port=9100),
+                d["acme_math_agent"]["responses_api_agents"]["acme_agent"].update(port=9100),
+            ),
+        ),
+        "GR-CONFIG-PORT-DUPLICATE",
+        "'acme_math_agent'",
+    ),
+    (
+        "ref-missing",
+        "wheels-v1",
+        _config(
+            "configs/acme_math.yaml",
+            lambda d: d["acme_math_agent"]["responses_api_agents"]["acme_agent"]["resources_server"].update(
+                name="acme_mat"
+            ),
+        ),
+        "GR-CONFIG-REF",
+        AGENT + ".resources_server",
+    ),
+    (
+        "missing-value",
+        "wheels-v1",
+        _config(
+            "configs/acme_math.yaml",
+            lambda d: d["acme_math_agent"]["responses_api_agents"]["acme_agent"].update(judge="???"),
+        ),
+        "GR-CONFIG-MISSING",
+        AGENT + ".judge",
+    ),
+    (
+        "interpolation",
+        "wheels-v1",
+        _config(
+            "configs/acme_math.yaml",
+            lambda d: d["acme_math_agent"]["responses_api_agents"]["acme_agent"].update(judge="${judge_url}"),
+        ),
+        "GR-CONFIG-INTERPOLATION",
+        "judge_url",
+    ),
+    (
+        "config-yaml",
+        "wheels-v1",
+        lambda r: (r / "configs/acme_math.yaml").write_text("a: [\n"),
+        "GR-CONFIG-YAML",
+        "line 2",
+    ),
 ]
 
 
@@ -196,14 +363,24 @@ def test_wheel_tags_with_platform(tmp_path: Path, capsys) -> None:
     rc, out, err = run(capsys, "validate", str(root), "--platform", "linux/amd64", "--python", "3.13", "--json")
     assert rc == 1
     (e,) = json.loads(out)["error"]["violations"]
-    assert e["code"] == "GR-PKG-WHEEL-TAG" and e["file"] == "wheels/fastcodec-1.4.0-cp312-cp312-manylinux2014_x86_64.whl"
+    assert (
+        e["code"] == "GR-PKG-WHEEL-TAG" and e["file"] == "wheels/fastcodec-1.4.0-cp312-cp312-manylinux2014_x86_64.whl"
+    )
     assert run(capsys, "validate", str(root), "--platform", "linux/amd64", "--python", "3.12")[0] == 0
     assert run(capsys, "validate", str(root), "--platform", "linux/arm64", "--python", "3.12")[0] == 1
 
 
-@pytest.mark.parametrize("argv", [["validate"], ["validate", "x", "--platform", "linux/s390x"],
-                                  ["validate", "x", "--platform", "linux/amd64", "--python", "three"],
-                                  ["validate", "x", "--bogus"], ["nonsense"], []])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["validate"],
+        ["validate", "x", "--platform", "linux/s390x"],
+        ["validate", "x", "--platform", "linux/amd64", "--python", "three"],
+        ["validate", "x", "--bogus"],
+        ["nonsense"],
+        [],
+    ],
+)
 def test_usage_errors_exit_2(tmp_path: Path, capsys, argv: list[str]) -> None:
     root = make_package(tmp_path / "x", "wheels-v1")
     argv = [str(root) if a == "x" else a for a in argv]
@@ -233,8 +410,9 @@ def test_builtin_implementation_counts(tmp_path: Path, capsys) -> None:
     root = make_package(tmp_path / "p", "wheels-v1")
     name = impls[0].name
     shutil.rmtree(root / "responses_api_agents/acme_agent")
-    (root / "configs/acme_math.yaml").write_text((root / "configs/acme_math.yaml").read_text()
-                                                 .replace("acme_agent:", f"{name}:"))
+    (root / "configs/acme_math.yaml").write_text(
+        (root / "configs/acme_math.yaml").read_text().replace("acme_agent:", f"{name}:")
+    )
     rc, out, err = run(capsys, "validate", str(root))
     assert rc == 0, err
 

@@ -30,6 +30,7 @@ def builtins(tmp_path: Path) -> Path:
 @pytest.fixture
 def pkg_with(tmp_path: Path, builtins: Path) -> Callable[..., Path]:
     """``pkg_with({"configs/a.yaml": {...} or "text"}, servers=[(type, impl)])`` -> package root."""
+
     def make(configs: dict[str, object], servers: list[tuple[str, str]] | None = None) -> Path:
         root = tmp_path / "pkg"
         root.mkdir(exist_ok=True)
@@ -46,6 +47,7 @@ def pkg_with(tmp_path: Path, builtins: Path) -> Callable[..., Path]:
         for st, impl in servers or []:
             write_server(root, st, impl)
         return root
+
     return make
 
 
@@ -53,4 +55,5 @@ def pkg_with(tmp_path: Path, builtins: Path) -> Callable[..., Path]:
 def build(builtins: Path) -> Build:
     def run(root: Path, overrides: list[str] | None = None, policy: PolicyValues | None = POLICY) -> MergedConfig:
         return build_config(load_package(root), overrides, policy, builtin_root=builtins)
+
     return run

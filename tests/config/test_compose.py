@@ -27,9 +27,18 @@ def rs(name: str = "env", **inner) -> dict:
 
 
 def agent(name: str, rs_name: str = "env", agent_type: str = "simple_agent", **inner) -> dict:
-    return {name: {"responses_api_agents": {agent_type: {
-        "entrypoint": "app.py", "resources_server": {"type": "resources_servers", "name": rs_name},
-        "model_server": {"type": "responses_api_models", "name": "policy_model"}, **inner}}}}
+    return {
+        name: {
+            "responses_api_agents": {
+                agent_type: {
+                    "entrypoint": "app.py",
+                    "resources_server": {"type": "resources_servers", "name": rs_name},
+                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                    **inner,
+                }
+            }
+        }
+    }
 
 
 def build(root: Path, release, builtins: Path, overrides: list[str] | None = None):
@@ -49,8 +58,9 @@ def errors_of(root: Path, release, builtins: Path, overrides: list[str] | None =
 @pytest.mark.parametrize("release, winner", [(R04, 2), (R06, 1), (R07, 1)])
 def test_nested_precedence_per_release(pkg_with, builtins, release, winner) -> None:
     """0.4-0.5: a file pulled in overrides the file naming it; 0.6+: the including file wins."""
-    root = pkg_with({"configs/top.yaml": {"config_paths": ["configs/inner/one.yaml"], **POLICY_CFG, "x": {"v": 1}}},
-                    [MODEL])
+    root = pkg_with(
+        {"configs/top.yaml": {"config_paths": ["configs/inner/one.yaml"], **POLICY_CFG, "x": {"v": 1}}}, [MODEL]
+    )
     (root / "configs/inner").mkdir()
     (root / "configs/inner/one.yaml").write_text("x: {v: 2, w: 3}\nconfig_paths: [configs/inner/two.yaml]\n")
     (root / "configs/inner/two.yaml").write_text("x: {w: 4}\n")
@@ -64,8 +74,15 @@ def test_nested_precedence_per_release(pkg_with, builtins, release, winner) -> N
 
 
 def test_nested_problems_name_the_including_file_and_key(pkg_with, builtins) -> None:
-    root = pkg_with({"configs/top.yaml": {"config_paths": ["configs/nowhere.yaml", "../out.yaml", "configs/loop.yaml"],
-                                          **POLICY_CFG}}, [MODEL])
+    root = pkg_with(
+        {
+            "configs/top.yaml": {
+                "config_paths": ["configs/nowhere.yaml", "../out.yaml", "configs/loop.yaml"],
+                **POLICY_CFG,
+            }
+        },
+        [MODEL],
+    )
     (root / "configs/loop.yaml").write_text("config_paths: [configs/top.yaml]\n")
     found = errors_of(root, R07, builtins)
     (missing,) = found["GR-CONFIG-NESTED-MISSING"]
@@ -80,8 +97,9 @@ def test_nested_problems_name_the_including_file_and_key(pkg_with, builtins) -> 
 
 def test_nested_entry_found_in_the_vendored_nemo_gym_wheel(pkg_with, builtins) -> None:
     """A wheels-v1 package vendoring nemo_gym reaches that wheel's files (Gym's install root)."""
-    root = pkg_with({"configs/top.yaml": {"config_paths": ["resources_servers/rs/configs/rs.yaml"], **POLICY_CFG}},
-                    [MODEL, RS])
+    root = pkg_with(
+        {"configs/top.yaml": {"config_paths": ["resources_servers/rs/configs/rs.yaml"], **POLICY_CFG}}, [MODEL, RS]
+    )
     wheel = root / "wheels" / "nemo_gym-0.7.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("nemo_gym/__init__.py", "")
@@ -89,7 +107,9 @@ def test_nested_entry_found_in_the_vendored_nemo_gym_wheel(pkg_with, builtins) -
         z.writestr("resources_servers/rs/configs/rs.yaml", json.dumps(rs()))
     m = build_config(load_package(root), None, POLICY, builtin_root=builtins)  # the release comes from the wheel
     assert m.release is not None and str(m.release.version) == "0.7.0"
-    assert m.instances["env"].source == "resources_servers/rs/configs/rs.yaml (in wheels/nemo_gym-0.7.0-py3-none-any.whl)"
+    assert (
+        m.instances["env"].source == "resources_servers/rs/configs/rs.yaml (in wheels/nemo_gym-0.7.0-py3-none-any.whl)"
+    )
 
 
 def test_renamed_config_path_is_used_with_a_warning_from_0_6(pkg_with, builtins) -> None:
@@ -104,14 +124,25 @@ def test_renamed_config_path_is_used_with_a_warning_from_0_6(pkg_with, builtins)
 
 # ------------------------------------------------------------------ templates
 def test_inherit_moves_the_template_and_keeps_provenance(pkg_with, builtins) -> None:
-    root = pkg_with({"configs/base.yaml": {**POLICY_CFG, **rs("template", judge="a", keep=1),
-                                           "copied": "${copy:template.resources_servers.rs.keep}"},
-                     "configs/bench.yaml": {"bench": {"_inherit_from": "template",
-                                                      "resources_servers": {"rs": {"judge": "b"}}}}},
-                    [MODEL, RS])
+    root = pkg_with(
+        {
+            "configs/base.yaml": {
+                **POLICY_CFG,
+                **rs("template", judge="a", keep=1),
+                "copied": "${copy:template.resources_servers.rs.keep}",
+            },
+            "configs/bench.yaml": {"bench": {"_inherit_from": "template", "resources_servers": {"rs": {"judge": "b"}}}},
+        },
+        [MODEL, RS],
+    )
     m = build(root, R04, builtins)
     assert "template" not in m.data and "template" not in m.instances
-    assert m.data["bench"]["resources_servers"]["rs"] == {"entrypoint": "app.py", "domain": "math", "judge": "b", "keep": 1}
+    assert m.data["bench"]["resources_servers"]["rs"] == {
+        "entrypoint": "app.py",
+        "domain": "math",
+        "judge": "b",
+        "keep": 1,
+    }
     assert m.data["copied"] == 1
     key = "bench.resources_servers.rs"
     assert m.sources.of(f"{key}.keep") == "configs/base.yaml" and m.sources.of(f"{key}.judge") == "configs/bench.yaml"
@@ -122,12 +153,21 @@ def test_inherit_moves_the_template_and_keeps_provenance(pkg_with, builtins) -> 
 
 
 def test_template_problems_all_at_once_with_file_and_key(pkg_with, builtins) -> None:
-    root = pkg_with({"configs/a.yaml": {**POLICY_CFG, **rs("template"),
-                                        "one": {"_inherit_from": "nothing_here"},
-                                        "two": "${inherit_from:template.nope}",
-                                        "three": {"_copy": "nada"},
-                                        "loop_a": {"_inherit_from": "loop_b"}, "loop_b": {"_inherit_from": "loop_a"},
-                                        "four": {"_inherit_from": "template", "_delete_key": "absent"}}}, [MODEL, RS])
+    root = pkg_with(
+        {
+            "configs/a.yaml": {
+                **POLICY_CFG,
+                **rs("template"),
+                "one": {"_inherit_from": "nothing_here"},
+                "two": "${inherit_from:template.nope}",
+                "three": {"_copy": "nada"},
+                "loop_a": {"_inherit_from": "loop_b"},
+                "loop_b": {"_inherit_from": "loop_a"},
+                "four": {"_inherit_from": "template", "_delete_key": "absent"},
+            }
+        },
+        [MODEL, RS],
+    )
     found = errors_of(root, R07, builtins)
     inherit = {v.key: v for v in found["GR-CONFIG-INHERIT"]}
     assert set(inherit) == {"one._inherit_from", "two", "three._copy"}
@@ -135,7 +175,8 @@ def test_template_problems_all_at_once_with_file_and_key(pkg_with, builtins) -> 
     assert "nothing_here" in inherit["one._inherit_from"].message
     (cycle,) = found["GR-CONFIG-INHERIT-CYCLE"]
     assert cycle.key in ("loop_a", "loop_b") and "loop_a -> loop_b -> loop_a" in cycle.message.replace(
-        "loop_b -> loop_a -> loop_b", "loop_a -> loop_b -> loop_a")
+        "loop_b -> loop_a -> loop_b", "loop_a -> loop_b -> loop_a"
+    )
     (delete,) = found["GR-CONFIG-DELETE-KEY"]
     assert (delete.file, delete.key) == ("configs/a.yaml", "four") and "absent" in delete.message
 
@@ -150,9 +191,17 @@ def test_delete_key_without_a_template_is_a_warning_as_gym_ignores_it(pkg_with, 
 
 # ------------------------------------------------------------------ agents
 def test_unbound_agent_is_composed_from_0_6_with_renames(pkg_with, builtins) -> None:
-    root = pkg_with({"configs/a.yaml": {**POLICY_CFG, **rs(), **agent("env_simple_agent", datasets=[{"name": "d"}]),
-                                        **agent("harness", "???", "hermes_agent", turns=3)}},
-                    [MODEL, RS, AGENT, ("responses_api_agents", "hermes_agent")])
+    root = pkg_with(
+        {
+            "configs/a.yaml": {
+                **POLICY_CFG,
+                **rs(),
+                **agent("env_simple_agent", datasets=[{"name": "d"}]),
+                **agent("harness", "???", "hermes_agent", turns=3),
+            }
+        },
+        [MODEL, RS, AGENT, ("responses_api_agents", "hermes_agent")],
+    )
     m = build(root, R06, builtins, ["env_hermes_agent.responses_api_agents.hermes_agent.turns=5"])
     assert "harness" not in m.data and "env_simple_agent" not in m.data
     inner = m.data["env_hermes_agent"]["responses_api_agents"]["hermes_agent"]
@@ -164,9 +213,17 @@ def test_unbound_agent_is_composed_from_0_6_with_renames(pkg_with, builtins) -> 
 
 
 def test_pairing_refused_names_the_declaring_key_and_is_waived(pkg_with, builtins, monkeypatch) -> None:
-    root = pkg_with({"configs/a.yaml": {**POLICY_CFG, **rs(allowed_agents=["simple_agent"]),
-                                        **agent("env_simple_agent"), **agent("harness", "???", "hermes_agent")}},
-                    [MODEL, RS, AGENT, ("responses_api_agents", "hermes_agent")])
+    root = pkg_with(
+        {
+            "configs/a.yaml": {
+                **POLICY_CFG,
+                **rs(allowed_agents=["simple_agent"]),
+                **agent("env_simple_agent"),
+                **agent("harness", "???", "hermes_agent"),
+            }
+        },
+        [MODEL, RS, AGENT, ("responses_api_agents", "hermes_agent")],
+    )
     (v,) = errors_of(root, R07, builtins)["GR-CONFIG-PAIRING"]
     assert (v.file, v.key) == ("configs/a.yaml", "env.resources_servers.rs.allowed_agents")
     assert "hermes_agent" in v.message and "NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING" in v.hint
@@ -176,8 +233,10 @@ def test_pairing_refused_names_the_declaring_key_and_is_waived(pkg_with, builtin
 
 
 def test_model_pairing_is_checked_from_0_7(pkg_with, builtins) -> None:
-    root = pkg_with({"configs/a.yaml": {**POLICY_CFG, **rs(allowed_model_types=["vllm_model"]), **agent("env_agent")}},
-                    [MODEL, RS, AGENT])
+    root = pkg_with(
+        {"configs/a.yaml": {**POLICY_CFG, **rs(allowed_model_types=["vllm_model"]), **agent("env_agent")}},
+        [MODEL, RS, AGENT],
+    )
     (v,) = errors_of(root, R07, builtins)["GR-CONFIG-PAIRING"]
     assert v.key == "env.resources_servers.rs.allowed_model_types" and "'policy_model' (m)" in v.message
     assert "env_agent" in build(root, R06, builtins).instances
@@ -187,41 +246,85 @@ def test_relay_generated_for_an_agent_without_environment_server_from_0_7(pkg_wi
     cfg = {**POLICY_CFG, **rs(), **agent("calendar_simple_agent")}
     root = pkg_with({"configs/a.yaml": cfg}, [MODEL, RS, AGENT])
     m = build(root, R07, builtins)
-    assert m.data["calendar_environment_server"] == {"environment_servers": {"legacy_agent": {
-        "entrypoint": "app.py", "agent_server": {"type": "responses_api_agents", "name": "calendar_simple_agent"}}}}
-    assert m.sources.of("calendar_environment_server") == "generated: legacy_agent relay for agent calendar_simple_agent"
-    assert not [w for w in m.warnings if w.code == "GR-CONFIG-RELAY"]  # written before environment servers: relayed quietly
+    assert m.data["calendar_environment_server"] == {
+        "environment_servers": {
+            "legacy_agent": {
+                "entrypoint": "app.py",
+                "agent_server": {"type": "responses_api_agents", "name": "calendar_simple_agent"},
+            }
+        }
+    }
+    assert (
+        m.sources.of("calendar_environment_server") == "generated: legacy_agent relay for agent calendar_simple_agent"
+    )
+    assert not [
+        w for w in m.warnings if w.code == "GR-CONFIG-RELAY"
+    ]  # written before environment servers: relayed quietly
     assert m.instances["calendar_environment_server"].server_dir.origin == "builtin"  # the built-in relay runs it
     assert "calendar_environment_server" not in build(root, R06, builtins).data
     (v,) = errors_of(root, R07, builtins, ["error_on_agent_without_environment_server=true"])[
-        "GR-CONFIG-NO-ENVIRONMENT-SERVER"]
+        "GR-CONFIG-NO-ENVIRONMENT-SERVER"
+    ]
     assert (v.file, v.key) == ("configs/a.yaml", "calendar_simple_agent")
-    other = {"other_server": {"environment_servers": {"legacy_agent": {
-        "entrypoint": "app.py", "agent_server": {"name": "other_agent"}}}}, **agent("other_agent")}
+    other = {
+        "other_server": {
+            "environment_servers": {"legacy_agent": {"entrypoint": "app.py", "agent_server": {"name": "other_agent"}}}
+        },
+        **agent("other_agent"),
+    }
     mixed = pkg_with({"configs/a.yaml": {**cfg, **other}}, [MODEL, RS, AGENT])  # (rewrites the same package)
     (w,) = [w for w in build(mixed, R07, builtins).warnings if w.code == "GR-CONFIG-RELAY"]
     assert "calendar_environment_server" in w.message and "error_on_agent_without_environment_server" in w.hint
 
 
 def test_environment_server_follows_an_agent_moved_by_inherit_from_0_7(pkg_with, builtins) -> None:
-    env = {"env_server": {"environment_servers": {"legacy_agent": {
-        "entrypoint": "app.py", "agent_server": {"type": "responses_api_agents", "name": "base_agent"}}}}}
-    root = pkg_with({"configs/a.yaml": {**POLICY_CFG, **rs(), **agent("base_agent"), **env,
-                                        "bench_agent": {"_inherit_from": "base_agent"}}}, [MODEL, RS, AGENT])
+    env = {
+        "env_server": {
+            "environment_servers": {
+                "legacy_agent": {
+                    "entrypoint": "app.py",
+                    "agent_server": {"type": "responses_api_agents", "name": "base_agent"},
+                }
+            }
+        }
+    }
+    root = pkg_with(
+        {
+            "configs/a.yaml": {
+                **POLICY_CFG,
+                **rs(),
+                **agent("base_agent"),
+                **env,
+                "bench_agent": {"_inherit_from": "base_agent"},
+            }
+        },
+        [MODEL, RS, AGENT],
+    )
     m = build(root, R07, builtins)
     assert m.data["env_server"]["environment_servers"]["legacy_agent"]["agent_server"]["name"] == "bench_agent"
     assert "bench_environment_server" not in m.data  # the agent has its environment server
 
 
 def test_dummy_model_merges_beneath_the_real_model(pkg_with, builtins) -> None:
-    root = pkg_with({"configs/a.yaml": {"policy_model": {"responses_api_models": {
-        "dummy_model": {"entrypoint": "app.py", "a": 1}, "m": {"b": 2}}}}}, [MODEL])
+    root = pkg_with(
+        {
+            "configs/a.yaml": {
+                "policy_model": {
+                    "responses_api_models": {"dummy_model": {"entrypoint": "app.py", "a": 1}, "m": {"b": 2}}
+                }
+            }
+        },
+        [MODEL],
+    )
     m = build(root, R04, builtins)
     assert m.data["policy_model"] == {"responses_api_models": {"m": {"entrypoint": "app.py", "a": 1, "b": 2}}}
 
 
 def test_skip_verification_reaches_agents_from_0_6(pkg_with, builtins) -> None:
-    root = pkg_with({"configs/a.yaml": {**POLICY_CFG, **rs(), **agent("env_agent"), "skip_verification": True}},
-                    [MODEL, RS, AGENT])
+    root = pkg_with(
+        {"configs/a.yaml": {**POLICY_CFG, **rs(), **agent("env_agent"), "skip_verification": True}}, [MODEL, RS, AGENT]
+    )
     assert build(root, R06, builtins).data["env_agent"]["responses_api_agents"]["simple_agent"]["skip_verification"]
-    assert "skip_verification" not in build(root, R04, builtins).data["env_agent"]["responses_api_agents"]["simple_agent"]
+    assert (
+        "skip_verification" not in build(root, R04, builtins).data["env_agent"]["responses_api_agents"]["simple_agent"]
+    )

@@ -37,12 +37,27 @@ def test_the_bundled_example_sets_max_steps_and_an_override_can_unset_it() -> No
     assert not [w for w in build_config(pkg, [], POLICY).warnings if w.code == "GR-CONFIG-NO-MAX-STEPS"]
     unset = build_config(pkg, ["code_lookup_agent.responses_api_agents.simple_agent.max_steps=null"], POLICY)
     assert [w.key for w in unset.warnings if w.code == "GR-CONFIG-NO-MAX-STEPS"] == [
-        "code_lookup_agent.responses_api_agents.simple_agent.max_steps"]
+        "code_lookup_agent.responses_api_agents.simple_agent.max_steps"
+    ]
 
 
 def test_config_prints_the_warning_and_succeeds(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "config", str(unbounded_copy(tmp_path)),
-                           "--policy-base-url", "http://127.0.0.1:1/v1", "--policy-model-name", "m"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "config",
+            str(unbounded_copy(tmp_path)),
+            "--policy-base-url",
+            "http://127.0.0.1:1/v1",
+            "--policy-model-name",
+            "m",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr
     assert "GR-CONFIG-NO-MAX-STEPS" in done.stdout + done.stderr

@@ -39,15 +39,20 @@ def test_configs_only_directory_hint_is_the_whole_fix(tmp_path: Path, capsys) ->
     root = make_package(tmp_path / "p", "native-v1")
     d = root / "resources_servers/acme_extra"
     (d / "configs").mkdir(parents=True)
-    (d / "configs/extra.yaml").write_text(yaml.safe_dump(
-        {"acme_extra": {"resources_servers": {"acme_extra": {"entrypoint": "app.py", "domain": "math"}}}}))
+    (d / "configs/extra.yaml").write_text(
+        yaml.safe_dump(
+            {"acme_extra": {"resources_servers": {"acme_extra": {"entrypoint": "app.py", "domain": "math"}}}}
+        )
+    )
     m = yaml.safe_load((root / "nemo-environment.yaml").read_text())
     m["config_paths"].append("resources_servers/acme_extra/configs/extra.yaml")
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(m))
     code, _, err = _run(capsys, "validate", str(root))
     assert code == 1 and "[GR-CONFIG-IMPLEMENTATION]" in err and "holds only configs/" in err
-    assert "add resources_servers/acme_extra/app.py (the entrypoint) and resources_servers/acme_extra/" \
-           "requirements.txt" in err
+    assert (
+        "add resources_servers/acme_extra/app.py (the entrypoint) and resources_servers/acme_extra/"
+        "requirements.txt" in err
+    )
     (d / "app.py").write_text("print('ok')\n")  # exactly what the hint says, nothing more
     (d / "requirements.txt").write_text("# none\n")
     code, out, err = _run(capsys, "validate", str(root))

@@ -41,54 +41,128 @@ from tests.helpers.gym_parser import GymParser, parser_python, parser_venv
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 
-RESOURCES_07 = [f"resources_servers/{c}.yaml" for c in (
-    "aegis_v4_safety/configs/aegis_v4_model", "arena_judge/configs/arena_judge", "bird_sql/configs/bird_sql",
-    "circle_count/configs/circle_count", "deepsearchqa/configs/deepsearchqa", "equivalence_llm_judge/configs/lc_judge",
-    "example_multi_turn_gymnasium/configs/example_multi_turn_gymnasium",
-    "false_statement_judge/configs/judge_nemotron3ultra", "gdp_pdf/configs/judge_model_openai",
-    "grl_tetris/configs/grl_tetris", "iheval/configs/iheval_serve", "interactive_browser/configs/interactive_browser",
-    "longmemeval/configs/longmemeval", "math_formal_lean/configs/math_formal_lean",
-    "math_proof_judgement/configs/math_proof_judgement", "mrcr/configs/mrcr", "nvarc/configs/transductive",
-    "physics_judge/configs/judge_openai", "ragtruth/configs/ragtruth_serve", "reasoning_gym/configs/reflection_agent",
-    "rolemrc/configs/rolemrc_serve", "scicode/configs/scicode",
-    "single_step_tool_use_with_argument_comparison/configs/single_step_tool_use_with_argument_comparison",
-    "string_match/configs/string_match", "swe_next/configs/swe_next", "swe_rebench/configs/swe_rebench_opencode",
-    "swemer_v1/configs/swemer_v1", "swerl_gen/configs/swerl_gen",
-    "terminal_multi_harness/configs/terminal_multi_harness_codex", "toolsandbox/configs/toolsandbox",
-    "vlm_eval_kit/configs/vlm_eval_kit", "xstest/configs/xstest",
-    "example_single_tool_call/configs/example_single_tool_call",
-    "example_single_tool_call/configs/example_single_tool_call_single_agent_turn",
-    "finance_sec_search/configs/finance_sec_search")]
-ENVIRONMENTS_07 = [f"environments/{n}/config.yaml" for n in (
-    "arc_agi", "biomnibench_da", "circle_click", "code_gen", "example_single_tool_call", "instruction_following",
-    "langgraph_parallel_thinking_math", "langgraph_rewoo_math", "nemo_user_sim", "opencode_reasoning_gym",
-    "prime_agent_reasoning_gym", "wordle")]
-BENCHMARKS_07 = [f"benchmarks/{n}/config.yaml" for n in (
-    "aalcr", "aime24", "apex25", "automationbench", "deepsearchqa", "global-piqa", "hmmt_nov25", "imo_proofbench",
-    "longcodebench", "mmlu-redux", "numb3rs", "ragtruth", "supergpqa")]
+RESOURCES_07 = [
+    f"resources_servers/{c}.yaml"
+    for c in (
+        "aegis_v4_safety/configs/aegis_v4_model",
+        "arena_judge/configs/arena_judge",
+        "bird_sql/configs/bird_sql",
+        "circle_count/configs/circle_count",
+        "deepsearchqa/configs/deepsearchqa",
+        "equivalence_llm_judge/configs/lc_judge",
+        "example_multi_turn_gymnasium/configs/example_multi_turn_gymnasium",
+        "false_statement_judge/configs/judge_nemotron3ultra",
+        "gdp_pdf/configs/judge_model_openai",
+        "grl_tetris/configs/grl_tetris",
+        "iheval/configs/iheval_serve",
+        "interactive_browser/configs/interactive_browser",
+        "longmemeval/configs/longmemeval",
+        "math_formal_lean/configs/math_formal_lean",
+        "math_proof_judgement/configs/math_proof_judgement",
+        "mrcr/configs/mrcr",
+        "nvarc/configs/transductive",
+        "physics_judge/configs/judge_openai",
+        "ragtruth/configs/ragtruth_serve",
+        "reasoning_gym/configs/reflection_agent",
+        "rolemrc/configs/rolemrc_serve",
+        "scicode/configs/scicode",
+        "single_step_tool_use_with_argument_comparison/configs/single_step_tool_use_with_argument_comparison",
+        "string_match/configs/string_match",
+        "swe_next/configs/swe_next",
+        "swe_rebench/configs/swe_rebench_opencode",
+        "swemer_v1/configs/swemer_v1",
+        "swerl_gen/configs/swerl_gen",
+        "terminal_multi_harness/configs/terminal_multi_harness_codex",
+        "toolsandbox/configs/toolsandbox",
+        "vlm_eval_kit/configs/vlm_eval_kit",
+        "xstest/configs/xstest",
+        "example_single_tool_call/configs/example_single_tool_call",
+        "example_single_tool_call/configs/example_single_tool_call_single_agent_turn",
+        "finance_sec_search/configs/finance_sec_search",
+    )
+]
+ENVIRONMENTS_07 = [
+    f"environments/{n}/config.yaml"
+    for n in (
+        "arc_agi",
+        "biomnibench_da",
+        "circle_click",
+        "code_gen",
+        "example_single_tool_call",
+        "instruction_following",
+        "langgraph_parallel_thinking_math",
+        "langgraph_rewoo_math",
+        "nemo_user_sim",
+        "opencode_reasoning_gym",
+        "prime_agent_reasoning_gym",
+        "wordle",
+    )
+]
+BENCHMARKS_07 = [
+    f"benchmarks/{n}/config.yaml"
+    for n in (
+        "aalcr",
+        "aime24",
+        "apex25",
+        "automationbench",
+        "deepsearchqa",
+        "global-piqa",
+        "hmmt_nov25",
+        "imo_proofbench",
+        "longcodebench",
+        "mmlu-redux",
+        "numb3rs",
+        "ragtruth",
+        "supergpqa",
+    )
+]
 # the configs whose implementations are nested (``conversational_tool_use/simulation``: a tree
 # ``responses_api_agents/conversational_tool_use/simulation/``), all five of the 0.7.0 wheel; the
 # simulation agent's own config names a resources server only the first one defines, so both
 # parsers refuse it on its own (ServerRefNotFoundError)
 NESTED_07 = ["resources_servers/conversational_tool_use_simulation/configs/conversational_tool_use_simulation.yaml"] + [
     f"responses_api_agents/conversational_tool_use/{n}/configs/conversational_tool_use_{n}.yaml"
-    for n in ("domain_generation", "policy_tool_generation", "scenario_generation")]
-NESTED_REFUSED_07 = ["responses_api_agents/conversational_tool_use/simulation/configs/"
-                     "conversational_tool_use_simulation.yaml"]
-CONFIGS_04 = [f"resources_servers/{c}.yaml" for c in (
-    "arc_agi/configs/arc_agi", "aviary/configs/gsm8k_aviary", "bigcodebench/configs/bigcodebench",
-    "calendar/configs/calendar", "code_gen/configs/code_gen", "example_multi_step/configs/example_multi_step",
-    "example_single_tool_call/configs/example_single_tool_call", "math_with_judge/configs/math_with_judge",
-    "mcqa/configs/mcqa", "reasoning_gym/configs/reasoning_gym", "workplace_assistant/configs/workplace_assistant",
-    "xlam_fc/configs/xlam_fc", "aviary/configs/bbh_remote")] + [f"benchmarks/{n}/config.yaml" for n in (
-        "aime24", "aime25", "gpqa", "ifeval", "math-500", "minif2f", "putnam_bench")]
-REFUSED = {"0.7.0": ["resources_servers/aalcr/configs/aalcr.yaml", "environments/abstention/config.yaml",
-                     "resources_servers/cvdp/configs/cvdp.yaml", *NESTED_REFUSED_07],
-           "0.4.0": ["resources_servers/aalcr/configs/aalcr.yaml"]}
+    for n in ("domain_generation", "policy_tool_generation", "scenario_generation")
+]
+NESTED_REFUSED_07 = [
+    "responses_api_agents/conversational_tool_use/simulation/configs/conversational_tool_use_simulation.yaml"
+]
+CONFIGS_04 = [
+    f"resources_servers/{c}.yaml"
+    for c in (
+        "arc_agi/configs/arc_agi",
+        "aviary/configs/gsm8k_aviary",
+        "bigcodebench/configs/bigcodebench",
+        "calendar/configs/calendar",
+        "code_gen/configs/code_gen",
+        "example_multi_step/configs/example_multi_step",
+        "example_single_tool_call/configs/example_single_tool_call",
+        "math_with_judge/configs/math_with_judge",
+        "mcqa/configs/mcqa",
+        "reasoning_gym/configs/reasoning_gym",
+        "workplace_assistant/configs/workplace_assistant",
+        "xlam_fc/configs/xlam_fc",
+        "aviary/configs/bbh_remote",
+    )
+] + [
+    f"benchmarks/{n}/config.yaml" for n in ("aime24", "aime25", "gpqa", "ifeval", "math-500", "minif2f", "putnam_bench")
+]
+REFUSED = {
+    "0.7.0": [
+        "resources_servers/aalcr/configs/aalcr.yaml",
+        "environments/abstention/config.yaml",
+        "resources_servers/cvdp/configs/cvdp.yaml",
+        *NESTED_REFUSED_07,
+    ],
+    "0.4.0": ["resources_servers/aalcr/configs/aalcr.yaml"],
+}
 # (config, key path) -> why the value differs; mirrored in docs/environment-packages.md
-KNOWN = {("resources_servers/finance_sec_search/configs/finance_sec_search.yaml",
-          "finance_sec_search_resources_server.cache_dir"):
-         "Gym's launcher fills the top-level cache_dir with a path under its working directory; the runtime does not"}
+KNOWN = {
+    (
+        "resources_servers/finance_sec_search/configs/finance_sec_search.yaml",
+        "finance_sec_search_resources_server.cache_dir",
+    ): "Gym's launcher fills the top-level cache_dir with a path under its working directory; the runtime does not"
+}
 NULL_REFUSAL = re.compile(r"^\s*\[(GR-[A-Z-]+)\] [^:]+: ([\w.]+): is null", re.M)
 VALUES = {"policy_base_url": "http://127.0.0.1:8000/v1", "policy_api_key": "parity-key", "policy_model_name": "m"}
 
@@ -99,7 +173,9 @@ NULL_DEFAULT = re.compile(rb"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*),\s*null\}")
 def key_variables(wheel: Path) -> dict[str, str]:
     """A value for every variable behind a ``${oc.env:VAR,null}`` default in the wheel's YAML files."""
     with zipfile.ZipFile(wheel) as z:
-        found = {m.decode() for n in z.namelist() if n.endswith((".yaml", ".yml")) for m in NULL_DEFAULT.findall(z.read(n))}
+        found = {
+            m.decode() for n in z.namelist() if n.endswith((".yaml", ".yml")) for m in NULL_DEFAULT.findall(z.read(n))
+        }
     return {v: f"parity-{v.lower()}" for v in sorted(found)}
 
 
@@ -156,8 +232,19 @@ def ours_json(pkg: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, dict[str
     monkeypatch.setenv("PARITY_POLICY_KEY", VALUES["policy_api_key"])
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["config", str(pkg), "--json", "--policy-base-url", VALUES["policy_base_url"],
-                   "--policy-model-name", VALUES["policy_model_name"], "--policy-api-key-env", "PARITY_POLICY_KEY"])
+        rc = main(
+            [
+                "config",
+                str(pkg),
+                "--json",
+                "--policy-base-url",
+                VALUES["policy_base_url"],
+                "--policy-model-name",
+                VALUES["policy_model_name"],
+                "--policy-api-key-env",
+                "PARITY_POLICY_KEY",
+            ]
+        )
     return rc, json.loads(out.getvalue()) if rc == 0 else {}, err.getvalue()
 
 
@@ -171,8 +258,9 @@ def test_the_lists_cover_what_parity_needs() -> None:
     assert len(NESTED_07 + NESTED_REFUSED_07) == 5  # every config of the 0.7.0 wheel naming a nested implementation
 
 
-def mismatches(version: str, wheel: Path, parser: GymParser, config: str, root: Path,
-               monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def mismatches(
+    version: str, wheel: Path, parser: GymParser, config: str, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
     """How ``config`` (bundled under ``root``) parses differently in gym-runtime than in Gym (module doc)."""
     types = release_for(version, "parity").server_types
     pkg = bundle_package(wheel, config, root)
@@ -186,24 +274,36 @@ def mismatches(version: str, wheel: Path, parser: GymParser, config: str, root: 
         return []
     assert rc == 0, f"{config}: gym-runtime refused what Gym accepts: {err}"
     g, o = instances(gym["config"], types), instances(ours["config"], types)
-    diffs = [f"instances only Gym has: {sorted(set(g) - set(o))}; only gym-runtime: {sorted(set(o) - set(g))}"] \
-        if set(g) != set(o) else []
+    diffs = (
+        [f"instances only Gym has: {sorted(set(g) - set(o))}; only gym-runtime: {sorted(set(o) - set(g))}"]
+        if set(g) != set(o)
+        else []
+    )
     for name in sorted(set(g) & set(o)):
         if g[name][:2] != o[name][:2]:
             diffs.append(f"{name}: {g[name][:2]} vs {o[name][:2]}")
         diffs += [d for d in differences(g[name][2], o[name][2], name) if (config, d.split(":")[0]) not in KNOWN]
     runs = {s["name"]: s for s in ours["servers"]}
-    diffs += [f"{name}: in the config but not a server instance gym-runtime runs" for name in o
-              if o[name][0] in SERVER_TYPES_RUN and name not in runs]
-    diffs += [f"{name}: gym-runtime runs implementation {runs[name]['implementation']!r}, Gym's config names "
-              f"{o[name][1]!r}" for name in o if name in runs and runs[name]["implementation"] != o[name][1]]
+    diffs += [
+        f"{name}: in the config but not a server instance gym-runtime runs"
+        for name in o
+        if o[name][0] in SERVER_TYPES_RUN and name not in runs
+    ]
+    diffs += [
+        f"{name}: gym-runtime runs implementation {runs[name]['implementation']!r}, Gym's config names {o[name][1]!r}"
+        for name in o
+        if name in runs and runs[name]["implementation"] != o[name][1]
+    ]
     return diffs
 
 
 def test_server_blocks_match_gyms_parser(release, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     version, wheel, parser = release
-    found = {config: diffs for n, config in enumerate(case_list(version))
-             if (diffs := mismatches(version, wheel, parser, config, tmp_path / str(n), monkeypatch))}
+    found = {
+        config: diffs
+        for n, config in enumerate(case_list(version))
+        if (diffs := mismatches(version, wheel, parser, config, tmp_path / str(n), monkeypatch))
+    }
     assert not found, json.dumps(found, indent=1)
 
 
@@ -214,8 +314,11 @@ def test_nested_implementations_match_gyms_parser(release, tmp_path: Path, monke
     version, wheel, parser = release
     if version != "0.7.0":
         pytest.skip("nested implementations arrived with NeMo Gym 0.7.0")
-    found = {config: diffs for n, config in enumerate(NESTED_07)
-             if (diffs := mismatches(version, wheel, parser, config, tmp_path / str(n), monkeypatch))}
+    found = {
+        config: diffs
+        for n, config in enumerate(NESTED_07)
+        if (diffs := mismatches(version, wheel, parser, config, tmp_path / str(n), monkeypatch))
+    }
     assert not found, json.dumps(found, indent=1)
     _, ours, _ = ours_json(tmp_path / "0", monkeypatch)
     agent = next(s for s in ours["servers"] if s["name"] == "conversational_tool_use_agent")
@@ -235,4 +338,3 @@ def test_configs_gym_refuses_are_refused(release, tmp_path: Path, monkeypatch: p
         assert "error" in parser.parse(pkg, [POLICY, config], VALUES), config
         rc, _, err = ours_json(pkg, monkeypatch)
         assert rc == 1 and "error[GR-CONFIG" in err, f"{config}: {err}"
-

@@ -19,9 +19,15 @@ def inst(stype: str, impl: str, **inner) -> dict:
 
 
 def base() -> dict:
-    return {"policy_model": inst(*MODEL), "res": inst(*RS, domain="math"),
-            "agent": inst(*AG, resources_server={"type": "resources_servers", "name": "res"},
-                          model_server={"type": "responses_api_models", "name": "policy_model"})}
+    return {
+        "policy_model": inst(*MODEL),
+        "res": inst(*RS, domain="math"),
+        "agent": inst(
+            *AG,
+            resources_server={"type": "resources_servers", "name": "res"},
+            model_server={"type": "responses_api_models", "name": "policy_model"},
+        ),
+    }
 
 
 def _v(err, code: str):
@@ -36,9 +42,16 @@ def test_valid_instances(pkg_with, build) -> None:
     assert list(m.instances) == ["policy_model", "res", "agent", "agent_environment_server"]
     a = m.instances["agent"]
     assert (a.server_type, a.implementation, a.server_dir.origin, a.source) == (
-        "responses_api_agents", "a", "package", "configs/a.yaml")
-    assert {(r.instance, r.name) for r in m.refs} == {("agent", "res"), ("agent", "policy_model"),
-                                                      ("agent_environment_server", "agent")}
+        "responses_api_agents",
+        "a",
+        "package",
+        "configs/a.yaml",
+    )
+    assert {(r.instance, r.name) for r in m.refs} == {
+        ("agent", "res"),
+        ("agent", "policy_model"),
+        ("agent_environment_server", "agent"),
+    }
 
 
 def test_implementation_found_in_builtins_package_first(pkg_with, build, builtins: Path) -> None:
@@ -68,8 +81,10 @@ def test_instance_name_with_dot(pkg_with, build) -> None:
 
 
 def test_two_implementations_name_both_and_their_files(pkg_with, build) -> None:
-    root = pkg_with({"configs/a.yaml": base(), "configs/b.yaml": {"policy_model": inst("responses_api_models", "n")}},
-                    [MODEL, RS, AG, ("responses_api_models", "n")])
+    root = pkg_with(
+        {"configs/a.yaml": base(), "configs/b.yaml": {"policy_model": inst("responses_api_models", "n")}},
+        [MODEL, RS, AG, ("responses_api_models", "n")],
+    )
     with pytest.raises(ConfigError) as e:
         build(root)
     (v,) = e.value.violations
@@ -110,8 +125,9 @@ def test_domain_reported_even_when_implementation_missing(pkg_with, build) -> No
 def test_duplicate_ports_name_both_instances_and_files(pkg_with, build) -> None:
     cfg = base()
     cfg["res"]["resources_servers"]["r"]["port"] = 9100
-    root = pkg_with({"configs/a.yaml": cfg, "configs/b.yaml": {"res2": inst(*RS, domain="math", port=9100)}},
-                    [MODEL, RS, AG])
+    root = pkg_with(
+        {"configs/a.yaml": cfg, "configs/b.yaml": {"res2": inst(*RS, domain="math", port=9100)}}, [MODEL, RS, AG]
+    )
     with pytest.raises(ConfigError) as e:
         build(root)
     (v,) = _v(e.value, "GR-CONFIG-PORT-DUPLICATE")

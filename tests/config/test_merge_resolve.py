@@ -16,10 +16,18 @@ def policy_cfg(**inner) -> dict:
 
 
 def test_later_files_win_then_overrides_then_policy(pkg_with, build) -> None:
-    root = pkg_with({"configs/a.yaml": {**policy_cfg(base_url="${policy_base_url}", temp=1), "x": {"y": 1, "z": 1}},
-                     "configs/b.yaml": {"x": {"y": 2}, "policy_base_url": "http://file/v1"}}, [MODEL])
-    m = build(root, ["x.z=3", "++x.w=4", "policy_model_name=from-override"],
-              PolicyValues(["http://a/v1", "http://b/v1"], None, None))
+    root = pkg_with(
+        {
+            "configs/a.yaml": {**policy_cfg(base_url="${policy_base_url}", temp=1), "x": {"y": 1, "z": 1}},
+            "configs/b.yaml": {"x": {"y": 2}, "policy_base_url": "http://file/v1"},
+        },
+        [MODEL],
+    )
+    m = build(
+        root,
+        ["x.z=3", "++x.w=4", "policy_model_name=from-override"],
+        PolicyValues(["http://a/v1", "http://b/v1"], None, None),
+    )
     assert m.data["x"] == {"y": 2, "z": 3, "w": 4}
     assert m.data["policy_base_url"] == ["http://a/v1", "http://b/v1"]
     assert m.data["policy_model"]["responses_api_models"]["m"]["base_url"] == ["http://a/v1", "http://b/v1"]
@@ -30,10 +38,21 @@ def test_later_files_win_then_overrides_then_policy(pkg_with, build) -> None:
 
 
 def test_missing_and_interpolations_all_reported_at_once(pkg_with, build) -> None:
-    root = pkg_with({"configs/a.yaml": {**policy_cfg(base_url="${policy_base_url}", api_key="${policy_api_key}",
-                                                      model="${policy_model_name}", judge="???",
-                                                      other="${nowhere.deep}", env="${oc.env:GR_TEST_UNSET_VAR}")}},
-                    [MODEL])
+    root = pkg_with(
+        {
+            "configs/a.yaml": {
+                **policy_cfg(
+                    base_url="${policy_base_url}",
+                    api_key="${policy_api_key}",
+                    model="${policy_model_name}",
+                    judge="???",
+                    other="${nowhere.deep}",
+                    env="${oc.env:GR_TEST_UNSET_VAR}",
+                )
+            }
+        },
+        [MODEL],
+    )
     with pytest.raises(MissingValuesError) as e:
         build(root, policy=None)
     err = e.value
@@ -60,8 +79,10 @@ def test_top_level_missing_policy_key_hint_names_flag(pkg_with, build) -> None:
 
 
 def test_secret_hints_never_suggest_a_command_line(pkg_with, build) -> None:
-    root = pkg_with({"configs/a.yaml": {**policy_cfg(api_key="???", auth_token="${vault_token}", judge="???",
-                                                      other="${nowhere}")}}, [MODEL])
+    root = pkg_with(
+        {"configs/a.yaml": {**policy_cfg(api_key="???", auth_token="${vault_token}", judge="???", other="${nowhere}")}},
+        [MODEL],
+    )
     with pytest.raises(MissingValuesError) as e:
         build(root, policy=None)
     pre = "policy_model.responses_api_models.m."
@@ -75,8 +96,18 @@ def test_secret_hints_never_suggest_a_command_line(pkg_with, build) -> None:
 
 def test_missing_value_inside_list_and_resolver_default(pkg_with, build, monkeypatch) -> None:
     monkeypatch.delenv("GR_TEST_UNSET_VAR", raising=False)
-    root = pkg_with({"configs/a.yaml": {**policy_cfg(urls=["ok", "???"], key="${oc.env:GR_TEST_UNSET_VAR,???}",
-                                                      dec="${oc.decode:${oc.env:GR_TEST_UNSET_VAR,???}}")}}, [MODEL])
+    root = pkg_with(
+        {
+            "configs/a.yaml": {
+                **policy_cfg(
+                    urls=["ok", "???"],
+                    key="${oc.env:GR_TEST_UNSET_VAR,???}",
+                    dec="${oc.decode:${oc.env:GR_TEST_UNSET_VAR,???}}",
+                )
+            }
+        },
+        [MODEL],
+    )
     with pytest.raises(MissingValuesError) as e:
         build(root)
     keys = {v.key for v in e.value.violations}
@@ -84,18 +115,29 @@ def test_missing_value_inside_list_and_resolver_default(pkg_with, build, monkeyp
     assert keys == {pre + "urls[1]", pre + "key", pre + "dec"}
 
 
-def test_an_empty_default_of_the_authors_own_is_accepted_an_empty_variable_is_not(pkg_with, build,
-                                                                                  monkeypatch) -> None:
+def test_an_empty_default_of_the_authors_own_is_accepted_an_empty_variable_is_not(pkg_with, build, monkeypatch) -> None:
     # NeMo Gym 0.7.0's optional keys read `${oc.env:VAR,''}`: Gym resolves them to '' and so does the
     # runtime; a variable set but empty, read without a default of the author's own, is still missing
     monkeypatch.delenv("GR_TEST_UNSET_VAR", raising=False)
     monkeypatch.setenv("GR_TEST_EMPTY_VAR", "")
-    ok = build(pkg_with({"configs/a.yaml": policy_cfg(opt="${oc.env:GR_TEST_UNSET_VAR,''}",
-                                                      also="${oc.env:GR_TEST_EMPTY_VAR,''}")}, [MODEL]))
+    ok = build(
+        pkg_with(
+            {"configs/a.yaml": policy_cfg(opt="${oc.env:GR_TEST_UNSET_VAR,''}", also="${oc.env:GR_TEST_EMPTY_VAR,''}")},
+            [MODEL],
+        )
+    )
     assert ok.instances["policy_model"].config["opt"] == "" == ok.instances["policy_model"].config["also"]
     with pytest.raises(MissingValuesError) as e:
-        build(pkg_with({"configs/a.yaml": policy_cfg(key="${oc.env:GR_TEST_EMPTY_VAR}",
-                                                     req="${oc.env:GR_TEST_EMPTY_VAR,???}")}, [MODEL]))
+        build(
+            pkg_with(
+                {
+                    "configs/a.yaml": policy_cfg(
+                        key="${oc.env:GR_TEST_EMPTY_VAR}", req="${oc.env:GR_TEST_EMPTY_VAR,???}"
+                    )
+                },
+                [MODEL],
+            )
+        )
     assert {v.key.rsplit(".", 1)[1] for v in e.value.violations} == {"key", "req"}
 
 
@@ -106,9 +148,18 @@ def test_no_leaf_is_still_the_missing_marker(pkg_with, build) -> None:
     assert [v.key for v in e.value.violations] == ["marker"]
 
 
-@pytest.mark.parametrize("body,expect", [("a: [1\n", "line"), ("- a\n", "mapping"), (b"a: \xff\n", "UTF-8"),
-                                         ("1: x\n", "strings"), ("a: 2020-01-01\n", "date"),
-                                         ("a: !!binary aGVsbG8=\n", "bytes"), ("a: !!set {x}\n", "set")])
+@pytest.mark.parametrize(
+    "body,expect",
+    [
+        ("a: [1\n", "line"),
+        ("- a\n", "mapping"),
+        (b"a: \xff\n", "UTF-8"),
+        ("1: x\n", "strings"),
+        ("a: 2020-01-01\n", "date"),
+        ("a: !!binary aGVsbG8=\n", "bytes"),
+        ("a: !!set {x}\n", "set"),
+    ],
+)
 def test_bad_config_files_name_the_file(pkg_with, build, body, expect) -> None:
     root = pkg_with({"configs/a.yaml": policy_cfg(), "configs/bad.yaml": body}, [MODEL])
     with pytest.raises(ConfigError) as e:

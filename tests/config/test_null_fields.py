@@ -52,8 +52,10 @@ def test_a_null_from_an_unset_variable_copied_into_a_str_field_is_refused(pkg_wi
         build(_package(pkg_with))
     (v,) = [v for v in e.value.violations if v.code == "GR-CONFIG-NULL"]
     assert v.key == KEY and v.file == "configs/judge.yaml", v
-    assert f"is null ({VAR} is not set), but responses_api_models/judge/app.py:6 JudgeConfig.openai_api_key: str" \
+    assert (
+        f"is null ({VAR} is not set), but responses_api_models/judge/app.py:6 JudgeConfig.openai_api_key: str"
         in v.message
+    )
     assert v.hint == f"export {VAR}"
 
 
@@ -63,12 +65,16 @@ def test_a_set_variable_a_nullable_field_or_a_converting_class_pass(pkg_with, bu
     block = merged.data["judge_model"]["responses_api_models"]["judge"]
     assert block["openai_api_key"] == "sk-judge" and block["organization"] is None
     monkeypatch.delenv(VAR)
-    converting = APP.replace("        organization: Optional[str] = None\n",
-                             "        organization: Optional[str] = None\n\n"
-                             "        @field_validator('openai_api_key', mode='before')\n"
-                             "        def blank(cls, v):\n            return v or ''\n")
-    assert build(_package(pkg_with, converting)).data["judge_model"]["responses_api_models"]["judge"][
-        "openai_api_key"] is None
+    converting = APP.replace(
+        "        organization: Optional[str] = None\n",
+        "        organization: Optional[str] = None\n\n"
+        "        @field_validator('openai_api_key', mode='before')\n"
+        "        def blank(cls, v):\n            return v or ''\n",
+    )
+    assert (
+        build(_package(pkg_with, converting)).data["judge_model"]["responses_api_models"]["judge"]["openai_api_key"]
+        is None
+    )
 
 
 def test_a_literal_null_names_the_key_to_give(pkg_with, build) -> None:

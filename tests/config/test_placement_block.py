@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gym_runtime.config.placement import ANY_NODE_MEMORY, DEFAULT_NUM_CPUS, RELAY_NUM_CPUS, Placement, default_num_cpus, placement_of
+from gym_runtime.config.placement import (
+    ANY_NODE_MEMORY,
+    DEFAULT_NUM_CPUS,
+    RELAY_NUM_CPUS,
+    Placement,
+    default_num_cpus,
+    placement_of,
+)
 from gym_runtime.errors import ConfigError
 from tests.config.test_instances_refs import AG, MODEL, RS, base
 
@@ -24,22 +31,42 @@ def _placement_violations(pkg_with, build, block) -> list:
 
 
 def test_a_full_block_is_accepted_and_read(pkg_with, build) -> None:
-    block = {"num_cpus": 1, "num_gpus": 0, "memory": "2GiB", "resources": {"judge_slots": 1},
-             "labels": {"pool": "cpu-heavy"}, "replicas": 3}
+    block = {
+        "num_cpus": 1,
+        "num_gpus": 0,
+        "memory": "2GiB",
+        "resources": {"judge_slots": 1},
+        "labels": {"pool": "cpu-heavy"},
+        "replicas": 3,
+    }
     m = build(pkg_with({"configs/a.yaml": _with(block)}, [MODEL, RS, AG]))
     p = placement_of(m.instances["res"].config)
     assert (p.num_cpus, int(p.memory), p.resources, p.labels, p.replicas) == (
-        1.0, 2 * 1024 ** 3, {"judge_slots": 1.0}, {"pool": "cpu-heavy"}, 3)
-    assert p.ray_options() == {"num_cpus": 1.0, "num_gpus": 0.0, "memory": 2 * 1024 ** 3,
-                               "resources": {"judge_slots": 1.0}, "label_selector": {"pool": "cpu-heavy"}}
+        1.0,
+        2 * 1024**3,
+        {"judge_slots": 1.0},
+        {"pool": "cpu-heavy"},
+        3,
+    )
+    assert p.ray_options() == {
+        "num_cpus": 1.0,
+        "num_gpus": 0.0,
+        "memory": 2 * 1024**3,
+        "resources": {"judge_slots": 1.0},
+        "label_selector": {"pool": "cpu-heavy"},
+    }
 
 
 def test_a_replica_asking_for_nothing_still_asks_for_one_byte() -> None:
     """Ray sends an actor that asks for no resource to a node it picks among those it holds alive,
     label selector unread: after a node's loss, possibly the lost node (docs/scale-out.md)."""
     relay = Placement(num_cpus=RELAY_NUM_CPUS, labels={"pool": "a"})
-    assert relay.ray_options() == {"num_cpus": 0.0, "num_gpus": 0, "memory": ANY_NODE_MEMORY,
-                                   "label_selector": {"pool": "a"}}
+    assert relay.ray_options() == {
+        "num_cpus": 0.0,
+        "num_gpus": 0,
+        "memory": ANY_NODE_MEMORY,
+        "label_selector": {"pool": "a"},
+    }
     assert "memory" not in Placement().ray_options()  # asks for CPU: the scheduler reads the selector
     assert "memory" not in Placement(num_cpus=0, resources={"slots": 1}).ray_options()
 
@@ -57,15 +84,18 @@ def test_unknown_key_names_file_key_path_and_the_near_key(pkg_with, build) -> No
     assert "unknown placement key `num_cpu`" in v.message and "did you mean `num_cpus`" in v.hint
 
 
-@pytest.mark.parametrize("block, key, words", [
-    ({"num_cpus": "two"}, "num_cpus", "valid number, got 'two'"),
-    ({"replicas": 0}, "replicas", "greater than or equal to 1"),
-    ({"replicas": True}, "replicas", "valid integer, got True"),
-    ({"labels": {"pool": True}}, "labels.pool", "valid string, got True"),
-    ({"memory": "lots"}, "memory", "could not parse"),
-    ({"resources": {"CPU": 2}}, "resources.CPU", "Ray's built-in resources"),
-    ({"retry_run_on_node_loss": "yes"}, "retry_run_on_node_loss", "valid boolean, got 'yes'"),
-])
+@pytest.mark.parametrize(
+    "block, key, words",
+    [
+        ({"num_cpus": "two"}, "num_cpus", "valid number, got 'two'"),
+        ({"replicas": 0}, "replicas", "greater than or equal to 1"),
+        ({"replicas": True}, "replicas", "valid integer, got True"),
+        ({"labels": {"pool": True}}, "labels.pool", "valid string, got True"),
+        ({"memory": "lots"}, "memory", "could not parse"),
+        ({"resources": {"CPU": 2}}, "resources.CPU", "Ray's built-in resources"),
+        ({"retry_run_on_node_loss": "yes"}, "retry_run_on_node_loss", "valid boolean, got 'yes'"),
+    ],
+)
 def test_wrong_types_and_values_name_the_key(pkg_with, build, block, key, words) -> None:
     (v,) = _placement_violations(pkg_with, build, block)
     assert v.key == f"res.resources_servers.r.placement.{key}" and v.file == "configs/a.yaml"

@@ -7,14 +7,41 @@ import pytest
 from gym_runtime.config.redact import holds_a_secret, is_secret_key
 
 
-@pytest.mark.parametrize("key", ["api_key", "openai_api_key", "policy_api_key", "apiKey", "hf_token", "token",
-                                 "access_token", "password", "db_password", "client_secret", "SECRET", "Authorization"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "api_key",
+        "openai_api_key",
+        "policy_api_key",
+        "apiKey",
+        "hf_token",
+        "token",
+        "access_token",
+        "password",
+        "db_password",
+        "client_secret",
+        "SECRET",
+        "Authorization",
+    ],
+)
 def test_secret_keys(key: str) -> None:
     assert is_secret_key(key)
 
 
-@pytest.mark.parametrize("key", ["return_token_id_information", "max_tokens", "max_output_tokens", "tokenizer",
-                                 "base_url", "model", "num_tokens", "keyword", "monkey"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "return_token_id_information",
+        "max_tokens",
+        "max_output_tokens",
+        "tokenizer",
+        "base_url",
+        "model",
+        "num_tokens",
+        "keyword",
+        "monkey",
+    ],
+)
 def test_not_secret_keys(key: str) -> None:
     assert not is_secret_key(key)
 

@@ -26,18 +26,31 @@ async def start_sandbox(work: Path, level: str | None = None):
     return await Sandbox.start(EgressPolicy.from_environ({}, policy_endpoints=[]), work, level=level)
 
 
-async def add_member(sup: Supervisor, sb, name: str, argv: list[str], cwd: Path, logs: Path,
-                     port: int | None = None, probe_path: str | None = "/", env: dict | None = None,
-                     kind: str = "server") -> Member:
+async def add_member(
+    sup: Supervisor,
+    sb,
+    name: str,
+    argv: list[str],
+    cwd: Path,
+    logs: Path,
+    port: int | None = None,
+    probe_path: str | None = "/",
+    env: dict | None = None,
+    kind: str = "server",
+) -> Member:
     """A member running ``argv`` (``{port}`` substituted) with the daemon's own interpreter; ``kind``
     as the daemon gives it (``server``, ``model`` for the stub model, ``ray`` for the Ray head)."""
     from sandbox import ProcessSpec
 
     port = port or sb.allocate_port()
     argv = [a.replace("{port}", str(port)) for a in argv]
-    spec = ProcessSpec(name, argv, cwd, {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": str(cwd),
-                                         **(env or {})},
-                       read_only_paths=[cwd, Path(sys.prefix)])
+    spec = ProcessSpec(
+        name,
+        argv,
+        cwd,
+        {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": str(cwd), **(env or {})},
+        read_only_paths=[cwd, Path(sys.prefix)],
+    )
     m = Member(name, kind, spec, sb, LogSink(logs / f"{name}.log"), port=port, probe_path=probe_path)
     m.public = tuple(await sb.publish(port))
     sup.add(m)
@@ -45,8 +58,14 @@ async def add_member(sup: Supervisor, sb, name: str, argv: list[str], cwd: Path,
 
 
 def fast_options(**kw) -> SuperviseOptions:
-    base = dict(server_ready_timeout_s=20, startup_timeout_s=60, backoff_s=0.1, backoff_max_s=0.4,
-                shutdown_grace_s=2, max_restarts=2)
+    base = dict(
+        server_ready_timeout_s=20,
+        startup_timeout_s=60,
+        backoff_s=0.1,
+        backoff_max_s=0.4,
+        shutdown_grace_s=2,
+        max_restarts=2,
+    )
     base.update(kw)
     return SuperviseOptions(**base)
 
@@ -67,10 +86,13 @@ def running_stub(model: str = "acme-policy-7b", *extra: str, api_key: str | None
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.stub_model", "--port", str(port), "--model",
-                             model, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env={**os.environ, **({"STUB_MODEL_API_KEY": api_key} if api_key
-                                                                         else {})})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym_runtime.stub_model", "--port", str(port), "--model", model, *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, **({"STUB_MODEL_API_KEY": api_key} if api_key else {})},
+    )
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 30

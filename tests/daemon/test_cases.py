@@ -17,8 +17,16 @@ import pytest
 from gym_runtime.errors import GymRuntimeError
 from gym_runtime.ray_target import choose, wait_reachable
 from tests.helpers.cases import case_dir, case_package
-from tests.helpers.daemon import (FIXTURE_APP, cmdline, descendants, kill_tree, read_ready_line, simple_env, up_process,
-                                  wait_gone)
+from tests.helpers.daemon import (
+    FIXTURE_APP,
+    cmdline,
+    descendants,
+    kill_tree,
+    read_ready_line,
+    simple_env,
+    up_process,
+    wait_gone,
+)
 
 C04_DOMAINS = [f"{n}.resources_servers.{n}.domain=math" for n in ("acme_math", "acme_judge", "acme_tools")]
 
@@ -66,8 +74,17 @@ def test_c04_automatic_ports_avoid_assigned_ones(tmp_path: Path) -> None:
     except OSError:
         pytest.skip("port 8000 is taken on this host by something else")
     free.close()
-    proc = up_process(pkg, tmp_path, "--isolation", "none", "--model-endpoint-timeout", "0", *C04_DOMAINS,
-                      "acme_tools.resources_servers.acme_tools.port=9101", "head_server.port=0")
+    proc = up_process(
+        pkg,
+        tmp_path,
+        "--isolation",
+        "none",
+        "--model-endpoint-timeout",
+        "0",
+        *C04_DOMAINS,
+        "acme_tools.resources_servers.acme_tools.port=9101",
+        "head_server.port=0",
+    )
     try:
         info = json.loads(read_ready_line(proc))
         agent = int(info["servers"]["acme_agent"].rsplit(":", 1)[1])
@@ -83,8 +100,15 @@ def test_c04_automatic_ports_avoid_assigned_ones(tmp_path: Path) -> None:
 def _c05(tmp_path: Path):
     cp = case_package("C05", tmp_path / "pkg")
     grace = cp.runtime["options"]["shutdown_grace_s"]
-    proc = up_process(cp.root, tmp_path, "--isolation", "none", "--shutdown-grace", str(grace),
-                      "stubborn.resources_servers.stubborn.domain=other")
+    proc = up_process(
+        cp.root,
+        tmp_path,
+        "--isolation",
+        "none",
+        "--shutdown-grace",
+        str(grace),
+        "stubborn.resources_servers.stubborn.domain=other",
+    )
     read_ready_line(proc)
     tree = descendants(proc.pid)
     assert any("sleep(3600)" in " ".join(cmdline(p)) for p in tree)  # the helper child runs
@@ -128,8 +152,11 @@ def test_c05_zombies_are_reaped(tmp_path: Path) -> None:
     try:
         os.kill(proc.pid, signal.SIGTERM)
         proc.communicate(timeout=30)  # drains stdout/stderr: a full pipe must not stall the daemon
-        zombies = [p for p in psutil.process_iter(["ppid", "status"]) if p.info["status"] == psutil.STATUS_ZOMBIE
-                   and p.info["ppid"] == proc.pid]
+        zombies = [
+            p
+            for p in psutil.process_iter(["ppid", "status"])
+            if p.info["status"] == psutil.STATUS_ZOMBIE and p.info["ppid"] == proc.pid
+        ]
         assert zombies == []
     finally:
         kill_tree(proc)
@@ -185,7 +212,7 @@ def test_c26_case4_local_and_explicit_choice() -> None:
 
 
 def test_c04_automatic_port_taken_before_bind_gets_a_new_one(tmp_path: Path) -> None:
-    """"retried on a bind race": the port is taken between the daemon's choice and the server's bind."""
+    """ "retried on a bind race": the port is taken between the daemon's choice and the server's bind."""
     assert "bind race" in (case_dir("C04") / "README.md").read_text()
     pkg = simple_env(tmp_path / "pkg", fixture_sleep=1.5)  # acme_math binds 1.5 s after it starts
     proc = up_process(pkg, tmp_path, "--isolation", "none")
@@ -204,8 +231,9 @@ def test_c04_automatic_port_taken_before_bind_gets_a_new_one(tmp_path: Path) -> 
         assert port != lost
         agent_cfg = json.loads((tmp_path / "run/servers/acme_agent/contract.json").read_text())["env"]
         assert f"port: {port}" in agent_cfg["NEMO_GYM_CONFIG_DICT"]  # the agent restarted with the new address
-        rows = {s["process_name"]: s for s in httpx.get(info["head_server"] + "/server_instances",
-                                                          trust_env=False).json()}
+        rows = {
+            s["process_name"]: s for s in httpx.get(info["head_server"] + "/server_instances", trust_env=False).json()
+        }
         assert rows["acme_math"]["restarts"] == 0 and rows["acme_math"]["port"] == port  # not a crash
         # the agent was stopped on purpose and started once more: its exit is no crash, and no
         # second copy of it is started beside the first (bug: that copy held its port, GR-START-PORT-SQUAT)

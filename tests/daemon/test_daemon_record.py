@@ -14,14 +14,24 @@ from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_proc
 
 
 def _up(pkg: Path, home: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "GYM_RUNTIME_HOME": str(home)})
+    return subprocess.Popen(
+        [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "GYM_RUNTIME_HOME": str(home)},
+    )
 
 
 def _status(home: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "status", "--json"], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "GYM_RUNTIME_HOME": str(home)})
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "GYM_RUNTIME_HOME": str(home)},
+    )
 
 
 def test_second_daemon_on_one_home(tmp_path: Path) -> None:

@@ -19,14 +19,21 @@ import pytest
 from gym_runtime.head.app import HeadBackend, create_app
 from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_process, write_fixture_package
 
-AGENT = {"responses_api_agents": {"acme_agent": {"resources_server": {"type": "resources_servers",
-                                                                      "name": "acme_math"}}}}
+AGENT = {
+    "responses_api_agents": {"acme_agent": {"resources_server": {"type": "resources_servers", "name": "acme_math"}}}
+}
 ENV = {"environment_servers": {"acme_relay": {"agent_server": {"name": "acme_agent"}}}}
 
 
 def env_package(root: Path) -> Path:
-    return write_fixture_package(root, {"acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
-                                        "acme_agent": AGENT, "acme_environment_server": ENV})
+    return write_fixture_package(
+        root,
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
+            "acme_agent": AGENT,
+            "acme_environment_server": ENV,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +47,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory):
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_the_environment_server_runs_and_is_listed_with_gyms_keys(daemon) -> None:
@@ -50,7 +58,11 @@ def test_the_environment_server_runs_and_is_listed_with_gyms_keys(daemon) -> Non
     rows = {r["process_name"]: r for r in httpx.get(ready["head_server"] + "/server_instances", trust_env=False).json()}
     env = rows["acme_environment_server"]
     assert (env["server_type"], env["name"], env["state"], env["entrypoint"]) == (
-        "environment_servers", "acme_relay", "ready", "app.py")
+        "environment_servers",
+        "acme_relay",
+        "ready",
+        "app.py",
+    )
     assert env["url"] == ready["servers"]["acme_environment_server"] and env["pid"] and env["start_time"]
     assert httpx.get(env["url"] + "/", trust_env=False).status_code == 200
 
@@ -59,8 +71,10 @@ def test_status_and_logs_name_the_environment_server(daemon) -> None:
     ready, _ = daemon
     done = cli("status", "--head", ready["head_server"])
     assert done.returncode == 0, done.stderr
-    assert any("acme_environment_server" in line and "environment_servers/acme_relay" in line
-               for line in done.stdout.splitlines()), done.stdout
+    assert any(
+        "acme_environment_server" in line and "environment_servers/acme_relay" in line
+        for line in done.stdout.splitlines()
+    ), done.stdout
     logs = cli("logs", "acme_environment_server", "--head", ready["head_server"])
     assert logs.returncode == 0 and "acme_environment_server" in logs.stdout + logs.stderr
 
@@ -77,9 +91,17 @@ def test_the_head_answers_gyms_probes_of_the_0_7_line(daemon) -> None:
 def test_before_ready_the_readiness_probes_say_starting() -> None:
     """Gym's head answers 503 ``starting`` until every server is ready; ``/livez`` answers at once."""
     starting = (503, {"status": "starting", "phase": "building venvs"})
-    app = create_app(HeadBackend(config_yaml=lambda: None, instances=list, health=lambda: starting,
-                                 logs=lambda n, t: None, agents=dict, liveness_routes=("/livez",),
-                                 readiness_routes=("/readyz", "/healthz", "/health")))
+    app = create_app(
+        HeadBackend(
+            config_yaml=lambda: None,
+            instances=list,
+            health=lambda: starting,
+            logs=lambda n, t: None,
+            agents=dict,
+            liveness_routes=("/livez",),
+            readiness_routes=("/readyz", "/healthz", "/health"),
+        )
+    )
 
     async def probe() -> list[tuple[int, dict]]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://head") as c:

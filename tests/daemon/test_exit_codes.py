@@ -14,15 +14,17 @@ from tests.helpers.daemon import interrupt_during_slow_build, slow_build_package
 def test_ctrl_c_during_a_venv_build_exits_130(tmp_path: Path) -> None:
     pkg = slow_build_package(tmp_path / "pkg")
     code, out, err, kids = interrupt_during_slow_build(  # a terminal's Ctrl-C
-        tmp_path, ["up", str(pkg), "--work-dir", str(tmp_path / "run")], signal.SIGINT)
+        tmp_path, ["up", str(pkg), "--work-dir", str(tmp_path / "run")], signal.SIGINT
+    )
     assert code == 130 and out == "", err
     assert "stopped during start-up (phase: building venvs)" in err and "error[" not in err
     assert wait_gone(kids, 2.0) == []
 
 
 def test_help_states_the_rule() -> None:
-    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "up", "--help"], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "up", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0
     text = " ".join(r.stdout.split())
     assert "0 stopped on request (SIGTERM or SIGINT) after the ready line" in text

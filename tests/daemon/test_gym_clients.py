@@ -30,15 +30,16 @@ from urllib.parse import SplitResult, urlsplit
 import pytest
 
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process
-from tests.helpers.gym_package import (assemble_gym_package, cache_dir, gym_venv, gym_wheel, release_python,
-                                      run_gym_cli)
+from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_venv, gym_wheel, release_python, run_gym_cli
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 AGENT = "example_single_tool_call_simple_agent"
 RELAY = "example_single_tool_call_environment_server"
-SERVERS = {"policy_model": "responses_api_models/vllm_model",
-           "example_single_tool_call": "resources_servers/example_single_tool_call",
-           AGENT: "responses_api_agents/simple_agent"}
+SERVERS = {
+    "policy_model": "responses_api_models/vllm_model",
+    "example_single_tool_call": "resources_servers/example_single_tool_call",
+    AGENT: "responses_api_agents/simple_agent",
+}
 # the pins of each release as the operator gives them; 0.7.0's are the runtime's defaults
 PINS = {"0.4.0": {"GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0", "GYM_RUNTIME_PIN_OPENAI": "2.7.2"}, "0.7.0": {}}
 
@@ -84,25 +85,37 @@ def gym(r: Running, cwd: Path, *argv: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("tool", [("ng_status",), ("gym", "env", "status")], ids=["ng_status", "gym-env-status"])
-def test_gyms_status_lists_every_server_instance_healthy(running: Running, tool: tuple[str, ...],
-                                                         tmp_path: Path) -> None:
+def test_gyms_status_lists_every_server_instance_healthy(
+    running: Running, tool: tuple[str, ...], tmp_path: Path
+) -> None:
     done = gym(running, tmp_path, *tool)
     assert done.returncode == 0, done.stdout + done.stderr
     listed = [line for line in done.stdout.splitlines() if line.startswith("[")]
-    assert sorted(listed) == sorted(f"[{i}] ✓ {name} ({kind})" for i, (name, kind) in
-                                    enumerate(running.servers.items(), start=1)), done.stdout
+    assert sorted(listed) == sorted(
+        f"[{i}] ✓ {name} ({kind})" for i, (name, kind) in enumerate(running.servers.items(), start=1)
+    ), done.stdout
     n = len(running.servers)
     assert f"{n} servers found ({n} healthy, 0 unhealthy)" in done.stdout
     assert "stub_model" not in done.stdout and "KeyError" not in done.stderr
 
 
-@pytest.mark.parametrize("tool", [("ng_collect_rollouts",), ("gym", "eval", "run", "--no-serve")],
-                         ids=["ng_collect_rollouts", "gym-eval-run"])
+@pytest.mark.parametrize(
+    "tool",
+    [("ng_collect_rollouts",), ("gym", "eval", "run", "--no-serve")],
+    ids=["ng_collect_rollouts", "gym-eval-run"],
+)
 def test_gyms_collector_writes_rows_with_rewards(running: Running, tool: tuple[str, ...], tmp_path: Path) -> None:
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps(r) + "\n" for r in running.rows[:2]))
-    done = gym(running, tmp_path, *tool, f"+input_jsonl_fpath={rows}", f"+output_jsonl_fpath={tmp_path / 'out.jsonl'}",
-               f"+agent_name={AGENT}", "+num_repeats=2")
+    done = gym(
+        running,
+        tmp_path,
+        *tool,
+        f"+input_jsonl_fpath={rows}",
+        f"+output_jsonl_fpath={tmp_path / 'out.jsonl'}",
+        f"+agent_name={AGENT}",
+        "+num_repeats=2",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(results) == 4 and all(r["reward"] == 1.0 for r in results), [r.get("reward") for r in results]

@@ -20,14 +20,37 @@ from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_wheel
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 
 
-def dry_run(pkg: Path, rows: Path, tmp: Path, python: str, version: str, *extra: str
-            ) -> subprocess.CompletedProcess:
-    env = {**os.environ, **PINS[version], "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),
-           "GYM_RUNTIME_HOME": str(tmp / "home")}
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(pkg), *extra,
-                           "--dataset", str(rows), "--samples", "2", "--python", python,
-                           "--work-dir", str(tmp / "run"), "--out", str(tmp / "out.jsonl")],
-                          capture_output=True, text=True, env=env, timeout=1500)
+def dry_run(pkg: Path, rows: Path, tmp: Path, python: str, version: str, *extra: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        **PINS[version],
+        "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),
+        "GYM_RUNTIME_HOME": str(tmp / "home"),
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "dry-run",
+            str(pkg),
+            *extra,
+            "--dataset",
+            str(rows),
+            "--samples",
+            "2",
+            "--python",
+            python,
+            "--work-dir",
+            str(tmp / "run"),
+            "--out",
+            str(tmp / "out.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1500,
+    )
 
 
 @pytest.mark.parametrize("version", sorted(PINS))

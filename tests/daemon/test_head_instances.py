@@ -19,8 +19,21 @@ import pytest
 from gym_runtime.settings import load_settings
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
 
-GYM_KEYS = {"process_name", "server_type", "name", "dir_path", "entrypoint", "host", "port", "url", "pid",
-            "config_path", "start_time", "status", "uptime_seconds"}
+GYM_KEYS = {
+    "process_name",
+    "server_type",
+    "name",
+    "dir_path",
+    "entrypoint",
+    "host",
+    "port",
+    "url",
+    "pid",
+    "config_path",
+    "start_time",
+    "status",
+    "uptime_seconds",
+}
 OURS = {"implementation", "state", "restarts", "ready_after_s", "last_exit", "error", "wedged", "log_file", "sandboxes"}
 
 
@@ -28,10 +41,17 @@ OURS = {"implementation", "state", "restarts", "ready_after_s", "last_exit", "er
 def daemon(tmp_path_factory: pytest.TempPathFactory):
     """A policy_model (the built-in stub model stands in: no --policy-base-url), a resources server."""
     tmp = tmp_path_factory.mktemp("instances")
-    pkg = write_fixture_package(tmp / "pkg", {
-        "policy_model": {"responses_api_models": {"acme_model": {"base_url": "${policy_base_url}",
-                                                                 "model": "${policy_model_name}"}}},
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}})
+    pkg = write_fixture_package(
+        tmp / "pkg",
+        {
+            "policy_model": {
+                "responses_api_models": {
+                    "acme_model": {"base_url": "${policy_base_url}", "model": "${policy_model_name}"}
+                }
+            },
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
+        },
+    )
     proc = up_process(pkg, tmp)
     try:
         yield json.loads(read_ready_line(proc))["head_server"], tmp
@@ -53,8 +73,9 @@ def test_the_module_daemon_records_itself_outside_the_users_state_root(daemon) -
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_server_instances_have_gyms_keys_and_meanings(daemon) -> None:
@@ -63,8 +84,11 @@ def test_server_instances_have_gyms_keys_and_meanings(daemon) -> None:
     assert sorted(rows) == ["acme_math", "policy_model"]  # the stub model is not a server instance
     math = rows["acme_math"]
     assert set(math) == GYM_KEYS | OURS
-    assert (math["server_type"], math["name"], math["implementation"]) == ("resources_servers", "acme_math",
-                                                                           "acme_math")
+    assert (math["server_type"], math["name"], math["implementation"]) == (
+        "resources_servers",
+        "acme_math",
+        "acme_math",
+    )
     assert math["config_path"] == "acme_math" and math["entrypoint"] == "app.py"
     assert Path(math["dir_path"]) == tmp / "pkg/resources_servers/acme_math"
     assert math["url"] == f"http://{math['host']}:{math['port']}" and isinstance(math["pid"], int)

@@ -25,8 +25,9 @@ def test_sigterm_during_a_batch_ends_it_with_a_json_error(tmp_path: Path) -> Non
 
         def post() -> None:
             try:
-                r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": rows}, timeout=60,
-                               trust_env=False)
+                r = httpx.post(
+                    info["head_server"] + "/rollouts/run", json={"examples": rows}, timeout=60, trust_env=False
+                )
                 answer.update(status=r.status_code, text=r.text)
             except httpx.HTTPError as e:  # a truncated body lands here
                 answer.update(error=repr(e))

@@ -27,22 +27,31 @@ GATED_APP = FIXTURE_APP.replace(
     'time.sleep(float(row.get("sleep", 0)))',
     'gate = row.get("gate")\n'
     '        while gate and not os.path.exists(os.path.join(os.getcwd(), "gates", gate)):\n'
-    '            time.sleep(0.02)').replace(
+    "            time.sleep(0.02)",
+).replace(
     'ThreadingHTTPServer((cfg["host"]',
     'while not os.path.exists(os.path.join(os.getcwd(), "gates", "start")):\n'
-    '    time.sleep(0.02)\n'
-    'ThreadingHTTPServer((cfg["host"]')
+    "    time.sleep(0.02)\n"
+    'ThreadingHTTPServer((cfg["host"]',
+)
 assert GATED_APP.count("gates") == 2
 AGENT_REF = {"type": "responses_api_agents", "name": "acme_agent"}
 
 
 def gated_env(root: Path) -> tuple[Path, Path]:
     """A resources server and the gated agent; returns ``(package, the agent's gates/ dir)``."""
-    pkg = write_fixture_package(root, {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_math"}}}},
-    }, apps={"acme_agent": GATED_APP})
+    pkg = write_fixture_package(
+        root,
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {"resources_server": {"type": "resources_servers", "name": "acme_math"}}
+                }
+            },
+        },
+        apps={"acme_agent": GATED_APP},
+    )
     gates = pkg / "responses_api_agents/acme_agent/gates"
     gates.mkdir()
     return pkg, gates
@@ -89,13 +98,28 @@ def host(tmp_path_factory: pytest.TempPathFactory):
     held.bind(("127.0.0.1", 0))
     held.listen(1)
     low = held.getsockname()[1]
-    manifest_paths = ["resources_servers/acme_math/configs/acme_math.yaml",
-                      "responses_api_agents/acme_agent/configs/acme_agent.yaml"]
-    config = {"policy_base_url": "http://127.0.0.1:9/v1", "policy_model_name": "acme-policy",
-              "config_paths": manifest_paths, "head_server": {"host": "0.0.0.0", "port": 1},
-              "acme_math": {"resources_servers": {"acme_math": {"acme_flavour": "from-global-config"}}}}
-    proc = up_process(pkg, tmp, "--host-mode", "nmp", "--head-port-range", f"{low}-{low + 40}",
-                      "--heartbeat-interval", "0.2", env=host_env(tmp, config))
+    manifest_paths = [
+        "resources_servers/acme_math/configs/acme_math.yaml",
+        "responses_api_agents/acme_agent/configs/acme_agent.yaml",
+    ]
+    config = {
+        "policy_base_url": "http://127.0.0.1:9/v1",
+        "policy_model_name": "acme-policy",
+        "config_paths": manifest_paths,
+        "head_server": {"host": "0.0.0.0", "port": 1},
+        "acme_math": {"resources_servers": {"acme_math": {"acme_flavour": "from-global-config"}}},
+    }
+    proc = up_process(
+        pkg,
+        tmp,
+        "--host-mode",
+        "nmp",
+        "--head-port-range",
+        f"{low}-{low + 40}",
+        "--heartbeat-interval",
+        "0.2",
+        env=host_env(tmp, config),
+    )
     try:
         starting = first_line(proc)
         yield {"proc": proc, "tmp": tmp, "gates": gates, "starting": starting, "low": low, "ready": None}
@@ -120,8 +144,9 @@ def test_health_answers_starting_at_once_then_ready(host) -> None:
     assert host["low"] < port <= host["low"] + 40  # in the range, past the port the test holds
     r = health_until(url, "starting")
     assert r.status_code == 503 and r.json()["status"] == "starting", r.json()
-    refused = httpx.post(url + "/rollouts/run", json={"examples": [{"agent_ref": AGENT_REF}]}, timeout=10,
-                         trust_env=False)
+    refused = httpx.post(
+        url + "/rollouts/run", json={"examples": [{"agent_ref": AGENT_REF}]}, timeout=10, trust_env=False
+    )
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "GR-HEAD-STARTING"
     info = ready(host)
     assert info["status"] == "ready" and info["head_server"] == url
@@ -134,8 +159,10 @@ def test_health_answers_starting_at_once_then_ready(host) -> None:
 
 def test_heartbeat_spaces_come_before_the_first_row(host) -> None:
     url = ready(host)["head_server"]
-    rows = [{"agent_ref": AGENT_REF, "_rowidx": "a", "_sg_example_id": 11},
-            {"agent_ref": AGENT_REF, "_rowidx": "b", "gate": "row-b"}]
+    rows = [
+        {"agent_ref": AGENT_REF, "_rowidx": "a", "_sg_example_id": 11},
+        {"agent_ref": AGENT_REF, "_rowidx": "b", "gate": "row-b"},
+    ]
     with httpx.stream("POST", url + "/rollouts/run", json={"examples": rows}, timeout=60, trust_env=False) as r:
         assert r.status_code == 200
         chunks = r.iter_raw()
@@ -153,14 +180,24 @@ def test_heartbeat_spaces_come_before_the_first_row(host) -> None:
 
 def test_a_batch_past_its_deadline_returns_the_rows_that_finished(host) -> None:
     url = ready(host)["head_server"]
-    rows = [{"agent_ref": AGENT_REF, "_rowidx": 3}, {"agent_ref": AGENT_REF, "_rowidx": 9, "gate": "never"},
-            {"agent_ref": AGENT_REF}]  # no _rowidx: its position in the batch
+    rows = [
+        {"agent_ref": AGENT_REF, "_rowidx": 3},
+        {"agent_ref": AGENT_REF, "_rowidx": 9, "gate": "never"},
+        {"agent_ref": AGENT_REF},
+    ]  # no _rowidx: its position in the batch
     r = httpx.post(url + "/rollouts/run", json={"examples": rows, "deadline_s": 4}, timeout=60, trust_env=False)
     answer = json.loads(r.text)
     assert r.status_code == 200
     assert [x["_rowidx"] for x in answer["results"]] == [3, 2] and all(x["reward"] == 1.0 for x in answer["results"])
-    assert answer["unfinished"] == [{"_rowidx": 9, "error": {
-        "code": "GR-ROLLOUT-DEADLINE", "message": "the rollout deadline of 4s passed before this row finished"}}]
+    assert answer["unfinished"] == [
+        {
+            "_rowidx": 9,
+            "error": {
+                "code": "GR-ROLLOUT-DEADLINE",
+                "message": "the rollout deadline of 4s passed before this row finished",
+            },
+        }
+    ]
     assert answer["error"]["code"] == "GR-ROLLOUT-DEADLINE" and "2 of 3 row(s) finished" in answer["error"]["message"]
 
 
@@ -181,8 +218,9 @@ def _hold_failed(tmp: Path, pkg: Path, config: dict) -> tuple[dict, httpx.Respon
         url = first_line(proc)["head_server"]
         r = health_until(url, "failed")
         failed = first_line(proc)
-        refused = httpx.post(url + "/rollouts/run", json={"examples": [{"agent_ref": AGENT_REF}]}, timeout=10,
-                             trust_env=False)
+        refused = httpx.post(
+            url + "/rollouts/run", json={"examples": [{"agent_ref": AGENT_REF}]}, timeout=10, trust_env=False
+        )
         assert refused.status_code == 503 and refused.json()["error"] == r.json()["error"]
         tree = [p.pid for p in descendants(proc.pid)]
         os.kill(proc.pid, signal.SIGTERM)
@@ -208,25 +246,36 @@ def test_a_broken_package_gives_failed_with_its_error(tmp_path: Path) -> None:
 
 
 def test_a_server_that_cannot_start_gives_failed_with_its_error(tmp_path: Path) -> None:
-    pkg = write_fixture_package(tmp_path / "pkg", {"acme_math": {"resources_servers": {"acme_math": {
-        "domain": "math", "fixture_exit": 3}}}})
+    pkg = write_fixture_package(
+        tmp_path / "pkg", {"acme_math": {"resources_servers": {"acme_math": {"domain": "math", "fixture_exit": 3}}}}
+    )
     _, r, (code, err) = _hold_failed(tmp_path, pkg, {"policy_model_name": "acme-policy"})
     body = r.json()
-    assert body["status"] == "failed" and body["error"]["code"].startswith("GR-START") and "acme_math" in \
-        body["error"]["message"]
+    assert (
+        body["status"] == "failed"
+        and body["error"]["code"].startswith("GR-START")
+        and "acme_math" in body["error"]["message"]
+    )
     assert code == 3 and "error[GR-START" in err
 
 
 def test_config_paths_the_manifest_does_not_list_give_failed(tmp_path: Path) -> None:
     pkg, _ = gated_env(tmp_path / "pkg")
     _, r, (code, _) = _hold_failed(tmp_path, pkg, {"config_paths": ["/elsewhere/evil.yaml"]})
-    assert r.json()["error"]["code"] == "GR-HOST-CONFIG-PATHS" and "/elsewhere/evil.yaml" in \
-        r.json()["error"]["message"]
+    assert (
+        r.json()["error"]["code"] == "GR-HOST-CONFIG-PATHS" and "/elsewhere/evil.yaml" in r.json()["error"]["message"]
+    )
     assert code == 1
 
 
-@pytest.mark.parametrize("text,says", [("policy_base_url: [http://a", "is not valid YAML at line 1"),
-                                       ("[1, 2]", "must be a mapping"), ("", "is set but empty")])
+@pytest.mark.parametrize(
+    "text,says",
+    [
+        ("policy_base_url: [http://a", "is not valid YAML at line 1"),
+        ("[1, 2]", "must be a mapping"),
+        ("", "is set but empty"),
+    ],
+)
 def test_an_unreadable_global_config_is_one_clear_error(tmp_path: Path, text: str, says: str) -> None:
     pkg, _ = gated_env(tmp_path / "pkg")
     proc = up_process(pkg, tmp_path, "--host-mode", "nmp", env=host_env(tmp_path, text))
@@ -242,8 +291,17 @@ def test_an_unreadable_global_config_is_one_clear_error(tmp_path: Path, text: st
 def test_a_server_failing_for_good_after_ready_gives_failed(tmp_path: Path) -> None:
     pkg, gates = gated_env(tmp_path / "pkg")
     (gates / "start").touch()
-    proc = up_process(pkg, tmp_path, "--host-mode", "nmp", "--head-port", "0", "--max-restarts", "0",
-                      env=host_env(tmp_path, {"policy_model_name": "acme-policy"}))
+    proc = up_process(
+        pkg,
+        tmp_path,
+        "--host-mode",
+        "nmp",
+        "--head-port",
+        "0",
+        "--max-restarts",
+        "0",
+        env=host_env(tmp_path, {"policy_model_name": "acme-policy"}),
+    )
     try:
         url = first_line(proc)["head_server"]
         info = first_line(proc)

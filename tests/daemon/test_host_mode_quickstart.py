@@ -24,8 +24,11 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def test_quickstart_behind_the_host_contract(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (EXAMPLES / "native-quickstart.jsonl").read_text().splitlines()]
     rows = [{**row, "_rowidx": 100 + i} for i, row in enumerate(rows)]
-    env = {"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"), "GYM_RUNTIME_HOME": str(tmp_path / "home"),
-           "NMP_GYM_GLOBAL_CONFIG": "policy_model_name: acme-policy\nport_range_low: 5000\nport_range_high: 5999\n"}
+    env = {
+        "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),
+        "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+        "NMP_GYM_GLOBAL_CONFIG": "policy_model_name: acme-policy\nport_range_low: 5000\nport_range_high: 5999\n",
+    }
     proc = up_process(EXAMPLES / "native-quickstart", tmp_path, "--host-mode", "nmp", env=env)
     try:
         url = first_line(proc)["head_server"]

@@ -38,7 +38,10 @@ def test_lines_follow_a_terminal_and_cut_long_lines() -> None:
     assert lines.pending() == "bar 2%"
     assert lines.feed(b"\r") == [] and lines.pending() == "bar 2%"  # '\r' at a chunk's end: wait for the next byte
     assert lines.feed(b"\ndone\r") == ["bar 2%"]
-    assert lines.feed(b"bar 100%Traceback (most recent call last):\n") == ["bar 100%", "Traceback (most recent call last):"]
+    assert lines.feed(b"bar 100%Traceback (most recent call last):\n") == [
+        "bar 100%",
+        "Traceback (most recent call last):",
+    ]
     out = lines.feed(b"x" * 1000 + b"\n")
     assert out == ["x" * 32 + cut_marker(1000 - 64) + "x" * 32]
     assert lines.feed(b"\xff\xfeok") == [] and lines.end() == ["\ufffd\ufffdok"] and lines.end() == []
@@ -49,7 +52,7 @@ def test_chunking_never_changes_the_lines() -> None:
     stream = b"a\r\nb\rc\r\r\nlong " + b"y" * 300 + b"\rz\nend"
     whole, bytewise = Lines(100), Lines(100)
     one = whole.feed(stream) + whole.end()
-    many = [line for i in range(len(stream)) for line in bytewise.feed(stream[i:i + 1])] + bytewise.end()
+    many = [line for i in range(len(stream)) for line in bytewise.feed(stream[i : i + 1])] + bytewise.end()
     assert one == many == ["a", "c", "z", "end"]
 
 
@@ -86,8 +89,10 @@ def test_the_case_probe_keeps_the_partial_line_bounded(tmp_path: Path) -> None:
 
 def _chatty(progress_mb: float, crash: bool, port: int) -> dict[str, str]:
     conf = {"host": "127.0.0.1", "port": port, "progress_mb": progress_mb, "newline": False, "crash_after": crash}
-    return {"NEMO_GYM_CONFIG_DICT": json.dumps({"chatty": {"resources_servers": {"chatty_env": conf}}}),
-            "NEMO_GYM_CONFIG_PATH": "chatty"}
+    return {
+        "NEMO_GYM_CONFIG_DICT": json.dumps({"chatty": {"resources_servers": {"chatty_env": conf}}}),
+        "NEMO_GYM_CONFIG_PATH": "chatty",
+    }
 
 
 def test_case_server_bar_leaves_a_bounded_tail(tmp_path: Path, run) -> None:
@@ -98,8 +103,16 @@ def test_case_server_bar_leaves_a_bounded_tail(tmp_path: Path, run) -> None:
         sb = await start_sandbox(tmp_path / "sb")
         sup = Supervisor(fast_options())
         port = sb.allocate_port()
-        m = await add_member(sup, sb, "chatty", [sys.executable, str(CHATTY / "app.py")], CHATTY, tmp_path / "logs",
-                             port=port, env=_chatty(4, False, port))
+        m = await add_member(
+            sup,
+            sb,
+            "chatty",
+            [sys.executable, str(CHATTY / "app.py")],
+            CHATTY,
+            tmp_path / "logs",
+            port=port,
+            env=_chatty(4, False, port),
+        )
         try:
             await sup.start()
             async with httpx.AsyncClient(trust_env=False) as c:
@@ -126,8 +139,16 @@ def test_case_crash_after_bar_has_its_traceback_on_its_own_line(tmp_path: Path, 
         sb = await start_sandbox(tmp_path / "sb")
         sup = Supervisor(fast_options(max_restarts=0))
         port = sb.allocate_port()
-        await add_member(sup, sb, "chatty", [sys.executable, str(CHATTY / "app.py")], CHATTY, tmp_path / "logs",
-                         port=port, env=_chatty(5, True, port))
+        await add_member(
+            sup,
+            sb,
+            "chatty",
+            [sys.executable, str(CHATTY / "app.py")],
+            CHATTY,
+            tmp_path / "logs",
+            port=port,
+            env=_chatty(5, True, port),
+        )
         try:
             with pytest.raises(StartError) as e:
                 await sup.start()
@@ -147,8 +168,6 @@ def test_case_crash_after_bar_has_its_traceback_on_its_own_line(tmp_path: Path, 
     assert CRASH_LINE in lines and CRASH_LINE in err.message + (err.cause or "")
 
 
-
-
 def test_up_head_logs_and_cli_logs_are_bounded(tmp_path: Path) -> None:
     """A real ``up`` whose resources server writes 8 MB of redraws: the head server's
     ``/servers/acme_math/logs?tail=3`` and ``gym-runtime logs acme_math`` (daemon running, and
@@ -164,8 +183,13 @@ def test_up_head_logs_and_cli_logs_are_bounded(tmp_path: Path) -> None:
         r = httpx.get(f"{head}/servers/acme_math/logs?tail=3", timeout=30, trust_env=False)
         assert r.status_code == 200 and len(r.content) < 16 * 1024, len(r.content)
         assert REDRAW.match(r.json()["lines"][-1])
-        cli = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "logs", "acme_math"], env=env,
-                             capture_output=True, text=True, timeout=60)
+        cli = subprocess.run(
+            [sys.executable, "-m", "gym_runtime.cli.main", "logs", "acme_math"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert cli.returncode == 0 and len(cli.stdout) < 128 * 1024, len(cli.stdout)
         daemon.terminate()
         assert daemon.wait(30) == 0
@@ -173,8 +197,13 @@ def test_up_head_logs_and_cli_logs_are_bounded(tmp_path: Path) -> None:
         kill_tree(daemon)
     log = tmp_path / "run/logs/acme_math.log"
     assert log.stat().st_size > 8_000_000
-    cli = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "logs", "acme_math", "--tail", "1000"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    cli = subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "logs", "acme_math", "--tail", "1000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cli.returncode == 0 and len(cli.stdout) < 128 * 1024, len(cli.stdout)
     shown = cli.stdout.splitlines()
     assert all(len(line.encode()) <= SHOWN_MAX for line in shown)

@@ -15,8 +15,14 @@ from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_proc
 
 
 def _logs(home: Path, *args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "logs", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "GYM_RUNTIME_HOME": str(home)}, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gym_runtime.cli.main", "logs", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "GYM_RUNTIME_HOME": str(home)},
+        **kw,
+    )
 
 
 def _read_until(proc: subprocess.Popen, text: str, timeout: float = 30.0) -> str:
@@ -65,10 +71,19 @@ def test_follow_ends_with_the_daemon_and_files_remain_readable(tmp_path: Path) -
 
 def _up_in_home(pkg: Path, home: Path, index: str) -> subprocess.CompletedProcess:
     """``up PKG`` with its run dir under ``home/runs`` (no --work-dir), stopped by SIGTERM once ready."""
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("UV_")}, "GYM_RUNTIME_HOME": str(home),
-           "UV_INDEX_URL": index}
-    proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("UV_")},
+        "GYM_RUNTIME_HOME": str(home),
+        "UV_INDEX_URL": index,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         if proc.stdout.readline():  # ready: stop it
             os.kill(proc.pid, signal.SIGTERM)
@@ -120,10 +135,18 @@ def test_logs_after_a_failed_build_command_names_that_build(tmp_path: Path) -> N
     assert _up_in_home(pkg, home, index).returncode == 0
     req = pkg / "resources_servers/acme_math/requirements.txt"
     req.write_text("nosuch-acme-dep==1.0\n")
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("UV_")}, "GYM_RUNTIME_HOME": str(home),
-           "UV_INDEX_URL": index}
-    build = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "build", str(pkg)], capture_output=True,
-                           text=True, env=env, timeout=300)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("UV_")},
+        "GYM_RUNTIME_HOME": str(home),
+        "UV_INDEX_URL": index,
+    }
+    build = subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "build", str(pkg)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert build.returncode == 3
     r = _logs(home, "acme_math")
     out, err = r.communicate(timeout=30)
@@ -133,8 +156,16 @@ def test_logs_after_a_failed_build_command_names_that_build(tmp_path: Path) -> N
     out, err = r.communicate(timeout=30)
     assert r.returncode == 0 and "fixture acme_agent listening" in out and "nosuch-acme-dep" not in out + err
     req.write_text("# stdlib only\n")
-    assert subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "build", str(pkg)], capture_output=True,
-                          text=True, env=env, timeout=300).returncode == 0
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "gym_runtime.cli.main", "build", str(pkg)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        ).returncode
+        == 0
+    )
     r = _logs(home, "acme_math")
     out, err = r.communicate(timeout=30)
     assert r.returncode == 0 and "fixture acme_math listening" in out

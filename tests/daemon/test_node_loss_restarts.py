@@ -45,14 +45,19 @@ def test_node_losses_are_restarted_beyond_max_restarts_and_never_fail_the_start(
     async def main():
         sb = await start_sandbox(tmp_path / "sb")
         sup = Supervisor(fast_options(max_restarts=1))
-        m = await add_member(sup, sb, "acme_math", [sys.executable, str(tmp_path / "app.py"), "{port}"], tmp_path,
-                             tmp_path / "logs")
+        m = await add_member(
+            sup, sb, "acme_math", [sys.executable, str(tmp_path / "app.py"), "{port}"], tmp_path, tmp_path / "logs"
+        )
         lost: list = []
 
         async def lose_while_starting(times: int) -> None:
             for _ in range(times):  # each start, once it said its (same) line
-                while not (m.status == STARTING and m.proc is not None and m.proc not in lost
-                           and m.log.last_line() == "loading config"):
+                while not (
+                    m.status == STARTING
+                    and m.proc is not None
+                    and m.proc not in lost
+                    and m.log.last_line() == "loading config"
+                ):
                     await asyncio.sleep(0.02)
                 lost.append(m.proc)
                 lose_its_node(m.proc)

@@ -14,22 +14,33 @@ import pytest
 from tests.daemon.conftest import running_stub
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
 
-POLICY_MODEL = {"policy_model": {"responses_api_models": {"acme_model": {
-    "base_url": "${policy_base_url}", "api_key": "${policy_api_key}", "model": "${policy_model_name}"}}}}
+POLICY_MODEL = {
+    "policy_model": {
+        "responses_api_models": {
+            "acme_model": {
+                "base_url": "${policy_base_url}",
+                "api_key": "${policy_api_key}",
+                "model": "${policy_model_name}",
+            }
+        }
+    }
+}
 
 
 def policy_package(root: Path) -> Path:
     """A policy_model instance using the three job values (as examples/native-quickstart does) and a
     resources server."""
-    return write_fixture_package(root, {**POLICY_MODEL, "acme_math": {"resources_servers": {"acme_math": {
-        "domain": "math"}}}})
+    return write_fixture_package(
+        root, {**POLICY_MODEL, "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}}
+    )
 
 
 def test_base_url_without_key_uses_empty(tmp_path: Path, stub_endpoint) -> None:
     url, served = stub_endpoint
     pkg = policy_package(tmp_path / "pkg")
-    proc = up_process(pkg, tmp_path, "--policy-base-url", url, "--policy-model-name", served,
-                      env={"GYM_RUNTIME_POLICY_API_KEY": ""})
+    proc = up_process(
+        pkg, tmp_path, "--policy-base-url", url, "--policy-model-name", served, env={"GYM_RUNTIME_POLICY_API_KEY": ""}
+    )
     try:
         info = json.loads(read_ready_line(proc))
         assert info["status"] == "ready" and info["policy_model"]["stub"] is False
@@ -45,8 +56,13 @@ def test_policy_values_given_as_overrides_count_as_the_flags(tmp_path: Path, stu
     """Bug: `up PKG policy_base_url=URL` (Gym's own way of passing it) started the built-in stub model,
     whose values were merged over the override, and a keyless endpoint then missed its `EMPTY` key."""
     url, served = stub_endpoint
-    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, f"policy_base_url={url}",
-                      f"policy_model_name={served}", env={"GYM_RUNTIME_POLICY_API_KEY": ""})
+    proc = up_process(
+        policy_package(tmp_path / "pkg"),
+        tmp_path,
+        f"policy_base_url={url}",
+        f"policy_model_name={served}",
+        env={"GYM_RUNTIME_POLICY_API_KEY": ""},
+    )
     try:
         info = json.loads(read_ready_line(proc))
         assert info["status"] == "ready" and info["policy_model"]["stub"] is False
@@ -60,8 +76,15 @@ def test_policy_values_given_as_overrides_count_as_the_flags(tmp_path: Path, stu
 
 def test_key_from_the_environment_is_kept_and_never_printed(tmp_path: Path, stub_endpoint) -> None:
     url, served = stub_endpoint
-    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", url,
-                      "--policy-model-name", served, env={"GYM_RUNTIME_POLICY_API_KEY": "sk-real-key-42"})
+    proc = up_process(
+        policy_package(tmp_path / "pkg"),
+        tmp_path,
+        "--policy-base-url",
+        url,
+        "--policy-model-name",
+        served,
+        env={"GYM_RUNTIME_POLICY_API_KEY": "sk-real-key-42"},
+    )
     try:
         read_ready_line(proc)
         seen = json.loads((tmp_path / "run/servers/policy_model/contract.json").read_text())
@@ -75,8 +98,13 @@ def test_key_from_the_environment_is_kept_and_never_printed(tmp_path: Path, stub
 def test_config_without_policy_values_still_fails_like_c02(tmp_path: Path) -> None:
     pkg = policy_package(tmp_path / "pkg")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_RUNTIME_POLICY_")}
-    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "config", str(pkg)], capture_output=True,
-                       text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "config", str(pkg)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 1 and "GR-CONFIG-MISSING" in r.stderr
     for key in ("policy_base_url", "policy_api_key", "policy_model_name"):
         assert key in r.stderr
@@ -85,8 +113,9 @@ def test_config_without_policy_values_still_fails_like_c02(tmp_path: Path) -> No
 
 def test_model_name_not_served_fails_the_start(tmp_path: Path, stub_endpoint) -> None:
     url, served = stub_endpoint
-    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", url,
-                      "--policy-model-name", "acme-policy-70b")
+    proc = up_process(
+        policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", url, "--policy-model-name", "acme-policy-70b"
+    )
     try:
         out, err = proc.communicate(timeout=60)
     finally:
@@ -97,8 +126,16 @@ def test_model_name_not_served_fails_the_start(tmp_path: Path, stub_endpoint) ->
 
 
 def test_unreachable_endpoint_keeps_waiting_and_times_out(tmp_path: Path) -> None:
-    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", "http://127.0.0.1:9/v1",
-                      "--policy-model-name", "m", "--model-endpoint-timeout", "1")
+    proc = up_process(
+        policy_package(tmp_path / "pkg"),
+        tmp_path,
+        "--policy-base-url",
+        "http://127.0.0.1:9/v1",
+        "--policy-model-name",
+        "m",
+        "--model-endpoint-timeout",
+        "1",
+    )
     try:
         out, err = proc.communicate(timeout=60)
     finally:
@@ -120,8 +157,15 @@ def test_refused_api_key_fails_the_start(tmp_path: Path) -> None:
     """Bug: a key the endpoint refuses (401 on /models) passed start-up; `up` said ready and every
     rollout then failed with a nested 502."""
     with running_stub("m", "--api-key", "sk-right") as url:
-        proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", url,
-                          "--policy-model-name", "m", env={"GYM_RUNTIME_POLICY_API_KEY": "sk-wrong-key"})
+        proc = up_process(
+            policy_package(tmp_path / "pkg"),
+            tmp_path,
+            "--policy-base-url",
+            url,
+            "--policy-model-name",
+            "m",
+            env={"GYM_RUNTIME_POLICY_API_KEY": "sk-wrong-key"},
+        )
         try:
             out, err = proc.communicate(timeout=60)
         finally:
@@ -157,17 +201,32 @@ def test_what_the_endpoint_is_whatever_its_path(stub_endpoint) -> None:
 
     async def outcomes() -> list:
         async with httpx.AsyncClient(trust_env=False) as client:
-            return [await check(client, u, m) for u, m in [
-                (url, (served, None)), (url + "/", (served, None)), (url, ("other", None)), (root, (served, None)),
-                (url + "/chat/completions", (served, None)), (root + "/completions", None), (url, None)]]
+            return [
+                await check(client, u, m)
+                for u, m in [
+                    (url, (served, None)),
+                    (url + "/", (served, None)),
+                    (url, ("other", None)),
+                    (root, (served, None)),
+                    (url + "/chat/completions", (served, None)),
+                    (root + "/completions", None),
+                    (url, None),
+                ]
+            ]
 
     ok, slash, wrong, bare, chat, completions, unnamed = asyncio.run(outcomes())
     assert ok == slash == unnamed == "ready"
     assert wrong == ("wrong-model", "other", [served])
-    assert bare == ("not-root", url, f"GET {root}/models answered HTTP 404, not a model list; GET {url}/models "
-                                     f"lists '{served}'")
-    assert chat == ("not-root", url, f"it ends in the endpoint path /chat/completions; GET {url}/models lists "
-                                     f"'{served}'")
+    assert bare == (
+        "not-root",
+        url,
+        f"GET {root}/models answered HTTP 404, not a model list; GET {url}/models lists '{served}'",
+    )
+    assert chat == (
+        "not-root",
+        url,
+        f"it ends in the endpoint path /chat/completions; GET {url}/models lists '{served}'",
+    )
     assert completions[:2] == ("not-root", url)
 
 
@@ -177,8 +236,9 @@ def test_a_base_url_that_is_not_the_api_root_fails_before_ready(tmp_path: Path, 
     tests/cases/test_c35_policy_url.py): no ready line, exit 3, "did you mean .../v1?"."""
     url, served = stub_endpoint
     given = url.removesuffix("/v1") + suffix
-    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", given,
-                      "--policy-model-name", served)
+    proc = up_process(
+        policy_package(tmp_path / "pkg"), tmp_path, "--policy-base-url", given, "--policy-model-name", served
+    )
     try:
         out, err = proc.communicate(timeout=60)
     finally:
@@ -188,26 +248,47 @@ def test_a_base_url_that_is_not_the_api_root_fails_before_ready(tmp_path: Path, 
 
 
 def reasoning_package(root: Path, parser: bool) -> Path:
-    policy = {"policy_model": {"responses_api_models": {"acme_model": {
-        **POLICY_MODEL["policy_model"]["responses_api_models"]["acme_model"], "uses_reasoning_parser": parser}}}}
-    return write_fixture_package(root, {**policy, "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}})
+    policy = {
+        "policy_model": {
+            "responses_api_models": {
+                "acme_model": {
+                    **POLICY_MODEL["policy_model"]["responses_api_models"]["acme_model"],
+                    "uses_reasoning_parser": parser,
+                }
+            }
+        }
+    }
+    return write_fixture_package(
+        root, {**policy, "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}}
+    )
 
 
-@pytest.mark.parametrize(("mode", "parser", "code", "said"), [
-    ("reasoning=reasoning", False, 3, "GR-START-REASONING-PARSER"),
-    ("reasoning=reasoning_content", False, 3, "GR-START-REASONING-PARSER"),
-    ("reasoning=reasoning", True, 0, "reasoning fields ['reasoning']"),
-    ("think=close", False, 0, "WARNING: policy endpoint"),
-    ("p=1", False, 0, "reasoning fields none, <think> tags no; uses_reasoning_parser: false fits"),
-])
-def test_probe_policy_finds_the_reasoning_parser_mismatch_at_start(tmp_path: Path, mode: str, parser: bool,
-                                                                   code: int, said: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "parser", "code", "said"),
+    [
+        ("reasoning=reasoning", False, 3, "GR-START-REASONING-PARSER"),
+        ("reasoning=reasoning_content", False, 3, "GR-START-REASONING-PARSER"),
+        ("reasoning=reasoning", True, 0, "reasoning fields ['reasoning']"),
+        ("think=close", False, 0, "WARNING: policy endpoint"),
+        ("p=1", False, 0, "reasoning fields none, <think> tags no; uses_reasoning_parser: false fits"),
+    ],
+)
+def test_probe_policy_finds_the_reasoning_parser_mismatch_at_start(
+    tmp_path: Path, mode: str, parser: bool, code: int, said: str
+) -> None:
     """docs/rollouts.md, "Reasoning": with --probe-policy, an endpoint that sends reasoning fields to a
     policy_model with uses_reasoning_parser: false fails the start (every rollout would fail);
     think tags in the content are a warning."""
     with running_stub("m", "--mode", mode) as url:
-        proc = up_process(reasoning_package(tmp_path / "pkg", parser), tmp_path, "--policy-base-url", url,
-                          "--policy-model-name", "m", "--probe-policy")
+        proc = up_process(
+            reasoning_package(tmp_path / "pkg", parser),
+            tmp_path,
+            "--policy-base-url",
+            url,
+            "--policy-model-name",
+            "m",
+            "--probe-policy",
+        )
         try:
             if code == 0:
                 assert json.loads(read_ready_line(proc))["status"] == "ready"
@@ -231,8 +312,15 @@ def test_probe_policy_repairs_model_output_that_is_no_text(tmp_path: Path) -> No
     from tests.helpers.fake_policy import start_fake
 
     with start_fake(tmp_path, "not_text", "m") as fake:
-        proc = up_process(reasoning_package(tmp_path / "pkg", True), tmp_path, "--policy-base-url", fake.url + "/v1",
-                          "--policy-model-name", "m", "--probe-policy")
+        proc = up_process(
+            reasoning_package(tmp_path / "pkg", True),
+            tmp_path,
+            "--policy-base-url",
+            fake.url + "/v1",
+            "--policy-model-name",
+            "m",
+            "--probe-policy",
+        )
         try:
             assert json.loads(read_ready_line(proc))["status"] == "ready"
         finally:

@@ -20,8 +20,15 @@ from tests.helpers.daemon import SIMPLE_SERVERS, kill_tree, read_ready_line, sim
 
 def _start(tmp_path: Path, mode: str, writable: str = "") -> tuple[dict, dict[str, psutil.Process], str]:
     pkg = simple_env(tmp_path / "pkg")
-    proc = up_process(pkg, tmp_path, env={"GYM_RUNTIME_PRELOAD": mode, "GYM_RUNTIME_HOME": str(tmp_path / "home"),
-                                          "GYM_RUNTIME_WRITABLE_TREES": writable})
+    proc = up_process(
+        pkg,
+        tmp_path,
+        env={
+            "GYM_RUNTIME_PRELOAD": mode,
+            "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+            "GYM_RUNTIME_WRITABLE_TREES": writable,
+        },
+    )
     try:
         info = json.loads(read_ready_line(proc, timeout=300))
         listed = httpx.get(info["head_server"] + "/server_instances", trust_env=False).json()
@@ -36,8 +43,9 @@ def _start(tmp_path: Path, mode: str, writable: str = "") -> tuple[dict, dict[st
 
 @pytest.mark.skipif(probe_isolation().level != IsolationLevel.FULL, reason="preloaded parents need bubblewrap")
 @pytest.mark.parametrize(("mode", "writable"), [("on", ""), ("off", ""), ("on", "*")])
-def test_servers_of_one_venv_are_forked_from_one_parent_unless_it_is_off(tmp_path: Path, mode: str,
-                                                                         writable: str) -> None:
+def test_servers_of_one_venv_are_forked_from_one_parent_unless_it_is_off(
+    tmp_path: Path, mode: str, writable: str
+) -> None:
     answers, seen, err = _start(tmp_path, mode, writable)
     assert set(answers) >= SIMPLE_SERVERS and all(code < 500 for code in answers.values()), answers
     forked = [line for line in err.splitlines() if "servers forked from one parent that imported" in line]
@@ -52,7 +60,9 @@ def test_servers_of_one_venv_are_forked_from_one_parent_unless_it_is_off(tmp_pat
     else:
         assert not forked and not seeded, err
         if writable:
-            assert all(f"preload: server {n} starts on its own: its tree is a copy-on-write view" in err
-                       for n in SIMPLE_SERVERS), err
+            assert all(
+                f"preload: server {n} starts on its own: its tree is a copy-on-write view" in err
+                for n in SIMPLE_SERVERS
+            ), err
         for name, (_comm, parent_argv) in seen.items():
             assert "bwrap" in parent_argv[0], parent_argv

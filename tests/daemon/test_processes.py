@@ -15,8 +15,13 @@ from tests.helpers.daemon import SIMPLE_SERVERS, descendants, kill_tree, read_re
 
 
 def test_every_process_has_a_role_and_a_size(tmp_path) -> None:
-    proc = up_process(simple_env(tmp_path / "pkg"), tmp_path, "--policy-base-url", "http://127.0.0.1:9/v1",
-                      env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
+    proc = up_process(
+        simple_env(tmp_path / "pkg"),
+        tmp_path,
+        "--policy-base-url",
+        "http://127.0.0.1:9/v1",
+        env={"GYM_RUNTIME_HOME": str(tmp_path / "home")},
+    )
     try:
         info = json.loads(read_ready_line(proc))
         body = httpx.get(info["head_server"] + "/processes", trust_env=False, timeout=10).json()
@@ -33,13 +38,22 @@ def test_every_process_has_a_role_and_a_size(tmp_path) -> None:
             assert any(r["component"] == "netns holder" for r in rows if r["role"] == "sandbox")
         assert body["by_role"]["server"]["processes"] == sum(r["role"] == "server" for r in rows)
 
-        out = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "status", "--head", info["head_server"]],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "gym_runtime.cli.main", "status", "--head", info["head_server"]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         assert "processes:" in out.stdout
         assert "acme_math" in out.stdout.split("processes:")[1]
-        doctor = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "doctor", "--json"], capture_output=True,
-                                text=True, timeout=120, env={**os.environ, "GYM_RUNTIME_HOME": str(tmp_path / "home")})
+        doctor = subprocess.run(
+            [sys.executable, "-m", "gym_runtime.cli.main", "doctor", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "GYM_RUNTIME_HOME": str(tmp_path / "home")},
+        )
         daemon = json.loads(doctor.stdout)["daemon"]
         assert daemon["pid"] == proc.pid and daemon["processes"]["server"]["processes"] == len(servers)
     finally:

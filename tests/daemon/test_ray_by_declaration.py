@@ -29,12 +29,23 @@ IMPORTS_RAY = "\n\ndef _scale_out():\n    import ray\n\n    return ray\n"
 
 
 def sdk_server_package(root: Path, declaration: str) -> Path:
-    app = ("class AcmeServer:\n" + DECLARED[declaration] + "    @classmethod\n    def run_webserver(cls):\n"
-           "        pass\n\n\nif __name__ == '__main__':\n    AcmeServer.run_webserver()\n" + FIXTURE_APP
-           + (IMPORTS_RAY if declaration == "undeclared-imports-ray" else ""))
-    pkg = write_fixture_package(root, {"acme_math": {"resources_servers": {"acme_math": {
-        "domain": "math", **({"ray_enabled": True} if declaration == "false" else {})}}}},
-        apps={"acme_math": app})
+    app = (
+        "class AcmeServer:\n" + DECLARED[declaration] + "    @classmethod\n    def run_webserver(cls):\n"
+        "        pass\n\n\nif __name__ == '__main__':\n    AcmeServer.run_webserver()\n"
+        + FIXTURE_APP
+        + (IMPORTS_RAY if declaration == "undeclared-imports-ray" else "")
+    )
+    pkg = write_fixture_package(
+        root,
+        {
+            "acme_math": {
+                "resources_servers": {
+                    "acme_math": {"domain": "math", **({"ray_enabled": True} if declaration == "false" else {})}
+                }
+            }
+        },
+        apps={"acme_math": app},
+    )
     (pkg / "resources_servers" / "acme_math" / "requirements.txt").write_text("nemo-gym==0.7.0\n")
     return pkg
 
@@ -44,8 +55,13 @@ def test_ray_head_only_for_servers_that_use_ray(tmp_path: Path, declaration: str
     python = gym_python()
     links = tmp_path / "links"
     build_wheel(links, "nemo-gym", "0.7.0", files={"nemo_gym/__init__.py": "__version__ = '0.7.0'\n"})
-    env = {"GYM_RUNTIME_HOME": str(tmp_path / "home"), "GYM_RUNTIME_PYTHON": str(python),
-           "GYM_RUNTIME_PIN_MODE": "none", "UV_FIND_LINKS": str(links), "UV_OFFLINE": "1"}
+    env = {
+        "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+        "GYM_RUNTIME_PYTHON": str(python),
+        "GYM_RUNTIME_PIN_MODE": "none",
+        "UV_FIND_LINKS": str(links),
+        "UV_OFFLINE": "1",
+    }
     info, err = ready_then_stop(up_process(sdk_server_package(tmp_path / "pkg", declaration), tmp_path, env=env))
     assert info["gym_release"]["version"] == "0.7.0"
     best = probe_isolation().level.value

@@ -16,8 +16,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_private_ray_head_runs_no_monitor_no_idle_workers_no_client_server_and_no_ray_start(tmp_path) -> None:
-    proc = up_process(simple_env(tmp_path / "pkg", ray=True), tmp_path, "--policy-base-url",
-                      "http://127.0.0.1:9/v1", env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
+    proc = up_process(
+        simple_env(tmp_path / "pkg", ray=True),
+        tmp_path,
+        "--policy-base-url",
+        "http://127.0.0.1:9/v1",
+        env={"GYM_RUNTIME_HOME": str(tmp_path / "home")},
+    )
     try:
         info = json.loads(read_ready_line(proc, timeout=600))  # a loaded 2-core host starts Ray slowly
         assert info["ray"]["mode"] == "local"
@@ -40,7 +45,10 @@ def test_private_ray_head_runs_no_monitor_no_idle_workers_no_client_server_and_n
         support = httpx.get(info["head_server"] + "/support_processes", trust_env=False, timeout=10).json()
         head = next(p for p in support if p["name"] == "ray_head")
         servers = httpx.get(info["head_server"] + "/server_instances", trust_env=False, timeout=10).json()
-        assert servers and all(s["start_time"] >= head["start_time"] + head["ready_after_s"] for s in servers), (head, servers)
+        assert servers and all(s["start_time"] >= head["start_time"] + head["ready_after_s"] for s in servers), (
+            head,
+            servers,
+        )
     finally:
         kill_tree(proc)
 
@@ -58,8 +66,9 @@ def test_sigkill_of_the_daemon_leaves_no_ray_process(tmp_path, isolation) -> Non
     from tests.helpers.daemon import descendants, wait_gone
 
     args = ["--policy-base-url", "http://127.0.0.1:9/v1", *(["--isolation", isolation] if isolation else [])]
-    proc = up_process(simple_env(tmp_path / "pkg", ray=True), tmp_path, *args,
-                      env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
+    proc = up_process(
+        simple_env(tmp_path / "pkg", ray=True), tmp_path, *args, env={"GYM_RUNTIME_HOME": str(tmp_path / "home")}
+    )
     try:
         json.loads(read_ready_line(proc, timeout=600))
         tree = descendants(proc.pid)

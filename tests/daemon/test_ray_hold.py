@@ -28,19 +28,22 @@ from tests.helpers.daemon import wait_gone
 TASK_CHILD = "import time; time.sleep(3)"
 WORKER = f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {TASK_CHILD!r}]); open('task.pid', 'w').write(str(p.pid))"
 RAYLET = f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {WORKER!r}]); time.sleep(3600)"
-START = f'''
+START = f"""
 import subprocess, sys
 for name, code in (("gcs", "import time; time.sleep(3600)"), ("raylet", {RAYLET!r})):
     p = subprocess.Popen([sys.executable, "-c", code])
     print(name, p.pid, flush=True)
 print("Ray runtime started.", flush=True)
-'''
+"""
 
 
 # As ``ray start --head --block`` (Ray 2.60 ``ray/scripts/scripts.py``): it says it blocks, then
 # watches its processes; when one ends it says so, kills the others and exits 1.
-BLOCKING = START.replace("    p = subprocess.Popen", "    p = started[name] = subprocess.Popen").replace(
-    "for name, code", "started = {}\nfor name, code") + '''
+BLOCKING = (
+    START.replace("    p = subprocess.Popen", "    p = started[name] = subprocess.Popen").replace(
+        "for name, code", "started = {}\nfor name, code"
+    )
+    + """
 import os, signal, time
 assert sys.argv[-1] == "--block", sys.argv
 print("This command will now block forever until terminated by a signal.", flush=True)
@@ -50,15 +53,23 @@ print("Some Ray subprocesses exited unexpectedly:", flush=True)
 for p in started.values():
     p.kill()
 os._exit(1)
-'''
+"""
+)
 
 
-def _hold(tmp_path: Path, script: str = START, ready: bool = True, *args: str) -> tuple[subprocess.Popen, dict[str, int]]:
+def _hold(
+    tmp_path: Path, script: str = START, ready: bool = True, *args: str
+) -> tuple[subprocess.Popen, dict[str, int]]:
     start = tmp_path / "start.py"
     start.write_text(script)
-    proc = subprocess.Popen([sys.executable, "-I", "-S", str(ray_head.HOLD_SCRIPT), sys.executable, str(start), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(ray_head.HOLD_SCRIPT), sys.executable, str(start), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=tmp_path,
+    )
     pids = {}
     for line in proc.stdout:
         if line.startswith("Ray runtime started"):
@@ -159,7 +170,9 @@ def test_under_ray_start_block_a_process_that_ends_ends_the_head(tmp_path: Path)
         _kill(proc)
 
 
-def test_the_hook_turns_off_ray_client_and_the_api_server_and_leaves_nothing_of_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_hook_turns_off_ray_client_and_the_api_server_and_leaves_nothing_of_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     sys.path.insert(0, str(ray_head.HOLD_DIR))
     try:
         import gym_runtime_ray_hold as hold

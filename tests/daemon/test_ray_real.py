@@ -24,8 +24,17 @@ import pytest
 from gym_runtime.ray_target import choose, find_running_cluster
 from gym_runtime.supervise.ray_head import LOOPBACK_ENV
 from tests.helpers.cases import case_dir
-from tests.helpers.daemon import (FIXTURE_APP, declaring_ray, descendants, kill_tree, read_ready_line, simple_env, up_process,
-                                  wait_gone, write_fixture_package)
+from tests.helpers.daemon import (
+    FIXTURE_APP,
+    declaring_ray,
+    descendants,
+    kill_tree,
+    read_ready_line,
+    simple_env,
+    up_process,
+    wait_gone,
+    write_fixture_package,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +49,7 @@ def gcs_pids(procs: list[psutil.Process]) -> list[int]:
     return [p.pid for p in procs if p.name().startswith("gcs_server")]
 
 
-def run_up(tmp: Path, *args: str, env: dict[str, str] | None = None, pkg: Path | None = None
-           ) -> tuple[int, str, float]:
+def run_up(tmp: Path, *args: str, env: dict[str, str] | None = None, pkg: Path | None = None) -> tuple[int, str, float]:
     t0 = time.monotonic()
     proc = up_process(pkg or simple_env(tmp / "pkg"), tmp, *args, env=env)
     try:
@@ -81,8 +89,13 @@ def test_case3_auto_without_a_cluster_never_starts_one(tmp_path: Path) -> None:
 def _node_registered(ray: Path, address: str) -> bool:
     """The cluster's raylet registered with its GCS (``ray status`` lists an active node): past the
     start-up step where a raylet on a loaded host may still die (it waits for its agents)."""
-    out = subprocess.run([str(ray), "status", "--address", address], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, **LOOPBACK_ENV, "RAY_USAGE_STATS_ENABLED": "0"})
+    out = subprocess.run(
+        [str(ray), "status", "--address", address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **LOOPBACK_ENV, "RAY_USAGE_STATS_ENABLED": "0"},
+    )
     return out.returncode == 0 and "Active:" in out.stdout and " node_" in out.stdout.split("Active:")[1]
 
 
@@ -104,15 +117,33 @@ def outside_cluster(tmp_path_factory: pytest.TempPathFactory):
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            proc = subprocess.Popen([str(ray), "start", "--head", "--block", "--port", str(port), "--node-ip-address",
-                                     "127.0.0.1", "--include-dashboard", "false", "--disable-usage-stats",
-                                     "--temp-dir", str(tmp)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    env={**os.environ, **LOOPBACK_ENV, "HOME": str(tmp),
-                                         "RAY_USAGE_STATS_ENABLED": "0"},
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [
+                    str(ray),
+                    "start",
+                    "--head",
+                    "--block",
+                    "--port",
+                    str(port),
+                    "--node-ip-address",
+                    "127.0.0.1",
+                    "--include-dashboard",
+                    "false",
+                    "--disable-usage-stats",
+                    "--temp-dir",
+                    str(tmp),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, **LOOPBACK_ENV, "HOME": str(tmp), "RAY_USAGE_STATS_ENABLED": "0"},
+                start_new_session=True,
+            )
             deadline = time.monotonic() + 120
-            while proc.poll() is None and time.monotonic() < deadline and not (
-                    find_running_cluster() == f"127.0.0.1:{port}" and _node_registered(ray, f"127.0.0.1:{port}")):
+            while (
+                proc.poll() is None
+                and time.monotonic() < deadline
+                and not (find_running_cluster() == f"127.0.0.1:{port}" and _node_registered(ray, f"127.0.0.1:{port}"))
+            ):
                 time.sleep(0.5)
             if proc.poll() is None and time.monotonic() < deadline:
                 break
@@ -157,8 +188,13 @@ def test_case4_local_starts_one_private_cluster_and_stops_only_it(outside_cluste
     assert "ray.address: local" in env_case(4)
     ignored = socket.create_server(("127.0.0.1", 0))  # RAY_ADDRESS names it; nothing may dial it
     ignored.setblocking(False)
-    proc = up_process(simple_env(tmp_path / "pkg"), tmp_path, "--ray-address", "local",
-                      env={"RAY_ADDRESS": "127.0.0.1:%d" % ignored.getsockname()[1]})  # the flag wins
+    proc = up_process(
+        simple_env(tmp_path / "pkg"),
+        tmp_path,
+        "--ray-address",
+        "local",
+        env={"RAY_ADDRESS": "127.0.0.1:%d" % ignored.getsockname()[1]},
+    )  # the flag wins
     try:
         info = json.loads(read_ready_line(proc, timeout=120))
         assert info["ray"]["mode"] == "local" and info["ray"]["source"] == "--ray-address=local"
@@ -204,7 +240,9 @@ def test_ray_servers_isolation_level(tmp_path: Path) -> None:
         assert "drop --require-isolation" in err and "ray_head" not in err
 
 
-RAY_CLIENT_APP = FIXTURE_APP.replace("print(\"fixture\", name,", '''import signal, socket
+RAY_CLIENT_APP = FIXTURE_APP.replace(
+    'print("fixture", name,',
+    """import signal, socket
 ray_addr = next(ln.split(": ", 1)[1].strip("'\\"") for ln in text.splitlines()
                 if ln.startswith("ray_head_node_address: "))
 
@@ -219,15 +257,18 @@ def on_term(*_):  # a Ray driver's shutdown needs its head: is it still there wh
     os._exit(0)
 
 signal.signal(signal.SIGTERM, on_term)
-print("fixture", name,''')
+print("fixture", name,""",
+)
 
 
 def test_servers_stop_before_the_ray_head_they_use(tmp_path: Path) -> None:
     """Stop order: servers first, the private Ray head after them (a Ray driver hangs in its own
     shutdown when the head is gone first, and the stop then waits out the whole grace)."""
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}},
-        apps={"acme_math": declaring_ray(RAY_CLIENT_APP)})
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {"acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}},
+        apps={"acme_math": declaring_ray(RAY_CLIENT_APP)},
+    )
     proc = up_process(pkg, tmp_path, "--ray-address", "local")
     try:
         info = json.loads(read_ready_line(proc, timeout=120))
@@ -256,8 +297,12 @@ def test_the_private_ray_head_listens_on_loopback_only(tmp_path: Path) -> None:
         # the holder's hook skipped the API server (ray_hold/): no dashboard head among the processes
         assert not [p for p in descendants(proc.pid) if any("dashboard/dashboard.py" in a for a in p.cmdline())]
         head = [p for p in descendants(proc.pid) if p.name() in ("gcs_server", "raylet") or "ray" in p.name()]
-        listening = [(p.name(), c.laddr.ip, c.laddr.port) for p in head for c in p.net_connections("inet")
-                     if c.status == psutil.CONN_LISTEN]
+        listening = [
+            (p.name(), c.laddr.ip, c.laddr.port)
+            for p in head
+            for c in p.net_connections("inet")
+            if c.status == psutil.CONN_LISTEN
+        ]
         assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, ip, _ in listening), listening
         # none of Ray's fixed default ports (GCS, Ray Client, dashboard, dashboard agent): another Ray
         # on the same host (a training job's cluster) keeps them

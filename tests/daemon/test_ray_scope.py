@@ -33,14 +33,19 @@ def test_under_opensandbox_each_server_that_uses_ray_gets_its_own() -> None:
     assert choose(None, None, {}, ["a"], LocalBackend.ray_scope).mode == "local"  # the local backend: unchanged
 
 
-@pytest.mark.parametrize(("flag", "config", "environ", "source"), [
-    ("10.0.0.5:6379", None, {}, "--ray-address=10.0.0.5:6379"),
-    (None, "10.0.0.5:6379", {}, "config ray_head_node_address=10.0.0.5:6379"),
-    (None, None, {"RAY_ADDRESS": "auto"}, "RAY_ADDRESS=auto"),
-])
+@pytest.mark.parametrize(
+    ("flag", "config", "environ", "source"),
+    [
+        ("10.0.0.5:6379", None, {}, "--ray-address=10.0.0.5:6379"),
+        (None, "10.0.0.5:6379", {}, "config ray_head_node_address=10.0.0.5:6379"),
+        (None, None, {"RAY_ADDRESS": "auto"}, "RAY_ADDRESS=auto"),
+    ],
+)
 def test_a_cluster_to_join_is_refused_under_opensandbox(flag, config, environ, source: str) -> None:
-    for call in (lambda: check_given(flag, config, environ, SERVER),  # before the build
-                 lambda: choose(flag, config, environ, ["env_server"], SERVER)):  # once the users are known
+    for call in (
+        lambda: check_given(flag, config, environ, SERVER),  # before the build
+        lambda: choose(flag, config, environ, ["env_server"], SERVER),
+    ):  # once the users are known
         with pytest.raises(GymRuntimeError) as e:
             call()
         err = e.value

@@ -26,15 +26,24 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.daemon import (JSON_HANDLER, declaring_ray, descendants, kill_tree, read_ready_line, up_process, wait_gone,
-                                  write_fixture_package)
+from tests.helpers.daemon import (
+    JSON_HANDLER,
+    declaring_ray,
+    descendants,
+    kill_tree,
+    read_ready_line,
+    up_process,
+    wait_gone,
+    write_fixture_package,
+)
 from tests.helpers.gym_package import python_312_plus
 from tests.helpers.registry import registry_reachable
 
 pytestmark = pytest.mark.slow
 RAY = "ray==2.60.0"
 
-RAY_TREE_APP = r'''# test fixture: a Gym-shaped server whose /run runs Ray tasks of its own tree
+RAY_TREE_APP = (
+    r"""# test fixture: a Gym-shaped server whose /run runs Ray tasks of its own tree
 import atexit, json, os, sys
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 import ray, yaml
@@ -57,7 +66,9 @@ def watch_exit_sleeps():  # registered last, so it runs first at exit: shows any
 atexit.register(watch_exit_sleeps)
 from tree_tasks.remote import pinned, plain  # the tree's own module
 
-''' + JSON_HANDLER + r'''
+"""
+    + JSON_HANDLER
+    + r"""
 class H(JSONHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers["content-length"]))
@@ -72,9 +83,10 @@ class H(JSONHandler):
 
 print("fixture", name, "listening on", inner["host"], inner["port"], flush=True)
 ThreadingHTTPServer((inner["host"], int(inner["port"])), H).serve_forever()
-'''
+"""
+)
 
-REMOTE_PY = '''import importlib, os, sys
+REMOTE_PY = """import importlib, os, sys
 import ray
 from tree_tasks import scoring
 
@@ -96,16 +108,23 @@ def plain(need):
 @ray.remote(runtime_env={"py_executable": sys.executable, "env_vars": {"PYTHONPATH": TREE}})
 def pinned(need):
     return facts(need)
-'''
+"""
 
 
 def ray_tree_package(root: Path) -> Path:
     """Agents ``ray_a`` (venv: Ray) and ``ray_b`` (venv: Ray + six, which its tasks import; its
     driver drops the exit hook before ``ray.init``, the control for Ray's exit sleep)."""
-    pkg = write_fixture_package(root, {
-        "ray_a": {"responses_api_agents": {"ray_tree_a": {}}},
-        "ray_b": {"responses_api_agents": {"ray_tree_b": {"fixture_needs": "six", "fixture_without_exit_hook": True}}},
-    }, apps={"ray_tree_a": declaring_ray(RAY_TREE_APP), "ray_tree_b": declaring_ray(RAY_TREE_APP)}, name="ray-tree-env")
+    pkg = write_fixture_package(
+        root,
+        {
+            "ray_a": {"responses_api_agents": {"ray_tree_a": {}}},
+            "ray_b": {
+                "responses_api_agents": {"ray_tree_b": {"fixture_needs": "six", "fixture_without_exit_hook": True}}
+            },
+        },
+        apps={"ray_tree_a": declaring_ray(RAY_TREE_APP), "ray_tree_b": declaring_ray(RAY_TREE_APP)},
+        name="ray-tree-env",
+    )
     for impl, reqs in (("ray_tree_a", RAY), ("ray_tree_b", f"{RAY}\nsix")):
         tree = pkg / "responses_api_agents" / impl
         (tree / "requirements.txt").write_text(reqs + "\n")
@@ -127,8 +146,12 @@ def ray_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, st
     env = {"GYM_RUNTIME_PIN_MODE": "none", "GYM_RUNTIME_VENV_DIR": str(tmp / "venvs")}
     uv = [str(Path(sys.executable).with_name("uv"))]
     subprocess.run([*uv, "venv", "-q", "-p", python, str(tmp / "probe")], check=True, timeout=120)
-    probe = subprocess.run([*uv, "pip", "install", "--dry-run", "--offline", "-p", str(tmp / "probe/bin/python"),
-                            RAY, "six"], capture_output=True, text=True, timeout=300)
+    probe = subprocess.run(
+        [*uv, "pip", "install", "--dry-run", "--offline", "-p", str(tmp / "probe/bin/python"), RAY, "six"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if probe.returncode == 0:
         env["UV_OFFLINE"] = "1"
     elif not registry_reachable():
@@ -137,15 +160,18 @@ def ray_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, st
 
 
 def _rollouts(head: str) -> list[dict]:
-    rows = [{"responses_create_params": {"input": "go"}, "agent_ref": {"type": "responses_api_agents", "name": n}}
-            for n in ("ray_a", "ray_b")]
+    rows = [
+        {"responses_create_params": {"input": "go"}, "agent_ref": {"type": "responses_api_agents", "name": n}}
+        for n in ("ray_a", "ray_b")
+    ]
     r = httpx.post(head + "/rollouts/run", json={"examples": rows}, timeout=600, trust_env=False)
     return json.loads(r.text)["results"]
 
 
 @pytest.mark.parametrize("isolation", [None, "none"], ids=["best", "none"])
-def test_ray_tasks_see_the_submitting_servers_tree_venv_and_pythonpath(ray_env, tmp_path: Path,
-                                                                       isolation: str | None) -> None:
+def test_ray_tasks_see_the_submitting_servers_tree_venv_and_pythonpath(
+    ray_env, tmp_path: Path, isolation: str | None
+) -> None:
     from sandbox import probe_isolation
 
     python, env = ray_env

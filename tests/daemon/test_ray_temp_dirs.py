@@ -18,8 +18,10 @@ def test_a_killed_runs_ray_temp_dir_is_removed_but_not_one_in_use_or_just_made()
     old = time.time() - 120
     for d in (stale, named, holding):
         os.utime(d, (old, old))
-    procs = [subprocess.Popen([sys.executable, "-c", SLEEP, str(named / "session_latest" / "logs")]),  # as Ray's do
-             subprocess.Popen([sys.executable, "-c", SLEEP], cwd=holding)]  # as the head's holder does
+    procs = [
+        subprocess.Popen([sys.executable, "-c", SLEEP, str(named / "session_latest" / "logs")]),  # as Ray's do
+        subprocess.Popen([sys.executable, "-c", SLEEP], cwd=holding),
+    ]  # as the head's holder does
     try:
         deadline = time.monotonic() + 10
         while not all(os.path.exists(f"/proc/{p.pid}/cmdline") for p in procs) and time.monotonic() < deadline:

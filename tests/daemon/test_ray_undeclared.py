@@ -79,15 +79,18 @@ def test_the_switch_makes_the_sdk_answer_no_ray_for_an_undeclared_class_only(gym
     # told: undeclared -> no Ray; a class found to declare True when it runs stops the server
     # rather than have the SDK start a cluster in its sandbox
     assert r.stdout.strip().splitlines()[-1] == (
-        "[[True, True, False], [False, 'stop: gym-runtime runs this server without Ray, but its class Decl', False]]")
+        "[[True, True, False], [False, 'stop: gym-runtime runs this server without Ray, but its class Decl', False]]"
+    )
 
 
 def _up(tmp: Path, python: str, env: dict[str, str]) -> tuple[dict, str, str]:
     """``up`` of the 0.7.0 example until ready, then SIGTERM: (ready JSON, stderr, the relay's log)."""
     pkg, _ = assemble_gym_package(gym_wheel(python, RELEASE), tmp / "pkg")
-    info, err = ready_then_stop(up_process(pkg, tmp, "--python", python,
-                                           env={"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"), **env}),
-                                timeout=1500, stop_s=120)
+    info, err = ready_then_stop(
+        up_process(pkg, tmp, "--python", python, env={"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"), **env}),
+        timeout=1500,
+        stop_s=120,
+    )
     return info, err, (Path(info["logs_dir"]) / f"{RELAY}.log").read_text()
 
 

@@ -31,8 +31,13 @@ AGENT = "example_single_tool_call_simple_agent"
 
 def gym_env(tmp: Path) -> dict[str, str]:
     """Variables of a run against the real package: Gym's pin, its openai bound, shared venvs."""
-    return {"GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0", "GYM_RUNTIME_PIN_OPENAI": "2.7.2", "GYM_RUNTIME_PIN_MODE": "gym",
-            "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"), "GYM_RUNTIME_HOME": str(tmp / "home")}
+    return {
+        "GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0",
+        "GYM_RUNTIME_PIN_OPENAI": "2.7.2",
+        "GYM_RUNTIME_PIN_MODE": "gym",
+        "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),
+        "GYM_RUNTIME_HOME": str(tmp / "home"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -64,15 +69,21 @@ def test_real_gym_environment_returns_rewards(gym_package, tmp_path: Path) -> No
         assert holders_of(key, tree) <= {"stub_model", "responses_api_models/vllm_model"}
 
         ref = {"type": "responses_api_agents", "name": AGENT}
-        r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": [{**row, "agent_ref": ref}
-                                                                                  for row in rows[:2]]},
-                       timeout=300, trust_env=False)
+        r = httpx.post(
+            info["head_server"] + "/rollouts/run",
+            json={"examples": [{**row, "agent_ref": ref} for row in rows[:2]]},
+            timeout=300,
+            trust_env=False,
+        )
         results = json.loads(r.text)["results"]
         for res in results:
             assert "error" not in res, res
             assert res["reward"] == 1.0
-            assert [o["type"] for o in res["response"]["output"]] == ["function_call", "function_call_output",
-                                                                      "message"]
+            assert [o["type"] for o in res["response"]["output"]] == [
+                "function_call",
+                "function_call_output",
+                "message",
+            ]
         ray_dirs = {a for p in tree for a in cmdline(p) if a.startswith("/tmp/gr-ray-")}
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(30) == 0

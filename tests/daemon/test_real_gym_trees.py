@@ -32,9 +32,17 @@ pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 
 SOLUTION = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 SUM_ROW = {
-    "responses_create_params": {"input": [{"role": "user", "content": (
-        "Read two integers a and b from one line and print a + b.\n"
-        f"You must use ```python for just the final solution code block.\n[stub:echo_block]\n{SOLUTION}")}]},
+    "responses_create_params": {
+        "input": [
+            {
+                "role": "user",
+                "content": (
+                    "Read two integers a and b from one line and print a + b.\n"
+                    f"You must use ```python for just the final solution code block.\n[stub:echo_block]\n{SOLUTION}"
+                ),
+            }
+        ]
+    },
     "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n", "40 2\n"], "outputs": ["3\n", "42\n"]}},
 }
 
@@ -49,8 +57,12 @@ def python() -> str:
 
 def _run_rows(head: str, agent: str, rows: list[dict]) -> list[dict]:
     ref = {"type": "responses_api_agents", "name": agent}
-    r = httpx.post(head + "/rollouts/run", json={"examples": [{**row, "agent_ref": ref} for row in rows]},
-                   timeout=900, trust_env=False)
+    r = httpx.post(
+        head + "/rollouts/run",
+        json={"examples": [{**row, "agent_ref": ref} for row in rows]},
+        timeout=900,
+        trust_env=False,
+    )
     return json.loads(r.text)["results"]
 
 

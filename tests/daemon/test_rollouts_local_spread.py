@@ -20,8 +20,13 @@ REF = {"type": "responses_api_agents", "name": "acme_agent"}
 
 
 def test_the_bound_and_the_counts_of_one_local_agent(tmp_path: Path) -> None:
-    with Runtime(simple_env(tmp_path / "pkg"), policy_base_url="http://127.0.0.1:9/v1", work_dir=tmp_path / "run",
-                 options=fast_options(), max_concurrent_rollouts=2) as rt:
+    with Runtime(
+        simple_env(tmp_path / "pkg"),
+        policy_base_url="http://127.0.0.1:9/v1",
+        work_dir=tmp_path / "run",
+        options=fast_options(),
+        max_concurrent_rollouts=2,
+    ) as rt:
         assert rt.ready_info["max_concurrent_rollouts"] == 2
         rows = [{"agent_ref": REF, "i": i} for i in range(5)] + [{"agent_ref": {**REF, "name": "ghost"}}]
         with httpx.Client(trust_env=False, timeout=60) as c:
@@ -30,13 +35,25 @@ def test_the_bound_and_the_counts_of_one_local_agent(tmp_path: Path) -> None:
     assert out["replica"] == ["acme_agent"] * 5 + [None]
     s = out["summary"]
     assert s["rollouts"] == 6 and s["failed"] == 1 and s["concurrency"] == 2 and s["rollouts_per_s"] > 0
-    assert s["replicas"] == [{"agent": "acme_agent", "replica": "acme_agent", "node": "local", "rollouts": 5,
-                              "failed": 0, "rollouts_per_s": s["replicas"][0]["rollouts_per_s"]}]
+    assert s["replicas"] == [
+        {
+            "agent": "acme_agent",
+            "replica": "acme_agent",
+            "node": "local",
+            "rollouts": 5,
+            "failed": 0,
+            "rollouts_per_s": s["replicas"][0]["rollouts_per_s"],
+        }
+    ]
     assert own["summary"]["concurrency"] == 7
 
 
 def test_a_bound_below_one_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    rt = Runtime(simple_env(tmp_path / "pkg"), policy_base_url="http://127.0.0.1:9/v1", work_dir=tmp_path / "run",
-                 max_concurrent_rollouts=0)
+    rt = Runtime(
+        simple_env(tmp_path / "pkg"),
+        policy_base_url="http://127.0.0.1:9/v1",
+        work_dir=tmp_path / "run",
+        max_concurrent_rollouts=0,
+    )
     with pytest.raises(UsageError, match="--max-concurrent-rollouts must be at least 1"), rt:
         pass

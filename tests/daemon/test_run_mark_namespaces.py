@@ -69,8 +69,9 @@ def test_a_dead_runs_leftover_in_this_namespace_is_killed_one_in_another_is_left
 def test_a_dead_runs_leftover_of_another_state_root_is_left_to_that_root() -> None:
     """A start judges only the marks of its own state root: the suite's daemons, beside a test's
     killed run of another root, used to reap that run's helper before the test's own next start."""
-    theirs = subprocess.Popen(SLEEP, env={**os.environ, run_mark.VAR: STALE.replace(OWNER, "f" * 16)},
-                              start_new_session=True)
+    theirs = subprocess.Popen(
+        SLEEP, env={**os.environ, run_mark.VAR: STALE.replace(OWNER, "f" * 16)}, start_new_session=True
+    )
     ours = _spawn(SLEEP)
     try:
         _marked_pid(ours)

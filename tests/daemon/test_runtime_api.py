@@ -54,8 +54,7 @@ def test_async_context_manager(tmp_path: Path) -> None:
     pkg = simple_env(tmp_path / "pkg")
 
     async def main() -> tuple[list[int], int, tuple]:
-        rt = Runtime(pkg, policy_base_url="http://127.0.0.1:9/v1", work_dir=tmp_path / "run",
-                     options=fast_options())
+        rt = Runtime(pkg, policy_base_url="http://127.0.0.1:9/v1", work_dir=tmp_path / "run", options=fast_options())
         async with rt:
             await asyncio.to_thread(check_running, rt, rt.ready_info)  # blocking clients off the loop
             pids = tree_pids(rt)
@@ -80,10 +79,12 @@ def test_sync_context_manager_with_the_stub_model(tmp_path: Path) -> None:
 
 
 def test_explicit_start_and_failed_start(tmp_path: Path) -> None:
-    pkg = write_fixture_package(tmp_path / "pkg", {"acme_math": {"resources_servers": {"acme_math": {
-        "domain": "math", "fixture_exit": 2}}}})
-    rt = Runtime(pkg, policy_base_url="http://127.0.0.1:9/v1", work_dir=tmp_path / "run",
-                 options=fast_options(max_restarts=0))
+    pkg = write_fixture_package(
+        tmp_path / "pkg", {"acme_math": {"resources_servers": {"acme_math": {"domain": "math", "fixture_exit": 2}}}}
+    )
+    rt = Runtime(
+        pkg, policy_base_url="http://127.0.0.1:9/v1", work_dir=tmp_path / "run", options=fast_options(max_restarts=0)
+    )
     with pytest.raises(GymRuntimeError) as e:
         asyncio.run(rt.start())
     assert e.value.code == "GR-START-CRASH" and "acme_math" in e.value.message

@@ -22,7 +22,7 @@ from sandbox import IsolationLevel, probe_isolation
 from tests.daemon.conftest import running_stub
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
 
-SCAN_APP = r'''# test fixture: looks for a secret wherever this server could read it (tests/daemon/test_secrets.py)
+SCAN_APP = r"""# test fixture: looks for a secret wherever this server could read it (tests/daemon/test_secrets.py)
 import json, os, urllib.request, urllib.error
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
@@ -66,7 +66,7 @@ class H(BaseHTTPRequestHandler):
         pass
 
 ThreadingHTTPServer((cfg["host"], int(cfg["port"])), H).serve_forever()
-'''
+"""
 
 
 @pytest.mark.parametrize("level", ["full", "partial"])
@@ -74,15 +74,35 @@ def test_only_the_policy_model_receives_the_policy_key(level: str, tmp_path: Pat
     if probe_isolation().level != IsolationLevel.FULL:
         pytest.skip("needs a host where bubblewrap runs in a user namespace (full isolation)")
     key = "sk-" + secrets.token_hex(12)
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "scan_for": key[::-1]}}},
-        "policy_model": {"responses_api_models": {"acme_policy": {
-            "scan_for": key[::-1], "base_url": "${policy_base_url}", "api_key": "${policy_api_key}",
-            "model": "${policy_model_name}"}}},
-    }, apps={"acme_math": SCAN_APP, "acme_policy": SCAN_APP})
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "scan_for": key[::-1]}}},
+            "policy_model": {
+                "responses_api_models": {
+                    "acme_policy": {
+                        "scan_for": key[::-1],
+                        "base_url": "${policy_base_url}",
+                        "api_key": "${policy_api_key}",
+                        "model": "${policy_model_name}",
+                    }
+                }
+            },
+        },
+        apps={"acme_math": SCAN_APP, "acme_policy": SCAN_APP},
+    )
     with running_stub("acme-policy-7b", api_key=key) as url:
-        proc = up_process(pkg, tmp_path, "--policy-base-url", url, "--policy-model-name", "acme-policy-7b",
-                          "--isolation", level, env={"GYM_RUNTIME_POLICY_API_KEY": key})
+        proc = up_process(
+            pkg,
+            tmp_path,
+            "--policy-base-url",
+            url,
+            "--policy-model-name",
+            "acme-policy-7b",
+            "--isolation",
+            level,
+            env={"GYM_RUNTIME_POLICY_API_KEY": key},
+        )
         try:
             info = json.loads(read_ready_line(proc))
             assert info["isolation"] == level
@@ -105,18 +125,34 @@ def test_a_passed_variable_and_a_named_block_reach_only_their_server(level: str,
     if probe_isolation().level != IsolationLevel.FULL:
         pytest.skip("needs a host where bubblewrap runs in a user namespace (full isolation)")
     key = "tok-" + secrets.token_hex(12)
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_swe": {"resources_servers": {"acme_swe": {"domain": "coding", "scan_for": key[::-1],
-                                                        "sandbox_provider": "sandbox"}}},
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "scan_for": key[::-1]}}},
-    }, apps={"acme_swe": SCAN_APP, "acme_math": SCAN_APP})
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {
+            "acme_swe": {
+                "resources_servers": {
+                    "acme_swe": {"domain": "coding", "scan_for": key[::-1], "sandbox_provider": "sandbox"}
+                }
+            },
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "scan_for": key[::-1]}}},
+        },
+        apps={"acme_swe": SCAN_APP, "acme_math": SCAN_APP},
+    )
     cfg = pkg / "resources_servers/acme_swe/configs/acme_swe.yaml"
-    cfg.write_text(cfg.read_text() + "sandbox:\n  opensandbox:\n    connection:\n"
-                   "      api_key: ${oc.env:GR_TEST_SANDBOX_TOKEN}\n")
-    proc = up_process(pkg, tmp_path, "--isolation", level, env={
-        "GR_TEST_SANDBOX_TOKEN": key, "GR_TEST_SHARED": "for-everyone",
-        "GYM_RUNTIME_SERVER_ENV": "acme_swe:GR_TEST_SANDBOX_TOKEN,GR_TEST_SHARED",
-        "GYM_RUNTIME_SANDBOX_PROVIDER": "config"})  # keep the package's own provider block as written
+    cfg.write_text(
+        cfg.read_text() + "sandbox:\n  opensandbox:\n    connection:\n      api_key: ${oc.env:GR_TEST_SANDBOX_TOKEN}\n"
+    )
+    proc = up_process(
+        pkg,
+        tmp_path,
+        "--isolation",
+        level,
+        env={
+            "GR_TEST_SANDBOX_TOKEN": key,
+            "GR_TEST_SHARED": "for-everyone",
+            "GYM_RUNTIME_SERVER_ENV": "acme_swe:GR_TEST_SANDBOX_TOKEN,GR_TEST_SHARED",
+            "GYM_RUNTIME_SANDBOX_PROVIDER": "config",
+        },
+    )  # keep the package's own provider block as written
     try:
         info = json.loads(read_ready_line(proc))
         assert info["isolation"] == level
@@ -124,8 +160,10 @@ def test_a_passed_variable_and_a_named_block_reach_only_their_server(level: str,
         kill_tree(proc)
     stderr = proc.stderr.read()
     assert key not in stderr and key not in json.dumps(info)
-    assert ("variables passed to servers (GYM_RUNTIME_SERVER_ENV, names only): acme_swe: GR_TEST_SANDBOX_TOKEN "
-            "(this server), GR_TEST_SHARED; acme_math: GR_TEST_SHARED") in stderr
+    assert (
+        "variables passed to servers (GYM_RUNTIME_SERVER_ENV, names only): acme_swe: GR_TEST_SANDBOX_TOKEN "
+        "(this server), GR_TEST_SHARED; acme_math: GR_TEST_SHARED"
+    ) in stderr
     swe = json.loads((tmp_path / "run/servers/acme_swe/scan.json").read_text())
     other = json.loads((tmp_path / "run/servers/acme_math/scan.json").read_text())
     assert swe["config"] is True and swe["env"] == ["GR_TEST_SANDBOX_TOKEN", "NEMO_GYM_CONFIG_DICT"]

@@ -16,10 +16,12 @@ import certifi
 from gym_runtime.supervise.contract import trust_paths
 from tests.helpers.daemon import FIXTURE_APP, kill_tree, read_ready_line, up_process, write_fixture_package
 
-READS_TRUST = ("import os\n"
-               "for var in ('SSL_CERT_FILE', 'REQUESTS_CA_BUNDLE'):\n"
-               "    open(os.environ[var]).read()\n"
-               "assert os.listdir(os.environ['SSL_CERT_DIR'].split(':')[0])\n") + FIXTURE_APP
+READS_TRUST = (
+    "import os\n"
+    "for var in ('SSL_CERT_FILE', 'REQUESTS_CA_BUNDLE'):\n"
+    "    open(os.environ[var]).read()\n"
+    "assert os.listdir(os.environ['SSL_CERT_DIR'].split(':')[0])\n"
+) + FIXTURE_APP
 
 
 def trust_files(tmp: Path) -> dict[str, str]:
@@ -40,8 +42,11 @@ def test_trust_paths_are_the_existing_ones(tmp_path: Path) -> None:
 
 
 def test_servers_read_the_ca_bundle_the_daemon_names(tmp_path: Path) -> None:
-    pkg = write_fixture_package(tmp_path / "pkg", {"acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}},
-                                apps={"acme_math": READS_TRUST})
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {"acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}},
+        apps={"acme_math": READS_TRUST},
+    )
     proc = up_process(pkg, tmp_path, "--policy-base-url", "http://127.0.0.1:9/v1", env=trust_files(tmp_path))
     try:
         info = json.loads(read_ready_line(proc))

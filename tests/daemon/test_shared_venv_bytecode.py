@@ -25,8 +25,13 @@ from tests.helpers.daemon import SIMPLE_SERVERS, kill_tree, read_ready_line, sim
 def _run_once(pkg: Path, tmp: Path, home: Path) -> dict[str, dict]:
     """Start ``up``, wait for ready, wait until the shared cache lists every server, stop; returns
     each server's environment as it saw it."""
-    proc = up_process(pkg, tmp, "--policy-base-url", "http://127.0.0.1:9/v1",
-                      env={"GYM_RUNTIME_HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1"})
+    proc = up_process(
+        pkg,
+        tmp,
+        "--policy-base-url",
+        "http://127.0.0.1:9/v1",
+        env={"GYM_RUNTIME_HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     try:
         info = json.loads(read_ready_line(proc))
         assert set(info["servers"]) == SIMPLE_SERVERS
@@ -34,8 +39,10 @@ def _run_once(pkg: Path, tmp: Path, home: Path) -> dict[str, dict]:
         venv = Path(envs["acme_math"]["VIRTUAL_ENV"])
         store, digest = PycStore(home / "bytecode"), read_marker(venv)["digest"]
         deadline = time.monotonic() + 60
-        while (len(store.users(digest) - {PRELOADED_PARENT}) < len(SIMPLE_SERVERS)  # learned, then saved
-               and time.monotonic() < deadline):
+        while (
+            len(store.users(digest) - {PRELOADED_PARENT}) < len(SIMPLE_SERVERS)  # learned, then saved
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
@@ -85,8 +92,13 @@ def test_a_server_restarted_once_its_imports_are_learned_reads_the_shared_cache(
     dir as its prefix nor a report file there (its spec is made again: placement/local.py)."""
     pkg = simple_env(tmp_path / "pkg")
     tmp = tmp_path / "a"
-    proc = up_process(pkg, tmp, "--policy-base-url", "http://127.0.0.1:9/v1",
-                      env={"GYM_RUNTIME_HOME": str(tmp_path / "home"), "PYTHONDONTWRITEBYTECODE": "1"})
+    proc = up_process(
+        pkg,
+        tmp,
+        "--policy-base-url",
+        "http://127.0.0.1:9/v1",
+        env={"GYM_RUNTIME_HOME": str(tmp_path / "home"), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     try:
         info = json.loads(read_ready_line(proc))
         contract = tmp / "run/servers/acme_math/contract.json"

@@ -18,15 +18,21 @@ import pytest
 
 from tests.helpers.daemon import FIXTURE_APP, kill_tree, up_process, write_fixture_package
 
-CLONING_APP = FIXTURE_APP.replace('time.sleep(float(cfg.get("fixture_sleep", 0)))', '''import urllib.request
+CLONING_APP = FIXTURE_APP.replace(
+    'time.sleep(float(cfg.get("fixture_sleep", 0)))',
+    """import urllib.request
 print("fetching the tree's data repository", flush=True)
-urllib.request.urlopen("https://clone.example.invalid/acme/data.git", timeout=20)  # honours HTTPS_PROXY''')
+urllib.request.urlopen("https://clone.example.invalid/acme/data.git", timeout=20)  # honours HTTPS_PROXY""",
+)
 
 
 def test_server_denied_egress_at_start_up_is_named(tmp_path: Path) -> None:
     assert CLONING_APP != FIXTURE_APP
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_clone": {"resources_servers": {"acme_clone": {"domain": "other"}}}}, apps={"acme_clone": CLONING_APP})
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {"acme_clone": {"resources_servers": {"acme_clone": {"domain": "other"}}}},
+        apps={"acme_clone": CLONING_APP},
+    )
     proc = up_process(pkg, tmp_path, "--max-restarts", "1")
     try:
         out, err = proc.communicate(timeout=120)
@@ -40,9 +46,12 @@ def test_server_denied_egress_at_start_up_is_named(tmp_path: Path) -> None:
     assert "Traceback" not in err.split("cause:")[0]  # the tree's traceback is in the log tail only
 
 
-WRITING_APP = FIXTURE_APP.replace('time.sleep(float(cfg.get("fixture_sleep", 0)))', '''
+WRITING_APP = FIXTURE_APP.replace(
+    'time.sleep(float(cfg.get("fixture_sleep", 0)))',
+    """
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "downloaded.bin"), "w") as f:
-    f.write("data the tree fetched at start-up")''')
+    f.write("data the tree fetched at start-up")""",
+)
 
 
 def test_server_writing_into_its_read_only_tree_is_told_so(tmp_path: Path) -> None:
@@ -50,8 +59,11 @@ def test_server_writing_into_its_read_only_tree_is_told_so(tmp_path: Path) -> No
 
     if probe_isolation().level.value == "none":
         pytest.skip("at isolation none nothing is read-only")
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_dl": {"resources_servers": {"acme_dl": {"domain": "other"}}}}, apps={"acme_dl": WRITING_APP})
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {"acme_dl": {"resources_servers": {"acme_dl": {"domain": "other"}}}},
+        apps={"acme_dl": WRITING_APP},
+    )
     proc = up_process(pkg, tmp_path, "--max-restarts", "1")
     try:
         out, err = proc.communicate(timeout=120)
@@ -90,13 +102,24 @@ def test_a_name_of_the_host_itself_gets_a_hint_that_does_not_loop(tmp_path: Path
     the address the name resolves to, and told the same hint again. The error now says so, and
     the hint no longer offers the allowlist."""
     host = _host_name_on_loopback()
-    app = FIXTURE_APP.replace('time.sleep(float(cfg.get("fixture_sleep", 0)))', f'''import socket
+    app = FIXTURE_APP.replace(
+        'time.sleep(float(cfg.get("fixture_sleep", 0)))',
+        f"""import socket
 print("resolving", {host!r}, flush=True)
-socket.gethostbyname({host!r})''')
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "kernel_env": {"resources_servers": {"kernel_env": {"domain": "coding"}}}}, apps={"kernel_env": app})
-    proc = up_process(pkg, tmp_path, "--max-restarts", "1", env={"NMP_RL_SANDBOX_ALLOW_INTERNET": "true",
-                                                                 "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": host})
+socket.gethostbyname({host!r})""",
+    )
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {"kernel_env": {"resources_servers": {"kernel_env": {"domain": "coding"}}}},
+        apps={"kernel_env": app},
+    )
+    proc = up_process(
+        pkg,
+        tmp_path,
+        "--max-restarts",
+        "1",
+        env={"NMP_RL_SANDBOX_ALLOW_INTERNET": "true", "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": host},
+    )
     try:
         out, err = proc.communicate(timeout=120)
     finally:
@@ -117,10 +140,14 @@ def test_a_denied_lookup_names_no_port(tmp_path: Path) -> None:
 
     if probe_isolation().level.value == "none":
         pytest.skip("at isolation none the lookup is the host's own")
-    app = FIXTURE_APP.replace('time.sleep(float(cfg.get("fixture_sleep", 0)))', '''import socket
-socket.gethostbyname("data.example.invalid")''')
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_dns": {"resources_servers": {"acme_dns": {"domain": "other"}}}}, apps={"acme_dns": app})
+    app = FIXTURE_APP.replace(
+        'time.sleep(float(cfg.get("fixture_sleep", 0)))',
+        """import socket
+socket.gethostbyname("data.example.invalid")""",
+    )
+    pkg = write_fixture_package(
+        tmp_path / "pkg", {"acme_dns": {"resources_servers": {"acme_dns": {"domain": "other"}}}}, apps={"acme_dns": app}
+    )
     proc = up_process(pkg, tmp_path, "--max-restarts", "1")
     try:
         out, err = proc.communicate(timeout=120)

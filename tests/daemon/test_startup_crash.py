@@ -14,8 +14,10 @@ from gym_runtime.errors import StartError
 from gym_runtime.supervise import Supervisor
 from tests.daemon.conftest import add_member, fast_options, start_sandbox
 
-SAME = "import sys\nprint('loading config', flush=True)\nprint(\"error: Interpolation key 'candidate' not found\", " \
-       "file=sys.stderr, flush=True)\nsys.exit(1)\n"
+SAME = (
+    "import sys\nprint('loading config', flush=True)\nprint(\"error: Interpolation key 'candidate' not found\", "
+    "file=sys.stderr, flush=True)\nsys.exit(1)\n"
+)
 # a different last line on every start
 CHANGING = "import sys, time\nprint('failed at', time.time_ns(), flush=True)\nsys.exit(1)\n"
 
@@ -48,16 +50,20 @@ def test_same_startup_crash_twice_fails_at_once(tmp_path: Path, run) -> None:
     assert "restarts are for servers that were ready once" in err.message
     assert "loading config" in err.cause and str(m.log.path) in err.log  # the log tail is still the cause
     # the hint points at fields both renderings have (the block's cause/log lines, JSON's keys), not "above"
-    assert err.hint == ("the error is the same on every start: fix the server or its config (its last log lines "
-                        "are in cause, the whole log in log), then start again")
+    assert err.hint == (
+        "the error is the same on every start: fix the server or its config (its last log lines "
+        "are in cause, the whole log in log), then start again"
+    )
 
 
 def test_a_crash_that_changes_is_restarted_up_to_the_limit(tmp_path: Path, run) -> None:
     (tmp_path / "app.py").write_text(CHANGING)
     err, m = _start(tmp_path, run, [sys.executable, str(tmp_path / "app.py")])
     assert m.restarts == 3 and "after 3 restarts" in err.message
-    assert err.hint == ("read the server's last log lines (cause) and its log file (log); fix the server or its "
-                        "config, then start again")
+    assert err.hint == (
+        "read the server's last log lines (cause) and its log file (log); fix the server or its "
+        "config, then start again"
+    )
 
 
 def test_a_load_bound_start_is_restarted_up_to_the_limit_even_when_identical(tmp_path: Path, run) -> None:

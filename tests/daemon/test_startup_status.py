@@ -18,8 +18,9 @@ from tests.helpers.wheels import build_wheel
 
 
 def _cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", *argv], capture_output=True, text=True,
-                          env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_status_during_a_venv_build_shows_phase_and_each_server(tmp_path: Path) -> None:
@@ -27,11 +28,22 @@ def test_status_during_a_venv_build_shows_phase_and_each_server(tmp_path: Path) 
     build_wheel(tmp_path / "files", "slowpkg", "1.0")
     with SimpleIndex(tmp_path / "files", delay_s=300) as idx:  # the build waits until the test stops it
         env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
-        env.update({"UV_INDEX_URL": idx.url, "GYM_RUNTIME_HOME": str(tmp_path / "home"),
-                    "GYM_RUNTIME_UV_CACHE_DIR": str(tmp_path / "uv-cache"), "GYM_RUNTIME_PIN_MODE": "none"})
-        proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir",
-                                 str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env, start_new_session=True)
+        env.update(
+            {
+                "UV_INDEX_URL": idx.url,
+                "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+                "GYM_RUNTIME_UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+                "GYM_RUNTIME_PIN_MODE": "none",
+            }
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(tmp_path / "run")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 60
             while not any(r.startswith("/files/") for r in idx.requests):
@@ -51,8 +63,13 @@ def test_status_during_a_venv_build_shows_phase_and_each_server(tmp_path: Path) 
             assert "starting (building venvs)" in text.stdout and "acme_math" in text.stdout
             logs = _cli(env, "logs", "acme_math")  # no server log yet: says what it is doing instead
             assert logs.returncode == 0 and "building venv" in logs.stdout
-            follow = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "logs", "acme_math", "--follow"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            follow = subprocess.Popen(
+                [sys.executable, "-m", "gym_runtime.cli.main", "logs", "acme_math", "--follow"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
             first = follow.stdout.readline()  # printed, then it waits for the server's log to exist
             assert "building venv" in first
             time.sleep(1.5)

@@ -16,8 +16,10 @@ from gym_runtime.supervise import Supervisor
 from tests.daemon.conftest import add_member, fast_options, start_sandbox
 
 SLEEPER = "import time\nprint('loading weights', flush=True)\ntime.sleep(3600)\n"
-MUTE = ("import socket, sys, time\ns = socket.socket()\ns.bind(('127.0.0.1', int(sys.argv[1])))\ns.listen(16)\n"
-        "print('listening, answering nothing', flush=True)\ntime.sleep(3600)\n")
+MUTE = (
+    "import socket, sys, time\ns = socket.socket()\ns.bind(('127.0.0.1', int(sys.argv[1])))\ns.listen(16)\n"
+    "print('listening, answering nothing', flush=True)\ntime.sleep(3600)\n"
+)
 
 
 def test_timeout_report_names_what_was_seen_of_each_server(tmp_path: Path, run) -> None:
@@ -27,10 +29,12 @@ def test_timeout_report_names_what_was_seen_of_each_server(tmp_path: Path, run) 
     async def main():
         sb = await start_sandbox(tmp_path / "sb")
         sup = Supervisor(fast_options(server_ready_timeout_s=5.0))
-        sleeper = await add_member(sup, sb, "acme_sleeper", [sys.executable, str(tmp_path / "sleeper.py")], tmp_path,
-                                   tmp_path / "logs")
-        mute = await add_member(sup, sb, "acme_mute", [sys.executable, str(tmp_path / "mute.py"), "{port}"],
-                                tmp_path, tmp_path / "logs")
+        sleeper = await add_member(
+            sup, sb, "acme_sleeper", [sys.executable, str(tmp_path / "sleeper.py")], tmp_path, tmp_path / "logs"
+        )
+        mute = await add_member(
+            sup, sb, "acme_mute", [sys.executable, str(tmp_path / "mute.py"), "{port}"], tmp_path, tmp_path / "logs"
+        )
         try:
             with pytest.raises(StartError) as e:
                 await sup.start()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process, write_fixture_package
 
-NOISY = '''import sys, threading, time
+NOISY = """import sys, threading, time
 def _noise():  # like Ray's listener thread: it starts once the daemon runs (its head server loaded)
     while "gym_runtime.head.app" not in sys.modules:
         time.sleep(0.01)
@@ -23,15 +23,16 @@ def _noise():  # like Ray's listener thread: it starts once the daemon runs (its
         print("(raylet) a library writing to stdout", flush=True)
         time.sleep(0.05)
 threading.Thread(target=_noise, daemon=True).start()
-'''
+"""
 
 
 def test_only_the_ready_line_reaches_stdout(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(NOISY)
-    pkg = write_fixture_package(tmp_path / "pkg", {"acme_math": {"resources_servers": {"acme_math": {
-        "domain": "math"}}}})
+    pkg = write_fixture_package(
+        tmp_path / "pkg", {"acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}}}
+    )
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)}
     proc = up_process(pkg, tmp_path, env=env)
     try:

@@ -14,14 +14,19 @@ import httpx
 from tests.helpers.daemon import FIXTURE_APP, kill_tree, read_ready_line, running, up_process, write_fixture_package
 
 # a server that takes 1.5 s to stop after SIGTERM, as a Gym server's uvicorn and Ray driver do
-SLOW_STOP_APP = "import signal, sys, time\n" \
-    "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.5), sys.exit(0)))\n" + FIXTURE_APP
+SLOW_STOP_APP = (
+    "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.5), sys.exit(0)))\n" + FIXTURE_APP
+)
 
 
 def test_the_head_server_answers_while_servers_stop_and_the_stub_is_gone_after(tmp_path: Path) -> None:
     cfg = {"domain": "math", "policy_url": "${policy_base_url}"}  # uses the policy: the stub is embedded
-    pkg = write_fixture_package(tmp_path / "pkg", {"acme_slow": {"resources_servers": {"acme_slow": cfg}}},
-                                apps={"acme_slow": SLOW_STOP_APP}, name="acme-slow-stop")
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {"acme_slow": {"resources_servers": {"acme_slow": cfg}}},
+        apps={"acme_slow": SLOW_STOP_APP},
+        name="acme-slow-stop",
+    )
     proc = up_process(pkg, tmp_path, env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
     try:
         info = json.loads(read_ready_line(proc))

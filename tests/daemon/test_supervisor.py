@@ -37,8 +37,9 @@ def test_crash_is_seen_at_once_and_restarted(tmp_path: Path, run) -> None:
     async def main() -> tuple[float, int, str]:
         sb = await start_sandbox(tmp_path / "sb")
         sup = Supervisor(fast_options())
-        m = await add_member(sup, sb, "acme", [sys.executable, str(tmp_path / "app.py"), "{port}"], tmp_path,
-                             tmp_path / "logs")
+        m = await add_member(
+            sup, sb, "acme", [sys.executable, str(tmp_path / "app.py"), "{port}"], tmp_path, tmp_path / "logs"
+        )
         try:
             await sup.start()
             t0 = time.monotonic()
@@ -71,8 +72,15 @@ def test_a_stop_times_the_servers_then_what_they_use(tmp_path: Path, run) -> Non
         sb = await start_sandbox(tmp_path / "sb")
         sup = Supervisor(fast_options())
         for name, kind in (("acme", "server"), ("stub_model", "model")):
-            await add_member(sup, sb, name, [sys.executable, str(tmp_path / "app.py"), "{port}"], tmp_path,
-                             tmp_path / "logs", kind=kind)
+            await add_member(
+                sup,
+                sb,
+                name,
+                [sys.executable, str(tmp_path / "app.py"), "{port}"],
+                tmp_path,
+                tmp_path / "logs",
+                kind=kind,
+            )
         try:
             await sup.start()
             assert sup.stop_split == ""
@@ -88,14 +96,19 @@ def test_a_stop_times_the_servers_then_what_they_use(tmp_path: Path, run) -> Non
 
 def test_exit_status_zero_is_a_failure_and_restarts_are_bounded(tmp_path: Path, run) -> None:
     # serves briefly, then exits 0 although nobody asked it to stop
-    (tmp_path / "app.py").write_text(SERVE.replace('print("serving", flush=True)', (
-        'import threading, os\nthreading.Timer(0.4, lambda: os._exit(0)).start()\nprint("serving", flush=True)')))
+    (tmp_path / "app.py").write_text(
+        SERVE.replace(
+            'print("serving", flush=True)',
+            ('import threading, os\nthreading.Timer(0.4, lambda: os._exit(0)).start()\nprint("serving", flush=True)'),
+        )
+    )
 
     async def main():
         sb = await start_sandbox(tmp_path / "sb")
         sup = Supervisor(fast_options(max_restarts=2, keep_going=False))
-        m = await add_member(sup, sb, "acme_judge", [sys.executable, str(tmp_path / "app.py"), "{port}"], tmp_path,
-                             tmp_path / "logs")
+        m = await add_member(
+            sup, sb, "acme_judge", [sys.executable, str(tmp_path / "app.py"), "{port}"], tmp_path, tmp_path / "logs"
+        )
         try:
             await sup.start()
             code = await asyncio.wait_for(sup.wait_stopped(), 30)
@@ -116,8 +129,9 @@ def test_exit_status_zero_is_a_failure_and_restarts_are_bounded(tmp_path: Path, 
 
 
 def test_readiness_timeout_reports_phase_and_log_tail(tmp_path: Path, run) -> None:
-    (tmp_path / "app.py").write_text("import time\nfor i in range(60):\n    print('warming up step', i, flush=True)\n"
-                                     "time.sleep(3600)\n")
+    (tmp_path / "app.py").write_text(
+        "import time\nfor i in range(60):\n    print('warming up step', i, flush=True)\ntime.sleep(3600)\n"
+    )
 
     async def main():
         sb = await start_sandbox(tmp_path / "sb")
@@ -150,7 +164,8 @@ def test_c24_uvicorn_workers_startup_failure(tmp_path: Path, run) -> None:
     app_dir.mkdir()
     (app_dir / "app.py").write_text((case / "resources_servers/acme_judge/app.py").read_text())
     launch = yaml.safe_load((case / "configs/acme_judge.yaml").read_text())["acme_judge"]["resources_servers"][
-        "acme_judge"]["launch"]
+        "acme_judge"
+    ]["launch"]
     argv = [sys.executable, "-m", *launch]  # uvicorn from the daemon's env (no PyPI needed)
     argv[argv.index("--port") + 1] = "{port}"
 
@@ -184,8 +199,9 @@ def test_c25_chatty_server_never_blocks(tmp_path: Path, run) -> None:
     async def main():
         sb = await start_sandbox(tmp_path / "sb")
         sup = Supervisor(fast_options())
-        m = await add_member(sup, sb, "chatty", [sys.executable, str(tmp_path / "app.py"), "{port}"], tmp_path,
-                             tmp_path / "logs")
+        m = await add_member(
+            sup, sb, "chatty", [sys.executable, str(tmp_path / "app.py"), "{port}"], tmp_path, tmp_path / "logs"
+        )
         try:
             await sup.start()
             async with httpx.AsyncClient(trust_env=False) as c:

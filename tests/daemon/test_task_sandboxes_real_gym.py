@@ -27,20 +27,35 @@ from tests.helpers.gym_package import assemble_tree_package, cache_dir
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 
-TOOL = {"type": "function", "name": "stateful_python_code_exec", "description": "Run Python code", "strict": True,
-        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}
-ROW = {"responses_create_params": {"input": [{"role": "user", "content":
-                                              'Compute six times seven with the tool: "print(6*7)" [stub:p=1]'}],
-                                   "tools": [TOOL]},
-       "expected_answer": "42", "answer_type": "float", "output_regex": r"returned: ([0-9.]+)",
-       "match": {"rule": "exact"}, "agent_ref": {"type": "responses_api_agents", "name": "litmus_agent_agent"}}
+TOOL = {
+    "type": "function",
+    "name": "stateful_python_code_exec",
+    "description": "Run Python code",
+    "strict": True,
+    "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+}
+ROW = {
+    "responses_create_params": {
+        "input": [{"role": "user", "content": 'Compute six times seven with the tool: "print(6*7)" [stub:p=1]'}],
+        "tools": [TOOL],
+    },
+    "expected_answer": "42",
+    "answer_type": "float",
+    "output_regex": r"returned: ([0-9.]+)",
+    "match": {"rule": "exact"},
+    "agent_ref": {"type": "responses_api_agents", "name": "litmus_agent_agent"},
+}
 
 
 def test_litmus_agent_code_runs_in_a_gym_runtime_sandbox(tmp_path: Path) -> None:
     python = gym07_python()
     pkg, _ = assemble_tree_package(gym07_wheel(), "litmus_agent", "litmus_agent.yaml", tmp_path / "pkg")
-    env = {"GYM_RUNTIME_HOME": str(tmp_path / "home"), "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs07"),
-           "OPENSANDBOX_API_KEY": "unused", "GYM_RUNTIME_SANDBOX_IMAGE_MAP": "docker.io/library/python:3.12-slim=host"}
+    env = {
+        "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+        "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs07"),
+        "OPENSANDBOX_API_KEY": "unused",
+        "GYM_RUNTIME_SANDBOX_IMAGE_MAP": "docker.io/library/python:3.12-slim=host",
+    }
     proc = up_process(pkg, tmp_path, "--python", python, "--shutdown-grace", "15", env=env)
     try:
         info = json.loads(read_ready_line(proc, timeout=1500))

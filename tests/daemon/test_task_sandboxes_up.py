@@ -19,7 +19,8 @@ from sandbox import probe_isolation
 from sandbox.taskbox import box_support
 from tests.helpers.daemon import FIXTURE_APP, kill_tree, read_ready_line, up_process, write_fixture_package
 
-MAKES_A_SANDBOX = r'''import json, os, urllib.request
+MAKES_A_SANDBOX = (
+    r"""import json, os, urllib.request
 def call(method, path, body=None):
     req = urllib.request.Request(os.environ["GYM_RUNTIME_SANDBOX_URL"] + path, method=method,
                                  data=None if body is None else json.dumps(body).encode(),
@@ -31,20 +32,29 @@ box = call("POST", "/v1/sandboxes", {"workdir": "/srv", "env": {"WHO": "acme_exe
 out = call("POST", "/v1/sandboxes/%s/exec" % box["sandbox_id"], {"command": "echo $WHO in $(pwd)"})
 with open(os.path.join(os.environ["HOME"], "sandbox.json"), "w") as f:
     json.dump({"id": box["sandbox_id"], "exec": out}, f)
-''' + FIXTURE_APP
+"""
+    + FIXTURE_APP
+)
 
 
 @pytest.fixture()
 def pkg(tmp_path):
     if isinstance(box_support(probe_isolation()), str):
         pytest.skip(box_support(probe_isolation()))
-    return write_fixture_package(tmp_path / "pkg", {"acme_exec": {"resources_servers": {"acme_exec": {"domain": "other"}}}},
-                                 apps={"acme_exec": MAKES_A_SANDBOX}, name="acme-exec")
+    return write_fixture_package(
+        tmp_path / "pkg",
+        {"acme_exec": {"resources_servers": {"acme_exec": {"domain": "other"}}}},
+        apps={"acme_exec": MAKES_A_SANDBOX},
+        name="acme-exec",
+    )
 
 
 def _box_pids(box_id: str) -> list[int]:
-    return [p.pid for p in psutil.process_iter(["cmdline"])
-            if any(box_id in part for part in (p.info["cmdline"] or [])) and p.status() != psutil.STATUS_ZOMBIE]
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if any(box_id in part for part in (p.info["cmdline"] or [])) and p.status() != psutil.STATUS_ZOMBIE
+    ]
 
 
 def _started(proc, tmp_path) -> tuple[dict, str]:

@@ -61,8 +61,11 @@ def test_the_summary_is_one_line_with_each_step_and_its_note() -> None:
         return td
 
     summary = asyncio.run(main()).summary()
-    assert re.fullmatch(r"stop took \d\.\d\ds: servers \d\.\d\ds \(server instances 0\.01s, then stub_model "
-                        r"0\.01s\), head server \d\.\d\ds", summary), summary
+    assert re.fullmatch(
+        r"stop took \d\.\d\ds: servers \d\.\d\ds \(server instances 0\.01s, then stub_model "
+        r"0\.01s\), head server \d\.\d\ds",
+        summary,
+    ), summary
 
 
 def test_a_step_that_swallows_its_cancellation_does_not_hold_up_the_stop() -> None:
@@ -89,7 +92,8 @@ def test_the_backstop_ends_a_process_whose_event_loop_is_stuck(tmp_path: Path) -
     """The loop itself blocked (no deadline can fire): the backstop thread dumps the stacks, kills
     the given process groups and exits 3."""
     script = tmp_path / "stuck.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import asyncio, subprocess, sys, time
         from gym_runtime.supervise.teardown import Teardown
         child = subprocess.Popen(["sleep", "60"], start_new_session=True)
@@ -100,10 +104,16 @@ def test_the_backstop_ends_a_process_whose_event_loop_is_stuck(tmp_path: Path) -
             td.current = "head server"
             time.sleep(30)  # a blocking call on the loop thread
         asyncio.run(main())
-    """))
+    """)
+    )
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=20,
-                          cwd=Path(__file__).resolve().parents[2])
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     took = time.monotonic() - t0
     child = int(proc.stdout.split()[0])
     try:
@@ -134,7 +144,12 @@ def test_a_start_refused_before_anything_ran_says_no_stop(tmp_path: Path) -> Non
     shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "native-quickstart", pkg)
     manifest = pkg / "nemo-environment.yaml"
     manifest.write_text(manifest.read_text().replace("arithmetic.yaml", "arithmetc.yaml"))
-    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg)], capture_output=True, text=True,
-                       timeout=120, env={**os.environ, "GYM_RUNTIME_HOME": str(tmp_path / "home")})
+    r = subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "GYM_RUNTIME_HOME": str(tmp_path / "home")},
+    )
     assert r.returncode == 1 and "GR-PKG-CONFIG-MISSING" in r.stderr, r.stderr
     assert "stop took" not in r.stderr, r.stderr

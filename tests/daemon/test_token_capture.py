@@ -47,8 +47,12 @@ def consume(capture: Path, rollouts: dict[str, dict]) -> dict:
     if venv is None:
         pytest.skip("NeMo Gym 0.7.0's consumer needs a Python >= 3.13.14 (.ci/provision-python builds one)")
     python = venv / "bin" / "python"
-    done = subprocess.run([str(python), "-c", CONSUME, json.dumps({"dir": str(capture), "rollouts": rollouts})],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(python), "-c", CONSUME, json.dumps({"dir": str(capture), "rollouts": rollouts})],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
@@ -67,14 +71,21 @@ def _environ(p: psutil.Process) -> dict[str, str]:
 def test_gyms_consumer_builds_trajectories_from_what_the_built_in_servers_wrote(tmp_path: Path) -> None:
     capture = tmp_path / "token-capture"
     tool_row, plain_row = example_rows("code_lookup_agent")[0], example_rows("arithmetic_agent")[0]
-    rows = [{**tool_row, "_ng_task_index": 0, "_ng_rollout_index": 0},
-            {**plain_row, "_ng_task_index": 1, "_ng_rollout_index": 0, "_ng_attempt_index": 1},
-            {**plain_row}]  # no stamps: stamped on its way through the environment server as Gym's collector does
-    with running_up(QUICKSTART, tmp_path, "token_id_capture.enabled=true", "token_id_capture.all_agents=true",
-                    "policy_model.responses_api_models.vllm_model.return_token_id_information=false",
-                    # each server's own interpreter: the environment a process started with is what
-                    # /proc shows (a server forked from a preloaded parent gets its variables after the fork)
-                    env={**capture_env(tmp_path, capture), "GYM_RUNTIME_PRELOAD": "off"}) as (proc, info):
+    rows = [
+        {**tool_row, "_ng_task_index": 0, "_ng_rollout_index": 0},
+        {**plain_row, "_ng_task_index": 1, "_ng_rollout_index": 0, "_ng_attempt_index": 1},
+        {**plain_row},
+    ]  # no stamps: stamped on its way through the environment server as Gym's collector does
+    with running_up(
+        QUICKSTART,
+        tmp_path,
+        "token_id_capture.enabled=true",
+        "token_id_capture.all_agents=true",
+        "policy_model.responses_api_models.vllm_model.return_token_id_information=false",
+        # each server's own interpreter: the environment a process started with is what
+        # /proc shows (a server forked from a preloaded parent gets its variables after the fork)
+        env={**capture_env(tmp_path, capture), "GYM_RUNTIME_PRELOAD": "off"},
+    ) as (proc, info):
         results = run_batch(info["head_server"], rows).results
         environs = [_environ(p) for p in descendants(proc.pid)]
         passed = {e["NEMO_GYM_CONFIG_PATH"]: e.get(CONTROL) for e in environs if "NEMO_GYM_CONFIG_PATH" in e}
@@ -103,8 +114,16 @@ def test_capture_without_the_operators_directory_is_refused(monkeypatch, capsys)
     from gym_runtime.cli.main import main
 
     monkeypatch.setenv("GYM_RUNTIME_POLICY_API_KEY", "dummy")
-    argv = ["config", str(QUICKSTART), "--policy-base-url", "http://127.0.0.1:1/v1", "--policy-model-name", "m",
-            "--json", "token_id_capture.enabled=true"]
+    argv = [
+        "config",
+        str(QUICKSTART),
+        "--policy-base-url",
+        "http://127.0.0.1:1/v1",
+        "--policy-model-name",
+        "m",
+        "--json",
+        "token_id_capture.enabled=true",
+    ]
     assert main(argv) == 1
     (violation,) = json.loads(capsys.readouterr().out)["error"]["violations"]
     assert violation["code"] == "GR-CONFIG-TOKEN-CAPTURE-DIR" and violation["key"] == "token_id_capture.enabled"

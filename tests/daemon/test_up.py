@@ -14,8 +14,16 @@ import psutil
 import pytest
 import yaml
 
-from tests.helpers.daemon import (SIMPLE_SERVERS, descendants, kill_tree, read_ready_line, simple_env, up_process, wait_gone,
-                                  write_fixture_package)
+from tests.helpers.daemon import (
+    SIMPLE_SERVERS,
+    descendants,
+    kill_tree,
+    read_ready_line,
+    simple_env,
+    up_process,
+    wait_gone,
+    write_fixture_package,
+)
 
 SECRET = "sk-acme-secret-123"
 
@@ -25,9 +33,17 @@ def daemon(tmp_path_factory: pytest.TempPathFactory):
     """One daemon for the read-only head checks: fixture servers, a policy URL and a secret key."""
     tmp = tmp_path_factory.mktemp("up")
     pkg = simple_env(tmp / "pkg")
-    proc = up_process(pkg, tmp, "--policy-base-url", "http://127.0.0.1:9/v1", "--policy-api-key-env", "ACME_KEY",
-                      "--policy-model-name", "acme-policy", env={"ACME_KEY": SECRET,
-                                                                 "GYM_RUNTIME_HOME": str(tmp / "home")})
+    proc = up_process(
+        pkg,
+        tmp,
+        "--policy-base-url",
+        "http://127.0.0.1:9/v1",
+        "--policy-api-key-env",
+        "ACME_KEY",
+        "--policy-model-name",
+        "acme-policy",
+        env={"ACME_KEY": SECRET, "GYM_RUNTIME_HOME": str(tmp / "home")},
+    )
     try:
         info = json.loads(read_ready_line(proc))
         yield proc, info, tmp
@@ -75,8 +91,9 @@ def test_head_endpoints(daemon) -> None:
         assert isinstance(text, str) and SECRET not in text
         cfg = yaml.safe_load(text)
         assert cfg["policy_api_key"] == "****"
-        assert cfg["acme_math"]["resources_servers"]["acme_math"]["port"] == int(info["servers"]["acme_math"]
-                                                                               .rsplit(":", 1)[1])
+        assert cfg["acme_math"]["resources_servers"]["acme_math"]["port"] == int(
+            info["servers"]["acme_math"].rsplit(":", 1)[1]
+        )
         rows = {s["process_name"]: s for s in c.get("/server_instances").json()}
         assert rows["acme_agent"]["server_type"] == "responses_api_agents"
         assert rows["acme_math"]["implementation"] == rows["acme_math"]["name"] == "acme_math"
@@ -101,8 +118,12 @@ def test_rollouts_run_turns_an_unusable_reward_into_a_row_error(daemon) -> None:
     rows = [{"agent_ref": ref, "fixture_reward": value} for value in (None, "1", 0.5)]
     r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": rows}, timeout=60, trust_env=False)
     null, text, fine = json.loads(r.text)["results"]
-    assert null == {"error": {"code": "GR-ROLLOUT-BAD-REWARD", "message": "agent 'acme_agent' (resources server "
-                              "'acme_math') answered an unusable reward: reward is null"}}
+    assert null == {
+        "error": {
+            "code": "GR-ROLLOUT-BAD-REWARD",
+            "message": "agent 'acme_agent' (resources server 'acme_math') answered an unusable reward: reward is null",
+        }
+    }
     assert text["error"]["message"].endswith("reward is str '1', not a number")
     assert fine["reward"] == 0.5
 
@@ -137,8 +158,11 @@ def test_signal_once_ready_stops_everything(tmp_path: Path, sig: int) -> None:
         port = int(info["servers"]["acme_math"].rsplit(":", 1)[1])
         code, took = _stop_and_check(proc, sig)
         assert code == 0 and took < 5
-        listening = [c for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
-                     and c.status == psutil.CONN_LISTEN]
+        listening = [
+            c
+            for c in psutil.net_connections("tcp")
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+        ]
         assert listening == []  # nobody listens on the server's published port any more
     finally:
         kill_tree(proc)
@@ -171,8 +195,9 @@ def test_sigkill_of_the_daemon_leaves_no_server(tmp_path: Path) -> None:
 
 
 def test_failed_server_fails_the_daemon(tmp_path: Path) -> None:
-    pkg = write_fixture_package(tmp_path / "pkg", {"acme_math": {"resources_servers": {"acme_math": {
-        "domain": "math", "fixture_exit": 0}}}})
+    pkg = write_fixture_package(
+        tmp_path / "pkg", {"acme_math": {"resources_servers": {"acme_math": {"domain": "math", "fixture_exit": 0}}}}
+    )
     proc = up_process(pkg, tmp_path, "--max-restarts", "1")
     try:
         out, err = proc.communicate(timeout=60)
@@ -223,8 +248,7 @@ def test_rollouts_bad_body_gets_our_envelope(daemon) -> None:
         assert r.status_code == 400 and set(r.json()) == {"error"}, r.text
         err = r.json()["error"]
         assert err["code"] == "GR-ROLLOUT-BAD-REQUEST" and '{"examples": [rows]}' in err["message"]
-    r = httpx.post(url, content=b"{not json", headers={"content-type": "application/json"}, timeout=10,
-                   trust_env=False)
+    r = httpx.post(url, content=b"{not json", headers={"content-type": "application/json"}, timeout=10, trust_env=False)
     assert r.status_code == 400 and r.json()["error"]["code"] == "GR-ROLLOUT-BAD-REQUEST"
     assert httpx.get(info["head_server"] + "/servers/x/logs", params={"tail": -1}, trust_env=False).status_code == 422
 
@@ -236,8 +260,9 @@ def test_no_policy_model_no_stub_and_one_warning(tmp_path: Path) -> None:
     try:
         info = json.loads(read_ready_line(proc))
         assert info["policy_model"] == {"base_url": None, "stub": False}
-        names = [s["process_name"] for s in httpx.get(info["head_server"] + "/server_instances",
-                                                      trust_env=False).json()]
+        names = [
+            s["process_name"] for s in httpx.get(info["head_server"] + "/server_instances", trust_env=False).json()
+        ]
         assert sorted(names) == sorted(SIMPLE_SERVERS)
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(10) == 0

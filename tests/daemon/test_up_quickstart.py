@@ -20,13 +20,20 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def test_up_native_quickstart(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (EXAMPLES / "native-quickstart.jsonl").read_text().splitlines()]
-    proc = up_process(EXAMPLES / "native-quickstart", tmp_path,
-                      env={"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")})
+    proc = up_process(
+        EXAMPLES / "native-quickstart", tmp_path, env={"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")}
+    )
     try:
         info = json.loads(read_ready_line(proc, timeout=600))
-        assert set(info["servers"]) == {"policy_model", "code_lookup", "code_lookup_agent", "arithmetic",
-                                        "arithmetic_agent", "code_lookup_environment_server",
-                                        "arithmetic_environment_server"}
+        assert set(info["servers"]) == {
+            "policy_model",
+            "code_lookup",
+            "code_lookup_agent",
+            "arithmetic",
+            "arithmetic_agent",
+            "code_lookup_environment_server",
+            "arithmetic_environment_server",
+        }
         assert info["policy_model"]["stub"] is True and info["ray"]["mode"] == "none"
         r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": rows}, timeout=120, trust_env=False)
         results = json.loads(r.text)["results"]
@@ -44,8 +51,9 @@ def test_training_pod_command_without_an_api_key(tmp_path: Path, stub_endpoint) 
     """The documented training-pod command: a keyless policy endpoint and a model name, no key."""
     url, served = stub_endpoint
     env = {"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"), "GYM_RUNTIME_POLICY_API_KEY": ""}
-    proc = up_process(EXAMPLES / "native-quickstart", tmp_path, "--policy-base-url", url,
-                      "--policy-model-name", served, env=env)
+    proc = up_process(
+        EXAMPLES / "native-quickstart", tmp_path, "--policy-base-url", url, "--policy-model-name", served, env=env
+    )
     try:
         info = json.loads(read_ready_line(proc, timeout=600))
         assert info["policy_model"] == {"base_url": url, "stub": False}
@@ -60,15 +68,20 @@ def test_up_warns_of_a_run_level_agent_routing_it_cannot_use_and_its_rows_say_wh
     """``up`` starts whatever ``agent_name`` says (a collection setting), says what is wrong with it
     at start, and its ``/rollouts/run`` refuses each row with that reason (docs/rollouts.md)."""
     row = json.loads((EXAMPLES / "native-quickstart.jsonl").read_text().splitlines()[0])
-    proc = up_process(EXAMPLES / "native-quickstart", tmp_path, "agent_name=arithmetic_agnet",
-                      env={"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")})
+    proc = up_process(
+        EXAMPLES / "native-quickstart",
+        tmp_path,
+        "agent_name=arithmetic_agnet",
+        env={"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")},
+    )
     try:
         info = json.loads(read_ready_line(proc, timeout=600))
         r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": [row]}, timeout=120, trust_env=False)
         (result,) = json.loads(r.text)["results"]
         assert result["error"]["code"] == "GR-ROLLOUT-AGENT-REF"
-        assert result["error"]["message"].startswith("agent_name routes to 'arithmetic_agnet', which is not a "
-                                                     "configured responses_api_agents instance")
+        assert result["error"]["message"].startswith(
+            "agent_name routes to 'arithmetic_agnet', which is not a configured responses_api_agents instance"
+        )
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(15) == 0
         said = proc.stderr.read()

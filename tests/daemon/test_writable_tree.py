@@ -14,17 +14,23 @@ import pytest
 from sandbox import probe_isolation
 from tests.helpers.daemon import FIXTURE_APP, kill_tree, read_ready_line, up_process, write_fixture_package
 
-INSTALLS = ("from pathlib import Path\n"
-            "Path('node_modules/harness').mkdir(parents=True, exist_ok=True)\n"
-            "Path('node_modules/harness/index.js').write_text('installed at start-up')\n") + FIXTURE_APP
+INSTALLS = (
+    "from pathlib import Path\n"
+    "Path('node_modules/harness').mkdir(parents=True, exist_ok=True)\n"
+    "Path('node_modules/harness/index.js').write_text('installed at start-up')\n"
+) + FIXTURE_APP
 
 
 @pytest.fixture()
 def pkg(tmp_path):
     if probe_isolation().details.get("bwrap") is None:
         pytest.skip("copy-on-write views need bubblewrap")
-    return write_fixture_package(tmp_path / "pkg", {"acme_cli": {"resources_servers": {"acme_cli": {"domain": "other"}}}},
-                                 apps={"acme_cli": INSTALLS}, name="acme-cli")
+    return write_fixture_package(
+        tmp_path / "pkg",
+        {"acme_cli": {"resources_servers": {"acme_cli": {"domain": "other"}}}},
+        apps={"acme_cli": INSTALLS},
+        name="acme-cli",
+    )
 
 
 def test_a_tree_that_installs_into_itself_fails_read_only_by_default(pkg, tmp_path):

@@ -27,8 +27,14 @@ class Run:
 def dry_run(package: Path, dataset: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> Run:
     """``gym-runtime dry-run PACKAGE --dataset DATASET ARGS`` in a fresh process."""
     argv = [sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(package), "--dataset", str(dataset), *args]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, "COLUMNS": "100", **(env or {})})
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "100", **(env or {})},
+    )
     return Run(done.returncode, done.stdout, done.stderr)
 
 

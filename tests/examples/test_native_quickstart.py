@@ -45,8 +45,11 @@ def test_dry_run_json_flags_the_zero_spread_row(tmp_path: Path) -> None:
     # one stop line: the whole stop, then each step that took 5 ms or more (on a loaded host the rollout
     # batches' step can too); the servers' step names the stub model stopped after them
     (stop,) = [ln for ln in run.stderr.splitlines() if "stop took " in ln]
-    assert re.search(r"stop took \d+\.\d\ds: (rollout batches \d+\.\d\ds, )?servers \d+\.\d\ds \(server instances "
-                     r"\d+\.\d\ds, then stub_model \d+\.\d\ds\)", stop), stop
+    assert re.search(
+        r"stop took \d+\.\d\ds: (rollout batches \d+\.\d\ds, )?servers \d+\.\d\ds \(server instances "
+        r"\d+\.\d\ds, then stub_model \d+\.\d\ds\)",
+        stop,
+    ), stop
 
 
 @pytest.mark.pypi
@@ -102,9 +105,22 @@ def test_external_endpoint_and_failed_rollouts_exit_3(tmp_path: Path) -> None:
     rows.write_text("\n".join([lines[2], failing]) + "\n")
     out = tmp_path / "out.jsonl"
     with start_stub(tmp_path, "--api-key", "sekret", "--model", "served", "--p-correct", "1.0") as stub:
-        run = dry_run(PKG, rows, "--json", "--samples", "2", "--out", str(out),
-                      "--policy-base-url", f"{stub.url}/v1", "--policy-model-name", "served",
-                      "--policy-api-key-env", "STUB_KEY", env={"STUB_KEY": "sekret"})
+        run = dry_run(
+            PKG,
+            rows,
+            "--json",
+            "--samples",
+            "2",
+            "--out",
+            str(out),
+            "--policy-base-url",
+            f"{stub.url}/v1",
+            "--policy-model-name",
+            "served",
+            "--policy-api-key-env",
+            "STUB_KEY",
+            env={"STUB_KEY": "sekret"},
+        )
     assert run.code == 3, run.stderr
     report = run.json()
     assert report["policy_model"]["stub"] is False and "sekret" not in run.stdout + run.stderr

@@ -33,8 +33,7 @@ from tests.examples.conftest import ROOT
 # Debian's default PATH: what a login shell on a fresh machine has.
 SYSTEM_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
 DISTRIBUTION_PYTHON = Path("/usr/bin/python3")
-INHERITED_NOT = ("UV_", "VIRTUAL_ENV", "GYM_RUNTIME_", "NMP_RL_SANDBOX_", "PYTHON", "PYENV", "CONDA",
-                 "XDG_")
+INHERITED_NOT = ("UV_", "VIRTUAL_ENV", "GYM_RUNTIME_", "NMP_RL_SANDBOX_", "PYTHON", "PYENV", "CONDA", "XDG_")
 
 
 def readme_commands() -> list[str]:
@@ -48,8 +47,11 @@ def readme_commands() -> list[str]:
 
 def test_ci_runs_the_readme_test_command() -> None:
     """``.ci/run`` runs the README's test command itself, in the foreground, its status kept."""
-    steps = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()
-             if line.strip() and not line.startswith(("#", "set ", "cd "))]
+    steps = [
+        line.strip()
+        for line in (ROOT / ".ci/run").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "set ", "cd "))
+    ]
     assert f"{readme_commands()[1]} || suite_rc=$?" in steps
 
 
@@ -64,8 +66,7 @@ def test_uvw_without_uv_or_pip_says_what_to_install(tmp_path: Path) -> None:
     (checkout / "uvw").write_bytes((ROOT / "uvw").read_bytes())
     (checkout / "uvw").chmod(0o755)
     env = _newcomer_env(tmp_path / "home", [str(no_pip / "bin"), *SYSTEM_PATH])
-    done = subprocess.run(["./uvw", "--version"], cwd=checkout, env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(["./uvw", "--version"], cwd=checkout, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "uv on PATH" in done.stderr and "apt install python3-pip" in done.stderr
     assert sorted(p.name for p in checkout.iterdir()) == ["uvw"]
@@ -83,12 +84,13 @@ def test_uvw_failed_fetch_leaves_nothing(tmp_path: Path) -> None:
     checkout.mkdir()
     (checkout / "uvw").write_bytes((ROOT / "uvw").read_bytes())
     (checkout / "uvw").chmod(0o755)
-    env = {k: v for k, v in _newcomer_env(tmp_path / "home", [str(front), *SYSTEM_PATH]).items()
-           if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:1/simple", PIP_RETRIES="0",
-               PIP_TIMEOUT="5")
-    done = subprocess.run(["./uvw", "--version"], cwd=checkout, env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = {
+        k: v
+        for k, v in _newcomer_env(tmp_path / "home", [str(front), *SYSTEM_PATH]).items()
+        if not k.startswith("PIP_")
+    }
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:1/simple", PIP_RETRIES="0", PIP_TIMEOUT="5")
+    done = subprocess.run(["./uvw", "--version"], cwd=checkout, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "fetching uv from PyPI" in done.stderr
     assert sorted(p.name for p in checkout.iterdir()) == ["uvw"], done.stderr
@@ -107,8 +109,13 @@ def _base_python() -> str:
 
 
 def _is_externally_managed(python: str) -> bool:
-    stdlib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
-                            capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    stdlib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
     return (Path(stdlib) / "EXTERNALLY-MANAGED").exists()
 
 
@@ -127,8 +134,12 @@ def _machine(kind: str) -> Machine:
     marker = list(Path("/usr/lib").glob("python3*/EXTERNALLY-MANAGED"))
     if not marker or not DISTRIBUTION_PYTHON.exists() or not _is_externally_managed(str(DISTRIBUTION_PYTHON)):
         pytest.skip("no distribution Python under PEP 668 (no /usr/lib/python3*/EXTERNALLY-MANAGED for python3)")
-    probe = subprocess.run([str(DISTRIBUTION_PYTHON), "-c", "import sys, pip; print(sys.version_info >= (3, 11))"],
-                           capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [str(DISTRIBUTION_PYTHON), "-c", "import sys, pip; print(sys.version_info >= (3, 11))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if probe.stdout.strip() != "True":
         pytest.skip("the distribution's python3 is older than 3.11 or has no pip")
     return Machine(python=None, uv_on_path=False, system_first=str(DISTRIBUTION_PYTHON.parent))
@@ -140,16 +151,23 @@ def _newcomer_env(home: Path, path: list[str]) -> dict[str, str]:
     # The real uv cache, shared: a clean HOME would otherwise fetch and unpack every wheel of the
     # project and of the example's server venvs again (minutes), and the downloads are not what is
     # under test. uv's cache is content-addressed and safe to share between concurrent runs.
-    real_cache = subprocess.run([uv.find_uv_bin(), "cache", "dir"], capture_output=True, text=True, check=True,
-                                timeout=60).stdout.strip()
+    real_cache = subprocess.run(
+        [uv.find_uv_bin(), "cache", "dir"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
     env.update(HOME=str(home), PATH=os.pathsep.join(path), UV_CACHE_DIR=real_cache, COLUMNS="100")
     return env
 
 
 def _installed(python: str, env: dict[str, str]) -> list[str]:
     """What ``python`` has installed (its own site-packages and the user site under ``env``'s HOME)."""
-    return subprocess.run([python, "-m", "pip", "list", "--format=freeze"], env=env, capture_output=True,
-                          text=True, check=True, timeout=120).stdout.splitlines()
+    return subprocess.run(
+        [python, "-m", "pip", "list", "--format=freeze"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.splitlines()
 
 
 @pytest.mark.pypi
@@ -182,11 +200,15 @@ def test_first_readme_command_on_a_fresh_clone(kind: str, tmp_path: Path) -> Non
     assert any(line.startswith("rows: 6") for line in lines), done.stdout
     assert any(line.rstrip().endswith("no GRPO signal") for line in lines), done.stdout  # not wrapped in a pipe
     assert (clone / ".uv-bootstrap/bin/uv").exists() is not machine.uv_on_path, done.stderr[-3000:]
-    assert (clone / ".venv/bin/python").resolve() == Path(python).resolve(), "the venv is not from this machine's Python"
+    assert (clone / ".venv/bin/python").resolve() == Path(python).resolve(), (
+        "the venv is not from this machine's Python"
+    )
     assert _installed(python, env) == before, "the command installed something into the machine's Python"
     assert not list(clone.glob(".uv-bootstrap.*")), "a temporary bootstrap directory was left behind"
-    assert subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True,
-                          check=True).stdout == "", "the command left untracked files the .gitignore misses"
+    assert (
+        subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True, check=True).stdout
+        == ""
+    ), "the command left untracked files the .gitignore misses"
 
 
 def test_uvw_has_uv_trust_the_system_certificate_store_unless_the_caller_chose(tmp_path: Path) -> None:
@@ -208,8 +230,9 @@ def test_uvw_has_uv_trust_the_system_certificate_store_unless_the_caller_chose(t
     env = _newcomer_env(tmp_path / "home", [str(front), *SYSTEM_PATH])
 
     def seen(**extra: str) -> str:
-        return subprocess.run(["./uvw"], cwd=checkout, env={**env, **extra}, capture_output=True, text=True,
-                              check=True, timeout=60).stdout.strip()
+        return subprocess.run(
+            ["./uvw"], cwd=checkout, env={**env, **extra}, capture_output=True, text=True, check=True, timeout=60
+        ).stdout.strip()
 
     assert seen() == "UV_SYSTEM_CERTS=1"
     assert seen(UV_SYSTEM_CERTS="0") == "UV_SYSTEM_CERTS=0"

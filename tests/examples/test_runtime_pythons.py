@@ -29,15 +29,41 @@ def test_dry_run_on_a_runtime_of_each_supported_python(tmp_path: Path, version: 
     except GymRuntimeError:
         pytest.skip(f"no Python {version} on this host")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_PROJECT", "VIRTUAL_ENV", "GYM_RUNTIME_"))}
-    env.update(UV_PROJECT_ENVIRONMENT=str(tmp_path / "env"), UV_PYTHON_DOWNLOADS="never",
-               GYM_RUNTIME_HOME=str(tmp_path / "home"), COLUMNS="120")
+    env.update(
+        UV_PROJECT_ENVIRONMENT=str(tmp_path / "env"),
+        UV_PYTHON_DOWNLOADS="never",
+        GYM_RUNTIME_HOME=str(tmp_path / "home"),
+        COLUMNS="120",
+    )
     uv = find_uv_bin()
-    subprocess.run([uv, "sync", "--frozen", "--no-dev", "--python", str(python.path)], cwd=ROOT, env=env,
-                   check=True, capture_output=True)
-    run = subprocess.run([str(tmp_path / "env" / "bin" / "gym-runtime"), "dry-run", "examples/native-quickstart",
-                          "--samples", "2", "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [uv, "sync", "--frozen", "--no-dev", "--python", str(python.path)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    run = subprocess.run(
+        [
+            str(tmp_path / "env" / "bin" / "gym-runtime"),
+            "dry-run",
+            "examples/native-quickstart",
+            "--samples",
+            "2",
+            "--json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert f"Python {version}" in subprocess.run([str(tmp_path / "env" / "bin" / "python"), "--version"],
-                                                 capture_output=True, text=True).stdout
+    assert (
+        f"Python {version}"
+        in subprocess.run(
+            [str(tmp_path / "env" / "bin" / "python"), "--version"], capture_output=True, text=True
+        ).stdout
+    )
     summary = json.loads(run.stdout)["summary"]
     assert summary["rollouts"] == summary["succeeded"] == 12

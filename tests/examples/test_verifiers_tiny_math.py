@@ -29,8 +29,9 @@ PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", *argv], capture_output=True, text=True,
-                          cwd=ROOT, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", *argv], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
 
 
 def test_committed_wheels_are_completed_by_vendor_first() -> None:

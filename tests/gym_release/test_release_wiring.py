@@ -20,10 +20,18 @@ WHEEL = "wheels/nemo_gym-0.4.0-py3-none-any.whl"
 
 def vendoring_package(tmp_path: Path) -> Path:
     """A wheels-v1 package vendoring (a stand-in of) nemo_gym 0.4.0."""
-    sdk = build_wheel(tmp_path / "sdk", "nemo-gym", "0.4.0", files={"nemo_gym/__init__.py": ""},
-                      requires=["openai<=2.7.2", "ray[default]>=2.55.1"])
-    return synthetic_pkg(tmp_path / "pkg", {"acme": ("resources_servers", "# nothing\n")},
-                         wheels=[sdk, build_wheel(tmp_path / "sdk", "pip", "24.0")])
+    sdk = build_wheel(
+        tmp_path / "sdk",
+        "nemo-gym",
+        "0.4.0",
+        files={"nemo_gym/__init__.py": ""},
+        requires=["openai<=2.7.2", "ray[default]>=2.55.1"],
+    )
+    return synthetic_pkg(
+        tmp_path / "pkg",
+        {"acme": ("resources_servers", "# nothing\n")},
+        wheels=[sdk, build_wheel(tmp_path / "sdk", "pip", "24.0")],
+    )
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -40,8 +48,13 @@ def test_the_vendored_sdk_decides_and_every_command_says_so(tmp_path: Path, caps
     assert err == f"gym release: NeMo Gym 0.4.0 (line 0.4, Requires-Python >=3.12; from {WHEEL})\n"
     code, out, _ = _run(capsys, "config", str(pkg), "--json")
     assert code == 0 and json.loads(out)["gym_release"] == {
-        "version": "0.4.0", "line": "0.4", "source": WHEEL, "requires_python": ">=3.12", "openai": "<=2.7.2",
-        "ray": ">=2.55.1"}
+        "version": "0.4.0",
+        "line": "0.4",
+        "source": WHEEL,
+        "requires_python": ">=3.12",
+        "openai": "<=2.7.2",
+        "ray": ">=2.55.1",
+    }
     code, out, _ = _run(capsys, "config", str(pkg))
     assert f"# gym release: NeMo Gym 0.4.0 (line 0.4, Requires-Python >=3.12; from {WHEEL})\n" in out
     code, out, _ = _run(capsys, "doctor", "--json", "--package", str(pkg))
@@ -56,12 +69,18 @@ def test_skew_stops_validate_build_and_up(tmp_path: Path, capsys, monkeypatch) -
     (v,) = json.loads(out)["error"]["violations"]
     assert code == 1 and (v["code"], v["file"]) == ("GR-SDK-SKEW", WHEEL)
     assert "vendors nemo-gym 0.4.0; the pin is 0.7.0 (set by GYM_RUNTIME_PIN_NEMO_GYM)" in v["message"]
-    want = (f"error[GR-SDK-SKEW]: the package vendors nemo-gym 0.4.0 ({WHEEL}) but the image pins nemo-gym 0.7.0 "
-            "(set by GYM_RUNTIME_PIN_NEMO_GYM)")
+    want = (
+        f"error[GR-SDK-SKEW]: the package vendors nemo-gym 0.4.0 ({WHEEL}) but the image pins nemo-gym 0.7.0 "
+        "(set by GYM_RUNTIME_PIN_NEMO_GYM)"
+    )
     code, _, err = _run(capsys, "build", str(pkg))
     assert code == 1 and err.startswith(want)
-    up = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir",
-                         str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    up = subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert up.returncode == 1 and want in up.stderr and up.stdout == ""
     assert not (tmp_path / "home" / "venvs").exists()
 
@@ -71,11 +90,26 @@ def test_a_node_gets_the_daemons_release_and_pins(tmp_path: Path, monkeypatch) -
     each pin came from, so the node installs what the daemon chose (a default pin stays a default)."""
     from gym_runtime.gym_release import release_for
 
-    daemon = load_settings({"HOME": str(tmp_path), "GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0",
-                            "GYM_RUNTIME_RAY_UNDECLARED": "always"})
+    daemon = load_settings(
+        {"HOME": str(tmp_path), "GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0", "GYM_RUNTIME_RAY_UNDECLARED": "always"}
+    )
     release = release_for("0.4.0", "set by GYM_RUNTIME_PIN_NEMO_GYM")
-    job = ReplicaJob("acme", 0, "acme", "run", str(tmp_path), "digest", {}, None, {}, {}, None, None,
-                     settings=job_settings(daemon), release=release)
+    job = ReplicaJob(
+        "acme",
+        0,
+        "acme",
+        "run",
+        str(tmp_path),
+        "digest",
+        {},
+        None,
+        {},
+        {},
+        None,
+        None,
+        settings=job_settings(daemon),
+        release=release,
+    )
     monkeypatch.delenv("GYM_RUNTIME_PIN_NEMO_GYM", raising=False)  # the node's own environment sets no pin
     node = node_settings(job)
     assert node.pins == daemon.pins and node.pin_explicit("nemo-gym") and not node.pin_explicit("openai")

@@ -15,12 +15,18 @@ from tests.helpers.gym_package import gym_wheel, python_312_plus
 from tests.helpers.wheels import build_wheel
 
 SOURCES = {
-    "nemo_gym": (True, "from nemo_gym.server_utils import SimpleServer as SimpleServer\n__all__ = ['x']\n"
-                 "def __getattr__(name):\n    raise AttributeError(name)\n"),
-    "nemo_gym.server_utils": (False, "import ray\nfrom typing import ClassVar\nHOST: str = '1'\n"
-                              "try:\n    from fast import thing\nexcept ImportError:\n    thing = None\n"
-                              "class SimpleServer:\n    ray_enabled: ClassVar[bool | None] = None\n"
-                              "def _private():\n    inner_name = 1\n"),
+    "nemo_gym": (
+        True,
+        "from nemo_gym.server_utils import SimpleServer as SimpleServer\n__all__ = ['x']\n"
+        "def __getattr__(name):\n    raise AttributeError(name)\n",
+    ),
+    "nemo_gym.server_utils": (
+        False,
+        "import ray\nfrom typing import ClassVar\nHOST: str = '1'\n"
+        "try:\n    from fast import thing\nexcept ImportError:\n    thing = None\n"
+        "class SimpleServer:\n    ray_enabled: ClassVar[bool | None] = None\n"
+        "def _private():\n    inner_name = 1\n",
+    ),
     "nemo_gym.compat": (False, "from .server_utils import *\nfrom .missing import *\n"),
     "nemo_gym.cli": (True, "a, (b, c) = 1, (2, 3)\n"),
     "nemo_gym.cli.env": (False, "def main():\n    pass\n"),

@@ -85,8 +85,11 @@ def case_package(case: str, dest: Path, variant: str | None = None, fmt: str | N
             fname = line.split()[0] if line.strip() and not line.startswith("#") else ""
             if fname.endswith(".whl"):
                 write_wheel(dest / "wheels", fname)
-    manifest = {"format": fmt, "config_paths": [moved[r] for r in sketch.get("config_paths", [])],
-                "metadata": {"name": sketch.get("name", case.lower())}}
+    manifest = {
+        "format": fmt,
+        "config_paths": [moved[r] for r in sketch.get("config_paths", [])],
+        "metadata": {"name": sketch.get("name", case.lower())},
+    }
     (dest / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     runtime = {k: sketch[k] for k in RUNTIME_BLOCKS if k in sketch}
     return CasePackage(dest, fmt, runtime, moved)

@@ -31,7 +31,7 @@ import yaml
 
 # what every fixture server's handler shares (JSON answers, `GET /` healthy, no access log); an app's
 # text puts it after its imports of json and BaseHTTPRequestHandler and subclasses JSONHandler
-JSON_HANDLER = r'''
+JSON_HANDLER = r"""
 class JSONHandler(BaseHTTPRequestHandler):
     def _send(self, code, obj):
         body = json.dumps(obj).encode()
@@ -41,9 +41,10 @@ class JSONHandler(BaseHTTPRequestHandler):
         self._send(200, {"status": "ok"})
     def log_message(self, *a):
         pass
-'''
+"""
 
-FIXTURE_APP = r'''# test fixture: a Gym-shaped stdlib server (see tests/helpers/daemon.py)
+FIXTURE_APP = (
+    r"""# test fixture: a Gym-shaped stdlib server (see tests/helpers/daemon.py)
 import json, os, sys, time
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
@@ -63,7 +64,9 @@ if "fixture_exit" in cfg:
     print("fixture: exiting with", cfg["fixture_exit"], file=sys.stderr, flush=True)
     sys.exit(int(cfg["fixture_exit"]))
 time.sleep(float(cfg.get("fixture_sleep", 0)))
-''' + JSON_HANDLER + r'''
+"""
+    + JSON_HANDLER
+    + r"""
 class H(JSONHandler):
     def do_POST(self):
         row = json.loads(self.rfile.read(int(self.headers["content-length"])))
@@ -76,9 +79,10 @@ class H(JSONHandler):
 
 print("fixture", name, "listening on", cfg["host"], cfg["port"], flush=True)
 ThreadingHTTPServer((cfg["host"], int(cfg["port"])), H).serve_forever()
-'''
+"""
+)
 
-FIXTURE_RELAY_APP = r'''# test fixture: a stdlib legacy_agent relay (see tests/helpers/daemon.py)
+FIXTURE_RELAY_APP = r"""# test fixture: a stdlib legacy_agent relay (see tests/helpers/daemon.py)
 import json, os, sys, urllib.error, urllib.request
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
@@ -128,11 +132,12 @@ class H(BaseHTTPRequestHandler):
 
 print("fixture relay", name, "for", cfg["agent"], "listening on", cfg["host"], cfg["port"], flush=True)
 ThreadingHTTPServer((cfg["host"], int(cfg["port"])), H).serve_forever()
-'''
+"""
 
 
-def write_fixture_package(root: Path, instances: dict[str, dict], apps: dict[str, str] | None = None,
-                          name: str = "acme-daemon-env") -> Path:
+def write_fixture_package(
+    root: Path, instances: dict[str, dict], apps: dict[str, str] | None = None, name: str = "acme-daemon-env"
+) -> Path:
     """A native-v1 package: ``instances`` maps instance name -> ``{server_type: {impl: cfg}}``
     (``entrypoint: app.py`` is added); every implementation gets ``FIXTURE_APP`` (or
     ``apps[impl]``) and a comment-only requirements.txt. One config file per server type dir.
@@ -190,11 +195,18 @@ def simple_env(root: Path, ray: bool = False, **resource_cfg: object) -> Path:
     """A resources server ``acme_math`` plus an agent ``acme_agent`` referring to it (under the 0.7
     line also the relay :data:`SIMPLE_RELAY` in front of the agent: :data:`SIMPLE_SERVERS`); with
     ``ray``, ``acme_math`` declares that it uses Ray."""
-    return write_fixture_package(root, {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", **resource_cfg}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_math"}}}},
-    }, apps={"acme_math": declaring_ray(FIXTURE_APP)} if ray else None)
+    return write_fixture_package(
+        root,
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math", **resource_cfg}}},
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {"resources_server": {"type": "resources_servers", "name": "acme_math"}}
+                }
+            },
+        },
+        apps={"acme_math": declaring_ray(FIXTURE_APP)} if ray else None,
+    )
 
 
 # A server whose helper outlives its parent: ``sh`` exits at once and the ``sleep`` it started is an
@@ -206,8 +218,12 @@ def orphaning_env(root: Path) -> Path:
     """A one-server package (``acme_orphans``) whose server leaves one orphaned process per start:
     at isolation partial or none it is reparented to the nearest subreaper or PID 1, which must reap
     it once the daemon has stopped the server's process group."""
-    return write_fixture_package(root, {"acme_orphans": {"resources_servers": {"acme_orphans": {"domain": "other"}}}},
-                                 apps={"acme_orphans": ORPHANING_APP}, name="acme-orphans")
+    return write_fixture_package(
+        root,
+        {"acme_orphans": {"resources_servers": {"acme_orphans": {"domain": "other"}}}},
+        apps={"acme_orphans": ORPHANING_APP},
+        name="acme-orphans",
+    )
 
 
 def up_process(pkg: Path, tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -215,9 +231,24 @@ def up_process(pkg: Path, tmp: Path, *args: str, env: dict[str, str] | None = No
     e = {**os.environ, **(env or {})}
     overrides = [a for a in args if "=" in a and not a.startswith("-")]  # KEY=VALUE right after PKG
     flags = [a for a in args if a not in overrides]
-    return subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), *overrides,
-                             "--work-dir", str(tmp / "run"), *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=e, start_new_session=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "up",
+            str(pkg),
+            *overrides,
+            "--work-dir",
+            str(tmp / "run"),
+            *flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=e,
+        start_new_session=True,
+    )
 
 
 def read_ready_line(proc: subprocess.Popen, timeout: float = 120.0) -> str:
@@ -335,10 +366,22 @@ def interrupt_during_slow_build(tmp: Path, argv: list[str], sig: int) -> tuple[i
     build_wheel(tmp / "files", "slowpkg", "1.0")
     with SimpleIndex(tmp / "files", delay_s=30) as idx:
         env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
-        env.update({"UV_INDEX_URL": idx.url, "GYM_RUNTIME_HOME": str(tmp / "home"),
-                    "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache"), "GYM_RUNTIME_PIN_MODE": "none"})
-        proc = subprocess.Popen([sys.executable, "-m", "gym_runtime.cli.main", *argv], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        env.update(
+            {
+                "UV_INDEX_URL": idx.url,
+                "GYM_RUNTIME_HOME": str(tmp / "home"),
+                "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache"),
+                "GYM_RUNTIME_PIN_MODE": "none",
+            }
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gym_runtime.cli.main", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 60
             while not any(r.startswith("/files/") for r in idx.requests):

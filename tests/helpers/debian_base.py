@@ -42,9 +42,15 @@ PACKAGES = ("python3.13", "python3.13-venv", "ca-certificates")
 # Release file's Valid-Until (a week for testing) has passed, as debuerreotype's own apt-get does;
 # otherwise a base made from a frozen or snapshot mirror fails the Dockerfile's `apt-get update`.
 APT_SNAPSHOT_CONF = ("etc/apt/apt.conf.d/50gym-runtime-base-snapshot", 'Acquire::Check-Valid-Until "false";\n')
-STEPS = ("debuerreotype-init --non-debian --debootstrap-script", APT_SNAPSHOT_CONF, "debuerreotype-minimizing-config",
-         "debuerreotype-slimify", "debuerreotype-tar", "import --arch",
-         "ENV LANG=C.UTF-8")  # part of the recipe digest: change one, get a new base
+STEPS = (
+    "debuerreotype-init --non-debian --debootstrap-script",
+    APT_SNAPSHOT_CONF,
+    "debuerreotype-minimizing-config",
+    "debuerreotype-slimify",
+    "debuerreotype-tar",
+    "import --arch",
+    "ENV LANG=C.UTF-8",
+)  # part of the recipe digest: change one, get a new base
 
 
 class BaseUnavailable(RuntimeError):
@@ -124,8 +130,14 @@ def _run(argv: list[str], timeout: float) -> None:
         raise BaseUnavailable(f"`{' '.join(argv)}` failed: {tail(done.stdout + done.stderr)}")
 
 
-def make_tarball(arch: str, out: Path, mirror: str, suite: str = SUITE, script: str = DEBOOTSTRAP_SCRIPT,
-                 packages: tuple[str, ...] = PACKAGES) -> None:
+def make_tarball(
+    arch: str,
+    out: Path,
+    mirror: str,
+    suite: str = SUITE,
+    script: str = DEBOOTSTRAP_SCRIPT,
+    packages: tuple[str, ...] = PACKAGES,
+) -> None:
     """Debian ``suite`` (made with debootstrap's ``script``) for ``arch`` with ``packages``, slim, as
     a rootfs tarball at ``out`` (under emulation when ``arch`` is not the host's)."""
     reason = ensure_tools("debuerreotype-init", "debootstrap", "wget") or emulation_missing(arch)
@@ -134,8 +146,22 @@ def make_tarball(arch: str, out: Path, mirror: str, suite: str = SUITE, script: 
     work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=out.parent))
     rootfs = work / "rootfs"
     try:
-        _run(["debuerreotype-init", "--non-debian", "--debootstrap-script", script, "--arch", arch,
-              "--include", ",".join(packages), str(rootfs), suite, mirror], timeout=3600)
+        _run(
+            [
+                "debuerreotype-init",
+                "--non-debian",
+                "--debootstrap-script",
+                script,
+                "--arch",
+                arch,
+                "--include",
+                ",".join(packages),
+                str(rootfs),
+                suite,
+                mirror,
+            ],
+            timeout=3600,
+        )
         conf, text = APT_SNAPSHOT_CONF
         (rootfs / conf).write_text(text)
         for step in ("debuerreotype-minimizing-config", "debuerreotype-slimify"):
@@ -149,8 +175,18 @@ def make_tarball(arch: str, out: Path, mirror: str, suite: str = SUITE, script: 
 def import_tarball(tarball: Path, tag: str, arch: str) -> None:
     """``podman import`` of a rootfs tarball as image ``tag`` of ``linux/<arch>`` (``LANG=C.UTF-8``,
     as the official Python images set it). Raises ``CalledProcessError``."""
-    podman("import", "--arch", arch, "--change", 'CMD ["/bin/bash"]', "--change", "ENV LANG=C.UTF-8", str(tarball),
-           tag, timeout=600)
+    podman(
+        "import",
+        "--arch",
+        arch,
+        "--change",
+        'CMD ["/bin/bash"]',
+        "--change",
+        "ENV LANG=C.UTF-8",
+        str(tarball),
+        tag,
+        timeout=600,
+    )
 
 
 def ensure_base(arch: str) -> Base:

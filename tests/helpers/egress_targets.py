@@ -25,8 +25,19 @@ import uv
 
 from tests.helpers.packages import write_wheel
 
-CLIENT_PINS = ("httpx", "httpcore", "h11", "anyio", "idna", "certifi", "sniffio", "typing_extensions",
-               "requests", "charset-normalizer", "urllib3")
+CLIENT_PINS = (
+    "httpx",
+    "httpcore",
+    "h11",
+    "anyio",
+    "idna",
+    "certifi",
+    "sniffio",
+    "typing_extensions",
+    "requests",
+    "charset-normalizer",
+    "urllib3",
+)
 
 
 @dataclass
@@ -47,13 +58,44 @@ def make_ca(d: Path, names: list[str]) -> tuple[Path, Path, Path]:
     """(ca.pem, server cert, server key) with SANs ``names`` (wildcards allowed)."""
     d.mkdir(parents=True, exist_ok=True)
     run = lambda *a: subprocess.run(["openssl", *a], check=True, capture_output=True, cwd=d)  # noqa: E731
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-        "-subj", "/CN=sandbox test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=sandbox test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
     run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=standin")
     (d / "ext.cnf").write_text("subjectAltName=" + ",".join(f"DNS:{n}" for n in names) + "\n")
-    run("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem",
-        "-days", "2", "-extfile", "ext.cnf")
+    run(
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    )
     return d / "ca.pem", d / "srv.pem", d / "srv.key"
 
 
@@ -74,8 +116,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         parts = [p for p in self.path.split("?")[0].split("/") if p]
         if parts[:1] == ["simple"] and len(parts) == 2:
-            links = "".join(f'<a href="/files/{w.name}">{w.name}</a>' for w in sorted(self.wheels.glob("*.whl"))
-                            if w.name.split("-")[0].replace("_", "-") == parts[1])
+            links = "".join(
+                f'<a href="/files/{w.name}">{w.name}</a>'
+                for w in sorted(self.wheels.glob("*.whl"))
+                if w.name.split("-")[0].replace("_", "-") == parts[1]
+            )
             return self._send(200, f"<html><body>{links}</body></html>".encode(), "text/html")
         if parts[:1] == ["files"] and len(parts) == 2 and (self.wheels / parts[1]).is_file():
             return self._send(200, (self.wheels / parts[1]).read_bytes(), "application/octet-stream")
@@ -144,8 +189,22 @@ def make_venv(path: Path, clients: bool = False, python: str = "3.11") -> Path |
                 pins.append(f"{name}=={importlib.metadata.version(name)}")
             except importlib.metadata.PackageNotFoundError:
                 continue
-        r = subprocess.run([uvb, "pip", "install", "-q", "--offline", "--no-deps", "--compile-bytecode",
-                            "--python", str(path / "bin" / "python"), *pins], capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                uvb,
+                "pip",
+                "install",
+                "-q",
+                "--offline",
+                "--no-deps",
+                "--compile-bytecode",
+                "--python",
+                str(path / "bin" / "python"),
+                *pins,
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0:
             return None
     return path / "bin" / "python"

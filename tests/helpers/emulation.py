@@ -44,7 +44,9 @@ def emulation_missing(arch: str, binfmt: Path = BINFMT) -> str | None:
     if not (binfmt / "status").is_file():
         if os.geteuid() != 0:
             return f"{arch} emulation: binfmt_misc is not mounted at {binfmt} (as root: mount -t binfmt_misc none {binfmt})"
-        done = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(binfmt)], capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "binfmt_misc", "binfmt_misc", str(binfmt)], capture_output=True, text=True
+        )
         if done.returncode != 0:
             return f"{arch} emulation: cannot mount binfmt_misc at {binfmt}: {tail(done.stderr)}"
     entry = _entry(arch, binfmt)
@@ -54,8 +56,12 @@ def emulation_missing(arch: str, binfmt: Path = BINFMT) -> str | None:
             return f"{arch} emulation: `update-binfmts --enable qemu-{name}` failed: {tail(done.stderr)}"
         entry = _entry(arch, binfmt)
     if entry is None or entry["state"] != "enabled":
-        return f"{arch} emulation: the binfmt_misc entry qemu-{name} is not enabled (update-binfmts --enable qemu-{name})"
+        return (
+            f"{arch} emulation: the binfmt_misc entry qemu-{name} is not enabled (update-binfmts --enable qemu-{name})"
+        )
     if "F" not in entry["flags"]:
-        return (f"{arch} emulation: qemu-{name} is registered without the F flag (flags: {entry['flags'] or 'none'}), "
-                "so containers cannot reach its interpreter; use Debian's qemu-user-static registration")
+        return (
+            f"{arch} emulation: qemu-{name} is registered without the F flag (flags: {entry['flags'] or 'none'}), "
+            "so containers cannot reach its interpreter; use Debian's qemu-user-static registration"
+        )
     return None

@@ -27,9 +27,20 @@ from tests.helpers.gym_package import cache_dir
 from tests.helpers.gym_servers import REPO, Running, free_port, wait_ready
 
 APPS = Path(__file__).resolve().parents[1] / "reliability" / "apps"
-POLICY = {"policy_model": {"responses_api_models": {"vllm_model": {
-    "entrypoint": "app.py", "base_url": "${policy_base_url}", "api_key": "${policy_api_key}",
-    "model": "${policy_model_name}", "return_token_id_information": False, "uses_reasoning_parser": False}}}}
+POLICY = {
+    "policy_model": {
+        "responses_api_models": {
+            "vllm_model": {
+                "entrypoint": "app.py",
+                "base_url": "${policy_base_url}",
+                "api_key": "${policy_api_key}",
+                "model": "${policy_model_name}",
+                "return_token_id_information": False,
+                "uses_reasoning_parser": False,
+            }
+        }
+    }
+}
 
 
 def shared_venvs() -> dict[str, str]:
@@ -37,8 +48,13 @@ def shared_venvs() -> dict[str, str]:
     return {"GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")}
 
 
-def mixed_env(root: Path, fixtures: dict[str, tuple[str | Path, dict]], policy: dict | None = None,
-              agent: dict | None = None, name: str = "acme-reliability") -> Path:
+def mixed_env(
+    root: Path,
+    fixtures: dict[str, tuple[str | Path, dict]],
+    policy: dict | None = None,
+    agent: dict | None = None,
+    name: str = "acme-reliability",
+) -> Path:
     """Write the package at ``root``. ``fixtures``: resources server instance -> (script name in
     ``tests/reliability/apps/``, its instance config); each gets an agent ``<instance>_agent``
     (built-in ``simple_agent``, ``agent`` merged into its config). ``policy`` is merged into the
@@ -56,11 +72,19 @@ def mixed_env(root: Path, fixtures: dict[str, tuple[str | Path, dict]], policy: 
         (d / "app.py").write_text((APPS / script).read_text())
         (d / "requirements.txt").write_text("# stdlib only\n")
         configs[f"resources_servers/{impl}/configs/{impl}.yaml"] = {
-            inst: {"resources_servers": {impl: {"entrypoint": "app.py", "domain": "other", **cfg}}}}
-        agents[f"{inst}_agent"] = {"responses_api_agents": {"simple_agent": {
-            "entrypoint": "app.py", "resources_server": {"type": "resources_servers", "name": inst},
-            "model_server": {"type": "responses_api_models", "name": "policy_model"}, "max_steps": 2,
-            **(agent or {})}}}
+            inst: {"resources_servers": {impl: {"entrypoint": "app.py", "domain": "other", **cfg}}}
+        }
+        agents[f"{inst}_agent"] = {
+            "responses_api_agents": {
+                "simple_agent": {
+                    "entrypoint": "app.py",
+                    "resources_server": {"type": "resources_servers", "name": inst},
+                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                    "max_steps": 2,
+                    **(agent or {}),
+                }
+            }
+        }
     configs["responses_api_agents/simple_agent/configs/agents.yaml"] = agents
     for rel, data in configs.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -72,13 +96,17 @@ def mixed_env(root: Path, fixtures: dict[str, tuple[str | Path, dict]], policy: 
 
 def row_for(agent: str, text: str = "What is 2 + 2?", **extra: object) -> dict:
     """A dataset row for agent instance ``agent``."""
-    return {"responses_create_params": {"input": [{"role": "user", "content": text}]},
-            "agent_ref": {"type": "responses_api_agents", "name": agent}, **extra}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": text}]},
+        "agent_ref": {"type": "responses_api_agents", "name": agent},
+        **extra,
+    }
 
 
 @contextlib.contextmanager
-def running_up(pkg: Path, tmp: Path, *args: str, env: dict[str, str] | None = None,
-               timeout: float = 600) -> Iterator[tuple[subprocess.Popen, dict]]:
+def running_up(
+    pkg: Path, tmp: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> Iterator[tuple[subprocess.Popen, dict]]:
     """``gym-runtime up PKG ARGS`` until its ready line; yields ``(process, ready info)``; SIGKILLs
     the daemon's whole session afterwards if it is still running."""
     proc = up_process(pkg, tmp, *args, env={"GYM_RUNTIME_HOME": str(tmp / "home"), **(env or {})})
@@ -111,12 +139,27 @@ class StubEndpoint:
     def start(self) -> None:
         """Start it (its own session) and wait until it answers."""
         self.starts += 1
-        argv = [sys.executable, "-m", "gym_runtime.stub_model", "--host", "127.0.0.1", "--port", str(self.port),
-                "--model", self.model]
+        argv = [
+            sys.executable,
+            "-m",
+            "gym_runtime.stub_model",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--model",
+            self.model,
+        ]
         log = self.tmp / f"stub-{self.port}-{self.starts}.log"
         with log.open("wb") as sink:
-            proc = subprocess.Popen(argv, cwd=REPO, env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)},
-                                    stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)},
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.running = Running(f"http://127.0.0.1:{self.port}", proc, log)
         wait_ready(self.running)
 

@@ -53,8 +53,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 TOOL_PARSER_TEXT = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
-DUPLICATE_TEXT = ("Failed to deserialize the JSON body into the target type: messages[2]: duplicate field "
-                  "`reasoning` at line 1 column 412")
+DUPLICATE_TEXT = (
+    "Failed to deserialize the JSON body into the target type: messages[2]: duplicate field "
+    "`reasoning` at line 1 column 412"
+)
 
 
 def _words(messages: list[dict]) -> list[str]:
@@ -65,7 +67,7 @@ def _words(messages: list[dict]) -> list[str]:
 def _after_tool(messages: list[dict]) -> bool:
     roles = [m.get("role") for m in messages]
     last_user = max((i for i, r in enumerate(roles) if r == "user"), default=-1)
-    return "tool" in roles[last_user + 1:]
+    return "tool" in roles[last_user + 1 :]
 
 
 def _tool_name(body: dict) -> str | None:
@@ -86,20 +88,33 @@ def completion(body: dict, message: dict, finish: str, tokens: list[str] | None 
     choice: dict = {"index": 0, "message": {"role": "assistant", "tool_calls": [], **message}, "finish_reason": finish}
     if body.get("logprobs"):
         spelled = tokens or [f"token_id:{100 + int(hashlib.sha256(p.encode()).hexdigest()[:4], 16)}" for p in pieces]
-        choice["logprobs"] = {"content": [{"token": t, "logprob": -0.5, "bytes": [], "top_logprobs": []}
-                                          for t in spelled]}
+        choice["logprobs"] = {
+            "content": [{"token": t, "logprob": -0.5, "bytes": [], "top_logprobs": []} for t in spelled]
+        }
     prompt = len(_words(body.get("messages") or []))
-    return {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
-            "choices": [choice], "usage": {"prompt_tokens": prompt, "completion_tokens": len(choice.get("logprobs",
-                                           {}).get("content", pieces)), "total_tokens": prompt + len(pieces)}}
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model"),
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": len(choice.get("logprobs", {}).get("content", pieces)),
+            "total_tokens": prompt + len(pieces),
+        },
+    }
 
 
 def ok(body: dict, state: dict) -> dict:
     messages = body.get("messages") or []
     name = _tool_name(body)
     if name and not _after_tool(messages):
-        call = {"id": f"call-{len(state['requests'])}", "type": "function",
-                "function": {"name": name, "arguments": json.dumps({"key": _key(messages)})}}
+        call = {
+            "id": f"call-{len(state['requests'])}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps({"key": _key(messages)})},
+        }
         return completion(body, {"content": None, "tool_calls": [call]}, "tool_calls")
     last_tool = next((m.get("content") for m in reversed(messages) if m.get("role") == "tool"), None)
     return completion(body, {"content": f"The answer: {last_tool}" if last_tool else "OK."}, "stop")
@@ -111,8 +126,10 @@ def reasoning_only(body: dict, state: dict) -> dict:
 
 def no_tool_parser(body: dict, state: dict):
     if body.get("tools"):
-        return JSONResponse(status_code=400, content={"error": {"message": TOOL_PARSER_TEXT, "type": "BadRequestError",
-                                                                "param": None, "code": 400}})
+        return JSONResponse(
+            status_code=400,
+            content={"error": {"message": TOOL_PARSER_TEXT, "type": "BadRequestError", "param": None, "code": 400}},
+        )
     return ok(body, state)
 
 
@@ -180,9 +197,22 @@ def not_text(body: dict, state: dict) -> Response:
     return Response(json.dumps(answer).encode(), media_type="application/json")
 
 
-BEHAVIOURS = {f.__name__: f for f in (ok, reasoning_only, no_tool_parser, tool_call_text, duplicate_reasoning,
-                                      abort_after_tool, abort_once, text_tokens, digit_tokens, no_logprobs,
-                                      not_text)}
+BEHAVIOURS = {
+    f.__name__: f
+    for f in (
+        ok,
+        reasoning_only,
+        no_tool_parser,
+        tool_call_text,
+        duplicate_reasoning,
+        abort_after_tool,
+        abort_once,
+        text_tokens,
+        digit_tokens,
+        no_logprobs,
+        not_text,
+    )
+}
 BEHAVIOURS["tokenize_disagrees"] = ok
 
 
@@ -238,8 +268,17 @@ def start_fake(tmp: Path, behaviour: str, model: str = "acme-policy") -> Iterato
     from tests.helpers.gym_servers import REPO, free_port, spawn
 
     port = free_port()
-    argv = [sys.executable, "-m", "tests.helpers.fake_policy", "--port", str(port), "--behaviour", behaviour,
-            "--model", model]
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.helpers.fake_policy",
+        "--port",
+        str(port),
+        "--behaviour",
+        behaviour,
+        "--model",
+        model,
+    ]
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)}
     with spawn(argv, REPO, env, f"http://127.0.0.1:{port}", tmp / f"fake-{behaviour}-{port}.log") as running:
         yield running

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import uv
 
-VERIFIERS_INIT = '''
+VERIFIERS_INIT = """
 import importlib
 import re
 
@@ -67,9 +67,9 @@ def load_environment(env_id, **env_args):
     env = module.load_environment(**env_args)
     env.env_id, env.env_args = env_id, env_args
     return env
-'''
+"""
 
-TINY_ARITH_INIT = '''
+TINY_ARITH_INIT = """
 import re
 
 import verifiers as vf
@@ -83,16 +83,18 @@ def load_environment(system_prompt="Answer with a number.", fixed_reward=None):
         return 1.0 if numbers and answer and float(numbers[-1]) == float(answer) else 0.0
 
     return vf.Environment(rubric=rubric, system_prompt=system_prompt)
-'''
+"""
 
 
 def write_module_wheel(directory: Path, dist: str, version: str, module: str, init_source: str) -> Path:
     """A pure-Python wheel with one package ``module`` whose ``__init__.py`` is ``init_source``."""
     normalized = dist.replace("-", "_")
     dist_info = f"{normalized}-{version}.dist-info"
-    files = {f"{module}/__init__.py": init_source,
-             f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n",
-             f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files = {
+        f"{module}/__init__.py": init_source,
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n",
+        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{normalized}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as archive:
@@ -115,10 +117,27 @@ def make_venv(root: Path, wheels: Path | None, packages: list[str]) -> Path:
     uv_bin = uv.find_uv_bin()
     subprocess.run([uv_bin, "venv", "--quiet", "--python", sys.executable, str(root)], check=True)
     python = root / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     Path(site, "project_env.pth").write_text(sysconfig.get_path("purelib") + "\n")
     if packages:
-        subprocess.run([uv_bin, "pip", "install", "--quiet", "--python", str(python), "--no-index",
-                        "--find-links", str(wheels), *packages], check=True)
+        subprocess.run(
+            [
+                uv_bin,
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                str(python),
+                "--no-index",
+                "--find-links",
+                str(wheels),
+                *packages,
+            ],
+            check=True,
+        )
     return python

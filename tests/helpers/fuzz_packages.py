@@ -26,26 +26,78 @@ GOOD = ["policy_model", "res", "agent", "judge", "with-dash"]
 inst_name = st.one_of(*[st.sampled_from(GOOD)] * 9, st.sampled_from(NAMES))
 
 odd_text = st.one_of(
-    st.sampled_from(["???", "${policy_base_url}", "${oc.env:GR_FUZZ_UNSET,???}", "${oc.env:HOME}", "${",
-                     "${a.b.c}", "${oc.decode:'???'}", "${nope:x}", "${..x}", "${oc.select:x,1}", "${agent}",
-                     "${res.resources_servers.r.port}", "~", "null", "*", "&", "!!binary", "\x00", "\ud800",
-                     "a\nb", "math", "app.py", "../app.py", "/abs"]),
+    st.sampled_from(
+        [
+            "???",
+            "${policy_base_url}",
+            "${oc.env:GR_FUZZ_UNSET,???}",
+            "${oc.env:HOME}",
+            "${",
+            "${a.b.c}",
+            "${oc.decode:'???'}",
+            "${nope:x}",
+            "${..x}",
+            "${oc.select:x,1}",
+            "${agent}",
+            "${res.resources_servers.r.port}",
+            "~",
+            "null",
+            "*",
+            "&",
+            "!!binary",
+            "\x00",
+            "\ud800",
+            "a\nb",
+            "math",
+            "app.py",
+            "../app.py",
+            "/abs",
+        ]
+    ),
     st.text(max_size=12),
 )
-scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=10 ** 30, max_value=10 ** 60),
-                   st.floats(allow_nan=True), odd_text)
-key = st.one_of(st.sampled_from(["type", "name", "port", "domain", "entrypoint", "api_key", "token", "host",
-                                 "resources_server", "model_server"] + NAMES + SERVER_TYPES + IMPLS),
-                st.text(max_size=6), st.integers(-3, 3))
-tree = st.recursive(scalar, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(key, c, max_size=4)),
-                    max_leaves=20)
+scalar = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**30, max_value=10**60),
+    st.floats(allow_nan=True),
+    odd_text,
+)
+key = st.one_of(
+    st.sampled_from(
+        ["type", "name", "port", "domain", "entrypoint", "api_key", "token", "host", "resources_server", "model_server"]
+        + NAMES
+        + SERVER_TYPES
+        + IMPLS
+    ),
+    st.text(max_size=6),
+    st.integers(-3, 3),
+)
+tree = st.recursive(
+    scalar, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(key, c, max_size=4)), max_leaves=20
+)
 
 
 @st.composite
 def instance(draw) -> dict:
     inner = {"entrypoint": draw(st.sampled_from(["app.py", "app.py", "missing.py", None, 3]))}
-    for k in draw(st.lists(st.sampled_from(["domain", "port", "resources_server", "model_server", "extra",
-                                            "api_key", "return_token_id_information"]), max_size=4)):
+    for k in draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    "domain",
+                    "port",
+                    "resources_server",
+                    "model_server",
+                    "extra",
+                    "api_key",
+                    "return_token_id_information",
+                ]
+            ),
+            max_size=4,
+        )
+    ):
         if k in ("resources_server", "model_server"):
             inner[k] = {"type": draw(st.sampled_from(SERVER_TYPES)), "name": draw(inst_name)}
         elif k == "domain":
@@ -67,13 +119,37 @@ def yaml_text(data: object) -> str:
         return "x: 1\n"
 
 
-raw_fragments = st.lists(st.sampled_from([
-    "a: &x [1, 2]\n", "b: *x\n", "c: *undefined\n", "d: !!binary aGk=\n", "e: !!python/object:os.system {}\n",
-    "f: !!set {1, 2}\n", "g: 2020-01-01\n", "h: " + "9" * 5000 + "\n", "- list\n", "  bad: indent\n", "\t: tab\n",
-    "? [complex]\n: key\n", "i: {{{\n", "j: '${oc.env:GR_FUZZ_UNSET,???}'\n", "format: native-v1\n",
-    "format: wheels-v1\n", "config_paths: [configs/a.yaml]\n", "metadata: {name: n}\n", "k: &r [*r]\n",
-    "nest: " + "[" * 80 + "]" * 80 + "\n", "l: !!int '0x1F'\n", "%YAML 1.1\n---\n", "---\n...\n", "m: |\n  text\n",
-]), max_size=6).map("".join)
+raw_fragments = st.lists(
+    st.sampled_from(
+        [
+            "a: &x [1, 2]\n",
+            "b: *x\n",
+            "c: *undefined\n",
+            "d: !!binary aGk=\n",
+            "e: !!python/object:os.system {}\n",
+            "f: !!set {1, 2}\n",
+            "g: 2020-01-01\n",
+            "h: " + "9" * 5000 + "\n",
+            "- list\n",
+            "  bad: indent\n",
+            "\t: tab\n",
+            "? [complex]\n: key\n",
+            "i: {{{\n",
+            "j: '${oc.env:GR_FUZZ_UNSET,???}'\n",
+            "format: native-v1\n",
+            "format: wheels-v1\n",
+            "config_paths: [configs/a.yaml]\n",
+            "metadata: {name: n}\n",
+            "k: &r [*r]\n",
+            "nest: " + "[" * 80 + "]" * 80 + "\n",
+            "l: !!int '0x1F'\n",
+            "%YAML 1.1\n---\n",
+            "---\n...\n",
+            "m: |\n  text\n",
+        ]
+    ),
+    max_size=6,
+).map("".join)
 
 file_body = st.one_of(
     tree.map(yaml_text),
@@ -84,19 +160,41 @@ file_body = st.one_of(
 )
 
 manifest_data = st.fixed_dictionaries(
-    {"format": st.one_of(st.sampled_from(["native-v1", "wheels-v1", "adapter-wheels-v1"]), scalar),
-     "config_paths": st.one_of(st.lists(st.sampled_from(
-         ["configs/a.yaml", "configs/b.yaml", "resources_servers/r/configs/a.yaml", "../a.yaml", "configs/a.yaml",
-          "configs/link.yaml", "/etc/hostname", "configs", "configs//a.yaml", "configs/\x00"]), max_size=4), tree),
-     "metadata": st.one_of(st.fixed_dictionaries({"name": st.one_of(st.text(max_size=300), scalar)}), tree)},
-    optional={"adapter": st.one_of(st.fixed_dictionaries({"agent": st.sampled_from(["verifiers_agent", "x"])}),
-                                   tree),
-              "extra": tree})
+    {
+        "format": st.one_of(st.sampled_from(["native-v1", "wheels-v1", "adapter-wheels-v1"]), scalar),
+        "config_paths": st.one_of(
+            st.lists(
+                st.sampled_from(
+                    [
+                        "configs/a.yaml",
+                        "configs/b.yaml",
+                        "resources_servers/r/configs/a.yaml",
+                        "../a.yaml",
+                        "configs/a.yaml",
+                        "configs/link.yaml",
+                        "/etc/hostname",
+                        "configs",
+                        "configs//a.yaml",
+                        "configs/\x00",
+                    ]
+                ),
+                max_size=4,
+            ),
+            tree,
+        ),
+        "metadata": st.one_of(st.fixed_dictionaries({"name": st.one_of(st.text(max_size=300), scalar)}), tree),
+    },
+    optional={
+        "adapter": st.one_of(st.fixed_dictionaries({"agent": st.sampled_from(["verifiers_agent", "x"])}), tree),
+        "extra": tree,
+    },
+)
 
 config_body = st.one_of(
     st.dictionaries(inst_name, instance(), min_size=1, max_size=4).map(yaml_text),
     st.dictionaries(inst_name, instance(), min_size=1, max_size=3).map(
-        lambda d: yaml_text(d) + "policy_base_url: ${oc.env:GR_FUZZ_UNSET,???}\n"),
+        lambda d: yaml_text(d) + "policy_base_url: ${oc.env:GR_FUZZ_UNSET,???}\n"
+    ),
     file_body,
 )
 CONFIG_FILES = ["configs/a.yaml", "configs/b.yaml", "resources_servers/r/configs/a.yaml"]
@@ -107,9 +205,20 @@ def package(draw, valid_manifest: bool | None = None) -> dict:
     """Half the packages carry a valid manifest (so configs get merged), the rest anything;
     ``valid_manifest`` forces one or the other."""
     configs = draw(st.dictionaries(st.sampled_from(CONFIG_FILES), config_body, max_size=3))
-    wheels = draw(st.lists(st.sampled_from(["Foo_Bar-1.0-py3-none-any.whl", "foo.bar-2.0-py3-none-any.whl",
-                                            "bad.whl", "x.tar.gz", "c-1.0-cp312-cp312-manylinux2014_x86_64.whl"]),
-                           max_size=2))
+    wheels = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    "Foo_Bar-1.0-py3-none-any.whl",
+                    "foo.bar-2.0-py3-none-any.whl",
+                    "bad.whl",
+                    "x.tar.gz",
+                    "c-1.0-cp312-cp312-manylinux2014_x86_64.whl",
+                ]
+            ),
+            max_size=2,
+        )
+    )
     if valid_manifest if valid_manifest is not None else draw(st.booleans()):
         fmt = draw(st.sampled_from(["native-v1", "wheels-v1"]))
         paths = [p for p in configs if fmt == "wheels-v1" or p.startswith("resources_servers/")]
@@ -123,14 +232,47 @@ def package(draw, valid_manifest: bool | None = None) -> dict:
     servers = draw(st.lists(st.tuples(st.sampled_from(SERVER_TYPES[:3]), st.sampled_from(IMPLS)), max_size=4))
     if draw(st.booleans()):
         servers += [(t, i) for t in SERVER_TYPES[:3] for i in ("m", "a", "r")]
-    overrides = draw(st.lists(st.sampled_from(["a=1", "res.resources_servers.r.domain=math", "x=${", "++b.c=[1,",
-                                               "policy_model=3", "=", "k", "a..b=1", "c=!!binary aGk=",
-                                               "policy_model.responses_api_models.m.port=9100"]), max_size=2))
-    flags = draw(st.lists(st.sampled_from([["--policy-base-url", "http://127.0.0.1:1/v1"],
-                                           ["--policy-model-name", "m"], ["--platform", "linux/arm64"],
-                                           ["--policy-api-key-env", "GR_FUZZ_UNSET"]]), max_size=2))
-    return {"manifest": manifest, "configs": configs, "wheels": wheels, "servers": servers,
-            "overrides": overrides, "flags": flags, "json": draw(st.booleans())}
+    overrides = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    "a=1",
+                    "res.resources_servers.r.domain=math",
+                    "x=${",
+                    "++b.c=[1,",
+                    "policy_model=3",
+                    "=",
+                    "k",
+                    "a..b=1",
+                    "c=!!binary aGk=",
+                    "policy_model.responses_api_models.m.port=9100",
+                ]
+            ),
+            max_size=2,
+        )
+    )
+    flags = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    ["--policy-base-url", "http://127.0.0.1:1/v1"],
+                    ["--policy-model-name", "m"],
+                    ["--platform", "linux/arm64"],
+                    ["--policy-api-key-env", "GR_FUZZ_UNSET"],
+                ]
+            ),
+            max_size=2,
+        )
+    )
+    return {
+        "manifest": manifest,
+        "configs": configs,
+        "wheels": wheels,
+        "servers": servers,
+        "overrides": overrides,
+        "flags": flags,
+        "json": draw(st.booleans()),
+    }
 
 
 def write_package(root: Path, case: dict) -> None:

@@ -65,6 +65,7 @@ def _timed(check: Callable[[Any], str]) -> Callable[[Any], str]:
         label = check(case)
         assert time.monotonic() - t0 < SLOW_S, f"took {time.monotonic() - t0:.1f}s"
         return label
+
     return run
 
 
@@ -80,32 +81,70 @@ def _cli_context(tmp: Path, command: str) -> Iterator[Callable[[Any], str]]:
         if command == "validate":
             argv = ["validate", *js, str(root), *flags]
         else:
-            argv = ["config", *js, str(root), *case["overrides"], *(x for x in flags if x not in
-                                                                      ("--platform", "linux/arm64"))]
+            argv = [
+                "config",
+                *js,
+                str(root),
+                *case["overrides"],
+                *(x for x in flags if x not in ("--platform", "linux/arm64")),
+            ]
         code, text = run_cli(argv)
         assert code in (0, 1), (argv, code, text[-2000:])
         assert "Traceback" not in text, text[-3000:]
         return f"exit {code}"
+
     yield _timed(check)
 
 
 # ------------------------------------------------------------------ dataset rows
-ROW_FIELDS = ["responses_create_params", "agent_ref", "task_idx", "question", "answer", "task", "example_id",
-              "info", "vf_env_id", "extra"]
+ROW_FIELDS = [
+    "responses_create_params",
+    "agent_ref",
+    "task_idx",
+    "question",
+    "answer",
+    "task",
+    "example_id",
+    "info",
+    "vf_env_id",
+    "extra",
+]
 good_row = st.fixed_dictionaries(
-    {"responses_create_params": st.fixed_dictionaries({"input": st.one_of(st.text(max_size=20), st.just(
-        [{"role": "user", "content": "hi"}]))}),
-     "agent_ref": st.fixed_dictionaries({"type": st.just("responses_api_agents"),
-                                         "name": st.sampled_from(["acme_agent", "vf_agent", "ghost"])})},
-    optional={k: tree for k in ROW_FIELDS[2:]})
+    {
+        "responses_create_params": st.fixed_dictionaries(
+            {"input": st.one_of(st.text(max_size=20), st.just([{"role": "user", "content": "hi"}]))}
+        ),
+        "agent_ref": st.fixed_dictionaries(
+            {"type": st.just("responses_api_agents"), "name": st.sampled_from(["acme_agent", "vf_agent", "ghost"])}
+        ),
+    },
+    optional={k: tree for k in ROW_FIELDS[2:]},
+)
 row_line = st.one_of(
     good_row.map(lambda r: json.dumps(r)),
     st.dictionaries(st.sampled_from(ROW_FIELDS), tree, max_size=5).map(lambda r: json.dumps(r)),
     tree.map(lambda t: json.dumps(t)),
-    st.sampled_from(["{", "[" * 100_000, '{"a": ' * 50_000, "1" * 5000, "NaN", "-Infinity", '{"x": 1e999}',
-                     '"\u2028"', "\ufeff{}", "{}\r", "\x00", "", "   ", '{"agent_ref": {"name": "acme_agent"}}',
-                     '{"responses_create_params": {"input": []}, "agent_ref": "acme_agent"}',
-                     '{"task_idx": 1' + "0" * 400 + "}", '{"a": "\\ud800"}']),
+    st.sampled_from(
+        [
+            "{",
+            "[" * 100_000,
+            '{"a": ' * 50_000,
+            "1" * 5000,
+            "NaN",
+            "-Infinity",
+            '{"x": 1e999}',
+            '"\u2028"',
+            "\ufeff{}",
+            "{}\r",
+            "\x00",
+            "",
+            "   ",
+            '{"agent_ref": {"name": "acme_agent"}}',
+            '{"responses_create_params": {"input": []}, "agent_ref": "acme_agent"}',
+            '{"task_idx": 1' + "0" * 400 + "}",
+            '{"a": "\\ud800"}',
+        ]
+    ),
     st.text(max_size=40),
 )
 rows_file = st.one_of(
@@ -136,6 +175,7 @@ def _rows_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
             return "rows read"
         except DatasetError as e:  # labelled by its first problem
             return e.violations[0].code if e.violations else e.code
+
     yield _timed(check)
 
 
@@ -165,32 +205,68 @@ class _Agent(BaseHTTPRequestHandler):
         pass
 
 
-agent_body = st.one_of(st.just('{"reward": 1.0}'), tree.map(json.dumps), st.text(max_size=30),
-                       st.sampled_from(['{"reward": NaN}', '{"reward": 1e999}', '{"reward": "1"}', "[1, 2]", "null",
-                                        '{"reward": 0.5, "m": NaN}', '{"error": {"type": "bad_reward"}}',
-                                        '{"error": {"type": "model_unavailable", "message": 7}}', "\x00\xff",
-                                        "[" * 5000, '{"reward": 1' + "0" * 5000 + "}"]))
+agent_body = st.one_of(
+    st.just('{"reward": 1.0}'),
+    tree.map(json.dumps),
+    st.text(max_size=30),
+    st.sampled_from(
+        [
+            '{"reward": NaN}',
+            '{"reward": 1e999}',
+            '{"reward": "1"}',
+            "[1, 2]",
+            "null",
+            '{"reward": 0.5, "m": NaN}',
+            '{"error": {"type": "bad_reward"}}',
+            '{"error": {"type": "model_unavailable", "message": 7}}',
+            "\x00\xff",
+            "[" * 5000,
+            '{"reward": 1' + "0" * 5000 + "}",
+        ]
+    ),
+)
 head_row = st.fixed_dictionaries(
-    {"agent_ref": st.one_of(st.fixed_dictionaries({"type": st.just("responses_api_agents"),
-                                                   "name": st.sampled_from(["echo", "ghost"])}), tree)},
-    optional={"fuzz_status": st.one_of(st.sampled_from([200, 400, 404, 422, 500, 502, 503]), tree),
-              "fuzz_body": agent_body, "responses_create_params": tree})
+    {
+        "agent_ref": st.one_of(
+            st.fixed_dictionaries(
+                {"type": st.just("responses_api_agents"), "name": st.sampled_from(["echo", "ghost"])}
+            ),
+            tree,
+        )
+    },
+    optional={
+        "fuzz_status": st.one_of(st.sampled_from([200, 400, 404, 422, 500, 502, 503]), tree),
+        "fuzz_body": agent_body,
+        "responses_create_params": tree,
+    },
+)
 head_body = st.one_of(
-    st.fixed_dictionaries({"examples": st.lists(head_row, max_size=5)},
-                          optional={"concurrency": st.one_of(st.integers(-2, 2000), tree)}).map(json.dumps),
+    st.fixed_dictionaries(
+        {"examples": st.lists(head_row, max_size=5)}, optional={"concurrency": st.one_of(st.integers(-2, 2000), tree)}
+    ).map(json.dumps),
     st.fixed_dictionaries({"examples": st.one_of(tree, st.lists(tree, max_size=3))}).map(json.dumps),
     tree.map(json.dumps),
     st.binary(max_size=100),
-    st.sampled_from(["", "{", '{"examples": [' * 3000, '{"examples": [], "concurrency": 1e999}',
-                     '{"examples": [{"agent_ref": {"name": "echo"}, "x": NaN}]}']),
+    st.sampled_from(
+        [
+            "",
+            "{",
+            '{"examples": [' * 3000,
+            '{"examples": [], "concurrency": 1e999}',
+            '{"examples": [{"agent_ref": {"name": "echo"}, "x": NaN}]}',
+        ]
+    ),
 )
-head_case = st.one_of(st.tuples(st.just("POST /rollouts/run"), head_body),
-                      st.tuples(st.just("GET logs"), st.tuples(st.text(max_size=12), st.one_of(st.integers(), st.text(max_size=5)))))
+head_case = st.one_of(
+    st.tuples(st.just("POST /rollouts/run"), head_body),
+    st.tuples(st.just("GET logs"), st.tuples(st.text(max_size=12), st.one_of(st.integers(), st.text(max_size=5)))),
+)
 
 
 def _strict_json(text: str) -> Any:
     def bad(token: str) -> Any:
         raise AssertionError(f"not strict JSON: {token}")
+
     return json.loads(text, parse_constant=bad)
 
 
@@ -218,10 +294,16 @@ def _head_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
     url = f"http://127.0.0.1:{agent.server_address[1]}"
     log = tmp / "echo.log"
     log.write_text("a line\n")
-    backend = HeadBackend(config_yaml=lambda: "a: 1\n", instances=list, health=lambda: (200, {"status": "ready"}),
-                          logs=lambda name, n: {"name": name, "log_file": str(log), "lines": ["a line"][-n:] if n
-                                                else []} if name == "echo" else None,
-                          agents=lambda: {"echo": url}, heartbeat_s=0.05)
+    backend = HeadBackend(
+        config_yaml=lambda: "a: 1\n",
+        instances=list,
+        health=lambda: (200, {"status": "ready"}),
+        logs=lambda name, n: (
+            {"name": name, "log_file": str(log), "lines": ["a line"][-n:] if n else []} if name == "echo" else None
+        ),
+        agents=lambda: {"echo": url},
+        heartbeat_s=0.05,
+    )
     app = create_app(backend)
     loop = asyncio.new_event_loop()
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://head", timeout=SLOW_S)
@@ -235,8 +317,9 @@ def _head_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
             _strict_json(r.text)
             return f"logs HTTP {r.status_code}"
         body = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
-        r = loop.run_until_complete(client.post("/rollouts/run", content=body,
-                                                headers={"content-type": "application/json"}))
+        r = loop.run_until_complete(
+            client.post("/rollouts/run", content=body, headers={"content-type": "application/json"})
+        )
         assert r.status_code in (200, 400), (r.status_code, r.text[:500])
         answer = _strict_json(r.text)
         if r.status_code == 400:
@@ -244,8 +327,12 @@ def _head_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
             return "HTTP 400 GR-ROLLOUT-BAD-REQUEST"
         rows = json.loads(body)["examples"]
         assert len(answer["results"]) == len(rows) == len(answer["latency_s"]), answer
-        codes = sorted({r["error"]["code"] if isinstance(r.get("error"), dict) and "code" in r["error"] else "result"
-                        for r in answer["results"]})
+        codes = sorted(
+            {
+                r["error"]["code"] if isinstance(r.get("error"), dict) and "code" in r["error"] else "result"
+                for r in answer["results"]
+            }
+        )
         for result in answer["results"]:
             assert isinstance(result, dict), result
         assert not {"GR-ROLLOUT-DEADLINE", "GR-INTERNAL"} & set(codes), answer  # the deadline is an hour
@@ -261,20 +348,50 @@ def _head_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
 
 
 # ------------------------------------------------------------------ egress proxy raw bytes
-HOSTS = ["api.example.invalid", "exfil.invalid", "x.example.com", "127.0.0.1", "localhost", "[::1]", "2130706433",
-         "0x7f.1", "169.254.169.254", "[fe80::1]", "a..b.com", "bad_host!.com", "[::1", "", "é.invalid", "x" * 300]
+HOSTS = [
+    "api.example.invalid",
+    "exfil.invalid",
+    "x.example.com",
+    "127.0.0.1",
+    "localhost",
+    "[::1]",
+    "2130706433",
+    "0x7f.1",
+    "169.254.169.254",
+    "[fe80::1]",
+    "a..b.com",
+    "bad_host!.com",
+    "[::1",
+    "",
+    "é.invalid",
+    "x" * 300,
+]
 PORTS = ["80", "443", "0", "65535", "65536", "99999", "-1", "abc", "", "8o", "١٢٣"]
 request_line = st.builds(
-    lambda method, host, port, version, tail: f"{method} {host}{':' + port if port is not None else ''}"
-    f"{'' if method == 'CONNECT' else '/'} {version}\r\n{tail}",
+    lambda method, host, port, version, tail: (
+        f"{method} {host}{':' + port if port is not None else ''}"
+        f"{'' if method == 'CONNECT' else '/'} {version}\r\n{tail}"
+    ),
     st.sampled_from(["CONNECT", "GET", "POST", "get", "", "CONNECT CONNECT"]),
     st.one_of(st.sampled_from(HOSTS), st.sampled_from(HOSTS).map(lambda h: "http://" + h), st.text(max_size=10)),
     st.one_of(st.none(), st.sampled_from(PORTS), st.just("ECHO")),
     st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/9", ""]),
-    st.sampled_from(["\r\n", "Host: evil.invalid\r\n\r\n", "Proxy-Authorization: x\r\n\r\nbody", "", "\n\n",
-                     "X: " + "y" * 70_000 + "\r\n\r\n"]))
-proxy_bytes = st.one_of(request_line.map(lambda s: s.encode("utf-8", "surrogatepass")), st.binary(max_size=300),
-                        st.sampled_from([b"\r\n\r\n", b"CONNECT \r\n\r\n", b"\xff\xfe\r\n\r\n", b"GET  HTTP/1.1\r\n\r\n"]))
+    st.sampled_from(
+        [
+            "\r\n",
+            "Host: evil.invalid\r\n\r\n",
+            "Proxy-Authorization: x\r\n\r\nbody",
+            "",
+            "\n\n",
+            "X: " + "y" * 70_000 + "\r\n\r\n",
+        ]
+    ),
+)
+proxy_bytes = st.one_of(
+    request_line.map(lambda s: s.encode("utf-8", "surrogatepass")),
+    st.binary(max_size=300),
+    st.sampled_from([b"\r\n\r\n", b"CONNECT \r\n\r\n", b"\xff\xfe\r\n\r\n", b"GET  HTTP/1.1\r\n\r\n"]),
+)
 
 
 @contextlib.contextmanager
@@ -298,6 +415,7 @@ def _proxy_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
                 return
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\necho peer\n")
             conn.close()
+
     threading.Thread(target=serve_echo, daemon=True).start()
 
     async def only_the_echo_peer(ip: str, port: int) -> socket.socket:
@@ -308,8 +426,9 @@ def _proxy_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
     quiet = logging.getLogger("sandbox.egress")  # a denial per input would flood the output
     was = quiet.level
     quiet.setLevel(logging.ERROR)
-    policy = EgressPolicy.from_environ({"NMP_RL_SANDBOX_ALLOW_INTERNET": "true",
-                                        "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "api.example.invalid"})
+    policy = EgressPolicy.from_environ(
+        {"NMP_RL_SANDBOX_ALLOW_INTERNET": "true", "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "api.example.invalid"}
+    )
     proxy = EgressProxy(policy, lambda event: None, RecordingResolver({}), only_the_echo_peer)
     listener = socket.create_server(("127.0.0.1", 0))
     listener.setblocking(False)
@@ -375,8 +494,14 @@ def run_target(target: Target, examples: int, seed: int | None = None) -> dict[s
     tmp = Path(tempfile.mkdtemp(prefix=f"gr-fuzz-{target.name}-"))
     try:
         with target.context(tmp) as check:
-            @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate, Phase.shrink],
-                      suppress_health_check=list(HealthCheck))
+
+            @settings(
+                max_examples=examples,
+                deadline=None,
+                database=None,
+                phases=[Phase.generate, Phase.shrink],
+                suppress_health_check=list(HealthCheck),
+            )
             @given(case=target.strategy)
             def run(case: Any) -> None:
                 counts[check(case)] += 1

@@ -33,17 +33,50 @@ from hypothesis import strategies as st
 from servers._kit.text import NOT_TEXT
 from tests.helpers.fuzz_targets import Target, _timed
 
-TOOL = {"type": "function", "name": "get_code", "parameters": {"type": "object", "properties": {
-    "key": {"type": "string"}}, "required": ["key"]}}
-ROW = {"responses_create_params": {"input": [{"role": "user", "content": "What is the code for 'alpha'?"}],
-                                   "tools": [TOOL]}}
-SPECIAL = ["\ud83d", "\ude00", "\ud83d\ude00", "\udfff\ud800", "\x00", "\x07", "\x1b[31m", "\x7f", "\x85", "\u2028",
-           "\ufeff", "\ufffd", "\\ud83d", "\\u0000", '"', "\\", "\n", "\r\n", "\t"]
-nasty = st.lists(st.one_of(st.sampled_from(SPECIAL), st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
-                           st.characters(max_codepoint=0x1F), st.characters()), max_size=12).map("".join)
-arguments = st.one_of(nasty.map(lambda s: json.dumps({"key": s})), nasty.map(lambda s: json.dumps({"key": s},
-                                                                                                  ensure_ascii=False)),
-                      nasty)
+TOOL = {
+    "type": "function",
+    "name": "get_code",
+    "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+}
+ROW = {
+    "responses_create_params": {
+        "input": [{"role": "user", "content": "What is the code for 'alpha'?"}],
+        "tools": [TOOL],
+    }
+}
+SPECIAL = [
+    "\ud83d",
+    "\ude00",
+    "\ud83d\ude00",
+    "\udfff\ud800",
+    "\x00",
+    "\x07",
+    "\x1b[31m",
+    "\x7f",
+    "\x85",
+    "\u2028",
+    "\ufeff",
+    "\ufffd",
+    "\\ud83d",
+    "\\u0000",
+    '"',
+    "\\",
+    "\n",
+    "\r\n",
+    "\t",
+]
+nasty = st.lists(
+    st.one_of(
+        st.sampled_from(SPECIAL),
+        st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+        st.characters(max_codepoint=0x1F),
+        st.characters(),
+    ),
+    max_size=12,
+).map("".join)
+arguments = st.one_of(
+    nasty.map(lambda s: json.dumps({"key": s})), nasty.map(lambda s: json.dumps({"key": s}, ensure_ascii=False)), nasty
+)
 name = st.one_of(st.just("get_code"), nasty, st.just("get_code").map(lambda n: n + "\ud83d"))
 text_case = st.fixed_dictionaries({"content": nasty, "reasoning": nasty, "name": name, "arguments": arguments})
 
@@ -56,8 +89,10 @@ def on_the_wire(text: str) -> int:
 
 def strict(r: httpx.Response) -> Any:
     """The body as strict JSON whose every string encodes as UTF-8 (AssertionError otherwise)."""
+
     def bad(token: str) -> Any:
         raise AssertionError(f"not strict JSON: {token}")
+
     body = json.loads(r.content, parse_constant=bad)
     json.dumps(body, ensure_ascii=False).encode("utf-8")  # UnicodeEncodeError: a lone surrogate passed through
     return body
@@ -72,23 +107,43 @@ def _chain(tmp: Path) -> Iterator[dict[str, Any]]:
     with contextlib.ExitStack() as stack:
         fake = stack.enter_context(start_fake(tmp, "not_text", "stub-model"))
         cfg = GymConfig()
-        cfg.add("policy_model", "responses_api_models", "vllm_model", base_url=fake.url + "/v1", api_key="EMPTY",
-                model="stub-model", uses_reasoning_parser=True, return_token_id_information=False)
+        cfg.add(
+            "policy_model",
+            "responses_api_models",
+            "vllm_model",
+            base_url=fake.url + "/v1",
+            api_key="EMPTY",
+            model="stub-model",
+            uses_reasoning_parser=True,
+            return_token_id_information=False,
+        )
         cfg.add("echo", "resources_servers", "reward_echo", domain="other")
-        cfg.add("agent", "responses_api_agents", "simple_agent", max_steps=3,
-                resources_server={"type": "resources_servers", "name": "echo"},
-                model_server={"type": "responses_api_models", "name": "policy_model"})
-        cfg.add("relay", "environment_servers", "legacy_agent",
-                agent_server={"type": "responses_api_agents", "name": "agent"})
-        urls = {n: stack.enter_context(start_server(cfg, n, tmp, server_dir=echo if n == "echo" else None)).url
-                for n in cfg.instances}
+        cfg.add(
+            "agent",
+            "responses_api_agents",
+            "simple_agent",
+            max_steps=3,
+            resources_server={"type": "resources_servers", "name": "echo"},
+            model_server={"type": "responses_api_models", "name": "policy_model"},
+        )
+        cfg.add(
+            "relay",
+            "environment_servers",
+            "legacy_agent",
+            agent_server={"type": "responses_api_agents", "name": "agent"},
+        )
+        urls = {
+            n: stack.enter_context(start_server(cfg, n, tmp, server_dir=echo if n == "echo" else None)).url
+            for n in cfg.instances
+        }
         http = stack.enter_context(httpx.Client(trust_env=False, timeout=30))  # keep-alive: an input is a few ms
         yield {**urls, "fake": fake.url, "http": http}
 
 
 def _set(urls: dict[str, Any], case: dict) -> None:
-    r = urls["http"].post(urls["fake"] + "/fake/text", content=json.dumps(case).encode(),
-                          headers={"content-type": "application/json"})
+    r = urls["http"].post(
+        urls["fake"] + "/fake/text", content=json.dumps(case).encode(), headers={"content-type": "application/json"}
+    )
     assert r.status_code == 200, r.text
 
 
@@ -105,8 +160,17 @@ def _probe_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
     loop = asyncio.new_event_loop()
     client = httpx.AsyncClient(trust_env=False)
     with _chain(tmp) as urls:
-        plan = Plan("policy_model", urls["fake"] + "/v1", "stub-model", None, tools=True, token_ids=False,
-                    two_turns=True, parser=True, reasoning_field="both")
+        plan = Plan(
+            "policy_model",
+            urls["fake"] + "/v1",
+            "stub-model",
+            None,
+            tools=True,
+            token_ids=False,
+            two_turns=True,
+            parser=True,
+            reasoning_field="both",
+        )
 
         def check(case: dict) -> str:
             _set(urls, case)
@@ -132,6 +196,7 @@ def _probe_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
 @contextlib.contextmanager
 def _http_context(tmp: Path, hop: str) -> Iterator[Callable[[Any], str]]:
     with _chain(tmp) as urls:
+
         def check(case: dict) -> str:
             _set(urls, case)
             want = _expected(case)
@@ -154,12 +219,18 @@ def _head_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
     from gym_runtime.head.app import HeadBackend, create_app
 
     with _chain(tmp) as urls:
-        backend = HeadBackend(config_yaml=lambda: "a: 1\n", instances=list,
-                              health=lambda: (200, {"status": "ready"}), logs=lambda name, n: None,
-                              agents=lambda: {"agent": urls["relay"]}, heartbeat_s=0.05)
+        backend = HeadBackend(
+            config_yaml=lambda: "a: 1\n",
+            instances=list,
+            health=lambda: (200, {"status": "ready"}),
+            logs=lambda name, n: None,
+            agents=lambda: {"agent": urls["relay"]},
+            heartbeat_s=0.05,
+        )
         loop = asyncio.new_event_loop()
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(backend)), base_url="http://head",
-                                   timeout=30)
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(backend)), base_url="http://head", timeout=30
+        )
         row = {**ROW, "agent_ref": {"type": "responses_api_agents", "name": "agent"}}
 
         def check(case: dict) -> str:

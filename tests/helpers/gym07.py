@@ -24,8 +24,9 @@ MIN = (3, 13, 14)
 
 def _version(python: str) -> tuple[int, ...] | None:
     try:
-        out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:3])"], capture_output=True,
-                             text=True, timeout=20).stdout.split()
+        out = subprocess.run(
+            [python, "-c", "import sys; print(*sys.version_info[:3])"], capture_output=True, text=True, timeout=20
+        ).stdout.split()
         return tuple(int(x) for x in out)
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
@@ -52,8 +53,9 @@ def gym07_venv(path: Path, extra: tuple[str, ...] = ()) -> Path:
     if not python.exists():
         uvb = uv.find_uv_bin()
         subprocess.run([uvb, "venv", "-q", "--python", gym07_python(), str(path)], check=True)
-        subprocess.run([uvb, "pip", "install", "-q", "--python", str(python), "nemo-gym==0.7.0", *extra],
-                       check=True, timeout=900)
+        subprocess.run(
+            [uvb, "pip", "install", "-q", "--python", str(python), "nemo-gym==0.7.0", *extra], check=True, timeout=900
+        )
     install_provider(path)
     return python
 
@@ -66,11 +68,24 @@ def gym07_wheel() -> Path:
     found = sorted(dest.glob("nemo_gym-0.7.0-*.whl"))
     if not found:
         dest.mkdir(parents=True, exist_ok=True)
-        subprocess.run([gym07_python(), "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        "--dest", str(dest), "nemo-gym==0.7.0"], check=True, timeout=600)
+        subprocess.run(
+            [
+                gym07_python(),
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+                str(dest),
+                "nemo-gym==0.7.0",
+            ],
+            check=True,
+            timeout=600,
+        )
         found = sorted(dest.glob("nemo_gym-0.7.0-*.whl"))
     return found[0]
-
 
 
 def gym07_trees(root: Path, trees: tuple[str, ...]) -> Path:

@@ -40,8 +40,22 @@ def gym_wheel_of(version: str) -> Path:
         python = parser_python(version)  # pip picks only wheels whose Requires-Python it meets
         assert python, f"needs a Python nemo-gym {version} accepts to run pip"
         dest.mkdir(parents=True, exist_ok=True)
-        subprocess.run([python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        "--dest", str(dest), f"nemo-gym=={version}"], check=True, timeout=600)
+        subprocess.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+                str(dest),
+                f"nemo-gym=={version}",
+            ],
+            check=True,
+            timeout=600,
+        )
         found = sorted(dest.glob(f"nemo_gym-{version}-*.whl"))
     return found[0]
 
@@ -82,7 +96,11 @@ def bundle_package(wheel: Path, config: str, root: Path) -> Path:
             rel = Path(name)
             keep = name in configs or any(name.startswith(t + "/") for t in trees)
             inner = rel.parts[2:] if len(rel.parts) > 2 else ()
-            if not keep or name.endswith(("/", ".jsonl")) or (name not in configs and inner[:1] in (("data",), ("tests",))):
+            if (
+                not keep
+                or name.endswith(("/", ".jsonl"))
+                or (name not in configs and inner[:1] in (("data",), ("tests",)))
+            ):
                 continue
             out = root / rel
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +110,10 @@ def bundle_package(wheel: Path, config: str, root: Path) -> Path:
         os.link(wheel, root / "wheels" / wheel.name)
     except OSError:
         shutil.copyfile(wheel, root / "wheels" / wheel.name)
-    manifest = {"format": "wheels-v1", "config_paths": [POLICY, config],
-                "metadata": {"name": config.replace("/", "-").removesuffix(".yaml")[:200]}}
+    manifest = {
+        "format": "wheels-v1",
+        "config_paths": [POLICY, config],
+        "metadata": {"name": config.replace("/", "-").removesuffix(".yaml")[:200]},
+    }
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return root

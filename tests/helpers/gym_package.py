@@ -31,10 +31,15 @@ from pathlib import Path
 import yaml
 
 GYM_VERSION = "0.4.0"
-TREES = ("responses_api_models/vllm_model", "resources_servers/example_single_tool_call",
-         "responses_api_agents/simple_agent")
-CONFIGS = ("responses_api_models/vllm_model/configs/vllm_model.yaml",
-           "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml")
+TREES = (
+    "responses_api_models/vllm_model",
+    "resources_servers/example_single_tool_call",
+    "responses_api_agents/simple_agent",
+)
+CONFIGS = (
+    "responses_api_models/vllm_model/configs/vllm_model.yaml",
+    "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml",
+)
 DATASET = "resources_servers/example_single_tool_call/data/example.jsonl"
 
 
@@ -72,9 +77,24 @@ def gym_wheel(python: str, version: str = GYM_VERSION) -> Path:
     found = sorted(dest.glob(f"nemo_gym-{version}-*.whl"))
     if not found:
         dest.mkdir(parents=True, exist_ok=True)
-        subprocess.run([python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        "--python-version", "3.13.14", "--dest", str(dest), f"nemo-gym=={version}"],
-                       check=True, timeout=600)
+        subprocess.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.13.14",
+                "--dest",
+                str(dest),
+                f"nemo-gym=={version}",
+            ],
+            check=True,
+            timeout=600,
+        )
         found = sorted(dest.glob(f"nemo_gym-{version}-*.whl"))
     return found[0]
 
@@ -87,8 +107,14 @@ def wheel_version(wheel: Path) -> str:
 def _named_trees(z: zipfile.ZipFile) -> tuple[str, ...]:
     """:data:`TREES` and every other ``{server_type}/{implementation}`` the main config names."""
     doc = yaml.safe_load(z.read(CONFIGS[1])) or {}
-    named = {f"{t}/{impl}" for inst in doc.values() if isinstance(inst, dict) for t, impls in inst.items()
-             if isinstance(impls, dict) for impl in impls}
+    named = {
+        f"{t}/{impl}"
+        for inst in doc.values()
+        if isinstance(inst, dict)
+        for t, impls in inst.items()
+        if isinstance(impls, dict)
+        for impl in impls
+    }
     return TREES + tuple(sorted(named - set(TREES)))
 
 
@@ -107,9 +133,14 @@ def assemble_gym_package(wheel: Path, root: Path) -> tuple[Path, list[dict]]:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(z.read(name))
         rows = [json.loads(line) for line in z.read(DATASET).decode().splitlines() if line.strip()]
-    manifest = {"format": "native-v1", "config_paths": list(CONFIGS),
-                "metadata": {"name": "gym-example-single-tool-call",
-                             "description": f"NeMo Gym {version} example_single_tool_call, unchanged"}}
+    manifest = {
+        "format": "native-v1",
+        "config_paths": list(CONFIGS),
+        "metadata": {
+            "name": "gym-example-single-tool-call",
+            "description": f"NeMo Gym {version} example_single_tool_call, unchanged",
+        },
+    }
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return root, rows
 
@@ -133,8 +164,19 @@ def gym_venv(version: str = GYM_VERSION) -> Path | None:
         if not marker.is_file():
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([uv.find_uv_bin(), "venv", "--quiet", "--python", python, str(venv)], check=True)
-            subprocess.run([uv.find_uv_bin(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-                            f"nemo-gym=={version}"], check=True, timeout=1800)
+            subprocess.run(
+                [
+                    uv.find_uv_bin(),
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--python",
+                    str(venv / "bin" / "python"),
+                    f"nemo-gym=={version}",
+                ],
+                check=True,
+                timeout=1800,
+            )
             marker.write_text(version)
     return venv
 
@@ -147,10 +189,14 @@ def run_gym_cli(gym_bin: Path, head: str, cwd: Path, *argv: str, timeout: float 
     from urllib.parse import urlsplit
 
     where = urlsplit(head)
-    return subprocess.run([str(gym_bin / argv[0]), *argv[1:], f"+head_server.host={where.hostname}",
-                           f"+head_server.port={where.port}"], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={"PATH": f"{gym_bin}:/usr/bin:/bin", "HOME": str(cwd),
-                                                "NO_PROXY": "127.0.0.1"})
+    return subprocess.run(
+        [str(gym_bin / argv[0]), *argv[1:], f"+head_server.host={where.hostname}", f"+head_server.port={where.port}"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PATH": f"{gym_bin}:/usr/bin:/bin", "HOME": str(cwd), "NO_PROXY": "127.0.0.1"},
+    )
 
 
 def _strip_datasets(node: object) -> None:
@@ -170,22 +216,34 @@ def tree_implementations(wheel: Path, tree: str, config: str, leave_out: Sequenc
     (a judge's ``openai_model``); the server instances named in ``leave_out`` do not count."""
     with zipfile.ZipFile(wheel) as z:
         doc = yaml.safe_load(z.read(f"resources_servers/{tree}/configs/{config}")) or {}
-    named = {f"{kind}/{impl}" for name, inst in doc.items() if isinstance(inst, dict) and name not in leave_out
-             for kind in SERVER_TYPES for impl in (inst.get(kind) or {})}
+    named = {
+        f"{kind}/{impl}"
+        for name, inst in doc.items()
+        if isinstance(inst, dict) and name not in leave_out
+        for kind in SERVER_TYPES
+        for impl in (inst.get(kind) or {})
+    }
     return sorted(named - {f"resources_servers/{tree}", "responses_api_models/vllm_model"})
 
 
-def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path,
-                          leave_out: Sequence[str] = ()) -> tuple[Path, list[dict]]:
+def assemble_tree_package(
+    wheel: Path, tree: str, config: str, root: Path, leave_out: Sequence[str] = ()
+) -> tuple[Path, list[dict]]:
     """Resources server ``tree`` of the wheel as a package under ``root`` (see the module doc):
     files byte for byte except the configs (``datasets`` removed; the top-level server instances
     named in ``leave_out`` removed from ``config``, and their trees left out unless another instance
     uses them) and what a package may not hold (``.jsonl`` files, ``data/``, ``tests/``). Returns
     ``(root, example rows)``; rows are ``[]`` when the tree ships no ``data/example.jsonl``."""
-    trees = [f"resources_servers/{tree}", *tree_implementations(wheel, tree, config, leave_out),
-             "responses_api_models/vllm_model"]
+    trees = [
+        f"resources_servers/{tree}",
+        *tree_implementations(wheel, tree, config, leave_out),
+        "responses_api_models/vllm_model",
+    ]
     version = wheel_version(wheel)
-    keep_configs = {f"resources_servers/{tree}/configs/{config}", "responses_api_models/vllm_model/configs/vllm_model.yaml"}
+    keep_configs = {
+        f"resources_servers/{tree}/configs/{config}",
+        "responses_api_models/vllm_model/configs/vllm_model.yaml",
+    }
     configs: list[str] = []
     with zipfile.ZipFile(wheel) as z:
         for name in z.namelist():
@@ -211,12 +269,20 @@ def assemble_tree_package(wheel: Path, tree: str, config: str, root: Path,
                 data = yaml.safe_dump(doc, sort_keys=False).encode()
             out.write_bytes(data)
         example = f"resources_servers/{tree}/data/example.jsonl"
-        rows = [json.loads(line) for line in z.read(example).decode().splitlines() if line.strip()] \
-            if example in z.namelist() else []
+        rows = (
+            [json.loads(line) for line in z.read(example).decode().splitlines() if line.strip()]
+            if example in z.namelist()
+            else []
+        )
     order = sorted(configs, key=lambda c: not c.startswith("responses_api_models/"))  # policy model first
-    manifest = {"format": "native-v1", "config_paths": order,
-                "metadata": {"name": f"gym-{tree}".replace("_", "-")[:60],
-                             "description": f"NeMo Gym {version} {tree}, unchanged"
-                                            + (f", without {', '.join(leave_out)}" if leave_out else "")}}
+    manifest = {
+        "format": "native-v1",
+        "config_paths": order,
+        "metadata": {
+            "name": f"gym-{tree}".replace("_", "-")[:60],
+            "description": f"NeMo Gym {version} {tree}, unchanged"
+            + (f", without {', '.join(leave_out)}" if leave_out else ""),
+        },
+    }
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return root, rows

@@ -73,15 +73,22 @@ class GymParser:
 
     def __init__(self, venv: Path, env: dict[str, str] | None = None) -> None:
         """``env``: the probe's environment (default: this process's), which ``${oc.env:...}`` reads."""
-        self.proc = subprocess.Popen([str(venv / "bin" / "python"), str(PROBE)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [str(venv / "bin" / "python"), str(PROBE)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
         self.n = 0
 
     def parse(self, cwd: Path, config_paths: list[str], values: dict[str, Any]) -> dict[str, Any]:
         self.n += 1
         assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps({"id": self.n, "cwd": str(cwd), "config_paths": config_paths,
-                                          "values": values}) + "\n")
+        self.proc.stdin.write(
+            json.dumps({"id": self.n, "cwd": str(cwd), "config_paths": config_paths, "values": values}) + "\n"
+        )
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         assert line, f"the parser process exited ({self.proc.poll()})"

@@ -23,8 +23,11 @@ for line in sys.stdin:
     os.chdir(job["cwd"])
     initial = DictConfig({"config_paths": job["config_paths"], **job.get("values", {})})
     try:
-        parsed = GlobalConfigDictParser().parse(GlobalConfigDictParserConfig(
-            initial_global_config_dict=initial, skip_load_from_cli=True, skip_load_from_dotenv=True, offline=True))
+        parsed = GlobalConfigDictParser().parse(
+            GlobalConfigDictParserConfig(
+                initial_global_config_dict=initial, skip_load_from_cli=True, skip_load_from_dotenv=True, offline=True
+            )
+        )
         answer = {"id": job["id"], "config": OmegaConf.to_container(parsed, resolve=True)}
     except Exception as e:  # every failure is an answer: the test compares it with ours
         answer = {"id": job["id"], "error": type(e).__name__, "message": str(e)[:4000]}

@@ -72,8 +72,10 @@ def gym_python(minimum: str = MINIMUM) -> Path:
     """The interpreter (module doc); skips the calling test when there is none."""
     found = find_gym_python(minimum)
     if found is None:
-        pytest.skip(f"needs a CPython {minimum} (NeMo Gym 0.5+): none on this host and none provisioned; "
-                    f"run .ci/provision-python (builds one from Debian's source archive in a few minutes)")
+        pytest.skip(
+            f"needs a CPython {minimum} (NeMo Gym 0.5+): none on this host and none provisioned; "
+            f"run .ci/provision-python (builds one from Debian's source archive in a few minutes)"
+        )
     return found
 
 

@@ -56,8 +56,9 @@ class GymConfig:
     def add(self, name: str, server_type: str, impl: str, **settings) -> int:
         """Add instance ``name`` with a fresh port; returns the port."""
         port = free_port()
-        self.instances[name] = {server_type: {impl: {"entrypoint": "app.py", "host": "127.0.0.1", "port": port,
-                                                     **settings}}}
+        self.instances[name] = {
+            server_type: {impl: {"entrypoint": "app.py", "host": "127.0.0.1", "port": port, **settings}}
+        }
         return port
 
     def yaml(self) -> str:
@@ -68,9 +69,14 @@ class GymConfig:
 
 def server_env(config_yaml: str, name: str, server_dir: Path) -> dict[str, str]:
     """The daemon-shaped environment of one server process."""
-    return {"NEMO_GYM_CONFIG_DICT": config_yaml, "NEMO_GYM_CONFIG_PATH": name, "PYTHONPATH": str(server_dir),
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NO_PROXY": "127.0.0.1,localhost,::1",
-            "no_proxy": "127.0.0.1,localhost,::1"}
+    return {
+        "NEMO_GYM_CONFIG_DICT": config_yaml,
+        "NEMO_GYM_CONFIG_PATH": name,
+        "PYTHONPATH": str(server_dir),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "NO_PROXY": "127.0.0.1,localhost,::1",
+        "no_proxy": "127.0.0.1,localhost,::1",
+    }
 
 
 def wait_ready(running: Running, timeout: float = 60.0) -> None:
@@ -99,8 +105,9 @@ def stop(running: Running) -> None:
 
 
 @contextmanager
-def spawn(argv: list[str], cwd: Path, env: dict[str, str], url: str, log: Path, ready: bool = True,
-          timeout: float = 60.0) -> Iterator[Running]:
+def spawn(
+    argv: list[str], cwd: Path, env: dict[str, str], url: str, log: Path, ready: bool = True, timeout: float = 60.0
+) -> Iterator[Running]:
     """Start ``argv`` in its own session, wait for readiness (if ``ready``), stop it afterwards."""
     with log.open("wb") as sink:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
@@ -114,11 +121,18 @@ def spawn(argv: list[str], cwd: Path, env: dict[str, str], url: str, log: Path, 
 
 
 @contextmanager
-def start_server(config: GymConfig, name: str, tmp: Path, python: str = sys.executable,
-                 server_dir: Path | None = None, ready: bool = True, timeout: float = 60.0) -> Iterator[Running]:
+def start_server(
+    config: GymConfig,
+    name: str,
+    tmp: Path,
+    python: str = sys.executable,
+    server_dir: Path | None = None,
+    ready: bool = True,
+    timeout: float = 60.0,
+) -> Iterator[Running]:
     """Start instance ``name`` of ``config`` from its directory (built-in ``servers/`` by default)."""
-    (server_type, impls), = config.instances[name].items()
-    (impl, settings), = impls.items()
+    ((server_type, impls),) = config.instances[name].items()
+    ((impl, settings),) = impls.items()
     directory = server_dir or SERVERS / server_type / impl
     url = f"http://127.0.0.1:{settings['port']}"
     env = server_env(config.yaml(), name, directory)

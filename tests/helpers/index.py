@@ -41,8 +41,10 @@ def _project(filename: str) -> str | None:
 
 def _page(title: str, links: list[str]) -> str:
     body = "\n".join(links)
-    return (f"<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.0\">"
-            f"<title>{html.escape(title)}</title></head>\n<body>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" content="1.0">'
+        f"<title>{html.escape(title)}</title></head>\n<body>\n{body}\n</body></html>\n"
+    )
 
 
 def render_index(files_dir: Path, href_prefix: str, yanked: dict[str, str] | None = None) -> dict[str, str]:
@@ -129,8 +131,9 @@ class SimpleIndex:
                     if owner._closing.wait(owner.delay_s):
                         return None  # closed while the download was held back: nothing more to send
                     f = owner.files_dir / path.removeprefix("/files/")
-                    return self._send(f.read_bytes(), "application/octet-stream") if f.is_file() else \
-                        self.send_error(404)
+                    return (
+                        self._send(f.read_bytes(), "application/octet-stream") if f.is_file() else self.send_error(404)
+                    )
                 if not path.startswith("/simple"):
                     return self.send_error(404)
                 proj = path.removeprefix("/simple").strip("/")

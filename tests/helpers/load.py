@@ -62,13 +62,17 @@ async def _direct(agents: dict[str, str], rows: list[dict], concurrency: int, ti
     latency: list[float | None] = [None] * len(rows)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(trust_env=False, timeout=timeout, limits=limits) as client:
+
         async def one(i: int, row: dict) -> None:
             async with sem:
                 t = time.monotonic()
                 try:
                     r = await client.post(agents[row["agent_ref"]["name"]] + "/run", json=row)
-                    results[i] = r.json() if r.status_code < 400 else {"error": {"code": f"HTTP {r.status_code}",
-                                                                                 "message": r.text[:500]}}
+                    results[i] = (
+                        r.json()
+                        if r.status_code < 400
+                        else {"error": {"code": f"HTTP {r.status_code}", "message": r.text[:500]}}
+                    )
                 except (httpx.HTTPError, ValueError) as e:
                     results[i] = {"error": {"code": type(e).__name__, "message": str(e)}}
                 latency[i] = time.monotonic() - t
@@ -141,8 +145,11 @@ def footprint(pid: int) -> dict[str, float]:
     """The process's own ``rss_mb``, open file descriptors ``fds`` (not counting unbound sockets:
     :func:`unbound_sockets`) and TCP ``connections`` (in its own network namespace)."""
     p = psutil.Process(pid)
-    return {"rss_mb": round(p.memory_info().rss / 2**20, 1), "fds": p.num_fds() - unbound_sockets(pid),
-            "connections": len(p.net_connections("tcp"))}
+    return {
+        "rss_mb": round(p.memory_info().rss / 2**20, 1),
+        "fds": p.num_fds() - unbound_sockets(pid),
+        "connections": len(p.net_connections("tcp")),
+    }
 
 
 def builds_quiet(head: str, quiet_s: float = 2.0, limit_s: float = 120.0, poll_s: float = 0.2) -> float:

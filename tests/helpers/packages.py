@@ -17,35 +17,80 @@ from packaging.utils import parse_wheel_filename
 
 APP = "# test fixture server\nprint('ok')\n"
 
-POLICY = {"policy_model": {"responses_api_models": {"policy_stub": {
-    "entrypoint": "app.py", "base_url": "${policy_base_url}", "api_key": "${policy_api_key}",
-    "model": "${policy_model_name}", "return_token_id_information": True}}}}
+POLICY = {
+    "policy_model": {
+        "responses_api_models": {
+            "policy_stub": {
+                "entrypoint": "app.py",
+                "base_url": "${policy_base_url}",
+                "api_key": "${policy_api_key}",
+                "model": "${policy_model_name}",
+                "return_token_id_information": True,
+            }
+        }
+    }
+}
 ENV = {
     "acme_math": {"resources_servers": {"acme_math": {"entrypoint": "app.py", "domain": "math"}}},
-    "acme_math_agent": {"responses_api_agents": {"acme_agent": {
-        "entrypoint": "app.py",
-        "resources_server": {"type": "resources_servers", "name": "acme_math"},
-        "model_server": {"type": "responses_api_models", "name": "policy_model"}}}},
-    "acme_math_environment_server": {"environment_servers": {"acme_relay": {
-        "entrypoint": "app.py", "agent_server": {"type": "responses_api_agents", "name": "acme_math_agent"}}}},
+    "acme_math_agent": {
+        "responses_api_agents": {
+            "acme_agent": {
+                "entrypoint": "app.py",
+                "resources_server": {"type": "resources_servers", "name": "acme_math"},
+                "model_server": {"type": "responses_api_models", "name": "policy_model"},
+            }
+        }
+    },
+    "acme_math_environment_server": {
+        "environment_servers": {
+            "acme_relay": {
+                "entrypoint": "app.py",
+                "agent_server": {"type": "responses_api_agents", "name": "acme_math_agent"},
+            }
+        }
+    },
 }
-ADAPTER_ENV = {"acme_vf": {"responses_api_agents": {"verifiers_agent": {
-    "entrypoint": "app.py", "vf_env_id": "acme-vf",
-    "model_server": {"type": "responses_api_models", "name": "policy_model"}}}},
-    "acme_vf_environment_server": {"environment_servers": {"acme_relay": {
-        "entrypoint": "app.py", "agent_server": {"type": "responses_api_agents", "name": "acme_vf"}}}}}
+ADAPTER_ENV = {
+    "acme_vf": {
+        "responses_api_agents": {
+            "verifiers_agent": {
+                "entrypoint": "app.py",
+                "vf_env_id": "acme-vf",
+                "model_server": {"type": "responses_api_models", "name": "policy_model"},
+            }
+        }
+    },
+    "acme_vf_environment_server": {
+        "environment_servers": {
+            "acme_relay": {"entrypoint": "app.py", "agent_server": {"type": "responses_api_agents", "name": "acme_vf"}}
+        }
+    },
+}
 
 SERVERS = {
-    "native-v1": [("responses_api_models", "policy_stub"), ("resources_servers", "acme_math"),
-                  ("responses_api_agents", "acme_agent"), ("environment_servers", "acme_relay")],
-    "wheels-v1": [("responses_api_models", "policy_stub"), ("resources_servers", "acme_math"),
-                  ("responses_api_agents", "acme_agent"), ("environment_servers", "acme_relay")],
-    "adapter-wheels-v1": [("responses_api_models", "policy_stub"), ("responses_api_agents", "verifiers_agent"),
-                          ("environment_servers", "acme_relay")],
+    "native-v1": [
+        ("responses_api_models", "policy_stub"),
+        ("resources_servers", "acme_math"),
+        ("responses_api_agents", "acme_agent"),
+        ("environment_servers", "acme_relay"),
+    ],
+    "wheels-v1": [
+        ("responses_api_models", "policy_stub"),
+        ("resources_servers", "acme_math"),
+        ("responses_api_agents", "acme_agent"),
+        ("environment_servers", "acme_relay"),
+    ],
+    "adapter-wheels-v1": [
+        ("responses_api_models", "policy_stub"),
+        ("responses_api_agents", "verifiers_agent"),
+        ("environment_servers", "acme_relay"),
+    ],
 }
 CONFIGS = {
-    "native-v1": ["responses_api_models/policy_stub/configs/policy_model.yaml",
-                  "resources_servers/acme_math/configs/acme_math.yaml"],
+    "native-v1": [
+        "responses_api_models/policy_stub/configs/policy_model.yaml",
+        "resources_servers/acme_math/configs/acme_math.yaml",
+    ],
     "wheels-v1": ["configs/policy_model.yaml", "configs/acme_math.yaml"],
     "adapter-wheels-v1": ["configs/policy_model.yaml", "configs/verifiers_agent.yaml"],
 }
@@ -58,8 +103,11 @@ def write_wheel(directory: Path, filename: str, requires: list[str] | None = Non
     dist_info = f"{filename.split('-')[0]}-{filename.split('-')[1]}.dist-info"
     meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
     meta += "".join(f"Requires-Dist: {r}\n" for r in requires or [])
-    files = {f"{mod}/__init__.py": f"__version__ = '{version}'\n", f"{dist_info}/METADATA": meta,
-             f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files = {
+        f"{mod}/__init__.py": f"__version__ = '{version}'\n",
+        f"{dist_info}/METADATA": meta,
+        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
     record = "".join(f"{p},,\n" for p in files) + f"{dist_info}/RECORD,,\n"
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / filename
@@ -75,8 +123,11 @@ def write_server(root: Path, server_type: str, implementation: str, install: str
     d = root / server_type / implementation
     d.mkdir(parents=True, exist_ok=True)
     (d / "app.py").write_text(APP)
-    (d / install).write_text("# no extra dependencies\n" if install == "requirements.txt" else
-                             f"[project]\nname = '{implementation}'\nversion = '0.1.0'\n")
+    (d / install).write_text(
+        "# no extra dependencies\n"
+        if install == "requirements.txt"
+        else f"[project]\nname = '{implementation}'\nversion = '0.1.0'\n"
+    )
     return d
 
 

@@ -29,9 +29,16 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 # executable -> the Debian package that ships it
-TOOLS = {"podman": "podman", "runc": "runc", "debuerreotype-init": "debuerreotype", "debootstrap": "debootstrap",
-         "wget": "wget", "qemu-aarch64-static": "qemu-user-static", "qemu-x86_64-static": "qemu-user-static",
-         "update-binfmts": "binfmt-support"}
+TOOLS = {
+    "podman": "podman",
+    "runc": "runc",
+    "debuerreotype-init": "debuerreotype",
+    "debootstrap": "debootstrap",
+    "wget": "wget",
+    "qemu-aarch64-static": "qemu-user-static",
+    "qemu-x86_64-static": "qemu-user-static",
+    "update-binfmts": "binfmt-support",
+}
 APT_LOCK = Path("/tmp/gym-runtime-tests-apt.lock")  # held by the test process installing with apt-get
 CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE")
 CA_IN_CONTAINER = "/run/gym-runtime-ca/ca-bundle.pem"
@@ -68,8 +75,10 @@ def _install(executables: Sequence[str], timeout_s: float) -> str | None:
         return f"{need}; installing them needs root (apt-get install {' '.join(missing)})"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     wait = ["-o", f"DPkg::Lock::Timeout={int(timeout_s)}"]  # apt run by anything else (a timer's upgrade)
-    for argv in (["apt-get", *wait, "update", "-q"],
-                 ["apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", *missing]):
+    for argv in (
+        ["apt-get", *wait, "update", "-q"],
+        ["apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", *missing],
+    ):
         try:
             done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -128,9 +137,23 @@ def build_image(context: Path, tag: str, base: str, arch: str, timeout: float = 
     ``CalledProcessError``."""
     ca = host_ca_bundle()
     secret = ["--secret", f"id=ca-bundle,src={ca}"] if ca else []
-    return podman("build", "--layers=false", "--pull=never", "--platform", f"linux/{arch}", *limit_flags(), *secret,
-                  "--build-arg", f"BASE_IMAGE={base}", "-t", tag, "-f", str(dockerfile(context, arch)), str(context),
-                  timeout=timeout)
+    return podman(
+        "build",
+        "--layers=false",
+        "--pull=never",
+        "--platform",
+        f"linux/{arch}",
+        *limit_flags(),
+        *secret,
+        "--build-arg",
+        f"BASE_IMAGE={base}",
+        "-t",
+        tag,
+        "-f",
+        str(dockerfile(context, arch)),
+        str(context),
+        timeout=timeout,
+    )
 
 
 def image_size(tag: str) -> int:
@@ -153,8 +176,20 @@ class RuntimeImage:
     def run_args(self, *args: str, security: Sequence[str] = (), extra: Sequence[str] = ()) -> list[str]:
         """``podman run`` options, then the image and ``args`` (``extra`` options go last, e.g.
         ``--entrypoint``, ``-d``, ``--name``)."""
-        return [*limit_flags(), "--arch", self.arch, *security, *ca_run_flags(self.ca), "-e", "COLUMNS=100",
-                "-v", f"{self.examples}:{IMAGE_WORKDIR}/examples:ro", *extra, self.tag, *args]
+        return [
+            *limit_flags(),
+            "--arch",
+            self.arch,
+            *security,
+            *ca_run_flags(self.ca),
+            "-e",
+            "COLUMNS=100",
+            "-v",
+            f"{self.examples}:{IMAGE_WORKDIR}/examples:ro",
+            *extra,
+            self.tag,
+            *args,
+        ]
 
     def run(self, *args: str, timeout: float, **kw) -> subprocess.CompletedProcess:
         """``podman run --rm``, waited for; never raises on the exit code."""
@@ -168,7 +203,8 @@ def host_arch() -> str:
     """Debian's name for this host's architecture (``amd64``, ``arm64``), as Docker's ``TARGETARCH``:
     ``dpkg --print-architecture``, else from the kernel's machine name."""
     if shutil.which("dpkg"):
-        return subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["dpkg", "--print-architecture"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     machine = platform.machine()
     return MACHINES.get(machine, machine)

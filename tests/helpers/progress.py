@@ -11,7 +11,7 @@ def progress_bar_app(mb: float, go_file: str | None = None) -> str:
     """Python source to put in front of a fixture server's ``app.py``. Without ``go_file`` the bar
     is drawn at start-up, before the server serves; with it, a thread draws it once a file of that
     name appears beside ``app.py`` (the caller decides when), then writes :data:`DONE`."""
-    return f'''import sys, threading, time
+    return f"""import sys, threading, time
 from pathlib import Path
 def _bar():
     total = int({mb!r} * 1024 * 1024 / 80)
@@ -39,4 +39,4 @@ if _GO is None:
     threading.Thread(target=_ticker, daemon=True).start()
 else:
     threading.Thread(target=_when_told, args=(Path(__file__).with_name(_GO),), daemon=True).start()
-'''
+"""

@@ -38,8 +38,11 @@ from pathlib import Path
 
 import psutil
 
-CLUSTER_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
-               "RAY_agent_register_timeout_ms": "120000"}
+CLUSTER_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_agent_register_timeout_ms": "120000",
+}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -77,10 +80,17 @@ class LocalRayCluster:
 
     def _start_head(self, timeout_s: float) -> None:
         self.node_ids = {}
-        self.proc = subprocess.Popen([self.python, "-m", "tests.helpers.ray_cluster", str(self.dir)], cwd=ROOT,
-                                     env={**self.env, "PYTHONPATH": str(ROOT)}, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=open(self.dir / "control.log", "w"), text=True,
-                                     start_new_session=True, preexec_fn=_term_with_parent)
+        self.proc = subprocess.Popen(
+            [self.python, "-m", "tests.helpers.ray_cluster", str(self.dir)],
+            cwd=ROOT,
+            env={**self.env, "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(self.dir / "control.log", "w"),
+            text=True,
+            start_new_session=True,
+            preexec_fn=_term_with_parent,
+        )
         self.address = self._answer(timeout_s)["address"]
 
     def _answer(self, timeout_s: float) -> dict:
@@ -95,8 +105,10 @@ class LocalRayCluster:
                 return out
             if not line and self.proc.poll() is not None:
                 break
-        raise RuntimeError(f"ray test cluster did not answer (log: {self.dir / 'control.log'}):\n"
-                           + (self.dir / "control.log").read_text()[-3000:])
+        raise RuntimeError(
+            f"ray test cluster did not answer (log: {self.dir / 'control.log'}):\n"
+            + (self.dir / "control.log").read_text()[-3000:]
+        )
 
     def _send(self, line: str, timeout_s: float = 240) -> dict:
         assert self.proc is not None and self.proc.stdin is not None
@@ -179,16 +191,25 @@ def _ports_known_before_raylet() -> None:
     the runtime-env agent the port it was given. Writing those same values just before the raylet
     starts lets a slow agent start on a loaded machine (the raylet retries reaching it)."""
     from ray._private.node import Node
-    from ray._raylet import (DASHBOARD_AGENT_LISTEN_PORT_NAME, METRICS_AGENT_PORT_NAME, METRICS_EXPORT_PORT_NAME,
-                             RUNTIME_ENV_AGENT_PORT_NAME, persist_port)
+    from ray._raylet import (
+        DASHBOARD_AGENT_LISTEN_PORT_NAME,
+        METRICS_AGENT_PORT_NAME,
+        METRICS_EXPORT_PORT_NAME,
+        RUNTIME_ENV_AGENT_PORT_NAME,
+        persist_port,
+    )
 
     ray_start_raylet = Node.start_raylet
 
     def start_raylet(node, *args, **kwargs):
         for name in (METRICS_AGENT_PORT_NAME, METRICS_EXPORT_PORT_NAME, DASHBOARD_AGENT_LISTEN_PORT_NAME):
             persist_port(node.get_session_dir_path(), node.node_id, name, -1)
-        persist_port(node.get_session_dir_path(), node.node_id, RUNTIME_ENV_AGENT_PORT_NAME,
-                     node._ray_params.runtime_env_agent_port)
+        persist_port(
+            node.get_session_dir_path(),
+            node.node_id,
+            RUNTIME_ENV_AGENT_PORT_NAME,
+            node._ray_params.runtime_env_agent_port,
+        )
         return ray_start_raylet(node, *args, **kwargs)
 
     Node.start_raylet = start_raylet
@@ -208,8 +229,16 @@ def _raylet_without_user_namespaces():
 
     def start(command, process_type, *args, **kwargs):
         if process_type == ray_constants.PROCESS_TYPE_RAYLET:
-            command = ["unshare", "--user", "--map-root-user", "sh", "-c",
-                       'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh", *command]
+            command = [
+                "unshare",
+                "--user",
+                "--map-root-user",
+                "sh",
+                "-c",
+                'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"',
+                "sh",
+                *command,
+            ]
         return ray_start(command, process_type, *args, **kwargs)
 
     @contextlib.contextmanager
@@ -253,9 +282,15 @@ def _control(directory: str) -> None:
             return s.getsockname()[1]
 
     def node_args(args: dict) -> dict:
-        return {"node_ip_address": "127.0.0.1", "include_dashboard": False, "dashboard_agent_listen_port": free_port(),
-                "metrics_agent_port": free_port(), "metrics_export_port": free_port(),
-                "runtime_env_agent_port": free_port(), **args}
+        return {
+            "node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            "dashboard_agent_listen_port": free_port(),
+            "metrics_agent_port": free_port(),
+            "metrics_export_port": free_port(),
+            "runtime_env_agent_port": free_port(),
+            **args,
+        }
 
     def say(obj: dict) -> None:
         print(json.dumps(obj), flush=True)
@@ -312,7 +347,7 @@ def _add(cluster, node_args, args: dict):
 def _log_tails(node, dead: list, size: int = 2000) -> str:
     """The last ``size`` bytes of each log file of ``node``'s processes in ``dead``."""
     out = []
-    for infos in (node.all_processes.values() if node is not None else []):
+    for infos in node.all_processes.values() if node is not None else []:
         for info in infos:
             if info.process in dead:
                 for f in (info.stdout_file, info.stderr_file):

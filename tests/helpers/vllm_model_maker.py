@@ -53,12 +53,18 @@ from pathlib import Path
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAGS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<tools>"]
 # the answers' phrases (each one added token) and the calls they make
-THINK = {"plain": "\nThe user wants a short reply.\n", "tools": "\nI will call the tool.\n",
-         "after": "\nThe tool gave its result.\n"}
+THINK = {
+    "plain": "\nThe user wants a short reply.\n",
+    "tools": "\nI will call the tool.\n",
+    "after": "\nThe tool gave its result.\n",
+}
 CALL = {"name": "get_code", "arguments": {"key": "alpha"}}
 CALL_TEXT = f'\n{{"name": "{CALL["name"]}", "arguments": {json.dumps(CALL["arguments"])}}}\n'
-ANSWER = {"plain": ["OK"], "tools": ["<tool_call>", CALL_TEXT, "</tool_call>"],
-          "after": ["The code is in the tool result."]}
+ANSWER = {
+    "plain": ["OK"],
+    "tools": ["<tool_call>", CALL_TEXT, "</tool_call>"],
+    "after": ["The code is in the tool result."],
+}
 # the second choices: the same call as vLLM's tool grammar spells it (a JSON list of name/parameters)
 FORCED = ['[{"name": "', CALL["name"], '", "parameters": {"key": "', "alpha", '"}}]']
 PHRASES = [*THINK.values(), *(p for a in ANSWER.values() for p in a if p not in TAGS), *FORCED]
@@ -71,8 +77,8 @@ CHAT_TEMPLATE = (
     "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
     "{{- '# Tools\\n\\nYou may call functions. Their signatures are within <tools></tools>:\\n<tools>' }}"
     "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
-    "{{- '\\n</tools>\\n\\nReturn each call as <tool_call>\\n{\"name\": <function-name>, "
-    "\"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    '{{- \'\\n</tools>\\n\\nReturn each call as <tool_call>\\n{"name": <function-name>, '
+    '"arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n\' }}'
     "{%- elif messages[0].role == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
     "{%- endif %}"
@@ -88,7 +94,7 @@ CHAT_TEMPLATE = (
     "{%- if message.content %}{{- message.content }}{%- endif %}"
     "{%- for tool_call in message.tool_calls or [] %}"
     "{%- if tool_call.function %}{%- set tool_call = tool_call.function %}{%- endif %}"
-    "{{- '<tool_call>\\n{\"name\": \"' + tool_call.name + '\", \"arguments\": ' }}"
+    '{{- \'<tool_call>\\n{"name": "\' + tool_call.name + \'", "arguments": \' }}'
     "{%- if tool_call.arguments is string %}{{- tool_call.arguments }}"
     "{%- else %}{{- tool_call.arguments | tojson }}{%- endif %}"
     "{{- '}\\n</tool_call>' }}"
@@ -104,15 +110,28 @@ CHAT_TEMPLATE = (
     "{%- endif %}"
 )
 
-WORDS = ("what is the code for alpha please reply with the word hello tell me a short story about cats "
-         "compute 17 times 23 find the secret key look it up and report it how many legs does a spider have "
-         "answer briefly say something nice probe check ready weather today is sunny summarize this text").split()
+WORDS = (
+    "what is the code for alpha please reply with the word hello tell me a short story about cats "
+    "compute 17 times 23 find the secret key look it up and report it how many legs does a spider have "
+    "answer briefly say something nice probe check ready weather today is sunny summarize this text"
+).split()
 TOOLS = [
-    {"type": "function", "function": {"name": "get_code", "description": "Look up the secret code of a key.",
-                                      "parameters": {"type": "object", "properties": {"key": {"type": "string"}},
-                                                     "required": ["key"]}}},
-    {"type": "function", "function": {"name": "echo", "description": "Echo a text back.",
-                                      "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_code",
+            "description": "Look up the secret code of a key.",
+            "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "echo",
+            "description": "Echo a text back.",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+        },
+    },
     {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}},
 ]
 
@@ -130,11 +149,27 @@ def conversation(kind: str, rng: random.Random) -> tuple[list[dict], list[dict] 
         return messages, None
     tools = rng.sample(TOOLS, rng.randint(1, len(TOOLS)))
     if kind == "after":
-        messages.append({"role": "assistant", "content": None, "reasoning_content": THINK["tools"],
-                         "tool_calls": [{"type": "function", "id": "call_1", "function": {
-                             "name": CALL["name"], "arguments": json.dumps(CALL["arguments"])}}]})
-        messages.append({"role": "tool", "tool_call_id": "call_1",
-                         "content": json.dumps({"key": "alpha", "code": f"CODE-{rng.randrange(16**6):06x}"})})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning_content": THINK["tools"],
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "id": "call_1",
+                        "function": {"name": CALL["name"], "arguments": json.dumps(CALL["arguments"])},
+                    }
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "content": json.dumps({"key": "alpha", "code": f"CODE-{rng.randrange(16**6):06x}"}),
+            }
+        )
     return messages, tools
 
 
@@ -155,17 +190,34 @@ def tokenizer(rng: random.Random):
     for i in range(96):
         kind, thinking = KINDS[i % 3], i % 4 != 3
         messages, tools = conversation(kind, rng)
-        corpus.append(plain.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True,
-                                                enable_thinking=thinking))
+        corpus.append(
+            plain.apply_chat_template(
+                messages, tools=tools, tokenize=False, add_generation_prompt=True, enable_thinking=thinking
+            )
+        )
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=500, special_tokens=SPECIAL, show_progress=False,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=500,
+            special_tokens=SPECIAL,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     bpe.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAGS + PHRASES])
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, chat_template=CHAT_TEMPLATE, eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>", bos_token=None, unk_token=None, model_max_length=4096,
-                                   clean_up_tokenization_spaces=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        chat_template=CHAT_TEMPLATE,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        model_max_length=4096,
+        clean_up_tokenization_spaces=False,
+    )
 
 
 def transitions(tok, rng: random.Random) -> tuple[dict[int, dict[str, int]], list[tuple[list[int], list[int]]]]:
@@ -176,15 +228,17 @@ def transitions(tok, rng: random.Random) -> tuple[dict[int, dict[str, int]], lis
     for kind in KINDS:
         for thinking in (True, False):
             messages, tools = conversation(kind, rng)
-            prompt = tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True,
-                                             enable_thinking=thinking)
+            prompt = tok.apply_chat_template(
+                messages, tools=tools, tokenize=False, add_generation_prompt=True, enable_thinking=thinking
+            )
             p = tok(prompt, add_special_tokens=False)["input_ids"]
             t = tok.convert_tokens_to_ids(answer(kind, thinking))
             examples.append((p, t))
             for cur, nxt in zip([p[-1], *t[:-1]], t):
                 if table.setdefault(cur, {}).setdefault(kind, nxt) != nxt:
-                    raise SystemExit(f"token {tok.convert_ids_to_tokens(cur)!r} would need two next tokens "
-                                     f"for {kind!r}")
+                    raise SystemExit(
+                        f"token {tok.convert_ids_to_tokens(cur)!r} would need two next tokens for {kind!r}"
+                    )
     return table, examples
 
 
@@ -224,7 +278,7 @@ def weights(tok, table: dict[int, dict[str, int]], hidden: int, head_dim: int) -
     slow = head_dim // 2 - 1  # head 0's lowest-frequency rotary pair is (slow, head_dim - 1)
     q_b[slow] = 1.0
     for kind, score in (("tools", 20.0), ("after", 40.0)):
-        k_w[slow, dim[ids(MARKER[kind])]] = score * head_dim ** 0.5 / unit
+        k_w[slow, dim[ids(MARKER[kind])]] = score * head_dim**0.5 / unit
     for j, kind in enumerate(("tools", "after")):
         v_w[j, dim[ids(MARKER[kind])]] = 1.0 / unit
         o_w[2 + j, j] = 1.0
@@ -251,17 +305,23 @@ def weights(tok, table: dict[int, dict[str, int]], hidden: int, head_dim: int) -
 
     zeros = lambda *shape: torch.zeros(*shape)  # noqa: E731
     inter = hidden * 2
-    return {"model.embed_tokens.weight": embed, "lm_head.weight": head,
-            "model.norm.weight": torch.ones(hidden),
-            "model.layers.0.input_layernorm.weight": torch.ones(hidden),
-            "model.layers.0.post_attention_layernorm.weight": torch.ones(hidden),
-            "model.layers.0.self_attn.q_proj.weight": q_w, "model.layers.0.self_attn.q_proj.bias": q_b,
-            "model.layers.0.self_attn.k_proj.weight": k_w, "model.layers.0.self_attn.k_proj.bias": zeros(hidden),
-            "model.layers.0.self_attn.v_proj.weight": v_w, "model.layers.0.self_attn.v_proj.bias": zeros(hidden),
-            "model.layers.0.self_attn.o_proj.weight": o_w,
-            "model.layers.0.mlp.gate_proj.weight": zeros(inter, hidden),
-            "model.layers.0.mlp.up_proj.weight": zeros(inter, hidden),
-            "model.layers.0.mlp.down_proj.weight": zeros(hidden, inter)}
+    return {
+        "model.embed_tokens.weight": embed,
+        "lm_head.weight": head,
+        "model.norm.weight": torch.ones(hidden),
+        "model.layers.0.input_layernorm.weight": torch.ones(hidden),
+        "model.layers.0.post_attention_layernorm.weight": torch.ones(hidden),
+        "model.layers.0.self_attn.q_proj.weight": q_w,
+        "model.layers.0.self_attn.q_proj.bias": q_b,
+        "model.layers.0.self_attn.k_proj.weight": k_w,
+        "model.layers.0.self_attn.k_proj.bias": zeros(hidden),
+        "model.layers.0.self_attn.v_proj.weight": v_w,
+        "model.layers.0.self_attn.v_proj.bias": zeros(hidden),
+        "model.layers.0.self_attn.o_proj.weight": o_w,
+        "model.layers.0.mlp.gate_proj.weight": zeros(inter, hidden),
+        "model.layers.0.mlp.up_proj.weight": zeros(inter, hidden),
+        "model.layers.0.mlp.down_proj.weight": zeros(hidden, inter),
+    }
 
 
 def main(out: Path) -> None:
@@ -273,11 +333,21 @@ def main(out: Path) -> None:
     tok = tokenizer(rng)
     table, examples = transitions(tok, rng)
     hidden, heads = 128, 4
-    config = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=1,
-                         num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=4096,
-                         tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-                         bos_token_id=None, eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-                         pad_token_id=tok.pad_token_id, torch_dtype="float32")
+    config = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=1,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        bos_token_id=None,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.pad_token_id,
+        torch_dtype="float32",
+    )
     model = Qwen2ForCausalLM(config)
     model.load_state_dict(weights(tok, table, hidden, hidden // heads), strict=True)
     model.eval()
@@ -285,18 +355,31 @@ def main(out: Path) -> None:
     # Greedy decoding must give every answer: the tests rely on it.
     with torch.no_grad():
         for p, t in examples:
-            got = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                                 max_new_tokens=len(t) + 2, do_sample=False, eos_token_id=config.eos_token_id,
-                                 pad_token_id=tok.pad_token_id)[0, len(p):].tolist()
-            if got[:len(t)] != t:
+            got = model.generate(
+                torch.tensor([p]),
+                attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                max_new_tokens=len(t) + 2,
+                do_sample=False,
+                eos_token_id=config.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+            )[0, len(p) :].tolist()
+            if got[: len(t)] != t:
                 raise SystemExit(f"greedy output {tok.decode(got)!r} is not the answer {tok.decode(t)!r}")
 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     model.generation_config.save_pretrained(out)
     tok.save_pretrained(out)
-    print(json.dumps({"vocab": len(tok), "parameters": sum(p.numel() for p in model.parameters()),
-                      "table": len(table), "seconds": round(time.monotonic() - t0, 1)}))
+    print(
+        json.dumps(
+            {
+                "vocab": len(tok),
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "table": len(table),
+                "seconds": round(time.monotonic() - t0, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

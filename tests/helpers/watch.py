@@ -76,10 +76,28 @@ class WatchRun:
     """``dry-run PKG --dataset ROWS --watch ARGS`` in its own session; ``env`` added to the caller's."""
 
     def __init__(self, pkg: Path, rows: Path, work: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        argv = [sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(pkg), "--dataset", str(rows), "--watch",
-                "--work-dir", str(work), *args]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                                     env={**os.environ, **(env or {})}, start_new_session=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "dry-run",
+            str(pkg),
+            "--dataset",
+            str(rows),
+            "--watch",
+            "--work-dir",
+            str(work),
+            *args,
+        ]
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
         self.out: list[str] = []
         self.err: list[str] = []
         self._cv = threading.Condition()
@@ -103,8 +121,11 @@ class WatchRun:
                         return i
                 left = deadline - time.monotonic()
                 if left <= 0 or (self.proc.poll() is not None and len(sink) == start):
-                    raise AssertionError(f"no {pattern!r} within {timeout:g}s (exit {self.proc.poll()}):\n"
-                                         + "".join(self.err[-60:]) + "".join(self.out[-40:]))
+                    raise AssertionError(
+                        f"no {pattern!r} within {timeout:g}s (exit {self.proc.poll()}):\n"
+                        + "".join(self.err[-60:])
+                        + "".join(self.out[-40:])
+                    )
                 start = len(sink)
                 self._cv.wait(min(left, 1.0))
 
@@ -114,7 +135,7 @@ class WatchRun:
         first = self._wait(self.out, 0, rf"· run {run}\b", timeout)
         last = self._wait(self.out, first, r"^against run " if run > 1 else r"^mean reward:", timeout)
         with self._cv:
-            return self.out[first:last + 1]
+            return self.out[first : last + 1]
 
     def stderr_after(self, mark: int, pattern: str, timeout: float = 180) -> int:
         """Index of the first stderr line from ``mark`` on matching ``pattern`` (waits for it)."""

@@ -48,9 +48,17 @@ def wheel_filename(name: str, version: str, tags: str = "py3-none-any") -> str:
     return f"{module_name(name)}-{version}-{tags}.whl"
 
 
-def build_wheel(out_dir: Path, name: str, version: str, *, requires: Iterable[str] = (),
-                tags: str = "py3-none-any", files: dict[str, str] | None = None, salt: str = "",
-                extras: Iterable[str] = ()) -> Path:
+def build_wheel(
+    out_dir: Path,
+    name: str,
+    version: str,
+    *,
+    requires: Iterable[str] = (),
+    tags: str = "py3-none-any",
+    files: dict[str, str] | None = None,
+    salt: str = "",
+    extras: Iterable[str] = (),
+) -> Path:
     """Write ``<module>-<version>-<tags>.whl`` into ``out_dir`` and return its path.
 
     ``requires``: ``Requires-Dist`` lines (PEP 508). ``tags``: the compressed tag triple of the
@@ -74,11 +82,13 @@ def build_wheel(out_dir: Path, name: str, version: str, *, requires: Iterable[st
     meta += [f"Requires-Dist: {r}" for r in requires]
     members[f"{dist_info}/METADATA"] = ("\n".join(meta) + "\n").encode()
     pure = tags.endswith("-none-any")
-    wheel_tags = [f"Tag: {t}" for t in sorted(str(t) for t in parse_wheel_filename(
-        wheel_filename(name, version, tags))[3])]
-    members[f"{dist_info}/WHEEL"] = ("Wheel-Version: 1.0\nGenerator: gym-runtime-tests\n"
-                                     f"Root-Is-Purelib: {'true' if pure else 'false'}\n"
-                                     + "\n".join(wheel_tags) + "\n").encode()
+    wheel_tags = [
+        f"Tag: {t}" for t in sorted(str(t) for t in parse_wheel_filename(wheel_filename(name, version, tags))[3])
+    ]
+    members[f"{dist_info}/WHEEL"] = (
+        "Wheel-Version: 1.0\nGenerator: gym-runtime-tests\n"
+        f"Root-Is-Purelib: {'true' if pure else 'false'}\n" + "\n".join(wheel_tags) + "\n"
+    ).encode()
     record = [f"{p},{_record_hash(d)},{len(d)}" for p, d in members.items()]
     record.append(f"{dist_info}/RECORD,,")
     members[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
@@ -133,9 +143,16 @@ def build_backend_wheel(out_dir: Path, name: str = "tinybackend", version: str =
     return build_wheel(out_dir, name, version, files={"tinybackend/__init__.py": _BACKEND_SRC})
 
 
-def build_sdist(out_dir: Path, name: str, version: str, *, build_requires: Iterable[str] = ("tinybackend",),
-                build_backend: str = "tinybackend", requires: Iterable[str] = (),
-                pyproject: str | None = None) -> Path:
+def build_sdist(
+    out_dir: Path,
+    name: str,
+    version: str,
+    *,
+    build_requires: Iterable[str] = ("tinybackend",),
+    build_backend: str = "tinybackend",
+    requires: Iterable[str] = (),
+    pyproject: str | None = None,
+) -> Path:
     """Write ``<module>-<version>.tar.gz`` (PEP 625 name) and return its path.
 
     The archive holds ``PKG-INFO``, ``pyproject.toml`` (``pyproject`` verbatim when given, else
@@ -146,12 +163,26 @@ def build_sdist(out_dir: Path, name: str, version: str, *, build_requires: Itera
     mod = module_name(name)
     top = f"{mod}-{version}"
     reqs = ", ".join(f'"{r}"' for r in build_requires)
-    pyproject = pyproject or (f'[build-system]\nrequires = [{reqs}]\nbuild-backend = "{build_backend}"\n\n'
-                              f'[project]\nname = "{name}"\nversion = "{version}"\n')
-    meta = "\n".join(["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
-                      *[f"Requires-Dist: {r}" for r in requires]]) + "\n"
-    members = {f"{top}/PKG-INFO": meta, f"{top}/pyproject.toml": pyproject,
-               f"{top}/{mod}/__init__.py": f'__version__ = "{version}"\n'}
+    pyproject = pyproject or (
+        f'[build-system]\nrequires = [{reqs}]\nbuild-backend = "{build_backend}"\n\n'
+        f'[project]\nname = "{name}"\nversion = "{version}"\n'
+    )
+    meta = (
+        "\n".join(
+            [
+                "Metadata-Version: 2.1",
+                f"Name: {name}",
+                f"Version: {version}",
+                *[f"Requires-Dist: {r}" for r in requires],
+            ]
+        )
+        + "\n"
+    )
+    members = {
+        f"{top}/PKG-INFO": meta,
+        f"{top}/pyproject.toml": pyproject,
+        f"{top}/{mod}/__init__.py": f'__version__ = "{version}"\n',
+    }
     path = out_dir / f"{top}.tar.gz"
     with tarfile.open(path, "w:gz") as tf:
         for p, text in members.items():

@@ -28,7 +28,8 @@ def test_results_carry_the_rows_identity_and_cut_rows_are_unfinished() -> None:
     answer = keyed_answer(rows, [4, 5, 6], finished, 30.0, {"rollouts": 3})
     assert answer["results"] == [
         {"reward": 1.0, "_rowidx": 4, "_ng_task_index": 7, "_sg_example_id": 40},  # the agent's echo loses
-        {"error": {"code": "GR-ROLLOUT-HTTP"}, "_rowidx": 6}]
+        {"error": {"code": "GR-ROLLOUT-HTTP"}, "_rowidx": 6},
+    ]
     assert answer["unfinished"][0]["_rowidx"] == 5
     assert answer["unfinished"][0]["error"]["code"] == "GR-ROLLOUT-DEADLINE"
     assert "2 of 3 row(s) finished" in answer["error"]["message"] and answer["summary"] == {"rollouts": 3}

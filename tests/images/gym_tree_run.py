@@ -30,8 +30,12 @@ def run(*argv: str, timeout_s: float) -> dict:
     """``gym-runtime ARGV``: exit code, wall time, stdout, the tail of stderr."""
     t0 = time.monotonic()
     done = subprocess.run(["gym-runtime", *argv], capture_output=True, text=True, timeout=timeout_s)
-    return {"code": done.returncode, "wall_s": round(time.monotonic() - t0, 1), "out": done.stdout,
-            "err": done.stderr[-3000:]}
+    return {
+        "code": done.returncode,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "out": done.stdout,
+        "err": done.stderr[-3000:],
+    }
 
 
 def one_row(head: str, row: dict, agent: str) -> dict:
@@ -41,8 +45,11 @@ def one_row(head: str, row: dict, agent: str) -> dict:
         result = r.json()["results"][0]
     except (httpx.HTTPError, ValueError, KeyError, IndexError) as e:
         return {"error": f"{type(e).__name__}: {e}"}
-    return {"reward": result.get("reward"), "error": result.get("error"),
-            "output_types": [o.get("type") for o in (result.get("response") or {}).get("output") or []]}
+    return {
+        "reward": result.get("reward"),
+        "error": result.get("error"),
+        "output_types": [o.get("type") for o in (result.get("response") or {}).get("output") or []],
+    }
 
 
 def leftovers() -> list[str]:
@@ -67,8 +74,10 @@ def main() -> int:
     out["build"] = run("build", pkg, "--json", timeout_s=3600)
     try:
         plan = json.loads(out["build"].pop("out"))["plan"]
-        out["build"]["venvs"] = [{k: v[k] for k in ("servers", "python", "python_origin")} | {
-            "pins": [p["requirement"] for p in v["pins"]]} for v in plan["venvs"]]
+        out["build"]["venvs"] = [
+            {k: v[k] for k in ("servers", "python", "python_origin")} | {"pins": [p["requirement"] for p in v["pins"]]}
+            for v in plan["venvs"]
+        ]
     except (ValueError, KeyError) as e:
         out["build"]["venvs"] = f"no plan in the output of build --json: {type(e).__name__}: {e}"
     log = tempfile.TemporaryFile("w+")  # up's stderr: a file, so a chatty start can never block on a full pipe
@@ -86,7 +95,9 @@ def main() -> int:
     out["stop"] = {"code": code, "wall_s": round(time.monotonic() - t0, 1)}
     log.seek(0)
     text = log.read()
-    out["stderr"] = text if len(text) <= 6000 else text[:1500] + "\n[...]\n" + text[-4500:]  # an error's header and its end
+    out["stderr"] = (
+        text if len(text) <= 6000 else text[:1500] + "\n[...]\n" + text[-4500:]
+    )  # an error's header and its end
     time.sleep(1.0)  # let the init reap
     out["others"] = leftovers()
     out["finished"] = time.time()

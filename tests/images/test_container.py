@@ -46,8 +46,10 @@ PACKAGE = "examples/native-quickstart"
 HOST = host_arch()
 FOREIGN = "amd64" if HOST == "arm64" else "arm64"
 EMULATED_S = 4 * 3600  # a test of the emulated image, the image's build included when it is the first
-ARCHES = [pytest.param(HOST, id=HOST),
-          pytest.param(FOREIGN, id=f"{FOREIGN}-emulated", marks=[pytest.mark.emulated, pytest.mark.timeout(EMULATED_S)])]
+ARCHES = [
+    pytest.param(HOST, id=HOST),
+    pytest.param(FOREIGN, id=f"{FOREIGN}-emulated", marks=[pytest.mark.emulated, pytest.mark.timeout(EMULATED_S)]),
+]
 
 pytestmark = [pytest.mark.container, pytest.mark.pypi, pytest.mark.timeout(1800)]
 # Under qemu-user every process has qemu's own threads besides the program's, and the kernel refuses
@@ -118,9 +120,11 @@ def test_doctor_as_the_image_user(image: RuntimeImage) -> None:
         python = report["isolation"]["details"]["python"]
         assert known_release(CURRENT).python_spec.contains(python), f"{python} cannot run nemo-gym {CURRENT}"
         assert report["venv_dir"]["writable"] and report["uv"]["cache_dir"]["writable"]
-    print(f"{image.arch} isolation: podman defaults {default['isolation']['level']} "
-          f"({'; '.join(default['isolation']['reasons'])}); with {' '.join(FULL_ISOLATION)} "
-          f"{full['isolation']['level']} ({'; '.join(full['isolation']['reasons'])})")
+    print(
+        f"{image.arch} isolation: podman defaults {default['isolation']['level']} "
+        f"({'; '.join(default['isolation']['reasons'])}); with {' '.join(FULL_ISOLATION)} "
+        f"{full['isolation']['level']} ({'; '.join(full['isolation']['reasons'])})"
+    )
     assert full["isolation"]["level"] == level(image, True), full["isolation"]
     assert default["isolation"]["level"] == level(image, False), default["isolation"]
     # podman masks /proc paths and mounts /proc/sys read-only: bubblewrap cannot run at its defaults
@@ -137,8 +141,12 @@ def readme_dry_run() -> list[str]:
 
 
 def test_readme_main_job_in_the_image(image: RuntimeImage) -> None:
-    done = image.run(*readme_dry_run(), *start_flags(image), security=FULL_ISOLATION,
-                     timeout=900 if image.arch == HOST else EMULATED_S)
+    done = image.run(
+        *readme_dry_run(),
+        *start_flags(image),
+        security=FULL_ISOLATION,
+        timeout=900 if image.arch == HOST else EMULATED_S,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     print(f"{image.arch} {lines[0].strip() if lines else ''}")  # "dry-run: PKG · rows × samples · startup S s"
@@ -162,8 +170,14 @@ def ready_line(name: str, deadline_s: float) -> dict:
 
 def test_up_then_sigterm_exits_0(image: RuntimeImage) -> None:
     name = f"gym-runtime-test-up-{os.getpid()}"
-    podman("run", "-d", "--name", name, *image.run_args("up", PACKAGE, *start_flags(image), security=FULL_ISOLATION),
-           timeout=120)
+    podman(
+        "run",
+        "-d",
+        "--name",
+        name,
+        *image.run_args("up", PACKAGE, *start_flags(image), security=FULL_ISOLATION),
+        timeout=120,
+    )
     try:
         ready = ready_line(name, 600 if image.arch == HOST else EMULATED_S)
         assert ready["isolation"] == level(image, True), ready
@@ -186,10 +200,26 @@ def test_up_cycles_in_one_container_leave_no_zombies(image: RuntimeImage, tmp_pa
     pkg = orphaning_env(tmp_path / "acme-orphans")
     subprocess.run(["chmod", "-R", "a+rX", str(pkg)], check=True)  # readable by the image's user
     driver = "/job/tests/up_cycles.py"
-    done = image.run("--", "python3", driver, "--cycles", str(n), "acme-orphans", "--policy-base-url",
-                     "http://127.0.0.1:9/v1", *start_flags(image), timeout=1200 if image.arch == HOST else EMULATED_S,
-                     extra=["--entrypoint", "tini", "-v", f"{HERE / 'up_cycles.py'}:{driver}:ro",
-                            "-v", f"{pkg}:{IMAGE_WORKDIR}/acme-orphans:ro"])
+    done = image.run(
+        "--",
+        "python3",
+        driver,
+        "--cycles",
+        str(n),
+        "acme-orphans",
+        "--policy-base-url",
+        "http://127.0.0.1:9/v1",
+        *start_flags(image),
+        timeout=1200 if image.arch == HOST else EMULATED_S,
+        extra=[
+            "--entrypoint",
+            "tini",
+            "-v",
+            f"{HERE / 'up_cycles.py'}:{driver}:ro",
+            "-v",
+            f"{pkg}:{IMAGE_WORKDIR}/acme-orphans:ro",
+        ],
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     cycles = result["cycles"]
@@ -222,9 +252,16 @@ def gym07_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("no pyenv Python with pip here to download the nemo-gym 0.7.0 wheel")
     work = tmp_path_factory.mktemp("gym07")
     wheel = gym_wheel(python, "0.7.0")
-    root, rows = assemble_tree_package(wheel, "example_single_tool_call", "example_single_tool_call.yaml", work / "gym07")
-    assemble_tree_package(wheel, "example_single_tool_call", "example_single_tool_call.yaml", work / "gym07-without-ray",
-                          leave_out=(RAY_USER,))
+    root, rows = assemble_tree_package(
+        wheel, "example_single_tool_call", "example_single_tool_call.yaml", work / "gym07"
+    )
+    assemble_tree_package(
+        wheel,
+        "example_single_tool_call",
+        "example_single_tool_call.yaml",
+        work / "gym07-without-ray",
+        leave_out=(RAY_USER,),
+    )
     (work / "gym07-rows.jsonl").write_text(json.dumps(rows[0]) + "\n")
     subprocess.run(["chmod", "-R", "a+rX", str(work)], check=True)
     return root
@@ -240,11 +277,27 @@ def test_gym_07_tree_validate_build_up_and_one_row(image: RuntimeImage, gym07_pa
     source = gym07_package.with_name("gym07-without-ray") if emulated else gym07_package
     driver, pkg = "/job/tests/gym_tree_run.py", f"{IMAGE_WORKDIR}/gym07"
     t0 = time.time()
-    done = image.run("--", "python3", driver, "gym07", "gym07-rows.jsonl", "example_single_tool_call_simple_agent",
-                     *start_flags(image), security=FULL_ISOLATION, timeout=EMULATED_S if emulated else 1800,
-                     extra=["--entrypoint", "tini", "-v", f"{HERE / 'gym_tree_run.py'}:{driver}:ro",
-                            "-v", f"{source}:{pkg}:ro",
-                            "-v", f"{gym07_package.parent / 'gym07-rows.jsonl'}:{pkg}-rows.jsonl:ro"])
+    done = image.run(
+        "--",
+        "python3",
+        driver,
+        "gym07",
+        "gym07-rows.jsonl",
+        "example_single_tool_call_simple_agent",
+        *start_flags(image),
+        security=FULL_ISOLATION,
+        timeout=EMULATED_S if emulated else 1800,
+        extra=[
+            "--entrypoint",
+            "tini",
+            "-v",
+            f"{HERE / 'gym_tree_run.py'}:{driver}:ro",
+            "-v",
+            f"{source}:{pkg}:ro",
+            "-v",
+            f"{gym07_package.parent / 'gym07-rows.jsonl'}:{pkg}-rows.jsonl:ro",
+        ],
+    )
     wall = time.time() - t0
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
@@ -255,13 +308,20 @@ def test_gym_07_tree_validate_build_up_and_one_row(image: RuntimeImage, gym07_pa
         assert Version(venv["python"]) >= Version("3.13.14") and f"nemo-gym=={CURRENT}" in venv["pins"], venv
     up = got["up"]
     assert up, f"up printed no ready line; its stderr:\n{got['stderr']}"
-    assert {"policy_model", "example_single_tool_call", "example_single_tool_call_simple_agent", RAY_USER} <= set(up["servers"])
+    assert {"policy_model", "example_single_tool_call", "example_single_tool_call_simple_agent", RAY_USER} <= set(
+        up["servers"]
+    )
     assert up["ray"]["mode"] == "none" and up["ray"]["without"] == ([] if emulated else [RAY_USER]), up["ray"]
     assert up["policy_model"]["stub"] is True
-    assert got["row"] == {"reward": 1.0, "error": None,
-                          "output_types": ["function_call", "function_call_output", "message"]}, got["row"]
+    assert got["row"] == {
+        "reward": 1.0,
+        "error": None,
+        "output_types": ["function_call", "function_call_output", "message"],
+    }, got["row"]
     assert got["stop"]["code"] == 0, got["stderr"]
     assert got["others"] == [], got["others"]
-    print(f"{image.arch} nemo-gym {CURRENT} tree: validate {got['validate']['wall_s']} s, build {got['build']['wall_s']} s, "
-          f"up ready in {up['startup_s']} s, one row, stop {got['stop']['wall_s']} s; container "
-          f"{wall:.0f} s (start {got['started'] - t0:.0f} s, exit {t0 + wall - got['finished']:.0f} s)")
+    print(
+        f"{image.arch} nemo-gym {CURRENT} tree: validate {got['validate']['wall_s']} s, build {got['build']['wall_s']} s, "
+        f"up ready in {up['startup_s']} s, one row, stop {got['stop']['wall_s']} s; container "
+        f"{wall:.0f} s (start {got['started'] - t0:.0f} s, exit {t0 + wall - got['finished']:.0f} s)"
+    )

@@ -16,16 +16,21 @@ def test_apt_uris_reads_both_formats_in_apt_order(tmp_path: Path) -> None:
     (tmp_path / "sources.list").write_text(
         "# deb http://commented.invalid/debian bookworm main\n"
         "deb [arch=amd64 signed-by=/usr/share/keyrings/k.gpg] http://one.invalid/debian bookworm main\n"
-        "deb-src http://src.invalid/debian bookworm main\n")
+        "deb-src http://src.invalid/debian bookworm main\n"
+    )
     (tmp_path / "sources.list.d" / "extra.list").write_text("deb http://two.invalid/debian trixie main # note\n")
     (tmp_path / "sources.list.d" / "debian.sources").write_text(
         "Types: deb\n# http://snapshot.invalid/archive\nURIs: http://three.invalid/debian\nSuites: trixie\n"
         "Components: main\n\n"
         "Types: deb-src\nURIs: http://src2.invalid/debian\nSuites: trixie\n\n"
-        "Types: deb\nURIs: http://off.invalid/debian\nSuites: trixie\nEnabled: no\n")
+        "Types: deb\nURIs: http://off.invalid/debian\nSuites: trixie\nEnabled: no\n"
+    )
     (tmp_path / "sources.list.d" / "old.list.disabled").write_text("deb http://disabled.invalid/debian x main\n")
-    assert apt_uris(tmp_path) == ["http://one.invalid/debian", "http://two.invalid/debian",
-                                  "http://three.invalid/debian"]
+    assert apt_uris(tmp_path) == [
+        "http://one.invalid/debian",
+        "http://two.invalid/debian",
+        "http://three.invalid/debian",
+    ]
 
 
 def test_no_mirror_serving_the_suite_is_a_reason_naming_what_was_tried() -> None:

@@ -91,9 +91,13 @@ def test_each_dockerfile_is_complete_for_its_architecture(arch: str) -> None:
 
 def test_the_twins_differ_only_in_their_architecture() -> None:
     """What is not the architecture's is one text: change a line in one file, change it in both."""
+
     def neutral(arch: str) -> list[tuple[str, str]]:
-        return [(w, rest.replace(f"/{ARCHES[arch]}/", "/ARCH/").replace(arch, "ARCH"))
-                for w, rest in instructions(dockerfile(arch))]
+        return [
+            (w, rest.replace(f"/{ARCHES[arch]}/", "/ARCH/").replace(arch, "ARCH"))
+            for w, rest in instructions(dockerfile(arch))
+        ]
+
     assert neutral("amd64") == neutral("arm64")
     code = "\n".join(f"{w} {rest}" for w, rest in neutral("amd64"))
     assert not re.search(r"amd64|arm64|x86_64|aarch64", code)
@@ -128,14 +132,15 @@ def test_dockerfile_contract(arch: str) -> None:
             assert (ROOT / src).exists(), f"COPY source {src} does not exist"
             copied.append(src)
     assert {"image", "servers", "gym_runtime", "sandbox", "uv.lock", "pyproject.toml"} <= set(copied)
-    ignored = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-               if ln.strip() and not ln.startswith("#")]
+    ignored = [
+        ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
     assert not [src for src in copied if any(fnmatch.fnmatch(src, pat) for pat in ignored)], "COPY of an ignored path"
 
 
 def test_setup_script_contract() -> None:
     text = SETUP.read_text()
-    assert re.search(r'^PYTHON=python3\.13\b', text, re.M), "both bases name their interpreter python3.13"
+    assert re.search(r"^PYTHON=python3\.13\b", text, re.M), "both bases name their interpreter python3.13"
     assert '"$PYTHON" -m venv "$UV_PROJECT_ENVIRONMENT"' in text
     assert '"uv==$uv_version"' in text and "uv pip uninstall" in text
     assert re.search(r"uv sync --frozen --no-dev .*--no-install-project", text), "dependencies from uv.lock"
@@ -155,9 +160,14 @@ def test_setup_reads_the_uv_version_from_uv_lock() -> None:
     assert done.stdout.strip() == uv_locked_version()
 
 
-@pytest.mark.parametrize("argv, says", [([], "usage: setup.sh system ARCH | deps | project | seed"),
-                                         (["system"], "usage: setup.sh system ARCH"),
-                                         (["system", "s390x"], "BASE_IMAGE is a Debian ")])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        ([], "usage: setup.sh system ARCH | deps | project | seed"),
+        (["system"], "usage: setup.sh system ARCH"),
+        (["system", "s390x"], "BASE_IMAGE is a Debian "),
+    ],
+)
 def test_setup_refuses_bad_calls_before_changing_anything(argv: list[str], says: str) -> None:
     """``system s390x`` on any host: the base's architecture is not the Dockerfile's."""
     done = subprocess.run(["sh", str(SETUP), *argv], capture_output=True, text=True, timeout=60, cwd=ROOT)
@@ -168,8 +178,14 @@ def test_seed_runs_prefetch_of_the_release_only_when_asked() -> None:
     text = SETUP.read_text()
     assert "gym-runtime prefetch --gym-release --drop-venvs" in text
     for value, code, says in (("0", 0, "no caches seeded"), ("yes", 1, "SEED_GYM_RELEASE must be 0 or 1")):
-        done = subprocess.run(["sh", str(SETUP), "seed"], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                              env={**os.environ, "SEED_GYM_RELEASE": value})
+        done = subprocess.run(
+            ["sh", str(SETUP), "seed"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            env={**os.environ, "SEED_GYM_RELEASE": value},
+        )
         assert done.returncode == code and says in done.stdout + done.stderr, done.stderr
 
 

@@ -25,8 +25,14 @@ HERE = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 
 def check(**env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("GYM_RUNTIME_")}
-    return subprocess.run([sys.executable, str(ROOT / "image" / "check.py")], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env={**base, "GYM_RUNTIME_PYTHON": sys.executable, **env})
+    return subprocess.run(
+        [sys.executable, str(ROOT / "image" / "check.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**base, "GYM_RUNTIME_PYTHON": sys.executable, **env},
+    )
 
 
 def runs_current_gym() -> bool:
@@ -38,7 +44,10 @@ def test_a_base_of_another_architecture_is_refused_naming_the_wheel_tag() -> Non
     arch = "aarch64" if platform.machine() == "x86_64" else "x86_64"
     assert done.returncode == 1
     assert f"does not install manylinux_2_36_{arch} wheels: the base is not {OTHER[platform.machine()]}" in done.stderr
-    assert f"vendor default: CPython {sys.version_info[0]}.{sys.version_info[1]} {OTHER[platform.machine()]}" in done.stdout
+    assert (
+        f"vendor default: CPython {sys.version_info[0]}.{sys.version_info[1]} {OTHER[platform.machine()]}"
+        in done.stdout
+    )
 
 
 def test_the_python_table_and_the_current_release_minimum() -> None:
@@ -55,8 +64,14 @@ def test_the_python_table_and_the_current_release_minimum() -> None:
 
 
 def test_no_vendor_platform_and_a_python_that_is_not_the_runtimes_are_refused() -> None:
-    other = next((p for p in ("/usr/bin/python3", "/bin/python3") if Path(p).resolve() != Path(sys._base_executable)
-                  .resolve() and Path(p).exists()), None)
+    other = next(
+        (
+            p
+            for p in ("/usr/bin/python3", "/bin/python3")
+            if Path(p).resolve() != Path(sys._base_executable).resolve() and Path(p).exists()
+        ),
+        None,
+    )
     done = check(**({"GYM_RUNTIME_PYTHON": other} if other else {}))
     assert done.returncode == 1
     assert "GYM_RUNTIME_VENDOR_PLATFORM is not set (each Dockerfile sets its architecture's)" in done.stderr

@@ -25,19 +25,27 @@ import psutil
 
 def one_cycle(up_args: list[str], stop_timeout_s: float) -> dict:
     t0 = time.monotonic()
-    proc = subprocess.Popen(["gym-runtime", "up", *up_args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
+    proc = subprocess.Popen(
+        ["gym-runtime", "up", *up_args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     line = proc.stdout.readline()  # the ready line, or '' when up exits first
     ready = json.loads(line) if line.strip() else {}
-    adopted = sum(1 for p in psutil.process_iter(["ppid"]) if p.info["ppid"] == 1 and p.pid not in (os.getpid(), proc.pid))
+    adopted = sum(
+        1 for p in psutil.process_iter(["ppid"]) if p.info["ppid"] == 1 and p.pid not in (os.getpid(), proc.pid)
+    )
     proc.send_signal(signal.SIGTERM)
     try:
         code = proc.wait(stop_timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         code = proc.wait()
-    return {"code": code, "startup_s": ready.get("startup_s"), "isolation": ready.get("isolation"),
-            "adopted": adopted, "wall_s": round(time.monotonic() - t0, 2)}
+    return {
+        "code": code,
+        "startup_s": ready.get("startup_s"),
+        "isolation": ready.get("isolation"),
+        "adopted": adopted,
+        "wall_s": round(time.monotonic() - t0, 2),
+    }
 
 
 def describe(p: psutil.Process) -> dict:

@@ -31,9 +31,13 @@ class Shard:
         """``RunHelper.start``; the head server's URL."""
         from gym_runtime.nemo_gym import GlobalConfigDictParserConfig
 
-        self.rh.start(GlobalConfigDictParserConfig(dotenv_path=Path(os.getcwd()) / "nemo_gym_env.yaml",
-                                                   initial_global_config_dict=DictConfig(initial),
-                                                   skip_load_from_cli=True))
+        self.rh.start(
+            GlobalConfigDictParserConfig(
+                dotenv_path=Path(os.getcwd()) / "nemo_gym_env.yaml",
+                initial_global_config_dict=DictConfig(initial),
+                skip_load_from_cli=True,
+            )
+        )
         return self.rh.head_url
 
     def starting_servers(self) -> bool:

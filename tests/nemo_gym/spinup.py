@@ -28,10 +28,16 @@ from gym_runtime.errors import GymRuntimeError
 from gym_runtime.nemo_gym import GlobalConfigDictParserConfig, RunHelper
 from gym_runtime.supervise import head_view
 
-TREES = ("responses_api_models/vllm_model", "resources_servers/example_single_tool_call",
-         "responses_api_agents/simple_agent", "environment_servers/legacy_agent")
-CONFIG_PATHS = ["responses_api_models/vllm_model/configs/vllm_model_for_training.yaml",
-                "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml"]
+TREES = (
+    "responses_api_models/vllm_model",
+    "resources_servers/example_single_tool_call",
+    "responses_api_agents/simple_agent",
+    "environment_servers/legacy_agent",
+)
+CONFIG_PATHS = [
+    "responses_api_models/vllm_model/configs/vllm_model_for_training.yaml",
+    "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml",
+]
 AGENT = "example_single_tool_call_simple_agent"
 
 COLLECT = r"""
@@ -64,31 +70,51 @@ def free_port_in(low: int, high: int) -> int:
 def spinup(base_urls: list[str], model_name: str, gcs_address: str, dotenv_dir: Path) -> tuple[RunHelper, int]:
     """NeMo RL's ``_spinup`` calls through the drop-in; the helper and the head server's port."""
     head_port = free_port_in(5000, 6000)
-    initial = {"config_paths": list(CONFIG_PATHS), "policy_model_name": model_name, "policy_api_key": "dummy_key",
-               "policy_base_url": base_urls, "default_host": "127.0.0.1", "port_range_low": 5000,
-               "port_range_high": 6000, "global_aiohttp_connector_limit_per_host": 16_384,
-               "global_aiohttp_connector_limit": 65_536, "ray_head_node_address": gcs_address,
-               "head_server": {"host": "0.0.0.0", "port": head_port}}
+    initial = {
+        "config_paths": list(CONFIG_PATHS),
+        "policy_model_name": model_name,
+        "policy_api_key": "dummy_key",
+        "policy_base_url": base_urls,
+        "default_host": "127.0.0.1",
+        "port_range_low": 5000,
+        "port_range_high": 6000,
+        "global_aiohttp_connector_limit_per_host": 16_384,
+        "global_aiohttp_connector_limit": 65_536,
+        "ray_head_node_address": gcs_address,
+        "head_server": {"host": "0.0.0.0", "port": head_port},
+    }
     rh = RunHelper()
-    rh.start(global_config_dict_parser_config=GlobalConfigDictParserConfig(
-        dotenv_path=dotenv_dir / "nemo_gym_env.yaml", initial_global_config_dict=DictConfig(initial),
-        skip_load_from_cli=True))
+    rh.start(
+        global_config_dict_parser_config=GlobalConfigDictParserConfig(
+            dotenv_path=dotenv_dir / "nemo_gym_env.yaml",
+            initial_global_config_dict=DictConfig(initial),
+            skip_load_from_cli=True,
+        )
+    )
     return rh, head_port
 
 
 def rows_of(example_jsonl: Path, n: int) -> list[dict]:
     """The first ``n`` rows of Gym's example data, stamped as NeMo RL stamps them (``_rowidx``, ``agent_ref``)."""
     rows = [json.loads(line) for line in example_jsonl.read_text().splitlines() if line.strip()][:n]
-    return [{**r, "_rowidx": i, "agent_ref": {"type": "responses_api_agents", "name": AGENT}} for i, r in enumerate(rows)]
+    return [
+        {**r, "_rowidx": i, "agent_ref": {"type": "responses_api_agents", "name": AGENT}} for i, r in enumerate(rows)
+    ]
 
 
 def collect(gym_python: Path, head_port: int, rows: list[dict]) -> list[tuple[dict, dict]]:
     """Gym 0.7.0's ``RolloutCollectionHelper.run_examples`` against the head server on this node."""
-    done = subprocess.run([str(gym_python), "-c", COLLECT, json.dumps({"rows": rows, "host": "127.0.0.1",
-                                                                       "port": head_port})],
-                          capture_output=True, text=True, timeout=900,
-                          env={"PATH": f"{gym_python.parent}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"),
-                               "NO_PROXY": "127.0.0.1"})
+    done = subprocess.run(
+        [str(gym_python), "-c", COLLECT, json.dumps({"rows": rows, "host": "127.0.0.1", "port": head_port})],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={
+            "PATH": f"{gym_python.parent}:/usr/bin:/bin",
+            "HOME": os.environ.get("HOME", "/tmp"),
+            "NO_PROXY": "127.0.0.1",
+        },
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return [tuple(pair) for pair in json.loads(done.stdout.splitlines()[-1])]
 

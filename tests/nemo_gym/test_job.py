@@ -34,17 +34,26 @@ def trees(tmp: Path) -> Path:
 
 def nemo_rl_config(**more) -> dict:
     """The keys NeMo RL's ``_spinup`` sets (nemo_rl/environments/nemo_gym.py)."""
-    return {"config_paths": [POLICY, ARITH], "policy_model_name": "acme", "policy_api_key": "dummy_key",
-            "policy_base_url": ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"], "default_host": "10.0.0.7",
-            "port_range_low": 5000, "port_range_high": 5999, "global_aiohttp_connector_limit_per_host": 16384,
-            "global_aiohttp_connector_limit": 65536, "ray_head_node_address": "127.0.0.1:6379",
-            "head_server": {"host": "0.0.0.0", "port": 5123}, **more}
+    return {
+        "config_paths": [POLICY, ARITH],
+        "policy_model_name": "acme",
+        "policy_api_key": "dummy_key",
+        "policy_base_url": ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"],
+        "default_host": "10.0.0.7",
+        "port_range_low": 5000,
+        "port_range_high": 5999,
+        "global_aiohttp_connector_limit_per_host": 16384,
+        "global_aiohttp_connector_limit": 65536,
+        "ray_head_node_address": "127.0.0.1:6379",
+        "head_server": {"host": "0.0.0.0", "port": 5123},
+        **more,
+    }
 
 
-def parse(root: Path, initial: dict, dotenv: Path | None = None, argv: tuple[str, ...] = (),
-          skip_cli: bool = True):
-    cfg = GlobalConfigDictParserConfig(dotenv_path=dotenv, initial_global_config_dict=DictConfig(initial),
-                                       skip_load_from_cli=skip_cli)
+def parse(root: Path, initial: dict, dotenv: Path | None = None, argv: tuple[str, ...] = (), skip_cli: bool = True):
+    cfg = GlobalConfigDictParserConfig(
+        dotenv_path=dotenv, initial_global_config_dict=DictConfig(initial), skip_load_from_cli=skip_cli
+    )
     return read_job(cfg, root, list(argv))
 
 
@@ -55,12 +64,22 @@ def test_nemo_rls_keys_become_the_runtimes_arguments_and_the_rest_stays_in_the_s
     assert job.policy_base_url == ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"]
     assert (job.policy_api_key, job.policy_model_name) == ("dummy_key", "acme")
     assert (job.head_host, job.head_port) == ("0.0.0.0", 5123)
-    assert job.job_config == ({"default_host": "10.0.0.7", "ray_head_node_address": "127.0.0.1:6379",
-                               "port_range_low": 5000, "port_range_high": 5999,
-                               "global_aiohttp_connector_limit_per_host": 16384,
-                               "global_aiohttp_connector_limit": 65536}, "initial_global_config_dict")
-    merged = build_config(job.package, job_config=job.job_config,
-                          policy=PolicyValues(job.policy_base_url, job.policy_api_key, job.policy_model_name))
+    assert job.job_config == (
+        {
+            "default_host": "10.0.0.7",
+            "ray_head_node_address": "127.0.0.1:6379",
+            "port_range_low": 5000,
+            "port_range_high": 5999,
+            "global_aiohttp_connector_limit_per_host": 16384,
+            "global_aiohttp_connector_limit": 65536,
+        },
+        "initial_global_config_dict",
+    )
+    merged = build_config(
+        job.package,
+        job_config=job.job_config,
+        policy=PolicyValues(job.policy_base_url, job.policy_api_key, job.policy_model_name),
+    )
     assert merged.data["global_aiohttp_connector_limit_per_host"] == 16384
     assert merged.data["port_range_low"] == 5000 and set(merged.instances) >= {"policy_model", "arithmetic"}
     assert merged.sources.of("default_host") == "initial_global_config_dict"
@@ -69,19 +88,31 @@ def test_nemo_rls_keys_become_the_runtimes_arguments_and_the_rest_stays_in_the_s
 
 def test_env_yaml_lies_between_the_files_and_the_initial_dict_and_the_cli_wins(tmp_path: Path) -> None:
     root = trees(tmp_path)
-    (root / "env.yaml").write_text("policy_api_key: from-env-yaml\npolicy_model_name: env-model\n"
-                                   "server_spinup_timeout_seconds: 0\nnemo_gym_log_dir: logs/shard-a\n")
-    initial = {"config_paths": [POLICY, ARITH], "policy_model_name": "initial-model",
-               "policy_base_url": "http://127.0.0.1:8001/v1"}
+    (root / "env.yaml").write_text(
+        "policy_api_key: from-env-yaml\npolicy_model_name: env-model\n"
+        "server_spinup_timeout_seconds: 0\nnemo_gym_log_dir: logs/shard-a\n"
+    )
+    initial = {
+        "config_paths": [POLICY, ARITH],
+        "policy_model_name": "initial-model",
+        "policy_base_url": "http://127.0.0.1:8001/v1",
+    }
     job = parse(root, initial, argv=("+port_range_low=6000", "--verbose"), skip_cli=False)
     assert (job.policy_api_key, job.policy_model_name) == ("from-env-yaml", "initial-model")
     assert job.policy_base_url == "http://127.0.0.1:8001/v1" and job.overrides == ["+port_range_low=6000"]
     assert job.startup_timeout_s == NO_DEADLINE_S and job.work_dir == Path("logs/shard-a")
-    assert job.job_config == ({"server_spinup_timeout_seconds": 0},
-                              f"initial_global_config_dict over {root / 'env.yaml'}")
+    assert job.job_config == (
+        {"server_spinup_timeout_seconds": 0},
+        f"initial_global_config_dict over {root / 'env.yaml'}",
+    )
     assert parse(root, initial, argv=("+port_range_low=6000",)).overrides == []  # skip_load_from_cli
-    skipped = read_job(GlobalConfigDictParserConfig(initial_global_config_dict=initial, skip_load_from_cli=True,
-                                                    skip_load_from_dotenv=True), root, [])
+    skipped = read_job(
+        GlobalConfigDictParserConfig(
+            initial_global_config_dict=initial, skip_load_from_cli=True, skip_load_from_dotenv=True
+        ),
+        root,
+        [],
+    )
     assert skipped.policy_api_key is None and skipped.startup_timeout_s is None
 
 
@@ -92,11 +123,23 @@ def test_config_paths_that_name_no_trees_are_refused_with_every_entry_named(tmp_
     other.mkdir(parents=True)
     (other / "x.yaml").write_text("x: 1\n")
     with pytest.raises(PackageInvalidError) as e:
-        parse(root, {"config_paths": [POLICY, "resources_servers/nope/configs/nope.yaml", str(tmp_path / "loose.yaml"),
-                                      str(other / "x.yaml")]})
+        parse(
+            root,
+            {
+                "config_paths": [
+                    POLICY,
+                    "resources_servers/nope/configs/nope.yaml",
+                    str(tmp_path / "loose.yaml"),
+                    str(other / "x.yaml"),
+                ]
+            },
+        )
     got = {(v.code, v.key) for v in e.value.violations}
-    assert got == {("GR-PKG-CONFIG-MISSING", "config_paths[1]"), ("GR-PKG-CONFIG-PREFIX", "config_paths[2]"),
-                   ("GR-PKG-CONFIG-ROOT", "config_paths[3]")}
+    assert got == {
+        ("GR-PKG-CONFIG-MISSING", "config_paths[1]"),
+        ("GR-PKG-CONFIG-PREFIX", "config_paths[2]"),
+        ("GR-PKG-CONFIG-ROOT", "config_paths[3]"),
+    }
     assert pickle.loads(pickle.dumps(e.value)).violations == e.value.violations  # crosses a Ray actor whole
 
 

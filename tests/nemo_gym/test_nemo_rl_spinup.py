@@ -70,17 +70,21 @@ def served(url: str) -> int:
 
 
 def test_nemo_rls_spinup_collects_token_ids_and_rewards_then_poll_and_shutdown(
-        on_the_node: Path, cluster: LocalRayCluster, tmp_path: Path) -> None:
+    on_the_node: Path, cluster: LocalRayCluster, tmp_path: Path
+) -> None:
     venv = gym_venv("0.7.0")
     assert venv is not None
     before = ours(cluster.proc.pid)
     with StubEndpoint(tmp_path, "acme-policy") as a, StubEndpoint(tmp_path, "acme-policy") as b:
         rh, head_port = spinup([a.url, b.url], "acme-policy", cluster.address, tmp_path)
         try:
-            assert rh.ready_info["ray"] == {"mode": "join", "address": cluster.address,
-                                            "source": "config ray_head_node_address",
-                                            "needed_by": rh.ready_info["ray"]["needed_by"],
-                                            "without": rh.ready_info["ray"]["without"]}
+            assert rh.ready_info["ray"] == {
+                "mode": "join",
+                "address": cluster.address,
+                "source": "config ray_head_node_address",
+                "needed_by": rh.ready_info["ray"]["needed_by"],
+                "without": rh.ready_info["ray"]["without"],
+            }
             assert len(ours(cluster.proc.pid) - before) >= 2 + 4  # the stubs and the four servers
             rows = rows_of(on_the_node / "resources_servers/example_single_tool_call/data/example.jsonl", 4)
             results = collect(venv / "bin" / "python", head_port, rows)

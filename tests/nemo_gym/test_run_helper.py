@@ -48,13 +48,23 @@ def replicas(tmp_path: Path) -> Iterator[list[str]]:
 
 
 def parser_config(replicas: list[str], tmp: Path, **more) -> GlobalConfigDictParserConfig:
-    initial = {"config_paths": [POLICY, ARITH], "policy_model_name": "acme", "policy_api_key": "dummy_key",
-               "policy_base_url": replicas, "default_host": "127.0.0.1", "port_range_low": 5000,
-               "port_range_high": 5999, "global_aiohttp_connector_limit_per_host": 16384,
-               "global_aiohttp_connector_limit": 65536, "head_server": {"host": "0.0.0.0", "port": 0},
-               "nemo_gym_log_dir": str(tmp / "gym-logs"), **more}
-    return GlobalConfigDictParserConfig(dotenv_path=tmp / "nemo_gym_env.yaml",
-                                        initial_global_config_dict=DictConfig(initial), skip_load_from_cli=True)
+    initial = {
+        "config_paths": [POLICY, ARITH],
+        "policy_model_name": "acme",
+        "policy_api_key": "dummy_key",
+        "policy_base_url": replicas,
+        "default_host": "127.0.0.1",
+        "port_range_low": 5000,
+        "port_range_high": 5999,
+        "global_aiohttp_connector_limit_per_host": 16384,
+        "global_aiohttp_connector_limit": 65536,
+        "head_server": {"host": "0.0.0.0", "port": 0},
+        "nemo_gym_log_dir": str(tmp / "gym-logs"),
+        **more,
+    }
+    return GlobalConfigDictParserConfig(
+        dotenv_path=tmp / "nemo_gym_env.yaml", initial_global_config_dict=DictConfig(initial), skip_load_from_cli=True
+    )
 
 
 def mine() -> set[int]:
@@ -63,15 +73,20 @@ def mine() -> set[int]:
 
 
 def row(a: int, b: int) -> dict:
-    return {"responses_create_params": {"input": [{"role": "user", "content": f"What is {a} + {b}?"}]},
-            "expected": a + b, "agent_ref": {"type": "responses_api_agents", "name": "arithmetic_agent"}}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": f"What is {a} + {b}?"}]},
+        "expected": a + b,
+        "agent_ref": {"type": "responses_api_agents", "name": "arithmetic_agent"},
+    }
 
 
-def test_start_poll_kill_for_good_and_shutdown_leave_nothing(gym_root: Path, replicas: list[str],
-                                                             tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_start_poll_kill_for_good_and_shutdown_leave_nothing(
+    gym_root: Path, replicas: list[str], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     before = mine()
     rh = RunHelper()
     try:
+
         async def spinup() -> None:  # a running event loop in the calling thread, as in an async Ray actor
             rh.start(parser_config(replicas, tmp_path))
 
@@ -98,8 +113,9 @@ def test_start_poll_kill_for_good_and_shutdown_leave_nothing(gym_root: Path, rep
     rh.shutdown()  # a second call is a no-op
 
 
-def test_a_failed_start_stops_what_it_started_and_raises_a_picklable_error(gym_root: Path, replicas: list[str],
-                                                                            tmp_path: Path) -> None:
+def test_a_failed_start_stops_what_it_started_and_raises_a_picklable_error(
+    gym_root: Path, replicas: list[str], tmp_path: Path
+) -> None:
     before = mine()
     rh = RunHelper()
     with pytest.raises(GymRuntimeError) as e:  # Gym's `server_spinup_timeout_seconds`: a deadline no start meets
@@ -113,8 +129,7 @@ def test_a_failed_start_stops_what_it_started_and_raises_a_picklable_error(gym_r
     rh.shutdown()
 
 
-def test_a_shutdown_during_start_stops_it_and_waits_for_it(gym_root: Path, replicas: list[str],
-                                                           tmp_path: Path) -> None:
+def test_a_shutdown_during_start_stops_it_and_waits_for_it(gym_root: Path, replicas: list[str], tmp_path: Path) -> None:
     before = mine()
     rh = RunHelper()
     raised: list[BaseException] = []

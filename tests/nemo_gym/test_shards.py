@@ -73,12 +73,20 @@ def driver(cluster: LocalRayCluster):
 
 def shard_config(name: str, stub: str, tmp: Path, deadline: float) -> dict:
     low, high = RANGES[name]
-    return {"config_paths": [POLICY, ARITH], "policy_model_name": "acme", "policy_api_key": "dummy_key",
-            "policy_base_url": [stub], "default_host": "127.0.0.1", "port_range_low": low, "port_range_high": high,
-            "global_aiohttp_connector_limit_per_host": 16384, "global_aiohttp_connector_limit": 65536,
-            "head_server": {"host": "0.0.0.0", "port": free_port_in(low, high + 1)},
-            "nemo_gym_log_dir": str(tmp / "logs" / name),
-            "server_spinup_timeout_seconds": max(1.0, deadline - time.monotonic())}
+    return {
+        "config_paths": [POLICY, ARITH],
+        "policy_model_name": "acme",
+        "policy_api_key": "dummy_key",
+        "policy_base_url": [stub],
+        "default_host": "127.0.0.1",
+        "port_range_low": low,
+        "port_range_high": high,
+        "global_aiohttp_connector_limit_per_host": 16384,
+        "global_aiohttp_connector_limit": 65536,
+        "head_server": {"host": "0.0.0.0", "port": free_port_in(low, high + 1)},
+        "nemo_gym_log_dir": str(tmp / "logs" / name),
+        "server_spinup_timeout_seconds": max(1.0, deadline - time.monotonic()),
+    }
 
 
 def leftovers(tmp: Path) -> list[int]:
@@ -92,7 +100,8 @@ def leftovers(tmp: Path) -> list[int]:
 
 
 def test_two_shards_on_three_nodes_spread_rows_and_a_cleanup_during_a_start_leaves_nothing(
-        cluster: LocalRayCluster, driver, tmp_path: Path) -> None:
+    cluster: LocalRayCluster, driver, tmp_path: Path
+) -> None:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -100,14 +109,17 @@ def test_two_shards_on_three_nodes_spread_rows_and_a_cleanup_during_a_start_leav
     from tests.nemo_gym.shard_actor import Shard
 
     root = trees(tmp_path)
-    environ = {"GYM_RUNTIME_HOME": str(tmp_path / "home"),
-               "GYM_RUNTIME_VENV_DIR": str(Path(os.environ["GYM_RUNTIME_HOME"]).parent / "shared-venvs")}
+    environ = {
+        "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+        "GYM_RUNTIME_VENV_DIR": str(Path(os.environ["GYM_RUNTIME_HOME"]).parent / "shared-venvs"),
+    }
     pg = placement_group([{"gym_shard": 1}, {"gym_shard": 1}], strategy="STRICT_SPREAD")
     ray.get(pg.ready(), timeout=120)
 
     def actor(i: int):
-        return Shard.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
-                             ).remote(str(root), environ)
+        return Shard.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
+        ).remote(str(root), environ)
 
     with StubEndpoint(tmp_path, "acme") as stub:
         shards = {"shard-a": actor(0), "shard-b": actor(1)}
@@ -116,8 +128,15 @@ def test_two_shards_on_three_nodes_spread_rows_and_a_cleanup_during_a_start_leav
             assert len(set(nodes)) == 2 and set(nodes) <= set(cluster.node_ids.values())
 
             deadline = time.monotonic() + DEADLINE_S
-            heads = dict(zip(shards, ray.get([s.spinup.remote(shard_config(n, stub.url, tmp_path, deadline))
-                                              for n, s in shards.items()], timeout=DEADLINE_S)))
+            heads = dict(
+                zip(
+                    shards,
+                    ray.get(
+                        [s.spinup.remote(shard_config(n, stub.url, tmp_path, deadline)) for n, s in shards.items()],
+                        timeout=DEADLINE_S,
+                    ),
+                )
+            )
             for name, url in heads.items():
                 low, high = RANGES[name]
                 assert low <= int(url.rsplit(":", 1)[1]) <= high, (name, url)
@@ -136,8 +155,9 @@ def test_two_shards_on_three_nodes_spread_rows_and_a_cleanup_during_a_start_leav
             assert ray.get(shards["shard-b"].shutdown.remote(), timeout=300) == []
             ray.kill(shards["shard-b"])
             shards["shard-b"] = actor(1)  # the shard comes back, and the set is cleaned up during its start
-            starting = shards["shard-b"].spinup.remote(shard_config("shard-b", stub.url, tmp_path,
-                                                                    time.monotonic() + DEADLINE_S))
+            starting = shards["shard-b"].spinup.remote(
+                shard_config("shard-b", stub.url, tmp_path, time.monotonic() + DEADLINE_S)
+            )
             end = time.monotonic() + DEADLINE_S
             while not ray.get(shards["shard-b"].starting_servers.remote(), timeout=60):
                 assert time.monotonic() < end

@@ -31,9 +31,28 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _dry_run(env: dict[str, str], out: Path, work: Path) -> tuple[dict, subprocess.CompletedProcess]:
-    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(EXAMPLE), "--dataset",
-                        str(DATASET), "--samples", "2", "--out", str(out), "--work-dir", str(work), "--json"],
-                       capture_output=True, text=True, timeout=900, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "dry-run",
+            str(EXAMPLE),
+            "--dataset",
+            str(DATASET),
+            "--samples",
+            "2",
+            "--out",
+            str(out),
+            "--work-dir",
+            str(work),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     rewards: dict = {}
     for line in out.read_text().splitlines():

@@ -24,8 +24,13 @@ pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
 
 
 def _up_fails(env: dict[str, str], tmp: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "up", str(EXAMPLE), *flags], env=env,
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "up", str(EXAMPLE), *flags],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def test_a_wrong_key_is_a_setting_error(opensandbox_server, home: Path, tmp_path: Path) -> None:
@@ -54,8 +59,9 @@ def test_a_mount_outside_the_allowed_paths_is_named(opensandbox_server, home: Pa
         subprocess.run(["rm", "-rf", str(outside)], check=False)
 
 
-def test_a_sandbox_killed_from_outside_and_a_server_restart_are_ridden_out(opensandbox_server, home: Path,
-                                                                             tmp_path: Path) -> None:
+def test_a_sandbox_killed_from_outside_and_a_server_restart_are_ridden_out(
+    opensandbox_server, home: Path, tmp_path: Path
+) -> None:
     server = opensandbox_server
     proc = up_process(EXAMPLE, tmp_path, env=daemon_env(server, home))
     ready = json.loads(read_ready_line(proc, timeout=600))
@@ -70,16 +76,29 @@ def test_a_sandbox_killed_from_outside_and_a_server_restart_are_ridden_out(opens
             assert time.time() - killed < 120, me
             time.sleep(0.2)
         assert me["sandbox"] != old and me["last_exit"]["reason"] == "sandbox-gone"
-        print(f"killed sandbox seen after {me['last_exit']['at'] - killed:.2f} s, ready again after "
-              f"{time.time() - killed:.1f} s")
+        print(
+            f"killed sandbox seen after {me['last_exit']['at'] - killed:.2f} s, ready again after "
+            f"{time.time() - killed:.1f} s"
+        )
         server.remove_sandbox(old)  # podman's runtime cannot delete a killed container through the server
 
         server.restart()  # sandboxes and their commands outlive it
         rows = _instances(ready)
         assert all(s["state"] == "ready" for s in rows) and sum(s["restarts"] for s in rows) == 1
-        r = httpx.post(ready["head_server"] + "/rollouts/run", timeout=300, json={"examples": [{
-            "responses_create_params": {"input": [{"role": "user", "content": "What is 2 * 3? End with the number."}]},
-            "agent_ref": {"type": "responses_api_agents", "name": "arithmetic_agent"}}]})
+        r = httpx.post(
+            ready["head_server"] + "/rollouts/run",
+            timeout=300,
+            json={
+                "examples": [
+                    {
+                        "responses_create_params": {
+                            "input": [{"role": "user", "content": "What is 2 * 3? End with the number."}]
+                        },
+                        "agent_ref": {"type": "responses_api_agents", "name": "arithmetic_agent"},
+                    }
+                ]
+            },
+        )
         assert r.status_code == 200, r.text[:500]
         result = json.loads(r.text)["results"][0]
         assert "error" not in result and result.get("reward") is not None, result
@@ -92,19 +111,34 @@ def test_a_sandbox_killed_from_outside_and_a_server_restart_are_ridden_out(opens
 
 
 def test_doctor_names_the_server_its_version_and_the_isolation(opensandbox_server, home: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "doctor"],
-                       env=daemon_env(opensandbox_server, home), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "doctor"],
+        env=daemon_env(opensandbox_server, home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [line.strip() for line in r.stdout.splitlines()]
     start = next(i for i, line in enumerate(lines) if line.startswith("backends:"))
     assert "servers run in the opensandbox backend" in lines[start]
     osb = lines[start + 2]
-    assert osb.startswith(f"opensandbox: server http://{opensandbox_server.domain} version 1.1.1 (API key set; "
-                          f"image {opensandbox_server.image})"), osb
+    assert osb.startswith(
+        f"opensandbox: server http://{opensandbox_server.domain} version 1.1.1 (API key set; "
+        f"image {opensandbox_server.image})"
+    ), osb
     assert "one sandbox per server" in osb and opensandbox_server.api_key not in r.stdout + r.stderr
-    assert lines[start + 3] == ("opensandbox: task sandboxes of configs' opensandbox provider blocks are made there; "
-                                "images approved: nothing (unset) (GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES)")
-    out = json.loads(subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "doctor", "--json"],
-                                    env=daemon_env(opensandbox_server, home), capture_output=True, text=True,
-                                    timeout=300).stdout)
+    assert lines[start + 3] == (
+        "opensandbox: task sandboxes of configs' opensandbox provider blocks are made there; "
+        "images approved: nothing (unset) (GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES)"
+    )
+    out = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "gym_runtime.cli.main", "doctor", "--json"],
+            env=daemon_env(opensandbox_server, home),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        ).stdout
+    )
     assert out["sandbox_backends"]["opensandbox"]["version"] == "1.1.1"
     assert "sandbox_backends" not in out["problems"]

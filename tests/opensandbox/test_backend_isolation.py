@@ -60,12 +60,14 @@ def test_a_prober_sees_no_key_no_other_sandbox_and_no_host(opensandbox_server, h
     try:
         boxes = {s["process_name"]: s["sandbox"] for s in _instances(ready)}
         asyncio.run(_run(server, boxes["policy_model"], ["/usr/bin/python3", "-c", "open('/tmp/model-marker','w')"]))
-        model = json.loads(asyncio.run(_run(server, boxes["policy_model"],
-                                            ["/usr/bin/python3", "-c", PROBE, KEY, str(host_file)])))
+        model = json.loads(
+            asyncio.run(_run(server, boxes["policy_model"], ["/usr/bin/python3", "-c", PROBE, KEY, str(host_file)]))
+        )
         assert "app.py" in model["hits"] and model["marker"]  # the model server holds its key; the marker is its /tmp
         for name in ("arithmetic", "code_lookup_agent"):
-            seen = json.loads(asyncio.run(_run(server, boxes[name], ["/usr/bin/python3", "-c", PROBE, KEY,
-                                                                        str(host_file)])))
+            seen = json.loads(
+                asyncio.run(_run(server, boxes[name], ["/usr/bin/python3", "-c", PROBE, KEY, str(host_file)]))
+            )
             # the probe's own command line holds the key; nothing else of that sandbox does
             assert [h for h in seen["hits"] if h != "-c"] == [], (name, seen)
             assert seen["marker"] is False and seen["host_file"] is False, (name, seen)

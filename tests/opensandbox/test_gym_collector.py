@@ -40,8 +40,16 @@ def _collect(server, home: Path, tmp: Path, backend: str, gym_bin: Path) -> list
         ready = json.loads(read_ready_line(proc, timeout=600))
         assert (ready["isolation"] == "opensandbox") == (backend == "opensandbox")
         out = tmp / "out.jsonl"
-        done = run_gym_cli(gym_bin, ready["head_server"], tmp, "ng_collect_rollouts", f"+input_jsonl_fpath={DATASET}",
-                           f"+output_jsonl_fpath={out}", f"+num_repeats={REPEATS}", timeout=600)
+        done = run_gym_cli(
+            gym_bin,
+            ready["head_server"],
+            tmp,
+            "ng_collect_rollouts",
+            f"+input_jsonl_fpath={DATASET}",
+            f"+output_jsonl_fpath={out}",
+            f"+num_repeats={REPEATS}",
+            timeout=600,
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "Finished rollout collection!" in done.stdout
         metrics = json.loads((tmp / "out_aggregate_metrics.json").read_text())
@@ -70,12 +78,14 @@ def test_gyms_collector_scores_every_row_as_under_local(opensandbox_server, tmp_
     rows = [json.loads(line) for line in DATASET.read_text().splitlines() if line.strip()]
     assert len(remote) == len(rows) * REPEATS
     for r in remote:
-        assert isinstance(r.get("reward"), (int, float)) and not r.get("_ng_failure_class"), \
-            {k: r.get(k) for k in ("task_idx", "reward", "_ng_failure_class", "error")}
+        assert isinstance(r.get("reward"), (int, float)) and not r.get("_ng_failure_class"), {
+            k: r.get(k) for k in ("task_idx", "reward", "_ng_failure_class", "error")
+        }
     assert sorted({r["agent_ref"]["name"] for r in remote}) == AGENTS
     # Gym reached each agent through the environment server in front of it, as 0.7.0 does
-    assert {r["_ng_environment_server"] for r in remote} == {f"{a.removesuffix('_agent')}_environment_server"
-                                                            for a in AGENTS}
+    assert {r["_ng_environment_server"] for r in remote} == {
+        f"{a.removesuffix('_agent')}_environment_server" for a in AGENTS
+    }
     assert _rewards_by_row(remote) == _rewards_by_row(local)
     assert 0 < sum(r["reward"] for r in remote) < len(remote)  # the stub is right on some rows, wrong on others
     assert opensandbox_server.sandboxes() == []  # the stop deleted every sandbox of the run

@@ -57,8 +57,13 @@ def test_a_server_that_uses_ray_gets_no_cluster_to_join(opensandbox_server, tmp_
     proc = up_process(simple_env(tmp_path / "pkg", ray=True), tmp_path, env=env)
     try:
         ready = json.loads(read_ready_line(proc, timeout=600))
-        assert ready["ray"] == {"mode": "own", "address": None, "source": "needed by acme_math",
-                                "needed_by": ["acme_math"], "without": []}
+        assert ready["ray"] == {
+            "mode": "own",
+            "address": None,
+            "source": "needed by acme_math",
+            "needed_by": ["acme_math"],
+            "without": [],
+        }
         seen = json.loads((tmp_path / "run" / "servers" / "acme_math" / "contract.json").read_text())["env"]
         config = seen["NEMO_GYM_CONFIG_DICT"]
         assert "acme_math" in config and "ray_head_node_address" not in config
@@ -75,9 +80,23 @@ def test_a_server_that_uses_ray_gets_no_cluster_to_join(opensandbox_server, tmp_
     assert server.sandboxes() == []
 
     home = tmp_path / "refused"
-    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "up", str(tmp_path / "pkg"), "--work-dir",
-                        str(home / "run"), "--ray-address", "10.0.0.5:6379"], capture_output=True, text=True,
-                       timeout=120, env=daemon_env(server, home))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "up",
+            str(tmp_path / "pkg"),
+            "--work-dir",
+            str(home / "run"),
+            "--ray-address",
+            "10.0.0.5:6379",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=daemon_env(server, home),
+    )
     assert r.returncode == 1 and r.stdout == "", r.stderr
     assert "error[GR-OSB-RAY]" in r.stderr and "--ray-address=10.0.0.5:6379" in r.stderr
     assert "a server's sandbox is no node of it" in r.stderr and r.stderr.count("error[") == 1
@@ -102,13 +121,34 @@ def gym_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]
 def _dry_run(server, tree: tuple[Path, Path, str], backend: str, tmp: Path) -> tuple[dict, str]:
     """``dry-run`` of the tree under ``backend``: ({row: sorted rewards}, its stderr)."""
     pkg, dataset, python = tree
-    env = {**daemon_env(server, tmp / "home", backend), "GYM_RUNTIME_PYTHON": python,
-           "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),  # the venvs the other real-tree tests use
-           "GYM_RUNTIME_RAY_UNDECLARED": "always"}
+    env = {
+        **daemon_env(server, tmp / "home", backend),
+        "GYM_RUNTIME_PYTHON": python,
+        "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),  # the venvs the other real-tree tests use
+        "GYM_RUNTIME_RAY_UNDECLARED": "always",
+    }
     out = tmp / f"{backend}.jsonl"
-    r = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(pkg), "--dataset", str(dataset),
-                        "--samples", "1", "--out", str(out), "--work-dir", str(tmp / backend)],
-                       capture_output=True, text=True, timeout=1500, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym_runtime.cli.main",
+            "dry-run",
+            str(pkg),
+            "--dataset",
+            str(dataset),
+            "--samples",
+            "1",
+            "--out",
+            str(out),
+            "--work-dir",
+            str(tmp / backend),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     rewards: dict = {}
     for line in out.read_text().splitlines():

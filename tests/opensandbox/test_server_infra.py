@@ -40,9 +40,16 @@ http.server.HTTPServer(("127.0.0.1", 9000), H).serve_forever()
 
 
 async def create(server: OpenSandboxServer, run: str, **kw) -> Sandbox:
-    return await create_tried(lambda: Sandbox.create(server.image, connection_config=server.connection_config(
-        request_timeout=timedelta(seconds=60)), metadata={"run": run}, timeout=timedelta(minutes=10),
-        ready_timeout=timedelta(seconds=DEADLINE_S), **kw))
+    return await create_tried(
+        lambda: Sandbox.create(
+            server.image,
+            connection_config=server.connection_config(request_timeout=timedelta(seconds=60)),
+            metadata={"run": run},
+            timeout=timedelta(minutes=10),
+            ready_timeout=timedelta(seconds=DEADLINE_S),
+            **kw,
+        )
+    )
 
 
 async def until(probe, what: str):
@@ -68,13 +75,19 @@ def test_commands_logs_proxy_interrupt_volume_and_tmp(opensandbox_server: OpenSa
     (tree / "data.txt").write_text("from the host\n")
 
     async def scenario() -> None:
-        box = await create(server, run, env={"GREETING": "hi"}, volumes=[
-            Volume(name="tree", host=Host(path=str(tree)), mount_path=str(tree), read_only=True)])
+        box = await create(
+            server,
+            run,
+            env={"GREETING": "hi"},
+            volumes=[Volume(name="tree", host=Host(path=str(tree)), mount_path=str(tree), read_only=True)],
+        )
         try:
             assert [b["id"] for b in server.sandboxes(run=run)] == [box.id]
             # foreground: stdout, stderr, the exit code; the host tree read-only at the same path
-            done = await box.commands.run(f"cat {tree}/data.txt; echo $GREETING $EXTRA; echo oops >&2",
-                                          opts=RunCommandOpts(envs={"EXTRA": "there"}))
+            done = await box.commands.run(
+                f"cat {tree}/data.txt; echo $GREETING $EXTRA; echo oops >&2",
+                opts=RunCommandOpts(envs={"EXTRA": "there"}),
+            )
             assert done.exit_code == 0
             assert "".join(m.text for m in done.logs.stdout) == "from the host\nhi there\n"
             assert "".join(m.text for m in done.logs.stderr) == "oops\n"
@@ -137,7 +150,9 @@ def test_killed_and_removed_from_outside(opensandbox_server: OpenSandboxServer) 
         killed, removed = await create(server, run), await create(server, run)
         try:
             server.kill_sandbox(killed.id)
-            status = await until(lambda: _status(server, killed.id, lambda s: s["state"] != "Running"), "killed's state")
+            status = await until(
+                lambda: _status(server, killed.id, lambda s: s["state"] != "Running"), "killed's state"
+            )
             assert (status["state"], status["reason"]) == ("Failed", "CONTAINER_EXITED_ERROR"), status
             assert "137" in status["message"]
             # podman's answer to killing a stopped container is not Docker's "is not running", which
@@ -185,9 +200,14 @@ def test_wrong_key_and_outside_mount_are_refused(opensandbox_server: OpenSandbox
     server = opensandbox_server
     answer = server.api("GET", "/sandboxes", headers={"OPEN-SANDBOX-API-KEY": "wrong"})
     assert answer.status_code == 401
-    body = {"image": {"uri": server.image}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 60,
-            "resourceLimits": {"cpu": "1", "memory": "256Mi"}, "metadata": {"run": "refused"},
-            "volumes": [{"name": "etc", "host": {"path": "/etc"}, "mountPath": "/host-etc", "readOnly": True}]}
+    body = {
+        "image": {"uri": server.image},
+        "entrypoint": ["tail", "-f", "/dev/null"],
+        "timeout": 60,
+        "resourceLimits": {"cpu": "1", "memory": "256Mi"},
+        "metadata": {"run": "refused"},
+        "volumes": [{"name": "etc", "host": {"path": "/etc"}, "mountPath": "/host-etc", "readOnly": True}],
+    }
     answer = server.api("POST", "/sandboxes", json=body)
     assert answer.status_code == 400, answer.text
     assert "allowed" in answer.text.lower()

@@ -37,17 +37,27 @@ pytestmark = [pytest.mark.opensandbox, pytest.mark.timeout(900)]
 
 
 def _conn(server: OpenSandboxServer, approved: str):
-    return opensandbox_connection({"OPENSANDBOX_DOMAIN": server.domain, "OPENSANDBOX_API_KEY": server.api_key,
-                                   "GYM_RUNTIME_OPENSANDBOX_EGRESS": "unenforced",  # no egress sidecar here
-                                   "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": approved})
+    return opensandbox_connection(
+        {
+            "OPENSANDBOX_DOMAIN": server.domain,
+            "OPENSANDBOX_API_KEY": server.api_key,
+            "GYM_RUNTIME_OPENSANDBOX_EGRESS": "unenforced",  # no egress sidecar here
+            "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": approved,
+        }
+    )
 
 
 def _as_provider(gate: OpenSandboxGate, server_name: str) -> ConnectionConfig:
     """What Gym's provider builds from the block the daemon gave ``server_name`` (``_connection_config``)."""
     token = gate.token(server_name)
-    return ConnectionConfig(domain=f"{gate.host}:{gate.port}", api_key=token, protocol="http",
-                            request_timeout=timedelta(seconds=60), use_server_proxy=True,
-                            headers={"OPEN-SANDBOX-API-KEY": token})
+    return ConnectionConfig(
+        domain=f"{gate.host}:{gate.port}",
+        api_key=token,
+        protocol="http",
+        request_timeout=timedelta(seconds=60),
+        use_server_proxy=True,
+        headers={"OPEN-SANDBOX-API-KEY": token},
+    )
 
 
 def _mine(server: OpenSandboxServer, run: str) -> list[dict]:
@@ -63,8 +73,9 @@ def _mine(server: OpenSandboxServer, run: str) -> list[dict]:
     return server.sandboxes(**{LABEL_RUN: run})
 
 
-def test_the_gate_creates_approved_images_on_the_operators_server(opensandbox_server: OpenSandboxServer,
-                                                                  tmp_path: Path) -> None:
+def test_the_gate_creates_approved_images_on_the_operators_server(
+    opensandbox_server: OpenSandboxServer, tmp_path: Path
+) -> None:
     server = opensandbox_server
     prefix = server.image.split(":")[0].rsplit("/", 1)[0] + "/"  # localhost/ : a prefix ending in '/'
     labels = RunLabels.new(tmp_path / "slot", "gate-test")
@@ -78,9 +89,15 @@ def test_the_gate_creates_approved_images_on_the_operators_server(opensandbox_se
         out: dict = {}
         try:
             swe = _as_provider(gate, "swe")
-            box = await create_tried(lambda: Sandbox.create(
-                server.image, connection_config=swe, metadata={"bench": "swe"}, timeout=timedelta(minutes=10),
-                ready_timeout=timedelta(seconds=120)))
+            box = await create_tried(
+                lambda: Sandbox.create(
+                    server.image,
+                    connection_config=swe,
+                    metadata={"bench": "swe"},
+                    timeout=timedelta(minutes=10),
+                    ready_timeout=timedelta(seconds=120),
+                )
+            )
             listed = {b["id"]: b for b in _mine(server, labels.run)}
             out["listed"] = listed.get(box.id)
             done = await box.commands.run("echo from-the-task-sandbox")
@@ -89,24 +106,38 @@ def test_the_gate_creates_approved_images_on_the_operators_server(opensandbox_se
             out["file"] = await box.files.read_bytes("/tmp/t.txt")
             out["own_list"] = [i.id for i in (await _list(swe)).sandbox_infos]
             async with httpx.AsyncClient(trust_env=False) as http:  # no climbing out of its own sandbox's paths
-                r = await http.get(f"http://{gate.host}:{gate.port}/v1/sandboxes/{box.id}/proxy/44772/%2e%2e/%2e%2e/"
-                                   "other/endpoints/44772", headers={"OPEN-SANDBOX-API-KEY": gate.token("swe")})
+                r = await http.get(
+                    f"http://{gate.host}:{gate.port}/v1/sandboxes/{box.id}/proxy/44772/%2e%2e/%2e%2e/"
+                    "other/endpoints/44772",
+                    headers={"OPEN-SANDBOX-API-KEY": gate.token("swe")},
+                )
                 out["dotdot"] = (r.status_code, r.json()["code"])
 
             # an image the operator did not approve never reaches the server
             with pytest.raises(SandboxApiException) as refused:
-                await Sandbox.create("registry.example/not-approved:1", connection_config=swe,
-                                     timeout=timedelta(minutes=10), ready_timeout=timedelta(seconds=30))
+                await Sandbox.create(
+                    "registry.example/not-approved:1",
+                    connection_config=swe,
+                    timeout=timedelta(minutes=10),
+                    ready_timeout=timedelta(seconds=30),
+                )
             out["refused"] = (refused.value.status_code, str(refused.value))
             # volumes would reach host files: refused, whatever the image
             with pytest.raises(SandboxApiException) as mounted:
-                await Sandbox.create(server.image, connection_config=swe, timeout=timedelta(minutes=10),
-                                     volumes=[Volume(name="h", host=Host(path=str(tmp_path)), mount_path="/h",
-                                                     read_only=True)])
+                await Sandbox.create(
+                    server.image,
+                    connection_config=swe,
+                    timeout=timedelta(minutes=10),
+                    volumes=[Volume(name="h", host=Host(path=str(tmp_path)), mount_path="/h", read_only=True)],
+                )
             out["volumes"] = (mounted.value.status_code, str(mounted.value))
             with pytest.raises(SandboxApiException) as extended:  # CAP_SYS_ADMIN in the sandbox: the operator's
-                await Sandbox.create(server.image, connection_config=swe, timeout=timedelta(minutes=10),
-                                     extensions={"bootstrap.execd.isolation": "enable"})
+                await Sandbox.create(
+                    server.image,
+                    connection_config=swe,
+                    timeout=timedelta(minutes=10),
+                    extensions={"bootstrap.execd.isolation": "enable"},
+                )
             out["extensions"] = (extended.value.status_code, str(extended.value))
 
             # another server of the environment: its token lists nothing of swe's and reaches none of it
@@ -117,9 +148,13 @@ def test_the_gate_creates_approved_images_on_the_operators_server(opensandbox_se
                 await other.commands.run("true")
             out["stranger"] = str(stranger.value)
             with pytest.raises(SandboxApiException) as nobody:
-                await Sandbox.create(server.image, connection_config=ConnectionConfig(
-                    domain=f"{gate.host}:{gate.port}", api_key=server.api_key, protocol="http"),  # the real key
-                    timeout=timedelta(minutes=10))
+                await Sandbox.create(
+                    server.image,
+                    connection_config=ConnectionConfig(
+                        domain=f"{gate.host}:{gate.port}", api_key=server.api_key, protocol="http"
+                    ),  # the real key
+                    timeout=timedelta(minutes=10),
+                )
             out["real_key_at_gate"] = nobody.value.status_code
 
             # the server process that made it ends: its sandbox is deleted
@@ -132,9 +167,14 @@ def test_the_gate_creates_approved_images_on_the_operators_server(opensandbox_se
             out["after_owner_ended"] = [b["id"] for b in _mine(server, labels.run)]
             await box.close()
 
-            second = await create_tried(lambda: Sandbox.create(
-                server.image, connection_config=_as_provider(gate, "judge"), timeout=timedelta(minutes=10),
-                ready_timeout=timedelta(seconds=120)))
+            second = await create_tried(
+                lambda: Sandbox.create(
+                    server.image,
+                    connection_config=_as_provider(gate, "judge"),
+                    timeout=timedelta(minutes=10),
+                    ready_timeout=timedelta(seconds=120),
+                )
+            )
             out["second"] = second.id
             await second.close()
         finally:
@@ -188,18 +228,27 @@ def _left_behind(server: OpenSandboxServer, body: dict) -> str:
     return answer.json()["id"]
 
 
-def test_a_restarted_daemon_deletes_what_a_killed_one_left(opensandbox_server: OpenSandboxServer,
-                                                           tmp_path: Path) -> None:
+def test_a_restarted_daemon_deletes_what_a_killed_one_left(
+    opensandbox_server: OpenSandboxServer, tmp_path: Path
+) -> None:
     server = opensandbox_server
     slot = tmp_path / "slot"
     dead = RunLabels.new(slot, "gate-test")  # a daemon of this state slot that was SIGKILLed: its labels stay
-    left = {"image": {"uri": server.image}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
-            "resourceLimits": {"cpu": "1", "memory": "256Mi"},
-            "metadata": {**{k: v for k, v in dead.metadata("swe").items() if k != "gym-runtime-server"},
-                         TASK_LABEL: "swe"}}
+    left = {
+        "image": {"uri": server.image},
+        "entrypoint": ["tail", "-f", "/dev/null"],
+        "timeout": 600,
+        "resourceLimits": {"cpu": "1", "memory": "256Mi"},
+        "metadata": {**{k: v for k, v in dead.metadata("swe").items() if k != "gym-runtime-server"}, TASK_LABEL: "swe"},
+    }
     box_id = _left_behind(server, left)
-    other_slot = _left_behind(server, {**left, "metadata": {
-        **RunLabels.new(tmp_path / "another-slot", "gate-test").metadata("swe"), TASK_LABEL: "swe"}})
+    other_slot = _left_behind(
+        server,
+        {
+            **left,
+            "metadata": {**RunLabels.new(tmp_path / "another-slot", "gate-test").metadata("swe"), TASK_LABEL: "swe"},
+        },
+    )
 
     async def scenario() -> list[str]:
         again = OpenSandboxGate(_conn(server, server.image), RunLabels.new(slot, "gate-test"), EgressPolicy())
@@ -219,7 +268,8 @@ def test_a_restarted_daemon_deletes_what_a_killed_one_left(opensandbox_server: O
 # a stdlib server that, asked, creates a task sandbox with the connection its config holds, in the
 # wire format the opensandbox SDK sends (POST /v1/sandboxes); its config's one `domain: host:port` and
 # one `api_key:` are the top-level `sandbox` block's connection (the only ones in this package)
-WIRE_APP = r'''# test fixture: a server creating a task sandbox with the connection its config names
+WIRE_APP = (
+    r"""# test fixture: a server creating a task sandbox with the connection its config names
 import json, os, re, urllib.request
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
@@ -232,7 +282,9 @@ block = lines.index(name + ":")
 host = next(l.split(": ")[1] for l in lines[block:] if l.startswith("      host: "))
 port = next(l.split(": ")[1] for l in lines[block:] if l.startswith("      port: "))
 
-''' + JSON_HANDLER + r'''
+"""
+    + JSON_HANDLER
+    + r"""
 class H(JSONHandler):
     def do_POST(self):
         row = json.loads(self.rfile.read(int(self.headers["content-length"])))
@@ -249,12 +301,14 @@ class H(JSONHandler):
             self._send(200, {"status": None, "error": repr(e), "domain": domain})
 
 ThreadingHTTPServer((host, int(port)), H).serve_forever()
-'''
+"""
+)
 
 
 @pytest.mark.slow
-def test_a_server_in_an_opensandbox_sandbox_reaches_the_gate(opensandbox_server: OpenSandboxServer,
-                                                            tmp_path: Path) -> None:
+def test_a_server_in_an_opensandbox_sandbox_reaches_the_gate(
+    opensandbox_server: OpenSandboxServer, tmp_path: Path
+) -> None:
     import json
     import os
     import signal
@@ -265,11 +319,26 @@ def test_a_server_in_an_opensandbox_sandbox_reaches_the_gate(opensandbox_server:
     from tests.helpers.opensandbox.runs import daemon_env
 
     server = opensandbox_server
-    pkg = write_fixture_package(tmp_path / "pkg", {"acme_tasks": {"resources_servers": {"acme_tasks": {
-        "domain": "coding", "sandbox_provider": "sandbox"}}}}, apps={"acme_tasks": WIRE_APP})
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {"acme_tasks": {"resources_servers": {"acme_tasks": {"domain": "coding", "sandbox_provider": "sandbox"}}}},
+        apps={"acme_tasks": WIRE_APP},
+    )
     conf = pkg / "resources_servers" / "acme_tasks" / "configs" / "opensandbox.yaml"
-    conf.write_text(yaml.safe_dump({"sandbox": {"opensandbox": {"connection": {
-        "domain": "${oc.env:OPENSANDBOX_DOMAIN}", "api_key": "${oc.env:OPENSANDBOX_API_KEY}"}}}}))
+    conf.write_text(
+        yaml.safe_dump(
+            {
+                "sandbox": {
+                    "opensandbox": {
+                        "connection": {
+                            "domain": "${oc.env:OPENSANDBOX_DOMAIN}",
+                            "api_key": "${oc.env:OPENSANDBOX_API_KEY}",
+                        }
+                    }
+                }
+            }
+        )
+    )
     manifest = yaml.safe_load((pkg / "nemo-environment.yaml").read_text())
     manifest["config_paths"].append(conf.relative_to(pkg).as_posix())
     (pkg / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))

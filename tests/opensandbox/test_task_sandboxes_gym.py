@@ -31,7 +31,8 @@ from tests.helpers.gym_python import gym_python
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.pypi, pytest.mark.slow, pytest.mark.timeout(2400)]
 
-APP = r'''# a Gym 0.7.0 server that makes task sandboxes with the provider its config names
+APP = (
+    r"""# a Gym 0.7.0 server that makes task sandboxes with the provider its config names
 import asyncio, json, os, threading
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
@@ -66,7 +67,9 @@ async def task(image):
     return {"sandbox_id": box._handle.sandbox_id, "stdout": done.stdout, "code": done.return_code}
 
 
-''' + JSON_HANDLER + r'''
+"""
+    + JSON_HANDLER
+    + r"""
 class H(JSONHandler):
     def do_POST(self):
         row = json.loads(self.rfile.read(int(self.headers["content-length"])))
@@ -79,15 +82,25 @@ class H(JSONHandler):
 
 TaskServer.run_webserver()
 ThreadingHTTPServer((mine["host"], int(mine["port"])), H).serve_forever()
-'''
+"""
+)
 
 
 def _package(root: Path, image: str) -> Path:
-    pkg = write_fixture_package(root, {"acme_tasks": {"resources_servers": {"acme_tasks": {
-        "domain": "coding", "sandbox_provider": "sandbox", "sandbox_spec": {"image": image}}}}},
-        apps={"acme_tasks": APP})
+    pkg = write_fixture_package(
+        root,
+        {
+            "acme_tasks": {
+                "resources_servers": {
+                    "acme_tasks": {"domain": "coding", "sandbox_provider": "sandbox", "sandbox_spec": {"image": image}}
+                }
+            }
+        },
+        apps={"acme_tasks": APP},
+    )
     (pkg / "resources_servers" / "acme_tasks" / "requirements.txt").write_text(
-        "nemo-gym==0.7.0\nopensandbox==1.1.1\ntenacity>=9.1.4\n")
+        "nemo-gym==0.7.0\nopensandbox==1.1.1\ntenacity>=9.1.4\n"
+    )
     # Gym 0.7.0's nemo_gym/sandbox/providers/opensandbox/configs/opensandbox.yaml, timeouts shortened
     (pkg / "resources_servers" / "acme_tasks" / "configs" / "opensandbox.yaml").write_text("""\
 sandbox:
@@ -127,10 +140,17 @@ def test_gyms_own_provider_makes_the_task_sandbox_on_the_operators_server(opensa
     server = opensandbox_server
     python = gym_python()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENSANDBOX_", "GYM_RUNTIME_"))}
-    env.update({"GYM_RUNTIME_HOME": str(tmp_path / "home"), "GYM_RUNTIME_PYTHON": str(python),
-                "GYM_RUNTIME_SANDBOX_BACKEND": "local", "OPENSANDBOX_DOMAIN": server.domain,
-                "OPENSANDBOX_API_KEY": server.api_key, "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": server.image,
-                "GYM_RUNTIME_OPENSANDBOX_EGRESS": "unenforced"})  # no egress sidecar can run here
+    env.update(
+        {
+            "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+            "GYM_RUNTIME_PYTHON": str(python),
+            "GYM_RUNTIME_SANDBOX_BACKEND": "local",
+            "OPENSANDBOX_DOMAIN": server.domain,
+            "OPENSANDBOX_API_KEY": server.api_key,
+            "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": server.image,
+            "GYM_RUNTIME_OPENSANDBOX_EGRESS": "unenforced",
+        }
+    )  # no egress sidecar can run here
     pkg = _package(tmp_path / "pkg", server.image)
     proc = up_process(pkg, tmp_path, env=env)
     try:

@@ -29,24 +29,28 @@ def test_config_path_missing_and_directory(tmp_path: Path) -> None:
     root = make_package(tmp_path / "p", "wheels-v1")
     v = _with_paths(root, "wheels-v1", ["configs/policy_model.yaml", "configs/nope.yaml", "configs"])
     hits = _only(v, "GR-PKG-CONFIG-MISSING")
-    assert [(h.file, h.key) for h in hits] == [("nemo-environment.yaml", "config_paths[1]"),
-                                                ("nemo-environment.yaml", "config_paths[2]")]
+    assert [(h.file, h.key) for h in hits] == [
+        ("nemo-environment.yaml", "config_paths[1]"),
+        ("nemo-environment.yaml", "config_paths[2]"),
+    ]
     assert "configs/nope.yaml" in hits[0].message
 
 
 def test_config_symlink_file(tmp_path: Path) -> None:
     root = make_package(tmp_path / "p", "wheels-v1")
     os.symlink("acme_math.yaml", root / "configs/link.yaml")
-    h = _only(_with_paths(root, "wheels-v1", ["configs/policy_model.yaml", "configs/link.yaml"]),
-              "GR-PKG-CONFIG-SYMLINK")[0]
+    h = _only(
+        _with_paths(root, "wheels-v1", ["configs/policy_model.yaml", "configs/link.yaml"]), "GR-PKG-CONFIG-SYMLINK"
+    )[0]
     assert h.key == "config_paths[1]" and "configs/link.yaml" in h.message
 
 
 def test_config_symlinked_parent_dir(tmp_path: Path) -> None:
     root = make_package(tmp_path / "p", "wheels-v1")
     os.symlink("configs", root / "cfglink")
-    h = _only(_with_paths(root, "wheels-v1", ["configs/policy_model.yaml", "cfglink/acme_math.yaml"]),
-              "GR-PKG-CONFIG-SYMLINK")[0]
+    h = _only(
+        _with_paths(root, "wheels-v1", ["configs/policy_model.yaml", "cfglink/acme_math.yaml"]), "GR-PKG-CONFIG-SYMLINK"
+    )[0]
     assert h.key == "config_paths[1]" and "cfglink" in h.message
 
 
@@ -118,8 +122,12 @@ def test_all_violations_collected_together(tmp_path: Path) -> None:
     write_manifest(root, m)
     with pytest.raises(PackageInvalidError) as e:
         load_package(root)
-    assert {v.code for v in e.value.violations} == {"GR-PKG-JSONL", "GR-PKG-WHEELS-NON-WHEEL",
-                                                    "GR-PKG-SERVER-NO-INSTALL", "GR-PKG-CONFIG-MISSING"}
+    assert {v.code for v in e.value.violations} == {
+        "GR-PKG-JSONL",
+        "GR-PKG-WHEELS-NON-WHEEL",
+        "GR-PKG-SERVER-NO-INSTALL",
+        "GR-PKG-CONFIG-MISSING",
+    }
     assert e.value.code == "GR-PKG-INVALID" and e.value.exit_code == 1
 
 
@@ -137,8 +145,10 @@ def test_unresolvable_paths_are_violations_not_crashes(tmp_path: Path) -> None:
     v = _with_paths(root, "wheels-v1", ["configs/" + "a" * 300 + ".yaml", "configs/loop.yaml", "configs/a\x00.yaml"])
     assert [(x.code, x.key) for x in v] == [("GR-PKG-CONFIG-PATH", "config_paths[2]")]
     v = _with_paths(root, "wheels-v1", ["configs/" + "a" * 300 + ".yaml", "configs/loop.yaml"])
-    assert [(x.code, x.key) for x in v] == [("GR-PKG-CONFIG-MISSING", "config_paths[0]"),
-                                            ("GR-PKG-CONFIG-SYMLINK", "config_paths[1]")]
+    assert [(x.code, x.key) for x in v] == [
+        ("GR-PKG-CONFIG-MISSING", "config_paths[0]"),
+        ("GR-PKG-CONFIG-SYMLINK", "config_paths[1]"),
+    ]
     assert check_package("x" * 5000)[1][0].code == "GR-PKG-NOT-FOUND"
     assert check_package("a\x00b")[1][0].code == "GR-PKG-NOT-FOUND"
 
@@ -157,8 +167,10 @@ def test_nested_implementations_are_found_by_their_path(tmp_path: Path) -> None:
     pkg, v = check_package(root)
     assert v == []  # the group holds no install file, and is no server without one
     nested = {k: d for k, d in pkg.server_dirs.items() if k[1].startswith("conversational_tool_use")}
-    assert set(nested) == {("responses_api_agents", "conversational_tool_use/simulation"),
-                           ("responses_api_agents", "conversational_tool_use/domain_generation")}
+    assert set(nested) == {
+        ("responses_api_agents", "conversational_tool_use/simulation"),
+        ("responses_api_agents", "conversational_tool_use/domain_generation"),
+    }
     assert nested[("responses_api_agents", "conversational_tool_use/simulation")].path == group / "simulation"
     (group / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../\n")  # as in Gym's wheel: a server too
     pkg, v = check_package(root)

@@ -50,6 +50,7 @@ def test_format_missing_reports_other_problems_too(tmp_path: Path) -> None:
         del d["format"]
         d["metadata"] = {}
         d["bogus"] = 1
+
     v = violations_for(tmp_path, "native-v1", m)
     _one(v, "GR-PKG-FORMAT", "format")
     _one(v, "GR-PKG-METADATA", "metadata.name")
@@ -65,29 +66,48 @@ def test_format_unknown(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fmt", ["native-v1", "wheels-v1"])
 def test_metadata_name_missing_too_long_empty(tmp_path: Path, fmt: str) -> None:
     _one(violations_for(tmp_path / "a", fmt, lambda d: d["metadata"].pop("name")), "GR-PKG-METADATA", "metadata.name")
-    _one(violations_for(tmp_path / "b", fmt, lambda d: d["metadata"].update(name="x" * 256)),
-         "GR-PKG-METADATA", "metadata.name")
-    _one(violations_for(tmp_path / "c", fmt, lambda d: d["metadata"].update(name="")), "GR-PKG-METADATA",
-         "metadata.name")
+    _one(
+        violations_for(tmp_path / "b", fmt, lambda d: d["metadata"].update(name="x" * 256)),
+        "GR-PKG-METADATA",
+        "metadata.name",
+    )
+    _one(
+        violations_for(tmp_path / "c", fmt, lambda d: d["metadata"].update(name="")), "GR-PKG-METADATA", "metadata.name"
+    )
     _one(violations_for(tmp_path / "d", fmt, lambda d: d.pop("metadata")), "GR-PKG-METADATA", "metadata")
-    _one(violations_for(tmp_path / "e", fmt, lambda d: d["metadata"].update(description="d" * 2049)),
-         "GR-PKG-METADATA", "metadata.description")
+    _one(
+        violations_for(tmp_path / "e", fmt, lambda d: d["metadata"].update(description="d" * 2049)),
+        "GR-PKG-METADATA",
+        "metadata.description",
+    )
     assert violations_for(tmp_path / "f", fmt, lambda d: d["metadata"].update(name="x" * 255)) == []
 
 
 def test_unknown_keys_rejected_everywhere(tmp_path: Path) -> None:
-    _one(violations_for(tmp_path / "a", "native-v1", lambda d: d.update(sandbox={"egress": "all"})),
-         "GR-PKG-MANIFEST-UNKNOWN-KEY", "sandbox")
-    _one(violations_for(tmp_path / "b", "native-v1", lambda d: d["metadata"].update(color="red")),
-         "GR-PKG-MANIFEST-UNKNOWN-KEY", "metadata.color")
-    _one(violations_for(tmp_path / "c", "adapter-wheels-v1", lambda d: d["adapter"].update(x=1)),
-         "GR-PKG-MANIFEST-UNKNOWN-KEY", "adapter.x")
+    _one(
+        violations_for(tmp_path / "a", "native-v1", lambda d: d.update(sandbox={"egress": "all"})),
+        "GR-PKG-MANIFEST-UNKNOWN-KEY",
+        "sandbox",
+    )
+    _one(
+        violations_for(tmp_path / "b", "native-v1", lambda d: d["metadata"].update(color="red")),
+        "GR-PKG-MANIFEST-UNKNOWN-KEY",
+        "metadata.color",
+    )
+    _one(
+        violations_for(tmp_path / "c", "adapter-wheels-v1", lambda d: d["adapter"].update(x=1)),
+        "GR-PKG-MANIFEST-UNKNOWN-KEY",
+        "adapter.x",
+    )
 
 
 def test_adapter_only_for_adapter_format(tmp_path: Path) -> None:
     for i, fmt in enumerate(["native-v1", "wheels-v1"]):
-        x = _one(violations_for(tmp_path / str(i), fmt, lambda d: d.update(adapter={"agent": "verifiers_agent"})),
-                 "GR-PKG-ADAPTER", "adapter")
+        x = _one(
+            violations_for(tmp_path / str(i), fmt, lambda d: d.update(adapter={"agent": "verifiers_agent"})),
+            "GR-PKG-ADAPTER",
+            "adapter",
+        )
         assert "adapter-wheels-v1" in x.message
 
 
@@ -97,41 +117,67 @@ def test_adapter_required_for_adapter_format(tmp_path: Path) -> None:
 
 
 def test_adapter_agent_must_be_builtin(tmp_path: Path) -> None:
-    x = _one(violations_for(tmp_path / "a", "adapter-wheels-v1", lambda d: d["adapter"].update(agent="my_agent")),
-             "GR-PKG-ADAPTER", "adapter.agent")
+    x = _one(
+        violations_for(tmp_path / "a", "adapter-wheels-v1", lambda d: d["adapter"].update(agent="my_agent")),
+        "GR-PKG-ADAPTER",
+        "adapter.agent",
+    )
     assert "my_agent" in x.message and "verifiers_agent" in x.message
-    _one(violations_for(tmp_path / "b", "adapter-wheels-v1",
-                        lambda d: d["adapter"].update(agent_type="resources_servers")), "GR-PKG-ADAPTER",
-         "adapter.agent_type")
+    _one(
+        violations_for(
+            tmp_path / "b", "adapter-wheels-v1", lambda d: d["adapter"].update(agent_type="resources_servers")
+        ),
+        "GR-PKG-ADAPTER",
+        "adapter.agent_type",
+    )
 
 
-@pytest.mark.parametrize("bad", ["../x.yaml", "a/../b.yaml", "./a.yaml", "/etc/passwd", "a\\b.yaml", " a.yaml",
-                                 "a//b.yaml", ""])
+@pytest.mark.parametrize(
+    "bad", ["../x.yaml", "a/../b.yaml", "./a.yaml", "/etc/passwd", "a\\b.yaml", " a.yaml", "a//b.yaml", ""]
+)
 def test_config_path_text_rules(tmp_path: Path, bad: str) -> None:
-    x = _one(violations_for(tmp_path, "wheels-v1", lambda d: d["config_paths"].append(bad)), "GR-PKG-CONFIG-PATH",
-             "config_paths[2]")
+    x = _one(
+        violations_for(tmp_path, "wheels-v1", lambda d: d["config_paths"].append(bad)),
+        "GR-PKG-CONFIG-PATH",
+        "config_paths[2]",
+    )
     if bad:
         assert f"'{bad}'" in x.message
 
 
 def test_config_paths_duplicates(tmp_path: Path) -> None:
-    x = _one(violations_for(tmp_path, "wheels-v1", lambda d: d["config_paths"].append(d["config_paths"][0])),
-             "GR-PKG-CONFIG-DUPLICATE", "config_paths[2]")
+    x = _one(
+        violations_for(tmp_path, "wheels-v1", lambda d: d["config_paths"].append(d["config_paths"][0])),
+        "GR-PKG-CONFIG-DUPLICATE",
+        "config_paths[2]",
+    )
     assert "configs/policy_model.yaml" in x.message
 
 
-@pytest.mark.parametrize("fmt,bad", [("native-v1", "configs/policy_model.yaml"),
-                                     ("adapter-wheels-v1", "responses_api_models/policy_stub/app.py"),
-                                     ("native-v1", "resources_serversX/a.yaml")])
+@pytest.mark.parametrize(
+    "fmt,bad",
+    [
+        ("native-v1", "configs/policy_model.yaml"),
+        ("adapter-wheels-v1", "responses_api_models/policy_stub/app.py"),
+        ("native-v1", "resources_serversX/a.yaml"),
+    ],
+)
 def test_config_paths_per_format_prefix(tmp_path: Path, fmt: str, bad: str) -> None:
-    x = _one(violations_for(tmp_path, fmt, lambda d: d["config_paths"].append(bad)), "GR-PKG-CONFIG-PREFIX",
-             "config_paths[2]")
+    x = _one(
+        violations_for(tmp_path, fmt, lambda d: d["config_paths"].append(bad)),
+        "GR-PKG-CONFIG-PREFIX",
+        "config_paths[2]",
+    )
     assert bad in x.message and fmt in x.message
 
 
 def test_wheels_v1_configs_anywhere_and_may_be_empty(tmp_path: Path) -> None:
-    assert violations_for(tmp_path / "a", "wheels-v1", lambda d: d["config_paths"].append(
-        "resources_servers/acme_math/app.py")) == []
+    assert (
+        violations_for(
+            tmp_path / "a", "wheels-v1", lambda d: d["config_paths"].append("resources_servers/acme_math/app.py")
+        )
+        == []
+    )
     pkg, v = check_package(make_package(tmp_path / "b", "wheels-v1"))
     assert v == []
 
@@ -141,14 +187,17 @@ def test_config_paths_empty_rejected(tmp_path: Path, fmt: str) -> None:
     _one(violations_for(tmp_path, fmt, lambda d: d.update(config_paths=[])), "GR-PKG-CONFIG-PATH", "config_paths")
 
 
-@pytest.mark.parametrize("text,expect", [
-    ("format: native-v1\nconfig_paths: [a\n", "line 2"),
-    ("- format\n- native-v1\n", "list"),
-    ("just a string\n", "str"),
-    ("", "empty"),
-    ("42\n", "int"),
-    ("format: native-v1\n  bad: indent\n", "line 2"),
-])
+@pytest.mark.parametrize(
+    "text,expect",
+    [
+        ("format: native-v1\nconfig_paths: [a\n", "line 2"),
+        ("- format\n- native-v1\n", "list"),
+        ("just a string\n", "str"),
+        ("", "empty"),
+        ("42\n", "int"),
+        ("format: native-v1\n  bad: indent\n", "line 2"),
+    ],
+)
 def test_manifest_not_a_valid_mapping(tmp_path: Path, text: str, expect: str) -> None:
     root = make_package(tmp_path / "p")
     (root / NAME).write_text(text)
@@ -212,7 +261,7 @@ def test_recursive_alias(tmp_path: Path) -> None:
 
 
 def test_huge_int_and_odd_types(tmp_path: Path) -> None:
-    v = violations_for(tmp_path / "a", "native-v1", lambda d: d["metadata"].update(name=10 ** 400))
+    v = violations_for(tmp_path / "a", "native-v1", lambda d: d["metadata"].update(name=10**400))
     _one(v, "GR-PKG-METADATA", "metadata.name")
     v = violations_for(tmp_path / "b", "native-v1", lambda d: d.update(config_paths="one.yaml"))
     _one(v, "GR-PKG-CONFIG-PATH", "config_paths")

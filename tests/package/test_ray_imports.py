@@ -20,29 +20,37 @@ def tree(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-@pytest.mark.parametrize(("source", "where"), [
-    ("import os\nimport ray\n", "app.py:2 imports ray"),
-    ("def f():\n    from ray.util import ActorPool\n", "app.py:2 imports ray.util"),
-    ("import ray.data as rd\n", "app.py:1 imports ray.data"),
-    ("from nemo_gym.server_utils import initialize_ray\n", "app.py:1 imports nemo_gym.server_utils.initialize_ray"),
-    ("from nemo_gym.orchestration import ray_serve_gateway\n",
-     "app.py:1 imports nemo_gym.orchestration.ray_serve_gateway"),
-    ("import importlib\nm = importlib.import_module('ray')\n", "app.py:2 imports ray"),
-    ("m = __import__('ray.util')\n", "app.py:1 imports ray.util"),
-])
+@pytest.mark.parametrize(
+    ("source", "where"),
+    [
+        ("import os\nimport ray\n", "app.py:2 imports ray"),
+        ("def f():\n    from ray.util import ActorPool\n", "app.py:2 imports ray.util"),
+        ("import ray.data as rd\n", "app.py:1 imports ray.data"),
+        ("from nemo_gym.server_utils import initialize_ray\n", "app.py:1 imports nemo_gym.server_utils.initialize_ray"),
+        (
+            "from nemo_gym.orchestration import ray_serve_gateway\n",
+            "app.py:1 imports nemo_gym.orchestration.ray_serve_gateway",
+        ),
+        ("import importlib\nm = importlib.import_module('ray')\n", "app.py:2 imports ray"),
+        ("m = __import__('ray.util')\n", "app.py:1 imports ray.util"),
+    ],
+)
 def test_an_import_of_ray_is_found_with_its_file_and_line(tmp_path: Path, source: str, where: str) -> None:
     assert ray_import(tree(tmp_path, {"app.py": source}), MODULES) == (where, None)
 
 
 def test_a_tree_without_ray_reaches_none(tmp_path: Path) -> None:
-    t = tree(tmp_path, {
-        "app.py": "import raydium\nfrom nemo_gym.server_utils import ServerClient\nfrom . import rayish\n"
-                  "x = 'import ray'\n",
-        "rayish.py": "array = 1\n",
-        ".venv/lib/site.py": "import ray\n",        # a venv inside the tree is not the tree's code
-        "__pycache__/app.py": "import ray\n",
-        ".hidden/x.py": "import ray\n",
-    })
+    t = tree(
+        tmp_path,
+        {
+            "app.py": "import raydium\nfrom nemo_gym.server_utils import ServerClient\nfrom . import rayish\n"
+            "x = 'import ray'\n",
+            "rayish.py": "array = 1\n",
+            ".venv/lib/site.py": "import ray\n",  # a venv inside the tree is not the tree's code
+            "__pycache__/app.py": "import ray\n",
+            ".hidden/x.py": "import ray\n",
+        },
+    )
     assert ray_import(t, MODULES) is None
 
 
@@ -59,12 +67,15 @@ def test_what_cannot_be_read_counts_as_ray(tmp_path: Path) -> None:
     assert ray_import(big, MODULES) == ("app.py is larger than 4 MiB (not read)", None)
 
 
-@pytest.mark.parametrize(("source", "where"), [
-    ("import nemo_gym.server_utils as su\nsu.initialize_ray()\n", "app.py:2 calls .initialize_ray"),
-    ("from nemo_gym import server_utils\nray = server_utils._get_ray()\n", "app.py:2 calls ._get_ray"),
-    ("from nemo_gym.server_utils import *\n", "app.py:1 imports nemo_gym.server_utils.*"),
-    ("from importlib import import_module as load\nload(name='ray')\n", "app.py:2 imports ray"),
-])
+@pytest.mark.parametrize(
+    ("source", "where"),
+    [
+        ("import nemo_gym.server_utils as su\nsu.initialize_ray()\n", "app.py:2 calls .initialize_ray"),
+        ("from nemo_gym import server_utils\nray = server_utils._get_ray()\n", "app.py:2 calls ._get_ray"),
+        ("from nemo_gym.server_utils import *\n", "app.py:1 imports nemo_gym.server_utils.*"),
+        ("from importlib import import_module as load\nload(name='ray')\n", "app.py:2 imports ray"),
+    ],
+)
 def test_the_sdks_ray_calls_reached_another_way_count_too(tmp_path: Path, source: str, where: str) -> None:
     assert ray_import(tree(tmp_path, {"app.py": source}), MODULES) == (where, None)
 

@@ -16,8 +16,10 @@ import pytest
 
 from tests.helpers.ray_cluster import LocalRayCluster
 
-WORKERS = {"a": {"num_cpus": 2, "resources": {"node_a": 1}, "labels": {"gr-pool": "a"}},
-           "b": {"num_cpus": 2, "resources": {"node_b": 1}, "labels": {"gr-pool": "b"}}}
+WORKERS = {
+    "a": {"num_cpus": 2, "resources": {"node_a": 1}, "labels": {"gr-pool": "a"}},
+    "b": {"num_cpus": 2, "resources": {"node_b": 1}, "labels": {"gr-pool": "b"}},
+}
 
 
 @pytest.fixture(scope="module")

@@ -46,8 +46,12 @@ def cluster(image, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRa
     _, venv = image
     c = LocalRayCluster(python=str(venv / "bin" / "python"))
     c.env = {k: v for k, v in image_env(venv, c.env).items() if not k.startswith("GYM_RUNTIME_")}
-    c.env.update({"GYM_RUNTIME_HOME": str(tmp_path_factory.mktemp("nodes-home")),
-                  "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs")})
+    c.env.update(
+        {
+            "GYM_RUNTIME_HOME": str(tmp_path_factory.mktemp("nodes-home")),
+            "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs"),
+        }
+    )
     try:
         c.start({"gym": {"num_cpus": 2, "resources": {"gym_node": 1}}})
         yield c
@@ -74,17 +78,46 @@ def raylet_of(cluster: LocalRayCluster, node_id: str) -> int:
 def test_a_gym_resources_server_pinned_to_a_worker_serves_rollouts(image, cluster, tmp_path: Path) -> None:
     python, venv = image
     pkg, rows = assemble_gym_package(gym_wheel(python), tmp_path / "pkg")
-    env = {**cluster.env, "GYM_RUNTIME_HOME": str(tmp_path / "home"), "GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0",
-           "GYM_RUNTIME_PIN_OPENAI": "2.7.2", "GYM_RUNTIME_PIN_MODE": "gym", "GYM_RUNTIME_POLICY_API_KEY": "sk-test"}
-    proc = subprocess.Popen([str(venv / "bin" / "python"), "-m", "gym_runtime.cli.main", "up", str(pkg), PIN, "--work-dir",
-                             str(tmp_path / "run"), "--placement", "ray", "--ray-address", cluster.address,
-                             "--python", python, "--shutdown-grace", "2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    env = {
+        **cluster.env,
+        "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+        "GYM_RUNTIME_PIN_NEMO_GYM": "0.4.0",
+        "GYM_RUNTIME_PIN_OPENAI": "2.7.2",
+        "GYM_RUNTIME_PIN_MODE": "gym",
+        "GYM_RUNTIME_POLICY_API_KEY": "sk-test",
+    }
+    proc = subprocess.Popen(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "gym_runtime.cli.main",
+            "up",
+            str(pkg),
+            PIN,
+            "--work-dir",
+            str(tmp_path / "run"),
+            "--placement",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--python",
+            python,
+            "--shutdown-grace",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         info = json.loads(read_ready_line(proc, timeout=1200))
         assert info["placement"] == "ray" and set(info["servers"]) == {"policy_model", RESOURCES, AGENT}
-        table = {i["process_name"]: i for i in httpx.get(info["head_server"] + "/server_instances",
-                                                         trust_env=False, timeout=10).json()}
+        table = {
+            i["process_name"]: i
+            for i in httpx.get(info["head_server"] + "/server_instances", trust_env=False, timeout=10).json()
+        }
         res = table[RESOURCES]
         assert res["node_id"] == cluster.node_ids["gym"] and res["state"] == "ready"
         assert res["server_type"] == "resources_servers" and res["name"] == RESOURCES
@@ -92,15 +125,21 @@ def test_a_gym_resources_server_pinned_to_a_worker_serves_rollouts(image, cluste
         assert raylet_of(cluster, cluster.node_ids["gym"]) in [p.pid for p in server.parents()]
         assert server.cwd().endswith(f"resources_servers/{RESOURCES}")
         ref = {"type": "responses_api_agents", "name": AGENT}
-        r = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": [{**row, "agent_ref": ref}
-                                                                                  for row in rows[:2]]},
-                       timeout=300, trust_env=False)
+        r = httpx.post(
+            info["head_server"] + "/rollouts/run",
+            json={"examples": [{**row, "agent_ref": ref} for row in rows[:2]]},
+            timeout=300,
+            trust_env=False,
+        )
         results = json.loads(r.text)["results"]
         for out in results:
             assert "error" not in out, out
             assert out["reward"] == 1.0
-            assert [o["type"] for o in out["response"]["output"]] == ["function_call", "function_call_output",
-                                                                      "message"]
+            assert [o["type"] for o in out["response"]["output"]] == [
+                "function_call",
+                "function_call_output",
+                "message",
+            ]
         pids = [t["remote_pid"] for t in table.values() if t.get("remote_pid")]
         assert len(pids) == 3
         proc.send_signal(signal.SIGTERM)

@@ -25,17 +25,26 @@ HOLD_S = 20.0  # each row's /run holds this long (the fixture agent's row "sleep
 
 
 def package(root: Path, agent_placement: dict) -> Path:
-    return write_fixture_package(root, {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": {"num_cpus": 0.25}}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_math"},
-            "placement": agent_placement}}},  # 1.5 CPUs: only a worker (2 CPUs) fits, never the head (1 CPU)
-    })
+    return write_fixture_package(
+        root,
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": {"num_cpus": 0.25}}}},
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {
+                        "resources_server": {"type": "resources_servers", "name": "acme_math"},
+                        "placement": agent_placement,
+                    }
+                }
+            },  # 1.5 CPUs: only a worker (2 CPUs) fits, never the head (1 CPU)
+        },
+    )
 
 
 def rows(n: int, hold: float) -> list[dict]:
-    return [{"agent_ref": {"type": "responses_api_agents", "name": "acme_agent"}, "n": i, "sleep": hold}
-            for i in range(n)]
+    return [
+        {"agent_ref": {"type": "responses_api_agents", "name": "acme_agent"}, "n": i, "sleep": hold} for i in range(n)
+    ]
 
 
 def lose_the_agents_node_under_rows(cluster, head: str) -> tuple[dict, list[dict]]:
@@ -77,8 +86,10 @@ def test_rows_on_a_lost_node_get_an_error_naming_it_and_later_rows_succeed(clust
         node = f"{first['node'].split(' ')[0]} ({first['node_id'][:8]})"
         assert [r.get("error", {}).get("code") for r in results] == ["GR-ROLLOUT-NODE-LOST"] * 3, results
         for r in results:
-            assert r["error"]["message"].startswith(f"acme_agent: node {node} was lost while replica 0 of "
-                                                    "server instance 'acme_agent' was answering POST /run")
+            assert r["error"]["message"].startswith(
+                f"acme_agent: node {node} was lost while replica 0 of "
+                "server instance 'acme_agent' was answering POST /run"
+            )
             assert "retry_run_on_node_loss" in r["error"]["message"]
         now = wait_moved(head, first)
         assert now["moves"] == 1 and now["restarts"] == 1 and first["node_id"][:8] in now["last_exit"]["detail"]

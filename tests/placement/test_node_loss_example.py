@@ -35,8 +35,11 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "native-quickstart"
-ROWS = [json.loads(line) for line in (ROOT / "examples" / "native-quickstart.jsonl").read_text().splitlines()
-        if line.strip()]
+ROWS = [
+    json.loads(line)
+    for line in (ROOT / "examples" / "native-quickstart.jsonl").read_text().splitlines()
+    if line.strip()
+]
 
 
 def _drain(proc) -> list[str]:
@@ -75,7 +78,8 @@ def _all_back(head: str, servers: dict[str, str], lost_id: str, within_s: float 
 
 
 def test_losing_the_busiest_worker_twice_every_server_answers_again_and_every_row_succeeds(
-        cluster, tmp_path: Path) -> None:
+    cluster, tmp_path: Path
+) -> None:
     proc = up_on(cluster, EXAMPLE, tmp_path)
     try:
         info = json.loads(read_ready_line(proc, timeout=900))
@@ -90,11 +94,14 @@ def test_losing_the_busiest_worker_twice_every_server_answers_again_and_every_ro
             try:
                 took = _all_back(head, servers, lost_id)
             except (AssertionError, httpx.HTTPError) as e:
-                raise AssertionError(f"round {round_}: {e!r}; exit {proc.poll()}; the daemon said:\n"
-                                     + "".join(said[-80:])) from e
+                raise AssertionError(
+                    f"round {round_}: {e!r}; exit {proc.poll()}; the daemon said:\n" + "".join(said[-80:])
+                ) from e
             sent_back = sum("lost before it ran there" in line for line in said)
-            print(f"round {round_}: worker {worker} with {hosted} replicas lost; every server answered again "
-                  f"after {took:.1f}s ({sent_back} replica(s) so far given a lost node by Ray)")
+            print(
+                f"round {round_}: worker {worker} with {hosted} replicas lost; every server answered again "
+                f"after {took:.1f}s ({sent_back} replica(s) so far given a lost node by Ray)"
+            )
             out = httpx.post(head + "/rollouts/run", json={"examples": ROWS}, trust_env=False, timeout=600).json()
             assert len(out["results"]) == len(ROWS)
             assert [r.get("error") for r in out["results"]] == [None] * len(ROWS), out["results"]
@@ -109,13 +116,22 @@ def test_losing_the_busiest_worker_twice_every_server_answers_again_and_every_ro
 
 
 def test_a_replica_with_no_room_left_says_why_within_seconds(cluster, tmp_path: Path) -> None:
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math",
-                                                          "placement": {"resources": {"node_a": 1}}}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_math"},
-            "placement": {"num_cpus": 0.25}}}},
-    })
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {
+            "acme_math": {
+                "resources_servers": {"acme_math": {"domain": "math", "placement": {"resources": {"node_a": 1}}}}
+            },
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {
+                        "resources_server": {"type": "resources_servers", "name": "acme_math"},
+                        "placement": {"num_cpus": 0.25},
+                    }
+                }
+            },
+        },
+    )
     proc = up_on(cluster, pkg, tmp_path)
     try:
         info = json.loads(read_ready_line(proc, timeout=600))

@@ -27,8 +27,10 @@ from tests.helpers.ray_cluster import LocalRayCluster
 from tests.helpers.wheels import build_wheel
 
 pytestmark = pytest.mark.slow
-WORKERS = {"a": {"num_cpus": 2, "resources": {"node_a": 1}},
-           "weak": {"num_cpus": 2, "resources": {"weak_node": 1}, "no_user_namespaces": True}}
+WORKERS = {
+    "a": {"num_cpus": 2, "resources": {"node_a": 1}},
+    "weak": {"num_cpus": 2, "resources": {"weak_node": 1}, "no_user_namespaces": True},
+}
 HOLD_S = 12  # how long the index holds slowpkg's file back
 
 
@@ -39,8 +41,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluste
     with SimpleIndex(tmp / "files", delay_s=HOLD_S) as idx:
         c = LocalRayCluster()
         c.env = {k: v for k, v in c.env.items() if not k.startswith(("UV_", "GYM_RUNTIME_"))}
-        c.env.update({"UV_INDEX_URL": idx.url, "GYM_RUNTIME_HOME": str(tmp / "nodes-home"),
-                      "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache")})
+        c.env.update(
+            {
+                "UV_INDEX_URL": idx.url,
+                "GYM_RUNTIME_HOME": str(tmp / "nodes-home"),
+                "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache"),
+            }
+        )
         c.index = idx
         try:
             c.start(WORKERS)
@@ -52,12 +59,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluste
 
 
 def package(root: Path, math_placement: dict, requirements: str = "# stdlib only\n") -> Path:
-    pkg = write_fixture_package(root, {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": math_placement}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_math"},
-            "placement": {"num_cpus": 0.25, "resources": {"node_a": 0.1}}}}},
-    })
+    pkg = write_fixture_package(
+        root,
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": math_placement}}},
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {
+                        "resources_server": {"type": "resources_servers", "name": "acme_math"},
+                        "placement": {"num_cpus": 0.25, "resources": {"node_a": 0.1}},
+                    }
+                }
+            },
+        },
+    )
     (pkg / "resources_servers/acme_math/requirements.txt").write_text(requirements)
     return pkg
 
@@ -67,8 +82,18 @@ def daemon_env(cluster: LocalRayCluster, tmp: Path) -> dict[str, str]:
 
 
 def up_on(cluster: LocalRayCluster, pkg: Path, tmp: Path, *args: str) -> subprocess.Popen:
-    return up_process(pkg, tmp, "--placement", "ray", "--ray-address", cluster.address, "--shutdown-grace", "2",
-                      *args, env=daemon_env(cluster, tmp))
+    return up_process(
+        pkg,
+        tmp,
+        "--placement",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--shutdown-grace",
+        "2",
+        *args,
+        env=daemon_env(cluster, tmp),
+    )
 
 
 def replica_actors(cluster: LocalRayCluster, within_s: float) -> list[int]:
@@ -114,13 +139,19 @@ def test_a_replica_on_that_node_runs_at_isolation_none_without_the_flag(cluster,
     try:
         info = json.loads(read_ready_line(proc, timeout=600))
         assert info["isolation"] == "none"  # the lowest any replica got
-        rows = {i["process_name"]: i for i in httpx.get(info["head_server"] + "/server_instances",
-                                                        trust_env=False, timeout=10).json()}
+        rows = {
+            i["process_name"]: i
+            for i in httpx.get(info["head_server"] + "/server_instances", trust_env=False, timeout=10).json()
+        }
         assert (rows["acme_math"]["node_id"], rows["acme_math"]["isolation"]) == (cluster.node_ids["weak"], "none")
         assert (rows["acme_agent"]["node_id"], rows["acme_agent"]["isolation"]) == (cluster.node_ids["a"], "full")
         ref = {"type": "responses_api_agents", "name": "acme_agent"}
-        out = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": [{"agent_ref": ref, "n": 1}]},
-                         trust_env=False, timeout=120).json()
+        out = httpx.post(
+            info["head_server"] + "/rollouts/run",
+            json={"examples": [{"agent_ref": ref, "n": 1}]},
+            trust_env=False,
+            timeout=120,
+        ).json()
         assert [r["reward"] for r in out["results"]] == [1.0]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(90) == 0
@@ -130,8 +161,9 @@ def test_a_replica_on_that_node_runs_at_isolation_none_without_the_flag(cluster,
 
 
 def cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", *argv], capture_output=True, text=True,
-                          env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_the_nodes_build_phases_are_shown_while_replicas_are_placed(cluster, tmp_path) -> None:
@@ -157,8 +189,10 @@ def test_the_nodes_build_phases_are_shown_while_replicas_are_placed(cluster, tmp
         text = cli(env, "status").stdout
         assert want in text
         info = json.loads(read_ready_line(proc, timeout=600))  # the index answers after HOLD_S: it completes
-        rows = {i["process_name"]: i for i in httpx.get(info["head_server"] + "/server_instances",
-                                                        trust_env=False, timeout=10).json()}
+        rows = {
+            i["process_name"]: i
+            for i in httpx.get(info["head_server"] + "/server_instances", trust_env=False, timeout=10).json()
+        }
         assert rows["acme_math"]["state"] == "ready" and rows["acme_math"]["node_id"] == cluster.node_ids["a"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(90) == 0

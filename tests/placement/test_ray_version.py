@@ -37,8 +37,20 @@ def other_ray_venv() -> Path:
         if not marker.is_file():
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([uv.find_uv_bin(), "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
-            subprocess.run([uv.find_uv_bin(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-                            f"ray=={OTHER_RAY}", "psutil"], check=True, timeout=1800)
+            subprocess.run(
+                [
+                    uv.find_uv_bin(),
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--python",
+                    str(venv / "bin" / "python"),
+                    f"ray=={OTHER_RAY}",
+                    "psutil",
+                ],
+                check=True,
+                timeout=1800,
+            )
             marker.write_text(OTHER_RAY)
     return venv
 
@@ -57,11 +69,24 @@ def old_cluster() -> Iterator[LocalRayCluster]:
 
 
 def test_a_cluster_of_another_ray_version_is_refused_before_anything_is_placed(old_cluster, tmp_path) -> None:
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": {"resources": {"node_a": 1}}}}}})
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {
+            "acme_math": {
+                "resources_servers": {"acme_math": {"domain": "math", "placement": {"resources": {"node_a": 1}}}}
+            }
+        },
+    )
     before = {p.pid for p in old_cluster.leftovers()}
-    proc = up_process(pkg, tmp_path, "--placement", "ray", "--ray-address", old_cluster.address,
-                      env={**old_cluster.env, "GYM_RUNTIME_HOME": str(tmp_path / "home")})
+    proc = up_process(
+        pkg,
+        tmp_path,
+        "--placement",
+        "ray",
+        "--ray-address",
+        old_cluster.address,
+        env={**old_cluster.env, "GYM_RUNTIME_HOME": str(tmp_path / "home")},
+    )
     try:
         out, err = proc.communicate(timeout=300)
         kids = descendants(proc.pid)

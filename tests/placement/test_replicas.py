@@ -36,12 +36,21 @@ def job_for(pkg: Path, instance: str = "acme_math", **kw) -> ReplicaJob:
     names = [*merged.instances, HEAD]
     inside = dict(zip(names, free_inside_ports(len(names), set())))
     s = load_settings()
-    fields = dict(instance=instance, replica=0, name=instance, run_id=f"t{os.getpid()}-{time.monotonic_ns()}",
-                  package_root=str(pkg), package_digest=package_digest(pkg), data=merged.data,
-                  secrets=merged.secrets, inside=inside,
-                  stable={n: ("127.0.0.1", 1) for n in names}, ray_address=None,
-                  policy=EgressPolicy.from_environ({}, policy_endpoints=[]),
-                  settings={"pin_mode": s.pin_mode, "pins": s.pins, "python": s.python})
+    fields = dict(
+        instance=instance,
+        replica=0,
+        name=instance,
+        run_id=f"t{os.getpid()}-{time.monotonic_ns()}",
+        package_root=str(pkg),
+        package_digest=package_digest(pkg),
+        data=merged.data,
+        secrets=merged.secrets,
+        inside=inside,
+        stable={n: ("127.0.0.1", 1) for n in names},
+        ray_address=None,
+        policy=EgressPolicy.from_environ({}, policy_endpoints=[]),
+        settings={"pin_mode": s.pin_mode, "pins": s.pins, "python": s.python},
+    )
     fields.update(kw)
     return ReplicaJob(**fields)
 
@@ -49,11 +58,11 @@ def job_for(pkg: Path, instance: str = "acme_math", **kw) -> ReplicaJob:
 class Replica:
     """A launcher with its stable address and a log pipe, as the daemon would hold them."""
 
-    def __init__(self, driver, job: ReplicaJob, options: dict, shipper_root: Path | None = None,
-                 progress=None) -> None:
+    def __init__(self, driver, job: ReplicaJob, options: dict, shipper_root: Path | None = None, progress=None) -> None:
         self.address = ReplicaAddress(job.name)
-        self.launcher = ReplicaLauncher(driver, job, options, self.address,
-                                        PackageShipper(str(shipper_root or job.package_root)), progress)
+        self.launcher = ReplicaLauncher(
+            driver, job, options, self.address, PackageShipper(str(shipper_root or job.package_root)), progress
+        )
         self.proc = None
         self.r = None
 
@@ -82,7 +91,8 @@ class Replica:
                 except httpx.HTTPError as e:
                     assert time.monotonic() < until, (
                         f"{self.url} did not answer within {deadline_s}s ({e!r}); replica on node "
-                        f"{self.launcher.node_id}, exit {self.proc and self.proc.exit_info()}; its log:\n{self.log()}")
+                        f"{self.launcher.node_id}, exit {self.proc and self.proc.exit_info()}; its log:\n{self.log()}"
+                    )
                     await asyncio.sleep(0.1)
 
     def log(self) -> str:
@@ -102,7 +112,8 @@ class Replica:
 
 
 def test_replica_runs_on_the_node_its_resources_name_and_answers_at_its_stable_address(
-        cluster, driver, tmp_path: Path) -> None:
+    cluster, driver, tmp_path: Path
+) -> None:
     pkg = simple_env(tmp_path / "pkg")
 
     async def scenario() -> None:
@@ -157,7 +168,8 @@ def test_a_crash_on_a_worker_is_seen_and_the_replica_restarts_on_its_node(cluste
 
 
 def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_address(
-        cluster, driver, tmp_path: Path) -> None:
+    cluster, driver, tmp_path: Path
+) -> None:
     pkg = simple_env(tmp_path / "pkg")
 
     async def scenario() -> None:
@@ -188,7 +200,8 @@ def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_add
 
 
 def test_a_node_lost_before_its_replica_ran_there_is_left_out_and_the_replica_placed_again(
-        cluster, driver, tmp_path: Path) -> None:
+    cluster, driver, tmp_path: Path
+) -> None:
     """Ray can give a replica a node that is already lost: its GCS sends a replica asking no
     resources to a node it picks among those it still holds alive (their loss is declared some
     seconds later), and the actor dies then, before it ever ran. The placement asks again instead of
@@ -219,7 +232,9 @@ def test_a_node_lost_before_its_replica_ran_there_is_left_out_and_the_replica_pl
             await asyncio.to_thread(restore, cluster, "b")  # a new node b: the only one it can take
             facts = await placing
             assert rep.launcher.node_id == cluster.node_ids["b"] != lost and facts["node_id"] == rep.launcher.node_id
-            assert any(f"({gone[:8]})" in line for line in said if "placing it again" in line for gone in driver.lost), said
+            assert any(
+                f"({gone[:8]})" in line for line in said if "placing it again" in line for gone in driver.lost
+            ), said
             rep.spawn()
             assert (await rep.answers(120)) == {"status": "ok"}
         finally:
@@ -285,15 +300,21 @@ def test_nothing_of_a_replica_survives_its_close(cluster, driver, tmp_path: Path
 
 
 def test_the_python_api_places_on_ray_and_leaves_a_driver_it_did_not_start_connected(
-        cluster, driver, tmp_path: Path) -> None:
+    cluster, driver, tmp_path: Path
+) -> None:
     import ray
 
     from gym_runtime import Runtime
     from gym_runtime.supervise.options import SuperviseOptions
 
     pkg = simple_env(tmp_path / "pkg")
-    with Runtime(pkg, placement="ray", ray_address=cluster.address, work_dir=tmp_path / "run",
-                 options=SuperviseOptions(shutdown_grace_s=2)) as rt:
+    with Runtime(
+        pkg,
+        placement="ray",
+        ray_address=cluster.address,
+        work_dir=tmp_path / "run",
+        options=SuperviseOptions(shutdown_grace_s=2),
+    ) as rt:
         assert rt.ready_info["placement"] == "ray" and set(rt.servers) == SIMPLE_SERVERS
         row = {"agent_ref": {"type": "responses_api_agents", "name": "acme_agent"}}
         out = httpx.post(rt.head_url + "/rollouts/run", json={"examples": [row]}, trust_env=False, timeout=60)

@@ -143,8 +143,14 @@ def test_a_request_on_a_lost_node_is_cut_and_answered_with_the_node_named(replic
             err = r.json()["error"]
             assert r.status_code == 502 and err["code"] == "GR-ROLLOUT-NODE-LOST" and asked == [0]
             assert (err["node"], err["instance"], err["replica"], err["retried"]) == (
-                "127.0.0.1 (deadbeef)", "acme_agent", 0, False)
-            assert "node 127.0.0.1 (deadbeef) was lost while replica 0 of server instance 'acme_agent'" in err["message"]
+                "127.0.0.1 (deadbeef)",
+                "acme_agent",
+                0,
+                False,
+            )
+            assert (
+                "node 127.0.0.1 (deadbeef) was lost while replica 0 of server instance 'acme_agent'" in err["message"]
+            )
             assert "retry_run_on_node_loss" in err["message"]  # how to declare the retry
             assert router.lost_answers == 1 and router.retried == 0
         finally:
@@ -187,7 +193,10 @@ def test_a_failure_that_is_no_node_loss_keeps_its_own_error() -> None:
 
     r, asked = asyncio.run(scenario())
     assert asked == [1] and r.status_code == 502  # not sent again: only a node's loss is
-    assert r.json()["error"]["code"] == "GR-PLACE-NO-REPLICA" and "replica 1 at 127.0.0.1:1" in r.json()["error"]["message"]
+    assert (
+        r.json()["error"]["code"] == "GR-PLACE-NO-REPLICA"
+        and "replica 1 at 127.0.0.1:1" in r.json()["error"]["message"]
+    )
 
 
 def test_only_an_environment_servers_router_keeps_the_replica_header_it_relays() -> None:

@@ -14,24 +14,50 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.daemon import SIMPLE_RELAY, SIMPLE_SERVERS, kill_tree, read_ready_line, up_process, wait_gone, write_fixture_package
+from tests.helpers.daemon import (
+    SIMPLE_RELAY,
+    SIMPLE_SERVERS,
+    kill_tree,
+    read_ready_line,
+    up_process,
+    wait_gone,
+    write_fixture_package,
+)
 from tests.placement.conftest import restore
 
 pytestmark = pytest.mark.slow
 
 
 def package(root: Path, math_placement: dict, agent_placement: dict | None = None) -> Path:
-    return write_fixture_package(root, {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": math_placement}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_math"},
-            "placement": agent_placement or {"num_cpus": 0.25}}}},
-    })
+    return write_fixture_package(
+        root,
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "placement": math_placement}}},
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {
+                        "resources_server": {"type": "resources_servers", "name": "acme_math"},
+                        "placement": agent_placement or {"num_cpus": 0.25},
+                    }
+                }
+            },
+        },
+    )
 
 
 def up_on(cluster, pkg: Path, tmp: Path, *args: str):
-    return up_process(pkg, tmp, "--placement", "ray", "--ray-address", cluster.address, "--shutdown-grace", "2",
-                      *args, env=cluster.env)
+    return up_process(
+        pkg,
+        tmp,
+        "--placement",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--shutdown-grace",
+        "2",
+        *args,
+        env=cluster.env,
+    )
 
 
 def instances(head: str) -> dict[str, dict]:
@@ -56,12 +82,15 @@ def test_replicas_spread_over_both_workers_behind_one_address_and_rollouts_run(c
         assert table["acme_agent"]["node_id"] == cluster.node_ids["a"]  # its label selector
         assert all(r["instance"] == r["config_path"] == "acme_math" and r["isolation"] for r in reps)
         pids = [r["remote_pid"] for r in [*reps, table["acme_agent"]]]
-        seen = {httpx.get(info["servers"]["acme_math"] + "/", trust_env=False, timeout=10).json()["status"]
-                for _ in range(4)}
+        seen = {
+            httpx.get(info["servers"]["acme_math"] + "/", trust_env=False, timeout=10).json()["status"]
+            for _ in range(4)
+        }
         assert seen == {"ok"}
         rows = [{"agent_ref": {"type": "responses_api_agents", "name": "acme_agent"}, "n": i} for i in range(6)]
-        out = httpx.post(info["head_server"] + "/rollouts/run", json={"examples": rows}, trust_env=False,
-                         timeout=120).json()
+        out = httpx.post(
+            info["head_server"] + "/rollouts/run", json={"examples": rows}, trust_env=False, timeout=120
+        ).json()
         assert [r["reward"] for r in out["results"]] == [1.0] * 6
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(90) == 0
@@ -81,7 +110,9 @@ def test_a_sigkilled_daemon_leaves_no_server_on_any_node(cluster, tmp_path: Path
         assert len(pids) == len(SIMPLE_SERVERS)  # the relay in front of the agent is placed too
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
-        assert wait_gone(pids, 60, zombies_count=False) == []  # Ray ends the actors the dead driver owned; their servers die with them
+        assert (
+            wait_gone(pids, 60, zombies_count=False) == []
+        )  # Ray ends the actors the dead driver owned; their servers die with them
     finally:
         kill_tree(proc)
 

@@ -22,8 +22,11 @@ SEED_SLEEP = 4.0
 
 
 def _stats(info: dict) -> tuple[int, dict]:
-    stub = httpx.get(instance(info["head_server"], "stub_model")["url"] + "/stub/stats", trust_env=False,
-                     headers={"authorization": "Bearer stub-key"}).json()  # the key the daemon gives its stub
+    stub = httpx.get(
+        instance(info["head_server"], "stub_model")["url"] + "/stub/stats",
+        trust_env=False,
+        headers={"authorization": "Bearer stub-key"},
+    ).json()  # the key the daemon gives its stub
     slow = httpx.get(info["servers"]["slow"] + "/stats", trust_env=False).json()
     return stub["chat_completions"], slow
 

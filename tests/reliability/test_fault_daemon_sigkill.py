@@ -36,14 +36,25 @@ KILLS = 20
 
 
 def _package(root: Path) -> Path:
-    return write_fixture_package(root, {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_math"},
-            "model_server": {"type": "responses_api_models", "name": "policy_model"}}}},
-        "policy_model": {"responses_api_models": {"fixture_model": {
-            "base_url": "${policy_base_url}", "model": "${policy_model_name}"}}},
-    })
+    return write_fixture_package(
+        root,
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {
+                        "resources_server": {"type": "resources_servers", "name": "acme_math"},
+                        "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                    }
+                }
+            },
+            "policy_model": {
+                "responses_api_models": {
+                    "fixture_model": {"base_url": "${policy_base_url}", "model": "${policy_model_name}"}
+                }
+            },
+        },
+    )
 
 
 def _leftovers(marker: str, spare: set[int]) -> list[str]:
@@ -82,8 +93,12 @@ def test_sigkill_of_the_daemon_at_random_moments(tmp_path: Path) -> None:
     build_wheel(tmp_path / "files", "tinypkg", "1.0")
     marker, spare = str(tmp_path), {os.getpid(), *(p.pid for p in psutil.Process().parents())}
     with SimpleIndex(tmp_path / "files") as idx:
-        env = {"GYM_RUNTIME_HOME": str(tmp_path / "home"), "GYM_RUNTIME_UV_CACHE_DIR": str(tmp_path / "uv-cache"),
-               "GYM_RUNTIME_PIN_MODE": "none", "UV_INDEX_URL": idx.url}
+        env = {
+            "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+            "GYM_RUNTIME_UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+            "GYM_RUNTIME_PIN_MODE": "none",
+            "UV_INDEX_URL": idx.url,
+        }
 
         def up(i: int):
             req.write_text(f"tinypkg!=0.{i}\n")  # another spelling: another digest, a venv to build
@@ -126,8 +141,7 @@ def test_sigkill_of_the_daemon_at_random_moments(tmp_path: Path) -> None:
         assert tmp_builds == [], f"half-built venvs left after 20 kills (seed {seed}): {tmp_builds}"
 
 
-def test_sigkill_during_a_venv_build_leaves_no_uv_and_the_next_build_clears_the_half_built_venv(
-        tmp_path: Path) -> None:
+def test_sigkill_during_a_venv_build_leaves_no_uv_and_the_next_build_clears_the_half_built_venv(tmp_path: Path) -> None:
     """The daemon SIGKILLed while uv downloads (an index that answers the wheel after 30 s): uv dies
     with it at once (it used to run on, in its own session, until its install was done), and the
     next build, of any venv, removes the abandoned temp build."""
@@ -135,8 +149,12 @@ def test_sigkill_during_a_venv_build_leaves_no_uv_and_the_next_build_clears_the_
     build_wheel(tmp_path / "files", "tinypkg", "1.0")
     pkg = slow_build_package(tmp_path / "pkg")
     with SimpleIndex(tmp_path / "files", delay_s=30) as idx:
-        env = {"GYM_RUNTIME_HOME": str(tmp_path / "home"), "GYM_RUNTIME_UV_CACHE_DIR": str(tmp_path / "uv-cache"),
-               "GYM_RUNTIME_PIN_MODE": "none", "UV_INDEX_URL": idx.url}
+        env = {
+            "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+            "GYM_RUNTIME_UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+            "GYM_RUNTIME_PIN_MODE": "none",
+            "UV_INDEX_URL": idx.url,
+        }
         proc = up_process(pkg, tmp_path, env=env)
         try:
             deadline = time.monotonic() + 60
@@ -155,8 +173,12 @@ def test_sigkill_during_a_venv_build_leaves_no_uv_and_the_next_build_clears_the_
         assert abandoned  # the unfinished build(s) the daemon left
         (pkg / "resources_servers/acme_math/requirements.txt").write_text("tinypkg\n")  # another venv
         idx.delay_s = 0
-        done = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "build", str(pkg)], capture_output=True,
-                              text=True, env={**{k: v for k, v in os.environ.items() if not k.startswith("UV_")},
-                                              **env}, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "gym_runtime.cli.main", "build", str(pkg)],
+            capture_output=True,
+            text=True,
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("UV_")}, **env},
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
         assert list((tmp_path / "home/venvs/.tmp").iterdir()) == []

@@ -21,11 +21,22 @@ from tests.helpers.wheels import build_wheel
 
 def _build(pkg: Path, tmp: Path, venvs: Path, index: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
-    env.update({"GYM_RUNTIME_HOME": str(tmp / "home"), "GYM_RUNTIME_VENV_DIR": str(venvs),
-                "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache"), "GYM_RUNTIME_PIN_MODE": "none",
-                "UV_INDEX_URL": index})
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "build", "--json", str(pkg)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    env.update(
+        {
+            "GYM_RUNTIME_HOME": str(tmp / "home"),
+            "GYM_RUNTIME_VENV_DIR": str(venvs),
+            "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache"),
+            "GYM_RUNTIME_PIN_MODE": "none",
+            "UV_INDEX_URL": index,
+        }
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "build", "--json", str(pkg)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_disk_full_during_a_venv_build_is_one_error_and_the_next_build_succeeds(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ import httpx
 from tests.helpers.daemon import FIXTURE_APP, kill_tree, read_ready_line, up_process, write_fixture_package
 from tests.helpers.disks import small_disk
 
-FILLER = """import os, threading, time
+FILLER = (
+    """import os, threading, time
 def fill():
     while not os.path.exists(os.path.join(os.environ['HOME'], 'contract.json')):  # the server has started
         time.sleep(0.05)
@@ -35,12 +36,15 @@ def fill():
     os.remove(path)
     print('filler: space freed', flush=True)
 threading.Thread(target=fill, daemon=True).start()
-""" + FIXTURE_APP
+"""
+    + FIXTURE_APP
+)
 
 
 def test_a_full_log_disk_loses_no_tail_and_stops_nothing(tmp_path: Path) -> None:
-    pkg = write_fixture_package(tmp_path / "pkg", {"filler": {"resources_servers": {"filler": {"domain": "other"}}}},
-                                apps={"filler": FILLER})
+    pkg = write_fixture_package(
+        tmp_path / "pkg", {"filler": {"resources_servers": {"filler": {"domain": "other"}}}}, apps={"filler": FILLER}
+    )
     with small_disk(tmp_path / "run", 16):
         proc = up_process(pkg, tmp_path, env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
         try:
@@ -50,8 +54,9 @@ def test_a_full_log_disk_loses_no_tail_and_stops_nothing(tmp_path: Path) -> None
             while "filler: space freed" not in log.read_text(errors="replace"):
                 assert time.monotonic() < deadline and proc.poll() is None, log.read_text()[-2000:]
                 time.sleep(0.2)
-            lines = httpx.get(info["head_server"] + "/servers/filler/logs", params={"tail": 400},
-                              trust_env=False, timeout=30).json()["lines"]
+            lines = httpx.get(
+                info["head_server"] + "/servers/filler/logs", params={"tail": 400}, trust_env=False, timeout=30
+            ).json()["lines"]
             assert any(f"the log file {log} could not be written (No space left on device)" in ln for ln in lines)
             assert [ln for ln in lines if ln.startswith("filler: line ")][-1].startswith("filler: line 99 ")
             text = log.read_text(errors="replace")

@@ -24,8 +24,16 @@ OUTAGE_S = 6.0  # stands for a 20 s restart: the deadline below is scaled by the
 
 
 def _up(tmp: Path, stub: StubEndpoint, deadline_s: float):
-    return running_up(EXAMPLES / "native-quickstart", tmp, f"{DEADLINE}={deadline_s}", "--policy-base-url", stub.url,
-                      "--policy-model-name", stub.model, env=shared_venvs())
+    return running_up(
+        EXAMPLES / "native-quickstart",
+        tmp,
+        f"{DEADLINE}={deadline_s}",
+        "--policy-base-url",
+        stub.url,
+        "--policy-model-name",
+        stub.model,
+        env=shared_venvs(),
+    )
 
 
 def test_rows_wait_for_a_policy_endpoint_that_comes_back_within_the_deadline(tmp_path: Path) -> None:

@@ -23,10 +23,21 @@ from tests.helpers.wheels import build_wheel
 
 def _build(pkg: Path, tmp: Path, index: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
-    env.update({"GYM_RUNTIME_HOME": str(tmp / "home"), "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache"),
-                "GYM_RUNTIME_PIN_MODE": "none", "UV_INDEX_URL": index})
-    done = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "build", "--json", str(pkg)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    env.update(
+        {
+            "GYM_RUNTIME_HOME": str(tmp / "home"),
+            "GYM_RUNTIME_UV_CACHE_DIR": str(tmp / "uv-cache"),
+            "GYM_RUNTIME_PIN_MODE": "none",
+            "UV_INDEX_URL": index,
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "build", "--json", str(pkg)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)["servers"]["acme_math"]
 
@@ -53,6 +64,7 @@ def test_a_damaged_uv_cache_entry_is_installed_again_without_the_cache(tmp_path:
     assert ("tinypkg/data.py is missing" if damage == "deleted" else "tinypkg/data.py has 9 bytes") in warning
     assert "`uv cache clean tinypkg`" in warning and str(tmp_path / "uv-cache") in warning
     python = Path(second["python"])
-    out = subprocess.run([str(python), "-c", "import tinypkg.data as d; print(d.VALUE)"], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [str(python), "-c", "import tinypkg.data as d; print(d.VALUE)"], capture_output=True, text=True, timeout=60
+    )
     assert out.stdout.strip() == "42", out.stderr

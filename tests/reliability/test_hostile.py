@@ -96,14 +96,26 @@ def _package(root: Path, hostile: dict) -> Path:
     """``acme_math`` runs on another Python when there is one (a venv of its own for the hostile to
     find); the hostile and the agent share the runtime's."""
     other = python_312_plus()
-    return write_fixture_package(root, {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math",
-                                                          **({"python_version": other} if other else {})}}},
-        "acme_agent": {"responses_api_agents": {"acme_agent": {
-            "resources_server": {"type": "resources_servers", "name": "acme_math"}}}},
-        "hostile": {"resources_servers": {"hostile": {"domain": "other", "victim": "acme_math",
-                                                      "victim_agent": "acme_agent", **hostile}}},
-    }, apps={"hostile": (APPS / "hostile.py").read_text(), "acme_math": FIXTURE_APP}, name="acme-hostile")
+    return write_fixture_package(
+        root,
+        {
+            "acme_math": {
+                "resources_servers": {"acme_math": {"domain": "math", **({"python_version": other} if other else {})}}
+            },
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {"resources_server": {"type": "resources_servers", "name": "acme_math"}}
+                }
+            },
+            "hostile": {
+                "resources_servers": {
+                    "hostile": {"domain": "other", "victim": "acme_math", "victim_agent": "acme_agent", **hostile}
+                }
+            },
+        },
+        apps={"hostile": (APPS / "hostile.py").read_text(), "acme_math": FIXTURE_APP},
+        name="acme-hostile",
+    )
 
 
 def _attempts(url: str, proc, timeout: float = 240) -> dict:
@@ -127,13 +139,33 @@ def test_hostile_server_attempts(tmp_path: Path, level: str) -> None:
         pytest.skip(f"isolation {level} is not available on this host")
     outside = Outside()
     key = "sk-hostile-" + secrets.token_hex(8)
-    pkg = _package(tmp_path / "pkg", {"outside_port": outside.port, "needle_reversed": "sk-hostile-"[::-1],
-                                      "pids_cap": 600, "memory_cap_mb": 1024, "fill_cap_mb": 256})
+    pkg = _package(
+        tmp_path / "pkg",
+        {
+            "outside_port": outside.port,
+            "needle_reversed": "sk-hostile-"[::-1],
+            "pids_cap": 600,
+            "memory_cap_mb": 1024,
+            "fill_cap_mb": 256,
+        },
+    )
     with small_disk(tmp_path / "run", 96):  # the work dir (logs, server homes): the disk the hostile fills
-        proc = up_process(pkg, tmp_path, "--isolation", level, "--policy-base-url", "http://127.0.0.1:1/v1",
-                          "--policy-api-key-env", "HOSTILE_KEY",
-                          env={"HOSTILE_KEY": key, "GYM_RUNTIME_HOME": str(tmp_path / "home"),
-                               "GYM_RUNTIME_SERVER_MEMORY_MB": "256", "GYM_RUNTIME_SERVER_PIDS": "128"})
+        proc = up_process(
+            pkg,
+            tmp_path,
+            "--isolation",
+            level,
+            "--policy-base-url",
+            "http://127.0.0.1:1/v1",
+            "--policy-api-key-env",
+            "HOSTILE_KEY",
+            env={
+                "HOSTILE_KEY": key,
+                "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+                "GYM_RUNTIME_SERVER_MEMORY_MB": "256",
+                "GYM_RUNTIME_SERVER_PIDS": "128",
+            },
+        )
         try:
             info = json.loads(read_ready_line(proc, timeout=180))
             head = info["head_server"]
@@ -141,8 +173,11 @@ def test_hostile_server_attempts(tmp_path: Path, level: str) -> None:
             attempts = {k: v for k, v in got["attempts"].items() if not k.startswith("_")}
             _report(tmp_path, f"hostile-{level}.json", {"level": level, "attempts": attempts})
             # the others keep answering, nothing was restarted, the daemon runs on
-            batch = run_batch(head, [{"agent_ref": {"type": "responses_api_agents", "name": "acme_agent"}, "i": i}
-                                     for i in range(5)], concurrency=5)
+            batch = run_batch(
+                head,
+                [{"agent_ref": {"type": "responses_api_agents", "name": "acme_agent"}, "i": i} for i in range(5)],
+                concurrency=5,
+            )
             assert [r.get("reward") for r in batch.results] == [1.0] * 5, batch.results
             assert instance(head, "acme_math")["restarts"] == 0 and proc.poll() is None
             if level != "none":
@@ -167,19 +202,35 @@ def test_port_squatting_is_caught(tmp_path: Path, level: str) -> None:
     counting the squatter's answer as ``acme_math`` being ready."""
     if not _available(level):
         pytest.skip(f"isolation {level} is not available on this host")
-    pkg = write_fixture_package(tmp_path / "pkg", {
-        "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "fixture_sleep": 3}}},
-        "hostile": {"resources_servers": {"hostile": {"domain": "other", "victim": "acme_math", "squat": True}}},
-    }, apps={"hostile": (APPS / "hostile.py").read_text(), "acme_math": FIXTURE_APP}, name="acme-squat")
-    proc = up_process(pkg, tmp_path, "--isolation", level, "--max-restarts", "1",
-                      env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
+    pkg = write_fixture_package(
+        tmp_path / "pkg",
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math", "fixture_sleep": 3}}},
+            "hostile": {"resources_servers": {"hostile": {"domain": "other", "victim": "acme_math", "squat": True}}},
+        },
+        apps={"hostile": (APPS / "hostile.py").read_text(), "acme_math": FIXTURE_APP},
+        name="acme-squat",
+    )
+    proc = up_process(
+        pkg, tmp_path, "--isolation", level, "--max-restarts", "1", env={"GYM_RUNTIME_HOME": str(tmp_path / "home")}
+    )
     try:
         out, err = proc.communicate(timeout=120)
     finally:
         kill_tree(proc)
     said = next((line for line in err.splitlines() if "error[" in line), err.strip()[-300:])
-    _report(tmp_path, f"squat-{level}.json", {"level": level, "attempts": {
-        "squat another server's port": {"outcome": B if proc.returncode == 3 and "GR-START-PORT-SQUAT" in err
-                                        else N, "detail": f"exit {proc.returncode}: {said}"}}})
+    _report(
+        tmp_path,
+        f"squat-{level}.json",
+        {
+            "level": level,
+            "attempts": {
+                "squat another server's port": {
+                    "outcome": B if proc.returncode == 3 and "GR-START-PORT-SQUAT" in err else N,
+                    "detail": f"exit {proc.returncode}: {said}",
+                }
+            },
+        },
+    )
     assert out == "" and proc.returncode == 3, err
     assert "error[GR-START-PORT-SQUAT]" in err and "'hostile'" in err and "'acme_math'" in err, err

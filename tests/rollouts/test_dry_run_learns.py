@@ -23,8 +23,9 @@ def test_the_second_dry_run_compiles_nothing(tmp_path: Path) -> None:
     env = {"GYM_RUNTIME_HOME": str(tmp_path / "home")}  # new venvs: every process learns its imports
     first = dry_run(PKG, ROWS, "--samples", "1", env=env, timeout=900)
     assert first.code == 0, first.stderr[-3000:]
-    learned = [ln for ln in first.stderr.splitlines()
-               if "bytecode: compiled what" in ln and "preloaded parent" not in ln]  # its venv's parent: one more
+    learned = [
+        ln for ln in first.stderr.splitlines() if "bytecode: compiled what" in ln and "preloaded parent" not in ln
+    ]  # its venv's parent: one more
     assert len(learned) == 7, first.stderr[-3000:]  # every server instance, before the stop
 
     second = dry_run(PKG, ROWS, "--samples", "1", env=env, timeout=900)

@@ -39,8 +39,9 @@ def test_classify_sorts_server_config_rows_and_the_rest(tmp_path: Path) -> None:
     pkg, rows, app = _tree(tmp_path)
     pkg, rows = pkg.resolve(), rows.resolve()
     dirs = {"demo": app.parent.resolve(), "other": (pkg / "elsewhere").resolve()}
-    edit = classify([app, pkg / "configs" / "demo.yaml", rows, pkg / "README.md",
-                     app.parent / "requirements.txt"], pkg, rows, dirs)
+    edit = classify(
+        [app, pkg / "configs" / "demo.yaml", rows, pkg / "README.md", app.parent / "requirements.txt"], pkg, rows, dirs
+    )
     assert edit.servers == {"demo"} and edit.config and edit.rows
     assert edit.requirements == {(app.parent / "requirements.txt").resolve()}
     assert edit.ignored == {(pkg / "README.md").resolve()}
@@ -50,10 +51,13 @@ def test_an_edit_of_install_files_asks_one_rebuild_per_server_directory(tmp_path
     pkg, rows, app = _tree(tmp_path)
     pkg, rows, sdir = pkg.resolve(), rows.resolve(), app.parent.resolve()
     dirs = {"demo": sdir, "demo_b": sdir, "other": (pkg / "resources_servers" / "other").resolve()}
-    edit = classify([sdir / "requirements.txt", sdir / "overrides.txt", sdir / "pyproject.toml",
-                     sdir / "sub" / "requirements.txt"], pkg, rows, dirs)
-    assert edit.rebuilds(dirs) == {sdir: (["demo", "demo_b"], ["overrides.txt", "pyproject.toml",
-                                                               "requirements.txt"])}
+    edit = classify(
+        [sdir / "requirements.txt", sdir / "overrides.txt", sdir / "pyproject.toml", sdir / "sub" / "requirements.txt"],
+        pkg,
+        rows,
+        dirs,
+    )
+    assert edit.rebuilds(dirs) == {sdir: (["demo", "demo_b"], ["overrides.txt", "pyproject.toml", "requirements.txt"])}
     assert edit.servers == {"demo", "demo_b"}  # a requirements.txt below the top is the server's code
     assert not classify([sdir / "requirements.txt"], pkg, rows, dirs).acts  # the rebuild acts once it has ended
 
@@ -87,8 +91,13 @@ def test_a_file_in_a_server_folder_no_running_server_is_from_merges_the_config_a
     added = pkg / "resources_servers" / "example_arithmetic" / "app.py"
     edit = classify([added], pkg, rows, dirs, ("resources_servers", "responses_api_agents"))
     assert edit.config and not edit.servers and not edit.ignored
-    edit = classify([pkg / "notes" / "x" / "app.py", pkg / "README.md", added.with_name("NOTES.md")], pkg, rows, dirs,
-                    ("resources_servers",))
+    edit = classify(
+        [pkg / "notes" / "x" / "app.py", pkg / "README.md", added.with_name("NOTES.md")],
+        pkg,
+        rows,
+        dirs,
+        ("resources_servers",),
+    )
     assert not edit.acts and len(edit.ignored) == 3  # not a server folder, or no code there
 
 

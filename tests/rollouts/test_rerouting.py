@@ -83,8 +83,11 @@ def test_fan_out_runs_a_row_on_each_agent_ahead_of_agent_map() -> None:
     assert r.copies(OLD) == [("a1", {**OLD, "agent_ref": {"name": "a1"}}), ("a2", {**OLD, "agent_ref": {"name": "a2"}})]
     rows = parse_rows(jsonl(OLD, A1), "rows.jsonl", SPECS, routing=r)
     assert [(r.index, r.line, r.agent, r.data["agent_ref"]) for r in rows] == [
-        (0, 1, "a1", {"name": "a1"}), (1, 1, "a2", {"name": "a2"}),
-        (2, 2, "a1", A1["agent_ref"]), (3, 2, "a2", {"name": "a2"})]  # its own agent's copy keeps its agent_ref
+        (0, 1, "a1", {"name": "a1"}),
+        (1, 1, "a2", {"name": "a2"}),
+        (2, 2, "a1", A1["agent_ref"]),
+        (3, 2, "a2", {"name": "a2"}),
+    ]  # its own agent's copy keeps its agent_ref
     assert all(row.route.agent_ref is None for row in rows)  # each copy carries its agent already
     with pytest.raises(RouteError) as ei:  # /rollouts/run: one result per row, so no copies
         r.route(OLD)
@@ -92,17 +95,23 @@ def test_fan_out_runs_a_row_on_each_agent_ahead_of_agent_map() -> None:
     assert "send one row per agent" in ei.value.hint
 
 
-@pytest.mark.parametrize("top, key, words", [
-    ({"agent_name": "a1", "agent_map": {"_default": "a2"}}, "agent_name",
-     "names 'a1', while agent_map._default names 'a2'"),
-    ({"fan_out": {"old_agent": []}}, "fan_out.old_agent", "must be a non-empty list"),
-    ({"fan_out": {"old_agent": ["a1", "a1"]}}, "fan_out.old_agent", "lists the same agent more than once: a1"),
-    ({"agent_map": ["a1"]}, "agent_map", "must be a mapping"),
-    ({"agent_map": {"x": 3}}, "agent_map.x", "must name an agent instance"),
-    ({"agent_name": "a3"}, "agent_name", "routes to 'a3', which is not a configured"),
-    ({"agent_map": {"_default": "a3"}}, "agent_map._default", "routes to 'a3'"),
-    ({"fan_out": {"x": ["a1", "b2"]}}, "fan_out.x", "routes to 'b2'"),
-])
+@pytest.mark.parametrize(
+    "top, key, words",
+    [
+        (
+            {"agent_name": "a1", "agent_map": {"_default": "a2"}},
+            "agent_name",
+            "names 'a1', while agent_map._default names 'a2'",
+        ),
+        ({"fan_out": {"old_agent": []}}, "fan_out.old_agent", "must be a non-empty list"),
+        ({"fan_out": {"old_agent": ["a1", "a1"]}}, "fan_out.old_agent", "lists the same agent more than once: a1"),
+        ({"agent_map": ["a1"]}, "agent_map", "must be a mapping"),
+        ({"agent_map": {"x": 3}}, "agent_map.x", "must name an agent instance"),
+        ({"agent_name": "a3"}, "agent_name", "routes to 'a3', which is not a configured"),
+        ({"agent_map": {"_default": "a3"}}, "agent_map._default", "routes to 'a3'"),
+        ({"fan_out": {"x": ["a1", "b2"]}}, "fan_out.x", "routes to 'b2'"),
+    ],
+)
 def test_settings_the_line_cannot_use_refuse_every_row(top: dict, key: str, words: str) -> None:
     r = line06(**top)
     assert r.problems and r.problems[0].key == key and words in r.problems[0].message
@@ -130,8 +139,12 @@ def test_rows_an_environment_server_takes_by_taskset_or_legacy_mode_are_left_alo
     assert r.route(A1) == Route("env2", "a2", "env2", "legacy_agent", agent_ref="a2")
     task = {"task_id": {"taskset": "math:test", "task_id": "7"}, "task_input": {}}
     assert not r.rerouted(task) and r.route(task).server == "env1"
-    legacy = Routing({**data, "environment_routing_mode": "legacy", "environment_server_name": "env1"},
-                     task_source=True, environment_servers=True, by_map=True)
+    legacy = Routing(
+        {**data, "environment_routing_mode": "legacy", "environment_server_name": "env1"},
+        task_source=True,
+        environment_servers=True,
+        by_map=True,
+    )
     assert not legacy.rerouted(A1) and legacy.route(A1) == Route("env1", "a1", "env1", "legacy_agent")
 
 
@@ -180,4 +193,6 @@ def test_a_dry_run_refuses_bad_settings_before_the_rows_and_limits_input_rows(tm
     with pytest.raises(ConfigError) as ei:  # a conflict names where the other key was set too
         prepare(DryRunRequest(pkg, rows, ["agent_name=arithmetic_agent", "agent_map._default=code_lookup_agent"]))
     (v,) = ei.value.violations
-    assert v.message == f"names 'arithmetic_agent', while agent_map._default names 'code_lookup_agent' (set in {v.file})"
+    assert (
+        v.message == f"names 'arithmetic_agent', while agent_map._default names 'code_lookup_agent' (set in {v.file})"
+    )

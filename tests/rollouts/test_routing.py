@@ -25,8 +25,13 @@ def agent(name: str, resources: str | None = None, **extra) -> dict:
 def relay(name: str, agent_name: str, typed: bool = True) -> dict:
     """Gym 0.7.0's `environment_servers/legacy_agent/configs/legacy_agent.yaml` shape."""
     ref = {"type": "responses_api_agents", "name": agent_name} if typed else {"name": agent_name}
-    return {name: {"environment_servers": {"legacy_agent": {"entrypoint": "app.py", "agent_server": ref,
-                                                            "max_concurrent_episodes": None}}}}
+    return {
+        name: {
+            "environment_servers": {
+                "legacy_agent": {"entrypoint": "app.py", "agent_server": ref, "max_concurrent_episodes": None}
+            }
+        }
+    }
 
 
 def config(*blocks: dict, **top) -> dict:
@@ -57,8 +62,9 @@ def test_an_agent_several_servers_front_is_ambiguous_unless_legacy_mode_names_on
     legacy = gym07(config(*blocks, environment_routing_mode="legacy", environment_server_name="env_b"))
     assert legacy.route(ROW).server == "env_b"
     assert gym07(config(*blocks)).route({**ROW, "_ng_environment_server": "env_a"}).server == "env_a"
-    with pytest.raises(RouteError, match="environment_server_name names 'env_c', which is not an environment server") \
-            as ei:
+    with pytest.raises(
+        RouteError, match="environment_server_name names 'env_c', which is not an environment server"
+    ) as ei:
         gym07(config(*blocks, environment_routing_mode="legacy", environment_server_name="env_c")).route(ROW)
     assert ei.value.hint.startswith("did you mean 'env_b'? environment servers: env_a, env_b")
 
@@ -72,14 +78,20 @@ def test_an_agent_no_server_fronts_is_reached_as_its_relay_would_unless_gym_is_t
 
 
 def test_a_materialized_task_goes_by_its_taskset_route_as_an_episode() -> None:
-    data = config(agent("math_agent", "math"), relay("math_env", "math_agent"),
-                  environment_server_routes={"math:test": "math_env"})
+    data = config(
+        agent("math_agent", "math"),
+        relay("math_env", "math_agent"),
+        environment_server_routes={"math:test": "math_env"},
+    )
     task = {"task_id": {"taskset": "math:test", "task_id": "7"}, "task_input": {"question": "2+2?"}}
     assert gym07(data).route(task) == Route("math_env", "math_agent", "math_env", "legacy_agent", episode=True)
     with pytest.raises(RouteError) as ei:
         gym07(data).route({**task, "task_id": {"taskset": "math:train", "task_id": "7"}})
-    assert ei.value.key == "task_id.taskset" and "no environment_server_routes entry for taskset 'math:train'" \
-        in ei.value.message and "environment servers: math_env" in ei.value.hint
+    assert (
+        ei.value.key == "task_id.taskset"
+        and "no environment_server_routes entry for taskset 'math:train'" in ei.value.message
+        and "environment servers: math_env" in ei.value.hint
+    )
     with pytest.raises(RouteError, match="needs task_id.taskset, a non-empty string"):
         gym07(data).route({**task, "task_id": {"task_id": "7"}})
     with pytest.raises(RouteError, match="takes materialized tasks"):
@@ -94,13 +106,16 @@ def test_a_stamp_must_name_an_environment_server_of_the_rows_agent() -> None:
         gym07(data).route({**ROW, "agent_ref": {"name": "other_agent"}, "_ng_environment_server": "math_env"})
 
 
-@pytest.mark.parametrize(("blocks", "source", "want"), [
-    ((agent("math_agent", "math"),), "math", "math_agent"),  # the one agent of the resources server
-    ((agent("math_agent"),), "math_agent", "math_agent"),  # the declaring agent itself
-    ((agent("a1", "math"), agent("a2", "math")), "math", "2 agents reference it (a1, a2)"),
-    ((agent("a1"),), "math", "no agent references it"),
-    ((agent("a1", "math"),), "maths", "is no server instance of this environment (did you mean 'math'?)"),
-])
+@pytest.mark.parametrize(
+    ("blocks", "source", "want"),
+    [
+        ((agent("math_agent", "math"),), "math", "math_agent"),  # the one agent of the resources server
+        ((agent("math_agent"),), "math_agent", "math_agent"),  # the declaring agent itself
+        ((agent("a1", "math"), agent("a2", "math")), "math", "2 agents reference it (a1, a2)"),
+        ((agent("a1"),), "math", "no agent references it"),
+        ((agent("a1", "math"),), "maths", "is no server instance of this environment (did you mean 'math'?)"),
+    ],
+)
 def test_task_source_resolves_to_the_agent_of_its_dataset(blocks: tuple, source: str, want: str) -> None:
     r = gym07(config(*blocks))
     row = {"responses_create_params": {"input": "2+2?"}, "task_source": source}

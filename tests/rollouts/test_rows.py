@@ -22,8 +22,10 @@ AGENTS = {"weather_agent": Agent("simple_agent"), "vf_agent": Agent("verifiers_a
 
 
 def row(**kw) -> dict:
-    base = {"responses_create_params": {"input": [{"role": "user", "content": "hi"}]},
-            "agent_ref": {"type": "responses_api_agents", "name": "weather_agent"}}
+    base = {
+        "responses_create_params": {"input": [{"role": "user", "content": "hi"}]},
+        "agent_ref": {"type": "responses_api_agents", "name": "weather_agent"},
+    }
     base.update(kw)
     return base
 
@@ -40,8 +42,9 @@ def problems(text: str, agents=AGENTS, manifest_vf=None) -> list:
 
 
 def test_good_rows_keep_order_lines_and_extra_keys() -> None:
-    text = jsonl(row(), "", row(question="q", answer="a", task="t", example_id="e1", info={"k": 1}, task_idx=3,
-                               custom={"x": 1}))
+    text = jsonl(
+        row(), "", row(question="q", answer="a", task="t", example_id="e1", info={"k": 1}, task_idx=3, custom={"x": 1})
+    )
     rows = parse_rows(text, "rows.jsonl", AGENTS)
     assert [(r.index, r.line, r.agent) for r in rows] == [(0, 1, "weather_agent"), (1, 3, "weather_agent")]
     assert rows[1].data["custom"] == {"x": 1}
@@ -54,8 +57,15 @@ def test_string_input_is_accepted() -> None:
 
 def test_every_problem_is_reported_with_line_and_field() -> None:
     bad_ref = row(agent_ref={"type": "responses_api_agents", "name": "weather_agnet"})
-    text = jsonl(row(), {"agent_ref": row()["agent_ref"]}, "{not json", bad_ref, [1, 2],
-                 row(responses_create_params={"input": []}), row(task_idx="3"))
+    text = jsonl(
+        row(),
+        {"agent_ref": row()["agent_ref"]},
+        "{not json",
+        bad_ref,
+        [1, 2],
+        row(responses_create_params={"input": []}),
+        row(task_idx="3"),
+    )
     found = problems(text)
     by_line = {(v.file, v.key): v for v in found}
     assert ("rows.jsonl:2", "responses_create_params") in by_line
@@ -98,8 +108,10 @@ def vf_row(**kw) -> dict:
 def test_verifiers_rows_need_task_idx_and_matching_vf_env_id() -> None:
     assert len(parse_rows(jsonl(vf_row(task_idx=0, vf_env_id="tiny-math"), vf_row(task_idx=1)), "r", AGENTS)) == 2
     found = problems(jsonl(vf_row(vf_env_id="ascii-tree")))
-    assert {(v.key, v.code) for v in found} == {("vf_env_id", "GR-DATASET-VF-ENV-ID"),
-                                                  ("task_idx", "GR-DATASET-MISSING-FIELD")}
+    assert {(v.key, v.code) for v in found} == {
+        ("vf_env_id", "GR-DATASET-VF-ENV-ID"),
+        ("task_idx", "GR-DATASET-MISSING-FIELD"),
+    }
     mismatch = next(v for v in found if v.key == "vf_env_id")
     assert "'ascii-tree' != expected 'tiny-math'" in mismatch.message and "vf_agent" in mismatch.message
 
@@ -143,14 +155,16 @@ def test_load_rows_file_errors(tmp_path: Path) -> None:
 
 def test_render_names_line_and_field() -> None:
     with pytest.raises(DatasetError) as e:
-        parse_rows(jsonl(row(), row(agent_ref={"type": "responses_api_agents", "name": "nobody"})), "rows.jsonl",
-                   AGENTS)
+        parse_rows(
+            jsonl(row(), row(agent_ref={"type": "responses_api_agents", "name": "nobody"})), "rows.jsonl", AGENTS
+        )
     text = e.value.render()
     assert "[GR-DATASET-AGENT-REF] rows.jsonl:2: agent_ref.name: agent 'nobody'" in text
 
 
-@pytest.mark.parametrize(("line", "said"), [("[" * 100_000, "nested too deeply"),
-                                            ('{"task_idx": 1' + "0" * 5000 + "}", "Exceeds the limit")])
+@pytest.mark.parametrize(
+    ("line", "said"), [("[" * 100_000, "nested too deeply"), ('{"task_idx": 1' + "0" * 5000 + "}", "Exceeds the limit")]
+)
 def test_json_the_parser_cannot_take_is_a_row_error_not_a_traceback(line: str, said: str) -> None:
     """Found by the fuzz suite: a line nested past the parser's recursion limit, or holding a number
     of more than 4300 digits, raised RecursionError / ValueError out of the dry-run."""

@@ -38,8 +38,12 @@ def make_agent() -> FastAPI:
     async def run(body: dict) -> dict:
         SEEN["agent"].append(body)
         if body.get("kind") == "masked":
-            return {"reward": 0.0, "mask_sample": True, "failure_kind": "judge_unavailable",
-                    "failure_reason": "the judge answered 503"}
+            return {
+                "reward": 0.0,
+                "mask_sample": True,
+                "failure_kind": "judge_unavailable",
+                "failure_reason": "the judge answered 503",
+            }
         return {"reward": 1.0 if body.get("kind") != "zero" else 0.0}
 
     return app
@@ -59,8 +63,12 @@ def make_environment(agent_url: str) -> FastAPI:
             task = body["task"]
             out = {"episode_id": body["episode_id"], "task_id": task["task_id"]}
             if task["task_input"]["kind"] == "fail":
-                out["failure"] = {"failure_reason": "sandbox never came up", "terminal": True,
-                                  "failure_kind": "sandbox_unavailable", "stage": "setup"}
+                out["failure"] = {
+                    "failure_reason": "sandbox never came up",
+                    "terminal": True,
+                    "failure_kind": "sandbox_unavailable",
+                    "stage": "setup",
+                }
             else:
                 out["result"] = {"reward": 1.0, "resolved": True}
             return Response(json.dumps(out), media_type="application/json")
@@ -83,37 +91,61 @@ def _clear() -> None:
     SEEN["env"].clear()
 
 
-ROUTING = Routing(config(agent("math_agent", "math"), relay("math_env", "math_agent"),
-                         environment_server_routes={"math:test": "math_env"}), task_source=True,
-                  environment_servers=True)
+ROUTING = Routing(
+    config(
+        agent("math_agent", "math"),
+        relay("math_env", "math_agent"),
+        environment_server_routes={"math:test": "math_env"},
+    ),
+    task_source=True,
+    environment_servers=True,
+)
 SPECS = {**AGENTS, "math_agent": Agent("simple_agent")}
-FLAT = {"responses_create_params": {"input": "2+2?"}, "agent_ref": {"type": "responses_api_agents",
-                                                                     "name": "math_agent"}}
+FLAT = {
+    "responses_create_params": {"input": "2+2?"},
+    "agent_ref": {"type": "responses_api_agents", "name": "math_agent"},
+}
 
 
 def test_07_rows_are_accepted_and_routed_when_checked() -> None:
-    text = jsonl(FLAT, {"responses_create_params": {"input": "x"}, "task_source": "math"}, TASK,
-                 {**FLAT, "_ng_task_index": 3, "_ng_rollout_id": "run7.task3", "_ng_future_stamp": {"x": 1}})
+    text = jsonl(
+        FLAT,
+        {"responses_create_params": {"input": "x"}, "task_source": "math"},
+        TASK,
+        {**FLAT, "_ng_task_index": 3, "_ng_rollout_id": "run7.task3", "_ng_future_stamp": {"x": 1}},
+    )
     rows = parse_rows(text, "rows.jsonl", SPECS, routing=ROUTING)
     assert [(r.agent, r.route.server, r.route.episode) for r in rows] == [
-        ("math_agent", "math_env", False), ("math_agent", "math_env", False), ("math_agent", "math_env", True),
-        ("math_agent", "math_env", False)]
+        ("math_agent", "math_env", False),
+        ("math_agent", "math_env", False),
+        ("math_agent", "math_env", True),
+        ("math_agent", "math_env", False),
+    ]
 
 
 def test_routing_and_stamp_problems_are_dataset_errors_naming_the_line() -> None:
-    routing = Routing(config(agent("math_agent", "math"), relay("env_a", "math_agent"), relay("env_b", "math_agent")),
-                      task_source=True, environment_servers=True)
-    text = jsonl(FLAT, {"responses_create_params": {"input": "x"}, "task_source": "nowhere"},
-                 {**TASK, "task_id": {"taskset": "math:test"}}, {**FLAT, "_ng_rollout_index": -1},
-                 {**TASK, "task_id": {"taskset": "other", "task_id": "1"}})
+    routing = Routing(
+        config(agent("math_agent", "math"), relay("env_a", "math_agent"), relay("env_b", "math_agent")),
+        task_source=True,
+        environment_servers=True,
+    )
+    text = jsonl(
+        FLAT,
+        {"responses_create_params": {"input": "x"}, "task_source": "nowhere"},
+        {**TASK, "task_id": {"taskset": "math:test"}},
+        {**FLAT, "_ng_rollout_index": -1},
+        {**TASK, "task_id": {"taskset": "other", "task_id": "1"}},
+    )
     with pytest.raises(DatasetError) as ei:
         parse_rows(text, "rows.jsonl", SPECS, routing=routing)
     got = [(v.code, v.file, v.key) for v in ei.value.violations]
-    assert got == [("GR-DATASET-ENVIRONMENT-SERVER", "rows.jsonl:1", "agent_ref"),
-                   ("GR-DATASET-TASK-SOURCE", "rows.jsonl:2", "task_source"),
-                   ("GR-DATASET-FIELD", "rows.jsonl:3", "task_id.task_id"),
-                   ("GR-DATASET-FIELD", "rows.jsonl:4", "_ng_rollout_index"),  # routed once its fields are good
-                   ("GR-DATASET-ENVIRONMENT-SERVER", "rows.jsonl:5", "task_id.taskset")]
+    assert got == [
+        ("GR-DATASET-ENVIRONMENT-SERVER", "rows.jsonl:1", "agent_ref"),
+        ("GR-DATASET-TASK-SOURCE", "rows.jsonl:2", "task_source"),
+        ("GR-DATASET-FIELD", "rows.jsonl:3", "task_id.task_id"),
+        ("GR-DATASET-FIELD", "rows.jsonl:4", "_ng_rollout_index"),  # routed once its fields are good
+        ("GR-DATASET-ENVIRONMENT-SERVER", "rows.jsonl:5", "task_id.taskset"),
+    ]
     first = ei.value.violations[0]
     assert "fronted by several environment servers (env_a, env_b)" in first.message and first.hint
 
@@ -125,28 +157,48 @@ def test_without_routing_a_row_still_needs_its_agent_ref() -> None:
 
 
 def test_rollouts_go_through_the_environment_server(urls: dict[str, str]) -> None:
-    rows = [FLAT, {"responses_create_params": {"input": "x"}, "task_source": "math", "kind": "masked"}, TASK,
-            {**TASK, "task_input": {"kind": "fail"}}, {**TASK, "_ng_task_index": 4, "_ng_rollout_index": 2,
-                                                       "_ng_attempt_index": 1}]
+    rows = [
+        FLAT,
+        {"responses_create_params": {"input": "x"}, "task_source": "math", "kind": "masked"},
+        TASK,
+        {**TASK, "task_input": {"kind": "fail"}},
+        {**TASK, "_ng_task_index": 4, "_ng_rollout_index": 2, "_ng_attempt_index": 1},
+    ]
     batch = asyncio.run(run_rows(rows, urls, routing=ROUTING))
     flat, masked, episode, failed, stamped = batch.results
     assert flat == {"reward": 1.0, "_ng_environment_server": "math_env", "_ng_result_type": "legacy_agent"}
-    assert masked["mask_sample"] is True and masked["failure_kind"] == "judge_unavailable" \
+    assert (
+        masked["mask_sample"] is True
+        and masked["failure_kind"] == "judge_unavailable"
         and masked["failure_reason"] == "the judge answered 503"
-    assert episode == {"reward": 1.0, "resolved": True, "_ng_task_id": TASK["task_id"],
-                       "_ng_environment_server": "math_env", "_ng_result_type": "legacy_agent"}
-    assert failed["error"] == {"code": "GR-ROLLOUT-EPISODE-FAILED", "message": "math_env: the episode failed "
-                               "(sandbox_unavailable): sandbox never came up"}
-    assert (failed["failure_kind"], failed["failure_reason"], failed["terminal"], failed["stage"]) == \
-        ("sandbox_unavailable", "sandbox never came up", True, "setup")
+    )
+    assert episode == {
+        "reward": 1.0,
+        "resolved": True,
+        "_ng_task_id": TASK["task_id"],
+        "_ng_environment_server": "math_env",
+        "_ng_result_type": "legacy_agent",
+    }
+    assert failed["error"] == {
+        "code": "GR-ROLLOUT-EPISODE-FAILED",
+        "message": "math_env: the episode failed (sandbox_unavailable): sandbox never came up",
+    }
+    assert (failed["failure_kind"], failed["failure_reason"], failed["terminal"], failed["stage"]) == (
+        "sandbox_unavailable",
+        "sandbox never came up",
+        True,
+        "setup",
+    )
     assert stamped["reward"] == 1.0 and batch.agents == ["math_agent"] * 5
     assert len(SEEN["env"]) == 5 and len(SEEN["agent"]) == 2  # every row entered the environment server
     (resolved,) = [b for b in SEEN["agent"] if "task_source" in b]
     assert resolved["agent_ref"] == {"name": "math_agent"}  # task_source resolved and stamped, as Gym does
     episodes = sorted((b for b in SEEN["env"] if "episode_id" in b), key=lambda b: b["episode_id"]["rollout_id"])
-    assert [e["episode_id"] for e in episodes] == [{"rollout_id": "2-0", "attempt": 0},
-                                                    {"rollout_id": "3-0", "attempt": 0},
-                                                    {"rollout_id": "4-2", "attempt": 1}]
+    assert [e["episode_id"] for e in episodes] == [
+        {"rollout_id": "2-0", "attempt": 0},
+        {"rollout_id": "3-0", "attempt": 0},
+        {"rollout_id": "4-2", "attempt": 1},
+    ]
     assert episodes[0]["task"] == {"task_id": TASK["task_id"], "task_input": TASK["task_input"]}
 
 
@@ -165,8 +217,11 @@ def test_flat_rows_reach_the_environment_server_with_gym_s_index_stamps(urls: di
 
 
 def test_an_unroutable_row_is_a_row_error_and_the_batch_goes_on(urls: dict[str, str]) -> None:
-    rows = [{**TASK, "task_id": {"taskset": "nope", "task_id": "1"}}, FLAT,
-            {**FLAT, "agent_ref": {"name": "missing_agent"}}]
+    rows = [
+        {**TASK, "task_id": {"taskset": "nope", "task_id": "1"}},
+        FLAT,
+        {**FLAT, "agent_ref": {"name": "missing_agent"}},
+    ]
     batch = asyncio.run(run_rows(rows, urls, routing=ROUTING))
     nope, ok, missing = batch.results
     assert nope["error"]["code"] == "GR-ROLLOUT-ENVIRONMENT-SERVER" and "math:test" not in nope["error"]["message"]
@@ -174,8 +229,10 @@ def test_an_unroutable_row_is_a_row_error_and_the_batch_goes_on(urls: dict[str, 
     assert ok["reward"] == 1.0
     assert missing["error"]["code"] == "GR-ROLLOUT-AGENT-REF" and "'missing_agent'" in missing["error"]["message"]
     down = asyncio.run(run_rows([FLAT], {"math_agent": urls["math_agent"]}, routing=ROUTING)).results[0]
-    assert down["error"] == {"code": "GR-ROLLOUT-ENVIRONMENT-SERVER", "message": "the row goes to environment "
-                             "server 'math_env', which is not running (running: math_agent)"}
+    assert down["error"] == {
+        "code": "GR-ROLLOUT-ENVIRONMENT-SERVER",
+        "message": "the row goes to environment server 'math_env', which is not running (running: math_agent)",
+    }
 
 
 def test_dry_run_samples_are_episodes_and_masked_rewards_stay_out_of_the_spread(urls: dict[str, str]) -> None:
@@ -192,5 +249,8 @@ def test_dry_run_samples_are_episodes_and_masked_rewards_stay_out_of_the_spread(
     summary = summarize(stats, results, 1.0)
     assert (summary.succeeded, summary.failures, summary.masked, summary.reward_mean) == (6, 0, 2, 1.0)
     line = results[2].to_dict()
-    assert (line["mask_sample"], line["failure_reason"], line["environment_server"]) == \
-        (True, "the judge answered 503", "math_env")
+    assert (line["mask_sample"], line["failure_reason"], line["environment_server"]) == (
+        True,
+        "the judge answered 503",
+        "math_env",
+    )

@@ -16,8 +16,13 @@ from gym_runtime.placement.router import Router
 from gym_runtime.rollouts.dispatch import run_rows
 from gym_runtime.rollouts.report import print_report, replica_table
 from gym_runtime.rollouts.stats import RolloutResult, row_stats, summarize
-from gym_runtime.rollouts.spread import (REPLICA_HEADER, ROLLOUTS_PER_AGENT_REPLICA, default_max_rollouts,
-                                         replica_counts, served_by)
+from gym_runtime.rollouts.spread import (
+    REPLICA_HEADER,
+    ROLLOUTS_PER_AGENT_REPLICA,
+    default_max_rollouts,
+    replica_counts,
+    served_by,
+)
 
 REPLICAS = {"acme_agent": {"acme_agent.0": "10.0.0.7 (3f2a9c1e)", "acme_agent.1": "10.0.0.8 (77ab01cd)"}}
 
@@ -73,11 +78,13 @@ def test_each_row_names_the_replica_the_router_sent_it_to(replicas) -> None:
     assert set(answered) == {0, 1}  # spread
     assert batch.replicas[:10] == [f"acme_agent.{i}" for i in answered]  # the router's word, not the replica's
     assert batch.replicas[10] is None and batch.agents[10] is None and batch.agents[:10] == ["acme_agent"] * 10
-    counts = replica_counts(zip(batch.agents, batch.replicas, ["error" in r for r in batch.results]), REPLICAS,
-                            batch.wall_s)
+    counts = replica_counts(
+        zip(batch.agents, batch.replicas, ["error" in r for r in batch.results]), REPLICAS, batch.wall_s
+    )
     assert [(c["replica"], c["rollouts"], c["node"]) for c in counts] == [
-        ("acme_agent.0", answered.count(0), "10.0.0.7 (3f2a9c1e)"), ("acme_agent.1", answered.count(1),
-                                                                     "10.0.0.8 (77ab01cd)")]
+        ("acme_agent.0", answered.count(0), "10.0.0.7 (3f2a9c1e)"),
+        ("acme_agent.1", answered.count(1), "10.0.0.8 (77ab01cd)"),
+    ]
     assert all(c["failed"] == 0 and c["rollouts_per_s"] > 0 for c in counts)
 
 
@@ -95,7 +102,10 @@ def test_counts_keep_idle_replicas_and_rollouts_no_replica_answered() -> None:
     served = [("acme_agent", "acme_agent.1", False), ("acme_agent", None, True), ("acme_agent", "acme_agent.1", True)]
     counts = replica_counts(served, REPLICAS, 2.0)
     assert [(c["replica"], c["rollouts"], c["failed"]) for c in counts] == [
-        ("acme_agent.0", 0, 0), ("acme_agent.1", 2, 1), (None, 1, 1)]
+        ("acme_agent.0", 0, 0),
+        ("acme_agent.1", 2, 1),
+        (None, 1, 1),
+    ]
     assert counts[1]["rollouts_per_s"] == 1.0 and counts[2]["node"] is None
 
 

@@ -18,10 +18,20 @@ def res(row: int, sample: int, reward: float | None, code: str | None = None) ->
     return RolloutResult(row, sample, row + 1, "agent", reward, 0.1, err)
 
 
-RESULTS = [res(0, 0, 1.0), res(0, 1, 0.0), res(0, 2, 1.0), res(0, 3, 0.0),
-           res(1, 0, 0.5), res(1, 1, 0.5), res(1, 2, 0.5), res(1, 3, None, "GR-ROLLOUT-HTTP"),
-           res(2, 0, None, "GR-ROLLOUT-HTTP"), res(2, 1, None, "GR-ROLLOUT-TIMEOUT"), res(2, 2, 1.0), res(2, 3, None,
-                                                                                                   "GR-ROLLOUT-HTTP")]
+RESULTS = [
+    res(0, 0, 1.0),
+    res(0, 1, 0.0),
+    res(0, 2, 1.0),
+    res(0, 3, 0.0),
+    res(1, 0, 0.5),
+    res(1, 1, 0.5),
+    res(1, 2, 0.5),
+    res(1, 3, None, "GR-ROLLOUT-HTTP"),
+    res(2, 0, None, "GR-ROLLOUT-HTTP"),
+    res(2, 1, None, "GR-ROLLOUT-TIMEOUT"),
+    res(2, 2, 1.0),
+    res(2, 3, None, "GR-ROLLOUT-HTTP"),
+]
 
 
 def test_row_stats() -> None:
@@ -68,23 +78,38 @@ def test_reward_problem() -> None:
     assert reward_problem({"reward": True}) == "reward is bool True, not a number"
     assert reward_problem({"reward": "1"}) == "reward is str '1', not a number"
     assert reward_problem({"reward": float("nan")}) == "reward is NaN, not a finite number"
-    assert reward_problem({"reward": None}) == "reward is null" and reward_problem({}) == "the answer has no 'reward' field"
+    assert (
+        reward_problem({"reward": None}) == "reward is null"
+        and reward_problem({}) == "the answer has no 'reward' field"
+    )
 
 
 def test_counts_per_row_in_the_table_and_json() -> None:
     """The dry-run report shows unknown tool calls, context-overflow stops, bad rewards and
     out-of-range rewards per row (table and --json) and in the summary."""
-    results = [RolloutResult(0, 0, 1, "agent", 1.0, 0.1, None, 2, 1, False, True),
-               RolloutResult(0, 1, 1, "agent", 0.0, 0.1, None, 1, 0, True, False),
-               RolloutResult(1, 0, 2, "other", None, 0.1, {"code": BAD_REWARD, "message": "reward is NaN"}),
-               RolloutResult(1, 1, 2, "other", 0.5, 0.1)]
+    results = [
+        RolloutResult(0, 0, 1, "agent", 1.0, 0.1, None, 2, 1, False, True),
+        RolloutResult(0, 1, 1, "agent", 0.0, 0.1, None, 1, 0, True, False),
+        RolloutResult(1, 0, 2, "other", None, 0.1, {"code": BAD_REWARD, "message": "reward is NaN"}),
+        RolloutResult(1, 1, 2, "other", 0.5, 0.1),
+    ]
     stats = row_stats(results)
-    assert (stats[0].unknown_tool_calls, stats[0].invalid_tool_arguments, stats[0].context_overflows,
-            stats[0].bad_rewards, stats[0].out_of_range) == (3, 1, 1, 0, 1)
+    assert (
+        stats[0].unknown_tool_calls,
+        stats[0].invalid_tool_arguments,
+        stats[0].context_overflows,
+        stats[0].bad_rewards,
+        stats[0].out_of_range,
+    ) == (3, 1, 1, 0, 1)
     assert (stats[1].unknown_tool_calls, stats[1].bad_rewards, stats[1].failures) == (None, 1, 1)
     summary = summarize(stats, results, 1.0)
-    assert (summary.unknown_tool_calls, summary.invalid_tool_arguments, summary.context_overflows,
-            summary.bad_rewards, summary.out_of_range) == (3, 1, 1, 1, 1)
+    assert (
+        summary.unknown_tool_calls,
+        summary.invalid_tool_arguments,
+        summary.context_overflows,
+        summary.bad_rewards,
+        summary.out_of_range,
+    ) == (3, 1, 1, 1, 1)
     console = Console(record=True, width=100, color_system=None)
     print_report(console, stats, summary)
     lines = console.export_text().splitlines()
@@ -98,17 +123,20 @@ def test_counts_per_row_in_the_table_and_json() -> None:
     assert "tool calls refused: 3" in text and "1 rollout(s) stopped because the prompt no longer fit" in text
     assert "1 reward(s) unusable" in text and "1 reward(s) outside the resources server's reward_range" in text
     obj = report_dict(stats, summary)
-    assert {k: obj["rows"][0][k] for k in ("unknown_tool_calls", "context_overflows", "bad_rewards",
-                                           "out_of_range")} == {"unknown_tool_calls": 3, "context_overflows": 1,
-                                                                "bad_rewards": 0, "out_of_range": 1}
+    assert {
+        k: obj["rows"][0][k] for k in ("unknown_tool_calls", "context_overflows", "bad_rewards", "out_of_range")
+    } == {"unknown_tool_calls": 3, "context_overflows": 1, "bad_rewards": 0, "out_of_range": 1}
     assert obj["rows"][1]["bad_rewards"] == 1 and obj["summary"]["bad_rewards"] == 1
 
 
 def test_episode_counters_per_row_and_in_the_summary() -> None:
-    results = [RolloutResult(0, 0, 1, "agent", 0.0, 0.1, unparsed_tool_calls=2, step_capped=True, aborted_calls=1),
-               RolloutResult(0, 1, 1, "agent", 1.0, 0.1, unparsed_tool_calls=0, idle_capped=True, aborted_calls=0),
-               RolloutResult(1, 0, 2, "agent", None, 0.1, {"code": "GR-ROLLOUT-POLICY-UNAVAILABLE", "message": "m"},
-                             aborted_calls=3)]
+    results = [
+        RolloutResult(0, 0, 1, "agent", 0.0, 0.1, unparsed_tool_calls=2, step_capped=True, aborted_calls=1),
+        RolloutResult(0, 1, 1, "agent", 1.0, 0.1, unparsed_tool_calls=0, idle_capped=True, aborted_calls=0),
+        RolloutResult(
+            1, 0, 2, "agent", None, 0.1, {"code": "GR-ROLLOUT-POLICY-UNAVAILABLE", "message": "m"}, aborted_calls=3
+        ),
+    ]
     first, second = row_stats(results)
     assert (first.unparsed_tool_calls, first.step_capped, first.idle_capped, first.aborted) == (2, 1, 1, 1)
     assert (second.unparsed_tool_calls, second.aborted, second.failures) == (None, 3, 1)
@@ -116,15 +144,21 @@ def test_episode_counters_per_row_and_in_the_summary() -> None:
     assert (summary.unparsed_tool_calls, summary.step_capped, summary.idle_capped, summary.aborted) == (2, 1, 1, 4)
     obj = report_dict([first, second], summary)
     assert {k: obj["rows"][0][k] for k in ("unparsed_tool_calls", "step_capped", "idle_capped", "aborted")} == {
-        "unparsed_tool_calls": 2, "step_capped": 1, "idle_capped": 1, "aborted": 1}
+        "unparsed_tool_calls": 2,
+        "step_capped": 1,
+        "idle_capped": 1,
+        "aborted": 1,
+    }
 
 
 def test_repaired_text_is_counted_per_rollout_row_and_run() -> None:
     """Code points of model output that were no text (replaced by U+FFFD upstream) are counted;
     the rollouts stay scored."""
-    results = [RolloutResult(0, 0, 1, "agent", 1.0, 0.1, repaired_text=3),
-               RolloutResult(0, 1, 1, "agent", 1.0, 0.1, repaired_text=None),
-               RolloutResult(1, 0, 2, "agent", 1.0, 0.1, repaired_text=2)]
+    results = [
+        RolloutResult(0, 0, 1, "agent", 1.0, 0.1, repaired_text=3),
+        RolloutResult(0, 1, 1, "agent", 1.0, 0.1, repaired_text=None),
+        RolloutResult(1, 0, 2, "agent", 1.0, 0.1, repaired_text=2),
+    ]
     first, second = row_stats(results)
     assert (first.repaired_text, second.repaired_text, first.failures, second.failures) == (3, 2, 0, 0)
     summary = summarize([first, second], results, 1.0)
@@ -147,8 +181,21 @@ def test_names_and_log_lines_with_brackets_are_printed_as_written_never_read_as_
     stats = row_stats(results)
     console = Console(record=True, width=200, color_system=None)
     print_report(console, stats, summarize(stats, results, 1.0), title="dry-run: pkg[/x] · 1 row(s)")
-    console.print(replica_table([{"replica": "r[/i]", "agent": "agent[/b]", "node": "[n]", "rollouts": 4,
-                                  "failed": 0, "rollouts_per_s": 4.0}], 2))
+    console.print(
+        replica_table(
+            [
+                {
+                    "replica": "r[/i]",
+                    "agent": "agent[/b]",
+                    "node": "[n]",
+                    "rollouts": 4,
+                    "failed": 0,
+                    "rollouts_per_s": 4.0,
+                }
+            ],
+            2,
+        )
+    )
     text = console.export_text()
     assert "dry-run: pkg[/x]" in text and "agent[/b]" in text and "r[/i]" in text and "[n]" in text
     err = Console(file=io.StringIO(), width=200, color_system=None)

@@ -27,8 +27,17 @@ import pytest
 from tests.helpers.daemon import declaring_ray, descendants, wait_gone
 from tests.helpers.environments import shared_venvs
 from tests.helpers.index import SimpleIndex
-from tests.helpers.watch import (WatchRun, has_module, mean_of, rows_of, running_venvs, set_requirements, set_reward,
-                                 tiny_wheel, watched_quickstart)
+from tests.helpers.watch import (
+    WatchRun,
+    has_module,
+    mean_of,
+    rows_of,
+    running_venvs,
+    set_requirements,
+    set_reward,
+    tiny_wheel,
+    watched_quickstart,
+)
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 
@@ -36,8 +45,14 @@ pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 @pytest.mark.timeout(900)  # three runs of the example and a failed start, each waited for on its own
 def test_edit_verify_reruns_rows_with_changes_then_syntax_error_then_recovery(tmp_path: Path) -> None:
     pkg, rows = watched_quickstart(tmp_path)
-    run = WatchRun(pkg, rows, tmp_path / "run", "--samples", "2",
-                   env={"GYM_RUNTIME_HOME": str(tmp_path / "home"), **shared_venvs()})
+    run = WatchRun(
+        pkg,
+        rows,
+        tmp_path / "run",
+        "--samples",
+        "2",
+        env={"GYM_RUNTIME_HOME": str(tmp_path / "home"), **shared_venvs()},
+    )
     try:
         first = run.table(1)
         arithmetic = rows_of(first, "arithmetic_agent")
@@ -88,8 +103,10 @@ def test_edit_verify_reruns_rows_with_changes_then_syntax_error_then_recovery(tm
         lines = rows.read_text().splitlines(keepends=True)
         rows.write_text("".join(lines[1:]))  # a row removed from the dataset is counted as gone
         fifth = run.table(5)
-        assert any(line.startswith("against run 4: 0 row(s) changed") and line.rstrip().endswith("0 new, 1 gone")
-                   for line in fifth), fifth
+        assert any(
+            line.startswith("against run 4: 0 row(s) changed") and line.rstrip().endswith("0 new, 1 gone")
+            for line in fifth
+        ), fifth
 
         kids = [p.pid for p in descendants(run.proc.pid)]
         assert kids
@@ -140,8 +157,14 @@ def test_requirements_edit_rebuilds_the_venv_while_the_server_keeps_serving(tmp_
     venv_root = Path(shared_venvs()["GYM_RUNTIME_VENV_DIR"])
     new_venv = None
     with SimpleIndex(tmp_path / "wheels") as index:
-        run = WatchRun(pkg, rows, tmp_path / "run", "--samples", "2",
-                       env={"GYM_RUNTIME_HOME": str(tmp_path / "home"), "UV_HTTP_TIMEOUT": "600", **shared_venvs()})
+        run = WatchRun(
+            pkg,
+            rows,
+            tmp_path / "run",
+            "--samples",
+            "2",
+            env={"GYM_RUNTIME_HOME": str(tmp_path / "home"), "UV_HTTP_TIMEOUT": "600", **shared_venvs()},
+        )
         try:
             assert _means(run.table(1)) == {"1.00"}
             before = running_venvs(run.proc.pid)
@@ -149,8 +172,11 @@ def test_requirements_edit_rebuilds_the_venv_while_the_server_keeps_serving(tmp_
             index.hold()  # the build waits for the wheel until the app edit's table is in
             mark = len(run.err)
             set_requirements(pkg, f"--index-url {index.url}\nacme-watch-tiny==0.1.0\n")
-            run.stderr_after(mark, r"rebuilding venv for arithmetic \(requirements\.txt changed\); "
-                             r"arithmetic keeps serving on its current venv$")
+            run.stderr_after(
+                mark,
+                r"rebuilding venv for arithmetic \(requirements\.txt changed\); "
+                r"arithmetic keeps serving on its current venv$",
+            )
             set_reward(pkg, "REWARD = 0.0")  # an app edit during the rebuild: restarted on the current venv
             second = run.table(2)
             assert _means(second) == {"0.00"}, second
@@ -197,8 +223,14 @@ def test_a_requirement_no_index_has_shows_its_error_and_the_watch_goes_on(tmp_pa
     tiny_wheel(wheels, 0.5, str(tmp_path))
     venv_root = Path(shared_venvs()["GYM_RUNTIME_VENV_DIR"])
     new_venv = None
-    run = WatchRun(pkg, rows, tmp_path / "run", "--samples", "2",
-                   env={"GYM_RUNTIME_HOME": str(tmp_path / "home"), **shared_venvs()})
+    run = WatchRun(
+        pkg,
+        rows,
+        tmp_path / "run",
+        "--samples",
+        "2",
+        env={"GYM_RUNTIME_HOME": str(tmp_path / "home"), **shared_venvs()},
+    )
     try:
         assert _means(run.table(1)) == {"1.00"}
         before = running_venvs(run.proc.pid)
@@ -207,7 +239,7 @@ def test_a_requirement_no_index_has_shows_its_error_and_the_watch_goes_on(tmp_pa
         set_requirements(pkg, "--no-index\nacme-watch-no-such-package\n")  # offline: no index is asked
         run.stderr_after(mark, r"rebuilding venv for arithmetic \(requirements\.txt changed\)")
         block = run.stderr_after(mark, r"error\[GR-BUILD-[A-Z-]+\]: .*arithmetic")
-        text = "".join(run.err[block:run.stderr_after(block, r"^\(arithmetic keeps serving on its current venv; ")])
+        text = "".join(run.err[block : run.stderr_after(block, r"^\(arithmetic keeps serving on its current venv; ")])
         assert "acme-watch-no-such-package" in text, text
         digest = re.search(r"arithmetic-([0-9a-f]{12})\.stage1\.log", text)
         assert digest is not None, text

@@ -22,8 +22,14 @@ def test_a_config_edit_keeps_the_provider_block_as_the_start_gave_it(tmp_path: P
     config = pkg / "resources_servers" / "example_arithmetic" / "configs" / "arithmetic.yaml"
     text = config.read_text().replace("      domain: math\n", "      domain: math\n      sandbox_provider: sandbox\n")
     config.write_text(text + "sandbox:\n  daytona: {}\n")
-    run = WatchRun(pkg, rows, tmp_path / "run", "--samples", "1",
-                   env={"GYM_RUNTIME_HOME": str(tmp_path / "home"), **shared_venvs()})
+    run = WatchRun(
+        pkg,
+        rows,
+        tmp_path / "run",
+        "--samples",
+        "1",
+        env={"GYM_RUNTIME_HOME": str(tmp_path / "home"), **shared_venvs()},
+    )
     try:
         run.table(1)
         assert any("'daytona' cannot be given here" in line for line in run.err), "".join(run.err[-30:])

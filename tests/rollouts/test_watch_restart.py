@@ -62,8 +62,10 @@ def test_a_fixed_port_is_named(pkg: Path) -> None:
 def test_an_added_instance_is_named(pkg: Path) -> None:
     before = _merged(pkg)
     config = pkg / ARITHMETIC
-    config.write_text(config.read_text() + "arithmetic_two:\n  resources_servers:\n    example_arithmetic:\n"
-                      "      entrypoint: app.py\n      domain: math\n")
+    config.write_text(
+        config.read_text() + "arithmetic_two:\n  resources_servers:\n    example_arithmetic:\n"
+        "      entrypoint: app.py\n      domain: math\n"
+    )
     with pytest.raises(ConfigError) as ei:
         _check_compatible(before, _merged(pkg))
     assert ei.value.code == "GR-CONFIG-WATCH-RESTART" and "'arithmetic_two' was added" in ei.value.message
@@ -84,8 +86,9 @@ def test_a_rebuilt_venv_of_a_ray_user_is_kept_for_the_next_start(tmp_path: Path,
 
 
 @pytest.mark.parametrize("mode", ["join", "own"])
-def test_a_joined_cluster_or_a_servers_own_ray_takes_the_rebuilt_venv_of_a_server_given_ray(tmp_path: Path,
-                                                                                             mode: str) -> None:
+def test_a_joined_cluster_or_a_servers_own_ray_takes_the_rebuilt_venv_of_a_server_given_ray(
+    tmp_path: Path, mode: str
+) -> None:
     merged = _merged(simple_env(tmp_path / "pkg", ray=True))
     check_rebuilt(_Running(merged, mode, needed_by=("acme_math",)), {"acme_math": _NewVenv(tmp_path / "new")})
     with pytest.raises(BuildError) as ei:  # a server the start gave no Ray has none to use on its new venv

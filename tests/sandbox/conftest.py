@@ -10,8 +10,19 @@ import pytest
 from sandbox import IsolationLevel, probe_isolation
 from tests.helpers.egress_targets import make_venv, standin_servers
 
-NAMES = ["allowed.example.com", "www.example.org", "api.example.net", "x.hf.co", "hf.co", "evil.example.net",
-         "meta.example.com", "pkgs.example.com", "pkgs.example.net", "*.example.com", "*.hf.co"]
+NAMES = [
+    "allowed.example.com",
+    "www.example.org",
+    "api.example.net",
+    "x.hf.co",
+    "hf.co",
+    "evil.example.net",
+    "meta.example.com",
+    "pkgs.example.com",
+    "pkgs.example.net",
+    "*.example.com",
+    "*.hf.co",
+]
 
 
 @pytest.fixture(scope="session")

@@ -38,13 +38,31 @@ def test_c11_blocked_fetch_is_a_denial_naming_host_and_server(tmp_path, plain_py
         err = work / "uv.err"
         try:
             with open(err, "wb") as fe:
-                p = sb.spawn(ProcessSpec(
-                    "acme_web", [uvb, "pip", "install", "--no-cache", "--python", str(plain_python), "--target",
-                                 str(work / "t"), "--no-index", "--find-links", str(pkg.root / "wheels"),
-                                 "-r", str(server_dir / "requirements.txt")],
-                    server_dir, {"PATH": "/usr/bin:/bin", "HOME": str(work), "UV_HTTP_RETRIES": "0"},
-                    read_only_paths=[pkg.root, plain_python.parent.parent, uv.find_uv_bin().rsplit("/", 1)[0]],
-                    writable_paths=[work], stderr_fd=fe.fileno()))
+                p = sb.spawn(
+                    ProcessSpec(
+                        "acme_web",
+                        [
+                            uvb,
+                            "pip",
+                            "install",
+                            "--no-cache",
+                            "--python",
+                            str(plain_python),
+                            "--target",
+                            str(work / "t"),
+                            "--no-index",
+                            "--find-links",
+                            str(pkg.root / "wheels"),
+                            "-r",
+                            str(server_dir / "requirements.txt"),
+                        ],
+                        server_dir,
+                        {"PATH": "/usr/bin:/bin", "HOME": str(work), "UV_HTTP_RETRIES": "0"},
+                        read_only_paths=[pkg.root, plain_python.parent.parent, uv.find_uv_bin().rsplit("/", 1)[0]],
+                        writable_paths=[work],
+                        stderr_fd=fe.fileno(),
+                    )
+                )
             rc = await asyncio.wait_for(p.wait(), 120)
             return sb, rc, err.read_text()
         finally:

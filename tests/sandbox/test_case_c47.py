@@ -40,6 +40,7 @@ CLIENT = textwrap.dedent("""
 @pytest.fixture()
 def site():
     """A stand-in of www.sec.gov on the host's loopback: (port, resolver answering that name)."""
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = f"filings for {self.headers['Host']}\n".encode()
@@ -58,9 +59,9 @@ def site():
 
 
 def _policy(port: int) -> EgressPolicy:
-    return EgressPolicy.from_environ({"NMP_RL_SANDBOX_ALLOW_INTERNET": "true",
-                                      "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": f"www.sec.gov:{port}"}
-                                     ).with_trusted_addresses(["127.0.0.1"])
+    return EgressPolicy.from_environ(
+        {"NMP_RL_SANDBOX_ALLOW_INTERNET": "true", "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": f"www.sec.gov:{port}"}
+    ).with_trusted_addresses(["127.0.0.1"])
 
 
 def test_case_c47_a_server_that_ignores_proxies(site, tmp_path, plain_python):
@@ -73,11 +74,23 @@ def test_case_c47_a_server_that_ignores_proxies(site, tmp_path, plain_python):
         try:
             out = tmp_path / "out.txt"
             with open(out, "wb") as f:
-                p = sb.spawn(ProcessSpec("finance_sec_search", [str(plain_python), "-c", CLIENT,
-                                                                 f"http://www.sec.gov:{port}/",
-                                                                 f"http://evil.example.net:{port}/"],
-                                         tmp_path, {"PATH": "/usr/bin:/bin"}, read_only_paths=[plain_python.parent.parent],
-                                         stdout_fd=f.fileno(), stderr_fd=f.fileno()))
+                p = sb.spawn(
+                    ProcessSpec(
+                        "finance_sec_search",
+                        [
+                            str(plain_python),
+                            "-c",
+                            CLIENT,
+                            f"http://www.sec.gov:{port}/",
+                            f"http://evil.example.net:{port}/",
+                        ],
+                        tmp_path,
+                        {"PATH": "/usr/bin:/bin"},
+                        read_only_paths=[plain_python.parent.parent],
+                        stdout_fd=f.fileno(),
+                        stderr_fd=f.fileno(),
+                    )
+                )
             await asyncio.wait_for(p.wait(), 60)
             return out.read_text(), list(sb.denials)
         finally:
@@ -98,11 +111,29 @@ def test_case_c47_a_task_sandbox_that_ignores_proxies(site, tmp_path):
     denials: list[dict] = []
 
     async def main():
-        box = await TaskBox.start("finance_sec_search/gr-1", BoxRoot.host(), tmp_path / "box", BoxLimits(),
-                                  _policy(port), SPAWNER, *support, on_deny=denials.append, resolver=resolver)
+        box = await TaskBox.start(
+            "finance_sec_search/gr-1",
+            BoxRoot.host(),
+            tmp_path / "box",
+            BoxLimits(),
+            _policy(port),
+            SPAWNER,
+            *support,
+            on_deny=denials.append,
+            resolver=resolver,
+        )
         try:
-            r = await box.exec(["/usr/bin/python3", "-c", CLIENT, f"http://www.sec.gov:{port}/x",
-                                f"http://data.sec.gov:{port}/", f"http://www.sec.gov:{port + 1}/"], timeout_s=60)
+            r = await box.exec(
+                [
+                    "/usr/bin/python3",
+                    "-c",
+                    CLIENT,
+                    f"http://www.sec.gov:{port}/x",
+                    f"http://data.sec.gov:{port}/",
+                    f"http://www.sec.gov:{port + 1}/",
+                ],
+                timeout_s=60,
+            )
             return r.stdout.decode(), box.denial_count
         finally:
             await box.close()
@@ -115,7 +146,9 @@ def test_case_c47_a_task_sandbox_that_ignores_proxies(site, tmp_path):
 
 
 def test_case_c47_the_hint_names_the_pattern_of_a_redirect_host():
-    assert suggest_allow(["cdn-lfs.hf.co:443", "huggingface.co:443"]) == ("cdn-lfs.hf.co,huggingface.co",
-                                                                          "*.hf.co,huggingface.co")
+    assert suggest_allow(["cdn-lfs.hf.co:443", "huggingface.co:443"]) == (
+        "cdn-lfs.hf.co,huggingface.co",
+        "*.hf.co,huggingface.co",
+    )
     assert suggest_allow(["www.sec.gov:443", "data.sec.gov:443"]) == ("www.sec.gov,data.sec.gov", "*.sec.gov")
     assert suggest_allow(["huggingface.co:443"]) == ("huggingface.co", "")

@@ -73,4 +73,3 @@ def test_a_second_event_loop_can_wait_after_the_first_one_ended() -> None:
 
     assert asyncio.run(finish()) == -signal.SIGTERM
     assert proc.pidfd is None
-

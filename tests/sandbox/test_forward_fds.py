@@ -31,8 +31,15 @@ def test_forwarded_connections_leave_no_descriptor(tmp_path: Path, plain_python:
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
         try:
             port = sb.allocate_port()
-            peer = sb.spawn(ProcessSpec("peer", [str(plain_python), str(APPS / "peer_server.py"), str(port)], tmp_path,
-                                        {"PATH": "/usr/bin"}, read_only_paths=[APPS, plain_python.parent.parent]))
+            peer = sb.spawn(
+                ProcessSpec(
+                    "peer",
+                    [str(plain_python), str(APPS / "peer_server.py"), str(port)],
+                    tmp_path,
+                    {"PATH": "/usr/bin"},
+                    read_only_paths=[APPS, plain_python.parent.parent],
+                )
+            )
             host, hport = await sb.publish(port)
             for _ in range(400):  # until the peer listens (the forward resets connections before)
                 try:

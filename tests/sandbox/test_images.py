@@ -25,7 +25,9 @@ def test_reference_normalisation():
     assert str(ref_path("python:3.12-slim")) == "docker.io/library/python/3.12-slim"
     assert str(ref_path("acme/img@sha256:ab")) == "docker.io/acme/img/sha256_ab"
     assert parse_image_map("python:3.12-slim=host, *=/srv/rootfs") == {
-        "docker.io/library/python:3.12-slim": "host", "*": "/srv/rootfs"}
+        "docker.io/library/python:3.12-slim": "host",
+        "*": "/srv/rootfs",
+    }
     with pytest.raises(ValueError, match="absolute"):
         parse_image_map("x=relative/path")
 
@@ -48,8 +50,13 @@ def test_rootfs_layout_and_archive_with_whiteouts(tmp_path):
     plain = images / ref_path("acme/plain:1")
     plain.parent.mkdir(parents=True)
     plain.symlink_to(rootfs)
-    oci_layout(rootfs, images / ref_path("acme/layout:1"), env=["PATH=/bin:/usr/bin", "GREETING=hi"],
-               workdir="/srv", whiteouts={"bin/.wh.ls": b"", "etc/motd": b"layer two\n"})
+    oci_layout(
+        rootfs,
+        images / ref_path("acme/layout:1"),
+        env=["PATH=/bin:/usr/bin", "GREETING=hi"],
+        workdir="/srv",
+        whiteouts={"bin/.wh.ls": b"", "etc/motd": b"layer two\n"},
+    )
     oci_archive(oci_layout(rootfs, tmp_path / "l2"), (images / ref_path("acme/archive:1")).with_suffix(".tar"))
     store = ImageStore([images], tmp_path / "cache", {})
     assert store.resolve("acme/plain:1").path == rootfs.resolve()
@@ -68,9 +75,10 @@ def test_rootfs_layout_and_archive_with_whiteouts(tmp_path):
     async def main():
         box = await TaskBox.start("srv/img", layout, tmp_path / "box", BoxLimits(), EgressPolicy(), SPAWNER, *support)
         try:
-            r = await box.exec(["/bin/sh", "-c", 'pwd; echo $GREETING; cat /etc/motd; echo new > /bin/added'])
+            r = await box.exec(["/bin/sh", "-c", "pwd; echo $GREETING; cat /etc/motd; echo new > /bin/added"])
             assert r.stdout == b"/srv\nhi\nlayer two\n", r
         finally:
             await box.close()
         assert not (layout.path / "bin/added").exists()  # writes stay in the box's own layer
+
     asyncio.run(main())

@@ -26,7 +26,9 @@ async def _wait_http(host: str, port: int, timeout: float = 20.0) -> str:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
-            return await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://{host}:{port}/", timeout=2).read().decode())
+            return await asyncio.to_thread(
+                lambda: urllib.request.urlopen(f"http://{host}:{port}/", timeout=2).read().decode()
+            )
         except OSError:
             if asyncio.get_running_loop().time() > deadline:
                 raise
@@ -46,16 +48,32 @@ def test_full_isolation_inside_view(full, tmp_path, plain_python, monkeypatch):
             head = plain_server("127.0.0.1")
             inside = await sb.expose_host_service(sb.allocate_port(), "127.0.0.1", head.server_address[1])
             peer_port = sb.allocate_port()
-            peer = sb.spawn(ProcessSpec("peer", [str(plain_python), str(APPS / "peer_server.py"), str(peer_port)],
-                                        package, {"PATH": "/usr/bin"}, read_only_paths=[venv, package, APPS]))
+            peer = sb.spawn(
+                ProcessSpec(
+                    "peer",
+                    [str(plain_python), str(APPS / "peer_server.py"), str(peer_port)],
+                    package,
+                    {"PATH": "/usr/bin"},
+                    read_only_paths=[venv, package, APPS],
+                )
+            )
             host, hport = await sb.publish(peer_port)
             assert await _wait_http(host, hport) == f"peer {peer_port}"  # daemon reaches the server
-            spec = {"write_probe": [str(venv), str(venv / "lib"), str(package), str(tmp_path / "sb" / "w"), "/tmp"],
-                    "exists_probe": [str(tmp_path / "elsewhere"), "/etc/shadow", str(Path.home() / ".ssh")],
-                    "fetch": [f"http://127.0.0.1:{peer_port}/", f"http://{inside[0]}:{inside[1]}/"]}
+            spec = {
+                "write_probe": [str(venv), str(venv / "lib"), str(package), str(tmp_path / "sb" / "w"), "/tmp"],
+                "exists_probe": [str(tmp_path / "elsewhere"), "/etc/shadow", str(Path.home() / ".ssh")],
+                "fetch": [f"http://127.0.0.1:{peer_port}/", f"http://{inside[0]}:{inside[1]}/"],
+            }
             (tmp_path / "elsewhere").mkdir()
-            out = await run_json(sb, plain_python, "inspect_self.py", spec, tmp_path / "sb" / "w",
-                                 env={"MY_VAR": "1"}, extra_ro=[package])
+            out = await run_json(
+                sb,
+                plain_python,
+                "inspect_self.py",
+                spec,
+                tmp_path / "sb" / "w",
+                env={"MY_VAR": "1"},
+                extra_ro=[package],
+            )
             info = await peer.stop(grace_s=5)
             head.shutdown()
             return sb, out, info, peer
@@ -76,9 +94,21 @@ def test_full_isolation_inside_view(full, tmp_path, plain_python, monkeypatch):
     assert list(out["fetch"].values())[1].startswith("hello ")  # the exposed head server
     env = out["env"]
     proxy = env["HTTP_PROXY"]
-    assert proxy.startswith("http://127.0.0.1:") and all(env[k] == proxy for k in ("HTTPS_PROXY", "http_proxy", "https_proxy"))
+    assert proxy.startswith("http://127.0.0.1:") and all(
+        env[k] == proxy for k in ("HTTPS_PROXY", "http_proxy", "https_proxy")
+    )
     assert env["NO_PROXY"] == env["no_proxy"] == "localhost,127.0.0.1,::1"
-    extra = set(env) - {"PATH", "HOME", "MY_VAR", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"}
+    extra = set(env) - {
+        "PATH",
+        "HOME",
+        "MY_VAR",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    }
     assert extra <= {"PWD", "LC_CTYPE"}, extra  # bwrap's --chdir sets PWD; Python's C-locale coercion LC_CTYPE
     assert info.reason == "terminated" and info.returncode == 0
     assert peer.pidfd is None and peer.poll() == 0
@@ -88,5 +118,7 @@ def test_require_full_refuses_lower_level(tmp_path):
     from gym_runtime.errors import IsolationError
 
     with pytest.raises(IsolationError) as e:
-        asyncio.run(Sandbox.start(EgressPolicy.from_environ({}), tmp_path, require_full=True, level=IsolationLevel.PARTIAL))
+        asyncio.run(
+            Sandbox.start(EgressPolicy.from_environ({}), tmp_path, require_full=True, level=IsolationLevel.PARTIAL)
+        )
     assert e.value.code == "GR-SANDBOX-ISOLATION" and "full isolation required" in e.value.message and e.value.hint

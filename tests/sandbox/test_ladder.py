@@ -30,9 +30,28 @@ def _simulate(tmp_path: Path, python: Path, extra: list[str], env_path: str = "/
         pytest.skip("no bubblewrap to simulate a lower level with")
     target = plain_server("127.0.0.1")
     try:
-        argv = [bwrap, "--unshare-user", "--dev-bind", "/", "/", *extra, "--chdir", str(ROOT), "--setenv", "PATH", env_path,
-                "--setenv", "PYTHONPATH", str(ROOT), "--", sys.executable, str(APP), str(tmp_path / "w"), str(python),
-                str(target.server_address[1])]
+        argv = [
+            bwrap,
+            "--unshare-user",
+            "--dev-bind",
+            "/",
+            "/",
+            *extra,
+            "--chdir",
+            str(ROOT),
+            "--setenv",
+            "PATH",
+            env_path,
+            "--setenv",
+            "PYTHONPATH",
+            str(ROOT),
+            "--",
+            sys.executable,
+            str(APP),
+            str(tmp_path / "w"),
+            str(python),
+            str(target.server_address[1]),
+        ]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-3000:]
         return json.loads(r.stdout.strip().splitlines()[-1])
@@ -97,9 +116,17 @@ def test_root_without_sys_admin_stays_full(tmp_path, plain_python, full_availabl
         pytest.skip("needs root, capsh and full isolation")
     target = plain_server("127.0.0.1")
     try:
-        cmd = shlex.join([sys.executable, str(APP), str(tmp_path / "w"), str(plain_python), str(target.server_address[1])])
-        r = subprocess.run(["capsh", "--drop=cap_sys_admin,cap_net_admin,cap_sys_ptrace", "--", "-c", f"exec {cmd}"],
-                           capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        cmd = shlex.join(
+            [sys.executable, str(APP), str(tmp_path / "w"), str(plain_python), str(target.server_address[1])]
+        )
+        r = subprocess.run(
+            ["capsh", "--drop=cap_sys_admin,cap_net_admin,cap_sys_ptrace", "--", "-c", f"exec {cmd}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         out = json.loads(r.stdout.strip().splitlines()[-1])
     finally:

@@ -33,8 +33,17 @@ async def _run(tmp_path, python, code, lim):
     try:
         out = tmp_path / "out.txt"
         with open(out, "wb") as f:
-            p = sb.spawn(ProcessSpec("hog", [str(python), "-c", code], tmp_path, {"PATH": "/usr/bin"},
-                                     read_only_paths=[python.parent.parent], stdout_fd=f.fileno(), limits=lim))
+            p = sb.spawn(
+                ProcessSpec(
+                    "hog",
+                    [str(python), "-c", code],
+                    tmp_path,
+                    {"PATH": "/usr/bin"},
+                    read_only_paths=[python.parent.parent],
+                    stdout_fd=f.fileno(),
+                    limits=lim,
+                )
+            )
         await asyncio.wait_for(p.wait(), 30)
         return p.exit_info(), out.read_text()
     finally:

@@ -13,13 +13,22 @@ from sandbox import EgressPolicy, IsolationLevel, Sandbox
 from tests.helpers.egress_targets import RecordingResolver, plain_server
 from tests.sandbox._run import guard_dns, run_json
 
-HOSTS = ["allowed.example.com", "www.example.org", "api.example.net", "x.hf.co", "hf.co", "evil.example.net",
-         "meta.example.com"]
+HOSTS = [
+    "allowed.example.com",
+    "www.example.org",
+    "api.example.net",
+    "x.hf.co",
+    "hf.co",
+    "evil.example.net",
+    "meta.example.com",
+]
 POLICIES = {
     "internet-off": ({}, set()),
     "internet-on": ({"NMP_RL_SANDBOX_ALLOW_INTERNET": "true"}, {"allowed.example.com", "www.example.org"}),
-    "operator-list": ({"NMP_RL_SANDBOX_ALLOW_INTERNET": "yes", "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "api.example.net, *.hf.co"},
-                      {"allowed.example.com", "www.example.org", "api.example.net", "x.hf.co"}),
+    "operator-list": (
+        {"NMP_RL_SANDBOX_ALLOW_INTERNET": "yes", "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "api.example.net, *.hf.co"},
+        {"allowed.example.com", "www.example.org", "api.example.net", "x.hf.co"},
+    ),
 }
 
 
@@ -37,13 +46,29 @@ async def _matrix(tmp_path, standins, python, environ, level, monkeypatch):
     try:
         peer_port = sb.allocate_port()
         urls = [f"{s}://{h}/" for h in HOSTS for s in ("http", "https")] + [ip_url, name_url]
-        spec = {"urls": urls, "raw": [[standins.addr, 80]], "isolation_checks": level != IsolationLevel.NONE,
-                "dns_name": "allowed.example.com",
-                "uv": {"bin": str(__import__("uv").find_uv_bin()), "package": "tinypkg", "target": str(tmp_path / "sb" / "w" / "uvt"),
-                       "index_ok": "http://pkgs.example.com/simple/", "index_denied": "http://pkgs.example.net/simple/"}}
+        spec = {
+            "urls": urls,
+            "raw": [[standins.addr, 80]],
+            "isolation_checks": level != IsolationLevel.NONE,
+            "dns_name": "allowed.example.com",
+            "uv": {
+                "bin": str(__import__("uv").find_uv_bin()),
+                "package": "tinypkg",
+                "target": str(tmp_path / "sb" / "w" / "uvt"),
+                "index_ok": "http://pkgs.example.com/simple/",
+                "index_denied": "http://pkgs.example.net/simple/",
+            },
+        }
         uv_dir = __import__("pathlib").Path(spec["uv"]["bin"]).parent
-        out = await run_json(sb, python, "egress_client.py", spec, tmp_path / "sb" / "w", extra_ro=[uv_dir, standins.ca.parent],
-                             env={"TEST_CA": str(standins.ca), "SSL_CERT_FILE": str(standins.ca)})
+        out = await run_json(
+            sb,
+            python,
+            "egress_client.py",
+            spec,
+            tmp_path / "sb" / "w",
+            extra_ro=[uv_dir, standins.ca.parent],
+            env={"TEST_CA": str(standins.ca), "SSL_CERT_FILE": str(standins.ca)},
+        )
         return sb, out, resolver, dns_seen, peer_port
     finally:
         await sb.close()
@@ -87,7 +112,9 @@ def test_matrix_enforced(tmp_path, standins, client_python, full_available, monk
     if not full_available:
         pytest.skip("full isolation is not available on this host")
     environ, allowed = POLICIES[policy_name]
-    sb, out, resolver, dns_seen, _ = asyncio.run(_matrix(tmp_path, standins, client_python, environ, level, monkeypatch))
+    sb, out, resolver, dns_seen, _ = asyncio.run(
+        _matrix(tmp_path, standins, client_python, environ, level, monkeypatch)
+    )
     assert sb.level == level
     assert {"httpx", "requests", "urllib"} <= set(out["clients"]) or out["clients"] == ["urllib"]
     _check(out, allowed, sb, resolver, dns_seen, enforced=True)
@@ -103,7 +130,8 @@ def test_matrix_enforced(tmp_path, standins, client_python, full_available, monk
 def test_matrix_level_none_is_cooperative_and_warns(tmp_path, standins, client_python, monkeypatch):
     environ, allowed = POLICIES["operator-list"]
     sb, out, resolver, dns_seen, _ = asyncio.run(
-        _matrix(tmp_path, standins, client_python, environ, IsolationLevel.NONE, monkeypatch))
+        _matrix(tmp_path, standins, client_python, environ, IsolationLevel.NONE, monkeypatch)
+    )
     assert sb.level == IsolationLevel.NONE
     assert sb.report.warning.startswith("EGRESS NOT ENFORCED")
     _check(out, allowed, sb, resolver, dns_seen, enforced=False)

@@ -21,23 +21,36 @@ CONN = OpenSandboxConnection("127.0.0.1:8090", api_key=KEY, image="localhost/gym
 
 
 def _api(status: int, code: str, message: str) -> SandboxApiException:
-    return SandboxApiException(f"API error: HTTP {status}: {message}", status_code=status,
-                               error=SandboxError(code, message))
+    return SandboxApiException(
+        f"API error: HTTP {status}: {message}", status_code=status, error=SandboxError(code, message)
+    )
 
 
-@pytest.mark.parametrize("exc, code, exit_code", [
-    (_api(401, "GENERAL::UNKNOWN_ERROR", "Invalid API key"), "GR-OSB-AUTH", EXIT_INVALID),
-    (_api(500, "DOCKER::SANDBOX_IMAGE_PULL_FAILED", "Failed to pull image localhost/gym-server:1"), "GR-OSB-IMAGE",
-     EXIT_INVALID),
-    (_api(400, "VOLUME::HOST_PATH_NOT_ALLOWED", "Host path '/home/x' is not under any allowed prefix"),
-     "GR-OSB-MOUNT", EXIT_RUNTIME),
-    (_api(403, "KUBERNETES::QUOTA_EXCEEDED", "exceeded quota: sandboxes"), "GR-OSB-QUOTA", EXIT_RUNTIME),
-    (SandboxRateLimitException("API error: HTTP 429", status_code=429), "GR-OSB-QUOTA", EXIT_RUNTIME),
-    (_api(404, "DOCKER::SANDBOX_NOT_FOUND", "Sandbox abc not found"), "GR-OSB-SANDBOX-GONE", EXIT_RUNTIME),
-    (_api(500, "SANDBOX::INTERNAL_ERROR", "boom"), "GR-OSB-SERVER", EXIT_RUNTIME),
-    (SandboxConnectionException("Network connectivity error: All connection attempts failed"),
-     "GR-OSB-UNREACHABLE", EXIT_RUNTIME),
-])
+@pytest.mark.parametrize(
+    "exc, code, exit_code",
+    [
+        (_api(401, "GENERAL::UNKNOWN_ERROR", "Invalid API key"), "GR-OSB-AUTH", EXIT_INVALID),
+        (
+            _api(500, "DOCKER::SANDBOX_IMAGE_PULL_FAILED", "Failed to pull image localhost/gym-server:1"),
+            "GR-OSB-IMAGE",
+            EXIT_INVALID,
+        ),
+        (
+            _api(400, "VOLUME::HOST_PATH_NOT_ALLOWED", "Host path '/home/x' is not under any allowed prefix"),
+            "GR-OSB-MOUNT",
+            EXIT_RUNTIME,
+        ),
+        (_api(403, "KUBERNETES::QUOTA_EXCEEDED", "exceeded quota: sandboxes"), "GR-OSB-QUOTA", EXIT_RUNTIME),
+        (SandboxRateLimitException("API error: HTTP 429", status_code=429), "GR-OSB-QUOTA", EXIT_RUNTIME),
+        (_api(404, "DOCKER::SANDBOX_NOT_FOUND", "Sandbox abc not found"), "GR-OSB-SANDBOX-GONE", EXIT_RUNTIME),
+        (_api(500, "SANDBOX::INTERNAL_ERROR", "boom"), "GR-OSB-SERVER", EXIT_RUNTIME),
+        (
+            SandboxConnectionException("Network connectivity error: All connection attempts failed"),
+            "GR-OSB-UNREACHABLE",
+            EXIT_RUNTIME,
+        ),
+    ],
+)
 def test_each_failure_is_one_block_with_its_code(exc: Exception, code: str, exit_code: int) -> None:
     err = translate(exc, CONN, "creating the sandbox of server 'arithmetic'", sandbox="abc")
     assert (err.code, err.exit_code) == (code, exit_code)
@@ -47,8 +60,12 @@ def test_each_failure_is_one_block_with_its_code(exc: Exception, code: str, exit
 
 
 def test_the_server_words_stay_in_the_cause() -> None:
-    err = translate(_api(400, "VOLUME::HOST_PATH_NOT_ALLOWED", "Host path '/home/x' is not under any allowed prefix"),
-                    CONN, "creating the sandbox of server 'arithmetic'", sandbox="abc")
+    err = translate(
+        _api(400, "VOLUME::HOST_PATH_NOT_ALLOWED", "Host path '/home/x' is not under any allowed prefix"),
+        CONN,
+        "creating the sandbox of server 'arithmetic'",
+        sandbox="abc",
+    )
     assert "sandbox abc" in err.message and "/home/x" in err.cause and "allowed_host_paths" in err.hint
 
 
@@ -78,6 +95,9 @@ def test_the_key_is_not_in_the_connection_repr() -> None:
 
 
 def test_a_server_without_an_egress_sidecar_is_named() -> None:
-    err = translate(_api(400, "SANDBOX::INVALID_PARAMETER", "egress.image must be configured when networkPolicy is "
-                         "provided."), CONN, "creating the sandbox of server 'arithmetic'")
+    err = translate(
+        _api(400, "SANDBOX::INVALID_PARAMETER", "egress.image must be configured when networkPolicy is provided."),
+        CONN,
+        "creating the sandbox of server 'arithmetic'",
+    )
     assert err.code == "GR-OSB-EGRESS" and "GYM_RUNTIME_OPENSANDBOX_EGRESS=unenforced" in err.hint

@@ -36,17 +36,26 @@ def _endpoint_app() -> Starlette:
     """What execd's ``/proxy/{port}`` answers with: the path after the prefix, the body, a stream."""
 
     async def echo(request: Request) -> JSONResponse:
-        return JSONResponse({"path": request.url.path, "query": request.url.query, "body": (await request.body()).decode(),
-                             "method": request.method}, headers={"set-cookie": "s=1"})
+        return JSONResponse(
+            {
+                "path": request.url.path,
+                "query": request.url.query,
+                "body": (await request.body()).decode(),
+                "method": request.method,
+            },
+            headers={"set-cookie": "s=1"},
+        )
 
     async def stream(request: Request) -> StreamingResponse:
         async def gen():
             for i in range(3):
                 yield f"data: {i}\n\n".encode()
+
         return StreamingResponse(gen(), media_type="text/event-stream")
 
-    return Starlette(routes=[Route("/proxy/9000/stream", stream), Route("/proxy/9000/{rest:path}", echo,
-                                                                          methods=["GET", "POST"])])
+    return Starlette(
+        routes=[Route("/proxy/9000/stream", stream), Route("/proxy/9000/{rest:path}", echo, methods=["GET", "POST"])]
+    )
 
 
 def test_relay_forwards_under_the_endpoint_prefix_and_waits_for_a_sandbox() -> None:
@@ -88,9 +97,15 @@ def test_forwarder_splices_each_port_and_names_one_it_cannot_bind() -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             listen = s.getsockname()[1]
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-I", "-S", "-c", FORWARDER,
-                                                    json.dumps([[listen, "127.0.0.1", tport]]),
-                                                    stdout=subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            FORWARDER,
+            json.dumps([[listen, "127.0.0.1", tport]]),
+            stdout=subprocess.PIPE,
+        )
         try:
             assert (await proc.stdout.readline()).decode().strip() == "forwarding 1 port(s)"
             reader, writer = await asyncio.open_connection("127.0.0.1", listen)
@@ -106,8 +121,12 @@ def test_forwarder_splices_each_port_and_names_one_it_cannot_bind() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         busy = taken.getsockname()[1]
-        r = subprocess.run([sys.executable, "-I", "-S", "-c", FORWARDER, json.dumps([[busy, "127.0.0.1", tport]])],
-                           capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", FORWARDER, json.dumps([[busy, "127.0.0.1", tport]])],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         taken.close()
         assert r.returncode == 1 and f"cannot listen on 127.0.0.1:{busy}" in r.stdout
 
@@ -123,8 +142,14 @@ def test_answers_given_in_the_servers_stead_are_not_readiness() -> None:
         return JSONResponse({"code": "BAD_GATEWAY", "message": "127.0.0.1:20004: Connection refused"}, status_code=502)
 
     async def main() -> None:
-        server, task, port = await _serve(Starlette(routes=[Route("/proxy/1/{rest:path}", not_listening),
-                                                            Route("/proxy/2/{rest:path}", lambda r: JSONResponse({}))]))
+        server, task, port = await _serve(
+            Starlette(
+                routes=[
+                    Route("/proxy/1/{rest:path}", not_listening),
+                    Route("/proxy/2/{rest:path}", lambda r: JSONResponse({})),
+                ]
+            )
+        )
         relay = Relay("arithmetic", wait_s=0.1)
         host, rport = await relay.start("127.0.0.1")
         try:

@@ -10,8 +10,17 @@ from opensandbox.adapters.converter.sandbox_model_converter import SandboxModelC
 
 from sandbox.limits import ResourceLimits
 from sandbox.opensandbox.service import leftovers
-from sandbox.opensandbox.spec import (LABEL_OWNER, LABEL_RUN, LABEL_SERVER, RunLabels, network_policy,
-                                      resource_limits, sdk_network_policy, sdk_volumes, volumes)
+from sandbox.opensandbox.spec import (
+    LABEL_OWNER,
+    LABEL_RUN,
+    LABEL_SERVER,
+    RunLabels,
+    network_policy,
+    resource_limits,
+    sdk_network_policy,
+    sdk_volumes,
+    volumes,
+)
 from sandbox.policy import EgressPolicy
 
 ENDPOINTS = ["http://127.0.0.1:8000/v1", "http://10.0.0.5:8000/v1", "http://policy.example:9000/v1"]
@@ -24,29 +33,52 @@ def _sent(wire: dict) -> dict:
 
 def test_internet_off_allows_only_the_daemon_and_the_policy_endpoints() -> None:
     policy = EgressPolicy.from_environ({"NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "pypi.org"}, ENDPOINTS)
-    expected = {"defaultAction": "deny", "egress": [
-        {"action": "allow", "target": "10.88.0.1/32"},     # the daemon: head server and relays
-        {"action": "allow", "target": "10.0.0.5/32"},      # a policy endpoint by address
-        {"action": "allow", "target": "policy.example"},   # a policy endpoint by name
-    ]}  # 127.0.0.1:8000 is reached through the daemon (no rule: a sandbox's loopback is its own)
+    expected = {
+        "defaultAction": "deny",
+        "egress": [
+            {"action": "allow", "target": "10.88.0.1/32"},  # the daemon: head server and relays
+            {"action": "allow", "target": "10.0.0.5/32"},  # a policy endpoint by address
+            {"action": "allow", "target": "policy.example"},  # a policy endpoint by name
+        ],
+    }  # 127.0.0.1:8000 is reached through the daemon (no rule: a sandbox's loopback is its own)
     assert network_policy(policy, ["10.88.0.1"]) == expected
     assert _sent(expected) == expected
 
 
 def test_internet_on_adds_the_operator_list_and_the_defaults_in_order() -> None:
-    policy = EgressPolicy.from_environ({"NMP_RL_SANDBOX_ALLOW_INTERNET": "yes",
-                                        "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "pypi.org,*.hf.co:8443,1.2.3.4,[2001:db8::1],"
-                                                                           "api.acme.com"}, ENDPOINTS[2:])
+    policy = EgressPolicy.from_environ(
+        {
+            "NMP_RL_SANDBOX_ALLOW_INTERNET": "yes",
+            "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "pypi.org,*.hf.co:8443,1.2.3.4,[2001:db8::1],api.acme.com",
+        },
+        ENDPOINTS[2:],
+    )
     wire = network_policy(policy, ["fd00::1"])
-    assert wire == {"defaultAction": "deny", "egress": [{"action": "allow", "target": t} for t in (
-        "fd00::1/128", "policy.example", "pypi.org", "*.hf.co", "1.2.3.4/32", "2001:db8::1/128", "api.acme.com",
-        "*.com", "*.org")]}
+    assert wire == {
+        "defaultAction": "deny",
+        "egress": [
+            {"action": "allow", "target": t}
+            for t in (
+                "fd00::1/128",
+                "policy.example",
+                "pypi.org",
+                "*.hf.co",
+                "1.2.3.4/32",
+                "2001:db8::1/128",
+                "api.acme.com",
+                "*.com",
+                "*.org",
+            )
+        ],
+    }
     assert _sent(wire) == wire
 
 
 def test_repeated_targets_are_sent_once() -> None:
-    policy = EgressPolicy.from_environ({"NMP_RL_SANDBOX_ALLOW_INTERNET": "1",
-                                        "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "*.com,policy.example:9000"}, ENDPOINTS[2:])
+    policy = EgressPolicy.from_environ(
+        {"NMP_RL_SANDBOX_ALLOW_INTERNET": "1", "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "*.com,policy.example:9000"},
+        ENDPOINTS[2:],
+    )
     targets = [r["target"] for r in network_policy(policy)["egress"]]
     assert targets == ["policy.example", "*.com", "*.org"]
 
@@ -80,8 +112,10 @@ def test_labels_name_run_owner_and_server(tmp_path: Path) -> None:
 
 def test_leftovers_are_other_runs_of_the_same_slot() -> None:
     me = RunLabels("run2", "slot1")
-    infos = [SimpleNamespace(id="a", metadata={LABEL_OWNER: "slot1", LABEL_RUN: "run1"}),
-             SimpleNamespace(id="b", metadata={LABEL_OWNER: "slot1", LABEL_RUN: "run2"}),
-             SimpleNamespace(id="c", metadata={LABEL_OWNER: "slot9", LABEL_RUN: "run1"}),
-             SimpleNamespace(id="d", metadata=None)]
+    infos = [
+        SimpleNamespace(id="a", metadata={LABEL_OWNER: "slot1", LABEL_RUN: "run1"}),
+        SimpleNamespace(id="b", metadata={LABEL_OWNER: "slot1", LABEL_RUN: "run2"}),
+        SimpleNamespace(id="c", metadata={LABEL_OWNER: "slot9", LABEL_RUN: "run1"}),
+        SimpleNamespace(id="d", metadata=None),
+    ]
     assert leftovers(infos, me) == ["a"]

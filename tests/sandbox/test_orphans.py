@@ -21,9 +21,16 @@ APP = Path(__file__).parent / "apps" / "daemon_like.py"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run_and_kill(tmp_path: Path, level: str, python: Path, wait_s: float = 5) -> tuple[dict, list[psutil.Process], float, list[psutil.Process]]:
-    daemon = subprocess.Popen([sys.executable, str(APP), str(tmp_path / "work"), level, str(python)],
-                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+def _run_and_kill(
+    tmp_path: Path, level: str, python: Path, wait_s: float = 5
+) -> tuple[dict, list[psutil.Process], float, list[psutil.Process]]:
+    daemon = subprocess.Popen(
+        [sys.executable, str(APP), str(tmp_path / "work"), level, str(python)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         line = daemon.stdout.readline()
         assert line.startswith("READY "), line
@@ -65,8 +72,11 @@ def _kill_survivors(since: float, known: list[psutil.Process]) -> None:
     """Descendants of a none-level server survive by design: the plain child (``known``, seen in the
     daemon's tree before the kill) and the double-forked grandchild (re-parented to init at once, so
     only its ``forker.py`` command line finds it). Clean up after ourselves."""
-    found = [p for p in psutil.process_iter(["cmdline", "create_time"])
-             if p.info["create_time"] >= since and any("forker.py" in a for a in p.info["cmdline"] or [])]
+    found = [
+        p
+        for p in psutil.process_iter(["cmdline", "create_time"])
+        if p.info["create_time"] >= since and any("forker.py" in a for a in p.info["cmdline"] or [])
+    ]
     for p in [*known, *found]:
         try:
             p.kill()
@@ -90,9 +100,18 @@ def test_a_sandbox_closed_as_soon_as_it_spawned_leaves_nothing(tmp_path, plain_p
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / f"sb{i}")
         out = os.open(tmp_path / "out.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            sb.spawn(ProcessSpec("s", [str(plain_python), "-c", "import time; time.sleep(120)", mark], tmp_path,
-                                 {"PATH": "/usr/bin:/bin"}, read_only_paths=[plain_python.parent.parent],
-                                 stdout_fd=out, stderr_fd=out, private_env={"GR_TEST_PRIVATE": "x"}))
+            sb.spawn(
+                ProcessSpec(
+                    "s",
+                    [str(plain_python), "-c", "import time; time.sleep(120)", mark],
+                    tmp_path,
+                    {"PATH": "/usr/bin:/bin"},
+                    read_only_paths=[plain_python.parent.parent],
+                    stdout_fd=out,
+                    stderr_fd=out,
+                    private_env={"GR_TEST_PRIVATE": "x"},
+                )
+            )
         finally:
             os.close(out)
             await sb.close()

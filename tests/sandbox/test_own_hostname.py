@@ -41,8 +41,16 @@ def _own_name(tmp_path, plain_python) -> dict:
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
         try:
             r, w = os.pipe()
-            proc = sb.spawn(ProcessSpec("kernel_env", [str(plain_python), "-c", OWN], tmp_path, {"PATH": "/usr/bin"},
-                                        read_only_paths=[plain_python.parent.parent], stdout_fd=w))
+            proc = sb.spawn(
+                ProcessSpec(
+                    "kernel_env",
+                    [str(plain_python), "-c", OWN],
+                    tmp_path,
+                    {"PATH": "/usr/bin"},
+                    read_only_paths=[plain_python.parent.parent],
+                    stdout_fd=w,
+                )
+            )
             os.close(w)
             assert await proc.wait() == 0
             with os.fdopen(r) as f:
@@ -64,8 +72,9 @@ def test_case_c58_a_server_resolves_its_own_host_name_and_binds_there(tmp_path, 
     assert out["name"] == SANDBOX_HOSTNAME == "gym-sandbox" and out["addr"] == "127.0.0.1"
 
 
-def test_where_naming_the_sandbox_is_refused_it_keeps_the_hosts_name_which_resolves(tmp_path, plain_python,
-                                                                                     monkeypatch):
+def test_where_naming_the_sandbox_is_refused_it_keeps_the_hosts_name_which_resolves(
+    tmp_path, plain_python, monkeypatch
+):
     """podman's default seccomp profile refuses ``sethostname`` in bubblewrap's UTS namespace
     ("Can't set hostname to gym-sandbox"); the probe then records ``hostname: None`` and keeps
     the level (a name is no isolation), and the sandbox maps the host's own name to loopback."""
@@ -106,21 +115,28 @@ def test_a_denied_lookup_is_a_denial_without_a_port(caplog):
 
 
 def test_an_allowed_name_without_an_address_is_a_failure_not_a_denial(caplog):
-    forwards, denials = _forwards({"NMP_RL_SANDBOX_ALLOW_INTERNET": "true",
-                                   "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "gone.example.net"}, {})
+    forwards, denials = _forwards(
+        {"NMP_RL_SANDBOX_ALLOW_INTERNET": "true", "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "gone.example.net"}, {}
+    )
     assert _ask(forwards, "gone.example.net").rcode() == dns.rcode.NXDOMAIN
     assert denials == []
-    assert any("egress DNS FAILED server=kernel_env host=gone.example.net" in r.getMessage()
-               and "not a policy denial" in r.getMessage() for r in caplog.records)
+    assert any(
+        "egress DNS FAILED server=kernel_env host=gone.example.net" in r.getMessage()
+        and "not a policy denial" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_an_allowed_name_resolving_to_loopback_is_denied_by_its_range():
     """Following C58's old hint (allow the host's own name) met this rule: the name is refused
     because of the address it resolves to, which the start-up error now says (failure.py)."""
-    forwards, denials = _forwards({"NMP_RL_SANDBOX_ALLOW_INTERNET": "true", "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "vm"},
-                                  {"vm": ["127.0.0.1"]})
+    forwards, denials = _forwards(
+        {"NMP_RL_SANDBOX_ALLOW_INTERNET": "true", "NMP_RL_SANDBOX_PUBLIC_DNS_ALLOW": "vm"}, {"vm": ["127.0.0.1"]}
+    )
     assert _ask(forwards, "vm").rcode() == dns.rcode.NXDOMAIN
-    assert [(d["host"], d["port"], d["rule"]) for d in denials] == [("vm", None, "resolved-special:127.0.0.1 (127.0.0.0/8)")]
+    assert [(d["host"], d["port"], d["rule"]) for d in denials] == [
+        ("vm", None, "resolved-special:127.0.0.1 (127.0.0.0/8)")
+    ]
 
 
 def test_a_connection_that_fails_is_a_failure_not_a_denial(caplog):

@@ -30,11 +30,20 @@ def _specs(tmp_path: Path, python: Path, preload: Preload, codes=(0, 0), env: di
         own, other = tmp_path / f"w{i}", tmp_path / f"w{1 - i}"
         own.mkdir(exist_ok=True)
         out = os.open(tmp_path / f"{name}.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        specs.append(ProcessSpec(name, [str(python), "preload_probe.py", str(other), str(codes[i])], APPS,
-                                 {"PATH": "/usr/bin:/bin", "GR_TEST_NAME": name, "GR_TEST_OWN": str(own), **(env or {})},
-                                 read_only_paths=[APPS, python.parent.parent], writable_paths=[own],
-                                 stdout_fd=out, stderr_fd=out, private_env={"GR_TEST_PRIVATE": SECRETS[name]},
-                                 preload=preload))
+        specs.append(
+            ProcessSpec(
+                name,
+                [str(python), "preload_probe.py", str(other), str(codes[i])],
+                APPS,
+                {"PATH": "/usr/bin:/bin", "GR_TEST_NAME": name, "GR_TEST_OWN": str(own), **(env or {})},
+                read_only_paths=[APPS, python.parent.parent],
+                writable_paths=[own],
+                stdout_fd=out,
+                stderr_fd=out,
+                private_env={"GR_TEST_PRIVATE": SECRETS[name]},
+                preload=preload,
+            )
+        )
     return specs
 
 
@@ -46,8 +55,9 @@ async def _prepared(sb: Sandbox, specs: list[ProcessSpec]) -> list[str]:
     return said
 
 
-async def _prepared_once(tmp_path: Path, python: Path, preload: Preload, env: dict | None = None,
-                         read_only: list[Path] | None = None) -> list[str]:
+async def _prepared_once(
+    tmp_path: Path, python: Path, preload: Preload, env: dict | None = None, read_only: list[Path] | None = None
+) -> list[str]:
     """A sandbox whose two servers of ``apps/preload`` (``env`` added, ``read_only`` bound too)
     share ``preload``, prepared, then closed; the lines said."""
     sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
@@ -81,8 +91,9 @@ def test_two_servers_forked_from_one_parent_keep_their_own_views(bwrap, tmp_path
     async def main():
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
         try:
-            specs = _specs(tmp_path, plain_python, Preload(("email.mime.text", "json", "no_such_module_here")),
-                           codes=(0, 3))
+            specs = _specs(
+                tmp_path, plain_python, Preload(("email.mime.text", "json", "no_such_module_here")), codes=(0, 3)
+            )
             lines = await _prepared(sb, specs)
             parent = next(p for p in sb.processes if p.name.startswith("preload:"))
             procs = [sb.spawn(s) for s in specs]
@@ -152,7 +163,9 @@ def test_stop_and_restart_fork_again_and_a_lost_parent_ends_its_servers(bwrap, t
     assert alone_bwrapped is True
 
 
-def test_a_server_is_forked_again_after_the_host_removed_a_directory_its_parent_binds(bwrap, tmp_path, plain_python) -> None:
+def test_a_server_is_forked_again_after_the_host_removed_a_directory_its_parent_binds(
+    bwrap, tmp_path, plain_python
+) -> None:
     # the daemon removes a server's learning dir once it has harvested it (gym_runtime/venvs/bytecode.py)
     # while the parent's view still binds it: a later fork, which covers the other servers' directories,
     # skips what is gone (a fork that failed there left the parent forking nothing more)
@@ -202,8 +215,10 @@ def test_a_parent_whose_imports_start_a_thread_forks_nothing(bwrap, tmp_path, pl
             await sb.close()
 
     lines, codes, bwrapped = asyncio.run(main())
-    assert any("started threads (started-at-import), which a fork does not carry; its servers start on their own"
-               in ln for ln in lines), lines
+    assert any(
+        "started threads (started-at-import), which a fork does not carry; its servers start on their own" in ln
+        for ln in lines
+    ), lines
     assert codes == [0, 0] and bwrapped == [True, True]
     assert _out(tmp_path, "s0")[0]["preloaded"] is False
 
@@ -245,7 +260,9 @@ def test_a_reporting_parent_lists_what_it_compiled_and_writes_no_bytecode(bwrap,
     assert not (mods / "__pycache__").exists()
 
 
-def test_a_forked_learning_server_reads_the_shared_cache_and_lists_what_it_compiled(bwrap, tmp_path, plain_python) -> None:
+def test_a_forked_learning_server_reads_the_shared_cache_and_lists_what_it_compiled(
+    bwrap, tmp_path, plain_python
+) -> None:
     # a server not learned yet gets a learning dir and a report file (gym_runtime/venvs/bytecode.py);
     # forked from a parent that reads the shared cache, it reads it too (the standard library's
     # bytecode included) instead of compiling everything it imports after the fork under its prefix
@@ -253,12 +270,15 @@ def test_a_forked_learning_server_reads_the_shared_cache_and_lists_what_it_compi
 
     async def main():
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
-        specs = _specs(tmp_path, plain_python, preload, env={"PYTHONPATH": str(mods),
-                                                             "GR_TEST_IMPORT": "childmod,xml.dom.minidom"})
+        specs = _specs(
+            tmp_path, plain_python, preload, env={"PYTHONPATH": str(mods), "GR_TEST_IMPORT": "childmod,xml.dom.minidom"}
+        )
         for i, spec in enumerate(specs):
             learn = tmp_path / f"learn{i}"
             learn.mkdir()
-            spec.env.update({"PYTHONPYCACHEPREFIX": str(learn), "GYM_RUNTIME_PYCACHE_REPORT": str(learn / "imported.txt")})
+            spec.env.update(
+                {"PYTHONPYCACHEPREFIX": str(learn), "GYM_RUNTIME_PYCACHE_REPORT": str(learn / "imported.txt")}
+            )
             spec.read_only_paths.append(mods)
             spec.writable_paths.append(learn)
         try:
@@ -285,19 +305,26 @@ def test_a_forked_learning_server_reads_the_shared_cache_and_lists_what_it_compi
 
 
 def test_a_parent_forks_two_or_more_servers_of_one_interpreter_that_can_be_forked() -> None:
-    groups, alone = parent_groups({
-        "a": (["/v1/bin/python", "app.py"], False), "b": (["/v1/bin/python", "-m", "srv"], False),
-        "c": (["/v2/bin/python", "app.py"], False),           # the only one of its interpreter
-        "d": (["/v2/bin/python", "app.py"], True),            # a copy-on-write tree
-        "e": (["/v2/bin/python", "-c", "print(1)"], False),   # not `python script` / `python -m module`
-    })
+    groups, alone = parent_groups(
+        {
+            "a": (["/v1/bin/python", "app.py"], False),
+            "b": (["/v1/bin/python", "-m", "srv"], False),
+            "c": (["/v2/bin/python", "app.py"], False),  # the only one of its interpreter
+            "d": (["/v2/bin/python", "app.py"], True),  # a copy-on-write tree
+            "e": (["/v2/bin/python", "-c", "print(1)"], False),  # not `python script` / `python -m module`
+        }
+    )
     assert groups == {"/v1/bin/python": ["a", "b"]}
-    assert alone == {"d": "its tree is a copy-on-write view",
-                     "e": "it is not run as `python script` or `python -m module`"}
+    assert alone == {
+        "d": "its tree is a copy-on-write view",
+        "e": "it is not run as `python script` or `python -m module`",
+    }
 
 
-BROKEN = {"syntax": "import json\nx = = 1\n",
-          "raises": "import json\n\n\ndef start():\n    raise RuntimeError('no config for this server')\n\n\nstart()\n"}
+BROKEN = {
+    "syntax": "import json\nx = = 1\n",
+    "raises": "import json\n\n\ndef start():\n    raise RuntimeError('no config for this server')\n\n\nstart()\n",
+}
 
 
 def test_a_forked_server_that_fails_prints_what_python_script_prints(bwrap, tmp_path, plain_python) -> None:
@@ -313,9 +340,18 @@ def test_a_forked_server_that_fails_prints_what_python_script_prints(bwrap, tmp_
         specs = []
         for name in BROKEN:
             out = os.open(tmp_path / f"{name}.out", os.O_WRONLY | os.O_CREAT, 0o600)
-            specs.append(ProcessSpec(name, [str(plain_python), f"{name}.py"], apps, {"PATH": "/usr/bin:/bin"},
-                                     read_only_paths=[apps, plain_python.parent.parent], stdout_fd=out, stderr_fd=out,
-                                     preload=Preload(("json",))))
+            specs.append(
+                ProcessSpec(
+                    name,
+                    [str(plain_python), f"{name}.py"],
+                    apps,
+                    {"PATH": "/usr/bin:/bin"},
+                    read_only_paths=[apps, plain_python.parent.parent],
+                    stdout_fd=out,
+                    stderr_fd=out,
+                    preload=Preload(("json",)),
+                )
+            )
         try:
             lines = await _prepared(sb, specs)
             procs = [sb.spawn(s) for s in specs]

@@ -29,11 +29,19 @@ def test_private_env_reaches_only_the_program(level, full_available, tmp_path, p
         try:
             out = work / "out.json"
             with open(out, "wb") as fo, open(work / "err.txt", "wb") as fe:
-                proc = sb.spawn(ProcessSpec("finder", [str(plain_python), str(APPS / "find_secret.py"),
-                                                       str(work / "spec.json")], work, {"PATH": "/usr/bin:/bin"},
-                                            read_only_paths=[plain_python.parent.parent, APPS], writable_paths=[work],
-                                            stdout_fd=fo.fileno(), stderr_fd=fe.fileno(),
-                                            private_env={"GR_TEST_PRIVATE": value}))
+                proc = sb.spawn(
+                    ProcessSpec(
+                        "finder",
+                        [str(plain_python), str(APPS / "find_secret.py"), str(work / "spec.json")],
+                        work,
+                        {"PATH": "/usr/bin:/bin"},
+                        read_only_paths=[plain_python.parent.parent, APPS],
+                        writable_paths=[work],
+                        stdout_fd=fo.fileno(),
+                        stderr_fd=fe.fileno(),
+                        private_env={"GR_TEST_PRIVATE": value},
+                    )
+                )
                 outer = proc.pid
             assert await asyncio.wait_for(proc.wait(), 60) == 0, (work / "err.txt").read_text()
             return json.loads(out.read_text()), outer

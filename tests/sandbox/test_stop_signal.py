@@ -33,8 +33,9 @@ def test_a_stop_sends_the_app_one_term_even_when_it_leads_its_group(monkeypatch)
     real_kill, real_killpg = os.kill, os.killpg
     monkeypatch.setattr(os, "kill", lambda pid, sig: (sent.append(("kill", pid, sig)), real_kill(pid, sig))[1])
     monkeypatch.setattr(os, "killpg", lambda pg, sig: (sent.append(("killpg", pg, sig)), real_killpg(pg, sig))[1])
-    popen = subprocess.Popen([sys.executable, "-c", COUNT_TERMS], stdout=subprocess.PIPE, text=True,
-                             start_new_session=True)
+    popen = subprocess.Popen(
+        [sys.executable, "-c", COUNT_TERMS], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     proc = SandboxedProcess("t", popen, ResourceLimits(), None, bwrapped=False)
     assert popen.stdout.readline().strip() == "ready"
     info = asyncio.run(proc.stop(grace_s=10))

@@ -43,11 +43,19 @@ def run(coro):
     return asyncio.run(coro)
 
 
-async def _box(support, base: Path, root: BoxRoot | None = None, limits: BoxLimits = BoxLimits(),
-               policy: EgressPolicy | None = None, spawner=None, **kw) -> TaskBox:
+async def _box(
+    support,
+    base: Path,
+    root: BoxRoot | None = None,
+    limits: BoxLimits = BoxLimits(),
+    policy: EgressPolicy | None = None,
+    spawner=None,
+    **kw,
+) -> TaskBox:
     bwrap, proc = support
-    return await TaskBox.start("srv/box", root or BoxRoot.host(), base, limits, policy or EgressPolicy(),
-                               spawner or SPAWNER, bwrap, proc, **kw)
+    return await TaskBox.start(
+        "srv/box", root or BoxRoot.host(), base, limits, policy or EgressPolicy(), spawner or SPAWNER, bwrap, proc, **kw
+    )
 
 
 def test_exec_output_exit_codes_and_timeouts(support, rootfs, tmp_path):
@@ -71,6 +79,7 @@ def test_exec_output_exit_codes_and_timeouts(support, rootfs, tmp_path):
                 assert (await box.exec(["/bin/sh", "-c", "id -u"])).stdout == b"0\n"
             finally:
                 await box.close()
+
     run(main())
 
 
@@ -94,6 +103,7 @@ def test_files_in_and_out(support, rootfs, tmp_path):
         finally:
             await box.close()
         assert not (tmp_path / "box").exists()
+
     run(main())
 
 
@@ -139,6 +149,7 @@ def test_no_reach_to_host_loopback_other_boxes_or_host_files(support, tmp_path):
             await a.close()
             await b.close()
             host_srv.close()
+
     run(main())
 
 
@@ -161,6 +172,7 @@ def test_egress_goes_through_the_allowlisting_proxy(support, tmp_path):
             assert denials[0]["server"] == "srv/box" and denials[0]["rule"] == "internet-off"
         finally:
             await box.close()
+
     run(main())
 
 
@@ -179,6 +191,7 @@ def test_memory_pids_and_cpu_limits(support, tmp_path):
             assert box.alive
         finally:
             await box.close()
+
     run(main())
 
 
@@ -198,9 +211,11 @@ def test_nothing_left_after_close_or_daemon_sigkill(support, tmp_path):
         assert len(pids) >= 4
         await box.close()
         assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
     run(main())
     script = tmp_path / "daemon.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import asyncio, concurrent.futures, sys
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from pathlib import Path
@@ -209,14 +224,15 @@ def test_nothing_left_after_close_or_daemon_sigkill(support, tmp_path):
         from sandbox.taskbox import BoxLimits, TaskBox
         SPAWNER = concurrent.futures.ThreadPoolExecutor(1)
         async def main():
-            box = await TaskBox.start("srv/box", BoxRoot.host(), Path({str(tmp_path / 'killed')!r}), BoxLimits(),
+            box = await TaskBox.start("srv/box", BoxRoot.host(), Path({str(tmp_path / "killed")!r}), BoxLimits(),
                                       EgressPolicy(), SPAWNER, {support[0]!r},
                                       {support[1]!r})
             await box.exec(["/bin/sh", "-c", "(sleep 300 &); setsid sleep 302 &"])
             print(" ".join(str(p.pid) for p in box.processes()), flush=True)
             await asyncio.sleep(600)
         asyncio.run(main())
-    """))
+    """)
+    )
     daemon = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(x) for x in daemon.stdout.readline().split()]
@@ -235,6 +251,7 @@ def test_nothing_left_after_close_or_daemon_sigkill(support, tmp_path):
 
 def test_partial_level_boxes_see_the_hosts_proc_read_only(support, tmp_path):
     """Where /proc cannot be mounted (a masked /proc in a container), a box gets the host's read-only."""
+
     async def main():
         box = await _box((support[0], "bind"), tmp_path / "box")
         try:
@@ -242,6 +259,7 @@ def test_partial_level_boxes_see_the_hosts_proc_read_only(support, tmp_path):
             assert r.returncode == 0 and b"read-only" in r.stdout, r
         finally:
             await box.close()
+
     run(main())
 
 
@@ -268,5 +286,6 @@ def test_memory_limit_by_the_watcher_without_cgroups(support, tmp_path, monkeypa
             assert rec.id not in service.boxes
         finally:
             await service.close_all()
+
     run(main())
     assert any("memory over 64 MiB" in s for s in said), said

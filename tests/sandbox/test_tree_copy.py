@@ -87,9 +87,16 @@ async def start_twice(level: str, tmp_path: Path, python: Path, tree: Path) -> t
     seen, cwds = [], []
     try:
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}  # as the daemon's
-        spec = ProcessSpec("acme_sql", [str(python), "app.py"], tree, env,
-                           read_only_paths=[tree.parent.parent, python.parent.parent], writable_paths=[work],
-                           tree=tree, tree_root=tree.parent.parent)
+        spec = ProcessSpec(
+            "acme_sql",
+            [str(python), "app.py"],
+            tree,
+            env,
+            read_only_paths=[tree.parent.parent, python.parent.parent],
+            writable_paths=[work],
+            tree=tree,
+            tree_root=tree.parent.parent,
+        )
         lines = await sb.prepare([spec])
         for i in range(2):
             out = work / f"out{i}.json"
@@ -131,8 +138,9 @@ def test_without_bubblewrap_a_server_runs_from_a_private_copy_of_its_tree(tmp_pa
     assert alive == [False, True]  # the first start's copy was removed when the second started
 
 
-def test_under_bubblewrap_the_tree_is_used_in_place_read_only(tmp_path: Path, plain_python: Path,
-                                                              full_available: bool) -> None:
+def test_under_bubblewrap_the_tree_is_used_in_place_read_only(
+    tmp_path: Path, plain_python: Path, full_available: bool
+) -> None:
     if not full_available:
         pytest.skip("bubblewrap with a user namespace is not available on this host")
     tree = make_package(tmp_path / "pkg")

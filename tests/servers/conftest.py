@@ -14,15 +14,31 @@ import pytest
 
 from tests.helpers.gym_servers import GymConfig, Running, free_port, start_server, start_stub
 
-TOOLS = [{"type": "function", "name": "get_code", "description": "Secret code of a key", "strict": True,
-          "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"],
-                         "additionalProperties": False}}]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "get_code",
+        "description": "Secret code of a key",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {"key": {"type": "string"}},
+            "required": ["key"],
+            "additionalProperties": False,
+        },
+    }
+]
 
 
 def lookup_row(key: str = "alpha", extra: str = "") -> dict:
     """A dataset row for the code-lookup environment."""
-    return {"responses_create_params": {"input": [{"role": "user", "content": f"What is the secret code for '{key}'? {extra}"}],
-                                        "tools": TOOLS}, "key": key}
+    return {
+        "responses_create_params": {
+            "input": [{"role": "user", "content": f"What is the secret code for '{key}'? {extra}"}],
+            "tools": TOOLS,
+        },
+        "key": key,
+    }
 
 
 def arithmetic_row(question: str = "What is 12 + 7 * 3?", answer: str | None = None) -> dict:
@@ -46,8 +62,14 @@ class Chain:
 
 
 def _agent(cfg: GymConfig, name: str, resources: str, model: str = "policy_model", **settings) -> None:
-    cfg.add(name, "responses_api_agents", "simple_agent", resources_server={"type": "resources_servers", "name": resources},
-            model_server={"type": "responses_api_models", "name": model}, **settings)
+    cfg.add(
+        name,
+        "responses_api_agents",
+        "simple_agent",
+        resources_server={"type": "resources_servers", "name": resources},
+        model_server={"type": "responses_api_models", "name": model},
+        **settings,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -56,15 +78,40 @@ def chain(tmp_path_factory: pytest.TempPathFactory):
     with contextlib.ExitStack() as stack:
         stubs = [stack.enter_context(start_stub(tmp, "--seed", "7", "--max-model-len", "2048")) for _ in range(2)]
         cfg = GymConfig()
-        cfg.extra = {"policy_base_url": [s.url + "/v1" for s in stubs], "policy_api_key": "EMPTY",
-                     "policy_model_name": "stub-model"}
+        cfg.extra = {
+            "policy_base_url": [s.url + "/v1" for s in stubs],
+            "policy_api_key": "EMPTY",
+            "policy_model_name": "stub-model",
+        }
         common = {"api_key": "${policy_api_key}", "model": "${policy_model_name}"}
-        cfg.add("policy_model", "responses_api_models", "vllm_model", base_url="${policy_base_url}",
-                return_token_id_information=True, uses_reasoning_parser=True, **common)
-        cfg.add("policy_plain", "responses_api_models", "vllm_model", base_url=stubs[0].url + "/v1",
-                return_token_id_information=False, uses_reasoning_parser=False, **common)
-        cfg.add("policy_down", "responses_api_models", "vllm_model", base_url=f"http://127.0.0.1:{free_port()}/v1",
-                return_token_id_information=False, uses_reasoning_parser=False, retry_deadline_seconds=1, **common)
+        cfg.add(
+            "policy_model",
+            "responses_api_models",
+            "vllm_model",
+            base_url="${policy_base_url}",
+            return_token_id_information=True,
+            uses_reasoning_parser=True,
+            **common,
+        )
+        cfg.add(
+            "policy_plain",
+            "responses_api_models",
+            "vllm_model",
+            base_url=stubs[0].url + "/v1",
+            return_token_id_information=False,
+            uses_reasoning_parser=False,
+            **common,
+        )
+        cfg.add(
+            "policy_down",
+            "responses_api_models",
+            "vllm_model",
+            base_url=f"http://127.0.0.1:{free_port()}/v1",
+            return_token_id_information=False,
+            uses_reasoning_parser=False,
+            retry_deadline_seconds=1,
+            **common,
+        )
         cfg.add("lookup", "resources_servers", "example_code_lookup", domain="agent", salt="tests")
         cfg.add("arithmetic", "resources_servers", "example_arithmetic", domain="math")
         cfg.add("lookup_gone", "resources_servers", "example_code_lookup", domain="agent")
@@ -76,7 +123,9 @@ def chain(tmp_path_factory: pytest.TempPathFactory):
         urls = {}
         for name in cfg.instances:
             if name == "lookup_gone":
-                urls[name] = f"http://127.0.0.1:{cfg.instances[name]['resources_servers']['example_code_lookup']['port']}"
+                urls[name] = (
+                    f"http://127.0.0.1:{cfg.instances[name]['resources_servers']['example_code_lookup']['port']}"
+                )
                 continue
             urls[name] = stack.enter_context(start_server(cfg, name, tmp)).url
         yield Chain(urls, stubs, cfg)

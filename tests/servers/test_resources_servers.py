@@ -13,13 +13,24 @@ def post(url: str, body: dict) -> httpx.Response:
 
 def answer(text: str, calls: list[dict] | None = None) -> dict:
     """A Responses object whose output is ``calls`` then one assistant message ``text``."""
-    message = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
     return {"id": "resp_1", "object": "response", "output": [*(calls or []), message]}
 
 
 def get_code_call(key: str) -> dict:
-    return {"type": "function_call", "call_id": "c1", "id": "c1", "name": "get_code", "arguments": f'{{"key": "{key}"}}'}
+    return {
+        "type": "function_call",
+        "call_id": "c1",
+        "id": "c1",
+        "name": "get_code",
+        "arguments": f'{{"key": "{key}"}}',
+    }
 
 
 def test_seed_session_and_liveness(chain):
@@ -32,10 +43,14 @@ def test_lookup_tool_and_reward_depend_on_the_final_answer(chain):
     code = post(chain["lookup"] + "/get_code", {"key": "alpha"}).json()
     assert code["key"] == "alpha" and code["code"].startswith("CODE-")
     row = lookup_row("alpha")
-    right = post(chain["lookup"] + "/verify", {**row, "response": answer(f"It is {code['code']}", [get_code_call("alpha")])})
+    right = post(
+        chain["lookup"] + "/verify", {**row, "response": answer(f"It is {code['code']}", [get_code_call("alpha")])}
+    )
     assert right.status_code == 200
     assert right.json()["reward"] == 1.0 and right.json()["called_tool"] is True and right.json()["key"] == "alpha"
-    wrong = post(chain["lookup"] + "/verify", {**row, "response": answer("It is CODE-000000", [get_code_call("alpha")])})
+    wrong = post(
+        chain["lookup"] + "/verify", {**row, "response": answer("It is CODE-000000", [get_code_call("alpha")])}
+    )
     assert wrong.json()["reward"] == 0.0
     no_call = post(chain["lookup"] + "/verify", {**row, "response": answer(f"It is {code['code']}")})
     assert no_call.json()["reward"] == 0.0 and no_call.json()["called_tool"] is False
@@ -48,8 +63,12 @@ def test_lookup_tool_rejects_bad_arguments(chain):
 
 def test_arithmetic_reward_checks_the_last_number(chain):
     row = arithmetic_row("What is 12 + 7 * 3?")
-    assert post(chain["arithmetic"] + "/verify", {**row, "response": answer("The answer is 33.")}).json()["reward"] == 1.0
-    assert post(chain["arithmetic"] + "/verify", {**row, "response": answer("The answer is 32.")}).json()["reward"] == 0.0
+    assert (
+        post(chain["arithmetic"] + "/verify", {**row, "response": answer("The answer is 33.")}).json()["reward"] == 1.0
+    )
+    assert (
+        post(chain["arithmetic"] + "/verify", {**row, "response": answer("The answer is 32.")}).json()["reward"] == 0.0
+    )
     keyed = arithmetic_row("Compute the total.", answer="10")
     result = post(chain["arithmetic"] + "/verify", {**keyed, "response": answer("5 and 5 make 10")}).json()
     assert result["reward"] == 1.0 and result["expected"] == 10.0 and result["extracted"] == 10.0
@@ -72,8 +91,11 @@ def test_verify_without_response_is_422(chain):
 
 
 def test_aggregate_metrics_groups_by_task(chain):
-    rows = [{"_ng_task_index": 0, "reward": 1.0}, {"_ng_task_index": 0, "reward": 0.0},
-            {"_ng_task_index": 1, "reward": 1.0}]
+    rows = [
+        {"_ng_task_index": 0, "reward": 1.0},
+        {"_ng_task_index": 0, "reward": 0.0},
+        {"_ng_task_index": 1, "reward": 1.0},
+    ]
     metrics = post(chain["arithmetic"] + "/aggregate_metrics", {"verify_responses": rows}).json()
     assert metrics["agent_metrics"]["mean/reward"] == 2 / 3
     assert metrics["key_metrics"] == {"mean/reward": 2 / 3}

@@ -42,8 +42,9 @@ def test_k_samples_of_one_prompt_spread(chain):
 def test_rows_with_no_grpo_signal(chain):
     sure = [run(chain, "lookup_agent", lookup_row("omega", "[stub:p=1]")).json()["reward"] for _ in range(4)]
     assert sure == [1.0] * 4
-    hopeless = [run(chain, "arithmetic_agent", arithmetic_row("Name a colour.", answer="7")).json()["reward"]
-                for _ in range(4)]
+    hopeless = [
+        run(chain, "arithmetic_agent", arithmetic_row("Name a colour.", answer="7")).json()["reward"] for _ in range(4)
+    ]
     assert hopeless == [0.0] * 4
 
 
@@ -78,8 +79,11 @@ def test_responses_endpoint_runs_the_loop_alone(chain):
 
 
 def test_aggregate_metrics_are_proxied(chain):
-    metrics = httpx.post(chain["lookup_agent"] + "/aggregate_metrics", trust_env=False,
-                         json={"verify_responses": [{"reward": 1.0}, {"reward": 0.0}]}).json()
+    metrics = httpx.post(
+        chain["lookup_agent"] + "/aggregate_metrics",
+        trust_env=False,
+        json={"verify_responses": [{"reward": 1.0}, {"reward": 0.0}]},
+    ).json()
     assert metrics["agent_metrics"]["mean/reward"] == 0.5
 
 
@@ -105,11 +109,22 @@ def test_unreachable_resources_server_is_a_502_naming_it(chain):
 def test_start_fails_cleanly_on_an_unknown_reference(tmp_path):
     cfg = GymConfig()
     cfg.add("policy_model", "responses_api_models", "vllm_model", base_url="http://127.0.0.1:9/v1", model="m")
-    cfg.add("agent", "responses_api_agents", "simple_agent", resources_server={"type": "resources_servers", "name": "nope"},
-            model_server={"type": "responses_api_models", "name": "policy_model"})
+    cfg.add(
+        "agent",
+        "responses_api_agents",
+        "simple_agent",
+        resources_server={"type": "resources_servers", "name": "nope"},
+        model_server={"type": "responses_api_models", "name": "policy_model"},
+    )
     directory = SERVERS / "responses_api_agents" / "simple_agent"
-    done = subprocess.run([sys.executable, "app.py"], cwd=directory, env=server_env(cfg.yaml(), "agent", directory),
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "app.py"],
+        cwd=directory,
+        env=server_env(cfg.yaml(), "agent", directory),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1
     assert "'agent' references resources_servers 'nope'" in done.stderr and "not defined" in done.stderr
     assert "Traceback" not in done.stderr
@@ -118,7 +133,9 @@ def test_start_fails_cleanly_on_an_unknown_reference(tmp_path):
 def test_start_fails_cleanly_without_the_config_variable():
     directory = SERVERS / "resources_servers" / "example_arithmetic"
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(directory)}
-    done = subprocess.run([sys.executable, "app.py"], cwd=directory, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "app.py"], cwd=directory, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1 and "NEMO_GYM_CONFIG_DICT is not set" in done.stderr
 
 

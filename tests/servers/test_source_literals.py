@@ -22,7 +22,7 @@ def _unencodable(path: Path) -> list[tuple[int, str]]:
             try:
                 node.value.encode("utf-8")
             except UnicodeEncodeError as e:
-                found.append((node.lineno, repr(node.value[e.start:e.end])))
+                found.append((node.lineno, repr(node.value[e.start : e.end])))
     return found
 
 

@@ -24,8 +24,11 @@ from gym_runtime.stub_model.quirks import OVERFLOW
 from tests.helpers.gym_servers import GymConfig, start_server, start_stub
 
 ECHO_DIR = Path(__file__).parent / "apps" / "reward_echo"
-ECHO_TOOL = {"type": "function", "name": "echo", "parameters": {"type": "object", "properties": {
-    "text": {"type": "string"}}, "required": ["text"]}}
+ECHO_TOOL = {
+    "type": "function",
+    "name": "echo",
+    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+}
 MODEL = {"api_key": "EMPTY", "model": "stub-model", "return_token_id_information": False}
 
 
@@ -35,32 +38,52 @@ def env(tmp_path_factory):
     with contextlib.ExitStack() as stack:
         stub = stack.enter_context(start_stub(tmp, "--seed", "3"))
         cfg = GymConfig()
-        cfg.add("policy_parser", "responses_api_models", "vllm_model", base_url=stub.url + "/v1",
-                uses_reasoning_parser=True, **MODEL)
-        cfg.add("policy_plain", "responses_api_models", "vllm_model", base_url=stub.url + "/v1",
-                uses_reasoning_parser=False, **MODEL)
+        cfg.add(
+            "policy_parser",
+            "responses_api_models",
+            "vllm_model",
+            base_url=stub.url + "/v1",
+            uses_reasoning_parser=True,
+            **MODEL,
+        )
+        cfg.add(
+            "policy_plain",
+            "responses_api_models",
+            "vllm_model",
+            base_url=stub.url + "/v1",
+            uses_reasoning_parser=False,
+            **MODEL,
+        )
         cfg.add("echo", "resources_servers", "reward_echo", domain="other")
         for name, model in (("agent", "policy_parser"), ("plain_agent", "policy_plain")):
-            cfg.add(name, "responses_api_agents", "simple_agent", max_steps=3,
-                    resources_server={"type": "resources_servers", "name": "echo"},
-                    model_server={"type": "responses_api_models", "name": model})
-        urls = {n: stack.enter_context(start_server(cfg, n, tmp, server_dir=ECHO_DIR if n == "echo" else None)).url
-                for n in cfg.instances}
+            cfg.add(
+                name,
+                "responses_api_agents",
+                "simple_agent",
+                max_steps=3,
+                resources_server={"type": "resources_servers", "name": "echo"},
+                model_server={"type": "responses_api_models", "name": model},
+            )
+        urls = {
+            n: stack.enter_context(start_server(cfg, n, tmp, server_dir=ECHO_DIR if n == "echo" else None)).url
+            for n in cfg.instances
+        }
         yield urls
 
 
 def run(env, text: str, tools: list | None = None, agent: str = "agent", **row) -> httpx.Response:
     params = {"input": [{"role": "user", "content": text}], **({"tools": tools} if tools is not None else {})}
-    return httpx.post(env[agent] + "/run", json={"responses_create_params": params, **row}, timeout=60,
-                      trust_env=False)
+    return httpx.post(env[agent] + "/run", json={"responses_create_params": params, **row}, timeout=60, trust_env=False)
 
 
 def calls(env) -> dict:
     return httpx.get(env["echo"] + "/calls", trust_env=False).json()
 
 
-@pytest.mark.parametrize("name", ["verify", "seed_session", "aggregate_metrics", "../verify", "verify?x=1",
-                                  "echo#frag", "a/b", "nope", "echo "])
+@pytest.mark.parametrize(
+    "name",
+    ["verify", "seed_session", "aggregate_metrics", "../verify", "verify?x=1", "echo#frag", "a/b", "nope", "echo "],
+)
 def test_a_tool_that_was_not_offered_reaches_nothing(env, name: str) -> None:
     """tests/cases/data/C31/README.md: only offered tools run; the model is told what is available."""
     before = calls(env)
@@ -74,8 +97,9 @@ def test_a_tool_that_was_not_offered_reaches_nothing(env, name: str) -> None:
     assert (result["unknown_tool_calls"], result["invalid_tool_arguments"]) == (1, 0)
     after = calls(env)
     assert after.get("/verify", 0) == before.get("/verify", 0) + 1  # the agent's own verify, once
-    assert {k: v for k, v in after.items() if k not in ("/verify", "/seed_session", "/calls")} == \
-        {k: v for k, v in before.items() if k not in ("/verify", "/seed_session", "/calls")}
+    assert {k: v for k, v in after.items() if k not in ("/verify", "/seed_session", "/calls")} == {
+        k: v for k, v in before.items() if k not in ("/verify", "/seed_session", "/calls")
+    }
 
 
 def test_a_row_without_tools_offers_none_and_control_routes_are_never_tools(env) -> None:
@@ -97,15 +121,18 @@ def test_an_offered_tool_runs_and_empty_arguments_mean_an_empty_object(env) -> N
     assert (result["unknown_tool_calls"], result["invalid_tool_arguments"]) == (0, 0)
 
 
-@pytest.mark.parametrize(("kind", "said"), [
-    ("list", "arguments must be a JSON object, got a list"),
-    ("string", "arguments must be a JSON object, got a string"),
-    ("number", "arguments must be a JSON object, got a number"),
-    ("null", "arguments must be a JSON object, got null"),
-    ("invalid", "not valid JSON (Expecting ',' delimiter at line 1 column 14)"),
-    ("huge", "more than the limit of 1000000"),
-    ("deep", "the JSON is nested too deeply"),
-])
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("list", "arguments must be a JSON object, got a list"),
+        ("string", "arguments must be a JSON object, got a string"),
+        ("number", "arguments must be a JSON object, got a number"),
+        ("null", "arguments must be a JSON object, got null"),
+        ("invalid", "not valid JSON (Expecting ',' delimiter at line 1 column 14)"),
+        ("huge", "more than the limit of 1000000"),
+        ("deep", "the JSON is nested too deeply"),
+    ],
+)
 def test_arguments_that_are_not_a_json_object_become_a_tool_output(env, kind: str, said: str) -> None:
     before = calls(env).get("/echo", 0)
     reply = run(env, f"Echo 'hi'. [stub:tool_args={kind}]", tools=[ECHO_TOOL])
@@ -134,11 +161,17 @@ def test_every_context_overflow_wording_ends_the_episode_as_length(env, wording:
 def test_a_400_that_is_not_about_the_context_stays_an_error(env) -> None:
     """Gym matches any body mentioning ``max_tokens``; "not supported with this model" is a config error."""
     import sys
+
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "servers"))
     from _kit.overflow import classify
 
-    body = {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
-                                 "'max_completion_tokens' instead.", "code": "unsupported_parameter"}}
+    body = {
+        "error": {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+            "'max_completion_tokens' instead.",
+            "code": "unsupported_parameter",
+        }
+    }
     assert classify(400, body) is None
     assert classify(500, {"message": "This model's maximum context length is 4096 tokens."}) is None
     assert classify(400, "This model's maximum context length is 4096 tokens.").id == "vllm-context-length"
@@ -172,10 +205,17 @@ def test_a_reasoning_field_is_split_with_the_parser_and_names_the_setting_withou
     assert "set uses_reasoning_parser: true" in message
 
 
-@pytest.mark.parametrize(("raw", "said"), [("NaN", "reward is NaN, not a finite number"),
-                                           ("-Infinity", "reward is -Infinity, not a finite number"),
-                                           ("null", "reward is null"), ('"0.5"', "reward is str '0.5', not a number"),
-                                           ("true", "reward is bool True, not a number"), (None, "no 'reward' field")])
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        ("NaN", "reward is NaN, not a finite number"),
+        ("-Infinity", "reward is -Infinity, not a finite number"),
+        ("null", "reward is null"),
+        ('"0.5"', "reward is str '0.5', not a number"),
+        ("true", "reward is bool True, not a number"),
+        (None, "no 'reward' field"),
+    ],
+)
 def test_an_unusable_reward_names_the_resources_server_and_the_value(env, raw: str | None, said: str) -> None:
     extra = {"reward_json": raw} if raw is not None else {"drop_reward": True}
     reply = run(env, "What is 6 * 7?", **extra)
@@ -188,5 +228,8 @@ def test_an_unusable_reward_names_the_resources_server_and_the_value(env, raw: s
 def test_a_finite_reward_is_kept_with_the_counters(env) -> None:
     result = run(env, "What is 6 * 7?", reward_json="0.7").json()
     assert result["reward"] == 0.7
-    assert {k: result[k] for k in ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops")} == \
-        {"unknown_tool_calls": 0, "invalid_tool_arguments": 0, "context_overflow_stops": 0}
+    assert {k: result[k] for k in ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops")} == {
+        "unknown_tool_calls": 0,
+        "invalid_tool_arguments": 0,
+        "context_overflow_stops": 0,
+    }

@@ -18,18 +18,35 @@ from tests.helpers.gym_servers import GymConfig, start_server, start_stub
 def venvs(tmp_path_factory):
     root = tmp_path_factory.mktemp("vf")
     wheels = make_wheels(root / "wheels")
-    return {"full": make_venv(root / "full", wheels, ["verifiers", "tiny-arith"]),
-            "no_env": make_venv(root / "no_env", wheels, ["verifiers"]),
-            "bare": make_venv(root / "bare", None, [])}
+    return {
+        "full": make_venv(root / "full", wheels, ["verifiers", "tiny-arith"]),
+        "no_env": make_venv(root / "no_env", wheels, ["verifiers"]),
+        "bare": make_venv(root / "bare", None, []),
+    }
 
 
 def config(model_url: str, env_id: str = "tiny-arith", **args) -> GymConfig:
     cfg = GymConfig()
     cfg.extra = {"policy_model_name": "stub-model"}
-    cfg.add("policy_model", "responses_api_models", "vllm_model", base_url=model_url, api_key="EMPTY",
-            model="stub-model", return_token_id_information=True, uses_reasoning_parser=False)
-    cfg.add("verifiers_agent", "responses_api_agents", "verifiers_agent", vf_env_id=env_id, vf_env_args=args,
-            model_name="${policy_model_name}", model_server={"type": "responses_api_models", "name": "policy_model"})
+    cfg.add(
+        "policy_model",
+        "responses_api_models",
+        "vllm_model",
+        base_url=model_url,
+        api_key="EMPTY",
+        model="stub-model",
+        return_token_id_information=True,
+        uses_reasoning_parser=False,
+    )
+    cfg.add(
+        "verifiers_agent",
+        "responses_api_agents",
+        "verifiers_agent",
+        vf_env_id=env_id,
+        vf_env_args=args,
+        model_name="${policy_model_name}",
+        model_server={"type": "responses_api_models", "name": "policy_model"},
+    )
     return cfg
 
 
@@ -38,8 +55,12 @@ def test_run_scores_a_rollout_with_token_ids(venvs, tmp_path):
         cfg = config(stub.url + "/v1", system_prompt="Reply with a number.")
         stack.enter_context(start_server(cfg, "policy_model", tmp_path))
         agent = stack.enter_context(start_server(cfg, "verifiers_agent", tmp_path, python=str(venvs["full"])))
-        row = {"task_idx": 3, "vf_env_id": "tiny-arith", "answer": "10",
-               "responses_create_params": {"input": [{"role": "user", "content": "What is 4 + 6?"}]}}
+        row = {
+            "task_idx": 3,
+            "vf_env_id": "tiny-arith",
+            "answer": "10",
+            "responses_create_params": {"input": [{"role": "user", "content": "What is 4 + 6?"}]},
+        }
         rewards = []
         for _ in range(10):
             reply = httpx.post(agent.url + "/run", json=row, timeout=60, trust_env=False)
@@ -51,7 +72,9 @@ def test_run_scores_a_rollout_with_token_ids(venvs, tmp_path):
         assert response["env_id"] == "tiny-arith" and response["metrics"] == {"correct": result["reward"]}
         message = response["output"][-1]
         assert message["type"] == "message" and "The answer is" in message["content"][0]["text"]
-        assert message["prompt_token_ids"] and len(message["generation_token_ids"]) == len(message["generation_log_probs"])
+        assert message["prompt_token_ids"] and len(message["generation_token_ids"]) == len(
+            message["generation_log_probs"]
+        )
         assert set(rewards) == {0.0, 1.0}
 
 
@@ -86,8 +109,12 @@ def test_an_unusable_reward_is_a_502_naming_the_environment(venvs, tmp_path):
         cfg = config(stub.url + "/v1", fixed_reward="nan")
         stack.enter_context(start_server(cfg, "policy_model", tmp_path))
         agent = stack.enter_context(start_server(cfg, "verifiers_agent", tmp_path, python=str(venvs["full"])))
-        row = {"task_idx": 0, "vf_env_id": "tiny-arith", "answer": "10",
-               "responses_create_params": {"input": [{"role": "user", "content": "What is 4 + 6?"}]}}
+        row = {
+            "task_idx": 0,
+            "vf_env_id": "tiny-arith",
+            "answer": "10",
+            "responses_create_params": {"input": [{"role": "user", "content": "What is 4 + 6?"}]},
+        }
         reply = httpx.post(agent.url + "/run", json=row, timeout=60, trust_env=False)
     assert reply.status_code == 502
     error = reply.json()["error"]

@@ -36,13 +36,17 @@ def test_responses_text_answer_carries_token_ids_and_usage(chain):
 
 def test_prompt_token_ids_equal_the_upstream_tokenizer(chain):
     body = post(chain["policy_model"] + "/v1/responses", {"input": "What is 1 + 1?"}).json()
-    tokenized = post(chain.stubs[0].url + "/tokenize", {"messages": [{"role": "user", "content": "What is 1 + 1?"}]}).json()
+    tokenized = post(
+        chain.stubs[0].url + "/tokenize", {"messages": [{"role": "user", "content": "What is 1 + 1?"}]}
+    ).json()
     assert body["output"][-1]["prompt_token_ids"] == tokenized["tokens"]
 
 
 def test_tools_give_a_function_call_item(chain):
-    body = post(chain["policy_plain"] + "/v1/responses",
-                {"input": [{"role": "user", "content": "Code for 'beta'?"}], "tools": TOOLS}).json()
+    body = post(
+        chain["policy_plain"] + "/v1/responses",
+        {"input": [{"role": "user", "content": "Code for 'beta'?"}], "tools": TOOLS},
+    ).json()
     call = body["output"][-1]
     assert call["type"] == "function_call" and call["name"] == "get_code"
     assert call["arguments"] == '{"key": "beta"}' and call["call_id"] == call["id"]
@@ -51,18 +55,24 @@ def test_tools_give_a_function_call_item(chain):
 
 
 def test_function_call_output_round_trip(chain):
-    history = [{"role": "user", "content": "Code for 'beta'?"},
-               {"type": "function_call", "call_id": "c1", "name": "get_code", "arguments": '{"key": "beta"}'},
-               {"type": "function_call_output", "call_id": "c1", "output": '{"code": "CODE-1"}'}]
-    body = post(chain["policy_plain"] + "/v1/responses",
-                {"input": history, "tools": TOOLS, "temperature": 0, "instructions": "Be brief. [stub:p=1]"}).json()
+    history = [
+        {"role": "user", "content": "Code for 'beta'?"},
+        {"type": "function_call", "call_id": "c1", "name": "get_code", "arguments": '{"key": "beta"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": '{"code": "CODE-1"}'},
+    ]
+    body = post(
+        chain["policy_plain"] + "/v1/responses",
+        {"input": history, "tools": TOOLS, "temperature": 0, "instructions": "Be brief. [stub:p=1]"},
+    ).json()
     assert body["output"][-1]["content"][0]["text"] == 'The tool returned: {"code": "CODE-1"}'
     assert body["instructions"] == "Be brief. [stub:p=1]"
 
 
 def test_chat_completions_pass_through_moves_tokens_onto_the_message(chain):
-    body = post(chain["policy_model"] + "/v1/chat/completions",
-                {"messages": [{"role": "user", "content": "What is 2 + 2?"}], "model": "anything"}).json()
+    body = post(
+        chain["policy_model"] + "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "What is 2 + 2?"}], "model": "anything"},
+    ).json()
     choice = body["choices"][0]
     assert body["model"] == "stub-model"
     assert choice["message"]["generation_token_ids"] and choice["message"]["prompt_token_ids"]
@@ -75,7 +85,9 @@ def test_context_length_becomes_an_empty_incomplete_response(chain):
     assert body["status"] == "incomplete"
     assert body["incomplete_details"] == {"reason": "max_output_tokens"}
     assert body["output"][0]["type"] == "message" and body["output"][0]["content"][0]["text"] == ""
-    chat = post(chain["policy_model"] + "/v1/chat/completions", {"messages": [{"role": "user", "content": long_prompt}]})
+    chat = post(
+        chain["policy_model"] + "/v1/chat/completions", {"messages": [{"role": "user", "content": long_prompt}]}
+    )
     assert chat.json()["choices"][0]["finish_reason"] == "length"
 
 
@@ -128,15 +140,26 @@ def test_reasoning_content_becomes_a_reasoning_item_or_a_clear_error(tmp_path):
     with start_stub(tmp_path, "--reasoning") as stub, contextlib.ExitStack() as stack:
         cfg = GymConfig()
         for name, parser in (("with_parser", True), ("without_parser", False)):
-            cfg.add(name, "responses_api_models", "vllm_model", base_url=stub.url + "/v1", api_key="EMPTY",
-                    model="stub-model", return_token_id_information=False, uses_reasoning_parser=parser)
+            cfg.add(
+                name,
+                "responses_api_models",
+                "vllm_model",
+                base_url=stub.url + "/v1",
+                api_key="EMPTY",
+                model="stub-model",
+                return_token_id_information=False,
+                uses_reasoning_parser=parser,
+            )
         urls = {n: stack.enter_context(start_server(cfg, n, tmp_path)).url for n in cfg.instances}
         body = post(urls["with_parser"] + "/v1/responses", {"input": "What is 5 - 2?"}).json()
         kinds = [item["type"] for item in body["output"]]
         assert kinds == ["reasoning", "message"]
         assert body["output"][0]["summary"][0]["text"] == "Let me compute the expression."
-        history = [{"role": "user", "content": "What is 5 - 2?"}, *body["output"],
-                   {"role": "user", "content": "And 1 + 1?"}]
+        history = [
+            {"role": "user", "content": "What is 5 - 2?"},
+            *body["output"],
+            {"role": "user", "content": "And 1 + 1?"},
+        ]
         assert post(urls["with_parser"] + "/v1/responses", {"input": history}).status_code == 200
         refused = post(urls["without_parser"] + "/v1/responses", {"input": "What is 5 - 2?"})
         assert refused.status_code == 502 and "uses_reasoning_parser" in refused.json()["error"]["message"]

@@ -16,8 +16,11 @@ import pytest
 from tests.helpers.fake_policy import start_fake
 from tests.helpers.gym_servers import GymConfig, start_server, start_stub
 
-TOOL = {"type": "function", "name": "get_code", "parameters": {"type": "object", "properties": {
-    "key": {"type": "string"}}, "required": ["key"]}}
+TOOL = {
+    "type": "function",
+    "name": "get_code",
+    "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -29,18 +32,52 @@ def models(tmp_path_factory):
         fake = stack.enter_context(start_fake(tmp, "ok", "stub-model"))
         cfg = GymConfig()
         common = {"api_key": "EMPTY", "model": "stub-model", "base_url": stub.url + "/v1"}
-        cfg.add("reasoner", "responses_api_models", "vllm_model", uses_reasoning_parser=True,
-                return_token_id_information=True, **common)
-        cfg.add("completions", "responses_api_models", "vllm_model", use_completions_api=True,
-                return_token_id_information=True, **common)
-        cfg.add("rendered", "responses_api_models", "vllm_model", use_completions_api=True, render_chat_template=True,
-                return_token_id_information=True, **common)
-        cfg.add("propagating", "responses_api_models", "vllm_model", uses_reasoning_parser=True,
-                propagate_context_overflow_errors=True, **common)
-        cfg.add("to_fake", "responses_api_models", "vllm_model", api_key="EMPTY", model="stub-model",
-                base_url=fake.url + "/v1", default_headers={"x-acme-route": "blue"}, uses_interleaved_reasoning=False,
-                uses_reasoning_parser=True, chat_template_kwargs={"enable_thinking": True},
-                extra_body={"top_k": 5})
+        cfg.add(
+            "reasoner",
+            "responses_api_models",
+            "vllm_model",
+            uses_reasoning_parser=True,
+            return_token_id_information=True,
+            **common,
+        )
+        cfg.add(
+            "completions",
+            "responses_api_models",
+            "vllm_model",
+            use_completions_api=True,
+            return_token_id_information=True,
+            **common,
+        )
+        cfg.add(
+            "rendered",
+            "responses_api_models",
+            "vllm_model",
+            use_completions_api=True,
+            render_chat_template=True,
+            return_token_id_information=True,
+            **common,
+        )
+        cfg.add(
+            "propagating",
+            "responses_api_models",
+            "vllm_model",
+            uses_reasoning_parser=True,
+            propagate_context_overflow_errors=True,
+            **common,
+        )
+        cfg.add(
+            "to_fake",
+            "responses_api_models",
+            "vllm_model",
+            api_key="EMPTY",
+            model="stub-model",
+            base_url=fake.url + "/v1",
+            default_headers={"x-acme-route": "blue"},
+            uses_interleaved_reasoning=False,
+            uses_reasoning_parser=True,
+            chat_template_kwargs={"enable_thinking": True},
+            extra_body={"top_k": 5},
+        )
         urls = {name: stack.enter_context(start_server(cfg, name, tmp)).url for name in cfg.instances}
         yield {**urls, "stub": stub.url, "fake": fake.url}
 
@@ -57,29 +94,58 @@ def test_the_rollout_prefix_is_stripped(models):
 
 
 def test_messages_api_text_thinking_and_tool_use(models):
-    body = post(models["reasoner"] + "/v1/messages", {"model": "claude-x", "max_tokens": 64, "system": "Be brief.",
-                                                      "messages": [{"role": "user", "content": "What is 6 * 7?"}]})
+    body = post(
+        models["reasoner"] + "/v1/messages",
+        {
+            "model": "claude-x",
+            "max_tokens": 64,
+            "system": "Be brief.",
+            "messages": [{"role": "user", "content": "What is 6 * 7?"}],
+        },
+    )
     message = body.json()
     assert message["type"] == "message" and message["role"] == "assistant" and message["model"] == "claude-x"
     kinds = [b["type"] for b in message["content"]]
     assert kinds == ["thinking", "text"] and message["stop_reason"] == "end_turn"
     assert message["usage"]["input_tokens"] > 0 and message["id"].startswith("resp_")
     tool = {"name": "get_code", "input_schema": TOOL["parameters"]}
-    call = post(models["reasoner"] + "/v1/messages", {"max_tokens": 64, "tools": [tool], "messages": [
-        {"role": "user", "content": [{"type": "text", "text": "Code for 'alpha'?"}]}]}).json()
+    call = post(
+        models["reasoner"] + "/v1/messages",
+        {
+            "max_tokens": 64,
+            "tools": [tool],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Code for 'alpha'?"}]}],
+        },
+    ).json()
     use = [b for b in call["content"] if b["type"] == "tool_use"]
     assert call["stop_reason"] == "tool_use" and use[0]["name"] == "get_code" and use[0]["input"] == {"key": "alpha"}
-    after = post(models["reasoner"] + "/v1/messages", {"max_tokens": 64, "tools": [tool], "messages": [
-        {"role": "user", "content": "Code for 'alpha'?"}, {"role": "assistant", "content": call["content"]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use[0]["id"], "content": "CODE-1 [stub:p=1]"}]}],
-        "temperature": 0}).json()
+    after = post(
+        models["reasoner"] + "/v1/messages",
+        {
+            "max_tokens": 64,
+            "tools": [tool],
+            "messages": [
+                {"role": "user", "content": "Code for 'alpha'?"},
+                {"role": "assistant", "content": call["content"]},
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": use[0]["id"], "content": "CODE-1 [stub:p=1]"}],
+                },
+            ],
+            "temperature": 0,
+        },
+    ).json()
     assert after["content"][-1] == {"type": "text", "text": "The tool returned: CODE-1 [stub:p=1]"}
 
 
 def test_messages_api_stream(models):
-    with httpx.stream("POST", models["reasoner"] + "/v1/messages", json={
-            "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "What is 6 * 7?"}]},
-            timeout=60, trust_env=False) as reply:
+    with httpx.stream(
+        "POST",
+        models["reasoner"] + "/v1/messages",
+        json={"max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "What is 6 * 7?"}]},
+        timeout=60,
+        trust_env=False,
+    ) as reply:
         events = [line.removeprefix("event: ") for line in reply.iter_lines() if line.startswith("event: ")]
     assert events[0] == "message_start" and events[-2:] == ["message_delta", "message_stop"]
     assert events.count("content_block_start") == events.count("content_block_stop") == 2
@@ -100,8 +166,11 @@ def test_responses_stream_is_read_by_the_openai_client(models):
 
 def test_chat_completions_stream_is_read_by_the_openai_client(models):
     client = openai.OpenAI(base_url=models["reasoner"] + "/v1", api_key="x", http_client=httpx.Client(trust_env=False))
-    chunks = list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "6 * 7?"}],
-                                                 stream=True, temperature=0))
+    chunks = list(
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "6 * 7?"}], stream=True, temperature=0
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert "The answer is 42" in text and chunks[-1].usage is not None
 
@@ -119,19 +188,27 @@ def test_use_completions_api_raw_and_rendered(models):
     assert item["content"][0]["text"] == "The answer is 42." and len(item["generation_token_ids"]) > 0
     tools = post(models["completions"] + "/v1/responses", {"input": "x", "tools": [TOOL]})
     assert tools.status_code == 422 and "render_chat_template: true" in tools.text
-    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
-             {"role": "user", "content": "What is 6 * 7?"}]
+    turns = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "What is 6 * 7?"},
+    ]
     rendered = post(models["rendered"] + "/v1/responses", {"input": turns, "temperature": 0}).json()
     ids = post(models["stub"] + "/tokenize", {"messages": turns}).json()["tokens"]
     assert rendered["output"][-1]["prompt_token_ids"] == ids
 
 
 def test_headers_metadata_overrides_and_interleaved_reasoning_reach_the_endpoint(models):
-    history = [{"role": "user", "content": "Hi"},
-               {"type": "reasoning", "summary": [{"type": "summary_text", "text": "thinking"}]},
-               {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"}]
-    metadata = {"extra_body": json.dumps({"top_k": 9, "min_p": 0.1}),
-                "chat_template_kwargs": json.dumps({"enable_thinking": False})}
+    history = [
+        {"role": "user", "content": "Hi"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "thinking"}]},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Again"},
+    ]
+    metadata = {
+        "extra_body": json.dumps({"top_k": 9, "min_p": 0.1}),
+        "chat_template_kwargs": json.dumps({"enable_thinking": False}),
+    }
     assert post(models["to_fake"] + "/v1/responses", {"input": history, "metadata": metadata}).status_code == 200
     sent = httpx.get(models["fake"] + "/fake/requests", trust_env=False).json()[-1]
     headers = httpx.get(models["fake"] + "/fake/headers", trust_env=False).json()[-1]
@@ -144,8 +221,10 @@ def test_headers_metadata_overrides_and_interleaved_reasoning_reach_the_endpoint
 
 
 def test_a_request_s_own_chat_template_kwargs_are_dropped_unless_forwarded(models):
-    post(models["to_fake"] + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
-                                                     "chat_template_kwargs": {"enable_thinking": False}})
+    post(
+        models["to_fake"] + "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"enable_thinking": False}},
+    )
     sent = httpx.get(models["fake"] + "/fake/requests", trust_env=False).json()[-1]
     assert sent["chat_template_kwargs"] == {"enable_thinking": True}  # the config's; NeMo Gym 0.7.0 does the same
 

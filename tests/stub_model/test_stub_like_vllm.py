@@ -10,8 +10,13 @@ import pytest
 
 from tests.helpers.gym_servers import start_stub
 
-TOOL = {"type": "function", "function": {"name": "get_code", "parameters": {
-    "type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_code",
+        "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+    },
+}
 ARITH = [{"role": "user", "content": "What is 12 + 7 * 3?"}]
 IM_END = 2  # the stub's end-of-turn token id
 
@@ -27,7 +32,9 @@ def chat(url: str, **body) -> httpx.Response:
 
 
 def tokens(url: str, messages: list[dict], **extra) -> list[int]:
-    return httpx.post(url + "/tokenize", json={"messages": messages, **extra}, timeout=30, trust_env=False).json()["tokens"]
+    return httpx.post(url + "/tokenize", json={"messages": messages, **extra}, timeout=30, trust_env=False).json()[
+        "tokens"
+    ]
 
 
 def test_reasoning_comes_in_the_reasoning_field_only(stub):
@@ -46,8 +53,9 @@ def test_no_tool_calls_key_without_a_call(stub):
 def test_generated_ids_end_with_the_end_of_turn_token(stub):
     """vLLM's logprob tokens (and ``token_ids``, ``completion_tokens``) include the EOS the model
     emitted, so a prompt + generation is a prefix of the next turn's prompt."""
-    body = chat(stub, messages=ARITH, temperature=0, logprobs=True, return_tokens_as_token_ids=True,
-                return_token_ids=True).json()
+    body = chat(
+        stub, messages=ARITH, temperature=0, logprobs=True, return_tokens_as_token_ids=True, return_token_ids=True
+    ).json()
     choice = body["choices"][0]
     ids = [int(e["token"].removeprefix("token_id:")) for e in choice["logprobs"]["content"]]
     assert ids[-1] == IM_END and choice["token_ids"] == ids and body["usage"]["completion_tokens"] == len(ids)
@@ -67,8 +75,10 @@ def test_a_prompt_that_fits_with_too_large_max_tokens_is_cut_not_refused(stub):
     fits = chat(stub, messages=ARITH, max_tokens=250)
     assert fits.status_code == 200 and fits.json()["usage"]["total_tokens"] <= 256
     over = chat(stub, messages=ARITH, max_tokens=257).json()["error"]
-    assert over["message"].startswith("max_tokens=257 cannot be greater than max_model_len=256") and \
-        over["param"] == "max_tokens"
+    assert (
+        over["message"].startswith("max_tokens=257 cannot be greater than max_model_len=256")
+        and over["param"] == "max_tokens"
+    )
     long = chat(stub, messages=[{"role": "user", "content": "x " * 300}]).json()["error"]
     assert "your prompt contains at least 257 input tokens" in long["message"] and long["param"] == "input_tokens"
 

@@ -11,8 +11,17 @@ from gym_runtime.stub_model import create_app
 from gym_runtime.stub_model.policy import find_arithmetic, tool_arguments
 from tests.helpers.gym_servers import start_stub
 
-TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city", "days"]}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city", "days"],
+        },
+    },
+}
 ARITH = [{"role": "user", "content": "What is 12 + 7 * 3?"}]
 
 
@@ -54,8 +63,10 @@ def test_request_seed_pins_the_sample(stub):
 
 def test_echo_block_answers_the_prompts_last_code_block(stub):
     code = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
-    prompt = (f"Sum two numbers. Use ```python for the code block.\n```text\n1 2\n```\n[stub:echo_block]\n{code}\n"
-              "Answer in one ```python block.")
+    prompt = (
+        f"Sum two numbers. Use ```python for the code block.\n```text\n1 2\n```\n[stub:echo_block]\n{code}\n"
+        "Answer in one ```python block."
+    )
     assert set(answers(stub, 3, messages=[{"role": "user", "content": prompt}])) == {code}
     plain = prompt.replace("[stub:echo_block]", "")  # without the directive: the usual policy
     assert set(answers(stub, 3, messages=[{"role": "user", "content": plain}])) == {"I don't know."}
@@ -73,16 +84,22 @@ def test_tool_call_when_tools_are_offered_then_text(stub):
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
     call = choice["message"]["tool_calls"][0]
     assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris", "days": 3}'}
-    messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
-                 {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}]
+    messages += [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "sunny"},
+    ]
     texts = answers(stub, 8, messages=messages, tools=[TOOL])
     assert set(texts) == {"The tool returned: sunny", "I could not find the answer."}
-    assert chat(stub, messages=messages[:1], tools=[TOOL], tool_choice="none").json()["choices"][0]["finish_reason"] == "stop"
+    assert (
+        chat(stub, messages=messages[:1], tools=[TOOL], tool_choice="none").json()["choices"][0]["finish_reason"]
+        == "stop"
+    )
 
 
 def test_vllm_token_fields_agree_with_tokenize(stub):
-    body = chat(stub, messages=ARITH, logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True,
-                return_token_ids=True).json()
+    body = chat(
+        stub, messages=ARITH, logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True, return_token_ids=True
+    ).json()
     choice = body["choices"][0]
     ids = [int(e["token"].removeprefix("token_id:")) for e in choice["logprobs"]["content"]]
     assert ids == choice["token_ids"] and all(e["logprob"] <= 0 for e in choice["logprobs"]["content"])
@@ -111,8 +128,12 @@ def test_errors_unknown_model_and_requested_status(stub):
 def test_api_key_is_enforced_when_set(tmp_path):
     with start_stub(tmp_path, "--api-key", "sekret") as running:
         assert chat(running.url, messages=ARITH).status_code == 401
-        ok = httpx.post(running.url + "/v1/chat/completions", json={"messages": ARITH}, trust_env=False,
-                        headers={"Authorization": "Bearer sekret"})
+        ok = httpx.post(
+            running.url + "/v1/chat/completions",
+            json={"messages": ARITH},
+            trust_env=False,
+            headers={"Authorization": "Bearer sekret"},
+        )
         assert ok.status_code == 200
 
 

@@ -23,9 +23,11 @@ from sandbox.opensandbox.connection import OpenSandboxConnection
 from sandbox.opensandbox.failures import CREATE_TRIES
 from sandbox.opensandbox.spec import RunLabels
 
-EXECD_FAILED = {"code": "DOCKER::SANDBOX_EXECD_DISTRIBUTION_FAILED",
-                "message": "Failed to copy execd into sandbox: 500 Server Error: Internal Server Error (\"passing bulk "
-                "input to subprocess: write |1: broken pipe\")"}
+EXECD_FAILED = {
+    "code": "DOCKER::SANDBOX_EXECD_DISTRIBUTION_FAILED",
+    "message": 'Failed to copy execd into sandbox: 500 Server Error: Internal Server Error ("passing bulk '
+    'input to subprocess: write |1: broken pipe")',
+}
 
 
 class StandIn:
@@ -56,8 +58,19 @@ class StandIn:
                     self._reply(202, {"id": f"sb-{n}", "status": {"state": "Pending"}})
 
             def do_GET(self) -> None:
-                self._reply(200, {"items": [], "pagination": {"page": 1, "pageSize": 100, "totalItems": 0,
-                                                              "totalPages": 0, "hasNextPage": False}})
+                self._reply(
+                    200,
+                    {
+                        "items": [],
+                        "pagination": {
+                            "page": 1,
+                            "pageSize": 100,
+                            "totalItems": 0,
+                            "totalPages": 0,
+                            "hasNextPage": False,
+                        },
+                    },
+                )
 
             def do_DELETE(self) -> None:
                 self.send_response(204)
@@ -69,18 +82,27 @@ class StandIn:
 
 
 def _create(stand_in: StandIn, tmp_path: Path) -> tuple[int, dict]:
-    conn = OpenSandboxConnection(domain=stand_in.domain, api_key="operator-key", egress="unenforced",
-                                 task_images=ApprovedImages.parse("registry.example/"))
+    conn = OpenSandboxConnection(
+        domain=stand_in.domain,
+        api_key="operator-key",
+        egress="unenforced",
+        task_images=ApprovedImages.parse("registry.example/"),
+    )
 
     async def scenario() -> tuple[int, dict]:
         gate = OpenSandboxGate(conn, RunLabels.new(tmp_path / "slot", "retry-test"), EgressPolicy())
         await gate.start()
         try:
             async with httpx.AsyncClient(trust_env=False) as http:
-                r = await http.post(f"http://{gate.host}:{gate.port}/v1/sandboxes",
-                                    headers={"OPEN-SANDBOX-API-KEY": gate.token("swe")},
-                                    json={"image": {"uri": "registry.example/swe:1"}, "entrypoint": ["sleep", "1"],
-                                          "resourceLimits": {"cpu": "1"}})
+                r = await http.post(
+                    f"http://{gate.host}:{gate.port}/v1/sandboxes",
+                    headers={"OPEN-SANDBOX-API-KEY": gate.token("swe")},
+                    json={
+                        "image": {"uri": "registry.example/swe:1"},
+                        "entrypoint": ["sleep", "1"],
+                        "resourceLimits": {"cpu": "1"},
+                    },
+                )
             return r.status_code, r.json()
         finally:
             await gate.stop()
@@ -106,8 +128,13 @@ def test_a_server_failing_every_try_gives_its_own_error_back(tmp_path: Path) -> 
     assert len(stand_in.creates) == CREATE_TRIES
 
 
-@pytest.mark.parametrize("answer", [(400, {"code": "SANDBOX::INVALID_PARAMETER", "message": "bad entrypoint"}),
-                                    (500, {"detail": "not the server's own error shape"})])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (400, {"code": "SANDBOX::INVALID_PARAMETER", "message": "bad entrypoint"}),
+        (500, {"detail": "not the server's own error shape"}),
+    ],
+)
 def test_other_refusals_are_not_tried_again(tmp_path: Path, answer: tuple[int, dict]) -> None:
     stand_in = StandIn(fail=1, answer=answer)
     status, _ = _create(stand_in, tmp_path)

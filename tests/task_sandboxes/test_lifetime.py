@@ -32,8 +32,11 @@ def _member(tmp: Path, name: str) -> Member:
 async def _gone(service: TaskSandboxService, box_id: str, pids: list[int], within: float = 5.0) -> bool:
     until = time.monotonic() + within
     while time.monotonic() < until:
-        if box_id not in service.boxes and not (service.work_dir / box_id).exists() and not [
-                p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]:
+        if (
+            box_id not in service.boxes
+            and not (service.work_dir / box_id).exists()
+            and not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        ):
             return True
         await asyncio.sleep(0.05)
     return False
@@ -73,6 +76,7 @@ def test_boxes_end_with_their_servers_process_at_ttl_and_at_the_stop(tmp_path):
         assert not service.boxes and await _gone(service, fresh.id, pids)
         with pytest.raises(TaskSandboxError, match="stopping"):
             await service.create("acme", {})
+
     asyncio.run(main())
 
 
@@ -104,6 +108,7 @@ def test_access_limits_and_images_are_refused_with_their_codes(tmp_path):
             assert service.owner_of(service.token("owner")) == "owner"
         finally:
             await service.close_all()
+
     asyncio.run(main())
 
 
@@ -119,8 +124,9 @@ def test_untrusted_requests_are_bounded_and_never_end_a_box(tmp_path):
         server = TaskSandboxServer(service)
         await server.start()
         try:
-            async with httpx.AsyncClient(base_url=server.url, trust_env=False,
-                                         headers={"Authorization": "Bearer " + service.token("acme")}) as c:
+            async with httpx.AsyncClient(
+                base_url=server.url, trust_env=False, headers={"Authorization": "Bearer " + service.token("acme")}
+            ) as c:
                 box = (await c.post("/v1/sandboxes", json={})).json()["sandbox_id"]
                 r = await c.post(f"/v1/sandboxes/{box}/exec", json={"command": "x" * (MAX_COMMAND + 1)})
                 assert r.status_code == 400 and r.json()["error"]["code"] == "GR-SANDBOX-TASK-SPEC"
@@ -134,4 +140,5 @@ def test_untrusted_requests_are_bounded_and_never_end_a_box(tmp_path):
                 assert r.json()["stdout"] == "still here\n"
         finally:
             await server.stop()
+
     asyncio.run(main())

@@ -38,8 +38,10 @@ def test_config_keeps_and_gym_runtime_replaces_every_block():
     notes = offer(data, {"swe": None, "litmus": None}, "gym_runtime", None)
     assert len(notes) == 2 and "GYM_RUNTIME_SANDBOX_PROVIDER=gym_runtime" in notes[0]
     notes = offer(copy.deepcopy(DATA), {"mine": None}, "auto", "no namespaces here")
-    assert notes == ["sandbox provider mine.resources_servers.mine.sandbox_provider: gym_runtime, but this host "
-                     "cannot make task sandboxes (no namespaces here)"]
+    assert notes == [
+        "sandbox provider mine.resources_servers.mine.sandbox_provider: gym_runtime, but this host "
+        "cannot make task sandboxes (no namespaces here)"
+    ]
 
 
 def test_a_provider_block_is_no_egress_setting():

@@ -140,8 +140,9 @@ def test_each_naming_server_gets_the_gate_and_a_token_of_its_own(build, package,
             return f"token-of-{name}"
 
     patch = gate_patch(Gate(), "127.0.0.1:20017", merged.instances)
-    inside = contract.config_view(merged.data, {n: ("127.0.0.1", 20000 + i) for i, n in enumerate(merged.instances)},
-                                  ("127.0.0.1", 19999), None)
+    inside = contract.config_view(
+        merged.data, {n: ("127.0.0.1", 20000 + i) for i, n in enumerate(merged.instances)}, ("127.0.0.1", 19999), None
+    )
     views = {n: yaml.safe_load(contract.server_config_yaml(inside, merged.secrets, n, patch)) for n in merged.instances}
     swe = views["swe"]["sandbox"]["opensandbox"]["connection"]
     assert (swe["domain"], swe["api_key"], swe["use_server_proxy"]) == ("127.0.0.1:20017", "token-of-swe", True)
@@ -156,13 +157,16 @@ def test_each_naming_server_gets_the_gate_and_a_token_of_its_own(build, package,
     assert OPERATOR_KEY not in everything + merged.to_yaml()
 
 
-@pytest.mark.parametrize(("setting", "refused"), [
-    (BOTH, []),
-    ("registry.example/swe/django:1,docker.io/library/python:3.12-slim", []),  # exact images
-    ("registry.example/swe,docker.io/library/python:3.12-slim", ["registry.example/swe/django:1"]),  # no '/': exact
-    ("registry.example/sw/,docker.io/library/", ["registry.example/swe/django:1"]),  # a prefix is a path
-    ("docker.io/library/python:3.12", ["registry.example/swe/django:1", "docker.io/library/python:3.12-slim"]),
-])
+@pytest.mark.parametrize(
+    ("setting", "refused"),
+    [
+        (BOTH, []),
+        ("registry.example/swe/django:1,docker.io/library/python:3.12-slim", []),  # exact images
+        ("registry.example/swe,docker.io/library/python:3.12-slim", ["registry.example/swe/django:1"]),  # no '/': exact
+        ("registry.example/sw/,docker.io/library/", ["registry.example/swe/django:1"]),  # a prefix is a path
+        ("docker.io/library/python:3.12", ["registry.example/swe/django:1", "docker.io/library/python:3.12-slim"]),
+    ],
+)
 def test_images_are_approved_exactly_or_by_prefix(build, package, monkeypatch, setting, refused) -> None:  # noqa: F811
     _operator(monkeypatch, setting)
     if not refused:
@@ -179,10 +183,14 @@ def test_nothing_approved_refuses_every_server_using_the_block(build, package, m
     with pytest.raises(ConfigError) as e:
         build(package)
     got = {v.key: v for v in e.value.violations}
-    assert set(got) == {"swe.resources_servers.tools.sandbox_spec.image",
-                        "judge.resources_servers.tools.sandbox_config.build_image"}
+    assert set(got) == {
+        "swe.resources_servers.tools.sandbox_spec.image",
+        "judge.resources_servers.tools.sandbox_config.build_image",
+    }
     v = got["swe.resources_servers.tools.sandbox_spec.image"]
-    assert v.file == "configs/env.yaml" and "server 'swe'" in v.message and "'registry.example/swe/django:1'" in v.message
+    assert (
+        v.file == "configs/env.yaml" and "server 'swe'" in v.message and "'registry.example/swe/django:1'" in v.message
+    )
     assert "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES" in v.hint and "nothing (unset)" in v.hint
     # a server whose images come only at run time (SandboxSpec.image per row) is refused too: every create would be
     plain = CONFIG.replace("        image: ${oc.env:SWE_IMAGE,registry.example/swe/django:1}\n", "")
@@ -205,13 +213,19 @@ def test_the_setting_refuses_wildcards_and_odd_entries() -> None:
 
 
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", *args], capture_output=True, text=True,
-                          timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", *args], capture_output=True, text=True, timeout=300, env=env
+    )
 
 
 def test_validate_and_config_refuse_with_one_clear_error(package, tmp_path) -> None:
-    env = {**os.environ, "OPENSANDBOX_DOMAIN": "127.0.0.1:1", "OPENSANDBOX_API_KEY": OPERATOR_KEY,
-           "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": "registry.example/swe/", "GYM_RUNTIME_HOME": str(tmp_path / "home")}
+    env = {
+        **os.environ,
+        "OPENSANDBOX_DOMAIN": "127.0.0.1:1",
+        "OPENSANDBOX_API_KEY": OPERATOR_KEY,
+        "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": "registry.example/swe/",
+        "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+    }
     r = _cli(["validate", str(package), "--json"], env)
     assert r.returncode == 1, r.stderr
     (v,) = [v for v in json.loads(r.stdout)["error"]["violations"] if v["code"] == "GR-CONFIG-TASK-IMAGE"]
@@ -230,8 +244,12 @@ def test_validate_and_config_refuse_with_one_clear_error(package, tmp_path) -> N
     assert shown["config"]["sandbox"]["opensandbox"]["connection"]["domain"] == GATE_PLACEHOLDER
     assert len(shown["sandbox_providers"]) == 2 and OPERATOR_KEY not in r.stdout + r.stderr
     r = _cli(["config", str(package), *policy], env)  # the text output says it too
-    assert r.returncode == 0 and "# sandbox provider `sandbox` (named by swe.resources_servers.tools." \
-        "sandbox_provider): 'opensandbox' is kept" in r.stdout, r.stdout[-2000:]
+    assert (
+        r.returncode == 0
+        and "# sandbox provider `sandbox` (named by swe.resources_servers.tools."
+        "sandbox_provider): 'opensandbox' is kept"
+        in r.stdout
+    ), r.stdout[-2000:]
 
 
 @pytest.mark.pypi
@@ -243,14 +261,34 @@ def test_a_start_whose_opensandbox_server_does_not_answer_stops_before_any_serve
     pkg = tmp_path / "native-quickstart"
     shutil.copytree(root / "native-quickstart", pkg)
     config = pkg / "resources_servers" / "example_arithmetic" / "configs" / "arithmetic.yaml"
-    config.write_text(config.read_text().replace("      domain: math\n", "      domain: math\n      sandbox_provider: "
-                                                 "sandbox\n      sandbox_spec: {image: 'python:3.12-slim'}\n")
-                      + "sandbox:\n  opensandbox:\n    connection: {api_key: '${oc.env:OPENSANDBOX_API_KEY}'}\n")
-    env = {**os.environ, **shared_venvs(), "GYM_RUNTIME_HOME": str(tmp_path / "home"),
-           "OPENSANDBOX_DOMAIN": "127.0.0.1:1", "OPENSANDBOX_API_KEY": OPERATOR_KEY,
-           "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": "python:3.12-slim"}
-    r = _cli(["dry-run", str(pkg), "--dataset", str(root / "native-quickstart.jsonl"), "--samples", "1",
-              "--work-dir", str(tmp_path / "run")], env)
+    config.write_text(
+        config.read_text().replace(
+            "      domain: math\n",
+            "      domain: math\n      sandbox_provider: sandbox\n      sandbox_spec: {image: 'python:3.12-slim'}\n",
+        )
+        + "sandbox:\n  opensandbox:\n    connection: {api_key: '${oc.env:OPENSANDBOX_API_KEY}'}\n"
+    )
+    env = {
+        **os.environ,
+        **shared_venvs(),
+        "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+        "OPENSANDBOX_DOMAIN": "127.0.0.1:1",
+        "OPENSANDBOX_API_KEY": OPERATOR_KEY,
+        "GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES": "python:3.12-slim",
+    }
+    r = _cli(
+        [
+            "dry-run",
+            str(pkg),
+            "--dataset",
+            str(root / "native-quickstart.jsonl"),
+            "--samples",
+            "1",
+            "--work-dir",
+            str(tmp_path / "run"),
+        ],
+        env,
+    )
     assert r.returncode == 3, r.stderr[-3000:]
     assert "error[GR-OSB-UNREACHABLE]: the OpenSandbox server http://127.0.0.1:1 did not answer" in r.stderr
     assert "starting 7 server(s)" not in r.stderr and OPERATOR_KEY not in r.stdout + r.stderr

@@ -97,11 +97,15 @@ def test_gym_sandbox_api_against_the_service(gym_python, tmp_path):
         server = TaskSandboxServer(service)
         await server.start()
         try:
-            env = {"PATH": "/usr/bin:/bin", "GYM_RUNTIME_SANDBOX_URL": server.url,
-                   "GYM_RUNTIME_SANDBOX_TOKEN": service.token("owner_server"),
-                   "OTHER_TOKEN": service.token("agent_server")}
-            proc = await asyncio.create_subprocess_exec(str(gym_python), "-c", CLIENT, env=env,
-                                                        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            env = {
+                "PATH": "/usr/bin:/bin",
+                "GYM_RUNTIME_SANDBOX_URL": server.url,
+                "GYM_RUNTIME_SANDBOX_TOKEN": service.token("owner_server"),
+                "OTHER_TOKEN": service.token("agent_server"),
+            }
+            proc = await asyncio.create_subprocess_exec(
+                str(gym_python), "-c", CLIENT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
             out, err = await asyncio.wait_for(proc.communicate(), 180)
             assert proc.returncode == 0, err.decode()[-3000:]
             return json.loads(out.decode().strip().splitlines()[-1]), dict(service.boxes)

@@ -40,11 +40,22 @@ def make_settings(tmp_path: Path, uv_cache: Path, empty_index: str) -> Callable[
     stage 1 resolves against ``index_url`` (default: an empty ``file://`` index), never PyPI; the
     pins (default :data:`TINY_PINS`) count as set by the operator, so every venv gets them as given."""
 
-    def make(index_url: str | None = None, pin_mode: str = "auto", pins: dict[str, str] | None = None,
-             env: dict[str, str] | None = None, home: Path | None = None) -> RuntimeSettings:
+    def make(
+        index_url: str | None = None,
+        pin_mode: str = "auto",
+        pins: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        home: Path | None = None,
+    ) -> RuntimeSettings:
         base = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
-        base.update({"GYM_RUNTIME_HOME": str(home or tmp_path / "home"), "GYM_RUNTIME_UV_CACHE_DIR": str(uv_cache),
-                     "UV_INDEX_URL": index_url or empty_index, "GYM_RUNTIME_PIN_MODE": pin_mode})
+        base.update(
+            {
+                "GYM_RUNTIME_HOME": str(home or tmp_path / "home"),
+                "GYM_RUNTIME_UV_CACHE_DIR": str(uv_cache),
+                "UV_INDEX_URL": index_url or empty_index,
+                "GYM_RUNTIME_PIN_MODE": pin_mode,
+            }
+        )
         base.update(env or {})
         s = load_settings(base)
         chosen = dict(pins if pins is not None else TINY_PINS)
@@ -78,8 +89,14 @@ def _finish(root: Path, wheels: list[Path] | None, requirements: dict[str, str] 
     return root
 
 
-def case_pkg(case: str, dest: Path, *, fmt: str | None = None, wheels: list[Path] | None = None,
-             requirements: dict[str, str] | None = None) -> Path:
+def case_pkg(
+    case: str,
+    dest: Path,
+    *,
+    fmt: str | None = None,
+    wheels: list[Path] | None = None,
+    requirements: dict[str, str] | None = None,
+) -> Path:
     """The package of ``tests/cases/data/<case>`` (tests.helpers.cases), with ``wheels/`` replaced by
     ``wheels`` (tiny wheels the test built from the case listing, with their Requires-Dist) and
     requirements.txt files overridden by ``requirements`` (``{"resources_servers/x": text}``);
@@ -87,8 +104,13 @@ def case_pkg(case: str, dest: Path, *, fmt: str | None = None, wheels: list[Path
     return _finish(case_package(case, dest, fmt=fmt).root, wheels, requirements)
 
 
-def synthetic_pkg(dest: Path, servers: dict[str, tuple[str, str]], *, wheels: list[Path] | None = None,
-                  impl: dict[str, str] | None = None) -> Path:
+def synthetic_pkg(
+    dest: Path,
+    servers: dict[str, tuple[str, str]],
+    *,
+    wheels: list[Path] | None = None,
+    impl: dict[str, str] | None = None,
+) -> Path:
     """A package with ``servers``: ``{instance: (server_type, requirements text)}``; each instance
     gets its own server dir (or ``impl[instance]``'s). wheels-v1 when ``wheels`` is given."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -102,8 +124,7 @@ def synthetic_pkg(dest: Path, servers: dict[str, tuple[str, str]], *, wheels: li
         (d / "app.py").write_text("# test fixture\n")
         config.update(server_config(name, stype, impl.get(name, name)))
     first = next(iter(servers))
-    rel = "configs/env.yaml" if fmt == "wheels-v1" else \
-        f"{servers[first][0]}/{impl.get(first, first)}/configs/env.yaml"
+    rel = "configs/env.yaml" if fmt == "wheels-v1" else f"{servers[first][0]}/{impl.get(first, first)}/configs/env.yaml"
     (dest / rel).parent.mkdir(parents=True, exist_ok=True)
     (dest / rel).write_text(yaml.safe_dump(config, sort_keys=False))
     manifest = {"format": fmt, "config_paths": [rel], "metadata": {"name": "test-env"}}
@@ -111,8 +132,7 @@ def synthetic_pkg(dest: Path, servers: dict[str, tuple[str, str]], *, wheels: li
     return _finish(dest, wheels, None)
 
 
-def merged_config(root: Path, overrides: list[str] | None = None, version: str = TINY_PINS["nemo-gym"]
-                  ) -> MergedConfig:
+def merged_config(root: Path, overrides: list[str] | None = None, version: str = TINY_PINS["nemo-gym"]) -> MergedConfig:
     """Load a package (tolerating package violations such as an sdist in wheels/) and merge its config
     under Gym release ``version`` (default: :data:`TINY_PINS`'s, the 0.4 line: no relay is generated
     in front of an agent, so the plans hold the package's own servers only)."""
@@ -120,12 +140,14 @@ def merged_config(root: Path, overrides: list[str] | None = None, version: str =
 
     pkg, _violations = check_package(root)
     assert pkg is not None, _violations
-    return build_config(pkg, overrides or [], builtin_root=root / "_no_builtins",
-                        release=release_for(version, "the test's pins"))
+    return build_config(
+        pkg, overrides or [], builtin_root=root / "_no_builtins", release=release_for(version, "the test's pins")
+    )
 
 
-def server_config(name: str, server_type: str = "resources_servers", impl: str | None = None,
-                  **extra: Any) -> dict[str, Any]:
+def server_config(
+    name: str, server_type: str = "resources_servers", impl: str | None = None, **extra: Any
+) -> dict[str, Any]:
     """One server instance block in Gym's shape."""
     inner = {"entrypoint": "app.py", **extra}
     if server_type == "resources_servers":

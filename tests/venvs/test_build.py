@@ -32,11 +32,16 @@ def index_files(tmp_path: Path) -> Path:
 
 
 def test_two_stages_http_index_then_reuse(tmp_path: Path, index_files: Path, make_settings) -> None:
-    wheels = [build_wheel(tmp_path / "w", "acme-env", "1.2.0", requires=["tinyparse==0.3.0"]),
-              build_wheel(tmp_path / "w", "tinyparse", "0.3.0"),  # wheels/ holds the whole closure
-              build_wheel(tmp_path / "w", "judgekit", "1.0.0", requires=["tinyparse>=0.3"])]
-    pkg = synthetic_pkg(tmp_path / "pkg", {"acme_math": ("resources_servers", "judgekit==1.0.0\n"),
-                                           "policy": ("responses_api_models", "# nothing\n")}, wheels=wheels)
+    wheels = [
+        build_wheel(tmp_path / "w", "acme-env", "1.2.0", requires=["tinyparse==0.3.0"]),
+        build_wheel(tmp_path / "w", "tinyparse", "0.3.0"),  # wheels/ holds the whole closure
+        build_wheel(tmp_path / "w", "judgekit", "1.0.0", requires=["tinyparse>=0.3"]),
+    ]
+    pkg = synthetic_pkg(
+        tmp_path / "pkg",
+        {"acme_math": ("resources_servers", "judgekit==1.0.0\n"), "policy": ("responses_api_models", "# nothing\n")},
+        wheels=wheels,
+    )
     with SimpleIndex(index_files) as idx:
         settings = make_settings(idx.url)
         plan = plan_venvs(merged_config(pkg), settings)
@@ -58,8 +63,9 @@ def test_two_stages_http_index_then_reuse(tmp_path: Path, index_files: Path, mak
         assert len(idx.requests) == n_requests, "a reused venv must not touch the index"
 
 
-def test_twenty_servers_one_requirements_set_share_one_venv(tmp_path: Path, index_files: Path, make_settings,
-                                                           empty_index: str) -> None:
+def test_twenty_servers_one_requirements_set_share_one_venv(
+    tmp_path: Path, index_files: Path, make_settings, empty_index: str
+) -> None:
     from tests.helpers.index import write_simple_index
 
     servers = {f"srv{i}": ("resources_servers", "tinyparse==0.3.0\n") for i in range(20)}
@@ -141,8 +147,9 @@ def test_auto_mode_pins_only_constrain_non_sdk_servers(tmp_path: Path, make_sett
     build_wheel(files, "tinyparse", "0.3.0")
     from tests.helpers.index import write_simple_index
 
-    pkg = synthetic_pkg(tmp_path / "pkg", {"light": ("resources_servers", "tinyparse\n"),
-                                           "oai": ("resources_servers", "openai\n")})
+    pkg = synthetic_pkg(
+        tmp_path / "pkg", {"light": ("resources_servers", "tinyparse\n"), "oai": ("resources_servers", "openai\n")}
+    )
     settings = make_settings(write_simple_index(files, tmp_path / "idx"))
     venvs = build_venvs(plan_venvs(merged_config(pkg), settings), settings)
     light = json.loads((venvs.for_instance("light").path / MARKER).read_text())["installed"]
@@ -155,8 +162,10 @@ def test_auto_mode_pins_only_constrain_non_sdk_servers(tmp_path: Path, make_sett
 
 
 def test_several_failures_each_list_their_own_log(tmp_path: Path, make_settings) -> None:
-    pkg = synthetic_pkg(tmp_path / "pkg", {"alpha": ("resources_servers", "nosuch-alpha==1.0\n"),
-                                           "beta": ("resources_servers", "nosuch-beta==1.0\n")})
+    pkg = synthetic_pkg(
+        tmp_path / "pkg",
+        {"alpha": ("resources_servers", "nosuch-alpha==1.0\n"), "beta": ("resources_servers", "nosuch-beta==1.0\n")},
+    )
     settings = make_settings()  # an empty index: both stage-1 installs fail
     with pytest.raises(BuildError) as ei:
         build_venvs(plan_venvs(merged_config(pkg), settings), settings)

@@ -97,8 +97,10 @@ def test_a_learning_dir_left_by_a_dead_daemon_is_harvested_at_the_next_start(ven
     dead.release()  # what the kernel does when its daemon dies
     said: list[str] = []
     asyncio.run(EnvironmentBytecode(said.append).prepare([venv_python]))  # what a start does first
-    assert said == [f"bytecode: compiled what an earlier run's processes imported into venv {venv.name} (2 files; "
-                    "that run stopped before compiling them); later starts load it instead of compiling"]
+    assert said == [
+        f"bytecode: compiled what an earlier run's processes imported into venv {venv.name} (2 files; "
+        "that run stopped before compiling them); later starts load it instead of compiling"
+    ]
     assert learned(venv) == {KEY}
     assert held.prefix.is_dir(), "a dir a live daemon holds is left alone"
     held.release()
@@ -113,18 +115,28 @@ def test_a_sandboxed_process_writes_only_its_own_learning_dir(venv_python: Path,
     venv = venv_python.parent.parent
     mine, other = for_user(venv, KEY), for_user(venv, "responses_api_agents/other /pkg/x")
     _pycache(venv, "tinyparse").mkdir()
-    probe = ("import os, sys, json\nout = {}\nfor p in sys.argv[1:]:\n"
-             "    try:\n        open(os.path.join(p, 'w.pyc'), 'wb').write(b'x'); out[p] = 'written'\n"
-             "    except OSError as e:\n        out[p] = type(e).__name__\nprint(json.dumps(out))\n")
+    probe = (
+        "import os, sys, json\nout = {}\nfor p in sys.argv[1:]:\n"
+        "    try:\n        open(os.path.join(p, 'w.pyc'), 'wb').write(b'x'); out[p] = 'written'\n"
+        "    except OSError as e:\n        out[p] = type(e).__name__\nprint(json.dumps(out))\n"
+    )
     targets = [str(mine.prefix), str(other.prefix), str(_pycache(venv, "tinyparse"))]
 
     async def run() -> dict:
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
         try:
             r, w = os.pipe()
-            proc = sb.spawn(ProcessSpec("acme", [str(venv_python), "-c", probe, *targets], tmp_path,
-                                        {"PATH": "/usr/bin:/bin", **mine.env}, read_only_paths=[venv],
-                                        writable_paths=mine.writable, stdout_fd=w))
+            proc = sb.spawn(
+                ProcessSpec(
+                    "acme",
+                    [str(venv_python), "-c", probe, *targets],
+                    tmp_path,
+                    {"PATH": "/usr/bin:/bin", **mine.env},
+                    read_only_paths=[venv],
+                    writable_paths=mine.writable,
+                    stdout_fd=w,
+                )
+            )
             os.close(w)
             await asyncio.wait_for(proc.wait(), 60)
             return json.loads(os.read(r, 65536))
@@ -172,21 +184,30 @@ def test_imports_are_compiled_while_the_process_still_starts(venv_python: Path) 
     assert users == {KEY}
 
 
-def test_a_reporting_user_writes_nothing_and_only_its_venv_sources_are_compiled(venv_python: Path, tmp_path: Path) -> None:
+def test_a_reporting_user_writes_nothing_and_only_its_venv_sources_are_compiled(
+    venv_python: Path, tmp_path: Path
+) -> None:
     # the preloaded parent's way (sandbox/_zygote.py): it reads the shared cache and lists what it
     # imported; the list is names only, filtered like a learning dir's
     venv = venv_python.parent.parent
     cache = for_user(venv, KEY, report=True)
     assert cache.learning and cache.env == {"PYTHONDONTWRITEBYTECODE": "1"} and cache.writable == [cache.prefix]
     assert cache.report_file == cache.prefix / "imported.txt"
-    listed = _py(venv_python, cache.env, "-c", "import tinyparse.extra, json, sys; "
-                 "print('\\n'.join(m.__file__ for m in (sys.modules['tinyparse.extra'], json)))").split()
+    listed = _py(
+        venv_python,
+        cache.env,
+        "-c",
+        "import tinyparse.extra, json, sys; "
+        "print('\\n'.join(m.__file__ for m in (sys.modules['tinyparse.extra'], json)))",
+    ).split()
     assert not list(venv.rglob("*.pyc")) and not list(cache.prefix.rglob("*.pyc"))  # it wrote no bytecode
     outside = tmp_path / "outside.py"
     outside.write_text("SECRET = 1\n")
     private = venv / ".gym-runtime" / "x.py"
     private.write_text("X = 1\n")
-    cache.report_file.write_text("\n".join([*listed, str(outside), str(private), "relative/x.py", "/etc/passwd"]) + "\n")
+    cache.report_file.write_text(
+        "\n".join([*listed, str(outside), str(private), "relative/x.py", "/etc/passwd"]) + "\n"
+    )
 
     n = asyncio.run(harvest(venv_python, [cache]))
     assert n == 1  # tinyparse/extra.py: json is the interpreter's, the rest is not a venv source
@@ -205,7 +226,9 @@ def test_a_learning_user_is_offered_a_report_file_that_a_forked_server_can_take(
     cache = for_user(venv, KEY)
     assert cache.env == {"PYTHONPYCACHEPREFIX": str(cache.prefix), REPORT_VAR: str(cache.prefix / "imported.txt")}
     assert _zygote.REPORT_VAR == REPORT_VAR
-    (cache.prefix / "imported.txt").write_text(_pycache(venv, "tinyparse").parent.joinpath("extra.py").as_posix() + "\n")
+    (cache.prefix / "imported.txt").write_text(
+        _pycache(venv, "tinyparse").parent.joinpath("extra.py").as_posix() + "\n"
+    )
     assert asyncio.run(harvest(venv_python, [cache])) == 1 and learned(venv) == {KEY}
 
 
@@ -215,11 +238,18 @@ def test_a_venv_with_nothing_recorded_gets_the_seed_compiled_before_its_processe
     venv = venv_python.parent.parent
     said: list[str] = []
     bc = EnvironmentBytecode(said.append)
-    seed = ("tinyparse/__init__.py", "tinyparse/extra.py", "not_installed/mod.py", "../../../../etc/passwd.py",
-            "/etc/passwd.py", "tinyparse/README")
+    seed = (
+        "tinyparse/__init__.py",
+        "tinyparse/extra.py",
+        "not_installed/mod.py",
+        "../../../../etc/passwd.py",
+        "/etc/passwd.py",
+        "tinyparse/README",
+    )
     asyncio.run(bc.seed([venv_python], seed))
-    assert len(said) == 1 and said[0].startswith(f"bytecode: compiled 2 sources the release's processes "
-                                                 f"import at start-up into venv {venv.name} in "), said
+    assert len(said) == 1 and said[0].startswith(
+        f"bytecode: compiled 2 sources the release's processes import at start-up into venv {venv.name} in "
+    ), said
     tag = sys.implementation.cache_tag
     assert sorted(p.name for p in _pycache(venv, "tinyparse").iterdir()) == [f"__init__.{tag}.pyc", f"extra.{tag}.pyc"]
     assert learned(venv) == set()
@@ -236,12 +266,14 @@ def test_a_venv_with_a_learned_user_is_not_seeded(venv_python: Path) -> None:
     said: list[str] = []
     asyncio.run(EnvironmentBytecode(said.append).seed([venv_python], ("tinyparse/extra.py",)))
     assert said == [] and [p.name for p in _pycache(venv, "tinyparse").iterdir()] == [
-        f"__init__.{sys.implementation.cache_tag}.pyc"]
+        f"__init__.{sys.implementation.cache_tag}.pyc"
+    ]
     assert learned(venv) == {KEY}
 
 
-def test_a_link_in_a_learning_dir_cannot_choose_what_is_compiled_into_the_shared_cache(venv_python: Path,
-                                                                                      tmp_path: Path) -> None:
+def test_a_link_in_a_learning_dir_cannot_choose_what_is_compiled_into_the_shared_cache(
+    venv_python: Path, tmp_path: Path
+) -> None:
     # the process names a venv source through a link in its own dir, then, before the daemon
     # compiles it, points the link at a look-alike whose __pycache__ is the venv's: the daemon
     # compiles the real path it checked, never the name
@@ -264,7 +296,10 @@ def test_a_link_in_a_learning_dir_cannot_choose_what_is_compiled_into_the_shared
     link.unlink()
     link.symlink_to(fake)
     asyncio.run(compile_into_shared(venv, venv_python, files))
-    assert _py(venv_python, {"PYTHONDONTWRITEBYTECODE": "1"}, "-c", "import tinyparse.extra as e; print(e.X)").strip() == "1"
+    assert (
+        _py(venv_python, {"PYTHONDONTWRITEBYTECODE": "1"}, "-c", "import tinyparse.extra as e; print(e.X)").strip()
+        == "1"
+    )
 
 
 def test_a_report_that_is_a_fifo_or_a_link_is_not_read(venv_python: Path, tmp_path: Path) -> None:

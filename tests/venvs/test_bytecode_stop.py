@@ -41,15 +41,18 @@ def test_a_stop_during_a_harvest_exits_without_waiting_for_its_file_work(tmp_pat
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").symlink_to(sys.executable)
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(venv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(venv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     out, err = proc.communicate(timeout=60)
     exited = time.monotonic()
     assert proc.returncode == 0, err
     closed = float(out.strip())
     assert exited - closed < 2.0, f"the exit waited {exited - closed:.1f}s for the harvest's rmtree"
     learn = venv / ".gym-runtime" / "learn"
-    assert not list(learn.iterdir()) or all((d / "key").exists() for d in learn.iterdir()), \
+    assert not list(learn.iterdir()) or all((d / "key").exists() for d in learn.iterdir()), (
         "a learning dir left behind is one the next start harvests or removes"
-    assert "resources_servers/acme_math /pkg" in (venv / ".gym-runtime" / "pycache.json").read_text(), \
+    )
+    assert "resources_servers/acme_math /pkg" in (venv / ".gym-runtime" / "pycache.json").read_text(), (
         "the user was recorded before its learning dir was removed"
+    )

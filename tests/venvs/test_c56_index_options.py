@@ -31,8 +31,13 @@ PLACEHOLDER = "file://<cases dir>/C56/torchidx/simple"
 
 
 def test_c56_validate_notes_the_index_line() -> None:
-    done = subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "validate", str(CASE / "pkg"), "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "gym_runtime.cli.main", "validate", str(CASE / "pkg"), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     (w,) = [w for w in json.loads(done.stdout)["warnings"] if w["code"] == "GR-BUILD-INDEX-OPTION"]
     assert w["file"] == "resources_servers/torch_env/requirements.txt" and w["key"] == "line 2"

@@ -18,8 +18,14 @@ from gym_runtime.venvs.maintenance import prune_cache
 from gym_runtime.venvs.store import read_marker
 from tests.helpers.cases import CASES
 from tests.helpers.index import SimpleIndex, write_simple_index
-from tests.helpers.wheels import (build_backend_wheel, build_sdist, build_wheel, materialise_listing, parse_listing,
-                                  sha256_file)
+from tests.helpers.wheels import (
+    build_backend_wheel,
+    build_sdist,
+    build_wheel,
+    materialise_listing,
+    parse_listing,
+    sha256_file,
+)
 from tests.venvs.conftest import case_pkg, merged_config, synthetic_pkg
 
 
@@ -42,8 +48,9 @@ def test_c01_failed_build_leaves_nothing_ready_and_run2_rebuilds(tmp_path, make_
     build_wheel(files, "fastapi", "0.110.0")
     build_wheel(files, "sympy", "1.13.3")
     srv = "resources_servers/acme_math"
-    pkg = case_pkg("C01", tmp_path / "pkg",
-                   requirements={srv: (CASES / "C01" / srv / "requirements.run1.txt").read_text()})
+    pkg = case_pkg(
+        "C01", tmp_path / "pkg", requirements={srv: (CASES / "C01" / srv / "requirements.run1.txt").read_text()}
+    )
     settings = make_settings(write_simple_index(files, tmp_path / "idx"))
     with pytest.raises(BuildError) as ei:
         build_venvs(plan_venvs(merged_config(pkg), settings), settings)
@@ -92,14 +99,21 @@ def test_c08_inherited_uv_python_cannot_redirect_the_install(tmp_path, make_sett
     env["PIP_FIND_LINKS"] = str(tmp_path / "elsewhere")
     settings = make_settings(env=env)
     v = build_venvs(plan_venvs(merged_config(pkg), settings), settings).for_instance("acme_math")
-    out = subprocess.run([str(v.python), "-c", "import gymtools; print(gymtools.__file__)"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [str(v.python), "-c", "import gymtools; print(gymtools.__file__)"], capture_output=True, text=True, check=True
+    ).stdout
     assert out.startswith(str(v.path))
     assert not list(foreign.rglob("gymtools*")), "the foreign interpreter must stay unchanged"
     log = next((settings.logs_dir / "build").glob("acme_math-*.venv.log")).read_text()
     removed = log.split("removed from the inherited environment:")[1].splitlines()[0]
-    for var in ("UV_PYTHON", "UV_SYSTEM_PYTHON", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PIP_REQUIRE_VIRTUALENV",
-                "PIP_FIND_LINKS"):
+    for var in (
+        "UV_PYTHON",
+        "UV_SYSTEM_PYTHON",
+        "VIRTUAL_ENV",
+        "UV_PROJECT_ENVIRONMENT",
+        "PIP_REQUIRE_VIRTUALENV",
+        "PIP_FIND_LINKS",
+    ):
         assert var in removed
     assert "honoured uv settings: UV_INDEX_URL=" in log
     stage2 = next((settings.logs_dir / "build").glob("acme_math-*.stage2.log")).read_text()
@@ -306,14 +320,19 @@ def test_c18_parallel_builds_share_the_cache_and_maintenance_waits(tmp_path, mak
     wheels = [build_sdist(tmp_path / "w", "tinyparse", "0.3.0"), build_backend_wheel(tmp_path / "w")]
     wheels += [build_wheel(tmp_path / "w", f"extra{i}", "1.0") for i in range(1, 7)]
     # as given: six servers with one requirements set -> one shared venv, every server has it
-    same = case_pkg("C18", tmp_path / "same", wheels=wheels[:2],
-                    requirements={f"resources_servers/srv{i}": req for i in range(1, 7)})
+    same = case_pkg(
+        "C18",
+        tmp_path / "same",
+        wheels=wheels[:2],
+        requirements={f"resources_servers/srv{i}": req for i in range(1, 7)},
+    )
     settings = make_settings()
     venvs = build_venvs(plan_venvs(merged_config(same), settings), settings)
     assert venvs.built == 1 and all(venvs.for_instance(f"srv{i}").path.is_dir() for i in range(1, 7))
     # six distinct venvs in parallel, one cache, maintenance triggered while they run
-    diff = synthetic_pkg(tmp_path / "diff", {f"srv{i}": ("resources_servers", f"{req}extra{i}\n")
-                                              for i in range(1, 7)}, wheels=wheels)
+    diff = synthetic_pkg(
+        tmp_path / "diff", {f"srv{i}": ("resources_servers", f"{req}extra{i}\n") for i in range(1, 7)}, wheels=wheels
+    )
     plan = plan_venvs(merged_config(diff), settings)
     assert len(plan.venvs) == 6
     finished: dict[str, float] = {}

@@ -26,8 +26,10 @@ PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 @pytest.fixture
 def pkg(tmp_path: Path) -> Path:
     """A wheels-v1 package whose server needs uvicorn; wheels/ has uvicorn (-> h11, click) and click."""
-    wheels = [build_wheel(tmp_path / "w", "uvicorn", "0.30.0", requires=["h11>=0.8", "click>=7"]),
-              build_wheel(tmp_path / "w", "click", "8.1.0")]
+    wheels = [
+        build_wheel(tmp_path / "w", "uvicorn", "0.30.0", requires=["h11>=0.8", "click>=7"]),
+        build_wheel(tmp_path / "w", "click", "8.1.0"),
+    ]
     return synthetic_pkg(tmp_path / "pkg", {"acme_math": ("resources_servers", "uvicorn>=0.29\n")}, wheels=wheels)
 
 
@@ -57,8 +59,10 @@ def test_validate_runs_the_same_proof_for_the_target(pkg: Path, tmp_path: Path, 
     assert code == 1
     (v,) = [e for e in out["error"]["violations"] if e["code"] == "GR-BUILD-CLOSURE"]
     assert v["file"] == "resources_servers/acme_math/requirements.txt"
-    assert v["message"] == ("acme_math: wheels/ does not hold the whole closure for CPython 3.13 linux/arm64 (glibc "
-                            "2.36): h11 is missing in wheels/ (needed by acme_math -> uvicorn -> h11)")
+    assert v["message"] == (
+        "acme_math: wheels/ does not hold the whole closure for CPython 3.13 linux/arm64 (glibc "
+        "2.36): h11 is missing in wheels/ (needed by acme_math -> uvicorn -> h11)"
+    )
     assert f"gym-runtime vendor {pkg} --platform linux/arm64 --python 3.13" in v["hint"]
     build_wheel(pkg / "wheels", "h11", "0.14.0")
     assert main(["validate", str(pkg), "--platform", "linux/arm64", "--python", "3.13"]) == 0

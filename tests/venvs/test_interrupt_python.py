@@ -79,7 +79,7 @@ def test_sigkill_of_the_builder_mid_build_then_next_run_rebuilds(tmp_path, make_
             from gym_runtime.venvs import build_venvs, plan_venvs
             from tests.venvs.conftest import merged_config
             import json
-            env = json.loads({repr(__import__('json').dumps(dict(settings.environ)))})
+            env = json.loads({repr(__import__("json").dumps(dict(settings.environ)))})
             s = load_settings(env).with_overrides(pins={settings.pins!r})
             build_venvs(plan_venvs(merged_config(Path({str(pkg)!r})), s), s)
         """)
@@ -103,8 +103,12 @@ def test_python_choice_per_job_and_per_server(tmp_path, make_settings, version) 
     vp = plan.for_instance("acme")
     assert vp.python.minor == version and vp.python_origin == "the job's --python"
     v = build_venvs(plan, settings).for_instance("acme")
-    got = subprocess.run([str(v.python), "-c", "import sys, acme_env; print('%d.%d' % sys.version_info[:2])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    got = subprocess.run(
+        [str(v.python), "-c", "import sys, acme_env; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert got == version
     # the daemon compiles the venv's bytecode cache with the venv's own interpreter
     cache = for_user(v.path, "resources_servers/acme")
@@ -131,8 +135,9 @@ def test_real_small_package_from_pypi(tmp_path, make_settings) -> None:
     env = {k: v for k, v in os.environ.items() if k.startswith("UV_INDEX")}
     settings = make_settings(index_url="https://pypi.org/simple", env=env)
     v = build_venvs(plan_venvs(merged_config(pkg), settings), settings).for_instance("acme")
-    out = subprocess.run([str(v.python), "-c", "import six; print(six.__version__)"], capture_output=True,
-                         text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [str(v.python), "-c", "import six; print(six.__version__)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == "1.16.0"
 
 

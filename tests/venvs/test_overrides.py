@@ -38,13 +38,20 @@ SERVER = "resources_servers/acme_mt"
 
 
 def _closure_wheels(out: Path) -> list[Path]:
-    return [build_wheel(out, "cometlike", "1.0.0", requires=["protolike<5.0.0", "agplike>=1"]),
-            build_wheel(out, "wandblike", "2.0.0", requires=["protolike>=5"]),
-            build_wheel(out, "protolike", "6.0.0")]
+    return [
+        build_wheel(out, "cometlike", "1.0.0", requires=["protolike<5.0.0", "agplike>=1"]),
+        build_wheel(out, "wandblike", "2.0.0", requires=["protolike>=5"]),
+        build_wheel(out, "protolike", "6.0.0"),
+    ]
 
 
-def _pkg(tmp_path: Path, *, wheels: list[Path] | None, overrides: str | None = OVERRIDES,
-         requirements: str = "cometlike==1.0.0\nwandblike==2.0.0\n") -> Path:
+def _pkg(
+    tmp_path: Path,
+    *,
+    wheels: list[Path] | None,
+    overrides: str | None = OVERRIDES,
+    requirements: str = "cometlike==1.0.0\nwandblike==2.0.0\n",
+) -> Path:
     pkg = synthetic_pkg(tmp_path / "pkg", {"acme_mt": ("resources_servers", requirements)}, wheels=wheels)
     if overrides is not None:
         (pkg / SERVER / "overrides.txt").write_text(overrides)
@@ -52,8 +59,9 @@ def _pkg(tmp_path: Path, *, wheels: list[Path] | None, overrides: str | None = O
 
 
 def _version(python: Path, module: str) -> str:
-    return subprocess.run([str(python), "-c", f"import {module}; print({module}.__version__)"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [str(python), "-c", f"import {module}; print({module}.__version__)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_wheels_package_builds_under_its_overrides_in_every_step(tmp_path: Path, make_settings) -> None:
@@ -63,8 +71,10 @@ def test_wheels_package_builds_under_its_overrides_in_every_step(tmp_path: Path,
     vp = plan.for_instance("acme_mt")
     assert vp.stage2 and vp.rel_overrides == f"{SERVER}/overrides.txt"
     assert vp.to_dict()["overrides_file"] == f"{SERVER}/overrides.txt"
-    assert ("overrides (overrides.txt, every requirement on these distributions): protolike==6.0.0, "
-            "agplike; sys_platform == 'never'") in vp.notes
+    assert (
+        "overrides (overrides.txt, every requirement on these distributions): protolike==6.0.0, "
+        "agplike; sys_platform == 'never'"
+    ) in vp.notes
     v = build_venvs(plan, settings).for_instance("acme_mt")
     assert _version(v.python, "protolike") == "6.0.0"
     assert not list(v.path.rglob("agplike")), "the override dropped agplike"
@@ -103,21 +113,28 @@ def test_the_digest_covers_the_overrides_and_a_rebuild_names_the_line(tmp_path: 
     # no overrides.txt at all: the plan has none and its digest is the one it had before the file existed
     (pkg / SERVER / "overrides.txt").unlink()
     bare = plan_venvs(merged_config(pkg), settings).for_instance("acme_mt")
-    assert bare.overrides is None and "overrides" not in bare.inputs and bare.digest not in (first.digest,
-                                                                                             second.digest)
+    assert (
+        bare.overrides is None and "overrides" not in bare.inputs and bare.digest not in (first.digest, second.digest)
+    )
 
 
 def test_an_override_beats_an_injected_pin_and_the_plan_says_so(tmp_path: Path, make_settings) -> None:
     files = tmp_path / "files"
     for n, v in (("nemo-gym", "0.4.0"), ("ray", "2.60.0"), ("openai", "2.7.2"), ("openai", "2.8.0")):
         build_wheel(files, n, v)
-    pkg = _pkg(tmp_path, wheels=None, requirements="-e nemo-gym[dev] @ ../../\n",
-               overrides="# match the SDK's own pin\nopenai==2.8.0\n")
+    pkg = _pkg(
+        tmp_path,
+        wheels=None,
+        requirements="-e nemo-gym[dev] @ ../../\n",
+        overrides="# match the SDK's own pin\nopenai==2.8.0\n",
+    )
     settings = make_settings(write_simple_index(files, tmp_path / "idx"))
     plan = plan_venvs(merged_config(pkg), settings)
     vp = plan.for_instance("acme_mt")
-    assert ("overrides.txt line 2: `openai==2.8.0` overrides the injected pin openai==2.7.2 "
-            "(added by gym-runtime: set by the test (openai))") in vp.notes
+    assert (
+        "overrides.txt line 2: `openai==2.8.0` overrides the injected pin openai==2.7.2 "
+        "(added by gym-runtime: set by the test (openai))"
+    ) in vp.notes
     v = build_venvs(plan, settings).for_instance("acme_mt")
     assert _version(v.python, "openai") == "2.8.0"  # uv's rule, and Gym's launcher gets the same
 
@@ -137,14 +154,18 @@ def test_an_override_that_exists_nowhere_is_named_with_its_line(tmp_path: Path, 
     assert e.hint == f"check the spelling and version of protolike in {SERVER}/overrides.txt"
 
 
-@pytest.mark.parametrize(("line", "why"), [
-    ("-r more.txt", "includes another file"),
-    ("--index-url http://127.0.0.1:1/simple", "is an option line"),
-    ("./vendored/protolike", "is a local path"),
-    ("protolike >>= 6", "is not a valid requirement"),
-])
-def test_a_bad_line_is_a_preflight_error_naming_file_and_line(tmp_path: Path, capsys, make_settings,
-                                                              line: str, why: str) -> None:
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("-r more.txt", "includes another file"),
+        ("--index-url http://127.0.0.1:1/simple", "is an option line"),
+        ("./vendored/protolike", "is a local path"),
+        ("protolike >>= 6", "is not a valid requirement"),
+    ],
+)
+def test_a_bad_line_is_a_preflight_error_naming_file_and_line(
+    tmp_path: Path, capsys, make_settings, line: str, why: str
+) -> None:
     pkg = _pkg(tmp_path, wheels=None, overrides=f"# forced versions\nprotolike==6.0.0\n{line}\n")
     code = main(["validate", str(pkg), "--json"])
     out = capsys.readouterr().out
@@ -155,13 +176,19 @@ def test_a_bad_line_is_a_preflight_error_naming_file_and_line(tmp_path: Path, ca
     assert f"`{line}` {why}" in v["message"]
     with pytest.raises(BuildError) as ei:  # build stops on the same problem before any install
         plan_venvs(merged_config(pkg), make_settings())
-    assert (ei.value.code, ei.value.extra["file"], ei.value.extra["key"]) == \
-        ("GR-BUILD-OVERRIDE", f"{SERVER}/overrides.txt", "line 3")
+    assert (ei.value.code, ei.value.extra["file"], ei.value.extra["key"]) == (
+        "GR-BUILD-OVERRIDE",
+        f"{SERVER}/overrides.txt",
+        "line 3",
+    )
 
 
 def test_a_url_override_of_an_offline_venv_needs_the_network(tmp_path: Path, make_settings) -> None:
-    pkg = _pkg(tmp_path, wheels=_closure_wheels(tmp_path / "w"),
-               overrides="protolike @ https://files.example.invalid/protolike-6.0.0-py3-none-any.whl\n")
+    pkg = _pkg(
+        tmp_path,
+        wheels=_closure_wheels(tmp_path / "w"),
+        overrides="protolike @ https://files.example.invalid/protolike-6.0.0-py3-none-any.whl\n",
+    )
     with pytest.raises(BuildError) as ei:
         plan_venvs(merged_config(pkg), make_settings())
     assert (ei.value.code, ei.value.extra["key"]) == ("GR-BUILD-NEEDS-NETWORK", "line 1")
@@ -172,15 +199,18 @@ def test_beside_a_pyproject_it_is_not_applied_and_the_plan_says_why(tmp_path: Pa
     pkg = _pkg(tmp_path, wheels=None, overrides=None)
     srv = pkg / SERVER
     (srv / "requirements.txt").unlink()
-    (srv / "pyproject.toml").write_text('[project]\nname = "acme-mt"\nversion = "0"\n'
-                                        'dependencies = ["cometlike==1.0.0"]\n')
+    (srv / "pyproject.toml").write_text(
+        '[project]\nname = "acme-mt"\nversion = "0"\ndependencies = ["cometlike==1.0.0"]\n'
+    )
     before = plan_venvs(merged_config(pkg), make_settings()).for_instance("acme_mt")
     (srv / "overrides.txt").write_text(OVERRIDES)
     vp = plan_venvs(merged_config(pkg), make_settings()).for_instance("acme_mt")
     assert vp.overrides is None and vp.digest == before.digest
-    assert (f"{SERVER}/overrides.txt is not applied: overrides are read beside requirements.txt only (as Gym's "
-            "launcher does); to apply them, list the server's dependencies in requirements.txt instead of "
-            "pyproject.toml") in vp.notes
+    assert (
+        f"{SERVER}/overrides.txt is not applied: overrides are read beside requirements.txt only (as Gym's "
+        "launcher does); to apply them, list the server's dependencies in requirements.txt instead of "
+        "pyproject.toml"
+    ) in vp.notes
 
 
 def test_vendor_resolves_the_closure_under_the_overrides(tmp_path: Path, make_settings) -> None:
@@ -191,5 +221,9 @@ def test_vendor_resolves_the_closure_under_the_overrides(tmp_path: Path, make_se
     pkg = _pkg(tmp_path, wheels=[build_wheel(tmp_path / "old", "stale", "1.0")])
     with SimpleIndex(files) as idx:
         done = vendor(merged_config(pkg), make_settings(idx.url, pin_mode="none"), parse_target("linux/amd64", "3.13"))
-    assert {(d.name, d.version) for d in done} == {("cometlike", "1.0.0"), ("wandblike", "2.0.0"),
-                                                   ("protolike", "6.0.0"), ("pip", "25.0")}
+    assert {(d.name, d.version) for d in done} == {
+        ("cometlike", "1.0.0"),
+        ("wandblike", "2.0.0"),
+        ("protolike", "6.0.0"),
+        ("pip", "25.0"),
+    }

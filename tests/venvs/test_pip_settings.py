@@ -13,9 +13,14 @@ from gym_runtime.venvs import build_venvs, plan_venvs
 from gym_runtime.venvs.pip_settings import ignored_pip_indexes
 from tests.venvs.conftest import merged_config, synthetic_pkg
 
+
 def _isolated(tmp_path: Path, **env: str) -> dict[str, str]:
-    return {"HOME": str(tmp_path / "h"), "XDG_CONFIG_HOME": str(tmp_path / "x"), "XDG_CONFIG_DIRS": str(tmp_path / "d"),
-            **env}
+    return {
+        "HOME": str(tmp_path / "h"),
+        "XDG_CONFIG_HOME": str(tmp_path / "x"),
+        "XDG_CONFIG_DIRS": str(tmp_path / "d"),
+        **env,
+    }
 
 
 def test_variables_and_config_files_are_found(tmp_path: Path) -> None:
@@ -24,7 +29,8 @@ def test_variables_and_config_files_are_found(tmp_path: Path) -> None:
     found = ignored_pip_indexes(_isolated(tmp_path, PIP_INDEX_URL="https://mirror.acme.invalid/simple"))
     assert [(s.where, s.value, s.uv) for s in found] == [
         ("PIP_INDEX_URL", "https://mirror.acme.invalid/simple", "UV_DEFAULT_INDEX"),
-        (f"{tmp_path}/x/pip/pip.conf [install] find-links", "/srv/wheels", "UV_FIND_LINKS")]
+        (f"{tmp_path}/x/pip/pip.conf [install] find-links", "/srv/wheels", "UV_FIND_LINKS"),
+    ]
     (tmp_path / "x" / "pip" / "pip.conf").write_text("not an ini file\n")
     assert ignored_pip_indexes(_isolated(tmp_path)) == []
 
@@ -37,7 +43,9 @@ def test_a_failed_resolution_names_the_pip_index_uv_ignored(tmp_path: Path, make
         build_venvs(plan_venvs(merged_config(pkg), settings), settings)
     e = ei.value
     assert e.code == "GR-BUILD-MISSING" and "acme-private-lib" in e.message
-    assert "; note: PIP_INDEX_URL=https://mirror.acme.invalid/simple (uv ignores it; uv reads UV_DEFAULT_INDEX)" in e.hint
+    assert (
+        "; note: PIP_INDEX_URL=https://mirror.acme.invalid/simple (uv ignores it; uv reads UV_DEFAULT_INDEX)" in e.hint
+    )
     assert "give the index to uv instead, e.g. UV_DEFAULT_INDEX=<url>" in e.hint
     settings = make_settings(env=_isolated(tmp_path))  # without one, the hint is what it was
     with pytest.raises(BuildError) as ei:
@@ -51,8 +59,16 @@ def test_uv_trust_settings_reach_uv_both_names() -> None:
     proxy failed with ``invalid peer certificate: UnknownIssuer`` after ``./uvw`` itself had worked."""
     from gym_runtime.venvs.uvrun import make_env
 
-    uv_env = make_env({"UV_SYSTEM_CERTS": "1", "UV_NATIVE_TLS": "true", "UV_SOMETHING_ELSE": "x",
-                       "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt", "PATH": "/usr/bin:/bin"}, None)
+    uv_env = make_env(
+        {
+            "UV_SYSTEM_CERTS": "1",
+            "UV_NATIVE_TLS": "true",
+            "UV_SOMETHING_ELSE": "x",
+            "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+            "PATH": "/usr/bin:/bin",
+        },
+        None,
+    )
     assert uv_env.env["UV_SYSTEM_CERTS"] == "1" and uv_env.env["UV_NATIVE_TLS"] == "true"
     assert uv_env.env["SSL_CERT_FILE"] == "/etc/ssl/certs/ca-certificates.crt"
     assert "UV_SOMETHING_ELSE" not in uv_env.env

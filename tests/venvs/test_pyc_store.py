@@ -42,8 +42,13 @@ class Venv:
         return build_venvs(self.plan, self.settings).for_instance("acme").python
 
     def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.python), *args], env={"PATH": "/usr/bin:/bin", **(env or {})},
-                              capture_output=True, text=True, check=True)
+        return subprocess.run(
+            [str(self.python), *args],
+            env={"PATH": "/usr/bin:/bin", **(env or {})},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
 
     def pyc(self, module: str) -> Path:
         src = next(self.path.glob(f"lib/python3.*/site-packages/tinyparse/{module}.py"))
@@ -125,8 +130,10 @@ def test_a_changed_source_gets_no_stale_bytecode_and_its_users_learn_again(venv:
     venv.rebuild_and_prepare(change)
     assert learned(venv.path) == set(), "a file was not placed: its users learn again"
     assert not venv.pyc("extra").exists() and venv.pyc("__init__").exists()
-    assert venv.run("-c", "import tinyparse.extra as e; print(e.X)", env={"PYTHONDONTWRITEBYTECODE": "1"}
-                    ).stdout.strip() == "2"
+    assert (
+        venv.run("-c", "import tinyparse.extra as e; print(e.X)", env={"PYTHONDONTWRITEBYTECODE": "1"}).stdout.strip()
+        == "2"
+    )
     assert for_user(venv.path, KEY).learning
 
 

@@ -39,8 +39,12 @@ def host(tmp_path: Path) -> dict[str, str]:
             exe.write_text(f"#!/bin/sh\necho CPython {version}\n")
             exe.chmod(0o755)
     (tmp_path / "empty-bin").mkdir()
-    return {"PYENV_ROOT": str(root), "HOME": str(tmp_path / "fake-home"), "XDG_DATA_HOME": str(tmp_path / "xdg"),
-            "PATH": str(tmp_path / "empty-bin")}
+    return {
+        "PYENV_ROOT": str(root),
+        "HOME": str(tmp_path / "fake-home"),
+        "XDG_DATA_HOME": str(tmp_path / "xdg"),
+        "PATH": str(tmp_path / "empty-bin"),
+    }
 
 
 def _would_work(message: str) -> list[str]:
@@ -75,8 +79,9 @@ def test_builtin_servers_refuse_an_old_python(tmp_path, make_settings, host, req
 
 
 def test_builtin_missing_old_version_lists_only_fitting_interpreters(make_settings, host) -> None:
-    merged = build_config(load_package(ROOT / "examples" / "native-quickstart"), [], PolicyValues(),
-                          defaults=PLACEHOLDERS)
+    merged = build_config(
+        load_package(ROOT / "examples" / "native-quickstart"), [], PolicyValues(), defaults=PLACEHOLDERS
+    )
     with pytest.raises(BuildError) as ei:
         plan_venvs(merged, make_settings(env=host), python="3.8")
     assert "Python 3.8 is not available on this host" in ei.value.message
@@ -87,8 +92,9 @@ def _pyproject_pkg(tmp_path: Path, requires_python: str) -> Path:
     pkg = synthetic_pkg(tmp_path / "pkg", {"acme": ("resources_servers", "")})
     srv = pkg / "resources_servers" / "acme"
     (srv / "requirements.txt").unlink()
-    (srv / "pyproject.toml").write_text(f"[project]\nname = 'acme'\nversion = '0.1.0'\n"
-                                        f"requires-python = '{requires_python}'\ndependencies = []\n")
+    (srv / "pyproject.toml").write_text(
+        f"[project]\nname = 'acme'\nversion = '0.1.0'\nrequires-python = '{requires_python}'\ndependencies = []\n"
+    )
     return pkg
 
 

@@ -37,13 +37,18 @@ def host(tmp_path: Path) -> dict[str, str]:
             exe.write_text(f"#!/bin/sh\necho CPython {version}\n")
             exe.chmod(0o755)
     (tmp_path / "empty-bin").mkdir()
-    return {"PYENV_ROOT": str(root), "HOME": str(tmp_path / "fake-home"), "XDG_DATA_HOME": str(tmp_path / "xdg"),
-            "PATH": str(tmp_path / "empty-bin")}
+    return {
+        "PYENV_ROOT": str(root),
+        "HOME": str(tmp_path / "fake-home"),
+        "XDG_DATA_HOME": str(tmp_path / "xdg"),
+        "PATH": str(tmp_path / "empty-bin"),
+    }
 
 
 def _plan(pkg: Path, make_settings, host: dict[str, str], pin: str | None = None, python: str | None = None):
-    settings = make_settings(env=host, pins={"nemo-gym": pin, "ray[default]": "2.60.0", "openai": "2.7.2"}
-                             if pin else None)
+    settings = make_settings(
+        env=host, pins={"nemo-gym": pin, "ray[default]": "2.60.0", "openai": "2.7.2"} if pin else None
+    )
     merged = merged_config(pkg)
     merged = type(merged)(**{**merged.__dict__, "release": choose_release(merged.package, settings)})
     return plan_venvs(merged, settings, python=python), settings
@@ -53,13 +58,16 @@ def _plan(pkg: Path, make_settings, host: dict[str, str], pin: str | None = None
 def test_nobody_asked_gets_the_oldest_fitting_minor_at_its_newest_patch(tmp_path: Path, make_settings, host) -> None:
     """nemo-gym 0.7.0 needs >=3.13.14: 3.13.18 (not 3.13.15, not 3.14.1, not the runtime's own);
     a server without the SDK keeps the runtime's own Python."""
-    pkg = synthetic_pkg(tmp_path / "pkg", {"acme_sdk": ("resources_servers", SDK),
-                                           "acme_plain": ("resources_servers", "# nothing\n")})
+    pkg = synthetic_pkg(
+        tmp_path / "pkg", {"acme_sdk": ("resources_servers", SDK), "acme_plain": ("resources_servers", "# nothing\n")}
+    )
     plan, _ = _plan(pkg, make_settings, host, pin="0.7.0")
     sdk, plain = plan.for_instance("acme_sdk"), plan.for_instance("acme_plain")
     assert sdk.python.version == "3.13.18"
-    assert sdk.python_origin == "chosen for Python >=3.13.14 (nobody asked; the runtime's own " \
+    assert (
+        sdk.python_origin == "chosen for Python >=3.13.14 (nobody asked; the runtime's own "
         f"{sys.version_info[0]}.{sys.version_info[1]} does not meet it)"
+    )
     assert plain.python.version == RUNTIME and plain.python_origin == "the runtime's own Python version"
 
 
@@ -75,22 +83,26 @@ def test_one_python_for_every_server_that_needs_one(tmp_path: Path, make_setting
     pkg = synthetic_pkg(tmp_path / "pkg", {"acme_a": ("resources_servers", SDK), "acme_b": ("resources_servers", SDK)})
     tree = pkg / "resources_servers" / "acme_b"
     (tree / "requirements.txt").unlink()
-    (tree / "pyproject.toml").write_text("[project]\nname = 'acme-b'\nversion = '0'\nrequires-python = '>=3.14'\n"
-                                         "dependencies = ['nemo-gym[dev]']\n")
+    (tree / "pyproject.toml").write_text(
+        "[project]\nname = 'acme-b'\nversion = '0'\nrequires-python = '>=3.14'\ndependencies = ['nemo-gym[dev]']\n"
+    )
     plan, _ = _plan(pkg, make_settings, host, pin="0.7.0")
     assert {plan.for_instance(n).python.version for n in ("acme_a", "acme_b")} == {"3.14.1"}
 
 
-def test_an_asked_python_below_requires_python_is_refused_before_any_install(tmp_path: Path, make_settings,
-                                                                              host) -> None:
+def test_an_asked_python_below_requires_python_is_refused_before_any_install(
+    tmp_path: Path, make_settings, host
+) -> None:
     pkg = synthetic_pkg(tmp_path / "pkg", {"acme_sdk": ("resources_servers", SDK)})
     with pytest.raises(BuildError) as ei:
         _plan(pkg, make_settings, host, pin="0.7.0", python="3.12")
     e = ei.value
     assert e.code == "GR-BUILD-PYTHON" and e.exit_code == EXIT_RUNTIME and e.extra["server"] == "acme_sdk"
-    assert e.message.startswith("acme_sdk: python 3.12 (set in the job's --python): that is CPython 3.12.1, but "
-                                "nemo-gym 0.7.0 (the Gym SDK release this environment runs; "
-                                "resources_servers/acme_sdk/requirements.txt installs it) needs Python >=3.13.14")
+    assert e.message.startswith(
+        "acme_sdk: python 3.12 (set in the job's --python): that is CPython 3.12.1, but "
+        "nemo-gym 0.7.0 (the Gym SDK release this environment runs; "
+        "resources_servers/acme_sdk/requirements.txt installs it) needs Python >=3.13.14"
+    )
     assert e.extra["found"] == ["3.13.15", "3.13.18", "3.14.1"] and e.extra["requires_python"] == ">=3.13.14"
     assert e.hint.endswith("or run a Gym release whose Requires-Python it meets (GYM_RUNTIME_PIN_NEMO_GYM=0.4.0)")
 
@@ -114,16 +126,24 @@ def test_validate_and_build_report_it(tmp_path: Path, capsys, monkeypatch, host)
 def test_ray_servers_on_two_pythons(tmp_path: Path, make_settings, host, capsys, monkeypatch) -> None:
     """Two SDK servers of 0.7.0 that use Ray, on 3.13.15 and 3.13.18: refused (both named); a server
     that declares ``ray_enabled = False`` may run another Python."""
-    pkg = synthetic_pkg(tmp_path / "pkg", {"acme_a": ("resources_servers", SDK), "acme_b": ("resources_servers", SDK),
-                                           "acme_c": ("resources_servers", SDK)})
+    pkg = synthetic_pkg(
+        tmp_path / "pkg",
+        {
+            "acme_a": ("resources_servers", SDK),
+            "acme_b": ("resources_servers", SDK),
+            "acme_c": ("resources_servers", SDK),
+        },
+    )
     (pkg / "resources_servers" / "acme_c" / "app.py").write_text(NO_RAY)
     for name in ("acme_a", "acme_b"):  # undeclared classes whose trees import Ray (read, never run)
         (pkg / "resources_servers" / name / "app.py").write_text("import ray\n")
     cfg = pkg / "resources_servers" / "acme_a" / "configs" / "env.yaml"
     text = cfg.read_text()
     for name, version in (("acme_a", "3.13.15"), ("acme_b", "3.13.18"), ("acme_c", "3.14.1")):
-        text = text.replace(f"  resources_servers:\n    {name}:\n", f"  resources_servers:\n    {name}:\n"
-                            f"      python_version: '{version}'\n")
+        text = text.replace(
+            f"  resources_servers:\n    {name}:\n",
+            f"  resources_servers:\n    {name}:\n      python_version: '{version}'\n",
+        )
     cfg.write_text(text)
     with pytest.raises(BuildError) as ei:
         _plan(pkg, make_settings, host, pin="0.7.0")

@@ -29,8 +29,8 @@ def test_only_a_venv_holding_gym_gets_the_switch(tmp_path: Path) -> None:
 def test_an_older_or_missing_switch_is_written_again_and_a_current_one_left(tmp_path: Path) -> None:
     v = venv(tmp_path / "v", True)
     site = v / "lib" / "python3.13" / "site-packages"
-    assert ensure_ray_switch(v) is True          # built before the switch existed
-    assert ensure_ray_switch(v) is False         # current: nothing written
+    assert ensure_ray_switch(v) is True  # built before the switch existed
+    assert ensure_ray_switch(v) is False  # current: nothing written
     (site / f"{MODULE}.py").write_text("# an older switch\n")
     assert ensure_ray_switch(v) is True and (site / f"{MODULE}.py").read_bytes() == SOURCE.read_bytes()
     assert ensure_ray_switch(venv(tmp_path / "plain", False)) is False

@@ -29,8 +29,9 @@ def test_rebuilt_wheel_same_version_and_changed_line_are_named(tmp_path: Path, m
     build_wheel(pkg / "wheels", "acme-env", "1.0.0", salt="rebuilt")  # same name and version, new bytes
     new = sha256_file(pkg / "wheels" / WHEEL)
     second = build_venvs(plan_venvs(merged_config(pkg), settings), settings).for_instance("acme")
-    assert second.reasons == (f"wheels/{WHEEL} changed: sha256 {old[:12]}... -> {new[:12]}... (same file name, "
-                              "new contents)",)
+    assert second.reasons == (
+        f"wheels/{WHEEL} changed: sha256 {old[:12]}... -> {new[:12]}... (same file name, new contents)",
+    )
     assert second.status.startswith("rebuilt (wheels/")
     again = build_venvs(plan_venvs(merged_config(pkg), settings), settings).for_instance("acme")
     assert again.reused and again.reasons == ()
@@ -44,12 +45,23 @@ def test_build_command_prints_the_reasons_in_text_and_json(tmp_path: Path, uv_ca
     build_wheel(files, "tinyparse", "0.3.0")
     pkg = synthetic_pkg(tmp_path / "pkg", {"acme": ("resources_servers", "# nothing\n")})
     env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
-    env.update({"GYM_RUNTIME_HOME": str(tmp_path / "home"), "GYM_RUNTIME_UV_CACHE_DIR": str(uv_cache),
-                "UV_INDEX_URL": write_simple_index(files, tmp_path / "idx"), "GYM_RUNTIME_PIN_MODE": "none"})
+    env.update(
+        {
+            "GYM_RUNTIME_HOME": str(tmp_path / "home"),
+            "GYM_RUNTIME_UV_CACHE_DIR": str(uv_cache),
+            "UV_INDEX_URL": write_simple_index(files, tmp_path / "idx"),
+            "GYM_RUNTIME_PIN_MODE": "none",
+        }
+    )
 
     def build(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "gym_runtime.cli.main", "build", str(pkg), *args],
-                              capture_output=True, text=True, env=env, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "gym_runtime.cli.main", "build", str(pkg), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
 
     assert build("--python", "3.11").returncode == 0
     (pkg / REQS).write_text("# now one requirement\ntinyparse==0.3.0\n")

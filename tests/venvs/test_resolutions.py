@@ -21,8 +21,12 @@ from tests.venvs.conftest import merged_config, synthetic_pkg
 
 
 def _version(python: Path) -> str:
-    return subprocess.run([str(python), "-c", "import tinyparse; print(tinyparse.__version__)"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [str(python), "-c", "import tinyparse; print(tinyparse.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def _build(pkg: Path, settings):
@@ -47,8 +51,9 @@ def index_files(tmp_path: Path) -> Path:
     return d
 
 
-def test_a_rebuilt_plan_replays_its_recorded_resolution_offline(tmp_path: Path, index_files: Path,
-                                                                 make_settings) -> None:
+def test_a_rebuilt_plan_replays_its_recorded_resolution_offline(
+    tmp_path: Path, index_files: Path, make_settings
+) -> None:
     with SimpleIndex(index_files) as idx:
         pkg, settings, first, record = _first_build(tmp_path, idx.url, make_settings)
         assert _version(first.python) == "0.3.0"
@@ -74,8 +79,9 @@ def test_a_rebuilt_plan_replays_its_recorded_resolution_offline(tmp_path: Path, 
     assert json.loads(record.read_text())["installed"]["tinyparse"] == "0.4.0"  # recorded again
 
 
-def test_a_record_uv_cannot_install_offline_falls_back_to_the_index(tmp_path: Path, index_files: Path,
-                                                                    make_settings) -> None:
+def test_a_record_uv_cannot_install_offline_falls_back_to_the_index(
+    tmp_path: Path, index_files: Path, make_settings
+) -> None:
     with SimpleIndex(index_files) as idx:
         pkg, settings, first, record = _first_build(tmp_path, idx.url, make_settings)
         data = json.loads(record.read_text())
@@ -89,14 +95,17 @@ def test_a_record_uv_cannot_install_offline_falls_back_to_the_index(tmp_path: Pa
     assert json.loads(record.read_text())["installed"]["tinyparse"] == "0.3.0"  # the record is mended
 
 
-@pytest.mark.parametrize("text", [
-    "{not json",
-    json.dumps({"digest": "another", "installed": {"tinyparse": "0.3.0"}}),
-    json.dumps({"digest": "d" * 64, "installed": {"Tiny_Parse": "0.3.0"}}),  # not a canonical name
-    json.dumps({"digest": "d" * 64, "installed": {"tinyparse": "0.3; rm -rf /"}}),  # not a version
-    json.dumps({"digest": "d" * 64, "installed": ["tinyparse==0.3.0"]}),
-    json.dumps({"digest": "d" * 64, "installed": {}}),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        json.dumps({"digest": "another", "installed": {"tinyparse": "0.3.0"}}),
+        json.dumps({"digest": "d" * 64, "installed": {"Tiny_Parse": "0.3.0"}}),  # not a canonical name
+        json.dumps({"digest": "d" * 64, "installed": {"tinyparse": "0.3; rm -rf /"}}),  # not a version
+        json.dumps({"digest": "d" * 64, "installed": ["tinyparse==0.3.0"]}),
+        json.dumps({"digest": "d" * 64, "installed": {}}),
+    ],
+)
 def test_a_record_that_is_not_well_formed_is_ignored(tmp_path: Path, text: str) -> None:
     resolutions.record_path(tmp_path, "d" * 64).write_text(text)
     assert resolutions.recorded(tmp_path, "d" * 64) is None

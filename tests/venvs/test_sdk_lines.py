@@ -25,9 +25,19 @@ from tests.helpers.index import write_simple_index
 from tests.helpers.wheels import build_wheel
 from tests.venvs.conftest import merged_config, synthetic_pkg
 
-SDK_SPELLINGS = ("-e nemo-gym[dev] @ ../../", "-e nemo-gym[dev] @ ../..", "-e nemo-gym[dev,sandbox] @ ../../",
-                 "-e ../..", "-e ../../", "../../", "../..", "-e ../../[dev]", "nemo-gym @ ../../",
-                 "nemo-gym[dev] @ ../../", "nemo-gym @ file:../..")
+SDK_SPELLINGS = (
+    "-e nemo-gym[dev] @ ../../",
+    "-e nemo-gym[dev] @ ../..",
+    "-e nemo-gym[dev,sandbox] @ ../../",
+    "-e ../..",
+    "-e ../../",
+    "../../",
+    "../..",
+    "-e ../../[dev]",
+    "nemo-gym @ ../../",
+    "nemo-gym[dev] @ ../../",
+    "nemo-gym @ file:../..",
+)
 
 
 def _validate(capsys, pkg: Path) -> tuple[int, list[dict]]:
@@ -37,7 +47,9 @@ def _validate(capsys, pkg: Path) -> tuple[int, list[dict]]:
     return code, (json.loads(out[: out.rindex("}") + 1])["error"]["violations"] if code else [])
 
 
-def test_every_sdk_spelling_installs_the_pinned_nemo_gym(tmp_path: Path, make_settings, capsys, current_gym_python) -> None:
+def test_every_sdk_spelling_installs_the_pinned_nemo_gym(
+    tmp_path: Path, make_settings, capsys, current_gym_python
+) -> None:
     files = tmp_path / "files"
     for name, version in (("nemo-gym", "0.4.0"), ("ray", "2.60.0"), ("openai", "2.7.2"), ("tinyparse", "0.3.0")):
         build_wheel(files, name, version)
@@ -71,9 +83,12 @@ def _package_with_lines(root: Path, lines: str) -> Path:
     return pkg
 
 
-def test_validate_names_local_path_lines_it_cannot_honour(tmp_path: Path, capsys, make_settings, current_gym_python) -> None:
-    pkg = _package_with_lines(tmp_path / "pkg", "-e ../../\n-e ../common\n-e ./missing_lib\n-e ../../../outside\n"
-                                                "./notes\n./data.txt\n")
+def test_validate_names_local_path_lines_it_cannot_honour(
+    tmp_path: Path, capsys, make_settings, current_gym_python
+) -> None:
+    pkg = _package_with_lines(
+        tmp_path / "pkg", "-e ../../\n-e ../common\n-e ./missing_lib\n-e ../../../outside\n./notes\n./data.txt\n"
+    )
     code, errors = _validate(capsys, pkg)
     assert code == 1 and [e["code"] for e in errors] == ["GR-BUILD-LOCAL-PATH"] * 4
     assert {e["file"] for e in errors} == {"resources_servers/acme/requirements.txt"}
@@ -82,14 +97,12 @@ def test_validate_names_local_path_lines_it_cannot_honour(tmp_path: Path, capsys
     assert "`-e ./missing_lib` points at resources_servers/acme/missing_lib, which does not exist" in missing
     assert "`-e ../../../outside` points outside the package" in outside
     assert "`./notes` points at resources_servers/acme/notes, a directory that is not a Python project" in notes
-    assert "`./data.txt` points at resources_servers/acme/data.txt, a file that is neither a wheel nor an sdist" \
-        in data
+    assert "`./data.txt` points at resources_servers/acme/data.txt, a file that is neither a wheel nor an sdist" in data
     assert all("ship the project inside the package" in e["hint"] and "@ ../../" in e["hint"] for e in errors)
     with pytest.raises(BuildError) as ei:  # the build stops on the same lines before uv runs
         plan_venvs(merged_config(pkg), make_settings())
     assert ei.value.code == "GR-BUILD-PREFLIGHT"
     assert [(v.code, v.key) for v in ei.value.violations] == [(e["code"], e["key"]) for e in errors]
-
 
 
 def test_a_nested_implementations_sdk_line_is_one_level_deeper(tmp_path: Path) -> None:

@@ -24,14 +24,21 @@ def _gym_index(tmp_path: Path) -> str:
 
 
 def test_pyproject_and_requirements_servers_of_the_gym_sdk_share_one_venv(tmp_path: Path, make_settings) -> None:
-    pkg = synthetic_pkg(tmp_path / "pkg", {"tool": ("resources_servers", GYM_LINE),
-                                           "tool_agent": ("responses_api_agents", GYM_LINE),
-                                           "policy_model": ("responses_api_models", "")})
+    pkg = synthetic_pkg(
+        tmp_path / "pkg",
+        {
+            "tool": ("resources_servers", GYM_LINE),
+            "tool_agent": ("responses_api_agents", GYM_LINE),
+            "policy_model": ("responses_api_models", ""),
+        },
+    )
     model_dir = pkg / "responses_api_models" / "policy_model"
     (model_dir / "requirements.txt").unlink()  # Gym's vllm_model: a local pyproject asking for nemo-gym[dev]
-    (model_dir / "pyproject.toml").write_text('[project]\nname = "vllm-model"\nversion = "0.2.0"\n'
-                                              'requires-python = ">=3.11"\ndependencies = ["nemo-gym[dev]"]\n'
-                                              '[tool.uv.sources]\nnemo-gym = { path = "../..", editable = true }\n')
+    (model_dir / "pyproject.toml").write_text(
+        '[project]\nname = "vllm-model"\nversion = "0.2.0"\n'
+        'requires-python = ">=3.11"\ndependencies = ["nemo-gym[dev]"]\n'
+        '[tool.uv.sources]\nnemo-gym = { path = "../..", editable = true }\n'
+    )
     settings = make_settings(_gym_index(tmp_path))
     plan = plan_venvs(merged_config(pkg), settings)
     assert len(plan.venvs) == 1, [v.to_dict() for v in plan.venvs]
@@ -46,7 +53,9 @@ def test_pyproject_and_requirements_servers_of_the_gym_sdk_share_one_venv(tmp_pa
 
 
 def test_different_requirements_still_get_their_own_venvs(tmp_path: Path, make_settings) -> None:
-    pkg = synthetic_pkg(tmp_path / "pkg", {"tool": ("resources_servers", GYM_LINE),
-                                           "other": ("resources_servers", "-e nemo-gym @ ../../\n")})
+    pkg = synthetic_pkg(
+        tmp_path / "pkg",
+        {"tool": ("resources_servers", GYM_LINE), "other": ("resources_servers", "-e nemo-gym @ ../../\n")},
+    )
     plan = plan_venvs(merged_config(pkg), make_settings(_gym_index(tmp_path)))
     assert len(plan.venvs) == 2  # without the [dev] extra the closure differs

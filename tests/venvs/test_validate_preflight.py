@@ -32,8 +32,9 @@ def _same_as_build(errors: list[dict], pkg: Path, make_settings) -> None:
     with pytest.raises(BuildError) as ei:
         plan_venvs(merged_config(pkg), make_settings())
     e = ei.value
-    as_build = {(v.code, v.file, v.key, v.hint) for v in e.violations} or \
-        {(e.code, e.extra["file"], e.extra["key"], e.hint)}
+    as_build = {(v.code, v.file, v.key, v.hint) for v in e.violations} or {
+        (e.code, e.extra["file"], e.extra["key"], e.hint)
+    }
     assert {(e["code"], e["file"], e.get("key"), e["hint"]) for e in errors} == as_build
 
 
@@ -71,8 +72,13 @@ def test_network_lines_are_fine_when_the_package_installs_online(tmp_path, capsy
 
 
 def test_unparseable_line_and_file(tmp_path, capsys, make_settings) -> None:
-    pkg = synthetic_pkg(tmp_path / "pkg", {"acme": ("resources_servers", "# tools\nsympy==1.13\nacme-lib >>= 1.0\n"),
-                                           "judge": ("resources_servers", "# nothing\n")})
+    pkg = synthetic_pkg(
+        tmp_path / "pkg",
+        {
+            "acme": ("resources_servers", "# tools\nsympy==1.13\nacme-lib >>= 1.0\n"),
+            "judge": ("resources_servers", "# nothing\n"),
+        },
+    )
     code, errors = _validate(capsys, pkg)
     assert code == 1 and [e["code"] for e in errors] == ["GR-BUILD-REQUIREMENT"]
     assert errors[0]["file"] == "resources_servers/acme/requirements.txt" and errors[0]["key"] == "line 3"

@@ -24,9 +24,14 @@ def test_vendor_then_build_offline_against_an_empty_index(tmp_path: Path, make_s
     for n, v in (("nemo-gym", "0.4.0"), ("ray", "2.60.0"), ("openai", "2.7.2"), ("pip", "25.0")):
         build_wheel(files, n, v)
     stale = build_wheel(tmp_path / "old", "stale", "9.9")
-    pkg = synthetic_pkg(tmp_path / "pkg", {"acme": ("resources_servers", "judgekit\nfastcodec\n"),
-                                           "agent": ("responses_api_agents", "-e nemo-gym[dev] @ ../../\n")},
-                        wheels=[stale])
+    pkg = synthetic_pkg(
+        tmp_path / "pkg",
+        {
+            "acme": ("resources_servers", "judgekit\nfastcodec\n"),
+            "agent": ("responses_api_agents", "-e nemo-gym[dev] @ ../../\n"),
+        },
+        wheels=[stale],
+    )
     with SimpleIndex(files) as idx:
         settings = make_settings(idx.url)
         done = vendor(merged_config(pkg), settings, parse_target("linux/amd64", "3.13"))
@@ -42,17 +47,20 @@ def test_vendor_then_build_offline_against_an_empty_index(tmp_path: Path, make_s
     assert read_marker(v.path)["installed"]["nemo-gym"] == "0.4.0"
 
 
-def test_auto_mode_keeps_image_pins_out_of_a_closure_whose_servers_do_not_use_the_sdk(tmp_path: Path,
-                                                                                       make_settings) -> None:
+def test_auto_mode_keeps_image_pins_out_of_a_closure_whose_servers_do_not_use_the_sdk(
+    tmp_path: Path, make_settings
+) -> None:
     """Bug: every closure vendored nemo-gym, ray and openai (344 MB), and stage 2 then put them in
     every venv, so the daemon started Ray for servers that never use it."""
     files = tmp_path / "files"
     build_wheel(files, "judgekit", "1.0.0", requires=["openai"])
-    for n, v in (("nemo-gym", "0.4.0"), ("ray", "2.60.0"), ("openai", "2.7.2"), ("openai", "3.0.0"),
-                 ("pip", "25.0")):
+    for n, v in (("nemo-gym", "0.4.0"), ("ray", "2.60.0"), ("openai", "2.7.2"), ("openai", "3.0.0"), ("pip", "25.0")):
         build_wheel(files, n, v)
-    pkg = synthetic_pkg(tmp_path / "pkg", {"acme": ("resources_servers", "judgekit\n")},
-                        wheels=[build_wheel(tmp_path / "old", "judgekit", "1.0.0", requires=["openai"])])
+    pkg = synthetic_pkg(
+        tmp_path / "pkg",
+        {"acme": ("resources_servers", "judgekit\n")},
+        wheels=[build_wheel(tmp_path / "old", "judgekit", "1.0.0", requires=["openai"])],
+    )
     with SimpleIndex(files) as idx:
         vendor(merged_config(pkg), make_settings(idx.url), parse_target("linux/amd64", "3.13"))
         names = sorted(p.name for p in (pkg / "wheels").iterdir())

@@ -13,9 +13,18 @@ from tests.helpers.vllm_engine import VLLMServer
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "native-quickstart"
 POLICY = "policy_model.responses_api_models.vllm_model"
-TOOL = {"type": "function", "name": "get_code", "description": "Look up the secret code of a key.",
-        "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"],
-                       "additionalProperties": False}, "strict": True}
+TOOL = {
+    "type": "function",
+    "name": "get_code",
+    "description": "Look up the secret code of a key.",
+    "parameters": {
+        "type": "object",
+        "properties": {"key": {"type": "string"}},
+        "required": ["key"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
 
 
 def policy_args(engine: VLLMServer) -> list[str]:
@@ -58,9 +67,12 @@ def row(agent: str, text: str, tools: bool = False, **params: object) -> dict:
 
 def vllm_chat(engine: VLLMServer, body: dict) -> dict:
     """vLLM's own chat completion for ``body``, with its token ids (``token_id:<int>`` logprobs)."""
-    reply = httpx.post(engine.base_url + "/chat/completions", json={
-        "model": engine.model, **body, "logprobs": True, "top_logprobs": 0, "return_tokens_as_token_ids": True},
-        timeout=120, trust_env=False)
+    reply = httpx.post(
+        engine.base_url + "/chat/completions",
+        json={"model": engine.model, **body, "logprobs": True, "top_logprobs": 0, "return_tokens_as_token_ids": True},
+        timeout=120,
+        trust_env=False,
+    )
     reply.raise_for_status()
     return reply.json()
 

@@ -30,8 +30,16 @@ def test_probe_policy_names_the_missing_tool_flags(engine, tmp_path):
 def test_a_dry_run_of_tool_rows_is_stopped_by_the_start_up_probe(engine, tmp_path):
     served = engine("plain")
     rows = [row("code_lookup_agent", "What is the code for alpha please?", tools=True)]
-    run = dry_run(QUICKSTART, rows_file(tmp_path, rows), "--samples", "1", "--json", *policy_args(served),
-                  env=runtime_env(tmp_path), timeout=900)
+    run = dry_run(
+        QUICKSTART,
+        rows_file(tmp_path, rows),
+        "--samples",
+        "1",
+        "--json",
+        *policy_args(served),
+        env=runtime_env(tmp_path),
+        timeout=900,
+    )
     assert run.code == 3, run.stderr[-3000:]
     error = run.json()["error"]
     assert error["code"] == "GR-START-TOOL-PARSER" and VLLM_WORDS in error["message"]
@@ -39,10 +47,13 @@ def test_a_dry_run_of_tool_rows_is_stopped_by_the_start_up_probe(engine, tmp_pat
 
 def test_without_the_probe_a_tool_row_fails_by_name_and_think_tags_become_reasoning(engine, tmp_path):
     served = engine("plain")
-    rows = [row("code_lookup_agent", "What is the code for alpha please?", tools=True),
-            row("arithmetic_agent", "What is 17 * 23?")]
-    with running_up(QUICKSTART, tmp_path, *policy_args(served), f"{POLICY}.uses_reasoning_parser=true",
-                    env=runtime_env(tmp_path)) as (proc, info):
+    rows = [
+        row("code_lookup_agent", "What is the code for alpha please?", tools=True),
+        row("arithmetic_agent", "What is 17 * 23?"),
+    ]
+    with running_up(
+        QUICKSTART, tmp_path, *policy_args(served), f"{POLICY}.uses_reasoning_parser=true", env=runtime_env(tmp_path)
+    ) as (proc, info):
         tool_row, plain_row = run_batch(info["head_server"], rows).results
         code, err = stop_cleanly(proc)
     assert code == 0, err[-3000:]

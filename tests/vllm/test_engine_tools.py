@@ -24,8 +24,20 @@ from tests.examples.conftest import dry_run
 from tests.helpers.environments import running_up, stop_cleanly
 from tests.helpers.load import run_batch
 from tests.vllm.conftest import MAX_MODEL_LEN
-from tests.vllm.helpers import (POLICY, QUICKSTART, TOOL, logprob_ids, policy_args, probe_refused, row, rows_file, runtime_env,
-                                token_item, vllm_chat, vllm_tokenize)
+from tests.vllm.helpers import (
+    POLICY,
+    QUICKSTART,
+    TOOL,
+    logprob_ids,
+    policy_args,
+    probe_refused,
+    row,
+    rows_file,
+    runtime_env,
+    token_item,
+    vllm_chat,
+    vllm_tokenize,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pypi, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -34,9 +46,15 @@ PLAIN = {"input": [{"role": "user", "content": "Reply with the word OK."}], "tem
 # a forced call without a think block first: the row turns thinking off through its metadata (NeMo Gym's
 # per-row chat_template_kwargs); with it on, the tool grammar waits for the reasoning to end
 NO_THINKING = {"chat_template_kwargs": json.dumps({"enable_thinking": False})}
-FORCED = {"input": [{"role": "user", "content": "Which code has the key alpha?"}], "tools": [TOOL],
-          "tool_choice": "required", "parallel_tool_calls": False, "temperature": 0, "max_output_tokens": 60,
-          "metadata": NO_THINKING}
+FORCED = {
+    "input": [{"role": "user", "content": "Which code has the key alpha?"}],
+    "tools": [TOOL],
+    "tool_choice": "required",
+    "parallel_tool_calls": False,
+    "temperature": 0,
+    "max_output_tokens": 60,
+    "metadata": NO_THINKING,
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +62,10 @@ def daemon(engine, tmp_path_factory):
     """``up --probe-policy`` of the bundled example on the engine, token ids and reasoning on."""
     tmp = tmp_path_factory.mktemp("up")
     served = engine("tools")
-    with running_up(QUICKSTART, tmp, *policy_args(served), "--probe-policy", *TRAINING,
-                    env=runtime_env(tmp)) as (proc, info):
+    with running_up(QUICKSTART, tmp, *policy_args(served), "--probe-policy", *TRAINING, env=runtime_env(tmp)) as (
+        proc,
+        info,
+    ):
         yield served, info
         code, err = stop_cleanly(proc)
         assert code == 0, err[-3000:]
@@ -55,7 +75,9 @@ def chat_form(request: dict) -> dict:
     """The chat request the Responses ``request`` stands for, sent to vLLM directly."""
     body = {"messages": request["input"], "temperature": 0, "max_tokens": request["max_output_tokens"]}
     if "tools" in request:
-        body["tools"] = [{"type": "function", "function": {k: v for k, v in TOOL.items() if k not in ("type", "strict")}}]
+        body["tools"] = [
+            {"type": "function", "function": {k: v for k, v in TOOL.items() if k not in ("type", "strict")}}
+        ]
         body.update(tool_choice=request["tool_choice"], parallel_tool_calls=request["parallel_tool_calls"])
     if "metadata" in request:
         body["chat_template_kwargs"] = json.loads(request["metadata"]["chat_template_kwargs"])
@@ -96,16 +118,25 @@ def test_token_ids_of_the_built_in_vllm_model_are_vllms_own(daemon, request_body
 
 def test_rollouts_call_tools_parsed_by_hermes_and_keep_the_reasoning_field(daemon):
     served, info = daemon
-    rows = [row("code_lookup_agent", "What is the code for alpha please?", tools=True),
-            row("code_lookup_agent", "Which code has the key alpha?", tools=True, tool_choice="required",
-                parallel_tool_calls=False, metadata=NO_THINKING),
-            row("arithmetic_agent", "What is 17 * 23?")]
+    rows = [
+        row("code_lookup_agent", "What is the code for alpha please?", tools=True),
+        row(
+            "code_lookup_agent",
+            "Which code has the key alpha?",
+            tools=True,
+            tool_choice="required",
+            parallel_tool_calls=False,
+            metadata=NO_THINKING,
+        ),
+        row("arithmetic_agent", "What is 17 * 23?"),
+    ]
     chosen, forced, plain = run_batch(info["head_server"], rows).results
     for result in (chosen, forced, plain):
         assert "error" not in result, result
     calls = [o for o in chosen["response"]["output"] if o["type"] == "function_call"]
-    assert calls and calls[0]["name"] == "get_code" and json.loads(calls[0]["arguments"]) == {"key": "alpha"}, \
-        chosen["response"]["output"]
+    assert calls and calls[0]["name"] == "get_code" and json.loads(calls[0]["arguments"]) == {"key": "alpha"}, chosen[
+        "response"
+    ]["output"]
     outputs = [o for o in chosen["response"]["output"] if o["type"] == "function_call_output"]
     assert json.loads(outputs[0]["output"])["code"].startswith("CODE-")  # the resources server ran the call
     assert chosen["unparsed_tool_calls"] == 0 and chosen["unknown_tool_calls"] == 0
@@ -126,8 +157,13 @@ def test_with_thinking_on_the_forced_call_waits_for_the_reasoning_to_end(daemon)
     applies once the reasoning has ended (vLLM's structured outputs wait for the reasoning parser),
     so each turn is a reasoning item and then a parsed forced call; none is lost to the reasoning."""
     served, info = daemon
-    thinking = row("code_lookup_agent", "Which code has the key alpha?", tools=True, tool_choice="required",
-                   parallel_tool_calls=False)
+    thinking = row(
+        "code_lookup_agent",
+        "Which code has the key alpha?",
+        tools=True,
+        tool_choice="required",
+        parallel_tool_calls=False,
+    )
     (result,) = run_batch(info["head_server"], [thinking]).results
     assert "error" not in result and result["unparsed_tool_calls"] == 0, result
     output = result["response"]["output"]
@@ -149,10 +185,21 @@ def test_a_prompt_over_max_model_len_is_a_scored_context_overflow(daemon):
 
 def test_dry_run_counts_the_overflow_and_the_tool_rows(engine, tmp_path):
     served = engine("tools")
-    rows = [row("code_lookup_agent", "What is the code for alpha please?", tools=True),
-            row("arithmetic_agent", "What is " + " + ".join(["1"] * MAX_MODEL_LEN) + "?")]
-    run = dry_run(QUICKSTART, rows_file(tmp_path, rows), "--samples", "2", "--json", *policy_args(served),
-                  f"{POLICY}.uses_reasoning_parser=true", env=runtime_env(tmp_path), timeout=1200)
+    rows = [
+        row("code_lookup_agent", "What is the code for alpha please?", tools=True),
+        row("arithmetic_agent", "What is " + " + ".join(["1"] * MAX_MODEL_LEN) + "?"),
+    ]
+    run = dry_run(
+        QUICKSTART,
+        rows_file(tmp_path, rows),
+        "--samples",
+        "2",
+        "--json",
+        *policy_args(served),
+        f"{POLICY}.uses_reasoning_parser=true",
+        env=runtime_env(tmp_path),
+        timeout=1200,
+    )
     assert run.code == 0, run.stderr[-3000:]
     report = run.json()
     tool_row, long_row = report["rows"]
@@ -174,14 +221,16 @@ def test_token_ids_of_gym_070s_own_vllm_model_are_vllms_own(engine, tmp_path):
     from tests.helpers.gym_python import gym_python
 
     served = engine("tools")
-    pkg, _ = assemble_tree_package(gym07_wheel(), "example_single_tool_call", "example_single_tool_call.yaml",
-                                   tmp_path / "pkg")
+    pkg, _ = assemble_tree_package(
+        gym07_wheel(), "example_single_tool_call", "example_single_tool_call.yaml", tmp_path / "pkg"
+    )
     config = pkg / "resources_servers" / "example_single_tool_call" / "configs" / "example_single_tool_call.yaml"
     blocks = yaml.safe_load(config.read_text())
     config.write_text(yaml.safe_dump({k: v for k, v in blocks.items() if "resources_servers" in v}))
     env = {**runtime_env(tmp_path), "GYM_RUNTIME_VENV_DIR": str(cache_dir() / "venvs07")}
-    with running_up(pkg, tmp_path, *policy_args(served), "--python", str(gym_python()), *TRAINING,
-                    env=env, timeout=1500) as (proc, info):
+    with running_up(
+        pkg, tmp_path, *policy_args(served), "--python", str(gym_python()), *TRAINING, env=env, timeout=1500
+    ) as (proc, info):
         assert_token_ids_are_vllms(served, info["servers"]["policy_model"], PLAIN)
         assert_token_ids_are_vllms(served, info["servers"]["policy_model"], FORCED)
         code, err = stop_cleanly(proc)

@@ -24,13 +24,24 @@ LOGPROB_TOLERANCE = 0.05  # the same engine, another batch: CPU kernels are not 
 
 def chat_body(create: dict) -> dict:
     """The chat request Gym's ``vllm_model`` makes of a row's first turn (roles kept, tools in chat form)."""
-    tools = [{"type": "function", "function": {k: v for k, v in t.items() if k not in ("type", "strict")}}
-             for t in create.get("tools") or []]
-    return {"messages": create["input"], "temperature": 0, "max_tokens": MAX_TOKENS, **({"tools": tools} if tools else {})}
+    tools = [
+        {"type": "function", "function": {k: v for k, v in t.items() if k not in ("type", "strict")}}
+        for t in create.get("tools") or []
+    ]
+    return {
+        "messages": create["input"],
+        "temperature": 0,
+        "max_tokens": MAX_TOKENS,
+        **({"tools": tools} if tools else {}),
+    }
 
 
-def test_nemo_rls_spinup_gets_vllms_own_token_ids_and_logprobs(engine, on_the_node: Path, cluster,  # noqa: F811
-                                                               tmp_path: Path) -> None:
+def test_nemo_rls_spinup_gets_vllms_own_token_ids_and_logprobs(
+    engine,
+    on_the_node: Path,
+    cluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     from tests.helpers.gym_package import gym_venv
 
     served = engine("tools")

@@ -64,7 +64,8 @@ LEAN_CLI = (
     "    sys.modules[name] = None\n"
     "sys.argv[0] = sys.argv.pop(1)\n"
     "from ray.scripts.scripts import main\n"
-    "sys.exit(main())\n")
+    "sys.exit(main())\n"
+)
 
 
 def lean_params(ray_params, head):  # noqa: ARG001 - Ray's RAY_START_HOOK signature

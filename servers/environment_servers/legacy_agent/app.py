@@ -37,8 +37,20 @@ from _kit.server import ServerContext, build_app, run_server  # noqa: E402
 AGENTS = "responses_api_agents"
 # Headers that describe one hop's connection or framing, not the payload: each hop writes its own
 # (httpx decodes a compressed body, so content-encoding no longer applies to what is relayed)
-HOP_HEADERS = frozenset({"connection", "content-encoding", "content-length", "host", "keep-alive",
-                         "transfer-encoding", "upgrade", "te", "trailer", "proxy-connection"})
+HOP_HEADERS = frozenset(
+    {
+        "connection",
+        "content-encoding",
+        "content-length",
+        "host",
+        "keep-alive",
+        "transfer-encoding",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-connection",
+    }
+)
 
 
 class AgentRef(BaseModel):
@@ -84,12 +96,19 @@ def create_app(ctx: ServerContext):
     app = build_app(ctx, "legacy_agent", sessions=False)
 
     async def relay(request: Request, path: str) -> Response:
-        upstream = await peers.post(agent, agent_url + path, None, headers=dict(relayed(request.headers.items())),
-                                    check=False, content=await request.body())
+        upstream = await peers.post(
+            agent,
+            agent_url + path,
+            None,
+            headers=dict(relayed(request.headers.items())),
+            check=False,
+            content=await request.body(),
+        )
         body = upstream.content
         reply = Response(content=body, status_code=upstream.status_code)
-        reply.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                             for k, v in relayed(upstream.headers.multi_items())]
+        reply.raw_headers = [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in relayed(upstream.headers.multi_items())
+        ]
         reply.raw_headers.append((b"content-length", str(len(body)).encode("latin-1")))
         return reply
 

@@ -73,8 +73,11 @@ def create_app(ctx: ServerContext):
                 arguments = json.loads(call.get("arguments") or "")
             except json.JSONDecodeError:
                 continue
-            if call.get("name") == "get_code" and isinstance(arguments, dict) and \
-                    str(arguments.get("key", "")).strip().lower() == key.strip().lower():
+            if (
+                call.get("name") == "get_code"
+                and isinstance(arguments, dict)
+                and str(arguments.get("key", "")).strip().lower() == key.strip().lower()
+            ):
                 called = True
         reward = 1.0 if called and code in final_text(body.response) else 0.0
         return {"reward": reward, "expected_code": code, "called_tool": called}

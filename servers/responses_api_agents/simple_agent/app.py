@@ -68,12 +68,22 @@ from _kit.rewards import reward_problem, shown  # noqa: E402
 from _kit.server import ServerContext, build_app, run_server  # noqa: E402
 from _kit.tools import INVALID, MAX_ARGUMENT_BYTES, UNKNOWN, check_call, offered_tools  # noqa: E402
 
-COUNTERS = ("unknown_tool_calls", "invalid_tool_arguments", "context_overflow_stops", "unparsed_tool_calls",
-            "max_steps_stops", "idle_turn_stops", "aborted_calls", "repaired_text")
+COUNTERS = (
+    "unknown_tool_calls",
+    "invalid_tool_arguments",
+    "context_overflow_stops",
+    "unparsed_tool_calls",
+    "max_steps_stops",
+    "idle_turn_stops",
+    "aborted_calls",
+    "repaired_text",
+)
 DEFAULT_MAX_STEPS = 32
-UNPARSED_WARNING = ("WARNING: the policy emitted tool calls that the endpoint's parser did not parse (tool-call "
-                    "markup in a final answer, or a turn that ended on a tool call with none parsed; counted as "
-                    "unparsed_tool_calls); check vLLM's --tool-call-parser")
+UNPARSED_WARNING = (
+    "WARNING: the policy emitted tool calls that the endpoint's parser did not parse (tool-call "
+    "markup in a final answer, or a turn that ended on a tool call with none parsed; counted as "
+    "unparsed_tool_calls); check vLLM's --tool-call-parser"
+)
 
 
 class SimpleAgentConfig(BaseModel):
@@ -119,8 +129,9 @@ class SimpleAgent:
         self.resources_url = ctx.peer(self.config.resources_server.model_dump(), "resources_servers")
         self.peers = Peers(None, retry=RetryRule(self.config.connect_retry_seconds))
         self.max_steps = self.config.max_steps or DEFAULT_MAX_STEPS
-        self.capture = rollout_path.capture_enabled(OmegaConf.to_container(ctx.global_config, resolve=True),
-                                                    self.config.token_id_capture)
+        self.capture = rollout_path.capture_enabled(
+            OmegaConf.to_container(ctx.global_config, resolve=True), self.config.token_id_capture
+        )
         self.warned_unparsed = False
         key = "resources_timeout_seconds"
         self.to_resources = {"role": "resources server", "timeout": self.config.deadline(key), "deadline_name": key}
@@ -137,8 +148,14 @@ class SimpleAgent:
             counts["invalid_tool_arguments"] += 1
         output = call.refusal
         if output is None:
-            response = await self.peers.post(self.resources_name, f"{self.resources_url}/{call.name}",
-                                             call.arguments, jar, check=False, **self.to_resources)
+            response = await self.peers.post(
+                self.resources_name,
+                f"{self.resources_url}/{call.name}",
+                call.arguments,
+                jar,
+                check=False,
+                **self.to_resources,
+            )
             output = response.text
         return {"type": "function_call_output", "call_id": call.call_id, "output": output}
 
@@ -154,8 +171,12 @@ class SimpleAgent:
             counts["aborted_calls"] += _count(error.get("aborted_calls") if isinstance(error, dict) else None)
             raise
         if not isinstance(reply, dict) or not isinstance(reply.get("output"), list):
-            raise UpstreamError(self.model_name, url, f"answered a body that is not a Responses object: "
-                                f"{json.dumps(reply)[:300]}", role="model server")
+            raise UpstreamError(
+                self.model_name,
+                url,
+                f"answered a body that is not a Responses object: {json.dumps(reply)[:300]}",
+                role="model server",
+            )
         counts["aborted_calls"] += _count(reply.get("aborted_calls"))
         counts["repaired_text"] += _count(reply.get("repaired_text"))  # the model server replaced no-text code points
         unparsed = _count(reply.get("unparsed_tool_calls"))  # the model server saw an unparsed call
@@ -164,8 +185,14 @@ class SimpleAgent:
             self.warn_unparsed()
         return reply
 
-    async def episode(self, params: dict, resources: CookieJar, model: CookieJar,
-                      counts: dict[str, int] | None = None, prefix: str = "") -> tuple[dict, dict[str, int]]:
+    async def episode(
+        self,
+        params: dict,
+        resources: CookieJar,
+        model: CookieJar,
+        counts: dict[str, int] | None = None,
+        prefix: str = "",
+    ) -> tuple[dict, dict[str, int]]:
         """Run the model <-> tools loop; returns the last model response with every output
         appended, and the counters (:data:`COUNTERS`, kept in ``counts`` when given). ``prefix``:
         the rollout path the model calls go under (``_kit/rollout_path.py``)."""
@@ -187,8 +214,10 @@ class SimpleAgent:
             if reply.get("incomplete_details"):
                 break
             calls = [o for o in reply["output"] if isinstance(o, dict) and o.get("type") == "function_call"]
-            said = any(isinstance(o, dict) and o.get("type") == "message" and o.get("role") == "assistant"
-                       for o in reply["output"])
+            said = any(
+                isinstance(o, dict) and o.get("type") == "message" and o.get("role") == "assistant"
+                for o in reply["output"]
+            )
             if not calls and said:
                 self.count_unparsed(reply, offered, counts)
                 break
@@ -223,22 +252,44 @@ class SimpleAgent:
         row = body.model_dump()
         counts = dict.fromkeys(COUNTERS, 0)
         try:
-            await self.peers.post(self.resources_name, f"{self.resources_url}/seed_session", row, resources,
-                                  **self.to_resources)
+            await self.peers.post(
+                self.resources_name, f"{self.resources_url}/seed_session", row, resources, **self.to_resources
+            )
             rollout_id = rollout_path.row_rollout_id(row) if self.capture else None
-            response, _ = await self.episode(body.responses_create_params, resources, model, counts,
-                                             rollout_path.prefix(rollout_id, token_capture=True))
+            response, _ = await self.episode(
+                body.responses_create_params,
+                resources,
+                model,
+                counts,
+                rollout_path.prefix(rollout_id, token_capture=True),
+            )
             if self.config.skip_verification:
-                return ({**row, "response": response, "reward": float(self.config.skip_verification_reward),
-                         "verification_skipped": True, **counts}, resources, model)
+                return (
+                    {
+                        **row,
+                        "response": response,
+                        "reward": float(self.config.skip_verification_reward),
+                        "verification_skipped": True,
+                        **counts,
+                    },
+                    resources,
+                    model,
+                )
             url = f"{self.resources_url}/verify"
-            verified = await self.peers.json(self.resources_name, url, {**row, "response": response}, resources,
-                                             **self.to_resources)
+            verified = await self.peers.json(
+                self.resources_name, url, {**row, "response": response}, resources, **self.to_resources
+            )
             problem = reward_problem(verified)
             if problem is not None:
                 value = verified.get("reward", "<missing>") if isinstance(verified, dict) else verified
-                raise UpstreamError(self.resources_name, url, f"answered /verify with an unusable reward: {problem}",
-                                    body={"reward": shown(value)}, kind="bad_reward", role="resources server")
+                raise UpstreamError(
+                    self.resources_name,
+                    url,
+                    f"answered /verify with an unusable reward: {problem}",
+                    body={"reward": shown(value)},
+                    kind="bad_reward",
+                    role="resources server",
+                )
         except UpstreamError as exc:
             exc.extra["counters"] = counts
             raise
@@ -290,8 +341,9 @@ def create_app(ctx: ServerContext):
 
     @app.post("/aggregate_metrics")
     async def aggregate_metrics(body: AggregateRequest) -> dict:
-        return await agent.peers.json(agent.resources_name, f"{agent.resources_url}/aggregate_metrics",
-                                      body.model_dump(), **agent.to_resources)
+        return await agent.peers.json(
+            agent.resources_name, f"{agent.resources_url}/aggregate_metrics", body.model_dump(), **agent.to_resources
+        )
 
     return app
 

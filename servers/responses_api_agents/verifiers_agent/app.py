@@ -72,8 +72,10 @@ def module_of(env_id: str) -> str:
 def import_verifiers() -> Any:
     """``import verifiers``; a missing package is a :class:`StartupError` naming the module."""
     if importlib.util.find_spec("verifiers") is None:
-        raise StartupError("module 'verifiers' is not installed in this server's venv; vendor the verifiers "
-                           "wheel (and its dependencies) in the package's wheels/")
+        raise StartupError(
+            "module 'verifiers' is not installed in this server's venv; vendor the verifiers "
+            "wheel (and its dependencies) in the package's wheels/"
+        )
     return importlib.import_module("verifiers")
 
 
@@ -81,13 +83,16 @@ def load_env(vf: Any, env_id: str, args: dict) -> Any:
     """Load one environment; a missing module or a failing ``load_environment`` is a :class:`StartupError`."""
     module = module_of(env_id)
     if importlib.util.find_spec(module) is None:
-        raise StartupError(f"verifiers environment '{env_id}': module '{module}' is not installed in this "
-                           "server's venv; vendor its wheel in the package's wheels/ (vf_env_id must match it)")
+        raise StartupError(
+            f"verifiers environment '{env_id}': module '{module}' is not installed in this "
+            "server's venv; vendor its wheel in the package's wheels/ (vf_env_id must match it)"
+        )
     try:
         return vf.load_environment(env_id, **args)
     except Exception as exc:  # noqa: BLE001 - any failure of user code at load is a start failure
-        raise StartupError(f"verifiers environment '{env_id}' (module '{module}') failed to load: "
-                           f"{type(exc).__name__}: {exc}") from exc
+        raise StartupError(
+            f"verifiers environment '{env_id}' (module '{module}') failed to load: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _as_dict(message: Any) -> dict:
@@ -102,9 +107,14 @@ def _chat_tool_call(call: Any) -> dict:
     call = _as_dict(call) if not isinstance(call, str) else json.loads(call)
     function = call.get("function") or {}
     arguments = call.get("arguments") or function.get("arguments") or "{}"
-    return {"id": call.get("id") or call.get("call_id") or "call_0", "type": "function",
-            "function": {"name": call.get("name") or function.get("name", ""),
-                         "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}}
+    return {
+        "id": call.get("id") or call.get("call_id") or "call_0",
+        "type": "function",
+        "function": {
+            "name": call.get("name") or function.get("name", ""),
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+        },
+    }
 
 
 def to_output(rollout: dict) -> list[dict]:
@@ -124,16 +134,27 @@ def to_output(rollout: dict) -> list[dict]:
         if role == "assistant":
             tokens = turn_tokens[turn] if turn < len(turn_tokens) else None
             turn += 1
-            chat = {"role": "assistant", "content": text_of(message.get("content")),
-                    "tool_calls": [_chat_tool_call(c) for c in message.get("tool_calls") or []]}
+            chat = {
+                "role": "assistant",
+                "content": text_of(message.get("content")),
+                "tool_calls": [_chat_tool_call(c) for c in message.get("tool_calls") or []],
+            }
             if tokens:
-                chat.update(prompt_token_ids=list(tokens.get("prompt_ids") or []),
-                            generation_token_ids=list(tokens.get("completion_ids") or []),
-                            generation_log_probs=list(tokens.get("completion_logprobs") or []))
+                chat.update(
+                    prompt_token_ids=list(tokens.get("prompt_ids") or []),
+                    generation_token_ids=list(tokens.get("completion_ids") or []),
+                    generation_log_probs=list(tokens.get("completion_logprobs") or []),
+                )
             output.extend(message_to_items(chat, reasoning_parser=False, token_info=bool(tokens)))
         elif role == "tool":
-            output.append({"type": "function_call_output", "call_id": message.get("tool_call_id") or "call_0",
-                           "output": text_of(message.get("content")), "status": "completed"})
+            output.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.get("tool_call_id") or "call_0",
+                    "output": text_of(message.get("content")),
+                    "status": "completed",
+                }
+            )
         else:
             output.append({"type": "message", "role": role or "user", "content": text_of(message.get("content"))})
     return output
@@ -152,7 +173,9 @@ class VerifiersAgent:
         from openai import AsyncOpenAI
 
         client = AsyncOpenAI(base_url=f"{model_url}/v1", api_key="EMPTY")
-        clients = importlib.import_module("verifiers.clients") if importlib.util.find_spec("verifiers.clients") else None
+        clients = (
+            importlib.import_module("verifiers.clients") if importlib.util.find_spec("verifiers.clients") else None
+        )
         wrapper = getattr(clients, "NeMoRLChatCompletionsClient", None)
         self.client = wrapper(client) if wrapper else client
 
@@ -173,23 +196,43 @@ class VerifiersAgent:
             items = [{"role": "user", "content": items}]
         prompt = [{"role": i.get("role", "user"), "content": text_of(i.get("content"))} for i in items if "role" in i]
         rollout_input = {"prompt": prompt, "answer": row.answer, "info": row.info, "example_id": row.example_id}
-        sampling = {"max_tokens": self.config.max_tokens,
-                    "temperature": params.get("temperature") or self.config.temperature,
-                    "top_p": params.get("top_p") or self.config.top_p}
-        outputs = await self.env(env_id).run_group(group_inputs=[rollout_input], client=self.client,
-                                                   model=self.config.model_name, sampling_args=sampling,
-                                                   state_columns=["trajectory"])
+        sampling = {
+            "max_tokens": self.config.max_tokens,
+            "temperature": params.get("temperature") or self.config.temperature,
+            "top_p": params.get("top_p") or self.config.top_p,
+        }
+        outputs = await self.env(env_id).run_group(
+            group_inputs=[rollout_input],
+            client=self.client,
+            model=self.config.model_name,
+            sampling_args=sampling,
+            state_columns=["trajectory"],
+        )
         rollout = dict(outputs[0])
         problem = reward_problem(rollout)
         if problem is not None:
-            raise UpstreamError(f"verifiers environment {env_id!r}", "run_group", f"returned an unusable reward: "
-                                f"{problem}", body={"reward": shown(rollout.get("reward", "<missing>"))},
-                                kind="bad_reward")
-        return {"id": f"verifiers-{env_id}-{row.task_idx}", "object": "response", "created_at": 0,
-                "model": self.config.model_name, "output": to_output(rollout), "env_id": env_id,
-                "group_id": str(row.task_idx), "reward": float(rollout["reward"]),
-                "metrics": rollout.get("metrics") or {}, "parallel_tool_calls": True, "tool_choice": "auto",
-                "tools": [], "status": "completed"}
+            raise UpstreamError(
+                f"verifiers environment {env_id!r}",
+                "run_group",
+                f"returned an unusable reward: {problem}",
+                body={"reward": shown(rollout.get("reward", "<missing>"))},
+                kind="bad_reward",
+            )
+        return {
+            "id": f"verifiers-{env_id}-{row.task_idx}",
+            "object": "response",
+            "created_at": 0,
+            "model": self.config.model_name,
+            "output": to_output(rollout),
+            "env_id": env_id,
+            "group_id": str(row.task_idx),
+            "reward": float(rollout["reward"]),
+            "metrics": rollout.get("metrics") or {},
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "status": "completed",
+        }
 
 
 def create_app(ctx: ServerContext):
@@ -204,8 +247,11 @@ def create_app(ctx: ServerContext):
     @app.post("/run")
     async def run(body: VerifiersRunRequest) -> dict:
         response = await agent.respond(body)
-        return {"responses_create_params": body.responses_create_params, "response": response,
-                "reward": response["reward"]}
+        return {
+            "responses_create_params": body.responses_create_params,
+            "response": response,
+            "reward": response["reward"],
+        }
 
     return app
 

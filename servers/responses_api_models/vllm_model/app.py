@@ -104,8 +104,9 @@ class Server:
         call_id = self.call_id(request)
         completion = await self.model.chat(chat_body, request.state.session_id, capture=call_id is not None)
         tokens = self.config.return_token_id_information or call_id is not None
-        response = to_response({**body, "model": self.config.model}, completion, self.config.uses_reasoning_parser,
-                               tokens)
+        response = to_response(
+            {**body, "model": self.config.model}, completion, self.config.uses_reasoning_parser, tokens
+        )
         for key in ("context_overflow", "aborted_calls", "repaired_text"):
             if completion.get(key):
                 response[key] = completion[key]
@@ -168,8 +169,9 @@ def create_app(ctx: ServerContext):
         body = await json_body(request)
         if body is None or "input" not in body:
             return _invalid("'input' is required")
-        return await answer(request, lambda: server.responses(request, body),
-                            "responses" if body.get("stream") else None)
+        return await answer(
+            request, lambda: server.responses(request, body), "responses" if body.get("stream") else None
+        )
 
     @app.post("/v1/messages")
     async def messages(request: Request):

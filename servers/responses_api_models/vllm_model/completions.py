@@ -21,8 +21,22 @@ import time
 from typing import Any
 
 # chat fields that /v1/completions takes under the same name
-SAME_NAME = ("max_tokens", "temperature", "top_p", "n", "seed", "stop", "frequency_penalty", "presence_penalty",
-             "logit_bias", "response_format", "user", "top_k", "min_p", "repetition_penalty")
+SAME_NAME = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "n",
+    "seed",
+    "stop",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "response_format",
+    "user",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+)
 
 
 def _text(message: dict) -> str:
@@ -44,19 +58,24 @@ def _text(message: dict) -> str:
 def raw_prompt(chat_body: dict) -> str:
     """The prompt of raw mode (module doc); ``ValueError`` for a request it cannot be."""
     if chat_body.get("tools"):
-        raise ValueError("use_completions_api with render_chat_template: false takes no tools (there is no "
-                         "chat template to render them); set render_chat_template: true")
+        raise ValueError(
+            "use_completions_api with render_chat_template: false takes no tools (there is no "
+            "chat template to render them); set render_chat_template: true"
+        )
     messages = chat_body.get("messages") or []
     roles = [m.get("role") for m in messages]
     if roles not in (["user"], ["system", "user"]):
-        raise ValueError(f"use_completions_api with render_chat_template: false takes one user message, optionally "
-                         f"after one system message; got the roles {roles}: set render_chat_template: true for "
-                         "conversations")
+        raise ValueError(
+            f"use_completions_api with render_chat_template: false takes one user message, optionally "
+            f"after one system message; got the roles {roles}: set render_chat_template: true for "
+            "conversations"
+        )
     return "\n\n".join(_text(m) for m in messages)
 
 
-def completion_body(chat_body: dict, prompt: Any, model: str, token_info: bool, extra_body: dict | None,
-                    sampling_overrides: dict | None) -> dict:
+def completion_body(
+    chat_body: dict, prompt: Any, model: str, token_info: bool, extra_body: dict | None, sampling_overrides: dict | None
+) -> dict:
     """The ``/v1/completions`` body for a prepared chat body and its ``prompt`` (text or ids)."""
     out: dict[str, Any] = {"model": model, "prompt": prompt}
     out.update({k: chat_body[k] for k in SAME_NAME if k in chat_body})
@@ -78,11 +97,22 @@ def to_chat_completion(completion: dict, model: str) -> dict:
     choice (``prompt_token_ids``, ``token_ids``, ``logprobs``) for the caller to check."""
     choice = (completion.get("choices") or [{}])[0]
     message = {"role": "assistant", "content": choice.get("text") or "", "tool_calls": None}
-    out = {"id": completion.get("id") or "chatcmpl-completions", "object": "chat.completion",
-           "created": completion.get("created") or int(time.time()), "model": completion.get("model") or model,
-           "choices": [{"index": 0, "finish_reason": choice.get("finish_reason") or "stop", "message": message,
-                        "text_logprobs": choice.get("logprobs"), "token_ids": choice.get("token_ids")}],
-           "usage": completion.get("usage")}
+    out = {
+        "id": completion.get("id") or "chatcmpl-completions",
+        "object": "chat.completion",
+        "created": completion.get("created") or int(time.time()),
+        "model": completion.get("model") or model,
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": choice.get("finish_reason") or "stop",
+                "message": message,
+                "text_logprobs": choice.get("logprobs"),
+                "token_ids": choice.get("token_ids"),
+            }
+        ],
+        "usage": completion.get("usage"),
+    }
     if choice.get("prompt_token_ids") is not None:
         out["prompt_token_ids"] = choice["prompt_token_ids"]
     return out
@@ -94,5 +124,6 @@ def logprob_entries(text_logprobs: Any) -> Any:
     if not isinstance(text_logprobs, dict) or not isinstance(text_logprobs.get("tokens"), list):
         return None
     values = text_logprobs.get("token_logprobs") or []
-    return [{"token": t, "logprob": values[i] if i < len(values) else None}
-            for i, t in enumerate(text_logprobs["tokens"])]
+    return [
+        {"token": t, "logprob": values[i] if i < len(values) else None} for i, t in enumerate(text_logprobs["tokens"])
+    ]

@@ -21,14 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 REFUSED = {
     "supply_prefix_token_ids": "it needs the required_prefix_token_ids extension, which stock vLLM does not have",
     "endpoint_file": "the policy endpoints are the job's --policy-base-url values (a file outside the package "
-                     "is not readable in the server's sandbox)",
+    "is not readable in the server's sandbox)",
     "audio_root": "audio rows (metadata.audio_path) are not served by the built-in vllm_model",
     "tokenizer": "render_chat_template renders with the endpoint's own chat template (vLLM's /tokenize), so "
-                 "there is no client-side tokenizer to name",
+    "there is no client-side tokenizer to name",
 }
 # what each refused key's default is (setting a refused key to its default is allowed)
-REFUSED_DEFAULTS: dict[str, Any] = {"supply_prefix_token_ids": False, "endpoint_file": None, "audio_root": None,
-                                    "tokenizer": None}
+REFUSED_DEFAULTS: dict[str, Any] = {
+    "supply_prefix_token_ids": False,
+    "endpoint_file": None,
+    "audio_root": None,
+    "tokenizer": None,
+}
 
 
 class NonGeneratingRequest(BaseModel):
@@ -102,8 +106,10 @@ class VLLMModelConfig(BaseModel):
             if getattr(self, key) != default:
                 raise ValueError(f"{key} is not supported by the built-in vllm_model: {REFUSED[key]}")
         if self.is_responses_native and (self.return_token_id_information or self.use_completions_api):
-            raise ValueError("is_responses_native cannot be combined with return_token_id_information or "
-                             "use_completions_api (the upstream /responses answer carries no token ids)")
+            raise ValueError(
+                "is_responses_native cannot be combined with return_token_id_information or "
+                "use_completions_api (the upstream /responses answer carries no token ids)"
+            )
         if self.render_chat_template and not self.use_completions_api:
             raise ValueError("render_chat_template is only read with use_completions_api: true")
         return self

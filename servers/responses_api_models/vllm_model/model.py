@@ -37,8 +37,11 @@ from completions import completion_body, logprob_entries, raw_prompt, to_chat_co
 from config_schema import VLLMModelConfig
 
 # reasoning_field -> the keys an outgoing assistant message carries its reasoning under
-REASONING_KEYS = {"both": ("reasoning_content", "reasoning"), "reasoning": ("reasoning",),
-                  "reasoning_content": ("reasoning_content",)}
+REASONING_KEYS = {
+    "both": ("reasoning_content", "reasoning"),
+    "reasoning": ("reasoning",),
+    "reasoning_content": ("reasoning_content",),
+}
 TOKENIZE_FIELDS = ("model", "messages", "tools", "chat_template_kwargs")
 
 
@@ -74,9 +77,12 @@ class VLLMModel:
             raise StartupError(f"'{ctx.name}': base_url is empty (set policy_base_url)")
         self.replicas = [url.rstrip("/") for url in self.config.base_url]
         headers = {"authorization": f"Bearer {self.config.api_key}", **self.config.default_headers}
-        self.peers = Peers(self.config.request_timeout_seconds, headers=headers,
-                           retry=RetryRule(self.config.retry_deadline_seconds, idempotent=True),
-                           gave_up="model_unavailable")
+        self.peers = Peers(
+            self.config.request_timeout_seconds,
+            headers=headers,
+            retry=RetryRule(self.config.retry_deadline_seconds, idempotent=True),
+            gave_up="model_unavailable",
+        )
         self.warned_kwargs = False
 
     def replica(self, session_id: str) -> str:
@@ -102,9 +108,13 @@ class VLLMModel:
             kwargs.update(own)
         elif own and not self.warned_kwargs:
             self.warned_kwargs = True
-            print(f"{self.ctx.name}: a request's own chat_template_kwargs are dropped (set "
-                  "forward_request_chat_template_kwargs: true to pass them; the config's and a row's "
-                  "metadata.chat_template_kwargs apply); said once", file=sys.stderr, flush=True)
+            print(
+                f"{self.ctx.name}: a request's own chat_template_kwargs are dropped (set "
+                "forward_request_chat_template_kwargs: true to pass them; the config's and a row's "
+                "metadata.chat_template_kwargs apply); said once",
+                file=sys.stderr,
+                flush=True,
+            )
         kwargs.update(_json_object(metadata, "chat_template_kwargs"))
         return kwargs
 
@@ -151,8 +161,12 @@ class VLLMModel:
         tokens = self.config.return_token_id_information or capture
         upstream_body = self.prepare(body, session_id, tokens)
         messages = upstream_body.get("messages") or []
-        if not self.config.sequential_reasoning_allowed and messages and messages[-1].get("role") == "assistant" \
-                and not (messages[-1].get("content") or messages[-1].get("tool_calls")):
+        if (
+            not self.config.sequential_reasoning_allowed
+            and messages
+            and messages[-1].get("role") == "assistant"
+            and not (messages[-1].get("content") or messages[-1].get("tool_calls"))
+        ):
             return self.empty_completion("content_filter")
         base = self.replica(session_id)
         try:
@@ -167,16 +181,20 @@ class VLLMModel:
             if self.config.propagate_context_overflow_errors:
                 raise Propagated(exc.status or 400, exc.body) from None
             completion = self.empty_completion("length")
-            completion["context_overflow"] = {"wording": wording.id, "upstream_status": exc.status,
-                                              "message": message_of(exc.body)}
+            completion["context_overflow"] = {
+                "wording": wording.id,
+                "upstream_status": exc.status,
+                "message": message_of(exc.body),
+            }
             return completion
         self.reasoning_of(completion, base, upstream_body.get("continue_final_message", False))
         if tokens:
             try:
                 await self.attach_tokens(completion, upstream_body, base)
             except TokenIdsError as exc:
-                raise UpstreamError(f"model endpoint {base}", f"{base}/chat/completions", str(exc),
-                                    kind="bad_token_ids") from None
+                raise UpstreamError(
+                    f"model endpoint {base}", f"{base}/chat/completions", str(exc), kind="bad_token_ids"
+                ) from None
         return completion
 
     def reasoning_of(self, completion: dict, base: str, continued: bool) -> None:
@@ -188,10 +206,14 @@ class VLLMModel:
         if not thought:
             return
         if not self.config.uses_reasoning_parser:
-            raise UpstreamError(f"model endpoint {base}", f"{base}/chat/completions", f"returned reasoning (field "
-                                f"{fields[0]!r}), but '{self.ctx.name}' has uses_reasoning_parser: false: set "
-                                "uses_reasoning_parser: true in its config, or serve the model without a "
-                                "reasoning parser")
+            raise UpstreamError(
+                f"model endpoint {base}",
+                f"{base}/chat/completions",
+                f"returned reasoning (field "
+                f"{fields[0]!r}), but '{self.ctx.name}' has uses_reasoning_parser: false: set "
+                "uses_reasoning_parser: true in its config, or serve the model without a "
+                "reasoning parser",
+            )
         rest = message.get("content") or ""
         message["content"] = thought + rest if continued else f"<think>{thought}</think>" + rest
 
@@ -199,14 +221,19 @@ class VLLMModel:
         """The ``use_completions_api`` path (``completions.py``): a chat completion-shaped answer."""
         if self.config.render_chat_template:
             tokenize = {k: chat_body[k] for k in TOKENIZE_FIELDS if k in chat_body}
-            rendered = await self.peers.json(f"model endpoint {base}", f"{base.removesuffix('/v1')}/tokenize",
-                                             {**tokenize, "add_generation_prompt": True})
-            prompt = prompt_ids(rendered.get("tokens") if isinstance(rendered, dict) else None,
-                                "the /tokenize answer's tokens")
+            rendered = await self.peers.json(
+                f"model endpoint {base}",
+                f"{base.removesuffix('/v1')}/tokenize",
+                {**tokenize, "add_generation_prompt": True},
+            )
+            prompt = prompt_ids(
+                rendered.get("tokens") if isinstance(rendered, dict) else None, "the /tokenize answer's tokens"
+            )
         else:
             prompt = raw_prompt(chat_body)
-        body = completion_body(chat_body, prompt, self.config.model, tokens, self.config.extra_body,
-                               self.config.sampling_overrides)
+        body = completion_body(
+            chat_body, prompt, self.config.model, tokens, self.config.extra_body, self.config.sampling_overrides
+        )
         raw = await self.complete(base, "completions", body)
         completion = to_chat_completion(raw, self.config.model)
         if raw.get("repaired_text"):
@@ -238,11 +265,16 @@ class VLLMModel:
             delay, waited = rule.delay(aborted), time.monotonic() - t0
             aborted += 1
             if waited + delay > rule.deadline_s:
-                error = UpstreamError(f"model endpoint {base}", url, f"cut the completion off {aborted} time"
-                                      f"{'s' if aborted != 1 else ''} (finish_reason {reason!r}: the engine aborted "
-                                      f"it, e.g. for a weight update) over {waited:.1f}s; gave up at its retry "
-                                      f"deadline of {rule.deadline_s:g}s (retry_deadline_seconds); an interrupted "
-                                      "answer is never scored", kind="model_unavailable")
+                error = UpstreamError(
+                    f"model endpoint {base}",
+                    url,
+                    f"cut the completion off {aborted} time"
+                    f"{'s' if aborted != 1 else ''} (finish_reason {reason!r}: the engine aborted "
+                    f"it, e.g. for a weight update) over {waited:.1f}s; gave up at its retry "
+                    f"deadline of {rule.deadline_s:g}s (retry_deadline_seconds); an interrupted "
+                    "answer is never scored",
+                    kind="model_unavailable",
+                )
                 error.extra["aborted_calls"] = aborted
                 raise error
             await asyncio.sleep(delay)
@@ -265,13 +297,13 @@ class VLLMModel:
         """``exc``, or a copy whose kind and message name the setting or flag that explains it
         (``_kit/policy_answers.py``, :func:`explain`)."""
         words = words_of(exc.body)
-        found = explain(exc.status, words, upstream_body, self.ctx.name, self.config.reasoning_field,
-                        self.config.model)
+        found = explain(exc.status, words, upstream_body, self.ctx.name, self.config.reasoning_field, self.config.model)
         if found is None:
             return exc
         kind, advice = found
-        return UpstreamError(exc.upstream, exc.url, f"answered HTTP {exc.status}: {words}; {advice}", exc.status,
-                             exc.body, kind=kind)
+        return UpstreamError(
+            exc.upstream, exc.url, f"answered HTTP {exc.status}: {words}; {advice}", exc.status, exc.body, kind=kind
+        )
 
     async def attach_tokens(self, completion: dict, upstream_body: dict, base: str) -> None:
         """Put ``prompt_token_ids`` / ``generation_token_ids`` / ``generation_log_probs`` on the
@@ -280,8 +312,11 @@ class VLLMModel:
         message = choice["message"]
         if all(message.get(f) is not None for f in TOKEN_FIELDS):
             return
-        entries = logprob_entries(choice.pop("text_logprobs", None)) if self.config.use_completions_api \
+        entries = (
+            logprob_entries(choice.pop("text_logprobs", None))
+            if self.config.use_completions_api
             else (choice.get("logprobs") or {}).get("content")
+        )
         generation_ids, logprobs = token_ids(entries)
         inline = choice.get("token_ids")
         if inline is not None and inline != generation_ids:
@@ -289,20 +324,34 @@ class VLLMModel:
         prompt = completion.pop("prompt_token_ids", None)
         if prompt is None:
             tokenize_body = {k: upstream_body[k] for k in TOKENIZE_FIELDS if k in upstream_body}
-            tokenized = await self.peers.json(f"model endpoint {base}", f"{base.removesuffix('/v1')}/tokenize",
-                                              tokenize_body)
+            tokenized = await self.peers.json(
+                f"model endpoint {base}", f"{base.removesuffix('/v1')}/tokenize", tokenize_body
+            )
             prompt = tokenized.get("tokens") if isinstance(tokenized, dict) else None
             where = "the /tokenize answer's tokens"
         else:
             where = "the completion's prompt_token_ids"
-        message.update(prompt_token_ids=prompt_ids(prompt, where), generation_token_ids=generation_ids,
-                       generation_log_probs=logprobs)
+        message.update(
+            prompt_token_ids=prompt_ids(prompt, where),
+            generation_token_ids=generation_ids,
+            generation_log_probs=logprobs,
+        )
         choice.pop("logprobs", None)
         choice.pop("token_ids", None)
 
     def empty_completion(self, finish_reason: str) -> dict:
         """Gym's stand-in for a completion the upstream refused (context length)."""
-        return {"id": "chtcmpl-empty", "object": "chat.completion", "created": int(time.time()),
-                "model": self.config.model, "usage": None,
-                "choices": [{"index": 0, "finish_reason": finish_reason,
-                             "message": {"role": "assistant", "content": None, "tool_calls": None}}]}
+        return {
+            "id": "chtcmpl-empty",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.config.model,
+            "usage": None,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": finish_reason,
+                    "message": {"role": "assistant", "content": None, "tool_calls": None},
+                }
+            ],
+        }

@@ -6,6 +6,7 @@ port stays open, and from then on ``GET /`` gets no answer either. ``/seed_sessi
 A start after the first (the restart of the wedged server) waits 10 s before it listens, so a test
 sees the restart under way whatever the machine's speed (a marker file in ``$HOME`` tells them apart).
 """
+
 import json
 import os
 import time

@@ -52,8 +52,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection",
-               "host", "content-length"}
+HOP_HEADERS = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+    "host",
+    "content-length",
+}
 PORT = int(os.environ.get("EXECD_PORT") or 44772)
 LOG_DIR = Path(tempfile.mkdtemp(prefix="execd-standin-"))
 
@@ -79,9 +88,15 @@ class Command:
         out = open(self.log, "wb") if self.background else subprocess.PIPE
         self.started = time.time()
         self.finished: float | None = None
-        self.proc = subprocess.Popen(argv, cwd=body.get("cwd") or None, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                     stderr=subprocess.STDOUT if self.background else subprocess.PIPE,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=body.get("cwd") or None,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT if self.background else subprocess.PIPE,
+            start_new_session=True,
+        )
         if self.background:
             out.close()
             threading.Thread(target=self.wait, daemon=True).start()
@@ -96,9 +111,15 @@ class Command:
 
     def status(self) -> dict:
         code = self.proc.poll()
-        return {"id": self.id, "content": self.content, "running": code is None, "exit_code": code,
-                "error": "" if code in (None, 0) else f"exit status {code}", "started_at": rfc3339(self.started),
-                "finished_at": rfc3339(self.finished if code is not None else None)}
+        return {
+            "id": self.id,
+            "content": self.content,
+            "running": code is None,
+            "exit_code": code,
+            "error": "" if code in (None, 0) else f"exit status {code}",
+            "started_at": rfc3339(self.started),
+            "finished_at": rfc3339(self.finished if code is not None else None),
+        }
 
     def interrupt(self) -> bool:
         if self.proc.poll() is not None:
@@ -136,8 +157,13 @@ class Handler(BaseHTTPRequestHandler):
                 self.rfile.readline()
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
-    def reply(self, status: int, payload: object = None, ctype: str = "application/json",
-              headers: dict[str, str] | None = None) -> None:
+    def reply(
+        self,
+        status: int,
+        payload: object = None,
+        ctype: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         data = payload if isinstance(payload, bytes) else b"" if payload is None else json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", ctype)
@@ -239,8 +265,10 @@ class Handler(BaseHTTPRequestHandler):
                 with lock:
                     self.event(kind, text=line.decode(errors="replace"))
 
-        readers = [threading.Thread(target=pump, args=(cmd.proc.stdout, "stdout")),
-                   threading.Thread(target=pump, args=(cmd.proc.stderr, "stderr"))]
+        readers = [
+            threading.Thread(target=pump, args=(cmd.proc.stdout, "stdout")),
+            threading.Thread(target=pump, args=(cmd.proc.stderr, "stderr")),
+        ]
         for r in readers:
             r.start()
         for r in readers:
@@ -306,9 +334,16 @@ class Handler(BaseHTTPRequestHandler):
 
 def file_info(path: Path) -> dict:
     st = path.stat()
-    return {"path": str(path), "size": st.st_size, "modified_at": rfc3339(st.st_mtime),
-            "created_at": rfc3339(st.st_ctime), "owner": str(st.st_uid), "group": str(st.st_gid),
-            "mode": int(oct(st.st_mode & 0o7777)[2:]), "type": "directory" if path.is_dir() else "file"}
+    return {
+        "path": str(path),
+        "size": st.st_size,
+        "modified_at": rfc3339(st.st_mtime),
+        "created_at": rfc3339(st.st_ctime),
+        "owner": str(st.st_uid),
+        "group": str(st.st_gid),
+        "mode": int(oct(st.st_mode & 0o7777)[2:]),
+        "type": "directory" if path.is_dir() else "file",
+    }
 
 
 def main() -> None:

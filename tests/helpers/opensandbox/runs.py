@@ -24,11 +24,13 @@ DATASET = ROOT / "examples" / "native-quickstart.jsonl"
 SANDBOX_PYTHON = "/usr/bin/python3.11"
 # run inside the sandbox: SIGKILL the server (an ``app.py`` process; the forwarder beside it and this
 # command, whose own command line holds both words, are spared), then print the wall-clock time of the kill
-KILL_APP = ("import os,signal,time\nfor p in os.listdir('/proc'):\n"
-            " if p.isdigit() and int(p) != os.getpid():\n"
-            "  try: c=open(f'/proc/{p}/cmdline','rb').read()\n"
-            "  except OSError: continue\n"
-            "  if b'app.py' in c and b'forwarder' not in c: os.kill(int(p),9); print(repr(time.time()),flush=True)")
+KILL_APP = (
+    "import os,signal,time\nfor p in os.listdir('/proc'):\n"
+    " if p.isdigit() and int(p) != os.getpid():\n"
+    "  try: c=open(f'/proc/{p}/cmdline','rb').read()\n"
+    "  except OSError: continue\n"
+    "  if b'app.py' in c and b'forwarder' not in c: os.kill(int(p),9); print(repr(time.time()),flush=True)"
+)
 
 
 def gateway(server) -> str:
@@ -47,10 +49,17 @@ def daemon_env(server, home: Path, backend: str = "opensandbox") -> dict[str, st
     daemon's settings for ``backend`` (``"opensandbox"`` or ``"local"``) with state under ``home``
     (a directory under an allowed host path of ``server``: both backends may share it, and so its venvs)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENSANDBOX_", "GYM_RUNTIME_"))}
-    return {**base, "GYM_RUNTIME_HOME": str(home), "GYM_RUNTIME_SANDBOX_BACKEND": backend,
-            "OPENSANDBOX_DOMAIN": server.domain, "OPENSANDBOX_API_KEY": server.api_key,
-            "GYM_RUNTIME_OPENSANDBOX_IMAGE": server.image, "GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST": gateway(server),
-            "GYM_RUNTIME_OPENSANDBOX_EGRESS": "unenforced", "GYM_RUNTIME_PYTHON": SANDBOX_PYTHON}
+    return {
+        **base,
+        "GYM_RUNTIME_HOME": str(home),
+        "GYM_RUNTIME_SANDBOX_BACKEND": backend,
+        "OPENSANDBOX_DOMAIN": server.domain,
+        "OPENSANDBOX_API_KEY": server.api_key,
+        "GYM_RUNTIME_OPENSANDBOX_IMAGE": server.image,
+        "GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST": gateway(server),
+        "GYM_RUNTIME_OPENSANDBOX_EGRESS": "unenforced",
+        "GYM_RUNTIME_PYTHON": SANDBOX_PYTHON,
+    }
 
 
 def kill_server_inside(server, sandbox_id: str) -> float:

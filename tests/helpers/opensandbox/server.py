@@ -50,9 +50,12 @@ SANDBOX_LABEL = "opensandbox.io/id"  # the label the server's docker runtime put
 # Host paths a sandbox may mount (the server refuses others): temporary directories (test trees,
 # GYM_RUNTIME_HOME, venvs), this checkout (built-in server trees), the tests' tool cache (the cached
 # Gym venvs) and the interpreters .ci/provision-python builds (the base of NeMo Gym 0.7.0's venvs).
-ALLOWED_HOST_PATHS = (tempfile.gettempdir(), str(ROOT),
-                      str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gym-runtime-tests"),
-                      str(provision_dir()))
+ALLOWED_HOST_PATHS = (
+    tempfile.gettempdir(),
+    str(ROOT),
+    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gym-runtime-tests"),
+    str(provision_dir()),
+)
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 
@@ -80,14 +83,25 @@ def server_venv() -> Path:
         from uv import find_uv_bin
 
         shutil.rmtree(venv, ignore_errors=True)
-        for argv in ([find_uv_bin(), "venv", "-q", "--python", sys.executable, str(venv)],
-                     [find_uv_bin(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
-                      f"opensandbox-server=={SERVER_VERSION}"]):
+        for argv in (
+            [find_uv_bin(), "venv", "-q", "--python", sys.executable, str(venv)],
+            [
+                find_uv_bin(),
+                "pip",
+                "install",
+                "-q",
+                "--python",
+                str(venv / "bin" / "python"),
+                f"opensandbox-server=={SERVER_VERSION}",
+            ],
+        ):
             done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
             if done.returncode != 0:
                 shutil.rmtree(venv, ignore_errors=True)
-                raise OpenSandboxUnavailable(f"cannot install opensandbox-server {SERVER_VERSION}: "
-                                             f"`{' '.join(map(str, argv))}` failed: {tail(done.stderr)}")
+                raise OpenSandboxUnavailable(
+                    f"cannot install opensandbox-server {SERVER_VERSION}: "
+                    f"`{' '.join(map(str, argv))}` failed: {tail(done.stderr)}"
+                )
         (venv / ".complete").write_text(f"opensandbox-server=={SERVER_VERSION}\n")
         return venv
 
@@ -212,11 +226,20 @@ class OpenSandboxServer:
         env = {**os.environ, "DOCKER_HOST": self.docker_host, "HOME": str(self.workdir)}
         t0 = time.monotonic()
         with open(log, "ab") as out:
-            self.process = subprocess.Popen([str(venv / "bin" / "opensandbox-server"), "--config",
-                                             str(self.workdir / "sandbox.toml")], env=env, stdout=out,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        _wait_ready(lambda: httpx.get(f"{self.base_url}/health", timeout=5).status_code == 200, self.process, log,
-                    f"opensandbox-server {SERVER_VERSION}")
+            self.process = subprocess.Popen(
+                [str(venv / "bin" / "opensandbox-server"), "--config", str(self.workdir / "sandbox.toml")],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        _wait_ready(
+            lambda: httpx.get(f"{self.base_url}/health", timeout=5).status_code == 200,
+            self.process,
+            log,
+            f"opensandbox-server {SERVER_VERSION}",
+        )
         self.start_seconds.append(round(time.monotonic() - t0, 2))
 
     def stop(self) -> None:
@@ -248,7 +271,7 @@ type = "docker"
 execd_image = "{execd_image}"
 
 [store]
-path = "{workdir / 'opensandbox.db'}"
+path = "{workdir / "opensandbox.db"}"
 
 [storage]
 allowed_host_paths = {json.dumps(list(allowed))}
@@ -262,27 +285,44 @@ no_new_privileges = true
 
 
 @contextmanager
-def running_server(image: str, execd_image: str, allowed: tuple[str, ...] = ALLOWED_HOST_PATHS
-                   ) -> Iterator[OpenSandboxServer]:
+def running_server(
+    image: str, execd_image: str, allowed: tuple[str, ...] = ALLOWED_HOST_PATHS
+) -> Iterator[OpenSandboxServer]:
     """A podman service and an OpenSandbox server on it (module doc); torn down on exit."""
     server_venv()  # install (or find) it before any process starts
     workdir = Path(tempfile.mkdtemp(prefix="opensandbox-server-"))
     sock = workdir / "podman.sock"
     (workdir / "containers.conf").write_text(
-        f'[containers]\ndefault_ulimits = {json.dumps(list(ULIMITS))}\n\n[engine]\nruntime = "runc"\n')
+        f'[containers]\ndefault_ulimits = {json.dumps(list(ULIMITS))}\n\n[engine]\nruntime = "runc"\n'
+    )
     podman_log = workdir / "podman.log"
     podman_proc = None
-    server = OpenSandboxServer(domain="", api_key=secrets.token_hex(16), image=image, execd_image=execd_image,
-                               allowed_host_paths=allowed, docker_host=f"unix://{sock}", workdir=workdir)
+    server = OpenSandboxServer(
+        domain="",
+        api_key=secrets.token_hex(16),
+        image=image,
+        execd_image=execd_image,
+        allowed_host_paths=allowed,
+        docker_host=f"unix://{sock}",
+        workdir=workdir,
+    )
     try:
         with open(podman_log, "wb") as out:
-            podman_proc = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"],
-                                           env={**os.environ, "CONTAINERS_CONF": str(workdir / "containers.conf")},
-                                           stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           start_new_session=True)
+            podman_proc = subprocess.Popen(
+                ["podman", "system", "service", "--time=0", f"unix://{sock}"],
+                env={**os.environ, "CONTAINERS_CONF": str(workdir / "containers.conf")},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         server.podman_process = podman_proc
-        _wait_ready(lambda: sock.exists() and server.docker("GET", "/_ping").status_code == 200, podman_proc,
-                    podman_log, "podman system service")
+        _wait_ready(
+            lambda: sock.exists() and server.docker("GET", "/_ping").status_code == 200,
+            podman_proc,
+            podman_log,
+            "podman system service",
+        )
         port = free_port()
         server.domain = f"127.0.0.1:{port}"
         (workdir / "sandbox.toml").write_text(config_toml(port, server.api_key, execd_image, workdir, allowed))

@@ -16,6 +16,7 @@ Config keys (instance config, read from ``NEMO_GYM_CONFIG_DICT`` with a line par
 ``victim_agent``, ``outside_port``, ``needle_reversed`` (the API key's prefix, reversed, so that
 its own config does not hold it), ``pids_cap``, ``memory_cap_mb``, ``fill_cap_mb``, ``squat``.
 """
+
 import errno
 import json
 import os
@@ -101,12 +102,19 @@ def read_environs():
     environs = proc_files("environ")
     victim = cfg.get("victim", "")
     other = [p for p, e in environs.items() if f"NEMO_GYM_CONFIG_PATH={victim}".encode() in e]
-    record("read another server's environment", "not blocked" if other else "blocked",
-           f"/proc/{other[0]}/environ of {victim!r} read" if other else
-           f"no other server's environment readable ({len(environs)} environ files readable)")
+    record(
+        "read another server's environment",
+        "not blocked" if other else "blocked",
+        f"/proc/{other[0]}/environ of {victim!r} read"
+        if other
+        else f"no other server's environment readable ({len(environs)} environ files readable)",
+    )
     daemon = [p for p, e in environs.items() if b"GYM_RUNTIME_HOME=" in e]
-    record("read the daemon's environment", "not blocked" if daemon else "blocked",
-           f"/proc/{daemon[0]}/environ read" if daemon else "the daemon's /proc entry is not visible or readable")
+    record(
+        "read the daemon's environment",
+        "not blocked" if daemon else "blocked",
+        f"/proc/{daemon[0]}/environ read" if daemon else "the daemon's /proc entry is not visible or readable",
+    )
     prefix = cfg.get("needle_reversed", "-elitsoh-ks")[::-1].encode()
     where = []
     if prefix in TEXT.encode():
@@ -114,8 +122,11 @@ def read_environs():
     for p, data in list(environs.items()) + list(proc_files("cmdline").items()):
         if prefix in data:
             where.append(f"/proc/{p}")
-    record("read the policy API key", "not blocked" if where else "blocked",
-           "found in " + ", ".join(sorted(set(where))[:4]) if where else "not in its config nor in any readable process")
+    record(
+        "read the policy API key",
+        "not blocked" if where else "blocked",
+        "found in " + ", ".join(sorted(set(where))[:4]) if where else "not in its config nor in any readable process",
+    )
 
 
 def try_write(path):
@@ -138,16 +149,22 @@ def writes():
     record("write into its own venv", "not blocked" if got == "written" else "blocked", f"{sys.prefix}: {got}")
     root = os.path.dirname(sys.prefix)
     try:
-        others = [os.path.join(root, d) for d in os.listdir(root)
-                  if os.path.join(root, d) != sys.prefix and os.path.isdir(os.path.join(root, d, "bin"))]
+        others = [
+            os.path.join(root, d)
+            for d in os.listdir(root)
+            if os.path.join(root, d) != sys.prefix and os.path.isdir(os.path.join(root, d, "bin"))
+        ]
     except OSError as e:
         others = []
         listing = f"venv root {root} not listable: {errno.errorcode.get(e.errno, e.errno)}"
     else:
         listing = f"{len(others)} other venv(s) visible under {root}"
     wrote = [o for o in others if try_write(os.path.join(o, "lib")) == "written"]
-    record("write into another server's venv", "not blocked" if wrote else "blocked",
-           f"wrote into {wrote[0]}" if wrote else listing)
+    record(
+        "write into another server's venv",
+        "not blocked" if wrote else "blocked",
+        f"wrote into {wrote[0]}" if wrote else listing,
+    )
 
 
 def egress():
@@ -157,8 +174,11 @@ def egress():
             raw = "connected"
     except OSError as e:
         raw = f"{type(e).__name__}: {e}"
-    record("reach outside by a raw socket", "not blocked" if raw == "connected" else "blocked",
-           f"127.0.0.1:{port} of the host: {raw}")
+    record(
+        "reach outside by a raw socket",
+        "not blocked" if raw == "connected" else "blocked",
+        f"127.0.0.1:{port} of the host: {raw}",
+    )
     literal = "2130706433"  # 127.0.0.1 spelled as one number: an IP literal the allowlist denies
     try:
         with socket.create_connection((literal, port), timeout=3):
@@ -168,8 +188,11 @@ def egress():
     proxy = os.environ.get("HTTP_PROXY")
     via = http("GET", f"http://{literal}:{port}/", proxy=True)[0] if proxy else None
     reached = direct == "connected" or via == 200
-    record("reach outside by an IP literal", "not blocked" if reached else "blocked",
-           f"direct {literal}:{port}: {direct}; through the proxy: {via}")
+    record(
+        "reach outside by an IP literal",
+        "not blocked" if reached else "blocked",
+        f"direct {literal}:{port}: {direct}; through the proxy: {via}",
+    )
     servers = []
     try:
         for line in open("/etc/resolv.conf"):
@@ -179,9 +202,12 @@ def egress():
         pass
     off_host = [s for s in servers if not (s.startswith("127.") or s == "::1")]
     if off_host:
-        record("exfiltrate through DNS lookups", "not blocked",
-               "the host's own resolver (not on loopback) is reachable: a lookup would leave the host (not sent: "
-               "tests never send a packet off the host)")
+        record(
+            "exfiltrate through DNS lookups",
+            "not blocked",
+            "the host's own resolver (not on loopback) is reachable: a lookup would leave the host (not sent: "
+            "tests never send a packet off the host)",
+        )
     else:
         t = time.monotonic()
         try:
@@ -189,12 +215,18 @@ def egress():
             got = "resolved"
         except OSError as e:
             got = f"{type(e).__name__}: {e}"
-        record("exfiltrate through DNS lookups", "not blocked" if got == "resolved" else "blocked",
-               f"nameservers {servers or 'none'}: lookup {got} in {time.monotonic() - t:.2f}s")
+        record(
+            "exfiltrate through DNS lookups",
+            "not blocked" if got == "resolved" else "blocked",
+            f"nameservers {servers or 'none'}: lookup {got} in {time.monotonic() - t:.2f}s",
+        )
     if proxy:
         status, text = http("GET", "http://exfil.hostile.invalid/", proxy=True)
-        record("reach a host not on the allowlist through the proxy", "blocked" if status == 403 else "not blocked",
-               f"HTTP {status}: {text[:120]}")
+        record(
+            "reach a host not on the allowlist through the proxy",
+            "blocked" if status == 403 else "not blocked",
+            f"HTTP {status}: {text[:120]}",
+        )
     else:
         record("reach a host not on the allowlist through the proxy", "skipped", "no proxy variables set")
 
@@ -226,21 +258,42 @@ def control():
     victim = cfg.get("victim", "")
     got = {h: http("GET", f"{h}/servers/{victim}/logs?tail=5") for h in heads}
     ok = [h for h, (status, _) in got.items() if status == 200]
-    record("read another server's logs through the head server", "not blocked" if ok else "blocked",
-           f"GET {ok[0]}/servers/{victim}/logs: 200" if ok else
-           "; ".join(f"{h}: {status} {text[:100]}" for h, (status, text) in got.items()))
-    row = {"responses_create_params": {"input": "hi"},
-           "agent_ref": {"type": "responses_api_agents", "name": cfg.get("victim_agent", "")}}
+    record(
+        "read another server's logs through the head server",
+        "not blocked" if ok else "blocked",
+        f"GET {ok[0]}/servers/{victim}/logs: 200"
+        if ok
+        else "; ".join(f"{h}: {status} {text[:100]}" for h, (status, text) in got.items()),
+    )
+    row = {
+        "responses_create_params": {"input": "hi"},
+        "agent_ref": {"type": "responses_api_agents", "name": cfg.get("victim_agent", "")},
+    }
     got = {h: http("POST", f"{h}/rollouts/run", {"examples": [row]}, timeout=30) for h in heads}
     ok = [h for h, (status, _) in got.items() if status == 200]
-    record("run rollouts through the head server", "not blocked" if ok else "blocked",
-           f"POST {ok[0]}/rollouts/run: 200" if ok else
-           "; ".join(f"{h}: {status} {text[:100]}" for h, (status, text) in got.items()))
-    answers = {f"{m} {h}{p}": http(m, h + p)[0] for h in heads for m, p in (
-        ("POST", "/shutdown"), ("POST", "/stop"), ("DELETE", "/server_instances"), ("POST", "/servers/x/restart"))}
+    record(
+        "run rollouts through the head server",
+        "not blocked" if ok else "blocked",
+        f"POST {ok[0]}/rollouts/run: 200"
+        if ok
+        else "; ".join(f"{h}: {status} {text[:100]}" for h, (status, text) in got.items()),
+    )
+    answers = {
+        f"{m} {h}{p}": http(m, h + p)[0]
+        for h in heads
+        for m, p in (
+            ("POST", "/shutdown"),
+            ("POST", "/stop"),
+            ("DELETE", "/server_instances"),
+            ("POST", "/servers/x/restart"),
+        )
+    }
     changed = [p for p, st in answers.items() if st is not None and st < 400]
-    record("stop or change the environment through the head server", "not blocked" if changed else "blocked",
-           f"answers: {answers}")
+    record(
+        "stop or change the environment through the head server",
+        "not blocked" if changed else "blocked",
+        f"answers: {answers}",
+    )
     head = heads[0]
     status, text = http("GET", f"{head}/server_instances", limit=1 << 20)
     try:
@@ -257,8 +310,11 @@ def control():
             signalled.append(f"{label} (pid {pid})")
         except OSError:
             pass
-    record("signal another server or the daemon", "not blocked" if signalled else "blocked",
-           ("could signal " + ", ".join(signalled)) if signalled else f"no permission (or not visible) for pids {target}")
+    record(
+        "signal another server or the daemon",
+        "not blocked" if signalled else "blocked",
+        ("could signal " + ", ".join(signalled)) if signalled else f"no permission (or not visible) for pids {target}",
+    )
 
 
 def fork_bomb():
@@ -294,8 +350,11 @@ def fork_bomb():
     os.close(r)
     os.waitpid(bomber, 0)
     made, error = int(out[0]), (out[1] if len(out) > 1 else "")
-    record("fork bomb", "contained" if error else "not blocked",
-           f"fork refused ({error}) after {made} processes" if error else f"{made} processes forked (cap {cap})")
+    record(
+        "fork bomb",
+        "contained" if error else "not blocked",
+        f"fork refused ({error}) after {made} processes" if error else f"{made} processes forked (cap {cap})",
+    )
 
 
 def memory_bomb():
@@ -317,9 +376,13 @@ def memory_bomb():
     _, status = os.waitpid(pid, 0)
     killed = os.WIFSIGNALED(status)
     sig = signal.Signals(os.WTERMSIG(status)).name if killed else None
-    record("memory bomb", "contained" if killed else "not blocked",
-           f"the allocating process was killed by {sig} after {got * 32} MB" if killed
-           else f"{got * 32} MB allocated (cap {cap} MB)")
+    record(
+        "memory bomb",
+        "contained" if killed else "not blocked",
+        f"the allocating process was killed by {sig} after {got * 32} MB"
+        if killed
+        else f"{got * 32} MB allocated (cap {cap} MB)",
+    )
 
 
 def fill_disk():
@@ -345,9 +408,13 @@ def fill_disk():
             os.remove(path)
         except OSError:
             pass
-    record("fill the disk of its work dir", "contained" if error else "not blocked",
-           f"{error} after {written >> 20} MB (the disk holding the work dir is full; no per-server quota)"
-           if error else f"{written >> 20} MB written (cap {cap} MB)")
+    record(
+        "fill the disk of its work dir",
+        "contained" if error else "not blocked",
+        f"{error} after {written >> 20} MB (the disk holding the work dir is full; no per-server quota)"
+        if error
+        else f"{written >> 20} MB written (cap {cap} MB)",
+    )
 
 
 def spin_cpu():
@@ -368,9 +435,13 @@ def spin_cpu():
     took = time.monotonic() - t
     for pid in spinners:
         os.waitpid(pid, 0)
-    record("spin the CPU", "contained" if status == 200 else "not blocked",
-           f"{victim} answered GET / in {took:.2f}s while 2 processes spun (no CPU quota: the scheduler shares)"
-           if status == 200 else f"{victim} did not answer: {status}")
+    record(
+        "spin the CPU",
+        "contained" if status == 200 else "not blocked",
+        f"{victim} answered GET / in {took:.2f}s while 2 processes spun (no CPU quota: the scheduler shares)"
+        if status == 200
+        else f"{victim} did not answer: {status}",
+    )
 
 
 ATTEMPTS = (read_environs, writes, egress, control, fork_bomb, memory_bomb, fill_disk, spin_cpu)

@@ -6,6 +6,7 @@ rows are held here while a test breaks things), then answers the request plus ``
 ``GET /stats`` -> how many ``/seed_session`` and ``/verify`` calls arrived. Its own config keys are read from
 ``NEMO_GYM_CONFIG_DICT`` with a tiny line parser (the venv has no PyYAML).
 """
+
 import json
 import os
 import time

@@ -4,6 +4,7 @@
 plus the reward :func:`verify` gives, ``REWARD`` for every answer. A test rewrites the ``REWARD``
 line (or breaks the file) and waits for the next table.
 """
+
 import json
 import os
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

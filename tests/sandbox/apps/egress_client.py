@@ -3,6 +3,7 @@
 Outcome per attempt: "ok:<body>" / "denied" (a proxy 403) / "error:<text>". Stdlib only, plus
 httpx / requests when importable (else that column is "missing").
 """
+
 import json
 import os
 import socket
@@ -102,8 +103,25 @@ if "uv" in spec:
     u = spec["uv"]
     out["uv"] = {}
     for label, index in (("allowed", u["index_ok"]), ("denied", u["index_denied"])):
-        r = subprocess.run([u["bin"], "pip", "install", "--no-cache", "--python", sys.executable, "--target",
-                            os.path.join(u["target"], label), "--index-url", index, *u.get("extra", []), u["package"]],
-                           capture_output=True, text=True, env={**os.environ, "UV_HTTP_RETRIES": "0"}, timeout=120)
+        r = subprocess.run(
+            [
+                u["bin"],
+                "pip",
+                "install",
+                "--no-cache",
+                "--python",
+                sys.executable,
+                "--target",
+                os.path.join(u["target"], label),
+                "--index-url",
+                index,
+                *u.get("extra", []),
+                u["package"],
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "UV_HTTP_RETRIES": "0"},
+            timeout=120,
+        )
         out["uv"][label] = {"rc": r.returncode, "stderr": r.stderr[-600:]}
 print(json.dumps(out))

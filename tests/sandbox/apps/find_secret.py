@@ -4,6 +4,7 @@ spec: {"needle_reversed": str, "var": name of the private variable}. Reports whe
 is in this process's own environment, and every /proc/PID/environ and cmdline it can read that
 holds the needle (its own pid excluded: it holds the variable by design).
 """
+
 import json
 import os
 import sys
@@ -23,5 +24,14 @@ for pid in (p for p in os.listdir("/proc") if p.isdigit()):
             readable.append(int(pid))
         if needle in data and int(pid) != me:
             hits.append({"pid": int(pid), "file": what})
-print(json.dumps({"own": needle in os.environ.get(spec["var"], "").encode(), "hits": hits, "readable": readable,
-                  "pid": me, "argv": sys.argv}))
+print(
+    json.dumps(
+        {
+            "own": needle in os.environ.get(spec["var"], "").encode(),
+            "hits": hits,
+            "readable": readable,
+            "pid": me,
+            "argv": sys.argv,
+        }
+    )
+)

@@ -1,4 +1,5 @@
 """A server that leaves descendants: a plain child and a double-forked setsid 'daemon'; then sleeps."""
+
 import os
 import subprocess
 import sys

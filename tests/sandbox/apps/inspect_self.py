@@ -1,4 +1,5 @@
 """Runs INSIDE the sandbox: what can this process see and do? Prints JSON. Stdlib only."""
+
 import json
 import os
 import sys

@@ -1,5 +1,6 @@
 """Daemon stand-in for the ladder tests (project interpreter): start a Sandbox at the best level
 this environment allows, run a probe process inside, print one JSON line."""
+
 import asyncio
 import json
 import os
@@ -45,8 +46,15 @@ async def tree_check(sb, work: Path, py: Path) -> dict:
     tree = work / "pkg" / "resources_servers" / "acme"
     tree.mkdir(parents=True)
     (tree / "app.py").write_text(WRITES)
-    spec = ProcessSpec("acme", [str(py), "app.py"], tree, {"PATH": "/usr/bin", "PYTHONDONTWRITEBYTECODE": "1"},
-                       read_only_paths=[tree.parent.parent, py.parent.parent], tree=tree, tree_root=tree.parent.parent)
+    spec = ProcessSpec(
+        "acme",
+        [str(py), "app.py"],
+        tree,
+        {"PATH": "/usr/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+        read_only_paths=[tree.parent.parent, py.parent.parent],
+        tree=tree,
+        tree_root=tree.parent.parent,
+    )
     lines = await sb.prepare([spec])
     r, w = os.pipe()
     spec.stdout_fd = w
@@ -61,14 +69,33 @@ async def main():
     work, py, port = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     sb = await Sandbox.start(EgressPolicy.from_environ({}), work)
     r, w = os.pipe()
-    proc = sb.spawn(ProcessSpec("probe", [str(py), "-c", INSIDE % port], work, {"PATH": "/usr/bin"},
-                                read_only_paths=[py.parent.parent], writable_paths=[work], stdout_fd=w))
+    proc = sb.spawn(
+        ProcessSpec(
+            "probe",
+            [str(py), "-c", INSIDE % port],
+            work,
+            {"PATH": "/usr/bin"},
+            read_only_paths=[py.parent.parent],
+            writable_paths=[work],
+            stdout_fd=w,
+        )
+    )
     os.close(w)
     await proc.wait()
     inside = json.loads(os.read(r, 65536).decode())
     tree = await tree_check(sb, work, py)
-    print(json.dumps({"level": sb.level.value, "warning": sb.report.warning, "reasons": sb.report.reasons,
-                      "inside": inside, "denials": sb.denials, "tree": tree}))
+    print(
+        json.dumps(
+            {
+                "level": sb.level.value,
+                "warning": sb.report.warning,
+                "reasons": sb.report.reasons,
+                "inside": inside,
+                "denials": sb.denials,
+                "tree": tree,
+            }
+        )
+    )
     await sb.close()
 
 

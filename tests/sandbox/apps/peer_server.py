@@ -1,4 +1,5 @@
 """A peer server for sandbox tests: HTTP on 127.0.0.1:<argv[1]>, answers 'peer <port>'. Stdlib only."""
+
 import signal
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer

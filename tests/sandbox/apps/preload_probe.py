@@ -24,21 +24,26 @@ try:
     signal_parent = "allowed"
 except OSError as e:
     signal_parent = e.__class__.__name__
-print(json.dumps({
-    "argv": sys.argv,
-    "cwd": os.getcwd(),
-    "private": os.environ.get("GR_TEST_PRIVATE"),
-    "tmp": sorted(os.listdir("/tmp")),
-    "other_listing": sorted(os.listdir(other)) if os.path.isdir(other) else None,
-    "cap_eff": status.split("CapEff:")[1].split()[0],
-    "no_new_privs": status.split("NoNewPrivs:")[1].split()[0],
-    "resolv": open("/etc/resolv.conf").read(),
-    "preloaded": "email.mime.text" in sys.modules,
-    "main_name": __name__,
-    "pythonpath_first": sys.path[0],
-    "random": __import__("random").random(),
-    "signal_parent": signal_parent,
-}), flush=True)
+print(
+    json.dumps(
+        {
+            "argv": sys.argv,
+            "cwd": os.getcwd(),
+            "private": os.environ.get("GR_TEST_PRIVATE"),
+            "tmp": sorted(os.listdir("/tmp")),
+            "other_listing": sorted(os.listdir(other)) if os.path.isdir(other) else None,
+            "cap_eff": status.split("CapEff:")[1].split()[0],
+            "no_new_privs": status.split("NoNewPrivs:")[1].split()[0],
+            "resolv": open("/etc/resolv.conf").read(),
+            "preloaded": "email.mime.text" in sys.modules,
+            "main_name": __name__,
+            "pythonpath_first": sys.path[0],
+            "random": __import__("random").random(),
+            "signal_parent": signal_parent,
+        }
+    ),
+    flush=True,
+)
 deadline = time.monotonic() + 60
 while not os.path.exists(os.path.join(os.environ["GR_TEST_OWN"], "go")) and time.monotonic() < deadline:
     time.sleep(0.05)

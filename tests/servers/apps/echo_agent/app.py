@@ -19,11 +19,24 @@ def create_app(ctx):
 
     async def echo(request: Request) -> Response:
         raw = request.headers.get("x-echo-raw")
-        text = raw if raw is not None else json.dumps({
-            "path": request.url.path, "body": (await request.body()).decode(), "headers": dict(request.headers),
-            "cookies": dict(request.cookies)})
-        reply = Response(text, status_code=int(request.headers.get("x-echo-status", "200")),
-                         media_type="text/plain" if raw is not None else "application/json", headers={"x-echo": "yes"})
+        text = (
+            raw
+            if raw is not None
+            else json.dumps(
+                {
+                    "path": request.url.path,
+                    "body": (await request.body()).decode(),
+                    "headers": dict(request.headers),
+                    "cookies": dict(request.cookies),
+                }
+            )
+        )
+        reply = Response(
+            text,
+            status_code=int(request.headers.get("x-echo-status", "200")),
+            media_type="text/plain" if raw is not None else "application/json",
+            headers={"x-echo": "yes"},
+        )
         reply.set_cookie("first", "1")
         reply.set_cookie("second", "2")
         return reply

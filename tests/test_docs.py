@@ -1,7 +1,7 @@
 """The documentation stands on its own and agrees with the code.
 
-- every error code the code raises is listed in docs/architecture.md §7.6, and every code listed
-  there is raised somewhere;
+- every error code the code raises is listed in docs/errors.md, every code listed there is raised
+  somewhere, and each code's row names every module that raises it;
 - docs/architecture.md keeps its numbered sections (code cites them as ``docs/architecture.md §N``)
   and every such citation in the repository names a section that exists;
 - every relative link in the README, CONTRIBUTING.md and docs/ resolves to a file (and heading);
@@ -18,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
+ERRORS = ROOT / "docs" / "errors.md"
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 CODE = [p for d in ("gym_runtime", "sandbox", "servers") for p in sorted((ROOT / d).rglob("*.py"))]
 CODE_RE = re.compile(r"GR-[A-Z0-9]+(?:-[A-Z0-9]+)*")
@@ -49,10 +50,24 @@ def _codes(paths: list[Path]) -> tuple[set[str], set[str]]:
 
 def test_every_error_code_in_the_code_is_documented_and_every_documented_code_exists() -> None:
     in_code, _ = _codes(CODE)
-    in_doc, families = _codes([ARCHITECTURE])
-    assert in_code - in_doc - families == set(), "raised in the code but missing from docs/architecture.md §7.6"
-    assert in_doc - in_code == set(), "listed in docs/architecture.md but raised nowhere"
+    in_doc, families = _codes([ERRORS])
+    assert in_code - in_doc - families == set(), "raised in the code but missing from docs/errors.md"
+    assert in_doc - in_code == set(), "listed in docs/errors.md but raised nowhere"
     assert {f for f in families if not any(c.startswith(f + "-") for c in in_code)} == set()
+
+
+def test_each_error_code_names_the_modules_that_raise_it() -> None:
+    """docs/errors.md's "raised in" column links every module of the code that names the code."""
+    rows = re.findall(r"^\| `(GR-[A-Z0-9-]+)` \|[^\n]*\| ([^|\n]*) \|$", ERRORS.read_text(), re.M)
+    assert rows, "docs/errors.md has no code table"
+    wrong = []
+    for code, cell in rows:
+        pattern = re.compile(re.escape(code) + r"(?![A-Z0-9-])")
+        want = {p.relative_to(ROOT).as_posix() for p in CODE if pattern.search(p.read_text())}
+        named = set(re.findall(r"\]\(\.\./([^)]+)\)", cell))
+        if named != want:
+            wrong.append(f"{code}: add {sorted(want - named)}, drop {sorted(named - want)}")
+    assert wrong == []
 
 
 def _headings(path: Path) -> list[str]:

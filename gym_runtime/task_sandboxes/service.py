@@ -15,7 +15,7 @@ through ``SandboxAccess``). A box ends, with every process in it, when
 
 Each live box is counted on its owner's member (``info["sandboxes"]``: ``/server_instances`` and
 ``gym-runtime status``). Errors are :class:`TaskSandboxError` with a ``GR-SANDBOX-TASK-*`` code and
-the HTTP status the API answers (docs/architecture.md §7.6).
+the HTTP status the API answers (docs/errors.md).
 """
 
 from __future__ import annotations

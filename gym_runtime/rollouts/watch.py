@@ -6,8 +6,9 @@ The stages are the dry-run's own (:mod:`gym_runtime.rollouts.dryrun`: :func:`pre
 
 1. check the package, config and rows; start the environment (``keep_going``: a server that fails
    for good leaves the others up); run the rows; show the table;
-2. wait for an edit (:class:`gym_runtime.rollouts.edits.Edits`, inotify, debounced) and sort it
-   (:func:`gym_runtime.rollouts.edits.classify`), or for a venv rebuild to end (step 3);
+2. wait for an edit (:class:`gym_runtime.rollouts.edits.Edits`, inotify, debounced until the tree
+   is quiet) and sort it (:func:`gym_runtime.rollouts.edits.classify`), or for a venv rebuild to end
+   (step 3);
 3. an edit of a server directory's install file (``requirements.txt``, ``pyproject.toml``,
    ``overrides.txt``) starts a rebuild of that directory's venv in the background
    (:class:`gym_runtime.rollouts.rebuild.Rebuilds`): the servers keep serving on their current
@@ -27,6 +28,11 @@ The stages are the dry-run's own (:mod:`gym_runtime.rollouts.dryrun`: :func:`pre
    (:mod:`gym_runtime.rollouts.compare`); back to 2. With the built-in stub model as policy, its
    per-prompt counts are reset first, so a row the edit did not touch keeps its figures.
 
+What steps 3 to 5 say (the runtime's progress lines and error blocks included) is held until they
+end (:class:`_Held`): when files changed again meanwhile (:attr:`Edits.seen`), the servers ran a
+tree that was still being written, a failure there belongs to no version of it, so what they said
+is dropped for one line, no rows run, and the next edit (those files) is applied to the quiet tree.
+
 It runs until cancelled (Ctrl-C, SIGTERM); rebuilds still running are cancelled (nothing of them
 is kept) and the environment is then stopped as after a dry-run.
 """
@@ -37,7 +43,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -101,7 +107,8 @@ async def watch_dry_run(
     prep = _prepared(req)
     for note in prep.notes:
         say(f"note: {note}")
-    rt = make_runtime(req, say, offers_tools(prep.rows))
+    out = _Held(say)
+    rt = make_runtime(req, out, offers_tools(prep.rows))
     try:
         ready = await rt.start()
         package, dataset = Path(req.package).resolve(), Path(req.dataset).resolve()
@@ -114,22 +121,35 @@ async def watch_dry_run(
                 if edits.trees
                 else ""
             )
+            for note in edits.notes:
+                say(note)
             say(f"watching {package}{built_in} and {dataset} for edits (Ctrl-C stops)")
             rebuilds = Rebuilds(rt.env)
             events = _Events(edits, rebuilds)
             try:
                 while True:
                     got = await events.next()
+                    seen = edits.seen
                     if isinstance(got, Rebuilt):
                         t0 = got.edited_at
-                        run = await _swap(rt, got, say)
+                        with out.held():
+                            run = await _swap(rt, got, out)
                     else:
                         t0 = time.perf_counter()
                         dirs = _server_dirs(rt)
                         release = rt.env.merged.release
                         edit = classify(got, package, dataset, dirs, release.server_types if release else ())
                         _start_rebuilds(rebuilds, edit, dirs, t0, say)
-                        prep, run = await _apply(rt, req, edit, prep, say)
+                        with out.held():
+                            prep, run = await _apply(rt, req, edit, prep, out)
+                    if edits.seen != seen and (out.lines or run):
+                        out.drop(
+                            f"files changed again while this edit was applied ({edits.seen - seen} more "
+                            "change(s)): what its start said is dropped and no rows run; the edit is applied "
+                            "again once the tree is quiet"
+                        )
+                        continue
+                    out.flush()
                     if not run:
                         continue
                     await _fresh_samples(rt.env)
@@ -146,6 +166,43 @@ async def watch_dry_run(
                 await rebuilds.close()
     finally:
         await rt.stop()
+
+
+class _Held:
+    """``say`` that holds its lines inside :meth:`held` until :meth:`flush` says them or
+    :meth:`drop` replaces them by one line (module doc); outside, lines are said at once."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.lines: list[str] = []
+        self._holding = False
+
+    def __call__(self, msg: str) -> None:
+        if self._holding:
+            self.lines.append(msg)
+        else:
+            self.say(msg)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the lines said inside; an error raised inside says them first (nothing is lost)."""
+        self._holding = True
+        try:
+            yield
+        except BaseException:
+            self.flush()
+            raise
+        finally:
+            self._holding = False
+
+    def flush(self) -> None:
+        lines, self.lines = self.lines, []
+        for line in lines:
+            self.say(line)
+
+    def drop(self, instead: str) -> None:
+        self.lines = []
+        self.say(instead)
 
 
 async def _fresh_samples(env: Any) -> None:

@@ -17,8 +17,8 @@ between its groups (at most :data:`SETTLE_MAX_MS`; a group that came while the w
 previous edit, within that long of its last group, carries that gap over), while a git repository holding a watched tree has
 its ``index.lock`` (a git command writing the tree; one older than :data:`LOCK_STALE_S` was left
 by a git that died and is not waited for), and at most :data:`SETTLE_LIMIT_S` after its first
-group. :attr:`Edits.seen` counts the groups, so the watch can tell that the tree changed again while
-it restarted a server. A file name that is not UTF-8, which ``watchfiles`` refuses to decode, is
+group. :meth:`Edits.since_last` gives what changed after the last edit was taken, so the watch can
+tell that the tree changed again while it restarted a server. A file name that is not UTF-8, which ``watchfiles`` refuses to decode, is
 carried as the name ``os.fsdecode`` gives (``surrogateescape``), and the watch goes on.
 
 Editor droppings (``.swp``, ``~``, ``.#``),
@@ -224,14 +224,14 @@ class Edits:
 
     Use as an async context manager (entered, the watches are set: an edit made after that is
     never missed; :attr:`notes` holds the warning of a watch that polls); :meth:`next` -> the set of
-    changed paths; :attr:`seen` counts the groups that came. Leaving it stops the watchers at once
+    changed paths; :meth:`since_last` what changed after it. Leaving it stops the watchers at once
     (their threads see the stop event within :data:`QUIET_MS`)."""
 
     def __init__(self, package: Path, dataset: Path, trees: Iterable[Path] = ()) -> None:
         self.package, self.dataset = package, dataset
         self.trees = sorted({t for t in trees if not _under(t, package)})
         self.notes: list[str] = []
-        self.seen = 0
+        self._since: set[Path] = set()  # what came after the last edit was taken (since_last)
         self._stop = threading.Event()  # watchfiles' thread reads it (is_set)
         self._q: asyncio.Queue[tuple[float, set[Path]]] = asyncio.Queue()  # (loop time it came, paths)
         self._getter: asyncio.Future | None = None
@@ -259,7 +259,7 @@ class Edits:
                     poll_delay_ms=int(POLL_S * 1000),
                 ):
                     if got := _lasting(changes):
-                        self.seen += 1
+                        self._since |= got
                         self._q.put_nowait((loop.time(), got))
                 return
             except Exception as e:  # a name watchfiles cannot decode ended its watch: carry it, watch again
@@ -267,7 +267,7 @@ class Edits:
                 if odd is None or self._stop.is_set():
                     raise
                 if keep(None, str(odd)):
-                    self.seen += 1
+                    self._since.add(odd)
                     self._q.put_nowait((loop.time(), {odd}))
 
     async def __aenter__(self) -> Edits:
@@ -347,7 +347,12 @@ class Edits:
                 gap, last = max(gap, got[0] - last), max(last, got[0])
                 paths |= got[1]
         self._last = last
+        self._since = set()
         return paths
+
+    def since_last(self) -> set[Path]:
+        """The paths that changed after :meth:`next` last returned (they are its next edit too)."""
+        return set(self._since)
 
     async def __aexit__(self, *exc: object) -> None:
         self._stop.set()

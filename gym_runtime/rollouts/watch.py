@@ -28,10 +28,12 @@ The stages are the dry-run's own (:mod:`gym_runtime.rollouts.dryrun`: :func:`pre
    (:mod:`gym_runtime.rollouts.compare`); back to 2. With the built-in stub model as policy, its
    per-prompt counts are reset first, so a row the edit did not touch keeps its figures.
 
-What steps 3 to 5 say (the runtime's progress lines and error blocks included) is held until they
-end (:class:`_Held`): when files changed again meanwhile (:attr:`Edits.seen`), the servers ran a
-tree that was still being written, a failure there belongs to no version of it, so what they said
-is dropped for one line, no rows run, and the next edit (those files) is applied to the quiet tree.
+What steps 4 and 5 (and the restart of step 3) say, the runtime's progress lines and error blocks
+included, is held until they end (:class:`_Held`; the lines naming what restarts are said at
+once): when files that act (step 2) changed again meanwhile (:meth:`Edits.since_last`), the servers
+ran a tree that was still being written and a failure there belongs to no version of it, so what
+they said is dropped for one line, no rows run, and the next edit (those files) is applied to the
+quiet tree.
 
 It runs until cancelled (Ctrl-C, SIGTERM); rebuilds still running are cancelled (nothing of them
 is kept) and the environment is then stopped as after a dry-run.
@@ -129,7 +131,6 @@ async def watch_dry_run(
             try:
                 while True:
                     got = await events.next()
-                    seen = edits.seen
                     if isinstance(got, Rebuilt):
                         t0 = got.edited_at
                         with out.held():
@@ -142,11 +143,11 @@ async def watch_dry_run(
                         _start_rebuilds(rebuilds, edit, dirs, t0, say)
                         with out.held():
                             prep, run = await _apply(rt, req, edit, prep, out)
-                    if edits.seen != seen and (out.lines or run):
+                    late = _acting(rt, edits.since_last(), package, dataset)
+                    if late and (out.lines or run):
                         out.drop(
-                            f"files changed again while this edit was applied ({edits.seen - seen} more "
-                            "change(s)): what its start said is dropped and no rows run; the edit is applied "
-                            "again once the tree is quiet"
+                            f"files changed again while this edit was applied ({late} more): what its start "
+                            "said is dropped and no rows run; the edit is applied again once the tree is quiet"
                         )
                         continue
                     out.flush()
@@ -203,6 +204,20 @@ class _Held:
     def drop(self, instead: str) -> None:
         self.lines = []
         self.say(instead)
+
+    def now(self, msg: str) -> None:
+        """Say ``msg`` at once, held lines or not."""
+        self.say(msg)
+
+
+def _acting(rt: Any, paths: set[Path], package: Path, dataset: Path) -> int:
+    """How many of ``paths`` make an edit that acts (:attr:`Edit.acts`: rows, config, a server)."""
+    if not paths:
+        return 0
+    dirs = _server_dirs(rt)
+    release = rt.env.merged.release
+    types = release.server_types if release else ()
+    return sum(classify([p], package, dataset, dirs, types).acts for p in paths)
 
 
 async def _fresh_samples(env: Any) -> None:
@@ -272,7 +287,7 @@ def _their(names: list[str]) -> str:
     return "its" if len(names) == 1 else "their"
 
 
-async def _swap(rt: Any, done: Rebuilt, say: Callable[[str], None]) -> bool:
+async def _swap(rt: Any, done: Rebuilt, say: _Held) -> bool:
     """Move the instances of a finished rebuild onto their new venv and restart them (with any
     server that had failed: another try); returns whether to run the rows. A failed rebuild is said
     as its error block (an exception that is no :class:`GymRuntimeError` is raised) and changes nothing."""
@@ -299,7 +314,7 @@ async def _swap(rt: Any, done: Rebuilt, say: Callable[[str], None]) -> bool:
         if any(not v.reused for v in done.venvs.values())
         else "found ready (built before from the same inputs)"
     )
-    say(f"venv for {label} {how} in {done.seconds:.1f} s; restarting {', '.join(names)}")
+    say.now(f"venv for {label} {how} in {done.seconds:.1f} s; restarting {', '.join(names)}")
     await venv_swap.reseat(rt.env, done.venvs)
     ok = await _restart(sup, names, say)  # right after the reseat (venv_swap.reseat)
     venv_swap.learn(rt.env)
@@ -316,9 +331,7 @@ async def _restart(sup: Any, names: list[str], say: Callable[[str], None]) -> bo
     return True
 
 
-async def _apply(
-    rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: Callable[[str], None]
-) -> tuple[Prepared, bool]:
+async def _apply(rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: _Held) -> tuple[Prepared, bool]:
     """Bring the running environment and the rows (``prep``) in line with ``edit``; returns the rows
     from now on and whether to run them (not when there is nothing to do, or after an error whose
     block was said). An edit refused (its Ray, its config) changes nothing; rows that cannot be read
@@ -333,7 +346,7 @@ async def _apply(
         watch_ray.check_edited(rt.env, [n for n in rt.env.merged.instances if n in restart])
         if edit.config:
             changed = await reload.remerge(rt.env)
-            say(
+            say.now(
                 "config merged again: "
                 + (f"restarting {', '.join(changed)}" if changed else "no server instance's block changed")
             )
@@ -353,7 +366,7 @@ async def _apply(
             rows = False
     names = [n for n in rt.env.merged.instances if n in restart]
     if names:
-        say(f"restarting {', '.join(names)}")
+        say.now(f"restarting {', '.join(names)}")
         if not await _restart(sup, names, say):
             return prep, False
     return prep, rows

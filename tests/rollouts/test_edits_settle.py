@@ -127,3 +127,23 @@ def test_used_up_inotify_limits_are_named_with_the_setting_and_the_sysctl() -> N
     enospc = exhausted(OSError(28, "No space left on device"))
     assert enospc and "fs.inotify.max_user_watches" in enospc and "sudo sysctl fs.inotify.max_user_watches=" in enospc
     assert exhausted(RuntimeError("Unable to decode path")) is None and exhausted(None) is None
+
+
+def test_since_last_names_what_changed_after_the_last_edit_was_taken(tmp_path: Path) -> None:
+    """What the watch checks once it has applied an edit: files that changed meanwhile."""
+    pkg, rows, server = _tree(tmp_path)
+
+    async def main() -> tuple[set[Path], set[Path], set[Path], set[Path]]:
+        async with Edits(pkg, rows) as edits:
+            (server / "app.py").write_text("V = 2\n")
+            first = await asyncio.wait_for(edits.next(), 30)
+            quiet = edits.since_last()
+            (server / "util.py").write_text("V = 2\n")  # while the edit is applied
+            while not edits.since_last():
+                await asyncio.sleep(0.05)
+            late = edits.since_last()
+            await asyncio.wait_for(edits.next(), 30)
+            return first, quiet, late, edits.since_last()
+
+    first, quiet, late, after = asyncio.run(main())
+    assert first == {server / "app.py"} and quiet == set() and late == {server / "util.py"} and after == set()

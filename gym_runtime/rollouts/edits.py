@@ -19,7 +19,10 @@ its ``index.lock`` (a git command writing the tree; one older than :data:`LOCK_S
 by a git that died and is not waited for), and at most :data:`SETTLE_LIMIT_S` after its first
 group. :meth:`Edits.since_last` gives what changed after the last edit was taken, so the watch can
 tell that the tree changed again while it restarted a server. A file name that is not UTF-8, which ``watchfiles`` refuses to decode, is
-carried as the name ``os.fsdecode`` gives (``surrogateescape``), and the watch goes on.
+carried as the name ``os.fsdecode`` gives (``surrogateescape``), and the watch goes on. Any other
+failure of a watcher (a directory that cannot be watched, at the start or later) is
+:class:`~gym_runtime.errors.StartError` ``GR-START-WATCH-FILES`` naming the directories and the
+system's words.
 
 Editor droppings (``.swp``, ``~``, ``.#``),
 ``__pycache__`` and ``.pyc`` files are left out by ``watchfiles``' default filter (:class:`_Droppings`), and a file
@@ -51,6 +54,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gym_runtime.errors import StartError
 
 QUIET_MS = 100  # a group ends after this long without an event
 MAX_GROUP_MS = 1600  # ... or this long after its first event
@@ -236,6 +241,7 @@ class Edits:
         self._q: asyncio.Queue[tuple[float, set[Path]]] = asyncio.Queue()  # (loop time it came, paths)
         self._getter: asyncio.Future | None = None
         self._tasks: list[asyncio.Task] = []
+        self._specs: list[tuple[tuple[Path, ...], dict[str, Any]]] = []  # each watcher's paths, options
         self._last = float("-inf")  # when the last group of the previous edit came
         self._git: list[Path] = []
 
@@ -278,6 +284,7 @@ class Edits:
             ((self.package, *self.trees), {}),
             ((self.dataset.parent,), {"recursive": False, "only": self.dataset}),
         ]
+        self._specs = specs
         self._tasks = [asyncio.create_task(self._pump(*paths, **kw)) for paths, kw in specs]
         # One turn of the loop runs each task up to its first wait, and awatch sets its inotify watches
         # (RustNotify) before that wait: from here on no edit is missed, however busy the host.
@@ -294,12 +301,33 @@ class Edits:
                 polled = True
         if polled:
             await asyncio.sleep(0)
+        for i, t in enumerate(self._tasks):
+            if t.done():
+                await self.__aexit__()
+                raise self._failed(i)
         return self
+
+    def _failed(self, i: int) -> StartError:
+        """``GR-START-WATCH-FILES`` for the watcher ``i`` that ended (module doc)."""
+        from gym_runtime.rollouts.watch_limits import exhausted
+
+        t = self._tasks[i]
+        exc = None if t.cancelled() else t.exception()
+        exc = _alone(exc) if exc is not None else None
+        where = ", ".join(str(p) for p in self._specs[i][0])
+        return StartError(
+            f"dry-run --watch cannot watch {where} for edits: "
+            + (f"{type(exc).__name__}: {exc}" if exc is not None else "the file watcher stopped"),
+            code="GR-START-WATCH-FILES",
+            hint=(exhausted(exc) if exc is not None else None)
+            or "check that each directory exists and can be read, then start the watch again",
+            extra={"stage": "watch"},
+        )
 
     async def _take(self, timeout: float | None) -> tuple[float, set[Path]] | None:
         """The next group with the loop time it came, or ``None`` after ``timeout`` seconds. A wait
         that times out is kept for the next call (a dropped one could take a group and lose it).
-        Raises the error of a watcher that ended (a directory that cannot be watched)."""
+        Raises :class:`StartError` ``GR-START-WATCH-FILES`` for a watcher that ended."""
         if self._getter is None:
             if not self._q.empty():
                 return self._q.get_nowait()
@@ -308,9 +336,9 @@ class Edits:
         if self._getter in done:
             got, self._getter = self._getter.result(), None
             return got
-        for t in done:  # a watcher failed (its error) or ended
-            exc = None if t.cancelled() else t.exception()
-            raise RuntimeError("the file watcher stopped") if exc is None else _alone(exc)
+        for i, t in enumerate(self._tasks):
+            if t in done:  # a watcher failed or ended
+                raise self._failed(i)
         return None
 
     def _locked(self) -> bool:
@@ -324,8 +352,8 @@ class Edits:
         return False
 
     async def next(self) -> set[Path]:
-        """The paths of the next edit, once the tree is quiet (module doc). Raises the error of a
-        watcher that ended (a directory that cannot be watched)."""
+        """The paths of the next edit, once the tree is quiet (module doc). Raises :class:`StartError`
+        ``GR-START-WATCH-FILES`` for a watcher that ended (a directory that cannot be watched)."""
         loop = asyncio.get_running_loop()
         called = loop.time()
         first = await self._take(None)

@@ -12,6 +12,9 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
+from gym_runtime.errors import StartError
 from gym_runtime.rollouts.edits import Edits, _rust_debug_bytes
 from gym_runtime.rollouts.watch_limits import exhausted
 
@@ -147,3 +150,18 @@ def test_since_last_names_what_changed_after_the_last_edit_was_taken(tmp_path: P
 
     first, quiet, late, after = asyncio.run(main())
     assert first == {server / "app.py"} and quiet == set() and late == {server / "util.py"} and after == set()
+
+
+def test_a_tree_that_cannot_be_watched_is_an_error_block_before_the_watch_says_it_watches(tmp_path: Path) -> None:
+    pkg, rows, _server = _tree(tmp_path)
+    gone = (tmp_path / "servers" / "gone").resolve()  # a built-in tree removed since the start
+
+    async def main() -> None:
+        async with Edits(pkg, rows, [gone]):
+            raise AssertionError("entered")
+
+    with pytest.raises(StartError) as ei:
+        asyncio.run(main())
+    assert ei.value.code == "GR-START-WATCH-FILES" and ei.value.exit_code == 3
+    assert f"cannot watch {pkg}, {gone} for edits: FileNotFoundError" in ei.value.message, ei.value.message
+    assert "exists and can be read" in ei.value.hint

@@ -146,7 +146,7 @@ async def watch_dry_run(
                     late = _acting(rt, edits.since_last(), package, dataset)
                     if late and (out.lines or run):
                         out.drop(
-                            f"files changed again while this edit was applied ({late} more): what its start "
+                            f"{late} file(s) changed again while this edit was applied: what its start "
                             "said is dropped and no rows run; the edit is applied again once the tree is quiet"
                         )
                         continue

@@ -6,8 +6,9 @@ The stages are the dry-run's own (:mod:`gym_runtime.rollouts.dryrun`: :func:`pre
 
 1. check the package, config and rows; start the environment (``keep_going``: a server that fails
    for good leaves the others up); run the rows; show the table;
-2. wait for an edit (:class:`gym_runtime.rollouts.edits.Edits`, inotify, debounced) and sort it
-   (:func:`gym_runtime.rollouts.edits.classify`), or for a venv rebuild to end (step 3);
+2. wait for an edit (:class:`gym_runtime.rollouts.edits.Edits`, inotify, debounced until the tree
+   is quiet) and sort it (:func:`gym_runtime.rollouts.edits.classify`), or for a venv rebuild to end
+   (step 3);
 3. an edit of a server directory's install file (``requirements.txt``, ``pyproject.toml``,
    ``overrides.txt``) starts a rebuild of that directory's venv in the background
    (:class:`gym_runtime.rollouts.rebuild.Rebuilds`): the servers keep serving on their current
@@ -27,6 +28,13 @@ The stages are the dry-run's own (:mod:`gym_runtime.rollouts.dryrun`: :func:`pre
    (:mod:`gym_runtime.rollouts.compare`); back to 2. With the built-in stub model as policy, its
    per-prompt counts are reset first, so a row the edit did not touch keeps its figures.
 
+What steps 4 and 5 (and the restart of step 3) say, the runtime's progress lines and error blocks
+included, is held until they end (:class:`_Held`; the lines naming what restarts are said at
+once): when files that act (step 2) changed again meanwhile (:meth:`Edits.since_last`), the servers
+ran a tree that was still being written and a failure there belongs to no version of it, so what
+they said is dropped for one line, no rows run, and the next edit (those files) is applied to the
+quiet tree.
+
 It runs until cancelled (Ctrl-C, SIGTERM); rebuilds still running are cancelled (nothing of them
 is kept) and the environment is then stopped as after a dry-run.
 """
@@ -37,7 +45,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -101,7 +109,8 @@ async def watch_dry_run(
     prep = _prepared(req)
     for note in prep.notes:
         say(f"note: {note}")
-    rt = make_runtime(req, say, offers_tools(prep.rows))
+    out = _Held(say)
+    rt = make_runtime(req, out, offers_tools(prep.rows))
     try:
         ready = await rt.start()
         package, dataset = Path(req.package).resolve(), Path(req.dataset).resolve()
@@ -114,6 +123,8 @@ async def watch_dry_run(
                 if edits.trees
                 else ""
             )
+            for note in edits.notes:
+                say(note)
             say(f"watching {package}{built_in} and {dataset} for edits (Ctrl-C stops)")
             rebuilds = Rebuilds(rt.env)
             events = _Events(edits, rebuilds)
@@ -122,14 +133,24 @@ async def watch_dry_run(
                     got = await events.next()
                     if isinstance(got, Rebuilt):
                         t0 = got.edited_at
-                        run = await _swap(rt, got, say)
+                        with out.held():
+                            run = await _swap(rt, got, out)
                     else:
                         t0 = time.perf_counter()
                         dirs = _server_dirs(rt)
                         release = rt.env.merged.release
                         edit = classify(got, package, dataset, dirs, release.server_types if release else ())
                         _start_rebuilds(rebuilds, edit, dirs, t0, say)
-                        prep, run = await _apply(rt, req, edit, prep, say)
+                        with out.held():
+                            prep, run = await _apply(rt, req, edit, prep, out)
+                    late = _acting(rt, edits.since_last(), package, dataset)
+                    if late and (out.lines or run):
+                        out.drop(
+                            f"{late} file(s) changed again while this edit was applied: what its start "
+                            "said is dropped and no rows run; the edit is applied again once the tree is quiet"
+                        )
+                        continue
+                    out.flush()
                     if not run:
                         continue
                     await _fresh_samples(rt.env)
@@ -146,6 +167,57 @@ async def watch_dry_run(
                 await rebuilds.close()
     finally:
         await rt.stop()
+
+
+class _Held:
+    """``say`` that holds its lines inside :meth:`held` until :meth:`flush` says them or
+    :meth:`drop` replaces them by one line (module doc); outside, lines are said at once."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.lines: list[str] = []
+        self._holding = False
+
+    def __call__(self, msg: str) -> None:
+        if self._holding:
+            self.lines.append(msg)
+        else:
+            self.say(msg)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the lines said inside; an error raised inside says them first (nothing is lost)."""
+        self._holding = True
+        try:
+            yield
+        except BaseException:
+            self.flush()
+            raise
+        finally:
+            self._holding = False
+
+    def flush(self) -> None:
+        lines, self.lines = self.lines, []
+        for line in lines:
+            self.say(line)
+
+    def drop(self, instead: str) -> None:
+        self.lines = []
+        self.say(instead)
+
+    def now(self, msg: str) -> None:
+        """Say ``msg`` at once, held lines or not."""
+        self.say(msg)
+
+
+def _acting(rt: Any, paths: set[Path], package: Path, dataset: Path) -> int:
+    """How many of ``paths`` make an edit that acts (:attr:`Edit.acts`: rows, config, a server)."""
+    if not paths:
+        return 0
+    dirs = _server_dirs(rt)
+    release = rt.env.merged.release
+    types = release.server_types if release else ()
+    return sum(classify([p], package, dataset, dirs, types).acts for p in paths)
 
 
 async def _fresh_samples(env: Any) -> None:
@@ -215,7 +287,7 @@ def _their(names: list[str]) -> str:
     return "its" if len(names) == 1 else "their"
 
 
-async def _swap(rt: Any, done: Rebuilt, say: Callable[[str], None]) -> bool:
+async def _swap(rt: Any, done: Rebuilt, say: _Held) -> bool:
     """Move the instances of a finished rebuild onto their new venv and restart them (with any
     server that had failed: another try); returns whether to run the rows. A failed rebuild is said
     as its error block (an exception that is no :class:`GymRuntimeError` is raised) and changes nothing."""
@@ -242,7 +314,7 @@ async def _swap(rt: Any, done: Rebuilt, say: Callable[[str], None]) -> bool:
         if any(not v.reused for v in done.venvs.values())
         else "found ready (built before from the same inputs)"
     )
-    say(f"venv for {label} {how} in {done.seconds:.1f} s; restarting {', '.join(names)}")
+    say.now(f"venv for {label} {how} in {done.seconds:.1f} s; restarting {', '.join(names)}")
     await venv_swap.reseat(rt.env, done.venvs)
     ok = await _restart(sup, names, say)  # right after the reseat (venv_swap.reseat)
     venv_swap.learn(rt.env)
@@ -259,9 +331,7 @@ async def _restart(sup: Any, names: list[str], say: Callable[[str], None]) -> bo
     return True
 
 
-async def _apply(
-    rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: Callable[[str], None]
-) -> tuple[Prepared, bool]:
+async def _apply(rt: Any, req: DryRunRequest, edit: Edit, prep: Prepared, say: _Held) -> tuple[Prepared, bool]:
     """Bring the running environment and the rows (``prep``) in line with ``edit``; returns the rows
     from now on and whether to run them (not when there is nothing to do, or after an error whose
     block was said). An edit refused (its Ray, its config) changes nothing; rows that cannot be read
@@ -276,7 +346,7 @@ async def _apply(
         watch_ray.check_edited(rt.env, [n for n in rt.env.merged.instances if n in restart])
         if edit.config:
             changed = await reload.remerge(rt.env)
-            say(
+            say.now(
                 "config merged again: "
                 + (f"restarting {', '.join(changed)}" if changed else "no server instance's block changed")
             )
@@ -296,7 +366,7 @@ async def _apply(
             rows = False
     names = [n for n in rt.env.merged.instances if n in restart]
     if names:
-        say(f"restarting {', '.join(names)}")
+        say.now(f"restarting {', '.join(names)}")
         if not await _restart(sup, names, say):
             return prep, False
     return prep, rows

@@ -73,10 +73,20 @@ def has_module(venv: Path, module: str) -> bool:
 
 
 class WatchRun:
-    """``dry-run PKG --dataset ROWS --watch ARGS`` in its own session; ``env`` added to the caller's."""
+    """``dry-run PKG --dataset ROWS --watch ARGS`` in its own session; ``env`` added to the caller's;
+    ``prefix``: a command the watch's command line is given to (it runs it: ``unshare ...``)."""
 
-    def __init__(self, pkg: Path, rows: Path, work: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        pkg: Path,
+        rows: Path,
+        work: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
+    ) -> None:
         argv = [
+            *(prefix or []),
             sys.executable,
             "-m",
             "gym_runtime.cli.main",

@@ -118,7 +118,7 @@ def test_editor_droppings_and_files_made_and_removed_within_a_save_are_no_edit(t
             got = await asyncio.wait_for(edits.next(), 30)
             await asyncio.sleep(0.5)  # anything left over comes in a later group
             while not edits._q.empty():
-                got |= edits._q.get_nowait()
+                got |= edits._q.get_nowait()[1]
             return got
 
     assert asyncio.run(main()) == {app}

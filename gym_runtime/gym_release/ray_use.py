@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gym_runtime.errors import BuildError
+from gym_runtime.gym_release.base import GymRelease
 from gym_runtime.gym_release.sdk_index import index_for
 from gym_runtime.package.ray_imports import Reach, ray_import
 from gym_runtime.package.server_class import ray_declaration
@@ -73,8 +74,6 @@ def ray_use(
     declared = decl.value if decl.declared else None
     reach = None
     if release is None:  # no profile (a config built without one): the oldest line's rule
-        from gym_runtime.gym_release.base import GymRelease
-
         uses = gym_would = declared is True or sdk
         line = GymRelease.line
     else:

@@ -29,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gym_runtime.gym_release.choose import vendored_sdk
 from gym_runtime.package.server_class import ray_enabled_stmt
 
 if TYPE_CHECKING:
@@ -265,8 +266,6 @@ def index_for(release: GymRelease, package: Package | None) -> tuple[SdkIndex | 
     """The index to check ``package``'s trees against, and where it comes from: the vendored
     ``nemo_gym`` wheel the release was chosen from, else the committed index of the release
     (``(None, why)`` when there is none)."""
-    from gym_runtime.gym_release.choose import vendored_sdk
-
     wheel = vendored_sdk(package) if package is not None else None
     if wheel is not None:
         try:

@@ -28,6 +28,8 @@ from packaging.version import Version
 from gym_runtime.config import MergedConfig, ServerInstance
 from gym_runtime.errors import BuildError
 from gym_runtime.gym_release import GymRelease
+from gym_runtime.gym_release.imports import raise_on_missing
+from gym_runtime.gym_release.ray_use import ray_users
 from gym_runtime.package.wheels import metadata_mismatches, wheel_dist_info
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs.digest import HashCache, plan_digest, tree_digest
@@ -225,9 +227,6 @@ def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | No
     (interpreter not found, case C17), ``GR-BUILD-INSTALL-FILE``, and the preflight checks of
     :mod:`gym_runtime.venvs.preflight` (cases C10, C11, C16, two vendored versions).
     """
-    from gym_runtime.gym_release.imports import raise_on_missing
-    from gym_runtime.gym_release.ray_use import ray_users
-
     cache = HashCache(settings.venv_dir / ".cache" / "sha256.json")
     uv_env = make_env(settings.environ, settings.uv_cache_dir)
     plans: dict[str, VenvPlan] = {}

@@ -47,17 +47,18 @@ from gym_runtime.config.instances import (
 from gym_runtime.config.compose import compose
 from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources
 from gym_runtime.config.null_fields import null_field_problems
+from gym_runtime.config.ray_enabled import ray_enabled_keys
 from gym_runtime.config.refs import ServerRef, check_refs, literal_only
 from gym_runtime.config.resolve import resolve_config
 from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map, url_credential_warnings
 from gym_runtime.config.yaml_booleans import data_file_warnings, yaml_boolean_warnings
 from gym_runtime.config.types import apply_known_types
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
-from gym_runtime.gym_release import GymRelease
-from gym_runtime.gym_release.ray_use import ray_enabled_keys
+from gym_runtime.gym_release import GymRelease, choose_release
 from gym_runtime.task_sandboxes.approval import config_problems as task_image_problems
 from gym_runtime.package import Package
 from gym_runtime.package.layout import find_server_dirs
+from gym_runtime.settings import builtin_servers_dir, load_settings
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,6 @@ def build_config(
     ``job_config``: ``(data, label)``, the job's global config layer (a sandboxed host's,
     :mod:`gym_runtime.host.global_config`), merged above the files and beneath the overrides.
     """
-    from gym_runtime.gym_release import choose_release
-    from gym_runtime.settings import builtin_servers_dir, load_settings
-
     settings = load_settings()
     release = release or choose_release(package, settings)
 

@@ -17,8 +17,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from gym_runtime.errors import UserError, Violation
-from gym_runtime.gym_release.releases import KnownRelease, known_release
+from gym_runtime.errors import SettingsError, UserError, Violation
+from gym_runtime.gym_release.lines import release_for
+from gym_runtime.gym_release.releases import CURRENT, KnownRelease, known_release
 
 if TYPE_CHECKING:
     from gym_runtime.gym_release.base import GymRelease
@@ -74,9 +75,6 @@ def choose_release(package: Package | None, settings: RuntimeSettings) -> GymRel
     Raises :class:`SdkSkewError` when a vendored ``nemo_gym`` wheel and an explicit pin disagree,
     and :class:`~gym_runtime.errors.SettingsError` for a pin that is not a version.
     """
-    from gym_runtime.errors import SettingsError
-    from gym_runtime.gym_release import release_for
-
     pin, origin = settings.pins.get("nemo-gym"), settings.pin_origins.get("nemo-gym", "")
     wheel = vendored_sdk(package) if package is not None else None
     if wheel is not None:
@@ -93,8 +91,6 @@ def choose_release(package: Package | None, settings: RuntimeSettings) -> GymRel
             )
         return release_for(wheel.version, rel, wheel_metadata(wheel))
     if not pin:
-        from gym_runtime.gym_release.releases import CURRENT
-
         return release_for(CURRENT, "the runtime's default")
     try:
         version = Version(pin)

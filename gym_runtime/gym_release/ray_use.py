@@ -10,9 +10,8 @@ some server uses Ray (:mod:`gym_runtime.ray_target`), and servers that do not ar
 ``full`` isolation.
 
 gym-runtime's own ``ray_enabled`` key in a server's config block is gone: the class declares it
-(NeMo Gym 0.7.0), and the key would only reach the server's config, where a model with
-``extra="forbid"`` (0.7.0's environment servers) refuses it. A config that still sets one gets
-the warning ``GR-CONFIG-RAY-ENABLED`` saying what to do instead.
+(NeMo Gym 0.7.0); a config that still sets one gets the warning ``GR-CONFIG-RAY-ENABLED``
+(:mod:`gym_runtime.config.ray_enabled`).
 """
 
 from __future__ import annotations
@@ -21,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gym_runtime.errors import BuildError, Violation
+from gym_runtime.errors import BuildError
+from gym_runtime.gym_release.base import GymRelease
 from gym_runtime.gym_release.sdk_index import index_for
 from gym_runtime.package.ray_imports import Reach, ray_import
 from gym_runtime.package.server_class import ray_declaration
 
 if TYPE_CHECKING:
     from gym_runtime.config import MergedConfig, ServerInstance
-    from gym_runtime.config.merge import Sources
 
 
 @dataclass(frozen=True)
@@ -75,8 +74,6 @@ def ray_use(
     declared = decl.value if decl.declared else None
     reach = None
     if release is None:  # no profile (a config built without one): the oldest line's rule
-        from gym_runtime.gym_release.base import GymRelease
-
         uses = gym_would = declared is True or sdk
         line = GymRelease.line
     else:
@@ -127,28 +124,6 @@ def ray_users(
     return {
         name: ray_use(inst, merged, (sdk or {}).get(name), index, undeclared) for name, inst in merged.instances.items()
     }
-
-
-def ray_enabled_keys(instances: dict[str, ServerInstance], sources: Sources) -> list[Violation]:
-    """A ``GR-CONFIG-RAY-ENABLED`` warning for each server block that sets ``ray_enabled`` (module doc)."""
-    out = []
-    for name, inst in instances.items():
-        if "ray_enabled" not in inst.config:
-            continue
-        key = f"{name}.{inst.server_type}.{inst.implementation}.ray_enabled"
-        out.append(
-            Violation(
-                "GR-CONFIG-RAY-ENABLED",
-                "gym-runtime does not read ray_enabled from a server's config: the server's "
-                "class declares whether it uses Ray; the key only reaches the server's config, where a config model "
-                'with extra="forbid" refuses it',
-                file=sources.of(key),
-                key=key,
-                hint="remove the key and declare `ray_enabled = True` (or False) on the server class whose "
-                "run_webserver() the entrypoint calls, as NeMo Gym 0.7 servers do",
-            )
-        )
-    return out
 
 
 def release_line(merged: MergedConfig) -> str:

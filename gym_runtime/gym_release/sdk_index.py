@@ -29,6 +29,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gym_runtime.gym_release.choose import vendored_sdk
+from gym_runtime.package.server_class import ray_enabled_stmt
+
 if TYPE_CHECKING:
     from gym_runtime.gym_release.base import GymRelease
     from gym_runtime.package import Package
@@ -103,26 +106,6 @@ def _resolve(module: str, is_package: bool, level: int, target: str | None) -> s
     parts = module.split(".") if is_package else module.split(".")[:-1]
     base = parts[: len(parts) - (level - 1)] if level > 1 else parts
     return ".".join([*base, *([target] if target else [])])
-
-
-def ray_enabled_stmt(node: ast.ClassDef) -> ast.Assign | ast.AnnAssign | None:
-    """The statement ``ray_enabled = <True|False|None>`` (plain or annotated) in a class body, or
-    None when the class declares no literal value (how NeMo Gym 0.7.0's ``BaseServer`` subclasses
-    say whether they use Ray)."""
-    for stmt in node.body:
-        target, value = None, None
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-            target, value = stmt.targets[0], stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            target, value = stmt.target, stmt.value
-        if (
-            isinstance(target, ast.Name)
-            and target.id == "ray_enabled"
-            and isinstance(value, ast.Constant)
-            and value.value in (True, False, None)
-        ):
-            return stmt
-    return None
 
 
 @dataclass
@@ -283,8 +266,6 @@ def index_for(release: GymRelease, package: Package | None) -> tuple[SdkIndex | 
     """The index to check ``package``'s trees against, and where it comes from: the vendored
     ``nemo_gym`` wheel the release was chosen from, else the committed index of the release
     (``(None, why)`` when there is none)."""
-    from gym_runtime.gym_release.choose import vendored_sdk
-
     wheel = vendored_sdk(package) if package is not None else None
     if wheel is not None:
         try:

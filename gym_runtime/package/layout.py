@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gym_runtime.errors import Violation
-from gym_runtime.gym_release import known_server_types
 
-SERVER_TYPES = known_server_types()
+# Every server type of every Gym release line the runtime knows, oldest line's first (the union of
+# the profiles' `server_types`, `gym_runtime.gym_release.known_server_types()`; a test holds them equal).
+SERVER_TYPES = ("responses_api_models", "responses_api_agents", "resources_servers", "environment_servers")
 INSTALL_FILES = ("requirements.txt", "pyproject.toml")
 _SKIP_DIRS = {".git", ".venv", "__pycache__", ".gym-runtime"}
 

@@ -40,11 +40,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gym_runtime.gym_release.sdk_index import ray_enabled_stmt
-
 MAX_FILE_BYTES = 4 << 20
 MAX_DEPTH = 12
 SDK = "nemo_gym"
+
+
+def ray_enabled_stmt(node: ast.ClassDef) -> ast.Assign | ast.AnnAssign | None:
+    """The statement ``ray_enabled = <True|False|None>`` (plain or annotated) in a class body, or
+    None when the class declares no literal value (how NeMo Gym 0.7.0's ``BaseServer`` subclasses
+    say whether they use Ray)."""
+    for stmt in node.body:
+        target, value = None, None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            target, value = stmt.target, stmt.value
+        if (
+            isinstance(target, ast.Name)
+            and target.id == "ray_enabled"
+            and isinstance(value, ast.Constant)
+            and value.value in (True, False, None)
+        ):
+            return stmt
+    return None
 
 
 @dataclass(frozen=True)

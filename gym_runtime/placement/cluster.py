@@ -124,12 +124,11 @@ def _asks(options: dict[str, Any]) -> dict[str, float]:
 
 def code_env() -> dict[str, Any]:
     """The job's ``runtime_env``: the runtime's own modules (module doc), no usage stats."""
-    import gym_runtime
     import sandbox
 
     from gym_runtime.settings import builtin_servers_dir
 
-    roots = [Path(gym_runtime.__file__).parent, Path(sandbox.__file__).parent]
+    roots = [Path(__file__).parents[1], Path(sandbox.__file__).parent]  # gym_runtime/, sandbox/
     if builtin_servers_dir().is_dir():
         roots.append(builtin_servers_dir())
     return {"py_modules": [str(r) for r in roots], "env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}}

@@ -13,6 +13,8 @@ import asyncio
 import re
 from typing import Any
 
+from gym_runtime.errors import StartError
+
 # a ping every 0.5 s, each given 1.5 s: a node that stops answering is declared lost within 4 s
 HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, HEARTBEAT_MISSES = 0.5, 1.5, 2
 
@@ -87,3 +89,17 @@ def dead_node(error: BaseException) -> str | None:
     its node has died. Node Id: <hex>``), or None (another cause, or no node named)."""
     found = re.search(r"node has died\. Node Id: ([0-9a-f]{16,})", str(error))
     return found.group(1) if found else None
+
+
+def node_error(name: str, node: str | None, err: dict[str, Any]) -> StartError:
+    """A node's error (``GymRuntimeError.to_dict()``) as a :class:`StartError` naming the server
+    and the node; its code stays (e.g. ``GR-BUILD-PYTHON``), violations go into the cause."""
+    lines = [v["message"] for v in err.get("violations", [])] + ([err["cause"]] if err.get("cause") else [])
+    cause = "\n".join(lines)
+    return StartError(
+        f"server {name!r} on node {node}: {err['message']}",
+        code=err["code"],
+        cause=cause or None,
+        hint=err.get("hint"),
+        log=err.get("log"),
+    )

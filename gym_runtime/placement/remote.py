@@ -34,37 +34,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gym_runtime.errors import StartError
 from gym_runtime.placement.addresses import ReplicaAddress
 from gym_runtime.placement.cluster import RayCluster
-from gym_runtime.placement.liveness import HEARTBEAT_TIMEOUT_S, dead_node, lost_errors, ray_call, while_alive
+from gym_runtime.placement.liveness import (
+    HEARTBEAT_TIMEOUT_S,
+    dead_node,
+    lost_errors,
+    node_error,
+    ray_call,
+    while_alive,
+)
+from gym_runtime.placement.remote_process import RemoteProcess
 from gym_runtime.placement.replica import ReplicaJob, ServerReplica
 from gym_runtime.supervise.member import NODE_LOST
-
-if TYPE_CHECKING:
-    from gym_runtime.placement.remote_process import RemoteProcess
 
 LOST = NODE_LOST
 PLACE_TIMEOUT_S = 180.0
 ROOM_CHECK_S = 5.0  # a replica Ray has not placed by then gets its reason said (ReplicaLauncher._node_for)
 VERDICT_WAIT_S = 6.0  # how long a request cut on a replica waits for the loss to be declared (> 4 s)
 PROGRESS_S = 0.5
-
-
-def node_error(name: str, node: str | None, err: dict[str, Any]) -> StartError:
-    """A node's error (``GymRuntimeError.to_dict()``) as a :class:`StartError` naming the server
-    and the node; its code stays (e.g. ``GR-BUILD-PYTHON``), violations go into the cause."""
-    lines = [v["message"] for v in err.get("violations", [])] + ([err["cause"]] if err.get("cause") else [])
-    cause = "\n".join(lines)
-    return StartError(
-        f"server {name!r} on node {node}: {err['message']}",
-        code=err["code"],
-        cause=cause or None,
-        hint=err.get("hint"),
-        log=err.get("log"),
-    )
 
 
 class PackageShipper:
@@ -314,8 +305,6 @@ class ReplicaLauncher:
     def spawn(self, spec: Any) -> RemoteProcess:
         """Start the replica (placing it first when it has no live actor); returns at once.
         ``spec.stdout_fd``: where its log lines go (the supervisor's pipe)."""
-        from gym_runtime.placement.remote_process import RemoteProcess
-
         return RemoteProcess(self, spec.stdout_fd)
 
     def forget(self, lost: bool = False) -> None:

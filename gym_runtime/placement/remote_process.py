@@ -11,23 +11,22 @@ import asyncio
 import contextlib
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sandbox import ExitInfo
 from sandbox.elsewhere import ElsewhereExit
 
 from gym_runtime.errors import StartError
-from gym_runtime.placement.liveness import lost_errors, ray_call, while_alive
-from gym_runtime.placement.remote import LOST, node_error
-
-if TYPE_CHECKING:
-    from gym_runtime.placement.remote import ReplicaLauncher
+from gym_runtime.placement.liveness import lost_errors, node_error, ray_call, while_alive
+from gym_runtime.supervise.member import NODE_LOST
 
 
 class RemoteProcess(ElsewhereExit):
     """A server replica running on a Ray node, as the supervisor sees it (module doc)."""
 
-    def __init__(self, launcher: ReplicaLauncher, log_fd: int | None) -> None:
+    def __init__(self, launcher: Any, log_fd: int | None) -> None:
+        """``launcher``: the :class:`~gym_runtime.placement.remote.ReplicaLauncher` that spawns it;
+        ``log_fd``: where the replica's log lines go (duplicated here)."""
         super().__init__()
         self.launcher = launcher
         self.name = launcher.job.name
@@ -88,7 +87,7 @@ class RemoteProcess(ElsewhereExit):
             self._end(res["returncode"], self._reason or res["reason"], self._detail or res["detail"])
         except lost as e:
             node, node_id = lz.node, lz.node_id
-            self._end(-1, LOST, f"node {node} was lost: {type(e).__name__}")
+            self._end(-1, NODE_LOST, f"node {node} was lost: {type(e).__name__}")
             lz.lost(node, node_id)
         except StartError as e:
             self._end(-1, "start-failed", e.message)
@@ -107,7 +106,7 @@ class RemoteProcess(ElsewhereExit):
             self.launcher.ended_at = time.monotonic()
         return ended
 
-    async def _watch(self, lz: ReplicaLauncher) -> dict[str, Any]:
+    async def _watch(self, lz: Any) -> dict[str, Any]:
         """The exit of the server, or :class:`NodeLost`, whichever comes first; log lines are
         copied meanwhile."""
         logs = asyncio.ensure_future(self._pump_logs())

@@ -117,3 +117,14 @@ class Member:
             "wedged": self.wedged,
             "log_file": str(self.log.path),
         }
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened: ``kind`` plus the member name, the process handle it concerns
+    (stale events about an earlier process are ignored) and a payload."""
+
+    kind: str
+    name: str = ""
+    proc: Any = None
+    data: Any = None

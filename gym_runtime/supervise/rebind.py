@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from gym_runtime.errors import StartError
-from gym_runtime.supervise.member import STARTING, STOPPING, Member
+from gym_runtime.supervise.member import STARTING, STOPPING, Event, Member
 from gym_runtime.supervise.ports import check_free
 
 MAX_REBINDS = 3  # per member: a port lost again and again is reported as the crash it causes
@@ -50,7 +50,7 @@ def handle_bind_race(sup: Any, m: Member) -> bool:
     for other in sup.members.values():
         if other is not m and other.kind == "server" and other.proc is not None and other.proc.poll() is None:
             respawn(sup, other)
-    sup.post(_spawn_event(m.name))
+    sup.post(Event("spawn", m.name))
     return True
 
 
@@ -70,11 +70,5 @@ def respawn_after_exit(sup: Any, m: Member) -> bool:
     m.respawn = False
     if not sup._stop_started:
         m.status = STARTING
-        sup.post(_spawn_event(m.name))
+        sup.post(Event("spawn", m.name))
     return True
-
-
-def _spawn_event(name: str) -> Any:
-    from gym_runtime.supervise.supervisor import Event
-
-    return Event("spawn", name)

@@ -26,7 +26,7 @@ from typing import Any
 from gym_runtime.config import MergedConfig
 from gym_runtime.errors import ConfigError
 from gym_runtime.supervise import policy as job_policy
-from gym_runtime.supervise.member import FAILED, READY, RESTARTING, STARTING, STOPPING
+from gym_runtime.supervise.member import FAILED, READY, RESTARTING, STARTING, STOPPING, Event
 from gym_runtime.supervise.rebind import respawn
 
 
@@ -45,8 +45,6 @@ async def restart(sup: Any, names: list[str]) -> dict[str, str | None]:
             respawn(sup, m)
         else:
             m.status, m.error = STARTING, None
-            from gym_runtime.supervise.supervisor import Event
-
             sup.post(Event("spawn", name))
     await sup.until(lambda: all(sup.members[n].status in (READY, FAILED) for n in names))
     if sup.state == "failed" and all(m.status == READY for m in sup.members.values()):

@@ -43,6 +43,7 @@ from gym_runtime.supervise.member import (
     STARTING,
     STOPPED,
     STOPPING,
+    Event,
     Member,
 )
 from gym_runtime.supervise.orphans import group_empty, reap_orphans
@@ -51,17 +52,6 @@ from gym_runtime.supervise.shutdown import stop_group
 from gym_runtime.supervise.options import SuperviseOptions
 
 log = logging.getLogger("gym_runtime.supervise")
-
-
-@dataclass(frozen=True)
-class Event:
-    """One thing that happened: ``kind`` plus the member name, the process handle it concerns
-    (stale events about an earlier process are ignored) and a payload."""
-
-    kind: str
-    name: str = ""
-    proc: Any = None
-    data: Any = None
 
 
 class Supervisor:

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from gym_runtime.supervise import readiness
-from gym_runtime.supervise.member import READY, Member
+from gym_runtime.supervise.member import READY, Event, Member
 
 WEDGED = "wedged"
 
@@ -32,8 +32,6 @@ def watched(m: Member) -> bool:
 
 async def watch(sup: Any, m: Member, proc: Any) -> None:
     """Probe ``m`` while ``proc`` is its ready process; post ``wedged`` after too many misses."""
-    from gym_runtime.supervise.supervisor import Event
-
     opts = sup.options
     misses, reason = 0, None
     while True:

@@ -33,24 +33,10 @@ from typing import Any
 
 from gym_runtime.task_sandboxes.owners import ProcessEnds
 from gym_runtime.task_sandboxes.settings import TaskSandboxSettings
+from gym_runtime.task_sandboxes.spec import TaskSandboxError, _bad, box_request
 
 log = logging.getLogger("gym_runtime.task_sandboxes")
 WATCH_EVERY_S = 1.0
-
-
-class TaskSandboxError(Exception):
-    """One failure of a task-sandbox request: ``code`` (``GR-SANDBOX-TASK-*``), ``status`` (HTTP),
-    ``message`` (names the server, the sandbox or the image) and ``hint``."""
-
-    def __init__(self, code: str, message: str, status: int = 400, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.status, self.hint = code, message, status, hint
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {"code": self.code, "message": self.message}
-        if self.hint:
-            out["hint"] = self.hint
-        return {"error": out}
 
 
 @dataclass
@@ -193,8 +179,6 @@ class TaskSandboxService:
         """Make a box for ``owner`` from a ``SandboxSpec``-shaped mapping (``image``, ``ttl_s``,
         ``workdir``, ``env``, ``resources``, ``ports``; NeMo Gym 0.7.0
         ``nemo_gym/sandbox/providers/base.py``). Raises :class:`TaskSandboxError`."""
-        from gym_runtime.task_sandboxes.spec import box_request
-
         if self._closed:
             raise TaskSandboxError("GR-SANDBOX-TASK-FAILED", "the daemon is stopping", 503)
         if isinstance(self.support, str):
@@ -293,8 +277,6 @@ class TaskSandboxService:
     async def endpoint(self, rec: BoxRecord, port: int) -> str:
         """A URL the servers reach for service ``port`` the box declared (``SandboxSpec.ports``): a
         forward into the box (NeMo Gym 0.7.0 ``SupportsSandboxEndpoint``). Raises GR-SANDBOX-TASK-SPEC."""
-        from gym_runtime.task_sandboxes.spec import _bad
-
         if port not in rec.ports:
             raise _bad(
                 rec.owner,

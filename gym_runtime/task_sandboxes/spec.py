@@ -19,6 +19,21 @@ from gym_runtime.task_sandboxes.settings import TaskSandboxSettings
 MAX_ENV_BYTES = 256 << 10
 
 
+class TaskSandboxError(Exception):
+    """One failure of a task-sandbox request: ``code`` (``GR-SANDBOX-TASK-*``), ``status`` (HTTP),
+    ``message`` (names the server, the sandbox or the image) and ``hint``."""
+
+    def __init__(self, code: str, message: str, status: int = 400, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.status, self.hint = code, message, status, hint
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"code": self.code, "message": self.message}
+        if self.hint:
+            out["hint"] = self.hint
+        return {"error": out}
+
+
 @dataclass(frozen=True)
 class BoxRequest:
     """What a box is made from: ``image`` (None: the host root), ``workdir`` (absolute or None),
@@ -33,8 +48,6 @@ class BoxRequest:
 
 
 def _bad(owner: str, what: str) -> Exception:
-    from gym_runtime.task_sandboxes.service import TaskSandboxError
-
     return TaskSandboxError("GR-SANDBOX-TASK-SPEC", f"server {owner!r} asked for a task sandbox with {what}", 400)
 
 

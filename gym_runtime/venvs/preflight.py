@@ -46,9 +46,9 @@ from gym_runtime.errors import BuildError, Violation
 from gym_runtime.package import Package
 from gym_runtime.venvs.overrides import FILE_NAME as OVERRIDES_FILE
 from gym_runtime.venvs.overrides import override_checks, read_overrides
-from gym_runtime.venvs.plan import STAGE2_TYPES, PoolEntry, VenvPlan, read_pool_entries
 from gym_runtime.venvs.requirements import InstallSource, ReqLine, local_path, read_install_source
 from gym_runtime.venvs.tags import fits
+from gym_runtime.venvs.venv_plan import STAGE2_TYPES, PoolEntry, VenvPlan, read_pool_entries
 
 DEFAULT_BACKEND = ["setuptools>=40.8.0"]  # pip/uv's assumption for a project without [build-system]
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")  # what makes a directory installable

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -212,8 +211,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from gym_runtime.inherited import normalise
     from gym_runtime.rollouts.dryrun import run_dry_run
 
+    notes = normalise()  # what the launcher left behind, made into what the daemon relies on
     req = request_from_args(args)
     err = Console(stderr=True)
     progress = Progress(
@@ -228,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
     task = progress.add_task("rollouts", total=None)
 
     say = progress_line(err)
+    for note in notes:
+        say(f"inherited: {note}")
 
     def on_start(total: int) -> None:
         say(f"environment ready; running {total} rollout(s)")
@@ -258,21 +261,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _stoppable(work: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``work`` so that SIGTERM and SIGINT cancel it: the environment is brought down by the
+    """Run ``work`` so that SIGTERM, SIGINT and SIGHUP (unless it came in ignored:
+    :func:`~gym_runtime.inherited.stop_signals`) cancel it: the environment is brought down by the
     cancellation, then ``CancelledError`` reaches the caller (exit 130). SIGINT is handled here too,
     as ``up`` does, not left to Python's default: a process started in the background of a
     non-interactive shell (``cmd &``) starts with SIGINT ignored, and a ``kill -INT`` then did
     nothing. (Raising from a plain signal handler instead could strike inside the event loop and hang it.)"""
     import asyncio
 
+    from gym_runtime.inherited import stop_signals
+
     loop, me = asyncio.get_running_loop(), asyncio.current_task()
     assert me is not None
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    stop_on = stop_signals()
+    for sig in stop_on:
         loop.add_signal_handler(sig, me.cancel)
     try:
         return await work
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in stop_on:
             loop.remove_signal_handler(sig)
 
 

@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str] | None) -> int:
     import json
 
+    from gym_runtime.inherited import standard_descriptors
+
+    standard_descriptors()  # before anything opens a file that would take a closed 0, 1 or 2
     from gym_runtime.cli.parser import make_parser, parse_args
     from gym_runtime.errors import EXIT_RUNTIME, GymRuntimeError
 

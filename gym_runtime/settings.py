@@ -193,17 +193,17 @@ class RuntimeSettings:
         return replace(self, **kw)  # type: ignore[arg-type]
 
 
-def _user_home(env: Mapping[str, str]) -> Path:
+def user_home(env: Mapping[str, str], what: str = "the state root (~/.cache/gym-runtime)") -> Path:
     """HOME, else the passwd entry's home; :class:`SettingsError` ``GR-INHERITED-HOME`` when neither
-    exists (a uid with no passwd entry, case C69), naming the variable to set."""
+    exists (a uid with no passwd entry, case C69), naming ``what`` could not be derived and the
+    variable to set. ``up``, ``dry-run`` and ``build`` set HOME first (gym_runtime/inherited.py)."""
     if env.get("HOME"):
         return Path(env["HOME"])
     try:
         return Path.home()
     except RuntimeError:
         raise SettingsError(
-            f"HOME is unset and uid {os.getuid()} has no passwd entry: the state root "
-            "(~/.cache/gym-runtime) cannot be derived",
+            f"HOME is unset and uid {os.getuid()} has no passwd entry: {what} cannot be derived",
             code="GR-INHERITED-HOME",
             hint="set GYM_RUNTIME_HOME to a writable directory (the uv cache then goes under it), or HOME",
         ) from None
@@ -212,7 +212,7 @@ def _user_home(env: Mapping[str, str]) -> Path:
 def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     """Read settings from ``environ`` (default ``os.environ``); raises :class:`SettingsError`."""
     env = dict(os.environ if environ is None else environ)
-    home = Path(env.get("GYM_RUNTIME_HOME") or _user_home(env) / ".cache" / "gym-runtime").expanduser()
+    home = Path(env.get("GYM_RUNTIME_HOME") or user_home(env) / ".cache" / "gym-runtime").expanduser()
     mode = env.get("GYM_RUNTIME_PIN_MODE", "auto")
     if mode not in PIN_MODES:
         raise SettingsError(

@@ -121,3 +121,54 @@ def test_c69_with_a_writable_state_root_up_starts(shared: Path, home: str | None
     assert f"inherited: uid {UID} has no passwd entry and no USER: USER={UID}" in err
     assert f"HOME={state} (the state root, GYM_RUNTIME_HOME)" in err
     assert (state / ".cache" / "uv").is_dir()  # uv's cache followed HOME into the state root
+
+
+def test_c69_build_with_a_writable_state_root(shared: Path) -> None:
+    """``build`` makes the same HOME as ``up``: uv's cache goes under the state root."""
+    pkg = _package(shared)
+    state = shared / "state"
+    state.mkdir()
+    os.chown(state, UID, UID)
+    done = subprocess.run(
+        _as_4242(["build", str(pkg)], {"GYM_RUNTIME_HOME": str(state)}),
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr + done.stdout
+    assert f"HOME={state} (the state root, GYM_RUNTIME_HOME)" in done.stderr
+    assert (state / ".cache" / "uv").is_dir()
+
+
+def test_c69_interpreter_search_skips_what_it_cannot_derive_or_read() -> None:
+    """The interpreter search as uid 4242 with HOME unset (no pyenv root derived from it) and an
+    inherited PYENV_ROOT it cannot read (the host's: the case's run 3'): skipped, no traceback."""
+    unreadable = Path(tempfile.mkdtemp(prefix="gr-c69-pyenv-"))  # root's alone (0700)
+    (unreadable / "versions" / "3.13.1" / "bin").mkdir(parents=True)
+    code = (
+        f"import sys; sys.path[:0] = [{str(ROOT)!r}, {sysconfig.get_paths()['purelib']!r}]; "
+        "from gym_runtime.venvs.pythons import candidates; "
+        f"found = candidates({{'PYENV_ROOT': {str(unreadable)!r}, 'PATH': '/usr/bin'}}); "
+        "print(sorted({source for _, source in found}))"
+    )
+    try:
+        argv = [
+            "setpriv",
+            "--reuid",
+            str(UID),
+            "--regid",
+            str(UID),
+            "--clear-groups",
+            "env",
+            "-i",
+            "PATH=/usr/bin:/bin",
+        ]
+        done = subprocess.run(
+            [*argv, str(HOST_PYTHON), "-c", code], capture_output=True, text=True, cwd="/", timeout=60
+        )
+    finally:
+        shutil.rmtree(unreadable, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    assert "pyenv" not in done.stdout and "PATH" in done.stdout

@@ -4,7 +4,7 @@ A process gets more than its argv and environment from its launcher: the standar
 signal dispositions and the blocked-signal mask (both survive ``fork`` + ``execve``, POSIX
 ``execve(2)``; Linux keeps an ignored SIGCHLD), a uid that may have no passwd entry and a HOME that
 may be unset or unwritable (OpenShift-style pods), and resource limits. :func:`normalise`, called
-once at the start of ``up``, ``dry-run`` and the drop-in's ``RunHelper.start``, turns each into what
+once at the start of ``up``, ``dry-run``, ``build`` and the drop-in's ``RunHelper.start``, turns each into what
 the daemon needs, and returns one line per change (said on stderr, never silent):
 
 * descriptors 0, 1, 2: a closed one gets ``/dev/null`` (else the first file the daemon opens would
@@ -20,7 +20,8 @@ the daemon needs, and returns one line per change (said on stderr, never silent)
 * HOME: an unset or unwritable HOME (and no passwd entry to fall back on) becomes the state root
   ``GYM_RUNTIME_HOME`` when that is set and writable, so the uv cache and every other path derived
   from HOME land under it; without one it is :data:`CODE_HOME`. A uid with no passwd entry and no
-  ``USER``/``LOGNAME`` gets ``USER`` set to its number (``getpass.getuser()`` raises otherwise);
+  ``USER``/``LOGNAME`` gets ``USER`` set to its number (``getpass.getuser()`` raises otherwise), which
+  servers get too (``gym_runtime/supervise/contract.py``);
 * RLIMIT_NOFILE: the soft limit is raised to the hard one; :func:`check_open_files` compares it
   with what the environment's servers will need (:data:`FDS_PER_SERVER`) once their number is known.
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cases import case_dir
-from tests.helpers.daemon import kill_tree, read_ready_line, simple_env
+from tests.helpers.daemon import FIXTURE_APP, kill_tree, read_ready_line, write_fixture_package
 
 ROOT = Path(__file__).resolve().parents[2]
 UID = 4242
@@ -74,7 +74,19 @@ def test_c69_runs_as_the_cases_uid() -> None:
 
 
 def _package(shared: Path) -> Path:
-    pkg = simple_env(shared / "pkg")
+    """A resources server that asks for its user name at start (as vLLM and torch do), with an agent."""
+    pkg = write_fixture_package(
+        shared / "pkg",
+        {
+            "acme_math": {"resources_servers": {"acme_math": {"domain": "math"}}},
+            "acme_agent": {
+                "responses_api_agents": {
+                    "acme_agent": {"resources_server": {"type": "resources_servers", "name": "acme_math"}}
+                }
+            },
+        },
+        apps={"acme_math": "import getpass\nprint('user', getpass.getuser(), flush=True)\n" + FIXTURE_APP},
+    )
     subprocess.run(["chmod", "-R", "a+rX", str(shared)], check=True)
     return pkg
 
@@ -94,15 +106,21 @@ def test_c69_without_a_state_root_one_error_block(shared: Path, command: list[st
     assert f"uid {UID} has no passwd entry" in done.stderr or "HOME=/ is not a writable directory" in done.stderr
 
 
-@pytest.mark.parametrize("home", [None, "/"], ids=["home-unset", "home-root"])
-def test_c69_with_a_writable_state_root_up_starts(shared: Path, home: str | None) -> None:
+@pytest.mark.parametrize(
+    ("home", "isolation"),
+    [(None, "none"), ("/", None)],
+    ids=["home-unset-isolation-none", "home-root"],
+)
+def test_c69_with_a_writable_state_root_up_starts(shared: Path, home: str | None, isolation: str | None) -> None:
+    """``up`` starts, and its servers can ask for their user name: under bubblewrap a server runs as
+    the namespace's root, at isolation none as uid 4242 itself, with the daemon's USER."""
     pkg = _package(shared)
     state = shared / "state"
     state.mkdir()
     os.chown(state, UID, UID)
     env = {"GYM_RUNTIME_HOME": str(state), **({"HOME": home} if home else {})}
     proc = subprocess.Popen(
-        _as_4242(["up", str(pkg)], env),
+        _as_4242(["up", str(pkg), *(["--isolation", isolation] if isolation else [])], env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -18,6 +18,7 @@ each table with a ``change`` column, until Ctrl-C or SIGTERM (exit 130, everythi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -192,14 +193,17 @@ def max_concurrent_rollouts(args: argparse.Namespace) -> int | None:
 
 def progress_line(console: Any) -> Callable[[str], None]:
     """``say(msg)`` for ``console`` (a :class:`rich.console.Console`): the time, dimmed, then ``msg``
-    as written. ``msg`` is never read as rich markup: it carries servers' log lines (an error
+    as written; dropped once the console cannot be written (its terminal went away: SIGHUP's case). ``msg`` is never read as rich markup: it carries servers' log lines (an error
     block's cause), where ``[gym-runtime ...]`` notes, ``[INFO]`` or a stray ``[/x]`` are text."""
     from rich.markup import escape
 
     def say(msg: str) -> None:
-        console.print(
-            f"[dim][{time.strftime('%H:%M:%S')}][/dim] {escape(msg)}", markup=True, highlight=False, soft_wrap=True
-        )
+        try:
+            console.print(
+                f"[dim][{time.strftime('%H:%M:%S')}][/dim] {escape(msg)}", markup=True, highlight=False, soft_wrap=True
+            )
+        except (OSError, ValueError):  # the terminal went away (EIO) or stderr was closed: a stop must still run
+            pass
 
     return say
 
@@ -256,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
     except asyncio.CancelledError:  # SIGTERM or SIGINT (main() turns this into exit 130)
         raise KeyboardInterrupt("stopped by a signal") from None
     finally:
-        progress.stop()
+        with contextlib.suppress(OSError, ValueError):  # its last redraw, on a terminal that may be gone
+            progress.stop()
     return report(result, args, err)
 
 

@@ -20,7 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(argv)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        try:
+            print("interrupted", file=sys.stderr)
+        except (OSError, ValueError):  # stderr's terminal went away (SIGHUP's case)
+            pass
         return 130  # errors.EXIT_INTERRUPTED; not imported here, see the module doc
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -153,6 +154,55 @@ def test_c66_sighup_stops_a_dry_run_watch(tmp_path: Path) -> None:
     assert proc.returncode == 130, err[-3000:]
     assert "stop took" in err and "Traceback" not in err, err[-3000:]
     assert wait_gone(tree, timeout=10) == []
+
+
+def _terminal_goes_away(argv: list[str], ready: bytes) -> tuple[int, list[int]]:
+    """Run ``argv`` with stdout and stderr on a terminal (a pty), wait for ``ready`` on it, then
+    close the terminal (every later write fails with EIO, as after an ssh drop) and send SIGHUP;
+    returns the exit status and the pids the run had."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, cwd=ROOT, start_new_session=True
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 600
+        while ready not in seen:
+            assert time.monotonic() < deadline and proc.poll() is None, seen.decode(errors="replace")[-3000:]
+            seen += os.read(master, 65536)
+        tree = [p.pid for p in descendants(proc.pid)]
+        os.close(master)
+        proc.send_signal(signal.SIGHUP)
+        return proc.wait(120), tree
+    finally:
+        kill_tree(proc)
+
+
+@pytest.mark.parametrize("command", ["up", pytest.param("dry-run --watch", marks=pytest.mark.pypi)])
+def test_c66_sighup_after_the_terminal_went_away_still_stops_gracefully(tmp_path: Path, command: str) -> None:
+    """An ssh session that drops: the terminal the progress lines go to is gone before SIGHUP comes.
+    The stop still runs whole: every server got SIGTERM (its log says ``terminated``, not the
+    watchdog's kill), the record is removed, the exit status is the stop's."""
+    home = Path(os.environ["GYM_RUNTIME_HOME"])
+    cli = [sys.executable, "-m", "gym_runtime.cli.main"]
+    if command == "up":
+        argv = [*cli, "up", str(simple_env(tmp_path / "pkg")), "--work-dir", str(tmp_path / "run")]
+        code, tree = _terminal_goes_away(argv, b'"status": "ready"')
+    else:
+        pkg = ROOT / "examples" / "native-quickstart"
+        argv = [*cli, "dry-run", str(pkg), "--samples", "1", "--watch", "--work-dir", str(tmp_path / "run")]
+        code, tree = _terminal_goes_away(argv, b"for edits")
+    assert code == (0 if command == "up" else 130)
+    assert wait_gone(tree, timeout=10) == []
+    assert not (home / "daemon.json").exists()
+    logs = list((tmp_path / "run" / "logs").glob("*.log"))
+    assert logs
+    for log in logs:
+        if log.stem in ("stub_model", "head") or "sandbox" in log.stem:
+            continue
+        ends = [ln for ln in log.read_text().splitlines() if "exited: status" in ln]
+        assert ends and "terminated" in ends[-1], (log.name, ends)
 
 
 def test_c68_ignored_sigchld_keeps_the_isolation_level(tmp_path: Path) -> None:

@@ -46,10 +46,10 @@ CODE_SIGNALS = "GR-INHERITED-SIGNALS"
 
 # Descriptors the daemon holds per server instance while rollouts run: its log pipes, pidfds, the
 # sandbox's forwards (two per connection in flight), the head server's and the rollouts' client
-# pools. Measured: a peak of 336 in the daemon for the bundled example's 8 server processes during
-# a dry-run of 96 rollouts at 32 in flight per agent (98 at ready), so 42 per server, rounded up;
-# BASE_FDS covers the daemon's own (loop, holder, proxy, logs, records).
-FDS_PER_SERVER = 48
+# pools. Measured (bench/daemon_fds.py): peaks of 336 to 427 in the daemon for the bundled example's
+# 8 server processes during a dry-run of 96 rollouts at 32 in flight per agent (about 96 at ready),
+# so 42 to 53 per server, with a margin; BASE_FDS covers the daemon's own (loop, holder, proxy, logs).
+FDS_PER_SERVER = 64
 BASE_FDS = 64
 
 

@@ -90,8 +90,8 @@ def test_too_many_servers_for_the_open_file_limit_is_one_block(tmp_path: Path) -
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err[-3000:]
     assert "error[GR-INHERITED-NOFILE]: the open-file limit (RLIMIT_NOFILE) is 1024 (hard limit 1024)" in err
-    assert "24 server instance(s) need about 1216 descriptors" in err and "20 would fit" in err
-    assert "hint: raise the hard limit to at least 1216" in err and "Traceback" not in err
+    assert "24 server instance(s) need about 1600 descriptors" in err and "15 would fit" in err
+    assert "hint: raise the hard limit to at least 1600" in err and "Traceback" not in err
     assert not (home / "venvs").exists() or not any((home / "venvs").iterdir())
 
 

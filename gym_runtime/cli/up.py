@@ -58,8 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "up",
         help="start, supervise and serve an environment (prints one JSON line when ready)",
-        description="Start, supervise and serve an environment until SIGTERM/SIGINT. stdout gets "
-        "one JSON line when every server is ready; progress goes to stderr.",
+        description="Start, supervise and serve an environment until SIGTERM, SIGINT or SIGHUP (not SIGHUP "
+        "under nohup). stdout gets one JSON line when every server is ready; progress goes to stderr.",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -7,7 +7,8 @@ down, never read from globals). Operator egress settings (``NMP_RL_SANDBOX_*``) 
 Variables (all optional):
 
 ==================================  =========================================================
-``GYM_RUNTIME_HOME``                state root (default ``~/.cache/gym-runtime``): venvs, bytecode store, recorded resolutions, logs
+``GYM_RUNTIME_HOME``                state root (default ``~/.cache/gym-runtime``): venvs, bytecode store, recorded resolutions, logs;
+                                    also HOME when HOME is unusable (gym_runtime/inherited.py)
 ``GYM_RUNTIME_VENV_DIR``            venv root (default ``$GYM_RUNTIME_HOME/venvs``)
 ``GYM_RUNTIME_UV_CACHE_DIR``        uv cache (default: uv's own default cache)
 ``GYM_RUNTIME_PIN_MODE``            ``gym`` | ``auto`` (default) | ``none`` (docs/architecture.md §5)
@@ -192,10 +193,26 @@ class RuntimeSettings:
         return replace(self, **kw)  # type: ignore[arg-type]
 
 
+def user_home(env: Mapping[str, str], what: str = "the state root (~/.cache/gym-runtime)") -> Path:
+    """HOME, else the passwd entry's home; :class:`SettingsError` ``GR-INHERITED-HOME`` when neither
+    exists (a uid with no passwd entry, case C69), naming ``what`` could not be derived and the
+    variable to set. ``up``, ``dry-run`` and ``build`` set HOME first (gym_runtime/inherited.py)."""
+    if env.get("HOME"):
+        return Path(env["HOME"])
+    try:
+        return Path.home()
+    except RuntimeError:
+        raise SettingsError(
+            f"HOME is unset and uid {os.getuid()} has no passwd entry: {what} cannot be derived",
+            code="GR-INHERITED-HOME",
+            hint="set GYM_RUNTIME_HOME to a writable directory (the uv cache then goes under it), or HOME",
+        ) from None
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     """Read settings from ``environ`` (default ``os.environ``); raises :class:`SettingsError`."""
     env = dict(os.environ if environ is None else environ)
-    home = Path(env.get("GYM_RUNTIME_HOME") or Path.home() / ".cache" / "gym-runtime").expanduser()
+    home = Path(env.get("GYM_RUNTIME_HOME") or user_home(env) / ".cache" / "gym-runtime").expanduser()
     mode = env.get("GYM_RUNTIME_PIN_MODE", "auto")
     if mode not in PIN_MODES:
         raise SettingsError(

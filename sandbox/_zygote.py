@@ -11,7 +11,7 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
 * ``{"op": "preload", "modules": [...], "report": path | null}``: import each module that the
   venv has (a module it lacks is skipped; one whose import fails is reported); with ``report``,
   then write there (atomically) the source file of every module imported whose bytecode was not
-  there to read (it was compiled in memory), one path per line: the daemon compiles those into the
+  there to read (it was compiled in memory), each path ended by a NUL: the daemon compiles those into the
   venv's shared bytecode cache (``gym_runtime/venvs/bytecode.py``). Answer ``{"op": "preloaded", "ok": [...],
   "failed": {module: error}, "threads": [names], "seconds": s, "views": null | why}``;
   ``threads`` lists the Python threads alive afterwards, which a fork would not carry over, and
@@ -200,7 +200,7 @@ def _become(req, private):
 
 
 def _list_compiled(path):
-    """From now on, append to ``path`` (one line each) the absolute path of every ``.py`` source an
+    """From now on, append to ``path`` (each ended by a NUL) the absolute path of every ``.py`` source an
     import compiles, having no fresh bytecode to read (``SourceLoader.source_to_code``, which the
     import system calls only then): the learning server's report (module doc). Nothing else pays
     for it. Each append opens and closes the file; one that fails (the daemon removed the learning
@@ -214,7 +214,7 @@ def _list_compiled(path):
             if isinstance(source_path, str) and source_path.startswith("/") and source_path.endswith(".py"):
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
                 try:
-                    os.write(fd, (source_path + "\n").encode("utf-8", "surrogateescape"))
+                    os.write(fd, os.fsencode(source_path) + b"\0")
                 finally:
                     os.close(fd)
         except Exception:  # noqa: BLE001 - speed only: the daemon then compiles nothing for it
@@ -298,8 +298,8 @@ def _report(path):
         }
     )
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as out:
-        out.write("".join(f + "\n" for f in files))
+    with open(tmp, "wb") as out:  # each path ended by a NUL: a file name may hold a newline
+        out.write(b"".join(os.fsencode(f) + b"\0" for f in files))
     os.replace(tmp, path)
 
 

@@ -1,6 +1,8 @@
 """How one server process is launched at each level: the bubblewrap command and the pre-exec steps.
 
-Order inside the forked child (preexec_fn, single-threaded): rlimits, cgroup join, then join the
+Order inside the forked child (preexec_fn, single-threaded): a clean signal state (every signal at
+its default action, none blocked: an ignored disposition and the mask survive ``execve``, so a
+launcher's ignored SIGHUP or blocked SIGTERM would reach every server), rlimits, cgroup join, then join the
 holder's user + network namespace, then PR_SET_PDEATHSIG(SIGKILL) (after the credential change,
 so it sticks) and a parent check. bubblewrap then adds: its own user/pid/ipc/uts/mount
 namespaces (the uts one named :data:`SANDBOX_HOSTNAME`), ``--die-with-parent``, ``--new-session``, ``--cap-drop ALL``, ``--disable-userns``, a tmpfs ``/tmp`` *before* any bind (a bind under /tmp
@@ -27,6 +29,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -238,12 +241,25 @@ def bwrap_argv(
     return args
 
 
+def clean_signals() -> None:
+    """In a forked child before ``execve``: every signal back to its default action, none blocked
+    (POSIX ``execve``: ignored dispositions and the mask are inherited; handlers are reset anyway)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):  # a signal the C library keeps for itself
+                pass
+
+
 def make_preexec(
     limits: ResourceLimits, procs_files: list[str], join: Callable[[], None] | None, parent_pid: int
 ) -> Callable[[], None]:
     """The preexec_fn for one server (see module doc for the order)."""
 
     def preexec() -> None:
+        clean_signals()
         apply_rlimits(limits)
         join_cgroups(procs_files)
         if join is not None:

@@ -51,10 +51,13 @@ def _signals(cancel: threading.Event) -> dict[int, Any]:
 def run(args: argparse.Namespace) -> int:
     from gym_runtime.config import build_config
     from gym_runtime.gym_release import choose_release
+    from gym_runtime.inherited import normalise
     from gym_runtime.package import load_package
     from gym_runtime.venvs import build_venvs, plan_venvs
     from gym_runtime.venvs.record import record_build
 
+    for note in normalise():  # builds run uv as up does: HOME, descriptors, signal state (gym_runtime/inherited.py)
+        print(f"inherited: {note}", file=sys.stderr)
     settings = load_settings()
     if args.pin_mode:
         settings = settings.with_overrides(pin_mode=args.pin_mode)

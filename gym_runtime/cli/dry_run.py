@@ -18,8 +18,8 @@ each table with a ``change`` column, until Ctrl-C or SIGTERM (exit 130, everythi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -193,14 +193,17 @@ def max_concurrent_rollouts(args: argparse.Namespace) -> int | None:
 
 def progress_line(console: Any) -> Callable[[str], None]:
     """``say(msg)`` for ``console`` (a :class:`rich.console.Console`): the time, dimmed, then ``msg``
-    as written. ``msg`` is never read as rich markup: it carries servers' log lines (an error
+    as written; dropped once the console cannot be written (its terminal went away: SIGHUP's case). ``msg`` is never read as rich markup: it carries servers' log lines (an error
     block's cause), where ``[gym-runtime ...]`` notes, ``[INFO]`` or a stray ``[/x]`` are text."""
     from rich.markup import escape
 
     def say(msg: str) -> None:
-        console.print(
-            f"[dim][{time.strftime('%H:%M:%S')}][/dim] {escape(msg)}", markup=True, highlight=False, soft_wrap=True
-        )
+        try:
+            console.print(
+                f"[dim][{time.strftime('%H:%M:%S')}][/dim] {escape(msg)}", markup=True, highlight=False, soft_wrap=True
+            )
+        except (OSError, ValueError):  # the terminal went away (EIO) or stderr was closed: a stop must still run
+            pass
 
     return say
 
@@ -212,8 +215,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from gym_runtime.inherited import normalise
     from gym_runtime.rollouts.dryrun import run_dry_run
 
+    notes = normalise()  # what the launcher left behind, made into what the daemon relies on
     req = request_from_args(args)
     err = Console(stderr=True)
     progress = Progress(
@@ -228,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
     task = progress.add_task("rollouts", total=None)
 
     say = progress_line(err)
+    for note in notes:
+        say(f"inherited: {note}")
 
     def on_start(total: int) -> None:
         say(f"environment ready; running {total} rollout(s)")
@@ -253,26 +260,31 @@ def run(args: argparse.Namespace) -> int:
     except asyncio.CancelledError:  # SIGTERM or SIGINT (main() turns this into exit 130)
         raise KeyboardInterrupt("stopped by a signal") from None
     finally:
-        progress.stop()
+        with contextlib.suppress(OSError, ValueError):  # its last redraw, on a terminal that may be gone
+            progress.stop()
     return report(result, args, err)
 
 
 async def _stoppable(work: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``work`` so that SIGTERM and SIGINT cancel it: the environment is brought down by the
+    """Run ``work`` so that SIGTERM, SIGINT and SIGHUP (unless it came in ignored:
+    :func:`~gym_runtime.inherited.stop_signals`) cancel it: the environment is brought down by the
     cancellation, then ``CancelledError`` reaches the caller (exit 130). SIGINT is handled here too,
     as ``up`` does, not left to Python's default: a process started in the background of a
     non-interactive shell (``cmd &``) starts with SIGINT ignored, and a ``kill -INT`` then did
     nothing. (Raising from a plain signal handler instead could strike inside the event loop and hang it.)"""
     import asyncio
 
+    from gym_runtime.inherited import stop_signals
+
     loop, me = asyncio.get_running_loop(), asyncio.current_task()
     assert me is not None
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    stop_on = stop_signals()
+    for sig in stop_on:
         loop.add_signal_handler(sig, me.cancel)
     try:
         return await work
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in stop_on:
             loop.remove_signal_handler(sig)
 
 

@@ -20,13 +20,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(argv)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        try:
+            print("interrupted", file=sys.stderr)
+        except (OSError, ValueError):  # stderr's terminal went away (SIGHUP's case)
+            pass
         return 130  # errors.EXIT_INTERRUPTED; not imported here, see the module doc
 
 
 def _run(argv: list[str] | None) -> int:
     import json
 
+    from gym_runtime.inherited import standard_descriptors
+
+    standard_descriptors()  # before anything opens a file that would take a closed 0, 1 or 2
     from gym_runtime.cli.parser import make_parser, parse_args
     from gym_runtime.errors import EXIT_RUNTIME, GymRuntimeError
 

@@ -1,8 +1,10 @@
-"""``gym-runtime up PKG``: start, supervise and serve an environment until SIGTERM/SIGINT.
+"""``gym-runtime up PKG``: start, supervise and serve an environment until SIGTERM/SIGINT/SIGHUP.
 
 stdout gets exactly ONE JSON line once every server answers (``{"status": "ready", "head_server",
 "servers", "isolation", "startup_s", ...}``); human progress goes to stderr. Exit codes: see
-:data:`EXIT_CODES` (also in ``up --help``). A second SIGINT/SIGTERM skips the grace period.
+:data:`EXIT_CODES` (also in ``up --help``). A second SIGINT/SIGTERM skips the grace period. SIGHUP
+(the terminal went away) stops it as SIGTERM does, unless it came in ignored (``nohup``): see
+:mod:`gym_runtime.inherited`, which also resets the rest of what the launcher left behind.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from gym_runtime.cli.common import (
 )
 from gym_runtime.errors import GymRuntimeError, UsageError
 from gym_runtime.host import HOST_MODES, ROLLOUT_DEADLINE_S
+from gym_runtime.inherited import normalise, stop_signals
 from gym_runtime.settings import load_settings
 from gym_runtime.supervise.daemon_record import DaemonRecord
 from gym_runtime.supervise.options import SuperviseOptions
@@ -36,13 +39,14 @@ if TYPE_CHECKING:  # the daemon's machinery loads only when `up` runs (not for -
 
 D = SuperviseOptions()
 EXIT_CODES = """exit codes:
-  0    stopped on request (SIGTERM or SIGINT) after the ready line: a pod's normal end
+  0    stopped on request (SIGTERM, SIGINT, or SIGHUP unless started under nohup) after the
+       ready line: a pod's normal end
   1    invalid input: package, config, flag or setting values
   2    usage: unknown or conflicting flags, missing arguments
   3    runtime failure: a venv build, a server that does not start or fails for good after
        ready (unless --keep-going), an unreachable or wrong policy endpoint, another daemon running,
        an unclean stop (a teardown step overran its deadline; the step is named)
-  130  stopped by SIGTERM or SIGINT before the ready line (config, venv builds, server start),
+  130  stopped by SIGTERM, SIGINT or SIGHUP before the ready line (config, venv builds, server start),
        a cancelled venv build included; everything started is stopped first
 with --host-mode, a start-up that fails (or a server that fails for good after ready) does not
 end the process: the head server answers GET /health 503 {"status": "failed", "error"} until
@@ -54,8 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "up",
         help="start, supervise and serve an environment (prints one JSON line when ready)",
-        description="Start, supervise and serve an environment until SIGTERM/SIGINT. stdout gets "
-        "one JSON line when every server is ready; progress goes to stderr.",
+        description="Start, supervise and serve an environment until SIGTERM, SIGINT or SIGHUP (not SIGHUP "
+        "under nohup). stdout gets one JSON line when every server is ready; progress goes to stderr.",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -257,7 +261,8 @@ async def serve(req: UpRequest, out: TextIO) -> int:
         _progress(f"{signal.Signals(sig).name}: stopping" + (" now (second signal)" if len(signals) > 1 else ""))
         stops.append(loop.create_task(env.stop(fast=len(signals) > 1)))
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    stop_on = stop_signals()  # SIGTERM, SIGINT, and SIGHUP unless it came in ignored (gym_runtime/inherited.py)
+    for sig in stop_on:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         start = loop.create_task(env.start())
@@ -275,7 +280,7 @@ async def serve(req: UpRequest, out: TextIO) -> int:
         record.ready(info)
         _progress(
             f"ready in {info['startup_s']:.2f}s; head server {info['head_server']}; supervising "
-            "(SIGTERM/SIGINT to stop)"
+            f"({'/'.join(s.name for s in stop_on)} to stop)"
         )
         await env.supervisor.wait_stopped()
         failure = env.supervisor.failure
@@ -284,7 +289,7 @@ async def serve(req: UpRequest, out: TextIO) -> int:
         code = await env.stop()
         return code
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in stop_on:
             loop.remove_signal_handler(sig)
         record.release()
 
@@ -313,6 +318,8 @@ async def _hold_failed(env, error: GymRuntimeError, out: TextIO, stop_requested)
 def run(args: argparse.Namespace) -> int:
     import uvloop  # the daemon's loop: its transports cost the sandbox forwards ~40 % less CPU (docs/performance.md)
 
+    for note in normalise():  # what the launcher left behind, made into what the daemon relies on
+        _progress(f"inherited: {note}")
     req = request_from_args(args)
     with stdout_for_the_command() as out:  # stdout carries the ready line only (module doc)
         return uvloop.run(serve(req, out))

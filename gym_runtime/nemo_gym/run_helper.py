@@ -19,8 +19,11 @@ shutdown):
 * ``display_server_instance_info()`` prints each server instance (name, type/implementation,
   address, state), as Gym's does.
 
-The environment runs on a private event loop in a thread of its own (so a caller with or without
-a running event loop, on any thread, can call every method); that thread lives until
+``start`` first makes what the process inherited usable (:func:`gym_runtime.inherited.normalise`,
+without touching the trainer's signal handlers or mask: a closed standard descriptor, an ignored
+SIGCHLD, an unusable HOME, the soft open-file limit). The environment runs on a private event loop
+in a thread of its own, its signal mask empty (so a caller with or without a running event loop,
+on any thread, can call every method); that thread lives until
 ``shutdown()``, since the servers' parent-death signal is tied to the thread that spawned them.
 """
 
@@ -37,6 +40,7 @@ from typing import Any
 
 from gym_runtime.errors import GymRuntimeError, StartError
 from gym_runtime.head.instances import split
+from gym_runtime.inherited import clear_thread_mask, normalise
 from gym_runtime.nemo_gym.job import GlobalConfigDictParserConfig, read_job
 from gym_runtime.runtime import Runtime
 from gym_runtime.supervise import head_view
@@ -73,6 +77,8 @@ class RunHelper:
                 raise StartInterrupted("shutdown() was called before start()")
             self._start_left.clear()
         try:
+            for note in normalise(process_wide=False):  # the trainer's process: its signal handlers stay
+                print(f"gym-runtime: inherited: {note}", file=sys.stderr, flush=True)
             job = read_job(global_config_dict_parser_config, Path.cwd(), sys.argv[1:])
             options = SuperviseOptions(startup_timeout_s=job.startup_timeout_s) if job.startup_timeout_s else None
             runtime = Runtime(
@@ -166,7 +172,13 @@ class RunHelper:
         import uvloop  # the daemon's loop, as for `up` (docs/performance.md, "Sandbox data path")
 
         self._loop = uvloop.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="gym-runtime-nemo-gym", daemon=True)
+        loop = self._loop
+
+        def run() -> None:  # the threads and servers it starts inherit its (empty) signal mask
+            clear_thread_mask()
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="gym-runtime-nemo-gym", daemon=True)
         self._thread.start()
 
     def _close(self, forget: bool = False) -> None:

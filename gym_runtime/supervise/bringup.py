@@ -27,6 +27,7 @@ from gym_runtime.config.url_secrets import mask_url, mask_urls
 from gym_runtime.errors import GymRuntimeError, StartError, UsageError
 from gym_runtime.gym_release.ray_use import release_line
 from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
+from gym_runtime.inherited import check_open_files
 from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
 from gym_runtime.ray_target import RayTarget, check_given
@@ -38,8 +39,8 @@ from gym_runtime.supervise import (
     policy_probe,
     preflight,
     processes,
-    readiness,
     ray_head,
+    readiness,
     run_mark,
 )
 from gym_runtime.supervise import policy as job_policy
@@ -192,6 +193,8 @@ class Environment:
             )
         self._say(release_line(merged))
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
+        if self.placement.kind == "local":  # the daemon holds descriptors for each server it runs here
+            check_open_files(len(merged.instances))
         passthrough.check(self.settings, merged.instances)
         if self.settings.server_env:
             passed = passthrough.describe(self.settings, merged.instances)

@@ -44,6 +44,8 @@ ENV_ALLOW = (
     "LC_ALL",
     "LC_CTYPE",
     "TZ",
+    "USER",  # a uid with no passwd entry gets it from the daemon (gym_runtime/inherited.py): getpass.getuser()
+    "LOGNAME",
     "TERM",
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",

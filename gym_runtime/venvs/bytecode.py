@@ -54,7 +54,7 @@ from typing import Any
 from gym_runtime.files import read_regular, try_lock, write_json
 
 LEARN = Path(".gym-runtime") / "learn"
-REPORT = "imported.txt"  # a reporting user's list of the sources it imported, one path per line
+REPORT = "imported.txt"  # a reporting user's list of the sources it imported, each path ended by a NUL
 REPORT_VAR = "GYM_RUNTIME_PYCACHE_REPORT"  # where a forked learning server may list what it compiled
 MAX_REPORT = 16 << 20  # bytes of a report read (a parent of the 0.7 SDK lists ~3,600 paths, ~400 KiB)
 RECORD = Path(".gym-runtime") / "pycache.json"
@@ -62,11 +62,12 @@ RAY_HEAD = "ray_head"
 PRELOADED_PARENT = "preloaded parent"  # the user of a venv's preloaded parent (sandbox/zygote.py)
 NICE = 10  # compilers' CPU priority (a higher nice value yields to the servers)
 _PYC = re.compile(r"^(?P<stem>[^.]+)\.[a-z]+-\d+(\.opt-\d)?\.pyc$")
-# compileall skips files whose cached bytecode is already up to date; prints how many it compiled
+# compileall skips files whose cached bytecode is already up to date; prints how many it compiled.
+# The paths come NUL-separated: a file name (a state root's, a package's) may hold a newline.
 _COMPILE = (
-    "import compileall, sys\n"
-    "ok = sum(bool(compileall.compile_file(p, quiet=2)) for p in sys.stdin.read().splitlines() if p)\n"
-    "print(ok)\n"
+    "import compileall, os, sys\n"
+    "paths = [os.fsdecode(p) for p in sys.stdin.buffer.read().split(b'\\0') if p]\n"
+    "print(sum(bool(compileall.compile_file(p, quiet=2)) for p in paths))\n"
 )
 
 
@@ -155,7 +156,7 @@ def _reported(cache: Pycache) -> list[str]:
         data = read_regular(cache.prefix / REPORT, MAX_REPORT)
     except (OSError, ValueError):
         return []
-    return [p for p in data.decode("utf-8", "replace").splitlines() if p.startswith("/") and p.endswith(".py")]
+    return [p for p in map(os.fsdecode, data.split(b"\0")) if p.startswith("/") and p.endswith(".py")]
 
 
 def sources(cache: Pycache) -> list[str]:
@@ -234,7 +235,9 @@ async def compile_into_shared(
         for p in procs:  # background work (unless the processes wait for it): theirs come first
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, p.pid, nice)
-        outs = await asyncio.gather(*(p.communicate("\n".join(c).encode()) for p, c in zip(procs, chunks)))
+        outs = await asyncio.gather(
+            *(p.communicate(b"\0".join(map(os.fsencode, c))) for p, c in zip(procs, chunks, strict=True))
+        )
     finally:
         for p in procs:
             if p.returncode is None:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gym_runtime.settings import user_home
 from gym_runtime.venvs.uvrun import redact_url
 
 # pip's setting -> (its variable, uv's equivalent variable)
@@ -47,7 +48,7 @@ def pip_config_files(environ: Mapping[str, str]) -> list[Path]:
     ``PIP_CONFIG_FILE`` is ``os.devnull`` (pip's switch for "load no configuration file")."""
     if environ.get("PIP_CONFIG_FILE") == os.devnull:
         return []
-    home = Path(environ.get("HOME") or Path.home())
+    home = user_home(environ, "pip's user configuration (~/.config/pip)")
     xdg_dirs = (environ.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":")
     files = [Path(environ["PIP_CONFIG_FILE"])] if environ.get("PIP_CONFIG_FILE") else []
     files += [Path(d) / "pip" / "pip.conf" for d in xdg_dirs if d] + [Path("/etc/pip.conf")]

@@ -96,16 +96,38 @@ def probe(path: Path, source: str) -> Interpreter | None:
     return Interpreter(real, got[0], got[1], source) if got else None
 
 
+def _home(environ: Mapping[str, str]) -> Path | None:
+    """HOME, else the passwd entry's home; None when neither is known (a uid with no passwd entry,
+    case C69): the paths derived from it are then skipped, not guessed."""
+    if environ.get("HOME"):
+        return Path(environ["HOME"])
+    try:
+        return Path.home()
+    except RuntimeError:
+        return None
+
+
+def _listing(d: Path) -> list[Path]:
+    """The entries of ``d``, newest name first; none when it is missing or unreadable (another
+    user's pyenv root named by an inherited PYENV_ROOT, case C69)."""
+    try:
+        return sorted(d.iterdir(), reverse=True)
+    except OSError:
+        return []
+
+
 def _pyenv_roots(environ: Mapping[str, str]) -> list[Path]:
-    roots = [environ.get("PYENV_ROOT"), str(Path(environ.get("HOME") or Path.home()) / ".pyenv")]
+    home = _home(environ)
+    roots = [environ.get("PYENV_ROOT"), str(home / ".pyenv") if home else None]
     return [Path(r) for r in dict.fromkeys(r for r in roots if r)]
 
 
 def _uv_python_dir(environ: Mapping[str, str]) -> Path | None:
     if environ.get("UV_PYTHON_INSTALL_DIR"):
         return Path(environ["UV_PYTHON_INSTALL_DIR"])
-    data = environ.get("XDG_DATA_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".local" / "share")
-    return Path(data) / "uv" / "python"
+    home = _home(environ)
+    data = environ.get("XDG_DATA_HOME") or (str(home / ".local" / "share") if home else None)
+    return Path(data) / "uv" / "python" if data else None
 
 
 def candidates(environ: Mapping[str, str], minor: str | None = None) -> list[tuple[Path, str]]:
@@ -123,22 +145,21 @@ def candidates(environ: Mapping[str, str], minor: str | None = None) -> list[tup
             out.append((Path(d) / n, "PATH"))
     for root in _pyenv_roots(environ):
         vdir = root / "versions"
-        if vdir.is_dir():
-            for v in sorted(vdir.iterdir(), reverse=True):
-                if minor is None or v.name == minor or v.name.startswith(minor + "."):
-                    exe = next(
-                        (
-                            v / "bin" / n
-                            for n in (f"python{minor}" if minor else "python3", "python3")
-                            if (v / "bin" / n).exists()
-                        ),
-                        None,
-                    )
-                    if exe:
-                        out.append((exe, "pyenv"))
+        for v in _listing(vdir):
+            if minor is None or v.name == minor or v.name.startswith(minor + "."):
+                exe = next(
+                    (
+                        v / "bin" / n
+                        for n in (f"python{minor}" if minor else "python3", "python3")
+                        if (v / "bin" / n).exists()
+                    ),
+                    None,
+                )
+                if exe:
+                    out.append((exe, "pyenv"))
     udir = _uv_python_dir(environ)
-    if udir and udir.is_dir():
-        for v in sorted(udir.iterdir(), reverse=True):
+    if udir:
+        for v in _listing(udir):
             if minor is None or f"-{minor}." in v.name:
                 exe = v / "bin" / "python3"
                 if exe.exists():

@@ -29,6 +29,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from gym_runtime.settings import user_home
 from gym_runtime.venvs.uvrun import Cancelled
 
 MARKER = ".gym-runtime-ready"
@@ -137,7 +138,7 @@ def venv_lock(root: Path, digest: str, cancel: threading.Event | None = None, on
 def cache_lock_path(cache_dir: Path | None) -> Path:
     """Where the uv-cache lock lives (inside the cache dir, or uv's default cache dir)."""
     if cache_dir is None:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        base = os.environ.get("XDG_CACHE_HOME") or str(user_home(os.environ, "uv's cache (~/.cache/uv)") / ".cache")
         cache_dir = Path(base) / "uv"
     return cache_dir / ".gym-runtime-maintenance.lock"
 

@@ -206,7 +206,7 @@ def test_a_reporting_user_writes_nothing_and_only_its_venv_sources_are_compiled(
     private = venv / ".gym-runtime" / "x.py"
     private.write_text("X = 1\n")
     cache.report_file.write_text(
-        "\n".join([*listed, str(outside), str(private), "relative/x.py", "/etc/passwd"]) + "\n"
+        "\0".join([*listed, str(outside), str(private), "relative/x.py", "/etc/passwd"]) + "\0"
     )
 
     n = asyncio.run(harvest(venv_python, [cache]))
@@ -227,7 +227,7 @@ def test_a_learning_user_is_offered_a_report_file_that_a_forked_server_can_take(
     assert cache.env == {"PYTHONPYCACHEPREFIX": str(cache.prefix), REPORT_VAR: str(cache.prefix / "imported.txt")}
     assert _zygote.REPORT_VAR == REPORT_VAR
     (cache.prefix / "imported.txt").write_text(
-        _pycache(venv, "tinyparse").parent.joinpath("extra.py").as_posix() + "\n"
+        _pycache(venv, "tinyparse").parent.joinpath("extra.py").as_posix() + "\0"
     )
     assert asyncio.run(harvest(venv_python, [cache])) == 1 and learned(venv) == {KEY}
 
@@ -283,7 +283,7 @@ def test_a_link_in_a_learning_dir_cannot_choose_what_is_compiled_into_the_shared
     (pkg / "__pycache__").mkdir(exist_ok=True)
     link = cache.prefix / "link"
     link.symlink_to(pkg)
-    (cache.prefix / "imported.txt").write_text(f"{link}/extra.py\n")
+    (cache.prefix / "imported.txt").write_text(f"{link}/extra.py\0")
     files = sources(cache)
     assert files == [str(pkg / "extra.py")]
 
@@ -305,7 +305,7 @@ def test_a_link_in_a_learning_dir_cannot_choose_what_is_compiled_into_the_shared
 def test_a_report_that_is_a_fifo_or_a_link_is_not_read(venv_python: Path, tmp_path: Path) -> None:
     venv = venv_python.parent.parent
     listed = tmp_path / "listed.txt"
-    listed.write_text(str(next(venv.glob("lib/python3.*/site-packages/tinyparse")) / "extra.py") + "\n")
+    listed.write_text(str(next(venv.glob("lib/python3.*/site-packages/tinyparse")) / "extra.py") + "\0")
     for make in (os.mkfifo, lambda p: p.symlink_to(listed)):
         cache = for_user(venv, KEY)
         make(cache.prefix / "imported.txt")

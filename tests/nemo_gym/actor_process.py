@@ -52,6 +52,13 @@ def started_entries(resolved) -> dict[str, list[str]]:
     return out
 
 
+def plain(value):
+    """A config value as JSON takes it."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
 def left() -> list[list[str]]:
     """The command lines of this process's live descendants."""
     import psutil
@@ -140,8 +147,8 @@ def main() -> None:
                 },
                 "head_server": [head.host, head.port],
                 "head_url": rh.head_url,
-                "policy": [resolved.policy_model_name, resolved.policy_api_key, list(resolved.policy_base_url)],
-                "policy_model_base_url": resolved.policy_model.responses_api_models.vllm_model.base_url,
+                "policy": [resolved.policy_model_name, resolved.policy_api_key, plain(resolved.policy_base_url)],
+                "policy_model_base_url": plain(resolved.policy_model.responses_api_models.vllm_model.base_url),
                 "port_range": [resolved.port_range_low, resolved.port_range_high],
                 "ray_head_node_address": resolved.get("ray_head_node_address"),
                 "kept_after_shutdown": global_config._GLOBAL_CONFIG_DICT is cached,

@@ -104,7 +104,8 @@ class Runtime:
         try:
             return await self.env.start()
         except BaseException:
-            await self.env.stop()
+            if not self.env.stop_under_way:  # a stop called meanwhile waits for this start: never wait for it here
+                await self.env.stop()
             raise
 
     async def stop(self, fast: bool = False) -> int:

@@ -8,7 +8,10 @@ shutdown):
   another thread meanwhile, it stops everything it started and raises a
   :class:`~gym_runtime.errors.GymRuntimeError` subclass (a ``GR-*`` code, message, cause, hint,
   log; picklable, so it crosses a Ray actor boundary whole). A second ``start`` on the same helper
-  raises ``GR-NEMOGYM-STARTED``.
+  raises ``GR-NEMOGYM-STARTED``. Once ready, where ``nemo_gym`` is importable, Gym's in-process
+  global config holds the resolved config the servers were started with, as Gym's own ``start``
+  leaves it (:mod:`gym_runtime.nemo_gym.gym_cache`): ``nemo_gym.global_config.get_global_config_dict()``
+  returns it and never parses the caller's command line.
 * ``poll()`` returns while the environment is up and raises once a server failed for good (its
   restarts used up: :class:`~gym_runtime.supervise.options.SuperviseOptions`), naming it with its
   log tail, or once the environment is no longer running; before ``start`` it raises
@@ -41,6 +44,7 @@ from typing import Any
 from gym_runtime.errors import GymRuntimeError, StartError
 from gym_runtime.head.instances import split
 from gym_runtime.inherited import clear_thread_mask, normalise
+from gym_runtime.nemo_gym import gym_cache
 from gym_runtime.nemo_gym.job import GlobalConfigDictParserConfig, read_job
 from gym_runtime.runtime import Runtime
 from gym_runtime.supervise import head_view
@@ -104,6 +108,8 @@ class RunHelper:
                 self.ready_info = future.result()
             except concurrent.futures.CancelledError:
                 raise StartInterrupted("shutdown() stopped the start-up before every server was ready") from None
+            env = runtime.env
+            gym_cache.fill(env.outside, env.merged.data.get("ray_head_node_address"))
         except GymRuntimeError:
             self._close(forget=True)
             raise

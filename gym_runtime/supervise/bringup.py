@@ -465,6 +465,11 @@ class Environment:
         if self.head is not None:
             await self.head.stop()
 
+    @property
+    def stop_under_way(self) -> bool:
+        """True once :meth:`stop` was called (it undoes the start itself, waiting for it to leave)."""
+        return self._stopped is not None
+
     async def stop(self, fast: bool = False, keep_head: bool = False) -> int:
         """Stop everything started so far, from any phase (TERM, grace, KILL, reap); returns the
         exit code. Safe to call again (waits for the first stop); ``fast`` KILLs every process

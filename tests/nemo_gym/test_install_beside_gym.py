@@ -8,12 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import uv
 
-from tests.helpers.gym_python import gym_python
+from tests.helpers.actor_venv import actor_venv
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow, pytest.mark.timeout(1800)]
-ROOT = Path(__file__).resolve().parents[2]
 
 CHECK = """
 import importlib.metadata as md
@@ -25,20 +23,8 @@ print(md.version("nemo-gym"), openai.__version__, RunHelper.__module__, sorted(G
 
 
 def test_gym_runtime_and_nemo_gym_070_share_one_venv(tmp_path: Path) -> None:
-    python = gym_python()
-    venv = tmp_path / "actor-venv"
-    uvb = uv.find_uv_bin()
-    subprocess.run([uvb, "venv", "-q", "--python", str(python), str(venv)], check=True)
-    done = subprocess.run(
-        [uvb, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "nemo-gym==0.7.0", str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", CHECK], capture_output=True, text=True, timeout=300, cwd=tmp_path
-    )
+    python = actor_venv(tmp_path / "actor-venv")
+    out = subprocess.run([str(python), "-c", CHECK], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[:3] == ["0.7.0", "2.44.0", "gym_runtime.nemo_gym.run_helper"]
     assert "initial_global_config_dict" in out.stdout and "skip_load_from_cli" in out.stdout

@@ -17,15 +17,15 @@ from pathlib import Path
 from gym_runtime.errors import IsolationError, StartError
 
 from . import treecopy
+from .dns import NameForwards
 from .launch import LOOPBACK_HOSTS, SANDBOX_HOSTNAME, ProcessSpec, bwrap_argv, launcher_argv, make_preexec, private_pipe
 from .limits import CgroupSlot
-from .dns import NameForwards
 from .netns import NetnsHolder
 from .policy import EgressPolicy, parse_ip_literal
 from .probe import IsolationLevel, IsolationReport, interpreter_roots, probe_isolation
 from .process import SandboxedProcess
-from .zygote import Zygote, parent_groups, start_parents
 from .proxy import EgressProxy, Resolver, connect_or_close, host_dial, serve_forward, system_resolve
+from .zygote import Zygote, parent_groups, start_parents
 
 log = logging.getLogger("sandbox")
 MAX_DENIALS = 1000

@@ -73,7 +73,7 @@ class JoinerFactory:
                     [box_ctl.fileno()],
                 )
                 reply = await asyncio.wait_for(loop.sock_recv(self.ctl, 4096), START_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError) as e:
                 raise BoxError(f"the joiner factory did not answer ({e!r})") from None
         if not reply:
             raise BoxError("the joiner factory is gone")

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .launch import SANDBOX_HOSTNAME
-from .netns import HolderError, NetnsHolder
 from .limits import cgroup_mode
+from .netns import HolderError, NetnsHolder
 
 
 class IsolationLevel(str, enum.Enum):

@@ -221,12 +221,12 @@ class SandboxedProcess:
             self._signal_tree(signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.wait(), grace_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._reason = "killed" if self._reason == "terminated" else self._reason
                 self._signal_tree(signal.SIGKILL)
                 try:
                     await asyncio.wait_for(self.wait(), kill_wait_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     try:
                         state = self._ps.status() if self._ps is not None else "unknown"
                     except psutil.Error:

@@ -197,7 +197,7 @@ class EgressProxy:
             for ip in addrs:
                 try:
                     return await asyncio.wait_for(host_dial(ip, port), 10)
-                except (OSError, asyncio.TimeoutError) as e:
+                except (TimeoutError, OSError) as e:
                     last = e
             raise OSError(f"connect {host}:{port} failed: {last}")
         except OSError as e:
@@ -209,7 +209,7 @@ class EgressProxy:
         nodelay(writer.get_extra_info("socket"))
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, asyncio.TimeoutError):
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             writer.close()  # no request head in time (an idle connection must not hold a descriptor forever)
             return
         lines = head.decode("latin-1").split("\r\n")

@@ -329,7 +329,7 @@ class TaskBox:
         timed_out = False
         try:
             status = await asyncio.wait_for(asyncio.shield(done), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             timed_out = True
             _kill_group(pid)
             status = await asyncio.wait_for(asyncio.shield(done), 5.0)

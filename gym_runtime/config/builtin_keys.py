@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from gym_runtime.errors import Violation
 SCHEMA_FILE = "config_schema.py"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _schema(path: Path) -> tuple[frozenset[str], dict[str, str], dict[str, Any]] | None:
     """``(known keys, refused, refused defaults)`` of a tree's schema file, or None without one."""
     file = path / SCHEMA_FILE

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict
@@ -52,8 +52,8 @@ class GlobalConfigDictParserConfig(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    dotenv_path: Optional[Path] = None
-    initial_global_config_dict: Optional[DictConfig | dict] = None
+    dotenv_path: Path | None = None
+    initial_global_config_dict: DictConfig | dict | None = None
     skip_load_from_cli: bool = False
     skip_load_from_dotenv: bool = False
     hide_secrets: bool = False

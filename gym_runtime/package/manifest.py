@@ -9,7 +9,7 @@ this module checks only what the manifest text alone can tell.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
@@ -157,7 +157,7 @@ class _AnyFormat(_Closed):
     adapter: Adapter | None = None
 
 
-Manifest = Annotated[Union[NativeManifest, WheelsManifest, AdapterManifest], Field(discriminator="format")]
+Manifest = Annotated[NativeManifest | WheelsManifest | AdapterManifest, Field(discriminator="format")]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Manifest)
 FORMATS = ("native-v1", "wheels-v1", "adapter-wheels-v1")
 _CUSTOM_CODES = {

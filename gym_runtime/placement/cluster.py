@@ -126,7 +126,6 @@ def code_env() -> dict[str, Any]:
     """The job's ``runtime_env``: the runtime's own modules (module doc), no usage stats."""
     import gym_runtime
     import sandbox
-
     from gym_runtime.settings import builtin_servers_dir
 
     roots = [Path(gym_runtime.__file__).parent, Path(sandbox.__file__).parent]

@@ -85,14 +85,14 @@ class LocalPlacement:
 
         env = self.env
         say, state = env._say, env.build_state
-        state.update({n: "venv build queued" for n in merged.instances})
+        state.update(dict.fromkeys(merged.instances, "venv build queued"))
 
         class _Progress(Reporter):
             def stage(self, key: str, label: str, stage: str) -> None:
-                state.update({n: f"building venv: {stage}" for n in label.split(", ")})
+                state.update(dict.fromkeys(label.split(", "), f"building venv: {stage}"))
 
             def done(self, key: str, label: str, status: str, seconds: float) -> None:
-                state.update({n: f"venv {status}" for n in label.split(", ")})
+                state.update(dict.fromkeys(label.split(", "), f"venv {status}"))
                 say(f"venv {label}: {status} in {seconds:.2f}s")
 
         started, names = time.time(), list(merged.instances)

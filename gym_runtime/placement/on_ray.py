@@ -152,9 +152,9 @@ class RayPlacement:
         stable: dict[str, tuple[str, int]],
         digest: str,
     ) -> None:
+        from gym_runtime.config import token_capture
         from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
         from gym_runtime.placement.replica import ReplicaJob, job_settings
-        from gym_runtime.config import token_capture
         from gym_runtime.supervise import passthrough
 
         env, req = self.env, self.env.req

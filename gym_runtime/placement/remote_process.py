@@ -13,12 +13,11 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandbox import ExitInfo
-from sandbox.elsewhere import ElsewhereExit
-
 from gym_runtime.errors import StartError
 from gym_runtime.placement.liveness import lost_errors, ray_call, while_alive
 from gym_runtime.placement.remote import LOST, node_error
+from sandbox import ExitInfo
+from sandbox.elsewhere import ElsewhereExit
 
 if TYPE_CHECKING:
     from gym_runtime.placement.remote import ReplicaLauncher

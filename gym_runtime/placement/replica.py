@@ -212,8 +212,8 @@ class ServerReplica:
 
     def _build(self, root: Path) -> tuple[Any, Path, Any]:
         from gym_runtime.config import MergedConfig, builtin_server_dirs
-        from gym_runtime.config.merge import Sources
         from gym_runtime.config.instances import build_instances
+        from gym_runtime.config.merge import Sources
         from gym_runtime.errors import ConfigError, ViolationList
         from gym_runtime.package import load_package
         from gym_runtime.venvs import build_venvs, plan_venvs
@@ -248,9 +248,8 @@ class ServerReplica:
         return ray_level(self.ray, job.isolation, job.require_full)
 
     async def _start_sandbox(self, level: str | None) -> None:
-        from sandbox import Sandbox
-
         from gym_runtime.supervise.orphans import Watchdog
+        from sandbox import Sandbox
 
         job = self.job
         self.sandbox = sb = await Sandbox.start(
@@ -266,11 +265,10 @@ class ServerReplica:
                 await sb.expose_host_service(port, *job.stable[peer])
 
     def _spec(self, inst: Any, python: Path) -> Any:
-        from sandbox import ProcessSpec, ResourceLimits
-
         from gym_runtime.config import token_capture
         from gym_runtime.supervise import contract
         from gym_runtime.supervise.ray_env import server_ray_env
+        from sandbox import ProcessSpec, ResourceLimits
 
         job = self.job
         if self.sandbox.level.value == "none":  # host network: peers at their stable addresses

@@ -50,8 +50,8 @@ import httpx
 from gym_runtime.rollouts.routing import Route, RouteError, Routing
 from gym_runtime.rollouts.spread import REPLICA_HEADER, served_by
 from gym_runtime.rollouts.tasks import (
-    EPISODE_FAILED,
     ENVIRONMENT_SERVER_STAMP,
+    EPISODE_FAILED,
     RESULT_TYPE_STAMP,
     episode_record,
     episode_request,

@@ -38,8 +38,8 @@ from gym_runtime.supervise import (
     policy_probe,
     preflight,
     processes,
-    readiness,
     ray_head,
+    readiness,
     run_mark,
 )
 from gym_runtime.supervise import policy as job_policy

@@ -283,7 +283,7 @@ class Probe:
         thought = message.get("reasoning_content") or message.get("reasoning")
         sent: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
         if thought and p.parser:
-            sent.update({k: thought for k in REASONING_KEYS[p.reasoning_field]})
+            sent.update(dict.fromkeys(REASONING_KEYS[p.reasoning_field], thought))
         calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict) and c.get("id")]
         if calls:
             sent["tool_calls"] = calls

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
 from gym_runtime.errors import StartError
 from gym_runtime.supervise import policy_endpoint, port_owner, readiness, run_mark, wedged
 from gym_runtime.supervise.failure import endpoint_failure, failure_report, port_listening
@@ -45,10 +46,10 @@ from gym_runtime.supervise.member import (
     STOPPING,
     Member,
 )
+from gym_runtime.supervise.options import SuperviseOptions
 from gym_runtime.supervise.orphans import group_empty, reap_orphans
 from gym_runtime.supervise.rebind import handle_bind_race, respawn_after_exit
 from gym_runtime.supervise.shutdown import stop_group
-from gym_runtime.supervise.options import SuperviseOptions
 
 log = logging.getLogger("gym_runtime.supervise")
 
@@ -125,7 +126,7 @@ class Supervisor:
         overall = self.options.startup_timeout_s
         try:
             await asyncio.wait_for(asyncio.shield(self._startup), overall)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             err = self._timeout_error(f"the environment was not ready within {overall:g}s")
             if not self._startup.done():
                 self._startup.set_exception(err)

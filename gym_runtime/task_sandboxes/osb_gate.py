@@ -43,7 +43,7 @@ import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -448,7 +448,7 @@ class OpenSandboxGate:
 
         while True:
             await asyncio.sleep(RENEW_EVERY_S)
-            until = (datetime.now(timezone.utc) + timedelta(seconds=TTL_S)).isoformat()
+            until = (datetime.now(UTC) + timedelta(seconds=TTL_S)).isoformat()
             for rec in [r for r in self.boxes.values() if r.renew]:
                 with contextlib.suppress(GateError):
                     answer = await self._send(

@@ -160,7 +160,7 @@ class ServerProcess(ElsewhereExit):
             if st is None:
                 try:
                     alive = await asyncio.wait_for(self.env.alive(self.box, unknown=True), CALL_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     alive = True  # the server does not answer: ridden out for SERVICE_GRACE_S
                 if not alive:
                     return {

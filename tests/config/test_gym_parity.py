@@ -28,8 +28,9 @@ import json
 import os
 import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 

@@ -151,8 +151,8 @@ def gym_venv(version: str = GYM_VERSION) -> Path | None:
     accepts (:func:`release_python`) and kept under :func:`cache_dir` between runs (a completion
     marker, written last, says it is whole; a file lock keeps parallel test runs from building it
     twice). None when no such Python exists."""
-    from filelock import FileLock
     import uv
+    from filelock import FileLock
 
     python = release_python(version)
     if python is None:

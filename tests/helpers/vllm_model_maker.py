@@ -242,7 +242,7 @@ def transitions(tok, rng: random.Random) -> tuple[dict[int, dict[str, int]], lis
     return table, examples
 
 
-def weights(tok, table: dict[int, dict[str, int]], hidden: int, head_dim: int) -> dict[str, "torch.Tensor"]:
+def weights(tok, table: dict[int, dict[str, int]], hidden: int, head_dim: int) -> dict[str, torch.Tensor]:
     """The state dict of the 1-layer Qwen2 (module doc).
 
     The residual stream: dimension 0 is 1 for every token (the bias), each token of the table or

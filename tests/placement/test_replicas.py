@@ -46,7 +46,7 @@ def job_for(pkg: Path, instance: str = "acme_math", **kw) -> ReplicaJob:
         data=merged.data,
         secrets=merged.secrets,
         inside=inside,
-        stable={n: ("127.0.0.1", 1) for n in names},
+        stable=dict.fromkeys(names, ("127.0.0.1", 1)),
         ray_address=None,
         policy=EgressPolicy.from_environ({}, policy_endpoints=[]),
         settings={"pin_mode": s.pin_mode, "pins": s.pins, "python": s.python},

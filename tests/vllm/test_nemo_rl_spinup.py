@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.nemo_gym.spinup import TREES, collect, kill_for_good, ours, rows_of, spinup, token_items
+from tests.nemo_gym.spinup import collect, kill_for_good, ours, rows_of, spinup, token_items
 from tests.nemo_gym.test_nemo_rl_spinup import cluster, on_the_node, python  # noqa: F401 - fixtures
 from tests.vllm.helpers import logprob_ids, vllm_chat, vllm_tokenize
 

@@ -131,7 +131,7 @@ class Sandbox:
         hosts = list(LOOPBACK_HOSTS)
         if self.hostname is None:  # no UTS name of its own: the server keeps the host's name, which resolves here
             hosts[0] += f" {socket.gethostname()}"
-        for i, (host, port) in enumerate(self.policy.endpoints):
+        for host, port in self.policy.endpoints:
             if parse_ip_literal(host) is not None:
                 addr = host
                 if not (addr.startswith("127.") or addr == "::1"):

@@ -27,7 +27,7 @@ from .limits import cgroup_mode
 from .netns import HolderError, NetnsHolder
 
 
-class IsolationLevel(str, enum.Enum):
+class IsolationLevel(enum.StrEnum):
     """Ladder levels, comparable: ``NONE < PARTIAL < FULL``."""
 
     NONE = "none"

@@ -48,7 +48,7 @@ class PolicyValues:
         whether the stub model starts and whether the keyless key applies. Unparseable overrides are
         ignored here (the merge reports them)."""
         given, _ = parse_overrides([o for o in overrides if o.lstrip("+").split("=", 1)[0].strip() in POLICY_KEYS])
-        values = dict(zip(POLICY_KEYS, (self.base_url, self.api_key, self.model_name)))
+        values = dict(zip(POLICY_KEYS, (self.base_url, self.api_key, self.model_name), strict=True))
         for key in POLICY_KEYS:
             if values[key] is None and given.get(key) is not None:
                 values[key] = given[key]
@@ -62,7 +62,7 @@ class PolicyValues:
         if all(v is not None for v in mine) or not other.as_dict():
             return self
         theirs = (other.base_url, other.api_key, other.model_name)
-        values = [m if m is not None else t for m, t in zip(mine, theirs)]
+        values = [m if m is not None else t for m, t in zip(mine, theirs, strict=True)]
         origin = other.origin if not self.as_dict() else f"{self.origin} and {other.origin}"
         return PolicyValues(*values, origin=origin)
 
@@ -72,7 +72,7 @@ class PolicyValues:
         return {"policy_api_key": KEYLESS_API_KEY} if self.base_url and not self.api_key else None
 
     def as_dict(self) -> dict[str, Any]:
-        vals = dict(zip(POLICY_KEYS, (self.base_url, self.api_key, self.model_name)))
+        vals = dict(zip(POLICY_KEYS, (self.base_url, self.api_key, self.model_name), strict=True))
         return {k: v for k, v in vals.items() if v is not None}
 
 

@@ -230,7 +230,9 @@ def batch_summary(
         "wall_s": batch.wall_s,
         "rollouts_per_s": round(n / batch.wall_s, 3) if batch.wall_s > 0 and n else None,
         "concurrency": concurrency,
-        "replicas": replica_counts(zip(batch.agents, batch.replicas, failed), agent_replicas, batch.wall_s),
+        "replicas": replica_counts(
+            zip(batch.agents, batch.replicas, failed, strict=True), agent_replicas, batch.wall_s
+        ),
     }
 
 

@@ -104,7 +104,7 @@ class RayPlacement:
             self.stable[name] = await self._stable(name, block, merged.instances[name].server_type)
         avoid = {p for _, p in env.egress.endpoints}
         names = [*merged.instances, HEAD]
-        inside = dict(zip(names, free_inside_ports(len(names), avoid)))
+        inside = dict(zip(names, free_inside_ports(len(names), avoid), strict=True))
         stable = {**self.stable, HEAD: head}
         digest = await asyncio.to_thread(package_digest, merged.package.root)
         await self._place(merged, blocks, inside, stable, digest)
@@ -129,7 +129,8 @@ class RayPlacement:
             again has an address before its server listens."""
             table = self.env.supervisor.members
             return [
-                a.target if getattr(table.get(m), "status", None) == READY else None for m, a in zip(members, addresses)
+                a.target if getattr(table.get(m), "status", None) == READY else None
+                for m, a in zip(members, addresses, strict=True)
             ]
 
         async def verdict(replica: int, since: float) -> dict[str, Any] | None:

@@ -234,7 +234,7 @@ async def compile_into_shared(
         for p in procs:  # background work (unless the processes wait for it): theirs come first
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, p.pid, nice)
-        outs = await asyncio.gather(*(p.communicate("\n".join(c).encode()) for p, c in zip(procs, chunks)))
+        outs = await asyncio.gather(*(p.communicate("\n".join(c).encode()) for p, c in zip(procs, chunks, strict=True)))
     finally:
         for p in procs:
             if p.returncode is None:

@@ -127,7 +127,7 @@ class InstallSource:
 
 
 def _abs(target: str, base: Path) -> str:
-    if target.startswith("file:") or target.startswith("/"):
+    if target.startswith(("file:", "/")):
         return target
     return str((base / Path(target).expanduser()).resolve())
 

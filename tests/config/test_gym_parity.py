@@ -223,7 +223,7 @@ def differences(gym: Any, ours: Any, path: str) -> Iterator[str]:
             else:
                 yield from differences(gym[k], ours[k], sub)
     elif isinstance(gym, list) and isinstance(ours, list) and len(gym) == len(ours):
-        for i, (a, b) in enumerate(zip(gym, ours)):
+        for i, (a, b) in enumerate(zip(gym, ours, strict=True)):
             yield from differences(a, b, f"{path}[{i}]")
     elif gym != ours:
         yield f"{path}: Gym {gym!r}, gym-runtime {ours!r}"

@@ -249,7 +249,7 @@ def assemble_tree_package(
         for name in z.namelist():
             top = next((t for t in trees if name.startswith(t + "/")), None)
             rel = Path(name)
-            if top is None or name.endswith("/") or name.endswith(".jsonl"):
+            if top is None or name.endswith(("/", ".jsonl")):
                 continue
             inner = rel.relative_to(top).parts
             if inner[0] in ("data", "tests"):

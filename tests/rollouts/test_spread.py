@@ -79,7 +79,7 @@ def test_each_row_names_the_replica_the_router_sent_it_to(replicas) -> None:
     assert batch.replicas[:10] == [f"acme_agent.{i}" for i in answered]  # the router's word, not the replica's
     assert batch.replicas[10] is None and batch.agents[10] is None and batch.agents[:10] == ["acme_agent"] * 10
     counts = replica_counts(
-        zip(batch.agents, batch.replicas, ["error" in r for r in batch.results]), REPLICAS, batch.wall_s
+        zip(batch.agents, batch.replicas, ["error" in r for r in batch.results], strict=True), REPLICAS, batch.wall_s
     )
     assert [(c["replica"], c["rollouts"], c["node"]) for c in counts] == [
         ("acme_agent.0", answered.count(0), "10.0.0.7 (3f2a9c1e)"),

@@ -132,7 +132,7 @@ def build_config(
         job_config,
     )
     cfg, sources = composed.cfg, composed.sources
-    raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
+    raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]  # to_container of a DictConfig is a dict
     v = ViolationList(find_instances(raw, sources))
     v.raise_if_any(ConfigError, "server instances are malformed")
     try:

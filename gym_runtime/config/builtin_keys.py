@@ -37,8 +37,10 @@ def _schema(path: Path) -> tuple[frozenset[str], dict[str, str], dict[str, Any]]
     if not file.is_file():
         return None
     spec = importlib.util.spec_from_file_location(f"_gym_runtime_schema_{abs(hash(str(file)))}", file)
+    if spec is None or spec.loader is None:  # a .py file always has one
+        return None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)
     model: type[BaseModel] = module.SCHEMA
     return (
         frozenset(model.model_fields),

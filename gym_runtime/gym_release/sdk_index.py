@@ -116,7 +116,8 @@ def ray_enabled_stmt(node: ast.ClassDef) -> ast.Assign | ast.AnnAssign | None:
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             target, value = stmt.target, stmt.value
         if (
-            isinstance(target, ast.Name)
+            isinstance(stmt, (ast.Assign, ast.AnnAssign))
+            and isinstance(target, ast.Name)
             and target.id == "ray_enabled"
             and isinstance(value, ast.Constant)
             and value.value in (True, False, None)
@@ -146,7 +147,7 @@ def _read_module(module: str, is_package: bool, text: str) -> _Module:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             out.names.add(node.name)
             if isinstance(node, ast.ClassDef) and (stmt := ray_enabled_stmt(node)) is not None:
-                out.ray[f"{module}.{node.name}"] = stmt.value.value  # type: ignore[union-attr]
+                out.ray[f"{module}.{node.name}"] = stmt.value.value  # type: ignore[union-attr]  # ray_enabled_stmt returns only statements whose value is a Constant
         elif isinstance(node, ast.Assign):
             for t in node.targets:
                 out.names.update(_targets(t))

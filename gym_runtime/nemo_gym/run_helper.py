@@ -93,7 +93,9 @@ class RunHelper:
                     raise StartInterrupted("shutdown() was called while start() read the config")
                 self._runtime = runtime
                 self._open_loop()
-            future = asyncio.run_coroutine_threadsafe(runtime.start(), self._loop)
+                loop = self._loop
+            assert loop is not None  # made by _open_loop()
+            future = asyncio.run_coroutine_threadsafe(runtime.start(), loop)
             try:
                 self.ready_info = future.result()
             except concurrent.futures.CancelledError:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from gym_runtime.errors import Violation
 from gym_runtime.package.layout import SERVER_TYPES
@@ -179,7 +179,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _violation(e: dict[str, Any], fmt: Any) -> Violation:
+def _violation(e: ErrorDetails, fmt: Any) -> Violation:
     key = _loc(e["loc"]) or None
     msg = e["msg"].removeprefix("Value error, ")
     code, hint, kind = "GR-PKG-MANIFEST", None, e["type"]

@@ -365,8 +365,8 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
             )
         return out
 
-    @app.get("/processes")
-    async def processes() -> dict[str, Any]:
+    @app.get("/processes", response_model=dict[str, Any])
+    async def processes() -> Any:
         if backend.processes is None:
             return error_response(
                 404, "GR-HEAD-NO-PROCESSES", "process accounting is not available in this environment"

@@ -282,6 +282,7 @@ class LocalPlacement:
         a port moved (:meth:`_rebind`) or the config was merged again (``dry-run --watch``,
         :mod:`gym_runtime.supervise.reload`)."""
         env = self.env
+        assert self.head_inside is not None  # placed by start(), before any respec
         inside = contract.config_view(env.merged.data, self.addresses, self.head_inside, env.ray_inside)
         patch = task_sandboxes.gate_patch(env.osb_gate, self.gate_addr, env.merged.instances)
         for s in env.supervisor.members.values():
@@ -455,6 +456,7 @@ class LocalPlacement:
         port = self._fresh()
         self.ray_tmp = tmp = ray_head.make_temp_dir()
         ray_bin = self.ray_bin
+        assert ray_bin is not None  # found by prepare() for a local Ray head
         venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers run server venvs' Pythons
         trees = ray_workers.head_read_only_paths(Path(i.server_dir.path) for i in env.merged.instances.values())
         environ, writable = ray_head.head_env(ray_bin, tmp), [tmp]

@@ -85,6 +85,7 @@ class RayPlacement:
                 hint="give its GCS address with --ray-address host:port "
                 "(or 'auto' on a node of it), the config's ray_head_node_address, or RAY_ADDRESS",
             )
+        assert target.address is not None  # a join always has one
         env.ray, env.ray_inside = target, target.address
         env._say(target.describe())
         await asyncio.to_thread(wait_reachable, target.address, target.source, 30.0)

@@ -273,6 +273,7 @@ class ServerReplica:
         job = self.job
         if self.sandbox.level.value == "none":  # host network: peers at their stable addresses
             addresses = {n: a for n, a in job.stable.items() if n != HEAD}
+            assert self.port is not None  # allocated above
             addresses[job.instance] = (self.node_ip, self.port)
             head = job.stable[HEAD]
         else:  # own network: every peer at the same inside port as everywhere
@@ -387,7 +388,8 @@ def free_inside_ports(count: int, avoid: set[int], start: int = 20000) -> list[i
     """``count`` ports for the sandboxes' own networks from ``start`` up, skipping ``avoid`` (the
     policy endpoints' ports, forwarded at their own numbers). Every replica sandbox has a private
     network, so the same numbers serve on every node."""
-    out, port = [], start
+    out: list[int] = []
+    port = start
     while len(out) < count:
         if port not in avoid:
             out.append(port)

@@ -127,7 +127,7 @@ def interpreter_of(executable: Path, timeout_s: float = 60.0) -> str | None:
             if not first:
                 time.sleep(0.001)
     finally:
-        proc.stdin.close()  # type: ignore[union-attr]
+        proc.stdin.close()  # type: ignore[union-attr]  # started with stdin=PIPE
         proc.wait(timeout_s)
     return None if first in ("", str(executable)) else first
 

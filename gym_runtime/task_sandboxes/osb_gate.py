@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import re
 import secrets
@@ -338,7 +339,7 @@ class OpenSandboxGate:
                 rec = Owned(sid, owner, image, getattr(member, "proc", None), renew)
                 self.boxes[sid] = rec
                 self.created += 1
-                self._ends.follow(rec.incarnation, lambda proc, rec=rec: self._owner_ended(rec, proc))
+                self._ends.follow(rec.incarnation, functools.partial(self._owner_ended, rec))
                 log.info("task sandbox %s of server %s on %s: image %s", sid, owner, self.conn.url, image)
         return plain(answer)
 

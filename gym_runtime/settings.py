@@ -189,7 +189,7 @@ class RuntimeSettings:
 
     def with_overrides(self, **kw: object) -> RuntimeSettings:
         """A copy with some fields replaced (CLI flags win over the environment)."""
-        return replace(self, **kw)  # type: ignore[arg-type]
+        return replace(self, **kw)  # type: ignore[arg-type]  # dataclasses.replace checks the field names and the fields their types
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:

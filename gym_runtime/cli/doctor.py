@@ -84,7 +84,7 @@ def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
     except GymRuntimeError as e:
         return {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
     out: dict[str, Any] = {"status": "ok", **target.to_dict(), "summary": target.describe().removeprefix("ray: ")}
-    if target.mode == "join":
+    if target.mode == "join" and target.address is not None:
         try:
             wait_reachable(target.address, target.source, 3.0)
             out["reachable"] = True

@@ -89,7 +89,7 @@ class _Sampler:
 
 def _choice(
     index: int, turn, rng: random.Random, body: dict, limit: int, reasoning: bool, directives: Directives
-) -> tuple[dict, list[int]]:
+) -> tuple[dict, list[int], int]:
     cut = False
     reasoning = reasoning or bool(directives.reasoning)
     if directives.think:

@@ -44,7 +44,7 @@ class IsolationLevel(enum.StrEnum):
         return self.rank < other.rank
 
     def __le__(self, other: object) -> bool:
-        return self == other or self < other  # type: ignore[operator]
+        return self == other or self < other
 
 
 @dataclass

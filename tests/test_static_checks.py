@@ -1,12 +1,16 @@
 """The static checks run with the suite, so the README's test command (and CI, which runs it) holds
 the tree to them: ``ruff check``, ``ruff format --check``, ``mypy`` and ``lint-imports``, each from
 the project's venv with the configuration in ``pyproject.toml`` (CONTRIBUTING.md, "Checks"). A
-finding fails the test with the tool's own output."""
+finding fails the test with the tool's own output. In the code mypy checks, every ``# noqa`` and
+``# type: ignore`` also says why beside it."""
 
 from __future__ import annotations
 
+import io
+import re
 import subprocess
 import sys
+import tokenize
 import tomllib
 from pathlib import Path
 
@@ -15,6 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the venv the suite runs in: the dev group's tools are there
 DEADLINE_S = 900  # a hung tool must not hang the suite; a cold mypy run takes about a minute
+TYPED = ("gym_runtime", "sandbox")  # [tool.mypy] files
+# a silencing comment and what follows its codes: ``# noqa: E402 - why``, ``# type: ignore[x]  # why``
+SILENCED = re.compile(r"#\s*(?:noqa(?::\s*[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(?:\[[^\]]*\])?)(.*)")
 
 
 def _run(argv: list[str]) -> None:
@@ -59,3 +66,19 @@ def test_imports_keep_to_the_layer_contracts() -> None:
     if not _import_contracts():
         pytest.skip("no import-linter contract is configured yet ([tool.importlinter] in pyproject.toml)")
     _run(["lint-imports", "--no-cache"])
+
+
+def _unexplained(path: Path) -> list[str]:
+    """``file:line: comment`` for each ``# noqa`` / ``# type: ignore`` comment in ``path`` with no
+    reason after its codes."""
+    out = []
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        m = SILENCED.search(tok.string) if tok.type == tokenize.COMMENT else None
+        if m is not None and not re.search(r"[A-Za-z]{2}", m.group(1)):
+            out.append(f"{path.relative_to(ROOT)}:{tok.start[0]}: {tok.string}")
+    return out
+
+
+def test_every_noqa_and_type_ignore_of_the_typed_code_says_why() -> None:
+    found = [hit for top in TYPED for path in sorted((ROOT / top).rglob("*.py")) for hit in _unexplained(path)]
+    assert not found, "say why beside each (CONTRIBUTING.md, 'Checks'):\n" + "\n".join(found)

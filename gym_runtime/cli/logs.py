@@ -106,7 +106,7 @@ def _follow(path: Path, base: str) -> None:
                 continue
             if path.exists() and path.stat().st_size < f.tell():  # rotated
                 f.close()
-                f = open(path, "rb")  # noqa: SIM115
+                f = open(path, "rb")  # noqa: SIM115 - reopened on rotation, closed by the loop's finally
                 continue
             if time.monotonic() - checked >= ALIVE_EVERY_S:
                 if not _alive(base):

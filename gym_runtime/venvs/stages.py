@@ -186,7 +186,7 @@ def stage2(
     vp: VenvPlan,
     venv: Path,
     ctx: StageContext,
-    refresh: tuple[str, ...] = (),  # noqa: ARG001
+    refresh: tuple[str, ...] = (),  # noqa: ARG001 - _run_step calls both stages alike; offline there is no --refresh
     uncached: tuple[str, ...] = (),
 ) -> UvResult:
     """The vendored closure offline; ``uncached`` as for :func:`stage1`."""

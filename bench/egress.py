@@ -246,7 +246,7 @@ async def _latency(runner: Runner, rounds: int, cases: dict[str, dict]) -> list[
                 acc[key]["b" if boxed else "d"].append(await runner.run(s, boxed))
     rows = []
     for key, a in acc.items():
-        med = lambda side, f: statistics.median(f(r) for r in a[side])  # noqa: E731
+        med = lambda side, f, a=a: statistics.median(f(r) for r in a[side])  # noqa: E731 - a one-line helper of this loop
         d50, b50 = med("d", lambda r: pct(r["lat"], 50)), med("b", lambda r: pct(r["lat"], 50))
         rows.append(
             {
@@ -260,7 +260,7 @@ async def _latency(runner: Runner, rounds: int, cases: dict[str, dict]) -> list[
                 "p50_overhead_ms": round(b50 - d50, 3),
                 "p50_overhead_pct_rounds": [
                     round(100 * (pct(b["lat"], 50) - pct(d["lat"], 50)) / pct(d["lat"], 50), 1)
-                    for d, b in zip(a["d"], a["b"])
+                    for d, b in zip(a["d"], a["b"], strict=True)
                 ],
                 "fwd_cpu_us_per_req": round(med("b", lambda r: r["host_cpu_us_per_req"]), 1),
                 "idle_cpu_us_per_req": round(med("d", lambda r: r["host_cpu_us_per_req"]), 1),

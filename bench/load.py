@@ -29,14 +29,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers.daemon import kill_tree, read_ready_line, up_process  # noqa: E402
-from tests.helpers.load import (
+from tests.helpers.daemon import kill_tree, read_ready_line, up_process  # noqa: E402 - after ROOT is on sys.path
+from tests.helpers.load import (  # noqa: E402 - after ROOT is on sys.path
     example_rows,
     footprint,
     percentile,
     restarts,
     run_batch,
-    run_direct,  # noqa: E402
+    run_direct,
     unanswered,
 )
 

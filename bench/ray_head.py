@@ -31,9 +31,9 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.stops import gym_rows  # noqa: E402
 from bench.up import learned_users, tree  # noqa: E402
 from tests.helpers.daemon import running  # noqa: E402
-from bench.stops import gym_rows  # noqa: E402
 
 
 def cpu_s(pid: int, root: bool) -> float:

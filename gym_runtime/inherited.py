@@ -69,7 +69,7 @@ def standard_descriptors() -> list[str]:
             os.close(null)
         if getattr(sys, name) is None:
             mode = "r" if fd == 0 else "w"
-            setattr(sys, name, open(fd, mode, buffering=1 if fd else -1, closefd=False))  # noqa: SIM115
+            setattr(sys, name, open(fd, mode, buffering=1 if fd else -1, closefd=False))
         notes.append(name)
     return [f"{', '.join(notes)} came closed: /dev/null in its place"] if notes else []
 

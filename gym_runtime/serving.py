@@ -16,7 +16,7 @@ from typing import Any
 
 import uvicorn
 
-QUIET = dict(log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=60)
+QUIET: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off", "timeout_keep_alive": 60}
 
 
 class _Server(uvicorn.Server):

@@ -190,7 +190,7 @@ class RuntimeSettings:
 
     def with_overrides(self, **kw: object) -> RuntimeSettings:
         """A copy with some fields replaced (CLI flags win over the environment)."""
-        return replace(self, **kw)  # type: ignore[arg-type]
+        return replace(self, **kw)  # type: ignore[arg-type]  # dataclasses.replace checks the field names and the fields their types
 
 
 def user_home(env: Mapping[str, str], what: str = "the state root (~/.cache/gym-runtime)") -> Path:

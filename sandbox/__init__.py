@@ -89,12 +89,12 @@ Rules for the caller:
   (``require_full`` not satisfiable), ``StartError`` (spawn failed).
 """
 
+from .core import Sandbox
 from .launch import ProcessSpec
 from .limits import ResourceLimits
 from .policy import AllowEntry, Decision, EgressPolicy
 from .probe import IsolationLevel, IsolationReport, probe_isolation
 from .process import ExitInfo, SandboxedProcess
-from .core import Sandbox
 
 __all__ = [
     "AllowEntry",

@@ -46,7 +46,7 @@ PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
 NS_GET_USERNS = 0xB701
 ORDER = ("ipc", "uts", "net", "pid", "mnt")
 libc = ctypes.CDLL(None, use_errno=True)
-DNS = []  # the box's resolver socket, 127.0.0.1:53 UDP, bound while joining
+DNS: list[socket.socket] = []  # the box's resolver socket, 127.0.0.1:53 UDP, bound while joining
 
 
 def _setns(fd, what):

@@ -69,7 +69,7 @@ SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446  # the same o
 LANDLOCK_CREATE_RULESET_VERSION, LANDLOCK_SCOPE_SIGNAL = 1, 2
 MAX_FDS = 3
 libc = ctypes.CDLL(None, use_errno=True)
-CHILDREN = {}  # pid -> request id
+CHILDREN: dict[int, object] = {}  # pid -> request id
 
 
 def _check(ret, what):

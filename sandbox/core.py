@@ -17,15 +17,15 @@ from pathlib import Path
 from gym_runtime.errors import IsolationError, StartError
 
 from . import treecopy
+from .dns import NameForwards
 from .launch import LOOPBACK_HOSTS, SANDBOX_HOSTNAME, ProcessSpec, bwrap_argv, launcher_argv, make_preexec, private_pipe
 from .limits import CgroupSlot
-from .dns import NameForwards
 from .netns import NetnsHolder
 from .policy import EgressPolicy, parse_ip_literal
 from .probe import IsolationLevel, IsolationReport, interpreter_roots, probe_isolation
 from .process import SandboxedProcess
-from .zygote import Zygote, parent_groups, start_parents
 from .proxy import EgressProxy, Resolver, connect_or_close, host_dial, serve_forward, system_resolve
+from .zygote import Zygote, parent_groups, start_parents
 
 log = logging.getLogger("sandbox")
 MAX_DENIALS = 1000
@@ -84,7 +84,7 @@ class Sandbox:
         policy: EgressPolicy,
         work_dir: Path,
         require_full: bool = False,
-        level: IsolationLevel | None = None,
+        level: IsolationLevel | str | None = None,
         resolver: Resolver | None = None,
     ) -> Sandbox:
         """Probe (cached), pick the level (``level`` forces a lower one), start the namespace holder
@@ -131,7 +131,7 @@ class Sandbox:
         hosts = list(LOOPBACK_HOSTS)
         if self.hostname is None:  # no UTS name of its own: the server keeps the host's name, which resolves here
             hosts[0] += f" {socket.gethostname()}"
-        for i, (host, port) in enumerate(self.policy.endpoints):
+        for host, port in self.policy.endpoints:
             if parse_ip_literal(host) is not None:
                 addr = host
                 if not (addr.startswith("127.") or addr == "::1"):
@@ -206,7 +206,7 @@ class Sandbox:
             if literal is not None:
                 return await host_dial(str(literal), port)
             out = self.resolver(host) if self.resolver is not None else await system_resolve(host)
-            addrs = list(await out) if asyncio.iscoroutine(out) else list(out)
+            addrs = list(await out) if isinstance(out, Awaitable) else list(out)
             return await host_dial(addrs[0], port)
 
         self._servers.append(await serve_forward(sock, dial))
@@ -295,9 +295,9 @@ class Sandbox:
         cg = CgroupSlot(spec.name, spec.limits)
         join = None
         resolv = self._resolv.get(spec.name, self._state / "resolv.conf")
-        if self.holder is not None:
+        if (holder := self.holder) is not None:
             files = {str(self._state / "hosts"): "/etc/hosts", str(resolv): "/etc/resolv.conf"}
-            join = self.holder.preexec_join if self.bwrap else lambda: self.holder.preexec_join_bare(files)
+            join = holder.preexec_join if self.bwrap else lambda: holder.preexec_join_bare(files)
         ro = [*spec.read_only_paths, *interpreter_roots(spec.argv[0])]
         uncovered = [p for p in spec.cow_paths if spec.tree is None or Path(p) != Path(spec.tree)]
         if uncovered and self.bwrap is None:  # the tree's own copy is its writable view (treecopy.py)
@@ -371,7 +371,7 @@ class Sandbox:
         """Server ``spec`` forked from its venv's preloaded parent (sandbox/zygote.py); raises
         StartError when the fork failed (nothing of it runs: it never reached its cgroups)."""
         child = parent.fork(spec, env, resolv if self.holder is not None else None, cg.procs_files)
-        proc = SandboxedProcess(spec.name, child, spec.limits, cg, False)  # type: ignore[arg-type]
+        proc = SandboxedProcess(spec.name, child, spec.limits, cg, False)  # type: ignore[arg-type]  # a ForkedChild has the Popen methods SandboxedProcess uses
         child.on_exit = proc.poll
         self.processes.append(proc)
         if (spec.limits.memory_mb and not cg.enforces_memory) or (spec.limits.pids and not cg.enforces_pids):
@@ -424,6 +424,7 @@ class Sandbox:
 
     def _copy_tree(self, spec: ProcessSpec) -> treecopy.TreeCopy:
         """A new copy of ``spec.tree`` under the sandbox's state (removed at close)."""
+        assert spec.tree is not None  # prepare() copies only specs with a tree
         self._tree_count += 1
         dest = self._state / "trees" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', spec.name)}-{self._tree_count}"
         try:

@@ -31,8 +31,8 @@ import asyncio
 import inspect
 import logging
 import socket
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import dns.flags
 import dns.message
@@ -78,7 +78,8 @@ class NameForwards:
 
         class _Protocol(asyncio.DatagramProtocol):
             def connection_made(self, transport: asyncio.BaseTransport) -> None:
-                self.transport = transport
+                # a datagram endpoint's (uvloop's UDPTransport has sendto but is no DatagramTransport subclass)
+                self.transport = cast(asyncio.DatagramTransport, transport)
 
             def datagram_received(self, data: bytes, addr) -> None:
                 def send(task: asyncio.Task) -> None:
@@ -94,7 +95,7 @@ class NameForwards:
         if self.resolver is None:
             return [a for a in await system_resolve(host) if ":" not in a]
         out = self.resolver(host)
-        return list(await out) if asyncio.iscoroutine(out) else list(out)
+        return list(await out) if isinstance(out, Awaitable) else list(out)
 
     def _deny(self, client: str, host: str, rule: str, port: int | None = None) -> None:
         """One denial: of a lookup (``port`` None) or of a connection to a forward (its port)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -73,7 +74,7 @@ class JoinerFactory:
                     [box_ctl.fileno()],
                 )
                 reply = await asyncio.wait_for(loop.sock_recv(self.ctl, 4096), START_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError) as e:
                 raise BoxError(f"the joiner factory did not answer ({e!r})") from None
         if not reply:
             raise BoxError("the joiner factory is gone")
@@ -123,9 +124,9 @@ class Joiner:
                 if not fut.done():
                     fut.set_result(int(msg["status"]))
             else:
-                fut = self._replies.pop(msg.get("id"), None)
-                if fut is not None and not fut.done():
-                    fut.set_result((msg, fds))
+                reply = self._replies.pop(msg.get("id"), None)
+                if reply is not None and not reply.done():
+                    reply.set_result((msg, fds))
                     continue
             for fd in fds:
                 os.close(fd)
@@ -173,10 +174,9 @@ class Joiner:
         self._gone("the box was closed")
         self.ctl.close()
         if self.proc is None:  # forked by the factory, which reaps it
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
+            if self.pid is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(self.pid, signal.SIGKILL)
             return
         if self.proc.poll() is None:
             self.proc.kill()

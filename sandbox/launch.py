@@ -202,7 +202,7 @@ def bwrap_argv(
     bwrap: str,
     spec: ProcessSpec,
     proc_mode: str,
-    ro: Sequence[Path],
+    ro: Sequence[Path | str],
     hosts_file: Path | None,
     resolv_file: Path | None,
     command: Sequence[str] | None = None,
@@ -231,11 +231,11 @@ def bwrap_argv(
             continue
         seen.add(path)
         args += [flag, str(path), str(path)]
-    for path, state in spec.cow_paths.items():  # after every bind: the overlay covers the path's read-only bind
+    for cow, state in spec.cow_paths.items():  # after every bind: the overlay covers the path's read-only bind
         upper, work = Path(state) / "upper", Path(state) / "work"
         upper.mkdir(parents=True, exist_ok=True)
         work.mkdir(parents=True, exist_ok=True)
-        real = str(Path(path).resolve())
+        real = str(Path(cow).resolve())
         args += ["--overlay-src", real, "--overlay", str(upper), str(work), real]
     args += ["--chdir", str(cwd), "--", *(command if command is not None else spec.argv)]
     return args

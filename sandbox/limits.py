@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import resource
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,7 @@ class CgroupSlot:
         tag = f"gym-runtime-{os.getpid()}-{name}-{uuid.uuid4().hex[:6]}"
         mem = None if limits.memory_mb is None else limits.memory_mb * 1024 * 1024
         if self.mode == "v2":
-            d = _v2_base() / tag  # type: ignore[operator]
+            d = _v2_base() / tag  # type: ignore[operator]  # mode v2 was chosen because that base exists
             d.mkdir()
             self.dirs = [d]
             if mem is not None:
@@ -97,7 +98,7 @@ class CgroupSlot:
             if limits.pids is not None:
                 (d / "pids.max").write_text(str(limits.pids))
         elif self.mode == "v1":
-            m, p = _own_v1("memory") / tag, _own_v1("pids") / tag  # type: ignore[operator]
+            m, p = _own_v1("memory") / tag, _own_v1("pids") / tag  # type: ignore[operator]  # mode v1 was chosen because both controllers exist
             m.mkdir()
             p.mkdir()
             self.dirs = [m, p]
@@ -153,7 +154,7 @@ def apply_rlimits(limits: ResourceLimits) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
 
-def join_cgroups(procs_files: list[str], pid: int | None = None) -> None:
+def join_cgroups(procs_files: Sequence[str], pid: int | None = None) -> None:
     """Move process ``pid`` into each group: by default this process (in the child before exec);
     a server forked from a preloaded parent is moved by the daemon, before it runs."""
     data = str(os.getpid() if pid is None else pid).encode()

@@ -52,6 +52,7 @@ class NetnsHolder:
         self.user_fd = os.open(f"/proc/{self.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
         self.net_fd = os.open(f"/proc/{self.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self._pool: dict[int, list[socket.socket]] = {4: [], 6: []}
+        self.startup_s = 0.0  # seconds from spawn to ready, set by start()
 
     @classmethod
     def start(cls, timeout: float = 5.0) -> NetnsHolder:
@@ -82,7 +83,7 @@ class NetnsHolder:
             _, err = proc.communicate()
             why = msg.decode(errors="replace")[4:] if msg else err.decode(errors="replace").strip()[-500:]
             raise HolderError(why or f"holder exited with {proc.returncode}")
-        proc.stderr.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]  # started with stderr=PIPE
         holder = cls(proc, ours)
         holder.startup_s = time.monotonic() - t0
         return holder

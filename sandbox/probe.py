@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .launch import SANDBOX_HOSTNAME
-from .netns import HolderError, NetnsHolder
 from .limits import cgroup_mode
+from .netns import HolderError, NetnsHolder
 
 
-class IsolationLevel(str, enum.Enum):
+class IsolationLevel(enum.StrEnum):
     """Ladder levels, comparable: ``NONE < PARTIAL < FULL``."""
 
     NONE = "none"
@@ -44,7 +44,7 @@ class IsolationLevel(str, enum.Enum):
         return self.rank < other.rank
 
     def __le__(self, other: object) -> bool:
-        return self == other or self < other  # type: ignore[operator]
+        return self == other or self < other
 
 
 @dataclass

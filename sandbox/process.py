@@ -56,6 +56,7 @@ class SandboxedProcess:
             self.pidfd = None
         self._exited: asyncio.Future | None = None  # resolved by whoever reaps the process (poll)
         self._reader_loop: asyncio.AbstractEventLoop | None = None  # the loop watching ``pidfd``
+        self._ps: psutil.Process | None
         try:
             self._ps = psutil.Process(self.pid)
         except psutil.Error:
@@ -114,7 +115,7 @@ class SandboxedProcess:
             return self.pid if self.poll() is None else None
         if self._app is not None and self.poll() is None and self._app.is_running():
             return self._app.pid
-        proc = self._ps
+        proc: psutil.Process | None = self._ps
         try:
             while proc is not None and proc.name() == "bwrap":
                 kids = proc.children()
@@ -221,12 +222,13 @@ class SandboxedProcess:
             self._signal_tree(signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.wait(), grace_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._reason = "killed" if self._reason == "terminated" else self._reason
                 self._signal_tree(signal.SIGKILL)
                 try:
                     await asyncio.wait_for(self.wait(), kill_wait_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
+                    state: str
                     try:
                         state = self._ps.status() if self._ps is not None else "unknown"
                     except psutil.Error:

@@ -197,7 +197,7 @@ class EgressProxy:
             for ip in addrs:
                 try:
                     return await asyncio.wait_for(host_dial(ip, port), 10)
-                except (OSError, asyncio.TimeoutError) as e:
+                except (TimeoutError, OSError) as e:
                     last = e
             raise OSError(f"connect {host}:{port} failed: {last}")
         except OSError as e:
@@ -209,7 +209,7 @@ class EgressProxy:
         nodelay(writer.get_extra_info("socket"))
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, asyncio.TimeoutError):
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             writer.close()  # no request head in time (an idle connection must not hold a descriptor forever)
             return
         lines = head.decode("latin-1").split("\r\n")
@@ -260,17 +260,17 @@ class _Half(asyncio.Protocol):
         self.eof = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream protocol's transport is an asyncio.Transport
         nodelay(transport.get_extra_info("socket"))
 
     def link(self, peer: _Half) -> None:
         self.peer, peer.peer = peer, self
         for side in (self, peer):
             if side.pending:
-                side.peer.transport.write(b"".join(side.pending))  # type: ignore[union-attr]
+                side.peer.transport.write(b"".join(side.pending))  # type: ignore[union-attr]  # paired sides are both connected
                 side.pending.clear()
-            if side.eof and side.peer.transport.can_write_eof():  # type: ignore[union-attr]
-                side.peer.transport.write_eof()  # type: ignore[union-attr]
+            if side.eof and side.peer.transport.can_write_eof():  # type: ignore[union-attr]  # paired sides are both connected
+                side.peer.transport.write_eof()  # type: ignore[union-attr]  # paired sides are both connected
 
     def data_received(self, data: bytes) -> None:
         if self.peer is None or self.peer.transport is None:
@@ -283,7 +283,7 @@ class _Half(asyncio.Protocol):
         if self.peer is not None and self.peer.transport is not None and self.peer.transport.can_write_eof():
             self.peer.transport.write_eof()
         if self.peer is not None and self.peer.eof:  # both directions are done: nothing keeps the pair open
-            self.peer.transport.close()  # type: ignore[union-attr]
+            self.peer.transport.close()  # type: ignore[union-attr]  # a peer that sent EOF is connected
             return False  # asyncio closes this side
         return True
 
@@ -317,7 +317,7 @@ async def serve_forward(sock: socket.socket, dial: Callable[[], Awaitable[socket
                     down.transport.close()
                 return
             if down.transport is None or down.transport.is_closing():
-                up.transport.close()  # type: ignore[union-attr]
+                up.transport.close()  # type: ignore[union-attr]  # up is connected once down is
                 return
             down.link(up)
 

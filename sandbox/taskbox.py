@@ -329,7 +329,7 @@ class TaskBox:
         timed_out = False
         try:
             status = await asyncio.wait_for(asyncio.shield(done), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             timed_out = True
             _kill_group(pid)
             status = await asyncio.wait_for(asyncio.shield(done), 5.0)
@@ -401,7 +401,7 @@ class TaskBox:
         out: list[psutil.Process] = []
         pids = [
             self.keeper.pid if self.keeper is not None and self.keeper.poll() is None else None,
-            self.joiner.pid if self.joiner is not None and not self.joiner.ctl._closed else None,
+            self.joiner.pid if self.joiner is not None and self.joiner.ctl.fileno() != -1 else None,
         ]
         for pid in pids:
             if pid is None:

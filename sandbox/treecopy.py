@@ -102,7 +102,7 @@ def make(tree: Path | str, root: Path | str | None, dest: Path) -> TreeCopy:
     base = Path(root).resolve() if root is not None else None
     parts = real.relative_to(base).parts if base is not None and base in real.parents else ()
     dest.mkdir(parents=True)
-    here, there = base, dest
+    here, there = base if base is not None else real, dest  # parts is empty without a base
     for i, part in enumerate(parts):  # the directories above the tree: links to every other entry
         with os.scandir(here) as entries:
             for entry in entries:
@@ -142,7 +142,7 @@ def remove(top: Path) -> None:
 
 def failure(name: str, tree: Path | str, dest: Path, level: str, err: BaseException) -> StartError:
     """The error of a copy that failed (``GR-START-TREE-COPY``), naming the server, the tree, where it went and why."""
-    why = err
+    why: BaseException | str = err
     if isinstance(err, shutil.Error) and err.args and isinstance(err.args[0], list) and err.args[0]:
         _src, _dst, reason = err.args[0][0]  # the reason names the file
         why = f"{reason}" + (f" (and {len(err.args[0]) - 1} more)" if len(err.args[0]) > 1 else "")

@@ -29,10 +29,10 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gym_runtime.errors import StartError
 
@@ -145,7 +145,7 @@ class Zygote:
         self.ctl.send(json.dumps({"op": "preload", "modules": list(modules), "report": report}).encode())
         try:
             raw = await asyncio.wait_for(loop.sock_recv(self.ctl, MAX_MESSAGE), PRELOAD_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise StartError(
                 f"the preloaded parent of {self.python} did not import its modules within {PRELOAD_TIMEOUT_S:g}s"
             ) from None

@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _signals(cancel: threading.Event) -> dict[int, Any]:
-    old = {}
+    old: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             old[sig] = signal.signal(sig, lambda *_: cancel.set())

@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from gym_runtime.gym_release import choose_release
     from gym_runtime.package import load_package
     from gym_runtime.settings import load_settings
-    from gym_runtime.task_sandboxes.bringup import choose_providers
     from gym_runtime.supervise import passthrough
+    from gym_runtime.task_sandboxes.bringup import choose_providers
 
     settings = load_settings()
     pkg = load_package(args.package)

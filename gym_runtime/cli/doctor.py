@@ -84,7 +84,7 @@ def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
     except GymRuntimeError as e:
         return {"status": "error", "error": e.to_dict(), "invalid_input": e.exit_code == EXIT_INVALID}
     out: dict[str, Any] = {"status": "ok", **target.to_dict(), "summary": target.describe().removeprefix("ray: ")}
-    if target.mode == "join":
+    if target.mode == "join" and target.address is not None:
         try:
             wait_reachable(target.address, target.source, 3.0)
             out["reachable"] = True
@@ -104,7 +104,6 @@ def _package(package: str, settings: RuntimeSettings) -> tuple[dict[str, Any], d
     from gym_runtime.gym_release import choose_release
     from gym_runtime.package import load_package
     from gym_runtime.settings import policy_from_environ
-
     from gym_runtime.supervise import passthrough
 
     def error(e: GymRuntimeError) -> dict[str, Any]:

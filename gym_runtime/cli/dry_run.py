@@ -249,7 +249,8 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         with stdout_for_the_command() as out:  # stdout carries the report only
-            advance = lambda r: progress.advance(task)  # noqa: E731
+            advance = lambda r: progress.advance(task)  # noqa: E731 - one line, used twice below
+            work: Coroutine[Any, Any, DryRunResult]  # a watch never returns: it ends by cancellation
             if args.watch:  # runs until Ctrl-C or SIGTERM (exit 130)
                 from gym_runtime.rollouts.watch import watch_dry_run
 

@@ -106,7 +106,7 @@ def _follow(path: Path, base: str) -> None:
                 continue
             if path.exists() and path.stat().st_size < f.tell():  # rotated
                 f.close()
-                f = open(path, "rb")  # noqa: SIM115
+                f = open(path, "rb")  # noqa: SIM115 - reopened on rotation, closed by the loop's finally
                 continue
             if time.monotonic() - checked >= ALIVE_EVERY_S:
                 if not _alive(base):
@@ -148,7 +148,7 @@ def _from_files(instance: str, tail: int, home: Path) -> int:
     ):
         build = None  # an older build than the last run: it says nothing about that run
     entry = (build or {}).get("servers", {}).get(instance)
-    if entry and entry.get("status") in ("failed", "cancelled"):
+    if entry and build is not None and entry.get("status") in ("failed", "cancelled"):
         return _failed_build(instance, entry, build, last, home, tail)
     last_log = Path(last["logs_dir"]) / f"{instance}.log" if last.get("logs_dir") else None
     older = sorted(
@@ -181,10 +181,10 @@ def _from_files(instance: str, tail: int, home: Path) -> int:
         )
         if entry and entry.get("status") == "not built":
             note += f"; its venv builds failed before {instance!r}'s was done (see `gym-runtime logs` of those)"
-        if what == "older run":
+        if what == "older run" and shown is not None:
             note += f".\nshowing the log of an older run, {shown.parent.parent} (last written {_stamp(_mtime(shown))}):"
         print(note, file=err)
-    elif what == "older run":
+    elif what == "older run" and shown is not None:
         print(f"showing the log of the run {shown.parent.parent} (last written {_stamp(_mtime(shown))}):", file=err)
     if shown is None:
         return 0

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from gym_runtime.errors import EXIT_USAGE
 
@@ -33,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)  # `--sample 2` is a typo, never `--samples 2`
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> None:  # argparse's usage errors: exit 2 with our shape
+    def error(self, message: str) -> NoReturn:  # argparse's usage errors: exit 2 with our shape
         self.print_usage(sys.stderr)
         print(f"error[GR-USAGE]: {message}\nhint: run `{self.prog} --help`", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)

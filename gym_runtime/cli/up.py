@@ -246,7 +246,12 @@ async def serve(req: UpRequest, out: TextIO) -> int:
     record.claim()
     env.on_head = record.head
     if req.host is not None:  # the launcher learns the head server's address at once (module doc)
-        env.on_head = lambda url: (record.head(url), _line(out, {"status": "starting", "head_server": url}))
+
+        def on_head(url: str) -> None:
+            record.head(url)
+            _line(out, {"status": "starting", "head_server": url})
+
+        env.on_head = on_head
     loop = asyncio.get_running_loop()
     signals: list[float] = []  # when each stop signal arrived (monotonic)
     stops: list[asyncio.Task] = []

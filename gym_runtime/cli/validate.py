@@ -95,7 +95,7 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
             summary["release"] = release
         except GymRuntimeError as e:  # GR-SDK-SKEW: the vendored SDK and the pin disagree
             violations += _violations_of(e)
-    if release is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
+    if pkg is not None and release is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
         try:
             merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS, release=release)
             from gym_runtime.package.sqlite_wal import wal_warnings

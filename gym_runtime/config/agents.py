@@ -92,7 +92,7 @@ def allowed(
     declared = impl[1].get(key) if impl else None
     if not declared:
         return None
-    path = f"{resources_server}.{RESOURCES}.{impl[0]}.{key}"  # type: ignore[index]
+    path = f"{resources_server}.{RESOURCES}.{impl[0]}.{key}"  # type: ignore[index]  # impl is set whenever declared is
     if isinstance(declared, str):
         return [declared], path
     if not isinstance(declared, list):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +30,17 @@ from gym_runtime.errors import Violation
 SCHEMA_FILE = "config_schema.py"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _schema(path: Path) -> tuple[frozenset[str], dict[str, str], dict[str, Any]] | None:
     """``(known keys, refused, refused defaults)`` of a tree's schema file, or None without one."""
     file = path / SCHEMA_FILE
     if not file.is_file():
         return None
     spec = importlib.util.spec_from_file_location(f"_gym_runtime_schema_{abs(hash(str(file)))}", file)
+    if spec is None or spec.loader is None:  # a .py file always has one
+        return None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)
     model: type[BaseModel] = module.SCHEMA
     return (
         frozenset(model.model_fields),

@@ -73,7 +73,7 @@ def compose(
 
     Raises :class:`ConfigError` with every problem of the first step that has any.
     """
-    v, warnings = ViolationList(), []
+    v, warnings = ViolationList(), list[Violation]()
     tree = collect(package, release, v, warnings)
     job = job_layers(overrides, policy, v, job_config)
     v.raise_if_any(ConfigError, "configuration files cannot be merged")
@@ -128,7 +128,7 @@ def compose(
 
 
 def _plain(cfg: DictConfig) -> dict[str, Any]:
-    return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]
+    return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]  # to_container of a DictConfig is a dict
 
 
 def _raise(errors: list[Violation], summary: str) -> None:

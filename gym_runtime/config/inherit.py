@@ -263,15 +263,15 @@ class _Templates:
                         hint=f"remove {name} from _delete_key",
                     )
                 )
-        if isinstance(result, dict) and directive(result):
+        if isinstance(result, dict) and (chained := directive(result)):
             self.warnings.append(
                 Violation(
                     "GR-CONFIG-INHERIT-CHAIN",
-                    f"inherits {target}, which itself inherits {directive(result)[1]}: one "
+                    f"inherits {target}, which itself inherits {chained[1]}: one "
                     "level of templates is applied, so the directive stays in this block",
                     key=path,
                     file=self.sources.of(path),
-                    hint=f"inherit from {directive(result)[1]} here and repeat {target}'s "
+                    hint=f"inherit from {chained[1]} here and repeat {target}'s "
                     "own keys, so the result does not depend on the order of the blocks",
                 )
             )

@@ -23,7 +23,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from gym_runtime.config.merge import Sources
 from gym_runtime.config.placement import placement_problems
@@ -286,7 +286,7 @@ def build_instances(
                 )
             )
             continue
-        if not problems:
+        if not problems and isinstance(entry, str):  # a missing entrypoint is one of the problems
             instances[name] = ServerInstance(name, stype, impl, entry, sdir, inner, file)
     return instances, declared, out
 
@@ -307,7 +307,7 @@ def python_version_problems(value: Any, key: str, file: str | None) -> list[Viol
     return []
 
 
-def _good_entry(entry: Any) -> bool:
+def _good_entry(entry: Any) -> TypeGuard[str]:
     return isinstance(entry, str) and bool(entry) and not entry.startswith("/") and ".." not in Path(entry).parts
 
 

@@ -48,7 +48,7 @@ class PolicyValues:
         whether the stub model starts and whether the keyless key applies. Unparseable overrides are
         ignored here (the merge reports them)."""
         given, _ = parse_overrides([o for o in overrides if o.lstrip("+").split("=", 1)[0].strip() in POLICY_KEYS])
-        values = dict(zip(POLICY_KEYS, (self.base_url, self.api_key, self.model_name)))
+        values: dict[str, Any] = dict(zip(POLICY_KEYS, (self.base_url, self.api_key, self.model_name), strict=True))
         for key in POLICY_KEYS:
             if values[key] is None and given.get(key) is not None:
                 values[key] = given[key]
@@ -61,10 +61,13 @@ class PolicyValues:
         mine = (self.base_url, self.api_key, self.model_name)
         if all(v is not None for v in mine) or not other.as_dict():
             return self
-        theirs = (other.base_url, other.api_key, other.model_name)
-        values = [m if m is not None else t for m, t in zip(mine, theirs)]
         origin = other.origin if not self.as_dict() else f"{self.origin} and {other.origin}"
-        return PolicyValues(*values, origin=origin)
+        return PolicyValues(
+            other.base_url if self.base_url is None else self.base_url,
+            other.api_key if self.api_key is None else self.api_key,
+            other.model_name if self.model_name is None else self.model_name,
+            origin=origin,
+        )
 
     def keyless_defaults(self) -> dict[str, Any] | None:
         """Config defaults for a base URL given without an API key: ``policy_api_key: EMPTY``
@@ -72,7 +75,7 @@ class PolicyValues:
         return {"policy_api_key": KEYLESS_API_KEY} if self.base_url and not self.api_key else None
 
     def as_dict(self) -> dict[str, Any]:
-        vals = dict(zip(POLICY_KEYS, (self.base_url, self.api_key, self.model_name)))
+        vals = dict(zip(POLICY_KEYS, (self.base_url, self.api_key, self.model_name), strict=True))
         return {k: v for k, v in vals.items() if v is not None}
 
 
@@ -232,11 +235,11 @@ def parse_overrides(overrides: list[str]) -> tuple[dict[str, Any], list[Violatio
         try:
             one = OmegaConf.from_dotlist([text])
             check_structure(OmegaConf.to_container(one, resolve=False), plain=True)
-            out = OmegaConf.merge(out, one)  # type: ignore[assignment]
+            out = OmegaConf.merge(out, one)  # type: ignore[assignment]  # merging DictConfigs gives a DictConfig
         except (OmegaConfBaseException, yaml.YAMLError, YamlProblem, ValueError, TypeError) as e:
             why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             v.append(Violation("GR-CONFIG-OVERRIDE", f"override {item!r} cannot be applied: {why}", hint=hint))
-    return OmegaConf.to_container(out, resolve=False), v  # type: ignore[return-value]
+    return OmegaConf.to_container(out, resolve=False), v  # type: ignore[return-value]  # to_container of a DictConfig is a dict
 
 
 _ONLY_INTERPOLATION = re.compile(r"\$\{[^${}]+\}")
@@ -358,7 +361,7 @@ def _raise_conflict(layers: list[tuple[dict[str, Any], str]]) -> None:
     merged: DictConfig = OmegaConf.create({})
     for data, label in layers:
         try:
-            merged = OmegaConf.merge(merged, OmegaConf.create(data))  # type: ignore[assignment]
+            merged = OmegaConf.merge(merged, OmegaConf.create(data))  # type: ignore[assignment]  # merging DictConfigs gives a DictConfig
         except (OmegaConfBaseException, TypeError, ValueError) as e:
             c = _conflict(OmegaConf.to_container(merged, resolve=False), data)
             if c is None:

@@ -111,7 +111,7 @@ class _Roots:
     def _wheel_members(self) -> set[str]:
         if self._members is None:
             try:
-                with zipfile.ZipFile(self.wheel.path) as z:  # type: ignore[union-attr]
+                with zipfile.ZipFile(self.wheel.path) as z:  # type: ignore[union-attr]  # only files read from a wheel get here, and they have one
                     self._members = {n for n in z.namelist() if n.endswith((".yaml", ".yml"))}
             except (OSError, zipfile.BadZipFile):
                 self._members = set()
@@ -134,7 +134,7 @@ def _path_problem(entry: Any) -> str | None:
 def _ancestors(files: list[ConfigFile], index: int) -> list[int]:
     out = [index]
     while files[out[-1]].parent is not None:
-        out.append(files[out[-1]].parent)  # type: ignore[arg-type]
+        out.append(files[out[-1]].parent)  # type: ignore[arg-type]  # the loop condition checked parent
     return out
 
 

@@ -34,6 +34,7 @@ import difflib
 from typing import Any
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from gym_runtime.config.merge import Sources
 from gym_runtime.errors import Violation
@@ -144,7 +145,7 @@ def placement_problems(inner: dict[str, Any], key: str, sources: Sources) -> lis
     return out
 
 
-def _violation(err: dict[str, Any], path: str, file: str | None) -> Violation:
+def _violation(err: ErrorDetails, path: str, file: str | None) -> Violation:
     if err["type"] == "extra_forbidden":
         name = str(err["loc"][-1])
         near = difflib.get_close_matches(name, list(Placement.model_fields), n=1, cutoff=0.6)

@@ -85,7 +85,7 @@ def follow_moves(
             hint="give each inheriting agent its own environment server, or name one of them here",
         )
         for path, ref in agent_refs(cfg)
-        if len(moves.get(ref.get("name"), [])) > 1
+        if isinstance(ref.get("name"), str) and len(moves.get(ref["name"], [])) > 1
     ]
 
 

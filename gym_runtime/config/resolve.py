@@ -115,11 +115,11 @@ def _first_line(err: Exception | None) -> str:
 
 
 def _walk(node: DictConfig | ListConfig, prefix: str, sources: Sources, out: list[Violation]) -> None:
-    keys = list(node.keys()) if isinstance(node, DictConfig) else list(range(len(node)))
+    keys: list[Any] = list(node.keys()) if isinstance(node, DictConfig) else list(range(len(node)))
     for k in keys:
         path = (f"{prefix}.{k}" if prefix else str(k)) if isinstance(node, DictConfig) else f"{prefix}[{k}]"
-        child = node._get_node(k)  # type: ignore[union-attr]
-        raw = child._value() if child is not None else None  # type: ignore[union-attr]
+        child = node._get_node(k)
+        raw = child._value() if child is not None else None  # type: ignore[union-attr]  # child is a Node: None is excluded, and a key of node has one
         if isinstance(child, (DictConfig, ListConfig)) and not OmegaConf.is_interpolation(node, k):
             if OmegaConf.is_missing(node, k):
                 out.append(_problem(path, "???", MissingMandatoryValue("???"), sources))
@@ -172,7 +172,7 @@ def resolve_config(cfg: DictConfig, sources: Sources) -> dict[str, Any]:
             hint=hint,
         )
     try:
-        data: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore
+        data: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[assignment]  # to_container of a DictConfig is a dict
     except (InterpolationResolutionError, OmegaConfBaseException) as e:  # pragma: no cover - walk covers these
         raise MissingValuesError(f"config cannot be resolved: {_first_line(e)}") from None
     left = list(_markers(data, ""))

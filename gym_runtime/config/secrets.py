@@ -298,7 +298,7 @@ def _references(text: str, where: Path, data: dict[str, Any]) -> list[_Ref]:
 
     refs: list[_Ref] = []
 
-    def on_node(key: Any, memo: Any = None) -> str:
+    def on_node(key: Any, memo: Any = None) -> Any:  # the placeholder value; only the reference is kept
         raw = getattr(key, "raw", key)
         dots = getattr(key, "relative_dots", None)
         parts = getattr(key, "parts", None)

@@ -32,9 +32,10 @@ CONTROL_TOKEN_VAR = "NEMO_GYM_TOKEN_CAPTURE_CONTROL_TOKEN"
 MODEL_SERVERS = "responses_api_models"
 
 
-def _block(data: dict) -> dict | None:
+def _block(data: dict) -> dict:
+    """The config's ``token_id_capture`` block, ``{}`` when it has none (or not a mapping)."""
     block = data.get(BLOCK)
-    return block if isinstance(block, dict) else None
+    return block if isinstance(block, dict) else {}
 
 
 def enabled(data: dict) -> bool:

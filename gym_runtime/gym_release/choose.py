@@ -50,7 +50,7 @@ def wheel_metadata(wheel: WheelFile) -> KnownRelease:
             meta = Parser().parsestr(z.read(name).decode("utf-8", "replace"), headersonly=True)
     except (OSError, zipfile.BadZipFile, StopIteration, KeyError):
         return table
-    found = {}
+    found: dict[str, str] = {}
     for line in meta.get_all("Requires-Dist") or []:
         try:
             req = Requirement(line)

@@ -91,7 +91,7 @@ def ray_use(
     elif sdk and release is not None and release.declares_ray_enabled and uses:
         why = (
             f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}): Ray, as NeMo Gym "
-            f"does, since {reach.where}"
+            f"does, since {reach.where if reach is not None else 'NeMo Gym gives an undeclared class one'}"
         )
     elif sdk and release is not None and release.declares_ray_enabled:
         why = (
@@ -130,6 +130,7 @@ def release_line(merged: MergedConfig) -> str:
     """The release's one line (:meth:`~gym_runtime.gym_release.GymRelease.describe`), saying so when
     no server of the package runs the Gym SDK: then neither the SDK nor its Python is needed (the
     bundled example's built-in servers run on any supported Python)."""
+    assert merged.release is not None  # build_config always chooses one
     line = merged.release.describe()
     if not any(_sdk_source(inst) for inst in merged.instances.values()):
         line += "; no server of this package uses the Gym SDK, so neither it nor that Python is needed"

@@ -129,7 +129,7 @@ def _read_module(module: str, is_package: bool, text: str) -> _Module:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             out.names.add(node.name)
             if isinstance(node, ast.ClassDef) and (stmt := ray_enabled_stmt(node)) is not None:
-                out.ray[f"{module}.{node.name}"] = stmt.value.value  # type: ignore[union-attr]
+                out.ray[f"{module}.{node.name}"] = stmt.value.value  # type: ignore[union-attr]  # ray_enabled_stmt returns only statements whose value is a Constant
         elif isinstance(node, ast.Assign):
             for t in node.targets:
                 out.names.update(_targets(t))

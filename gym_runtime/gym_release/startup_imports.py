@@ -22,7 +22,7 @@ from __future__ import annotations
 import gzip
 import os
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,7 +47,7 @@ def _listed() -> dict[Version, Path]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read(path: Path) -> tuple[str, ...]:
     lines = gzip.decompress(path.read_bytes()).decode().splitlines()
     return tuple(s for s in (line.strip() for line in lines) if s and not s.startswith("#"))

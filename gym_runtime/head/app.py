@@ -230,7 +230,9 @@ def batch_summary(
         "wall_s": batch.wall_s,
         "rollouts_per_s": round(n / batch.wall_s, 3) if batch.wall_s > 0 and n else None,
         "concurrency": concurrency,
-        "replicas": replica_counts(zip(batch.agents, batch.replicas, failed), agent_replicas, batch.wall_s),
+        "replicas": replica_counts(
+            zip(batch.agents, batch.replicas, failed, strict=True), agent_replicas, batch.wall_s
+        ),
     }
 
 
@@ -363,8 +365,8 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
             )
         return out
 
-    @app.get("/processes")
-    async def processes() -> dict[str, Any]:
+    @app.get("/processes", response_model=dict[str, Any])
+    async def processes() -> Any:
         if backend.processes is None:
             return error_response(
                 404, "GR-HEAD-NO-PROCESSES", "process accounting is not available in this environment"

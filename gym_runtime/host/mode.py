@@ -14,8 +14,8 @@ import socket
 from dataclasses import dataclass
 
 from gym_runtime.errors import StartError
-from gym_runtime.host.global_config import HostJob
 from gym_runtime.host import ROLLOUT_DEADLINE_S
+from gym_runtime.host.global_config import HostJob
 from gym_runtime.supervise.ports import bind_listener
 
 __all__ = ["ROLLOUT_DEADLINE_S", "HostMode", "bind_in_range"]

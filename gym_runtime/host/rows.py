@@ -40,7 +40,7 @@ def row_keys(rows: list[Any]) -> list[int | str]:
         keys.append(key)
     if len(set(keys)) != len(keys):
         seen: set[int | str] = set()
-        dup = sorted({repr(k) for k in keys if k in seen or seen.add(k)})  # type: ignore[func-returns-value]
+        dup = sorted({repr(k) for k in keys if k in seen or seen.add(k)})  # type: ignore[func-returns-value]  # set.add returns None: the first sighting of a key is not a duplicate
         raise ValueError(
             f"{ROW_KEY} must be unique within a batch (a row without one counts as its position): "
             f"{', '.join(dup)} appear(s) more than once"

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict
@@ -52,8 +52,8 @@ class GlobalConfigDictParserConfig(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    dotenv_path: Optional[Path] = None
-    initial_global_config_dict: Optional[DictConfig | dict] = None
+    dotenv_path: Path | None = None
+    initial_global_config_dict: DictConfig | dict | None = None
     skip_load_from_cli: bool = False
     skip_load_from_dotenv: bool = False
     hide_secrets: bool = False
@@ -82,7 +82,7 @@ def _plain(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
     if isinstance(value, DictConfig):
-        return OmegaConf.to_container(value, resolve=False)  # type: ignore[return-value]
+        return OmegaConf.to_container(value, resolve=False)  # type: ignore[return-value]  # to_container of a DictConfig is a dict
     return dict(value)
 
 
@@ -149,8 +149,10 @@ def read_job(cfg: GlobalConfigDictParserConfig, cwd: Path, argv: list[str]) -> J
     timeout = next((data[deadline] for data, _ in reversed(layers) if deadline in data), None)
     policy = take("policy_base_url"), take("policy_api_key"), take("policy_model_name")
     merged = OmegaConf.merge(*(OmegaConf.create(data) for data, _ in layers))
+    container = OmegaConf.to_container(merged, resolve=False)
+    assert isinstance(container, dict)  # a merge of mappings
     layer = (
-        OmegaConf.to_container(merged, resolve=False),
+        cast(dict[str, Any], container),
         " over ".join(name for _, name in reversed(layers)),
     )  # "initial_global_config_dict over .../env.yaml"
     job = Job(package_from_config_paths(paths, cwd), layer, overrides, *policy)

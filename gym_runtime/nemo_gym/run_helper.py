@@ -103,12 +103,15 @@ class RunHelper:
                     raise StartInterrupted("shutdown() was called while start() read the config")
                 self._runtime = runtime
                 self._open_loop()
-            future = asyncio.run_coroutine_threadsafe(runtime.start(), self._loop)
+                loop = self._loop
+            assert loop is not None  # made by _open_loop()
+            future = asyncio.run_coroutine_threadsafe(runtime.start(), loop)
             try:
                 self.ready_info = future.result()
             except concurrent.futures.CancelledError:
                 raise StartInterrupted("shutdown() stopped the start-up before every server was ready") from None
             env = runtime.env
+            assert env is not None and env.merged is not None  # a start that returned made both
             gym_cache.fill(env.outside, env.merged.data.get("ray_head_node_address"))
         except GymRuntimeError:
             self._close(forget=True)

@@ -9,10 +9,10 @@ this module checks only what the manifest text alone can tell.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from gym_runtime.errors import Violation
 from gym_runtime.package.layout import SERVER_TYPES
@@ -157,7 +157,7 @@ class _AnyFormat(_Closed):
     adapter: Adapter | None = None
 
 
-Manifest = Annotated[Union[NativeManifest, WheelsManifest, AdapterManifest], Field(discriminator="format")]
+Manifest = Annotated[NativeManifest | WheelsManifest | AdapterManifest, Field(discriminator="format")]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Manifest)
 FORMATS = ("native-v1", "wheels-v1", "adapter-wheels-v1")
 _CUSTOM_CODES = {
@@ -179,7 +179,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _violation(e: dict[str, Any], fmt: Any) -> Violation:
+def _violation(e: ErrorDetails, fmt: Any) -> Violation:
     key = _loc(e["loc"]) or None
     msg = e["msg"].removeprefix("Value error, ")
     code, hint, kind = "GR-PKG-MANIFEST", None, e["type"]

@@ -56,7 +56,8 @@ def ray_enabled_stmt(node: ast.ClassDef) -> ast.Assign | ast.AnnAssign | None:
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             target, value = stmt.target, stmt.value
         if (
-            isinstance(target, ast.Name)
+            isinstance(stmt, (ast.Assign, ast.AnnAssign))
+            and isinstance(target, ast.Name)
             and target.id == "ray_enabled"
             and isinstance(value, ast.Constant)
             and value.value in (True, False, None)
@@ -153,6 +154,7 @@ class _Reader:
         if depth > MAX_DEPTH:
             return None
         head, _, rest = name.partition(".")
+        node: ast.AST
         for node in mod.tree.body:
             if isinstance(node, ast.ClassDef) and node.name == name:
                 return node, mod
@@ -204,7 +206,7 @@ class _Reader:
                 continue
             node, where = found
             if (stmt := ray_enabled_stmt(node)) is not None:
-                value = stmt.value.value  # type: ignore[union-attr]
+                value = stmt.value.value  # type: ignore[union-attr]  # ray_enabled_stmt returns only statements whose value is a Constant
                 return value, f"{where.rel}:{stmt.lineno} {node.name}.ray_enabled = {value}"
         return None
 
@@ -324,8 +326,9 @@ def _text_like(annotation: ast.expr) -> bool:
     return False
 
 
-def _annotated(node: ast.ClassDef) -> list[ast.AnnAssign]:
-    return [s for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+def _annotated(node: ast.ClassDef) -> list[tuple[str, ast.AnnAssign]]:
+    """The class body's ``name: annotation`` statements, each with its name."""
+    return [(s.target.id, s) for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
 
 
 def config_class(server_dir: Path, entrypoint: str, package_root: Path | None = None) -> ConfigClass | None:
@@ -335,20 +338,20 @@ def config_class(server_dir: Path, entrypoint: str, package_root: Path | None = 
     reader = _Reader(server_dir, package_root, None)
     mod = reader.load(server_dir / entrypoint)
     cls = _entry_class(mod.tree) if mod is not None else None
-    if cls is None:
+    if cls is None or mod is None:
         return None
     for found in reader.lineage(cls, mod):
         ann = (
-            next((a for a in _annotated(found[0]) if a.target.id == "config"), None)
-            if isinstance(found, tuple)
-            else None
+            next((a for key, a in _annotated(found[0]) if key == "config"), None) if isinstance(found, tuple) else None
         )
         if ann is not None:
             name, where = _dotted(ann.annotation), found[1]
             break
     else:
         return None
-    lineage = list(reader.lineage(name, where)) if name is not None else []
+    if name is None:
+        return None
+    lineage = list(reader.lineage(name, where))
     if not lineage or not isinstance(lineage[0], tuple):  # found nowhere, or the SDK's own
         return None
     seen: set[str] = set()
@@ -357,11 +360,11 @@ def config_class(server_dir: Path, entrypoint: str, package_root: Path | None = 
     for node, m in (found for found in lineage if isinstance(found, tuple)):
         if _converts_first(node):
             return ConfigClass(name, {})
-        for a in _annotated(node):
-            if a.target.id not in seen:
-                seen.add(a.target.id)
+        for key, a in _annotated(node):
+            if key not in seen:
+                seen.add(key)
                 if _plain_str(a.annotation):
-                    strings[a.target.id] = f"{m.rel}:{a.lineno} {node.name}.{a.target.id}: str"
+                    strings[key] = f"{m.rel}:{a.lineno} {node.name}.{key}: str"
                 if _text_like(a.annotation):
-                    texts[a.target.id] = f"{m.rel}:{a.lineno} {node.name}.{a.target.id}: {ast.unparse(a.annotation)}"
+                    texts[key] = f"{m.rel}:{a.lineno} {node.name}.{key}: {ast.unparse(a.annotation)}"
     return ConfigClass(name, strings, texts)

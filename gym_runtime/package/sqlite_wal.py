@@ -37,7 +37,8 @@ def is_wal_database(path: Path) -> bool:
 def wal_databases(tree: Path) -> list[Path]:
     """Every WAL-mode SQLite database under ``tree`` (symlinks not followed, at most
     :data:`MAX_FILES` files looked at), sorted."""
-    found, seen = [], 0
+    found: list[Path] = []
+    seen = 0
     for top, dirs, files in os.walk(tree):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
         for name in sorted(files):

@@ -148,14 +148,14 @@ def read_wheelhouse(wheels_dir: Path, rel_to: Path) -> tuple[list[WheelFile], li
     by_name: dict[str, set[str]] = defaultdict(set)
     for w in wheels:
         by_name[w.name].add(str(w.version))
-    for name, versions in sorted(by_name.items()):
+    for dist, versions in sorted(by_name.items()):
         if len(versions) > 1:
             vs = ", ".join(sorted(versions, key=Version))
-            files = ", ".join(sorted(w.filename for w in wheels if w.name == name))
+            files = ", ".join(sorted(w.filename for w in wheels if w.name == dist))
             v.append(
                 Violation(
                     "GR-PKG-WHEELS-DUPLICATE",
-                    f"vendors multiple versions of {name} ({vs}): {files}",
+                    f"vendors multiple versions of {dist} ({vs}): {files}",
                     file=rel,
                     hint="regenerate wheels/ with one resolved version per distribution",
                 )

@@ -41,7 +41,7 @@ class ReplicaAddress:
         return self.address
 
     def point(self, target: tuple[str, int] | None) -> None:
-        self.target = tuple(target) if target is not None else None
+        self.target = (target[0], target[1]) if target is not None else None  # a list read from JSON too
 
     async def _dial(self) -> socket.socket:
         target = self.target

@@ -125,7 +125,6 @@ def _asks(options: dict[str, Any]) -> dict[str, float]:
 def code_env() -> dict[str, Any]:
     """The job's ``runtime_env``: the runtime's own modules (module doc), no usage stats."""
     import sandbox
-
     from gym_runtime.settings import builtin_servers_dir
 
     roots = [Path(__file__).parents[1], Path(sandbox.__file__).parent]  # gym_runtime/, sandbox/

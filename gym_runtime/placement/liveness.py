@@ -41,7 +41,7 @@ async def ray_call(ref: Any, timeout_s: float | None = None) -> Any:
             task.cancel()
             task.add_done_callback(_drop)
     if not done:
-        raise asyncio.TimeoutError
+        raise TimeoutError
     return task.result()
 
 
@@ -55,7 +55,7 @@ async def heartbeat(actor: Any) -> None:
         try:
             await ray_call(actor.ping.remote(), HEARTBEAT_TIMEOUT_S)
             misses = 0
-        except asyncio.TimeoutError:
+        except TimeoutError:
             misses += 1
     raise NodeLost(f"{HEARTBEAT_MISSES} heartbeats of {HEARTBEAT_TIMEOUT_S:g}s missed")
 

@@ -85,14 +85,14 @@ class LocalPlacement:
 
         env = self.env
         say, state = env._say, env.build_state
-        state.update({n: "venv build queued" for n in merged.instances})
+        state.update(dict.fromkeys(merged.instances, "venv build queued"))
 
         class _Progress(Reporter):
             def stage(self, key: str, label: str, stage: str) -> None:
-                state.update({n: f"building venv: {stage}" for n in label.split(", ")})
+                state.update(dict.fromkeys(label.split(", "), f"building venv: {stage}"))
 
             def done(self, key: str, label: str, status: str, seconds: float) -> None:
-                state.update({n: f"venv {status}" for n in label.split(", ")})
+                state.update(dict.fromkeys(label.split(", "), f"venv {status}"))
                 say(f"venv {label}: {status} in {seconds:.2f}s")
 
         started, names = time.time(), list(merged.instances)
@@ -282,6 +282,7 @@ class LocalPlacement:
         a port moved (:meth:`_rebind`) or the config was merged again (``dry-run --watch``,
         :mod:`gym_runtime.supervise.reload`)."""
         env = self.env
+        assert self.head_inside is not None  # placed by start(), before any respec
         inside = contract.config_view(env.merged.data, self.addresses, self.head_inside, env.ray_inside)
         patch = task_sandboxes.gate_patch(env.osb_gate, self.gate_addr, env.merged.instances)
         for s in env.supervisor.members.values():
@@ -455,6 +456,7 @@ class LocalPlacement:
         port = self._fresh()
         self.ray_tmp = tmp = ray_head.make_temp_dir()
         ray_bin = self.ray_bin
+        assert ray_bin is not None  # found by prepare() for a local Ray head
         venvs = sorted({p.parent.parent for p in pythons.values()})  # Ray workers run server venvs' Pythons
         trees = ray_workers.head_read_only_paths(Path(i.server_dir.path) for i in env.merged.instances.values())
         environ, writable = ray_head.head_env(ray_bin, tmp), [tmp]

@@ -85,6 +85,7 @@ class RayPlacement:
                 hint="give its GCS address with --ray-address host:port "
                 "(or 'auto' on a node of it), the config's ray_head_node_address, or RAY_ADDRESS",
             )
+        assert target.address is not None  # a join always has one
         env.ray, env.ray_inside = target, target.address
         env._say(target.describe())
         await asyncio.to_thread(wait_reachable, target.address, target.source, 30.0)
@@ -104,7 +105,7 @@ class RayPlacement:
             self.stable[name] = await self._stable(name, block, merged.instances[name].server_type)
         avoid = {p for _, p in env.egress.endpoints}
         names = [*merged.instances, HEAD]
-        inside = dict(zip(names, free_inside_ports(len(names), avoid)))
+        inside = dict(zip(names, free_inside_ports(len(names), avoid), strict=True))
         stable = {**self.stable, HEAD: head}
         digest = await asyncio.to_thread(package_digest, merged.package.root)
         await self._place(merged, blocks, inside, stable, digest)
@@ -129,7 +130,8 @@ class RayPlacement:
             again has an address before its server listens."""
             table = self.env.supervisor.members
             return [
-                a.target if getattr(table.get(m), "status", None) == READY else None for m, a in zip(members, addresses)
+                a.target if getattr(table.get(m), "status", None) == READY else None
+                for m, a in zip(members, addresses, strict=True)
             ]
 
         async def verdict(replica: int, since: float) -> dict[str, Any] | None:
@@ -152,9 +154,9 @@ class RayPlacement:
         stable: dict[str, tuple[str, int]],
         digest: str,
     ) -> None:
+        from gym_runtime.config import token_capture
         from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
         from gym_runtime.placement.replica import ReplicaJob, job_settings
-        from gym_runtime.config import token_capture
         from gym_runtime.supervise import passthrough
 
         env, req = self.env, self.env.req

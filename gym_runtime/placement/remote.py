@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import StartError
@@ -74,7 +75,7 @@ class PackageShipper:
 
         async with self._lock:
             if self._ref is None:
-                blob, sha = await asyncio.to_thread(archive, self.root)
+                blob, sha = await asyncio.to_thread(archive, Path(self.root))
                 self._ref = ray.put((blob, sha))
             return self._ref
 
@@ -178,7 +179,7 @@ class ReplicaLauncher:
             opts["label_selector"] = selector
         self._phase("waiting for a node")
         t0 = time.monotonic()
-        actor = ray.remote(ServerReplica).options(**opts, max_restarts=0, max_task_retries=0).remote(self.job)
+        actor: Any = ray.remote(ServerReplica).options(**opts, max_restarts=0, max_task_retries=0).remote(self.job)
         try:
             where = await self._node_for(actor, deadline)
         except BaseException as e:

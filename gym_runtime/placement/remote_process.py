@@ -13,12 +13,11 @@ import os
 import time
 from typing import Any
 
-from sandbox import ExitInfo
-from sandbox.elsewhere import ElsewhereExit
-
 from gym_runtime.errors import StartError
 from gym_runtime.placement.liveness import lost_errors, node_error, ray_call, while_alive
 from gym_runtime.supervise.member import NODE_LOST
+from sandbox import ExitInfo
+from sandbox.elsewhere import ElsewhereExit
 
 
 class RemoteProcess(ElsewhereExit):

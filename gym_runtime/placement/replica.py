@@ -212,8 +212,8 @@ class ServerReplica:
 
     def _build(self, root: Path) -> tuple[Any, Path, Any]:
         from gym_runtime.config import MergedConfig, builtin_server_dirs
-        from gym_runtime.config.merge import Sources
         from gym_runtime.config.instances import build_instances
+        from gym_runtime.config.merge import Sources
         from gym_runtime.errors import ConfigError, ViolationList
         from gym_runtime.package import load_package
         from gym_runtime.venvs import build_venvs, plan_venvs
@@ -248,9 +248,8 @@ class ServerReplica:
         return ray_level(self.ray, job.isolation, job.require_full)
 
     async def _start_sandbox(self, level: str | None) -> None:
-        from sandbox import Sandbox
-
         from gym_runtime.supervise.orphans import Watchdog
+        from sandbox import Sandbox
 
         job = self.job
         self.sandbox = sb = await Sandbox.start(
@@ -266,15 +265,15 @@ class ServerReplica:
                 await sb.expose_host_service(port, *job.stable[peer])
 
     def _spec(self, inst: Any, python: Path) -> Any:
-        from sandbox import ProcessSpec, ResourceLimits
-
         from gym_runtime.config import token_capture
         from gym_runtime.supervise import contract
         from gym_runtime.supervise.ray_env import server_ray_env
+        from sandbox import ProcessSpec, ResourceLimits
 
         job = self.job
         if self.sandbox.level.value == "none":  # host network: peers at their stable addresses
             addresses = {n: a for n, a in job.stable.items() if n != HEAD}
+            assert self.port is not None  # allocated above
             addresses[job.instance] = (self.node_ip, self.port)
             head = job.stable[HEAD]
         else:  # own network: every peer at the same inside port as everywhere
@@ -389,7 +388,8 @@ def free_inside_ports(count: int, avoid: set[int], start: int = 20000) -> list[i
     """``count`` ports for the sandboxes' own networks from ``start`` up, skipping ``avoid`` (the
     policy endpoints' ports, forwarded at their own numbers). Every replica sandbox has a private
     network, so the same numbers serve on every node."""
-    out, port = [], start
+    out: list[int] = []
+    port = start
     while len(out) < count:
         if port not in avoid:
             out.append(port)

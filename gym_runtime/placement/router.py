@@ -41,8 +41,8 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
 from http.cookies import CookieError, SimpleCookie
+from typing import Any
 
 import httpx
 from starlette.applications import Starlette

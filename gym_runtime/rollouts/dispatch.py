@@ -50,8 +50,8 @@ import httpx
 from gym_runtime.rollouts.routing import Route, RouteError, Routing
 from gym_runtime.rollouts.spread import REPLICA_HEADER, served_by
 from gym_runtime.rollouts.tasks import (
-    EPISODE_FAILED,
     ENVIRONMENT_SERVER_STAMP,
+    EPISODE_FAILED,
     RESULT_TYPE_STAMP,
     episode_record,
     episode_request,
@@ -130,7 +130,7 @@ async def run_row(
     :func:`gym_runtime.rollouts.tasks.with_indexes`), and an answer that came through an
     environment server is stamped ``_ng_environment_server`` / ``_ng_result_type`` as Gym's
     collector stamps its records."""
-    if routing is None and route is None:
+    if route is None and routing is None:
         name = agent_name(row)
         if name is None:
             return Reply(
@@ -138,10 +138,11 @@ async def run_row(
             )
         route = Route(name, name)
     elif route is None:
+        assert routing is not None  # the branch above took the row without routing
         if not isinstance(row, dict):
             return Reply(row_error("GR-ROLLOUT-AGENT-REF", "the row is not a JSON object, so it names no agent"))
         try:
-            route = routing.route(row)  # type: ignore[union-attr]
+            route = routing.route(row)
         except RouteError as e:
             code = "GR-ROLLOUT-ENVIRONMENT-SERVER" if e.kind == "environment" else "GR-ROLLOUT-AGENT-REF"
             return Reply(row_error(code, e.message + (f" ({e.hint})" if e.hint else "")))
@@ -205,7 +206,7 @@ def _judge(route: Route, url: str, r: httpx.Response, fact: AgentFacts | None) -
         error = _agent_error(body)
         if error.get("code") in PLACEMENT_CODES:  # the router's own message already names the instance
             return row_error(error["code"], str(error.get("message"))[:MAX_MESSAGE])
-        code = AGENT_ERROR_CODES.get(error.get("type"))  # type: ignore[arg-type]
+        code = AGENT_ERROR_CODES.get(error.get("type"))  # type: ignore[arg-type]  # a type that is not a string is simply not found
         said = str(error["message"]) if error.get("message") is not None else repaired(r.text)[0]
         if code is not None:  # a built-in agent's own typed error: named by the agent, relayed or not
             return {**row_error(code, f"{route.agent}: {said[:MAX_MESSAGE]}"), **_counters(error)}

@@ -65,10 +65,13 @@ _OPTIONAL_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 
 
 class AgentSpec(Protocol):
-    """What row checks need to know about an agent instance (a ``ServerInstance`` fits)."""
+    """What row checks need to know about an agent instance (a ``ServerInstance`` fits: read-only)."""
 
-    implementation: str
-    config: dict[str, Any]
+    @property
+    def implementation(self) -> str: ...
+
+    @property
+    def config(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,7 @@ class _RowChecker:
                 code = _ROUTE_CODES.get(e.kind if e.kind == "environment" else e.key, "GR-DATASET-AGENT-REF")
                 return out + [Violation(code, e.message, file=file, key=e.key, hint=e.hint)], None, None
             agent = route.agent
-        if agent in self.agents:
+        if agent is not None and agent in self.agents:
             out += self._vf_env(file, row, agent)
         return out, agent, route
 
@@ -393,7 +396,7 @@ def parse_rows(
             found, agent, route = checker.check(line_no, body, target)
             faults.update(dict.fromkeys(found))
             if not found and agent is not None:
-                rows.append(DatasetRow(len(rows), line_no, agent, body, route))
+                rows.append(DatasetRow(len(rows), line_no, agent, dict(body), route))
         problems += faults
     if problems:
         shown = problems[:MAX_REPORTED]

@@ -60,7 +60,7 @@ def replica_counts(
         c[0] += 1
         c[1] += failed
     out = []
-    for (agent, replica), (n, failed) in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "~")):
+    for (agent, replica), (n, n_failed) in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "~")):
         node = (agent_replicas.get(agent) or {}).get(replica) if replica is not None else None
         out.append(
             {
@@ -68,7 +68,7 @@ def replica_counts(
                 "replica": replica,
                 "node": node,
                 "rollouts": n,
-                "failed": failed,
+                "failed": n_failed,
                 "rollouts_per_s": round(n / wall_s, 3) if wall_s > 0 else None,
             }
         )

@@ -187,7 +187,7 @@ def row_stats(results: Iterable[RolloutResult]) -> list[RowStats]:
     out = []
     for row in sorted(groups):
         items = sorted(groups[row], key=lambda r: r.sample)
-        rewards = [float(r.reward) for r in items if r.measured]  # type: ignore[arg-type]
+        rewards = [float(r.reward) for r in items if r.measured]  # type: ignore[arg-type]  # a measured result has a reward
         have = bool(rewards)
         out.append(
             RowStats(
@@ -222,7 +222,7 @@ def summarize(stats: list[RowStats], results: Iterable[RolloutResult], wall_s: f
     """The run summary from the per-row statistics, the raw results and the wall time (s)."""
     results = list(results)
     codes = Counter((r.error or {}).get("code", BAD_REWARD) for r in results if not r.ok)
-    rewards = [float(r.reward) for r in results if r.measured]  # type: ignore[arg-type]
+    rewards = [float(r.reward) for r in results if r.measured]  # type: ignore[arg-type]  # a measured result has a reward
     succeeded = sum(r.ok for r in results)
     signal = sum(s.signal is True for s in stats)
     no_signal = sum(s.signal is False for s in stats)

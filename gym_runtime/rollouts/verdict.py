@@ -134,10 +134,13 @@ def judge(answer: dict[str, Any], agent: str, facts: AgentFacts | None = None) -
     """Judge an agent answer (or a dispatch row error, which is kept as the error)."""
     facts = facts or AgentFacts()
     error = answer.get("error") if isinstance(answer.get("error"), dict) and "code" in answer["error"] else None
-    counts = {k: _count(answer, k) for k in ("unknown_tool_calls", "invalid_tool_arguments")}
-    response = answer.get("response") if isinstance(answer.get("response"), dict) else {}
+    counts: dict[str, Any] = {k: _count(answer, k) for k in ("unknown_tool_calls", "invalid_tool_arguments")}
+    response = r if isinstance(r := answer.get("response"), dict) else {}
     overflow = bool(_count(answer, "context_overflow_stops") or response.get("context_overflow"))
-    validity = {**_validity(answer), "counts": {k: c for k in COUNTERS if (c := _count(answer, k)) is not None}}
+    validity: dict[str, Any] = {
+        **_validity(answer),
+        "counts": {k: c for k in COUNTERS if (c := _count(answer, k)) is not None},
+    }
     if error is not None:
         return Verdict(
             None,

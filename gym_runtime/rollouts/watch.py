@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gym_runtime.errors import GymRuntimeError, UsageError
 from gym_runtime.rollouts.compare import gone_rows, row_changes
@@ -101,7 +101,7 @@ async def watch_dry_run(
     show: Show,
     on_start: Callable[[int], None] | None = None,
     on_result: Callable[[RolloutResult], None] | None = None,
-) -> None:
+) -> NoReturn:
     """Run the dry-run, then again after every edit, until cancelled (module doc). ``say`` gets
     progress lines and error blocks; ``show`` each result. Raises what the first
     :func:`prepare` and the start raise (nothing has started then, or it is stopped again)."""

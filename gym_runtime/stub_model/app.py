@@ -89,7 +89,7 @@ class _Sampler:
 
 def _choice(
     index: int, turn, rng: random.Random, body: dict, limit: int, reasoning: bool, directives: Directives
-) -> tuple[dict, list[int]]:
+) -> tuple[dict, list[int], int]:
     cut = False
     reasoning = reasoning or bool(directives.reasoning)
     if directives.think:
@@ -155,7 +155,7 @@ def _choice(
                     "bytes": list(piece.encode()),
                     "top_logprobs": [],
                 }
-                for i, piece, lp in zip(ids, pieces, logprobs)
+                for i, piece, lp in zip(ids, pieces, logprobs, strict=True)
             ]
         }
     if body.get("return_token_ids"):
@@ -340,7 +340,7 @@ def create_app(seed: int = 0, model: str = "stub-model", **options) -> FastAPI:
                 "text_offset": [],
                 "token_logprobs": [0.0] * len(ids),
                 "top_logprobs": None,
-                "tokens": [f"token_id:{i}" if as_ids else p for i, p in zip(ids, pieces)],
+                "tokens": [f"token_id:{i}" if as_ids else p for i, p in zip(ids, pieces, strict=True)],
             }
         if body.get("return_token_ids"):
             choice.update(token_ids=ids, prompt_token_ids=prompt_ids)

@@ -182,9 +182,9 @@ def generate(
     if (tools or directives.call) and not tool_results:
         tool = next(
             (t for t in tools or [] if t.get("function", t).get("name") == directives.call),
-            None if directives.call else tools[0],
+            None if directives.call or not tools else tools[0],
         )
-        name = directives.call or tool.get("function", tool).get("name", "")
+        name = directives.call or (tool.get("function", tool).get("name", "") if tool else "")
         proper = tool_arguments(tool, user_text) if tool else quirks.grader_body(user_text)
         arguments = quirks.tool_arguments_of(directives.tool_args, proper)
         if directives.bad_tool_args:

@@ -211,7 +211,7 @@ class Environment:
             self.backend.ray_scope,
         )
         if self.head is None:
-            cfg_head = merged.data.get("head_server") if isinstance(merged.data.get("head_server"), dict) else {}
+            cfg_head = h if isinstance(h := merged.data.get("head_server"), dict) else {}
             head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)
             await self._serve_head(bind_listener(self.req.head_host, int(head_port or 0), "head server"))
         # on Ray nodes each node checks its own isolation; a sandbox service's is not this host's
@@ -260,7 +260,7 @@ class Environment:
             "placement": self.placement.kind,
             "isolation": self.placement.isolation,
             "startup_s": round(time.monotonic() - self._t0, 3),
-            "gym_release": merged.release.to_dict(),
+            "gym_release": merged.release.to_dict() if merged.release is not None else None,
             "policy_model": {
                 "base_url": mask_urls(merged.data.get("policy_base_url")),
                 "stub": self.stub_url is not None,
@@ -276,7 +276,7 @@ class Environment:
         server is ready and an endpoint is not, the phase is :data:`readiness.ENDPOINT_PHASE` with a
         progress line at once and then every 15 s (URL and last probe result); a
         ``GR-START-MODEL-ENDPOINT`` error gets that probe result as its ``cause``."""
-        sup, last = self.supervisor, {}
+        sup, last = self.supervisor, dict[str, str]()
 
         def waiting() -> list[str]:
             urls = [u for u, s in sup.endpoints.items() if s == "pending"]
@@ -337,10 +337,12 @@ class Environment:
     def refresh_outside(self) -> None:
         """The config as seen from this host (served by the head server): every instance at the
         address the placement gives it."""
+        assert self.merged is not None  # read before any server is placed
         self.outside = contract.config_view(self.merged.data, self.placement.public(), self.head_addr, self.ray_inside)
 
     def agent_replicas(self) -> dict[str, dict[str, str | None]]:
         """Agent instance -> {replica: node} (the placement's, :mod:`gym_runtime.rollouts.spread`)."""
+        assert self.merged is not None  # read before any server is placed
         return {
             n: r
             for n, r in self.placement.replica_nodes().items()
@@ -362,6 +364,7 @@ class Environment:
     def _add_stub_member(self, port: int) -> None:
         from sandbox import ProcessSpec
 
+        assert self.merged is not None  # read before the stub model is added
         root = str(Path(__file__).resolve().parents[2])
         served = self.merged.data.get("policy_model_name") or job_policy.STUB_MODEL_NAME  # what servers ask for
         argv = [
@@ -420,7 +423,9 @@ class Environment:
         from gym_runtime.rollouts.verdict import agent_facts
 
         backend = HeadBackend(
-            config_yaml=lambda: contract.to_yaml(self.merged.secrets.view(self.outside)) if self.outside else None,
+            config_yaml=lambda: (
+                contract.to_yaml(self.merged.secrets.view(self.outside)) if self.outside and self.merged else None
+            ),
             instances=lambda: head_view.instances(self),
             health=self.health,
             logs=lambda name, n: head_view.logs(self, name, n),

@@ -85,8 +85,9 @@ def config_view(
             if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in SERVER_TYPES
             else None
         )
-        for key in RUNTIME_INSTANCE_KEYS if inner is not None else ():
-            inner.pop(key, None)
+        if inner is not None:
+            for key in RUNTIME_INSTANCE_KEYS:
+                inner.pop(key, None)
     for name, (host, port) in addresses.items():
         inner = _inner(out, name)
         if inner is not None:

@@ -128,7 +128,7 @@ class LogSink:
     def _rotate(self) -> None:
         self._file.close()
         os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the sink
 
     def tail(self, n: int = 40) -> list[str]:
         """The last ``n`` complete lines (plus the line under way), oldest first."""

@@ -30,7 +30,8 @@ class Watchdog:
     clean stop (the watchdog exits without killing anything). Call from one thread (the loop)."""
 
     def __init__(self, proc: subprocess.Popen, fd: int) -> None:
-        self.proc, self._fd = proc, fd
+        self.proc = proc
+        self._fd: int | None = fd
 
     @classmethod
     def start(cls, mark: str | None = None) -> Watchdog:

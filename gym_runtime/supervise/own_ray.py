@@ -46,7 +46,7 @@ def raised_limits(target: Any, memory_mb: int | None) -> dict[str, tuple[int, in
     no limit, left so)."""
     if target.mode != "own" or not memory_mb or memory_mb >= MEMORY_MB:
         return {}
-    return {n: (memory_mb, MEMORY_MB) for n in target.needed_by}
+    return dict.fromkeys(target.needed_by, (memory_mb, MEMORY_MB))
 
 
 def load_bound_start(ray: Any, name: str) -> bool:

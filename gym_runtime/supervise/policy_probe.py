@@ -253,7 +253,7 @@ class Probe:
         if p.parser is None:
             return
         fields = [f for f in ("reasoning_content", "reasoning") if message.get(f)]
-        content = message.get("content") if isinstance(message.get("content"), str) else ""
+        content = c if isinstance(c := message.get("content"), str) else ""
         tags = "<think>" in content or "</think>" in content
         if fields and not p.parser:
             raise self.fail(
@@ -283,7 +283,7 @@ class Probe:
         thought = message.get("reasoning_content") or message.get("reasoning")
         sent: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
         if thought and p.parser:
-            sent.update({k: thought for k in REASONING_KEYS[p.reasoning_field]})
+            sent.update(dict.fromkeys(REASONING_KEYS[p.reasoning_field], thought))
         calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict) and c.get("id")]
         if calls:
             sent["tool_calls"] = calls
@@ -334,7 +334,7 @@ class Probe:
         p, hint = self.plan, self.token_hint()
         entries = self.check_token_spelling(completion)
         said = f"token ids ok ({len(entries)} generated)"
-        usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
+        usage = u if isinstance(u := completion.get("usage"), dict) else {}
         tokenize = {k: body[k] for k in ("model", "messages", "tools") if k in body}
         try:
             r = await self.client.post(
@@ -354,12 +354,13 @@ class Probe:
             answer = None
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         ok = isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens)
+        n = len(tokens) if isinstance(tokens, list) else 0
         counted = usage.get("prompt_tokens")
-        if not ok or (isinstance(counted, int) and counted != len(tokens)):
+        if not ok or (isinstance(counted, int) and counted != n):
             detail = (
                 f"answered HTTP {r.status_code}: {_shown(r.text)}"
                 if not ok
-                else f"gives {len(tokens)} tokens for the probe's prompt, while its completion counted {counted}"
+                else f"gives {n} tokens for the probe's prompt, while its completion counted {counted}"
             )
             raise self.fail(
                 "GR-START-TOKEN-IDS",
@@ -367,7 +368,7 @@ class Probe:
                 "ids taken from it would not be the ones the model saw",
                 hint,
             )
-        self.found.append(said + f"; /tokenize agrees on {len(tokens)} prompt tokens")
+        self.found.append(said + f"; /tokenize agrees on {n} prompt tokens")
 
 
 async def run_probes(

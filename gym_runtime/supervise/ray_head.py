@@ -127,7 +127,7 @@ def interpreter_of(executable: Path, timeout_s: float = 60.0) -> str | None:
             if not first:
                 time.sleep(0.001)
     finally:
-        proc.stdin.close()  # type: ignore[union-attr]
+        proc.stdin.close()  # type: ignore[union-attr]  # started with stdin=PIPE
         proc.wait(timeout_s)
     return None if first in ("", str(executable)) else first
 
@@ -218,7 +218,7 @@ def head_argv(ray_bin: Path, gcs_port: int, temp_dir: Path, ports: Iterable[int]
     (see the module doc): no dashboard, no autoscaler monitor (a fixed one-node cluster), no usage
     stats, no Ray Client server (the holder's hook); ``ports``: one free port per flag of
     :data:`PORT_FLAGS`."""
-    given = [a for flag, port in zip(PORT_FLAGS, ports) for a in (flag, str(port))]
+    given = [a for flag, port in zip(PORT_FLAGS, ports, strict=True) for a in (flag, str(port))]
     return [
         str(ray_bin.parent / "python"),
         "-I",

@@ -113,7 +113,7 @@ async def wait_tcp(host: str, port: int, deadline: float) -> bool:
             _, w = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT_S)
             w.close()
             return True
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(0.1)

@@ -26,10 +26,11 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
+
 from gym_runtime.errors import StartError
 from gym_runtime.supervise import policy_endpoint, port_owner, readiness, run_mark, wedged
 from gym_runtime.supervise.failure import endpoint_failure, failure_report, port_listening
@@ -46,10 +47,10 @@ from gym_runtime.supervise.member import (
     Event,
     Member,
 )
-from gym_runtime.supervise.orphans import group_empty, reap_orphans
+from gym_runtime.supervise.options import SuperviseOptions
+from gym_runtime.supervise.orphans import Watchdog, group_empty, reap_orphans
 from gym_runtime.supervise.rebind import handle_bind_race, respawn_after_exit
 from gym_runtime.supervise.shutdown import stop_group
-from gym_runtime.supervise.options import SuperviseOptions
 
 log = logging.getLogger("gym_runtime.supervise")
 
@@ -81,7 +82,7 @@ class Supervisor:
         self.servers_stopped = asyncio.Event()  # set once a stop has reaped every server (not yet the rest)
         self.stop_split = ""  # after a stop: "server instances 0.22s, then ray_head and stub_model 0.03s"
         self._pgids: set[int] = set()
-        self.watchdog = None  # an orphans.Watchdog when some member runs without a pid namespace
+        self.watchdog: Watchdog | None = None  # an orphans.Watchdog when some member runs without a pid namespace
         self.owner = owner  # the daemon's state root (run_mark.owner_of)
         self.run_mark = run_mark.new_mark(owner)  # in every server's environment (run_mark.py)
         self.rebind = None  # callable(name): a new automatic port for that server (rebind.py)
@@ -96,7 +97,9 @@ class Supervisor:
         m = self.members.get(name)
         return m is None or m.status == READY
 
-    async def start(self, endpoints: list[str] = (), models: dict[str, tuple[str, str | None]] | None = None) -> None:
+    async def start(
+        self, endpoints: Sequence[str] = (), models: dict[str, tuple[str, str | None]] | None = None
+    ) -> None:
         """Spawn every member and wait until all answer and every model endpoint answers (and,
         for an endpoint in ``models`` = {base URL: (model name, api key)}, lists that model when
         it answers with a model list).
@@ -115,7 +118,7 @@ class Supervisor:
         overall = self.options.startup_timeout_s
         try:
             await asyncio.wait_for(asyncio.shield(self._startup), overall)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             err = self._timeout_error(f"the environment was not ready within {overall:g}s")
             if not self._startup.done():
                 self._startup.set_exception(err)
@@ -307,11 +310,8 @@ class Supervisor:
         m.status = FAILED
         m.proc.mark("killed", "not ready in time")
         self._spawn_task(m.proc.stop(0.5))
-        what = (
-            f"did not print {m.probe_path[4:]!r}"
-            if m.probe_path.startswith("log:")
-            else f"did not answer GET {m.probe_path} at {m.url}"
-        )
+        path = m.probe_path or "/"  # None: ready once spawned, so never late
+        what = f"did not print {path[4:]!r}" if path.startswith("log:") else f"did not answer GET {path} at {m.url}"
         self._fail(
             m.name,
             f"{m.kind} {m.name!r} {what} within {self.options.server_ready_timeout_s:g}s",
@@ -395,7 +395,7 @@ class Supervisor:
         err = self._report(message, code, hint, [name] if m is not None else [])
         if self.failure is None:
             self.failure = err
-        if starting:  # start() raises it: the caller reports it once
+        if starting and self._startup is not None:  # start() raises it: the caller reports it once
             self.state = "failed"
             self._startup.set_exception(err)
             self._startup.exception()  # retrieved: start() re-raises it
@@ -434,14 +434,14 @@ class Supervisor:
         self._spawn_task(watch())
 
     async def _probe(self, m: Member, proc: Any) -> None:
-        assert self._client is not None and m.url is not None
+        assert self._client is not None and m.url is not None and m.probe_path is not None
         deadline = time.monotonic() + self.options.server_ready_timeout_s
         ok, delay = False, 0.05
         while not ok and proc.poll() is None and time.monotonic() < deadline:
             until = min(deadline, time.monotonic() + 1)
             if m.probe_path.startswith("log:"):
                 ok = await readiness.wait_log(m.log, m.probe_path[4:], until)
-            elif m.probe_path == "tcp":
+            elif m.probe_path == "tcp" and m.public is not None:
                 ok = await readiness.wait_tcp(m.public[0], m.public[1], until)
             else:  # one GET at a time (50 ms, slowing to 500 ms), noting what a timeout report says (failure.py)
                 if m.port_bound_s is None and port_listening(proc.app_pid() or proc.pid, m.port):

@@ -27,7 +27,7 @@ WEDGED = "wedged"
 
 def watched(m: Member) -> bool:
     """Whether the liveness probe watches ``m``: a server probed over HTTP."""
-    return m.kind == "server" and bool(m.probe_path) and m.probe_path.startswith("/")
+    return m.kind == "server" and m.probe_path is not None and m.probe_path.startswith("/")
 
 
 async def watch(sup: Any, m: Member, proc: Any) -> None:
@@ -36,7 +36,7 @@ async def watch(sup: Any, m: Member, proc: Any) -> None:
     misses, reason = 0, None
     while True:
         await asyncio.sleep(opts.liveness_interval_s)
-        if m.proc is not proc or m.status != READY or proc.poll() is not None or m.url is None:
+        if m.proc is not proc or m.status != READY or proc.poll() is not None or m.url is None or not m.probe_path:
             return
         reason = await readiness.probe(sup._client, m.url + m.probe_path, opts.liveness_timeout_s)
         if m.proc is not proc or m.status != READY:

@@ -212,7 +212,7 @@ class TaskSandboxServer(LoopbackListener):
         self.service = service
         super().__init__(create_app(service), host, timeout_graceful_shutdown=1)
 
-    async def stop(self) -> None:
-        """Close every box, then the listener (idempotent)."""
+    async def stop(self, wait_s: float = 3.0) -> None:
+        """Close every box, then the listener (idempotent; ``wait_s``: :meth:`LoopServer.stop`'s)."""
         await self.service.close_all()
-        await super().stop()
+        await super().stop(wait_s)

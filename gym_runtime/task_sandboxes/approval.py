@@ -104,7 +104,7 @@ def config_problems(data: dict[str, Any], instances: Any, sources: Any, settings
 
     conn = getattr(settings, "opensandbox", None)
     mode = settings.task_sandboxes.provider_mode if getattr(settings, "task_sandboxes", None) else "auto"
-    if not keeps_opensandbox(mode, conn.url if conn is not None else None):
+    if conn is None or not keeps_opensandbox(mode, conn.url):
         return []
     approved: ApprovedImages = conn.task_images
     hint = (

@@ -51,6 +51,10 @@ def _binary(name: str) -> Callable[[], str | None]:
     return lambda: None if shutil.which(name) else f"no `{name}` binary on PATH"
 
 
+def _remote(what: str) -> Callable[[], str | None]:
+    return lambda: f"it needs {what}, its credentials and egress to it"
+
+
 def _docker() -> str | None:
     if not shutil.which("docker"):
         return "no `docker` binary on PATH"
@@ -64,7 +68,7 @@ CHECKS: dict[str, Callable[[], str | None]] = {
     "apptainer": _binary("apptainer"),
     "enroot": _binary("enroot"),
     "local": lambda: "it runs model-written code unconfined on the host and writes into the server's read-only tree",
-    **{name: (lambda what=what: f"it needs {what}, its credentials and egress to it") for name, what in REMOTE.items()},
+    **{name: _remote(what) for name, what in REMOTE.items()},
 }
 
 

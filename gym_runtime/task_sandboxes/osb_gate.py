@@ -38,12 +38,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -338,7 +339,7 @@ class OpenSandboxGate:
                 rec = Owned(sid, owner, image, getattr(member, "proc", None), renew)
                 self.boxes[sid] = rec
                 self.created += 1
-                self._ends.follow(rec.incarnation, lambda proc, rec=rec: self._owner_ended(rec, proc))
+                self._ends.follow(rec.incarnation, functools.partial(self._owner_ended, rec))
                 log.info("task sandbox %s of server %s on %s: image %s", sid, owner, self.conn.url, image)
         return plain(answer)
 
@@ -448,7 +449,7 @@ class OpenSandboxGate:
 
         while True:
             await asyncio.sleep(RENEW_EVERY_S)
-            until = (datetime.now(timezone.utc) + timedelta(seconds=TTL_S)).isoformat()
+            until = (datetime.now(UTC) + timedelta(seconds=TTL_S)).isoformat()
             for rec in [r for r in self.boxes.values() if r.renew]:
                 with contextlib.suppress(GateError):
                     answer = await self._send(

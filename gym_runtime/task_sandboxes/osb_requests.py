@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -100,7 +101,7 @@ def checked_create(spec: dict[str, Any], owner: str, approved: Any, url: str) ->
             400,
         )
     image = spec["image"].get("uri") if isinstance(spec.get("image"), dict) else None
-    if not approved.approves(image):
+    if not isinstance(image, str) or not approved.approves(image):  # approves() refuses a non-string too
         raise GateError(
             "GR-SANDBOX-TASK-IMAGE-DENIED",
             f"server {owner!r} asked for a task sandbox of image "
@@ -120,7 +121,7 @@ def labelled(spec: dict[str, Any], labels: Any, owner: str, policy_wire: dict[st
     :class:`sandbox.opensandbox.spec.RunLabels`."""
     from sandbox.opensandbox.spec import LABEL_OWNER, LABEL_RUN, LABEL_SERVER, TTL_S
 
-    meta = spec.get("metadata") if isinstance(spec.get("metadata"), dict) else {}
+    meta = m if isinstance(m := spec.get("metadata"), dict) else {}
     meta = {str(k): str(v) for k, v in meta.items() if not str(k).startswith("gym-runtime-")}
     spec["metadata"] = {
         **meta,

@@ -19,7 +19,7 @@ class ProcessEnds:
         self._watching: set[int] = set()
         self.tasks: set[asyncio.Task] = set()
 
-    def follow(self, proc: Any, on_end: Callable[[Any], Awaitable[None]]) -> None:
+    def follow(self, proc: Any, on_end: Callable[[Any], Awaitable[object]]) -> None:
         if proc is None or id(proc) in self._watching or not hasattr(proc, "wait"):
             return
         self._watching.add(id(proc))

@@ -224,7 +224,7 @@ class TaskSandboxService:
                 req.env,
                 factory=self._factory,
             )
-        except (BoxError, OSError, asyncio.TimeoutError) as e:  # nothing of it is left (TaskBox.start)
+        except (TimeoutError, BoxError, OSError) as e:  # nothing of it is left (TaskBox.start)
             raise TaskSandboxError(
                 "GR-SANDBOX-TASK-FAILED",
                 f"task sandbox for server {owner!r} (image "

@@ -152,6 +152,8 @@ def for_user(venv: Path, key: str, report: bool = False) -> Pycache:
 def _reported(cache: Pycache) -> list[str]:
     """The absolute paths a process listed in its learning dir's :data:`REPORT` (none if absent, or
     if it is no regular file: the process may have put a link or a FIFO there)."""
+    if cache.prefix is None:
+        return []
     try:
         data = read_regular(cache.prefix / REPORT, MAX_REPORT)
     except (OSError, ValueError):
@@ -165,11 +167,13 @@ def sources(cache: Pycache) -> list[str]:
     dir (names only: a process may have written anything there). Each is given by its real path:
     a name through a link in the learning dir, which its process can point elsewhere between this
     check and the compile, would let it choose what is compiled into the shared cache."""
+    if (prefix := cache.prefix) is None:  # not learning: nothing to read
+        return []
     root = os.path.realpath(cache.venv)
     private = os.path.realpath(cache.venv / ".gym-runtime")
     named: list[str] = _reported(cache)
-    for dirpath, _dirs, files in os.walk(cache.prefix):
-        rel = os.path.relpath(dirpath, cache.prefix)
+    for dirpath, _dirs, files in os.walk(prefix):
+        rel = os.path.relpath(dirpath, prefix)
         if rel == ".":
             continue
         named += [os.path.join("/", rel, m["stem"] + ".py") for m in map(_PYC.match, files) if m is not None]
@@ -268,7 +272,8 @@ def finish(caches: list[Pycache]) -> None:
         return
     record_users(caches[0].venv, {c.key for c in caches})
     for c in caches:
-        shutil.rmtree(c.prefix, ignore_errors=True)
+        if c.prefix is not None:
+            shutil.rmtree(c.prefix, ignore_errors=True)
         c.release()
         c.prefix = None
 

@@ -222,8 +222,8 @@ def chain(wheels_dir: Path, roots: list[str], project: str, root_label: str, tar
         env = target.markers()
         deps[name] = [canonicalize_name(r.name) for r in _requires(w) if r.marker is None or r.marker.evaluate(env)]
     start = [canonicalize_name(r) for r in roots]
-    seen = {r: (r,) for r in start}
-    queue = deque(start)
+    seen: dict[str, tuple[str, ...]] = {r: (r,) for r in start}
+    queue: deque[str] = deque(start)
     while queue:
         node = queue.popleft()
         if node == project:

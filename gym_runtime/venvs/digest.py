@@ -30,7 +30,7 @@ class HashCache:
     def __init__(self, store: Path | None) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._data: dict[str, list[Any]] = {}
+        self._data: dict[str, Any] = {}  # key -> [size, mtime_ns, inode, value]; "#names" -> {file: sha256}
         self._dirty = False
         if store and store.is_file():
             try:
@@ -76,10 +76,10 @@ class HashCache:
         """Record that ``filename`` has ``sha256``; True when a different sha256 was seen before
         under the same file name (a rebuilt wheel: uv's cache would hand out the old contents)."""
         with self._lock:
-            seen = self._data.setdefault("#names", {})  # type: ignore[arg-type]
-            before = seen.get(filename)  # type: ignore[union-attr]
+            seen = self._data.setdefault("#names", {})
+            before = seen.get(filename)
             if before != sha256:
-                seen[filename] = sha256  # type: ignore[index]
+                seen[filename] = sha256
                 self._dirty = True
         return before is not None and before != sha256
 

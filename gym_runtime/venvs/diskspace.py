@@ -62,10 +62,10 @@ def full_path(text: str, candidates: list[Path]) -> Path:
 
 
 def no_space_error(
-    servers: list[str], stage: str, file: str, text: str, roots: dict[str, Path], log: Path | None = None
+    servers: list[str], stage: str, file: str, text: str, roots: dict[str, Path | None], log: Path | None = None
 ) -> BuildError:
     """``GR-BUILD-NO-SPACE`` for a build of ``servers`` that filled a disk during ``stage``.
-    ``roots`` maps what each directory is (``venv root``, ``uv cache``, ``logs``) to its path;
+    ``roots`` maps what each directory is (``venv root``, ``uv cache``, ``logs``) to its path (None: not set);
     ``text`` is uv's error block or the exception's text."""
     names = {p: what for what, p in roots.items() if p is not None}
     where = full_path(text, list(names))

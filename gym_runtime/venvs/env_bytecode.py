@@ -80,7 +80,7 @@ class EnvironmentBytecode:
         return self._interp[py]
 
     async def _place(self, venv: Path, py: Path, digest: str) -> None:
-        if not (self.store.users(digest) - learned(venv)):
+        if self.store is None or not (self.store.users(digest) - learned(venv)):
             return
         try:
             got = await in_background(self.store.place, venv, digest, await self._interpreter(py))
@@ -137,7 +137,8 @@ class EnvironmentBytecode:
 
     def _unsaved(self) -> list[Path]:
         """Venvs whose learned users the store lacks."""
-        return [v for v, (_, digest) in self._venvs.items() if learned(v) - self.store.users(digest)]
+        store = self.store
+        return [v for v, (_, digest) in self._venvs.items() if store is not None and learned(v) - store.users(digest)]
 
     def learn(self, ready: Callable[[str], bool]) -> None:
         """Harvest the learning caches in the background while their processes start: every second
@@ -195,11 +196,13 @@ class EnvironmentBytecode:
             )
 
     async def _save(self) -> None:
+        if (store := self.store) is None:
+            return
         for venv in self._unsaved():
             py, digest = self._venvs[venv]
             try:
                 n = await in_background(
-                    self.store.save, venv, digest, await self._interpreter(py), learned(venv), self._stop
+                    store.save, venv, digest, await self._interpreter(py), learned(venv), self._stop
                 )
             except (OSError, subprocess.SubprocessError, IndexError, ValueError) as e:  # speed only
                 self._say(f"bytecode: {venv.name}'s cache was not saved to the store: {e}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -65,12 +66,12 @@ class Overrides:
     def removed(self, python_version: str) -> set[str]:
         """Distributions an override takes out of the resolution for a CPython ``python_version``
         on this host (a marker that does not hold, e.g. ``sys_platform == 'never'``)."""
-        env = {
+        env: dict[str, Any] = {
             **default_environment(),
             "python_version": ".".join(python_version.split(".")[:2]),
             "python_full_version": python_version,
         }
-        out = set()
+        out: set[str] = set()
         for ln in self.lines:
             try:
                 req = Requirement(ln.text)

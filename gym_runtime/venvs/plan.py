@@ -258,7 +258,7 @@ def plan_venvs(merged: MergedConfig, settings: RuntimeSettings, python: str | No
     pythons = {n: plans[d].python for n, d in by_instance.items()}
     for v in ray_python_problems(pythons, ray_users(merged, undeclared=settings.ray_undeclared)):
         raise BuildError(v.message, code=v.code, hint=v.hint, extra={"stage": "python", "servers": list(pythons)})
-    notes = ()
+    notes: tuple[str, ...] = ()
     if merged.release is not None:
         note = raise_on_missing(merged.package, merged.release)
         notes = (note,) if note else ()

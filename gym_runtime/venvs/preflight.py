@@ -71,7 +71,7 @@ def build_requires_of(path: Path) -> list[str] | None:
                 m = next(
                     (m for m in tf.getmembers() if m.name.count("/") == 1 and m.name.endswith("/pyproject.toml")), None
                 )
-                text = tf.extractfile(m).read().decode() if m else ""  # type: ignore[union-attr]
+                text = tf.extractfile(m).read().decode() if m else ""  # type: ignore[union-attr]  # a regular member: extractfile opens it
         elif path.name.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
                 n = next((n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/pyproject.toml")), None)

@@ -8,7 +8,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class Reporter:
@@ -56,7 +59,7 @@ class RichReporter(Reporter):
             console=Console(file=stream or sys.stderr),
             transient=False,
         )
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
         self._t0: dict[str, float] = {}
         self._lock = threading.Lock()
 

@@ -198,15 +198,16 @@ class PycStore:
             return 0
         try:
             old = self.index(digest)
-            same = old is not None and old.get("tag") == interp.tag and old.get("magic") == interp.magic.hex()
-            files: dict[str, Any] = dict(old["files"]) if same else {}
+            if old is not None and (old.get("tag") != interp.tag or old.get("magic") != interp.magic.hex()):
+                old = None  # another interpreter's bytecode: start afresh
+            files: dict[str, Any] = dict(old["files"]) if old is not None else {}
             for src, pyc in shared_cache(venv, interp.tag):
                 if stop is not None and stop.is_set():
                     return 0
                 entry = self._save_one(src, pyc, interp)
                 if entry is not None:
                     files[os.path.relpath(src, venv)] = entry
-            known = set(old["users"]) if same else set()
+            known = set(old["users"]) if old is not None else set()
             write_json(
                 self._index_path(digest),
                 {

@@ -189,7 +189,7 @@ def _below_floor(path: Path, requires: SpecifierSet) -> bool:
         m = _MINOR_NAME.match(path.resolve().name)
     except OSError:
         return False
-    return bool(m) and any(
+    return m is not None and any(
         s.operator in (">=", ">") and not s.contains(f"{m.group(1)}.999", prereleases=True) for s in requires
     )
 

@@ -67,7 +67,8 @@ def _install_lines(old: Any, new: Any, rel_file: str) -> list[str]:
 
 
 def _pool(old: list[list[str]], new: list[list[str]]) -> list[str]:
-    a, b = dict(map(tuple, old)), dict(map(tuple, new))
+    a = {p[0]: p[1] for p in old}
+    b = {p[0]: p[1] for p in new}
     out = [
         f"wheels/{n} changed: sha256 {a[n][:12]}... -> {b[n][:12]}... (same file name, new contents)"
         for n in sorted(a.keys() & b.keys())

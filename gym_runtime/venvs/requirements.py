@@ -127,7 +127,7 @@ class InstallSource:
 
 
 def _abs(target: str, base: Path) -> str:
-    if target.startswith("file:") or target.startswith("/"):
+    if target.startswith(("file:", "/")):
         return target
     return str((base / Path(target).expanduser()).resolve())
 
@@ -196,6 +196,7 @@ def classify(lineno: int, text: str, sdk_path: str = "../..") -> ReqLine:
     root relative to the server directory (:func:`sdk_root`)."""
     first, _, rest = text.partition(" ")
     flag = first.split("=", 1)[0]
+    target: str | None
     if flag in _INCLUDE:
         target = first.split("=", 1)[1] if "=" in first else rest.strip()
         return ReqLine(lineno, text, "include", target=target)

@@ -122,6 +122,7 @@ def create_venv(vp: VenvPlan, venv: Path, ctx: StageContext) -> UvResult:
 def closure_check(vp: VenvPlan, venv: Path, ctx: StageContext) -> UvResult:
     """Before any install (wheels formats): prove that ``wheels/`` alone satisfies the install file
     and the injected pins for the venv's interpreter (:mod:`gym_runtime.venvs.closure`)."""
+    assert vp.wheels_dir is not None  # a wheels format's plan has one
     pins = [(p.requirement, p.as_constraint) for p in vp.pins]
     files = closure.write_inputs(venv / INPUTS_DIR, closure.proof_text(vp.source, vp.sdk_replacement), pins)
     files += write_overrides(vp, venv)
@@ -185,7 +186,7 @@ def stage2(
     vp: VenvPlan,
     venv: Path,
     ctx: StageContext,
-    refresh: tuple[str, ...] = (),  # noqa: ARG001
+    refresh: tuple[str, ...] = (),  # noqa: ARG001 - _run_step calls both stages alike; offline there is no --refresh
     uncached: tuple[str, ...] = (),
 ) -> UvResult:
     """The vendored closure offline; ``uncached`` as for :func:`stage1`."""

@@ -212,9 +212,9 @@ def _fetch(pin: str, old: Path, index: str, order: dict[str, int], dest: Path, t
         and _rank(f.name, order) is not None
     ]
     if local:
-        best = min(local, key=lambda f: _rank(f.name, order) or 0)
-        shutil.copy2(best, dest / best.name)
-        return Vendored(name, version, best.name, "wheels/ (kept)")
+        kept = min(local, key=lambda f: _rank(f.name, order) or 0)
+        shutil.copy2(kept, dest / kept.name)
+        return Vendored(name, version, kept.name, "wheels/ (kept)")
     files = [
         f
         for f in project_files(index, name)

@@ -90,7 +90,8 @@ class OpenSandboxBackend:
             await self.service.list_ids({"gym-runtime-probe": "1"}, "checking the API key")
             out["status"] = "ok"
         except Exception as e:
-            out.update(status="error", error=getattr(e, "to_dict", lambda: {"message": str(e)})())
+            to_dict = getattr(e, "to_dict", None)
+            out.update(status="error", error=to_dict() if callable(to_dict) else {"message": str(e)})
         return out
 
     async def close(self) -> None:

@@ -156,7 +156,7 @@ class OpenSandboxEnvironment:
         if port not in self._relays:
             relay = Relay(f"port {port}")
             self._relays[port] = relay
-            self._routes[port] = tuple(await relay.start(self.daemon_host))
+            self._routes[port] = await relay.start(self.daemon_host)
         return self._routes[port]
 
     def routes_for(self, spec: Any) -> list[list[Any]]:

@@ -160,7 +160,7 @@ class ServerProcess(ElsewhereExit):
             if st is None:
                 try:
                     alive = await asyncio.wait_for(self.env.alive(self.box, unknown=True), CALL_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     alive = True  # the server does not answer: ridden out for SERVICE_GRACE_S
                 if not alive:
                     return {
@@ -168,7 +168,7 @@ class ServerProcess(ElsewhereExit):
                         "reason": "sandbox-gone",
                         "detail": f"sandbox {self.box.id} was deleted or killed from outside",
                     }
-                if time.monotonic() - silent_since > SERVICE_GRACE_S:
+                if silent_since is not None and time.monotonic() - silent_since > SERVICE_GRACE_S:
                     return {
                         "exit_code": -1,
                         "reason": "service-lost",

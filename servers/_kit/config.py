@@ -13,8 +13,8 @@ import os
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from pydantic import BaseModel
 from omegaconf.errors import OmegaConfBaseException
+from pydantic import BaseModel
 
 CONFIG_DICT_VAR = "NEMO_GYM_CONFIG_DICT"
 CONFIG_NAME_VAR = "NEMO_GYM_CONFIG_PATH"

@@ -12,7 +12,8 @@ to the model server and its upstream. A cancelled request sends nothing (nobody 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Message = dict[str, Any]
 DISCONNECT: Message = {"type": "http.disconnect"}

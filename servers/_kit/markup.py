@@ -45,7 +45,7 @@ def unparsed_tool_calls(text: str, offered: list[str]) -> int:
     names = "|".join(re.escape(n) for n in offered)
     found = 0
     candidates = re.finditer(r'\{\s*"name"\s*:\s*"(?:' + names + r')"', text)
-    for _, match in zip(range(MAX_CANDIDATES), candidates):
+    for _, match in zip(range(MAX_CANDIDATES), candidates, strict=False):
         try:
             value, _ = _DECODER.raw_decode(text, match.start())
         except (ValueError, RecursionError):

@@ -227,11 +227,12 @@ def message_events(message: dict) -> Iterator[str]:
             "tool_use": {"type": "tool_use", "id": block.get("id"), "name": block.get("name"), "input": {}},
         }[kind]
         yield _sse("content_block_start", {"index": index, "content_block": empty})
-        delta = {
-            "text": lambda: {"type": "text_delta", "text": block["text"]},
-            "thinking": lambda: {"type": "thinking_delta", "thinking": block["thinking"]},
-            "tool_use": lambda: {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
-        }[kind]()
+        if kind == "text":
+            delta = {"type": "text_delta", "text": block["text"]}
+        elif kind == "thinking":
+            delta = {"type": "thinking_delta", "thinking": block["thinking"]}
+        else:  # tool_use: any other kind has no `empty` block above
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
         yield _sse("content_block_delta", {"index": index, "delta": delta})
         yield _sse("content_block_stop", {"index": index})
     yield _sse(

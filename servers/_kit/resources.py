@@ -10,7 +10,8 @@ every numeric top-level field, grouped by ``_ng_task_index``).
 from __future__ import annotations
 
 import statistics
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict

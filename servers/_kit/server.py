@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import uvicorn
 from fastapi import FastAPI, Request

@@ -31,6 +31,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -40,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 from _kit.rollout_path import ROLLOUT_ID
-import re
 
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 _ID = re.compile(rf"^{ROLLOUT_ID}$")

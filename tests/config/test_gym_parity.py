@@ -28,8 +28,9 @@ import json
 import os
 import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -222,7 +223,7 @@ def differences(gym: Any, ours: Any, path: str) -> Iterator[str]:
             else:
                 yield from differences(gym[k], ours[k], sub)
     elif isinstance(gym, list) and isinstance(ours, list) and len(gym) == len(ours):
-        for i, (a, b) in enumerate(zip(gym, ours)):
+        for i, (a, b) in enumerate(zip(gym, ours, strict=True)):
             yield from differences(a, b, f"{path}[{i}]")
     elif gym != ours:
         yield f"{path}: Gym {gym!r}, gym-runtime {ours!r}"

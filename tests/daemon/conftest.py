@@ -58,14 +58,14 @@ async def add_member(
 
 
 def fast_options(**kw) -> SuperviseOptions:
-    base = dict(
-        server_ready_timeout_s=20,
-        startup_timeout_s=60,
-        backoff_s=0.1,
-        backoff_max_s=0.4,
-        shutdown_grace_s=2,
-        max_restarts=2,
-    )
+    base = {
+        "server_ready_timeout_s": 20,
+        "startup_timeout_s": 60,
+        "backoff_s": 0.1,
+        "backoff_max_s": 0.4,
+        "shutdown_grace_s": 2,
+        "max_restarts": 2,
+    }
     base.update(kw)
     return SuperviseOptions(**base)
 

@@ -64,5 +64,5 @@ def test_servers_of_one_venv_are_forked_from_one_parent_unless_it_is_off(
                 f"preload: server {n} starts on its own: its tree is a copy-on-write view" in err
                 for n in SIMPLE_SERVERS
             ), err
-        for name, (_comm, parent_argv) in seen.items():
+        for _comm, parent_argv in seen.values():
             assert "bwrap" in parent_argv[0], parent_argv

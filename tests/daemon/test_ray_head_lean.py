@@ -59,7 +59,6 @@ def test_sigkill_of_the_daemon_leaves_no_ray_process(tmp_path, isolation) -> Non
     # watchdog's SIGKILL of the head's process group must reach them; elsewhere the pid namespace
     import os
     import signal
-
     from pathlib import Path
 
     from gym_runtime.supervise.ray_head import remove_stale_temp_dirs

@@ -218,10 +218,9 @@ def test_case4_local_starts_one_private_cluster_and_stops_only_it(outside_cluste
 def test_ray_servers_isolation_level(tmp_path: Path) -> None:
     """Servers that use Ray: partial with our private head, none with an outside cluster, and a
     clear error (before any Ray start) when full isolation is required."""
-    from sandbox import probe_isolation
-
     from gym_runtime.errors import IsolationError
     from gym_runtime.ray_target import RayTarget, ray_level
+    from sandbox import probe_isolation
 
     best = probe_isolation().level.value
     local, join = RayTarget("local", None, "needed by a", ("a",)), RayTarget("join", "127.0.0.1:1", "x", ("a",))

@@ -185,7 +185,7 @@ def test_ray_tasks_see_the_submitting_servers_tree_venv_and_pythonpath(
         want = isolation or ("partial" if probe_isolation().level.value in ("full", "partial") else "none")
         assert info["isolation"] == want and info["ray"]["mode"] == "local"
         results = _rollouts(info["head_server"])
-        for name, res in zip(("ray_a", "ray_b"), results):
+        for name, res in zip(("ray_a", "ray_b"), results, strict=True):
             assert "error" not in res, res
             assert res["reward"] == 1.0, res
             tree = pkg / "responses_api_agents" / f"ray_tree_{name[-1]}"

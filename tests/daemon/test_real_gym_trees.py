@@ -23,10 +23,10 @@ import httpx
 import pytest
 
 from gym_runtime.cli.main import main
-from tests.helpers.gym_python import current_gym_python  # noqa: F401 - a fixture
 from tests.daemon.test_real_gym import gym_env
 from tests.helpers.daemon import descendants, kill_tree, read_ready_line, up_process, wait_gone
 from tests.helpers.gym_package import assemble_tree_package, gym_wheel, python_312_plus
+from tests.helpers.gym_python import current_gym_python  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 

@@ -19,7 +19,6 @@ from gym_runtime.supervise import Supervisor
 from tests.daemon.conftest import add_member, fast_options, start_sandbox
 from tests.helpers.cases import CASES
 
-
 SERVE = """import sys, time
 from http.server import HTTPServer, BaseHTTPRequestHandler
 class H(BaseHTTPRequestHandler):

@@ -118,7 +118,7 @@ good_row = st.fixed_dictionaries(
             {"type": st.just("responses_api_agents"), "name": st.sampled_from(["acme_agent", "vf_agent", "ghost"])}
         ),
     },
-    optional={k: tree for k in ROW_FIELDS[2:]},
+    optional=dict.fromkeys(ROW_FIELDS[2:], tree),
 )
 row_line = st.one_of(
     good_row.map(lambda r: json.dumps(r)),

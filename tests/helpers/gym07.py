@@ -14,7 +14,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import uv
 
 from tests.helpers.gym_python import gym_python

@@ -151,8 +151,8 @@ def gym_venv(version: str = GYM_VERSION) -> Path | None:
     accepts (:func:`release_python`) and kept under :func:`cache_dir` between runs (a completion
     marker, written last, says it is whole; a file lock keeps parallel test runs from building it
     twice). None when no such Python exists."""
-    from filelock import FileLock
     import uv
+    from filelock import FileLock
 
     python = release_python(version)
     if python is None:
@@ -249,7 +249,7 @@ def assemble_tree_package(
         for name in z.namelist():
             top = next((t for t in trees if name.startswith(t + "/")), None)
             rel = Path(name)
-            if top is None or name.endswith("/") or name.endswith(".jsonl"):
+            if top is None or name.endswith(("/", ".jsonl")):
                 continue
             inner = rel.relative_to(top).parts
             if inner[0] in ("data", "tests"):

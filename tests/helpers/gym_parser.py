@@ -48,8 +48,8 @@ def parser_venv(version: str) -> Path | None:
     """The venv of ``version``'s parser (module doc), built on first use; None without an interpreter."""
     if Version(version) < Version("0.5"):
         return gym_venv()
-    from filelock import FileLock
     import uv
+    from filelock import FileLock
 
     python = parser_python(version)
     if python is None:

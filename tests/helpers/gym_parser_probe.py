@@ -12,9 +12,8 @@ import json
 import os
 import sys
 
-from omegaconf import DictConfig, OmegaConf
-
 from nemo_gym.global_config import GlobalConfigDictParser, GlobalConfigDictParserConfig
+from omegaconf import DictConfig, OmegaConf
 
 out = sys.stdout
 sys.stdout = sys.stderr  # Gym prints notes (duplicate config paths) on stdout in older releases

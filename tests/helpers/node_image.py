@@ -23,8 +23,8 @@ def node_venv(python: str) -> Path:
     """The venv (module doc) for ``python``, built on first use; later runs reuse it while the lock
     file is unchanged (its name carries the lock's digest). A marker written last says it is whole;
     a file lock keeps parallel runs from building it twice."""
-    from filelock import FileLock
     import uv
+    from filelock import FileLock
 
     lock = (ROOT / "uv.lock").read_bytes()
     version = subprocess.run(

@@ -150,7 +150,7 @@ def make_package(root: Path, fmt: str = "native-v1", name: str = "acme-math-env"
     for st, impl in SERVERS[fmt]:
         write_server(root, st, impl)
     env = ADAPTER_ENV if fmt == "adapter-wheels-v1" else ENV
-    for rel, data in zip(CONFIGS[fmt], (POLICY, env)):
+    for rel, data in zip(CONFIGS[fmt], (POLICY, env), strict=True):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(yaml.safe_dump(data, sort_keys=False))
     if fmt != "native-v1":

@@ -97,8 +97,8 @@ def venv_dir() -> Path:
 
 def vllm_venv() -> Path:
     """The venv (module doc): built once, then reused; its ``bin/python`` runs vLLM."""
-    from filelock import FileLock
     import uv
+    from filelock import FileLock
 
     wheel = torch_wheel()
     venv = venv_dir()
@@ -214,7 +214,7 @@ class VLLMServer:
             *self.flags,
         ]
 
-    def __enter__(self) -> "VLLMServer":
+    def __enter__(self) -> VLLMServer:
         argv = self.argv()
         env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
         env.update(

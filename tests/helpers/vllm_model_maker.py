@@ -49,6 +49,10 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAGS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<tools>"]
@@ -234,7 +238,7 @@ def transitions(tok, rng: random.Random) -> tuple[dict[int, dict[str, int]], lis
             p = tok(prompt, add_special_tokens=False)["input_ids"]
             t = tok.convert_tokens_to_ids(answer(kind, thinking))
             examples.append((p, t))
-            for cur, nxt in zip([p[-1], *t[:-1]], t):
+            for cur, nxt in zip([p[-1], *t[:-1]], t, strict=True):
                 if table.setdefault(cur, {}).setdefault(kind, nxt) != nxt:
                     raise SystemExit(
                         f"token {tok.convert_ids_to_tokens(cur)!r} would need two next tokens for {kind!r}"
@@ -242,7 +246,7 @@ def transitions(tok, rng: random.Random) -> tuple[dict[int, dict[str, int]], lis
     return table, examples
 
 
-def weights(tok, table: dict[int, dict[str, int]], hidden: int, head_dim: int) -> dict[str, "torch.Tensor"]:
+def weights(tok, table: dict[int, dict[str, int]], hidden: int, head_dim: int) -> dict[str, torch.Tensor]:
     """The state dict of the 1-layer Qwen2 (module doc).
 
     The residual stream: dimension 0 is 1 for every token (the bias), each token of the table or
@@ -262,7 +266,7 @@ def weights(tok, table: dict[int, dict[str, int]], hidden: int, head_dim: int) -
 
     vocab = len(tok)
     ids = tok.convert_tokens_to_ids
-    own = [t for t in table] + [ids(MARKER["tools"]), ids(MARKER["after"])]
+    own = list(table) + [ids(MARKER["tools"]), ids(MARKER["after"])]
     own = list(dict.fromkeys(own + ids(FORCED)))
     if len(own) + 4 > hidden:
         raise SystemExit(f"{len(own)} tokens need their own dimension; hidden size {hidden} is too small")
@@ -289,7 +293,7 @@ def weights(tok, table: dict[int, dict[str, int]], hidden: int, head_dim: int) -
     chain = ids(FORCED)
     for t in dim:
         head[chain[0], dim[t]] = 10.0
-    for cur, nxt in zip(chain, chain[1:]):
+    for cur, nxt in zip(chain, chain[1:], strict=False):
         head[nxt, dim[cur]], head[chain[0], dim[cur]] = 10.0, 0.0
     for cur, by_kind in table.items():
         if len(set(by_kind.values())) == 1:
@@ -297,7 +301,7 @@ def weights(tok, table: dict[int, dict[str, int]], hidden: int, head_dim: int) -
         else:
             for kind, nxt in by_kind.items():
                 head[nxt, dim[cur]] = 24.0 if kind == "plain" else 20.0
-    for cur, by_kind in table.items():
+    for by_kind in table.values():
         for j, kind in enumerate(("tools", "after")):
             if kind in by_kind and len(set(by_kind.values())) > 1:
                 head[by_kind[kind], 2 + j] = 8.0 * (j + 1)

@@ -89,7 +89,7 @@ def test_nemo_rls_spinup_collects_token_ids_and_rewards_then_poll_and_shutdown(
             rows = rows_of(on_the_node / "resources_servers/example_single_tool_call/data/example.jsonl", 4)
             results = collect(venv / "bin" / "python", head_port, rows)
             assert sorted(row["_rowidx"] for row, _ in results) == [0, 1, 2, 3]
-            for row, result in results:
+            for _row, result in results:
                 assert isinstance(result["reward"], float), result
                 items = token_items(result)
                 assert items, result["response"]["output"]

@@ -135,6 +135,7 @@ def test_two_shards_on_three_nodes_spread_rows_and_a_cleanup_during_a_start_leav
                         [s.spinup.remote(shard_config(n, stub.url, tmp_path, deadline)) for n, s in shards.items()],
                         timeout=DEADLINE_S,
                     ),
+                    strict=True,
                 )
             )
             for name, url in heads.items():
@@ -146,7 +147,9 @@ def test_two_shards_on_three_nodes_spread_rows_and_a_cleanup_during_a_start_leav
 
             rows = [row(i, i + 1) for i in range(6)]
             got = {}
-            for name, part in zip(heads, (rows[0::2], rows[1::2])):  # the set spreads a batch over its shards
+            for name, part in zip(
+                heads, (rows[0::2], rows[1::2]), strict=True
+            ):  # the set spreads a batch over its shards
                 url = heads[name].replace("0.0.0.0", "127.0.0.1") + "/rollouts/run"
                 got[name] = httpx.post(url, json={"examples": part}, timeout=300, trust_env=False).json()["results"]
             assert {n: len(r) for n, r in got.items()} == {"shard-a": 3, "shard-b": 3}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gym_runtime.package import check_package, load_package
 from gym_runtime.errors import PackageInvalidError
+from gym_runtime.package import check_package, load_package
 from tests.helpers.packages import make_package, manifest, write_manifest, write_server
 
 

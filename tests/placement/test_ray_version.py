@@ -27,8 +27,8 @@ def other_ray_venv() -> Path:
     """A venv with ``ray==OTHER_RAY`` (and ``psutil``, for the cluster helper) on this Python, made
     once with uv from PyPI and kept under the test cache (a marker written last says it is whole; a
     file lock keeps parallel runs from building it twice)."""
-    from filelock import FileLock
     import uv
+    from filelock import FileLock
 
     venv = cache_dir() / f"ray-{OTHER_RAY}-py{sys.version_info[0]}.{sys.version_info[1]}-venv"
     marker = venv / ".complete"

@@ -34,23 +34,23 @@ def job_for(pkg: Path, instance: str = "acme_math", **kw) -> ReplicaJob:
 
     merged = build_config(load_package(pkg))
     names = [*merged.instances, HEAD]
-    inside = dict(zip(names, free_inside_ports(len(names), set())))
+    inside = dict(zip(names, free_inside_ports(len(names), set()), strict=True))
     s = load_settings()
-    fields = dict(
-        instance=instance,
-        replica=0,
-        name=instance,
-        run_id=f"t{os.getpid()}-{time.monotonic_ns()}",
-        package_root=str(pkg),
-        package_digest=package_digest(pkg),
-        data=merged.data,
-        secrets=merged.secrets,
-        inside=inside,
-        stable={n: ("127.0.0.1", 1) for n in names},
-        ray_address=None,
-        policy=EgressPolicy.from_environ({}, policy_endpoints=[]),
-        settings={"pin_mode": s.pin_mode, "pins": s.pins, "python": s.python},
-    )
+    fields = {
+        "instance": instance,
+        "replica": 0,
+        "name": instance,
+        "run_id": f"t{os.getpid()}-{time.monotonic_ns()}",
+        "package_root": str(pkg),
+        "package_digest": package_digest(pkg),
+        "data": merged.data,
+        "secrets": merged.secrets,
+        "inside": inside,
+        "stable": dict.fromkeys(names, ("127.0.0.1", 1)),
+        "ray_address": None,
+        "policy": EgressPolicy.from_environ({}, policy_endpoints=[]),
+        "settings": {"pin_mode": s.pin_mode, "pins": s.pins, "python": s.python},
+    }
     fields.update(kw)
     return ReplicaJob(**fields)
 

@@ -15,7 +15,6 @@ from rich.console import Console
 from gym_runtime.placement.router import Router
 from gym_runtime.rollouts.dispatch import run_rows
 from gym_runtime.rollouts.report import print_report, replica_table
-from gym_runtime.rollouts.stats import RolloutResult, row_stats, summarize
 from gym_runtime.rollouts.spread import (
     REPLICA_HEADER,
     ROLLOUTS_PER_AGENT_REPLICA,
@@ -23,6 +22,7 @@ from gym_runtime.rollouts.spread import (
     replica_counts,
     served_by,
 )
+from gym_runtime.rollouts.stats import RolloutResult, row_stats, summarize
 
 REPLICAS = {"acme_agent": {"acme_agent.0": "10.0.0.7 (3f2a9c1e)", "acme_agent.1": "10.0.0.8 (77ab01cd)"}}
 
@@ -79,7 +79,7 @@ def test_each_row_names_the_replica_the_router_sent_it_to(replicas) -> None:
     assert batch.replicas[:10] == [f"acme_agent.{i}" for i in answered]  # the router's word, not the replica's
     assert batch.replicas[10] is None and batch.agents[10] is None and batch.agents[:10] == ["acme_agent"] * 10
     counts = replica_counts(
-        zip(batch.agents, batch.replicas, ["error" in r for r in batch.results]), REPLICAS, batch.wall_s
+        zip(batch.agents, batch.replicas, ["error" in r for r in batch.results], strict=True), REPLICAS, batch.wall_s
     )
     assert [(c["replica"], c["rollouts"], c["node"]) for c in counts] == [
         ("acme_agent.0", answered.count(0), "10.0.0.7 (3f2a9c1e)"),

@@ -62,7 +62,7 @@ def test_a_second_event_loop_can_wait_after_the_first_one_ended() -> None:
     async def give_up() -> None:
         try:
             await asyncio.wait_for(proc.wait(), 0.05)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     asyncio.run(give_up())  # its watch belongs to a loop that is now closed

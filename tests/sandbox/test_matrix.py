@@ -37,7 +37,7 @@ async def _matrix(tmp_path, standins, python, environ, level, monkeypatch):
     model_ip, model_name = plain_server("127.0.0.1"), plain_server("127.0.0.1")
     ip_url = f"http://127.0.0.1:{model_ip.server_address[1]}/v1"
     name_url = f"http://model.example.invalid:{model_name.server_address[1]}/v1"
-    table = {h: standins.addr for h in HOSTS + ["pkgs.example.com", "pkgs.example.net"]}
+    table = dict.fromkeys(HOSTS + ["pkgs.example.com", "pkgs.example.net"], standins.addr)
     table["meta.example.com"] = "169.254.169.254"  # rebinding: allowed by *.com, must never be dialled
     table["model.example.invalid"] = "127.0.0.1"
     resolver = RecordingResolver(table)

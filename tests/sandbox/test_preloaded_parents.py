@@ -115,7 +115,7 @@ def test_two_servers_forked_from_one_parent_keep_their_own_views(bwrap, tmp_path
     assert any("2 servers forked from one parent that imported 2 modules" in ln for ln in lines), lines
     assert codes == [0, 3]  # each server's own exit status, as the parent reaped it
     assert parent_pid not in pids
-    for name, other in (("s0", "s1"), ("s1", "s0")):
+    for name in ("s0", "s1"):
         (seen,) = _out(tmp_path, name)
         assert seen["preloaded"] is True  # imported by the parent, before the fork
         assert seen["private"] == SECRETS[name]
@@ -173,7 +173,7 @@ def test_a_server_is_forked_again_after_the_host_removed_a_directory_its_parent_
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
         specs = _specs(tmp_path, plain_python, Preload(("email.mime.text",)))
         learning = [tmp_path / "learn0", tmp_path / "learn1"]
-        for s, d in zip(specs, learning):
+        for s, d in zip(specs, learning, strict=True):
             d.mkdir()
             s.writable_paths = [*s.writable_paths, d]
             s.argv = [str(plain_python), "-m", "http.server", "0", "--bind", "127.0.0.1"]

@@ -41,14 +41,14 @@ async def _run() -> tuple[int, int, int]:
     server = await proxy.serve(listener, "srv")
     port = listener.getsockname()[1]
     clients = []
-    for i in range(20):
+    for _ in range(20):
         r, w = await asyncio.open_connection("127.0.0.1", port)
         w.write(f"CONNECT 127.0.0.1:{peer_port} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         await w.drain()
         clients.append((r, w))
     await asyncio.sleep(0.2)
     held = len(proxy_mod._tasks)
-    for i, (r, w) in enumerate(clients):
+    for i, (_r, w) in enumerate(clients):
         if i % 2:  # half reset their connection, half close it cleanly
             w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         w.close()

@@ -12,7 +12,6 @@ import sys
 from sandbox.limits import ResourceLimits
 from sandbox.process import SandboxedProcess
 
-
 COUNT_TERMS = r"""
 import signal, sys, time
 got = []

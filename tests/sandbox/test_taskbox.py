@@ -47,14 +47,22 @@ async def _box(
     support,
     base: Path,
     root: BoxRoot | None = None,
-    limits: BoxLimits = BoxLimits(),
+    limits: BoxLimits | None = None,
     policy: EgressPolicy | None = None,
     spawner=None,
     **kw,
 ) -> TaskBox:
     bwrap, proc = support
     return await TaskBox.start(
-        "srv/box", root or BoxRoot.host(), base, limits, policy or EgressPolicy(), spawner or SPAWNER, bwrap, proc, **kw
+        "srv/box",
+        root or BoxRoot.host(),
+        base,
+        limits or BoxLimits(),
+        policy or EgressPolicy(),
+        spawner or SPAWNER,
+        bwrap,
+        proc,
+        **kw,
     )
 
 

@@ -13,7 +13,7 @@ from tests.helpers.gym_servers import SERVERS
 sys.path.insert(0, str(SERVERS))
 
 from _kit.markup import unparsed_tool_calls  # noqa: E402
-from _kit.policy_answers import explain, interrupted, prompt_ids, TokenIdsError  # noqa: E402
+from _kit.policy_answers import TokenIdsError, explain, interrupted, prompt_ids  # noqa: E402
 
 OFFERED = ["get_code"]
 

@@ -104,12 +104,12 @@ def test_a_session_sticks_to_one_replica(chain):
         before = served()
         for _ in range(6):
             assert post(chain["policy_model"] + "/v1/responses", {"input": "hi"}, session).status_code == 200
-        delta = [a - b for a, b in zip(served(), before)]
+        delta = [a - b for a, b in zip(served(), before, strict=True)]
     assert sorted(delta) == [0, 6]
     before = served()
     for _ in range(24):
         post(chain["policy_model"] + "/v1/responses", {"input": "hi"})
-    assert all(a > b for a, b in zip(served(), before))
+    assert all(a > b for a, b in zip(served(), before, strict=True))
 
 
 def test_unreachable_upstream_is_a_502_naming_it(chain):

@@ -22,7 +22,7 @@ DATA = {
 def test_auto_replaces_what_this_host_cannot_give(monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)  # no docker binary on this pod
     data = copy.deepcopy(DATA)
-    notes = offer(data, {k: None for k in ("swe", "litmus", "mine")}, "auto", None)
+    notes = offer(data, dict.fromkeys(("swe", "litmus", "mine")), "auto", None)
     assert data["sandbox"] == {"gym_runtime": {}, "default_metadata": {"bench": "x"}}
     assert data["litmus"]["resources_servers"]["litmus"]["sandbox_provider"] == {"gym_runtime": {}}
     assert data["swe"]["resources_servers"]["swe"]["sandbox_provider"] == "sandbox"  # the reference stays

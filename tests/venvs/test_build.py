@@ -172,7 +172,7 @@ def test_several_failures_each_list_their_own_log(tmp_path: Path, make_settings)
     e = ei.value
     assert e.code == "GR-BUILD-MANY" and len(e.violations) == 2 and e.log is None
     logs = {}
-    for v, failure in zip(e.violations, e.extra["failures"]):
+    for v, failure in zip(e.violations, e.extra["failures"], strict=True):
         server = failure["server"]
         assert v.code == "GR-BUILD-MISSING" and f"nosuch-{server}" in v.message
         assert v.hint.endswith(f"\n    log: {failure['log']}")

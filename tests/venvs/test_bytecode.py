@@ -310,7 +310,7 @@ def test_a_report_that_is_a_fifo_or_a_link_is_not_read(venv_python: Path, tmp_pa
         cache = for_user(venv, KEY)
         make(cache.prefix / "imported.txt")
         got: list = []
-        reader = threading.Thread(target=lambda: got.append(sources(cache)), daemon=True)
+        reader = threading.Thread(target=lambda g, c: g.append(sources(c)), args=(got, cache), daemon=True)
         reader.start()
         reader.join(10)
         assert got == [[]]  # read at once (a FIFO never blocks the harvest) and nothing taken from it

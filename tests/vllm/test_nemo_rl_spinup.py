@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.nemo_gym.spinup import TREES, collect, kill_for_good, ours, rows_of, spinup, token_items
+from tests.nemo_gym.spinup import collect, kill_for_good, ours, rows_of, spinup, token_items
 from tests.nemo_gym.test_nemo_rl_spinup import cluster, on_the_node, python  # noqa: F401 - fixtures
 from tests.vllm.helpers import logprob_ids, vllm_chat, vllm_tokenize
 
@@ -64,7 +64,9 @@ def test_nemo_rls_spinup_gets_vllms_own_token_ids_and_logprobs(
             assert first["generation_token_ids"] == logprob_ids(own)
             theirs = [e["logprob"] for e in own["choices"][0]["logprobs"]["content"]]
             assert len(first["generation_log_probs"]) == len(theirs)
-            assert all(abs(a - b) <= LOGPROB_TOLERANCE for a, b in zip(first["generation_log_probs"], theirs))
+            assert all(
+                abs(a - b) <= LOGPROB_TOLERANCE for a, b in zip(first["generation_log_probs"], theirs, strict=True)
+            )
         rh.poll()
         failure = kill_for_good(rh, "example_single_tool_call")
         assert failure.code.startswith("GR-START")

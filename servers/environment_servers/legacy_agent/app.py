@@ -26,13 +26,12 @@ from typing import Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fastapi import Request, Response  # noqa: E402
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt  # noqa: E402
-
 from _kit.config import StartupError, peer_address  # noqa: E402
 from _kit.peers import Peers  # noqa: E402
 from _kit.retry import RetryRule  # noqa: E402
 from _kit.server import ServerContext, build_app, run_server  # noqa: E402
+from fastapi import Request, Response  # noqa: E402
+from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt  # noqa: E402
 
 AGENTS = "responses_api_agents"
 # Headers that describe one hop's connection or framing, not the payload: each hop writes its own

@@ -19,10 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pydantic import BaseModel, ConfigDict  # noqa: E402
-
 from _kit.resources import VerifyRequest, add_resources_routes, final_text, function_calls, last_user_text  # noqa: E402
 from _kit.server import ServerContext, build_app, run_server  # noqa: E402
+from pydantic import BaseModel, ConfigDict  # noqa: E402
 
 
 class CodeLookupConfig(BaseModel):

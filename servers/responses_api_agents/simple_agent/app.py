@@ -54,10 +54,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fastapi import Request, Response  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
-
 from _kit import rollout_path  # noqa: E402
 from _kit.config import Ref  # noqa: E402
 from _kit.markup import unparsed_tool_calls  # noqa: E402
@@ -67,6 +63,9 @@ from _kit.retry import PEER_CONNECT, RetryRule  # noqa: E402
 from _kit.rewards import reward_problem, shown  # noqa: E402
 from _kit.server import ServerContext, build_app, run_server  # noqa: E402
 from _kit.tools import INVALID, MAX_ARGUMENT_BYTES, UNKNOWN, check_call, offered_tools  # noqa: E402
+from fastapi import Request, Response  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
 COUNTERS = (
     "unknown_tool_calls",

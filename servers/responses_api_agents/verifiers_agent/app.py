@@ -29,13 +29,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
-
 from _kit.config import Ref, StartupError  # noqa: E402
 from _kit.peers import UpstreamError  # noqa: E402
 from _kit.responses import message_to_items, text_of  # noqa: E402
 from _kit.rewards import reward_problem, shown  # noqa: E402
 from _kit.server import ServerContext, build_app, run_server  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
 
 class VerifiersAgentConfig(BaseModel):

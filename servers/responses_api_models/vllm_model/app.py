@@ -34,10 +34,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fastapi import Request  # noqa: E402
-from fastapi.responses import StreamingResponse  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-
 from _kit import messages_api, sse  # noqa: E402
 from _kit.config import StartupError  # noqa: E402
 from _kit.overflow import classify  # noqa: E402
@@ -45,7 +41,10 @@ from _kit.peers import UpstreamError  # noqa: E402
 from _kit.responses import TOKEN_FIELDS, to_chat_request, to_response  # noqa: E402
 from _kit.server import ServerContext, TextJSONResponse, build_app, error_body, run_server  # noqa: E402
 from _kit.token_capture import TokenCapture, capture_dir  # noqa: E402
+from fastapi import Request  # noqa: E402
+from fastapi.responses import StreamingResponse  # noqa: E402
 from model import Propagated, VLLMModel  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 
 def _invalid(message: str) -> TextJSONResponse:

@@ -101,7 +101,7 @@ class VLLMModelConfig(BaseModel):
         return [value] if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _combinations(self) -> "VLLMModelConfig":
+    def _combinations(self) -> VLLMModelConfig:
         for key, default in REFUSED_DEFAULTS.items():
             if getattr(self, key) != default:
                 raise ValueError(f"{key} is not supported by the built-in vllm_model: {REFUSED[key]}")

@@ -29,8 +29,8 @@ from _kit.overflow import classify, message_of
 from _kit.peers import Peers, UpstreamError, words_of
 from _kit.policy_answers import TokenIdsError, explain, interrupted, prompt_ids, token_ids
 from _kit.reasoning import split_think
-from _kit.retry import RetryRule
 from _kit.responses import TOKEN_FIELDS
+from _kit.retry import RetryRule
 from _kit.server import ServerContext
 from _kit.text import repaired
 from completions import completion_body, logprob_entries, raw_prompt, to_chat_completion

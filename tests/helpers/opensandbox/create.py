@@ -10,7 +10,8 @@ to that many times while it raises ``SandboxApiException`` with a 5xx status, an
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from opensandbox.exceptions import SandboxApiException
 

@@ -47,7 +47,7 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -72,7 +72,7 @@ def now_ms() -> int:
 
 
 def rfc3339(t: float | None) -> str | None:
-    return None if t is None else datetime.fromtimestamp(t, timezone.utc).isoformat()
+    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat()
 
 
 class Command:

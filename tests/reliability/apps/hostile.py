@@ -364,7 +364,7 @@ def memory_bomb():
     if pid == 0:
         os.close(r)
         hog = []
-        for i in range(cap // 32):
+        for _ in range(cap // 32):
             hog.append(bytearray(32 << 20))
             os.write(w, b".")
         os._exit(0)

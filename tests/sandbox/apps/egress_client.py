@@ -57,7 +57,7 @@ except ImportError:
 
 out = {"clients": sorted(clients), "http": {}, "raw": {}}
 for url in spec.get("urls", []):
-    out["http"][url] = {name: outcome(lambda f=f: f(url)) for name, f in clients.items()}
+    out["http"][url] = {name: outcome(lambda f=f, url=url: f(url)) for name, f in clients.items()}
 
 
 def raw(ip, port):

@@ -8,7 +8,7 @@ from typing import Any
 from verifiers.rubrics import Rubric
 
 
-def load_environment(env_id: str, **env_args: Any) -> "Environment":
+def load_environment(env_id: str, **env_args: Any) -> Environment:
     """Import the module named by ``env_id`` (``owner/tiny-math`` -> ``tiny_math``) and call its
     ``load_environment(**env_args)``; ``ValueError`` when it cannot be imported (as verifiers does)."""
     module_name = env_id.replace("-", "_").split("/")[-1]

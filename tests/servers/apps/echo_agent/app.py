@@ -9,9 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "servers"))
 
-from fastapi import Request, Response  # noqa: E402
-
 from _kit.server import build_app, run_server  # noqa: E402
+from fastapi import Request, Response  # noqa: E402
 
 
 def create_app(ctx):

@@ -117,6 +117,7 @@ def build_config(
     :mod:`gym_runtime.host.global_config`), merged above the files and beneath the overrides.
     """
     from gym_runtime.gym_release import choose_release
+    from gym_runtime.gym_release.stand_in import refuse_what_stand_in_cannot_honour
     from gym_runtime.settings import builtin_servers_dir, load_settings
 
     settings = load_settings()
@@ -152,6 +153,7 @@ def build_config(
     instances, declared, inst_violations = build_instances(
         data, sources, package.server_dirs, builtin, package.root, release
     )
+    refuse_what_stand_in_cannot_honour(release, raw, sources, instances, package)
     problems += inst_violations + builtin_key_problems(instances, sources)
     problems += null_field_problems(instances, raw, sources, package.root)
     problems += python_version_problems(data.get("python_version"), "python_version", sources.of("python_version"))

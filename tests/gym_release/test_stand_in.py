@@ -139,6 +139,11 @@ def test_ray_only_for_a_class_that_declares_it(tmp_path: Path) -> None:
     assert use.uses and "declares ray_enabled = True" in use.why
     assert "ray" in [p.name for p in pins_for(settings, "auto", source, merged.release, use.uses)]
 
+    # a bare pin (metadata unread): no openai pin, and the Ray pin only for a server with a driver
+    bare = release_for("0.8.0", "set by GYM_RUNTIME_PIN_NEMO_GYM")
+    assert [p.name for p in pins_for(settings, "auto", source, bare, False)] == ["nemo-gym"]
+    assert [p.name for p in pins_for(settings, "auto", source, bare, True)] == ["nemo-gym", "ray"]
+
 
 def test_what_the_stand_in_cannot_honour_is_refused_in_one_block(tmp_path: Path, capsys) -> None:
     pkg = tiny_stand_in(tmp_path, files={"nemo_gym/server_runtime/base_server.py": ""})

@@ -222,10 +222,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     from gym_runtime.gym_release.releases import CURRENT, known_release
 
     sdk = env.get(PIN_VARS["nemo-gym"]) or CURRENT
-    try:
-        openai = known_release(sdk).default_openai
+    try:  # a release of an unknown line has no known openai: its profile drops this default (GymRelease.pins)
+        openai = known_release(sdk).default_openai or known_release(CURRENT).default_openai or ""
     except ValueError:  # not a version: the release profile's choice reports it (GR-SETTINGS-PIN)
-        openai = known_release(CURRENT).default_openai
+        openai = known_release(CURRENT).default_openai or ""  # the current release's row always names one
     defaults = {
         "nemo-gym": (CURRENT, "the runtime's default: the current NeMo Gym release"),
         "ray[default]": (

@@ -43,3 +43,22 @@ def test_ci_provisions_it_beside_the_suite() -> None:
     lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if not ln.startswith("#")]
     start = lines.index('.ci/provision-python >"$python_log" 2>&1 &')
     assert start < lines.index("./uvw run pytest || suite_rc=$?") < lines.index('wait "$python_job" || python_rc=$?')
+
+
+def test_the_opensandbox_test_server_allows_the_interpreter_the_tests_name(tmp_path: Path, monkeypatch) -> None:
+    """A developer's host with its own interpreter >= 3.13.14 (here a pyenv 3.13.99) and a clean one
+    running the provisioned interpreter give the same result: the test OpenSandbox server allows
+    the prefix of whichever ``gym_python()`` answers (a venv of it mounts that prefix), and the
+    provisioned interpreters' directory."""
+    from tests.helpers.gym_python import gym_python, gym_python_roots, provision_dir
+    from tests.helpers.opensandbox.server import ALLOWED_HOST_PATHS, allowed_host_paths
+
+    exe = tmp_path / "pyenv" / "versions" / "3.13.99" / "bin" / "python3"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\necho CPython 3.13.99\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))
+    assert gym_python() == exe
+    prefix = str(tmp_path / "pyenv" / "versions" / "3.13.99")
+    assert gym_python_roots() == (str(provision_dir()), prefix)
+    assert allowed_host_paths() == (*ALLOWED_HOST_PATHS, str(provision_dir()), prefix)

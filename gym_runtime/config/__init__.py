@@ -55,6 +55,7 @@ from gym_runtime.config.types import apply_known_types
 from gym_runtime.config.yaml_booleans import data_file_warnings, yaml_boolean_warnings
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
 from gym_runtime.gym_release import GymRelease, choose_release
+from gym_runtime.gym_release.stand_in import refuse_what_stand_in_cannot_honour
 from gym_runtime.package import Package
 from gym_runtime.package.layout import find_server_dirs
 from gym_runtime.settings import builtin_servers_dir, load_settings
@@ -150,6 +151,7 @@ def build_config(
     instances, declared, inst_violations = build_instances(
         data, sources, package.server_dirs, builtin, package.root, release
     )
+    refuse_what_stand_in_cannot_honour(release, raw, sources, instances, package)
     problems += inst_violations + builtin_key_problems(instances, sources)
     problems += null_field_problems(instances, raw, sources, package.root)
     problems += python_version_problems(data.get("python_version"), "python_version", sources.of("python_version"))

@@ -21,6 +21,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from gym_runtime.config.override_values import is_container, parse_container
 from gym_runtime.config.redact import KEYLESS_API_KEY, is_secret_key
 from gym_runtime.errors import ConfigError, Violation, ViolationList
 from gym_runtime.package.yamlfile import YamlProblem, check_structure, load_yaml_file
@@ -209,7 +210,8 @@ _OVERRIDE_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+|\[[0-9]+\])*")
 def parse_overrides(overrides: list[str]) -> tuple[dict[str, Any], list[Violation]]:
     """Parse ``key=value`` dotlist overrides (Gym's ``+key=`` / ``++key=`` prefixes accepted).
 
-    Values are YAML (OmegaConf's dotlist rules). Returns the nested overrides and one violation
+    Values are YAML (OmegaConf's dotlist rules), except a dict or list, read in the syntax of Gym's
+    Hydra (``fan_out={K:[A,B]}``, :mod:`gym_runtime.config.override_values`). Returns the nested overrides and one violation
     per override that is not ``dotted.key=value``, whose value cannot be parsed, or that gives a
     secret's value on the command line (``GR-CONFIG-OVERRIDE-SECRET``).
     """
@@ -232,13 +234,24 @@ def parse_overrides(overrides: list[str]) -> tuple[dict[str, Any], list[Violatio
         if secret:
             v.append(secret)
             continue
+        value = text.split("=", 1)[1]
         try:
-            one = OmegaConf.from_dotlist([text])
+            if is_container(value):  # a dict or list in Hydra's syntax, as Gym's command line reads it
+                one = OmegaConf.create({})
+                OmegaConf.update(one, key, parse_container(value), merge=True)
+            else:
+                one = OmegaConf.from_dotlist([text])
             check_structure(OmegaConf.to_container(one, resolve=False), plain=True)
             out = OmegaConf.merge(out, one)  # type: ignore[assignment]  # merging DictConfigs gives a DictConfig
         except (OmegaConfBaseException, yaml.YAMLError, YamlProblem, ValueError, TypeError) as e:
             why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            v.append(Violation("GR-CONFIG-OVERRIDE", f"override {item!r} cannot be applied: {why}", hint=hint))
+            how = (
+                "write a dict as {key:value,...} and a list as [a,b], as Gym's Hydra reads them; quote a "
+                "value holding , : { } [ ] or =, e.g. agent_map={math:'my agent'}"
+                if is_container(value)
+                else hint
+            )
+            v.append(Violation("GR-CONFIG-OVERRIDE", f"override {item!r} cannot be applied: {why}", hint=how))
     return OmegaConf.to_container(out, resolve=False), v  # type: ignore[return-value]  # to_container of a DictConfig is a dict
 
 

@@ -6,9 +6,10 @@ a wheels-v1 package vendors) and passed down like any other value: the config st
 plan, the supervisor and the head server ask it what their line does, and no module compares
 version strings. docs/architecture.md §2, "Gym releases", lists what each profile says.
 
-Lines: ``0.4`` (releases 0.2.0-0.5.x, :mod:`.base`), ``0.6`` (:mod:`.gym_06`), ``0.7`` (0.7.x and
-newer, :mod:`.gym_07`). Adding a line is adding a module with one subclass, registering it in
-:data:`LINES`, and its tests.
+Lines: ``0.4`` (releases 0.2.0-0.5.x, :mod:`.base`), ``0.6`` (:mod:`.gym_06`), ``0.7`` (0.7.x,
+:mod:`.gym_07`); the newest line's profile stands in for a release of a newer line
+(:attr:`GymRelease.stand_in`, :mod:`.stand_in`). Adding a line is adding a module with one
+subclass, registering it in :data:`LINES`, and its tests.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from gym_runtime.gym_release.releases import KnownRelease
+from gym_runtime.gym_release.releases import KnownRelease, newer_than_known_lines
 
 if TYPE_CHECKING:
     from gym_runtime.settings import RuntimeSettings
@@ -139,6 +139,29 @@ class GymRelease:
         self.source = source
         self.metadata = metadata
 
+    # ------------------------------------------------------------------ a release of a line the runtime does not know
+    @property
+    def release_line(self) -> str:
+        """The release's own line: :attr:`line` for a release of a known line; ``major.minor`` (``0.8``)
+        for a release newer than every line the runtime knows, which this profile stands in for."""
+        return f"{self.version.major}.{self.version.minor}" if self.stand_in else self.line
+
+    @property
+    def stand_in(self) -> bool:
+        """True when the release's line is newer than every line the runtime knows (0.8.0 while the
+        newest known is 0.7): the newest profile stands in for it, its figures come only from its
+        wheel (:func:`~gym_runtime.gym_release.choose.wheel_metadata`), and what the profile cannot
+        honour is refused (:mod:`gym_runtime.gym_release.stand_in`)."""
+        return newer_than_known_lines(self.version)
+
+    @property
+    def ray_optional(self) -> bool:
+        """True when the release's metadata puts Ray under an extra (``nemo-gym[ray]``) rather than
+        among its own requirements: then only a server whose class declares ``ray_enabled = True``
+        gets Ray, and only such a server's venv installs it (NeMo Gym after 0.7.0, "Upgrade from
+        0.7.0 or Earlier")."""
+        return self.metadata.ray_extra is not None
+
     # ------------------------------------------------------------------ figures of the exact release
     @property
     def requires_python(self) -> SpecifierSet:
@@ -168,12 +191,19 @@ class GymRelease:
         if SDK_NAME in pins and not settings.pin_explicit(SDK_NAME):
             pins[SDK_NAME], origins[SDK_NAME] = str(self.version), f"the SDK this environment runs ({self.source})"
         if "openai" in pins and not settings.pin_explicit("openai"):
-            pins["openai"] = self.metadata.default_openai
-            origins["openai"] = (
-                f"the runtime's default for nemo-gym {self.version} (the newest openai it accepts: "
-                f"{self.metadata.openai})"
-            )
+            if self.metadata.default_openai is None:  # no single version known: nemo-gym's own requirement decides
+                del pins["openai"], origins["openai"]
+            else:
+                pins["openai"] = self.metadata.default_openai
+                origins["openai"] = (
+                    f"the runtime's default for nemo-gym {self.version} (the newest openai it accepts: "
+                    f"{self.metadata.openai}{self._figures_from})"
+                )
         return pins, origins
+
+    @property
+    def _figures_from(self) -> str:
+        return f", read from {self.metadata.read_from}" if self.metadata.read_from else ""
 
     # ------------------------------------------------------------------ the line's contract
     @property
@@ -187,7 +217,10 @@ class GymRelease:
         :mod:`gym_runtime.package.server_class`). An SDK server of a line that does not declare
         always gets one (NeMo Gym 0.4.0 ``nemo_gym/server_utils.py``: ``run_webserver`` calls
         ``initialize_ray``), from 0.7 one whose class does not say ``ray_enabled = False``; any
-        server that declares ``ray_enabled = True`` does."""
+        server that declares ``ray_enabled = True`` does, and, when the release's metadata puts Ray
+        under an extra (:attr:`ray_optional`), only such a server."""
+        if self.ray_optional:  # Ray is an extra of the release: only a class that declares it gets it
+            return declared is True
         return declared is True or (sdk and (not self.declares_ray_enabled or declared is None))
 
     def server_uses_ray(self, sdk: bool, declared: bool | None, reaches_ray: bool) -> bool:
@@ -198,21 +231,42 @@ class GymRelease:
 
     def describe(self) -> str:
         """The one line commands print: ``gym release: NeMo Gym 0.7.0 (line 0.7, Requires-Python
-        >=3.13.14; from set by GYM_RUNTIME_PIN_NEMO_GYM)``."""
-        return (
-            f"gym release: NeMo Gym {self.version} (line {self.line}, Requires-Python {self.requires_python}; "
-            f"from {self.source})"
-        )
+        >=3.13.14; set by GYM_RUNTIME_PIN_NEMO_GYM)``; for a release of an unknown line it says so and
+        which profile stands in: ``gym release: NeMo Gym 0.8.0 (line 0.8 is unknown to this runtime:
+        the 0.7 profile stands in, with the pins of its own metadata; Requires-Python >=3.13.14; from
+        wheels/nemo_gym-0.8.0-py3-none-any.whl)``."""
+        if self.stand_in:
+            figures = (
+                "with the pins of its own metadata"
+                if self.metadata.read_from
+                else "its pins unknown until its wheel is installed (no wheel of it to read)"
+            )
+            line = f"line {self.release_line} is unknown to this runtime: the {self.line} profile stands in, {figures}"
+        else:
+            line = f"line {self.line}"
+        python = str(self.requires_python) or "unknown"
+        source = self.source if self.source.startswith("set by ") else f"from {self.source}"
+        sep = "; " if self.stand_in else ", "
+        return f"gym release: NeMo Gym {self.version} ({line}{sep}Requires-Python {python}; {source})"
 
     def to_dict(self) -> dict[str, str]:
-        return {
+        """JSON shape: ``version``, ``line`` (the release's own), ``source``, ``requires_python``,
+        ``openai``, ``ray`` (specifiers; ``""`` when not known); for a release whose metadata puts Ray
+        under an extra, ``ray_extra``; for a release of an unknown line, ``stand_in`` (the profile's
+        line that runs it)."""
+        out = {
             "version": str(self.version),
-            "line": self.line,
+            "line": self.release_line,
             "source": self.source,
             "requires_python": str(self.requires_python),
             "openai": str(self.openai_requirement),
             "ray": str(self.ray_requirement),
         }
+        if self.ray_optional:
+            out["ray_extra"] = str(self.metadata.ray_extra)
+        if self.stand_in:
+            out["stand_in"] = self.line
+        return out
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.version} from {self.source}>"

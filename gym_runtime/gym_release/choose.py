@@ -42,7 +42,13 @@ def vendored_sdk(package: Package) -> WheelFile | None:
 def wheel_metadata(wheel: WheelFile) -> KnownRelease:
     """``Requires-Python`` and the ``openai`` / ``ray`` requirements of a vendored ``nemo_gym`` wheel,
     read from its ``METADATA``; a field the wheel lacks or that cannot be read falls back to the
-    table of known releases."""
+    table of known releases (for a release of an unknown line: to "not known", never another
+    release's figures, :func:`~gym_runtime.gym_release.releases.known_release`).
+
+    Each ``Requires-Dist`` marker is evaluated with ``packaging`` (this host's environment): a
+    requirement whose marker holds without an extra is the release's own; ``ray`` found only under an
+    extra (``ray[default]>=2.58; extra == "ray"``) is recorded as that extra (``ray_extra``), the
+    release then giving Ray only to servers that ask for it."""
     table = known_release(wheel.version)
     try:
         with zipfile.ZipFile(wheel.path) as z:
@@ -50,22 +56,37 @@ def wheel_metadata(wheel: WheelFile) -> KnownRelease:
             meta = Parser().parsestr(z.read(name).decode("utf-8", "replace"), headersonly=True)
     except (OSError, zipfile.BadZipFile, StopIteration, KeyError):
         return table
-    found: dict[str, str] = {}
+    own: dict[str, str] = {}
+    extra_ray: dict[str, str] = {}  # extra -> the ray requirement under it
+    extras = [canonicalize_name(e) for e in meta.get_all("Provides-Extra") or []]
     for line in meta.get_all("Requires-Dist") or []:
         try:
             req = Requirement(line)
         except InvalidRequirement:
             continue
-        if req.marker is None and canonicalize_name(req.name) in ("openai", "ray"):
-            found[canonicalize_name(req.name)] = str(req.specifier)
-    openai = found.get("openai", table.openai)
+        name = canonicalize_name(req.name)
+        if name not in ("openai", "ray"):
+            continue
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            own.setdefault(name, str(req.specifier))
+        elif name == "ray":
+            for extra in extras:
+                if req.marker.evaluate({"extra": extra}):
+                    extra_ray.setdefault(extra, str(req.specifier))
+    ray_extra = None
+    if "ray" not in own and extra_ray:  # Gym's own `ray` extra first, else the first extra with Ray
+        ray_extra = "ray" if "ray" in extra_ray else next(iter(extra_ray))
+        own["ray"] = extra_ray[ray_extra]
+    openai = own.get("openai", table.openai)
     exact = openai[2:] if openai.startswith("==") and "," not in openai else table.default_openai
     return KnownRelease(
         str(wheel.version),
         meta.get("Requires-Python") or table.requires_python,
         openai,
-        found.get("ray", table.ray),
+        own.get("ray", table.ray),
         exact,
+        ray_extra,
+        f"wheels/{wheel.filename}",
     )
 
 

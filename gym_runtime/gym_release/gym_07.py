@@ -24,7 +24,7 @@ from gym_runtime.gym_release.gym_06 import Gym06
 
 
 class Gym07(Gym06):
-    """The 0.7 line (0.7.x, and releases newer than any this runtime knows)."""
+    """The 0.7 line (0.7.x; it stands in for a release of a newer line, :mod:`.stand_in`)."""
 
     line: ClassVar[str] = "0.7"
     first: ClassVar[str] = "0.7.0"
@@ -61,5 +61,8 @@ class Gym07(Gym06):
         (with a warning that a future release defaults it to false); one that never calls Ray runs
         here without it, told by ``GYM_RUNTIME_NO_RAY_DRIVER`` (:mod:`gym_runtime.venvs.ray_switch`):
         no Ray head for it, no driver in its process, the host's best isolation (docs/runtime.md,
-        "Ray")."""
+        "Ray"). When the release's metadata puts Ray under an extra (:attr:`ray_optional`), only a
+        class that declares ``ray_enabled = True`` gets it, as that release does."""
+        if self.ray_optional:
+            return declared is True
         return declared is True or (sdk and declared is None and reaches_ray)

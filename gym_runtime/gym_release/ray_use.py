@@ -78,7 +78,7 @@ def ray_use(
         line = GymRelease.line
     else:
         line = release.line
-        if sdk and release.declares_ray_enabled and declared is None:
+        if sdk and release.declares_ray_enabled and declared is None and not release.ray_optional:
             reach = _unread_base(decl.missing, release) or (
                 Reach("GYM_RUNTIME_RAY_UNDECLARED=always")
                 if undeclared == "always"
@@ -88,6 +88,12 @@ def ray_use(
         gym_would = release.gym_starts_ray(sdk, declared)
     if decl.declared and (release is None or release.declares_ray_enabled or not sdk):
         why = f"declares ray_enabled = {decl.value} ({decl.where})"
+    elif release is not None and release.ray_optional:
+        why = (
+            f"its class does not declare ray_enabled = True ({decl.where}), and nemo-gym {release.version} has Ray "
+            f"only as its `{release.metadata.ray_extra}` extra: no Ray driver, no Ray in its venv (declare "
+            "`ray_enabled = True` on the class to have it)"
+        )
     elif sdk and release is not None and release.declares_ray_enabled and uses:
         why = (
             f"a Gym SDK server whose class does not declare ray_enabled ({decl.where}): Ray, as NeMo Gym "

@@ -67,20 +67,41 @@ class InstallPlan:
 
 
 def pins_for(
-    settings: RuntimeSettings, mode: str, source: InstallSource, release: GymRelease | None = None
+    settings: RuntimeSettings,
+    mode: str,
+    source: InstallSource,
+    release: GymRelease | None = None,
+    uses_ray: bool = True,
 ) -> tuple[Pin, ...]:
     """The injected pins for one install source in ``mode`` (see module doc); ``release`` (the Gym
-    release the environment runs) fills the pins the operator did not set (:meth:`GymRelease.pins`)."""
+    release the environment runs) fills the pins the operator did not set (:meth:`GymRelease.pins`).
+    ``uses_ray``: whether the server gets a Ray driver; when the release has Ray only as an extra
+    (:attr:`GymRelease.ray_optional`), or is of a line the runtime does not know
+    (:attr:`GymRelease.stand_in`, whose metadata may be unread), a server without one gets no Ray
+    pin, so its venv holds Ray only if the release or its own requirements ask for it."""
     if mode == "none":
         return ()
     as_constraint = mode == "auto" and not source.uses_gym_sdk
     pins, origins = release.pins(settings) if release is not None else (settings.pins, settings.pin_origins)
+    no_ray = release is not None and (release.ray_optional or release.stand_in) and not uses_ray
     out = []
     for req, version in pins.items():
         origin = origins.get(req, "the runtime's pin settings")
         name = canonicalize_name(Requirement(req).name)
+        if no_ray and name == "ray":
+            continue
         out.append(Pin(f"{req}=={version}", name, version, f"added by gym-runtime: {origin}", as_constraint))
     return tuple(out)
+
+
+def _uses_ray(inst: ServerInstance, merged: MergedConfig, settings: RuntimeSettings) -> bool:
+    """Whether ``inst`` gets a Ray driver, asked only where it changes the pins (a release with Ray
+    as an extra, or of an unknown line: :func:`pins_for`); True otherwise."""
+    if merged.release is None or not (merged.release.ray_optional or merged.release.stand_in):
+        return True
+    from gym_runtime.gym_release.ray_use import ray_use
+
+    return ray_use(inst, merged, undeclared=settings.ray_undeclared).uses
 
 
 def sdk_line(settings: RuntimeSettings, release: GymRelease | None = None) -> str:
@@ -123,7 +144,7 @@ def plan_instance(
     source = read_install_source(sdir.install_file, server=inst.name)
     overrides = read_overrides(source, server=inst.name)
     mode = settings.pin_mode
-    pins = pins_for(settings, mode, source, merged.release)
+    pins = pins_for(settings, mode, source, merged.release, _uses_ray(inst, merged, settings))
     pkg = merged.package
     rel_file = (
         pkg.rel(sdir.install_file)

@@ -180,6 +180,34 @@ def test_merge_conflict_names_both_files(pkg_with, build) -> None:
     assert "configs/b.yaml" in text and "configs/a.yaml" in text and e.value.code == "GR-CONFIG-MERGE"
 
 
+def test_dict_overrides_in_gyms_hydra_syntax(pkg_with, build) -> None:
+    """``fan_out={K:[A,B]}`` and ``+agent_map={a:b}`` as Gym's Hydra reads them (YAML took ``{a:b}`` for
+    a key ``a:b`` and refused ``{K:[A,B]}``); values typed as Hydra types them, interpolations kept."""
+    root = pkg_with({"configs/a.yaml": {**policy_cfg(), "n": 5, "agent_map": {"old": "x"}}}, [MODEL])
+    m = build(
+        root,
+        [
+            "fan_out={K:[A,B]}",
+            "+agent_map={a:b, _default: c}",
+            "++extra={i:1,f:2.5,t:true,z:null,s:'x, y',nested:{l:[1,{q:r}]},ref:${n}}",
+        ],
+    )
+    assert m.data["fan_out"] == {"K": ["A", "B"]}
+    assert m.data["agent_map"] == {"old": "x", "a": "b", "_default": "c"}  # a dict override merges into the file's
+    want = {"i": 1, "f": 2.5, "t": True, "z": None, "s": "x, y", "nested": {"l": [1, {"q": "r"}]}, "ref": 5}
+    assert m.data["extra"] == want
+    assert m.sources.of("fan_out.K") == "override"
+
+
+@pytest.mark.parametrize("ov", ["fan_out={K:[A,B]", "agent_map={a:b,,}", "x=[1,{a:}]"])
+def test_a_broken_dict_override_names_it_and_the_syntax(pkg_with, build, ov) -> None:
+    root = pkg_with({"configs/a.yaml": policy_cfg()}, [MODEL])
+    with pytest.raises(ConfigError) as e:
+        build(root, [ov])
+    (v,) = [v for v in e.value.violations if v.code == "GR-CONFIG-OVERRIDE"]
+    assert repr(ov) in v.message and "write a dict as {key:value,...}" in (v.hint or "")
+
+
 @pytest.mark.parametrize("ov", ["novalue", "=3", "a=[1,", "a.b=1\x00", "a..b=1", "a=!!binary aGk="])
 def test_bad_overrides(pkg_with, build, ov) -> None:
     root = pkg_with({"configs/a.yaml": policy_cfg()}, [MODEL])

@@ -122,7 +122,7 @@ def test_package_shows_the_release_and_why(tmp_path) -> None:
         "no nemo_gym wheel in the package, and the operator pinned it (set by GYM_RUNTIME_PIN_NEMO_GYM)"
     )
     assert (
-        "gym:       NeMo Gym 0.4.0 (line 0.4, Requires-Python >=3.12; from set by GYM_RUNTIME_PIN_NEMO_GYM): "
+        "gym:       NeMo Gym 0.4.0 (line 0.4, Requires-Python >=3.12; set by GYM_RUNTIME_PIN_NEMO_GYM): "
         in _doctor("--package", quickstart, GYM_RUNTIME_PIN_NEMO_GYM="0.4.0").stdout
     )
 

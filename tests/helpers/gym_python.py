@@ -68,6 +68,25 @@ def find_gym_python(minimum: str = MINIMUM) -> Path | None:
     return _provisioned()
 
 
+def gym_python_roots(minimum: str = MINIMUM) -> tuple[str, ...]:
+    """The host directories a sandbox must mount to run a venv of the interpreter :func:`gym_python`
+    answers, whichever it answers: the prefix of the host's own (found as the runtime finds it,
+    without waiting; ``sandbox.probe.interpreter_roots``, what the sandbox backends mount) and the
+    directory ``.ci/provision-python`` builds into. For a test OpenSandbox server's
+    ``allowed_host_paths``, so a developer's host with its own interpreter and a clean one running
+    the provisioned interpreter give the same result."""
+    from gym_runtime.errors import BuildError
+    from gym_runtime.venvs.pythons import pick_python
+    from sandbox.probe import interpreter_roots
+
+    roots = [str(provision_dir())]
+    try:
+        roots += [str(r) for r in interpreter_roots(str(pick_python(SpecifierSet(minimum), os.environ).path))]
+    except BuildError:
+        pass
+    return tuple(dict.fromkeys(roots))
+
+
 def gym_python(minimum: str = MINIMUM) -> Path:
     """The interpreter (module doc); skips the calling test when there is none."""
     found = find_gym_python(minimum)

@@ -9,7 +9,8 @@ server on podman): each starts its own Ray inside its sandbox (Ray mode ``own``,
   ``up`` before anything is built.
 * With Ray: NeMo Gym 0.7.0's ``example_single_tool_call`` tree from the PyPI wheel, unchanged, with
   its environment server (``tests/helpers/gym_package.py``; venvs on the interpreter
-  ``.ci/provision-python`` builds, cached between runs), dry-run under each backend with the
+  ``gym_python()`` answers, the host's own or the one ``.ci/provision-python`` builds, named to the
+  daemon as ``GYM_RUNTIME_PYTHON`` and allowed by the test server; cached between runs), dry-run under each backend with the
   built-in stub model and ``GYM_RUNTIME_RAY_UNDECLARED=always`` (the environment server's class
   declares no ``ray_enabled`` and its tree imports no Ray: by default it would run without Ray): the rewards are equal on every row, each server that uses Ray said in its
   sandbox that Gym started a cluster (under ``local`` it joined the private head), and the stop
@@ -31,7 +32,8 @@ import pytest
 
 from gym_runtime.supervise.own_ray import MEMORY_MB
 from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_process
-from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_wheel, release_python
+from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_wheel
+from tests.helpers.gym_python import gym_python
 from tests.helpers.opensandbox.runs import daemon_env
 
 pytestmark = [pytest.mark.opensandbox]
@@ -107,9 +109,7 @@ def test_a_server_that_uses_ray_gets_no_cluster_to_join(opensandbox_server, tmp_
 def gym_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     """``(package, rows file, interpreter)``: the 0.7.0 example tree and its rows, each addressed to
     its agent (the rows ship without ``agent_ref``)."""
-    python = release_python(RELEASE)
-    if python is None:
-        pytest.skip(f"no Python that nemo-gym {RELEASE} accepts (run .ci/provision-python)")
+    python = str(gym_python())  # named to the daemon (GYM_RUNTIME_PYTHON); the server allows its prefix
     root = tmp_path_factory.mktemp("gym-own-ray")
     pkg, rows = assemble_gym_package(gym_wheel(python, RELEASE), root / "pkg")
     dataset = root / "rows.jsonl"

@@ -10,7 +10,7 @@
    its own made once with uv under ``~/.cache/gym-runtime-tests/``) with ``DOCKER_HOST`` at that
    socket, bound to ``127.0.0.1`` on a free port, its API key random, its store in ``DIR``; the
    docker runtime with the local execd image (``tests/helpers/opensandbox/images.py``), sandbox ports
-   published on ``127.0.0.1`` only, host volumes allowed under :data:`ALLOWED_HOST_PATHS`, no egress
+   published on ``127.0.0.1`` only, host volumes allowed under :func:`allowed_host_paths`, no egress
    sidecar (none can run here: a create with a ``networkPolicy`` is refused with HTTP 400).
 
 and yields an :class:`OpenSandboxServer`. On exit every sandbox the server lists is deleted, the
@@ -40,7 +40,7 @@ from pathlib import Path
 import httpx
 from filelock import FileLock
 
-from tests.helpers.gym_python import provision_dir
+from tests.helpers.gym_python import gym_python_roots
 from tests.helpers.podman import tail
 
 SERVER_VERSION = "1.1.1"
@@ -48,14 +48,22 @@ ROOT = Path(__file__).resolve().parents[3]
 ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
 SANDBOX_LABEL = "opensandbox.io/id"  # the label the server's docker runtime puts on every sandbox container
 # Host paths a sandbox may mount (the server refuses others): temporary directories (test trees,
-# GYM_RUNTIME_HOME, venvs), this checkout (built-in server trees), the tests' tool cache (the cached
-# Gym venvs) and the interpreters .ci/provision-python builds (the base of NeMo Gym 0.7.0's venvs).
+# GYM_RUNTIME_HOME, venvs), this checkout (built-in server trees) and the tests' tool cache (the
+# cached Gym venvs); :func:`allowed_host_paths` adds the interpreter the tests of NeMo Gym 0.5 and
+# later run (tests/helpers/gym_python.py: the host's own, or the one .ci/provision-python builds).
 ALLOWED_HOST_PATHS = (
     tempfile.gettempdir(),
     str(ROOT),
     str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gym-runtime-tests"),
-    str(provision_dir()),
 )
+
+
+def allowed_host_paths() -> tuple[str, ...]:
+    """:data:`ALLOWED_HOST_PATHS` and the directories of the interpreter ``gym_python()`` answers
+    (:func:`~tests.helpers.gym_python.gym_python_roots`), whichever host this is."""
+    return tuple(dict.fromkeys(ALLOWED_HOST_PATHS + gym_python_roots()))
+
+
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 
@@ -285,10 +293,10 @@ no_new_privileges = true
 
 
 @contextmanager
-def running_server(
-    image: str, execd_image: str, allowed: tuple[str, ...] = ALLOWED_HOST_PATHS
-) -> Iterator[OpenSandboxServer]:
-    """A podman service and an OpenSandbox server on it (module doc); torn down on exit."""
+def running_server(image: str, execd_image: str, allowed: tuple[str, ...] | None = None) -> Iterator[OpenSandboxServer]:
+    """A podman service and an OpenSandbox server on it (module doc); torn down on exit. ``allowed``:
+    its ``allowed_host_paths`` (default :func:`allowed_host_paths`)."""
+    allowed = allowed_host_paths() if allowed is None else allowed
     server_venv()  # install (or find) it before any process starts
     workdir = Path(tempfile.mkdtemp(prefix="opensandbox-server-"))
     sock = workdir / "podman.sock"

@@ -51,11 +51,11 @@ from gym_runtime.config.ray_enabled import ray_enabled_keys
 from gym_runtime.config.refs import ServerRef, check_refs, literal_only
 from gym_runtime.config.resolve import resolve_config
 from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map, url_credential_warnings
+from gym_runtime.config.stand_in import refuse_what_stand_in_cannot_honour
 from gym_runtime.config.types import apply_known_types
 from gym_runtime.config.yaml_booleans import data_file_warnings, yaml_boolean_warnings
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
 from gym_runtime.gym_release import GymRelease, choose_release
-from gym_runtime.gym_release.stand_in import refuse_what_stand_in_cannot_honour
 from gym_runtime.package import Package
 from gym_runtime.package.layout import find_server_dirs
 from gym_runtime.settings import builtin_servers_dir, load_settings

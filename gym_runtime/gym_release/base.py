@@ -151,7 +151,7 @@ class GymRelease:
         """True when the release's line is newer than every line the runtime knows (0.8.0 while the
         newest known is 0.7): the newest profile stands in for it, its figures come only from its
         wheel (:func:`~gym_runtime.gym_release.choose.wheel_metadata`), and what the profile cannot
-        honour is refused (:mod:`gym_runtime.gym_release.stand_in`)."""
+        honour is refused (:mod:`gym_runtime.config.stand_in`)."""
         return newer_than_known_lines(self.version)
 
     @property

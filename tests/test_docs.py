@@ -2,6 +2,8 @@
 
 - every error code the code raises is listed in docs/architecture.md §7.6, and every code listed
   there is raised somewhere;
+- the table of docs/rollouts.md "Failure classes" gives every row error code the HTTP status and
+  class ``gym_runtime/rollouts/failure_class.py`` gives it, and lists every rollout code of §7.6;
 - docs/architecture.md keeps its numbered sections (code cites them as ``docs/architecture.md §N``)
   and every such citation in the repository names a section that exists;
 - every relative link in the README, CONTRIBUTING.md and docs/ resolves to a file (and heading);
@@ -53,6 +55,28 @@ def test_every_error_code_in_the_code_is_documented_and_every_documented_code_ex
     assert in_code - in_doc - families == set(), "raised in the code but missing from docs/architecture.md §7.6"
     assert in_doc - in_code == set(), "listed in docs/architecture.md but raised nowhere"
     assert {f for f in families if not any(c.startswith(f + "-") for c in in_code)} == set()
+
+
+def _failure_table() -> dict[str, tuple[str, str]]:
+    """``code -> (status cell, class cell)`` of the first table under docs/rollouts.md "Failure classes"."""
+    text = (ROOT / "docs" / "rollouts.md").read_text().split("## Failure classes", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(GR-[A-Z0-9-]+)` \| ([^|]+) \| ([^|]+) \|", text, re.M)
+    return {code: (status.strip(), cls.strip()) for code, status, cls in rows}
+
+
+def test_the_failure_classes_table_agrees_with_the_code_and_the_error_table() -> None:
+    from gym_runtime.rollouts.failure_class import STATUS, failure_class
+
+    table = _failure_table()
+    assert set(table) == set(STATUS)
+    for code, (status, cls) in table.items():
+        if code == "GR-ROLLOUT-HTTP":  # the agent's own status
+            assert status == "the agent's own" and cls == "by that status"
+            continue
+        assert int(re.match(r"\d+", status).group(0)) == STATUS[code], code
+        assert cls.startswith(failure_class(STATUS[code])), code
+    rollouts = ARCHITECTURE.read_text().split("**Rollouts**", 1)[1].split("\n\n`tests/test_docs.py`", 1)[0]
+    assert set(re.findall(r"^\| `(GR-[A-Z0-9-]+)`", rollouts, re.M)) <= set(STATUS)
 
 
 def _headings(path: Path) -> list[str]:

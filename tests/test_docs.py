@@ -2,6 +2,8 @@
 
 - every error code the code raises is listed in docs/errors.md, every code listed there is raised
   somewhere, and each code's row names every module that raises it;
+- the table of docs/rollouts.md "Failure classes" gives every row error code the HTTP status and
+  class ``gym_runtime/rollouts/failure_class.py`` gives it, and lists every rollout code of docs/errors.md;
 - docs/architecture.md keeps its numbered sections (code cites them as ``docs/architecture.md §N``)
   and every such citation in the repository names a section that exists;
 - every relative link in the README, CONTRIBUTING.md and docs/ resolves to a file (and heading);
@@ -68,6 +70,28 @@ def test_each_error_code_names_the_modules_that_raise_it() -> None:
         if named != want:
             wrong.append(f"{code}: add {sorted(want - named)}, drop {sorted(named - want)}")
     assert wrong == []
+
+
+def _failure_table() -> dict[str, tuple[str, str]]:
+    """``code -> (status cell, class cell)`` of the first table under docs/rollouts.md "Failure classes"."""
+    text = (ROOT / "docs" / "rollouts.md").read_text().split("## Failure classes", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(GR-[A-Z0-9-]+)` \| ([^|]+) \| ([^|]+) \|", text, re.M)
+    return {code: (status.strip(), cls.strip()) for code, status, cls in rows}
+
+
+def test_the_failure_classes_table_agrees_with_the_code_and_the_error_table() -> None:
+    from gym_runtime.rollouts.failure_class import STATUS, failure_class
+
+    table = _failure_table()
+    assert set(table) == set(STATUS)
+    for code, (status, cls) in table.items():
+        if code == "GR-ROLLOUT-HTTP":  # the agent's own status
+            assert status == "the agent's own" and cls == "by that status"
+            continue
+        assert int(re.match(r"\d+", status).group(0)) == STATUS[code], code
+        assert cls.startswith(failure_class(STATUS[code])), code
+    rollouts = re.findall(r"^\| `(GR-[A-Z0-9-]+)` \| Rollouts \|", ERRORS.read_text(), re.M)
+    assert rollouts and set(rollouts) <= set(STATUS)
 
 
 def _headings(path: Path) -> list[str]:

@@ -40,7 +40,7 @@ Every error answer is our envelope ``{"error": {"code", "message", "hint"?}}``, 
 ``GR-ROLLOUT-BAD-REQUEST``, other bad query parameters get 422 ``GR-HEAD-BAD-REQUEST``. It sends each
 row to its ``agent_ref`` agent's ``/run`` (at most ``concurrency`` rows at once: the body's, 1 to
 :data:`MAX_CONCURRENCY`, else the daemon's ``--max-concurrent-rollouts``; results in row order, per-row
-``{"error": {"code", "message"}}``, each row's wall time in ``latency_s`` and the agent replica
+``{"error": {"code", "message", "status"}}`` (:mod:`gym_runtime.rollouts.failure_class`), each row's wall time in ``latency_s`` and the agent replica
 that served it in ``replica``, a batch deadline: the body's ``deadline_s``, else the daemon's
 ``--rollout-deadline``; ``summary``: :func:`batch_summary`) and,
 while the batch runs, streams one space every ``heartbeat_s`` (15 s) before the JSON body so a proxy
@@ -84,8 +84,8 @@ class HeadBackend:
 
     ``config_yaml() -> str | None`` (masked; None while starting); ``instances() -> list[dict]`` (every member's snapshot,
     servers and support processes); ``health() -> (status, body)``; ``logs(name, n) -> dict | None``;
-    ``agents() -> {instance: base url}``: the servers rows may go to (agents, and environment servers
-    where the Gym release line has them); ``routing() -> Routing | None``: where each row goes
+    ``agents() -> {instance: base url | None}``: the servers rows may go to (agents, and environment servers
+    where the Gym release line has them; None: configured, no address now); ``routing() -> Routing | None``: where each row goes
     (:mod:`gym_runtime.rollouts.routing`; None: to the agent its ``agent_ref`` names); ``agent_facts() -> {agent instance: AgentFacts}``
     (resources server names for bad-reward errors); ``agent_replicas() -> {agent instance: {replica:
     node}}`` (which replicas may serve its rows, :mod:`gym_runtime.rollouts.spread`);
@@ -105,7 +105,7 @@ class HeadBackend:
     instances: Callable[[], list[dict[str, Any]]]
     health: Callable[[], tuple[int, dict[str, Any]]]
     logs: Callable[[str, int], dict[str, Any] | None]
-    agents: Callable[[], dict[str, str]]
+    agents: Callable[[], Mapping[str, str | None]]
     agent_facts: Callable[[], Mapping[str, AgentFacts]] = dict
     routing: Callable[[], Routing | None] = lambda: None
     agent_replicas: Callable[[], Mapping[str, Mapping[str, str | None]]] = dict

@@ -7,7 +7,7 @@ it, since a host may finish rows in any order and a batch may be cut by its dead
 ``{"results": [result, ...], "unfinished": [{"_rowidx", "error"}, ...], "summary": {...}, "error"?}``
 
 * ``results``: one per row that finished, in row order, each the agent's answer (or its row error
-  ``{"error": {"code", "message"}}``) with the row's ``_rowidx`` set on it (the host's pairing wins
+  ``{"error": {"code", "message", "status"}}``) with the row's ``_rowidx`` set on it (the host's pairing wins
   over anything the agent echoed), and the row's ``_sg_example_id``, ``_ng_task_index`` and
   ``_ng_rollout_index`` where the answer has none (NMP's trainer joins on ``_sg_example_id``);
 * ``unfinished``: one per row the rollout deadline cut (``GR-ROLLOUT-DEADLINE``), or the daemon's

@@ -6,10 +6,11 @@ a Gym release line with environment servers the row goes to the environment serv
 agent instead, and a materialized task as an episode request (:mod:`gym_runtime.rollouts.routing`,
 :mod:`gym_runtime.rollouts.tasks`; ``GR-ROLLOUT-ENVIRONMENT-SERVER``: no environment server can take
 the row, ``GR-ROLLOUT-EPISODE-FAILED``: the environment server answered a handled failure).
-Results keep the row's index; a row that fails gets ``{"error": {"code", "message"}}`` instead of
-stopping the batch. Each row's agent replica is learnt from the answer
+Results keep the row's index; a row that fails gets ``{"error": {"code", "message", "status"}}``
+(``status``: the HTTP status a direct ``/run`` would have answered,
+:mod:`gym_runtime.rollouts.failure_class`) instead of stopping the batch. Each row's agent replica is learnt from the answer
 (:mod:`gym_runtime.rollouts.spread`), for the per-replica counts. Codes: ``GR-ROLLOUT-AGENT-REF``
-(no or unknown agent), ``GR-ROLLOUT-HTTP`` (the agent answered an error status),
+(no agent, or one not configured), ``GR-ROLLOUT-NOT-RUNNING`` (configured, no address now), ``GR-ROLLOUT-HTTP`` (the agent answered an error status),
 ``GR-ROLLOUT-CONNECT`` (no answer), ``GR-ROLLOUT-BAD-JSON``, ``GR-ROLLOUT-BAD-REWARD`` (the reward
 is not a finite number: NaN, null, a string, missing; from the answer itself, or the built-in
 agents' 502 ``error.type: bad_reward``; see :mod:`gym_runtime.rollouts.verdict`),
@@ -47,6 +48,7 @@ from typing import Any
 
 import httpx
 
+from gym_runtime.rollouts.failure_class import status_of, with_status
 from gym_runtime.rollouts.routing import Route, RouteError, Routing
 from gym_runtime.rollouts.spread import REPLICA_HEADER, served_by
 from gym_runtime.rollouts.tasks import (
@@ -75,9 +77,11 @@ PLACEMENT_CODES = frozenset({"GR-ROLLOUT-NODE-LOST", "GR-PLACE-NO-REPLICA"})
 MAX_MESSAGE = 8000
 
 
-def row_error(code: str, message: str) -> dict[str, Any]:
-    """The per-row error shape ``{"error": {"code", "message"}}``."""
-    return {"error": {"code": code, "message": message}}
+def row_error(code: str, message: str, status: int | None = None) -> dict[str, Any]:
+    """The per-row error shape ``{"error": {"code", "message", "status"}}``: ``status`` is the HTTP
+    status a direct ``/run`` would have answered (default: the code's,
+    :mod:`gym_runtime.rollouts.failure_class`), by which a trainer tells infrastructure from data."""
+    return {"error": {"code": code, "message": message, "status": status or status_of(code)}}
 
 
 def agent_name(row: Any) -> str | None:
@@ -106,7 +110,23 @@ class Reply:
 
 async def run_row(
     client: httpx.AsyncClient,
-    agents: Mapping[str, str],
+    agents: Mapping[str, str | None],
+    row: Any,
+    timeout_s: float | None = None,
+    facts: Mapping[str, AgentFacts] | None = None,
+    replicas: Mapping[str, Mapping[str, Any]] | None = None,
+    **where: Any,
+) -> Reply:
+    """POST one row to its server's ``/run`` (:func:`_run_row`, which documents the arguments); a
+    :class:`Reply` (never raises) whose row error, if any, carries ``error.status``
+    (:func:`gym_runtime.rollouts.failure_class.with_status`)."""
+    reply = await _run_row(client, agents, row, timeout_s, facts, replicas, **where)
+    return Reply(with_status(reply.answer), reply.agent, reply.replica)
+
+
+async def _run_row(
+    client: httpx.AsyncClient,
+    agents: Mapping[str, str | None],
     row: Any,
     timeout_s: float | None = None,
     facts: Mapping[str, AgentFacts] | None = None,
@@ -118,7 +138,8 @@ async def run_row(
     sample: int = 0,
 ) -> Reply:
     """POST one row to its server's ``/run``; a :class:`Reply` (never raises). ``agents`` maps the
-    running servers rows may go to (agents, and environment servers) to base URLs; ``facts``
+    servers rows may go to (agents, and environment servers) to base URLs, None for one that has
+    no address now (starting, restarting, being placed: ``GR-ROLLOUT-NOT-RUNNING``); ``facts``
     (agent -> :class:`AgentFacts`) lets a bad-reward error name the resources server; ``replicas``
     (agent -> {replica: node}) says which replicas may have served it (default: the agent alone).
 
@@ -147,12 +168,21 @@ async def run_row(
             code = "GR-ROLLOUT-ENVIRONMENT-SERVER" if e.kind == "environment" else "GR-ROLLOUT-AGENT-REF"
             return Reply(row_error(code, e.message + (f" ({e.hint})" if e.hint else "")))
     base = agents.get(route.server)
+    kind = "environment server" if route.environment_server else "agent"
+    if base is None and route.server in agents:
+        return Reply(
+            row_error(
+                "GR-ROLLOUT-NOT-RUNNING",
+                f"the row goes to {kind} {route.server!r}, which has no address now (starting, restarting or "
+                "being placed); send the row again once it runs",
+            ),
+            route.agent,
+        )
     if base is None:
-        kind = "environment server" if route.environment_server else "agent"
         known = ", ".join(sorted(agents)) or "(none)"
         code = "GR-ROLLOUT-ENVIRONMENT-SERVER" if route.environment_server else "GR-ROLLOUT-AGENT-REF"
         return Reply(
-            row_error(code, f"the row goes to {kind} {route.server!r}, which is not running (running: {known})")
+            row_error(code, f"the row goes to {kind} {route.server!r}, which is not configured (servers: {known})")
         )
     url = base.rstrip("/") + "/run"
     body = (
@@ -205,13 +235,15 @@ def _judge(route: Route, url: str, r: httpx.Response, fact: AgentFacts | None) -
     if r.status_code >= 400:
         error = _agent_error(body)
         if error.get("code") in PLACEMENT_CODES:  # the router's own message already names the instance
-            return row_error(error["code"], str(error.get("message"))[:MAX_MESSAGE])
+            return row_error(error["code"], str(error.get("message"))[:MAX_MESSAGE], r.status_code)
         code = AGENT_ERROR_CODES.get(error.get("type"))  # type: ignore[arg-type]  # a type that is not a string is simply not found
         said = str(error["message"]) if error.get("message") is not None else repaired(r.text)[0]
         if code is not None:  # a built-in agent's own typed error: named by the agent, relayed or not
-            return {**row_error(code, f"{route.agent}: {said[:MAX_MESSAGE]}"), **_counters(error)}
+            return {**row_error(code, f"{route.agent}: {said[:MAX_MESSAGE]}", r.status_code), **_counters(error)}
         return {
-            **row_error("GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {said[:MAX_MESSAGE]}"),
+            **row_error(
+                "GR-ROLLOUT-HTTP", f"{name}: POST {url} answered {r.status_code}: {said[:MAX_MESSAGE]}", r.status_code
+            ),
             **_counters(error),
         }
     if body is None:
@@ -245,7 +277,7 @@ class Batch:
 
 async def run_rows(
     rows: list[Any],
-    agents: Mapping[str, str] | Callable[[], Mapping[str, str]],
+    agents: Mapping[str, str | None] | Callable[[], Mapping[str, str | None]],
     *,
     concurrency: int = 32,
     deadline_s: float | None = None,

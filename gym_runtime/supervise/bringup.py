@@ -429,10 +429,10 @@ class Environment:
             instances=lambda: head_view.instances(self),
             health=self.health,
             logs=lambda name, n: head_view.logs(self, name, n),
-            agents=lambda: {
-                n: u
+            agents=lambda: {  # None: configured, no address now (GR-ROLLOUT-NOT-RUNNING, infrastructure)
+                n: u or None
                 for n, u in self.placement.servers().items()
-                if u and self.merged and self.merged.instances[n].server_type in ROLLOUT_TARGETS
+                if self.merged and self.merged.instances[n].server_type in ROLLOUT_TARGETS
             },
             routing=lambda: self._routing,
             agent_facts=lambda: agent_facts(self.merged.instances, ranges=False) if self.merged else {},

@@ -12,7 +12,11 @@ never arrived, for up to 30 s); a call that kept failing until its retry deadlin
 :class:`UpstreamError` of kind ``unavailable`` (``model_unavailable`` for a model endpoint) saying
 how long it waited. An upstream's own 502 whose ``error.type`` is one of :data:`PROPAGATED` keeps
 that type, so an agent reports the model server's ``model_unavailable``, ``tool_parser_missing``,
-``bad_token_ids``, ``reasoning_field_rejected`` or a ``bad_reward`` as such. Cookies are kept per
+``bad_token_ids``, ``reasoning_field_rejected`` or a ``bad_reward`` as such. The status a server
+answers an :class:`UpstreamError` with is its :attr:`~UpstreamError.answer_status`: the upstream's
+own 400, 413 or 422 (:data:`ROW_STATUSES`: what was sent, the row's fields or its prompt, was
+refused, so a trainer counts it as the row's data and does not retry it as infrastructure), else
+502 (docs/rollouts.md, "Failure classes"). Cookies are kept per
 upstream in :class:`CookieJar` and sent back on the next call, as Gym's agents do with session
 cookies. The shared ``httpx.AsyncClient`` itself keeps none (:class:`_KeepNone`): a cookie that one
 rollout's upstream set must never ride along on another rollout's call (httpx's own jar would add
@@ -34,6 +38,9 @@ from _kit.retry import LOST, PEER_CONNECT, RetryRule
 
 PROPAGATED = ("model_unavailable", "bad_reward", "tool_parser_missing", "bad_token_ids", "reasoning_field_rejected")
 MAX_WORDS = 4000
+# An upstream's error statuses that say the request itself (built from the row) was refused: its
+# fields (400, 422) or its size (413). Any other failure of an upstream is answered 502.
+ROW_STATUSES = frozenset({400, 413, 422})
 
 
 class UpstreamError(Exception):
@@ -58,8 +65,18 @@ class UpstreamError(Exception):
         self.upstream, self.url, self.status, self.body, self.kind = upstream, url, status, body, kind
         self.extra: dict[str, Any] = {}
 
+    @property
+    def answer_status(self) -> int:
+        """The HTTP status to answer this failure with: the upstream's own status when it is one of
+        :data:`ROW_STATUSES` and the failure has no kind of its own (the row's data, which a trainer
+        retries at most twice), else 502 (infrastructure: a server down, restarting, silent past
+        its deadline, an endpoint unavailable or misconfigured, an answer that breaks the contract)."""
+        if self.kind == "upstream_error" and self.status in ROW_STATUSES:
+            return self.status
+        return 502
+
     def details(self) -> dict[str, Any]:
-        """Fields added to the 502 error body."""
+        """Fields added to the error body."""
         return {
             "upstream": self.upstream,
             "url": self.url,

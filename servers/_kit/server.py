@@ -5,8 +5,11 @@
   as ``request.state.session_id`` (Gym keeps one per caller in a signed cookie; agents carry all
   cookies along, so any name works across implementations).
 - JSON answers are :class:`TextJSONResponse`: strings that are no text are made text (``_kit/text.py``).
-- Errors: an :class:`~_kit.peers.UpstreamError` becomes HTTP 502 ``{"error": {"type": <its kind>,
-  ...}}`` naming the upstream; any other uncaught exception becomes HTTP 500 ``{"error": {...}}`` naming this server.
+- Errors: an :class:`~_kit.peers.UpstreamError` becomes ``{"error": {"type": <its kind>, ...}}``
+  naming the upstream, with HTTP 502, or the upstream's own 400/413/422 when it refused what the
+  row sent (:attr:`~_kit.peers.UpstreamError.answer_status`); a :class:`RowError` (a row this
+  server cannot run: its own fields) becomes HTTP 422 ``invalid_request``; any other uncaught
+  exception becomes HTTP 500 ``{"error": {...}}`` naming this server.
 - :func:`main` turns a :class:`~_kit.config.StartupError` into one line on stderr and exit code 1.
 - A request whose client disconnects before its answer is complete is cancelled
   (:class:`~_kit.disconnect.CancelOnDisconnect`).
@@ -89,6 +92,12 @@ def load_context(server_type: str) -> ServerContext:
     return ServerContext(name, kind, impl, resolved(global_config, name), global_config)
 
 
+class RowError(Exception):
+    """A row this server cannot run for what the row itself holds (a missing or malformed field, an
+    environment it names that this server does not have): answered 422 ``invalid_request``, the
+    row's data, which a trainer does not retry as infrastructure (docs/rollouts.md, "Failure classes")."""
+
+
 def error_body(kind: str, message: str, **extra: Any) -> dict:
     """The JSON error shape of the built-in servers: ``{"error": {"type", "message", ...}}``."""
     return {"error": {"type": kind, "message": message, **extra}}
@@ -106,8 +115,12 @@ def build_app(ctx: ServerContext, title: str, sessions: bool = True) -> FastAPI:
         request.state.session_id = session_id
         try:
             response = await call_next(request)
+        except RowError as exc:
+            response = TextJSONResponse(status_code=422, content=error_body("invalid_request", f"{ctx.name}: {exc}"))
         except UpstreamError as exc:
-            response = TextJSONResponse(status_code=502, content=error_body(exc.kind, str(exc), **exc.details()))
+            response = TextJSONResponse(
+                status_code=exc.answer_status, content=error_body(exc.kind, str(exc), **exc.details())
+            )
         except Exception as exc:  # noqa: BLE001 - every failure must answer, naming this server
             message = f"{ctx.name} ({ctx.server_type}/{ctx.impl}) failed: {type(exc).__name__}: {exc}"
             print(message, file=sys.stderr, flush=True)

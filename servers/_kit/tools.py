@@ -76,7 +76,8 @@ def offered_tools(params: dict[str, Any]) -> list[str]:
     for tool in params.get("tools") or []:
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             continue
-        name = tool.get("name") if "name" in tool else (tool.get("function") or {}).get("name")
+        function = tool.get("function")
+        name = tool.get("name") if "name" in tool else function.get("name") if isinstance(function, dict) else None
         if isinstance(name, str) and executable_name(name):
             names.add(name)
     return sorted(names)

@@ -195,6 +195,7 @@ def test_a_batch_past_its_deadline_returns_the_rows_that_finished(host) -> None:
             "error": {
                 "code": "GR-ROLLOUT-DEADLINE",
                 "message": "the rollout deadline of 4s passed before this row finished",
+                "status": 504,
             },
         }
     ]

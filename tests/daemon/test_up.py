@@ -122,6 +122,7 @@ def test_rollouts_run_turns_an_unusable_reward_into_a_row_error(daemon) -> None:
         "error": {
             "code": "GR-ROLLOUT-BAD-REWARD",
             "message": "agent 'acme_agent' (resources server 'acme_math') answered an unusable reward: reward is null",
+            "status": 502,
         }
     }
     assert text["error"]["message"].endswith("reward is str '1', not a number")

@@ -182,6 +182,7 @@ def test_rollouts_go_through_the_environment_server(urls: dict[str, str]) -> Non
     assert failed["error"] == {
         "code": "GR-ROLLOUT-EPISODE-FAILED",
         "message": "math_env: the episode failed (sandbox_unavailable): sandbox never came up",
+        "status": 422,  # terminal: Gym's collector must not try it again, so the row's data
     }
     assert (failed["failure_kind"], failed["failure_reason"], failed["terminal"], failed["stage"]) == (
         "sandbox_unavailable",
@@ -228,11 +229,15 @@ def test_an_unroutable_row_is_a_row_error_and_the_batch_goes_on(urls: dict[str, 
     assert "no environment_server_routes entry for taskset 'nope'" in nope["error"]["message"]
     assert ok["reward"] == 1.0
     assert missing["error"]["code"] == "GR-ROLLOUT-AGENT-REF" and "'missing_agent'" in missing["error"]["message"]
-    down = asyncio.run(run_rows([FLAT], {"math_agent": urls["math_agent"]}, routing=ROUTING)).results[0]
-    assert down["error"] == {
+    gone = asyncio.run(run_rows([FLAT], {"math_agent": urls["math_agent"]}, routing=ROUTING)).results[0]
+    assert gone["error"] == {
         "code": "GR-ROLLOUT-ENVIRONMENT-SERVER",
-        "message": "the row goes to environment server 'math_env', which is not running (running: math_agent)",
+        "message": "the row goes to environment server 'math_env', which is not configured (servers: math_agent)",
+        "status": 422,
     }
+    down = asyncio.run(run_rows([FLAT], {**urls, "math_env": None}, routing=ROUTING)).results[0]
+    assert down["error"]["code"] == "GR-ROLLOUT-NOT-RUNNING" and down["error"]["status"] == 503
+    assert "environment server 'math_env', which has no address now" in down["error"]["message"]
 
 
 def test_dry_run_samples_are_episodes_and_masked_rewards_stay_out_of_the_spread(urls: dict[str, str]) -> None:

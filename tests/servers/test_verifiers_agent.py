@@ -120,3 +120,23 @@ def test_an_unusable_reward_is_a_502_naming_the_environment(venvs, tmp_path):
     error = reply.json()["error"]
     assert error["type"] == "bad_reward" and error["upstream"] == "verifiers environment 'tiny-arith'"
     assert "reward is NaN, not a finite number" in error["message"]
+
+
+def test_a_row_the_agent_cannot_run_is_a_422(venvs, tmp_path):
+    """docs/rollouts.md, "Failure classes": an environment the row names that this server does not
+    have, or an ``input`` of the wrong shape, is the row's data (422), not a 500 a trainer would
+    retry as infrastructure."""
+    with start_stub(tmp_path, "--seed", "5") as stub, contextlib.ExitStack() as stack:
+        cfg = config(stub.url + "/v1")
+        stack.enter_context(start_server(cfg, "policy_model", tmp_path))
+        agent = stack.enter_context(start_server(cfg, "verifiers_agent", tmp_path, python=str(venvs["full"])))
+        base = {"task_idx": 0, "answer": "10", "responses_create_params": {"input": "What is 4 + 6?"}}
+        unknown = httpx.post(
+            agent.url + "/run", json={**base, "vf_env_id": "acme/no-such-env"}, timeout=60, trust_env=False
+        )
+        items = httpx.post(
+            agent.url + "/run", json={**base, "responses_create_params": {"input": [5]}}, timeout=60, trust_env=False
+        )
+    assert unknown.status_code == 422 and unknown.json()["error"]["type"] == "invalid_request"
+    assert "the row's vf_env_id: verifiers environment 'acme/no-such-env'" in unknown.json()["error"]["message"]
+    assert items.status_code == 422 and "a list of message objects" in items.json()["error"]["message"]

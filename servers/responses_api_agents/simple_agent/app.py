@@ -65,7 +65,7 @@ from _kit.server import ServerContext, build_app, run_server  # noqa: E402
 from _kit.tools import INVALID, MAX_ARGUMENT_BYTES, UNKNOWN, check_call, offered_tools  # noqa: E402
 from fastapi import Request, Response  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field, field_validator  # noqa: E402
 
 COUNTERS = (
     "unknown_tool_calls",
@@ -111,10 +111,21 @@ class SimpleAgentConfig(BaseModel):
 
 
 class RunRequest(BaseModel):
-    """A dataset row: ``responses_create_params`` plus any other fields (forwarded as is)."""
+    """A dataset row: ``responses_create_params`` plus any other fields (forwarded as is). Its
+    ``input`` must be a string or a list and its ``tools`` a list (or absent): else FastAPI answers
+    422, the row's data (docs/rollouts.md, "Failure classes"), not a 500 from inside the loop."""
 
     model_config = ConfigDict(extra="allow")
     responses_create_params: dict[str, Any]
+
+    @field_validator("responses_create_params")
+    @classmethod
+    def _readable(cls, params: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(params.get("input", []), (str, list)):
+            raise ValueError(f"input must be a string or a list of items, not {type(params['input']).__name__}")
+        if not isinstance(params.get("tools") or [], list):
+            raise ValueError(f"tools must be a list, not {type(params['tools']).__name__}")
+        return params
 
 
 class SimpleAgent:

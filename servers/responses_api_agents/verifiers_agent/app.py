@@ -33,7 +33,7 @@ from _kit.config import Ref, StartupError  # noqa: E402
 from _kit.peers import UpstreamError  # noqa: E402
 from _kit.responses import message_to_items, text_of  # noqa: E402
 from _kit.rewards import reward_problem, shown  # noqa: E402
-from _kit.server import ServerContext, build_app, run_server  # noqa: E402
+from _kit.server import RowError, ServerContext, build_app, run_server  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
 
@@ -179,20 +179,26 @@ class VerifiersAgent:
         self.client = wrapper(client) if wrapper else client
 
     def env(self, env_id: str) -> Any:
-        """The environment of ``env_id`` (the configured one was loaded at start)."""
+        """The environment of ``env_id`` (the configured one was loaded at start); one this server
+        cannot load is a :class:`RowError` (the row names it: 422)."""
         if env_id not in self.envs:
-            self.envs[env_id] = load_env(self.vf, env_id, self.config.vf_env_args)
+            try:
+                self.envs[env_id] = load_env(self.vf, env_id, self.config.vf_env_args)
+            except StartupError as exc:
+                raise RowError(f"the row's vf_env_id: {exc}") from None
         return self.envs[env_id]
 
     async def respond(self, row: VerifiersRunRequest) -> dict:
         """Run one rollout of ``row``; returns Gym's ``VerifiersNeMoGymResponse`` shape."""
         env_id = row.vf_env_id or self.config.vf_env_id
         if not env_id:
-            raise ValueError("vf_env_id must be set on the row or in the agent config")
+            raise RowError("vf_env_id must be set on the row or in the agent config")
         params = row.responses_create_params
         items = params.get("input") or []
         if isinstance(items, str):
             items = [{"role": "user", "content": items}]
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise RowError("responses_create_params.input must be a string or a list of message objects")
         prompt = [{"role": i.get("role", "user"), "content": text_of(i.get("content"))} for i in items if "role" in i]
         rollout_input = {"prompt": prompt, "answer": row.answer, "info": row.info, "example_id": row.example_id}
         sampling = {

@@ -51,6 +51,17 @@ def _invalid(message: str) -> TextJSONResponse:
     return TextJSONResponse(status_code=422, content=error_body("invalid_request", message))
 
 
+def unreadable_as_value_error(shape, *args: Any) -> Any:
+    """``shape(*args)`` (a request shaping step over the row's own fields); a row it cannot read
+    (an ``input`` that is a number, an item of the wrong type, a ``function_call`` without its
+    ``call_id``: ``TypeError``, ``KeyError``, ``AttributeError``) is a ``ValueError`` naming what
+    failed, answered 422: the row's data, never a 500 a trainer would retry as infrastructure."""
+    try:
+        return shape(*args)
+    except (TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"the request cannot be read: {type(exc).__name__}: {exc}") from None
+
+
 def _strip_tokens(items: list[dict]) -> None:
     for item in items:
         for field in TOKEN_FIELDS:
@@ -99,7 +110,7 @@ class Server:
         """The Responses object for ``body``; ``ValueError`` for a request with no chat form."""
         if self.config.is_responses_native:
             return await self.model.native(body, request.state.session_id)
-        chat_body = to_chat_request(body, self.config.return_token_id_information)
+        chat_body = unreadable_as_value_error(to_chat_request, body, self.config.return_token_id_information)
         call_id = self.call_id(request)
         completion = await self.model.chat(chat_body, request.state.session_id, capture=call_id is not None)
         tokens = self.config.return_token_id_information or call_id is not None
@@ -179,7 +190,9 @@ def create_app(ctx: ServerContext):
             return _invalid("the body must be a JSON object")
 
         async def work() -> dict:
-            response = await server.responses(request, messages_api.to_responses_request(body))
+            response = await server.responses(
+                request, unreadable_as_value_error(messages_api.to_responses_request, body)
+            )
             return messages_api.to_message(response, body.get("model") or server.config.model)
 
         return await answer(request, work, "messages" if body.get("stream") else None)

@@ -159,7 +159,10 @@ class VLLMModel:
         ``capture``: token ids are needed for training-token capture even when the config does not
         return them (they are then put on the message all the same; the caller strips them)."""
         tokens = self.config.return_token_id_information or capture
-        upstream_body = self.prepare(body, session_id, tokens)
+        try:
+            upstream_body = self.prepare(body, session_id, tokens)
+        except (TypeError, KeyError, AttributeError) as exc:  # a message of the wrong shape: the row's data (422)
+            raise ValueError(f"the request cannot be read: {type(exc).__name__}: {exc}") from None
         messages = upstream_body.get("messages") or []
         if (
             not self.config.sequential_reasoning_allowed

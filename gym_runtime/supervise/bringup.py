@@ -33,6 +33,7 @@ from gym_runtime.ray_target import RayTarget, check_given
 from gym_runtime.settings import RuntimeSettings, check_sandbox_backend
 from gym_runtime.supervise import (
     contract,
+    env_limit,
     head_view,
     passthrough,
     policy_probe,
@@ -193,6 +194,7 @@ class Environment:
         self._say(release_line(merged))
         self._say(f"config: {len(merged.instances)} server instance(s): " + ", ".join(merged.instances))
         passthrough.check(self.settings, merged.instances)
+        env_limit.check_config_sizes(merged)
         if self.settings.server_env:
             passed = passthrough.describe(self.settings, merged.instances)
             self._say(

@@ -75,7 +75,7 @@ def check_config_sizes(merged: Any, environ_name: str = contract.CONFIG_VAR) -> 
     addresses = {n: (i.host or "127.0.0.1", PLACEHOLDER_PORT) for n, i in merged.instances.items()}
     inside = contract.config_view(merged.data, addresses, ("127.0.0.1", PLACEHOLDER_PORT), None)
     texts = {n: contract.server_config_yaml(inside, merged.secrets, n) for n in merged.instances}
-    check_envs({n: {environ_name: t} for n, t in texts.items()}, environ_name)
+    check_envs({n: {environ_name: t} for n, t in texts.items()}, environ_name, getattr(merged, "sources", None))
 
 
 def check_specs(specs: Iterable[Any]) -> None:
@@ -85,10 +85,13 @@ def check_specs(specs: Iterable[Any]) -> None:
     check_envs({s.name: {**s.env, **s.private_env} for s in specs})
 
 
-def check_envs(envs: Mapping[str, Mapping[str, str]], config_var: str = contract.CONFIG_VAR) -> None:
+def check_envs(
+    envs: Mapping[str, Mapping[str, str]], config_var: str = contract.CONFIG_VAR, sources: Any = None
+) -> None:
     """Raise :class:`ConfigError` (``GR-CONFIG-ENV-TOO-BIG``) when a variable of ``envs`` (server name
     -> its whole environment) is too long for ``execve`` (:func:`entry_bytes` over :func:`max_arg_strlen`);
-    when ``config_var`` is among them, the error names the biggest keys of that config."""
+    when ``config_var`` is among them, the error names the biggest keys of that config, each with the
+    file that set it when ``sources`` (:class:`gym_runtime.config.merge.Sources`) knows it."""
     limit = max_arg_strlen()
     over = {
         (name, var): entry_bytes(var, value)
@@ -114,7 +117,10 @@ def check_envs(envs: Mapping[str, Mapping[str, str]], config_var: str = contract
     if config_var in by_var:
         name = max(by_var[config_var], key=lambda n: over[(n, config_var)])
         keys = biggest_keys(envs[name][config_var])
-        cause = f"biggest keys of the config server {name!r} gets: " + ", ".join(f"{k} ({b:,} bytes)" for k, b in keys)
+        where = {k: sources.of(k) if sources is not None else None for k, _ in keys}
+        cause = f"biggest keys of the config server {name!r} gets: " + ", ".join(
+            f"{k} ({b:,} bytes" + (f", from {where[k]})" if where[k] else ")") for k, b in keys
+        )
         hint = (
             "NeMo Gym servers read their whole config from NEMO_GYM_CONFIG_DICT, and every server gets every "
             "instance's block: move large values (a rubric, few-shot examples, a long prompt) into a file in the "

@@ -57,6 +57,7 @@ def test_c61_a_config_past_the_kernel_limit_is_refused_before_any_build(tmp_path
     assert 160_000 < size < 165_000, first
     assert "over 131,072 bytes (MAX_ARG_STRLEN" in first
     assert "rubric_env.resources_servers.rubric_env.rubric (" in run.stderr
+    assert "bytes, from resources_servers/rubric_env/configs/rubric_env.yaml)" in run.stderr
     assert "Traceback" not in run.stderr and "Argument list too long" in run.stderr
     assert "venv" not in run.stderr.split("error[")[0], "refused only after building"
 

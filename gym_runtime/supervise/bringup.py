@@ -251,7 +251,7 @@ class Environment:
             self.phase = self.supervisor.phase = "probing the policy model"
             async with httpx.AsyncClient(trust_env=False) as client:
                 await policy_probe.run_probes(client, merged.instances, opts.probe_policy, opts.probe_tools, self._say)
-        self.phase = "ready"
+        self.phase = self.supervisor.phase = "ready"  # a later failure or /health names no probe long done
         self.ready_info = {
             "status": "ready",
             "head_server": self.head.url,

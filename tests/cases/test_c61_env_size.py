@@ -8,7 +8,8 @@ Owed: every server gets the whole merged config in ``NEMO_GYM_CONFIG_DICT``, and
 read it from that variable alone, so a config past Linux's 131,072 bytes per environment string is
 refused before any venv build with one ``GR-CONFIG-ENV-TOO-BIG`` block (exit 1) naming the servers,
 the size, the limit and the key that makes it big; a 60 KB rubric (the control) runs and its
-server's child process starts. The check itself: tests/daemon/test_env_limit.py."""
+server's child process starts; under ``dry-run --watch`` an edit past the limit is refused the same
+way and the running environment keeps its config. The check itself: tests/daemon/test_env_limit.py."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pytest
 
 from tests.examples.conftest import dry_run
 from tests.helpers.cases import CASES
+from tests.helpers.watch import WatchRun, watched_quickstart
 
 C61 = CASES / "C61"
 ITEM = "  - 'criterion {i:05d}: the answer states the final value plainly and explains the single step that produces it, without hedging'\n"
@@ -70,3 +72,33 @@ def test_c61_the_control_under_the_limit_runs_and_its_child_starts(tmp_path: Pat
     assert run.code == 0, run.stderr[-3000:]
     assert re.search(r"rollouts: 1\s+succeeded: 1\s+failed: 0", run.stdout), run.stdout[-2000:]
     assert "mean reward: 1.000" in run.stdout
+
+
+@pytest.mark.pypi
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_c61_a_watched_edit_past_the_limit_is_refused_and_the_environment_keeps_running(tmp_path: Path) -> None:
+    pkg, rows = watched_quickstart(tmp_path)
+    config = pkg / "resources_servers" / "example_arithmetic" / "configs" / "arithmetic.yaml"
+    good = config.read_text()
+    rubric = "      rubric:\n" + "".join("      " + ITEM.format(i=i) for i in range(150 * 1024 // 134))
+    run = WatchRun(pkg, rows, tmp_path / "run", "--samples", "1", env={"GYM_RUNTIME_HOME": str(tmp_path / "home")})
+    try:
+        run.table(1)
+        mark = len(run.err)
+        config.write_text(good.replace("      domain: math\n", "      domain: math\n" + rubric, 1))
+        at = run.stderr_after(mark, r"error\[GR-CONFIG-ENV-TOO-BIG\]")
+        refused = "".join(run.err[at:])
+        assert (
+            "NEMO_GYM_CONFIG_DICT of" in refused
+            and "arithmetic.resources_servers.example_arithmetic.rubric (" in refused
+        )
+        run.stderr_after(at, r"the environment keeps running as it was")
+        assert not any(line.startswith("restarting") or "restarting " in line for line in run.err[mark:]), run.err[
+            mark:
+        ]
+        config.write_text(good.replace("      domain: math\n", "      domain: math\n      note: 2\n", 1))
+        run.table(2)  # the next good edit applies: the servers ran the whole time
+        assert run.interrupt() == 130, "".join(run.err[-20:])
+    finally:
+        run.close()

@@ -57,6 +57,9 @@ Variables (all optional):
                                     Kubernetes)
 ``GYM_RUNTIME_OPENSANDBOX_EGRESS``  ``enforced`` (default: the allowlist is each sandbox's networkPolicy) |
                                     ``unenforced`` (a server without an egress sidecar; said loudly)
+``GYM_RUNTIME_OPENSANDBOX_OUTAGE_S``  seconds a server whose sandbox must be made again waits for an
+                                    unreachable OpenSandbox server before it fails (default ``600``, the
+                                    sandboxes' TTL; docs/runtime.md "Lifecycle")
 ``GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES``  images task sandboxes on the OpenSandbox server may run: a comma
                                     list of images and of prefixes ending in ``/`` (unset: none, every
                                     create refused; :mod:`gym_runtime.task_sandboxes.approval`)
@@ -363,6 +366,17 @@ def opensandbox_connection(env: Mapping[str, str]) -> Any:
             code="GR-SETTINGS-OPENSANDBOX",
             hint="unset it: the allowlist is enforced by the server's egress sidecar",
         )
+    outage = env.get("GYM_RUNTIME_OPENSANDBOX_OUTAGE_S") or "600"
+    try:
+        outage_s = float(outage)
+    except ValueError:
+        outage_s = -1.0
+    if not 0 < outage_s < float("inf"):
+        raise SettingsError(
+            f"GYM_RUNTIME_OPENSANDBOX_OUTAGE_S={outage!r} is not a number of seconds > 0",
+            code="GR-SETTINGS-OPENSANDBOX",
+            hint="e.g. 900; unset it for 600 (the sandboxes' TTL)",
+        )
     from gym_runtime.task_sandboxes.approval import SETTING, ApprovedImages
 
     try:
@@ -383,6 +397,7 @@ def opensandbox_connection(env: Mapping[str, str]) -> Any:
         daemon_host=daemon_host,
         egress=egress,
         task_images=task_images,
+        outage_s=outage_s,
     )
 
 

@@ -146,6 +146,9 @@ def test_opensandbox_connection_keeps_its_key_out_of_repr_and_server_env() -> No
         "1",
     )
     assert "k-123" not in repr(s) and "k-123" not in str(c.describe())
+    assert c.outage_s == 600.0  # the sandboxes' TTL (case C73)
+    longer = {"HOME": "/tmp", "OPENSANDBOX_DOMAIN": "osb:8080", "GYM_RUNTIME_OPENSANDBOX_OUTAGE_S": "900"}
+    assert load_settings(longer).opensandbox.outage_s == 900.0
     with pytest.raises(SettingsError, match="OPENSANDBOX_API_KEY is set or owned by gym-runtime"):
         load_settings({"HOME": "/tmp", "GYM_RUNTIME_SERVER_ENV": "OPENSANDBOX_API_KEY"})
 
@@ -156,6 +159,9 @@ def test_opensandbox_connection_keeps_its_key_out_of_repr_and_server_env() -> No
         ("OPENSANDBOX_PROTOCOL", "ftp"),
         ("GYM_RUNTIME_OPENSANDBOX_CPU", "-1"),
         ("GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST", "gateway.local"),
+        ("GYM_RUNTIME_OPENSANDBOX_OUTAGE_S", "0"),
+        ("GYM_RUNTIME_OPENSANDBOX_OUTAGE_S", "ten minutes"),
+        ("GYM_RUNTIME_OPENSANDBOX_OUTAGE_S", "inf"),
     ],
 )
 def test_bad_opensandbox_settings_name_their_variable(var: str, value: str) -> None:

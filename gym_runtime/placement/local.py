@@ -29,7 +29,7 @@ from gym_runtime.errors import BuildError, GymRuntimeError
 from gym_runtime.gym_release.ray_use import ray_users
 from gym_runtime.gym_release.startup_imports import startup_imports
 from gym_runtime.ray_target import choose, ray_level, wait_reachable
-from gym_runtime.supervise import contract, own_ray, passthrough, ray_head, ray_workers, run_mark
+from gym_runtime.supervise import contract, env_limit, own_ray, passthrough, ray_head, ray_workers, run_mark
 from gym_runtime.supervise.interrupted import as_interrupted
 from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import check_free
@@ -189,6 +189,7 @@ class LocalPlacement:
                 contract.server_config_yaml(inside, merged.secrets, name, patch),
                 self.addresses[name],
             )
+        env_limit.check_specs(m.spec for m in env.supervisor.members.values() if m.kind == "server")
         for m in env.supervisor.members.values():
             if m.public is None and m.port is not None and m.launcher is self.sandbox:
                 m.public = tuple(await self.sandbox.publish(m.port))
@@ -285,11 +286,16 @@ class LocalPlacement:
         assert self.head_inside is not None  # placed by start(), before any respec
         inside = contract.config_view(env.merged.data, self.addresses, self.head_inside, env.ray_inside)
         patch = task_sandboxes.gate_patch(env.osb_gate, self.gate_addr, env.merged.instances)
-        for s in env.supervisor.members.values():
-            if s.kind == "server":
-                s.spec.private_env = contract.private_env(
-                    contract.server_config_yaml(inside, env.merged.secrets, s.name, patch), self._passed(s.name)
-                )
+        servers = [s for s in env.supervisor.members.values() if s.kind == "server"]
+        private = {
+            s.name: contract.private_env(
+                contract.server_config_yaml(inside, env.merged.secrets, s.name, patch), self._passed(s.name)
+            )
+            for s in servers
+        }
+        env_limit.check_envs({s.name: {**s.spec.env, **private[s.name]} for s in servers})  # before any spec changes
+        for s in servers:
+            s.spec.private_env = private[s.name]
         env.refresh_outside()
 
     def reseat(self, name: str, venv: Any) -> None:

@@ -309,7 +309,10 @@ class ServerReplica:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.spec.stdout_fd = self.spec.stderr_fd = fd
+        from gym_runtime.supervise import env_limit
+
         try:
+            env_limit.check_specs([self.spec])  # the exact environment on this node (the head checked an estimate)
             self.proc = self.sandbox.spawn(self.spec)
         except GymRuntimeError as e:
             return {"error": e.to_dict()}

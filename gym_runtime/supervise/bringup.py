@@ -34,6 +34,7 @@ from gym_runtime.ray_target import RayTarget, check_given
 from gym_runtime.settings import RuntimeSettings, check_sandbox_backend
 from gym_runtime.supervise import (
     contract,
+    env_limit,
     head_view,
     passthrough,
     policy_probe,
@@ -196,6 +197,7 @@ class Environment:
         if self.placement.kind == "local":  # the daemon holds descriptors for each server it runs here
             check_open_files(len(merged.instances))
         passthrough.check(self.settings, merged.instances)
+        env_limit.check_config_sizes(merged)
         if self.settings.server_env:
             passed = passthrough.describe(self.settings, merged.instances)
             self._say(
@@ -252,7 +254,7 @@ class Environment:
             self.phase = self.supervisor.phase = "probing the policy model"
             async with httpx.AsyncClient(trust_env=False) as client:
                 await policy_probe.run_probes(client, merged.instances, opts.probe_policy, opts.probe_tools, self._say)
-        self.phase = "ready"
+        self.phase = self.supervisor.phase = "ready"  # a later failure or /health names no probe long done
         self.ready_info = {
             "status": "ready",
             "head_server": self.head.url,

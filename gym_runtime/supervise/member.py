@@ -26,6 +26,11 @@ PENDING, STARTING, READY, RESTARTING, FAILED, STOPPING, STOPPED = (
 # The exit reason of a server whose node was lost (placement ray: gym_runtime/placement/remote.py):
 # not the server's failure, so never counted toward ``max_restarts`` (supervisor.py).
 NODE_LOST = "node-lost"
+# The exit reason of a server that could not be given a sandbox because the sandbox service does not
+# answer (backend opensandbox): not the server's failure either (service_outage.py).
+SERVICE_LOST = "service-lost"
+# ... and the reason once it has not answered for the backend's deadline: the server fails, naming the service.
+SERVICE_GONE = "service-gone"
 
 
 @dataclass
@@ -66,6 +71,7 @@ class Member:
     restarts: int = 0
     starts: int = 0  # every spawn of this run, for the log's ``start #N`` (restarts resets after an edit)
     node_losses: int = 0  # restarts after a node's loss: not counted toward max_restarts
+    service_wait: str | None = None  # why it waits for the sandbox service (service_outage.py); None once ready
     started_wall: float | None = None
     spawned_at: float | None = None
     ready_s: float | None = None

@@ -25,6 +25,7 @@ from typing import Any
 
 from gym_runtime.config import MergedConfig
 from gym_runtime.errors import ConfigError
+from gym_runtime.supervise import env_limit
 from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.member import FAILED, READY, RESTARTING, STARTING, STOPPING, Event
 from gym_runtime.supervise.rebind import respawn
@@ -73,6 +74,7 @@ async def remerge(env: Any) -> list[str]:
     from gym_runtime.task_sandboxes.bringup import choose_providers
 
     choose_providers(new, env.settings, lambda msg: None, gate=env.placement.kind == "local")
+    env_limit.check_config_sizes(new)
     instances = set(new.instances)
     outside = {k for k in (*old.data, *new.data) if k not in instances}
     if any(old.data.get(k) != new.data.get(k) for k in outside):

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from gym_runtime.errors import StartError
-from gym_runtime.supervise import policy_endpoint, port_owner, readiness, run_mark, wedged
+from gym_runtime.supervise import policy_endpoint, port_owner, readiness, run_mark, service_outage, wedged
 from gym_runtime.supervise.failure import endpoint_failure, failure_report, port_listening
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (
@@ -41,6 +41,8 @@ from gym_runtime.supervise.member import (
     PENDING,
     READY,
     RESTARTING,
+    SERVICE_GONE,
+    SERVICE_LOST,
     STARTING,
     STOPPED,
     STOPPING,
@@ -150,11 +152,18 @@ class Supervisor:
 
     def health(self) -> tuple[int, dict[str, Any]]:
         """``(200, {"status": "ready"})`` or ``(503, {"status": "starting"|"failed"|"degraded"|..., ...})``
-        (``degraded``: ready, but a server was found wedged and is not ready again; ``wedged``
-        names each with what the liveness probe missed)."""
+        (``degraded``: ready, but a server was found wedged, or waits for the sandbox service, and is
+        not ready again; ``wedged`` names each with what the liveness probe missed, ``sandbox_service``
+        each with why it waits: service_outage.py)."""
         stuck = {m.name: m.wedged for m in self.members.values() if m.wedged}
-        if self.state == "ready" and stuck:
-            return 503, {"status": "degraded", "phase": self.phase, "wedged": stuck}
+        service = service_outage.waiting(self.members)
+        if self.state == "ready" and (stuck or service):
+            degraded: dict[str, Any] = {"status": "degraded", "phase": self.phase}
+            if stuck:
+                degraded["wedged"] = stuck
+            if service:
+                degraded["sandbox_service"] = service
+            return 503, degraded
         if self.state == "ready":
             return 200, {"status": "ready"}
         body: dict[str, Any] = {"status": self.state, "phase": self.phase}
@@ -248,6 +257,12 @@ class Supervisor:
         if info.reason == NODE_LOST:  # not the server's failure: never ends the run (module doc)
             self._restart_after_node_loss(m, what)
             return
+        if info.reason == SERVICE_LOST:  # nor is the sandbox service's outage (service_outage.py)
+            service_outage.on_service_lost(self, m, what, info.detail)
+            return
+        if info.reason == SERVICE_GONE:  # the outage outlasted the backend's deadline: the service is named
+            service_outage.on_service_gone(self, m, info.detail)
+            return
         if m.status == STARTING and not m.load_bound_start:  # a second identical exit will not change on a third
             seen, m.startup_exit = m.startup_exit, (info.returncode, m.log.last_line())
             if seen == m.startup_exit:
@@ -294,7 +309,7 @@ class Supervisor:
         if ev.proc is not m.proc or m.status != STARTING:
             return
         m.status, m.error, m.ready_s = READY, None, time.monotonic() - (m.spawned_at or time.monotonic())
-        m.wedged = None
+        m.wedged = m.service_wait = None
         self._progress(f"{m.name}: ready in {m.ready_s:.2f}s" + (f" at {m.url}" if m.url else ""))
         if self.options.liveness_interval_s > 0 and wedged.watched(m):
             self._spawn_task(wedged.watch(self, m, ev.proc))

@@ -23,7 +23,10 @@ class OpenSandboxConnection:
     in front of every server listen there); ``egress``: ``enforced`` (every sandbox gets the
     allowlist as its ``networkPolicy``) or ``unenforced`` (none is sent: for a server without an
     egress sidecar, said loudly at start); ``task_images``: the images task sandboxes may run
-    (:class:`gym_runtime.task_sandboxes.approval.ApprovedImages`; None: nothing approved)."""
+    (:class:`gym_runtime.task_sandboxes.approval.ApprovedImages`; None: nothing approved);
+    ``outage_s``: how long a server that needs a new sandbox waits for the lifecycle server to
+    answer again before it fails (seconds; the sandboxes' TTL, ``spec.TTL_S``, by default: past it
+    the sandboxes that outlived the outage expire too)."""
 
     domain: str
     api_key: str | None = field(default=None, repr=False)
@@ -33,6 +36,7 @@ class OpenSandboxConnection:
     daemon_host: str | None = None
     egress: str = "enforced"
     task_images: Any = None
+    outage_s: float = 600.0
 
     @property
     def url(self) -> str:
@@ -48,6 +52,7 @@ class OpenSandboxConnection:
             "cpu": self.cpu,
             "daemon_host": self.daemon_host,
             "egress": self.egress,
+            "outage_s": self.outage_s,
             "task_images": self.task_images.describe() if self.task_images is not None else "nothing (unset)",
         }
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -110,6 +111,7 @@ class OpenSandboxEnvironment:
         self._ready: dict[str, Any] = {}  # server name -> its sandbox made by prepare(), not yet started
         self._live: dict[str, Any] = {}  # sandbox id -> the SDK's Sandbox
         self._renew: asyncio.Task | None = None
+        self.unreachable_since: float | None = None  # wall time of the first unanswered call of an outage
 
     @classmethod
     async def open(
@@ -195,9 +197,11 @@ class OpenSandboxEnvironment:
                 break
             except Exception as e:
                 err = translate(e, self.conn, what)
+                self.answered(err.code != "GR-OSB-UNREACHABLE")
                 if err.code != "GR-OSB-SERVER" or attempt == CREATE_TRIES - 1:
                     raise err from None
                 log.info("server %s: create failed (%s), trying again", spec.name, err.cause)
+        self.answered(True)
         self._live[box.id] = box
         return box
 
@@ -261,11 +265,39 @@ class OpenSandboxEnvironment:
         try:
             mgr = await self.service._mgr()
             info = await mgr.get_sandbox_info(box.id)
+            self.answered(True)
             return str(info.status.state) not in ENDED
         except SandboxApiException as e:
+            self.answered(True)
             return unknown if e.status_code != 404 else False
         except Exception:
+            self.answered(False)
             return unknown
+
+    def answered(self, ok: bool) -> None:
+        """Record whether the lifecycle server just answered (:attr:`unreachable_since`)."""
+        if ok:
+            self.unreachable_since = None
+        elif self.unreachable_since is None:
+            self.unreachable_since = time.time()
+
+    def outage(self, cause: str) -> tuple[str, str]:
+        """The exit (reason, detail) of a server that needs a sandbox while the lifecycle server does
+        not answer (``cause``: why, e.g. the ``GR-OSB-UNREACHABLE`` block's message): ``service-lost``
+        (the supervisor starts it again, uncounted: docs/runtime.md "Lifecycle") until the outage is
+        :attr:`OpenSandboxConnection.outage_s` old, then ``service-gone`` (the server fails, naming
+        the service); reasons of ``gym_runtime.supervise.member``."""
+        self.answered(False)
+        since = self.unreachable_since or time.time()
+        at = time.strftime("%H:%M:%S UTC", time.gmtime(since))
+        away = time.time() - since
+        what = f"OpenSandbox server unreachable since {at} ({away:.0f}s): {cause}"
+        if away < self.conn.outage_s:
+            return (
+                "service-lost",
+                f"{what}; waiting up to {self.conn.outage_s:g}s for it (GYM_RUNTIME_OPENSANDBOX_OUTAGE_S)",
+            )
+        return "service-gone", f"{what}; gave up after {self.conn.outage_s:g}s (GYM_RUNTIME_OPENSANDBOX_OUTAGE_S)"
 
     async def discard(self, box: Any) -> None:
         """Delete ``box`` (a server ended in it) and close the SDK's connection to it."""

@@ -18,9 +18,13 @@ backends").
 5. when it ends its sandbox is deleted.
 
 Exit reasons besides the local ones: ``sandbox-gone`` (the sandbox was deleted from outside:
-404), ``service-lost`` (the OpenSandbox server did not answer for :data:`SERVICE_GRACE_S`; a
-server restart shorter than that is ridden out: sandboxes outlive it), ``start-failed`` (a
-create or command refused; ``detail`` holds the ``GR-OSB-*`` block's message).
+404), ``service-lost`` (the OpenSandbox server did not answer for :data:`SERVICE_GRACE_S` while
+execd did not either, or did not answer a create: the supervisor starts the server again without
+counting it, so its next create waits for the service, until the outage is
+``OpenSandboxConnection.outage_s`` old, :meth:`OpenSandboxEnvironment.outage`; a server restart
+shorter than the grace is ridden out: sandboxes outlive it), ``service-gone`` (the service away
+past that deadline), ``start-failed`` (a create or command refused; ``detail`` holds the
+``GR-OSB-*`` block's message).
 """
 
 from __future__ import annotations
@@ -110,7 +114,12 @@ class ServerProcess(ElsewhereExit):
         except asyncio.CancelledError:
             self._end(-9, self._reason or "killed", self._detail)
         except Exception as e:  # a GymRuntimeError from env (GR-OSB-*), or an SDK failure it did not expect
-            self._end(-1, "start-failed", getattr(e, "message", None) or f"{type(e).__name__}: {e}")
+            words = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+            if getattr(e, "code", None) == "GR-OSB-UNREACHABLE":  # the service's outage, not the server's failure
+                cause = getattr(e, "cause", None)
+                self._end(-1, *env.outage(f"{words} ({cause})" if cause else words))
+            else:
+                self._end(-1, "start-failed", words)
         finally:
             env.relay_for(self.spec).point(None)
             with contextlib.suppress(BaseException):
@@ -148,6 +157,7 @@ class ServerProcess(ElsewhereExit):
     async def _watch(self) -> dict[str, Any]:
         """Until the command ends: its status every :data:`POLL_S`, each call bounded by
         :data:`CALL_S` (the SDK's own retries would take longer)."""
+        env = self.env
         silent_since: float | None = None
         while True:
             await asyncio.sleep(POLL_S)
@@ -159,8 +169,9 @@ class ServerProcess(ElsewhereExit):
                 st = None
             if st is None:
                 try:
-                    alive = await asyncio.wait_for(self.env.alive(self.box, unknown=True), CALL_S)
+                    alive = await asyncio.wait_for(env.alive(self.box, unknown=True), CALL_S)
                 except TimeoutError:
+                    env.answered(False)
                     alive = True  # the server does not answer: ridden out for SERVICE_GRACE_S
                 if not alive:
                     return {
@@ -169,11 +180,8 @@ class ServerProcess(ElsewhereExit):
                         "detail": f"sandbox {self.box.id} was deleted or killed from outside",
                     }
                 if silent_since is not None and time.monotonic() - silent_since > SERVICE_GRACE_S:
-                    return {
-                        "exit_code": -1,
-                        "reason": "service-lost",
-                        "detail": f"no answer about sandbox {self.box.id} for {SERVICE_GRACE_S:g}s",
-                    }
+                    reason, detail = env.outage(f"no answer about sandbox {self.box.id} for {SERVICE_GRACE_S:g}s")
+                    return {"exit_code": -1, "reason": reason, "detail": detail}
                 continue
             if st.running is False:
                 code = st.exit_code if st.exit_code is not None else -1

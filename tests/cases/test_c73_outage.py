@@ -1,0 +1,133 @@
+"""Case C73 (tests/cases/data/C73/README.md; its run script is kept as ``outage_run.py``, renamed so
+that pytest does not collect it): ``up`` on the bundled example under the ``opensandbox`` backend,
+against a real OpenSandbox server; the server is stopped for 90 s (more than the 60 s ride-out) and
+5 s into it ``code_lookup``'s sandbox container is killed, so that server needs a new sandbox while
+the service cannot make one.
+
+Owed: the daemon lives through it. While the server waits, ``/health`` answers 503 ``degraded``
+with ``sandbox_service`` saying "OpenSandbox server unreachable since T"; its waits count toward no
+restart budget; once the service is back the sandbox is made again and a batch scores. With a
+deadline shorter than the outage (``GYM_RUNTIME_OPENSANDBOX_OUTAGE_S``) the run ends with one
+``GR-OSB-UNREACHABLE`` block naming the service and the setting, not the server. The supervisor's
+side alone: tests/daemon/test_service_outage_restarts.py."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers.daemon import read_ready_line, up_process
+from tests.helpers.opensandbox.runs import EXAMPLE, daemon_env
+from tests.opensandbox.test_backend import _instances, _run_labels
+
+pytestmark = [pytest.mark.opensandbox, pytest.mark.slow, pytest.mark.timeout(1500)]
+OUTAGE_S = 90.0
+ROW = {
+    "responses_create_params": {"input": [{"role": "user", "content": "What is 2 * 3? End with the number."}]},
+    "agent_ref": {"type": "responses_api_agents", "name": "arithmetic_agent"},
+}
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("osb-home")  # under /tmp: an allowed host path of the test server
+
+
+def _code_lookup(ready: dict) -> dict:
+    return next(s for s in _instances(ready) if s["process_name"] == "code_lookup")
+
+
+def _health(ready: dict) -> tuple[int, dict]:
+    r = httpx.get(ready["head_server"] + "/health", timeout=10)
+    return r.status_code, r.json()
+
+
+def _outage_with_a_lost_sandbox(server, ready: dict, proc, outage_s: float) -> tuple[str, list]:
+    """Stop the server, kill code_lookup's sandbox 5 s in, watch ``/health`` until ``outage_s``
+    (or the daemon's exit); returns the killed sandbox and the health answers seen."""
+    old = _code_lookup(ready)["sandbox"]
+    t0 = time.monotonic()
+    server.stop()
+    time.sleep(5)
+    server.kill_sandbox(old)  # podman's API: the OpenSandbox server is down
+    seen = []
+    while time.monotonic() - t0 < outage_s and proc.poll() is None:
+        time.sleep(5)
+        try:
+            seen.append((round(time.monotonic() - t0), *_health(ready)))
+        except httpx.HTTPError:
+            break
+    return old, seen
+
+
+def test_c73_an_outage_while_a_sandbox_dies_is_waited_out_and_the_server_made_again(
+    opensandbox_server, home: Path, tmp_path: Path
+) -> None:
+    server = opensandbox_server
+    proc = up_process(EXAMPLE, tmp_path, env=daemon_env(server, home))
+    ready = json.loads(read_ready_line(proc, timeout=900))
+    try:
+        old, seen = _outage_with_a_lost_sandbox(server, ready, proc, OUTAGE_S)
+        assert proc.poll() is None, f"the daemon ended during the outage: {seen}"
+        waiting = [body for _, code, body in seen if code == 503 and "sandbox_service" in body]
+        assert waiting, seen
+        why = waiting[-1]["sandbox_service"]["code_lookup"]
+        assert why.startswith("OpenSandbox server unreachable since ") and "GYM_RUNTIME_OPENSANDBOX_OUTAGE_S" in why
+        assert waiting[-1]["status"] == "degraded" and waiting[-1]["phase"] == "ready"  # not the probe long done
+        me = _code_lookup(ready)
+        assert me["state"] in ("restarting", "starting") and me["restarts"] <= 1, me  # 1: the wedged kill
+
+        server.start()
+        back = time.monotonic()
+        while not (_code_lookup(ready)["state"] == "ready" and _health(ready)[0] == 200):
+            assert proc.poll() is None and time.monotonic() - back < 180, (_code_lookup(ready), _health(ready))
+            time.sleep(1)
+        me = _code_lookup(ready)
+        assert me["sandbox"] != old and me["restarts"] <= 1, me
+        print(f"ready again {time.monotonic() - back:.1f}s after the server came back; health during: {seen}")
+        r = httpx.post(ready["head_server"] + "/rollouts/run", timeout=300, json={"examples": [ROW]})
+        assert r.status_code == 200, r.text[:500]
+        result = json.loads(r.text)["results"][0]
+        assert "error" not in result and result.get("reward") is not None, result
+        server.remove_sandbox(old)  # podman's runtime cannot delete a killed container through the server
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(180)
+        err = proc.stderr.read()
+    assert code == 0, err[-3000:]
+    assert "error[" not in err, err[-3000:]
+    assert "code_lookup: " in err and "OpenSandbox server unreachable since" in err  # said once, on stderr
+    assert _run_labels(server) == {}
+
+
+def test_c73_past_the_deadline_the_run_ends_naming_the_service_not_the_server(
+    opensandbox_server, home: Path, tmp_path: Path
+) -> None:
+    server = opensandbox_server
+    env = {**daemon_env(server, home), "GYM_RUNTIME_OPENSANDBOX_OUTAGE_S": "20"}
+    proc = up_process(EXAMPLE, tmp_path, env=env)
+    ready = json.loads(read_ready_line(proc, timeout=900))
+    old = ""
+    try:
+        old, seen = _outage_with_a_lost_sandbox(server, ready, proc, 240)
+        code = proc.wait(120)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(180)
+        server.start()
+        if old:
+            server.remove_sandbox(old)
+    assert code == 3, err[-3000:]
+    blocks = [ln for ln in err.splitlines() if "error[" in ln]
+    assert len(blocks) == 1 and "error[GR-OSB-UNREACHABLE]" in blocks[0], err[-3000:]
+    assert "'code_lookup' could not be given a new sandbox: OpenSandbox server unreachable since" in blocks[0]
+    assert "gave up after 20s (GYM_RUNTIME_OPENSANDBOX_OUTAGE_S)" in blocks[0]
+    assert "fix the server" not in err and "not at fault" in err

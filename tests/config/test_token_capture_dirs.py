@@ -73,3 +73,15 @@ def test_a_packages_directory_and_lineage_root_are_replaced(
     assert replaced["token_id_capture.lineage_store_kwargs.root"].file.endswith("configs/model.yaml")
     assert ("token_id_capture.dir" in replaced) is not job_dir
     assert writable_dir(merged.data, "responses_api_models") == [chosen]
+
+
+def test_the_model_server_sees_the_name_of_the_control_token_variable(pkg_with, builtins: Path, tmp_path: Path) -> None:
+    """NeMo RL main names the variable (``control_auth_token_env``); Gym's model server reads the token
+    from the variable its config names, so the name must reach it unmasked (it was ``****``, and the
+    server refused to start: "requires a control bearer in environment variable ****")."""
+    root = pkg_with({"configs/model.yaml": MODEL}, servers=[("responses_api_models", "vllm_model")])
+    job = _capture(str(tmp_path / "capture"), str(tmp_path / "capture" / "lineage"))
+    job["token_id_capture"]["control_auth_token_env"] = "NEMO_GYM_TOKEN_CAPTURE_CONTROL_TOKEN"
+    merged = _build(root, builtins, job)
+    view = merged.secrets.view(merged.data, "policy_model")
+    assert view["token_id_capture"]["control_auth_token_env"] == "NEMO_GYM_TOKEN_CAPTURE_CONTROL_TOKEN"

@@ -35,7 +35,7 @@ TOKEN = "ledger-control-secret"
 MANIFEST = r"""
 import asyncio, json, sys
 from nemo_gym.server_utils import BaseServerConfig, ServerClient
-args = json.loads(sys.argv[1])
+args = json.loads(sys.stdin.read())  # not argv: Gym parses the command line as Hydra overrides
 
 async def main():
     client = ServerClient.load_from_global_config(BaseServerConfig(host="127.0.0.1", port=args["port"]))
@@ -75,7 +75,8 @@ def ledger_keys(capture: Path) -> dict:
 
 def manifests(gym_python: Path, head_port: int, ids: list[str], token: str | None) -> dict:
     done = subprocess.run(
-        [str(gym_python), "-c", MANIFEST, json.dumps({"port": head_port, "ids": ids, "token": token})],
+        [str(gym_python), "-c", MANIFEST],
+        input=json.dumps({"port": head_port, "ids": ids, "token": token}),
         capture_output=True,
         text=True,
         timeout=300,

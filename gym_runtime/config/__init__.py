@@ -145,7 +145,9 @@ def build_config(
     # an interpolation can copy a whole instance block (`x.y: ${acme_math}`): check the resolved shape too
     ViolationList(find_instances(data, sources)).raise_if_any(ConfigError, "server instances are malformed")
     data, problems, warnings = apply_known_types(data, raw, sources)
-    capture_errors, capture_warnings = token_capture.apply(data, sources, settings.token_capture_dir)
+    capture_errors, capture_warnings = token_capture.apply(
+        data, sources, settings.token_capture_dir, job_config[1] if job_config else None
+    )
     problems, warnings = problems + capture_errors, warnings + capture_warnings
     builtin = builtin_server_dirs(builtin_root or builtin_servers_dir())
     instances, declared, inst_violations = build_instances(

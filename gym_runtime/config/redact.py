@@ -3,7 +3,10 @@
 A key is secret when its name contains ``api_key``, ``apikey``, ``token``, ``password``,
 ``passwd``, ``secret``, ``authorization`` or ``credential`` (any case), except names that merely
 mention tokens, such as Gym's ``return_token_id_information`` or ``max_tokens`` (Gym 0.4.0's own
-``hide_secrets`` masks those too; we do not), and ``secret_keys``, the top-level list of extra
+``hide_secrets`` masks those too; we do not), names ending in ``_env``, whose value names the
+environment variable that holds a secret rather than the secret (Gym 0.7's
+``token_id_capture.control_auth_token_env``: a server reads its token from the variable the value
+names, so a masked name is a server that cannot start), and ``secret_keys``, the top-level list of extra
 secret names a package may give (:mod:`gym_runtime.config.secrets`, which also follows secrets
 through interpolations, decides which server receives which, and masks: ``SecretMap.view``).
 """
@@ -19,7 +22,7 @@ MASK = "****"
 KEYLESS_API_KEY = "EMPTY"
 _SECRET = re.compile(r"(api_?key|token|password|passwd|secret|authorization|credential)", re.I)
 _NOT_SECRET = re.compile(
-    r"(token_id|token_ids|max_tokens|_tokens$|tokenizer|num_tokens|token_count|tokens_|^secret_keys$)", re.I
+    r"(token_id|token_ids|max_tokens|_tokens$|tokenizer|num_tokens|token_count|tokens_|_env$|^secret_keys$)", re.I
 )
 
 

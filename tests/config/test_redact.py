@@ -40,6 +40,8 @@ def test_secret_keys(key: str) -> None:
         "num_tokens",
         "keyword",
         "monkey",
+        "control_auth_token_env",  # names the variable holding the token (Gym 0.7's token_id_capture)
+        "api_key_env",
     ],
 )
 def test_not_secret_keys(key: str) -> None:

@@ -67,8 +67,11 @@ def free_port_in(low: int, high: int) -> int:
     raise AssertionError(f"no free port in {low}-{high}")
 
 
-def spinup(base_urls: list[str], model_name: str, gcs_address: str, dotenv_dir: Path) -> tuple[RunHelper, int]:
-    """NeMo RL's ``_spinup`` calls through the drop-in; the helper and the head server's port."""
+def spinup(
+    base_urls: list[str], model_name: str, gcs_address: str, dotenv_dir: Path, extra: dict | None = None
+) -> tuple[RunHelper, int]:
+    """NeMo RL's ``_spinup`` calls through the drop-in; the helper and the head server's port.
+    ``extra``: more keys of the initial global config (NeMo RL main's ledger mode adds some)."""
     head_port = free_port_in(5000, 6000)
     initial = {
         "config_paths": list(CONFIG_PATHS),
@@ -82,6 +85,7 @@ def spinup(base_urls: list[str], model_name: str, gcs_address: str, dotenv_dir: 
         "global_aiohttp_connector_limit": 65_536,
         "ray_head_node_address": gcs_address,
         "head_server": {"host": "0.0.0.0", "port": head_port},
+        **(extra or {}),
     }
     rh = RunHelper()
     rh.start(

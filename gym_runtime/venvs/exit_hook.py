@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gym_runtime.venvs.layout import site_packages
+from gym_runtime.venv_layout import site_packages
 
 HOOK_NAME = "_gym_runtime_exit.pth"
 HOOK_LINE = "import atexit, gc; atexit.register(gc.freeze)\n"

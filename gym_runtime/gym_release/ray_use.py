@@ -47,7 +47,7 @@ class RayUse:
 
 
 def _sdk_source(inst: ServerInstance) -> bool:
-    from gym_runtime.venvs.requirements import read_install_source
+    from gym_runtime.package.requirements import read_install_source
 
     if inst.server_dir.origin == "builtin":
         return False

@@ -28,8 +28,8 @@ from packaging.specifiers import SpecifierSet
 
 from gym_runtime.errors import BuildError, Violation
 from gym_runtime.gym_release.releases import RELEASES
+from gym_runtime.package.requirements import InstallSource, read_install_source
 from gym_runtime.venvs.pythons import Interpreter, find_python, pick_python
-from gym_runtime.venvs.requirements import InstallSource, read_install_source
 
 if TYPE_CHECKING:
     from gym_runtime.config import MergedConfig, ServerInstance

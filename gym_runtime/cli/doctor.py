@@ -76,7 +76,7 @@ def _uv(settings: RuntimeSettings) -> dict[str, Any]:
 
 
 def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
-    from gym_runtime.ray_target import choose, wait_reachable
+    from gym_runtime.ray.target import choose, wait_reachable
     from sandbox.backends import ray_scope
 
     try:
@@ -104,7 +104,6 @@ def _package(package: str, settings: RuntimeSettings) -> tuple[dict[str, Any], d
     from gym_runtime.gym_release import choose_release
     from gym_runtime.package import load_package
     from gym_runtime.settings import policy_from_environ
-
     from gym_runtime.supervise import passthrough
 
     def error(e: GymRuntimeError) -> dict[str, Any]:

@@ -20,7 +20,7 @@ A stage with problems stops the later ones (their findings would be echoes of th
 cause). Warnings (``MergedConfig.warnings``) never stop anything: a false-looking string from
 ``oc.env`` in a field of unknown type (``GR-CONFIG-TRUTHY``), egress settings in a package
 config (``GR-CONFIG-NOT-A-SETTING``), a ``ray_enabled`` key in a server's block
-(``GR-CONFIG-RAY-ENABLED``, :mod:`gym_runtime.gym_release.ray_use`) and a ``simple_agent`` with no
+(``GR-CONFIG-RAY-ENABLED``, :mod:`gym_runtime.ray.use`) and a ``simple_agent`` with no
 ``max_steps`` (``GR-CONFIG-NO-MAX-STEPS``, :mod:`gym_runtime.config.episodes`).
 """
 
@@ -33,10 +33,11 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from gym_runtime.config.blocks import named_blocks
-from gym_runtime.config.episodes import unbounded_agents
 from gym_runtime.config import token_capture
+from gym_runtime.config.blocks import named_blocks
 from gym_runtime.config.builtin_keys import builtin_key_problems
+from gym_runtime.config.compose import compose
+from gym_runtime.config.episodes import unbounded_agents
 from gym_runtime.config.instances import (
     ServerInstance,
     build_instances,
@@ -44,21 +45,20 @@ from gym_runtime.config.instances import (
     find_instances,
     python_version_problems,
 )
-from gym_runtime.config.compose import compose
 from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources
 from gym_runtime.config.null_fields import null_field_problems
 from gym_runtime.config.ray_enabled import ray_enabled_keys
 from gym_runtime.config.refs import ServerRef, check_refs, literal_only
 from gym_runtime.config.resolve import resolve_config
 from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map, url_credential_warnings
-from gym_runtime.config.yaml_booleans import data_file_warnings, yaml_boolean_warnings
 from gym_runtime.config.types import apply_known_types
+from gym_runtime.config.yaml_booleans import data_file_warnings, yaml_boolean_warnings
 from gym_runtime.errors import ConfigError, MissingValuesError, ServerRefNotFoundError, Violation, ViolationList
 from gym_runtime.gym_release import GymRelease, choose_release
-from gym_runtime.task_sandboxes.approval import config_problems as task_image_problems
 from gym_runtime.package import Package
 from gym_runtime.package.layout import find_server_dirs
 from gym_runtime.settings import builtin_servers_dir, load_settings
+from gym_runtime.task_sandboxes.approval import config_problems as task_image_problems
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The daemon as the Ray driver that owns every replica actor (docs/scale-out.md).
 
-:func:`connect` joins the cluster chosen by :mod:`gym_runtime.ray_target` (``--ray-address``,
+:func:`connect` joins the cluster chosen by :mod:`gym_runtime.ray.target` (``--ray-address``,
 ``ray_head_node_address``, ``RAY_ADDRESS``) with ``ray.init`` on a worker thread (on the main
 thread Ray would replace the daemon's SIGTERM handler). A process that is already a driver (the
 Python API inside a training job's driver) is reused and never shut down by us. Ray refuses a
@@ -125,7 +125,6 @@ def _asks(options: dict[str, Any]) -> dict[str, float]:
 def code_env() -> dict[str, Any]:
     """The job's ``runtime_env``: the runtime's own modules (module doc), no usage stats."""
     import sandbox
-
     from gym_runtime.settings import builtin_servers_dir
 
     roots = [Path(__file__).parents[1], Path(sandbox.__file__).parent]  # gym_runtime/, sandbox/

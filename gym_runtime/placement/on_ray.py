@@ -74,7 +74,7 @@ class RayPlacement:
         from gym_runtime.placement.cluster import connect
         from gym_runtime.placement.package import package_digest
         from gym_runtime.placement.replica import HEAD, free_inside_ports
-        from gym_runtime.ray_target import choose, wait_reachable
+        from gym_runtime.ray.target import choose, wait_reachable
 
         env, req = self.env, self.env.req
         target = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, [])
@@ -152,9 +152,9 @@ class RayPlacement:
         stable: dict[str, tuple[str, int]],
         digest: str,
     ) -> None:
+        from gym_runtime.config import token_capture
         from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
         from gym_runtime.placement.replica import ReplicaJob, job_settings
-        from gym_runtime.config import token_capture
         from gym_runtime.supervise import passthrough
 
         env, req = self.env, self.env.req

@@ -25,11 +25,12 @@ import httpx
 from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.config.url_secrets import mask_url, mask_urls
 from gym_runtime.errors import GymRuntimeError, StartError, UsageError
-from gym_runtime.gym_release.ray_use import release_line
 from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
 from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
-from gym_runtime.ray_target import RayTarget, check_given
+from gym_runtime.ray import head as ray_head
+from gym_runtime.ray.target import RayTarget, check_given
+from gym_runtime.ray.use import release_line
 from gym_runtime.settings import RuntimeSettings, check_sandbox_backend
 from gym_runtime.supervise import (
     contract,
@@ -39,7 +40,6 @@ from gym_runtime.supervise import (
     preflight,
     processes,
     readiness,
-    ray_head,
     run_mark,
 )
 from gym_runtime.supervise import policy as job_policy

@@ -22,7 +22,7 @@ and returns (its mode is reset). NeMo Gym does the same for a cluster it started
 ``server_utils`` registers ``maybe_ray_cluster_exit`` (a plain ``ray.shutdown()``) after importing
 Ray. A server that joins a cluster (always, under this runtime) would sleep; so each venv also gets
 the module :data:`RAY_MODULE`, whose :data:`RAY_HOOK` the server's environment names as Ray's
-``RAY_RUNTIME_ENV_HOOK`` (:mod:`gym_runtime.supervise.ray_workers`). ``ray.init`` calls it with the
+``RAY_RUNTIME_ENV_HOOK`` (:mod:`gym_runtime.ray.workers`). ``ray.init`` calls it with the
 job's runtime environment (returned unchanged); it registers a plain ``ray.shutdown()``, which,
 registered after Ray's handler, runs before it. What that gives up: task output that reaches the
 log monitor in the server's last 0.5 s is not printed to the server's log, and ``atexit`` handlers

@@ -29,9 +29,9 @@ from gym_runtime.config import MergedConfig, ServerInstance
 from gym_runtime.errors import BuildError
 from gym_runtime.gym_release import GymRelease
 from gym_runtime.gym_release.imports import raise_on_missing
-from gym_runtime.gym_release.ray_use import ray_users
 from gym_runtime.package.requirements import SDK_NAME, InstallSource, read_install_source
 from gym_runtime.package.wheels import metadata_mismatches, wheel_dist_info
+from gym_runtime.ray.use import ray_users
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs.digest import HashCache, plan_digest, tree_digest
 from gym_runtime.venvs.overrides import Overrides, ignored_note, read_overrides

@@ -1,6 +1,6 @@
 """Run a NeMo Gym server without the Ray driver its SDK would give it (docs/runtime.md, "Ray").
 
-Which servers: :mod:`gym_runtime.gym_release.ray_use` (``RayUse.skipped``: a 0.7 class that
+Which servers: :mod:`gym_runtime.ray.use` (``RayUse.skipped``: a 0.7 class that
 declares no ``ray_enabled`` and whose tree imports no Ray). How: every venv the runtime builds that
 holds NeMo Gym (:func:`~gym_runtime.venv_layout.holds_nemo_gym`) holds the module
 ``_gym_runtime_ray_switch`` (``dist/``) and a ``.pth`` line that installs it at every start of the

@@ -33,7 +33,7 @@ from gym_runtime.ray import switch as ray_switch
 from gym_runtime.ray import workers as ray_workers
 from gym_runtime.ray.env import server_ray_env
 from gym_runtime.ray.target import choose, ray_level, wait_reachable
-from gym_runtime.ray.use import ray_users
+from gym_runtime.ray.use import gym_sdk_venv, ray_users
 from gym_runtime.supervise import contract, passthrough, run_mark
 from gym_runtime.supervise.interrupted import as_interrupted
 from gym_runtime.supervise.orphans import Watchdog
@@ -125,9 +125,7 @@ class LocalPlacement:
         (:func:`gym_runtime.ray.target.choose`)."""
         env, req = self.env, self.env.req
         merged = env.merged
-        use = ray_users(
-            merged, {n: contract.gym_sdk_venv(p) for n, p in self.pythons.items()}, env.settings.ray_undeclared
-        )
+        use = ray_users(merged, {n: gym_sdk_venv(p) for n, p in self.pythons.items()}, env.settings.ray_undeclared)
         users = [n for n, u in use.items() if u.uses]
         env.ray = replace(
             choose(

@@ -235,8 +235,7 @@ class ServerReplica:
         """The isolation level: the forced one, else the best here; ``none`` for a server that
         joins the Ray cluster (it needs the node's raylet: :func:`gym_runtime.ray.target.ray_level`)."""
         from gym_runtime.ray.target import ray_level
-        from gym_runtime.ray.use import ray_use
-        from gym_runtime.supervise.contract import gym_sdk_venv
+        from gym_runtime.ray.use import gym_sdk_venv, ray_use
 
         job = self.job
         use = ray_use(inst, self.merged, gym_sdk_venv(python), undeclared=self.settings.ray_undeclared)

@@ -25,6 +25,7 @@ from gym_runtime.gym_release.base import GymRelease
 from gym_runtime.gym_release.sdk_index import index_for
 from gym_runtime.package.server_class import ray_declaration
 from gym_runtime.ray.imports import Reach, ray_import
+from gym_runtime.venv_layout import holds_nemo_gym
 
 if TYPE_CHECKING:
     from gym_runtime.config import MergedConfig, ServerInstance
@@ -55,6 +56,12 @@ def _sdk_source(inst: ServerInstance) -> bool:
         return read_install_source(inst.server_dir.install_file, server=inst.name).uses_gym_sdk
     except BuildError:
         return False
+
+
+def gym_sdk_venv(venv_python: Path) -> bool:
+    """True when the venv of ``venv_python`` holds the ``nemo_gym`` package (its servers call
+    ``ray.init`` at start; :func:`gym_runtime.venv_layout.holds_nemo_gym`)."""
+    return holds_nemo_gym(venv_python.parent.parent)
 
 
 def ray_use(

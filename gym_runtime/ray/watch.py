@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import BuildError, StartError
-from gym_runtime.supervise import contract
 
 # exit 3 when the file given does not compile (a SyntaxError); 0 when it does
 _COMPILE = (
@@ -43,14 +42,14 @@ def _uses(env: Any, names: list[str], pythons: dict[str, Path]) -> dict[str, Any
     """Instance -> :class:`~gym_runtime.ray.use.RayUse` for ``names`` as the package and
     ``pythons`` (instance -> venv Python) are now."""
     from gym_runtime.gym_release.sdk_index import index_for
-    from gym_runtime.ray.use import ray_use
+    from gym_runtime.ray.use import gym_sdk_venv, ray_use
 
     if not names:
         return {}
     merged = env.merged
     index = index_for(merged.release, merged.package)[0] if merged.release is not None else None
     return {
-        n: ray_use(merged.instances[n], merged, contract.gym_sdk_venv(pythons[n]), index, env.settings.ray_undeclared)
+        n: ray_use(merged.instances[n], merged, gym_sdk_venv(pythons[n]), index, env.settings.ray_undeclared)
         for n in names
     }
 

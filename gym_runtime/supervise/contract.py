@@ -166,11 +166,3 @@ def server_env(
     )
     env.setdefault("LANG", "C.UTF-8")
     return env
-
-
-def gym_sdk_venv(venv_python: Path) -> bool:
-    """True when the venv of ``venv_python`` holds the ``nemo_gym`` package (its servers call
-    ``ray.init`` at start; :func:`gym_runtime.venv_layout.holds_nemo_gym`)."""
-    from gym_runtime.venv_layout import holds_nemo_gym
-
-    return holds_nemo_gym(venv_python.parent.parent)

@@ -23,8 +23,8 @@ from gym_runtime.errors import ConfigError
 from gym_runtime.gym_release import choose_release
 from gym_runtime.host.global_config import HostJob
 from gym_runtime.package import Package, load_package
+from gym_runtime.serving import free_port
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise.ports import free_port
 
 STUB_MODEL_NAME = "stub-model"
 

@@ -26,8 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from gym_runtime.config.url_secrets import mask_url
-from gym_runtime.supervise.readiness import PROBE_TIMEOUT_S
 
+PROBE_TIMEOUT_S = 2.0  # one probe's bound, here and in every readiness probe (seconds)
 ENDPOINT_PATHS = ("/chat/completions", "/completions", "/responses", "/models", "/embeddings")
 
 

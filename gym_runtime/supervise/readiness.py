@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 
 from gym_runtime.config.url_secrets import mask_url
+from gym_runtime.supervise.policy_endpoint import PROBE_TIMEOUT_S
 from sandbox.opensandbox import NO_SERVER
 
-PROBE_TIMEOUT_S = 2.0
 REPORT_EVERY_S = 15.0
 ENDPOINT_PHASE = "waiting for the policy model endpoint(s)"
 

@@ -26,6 +26,7 @@ from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.config.url_secrets import mask_url, mask_urls
 from gym_runtime.errors import GymRuntimeError, StartError, UsageError
 from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
+from gym_runtime.package import Package, load_package
 from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
 from gym_runtime.ray import head as ray_head
@@ -170,14 +171,13 @@ class Environment:
                 else bind_in_range(self.req.head_host, *host.port_range)
             )
         await self._open_backend()
+        package, given, job_config = self.req.package, self.req.policy, self.req.job_config
+        if host is not None:  # the host's global config: its policy values and a config layer
+            if not isinstance(package, Package):
+                package = await asyncio.to_thread(load_package, package)
+            given, job_config = host.job.apply(list(package.manifest.config_paths), given)
         merged, self.stub_url = await job_policy.configure(
-            self.req.package,
-            self.req.overrides,
-            self.req.policy,
-            self._say,
-            self.settings,
-            host.job if host else None,
-            self.req.job_config,
+            package, self.req.overrides, given, self._say, self.settings, job_config
         )
         from gym_runtime.rollouts.routing import Routing
 

@@ -56,7 +56,7 @@ class HostJob:
         """What host mode makes of the job's policy values ``given`` and the package's manifest entries
         ``manifest_paths``: ``config_paths`` checked against them (:meth:`check_config_paths`), then
         ``(given completed by this config's policy values, (layer, label))``, the config layer
-        :func:`gym_runtime.supervise.policy.configure` merges beneath the package's."""
+        :func:`gym_runtime.policy.values.configure` merges beneath the package's."""
         self.check_config_paths(manifest_paths)
         return given.completed_by(self.policy), (self.layer, self.label)
 

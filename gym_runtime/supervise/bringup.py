@@ -29,6 +29,8 @@ from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
 from gym_runtime.package import Package, load_package
 from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
+from gym_runtime.policy import probe as policy_probe
+from gym_runtime.policy import values as job_policy
 from gym_runtime.ray import head as ray_head
 from gym_runtime.ray.target import RayTarget, check_given
 from gym_runtime.ray.use import release_line
@@ -37,13 +39,11 @@ from gym_runtime.supervise import (
     contract,
     head_view,
     passthrough,
-    policy_probe,
     preflight,
     processes,
     readiness,
     run_mark,
 )
-from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.logs import LogSink
 from gym_runtime.supervise.member import READY, Member

@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
 from gym_runtime.errors import StartError
-from gym_runtime.supervise import policy_endpoint, port_owner, readiness, run_mark, wedged
+from gym_runtime.policy import endpoint as policy_endpoint
+from gym_runtime.supervise import port_owner, readiness, run_mark, wedged
 from gym_runtime.supervise.failure import endpoint_failure, failure_report, port_listening
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (
@@ -46,10 +48,10 @@ from gym_runtime.supervise.member import (
     Event,
     Member,
 )
+from gym_runtime.supervise.options import SuperviseOptions
 from gym_runtime.supervise.orphans import group_empty, reap_orphans
 from gym_runtime.supervise.rebind import handle_bind_race, respawn_after_exit
 from gym_runtime.supervise.shutdown import stop_group
-from gym_runtime.supervise.options import SuperviseOptions
 
 log = logging.getLogger("gym_runtime.supervise")
 

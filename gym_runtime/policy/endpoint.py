@@ -16,7 +16,7 @@ once the endpoint answers at all (``readiness.wait_http``), :func:`check` decide
   (a server without ``/models`` still works, as in Gym).
 
 What a completion from the endpoint must look like (tools, token ids, reasoning, a second turn)
-is probed after that, by :mod:`gym_runtime.supervise.policy_probe`.
+is probed after that, by :mod:`gym_runtime.policy.probe`.
 """
 
 from __future__ import annotations

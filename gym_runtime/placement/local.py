@@ -11,6 +11,8 @@ The bring-up calls three stages on a placement (:mod:`gym_runtime.placement`):
   each published on this host.
 
 :meth:`LocalPlacement.close` closes the sandbox and removes the private Ray head's directory.
+The module is long because it holds the three stages and their undo for one placement; Ray, the
+sandbox and supervision come from their own rooms.
 """
 
 from __future__ import annotations

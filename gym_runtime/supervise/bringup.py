@@ -5,7 +5,9 @@ Data flows one way (docs/architecture.md §2): Package -> MergedConfig -> venvs 
 each stage returned; :meth:`Environment.stop` undoes them in reverse, from any phase (a stop while
 venvs build cancels the build). *Where* the servers run is one seam, the placement
 (:mod:`gym_runtime.placement`): this host (``local``) or nodes of a Ray cluster (``ray``); the
-stages call it, never a second path of their own.
+stages call it, never a second path of their own. The module is long because one object keeps
+what every stage returned, so that a stop undoes them in reverse from any phase; the stages' own
+work lives in their rooms.
 """
 
 from __future__ import annotations

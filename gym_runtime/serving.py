@@ -3,7 +3,8 @@
 The head server, the task-sandbox API, the OpenSandbox gate, the replica router and the
 OpenSandbox relays all run this way: the caller binds its sockets first (no probe-then-release
 race), uvicorn's signal handling stays off (the daemon owns SIGTERM and SIGINT), and a stop ends
-open requests within a bound.
+open requests within a bound. Beside them: a listening socket, and a free port's number
+(:func:`free_port`, for a server that binds its port itself).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
+
+from gym_runtime.errors import StartError
 
 QUIET: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off", "timeout_keep_alive": 60}
 
@@ -69,6 +72,17 @@ def listening_socket(
         sock.close()
         raise
     return sock
+
+
+def free_port(host: str = "127.0.0.1", avoid: set[int] | frozenset[int] = frozenset()) -> int:
+    """A port the OS reports free on ``host``, not in ``avoid`` (the run's assigned ports)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
+    raise StartError("no free port found on " + host, code="GR-START-PORT")
 
 
 class LoopbackListener(LoopServer):

@@ -167,7 +167,7 @@ class RuntimeSettings:
     sandbox_backend: str = "local"  # GYM_RUNTIME_SANDBOX_BACKEND / --sandbox-backend (SANDBOX_BACKENDS)
     opensandbox: Any = None  # sandbox.opensandbox.connection.OpenSandboxConnection, when its variables are set
     preload: bool = True  # GYM_RUNTIME_PRELOAD (sandbox/zygote.py)
-    ray_undeclared: str = "when-imported"  # GYM_RUNTIME_RAY_UNDECLARED (RAY_UNDECLARED; gym_release/ray_use.py)
+    ray_undeclared: str = "when-imported"  # GYM_RUNTIME_RAY_UNDECLARED (RAY_UNDECLARED; ray/use.py)
 
     def writable_tree(self, instance: str) -> bool:
         """Whether ``instance``'s server tree is a copy-on-write view (``GYM_RUNTIME_WRITABLE_TREES``)."""

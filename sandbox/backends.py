@@ -21,7 +21,7 @@ asks it, never its name:
 * ``await backend.close()`` -> drops its connection (after the sandboxes are closed);
 * ``backend.ray_scope``: where the cluster of a server that uses Ray can be (``environment``: one
   the environment's servers share, the private head or a joined one; ``server``: each server's
-  own, inside its sandbox), read by :func:`gym_runtime.ray_target.choose` (:func:`ray_scope` by name).
+  own, inside its sandbox), read by :func:`gym_runtime.ray.target.choose` (:func:`ray_scope` by name).
 
 Backends: :class:`LocalBackend` (``local``: namespaces and bubblewrap on this host, the default)
 and :class:`sandbox.opensandbox.backend.OpenSandboxBackend` (``opensandbox``: the operator's

@@ -76,7 +76,7 @@ def _uv(settings: RuntimeSettings) -> dict[str, Any]:
 
 
 def _ray(flag: str | None, settings: RuntimeSettings) -> dict[str, Any]:
-    from gym_runtime.ray_target import choose, wait_reachable
+    from gym_runtime.ray.target import choose, wait_reachable
     from sandbox.backends import ray_scope
 
     try:

@@ -20,7 +20,7 @@ A stage with problems stops the later ones (their findings would be echoes of th
 cause). Warnings (``MergedConfig.warnings``) never stop anything: a false-looking string from
 ``oc.env`` in a field of unknown type (``GR-CONFIG-TRUTHY``), egress settings in a package
 config (``GR-CONFIG-NOT-A-SETTING``), a ``ray_enabled`` key in a server's block
-(``GR-CONFIG-RAY-ENABLED``, :mod:`gym_runtime.gym_release.ray_use`) and a ``simple_agent`` with no
+(``GR-CONFIG-RAY-ENABLED``, :mod:`gym_runtime.ray.use`) and a ``simple_agent`` with no
 ``max_steps`` (``GR-CONFIG-NO-MAX-STEPS``, :mod:`gym_runtime.config.episodes`).
 """
 

@@ -1,7 +1,7 @@
 """The warning for gym-runtime's old ``ray_enabled`` key in a server's config block (docs/runtime.md, "Ray").
 
 The key is gone: the server's class declares ``ray_enabled`` (NeMo Gym 0.7.0;
-:mod:`gym_runtime.gym_release.ray_use` reads it), and the key would only reach the server's config,
+:mod:`gym_runtime.ray.use` reads it), and the key would only reach the server's config,
 where a model with ``extra="forbid"`` (0.7.0's environment servers) refuses it. A config that still
 sets one gets the warning ``GR-CONFIG-RAY-ENABLED`` saying what to do instead.
 """

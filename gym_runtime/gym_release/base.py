@@ -83,7 +83,7 @@ class GymRelease:
     # whether servers of the line declare their Ray use (a `ray_enabled` class attribute, 0.7 and
     # later); before, `SimpleServer.run_webserver` calls `ray.init` in every SDK server
     declares_ray_enabled: ClassVar[bool] = False
-    # what a server's tree imports when it calls Ray itself (gym_runtime/package/ray_imports.py)
+    # what a server's tree imports when it calls Ray itself (gym_runtime/ray/imports.py)
     ray_modules: ClassVar[tuple[str, ...]] = ("ray",)
     # the SDK modules its servers import at start-up, imported once per venv by a preloaded parent
     # (sandbox/zygote.py): the server bases and what they pull in
@@ -226,7 +226,7 @@ class GymRelease:
     def server_uses_ray(self, sdk: bool, declared: bool | None, reaches_ray: bool) -> bool:
         """Whether the runtime gives a server a Ray driver: on this line as NeMo Gym does
         (:meth:`gym_starts_ray`; ``reaches_ray``, whether its tree imports Ray
-        (:mod:`gym_runtime.package.ray_imports`), does not matter here)."""
+        (:mod:`gym_runtime.ray.imports`), does not matter here)."""
         return self.gym_starts_ray(sdk, declared)
 
     def describe(self) -> str:

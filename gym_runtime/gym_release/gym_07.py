@@ -57,9 +57,9 @@ class Gym07(Gym06):
     def server_uses_ray(self, sdk: bool, declared: bool | None, reaches_ray: bool) -> bool:
         """A server that declares ``ray_enabled = True`` gets a Ray driver, and an SDK server whose
         class declares nothing only when its tree imports Ray (``reaches_ray``,
-        :mod:`gym_runtime.package.ray_imports`). NeMo Gym 0.7.0 gives every undeclared class one
+        :mod:`gym_runtime.ray.imports`). NeMo Gym 0.7.0 gives every undeclared class one
         (with a warning that a future release defaults it to false); one that never calls Ray runs
-        here without it, told by ``GYM_RUNTIME_NO_RAY_DRIVER`` (:mod:`gym_runtime.venvs.ray_switch`):
+        here without it, told by ``GYM_RUNTIME_NO_RAY_DRIVER`` (:mod:`gym_runtime.ray.switch`):
         no Ray head for it, no driver in its process, the host's best isolation (docs/runtime.md,
         "Ray"). When the release's metadata puts Ray under an extra (:attr:`ray_optional`), only a
         class that declares ``ray_enabled = True`` gets it, as that release does."""

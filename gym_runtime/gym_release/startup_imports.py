@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from gym_runtime.gym_release.sdk_index import INDEX_DIR
-from gym_runtime.venvs.layout import site_packages
+from gym_runtime.venv_layout import site_packages
 
 if TYPE_CHECKING:
     from gym_runtime.gym_release.base import GymRelease

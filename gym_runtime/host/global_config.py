@@ -52,6 +52,14 @@ class HostJob:
     port_range: tuple[int, int] = DEFAULT_PORT_RANGE
     config_paths: tuple[str, ...] = field(default_factory=tuple)
 
+    def apply(self, manifest_paths: list[str], given: PolicyValues) -> tuple[PolicyValues, tuple[dict[str, Any], str]]:
+        """What host mode makes of the job's policy values ``given`` and the package's manifest entries
+        ``manifest_paths``: ``config_paths`` checked against them (:meth:`check_config_paths`), then
+        ``(given completed by this config's policy values, (layer, label))``, the config layer
+        :func:`gym_runtime.policy.values.configure` merges beneath the package's."""
+        self.check_config_paths(manifest_paths)
+        return given.completed_by(self.policy), (self.layer, self.label)
+
     def check_config_paths(self, manifest_paths: list[str]) -> None:
         """Raise ``GR-HOST-CONFIG-PATHS`` naming every entry of ``config_paths`` the package's
         manifest does not list (``manifest_paths``: the manifest's entries, package-relative)."""

@@ -1,6 +1,6 @@
 """The daemon as the Ray driver that owns every replica actor (docs/scale-out.md).
 
-:func:`connect` joins the cluster chosen by :mod:`gym_runtime.ray_target` (``--ray-address``,
+:func:`connect` joins the cluster chosen by :mod:`gym_runtime.ray.target` (``--ray-address``,
 ``ray_head_node_address``, ``RAY_ADDRESS``) with ``ray.init`` on a worker thread (on the main
 thread Ray would replace the daemon's SIGTERM handler). A process that is already a driver (the
 Python API inside a training job's driver) is reused and never shut down by us. Ray refuses a

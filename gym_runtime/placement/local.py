@@ -4,13 +4,15 @@ The bring-up calls three stages on a placement (:mod:`gym_runtime.placement`):
 
 * :meth:`LocalPlacement.prepare` (phase "building venvs"): plan and build the venvs here;
 * :meth:`LocalPlacement.open` (phase "starting sandbox"): decide Ray (a private head when a
-  server uses it, :mod:`gym_runtime.gym_release.ray_use`, or the given cluster) and start the
+  server uses it, :mod:`gym_runtime.ray.use`, or the given cluster) and start the
   environment's sandbox at the level the servers allow;
 * :meth:`LocalPlacement.add_servers` (phase "starting servers"): ports in the sandbox network,
   the private Ray head, one supervised member per server instance (the sandbox is its launcher),
   each published on this host.
 
 :meth:`LocalPlacement.close` closes the sandbox and removes the private Ray head's directory.
+The module is long because it holds the three stages and their undo for one placement; Ray, the
+sandbox and supervision come from their own rooms.
 """
 
 from __future__ import annotations
@@ -26,17 +28,20 @@ from typing import Any
 
 from gym_runtime.config import token_capture
 from gym_runtime.errors import BuildError, GymRuntimeError
-from gym_runtime.gym_release.ray_use import ray_users
 from gym_runtime.gym_release.startup_imports import startup_imports
-from gym_runtime.ray_target import choose, ray_level, wait_reachable
-from gym_runtime.supervise import contract, env_limit, own_ray, passthrough, ray_head, ray_workers, run_mark
+from gym_runtime.ray import head as ray_head
+from gym_runtime.ray import own as own_ray
+from gym_runtime.ray import switch as ray_switch
+from gym_runtime.ray import workers as ray_workers
+from gym_runtime.ray.env import server_ray_env
+from gym_runtime.ray.target import choose, ray_level, wait_reachable
+from gym_runtime.ray.use import gym_sdk_venv, ray_users
+from gym_runtime.supervise import contract, env_limit, passthrough, run_mark
 from gym_runtime.supervise.interrupted import as_interrupted
 from gym_runtime.supervise.orphans import Watchdog
 from gym_runtime.supervise.ports import check_free
-from gym_runtime.supervise.ray_env import server_ray_env
 from gym_runtime.task_sandboxes import bringup as task_sandboxes
 from gym_runtime.task_sandboxes.install import ensure_provider
-from gym_runtime.venvs import ray_switch
 from gym_runtime.venvs.bytecode import PRELOADED_PARENT, RAY_HEAD
 
 
@@ -119,12 +124,10 @@ class LocalPlacement:
         sandbox the backend gives (``env.backend``, :mod:`sandbox.backends`). Raises
         :class:`~gym_runtime.errors.SandboxServiceSettingsError` ``GR-OSB-RAY`` when a cluster to
         join is given to a backend whose servers each run in a sandbox of their own
-        (:func:`gym_runtime.ray_target.choose`)."""
+        (:func:`gym_runtime.ray.target.choose`)."""
         env, req = self.env, self.env.req
         merged = env.merged
-        use = ray_users(
-            merged, {n: contract.gym_sdk_venv(p) for n, p in self.pythons.items()}, env.settings.ray_undeclared
-        )
+        use = ray_users(merged, {n: gym_sdk_venv(p) for n, p in self.pythons.items()}, env.settings.ray_undeclared)
         users = [n for n, u in use.items() if u.uses]
         env.ray = replace(
             choose(
@@ -445,7 +448,7 @@ class LocalPlacement:
 
     def _limits(self, name: str) -> Any:
         """Server ``name``'s resource limits (docs/runtime.md, "Resource limits"; settings), its
-        memory raised for its own Ray under the ``own`` Ray mode (:mod:`gym_runtime.supervise.own_ray`)."""
+        memory raised for its own Ray under the ``own`` Ray mode (:mod:`gym_runtime.ray.own`)."""
         from sandbox import ResourceLimits
 
         memory = self.env.settings.server_memory_mb
@@ -454,7 +457,7 @@ class LocalPlacement:
 
     def _add_ray_member(self) -> str:
         """ONE private Ray head inside the sandbox network (servers reach it on loopback); see
-        :mod:`gym_runtime.supervise.ray_head`. It starts in wave 0, so every server starts once the
+        :mod:`gym_runtime.ray.head`. It starts in wave 0, so every server starts once the
         head is ready (the module doc, "Head first"). Returns the GCS address servers get."""
         from sandbox import ProcessSpec
 

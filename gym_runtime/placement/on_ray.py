@@ -74,7 +74,7 @@ class RayPlacement:
         from gym_runtime.placement.cluster import connect
         from gym_runtime.placement.package import package_digest
         from gym_runtime.placement.replica import HEAD, free_inside_ports
-        from gym_runtime.ray_target import choose, wait_reachable
+        from gym_runtime.ray.target import choose, wait_reachable
 
         env, req = self.env, self.env.req
         target = choose(req.ray_address, merged.data.get("ray_head_node_address"), env.settings.environ, [])

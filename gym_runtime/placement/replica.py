@@ -16,7 +16,7 @@ also on SIGKILL. On the node Ray chose from the replica's ``placement`` block it
    node;
 4. starts the server (Gym's process contract, :mod:`gym_runtime.supervise.contract`; the
    node's server resource limits; a server that joins the Ray cluster runs its tasks as a Ray
-   job in its own venv, :mod:`gym_runtime.supervise.ray_workers`) and
+   job in its own venv, :mod:`gym_runtime.ray.workers`) and
    publishes its port on the node's address; reports exits (:meth:`wait_exit`), its log
    (:meth:`read_log`) and stops it.
 
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import GymRuntimeError, StartError
-from gym_runtime.ray_target import RayTarget
+from gym_runtime.ray.target import RayTarget
 from gym_runtime.venvs.progress import Reporter
 
 
@@ -136,8 +136,8 @@ class ServerReplica:
         self.port: int | None = None
         self.proc: Any = None
         self.watchdog: Any = None
-        # mode `join` when the server joins the Ray cluster (its tasks run as a Ray job: ray_workers.py);
-        # `without` names it when NeMo Gym would give it a driver but it calls no Ray (gym_release/ray_use.py)
+        # mode `join` when the server joins the Ray cluster (its tasks run as a Ray job: ray/workers.py);
+        # `without` names it when NeMo Gym would give it a driver but it calls no Ray (ray/use.py)
         self.ray = RayTarget("none")
         self.merged: Any = None  # the instance's config on this node (MergedConfig), once built
         self.facts: dict[str, Any] = {}
@@ -216,8 +216,8 @@ class ServerReplica:
         from gym_runtime.config.merge import Sources
         from gym_runtime.errors import ConfigError, ViolationList
         from gym_runtime.package import load_package
+        from gym_runtime.ray.switch import ensure_ray_switch
         from gym_runtime.venvs import build_venvs, plan_venvs
-        from gym_runtime.venvs.ray_switch import ensure_ray_switch
 
         job = self.job
         pkg = load_package(root)
@@ -233,10 +233,9 @@ class ServerReplica:
 
     def _level(self, inst: Any, python: Path) -> str | None:
         """The isolation level: the forced one, else the best here; ``none`` for a server that
-        joins the Ray cluster (it needs the node's raylet: :func:`gym_runtime.ray_target.ray_level`)."""
-        from gym_runtime.gym_release.ray_use import ray_use
-        from gym_runtime.ray_target import ray_level
-        from gym_runtime.supervise.contract import gym_sdk_venv
+        joins the Ray cluster (it needs the node's raylet: :func:`gym_runtime.ray.target.ray_level`)."""
+        from gym_runtime.ray.target import ray_level
+        from gym_runtime.ray.use import gym_sdk_venv, ray_use
 
         job = self.job
         use = ray_use(inst, self.merged, gym_sdk_venv(python), undeclared=self.settings.ray_undeclared)
@@ -266,8 +265,8 @@ class ServerReplica:
 
     def _spec(self, inst: Any, python: Path) -> Any:
         from gym_runtime.config import token_capture
+        from gym_runtime.ray.env import server_ray_env
         from gym_runtime.supervise import contract
-        from gym_runtime.supervise.ray_env import server_ray_env
         from sandbox import ProcessSpec, ResourceLimits
 
         job = self.job

@@ -3,7 +3,7 @@
 Order: the package, its configuration and EVERY dataset row are checked before anything
 starts (a bad row costs no venv build); then :class:`gym_runtime.Runtime` brings the environment
 up (the built-in stub model unless a policy URL is given; when a row offers tools, the start-up
-probe of the policy endpoint offers one too, :mod:`gym_runtime.supervise.policy_probe`), each row
+probe of the policy endpoint offers one too, :mod:`gym_runtime.policy.probe`), each row
 goes k times to its agent's ``/run``, or through the environment server fronting it under a Gym
 release line that has them (:func:`gym_runtime.rollouts.sampler.sample_rows`, each bounded by
 ``rollout_timeout_s``; :mod:`gym_runtime.rollouts.routing`), every result is appended to the
@@ -132,7 +132,7 @@ def prepare(req: DryRunRequest, notes: list[str] | None = None) -> tuple[str, li
 
 
 def offers_tools(rows: list[DatasetRow]) -> bool:
-    """Whether any row offers tools (then the start-up probe offers one too, policy_probe.py)."""
+    """Whether any row offers tools (then the start-up probe offers one too, policy/probe.py)."""
     return any((row.data.get("responses_create_params") or {}).get("tools") for row in rows)
 
 

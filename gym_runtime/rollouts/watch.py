@@ -22,7 +22,7 @@ The stages are the dry-run's own (:mod:`gym_runtime.rollouts.dryrun`: :func:`pre
 5. restart the instances an edit touched (:func:`gym_runtime.supervise.reload.restart`); one that
    cannot start (a syntax error) has shown its error block: the rows wait for the next edit; an
    edit after which a server uses Ray the running environment did not give it is refused first
-   (:func:`gym_runtime.supervise.watch_ray.check_edited`), its block shown, the servers left as
+   (:func:`gym_runtime.ray.watch.check_edited`), its block shown, the servers left as
    they were;
 6. run the rows again and show the table with each row's change against the previous table
    (:mod:`gym_runtime.rollouts.compare`); back to 2. With the built-in stub model as policy, its
@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gym_runtime.errors import GymRuntimeError, UsageError
+from gym_runtime.ray import watch as watch_ray
 from gym_runtime.rollouts.compare import gone_rows, row_changes
 from gym_runtime.rollouts.dryrun import (
     DryRunRequest,
@@ -64,7 +65,7 @@ from gym_runtime.rollouts.dryrun import (
 from gym_runtime.rollouts.edits import Edit, Edits, classify
 from gym_runtime.rollouts.rebuild import Rebuilds, Rebuilt
 from gym_runtime.rollouts.stats import RolloutResult
-from gym_runtime.supervise import reload, venv_swap, watch_ray
+from gym_runtime.supervise import reload, venv_swap
 from gym_runtime.supervise.member import FAILED
 from gym_runtime.supervise.options import SuperviseOptions
 

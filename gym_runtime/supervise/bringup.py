@@ -5,7 +5,9 @@ Data flows one way (docs/architecture.md §2): Package -> MergedConfig -> venvs 
 each stage returned; :meth:`Environment.stop` undoes them in reverse, from any phase (a stop while
 venvs build cancels the build). *Where* the servers run is one seam, the placement
 (:mod:`gym_runtime.placement`): this host (``local``) or nodes of a Ray cluster (``ray``); the
-stages call it, never a second path of their own.
+stages call it, never a second path of their own. The module is long because one object keeps
+what every stage returned, so that a stop undoes them in reverse from any phase; the stages' own
+work lives in their rooms.
 """
 
 from __future__ import annotations
@@ -25,26 +27,27 @@ import httpx
 from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.config.url_secrets import mask_url, mask_urls
 from gym_runtime.errors import GymRuntimeError, StartError, UsageError
-from gym_runtime.gym_release.ray_use import release_line
 from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
 from gym_runtime.inherited import check_open_files
+from gym_runtime.package import Package, load_package
 from gym_runtime.placement import make_placement
 from gym_runtime.placement.local import quiet_sandbox_log
-from gym_runtime.ray_target import RayTarget, check_given
+from gym_runtime.policy import probe as policy_probe
+from gym_runtime.policy import values as job_policy
+from gym_runtime.ray import head as ray_head
+from gym_runtime.ray.target import RayTarget, check_given
+from gym_runtime.ray.use import release_line
 from gym_runtime.settings import RuntimeSettings, check_sandbox_backend
 from gym_runtime.supervise import (
     contract,
     env_limit,
     head_view,
     passthrough,
-    policy_probe,
     preflight,
     processes,
-    ray_head,
     readiness,
     run_mark,
 )
-from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.logs import LogSink
 from gym_runtime.supervise.member import READY, Member
@@ -172,14 +175,13 @@ class Environment:
                 else bind_in_range(self.req.head_host, *host.port_range)
             )
         await self._open_backend()
+        package, given, job_config = self.req.package, self.req.policy, self.req.job_config
+        if host is not None:  # the host's global config: its policy values and a config layer
+            if not isinstance(package, Package):
+                package = await asyncio.to_thread(load_package, package)
+            given, job_config = host.job.apply(list(package.manifest.config_paths), given)
         merged, self.stub_url = await job_policy.configure(
-            self.req.package,
-            self.req.overrides,
-            self.req.policy,
-            self._say,
-            self.settings,
-            host.job if host else None,
-            self.req.job_config,
+            package, self.req.overrides, given, self._say, self.settings, job_config
         )
         from gym_runtime.rollouts.routing import Routing
 

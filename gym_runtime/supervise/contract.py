@@ -169,11 +169,3 @@ def server_env(
     )
     env.setdefault("LANG", "C.UTF-8")
     return env
-
-
-def gym_sdk_venv(venv_python: Path) -> bool:
-    """True when the venv of ``venv_python`` holds the ``nemo_gym`` package (its servers call
-    ``ray.init`` at start; :func:`gym_runtime.venvs.layout.holds_nemo_gym`)."""
-    from gym_runtime.venvs.layout import holds_nemo_gym
-
-    return holds_nemo_gym(venv_python.parent.parent)

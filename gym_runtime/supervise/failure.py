@@ -239,7 +239,7 @@ def endpoint_failure(url: str, outcome: str | tuple, timeout_s: float) -> tuple[
     """``(message, code, hint)`` for a model endpoint that failed its readiness probe: ``outcome``
     is ``"failed"`` (never answered), ``("auth", status)`` (the policy key was refused),
     ``("wrong-model", name given, names served)`` or ``("not-root", suggested /v1 root, what the
-    probes saw)`` (:mod:`gym_runtime.supervise.policy_endpoint`, case C35). A credential inside the
+    probes saw)`` (:mod:`gym_runtime.policy.endpoint`, case C35). A credential inside the
     URL is masked (:func:`~gym_runtime.config.url_secrets.mask_url`)."""
     url = mask_url(url)
     if isinstance(outcome, tuple) and outcome[0] == "not-root":

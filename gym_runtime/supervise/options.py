@@ -27,7 +27,7 @@ class SuperviseOptions:
     * ``log_max_bytes``: a server log file is rotated (one ``.1`` backup) past this size (50 MB).
     * ``probe_policy``: before ready, probe each policy endpoint with a two-turn conversation that
       offers a tool (and asks for token ids where the instance does) and check tools, token ids,
-      ``uses_reasoning_parser`` and ``reasoning_field`` against what it returns (policy_probe.py;
+      ``uses_reasoning_parser`` and ``reasoning_field`` against what it returns (policy/probe.py;
       off by default). Without it, one turn is still probed for an instance with
       ``return_token_id_information``, and with a tool when ``probe_tools`` (the dry-run sets it
       when its rows offer tools), unless ``model_endpoint_timeout_s`` is 0.

@@ -1,4 +1,4 @@
-"""Host ports: explicit-port preflight with the owning process, free-port choice, socket binding.
+"""Host ports: explicit-port preflight with the owning process, socket binding.
 
 Case C04: a taken explicit port is reported within a second as ``<name>: host:port is already in
 use`` with the owner's pid and command line (psutil), never as a crash after a health-check timeout;
@@ -69,14 +69,3 @@ def port_in_use(what: str, host: str, port: int) -> StartError:
 def check_free(host: str, port: int, what: str) -> None:
     """Preflight: raise :class:`StartError` when host:port cannot be bound right now."""
     bind_listener(host, port, what).close()
-
-
-def free_port(host: str = "127.0.0.1", avoid: set[int] | frozenset[int] = frozenset()) -> int:
-    """A port the OS reports free on ``host``, not in ``avoid`` (the run's assigned ports)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if port not in avoid:
-            return port
-    raise StartError("no free port found on " + host, code="GR-START-PORT")

@@ -4,7 +4,7 @@ A bad operator setting (``NMP_RL_SANDBOX_ALLOW_INTERNET=maybe``: ``GR-SETTINGS-E
 conflicting flags (``--require-isolation`` with ``--isolation partial|none``: ``GR-USAGE``, exit 2)
 and an isolation level this host cannot give (``GR-SANDBOX-ISOLATION``, exit 3) are reported in a
 second, not after minutes of building. The one check left for later: Ray servers need ``partial``
-(``ray_target.ray_level``), known only once the venvs exist.
+(``gym_runtime.ray.target.ray_level``), known only once the venvs exist.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ The daemon's whole process tree (psutil) is walked once; each process gets a ``r
 ``ray``                    the private Ray head's processes (``component``: ``gcs_server``,
                            ``raylet``, ``dashboard agent``, ``runtime-env agent``,
                            ``log monitor``, ``api server``, ``worker``, ``head holder``
-                           (ray_hold/), ``ray start`` while it starts the cluster)
+                           (ray/hold/), ``ray start`` while it starts the cluster)
 ``task sandbox``           the processes of the task sandboxes a server made (``member`` names the
                            server; ``component``: ``bubblewrap``, ``keeper``, ``joiner``, or the
                            command's own name), gym_runtime/task_sandboxes/

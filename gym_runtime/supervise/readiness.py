@@ -4,7 +4,7 @@ A server is ready when ``GET http://host:port/`` gets *any* HTTP answer (never f
 case C24). A model endpoint answers when ``GET <base_url>/models`` gets any status, whatever the
 base URL's path; a refused connection is retried, a name that does not resolve is reported at
 once. What the answer must then be (an OpenAI root listing the policy model, case C35) is
-:mod:`gym_runtime.supervise.policy_endpoint`.
+:mod:`gym_runtime.policy.endpoint`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 
 from gym_runtime.config.url_secrets import mask_url
+from gym_runtime.policy.endpoint import PROBE_TIMEOUT_S
 from sandbox.opensandbox import NO_SERVER
 
-PROBE_TIMEOUT_S = 2.0
 REPORT_EVERY_S = 15.0
 ENDPOINT_PHASE = "waiting for the policy model endpoint(s)"
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from gym_runtime.config import MergedConfig
 from gym_runtime.errors import ConfigError
+from gym_runtime.policy import values as job_policy
 from gym_runtime.supervise import env_limit
-from gym_runtime.supervise import policy as job_policy
 from gym_runtime.supervise.member import FAILED, READY, RESTARTING, STARTING, STOPPING, Event
 from gym_runtime.supervise.rebind import respawn
 

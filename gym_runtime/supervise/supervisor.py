@@ -17,7 +17,8 @@ ends the run (a server that cannot be placed again ends ``start-failed``, which 
 per-server and an overall deadline whose report names the phase and the last log lines; after
 ready, a server that stops answering ``GET /`` is named wedged and restarted (wedged.py); shutdown
 sends TERM to every process group, waits ``shutdown_grace_s``, KILLs and reaps (case C05); a second
-stop request skips the grace.
+stop request skips the grace. The module is long because the loop is one: each event's handling
+stays beside the state it changes.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from typing import Any
 import httpx
 
 from gym_runtime.errors import StartError
-from gym_runtime.supervise import policy_endpoint, port_owner, readiness, run_mark, service_outage, wedged
+from gym_runtime.policy import endpoint as policy_endpoint
+from gym_runtime.supervise import port_owner, readiness, run_mark, service_outage, wedged
 from gym_runtime.supervise.failure import endpoint_failure, failure_report, port_listening
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (

@@ -13,7 +13,7 @@ another than the one they run on.
 (:meth:`gym_runtime.placement.local.LocalPlacement.reseat`) and places the bytecode the store
 holds for it; the caller restarts them (:func:`gym_runtime.supervise.reload.restart`). A server
 that uses Ray is not moved (``GR-BUILD-WATCH-RAY``) unless the environment joined a Ray cluster
-or each server starts its own in its sandbox (:mod:`gym_runtime.supervise.watch_ray`).
+or each server starts its own in its sandbox (:mod:`gym_runtime.ray.watch`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import BuildError
-from gym_runtime.supervise import watch_ray
+from gym_runtime.ray import watch as watch_ray
 
 
 async def rebuild(env: Any, names: list[str], cancel: threading.Event) -> dict[str, Any]:

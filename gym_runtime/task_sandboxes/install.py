@@ -16,7 +16,7 @@ import base64
 import hashlib
 from pathlib import Path
 
-from gym_runtime.venvs.layout import site_packages
+from gym_runtime.venv_layout import site_packages
 
 DIST, MODULE, VERSION = "gym-runtime-sandbox", "gym_runtime_sandbox", "1.0"
 SOURCE = Path(__file__).with_name("dist") / f"{MODULE}.py"

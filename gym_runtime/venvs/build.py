@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import BuildCancelledError, BuildError, Violation
+from gym_runtime.ray.switch import install_ray_switch
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.task_sandboxes.install import install_provider
 from gym_runtime.venvs import closure, integrity, resolutions, stages
@@ -40,7 +41,6 @@ from gym_runtime.venvs.maintenance import network_fs_warning
 from gym_runtime.venvs.pip_settings import pip_hint
 from gym_runtime.venvs.plan import InstallPlan, VenvPlan
 from gym_runtime.venvs.progress import Reporter, make_reporter
-from gym_runtime.venvs.ray_switch import install_ray_switch
 from gym_runtime.venvs.reasons import previous, rebuild_reasons, remember
 from gym_runtime.venvs.stages import StageContext, StepFailure
 from gym_runtime.venvs.store import (
@@ -273,7 +273,7 @@ def build_one(
             if before:
                 _record(settings, vp, before)
             install_exit_hook(tmp)
-            install_ray_switch(tmp)  # a Gym server run without Ray (ray_switch.py), where the venv holds Gym
+            install_ray_switch(tmp)  # a Gym server run without Ray (ray/switch.py), where the venv holds Gym
             install_provider(tmp)  # NeMo Gym's `gym_runtime` sandbox provider (task_sandboxes/install.py)
             write_marker(
                 tmp,

@@ -30,10 +30,10 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from gym_runtime.config import MergedConfig, ServerInstance
 from gym_runtime.errors import Violation
+from gym_runtime.package.requirements import SDK_NAME, InstallSource, read_install_source
 from gym_runtime.package.wheels import Target
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs.overrides import Overrides, read_overrides
-from gym_runtime.venvs.requirements import SDK_NAME, InstallSource, read_install_source
 from gym_runtime.venvs.uvrun import UvResult, make_env, run_uv
 
 _NAME = r"`?([A-Za-z0-9][A-Za-z0-9._\-]*)(?:\[[^\]]*\])?`?"

@@ -21,8 +21,8 @@ plain ``ray.shutdown()`` skips the sleep, and Ray's own handler then finds the d
 and returns (its mode is reset). NeMo Gym does the same for a cluster it started itself: its
 ``server_utils`` registers ``maybe_ray_cluster_exit`` (a plain ``ray.shutdown()``) after importing
 Ray. A server that joins a cluster (always, under this runtime) would sleep; so each venv also gets
-the module :data:`RAY_MODULE`, whose :data:`RAY_HOOK` the server's environment names as Ray's
-``RAY_RUNTIME_ENV_HOOK`` (:mod:`gym_runtime.supervise.ray_workers`). ``ray.init`` calls it with the
+the module :data:`~gym_runtime.ray.workers.RAY_MODULE`, whose :data:`~gym_runtime.ray.workers.RAY_HOOK` the server's
+environment names as Ray's ``RAY_RUNTIME_ENV_HOOK`` (:mod:`gym_runtime.ray.workers`). ``ray.init`` calls it with the
 job's runtime environment (returned unchanged); it registers a plain ``ray.shutdown()``, which,
 registered after Ray's handler, runs before it. What that gives up: task output that reaches the
 log monitor in the server's last 0.5 s is not printed to the server's log, and ``atexit`` handlers
@@ -34,12 +34,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gym_runtime.venvs.layout import site_packages
+from gym_runtime.ray.workers import RAY_MODULE
+from gym_runtime.venv_layout import site_packages
 
 HOOK_NAME = "_gym_runtime_exit.pth"
 HOOK_LINE = "import atexit, gc; atexit.register(gc.freeze)\n"
-RAY_MODULE = "_gym_runtime_ray_exit"
-RAY_HOOK = f"{RAY_MODULE}.end_driver_at_exit"
 RAY_SOURCE = '''"""Installed by gym-runtime in every venv it builds: a Ray driver's exit without Ray's fixed
 0.5 s sleep. RAY_RUNTIME_ENV_HOOK names end_driver_at_exit; ray.init calls it."""
 

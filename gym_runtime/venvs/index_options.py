@@ -13,7 +13,7 @@ written in a requirements file (uv refuses the line); the operator sets it as
 :func:`index_option_notes` are ``validate``'s warnings (``GR-BUILD-INDEX-OPTION``), one per such line;
 :func:`first_index_hint` is the hint of a stage-1 failure whose uv output shows the rule at work
 ("was found on URL, but not at the requested version"), naming the requirements line that added
-the index. The lines are read by :mod:`gym_runtime.venvs.requirements` (kind ``option``).
+the index. The lines are read by :mod:`gym_runtime.package.requirements` (kind ``option``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from gym_runtime.errors import BuildError, Violation
-from gym_runtime.venvs.requirements import InstallSource, ReqLine, read_install_source
+from gym_runtime.package.requirements import InstallSource, ReqLine, read_install_source
 from gym_runtime.venvs.uvrun import redact_url
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from gym_runtime.venvs.layout import site_packages
+from gym_runtime.venv_layout import site_packages
 
 
 def _dist_name(dist_info: Path) -> str:

@@ -10,7 +10,7 @@ adds nothing: a name no requirement asks for is not installed (uv's rule).
 
 Gym reads ``overrides.txt`` only beside ``requirements.txt``; beside ``pyproject.toml`` it is ignored,
 and so it is here (the plan says so). The file gets the same treatment as an install file: parsed
-line by line (:func:`gym_runtime.venvs.requirements.classify`), hashed into the venv digest, passed
+line by line (:func:`gym_runtime.package.requirements.classify`), hashed into the venv digest, passed
 to the closure proof, to stage 1 and to stage 2 (so the vendored closure resolves under the same
 overrides that stage 1 applied), and named with its line in errors. Each line must be a requirement:
 ``name[extras] <specifier> ; <marker>`` or ``name @ URL`` (a URL only where the index is used); option
@@ -28,7 +28,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from gym_runtime.errors import BuildError, Violation
-from gym_runtime.venvs.requirements import InstallSource, ReqLine, classify, logical_lines
+from gym_runtime.package.requirements import InstallSource, ReqLine, classify, logical_lines
 
 FILE_NAME = "overrides.txt"
 _ALLOWED = ("requirement", "url", "vcs")

@@ -29,14 +29,14 @@ from gym_runtime.config import MergedConfig, ServerInstance
 from gym_runtime.errors import BuildError
 from gym_runtime.gym_release import GymRelease
 from gym_runtime.gym_release.imports import raise_on_missing
-from gym_runtime.gym_release.ray_use import ray_users
+from gym_runtime.package.requirements import SDK_NAME, InstallSource, read_install_source
 from gym_runtime.package.wheels import metadata_mismatches, wheel_dist_info
+from gym_runtime.ray.use import ray_use, ray_users
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs.digest import HashCache, plan_digest, tree_digest
 from gym_runtime.venvs.overrides import Overrides, ignored_note, read_overrides
 from gym_runtime.venvs.preflight import preflight
 from gym_runtime.venvs.python_choice import choose_python, ray_python_problems, shared_requirement
-from gym_runtime.venvs.requirements import SDK_NAME, InstallSource, read_install_source
 from gym_runtime.venvs.uvrun import UvEnv, make_env, uv_version
 from gym_runtime.venvs.venv_plan import STAGE2_TYPES, Pin, PoolFile, VenvPlan, read_pool_entries
 
@@ -99,8 +99,6 @@ def _uses_ray(inst: ServerInstance, merged: MergedConfig, settings: RuntimeSetti
     as an extra, or of an unknown line: :func:`pins_for`); True otherwise."""
     if merged.release is None or not (merged.release.ray_optional or merged.release.stand_in):
         return True
-    from gym_runtime.gym_release.ray_use import ray_use
-
     return ray_use(inst, merged, undeclared=settings.ray_undeclared).uses
 
 

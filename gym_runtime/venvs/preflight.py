@@ -16,7 +16,7 @@ a line that is not a valid requirement (``GR-BUILD-REQUIREMENT``), and a local
 path or editable line uv cannot install (``GR-BUILD-LOCAL-PATH``): it points at nothing, outside
 the package, or at a directory that is not a Python project (no ``pyproject.toml``, ``setup.py``
 or ``setup.cfg``). Lines pointing at the Gym SDK (``../..``) are not local paths: the pinned
-``nemo-gym`` replaces them (:mod:`gym_runtime.venvs.requirements`). The checks of
+``nemo-gym`` replaces them (:mod:`gym_runtime.package.requirements`). The checks of
 one install file (:func:`source_checks`) are also what ``gym-runtime validate`` reports for each
 server of a package (:func:`package_checks`), so a package that cannot build offline is invalid.
 
@@ -44,9 +44,9 @@ from packaging.version import Version
 
 from gym_runtime.errors import BuildError, Violation
 from gym_runtime.package import Package
+from gym_runtime.package.requirements import InstallSource, ReqLine, local_path, read_install_source
 from gym_runtime.venvs.overrides import FILE_NAME as OVERRIDES_FILE
 from gym_runtime.venvs.overrides import override_checks, read_overrides
-from gym_runtime.venvs.requirements import InstallSource, ReqLine, local_path, read_install_source
 from gym_runtime.venvs.tags import fits
 from gym_runtime.venvs.venv_plan import STAGE2_TYPES, PoolEntry, VenvPlan, read_pool_entries
 

@@ -28,12 +28,12 @@ from packaging.specifiers import SpecifierSet
 
 from gym_runtime.errors import BuildError, Violation
 from gym_runtime.gym_release.releases import RELEASES
+from gym_runtime.package.requirements import InstallSource, read_install_source
 from gym_runtime.venvs.pythons import Interpreter, find_python, pick_python
-from gym_runtime.venvs.requirements import InstallSource, read_install_source
 
 if TYPE_CHECKING:
     from gym_runtime.config import MergedConfig, ServerInstance
-    from gym_runtime.gym_release.ray_use import RayUse
+    from gym_runtime.ray.use import RayUse
     from gym_runtime.settings import RuntimeSettings
 
 # The built-in servers run the runtime's own code (servers/_kit: pydantic models with `X | None`),
@@ -182,7 +182,7 @@ def ray_python_problems(pythons: dict[str, Interpreter], users: dict[str, RayUse
 def python_problems(merged: MergedConfig, settings: RuntimeSettings, python: str | None = None) -> list[Violation]:
     """Every Python problem of ``merged`` as violations, without building (``validate``): each
     server's interpreter (:func:`choose_python`) and Ray's one Python (:func:`ray_python_problems`)."""
-    from gym_runtime.gym_release.ray_use import ray_users
+    from gym_runtime.ray.use import ray_users
 
     out: list[Violation] = []
     pythons: dict[str, Interpreter] = {}

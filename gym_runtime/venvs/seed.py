@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from gym_runtime.venvs.layout import site_packages
+from gym_runtime.venv_layout import site_packages
 
 
 def seed_sources(venv: Path, listed: Iterable[str]) -> list[str]:

@@ -26,11 +26,11 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from gym_runtime.config import MergedConfig
 from gym_runtime.errors import BuildError
+from gym_runtime.package.requirements import SDK_NAME, read_install_source
 from gym_runtime.package.wheels import Target, incompatible_wheels, read_wheelhouse
 from gym_runtime.settings import RuntimeSettings
 from gym_runtime.venvs.index import default_index, project_files
 from gym_runtime.venvs.overrides import read_overrides
-from gym_runtime.venvs.requirements import SDK_NAME, read_install_source
 from gym_runtime.venvs.uvrun import make_env, run_uv
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
+from gym_runtime.package.requirements import InstallSource
 from gym_runtime.venvs.overrides import Overrides
 from gym_runtime.venvs.pythons import Interpreter
-from gym_runtime.venvs.requirements import InstallSource
 
 # the environment's own code (NMP: agent and resources-server venvs; environment servers front agents)
 STAGE2_TYPES = ("responses_api_agents", "resources_servers", "environment_servers")

@@ -39,7 +39,7 @@ class OpenSandboxBackend:
     name = "opensandbox"
     host_isolation = False  # the service's sandboxes isolate; this host's namespaces are not used
     # no network spans the sandboxes: a server that uses Ray starts its own in its sandbox (NeMo Gym's
-    # initialize_ray without ray_head_node_address); joining a cluster is refused (GR-OSB-RAY, ray_target.py)
+    # initialize_ray without ray_head_node_address); joining a cluster is refused (GR-OSB-RAY, gym_runtime/ray/target.py)
     ray_scope = "server"
     close_step = ("sandboxes on the OpenSandbox server (relays, deletion by the run's label)", 30.0)
 

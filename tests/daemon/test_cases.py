@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from gym_runtime.errors import GymRuntimeError
-from gym_runtime.ray_target import choose, wait_reachable
+from gym_runtime.ray.target import choose, wait_reachable
 from tests.helpers.cases import case_dir, case_package
 from tests.helpers.daemon import (
     FIXTURE_APP,
@@ -191,7 +191,7 @@ def test_c26_case2_stale_address_fails_in_bounded_time() -> None:
 
 
 def test_c26_case3_auto_never_starts_a_second_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gym_runtime.ray_target as rt
+    import gym_runtime.ray.target as rt
 
     monkeypatch.setattr(rt, "find_running_cluster", lambda: None)  # no cluster on this host
     with pytest.raises(GymRuntimeError) as e:

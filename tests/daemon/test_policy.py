@@ -176,7 +176,7 @@ def test_refused_api_key_fails_the_start(tmp_path: Path) -> None:
 
 
 def test_suggested_root() -> None:
-    from gym_runtime.supervise.policy_endpoint import suggest_root
+    from gym_runtime.policy.endpoint import suggest_root
 
     assert suggest_root("http://127.0.0.1:8000") == "http://127.0.0.1:8000/v1"
     assert suggest_root("http://127.0.0.1:8000/") == "http://127.0.0.1:8000/v1"
@@ -194,7 +194,7 @@ def test_what_the_endpoint_is_whatever_its_path(stub_endpoint) -> None:
 
     import httpx
 
-    from gym_runtime.supervise.policy_endpoint import check
+    from gym_runtime.policy.endpoint import check
 
     url, served = stub_endpoint
     root = url.removesuffix("/v1")

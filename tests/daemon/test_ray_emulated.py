@@ -1,6 +1,6 @@
 """A private Ray head is refused at once where the Ray venv's binaries run through an interpreter
 (CPU emulation: qemu-user under binfmt_misc), since no Ray driver could find its raylet there
-(gym_runtime/supervise/ray_head.py ``check_native``; docs/container.md, "arm64 under emulation").
+(gym_runtime/ray/head.py ``check_native``; docs/container.md, "arm64 under emulation").
 
 A ``#!/bin/sh`` script standing in for the venv's ``python`` is started by the kernel through
 ``/bin/sh`` just as a foreign-architecture binary is started through qemu's interpreter: the
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gym_runtime.errors import EXIT_RUNTIME, StartError
-from gym_runtime.supervise.ray_head import check_native, interpreter_of
+from gym_runtime.ray.head import check_native, interpreter_of
 
 
 def _interpreted_venv(tmp_path: Path) -> Path:

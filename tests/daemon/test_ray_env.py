@@ -1,13 +1,13 @@
-"""A server's Ray variables from the environment's Ray decision (gym_runtime/supervise/ray_env.py):
+"""A server's Ray variables from the environment's Ray decision (gym_runtime/ray/env.py):
 what each mode adds, and the switch for a server run without Ray."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gym_runtime.ray_target import RayTarget
-from gym_runtime.supervise.ray_env import server_ray_env
-from gym_runtime.supervise.ray_head import LOOPBACK_ENV
+from gym_runtime.ray.env import server_ray_env
+from gym_runtime.ray.head import LOOPBACK_ENV
+from gym_runtime.ray.target import RayTarget
 
 TREE, PY = Path("/pkg/resources_servers/acme"), Path("/venvs/v/bin/python")
 

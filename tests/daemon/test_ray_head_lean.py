@@ -61,7 +61,7 @@ def test_sigkill_of_the_daemon_leaves_no_ray_process(tmp_path, isolation) -> Non
     import signal
     from pathlib import Path
 
-    from gym_runtime.supervise.ray_head import remove_stale_temp_dirs
+    from gym_runtime.ray.head import remove_stale_temp_dirs
     from tests.helpers.daemon import descendants, wait_gone
 
     args = ["--policy-base-url", "http://127.0.0.1:9/v1", *(["--isolation", isolation] if isolation else [])]

@@ -1,4 +1,4 @@
-"""The private Ray head's holder (gym_runtime/supervise/ray_hold/): it holds what its start command
+"""The private Ray head's holder (gym_runtime/ray/hold/): it holds what its start command
 left behind, ends the whole head when one of those processes ends, reaps other orphans silently,
 and leaves nothing on SIGTERM. Real processes: a start command that, like ``ray start --head``
 without ``--block``, starts long-lived processes and exits; one that, like ``ray start --block``
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from gym_runtime.supervise import ray_head
+from gym_runtime.ray import head as ray_head
 from tests.helpers.daemon import wait_gone
 
 # A start command: two long-lived "Ray processes" that outlive it, each reporting its pid. The

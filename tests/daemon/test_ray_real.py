@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gym_runtime.ray_target import choose, find_running_cluster
-from gym_runtime.supervise.ray_head import LOOPBACK_ENV
+from gym_runtime.ray.head import LOOPBACK_ENV
+from gym_runtime.ray.target import choose, find_running_cluster
 from tests.helpers.cases import case_dir
 from tests.helpers.daemon import (
     FIXTURE_APP,
@@ -207,7 +207,7 @@ def test_case4_local_starts_one_private_cluster_and_stops_only_it(outside_cluste
         assert all(psutil.pid_exists(p) for p in outside_gcs)
         err = proc.stderr.read()
         assert "ray: starting a private local instance (--ray-address=local)" in err
-        assert "egress DENY" not in err  # Ray's usage-stats module asks no cloud metadata service (ray_head.py)
+        assert "egress DENY" not in err  # Ray's usage-stats module asks no cloud metadata service (ray/head.py)
         with pytest.raises(BlockingIOError):
             ignored.accept()  # no connection was ever made to the ignored address
     finally:
@@ -219,7 +219,7 @@ def test_ray_servers_isolation_level(tmp_path: Path) -> None:
     """Servers that use Ray: partial with our private head, none with an outside cluster, and a
     clear error (before any Ray start) when full isolation is required."""
     from gym_runtime.errors import IsolationError
-    from gym_runtime.ray_target import RayTarget, ray_level
+    from gym_runtime.ray.target import RayTarget, ray_level
     from sandbox import probe_isolation
 
     best = probe_isolation().level.value
@@ -293,7 +293,7 @@ def test_the_private_ray_head_listens_on_loopback_only(tmp_path: Path) -> None:
         assert info["ray"]["mode"] == "local"
         ray_procs = [p for p in descendants(proc.pid) if p.name() in ("gcs_server", "raylet")]
         assert {p.name() for p in ray_procs} == {"gcs_server", "raylet"}
-        # the holder's hook skipped the API server (ray_hold/): no dashboard head among the processes
+        # the holder's hook skipped the API server (ray/hold/): no dashboard head among the processes
         assert not [p for p in descendants(proc.pid) if any("dashboard/dashboard.py" in a for a in p.cmdline())]
         head = [p for p in descendants(proc.pid) if p.name() in ("gcs_server", "raylet") or "ray" in p.name()]
         listening = [

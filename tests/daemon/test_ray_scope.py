@@ -10,8 +10,10 @@ from __future__ import annotations
 import pytest
 
 from gym_runtime.errors import EXIT_INVALID, GymRuntimeError
-from gym_runtime.ray_target import check_given, choose, ray_level
-from gym_runtime.supervise import own_ray, ray_head, ray_workers
+from gym_runtime.ray import head as ray_head
+from gym_runtime.ray import own as own_ray
+from gym_runtime.ray import workers as ray_workers
+from gym_runtime.ray.target import check_given, choose, ray_level
 from gym_runtime.supervise.contract import config_view
 from sandbox.backends import LocalBackend, ray_scope
 from sandbox.opensandbox.backend import OpenSandboxBackend

@@ -5,7 +5,7 @@ without Ray's fixed 0.5 s sleep (``gym_runtime/venvs/exit_hook.py``).
 The kind: Gym trees submit ``@ray.remote`` functions defined in their own modules (code_gen's
 ``lcb_integration``, scicode's ``scicode_integration``); the worker that runs one is started by
 the raylet, so it must see the submitting server's tree, venv and ``PYTHONPATH``
-(``gym_runtime/supervise/ray_workers.py``). Two fixture servers with real Ray (venvs built by real
+(``gym_runtime/ray/workers.py``). Two fixture servers with real Ray (venvs built by real
 uv from the uv cache, offline when the cache holds Ray 2.60.0 for Python 3.12) each run two tasks
 defined in ``tree_tasks/remote.py`` of their own tree: ``plain`` (no runtime env, like scicode's)
 and ``pinned`` (``py_executable`` + ``PYTHONPATH``, like code_gen's). The second server's venv

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from gym_runtime.supervise.ray_head import make_temp_dir, remove_stale_temp_dirs, remove_temp_dir
+from gym_runtime.ray.head import make_temp_dir, remove_stale_temp_dirs, remove_temp_dir
 
 SLEEP = "import time; time.sleep(60)"
 

@@ -1,7 +1,7 @@
 """A NeMo Gym 0.7 server whose class declares no ``ray_enabled`` and whose tree imports no Ray runs
 without a Ray driver (docs/runtime.md, "Ray"; ``GYM_RUNTIME_RAY_UNDECLARED``).
 
-* The switch itself (``gym_runtime/venvs/dist/_gym_runtime_ray_switch.py``) against the real SDK of
+* The switch itself (``gym_runtime/ray/dist/_gym_runtime_ray_switch.py``) against the real SDK of
   the ``nemo-gym`` 0.7.0 wheel: ``_server_uses_ray`` answers False for an undeclared class only
   under ``GYM_RUNTIME_NO_RAY_DRIVER=1``, whether the module was imported after the switch was
   installed or before (a preloaded parent), and read when asked (a forked server's environment).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gym_runtime.venvs.ray_switch import SOURCE, VAR
+from gym_runtime.ray.switch import SOURCE, VAR
 from sandbox import probe_isolation
 from tests.helpers.daemon import ready_then_stop, up_process
 from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_venv, gym_wheel, release_python

@@ -114,9 +114,9 @@ def test_ray_only_for_a_class_that_declares_it(tmp_path: Path) -> None:
     """Ray is an extra of the release: an undeclared class gets no Ray driver and no Ray pin (though
     its tree imports Ray, which under 0.7.0 would give it one); a class declaring it gets both."""
     from gym_runtime.config import build_config
-    from gym_runtime.gym_release.ray_use import ray_use
+    from gym_runtime.package.requirements import read_install_source
+    from gym_runtime.ray.use import ray_use
     from gym_runtime.venvs.plan import pins_for
-    from gym_runtime.venvs.requirements import read_install_source
 
     undeclared = (
         "import ray\nfrom nemo_gym.server_utils import SimpleServer\n\n\nclass Acme(SimpleServer):\n    pass\n\n\n"

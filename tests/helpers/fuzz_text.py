@@ -155,7 +155,7 @@ def _expected(case: dict) -> int:
 @contextlib.contextmanager
 def _probe_context(tmp: Path) -> Iterator[Callable[[Any], str]]:
     from gym_runtime.errors import StartError
-    from gym_runtime.supervise.policy_probe import Inconclusive, Plan, Probe
+    from gym_runtime.policy.probe import Inconclusive, Plan, Probe
 
     loop = asyncio.new_event_loop()
     client = httpx.AsyncClient(trust_env=False)

@@ -5,7 +5,7 @@ server on podman): each starts its own Ray inside its sandbox (Ray mode ``own``,
 
 * Without Ray: the stdlib fixture server declaring ``ray_enabled = True`` (``simple_env``) shows
   what the daemon gives such a server: mode ``own``, no address in its config, none of the private
-  head's variables, its sandbox's memory raised to ``own_ray.MEMORY_MB``; ``--ray-address`` stops
+  head's variables, its sandbox's memory raised to ``gym_runtime.ray.own.MEMORY_MB``; ``--ray-address`` stops
   ``up`` before anything is built.
 * With Ray: NeMo Gym 0.7.0's ``example_single_tool_call`` tree from the PyPI wheel, unchanged, with
   its environment server (``tests/helpers/gym_package.py``; venvs on the interpreter
@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gym_runtime.supervise.own_ray import MEMORY_MB
+from gym_runtime.ray.own import MEMORY_MB
 from tests.helpers.daemon import kill_tree, read_ready_line, simple_env, up_process
 from tests.helpers.gym_package import assemble_gym_package, cache_dir, gym_wheel
 from tests.helpers.gym_python import gym_python

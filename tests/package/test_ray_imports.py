@@ -1,4 +1,4 @@
-"""What counts as a server tree reaching Ray (gym_runtime/package/ray_imports.py), with the modules
+"""What counts as a server tree reaching Ray (gym_runtime/ray/imports.py), with the modules
 the 0.7 release profile lists."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gym_runtime.gym_release import release_for
-from gym_runtime.package.ray_imports import MAX_FILE_BYTES, ray_import
+from gym_runtime.ray.imports import MAX_FILE_BYTES, ray_import
 
 MODULES = release_for("0.7.0", "test").ray_modules
 

@@ -215,7 +215,7 @@ def test_no_config_class_when_none_is_annotated_or_it_is_the_sdks(tmp_path: Path
 def test_a_base_from_a_gym_tree_the_package_lacks_is_named_and_keeps_ray(tmp_path: Path) -> None:
     """A class whose base comes from a Gym server tree that is not in the package (the wheel's
     ``harbor_agent`` declares ``ray_enabled = True``) cannot be read whole: it keeps NeMo Gym's Ray."""
-    from gym_runtime.gym_release.ray_use import _unread_base
+    from gym_runtime.ray.use import _unread_base
 
     d = tmp_path / "responses_api_agents" / "bridge"
     d.mkdir(parents=True)

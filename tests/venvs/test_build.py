@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gym_runtime.errors import BuildError
+from gym_runtime.ray.workers import RAY_HOOK
 from gym_runtime.venvs import build_venvs, plan_venvs
-from gym_runtime.venvs.exit_hook import RAY_HOOK
 from gym_runtime.venvs.store import MARKER
 from tests.helpers.index import SimpleIndex
 from tests.helpers.wheels import build_wheel

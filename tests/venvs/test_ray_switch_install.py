@@ -1,4 +1,4 @@
-"""Where the Ray switch goes (gym_runtime/venvs/ray_switch.py): only venvs that hold NeMo Gym get
+"""Where the Ray switch goes (gym_runtime/ray/switch.py): only venvs that hold NeMo Gym get
 the module and its ``.pth`` line; a venv built before them, or with an older module, gets them at
 its next start."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gym_runtime.venvs.ray_switch import MODULE, PTH, PTH_LINE, SOURCE, ensure_ray_switch, install_ray_switch
+from gym_runtime.ray.switch import MODULE, PTH, PTH_LINE, SOURCE, ensure_ray_switch, install_ray_switch
 
 
 def venv(root: Path, gym: bool) -> Path:

@@ -109,7 +109,7 @@ def test_a_nested_implementations_sdk_line_is_one_level_deeper(tmp_path: Path) -
     """A nested implementation (``responses_api_agents/conversational_tool_use/simulation/``, NeMo Gym
     0.7.0) points at the Gym checkout with ``../../../``: that is the SDK, pinned like ``../..``
     elsewhere, and its own ``../..`` (the group directory) is a local path like any other."""
-    from gym_runtime.venvs.requirements import read_install_source, sdk_root
+    from gym_runtime.package.requirements import read_install_source, sdk_root
 
     d = tmp_path / "pkg/responses_api_agents/conversational_tool_use/simulation"
     d.mkdir(parents=True)

@@ -5,8 +5,8 @@ A server uses Ray when the release's profile says so for what the server is
 (its install file names ``nemo-gym`` or Gym's ``../..`` line; after a build, whether the venv holds
 ``nemo_gym``), what its entrypoint class declares (``ray_enabled``, read statically:
 :mod:`gym_runtime.package.server_class`) and, for a class that declares nothing, whether its tree
-imports Ray (:mod:`gym_runtime.package.ray_imports`). The environment gets a Ray head only when
-some server uses Ray (:mod:`gym_runtime.ray_target`), and servers that do not are free to run at
+imports Ray (:mod:`gym_runtime.ray.imports`). The environment gets a Ray head only when
+some server uses Ray (:mod:`gym_runtime.ray.target`), and servers that do not are free to run at
 ``full`` isolation.
 
 gym-runtime's own ``ray_enabled`` key in a server's config block is gone: the class declares it
@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 from gym_runtime.errors import BuildError
 from gym_runtime.gym_release.base import GymRelease
 from gym_runtime.gym_release.sdk_index import index_for
-from gym_runtime.package.ray_imports import Reach, ray_import
 from gym_runtime.package.server_class import ray_declaration
+from gym_runtime.ray.imports import Reach, ray_import
+from gym_runtime.venv_layout import holds_nemo_gym
 
 if TYPE_CHECKING:
     from gym_runtime.config import MergedConfig, ServerInstance
@@ -37,7 +38,7 @@ class RayUse:
     ``skipped``: NeMo Gym would give it a driver, the runtime runs it without one (its class
     declares nothing and its tree imports no Ray: :meth:`~gym_runtime.gym_release.gym_07.Gym07.server_uses_ray`);
     ``unparsed``: the file of its tree it uses Ray for only because this interpreter could not
-    parse it (:class:`~gym_runtime.package.ray_imports.Reach`)."""
+    parse it (:class:`~gym_runtime.ray.imports.Reach`)."""
 
     uses: bool
     sdk: bool
@@ -47,7 +48,7 @@ class RayUse:
 
 
 def _sdk_source(inst: ServerInstance) -> bool:
-    from gym_runtime.venvs.requirements import read_install_source
+    from gym_runtime.package.requirements import read_install_source
 
     if inst.server_dir.origin == "builtin":
         return False
@@ -55,6 +56,12 @@ def _sdk_source(inst: ServerInstance) -> bool:
         return read_install_source(inst.server_dir.install_file, server=inst.name).uses_gym_sdk
     except BuildError:
         return False
+
+
+def gym_sdk_venv(venv_python: Path) -> bool:
+    """True when the venv of ``venv_python`` holds the ``nemo_gym`` package (its servers call
+    ``ray.init`` at start; :func:`gym_runtime.venv_layout.holds_nemo_gym`)."""
+    return holds_nemo_gym(venv_python.parent.parent)
 
 
 def ray_use(

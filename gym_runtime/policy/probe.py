@@ -1,6 +1,6 @@
 """Probe completions against each policy endpoint before ready: find what would fail every rollout.
 
-A policy endpoint that answers ``/models`` (:mod:`gym_runtime.supervise.policy_endpoint`) can still
+A policy endpoint that answers ``/models`` (:mod:`gym_runtime.policy.endpoint`) can still
 fail or corrupt every rollout of a kind, while a one-turn, tool-less probe passes. So, for every
 endpoint of a model server instance configured like ``vllm_model`` (``base_url`` and ``model``),
 one probe conversation (docs/rollouts.md, "The policy endpoint is checked for what it is"), each

@@ -16,7 +16,7 @@ once the endpoint answers at all (``readiness.wait_http``), :func:`check` decide
   (a server without ``/models`` still works, as in Gym).
 
 What a completion from the endpoint must look like (tools, token ids, reasoning, a second turn)
-is probed after that, by :mod:`gym_runtime.supervise.policy_probe`.
+is probed after that, by :mod:`gym_runtime.policy.probe`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from gym_runtime.config.url_secrets import mask_url
-from gym_runtime.supervise.readiness import PROBE_TIMEOUT_S
 
+PROBE_TIMEOUT_S = 2.0  # one probe's bound, here and in every readiness probe (seconds)
 ENDPOINT_PATHS = ("/chat/completions", "/completions", "/responses", "/models", "/embeddings")
 
 

@@ -1,8 +1,8 @@
 """Run a NeMo Gym server without the Ray driver its SDK would give it (docs/runtime.md, "Ray").
 
-Which servers: :mod:`gym_runtime.gym_release.ray_use` (``RayUse.skipped``: a 0.7 class that
+Which servers: :mod:`gym_runtime.ray.use` (``RayUse.skipped``: a 0.7 class that
 declares no ``ray_enabled`` and whose tree imports no Ray). How: every venv the runtime builds that
-holds NeMo Gym (:func:`~gym_runtime.venvs.layout.holds_nemo_gym`) holds the module
+holds NeMo Gym (:func:`~gym_runtime.venv_layout.holds_nemo_gym`) holds the module
 ``_gym_runtime_ray_switch`` (``dist/``) and a ``.pth`` line that installs it at every start of the
 venv's interpreter; such a server's environment gets :data:`VAR` = ``1``
 (:func:`server_env`), and the module makes NeMo Gym's ``_server_uses_ray`` answer False for its
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gym_runtime.files import write_bytes
-from gym_runtime.venvs.layout import holds_nemo_gym, site_packages
+from gym_runtime.venv_layout import holds_nemo_gym, site_packages
 
 MODULE = "_gym_runtime_ray_switch"
 SOURCE = Path(__file__).with_name("dist") / f"{MODULE}.py"

@@ -1,7 +1,7 @@
 """The private Ray head the daemon starts when servers need Ray and no cluster was given (case C26).
 
 ONE head per environment, started as a supervised sandboxed process (the holder,
-``ray_hold/gym_runtime_ray_hold.py``, running ``ray start --head``) in the sandbox network namespace, so servers reach its GCS at ``127.0.0.1:<port>`` and nothing
+``hold/gym_runtime_ray_hold.py``, running ``ray start --head``) in the sandbox network namespace, so servers reach its GCS at ``127.0.0.1:<port>`` and nothing
 outside the sandbox can. It runs from a server venv's own ``bin/ray`` when one has Ray: a Ray
 driver refuses a cluster started by another Ray or Python version, and Gym's venvs pin
 ``ray[default]`` to one version (NeMo Gym 0.4.0 `nemo_gym/global_config.py`, the `ray[default]` pin). Its temp dir is short (unix
@@ -70,7 +70,7 @@ from pathlib import Path
 
 import psutil
 
-# The holder's line once `ray start` has exited and the cluster's processes are its own (ray_hold/).
+# The holder's line once `ray start` has exited and the cluster's processes are its own (hold/).
 READY_TEXT = "gym-runtime ray head: holding"
 # Ray (2.60 ``ray/_private/services.py``) replaces ``--node-ip-address 127.0.0.1`` by the host's
 # routable address and then listens on every interface; with this switch off its node address is
@@ -208,7 +208,7 @@ PORT_FLAGS = (
 )
 # The head's holder (and ``ray start``'s RAY_START_HOOK): a plain script in a directory of its own,
 # which the head's sandbox binds read-only.
-HOLD_DIR = Path(__file__).with_name("ray_hold")
+HOLD_DIR = Path(__file__).with_name("hold")
 HOLD_SCRIPT = HOLD_DIR / "gym_runtime_ray_hold.py"
 
 

@@ -32,6 +32,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from gym_runtime.errors import BuildError
+from gym_runtime.package.layout import SERVER_TYPES
 
 SDK_NAME = "nemo-gym"
 _INCLUDE = ("-r", "--requirement", "-c", "--constraint")
@@ -175,9 +176,7 @@ def sdk_root(install_file: Path) -> str:
     """The Gym checkout root as seen from the server directory holding ``install_file``: ``../..``,
     one ``..`` more per level the implementation is nested (``responses_api_agents/a/b/`` ->
     ``../../..``: the levels up to the nearest directory named after a server type, and one more)."""
-    from gym_runtime.gym_release import known_server_types
-
-    types = set(known_server_types())
+    types = set(SERVER_TYPES)  # every line's server types (a test holds them equal to known_server_types())
     for up, parent in enumerate(install_file.parent.parents, 1):
         if parent.name in types:
             return "/".join([".."] * (up + 1))

@@ -1,7 +1,7 @@
 """Whether a running environment can follow an edit's change of which servers use Ray (``dry-run --watch``).
 
-The environment's Ray decision (:class:`gym_runtime.ray_target.RayTarget`) is made once, at its
-start, from what each server is then (:mod:`gym_runtime.gym_release.ray_use`): whether a private
+The environment's Ray decision (:class:`gym_runtime.ray.target.RayTarget`) is made once, at its
+start, from what each server is then (:mod:`gym_runtime.ray.use`): whether a private
 Ray head runs, which servers get a driver and the isolation level follow from it. Two edits can
 change what a server is:
 
@@ -13,7 +13,7 @@ change what a server is:
 * its tree (its class now declares ``ray_enabled = True``, or its code now imports Ray): a server
   that the start ran without Ray is not restarted on it (``GR-START-WATCH-RAY``): it would start
   without a driver, or stop at once when its class declares Ray while it runs
-  (:mod:`gym_runtime.venvs.ray_switch`). A tree counted as reaching Ray only because a file of it
+  (:mod:`gym_runtime.ray.switch`). A tree counted as reaching Ray only because a file of it
   does not parse is restarted when the server's own interpreter cannot compile that file either:
   its start fails with the compiler's error, the one to show (a file of a newer Python's syntax
   than the daemon's still counts).
@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import BuildError, StartError
-from gym_runtime.supervise import contract
 
 # exit 3 when the file given does not compile (a SyntaxError); 0 when it does
 _COMPILE = (
@@ -40,17 +39,17 @@ _COMPILE = (
 
 
 def _uses(env: Any, names: list[str], pythons: dict[str, Path]) -> dict[str, Any]:
-    """Instance -> :class:`~gym_runtime.gym_release.ray_use.RayUse` for ``names`` as the package and
+    """Instance -> :class:`~gym_runtime.ray.use.RayUse` for ``names`` as the package and
     ``pythons`` (instance -> venv Python) are now."""
-    from gym_runtime.gym_release.ray_use import ray_use
     from gym_runtime.gym_release.sdk_index import index_for
+    from gym_runtime.ray.use import gym_sdk_venv, ray_use
 
     if not names:
         return {}
     merged = env.merged
     index = index_for(merged.release, merged.package)[0] if merged.release is not None else None
     return {
-        n: ray_use(merged.instances[n], merged, contract.gym_sdk_venv(pythons[n]), index, env.settings.ray_undeclared)
+        n: ray_use(merged.instances[n], merged, gym_sdk_venv(pythons[n]), index, env.settings.ray_undeclared)
         for n in names
     }
 

@@ -1,5 +1,5 @@
 """Ray mode ``own``: each server that uses Ray starts its own cluster inside its sandbox (the
-``opensandbox`` backend, whose sandboxes share no network; :mod:`gym_runtime.ray_target`,
+``opensandbox`` backend, whose sandboxes share no network; :mod:`gym_runtime.ray.target`,
 docs/runtime.md "Sandbox backends").
 
 The contract is NeMo Gym's: ``run_webserver`` calls ``initialize_ray()`` (0.7.0
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gym_runtime.supervise.ray_head import NO_PRESTART, PROMPT_STORE, USAGE_STATS_OFF
+from gym_runtime.ray.head import NO_PRESTART, PROMPT_STORE, USAGE_STATS_OFF
 
 # The least memory (MiB) a sandbox whose server starts its own Ray gets: measured on NeMo Gym
 # 0.7.0's servers in the test image (docs/runtime.md, "Sandbox backends"), with room for the
@@ -41,7 +41,7 @@ def server_env() -> dict[str, str]:
 
 def raised_limits(target: Any, memory_mb: int | None) -> dict[str, tuple[int, int]]:
     """Server -> ``(memory_mb, MEMORY_MB)`` for each server of ``target`` (a
-    :class:`~gym_runtime.ray_target.RayTarget`) whose memory limit :data:`MEMORY_MB` raises: only
+    :class:`~gym_runtime.ray.target.RayTarget`) whose memory limit :data:`MEMORY_MB` raises: only
     in mode ``own``, for the servers that use Ray, and only when a limit below it is set (None or 0:
     no limit, left so)."""
     if target.mode != "own" or not memory_mb or memory_mb >= MEMORY_MB:
@@ -54,5 +54,5 @@ def load_bound_start(ray: Any, name: str) -> bool:
     register (``ray/_private/node.py``: "The current node timed out during startup"), which a
     loaded host can miss the same way twice and then meet: then the start-up exit rule gives it
     every restart, as for the private head (:attr:`gym_runtime.supervise.member.Member.load_bound_start`).
-    ``ray``: the run's :class:`~gym_runtime.ray_target.RayTarget`."""
+    ``ray``: the run's :class:`~gym_runtime.ray.target.RayTarget`."""
     return ray.mode == "own" and name in ray.needed_by

@@ -5,7 +5,7 @@ Sources, first wins: ``--ray-address`` flag, the config's ``ray_head_node_addres
 it), ``auto`` (join the one running local cluster, found from its processes; none found is an
 error, never a new cluster), ``local`` (start a private cluster).
 With no value, a private cluster is started only when a server uses Ray (the release's rule,
-:mod:`gym_runtime.gym_release.ray_use`: a Gym SDK server before 0.7, whose ``run_webserver`` always
+:mod:`gym_runtime.ray.use`: a Gym SDK server before 0.7, whose ``run_webserver`` always
 calls ``ray.init`` and would otherwise start one cluster *per server*; from 0.7 one whose class
 does not declare ``ray_enabled = False``; any server declaring ``ray_enabled = True``); otherwise
 Ray is not used at all.
@@ -43,7 +43,7 @@ class RayTarget:
     its sandbox: the module doc); ``address`` (join: ``host:port``);
     ``source`` (``--ray-address``, ``config ray_head_node_address``, ``RAY_ADDRESS``, ``auto``,
     ``needed by <servers>``); ``needed_by``: servers that need Ray; ``without``: servers NeMo Gym
-    would give a Ray driver that run without one (:mod:`gym_runtime.gym_release.ray_use`)."""
+    would give a Ray driver that run without one (:mod:`gym_runtime.ray.use`)."""
 
     mode: str
     address: str | None = None
@@ -218,7 +218,7 @@ def _no_join(value: str, source: str, needs: tuple[str, ...]) -> SandboxServiceS
 
 def ray_level(target: RayTarget, requested: str | None, require_full: bool) -> str | None:
     """The isolation level for an environment whose servers use Ray. A Ray driver must see its
-    node's raylet in the process table (see :mod:`gym_runtime.supervise.ray_head`), so with our
+    node's raylet in the process table (see :mod:`gym_runtime.ray.head`), so with our
     private head servers run at ``partial`` (host ``/proc`` read-only, own network namespace);
     joining a cluster outside the sandbox needs the host network and its raylet's sockets, so
     ``none``. ``requested`` is the forced level or None (best available); a lower request is kept.

@@ -48,12 +48,13 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from gym_runtime.venvs.exit_hook import RAY_HOOK
-
 JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 OVERRIDE_VAR = "RAY_OVERRIDE_JOB_RUNTIME_ENV"
 UV_RUN_HOOK_VAR = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 RUNTIME_ENV_HOOK_VAR = "RAY_RUNTIME_ENV_HOOK"
+# the module every venv this runtime builds holds (written by gym_runtime.venvs.exit_hook) and its hook
+RAY_MODULE = "_gym_runtime_ray_exit"
+RAY_HOOK = f"{RAY_MODULE}.end_driver_at_exit"
 
 
 def job_env(server_dir: Path, venv_python: Path) -> dict[str, str]:

@@ -21,10 +21,9 @@ from gym_runtime.config import build_config as _build_config
 from gym_runtime.config.redact import KEYLESS_API_KEY
 from gym_runtime.errors import ConfigError
 from gym_runtime.gym_release import choose_release
-from gym_runtime.host.global_config import HostJob
 from gym_runtime.package import Package, load_package
+from gym_runtime.serving import free_port
 from gym_runtime.settings import RuntimeSettings
-from gym_runtime.supervise.ports import free_port
 
 STUB_MODEL_NAME = "stub-model"
 
@@ -52,26 +51,21 @@ async def configure(
     given: PolicyValues,
     say: Callable[[str], None],
     settings: RuntimeSettings,
-    host_job: HostJob | None = None,
     job_config: tuple[dict[str, Any], str] | None = None,
     stub_url: str | None = None,
 ) -> tuple[MergedConfig, str | None]:
     """Load the package (a directory, or a :class:`~gym_runtime.package.Package` already made, e.g.
     by :func:`~gym_runtime.package.bare.package_from_config_paths`), choose the Gym release it runs
     under ``settings`` (once: :func:`~gym_runtime.gym_release.choose_release`) and build its config
-    with the job's policy values (module doc). ``host_job``: a sandboxed host's global config (host
-    mode): its ``config_paths`` checked against the manifest, its policy values used where ``given``
-    has none, the rest merged as a layer (:mod:`gym_runtime.host.global_config`); else
-    ``job_config`` (``(data, label)``) is that layer (NeMo Gym's ``initial_global_config_dict``:
-    :mod:`gym_runtime.nemo_gym`). ``stub_url``: the running stub model's base URL, when the config
+    with the job's policy values (module doc). ``job_config`` (``(data, label)``): a config layer
+    merged beneath the package's (NeMo Gym's ``initial_global_config_dict``: :mod:`gym_runtime.nemo_gym`;
+    in host mode a sandboxed host's global config: :meth:`gym_runtime.host.global_config.HostJob.apply`).
+    ``stub_url``: the running stub model's base URL, when the config
     of a running environment is merged again (else a free port is chosen for it). Returns the config
     (``release`` set) and the stub model's base URL (None when no stub is needed). Raises
     :class:`~gym_runtime.gym_release.choose.SdkSkewError` and what
     :func:`~gym_runtime.config.build_config` raises."""
     pkg = package if isinstance(package, Package) else await asyncio.to_thread(load_package, package)
-    if host_job is not None:
-        host_job.check_config_paths(list(pkg.manifest.config_paths))
-        given, job_config = given.completed_by(host_job.policy), (host_job.layer, host_job.label)
     build_config = functools.partial(_build_config, release=choose_release(pkg, settings), job_config=job_config)
     job = given.with_overrides(overrides)  # `policy_base_url=URL` counts as --policy-base-url URL
     if job.base_url is None:

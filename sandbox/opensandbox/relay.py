@@ -130,21 +130,23 @@ class Relay:
         try:
             await self._app(scope, receive, sending)
         except asyncio.CancelledError:  # stop() (or the loop's end) cancelled this request
-            if not started:
-                with contextlib.suppress(Exception):
-                    await self._instead(sending, 503, "the relay is stopping", "relay stopping")
+            with contextlib.suppress(Exception):
+                await self._instead(sending, started, 503, "the relay is stopping", "relay stopping")
         except Exception as e:
             log.info(
                 "relay %s: %s %s failed: %s: %s", self.name, scope.get("method"), scope.get("path"), type(e).__name__, e
             )
-            if not started:
-                with contextlib.suppress(Exception):
-                    await self._instead(sending, 502, f"the relay failed: {type(e).__name__}", "relay failed")
+            with contextlib.suppress(Exception):
+                await self._instead(sending, started, 502, f"the relay failed: {type(e).__name__}", "relay failed")
         finally:
             self._open.discard(task)
 
-    async def _instead(self, send: Any, status: int, words: str, why: str) -> None:
-        """Answer ``status`` with a ``GR-OSB-NO-SANDBOX`` body in the server's stead (raw ASGI)."""
+    async def _instead(self, send: Any, started: bool, status: int, words: str, why: str) -> None:
+        """Answer ``status`` with a ``GR-OSB-NO-SANDBOX`` body in the server's stead (raw ASGI);
+        an answer already ``started`` is ended where it is instead."""
+        if started:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         body = JSONResponse({"error": {"code": "GR-OSB-NO-SANDBOX", "message": f"{self.name}: {words}"}}).body
         await send(
             {

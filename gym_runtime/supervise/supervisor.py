@@ -269,11 +269,14 @@ class Supervisor:
             seen, m.startup_exit = m.startup_exit, (info.returncode, m.log.last_line())
             if seen == m.startup_exit:
                 m.status = FAILED
+                last = m.startup_exit[1]
+                said = f"last log line: {last!r}" if last is not None else "no log line from it yet"
+                if last is None and info.detail:
+                    said += f"; {info.detail}"
                 self._fail(
                     m.name,
                     f"{m.kind} {m.name!r} {what} during start-up, the same way as on its previous "
-                    f"start (last log line: {m.startup_exit[1]!r}); not restarted again, restarts are for "
-                    "servers that were ready once",
+                    f"start ({said}); not restarted again, restarts are for servers that were ready once",
                     hint="the error is the same on every start: fix the "
                     "server or its config (its last log lines are in cause, the whole log in log), "
                     + self.options.after_fix,

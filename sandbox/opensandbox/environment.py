@@ -34,6 +34,7 @@ from gym_runtime.errors import StartError
 from ..policy import EgressPolicy, parse_ip_literal
 from ..probe import interpreter_roots
 from ..proxy import host_dial, serve_forward
+from . import execd
 from .failures import CREATE_TRIES, translate
 from .process import ServerProcess
 from .relay import Relay, free_bind
@@ -230,8 +231,10 @@ class OpenSandboxEnvironment:
 
     async def prepare(self, specs: list[Any], say: Any = None) -> list[str]:
         """Create every server's first sandbox, :data:`CREATE_AT_ONCE` at a time, so a create the
-        server refuses fails the start with its own ``GR-OSB-*`` error before any server runs.
-        Returns no progress line (the trees are read-only volumes: nothing is copied)."""
+        server refuses fails the start with its own ``GR-OSB-*`` error before any server runs;
+        then check execd's command API in the first one (:func:`.execd.check`: an execd of another
+        version stops the start with ``GR-OSB-EXECD``). Returns no progress line (the trees are
+        read-only volumes: nothing is copied)."""
         gate = asyncio.Semaphore(CREATE_AT_ONCE)
 
         async def one(spec: Any) -> None:
@@ -242,6 +245,8 @@ class OpenSandboxEnvironment:
         for r in results:
             if isinstance(r, BaseException):
                 raise r
+        if specs:
+            await execd.check(self.service, self._ready[specs[0].name], specs[0].name)
         return []
 
     async def sandbox_for(self, spec: Any) -> Any:

@@ -15,13 +15,23 @@ Every answer given in the server's stead carries the header :data:`NO_SERVER`: t
 502 of execd's proxy (nothing listens on the server's port yet; a Gym server never answers 502
 itself), so the readiness probe does not take them for the server's
 (:func:`gym_runtime.supervise.readiness.probe`).
+
+A relay's own failures never reach the terminal as tracebacks (uvicorn prints "Exception in ASGI
+application" for anything its app raises, cancellation included): :meth:`Relay.stop` first
+answers every request still waiting for a sandbox (503, "the relay is stopping"), gives open
+answers :data:`STOP_WAIT_S` to end, then cancels the rest, which end quietly; an answer the
+sandbox breaks off ends where it broke; any other failure of a request is answered 502 (or, once
+the answer started, ends it) and logged in one line at ``INFO``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
+from collections.abc import AsyncIterator, MutableMapping
+from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -46,6 +56,8 @@ HOP = {
     "host",
     "content-length",
 }
+log = logging.getLogger("sandbox.opensandbox")
+STOP_WAIT_S = 1.0  # open answers get this long to end when the relay stops, then are cancelled
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
@@ -69,11 +81,13 @@ class Relay:
         self.endpoint: str | None = None
         self.address: tuple[str, int] | None = None
         self._changed = asyncio.Event()
+        self._stopping = False
+        self._open: set[asyncio.Task] = set()  # the tasks answering requests now
         self._client = httpx.AsyncClient(
             trust_env=False, timeout=None, limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)
         )
-        app = Starlette(routes=[Route("/{path:path}", self._forward, methods=METHODS)])
-        self._serving = LoopServer(app, server_header=False, date_header=False)
+        self._app = Starlette(routes=[Route("/{path:path}", self._forward, methods=METHODS)])
+        self._serving = LoopServer(self._guarded, interface="asgi3", server_header=False, date_header=False)
 
     async def start(self, host: str) -> tuple[str, int]:
         sock = listening_socket(host, reuse=True, prepare=free_bind)
@@ -88,32 +102,94 @@ class Relay:
         self._changed = asyncio.Event()
 
     async def stop(self) -> None:
+        """Stop serving (module doc: no request is left to be cancelled by the loop's end). Idempotent."""
+        self._stopping = True
+        self.point(self.endpoint)  # wake the requests waiting for a sandbox: they answer 503
+        if self._open:
+            await asyncio.wait(list(self._open), timeout=STOP_WAIT_S)
+        for task in list(self._open):
+            task.cancel()
+        if self._open:
+            await asyncio.wait(list(self._open), timeout=STOP_WAIT_S)
         await self._serving.stop()
         await self._client.aclose()
 
+    async def _guarded(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The relay's ASGI app: :meth:`_forward` through Starlette, its failures kept off the
+        terminal (module doc)."""
+        started = False
+
+        async def sending(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        task = asyncio.current_task()
+        if task is not None:
+            self._open.add(task)
+        try:
+            await self._app(scope, receive, sending)
+        except asyncio.CancelledError:  # stop() (or the loop's end) cancelled this request
+            with contextlib.suppress(Exception):
+                await self._instead(sending, started, 503, "the relay is stopping", "relay stopping")
+        except Exception as e:
+            log.info(
+                "relay %s: %s %s failed: %s: %s", self.name, scope.get("method"), scope.get("path"), type(e).__name__, e
+            )
+            with contextlib.suppress(Exception):
+                await self._instead(sending, started, 502, f"the relay failed: {type(e).__name__}", "relay failed")
+        finally:
+            self._open.discard(task)
+
+    async def _instead(self, send: Any, started: bool, status: int, words: str, why: str) -> None:
+        """Answer ``status`` with a ``GR-OSB-NO-SANDBOX`` body in the server's stead (raw ASGI);
+        an answer already ``started`` is ended where it is instead."""
+        if started:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        body = JSONResponse({"error": {"code": "GR-OSB-NO-SANDBOX", "message": f"{self.name}: {words}"}}).body
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (NO_SERVER.encode(), why.encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def _body(self, upstream: httpx.Response) -> AsyncIterator[bytes]:
+        """The sandbox's answer as it comes; one it breaks off ends there (logged)."""
+        try:
+            async for chunk in upstream.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as e:
+            log.info("relay %s: the sandbox's answer broke off: %s", self.name, type(e).__name__)
+
     async def _target(self) -> str | None:
         deadline = asyncio.get_running_loop().time() + self.wait_s
-        while self.endpoint is None:
+        while self.endpoint is None and not self._stopping:
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0:
                 return None
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), left)
-        return self.endpoint
+        return None if self._stopping else self.endpoint
 
     async def _forward(self, request: Request) -> Response:
         body = await request.body()
         endpoint = await self._target()
         if endpoint is None:
+            words = (
+                "the relay is stopping" if self._stopping else f"no sandbox runs the server (waited {self.wait_s:g}s)"
+            )
             return JSONResponse(
-                {
-                    "error": {
-                        "code": "GR-OSB-NO-SANDBOX",
-                        "message": f"{self.name}: no sandbox runs the server (waited {self.wait_s:g}s)",
-                    }
-                },
+                {"error": {"code": "GR-OSB-NO-SANDBOX", "message": f"{self.name}: {words}"}},
                 status_code=503,
-                headers={NO_SERVER: "no sandbox"},
+                headers={NO_SERVER: "relay stopping" if self._stopping else "no sandbox"},
             )
         url = f"http://{endpoint.rstrip('/')}{request.url.path}" + (
             f"?{request.url.query}" if request.url.query else ""
@@ -135,7 +211,7 @@ class Relay:
                 headers={NO_SERVER: "sandbox not answering"},
             )
         response = StreamingResponse(
-            upstream.aiter_raw(), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
+            self._body(upstream), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
         )
         response.raw_headers = [
             (k.encode("latin-1"), v.encode("latin-1"))

@@ -59,6 +59,20 @@ class SandboxService:
         except (httpx.HTTPError, ValueError) as e:
             raise unreachable(self.conn, "asking for its version", f"{type(e).__name__}: {e}") from None
 
+    async def told_version(self) -> str | None:
+        """What the server says its version is, for an error message: ``GET /version``'s, else a
+        ``version`` in ``GET /health``'s answer, else None (it says none, or does not answer). Never raises."""
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            for path in ("/version", "/health"):
+                try:
+                    r = await client.get(f"{self.conn.url}{path}")
+                    told = r.json().get("version") if r.status_code == 200 else None
+                except (httpx.HTTPError, ValueError, AttributeError):
+                    continue
+                if isinstance(told, (str, int, float)) and str(told).strip():
+                    return str(told).strip()[:60]
+        return None
+
     async def list_ids(self, metadata: dict[str, str], what: str) -> list[Any]:
         """Every sandbox (``SandboxInfo``) whose metadata holds ``metadata``; raises ``GR-OSB-*``."""
         from opensandbox.models.sandboxes import SandboxFilter

@@ -73,3 +73,13 @@ def test_a_load_bound_start_is_restarted_up_to_the_limit_even_when_identical(tmp
     err, m = _start(tmp_path, run, [sys.executable, str(tmp_path / "app.py")], load_bound=True)
     assert m.restarts == 3 and "after 3 restarts" in err.message
     assert "the same way as on its previous start" not in err.message
+
+
+def test_a_silent_startup_crash_says_there_is_no_log_line_yet(tmp_path: Path, run) -> None:
+    """A server that exits twice the same way without a line of output (e.g. a start refused
+    before it ran) is named without a ``last log line: None``."""
+    (tmp_path / "app.py").write_text("import sys\nsys.exit(3)\n")
+    err, m = _start(tmp_path, run, [sys.executable, str(tmp_path / "app.py")])
+    assert err.code == "GR-START-CRASH" and m.restarts == 1
+    assert "the same way as on its previous start (no log line from it yet); not restarted again" in err.message
+    assert "None" not in err.message

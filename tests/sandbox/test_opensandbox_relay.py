@@ -166,3 +166,74 @@ def test_answers_given_in_the_servers_stead_are_not_readiness() -> None:
             await task
 
     asyncio.run(main())
+
+
+STOPPING = """
+import asyncio, json, sys, time
+import httpx, uvicorn
+from starlette.applications import Starlette
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+from sandbox.opensandbox.relay import Relay
+
+async def endless(request):
+    async def gen():
+        yield b"data: 0\\n\\n"
+        await asyncio.sleep(3600)
+    return StreamingResponse(gen(), media_type="text/event-stream")
+
+async def main():
+    server = uvicorn.Server(uvicorn.Config(Starlette(routes=[Route("/proxy/9/{rest:path}", endless)]),
+                                           port=0, log_level="warning", lifespan="off"))
+    serving = asyncio.ensure_future(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    waiting, streaming = Relay("waiting", wait_s=30.0), Relay("streaming")
+    w_host, w_port = await waiting.start("127.0.0.1")
+    s_host, s_port = await streaming.start("127.0.0.1")
+    streaming.point(f"127.0.0.1:{port}/proxy/9")
+    client = httpx.AsyncClient(trust_env=False, timeout=60)
+    pending = asyncio.ensure_future(client.get(f"http://{w_host}:{w_port}/"))
+    stream = await client.send(client.build_request("GET", f"http://{s_host}:{s_port}/events"), stream=True)
+    chunks = stream.aiter_raw()
+    first = await chunks.__anext__()
+    await asyncio.sleep(0.2)
+    t0 = time.monotonic()
+    await waiting.stop()
+    answer = await pending
+    await streaming.stop()
+    took = time.monotonic() - t0
+    rest = b"".join([chunk async for chunk in chunks])
+    abandoned = Relay("abandoned", wait_s=30.0)  # never stopped: the loop's end cancels its request
+    a_host, a_port = await abandoned.start("127.0.0.1")
+    left = asyncio.ensure_future(client.get(f"http://{a_host}:{a_port}/"))
+    await asyncio.sleep(0.2)
+    server.should_exit = True
+    await serving
+    print(json.dumps({"status": answer.status_code, "body": answer.json(), "header": answer.headers.get("x-gym-runtime-no-server"),
+                      "first": first.decode(), "rest": rest.decode(), "took": took}), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_stopping_relay_answers_what_waits_and_prints_no_traceback() -> None:
+    """A relay stopped while a request waits for a sandbox answers it 503 at once, ends a stream it
+    relays, and nothing it did prints a traceback, not even a request still open when the loop ends
+    (uvicorn's "Exception in ASGI application" with ``CancelledError`` before)."""
+    r = subprocess.run([sys.executable, "-c", STOPPING], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["status"] == 503 and out["header"] == "relay stopping", out
+    assert out["body"]["error"] == {"code": "GR-OSB-NO-SANDBOX", "message": "waiting: the relay is stopping"}
+    assert out["first"] == "data: 0\n\n" and out["took"] < 10, out
+    assert out["rest"] == "", out  # the relayed stream ended cleanly when the relay stopped
+    for noise in (
+        "Traceback",
+        "Exception in ASGI application",
+        "CancelledError",
+        "Task was destroyed",
+        "ASGI callable",
+    ):
+        assert noise not in r.stderr, r.stderr[-3000:]

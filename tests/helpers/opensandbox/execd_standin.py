@@ -31,6 +31,15 @@ Contract (paths, fields and shapes as the SDK's generated execd client and execd
   the SDK ``HOST:PORT/proxy/44772`` as execd's own endpoint: that prefix is served directly.
 
 Errors are ``{"code": ..., "message": ...}`` with a 4xx/5xx status, as execd's ``ErrorResponse``.
+
+``EXECD_STANDIN_REFUSE`` makes it an execd of another command API, refusing the routes the runtime
+uses (``/ping`` and ``/proxy/...`` still answer, so a sandbox comes up):
+
+* ``token``: every ``/command``, ``/files`` and ``/directories`` request without an
+  ``X-EXECD-ACCESS-TOKEN`` header -> 401 ``{"code": "UNAUTHORIZED", ...}`` (as an execd with
+  OpenSandbox 1.3's HMAC access tokens answers a caller that has none);
+* ``gone``: every ``/command`` request -> 404 ``{"code": "NOT_FOUND", "message": "no route ..."}``
+  (a route this execd no longer has).
 """
 
 from __future__ import annotations
@@ -64,6 +73,8 @@ HOP_HEADERS = {
     "content-length",
 }
 PORT = int(os.environ.get("EXECD_PORT") or 44772)
+REFUSE = os.environ.get("EXECD_STANDIN_REFUSE") or ""
+TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"
 LOG_DIR = Path(tempfile.mkdtemp(prefix="execd-standin-"))
 
 
@@ -187,6 +198,8 @@ class Handler(BaseHTTPRequestHandler):
             if parts[:1] == ["proxy"] and len(parts) >= 2:
                 return self.proxy(int(parts[1]), "/" + "/".join(parts[2:]) + (f"?{url.query}" if url.query else ""))
             key = (method, url.path)
+            if self.refused(method, url.path, parts):
+                return None
             if key == ("GET", "/ping"):
                 return self.reply(200)
             if key == ("POST", "/command"):
@@ -222,6 +235,20 @@ class Handler(BaseHTTPRequestHandler):
             return self.error(404, "FILE_NOT_FOUND", str(e))
         except (KeyError, ValueError, OSError) as e:
             return self.error(400, "INVALID_REQUEST", f"{type(e).__name__}: {e}")
+
+    def refused(self, method: str, path: str, parts: list[str]) -> bool:
+        """Answer as an execd of another command API would (``EXECD_STANDIN_REFUSE``, module doc);
+        whether it did."""
+        if REFUSE == "token" and parts[:1] in (["command"], ["files"], ["directories"]):
+            if not self.headers.get(TOKEN_HEADER):
+                self.body()  # read, so the connection stays usable
+                self.error(401, "UNAUTHORIZED", f"missing {TOKEN_HEADER} header")
+                return True
+        if REFUSE == "gone" and parts[:1] == ["command"]:
+            self.body()
+            self.error(404, "NOT_FOUND", f"no route {method} {path}")
+            return True
+        return False
 
     do_GET = lambda self: self.route("GET")  # noqa: E731
     do_POST = lambda self: self.route("POST")  # noqa: E731

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers.debian_base import BaseUnavailable
-from tests.helpers.opensandbox.images import ensure_images
+from tests.helpers.opensandbox.images import Images, ensure_images
 from tests.helpers.opensandbox.server import OpenSandboxServer, OpenSandboxUnavailable, running_server, server_venv
 
 MARKER = "opensandbox"
@@ -38,8 +38,9 @@ def skip_unselected(config: pytest.Config, items: list[pytest.Item]) -> None:
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
-def opensandbox_server() -> Iterator[OpenSandboxServer]:
+def images_or_skip() -> Images:
+    """The test images (made when missing) with the server installed; skips the test naming what
+    is missing where the server cannot run here (module doc)."""
     if os.geteuid() != 0:
         pytest.skip("needs root (rootful podman's Docker API, debootstrap)")
     try:
@@ -49,6 +50,12 @@ def opensandbox_server() -> Iterator[OpenSandboxServer]:
         pytest.skip(f"the OpenSandbox server cannot run here: {e}")
     if images.seconds:
         print(f"opensandbox images made: {images.seconds}")
+    return images
+
+
+@pytest.fixture(scope="session")
+def opensandbox_server() -> Iterator[OpenSandboxServer]:
+    images = images_or_skip()
     with running_server(images.sandbox, images.execd) as server:
         print(f"opensandbox-server {server.version} at {server.domain} up in {server.start_seconds[0]} s")
         yield server

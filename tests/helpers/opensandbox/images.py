@@ -8,6 +8,8 @@
 * The **execd image**: the sandbox image plus ``/execd`` (the test stand-in
   ``execd_standin.py``, run by the image's ``python3``) and ``/bootstrap.sh``; the server copies
   both out of a throwaway container of it (which runs ``tail -f /dev/null``) into each sandbox.
+  :func:`refusing_execd_image` is a variant whose ``bootstrap.sh`` starts the stand-in with
+  ``EXECD_STANDIN_REFUSE`` set (an execd of another command API; the stand-in's module doc).
 
 Both are tagged by a digest of what makes them (recipe; stand-in and bootstrap bytes), so a rerun
 finds them in podman's storage; the bookworm tarball is kept beside the container tests' bases in
@@ -73,15 +75,26 @@ def _sandbox_image(arch: str, seconds: dict[str, float]) -> str:
     return tag
 
 
-def _execd_image(base: str, seconds: dict[str, float]) -> str:
-    tag = f"localhost/gym-runtime-osb-execd:{_digest(base, STANDIN.read_bytes(), BOOTSTRAP.read_bytes())}"
+def _bootstrap(refuse: str | None) -> str:
+    """``bootstrap.sh``'s text; with ``refuse``, execd is started with ``EXECD_STANDIN_REFUSE=refuse``."""
+    text = BOOTSTRAP.read_text()
+    if refuse is None:
+        return text
+    start = '"$(dirname "$0")/execd" &'
+    assert start in text and refuse.isalnum(), refuse
+    return text.replace(start, f"EXECD_STANDIN_REFUSE={refuse} {start}")
+
+
+def _execd_image(base: str, seconds: dict[str, float], refuse: str | None = None) -> str:
+    bootstrap = _bootstrap(refuse)
+    tag = f"localhost/gym-runtime-osb-execd:{_digest(base, STANDIN.read_bytes(), bootstrap.encode())}"
     if _exists(tag):
         return tag
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="osb-execd-image-") as tmp:
         context = Path(tmp)
         shutil.copy(STANDIN, context / "execd")
-        shutil.copy(BOOTSTRAP, context / "bootstrap.sh")
+        (context / "bootstrap.sh").write_text(bootstrap)
         for name in ("execd", "bootstrap.sh"):
             (context / name).chmod(0o755)
         (context / "Containerfile").write_text(CONTAINERFILE.format(base=base))
@@ -89,7 +102,7 @@ def _execd_image(base: str, seconds: dict[str, float]) -> str:
             podman("build", "--pull=never", "-t", tag, "-f", str(context / "Containerfile"), str(context), timeout=600)
         except subprocess.CalledProcessError as e:
             raise BaseUnavailable(f"podman build of the execd image failed: {tail(e.stdout + e.stderr)}") from e
-    seconds["execd build"] = round(time.monotonic() - t0, 1)
+    seconds["execd build" + (f" ({refuse})" if refuse else "")] = round(time.monotonic() - t0, 1)
     return tag
 
 
@@ -106,3 +119,10 @@ def ensure_images(arch: str | None = None) -> Images:
     with FileLock(str(cache / ".lock")):
         sandbox = _sandbox_image(arch, seconds)
         return Images(sandbox, _execd_image(sandbox, seconds), seconds)
+
+
+def refusing_execd_image(images: Images, refuse: str) -> str:
+    """The execd image whose stand-in refuses the command API the way ``refuse`` names (``token``
+    or ``gone``), on ``images.sandbox``; made and cached when missing. Raises :class:`BaseUnavailable`."""
+    with FileLock(str(cache_dir() / ".lock")):
+        return _execd_image(images.sandbox, images.seconds, refuse)

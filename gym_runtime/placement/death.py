@@ -13,6 +13,13 @@ apart in the GCS:
   Ray's exit detail says which it can tell), ``NODE_DIED`` when the node was declared dead;
 * the node table (``ray.nodes()``) says whether the node is alive.
 
+Ray cannot tell the kernel's OOM killer from any other SIGKILL (its exit detail names it as one
+possible cause, "verifiable by checking for OOM in dmesg"), so for a worker that died on a live
+node the node is asked, by a task pinned to it (:func:`kernel_oom_on`), whether its kernel log has
+the OOM killer's record of that pid (:func:`kernel_oom_record`, ``/dev/kmsg``); if so the death is
+``oom`` too, naming the cgroup's memory limit the kernel logged. A node whose kernel log cannot be
+read leaves it ``worker-died``.
+
 A raylet killed outright, or a machine gone, reports nothing: the actor stays ``ALIVE`` in the
 actor table until the GCS declares the node dead (10 to 20 s on loopback), so an actor the table
 does not record as dead of its worker is taken for its node's loss (the driver's heartbeat has
@@ -24,7 +31,9 @@ The actor table is read with ``ray._private.state.actors`` (the GCS accessor beh
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +43,12 @@ from gym_runtime.supervise.member import NODE_LOST, OOM, WORKER_DIED
 @dataclass(frozen=True)
 class Death:
     """``reason``: :data:`NODE_LOST`, :data:`OOM` or :data:`WORKER_DIED` (the exit reason of the
-    replica); ``detail``: one line for ``last_exit`` and the daemon's line."""
+    replica); ``detail``: one line for ``last_exit`` and the daemon's line; ``pid``: the dead
+    worker's pid on its node (:data:`WORKER_DIED` only)."""
 
     reason: str
     detail: str
+    pid: int | None = None
 
 
 def _bytes(n: int | None) -> str:
@@ -100,6 +111,7 @@ def classify(
     return Death(
         WORKER_DIED,
         f"its worker process (pid {died.pid}) died {where}, which is alive ({_worker_detail(died.error_message)}); {mem}",
+        died.pid or None,
     )
 
 
@@ -122,3 +134,90 @@ def death_of(actor_id: str | None, node_id: str | None, error: BaseException, no
     except Exception:  # noqa: BLE001 - the GCS may be unreachable: the error alone decides
         cause, alive = None, None
     return classify(error, cause, alive, node, memory if isinstance(memory, int) else None)
+
+
+KMSG_RECENT_S = 300.0  # a record older than this is not the kill just seen (pids are reused)
+
+
+def kernel_oom_record(pid: int, kmsg: str = "/dev/kmsg") -> str | None:
+    """The kernel OOM killer's record of killing ``pid`` in the last :data:`KMSG_RECENT_S`, read on
+    this node's kernel log (``/dev/kmsg``: one record per read, ``prio,seq,usec,flags;text``, usec
+    since boot), as one line: the memory limit the kernel logged before it (``memory: usage NkB,
+    limit NkB`` of a cgroup) and its ``Killed process`` line. None when there is none, or the log
+    cannot be read (permissions, no such device)."""
+    try:
+        fd = os.open(kmsg, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    records: list[tuple[float, str]] = []
+    try:
+        while True:
+            try:
+                raw = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError:  # EPIPE: a record overwritten while read; the next read goes on
+                continue
+            if not raw:
+                break
+            head, _, text = raw.decode(errors="replace").partition(";")
+            fields = head.split(",")
+            usec = float(fields[2]) if len(fields) > 2 and fields[2].isdigit() else 0.0
+            records.append((usec / 1e6, text.split("\n", 1)[0]))
+    finally:
+        os.close(fd)
+    since = time.clock_gettime(time.CLOCK_MONOTONIC) - KMSG_RECENT_S
+    killed = re.compile(rf"Killed process {pid} \(")
+    for i in range(len(records) - 1, -1, -1):
+        at, text = records[i]
+        if at < since:
+            return None
+        if killed.search(text):
+            limit = next(
+                (
+                    m
+                    for _, t in reversed(records[max(0, i - 60) : i])
+                    if (m := re.search(r"memory: usage (\d+)kB, limit (\d+)kB", t))
+                ),
+                None,
+            )
+            where = (
+                f"its cgroup's memory limit {_bytes(int(limit.group(2)) * 1024)} "
+                f"(usage {_bytes(int(limit.group(1)) * 1024)})"
+                if limit
+                else "the host's memory"
+            )
+            return f"{where}: {text.strip()[:300]}"
+    return None
+
+
+def kernel_oom_on(node_id: str, pid: int, timeout_s: float) -> str | None:
+    """:func:`kernel_oom_record` of ``pid`` run on the node ``node_id`` (a Ray task pinned to it,
+    no CPU asked); None when it does not answer within ``timeout_s`` or fails (blocking: call it in
+    a thread)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(kernel_oom_record).options(
+        num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+    )
+    ref = task.remote(pid)
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except Exception:  # noqa: BLE001 - no answer from the node: the worker's death stays what Ray said
+        ray.cancel(ref, force=True)
+        return None
+
+
+def by_kernel(death: Death, record: str | None, node: str | None, memory: int | None) -> Death:
+    """``death`` (a :data:`WORKER_DIED`) as :data:`OOM` when the node's kernel log had the OOM
+    killer's ``record`` of its worker (:func:`kernel_oom_record`); else unchanged."""
+    if death.reason != WORKER_DIED or record is None:
+        return death
+    pid = death.pid
+    where = f"on node {node}" if node else "on its node"
+    return Death(
+        OOM,
+        f"its worker process (pid {pid}) was killed by the kernel's OOM killer {where}: {record}; "
+        f"its placement.memory: {_bytes(memory)}",
+    )

@@ -40,7 +40,7 @@ from typing import Any
 from gym_runtime.errors import StartError
 from gym_runtime.placement.addresses import ReplicaAddress
 from gym_runtime.placement.cluster import RayCluster
-from gym_runtime.placement.death import Death, death_of
+from gym_runtime.placement.death import Death, by_kernel, death_of, kernel_oom_on
 from gym_runtime.placement.liveness import (
     HEARTBEAT_TIMEOUT_S,
     dead_node,
@@ -51,13 +51,14 @@ from gym_runtime.placement.liveness import (
 )
 from gym_runtime.placement.remote_process import RemoteProcess
 from gym_runtime.placement.replica import ReplicaJob, ServerReplica
-from gym_runtime.supervise.member import NODE_LOST, OOM, OOM_CODE, OOM_HINT
+from gym_runtime.supervise.member import NODE_LOST, OOM, OOM_CODE, OOM_HINT, WORKER_DIED
 
 LOST = NODE_LOST
 PLACE_TIMEOUT_S = 180.0
 ROOM_CHECK_S = 5.0  # a replica Ray has not placed by then gets its reason said (ReplicaLauncher._node_for)
 VERDICT_WAIT_S = 6.0  # how long a request cut on a replica waits for the loss to be declared (> 4 s)
 PROGRESS_S = 0.5
+KERNEL_LOG_S = 20.0  # how long a worker's death waits for its node's kernel log (a task's worker may start slowly)
 
 
 class PackageShipper:
@@ -304,22 +305,28 @@ class ReplicaLauncher:
     async def death(self, error: BaseException) -> Death:
         """Why its actor ended (``error``: what a call on it raised), from Ray's actor and node
         tables (:func:`gym_runtime.placement.death.death_of`, read within :data:`VERDICT_WAIT_S`;
-        past it, the node's loss)."""
+        past it, the node's loss); a worker dead on a live node is ``oom`` when its node's kernel
+        log has the OOM killer's record of it (asked within :data:`KERNEL_LOG_S`)."""
         actor_id = getattr(self.actor, "_actor_id", None)
+        node_id, memory = self.node_id, self.options.get("memory")
         try:
-            return await asyncio.wait_for(
+            death = await asyncio.wait_for(
                 asyncio.to_thread(
                     death_of,
                     actor_id.hex() if actor_id is not None else None,
                     self.node_id,
                     error,
                     self.node,
-                    self.options.get("memory"),
+                    memory,
                 ),
                 VERDICT_WAIT_S,
             )
         except TimeoutError:
             return Death(LOST, f"node {self.node} was lost: {type(error).__name__}")
+        if death.reason == WORKER_DIED and death.pid and node_id:  # the kernel's OOM killer? its node's log says
+            record = await asyncio.to_thread(kernel_oom_on, node_id, death.pid, KERNEL_LOG_S)
+            death = by_kernel(death, record, self.node, memory if isinstance(memory, int) else None)
+        return death
 
     async def lost_since(self, since: float) -> dict[str, Any] | None:
         """``{"node", "node_id", "at"}`` when its node was declared lost after ``since``

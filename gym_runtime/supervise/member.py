@@ -27,8 +27,8 @@ PENDING, STARTING, READY, RESTARTING, FAILED, STOPPING, STOPPED = (
 # not the server's failure, so never counted toward ``max_restarts`` (supervisor.py).
 NODE_LOST = "node-lost"
 # The exit reasons of a replica whose worker process ended on a node that lives (placement ray:
-# gym_runtime/placement/death.py): killed by Ray's memory monitor, or died otherwise (a SIGKILL, a
-# segfault, the kernel's OOM killer). The server's failure: restarted with the usual backoff.
+# gym_runtime/placement/death.py): killed for memory (by Ray's memory monitor or the kernel's OOM
+# killer), or died otherwise (a SIGKILL, a segfault). The server's failure: restarted with the usual backoff.
 OOM = "oom"
 WORKER_DIED = "worker-died"
 # The error block of a server that ends for good by :data:`OOM`: its code and the fix.

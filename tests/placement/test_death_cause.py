@@ -5,6 +5,9 @@ monitor's kill and a SIGKILLed worker; tests/placement/test_worker_death.py make
 
 from __future__ import annotations
 
+import os
+
+import pytest
 import ray.exceptions as rx
 from ray.core.generated import common_pb2 as pb
 
@@ -67,3 +70,38 @@ def test_a_dead_node_or_no_death_recorded_is_the_nodes_loss() -> None:
     node_died = died(pb.ActorDiedErrorContext.NODE_DIED, "The actor died because its node has died.")
     d = classify(rx.ActorDiedError(), node_died, None, NODE, None)
     assert d == type(d)(NODE_LOST, f"node {NODE} was lost: ActorDiedError")
+
+
+def test_the_kernels_oom_killer_is_found_in_the_kernel_log_with_the_cgroups_limit() -> None:
+    """A real kill by the kernel's OOM killer: a process over its cgroup's memory limit (the
+    sandbox's own cgroup slot, sandbox/limits.py), then its record read from ``/dev/kmsg`` as the
+    task on the worker's node reads it."""
+    import subprocess
+    import sys
+
+    from gym_runtime.placement.death import by_kernel, kernel_oom_record
+    from sandbox.limits import CgroupSlot, ResourceLimits, cgroup_mode, join_cgroups
+
+    if cgroup_mode() == "none" or not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("needs a writable memory cgroup and a readable /dev/kmsg")
+    slot = CgroupSlot("oomtest", ResourceLimits(memory_mb=64))
+    try:
+        hog = subprocess.Popen(
+            [sys.executable, "-c", "x = bytearray(b'1') * (512 << 20)"],
+            preexec_fn=lambda: join_cgroups(slot.procs_files),
+        )
+        assert hog.wait(60) == -9 and slot.oom_killed()
+        record = kernel_oom_record(hog.pid)
+    finally:
+        slot.remove()
+    assert record is not None, "no OOM record of the hog in /dev/kmsg"
+    assert record.startswith("its cgroup's memory limit 64MiB (usage ") and f"Killed process {hog.pid} (" in record
+    assert kernel_oom_record(os.getpid()) is None  # no record for a process the kernel did not kill
+    worker = classify(rx.ActorDiedError(), died(pb.ActorDiedErrorContext.WORKER_DIED), True, NODE, None)
+    d = by_kernel(worker, record, NODE, 2 << 30)
+    assert d.reason == OOM and d.detail.startswith(
+        f"its worker process (pid 27980) was killed by the kernel's OOM killer on node {NODE}: its cgroup's "
+        "memory limit 64MiB"
+    )
+    assert d.detail.endswith("its placement.memory: 2GiB")
+    assert by_kernel(worker, None, NODE, None) == worker  # no record: still the worker's death

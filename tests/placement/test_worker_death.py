@@ -85,6 +85,47 @@ def test_a_sigkilled_worker_is_a_crash_on_its_live_node_not_its_loss(cluster, dr
     asyncio.run(scenario())
 
 
+def test_a_worker_killed_by_the_kernels_oom_killer_is_oom_naming_its_cgroups_limit(
+    cluster, driver, tmp_path: Path
+) -> None:
+    """The replica's worker moved into a memory cgroup of 128 MiB (the sandbox's own cgroup slot,
+    sandbox/limits.py), then made to allocate 512 MiB (Ray's ``__ray_call__`` runs a function in the
+    actor's process): the kernel kills it; Ray reports a SIGKILLed worker, the node's kernel log
+    says whose kill it was."""
+    from sandbox.limits import CgroupSlot, ResourceLimits, cgroup_mode, join_cgroups
+
+    if cgroup_mode() == "none" or not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("needs a writable memory cgroup and a readable /dev/kmsg")
+    pkg = simple_env(tmp_path / "pkg")
+
+    async def scenario() -> None:
+        rep = Replica(driver, job_for(pkg), {"num_cpus": 0.5, "label_selector": {"gr-pool": "a"}})
+        await rep.start(driver.node_ip)
+        slot = CgroupSlot("replica-worker", ResourceLimits(memory_mb=128))
+        try:
+            proc = rep.spawn()
+            await rep.answers()
+            node = rep.launcher.node_id
+            worker = (await rep.launcher.actor.where.remote())["pid"]
+            join_cgroups(slot.procs_files, pid=worker)
+            rep.launcher.actor.__ray_call__.remote(lambda self: len(bytearray(b"1") * (512 << 20)))
+            await asyncio.wait_for(proc.wait(), 60)
+            info = proc.exit_info()
+            assert info.reason == OOM, info
+            assert info.detail.startswith(
+                f"its worker process (pid {worker}) was killed by the kernel's OOM killer on node 127.0.0.1 "
+                f"({node[:8]}): its cgroup's memory limit 128MiB"
+            ), info.detail
+            assert f"Killed process {worker} (" in info.detail
+            assert node not in driver.lost and rep.launcher.moves == 0
+            print(f"kernel OOM kill: {info.detail}")
+        finally:
+            await rep.close()
+            slot.remove()
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.timeout(600)  # a cluster's start, a touch of some GiB and a new placement on a loaded host
 def test_a_worker_killed_by_rays_memory_monitor_is_oom_naming_the_limit(cluster, driver, tmp_path: Path) -> None:
     pkg = simple_env(tmp_path / "pkg")

@@ -150,13 +150,15 @@ def kernel_oom_record(pid: int, kmsg: str = "/dev/kmsg") -> str | None:
     except OSError:
         return None
     records: list[tuple[float, str]] = []
+    errors = 0
     try:
-        while True:
+        while errors < 100:
             try:
                 raw = os.read(fd, 8192)
             except BlockingIOError:
                 break
             except OSError:  # EPIPE: a record overwritten while read; the next read goes on
+                errors += 1
                 continue
             if not raw:
                 break

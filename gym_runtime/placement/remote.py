@@ -58,6 +58,7 @@ PLACE_TIMEOUT_S = 180.0
 ROOM_CHECK_S = 5.0  # a replica Ray has not placed by then gets its reason said (ReplicaLauncher._node_for)
 VERDICT_WAIT_S = 6.0  # how long a request cut on a replica waits for the loss to be declared (> 4 s)
 PROGRESS_S = 0.5
+DEATH_READ_S = 3.0  # how long the actor and node tables are read after an actor error (then: the node's loss)
 KERNEL_LOG_S = 20.0  # how long a worker's death waits for its node's kernel log (a task's worker may start slowly)
 
 
@@ -304,8 +305,8 @@ class ReplicaLauncher:
 
     async def death(self, error: BaseException) -> Death:
         """Why its actor ended (``error``: what a call on it raised), from Ray's actor and node
-        tables (:func:`gym_runtime.placement.death.death_of`, read within :data:`VERDICT_WAIT_S`;
-        past it, the node's loss); a worker dead on a live node is ``oom`` when its node's kernel
+        tables (:func:`gym_runtime.placement.death.death_of`, read within :data:`DEATH_READ_S`, well
+        inside the router's :data:`VERDICT_WAIT_S`; past it, the node's loss); a worker dead on a live node is ``oom`` when its node's kernel
         log has the OOM killer's record of it (asked within :data:`KERNEL_LOG_S`)."""
         actor_id = getattr(self.actor, "_actor_id", None)
         node_id, memory = self.node_id, self.options.get("memory")
@@ -319,7 +320,7 @@ class ReplicaLauncher:
                     self.node,
                     memory,
                 ),
-                VERDICT_WAIT_S,
+                DEATH_READ_S,
             )
         except TimeoutError:
             return Death(LOST, f"node {self.node} was lost: {type(error).__name__}")

@@ -98,10 +98,15 @@ def collect(args: argparse.Namespace) -> tuple[dict, list[Violation]]:
     if pkg is not None and release is not None and not any(v.code.startswith("GR-PKG-CONFIG") for v in violations):
         try:
             merged = build_config(pkg, args.overrides, policy_from_args(args), defaults=PLACEHOLDERS, release=release)
+            from gym_runtime.package.odd_names import name_warnings
             from gym_runtime.package.sqlite_wal import wal_warnings
 
+            trees = _package_trees(merged)
             summary["warnings"] = (
-                merged.warnings + wal_warnings(pkg.root, _package_trees(merged)) + package_index_notes(pkg)
+                merged.warnings
+                + wal_warnings(pkg.root, trees)
+                + name_warnings(pkg.root, trees)
+                + package_index_notes(pkg)
             )
             # what `build` would refuse before any install: the SDK's imports, each server's Python
             found, source, checked = check_imports(pkg, release)

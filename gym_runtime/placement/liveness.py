@@ -78,10 +78,11 @@ async def while_alive(actor: Any, work: Any) -> Any:
 
 def lost_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that mean "the actor (its node or its worker process) is gone": Ray's actor
-    errors and :class:`NodeLost`."""
+    errors, its ``OutOfMemoryError`` (the call running when its memory monitor killed the worker)
+    and :class:`NodeLost`; :func:`gym_runtime.placement.death.death_of` tells which end it was."""
     import ray.exceptions as rx
 
-    return (rx.RayActorError, rx.ActorUnavailableError, NodeLost)
+    return (rx.RayActorError, rx.ActorUnavailableError, rx.OutOfMemoryError, NodeLost)
 
 
 def dead_node(error: BaseException) -> str | None:

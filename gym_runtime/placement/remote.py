@@ -40,6 +40,7 @@ from typing import Any
 from gym_runtime.errors import StartError
 from gym_runtime.placement.addresses import ReplicaAddress
 from gym_runtime.placement.cluster import RayCluster
+from gym_runtime.placement.death import Death, by_kernel, death_of, kernel_oom_on
 from gym_runtime.placement.liveness import (
     HEARTBEAT_TIMEOUT_S,
     dead_node,
@@ -50,13 +51,15 @@ from gym_runtime.placement.liveness import (
 )
 from gym_runtime.placement.remote_process import RemoteProcess
 from gym_runtime.placement.replica import ReplicaJob, ServerReplica
-from gym_runtime.supervise.member import NODE_LOST
+from gym_runtime.supervise.member import NODE_LOST, OOM, OOM_CODE, OOM_HINT, WORKER_DIED
 
 LOST = NODE_LOST
 PLACE_TIMEOUT_S = 180.0
 ROOM_CHECK_S = 5.0  # a replica Ray has not placed by then gets its reason said (ReplicaLauncher._node_for)
 VERDICT_WAIT_S = 6.0  # how long a request cut on a replica waits for the loss to be declared (> 4 s)
 PROGRESS_S = 0.5
+DEATH_READ_S = 3.0  # how long the actor and node tables are read after an actor error (then: the node's loss)
+KERNEL_LOG_S = 20.0  # how long a worker's death waits for its node's kernel log (a task's worker may start slowly)
 
 
 class PackageShipper:
@@ -129,13 +132,24 @@ class ReplicaLauncher:
         Raises :class:`StartError` naming the server and the node: ``GR-PLACE-INFEASIBLE`` when no
         node takes it in time, ``GR-PLACE-NODE-LOST`` when nodes were lost under it until the
         deadline, ``GR-PLACE-ACTOR`` when its actor fails in its own start or ends before it ran
-        without Ray naming a lost node, a node's own error code (e.g. ``GR-BUILD-PYTHON``) otherwise."""
+        without Ray naming a lost node or its worker dies on a node that lives, ``GR-PLACE-OOM`` when
+        Ray's memory monitor kills its worker (:mod:`gym_runtime.placement.death`), a node's own
+        error code (e.g. ``GR-BUILD-PYTHON``) otherwise."""
         deadline = time.monotonic() + PLACE_TIMEOUT_S
         while True:
             try:
                 return await self._place_once(deadline)
             except lost_errors() as e:
                 node, dead, ran = self.node, dead_node(e), self.node_id is not None
+                death = await self.death(e) if ran and not dead else None
+                if death is not None and death.reason != LOST:  # its worker died on a live node
+                    self.forget()
+                    raise StartError(
+                        f"server {self.job.name!r}: {death.detail}, while it was being placed",
+                        code=OOM_CODE if death.reason == OOM else "GR-PLACE-ACTOR",
+                        cause=str(e),
+                        hint=OOM_HINT if death.reason == OOM else None,
+                    ) from None
                 init_failed = getattr(e, "actor_init_failed", False)
                 if init_failed or not (ran or dead):  # nothing to leave out: asking again would end the same
                     self.forget()
@@ -288,6 +302,32 @@ class ReplicaLauncher:
             await placing
         if self.actor is None:
             await self.place()
+
+    async def death(self, error: BaseException) -> Death:
+        """Why its actor ended (``error``: what a call on it raised), from Ray's actor and node
+        tables (:func:`gym_runtime.placement.death.death_of`, read within :data:`DEATH_READ_S`, well
+        inside the router's :data:`VERDICT_WAIT_S`; past it, the node's loss); a worker dead on a live node is ``oom`` when its node's kernel
+        log has the OOM killer's record of it (asked within :data:`KERNEL_LOG_S`)."""
+        actor_id = getattr(self.actor, "_actor_id", None)
+        node_id, memory = self.node_id, self.options.get("memory")
+        try:
+            death = await asyncio.wait_for(
+                asyncio.to_thread(
+                    death_of,
+                    actor_id.hex() if actor_id is not None else None,
+                    self.node_id,
+                    error,
+                    self.node,
+                    memory,
+                ),
+                DEATH_READ_S,
+            )
+        except TimeoutError:
+            return Death(LOST, f"node {self.node} was lost: {type(error).__name__}")
+        if death.reason == WORKER_DIED and death.pid and node_id:  # the kernel's OOM killer? its node's log says
+            record = await asyncio.to_thread(kernel_oom_on, node_id, death.pid, KERNEL_LOG_S)
+            death = by_kernel(death, record, self.node, memory if isinstance(memory, int) else None)
+        return death
 
     async def lost_since(self, since: float) -> dict[str, Any] | None:
         """``{"node", "node_id", "at"}`` when its node was declared lost after ``since``

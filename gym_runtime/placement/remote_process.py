@@ -86,8 +86,12 @@ class RemoteProcess(ElsewhereExit):
             self._end(res["returncode"], self._reason or res["reason"], self._detail or res["detail"])
         except lost as e:
             node, node_id = lz.node, lz.node_id
-            self._end(-1, NODE_LOST, f"node {node} was lost: {type(e).__name__}")
-            lz.lost(node, node_id)
+            death = await lz.death(e)
+            self._end(-1, death.reason, death.detail)
+            if death.reason == NODE_LOST:
+                lz.lost(node, node_id)
+            else:  # its worker died on a node that lives: the server's failure, placed afresh on restart
+                lz.forget()
         except StartError as e:
             self._end(-1, "start-failed", e.message)
         except asyncio.CancelledError:

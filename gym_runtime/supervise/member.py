@@ -26,6 +26,19 @@ PENDING, STARTING, READY, RESTARTING, FAILED, STOPPING, STOPPED = (
 # The exit reason of a server whose node was lost (placement ray: gym_runtime/placement/remote.py):
 # not the server's failure, so never counted toward ``max_restarts`` (supervisor.py).
 NODE_LOST = "node-lost"
+# The exit reasons of a replica whose worker process ended on a node that lives (placement ray:
+# gym_runtime/placement/death.py): killed for memory (by Ray's memory monitor or the kernel's OOM
+# killer), or died otherwise (a SIGKILL, a segfault). The server's failure: restarted with the usual backoff.
+OOM = "oom"
+WORKER_DIED = "worker-died"
+# The error block of a server that ends for good by :data:`OOM`: its code and the fix.
+OOM_CODE = "GR-PLACE-OOM"
+OOM_HINT = (
+    "the node ran out of memory under the server: declare what it needs as `memory:` in its "
+    "`placement:` block (e.g. `memory: 4GiB`: Ray then places the replica only on a node with that "
+    "much memory unreserved), give the nodes more memory, or make the server use less "
+    "(docs/scale-out.md)"
+)
 # The exit reason of a server that could not be given a sandbox because the sandbox service does not
 # answer (backend opensandbox): not the server's failure either (service_outage.py).
 SERVICE_LOST = "service-lost"

@@ -13,7 +13,10 @@ exit during start-up repeating the previous start-up exit (same status, same las
 at once (case C29: a deterministic error does not change on a third try); an exit because the
 server's node was lost (placement ray, ``node-lost``) is restarted without counting toward
 ``max_restarts`` and never fails at once: a node's loss is not the server's failure and never
-ends the run (a server that cannot be placed again ends ``start-failed``, which counts); start-up has a
+ends the run (a server that cannot be placed again ends ``start-failed``, which counts); a
+replica whose worker died on a node that lives (``oom``, ``worker-died``) is the server's failure,
+restarted and counted as any exit, and ends for good as ``GR-PLACE-OOM`` with the fix when it was
+killed for memory; start-up has a
 per-server and an overall deadline whose report names the phase and the last log lines; after
 ready, a server that stops answering ``GET /`` is named wedged and restarted (wedged.py); shutdown
 sends TERM to every process group, waits ``shutdown_grace_s``, KILLs and reaps (case C05); a second
@@ -40,6 +43,9 @@ from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.member import (
     FAILED,
     NODE_LOST,
+    OOM,
+    OOM_CODE,
+    OOM_HINT,
     PENDING,
     READY,
     RESTARTING,
@@ -48,6 +54,7 @@ from gym_runtime.supervise.member import (
     STARTING,
     STOPPED,
     STOPPING,
+    WORKER_DIED,
     Event,
     Member,
 )
@@ -254,6 +261,9 @@ class Supervisor:
             + (" although nobody asked it to stop" if info.returncode == 0 else "")
             + f" ({info.reason})"
         )
+        if info.reason in (OOM, WORKER_DIED) and info.detail:  # its replica's worker on a live node: say how
+            what += f": {info.detail}"
+        code, hint = (OOM_CODE, OOM_HINT) if info.reason == OOM else ("GR-START-CRASH", None)
         if m.status == wedged.WEDGED:
             what = f"was killed because it was wedged ({m.wedged})"
         if info.reason == NODE_LOST:  # not the server's failure: never ends the run (module doc)
@@ -277,7 +287,9 @@ class Supervisor:
                     m.name,
                     f"{m.kind} {m.name!r} {what} during start-up, the same way as on its previous "
                     f"start ({said}); not restarted again, restarts are for servers that were ready once",
-                    hint="the error is the same on every start: fix the "
+                    code=code,
+                    hint=hint
+                    or "the error is the same on every start: fix the "
                     "server or its config (its last log lines are in cause, the whole log in log), "
                     + self.options.after_fix,
                 )
@@ -292,7 +304,7 @@ class Supervisor:
         else:
             m.status = FAILED
             tries = f" after {crashes} restart{'s' if crashes != 1 else ''}" if crashes else ""
-            self._fail(m.name, f"{m.kind} {m.name!r} {what}{tries}")
+            self._fail(m.name, f"{m.kind} {m.name!r} {what}{tries}", code=code, hint=hint)
 
     def _restart_after_node_loss(self, m: Member, what: str) -> None:
         """``m``'s node was lost (its handle is already placing it on another node): restart it

@@ -7,7 +7,13 @@ each shard's ``list_entries()`` (NeMo RL's ``_discover_route_shard_map``: every 
 ``policy_model`` in both); rows routed by ``agent_ref`` (shard A's agent) and by ``task_source``
 (shard B's resources server, resolved to its agent by Gym's collector); ``run_rollouts`` through
 Gym 0.7.0's own collector while ``health_check`` polls in a worker thread; each rollout's manifest
-behind the control token; then ``shutdown()`` within NeMo RL's 10 s, nothing left.
+behind the control token (the token in no server's environment but ``policy_model``'s, the ledger
+written where the trainer named it); then ``shutdown()`` within NeMo RL's 10 s, nothing left.
+
+Stock vLLM has no NeMo RL worker extension, so it stages no token deltas and returns no commit
+coordinates: each model call is in the manifest as a failure (``failures``, naming the call), which
+is what Gym's ledger records for a worker answer without coordinates (docs/trainers.md, "Ledger
+token capture": what this proves and what it does not).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.helpers.actor_venv import actor_venv
@@ -27,7 +34,6 @@ from tests.helpers.gym_python import gym_python
 from tests.nemo_gym.spinup import TREES, free_port_in, ours, rows_of
 from tests.nemo_gym.test_gym_global_config import RAY_WORKER_ARGV
 from tests.nemo_gym.test_nemo_rl_spinup import cluster, python  # noqa: F401 - fixtures
-from tests.vllm.test_nemo_rl_ledger import ledger_keys
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pypi, pytest.mark.slow, pytest.mark.timeout(2400)]
 ACTOR = Path(__file__).resolve().parents[1] / "nemo_gym" / "nemo_rl_main_actor.py"
@@ -42,6 +48,38 @@ SHARDS = {
     "shard-b": ([MODEL, f"{MULTI}/configs/example_tool_call_multireward.yaml"], 5500, 5999),
 }
 TOKEN = "replay-control-secret"
+CONTROL = "NEMO_GYM_TOKEN_CAPTURE_CONTROL_TOKEN"
+
+
+def ledger_keys(capture: Path) -> dict:
+    """The keys NeMo RL main's ``_spinup`` adds in ledger mode (its ``token_capture`` block enabled)."""
+    return {
+        "policy_model": {"responses_api_models": {"vllm_model": {"return_token_id_information": False}}},
+        "token_id_capture": {
+            "enabled": True,
+            "all_agents": True,
+            "rebuild_response": False,
+            "dir": str(capture),
+            "lineage_store": "nemo_gym.token_id_capture.lineage:FileLineageStore",
+            "lineage_store_kwargs": {"root": str(capture / "lineage")},
+            "external_staging": True,
+            "external_staging_backend": "vllm_worker",
+            "control_auth_token_env": CONTROL,
+        },
+    }
+
+
+def server_environs(pid: int) -> dict[str, dict[str, str]]:
+    """Each server process's environment (``NEMO_GYM_CONFIG_PATH`` names its instance)."""
+    out = {}
+    for p in psutil.Process(pid).children(recursive=True):
+        try:
+            env = p.environ()
+        except psutil.Error:
+            continue
+        if "NEMO_GYM_CONFIG_PATH" in env:
+            out[env["NEMO_GYM_CONFIG_PATH"]] = env
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +122,8 @@ def read(proc: subprocess.Popen) -> dict:
     line = proc.stdout.readline()
     if not line:
         _, err = proc.communicate(timeout=60)
-        raise AssertionError(f"the actor of a shard exited {proc.returncode}: {err[-5000:]}")
+        said = [line for line in err.splitlines() if "GR-" in line or "error" in line.lower()]
+        raise AssertionError(f"the actor of a shard exited {proc.returncode}: {said[-40:]}\n{err[-3000:]}")
     return json.loads(line)
 
 
@@ -133,6 +172,11 @@ def test_nemo_rl_mains_calls_on_two_shards_in_ledger_mode(
         heads[name] = keys["head_server"]["port"]
         send(actors[name], {"argv": RAY_WORKER_ARGV, "initial": keys, "token": TOKEN})
     entries = {name: read(proc)["entries"] for name, proc in actors.items()}
+    # the control token reached the model server of each shard, which serves the control routes, and no other
+    environs = {name: server_environs(proc.pid) for name, proc in actors.items()}
+    for name, servers in environs.items():
+        assert {n for n, env in servers.items() if env.get(CONTROL)} == {"policy_model"}, (name, sorted(servers))
+        assert servers["policy_model"][CONTROL] == TOKEN
     # NeMo RL's route map: every entry a shard hosts; policy_model is in both (an allowed duplicate)
     hosts: dict[str, list[str]] = {}
     for name, listed in entries.items():
@@ -175,6 +219,9 @@ def test_nemo_rl_mains_calls_on_two_shards_in_ledger_mode(
             assert out["refused"][rollout_id]["status"] == 401
         assert out["shutdown_s"] < 10, out["shutdown_s"]
         assert out["left"] == [], out["left"]
+    for name in SHARDS:  # the ledger is written where the trainer named it
+        lineage = tmp_path / name / "token-capture" / "lineage"
+        assert lineage.is_dir() and any(lineage.iterdir()), name
     for proc in actors.values():
         assert proc.wait(timeout=60) == 0
     assert ours(cluster.proc.pid) - before == set()

@@ -66,6 +66,9 @@ Variables (all optional):
 ``GYM_RUNTIME_SANDBOX_*``           task sandboxes: provider choice, images, limits
                                     (:mod:`gym_runtime.task_sandboxes.settings`)
 ==================================  =========================================================
+
+The module is long because it is the one place environment variables are read: every setting,
+its parse and its error stay side by side.
 """
 
 from __future__ import annotations

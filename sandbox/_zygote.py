@@ -40,6 +40,9 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
   signal N is ``-N``) once the child ended.
 
 End of the control socket ends the parent; its children end with it (``PR_SET_PDEATHSIG``).
+
+The module is long because it runs on its own (stdlib only, with the venv's interpreter, before
+any of the project's code can be imported), so it shares no helper with the rest of the sandbox.
 """
 
 import array

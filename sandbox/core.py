@@ -1,4 +1,9 @@
-"""The per-environment sandbox: network namespace + proxy + forwards + sandboxed processes (docs/architecture.md §6)."""
+"""The per-environment sandbox: network namespace + proxy + forwards + sandboxed processes (docs/architecture.md §6).
+
+The module is long because one object owns the environment sandbox's whole lifetime (the network
+namespace, the proxy, the forwards and every sandboxed process), and its start and its teardown
+undo each other step by step; split over files, that order would no longer be read in one place.
+"""
 
 from __future__ import annotations
 

@@ -18,6 +18,9 @@ sandboxes"):
 Every process is spawned by ``spawner``, one long-lived thread (``PR_SET_PDEATHSIG`` follows the
 thread that forked, so a box ends with the daemon, never with a short-lived worker thread).
 Errors: :class:`BoxError` (``str()`` says what failed, for the service to answer).
+
+The module is long because a box's keeper, joiner, cgroups and egress are made and undone
+together, in one order, by one object.
 """
 
 from __future__ import annotations

@@ -82,3 +82,20 @@ def _unexplained(path: Path) -> list[str]:
 def test_every_noqa_and_type_ignore_of_the_typed_code_says_why() -> None:
     found = [hit for top in TYPED for path in sorted((ROOT / top).rglob("*.py")) for hit in _unexplained(path)]
     assert not found, "say why beside each (CONTRIBUTING.md, 'Checks'):\n" + "\n".join(found)
+
+
+LONG = 400  # lines; a module past it says why in its docstring (CONTRIBUTING.md, "Checks")
+
+
+def test_every_long_module_says_why_it_is_long() -> None:
+    import ast
+
+    unexplained = []
+    for folder in ("gym_runtime", "sandbox", "servers"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            text = path.read_text()
+            if text.count("\n") > LONG:
+                doc = ast.get_docstring(ast.parse(text)) or ""
+                if "The module is long because" not in doc:
+                    unexplained.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+    assert unexplained == [], "split the module, or say 'The module is long because ...' in its docstring"

@@ -16,6 +16,9 @@ it can run (their ``Requires-Python``), and pip index settings that uv ignores a
 equivalent. Exit 0 when every check is fine; 1 when a setting (or the ``--package``)
 is invalid input (README "Exit codes"); 3 when the host falls short (e.g. a directory that cannot
 be written, Ray unreachable).
+
+The module is long because it reports on every part of the host a start depends on; each part is
+one short function here.
 """
 
 from __future__ import annotations

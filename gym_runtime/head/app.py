@@ -53,6 +53,9 @@ finished with their results, every other row with the row error ``GR-ROLLOUT-SHU
 client disconnects, the batch is cancelled at once: every row still running is cancelled and its
 connection to the agent closed (the built-in agents then cancel their own work,
 ``servers/_kit/server.py``).
+
+The module is long because it is the head server's whole HTTP contract: every route, its
+statuses and its errors in one app.
 """
 
 from __future__ import annotations

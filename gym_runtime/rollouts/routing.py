@@ -38,6 +38,10 @@ row: its caller sends one row per agent).
 A row that cannot be routed is a :class:`RouteError` naming what is wrong and the fix: a dataset
 error before ``dry-run`` starts anything (:mod:`.rows`), a row error of ``/rollouts/run``
 (:mod:`.dispatch`).
+
+The module is long because each Gym line's routing rules (``agent_ref``, ``task_source``,
+environment servers in front of agents) are one decision, checked against each other before
+anything starts.
 """
 
 from __future__ import annotations

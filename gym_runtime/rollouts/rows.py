@@ -32,6 +32,9 @@ is dropped and reported as a note, not an error.
 Every problem becomes a :class:`~gym_runtime.errors.Violation` whose ``file`` is
 ``<path>:<line>`` and whose ``key`` is the field, all reported in one
 :class:`~gym_runtime.errors.DatasetError`.
+
+The module is long because every field of a row is checked in one pass that reports every
+problem at once, in the order of the contract above.
 """
 
 from __future__ import annotations

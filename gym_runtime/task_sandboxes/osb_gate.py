@@ -31,6 +31,9 @@ the SDK's exception (and Gym's) carries it. A sandbox ends when its server close
 process that made it ends, and when the daemon stops (every sandbox of the run with the task
 label is deleted); a daemon killed leaves them to their TTL and to the next start on the same
 state directory, which deletes them first (:meth:`OpenSandboxGate.start`).
+
+The module is long because the gate is one security boundary: every route it passes on and every
+check applied to it are read together.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ cache entry to clean (``GR-BUILD-CACHE`` if that does not mend it). A full disk 
 
 Builds run in a bounded thread pool (default: CPU count), each uv call in its own process group;
 setting ``cancel`` (or Ctrl-C in the calling thread) kills them within about two seconds.
+
+The module is long because reuse, lock, temp dir, marker and rename are one transaction, and each
+undo path stays beside the step it undoes.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ class Runtime:
 
     # ------------------------------------------------------------------ sync API
     def __enter__(self) -> Runtime:
-        import uvloop  # the daemon's loop, as for `up` (docs/performance.md, "Sandbox data path")
+        import uvloop  # the daemon's loop, as for `up` (docs/performance-history.md, "Sandbox data path")
 
         self._loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gym-runtime", daemon=True)

@@ -80,7 +80,7 @@ Rules for the caller:
 * Cost: ``Sandbox.start`` ~20-60 ms (the first call also probes, ~60 ms; the holder start blocks the
   loop ~20 ms); ``spawn`` adds ~10-20 ms per server at full; a keep-alive call through a forward
   costs the daemon 50-65 us of CPU on uvloop (the daemon's loop), 60-110 us on asyncio's (bench/egress.py;
-  docs/performance.md, "Sandbox data path").
+  docs/performance-history.md, "Sandbox data path").
 * Orphans: at full/partial every descendant of a server lives in the sandbox's pid namespace (or
   process group) and dies with it, also when the daemon is SIGKILLed. In a container the daemon
   runs under an init that reaps orphans (``tini``, docs/container.md); the sandbox never calls

@@ -211,7 +211,7 @@ def progress_line(console: Any) -> Callable[[str], None]:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    import uvloop  # the daemon's loop, as for `up` (docs/performance.md, "Sandbox data path")
+    import uvloop  # the daemon's loop, as for `up` (docs/performance-history.md, "Sandbox data path")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -321,7 +321,7 @@ async def _hold_failed(env, error: GymRuntimeError, out: TextIO, stop_requested)
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvloop  # the daemon's loop: its transports cost the sandbox forwards ~40 % less CPU (docs/performance.md)
+    import uvloop  # the daemon's loop: its transports cost the sandbox forwards ~40 % less CPU (docs/performance-history.md)
 
     for note in normalise():  # what the launcher left behind, made into what the daemon relies on
         _progress(f"inherited: {note}")

@@ -178,7 +178,7 @@ class RunHelper:
 
     # ------------------------------------------------------------------ the private loop
     def _open_loop(self) -> None:
-        import uvloop  # the daemon's loop, as for `up` (docs/performance.md, "Sandbox data path")
+        import uvloop  # the daemon's loop, as for `up` (docs/performance-history.md, "Sandbox data path")
 
         self._loop = uvloop.new_event_loop()
         loop = self._loop

@@ -41,14 +41,14 @@ first). Started beside them, the head competes with their imports for the CPU, a
 are fixed: ``ray start`` gives the raylet 30 s to register (Ray 2.60 ``ray/_private/node.py``, not
 configurable), a driver 20 s to reach the GCS and 60 s to find a node. On a busy host the head
 then fails to start ("The current node timed out during startup") and the servers fail to join it.
-Head first costs ~1.5 s to ready on an idle 2-core host (docs/performance.md). Under qemu-user
+Head first costs ~1.5 s to ready on an idle 2-core host (docs/performance-history.md). Under qemu-user
 emulation no head serves a server even alone (docs/container.md, "arm64 under emulation").
 
 Prompt start: the raylet connects to its object store (a thread of its own process) right after
 starting it, loses that race on every start, and sleeps ``raylet_client_connect_timeout_milliseconds``
 (1 s by default) before its next try; ``PROMPT_STORE`` makes the interval 50 ms with 200 tries, the
 same 10 s window (Ray 2.60 ``src/ray/common/ray_config_def.h``: 1,000 ms, 10 attempts). Measured alone
-on an idle 2-core host: ``ray start --head`` up in 2.2 s instead of 3.2 s (docs/performance.md).
+on an idle 2-core host: ``ray start --head`` up in 2.2 s instead of 3.2 s (docs/performance-history.md).
 
 Quiet start: with the dashboard off, Ray still loads its usage-stats module, which asks three cloud
 metadata services (169.254.169.254, metadata.google.internal) unless ``~/ray_bootstrap_config.yaml``

@@ -4,7 +4,7 @@ Run as a plain script (``python -I -S gym_runtime_ray_hold.py RAY_BIN start --he
 stdlib only) as the head's supervised process, in place of ``ray start --head --block``: that
 command stays alive only to wait, a Python process with all of Ray imported (~240 MiB RSS with a
 Gym venv's packages), while this one holds the same cluster in ~10 MiB
-(docs/performance.md, "A leaner Ray head").
+(docs/performance-history.md, "A leaner Ray head").
 
 1. It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), then runs the given
    ``ray start --head`` command WITHOUT ``--block``, with its own output (the head's log). That

@@ -208,9 +208,19 @@ class SandboxedProcess:
         return await asyncio.shield(self._exited)
 
     def _check_exit(self) -> None:
-        """The exit watcher: reap (``poll`` resolves the waiters) or look again in 50 ms."""
-        if self.poll() is None and self.pidfd is None:
+        """The exit watcher: reap (``poll`` resolves the waiters) or look again in 50 ms. A readable
+        pidfd means the process exited; when its status is still unknown here, it is another
+        process's to collect (a server forked by a preloaded parent, whose report calls
+        :meth:`poll`, sandbox/zygote.py): the watch ends, since a pidfd stays readable and the loop
+        would call this again on every pass until that report came (22 of them spun the daemon's
+        loop through a stop)."""
+        if self.poll() is not None:
+            return
+        if self.pidfd is None:
             asyncio.get_running_loop().call_later(0.05, self._check_exit)
+        elif self._reader_loop is not None:
+            self._reader_loop.remove_reader(self.pidfd)
+            self._reader_loop = None
 
     async def stop(self, grace_s: float = 5.0, kill_wait_s: float = 5.0) -> ExitInfo:
         """TERM the app's process group, wait ``grace_s``, then KILL the tree (whole pid namespace

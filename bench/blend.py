@@ -180,7 +180,7 @@ def say_run(i: int, r: dict) -> None:
 
 def spread(label: str, values: list[float], unit: str, fmt: str = ".2f") -> None:
     print(
-        f"{label}: median {statistics.median(values):{fmt}} {unit}, min {min(values):{fmt}}, "
+        f"{label}: median {statistics.median(values):{fmt}}{' ' + unit if unit else ''}, min {min(values):{fmt}}, "
         f"max {max(values):{fmt}} over {len(values)} runs"
     )
 

@@ -34,7 +34,9 @@ _RAY = (
     ("gcs_server", "gcs_server"),
     ("raylet", "raylet"),
     ("dashboard/agent.py", "dashboard agent"),
+    ("ray::DashboardAgent", "dashboard agent"),  # the title Ray gives the agents once they run
     ("runtime_env/agent/main.py", "runtime-env agent"),
+    ("ray::RuntimeEnvAgent", "runtime-env agent"),
     ("log_monitor.py", "log monitor"),
     ("dashboard/dashboard.py", "api server"),
     ("ray::", "worker"),

@@ -514,7 +514,8 @@ class Supervisor:
     async def _shutdown(self, grace: float) -> None:
         """Stop the servers first, then what they use (the Ray head and the stub model, whatever
         wave they started in: a Ray driver hangs in its own shutdown when its head is gone): TERM each
-        process group, wait ``grace``, KILL, reap; then the orphans; then post ``stopped``.
+        process group, wait ``grace``, KILL, reap; then the orphans, both sweeps at once (what is left in
+        the servers' groups, and the processes holding the run's mark); then post ``stopped``.
         :attr:`servers_stopped` is set between the two groups, and :attr:`stop_split` says the seconds
         of each group when both had members (the daemon's ``stop took`` line shows it, teardown.py)."""
 
@@ -532,8 +533,12 @@ class Supervisor:
         for m in self.members.values():
             m.status = FAILED if m.status == FAILED else STOPPED
             m.log.detach()
-        await reap_orphans(self._pgids)
-        if left := await asyncio.to_thread(run_mark.kill_marked, self.run_mark):
+        # both sweeps at once: the groups' leftovers, and the helpers that left them (a walk of every
+        # process's environment, in a thread): neither waits on the other
+        _, left = await asyncio.gather(
+            reap_orphans(self._pgids), asyncio.to_thread(run_mark.kill_marked, self.run_mark)
+        )
+        if left:
             self._progress(
                 f"stopped {len(left)} process(es) that had left their server's process group "
                 f"(setsid): {'; '.join(left)}"

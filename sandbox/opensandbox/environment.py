@@ -36,7 +36,8 @@ from ..probe import interpreter_roots
 from ..proxy import host_dial, serve_forward
 from .creates import ENDED, TRIES, CreateGate, adoptable, backoff_s, outcome
 from .failures import translate
-from .process import ServerProcess
+from .passes import Passes
+from .process import CALL_S, ServerProcess
 from .relay import Relay, free_bind
 from .service import SandboxService
 from .spec import (
@@ -106,6 +107,7 @@ class OpenSandboxEnvironment:
         self._live: dict[str, Any] = {}  # sandbox id -> the SDK's Sandbox
         self._renew: asyncio.Task | None = None
         self.gate = CreateGate(self.conn.creates_in_flight, self.conn.creates_per_s)
+        self.passes = Passes(call_s=CALL_S)  # every server's status and log reads, one pass a second
         self.adopted: list[str] = []  # ids of sandboxes whose create failed on the way back, used all the same
         self.unreachable_since: float | None = None  # wall time of the first unanswered call of an outage
 
@@ -363,6 +365,7 @@ class OpenSandboxEnvironment:
             if p.poll() is None:
                 p.kill_now()
         await asyncio.gather(*(p.wait() for p in self.processes), return_exceptions=True)
+        await self.passes.close()
         for box in list(self._ready.values()):
             await self.discard(box)
         self._ready.clear()

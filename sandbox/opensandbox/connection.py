@@ -42,7 +42,7 @@ class OpenSandboxConnection:
     outage_s: float = 600.0
     creates_in_flight: int = 8
     creates_per_s: float = 4.0
-    create_timeout_s: float = 30.0
+    create_timeout_s: float = 60.0
 
     @property
     def url(self) -> str:

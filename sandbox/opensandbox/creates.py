@@ -9,8 +9,9 @@ operator's OpenSandbox server and this daemon out of each other's way:
   out on the client after it was sent (a gateway's 504 is a 5xx too) is tried again after :func:`backoff_s` (:data:`TRIES`
   tries in all); any other failure (4xx, nothing listening) is the error of the start;
 - :func:`adoptable`: before trying again a create whose answer did not come back, the run's sandboxes carrying the server's labels
-  (:meth:`.spec.RunLabels.metadata`) are listed: a create that timed out (a gateway's 504, the
-  client's own timeout) may have made its sandbox all the same, and that one is used instead of
+  (:meth:`.spec.RunLabels.metadata`) are listed, every :data:`ADOPT_EVERY_S` for up to
+  :data:`ADOPT_WAIT_S`: a create that timed out (a gateway's 504, the client's own timeout) may
+  have made its sandbox all the same, or be making it still, and that one is used instead of
   making a second one (as allenai/open-instruct's sandbox pool does on GKE).
 """
 
@@ -26,6 +27,8 @@ from typing import Any
 TRIES = 4  # tries of one server's create in all (the first and three more)
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 8.0
+ADOPT_WAIT_S = 20.0  # how long the sandbox of a create that timed out is looked for (the server may still be making it)
+ADOPT_EVERY_S = 2.0
 ENDED = ("Failed", "Terminated", "Stopping", "Stopped")  # sandbox states (opensandbox-server 1.1.1) never running again
 
 
@@ -95,11 +98,13 @@ def backoff_s(attempt: int, rand: Callable[[], float] = random.random) -> float:
     return base * (1.0 + 0.25 * rand())
 
 
-def adoptable(infos: Iterable[Any], known: Iterable[str]) -> str | None:
-    """The id of a sandbox among ``infos`` (the SDK's ``SandboxInfo`` listed by the server's labels)
-    to use instead of creating one: not among ``known`` (the run's sandboxes in use) and not in a
-    state it never leaves (:data:`ENDED`); a ``Running`` one first. None when there is none."""
+def adoptable(infos: Iterable[Any], known: Iterable[str]) -> tuple[str | None, list[str]]:
+    """Which sandbox among ``infos`` (the SDK's ``SandboxInfo`` listed by one server's labels) to
+    use instead of creating one, and which are strays to delete: of those not among ``known`` (the
+    run's sandboxes in use) and not in a state they never leave (:data:`ENDED`), the first
+    ``Running`` one (else the first) is used and the others (creates of that server timed out more
+    than once, each made one) are strays. ``(None, [])`` when there is none."""
     taken = set(known)
     found = [i for i in infos if i.id not in taken and str(getattr(i.status, "state", "")) not in ENDED]
     found.sort(key=lambda i: str(getattr(i.status, "state", "")) != "Running")
-    return found[0].id if found else None
+    return (found[0].id, [i.id for i in found[1:]]) if found else (None, [])

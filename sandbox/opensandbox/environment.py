@@ -34,7 +34,7 @@ from gym_runtime.errors import StartError
 from ..policy import EgressPolicy, parse_ip_literal
 from ..probe import interpreter_roots
 from ..proxy import host_dial, serve_forward
-from .creates import ENDED, TRIES, CreateGate, adoptable, backoff_s, outcome
+from .creates import ADOPT_EVERY_S, ADOPT_WAIT_S, ENDED, TRIES, CreateGate, adoptable, backoff_s, outcome
 from .failures import translate
 from .passes import Passes
 from .process import CALL_S, ServerProcess
@@ -210,17 +210,23 @@ class OpenSandboxEnvironment:
         return box
 
     async def _adopt(self, spec: Any) -> Any:
-        """The sandbox a failed create of ``spec`` made all the same (found by the server's labels,
-        :func:`~.creates.adoptable`), connected; None when there is none or it does not answer."""
+        """The sandbox a create of ``spec`` whose answer did not come back made all the same (found
+        by the server's labels, :func:`~.creates.adoptable`, looked for every
+        :data:`~.creates.ADOPT_EVERY_S` for up to :data:`~.creates.ADOPT_WAIT_S`), connected; strays
+        beside it are deleted. None when there is none or it does not answer."""
         from opensandbox import Sandbox
 
-        try:
-            infos = await self.service.list_ids(
-                self.labels.metadata(spec.name), f"looking for server {spec.name!r}'s sandbox"
-            )
-        except Exception:
-            return None
-        sid = adoptable(infos, [*self._live, *(b.id for b in self._ready.values())])
+        what = f"looking for server {spec.name!r}'s sandbox"
+        sid, deadline = None, time.monotonic() + ADOPT_WAIT_S
+        while sid is None and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                infos = await self.service.list_ids(self.labels.metadata(spec.name), what)
+                sid, strays = adoptable(infos, [*self._live, *(b.id for b in self._ready.values())])
+                if strays:
+                    with contextlib.suppress(Exception):
+                        await self.service.kill(strays, f"deleting stray sandboxes of server {spec.name!r}")
+            if sid is None:
+                await asyncio.sleep(ADOPT_EVERY_S)
         if sid is None:
             return None
         try:
@@ -233,7 +239,7 @@ class OpenSandboxEnvironment:
                 await self.service.kill([sid], f"deleting sandbox {sid}")
             return None
         self.adopted.append(sid)
-        log.info("server %s: adopted sandbox %s, made by a create that failed on the way back", spec.name, sid)
+        log.info("server %s: adopted sandbox %s, made by a create whose answer did not come back", spec.name, sid)
         return box
 
     async def _create_once(self, sandbox_cls: Any, spec: Any, ro: list[Any]) -> Any:

@@ -86,15 +86,16 @@ def _info(sid: str, state: str) -> SimpleNamespace:
     return SimpleNamespace(id=sid, status=SimpleNamespace(state=state))
 
 
-def test_a_running_sandbox_nobody_uses_is_adopted() -> None:
+def test_a_running_sandbox_nobody_uses_is_adopted_and_other_unused_ones_are_strays() -> None:
     infos = [_info("a", "Failed"), _info("b", "Pending"), _info("c", "Running"), _info("d", "Running")]
-    assert adoptable(infos, known=["d"]) == "c"
-    assert adoptable([_info("b", "Pending")], known=[]) == "b"
+    assert adoptable(infos, known=["d"]) == ("c", ["b"])
+    assert adoptable([_info("b", "Pending")], known=[]) == ("b", [])
 
 
 def test_nothing_to_adopt_when_every_listed_sandbox_ended_or_is_in_use() -> None:
-    assert adoptable([_info("a", "Stopping"), _info("b", "Terminated"), _info("c", "Running")], known=["c"]) is None
-    assert adoptable([], known=[]) is None
+    infos = [_info("a", "Stopping"), _info("b", "Terminated"), _info("c", "Running")]
+    assert adoptable(infos, known=["c"]) == (None, [])
+    assert adoptable([], known=[]) == (None, [])
 
 
 def test_the_bound_is_read_from_two_settings() -> None:

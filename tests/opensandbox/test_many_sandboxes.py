@@ -1,7 +1,8 @@
 """Many sandboxes at once against a real OpenSandbox server (``opensandbox_server``), seen through
 a loopback proxy in front of its lifecycle API (tests/helpers/opensandbox/proxy.py): creates stay
 within the operator's bound, a create answered 503 is tried again, a create whose answer comes too
-late is adopted (one sandbox, not two), and one renewal pass renews every sandbox of the run
+late, or that the server makes only after the client gave up, is adopted (one sandbox, not two),
+and one renewal pass renews every sandbox of the run
 (docs/runtime.md, "Many sandboxes at once")."""
 
 from __future__ import annotations
@@ -127,3 +128,20 @@ def test_a_create_that_timed_out_is_adopted_not_made_twice(opensandbox_server, p
     assert seen["adopted"] == [seen["box"]] and seen["ours"] == [seen["box"]]
     assert len(proxy.creates) == 1  # one create reached the server
     assert seen["echo"].strip() == "adopted"
+
+
+def test_a_create_the_server_makes_after_the_client_gave_up_is_adopted(
+    opensandbox_server, proxy, tmp_path: Path
+) -> None:
+    proxy.late_creates, proxy.slow_s = 1, 5.0  # passed on 2 s after the client's timeout: not listed at first
+    seen: dict = {}
+
+    async def body(env: OpenSandboxEnvironment) -> None:
+        await env.prepare(_specs(1, tmp_path))
+        seen["box"] = env._ready["server-0"].id
+        seen["adopted"] = list(env.adopted)
+        seen["ours"] = [b["id"] for b in opensandbox_server.sandboxes(**{LABEL_RUN: env.labels.run})]
+
+    asyncio.run(_with_env(_conn(opensandbox_server, proxy, create_timeout_s=3.0), tmp_path, body))
+    assert seen["adopted"] == [seen["box"]] and seen["ours"] == [seen["box"]]
+    assert len(proxy.creates) == 1  # one create reached the server

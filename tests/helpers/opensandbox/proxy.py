@@ -3,7 +3,9 @@ daemon asks of it: :class:`LifecycleProxy` counts the sandbox creates in flight 
 /v1/sandboxes``: the most at once, ``max_in_flight``), answers the next ``fail_creates`` creates
 503 itself without passing them on (a busy server or gateway), and holds the server's answer to the
 next ``slow_creates`` creates for ``slow_s`` seconds after the server made the sandbox (a create that
-times out on the client's side but happened). Everything else passes through unchanged.
+times out on the client's side but happened), and holds the next ``late_creates`` creates for
+``slow_s`` seconds before passing them on (a create the client gave up on that the server makes
+later). Everything else passes through unchanged.
 
 Runs uvicorn with a Starlette app in a thread of its own (:meth:`start`, :meth:`stop`);
 ``domain`` (``127.0.0.1:PORT``) is what ``OPENSANDBOX_DOMAIN`` takes.
@@ -34,6 +36,7 @@ class LifecycleProxy:
         self.domain = f"127.0.0.1:{self.port}"
         self.fail_creates = 0
         self.slow_creates = 0
+        self.late_creates = 0
         self.slow_s = 0.0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -57,18 +60,23 @@ class LifecycleProxy:
                 self.fail_creates -= 1 if fail else 0
                 slow = not fail and self.slow_creates > 0
                 self.slow_creates -= 1 if slow else 0
+                late = not fail and not slow and self.late_creates > 0
+                self.late_creates -= 1 if late else 0
         try:
             if create and fail:
                 await asyncio.sleep(0.05)
                 answer = Response(b'{"code":"GATEWAY::BUSY","message":"busy"}', 503, media_type="application/json")
             else:
+                body = await request.body()
+                if create and late:
+                    await asyncio.sleep(self.slow_s)
                 headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
                 async with httpx.AsyncClient(timeout=300) as client:
                     r = await client.request(
                         request.method,
                         self.upstream + path,
                         params=list(request.query_params.multi_items()),
-                        content=await request.body(),
+                        content=body,
                         headers=headers,
                     )
                 if create and slow:

@@ -60,6 +60,9 @@ Variables (all optional):
 ``GYM_RUNTIME_OPENSANDBOX_OUTAGE_S``  seconds a server whose sandbox must be made again waits for an
                                     unreachable OpenSandbox server before it fails (default ``600``, the
                                     sandboxes' TTL; docs/runtime.md "Lifecycle")
+``GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT``  sandbox creates on the OpenSandbox server at once (default ``8``;
+                                    docs/runtime.md "Many sandboxes at once")
+``GYM_RUNTIME_OPENSANDBOX_CREATES_PER_S``  sandbox creates started per second at most (default ``4``)
 ``GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES``  images task sandboxes on the OpenSandbox server may run: a comma
                                     list of images and of prefixes ending in ``/`` (unset: none, every
                                     create refused; :mod:`gym_runtime.task_sandboxes.approval`)
@@ -380,6 +383,8 @@ def opensandbox_connection(env: Mapping[str, str]) -> Any:
             code="GR-SETTINGS-OPENSANDBOX",
             hint="e.g. 900; unset it for 600 (the sandboxes' TTL)",
         )
+    in_flight = _positive(env, "GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT", "8", whole=True)
+    per_s = _positive(env, "GYM_RUNTIME_OPENSANDBOX_CREATES_PER_S", "4", whole=False)
     from gym_runtime.task_sandboxes.approval import SETTING, ApprovedImages
 
     try:
@@ -401,7 +406,26 @@ def opensandbox_connection(env: Mapping[str, str]) -> Any:
         egress=egress,
         task_images=task_images,
         outage_s=outage_s,
+        creates_in_flight=int(in_flight),
+        creates_per_s=per_s,
     )
+
+
+def _positive(env: Mapping[str, str], name: str, default: str, *, whole: bool) -> float:
+    """Setting ``name`` (``default`` when unset) as a number > 0, a whole one when ``whole``;
+    raises :class:`SettingsError` (``GR-SETTINGS-OPENSANDBOX``) naming it otherwise."""
+    raw = (env.get(name) or "").strip() or default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf") or (whole and not value.is_integer()):
+        raise SettingsError(
+            f"{name}={raw!r} is not a {'whole ' if whole else ''}number > 0",
+            code="GR-SETTINGS-OPENSANDBOX",
+            hint=f"e.g. {default}; unset it for {default}",
+        )
+    return value
 
 
 def parse_server_env(raw: str) -> tuple[tuple[str, str | None], ...]:

@@ -1,7 +1,7 @@
 """How gym-runtime reaches the operator's OpenSandbox server (docs/runtime.md, "Sandbox backends").
 
 Built by ``gym_runtime.settings`` from ``OPENSANDBOX_DOMAIN``, ``OPENSANDBOX_API_KEY``,
-``OPENSANDBOX_PROTOCOL`` and ``GYM_RUNTIME_OPENSANDBOX_{IMAGE,CPU,DAEMON_HOST,EGRESS,TASK_IMAGES}``;
+``OPENSANDBOX_PROTOCOL`` and ``GYM_RUNTIME_OPENSANDBOX_{IMAGE,CPU,DAEMON_HOST,EGRESS,OUTAGE_S,CREATES_IN_FLIGHT,CREATES_PER_S,TASK_IMAGES}``;
 nothing here reads the environment. The API key is left out of ``repr`` and :meth:`describe`,
 so no log line, error or ``doctor`` output carries it; it reaches the server only as the
 ``OPEN-SANDBOX-API-KEY`` header the ``opensandbox`` SDK sends.
@@ -26,7 +26,10 @@ class OpenSandboxConnection:
     (:class:`gym_runtime.task_sandboxes.approval.ApprovedImages`; None: nothing approved);
     ``outage_s``: how long a server that needs a new sandbox waits for the lifecycle server to
     answer again before it fails (seconds; the sandboxes' TTL, ``spec.TTL_S``, by default: past it
-    the sandboxes that outlived the outage expire too)."""
+    the sandboxes that outlived the outage expire too); ``creates_in_flight`` / ``creates_per_s``:
+    the bound on sandbox creates (at most that many at once, started at most that many per second:
+    :class:`~.creates.CreateGate`); ``create_timeout_s``: how long one create request may take
+    before it counts as timed out (then its sandbox is looked for by its labels: :mod:`.creates`)."""
 
     domain: str
     api_key: str | None = field(default=None, repr=False)
@@ -37,6 +40,9 @@ class OpenSandboxConnection:
     egress: str = "enforced"
     task_images: Any = None
     outage_s: float = 600.0
+    creates_in_flight: int = 8
+    creates_per_s: float = 4.0
+    create_timeout_s: float = 60.0
 
     @property
     def url(self) -> str:
@@ -53,6 +59,8 @@ class OpenSandboxConnection:
             "daemon_host": self.daemon_host,
             "egress": self.egress,
             "outage_s": self.outage_s,
+            "creates_in_flight": self.creates_in_flight,
+            "creates_per_s": self.creates_per_s,
             "task_images": self.task_images.describe() if self.task_images is not None else "nothing (unset)",
         }
 

@@ -35,8 +35,10 @@ from ..policy import EgressPolicy, parse_ip_literal
 from ..probe import interpreter_roots
 from ..proxy import host_dial, serve_forward
 from . import execd
-from .failures import CREATE_TRIES, translate
-from .process import ServerProcess
+from .creates import ADOPT_EVERY_S, ADOPT_WAIT_S, ENDED, TRIES, CreateGate, adoptable, backoff_s, outcome
+from .failures import translate
+from .passes import Passes
+from .process import CALL_S, ServerProcess
 from .relay import Relay, free_bind
 from .service import SandboxService
 from .spec import (
@@ -54,13 +56,6 @@ log = logging.getLogger("sandbox.opensandbox")
 logging.getLogger("opensandbox").setLevel(logging.CRITICAL)  # its failures reach the user as GR-OSB-* blocks
 PORT_START = 20000
 SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # the image's own, never mounted
-ENDED = (
-    "Failed",
-    "Terminated",
-    "Stopping",
-    "Stopped",
-)  # sandbox states (opensandbox-server 1.1.1) that never run again
-CREATE_AT_ONCE = 4
 READY_TIMEOUT_S = 120.0
 
 
@@ -112,6 +107,9 @@ class OpenSandboxEnvironment:
         self._ready: dict[str, Any] = {}  # server name -> its sandbox made by prepare(), not yet started
         self._live: dict[str, Any] = {}  # sandbox id -> the SDK's Sandbox
         self._renew: asyncio.Task | None = None
+        self.gate = CreateGate(self.conn.creates_in_flight, self.conn.creates_per_s)
+        self.passes = Passes(call_s=CALL_S)  # every server's status and log reads, one pass a second
+        self.adopted: list[str] = []  # ids of sandboxes whose create failed on the way back, used all the same
         self.unreachable_since: float | None = None  # wall time of the first unanswered call of an outage
 
     @classmethod
@@ -192,18 +190,57 @@ class OpenSandboxEnvironment:
                 spec.name,
             )
         what = f"creating the sandbox of server {spec.name!r}"
-        for attempt in range(CREATE_TRIES):
+        for attempt in range(TRIES):
             try:
-                box = await self._create_once(Sandbox, spec, ro)
+                async with self.gate.slot():
+                    box = await self._create_once(Sandbox, spec, ro)
                 break
             except Exception as e:
                 err = translate(e, self.conn, what)
                 self.answered(err.code != "GR-OSB-UNREACHABLE")
-                if err.code != "GR-OSB-SERVER" or attempt == CREATE_TRIES - 1:
+                then = outcome(e, err.code)
+                if then == "fail" or attempt == TRIES - 1:
                     raise err from None
-                log.info("server %s: create failed (%s), trying again", spec.name, err.cause)
+                log.info("server %s: create failed (%s), trying again", spec.name, err.cause or err.message)
+                await asyncio.sleep(backoff_s(attempt))  # before looking too: the server may still be registering it
+                box = await self._adopt(spec) if then == "adopt" else None
+                if box is not None:
+                    break
         self.answered(True)
         self._live[box.id] = box
+        return box
+
+    async def _adopt(self, spec: Any) -> Any:
+        """The sandbox a create of ``spec`` whose answer did not come back made all the same (found
+        by the server's labels, :func:`~.creates.adoptable`, looked for every
+        :data:`~.creates.ADOPT_EVERY_S` for up to :data:`~.creates.ADOPT_WAIT_S`), connected; strays
+        beside it are deleted. None when there is none or it does not answer."""
+        from opensandbox import Sandbox
+
+        what = f"looking for server {spec.name!r}'s sandbox"
+        sid, deadline = None, time.monotonic() + ADOPT_WAIT_S
+        while sid is None and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                infos = await self.service.list_ids(self.labels.metadata(spec.name), what)
+                sid, strays = adoptable(infos, [*self._live, *(b.id for b in self._ready.values())])
+                if strays:
+                    with contextlib.suppress(Exception):
+                        await self.service.kill(strays, f"deleting stray sandboxes of server {spec.name!r}")
+            if sid is None:
+                await asyncio.sleep(ADOPT_EVERY_S)
+        if sid is None:
+            return None
+        try:
+            box = await Sandbox.connect(
+                sid, connection_config=self.conn.sdk_config(), connect_timeout=timedelta(seconds=READY_TIMEOUT_S)
+            )
+        except Exception as e:
+            log.warning("server %s: sandbox %s made by a create that timed out does not answer: %s", spec.name, sid, e)
+            with contextlib.suppress(Exception):
+                await self.service.kill([sid], f"deleting sandbox {sid}")
+            return None
+        self.adopted.append(sid)
+        log.info("server %s: adopted sandbox %s, made by a create whose answer did not come back", spec.name, sid)
         return box
 
     async def _create_once(self, sandbox_cls: Any, spec: Any, ro: list[Any]) -> Any:
@@ -218,7 +255,7 @@ class OpenSandboxEnvironment:
             volumes=sdk_volumes(
                 volumes([p for p in ro if Path(p).exists()], [p for p in spec.writable_paths if Path(p).exists()])
             ),
-            connection_config=self.conn.sdk_config(),
+            connection_config=self.conn.sdk_config(self.conn.create_timeout_s),
         )
 
     def parent_interpreters(self, servers: Any) -> list[str]:
@@ -230,16 +267,14 @@ class OpenSandboxEnvironment:
         return None
 
     async def prepare(self, specs: list[Any], say: Any = None) -> list[str]:
-        """Create every server's first sandbox, :data:`CREATE_AT_ONCE` at a time, so a create the
-        server refuses fails the start with its own ``GR-OSB-*`` error before any server runs;
-        then check execd's command API in the first one (:func:`.execd.check`: an execd of another
-        version stops the start with ``GR-OSB-EXECD``). Returns no progress line (the trees are
-        read-only volumes: nothing is copied)."""
-        gate = asyncio.Semaphore(CREATE_AT_ONCE)
+        """Create every server's first sandbox, all at once under :attr:`gate` (the operator's
+        bound: ``GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT`` / ``..._CREATES_PER_S``), so a create
+        the server refuses fails the start with its own ``GR-OSB-*`` error before any server runs.
+        Then execd's command API is checked in the first one (:func:`.execd.check`: an execd of
+        another version stops the start with ``GR-OSB-EXECD``). Returns no progress line (the trees are read-only volumes: nothing is copied)."""
 
         async def one(spec: Any) -> None:
-            async with gate:
-                self._ready[spec.name] = await self._create(spec)
+            self._ready[spec.name] = await self._create(spec)
 
         results = await asyncio.gather(*(one(s) for s in specs), return_exceptions=True)
         for r in results:
@@ -320,10 +355,15 @@ class OpenSandboxEnvironment:
         self.processes.append(proc)
         return proc
 
+    async def renew_all(self) -> int:
+        """One renewal pass: every sandbox of the run (made by :meth:`prepare`, or a server's) gets
+        its TTL pushed to now + :data:`~.spec.TTL_S`; returns how many were renewed."""
+        return await self.service.renew([*self._live, *(b.id for b in self._ready.values())])
+
     async def _renew_loop(self) -> None:
         while True:
             await asyncio.sleep(RENEW_EVERY_S)
-            await self.service.renew([*self._live, *(b.id for b in self._ready.values())])
+            await self.renew_all()
 
     async def close(self) -> None:
         """End every server (its sandbox deleted), stop relays and forwards, then delete every
@@ -335,6 +375,7 @@ class OpenSandboxEnvironment:
             if p.poll() is None:
                 p.kill_now()
         await asyncio.gather(*(p.wait() for p in self.processes), return_exceptions=True)
+        await self.passes.close()
         for box in list(self._ready.values()):
             await self.discard(box)
         self._ready.clear()

@@ -12,9 +12,9 @@ backends").
    environment and private variables as the command's own ``envs`` (never the sandbox's
    environment, never a command line);
 3. the relay in front of it (:mod:`.relay`) points at the sandbox's endpoint for its port;
-4. every :data:`POLL_S` the command's status is asked (an exit is seen within ``POLL_S`` plus one
-   call: about a second), and every :data:`LOG_S` its log is read from its cursor into the
-   server's log pipe;
+4. its command's status and its log (from its cursor, into the server's log pipe) are asked in the
+   environment's passes (:mod:`.passes`: one pass a second for every server of the run, so an exit
+   is seen within about a second);
 5. when it ends its sandbox is deleted.
 
 Exit reasons besides the local ones: ``sandbox-gone`` (the sandbox was deleted from outside:
@@ -39,9 +39,7 @@ from typing import Any
 from sandbox.elsewhere import ElsewhereExit
 from sandbox.process import ExitInfo
 
-POLL_S = 0.5
 CALL_S = 3.0  # one status call (execd in a busy sandbox can take a second or more)
-LOG_S = 0.25  # log reads, in a task of their own so a slow read never delays the status
 SERVICE_GRACE_S = 60.0
 FORWARDER = open(os.path.join(os.path.dirname(__file__), "forwarder.py")).read()  # noqa: SIM115 (read once)
 
@@ -149,20 +147,19 @@ class ServerProcess(ElsewhereExit):
         self.command = execution.id
 
     async def _pump_logs(self) -> None:
+        """The log read in every pass (a task of its own, so a slow read never delays the status)."""
         while True:
-            await asyncio.sleep(LOG_S)
-            with contextlib.suppress(Exception):  # tried again at the next turn; the last read is at the end
-                await asyncio.wait_for(self._drain_log(), 10.0)
+            with contextlib.suppress(Exception):  # tried again at the next pass; the last read is at the end
+                await self._drain_log(self.env.passes.ask)
 
     async def _watch(self) -> dict[str, Any]:
-        """Until the command ends: its status every :data:`POLL_S`, each call bounded by
-        :data:`CALL_S` (the SDK's own retries would take longer)."""
+        """Until the command ends: its status in every pass of the environment's :mod:`.passes`,
+        each call bounded by :data:`CALL_S` (the SDK's own retries would take longer)."""
         env = self.env
         silent_since: float | None = None
         while True:
-            await asyncio.sleep(POLL_S)
             try:
-                st = await asyncio.wait_for(self.box.commands.get_command_status(self.command), CALL_S)
+                st = await env.passes.ask(lambda: self.box.commands.get_command_status(self.command))
                 silent_since = None
             except Exception:  # execd or the OpenSandbox server not answering: a killed sandbox, a restart
                 silent_since = silent_since or time.monotonic()
@@ -188,10 +185,17 @@ class ServerProcess(ElsewhereExit):
                 reason = "signal" if code < 0 or code > 128 else "exited"
                 return {"exit_code": code, "reason": reason, "detail": st.error or ""}
 
-    async def _drain_log(self) -> None:
+    async def _drain_log(self, ask: Any = None) -> None:
+        """Read the command's log from the cursor into the log pipe; ``ask``: how the read is made
+        (the environment's ``passes.ask``; None: at once)."""
         if self._log_fd is None or self.box is None or self.command is None:
             return
-        logs = await self.box.commands.get_background_command_logs(self.command, self._cursor)
+        box, command, cursor = self.box, self.command, self._cursor
+
+        def read() -> Any:
+            return box.commands.get_background_command_logs(command, cursor)
+
+        logs = await (ask(read) if ask is not None else read())
         if logs.cursor is not None:
             self._cursor = logs.cursor
         data = logs.content.encode("utf-8", "replace") if logs.content else b""

@@ -3,8 +3,9 @@
 Podman's Docker API, under the suite's load on two cores, now and then fails to copy the in-sandbox
 agent into a new container (HTTP 500, ``DOCKER::SANDBOX_EXECD_DISTRIBUTION_FAILED``, "passing bulk
 input to subprocess: write |1: broken pipe"); the SDK deletes such a half-made sandbox. The daemon
-tries a create again on any server error (:data:`sandbox.opensandbox.failures.CREATE_TRIES` tries),
-so a test that creates through the SDK itself does too: :func:`create_tried` awaits ``make()`` up
+tries a create again on a server error (sandbox/opensandbox/creates.py; the task-sandbox gate
+:data:`sandbox.opensandbox.failures.CREATE_TRIES` tries), so a test that creates through the SDK
+itself does too: :func:`create_tried` awaits ``make()`` up
 to that many times while it raises ``SandboxApiException`` with a 5xx status, and re-raises the last.
 """
 

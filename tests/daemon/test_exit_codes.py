@@ -27,8 +27,8 @@ def test_help_states_the_rule() -> None:
     )
     assert r.returncode == 0
     text = " ".join(r.stdout.split())
-    assert "0 stopped on request (SIGTERM or SIGINT) after the ready line" in text
-    assert "130 stopped by SIGTERM or SIGINT before the ready line" in text and "cancelled venv build" in text
+    assert "0 stopped on request (SIGTERM, SIGINT, or SIGHUP unless started under nohup) after the ready line" in text
+    assert "130 stopped by SIGTERM, SIGINT or SIGHUP before the ready line" in text and "cancelled venv build" in text
 
 
 def test_a_cancelled_build_is_an_interruption() -> None:

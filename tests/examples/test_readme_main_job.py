@@ -228,6 +228,8 @@ def test_uvw_has_uv_trust_the_system_certificate_store_unless_the_caller_chose(t
     (checkout / "uvw").write_bytes((ROOT / "uvw").read_bytes())
     (checkout / "uvw").chmod(0o755)
     env = _newcomer_env(tmp_path / "home", [str(front), *SYSTEM_PATH])
+    for var in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT"):  # no CA given: the system store's path
+        env.pop(var, None)
 
     def seen(**extra: str) -> str:
         return subprocess.run(

@@ -10,13 +10,8 @@ import re
 
 import verifiers as vf
 
-QUESTIONS = [
-    ("What is 6 * 7?", "42"),
-    ("What is 120 / 8?", "15"),
-    ("What is 19 + 23?", "42"),
-    ("What is 1000 - 1?", "999"),
-    ("What is 7 * 8?", "56"),
-]
+QUESTIONS = [("What is 6 * 7?", "42"), ("What is 120 / 8?", "15"), ("What is 19 + 23?", "42"),
+             ("What is 1000 - 1?", "999"), ("What is 7 * 8?", "56")]
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -32,8 +27,6 @@ def correct_answer(completion: list[dict], answer: str, **_: object) -> float:
 
 def load_environment(system_prompt: str = "Answer with a number.") -> vf.Environment:
     """The environment; ``system_prompt`` is its only argument (``vf_env_args``)."""
-    dataset = [
-        {"prompt": [{"role": "user", "content": q}], "answer": a, "example_id": i, "task": "tiny-math"}
-        for i, (q, a) in enumerate(QUESTIONS)
-    ]
+    dataset = [{"prompt": [{"role": "user", "content": q}], "answer": a, "example_id": i, "task": "tiny-math"}
+               for i, (q, a) in enumerate(QUESTIONS)]
     return vf.SingleTurnEnv(dataset=dataset, rubric=vf.Rubric(funcs=[correct_answer]), system_prompt=system_prompt)

@@ -16,7 +16,7 @@ class Rubric:
     async def score(self, completion: list[dict], answer: str, **kwargs) -> tuple[float, dict[str, float]]:
         metrics: dict[str, float] = {}
         total = 0.0
-        for func, weight in zip(self.funcs, self.weights, strict=True):
+        for func, weight in zip(self.funcs, self.weights):
             value = func(completion=completion, answer=answer, **kwargs)
             if inspect.isawaitable(value):
                 value = await value

@@ -37,6 +37,7 @@ def host(tmp_path: Path) -> dict[str, str]:
             exe.write_text(f"#!/bin/sh\necho CPython {version}\n")
             exe.chmod(0o755)
     (tmp_path / "empty-bin").mkdir()
+    (tmp_path / "fake-home").mkdir()  # a usable, empty HOME: no interpreters of the caller's
     return {
         "PYENV_ROOT": str(root),
         "HOME": str(tmp_path / "fake-home"),

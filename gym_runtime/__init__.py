@@ -11,7 +11,7 @@ __all__ = ["Runtime"]
 
 def __getattr__(name: str) -> object:
     if name == "Runtime":
-        from gym_runtime.runtime import Runtime
+        from gym_runtime.runtime.api import Runtime
 
         return Runtime
     raise AttributeError(f"module 'gym_runtime' has no attribute {name!r}")

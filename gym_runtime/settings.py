@@ -228,7 +228,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
             f"GYM_RUNTIME_PIN_MODE={mode!r} is not one of {', '.join(PIN_MODES)}",
             hint="unset it for the default (auto)",
         )
-    from gym_runtime.gym_release.releases import CURRENT, known_release
+    from gym_runtime.known_releases import CURRENT, known_release
 
     sdk = env.get(PIN_VARS["nemo-gym"]) or CURRENT
     try:  # a release of an unknown line has no known openai: its profile drops this default (GymRelease.pins)

@@ -11,7 +11,7 @@ and the replica table (or one JSON object with ``--json``); stderr:
 start-up progress and a progress bar. Exit 0 when every rollout ran, 3 when any failed (or a row had
 every sample masked by its resources server), 1 for a bad
 package / config / row (nothing started), 2 for bad flags. With ``--watch`` the environment stays
-up after the table and the rows run again after each edit (:mod:`gym_runtime.rollouts.watch`),
+up after the table and the rows run again after each edit (:mod:`gym_runtime.dryrun.watch`),
 each table with a ``change`` column, until Ctrl-C or SIGTERM (exit 130, everything stopped).
 """
 
@@ -41,7 +41,7 @@ from gym_runtime.supervise.options import SuperviseOptions
 if TYPE_CHECKING:  # rich and the rollout machinery load only when a dry run runs
     from rich.console import Console
 
-    from gym_runtime.rollouts.dryrun import DryRunRequest, DryRunResult
+    from gym_runtime.dryrun.run import DryRunRequest, DryRunResult
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -137,7 +137,7 @@ def default_dataset(package: str) -> Path:
 
 
 def request_from_args(args: argparse.Namespace) -> DryRunRequest:
-    from gym_runtime.rollouts.dryrun import DryRunRequest
+    from gym_runtime.dryrun.run import DryRunRequest
 
     if args.dataset is None:
         args.dataset = default_dataset(args.package)
@@ -215,8 +215,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from gym_runtime.dryrun.run import run_dry_run
     from gym_runtime.inherited import normalise
-    from gym_runtime.rollouts.dryrun import run_dry_run
 
     notes = normalise()  # what the launcher left behind, made into what the daemon relies on
     req = request_from_args(args)
@@ -252,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
             advance = lambda r: progress.advance(task)  # noqa: E731 - one line, used twice below
             work: Coroutine[Any, Any, DryRunResult]  # a watch never returns: it ends by cancellation
             if args.watch:  # runs until Ctrl-C or SIGTERM (exit 130)
-                from gym_runtime.rollouts.watch import watch_dry_run
+                from gym_runtime.dryrun.watch import watch_dry_run
 
                 work = watch_dry_run(req, say, _shower(args, out, progress), on_start, advance)
             else:

@@ -114,7 +114,7 @@ async def prefetch(args: argparse.Namespace) -> dict[str, Any]:
     ``GR-PREFETCH-LEARN`` when the bytecode was not saved within ``--learn-timeout``."""
     import asyncio
 
-    from gym_runtime.supervise.bringup import Environment, UpRequest
+    from gym_runtime.runtime.bringup import Environment, UpRequest
     from gym_runtime.supervise.daemon_record import DaemonRecord
 
     settings = load_settings()

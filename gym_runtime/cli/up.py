@@ -35,7 +35,7 @@ from gym_runtime.supervise.options import SuperviseOptions
 
 if TYPE_CHECKING:  # the daemon's machinery loads only when `up` runs (not for --help)
     from gym_runtime.host.mode import HostMode
-    from gym_runtime.supervise.bringup import UpRequest
+    from gym_runtime.runtime.bringup import UpRequest
 
 D = SuperviseOptions()
 EXIT_CODES = """exit codes:
@@ -159,7 +159,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def request_from_args(args: argparse.Namespace) -> UpRequest:
-    from gym_runtime.supervise.bringup import UpRequest
+    from gym_runtime.runtime.bringup import UpRequest
 
     opts = SuperviseOptions(
         server_ready_timeout_s=args.ready_timeout,
@@ -239,7 +239,7 @@ async def serve(req: UpRequest, out: TextIO) -> int:
     state directory (see :mod:`gym_runtime.supervise.daemon_record`)."""
     import asyncio
 
-    from gym_runtime.supervise.bringup import Environment
+    from gym_runtime.runtime.bringup import Environment
 
     env = Environment(req, load_settings(), _progress)
     record = DaemonRecord(env.settings.home, env.work_dir, req.work_dir is not None, _progress)

@@ -19,7 +19,7 @@ import zipfile
 from typing import TYPE_CHECKING, Any
 
 from gym_runtime.errors import UserError, Violation
-from gym_runtime.gym_release.releases import RELEASES
+from gym_runtime.known_releases import RELEASES
 
 if TYPE_CHECKING:
     from gym_runtime.config.instances import ServerInstance

@@ -19,7 +19,7 @@ from gym_runtime.gym_release.choose import choose_release
 from gym_runtime.gym_release.gym_06 import Gym06
 from gym_runtime.gym_release.gym_07 import Gym07
 from gym_runtime.gym_release.lines import LINES, first_release_with, known_server_types, line_for, release_for
-from gym_runtime.gym_release.releases import CURRENT, RELEASES, KnownRelease, known_release
+from gym_runtime.known_releases import CURRENT, RELEASES, KnownRelease, known_release
 
 __all__ = [
     "CURRENT",

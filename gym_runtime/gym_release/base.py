@@ -9,7 +9,7 @@ The base values are those of NeMo Gym 0.4.0 (``nemo_gym/global_config.py``: the 
 top-level keys and the composition rules, ``GlobalConfigDictParser``; ``nemo_gym/config_types.py``:
 the server types; ``nemo_gym/cli/setup_command.py``: the SDK line of a server tree's install file). Releases 0.2.0-0.5.1 share them; 0.5 differs only
 in figures the wheel itself declares (``Requires-Python >= 3.13.14``), which come from
-:mod:`gym_runtime.gym_release.releases` or the vendored wheel, not from the class.
+:mod:`gym_runtime.known_releases` or the vendored wheel, not from the class.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from gym_runtime.gym_release.releases import KnownRelease, newer_than_known_lines
+from gym_runtime.known_releases import KnownRelease, newer_than_known_lines
 
 if TYPE_CHECKING:
     from gym_runtime.settings import RuntimeSettings
@@ -37,7 +37,7 @@ class GymRelease:
     ``nemo-gym`` version the environment runs), ``source`` (where it was chosen from: a pin
     setting, the runtime's default, or ``wheels/<file>`` of the package) and ``metadata`` (the
     release's ``Requires-Python``, ``openai`` and ``ray[default]`` requirements: the vendored
-    wheel's own ``METADATA``, else :data:`~gym_runtime.gym_release.releases.RELEASES`).
+    wheel's own ``METADATA``, else :data:`~gym_runtime.known_releases.RELEASES`).
     """
 
     line: ClassVar[str] = "0.4"

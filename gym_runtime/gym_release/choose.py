@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from gym_runtime.errors import SettingsError, UserError, Violation
 from gym_runtime.gym_release.lines import release_for
-from gym_runtime.gym_release.releases import CURRENT, KnownRelease, known_release
+from gym_runtime.known_releases import CURRENT, KnownRelease, known_release
 
 if TYPE_CHECKING:
     from gym_runtime.gym_release.base import GymRelease
@@ -43,7 +43,7 @@ def wheel_metadata(wheel: WheelFile) -> KnownRelease:
     """``Requires-Python`` and the ``openai`` / ``ray`` requirements of a vendored ``nemo_gym`` wheel,
     read from its ``METADATA``; a field the wheel lacks or that cannot be read falls back to the
     table of known releases (for a release of an unknown line: to "not known", never another
-    release's figures, :func:`~gym_runtime.gym_release.releases.known_release`).
+    release's figures, :func:`~gym_runtime.known_releases.known_release`).
 
     Each ``Requires-Dist`` marker is evaluated with ``packaging`` (this host's environment): a
     requirement whose marker holds without an extra is the release's own; ``ray`` found only under an

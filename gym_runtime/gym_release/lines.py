@@ -11,7 +11,7 @@ from packaging.version import Version
 from gym_runtime.gym_release.base import GymRelease
 from gym_runtime.gym_release.gym_06 import Gym06
 from gym_runtime.gym_release.gym_07 import Gym07
-from gym_runtime.gym_release.releases import KnownRelease, known_release
+from gym_runtime.known_releases import KnownRelease, known_release
 
 # Oldest line first; a version runs under the newest line whose `first` is at or below it.
 LINES: tuple[type[GymRelease], ...] = (GymRelease, Gym06, Gym07)

@@ -46,7 +46,7 @@ from gym_runtime.head.instances import split
 from gym_runtime.inherited import clear_thread_mask, normalise
 from gym_runtime.nemo_gym import gym_cache
 from gym_runtime.nemo_gym.job import GlobalConfigDictParserConfig, read_job
-from gym_runtime.runtime import Runtime
+from gym_runtime.runtime.api import Runtime
 from gym_runtime.supervise import head_view
 from gym_runtime.supervise.interrupted import StartInterrupted
 from gym_runtime.supervise.options import SuperviseOptions

@@ -4,7 +4,7 @@ Linux file names are bytes; Python shows one that does not decode as UTF-8 with 
 (PEP 383), and many tools refuse it: anything that writes the name as UTF-8 text (JSON, YAML,
 ``str.encode()``, NeMo Gym's tooling) raises ``UnicodeEncodeError``, and ``watchfiles``, under
 ``dry-run --watch``, cannot decode it (the watch carries the name on as Python gives it,
-gym_runtime/rollouts/edits.py). :func:`name_warnings` says so at ``validate``
+gym_runtime/dryrun/edits.py). :func:`name_warnings` says so at ``validate``
 (``GR-PKG-NAME-ENCODING``): one warning per such file or directory of the package's server trees
 (a directory's contents are not named again: renaming it is the fix for all of them), its path shown
 with the undecodable bytes as backslash escapes (``caf\\xe9.txt``), and the fix (rename it).

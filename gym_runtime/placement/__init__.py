@@ -1,6 +1,6 @@
 """Where server instances run: this host, or nodes of a Ray cluster (docs/scale-out.md).
 
-The bring-up (:mod:`gym_runtime.supervise.bringup`) has one seam for it, a placement with two
+The bring-up (:mod:`gym_runtime.runtime.bringup`) has one seam for it, a placement with two
 implementations: :class:`~gym_runtime.placement.local.LocalPlacement` (``local``, the default)
 and :class:`~gym_runtime.placement.on_ray.RayPlacement` (``ray``). Both answer the same calls:
 ``prepare(merged)`` (phase "building venvs"), ``open()`` (phase "starting sandbox"),

@@ -61,7 +61,7 @@ SHARED_MODULES = ("pydantic", "fastapi", "uvicorn", "starlette", "httpx", "aioht
 
 
 class LocalPlacement:
-    """Servers on this host. ``env``: the :class:`~gym_runtime.supervise.bringup.Environment`."""
+    """Servers on this host. ``env``: the :class:`~gym_runtime.runtime.bringup.Environment`."""
 
     kind = "local"
 
@@ -284,7 +284,7 @@ class LocalPlacement:
         """Give every server's spec the config of ``env.merged`` as it is now (its
         ``NEMO_GYM_CONFIG_DICT``, read at its next start) and refresh the head server's view: after
         a port moved (:meth:`_rebind`) or the config was merged again (``dry-run --watch``,
-        :mod:`gym_runtime.supervise.reload`)."""
+        :mod:`gym_runtime.runtime.reload`)."""
         env = self.env
         assert self.head_inside is not None  # placed by start(), before any respec
         inside = contract.config_view(env.merged.data, self.addresses, self.head_inside, env.ray_inside)

@@ -40,7 +40,7 @@ def replica_names(instance: str, replicas: int) -> list[str]:
 
 
 class RayPlacement:
-    """Servers on Ray nodes. ``env``: the :class:`~gym_runtime.supervise.bringup.Environment`
+    """Servers on Ray nodes. ``env``: the :class:`~gym_runtime.runtime.bringup.Environment`
     (request, settings, supervisor, egress policy, head address, progress)."""
 
     kind = "ray"

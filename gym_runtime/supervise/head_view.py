@@ -1,4 +1,4 @@
-"""What the head server answers about one :class:`~gym_runtime.supervise.bringup.Environment`, in
+"""What the head server answers about one :class:`~gym_runtime.runtime.bringup.Environment`, in
 every phase (docs/architecture.md §7.3): it serves from right after the config is read, so during
 venv builds ``/server_instances``, ``/health`` and ``/servers/{name}/logs`` say what each server is
 doing (its venv build's state, ``Environment.build_state``) before the supervisor has a member

@@ -11,7 +11,7 @@ another than the one they run on.
 
 :func:`reseat` then gives each of those its new venv from its next start on
 (:meth:`gym_runtime.placement.local.LocalPlacement.reseat`) and places the bytecode the store
-holds for it; the caller restarts them (:func:`gym_runtime.supervise.reload.restart`). A server
+holds for it; the caller restarts them (:func:`gym_runtime.runtime.reload.restart`). A server
 that uses Ray is not moved (``GR-BUILD-WATCH-RAY``) unless the environment joined a Ray cluster
 or each server starts its own in its sandbox (:mod:`gym_runtime.ray.watch`).
 """
@@ -31,7 +31,7 @@ from gym_runtime.ray import watch as watch_ray
 
 async def rebuild(env: Any, names: list[str], cancel: threading.Event) -> dict[str, Any]:
     """Build the venvs of server instances ``names`` of the running
-    :class:`~gym_runtime.supervise.bringup.Environment` ``env`` from their install files as they
+    :class:`~gym_runtime.runtime.bringup.Environment` ``env`` from their install files as they
     are now (module doc); ``cancel`` stops the build (uv killed within about two seconds). Returns
     instance -> its new :class:`~gym_runtime.venvs.build.Venv` for each instance of ``names`` whose
     venv changed ({} when every one runs on the venv its inputs give). Raises what

@@ -1,4 +1,4 @@
-"""Task sandboxes in the bring-up of ``up`` / ``dry-run`` (``gym_runtime/supervise/bringup.py`` calls these).
+"""Task sandboxes in the bring-up of ``up`` / ``dry-run`` (``gym_runtime/runtime/bringup.py`` calls these).
 
 * :func:`choose_providers` (after the config is read and the host probed): the provider each
   config's sandbox block gets here (:mod:`.offer`), each change said in the progress lines;

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from packaging.specifiers import SpecifierSet
 
 from gym_runtime.errors import BuildError, Violation
-from gym_runtime.gym_release.releases import RELEASES
+from gym_runtime.known_releases import RELEASES
 from gym_runtime.package.requirements import InstallSource, read_install_source
 from gym_runtime.venvs.pythons import Interpreter, find_python, pick_python
 

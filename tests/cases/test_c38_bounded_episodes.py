@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gym_runtime.rollouts.dryrun import DryRunRequest
+from gym_runtime.dryrun.run import DryRunRequest
 from tests.helpers.fake_policy import start_fake
 from tests.helpers.gym_servers import SERVERS
 from tests.helpers.trust import dry, example_rows

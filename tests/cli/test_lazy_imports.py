@@ -23,7 +23,7 @@ HEAVY = (
     "gym_runtime.config",
     "gym_runtime.package",
     "gym_runtime.venvs",
-    "gym_runtime.supervise.bringup",
+    "gym_runtime.runtime.bringup",
     "gym_runtime.supervise.supervisor",
     "sandbox",
 )

@@ -22,7 +22,7 @@ from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVISION = ROOT / ".ci" / "provision-python"
-MINIMUM = ">=3.13.14"  # nemo-gym 0.5.0 - 0.7.0 Requires-Python (gym_runtime/gym_release/releases.py)
+MINIMUM = ">=3.13.14"  # nemo-gym 0.5.0 - 0.7.0 Requires-Python (gym_runtime/known_releases.py)
 WAIT_S = 1800.0
 
 

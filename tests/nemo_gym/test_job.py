@@ -156,8 +156,8 @@ def test_a_config_without_config_paths_or_with_a_bad_head_server_is_refused(tmp_
 def test_environments_made_in_the_same_second_get_their_own_run_directories(tmp_path: Path) -> None:
     """Two shards on one host without a ``nemo_gym_log_dir`` each: the run directory (logs, server
     homes) is one per environment, also within one second."""
+    from gym_runtime.runtime.bringup import Environment, UpRequest
     from gym_runtime.settings import load_settings
-    from gym_runtime.supervise.bringup import Environment, UpRequest
 
     settings = load_settings({"GYM_RUNTIME_HOME": str(tmp_path / "home")})
     dirs = {Environment(UpRequest(tmp_path), settings).work_dir for _ in range(3)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gym_runtime.rollouts.edits import Edits, classify
+from gym_runtime.dryrun.edits import Edits, classify
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path, Path]:

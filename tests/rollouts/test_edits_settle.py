@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from gym_runtime.dryrun.edits import Edits, _rust_debug_bytes
+from gym_runtime.dryrun.watch_limits import exhausted
 from gym_runtime.errors import StartError
-from gym_runtime.rollouts.edits import Edits, _rust_debug_bytes
-from gym_runtime.rollouts.watch_limits import exhausted
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path, Path]:

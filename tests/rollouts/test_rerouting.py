@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
+from gym_runtime.dryrun.run import DryRunRequest, prepare
 from gym_runtime.errors import ConfigError, DatasetError
 from gym_runtime.gym_release import release_for
 from gym_runtime.rollouts.dispatch import run_rows
-from gym_runtime.rollouts.dryrun import DryRunRequest, prepare
 from gym_runtime.rollouts.routing import Route, RouteError, Routing
 from gym_runtime.rollouts.rows import parse_rows
 from tests.helpers.loopback_app import serving

@@ -19,7 +19,7 @@ from gym_runtime.config import MergedConfig, PolicyValues, build_config
 from gym_runtime.errors import BuildError, ConfigError, StartError
 from gym_runtime.package import load_package
 from gym_runtime.ray.watch import check_edited, check_rebuilt
-from gym_runtime.supervise.reload import _check_compatible
+from gym_runtime.runtime.reload import _check_compatible
 from tests.helpers.daemon import FIXTURE_APP, declaring_ray, simple_env
 from tests.helpers.gym_package import python_312_plus
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.config import PolicyValues
+from gym_runtime.runtime.bringup import Environment, UpRequest
 from gym_runtime.settings import RuntimeSettings, load_settings
-from gym_runtime.supervise.bringup import Environment, UpRequest
 from gym_runtime.supervise.options import SuperviseOptions
 
 

@@ -139,7 +139,7 @@ def offers_tools(rows: list[DatasetRow]) -> bool:
 def make_runtime(req: DryRunRequest, progress: Callable[[str], None] | None, tools: bool):
     """The :class:`gym_runtime.Runtime` (not started) a dry-run of ``req`` runs against; ``tools``:
     the rows offer tools, so the start-up probe of the policy endpoint offers one too."""
-    from gym_runtime.runtime import Runtime
+    from gym_runtime.runtime.api import Runtime
     from gym_runtime.supervise.options import SuperviseOptions
 
     p = req.policy

@@ -1,25 +1,25 @@
 """``dry-run --watch``: keep the environment up after the reward table and run the rows again after each edit.
 
-The stages are the dry-run's own (:mod:`gym_runtime.rollouts.dryrun`: :func:`prepare`, the
+The stages are the dry-run's own (:mod:`gym_runtime.dryrun.run`: :func:`prepare`, the
 :class:`gym_runtime.Runtime` start, :func:`run_rows`); this module only loops over them
 (docs/rollouts.md, "Watching edits"):
 
 1. check the package, config and rows; start the environment (``keep_going``: a server that fails
    for good leaves the others up); run the rows; show the table;
-2. wait for an edit (:class:`gym_runtime.rollouts.edits.Edits`, inotify, debounced until the tree
-   is quiet) and sort it (:func:`gym_runtime.rollouts.edits.classify`), or for a venv rebuild to end
+2. wait for an edit (:class:`gym_runtime.dryrun.edits.Edits`, inotify, debounced until the tree
+   is quiet) and sort it (:func:`gym_runtime.dryrun.edits.classify`), or for a venv rebuild to end
    (step 3);
 3. an edit of a server directory's install file (``requirements.txt``, ``pyproject.toml``,
    ``overrides.txt``) starts a rebuild of that directory's venv in the background
-   (:class:`gym_runtime.rollouts.rebuild.Rebuilds`): the servers keep serving on their current
+   (:class:`gym_runtime.dryrun.rebuild.Rebuilds`): the servers keep serving on their current
    venv and the watch goes on (back to 2). Once the venv is built, the instances whose
    implementation lives there are moved onto it (:func:`gym_runtime.supervise.venv_swap.reseat`)
    and restarted (step 5); a build that failed is said as its error block and they keep their venv;
 4. a config edit merges the config again and names the instances whose blocks changed
-   (:func:`gym_runtime.supervise.reload.remerge`); a config or dataset edit checks the rows again
+   (:func:`gym_runtime.runtime.reload.remerge`); a config or dataset edit checks the rows again
    (:func:`prepare`); an error in any of these is shown as its block and the environment keeps
    running as it was;
-5. restart the instances an edit touched (:func:`gym_runtime.supervise.reload.restart`); one that
+5. restart the instances an edit touched (:func:`gym_runtime.runtime.reload.restart`); one that
    cannot start (a syntax error) has shown its error block: the rows wait for the next edit; an
    edit after which a server uses Ray the running environment did not give it is refused first
    (:func:`gym_runtime.ray.watch.check_edited`), its block shown, the servers left as
@@ -50,10 +50,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gym_runtime.errors import GymRuntimeError, UsageError
-from gym_runtime.ray import watch as watch_ray
-from gym_runtime.rollouts.compare import gone_rows, row_changes
-from gym_runtime.rollouts.dryrun import (
+from gym_runtime.dryrun.edits import Edit, Edits, classify
+from gym_runtime.dryrun.rebuild import Rebuilds, Rebuilt
+from gym_runtime.dryrun.run import (
     DryRunRequest,
     DryRunResult,
     Prepared,
@@ -62,10 +61,12 @@ from gym_runtime.rollouts.dryrun import (
     prepare,
     run_rows,
 )
-from gym_runtime.rollouts.edits import Edit, Edits, classify
-from gym_runtime.rollouts.rebuild import Rebuilds, Rebuilt
+from gym_runtime.errors import GymRuntimeError, UsageError
+from gym_runtime.ray import watch as watch_ray
+from gym_runtime.rollouts.compare import gone_rows, row_changes
 from gym_runtime.rollouts.stats import RolloutResult
-from gym_runtime.supervise import reload, venv_swap
+from gym_runtime.runtime import reload
+from gym_runtime.supervise import venv_swap
 from gym_runtime.supervise.member import FAILED
 from gym_runtime.supervise.options import SuperviseOptions
 

@@ -1,7 +1,7 @@
 """Venv rebuilds under ``dry-run --watch``: in the background, one per server directory, while the watch goes on.
 
 An edit of a server directory's install files (``requirements.txt``, ``pyproject.toml``,
-``overrides.txt``: :data:`gym_runtime.rollouts.edits.INSTALL_FILES`) starts, with
+``overrides.txt``: :data:`gym_runtime.dryrun.edits.INSTALL_FILES`) starts, with
 :meth:`Rebuilds.start`, a task that rebuilds the venv of the server instances whose implementation
 lives there (:func:`gym_runtime.supervise.venv_swap.rebuild`: the start's planner and builder).
 Nothing running is touched meanwhile: the servers keep serving on their current venv and the watch
@@ -11,7 +11,7 @@ and starts one from the files as they are then.
 
 :meth:`Rebuilds.next` hands the watch each finished rebuild, in the order they end, as a
 :class:`Rebuilt`: the new venvs, or the error (docs/rollouts.md, "Watching edits"). Moving the
-servers onto the new venv is the watch's (:mod:`gym_runtime.rollouts.watch`), between two edits,
+servers onto the new venv is the watch's (:mod:`gym_runtime.dryrun.watch`), between two edits,
 so a restart never overlaps another. :meth:`Rebuilds.close` cancels what still runs and waits for
 it (uv killed within about two seconds).
 """
@@ -48,7 +48,7 @@ class Rebuilt:
 
 class Rebuilds:
     """The venv rebuilds of one running environment (``env``: its
-    :class:`~gym_runtime.supervise.bringup.Environment`); module doc."""
+    :class:`~gym_runtime.runtime.bringup.Environment`); module doc."""
 
     def __init__(self, env: Any) -> None:
         self.env = env

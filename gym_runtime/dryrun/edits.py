@@ -4,9 +4,9 @@
 that the environment runs (the runtime's built-in servers, ``servers/``: an edit there restarts its
 instances as one in the package does) and the dataset file (its directory, not recursively, so an
 editor that replaces the file by a rename is still seen) with
-``watchfiles`` (inotify underneath; polling every :data:`~gym_runtime.rollouts.watch_limits.POLL_S`
+``watchfiles`` (inotify underneath; polling every :data:`~gym_runtime.dryrun.watch_limits.POLL_S`
 seconds, with a warning in :attr:`Edits.notes`, where this user's inotify instances or watches are
-used up: :mod:`gym_runtime.rollouts.watch_limits`). A save is several events (an editor writes a
+used up: :mod:`gym_runtime.dryrun.watch_limits`). A save is several events (an editor writes a
 temporary file, renames it, touches the directory): ``watchfiles`` yields a group once no event
 came for :data:`QUIET_MS` milliseconds (at most :data:`MAX_GROUP_MS` after the first).
 
@@ -37,7 +37,7 @@ made and removed within one group (an editor's or ``sed -i``'s temporary file) i
   (merged again: an instance whose implementation moves is named by ``GR-CONFIG-WATCH-RESTART``);
 * an install file (``requirements.txt``, ``pyproject.toml``, ``overrides.txt``) at the top of a
   server directory -> ``requirements`` (that directory's venv is rebuilt in the background,
-  :mod:`gym_runtime.rollouts.rebuild`);
+  :mod:`gym_runtime.dryrun.rebuild`);
 * any other file under a server directory (the package's or a built-in one) -> ``servers``: the
   server instances whose implementation lives there (restarted);
 * anything else -> ``ignored``.
@@ -248,7 +248,7 @@ class Edits:
     async def _pump(self, *paths: Path, recursive: bool = True, only: Path | None = None, poll: bool = False) -> None:
         from watchfiles import awatch
 
-        from gym_runtime.rollouts.watch_limits import POLL_S
+        from gym_runtime.dryrun.watch_limits import POLL_S
 
         keep = _Droppings(paths) if only is None else (lambda _c, p: Path(p) == only)
         loop = asyncio.get_running_loop()
@@ -277,7 +277,7 @@ class Edits:
                     self._q.put_nowait((loop.time(), {odd}))
 
     async def __aenter__(self) -> Edits:
-        from gym_runtime.rollouts.watch_limits import exhausted
+        from gym_runtime.dryrun.watch_limits import exhausted
 
         self._git = _git_dirs([self.package, *self.trees])
         specs: list[tuple[tuple[Path, ...], dict[str, Any]]] = [
@@ -309,7 +309,7 @@ class Edits:
 
     def _failed(self, i: int) -> StartError:
         """``GR-START-WATCH-FILES`` for the watcher ``i`` that ended (module doc)."""
-        from gym_runtime.rollouts.watch_limits import exhausted
+        from gym_runtime.dryrun.watch_limits import exhausted
 
         t = self._tasks[i]
         exc = None if t.cancelled() else t.exception()

@@ -56,7 +56,7 @@ async def restart(sup: Any, names: list[str]) -> dict[str, str | None]:
 
 
 async def remerge(env: Any) -> list[str]:
-    """Merge ``env``'s (:class:`~gym_runtime.supervise.bringup.Environment`) package configuration
+    """Merge ``env``'s (:class:`~gym_runtime.runtime.bringup.Environment`) package configuration
     again and hand it to its servers' specs; returns the server instances to restart (module doc).
     Raises what :func:`gym_runtime.config.build_config` raises, or :class:`ConfigError`
     ``GR-CONFIG-WATCH-RESTART``; on any error the running environment is left as it was."""

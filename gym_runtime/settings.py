@@ -82,12 +82,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gym_runtime.errors import SettingsError
-
-if TYPE_CHECKING:  # the config package (OmegaConf) loads only when policy values are built
-    from gym_runtime.config.merge import PolicyValues
 
 PIN_MODES = ("gym", "auto", "none")
 VENDOR_PLATFORMS = ("linux/amd64", "linux/arm64")
@@ -478,20 +475,3 @@ def _limit(env: Mapping[str, str], var: str, default: int | None) -> int | None:
             f"{var}={raw!r} is not a whole number >= 0", hint=f"unset {var} for the default, or set 0 for no limit"
         )
     return value or None
-
-
-def policy_from_environ(environ: Mapping[str, str] | None = None) -> PolicyValues:
-    """The job's policy values from ``GYM_RUNTIME_POLICY_*`` (``None`` where unset)."""
-    from gym_runtime.config.merge import PolicyValues
-
-    env = os.environ if environ is None else environ
-    url = env.get("GYM_RUNTIME_POLICY_BASE_URL") or None
-    urls: str | list[str] | None = url
-    if url and "," in url:
-        urls = [u.strip() for u in url.split(",") if u.strip()]
-    return PolicyValues(
-        urls,
-        env.get("GYM_RUNTIME_POLICY_API_KEY") or None,
-        env.get("GYM_RUNTIME_POLICY_MODEL_NAME") or None,
-        origin="environment",
-    )

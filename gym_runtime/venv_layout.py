@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -18,3 +19,20 @@ def holds_nemo_gym(venv: Path) -> bool:
     return any(lib.glob("python*/site-packages/nemo_gym/__init__.py")) or any(
         lib.glob("python*/site-packages/nemo_gym-*.dist-info")
     )
+
+
+def shared_cache(venv: Path, tag: str) -> list[tuple[str, str]]:
+    """(source, .pyc) pairs of ``venv``'s ``__pycache__`` dirs for cache ``tag`` (not under its
+    ``.gym-runtime`` dir; symlinked dirs are not followed)."""
+    out = []
+    suffix = f".{tag}.pyc"
+    for dirpath, dirs, files in os.walk(venv):
+        if dirpath == str(venv):
+            dirs[:] = [d for d in dirs if d != ".gym-runtime"]
+        if os.path.basename(dirpath) != "__pycache__":
+            continue
+        parent = os.path.dirname(dirpath)
+        for name in files:
+            if name.endswith(suffix) and "." not in name[: -len(suffix)]:
+                out.append((os.path.join(parent, name[: -len(suffix)] + ".py"), os.path.join(dirpath, name)))
+    return out

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, TextIO
 
 from gym_runtime.errors import SettingsError, Violation
-from gym_runtime.settings import policy_from_environ
 
 if TYPE_CHECKING:  # the config package (OmegaConf) loads only when a command runs
     from gym_runtime.config.merge import PolicyValues
@@ -102,7 +101,7 @@ def policy_from_args(args: argparse.Namespace) -> PolicyValues:
     ``--policy-api-key-env`` is unset or empty."""
     from gym_runtime.config.merge import PolicyValues
 
-    env = policy_from_environ()
+    env = PolicyValues.from_environ()
     urls = args.policy_base_url
     base: str | list[str] | None = (urls[0] if len(urls) == 1 else list(urls)) if urls else env.base_url
     key = env.api_key

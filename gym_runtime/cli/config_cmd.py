@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from gym_runtime.cli.common import add_package_args, add_policy_args, policy_from_args, print_warnings
 
 if TYPE_CHECKING:
-    from gym_runtime.config.merge import Sources
+    from gym_runtime.config.sources import Sources
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import EXIT_INVALID, EXIT_RUNTIME, GymRuntimeError
-from gym_runtime.settings import RuntimeSettings, load_settings, policy_from_environ
+from gym_runtime.settings import RuntimeSettings, load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -104,9 +104,9 @@ def _package(package: str, settings: RuntimeSettings) -> tuple[dict[str, Any], d
     (names, and whether each is set)."""
     from gym_runtime.cli.validate import PLACEHOLDERS
     from gym_runtime.config import build_config
+    from gym_runtime.config.merge import PolicyValues
     from gym_runtime.gym_release import choose_release
     from gym_runtime.package import load_package
-    from gym_runtime.settings import policy_from_environ
     from gym_runtime.supervise import passthrough
 
     def error(e: GymRuntimeError) -> dict[str, Any]:
@@ -124,7 +124,7 @@ def _package(package: str, settings: RuntimeSettings) -> tuple[dict[str, Any], d
         "why": _why(release.source),
     }
     try:
-        merged = build_config(pkg, [], policy_from_environ(), defaults=PLACEHOLDERS, release=release)
+        merged = build_config(pkg, [], PolicyValues.from_environ(), defaults=PLACEHOLDERS, release=release)
         passthrough.check(settings, merged.instances)
     except GymRuntimeError as e:
         return chosen, error(e)
@@ -280,7 +280,9 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     settings = load_settings()
     report = probe_isolation()
     isolation = {"level": report.level.value, "reasons": list(report.reasons), **report.to_dict()}
-    base = policy_from_environ(settings.environ).base_url
+    from gym_runtime.config.merge import PolicyValues
+
+    base = PolicyValues.from_environ(settings.environ).base_url
     endpoints = base if isinstance(base, list) else [base] if base else []
     try:
         egress: dict[str, Any] = EgressPolicy.from_environ(settings.environ, policy_endpoints=endpoints).describe()

@@ -45,12 +45,13 @@ from gym_runtime.config.instances import (
     find_instances,
     python_version_problems,
 )
-from gym_runtime.config.merge import POLICY_KEYS, PolicyValues, Sources
+from gym_runtime.config.merge import POLICY_KEYS, PolicyValues
 from gym_runtime.config.null_fields import null_field_problems
 from gym_runtime.config.ray_enabled import ray_enabled_keys
 from gym_runtime.config.refs import ServerRef, check_refs, literal_only
 from gym_runtime.config.resolve import resolve_config
 from gym_runtime.config.secrets import SecretMap, secret_key_names, secret_map, url_credential_warnings
+from gym_runtime.config.sources import Sources
 from gym_runtime.config.stand_in import refuse_what_stand_in_cannot_honour
 from gym_runtime.config.types import apply_known_types
 from gym_runtime.config.yaml_booleans import data_file_warnings, yaml_boolean_warnings

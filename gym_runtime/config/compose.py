@@ -35,8 +35,9 @@ from omegaconf.nodes import BooleanNode
 from gym_runtime.config import agents as agent_rules
 from gym_runtime.config import relays
 from gym_runtime.config.inherit import apply_templates
-from gym_runtime.config.merge import PolicyValues, Sources, job_layers, merge_layers
+from gym_runtime.config.merge import PolicyValues, job_layers, merge_layers
 from gym_runtime.config.nested import collect
+from gym_runtime.config.sources import Sources
 from gym_runtime.errors import ConfigError, Violation, ViolationList
 
 if TYPE_CHECKING:

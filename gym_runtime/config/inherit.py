@@ -32,7 +32,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from gym_runtime.config.merge import ReplacedList, Sources
+from gym_runtime.config.sources import ReplacedList, Sources
 from gym_runtime.errors import Violation
 
 INHERIT, COPY, DELETE = "_inherit_from", "_copy", "_delete_key"

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from gym_runtime.config.merge import Sources
 from gym_runtime.config.placement import placement_problems
+from gym_runtime.config.sources import Sources
 from gym_runtime.errors import Violation
 from gym_runtime.gym_release import GymRelease, first_release_with
 from gym_runtime.package.layout import SERVER_TYPES, ServerDir, is_regular_file

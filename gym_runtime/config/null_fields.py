@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gym_runtime.config.merge import Sources
+from gym_runtime.config.sources import Sources
 from gym_runtime.config.types import ENV_REF
 from gym_runtime.errors import Violation
 from gym_runtime.package.server_class import config_class

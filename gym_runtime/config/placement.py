@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
-from gym_runtime.config.merge import Sources
+from gym_runtime.config.sources import Sources
 from gym_runtime.errors import Violation
 
 KEY = "placement"

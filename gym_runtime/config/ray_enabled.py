@@ -14,7 +14,7 @@ from gym_runtime.errors import Violation
 
 if TYPE_CHECKING:
     from gym_runtime.config.instances import ServerInstance
-    from gym_runtime.config.merge import Sources
+    from gym_runtime.config.sources import Sources
 
 
 def ray_enabled_keys(instances: dict[str, ServerInstance], sources: Sources) -> list[Violation]:

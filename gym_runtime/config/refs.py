@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gym_runtime.config.instances import Declared
-from gym_runtime.config.merge import Sources
+from gym_runtime.config.sources import Sources
 from gym_runtime.errors import Violation
 from gym_runtime.package.layout import SERVER_TYPES
 

@@ -28,7 +28,7 @@ import yaml
 
 from gym_runtime.config.agents import AGENTS, ENVIRONMENTS, agents, strip_agent_suffix
 from gym_runtime.config.inherit import directive
-from gym_runtime.config.merge import Sources
+from gym_runtime.config.sources import Sources
 from gym_runtime.errors import Violation
 
 SUFFIX = "_environment_server"

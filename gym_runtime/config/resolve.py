@@ -29,8 +29,9 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
-from gym_runtime.config.merge import POLICY_KEYS, Sources
+from gym_runtime.config.merge import POLICY_KEYS
 from gym_runtime.config.redact import is_secret_key
+from gym_runtime.config.sources import Sources
 from gym_runtime.errors import MissingValuesError, Violation
 
 _INTERP = re.compile(r"\$\{([^${}]+)\}")

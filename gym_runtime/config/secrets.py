@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gym_runtime.config.merge import Sources
 from gym_runtime.config.redact import MASK, holds_a_secret, is_secret_key
+from gym_runtime.config.sources import Sources
 from gym_runtime.config.url_secrets import is_base_url_key, mask_url, url_credentials
 from gym_runtime.errors import Violation
 

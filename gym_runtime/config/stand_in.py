@@ -23,7 +23,7 @@ from gym_runtime.known_releases import RELEASES
 
 if TYPE_CHECKING:
     from gym_runtime.config.instances import ServerInstance
-    from gym_runtime.config.merge import Sources
+    from gym_runtime.config.sources import Sources
     from gym_runtime.gym_release.base import GymRelease
     from gym_runtime.package import Package
 

@@ -29,7 +29,7 @@ from typing import Any
 from omegaconf.errors import ValidationError
 from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode
 
-from gym_runtime.config.merge import Sources
+from gym_runtime.config.sources import Sources
 from gym_runtime.errors import Violation
 from gym_runtime.package.layout import SERVER_TYPES
 

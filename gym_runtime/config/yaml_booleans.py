@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from gym_runtime.config.merge import Sources
+from gym_runtime.config.sources import Sources
 from gym_runtime.errors import Violation
 from gym_runtime.package.server_class import config_class
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from gym_runtime.gym_release.sdk_index import INDEX_DIR
-from gym_runtime.venv_layout import site_packages
+from gym_runtime.venv_layout import shared_cache, site_packages
 
 if TYPE_CHECKING:
     from gym_runtime.gym_release.base import GymRelease
@@ -65,9 +65,8 @@ def startup_imports(release: GymRelease, ray: bool = True) -> tuple[str, ...]:
 
 def record(venv: Path, tag: str) -> list[str]:
     """The sources under ``venv``'s ``site-packages`` that its shared cache holds bytecode of
-    (``__pycache__/<stem>.<tag>.pyc``, :func:`gym_runtime.venvs.pyc_store.shared_cache`), relative
+    (``__pycache__/<stem>.<tag>.pyc``, :func:`gym_runtime.venv_layout.shared_cache`), relative
     to ``site-packages``, sorted."""
-    from gym_runtime.venvs.pyc_store import shared_cache
 
     roots = [str(sp) + os.sep for sp in site_packages(venv)]
     return sorted(

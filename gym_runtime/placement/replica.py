@@ -213,7 +213,7 @@ class ServerReplica:
     def _build(self, root: Path) -> tuple[Any, Path, Any]:
         from gym_runtime.config import MergedConfig, builtin_server_dirs
         from gym_runtime.config.instances import build_instances
-        from gym_runtime.config.merge import Sources
+        from gym_runtime.config.sources import Sources
         from gym_runtime.errors import ConfigError, ViolationList
         from gym_runtime.package import load_package
         from gym_runtime.ray.switch import ensure_ray_switch

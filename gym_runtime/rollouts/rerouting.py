@@ -181,7 +181,7 @@ def ref_name(row: Mapping[str, Any]) -> Any:
 def violations(problems: tuple[Problem, ...], unread: tuple[str, ...], sources: Any) -> list[Violation]:
     """``problems``, then one violation per key the line does not read (``unread``), as
     :data:`CODE` violations naming the file each key came from (``sources``: a
-    :class:`~gym_runtime.config.merge.Sources`)."""
+    :class:`~gym_runtime.config.sources.Sources`)."""
     out = [
         Violation(
             CODE,

@@ -97,7 +97,7 @@ def check_envs(
     """Raise :class:`ConfigError` (``GR-CONFIG-ENV-TOO-BIG``) when a variable of ``envs`` (server name
     -> its whole environment) is too long for ``execve`` (:func:`entry_bytes` over :func:`max_arg_strlen`);
     when ``config_var`` is among them, the error names the biggest keys of that config, each with the
-    file that set it when ``sources`` (:class:`gym_runtime.config.merge.Sources`) knows it."""
+    file that set it when ``sources`` (:class:`gym_runtime.config.sources.Sources`) knows it."""
     limit = max_arg_strlen()
     over = {
         (name, var): entry_bytes(var, value)

@@ -40,6 +40,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from gym_runtime.files import write_bytes, write_json
+from gym_runtime.venv_layout import shared_cache
 
 SCHEMA = 1
 KEEP = 16  # indexes kept (most recently used first); see docs/runtime.md "Bytecode"
@@ -258,20 +259,3 @@ class PycStore:
                     obj.unlink(missing_ok=True)
                     removed += 1
         return removed
-
-
-def shared_cache(venv: Path, tag: str) -> list[tuple[str, str]]:
-    """(source, .pyc) pairs of ``venv``'s ``__pycache__`` dirs for cache ``tag`` (not under its
-    ``.gym-runtime`` dir; symlinked dirs are not followed)."""
-    out = []
-    suffix = f".{tag}.pyc"
-    for dirpath, dirs, files in os.walk(venv):
-        if dirpath == str(venv):
-            dirs[:] = [d for d in dirs if d != ".gym-runtime"]
-        if os.path.basename(dirpath) != "__pycache__":
-            continue
-        parent = os.path.dirname(dirpath)
-        for name in files:
-            if name.endswith(suffix) and "." not in name[: -len(suffix)]:
-                out.append((os.path.join(parent, name[: -len(suffix)] + ".py"), os.path.join(dirpath, name)))
-    return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 
 from gym_runtime.config import _settings_in_config
-from gym_runtime.config.merge import Sources
+from gym_runtime.config.sources import Sources
 from gym_runtime.task_sandboxes.offer import offer
 
 DATA = {

@@ -67,26 +67,41 @@ def free_port_in(low: int, high: int) -> int:
     raise AssertionError(f"no free port in {low}-{high}")
 
 
+def spinup_config(
+    config_paths: list[str],
+    base_urls: list[str],
+    model_name: str,
+    gcs_address: str,
+    ports: tuple[int, int] = (5000, 6000),
+    extra: dict | None = None,
+) -> dict:
+    """The initial global config NeMo RL's ``_spinup`` passes (its keys, as its ``nemo_gym.py``
+    builds them): the head server on a free port of ``ports`` (``[low, high)``), ``extra`` keys
+    merged over them (NeMo RL main's ledger mode adds some)."""
+    low, high = ports
+    return {
+        "config_paths": list(config_paths),
+        "policy_model_name": model_name,
+        "policy_api_key": "dummy_key",
+        "policy_base_url": base_urls,
+        "default_host": "127.0.0.1",
+        "port_range_low": low,
+        "port_range_high": high,
+        "global_aiohttp_connector_limit_per_host": 16_384,
+        "global_aiohttp_connector_limit": 65_536,
+        "ray_head_node_address": gcs_address,
+        "head_server": {"host": "0.0.0.0", "port": free_port_in(low, high)},
+        **(extra or {}),
+    }
+
+
 def spinup(
     base_urls: list[str], model_name: str, gcs_address: str, dotenv_dir: Path, extra: dict | None = None
 ) -> tuple[RunHelper, int]:
     """NeMo RL's ``_spinup`` calls through the drop-in; the helper and the head server's port.
     ``extra``: more keys of the initial global config (NeMo RL main's ledger mode adds some)."""
-    head_port = free_port_in(5000, 6000)
-    initial = {
-        "config_paths": list(CONFIG_PATHS),
-        "policy_model_name": model_name,
-        "policy_api_key": "dummy_key",
-        "policy_base_url": base_urls,
-        "default_host": "127.0.0.1",
-        "port_range_low": 5000,
-        "port_range_high": 6000,
-        "global_aiohttp_connector_limit_per_host": 16_384,
-        "global_aiohttp_connector_limit": 65_536,
-        "ray_head_node_address": gcs_address,
-        "head_server": {"host": "0.0.0.0", "port": head_port},
-        **(extra or {}),
-    }
+    initial = spinup_config(CONFIG_PATHS, base_urls, model_name, gcs_address, extra=extra)
+    head_port = initial["head_server"]["port"]
     rh = RunHelper()
     rh.start(
         global_config_dict_parser_config=GlobalConfigDictParserConfig(

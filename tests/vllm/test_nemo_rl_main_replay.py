@@ -31,7 +31,7 @@ from tests.helpers.actor_venv import actor_venv
 from tests.helpers.gym07 import gym07_trees
 from tests.helpers.gym_package import cache_dir
 from tests.helpers.gym_python import gym_python
-from tests.nemo_gym.spinup import TREES, free_port_in, ours, rows_of
+from tests.nemo_gym.spinup import TREES, ours, rows_of, spinup_config
 from tests.nemo_gym.test_gym_global_config import RAY_WORKER_ARGV
 from tests.nemo_gym.test_nemo_rl_spinup import cluster, python  # noqa: F401 - fixtures
 
@@ -93,22 +93,10 @@ def checkout(tmp_path: Path) -> Path:
 
 
 def spinup_keys(shard: str, paths: list[str], low: int, high: int, engine_url: str, model: str, gcs: str, tmp: Path):
-    """What NeMo RL main's ``_spinup`` passes for one shard in ledger mode."""
-    return {
-        "config_paths": paths,
-        "policy_model_name": model,
-        "policy_api_key": "dummy_key",
-        "policy_base_url": [engine_url],
-        "default_host": "127.0.0.1",
-        "port_range_low": low,
-        "port_range_high": high,
-        "global_aiohttp_connector_limit_per_host": 16_384,
-        "global_aiohttp_connector_limit": 65_536,
-        "ray_head_node_address": gcs,
-        "head_server": {"host": "0.0.0.0", "port": free_port_in(low, high)},
-        "nemo_gym_log_dir": str(tmp / shard / "logs"),
-        **ledger_keys(tmp / shard / "token-capture"),
-    }
+    """What NeMo RL main's ``_spinup`` passes for one shard in ledger mode: its own part of the port
+    band, log directory and capture directory."""
+    extra = {"nemo_gym_log_dir": str(tmp / shard / "logs"), **ledger_keys(tmp / shard / "token-capture")}
+    return spinup_config(paths, [engine_url], model, gcs, ports=(low, high), extra=extra)
 
 
 def send(proc: subprocess.Popen, body: dict) -> None:

@@ -1,9 +1,10 @@
 """Bench the first start of a pod: prints figures, asserts nothing.
 
-    ./uvw run python bench/fresh_pod.py [--runs 3] [--peer-cold SECONDS]
+    ./uvw run python bench/fresh_pod.py [--runs 3] [--peer-cold SECONDS] [--blend]
 
 The real NeMo Gym 0.7.0 package (the wheel's ``example_single_tool_call``, ``simple_agent``,
-``vllm_model`` and ``legacy_agent`` trees, unchanged: tests/helpers/gym_package.py), the built-in
+``vllm_model`` and ``legacy_agent`` trees, unchanged: tests/helpers/gym_package.py), or with
+``--blend`` the 22-server blend of seven environments (:func:`bench.blend.assemble_blend`), the built-in
 stub model as policy, a state root and venv root of the bench's own, the uv cache of the caller
 (warm). Each start is ``gym-runtime up`` until its ready line, then SIGTERM; per start: the ready
 time (in the daemon and wall), the CPU seconds its tree used until ready, the stop, processes left.
@@ -94,13 +95,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--peer-cold", type=float, metavar="S", help="the peer's cold start on this machine, seconds")
+    p.add_argument("--blend", action="store_true", help="the 22-server blend (bench/blend.py) instead of the example")
     args = p.parse_args()
     python = release_python(RELEASE)
     if python is None:
         raise SystemExit(f"no Python that nemo-gym {RELEASE} accepts (>= 3.13.14)")
     work = Path(tempfile.mkdtemp(prefix="gym-runtime-fresh-pod-"))
-    pkg, _ = assemble_gym_package(gym_wheel(python, RELEASE), work / "pkg")
-    print(f"fresh pod: nemo-gym {RELEASE} package, {python}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    wheel = gym_wheel(python, RELEASE)
+    if args.blend:
+        from bench.blend import assemble_blend
+
+        pkg, what = assemble_blend(wheel, work / "pkg"), "blend (22 servers)"
+    else:
+        pkg, what = assemble_gym_package(wheel, work / "pkg")[0], "package"
+    print(f"fresh pod: nemo-gym {RELEASE} {what}, {python}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     try:
         home = work / "image-home"
         env = {"GYM_RUNTIME_HOME": str(home), "GYM_RUNTIME_VENV_DIR": str(home / "venvs")}

@@ -30,6 +30,7 @@ docs/rollouts.md "A real vLLM engine".
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -268,17 +269,23 @@ class VLLMServer:
             return ""
 
     def stop(self) -> None:
-        """SIGTERM to its process group, SIGKILL after 20 s (the whole tree goes in about 2 s)."""
-        if self.proc is None or self.proc.poll() is not None:
+        """SIGTERM to its process group, SIGKILL after 20 s (the whole tree goes in about 2 s). The
+        group is waited on, not only the API server: vLLM's ``EngineCore`` process is a child that
+        can outlive the server's exit, and was left orphaned when only the server was awaited."""
+        if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=20)
-        except ProcessLookupError:
-            pass
+        pgid = self.proc.pid  # start_new_session: the server leads its group
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, sig)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                self.proc.poll()  # reap the leader; the group's other members are reaped by init
+                try:
+                    os.killpg(pgid, 0)
+                except ProcessLookupError:
+                    return
+                time.sleep(0.1)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

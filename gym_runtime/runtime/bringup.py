@@ -150,6 +150,7 @@ class Environment:
         self._start_task: asyncio.Task | None = None
         self._head_sock: Any = None
         self._servers_sock: Any = None  # the head server as servers reach it (head/app.py, SERVERS_ROUTES)
+        self._stub_sock: Any = None  # the stub model's listening socket, bound when its port is chosen
         self._stopped: asyncio.Future | None = None
         self._t0 = time.monotonic()
         self.run_id = _new_run_id()
@@ -180,9 +181,16 @@ class Environment:
             if not isinstance(package, Package):
                 package = await asyncio.to_thread(load_package, package)
             given, job_config = host.job.apply(list(package.manifest.config_paths), given)
+        # the stub model's port is bound now and held until the stub serves on it: chosen and freed,
+        # another process could take it while the venvs build
+        self._stub_sock = bind_listener("127.0.0.1", 0, "stub model")
+        stub_url = f"http://127.0.0.1:{self._stub_sock.getsockname()[1]}/v1"
         merged, self.stub_url = await job_policy.configure(
-            package, self.req.overrides, given, self._say, self.settings, job_config
+            package, self.req.overrides, given, self._say, self.settings, job_config, stub_url=stub_url
         )
+        if self.stub_url is None:
+            self._stub_sock.close()
+            self._stub_sock = None
         from gym_runtime.rollouts.routing import Routing
 
         self._routing = Routing.from_config(merged)
@@ -244,7 +252,7 @@ class Environment:
         self.phase = "starting servers"
         await self.placement.add_servers(merged)
         if self.stub_url:
-            self._add_stub_member(int(self.stub_url.rsplit(":", 1)[1].split("/")[0]))
+            self._add_stub_member(self._stub_sock)
         self.refresh_outside()
         self._say(f"starting {len(merged.instances)} server(s) (isolation: {self.placement.isolation})")
         self.supervisor.phase = "waiting for servers to answer GET /"
@@ -365,20 +373,21 @@ class Environment:
         self.supervisor.add(m)
         return m
 
-    def _add_stub_member(self, port: int) -> None:
+    def _add_stub_member(self, sock: socket.socket) -> None:
+        """The stub model as a supervised member serving on ``sock`` (bound when its port was chosen;
+        each start of the stub inherits it)."""
         from sandbox import ProcessSpec
 
         assert self.merged is not None  # read before the stub model is added
         root = str(Path(__file__).resolve().parents[2])
         served = self.merged.data.get("policy_model_name") or job_policy.STUB_MODEL_NAME  # what servers ask for
+        port = sock.getsockname()[1]
         argv = [
             sys.executable,
             "-m",
             "gym_runtime.stub_model",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
+            "--fd",
+            str(sock.fileno()),
             "--seed",
             str(self.req.stub_seed),
             "--model",
@@ -397,7 +406,7 @@ class Environment:
         m = self._member(
             "stub_model",
             "model",
-            ProcessSpec("stub_model", argv, self.work_dir, env),
+            ProcessSpec("stub_model", argv, self.work_dir, env, pass_fds=(sock.fileno(),)),
             self.host_launcher,
             port,
             probe_path="/v1/models",
@@ -578,6 +587,8 @@ class Environment:
                     5.0,
                     lambda: f"{len(self.host_launcher.processes)} process handle(s)",
                 )
+            if self._stub_sock is not None:
+                self._stub_sock.close()
             if sup.watchdog is not None:
                 await td.step("watchdog", asyncio.to_thread(sup.watchdog.close), 4.0, lambda: "the watchdog's exit")
                 sup.watchdog = None

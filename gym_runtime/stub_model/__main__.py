@@ -1,4 +1,7 @@
-"""CLI: ``python -m gym_runtime.stub_model --host 127.0.0.1 --port P [--seed S] [--model NAME]``.
+"""CLI: ``python -m gym_runtime.stub_model (--host 127.0.0.1 --port P | --fd N) [--seed S] [--model NAME]``.
+
+``--fd``: serve on the listening socket inherited as descriptor ``N`` (the daemon binds the port
+when it chooses it and holds it, so nothing else can take it before the stub serves).
 
 Other flags: ``--p-correct`` (probability of a correct answer, default 0.5), ``--max-model-len``
 (context length in tokens, default 32768), ``--reasoning`` (return ``reasoning``, as vLLM with a reasoning parser),
@@ -21,7 +24,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the stub's command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m gym_runtime.stub_model", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", type=int)
+    where.add_argument("--fd", type=int, help="serve on this inherited listening socket")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="stub-model")
     parser.add_argument("--p-correct", type=float, default=0.5)
@@ -44,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         api_key=args.api_key,
         modes=tuple(args.mode),
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=1)
+    where = {"fd": args.fd} if args.fd is not None else {"host": args.host, "port": args.port}
+    uvicorn.run(app, **where, log_level="warning", timeout_graceful_shutdown=1)
 
 
 if __name__ == "__main__":

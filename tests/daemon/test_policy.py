@@ -3,6 +3,7 @@ checked against the endpoint's ``/models`` list (real stub model on loopback as 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -328,3 +329,33 @@ def test_probe_policy_repairs_model_output_that_is_no_text(tmp_path: Path) -> No
         err = proc.stderr.read()
     assert "Traceback" not in err and "turn 2 with reasoning_field: both ok" in err
     assert "plain turn: 8 code point(s) that are no text replaced by U+FFFD" in err  # 4 in content, 4 in reasoning
+
+
+def test_the_stub_models_port_is_held_from_the_moment_it_is_named(tmp_path: Path) -> None:
+    """Bug: the stub model's port was chosen free and let go, then bound by the stub only once the
+    venvs were built; another process took it in between (seen under parallel test runs) and the
+    stub exited twice with "address already in use", failing the start. Now the daemon binds it
+    when it names it and the stub serves on that socket."""
+    import re
+    import selectors
+    import socket
+
+    proc = up_process(policy_package(tmp_path / "pkg"), tmp_path)
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        port = None
+        while port is None and sel.select(120):
+            line = proc.stderr.readline()
+            assert line, "up exited before naming the stub model"
+            if m := re.search(r"starting the built-in stub model at http://127\.0\.0\.1:(\d+)/v1", line):
+                port = int(m.group(1))
+        assert port is not None, "no line named the stub model"
+        with socket.socket() as s, pytest.raises(OSError) as taken:
+            s.bind(("127.0.0.1", port))
+        assert taken.value.errno == errno.EADDRINUSE
+        info = json.loads(read_ready_line(proc))
+        assert info["status"] == "ready" and info["policy_model"]["stub"] is True
+        assert info["policy_model"]["base_url"] == f"http://127.0.0.1:{port}/v1"
+    finally:
+        kill_tree(proc)

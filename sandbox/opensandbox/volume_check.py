@@ -137,11 +137,12 @@ async def run(env: Any, volume: Any, interpreters: list[str]) -> None:
         )
         output = await _output(box, script(str(volume.root), interpreters))
     except Exception as e:
-        if getattr(getattr(e, "error", None), "code", None) in NOT_FOUND:
+        err = getattr(e, "error", None)
+        if getattr(err, "code", None) in NOT_FOUND:
             raise SandboxServiceSettingsError(
                 f"the OpenSandbox server {conn.url} has no volume {volume.claim!r} (GYM_RUNTIME_OPENSANDBOX_VOLUME)",
                 code="GR-OSB-VOLUME",
-                cause=getattr(e.error, "message", None) or str(e),
+                cause=getattr(err, "message", None) or str(e),
                 hint="set it to the claim of the volume mounted at GYM_RUNTIME_HOME in the daemon's pod (a "
                 "ReadWriteMany PVC in the sandboxes' namespace; a named volume under a docker runtime)",
             ) from None

@@ -101,6 +101,36 @@ def verdict(output: str, token: str, volume: Any, image: str) -> SandboxServiceS
     return None
 
 
+def create_failure(exc: BaseException, conn: Any, volume: Any, what: str, sandbox: str | None) -> Exception:
+    """The error for ``exc`` (an SDK exception) raised while making or using the probe sandbox:
+    ``GR-OSB-VOLUME`` when the server has no such volume (docker runtime: ``VOLUME::PVC_NOT_FOUND``)
+    or the sandbox never became ready (Kubernetes: a claim missing from the namespace leaves its
+    pod ``Pending``), else :func:`~.failures.translate`'s."""
+    from opensandbox.exceptions import SandboxReadyTimeoutException
+
+    err = getattr(exc, "error", None)
+    hint = (
+        "set it to the claim of the volume mounted at GYM_RUNTIME_HOME in the daemon's pod (a "
+        "ReadWriteMany PVC in the sandboxes' namespace; a named volume under a docker runtime)"
+    )
+    if getattr(err, "code", None) in NOT_FOUND:
+        return SandboxServiceSettingsError(
+            f"the OpenSandbox server {conn.url} has no volume {volume.claim!r} (GYM_RUNTIME_OPENSANDBOX_VOLUME)",
+            code="GR-OSB-VOLUME",
+            cause=getattr(err, "message", None) or str(exc),
+            hint=hint,
+        )
+    if isinstance(exc, SandboxReadyTimeoutException):
+        return SandboxServiceSettingsError(
+            f"a probe sandbox given the volume {volume.claim!r} (GYM_RUNTIME_OPENSANDBOX_VOLUME) on the "
+            f"OpenSandbox server {conn.url} never became ready",
+            code="GR-OSB-VOLUME",
+            cause=f"{exc}; on Kubernetes a claim missing from the sandboxes' namespace leaves the pod Pending",
+            hint=hint + "; `kubectl describe pod` of the sandbox says why it waits",
+        )
+    return translate(exc, conn, what, sandbox)
+
+
 async def _output(box: Any, command: str) -> str:
     """Run ``command`` with ``/bin/sh`` in the background in ``box`` and return its stdout."""
     from opensandbox.models.execd import RunCommandOpts
@@ -137,16 +167,7 @@ async def run(env: Any, volume: Any, interpreters: list[str]) -> None:
         )
         output = await _output(box, script(str(volume.root), interpreters))
     except Exception as e:
-        err = getattr(e, "error", None)
-        if getattr(err, "code", None) in NOT_FOUND:
-            raise SandboxServiceSettingsError(
-                f"the OpenSandbox server {conn.url} has no volume {volume.claim!r} (GYM_RUNTIME_OPENSANDBOX_VOLUME)",
-                code="GR-OSB-VOLUME",
-                cause=getattr(err, "message", None) or str(e),
-                hint="set it to the claim of the volume mounted at GYM_RUNTIME_HOME in the daemon's pod (a "
-                "ReadWriteMany PVC in the sandboxes' namespace; a named volume under a docker runtime)",
-            ) from None
-        raise translate(e, conn, what, getattr(box, "id", None)) from None
+        raise create_failure(e, conn, volume, what, getattr(box, "id", None)) from None
     finally:
         if box is not None:
             with contextlib.suppress(Exception):

@@ -19,7 +19,7 @@ from gym_runtime.settings import opensandbox_connection
 from sandbox.limits import ResourceLimits
 from sandbox.opensandbox.delivery import HostPaths, SharedVolume, delivery_for
 from sandbox.opensandbox.spec import TTL_S, RunLabels, network_policy, resource_limits, sdk_network_policy, sdk_volumes
-from sandbox.opensandbox.volume_check import MARKER, script, verdict, write_marker
+from sandbox.opensandbox.volume_check import MARKER, create_failure, script, verdict, write_marker
 from sandbox.policy import EgressPolicy
 
 CLAIM = "gym-state"
@@ -168,3 +168,15 @@ def test_the_probe_script_and_its_verdicts(tmp_path: Path) -> None:
 
     unreadable = verdict("root unreadable: Permission denied\nmarker missing\n", token, vol, "img")
     assert unreadable is not None and unreadable.code == "GR-OSB-VOLUME-UNREADABLE"
+
+
+def test_a_probe_that_never_becomes_ready_names_the_volume(tmp_path: Path) -> None:
+    """Kubernetes makes the pod of a missing claim and leaves it Pending: the SDK's ready timeout."""
+    from opensandbox.exceptions import SandboxReadyTimeoutException
+
+    conn = opensandbox_connection(
+        {"OPENSANDBOX_DOMAIN": "10.0.0.9:8080", "GYM_RUNTIME_OPENSANDBOX_VOLUME": CLAIM}, tmp_path
+    )
+    err = create_failure(SandboxReadyTimeoutException("not ready in 120s"), conn, delivery_for(conn), "probing", None)
+    assert isinstance(err, SandboxServiceSettingsError) and err.code == "GR-OSB-VOLUME"
+    assert f"{CLAIM!r}" in err.message and "Pending" in (err.cause or "")

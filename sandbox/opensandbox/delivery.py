@@ -70,9 +70,9 @@ class HostPaths:
         """Interpreters to look for in the image: none (they are mounted, or the image's by path)."""
         return []
 
-    async def check(self, env: Any, specs: list[Any]) -> None:
-        """Nothing to check before the first creates (the server checks each host path)."""
-        return None
+    async def check(self, env: Any, specs: list[Any]) -> list[str]:
+        """Nothing to check before the first creates (the server checks each host path): no line to say."""
+        return []
 
     def describe(self) -> dict[str, Any]:
         return {"delivery": self.mode}
@@ -180,17 +180,23 @@ class SharedVolume:
         found = (Path(str(s.argv[0])).resolve() for s in specs)
         return sorted({str(p) for p in found if not self.under_root(p)})
 
-    async def check(self, env: Any, specs: list[Any]) -> None:
+    async def check(self, env: Any, specs: list[Any]) -> list[str]:
         """Before any server's sandbox is made: every spec's mounts worked out (trees copied onto
         the volume, a writable path outside it refused), then the volume check in one probe
-        sandbox (:func:`.volume_check.run`). Raises ``GR-OSB-VOLUME-PATH`` and the check's blocks."""
+        sandbox (:func:`.volume_check.run`). Returns the progress line to say; raises
+        ``GR-OSB-VOLUME-PATH`` and the check's blocks."""
         import asyncio
 
         from . import volume_check
 
         for spec in specs:
             await asyncio.to_thread(self.mounts, spec)
-        await volume_check.run(env, self, self.interpreters(specs))
+        interpreters = self.interpreters(specs)
+        await volume_check.run(env, self, interpreters)
+        return [
+            f"shared volume {self.claim!r} at {self.root}: seen by a probe sandbox; {len(self.staged)} tree(s) "
+            f"outside it copied onto it; interpreter(s) in the image: {', '.join(interpreters) or 'none'}"
+        ]
 
     def describe(self) -> dict[str, Any]:
         return {"delivery": self.mode, "volume": self.claim, "mounted_at": str(self.root)}

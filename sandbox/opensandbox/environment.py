@@ -12,6 +12,9 @@ the forwarder beside it (:mod:`.forwarder`), which splices each to the daemon's 
 endpoint) or a TCP forward (head server, policy endpoint). Other policy endpoints are reached
 directly, as the sandbox's ``networkPolicy`` allows (:func:`~.spec.network_policy`).
 
+Mounts: what each sandbox gets of the daemon's trees, venvs and work directories is the delivery
+mode's (:mod:`.delivery`: host paths, or a shared volume), asked once per create.
+
 Lifecycle: every sandbox is labelled with the run and has a TTL of :data:`~.spec.TTL_S`, renewed
 every :data:`~.spec.RENEW_EVERY_S` while the run lives; a server's sandbox is deleted when the
 server ends (a restart gets a new one); :meth:`close` deletes every sandbox with the run's label.
@@ -261,14 +264,15 @@ class OpenSandboxEnvironment:
 
     async def prepare(self, specs: list[Any], say: Any = None) -> list[str]:
         """Create every server's first sandbox, all at once under :attr:`gate` (the operator's
-                bound: ``GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT`` / ``..._CREATES_PER_S``), so a create
-                the server refuses fails the start with its own ``GR-OSB-*`` error before any server runs.
-                Then execd's command API is checked in the first one (:func:`.execd.check`: an execd of
-                another version stops the start with ``GR-OSB-EXECD``). Before any create, the delivery mode's
-        check (:mod:`.delivery`: a shared volume's trees copied and the volume seen from a probe
-        sandbox, one block each way it fails). Returns no progress line."""
+        bound: ``GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT`` / ``..._CREATES_PER_S``), so a create
+        the server refuses fails the start with its own ``GR-OSB-*`` error before any server runs.
+        Before any create, the delivery mode's check (:attr:`delivery`, :mod:`.delivery`: a shared
+        volume's trees copied and the volume seen from a probe sandbox, one block each way it
+        fails). Then execd's command API is checked in the first one (:func:`.execd.check`: an
+        execd of another version stops the start with ``GR-OSB-EXECD``). Returns the delivery
+        mode's progress line (none for host paths)."""
 
-        await self.delivery.check(self, specs)  # a shared volume: seen from a probe sandbox first
+        said = await self.delivery.check(self, specs)  # a shared volume: seen from a probe sandbox first
 
         async def one(spec: Any) -> None:
             self._ready[spec.name] = await self._create(spec)
@@ -279,7 +283,7 @@ class OpenSandboxEnvironment:
                 raise r
         if specs:
             await execd.check(self.service, self._ready[specs[0].name], specs[0].name)
-        return []
+        return said
 
     async def sandbox_for(self, spec: Any) -> Any:
         """The sandbox made by :meth:`prepare` for ``spec``'s first start, else a new one."""

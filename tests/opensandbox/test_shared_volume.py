@@ -105,6 +105,7 @@ def test_the_example_dry_runs_from_the_volume_with_the_local_rewards(
     rows = _rewards(tmp_path / "osb.jsonl")
     assert rows == _rewards(tmp_path / "local.jsonl") and len(rows) >= 3
     assert any((home / "delivered").iterdir())  # the package's tree was copied onto the volume
+    assert f"shared volume '{claim}' at {home}: seen by a probe sandbox" in remote.stderr
     assert volume_server.sandboxes() == []  # the probe's sandbox and every server's deleted
 
 

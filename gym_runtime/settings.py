@@ -66,6 +66,10 @@ Variables (all optional):
 ``GYM_RUNTIME_OPENSANDBOX_TASK_IMAGES``  images task sandboxes on the OpenSandbox server may run: a comma
                                     list of images and of prefixes ending in ``/`` (unset: none, every
                                     create refused; :mod:`gym_runtime.task_sandboxes.approval`)
+``GYM_RUNTIME_OPENSANDBOX_VOLUME``  the claim name of the volume the daemon sees mounted at ``GYM_RUNTIME_HOME``
+                                    (a Kubernetes PVC; a named volume under a docker runtime): servers'
+                                    sandboxes get trees, venvs and work directories from it, never by host
+                                    path (unset: host paths; docs/runtime.md "Delivery modes")
 ``GYM_RUNTIME_SANDBOX_*``           task sandboxes: provider choice, images, limits
                                     (:mod:`gym_runtime.task_sandboxes.settings`)
 ==================================  =========================================================
@@ -125,6 +129,7 @@ SERVER_ENV_RESERVED_PREFIXES = ("GYM_RUNTIME_", "NMP_RL_SANDBOX_", "RAY_", "UV_"
 SANDBOX_BACKENDS = ("local", "opensandbox")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INSTANCE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_CLAIM_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # opensandbox-server 1.1.1's PVC.claimName
 
 
 def builtin_servers_dir() -> Path:
@@ -301,7 +306,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         writable_trees=frozenset(x.strip() for x in env.get("GYM_RUNTIME_WRITABLE_TREES", "").split(",") if x.strip()),
         token_capture_dir=Path(capture) if capture else None,
         sandbox_backend=backend,
-        opensandbox=opensandbox_connection(env),
+        opensandbox=opensandbox_connection(env, home),
         preload=preload == "on",
         ray_undeclared=undeclared,
     )
@@ -321,9 +326,10 @@ def check_sandbox_backend(name: str, where: str) -> str:
     return name
 
 
-def opensandbox_connection(env: Mapping[str, str]) -> Any:
+def opensandbox_connection(env: Mapping[str, str], home: Path | None = None) -> Any:
     """The OpenSandbox connection (:class:`sandbox.opensandbox.connection.OpenSandboxConnection`)
-    from ``OPENSANDBOX_*`` and ``GYM_RUNTIME_OPENSANDBOX_*``; None when ``OPENSANDBOX_DOMAIN`` is
+    from ``OPENSANDBOX_*`` and ``GYM_RUNTIME_OPENSANDBOX_*``, ``home`` the state root (where the
+    volume of ``GYM_RUNTIME_OPENSANDBOX_VOLUME`` is mounted); None when ``OPENSANDBOX_DOMAIN`` is
     unset. Raises :class:`SettingsError` (``GR-SETTINGS-OPENSANDBOX``) for a bad protocol or CPU
     count. Whether the server answers is checked when a run starts (``doctor`` asks it too)."""
     domain = (env.get("OPENSANDBOX_DOMAIN") or "").strip()
@@ -393,6 +399,14 @@ def opensandbox_connection(env: Mapping[str, str]) -> Any:
             hint="give images (registry.example/team/task:1) and prefixes ending in '/' "
             "(registry.example/team/), comma-separated",
         ) from None
+    volume = (env.get("GYM_RUNTIME_OPENSANDBOX_VOLUME") or "").strip() or None
+    if volume is not None and (len(volume) > 253 or not _CLAIM_NAME.match(volume)):
+        raise SettingsError(
+            f"GYM_RUNTIME_OPENSANDBOX_VOLUME={volume!r} is not a volume claim name",
+            code="GR-SETTINGS-OPENSANDBOX",
+            hint="give the name of the PersistentVolumeClaim (a named volume under a docker runtime) "
+            "mounted at GYM_RUNTIME_HOME: lower-case letters, digits and '-', at most 253; or unset it",
+        )
     return OpenSandboxConnection(
         domain=domain,
         api_key=env.get("OPENSANDBOX_API_KEY") or None,
@@ -405,6 +419,8 @@ def opensandbox_connection(env: Mapping[str, str]) -> Any:
         outage_s=outage_s,
         creates_in_flight=int(in_flight),
         creates_per_s=per_s,
+        volume=volume,
+        state_root=Path(home).expanduser() if volume is not None and home is not None else None,
     )
 
 

@@ -1,7 +1,7 @@
 """How gym-runtime reaches the operator's OpenSandbox server (docs/runtime.md, "Sandbox backends").
 
 Built by ``gym_runtime.settings`` from ``OPENSANDBOX_DOMAIN``, ``OPENSANDBOX_API_KEY``,
-``OPENSANDBOX_PROTOCOL`` and ``GYM_RUNTIME_OPENSANDBOX_{IMAGE,CPU,DAEMON_HOST,EGRESS,OUTAGE_S,CREATES_IN_FLIGHT,CREATES_PER_S,TASK_IMAGES}``;
+``OPENSANDBOX_PROTOCOL`` and ``GYM_RUNTIME_OPENSANDBOX_{IMAGE,CPU,DAEMON_HOST,EGRESS,OUTAGE_S,CREATES_IN_FLIGHT,CREATES_PER_S,TASK_IMAGES,VOLUME}``;
 nothing here reads the environment. The API key is left out of ``repr`` and :meth:`describe`,
 so no log line, error or ``doctor`` output carries it; it reaches the server only as the
 ``OPEN-SANDBOX-API-KEY`` header the ``opensandbox`` SDK sends.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 
@@ -29,7 +30,9 @@ class OpenSandboxConnection:
     the sandboxes that outlived the outage expire too); ``creates_in_flight`` / ``creates_per_s``:
     the bound on sandbox creates (at most that many at once, started at most that many per second:
     :class:`~.creates.CreateGate`); ``create_timeout_s``: how long one create request may take
-    before it counts as timed out (then its sandbox is looked for by its labels: :mod:`.creates`)."""
+    before it counts as timed out (then its sandbox is looked for by its labels: :mod:`.creates`);
+    ``volume``: the claim name of the volume mounted at ``state_root`` (the daemon's
+    ``GYM_RUNTIME_HOME``), None for host paths (:mod:`.delivery`)."""
 
     domain: str
     api_key: str | None = field(default=None, repr=False)
@@ -43,6 +46,8 @@ class OpenSandboxConnection:
     creates_in_flight: int = 8
     creates_per_s: float = 4.0
     create_timeout_s: float = 60.0
+    volume: str | None = None
+    state_root: Path | None = None
 
     @property
     def url(self) -> str:
@@ -62,6 +67,8 @@ class OpenSandboxConnection:
             "creates_in_flight": self.creates_in_flight,
             "creates_per_s": self.creates_per_s,
             "task_images": self.task_images.describe() if self.task_images is not None else "nothing (unset)",
+            "delivery": "shared volume" if self.volume else "host paths",
+            "volume": {"claim": self.volume, "mounted_at": str(self.state_root)} if self.volume else None,
         }
 
     def sdk_config(self, request_timeout_s: float = 30.0) -> Any:

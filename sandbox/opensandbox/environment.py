@@ -12,6 +12,9 @@ the forwarder beside it (:mod:`.forwarder`), which splices each to the daemon's 
 endpoint) or a TCP forward (head server, policy endpoint). Other policy endpoints are reached
 directly, as the sandbox's ``networkPolicy`` allows (:func:`~.spec.network_policy`).
 
+Mounts: what each sandbox gets of the daemon's trees, venvs and work directories is the delivery
+mode's (:mod:`.delivery`: host paths, or a shared volume), asked once per create.
+
 Lifecycle: every sandbox is labelled with the run and has a TTL of :data:`~.spec.TTL_S`, renewed
 every :data:`~.spec.RENEW_EVERY_S` while the run lives; a server's sandbox is deleted when the
 server ends (a restart gets a new one); :meth:`close` deletes every sandbox with the run's label.
@@ -32,10 +35,10 @@ from typing import Any
 from gym_runtime.errors import StartError
 
 from ..policy import EgressPolicy, parse_ip_literal
-from ..probe import interpreter_roots
 from ..proxy import host_dial, serve_forward
 from . import execd
 from .creates import ADOPT_EVERY_S, ADOPT_WAIT_S, ENDED, TRIES, CreateGate, adoptable, backoff_s, outcome
+from .delivery import delivery_for
 from .failures import translate
 from .passes import Passes
 from .process import CALL_S, ServerProcess
@@ -49,13 +52,11 @@ from .spec import (
     resource_limits,
     sdk_network_policy,
     sdk_volumes,
-    volumes,
 )
 
 log = logging.getLogger("sandbox.opensandbox")
 logging.getLogger("opensandbox").setLevel(logging.CRITICAL)  # its failures reach the user as GR-OSB-* blocks
 PORT_START = 20000
-SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # the image's own, never mounted
 READY_TIMEOUT_S = 120.0
 
 
@@ -86,6 +87,7 @@ class OpenSandboxEnvironment:
     def __init__(self, service: SandboxService, labels: RunLabels, policy: EgressPolicy, work_dir: Path) -> None:
         self.service, self.conn, self.labels, self.policy = service, service.conn, labels, policy
         self.work_dir = work_dir
+        self.delivery = delivery_for(self.conn)  # how trees, venvs and work directories reach a sandbox
         self.level, self.report = Level(), Report()
         self.processes: list[ServerProcess] = []
         self.denials: list[dict] = []  # the egress sidecar keeps its own; none are seen here
@@ -179,11 +181,7 @@ class OpenSandboxEnvironment:
         """A new sandbox for ``spec``: its image, labels, TTL, limits, network policy and mounts."""
         from opensandbox import Sandbox
 
-        ro = [
-            p
-            for p in (*spec.read_only_paths, *interpreter_roots(str(spec.argv[0])), spec.cwd)
-            if not any(str(p) == s or str(p).startswith(s + "/") for s in SYSTEM)
-        ]
+        mounts = await asyncio.to_thread(self.delivery.mounts, spec)  # a tree's first copy onto a volume is I/O
         if spec.cow_paths:
             log.warning(
                 "server %s: a copy-on-write tree is not available under the opensandbox backend; its tree is read-only",
@@ -193,7 +191,7 @@ class OpenSandboxEnvironment:
         for attempt in range(TRIES):
             try:
                 async with self.gate.slot():
-                    box = await self._create_once(Sandbox, spec, ro)
+                    box = await self._create_once(Sandbox, spec, mounts)
                 break
             except Exception as e:
                 err = translate(e, self.conn, what)
@@ -243,7 +241,7 @@ class OpenSandboxEnvironment:
         log.info("server %s: adopted sandbox %s, made by a create whose answer did not come back", spec.name, sid)
         return box
 
-    async def _create_once(self, sandbox_cls: Any, spec: Any, ro: list[Any]) -> Any:
+    async def _create_once(self, sandbox_cls: Any, spec: Any, mounts: list[dict[str, Any]]) -> Any:
         """One ``Sandbox.create`` (the SDK deletes a sandbox whose create failed half-way)."""
         return await sandbox_cls.create(
             self.conn.image,
@@ -252,9 +250,7 @@ class OpenSandboxEnvironment:
             metadata=self.labels.metadata(spec.name),  # commands run in the background: no stream grace to shorten
             resource=resource_limits(spec.limits, self.conn.cpu),
             network_policy=sdk_network_policy(self.policy_wire) if self.policy_wire is not None else None,
-            volumes=sdk_volumes(
-                volumes([p for p in ro if Path(p).exists()], [p for p in spec.writable_paths if Path(p).exists()])
-            ),
+            volumes=sdk_volumes(mounts),
             connection_config=self.conn.sdk_config(self.conn.create_timeout_s),
         )
 
@@ -270,8 +266,13 @@ class OpenSandboxEnvironment:
         """Create every server's first sandbox, all at once under :attr:`gate` (the operator's
         bound: ``GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT`` / ``..._CREATES_PER_S``), so a create
         the server refuses fails the start with its own ``GR-OSB-*`` error before any server runs.
-        Then execd's command API is checked in the first one (:func:`.execd.check`: an execd of
-        another version stops the start with ``GR-OSB-EXECD``). Returns no progress line (the trees are read-only volumes: nothing is copied)."""
+        Before any create, the delivery mode's check (:attr:`delivery`, :mod:`.delivery`: a shared
+        volume's trees copied and the volume seen from a probe sandbox, one block each way it
+        fails). Then execd's command API is checked in the first one (:func:`.execd.check`: an
+        execd of another version stops the start with ``GR-OSB-EXECD``). Returns the delivery
+        mode's progress line (none for host paths)."""
+
+        said = await self.delivery.check(self, specs)  # a shared volume: seen from a probe sandbox first
 
         async def one(spec: Any) -> None:
             self._ready[spec.name] = await self._create(spec)
@@ -282,7 +283,7 @@ class OpenSandboxEnvironment:
                 raise r
         if specs:
             await execd.check(self.service, self._ready[specs[0].name], specs[0].name)
-        return []
+        return said
 
     async def sandbox_for(self, spec: Any) -> Any:
         """The sandbox made by :meth:`prepare` for ``spec``'s first start, else a new one."""

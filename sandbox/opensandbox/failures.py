@@ -96,7 +96,8 @@ def translate(
                 cause=words,
                 hint="the server bind-mounts only under its [storage] allowed_host_paths: add "
                 "the venv and package directories (GYM_RUNTIME_HOME, GYM_RUNTIME_VENV_DIR, the "
-                "package) to that list, or run from a directory under it",
+                "package) to that list, or run from a directory under it; where sandboxes do not share "
+                "this host's disk, use a shared volume instead (GYM_RUNTIME_OPENSANDBOX_VOLUME)",
             )
         if status in (403, 429) or code in QUOTA_CODES:
             return SandboxServiceError(

@@ -100,7 +100,7 @@ def resource_limits(limits: ResourceLimits, cpu: str) -> dict[str, str]:
     return out
 
 
-def _outermost(paths: Iterable[Path]) -> list[Path]:
+def outermost(paths: Iterable[Path]) -> list[Path]:
     """``paths`` without repeats and without any path below another one of them, sorted."""
     unique = sorted(set(paths), key=lambda p: (len(p.parts), str(p)))
     kept: list[Path] = []
@@ -116,8 +116,8 @@ def volumes(read_only: Sequence[Path | str], writable: Sequence[Path | str]) -> 
     it and left out; a writable path below a read-only one is kept (mounted over it). Names are
     ``ro-N`` / ``rw-N``. Paths are resolved; the server refuses any outside its
     ``[storage] allowed_host_paths``."""
-    ro = _outermost(Path(p).resolve() for p in read_only)
-    rw = _outermost(Path(p).resolve() for p in writable)
+    ro = outermost(Path(p).resolve() for p in read_only)
+    rw = outermost(Path(p).resolve() for p in writable)
     rw_set = set(rw)
     ro = [p for p in ro if p not in rw_set]
     out = [

@@ -267,8 +267,12 @@ class OpenSandboxServer:
             self.docker("DELETE", f"/containers/{c['Id']}", params={"force": "true"})
 
 
-def config_toml(port: int, api_key: str, execd_image: str, workdir: Path, allowed: tuple[str, ...]) -> str:
-    """The server's config (keys of opensandbox-server's ``AppConfig``)."""
+def config_toml(
+    port: int, api_key: str, execd_image: str, workdir: Path, allowed: tuple[str, ...], drop: tuple[str, ...] = ()
+) -> str:
+    """The server's config (keys of opensandbox-server's ``AppConfig``); ``drop``: capabilities its
+    sandboxes lose (``[docker] drop_capabilities``; empty: the server's default list)."""
+    dropped = f"drop_capabilities = {json.dumps(list(drop))}\n" if drop else ""
     return f"""[server]
 host = "127.0.0.1"
 port = {port}
@@ -289,13 +293,16 @@ network_mode = "bridge"
 publish_host = "127.0.0.1"
 pids_limit = 4096
 no_new_privileges = true
-"""
+{dropped}"""
 
 
 @contextmanager
-def running_server(image: str, execd_image: str, allowed: tuple[str, ...] | None = None) -> Iterator[OpenSandboxServer]:
+def running_server(
+    image: str, execd_image: str, allowed: tuple[str, ...] | None = None, drop: tuple[str, ...] = ()
+) -> Iterator[OpenSandboxServer]:
     """A podman service and an OpenSandbox server on it (module doc); torn down on exit. ``allowed``:
-    its ``allowed_host_paths`` (default :func:`allowed_host_paths`)."""
+    its ``allowed_host_paths`` (default :func:`allowed_host_paths`; ``()``: every host mount
+    refused); ``drop``: see :func:`config_toml`."""
     allowed = allowed_host_paths() if allowed is None else allowed
     server_venv()  # install (or find) it before any process starts
     workdir = Path(tempfile.mkdtemp(prefix="opensandbox-server-"))
@@ -333,7 +340,7 @@ def running_server(image: str, execd_image: str, allowed: tuple[str, ...] | None
         )
         port = free_port()
         server.domain = f"127.0.0.1:{port}"
-        (workdir / "sandbox.toml").write_text(config_toml(port, server.api_key, execd_image, workdir, allowed))
+        (workdir / "sandbox.toml").write_text(config_toml(port, server.api_key, execd_image, workdir, allowed, drop))
         server.start()
         yield server
     finally:

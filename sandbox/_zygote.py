@@ -17,7 +17,8 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
   ``threads`` lists the Python threads alive afterwards, which a fork would not carry over, and
   ``views`` says why a child could not make its own mount namespace here (a trial fork); with
   either, the daemon forks nothing; ``immortal`` counts the objects made immortal
-  (:func:`_immortalize`: 0 on an interpreter where that is not done).
+  (:func:`_immortalize`: 0 on an interpreter where that is not done). A module of ``modules``
+  that the venv lacks, or whose package lacks it, is skipped.
 * ``{"op": "fork", "id", "name", "argv", "cwd", "env", "nofile", "hide", "keep", "resolv"}`` +
   fds (stdout, stderr, hello): a child named ``name`` (its ``comm``, as ``ps`` and ``top`` show
   it; its command line stays the parent's) in a session of its own and a mount namespace of its own, where
@@ -344,7 +345,11 @@ def _preload(modules, report=None):
     started, ok, failed = time.monotonic(), [], {}
     for name in modules:
         try:
-            if importlib.util.find_spec(name.split(".")[0]) is None:
+            try:
+                found = importlib.util.find_spec(name)  # imports the packages above a submodule
+            except ModuleNotFoundError:  # such a package is missing
+                found = None
+            if found is None:
                 continue
             importlib.import_module(name)
             ok.append(name)

@@ -92,7 +92,11 @@ def test_two_servers_forked_from_one_parent_keep_their_own_views(bwrap, tmp_path
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
         try:
             specs = _specs(
-                tmp_path, plain_python, Preload(("email.mime.text", "json", "no_such_module_here")), codes=(0, 3)
+                tmp_path,
+                plain_python,
+                # a module the venv lacks, or whose package lacks it (another release of a library), is skipped
+                Preload(("email.mime.text", "json", "no_such_module_here", "json.no_such_sub", "no_such_pkg.sub")),
+                codes=(0, 3),
             )
             lines = await _prepared(sb, specs)
             parent = next(p for p in sb.processes if p.name.startswith("preload:"))
@@ -113,7 +117,7 @@ def test_two_servers_forked_from_one_parent_keep_their_own_views(bwrap, tmp_path
 
     lines, codes, environs, pids, parent_pid = asyncio.run(main())
     assert any("2 servers forked from one parent that imported 2 modules" in ln for ln in lines), lines
-    assert not any("immortal" in ln for ln in lines)  # a 3.11 parent makes nothing immortal
+    assert not any("immortal" in ln or "not imported" in ln for ln in lines)  # 3.11: nothing made immortal
     assert codes == [0, 3]  # each server's own exit status, as the parent reaped it
     assert parent_pid not in pids
     for name in ("s0", "s1"):

@@ -316,12 +316,14 @@ def _immortalize():
     for that server alone; an immortal object's count is never written (``Py_INCREF`` and
     ``Py_DECREF`` pass over it) and it is never freed (its pages, shared with the parent and the
     siblings, cost a server nothing). What is held: the objects the collector tracks, and
-    everything they refer to, walked. Left mortal: strings (the interpreter gives interned strings
-    their references back at its finalization, by their interned state, which is not changed
-    here) and what is immortal already. Done only where the layout is known: CPython 3.12 and
-    3.13 on a 64-bit build with the GIL, which mark an immortal object by the count
-    :data:`IMMORTAL` (``None`` has it); elsewhere nothing is done (0). About 0.4-0.8 s for the
-    ~470,000 objects of NeMo Gym 0.7.0's SDK (docs/performance.md)."""
+    everything they refer to (strings, numbers, code), walked. A string interned as mortal keeps
+    that state: at the interpreter's finalization the interned table's two references are added
+    back and dropped with the table, and both pass over an immortal count (CPython 3.13
+    ``Objects/unicodeobject.c``, ``_PyUnicode_ClearInterned``: ``_Py_RefcntAdd``, then
+    ``Py_DECREF``); 3.12 interns only immortal strings. Done only where the layout is known: CPython 3.12 and 3.13 on a 64-bit build with
+    the GIL, which mark an immortal object by the count :data:`IMMORTAL` (``None`` has it);
+    elsewhere nothing is done (0). About 0.4-0.9 s for the ~520,000 objects of NeMo Gym 0.7.0's
+    SDK (docs/performance.md)."""
     if (
         sys.implementation.name != "cpython"
         or sys.version_info[:2] not in ((3, 12), (3, 13))
@@ -333,7 +335,7 @@ def _immortalize():
     todo, made, count, referents, cell = gc.get_objects(), 0, sys.getrefcount, gc.get_referents, ctypes.c_ssize_t
     while todo:
         obj = todo.pop()
-        if type(obj) is str or count(obj) >= IMMORTAL:
+        if count(obj) >= IMMORTAL:
             continue
         cell.from_address(id(obj)).value = IMMORTAL  # ob_refcnt, the object's first field
         made += 1

@@ -40,6 +40,9 @@ print(
             "count_inherited": sys.getrefcount(sys.modules["email.mime.text"].MIMEText)
             if "email.mime.text" in sys.modules
             else None,
+            "count_inherited_text": sys.getrefcount(sys.modules["email.mime.text"].MIMEText.__init__.__doc__)
+            if "email.mime.text" in sys.modules
+            else None,
             "count_own": sys.getrefcount(type("Own", (), {})),
             "count_none": sys.getrefcount(None),
             "main_name": __name__,

@@ -322,8 +322,10 @@ def _immortalize():
     ``Objects/unicodeobject.c``, ``_PyUnicode_ClearInterned``: ``_Py_RefcntAdd``, then
     ``Py_DECREF``); 3.12 interns only immortal strings. Done only where the layout is known: CPython 3.12 and 3.13 on a 64-bit build with
     the GIL, which mark an immortal object by the count :data:`IMMORTAL` (``None`` has it);
-    elsewhere nothing is done (0). About 0.4-0.9 s for the ~520,000 objects of NeMo Gym 0.7.0's
-    SDK (docs/performance.md)."""
+    elsewhere nothing is done (0). What a server sees: an inherited object's count no longer says
+    how many hold it (``sys.getrefcount`` answers ``IMMORTAL``; numpy's ``ndarray.resize`` refuses
+    such an array unless told ``refcheck=False``). About 0.6-1.5 s on a loaded 2-core host for the ~570,000 objects of NeMo
+    Gym 0.7.0's SDK (docs/performance.md)."""
     if (
         sys.implementation.name != "cpython"
         or sys.version_info[:2] not in ((3, 12), (3, 13))

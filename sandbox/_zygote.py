@@ -16,7 +16,9 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
   "failed": {module: error}, "threads": [names], "seconds": s, "views": null | why}``;
   ``threads`` lists the Python threads alive afterwards, which a fork would not carry over, and
   ``views`` says why a child could not make its own mount namespace here (a trial fork); with
-  either, the daemon forks nothing.
+  either, the daemon forks nothing; ``immortal`` counts the objects made immortal
+  (:func:`_immortalize`: 0 on an interpreter where that is not done). A module of ``modules``
+  that the venv lacks, or whose package lacks it, is skipped.
 * ``{"op": "fork", "id", "name", "argv", "cwd", "env", "nofile", "hide", "keep", "resolv"}`` +
   fds (stdout, stderr, hello): a child named ``name`` (its ``comm``, as ``ps`` and ``top`` show
   it; its command line stays the parent's) in a session of its own and a mount namespace of its own, where
@@ -62,6 +64,7 @@ import threading
 import time
 import warnings
 
+IMMORTAL = 0xFFFFFFFF  # CPython 3.12 and 3.13's _Py_IMMORTAL_REFCNT on a 64-bit build (Include/object.h)
 REPORT_VAR = "GYM_RUNTIME_PYCACHE_REPORT"  # gym_runtime/venvs/bytecode.py's: a learning server's report file
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 15, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
@@ -306,11 +309,51 @@ def _report(path):
     os.replace(tmp, path)
 
 
+def _immortalize():
+    """Make every object the parent holds immortal (PEP 683), so that the servers forked from it
+    never write its pages by reference counting; returns how many were made so. In a forked
+    server every object it reads has its count changed, and the 4 KiB page it lies in is copied
+    for that server alone; an immortal object's count is never written (``Py_INCREF`` and
+    ``Py_DECREF`` pass over it) and it is never freed (its pages, shared with the parent and the
+    siblings, cost a server nothing). What is held: the objects the collector tracks, and
+    everything they refer to (strings, numbers, code), walked. A string interned as mortal keeps
+    that state: at the interpreter's finalization the interned table's two references are added
+    back and dropped with the table, and both pass over an immortal count (CPython 3.13
+    ``Objects/unicodeobject.c``, ``_PyUnicode_ClearInterned``: ``_Py_RefcntAdd``, then
+    ``Py_DECREF``); 3.12 interns only immortal strings. Done only where the layout is known: CPython 3.12 and 3.13 on a 64-bit build with
+    the GIL, which mark an immortal object by the count :data:`IMMORTAL` (``None`` has it);
+    elsewhere nothing is done (0). What a server sees: an inherited object's count no longer says
+    how many hold it (``sys.getrefcount`` answers ``IMMORTAL``; numpy's ``ndarray.resize`` refuses
+    such an array unless told ``refcheck=False``). About 0.6-1.5 s on a loaded 2-core host for the ~570,000 objects of NeMo
+    Gym 0.7.0's SDK (docs/performance.md)."""
+    if (
+        sys.implementation.name != "cpython"
+        or sys.version_info[:2] not in ((3, 12), (3, 13))
+        or sys.maxsize <= 2**32
+        or not getattr(sys, "_is_gil_enabled", lambda: True)()
+        or sys.getrefcount(None) != IMMORTAL
+    ):
+        return 0
+    todo, made, count, referents, cell = gc.get_objects(), 0, sys.getrefcount, gc.get_referents, ctypes.c_ssize_t
+    while todo:
+        obj = todo.pop()
+        if count(obj) >= IMMORTAL:
+            continue
+        cell.from_address(id(obj)).value = IMMORTAL  # ob_refcnt, the object's first field
+        made += 1
+        todo.extend(referents(obj))
+    return made
+
+
 def _preload(modules, report=None):
     started, ok, failed = time.monotonic(), [], {}
     for name in modules:
         try:
-            if importlib.util.find_spec(name.split(".")[0]) is None:
+            try:
+                found = importlib.util.find_spec(name)  # imports the packages above a submodule
+            except ModuleNotFoundError:  # such a package is missing
+                found = None
+            if found is None:
                 continue
             importlib.import_module(name)
             ok.append(name)
@@ -323,12 +366,14 @@ def _preload(modules, report=None):
         except OSError:  # speed only: the daemon then compiles nothing for the parent
             pass
     gc.collect()
+    immortal = _immortalize()  # no server writes the pages of what it imported by counting references
     gc.freeze()  # what it imported is left out of the children's collections: their pages stay shared
     return {
         "op": "preloaded",
         "ok": ok,
         "failed": failed,
         "threads": threads,
+        "immortal": immortal,
         "seconds": round(time.monotonic() - started, 3),
         "views": _try_view(),
     }

@@ -382,5 +382,7 @@ async def _preloaded(z: Zygote, preload: Preload, venv: str, servers: int, say: 
     failed = "; ".join(f"{m}: {e}" for m, e in answer.get("failed", {}).items())
     say(
         f"preload: venv {venv}: {servers} servers forked from one parent that imported {len(z.modules)} modules in "
-        f"{answer.get('seconds', 0):.2f}s" + (f" (not imported: {failed})" if failed else "")
+        f"{answer.get('seconds', 0):.2f}s"
+        + (f", {answer['immortal']:,} objects made immortal" if answer.get("immortal") else "")
+        + (f" (not imported: {failed})" if failed else "")
     )

@@ -93,6 +93,9 @@ class GymRelease:
         "nemo_gym.base_responses_api_agent",
         "nemo_gym.base_responses_api_model",
     )
+    # SDK modules its servers import once they run, imported by the parent too where the venv has them
+    # (a release of another line may have moved them: unlike preload_modules, none is required)
+    preload_when_present: ClassVar[tuple[str, ...]] = ()
 
     # ---------------------------------------------------------------- composition (docs/environment-packages.md,
     # "Composition"; the mechanism is gym_runtime/config/compose.py, the rules per line below)

@@ -30,6 +30,13 @@ class Gym07(Gym06):
     first: ClassVar[str] = "0.7.0"
     server_types: ClassVar[tuple[str, ...]] = Gym06.server_types + ("environment_servers",)
     preload_modules: ClassVar[tuple[str, ...]] = Gym06.preload_modules + ("nemo_gym.base_environment_server",)
+    # every 0.7.0 server's telemetry, and the model server's converter (imported after the fork, each
+    # server held its own copy: docs/performance.md)
+    preload_when_present: ClassVar[tuple[str, ...]] = (
+        "nemo_gym.telemetry.contrib",
+        "nemo_gym.telemetry.metrics",
+        "nemo_gym.responses_converter",
+    )
     declares_ray_enabled: ClassVar[bool] = True
     # the SDK's own Ray users a tree may import (nemo_gym/orchestration/ray_serve_gateway.py) and
     # the call that makes a driver (nemo_gym/server_utils.py)

@@ -7,7 +7,11 @@ imports (re-exports), the public names of modules it star-imports, and its submo
 that defines a module-level ``__getattr__`` (PEP 562: NeMo Gym 0.7.0's lazy exports and moved-name
 shims) answers any name: it is *open*, and no name imported from it is ever reported missing.
 Classes that declare ``ray_enabled`` (NeMo Gym 0.7.0 ``nemo_gym/server_utils.py``) are recorded
-with the declared value, for :mod:`gym_runtime.package.server_class`.
+with the declared value, for :mod:`gym_runtime.package.server_class`: the SDK's, and those of the
+server trees the wheel ships beside it (``resources_servers/mcqa/app.py``; a Gym venv has them in
+``site-packages``, where a tree that subclasses one, as ``gpqa_diamond`` subclasses
+``MCQAResourcesServer``, imports it from). A tree class's own literal declaration is all that is
+recorded; its names and bases are not.
 
 The indexes of the known releases are committed under ``indexes/`` (``nemo-gym-X.json.gz``); a
 maintainer adds one with ``python -m gym_runtime.gym_release.sdk_index nemo_gym-X-py3-none-any.whl``
@@ -176,17 +180,22 @@ class WheelIndex:
         self.path = path
         self.version = path.name.split("-")[1] if path.name.count("-") >= 2 else "?"
         with zipfile.ZipFile(path) as z:
-            members = [n for n in z.namelist() if n.startswith(SDK + "/") and n.endswith(".py")]
+            members = [n for n in z.namelist() if n.endswith(".py")]
         self._files: dict[str, tuple[str, bool]] = {}
+        self._trees: dict[str, tuple[str, bool]] = {}  # the server trees' modules: read for ray_enabled only
         for n in members:
             parts = n[:-3].split("/")
             package = parts[-1] == "__init__"
-            self._files[".".join(parts[:-1] if package else parts)] = (n, package)
+            module = ".".join(parts[:-1] if package else parts)
+            if parts[0] == SDK:
+                self._files[module] = (n, package)
+            elif not parts[0].endswith(".dist-info"):
+                self._trees[module] = (n, package)
         self._read: dict[str, _Module] = {}
 
     def _module(self, module: str) -> _Module:
         if module not in self._read:
-            member, package = self._files[module]
+            member, package = self._files.get(module) or self._trees[module]
             with zipfile.ZipFile(self.path) as z:
                 text = z.read(member).decode("utf-8", "replace")
             self._read[module] = _read_module(module, package, text)
@@ -213,23 +222,29 @@ class WheelIndex:
     def ray_of(self, qualname: str) -> tuple[bool, bool | None]:
         """``(declared, value)`` of ``module.Class``'s own ``ray_enabled``."""
         module = qualname.rpartition(".")[0]
-        if module not in self._files:
+        if module not in self._files and module not in self._trees:
             return False, None
         ray = self._module(module).ray
         return (qualname in ray, ray.get(qualname))
 
 
 def index_wheel(path: Path) -> SdkIndex:
-    """The whole index of a ``nemo_gym`` wheel (its ``nemo_gym/**.py`` members; the version from its
-    file name), as committed under ``indexes/``. Raises ``OSError`` / ``zipfile.BadZipFile`` for a
-    file that is not a readable wheel."""
+    """The whole index of a ``nemo_gym`` wheel (its ``nemo_gym/**.py`` members, and the ``ray_enabled``
+    its server trees' classes declare; the version from its file name), as committed under
+    ``indexes/``. Raises ``OSError`` / ``zipfile.BadZipFile`` for a file that is not a readable wheel."""
     lazy = WheelIndex(path)
     with zipfile.ZipFile(path) as z:
         sources = [
             (m, package, z.read(member).decode("utf-8", "replace"))
             for m, (member, package) in sorted(lazy._files.items())
         ]
-    return index_sources(lazy.version, sources)
+        trees = {
+            k: v
+            for m, (member, package) in sorted(lazy._trees.items())
+            for k, v in _read_module(m, package, z.read(member).decode("utf-8", "replace")).ray.items()
+        }
+    sdk = index_sources(lazy.version, sources)
+    return SdkIndex(sdk.version, sdk.modules, sdk.open, {**sdk.ray_enabled, **trees})
 
 
 # ---------------------------------------------------------------------------------------------- lookup

@@ -15,6 +15,10 @@ __name__ == "__main__":``). Its own body decides; else its bases, left to right,
   (:mod:`gym_runtime.gym_release.sdk_index`); an SDK class without its own declaration is
   passed over, since the only SDK declaration in 0.7.0 is ``SimpleServer``'s ``None``, last in
   every server's resolution order;
+* a base from a server tree the package does not ship but the Gym wheel does (NeMo Gym 0.7.0's
+  ``gpqa_diamond`` subclasses ``resources_servers.mcqa.app.MCQAResourcesServer``, which a Gym
+  venv's ``site-packages`` holds) counts with the literal ``True`` / ``False`` the index records
+  for that class; one the index records none for is *missing* (below), its bases unread;
 * a base found nowhere (a third-party library) declares nothing.
 
 Only literal values count (``True``, ``False``, ``None``); anything else is undeclared.
@@ -179,8 +183,15 @@ class _Reader:
         path = self.find_module(module, level, mod.path)
         target = self.load(path) if path else None
         if target is None and not level:
+            if self._wheel_declares(f"{module}.{cls}"):
+                return f"{module}.{cls}"
             self.missing.append(f"{module}.{cls}")
         return self.locate(cls, target, depth + 1) if target else None
+
+    def _wheel_declares(self, qualname: str) -> bool:
+        """Whether ``qualname``, a class of a server tree the Gym wheel ships (``site-packages`` of a
+        Gym venv), declares a literal ``True`` / ``False`` of its own, as the index records it."""
+        return self.index is not None and self.index.ray_of(qualname)[1] is not None
 
     def lineage(self, name: str, mod: _Module, depth: int = 0):
         """The class ``name`` and its bases in resolution order (left to right, depth first), each
@@ -202,7 +213,8 @@ class _Reader:
             if isinstance(found, str):
                 declared, value = self.index.ray_of(found) if self.index is not None else (False, None)
                 if declared and value is not None:
-                    return value, f"{found}.ray_enabled (the Gym SDK)"
+                    source = "the Gym SDK" if found.startswith(SDK + ".") else "the Gym wheel's own tree"
+                    return value, f"{found}.ray_enabled ({source})"
                 continue
             node, where = found
             if (stmt := ray_enabled_stmt(node)) is not None:

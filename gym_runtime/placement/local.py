@@ -57,7 +57,26 @@ def quiet_sandbox_log() -> Iterator[None]:
 
 
 # third-party modules that servers import at start-up (the built-in servers and NeMo Gym's alike)
-SHARED_MODULES = ("pydantic", "fastapi", "uvicorn", "starlette", "httpx", "aiohttp", "openai", "yaml", "omegaconf")
+SHARED_MODULES = (
+    "pydantic",
+    "fastapi",
+    "uvicorn",
+    "starlette",
+    "httpx",
+    "aiohttp",
+    "openai",
+    "yaml",
+    "omegaconf",
+    # what a FastAPI app served by uvicorn imports once it runs: uvicorn's event loop (uvloop where the venv has
+    # it), its lifespan and websocket protocol choice, anyio's asyncio backend, pydantic's v1 layer (FastAPI's
+    # compatibility); imported after the fork, each server would hold its own copy (docs/performance.md)
+    "uvloop",
+    "uvicorn.loops.auto",
+    "uvicorn.lifespan.on",
+    "uvicorn.protocols.websockets.auto",
+    "anyio._backends._asyncio",
+    "pydantic.v1",
+)
 
 
 class LocalPlacement:
@@ -427,8 +446,9 @@ class LocalPlacement:
             )
             report = str(cache.report_file) if cache.report_file is not None else None
             ray = ("ray",) if any(self.pythons[n] == python for n in self.env.ray.needed_by) else ()
+            release = self.env.merged.release
             self._preloads[python] = Preload(
-                SHARED_MODULES + ray + self.env.merged.release.preload_modules,
+                SHARED_MODULES + ray + release.preload_modules + release.preload_when_present,
                 dict(cache.env),
                 tuple(cache.writable),
                 withheld=(run_mark.VAR,),

@@ -53,9 +53,14 @@ def test_names_a_module_offers() -> None:
 
 def test_a_wheel_read_lazily_answers_as_the_whole_index(tmp_path: Path) -> None:
     files = {(m.replace(".", "/") + ("/__init__.py" if pkg else ".py")): text for m, (pkg, text) in SOURCES.items()}
+    files["resources_servers/mcqa/app.py"] = "class M:\n    ray_enabled = False\nclass N(M):\n    pass\n"
     whl = build_wheel(tmp_path, "nemo-gym", "9.9.9", files=files)
     lazy, whole = WheelIndex(whl), index_wheel(whl)
     assert whole.modules == _index().modules and lazy.version == whole.version == "9.9.9"
+    for idx in (lazy, whole):  # a server tree the wheel ships: its classes' own declarations, not its names
+        assert idx.ray_of("resources_servers.mcqa.app.M") == (True, False), idx
+        assert idx.ray_of("resources_servers.mcqa.app.N") == (False, None), idx
+        assert not idx.has_module("resources_servers.mcqa.app"), idx
     for module, names in whole.modules.items():
         assert lazy.has_module(module)
         for name in (*names, "no_such_name"):
@@ -73,6 +78,8 @@ def test_every_known_release_from_0_3_has_a_compact_committed_index() -> None:
     assert committed_index("0.7.0").has_name("nemo_gym.base_responses_api_model", "start_model_execution")
     assert not committed_index("0.4.0").has_name("nemo_gym.base_responses_api_model", "start_model_execution")
     assert committed_index("0.2.0") is None
+    # the server trees 0.7.0's wheel ships (gpqa_diamond's base from the mcqa tree says False)
+    assert committed_index("0.7.0").ray_of("resources_servers.mcqa.app.MCQAResourcesServer") == (True, False)
 
 
 @pytest.mark.pypi

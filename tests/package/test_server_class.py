@@ -228,3 +228,32 @@ def test_a_base_from_a_gym_tree_the_package_lacks_is_named_and_keeps_ray(tmp_pat
     assert (decl.declared, decl.missing) == (False, ("responses_api_agents.harbor_agent.app.HarborAgent",))
     assert "HarborAgent is in no tree of this package" in _unread_base(decl.missing, release_for("0.7.0", "test")).where
     assert _unread_base(("pydantic.BaseModel",), release_for("0.7.0", "test")) is None  # a library's base
+
+
+def test_a_base_from_a_tree_the_gym_wheel_ships_counts_with_its_own_declaration(tmp_path: Path) -> None:
+    """NeMo Gym 0.7.0's ``gpqa_diamond`` subclasses ``resources_servers.mcqa.app.MCQAResourcesServer``,
+    a tree the blend's package does not ship but every Gym venv's ``site-packages`` holds, whose class
+    says ``ray_enabled = False``: no Ray, read from the committed index. A wheel class the index records
+    no literal for stays missing, and so keeps Ray."""
+    from gym_runtime.gym_release.sdk_index import committed_index
+    from gym_runtime.ray.use import _unread_base
+
+    d = tree(
+        tmp_path / "resources_servers" / "gpqa_like",
+        {
+            "app.py": "from resources_servers.mcqa.app import MCQAResourcesServer\n"
+            "from resources_servers.mcqa.app import MCQAVerifyRequest\n\n\n"
+            "class G(MCQAResourcesServer):\n    pass\n\n\nclass H(MCQAVerifyRequest):\n    pass\n"
+            + MAIN.format(cls="G"),
+            "h.py": "from app import H\n" + MAIN.format(cls="H"),
+        },
+    )
+    index = committed_index("0.7.0")
+    decl = ray_declaration(d, "app.py", tmp_path, index)
+    assert (decl.declared, decl.value, decl.missing) == (True, False, ())
+    assert decl.where == "resources_servers.mcqa.app.MCQAResourcesServer.ray_enabled (the Gym wheel's own tree)"
+    undeclared = ray_declaration(d, "h.py", tmp_path, index)
+    assert (undeclared.declared, undeclared.missing) == (False, ("resources_servers.mcqa.app.MCQAVerifyRequest",))
+    assert _unread_base(undeclared.missing, release_for("0.7.0", "test")) is not None
+    unindexed = ray_declaration(d, "app.py", tmp_path, SdkIndex("9.9.9", {}))  # an index without the trees
+    assert unindexed.missing == ("resources_servers.mcqa.app.MCQAResourcesServer",)

@@ -36,6 +36,15 @@ print(
             "no_new_privs": status.split("NoNewPrivs:")[1].split()[0],
             "resolv": open("/etc/resolv.conf").read(),
             "preloaded": "email.mime.text" in sys.modules,
+            # reference counts: a class the parent imported, and an object of the server's own
+            "count_inherited": sys.getrefcount(sys.modules["email.mime.text"].MIMEText)
+            if "email.mime.text" in sys.modules
+            else None,
+            "count_inherited_text": sys.getrefcount(sys.modules["email.mime.text"].MIMEText.__init__.__doc__)
+            if "email.mime.text" in sys.modules
+            else None,
+            "count_own": sys.getrefcount(type("Own", (), {})),
+            "count_none": sys.getrefcount(None),
             "main_name": __name__,
             "pythonpath_first": sys.path[0],
             "random": __import__("random").random(),

@@ -5,7 +5,10 @@
 1. ``podman system service --time=0 unix://DIR/podman.sock`` with a containers.conf of its own
    (``CONTAINERS_CONF``; the host's is left alone): ``[engine] runtime = "runc"`` (Debian 12's crun
    refuses hosts with hybrid cgroups) and ``default_ulimits`` podman can set without
-   ``CAP_SYS_RESOURCE`` (:data:`ULIMITS`);
+   ``CAP_SYS_RESOURCE`` (:data:`ULIMITS`), and a container store of its own under ``DIR``
+   (``CONTAINERS_STORAGE_CONF``, :func:`storage_conf`) that reads the host store's images: the
+   server lists its sandboxes from the containers podman holds, so two sessions on one store would
+   list, and at their end delete, each other's sandboxes;
 2. ``opensandbox-server --config DIR/sandbox.toml`` (:data:`SERVER_VERSION` from PyPI, in a venv of
    its own made once with uv under ``~/.cache/gym-runtime-tests/``) with ``DOCKER_HOST`` at that
    socket, bound to ``127.0.0.1`` on a free port, its API key random, its store in ``DIR``; the
@@ -41,7 +44,7 @@ import httpx
 from filelock import FileLock
 
 from tests.helpers.gym_python import gym_python_roots
-from tests.helpers.podman import tail
+from tests.helpers.podman import podman, tail
 
 SERVER_VERSION = "1.1.1"
 ROOT = Path(__file__).resolve().parents[3]
@@ -267,6 +270,17 @@ class OpenSandboxServer:
             self.docker("DELETE", f"/containers/{c['Id']}", params={"force": "true"})
 
 
+def storage_conf(workdir: Path) -> str:
+    """A ``storage.conf`` keeping containers, volumes and layers under ``workdir`` (overlay, as the
+    host store), with the host's store as a read-only image store (``additionalimagestores``): the
+    images :mod:`tests.helpers.opensandbox.images` builds there are seen, nothing else is."""
+    host = podman("info", "--format", "{{.Store.GraphRoot}}", timeout=60).stdout.strip()
+    return (
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{workdir / "store"}"\nrunroot = "{workdir / "run"}"\n\n'
+        f"[storage.options]\nadditionalimagestores = {json.dumps([host])}\n"
+    )
+
+
 def config_toml(
     port: int, api_key: str, execd_image: str, workdir: Path, allowed: tuple[str, ...], drop: tuple[str, ...] = ()
 ) -> str:
@@ -310,6 +324,7 @@ def running_server(
     (workdir / "containers.conf").write_text(
         f'[containers]\ndefault_ulimits = {json.dumps(list(ULIMITS))}\n\n[engine]\nruntime = "runc"\n'
     )
+    (workdir / "storage.conf").write_text(storage_conf(workdir))
     podman_log = workdir / "podman.log"
     podman_proc = None
     server = OpenSandboxServer(
@@ -325,7 +340,11 @@ def running_server(
         with open(podman_log, "wb") as out:
             podman_proc = subprocess.Popen(
                 ["podman", "system", "service", "--time=0", f"unix://{sock}"],
-                env={**os.environ, "CONTAINERS_CONF": str(workdir / "containers.conf")},
+                env={
+                    **os.environ,
+                    "CONTAINERS_CONF": str(workdir / "containers.conf"),
+                    "CONTAINERS_STORAGE_CONF": str(workdir / "storage.conf"),
+                },
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

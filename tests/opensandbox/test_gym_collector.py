@@ -31,11 +31,14 @@ REPEATS = 2
 AGENTS = ["arithmetic_agent", "code_lookup_agent"]
 
 
-def _collect(server, home: Path, tmp: Path, backend: str, gym_bin: Path) -> list[dict]:
-    """``up`` under ``backend``, Gym's collector over every row :data:`REPEATS` times, ``stop``;
-    the collector's output rows."""
+def collect(
+    server, home: Path, tmp: Path, backend: str, gym_bin: Path, env: dict[str, str] | None = None
+) -> list[dict]:
+    """``up`` under ``backend`` (``env``: the daemon's whole environment, default
+    :func:`daemon_env`'s), Gym's collector over every row :data:`REPEATS` times, ``stop``; the
+    collector's output rows."""
     tmp.mkdir()
-    proc = up_process(EXAMPLE, tmp, env=daemon_env(server, home, backend))
+    proc = up_process(EXAMPLE, tmp, env=env or daemon_env(server, home, backend))
     try:
         ready = json.loads(read_ready_line(proc, timeout=600))
         assert (ready["isolation"] == "opensandbox") == (backend == "opensandbox")
@@ -61,6 +64,23 @@ def _collect(server, home: Path, tmp: Path, backend: str, gym_bin: Path) -> list
     return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
 
 
+def assert_every_row_scored(results: list[dict]) -> None:
+    """Every row of the dataset :data:`REPEATS` times, each with a numeric reward and no failure
+    class, through each agent's environment server; the stub right on some rows, wrong on others."""
+    rows = [json.loads(line) for line in DATASET.read_text().splitlines() if line.strip()]
+    assert len(results) == len(rows) * REPEATS
+    for r in results:
+        assert isinstance(r.get("reward"), (int, float)) and not r.get("_ng_failure_class"), {
+            k: r.get(k) for k in ("task_idx", "reward", "_ng_failure_class", "error")
+        }
+    assert sorted({r["agent_ref"]["name"] for r in results}) == AGENTS
+    # Gym reached each agent through the environment server in front of it, as 0.7.0 does
+    assert {r["_ng_environment_server"] for r in results} == {
+        f"{a.removesuffix('_agent')}_environment_server" for a in AGENTS
+    }
+    assert 0 < sum(r["reward"] for r in results) < len(results)
+
+
 def _rewards_by_row(results: list[dict]) -> dict[int, list[float]]:
     by_row: dict[int, list[float]] = {}
     for r in results:
@@ -73,19 +93,8 @@ def test_gyms_collector_scores_every_row_as_under_local(opensandbox_server, tmp_
     if venv is None:
         pytest.skip(f"no Python that nemo-gym {RELEASE} accepts (run .ci/provision-python)")
     home = tmp_path / "home"
-    local = _collect(opensandbox_server, home, tmp_path / "local", "local", venv / "bin")
-    remote = _collect(opensandbox_server, home, tmp_path / "osb", "opensandbox", venv / "bin")
-    rows = [json.loads(line) for line in DATASET.read_text().splitlines() if line.strip()]
-    assert len(remote) == len(rows) * REPEATS
-    for r in remote:
-        assert isinstance(r.get("reward"), (int, float)) and not r.get("_ng_failure_class"), {
-            k: r.get(k) for k in ("task_idx", "reward", "_ng_failure_class", "error")
-        }
-    assert sorted({r["agent_ref"]["name"] for r in remote}) == AGENTS
-    # Gym reached each agent through the environment server in front of it, as 0.7.0 does
-    assert {r["_ng_environment_server"] for r in remote} == {
-        f"{a.removesuffix('_agent')}_environment_server" for a in AGENTS
-    }
+    local = collect(opensandbox_server, home, tmp_path / "local", "local", venv / "bin")
+    remote = collect(opensandbox_server, home, tmp_path / "osb", "opensandbox", venv / "bin")
+    assert_every_row_scored(remote)
     assert _rewards_by_row(remote) == _rewards_by_row(local)
-    assert 0 < sum(r["reward"] for r in remote) < len(remote)  # the stub is right on some rows, wrong on others
     assert opensandbox_server.sandboxes() == []  # the stop deleted every sandbox of the run

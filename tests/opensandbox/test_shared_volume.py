@@ -5,13 +5,16 @@ named volume the test makes, and the daemon sees it at its mount point on this h
 ``CAP_DAC_OVERRIDE`` / ``CAP_DAC_READ_SEARCH``, as a pod of another uid than the daemon's would: a
 volume whose root they may not read is then unreadable to them and not to the daemon.
 
-Proven: the bundled example's dry-run gives the local backend's rewards on every row; a wrong
+Proven: the bundled example's dry-run, and that of NeMo Gym 0.7.0's ``example_single_tool_call``
+tree with its environment server on an interpreter put on the volume, give the local backend's
+rewards on every row; Gym 0.7.0's own collector scores every row through ``up``; a wrong
 claim name, an unreadable volume and an interpreter neither on the volume nor in the image each
 stop the start with their block and leave no sandbox."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,11 +24,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.gym_package import assemble_gym_package, gym_venv, gym_wheel
+from tests.helpers.gym_python import gym_python
 from tests.helpers.opensandbox.fixture import images_or_skip
 from tests.helpers.opensandbox.runs import DATASET, EXAMPLE, SANDBOX_PYTHON, daemon_env
 from tests.helpers.opensandbox.server import OpenSandboxServer, running_server
+from tests.opensandbox.test_gym_collector import assert_every_row_scored, collect
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
+GYM_RELEASE = "0.7.0"
+GYM_AGENT = "example_single_tool_call_simple_agent"
 DROP = (
     "AUDIT_WRITE",
     "MKNOD",
@@ -161,3 +169,71 @@ def test_doctor_reports_the_mode_and_the_volume(volume_server: OpenSandboxServer
     osb = json.loads(r.stdout)["sandbox_backends"]["opensandbox"]
     assert osb["status"] == "ok" and osb["delivery"] == "shared volume", osb
     assert osb["volume"] == {"claim": claim, "mounted_at": str(home)}
+
+
+@pytest.fixture(scope="module")
+def volume_python(volume: tuple[str, Path]) -> str:
+    """The interpreter NeMo Gym 0.7.0 needs (:func:`gym_python`: the host's own or the provisioned
+    one), put on the volume under the state root (hard links where the file system allows, else
+    copies): an interpreter the sandbox image does not hold must be on the volume. Its path there."""
+    found = gym_python()
+    prefix = Path(
+        subprocess.run(
+            [str(found), "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    _, home = volume
+    target = home / "interpreters" / prefix.name
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(prefix, target, symlinks=True, copy_function=link)
+    return str(target / found.resolve().relative_to(prefix.resolve()))
+
+
+@pytest.mark.pypi
+@pytest.mark.timeout(1800)
+def test_the_gym_070_tree_dry_runs_from_the_volume_with_the_local_rewards(
+    volume_server: OpenSandboxServer, volume: tuple[str, Path], volume_python: str, tmp_path: Path
+) -> None:
+    """NeMo Gym 0.7.0's ``example_single_tool_call`` tree from the wheel, unchanged, with its agent
+    and environment server, on the interpreter put on the volume; the venvs are built on the
+    volume too (the state root), and the same venvs serve the ``local`` run."""
+    claim, home = volume
+    pkg, rows = assemble_gym_package(gym_wheel(volume_python, GYM_RELEASE), tmp_path / "pkg")
+    dataset = tmp_path / "rows.jsonl"
+    ref = {"type": "responses_api_agents", "name": GYM_AGENT}
+    dataset.write_text("".join(json.dumps({**row, "agent_ref": ref}) + "\n" for row in rows))
+    got = {}
+    for backend in ("local", "opensandbox"):
+        env = {**_env(volume_server, home, claim if backend == "opensandbox" else None, backend)}
+        env["GYM_RUNTIME_PYTHON"] = volume_python
+        out = tmp_path / f"{backend}.jsonl"
+        argv = [sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(pkg), "--dataset", str(dataset)]
+        argv += ["--samples", "1", "--out", str(out), "--json", "--work-dir", str(home / "runs" / backend)]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=1500, env=env)
+        assert r.returncode == 0, r.stderr[-4000:]
+        got[backend] = _rewards(out)
+    assert got["opensandbox"] == got["local"] and len(got["local"]) == 5, got
+    assert volume_server.sandboxes() == []
+
+
+@pytest.mark.pypi
+@pytest.mark.timeout(1500)
+def test_gyms_collector_scores_every_row_through_up_from_the_volume(
+    volume_server: OpenSandboxServer, volume: tuple[str, Path]
+) -> None:
+    """Gym 0.7.0's ``ng_collect_rollouts`` (its own venv) through the head server of ``up`` on the
+    bundled example, every server's sandbox mounting the volume only."""
+    venv = gym_venv(GYM_RELEASE)
+    if venv is None:
+        pytest.skip(f"no Python that nemo-gym {GYM_RELEASE} accepts (run .ci/provision-python)")
+    claim, home = volume
+    work = home / "collect"  # up's work directory is a sub-path of the volume
+    results = collect(volume_server, home, work, "opensandbox", venv / "bin", env=_env(volume_server, home, claim))
+    assert_every_row_scored(results)
+    assert volume_server.sandboxes() == []

@@ -55,6 +55,22 @@ async def _prepared(sb: Sandbox, specs: list[ProcessSpec]) -> list[str]:
     return said
 
 
+async def _ran(sb: Sandbox, specs: list[ProcessSpec], go: Path | None = None) -> tuple[list[str], list[int], list]:
+    """Prepare ``specs``, spawn each, touch ``go/w{i}/go`` for each (when ``go``) and wait for
+    their exits (60 s each); the specs' output descriptors and the sandbox closed. Returns the lines
+    said, the exit codes and the processes."""
+    try:
+        lines = await _prepared(sb, specs)
+        procs = [sb.spawn(s) for s in specs]
+        for i in range(len(specs) if go else 0):
+            (go / f"w{i}" / "go").touch()
+        return lines, [await asyncio.wait_for(p.wait(), 60) for p in procs], procs
+    finally:
+        for s in specs:
+            os.close(s.stdout_fd)
+        await sb.close()
+
+
 async def _prepared_once(
     tmp_path: Path, python: Path, preload: Preload, env: dict | None = None, read_only: list[Path] | None = None
 ) -> list[str]:
@@ -151,16 +167,8 @@ def test_what_a_parent_on_cpython_3_13_imported_is_immortal_in_its_servers(bwrap
     async def main():
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
         specs = _specs(tmp_path, python, Preload(("email.mime.text",)))
-        try:
-            lines = await _prepared(sb, specs)
-            procs = [sb.spawn(s) for s in specs]
-            for i in range(2):
-                (tmp_path / f"w{i}" / "go").touch()
-            return lines, [await asyncio.wait_for(p.wait(), 60) for p in procs]
-        finally:
-            for s in specs:
-                os.close(s.stdout_fd)
-            await sb.close()
+        lines, codes, _ = await _ran(sb, specs, tmp_path)
+        return lines, codes
 
     lines, codes = asyncio.run(main())
     assert codes == [0, 0]
@@ -240,17 +248,8 @@ def test_a_parent_whose_imports_start_a_thread_forks_nothing(bwrap, tmp_path, pl
     async def main():
         sb = await Sandbox.start(EgressPolicy.from_environ({}), tmp_path / "sb")
         specs = _specs(tmp_path, plain_python, Preload(("threader",)), env={"PYTHONPATH": str(APPS / "preload")})
-        try:
-            lines = await _prepared(sb, specs)
-            for i in range(2):
-                (tmp_path / f"w{i}" / "go").touch()
-            procs = [sb.spawn(s) for s in specs]
-            codes = [await asyncio.wait_for(p.wait(), 60) for p in procs]
-            return lines, codes, [p.bwrapped for p in procs]
-        finally:
-            for s in specs:
-                os.close(s.stdout_fd)
-            await sb.close()
+        lines, codes, procs = await _ran(sb, specs, tmp_path)
+        return lines, codes, [p.bwrapped for p in procs]
 
     lines, codes, bwrapped = asyncio.run(main())
     assert any(
@@ -319,16 +318,8 @@ def test_a_forked_learning_server_reads_the_shared_cache_and_lists_what_it_compi
             )
             spec.read_only_paths.append(mods)
             spec.writable_paths.append(learn)
-        try:
-            lines = await _prepared(sb, specs)
-            procs = [sb.spawn(s) for s in specs]
-            for i in range(2):
-                (tmp_path / f"w{i}" / "go").touch()
-            return lines, [await asyncio.wait_for(p.wait(), 60) for p in procs], [p.bwrapped for p in procs]
-        finally:
-            for s in specs:
-                os.close(s.stdout_fd)
-            await sb.close()
+        lines, codes, procs = await _ran(sb, specs, tmp_path)
+        return lines, codes, [p.bwrapped for p in procs]
 
     lines, codes, bwrapped = asyncio.run(main())
     assert any("2 servers forked from one parent" in ln for ln in lines), lines
@@ -390,14 +381,8 @@ def test_a_forked_server_that_fails_prints_what_python_script_prints(bwrap, tmp_
                     preload=Preload(("json",)),
                 )
             )
-        try:
-            lines = await _prepared(sb, specs)
-            procs = [sb.spawn(s) for s in specs]
-            return lines, [await asyncio.wait_for(p.wait(), 60) for p in procs]
-        finally:
-            for s in specs:
-                os.close(s.stdout_fd)
-            await sb.close()
+        lines, codes, _ = await _ran(sb, specs)
+        return lines, codes
 
     lines, codes = asyncio.run(main())
     assert any("2 servers forked from one parent" in ln for ln in lines), lines

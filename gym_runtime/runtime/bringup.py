@@ -303,7 +303,9 @@ class Environment:
                 await sup.start(model_base_urls(merged.data), policy_models(merged.data))
             except StartError as e:
                 if e.code == "GR-START-MODEL-ENDPOINT":
-                    urls = {u: readiness.model_probe_url(u) for u, s in sup.endpoints.items() if s == "failed"}
+                    urls = {
+                        u: readiness.model_probe_url(u) for u, s in sup.endpoints.items() if s in ("failed", "pending")
+                    }
                     lines = [
                         f"last probe: GET {mask_url(p)}: {await readiness.probe(client, p) or last.get(u) or 'answered'}"
                         for u, p in urls.items()

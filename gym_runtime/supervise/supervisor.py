@@ -130,7 +130,7 @@ class Supervisor:
         try:
             await asyncio.wait_for(asyncio.shield(self._startup), overall)
         except TimeoutError:
-            err = self._timeout_error(f"the environment was not ready within {overall:g}s")
+            err = self._overall_timeout(overall)
             if not self._startup.done():
                 self._startup.set_exception(err)
             raise err from None
@@ -442,6 +442,17 @@ class Supervisor:
         return failure_report(
             self.members, self.phase, self.options.log_tail_lines, message, code, hint, names, self.options.after_fix
         )
+
+    def _overall_timeout(self, overall: float) -> StartError:
+        """The error of a start-up past ``overall`` s: when every server is ready and only policy
+        endpoints are still awaited (their own deadline is longer), ``GR-START-MODEL-ENDPOINT``
+        naming them, as their own deadline would have; else ``GR-START-TIMEOUT`` naming the
+        servers not ready."""
+        pending = [u for u, s in self.endpoints.items() if s == "pending"]
+        if pending and all(m.status == READY for m in self.members.values()):
+            said = [endpoint_failure(u, "failed", overall) for u in pending]
+            return self._report("; ".join(m for m, _, _ in said), said[0][1], said[0][2], [])
+        return self._timeout_error(f"the environment was not ready within {overall:g}s")
 
     def _timeout_error(self, message: str) -> StartError:
         return self._report(

@@ -144,6 +144,30 @@ def test_unreachable_endpoint_keeps_waiting_and_times_out(tmp_path: Path) -> Non
     assert proc.returncode == 3 and "GR-START-MODEL-ENDPOINT" in err and "GR-START-MODEL-NAME" not in err
 
 
+def test_a_start_up_past_its_deadline_waiting_only_for_the_policy_endpoint_names_the_endpoint(tmp_path: Path) -> None:
+    """Every server ready, the policy endpoint refusing connections, the overall start-up deadline
+    shorter than the endpoint's own: the block names the endpoint and what its last probe saw, not
+    a timeout with no server listed."""
+    proc = up_process(
+        policy_package(tmp_path / "pkg"),
+        tmp_path,
+        "--policy-base-url",
+        "http://127.0.0.1:9/v1",
+        "--policy-model-name",
+        "m",
+        "--startup-timeout",
+        "20",
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 3, err[-2000:]
+    assert "error[GR-START-MODEL-ENDPOINT]: model endpoint http://127.0.0.1:9/v1 never answered" in err, err[-2000:]
+    assert "last probe: GET http://127.0.0.1:9/v1/models: connection refused" in err
+    assert "GR-START-TIMEOUT" not in err and "Traceback" not in err
+
+
 def test_stub_serves_the_model_name_given(tmp_path: Path) -> None:
     """No policy URL but a model name: the built-in stub serves that name, so the check passes."""
     proc = up_process(policy_package(tmp_path / "pkg"), tmp_path, "--policy-model-name", "acme-policy-70b")

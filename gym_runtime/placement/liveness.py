@@ -5,6 +5,11 @@ actor error, or (a machine that stops answering) the reply never comes. :func:`w
 call beside a heartbeat (``ping`` every :data:`HEARTBEAT_S`, :data:`HEARTBEAT_TIMEOUT_S` each,
 :data:`HEARTBEAT_MISSES` in a row missed: lost within 4 s, with no cluster setting of ours) and
 raises :class:`NodeLost` when the heartbeat ends (docs/scale-out.md "Node loss").
+
+The ping runs in a concurrency group of its own (:data:`ACTOR_GROUPS`, Ray's ``concurrency_groups``:
+an event loop on its own thread in the actor), so a step that holds the actor's main event loop (a
+server's spawn must run there, and takes seconds on a busy node) is never taken for a lost node.
+Every replica actor is created with :data:`ACTOR_GROUPS`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from gym_runtime.errors import StartError
 
 # a ping every 0.5 s, each given 1.5 s: a node that stops answering is declared lost within 4 s
 HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, HEARTBEAT_MISSES = 0.5, 1.5, 2
+LIVENESS = "liveness"
+ACTOR_GROUPS = {LIVENESS: 1}  # a replica actor's concurrency groups: the heartbeat's own (module doc)
 
 
 class NodeLost(Exception):
@@ -53,7 +60,7 @@ async def heartbeat(actor: Any) -> None:
     while misses < HEARTBEAT_MISSES:
         await asyncio.sleep(HEARTBEAT_S)
         try:
-            await ray_call(actor.ping.remote(), HEARTBEAT_TIMEOUT_S)
+            await ray_call(actor.ping.options(concurrency_group=LIVENESS).remote(), HEARTBEAT_TIMEOUT_S)
             misses = 0
         except TimeoutError:
             misses += 1

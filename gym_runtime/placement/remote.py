@@ -42,6 +42,7 @@ from gym_runtime.placement.addresses import ReplicaAddress
 from gym_runtime.placement.cluster import RayCluster
 from gym_runtime.placement.death import Death, by_kernel, death_of, kernel_oom_on
 from gym_runtime.placement.liveness import (
+    ACTOR_GROUPS,
     HEARTBEAT_TIMEOUT_S,
     dead_node,
     lost_errors,
@@ -193,7 +194,11 @@ class ReplicaLauncher:
             opts["label_selector"] = selector
         self._phase("waiting for a node")
         t0 = time.monotonic()
-        actor: Any = ray.remote(ServerReplica).options(**opts, max_restarts=0, max_task_retries=0).remote(self.job)
+        actor: Any = (
+            ray.remote(concurrency_groups=ACTOR_GROUPS)(ServerReplica)
+            .options(**opts, max_restarts=0, max_task_retries=0)
+            .remote(self.job)
+        )
         try:
             where = await self._node_for(actor, deadline)
         except BaseException as e:

@@ -19,6 +19,7 @@ from gym_runtime.config import build_config
 from gym_runtime.errors import StartError
 from gym_runtime.package import load_package
 from gym_runtime.placement.addresses import ReplicaAddress
+from gym_runtime.placement.liveness import ACTOR_GROUPS, ray_call, while_alive
 from gym_runtime.placement.package import package_digest
 from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
 from gym_runtime.placement.replica import HEAD, ReplicaJob, free_inside_ports
@@ -197,6 +198,27 @@ def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_add
             restore(cluster, "b")
 
     asyncio.run(scenario())
+
+
+def test_a_replica_whose_event_loop_is_held_is_not_taken_for_a_lost_node(cluster, driver) -> None:
+    """A step that holds the actor's event loop for seconds (a server's spawn on a busy node) once
+    made the heartbeat miss twice: every replica starting then was declared lost with its node, and
+    with every node lost nothing could be placed again. The ping has a concurrency group of its own."""
+    import ray
+
+    class Busy:
+        async def hold(self, seconds: float) -> str:
+            time.sleep(seconds)  # blocks the actor's event loop, as a synchronous spawn does
+            return "held"
+
+        async def ping(self) -> bool:
+            return True
+
+    actor = ray.remote(concurrency_groups=ACTOR_GROUPS)(Busy).options(num_cpus=0).remote()
+    try:
+        assert asyncio.run(while_alive(actor, ray_call(actor.hold.remote(6)))) == "held"
+    finally:
+        ray.kill(actor)
 
 
 def test_a_node_lost_before_its_replica_ran_there_is_left_out_and_the_replica_placed_again(

@@ -41,12 +41,12 @@ async def ray_call(ref: Any, timeout_s: float | None = None) -> Any:
     a node that is gone may never come, and awaiting the cancellation of such a wait can hang;
     an abandoned call is dropped instead (its late result or error is discarded)."""
     task = asyncio.ensure_future(ref)
+    task.add_done_callback(_drop)  # an error is retrieved even when this wait is cancelled as the call ends
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout_s)
     finally:
         if not task.done():
             task.cancel()
-            task.add_done_callback(_drop)
     if not done:
         raise TimeoutError
     return task.result()

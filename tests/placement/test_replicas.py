@@ -23,6 +23,7 @@ from gym_runtime.placement.liveness import ACTOR_GROUPS, ray_call, while_alive
 from gym_runtime.placement.package import package_digest
 from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
 from gym_runtime.placement.replica import HEAD, ReplicaJob, free_inside_ports
+from gym_runtime.placement.spares import Spares
 from gym_runtime.settings import load_settings
 from tests.helpers.daemon import SIMPLE_SERVERS, simple_env, wait_gone
 from tests.placement.conftest import restore
@@ -171,17 +172,28 @@ def test_a_crash_on_a_worker_is_seen_and_the_replica_restarts_on_its_node(cluste
 def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_address(
     cluster, driver, tmp_path: Path
 ) -> None:
+    """The move goes to the warm spare of the node Ray chose, its resources held by a placement
+    group that is given back when the replica closes (gym_runtime/placement/spares.py)."""
+    from ray.util.placement_group import placement_group_table
+
     pkg = simple_env(tmp_path / "pkg")
 
     async def scenario() -> None:
+        said: list[str] = []
         # 1.5 CPUs: only a worker (2 CPUs) fits, never the head (1 CPU)
-        rep = Replica(driver, job_for(pkg), {"num_cpus": 1.5})
+        rep = Replica(driver, job_for(pkg), {"num_cpus": 1.5}, progress=said.append)
+        spares = rep.launcher.spares = Spares(driver)
         await rep.start(driver.node_ip)
+        group = None
         try:
             proc = rep.spawn()
             await rep.answers()
+            spares.fill()
             first = rep.launcher.node_id
             name = next(n for n, i in cluster.node_ids.items() if i == first)
+            other = cluster.node_ids["b" if name == "a" else "a"]
+            while other not in spares.ready:  # the spare of the node it can move to is warm
+                await asyncio.sleep(0.2)
             t0 = time.monotonic()
             cluster.kill_raylet(name)
             await asyncio.wait_for(proc.wait(), 30)
@@ -191,11 +203,17 @@ def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_add
             assert seen < 30 and first in driver.lost
             rep.spawn()
             assert (await rep.answers(120)) == {"status": "ok"}  # the same stable address
-            assert rep.launcher.node_id not in (None, first)
+            assert rep.launcher.node_id == other and other not in spares.ready
+            assert any("placed on node" in line and "(spare " in line for line in said), said
+            group = rep.launcher.group
+            assert placement_group_table(group)["bundles"] == {0: {"CPU": 1.5}}
+            assert placement_group_table(group)["bundles_to_node_id"] == {0: other}
         finally:
             await rep.close()
+            spares.close()
             restore(cluster, "a")
             restore(cluster, "b")
+        assert placement_group_table(group)["state"] == "REMOVED" and not spares.ready
 
     asyncio.run(scenario())
 
@@ -216,6 +234,7 @@ def test_a_replica_whose_event_loop_is_held_is_not_taken_for_a_lost_node(cluster
 
     actor = ray.remote(concurrency_groups=ACTOR_GROUPS)(Busy).options(num_cpus=0).remote()
     try:
+        assert ray.get(actor.ping.remote(), timeout=120)  # its worker runs, as a placed replica's does
         assert asyncio.run(while_alive(actor, ray_call(actor.hold.remote(6)))) == "held"
     finally:
         ray.kill(actor)

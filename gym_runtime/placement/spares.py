@@ -1,0 +1,194 @@
+"""Warm spare workers: a replica placed again after a node's loss starts without a new Ray worker.
+
+Most of a move's time on a busy node was Ray starting the new actor's worker process (a Python
+process importing Ray and the runtime's modules: about 1 CPU-second with bytecode, 2.3 without,
+which a node whose cores are taken by other work stretches to 5-20 s). So once every replica is
+placed, the driver keeps one idle :class:`~gym_runtime.placement.replica.ServerReplica` per live
+node (no job yet, no resources, pinned to its node with Ray's ``NodeAffinitySchedulingStrategy``)
+that has imported what a placement needs. After a loss, :meth:`Spares.take` lets Ray choose the
+node as before, by a placement group of one bundle holding the replica's own resources and label
+selector (Ray reserves them on a node that fits; no worker process starts for a placement group),
+and hands the replica to that node's spare (:meth:`ServerReplica.adopt`). The group names a node
+with a spare no other move in flight asked for as Ray's soft target (``_soft_target_node_id``, a
+hint Ray drops when that node has no room or does not match), so concurrent moves spread over the
+spares. The group lives as long
+as the replica (:meth:`Spares.release`). A replica that asks for GPUs (Ray sets its devices only
+for a worker leased with them), a group Ray cannot place within :data:`GROUP_WAIT_S`, or a node
+without a ready spare takes the usual path: a new actor where Ray finds room. A used spare is
+replaced :data:`REFILL_AFTER_S` later, off the move's critical path. Cost: one idle worker per node
+(docs/scale-out.md "Node loss").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from gym_runtime.placement.liveness import ACTOR_GROUPS, lost_errors, ray_call
+
+GROUP_WAIT_S = 2.0  # how long a placement group may take to be placed before the usual path is taken
+ADOPT_S = 30.0  # how long a spare may take to adopt a replica
+REFILL_AFTER_S = 10.0  # a used spare is replaced this long after (the move's own work goes first)
+
+
+def warm() -> None:
+    """In a spare, import what a placement's steps import (package, venv plan, sandbox, the server's
+    contract), so the replica it adopts finds them loaded."""
+    import importlib
+
+    for name in (
+        "gym_runtime.config.instances",
+        "gym_runtime.package",
+        "gym_runtime.placement.package",
+        "gym_runtime.ray.use",
+        "gym_runtime.supervise.contract",
+        "gym_runtime.supervise.env_limit",
+        "gym_runtime.supervise.orphans",
+        "gym_runtime.venvs",
+        "sandbox",
+    ):
+        importlib.import_module(name)
+
+
+def bundle_of(options: dict[str, Any]) -> dict[str, float]:
+    """The Ray resources a replica's actor ``options`` ask, as a placement group bundle
+    (``CPU``, ``memory``, custom ones; zero entries left out)."""
+    out = {"CPU": options.get("num_cpus") or 0, "memory": options.get("memory") or 0}
+    out.update(options.get("resources") or {})
+    return {k: float(v) for k, v in out.items() if v}
+
+
+class Spares:
+    """One warm spare per live node (module doc). ``cluster``: the joined
+    :class:`~gym_runtime.placement.cluster.RayCluster`."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.ready: dict[str, Any] = {}  # node id -> its spare actor, once it answered
+        self._starting: set[str] = set()
+        self._claimed: set[str] = set()  # nodes a move in flight asked Ray for (Spares.take)
+        self._tasks: set[asyncio.Task] = set()
+        self._closed = False
+
+    def fill(self, delay_s: float = 0.0) -> None:
+        """Start a spare on every live node that has none and was not lost, after ``delay_s``."""
+        if not self._closed:
+            task = asyncio.get_running_loop().create_task(self._fill(delay_s))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _fill(self, delay_s: float) -> None:
+        import ray
+
+        await asyncio.sleep(delay_s)
+        nodes = await asyncio.to_thread(ray.nodes)
+        want = [
+            n["NodeID"]
+            for n in nodes
+            if n.get("Alive") and n["NodeID"] not in self.cluster.lost
+            if n["NodeID"] not in self.ready and n["NodeID"] not in self._starting
+        ]
+        await asyncio.gather(*(self._start(node_id) for node_id in want))
+
+    async def _start(self, node_id: str) -> None:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from gym_runtime.placement.replica import ServerReplica
+
+        self._starting.add(node_id)
+        try:
+            actor = (
+                ray.remote(concurrency_groups=ACTOR_GROUPS)(ServerReplica)
+                .options(
+                    num_cpus=0,
+                    max_restarts=0,
+                    max_task_retries=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                )
+                .remote(None)
+            )
+            try:
+                await ray_call(actor.where.remote(), 120)
+            except BaseException as e:  # a node without a spare takes the usual path
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+                if not isinstance(e, Exception):
+                    raise
+                return
+            if self._closed or node_id in self.cluster.lost:
+                ray.kill(actor)
+            else:
+                self.ready[node_id] = actor
+        finally:
+            self._starting.discard(node_id)
+
+    async def take(self, options: dict[str, Any], selector: dict[str, str], job: Any) -> tuple[Any, Any, dict] | None:
+        """A spare that adopted ``job`` on a node Ray chose for ``options`` (the replica's actor
+        options) and ``selector`` (its label selector, lost nodes left out):
+        ``(actor, placement group, where)``, or None (module doc: then the usual path)."""
+        import ray
+        from ray.util import placement_group, remove_placement_group
+        from ray.util.placement_group import placement_group_table
+
+        for node_id in self.cluster.lost:
+            self.ready.pop(node_id, None)
+        bundle = bundle_of(options)
+        if options.get("num_gpus") or not bundle or not self.ready:
+            return None
+        free = [n for n in self.ready if n not in self._claimed] or list(self.ready)
+        target = free[0]  # a node with a warm spare no other move is asking for: Ray's soft hint
+        self._claimed.add(target)
+        pg = placement_group(
+            [bundle],
+            strategy="STRICT_PACK",
+            bundle_label_selector=[selector] if selector else None,
+            _soft_target_node_id=target,
+        )
+        spare = None
+        try:
+            try:
+                await ray_call(pg.ready(), GROUP_WAIT_S)
+                node_id = (await asyncio.to_thread(placement_group_table, pg))["bundles_to_node_id"][0]
+            except Exception:  # noqa: BLE001 - not placed in time (no room, a busy GCS): the usual path
+                remove_placement_group(pg)
+                return None
+            spare = self.ready.pop(node_id, None)
+            if spare is None:
+                remove_placement_group(pg)
+                return None
+            self.fill(REFILL_AFTER_S)
+            where = await ray_call(spare.adopt.remote(job), ADOPT_S)
+            return spare, pg, where
+        except BaseException as e:  # the spare is gone (its node too, or it hung), or the run stops
+            with contextlib.suppress(Exception):
+                if spare is not None:
+                    ray.kill(spare)
+                remove_placement_group(pg)
+            if isinstance(e, (TimeoutError, *lost_errors())):
+                return None
+            raise
+        finally:
+            self._claimed.discard(target)
+
+    @staticmethod
+    def release(pg: Any) -> None:
+        """Give back a replica's placement group (its actor was dropped)."""
+        from ray.util import remove_placement_group
+
+        if pg is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(pg)
+
+    def close(self) -> None:
+        """End every spare (also those still starting: :meth:`_start` ends them when they answer)."""
+        import ray
+
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        for actor in self.ready.values():
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        self.ready.clear()

@@ -340,6 +340,44 @@ def test_nothing_of_a_replica_survives_its_close(cluster, driver, tmp_path: Path
     assert wait_gone([pid], 20, zombies_count=False) == []
 
 
+def test_a_spare_stands_on_every_live_node_and_none_survives_the_close(cluster, driver) -> None:
+    """One warm spare per live node once filled; after :meth:`Spares.close` no spare's actor is
+    left alive in Ray's actor table and no spare's worker process runs, the spares still starting
+    at the close (a second fill, cut short) included."""
+    import ray
+    from ray._private import state
+
+    def alive_replicas() -> set[str]:
+        table = state.actors()
+        return {i for i, a in table.items() if a["ActorClassName"] == "ServerReplica" and a["State"] != "DEAD"}
+
+    before = alive_replicas()
+
+    async def scenario() -> list[int]:
+        spares = Spares(driver)
+        spares.fill()
+        live = {n["NodeID"] for n in ray.nodes() if n["Alive"]} - driver.lost
+        while set(spares.ready) != live:
+            await asyncio.sleep(0.2)
+        pids = [(await ray_call(a.where.remote(), 60))["pid"] for a in spares.ready.values()]
+        used = spares.ready.pop(next(iter(spares.ready)))  # as a spare that adopted a replica
+        ray.kill(used)  # as the replica's close does
+        spares.fill()  # a new spare starts on that node
+        while not spares._starting:
+            await asyncio.sleep(0.05)
+        spares.close()  # the other spares ready, one starting
+        await asyncio.sleep(0)
+        assert not spares.ready
+        return pids
+
+    pids = asyncio.run(scenario())
+    assert wait_gone(pids, 60, zombies_count=False) == []
+    deadline = time.monotonic() + 60
+    while (left := alive_replicas() - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left
+
+
 def test_the_python_api_places_on_ray_and_leaves_a_driver_it_did_not_start_connected(
     cluster, driver, tmp_path: Path
 ) -> None:

@@ -198,10 +198,12 @@ class RayPlacement:
             raise errors[0]
         from gym_runtime.placement.spares import Spares
 
-        self.spares = Spares(self.cluster)
+        self.spares = Spares(
+            self.cluster, lambda: [lz.node_id for lz in self.launchers.values() if not lz.options.get("num_gpus")]
+        )
         for lz in self.launchers.values():
             lz.spares = self.spares
-        self.spares.fill()
+        self.spares.keep()
 
     def _phase(self, launcher: Any) -> None:
         """A replica's placement phase changed: the instance's state for the head server while it

@@ -3,33 +3,44 @@
 Most of a move's time on a busy node was Ray starting the new actor's worker process (a Python
 process importing Ray and the runtime's modules: about 1 CPU-second with bytecode, 2.3 without,
 which a node whose cores are taken by other work stretches to 5-20 s). So once every replica is
-placed, the driver keeps one idle :class:`~gym_runtime.placement.replica.ServerReplica` per live
-node (no job yet, no resources, pinned to its node with Ray's ``NodeAffinitySchedulingStrategy``)
-that has imported what a placement needs. After a loss, :meth:`Spares.take` lets Ray choose the
-node as before, by a placement group of one bundle holding the replica's own resources and label
-selector (Ray reserves them on a node that fits; no worker process starts for a placement group),
-and hands the replica to that node's spare (:meth:`ServerReplica.adopt`). The group names a node
-with a spare no other move in flight asked for as Ray's soft target (``_soft_target_node_id``, a
-hint Ray drops when that node has no room or does not match), so concurrent moves spread over the
-spares. The group lives as long
-as the replica (:meth:`Spares.release`). A replica that asks for GPUs (Ray sets its devices only
-for a worker leased with them), a group Ray cannot place within :data:`GROUP_WAIT_S`, or a node
-without a ready spare takes the usual path: a new actor where Ray finds room. A used spare is
-replaced :data:`REFILL_AFTER_S` later, off the move's critical path. Cost: one idle worker per node
-(docs/scale-out.md "Node loss").
+placed, the driver keeps idle :class:`~gym_runtime.placement.replica.ServerReplica` actors on every
+live node (no job yet, no resources, pinned to the node with Ray's
+``NodeAffinitySchedulingStrategy``) that have imported what a placement needs: as many per node as
+the loss of the node hosting most replicas moves to each other node (:func:`per_node`), since the
+loss waits for its slowest move and one replica left to start a new worker is that move.
+
+After a loss, :meth:`Spares.take` lets Ray choose the node as before, by a placement group of one
+bundle holding the replica's own resources and label selector (Ray reserves them on a node that
+fits; no worker process starts for a placement group), and hands the replica to one of that node's
+spares (:meth:`ServerReplica.adopt`). The group names the node with the most spares no other move
+in flight asked for as Ray's soft target (``_soft_target_node_id``, a hint Ray drops when that node
+has no room or does not match), so concurrent moves spread over the spares. The group lives as
+long as the replica (:meth:`Spares.release`). A replica that asks for GPUs (Ray sets its devices
+only for a worker leased with them), a group Ray cannot place within :data:`GROUP_WAIT_S`, or a
+node without a ready spare takes the usual path: a new actor where Ray finds room.
+
+:meth:`Spares.keep` counts the spares every :data:`REFILL_S` (skipping a turn within that time of
+a move, whose own work goes first): a used spare is replaced, a node that joined gets its spares,
+and the count follows the replicas as they move. Cost: up to :data:`MAX_PER_NODE` idle workers per
+node (docs/scale-out.md "Node loss").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gym_runtime.placement.liveness import ACTOR_GROUPS, lost_errors, ray_call
 
 GROUP_WAIT_S = 2.0  # how long a placement group may take to be placed before the usual path is taken
 ADOPT_S = 30.0  # how long a spare may take to adopt a replica
-REFILL_AFTER_S = 10.0  # a used spare is replaced this long after (the move's own work goes first)
+REFILL_S = 10.0  # the spares are counted and replaced this often, never this soon after a move
+MAX_PER_NODE = 4  # spares a node keeps at most (an idle Ray worker each)
 
 
 def warm() -> None:
@@ -59,36 +70,62 @@ def bundle_of(options: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in out.items() if v}
 
 
-class Spares:
-    """One warm spare per live node (module doc). ``cluster``: the joined
-    :class:`~gym_runtime.placement.cluster.RayCluster`."""
+def per_node(hosts: Iterable[str | None], live: int) -> int:
+    """Spares each live node keeps: the replicas on the node hosting most of them (``hosts``: the
+    node id of each replica a spare can take, None for one not placed), shared over the ``live``
+    nodes' others, rounded up; at least 1, at most :data:`MAX_PER_NODE`."""
+    most = max(Counter(h for h in hosts if h is not None).values(), default=0)
+    return max(1, min(MAX_PER_NODE, math.ceil(most / max(live - 1, 1))))
 
-    def __init__(self, cluster: Any) -> None:
+
+class Spares:
+    """Warm spares on every live node (module doc). ``cluster``: the joined
+    :class:`~gym_runtime.placement.cluster.RayCluster`; ``hosts``: the node ids of the replicas a
+    spare can take, as they stand (:func:`per_node`)."""
+
+    def __init__(self, cluster: Any, hosts: Callable[[], Iterable[str | None]] = list) -> None:
         self.cluster = cluster
-        self.ready: dict[str, Any] = {}  # node id -> its spare actor, once it answered
-        self._starting: set[str] = set()
-        self._claimed: set[str] = set()  # nodes a move in flight asked Ray for (Spares.take)
+        self.hosts = hosts
+        self.ready: dict[str, list[Any]] = {}  # node id -> its spare actors that answered
+        self._starting: Counter[str] = Counter()  # node id -> spares starting there
+        self._claimed: Counter[str] = Counter()  # node id -> moves in flight that asked Ray for it (take)
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._moved_at = 0.0  # time.monotonic() of the last take
+
+    def count(self) -> int:
+        """Spares ready, on every node."""
+        return sum(len(a) for a in self.ready.values())
 
     def fill(self, delay_s: float = 0.0) -> None:
-        """Start a spare on every live node that has none and was not lost, after ``delay_s``."""
+        """Start spares on every live node that was not lost, up to :func:`per_node` each, after ``delay_s``."""
         if not self._closed:
             task = asyncio.get_running_loop().create_task(self._fill(delay_s))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def keep(self) -> None:
+        """:meth:`fill` now and every :data:`REFILL_S` until :meth:`close`, skipping a turn within
+        :data:`REFILL_S` of a move (module doc)."""
+        if not self._closed:
+            task = asyncio.get_running_loop().create_task(self._keep())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _keep(self) -> None:
+        while True:
+            if time.monotonic() - self._moved_at >= REFILL_S:
+                self.fill()
+            await asyncio.sleep(REFILL_S)
 
     async def _fill(self, delay_s: float) -> None:
         import ray
 
         await asyncio.sleep(delay_s)
         nodes = await asyncio.to_thread(ray.nodes)
-        want = [
-            n["NodeID"]
-            for n in nodes
-            if n.get("Alive") and n["NodeID"] not in self.cluster.lost
-            if n["NodeID"] not in self.ready and n["NodeID"] not in self._starting
-        ]
+        live = [n["NodeID"] for n in nodes if n.get("Alive") and n["NodeID"] not in self.cluster.lost]
+        each = per_node(self.hosts(), len(live))
+        want = [n for n in live for _ in range(each - len(self.ready.get(n, ())) - self._starting[n])]
         await asyncio.gather(*(self._start(node_id) for node_id in want))
 
     async def _start(self, node_id: str) -> None:
@@ -97,7 +134,7 @@ class Spares:
 
         from gym_runtime.placement.replica import ServerReplica
 
-        self._starting.add(node_id)
+        self._starting[node_id] += 1
         try:
             actor = (
                 ray.remote(concurrency_groups=ACTOR_GROUPS)(ServerReplica)
@@ -120,9 +157,9 @@ class Spares:
             if self._closed or node_id in self.cluster.lost:
                 ray.kill(actor)
             else:
-                self.ready[node_id] = actor
+                self.ready.setdefault(node_id, []).append(actor)
         finally:
-            self._starting.discard(node_id)
+            self._starting[node_id] -= 1
 
     async def take(self, options: dict[str, Any], selector: dict[str, str], job: Any) -> tuple[Any, Any, dict] | None:
         """A spare that adopted ``job`` on a node Ray chose for ``options`` (the replica's actor
@@ -135,11 +172,11 @@ class Spares:
         for node_id in self.cluster.lost:
             self.ready.pop(node_id, None)
         bundle = bundle_of(options)
-        if options.get("num_gpus") or not bundle or not self.ready:
+        if options.get("num_gpus") or not bundle or not self.count():
             return None
-        free = [n for n in self.ready if n not in self._claimed] or list(self.ready)
-        target = free[0]  # a node with a warm spare no other move is asking for: Ray's soft hint
-        self._claimed.add(target)
+        # the node with the most spares no other move is asking for: Ray's soft hint
+        target = max(self.ready, key=lambda n: len(self.ready[n]) - self._claimed[n])
+        self._claimed[target] += 1
         pg = placement_group(
             [bundle],
             strategy="STRICT_PACK",
@@ -154,11 +191,11 @@ class Spares:
             except Exception:  # noqa: BLE001 - not placed in time (no room, a busy GCS): the usual path
                 remove_placement_group(pg)
                 return None
-            spare = self.ready.pop(node_id, None)
+            spare = self.ready[node_id].pop() if self.ready.get(node_id) else None
             if spare is None:
                 remove_placement_group(pg)
                 return None
-            self.fill(REFILL_AFTER_S)
+            self._moved_at = time.monotonic()
             where = await ray_call(spare.adopt.remote(job), ADOPT_S)
             return spare, pg, where
         except BaseException as e:  # the spare is gone (its node too, or it hung), or the run stops
@@ -170,7 +207,7 @@ class Spares:
                 return None
             raise
         finally:
-            self._claimed.discard(target)
+            self._claimed[target] -= 1
 
     @staticmethod
     def release(pg: Any) -> None:
@@ -188,7 +225,8 @@ class Spares:
         self._closed = True
         for task in self._tasks:
             task.cancel()
-        for actor in self.ready.values():
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
+        for actors in self.ready.values():
+            for actor in actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
         self.ready.clear()

@@ -23,7 +23,7 @@ from gym_runtime.placement.liveness import ACTOR_GROUPS, ray_call, while_alive
 from gym_runtime.placement.package import package_digest
 from gym_runtime.placement.remote import PackageShipper, ReplicaLauncher
 from gym_runtime.placement.replica import HEAD, ReplicaJob, free_inside_ports
-from gym_runtime.placement.spares import Spares
+from gym_runtime.placement.spares import MAX_PER_NODE, Spares, per_node
 from gym_runtime.settings import load_settings
 from tests.helpers.daemon import SIMPLE_SERVERS, simple_env, wait_gone
 from tests.placement.conftest import restore
@@ -192,8 +192,9 @@ def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_add
             first = rep.launcher.node_id
             name = next(n for n, i in cluster.node_ids.items() if i == first)
             other = cluster.node_ids["b" if name == "a" else "a"]
-            while other not in spares.ready:  # the spare of the node it can move to is warm
+            while not spares.ready.get(other):  # the spare of the node it can move to is warm
                 await asyncio.sleep(0.2)
+            spare = spares.ready[other][0]
             t0 = time.monotonic()
             cluster.kill_raylet(name)
             await asyncio.wait_for(proc.wait(), 30)
@@ -203,7 +204,7 @@ def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_add
             assert seen < 30 and first in driver.lost
             rep.spawn()
             assert (await rep.answers(120)) == {"status": "ok"}  # the same stable address
-            assert rep.launcher.node_id == other and other not in spares.ready
+            assert rep.launcher.node_id == other and rep.launcher.actor._actor_id == spare._actor_id
             assert any("placed on node" in line and "(spare " in line for line in said), said
             group = rep.launcher.group
             assert placement_group_table(group)["bundles"] == {0: {"CPU": 1.5}}
@@ -340,12 +341,27 @@ def test_nothing_of_a_replica_survives_its_close(cluster, driver, tmp_path: Path
     assert wait_gone([pid], 20, zombies_count=False) == []
 
 
-def test_a_spare_stands_on_every_live_node_and_none_survives_the_close(cluster, driver) -> None:
-    """One warm spare per live node once filled; after :meth:`Spares.close` no spare's actor is
-    left alive in Ray's actor table and no spare's worker process runs, the spares still starting
-    at the close (a second fill, cut short) included."""
+def test_spares_are_sized_for_the_loss_of_the_busiest_node() -> None:
+    """Each live node keeps as many spares as the loss of the node hosting most replicas moves to
+    each other node, so no moved replica waits for a new worker: three replicas on one node of
+    three, two on each other node (with one a node, the third replica moved after a loss on a busy
+    machine started a new worker: 3.5 s of a 9.5 s recovery)."""
+    assert per_node(["n1", "n1", "n1", "n2", None], 3) == 2
+    assert per_node(["n1", "n2"], 3) == 1 and per_node([], 3) == 1 and per_node(["n1"] * 3, 1) == 3
+    assert per_node(["n1"] * 40, 3) == MAX_PER_NODE
+
+
+def test_spares_stand_on_every_live_node_and_none_survives_the_close(cluster, driver, monkeypatch) -> None:
+    """:func:`per_node` spares on every live node (three replicas on one node: two each), a used
+    one replaced by :meth:`Spares.keep`; after :meth:`Spares.close` no spare's actor is left alive
+    in Ray's actor table and no spare's worker process runs, a spare still starting at the close
+    included."""
     import ray
     from ray._private import state
+
+    from gym_runtime.placement import spares as spares_module
+
+    monkeypatch.setattr(spares_module, "REFILL_S", 0.5)  # keep's turn (10 s in a run)
 
     def alive_replicas() -> set[str]:
         table = state.actors()
@@ -354,16 +370,16 @@ def test_a_spare_stands_on_every_live_node_and_none_survives_the_close(cluster, 
     before = alive_replicas()
 
     async def scenario() -> list[int]:
-        spares = Spares(driver)
-        spares.fill()
         live = {n["NodeID"] for n in ray.nodes() if n["Alive"]} - driver.lost
-        while set(spares.ready) != live:
+        busiest = next(iter(live))
+        spares = Spares(driver, lambda: [busiest] * 3)
+        spares.keep()
+        while {n: len(a) for n, a in spares.ready.items()} != dict.fromkeys(live, 2):
             await asyncio.sleep(0.2)
-        pids = [(await ray_call(a.where.remote(), 60))["pid"] for a in spares.ready.values()]
-        used = spares.ready.pop(next(iter(spares.ready)))  # as a spare that adopted a replica
+        pids = [(await ray_call(a.where.remote(), 60))["pid"] for n in live for a in spares.ready[n]]
+        used = spares.ready[busiest].pop()  # as a spare that adopted a replica
         ray.kill(used)  # as the replica's close does
-        spares.fill()  # a new spare starts on that node
-        while not spares._starting:
+        while not spares._starting[busiest]:  # keep starts a new spare on that node
             await asyncio.sleep(0.05)
         spares.close()  # the other spares ready, one starting
         await asyncio.sleep(0)
@@ -371,7 +387,7 @@ def test_a_spare_stands_on_every_live_node_and_none_survives_the_close(cluster, 
         return pids
 
     pids = asyncio.run(scenario())
-    assert wait_gone(pids, 60, zombies_count=False) == []
+    assert len(pids) == 6 and wait_gone(pids, 60, zombies_count=False) == []
     deadline = time.monotonic() + 60
     while (left := alive_replicas() - before) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -241,6 +241,37 @@ def test_a_replica_whose_event_loop_is_held_is_not_taken_for_a_lost_node(cluster
         ray.kill(actor)
 
 
+def test_a_replica_too_busy_to_answer_its_pings_is_not_taken_for_a_lost_node(cluster, driver) -> None:
+    """Pings that get no answer in time (a replica on a machine whose cores other work takes: with
+    the load average at 15-30 one starting was declared lost with its node, and that node left out
+    of every placement) are no verdict while the worker's machine still answers at its address; a
+    worker that is gone does not."""
+    import ray
+
+    from gym_runtime.placement.liveness import HEARTBEAT_MISSES, HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, worker_answers
+
+    class Slow:
+        async def hold(self, seconds: float) -> str:
+            await asyncio.sleep(seconds)
+            return "held"
+
+        async def ping(self) -> bool:
+            time.sleep(HEARTBEAT_TIMEOUT_S + 0.5)  # holds the ping's own thread: every ping misses
+            return True
+
+    actor = ray.remote(concurrency_groups=ACTOR_GROUPS)(Slow).options(num_cpus=0).remote()
+    try:
+        assert ray.get(actor.hold.remote(0), timeout=120) == "held"  # its worker runs
+        hold_s = 2 * HEARTBEAT_MISSES * (HEARTBEAT_S + HEARTBEAT_TIMEOUT_S)  # twice the misses a verdict needs
+        assert asyncio.run(while_alive(actor, ray_call(actor.hold.remote(hold_s)))) == "held"
+    finally:
+        ray.kill(actor)
+    deadline = time.monotonic() + 60
+    while worker_answers(actor):
+        assert time.monotonic() < deadline, "a killed actor's worker still answers"
+        time.sleep(0.2)
+
+
 def test_a_node_lost_before_its_replica_ran_there_is_left_out_and_the_replica_placed_again(
     cluster, driver, tmp_path: Path
 ) -> None:

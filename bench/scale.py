@@ -21,7 +21,7 @@ stable address (the router when there are several replicas). Rows go through the
    time went: the placement line gives the seconds of each step);
 4. node loss of the bundled example (``--loss-runs N``): seven instances, the worker hosting most
    of its replicas lost, N runs on a quiet machine and N with a CPU burner beside the cluster (one
-   ``while 1: pass`` process per core at normal priority, from before the loss until the rows
+   ``while 1: pass`` process per core at the cluster's own priority, from before the loss until the rows
    after it are scored; ``--burner`` chooses): the seconds until every address the ready line
    lists answers again on a live node (goal < 10 s) and whether every row run after the loss is
    scored; median and range, with the daemon's lines of the slowest run.
@@ -278,7 +278,8 @@ EXAMPLE_ROWS = [
 
 
 def burner() -> list[subprocess.Popen]:
-    """One busy-looping Python per core, at normal priority (the CPU a training job's own work takes)."""
+    """One busy-looping Python per core, at this process's priority, as the cluster's (the CPU a
+    training job's own work takes)."""
     return [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(os.cpu_count() or 2)]
 
 
@@ -355,18 +356,19 @@ def example_losses(cluster: LocalRayCluster, tmp: Path, runs: int, modes: list[s
         for i in range(runs):
             took, scored, how, lines = example_loss(cluster, tmp, f"{mode}{i}", mode == "on")
             took_all.append(took)
-            if took > slowest[0] or took < 0:
+            if slowest[0] >= 0 and (took > slowest[0] or took < 0):  # a run that never came back is kept
                 slowest = (took, lines)
             print(
                 f"example node loss, burner {mode}, run {i + 1}: every listed address answered again after "
-                f"{took:.1f}s (goal < 10 s); rows scored after it {scored}/{len(EXAMPLE_ROWS)}; load at the "
+                + (f"{took:.1f}s" if took >= 0 else "never (300 s)")
+                + f" (goal < 10 s); rows scored after it {scored}/{len(EXAMPLE_ROWS)}; load at the "
                 f"kill {how}",
                 flush=True,
             )
-        ok = [t for t in took_all if t >= 0]
+        ok = [t for t in took_all if t >= 0] or [-1.0]
         print(
             f"example node loss, burner {mode}: median {statistics.median(ok):.1f}s, range {min(ok):.1f}-"
-            f"{max(ok):.1f}s, within 10 s in {sum(t < 10 for t in ok)} of {runs}; the slowest run's lines:",
+            f"{max(ok):.1f}s, within 10 s in {sum(0 <= t < 10 for t in took_all)} of {runs}; the slowest run's lines:",
             flush=True,
         )
         print("\n".join(slowest[1]), flush=True)

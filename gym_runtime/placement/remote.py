@@ -11,8 +11,9 @@ the replica's stable address at it (:mod:`gym_runtime.placement.addresses`).
 
 Exits are seen at once: the handle waits on the actor's ``wait_exit`` call, which returns when
 the server process ends. A lost node shows as that call failing (Ray reports the actor's worker
-gone within seconds of its raylet's death) or as two missed heartbeats (``ping`` every 0.5 s,
-1.5 s each: within 4 s, with no cluster setting of ours): the exit is then ``reason="node-lost"``
+gone within seconds of its raylet's death) or as two missed heartbeats that the worker's machine
+does not answer either (:mod:`gym_runtime.placement.liveness`: within 7 s, with no cluster
+setting of ours): the exit is then ``reason="node-lost"``
 naming the node, and a new actor is requested at once on a surviving node
 (:meth:`ReplicaLauncher.lost`); the instance's router asks :meth:`ReplicaLauncher.lost_since`
 to name the node to requests cut by the loss (docs/scale-out.md "Node loss"). A placement that fails (no

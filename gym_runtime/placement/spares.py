@@ -44,19 +44,25 @@ MAX_PER_NODE = 4  # spares a node keeps at most (an idle Ray worker each)
 
 
 def warm() -> None:
-    """In a spare, import what a placement's steps import (package, venv plan, sandbox, the server's
-    contract), so the replica it adopts finds them loaded."""
+    """In a spare, import what a placement's steps import (package, venv plan and build, sandbox,
+    the server's contract), so the replica it adopts finds them loaded. ``gym_runtime.venvs`` loads
+    its parts on first use, so they are named here (without them, the first venv check of an
+    adopted replica imported 43 modules: 0.08 of its 0.09 CPU-seconds, on the move's critical path)."""
     import importlib
 
     for name in (
         "gym_runtime.config.instances",
+        "gym_runtime.config.token_capture",
         "gym_runtime.package",
         "gym_runtime.placement.package",
+        "gym_runtime.ray.env",
+        "gym_runtime.ray.switch",
         "gym_runtime.ray.use",
         "gym_runtime.supervise.contract",
         "gym_runtime.supervise.env_limit",
         "gym_runtime.supervise.orphans",
-        "gym_runtime.venvs",
+        "gym_runtime.venvs.build",
+        "gym_runtime.venvs.plan",
         "sandbox",
     ):
         importlib.import_module(name)

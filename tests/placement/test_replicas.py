@@ -219,6 +219,14 @@ def test_a_lost_node_is_seen_and_the_replica_is_placed_again_behind_the_same_add
     asyncio.run(scenario())
 
 
+def on_the_head(driver):
+    """Ray's strategy pinning an actor to the driver's node: one asking no resources may otherwise
+    be sent to a node an earlier test killed, which Ray still holds alive for 10-20 s (scale-out.md)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(driver.node_id, soft=False)
+
+
 def test_a_replica_whose_event_loop_is_held_is_not_taken_for_a_lost_node(cluster, driver) -> None:
     """A step that holds the actor's event loop for seconds (a server's spawn on a busy node) once
     made the heartbeat miss twice: every replica starting then was declared lost with its node, and
@@ -233,7 +241,11 @@ def test_a_replica_whose_event_loop_is_held_is_not_taken_for_a_lost_node(cluster
         async def ping(self) -> bool:
             return True
 
-    actor = ray.remote(concurrency_groups=ACTOR_GROUPS)(Busy).options(num_cpus=0).remote()
+    actor = (
+        ray.remote(concurrency_groups=ACTOR_GROUPS)(Busy)
+        .options(num_cpus=0, scheduling_strategy=on_the_head(driver))
+        .remote()
+    )
     try:
         assert ray.get(actor.ping.remote(), timeout=120)  # its worker runs, as a placed replica's does
         assert asyncio.run(while_alive(actor, ray_call(actor.hold.remote(6)))) == "held"
@@ -259,7 +271,11 @@ def test_a_replica_too_busy_to_answer_its_pings_is_not_taken_for_a_lost_node(clu
             time.sleep(HEARTBEAT_TIMEOUT_S + 0.5)  # holds the ping's own thread: every ping misses
             return True
 
-    actor = ray.remote(concurrency_groups=ACTOR_GROUPS)(Slow).options(num_cpus=0).remote()
+    actor = (
+        ray.remote(concurrency_groups=ACTOR_GROUPS)(Slow)
+        .options(num_cpus=0, scheduling_strategy=on_the_head(driver))
+        .remote()
+    )
     try:
         assert ray.get(actor.hold.remote(0), timeout=120) == "held"  # its worker runs
         hold_s = 2 * HEARTBEAT_MISSES * (HEARTBEAT_S + HEARTBEAT_TIMEOUT_S)  # twice the misses a verdict needs

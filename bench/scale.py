@@ -18,7 +18,13 @@ stable address (the router when there are several replicas). Rows go through the
 3. node loss: the resources server (one replica) on a worker whose raylet is killed; the time
    until the loss is seen (its replica's exit; goal < 5 s) and until its stable address answers
    again from the other worker (goal < 10 s), with the daemon's lines since the kill (where the
-   time went: the placement line gives the seconds of each step).
+   time went: the placement line gives the seconds of each step);
+4. node loss of the bundled example (``--loss-runs N``): seven instances, the worker hosting most
+   of its replicas lost, N runs on a quiet machine and N with a CPU burner beside the cluster (one
+   ``while 1: pass`` process per core at the cluster's own priority, from before the loss until the rows
+   after it are scored; ``--burner`` chooses): the seconds until every address the ready line
+   lists answers again on a live node (goal < 10 s) and whether every row run after the loss is
+   scored; median and range, with the daemon's lines of the slowest run.
 
 Prints figures; asserts nothing.
 """
@@ -27,7 +33,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -214,12 +223,13 @@ def agent_throughput(
 
 
 def timeline(proc, t0: list[float], lines: list[str]) -> threading.Thread:
-    """Copy the daemon's progress lines (stderr) into ``lines``, stamped in seconds since ``t0[0]``
-    once it is set (the moment the raylet is killed): where the recovery time goes."""
+    """Copy the daemon's progress lines (stderr; not the dying raylet's state dump Ray forwards)
+    into ``lines``, stamped in seconds since ``t0[0]`` once it is set (the moment the raylet is
+    killed): where the recovery time goes."""
 
     def read() -> None:
         for line in proc.stderr:
-            if t0:
+            if t0 and line.startswith("["):
                 lines.append(f"  +{time.perf_counter() - t0[0]:6.2f}s {line.rstrip()[:160]}")
 
     t = threading.Thread(target=read, daemon=True)
@@ -261,6 +271,109 @@ def node_loss(cluster: LocalRayCluster, tmp: Path) -> tuple[float, float, str, l
         stop(proc)
 
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "native-quickstart"
+EXAMPLE_ROWS = [
+    json.loads(x) for x in (EXAMPLE.parent / "native-quickstart.jsonl").read_text().splitlines() if x.strip()
+]
+
+
+def burner() -> list[subprocess.Popen]:
+    """One busy-looping Python per core, at this process's priority, as the cluster's (the CPU a
+    training job's own work takes)."""
+    return [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(os.cpu_count() or 2)]
+
+
+def all_back(head: str, servers: dict[str, str], lost_id: str, t0: float, within_s: float = 300) -> float:
+    """Seconds since ``t0`` until every instance is ready on a live node and every address answers."""
+    with httpx.Client(trust_env=False, timeout=5) as c:
+        while time.perf_counter() - t0 < within_s:
+            try:
+                table = c.get(head + "/server_instances").json()
+                if all(t["state"] == "ready" and t.get("node_id") not in (None, lost_id) for t in table) and all(
+                    c.get(url + "/").status_code < 500 for url in servers.values()
+                ):
+                    return time.perf_counter() - t0
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+    return -1.0
+
+
+def example_loss(cluster: LocalRayCluster, tmp: Path, run: str, burn: bool) -> tuple[float, int, str, list[str]]:
+    """One loss of the worker hosting most of the bundled example's replicas: seconds until every
+    listed address answers again, rows scored after it (of :data:`EXAMPLE_ROWS`), the load average
+    at the kill, the daemon's lines since the kill."""
+    proc, info = start(cluster, EXAMPLE, tmp / f"run-example-{run}")
+    burners: list[subprocess.Popen] = []
+    try:
+        head, servers = info["head_server"], info["servers"]
+        table = httpx.get(head + "/server_instances", trust_env=False).json()
+        names = {i: n for n, i in cluster.node_ids.items()}
+        hosted = {n: sum(names.get(t.get("node_id")) == n for t in table) for n in ("a", "b")}
+        worker = max(hosted, key=lambda n: hosted[n])
+        mark: list[float] = []
+        lines: list[str] = []
+        timeline(proc, mark, lines)
+        if burn:
+            burners = burner()
+        time.sleep(5)  # the start-up lines are read (and not kept); the burner at full speed; the spares warm
+        load = "%.1f" % os.getloadavg()[0]
+        lost_id = cluster.node_ids[worker]
+        t0 = time.perf_counter()
+        mark.append(t0)
+        cluster.kill_raylet(worker)
+        took = all_back(head, servers, lost_id, t0)
+        out = httpx.post(head + "/rollouts/run", json={"examples": EXAMPLE_ROWS}, trust_env=False, timeout=600).json()
+        scored = sum(isinstance(r.get("reward"), float) and not r.get("error") for r in out["results"])
+        return took, scored, f"{load}, {hosted[worker]} replicas lost", lines
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+        stop(proc)
+        cluster.ensure_all()
+
+
+def bytecode_note() -> str:
+    """What a Ray worker compiles at each start on this host: without Ray's bytecode in the venv and
+    with ``PYTHONDONTWRITEBYTECODE`` set, every worker compiles Ray's modules (about 1.3 CPU-s more)."""
+    import ray
+
+    cached = any((Path(ray.__file__).parent / "_private" / "__pycache__").glob("*.pyc"))
+    if cached:
+        return "Ray's bytecode: compiled in this venv"
+    return (
+        "Ray's bytecode: NOT compiled in this venv"
+        + (" and PYTHONDONTWRITEBYTECODE is set" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "")
+        + ": every Ray worker compiles Ray's modules (./uvw sync --compile-bytecode, as CI does)"
+    )
+
+
+def example_losses(cluster: LocalRayCluster, tmp: Path, runs: int, modes: list[str]) -> None:
+    print(bytecode_note(), flush=True)
+    for mode in modes:
+        took_all, slowest = [], (0.0, [])
+        for i in range(runs):
+            took, scored, how, lines = example_loss(cluster, tmp, f"{mode}{i}", mode == "on")
+            took_all.append(took)
+            if slowest[0] >= 0 and (took > slowest[0] or took < 0):  # a run that never came back is kept
+                slowest = (took, lines)
+            print(
+                f"example node loss, burner {mode}, run {i + 1}: every listed address answered again after "
+                + (f"{took:.1f}s" if took >= 0 else "never (300 s)")
+                + f" (goal < 10 s); rows scored after it {scored}/{len(EXAMPLE_ROWS)}; load at the "
+                f"kill {how}",
+                flush=True,
+            )
+        ok = [t for t in took_all if t >= 0] or [-1.0]
+        print(
+            f"example node loss, burner {mode}: median {statistics.median(ok):.1f}s, range {min(ok):.1f}-"
+            f"{max(ok):.1f}s, within 10 s in {sum(0 <= t < 10 for t in took_all)} of {runs}; the slowest run's lines:",
+            flush=True,
+        )
+        print("\n".join(slowest[1]), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=120, help="rows per measurement (default 120)")
@@ -274,6 +387,8 @@ def main() -> None:
         help="how long an agent replica holds each /run (default 50 and 200 ms)",
     )
     ap.add_argument("--skip", nargs="+", default=[], choices=["resources", "agents", "node-loss"])
+    ap.add_argument("--loss-runs", type=int, default=0, help="losses of the bundled example's busiest worker (4.)")
+    ap.add_argument("--burner", nargs="+", default=["off", "on"], choices=["off", "on"], help="for --loss-runs")
     args = ap.parse_args()
     cluster = LocalRayCluster()
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as d:
@@ -314,6 +429,8 @@ def main() -> None:
                     flush=True,
                 )
                 print("\n".join(lines), flush=True)
+            if args.loss_runs:
+                example_losses(cluster, tmp, args.loss_runs, args.burner)
         finally:
             cluster.stop()
 

@@ -16,6 +16,8 @@ The Ray implementation's parts:
 * :mod:`~gym_runtime.placement.replica`: the actor on a node (package, venv, sandbox, server);
 * :mod:`~gym_runtime.placement.remote`: the driver side of one replica (launcher and handle the
   supervisor drives like a local process);
+* :mod:`~gym_runtime.placement.spares`: a warm spare per node, handed a replica moved after a
+  node's loss;
 * :mod:`~gym_runtime.placement.package`: the package on a node, in place or shipped and verified;
 * :mod:`~gym_runtime.placement.addresses`, :mod:`~gym_runtime.placement.router`: the stable
   addresses on the daemon's node.

@@ -54,6 +54,7 @@ class RayPlacement:
         self.routers: dict[str, Any] = {}  # instance -> Router (agents, several replicas)
         self.stable: dict[str, tuple[str, int]] = {}  # instance -> its one address
         self.head_forward: Any = None
+        self.spares: Any = None  # warm spares for moves after a node's loss (gym_runtime.placement.spares)
 
     def local_venvs(self) -> list[Any]:
         """None on this host: every venv is built on the node its replica runs on."""
@@ -195,6 +196,14 @@ class RayPlacement:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
+        from gym_runtime.placement.spares import Spares
+
+        self.spares = Spares(
+            self.cluster, lambda: [lz.node_id for lz in self.launchers.values() if not lz.options.get("num_gpus")]
+        )
+        for lz in self.launchers.values():
+            lz.spares = self.spares
+        self.spares.keep()
 
     def _phase(self, launcher: Any) -> None:
         """A replica's placement phase changed: the instance's state for the head server while it
@@ -278,7 +287,10 @@ class RayPlacement:
         return {n: dict(r.counts) for n, r in self.routers.items()}
 
     async def close(self) -> None:
-        """Drop every replica's actor, the routers and the forwards; leave the cluster if joined."""
+        """Drop every replica's actor and the spares, the routers and the forwards; leave the
+        cluster if joined."""
+        if self.spares is not None:
+            self.spares.close()
         await asyncio.gather(*(lz.close() for lz in self.launchers.values()), return_exceptions=True)
         for router in self.routers.values():
             with contextlib.suppress(Exception):

@@ -11,8 +11,9 @@ the replica's stable address at it (:mod:`gym_runtime.placement.addresses`).
 
 Exits are seen at once: the handle waits on the actor's ``wait_exit`` call, which returns when
 the server process ends. A lost node shows as that call failing (Ray reports the actor's worker
-gone within seconds of its raylet's death) or as two missed heartbeats (``ping`` every 0.5 s,
-1.5 s each: within 4 s, with no cluster setting of ours): the exit is then ``reason="node-lost"``
+gone within seconds of its raylet's death) or as two missed heartbeats that the worker's machine
+does not answer either (:mod:`gym_runtime.placement.liveness`: within 7 s, with no cluster
+setting of ours): the exit is then ``reason="node-lost"``
 naming the node, and a new actor is requested at once on a surviving node
 (:meth:`ReplicaLauncher.lost`); the instance's router asks :meth:`ReplicaLauncher.lost_since`
 to name the node to requests cut by the loss (docs/scale-out.md "Node loss"). A placement that fails (no
@@ -42,6 +43,7 @@ from gym_runtime.placement.addresses import ReplicaAddress
 from gym_runtime.placement.cluster import RayCluster
 from gym_runtime.placement.death import Death, by_kernel, death_of, kernel_oom_on
 from gym_runtime.placement.liveness import (
+    ACTOR_GROUPS,
     HEARTBEAT_TIMEOUT_S,
     dead_node,
     lost_errors,
@@ -111,6 +113,8 @@ class ReplicaLauncher:
         self.ended_at = 0.0  # time.monotonic() of the last end of its server (any reason)
         self.loss: dict[str, Any] | None = None  # the last loss: {"at", "node", "node_id"}
         self._placing: asyncio.Task | None = None  # a placement started at once after a loss
+        self.spares: Any = None  # the run's warm spares (gym_runtime.placement.spares), once every replica is placed
+        self.group: Any = None  # the placement group holding its resources when a spare adopted it
 
     def _phase(self, what: str) -> None:
         if what != self.phase:
@@ -193,30 +197,38 @@ class ReplicaLauncher:
             opts["label_selector"] = selector
         self._phase("waiting for a node")
         t0 = time.monotonic()
-        actor: Any = ray.remote(ServerReplica).options(**opts, max_restarts=0, max_task_retries=0).remote(self.job)
-        try:
-            where = await self._node_for(actor, deadline)
-        except BaseException as e:
-            with contextlib.suppress(Exception):
-                ray.kill(actor)  # the run stops while the actor waits for a node, or it is gone
-            if not isinstance(e, asyncio.TimeoutError):
-                raise
-            waits = await asyncio.to_thread(self.cluster.waits_for_room, self.options)
-            why = (
-                await asyncio.to_thread(self.cluster.why_no_room, self.options)
-                if waits
-                else "Ray gave it a node, where its worker process did not start"
+        spare = await self.spares.take(self.options, selector, self.job) if self.spares is not None else None
+        if spare is not None:
+            actor, self.group, where = spare
+        else:
+            actor = (
+                ray.remote(concurrency_groups=ACTOR_GROUPS)(ServerReplica)
+                .options(**opts, max_restarts=0, max_task_retries=0)
+                .remote(self.job)
             )
-            raise StartError(
-                f"server {self.job.name!r}: no node of the cluster took it within {PLACE_TIMEOUT_S:g}s: {why}",
-                code="GR-PLACE-INFEASIBLE",
-                cause=f"it asks for {self._asks()}",
-                hint="give the cluster a node with those resources and labels, or lower the "
-                "server's placement block (docs/scale-out.md)",
-            ) from None
+            try:
+                where = await self._node_for(actor, deadline)
+            except BaseException as e:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)  # the run stops while the actor waits for a node, or it is gone
+                if not isinstance(e, asyncio.TimeoutError):
+                    raise
+                waits = await asyncio.to_thread(self.cluster.waits_for_room, self.options)
+                why = (
+                    await asyncio.to_thread(self.cluster.why_no_room, self.options)
+                    if waits
+                    else "Ray gave it a node, where its worker process did not start"
+                )
+                raise StartError(
+                    f"server {self.job.name!r}: no node of the cluster took it within {PLACE_TIMEOUT_S:g}s: {why}",
+                    code="GR-PLACE-INFEASIBLE",
+                    cause=f"it asks for {self._asks()}",
+                    hint="give the cluster a node with those resources and labels, or lower the "
+                    "server's placement block (docs/scale-out.md)",
+                ) from None
         self.actor, self.node_id = actor, where["node_id"]
         self.facts = {"node_ip": where["node_ip"]}
-        took = {"actor": time.monotonic() - t0}
+        took = {"spare" if spare is not None else "actor": time.monotonic() - t0}
         self._phase("checking package")
         here = await while_alive(actor, ray_call(actor.has_package.remote()))
         if not here:
@@ -357,7 +369,11 @@ class ReplicaLauncher:
         if self.actor is not None:
             with contextlib.suppress(Exception):
                 ray.kill(self.actor)
-        self.actor, self.node_id = None, None
+        if self.group is not None:
+            from gym_runtime.placement.spares import Spares
+
+            Spares.release(self.group)
+        self.actor, self.node_id, self.group = None, None, None
 
     async def close(self) -> None:
         """Stop everything of this replica on its node (sandbox included) and drop the actor."""

@@ -118,15 +118,30 @@ def builtin_root() -> Path:
 
 
 class ServerReplica:
-    """One server replica on this node (module doc). Create with a :class:`ReplicaJob`."""
+    """One server replica on this node (module doc). Create with a :class:`ReplicaJob`, or with
+    None for a warm spare that imports what a placement needs and waits for :meth:`adopt`
+    (:mod:`gym_runtime.placement.spares`)."""
 
-    def __init__(self, job: ReplicaJob) -> None:
+    def __init__(self, job: ReplicaJob | None) -> None:
         import ray
 
-        self.job = job
         ctx = ray.get_runtime_context()
         self.node_id = ctx.get_node_id()
         self.node_ip = ray.util.get_node_ip_address()
+        if job is None:
+            from gym_runtime.placement.spares import warm
+
+            warm()
+        else:
+            self._take(job)
+
+    async def adopt(self, job: ReplicaJob) -> dict[str, Any]:
+        """A spare becomes ``job``'s replica; :meth:`where`."""
+        self._take(job)
+        return await self.where()
+
+    def _take(self, job: ReplicaJob) -> None:
+        self.job = job
         self.settings = node_settings(job)
         self.work = self.settings.home / "runs" / job.run_id / "servers" / job.name
         self.work.mkdir(parents=True, exist_ok=True)

@@ -41,3 +41,28 @@ def test_an_end_that_is_no_loss_or_an_older_loss_is_no_verdict() -> None:
     lz.ended_at = time.monotonic()  # it ended since (a crash), but its node was lost before the request
 
     assert asyncio.run(lz.lost_since(time.monotonic() - 1)) is None
+
+
+def test_a_call_that_fails_as_its_wait_is_cancelled_leaves_no_unretrieved_error() -> None:
+    """A heartbeat's ping failing (its node gone) in the moment its wait was cancelled (the call it
+    watched had ended) left Ray's error unretrieved: asyncio printed "exception was never retrieved"
+    and a traceback on the daemon's stderr after a node's loss."""
+    import gc
+
+    from gym_runtime.placement.liveness import ray_call
+
+    unretrieved: list[dict] = []
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: unretrieved.append(ctx))
+        reply = asyncio.get_running_loop().create_future()
+        wait = asyncio.ensure_future(ray_call(reply, 5))
+        await asyncio.sleep(0)  # the wait is waiting
+        reply.set_exception(RuntimeError("the actor is unavailable"))
+        wait.cancel()  # in the same step: the watched call ended
+        await asyncio.gather(wait, return_exceptions=True)
+        del reply, wait
+        gc.collect()
+
+    asyncio.run(scenario())
+    assert unretrieved == []

@@ -43,7 +43,6 @@ from gym_runtime.placement.addresses import ReplicaAddress
 from gym_runtime.placement.cluster import RayCluster
 from gym_runtime.placement.death import Death, by_kernel, death_of, kernel_oom_on
 from gym_runtime.placement.liveness import (
-    ACTOR_GROUPS,
     HEARTBEAT_TIMEOUT_S,
     dead_node,
     lost_errors,
@@ -52,7 +51,7 @@ from gym_runtime.placement.liveness import (
     while_alive,
 )
 from gym_runtime.placement.remote_process import RemoteProcess
-from gym_runtime.placement.replica import ReplicaJob, ServerReplica
+from gym_runtime.placement.replica import ReplicaJob, actor_class
 from gym_runtime.supervise.member import NODE_LOST, OOM, OOM_CODE, OOM_HINT, WORKER_DIED
 
 LOST = NODE_LOST
@@ -201,11 +200,7 @@ class ReplicaLauncher:
         if spare is not None:
             actor, self.group, where = spare
         else:
-            actor = (
-                ray.remote(concurrency_groups=ACTOR_GROUPS)(ServerReplica)
-                .options(**opts, max_restarts=0, max_task_retries=0)
-                .remote(self.job)
-            )
+            actor = actor_class().options(**opts, max_restarts=0, max_task_retries=0).remote(self.job)
             try:
                 where = await self._node_for(actor, deadline)
             except BaseException as e:

@@ -36,11 +36,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import GymRuntimeError, StartError
+from gym_runtime.placement.liveness import ACTOR_GROUPS
 from gym_runtime.ray.target import RayTarget
 from gym_runtime.venvs.progress import Reporter
 
@@ -117,21 +119,29 @@ def builtin_root() -> Path:
         return builtin_servers_dir()
 
 
+def actor_class() -> Any:
+    """:class:`ServerReplica` as a Ray actor class with its concurrency groups
+    (:data:`~gym_runtime.placement.liveness.ACTOR_GROUPS`)."""
+    import ray
+
+    # Ray's overloads of remote() leave out concurrency_groups, which it accepts (and refuses in .options())
+    return ray.remote(concurrency_groups=ACTOR_GROUPS)(ServerReplica)  # type: ignore[call-overload]
+
+
 class ServerReplica:
     """One server replica on this node (module doc). Create with a :class:`ReplicaJob`, or with
     None for a warm spare that imports what a placement needs and waits for :meth:`adopt`
     (:mod:`gym_runtime.placement.spares`)."""
 
-    def __init__(self, job: ReplicaJob | None) -> None:
+    def __init__(self, job: ReplicaJob | None, prepare: Callable[[], None] | None = None) -> None:
         import ray
 
         ctx = ray.get_runtime_context()
         self.node_id = ctx.get_node_id()
         self.node_ip = ray.util.get_node_ip_address()
         if job is None:
-            from gym_runtime.placement.spares import warm
-
-            warm()
+            if prepare is not None:  # a spare's imports (spares.warm, sent by reference)
+                prepare()
         else:
             self._take(job)
 

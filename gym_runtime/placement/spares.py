@@ -35,7 +35,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gym_runtime.placement.liveness import ACTOR_GROUPS, lost_errors, ray_call
+from gym_runtime.placement.liveness import lost_errors, ray_call
+from gym_runtime.placement.replica import actor_class
 
 GROUP_WAIT_S = 2.0  # how long a placement group may take to be placed before the usual path is taken
 ADOPT_S = 30.0  # how long a spare may take to adopt a replica
@@ -138,19 +139,17 @@ class Spares:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from gym_runtime.placement.replica import ServerReplica
-
         self._starting[node_id] += 1
         try:
             actor = (
-                ray.remote(concurrency_groups=ACTOR_GROUPS)(ServerReplica)
+                actor_class()
                 .options(
                     num_cpus=0,
                     max_restarts=0,
                     max_task_retries=0,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                 )
-                .remote(None)
+                .remote(None, warm)
             )
             try:
                 await ray_call(actor.where.remote(), 120)

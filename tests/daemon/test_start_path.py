@@ -1,0 +1,33 @@
+"""What ``up`` does before its servers start, held to the work it needs: what the daemon imports
+before it brings anything up, and what it makes more than once. How long it takes is measured by
+``bench/up.py``, never here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+UP_IMPORTS = """
+import json, sys
+import gym_runtime.cli.main, gym_runtime.cli.up, gym_runtime.runtime.api, gym_runtime.runtime.bringup
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def _loaded_by_up() -> set[str]:
+    r = subprocess.run([sys.executable, "-c", UP_IMPORTS], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return set(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+@pytest.fixture(scope="module")
+def loaded_by_up() -> set[str]:
+    return _loaded_by_up()
+
+
+def test_the_daemon_loads_dnspython_at_the_first_lookup_not_with_up(loaded_by_up: set[str]) -> None:
+    assert "sandbox.core" in loaded_by_up  # the local sandbox, with its DNS stub, is on the path
+    assert not {m for m in loaded_by_up if m == "dns" or m.startswith("dns.")}

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.config.url_secrets import mask_url, mask_urls
 from gym_runtime.errors import GymRuntimeError, StartError, UsageError
@@ -262,7 +260,7 @@ class Environment:
         opts = self.req.options
         if opts.probe_policy or opts.model_endpoint_timeout_s > 0:
             self.phase = self.supervisor.phase = "probing the policy model"
-            async with httpx.AsyncClient(trust_env=False) as client:
+            async with readiness.probe_client() as client:
                 await policy_probe.run_probes(client, merged.instances, opts.probe_policy, opts.probe_tools, self._say)
         self.phase = self.supervisor.phase = "ready"  # a later failure or /health names no probe long done
         self.ready_info = {
@@ -297,7 +295,7 @@ class Environment:
             sup.phase = self.phase = readiness.ENDPOINT_PHASE
             return urls
 
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with readiness.probe_client() as client:
             watch = asyncio.create_task(readiness.report_endpoint_wait(client, waiting, self._say, last))
             try:
                 await sup.start(model_base_urls(merged.data), policy_models(merged.data))

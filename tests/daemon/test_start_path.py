@@ -4,11 +4,15 @@ before it brings anything up, and what it makes more than once. How long it take
 
 from __future__ import annotations
 
+import asyncio
 import json
+import ssl
 import subprocess
 import sys
 
 import pytest
+
+from gym_runtime.supervise import readiness
 
 UP_IMPORTS = """
 import json, sys
@@ -31,3 +35,15 @@ def loaded_by_up() -> set[str]:
 def test_the_daemon_loads_dnspython_at_the_first_lookup_not_with_up(loaded_by_up: set[str]) -> None:
     assert "sandbox.core" in loaded_by_up  # the local sandbox, with its DNS stub, is on the path
     assert not {m for m in loaded_by_up if m == "dns" or m.startswith("dns.")}
+
+
+def test_probe_clients_share_one_verifying_tls_context() -> None:
+    async def made() -> list:
+        async with readiness.probe_client() as a, readiness.probe_client() as b:
+            return [a, b]
+
+    a, b = asyncio.run(made())
+    ctx = a._transport._pool._ssl_context
+    assert b._transport._pool._ssl_context is ctx
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    assert not a._trust_env  # proxy variables are not read for probes of loopback servers

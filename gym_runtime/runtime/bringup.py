@@ -60,6 +60,7 @@ from gym_runtime.supervise.teardown import HARD_DEADLINE_S, UNCLEAN_EXIT_CODE, T
 from gym_runtime.task_sandboxes import bringup as task_sandboxes
 from gym_runtime.venvs.env_bytecode import EnvironmentBytecode
 from gym_runtime.venvs.pyc_store import PycStore
+from sandbox.probe import probe_isolation
 
 
 @dataclass
@@ -183,6 +184,9 @@ class Environment:
                 at_once=True,
             )
         await self._open_backend()
+        # the host's isolation probe (namespaces and bubblewrap made and run: ~0.05-0.1 s, most of it in
+        # subprocesses) runs beside the config's merge; the preflight below reads its cached answer
+        probing = asyncio.ensure_future(asyncio.to_thread(probe_isolation))
         package, given, job_config = self.req.package, self.req.policy, self.req.job_config
         if host is not None:  # the host's global config: its policy values and a config layer
             if not isinstance(package, Package):
@@ -233,6 +237,7 @@ class Environment:
             cfg_head = h if isinstance(h := merged.data.get("head_server"), dict) else {}
             head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)
             await self._serve_head(bind_listener(self.req.head_host, int(head_port or 0), "head server"))
+        await probing
         # on Ray nodes each node checks its own isolation; a sandbox service's is not this host's
         here = self.placement.kind == "local" and self.backend.host_isolation
         self.egress = await preflight.check_host(

@@ -86,11 +86,12 @@ def free_port(host: str = "127.0.0.1", avoid: set[int] | frozenset[int] = frozen
 
 
 class LoopbackListener(LoopServer):
-    """A :class:`LoopServer` on a socket of its own at a free port of ``host`` (``url``)."""
+    """A :class:`LoopServer` on a socket of its own at a free port of ``host`` (``url``), or on
+    ``sock``, a listening socket the caller bound earlier, which it then owns."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", **options: Any) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", sock: socket.socket | None = None, **options: Any) -> None:
         super().__init__(app, **options)
-        self.sock = listening_socket(host)
+        self.sock = sock if sock is not None else listening_socket(host)
         self.host, self.port = self.sock.getsockname()[:2]
 
     @property

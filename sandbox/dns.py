@@ -34,14 +34,6 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-import dns.flags
-import dns.message
-import dns.rcode
-import dns.rdata
-import dns.rdataclass
-import dns.rdatatype
-import dns.rrset
-
 from .launch import SANDBOX_HOSTNAME
 from .policy import EgressPolicy
 from .proxy import Resolver, host_dial, serve_forward, system_resolve
@@ -112,6 +104,15 @@ class NameForwards:
         self.on_deny({"server": client, "host": host, "port": port, "rule": rule, "via": "dns"})
 
     async def _reply(self, data: bytes, client: str) -> bytes | None:
+        # dnspython loads at the first lookup, not with the daemon (~5 % of what `up` imported before it starts)
+        import dns.flags
+        import dns.message
+        import dns.rcode
+        import dns.rdata
+        import dns.rdataclass
+        import dns.rdatatype
+        import dns.rrset
+
         try:
             query = dns.message.from_wire(data)
         except Exception:

@@ -19,6 +19,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,13 +107,20 @@ def _trial(bwrap: str, holder: NetnsHolder, proc_mode: str, details: dict) -> st
 
 
 _cache: IsolationReport | None = None
+_probing = threading.Lock()
 
 
 def probe_isolation(refresh: bool = False) -> IsolationReport:
-    """Probe the ladder once (cached). Never raises; failures become ``reasons``."""
+    """Probe the ladder once (cached; a caller that asks while another thread probes waits for
+    that probe's answer). Never raises; failures become ``reasons``."""
+    with _probing:
+        if _cache is not None and not refresh:
+            return _cache
+        return _probe()
+
+
+def _probe() -> IsolationReport:
     global _cache
-    if _cache is not None and not refresh:
-        return _cache
     details: dict = {
         "uid": os.getuid(),
         "kernel": platform.release(),

@@ -166,8 +166,9 @@ class Runtime:
 
     @property
     def head_url(self) -> str | None:
-        """``http://host:port`` of the head server once started."""
-        return self.env.head.url if self.env and self.env.head else None
+        """``http://host:port`` of the head server once its listener is bound (a client waits in its
+        backlog until it serves, at the latest once the servers are spawned)."""
+        return self.env.head_url if self.env else None
 
     @property
     def servers(self) -> dict[str, str | None]:

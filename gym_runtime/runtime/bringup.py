@@ -13,16 +13,16 @@ work lives in their rooms.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.config.url_secrets import mask_url, mask_urls
@@ -60,6 +60,7 @@ from gym_runtime.supervise.teardown import HARD_DEADLINE_S, UNCLEAN_EXIT_CODE, T
 from gym_runtime.task_sandboxes import bringup as task_sandboxes
 from gym_runtime.venvs.env_bytecode import EnvironmentBytecode
 from gym_runtime.venvs.pyc_store import PycStore
+from sandbox.probe import probe_isolation
 
 
 @dataclass
@@ -93,6 +94,8 @@ class UpRequest:
 
     job_config: tuple[dict[str, Any], str] | None = None  # a config layer over the files (gym_runtime.nemo_gym)
 
+
+HEAD_DUE_S = 1.0  # at most this long after its listeners are bound, the head server serves (_serve_head)
 
 _RUN_IDS: set[str] = set()
 _RUN_IDS_LOCK = threading.Lock()
@@ -134,8 +137,12 @@ class Environment:
         self.host_launcher: Any = None
         self.supervisor = Supervisor(req.options, self._say, run_mark.owner_of(settings.home))
         self.bytecode = EnvironmentBytecode(self._say, PycStore(settings.bytecode_dir))
-        self.head: Any = None
-        self.task_sandboxes: Any = None  # task_sandboxes.api.TaskSandboxServer (placement local)
+        self.head: Any = None  # the HeadServer, once it serves (see _serve_head)
+        self.head_url: str | None = None  # its URL, once its listener is bound
+        self._spawned = asyncio.Event()  # set once the servers' processes are spawned (start)
+        self._deferred: dict[str, asyncio.Task] = {}  # starts waiting for it (_defer), by what they start
+        self._begun: set[str] = set()  # those of them that began
+        self.task_sandboxes: Any = None  # task_sandboxes.api.TaskSandboxServer, .bringup.ApiListener before (local)
         self.osb_gate: Any = None  # task_sandboxes.osb_gate.OpenSandboxGate (placement local, opensandbox blocks kept)
         self.run_labels: Any = None  # sandbox.opensandbox.spec.RunLabels of this run
         self.outside: dict[str, Any] = {}
@@ -173,9 +180,13 @@ class Environment:
             await self._serve_head(
                 bind_listener(self.req.head_host, self.req.head_port, "head server")
                 if self.req.head_port is not None
-                else bind_in_range(self.req.head_host, *host.port_range)
+                else bind_in_range(self.req.head_host, *host.port_range),
+                at_once=True,
             )
         await self._open_backend()
+        # the host's isolation probe (namespaces and bubblewrap made and run: ~0.05-0.1 s, most of it in
+        # subprocesses) runs beside the config's merge; the preflight below reads its cached answer
+        probing = asyncio.ensure_future(asyncio.to_thread(probe_isolation))
         package, given, job_config = self.req.package, self.req.policy, self.req.job_config
         if host is not None:  # the host's global config: its policy values and a config layer
             if not isinstance(package, Package):
@@ -222,10 +233,11 @@ class Environment:
             self.settings.environ,
             self.backend.ray_scope,
         )
-        if self.head is None:
+        if self._head_sock is None:
             cfg_head = h if isinstance(h := merged.data.get("head_server"), dict) else {}
             head_port = self.req.head_port if self.req.head_port is not None else cfg_head.get("port", 0)
             await self._serve_head(bind_listener(self.req.head_host, int(head_port or 0), "head server"))
+        await probing
         # on Ray nodes each node checks its own isolation; a sandbox service's is not this host's
         here = self.placement.kind == "local" and self.backend.host_isolation
         self.egress = await preflight.check_host(
@@ -242,8 +254,9 @@ class Environment:
         self._check_stop()
         self.phase = "starting sandbox"
         await self.placement.open()
-        if here:
-            self.task_sandboxes = await task_sandboxes.start_service(self)
+        if here:  # the API serves once the servers are spawned; they are given its address now
+            self.task_sandboxes = task_sandboxes.open_service(self)
+            self._defer("task-sandbox API", self._serve_task_sandboxes)
         if self.placement.kind == "local" and task_sandboxes.gate_users(merged):
             self.osb_gate = await task_sandboxes.start_gate(self)
         if self.stub_url:
@@ -258,16 +271,20 @@ class Environment:
         self.supervisor.phase = "waiting for servers to answer GET /"
         self._check_stop()
         self.bytecode.learn(self.supervisor.ready_or_gone)
+        # the deferred starts (_defer) run once the supervisor, made next, has spawned the first wave:
+        # its loop task is scheduled after this callback, which only then wakes them
+        asyncio.get_running_loop().call_soon(self._spawned.set)
         await self._supervise(merged)
+        await asyncio.shield(asyncio.gather(*self._deferred.values()))  # a stop lets a begun start end (_teardown)
         opts = self.req.options
         if opts.probe_policy or opts.model_endpoint_timeout_s > 0:
             self.phase = self.supervisor.phase = "probing the policy model"
-            async with httpx.AsyncClient(trust_env=False) as client:
+            async with readiness.probe_client() as client:
                 await policy_probe.run_probes(client, merged.instances, opts.probe_policy, opts.probe_tools, self._say)
         self.phase = self.supervisor.phase = "ready"  # a later failure or /health names no probe long done
         self.ready_info = {
             "status": "ready",
-            "head_server": self.head.url,
+            "head_server": self.head_url,
             "servers": self.placement.servers(),
             "placement": self.placement.kind,
             "isolation": self.placement.isolation,
@@ -297,7 +314,7 @@ class Environment:
             sup.phase = self.phase = readiness.ENDPOINT_PHASE
             return urls
 
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with readiness.probe_client() as client:
             watch = asyncio.create_task(readiness.report_endpoint_wait(client, waiting, self._say, last))
             try:
                 await sup.start(model_base_urls(merged.data), policy_models(merged.data))
@@ -418,16 +435,46 @@ class Environment:
         )
         m.public = ("127.0.0.1", port)
 
-    async def _serve_head(self, head_sock: Any) -> None:
+    async def _serve_head(self, head_sock: Any, at_once: bool = False) -> None:
         """Serve the head server on ``head_sock`` (and the servers' own listener, bound here); from
-        then on ``status`` sees the phase and each server's state, and ``on_head`` is told its URL."""
+        then on ``status`` sees the phase and each server's state, and ``on_head`` is told its URL.
+
+        Both listeners are bound now, so a client that connects before the head server serves waits
+        in the listen backlog. It serves at once with ``at_once`` (host mode: ``GET /health`` from
+        the first moment), else once the servers' processes are spawned (:meth:`start`) or
+        :data:`HEAD_DUE_S` seconds from now, whichever comes first: its start (FastAPI's import, the
+        app, uvicorn: ~0.1-0.2 s of the daemon's one thread) then runs beside the preloaded parents'
+        imports, or beside a venv build, rather than before them."""
         self._head_sock = head_sock
         self._servers_sock = bind_listener("127.0.0.1", 0, "head server (the servers' listener)")
         self.head_addr = head_sock.getsockname()[:2]
         self.servers_addr = self._servers_sock.getsockname()[:2]  # where servers reach it (placements)
-        await self._start_head(head_sock)
-        self._say(f"head server at {self.head.url} (GET /health shows the start-up)")
-        self.on_head(self.head.url)
+        host, port = self.head_addr
+        self.head_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        if at_once:
+            await self._start_head(head_sock)
+        else:
+            self._defer("head server", lambda: self._start_head(head_sock), HEAD_DUE_S)
+        self._say(f"head server at {self.head_url} (GET /health shows the start-up)")
+        self.on_head(self.head_url)
+
+    def _defer(self, what: str, start: Callable[[], Awaitable[None]], within_s: float | None = None) -> None:
+        """Run ``start()`` once the servers' processes are spawned (or ``within_s`` seconds from now,
+        whichever comes first): a service of the daemon whose listener is bound already, so that
+        its start (FastAPI's import, its app, uvicorn) runs beside the servers' own start-up (the
+        preloaded parents' imports) rather than before it. :meth:`start` waits for every such
+        start before the ready line; a stop cancels those that have not begun."""
+
+        async def when_due() -> None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._spawned.wait(), within_s)
+            self._begun.add(what)
+            await start()
+
+        self._deferred[what] = asyncio.create_task(when_due())
+
+    async def _serve_task_sandboxes(self) -> None:
+        self.task_sandboxes = await task_sandboxes.serve(self.task_sandboxes)
 
     async def _start_head(self, sock: Any) -> None:
         """The head server over this environment; in host mode it starts before the config is read,
@@ -526,7 +573,7 @@ class Environment:
         """Undo every stage in reverse, each a bounded, named step (teardown.py): an overrun is
         said with what it waited on, the later steps still run, and the exit code becomes 3."""
         sup, grace = self.supervisor, self.req.options.shutdown_grace_s
-        anything = self.head is not None or bool(sup.members)  # else the start failed before it started anything
+        anything = self._head_sock is not None or bool(sup.members)  # else the start failed before it started anything
         td = Teardown(self._say, lambda: set(sup._pgids), max(HARD_DEADLINE_S, grace + 10.0))
         td.arm()
         self._stopping.set()
@@ -538,6 +585,16 @@ class Environment:
                 task.cancel()
                 await td.step(
                     "start-up", asyncio.gather(task, return_exceptions=True), 10.0, lambda: f"phase {self.phase!r}"
+                )
+            for what, t in self._deferred.items():  # a start not begun is dropped (its listener closes below)
+                if what not in self._begun:
+                    t.cancel()
+            if any(not t.done() for t in self._deferred.values()):  # one begun ends first
+                await td.step(
+                    "services' start",
+                    asyncio.gather(*self._deferred.values(), return_exceptions=True),
+                    5.0,
+                    lambda: ", ".join(w for w, t in self._deferred.items() if not t.done()),
                 )
             if self.head is not None:  # batches end with GR-ROLLOUT-SHUTDOWN, not with their agents' deaths
                 await td.step("rollout batches", self.head.close_batches(), 4.0, lambda: "open /rollouts/run answers")

@@ -120,7 +120,7 @@ class Supervisor:
         """
         loop = asyncio.get_running_loop()
         self._startup, self._done = loop.create_future(), loop.create_future()
-        self._client = httpx.AsyncClient(trust_env=False)
+        self._client = readiness.probe_client()
         self._loop_task = loop.create_task(self._loop())
         for url in endpoints:
             self.endpoints[url] = "pending"

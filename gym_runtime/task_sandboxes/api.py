@@ -208,9 +208,9 @@ def _temp(base: Path) -> Iterator[Path]:
 class TaskSandboxServer(LoopbackListener):
     """Serves :func:`create_app` on the daemon's loop, on a socket bound to loopback (``url``)."""
 
-    def __init__(self, service: TaskSandboxService, host: str = "127.0.0.1") -> None:
+    def __init__(self, service: TaskSandboxService, host: str = "127.0.0.1", sock: Any = None) -> None:
         self.service = service
-        super().__init__(create_app(service), host, timeout_graceful_shutdown=1)
+        super().__init__(create_app(service), host, sock=sock, timeout_graceful_shutdown=1)
 
     async def stop(self, wait_s: float = 3.0) -> None:
         """Close every box, then the listener (idempotent; ``wait_s``: :meth:`LoopServer.stop`'s)."""

@@ -2,9 +2,10 @@
 
 * :func:`choose_providers` (after the config is read and the host probed): the provider each
   config's sandbox block gets here (:mod:`.offer`), each change said in the progress lines;
-* :func:`start_service` (once the environment's sandbox is open, before any server starts): the
-  service and its API on a loopback listener of the daemon; each server then gets the API's
-  address as it sees it and its own token (:func:`server_env`);
+* :func:`open_service` (once the environment's sandbox is open, before any server starts): the
+  service and its API's loopback listener in the daemon; each server then gets the API's address
+  as it sees it and its own token (:func:`server_env`); :func:`serve` serves the API there once the
+  servers are spawned (a request made before waits in the listener's backlog);
 * the service's stop (:meth:`~gym_runtime.task_sandboxes.api.TaskSandboxServer.stop`) is a step of
   the teardown, right after the servers;
 * with an OpenSandbox server configured and an ``opensandbox`` block kept (:mod:`.offer`):
@@ -16,6 +17,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from typing import Any
 
 URL_VAR, TOKEN_VAR = "GYM_RUNTIME_SANDBOX_URL", "GYM_RUNTIME_SANDBOX_TOKEN"
@@ -89,10 +92,28 @@ def gate_patch(gate: Any, address: str | None, instances: Any):
     return lambda view, name: scope_view(view, name, instances, address, gate.token(name))
 
 
-async def start_service(env: Any) -> Any:
-    """Start the service of environment ``env`` (``Environment``); returns its
-    :class:`~gym_runtime.task_sandboxes.api.TaskSandboxServer`."""
-    from gym_runtime.task_sandboxes.api import TaskSandboxServer
+class ApiListener:
+    """The task-sandbox service of an environment and its API's listener, bound on loopback
+    (``host``, ``port``, ``url``) before the API serves (:func:`serve`). ``stop()`` closes the
+    service's boxes and the listener, as :meth:`~.api.TaskSandboxServer.stop` does."""
+
+    def __init__(self, service: Any, sock: socket.socket) -> None:
+        self.service, self.sock = service, sock
+        self.host, self.port = sock.getsockname()[:2]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def stop(self, wait_s: float = 3.0) -> None:
+        await self.service.close_all()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def open_service(env: Any) -> ApiListener:
+    """The service of environment ``env`` (``Environment``) and its API's listener, not serving yet."""
+    from gym_runtime.serving import listening_socket
     from gym_runtime.task_sandboxes.service import TaskSandboxService
     from gym_runtime.task_sandboxes.settings import TaskSandboxSettings
 
@@ -100,7 +121,15 @@ async def start_service(env: Any) -> Any:
     service = TaskSandboxService(
         settings, env.egress, env.work_dir / "task-sandboxes", env.supervisor.members, env._say
     )
-    server = TaskSandboxServer(service)
+    return ApiListener(service, listening_socket("127.0.0.1"))
+
+
+async def serve(listener: ApiListener) -> Any:
+    """Serve the API on ``listener``'s socket; returns its
+    :class:`~gym_runtime.task_sandboxes.api.TaskSandboxServer` (which then owns the socket)."""
+    from gym_runtime.task_sandboxes.api import TaskSandboxServer
+
+    server = TaskSandboxServer(listener.service, sock=listener.sock)
     await server.start()
     return server
 

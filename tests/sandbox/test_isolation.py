@@ -5,7 +5,10 @@ graceful stop through the pidfd."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -122,3 +125,27 @@ def test_require_full_refuses_lower_level(tmp_path):
             Sandbox.start(EgressPolicy.from_environ({}), tmp_path, require_full=True, level=IsolationLevel.PARTIAL)
         )
     assert e.value.code == "GR-SANDBOX-ISOLATION" and "full isolation required" in e.value.message and e.value.hint
+
+
+ASK_TWICE = """
+import json, threading
+from sandbox.probe import probe_isolation
+answers, both = [None, None], threading.Barrier(2)
+def ask(i):
+    both.wait()
+    answers[i] = probe_isolation()
+threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"one_probe": answers[0] is answers[1], "level": answers[0].level.value}))
+"""
+
+
+def test_two_threads_asking_at_once_share_one_isolation_probe() -> None:
+    # the daemon starts the probe beside the config's merge, and its preflight asks again (bringup.py)
+    r = subprocess.run([sys.executable, "-c", ASK_TWICE], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["one_probe"] is True and out["level"] in {level.value for level in IsolationLevel}

@@ -42,7 +42,7 @@ from . import execd
 from .creates import ADOPT_EVERY_S, ADOPT_WAIT_S, ENDED, TRIES, CreateGate, adoptable, backoff_s, outcome
 from .delivery import delivery_for
 from .failures import translate
-from .groups import Groups, GroupSpec, group_cpu, start_helpers
+from .groups import Groups, GroupSpec, group_cpu, start_forwarder, start_parent
 from .passes import Passes
 from .process import CALL_S, ServerProcess
 from .relay import Relay, free_bind
@@ -267,10 +267,10 @@ class OpenSandboxEnvironment:
         return None
 
     async def prepare(self, specs: list[Any], say: Any = None) -> list[str]:
-        """Group the servers (:mod:`.groups`) and create every group's first sandbox, all at once
-        under :attr:`gate` (the operator's
-        bound: ``GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT`` / ``..._CREATES_PER_S``), so a create
-        the server refuses fails the start with its own ``GR-OSB-*`` error before any server runs.
+        """Group the servers (:mod:`.groups`) and create every group's first sandbox (its preloaded
+        parent started in it), all at once under :attr:`gate` (the operator's bound:
+        ``GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT`` / ``..._CREATES_PER_S``), so a create the
+        server refuses fails the start with its own ``GR-OSB-*`` error before any server runs.
         Before any create, the delivery mode's check (:attr:`delivery`, :mod:`.delivery`: a shared
         volume's trees copied and the volume seen from a probe sandbox, one block each way it
         fails). Then execd's command API is checked in the first one (:func:`.execd.check`: an
@@ -278,11 +278,11 @@ class OpenSandboxEnvironment:
         mode's progress line (none for host paths)."""
 
         said = await self.delivery.check(self, specs)  # a shared volume: seen from a probe sandbox first
-
         plan = self.groups.plan(specs)
 
         async def one(key: str, gspec: GroupSpec) -> None:
-            self.groups.ready[key] = await self._create(gspec)
+            self.groups.ready[key] = box = await self._create(gspec)
+            await start_parent(box, gspec)
 
         results = await asyncio.gather(*(one(k, g) for k, g in plan.items()), return_exceptions=True)
         for r in results:
@@ -293,10 +293,12 @@ class OpenSandboxEnvironment:
             await execd.check(self.service, self.groups.ready[key], gspec.name)
         return said
 
-    async def _readied(self, box: Any, gspec: GroupSpec) -> None:
-        """A new sandbox of group ``gspec``: its forwarder of every port but its servers' own, and
-        its preloaded parent (:func:`.groups.start_helpers`)."""
-        await start_helpers(box, gspec, self.routes_for(gspec))
+    async def _readied(self, box: Any, gspec: GroupSpec, fresh: bool) -> None:
+        """Group ``gspec``'s sandbox ``box`` before its first server: the forwarder of every port but
+        its servers' own, and, in a ``fresh`` one (not made by :meth:`prepare`), the parent."""
+        await start_forwarder(box, gspec, self.routes_for(gspec))
+        if fresh:
+            await start_parent(box, gspec)
 
     async def endpoint(self, box: Any, spec: Any) -> str:
         """``host:port/proxy/N`` reaching the server's port in ``box``."""

@@ -219,7 +219,8 @@ def group_spec(specs: list[Any]) -> GroupSpec:
         members=tuple(s.name for s in specs),
         cow_paths={k: v for s in specs for k, v in s.cow_paths.items()},
         ports=tuple(p for s in specs for p in s.ports),
-        preload=tuple(pre.modules) if pre is not None else None,
+        # Ray aside: a server that uses it keeps a sandbox of its own, so none of a shared one does
+        preload=tuple(m for m in pre.modules if m != "ray") if pre is not None else None,
         parent_env={k: v for k, v in first.env.items() if k not in pre.withheld} if pre is not None else {},
     )
 
@@ -254,10 +255,9 @@ def launched(spec: Any, parent: str | None) -> list[str]:
     return [str(spec.argv[0]), "-I", "-S", "-c", LAUNCHER, json.dumps(limits), spec.name, *(str(a) for a in spec.argv)]
 
 
-async def start_helpers(box: Any, gspec: GroupSpec, routes: list[list[Any]]) -> None:
-    """In the new sandbox ``box`` of group ``gspec``, as execd background commands: the forwarder
-    (:mod:`.forwarder`) of ``routes`` (none: no forwarder), and the group's preloaded parent
-    (:mod:`._parent`, listening on :data:`PARENT_SOCKET`) when it has one. Raises what the SDK raises."""
+async def start_forwarder(box: Any, gspec: GroupSpec, routes: list[list[Any]]) -> None:
+    """In the new sandbox ``box`` of group ``gspec``: the forwarder (:mod:`.forwarder`) of ``routes``
+    as an execd background command (none: no forwarder). Raises what the SDK raises."""
     from opensandbox.models.execd import RunCommandOpts
 
     if routes:
@@ -265,6 +265,14 @@ async def start_helpers(box: Any, gspec: GroupSpec, routes: list[list[Any]]) -> 
             [gspec.argv[0], "-I", "-S", "-c", FORWARDER, json.dumps(routes)],
             opts=RunCommandOpts(background=True, working_directory="/"),
         )
+
+
+async def start_parent(box: Any, gspec: GroupSpec) -> None:
+    """In the new sandbox ``box`` of group ``gspec``: its preloaded parent (:mod:`._parent`,
+    listening on :data:`PARENT_SOCKET`) as an execd background command, when it has one. Started as
+    soon as the sandbox is made, so its imports overlap the rest of the start. Raises what the SDK raises."""
+    from opensandbox.models.execd import RunCommandOpts
+
     if gspec.preload is not None:
         await box.commands.run(
             [gspec.argv[0], "-c", PARENT, PARENT_SOCKET, json.dumps(list(gspec.preload))],
@@ -282,8 +290,9 @@ class Shared:
 
 class Groups:
     """The run's groups and their sandboxes. ``create(group_spec)`` makes a sandbox (the
-    environment's create, with its retries and adoption), ``started(box, group_spec)`` readies a
-    new one for its servers (the forwarder), ``discard(box)`` deletes one."""
+    environment's create, with its retries and adoption), ``started(box, group_spec, fresh)``
+    readies one for its servers (the forwarder; with ``fresh``, a sandbox not made by ``prepare``,
+    the preloaded parent too), ``discard(box)`` deletes one."""
 
     def __init__(self, create: Any, started: Any, discard: Any) -> None:
         self._create, self._started, self._discard = create, started, discard
@@ -320,9 +329,12 @@ class Groups:
             shared = self.live.get(key)
             if shared is None:
                 gspec = self.spec_of(key)
-                box = self.ready.pop(key, None) or await self._create(gspec)
+                box = self.ready.pop(key, None)
+                fresh = box is None
+                if box is None:
+                    box = await self._create(gspec)
                 try:
-                    await self._started(box, gspec)
+                    await self._started(box, gspec, fresh)
                 except BaseException:
                     await self._discard(box)
                     raise

@@ -57,7 +57,7 @@ def _launch(spec: ProcessSpec, parent: str | None, secret: str) -> subprocess.Po
 
 
 def test_groups_are_venvs_and_a_server_with_its_own_ray_is_alone(tmp_path: Path) -> None:
-    pre = Preload(("json",), withheld=("MARK",))
+    pre = Preload(("json", "ray"), withheld=("MARK",))
     a = ProcessSpec(
         "a", ["/v1/bin/python", "a.py"], "/t/a", {"MARK": "1", "X": "1"}, limits=ResourceLimits(512), preload=pre
     )
@@ -67,6 +67,7 @@ def test_groups_are_venvs_and_a_server_with_its_own_ray_is_alone(tmp_path: Path)
     assert group_key(a) == group_key(b) == "venv:/v1" and group_key(ray) == "server:r"
     g = group_spec([a, b])
     assert g.members == ("a", "b") and g.name == "a+1" and g.limits.memory_mb == 768 and g.ports == (9,)
+    # the parent imports no Ray: a server that uses it is in a sandbox of its own; it gets no withheld variable
     assert set(g.read_only_paths) >= {"/t/a", "/t/b"} and g.preload == ("json",) and g.parent_env == {"X": "1"}
     assert group_spec([a]).preload is None  # one server: no parent
     assert group_spec([a, ProcessSpec("c", ["/v1/bin/python"], "/", {})]).limits.memory_mb is None  # one unlimited

@@ -42,8 +42,8 @@ LIMIT_EXITS = {250: "memory-limit", 251: "pids-limit"}
 # variables and its group's preloaded parent (JSON: nofile, memory_mb, pids, private, parent: the
 # parent's socket or null), argv[2] its name, argv[3:] the server. First makes itself not dumpable
 # (PR_SET_DUMPABLE 0: a sibling, the same uid in the same sandbox but without CAP_SYS_PTRACE, can
-# no longer read its environment or memory) and takes the private variables out of its
-# environment. Then the server: forked by the parent (sandbox/opensandbox/_parent.py: it sends the
+# no longer read its environment or memory), holds SIGTERM, SIGINT and SIGHUP back until it knows
+# where its server is, and takes the private variables out of its environment. Then the server: forked by the parent (sandbox/opensandbox/_parent.py: it sends the
 # request with its stdout and stderr, then the private variables to the child alone; forwards
 # SIGTERM, SIGINT and SIGHUP to the server's process group; the parent says the exit), or, with no
 # parent or one that says no, forked here and exec'd through BOOT, which gets them on a pipe
@@ -55,6 +55,7 @@ LAUNCHER = r"""
 import ctypes
 ctypes.CDLL(None).prctl(4,0,0,0,0)
 import json,os,resource,select,signal,socket,sys,time
+sigs={signal.SIGTERM,signal.SIGINT,signal.SIGHUP};signal.pthread_sigmask(signal.SIG_BLOCK,sigs)
 lim=json.loads(sys.argv[1]);name=sys.argv[2];argv=sys.argv[3:]
 sec={k:os.environ.pop(k) for k in lim.get("private") or () if k in os.environ}
 def say(m):print("gym-runtime: "+m,file=sys.stderr,flush=True)
@@ -85,7 +86,7 @@ if got:
  def fwd(s,f):
   try:os.killpg(pid,s)
   except OSError:pass
- for s in (signal.SIGTERM,signal.SIGINT,signal.SIGHUP):signal.signal(s,fwd)
+ for s in sigs:signal.signal(s,fwd)
 else:
  if lim.get("nofile"):
   s,h=resource.getrlimit(resource.RLIMIT_NOFILE);n=lim["nofile"]
@@ -93,7 +94,7 @@ else:
  r,w=os.pipe()
  pid=os.fork()
  if pid==0:
-  os.close(w);os.set_inheritable(r,True)
+  os.close(w);os.set_inheritable(r,True);signal.pthread_sigmask(signal.SIG_SETMASK,[])
   os.execve(argv[0],[argv[0],"-c",BOOT,name,str(r),*argv[1:]],dict(os.environ))
  os.close(r)
  try:
@@ -101,7 +102,8 @@ else:
   while b:b=b[os.write(w,b):]
  except OSError:pass
  os.close(w);conn=None;pg=os.getpgrp()
- for s in (signal.SIGTERM,signal.SIGINT,signal.SIGHUP):signal.signal(s,lambda*a:None)
+ for s in sigs:signal.signal(s,lambda*a:None)
+signal.pthread_sigmask(signal.SIG_UNBLOCK,sigs)
 me,page=os.getpid(),os.sysconf("SC_PAGE_SIZE")
 mem=(lim.get("memory_mb") or 0)*2**20;cap=lim.get("pids") or 0
 def tree():

@@ -2,8 +2,8 @@
 launcher and preloaded parent run as real processes on this host, as execd runs them in a sandbox
 (each command a session of its own): the server forked by the parent gets its private variables
 (never in an environment another process can read), its own log and exit status; SIGTERM to the
-launcher reaches it; a launcher killed takes its server with it; without a parent the launcher
-starts the server itself."""
+launcher reaches it; a launcher killed takes its server with it; one over its memory limit is
+ended; without a parent the launcher starts the server itself."""
 
 from __future__ import annotations
 
@@ -24,14 +24,16 @@ from sandbox.limits import ResourceLimits
 from sandbox.opensandbox.groups import OWN_RAY_MARK, PARENT, group_cpu, group_key, group_spec, launched
 from sandbox.zygote import Preload
 
-# a server: says what it got, then sleeps (argv[1] "sleep") or exits 3
+# a server: says what it got, then sleeps (argv[1] "sleep"; "grow": holding 200 MiB) or exits 3
 APP = """
 import json, os, sys, time
 me = open(f"/proc/{os.getpid()}/comm").read().strip()
 seen = open(f"/proc/{os.getpid()}/environ", "rb").read()
 print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "secret": os.environ.get("SECRET"), "comm": me,
                   "in_environ": b"SECRET=" in seen, "json_preloaded": "email.mime.text" in sys.modules}), flush=True)
-if sys.argv[1:] == ["sleep"]:
+if sys.argv[1:] == ["grow"]:
+    held = bytearray(200 << 20)  # touched: 200 MiB of RSS
+if sys.argv[1:] in (["sleep"], ["grow"]):
     time.sleep(60)
 sys.exit(3)
 """
@@ -115,6 +117,13 @@ def test_sigterm_reaches_the_server_and_a_killed_launcher_takes_it_along(tmp_pat
     while server.is_running() and server.status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the server outlived its launcher"
         time.sleep(0.05)
+
+
+def test_a_server_over_its_memory_limit_is_ended_alone_and_says_so(tmp_path: Path, parent: str) -> None:
+    p = _launch(_spec(tmp_path, "epsilon", "grow", limits=ResourceLimits(memory_mb=64)), parent, "s7")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 250, err  # LIMIT_EXITS: memory-limit
+    assert "gym-runtime: server over its memory limit" in err and "MiB of RSS" in err, err
 
 
 def test_without_a_parent_the_launcher_starts_the_server_itself(tmp_path: Path) -> None:

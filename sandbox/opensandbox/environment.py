@@ -166,10 +166,8 @@ class OpenSandboxEnvironment:
         return self._routes[port]
 
     def routes_for(self, spec: Any) -> list[list[Any]]:
-        """The forwarder's routes in the sandbox of group ``spec`` (a :class:`~.groups.GroupSpec`):
-        every inside port but its servers' own."""
-        own = set(spec.ports)
-        return [[p, h, hp] for p, (h, hp) in sorted(self._routes.items()) if p not in own]
+        """The forwarder's routes in group ``spec``'s sandbox: every inside port but its servers' own."""
+        return [[p, h, hp] for p, (h, hp) in sorted(self._routes.items()) if p not in set(spec.ports)]
 
     def relay_for(self, spec: Any) -> Relay:
         if not spec.ports or spec.ports[0] not in self._relays:
@@ -267,35 +265,37 @@ class OpenSandboxEnvironment:
         return None
 
     async def prepare(self, specs: list[Any], say: Any = None) -> list[str]:
-        """Group the servers (:mod:`.groups`) and create every group's first sandbox (its preloaded
-        parent started in it), all at once under :attr:`gate` (the operator's bound:
-        ``GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT`` / ``..._CREATES_PER_S``), so a create the
-        server refuses fails the start with its own ``GR-OSB-*`` error before any server runs.
-        Before any create, the delivery mode's check (:attr:`delivery`, :mod:`.delivery`: a shared
-        volume's trees copied and the volume seen from a probe sandbox, one block each way it
-        fails). Then execd's command API is checked in the first one (:func:`.execd.check`: an
-        execd of another version stops the start with ``GR-OSB-EXECD``). Returns the delivery
-        mode's progress line (none for host paths)."""
-
+        """Group the servers (:mod:`.groups`) and create every group's first sandbox, all at once under
+        :attr:`gate` (the operator's bound: ``GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT`` /
+        ``..._CREATES_PER_S``), so a create the server refuses fails the start with its own
+        ``GR-OSB-*`` error before any server runs. Before any create, the delivery mode's check
+        (:attr:`delivery`, :mod:`.delivery`: a shared volume's trees copied and the volume seen from a
+        probe sandbox, one block each way it fails). Then execd's command API is checked in the first
+        one (:func:`.execd.check`: ``GR-OSB-EXECD``) and each group's preloaded parent is started.
+        Returns the delivery mode's progress line (none for host paths)."""
         said = await self.delivery.check(self, specs)  # a shared volume: seen from a probe sandbox first
         plan = self.groups.plan(specs)
 
         async def one(key: str, gspec: GroupSpec) -> None:
-            self.groups.ready[key] = box = await self._create(gspec)
-            await start_parent(box, gspec)
+            self.groups.ready[key] = await self._create(gspec)
 
-        results = await asyncio.gather(*(one(k, g) for k, g in plan.items()), return_exceptions=True)
-        for r in results:
+        async def parent(box: Any, gspec: GroupSpec) -> None:
+            try:
+                await start_parent(box, gspec)
+            except Exception as e:
+                raise translate(e, self.conn, f"starting the preloaded parent of {gspec.name!r}", box.id) from None
+
+        for r in await asyncio.gather(*(one(k, g) for k, g in plan.items()), return_exceptions=True):
             if isinstance(r, BaseException):
                 raise r
         if plan:
             key, gspec = next(iter(plan.items()))
-            await execd.check(self.service, self.groups.ready[key], gspec.name)
+            await execd.check(self.service, self.groups.ready[key], gspec.name)  # before any other command
+            await asyncio.gather(*(parent(self.groups.ready[k], g) for k, g in plan.items()))
         return said
 
     async def _readied(self, box: Any, gspec: GroupSpec, fresh: bool) -> None:
-        """Group ``gspec``'s sandbox ``box`` before its first server: the forwarder of every port but
-        its servers' own, and, in a ``fresh`` one (not made by :meth:`prepare`), the parent."""
+        """Before ``box``'s first server: the forwarder; the parent too in one :meth:`prepare` did not make."""
         await start_forwarder(box, gspec, self.routes_for(gspec))
         if fresh:
             await start_parent(box, gspec)

@@ -1,19 +1,21 @@
 """How servers are grouped into sandboxes under the ``opensandbox`` backend (docs/runtime.md, "One
-sandbox per venv"): the one seam that decides it.
+sandbox per venv"): the one seam that decides it, and what runs in a group's sandbox besides its
+servers.
 
 The servers of one environment package are one trust domain, so the servers that run on the same
-venv share a sandbox (:func:`group_key`): one create, one execd, one forwarder for all of them, and
-(later) one preloaded parent, as the venv is the local backend's unit of preloading too. A server
-that starts its own Ray cluster (``gym_runtime/ray/own.py``) keeps a sandbox of its own: its Ray
-wants the sandbox's ``/tmp/ray``, its CPUs and at least 2048 MiB to itself.
+venv share a sandbox (:func:`group_key`): one create, one execd, one forwarder and one preloaded
+parent (:mod:`._parent`) for all of them, as the venv is the local backend's unit of preloading
+too. A server that starts its own Ray cluster (``gym_runtime/ray/own.py``) keeps a sandbox of its
+own: its Ray wants the sandbox's ``/tmp/ray``, its CPUs and at least 2048 MiB to itself.
 
-What stays each server's own inside a shared sandbox: its environment and secrets (the execd
-command's own ``envs``), its process group (execd starts every command in one of its own), its log
-(the command's output, read by cursor), and its limits (:data:`LAUNCHER`: ``nofile`` as an rlimit,
-memory and processes watched over its process group). What the group shares: the sandbox's ``/tmp``,
-its CPU and memory limits (the sum of its members': :func:`group_spec`), and its lifetime: a
-server's exit or restart ends its own command only; the sandbox is deleted when its last member
-has ended, or when it is gone from outside (every member then restarts into a new one).
+What stays each server's own inside a shared sandbox: its secrets (its private variables reach it
+alone, after the fork, and it is not dumpable: :data:`LAUNCHER`), its command, session and process
+group, its log (its command's output, read by cursor), and its limits (:data:`LAUNCHER`: ``nofile``
+as an rlimit, memory and processes watched over its process group). What the group shares: the
+sandbox's filesystem and ``/tmp``, its pid namespace and network, its CPU and memory limits (the
+sum of its members': :func:`group_spec`), and its lifetime: a server's exit or restart ends its
+own command only; the sandbox is deleted when its last member has ended, or when it is gone from
+outside (every member then restarts into a new one).
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ LIMIT_EXITS = {250: "memory-limit", 251: "pids-limit"}
 # parent's socket or null), argv[2] its name, argv[3:] the server. First makes itself not dumpable
 # (PR_SET_DUMPABLE 0: a sibling, the same uid in the same sandbox but without CAP_SYS_PTRACE, can
 # no longer read its environment or memory), holds SIGTERM, SIGINT and SIGHUP back until it knows
-# where its server is, and takes the private variables out of its environment. Then the server: forked by the parent (sandbox/opensandbox/_parent.py: it sends the
-# request with its stdout and stderr, then the private variables to the child alone; forwards
+# where its server is, and takes the private variables out of its environment. Then the server:
+# forked by the parent (sandbox/opensandbox/_parent.py: it sends the request with its stdout and
+# stderr, then the private variables to the child alone; forwards
 # SIGTERM, SIGINT and SIGHUP to the server's process group; the parent says the exit), or, with no
 # parent or one that says no, forked here and exec'd through BOOT, which gets them on a pipe
 # (never in an environment a sibling can read); here execd signals the whole process group. Every
@@ -272,7 +275,7 @@ async def start_forwarder(box: Any, gspec: GroupSpec, routes: list[list[Any]]) -
 async def start_parent(box: Any, gspec: GroupSpec) -> None:
     """In the new sandbox ``box`` of group ``gspec``: its preloaded parent (:mod:`._parent`,
     listening on :data:`PARENT_SOCKET`) as an execd background command, when it has one. Started as
-    soon as the sandbox is made, so its imports overlap the rest of the start. Raises what the SDK raises."""
+    soon as the sandboxes are made, so its imports overlap the rest of the start. Raises what the SDK raises."""
     from opensandbox.models.execd import RunCommandOpts
 
     if gspec.preload is not None:
@@ -311,15 +314,12 @@ class Groups:
         return {k: group_spec(v) for k, v in self.specs.items()}
 
     def spec_of(self, key: str) -> GroupSpec:
+        """What group ``key``'s sandbox is made with (its servers as planned so far)."""
         return group_spec(self.specs[key])
 
     def parent_of(self, spec: Any) -> str | None:
         """The socket of the preloaded parent of server ``spec``'s group, None when it has none."""
         return PARENT_SOCKET if self.spec_of(group_key(spec)).preload is not None else None
-
-    def ids(self) -> list[str]:
-        """Ids of every sandbox the groups hold (made, or with servers in it)."""
-        return [*(b.id for b in self.ready.values()), *(s.box.id for s in self.live.values())]
 
     async def enter(self, spec: Any) -> Any:
         """The sandbox server ``spec`` starts in: its group's, made (or taken from :attr:`ready`)

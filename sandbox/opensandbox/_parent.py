@@ -64,7 +64,8 @@ def _become(conn, req):
     os.environ.clear()
     os.environ.update(env)
     os.chdir(req["cwd"])
-    sys.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None
+    sys.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None  # its own bytecode settings, not the parent's
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
     if "numpy.random" in sys.modules:  # seeded in the parent: siblings would share its state
         sys.modules["numpy.random"].seed()
     for stream in (sys.stdout, sys.stderr):

@@ -13,8 +13,9 @@ first start of each backend). Per start:
   ``startup_s``; the median over the rounds is printed;
 - **memory at ready** (RSS, MiB): the daemon process; its whole process tree (stub model, and under
   ``local`` the servers); the OpenSandbox server's process tree and podman's API service (the
-  server's own cost, shared by every run it serves); per sandbox the sum over the processes in its
-  container, and over all sandboxes by role: the server, execd, the runtime's forwarder, the rest
+  server's own cost, shared by every run it serves); per sandbox (named by the servers in it) the sum
+  over the processes in its container, and over all sandboxes by role: the servers, execd, the
+  runtime's forwarder and launchers, the rest
   (``conmon`` outside the container not counted); RSS sums count shared pages once per process.
   under ``local``, ``servers`` sums each server's process tree (the pid ``/server_instances`` gives);
 - **``/run`` latency**: ``--rows`` rows of the example at ``--concurrency``, once through the head
@@ -54,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.helpers.daemon import kill_tree, read_ready_line, up_process  # noqa: E402
 from tests.helpers.load import example_rows, instance, percentile, run_batch, run_direct, wait_state  # noqa: E402
-from tests.helpers.opensandbox.runs import EXAMPLE, daemon_env, kill_server_inside, sandbox_rss  # noqa: E402
+from tests.helpers.opensandbox.runs import EXAMPLE, ROLES, daemon_env, kill_server_inside, sandbox_rss  # noqa: E402
 
 BACKENDS = ("local", "opensandbox")
 KILLED = "arithmetic"
@@ -88,9 +89,12 @@ def memory(server, proc, head: str, backend: str) -> dict[str, float]:
     else:
         out["opensandbox-server"] = tree_rss(server.process.pid) / MIB
         out["podman service"] = tree_rss(server.podman_process.pid) / MIB
-        boxes = {s["process_name"]: sandbox_rss(server, s["sandbox"]) for s in instances}
+        names: dict[str, list[str]] = {}  # sandbox id -> the servers in it (a group's sandbox holds several)
+        for s in instances:
+            names.setdefault(s["sandbox"], []).append(s["process_name"])
+        boxes = {"+".join(n): sandbox_rss(server, sid) for sid, n in names.items()}
         out["sandboxes"] = sum(sum(b.values()) for b in boxes.values()) / MIB
-        for role in ("server", "execd", "forwarder", "other"):
+        for role in ROLES:
             out[f"sandboxes' {role}"] = sum(b[role] for b in boxes.values()) / MIB
         out.update({f"sandbox {k}": sum(b.values()) / MIB for k, b in sorted(boxes.items())})
     return out
@@ -114,7 +118,7 @@ def exit_seen(server, head: str, backend: str) -> float:
     Waits for the restarted server to be ready again."""
     before = instance(head, KILLED)
     if backend == "opensandbox":
-        killed = kill_server_inside(server, before["sandbox"])
+        killed = kill_server_inside(server, before["sandbox"], KILLED)
     else:
         os.kill(before["pid"], signal.SIGKILL)
         killed = time.time()

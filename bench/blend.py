@@ -2,6 +2,7 @@
 GRPO job blends them; prints figures, asserts nothing.
 
     ./uvw run python bench/blend.py [--runs N] [--cold] [--signal INT|TERM] [--wheel WHEEL] [--python PY]
+                                    [--sandbox-backend local|opensandbox|both] [--home DIR]
 
 The package: each tree of :data:`BLEND` with its config, every tree that config names (its agent,
 its environment server) and ``vllm_model``, unchanged (``assemble_tree_package``, as
@@ -20,14 +21,27 @@ daemon exits, the processes of its tree still alive 1 s later, and the daemon's 
 line (seconds per teardown step). With ``--cold`` every run starts with the venvs, the bytecode
 store and the recorded resolutions removed (``$GYM_RUNTIME_HOME/{venvs,bytecode,resolutions}``; the
 uv cache is kept: a fresh pod whose only volume is the uv cache); otherwise a first, unmeasured run
-builds the venvs when there are none (warm). ``GYM_RUNTIME_HOME`` is the bench's own, kept under the
-tests' cache directory between invocations. The last lines: median / min / max of each figure.
+builds the venvs when there are none (warm). ``GYM_RUNTIME_HOME`` is the bench's own (``--home``,
+default ``blend-home``), kept under the tests' cache directory between invocations. The last lines: median / min / max of each figure.
 Target: stop < 1 s with nothing left (docs/performance.md).
+
+``--sandbox-backend opensandbox`` (or ``both``: the two alternate, one start of each per run) starts
+the OpenSandbox server the tests use, as ``bench/backends.py`` does (``tests/helpers/opensandbox/``:
+needs root and podman), and runs the blend on it too (egress unenforced, no sidecar here). Per run
+it then also says where the ready time went, under either backend, from the times the daemon's
+progress lines came: *venvs* (the launch to its last ``venv ...`` line: config, venvs reused),
+*add* (from there to its ``starting N server(s)`` line: bytecode, relays, and under ``opensandbox``
+the sandboxes' creates), *spawn to ready* (from there to the ready line) with each server's own
+seconds from its spawn to ready (``ready_after_s`` of ``/server_instances``: under ``opensandbox``
+execd's commands, the preloaded parent's imports, readiness), median and max; the daemon's CPU seconds
+at ready; under ``opensandbox`` the OpenSandbox server's RSS (its process tree and podman's
+service) and the number of sandboxes at ready and 1 s after the stop.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -47,6 +61,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.backends import tree_rss  # noqa: E402
 from bench.gym_catalog import gym_env  # noqa: E402
 from tests.helpers.daemon import running  # noqa: E402
 from tests.helpers.gym_package import assemble_tree_package, cache_dir, gym_wheel, wheel_version  # noqa: E402
@@ -113,8 +128,21 @@ def tree_pss(daemon_pid: int, kinds: dict[int, str]) -> tuple[dict[str, list[flo
     return by_kind, len(procs)
 
 
-def one_run(pkg: Path, work: Path, env: dict[str, str], python: str, sig: int) -> dict:
-    """One start, measure and stop (module doc); ``{"error": ...}`` when no ready line came."""
+def sandboxes(server) -> int:
+    """How many sandboxes the OpenSandbox server ``server`` lists (this bench's server: only its runs')."""
+    return len(server.sandboxes())
+
+
+def phases(err: list[tuple[float, str]], ready_s: float) -> dict[str, float]:
+    """Seconds of each phase of the start (module doc) from the daemon's timed progress lines."""
+    venvs = max((t for t, ln in err if "] venv " in ln or ln.startswith("venv ")), default=0.0)
+    add = next((t for t, ln in err if "starting " in ln and "server(s) (isolation" in ln), venvs)
+    return {"venvs": venvs, "add": add - venvs, "spawn to ready": ready_s - add}
+
+
+def one_run(pkg: Path, work: Path, env: dict[str, str], python: str, sig: int, server=None) -> dict:
+    """One start, measure and stop (module doc); ``{"error": ...}`` when no ready line came.
+    ``server``: the OpenSandbox server the run uses (its memory and sandboxes are counted)."""
     t0 = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work), "--python", python],
@@ -125,7 +153,14 @@ def one_run(pkg: Path, work: Path, env: dict[str, str], python: str, sig: int) -
         env=env,
     )
     err: list[str] = []
-    reader = threading.Thread(target=lambda: err.extend(proc.stderr or ()), daemon=True)
+    timed: list[tuple[float, str]] = []
+
+    def read() -> None:
+        for ln in proc.stderr or ():
+            err.append(ln)
+            timed.append((time.monotonic() - t0, ln))
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     line = proc.stdout.readline() if proc.stdout else ""
     ready_s = time.monotonic() - t0
@@ -136,6 +171,15 @@ def one_run(pkg: Path, work: Path, env: dict[str, str], python: str, sig: int) -
     info = json.loads(line)
     with httpx.Client(base_url=info["head_server"], trust_env=False, timeout=60) as head:
         rows = head.get("/processes").json()["processes"]
+        each = [s.get("ready_after_s") for s in head.get("/server_instances").json()]
+    cpu = psutil.Process(proc.pid).cpu_times()
+    extra: dict = {"phases": phases(list(timed), ready_s), "cpu_s": cpu.user + cpu.system}
+    each = [x for x in each if x is not None]
+    if each:
+        extra["server_ready"] = (statistics.median(each), max(each))
+    if server is not None:
+        extra["osb_rss"] = (tree_rss(server.process.pid) + tree_rss(server.podman_process.pid)) / MIB
+        extra["sandboxes"] = sandboxes(server)
     by_kind, nprocs = tree_pss(proc.pid, {r["pid"]: kind_of(r) for r in rows})
     load = os.getloadavg()[0]
     pids = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
@@ -150,7 +194,10 @@ def one_run(pkg: Path, work: Path, env: dict[str, str], python: str, sig: int) -
     stop_s = time.monotonic() - t1
     reader.join(5)
     time.sleep(1)
+    if server is not None:
+        extra["sandboxes_left"] = sandboxes(server)
     return {
+        **extra,
         "ready_s": ready_s,
         "servers": len(info.get("servers") or []),
         "processes": nprocs,
@@ -176,6 +223,19 @@ def say_run(i: int, r: dict) -> None:
         f"{r['load']:.1f}); tree PSS {total:,.0f} MiB: {split}; stop {r['stop_s']:.2f} s, exit {r['exit']}, "
         f"processes left {r['left']}" + (f"\n  daemon: {r['steps']}" if r["steps"] else "")
     )
+    ph = ", ".join(f"{k} {v:.1f} s" for k, v in r["phases"].items())
+    each = r.get("server_ready")
+    print(
+        f"  phases: {ph}"
+        + (f" (each server spawn to ready: median {each[0]:.1f} s, max {each[1]:.1f} s)" if each else "")
+        + f"; daemon CPU {r['cpu_s']:.1f} s at ready"
+        + (
+            f"; OpenSandbox server + podman service RSS {r['osb_rss']:.0f} MiB, sandboxes {r['sandboxes']} at ready, "
+            f"{r['sandboxes_left']} after the stop"
+            if "osb_rss" in r
+            else ""
+        )
+    )
 
 
 def spread(label: str, values: list[float], unit: str, fmt: str = ".2f") -> None:
@@ -185,6 +245,34 @@ def spread(label: str, values: list[float], unit: str, fmt: str = ".2f") -> None
     )
 
 
+def run_env(base: dict[str, str], server, home: Path, backend: str) -> dict[str, str]:
+    """The daemon's environment for ``backend``: ``base`` (the release's settings, ``home``) and, with
+    an OpenSandbox ``server``, the settings the tests' daemons get for it (their interpreter aside:
+    the blend's is ``--python``)."""
+    if server is None:
+        return {**base, "GYM_RUNTIME_SANDBOX_BACKEND": backend}
+    from tests.helpers.opensandbox.runs import daemon_env
+
+    env = {**daemon_env(server, home, backend), **{k: v for k, v in base.items() if k.startswith("GYM_RUNTIME_")}}
+    env.pop("GYM_RUNTIME_PYTHON", None)
+    return env
+
+
+def summary(label: str, done: list[dict]) -> None:
+    spread(f"{label}ready", [r["ready_s"] for r in done], "s", ".1f")
+    for k in done[0]["phases"]:
+        spread(f"  {k}", [r["phases"][k] for r in done], "s", ".1f")
+    spread(f"{label}daemon CPU at ready", [r["cpu_s"] for r in done], "s", ".1f")
+    if "osb_rss" in done[0]:
+        spread(f"{label}OpenSandbox server + podman service RSS", [r["osb_rss"] for r in done], "MiB", ",.0f")
+        spread(f"{label}sandboxes left after the stop", [float(r["sandboxes_left"]) for r in done], "", ".0f")
+    spread(f"{label}tree PSS", [sum(sum(v) for v in r["pss"].values()) for r in done], "MiB", ",.0f")
+    for k in KINDS:
+        spread(f"  {k}", [sum(r["pss"][k]) for r in done], "MiB", ",.0f")
+    spread(f"{label}stop", [r["stop_s"] for r in done], "s")
+    spread(f"{label}processes left", [float(r["left"]) for r in done], "", ".0f")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3)
@@ -192,43 +280,61 @@ def main() -> None:
     ap.add_argument("--signal", choices=("INT", "TERM"), default="INT")
     ap.add_argument("--wheel", type=Path, help="a nemo_gym-0.7.0 wheel (default: the tests' cached one)")
     ap.add_argument("--python", help="interpreter for the server venvs (default: tests/helpers/gym_python.py's)")
+    ap.add_argument("--sandbox-backend", choices=("local", "opensandbox", "both"), default="local")
+    ap.add_argument("--home", type=Path, help="GYM_RUNTIME_HOME (default: blend-home in the tests' cache)")
     args = ap.parse_args()
     python = args.python or find_gym_python()
     if python is None:
         raise SystemExit("needs a CPython >= 3.13.14: none on this host and none provisioned (.ci/provision-python)")
     wheel = args.wheel or gym_wheel(sys.executable, "0.7.0")
-    home = cache_dir() / "blend-home"
-    env = {**os.environ, **gym_env(wheel_version(wheel)), "GYM_RUNTIME_HOME": str(home)}
-    env.pop("GYM_RUNTIME_VENV_DIR", None)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    home = args.home or cache_dir() / "blend-home"
+    base = {**os.environ, **gym_env(wheel_version(wheel)), "GYM_RUNTIME_HOME": str(home)}
+    base.pop("GYM_RUNTIME_VENV_DIR", None)
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
+    backends = ("local", "opensandbox") if args.sandbox_backend == "both" else (args.sandbox_backend,)
     sig = signal.SIGTERM if args.signal == "TERM" else signal.SIGINT
-    work = Path(tempfile.mkdtemp(prefix="gym-runtime-blend-"))
+    work = Path(tempfile.mkdtemp(prefix="gym-runtime-blend-", dir=home.parent))  # an allowed host path
     pkg = assemble_blend(wheel, work / "pkg")
     print(
         f"blend of {len(BLEND)} environments (nemo-gym {wheel_version(wheel)}, {python}); "
-        f"{'cold' if args.cold else 'warm'}, {args.runs} runs, stop by SIG{args.signal}; {os.cpu_count()} cores"
+        f"{'cold' if args.cold else 'warm'}, {args.runs} runs, stop by SIG{args.signal}; {os.cpu_count()} cores; "
+        f"sandbox backend {' and '.join(backends)}"
     )
-    if not args.cold and not (home / "venvs").is_dir():
-        first = one_run(pkg, work / "prepare", env, str(python), sig)
-        print("venvs built by a first, unmeasured run" if "error" not in first else f"first run: {first['error']}")
-    done: list[dict] = []
-    for i in range(args.runs):
-        if args.cold:
-            for sub in ("venvs", "bytecode", "resolutions"):
-                shutil.rmtree(home / sub, ignore_errors=True)
-        r = one_run(pkg, work / f"run{i}", env, str(python), sig)
-        if "error" in r:
-            print(f"run {i + 1}: {r['error']}")
-            continue
-        say_run(i + 1, r)
-        done.append(r)
-    if done:
-        spread("ready", [r["ready_s"] for r in done], "s", ".1f")
-        spread("tree PSS", [sum(sum(v) for v in r["pss"].values()) for r in done], "MiB", ",.0f")
-        for k in KINDS:
-            spread(f"  {k}", [sum(r["pss"][k]) for r in done], "MiB", ",.0f")
-        spread("stop", [r["stop_s"] for r in done], "s")
-        spread("processes left", [float(r["left"]) for r in done], "", ".0f")
+    with contextlib.ExitStack() as stack:
+        server = None
+        if "opensandbox" in backends:
+            from tests.helpers.opensandbox.images import ensure_images
+            from tests.helpers.opensandbox.server import running_server
+
+            images = ensure_images()
+            server = stack.enter_context(running_server(images.sandbox, images.execd))
+            print(f"opensandbox-server {server.version} up in {server.start_seconds[0]:.1f} s", flush=True)
+        envs = {b: run_env(base, server if b == "opensandbox" else None, home, b) for b in backends}
+        if not args.cold:
+            for b in backends:
+                first = one_run(pkg, work / f"prepare-{b}", envs[b], str(python), sig)
+                print(
+                    f"{b}: first, unmeasured run: "
+                    + (f"{first['ready_s']:.1f} s" if "error" not in first else first["error"])
+                )
+        done: dict[str, list[dict]] = {b: [] for b in backends}
+        for i in range(args.runs):
+            for b in backends:
+                if args.cold:
+                    for sub in ("venvs", "bytecode", "resolutions"):
+                        shutil.rmtree(home / sub, ignore_errors=True)
+                r = one_run(
+                    pkg, work / f"run{i}-{b}", envs[b], str(python), sig, server if b == "opensandbox" else None
+                )
+                if "error" in r:
+                    print(f"run {i + 1} {b}: {r['error']}")
+                    continue
+                print(f"[{b}] ", end="")
+                say_run(i + 1, r)
+                done[b].append(r)
+        for b in backends:
+            if done[b]:
+                summary(f"{b}: " if len(backends) > 1 else "", done[b])
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -89,13 +89,12 @@ async def watch(boxes: list, mode: str) -> dict:
 
 
 async def run(n: int, server, work: Path) -> dict:
-    from sandbox.launch import ProcessSpec
     from sandbox.opensandbox.connection import OpenSandboxConnection
     from sandbox.opensandbox.environment import OpenSandboxEnvironment
     from sandbox.opensandbox.service import SandboxService
     from sandbox.opensandbox.spec import RunLabels
     from sandbox.policy import EgressPolicy
-    from tests.helpers.opensandbox.runs import SANDBOX_PYTHON, gateway
+    from tests.helpers.opensandbox.runs import gateway, servers_apart
 
     conn = OpenSandboxConnection(
         domain=server.domain,
@@ -108,9 +107,9 @@ async def run(n: int, server, work: Path) -> dict:
     env = await OpenSandboxEnvironment.open(service, RunLabels.new(work, "bench"), EgressPolicy(), work)
     try:
         t0 = time.monotonic()
-        await env.prepare([ProcessSpec(name=f"s{i}", argv=[SANDBOX_PYTHON], cwd=work, env={}) for i in range(n)])
+        await env.prepare(servers_apart(n, work))  # a venv each: a sandbox each
         made_s = time.monotonic() - t0
-        boxes = list(env._ready.values())
+        boxes = list(env.groups.ready.values())
         out = {"sandboxes": n, "created_s": round(made_s, 1), "most_creates_in_flight": env.gate.max_seen}
         for mode in ("handles", "passes"):
             out[mode] = await watch(boxes, mode)

@@ -1,13 +1,14 @@
-"""The environment's servers on the operator's OpenSandbox server: one sandbox per server
-(docs/runtime.md, "Sandbox backends").
+"""The environment's servers on the operator's OpenSandbox server: one sandbox per group of servers,
+the servers of one venv (:mod:`.groups`; docs/runtime.md, "Sandbox backends").
 
 :class:`OpenSandboxEnvironment` is what :meth:`OpenSandboxBackend.start` returns and plays the
 role :class:`sandbox.Sandbox` plays under the local backend (``allocate_port``, ``publish``,
 ``expose_host_service``, ``prepare``, ``spawn``, ``close``, ``level``, ``report``,
 ``processes``, ``denials``). The network it gives servers is the local one's, seen from inside a
-sandbox: a server listens on ``127.0.0.1:<its port>`` in its own sandbox, and its peers, the
-head server and loopback policy endpoints answer at ``127.0.0.1:<their port>`` there too, through
-the forwarder beside it (:mod:`.forwarder`), which splices each to the daemon's address
+sandbox: a server listens on ``127.0.0.1:<its port>`` in its group's sandbox, and its other peers,
+the head server and loopback policy endpoints answer at ``127.0.0.1:<their port>`` there too,
+through the forwarder of that sandbox (:mod:`.forwarder`: one per sandbox, started with it,
+routing every port but its own servers'), which splices each to the daemon's address
 (``GYM_RUNTIME_OPENSANDBOX_DAEMON_HOST``): a :class:`~.relay.Relay` per server (to its sandbox's
 endpoint) or a TCP forward (head server, policy endpoint). Other policy endpoints are reached
 directly, as the sandbox's ``networkPolicy`` allows (:func:`~.spec.network_policy`).
@@ -16,8 +17,9 @@ Mounts: what each sandbox gets of the daemon's trees, venvs and work directories
 mode's (:mod:`.delivery`: host paths, or a shared volume), asked once per create.
 
 Lifecycle: every sandbox is labelled with the run and has a TTL of :data:`~.spec.TTL_S`, renewed
-every :data:`~.spec.RENEW_EVERY_S` while the run lives; a server's sandbox is deleted when the
-server ends (a restart gets a new one); :meth:`close` deletes every sandbox with the run's label.
+every :data:`~.spec.RENEW_EVERY_S` while the run lives; a group's sandbox is deleted when its
+last server has ended or when it is gone (:class:`~.groups.Groups`); :meth:`close` deletes every
+sandbox with the run's label.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from . import execd
 from .creates import ADOPT_EVERY_S, ADOPT_WAIT_S, ENDED, TRIES, CreateGate, adoptable, backoff_s, outcome
 from .delivery import delivery_for
 from .failures import translate
+from .groups import Groups, GroupSpec, group_cpu, start_forwarder, start_parent
 from .passes import Passes
 from .process import CALL_S, ServerProcess
 from .relay import Relay, free_bind
@@ -106,8 +109,8 @@ class OpenSandboxEnvironment:
         self._routes: dict[int, tuple[str, int]] = {}  # inside port -> where the daemon answers it
         self._relays: dict[int, Relay] = {}  # a server's port -> its relay
         self._forwards: list[asyncio.AbstractServer] = []
-        self._ready: dict[str, Any] = {}  # server name -> its sandbox made by prepare(), not yet started
         self._live: dict[str, Any] = {}  # sandbox id -> the SDK's Sandbox
+        self.groups = Groups(self._create, self._readied, self.discard)  # which servers share a sandbox
         self._renew: asyncio.Task | None = None
         self.gate = CreateGate(self.conn.creates_in_flight, self.conn.creates_per_s)
         self.passes = Passes(call_s=CALL_S)  # every server's status and log reads, one pass a second
@@ -163,9 +166,8 @@ class OpenSandboxEnvironment:
         return self._routes[port]
 
     def routes_for(self, spec: Any) -> list[list[Any]]:
-        """The forwarder's routes in ``spec``'s sandbox: every inside port but its own."""
-        own = set(spec.ports)
-        return [[p, h, hp] for p, (h, hp) in sorted(self._routes.items()) if p not in own]
+        """The forwarder's routes in group ``spec``'s sandbox: every inside port but its servers' own."""
+        return [[p, h, hp] for p, (h, hp) in sorted(self._routes.items()) if p not in set(spec.ports)]
 
     def relay_for(self, spec: Any) -> Relay:
         if not spec.ports or spec.ports[0] not in self._relays:
@@ -177,14 +179,14 @@ class OpenSandboxEnvironment:
         return self._relays[spec.ports[0]]
 
     # ------------------------------------------------------------------ sandboxes
-    async def _create(self, spec: Any) -> Any:
-        """A new sandbox for ``spec``: its image, labels, TTL, limits, network policy and mounts."""
+    async def _create(self, spec: GroupSpec) -> Any:
+        """A new sandbox for the group ``spec``: its image, labels, TTL, limits, network policy and mounts."""
         from opensandbox import Sandbox
 
         mounts = await asyncio.to_thread(self.delivery.mounts, spec)  # a tree's first copy onto a volume is I/O
         if spec.cow_paths:
             log.warning(
-                "server %s: a copy-on-write tree is not available under the opensandbox backend; its tree is read-only",
+                "servers %s: a copy-on-write tree is not available under the opensandbox backend; it is read-only",
                 spec.name,
             )
         what = f"creating the sandbox of server {spec.name!r}"
@@ -220,7 +222,7 @@ class OpenSandboxEnvironment:
         while sid is None and time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 infos = await self.service.list_ids(self.labels.metadata(spec.name), what)
-                sid, strays = adoptable(infos, [*self._live, *(b.id for b in self._ready.values())])
+                sid, strays = adoptable(infos, list(self._live))
                 if strays:
                     with contextlib.suppress(Exception):
                         await self.service.kill(strays, f"deleting stray sandboxes of server {spec.name!r}")
@@ -248,14 +250,14 @@ class OpenSandboxEnvironment:
             timeout=timedelta(seconds=TTL_S),
             ready_timeout=timedelta(seconds=READY_TIMEOUT_S),
             metadata=self.labels.metadata(spec.name),  # commands run in the background: no stream grace to shorten
-            resource=resource_limits(spec.limits, self.conn.cpu),
+            resource=resource_limits(spec.limits, group_cpu(self.conn.cpu, len(spec.members))),
             network_policy=sdk_network_policy(self.policy_wire) if self.policy_wire is not None else None,
             volumes=sdk_volumes(mounts),
             connection_config=self.conn.sdk_config(self.conn.create_timeout_s),
         )
 
     def parent_interpreters(self, servers: Any) -> list[str]:
-        """No preloaded parents: each server is a sandbox of its own (the backend interface)."""
+        """No preloaded parents on this host (the backend interface)."""
         return []
 
     def spawn_after(self, spec: Any) -> None:
@@ -263,32 +265,40 @@ class OpenSandboxEnvironment:
         return None
 
     async def prepare(self, specs: list[Any], say: Any = None) -> list[str]:
-        """Create every server's first sandbox, all at once under :attr:`gate` (the operator's
-        bound: ``GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT`` / ``..._CREATES_PER_S``), so a create
-        the server refuses fails the start with its own ``GR-OSB-*`` error before any server runs.
-        Before any create, the delivery mode's check (:attr:`delivery`, :mod:`.delivery`: a shared
-        volume's trees copied and the volume seen from a probe sandbox, one block each way it
-        fails). Then execd's command API is checked in the first one (:func:`.execd.check`: an
-        execd of another version stops the start with ``GR-OSB-EXECD``). Returns the delivery
-        mode's progress line (none for host paths)."""
-
+        """Group the servers (:mod:`.groups`) and create every group's first sandbox, all at once under
+        :attr:`gate` (the operator's bound: ``GYM_RUNTIME_OPENSANDBOX_CREATES_IN_FLIGHT`` /
+        ``..._CREATES_PER_S``), so a create the server refuses fails the start with its own
+        ``GR-OSB-*`` error before any server runs. Before any create, the delivery mode's check
+        (:attr:`delivery`, :mod:`.delivery`: a shared volume's trees copied and the volume seen from a
+        probe sandbox, one block each way it fails). Then execd's command API is checked in the first
+        one (:func:`.execd.check`: ``GR-OSB-EXECD``) and each group's preloaded parent is started.
+        Returns the delivery mode's progress line (none for host paths)."""
         said = await self.delivery.check(self, specs)  # a shared volume: seen from a probe sandbox first
+        plan = self.groups.plan(specs)
 
-        async def one(spec: Any) -> None:
-            self._ready[spec.name] = await self._create(spec)
+        async def one(key: str, gspec: GroupSpec) -> None:
+            self.groups.ready[key] = await self._create(gspec)
 
-        results = await asyncio.gather(*(one(s) for s in specs), return_exceptions=True)
-        for r in results:
+        async def parent(box: Any, gspec: GroupSpec) -> None:
+            try:
+                await start_parent(box, gspec)
+            except Exception as e:
+                raise translate(e, self.conn, f"starting the preloaded parent of {gspec.name!r}", box.id) from None
+
+        for r in await asyncio.gather(*(one(k, g) for k, g in plan.items()), return_exceptions=True):
             if isinstance(r, BaseException):
                 raise r
-        if specs:
-            await execd.check(self.service, self._ready[specs[0].name], specs[0].name)
+        if plan:
+            key, gspec = next(iter(plan.items()))
+            await execd.check(self.service, self.groups.ready[key], gspec.name)  # before any other command
+            await asyncio.gather(*(parent(self.groups.ready[k], g) for k, g in plan.items()))
         return said
 
-    async def sandbox_for(self, spec: Any) -> Any:
-        """The sandbox made by :meth:`prepare` for ``spec``'s first start, else a new one."""
-        box = self._ready.pop(spec.name, None)
-        return box if box is not None else await self._create(spec)
+    async def _readied(self, box: Any, gspec: GroupSpec, fresh: bool) -> None:
+        """Before ``box``'s first server: the forwarder; the parent too in one :meth:`prepare` did not make."""
+        await start_forwarder(box, gspec, self.routes_for(gspec))
+        if fresh:
+            await start_parent(box, gspec)
 
     async def endpoint(self, box: Any, spec: Any) -> str:
         """``host:port/proxy/N`` reaching the server's port in ``box``."""
@@ -359,7 +369,7 @@ class OpenSandboxEnvironment:
     async def renew_all(self) -> int:
         """One renewal pass: every sandbox of the run (made by :meth:`prepare`, or a server's) gets
         its TTL pushed to now + :data:`~.spec.TTL_S`; returns how many were renewed."""
-        return await self.service.renew([*self._live, *(b.id for b in self._ready.values())])
+        return await self.service.renew(list(self._live))
 
     async def _renew_loop(self) -> None:
         while True:
@@ -377,9 +387,7 @@ class OpenSandboxEnvironment:
                 p.kill_now()
         await asyncio.gather(*(p.wait() for p in self.processes), return_exceptions=True)
         await self.passes.close()
-        for box in list(self._ready.values()):
-            await self.discard(box)
-        self._ready.clear()
+        await self.groups.close()
         for relay in self._relays.values():
             await relay.stop()
         self._relays.clear()

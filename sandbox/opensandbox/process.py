@@ -1,4 +1,4 @@
-"""One server in its OpenSandbox sandbox, as the supervisor sees it (docs/runtime.md, "Sandbox
+"""One server in its group's OpenSandbox sandbox, as the supervisor sees it (docs/runtime.md, "Sandbox
 backends").
 
 :class:`ServerProcess` answers what :class:`sandbox.SandboxedProcess` answers (``poll``,
@@ -6,18 +6,21 @@ backends").
 ``memory_rss``; ``pid`` is None: no process of this host), so supervision, restarts and the
 "same start-up exit twice" rule are the local backend's. Its life, in one task:
 
-1. the sandbox: the one made before the first start (:meth:`OpenSandboxEnvironment.prepare`), a
-   new one for each restart (a fresh ``/tmp``);
-2. execd background commands: the forwarder (:mod:`.forwarder`), then the server with its
+1. the sandbox: its group's (:mod:`.groups`: the servers of its venv), made before the first
+   start (:meth:`OpenSandboxEnvironment.prepare`), with the group's forwarder (:mod:`.forwarder`);
+   a restart starts in the same sandbox while a sibling still runs there, else in a new one;
+2. an execd background command: the server, under :data:`.groups.LAUNCHER` (its limits), with its
    environment and private variables as the command's own ``envs`` (never the sandbox's
-   environment, never a command line);
+   environment, never a command line), in a process group of its own;
 3. the relay in front of it (:mod:`.relay`) points at the sandbox's endpoint for its port;
 4. its command's status and its log (from its cursor, into the server's log pipe) are asked in the
    environment's passes (:mod:`.passes`: one pass a second for every server of the run, so an exit
    is seen within about a second);
-5. when it ends its sandbox is deleted.
+5. when it ends its command is interrupted (its process group ends) and the sandbox is left to
+   its siblings, or deleted when it was the last one there (:meth:`.groups.Groups.leave`).
 
-Exit reasons besides the local ones: ``sandbox-gone`` (the sandbox was deleted from outside:
+Exit reasons besides the local ones (``memory-limit`` and ``pids-limit`` from the launcher's
+watch): ``sandbox-gone`` (the sandbox was deleted from outside:
 404), ``service-lost`` (the OpenSandbox server did not answer for :data:`SERVICE_GRACE_S` while
 execd did not either, or did not answer a create: the supervisor starts the server again without
 counting it, so its next create waits for the service, until the outage is
@@ -31,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
 from typing import Any
@@ -39,9 +41,10 @@ from typing import Any
 from sandbox.elsewhere import ElsewhereExit
 from sandbox.process import ExitInfo
 
+from .groups import LIMIT_EXITS, launched
+
 CALL_S = 3.0  # one status call (execd in a busy sandbox can take a second or more)
 SERVICE_GRACE_S = 60.0
-FORWARDER = open(os.path.join(os.path.dirname(__file__), "forwarder.py")).read()  # noqa: SIM115 (read once)
 
 
 class ServerProcess(ElsewhereExit):
@@ -68,8 +71,8 @@ class ServerProcess(ElsewhereExit):
         return []
 
     async def stop(self, grace_s: float = 5.0, kill_wait_s: float = 5.0) -> ExitInfo:
-        """Interrupt the server's command (execd sends it SIGTERM), wait ``grace_s``, then delete
-        its sandbox (which ends everything in it)."""
+        """Interrupt the server's command (execd sends its process group SIGTERM), wait ``grace_s``,
+        then end it (its process group killed, or its sandbox deleted when no sibling runs there)."""
         self.mark("terminated")
         if self._exit is None and self.box is not None and self.command is not None:
             with contextlib.suppress(Exception):
@@ -84,7 +87,7 @@ class ServerProcess(ElsewhereExit):
         return self._exit or ExitInfo(None, "stuck", "its sandbox could not be deleted")
 
     def kill_now(self) -> None:
-        """End it without grace: its sandbox is deleted (the task's clean-up)."""
+        """End it without grace (the task's clean-up: :meth:`.groups.Groups.leave`)."""
         self.mark("killed")
         if self._exit is None:
             self._task.cancel()
@@ -98,8 +101,9 @@ class ServerProcess(ElsewhereExit):
     async def _run(self) -> None:
         env = self.env
         status: dict[str, Any] = {}
+        gone = False
         try:
-            self.box = await env.sandbox_for(self.spec)
+            self.box = await env.groups.enter(self.spec)
             await self._start_commands()
             env.relay_for(self.spec).point(await env.endpoint(self.box, self.spec))
             logs = asyncio.ensure_future(self._pump_logs())
@@ -108,6 +112,7 @@ class ServerProcess(ElsewhereExit):
             finally:
                 logs.cancel()
                 await asyncio.gather(logs, return_exceptions=True)
+            gone = status["reason"] == "sandbox-gone"
             self._end(status["exit_code"], self._reason or status["reason"], self._detail or status.get("detail", ""))
         except asyncio.CancelledError:
             self._end(-9, self._reason or "killed", self._detail)
@@ -126,22 +131,16 @@ class ServerProcess(ElsewhereExit):
                 os.close(self._log_fd)
                 self._log_fd = None
             with contextlib.suppress(BaseException):
-                await asyncio.shield(env.discard(self.box))
+                await asyncio.shield(env.groups.leave(self.spec, self.box, self.command, gone))
             self._done.set()
 
     async def _start_commands(self) -> None:
         from opensandbox.models.execd import RunCommandOpts
 
         spec, box = self.spec, self.box
-        routes = self.env.routes_for(spec)
-        if routes:
-            await box.commands.run(
-                [str(spec.argv[0]), "-I", "-S", "-c", FORWARDER, json.dumps(routes)],
-                opts=RunCommandOpts(background=True, working_directory="/"),
-            )
         envs = {**spec.env, **spec.private_env}
         execution = await box.commands.run(
-            [str(a) for a in spec.argv],
+            launched(spec, self.env.groups.parent_of(spec)),
             opts=RunCommandOpts(background=True, working_directory=str(spec.cwd), envs=envs),
         )
         self.command = execution.id
@@ -182,7 +181,7 @@ class ServerProcess(ElsewhereExit):
                 continue
             if st.running is False:
                 code = st.exit_code if st.exit_code is not None else -1
-                reason = "signal" if code < 0 or code > 128 else "exited"
+                reason = LIMIT_EXITS.get(code) or ("signal" if code < 0 or code > 128 else "exited")
                 return {"exit_code": code, "reason": reason, "detail": st.error or ""}
 
     async def _drain_log(self, ask: Any = None) -> None:

@@ -77,7 +77,7 @@ def test_an_execd_refusing_the_command_api_is_one_block(refusing_server, tmp_pat
     assert all(PROGRESS.match(line) for line in before.splitlines()), before
     message, cause, hint = block.splitlines()[:3]
     found = re.fullmatch(
-        r"execd in sandbox ([0-9a-f-]{36}) \(server '(\w+)'\) on the OpenSandbox server (\S+) \(version (\S+)\) "
+        r"execd in sandbox ([0-9a-f-]{36}) \(server '(\w+(?:\+\d+)?)'\) on the OpenSandbox server (\S+) \(version (\S+)\) "
         r"refused POST /command: (HTTP \d+)",
         message,
     )

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.launch import ProcessSpec
 from sandbox.opensandbox.connection import OpenSandboxConnection
 from sandbox.opensandbox.environment import OpenSandboxEnvironment
 from sandbox.opensandbox.service import SandboxService
 from sandbox.opensandbox.spec import LABEL_OWNER, LABEL_RUN, RunLabels
 from sandbox.policy import EgressPolicy
 from tests.helpers.opensandbox.proxy import LifecycleProxy
-from tests.helpers.opensandbox.runs import SANDBOX_PYTHON, gateway
+from tests.helpers.opensandbox.runs import gateway, servers_apart
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
 
@@ -45,8 +44,9 @@ def _conn(server, proxy: LifecycleProxy, **kw) -> OpenSandboxConnection:
     return dataclasses.replace(base, **kw)
 
 
-def _specs(n: int, tmp: Path) -> list[ProcessSpec]:
-    return [ProcessSpec(name=f"server-{i}", argv=[SANDBOX_PYTHON], cwd=tmp, env={}) for i in range(n)]
+def _first(env: OpenSandboxEnvironment):
+    """The sandbox ``prepare`` made for ``server-0``."""
+    return next(iter(env.groups.ready.values()))
 
 
 async def _with_env(conn: OpenSandboxConnection, tmp: Path, body) -> None:
@@ -66,9 +66,9 @@ def test_creates_stay_within_the_bound_and_one_pass_renews_them_all(opensandbox_
 
     async def body(env: OpenSandboxEnvironment) -> None:
         t0 = time.monotonic()
-        await env.prepare(_specs(4, tmp_path))
+        await env.prepare(servers_apart(4, tmp_path))
         seen["prepare_s"] = time.monotonic() - t0
-        ids = {b.id for b in env._ready.values()}  # a create the server failed (500) may still be listed, ending
+        ids = {b.id for b in env.groups.ready.values()}  # a create the server failed (500) may still be listed, ending
         seen["made"] = len(ids)
 
         def expiries() -> dict[str, str]:
@@ -98,7 +98,7 @@ def test_a_create_answered_503_is_tried_again(opensandbox_server, proxy, tmp_pat
     seen: dict = {}
 
     async def body(env: OpenSandboxEnvironment) -> None:
-        await env.prepare(_specs(1, tmp_path))
+        await env.prepare(servers_apart(1, tmp_path))
         seen["ours"] = opensandbox_server.sandboxes(**{LABEL_RUN: env.labels.run})
 
     asyncio.run(_with_env(_conn(opensandbox_server, proxy), tmp_path, body))
@@ -114,11 +114,11 @@ def test_a_create_that_timed_out_is_adopted_not_made_twice(opensandbox_server, p
     seen: dict = {}
 
     async def body(env: OpenSandboxEnvironment) -> None:
-        await env.prepare(_specs(1, tmp_path))
-        seen["box"] = env._ready["server-0"].id
+        await env.prepare(servers_apart(1, tmp_path))
+        seen["box"] = _first(env).id
         seen["adopted"] = list(env.adopted)
         seen["ours"] = [b["id"] for b in opensandbox_server.sandboxes(**{LABEL_RUN: env.labels.run})]
-        done = await env._ready["server-0"].commands.run(["echo", "adopted"])
+        done = await _first(env).commands.run(["echo", "adopted"])
         seen["echo"] = "".join(m.text for m in done.logs.stdout)
 
     asyncio.run(_with_env(_conn(opensandbox_server, proxy, create_timeout_s=3.0), tmp_path, body))
@@ -137,8 +137,8 @@ def test_a_create_the_server_makes_after_the_client_gave_up_is_adopted(
     seen: dict = {}
 
     async def body(env: OpenSandboxEnvironment) -> None:
-        await env.prepare(_specs(1, tmp_path))
-        seen["box"] = env._ready["server-0"].id
+        await env.prepare(servers_apart(1, tmp_path))
+        seen["box"] = _first(env).id
         seen["adopted"] = list(env.adopted)
         seen["ours"] = [b["id"] for b in opensandbox_server.sandboxes(**{LABEL_RUN: env.labels.run})]
 

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from sandbox.opensandbox.process import FORWARDER
+from sandbox.opensandbox.groups import FORWARDER
 from sandbox.opensandbox.relay import Relay
 
 

@@ -373,8 +373,14 @@ def file_info(path: Path) -> dict:
     }
 
 
+class Server(ThreadingHTTPServer):
+    # the listen backlog (socketserver's default is 5): execd (Go's net/http) listens with the
+    # system's somaxconn, and the servers of one venv start their commands in one sandbox at once
+    request_queue_size = 128
+
+
 def main() -> None:
-    server = ThreadingHTTPServer(("0.0.0.0", PORT), Handler)
+    server = Server(("0.0.0.0", PORT), Handler)
     server.daemon_threads = True
     server.serve_forever()
 

@@ -18,18 +18,23 @@ from pathlib import Path
 
 import psutil
 
+from sandbox.opensandbox.groups import PARENT_SOCKET
+
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "native-quickstart"
 DATASET = ROOT / "examples" / "native-quickstart.jsonl"
 SANDBOX_PYTHON = "/usr/bin/python3.11"
-# run inside the sandbox: SIGKILL the server (an ``app.py`` process; the forwarder beside it and this
-# command, whose own command line holds both words, are spared), then print the wall-clock time of the kill
+# run inside the sandbox with a server's name as argv[1]: SIGKILL that server (the process named so,
+# its ``comm``, cut to 15 bytes: forked by the preloaded parent or started through BOOT,
+# sandbox/opensandbox/groups.py; its launcher, the parent, the forwarder and its siblings are
+# spared), then print the wall-clock time of the kill
 KILL_APP = (
-    "import os,signal,time\nfor p in os.listdir('/proc'):\n"
+    "import os,sys,time\nname=sys.argv[1].encode()[:15]\n"
+    "for p in os.listdir('/proc'):\n"
     " if p.isdigit() and int(p) != os.getpid():\n"
-    "  try: c=open(f'/proc/{p}/cmdline','rb').read()\n"
+    "  try: c=open(f'/proc/{p}/comm','rb').read().strip()\n"
     "  except OSError: continue\n"
-    "  if b'app.py' in c and b'forwarder' not in c: os.kill(int(p),9); print(repr(time.time()),flush=True)"
+    "  if c == name: os.kill(int(p),9); print(repr(time.time()),flush=True)"
 )
 
 
@@ -62,8 +67,8 @@ def daemon_env(server, home: Path, backend: str = "opensandbox") -> dict[str, st
     }
 
 
-def kill_server_inside(server, sandbox_id: str) -> float:
-    """SIGKILL the server process in sandbox ``sandbox_id`` by a command run in that sandbox (through
+def kill_server_inside(server, sandbox_id: str, name: str) -> float:
+    """SIGKILL server ``name``'s process in sandbox ``sandbox_id`` by a command run in that sandbox (through
     the SDK, as an operator's ``exec`` would); the wall-clock time of the kill as the sandbox saw it
     (epoch seconds: the host's clock, one kernel). Raises ``AssertionError`` when no server process
     was found there, SDK errors as raised."""
@@ -72,40 +77,64 @@ def kill_server_inside(server, sandbox_id: str) -> float:
     async def run() -> str:
         box = await Sandbox.connect(sandbox_id, connection_config=server.connection_config())
         try:
-            done = await box.commands.run(["python3", "-c", KILL_APP])
+            done = await box.commands.run(["python3", "-c", KILL_APP, name])
             return "".join(m.text for m in done.logs.stdout)
         finally:
             await box.close()
 
     out = asyncio.run(run()).split()
-    assert out, f"no server process found in sandbox {sandbox_id}"
+    assert out, f"no process of server {name!r} found in sandbox {sandbox_id}"
     return float(out[0])
 
 
-def _role(cmdline: list[str]) -> str:
-    """What a process in a sandbox is, by its command line (see :func:`sandbox_rss`)."""
-    text = " ".join(cmdline)
-    if any(arg.endswith("/execd") for arg in cmdline):
+ROLES = ("execd", "forwarder", "launcher", "parent", "server", "other")
+
+
+def _role(p: psutil.Process) -> str:
+    """What a process in a sandbox is, by its command line and name (see :func:`sandbox_rss`)."""
+    argv = p.cmdline()
+    text = " ".join(argv)
+    if "execd" in text:
         return "execd"
     if "forwarder" in text:
         return "forwarder"
+    if len(argv) > 1 and argv[1] == "-I":
+        return "launcher"
+    if len(argv) > 3 and argv[1] == "-c" and argv[3] == PARENT_SOCKET:  # the parent and what it forked
+        return "parent" if p.name().startswith("python") else "server"
     return "server" if "app.py" in text else "other"
 
 
 def sandbox_rss(server, sandbox_id: str) -> dict[str, int]:
     """Bytes of RSS of every process in sandbox ``sandbox_id``'s container (its init, found by
     podman's inspect, and all its descendants), summed by role: ``execd`` (the agent), ``forwarder``
-    (the runtime's, beside the server), ``server`` (the server's ``app.py`` process tree) and
+    (the runtime's, one per sandbox), ``launcher`` (the runtime's, one before each server: its
+    limits), ``parent`` (the group's preloaded parent), ``server`` (the servers' process trees) and
     ``other`` (the entrypoint, shells). Pages shared between processes count once per process; not
     counted: podman's ``conmon`` outside the container. Raises ``httpx.HTTPStatusError`` when podman
     does not know the container."""
     answer = server.docker("GET", f"/containers/sandbox-{sandbox_id}/json")
     answer.raise_for_status()
     init = psutil.Process(answer.json()["State"]["Pid"])
-    out = dict.fromkeys(("execd", "forwarder", "server", "other"), 0)
+    out = dict.fromkeys(ROLES, 0)
     for p in [init, *init.children(recursive=True)]:
         try:
-            out[_role(p.cmdline())] += p.memory_info().rss
+            out[_role(p)] += p.memory_info().rss
         except psutil.Error:
             continue
     return out
+
+
+def servers_apart(n: int, tmp: Path) -> list:
+    """``n`` server specs (``server-0`` ...) that each get a sandbox of their own: each on a venv of its
+    own (a link under ``tmp`` to the image's Python: sandbox/opensandbox/groups.py groups by venv)."""
+    from sandbox.launch import ProcessSpec
+
+    specs = []
+    for i in range(n):
+        python = tmp / f"venv-{i}" / "bin" / "python"
+        python.parent.mkdir(parents=True, exist_ok=True)
+        if not python.is_symlink():
+            python.symlink_to(SANDBOX_PYTHON)
+        specs.append(ProcessSpec(name=f"server-{i}", argv=[str(python)], cwd=tmp, env={}))
+    return specs

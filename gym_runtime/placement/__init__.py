@@ -14,6 +14,7 @@ The Ray implementation's parts:
 
 * :mod:`~gym_runtime.placement.cluster`: the daemon as the Ray driver owning every replica actor;
 * :mod:`~gym_runtime.placement.replica`: the actor on a node (package, venv, sandbox, server);
+* :mod:`~gym_runtime.placement.actor`: that actor's Ray class, with its heartbeat's concurrency group;
 * :mod:`~gym_runtime.placement.remote`: the driver side of one replica (launcher and handle the
   supervisor drives like a local process);
 * :mod:`~gym_runtime.placement.spares`: a warm spare per node, handed a replica moved after a

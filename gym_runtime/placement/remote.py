@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import StartError
+from gym_runtime.placement.actor import actor_class
 from gym_runtime.placement.addresses import ReplicaAddress
 from gym_runtime.placement.cluster import RayCluster
 from gym_runtime.placement.death import Death, by_kernel, death_of, kernel_oom_on
@@ -51,7 +52,7 @@ from gym_runtime.placement.liveness import (
     while_alive,
 )
 from gym_runtime.placement.remote_process import RemoteProcess
-from gym_runtime.placement.replica import ReplicaJob, actor_class
+from gym_runtime.placement.replica import ReplicaJob
 from gym_runtime.supervise.member import NODE_LOST, OOM, OOM_CODE, OOM_HINT, WORKER_DIED
 
 LOST = NODE_LOST

@@ -1,7 +1,7 @@
 """The node side of Ray placement: one actor per server replica (docs/scale-out.md "Who runs where").
 
-:class:`ServerReplica` is made a Ray actor by the driver (``ray.remote(ServerReplica)``, see
-:mod:`gym_runtime.placement.remote`), which owns it: Ray kills it when the daemon's driver exits,
+:class:`ServerReplica` is made a Ray actor by the driver (:mod:`gym_runtime.placement.actor`,
+used by :mod:`gym_runtime.placement.remote` and the warm spares), which owns it: Ray kills it when the daemon's driver exits,
 also on SIGKILL. On the node Ray chose from the replica's ``placement`` block it:
 
 1. materialises the package (:mod:`gym_runtime.placement.package`: in place, or the shipped
@@ -29,6 +29,9 @@ Every method returns plain data; a user error on the node comes back as
 the actor's event loop (``spawn`` must: ``PR_SET_PDEATHSIG`` follows the forking thread), so the
 servers die with the actor's worker process; at isolation ``none`` a watchdog process kills their
 process groups too (:mod:`gym_runtime.supervise.orphans`).
+
+The module is long because the four steps and the server's lifetime are methods of one Ray actor
+class, Ray's unit of placement and ownership; each step's work is in the module it names.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 from gym_runtime.errors import GymRuntimeError, StartError
-from gym_runtime.placement.liveness import ACTOR_GROUPS
 from gym_runtime.ray.target import RayTarget
 from gym_runtime.venvs.progress import Reporter
 
@@ -117,15 +119,6 @@ def builtin_root() -> Path:
         from gym_runtime.settings import builtin_servers_dir
 
         return builtin_servers_dir()
-
-
-def actor_class() -> Any:
-    """:class:`ServerReplica` as a Ray actor class with its concurrency groups
-    (:data:`~gym_runtime.placement.liveness.ACTOR_GROUPS`)."""
-    import ray
-
-    # Ray's overloads of remote() leave out concurrency_groups, which it accepts (and refuses in .options())
-    return ray.remote(concurrency_groups=ACTOR_GROUPS)(ServerReplica)  # type: ignore[call-overload]
 
 
 class ServerReplica:

@@ -35,8 +35,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gym_runtime.placement.actor import actor_class
 from gym_runtime.placement.liveness import lost_errors, ray_call
-from gym_runtime.placement.replica import actor_class
 
 GROUP_WAIT_S = 2.0  # how long a placement group may take to be placed before the usual path is taken
 ADOPT_S = 30.0  # how long a spare may take to adopt a replica

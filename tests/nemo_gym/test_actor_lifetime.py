@@ -25,7 +25,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.helpers.daemon import FIXTURE_APP, descendants, wait_gone, write_fixture_package
+from tests.helpers.daemon import FIXTURE_APP, cmdline, descendants, wait_gone, write_fixture_package
 from tests.helpers.index import SimpleIndex
 from tests.helpers.wheels import build_wheel
 
@@ -144,7 +144,7 @@ def test_sigkill_of_the_ready_actor_leaves_no_process_of_the_run(tmp_path: Path)
     try:
         assert last_line(proc)["pid"] == proc.pid
         tree = descendants(proc.pid)
-        names = " ".join(" ".join(p.cmdline()) for p in tree)
+        names = " ".join(" ".join(cmdline(p)) for p in tree)
         assert "sleep(3600)" in names  # the wedged server's helper is among them
         os.kill(proc.pid, signal.SIGKILL)  # ray.kill
         proc.wait(5)
@@ -167,7 +167,7 @@ def test_sigkill_of_the_actor_while_a_server_builds_its_venv_leaves_no_process_o
             assert time.monotonic() < deadline and proc.poll() is None, err_tail(proc)
             time.sleep(0.05)
         tree = descendants(proc.pid)
-        assert any("uv" in os.path.basename((p.cmdline() or [""])[0]) for p in tree), [p.cmdline() for p in tree]
+        assert any("uv" in os.path.basename((cmdline(p) or [""])[0]) for p in tree), [cmdline(p) for p in tree]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(5)
         left = wait_gone([p.pid for p in tree], NEMO_RL_SHUTDOWN_S)

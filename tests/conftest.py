@@ -21,7 +21,11 @@ import warnings
 
 import pytest
 
-from tests.helpers.opensandbox.fixture import opensandbox_server, skip_unselected  # noqa: F401 (a fixture)
+from tests.helpers.opensandbox.fixture import (  # noqa: F401 (fixtures)
+    opensandbox_server,
+    opensandbox_server_running,
+    skip_unselected,
+)
 from tests.helpers.ray_cluster import LocalRayCluster
 from tests.helpers.registry import registry_reachable
 

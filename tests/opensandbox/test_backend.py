@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 
 from sandbox.opensandbox.process import SERVICE_GRACE_S
 from tests.helpers.daemon import read_ready_line, up_process
-from tests.helpers.opensandbox.runs import DATASET, EXAMPLE, daemon_env, kill_server_inside
+from tests.helpers.opensandbox.runs import EXAMPLE, daemon_env, dry_run_example, kill_server_inside
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
 
@@ -33,28 +32,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _dry_run(env: dict[str, str], out: Path, work: Path) -> tuple[dict, subprocess.CompletedProcess]:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gym_runtime.cli.main",
-            "dry-run",
-            str(EXAMPLE),
-            "--dataset",
-            str(DATASET),
-            "--samples",
-            "2",
-            "--out",
-            str(out),
-            "--work-dir",
-            str(work),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-    )
+    r = dry_run_example(env, out, work, "--json")
     assert r.returncode == 0, r.stderr[-4000:]
     rewards: dict = {}
     for line in out.read_text().splitlines():

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import re
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from sandbox.opensandbox.spec import LABEL_OWNER, RunLabels
 from tests.helpers.debian_base import BaseUnavailable
 from tests.helpers.opensandbox.fixture import images_or_skip
 from tests.helpers.opensandbox.images import refusing_execd_image
-from tests.helpers.opensandbox.runs import DATASET, EXAMPLE, daemon_env
+from tests.helpers.opensandbox.runs import daemon_env, dry_run_example
 from tests.helpers.opensandbox.server import OpenSandboxServer, running_server
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
@@ -48,28 +46,12 @@ def refusing_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, OpenS
 def test_an_execd_refusing_the_command_api_is_one_block(refusing_server, tmp_path: Path) -> None:
     mode, server = refusing_server
     status, words = REFUSALS[mode]
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gym_runtime.cli.main",
-            "dry-run",
-            str(EXAMPLE),
-            "--dataset",
-            str(DATASET),
-            "--samples",
-            "2",
-            "--out",
-            str(tmp_path / "out.jsonl"),
-            "--work-dir",
-            str(tmp_path / "run"),
-            "--sandbox-backend",
-            "opensandbox",
-        ],
-        env=daemon_env(server, tmp_path / "home", backend="local"),  # the flag wins
-        capture_output=True,
-        text=True,
-        timeout=900,
+    r = dry_run_example(
+        daemon_env(server, tmp_path / "home", backend="local"),  # the flag wins
+        tmp_path / "out.jsonl",
+        tmp_path / "run",
+        "--sandbox-backend",
+        "opensandbox",
     )
     assert r.returncode == 3, r.stderr[-4000:]
     assert r.stderr.count("error[") == 1 and "error[GR-OSB-EXECD]" in r.stderr, r.stderr[-4000:]

@@ -59,3 +59,12 @@ def opensandbox_server() -> Iterator[OpenSandboxServer]:
     with running_server(images.sandbox, images.execd) as server:
         print(f"opensandbox-server {server.version} at {server.domain} up in {server.start_seconds[0]} s")
         yield server
+
+
+@pytest.fixture(autouse=True)
+def opensandbox_server_running(request: pytest.FixtureRequest) -> None:
+    """Before each test that uses ``opensandbox_server``: its process is started again if a test
+    before it stopped it (the outage tests do) and failed before starting it, so one failure stays
+    one failure."""
+    if "opensandbox_server" in request.fixturenames:
+        request.getfixturevalue("opensandbox_server").start_if_stopped()

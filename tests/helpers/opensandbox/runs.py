@@ -7,13 +7,15 @@ reach the daemon at (:func:`gateway`), no egress sidecar (``GYM_RUNTIME_OPENSAND
 none can run here) and venvs on Debian's own Python 3.11, which the sandbox image holds at the same
 path (an interpreter under ``/usr`` is never mounted). :func:`kill_server_inside` SIGKILLs a
 server's process from within its sandbox and says when; :func:`sandbox_rss` measures a sandbox's
-processes from the host.
+processes from the host; :func:`dry_run_example` runs ``dry-run`` on the bundled example.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -138,3 +140,12 @@ def servers_apart(n: int, tmp: Path) -> list:
             python.symlink_to(SANDBOX_PYTHON)
         specs.append(ProcessSpec(name=f"server-{i}", argv=[str(python)], cwd=tmp, env={}))
     return specs
+
+
+def dry_run_example(env: dict[str, str], out: Path, work: Path, *flags: str) -> subprocess.CompletedProcess:
+    """``dry-run`` of :data:`EXAMPLE` on :data:`DATASET` (2 samples a row, rows to ``out``, runs
+    under ``work``, ``flags`` added) in a process of its own with ``env``; its exit is the caller's
+    to judge (900 s at the most)."""
+    argv = [sys.executable, "-m", "gym_runtime.cli.main", "dry-run", str(EXAMPLE), "--dataset", str(DATASET)]
+    argv += ["--samples", "2", "--out", str(out), "--work-dir", str(work), *flags]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)

@@ -257,6 +257,12 @@ class OpenSandboxServer:
         """Stop the server process (SIGTERM; its sandboxes live on in podman, as on a real restart)."""
         _stop(self.process)
 
+    def start_if_stopped(self) -> None:
+        """:meth:`start` unless the server process runs (a test that stopped it and failed before
+        starting it again leaves the session's later tests a server)."""
+        if self.process is None or self.process.poll() is not None:
+            self.start()
+
     def restart(self) -> None:
         self.stop()
         self.start()

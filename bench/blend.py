@@ -2,13 +2,14 @@
 GRPO job blends them; prints figures, asserts nothing.
 
     ./uvw run python bench/blend.py [--runs N] [--cold] [--signal INT|TERM] [--wheel WHEEL] [--python PY]
-                                    [--sandbox-backend local|opensandbox|both] [--home DIR]
+                                    [--sandbox-backend local|opensandbox|both] [--home DIR] [--only TREE ...]
 
 The package: each tree of :data:`BLEND` with its config, every tree that config names (its agent,
 its environment server) and ``vllm_model``, unchanged (``assemble_tree_package``, as
 ``bench/gym_catalog.py`` packages one tree), into one directory whose manifest lists every config,
 policy model first: 22 server instances (seven resources servers, seven agents, seven environment
-servers, ``policy_model``). The built-in stub model is the policy. Servers run on a CPython
+servers, ``policy_model``); ``--only`` packages only the environments named (``--only
+example_single_tool_call``: the 4-server example of docs/performance.md). The built-in stub model is the policy. Servers run on a CPython
 >= 3.13.14 (``tests/helpers/gym_python.py``, or ``--python``); the pins are the wheel's release
 (docs/runtime.md, "Gym releases").
 
@@ -80,13 +81,13 @@ KINDS = ("daemon", "preloaded parents", "forked servers", "others")
 MIB = 2**20
 
 
-def assemble_blend(wheel: Path, root: Path) -> Path:
-    """The blend package under ``root`` (module doc): each tree of :data:`BLEND` packaged into the
+def assemble_blend(wheel: Path, root: Path, blend: tuple[tuple[str, str], ...] = BLEND) -> Path:
+    """The blend package under ``root`` (module doc): each tree of ``blend`` packaged into the
     same directory (trees shared between environments are the same bytes), then one manifest
     listing every config, policy model first."""
     shutil.rmtree(root, ignore_errors=True)
     configs: list[str] = []
-    for tree, config in BLEND:
+    for tree, config in blend:
         assemble_tree_package(wheel, tree, config, root)
         manifest = yaml.safe_load((root / "nemo-environment.yaml").read_text())
         configs += [c for c in manifest["config_paths"] if c not in configs]
@@ -94,8 +95,8 @@ def assemble_blend(wheel: Path, root: Path) -> Path:
         "format": "native-v1",
         "config_paths": sorted(configs, key=lambda c: not c.startswith("responses_api_models/")),
         "metadata": {
-            "name": f"gym-blend-{len(BLEND)}",
-            "description": f"NeMo Gym {wheel_version(wheel)}: {', '.join(t for t, _ in BLEND)}, unchanged",
+            "name": f"gym-blend-{len(blend)}",
+            "description": f"NeMo Gym {wheel_version(wheel)}: {', '.join(t for t, _ in blend)}, unchanged",
         },
     }
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
@@ -282,7 +283,15 @@ def main() -> None:
     ap.add_argument("--python", help="interpreter for the server venvs (default: tests/helpers/gym_python.py's)")
     ap.add_argument("--sandbox-backend", choices=("local", "opensandbox", "both"), default="local")
     ap.add_argument("--home", type=Path, help="GYM_RUNTIME_HOME (default: blend-home in the tests' cache)")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        metavar="TREE",
+        choices=[t for t, _ in BLEND],
+        help="package only these environments (example_single_tool_call alone: the 4-server example)",
+    )
     args = ap.parse_args()
+    blend = tuple(e for e in BLEND if e[0] in args.only) if args.only else BLEND
     python = args.python or find_gym_python()
     if python is None:
         raise SystemExit("needs a CPython >= 3.13.14: none on this host and none provisioned (.ci/provision-python)")
@@ -294,9 +303,9 @@ def main() -> None:
     backends = ("local", "opensandbox") if args.sandbox_backend == "both" else (args.sandbox_backend,)
     sig = signal.SIGTERM if args.signal == "TERM" else signal.SIGINT
     work = Path(tempfile.mkdtemp(prefix="gym-runtime-blend-", dir=home.parent))  # an allowed host path
-    pkg = assemble_blend(wheel, work / "pkg")
+    pkg = assemble_blend(wheel, work / "pkg", blend)
     print(
-        f"blend of {len(BLEND)} environments (nemo-gym {wheel_version(wheel)}, {python}); "
+        f"blend of {len(blend)} environments (nemo-gym {wheel_version(wheel)}, {python}); "
         f"{'cold' if args.cold else 'warm'}, {args.runs} runs, stop by SIG{args.signal}; {os.cpu_count()} cores; "
         f"sandbox backend {' and '.join(backends)}"
     )

@@ -3,8 +3,7 @@
 The head server, the task-sandbox API, the OpenSandbox gate, the replica router and the
 OpenSandbox relays all run this way: the caller binds its sockets first (no probe-then-release
 race), uvicorn's signal handling stays off (the daemon owns SIGTERM and SIGINT), and a stop ends
-open requests within a bound. Beside them: a listening socket, and a free port's number
-(:func:`free_port`, for a server that binds its port itself).
+open requests within a bound. Their listening sockets come from :mod:`gym_runtime.sockets`.
 """
 
 from __future__ import annotations
@@ -12,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 
-from gym_runtime.errors import StartError
+from gym_runtime.sockets import listening_socket
 
 QUIET: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off", "timeout_keep_alive": 60}
 
@@ -52,37 +51,6 @@ class LoopServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._task, wait_s)
             self._task = None
-
-
-def listening_socket(
-    host: str, port: int = 0, *, reuse: bool = False, prepare: Callable[[socket.socket], None] | None = None
-) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (0: a free port) and listening (backlog 512), IPv6 when
-    ``host`` holds a colon; ``reuse`` sets ``SO_REUSEADDR``, ``prepare`` runs before the bind. ``IPPROTO_TCP``: asyncio sets ``TCP_NODELAY`` only on sockets of that
-    protocol; without it an answer's head and body wait for the client's delayed ACK (40 ms a call)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        if reuse:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if prepare is not None:
-            prepare(sock)
-        sock.bind((host, port))
-        sock.listen(512)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def free_port(host: str = "127.0.0.1", avoid: set[int] | frozenset[int] = frozenset()) -> int:
-    """A port the OS reports free on ``host``, not in ``avoid`` (the run's assigned ports)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if port not in avoid:
-            return port
-    raise StartError("no free port found on " + host, code="GR-START-PORT")
 
 
 class LoopbackListener(LoopServer):

@@ -384,5 +384,6 @@ async def _preloaded(z: Zygote, preload: Preload, venv: str, servers: int, say: 
         f"preload: venv {venv}: {servers} servers forked from one parent that imported {len(z.modules)} modules in "
         f"{answer.get('seconds', 0):.2f}s"
         + (f", {answer['immortal']:,} objects made immortal" if answer.get("immortal") else "")
+        + (f", {answer['unmapped'] / 2**20:.0f} MiB of library pages unmapped" if answer.get("unmapped") else "")
         + (f" (not imported: {failed})" if failed else "")
     )

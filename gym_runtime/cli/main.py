@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
+    _without_httpx_cli()
     import json
 
     from gym_runtime.inherited import standard_descriptors
@@ -46,6 +47,17 @@ def _run(argv: list[str] | None) -> int:
         return e.exit_code
     except BrokenPipeError:
         return EXIT_RUNTIME
+
+
+def _without_httpx_cli() -> None:
+    """Keep httpx's own command line out of this process. ``import httpx`` (0.28) imports
+    ``httpx._main`` whenever click, rich and pygments are installed, as they are here (uvicorn
+    needs click, this CLI rich): ~90 modules and ~5 MiB of the daemon's memory for a command line
+    it never runs (docs/performance.md, "Where the memory goes now"). ``None`` in
+    ``sys.modules`` makes that import raise ``ImportError`` (the import system's reference,
+    "The module cache"), which httpx catches: its ``httpx.main`` is then the stub that says the CLI
+    cannot run; nothing else of httpx changes. Rich stays importable for this CLI's own output."""
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: the import system's "halt"
 
 
 def console() -> None:

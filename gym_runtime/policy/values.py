@@ -22,8 +22,8 @@ from gym_runtime.config.redact import KEYLESS_API_KEY
 from gym_runtime.errors import ConfigError
 from gym_runtime.gym_release import choose_release
 from gym_runtime.package import Package, load_package
-from gym_runtime.serving import free_port
 from gym_runtime.settings import RuntimeSettings
+from gym_runtime.sockets import free_port
 
 STUB_MODEL_NAME = "stub-model"
 

@@ -113,7 +113,7 @@ class ApiListener:
 
 def open_service(env: Any) -> ApiListener:
     """The service of environment ``env`` (``Environment``) and its API's listener, not serving yet."""
-    from gym_runtime.serving import listening_socket
+    from gym_runtime.sockets import listening_socket
     from gym_runtime.task_sandboxes.service import TaskSandboxService
     from gym_runtime.task_sandboxes.settings import TaskSandboxSettings
 

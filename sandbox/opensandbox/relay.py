@@ -40,7 +40,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gym_runtime.serving import LoopServer, listening_socket
+from gym_runtime.serving import LoopServer
+from gym_runtime.sockets import listening_socket
 
 from . import NO_SERVER
 

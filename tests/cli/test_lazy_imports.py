@@ -34,7 +34,7 @@ try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+print(json.dumps(sorted(k for k, v in sys.modules.items() if v is not None)), file=sys.stderr)  # None: not imported
 """
 
 
@@ -71,3 +71,13 @@ def test_status_without_a_daemon_loads_nothing_heavy(tmp_path) -> None:
     )
     loaded = set(json.loads(r.stderr.strip().splitlines()[-1]))
     assert not {m for m in loaded for h in HEAVY if m == h or m.startswith(h + ".")}
+
+
+def test_up_loads_the_daemon_without_httpx_s_command_line_or_uvicorn(tmp_path) -> None:
+    """``up`` imports the daemon's bring-up with httpx but not httpx's own command line (click, rich,
+    pygments: ~90 modules the daemon never runs), and the job's policy values take a free port without
+    uvicorn, which only the daemon's listeners import once they start (docs/performance.md)."""
+    loaded = _loaded("up", str(tmp_path / "no-such-package"))
+    assert {"gym_runtime.runtime.bringup", "gym_runtime.policy.values", "httpx"} <= loaded
+    cli = ("httpx._main", "click", "rich", "pygments", "uvicorn", "gym_runtime.serving")
+    assert not {m for m in loaded for h in cli if m == h or m.startswith(h + ".")}

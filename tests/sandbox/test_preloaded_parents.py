@@ -392,3 +392,55 @@ def test_a_forked_server_that_fails_prints_what_python_script_prints(bwrap, tmp_
         plain = subprocess.run([str(plain_python), f"{name}.py"], cwd=apps, capture_output=True, text=True)
         assert got == plain.stderr.replace(f'"{apps}/', '"'), (got, plain.stderr)
         assert "_zygote" not in got and "runpy" not in got
+
+
+UNMAP_PROBE = r"""
+import importlib.util, json, sys
+
+spec = importlib.util.spec_from_file_location("_zygote", sys.argv[1])
+zygote = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(zygote)
+import pydantic_core
+from pydantic_core import _pydantic_core as ext
+
+
+def mapped():  # the extension's mappings by permissions: [resident kB, anonymous kB]
+    seen, cur = {}, None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if not parts[0].endswith(":"):
+                cur = parts[1] + " " + parts[0] if len(parts) >= 6 and parts[5] == ext.__file__ else None
+                if cur:
+                    seen[cur] = [0, 0]
+            elif cur and parts[0] in ("Rss:", "Anonymous:"):
+                seen[cur][parts[0] == "Anonymous:"] = int(parts[1])
+    return seen
+
+
+before = mapped()
+dropped = zygote._unmap_file_pages()
+after = mapped()
+schema = pydantic_core.core_schema.int_schema()
+print(json.dumps({"before": before, "after": after, "dropped": dropped,
+                  "runs": pydantic_core.SchemaValidator(schema).validate_python("42")}))
+"""
+
+
+def test_a_parent_stops_mapping_the_library_pages_its_imports_read_and_the_libraries_still_run() -> None:
+    """The parent drops its mappings of the pages its imports read of a native library (no server
+    shares them: a fork copies no page-table entry of a clean file mapping), only where the mapping
+    cannot differ from its file (read-only, no copied page); the writable and copied mappings
+    keep every page, and the library runs afterwards, mapping again what it reads."""
+    zygote = Path(__file__).resolve().parents[2] / "sandbox" / "_zygote.py"
+    r = subprocess.run([sys.executable, "-c", UNMAP_PROBE, str(zygote)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    seen = json.loads(r.stdout)
+    assert seen["runs"] == 42
+    unwritten = {span for span, (_, anon) in seen["before"].items() if "w" not in span.split()[0] and anon == 0}
+    assert seen["dropped"] >= sum(seen["before"][span][0] for span in unwritten) * 1024 > 0
+    for span, (rss, anon) in seen["before"].items():
+        if span in unwritten:
+            assert seen["after"][span] == [0, 0], span  # read-only and as in its file: dropped
+        else:
+            assert seen["after"][span] == [rss, anon], span  # written, or copied: kept as it was

@@ -132,3 +132,26 @@ def test_without_a_parent_the_launcher_starts_the_server_itself(tmp_path: Path) 
     out, err = p.communicate(timeout=60)
     seen = json.loads(out)
     assert p.returncode == 3 and seen["secret"] == "s6" and not seen["in_environ"] and seen["comm"] == "delta", err
+
+
+def test_past_the_outage_deadline_the_detail_names_every_server_of_the_lost_sandbox(tmp_path: Path) -> None:
+    from sandbox.opensandbox.connection import OpenSandboxConnection
+    from sandbox.opensandbox.environment import OpenSandboxEnvironment
+    from sandbox.opensandbox.service import SandboxService
+    from sandbox.opensandbox.spec import RunLabels
+    from sandbox.policy import EgressPolicy
+
+    conn = OpenSandboxConnection("127.0.0.1:9", daemon_host="127.0.0.1", egress="unenforced", outage_s=0.0)
+    env = OpenSandboxEnvironment(SandboxService(conn), RunLabels.new(tmp_path, "h"), EgressPolicy(), tmp_path)
+    a, b = _spec(tmp_path, "arithmetic"), _spec(tmp_path, "arithmetic_agent")
+    alone = ProcessSpec("r", ["/v2/bin/python", "r.py"], tmp_path, own_ray.server_env())
+    env.groups.plan([a, b, alone])
+    assert env.groups.members_of(b) == ("arithmetic", "arithmetic_agent") and env.groups.members_of(alone) == ("r",)
+    # whichever server of the group noticed first fails the run: the detail names the whole group
+    reason, detail = env.outage("no answer", env.groups.members_of(b))
+    assert reason == "service-gone" and detail.startswith("OpenSandbox server unreachable since "), detail
+    assert detail.endswith(
+        "; the sandbox lost is the one the 2 servers of its venv share (arithmetic, arithmetic_agent): "
+        "none of them can run until the service answers"
+    ), detail
+    assert "share" not in env.outage("no answer", env.groups.members_of(alone))[1]  # a sandbox of its own

@@ -45,7 +45,8 @@ the sandboxes' creates), *spawn to ready* (from there to the ready line) with ea
 seconds from its spawn to ready (``ready_after_s`` of ``/server_instances``: under ``opensandbox``
 execd's commands, the preloaded parent's imports, readiness), median and max; the daemon's CPU seconds
 at ready; under ``opensandbox`` the OpenSandbox server's RSS (its process tree and podman's
-service) and the number of sandboxes at ready and 1 s after the stop.
+service), the number of sandboxes at ready and 1 s after the stop, and the PSS of the processes in
+the run's sandboxes (their containers on this host: not in the daemon's tree) by role.
 
 ``--killed-daemon`` (with ``opensandbox``), after the runs: one start whose whole session is
 SIGKILLed at ready (a pod's death: its sandboxes stay on the server), a start again in the same
@@ -158,6 +159,19 @@ def sandboxes(server) -> int:
     return len(server.sandboxes())
 
 
+def sandbox_pss(server, ids: set[str]) -> dict[str, float]:
+    """PSS in MiB of the processes in the sandboxes ``ids`` (their containers on this host), summed
+    over them by role (``tests/helpers/opensandbox/runs.py``'s ``sandbox_rss``: execd, the forwarder,
+    the launchers, the preloaded parent, the servers, others)."""
+    from tests.helpers.opensandbox.runs import ROLES, sandbox_rss
+
+    out = dict.fromkeys(ROLES, 0.0)
+    for sid in ids:
+        for role, b in sandbox_rss(server, sid, pss=True).items():
+            out[role] += b / MIB
+    return out
+
+
 def phases(err: list[tuple[float, str]], ready_s: float) -> dict[str, float]:
     """Seconds of each phase of the start (module doc) from the daemon's timed progress lines."""
     venvs = max((t for t, ln in err if "] venv " in ln or ln.startswith("venv ")), default=0.0)
@@ -236,7 +250,8 @@ def one_run(
     info, ready_s = up.info, up.ready_s
     with httpx.Client(base_url=info["head_server"], trust_env=False, timeout=60) as head:
         procs = head.get("/processes").json()["processes"]
-        each = [s.get("ready_after_s") for s in head.get("/server_instances").json()]
+        instances = head.get("/server_instances").json()
+    each = [s.get("ready_after_s") for s in instances]
     cpu = psutil.Process(proc.pid).cpu_times()
     extra: dict = {"phases": phases(list(up.timed), ready_s), "cpu_s": cpu.user + cpu.system}
     each = [x for x in each if x is not None]
@@ -245,6 +260,7 @@ def one_run(
     if server is not None:
         extra["osb_rss"] = (tree_rss(server.process.pid) + tree_rss(server.podman_process.pid)) / MIB
         extra["sandboxes"] = sandboxes(server)
+        extra["sandbox_pss"] = sandbox_pss(server, {s["sandbox"] for s in instances if s.get("sandbox")})
     by_kind, nprocs = tree_pss(proc.pid, {r["pid"]: kind_of(r) for r in procs})
     load = os.getloadavg()[0]
     if rows:
@@ -298,7 +314,8 @@ def say_run(i: int, r: dict) -> None:
         + f"; daemon CPU {r['cpu_s']:.1f} s at ready"
         + (
             f"; OpenSandbox server + podman service RSS {r['osb_rss']:.0f} MiB, sandboxes {r['sandboxes']} at ready, "
-            f"{r['sandboxes_left']} after the stop"
+            f"{r['sandboxes_left']} after the stop; in the sandboxes PSS {sum(r['sandbox_pss'].values()):,.0f} MiB: "
+            + ", ".join(f"{k} {v:.0f}" for k, v in r["sandbox_pss"].items() if v)
             if "osb_rss" in r
             else ""
         )
@@ -421,6 +438,9 @@ def summary(label: str, done: list[dict]) -> None:
     if "osb_rss" in done[0]:
         spread(f"{label}OpenSandbox server + podman service RSS", [r["osb_rss"] for r in done], "MiB", ",.0f")
         spread(f"{label}sandboxes left after the stop", [float(r["sandboxes_left"]) for r in done], "", ".0f")
+        spread(f"{label}PSS in the sandboxes", [sum(r["sandbox_pss"].values()) for r in done], "MiB", ",.0f")
+        for k in done[0]["sandbox_pss"]:
+            spread(f"  {k}", [r["sandbox_pss"][k] for r in done], "MiB", ",.0f")
     spread(f"{label}tree PSS", [sum(sum(v) for v in r["pss"].values()) for r in done], "MiB", ",.0f")
     for k in KINDS:
         spread(f"  {k}", [sum(r["pss"][k]) for r in done], "MiB", ",.0f")

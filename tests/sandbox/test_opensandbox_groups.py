@@ -155,3 +155,21 @@ def test_past_the_outage_deadline_the_detail_names_every_server_of_the_lost_sand
         "none of them can run until the service answers"
     ), detail
     assert "share" not in env.outage("no answer", env.groups.members_of(alone))[1]  # a sandbox of its own
+
+
+def test_the_sandbox_memory_helper_counts_the_parent_as_the_parent(tmp_path: Path) -> None:
+    # the parent's code (``python -c CODE SOCKET``) names execd in its text: it is still the parent
+    from sandbox.opensandbox.groups import PARENT_SOCKET
+    from tests.helpers.opensandbox.runs import _role
+
+    code = "import time  # forks what execd's launcher asks for\ntime.sleep(30)"
+    p = subprocess.Popen([sys.executable, "-c", code, PARENT_SOCKET, "[]"])
+    try:
+        deadline = time.monotonic() + 30
+        while len(psutil.Process(p.pid).cmdline()) < 4:  # the exec done
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert _role(psutil.Process(p.pid)) == "parent"
+    finally:
+        p.kill()
+        p.wait()

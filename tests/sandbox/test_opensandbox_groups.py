@@ -26,11 +26,12 @@ from sandbox.zygote import Preload
 
 # a server: says what it got, then sleeps (argv[1] "sleep"; "grow": holding 200 MiB) or exits 3
 APP = """
-import json, os, sys, time
+import gc, json, os, sys, time
 me = open(f"/proc/{os.getpid()}/comm").read().strip()
 seen = open(f"/proc/{os.getpid()}/environ", "rb").read()
 print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "secret": os.environ.get("SECRET"), "comm": me,
-                  "in_environ": b"SECRET=" in seen, "json_preloaded": "email.mime.text" in sys.modules}), flush=True)
+                  "in_environ": b"SECRET=" in seen, "json_preloaded": "email.mime.text" in sys.modules,
+                  "frozen": gc.get_freeze_count()}), flush=True)
 if sys.argv[1:] == ["grow"]:
     held = bytearray(200 << 20)  # touched: 200 MiB of RSS
 if sys.argv[1:] in (["sleep"], ["grow"]):
@@ -98,6 +99,7 @@ def test_a_server_forked_by_the_parent_gets_its_secret_alone_and_its_exit(tmp_pa
     assert p.returncode == 3, err
     seen = json.loads(out)
     assert seen["secret"] == "s3" and not seen["in_environ"] and seen["json_preloaded"], seen
+    assert seen["frozen"] > 0  # what the parent imported is frozen: the server's collections leave its pages shared
     assert seen["comm"] == "alpha_server_lo" and seen["argv"] == [str(tmp_path / "app.py")]
     assert seen["path0"] == str(tmp_path)
 

@@ -52,7 +52,9 @@ the run's sandboxes (their containers on this host: not in the daemon's tree) by
 SIGKILLed at ready (a pod's death: its sandboxes stay on the server), a start again in the same
 state slot (its ``--work-dir``), which deletes what the killed daemon left before it creates its own, then
 SIGTERM; prints the sandboxes the server lists (by the daemons' run label) at each point and the
-restarted daemon's line saying what it deleted.
+restarted daemon's line saying what it deleted. The module is long because its figures come from
+one start and stop that every mode shares (:class:`Started`, :func:`one_run`); the rows' own part is
+``bench/blend_rows.py``.
 """
 
 from __future__ import annotations
@@ -69,7 +71,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -80,6 +81,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.backends import tree_rss  # noqa: E402
+from bench.blend_rows import compare_rows, run_rows, say_rows  # noqa: E402
 from bench.gym_catalog import agents_of, gym_env, routed  # noqa: E402
 from tests.helpers.daemon import running  # noqa: E402
 from tests.helpers.gym_package import assemble_tree_package, cache_dir, gym_wheel, wheel_version  # noqa: E402
@@ -217,25 +219,6 @@ class Started:
         return None
 
 
-def run_rows(head_url: str, rows: dict[str, list[dict]]) -> dict:
-    """Every environment's rows in one ``POST /rollouts/run`` to the head server at ``head_url``:
-    ``{"outcomes": {tree: [reward (float) or the row error's code (str), one per row in its order]},
-    "rows_s": seconds the batch took}``."""
-    flat = [(tree, row) for tree, rs in rows.items() for row in rs]
-    t = time.monotonic()
-    r = httpx.post(
-        head_url + "/rollouts/run", json={"examples": [row for _, row in flat]}, timeout=1800, trust_env=False
-    )
-    took = time.monotonic() - t
-    results = r.json()["results"] if r.status_code == 200 else []
-    if len(results) != len(flat):
-        results = [{"error": {"code": f"HTTP {r.status_code}"}}] * len(flat)
-    outcomes: dict[str, list[float | str]] = {tree: [] for tree in rows}
-    for (tree, _), res in zip(flat, results, strict=True):
-        outcomes[tree].append(res["error"].get("code", "?") if "error" in res else float(res.get("reward")))
-    return {"outcomes": outcomes, "rows_s": took}
-
-
 def one_run(
     pkg: Path, work: Path, env: dict[str, str], python: str, sig: int, server=None, rows: dict | None = None
 ) -> dict:
@@ -319,41 +302,6 @@ def say_run(i: int, r: dict) -> None:
             if "osb_rss" in r
             else ""
         )
-    )
-
-
-def say_rows(r: dict) -> None:
-    """Per environment: rows scored of rows sent, each row's reward in order, the row errors' codes."""
-    parts = []
-    for tree, outs in r["outcomes"].items():
-        scored = [o for o in outs if isinstance(o, float)]
-        errors = Counter(o for o in outs if isinstance(o, str))
-        parts.append(
-            f"{tree} {len(scored)}/{len(outs)}"
-            + (f" [{' '.join(f'{o:g}' if isinstance(o, float) else 'x' for o in outs)}]" if outs else "")
-            + (f" ({', '.join(f'{n} {c}' for c, n in errors.items())})" if errors else "")
-        )
-    print(f"  rows scored in {r['rows_s']:.1f} s, rewards by row: " + "; ".join(parts))
-
-
-def compare_rows(done: dict[str, list[dict]]) -> None:
-    """Whether every run of every backend gave each row the same outcome (its reward, or its row
-    error's code) as the first run: rows matched by environment and position in its example file."""
-    runs = [(b, i + 1, r["outcomes"]) for b, rs in done.items() for i, r in enumerate(rs) if "outcomes" in r]
-    if not runs:
-        return
-    (b0, i0, ref), n = runs[0], sum(len(v) for v in runs[0][2].values())
-    differ = [
-        f"{b} run {i} {tree} row {k}: {got!r}, {b0} run {i0}: {want!r}"
-        for b, i, outs in runs[1:]
-        for tree, want_all in ref.items()
-        for k, (want, got) in enumerate(zip(want_all, outs[tree], strict=True))
-        if got != want
-    ]
-    print(
-        f"rows: {len(runs)} runs ({', '.join(f'{len(rs)} {b}' for b, rs in done.items())}) of {n} rows each; "
-        "each row's reward (or row error's code) against the first run's: "
-        + ("the same on every row" if not differ else f"{len(differ)} differ:\n  " + "\n  ".join(differ))
     )
 
 

@@ -3,6 +3,7 @@ GRPO job blends them; prints figures, asserts nothing.
 
     ./uvw run python bench/blend.py [--runs N] [--cold] [--signal INT|TERM] [--wheel WHEEL] [--python PY]
                                     [--sandbox-backend local|opensandbox|both] [--home DIR] [--only TREE ...]
+                                    [--no-rows] [--killed-daemon]
 
 The package: each tree of :data:`BLEND` with its config, every tree that config names (its agent,
 its environment server) and ``vllm_model``, unchanged (``assemble_tree_package``, as
@@ -26,6 +27,15 @@ builds the venvs when there are none (warm). ``GYM_RUNTIME_HOME`` is the bench's
 default ``blend-home``), kept under the tests' cache directory between invocations. The last lines: median / min / max of each figure.
 Target: stop < 1 s with nothing left (docs/performance.md).
 
+Once the figures at ready are taken (unless ``--no-rows``), every environment's example rows (its
+tree's ``data/example.jsonl``, a row naming no agent of its config sent to the config's first agent,
+as ``bench/gym_catalog.py`` does) go in one ``POST /rollouts/run`` to the head server; per run:
+the batch's seconds and, per environment, rows scored of rows sent and each row's reward (``x``: a
+row error, its code counted beside). The stub model's sampling is seeded by prompt and occurrence
+(``gym_runtime/stub_model/app.py``) and every run starts a fresh one, so the same rows score the
+same under either backend: the last line compares each row's reward (or row error's code) in every
+run of every backend with the first run's, rows matched by environment and position.
+
 ``--sandbox-backend opensandbox`` (or ``both``: the two alternate, one start of each per run) starts
 the OpenSandbox server the tests use, as ``bench/backends.py`` does (``tests/helpers/opensandbox/``:
 needs root and podman), and runs the blend on it too (egress unenforced, no sidecar here). Per run
@@ -36,7 +46,16 @@ the sandboxes' creates), *spawn to ready* (from there to the ready line) with ea
 seconds from its spawn to ready (``ready_after_s`` of ``/server_instances``: under ``opensandbox``
 execd's commands, the preloaded parent's imports, readiness), median and max; the daemon's CPU seconds
 at ready; under ``opensandbox`` the OpenSandbox server's RSS (its process tree and podman's
-service) and the number of sandboxes at ready and 1 s after the stop.
+service), the number of sandboxes at ready and 1 s after the stop, and the PSS of the processes in
+the run's sandboxes (their containers on this host: not in the daemon's tree) by role.
+
+``--killed-daemon`` (with ``opensandbox``), after the runs: one start whose whole session is
+SIGKILLed at ready (a pod's death: its sandboxes stay on the server), a start again in the same
+state slot (its ``--work-dir``), which deletes what the killed daemon left before it creates its own, then
+SIGTERM; prints the sandboxes the server lists (by the daemons' run label) at each point and the
+restarted daemon's line saying what it deleted. The module is long because its figures come from
+one start and stop that every mode shares (:class:`Started`, :func:`one_run`); the rows' own part is
+``bench/blend_rows.py``.
 """
 
 from __future__ import annotations
@@ -63,7 +82,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.backends import tree_rss  # noqa: E402
-from bench.gym_catalog import gym_env  # noqa: E402
+from bench.blend_rows import compare_rows, run_rows, say_rows  # noqa: E402
+from bench.gym_catalog import agents_of, gym_env, routed  # noqa: E402
 from tests.helpers.daemon import running  # noqa: E402
 from tests.helpers.gym_package import assemble_tree_package, cache_dir, gym_wheel, wheel_version  # noqa: E402
 from tests.helpers.gym_python import find_gym_python  # noqa: E402
@@ -81,14 +101,24 @@ KINDS = ("daemon", "preloaded parents", "forked servers", "others")
 MIB = 2**20
 
 
-def assemble_blend(wheel: Path, root: Path, blend: tuple[tuple[str, str], ...] = BLEND) -> Path:
+def assemble_blend(
+    wheel: Path, root: Path, blend: tuple[tuple[str, str], ...] = BLEND
+) -> tuple[Path, dict[str, list[dict]]]:
     """The blend package under ``root`` (module doc): each tree of ``blend`` packaged into the
     same directory (trees shared between environments are the same bytes), then one manifest
-    listing every config, policy model first."""
+    listing every config, policy model first. Also each environment's example rows (its
+    ``data/example.jsonl``, by tree), each routed as ``bench/gym_catalog.py`` routes a tree's row: a
+    row naming no agent of its config gets the config's first agent."""
     shutil.rmtree(root, ignore_errors=True)
     configs: list[str] = []
+    rows: dict[str, list[dict]] = {}
     for tree, config in blend:
-        assemble_tree_package(wheel, tree, config, root)
+        _, examples = assemble_tree_package(wheel, tree, config, root)
+        agents = agents_of(root, tree, config)
+        rows[tree] = [
+            r if routed(r, agents) else {**r, "agent_ref": {"type": "responses_api_agents", "name": agents[0]}}
+            for r in examples
+        ]
         manifest = yaml.safe_load((root / "nemo-environment.yaml").read_text())
         configs += [c for c in manifest["config_paths"] if c not in configs]
     manifest = {
@@ -100,7 +130,7 @@ def assemble_blend(wheel: Path, root: Path, blend: tuple[tuple[str, str], ...] =
         },
     }
     (root / "nemo-environment.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
-    return root
+    return root, rows
 
 
 def kind_of(row: dict) -> str:
@@ -134,6 +164,19 @@ def sandboxes(server) -> int:
     return len(server.sandboxes())
 
 
+def sandbox_pss(server, ids: set[str]) -> dict[str, float]:
+    """PSS in MiB of the processes in the sandboxes ``ids`` (their containers on this host), summed
+    over them by role (``tests/helpers/opensandbox/runs.py``'s ``sandbox_rss``: execd, the forwarder,
+    the launchers, the preloaded parent, the servers, others)."""
+    from tests.helpers.opensandbox.runs import ROLES, sandbox_rss
+
+    out = dict.fromkeys(ROLES, 0.0)
+    for sid in ids:
+        for role, b in sandbox_rss(server, sid, pss=True).items():
+            out[role] += b / MIB
+    return out
+
+
 def phases(err: list[tuple[float, str]], ready_s: float) -> dict[str, float]:
     """Seconds of each phase of the start (module doc) from the daemon's timed progress lines."""
     venvs = max((t for t, ln in err if "] venv " in ln or ln.startswith("venv ")), default=0.0)
@@ -141,48 +184,73 @@ def phases(err: list[tuple[float, str]], ready_s: float) -> dict[str, float]:
     return {"venvs": venvs, "add": add - venvs, "spawn to ready": ready_s - add}
 
 
-def one_run(pkg: Path, work: Path, env: dict[str, str], python: str, sig: int, server=None) -> dict:
+class Started:
+    """A launched ``up`` (its process, its stderr lines as they come, each also with its seconds
+    from the launch) and, once :meth:`wait_ready` returned, its ready line and the seconds to it."""
+
+    def __init__(self, pkg: Path, work: Path, env: dict[str, str], python: str) -> None:
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work), "--python", python],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env=env,
+        )
+        self.err: list[str] = []
+        self.timed: list[tuple[float, str]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.info: dict = {}
+        self.ready_s = 0.0
+
+    def _read(self) -> None:
+        for ln in self.proc.stderr or ():
+            self.err.append(ln)
+            self.timed.append((time.monotonic() - self.t0, ln))
+
+    def wait_ready(self) -> str | None:
+        """Wait for the ready line; None once it came, else why not (the daemon exited)."""
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        self.ready_s = time.monotonic() - self.t0
+        if not line:
+            self.proc.wait()
+            self.reader.join(5)
+            return f"no ready line (exit {self.proc.returncode}): {''.join(self.err[-8:])}"
+        self.info = json.loads(line)
+        return None
+
+
+def one_run(
+    pkg: Path, work: Path, env: dict[str, str], python: str, sig: int, server=None, rows: dict | None = None
+) -> dict:
     """One start, measure and stop (module doc); ``{"error": ...}`` when no ready line came.
-    ``server``: the OpenSandbox server the run uses (its memory and sandboxes are counted)."""
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work), "--python", python],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env=env,
-    )
-    err: list[str] = []
-    timed: list[tuple[float, str]] = []
-
-    def read() -> None:
-        for ln in proc.stderr or ():
-            err.append(ln)
-            timed.append((time.monotonic() - t0, ln))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    line = proc.stdout.readline() if proc.stdout else ""
-    ready_s = time.monotonic() - t0
-    if not line:
-        proc.wait()
-        reader.join(5)
-        return {"error": f"no ready line (exit {proc.returncode}): {''.join(err[-8:])}"}
-    info = json.loads(line)
+    ``server``: the OpenSandbox server the run uses (its memory and sandboxes are counted);
+    ``rows``: example rows by environment, run once the figures at ready are taken (:func:`run_rows`)."""
+    up = Started(pkg, work, env, python)
+    proc, err = up.proc, up.err
+    why = up.wait_ready()
+    if why:
+        return {"error": why}
+    info, ready_s = up.info, up.ready_s
     with httpx.Client(base_url=info["head_server"], trust_env=False, timeout=60) as head:
-        rows = head.get("/processes").json()["processes"]
-        each = [s.get("ready_after_s") for s in head.get("/server_instances").json()]
+        procs = head.get("/processes").json()["processes"]
+        instances = head.get("/server_instances").json()
+    each = [s.get("ready_after_s") for s in instances]
     cpu = psutil.Process(proc.pid).cpu_times()
-    extra: dict = {"phases": phases(list(timed), ready_s), "cpu_s": cpu.user + cpu.system}
+    extra: dict = {"phases": phases(list(up.timed), ready_s), "cpu_s": cpu.user + cpu.system}
     each = [x for x in each if x is not None]
     if each:
         extra["server_ready"] = (statistics.median(each), max(each))
     if server is not None:
         extra["osb_rss"] = (tree_rss(server.process.pid) + tree_rss(server.podman_process.pid)) / MIB
         extra["sandboxes"] = sandboxes(server)
-    by_kind, nprocs = tree_pss(proc.pid, {r["pid"]: kind_of(r) for r in rows})
+        extra["sandbox_pss"] = sandbox_pss(server, {s["sandbox"] for s in instances if s.get("sandbox")})
+    by_kind, nprocs = tree_pss(proc.pid, {r["pid"]: kind_of(r) for r in procs})
     load = os.getloadavg()[0]
+    if rows:
+        extra.update(run_rows(info["head_server"], rows))
     pids = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
     t1 = time.monotonic()
     proc.send_signal(sig)
@@ -193,7 +261,7 @@ def one_run(pkg: Path, work: Path, env: dict[str, str], python: str, sig: int, s
         proc.wait()
         code = "hang"
     stop_s = time.monotonic() - t1
-    reader.join(5)
+    up.reader.join(5)
     time.sleep(1)
     if server is not None:
         extra["sandboxes_left"] = sandboxes(server)
@@ -232,10 +300,64 @@ def say_run(i: int, r: dict) -> None:
         + f"; daemon CPU {r['cpu_s']:.1f} s at ready"
         + (
             f"; OpenSandbox server + podman service RSS {r['osb_rss']:.0f} MiB, sandboxes {r['sandboxes']} at ready, "
-            f"{r['sandboxes_left']} after the stop"
+            f"{r['sandboxes_left']} after the stop; in the sandboxes PSS {sum(r['sandbox_pss'].values()):,.0f} MiB: "
+            + ", ".join(f"{k} {v:.0f}" for k, v in r["sandbox_pss"].items() if v)
             if "osb_rss" in r
             else ""
         )
+    )
+
+
+def run_labels(server) -> dict[str, list[str]]:
+    """Sandbox ids the OpenSandbox server ``server`` lists, by the run label a daemon put on them."""
+    out: dict[str, list[str]] = {}
+    for box in server.sandboxes():
+        run = (box.get("metadata") or {}).get("gym-runtime-run")
+        if run:
+            out.setdefault(run, []).append(box["id"])
+    return out
+
+
+def count(labels: dict[str, list[str]]) -> int:
+    return sum(len(v) for v in labels.values())
+
+
+def killed_daemon(pkg: Path, work: Path, env: dict[str, str], python: str, server) -> None:
+    """Under ``opensandbox``: start, SIGKILL the daemon's whole session at ready (as a pod's death:
+    the sandboxes stay), start again in the same state slot (the same ``--work-dir``, the slot a
+    daemon labels its sandboxes with: ``gym_runtime/runtime/bringup.py``), then SIGTERM;
+    prints the sandboxes the server lists at each point and the restarted daemon's line saying what
+    it deleted."""
+    first = Started(pkg, work / "killed", env, python)
+    why = first.wait_ready()
+    if why:
+        print(f"killed daemon: the first start: {why}")
+        return
+    at_ready = run_labels(server)
+    os.killpg(first.proc.pid, signal.SIGKILL)
+    first.proc.wait(30)
+    time.sleep(1)
+    after_kill = run_labels(server)
+    again = Started(pkg, work / "killed", env, python)  # the same slot: its --work-dir
+    why = again.wait_ready()
+    if why:
+        print(f"killed daemon: the restart: {why}")
+        return
+    at_restart = run_labels(server)
+    old_left = sum(len(v) for k, v in at_restart.items() if k in after_kill)
+    t = time.monotonic()
+    again.proc.send_signal(signal.SIGTERM)
+    code = again.proc.wait(120)
+    stop_s = time.monotonic() - t
+    again.reader.join(5)
+    time.sleep(1)
+    reaped = next((ln.split("] ", 1)[-1].strip() for ln in again.err if "a stopped daemon of this" in ln), "none")
+    print(
+        f"killed daemon: sandboxes at ready {count(at_ready)}; SIGKILLed (its session) -> {count(after_kill)} left "
+        f"1 s later; restarted in the same slot, ready in {again.ready_s:.1f} s -> {old_left} of the "
+        f"killed run's left, {count(at_restart) - old_left} of the new run's; SIGTERM -> exit {code} in {stop_s:.2f} s, "
+        f"{count(run_labels(server))} left 1 s later (load average {os.getloadavg()[0]:.1f})\n"
+        f"  the restarted daemon said: {reaped}"
     )
 
 
@@ -267,9 +389,14 @@ def summary(label: str, done: list[dict]) -> None:
     if "osb_rss" in done[0]:
         spread(f"{label}OpenSandbox server + podman service RSS", [r["osb_rss"] for r in done], "MiB", ",.0f")
         spread(f"{label}sandboxes left after the stop", [float(r["sandboxes_left"]) for r in done], "", ".0f")
+        spread(f"{label}PSS in the sandboxes", [sum(r["sandbox_pss"].values()) for r in done], "MiB", ",.0f")
+        for k in done[0]["sandbox_pss"]:
+            spread(f"  {k}", [r["sandbox_pss"][k] for r in done], "MiB", ",.0f")
     spread(f"{label}tree PSS", [sum(sum(v) for v in r["pss"].values()) for r in done], "MiB", ",.0f")
     for k in KINDS:
         spread(f"  {k}", [sum(r["pss"][k]) for r in done], "MiB", ",.0f")
+    if "rows_s" in done[0]:
+        spread(f"{label}rows", [r["rows_s"] for r in done], "s", ".1f")
     spread(f"{label}stop", [r["stop_s"] for r in done], "s")
     spread(f"{label}processes left", [float(r["left"]) for r in done], "", ".0f")
 
@@ -290,6 +417,10 @@ def main() -> None:
         choices=[t for t, _ in BLEND],
         help="package only these environments (example_single_tool_call alone: the 4-server example)",
     )
+    ap.add_argument("--rows", action=argparse.BooleanOptionalAction, default=True, help="run the example rows at ready")
+    ap.add_argument(
+        "--killed-daemon", action="store_true", help="opensandbox: SIGKILL a daemon at ready, start it again"
+    )
     args = ap.parse_args()
     blend = tuple(e for e in BLEND if e[0] in args.only) if args.only else BLEND
     python = args.python or find_gym_python()
@@ -303,7 +434,7 @@ def main() -> None:
     backends = ("local", "opensandbox") if args.sandbox_backend == "both" else (args.sandbox_backend,)
     sig = signal.SIGTERM if args.signal == "TERM" else signal.SIGINT
     work = Path(tempfile.mkdtemp(prefix="gym-runtime-blend-", dir=home.parent))  # an allowed host path
-    pkg = assemble_blend(wheel, work / "pkg", blend)
+    pkg, rows = assemble_blend(wheel, work / "pkg", blend)
     print(
         f"blend of {len(blend)} environments (nemo-gym {wheel_version(wheel)}, {python}); "
         f"{'cold' if args.cold else 'warm'}, {args.runs} runs, stop by SIG{args.signal}; {os.cpu_count()} cores; "
@@ -333,17 +464,28 @@ def main() -> None:
                     for sub in ("venvs", "bytecode", "resolutions"):
                         shutil.rmtree(home / sub, ignore_errors=True)
                 r = one_run(
-                    pkg, work / f"run{i}-{b}", envs[b], str(python), sig, server if b == "opensandbox" else None
+                    pkg,
+                    work / f"run{i}-{b}",
+                    envs[b],
+                    str(python),
+                    sig,
+                    server if b == "opensandbox" else None,
+                    rows if args.rows else None,
                 )
                 if "error" in r:
                     print(f"run {i + 1} {b}: {r['error']}")
                     continue
                 print(f"[{b}] ", end="")
                 say_run(i + 1, r)
+                if "outcomes" in r:
+                    say_rows(r)
                 done[b].append(r)
         for b in backends:
             if done[b]:
                 summary(f"{b}: " if len(backends) > 1 else "", done[b])
+        compare_rows(done)
+        if args.killed_daemon and server is not None:
+            killed_daemon(pkg, work, envs["opensandbox"], str(python), server)
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -105,7 +105,7 @@ def main() -> None:
     if args.blend:
         from bench.blend import assemble_blend
 
-        pkg, what = assemble_blend(wheel, work / "pkg"), "blend (22 servers)"
+        pkg, what = assemble_blend(wheel, work / "pkg")[0], "blend (22 servers)"
     else:
         pkg, what = assemble_gym_package(wheel, work / "pkg")[0], "package"
     print(f"fresh pod: nemo-gym {RELEASE} {what}, {python}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")

@@ -312,7 +312,7 @@ def _error_of(text: str) -> tuple[str | None, str]:
     return None, text.strip().splitlines()[-1] if text.strip() else ""
 
 
-def _agents_of(pkg: Path, tree: str, config: str) -> list[str]:
+def agents_of(pkg: Path, tree: str, config: str) -> list[str]:
     """The agent instances the tree's config defines, in its order."""
     doc = yaml.safe_load((pkg / "resources_servers" / tree / "configs" / config).read_text()) or {}
     return [name for name, inst in doc.items() if isinstance(inst, dict) and "responses_api_agents" in inst]
@@ -333,7 +333,7 @@ def judge(res: Result, version: str) -> None:
     res.fault = guess + "?"
 
 
-def _routed(row: dict, agents: list[str]) -> bool:
+def routed(row: dict, agents: list[str]) -> bool:
     """True when a row names its own route (docs/rollouts.md, "Rows through environment servers"):
     an agent of this config, a ``task_source`` or an environment server (an ``agent_ref`` naming
     an agent of another config of the tree is replaced by this config's agent)."""
@@ -351,7 +351,7 @@ def sweep_one(wheel: Path, tree: str, config: str, python: str, work: Path, isol
     }
     t = time.monotonic()
     pkg, rows = assemble_tree_package(wheel, tree, config, work / "pkg")
-    agents = _agents_of(pkg, tree, config)
+    agents = agents_of(pkg, tree, config)
     res.seconds["package"] = time.monotonic() - t
     for stage, args, timeout in (
         ("validate", ["validate", str(pkg), "--json"], 300),
@@ -394,7 +394,7 @@ def sweep_one(wheel: Path, tree: str, config: str, python: str, work: Path, isol
             res.isolation, res.servers = info.get("isolation"), len(info.get("servers") or [])
             res.stage = "row"
             row = rows[0] if rows else {"responses_create_params": {"input": "Hello"}}
-            if not _routed(row, agents):
+            if not routed(row, agents):
                 row = {**row, "agent_ref": {"type": "responses_api_agents", "name": agents[0] if agents else None}}
             t = time.monotonic()
             r = httpx.post(

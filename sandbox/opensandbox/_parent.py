@@ -9,7 +9,9 @@ so neither it nor a server forked from it can be read by another process of the 
 ``SOCKET``: an AF_UNIX SEQPACKET path it listens on at once (launchers queue there while it imports);
 ``MODULES``: a JSON list of dotted names, each imported when the venv has it. A module that fails is
 skipped; a Python thread alive after the imports (a fork carries none) makes it answer every
-request ``{"no": why}``, and the launcher then starts its server itself.
+request ``{"no": why}``, and the launcher then starts its server itself. What it imported is then
+frozen (``gc.freeze``, as ``sandbox/_zygote.py`` does): a server's collections never walk those
+objects, so their pages stay shared with the parent and its siblings.
 
 A launcher's request: ``{"name", "argv", "cwd", "env", "nofile"}`` with its stdout and stderr attached
 (``SCM_RIGHTS``). The parent forks a child, answers ``{"pid": N}`` and later, once the child ended,
@@ -24,6 +26,7 @@ group is killed.
 """
 
 import ctypes
+import gc
 import json
 import os
 import select
@@ -129,6 +132,8 @@ def main():
             __import__(name)
         except BaseException:  # noqa: BLE001 - a module the venv lacks or that fails: its servers import it
             pass
+    gc.collect()
+    gc.freeze()  # what it imported is left out of the servers' collections: their pages stay shared
     threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     refuse = f"the preloaded parent has Python threads after its imports ({', '.join(threads)})" if threads else None
     print(f"preloaded parent: {len(modules)} module(s) imported" + (f"; {refuse}" if refuse else ""), flush=True)

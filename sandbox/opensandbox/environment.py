@@ -29,6 +29,7 @@ import contextlib
 import logging
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -332,23 +333,22 @@ class OpenSandboxEnvironment:
         elif self.unreachable_since is None:
             self.unreachable_since = time.time()
 
-    def outage(self, cause: str) -> tuple[str, str]:
+    def outage(self, cause: str, group: Sequence[str] = ()) -> tuple[str, str]:
         """The exit (reason, detail) of a server that needs a sandbox while the lifecycle server does
         not answer (``cause``: why, e.g. the ``GR-OSB-UNREACHABLE`` block's message): ``service-lost``
         (the supervisor starts it again, uncounted: docs/runtime.md "Lifecycle") until the outage is
         :attr:`OpenSandboxConnection.outage_s` old, then ``service-gone`` (the server fails, naming
-        the service); reasons of ``gym_runtime.supervise.member``."""
+        the service and ``group``: the servers sharing the sandbox lost, whichever asked first failed);
+        reasons of ``gym_runtime.supervise.member``."""
         self.answered(False)
         since = self.unreachable_since or time.time()
         at = time.strftime("%H:%M:%S UTC", time.gmtime(since))
-        away = time.time() - since
+        away, setting = time.time() - since, "(GYM_RUNTIME_OPENSANDBOX_OUTAGE_S)"
         what = f"OpenSandbox server unreachable since {at} ({away:.0f}s): {cause}"
         if away < self.conn.outage_s:
-            return (
-                "service-lost",
-                f"{what}; waiting up to {self.conn.outage_s:g}s for it (GYM_RUNTIME_OPENSANDBOX_OUTAGE_S)",
-            )
-        return "service-gone", f"{what}; gave up after {self.conn.outage_s:g}s (GYM_RUNTIME_OPENSANDBOX_OUTAGE_S)"
+            return "service-lost", f"{what}; waiting up to {self.conn.outage_s:g}s for it {setting}"
+        shared = f"; the sandbox lost is the one the {len(group)} servers of its venv share ({', '.join(group)})"
+        return "service-gone", f"{what}; gave up after {self.conn.outage_s:g}s {setting}" + shared * (len(group) > 1)
 
     async def discard(self, box: Any) -> None:
         """Delete ``box`` (a server ended in it) and close the SDK's connection to it."""

@@ -317,6 +317,10 @@ class Groups:
         """What group ``key``'s sandbox is made with (its servers as planned so far)."""
         return group_spec(self.specs[key])
 
+    def members_of(self, spec: Any) -> tuple[str, ...]:
+        """The names of the servers of server ``spec``'s group as planned so far (its own among them)."""
+        return tuple(s.name for s in self.specs.get(group_key(spec), [])) or (spec.name,)
+
     def parent_of(self, spec: Any) -> str | None:
         """The socket of the preloaded parent of server ``spec``'s group, None when it has none."""
         return PARENT_SOCKET if self.spec_of(group_key(spec)).preload is not None else None

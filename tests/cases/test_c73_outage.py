@@ -143,5 +143,10 @@ def test_c73_past_the_deadline_the_run_ends_naming_the_service_not_the_server(
         r"server '(\w+)' could not be given a new sandbox: OpenSandbox server unreachable since", blocks[0]
     )
     assert named is not None and named.group(1) in ready["servers"], blocks[0]
+    # and the block names that group: every server of the venv, the one that said it among them
+    group = re.search(r"the (\d+) servers of its venv share \(([\w, ]+)\)", blocks[0])
+    assert group is not None, blocks[0]
+    names = group.group(2).split(", ")
+    assert len(names) == int(group.group(1)) > 1 and named.group(1) in names and "code_lookup" in names, blocks[0]
     assert "gave up after 20s (GYM_RUNTIME_OPENSANDBOX_OUTAGE_S)" in blocks[0]
     assert "fix the server" not in err and "not at fault" in err

@@ -26,11 +26,12 @@ from sandbox.zygote import Preload
 
 # a server: says what it got, then sleeps (argv[1] "sleep"; "grow": holding 200 MiB) or exits 3
 APP = """
-import json, os, sys, time
+import gc, json, os, sys, time
 me = open(f"/proc/{os.getpid()}/comm").read().strip()
 seen = open(f"/proc/{os.getpid()}/environ", "rb").read()
 print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "secret": os.environ.get("SECRET"), "comm": me,
-                  "in_environ": b"SECRET=" in seen, "json_preloaded": "email.mime.text" in sys.modules}), flush=True)
+                  "in_environ": b"SECRET=" in seen, "json_preloaded": "email.mime.text" in sys.modules,
+                  "frozen": gc.get_freeze_count()}), flush=True)
 if sys.argv[1:] == ["grow"]:
     held = bytearray(200 << 20)  # touched: 200 MiB of RSS
 if sys.argv[1:] in (["sleep"], ["grow"]):
@@ -98,6 +99,7 @@ def test_a_server_forked_by_the_parent_gets_its_secret_alone_and_its_exit(tmp_pa
     assert p.returncode == 3, err
     seen = json.loads(out)
     assert seen["secret"] == "s3" and not seen["in_environ"] and seen["json_preloaded"], seen
+    assert seen["frozen"] > 0  # what the parent imported is frozen: the server's collections leave its pages shared
     assert seen["comm"] == "alpha_server_lo" and seen["argv"] == [str(tmp_path / "app.py")]
     assert seen["path0"] == str(tmp_path)
 
@@ -132,3 +134,43 @@ def test_without_a_parent_the_launcher_starts_the_server_itself(tmp_path: Path) 
     out, err = p.communicate(timeout=60)
     seen = json.loads(out)
     assert p.returncode == 3 and seen["secret"] == "s6" and not seen["in_environ"] and seen["comm"] == "delta", err
+
+
+def test_past_the_outage_deadline_the_detail_names_every_server_of_the_lost_sandbox(tmp_path: Path) -> None:
+    from sandbox.opensandbox.connection import OpenSandboxConnection
+    from sandbox.opensandbox.environment import OpenSandboxEnvironment
+    from sandbox.opensandbox.service import SandboxService
+    from sandbox.opensandbox.spec import RunLabels
+    from sandbox.policy import EgressPolicy
+
+    conn = OpenSandboxConnection("127.0.0.1:9", daemon_host="127.0.0.1", egress="unenforced", outage_s=0.0)
+    env = OpenSandboxEnvironment(SandboxService(conn), RunLabels.new(tmp_path, "h"), EgressPolicy(), tmp_path)
+    a, b = _spec(tmp_path, "arithmetic"), _spec(tmp_path, "arithmetic_agent")
+    alone = ProcessSpec("r", ["/v2/bin/python", "r.py"], tmp_path, own_ray.server_env())
+    env.groups.plan([a, b, alone])
+    assert env.groups.members_of(b) == ("arithmetic", "arithmetic_agent") and env.groups.members_of(alone) == ("r",)
+    # whichever server of the group noticed first fails the run: the detail names the whole group
+    reason, detail = env.outage("no answer", env.groups.members_of(b))
+    assert reason == "service-gone" and detail.startswith("OpenSandbox server unreachable since "), detail
+    assert detail.endswith(
+        "; the sandbox lost is the one the 2 servers of its venv share (arithmetic, arithmetic_agent)"
+    ), detail
+    assert "share" not in env.outage("no answer", env.groups.members_of(alone))[1]  # a sandbox of its own
+
+
+def test_the_sandbox_memory_helper_counts_the_parent_as_the_parent(tmp_path: Path) -> None:
+    # the parent's code (``python -c CODE SOCKET``) names execd in its text: it is still the parent
+    from sandbox.opensandbox.groups import PARENT_SOCKET
+    from tests.helpers.opensandbox.runs import _role
+
+    code = "import time  # forks what execd's launcher asks for\ntime.sleep(30)"
+    p = subprocess.Popen([sys.executable, "-c", code, PARENT_SOCKET, "[]"])
+    try:
+        deadline = time.monotonic() + 30
+        while len(psutil.Process(p.pid).cmdline()) < 4:  # the exec done
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert _role(psutil.Process(p.pid)) == "parent"
+    finally:
+        p.kill()
+        p.wait()

@@ -96,32 +96,33 @@ def _role(p: psutil.Process) -> str:
     """What a process in a sandbox is, by its command line and name (see :func:`sandbox_rss`)."""
     argv = p.cmdline()
     text = " ".join(argv)
-    if "execd" in text:
+    if len(argv) > 3 and argv[1] == "-c" and argv[3] == PARENT_SOCKET:  # the parent and what it forked
+        return "parent" if p.name().startswith("python") else "server"
+    if any(Path(a).name == "execd" for a in argv[:2]):  # the parent's code names execd too: asked first
         return "execd"
     if "forwarder" in text:
         return "forwarder"
     if len(argv) > 1 and argv[1] == "-I":
         return "launcher"
-    if len(argv) > 3 and argv[1] == "-c" and argv[3] == PARENT_SOCKET:  # the parent and what it forked
-        return "parent" if p.name().startswith("python") else "server"
     return "server" if "app.py" in text else "other"
 
 
-def sandbox_rss(server, sandbox_id: str) -> dict[str, int]:
+def sandbox_rss(server, sandbox_id: str, pss: bool = False) -> dict[str, int]:
     """Bytes of RSS of every process in sandbox ``sandbox_id``'s container (its init, found by
     podman's inspect, and all its descendants), summed by role: ``execd`` (the agent), ``forwarder``
     (the runtime's, one per sandbox), ``launcher`` (the runtime's, one before each server: its
     limits), ``parent`` (the group's preloaded parent), ``server`` (the servers' process trees) and
-    ``other`` (the entrypoint, shells). Pages shared between processes count once per process; not
-    counted: podman's ``conmon`` outside the container. Raises ``httpx.HTTPStatusError`` when podman
-    does not know the container."""
+    ``other`` (the entrypoint, shells). Pages shared between processes count once per process (with
+    ``pss``: PSS instead, each shared page split among the processes mapping it); not counted:
+    podman's ``conmon`` outside the container. Raises ``httpx.HTTPStatusError`` when podman does not
+    know the container."""
     answer = server.docker("GET", f"/containers/sandbox-{sandbox_id}/json")
     answer.raise_for_status()
     init = psutil.Process(answer.json()["State"]["Pid"])
     out = dict.fromkeys(ROLES, 0)
     for p in [init, *init.children(recursive=True)]:
         try:
-            out[_role(p)] += p.memory_info().rss
+            out[_role(p)] += p.memory_full_info().pss if pss else p.memory_info().rss
         except psutil.Error:
             continue
     return out

@@ -192,7 +192,7 @@ class LocalPlacement:
         """Ports, the private Ray head (when chosen), one member per server, each published."""
         env = self.env
         seed = startup_imports(merged.release, ray=bool(env.ray.needed_by))
-        await env.bytecode.seed(self._parents_venvs(merged), seed)  # before any cache is made
+        env.bytecode.plan_seed(self._parents_venvs(merged), seed)  # before any cache is made
         self.addresses, self.head_inside = await self._assign_ports(merged)
         if env.task_sandboxes is not None:
             self.task_url = await task_sandboxes.inside_url(env.task_sandboxes, self.sandbox, self._fresh)
@@ -218,6 +218,10 @@ class LocalPlacement:
         specs = [m.spec for m in env.supervisor.members.values() if m.launcher is self.sandbox]
         for line in await self.sandbox.prepare(specs, env._say):  # e.g. the private tree copies made without bubblewrap
             env._say(line)
+        # the preloaded parents import now (prepare started them); the seed compiles beside them, not before
+        env.bytecode.start_seed()
+        if env.ray.mode == "local":  # the private Ray head (wave 0) reads the seed: it starts once that is compiled
+            await env.bytecode.seeded()
 
     @property
     def close_step(self) -> tuple[str, float]:

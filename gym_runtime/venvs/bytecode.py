@@ -60,6 +60,7 @@ MAX_REPORT = 16 << 20  # bytes of a report read (a parent of the 0.7 SDK lists ~
 RECORD = Path(".gym-runtime") / "pycache.json"
 RAY_HEAD = "ray_head"
 PRELOADED_PARENT = "preloaded parent"  # the user of a venv's preloaded parent (sandbox/zygote.py)
+_RECORDING = threading.Lock()  # held while a venv's RECORD is read and written again (record_users)
 NICE = 10  # compilers' CPU priority (a higher nice value yields to the servers)
 _PYC = re.compile(r"^(?P<stem>[^.]+)\.[a-z]+-\d+(\.opt-\d)?\.pyc$")
 # compileall skips files whose cached bytecode is already up to date; prints how many it compiled.
@@ -126,9 +127,11 @@ def learned(venv: Path) -> set[str]:
 
 
 def record_users(venv: Path, keys: set[str]) -> None:
-    """Add ``keys`` to the users whose imports the shared cache of ``venv`` holds."""
-    (venv / RECORD).parent.mkdir(exist_ok=True)
-    write_json(venv / RECORD, {"learned": sorted(learned(venv) | keys)}, indent=1)
+    """Add ``keys`` to the users whose imports the shared cache of ``venv`` holds (one writer at a
+    time: the harvest's threads and the event loop both add users)."""
+    with _RECORDING:
+        (venv / RECORD).parent.mkdir(exist_ok=True)
+        write_json(venv / RECORD, {"learned": sorted(learned(venv) | keys)}, indent=1)
 
 
 def for_user(venv: Path, key: str, report: bool = False) -> Pycache:

@@ -1,8 +1,9 @@
 """The bytecode caches of one environment's processes (docs/architecture.md §5): the per-run side
-of :mod:`gym_runtime.venvs.bytecode`. Before any process starts it harvests what earlier runs left,
-places what the bytecode store holds and, for a venv with nothing recorded, compiles the release's
-start-up seed (:mod:`gym_runtime.venvs.seed`); then it hands each process its cache and harvests
-what they import in the background while they start, and saves the result to the store."""
+of :mod:`gym_runtime.venvs.bytecode`. Before any process starts it harvests what earlier runs left
+and places what the bytecode store holds; it hands each process its cache; for a venv with nothing
+recorded it compiles the release's start-up seed (:mod:`gym_runtime.venvs.seed`) beside its
+preloaded parent's imports; it harvests what the processes import in the background while they
+start, and saves the result to the store."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ from gym_runtime.venvs.store import read_marker
 class EnvironmentBytecode:
     """The bytecode caches of one environment's processes: ``await prepare(pythons)`` before any
     starts (harvests what earlier runs left, places what ``store`` holds for each venv),
+    ``plan_seed(pythons, seed)`` before any cache is made and ``start_seed()`` once the preloaded
+    parents are started (the start-up seed, compiled in the background),
     ``user(python, key, name)`` per process, ``learn(ready)`` when they are spawned (harvests in
     the background while they start; a user is recorded once ``ready(name)`` says its process is
     done with its start-up imports; once all are ready, the venvs' caches are saved to
@@ -49,7 +52,8 @@ class EnvironmentBytecode:
         self._task: asyncio.Task | None = None
         self._venvs: dict[Path, tuple[Path, str]] = {}  # venv -> (python, plan digest)
         self._interp: dict[Path, Interpreter] = {}
-        self._seeded: set[Path] = set()  # venvs given the start-up seed in this run
+        self._to_seed: dict[Path, tuple[str, ...]] = {}  # interpreter -> the start-up seed its venv gets (plan_seed)
+        self._seeding: asyncio.Task | None = None  # the seeds' compile (start_seed)
         self._stop = threading.Event()
         self.finished: Callable[[str], None] = lambda name: None
 
@@ -92,21 +96,42 @@ class EnvironmentBytecode:
         left = f"; {len(got.rejected)} changed or unusable, so its processes learn again" if got.rejected else ""
         self._say(f"bytecode: {got.placed}/{got.total} files placed from the store into {venv.name}{left}")
 
-    async def seed(self, pythons: Sequence[Path], seed: Sequence[str]) -> None:
-        """Give each venv of ``pythons`` that still has no user learned the ``seed`` (the release's
-        start-up sources, relative to ``site-packages``: :mod:`gym_runtime.venvs.seed`), before any
-        user of it is made. Only for venvs whose processes read the shared cache: a preloaded
-        parent's and the servers it forks (they report what they compile) and a Ray head's; a
-        server started on its own learns under a prefix of its own and sees none of it."""
+    def plan_seed(self, pythons: Sequence[Path], seed: Sequence[str]) -> None:
+        """Mark each venv of ``pythons`` that still has no user learned for the ``seed`` (the
+        release's start-up sources, relative to ``site-packages``: :mod:`gym_runtime.venvs.seed`),
+        before any user of it is made (a Ray head of such a venv reads the shared cache); the
+        compile starts with :meth:`start_seed`. Only for venvs whose processes read the shared
+        cache: a preloaded parent's and the servers it forks (they report what they compile) and a
+        Ray head's; a server started on its own learns under a prefix of its own and sees none of it."""
         if not seed:
             return
         for py in dict.fromkeys(Path(p) for p in pythons):
             if not learned(py.parent.parent):
-                await self._seed(py.parent.parent, py, seed)
+                self._to_seed[py] = tuple(seed)
+
+    def start_seed(self) -> None:
+        """Compile the planned seeds (:meth:`plan_seed`) in the background, one venv after the other,
+        once the processes that read them have started (the preloaded parents import beside it: a
+        module the seed has not compiled yet the parent compiles itself and reports, and every
+        ``.pyc`` lands whole, written to a temporary name and renamed). The harvest's save to the
+        store and :meth:`settled` wait for it; :meth:`close` stops it."""
+        if self._to_seed and self._seeding is None:
+            self._seeding = asyncio.get_running_loop().create_task(self._seed_all())
+
+    async def seeded(self) -> None:
+        """Wait for the seeds' compile (:meth:`start_seed`), if any: a private Ray head whose
+        processes read the seeded cache starts after it, as they would compile it all again."""
+        if self._seeding is not None:
+            await asyncio.shield(self._seeding)
+
+    async def _seed_all(self) -> None:
+        for py, seed in self._to_seed.items():
+            await self._seed(py.parent.parent, py, seed)
 
     async def _seed(self, venv: Path, py: Path, seed: Sequence[str]) -> None:
-        """Compile the ``seed`` sources ``venv`` has, on every core at full priority (its processes
-        wait); a Ray head of the venv then reads the shared cache (the seed holds what it imports)."""
+        """Compile the ``seed`` sources ``venv`` has, in their order (the preloaded parent's imports
+        first), on every core at full priority (the parent's imports follow it); a Ray head of the
+        venv is then recorded as a user of the shared cache (the seed holds what it imports)."""
         started = time.monotonic()
         files = await in_background(seed_sources, venv, seed)
         try:
@@ -114,10 +139,11 @@ class EnvironmentBytecode:
         except (RuntimeError, OSError) as e:  # speed only: its processes learn as without a seed
             self._say(f"bytecode: the start-up seed was not compiled into {venv.name}: {e}")
             return
-        self._seeded.add(venv)
+        if any(c.key == RAY_HEAD and c.venv == venv and not c.learning for _, _, c in self.caches):
+            record_users(venv, {RAY_HEAD})
         self._say(
             f"bytecode: compiled {n} sources the release's processes import at start-up into "
-            f"venv {venv.name} in {time.monotonic() - started:.1f}s, before its processes start (nothing was "
+            f"venv {venv.name} in {time.monotonic() - started:.1f}s, beside its processes' start (nothing was "
             "recorded for it)"
         )
 
@@ -126,11 +152,13 @@ class EnvironmentBytecode:
         ``ready_as``: the process whose readiness ends its learning (a preloaded parent's: its
         first server's), else ``name``'s own; ``report``: it lists what it imports rather than
         write bytecode (:class:`Pycache`)."""
-        venv = Path(python).parent.parent
-        if key == RAY_HEAD and venv in self._seeded and key not in learned(venv):
-            record_users(venv, {key})  # what the head imports was seeded: it reads the shared cache
-        cache = for_user(venv, key, report)
-        self.caches.append((Path(python), name, cache))
+        python = Path(python)
+        venv = python.parent.parent
+        if key == RAY_HEAD and python in self._to_seed and key not in learned(venv):
+            cache = Pycache(venv, key, None)  # what the head imports is seeded: it reads the shared cache
+        else:
+            cache = for_user(venv, key, report)
+        self.caches.append((python, name, cache))
         if ready_as is not None:
             self._ready_as[name] = ready_as
         return cache
@@ -184,6 +212,8 @@ class EnvironmentBytecode:
             # a cold one measured on two cores)
             while not all(ready(self._ready_as.get(name, name)) for _, name, _ in self.caches):
                 await asyncio.sleep(every_s)
+            if self._seeding is not None:  # what the seed compiles is saved with the rest
+                await asyncio.gather(self._seeding, return_exceptions=True)
             await self._save()
 
     def _finished(self, name: str) -> None:
@@ -214,21 +244,25 @@ class EnvironmentBytecode:
                 )
 
     async def settled(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` seconds for the background harvest and save that :meth:`learn`
-        started (``gym-runtime prefetch`` stops only then); True when nothing is left to do: every
-        learning user recorded in its venv and, with a store, saved to it."""
-        if self._task is not None:
-            done, _ = await asyncio.wait({self._task}, timeout=timeout_s)
-            if not done:
+        """Wait up to ``timeout_s`` seconds for the background seed (:meth:`start_seed`) and the
+        harvest and save that :meth:`learn` started (``gym-runtime prefetch`` stops only then);
+        True when nothing is left to do: every learning user recorded in its venv and, with a
+        store, saved to it."""
+        tasks = {t for t in (self._seeding, self._task) if t is not None}
+        if tasks:
+            _, running = await asyncio.wait(tasks, timeout=timeout_s)
+            if running:
                 return False
         pending = any(c.learning for _, _, c in self.caches)
         return not pending and not (self.store is not None and self._unsaved())
 
     async def close(self) -> None:
-        """Stop a running harvest or save (what it wrote stays valid) and release every learning dir."""
+        """Stop a running seed, harvest or save (what it wrote stays valid) and release every
+        learning dir."""
         self._stop.set()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._seeding, self._task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for _, _, c in self.caches:
             c.release()

@@ -5,12 +5,13 @@ store: a fresh pod whose only volume is the uv cache) would have each of its fir
 compile what it imports while it imports it (the preloaded parent and the Ray head's processes the
 same Ray sources, on the same cores), and the daemon compile it all again into the shared cache
 behind them. Instead, for a venv that gets a preloaded parent,
-:meth:`gym_runtime.venvs.env_bytecode.EnvironmentBytecode.seed` first compiles, on every core, the
-sources the release's servers and a private Ray head import at start-up
-(:func:`gym_runtime.gym_release.startup_imports.startup_imports`) that the venv has, then its
-processes start as in a warm start: the preloaded parent, the servers forked from it and the Ray
-head read the shared cache; the parent and its servers report what they compiled, so what the seed
-lacked is compiled behind them. A venv
+:class:`gym_runtime.venvs.env_bytecode.EnvironmentBytecode` compiles, on every core, the sources
+the release's servers and a private Ray head import at start-up
+(:func:`gym_runtime.gym_release.startup_imports.startup_imports`) that the venv has, beside the
+parent's imports (from the moment the parent is started) and in the order the parent reads them:
+the parent mostly reads bytecode the seed has just written, and compiles in memory what it reaches
+first; the servers forked from it and the Ray head read the shared cache; the parent and its
+servers report what they compiled, so what the seed lacked is compiled behind them. A venv
 without a parent is not seeded: its servers learn under prefixes of their own, which hide the
 shared cache.
 """

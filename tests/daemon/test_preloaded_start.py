@@ -2,8 +2,9 @@
 "Preloaded parents"), and ``GYM_RUNTIME_PRELOAD=off`` starts each on its own: the start-up says
 which, every server answers either way, and a forked server is named after its instance and runs
 below the parent, not below a bubblewrap of its own. A cold venv is given the release's start-up
-seed only when a parent will read it: not when preloading is off, nor when every server's tree is
-a copy-on-write view (which a forked server cannot have), as the sandbox itself decides."""
+seed, compiled beside its parent's imports, only when a parent will read it: not when preloading is
+off, nor when every server's tree is a copy-on-write view (which a forked server cannot have), as
+the sandbox itself decides."""
 
 from __future__ import annotations
 
@@ -53,7 +54,13 @@ def test_servers_of_one_venv_are_forked_from_one_parent_unless_it_is_off(
     seeded = [line for line in err.splitlines() if "sources the release's processes import at start-up" in line]
     if mode == "on" and not writable:
         assert forked and f"{len(SIMPLE_SERVERS)} servers forked" in forked[0], err
-        assert len(seeded) == 1 and "before its processes start" in seeded[0], err
+        assert len(seeded) == 1 and "beside its processes' start" in seeded[0], err
+        # the seed compiles beside the parent's imports, not before them: the parent is started (the
+        # sandbox's prepare) before the seed's compile begins, so the seed ends after the start-up's
+        # "starting N server(s)" line, which comes once the parents are started
+        lines = err.splitlines()
+        spawned = next(i for i, line in enumerate(lines) if "server(s) (isolation:" in line)
+        assert spawned < lines.index(seeded[0]), err
         for name, (comm, parent_argv) in seen.items():
             assert comm == name[:15]
             assert parent_argv[-2].endswith("_zygote.py"), parent_argv

@@ -232,7 +232,7 @@ def test_a_learning_user_is_offered_a_report_file_that_a_forked_server_can_take(
     assert asyncio.run(harvest(venv_python, [cache])) == 1 and learned(venv) == {KEY}
 
 
-def test_a_venv_with_nothing_recorded_gets_the_seed_compiled_before_its_processes(venv_python: Path) -> None:
+def test_a_venv_with_nothing_recorded_gets_the_seed_compiled_beside_its_processes(venv_python: Path) -> None:
     from gym_runtime.venvs.bytecode import RAY_HEAD
 
     venv = venv_python.parent.parent
@@ -246,16 +246,25 @@ def test_a_venv_with_nothing_recorded_gets_the_seed_compiled_before_its_processe
         "/etc/passwd.py",
         "tinyparse/README",
     )
-    asyncio.run(bc.seed([venv_python], seed))
+
+    async def start() -> tuple[bool, bool, bool, bool]:
+        bc.plan_seed([venv_python], seed)
+        head = bc.user(venv_python, RAY_HEAD, "ray_head")  # made before the seed: it reads the shared cache
+        server = bc.user(venv_python, KEY, "acme")  # a server still learns what the seed lacks
+        bc.start_seed()
+        compiling = not said and learned(venv) == set()  # the compile runs beside, nothing awaited it
+        done = await bc.settled(60)
+        return compiling, head.learning, server.learning, done
+
+    compiling, head_learns, server_learns, done = asyncio.run(start())
+    assert compiling and not head_learns and server_learns and not done  # the server has not been harvested
     assert len(said) == 1 and said[0].startswith(
         f"bytecode: compiled 2 sources the release's processes import at start-up into venv {venv.name} in "
     ), said
+    assert "beside its processes' start" in said[0]
     tag = sys.implementation.cache_tag
     assert sorted(p.name for p in _pycache(venv, "tinyparse").iterdir()) == [f"__init__.{tag}.pyc", f"extra.{tag}.pyc"]
-    assert learned(venv) == set()
-    assert not bc.user(venv_python, RAY_HEAD, "ray_head").learning  # the seed holds what a Ray head imports
-    assert learned(venv) == {RAY_HEAD}
-    assert bc.user(venv_python, KEY, "acme").learning  # a server still learns what the seed lacks
+    assert learned(venv) == {RAY_HEAD}  # recorded once the seed holding what it imports is compiled
 
 
 def test_a_venv_with_a_learned_user_is_not_seeded(venv_python: Path) -> None:
@@ -264,7 +273,14 @@ def test_a_venv_with_a_learned_user_is_not_seeded(venv_python: Path) -> None:
     _py(venv_python, cache.env, "-c", "import tinyparse")
     asyncio.run(harvest(venv_python, [cache]))
     said: list[str] = []
-    asyncio.run(EnvironmentBytecode(said.append).seed([venv_python], ("tinyparse/extra.py",)))
+    bc = EnvironmentBytecode(said.append)
+
+    async def seed() -> None:
+        bc.plan_seed([venv_python], ("tinyparse/extra.py",))
+        bc.start_seed()
+        await bc.settled(60)
+
+    asyncio.run(seed())
     assert said == [] and [p.name for p in _pycache(venv, "tinyparse").iterdir()] == [
         f"__init__.{sys.implementation.cache_tag}.pyc"
     ]
@@ -314,3 +330,17 @@ def test_a_report_that_is_a_fifo_or_a_link_is_not_read(venv_python: Path, tmp_pa
         reader.start()
         reader.join(10)
         assert got == [[]]  # read at once (a FIFO never blocks the harvest) and nothing taken from it
+
+
+def test_users_recorded_from_several_threads_at_once_are_all_kept(tmp_path: Path) -> None:
+    # the seed records a Ray head on the event loop while the harvest's threads record servers
+    from gym_runtime.venvs.bytecode import record_users
+
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    threads = [threading.Thread(target=record_users, args=(venv, {f"user {i}"})) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert learned(venv) == {f"user {i}" for i in range(16)}

@@ -69,6 +69,18 @@ def pytest_configure(config: pytest.Config) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
+    # The commands the tests start (and run in this process) inherit no ignored SIGHUP or SIGINT
+    # from the suite's runner (`nohup`, a shell's background job): the runtime reports an inherited
+    # ignore on stderr and keeps an ignored SIGHUP (case C66), which tests that read stderr from its
+    # first line, or hang a daemon up, do not expect. A handler, unlike an ignore, is reset to the
+    # default at exec, and this process still lets a hangup (or a Ctrl-C it ignored) pass.
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, _let_pass)
+
+
+def _let_pass(signum: int, frame: object) -> None:
+    """A handler doing nothing: the runner ignored this signal (see :func:`pytest_configure`)."""
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

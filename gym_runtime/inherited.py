@@ -111,7 +111,9 @@ def _signals(process_wide: bool) -> list[str]:
     if ignored:
         notes.append(f"ignored signals ({', '.join(s.name for s in ignored)}) set back to their default")
     if process_wide and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
-        notes.append("SIGHUP came in ignored (nohup): the daemon outlives its terminal; SIGTERM or SIGINT stop it")
+        notes.append(
+            "SIGHUP came in ignored (nohup): a hangup of its terminal does not end this command; SIGTERM or SIGINT do"
+        )
     return notes
 
 

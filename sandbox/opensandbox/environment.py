@@ -308,7 +308,7 @@ class OpenSandboxEnvironment:
         except Exception as e:
             raise translate(e, self.conn, f"asking for the endpoint of server {spec.name!r}", box.id) from None
 
-    async def alive(self, box: Any, unknown: bool = False) -> bool:
+    async def alive(self, box: Any, unknown: bool | None = False) -> bool | None:
         """Whether ``box`` still runs on the server: False once deleted (404) or in a state it does not
         come back from (:data:`ENDED`: a container killed from outside is ``Failed``); ``unknown``
         when the server does not answer."""

@@ -41,6 +41,7 @@ from typing import Any
 from sandbox.elsewhere import ElsewhereExit
 from sandbox.process import ExitInfo
 
+from .failures import unreachable
 from .groups import LIMIT_EXITS, launched
 
 CALL_S = 3.0  # one status call (execd in a busy sandbox can take a second or more)
@@ -103,8 +104,7 @@ class ServerProcess(ElsewhereExit):
         status: dict[str, Any] = {}
         gone = False
         try:
-            self.box = await env.groups.enter(self.spec)
-            await self._start_commands()
+            await self._enter_and_start()
             env.relay_for(self.spec).point(await env.endpoint(self.box, self.spec))
             logs = asyncio.ensure_future(self._pump_logs())
             try:
@@ -134,6 +134,34 @@ class ServerProcess(ElsewhereExit):
                 await asyncio.shield(env.groups.leave(self.spec, self.box, self.command, gone))
             self._done.set()
 
+    async def _enter_and_start(self) -> None:
+        """Enter the group's sandbox and start the server's command in it. A restart enters the
+        sandbox its siblings are still counted in, which may have died with them (killed from
+        outside, its siblings not yet seen ending): when the command cannot be started there, the
+        lifecycle server is asked about the sandbox. Gone (404, or ended): left, and the start made
+        once more in a new one. No answer: the service's outage (``GR-OSB-UNREACHABLE``, the exit
+        ``service-lost``, uncounted), not the server's failure (case C73). Alive, or gone twice:
+        the SDK's error is raised (``start-failed``)."""
+        env = self.env
+        for last in (False, True):
+            self.box = await env.groups.enter(self.spec)
+            try:
+                await self._start_commands()
+                return
+            except Exception as e:
+                try:
+                    alive = await asyncio.wait_for(env.alive(self.box, unknown=None), CALL_S)
+                except TimeoutError:
+                    env.answered(False)
+                    alive = None
+                if alive is None and env.unreachable_since is not None:
+                    what = f"starting server {self.spec.name!r} in sandbox {self.box.id}"
+                    raise unreachable(env.conn, what, f"{type(e).__name__}: {e}") from None
+                if alive is not False or last:
+                    raise
+                await env.groups.leave(self.spec, self.box, None, gone=True)
+                self.box = None
+
     async def _start_commands(self) -> None:
         from opensandbox.models.execd import RunCommandOpts
 
@@ -146,8 +174,9 @@ class ServerProcess(ElsewhereExit):
         self.command = execution.id
 
     async def _pump_logs(self) -> None:
-        """The log read in every pass (a task of its own, so a slow read never delays the status)."""
-        while True:
+        """The log read in every pass (a task of its own, so a slow read never delays the status);
+        none for a server with no log pipe (its read would return at once, the loop never yield)."""
+        while self._log_fd is not None:
             with contextlib.suppress(Exception):  # tried again at the next pass; the last read is at the end
                 await self._drain_log(self.env.passes.ask)
 

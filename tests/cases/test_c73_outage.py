@@ -8,11 +8,14 @@ Owed: the daemon lives through it. While the server waits, ``/health`` answers 5
 with ``sandbox_service`` saying "OpenSandbox server unreachable since T"; its waits count toward no
 restart budget; once the service is back the sandbox is made again and a batch scores. With a
 deadline shorter than the outage (``GYM_RUNTIME_OPENSANDBOX_OUTAGE_S``) the run ends with one
-``GR-OSB-UNREACHABLE`` block naming the service and the setting, not the server. The supervisor's
-side alone: tests/daemon/test_service_outage_restarts.py."""
+``GR-OSB-UNREACHABLE`` block naming the service and the setting, not the server. A server restarted into
+the sandbox its siblings are still counted in, lost with the service away, waits for the service
+uncounted too (the third test, at the backend's level). The supervisor's side alone:
+tests/daemon/test_service_outage_restarts.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -22,9 +25,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sandbox.opensandbox.connection import OpenSandboxConnection
+from sandbox.opensandbox.environment import OpenSandboxEnvironment
 from tests.helpers.daemon import read_ready_line, up_process
-from tests.helpers.opensandbox.runs import EXAMPLE, daemon_env
+from tests.helpers.opensandbox.runs import EXAMPLE, daemon_env, gateway, servers_together
 from tests.opensandbox.test_backend import _instances, _run_labels
+from tests.opensandbox.test_many_sandboxes import _with_env
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow, pytest.mark.timeout(1500)]
 OUTAGE_S = 90.0
@@ -150,3 +156,59 @@ def test_c73_past_the_deadline_the_run_ends_naming_the_service_not_the_server(
     assert len(names) == int(group.group(1)) > 1 and named.group(1) in names and "code_lookup" in names, blocks[0]
     assert "gave up after 20s (GYM_RUNTIME_OPENSANDBOX_OUTAGE_S)" in blocks[0]
     assert "fix the server" not in err and "not at fault" in err
+
+
+def test_c73_a_restart_into_the_shared_sandbox_lost_with_the_service_waits_uncounted(
+    opensandbox_server, tmp_path: Path
+) -> None:
+    """Two servers share a sandbox; the service stops and the sandbox is killed; one of them ends
+    (as a wedged kill ends it) and starts again while its sibling is still counted in the dead
+    sandbox: that start cannot run its command there, and with the service silent it ends
+    ``service-lost`` (the supervisor's uncounted wait), not ``start-failed`` (a counted restart)."""
+    server = opensandbox_server
+    conn = OpenSandboxConnection(
+        domain=server.domain,
+        api_key=server.api_key,
+        image=server.image,
+        daemon_host=gateway(server),
+        egress="unenforced",
+    )
+    seen: dict = {}
+
+    async def body(env: OpenSandboxEnvironment) -> None:
+        ports = [env.allocate_port() for _ in range(2)]
+        for port in ports:
+            await env.publish(port)
+        specs = servers_together(2, tmp_path, ports)
+        await env.prepare(specs)
+        procs = [env.spawn(spec) for spec in specs]
+        while any(p.command is None and p.poll() is None for p in procs):
+            await asyncio.sleep(0.2)
+        assert all(p.poll() is None for p in procs), [p.exit_info() for p in procs]
+        assert procs[0].box.id == procs[1].box.id
+        seen["box"] = procs[0].box.id
+        try:
+            await asyncio.to_thread(server.stop)
+            await asyncio.to_thread(server.kill_sandbox, seen["box"])
+            procs[0].kill_now()
+            await procs[0].wait()
+            again = env.spawn(specs[0])
+            await asyncio.wait_for(again.wait(), 60)
+            seen["again"] = again.exit_info()
+            seen["sibling"] = procs[1].poll()
+        finally:
+            await asyncio.to_thread(server.start_if_stopped)
+        procs[1].kill_now()
+        await procs[1].wait()
+
+    try:
+        asyncio.run(_with_env(conn, tmp_path, body))
+    finally:
+        server.start_if_stopped()
+        if "box" in seen:
+            server.remove_sandbox(seen["box"])  # podman's runtime cannot delete a killed container through the server
+    again = seen["again"]
+    assert again.reason == "service-lost", again
+    assert again.detail.startswith("OpenSandbox server unreachable since "), again
+    assert f"in sandbox {seen['box']}" in again.detail and "GYM_RUNTIME_OPENSANDBOX_OUTAGE_S" in again.detail, again
+    assert seen["sibling"] is None  # the sibling still rides the outage out (SERVICE_GRACE_S)

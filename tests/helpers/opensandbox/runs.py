@@ -143,6 +143,20 @@ def servers_apart(n: int, tmp: Path) -> list:
     return specs
 
 
+def servers_together(n: int, tmp: Path, ports: list[int]) -> list:
+    """``n`` server specs (``server-0`` ...) on one venv (a link under ``tmp`` to the image's Python),
+    so one sandbox of their group holds them all; each sleeps 600 s and is said to listen on its port
+    of ``ports`` (the environment's relays need one)."""
+    from sandbox.launch import ProcessSpec
+
+    python = tmp / "venv-together" / "bin" / "python"
+    python.parent.mkdir(parents=True, exist_ok=True)
+    if not python.is_symlink():
+        python.symlink_to(SANDBOX_PYTHON)
+    argv = [str(python), "-c", "import time; time.sleep(600)"]
+    return [ProcessSpec(name=f"server-{i}", argv=argv, cwd=tmp, env={}, ports=(ports[i],)) for i in range(n)]
+
+
 def dry_run_example(env: dict[str, str], out: Path, work: Path, *flags: str) -> subprocess.CompletedProcess:
     """``dry-run`` of :data:`EXAMPLE` on :data:`DATASET` (2 samples a row, rows to ``out``, runs
     under ``work``, ``flags`` added) in a process of its own with ``env``; its exit is the caller's

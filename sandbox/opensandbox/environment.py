@@ -29,7 +29,6 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -333,13 +332,14 @@ class OpenSandboxEnvironment:
         elif self.unreachable_since is None:
             self.unreachable_since = time.time()
 
-    def outage(self, cause: str, group: Sequence[str] = ()) -> tuple[str, str]:
+    def outage(self, cause: str, spec: Any) -> tuple[str, str]:
         """The exit (reason, detail) of a server that needs a sandbox while the lifecycle server does
         not answer (``cause``: why, e.g. the ``GR-OSB-UNREACHABLE`` block's message): ``service-lost``
         (the supervisor starts it again, uncounted: docs/runtime.md "Lifecycle") until the outage is
         :attr:`OpenSandboxConnection.outage_s` old, then ``service-gone`` (the server fails, naming
-        the service and ``group``: the servers sharing the sandbox lost, whichever asked first failed);
-        reasons of ``gym_runtime.supervise.member``."""
+        the service and the servers of server ``spec``'s group: they share the sandbox lost, whichever
+        asked first failed); reasons of ``gym_runtime.supervise.member``."""
+        group = self.groups.members_of(spec)
         self.answered(False)
         since = self.unreachable_since or time.time()
         at = time.strftime("%H:%M:%S UTC", time.gmtime(since))

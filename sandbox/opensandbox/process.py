@@ -120,7 +120,7 @@ class ServerProcess(ElsewhereExit):
             words = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
             if getattr(e, "code", None) == "GR-OSB-UNREACHABLE":  # the service's outage, not the server's failure
                 cause = getattr(e, "cause", None)
-                self._end(-1, *env.outage(f"{words} ({cause})" if cause else words, env.groups.members_of(self.spec)))
+                self._end(-1, *env.outage(f"{words} ({cause})" if cause else words, self.spec))
             else:
                 self._end(-1, "start-failed", words)
         finally:
@@ -206,8 +206,7 @@ class ServerProcess(ElsewhereExit):
                     }
                 if silent_since is not None and time.monotonic() - silent_since > SERVICE_GRACE_S:
                     reason, detail = env.outage(
-                        f"no answer about sandbox {self.box.id} for {SERVICE_GRACE_S:g}s",
-                        env.groups.members_of(self.spec),
+                        f"no answer about sandbox {self.box.id} for {SERVICE_GRACE_S:g}s", self.spec
                     )
                     return {"exit_code": -1, "reason": reason, "detail": detail}
                 continue

@@ -150,12 +150,12 @@ def test_past_the_outage_deadline_the_detail_names_every_server_of_the_lost_sand
     env.groups.plan([a, b, alone])
     assert env.groups.members_of(b) == ("arithmetic", "arithmetic_agent") and env.groups.members_of(alone) == ("r",)
     # whichever server of the group noticed first fails the run: the detail names the whole group
-    reason, detail = env.outage("no answer", env.groups.members_of(b))
+    reason, detail = env.outage("no answer", b)
     assert reason == "service-gone" and detail.startswith("OpenSandbox server unreachable since "), detail
     assert detail.endswith(
         "; the sandbox lost is the one the 2 servers of its venv share (arithmetic, arithmetic_agent)"
     ), detail
-    assert "share" not in env.outage("no answer", env.groups.members_of(alone))[1]  # a sandbox of its own
+    assert "share" not in env.outage("no answer", alone)[1]  # a sandbox of its own
 
 
 def test_the_sandbox_memory_helper_counts_the_parent_as_the_parent(tmp_path: Path) -> None:

@@ -89,20 +89,13 @@ async def watch(boxes: list, mode: str) -> dict:
 
 
 async def run(n: int, server, work: Path) -> dict:
-    from sandbox.opensandbox.connection import OpenSandboxConnection
     from sandbox.opensandbox.environment import OpenSandboxEnvironment
     from sandbox.opensandbox.service import SandboxService
     from sandbox.opensandbox.spec import RunLabels
     from sandbox.policy import EgressPolicy
-    from tests.helpers.opensandbox.runs import gateway, servers_apart
+    from tests.helpers.opensandbox.runs import connection, servers_apart
 
-    conn = OpenSandboxConnection(
-        domain=server.domain,
-        api_key=server.api_key,
-        image=server.image,
-        daemon_host=gateway(server),
-        egress="unenforced",
-    )
+    conn = connection(server)
     service = SandboxService(conn)
     env = await OpenSandboxEnvironment.open(service, RunLabels.new(work, "bench"), EgressPolicy(), work)
     try:

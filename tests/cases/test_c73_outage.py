@@ -25,10 +25,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sandbox.opensandbox.connection import OpenSandboxConnection
 from sandbox.opensandbox.environment import OpenSandboxEnvironment
 from tests.helpers.daemon import read_ready_line, up_process
-from tests.helpers.opensandbox.runs import EXAMPLE, daemon_env, gateway, servers_together
+from tests.helpers.opensandbox.runs import EXAMPLE, connection, daemon_env, servers_together
 from tests.opensandbox.test_backend import _instances, _run_labels
 from tests.opensandbox.test_many_sandboxes import _with_env
 
@@ -166,13 +165,7 @@ def test_c73_a_restart_into_the_shared_sandbox_lost_with_the_service_waits_uncou
     sandbox: that start cannot run its command there, and with the service silent it ends
     ``service-lost`` (the supervisor's uncounted wait), not ``start-failed`` (a counted restart)."""
     server = opensandbox_server
-    conn = OpenSandboxConnection(
-        domain=server.domain,
-        api_key=server.api_key,
-        image=server.image,
-        daemon_host=gateway(server),
-        egress="unenforced",
-    )
+    conn = connection(server)
     seen: dict = {}
 
     async def body(env: OpenSandboxEnvironment) -> None:

@@ -21,7 +21,7 @@ from sandbox.opensandbox.service import SandboxService
 from sandbox.opensandbox.spec import LABEL_OWNER, LABEL_RUN, RunLabels
 from sandbox.policy import EgressPolicy
 from tests.helpers.opensandbox.proxy import LifecycleProxy
-from tests.helpers.opensandbox.runs import gateway, servers_apart
+from tests.helpers.opensandbox.runs import connection, servers_apart
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
 
@@ -34,14 +34,7 @@ def proxy(opensandbox_server) -> Iterator[LifecycleProxy]:
 
 
 def _conn(server, proxy: LifecycleProxy, **kw) -> OpenSandboxConnection:
-    base = OpenSandboxConnection(
-        domain=proxy.domain,
-        api_key=server.api_key,
-        image=server.image,
-        daemon_host=gateway(server),
-        egress="unenforced",
-    )
-    return dataclasses.replace(base, **kw)
+    return dataclasses.replace(connection(server, proxy.domain), **kw)
 
 
 def _first(env: OpenSandboxEnvironment):

@@ -8,6 +8,8 @@ none can run here) and venvs on Debian's own Python 3.11, which the sandbox imag
 path (an interpreter under ``/usr`` is never mounted). :func:`kill_server_inside` SIGKILLs a
 server's process from within its sandbox and says when; :func:`sandbox_rss` measures a sandbox's
 processes from the host; :func:`dry_run_example` runs ``dry-run`` on the bundled example.
+:func:`connection` is the backend's connection to the server for tests that drive the backend's
+objects themselves, :func:`servers_apart` and :func:`servers_together` their server specs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from sandbox.opensandbox.connection import OpenSandboxConnection
 from sandbox.opensandbox.groups import PARENT_SOCKET
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -126,6 +129,19 @@ def sandbox_rss(server, sandbox_id: str, pss: bool = False) -> dict[str, int]:
         except psutil.Error:
             continue
     return out
+
+
+def connection(server, domain: str | None = None) -> OpenSandboxConnection:
+    """The backend's connection settings for the test server ``server`` (its key and image, the
+    podman bridge's gateway as the daemon's address, egress unenforced); ``domain``: another
+    ``host:port`` in front of its lifecycle API (a proxy)."""
+    return OpenSandboxConnection(
+        domain=domain or server.domain,
+        api_key=server.api_key,
+        image=server.image,
+        daemon_host=gateway(server),
+        egress="unenforced",
+    )
 
 
 def servers_apart(n: int, tmp: Path) -> list:

@@ -3,7 +3,7 @@ GRPO job blends them; prints figures, asserts nothing.
 
     ./uvw run python bench/blend.py [--runs N] [--cold] [--signal INT|TERM] [--wheel WHEEL] [--python PY]
                                     [--sandbox-backend local|opensandbox|both] [--home DIR] [--only TREE ...]
-                                    [--no-rows] [--killed-daemon]
+                                    [--no-rows] [--killed-daemon] [--volume]
 
 The package: each tree of :data:`BLEND` with its config, every tree that config names (its agent,
 its environment server) and ``vllm_model``, unchanged (``assemble_tree_package``, as
@@ -53,7 +53,15 @@ the run's sandboxes (their containers on this host: not in the daemon's tree) by
 SIGKILLed at ready (a pod's death: its sandboxes stay on the server), a start again in the same
 state slot (its ``--work-dir``), which deletes what the killed daemon left before it creates its own, then
 SIGTERM; prints the sandboxes the server lists (by the daemons' run label) at each point and the
-restarted daemon's line saying what it deleted. The module is long because its figures come from
+restarted daemon's line saying what it deleted.
+
+``--volume`` (with ``opensandbox``): the shared-volume delivery mode (docs/runtime.md, "Delivery
+modes") on an OpenSandbox server that refuses every host mount (``allowed_host_paths = []``). A
+podman named volume made for the bench (``tests/helpers/opensandbox/volume.py``; removed at the end)
+is the ``opensandbox`` runs' claim (``GYM_RUNTIME_OPENSANDBOX_VOLUME``) and ``GYM_RUNTIME_HOME``: their
+venvs (built by the first, unmeasured run), run directories (``--work-dir``) and the package's
+delivered copy are on it, and the servers' interpreter is put on it (the image has none that Gym
+0.7.0 accepts). ``local`` keeps its own home. The module is long because its figures come from
 one start and stop that every mode shares (:class:`Started`, :func:`one_run`); the rows' own part is
 ``bench/blend_rows.py``.
 """
@@ -83,6 +91,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.backends import tree_rss  # noqa: E402
 from bench.blend_rows import compare_rows, run_rows, say_rows  # noqa: E402
+from bench.blend_volume import on_volume  # noqa: E402
 from bench.gym_catalog import agents_of, gym_env, routed  # noqa: E402
 from tests.helpers.daemon import running  # noqa: E402
 from tests.helpers.gym_package import assemble_tree_package, cache_dir, gym_wheel, wheel_version  # noqa: E402
@@ -421,6 +430,7 @@ def main() -> None:
     ap.add_argument(
         "--killed-daemon", action="store_true", help="opensandbox: SIGKILL a daemon at ready, start it again"
     )
+    ap.add_argument("--volume", action="store_true", help="opensandbox: the shared-volume delivery mode (module doc)")
     args = ap.parse_args()
     blend = tuple(e for e in BLEND if e[0] in args.only) if args.only else BLEND
     python = args.python or find_gym_python()
@@ -447,12 +457,22 @@ def main() -> None:
             from tests.helpers.opensandbox.server import running_server
 
             images = ensure_images()
-            server = stack.enter_context(running_server(images.sandbox, images.execd))
+            server = stack.enter_context(
+                running_server(images.sandbox, images.execd, allowed=() if args.volume else None)
+            )
             print(f"opensandbox-server {server.version} up in {server.start_seconds[0]:.1f} s", flush=True)
         envs = {b: run_env(base, server if b == "opensandbox" else None, home, b) for b in backends}
+        homes, roots, pythons = (
+            dict.fromkeys(backends, home),
+            dict.fromkeys(backends, work),
+            dict.fromkeys(backends, str(python)),
+        )
+        if args.volume and server is not None:  # the volume's mount point: the home, the run directories' root
+            homes["opensandbox"], pythons["opensandbox"] = on_volume(stack, server, envs["opensandbox"], str(python))
+            roots["opensandbox"] = homes["opensandbox"] / "runs"
         if not args.cold:
             for b in backends:
-                first = one_run(pkg, work / f"prepare-{b}", envs[b], str(python), sig)
+                first = one_run(pkg, roots[b] / f"prepare-{b}", envs[b], pythons[b], sig)
                 print(
                     f"{b}: first, unmeasured run: "
                     + (f"{first['ready_s']:.1f} s" if "error" not in first else first["error"])
@@ -462,12 +482,12 @@ def main() -> None:
             for b in backends:
                 if args.cold:
                     for sub in ("venvs", "bytecode", "resolutions"):
-                        shutil.rmtree(home / sub, ignore_errors=True)
+                        shutil.rmtree(homes[b] / sub, ignore_errors=True)
                 r = one_run(
                     pkg,
-                    work / f"run{i}-{b}",
+                    roots[b] / f"run{i}-{b}",
                     envs[b],
-                    str(python),
+                    pythons[b],
                     sig,
                     server if b == "opensandbox" else None,
                     rows if args.rows else None,
@@ -485,7 +505,7 @@ def main() -> None:
                 summary(f"{b}: " if len(backends) > 1 else "", done[b])
         compare_rows(done)
         if args.killed_daemon and server is not None:
-            killed_daemon(pkg, work, envs["opensandbox"], str(python), server)
+            killed_daemon(pkg, roots["opensandbox"], envs["opensandbox"], pythons["opensandbox"], server)
     shutil.rmtree(work, ignore_errors=True)
 
 

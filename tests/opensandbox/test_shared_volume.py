@@ -14,11 +14,9 @@ stop the start with their block and leave no sandbox."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from tests.helpers.gym_python import gym_python
 from tests.helpers.opensandbox.fixture import images_or_skip
 from tests.helpers.opensandbox.runs import DATASET, EXAMPLE, SANDBOX_PYTHON, daemon_env
 from tests.helpers.opensandbox.server import OpenSandboxServer, running_server
+from tests.helpers.opensandbox.volume import named_volume, put_interpreter
 from tests.opensandbox.test_gym_collector import assert_every_row_scored, collect
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
@@ -60,15 +59,8 @@ def volume_server() -> Iterator[OpenSandboxServer]:
 @pytest.fixture(scope="module")
 def volume(volume_server: OpenSandboxServer) -> Iterator[tuple[str, Path]]:
     """A named volume (its claim name) and its mount point on this host; removed at the end."""
-    name = f"gym-state-{uuid.uuid4().hex[:8]}"
-    made = volume_server.docker("POST", "/volumes/create", json={"Name": name})
-    made.raise_for_status()
-    mount = Path(volume_server.docker("GET", f"/volumes/{name}").json()["Mountpoint"])
-    try:
-        yield name, mount
-    finally:
-        volume_server.delete_all()
-        volume_server.docker("DELETE", f"/volumes/{name}", params={"force": "true"})
+    with named_volume(volume_server) as made:
+        yield made
 
 
 def _dry_run(env: dict[str, str], out: Path) -> subprocess.CompletedProcess:
@@ -174,25 +166,9 @@ def test_doctor_reports_the_mode_and_the_volume(volume_server: OpenSandboxServer
 @pytest.fixture(scope="module")
 def volume_python(volume: tuple[str, Path]) -> str:
     """The interpreter NeMo Gym 0.7.0 needs (:func:`gym_python`: the host's own or the provisioned
-    one), put on the volume under the state root (hard links where the file system allows, else
-    copies): an interpreter the sandbox image does not hold must be on the volume. Its path there."""
-    found = gym_python()
-    prefix = Path(
-        subprocess.run(
-            [str(found), "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    )
-    _, home = volume
-    target = home / "interpreters" / prefix.name
-
-    def link(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(prefix, target, symlinks=True, copy_function=link)
-    return str(target / found.resolve().relative_to(prefix.resolve()))
+    one), put on the volume under the state root (:func:`put_interpreter`): an interpreter the
+    sandbox image does not hold must be on the volume. Its path there."""
+    return put_interpreter(gym_python(), volume[1])
 
 
 @pytest.mark.pypi

@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -78,7 +77,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -90,7 +88,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.backends import tree_rss  # noqa: E402
+from bench.blend_osb import killed_daemon, sandbox_pss, sandboxes  # noqa: E402
 from bench.blend_rows import compare_rows, run_rows, say_rows  # noqa: E402
+from bench.blend_start import Started  # noqa: E402
 from bench.blend_volume import on_volume  # noqa: E402
 from bench.gym_catalog import agents_of, gym_env, routed  # noqa: E402
 from tests.helpers.daemon import running  # noqa: E402
@@ -168,67 +168,11 @@ def tree_pss(daemon_pid: int, kinds: dict[int, str]) -> tuple[dict[str, list[flo
     return by_kind, len(procs)
 
 
-def sandboxes(server) -> int:
-    """How many sandboxes the OpenSandbox server ``server`` lists (this bench's server: only its runs')."""
-    return len(server.sandboxes())
-
-
-def sandbox_pss(server, ids: set[str]) -> dict[str, float]:
-    """PSS in MiB of the processes in the sandboxes ``ids`` (their containers on this host), summed
-    over them by role (``tests/helpers/opensandbox/runs.py``'s ``sandbox_rss``: execd, the forwarder,
-    the launchers, the preloaded parent, the servers, others)."""
-    from tests.helpers.opensandbox.runs import ROLES, sandbox_rss
-
-    out = dict.fromkeys(ROLES, 0.0)
-    for sid in ids:
-        for role, b in sandbox_rss(server, sid, pss=True).items():
-            out[role] += b / MIB
-    return out
-
-
 def phases(err: list[tuple[float, str]], ready_s: float) -> dict[str, float]:
     """Seconds of each phase of the start (module doc) from the daemon's timed progress lines."""
     venvs = max((t for t, ln in err if "] venv " in ln or ln.startswith("venv ")), default=0.0)
     add = next((t for t, ln in err if "starting " in ln and "server(s) (isolation" in ln), venvs)
     return {"venvs": venvs, "add": add - venvs, "spawn to ready": ready_s - add}
-
-
-class Started:
-    """A launched ``up`` (its process, its stderr lines as they come, each also with its seconds
-    from the launch) and, once :meth:`wait_ready` returned, its ready line and the seconds to it."""
-
-    def __init__(self, pkg: Path, work: Path, env: dict[str, str], python: str) -> None:
-        self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gym_runtime.cli.main", "up", str(pkg), "--work-dir", str(work), "--python", python],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-            env=env,
-        )
-        self.err: list[str] = []
-        self.timed: list[tuple[float, str]] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        self.info: dict = {}
-        self.ready_s = 0.0
-
-    def _read(self) -> None:
-        for ln in self.proc.stderr or ():
-            self.err.append(ln)
-            self.timed.append((time.monotonic() - self.t0, ln))
-
-    def wait_ready(self) -> str | None:
-        """Wait for the ready line; None once it came, else why not (the daemon exited)."""
-        line = self.proc.stdout.readline() if self.proc.stdout else ""
-        self.ready_s = time.monotonic() - self.t0
-        if not line:
-            self.proc.wait()
-            self.reader.join(5)
-            return f"no ready line (exit {self.proc.returncode}): {''.join(self.err[-8:])}"
-        self.info = json.loads(line)
-        return None
 
 
 def one_run(
@@ -314,59 +258,6 @@ def say_run(i: int, r: dict) -> None:
             if "osb_rss" in r
             else ""
         )
-    )
-
-
-def run_labels(server) -> dict[str, list[str]]:
-    """Sandbox ids the OpenSandbox server ``server`` lists, by the run label a daemon put on them."""
-    out: dict[str, list[str]] = {}
-    for box in server.sandboxes():
-        run = (box.get("metadata") or {}).get("gym-runtime-run")
-        if run:
-            out.setdefault(run, []).append(box["id"])
-    return out
-
-
-def count(labels: dict[str, list[str]]) -> int:
-    return sum(len(v) for v in labels.values())
-
-
-def killed_daemon(pkg: Path, work: Path, env: dict[str, str], python: str, server) -> None:
-    """Under ``opensandbox``: start, SIGKILL the daemon's whole session at ready (as a pod's death:
-    the sandboxes stay), start again in the same state slot (the same ``--work-dir``, the slot a
-    daemon labels its sandboxes with: ``gym_runtime/runtime/bringup.py``), then SIGTERM;
-    prints the sandboxes the server lists at each point and the restarted daemon's line saying what
-    it deleted."""
-    first = Started(pkg, work / "killed", env, python)
-    why = first.wait_ready()
-    if why:
-        print(f"killed daemon: the first start: {why}")
-        return
-    at_ready = run_labels(server)
-    os.killpg(first.proc.pid, signal.SIGKILL)
-    first.proc.wait(30)
-    time.sleep(1)
-    after_kill = run_labels(server)
-    again = Started(pkg, work / "killed", env, python)  # the same slot: its --work-dir
-    why = again.wait_ready()
-    if why:
-        print(f"killed daemon: the restart: {why}")
-        return
-    at_restart = run_labels(server)
-    old_left = sum(len(v) for k, v in at_restart.items() if k in after_kill)
-    t = time.monotonic()
-    again.proc.send_signal(signal.SIGTERM)
-    code = again.proc.wait(120)
-    stop_s = time.monotonic() - t
-    again.reader.join(5)
-    time.sleep(1)
-    reaped = next((ln.split("] ", 1)[-1].strip() for ln in again.err if "a stopped daemon of this" in ln), "none")
-    print(
-        f"killed daemon: sandboxes at ready {count(at_ready)}; SIGKILLed (its session) -> {count(after_kill)} left "
-        f"1 s later; restarted in the same slot, ready in {again.ready_s:.1f} s -> {old_left} of the "
-        f"killed run's left, {count(at_restart) - old_left} of the new run's; SIGTERM -> exit {code} in {stop_s:.2f} s, "
-        f"{count(run_labels(server))} left 1 s later (load average {os.getloadavg()[0]:.1f})\n"
-        f"  the restarted daemon said: {reaped}"
     )
 
 

@@ -61,9 +61,9 @@ podman named volume made for the bench (``tests/helpers/opensandbox/volume.py``;
 is the ``opensandbox`` runs' claim (``GYM_RUNTIME_OPENSANDBOX_VOLUME``) and ``GYM_RUNTIME_HOME``: their
 venvs (built by the first, unmeasured run), run directories (``--work-dir``) and the package's
 delivered copy are on it, and the servers' interpreter is put on it (the image has none that Gym
-0.7.0 accepts). ``local`` keeps its own home. The module is long because its figures come from
-one start and stop that every mode shares (:class:`Started`, :func:`one_run`); the rows' own part is
-``bench/blend_rows.py``.
+0.7.0 accepts). ``local`` keeps its own home. One start is ``bench/blend_start.py``'s
+(:class:`Started`); the rows' part is ``bench/blend_rows.py``, the ``opensandbox`` side (its
+sandboxes, their memory, the killed daemon) ``bench/blend_osb.py``, the volume ``bench/blend_volume.py``.
 """
 
 from __future__ import annotations

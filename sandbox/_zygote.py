@@ -17,7 +17,7 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
   ``threads`` lists the Python threads alive afterwards, which a fork would not carry over, and
   ``views`` says why a child could not make its own mount namespace here (a trial fork); with
   either, the daemon forks nothing; ``immortal`` counts the objects made immortal
-  (:func:`_immortalize`: 0 on an interpreter where that is not done), and ``unmapped`` the bytes
+  (``sandbox/_immortal.py``'s ``immortalize``: 0 on an interpreter where that is not done), and ``unmapped`` the bytes
   of library pages the parent no longer maps (:func:`_unmap_file_pages`). A module of ``modules``
   that the venv lacks, or whose package lacks it, is skipped.
 * ``{"op": "fork", "id", "name", "argv", "cwd", "env", "nofile", "hide", "keep", "resolv"}`` +
@@ -45,7 +45,8 @@ Requests on the AF_UNIX SEQPACKET ``CTL_FD`` are one JSON object each, file desc
 End of the control socket ends the parent; its children end with it (``PR_SET_PDEATHSIG``).
 
 The module is long because it runs on its own (stdlib only, with the venv's interpreter, before
-any of the project's code can be imported), so it shares no helper with the rest of the sandbox.
+any of the project's code can be imported), so it shares no helper with the rest of the sandbox
+but ``_immortal.py`` (stdlib only too), which it loads from beside itself.
 """
 
 import array
@@ -65,7 +66,6 @@ import threading
 import time
 import warnings
 
-IMMORTAL = 0xFFFFFFFF  # CPython 3.12 and 3.13's _Py_IMMORTAL_REFCNT on a 64-bit build (Include/object.h)
 REPORT_VAR = "GYM_RUNTIME_PYCACHE_REPORT"  # gym_runtime/venvs/bytecode.py's: a learning server's report file
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 15, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
@@ -78,6 +78,21 @@ MAX_FDS = 3
 MADV_DONTNEED = 4  # the same on x86_64 and aarch64 (asm-generic/mman-common.h)
 libc = ctypes.CDLL(None, use_errno=True)
 CHILDREN: dict[int, object] = {}  # pid -> request id
+
+
+def _beside(name):
+    """The stdlib-only module ``name`` of this file's directory (``sandbox/<name>.py``), loaded from
+    its path: this file runs as a script (``python _zygote.py``, where ``-I`` or ``PYTHONSAFEPATH``
+    would leave its directory off ``sys.path``), and tests load it by path too. Not put in
+    ``sys.modules``: a server imports nothing of it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_immortal = _beside("_immortal")  # immortalize(): shared with sandbox/opensandbox/_parent.py
 
 
 def _check(ret, what):
@@ -311,42 +326,6 @@ def _report(path):
     os.replace(tmp, path)
 
 
-def _immortalize():
-    """Make every object the parent holds immortal (PEP 683), so that the servers forked from it
-    never write its pages by reference counting; returns how many were made so. In a forked
-    server every object it reads has its count changed, and the 4 KiB page it lies in is copied
-    for that server alone; an immortal object's count is never written (``Py_INCREF`` and
-    ``Py_DECREF`` pass over it) and it is never freed (its pages, shared with the parent and the
-    siblings, cost a server nothing). What is held: the objects the collector tracks, and
-    everything they refer to (strings, numbers, code), walked. A string interned as mortal keeps
-    that state: at the interpreter's finalization the interned table's two references are added
-    back and dropped with the table, and both pass over an immortal count (CPython 3.13
-    ``Objects/unicodeobject.c``, ``_PyUnicode_ClearInterned``: ``_Py_RefcntAdd``, then
-    ``Py_DECREF``); 3.12 interns only immortal strings. Done only where the layout is known: CPython 3.12 and 3.13 on a 64-bit build with
-    the GIL, which mark an immortal object by the count :data:`IMMORTAL` (``None`` has it);
-    elsewhere nothing is done (0). What a server sees: an inherited object's count no longer says
-    how many hold it (``sys.getrefcount`` answers ``IMMORTAL``; numpy's ``ndarray.resize`` refuses
-    such an array unless told ``refcheck=False``). About 0.6-1.5 s on a loaded 2-core host for the ~570,000 objects of NeMo
-    Gym 0.7.0's SDK (docs/performance.md)."""
-    if (
-        sys.implementation.name != "cpython"
-        or sys.version_info[:2] not in ((3, 12), (3, 13))
-        or sys.maxsize <= 2**32
-        or not getattr(sys, "_is_gil_enabled", lambda: True)()
-        or sys.getrefcount(None) != IMMORTAL
-    ):
-        return 0
-    todo, made, count, referents, cell = gc.get_objects(), 0, sys.getrefcount, gc.get_referents, ctypes.c_ssize_t
-    while todo:
-        obj = todo.pop()
-        if count(obj) >= IMMORTAL:
-            continue
-        cell.from_address(id(obj)).value = IMMORTAL  # ob_refcnt, the object's first field
-        made += 1
-        todo.extend(referents(obj))
-    return made
-
-
 def _unmap_file_pages():
     """Drop the parent's own mappings of the file pages its imports read: the code and read-only
     data of the native libraries (NeMo Gym 0.7.0's SDK: pyarrow's, SciPy's, pandas', numpy's; ~58
@@ -406,7 +385,7 @@ def _preload(modules, report=None):
         except OSError:  # speed only: the daemon then compiles nothing for the parent
             pass
     gc.collect()
-    immortal = _immortalize()  # no server writes the pages of what it imported by counting references
+    immortal = _immortal.immortalize()  # no server writes the pages of what it imported by counting references
     gc.freeze()  # what it imported is left out of the children's collections: their pages stay shared
     unmapped = _unmap_file_pages()  # what its imports read of the native libraries: no server shares it
     return {

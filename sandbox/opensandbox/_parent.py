@@ -1,17 +1,20 @@
 """The preloaded parent of a group's sandbox: imports the modules its servers share once, then forks
 each server its launcher asks for (docs/runtime.md, "One sandbox per venv").
 
-Stdlib only, never imported by the daemon: it runs as ``python -c <this file> SOCKET MODULES`` with
+Stdlib only, never imported by the daemon: it runs as ``python -c <_immortal.py + this file> SOCKET MODULES`` with
 the venv's interpreter, as an execd command of the group's sandbox (:mod:`.groups`), and so it
-shares no helper with the rest of the sandbox package. It is not dumpable (``PR_SET_DUMPABLE`` 0),
+shares no helper with the rest of the sandbox package but ``sandbox/_immortal.py``. It is not dumpable (``PR_SET_DUMPABLE`` 0),
 so neither it nor a server forked from it can be read by another process of the sandbox.
 
 ``SOCKET``: an AF_UNIX SEQPACKET path it listens on at once (launchers queue there while it imports);
 ``MODULES``: a JSON list of dotted names, each imported when the venv has it. A module that fails is
 skipped; a Python thread alive after the imports (a fork carries none) makes it answer every
 request ``{"no": why}``, and the launcher then starts its server itself. What it imported is then
-frozen (``gc.freeze``, as ``sandbox/_zygote.py`` does): a server's collections never walk those
-objects, so their pages stay shared with the parent and its siblings.
+made immortal (``sandbox/_immortal.py``, whose text the command holds before this file's: CPython 3.12
+and 3.13, elsewhere nothing) and frozen (``gc.freeze``), as ``sandbox/_zygote.py`` does: a server's
+reference counts never write those objects and its collections never walk them, so their pages stay
+shared with the parent and its siblings. Its first line on stdout (execd's log of its command):
+``preloaded parent: N module(s) imported, M objects made immortal``, then why it forks nothing, if so.
 
 A launcher's request: ``{"name", "argv", "cwd", "env", "nofile"}`` with its stdout and stderr attached
 (``SCM_RIGHTS``). The parent forks a child, answers ``{"pid": N}`` and later, once the child ended,
@@ -37,6 +40,8 @@ import threading
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+# sandbox/_immortal.py's (its text comes before this file's in the command: .groups' PARENT)
+immortalize = globals()["immortalize"]
 
 
 def _become(conn, req):
@@ -133,10 +138,15 @@ def main():
         except BaseException:  # noqa: BLE001 - a module the venv lacks or that fails: its servers import it
             pass
     gc.collect()
+    immortal = immortalize()  # no server writes the pages of what it imported by counting references
     gc.freeze()  # what it imported is left out of the servers' collections: their pages stay shared
     threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     refuse = f"the preloaded parent has Python threads after its imports ({', '.join(threads)})" if threads else None
-    print(f"preloaded parent: {len(modules)} module(s) imported" + (f"; {refuse}" if refuse else ""), flush=True)
+    print(
+        f"preloaded parent: {len(modules)} module(s) imported, {immortal:,} objects made immortal"
+        + (f"; {refuse}" if refuse else ""),
+        flush=True,
+    )
     children = {}  # pid -> the launcher's connection
     rd, wr = os.pipe()
     os.set_blocking(wr, False)

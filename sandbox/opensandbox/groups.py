@@ -32,7 +32,10 @@ from typing import Any
 from ..limits import ResourceLimits
 
 FORWARDER = (Path(__file__).parent / "forwarder.py").read_text()  # both run with -c by the venv's interpreter
-PARENT = (Path(__file__).parent / "_parent.py").read_text()
+# the parent's command: sandbox/_immortal.py's text, then _parent.py's, which calls its immortalize()
+PARENT = (Path(__file__).parent.parent / "_immortal.py").read_text() + (
+    Path(__file__).parent / "_parent.py"
+).read_text()
 PARENT_SOCKET = "/tmp/gym-runtime-parent.sock"  # in the sandbox's own /tmp
 # set (to "1") in the environment of a server that starts its own Ray, and only there
 # (gym_runtime/ray/own.py's server_env; the sandbox room cannot import it)

@@ -44,16 +44,24 @@ from gym_runtime.task_sandboxes import bringup as task_sandboxes
 from gym_runtime.task_sandboxes.install import ensure_provider
 from gym_runtime.venvs.bytecode import PRELOADED_PARENT, RAY_HEAD
 
+_QUIETING: list[bool] = []  # the logger's state before the first of the uses now open, one entry per use
+
 
 @contextlib.contextmanager
 def quiet_sandbox_log() -> Iterator[None]:
-    """Silence the sandbox's own level warning (the bring-up says it once, with its progress)."""
+    """Silence the sandbox's own level warning (the bring-up says it once, with its progress).
+    Uses may overlap (the stub model's launcher starts beside the environment's sandbox): the
+    logger stays silent until the last one open ends, then gets back the state it had before the
+    first."""
     quiet = logging.getLogger("sandbox")
-    was, quiet.disabled = quiet.disabled, True
+    _QUIETING.append(_QUIETING[0] if _QUIETING else quiet.disabled)
+    quiet.disabled = True
     try:
         yield
     finally:
-        quiet.disabled = was
+        was = _QUIETING.pop()
+        if not _QUIETING:
+            quiet.disabled = was
 
 
 # third-party modules that servers import at start-up (the built-in servers and NeMo Gym's alike)

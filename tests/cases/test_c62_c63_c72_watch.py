@@ -216,7 +216,7 @@ def test_c63_used_up_inotify_instances_make_the_watch_poll_with_one_warning(tmp_
     shell = (
         f"echo {limit} > /proc/sys/user/max_inotify_instances && "
         f'"$0" "{holder}" {limit - free} 300 > "{ready}" & '
-        f'until grep -q holding "{ready}"; do sleep 0.1; done; exec "$@"'
+        f'until grep -qs holding "{ready}"; do sleep 0.1; done; exec "$@"'  # -s: the file may not be made yet
     )
     prefix = ["unshare", "--user", "--map-root-user", "sh", "-c", shell, sys.executable]
     run = WatchRun(pkg, rows, tmp_path / "run", "--samples", "1", env=watch_env(tmp_path), prefix=prefix)

@@ -17,12 +17,11 @@ from pathlib import Path
 import pytest
 
 from sandbox.launch import ProcessSpec
-from sandbox.opensandbox.connection import OpenSandboxConnection
 from sandbox.opensandbox.environment import OpenSandboxEnvironment
 from sandbox.zygote import Preload
 from tests.helpers.egress_targets import make_venv
 from tests.helpers.gym_python import gym_python
-from tests.helpers.opensandbox.runs import gateway
+from tests.helpers.opensandbox.runs import connection
 from tests.opensandbox.test_many_sandboxes import _with_env
 
 pytestmark = [pytest.mark.opensandbox, pytest.mark.slow]
@@ -53,13 +52,7 @@ def test_what_the_parent_imported_is_immortal_in_the_servers_it_forks(opensandbo
     server = opensandbox_server
     python = make_venv(tmp_path / "v313", python=str(gym_python()))
     (tmp_path / "app.py").write_text(APP)
-    conn = OpenSandboxConnection(
-        domain=server.domain,
-        api_key=server.api_key,
-        image=server.image,
-        daemon_host=gateway(server),
-        egress="unenforced",
-    )
+    conn = connection(server)
     logs = [tmp_path / f"server-{i}.log" for i in range(2)]
     seen: dict = {}
 

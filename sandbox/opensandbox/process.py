@@ -149,11 +149,7 @@ class ServerProcess(ElsewhereExit):
                 await self._start_commands()
                 return
             except Exception as e:
-                try:
-                    alive = await asyncio.wait_for(env.alive(self.box, unknown=None), CALL_S)
-                except TimeoutError:
-                    env.answered(False)
-                    alive = None
+                alive = await self._alive(unknown=None)
                 if alive is None and env.unreachable_since is not None:
                     what = f"starting server {self.spec.name!r} in sandbox {self.box.id}"
                     raise unreachable(env.conn, what, f"{type(e).__name__}: {e}") from None
@@ -161,6 +157,15 @@ class ServerProcess(ElsewhereExit):
                     raise
                 await env.groups.leave(self.spec, self.box, None, gone=True)
                 self.box = None
+
+    async def _alive(self, unknown: bool | None) -> bool | None:
+        """The lifecycle server's word on this server's sandbox (:meth:`OpenSandboxEnvironment.alive`),
+        bounded by :data:`CALL_S`; ``unknown`` when it does not answer in that time (recorded as unanswered)."""
+        try:
+            return await asyncio.wait_for(self.env.alive(self.box, unknown=unknown), CALL_S)
+        except TimeoutError:
+            self.env.answered(False)
+            return unknown
 
     async def _start_commands(self) -> None:
         from opensandbox.models.execd import RunCommandOpts
@@ -193,11 +198,7 @@ class ServerProcess(ElsewhereExit):
                 silent_since = silent_since or time.monotonic()
                 st = None
             if st is None:
-                try:
-                    alive = await asyncio.wait_for(env.alive(self.box, unknown=True), CALL_S)
-                except TimeoutError:
-                    env.answered(False)
-                    alive = True  # the server does not answer: ridden out for SERVICE_GRACE_S
+                alive = await self._alive(unknown=True)  # no answer: ridden out for SERVICE_GRACE_S
                 if not alive:
                     return {
                         "exit_code": -1,

@@ -1,4 +1,4 @@
-"""The head server (FastAPI, served inside the daemon's event loop): Gym's head endpoints plus ours.
+"""The head server (Starlette, served inside the daemon's event loop): Gym's head endpoints plus ours.
 
 Endpoints (docs/architecture.md §7; Gym's originals: NeMo Gym 0.4.0 ``nemo_gym/server_utils.py`` ``HeadServer``):
 
@@ -26,7 +26,7 @@ Endpoints (docs/architecture.md §7; Gym's originals: NeMo Gym 0.4.0 ``nemo_gym/
                                    (:mod:`gym_runtime.supervise.processes`)
 ``POST /rollouts/run``             ``{"examples": [rows], "concurrency"?}`` -> ``{"results": [...],
                                    "latency_s": [...], "replica": [...], "summary": {...}}`` (see below)
-``GET /docs``                      OpenAPI UI
+``GET /docs``, ``/openapi.json``    OpenAPI UI and document (:mod:`gym_runtime.head.openapi`)
 =================================  ========================================================================
 
 Servers reach the head server on a listener of their own (``servers_ports``): it answers Gym's
@@ -35,7 +35,7 @@ others with 403 ``{"error": {"code": "GR-HEAD-SERVERS-ROUTE"}}``: a server may n
 server's logs nor run rollouts (docs/reliability.md, "Hostile servers"). At isolation ``none``
 servers share the host's loopback, so this is cooperative only.
 
-Every error answer is our envelope ``{"error": {"code", "message", "hint"?}}``, never FastAPI's
+Every error answer is our envelope ``{"error": {"code", "message", "hint"?}}``, never a bare
 ``{"detail"}``: ``/rollouts/run`` answers a body that is not ``{"examples": [rows]}`` with 400
 ``GR-ROLLOUT-BAD-REQUEST``, other bad query parameters get 422 ``GR-HEAD-BAD-REQUEST``. It sends each
 row to its ``agent_ref`` agent's ``/run`` (at most ``concurrency`` rows at once: the body's, 1 to
@@ -65,20 +65,24 @@ import json
 import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field, field_validator
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from pydantic import BaseModel, Field, TypeAdapter, field_validator
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
+from gym_runtime.head import openapi
 from gym_runtime.head.instances import split
 from gym_runtime.host.rows import keyed_answer, row_keys
 from gym_runtime.rollouts.dispatch import Batch, row_error, run_rows
 from gym_runtime.rollouts.routing import Routing
 from gym_runtime.rollouts.spread import ROLLOUTS_PER_AGENT_REPLICA, replica_counts
 from gym_runtime.rollouts.verdict import AgentFacts
+from gym_runtime.web import InvalidRequest, PydanticJSONResponse, json_body, query_value, validated
 
 
 @dataclass(frozen=True)
@@ -158,11 +162,14 @@ class RolloutBatch(BaseModel):
         return rows
 
 
-def bad_batch_message(exc: RequestValidationError) -> str:
+BATCH: TypeAdapter[RolloutBatch] = TypeAdapter(RolloutBatch)
+TAIL: TypeAdapter[int] = TypeAdapter(Annotated[int, Field(ge=0, le=100_000)])
+
+
+def bad_batch_message(exc: InvalidRequest) -> str:
     """One sentence naming the expected body and what was wrong (pydantic's locations and messages)."""
     problems = "; ".join(
-        f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
-        for e in exc.errors()[:5]
+        f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}" for e in exc.errors[:5]
     )
     return (
         'expected a JSON object {"examples": [rows]} (a list of dataset rows, each a JSON object with an '
@@ -239,13 +246,13 @@ def batch_summary(
     }
 
 
-def begin_close(app: FastAPI) -> None:
+def begin_close(app: Starlette) -> None:
     """Tell running ``/rollouts/run`` batches that the daemon is shutting down (they end at once
     with :func:`shutdown_body`); :func:`open_batches` then falls to 0."""
     app.state.closing.set()
 
 
-def open_batches(app: FastAPI) -> int:
+def open_batches(app: Starlette) -> int:
     """How many ``/rollouts/run`` answers are still streaming."""
     return app.state.open_batches
 
@@ -286,21 +293,12 @@ class ServersListener:
         await self.app(scope, receive, send)
 
 
-def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = frozenset()) -> FastAPI:
-    """The head server's FastAPI app over ``backend``; requests arriving on a port of
+def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = frozenset()) -> Starlette:
+    """The head server's Starlette app over ``backend``; requests arriving on a port of
     ``servers_ports`` (the servers' listener) may only ``GET`` :data:`SERVERS_ROUTES`."""
-    app = FastAPI(title="gym-runtime head server", description=__doc__)
-    app.state.closing, app.state.open_batches = asyncio.Event(), 0
 
-    if servers_ports:
-        app.add_middleware(
-            ServersListener,
-            ports=frozenset(servers_ports),
-            routes=SERVERS_ROUTES | {*backend.liveness_routes, *backend.readiness_routes},
-        )
-
-    @app.exception_handler(StarletteHTTPException)
-    async def unreadable_body(request: Request, exc: StarletteHTTPException) -> Response:
+    async def unreadable_body(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
         if request.url.path == "/rollouts/run" and exc.status_code == 400:  # e.g. a body that is not UTF-8 JSON
             return error_response(
                 400,
@@ -315,19 +313,17 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
             "GET /docs lists the head server's routes" if exc.status_code in (404, 405) else None,
         )
 
-    @app.exception_handler(RequestValidationError)
-    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def bad_request(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, InvalidRequest)
         if request.url.path != "/rollouts/run":
-            problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+            problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors)
             return error_response(422, "GR-HEAD-BAD-REQUEST", f"bad request to {request.url.path}: {problems}")
         return error_response(400, "GR-ROLLOUT-BAD-REQUEST", bad_batch_message(exc))
 
-    @app.get("/")
-    async def root() -> dict[str, str]:
-        return {"status": "ok"}
+    async def root(request: Request) -> Response:
+        return PydanticJSONResponse({"status": "ok"})
 
-    @app.get("/global_config_dict_yaml", response_model=str)
-    async def global_config_dict_yaml() -> Any:
+    async def global_config_dict_yaml(request: Request) -> Response:
         text = backend.config_yaml()
         if text is None:
             return error_response(
@@ -336,48 +332,40 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
                 "the environment is still starting: the servers have no addresses yet",
                 "poll GET /health until it answers 200 (status ready)",
             )
-        return text
+        return PydanticJSONResponse(text)  # a JSON string: NeMo Gym's ServerClient reads it so
 
-    @app.get("/server_instances")
-    async def server_instances() -> list[dict[str, Any]]:
-        return split(backend.instances())[0]
+    async def server_instances(request: Request) -> Response:
+        return PydanticJSONResponse(split(backend.instances())[0])
 
-    @app.get("/support_processes")
-    async def support_processes() -> list[dict[str, Any]]:
-        return split(backend.instances())[1]
+    async def support_processes(request: Request) -> Response:
+        return PydanticJSONResponse(split(backend.instances())[1])
 
-    async def liveness() -> dict[str, str]:
-        return {"status": "ok"}
+    async def liveness(request: Request) -> Response:
+        return PydanticJSONResponse({"status": "ok"})
 
-    async def health() -> JSONResponse:
+    async def health(request: Request) -> Response:
         status, body = backend.health()
         return JSONResponse(body, status_code=status)
 
-    for path in backend.liveness_routes:
-        app.add_api_route(path, liveness, methods=["GET"])
-    for path in backend.readiness_routes:
-        app.add_api_route(path, health, methods=["GET"])
-
-    @app.get("/servers/{name}/logs")
-    async def server_logs(name: str, tail: int = Query(100, ge=0, le=100_000)) -> Any:
-        out = backend.logs(name, tail)
+    async def server_logs(request: Request) -> Response:
+        name = request.path_params["name"]
+        out = backend.logs(name, query_value(request, "tail", TAIL, 100))
         if out is None:
             names = ", ".join(r["name"] for r in backend.instances()) or "(none)"
             return error_response(
                 404, "GR-HEAD-UNKNOWN-SERVER", f"no server instance named {name!r}", f"instances: {names}"
             )
-        return out
+        return PydanticJSONResponse(out)
 
-    @app.get("/processes", response_model=dict[str, Any])
-    async def processes() -> Any:
+    async def processes(request: Request) -> Response:
         if backend.processes is None:
             return error_response(
                 404, "GR-HEAD-NO-PROCESSES", "process accounting is not available in this environment"
             )
-        return await asyncio.to_thread(backend.processes)
+        return PydanticJSONResponse(await asyncio.to_thread(backend.processes))
 
-    @app.post("/rollouts/run")
-    async def rollouts_run(batch: RolloutBatch) -> Any:
+    async def rollouts_run(request: Request) -> Response:
+        batch = validated(BATCH, await json_body(request), "body")
         refused = backend.rollouts_refused()
         if refused is not None:
             return JSONResponse(refused[1], status_code=refused[0])
@@ -439,4 +427,42 @@ def create_app(backend: HeadBackend, servers_ports: set[int] | frozenset[int] = 
 
         return StreamingResponse(body(), media_type="application/json")
 
+    routes = [
+        Route("/", root),
+        Route("/global_config_dict_yaml", global_config_dict_yaml),
+        Route("/server_instances", server_instances),
+        Route("/support_processes", support_processes),
+        *(Route(path, liveness) for path in backend.liveness_routes),
+        *(Route(path, health) for path in backend.readiness_routes),
+        Route("/servers/{name}/logs", server_logs),
+        Route("/processes", processes),
+        Route("/rollouts/run", rollouts_run, methods=["POST"]),
+    ]
+    routes = [
+        *routes,
+        *openapi.routes(
+            routes,
+            "gym-runtime head server",
+            __doc__ or "",
+            {"/rollouts/run": BATCH},
+            {"/servers/{name}/logs": {"tail": TAIL}},
+        ),
+    ]
+    for route in routes:  # a route answers its own methods only: HEAD is 405 like any other
+        assert route.methods is not None
+        route.methods.discard("HEAD")
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(
+                ServersListener,
+                ports=frozenset(servers_ports),
+                routes=SERVERS_ROUTES | {*backend.liveness_routes, *backend.readiness_routes},
+            )
+        ]
+        if servers_ports
+        else [],
+        exception_handlers={HTTPException: unreadable_body, InvalidRequest: bad_request},
+    )
+    app.state.closing, app.state.open_batches = asyncio.Event(), 0
     return app

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import socket
 
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from gym_runtime.head.app import begin_close, open_batches
 from gym_runtime.serving import LoopServer
@@ -22,7 +22,7 @@ class HeadServer:
     ``await stop()`` ends running rollout batches (:meth:`close_batches`), then closes them all
     (idempotent)."""
 
-    def __init__(self, app: FastAPI, sock: socket.socket, more: list[socket.socket] | None = None) -> None:
+    def __init__(self, app: Starlette, sock: socket.socket, more: list[socket.socket] | None = None) -> None:
         self.sock = sock
         self.socks = [sock, *(more or [])]
         host, port = sock.getsockname()[:2]

@@ -31,28 +31,49 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, JSONResponse, Response
+from pydantic import TypeAdapter
+from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
 
 from gym_runtime.serving import LoopbackListener
 from gym_runtime.task_sandboxes.service import TaskSandboxError, TaskSandboxService
 from gym_runtime.task_sandboxes.spec import MAX_ENV_BYTES
+from gym_runtime.web import InvalidRequest, PydanticJSONResponse, query_value, validated
 
 DEFAULT_TIMEOUT_S = 180.0
 MAX_TIMEOUT_S = 24 * 3600.0
 MAX_UPLOAD = 4 << 30
 RUNTIME_CODE = 125  # NeMo Gym's non-process exit code (its providers' SANDBOX_RUNTIME_RETURN_CODE)
 MAX_COMMAND = 256 << 10  # with a box's env (spec.py) and the exec's own, one joiner request stays under 1 MiB
+TEXT: TypeAdapter[str] = TypeAdapter(str)
+INT: TypeAdapter[int] = TypeAdapter(int)
 
 
-def create_app(service: TaskSandboxService) -> FastAPI:
+async def _error(_: Request, e: Exception) -> Response:
+    assert isinstance(e, TaskSandboxError)
+    return JSONResponse(e.to_dict(), status_code=e.status)
+
+
+async def _not_served(_: Request, e: Exception) -> Response:
+    """A route or method the API does not have: ``{"detail": "Not Found"}`` (or ``"Method Not
+    Allowed"``, with ``Allow``)."""
+    assert isinstance(e, HTTPException)
+    return JSONResponse({"detail": e.detail}, status_code=e.status_code, headers=e.headers)
+
+
+async def _invalid(_: Request, e: Exception) -> Response:
+    """A missing ``path`` query parameter or a ``port`` that is no integer: 422 ``{"detail": [pydantic's
+    errors]}``."""
+    assert isinstance(e, InvalidRequest)
+    return JSONResponse({"detail": e.jsonable()}, status_code=422)
+
+
+def create_app(service: TaskSandboxService) -> Starlette:
     """The API over ``service`` (module doc)."""
-    app = FastAPI(title="gym-runtime task sandboxes", docs_url=None, redoc_url=None, openapi_url=None)
-
-    @app.exception_handler(TaskSandboxError)
-    async def _error(_: Request, e: TaskSandboxError) -> JSONResponse:
-        return JSONResponse(e.to_dict(), status_code=e.status)
 
     def caller(request: Request) -> str:
         auth = request.headers.get("authorization", "")
@@ -61,24 +82,21 @@ def create_app(service: TaskSandboxService) -> FastAPI:
     def box(request: Request, box_id: str) -> Any:
         return service.record(box_id, caller(request), request.headers.get("x-sandbox-lease"))
 
-    @app.get("/v1/health")
-    async def health(request: Request) -> dict:
+    async def health(request: Request) -> Response:
         caller(request)
-        return {"level": service.level, "live": len(service.boxes), "created": service.created}
+        return PydanticJSONResponse({"level": service.level, "live": len(service.boxes), "created": service.created})
 
-    @app.post("/v1/sandboxes", status_code=201)
-    async def create(request: Request) -> dict:
+    async def create(request: Request) -> Response:
         owner = caller(request)
         spec = await _json(request)
         rec = await service.create(owner, spec)
-        return {**rec.describe(), "lease": rec.lease}
+        return PydanticJSONResponse({**rec.describe(), "lease": rec.lease}, status_code=201)
 
-    @app.get("/v1/sandboxes/{box_id}")
-    async def status(request: Request, box_id: str) -> dict:
-        return box(request, box_id).describe()
+    async def status(request: Request) -> Response:
+        return PydanticJSONResponse(box(request, request.path_params["box_id"]).describe())
 
-    @app.post("/v1/sandboxes/{box_id}/exec")
-    async def run(request: Request, box_id: str) -> dict:
+    async def run(request: Request) -> Response:
+        box_id = request.path_params["box_id"]
         rec = box(request, box_id)
         body = await _json(request)
         command = body.get("command")
@@ -120,18 +138,24 @@ def create_app(service: TaskSandboxService) -> FastAPI:
         if out.truncated:
             stderr += "\n[gym-runtime: output over 16 MiB was dropped]"
         if out.timed_out:
-            return {
-                "stdout": stdout,
-                "stderr": (stderr + f"\ncommand timed out after {timeout:g}s").lstrip("\n"),
-                "return_code": RUNTIME_CODE,
-                "error_type": "timeout",
-            }
+            return PydanticJSONResponse(
+                {
+                    "stdout": stdout,
+                    "stderr": (stderr + f"\ncommand timed out after {timeout:g}s").lstrip("\n"),
+                    "return_code": RUNTIME_CODE,
+                    "error_type": "timeout",
+                }
+            )
         if out.returncode is None:
-            return {"stdout": None, "stderr": out.error, "return_code": RUNTIME_CODE, "error_type": "sandbox"}
-        return {"stdout": stdout, "stderr": stderr, "return_code": out.returncode, "error_type": None}
+            return PydanticJSONResponse(
+                {"stdout": None, "stderr": out.error, "return_code": RUNTIME_CODE, "error_type": "sandbox"}
+            )
+        return PydanticJSONResponse(
+            {"stdout": stdout, "stderr": stderr, "return_code": out.returncode, "error_type": None}
+        )
 
-    @app.put("/v1/sandboxes/{box_id}/files", status_code=204)
-    async def upload(request: Request, box_id: str, path: str) -> Response:
+    async def upload(request: Request) -> Response:
+        box_id, path = request.path_params["box_id"], query_value(request, "path", TEXT)
         rec = box(request, box_id)
         with _temp(service.work_dir) as tmp:
             size = 0
@@ -144,8 +168,8 @@ def create_app(service: TaskSandboxService) -> FastAPI:
             await _file_op(rec.box.put(tmp, path), box_id, path)
         return Response(status_code=204)
 
-    @app.get("/v1/sandboxes/{box_id}/files")
-    async def download(request: Request, box_id: str, path: str) -> Response:
+    async def download(request: Request) -> Response:
+        box_id, path = request.path_params["box_id"], query_value(request, "path", TEXT)
         rec = box(request, box_id)
         fd, name = tempfile.mkstemp(prefix=".download-", dir=service.work_dir)
         os.close(fd)
@@ -157,12 +181,13 @@ def create_app(service: TaskSandboxService) -> FastAPI:
             raise
         return FileResponse(tmp, media_type="application/octet-stream", background=BackgroundTask(tmp.unlink))
 
-    @app.get("/v1/sandboxes/{box_id}/endpoints/{port}")
-    async def endpoint(request: Request, box_id: str, port: int) -> dict:
-        return {"endpoint": await service.endpoint(box(request, box_id), port), "headers": {}}
+    async def endpoint(request: Request) -> Response:
+        port = validated(INT, request.path_params["port"], "path", "port")
+        rec = box(request, request.path_params["box_id"])
+        return PydanticJSONResponse({"endpoint": await service.endpoint(rec, port), "headers": {}})
 
-    @app.delete("/v1/sandboxes/{box_id}", status_code=204)
-    async def close(request: Request, box_id: str) -> Response:
+    async def close(request: Request) -> Response:
+        box_id = request.path_params["box_id"]
         try:
             rec = box(request, box_id)
         except TaskSandboxError as e:
@@ -172,7 +197,23 @@ def create_app(service: TaskSandboxService) -> FastAPI:
         await service.close(rec.id, f"closed by server {caller(request)}")
         return Response(status_code=204)
 
-    return app
+    routes = [
+        Route("/v1/health", health),
+        Route("/v1/sandboxes", create, methods=["POST"]),
+        Route("/v1/sandboxes/{box_id}", status),
+        Route("/v1/sandboxes/{box_id}/exec", run, methods=["POST"]),
+        Route("/v1/sandboxes/{box_id}/files", upload, methods=["PUT"]),
+        Route("/v1/sandboxes/{box_id}/files", download),
+        Route("/v1/sandboxes/{box_id}/endpoints/{port}", endpoint),
+        Route("/v1/sandboxes/{box_id}", close, methods=["DELETE"]),
+    ]
+    for route in routes:  # a route answers its own methods only: HEAD is 405 like any other
+        assert route.methods is not None
+        route.methods.discard("HEAD")
+    return Starlette(
+        routes=routes,
+        exception_handlers={TaskSandboxError: _error, HTTPException: _not_served, InvalidRequest: _invalid},
+    )
 
 
 async def _json(request: Request) -> dict:

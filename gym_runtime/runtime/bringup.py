@@ -442,7 +442,7 @@ class Environment:
         Both listeners are bound now, so a client that connects before the head server serves waits
         in the listen backlog. It serves at once with ``at_once`` (host mode: ``GET /health`` from
         the first moment), else once the servers' processes are spawned (:meth:`start`) or
-        :data:`HEAD_DUE_S` seconds from now, whichever comes first: its start (FastAPI's import, the
+        :data:`HEAD_DUE_S` seconds from now, whichever comes first: its start (Starlette's import, the
         app, uvicorn: ~0.1-0.2 s of the daemon's one thread) then runs beside the preloaded parents'
         imports, or beside a venv build, rather than before them."""
         self._head_sock = head_sock
@@ -461,7 +461,7 @@ class Environment:
     def _defer(self, what: str, start: Callable[[], Awaitable[None]], within_s: float | None = None) -> None:
         """Run ``start()`` once the servers' processes are spawned (or ``within_s`` seconds from now,
         whichever comes first): a service of the daemon whose listener is bound already, so that
-        its start (FastAPI's import, its app, uvicorn) runs beside the servers' own start-up (the
+        its start (Starlette's import, its app, uvicorn) runs beside the servers' own start-up (the
         preloaded parents' imports) rather than before it. :meth:`start` waits for every such
         start before the ready line; a stop cancels those that have not begun."""
 

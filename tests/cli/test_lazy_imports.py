@@ -1,5 +1,5 @@
 """The CLI imports only what the command needs: parsing arguments (``--help``, a usage error) and
-``status`` never load the config stack (OmegaConf, pydantic), the daemon (FastAPI, uvicorn, the
+``status`` never load the config stack (OmegaConf, pydantic), the daemon (Starlette, uvicorn, the
 supervisor, the venv builder) or rich. Start-up time itself is measured by ``bench/cli.py``."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ HEAVY = (
     "omegaconf",
     "pydantic",
     "fastapi",
+    "starlette",
     "uvicorn",
     "rich",
     "httpx",

@@ -94,7 +94,7 @@ def test_the_daemon_s_web_services_start_beside_the_servers_not_before_them(tmp_
     )
     assert r.returncode == 0, r.stderr[-3000:]
     seen = json.loads(r.stdout.strip().splitlines()[-1])
-    # neither the head server nor the task-sandbox API had made its app (FastAPI) when the servers were spawned
+    # neither the head server nor the task-sandbox API had made its app (Starlette) when the servers were spawned
     assert seen["web_at_spawn"] == []
     # and both serve by the ready line: /health, and the API's own 404 for a route it does not have
     assert seen == {"web_at_spawn": [], "health": 200, "task_api": 404, "head_url": True}

@@ -26,7 +26,7 @@ Endpoints (docs/architecture.md §7; Gym's originals: NeMo Gym 0.4.0 ``nemo_gym/
                                    (:mod:`gym_runtime.supervise.processes`)
 ``POST /rollouts/run``             ``{"examples": [rows], "concurrency"?}`` -> ``{"results": [...],
                                    "latency_s": [...], "replica": [...], "summary": {...}}`` (see below)
-``GET /docs``, ``/openapi.json``    OpenAPI UI and document (:mod:`gym_runtime.head.openapi`)
+``GET /docs``, ``/openapi.json``   OpenAPI UI and document (:mod:`gym_runtime.head.openapi`)
 =================================  ========================================================================
 
 Servers reach the head server on a listener of their own (``servers_ports``): it answers Gym's

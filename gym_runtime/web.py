@@ -1,11 +1,11 @@
 """What the daemon's two HTTP apps (the head server, the task-sandbox API) share on top of Starlette:
 request values validated by pydantic, and JSON answers written by pydantic.
 
-Both apps are plain Starlette, not FastAPI, for the daemon's memory (docs/architecture.md §7.3);
-these helpers answer clients as FastAPI (0.165) did: a validation error
-lists pydantic's errors (``{"type", "loc", "msg", "input", "ctx"?}``, ``loc`` led by ``query``,
-``path`` or ``body``), a JSON body is read only under a JSON content type, and an endpoint's
-answer is serialized by pydantic (NaN and Infinity as null, paths and dates as strings).
+Both apps are plain Starlette, not FastAPI, for the daemon's memory (docs/architecture.md §7.3).
+These helpers answer clients as FastAPI (0.165) does: a validation error lists pydantic's errors
+(``{"type", "loc", "msg", "input", "ctx"?}``, ``loc`` led by ``query``, ``path`` or ``body``), a
+body is parsed as JSON only under a JSON content type, and an endpoint's answer is serialized by
+pydantic (compact; NaN and Infinity as null; paths and dates as strings).
 """
 
 from __future__ import annotations

@@ -1,17 +1,21 @@
-"""Immortal objects for a preloaded parent (PEP 683): what both parents call after their imports'
-``gc.collect()`` and before ``gc.freeze()``, so that the servers they fork share those pages.
+"""What a preloaded parent does to its memory after its imports and before its first fork, so
+that the servers it forks share its pages: :func:`immortalize` (after ``gc.collect()``, before
+``gc.freeze()``) and :func:`fill_pools` (last).
 
 Stdlib only, and never imported by the daemon: it runs with the venv's interpreter, in the
 parent's own process. ``sandbox/_zygote.py`` (run as a script) loads it from its path beside
 itself; ``sandbox/opensandbox/groups.py`` puts this text before ``sandbox/opensandbox/_parent.py``'s in
 the command it sends (``python -c``), so it holds nothing that must come first in a module
-(no ``from __future__`` import) and defines only :data:`IMMORTAL` and :func:`immortalize`.
+(no ``from __future__`` import) and defines only :data:`IMMORTAL`, :func:`immortalize`,
+:func:`fill_pools` and what they keep (``_FILLERS``).
 """
 
 import ctypes
 import gc
+import os
 import sys
 
+_FILLERS: list = []  # what fill_pools() made, held for the parent's life
 IMMORTAL = 0xFFFFFFFF  # CPython 3.12 and 3.13's _Py_IMMORTAL_REFCNT on a 64-bit build (Include/object.h)
 
 
@@ -49,3 +53,50 @@ def immortalize():
         made += 1
         todo.extend(referents(obj))
     return made
+
+
+def fill_pools():
+    """Take every free block of the object allocator's partly used pools, and hold what took them;
+    returns how many blocks (0 where the allocator says nothing of its pools). The servers forked
+    next then make their objects in pools of their own: a free block left in a pool the parent
+    uses lies in a page it shares, so a server's first object there copies that page, parent's
+    objects and all, for the few bytes it writes (``bench/server_pages.py`` sorts such copies by
+    what they were made for; ~1.5 MiB a server of NeMo Gym 0.7.0's example, docs/performance.md).
+    The free blocks per size class come from ``sys._debugmallocstats()`` (CPython's ``pymalloc``:
+    its table's ``avail blocks`` column; 16-byte classes up to 512 bytes); a block of each class is
+    taken by an object of exactly that size: ``object()`` (16 bytes), a ``float`` (24, so 32),
+    ``bytes`` of ``size - 33`` bytes (the rest). The few floats a freelist holds come from no pool.
+    Where the statistics cannot be read (no ``memfd_create``, another allocator), nothing is done."""
+    if not hasattr(sys, "_debugmallocstats") or not hasattr(os, "memfd_create"):
+        return 0
+    chunks = []
+    try:
+        fd = os.memfd_create("mallocstats")
+        saved = os.dup(2)
+        try:
+            os.dup2(fd, 2)  # the allocator prints to the C stderr
+            try:
+                sys._debugmallocstats()
+            finally:
+                os.dup2(saved, 2)
+            os.lseek(fd, 0, os.SEEK_SET)
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+        finally:
+            os.close(saved)
+            os.close(fd)
+    except OSError:  # memory only: the parent forks as it would without
+        return 0
+    free = {}
+    for line in b"".join(chunks).decode("latin-1").splitlines():
+        cols = line.split()  # class, size, num pools, blocks in use, avail blocks
+        if len(cols) == 5 and all(c.isdigit() for c in cols) and int(cols[1]) % 16 == 0:
+            free[int(cols[1])] = int(cols[4])
+    held = [None] * sum(free.values())  # one allocation, outside the pools (over 512 bytes)
+    i = 0
+    for size, n in sorted(free.items()):
+        for _ in range(n):
+            held[i] = object() if size == 16 else float(i) if size == 32 else bytes(size - 33)
+            i += 1
+    _FILLERS.append(held)
+    return i

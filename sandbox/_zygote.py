@@ -388,6 +388,7 @@ def _preload(modules, report=None):
     immortal = _immortal.immortalize()  # no server writes the pages of what it imported by counting references
     gc.freeze()  # what it imported is left out of the children's collections: their pages stay shared
     unmapped = _unmap_file_pages()  # what its imports read of the native libraries: no server shares it
+    _immortal.fill_pools()  # no server makes its first objects in the pages of the parent's pools
     return {
         "op": "preloaded",
         "ok": ok,

@@ -42,6 +42,7 @@ libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
 # sandbox/_immortal.py's (its text comes before this file's in the command: .groups' PARENT)
 immortalize = globals()["immortalize"]
+fill_pools = globals()["fill_pools"]
 
 
 def _become(conn, req):
@@ -140,6 +141,7 @@ def main():
     gc.collect()
     immortal = immortalize()  # no server writes the pages of what it imported by counting references
     gc.freeze()  # what it imported is left out of the servers' collections: their pages stay shared
+    fill_pools()  # no server makes its first objects in the pages of the parent's pools
     threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     refuse = f"the preloaded parent has Python threads after its imports ({', '.join(threads)})" if threads else None
     print(

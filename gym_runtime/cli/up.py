@@ -27,6 +27,7 @@ from gym_runtime.cli.common import (
     stdout_for_the_command,
 )
 from gym_runtime.errors import GymRuntimeError, UsageError
+from gym_runtime.heap import return_free_heap
 from gym_runtime.host import HOST_MODES, ROLLOUT_DEADLINE_S
 from gym_runtime.inherited import normalise, stop_signals
 from gym_runtime.settings import load_settings
@@ -298,23 +299,6 @@ async def serve(req: UpRequest, out: TextIO) -> int:
         for sig in stop_on:
             loop.remove_signal_handler(sig)
         record.release()
-
-
-def return_free_heap() -> bool:
-    """Give the heap that start-up freed back to the system, once, at the ready line: the daemon's
-    peak is its start (config merge, venv plan, bring-up), and glibc keeps what was freed in its
-    arenas for reuse; ``malloc_trim(0)`` returns every whole free page of them (``malloc_trim(3)``:
-    inside the arenas too, by ``madvise``, since glibc 2.8), ~4 MiB of the daemon's ~60 MiB PSS
-    under NeMo Gym 0.7.0's 4-server example (docs/performance.md). False where the C library has
-    no ``malloc_trim`` (musl): nothing is done."""
-    import ctypes
-
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except AttributeError:
-        return False
-    trim(0)
-    return True
 
 
 def _line(out: TextIO, obj: dict) -> None:

@@ -1,5 +1,5 @@
 """At its ready line the daemon gives the heap its start freed back to the system
-(``gym_runtime.cli.up.return_free_heap``): pages that glibc kept in its arenas for reuse stop
+(``gym_runtime.heap.return_free_heap``): pages that glibc kept in its arenas for reuse stop
 counting in the process's memory. How much that is for a real start is measured by bench/blend.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 PROBE = """
 import json
 import psutil
-from gym_runtime.cli.up import return_free_heap
+from gym_runtime.heap import return_free_heap
 
 def rss():
     return psutil.Process().memory_info().rss

@@ -55,48 +55,72 @@ def immortalize():
     return made
 
 
-def fill_pools():
-    """Take every free block of the object allocator's partly used pools, and hold what took them;
-    returns how many blocks (0 where the allocator says nothing of its pools). The servers forked
-    next then make their objects in pools of their own: a free block left in a pool the parent
-    uses lies in a page it shares, so a server's first object there copies that page, parent's
-    objects and all, for the few bytes it writes (``bench/server_pages.py`` sorts such copies by
-    what they were made for; ~1.5 MiB a server of NeMo Gym 0.7.0's example, docs/performance.md).
-    The free blocks per size class come from ``sys._debugmallocstats()`` (CPython's ``pymalloc``:
-    its table's ``avail blocks`` column; 16-byte classes up to 512 bytes); a block of each class is
-    taken by an object of exactly that size: ``object()`` (16 bytes), a ``float`` (24, so 32),
-    ``bytes`` of ``size - 33`` bytes (the rest). The few floats a freelist holds come from no pool.
-    Where the statistics cannot be read (no ``memfd_create``, another allocator), nothing is done."""
-    if not hasattr(sys, "_debugmallocstats") or not hasattr(os, "memfd_create"):
-        return 0
-    chunks = []
+def _allocator_stats():
+    """The text ``sys._debugmallocstats()`` prints to the C stderr (CPython's
+    ``Objects/obmalloc.c``, ``_PyObject_DebugMallocStats``), read through a memory file; None where
+    it cannot be read."""
     try:
-        fd = os.memfd_create("mallocstats")
+        fd = os.memfd_create("mallocstats", os.MFD_CLOEXEC)
+    except OSError:
+        return None
+    try:
         saved = os.dup(2)
         try:
-            os.dup2(fd, 2)  # the allocator prints to the C stderr
+            os.dup2(fd, 2)
             try:
                 sys._debugmallocstats()
             finally:
                 os.dup2(saved, 2)
-            os.lseek(fd, 0, os.SEEK_SET)
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
         finally:
             os.close(saved)
-            os.close(fd)
-    except OSError:  # memory only: the parent forks as it would without
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks).decode("latin-1")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def fill_pools():
+    """Take every free block of the object allocator's partly used pools, and hold what took them;
+    returns how many blocks (0 where nothing is done). The servers forked next then make their
+    objects in pools of their own: a free block left in a pool the parent uses lies in a page it
+    shares, so a server's first object there copies that page, parent's objects and all, for the
+    few bytes it writes (``bench/server_pages.py`` sorts such copies by what they were made for;
+    ~1.5 MiB a server of NeMo Gym 0.7.0's example, docs/performance.md).
+
+    The free blocks per size class: the ``avail blocks`` column of the table
+    ``sys._debugmallocstats()`` prints (``pymalloc``: 16-byte classes up to 512 bytes on a 64-bit
+    build). A block of each class is taken by an object of exactly that size, none of which a
+    freelist holds: ``object()`` (16 bytes), an int of two 30-bit digits (32), ``bytes`` of
+    ``size - 33`` bytes (the rest: a 32-byte header and the trailing NUL,
+    ``Include/cpython/bytesobject.h``). What holds them is frozen with the rest (``gc.freeze()``),
+    so that no server's collection walks it. Nothing is done on a 32-bit build, under the
+    development mode or another allocator (``PYTHONMALLOC``: the blocks' sizes differ), or where
+    the statistics cannot be read (no ``memfd_create``)."""
+    if (
+        sys.maxsize <= 2**32
+        or sys.flags.dev_mode
+        or os.environ.get("PYTHONMALLOC", "pymalloc") != "pymalloc"
+        or not hasattr(sys, "_debugmallocstats")
+        or not hasattr(os, "memfd_create")
+        or (text := _allocator_stats()) is None
+    ):
         return 0
     free = {}
-    for line in b"".join(chunks).decode("latin-1").splitlines():
+    for line in text.splitlines():
         cols = line.split()  # class, size, num pools, blocks in use, avail blocks
         if len(cols) == 5 and all(c.isdigit() for c in cols) and int(cols[1]) % 16 == 0:
             free[int(cols[1])] = int(cols[4])
     held = [None] * sum(free.values())  # one allocation, outside the pools (over 512 bytes)
-    i = 0
+    i, two_digits = 0, 1 << 30
     for size, n in sorted(free.items()):
         for _ in range(n):
-            held[i] = object() if size == 16 else float(i) if size == 32 else bytes(size - 33)
+            held[i] = object() if size == 16 else two_digits + i if size == 32 else bytes(size - 33)
             i += 1
     _FILLERS.append(held)
+    gc.freeze()
     return i

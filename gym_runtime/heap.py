@@ -4,8 +4,7 @@ from __future__ import annotations
 
 
 def return_free_heap() -> bool:
-    """Give the heap that start-up freed back to the system: once the servers are spawned (the
-    bring-up, ``gym_runtime/runtime/bringup.py``), and again at the ready line (``up``). The daemon's
+    """Give the heap that start-up freed back to the system, once, at the ready line: the daemon's
     peak is its start (config merge, venv plan, bring-up), and glibc keeps what was freed in its
     arenas for reuse; ``malloc_trim(0)`` returns every whole free page of them (``malloc_trim(3)``:
     inside the arenas too, by ``madvise``, since glibc 2.8), ~4 MiB of the daemon's ~60 MiB PSS

@@ -90,7 +90,7 @@ def fill_pools():
     objects in pools of their own: a free block left in a pool the parent uses lies in a page it
     shares, so a server's first object there copies that page, parent's objects and all, for the
     few bytes it writes (``bench/server_pages.py`` sorts such copies by what they were made for;
-    ~1.5 MiB a server of NeMo Gym 0.7.0's example, docs/performance.md).
+    ~1 MiB a server of NeMo Gym 0.7.0's example, docs/performance.md).
 
     The free blocks per size class: the ``avail blocks`` column of the table
     ``sys._debugmallocstats()`` prints (``pymalloc``: 16-byte classes up to 512 bytes on a 64-bit

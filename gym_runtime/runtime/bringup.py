@@ -27,7 +27,6 @@ from typing import Any
 from gym_runtime.config import MergedConfig, PolicyValues
 from gym_runtime.config.url_secrets import mask_url, mask_urls
 from gym_runtime.errors import GymRuntimeError, StartError, UsageError
-from gym_runtime.heap import return_free_heap
 from gym_runtime.host.mode import ROLLOUT_DEADLINE_S, HostMode, bind_in_range
 from gym_runtime.inherited import check_open_files
 from gym_runtime.package import Package, load_package
@@ -269,7 +268,6 @@ class Environment:
             self._add_stub_member(self._stub_sock)
         self.refresh_outside()
         self._say(f"starting {len(merged.instances)} server(s) (isolation: {self.placement.isolation})")
-        return_free_heap()  # what the merge, the venv plan and the bring-up freed, while the servers start
         self.supervisor.phase = "waiting for servers to answer GET /"
         self._check_stop()
         self.bytecode.learn(self.supervisor.ready_or_gone)

@@ -15,17 +15,13 @@ IMMORTAL_PY = Path(__file__).resolve().parents[2] / "sandbox" / "_immortal.py"
 # holes in many pools of four size classes (every other object of each 100,000 freed), then the fill;
 # the free blocks the allocator reports before and after it, and what the fill took
 PROBE = """
-import gc, importlib.util, json, os, sys
+import gc, importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("_immortal", sys.argv[1])
 m = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(m)
 
 def free_blocks():
-    fd = os.memfd_create("stats"); saved = os.dup(2); os.dup2(fd, 2)
-    sys._debugmallocstats()
-    os.dup2(saved, 2); os.close(saved); os.lseek(fd, 0, 0)
-    text = os.read(fd, 1 << 20).decode(); os.close(fd)
-    rows = [line.split() for line in text.splitlines()]
+    rows = [line.split() for line in m._allocator_stats().splitlines()]
     return sum(int(r[4]) for r in rows if len(r) == 5 and all(c.isdigit() for c in r))
 
 kept = [[bytes(n) for _ in range(100_000)] for n in (20, 60, 100, 200)]
